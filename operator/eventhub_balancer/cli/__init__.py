@@ -1,0 +1,85 @@
+"""The `ehb` command line.
+
+Each command lives in its own module of this package and declares where it hangs in the
+command tree (``COMMAND = ("local", "eventhubs")``), so that commands are added without
+editing a central table. A module provides::
+
+    COMMAND: tuple[str, ...]          # the path of sub-commands
+    HELP: str                         # one line for --help
+    def add_arguments(parser: argparse.ArgumentParser) -> None: ...
+    def run(args: argparse.Namespace) -> int: ...     # the exit status
+
+Every module is imported at start-up, so command modules import their heavy dependencies
+(the SDKs, pyspark) inside ``run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import pkgutil
+import sys
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import cast
+
+from eventhub_balancer import __version__, errors
+
+#: Exit status for bad input: the message names what to change.
+EXIT_USAGE = 2
+
+
+def _command_modules() -> list[ModuleType]:
+    modules = []
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        if hasattr(module, "COMMAND"):
+            modules.append(module)
+    return modules
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ehb",
+        description="eventhub-balancer: central partition balancing for Azure Event Hubs on Kubernetes.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument(
+        "-v", "--verbose", action="count", default=0, help="more logging (-v info, -vv debug)"
+    )
+    groups: dict[tuple[str, ...], argparse._SubParsersAction[argparse.ArgumentParser]] = {}
+    groups[()] = parser.add_subparsers(dest="command", metavar="COMMAND")
+    groups[()].required = True
+    for module in sorted(_command_modules(), key=lambda m: len(m.COMMAND)):
+        path = tuple(module.COMMAND)
+        for depth in range(1, len(path)):
+            prefix = path[:depth]
+            if prefix not in groups:
+                group = groups[prefix[:-1]].add_parser(prefix[-1], help=f"{prefix[-1]} commands")
+                groups[prefix] = group.add_subparsers(dest="_".join(prefix), metavar="COMMAND")
+                groups[prefix].required = True
+        sub = groups[path[:-1]].add_parser(path[-1], help=module.HELP, description=module.HELP)
+        module.add_arguments(sub)
+        sub.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    run = cast(Callable[[argparse.Namespace], int], args._run)
+    try:
+        return run(args)
+    except errors.InvalidInput as e:
+        print(f"ehb: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except errors.EventHubBalancerError as e:
+        print(f"ehb: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
