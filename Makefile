@@ -15,7 +15,7 @@ all: test
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
 	@touch $(STAMP)
 
 # Azurite (the local Blob Storage) comes from npm into ./node_modules, pinned by package.json.
@@ -24,7 +24,21 @@ $(NODE_STAMP): package.json
 	npm install --no-audit --no-fund --loglevel=error
 	@touch $(NODE_STAMP)
 
-install: $(STAMP) $(NODE_STAMP)
+# PySpark needs a Java runtime (17 or newer). On a Debian machine where we are root, install one;
+# elsewhere say what to install.
+java-check:
+	@if ! java -version >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing a Java runtime for PySpark"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jre-headless >/dev/null; \
+	  else \
+	    echo "PySpark needs Java 17+: install a JRE (e.g. apt-get install default-jre-headless)"; exit 1; \
+	  fi; \
+	fi
+	@major=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
+	  if [ "$${major:-0}" -lt 17 ]; then echo "PySpark needs Java 17+, found $$major"; exit 1; fi
+
+install: $(STAMP) $(NODE_STAMP) java-check
 
 node: $(NODE_STAMP)
 
