@@ -1,0 +1,113 @@
+"""Kubernetes ``Status`` failures that the local API server answers with.
+
+They are protocol answers (404, 409, 422...), not errors of this project: clients such as kopf
+and the kubernetes client decide what to do from ``code`` and ``reason``, so the bodies follow
+the shape of the real API server's ``metav1.Status``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class APIFailure(Exception):
+    """A request the API server refuses; rendered as a ``kind: Status`` body."""
+
+    def __init__(
+        self,
+        *,
+        code: int,
+        reason: str,
+        message: str,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = details or {}
+
+    def as_status(self) -> dict[str, Any]:
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "details": self.details,
+            "code": self.code,
+        }
+
+
+def _details(kind: str, name: str | None, group: str) -> dict[str, Any]:
+    details: dict[str, Any] = {"kind": kind}
+    if name:
+        details["name"] = name
+    if group:
+        details["group"] = group
+    return details
+
+
+def not_found(*, plural: str, group: str, name: str | None) -> APIFailure:
+    what = f"{plural}.{group}" if group else plural
+    message = f'{what} "{name}" not found' if name else f"the server could not find {what}"
+    return APIFailure(
+        code=404, reason="NotFound", message=message, details=_details(plural, name, group)
+    )
+
+
+def no_such_path(path: str) -> APIFailure:
+    return APIFailure(
+        code=404, reason="NotFound", message=f"the server could not find the requested path {path}"
+    )
+
+
+def already_exists(*, plural: str, group: str, name: str) -> APIFailure:
+    what = f"{plural}.{group}" if group else plural
+    return APIFailure(
+        code=409,
+        reason="AlreadyExists",
+        message=f'{what} "{name}" already exists',
+        details=_details(plural, name, group),
+    )
+
+
+def conflict(*, plural: str, group: str, name: str) -> APIFailure:
+    what = f"{plural}.{group}" if group else plural
+    return APIFailure(
+        code=409,
+        reason="Conflict",
+        message=(
+            f'Operation cannot be fulfilled on {what} "{name}": the object has been modified; '
+            "please apply your changes to the latest version and try again"
+        ),
+        details=_details(plural, name, group),
+    )
+
+
+def invalid(*, plural: str, group: str, name: str | None, message: str) -> APIFailure:
+    return APIFailure(
+        code=422, reason="Invalid", message=message, details=_details(plural, name, group)
+    )
+
+
+def bad_request(message: str) -> APIFailure:
+    return APIFailure(code=400, reason="BadRequest", message=message)
+
+
+def method_not_allowed(message: str) -> APIFailure:
+    return APIFailure(code=405, reason="MethodNotAllowed", message=message)
+
+
+def unsupported_media_type(content_type: str) -> APIFailure:
+    return APIFailure(
+        code=415,
+        reason="UnsupportedMediaType",
+        message=f"the body of the request was in an unknown format - accepted media types "
+        f"are JSON, merge-patch and JSON-patch, not {content_type!r}",
+    )
+
+
+def expired(message: str) -> APIFailure:
+    return APIFailure(code=410, reason="Expired", message=message)

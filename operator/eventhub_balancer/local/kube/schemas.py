@@ -1,0 +1,70 @@
+"""Defaulting and pruning of custom resources by their CRD's structural OpenAPI v3 schema.
+
+A real API server fills in ``default`` values and drops fields the schema does not know (unless
+``x-kubernetes-preserve-unknown-fields``) on every write; an operator tested without that would
+pass against the local server and fail in a cluster (e.g. a status field silently dropped).
+Validation of types, bounds and ``required`` is not done here. Pure, in place on a body.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+#: Root fields the API server never prunes or defaults by the schema.
+_ROOT_FIELDS = ("apiVersion", "kind", "metadata")
+
+
+def apply_defaults(body: dict[str, Any], schema: Mapping[str, Any]) -> None:
+    """Fill in the schema's ``default`` values where fields are absent (recursively)."""
+    _default(body, schema, root=True)
+
+
+def _default(value: Any, schema: Mapping[str, Any], *, root: bool = False) -> None:
+    if isinstance(value, dict):
+        properties = schema.get("properties") or {}
+        for key, sub in properties.items():
+            if root and key in _ROOT_FIELDS:
+                continue
+            if key not in value and isinstance(sub, Mapping) and "default" in sub:
+                value[key] = copy.deepcopy(sub["default"])
+            if key in value and isinstance(sub, Mapping):
+                _default(value[key], sub)
+        additional = schema.get("additionalProperties")
+        if isinstance(additional, Mapping):
+            for key, item in value.items():
+                if key not in properties:
+                    _default(item, additional)
+    elif isinstance(value, list):
+        items = schema.get("items")
+        if isinstance(items, Mapping):
+            for item in value:
+                _default(item, items)
+
+
+def prune(body: dict[str, Any], schema: Mapping[str, Any]) -> None:
+    """Drop the fields that the schema does not declare (recursively)."""
+    _prune(body, schema, root=True)
+
+
+def _prune(value: Any, schema: Mapping[str, Any], *, root: bool = False) -> None:
+    if isinstance(value, dict):
+        properties = schema.get("properties") or {}
+        additional = schema.get("additionalProperties")
+        keeps_unknown = bool(schema.get("x-kubernetes-preserve-unknown-fields")) or bool(additional)
+        for key in list(value):
+            if root and key in _ROOT_FIELDS:
+                continue
+            sub = properties.get(key)
+            if isinstance(sub, Mapping):
+                _prune(value[key], sub)
+            elif isinstance(additional, Mapping):
+                _prune(value[key], additional)
+            elif not keeps_unknown:
+                del value[key]
+    elif isinstance(value, list):
+        items = schema.get("items")
+        if isinstance(items, Mapping):
+            for item in value:
+                _prune(item, items)
