@@ -1,0 +1,359 @@
+"""Consumer "pods" as local processes: the kubelet the local stack does not have.
+
+The demo, the end-to-end tests and the side-by-side benchmark need what a cluster gives a
+consumer Deployment: Pod objects whose status follows real processes (Running, Ready from a
+readiness probe, NotReady when the process dies), graceful deletion (deletionTimestamp,
+SIGTERM, the grace period, then SIGKILL) and restarts after a crash. This module does that
+against any Kubernetes API server (the local one in practice) through the official client,
+with one process per pod.
+
+A finalizer of ours holds each Pod object until its process has exited, as the real kubelet
+holds a terminating pod, so that the operator sees `deletionTimestamp` first and the pod
+disappear only after the consumer released its partitions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import logging
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+
+logger = logging.getLogger(__name__)
+
+#: Holds a Pod object after its deletion until our process for it has exited.
+FINALIZER = "eventhub-balancer.dev/local-kubelet"
+
+#: How often process state and readiness are polled: fast enough that the operator sees a
+#: death or a readiness change well inside one cycle.
+PROBE_INTERVAL_S = 0.2
+
+#: A readiness probe slower than this counts as a failure, as with a kubelet's timeoutSeconds.
+PROBE_TIMEOUT_S = 1.0
+
+#: The longest wait for the API in any single call, so that nothing here hangs.
+API_TIMEOUT_S = 10
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PodTemplate:
+    """What every pod of the workload runs.
+
+    ``command`` receives the pod's name and the port its probes and metrics are served on and
+    returns the argv; the process gets ``POD_NAME``, ``POD_NAMESPACE`` and ``POD_UID`` as the
+    Downward API would give them, plus ``env``.
+    """
+
+    name_prefix: str
+    labels: Mapping[str, str]
+    command: Callable[[str, int], Sequence[str]]
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    readiness_path: str = "/readyz"
+    termination_grace_s: float = 30.0
+    log_dir: Path | None = None
+
+
+@dataclasses.dataclass
+class _Pod:
+    name: str
+    uid: str
+    port: int
+    process: subprocess.Popen[bytes]
+    ready: bool = False
+    restarts: int = 0
+    deleting: bool = False
+    gone: bool = False
+    log: Any = None
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class LocalKubelet:
+    """Creates, probes, restarts and deletes process-backed pods of one workload.
+
+    The API calls run on the caller's thread (create, delete) and on one probe thread, each
+    with the sync client and a bounded timeout.
+    """
+
+    def __init__(
+        self,
+        *,
+        api_client: k8s.ApiClient,
+        namespace: str,
+        template: PodTemplate,
+    ) -> None:
+        self._core = k8s.CoreV1Api(api_client)
+        self._namespace = namespace
+        self._template = template
+        self._pods: dict[str, _Pod] = {}
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def __enter__(self) -> LocalKubelet:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._probe_loop, name="local-kubelet", daemon=True)
+        self._thread.start()
+
+    def stop(self, *, grace_s: float = 10.0) -> None:
+        """Delete every pod gracefully (SIGTERM, then SIGKILL after ``grace_s``)."""
+        for name in self.names():
+            with contextlib.suppress(ApiException):
+                self.delete(name, wait_s=0)
+        deadline = time.monotonic() + grace_s
+        with self._lock:
+            pods = list(self._pods.values())
+        for pod in pods:
+            remaining = max(0.0, deadline - time.monotonic())
+            try:
+                pod.process.wait(timeout=remaining)
+            except subprocess.TimeoutExpired:
+                pod.process.kill()
+                pod.process.wait(timeout=5)
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        for pod in pods:
+            self._finish(pod)
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def names(self) -> list[str]:
+        """The pods that exist and are not being deleted, oldest first."""
+        with self._lock:
+            return [p.name for p in self._pods.values() if not p.deleting and not p.gone]
+
+    def port(self, name: str) -> int:
+        with self._lock:
+            return self._pods[name].port
+
+    def pid(self, name: str) -> int:
+        with self._lock:
+            return self._pods[name].process.pid
+
+    def is_ready(self, name: str) -> bool:
+        with self._lock:
+            return self._pods[name].ready
+
+    def wait_ready(self, names: Sequence[str] | None = None, *, timeout_s: float = 60.0) -> None:
+        """Wait until the named pods (all current ones by default) are Ready."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            wanted = list(names) if names is not None else self.names()
+            with self._lock:
+                if all(self._pods[n].ready for n in wanted):
+                    return
+            time.sleep(PROBE_INTERVAL_S)
+        raise TimeoutError(f"pods not ready after {timeout_s:.0f} s: {self._not_ready()}")
+
+    def _not_ready(self) -> list[str]:
+        with self._lock:
+            return [p.name for p in self._pods.values() if not p.ready and not p.gone]
+
+    # -- operations ------------------------------------------------------------------------
+
+    def scale(self, replicas: int) -> list[str]:
+        """Create or delete pods (newest first, as a ReplicaSet does) to reach ``replicas``.
+
+        Returns the names created or deleted.
+        """
+        current = self.names()
+        changed: list[str] = []
+        while len(current) < replicas:
+            name = self.create()
+            current.append(name)
+            changed.append(name)
+        for name in reversed(current[replicas:]):
+            self.delete(name, wait_s=0)
+            changed.append(name)
+        return changed
+
+    def create(self) -> str:
+        body: Any = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "generateName": f"{self._template.name_prefix}-",
+                "labels": dict(self._template.labels),
+                "finalizers": [FINALIZER],
+            },
+            "spec": {
+                "containers": [{"name": "consumer", "image": "local/eventhub-balancer"}],
+                "terminationGracePeriodSeconds": int(self._template.termination_grace_s),
+            },
+        }
+        created = self._core.create_namespaced_pod(
+            self._namespace, body, _request_timeout=API_TIMEOUT_S
+        )
+        assert created.metadata is not None and created.metadata.name is not None
+        name: str = created.metadata.name
+        uid: str = created.metadata.uid or ""
+        port = free_port()
+        pod = _Pod(name=name, uid=uid, port=port, process=self._spawn(name, uid, port))
+        with self._lock:
+            self._pods[name] = pod
+        self._patch_status(pod, phase="Running", ready=False)
+        logger.info("pod %s started as pid %d (port %d)", name, pod.process.pid, port)
+        return name
+
+    def delete(self, name: str, *, wait_s: float = 0.0) -> None:
+        """Delete a pod as Kubernetes does: deletionTimestamp at once, SIGTERM, grace, SIGKILL.
+
+        With ``wait_s`` > 0, wait that long for the Pod object to disappear.
+        """
+        with self._lock:
+            pod = self._pods[name]
+            pod.deleting = True
+        self._core.delete_namespaced_pod(name, self._namespace, _request_timeout=API_TIMEOUT_S)
+        if pod.process.poll() is None:
+            pod.process.send_signal(signal.SIGTERM)
+        threading.Thread(target=self._reap, args=(pod,), name=f"reap-{name}", daemon=True).start()
+        if wait_s > 0:
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline and not pod.gone:
+                time.sleep(PROBE_INTERVAL_S / 2)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL the pod's process, as an OOM kill or a crash would.
+
+        As with restartPolicy Always, the probe loop starts the process again in the same
+        pod, which stays NotReady until its readiness probe passes.
+        """
+        with self._lock:
+            pod = self._pods[name]
+        pod.process.kill()
+        pod.process.wait(timeout=10)
+
+    def restarts(self, name: str) -> int:
+        with self._lock:
+            return self._pods[name].restarts
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _spawn(self, name: str, uid: str, port: int) -> subprocess.Popen[bytes]:
+        env = dict(os.environ)
+        env.update(self._template.env)
+        env.update({"POD_NAME": name, "POD_NAMESPACE": self._namespace, "POD_UID": uid})
+        argv = list(self._template.command(name, port))
+        out: Any = subprocess.DEVNULL
+        if self._template.log_dir is not None:
+            self._template.log_dir.mkdir(parents=True, exist_ok=True)
+            out = (self._template.log_dir / f"{name}.log").open("ab")
+        process = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+        if out is not subprocess.DEVNULL:
+            out.close()
+        return process
+
+    def _restart(self, pod: _Pod) -> None:
+        with self._lock:
+            if pod.deleting:
+                return
+            pod.restarts += 1
+            pod.process = self._spawn(pod.name, pod.uid, pod.port)
+        logger.info("pod %s restarted (%d) as pid %d", pod.name, pod.restarts, pod.process.pid)
+
+    def _reap(self, pod: _Pod) -> None:
+        try:
+            pod.process.wait(timeout=self._template.termination_grace_s)
+        except subprocess.TimeoutExpired:
+            logger.warning("pod %s ignored SIGTERM for its grace period: SIGKILL", pod.name)
+            pod.process.kill()
+            pod.process.wait(timeout=10)
+        self._finish(pod)
+
+    def _finish(self, pod: _Pod) -> None:
+        """Release our finalizer so that the API server removes the Pod object."""
+        if pod.gone:
+            return
+        patch = {"metadata": {"finalizers": None}}
+        with contextlib.suppress(ApiException):
+            self._core.patch_namespaced_pod(
+                pod.name, self._namespace, patch, _request_timeout=API_TIMEOUT_S
+            )
+        pod.gone = True
+        with self._lock:
+            self._pods.pop(pod.name, None)
+
+    def _probe(self, pod: _Pod) -> bool:
+        if pod.process.poll() is not None:
+            return False
+        url = f"http://127.0.0.1:{pod.port}{self._template.readiness_path}"
+        try:
+            with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_S) as response:
+                return 200 <= int(response.status) < 300
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def _probe_loop(self) -> None:
+        while not self._stop.wait(PROBE_INTERVAL_S):
+            with self._lock:
+                pods = [p for p in self._pods.values() if not p.gone]
+            for pod in pods:
+                if pod.process.poll() is not None and not pod.deleting:
+                    self._restart(pod)
+                ready = self._probe(pod) and not pod.deleting
+                if ready != pod.ready:
+                    pod.ready = ready
+                    try:
+                        self._patch_status(pod, phase="Running", ready=ready)
+                    except ApiException as e:
+                        if e.status != 404:
+                            logger.warning("pod %s: status update failed: %s", pod.name, e)
+
+    def _patch_status(self, pod: _Pod, *, phase: str, ready: bool) -> None:
+        status = "True" if ready else "False"
+        now = _now()
+        body = {
+            "status": {
+                "phase": phase,
+                "podIP": "127.0.0.1",
+                "conditions": [
+                    {"type": "Ready", "status": status, "lastTransitionTime": now},
+                    {"type": "ContainersReady", "status": status, "lastTransitionTime": now},
+                ],
+                "containerStatuses": [
+                    {
+                        "name": "consumer",
+                        "ready": ready,
+                        "restartCount": pod.restarts,
+                        "image": "local/eventhub-balancer",
+                        "imageID": "",
+                        "state": {"running": {"startedAt": now}},
+                    }
+                ],
+            }
+        }
+        self._core.patch_namespaced_pod_status(
+            pod.name, self._namespace, body, _request_timeout=API_TIMEOUT_S
+        )
