@@ -216,9 +216,8 @@ class LocalKubelet:
         created = self._core.create_namespaced_pod(
             self._namespace, body, _request_timeout=API_TIMEOUT_S
         )
-        assert created.metadata is not None and created.metadata.name is not None
-        name: str = created.metadata.name
-        uid: str = created.metadata.uid or ""
+        name: str = created.metadata.name  # type: ignore[union-attr,assignment]
+        uid: str = created.metadata.uid or ""  # type: ignore[union-attr]
         port = free_port()
         pod = _Pod(name=name, uid=uid, port=port, process=self._spawn(name, uid, port))
         with self._lock:
