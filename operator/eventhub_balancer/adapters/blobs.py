@@ -1,0 +1,140 @@
+"""Blob Storage clients for the checkpoint container, from a connection string or an identity.
+
+The CR names the checkpoint store either by a connection string (a Secret) or by an account
+URL reached with workload identity; both end here as one ``ContainerClient`` whose own retry
+policy is off, so that the checkpoint store's bounded budget is the only retry loop (the SDK's
+default would retry each request up to 3 times with its own backoff, hidden from our budget).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any, Final
+
+from azure.core import exceptions as azure_errors
+from azure.storage.blob.aio import ContainerClient
+
+from eventhub_balancer import errors
+
+logger = logging.getLogger(__name__)
+
+#: Seconds to open a connection; the store's per-attempt timeout bounds the whole request.
+CONNECTION_TIMEOUT_S: Final = 5
+#: Seconds to wait for an answer once connected (the SDK's default is 60).
+READ_TIMEOUT_S: Final = 10
+
+#: The settings that make the store's retry budget the one that counts.
+CLIENT_OPTIONS: Final[dict[str, Any]] = {
+    "retry_total": 0,
+    "connection_timeout": CONNECTION_TIMEOUT_S,
+    "read_timeout": READ_TIMEOUT_S,
+}
+
+
+def parse_connection_string(connection_string: str) -> dict[str, str]:
+    """The ``key=value`` pairs of a storage connection string (keys as written)."""
+    pairs: dict[str, str] = {}
+    for part in connection_string.strip().split(";"):
+        if not part.strip():
+            continue
+        key, sep, value = part.partition("=")
+        if not sep:
+            # Never echo the segment: it may be (part of) a key.
+            raise errors.InvalidInput("connection string", "a segment has no '=' (key=value;...)")
+        pairs[key.strip()] = value.strip()
+    return pairs
+
+
+def describe_connection_string(connection_string: str) -> str:
+    """A printable name for the account (never the key or a SAS token)."""
+    pairs = {k.lower(): v for k, v in parse_connection_string(connection_string).items()}
+    endpoint = pairs.get("blobendpoint")
+    if endpoint:
+        return endpoint.split("?", 1)[0]
+    account = pairs.get("accountname", "?")
+    suffix = pairs.get("endpointsuffix", "core.windows.net")
+    protocol = pairs.get("defaultendpointsprotocol", "https")
+    return f"{protocol}://{account}.blob.{suffix}"
+
+
+def container_from_connection_string(
+    connection_string: str, container_name: str
+) -> ContainerClient:
+    """A container client from a storage connection string (account key or SAS)."""
+    parse_connection_string(connection_string)
+    try:
+        return ContainerClient.from_connection_string(
+            connection_string, container_name, **CLIENT_OPTIONS
+        )
+    except ValueError as e:
+        # The SDK's message does not contain the string itself; ours must not either.
+        raise errors.InvalidInput(
+            "connection string", f"not a storage connection string: {e}"
+        ) from e
+
+
+@contextlib.asynccontextmanager
+async def open_container(
+    *,
+    container_name: str,
+    connection_string: str | None = None,
+    account_url: str | None = None,
+) -> AsyncIterator[ContainerClient]:
+    """An open container client; closes it (and the identity credential) on exit.
+
+    With ``account_url`` the credential is ``DefaultAzureCredential``: on AKS that is workload
+    identity (the federated token file and client id the webhook injects into the pod).
+    """
+    if (connection_string is None) == (account_url is None):
+        raise errors.InvalidInput(
+            "checkpointStore.credentials",
+            "give exactly one of a connection string or an account URL",
+        )
+    if not container_name:
+        raise errors.InvalidInput("checkpointStore.containerName", "must not be empty")
+    if connection_string is not None:
+        client = container_from_connection_string(connection_string, container_name)
+        async with client:
+            yield client
+        return
+    assert account_url is not None
+    if not account_url.startswith(("https://", "http://")):
+        raise errors.InvalidInput("accountUrl", f"{account_url!r} is not an http(s) URL")
+    # Imported here: azure.identity is heavy and only needed for workload identity.
+    from azure.identity.aio import DefaultAzureCredential
+
+    credential = DefaultAzureCredential()
+    try:
+        client = ContainerClient(
+            account_url, container_name, credential=credential, **CLIENT_OPTIONS
+        )
+        async with client:
+            yield client
+    finally:
+        await credential.close()
+
+
+async def ensure_container(container: ContainerClient) -> bool:
+    """Create the container unless it exists; True when it was created."""
+    try:
+        await container.create_container()
+    except azure_errors.ResourceExistsError:
+        return False
+    except azure_errors.ClientAuthenticationError as e:
+        raise errors.ConfigurationError(
+            f"cannot create container {container.container_name!r}: credentials rejected"
+        ) from e
+    except azure_errors.HttpResponseError as e:
+        raise errors.ConfigurationError(
+            f"cannot create container {container.container_name!r}: HTTP {e.status_code} "
+            f"{getattr(e, 'error_code', '')} (container names are 3-63 lower-case letters, "
+            "digits and dashes)"
+        ) from e
+    except azure_errors.AzureError as e:
+        raise errors.CheckpointStoreUnreachable(
+            f"cannot create container {container.container_name!r}: {type(e).__name__}"
+        ) from e
+    logger.info("created blob container %s", container.container_name)
+    return True

@@ -1,0 +1,374 @@
+"""A fault-injecting HTTP proxy for the local stack (in front of Azurite, or any HTTP service).
+
+Retry code is only trustworthy if it has met the failures it claims to survive. This proxy
+forwards requests on 127.0.0.1 to an upstream port and, by a plan that can change while it
+runs, delays them, answers 500/503 instead of forwarding, closes the connection before
+forwarding (the request never arrived) or after forwarding (it arrived, its answer is lost),
+and answers a burst of 412 to conditional writes. Decisions come from a seeded RNG, so a run
+can be repeated. It runs in the caller's event loop (``async with``) or in its own thread
+(``with``), for tests whose code under test owns the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import random
+import socket
+import threading
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Final
+
+import aiohttp
+from aiohttp import web
+
+logger = logging.getLogger(__name__)
+
+#: Headers that belong to one connection, not to the request (RFC 9110 section 7.6.1).
+HOP_BY_HOP: Final = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
+
+#: The storage service's error codes for the statuses we inject, so SDKs map them as usual.
+ERROR_CODES: Final = {500: "InternalError", 503: "ServerBusy", 412: "ConditionNotMet"}
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultPlan:
+    """What to do to the requests from now on (rates are fractions of requests, 0..1)."""
+
+    #: Seconds to hold a request before handling it; applied to ``delay_rate`` of requests.
+    delay: float = 0.0
+    delay_rate: float = 1.0
+    #: Answer 500 or 503 (half each) without forwarding.
+    status_5xx_rate: float = 0.0
+    #: Close the connection without forwarding: the request never reached the upstream.
+    drop_rate: float = 0.0
+    #: Forward, then close the connection: the request took effect but its answer is lost.
+    drop_response_rate: float = 0.0
+    #: Answer 412 ConditionNotMet to the next n conditional writes (with If-Match).
+    burst_412: int = 0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("delay_rate", "status_5xx_rate", "drop_rate", "drop_response_rate"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name}={value} is not a fraction between 0 and 1")
+        if self.delay < 0 or self.burst_412 < 0:
+            raise ValueError("delay and burst_412 must not be negative")
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultStats:
+    """What the proxy did so far."""
+
+    requests: int = 0
+    forwarded: int = 0
+    delayed: int = 0
+    injected_5xx: int = 0
+    dropped: int = 0
+    dropped_responses: int = 0
+    injected_412: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class _Decision:
+    delay: float
+    status: int | None  # an injected status, or None to forward
+    drop_request: bool
+    drop_response: bool
+
+
+class Faults:
+    """The plan in force and the counters; safe to change from any thread while serving."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._plan = FaultPlan()
+        self._rng = random.Random(0)
+        self._burst_left = 0
+        self._stats = FaultStats()
+
+    @property
+    def plan(self) -> FaultPlan:
+        return self._plan
+
+    @property
+    def stats(self) -> FaultStats:
+        return self._stats
+
+    def set(
+        self,
+        *,
+        delay: float = 0.0,
+        delay_rate: float = 1.0,
+        status_5xx_rate: float = 0.0,
+        drop_rate: float = 0.0,
+        drop_response_rate: float = 0.0,
+        burst_412: int = 0,
+        seed: int | None = None,
+    ) -> FaultPlan:
+        """Replace the plan (unspecified faults are off)."""
+        plan = FaultPlan(
+            delay=delay,
+            delay_rate=delay_rate,
+            status_5xx_rate=status_5xx_rate,
+            drop_rate=drop_rate,
+            drop_response_rate=drop_response_rate,
+            burst_412=burst_412,
+            seed=seed,
+        )
+        with self._lock:
+            self._plan = plan
+            self._rng = random.Random(seed)
+            self._burst_left = burst_412
+        logger.info("fault plan: %s", plan)
+        return plan
+
+    def clear(self) -> None:
+        """No faults: forward everything as is."""
+        self.set()
+
+    def reset_stats(self) -> None:
+        with self._lock:
+            self._stats = FaultStats()
+
+    def _count(self, **increments: int) -> None:
+        # Called with the lock held.
+        self._stats = dataclasses.replace(
+            self._stats,
+            **{k: getattr(self._stats, k) + v for k, v in increments.items()},
+        )
+
+    def decide(self, *, method: str, conditional: bool) -> _Decision:
+        with self._lock:
+            plan, rng = self._plan, self._rng
+            self._count(requests=1)
+            delay = plan.delay if plan.delay and rng.random() < plan.delay_rate else 0.0
+            if delay:
+                self._count(delayed=1)
+            if conditional and method in ("PUT", "POST", "DELETE") and self._burst_left > 0:
+                self._burst_left -= 1
+                self._count(injected_412=1)
+                return _Decision(delay, 412, False, False)
+            if plan.drop_rate and rng.random() < plan.drop_rate:
+                self._count(dropped=1)
+                return _Decision(delay, None, True, False)
+            if plan.status_5xx_rate and rng.random() < plan.status_5xx_rate:
+                self._count(injected_5xx=1)
+                return _Decision(delay, rng.choice((500, 503)), False, False)
+            drop_response = bool(plan.drop_response_rate and rng.random() < plan.drop_response_rate)
+            if drop_response:
+                self._count(dropped_responses=1)
+            self._count(forwarded=1)
+            return _Decision(delay, None, False, drop_response)
+
+
+def _error_response(status: int, *, method: str) -> web.Response:
+    code = ERROR_CODES.get(status, "InternalError")
+    headers = {"x-ms-error-code": code, "x-ms-request-id": "fault-proxy"}
+    if method == "HEAD":
+        return web.Response(status=status, headers=headers)
+    body = (
+        '<?xml version="1.0" encoding="utf-8"?>'
+        f"<Error><Code>{code}</Code><Message>injected by the fault proxy</Message></Error>"
+    )
+    return web.Response(status=status, headers=headers, text=body, content_type="application/xml")
+
+
+class _Dropped(Exception):
+    """The connection was closed on purpose."""
+
+
+@web.middleware
+async def _swallow_drops(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except _Dropped:
+        # The transport is gone; this response is never written.
+        return web.Response(status=499)
+
+
+class FaultProxy:
+    """Forwards ``127.0.0.1:<port>`` to ``<upstream_host>:<upstream_port>`` under ``faults``."""
+
+    def __init__(
+        self,
+        upstream_port: int,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        upstream_host: str = "127.0.0.1",
+    ) -> None:
+        self.upstream = f"http://{upstream_host}:{upstream_port}"
+        self.host = host
+        self._requested_port = port
+        self._port = 0
+        self.faults = Faults()
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+
+    @property
+    def port(self) -> int:
+        if not self._port:
+            raise RuntimeError("the fault proxy is not started")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    # -- serving
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        decision = self.faults.decide(
+            method=request.method, conditional="If-Match" in request.headers
+        )
+        if decision.delay:
+            await asyncio.sleep(decision.delay)
+        if decision.drop_request:
+            self._drop(request)
+        if decision.status is not None:
+            return _error_response(decision.status, method=request.method)
+        assert self._session is not None
+        body = await request.read()
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
+        async with self._session.request(
+            request.method,
+            self.upstream + str(request.rel_url),
+            headers=headers,
+            data=body if body else None,
+            allow_redirects=False,
+            skip_auto_headers=("Content-Type", "User-Agent", "Accept-Encoding", "Accept"),
+        ) as upstream:
+            payload = await upstream.read()
+            status = upstream.status
+            answer_headers = [
+                (k, v) for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP
+            ]
+            length = upstream.headers.get("Content-Length")
+        if decision.drop_response:
+            self._drop(request)
+        response = web.Response(status=status, body=payload if request.method != "HEAD" else None)
+        for key, value in answer_headers:
+            response.headers.add(key, value)
+        if request.method == "HEAD" and length is not None:
+            response.headers["Content-Length"] = length
+        return response
+
+    @staticmethod
+    def _drop(request: web.Request) -> None:
+        if request.transport is not None:
+            request.transport.abort()
+        raise _Dropped()
+
+    async def start(self) -> FaultProxy:
+        """Start serving in the running event loop."""
+        app = web.Application(middlewares=[_swallow_drops])
+        app.router.add_route("*", "/{path:.*}", self._handle)
+        self._session = aiohttp.ClientSession(
+            auto_decompress=False, timeout=aiohttp.ClientTimeout(total=60)
+        )
+        self._runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, shutdown_timeout=0.5
+        )
+        await self._runner.setup()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self._requested_port))
+        self._port = int(sock.getsockname()[1])
+        await web.SockSite(self._runner, sock).start()
+        logger.info("fault proxy on %s -> %s", self.url, self.upstream)
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        self._port = 0
+
+    async def __aenter__(self) -> FaultProxy:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # -- in a thread of its own
+
+    def start_in_thread(self, *, timeout: float = 10.0) -> FaultProxy:
+        """Serve from a daemon thread with its own event loop; returns once listening."""
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        async def serve() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._stopping = asyncio.Event()
+            try:
+                await self.start()
+            except BaseException as e:
+                failure.append(e)
+                ready.set()
+                return
+            ready.set()
+            try:
+                await self._stopping.wait()
+            finally:
+                await self.stop()
+
+        self._thread = threading.Thread(
+            target=asyncio.run, args=(serve(),), name="fault-proxy", daemon=True
+        )
+        self._thread.start()
+        if not ready.wait(timeout):
+            raise RuntimeError(f"the fault proxy did not start within {timeout} s")
+        if failure:
+            raise failure[0]
+        return self
+
+    def stop_thread(self, *, timeout: float = 10.0) -> None:
+        if self._thread is None or self._loop is None or self._stopping is None:
+            return
+        self._loop.call_soon_threadsafe(self._stopping.set)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise RuntimeError(f"the fault proxy thread did not stop within {timeout} s")
+        self._thread = None
+        self._loop = None
+
+    def __enter__(self) -> FaultProxy:
+        return self.start_in_thread()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop_thread()
