@@ -1,0 +1,139 @@
+"""The planner's vocabulary: what goes into a planning cycle and what comes out.
+
+Everything here is immutable data, so that a plan can be compared, cached and replayed, and
+so that the operator can hand the same `Scenario` to the planner twice and get the same `Plan`.
+Times are plain seconds (any epoch, the planner only subtracts them); the planner never reads
+a clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from typing import Literal, NewType, get_args
+
+#: A partition id as Event Hubs names it ("0", "1", ...): a string, ordered numerically.
+PartitionId = NewType("PartitionId", str)
+
+#: A consumer pod's name.
+MemberName = NewType("MemberName", str)
+
+#: ready: a live member; notready: keeps what it owns for the grace period, gets nothing new;
+#: terminating: drained at once by ordered hand-offs.
+MemberState = Literal["ready", "notready", "terminating"]
+MEMBER_STATES: tuple[MemberState, ...] = get_args(MemberState)
+
+#: owned: the owner processes the partition; revoking: the owner must stop, checkpoint and
+#: acknowledge the release before anyone else gets it.
+OwnershipState = Literal["owned", "revoking"]
+OWNERSHIP_STATES: tuple[OwnershipState, ...] = get_args(OwnershipState)
+
+#: count: spread the number of partitions; lag: spread the backlog (events behind + 1 each).
+Weighting = Literal["count", "lag"]
+WEIGHTINGS: tuple[Weighting, ...] = get_args(Weighting)
+
+#: assign: an unowned partition gets an owner; revoke: a partition is marked revoking on its
+#: owner (or, with no target, dropped because it vanished); takeover: the owner changes at once
+#: because the hand-off completed or the old owner is gone.
+MoveKind = Literal["assign", "revoke", "takeover"]
+
+#: Why a move happened, for logs and Kubernetes Events (not part of the JSON output format).
+MoveReason = Literal[
+    "new",  # the partition had no owner (fresh start, a new partition, an unowned entry)
+    "gone",  # the owner is absent from the members, or NotReady beyond the grace period
+    "released",  # the owner acknowledged the release of the revoked epoch
+    "timeout",  # the owner did not acknowledge within handoffTimeoutSeconds
+    "drain",  # the owner is terminating
+    "rebalance",  # the owner holds more than its target
+    "vanished",  # the partition is no longer in the partition list
+]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Member:
+    """A consumer pod as the planner sees it."""
+
+    name: MemberName
+    state: MemberState
+    since: float = 0.0  # when it entered `state`; only NotReady members' grace depends on it
+    weight: float = 1.0  # its share relative to the others; must be positive
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Ownership:
+    """Who owns a partition, under which epoch, and whether it is being handed off.
+
+    ``owner=None`` (always ``owned``) keeps the epoch of a partition nobody can own right now
+    (no live members), so that epochs never go back when someone takes it later.
+    """
+
+    owner: MemberName | None
+    epoch: int
+    state: OwnershipState = "owned"
+    since: float = 0.0  # when it entered `state`; the hand-off timeout counts from here
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    """The tunables of spec.balancing, with the CRD's defaults."""
+
+    pod_grace_seconds: float = 20.0
+    handoff_timeout_seconds: float = 30.0
+    max_moves_per_cycle: int = 0  # 0 = no cap
+    weighting: Weighting = "count"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Scenario:
+    """Everything one planning cycle depends on."""
+
+    partitions: tuple[PartitionId, ...]
+    members: tuple[Member, ...]
+    assignment: Mapping[PartitionId, Ownership] = dataclasses.field(default_factory=dict)
+    #: partition -> the epoch whose release its owner acknowledged
+    released: Mapping[PartitionId, int] = dataclasses.field(default_factory=dict)
+    #: partition -> events behind (only used with weighting "lag"; missing means 0)
+    lag: Mapping[PartitionId, int] = dataclasses.field(default_factory=dict)
+    now: float = 0.0
+    options: Options = dataclasses.field(default_factory=Options)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Move:
+    """One change the operator has to carry out (and may report as an Event)."""
+
+    partition: PartitionId
+    source: MemberName | None  # "from" in JSON
+    target: MemberName | None  # "to" in JSON; for a revoke, the intended next owner
+    epoch: int  # the epoch after the move (unchanged by a revoke)
+    kind: MoveKind
+    reason: MoveReason
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Plan:
+    """The planner's answer: the assignment to write and the moves that lead to it."""
+
+    assignment: Mapping[PartitionId, Ownership]
+    moves: tuple[Move, ...]
+    #: every partition has an owner, nothing is revoking, and (count weighting) every live
+    #: member owns exactly its target
+    balanced: bool
+    #: live member -> its target: a partition count, or with weighting "lag" load units
+    targets: Mapping[MemberName, int]
+
+
+_RUNS = re.compile(r"(\d+)")
+
+#: The sort key of a name: digit runs compare as numbers ("pod-2" < "pod-10", "2" < "10").
+NameKey = tuple[tuple[int, int, str], ...]
+
+
+def name_key(name: str) -> NameKey:
+    """Order partition ids and member names naturally; distinct names never compare equal."""
+    if name.isdecimal():  # the common case for partition ids, kept fast
+        return ((0, int(name), name),)
+    return tuple(
+        (0, int(run), run) if run.isdecimal() else (1, 0, run) for run in _RUNS.split(name) if run
+    )

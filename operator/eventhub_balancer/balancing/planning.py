@@ -1,0 +1,422 @@
+"""The planning rules: one cycle from a `Scenario` to a `Plan`, with no I/O and no clock.
+
+The operator runs `plan` every cycle with what it observed (members, the assignment read back
+from the ConfigMaps, acknowledgements, `now`) and writes what changed. The rules, in order:
+
+1. Every member has a *standing*: ready members are live; NotReady members are held (they
+   keep what they own, get nothing new) until ``podGraceSeconds`` passed, then gone;
+   terminating members are draining; members absent from the list are gone.
+2. Every partition is then one of: kept by its live owner; held by a held owner; revoking and
+   still waiting for its owner's acknowledgement (in flight); owned by a draining member (to
+   be revoked now); or loose (no owner, owner gone, revoke acknowledged or timed out), to be
+   placed now. Partitions no longer listed are dropped.
+3. Targets are computed over the live members for every partition not held by a held member.
+4. Live members above their target revoke their surplus (capped by ``maxMovesPerCycle``,
+   after the drains); loose partitions go at once to live members below their target, with
+   epoch + 1. A revoked partition changes owner in a later cycle, once it is loose.
+
+With ``weighting: lag`` the unit is load (events behind + 1 per partition): loose partitions
+go heaviest first to the least loaded member, then the most loaded member sheds its heaviest
+partition that fits while that lowers its load below the old maximum.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import fractions
+import heapq
+import math
+from collections.abc import Iterable
+from typing import Literal, NamedTuple
+
+from eventhub_balancer import errors
+from eventhub_balancer.balancing import loads, models, targets
+
+#: live: gets partitions; held: keeps, gets nothing; draining: loses all by hand-off;
+#: gone: loses all at once.
+Standing = Literal["live", "held", "draining", "gone"]
+
+
+def standing(member: models.Member | None, *, now: float, options: models.Options) -> Standing:
+    """What a member's state means for its partitions at `now` (None: absent, so gone)."""
+    if member is None:
+        return "gone"
+    if member.state == "ready":
+        return "live"
+    if member.state == "terminating":
+        return "draining"
+    if now - member.since < options.pod_grace_seconds:
+        return "held"
+    return "gone"
+
+
+class _Loose(NamedTuple):
+    """A partition to be placed in this cycle (a tuple: there are up to P of them)."""
+
+    partition: models.PartitionId
+    entry: models.Ownership | None
+    reason: models.MoveReason  # new, gone, released or timeout
+
+
+class _Revoke(NamedTuple):
+    """A partition to be marked revoking on its owner in this cycle."""
+
+    partition: models.PartitionId
+    entry: models.Ownership
+    reason: models.MoveReason  # drain or rebalance
+
+
+@dataclasses.dataclass(kw_only=True)
+class _Census:
+    """Where every partition stands at the start of the cycle."""
+
+    order: list[models.PartitionId]  # the partitions, in order
+    rank: dict[models.PartitionId, int]  # partition -> its place in `order`
+    live: list[models.Member]  # by name
+    kept: dict[models.MemberName, list[models.PartitionId]]  # live owner -> owned, in order
+    loose: list[_Loose] = dataclasses.field(default_factory=list)
+    in_flight: list[models.PartitionId] = dataclasses.field(default_factory=list)
+    drains: list[_Revoke] = dataclasses.field(default_factory=list)
+    held: list[models.PartitionId] = dataclasses.field(default_factory=list)
+    vanished: list[models.Move] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(kw_only=True)
+class _Decision:
+    """What the weighting strategy decided: targets, revokes, and where partitions go."""
+
+    targets: dict[models.MemberName, int]
+    revokes: list[_Revoke]
+    #: loose and revoked partitions -> their (intended) next owner; None: no live member
+    destinations: dict[models.PartitionId, models.MemberName | None]
+
+
+def plan(scenario: models.Scenario) -> models.Plan:
+    """Plan one cycle. Pure: the same scenario always gives the same plan."""
+    _check(scenario)
+    census = _take_census(scenario)
+    if scenario.options.weighting == "lag":
+        decision = _decide_by_lag(scenario, census)
+    else:
+        decision = _decide_by_count(scenario, census)
+    return _assemble(scenario, census, decision)
+
+
+def ordered_partitions(partitions: Iterable[models.PartitionId]) -> list[models.PartitionId]:
+    """Partitions in the planner's order: numerically when they are numbers."""
+    return sorted(partitions, key=models.name_key)
+
+
+def _check(scenario: models.Scenario) -> None:
+    # The parser reports these with positions; this guards callers that build a Scenario.
+    if len(set(scenario.partitions)) != len(scenario.partitions):
+        raise errors.InvalidInput("partitions", "duplicate partition ids")
+    names = [m.name for m in scenario.members]
+    if len(set(names)) != len(names):
+        raise errors.InvalidInput("members", "duplicate member names")
+    for m in scenario.members:
+        if not (m.weight > 0 and math.isfinite(m.weight)):
+            raise errors.InvalidInput(f"members[{m.name}].weight", "must be a positive number")
+
+
+def _take_census(scenario: models.Scenario) -> _Census:
+    now, options = scenario.now, scenario.options
+    members = {m.name: m for m in scenario.members}
+    standings = {n: standing(m, now=now, options=options) for n, m in members.items()}
+    live = sorted(
+        (m for m in scenario.members if standings[m.name] == "live"),
+        key=lambda m: models.name_key(m.name),
+    )
+    order = ordered_partitions(scenario.partitions)
+    census = _Census(
+        order=order,
+        rank={p: i for i, p in enumerate(order)},
+        live=live,
+        kept={m.name: [] for m in live},
+    )
+    present = set(scenario.partitions)
+
+    for p, old in scenario.assignment.items():
+        if (
+            p not in present
+            and old.owner is not None
+            and standings.get(old.owner, "gone") != "gone"
+        ):
+            # Tell the owner to stop; nobody takes a partition that no longer exists.
+            census.vanished.append(
+                models.Move(
+                    partition=p,
+                    source=old.owner,
+                    target=None,
+                    epoch=old.epoch,
+                    kind="revoke",
+                    reason="vanished",
+                )
+            )
+
+    for p in order:
+        entry = scenario.assignment.get(p)
+        owner = entry.owner if entry is not None else None
+        if entry is None or owner is None:
+            census.loose.append(_Loose(partition=p, entry=entry, reason="new"))
+            continue
+        owner_standing = standings.get(owner, "gone")
+        if owner_standing == "gone":
+            census.loose.append(_Loose(partition=p, entry=entry, reason="gone"))
+        elif entry.state == "revoking":
+            if scenario.released.get(p) == entry.epoch:
+                census.loose.append(_Loose(partition=p, entry=entry, reason="released"))
+            elif now - entry.since >= options.handoff_timeout_seconds:
+                census.loose.append(_Loose(partition=p, entry=entry, reason="timeout"))
+            else:
+                # Leaving in any case (a hand-off is never cancelled), so it counts as
+                # available even on a held owner.
+                census.in_flight.append(p)
+        elif owner_standing == "live":
+            census.kept[owner].append(p)
+        elif owner_standing == "held":
+            census.held.append(p)
+        else:
+            census.drains.append(_Revoke(partition=p, entry=entry, reason="drain"))
+    return census
+
+
+def _budget(scenario: models.Scenario, census: _Census) -> float:
+    """How many rebalancing revokes may start: drains come first and are never held back."""
+    cap = scenario.options.max_moves_per_cycle
+    return math.inf if cap == 0 else max(0, cap - len(census.drains))
+
+
+def _decide_by_count(scenario: models.Scenario, census: _Census) -> _Decision:
+    available = len(scenario.partitions) - len(census.held)
+    quota = targets.quotas(
+        total=available,
+        claims=[
+            targets.Claim(name=m.name, weight=m.weight, current=len(census.kept[m.name]))
+            for m in census.live
+        ],
+    )
+    # Each member's surplus: the last partitions in order, revoked from the end.
+    surplus = {
+        m.name: census.kept[m.name][quota[m.name] :]
+        for m in census.live
+        if len(census.kept[m.name]) > quota[m.name]
+    }
+    picked = _pick_surplus(surplus, budget=_budget(scenario, census))
+    entries = scenario.assignment
+    revokes = census.drains + [
+        _Revoke(partition=p, entry=entries[p], reason="rebalance")
+        for p in sorted(picked, key=census.rank.__getitem__)
+    ]
+
+    # Fill each member up to its target, in name order: loose partitions for real, then the
+    # in-flight and revoked ones to name the intended next owner of each revoke.
+    holding = {m.name: len(census.kept[m.name]) for m in census.live}
+    for source in picked.values():
+        holding[source] -= 1
+    openings = (
+        (m.name, quota[m.name] - holding[m.name])
+        for m in census.live
+        if quota[m.name] > holding[m.name]
+    )
+    queue = [x.partition for x in census.loose] + census.in_flight + [r.partition for r in revokes]
+    destinations: dict[models.PartitionId, models.MemberName | None] = {}
+    position = 0
+    for name, room in openings:
+        for p in queue[position : position + room]:
+            destinations[p] = name
+        position += room
+        if position >= len(queue):
+            break
+    for p in queue[position:]:
+        destinations[p] = None  # only when there is no live member at all
+    return _Decision(targets=quota, revokes=revokes, destinations=destinations)
+
+
+def _pick_surplus(
+    surplus: dict[models.MemberName, list[models.PartitionId]], *, budget: float
+) -> dict[models.PartitionId, models.MemberName]:
+    """The rebalancing revokes to start: all, or under a cap the largest surpluses first."""
+    total = sum(len(ps) for ps in surplus.values())
+    if total <= budget:
+        return {p: name for name, ps in surplus.items() for p in ps}
+    heap = [(-len(ps), models.name_key(name), name) for name, ps in surplus.items()]
+    heapq.heapify(heap)
+    left = {name: list(ps) for name, ps in surplus.items()}
+    picked: dict[models.PartitionId, models.MemberName] = {}
+    while heap and len(picked) < budget:
+        negative, key, name = heapq.heappop(heap)
+        picked[left[name].pop()] = name
+        if left[name]:
+            heapq.heappush(heap, (negative + 1, key, name))
+    return picked
+
+
+def _decide_by_lag(scenario: models.Scenario, census: _Census) -> _Decision:
+    def size(p: models.PartitionId) -> int:
+        # +1 so that idle partitions still spread.
+        return scenario.lag.get(p, 0) + 1
+
+    book = loads.Loads(
+        loads={m.name: sum(size(p) for p in census.kept[m.name]) for m in census.live},
+        weights={m.name: m.weight for m in census.live},
+    )
+    available = sum(size(p) for p in scenario.partitions) - sum(size(p) for p in census.held)
+    quota = targets.quotas(
+        total=available,
+        claims=[
+            targets.Claim(name=m.name, weight=m.weight, current=book[m.name]) for m in census.live
+        ],
+    )
+
+    # Loose partitions for real, in-flight and drained ones to name their next owner:
+    # heaviest first, each to whoever carries the least after taking it.
+    destinations: dict[models.PartitionId, models.MemberName | None] = {}
+    queue = (
+        [x.partition for x in census.loose]
+        + census.in_flight
+        + [r.partition for r in census.drains]
+    )
+    queue.sort(key=lambda p: (-size(p), census.rank[p]))
+    for p in queue:
+        receiver = book.receiver(size(p))
+        destinations[p] = receiver
+        if receiver is not None:
+            book.add(receiver, size(p))
+
+    # Shed: the most loaded member hands over the partition that best evens out its load
+    # with a least loaded member's, if that lowers its old load; otherwise it is settled.
+    movable = {
+        m.name: sorted(census.kept[m.name], key=lambda p: (size(p), census.rank[p]))
+        for m in census.live
+    }
+    sizes = {name: [size(p) for p in ps] for name, ps in movable.items()}
+    settled: set[models.MemberName] = set()
+    revokes = list(census.drains)
+    budget = _budget(scenario, census)
+    while len(revokes) - len(census.drains) < budget:
+        giver = book.heaviest(skip=settled)
+        if giver is None:
+            break
+        best: tuple[float, models.NameKey, int, models.MemberName] | None = None
+        for receiver in book.lightest():
+            if receiver == giver:
+                continue
+            # Only sizes s with (L_receiver + s) / w_receiver < L_giver / w_giver help.
+            fitting = bisect.bisect_left(sizes[giver], _room(book, giver=giver, receiver=receiver))
+            if fitting == 0:
+                continue
+            w_giver, w_receiver = book.weight(giver), book.weight(receiver)
+            even = (book[giver] * w_receiver - book[receiver] * w_giver) / (w_giver + w_receiver)
+            middle = bisect.bisect_right(sizes[giver], even, hi=fitting)
+            for index in {max(middle - 1, 0), min(middle, fitting - 1)}:
+                moved = sizes[giver][index]
+                higher = max((book[giver] - moved) / w_giver, (book[receiver] + moved) / w_receiver)
+                candidate = (higher, models.name_key(receiver), index, receiver)
+                if best is None or candidate < best:
+                    best = candidate
+        if best is None:
+            settled.add(giver)
+            continue
+        *_, index, receiver = best
+        p = movable[giver].pop(index)
+        book.add(giver, -sizes[giver].pop(index))
+        book.add(receiver, size(p))
+        revokes.append(_Revoke(partition=p, entry=scenario.assignment[p], reason="rebalance"))
+        destinations[p] = receiver
+    return _Decision(targets=quota, revokes=revokes, destinations=destinations)
+
+
+def _room(book: loads.Loads, *, giver: models.MemberName, receiver: models.MemberName) -> int:
+    """The partition size below which a move lowers the giver's old load per weight.
+
+    Exact (integers, or fractions for unequal weights): a rounding error here would let a
+    partition go back and forth between two members.
+    """
+    if book.weight(giver) == book.weight(receiver):
+        return book[giver] - book[receiver]
+    ratio = fractions.Fraction(book.weight(receiver)) / fractions.Fraction(book.weight(giver))
+    # Sizes are integers: size < room exactly when size < ceil(room).
+    return math.ceil(book[giver] * ratio - book[receiver])
+
+
+def _assemble(scenario: models.Scenario, census: _Census, decision: _Decision) -> models.Plan:
+    now = scenario.now
+    changes: dict[models.PartitionId, models.Ownership | None] = {}
+    moves: list[models.Move] = []
+    for x in census.loose:
+        epoch = x.entry.epoch if x.entry is not None else 0
+        source = x.entry.owner if x.entry is not None else None
+        target = decision.destinations[x.partition]
+        if target is not None:
+            changes[x.partition] = models.Ownership(owner=target, epoch=epoch + 1, since=now)
+            moves.append(
+                models.Move(
+                    partition=x.partition,
+                    source=source,
+                    target=target,
+                    epoch=epoch + 1,
+                    kind="assign" if source is None else "takeover",
+                    reason=x.reason,
+                )
+            )
+        elif source is not None:
+            # Nobody can take it: keep the epoch on an ownerless entry until someone can.
+            changes[x.partition] = models.Ownership(owner=None, epoch=epoch, since=now)
+            moves.append(
+                models.Move(
+                    partition=x.partition,
+                    source=source,
+                    target=None,
+                    epoch=epoch,
+                    kind="takeover",
+                    reason=x.reason,
+                )
+            )
+    for r in decision.revokes:
+        changes[r.partition] = dataclasses.replace(r.entry, state="revoking", since=now)
+        moves.append(
+            models.Move(
+                partition=r.partition,
+                source=r.entry.owner,
+                target=decision.destinations.get(r.partition),
+                epoch=r.entry.epoch,
+                kind="revoke",
+                reason=r.reason,
+            )
+        )
+
+    assignment: dict[models.PartitionId, models.Ownership] = {}
+    for p in census.order:
+        entry = changes[p] if p in changes else scenario.assignment.get(p)
+        if entry is not None:
+            assignment[p] = entry
+    moves.sort(key=lambda m: census.rank[m.partition])
+    census.vanished.sort(key=lambda m: models.name_key(m.partition))
+    return models.Plan(
+        assignment=assignment,
+        moves=(*moves, *census.vanished),
+        balanced=_is_balanced(scenario, census, decision, assignment),
+        targets=decision.targets,
+    )
+
+
+def _is_balanced(
+    scenario: models.Scenario,
+    census: _Census,
+    decision: _Decision,
+    assignment: dict[models.PartitionId, models.Ownership],
+) -> bool:
+    if len(assignment) != len(scenario.partitions):
+        return False
+    holding = {m.name: 0 for m in census.live}
+    for entry in assignment.values():
+        if entry.owner is None or entry.state == "revoking":
+            return False
+        if entry.owner in holding:
+            holding[entry.owner] += 1
+    if scenario.options.weighting == "lag":
+        # Targets are load shares there; no revoke started means no move would help.
+        return True
+    return holding == decision.targets

@@ -1,0 +1,68 @@
+"""How long one planning cycle takes, from small hubs to the largest fleets.
+
+The operator plans on every pod event, so a plan must stay far below the cycle interval even
+for 32768 partitions (the largest dedicated Event Hubs cluster) over 4096 pods. Three cases:
+fresh (nothing assigned yet: everything is placed), join (balanced over N pods, then one more
+joins: the surplus is revoked), leave (balanced over N pods, then one is gone: its partitions
+are taken over). Figures are medians of repeated `planning.plan` calls on a prepared scenario,
+so parsing and printing are not counted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from typing import Literal, TypedDict
+
+from eventhub_balancer.balancing import models, planning, scenarios
+
+Case = Literal["fresh", "join", "leave"]
+CASES: tuple[Case, ...] = ("fresh", "join", "leave")
+
+#: (partitions, pods): a small hub, a standard one, premium, and a dedicated cluster's maximum.
+SIZES: tuple[tuple[int, int], ...] = ((32, 4), (1024, 64), (4096, 512), (32768, 4096))
+
+
+class Figure(TypedDict):
+    partitions: int
+    pods: int
+    case: Case
+    ms: float  # median milliseconds per plan
+
+
+def scenario_for(case: Case, *, partitions: int, pods: int) -> models.Scenario:
+    """The scenario a case measures (`pods` is N in the module docstring)."""
+    fresh = scenarios.fresh(partition_count=partitions, member_count=pods)
+    if case == "fresh":
+        return fresh
+    balanced = dataclasses.replace(fresh, assignment=planning.plan(fresh).assignment)
+    if case == "join":
+        joiner = models.Member(name=models.MemberName(f"pod-{pods}"), state="ready")
+        return dataclasses.replace(balanced, members=(*balanced.members, joiner))
+    return dataclasses.replace(balanced, members=balanced.members[1:])
+
+
+def measure(scenario: models.Scenario, *, repeat: int) -> float:
+    """Median milliseconds of `repeat` plans of `scenario`, after one warm-up."""
+    planning.plan(scenario)
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        planning.plan(scenario)
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
+
+
+def run(
+    *, repeat: int, sizes: tuple[tuple[int, int], ...] = SIZES, cases: tuple[Case, ...] = CASES
+) -> list[Figure]:
+    figures: list[Figure] = []
+    for partitions, pods in sizes:
+        for case in cases:
+            scenario = scenario_for(case, partitions=partitions, pods=pods)
+            ms = measure(scenario, repeat=repeat)
+            figures.append(
+                {"partitions": partitions, "pods": pods, "case": case, "ms": round(ms, 3)}
+            )
+    return figures

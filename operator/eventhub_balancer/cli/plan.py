@@ -1,0 +1,186 @@
+"""`ehb plan`: run the planner on a scenario and show what it would do.
+
+For trying the rules without a cluster, for bug reports (a scenario file reproduces a plan
+exactly), and for other tools, which get the plan as JSON with ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterable, Sequence
+
+from eventhub_balancer import errors
+from eventhub_balancer.balancing import models, planning, scenarios
+
+COMMAND = ("plan",)
+HELP = "Plan one balancing cycle for a JSON scenario (file or stdin) and print the result."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "scenario",
+        nargs="?",
+        help="the scenario file; '-' or nothing reads standard input",
+    )
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        metavar="P",
+        help="plan a fresh start of P partitions (with --pods)",
+    )
+    parser.add_argument(
+        "--pods", type=int, metavar="N", help="plan a fresh start over N pods (with --partitions)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    scenario = _scenario(args)
+    plan = planning.plan(scenario)
+    text = json.dumps(scenarios.dump_plan(plan), indent=2) if args.json else render(scenario, plan)
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        # `ehb plan | head` closed the pipe: not an error, and no traceback.
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces stdout for the exit flush
+    return 0
+
+
+def _scenario(args: argparse.Namespace) -> models.Scenario:
+    if args.partitions is not None or args.pods is not None:
+        if args.scenario is not None:
+            raise errors.InvalidInput(
+                "--partitions", "give either a scenario or --partitions/--pods"
+            )
+        if args.partitions is None or args.pods is None:
+            raise errors.InvalidInput("--partitions", "--partitions and --pods go together")
+        return scenarios.fresh(partition_count=args.partitions, member_count=args.pods)
+    if args.scenario is None or args.scenario == "-":
+        if sys.stdin.isatty():
+            raise errors.InvalidInput(
+                "scenario", "give a file, pipe a scenario in, or use --partitions P --pods N"
+            )
+        return scenarios.load(sys.stdin.read())
+    try:
+        with open(args.scenario, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise errors.InvalidInput("scenario", f"cannot read {args.scenario}: {e.strerror}") from e
+    except UnicodeDecodeError as e:
+        raise errors.InvalidInput("scenario", f"{args.scenario} is not UTF-8 text") from e
+    return scenarios.load(text)
+
+
+def render(scenario: models.Scenario, plan: models.Plan) -> str:
+    """The plan as a table of members, then the moves, then whether it is balanced."""
+    by_lag = scenario.options.weighting == "lag"
+    holdings: dict[str | None, list[models.PartitionId]] = {}
+    for p, entry in plan.assignment.items():
+        holdings.setdefault(entry.owner, []).append(p)
+    header = [
+        "member",
+        "state",
+        "weight",
+        "target",
+        "owns",
+        *(["load"] if by_lag else []),
+        "partitions",
+    ]
+    rows = [header]
+    members = sorted(scenario.members, key=lambda m: models.name_key(m.name))
+    for m in members:
+        owns = holdings.pop(m.name, [])
+        row = [
+            m.name,
+            _state(scenario, m),
+            f"{m.weight:g}",
+            str(plan.targets[m.name]) if m.name in plan.targets else "-",
+            str(len(owns)),
+        ]
+        if by_lag:
+            row.append(str(sum(scenario.lag.get(p, 0) + 1 for p in owns)))
+        row.append(_partitions(owns, plan))
+        rows.append(row)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
+    lines = [
+        "  ".join(
+            [*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]]
+        ).rstrip()
+        for row in rows
+    ]
+    unowned = [
+        p
+        for p in scenario.partitions
+        if p not in plan.assignment or plan.assignment[p].owner is None
+    ]
+    if unowned:
+        lines.append(f"no owner: {compact(unowned)}")
+    lines.append("")
+    lines.append(f"moves: {len(plan.moves)}" if plan.moves else "moves: none")
+    # One line per kind of move between the same members, partitions folded into ranges.
+    groups: dict[tuple[str, str, str, str], list[models.Move]] = {}
+    for move in plan.moves:
+        key = (move.kind, move.source or "-", move.target or "-", move.reason)
+        groups.setdefault(key, []).append(move)
+    table = [
+        [
+            kind,
+            compact(m.partition for m in moves),
+            f"{source} -> {target}",
+            _epochs(m.epoch for m in moves),
+            f"({reason})",
+        ]
+        for (kind, source, target, reason), moves in groups.items()
+    ]
+    widths = [max((len(row[i]) for row in table), default=0) for i in range(5)]
+    for row in table:
+        lines.append(
+            "  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        )
+    lines.append(f"balanced: {'yes' if plan.balanced else 'no'}")
+    return "\n".join(lines)
+
+
+def _epochs(epochs: Iterable[int]) -> str:
+    distinct = sorted(set(epochs))
+    if len(distinct) == 1:
+        return f"epoch {distinct[0]}"
+    return "epochs " + compact(models.PartitionId(str(e)) for e in distinct)
+
+
+def _state(scenario: models.Scenario, member: models.Member) -> str:
+    standing = planning.standing(member, now=scenario.now, options=scenario.options)
+    if member.state == "notready":
+        return "notready (grace)" if standing == "held" else "notready (gone)"
+    return member.state
+
+
+def _partitions(owns: Sequence[models.PartitionId], plan: models.Plan) -> str:
+    revoking = [p for p in owns if plan.assignment[p].state == "revoking"]
+    text = compact(p for p in owns if plan.assignment[p].state == "owned")
+    if revoking:
+        text = f"{text} revoking {compact(revoking)}".strip()
+    return text or "-"
+
+
+def compact(partitions: Iterable[models.PartitionId]) -> str:
+    """Ordered partition ids with numeric runs folded: 0-3,8,x."""
+    parts: list[str] = []
+    start = end = None
+    for p in sorted(partitions, key=models.name_key):
+        if p.isdecimal() and end is not None and int(p) == end + 1:
+            end = int(p)
+            continue
+        if start is not None and end is not None:
+            parts.append(f"{start}-{end}" if end > start else str(start))
+        start = end = None
+        if p.isdecimal():
+            start = end = int(p)
+        else:
+            parts.append(p)
+    if start is not None and end is not None:
+        parts.append(f"{start}-{end}" if end > start else str(start))
+    return ",".join(parts)

@@ -1,0 +1,376 @@
+"""The planner's rules one by one, and DESIGN.md's worked examples, on small fixed scenarios."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from eventhub_balancer import errors
+from eventhub_balancer.balancing import models, planning, scenarios
+
+
+def member(
+    name: str, state: models.MemberState = "ready", *, since: float = 0.0, weight: float = 1.0
+) -> models.Member:
+    return models.Member(name=models.MemberName(name), state=state, since=since, weight=weight)
+
+
+def owned(owner: str | None, epoch: int = 1, *, since: float = 0.0) -> models.Ownership:
+    return models.Ownership(
+        owner=models.MemberName(owner) if owner else None, epoch=epoch, since=since
+    )
+
+
+def revoking(owner: str, epoch: int = 1, *, since: float = 0.0) -> models.Ownership:
+    return models.Ownership(
+        owner=models.MemberName(owner), epoch=epoch, state="revoking", since=since
+    )
+
+
+def partitions(count: int) -> tuple[models.PartitionId, ...]:
+    return tuple(models.PartitionId(str(p)) for p in range(count))
+
+
+def scenario(
+    count: int,
+    members: list[models.Member],
+    assignment: dict[str, models.Ownership] | None = None,
+    **kwargs: Any,
+) -> models.Scenario:
+    entries = {models.PartitionId(p): e for p, e in (assignment or {}).items()}
+    return dataclasses.replace(
+        models.Scenario(partitions=partitions(count), members=tuple(members), assignment=entries),
+        **kwargs,
+    )
+
+
+def counts(plan: models.Plan) -> dict[str | None, int]:
+    return dict(Counter(e.owner for e in plan.assignment.values()))
+
+
+def settle(s: models.Scenario) -> models.Plan:
+    """Acknowledge every revoke and plan again until nothing moves."""
+    for _ in range(100):
+        plan = planning.plan(s)
+        if not plan.moves:
+            return plan
+        s = dataclasses.replace(
+            s,
+            assignment=plan.assignment,
+            released={p: e.epoch for p, e in plan.assignment.items() if e.state == "revoking"},
+        )
+    raise AssertionError("no steady state")
+
+
+def spread(count: int, names: list[str], epoch: int = 1) -> dict[str, models.Ownership]:
+    """Contiguous blocks, as a fresh start gives them."""
+    per, extra = divmod(count, len(names))
+    result: dict[str, models.Ownership] = {}
+    p = 0
+    for i, name in enumerate(names):
+        for _ in range(per + (1 if i < extra else 0)):
+            result[str(p)] = owned(name, epoch)
+            p += 1
+    return result
+
+
+# DESIGN.md's worked examples.
+
+
+def test_18_partitions_over_4_members_give_5_5_4_4() -> None:
+    plan = planning.plan(scenario(18, [member(n) for n in "abcd"]))
+    assert counts(plan) == {"a": 5, "b": 5, "c": 4, "d": 4}
+    assert plan.balanced
+    assert all(m.kind == "assign" and m.epoch == 1 for m in plan.moves)
+    assert len(plan.moves) == 18
+
+
+def test_20_partitions_after_one_of_4_members_dies_give_7_7_6() -> None:
+    before = spread(20, ["a", "b", "c", "d"], epoch=3)
+    plan = planning.plan(scenario(20, [member(n) for n in "abd"], before))
+    assert counts(plan) == {"a": 7, "b": 7, "d": 6}
+    assert plan.balanced
+    taken = [m for m in plan.moves if m.source == "c"]
+    assert len(plan.moves) == len(taken) == 5, "only the dead member's partitions move"
+    assert all(m.kind == "takeover" and m.epoch == 4 for m in taken)
+
+
+def test_25_partitions_over_4_members_give_one_7_and_three_6() -> None:
+    plan = planning.plan(scenario(25, [member(n) for n in "abcd"]))
+    assert sorted(counts(plan).values()) == [6, 6, 6, 7]
+
+
+def test_5_partitions_over_6_members_leave_one_idle() -> None:
+    plan = planning.plan(scenario(5, [member(n) for n in "abcdef"]))
+    assert counts(plan) == {"a": 1, "b": 1, "c": 1, "d": 1, "e": 1}
+    assert plan.targets == {"a": 1, "b": 1, "c": 1, "d": 1, "e": 1, "f": 0}
+    assert plan.balanced
+
+
+# Stickiness and hand-offs.
+
+
+def test_a_balanced_assignment_is_left_alone() -> None:
+    s = scenario(18, [member(n) for n in "abcd"], spread(18, ["d", "c", "b", "a"]))
+    plan = planning.plan(s)
+    assert plan.moves == ()
+    assert plan.assignment == s.assignment
+    assert plan.balanced
+
+
+def test_a_joining_member_gets_its_share_by_ordered_handoffs() -> None:
+    s = scenario(32, [member(n) for n in "abcde"], spread(32, ["a", "b", "c", "d"], epoch=2))
+    first = planning.plan(dataclasses.replace(s, now=50.0))
+    assert {m.kind for m in first.moves} == {"revoke"}
+    assert len(first.moves) == 6, "32 over 5 is 7,7,6,6,6: the lower bound is 6 moves"
+    assert all(m.target == "e" and m.epoch == 2 for m in first.moves)
+    for m in first.moves:
+        assert first.assignment[m.partition] == revoking(m.source or "", 2, since=50.0)
+    assert not first.balanced
+    # Nothing moves on until the old owners let go.
+    waiting = planning.plan(dataclasses.replace(s, assignment=first.assignment, now=60.0))
+    assert waiting.moves == ()
+    acked = dataclasses.replace(
+        s,
+        assignment=first.assignment,
+        released={m.partition: 2 for m in first.moves},
+        now=61.0,
+    )
+    second = planning.plan(acked)
+    assert {(m.kind, m.target, m.epoch) for m in second.moves} == {("takeover", "e", 3)}
+    assert len(second.moves) == 6
+    assert counts(second) == {"a": 7, "b": 7, "c": 6, "d": 6, "e": 6}
+    assert second.balanced
+
+
+def test_a_handoff_completes_after_the_timeout_without_acknowledgement() -> None:
+    s = scenario(
+        2,
+        [member("a"), member("b")],
+        {"0": owned("a", 4), "1": revoking("a", 4, since=100.0)},
+        now=129.0,
+    )
+    assert planning.plan(s).moves == ()
+    late = planning.plan(dataclasses.replace(s, now=130.0))
+    (move,) = late.moves
+    assert (move.partition, move.kind, move.source, move.target, move.epoch, move.reason) == (
+        "1",
+        "takeover",
+        "a",
+        "b",
+        5,
+        "timeout",
+    )
+
+
+def test_an_acknowledgement_of_an_older_epoch_does_not_complete_a_handoff() -> None:
+    s = scenario(
+        2,
+        [member("a"), member("b")],
+        {"0": owned("a", 4), "1": revoking("a", 4, since=100.0)},
+        released={models.PartitionId("1"): 3},
+        now=101.0,
+    )
+    assert planning.plan(s).moves == ()
+
+
+def test_a_handoff_completes_at_once_when_the_old_owner_is_gone() -> None:
+    s = scenario(2, [member("b")], {"0": revoking("a", 4, since=100.0), "1": owned("b")}, now=101.0)
+    (move,) = planning.plan(s).moves
+    assert (move.kind, move.source, move.target, move.epoch, move.reason) == (
+        "takeover",
+        "a",
+        "b",
+        5,
+        "gone",
+    )
+
+
+# Member states.
+
+
+def test_a_notready_member_keeps_its_partitions_for_the_grace_period_and_gets_nothing() -> None:
+    s = scenario(
+        6,
+        [member("a"), member("b", "notready", since=90.0), member("c")],
+        {"0": owned("a"), "1": owned("a"), "2": owned("b"), "3": owned("b"), "4": owned("c")},
+        now=109.0,
+    )
+    plan = planning.plan(s)
+    assert plan.assignment[models.PartitionId("2")] == owned("b")
+    assert plan.assignment[models.PartitionId("3")] == owned("b")
+    # The new partition goes to a live member; targets exclude what b holds.
+    assert [(m.partition, m.target) for m in plan.moves] == [("5", "c")]
+    assert plan.targets == {"a": 2, "c": 2}
+
+
+def test_a_notready_member_beyond_its_grace_is_gone() -> None:
+    s = scenario(
+        4,
+        [member("a"), member("b", "notready", since=90.0)],
+        {"0": owned("a"), "1": owned("a"), "2": owned("b", 7), "3": owned("b", 2)},
+        now=110.0,
+    )
+    plan = planning.plan(s)
+    assert counts(plan) == {"a": 4}
+    assert {(m.partition, m.kind, m.epoch) for m in plan.moves} == {
+        ("2", "takeover", 8),
+        ("3", "takeover", 3),
+    }
+
+
+def test_a_terminating_member_is_drained_by_handoffs_first_even_under_a_cap() -> None:
+    s = scenario(
+        6,
+        [member("a"), member("b", "terminating", since=100.0), member("c")],
+        {**spread(4, ["a"]), "4": owned("b"), "5": owned("b")},
+        now=100.0,
+        options=models.Options(max_moves_per_cycle=1),
+    )
+    plan = planning.plan(s)
+    # The drains use up the cap: a's surplus of one waits for a later cycle.
+    assert [(m.partition, m.kind, m.source, m.target, m.reason) for m in plan.moves] == [
+        ("4", "revoke", "b", "c", "drain"),
+        ("5", "revoke", "b", "c", "drain"),
+    ]
+    assert plan.targets == {"a": 3, "c": 3}
+    done = settle(s)
+    assert counts(done) == {"a": 3, "c": 3}
+
+
+def test_a_cap_limits_rebalancing_revokes_per_cycle_but_not_failover() -> None:
+    s = scenario(
+        12,
+        [member("a"), member("c"), member("d")],
+        {**spread(8, ["a"]), **{str(p): owned("b") for p in range(8, 12)}},
+        options=models.Options(max_moves_per_cycle=2),
+    )
+    plan = planning.plan(s)
+    kinds = Counter(m.kind for m in plan.moves)
+    assert kinds == {"takeover": 4, "revoke": 2}
+    assert counts(settle(s)) == {"a": 4, "c": 4, "d": 4}
+
+
+# Partitions coming and going, no members.
+
+
+def test_new_partitions_are_assigned_at_once_and_nothing_else_moves() -> None:
+    s = scenario(6, [member("a"), member("b")], spread(4, ["a", "b"], epoch=5))
+    plan = planning.plan(s)
+    assert [(m.partition, m.kind, m.target, m.epoch) for m in plan.moves] == [
+        ("4", "assign", "a", 1),
+        ("5", "assign", "b", 1),
+    ]
+
+
+def test_a_vanished_partition_is_dropped_and_its_owner_told_to_stop() -> None:
+    s = scenario(2, [member("a")], {"0": owned("a"), "1": owned("a"), "9": owned("a", 3)})
+    plan = planning.plan(s)
+    assert list(plan.assignment) == ["0", "1"]
+    (move,) = plan.moves
+    assert (move.partition, move.kind, move.source, move.target, move.epoch) == (
+        "9",
+        "revoke",
+        "a",
+        None,
+        3,
+    )
+
+
+def test_without_members_nothing_is_assigned_and_epochs_are_kept() -> None:
+    s = scenario(3, [], {"0": owned("a", 4), "1": owned(None, 9)})
+    plan = planning.plan(s)
+    assert plan.assignment == {
+        "0": owned(None, 4),
+        "1": owned(None, 9),
+    }
+    assert [(m.partition, m.kind, m.source, m.target) for m in plan.moves] == [
+        ("0", "takeover", "a", None)
+    ]
+    assert not plan.balanced
+    assert plan.targets == {}
+    back = planning.plan(dataclasses.replace(s, assignment=plan.assignment, members=(member("z"),)))
+    assert {p: (e.owner, e.epoch) for p, e in back.assignment.items()} == {
+        "0": ("z", 5),
+        "1": ("z", 10),
+        "2": ("z", 1),
+    }
+
+
+# Ordering, weights, lag.
+
+
+def test_partitions_are_ordered_numerically_and_members_naturally() -> None:
+    s = models.Scenario(
+        partitions=tuple(models.PartitionId(p) for p in ["10", "9", "2", "1"]),
+        members=(member("pod-10"), member("pod-9")),
+    )
+    plan = planning.plan(s)
+    assert list(plan.assignment) == ["1", "2", "9", "10"]
+    assert {p: e.owner for p, e in plan.assignment.items()} == {
+        "1": "pod-9",
+        "2": "pod-9",
+        "9": "pod-10",
+        "10": "pod-10",
+    }
+
+
+def test_weights_give_proportional_shares_by_largest_remainder() -> None:
+    s = scenario(10, [member("a", weight=1), member("b", weight=2), member("c", weight=3)])
+    plan = planning.plan(s)
+    # Exact shares 1.67, 3.33, 5: the largest remainder (a's .67) gets the extra one.
+    assert plan.targets == {"a": 2, "b": 3, "c": 5}
+    assert counts(plan) == {"a": 2, "b": 3, "c": 5}
+
+
+def test_lag_weighting_spreads_the_backlog() -> None:
+    lag = {models.PartitionId(str(p)): n for p, n in enumerate([900, 0, 0, 0, 0, 0])}
+    s = scenario(
+        6,
+        [member("a"), member("b")],
+        spread(6, ["a", "b"]),
+        lag=lag,
+        options=models.Options(weighting="lag"),
+    )
+    plan = settle(s)
+    # a keeps the hot partition alone; b takes every idle one.
+    assert {p: e.owner for p, e in plan.assignment.items()} == {
+        "0": "a",
+        "1": "b",
+        "2": "b",
+        "3": "b",
+        "4": "b",
+        "5": "b",
+    }
+    assert plan.balanced
+    assert plan.targets == {"a": 453, "b": 453}
+
+
+def test_lag_weighting_without_lag_spreads_counts() -> None:
+    s = scenario(
+        10, [member("a"), member("b"), member("c")], options=models.Options(weighting="lag")
+    )
+    assert sorted(counts(planning.plan(s)).values()) == [3, 3, 4]
+
+
+def test_a_scenario_built_by_hand_with_duplicate_members_is_refused() -> None:
+    s = scenario(1, [member("a"), member("a")])
+    with pytest.raises(errors.InvalidInput, match="duplicate member names"):
+        planning.plan(s)
+
+
+def test_fresh_scenarios_spread_contiguous_blocks() -> None:
+    plan = planning.plan(scenarios.fresh(partition_count=8, member_count=3))
+    assert {p: e.owner for p, e in plan.assignment.items()} == {
+        "0": "pod-0",
+        "1": "pod-0",
+        "2": "pod-0",
+        "3": "pod-1",
+        "4": "pod-1",
+        "5": "pod-1",
+        "6": "pod-2",
+        "7": "pod-2",
+    }
