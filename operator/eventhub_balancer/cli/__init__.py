@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import pkgutil
 import sys
 from collections.abc import Callable, Sequence
@@ -44,7 +45,8 @@ def _command_modules() -> list[ModuleType]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ehb",
-        description="eventhub-balancer: central partition balancing for Azure Event Hubs on Kubernetes.",
+        description="eventhub-balancer: central partition balancing for Azure Event Hubs "
+        "on Kubernetes.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument(
@@ -83,3 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `ehb ... | head` closed our stdout: not an error, and no traceback. Point stdout at
+        # /dev/null so that the interpreter's final flush does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Iterable, Sequence
 
@@ -41,11 +40,7 @@ def run(args: argparse.Namespace) -> int:
     scenario = _scenario(args)
     plan = planning.plan(scenario)
     text = json.dumps(scenarios.dump_plan(plan), indent=2) if args.json else render(scenario, plan)
-    try:
-        print(text, flush=True)
-    except BrokenPipeError:
-        # `ehb plan | head` closed the pipe: not an error, and no traceback.
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces stdout for the exit flush
+    print(text, flush=True)
     return 0
 
 
