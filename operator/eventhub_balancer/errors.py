@@ -1,17 +1,29 @@
 """The project's one error hierarchy.
 
 Adapters wrap the SDKs' exceptions into these (``raise ... from e``); only the kopf handlers
-turn them into ``kopf.TemporaryError`` or ``kopf.PermanentError``, and only the CLI turns
-them into exit codes. Every message says what happened and, for a user's mistake, what to change.
+turn them into conditions, Events and retries, and only the CLI turns them into exit codes.
+Every message says what happened and, for a user's mistake, what to change.
+
+Every class carries a ``reason``: the CamelCase word that a condition or a Kubernetes Event
+shows for it (API conventions want specific reasons, not ``Error``). It is a class attribute,
+so the handlers read ``error.reason`` without knowing which adapter raised it. The generic
+classes (`ConfigurationError`, `TransientError`) have generic reasons that the caller may
+replace with one naming what it was talking to (``EventHubMisconfigured``).
 """
+
+from typing import ClassVar
 
 
 class EventHubBalancerError(Exception):
     """The base of every error this project raises on purpose."""
 
+    reason: ClassVar[str] = "Failed"
+
 
 class InvalidInput(EventHubBalancerError, ValueError):
     """Input from a user (a scenario, a CR, a flag) is wrong; the message names the field."""
+
+    reason: ClassVar[str] = "InvalidInput"
 
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(f"{field}: {problem}")
@@ -22,21 +34,31 @@ class InvalidInput(EventHubBalancerError, ValueError):
 class ConfigurationError(EventHubBalancerError):
     """The environment or a referenced object is missing or wrong (a Secret, a pod name)."""
 
+    reason: ClassVar[str] = "Misconfigured"
+
 
 class TransientError(EventHubBalancerError):
     """A dependency failed in a way that may pass: retry later with backoff."""
+
+    reason: ClassVar[str] = "Unavailable"
 
 
 class EventHubUnreachable(TransientError):
     """Event Hubs could not be reached or refused the request."""
 
+    reason: ClassVar[str] = "EventHubUnreachable"
+
 
 class CheckpointStoreUnreachable(TransientError):
     """Blob Storage could not be reached, or the retry budget ran out."""
 
+    reason: ClassVar[str] = "CheckpointStoreUnreachable"
+
 
 class OwnershipLost(EventHubBalancerError):
     """A higher epoch owns the partition now: stop processing it, never retry blindly."""
+
+    reason: ClassVar[str] = "OwnershipLost"
 
     def __init__(self, partition: str, our_epoch: int, their_epoch: int, owner: str = "") -> None:
         who = f" by {owner}" if owner else ""
@@ -48,3 +70,72 @@ class OwnershipLost(EventHubBalancerError):
         self.our_epoch = our_epoch
         self.their_epoch = their_epoch
         self.owner = owner
+
+
+# --- Event Hubs (raised by adapters.eventhubs) ---
+
+
+class EventHubNotFound(ConfigurationError):
+    """The namespace answered but has no such Event Hub (or consumer group)."""
+
+    reason: ClassVar[str] = "EventHubNotFound"
+
+
+class EventHubAuthenticationFailed(ConfigurationError):
+    """Event Hubs rejected the credentials."""
+
+    reason: ClassVar[str] = "EventHubAuthenticationFailed"
+
+
+# --- the Kubernetes API (raised by adapters.kubeapi) ---
+
+
+class ApiUnavailable(TransientError):
+    """The Kubernetes API could not be reached or answered 5xx/429: retry later."""
+
+    reason: ClassVar[str] = "ApiUnavailable"
+
+
+class Conflict(TransientError):
+    """The object changed since it was read (409): re-read and re-plan."""
+
+    reason: ClassVar[str] = "Conflict"
+
+
+class NotFound(ConfigurationError):
+    """The object does not exist (404)."""
+
+    reason: ClassVar[str] = "NotFound"
+
+
+class Forbidden(ConfigurationError):
+    """The operator's ServiceAccount may not do this (403): its RBAC needs a rule."""
+
+    reason: ClassVar[str] = "Forbidden"
+
+
+class ApiRejected(ConfigurationError):
+    """The API server refused the body (400/422): a bug or a schema the cluster does not know."""
+
+    reason: ClassVar[str] = "ApiRejected"
+
+
+class SecretNotFound(ConfigurationError):
+    """A Secret (or a key in it) that the spec references is missing."""
+
+    reason: ClassVar[str] = "SecretNotFound"
+
+    def __init__(self, *, namespace: str, name: str, key: str, missing_key: bool) -> None:
+        what = (
+            f"Secret {namespace}/{name} has no key {key!r}"
+            if missing_key
+            else f"Secret {namespace}/{name} not found"
+        )
+        super().__init__(
+            f"{what}: create it with the connection string under that key, or fix the "
+            "connectionStringSecretRef in the spec that names it"
+        )
+        self.namespace = namespace
+        self.name = name
+        self.key = key
+        self.missing_key = missing_key

@@ -1,1 +1,1 @@
-"""The contracts between the operator and the pods: the CR spec, the per-pod ConfigMaps, conditions."""
+"""The operator/pod contracts: the CR spec, the per-pod ConfigMaps, conditions, pod states."""

@@ -1,0 +1,370 @@
+"""What the operator asks Event Hubs and the checkpoint store: partition ids, epochs, lag.
+
+The operator needs the partition ids of each consumer's Event Hub every cycle. Asking Event
+Hubs every few seconds would open an AMQP connection per cycle, so ids are cached per consumer
+and refreshed at least every `REFRESH_SECONDS` (partition counts can grow, never shrink). A
+failure raises; the caller keeps the last good list (never revoke everything because Event
+Hubs is briefly unreachable).
+
+The checkpoint blobs are read here too, for two reasons: their epochs are the last floor for
+epochs when ConfigMaps and status were lost, and their sequence numbers give the lag per
+partition for ``weighting: lag``.
+
+Credentials come in as values (a connection string read from a Secret by the caller) or as
+workload identity (DefaultAzureCredential); they are never logged, and error messages
+describe the namespace, not the string.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from azure.core import exceptions as azure_errors
+from azure.eventhub import exceptions as eh_exceptions
+from azure.eventhub.aio import EventHubProducerClient
+
+from eventhub_balancer import errors
+from eventhub_balancer.adapters import blobs, checkpointing
+
+logger = logging.getLogger(__name__)
+
+#: The partition list is re-read at least this often: the DESIGN's "at least every minute".
+REFRESH_SECONDS = 60.0
+#: The longest one management call may take before Event Hubs counts as unreachable.
+TIMEOUT_SECONDS = 10.0
+#: The checkpoint store's budget for one listing in a cycle: short, the next cycle retries.
+CHECKPOINT_RETRY = checkpointing.RetryPolicy(
+    attempts=2, budget_seconds=5.0, attempt_timeout_seconds=4.0
+)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Coordinates:
+    """Where an Event Hub is and how to reach it; exactly one of the credentials is set."""
+
+    fully_qualified_namespace: str
+    eventhub_name: str
+    connection_string: str | None = dataclasses.field(default=None, repr=False)
+    workload_identity_client_id: str | None = None
+
+    @property
+    def key(self) -> tuple[str, str, int, str | None]:
+        # The string itself is not kept in the key, only whether it changed (its hash).
+        return (
+            self.fully_qualified_namespace,
+            self.eventhub_name,
+            hash(self.connection_string),
+            self.workload_identity_client_id,
+        )
+
+
+def _entity_path(connection_string: str) -> str | None:
+    for part in connection_string.split(";"):
+        key, _, value = part.partition("=")
+        if key.strip().lower() == "entitypath" and value.strip():
+            return value.strip()
+    return None
+
+
+@contextlib.asynccontextmanager
+async def _client(coordinates: Coordinates) -> AsyncIterator[EventHubProducerClient]:
+    # retry_total=0: the cycle is the retry loop, with its own backoff and cached fallback.
+    options: dict[str, Any] = {"retry_total": 0}
+    credential: Any = None
+    if coordinates.connection_string is not None:
+        entity = _entity_path(coordinates.connection_string)
+        if entity is not None and entity != coordinates.eventhub_name:
+            raise errors.ConfigurationError(
+                f"the connection string is for Event Hub {entity!r} but spec.eventHub.name is "
+                f"{coordinates.eventhub_name!r}: make them agree"
+            )
+        try:
+            client = EventHubProducerClient.from_connection_string(
+                coordinates.connection_string,
+                eventhub_name=None if entity else coordinates.eventhub_name,
+                **options,
+            )
+        except (ValueError, TypeError) as e:
+            # The SDK's message does not echo the string; ours must not either.
+            raise errors.ConfigurationError(
+                f"the Event Hubs connection string is malformed ({type(e).__name__}): it should "
+                "look like Endpoint=sb://<namespace>/;SharedAccessKeyName=...;SharedAccessKey=..."
+            ) from e
+    else:
+        from azure.identity.aio import DefaultAzureCredential  # heavy: only when used
+
+        credential = DefaultAzureCredential(
+            managed_identity_client_id=coordinates.workload_identity_client_id or None
+        )
+        client = EventHubProducerClient(
+            fully_qualified_namespace=coordinates.fully_qualified_namespace,
+            eventhub_name=coordinates.eventhub_name,
+            credential=credential,
+            **options,
+        )
+    try:
+        yield client
+    finally:
+        with contextlib.suppress(Exception):
+            await client.close()
+        if credential is not None:
+            with contextlib.suppress(Exception):
+                await credential.close()
+
+
+def _wrap(e: BaseException, coordinates: Coordinates) -> errors.EventHubBalancerError:
+    where = f"Event Hub {coordinates.eventhub_name!r} in {coordinates.fully_qualified_namespace}"
+    text = str(e)
+    lowered = text.lower()
+    if isinstance(e, eh_exceptions.AuthenticationError) or "unauthorized" in lowered:
+        return errors.EventHubAuthenticationFailed(
+            f"{where}: the credentials were rejected; check the connection string's "
+            "SharedAccessKeyName/Key (Listen or Manage rights) or the workload identity's role "
+            "assignment (Azure Event Hubs Data Receiver)"
+        )
+    if "not-found" in lowered or "not found" in lowered or "404" in lowered:
+        return errors.EventHubNotFound(
+            f"{where} does not exist: fix spec.eventHub.name (or the namespace) to name an "
+            "existing Event Hub"
+        )
+    if isinstance(e, asyncio.TimeoutError | TimeoutError):
+        return errors.EventHubUnreachable(f"{where}: no answer within {TIMEOUT_SECONDS:g} s")
+    return errors.EventHubUnreachable(
+        f"{where}: unreachable ({type(e).__name__}: {_first_line(text)})"
+    )
+
+
+def _first_line(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line[:300]
+
+
+async def fetch_partition_ids(
+    coordinates: Coordinates, *, limit_seconds: float = TIMEOUT_SECONDS
+) -> list[str]:
+    """The Event Hub's partition ids, in Event Hubs' order. Raises wrapped errors only."""
+    try:
+        async with _client(coordinates) as client:
+            ids = await asyncio.wait_for(client.get_partition_ids(), timeout=limit_seconds)
+    except errors.EventHubBalancerError:
+        raise
+    except (eh_exceptions.EventHubError, azure_errors.AzureError, OSError, TimeoutError) as e:
+        raise _wrap(e, coordinates) from e
+    return [str(i) for i in ids]
+
+
+async def fetch_last_sequence_numbers(
+    coordinates: Coordinates, partitions: list[str], *, limit_seconds: float = TIMEOUT_SECONDS
+) -> dict[str, int]:
+    """The last enqueued sequence number per partition (for lag = last - checkpointed)."""
+    result: dict[str, int] = {}
+    try:
+        async with _client(coordinates) as client:
+            for pid in partitions:
+                props = await asyncio.wait_for(
+                    client.get_partition_properties(pid), timeout=limit_seconds
+                )
+                result[pid] = int(props.get("last_enqueued_sequence_number", -1))
+    except errors.EventHubBalancerError:
+        raise
+    except (eh_exceptions.EventHubError, azure_errors.AzureError, OSError, TimeoutError) as e:
+        raise _wrap(e, coordinates) from e
+    return result
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PartitionList:
+    """Partition ids and whether they came fresh from Event Hubs in this call."""
+
+    ids: tuple[str, ...]
+    fetched_at: float  # the caller's clock (seconds)
+    fresh: bool
+
+
+class PartitionCache:
+    """Partition ids per consumer, re-read when older than `REFRESH_SECONDS` or the hub changed."""
+
+    def __init__(
+        self, *, refresh_seconds: float = REFRESH_SECONDS, timeout: float = TIMEOUT_SECONDS
+    ) -> None:
+        self.refresh_seconds = refresh_seconds
+        self.timeout = timeout
+        self._entries: dict[str, tuple[Any, PartitionList]] = {}
+
+    def cached(self, consumer: str) -> PartitionList | None:
+        entry = self._entries.get(consumer)
+        return entry[1] if entry else None
+
+    def forget(self, consumer: str) -> None:
+        self._entries.pop(consumer, None)
+
+    async def partition_ids(
+        self, consumer: str, coordinates: Coordinates, *, now: float, force: bool = False
+    ) -> PartitionList:
+        """The cached list while young and for the same hub; else a fresh one (or it raises)."""
+        entry = self._entries.get(consumer)
+        if (
+            entry is not None
+            and not force
+            and entry[0] == coordinates.key
+            and now - entry[1].fetched_at < self.refresh_seconds
+        ):
+            return dataclasses.replace(entry[1], fresh=False)
+        ids = await fetch_partition_ids(coordinates, limit_seconds=self.timeout)
+        result = PartitionList(ids=tuple(ids), fetched_at=now, fresh=True)
+        self._entries[consumer] = (coordinates.key, result)
+        return result
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StoredCheckpoint:
+    """What the operator needs from a checkpoint blob."""
+
+    partition: str
+    epoch: int
+    sequence_number: int
+
+
+async def read_checkpoints(
+    *,
+    fully_qualified_namespace: str,
+    eventhub_name: str,
+    consumer_group: str,
+    container_name: str,
+    connection_string: str | None,
+    account_url: str | None,
+) -> dict[str, StoredCheckpoint]:
+    """Every checkpoint blob of the consumer group (raises wrapped errors only)."""
+    try:
+        async with blobs.open_container(
+            container_name=container_name,
+            connection_string=connection_string,
+            account_url=None if connection_string is not None else account_url,
+        ) as container:
+            store = checkpointing.CheckpointStore(
+                container,
+                fully_qualified_namespace=fully_qualified_namespace,
+                eventhub_name=eventhub_name,
+                consumer_group=consumer_group,
+                owner_id="eventhub-balancer-operator",  # reads only; never writes
+                retry=CHECKPOINT_RETRY,
+            )
+            listed = await store.list()
+    except errors.InvalidInput as e:
+        raise errors.ConfigurationError(f"checkpoint store: {e}") from e
+    except errors.EventHubBalancerError:
+        raise
+    except (azure_errors.AzureError, OSError) as e:
+        raise errors.CheckpointStoreUnreachable(
+            f"checkpoint container {container_name!r}: {type(e).__name__}"
+        ) from e
+    return {
+        c.partition: StoredCheckpoint(
+            partition=c.partition, epoch=c.epoch, sequence_number=c.sequence_number
+        )
+        for c in listed
+    }
+
+
+def lag(last: Mapping[str, int], checkpoints: Mapping[str, StoredCheckpoint]) -> dict[str, int]:
+    """Events behind per partition: last enqueued minus checkpointed (never negative)."""
+    result: dict[str, int] = {}
+    for pid, last_seq in last.items():
+        done = checkpoints[pid].sequence_number if pid in checkpoints else -1
+        result[pid] = max(0, last_seq - done)
+    return result
+
+
+class EventHubs:
+    """The Event Hubs and checkpoint-store side of the operator, in plain types.
+
+    The handlers reach it through a Protocol (`handlers.ports.HubPort`), so everything they
+    see is built-in types: ids as tuples, checkpoints as ``{partition: (epoch, sequence)}``.
+    """
+
+    def __init__(
+        self, *, refresh_seconds: float = REFRESH_SECONDS, timeout: float = TIMEOUT_SECONDS
+    ) -> None:
+        self.cache = PartitionCache(refresh_seconds=refresh_seconds, timeout=timeout)
+        self.timeout = timeout
+
+    @staticmethod
+    def _coordinates(
+        fully_qualified_namespace: str,
+        eventhub_name: str,
+        connection_string: str | None,
+        client_id: str | None,
+    ) -> Coordinates:
+        return Coordinates(
+            fully_qualified_namespace=fully_qualified_namespace,
+            eventhub_name=eventhub_name,
+            connection_string=connection_string,
+            workload_identity_client_id=client_id,
+        )
+
+    def cached(self, consumer: str) -> tuple[str, ...] | None:
+        entry = self.cache.cached(consumer)
+        return entry.ids if entry else None
+
+    async def partitions(
+        self,
+        *,
+        consumer: str,
+        fully_qualified_namespace: str,
+        eventhub_name: str,
+        connection_string: str | None,
+        client_id: str | None,
+        now: float,
+    ) -> tuple[tuple[str, ...], bool]:
+        """(ids, fresh): fresh is False when served from the cache."""
+        result = await self.cache.partition_ids(
+            consumer,
+            self._coordinates(
+                fully_qualified_namespace, eventhub_name, connection_string, client_id
+            ),
+            now=now,
+        )
+        return result.ids, result.fresh
+
+    async def last_sequence_numbers(
+        self,
+        *,
+        fully_qualified_namespace: str,
+        eventhub_name: str,
+        connection_string: str | None,
+        client_id: str | None,
+        partitions: list[str],
+    ) -> dict[str, int]:
+        return await fetch_last_sequence_numbers(
+            self._coordinates(
+                fully_qualified_namespace, eventhub_name, connection_string, client_id
+            ),
+            partitions,
+            limit_seconds=self.timeout,
+        )
+
+    async def checkpoints(
+        self,
+        *,
+        fully_qualified_namespace: str,
+        eventhub_name: str,
+        consumer_group: str,
+        container_name: str,
+        connection_string: str | None,
+        account_url: str | None,
+    ) -> dict[str, tuple[int, int]]:
+        """{partition: (epoch, sequence number)} of the stored checkpoints."""
+        stored = await read_checkpoints(
+            fully_qualified_namespace=fully_qualified_namespace,
+            eventhub_name=eventhub_name,
+            consumer_group=consumer_group,
+            container_name=container_name,
+            connection_string=connection_string,
+            account_url=account_url,
+        )
+        return {p: (c.epoch, c.sequence_number) for p, c in stored.items()}

@@ -1,0 +1,316 @@
+"""The operator's one door to the Kubernetes API (apart from kopf's own watching).
+
+Why the official ``kubernetes`` client, run in a thread pool, rather than aiohttp by hand: it
+already handles every way a cluster authenticates (kubeconfig with exec plugins and token
+files, in-cluster ServiceAccount tokens that rotate, client certificates), and that is where
+home-grown clients break. It is synchronous, so every call runs in a small private executor;
+the API server never runs on the operator's loop (the local one has its own thread), so the
+client cannot deadlock on it. Bodies come back as plain dicts (``_preload_content=False``), the
+same shape as kopf's bodies, so the pure code sees one format.
+
+Writes are minimal by construction: callers pass what they want and the current body; the
+adapter PATCHes (JSON merge patch) only a difference, with the resourceVersion read as a
+precondition where the pod or a second operator could race us. ``ApiException`` is wrapped
+into `errors` types here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import concurrent.futures
+import contextlib
+import dataclasses
+import functools
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import kubernetes.client
+import kubernetes.config
+import urllib3.exceptions
+from kubernetes.client import exceptions as kube_exceptions
+
+from eventhub_balancer import errors
+from eventhub_balancer.contracts import specs
+
+logger = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+
+MERGE_PATCH = "application/merge-patch+json"
+#: Seconds for one API request; a hung API server must not hang a cycle.
+REQUEST_TIMEOUT = 15.0
+#: Threads for blocking API calls: cycles of several consumers run concurrently.
+WORKERS = 8
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ConnectionInfo:
+    """How to reach the API server, for kopf's login handler (same source as this adapter)."""
+
+    server: str
+    ca_path: str | None
+    insecure: bool
+    token: str | None
+    certificate_path: str | None
+    private_key_path: str | None
+
+
+def _wrap(e: BaseException, what: str) -> errors.EventHubBalancerError:
+    if isinstance(e, kube_exceptions.ApiException):
+        status = e.status or 0
+        reason = _reason(e)
+        if status == 404:
+            return errors.NotFound(f"{what}: not found")
+        if status == 409:
+            return errors.Conflict(f"{what}: conflict ({reason})")
+        if status == 403:
+            return errors.Forbidden(
+                f"{what}: forbidden ({reason}); grant the operator's ServiceAccount access"
+            )
+        if status == 422 or status == 400:
+            return errors.ApiRejected(f"{what}: rejected ({status}: {reason})")
+        return errors.ApiUnavailable(f"{what}: API server answered {status} ({reason})")
+    return errors.ApiUnavailable(f"{what}: {type(e).__name__}: {e}")
+
+
+def _reason(e: kube_exceptions.ApiException) -> str:
+    try:
+        body = json.loads(e.body or "{}")
+        return str(body.get("message") or e.reason)
+    except (ValueError, AttributeError):
+        return str(e.reason)
+
+
+class KubeAPI:
+    """Async facade over the sync client; one per operator process (or test)."""
+
+    def __init__(self, configuration: kubernetes.client.Configuration) -> None:
+        self._configuration = configuration
+        self._client = kubernetes.client.ApiClient(configuration)
+        self._core = kubernetes.client.CoreV1Api(self._client)
+        self._custom = kubernetes.client.CustomObjectsApi(self._client)
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=WORKERS, thread_name_prefix="kubeapi"
+        )
+        #: API writes by kind, counted for metrics and for the steady-state benchmark.
+        self.writes: dict[str, int] = {}
+
+    @classmethod
+    def from_environment(cls, kubeconfig: str | None = None) -> KubeAPI:
+        """In-cluster when there is a ServiceAccount token, else the kubeconfig (or $KUBECONFIG)."""
+        configuration = kubernetes.client.Configuration()
+        path = kubeconfig or os.environ.get("KUBECONFIG")
+        if path is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration
+            )
+        else:
+            # The path is passed explicitly: the client reads $KUBECONFIG only at import.
+            try:
+                kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+                    config_file=path, client_configuration=configuration
+                )
+            except (kubernetes.config.ConfigException, OSError) as e:
+                raise errors.ConfigurationError(
+                    f"cannot load the kubeconfig {path or '~/.kube/config'}: {e}"
+                ) from e
+        return cls(configuration)
+
+    def connection_info(self) -> ConnectionInfo:
+        c = self._configuration
+        header = c.api_key.get("authorization") or c.api_key.get("BearerToken")
+        token = header.removeprefix("Bearer ").strip() if header else None
+        return ConnectionInfo(
+            server=c.host,
+            ca_path=c.ssl_ca_cert,
+            insecure=not c.verify_ssl,
+            token=token,
+            certificate_path=c.cert_file,
+            private_key_path=c.key_file,
+        )
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._client.close()  # type: ignore[no-untyped-call]
+
+    async def _call(self, what: str, fn: Callable[..., Any], /, **kwargs: Any) -> Any:
+        kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
+        call = functools.partial(fn, _preload_content=False, **kwargs)
+        loop = asyncio.get_running_loop()
+        try:
+            response = await loop.run_in_executor(self._executor, call)
+        except (kube_exceptions.ApiException, urllib3.exceptions.HTTPError, OSError) as e:
+            raise _wrap(e, what) from e
+        raw = response.data
+        return json.loads(raw) if raw else {}
+
+    def _count(self, kind: str) -> None:
+        self.writes[kind] = self.writes.get(kind, 0) + 1
+
+    # --- reads ---
+
+    async def get_consumer(self, *, namespace: str, name: str) -> specs.ConsumerBody:
+        body: specs.ConsumerBody = await self._call(
+            f"EventHubConsumer {namespace}/{name}",
+            self._custom.get_namespaced_custom_object,
+            group=specs.GROUP,
+            version=specs.VERSION,
+            namespace=namespace,
+            plural=specs.PLURAL,
+            name=name,
+        )
+        return body
+
+    async def list_consumers(self, *, namespace: str | None) -> list[specs.ConsumerBody]:
+        if namespace:
+            result = await self._call(
+                f"EventHubConsumers in {namespace}",
+                self._custom.list_namespaced_custom_object,
+                group=specs.GROUP,
+                version=specs.VERSION,
+                namespace=namespace,
+                plural=specs.PLURAL,
+            )
+        else:
+            result = await self._call(
+                "EventHubConsumers",
+                self._custom.list_cluster_custom_object,
+                group=specs.GROUP,
+                version=specs.VERSION,
+                plural=specs.PLURAL,
+            )
+        items: list[specs.ConsumerBody] = result.get("items", [])
+        return items
+
+    async def list_pods(self, *, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        result = await self._call(
+            f"pods in {namespace} ({label_selector})",
+            self._core.list_namespaced_pod,
+            namespace=namespace,
+            label_selector=label_selector,
+        )
+        items: list[dict[str, Any]] = result.get("items", [])
+        return items
+
+    async def list_configmaps(self, *, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        result = await self._call(
+            f"configmaps in {namespace} ({label_selector})",
+            self._core.list_namespaced_config_map,
+            namespace=namespace,
+            label_selector=label_selector,
+        )
+        items: list[dict[str, Any]] = result.get("items", [])
+        return items
+
+    async def read_secret_key(self, *, namespace: str, name: str, key: str) -> str:
+        """One value of a Secret. It goes to the SDK only; never log or store it."""
+        try:
+            secret = await self._call(
+                f"Secret {namespace}/{name}",
+                self._core.read_namespaced_secret,
+                namespace=namespace,
+                name=name,
+            )
+        except errors.NotFound as e:
+            raise errors.SecretNotFound(
+                namespace=namespace, name=name, key=key, missing_key=False
+            ) from e
+        data = secret.get("data") or {}
+        string_data = secret.get("stringData") or {}
+        if key in data:
+            try:
+                return base64.b64decode(data[key]).decode()
+            except (ValueError, UnicodeDecodeError) as e:
+                raise errors.ConfigurationError(
+                    f"Secret {namespace}/{name} key {key!r} is not base64-encoded UTF-8 text"
+                ) from e
+        if key in string_data:  # only on API servers that do not fold stringData into data
+            return str(string_data[key])
+        raise errors.SecretNotFound(namespace=namespace, name=name, key=key, missing_key=True)
+
+    # --- writes (each counted) ---
+
+    async def create_configmap(self, *, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        self._count("configmap")
+        result: dict[str, Any] = await self._call(
+            f"create ConfigMap {namespace}/{body.get('metadata', {}).get('name')}",
+            self._core.create_namespaced_config_map,
+            namespace=namespace,
+            body=dict(body),
+        )
+        return result
+
+    async def patch_configmap(
+        self, *, namespace: str, name: str, patch: Mapping[str, Any], resource_version: str | None
+    ) -> dict[str, Any]:
+        """Merge-patch; with ``resource_version`` the write fails (Conflict) if it changed."""
+        body = dict(patch)
+        if resource_version:
+            body["metadata"] = {**body.get("metadata", {}), "resourceVersion": resource_version}
+        self._count("configmap")
+        result: dict[str, Any] = await self._call(
+            f"patch ConfigMap {namespace}/{name}",
+            self._core.patch_namespaced_config_map,
+            namespace=namespace,
+            name=name,
+            body=body,
+            _content_type=MERGE_PATCH,
+        )
+        return result
+
+    async def delete_configmap(self, *, namespace: str, name: str, uid: str | None) -> None:
+        """Delete, guarded by uid so that a re-created namesake survives; gone already is fine."""
+        self._count("configmap")
+        body: dict[str, Any] = {"preconditions": {"uid": uid}} if uid else {}
+        with contextlib.suppress(errors.NotFound):
+            await self._call(
+                f"delete ConfigMap {namespace}/{name}",
+                self._core.delete_namespaced_config_map,
+                namespace=namespace,
+                name=name,
+                body=body,
+            )
+
+    async def patch_pod_annotations(
+        self, *, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> None:
+        self._count("pod")
+        with contextlib.suppress(errors.NotFound):  # deleted meanwhile: nothing left to annotate
+            await self._call(
+                f"annotate Pod {namespace}/{name}",
+                self._core.patch_namespaced_pod,
+                namespace=namespace,
+                name=name,
+                body={"metadata": {"annotations": dict(annotations)}},
+                _content_type=MERGE_PATCH,
+            )
+
+    async def patch_consumer_status(
+        self, *, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> specs.ConsumerBody:
+        self._count("status")
+        body: specs.ConsumerBody = await self._call(
+            f"patch EventHubConsumer {namespace}/{name} status",
+            self._custom.patch_namespaced_custom_object_status,
+            group=specs.GROUP,
+            version=specs.VERSION,
+            namespace=namespace,
+            plural=specs.PLURAL,
+            name=name,
+            body={"status": dict(status)},
+            _content_type=MERGE_PATCH,
+        )
+        return body
+
+    async def create_event(self, *, namespace: str, body: Mapping[str, Any]) -> None:
+        self._count("event")
+        await self._call(
+            f"create Event in {namespace}",
+            self._core.create_namespaced_event,
+            namespace=namespace,
+            body=dict(body),
+        )

@@ -1,0 +1,105 @@
+"""``ehb status``: the assignment table of EventHubConsumers, read from the cluster."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from eventhub_balancer.balancing import models
+from eventhub_balancer.contracts import conditions
+
+COMMAND = ("status",)
+HELP = "print pods, partitions, epochs, readiness and hand-offs of EventHubConsumers"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", nargs="?", help="one EventHubConsumer (default: all)")
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", default=None, help="namespace (default: all)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: $KUBECONFIG)")
+
+
+def render(body: dict[str, Any]) -> str:
+    """One consumer's table, from its status (what the operator last concluded)."""
+    meta = body.get("metadata", {})
+    status = body.get("status") or {}
+    epochs = status.get("epochs") or {}
+    lines = [
+        f"{meta.get('namespace')}/{meta.get('name')}: "
+        f"{status.get('partitionCount', '?')} partitions, "
+        f"{status.get('memberCount', '?')} members, "
+        f"{status.get('movesTotal', 0)} moves"
+    ]
+    for c in conditions.ORDER:
+        found = conditions.find(status.get("conditions"), c)
+        if found:
+            lines.append(
+                f"  {c:<25} {found.get('status'):<8} {found.get('reason')}: {found.get('message')}"
+            )
+    rows = [("POD", "READY", "STATE", "PARTITIONS", "EPOCHS", "REVOKING")]
+    for consumer in status.get("consumers") or []:
+        parts = sorted(consumer.get("partitions") or [], key=models.name_key)
+        rows.append(
+            (
+                str(consumer.get("pod")),
+                "yes" if consumer.get("ready") else "no",
+                str(consumer.get("state", "")),
+                ",".join(parts) or "-",
+                ",".join(str(epochs.get(p, "?")) for p in parts) or "-",
+                ",".join(consumer.get("revoking") or []) or "-",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines += [
+        "  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    ]
+    handoffs = status.get("handoffs") or []
+    if handoffs:
+        lines.append("  hand-offs in flight:")
+        for h in handoffs:
+            lines.append(
+                f"    partition {h.get('partition')} from {h.get('from')} "
+                f"(epoch {h.get('epoch')}) since {h.get('since')}"
+            )
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from eventhub_balancer import errors
+    from eventhub_balancer.adapters import kubeapi
+
+    async def fetch() -> list[dict[str, Any]]:
+        api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
+        try:
+            if args.name:
+                if not args.namespace:
+                    raise errors.InvalidInput("--namespace", "give -n NAMESPACE with a NAME")
+                return [dict(await api.get_consumer(namespace=args.namespace, name=args.name))]
+            return [dict(b) for b in await api.list_consumers(namespace=args.namespace)]
+        finally:
+            api.close()
+
+    bodies = asyncio.run(fetch())
+    if args.json:
+        print(
+            json.dumps(
+                [
+                    {
+                        "namespace": b["metadata"].get("namespace"),
+                        "name": b["metadata"].get("name"),
+                        "status": b.get("status") or {},
+                    }
+                    for b in bodies
+                ],
+                indent=2,
+            )
+        )
+    elif not bodies:
+        print("no EventHubConsumers found")
+    else:
+        print("\n\n".join(render(b) for b in bodies))
+    return 0

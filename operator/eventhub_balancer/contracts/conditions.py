@@ -1,0 +1,72 @@
+"""metav1.Condition bookkeeping for the EventHubConsumer status, pure.
+
+Conditions are a list keyed by ``type`` (Kubernetes API conventions). ``lastTransitionTime``
+moves only when ``status`` changes, so that a steady state rewrites nothing and a reader can
+tell for how long something has been true; reason, message and observedGeneration follow the
+latest cycle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Iterable, Sequence
+from typing import Literal
+
+from eventhub_balancer.contracts import specs
+
+Status = Literal["True", "False", "Unknown"]
+
+READY = "Ready"
+BALANCED = "Balanced"
+EVENTHUB_REACHABLE = "EventHubReachable"
+CHECKPOINT_STORE_REACHABLE = "CheckpointStoreReachable"
+#: The order in the status: Ready first, as the conventions ask.
+ORDER = (READY, BALANCED, EVENTHUB_REACHABLE, CHECKPOINT_STORE_REACHABLE)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Condition:
+    """The desired state of one condition, as a cycle concludes it."""
+
+    type: str
+    status: Status
+    reason: str
+    message: str
+
+
+def apply(
+    current: Sequence[specs.ConditionBody] | None,
+    updates: Iterable[Condition],
+    *,
+    observed_generation: int,
+    now: datetime.datetime,
+) -> list[specs.ConditionBody]:
+    """The conditions list after ``updates``; types not updated are kept as they were."""
+    by_type: dict[str, specs.ConditionBody] = {
+        c["type"]: c for c in (current or []) if isinstance(c, dict) and "type" in c
+    }
+    for update in updates:
+        old = by_type.get(update.type)
+        transition = specs.format_time(now)
+        if old is not None and old.get("status") == update.status and old.get("lastTransitionTime"):
+            transition = old["lastTransitionTime"]
+        by_type[update.type] = {
+            "type": update.type,
+            "status": update.status,
+            "observedGeneration": observed_generation,
+            "lastTransitionTime": transition,
+            "reason": update.reason,
+            "message": update.message,
+        }
+    ordered = [by_type.pop(t) for t in ORDER if t in by_type]
+    return ordered + [by_type[t] for t in sorted(by_type)]
+
+
+def find(
+    conditions: Sequence[specs.ConditionBody] | None, type_: str
+) -> specs.ConditionBody | None:
+    for condition in conditions or []:
+        if isinstance(condition, dict) and condition.get("type") == type_:
+            return condition
+    return None

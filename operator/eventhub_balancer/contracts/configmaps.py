@@ -1,0 +1,346 @@
+"""The per-pod assignment ConfigMap: the one channel between the operator and a consumer pod.
+
+One ConfigMap per (EventHubConsumer, pod). Its ``data`` is written only by the operator: the
+Event Hub coordinates (never a secret), the checkpoint container, a ``generation`` that grows
+with every change of the data, and the partitions with epoch, state and since. The pod writes
+only two annotations on it: the generation it has applied and the partitions it has released
+(``{partition: epoch}``) after its final checkpoint. Both sides use this module, so the keys
+and formats live here once.
+
+Reading is lenient on purpose: a hand-edited or half-written ConfigMap yields a `ParsedData`
+with ``problems`` (the operator rewrites it, the pod keeps what it can read), never an
+exception.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from eventhub_balancer.balancing import models
+from eventhub_balancer.contracts import specs
+
+PREFIX = "eventhub-balancer.dev/"
+
+#: Labels on the ConfigMap, for list/watch selectors (values cut to 63: `label_value`).
+LABEL_CONSUMER = PREFIX + "consumer"
+LABEL_POD = PREFIX + "pod"
+#: Label on the ConfigMap that marks it as ours, whatever the consumer is called.
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "eventhub-balancer"
+
+#: Annotation (operator): the uid of the pod the ConfigMap belongs to; a pod re-created under
+#: the same name (a StatefulSet) gets a fresh ConfigMap rather than the old pod's partitions.
+ANNOTATION_POD_UID = PREFIX + "pod-uid"
+#: Annotations (pod): the generation applied; the released partitions, JSON {partition: epoch}.
+ANNOTATION_APPLIED_GENERATION = PREFIX + "applied-generation"
+ANNOTATION_RELEASED = PREFIX + "released"
+#: Annotations (operator) on the Pod itself, for humans and tooling: its partitions.
+POD_ANNOTATION_PARTITIONS = PREFIX + "partitions"
+POD_ANNOTATION_CONSUMER = PREFIX + "consumer"
+
+# The keys of ``data``. Values are strings (ConfigMap data), JSON where structured.
+KEY_CONSUMER = "consumer"
+KEY_POD = "pod"
+KEY_FQNS = "fullyQualifiedNamespace"
+KEY_EVENTHUB = "eventHubName"
+KEY_CONSUMER_GROUP = "consumerGroup"
+KEY_CREDENTIALS = "eventHubCredentials"  # the reference (Secret name/key or workload identity)
+KEY_CONTAINER = "checkpointContainer"
+KEY_ACCOUNT_URL = "checkpointAccountUrl"
+KEY_CHECKPOINT_CREDENTIALS = "checkpointCredentials"
+KEY_START_POSITION = "startPosition"
+KEY_GENERATION = "generation"
+KEY_PARTITIONS = "partitions"
+
+#: A ConfigMap name is a DNS subdomain: at most 253 characters.
+MAX_NAME = 253
+#: A label value: at most 63 characters.
+MAX_LABEL_VALUE = 63
+#: Hex digits of the hash suffix that keeps cut names unique.
+HASH_LENGTH = 10
+
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?)?$")
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:HASH_LENGTH]
+
+
+def configmap_name(*, consumer: str, pod: str) -> str:
+    """``ehb-<consumer>-<pod>-<hash of "consumer/pod">``, the readable part cut to fit 253.
+
+    The hash is always there: names may contain dashes, so ``ehb-a-b-c`` alone would be both
+    (consumer ``a-b``, pod ``c``) and (``a``, ``b-c``). "/" is in neither name, so the hashed
+    text is unambiguous. Both sides find the ConfigMap by its labels, never by this name.
+    """
+    suffix = _digest(f"{consumer}/{pod}")
+    head = f"ehb-{consumer}-{pod}".lower()[: MAX_NAME - HASH_LENGTH - 1].rstrip("-.")
+    return f"{head}-{suffix}"
+
+
+def label_value(value: str) -> str:
+    """A label value for a name: itself when it fits, else cut to 63 with a hash suffix."""
+    if len(value) <= MAX_LABEL_VALUE and _LABEL_VALUE.match(value):
+        return value
+    head = re.sub(r"[^A-Za-z0-9_.-]", "-", value)[: MAX_LABEL_VALUE - HASH_LENGTH - 1]
+    head = head.strip("-_.")
+    return f"{head}-{_digest(value)}" if head else _digest(value)
+
+
+def labels(*, consumer: str, pod: str) -> dict[str, str]:
+    return {
+        LABEL_CONSUMER: label_value(consumer),
+        LABEL_POD: label_value(pod),
+        LABEL_MANAGED_BY: MANAGED_BY,
+    }
+
+
+def consumer_selector(consumer: str) -> str:
+    """The label selector of all ConfigMaps of one EventHubConsumer (in its namespace)."""
+    return f"{LABEL_CONSUMER}={label_value(consumer)}"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PartitionEntry:
+    """A partition in a pod's ConfigMap: the epoch to fence with, and owned or revoking."""
+
+    epoch: int
+    state: models.OwnershipState = "owned"
+    since: datetime.datetime | None = None  # when it entered `state`
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ParsedData:
+    """What could be read from a ConfigMap's data; ``problems`` non-empty means repair it."""
+
+    consumer: str = ""
+    pod: str = ""
+    generation: int = 0
+    partitions: Mapping[models.PartitionId, PartitionEntry] = dataclasses.field(
+        default_factory=dict
+    )
+    fully_qualified_namespace: str = ""
+    event_hub_name: str = ""
+    consumer_group: str = ""
+    checkpoint_container: str = ""
+    checkpoint_account_url: str = ""
+    start_position: Any = None  # the CR's shape (a string or a one-key object)
+    problems: tuple[str, ...] = ()
+
+    @property
+    def needs_repair(self) -> bool:
+        return bool(self.problems)
+
+
+def _partitions_json(partitions: Mapping[models.PartitionId, PartitionEntry]) -> str:
+    body: dict[str, Any] = {}
+    for pid in sorted(partitions, key=models.name_key):
+        entry = partitions[pid]
+        item: dict[str, Any] = {"epoch": entry.epoch, "state": entry.state}
+        if entry.since is not None:
+            item["since"] = specs.format_time(entry.since)
+        body[pid] = item
+    return json.dumps(body, separators=(",", ":"))
+
+
+def build_data(
+    *,
+    spec: specs.ConsumerSpec,
+    consumer: str,
+    pod: str,
+    generation: int,
+    partitions: Mapping[models.PartitionId, PartitionEntry],
+) -> dict[str, str]:
+    """The full ``data`` of a pod's ConfigMap. No secret goes in: only references to them."""
+    return {
+        KEY_CONSUMER: consumer,
+        KEY_POD: pod,
+        KEY_FQNS: spec.fully_qualified_namespace,
+        KEY_EVENTHUB: spec.event_hub_name,
+        KEY_CONSUMER_GROUP: spec.consumer_group,
+        KEY_CREDENTIALS: json.dumps(spec.event_hub_credentials.describe(), separators=(",", ":")),
+        KEY_CONTAINER: spec.checkpoint_container,
+        KEY_ACCOUNT_URL: spec.checkpoint_account_url,
+        KEY_CHECKPOINT_CREDENTIALS: json.dumps(
+            spec.checkpoint_credentials.describe(), separators=(",", ":")
+        ),
+        KEY_START_POSITION: specs.start_position_json(spec.start_position),
+        KEY_GENERATION: str(generation),
+        KEY_PARTITIONS: _partitions_json(partitions),
+    }
+
+
+def desired_data(
+    *,
+    spec: specs.ConsumerSpec,
+    consumer: str,
+    pod: str,
+    partitions: Mapping[models.PartitionId, PartitionEntry],
+    current: Mapping[str, str] | None,
+) -> dict[str, str] | None:
+    """The data to write, or None when ``current`` already says the same.
+
+    The generation grows by one with every change, so a pod can tell that it has applied the
+    latest assignment (``applied-generation``); an unchanged ConfigMap keeps its generation,
+    which is what keeps a steady state free of writes.
+    """
+    previous = parse_data(current or {})
+    base = build_data(
+        spec=spec,
+        consumer=consumer,
+        pod=pod,
+        generation=previous.generation,
+        partitions=partitions,
+    )
+    if current is not None and dict(current) == base:
+        return None
+    return build_data(
+        spec=spec,
+        consumer=consumer,
+        pod=pod,
+        generation=previous.generation + 1,
+        partitions=partitions,
+    )
+
+
+def parse_data(data: object) -> ParsedData:
+    """Read a ConfigMap's data leniently: keep every valid partition, list every problem."""
+    problems: list[str] = []
+    if not isinstance(data, Mapping):
+        return ParsedData(problems=("data is not a mapping",))
+
+    def text(key: str) -> str:
+        value = data.get(key, "")
+        if not isinstance(value, str):
+            problems.append(f"{key} is not a string")
+            return ""
+        return value
+
+    generation = 0
+    raw_generation = data.get(KEY_GENERATION)
+    if raw_generation is None:
+        problems.append(f"{KEY_GENERATION} is missing")
+    else:
+        try:
+            generation = int(str(raw_generation))
+        except ValueError:
+            problems.append(f"{KEY_GENERATION} {raw_generation!r} is not an integer")
+        if generation < 0:
+            problems.append(f"{KEY_GENERATION} is negative")
+            generation = 0
+
+    start_position: Any = None
+    raw_start = data.get(KEY_START_POSITION)
+    if raw_start is not None:
+        try:
+            start_position = json.loads(str(raw_start))
+        except ValueError:
+            problems.append(f"{KEY_START_POSITION} is not JSON")
+
+    partitions: dict[models.PartitionId, PartitionEntry] = {}
+    raw_partitions = data.get(KEY_PARTITIONS)
+    if raw_partitions is None:
+        problems.append(f"{KEY_PARTITIONS} is missing")
+    else:
+        try:
+            decoded = json.loads(str(raw_partitions))
+        except ValueError:
+            decoded = None
+            problems.append(f"{KEY_PARTITIONS} is not JSON")
+        if decoded is not None and not isinstance(decoded, dict):
+            problems.append(f"{KEY_PARTITIONS} is not a JSON object")
+            decoded = None
+        for pid, item in (decoded or {}).items():
+            entry = _parse_entry(item)
+            if entry is None:
+                problems.append(f"partition {pid!r}: unreadable entry {item!r}")
+            else:
+                partitions[models.PartitionId(pid)] = entry
+
+    return ParsedData(
+        consumer=text(KEY_CONSUMER),
+        pod=text(KEY_POD),
+        generation=generation,
+        partitions=partitions,
+        fully_qualified_namespace=text(KEY_FQNS),
+        event_hub_name=text(KEY_EVENTHUB),
+        consumer_group=text(KEY_CONSUMER_GROUP),
+        checkpoint_container=text(KEY_CONTAINER),
+        checkpoint_account_url=text(KEY_ACCOUNT_URL),
+        start_position=start_position,
+        problems=tuple(problems),
+    )
+
+
+def _parse_entry(item: Any) -> PartitionEntry | None:
+    if not isinstance(item, Mapping):
+        return None
+    epoch = item.get("epoch")
+    state = item.get("state", "owned")
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        return None
+    if state not in models.OWNERSHIP_STATES:
+        return None
+    since = specs.parse_time(item.get("since"))
+    if "since" in item and since is None:
+        return None
+    return PartitionEntry(epoch=epoch, state=state, since=since)
+
+
+# --- the pod's side: annotations it writes on its own ConfigMap ---
+
+
+def build_released(released: Mapping[str, int]) -> str:
+    """The ``released`` annotation value: compact JSON ``{partition: epoch}``, sorted."""
+    ordered = {pid: released[pid] for pid in sorted(released, key=models.name_key)}
+    return json.dumps(ordered, separators=(",", ":"))
+
+
+def parse_released(annotations: Mapping[str, str] | None) -> dict[models.PartitionId, int]:
+    """The partitions a pod acknowledged as released; unreadable entries are ignored."""
+    raw = (annotations or {}).get(ANNOTATION_RELEASED)
+    if not raw:
+        return {}
+    try:
+        decoded = json.loads(raw)
+    except ValueError:
+        return {}
+    if not isinstance(decoded, dict):
+        return {}
+    return {
+        models.PartitionId(str(pid)): epoch
+        for pid, epoch in decoded.items()
+        if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 0
+    }
+
+
+def build_applied_generation(generation: int) -> str:
+    return str(generation)
+
+
+def parse_applied_generation(annotations: Mapping[str, str] | None) -> int | None:
+    """The generation the pod says it applied, or None when it has not said (or said nonsense)."""
+    raw = (annotations or {}).get(ANNOTATION_APPLIED_GENERATION)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        return None
+    return value if value >= 0 else None
+
+
+def pod_annotations(
+    *, consumer: str, partitions: Mapping[models.PartitionId, Any]
+) -> dict[str, str]:
+    """The operator's annotations on the Pod: which consumer, which partitions (for humans)."""
+    return {
+        POD_ANNOTATION_CONSUMER: consumer,
+        POD_ANNOTATION_PARTITIONS: ",".join(sorted(partitions, key=models.name_key)),
+    }

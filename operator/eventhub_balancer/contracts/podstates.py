@@ -1,0 +1,95 @@
+"""What a Pod body means for balancing: a ready, notready or terminating member, or gone.
+
+Kubernetes already knows which consumers are alive (readiness probes, deletion timestamps);
+this is where that knowledge becomes the planner's member state, with ``since`` taken from
+the cluster's own timestamps (the Ready condition's lastTransitionTime, the
+deletionTimestamp) so that a restarted operator measures the grace period from the same
+instant as the one before it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Mapping
+from typing import Any, TypedDict
+
+from eventhub_balancer.balancing import models
+from eventhub_balancer.contracts import specs
+
+
+class PodConditionBody(TypedDict, total=False):
+    type: str
+    status: str
+    lastTransitionTime: str
+
+
+class PodStatusBody(TypedDict, total=False):
+    phase: str
+    conditions: list[PodConditionBody]
+
+
+class PodMetadataBody(TypedDict, total=False):
+    name: str
+    namespace: str
+    uid: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    creationTimestamp: str
+    deletionTimestamp: str
+    resourceVersion: str
+
+
+class PodBody(TypedDict, total=False):
+    metadata: PodMetadataBody
+    status: PodStatusBody
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PodState:
+    """A pod as a member; ``state`` None: finished (Succeeded/Failed), owns nothing."""
+
+    name: str
+    uid: str
+    state: models.MemberState | None
+    since: datetime.datetime
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "ready"
+
+
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+def pod_state(pod: Mapping[str, Any]) -> PodState:
+    """Running + Ready + no deletionTimestamp = ready; a deletionTimestamp = terminating."""
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    name = str(meta.get("name", ""))
+    uid = str(meta.get("uid", ""))
+    created = specs.parse_time(meta.get("creationTimestamp")) or _EPOCH
+    deleted = specs.parse_time(meta.get("deletionTimestamp"))
+    if deleted is not None:
+        return PodState(name=name, uid=uid, state="terminating", since=deleted)
+    phase = status.get("phase", "Pending")
+    if phase in ("Succeeded", "Failed"):
+        # Its containers are gone: nobody will acknowledge a release, take over at once.
+        return PodState(name=name, uid=uid, state=None, since=created)
+    ready_condition: Mapping[str, Any] = {}
+    for condition in status.get("conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("type") == "Ready":
+            ready_condition = condition
+    since = specs.parse_time(ready_condition.get("lastTransitionTime")) or created
+    if phase == "Running" and ready_condition.get("status") == "True":
+        return PodState(name=name, uid=uid, state="ready", since=since)
+    return PodState(name=name, uid=uid, state="notready", since=since)
+
+
+def to_seconds(value: datetime.datetime) -> float:
+    """The planner's time unit: seconds since the Unix epoch."""
+    return value.timestamp()
+
+
+def from_seconds(value: float) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(value, tz=datetime.UTC)

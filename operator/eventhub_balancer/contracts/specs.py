@@ -1,0 +1,491 @@
+"""The EventHubConsumer custom resource as the operator and the pods read it.
+
+The CRD's OpenAPI schema checks shapes and bounds at admission; this module turns an admitted
+(or, in tests and on clusters without CEL, a not-quite-admitted) ``spec`` into one frozen
+`ConsumerSpec` with the CRD's defaults filled in, and checks what a structural schema cannot
+express: the shape of ``startPosition``, exactly one credentials kind, ``accountUrl`` with
+workload identity. Every problem is an `errors.InvalidInput` naming the field to change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import re
+from collections.abc import Mapping
+from typing import Any, Literal, TypedDict, cast
+
+from eventhub_balancer import errors
+from eventhub_balancer.balancing import models
+
+GROUP = "eventhub-balancer.dev"
+VERSION = "v1alpha1"
+PLURAL = "eventhubconsumers"
+KIND = "EventHubConsumer"
+
+
+class SecretKeyRefBody(TypedDict):
+    name: str
+    key: str
+
+
+class WorkloadIdentityBody(TypedDict, total=False):
+    clientId: str
+
+
+class CredentialsBody(TypedDict, total=False):
+    connectionStringSecretRef: SecretKeyRefBody
+    workloadIdentity: WorkloadIdentityBody
+
+
+class EventHubBody(TypedDict, total=False):
+    fullyQualifiedNamespace: str
+    name: str
+    consumerGroup: str
+    credentials: CredentialsBody
+
+
+class CheckpointStoreBody(TypedDict, total=False):
+    containerName: str
+    accountUrl: str
+    credentials: CredentialsBody
+
+
+class SelectorRequirementBody(TypedDict, total=False):
+    key: str
+    operator: str
+    values: list[str]
+
+
+class SelectorBody(TypedDict, total=False):
+    matchLabels: dict[str, str]
+    matchExpressions: list[SelectorRequirementBody]
+
+
+class BalancingBody(TypedDict, total=False):
+    intervalSeconds: int
+    podGraceSeconds: int
+    handoffTimeoutSeconds: int
+    maxMovesPerCycle: int
+    weighting: str
+
+
+class SpecBody(TypedDict, total=False):
+    eventHub: EventHubBody
+    checkpointStore: CheckpointStoreBody
+    selector: SelectorBody
+    startPosition: str | dict[str, Any]
+    balancing: BalancingBody
+
+
+class ConsumerStatusBody(TypedDict, total=False):
+    pod: str
+    ready: bool
+    state: str
+    partitions: list[str]
+    revoking: list[str]
+
+
+class HandoffBody(TypedDict, total=False):
+    partition: str
+    # "from" is a keyword: the status uses the key "from", built with a dict literal.
+    epoch: int
+    since: str
+
+
+class ConditionBody(TypedDict, total=False):
+    type: str
+    status: str
+    observedGeneration: int
+    lastTransitionTime: str
+    reason: str
+    message: str
+
+
+class StatusBody(TypedDict, total=False):
+    observedGeneration: int
+    partitionCount: int
+    memberCount: int
+    consumers: list[ConsumerStatusBody]
+    handoffs: list[dict[str, Any]]
+    epochs: dict[str, int]
+    movesTotal: int
+    lastRebalanceTime: str
+    conditions: list[ConditionBody]
+
+
+class MetadataBody(TypedDict, total=False):
+    name: str
+    namespace: str
+    uid: str
+    generation: int
+    resourceVersion: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    deletionTimestamp: str
+
+
+class ConsumerBody(TypedDict, total=False):
+    apiVersion: str
+    kind: str
+    metadata: MetadataBody
+    spec: SpecBody
+    status: StatusBody
+
+
+# The CRD's defaults, repeated here for specs that bypassed admission (tests, old API servers).
+DEFAULT_CONSUMER_GROUP = "$Default"
+DEFAULT_INTERVAL_SECONDS = 5
+DEFAULT_POD_GRACE_SECONDS = 20
+DEFAULT_HANDOFF_TIMEOUT_SECONDS = 30
+
+_CONTAINER_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*[a-z0-9]$")
+_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SecretKeyRef:
+    """A key of a Secret in the consumer's namespace; the value itself never leaves the adapter."""
+
+    name: str
+    key: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Credentials:
+    """Exactly one of a connection string in a Secret, or workload identity."""
+
+    secret_ref: SecretKeyRef | None = None
+    workload_identity: bool = False
+    client_id: str = ""  # workload identity: empty means the ServiceAccount's default
+
+    def describe(self) -> dict[str, Any]:
+        """The reference, never a secret value: safe for ConfigMaps, status and logs."""
+        if self.secret_ref is not None:
+            return {
+                "connectionStringSecretRef": {
+                    "name": self.secret_ref.name,
+                    "key": self.secret_ref.key,
+                }
+            }
+        return {"workloadIdentity": {"clientId": self.client_id} if self.client_id else {}}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StartPosition:
+    """Where a partition without a checkpoint starts (exactly one of the fields is meaningful)."""
+
+    kind: Literal["earliest", "latest", "sequenceNumber", "enqueuedTime"]
+    sequence_number: int | None = None
+    enqueued_time: datetime.datetime | None = None
+
+    def to_json(self) -> Any:
+        """The CR's own shape: a string or a one-key object (the ConfigMap carries it as JSON)."""
+        if self.kind == "sequenceNumber":
+            return {"sequenceNumber": self.sequence_number}
+        if self.kind == "enqueuedTime":
+            assert self.enqueued_time is not None
+            return {"enqueuedTime": format_time(self.enqueued_time)}
+        return self.kind
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LabelRequirement:
+    key: str
+    operator: str  # In | NotIn | Exists | DoesNotExist
+    values: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Selector:
+    """A Kubernetes label selector; `matches` evaluates it the way the API server does."""
+
+    match_labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    match_expressions: tuple[LabelRequirement, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        for key, value in self.match_labels.items():
+            if labels.get(key) != value:
+                return False
+        for req in self.match_expressions:
+            present = req.key in labels
+            if req.operator == "In" and not (present and labels[req.key] in req.values):
+                return False
+            if req.operator == "NotIn" and present and labels[req.key] in req.values:
+                return False
+            if req.operator == "Exists" and not present:
+                return False
+            if req.operator == "DoesNotExist" and present:
+                return False
+        return True
+
+    def to_query(self) -> str:
+        """The selector as a ``labelSelector`` query string for list calls."""
+        parts = [f"{k}={v}" for k, v in sorted(self.match_labels.items())]
+        for req in self.match_expressions:
+            if req.operator == "Exists":
+                parts.append(req.key)
+            elif req.operator == "DoesNotExist":
+                parts.append(f"!{req.key}")
+            else:
+                op = "in" if req.operator == "In" else "notin"
+                parts.append(f"{req.key} {op} ({','.join(req.values)})")
+        return ",".join(parts)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Balancing:
+    interval_seconds: int = DEFAULT_INTERVAL_SECONDS
+    pod_grace_seconds: int = DEFAULT_POD_GRACE_SECONDS
+    handoff_timeout_seconds: int = DEFAULT_HANDOFF_TIMEOUT_SECONDS
+    max_moves_per_cycle: int = 0
+    weighting: models.Weighting = "count"
+
+    def to_options(self) -> models.Options:
+        return models.Options(
+            pod_grace_seconds=float(self.pod_grace_seconds),
+            handoff_timeout_seconds=float(self.handoff_timeout_seconds),
+            max_moves_per_cycle=self.max_moves_per_cycle,
+            weighting=self.weighting,
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ConsumerSpec:
+    """One EventHubConsumer's spec, validated, with every default filled in."""
+
+    fully_qualified_namespace: str
+    event_hub_name: str
+    consumer_group: str
+    event_hub_credentials: Credentials
+    checkpoint_container: str
+    checkpoint_account_url: str  # empty with a connection string
+    checkpoint_credentials: Credentials
+    selector: Selector
+    start_position: StartPosition
+    balancing: Balancing
+
+
+def format_time(value: datetime.datetime) -> str:
+    """RFC 3339 in UTC with a Z, as Kubernetes writes times (second precision)."""
+    utc = value.astimezone(datetime.UTC).replace(microsecond=0)
+    return utc.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: object) -> datetime.datetime | None:
+    """An RFC 3339 time, or None when it is missing or unreadable (callers pick a fallback)."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=datetime.UTC)
+    return parsed
+
+
+def parse_spec(spec: Mapping[str, Any]) -> ConsumerSpec:
+    """Validate a CR's ``spec`` and fill in the defaults; raise InvalidInput naming the field."""
+    if not isinstance(spec, Mapping):
+        raise errors.InvalidInput("spec", "must be an object")
+    hub = _mapping(spec, "eventHub", "spec.eventHub", required=True)
+    store = _mapping(spec, "checkpointStore", "spec.checkpointStore", required=True)
+    fqns = _string(hub, "fullyQualifiedNamespace", "spec.eventHub.fullyQualifiedNamespace")
+    name = _string(hub, "name", "spec.eventHub.name")
+    group = _string(
+        hub, "consumerGroup", "spec.eventHub.consumerGroup", default=DEFAULT_CONSUMER_GROUP
+    )
+    hub_creds = _credentials(hub.get("credentials"), "spec.eventHub.credentials")
+    container = _string(store, "containerName", "spec.checkpointStore.containerName")
+    if not (3 <= len(container) <= 63) or not _CONTAINER_NAME.match(container) or "--" in container:
+        raise errors.InvalidInput(
+            "spec.checkpointStore.containerName",
+            f"{container!r} is not a blob container name: use 3-63 lower-case letters, digits "
+            "and single dashes, starting and ending with a letter or digit",
+        )
+    account_url = _string(store, "accountUrl", "spec.checkpointStore.accountUrl", default="")
+    if account_url and not account_url.startswith(("http://", "https://")):
+        raise errors.InvalidInput(
+            "spec.checkpointStore.accountUrl", f"{account_url!r} must start with https://"
+        )
+    store_creds = _credentials(store.get("credentials"), "spec.checkpointStore.credentials")
+    if store_creds.workload_identity and not account_url:
+        raise errors.InvalidInput(
+            "spec.checkpointStore.accountUrl",
+            "is required with workloadIdentity: set the storage account's blob endpoint, "
+            "e.g. https://<account>.blob.core.windows.net",
+        )
+    if store_creds.secret_ref is not None:
+        account_url = ""  # ignored with a connection string, says the CRD
+    return ConsumerSpec(
+        fully_qualified_namespace=fqns,
+        event_hub_name=name,
+        consumer_group=group,
+        event_hub_credentials=hub_creds,
+        checkpoint_container=container,
+        checkpoint_account_url=account_url,
+        checkpoint_credentials=store_creds,
+        selector=_selector(spec.get("selector")),
+        start_position=parse_start_position(spec.get("startPosition", "earliest")),
+        balancing=_balancing(spec.get("balancing")),
+    )
+
+
+def parse_start_position(value: Any, field: str = "spec.startPosition") -> StartPosition:
+    """earliest | latest | {sequenceNumber: N} | {enqueuedTime: RFC 3339}."""
+    if value is None or value in ("earliest", "latest"):
+        return StartPosition(kind=cast(Literal["earliest", "latest"], value or "earliest"))
+    if isinstance(value, str):
+        raise errors.InvalidInput(
+            field,
+            f"{value!r} is not a start position: use earliest, latest, "
+            "{sequenceNumber: N} or {enqueuedTime: <RFC 3339 time>}",
+        )
+    if not isinstance(value, Mapping) or len(value) != 1:
+        raise errors.InvalidInput(
+            field,
+            "must be earliest, latest, or an object with exactly one of "
+            "sequenceNumber or enqueuedTime",
+        )
+    ((key, raw),) = value.items()
+    if key == "sequenceNumber":
+        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+            raise errors.InvalidInput(f"{field}.sequenceNumber", "must be an integer >= 0")
+        return StartPosition(kind="sequenceNumber", sequence_number=raw)
+    if key == "enqueuedTime":
+        parsed = parse_time(raw)
+        if parsed is None:
+            raise errors.InvalidInput(
+                f"{field}.enqueuedTime",
+                f"{raw!r} is not an RFC 3339 time, e.g. 2024-05-01T00:00:00Z",
+            )
+        return StartPosition(kind="enqueuedTime", enqueued_time=parsed)
+    raise errors.InvalidInput(field, f"unknown key {key!r}: use sequenceNumber or enqueuedTime")
+
+
+def _mapping(
+    parent: Mapping[str, Any], key: str, field: str, *, required: bool
+) -> Mapping[str, Any]:
+    value = parent.get(key)
+    if value is None and not required:
+        return {}
+    if not isinstance(value, Mapping):
+        raise errors.InvalidInput(field, "is required and must be an object")
+    return value
+
+
+def _string(parent: Mapping[str, Any], key: str, field: str, *, default: str | None = None) -> str:
+    value = parent.get(key, default)
+    if value is None:
+        raise errors.InvalidInput(field, "is required")
+    if not isinstance(value, str) or (default is None and not value):
+        raise errors.InvalidInput(field, "must be a non-empty string")
+    return value
+
+
+def _credentials(value: Any, field: str) -> Credentials:
+    if not isinstance(value, Mapping):
+        raise errors.InvalidInput(
+            field, "is required: set connectionStringSecretRef {name, key} or workloadIdentity {}"
+        )
+    kinds = [k for k in ("connectionStringSecretRef", "workloadIdentity") if k in value]
+    if len(kinds) != 1 or len(value) != 1:
+        raise errors.InvalidInput(
+            field, "set exactly one of connectionStringSecretRef or workloadIdentity"
+        )
+    if kinds[0] == "connectionStringSecretRef":
+        ref = _mapping(
+            value, "connectionStringSecretRef", f"{field}.connectionStringSecretRef", required=True
+        )
+        return Credentials(
+            secret_ref=SecretKeyRef(
+                name=_string(ref, "name", f"{field}.connectionStringSecretRef.name"),
+                key=_string(ref, "key", f"{field}.connectionStringSecretRef.key"),
+            )
+        )
+    identity = value.get("workloadIdentity") or {}
+    if not isinstance(identity, Mapping):
+        raise errors.InvalidInput(f"{field}.workloadIdentity", "must be an object")
+    client_id = identity.get("clientId", "")
+    if not isinstance(client_id, str):
+        raise errors.InvalidInput(f"{field}.workloadIdentity.clientId", "must be a string")
+    return Credentials(workload_identity=True, client_id=client_id)
+
+
+def _selector(value: Any) -> Selector:
+    field = "spec.selector"
+    if not isinstance(value, Mapping) or not value:
+        raise errors.InvalidInput(
+            field,
+            "is required: set matchLabels (and/or matchExpressions) that select the "
+            "consumer pods, as in their Deployment",
+        )
+    labels = value.get("matchLabels") or {}
+    if not isinstance(labels, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
+        raise errors.InvalidInput(f"{field}.matchLabels", "must map label keys to string values")
+    requirements = []
+    raw_expressions = value.get("matchExpressions") or []
+    if not isinstance(raw_expressions, list):
+        raise errors.InvalidInput(f"{field}.matchExpressions", "must be a list")
+    for i, raw in enumerate(raw_expressions):
+        where = f"{field}.matchExpressions[{i}]"
+        if not isinstance(raw, Mapping):
+            raise errors.InvalidInput(where, "must be an object with key and operator")
+        key = _string(raw, "key", f"{where}.key")
+        op = raw.get("operator")
+        if op not in _SELECTOR_OPERATORS:
+            raise errors.InvalidInput(
+                f"{where}.operator", f"{op!r}: use one of {', '.join(_SELECTOR_OPERATORS)}"
+            )
+        values = raw.get("values") or []
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise errors.InvalidInput(f"{where}.values", "must be a list of strings")
+        if op in ("In", "NotIn") and not values:
+            raise errors.InvalidInput(f"{where}.values", f"must not be empty with {op}")
+        if op in ("Exists", "DoesNotExist") and values:
+            raise errors.InvalidInput(f"{where}.values", f"must be empty with {op}")
+        requirements.append(LabelRequirement(key=key, operator=op, values=tuple(values)))
+    if not labels and not requirements:
+        raise errors.InvalidInput(
+            field, "selects every pod in the namespace: set matchLabels or matchExpressions"
+        )
+    return Selector(match_labels=dict(labels), match_expressions=tuple(requirements))
+
+
+def _balancing(value: Any) -> Balancing:
+    field = "spec.balancing"
+    if value is None:
+        return Balancing()
+    if not isinstance(value, Mapping):
+        raise errors.InvalidInput(field, "must be an object")
+
+    def integer(key: str, default: int, low: int, high: int | None) -> int:
+        raw = value.get(key, default)
+        if isinstance(raw, bool) or not isinstance(raw, int):
+            raise errors.InvalidInput(f"{field}.{key}", "must be an integer")
+        if raw < low or (high is not None and raw > high):
+            bound = f"between {low} and {high}" if high is not None else f">= {low}"
+            raise errors.InvalidInput(f"{field}.{key}", f"{raw} is out of range: use {bound}")
+        return raw
+
+    weighting = value.get("weighting", "count")
+    if weighting not in models.WEIGHTINGS:
+        raise errors.InvalidInput(f"{field}.weighting", f"{weighting!r}: use count or lag")
+    return Balancing(
+        interval_seconds=integer("intervalSeconds", DEFAULT_INTERVAL_SECONDS, 1, 3600),
+        pod_grace_seconds=integer("podGraceSeconds", DEFAULT_POD_GRACE_SECONDS, 0, 86400),
+        handoff_timeout_seconds=integer(
+            "handoffTimeoutSeconds", DEFAULT_HANDOFF_TIMEOUT_SECONDS, 0, 3600
+        ),
+        max_moves_per_cycle=integer("maxMovesPerCycle", 0, 0, None),
+        weighting=cast(models.Weighting, weighting),
+    )
+
+
+def start_position_json(position: StartPosition) -> str:
+    """The start position as the ConfigMap carries it: compact JSON of the CR's shape."""
+    return json.dumps(position.to_json(), separators=(",", ":"))

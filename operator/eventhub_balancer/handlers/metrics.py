@@ -1,0 +1,99 @@
+"""The operator's Prometheus metrics, in a registry per operator instance.
+
+A registry per instance (not prometheus_client's global one) so that two operators in one
+process (tests of peering, the benchmark) keep their figures apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import prometheus_client
+
+#: Cycle durations: a cycle is a handful of API round trips, tens of milliseconds normally.
+CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+#: Hand-off durations: from the revoke to the assignment, bounded by handoffTimeoutSeconds.
+HANDOFF_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = prometheus_client.CollectorRegistry()
+        labels = ["namespace", "consumer"]
+        self.partitions = prometheus_client.Gauge(
+            "ehb_partitions",
+            "Partitions owned per pod (including those being released).",
+            [*labels, "pod"],
+            registry=self.registry,
+        )
+        self.partition_count = prometheus_client.Gauge(
+            "ehb_partition_count", "Partitions of the Event Hub.", labels, registry=self.registry
+        )
+        self.members = prometheus_client.Gauge(
+            "ehb_members", "Pods that are members.", labels, registry=self.registry
+        )
+        self.balanced = prometheus_client.Gauge(
+            "ehb_balanced",
+            "1 when balanced with no hand-off in flight.",
+            labels,
+            registry=self.registry,
+        )
+        self.handoffs_in_flight = prometheus_client.Gauge(
+            "ehb_handoffs_in_flight",
+            "Partitions waiting for a release.",
+            labels,
+            registry=self.registry,
+        )
+        self.moves = prometheus_client.Counter(
+            "ehb_moves",
+            "Moves carried out, by kind and reason.",
+            [*labels, "kind", "reason"],
+            registry=self.registry,
+        )
+        self.handoff_duration = prometheus_client.Histogram(
+            "ehb_handoff_duration_seconds",
+            "From revoke to the new owner's assignment.",
+            [*labels, "outcome"],
+            buckets=HANDOFF_BUCKETS,
+            registry=self.registry,
+        )
+        self.cycle_duration = prometheus_client.Histogram(
+            "ehb_cycle_duration_seconds",
+            "Duration of one reconcile cycle.",
+            labels,
+            buckets=CYCLE_BUCKETS,
+            registry=self.registry,
+        )
+        self.cycles = prometheus_client.Counter(
+            "ehb_cycles",
+            "Reconcile cycles, by result.",
+            [*labels, "result"],
+            registry=self.registry,
+        )
+        self.api_writes = prometheus_client.Counter(
+            "ehb_api_writes",
+            "Kubernetes API writes, by kind of object.",
+            [*labels, "kind"],
+            registry=self.registry,
+        )
+        self.eventhub_reachable = prometheus_client.Gauge(
+            "ehb_eventhub_reachable",
+            "1 when the last partition read succeeded.",
+            labels,
+            registry=self.registry,
+        )
+        self._pods: dict[tuple[str, str], set[str]] = {}
+
+    def set_partitions(self, *, namespace: str, consumer: str, per_pod: Mapping[str, int]) -> None:
+        key = (namespace, consumer)
+        for gone in self._pods.get(key, set()) - set(per_pod):
+            self.partitions.remove(namespace, consumer, gone)
+        for pod, count in per_pod.items():
+            self.partitions.labels(namespace, consumer, pod).set(count)
+        self._pods[key] = set(per_pod)
+
+    def forget(self, *, namespace: str, consumer: str) -> None:
+        self.set_partitions(namespace=namespace, consumer=consumer, per_pod={})
+
+    def exposition(self) -> bytes:
+        return prometheus_client.generate_latest(self.registry)

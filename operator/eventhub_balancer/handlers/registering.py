@@ -1,0 +1,249 @@
+"""The kopf side: which events start a cycle, and kopf's settings. Thin on purpose.
+
+Every EventHubConsumer gets one daemon that runs `cycles.run_cycle` whenever it is woken and
+at least every ``spec.balancing.intervalSeconds`` (the safety net). Pod events (add, delete,
+readiness) and ConfigMap events (a pod's acknowledgement) wake the daemons of the consumers
+they concern at once; wake-ups within `DEBOUNCE_SECONDS` are folded into one cycle.
+
+kopf's bookkeeping stays out of the status: progress and diff-base go to annotations with our
+prefix, kopf posts no Events of its own (ours have specific reasons), and the registry is
+built per operator instance, so that two operators (peering tests) can share a process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import kopf
+
+from eventhub_balancer import errors
+from eventhub_balancer.contracts import configmaps, specs
+from eventhub_balancer.handlers import cycles, ports
+from eventhub_balancer.handlers.metrics import Metrics
+
+logger = logging.getLogger(__name__)
+
+#: Wake-ups this close together become one cycle (a rollout changes many pods at once).
+DEBOUNCE_SECONDS = 0.05
+#: The first retry after a failed cycle (API conflict, API unavailable); doubles up to the max.
+RETRY_SECONDS = 0.5
+MAX_RETRY_SECONDS = 60.0
+
+
+class ConnectionPort(Protocol):
+    @property
+    def server(self) -> str: ...
+    @property
+    def ca_path(self) -> str | None: ...
+    @property
+    def insecure(self) -> bool: ...
+    @property
+    def token(self) -> str | None: ...
+    @property
+    def certificate_path(self) -> str | None: ...
+    @property
+    def private_key_path(self) -> str | None: ...
+
+
+Key = tuple[str, str]  # (namespace, name)
+
+
+@dataclasses.dataclass
+class Runtime:
+    """Everything the handlers share in one operator instance."""
+
+    kube: ports.KubePort
+    hubs: ports.HubPort
+    metrics: Metrics = dataclasses.field(default_factory=Metrics)
+    connection: Callable[[], ConnectionPort] | None = None
+    clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC)
+    debounce: float = DEBOUNCE_SECONDS
+    wakes: dict[Key, asyncio.Event] = dataclasses.field(default_factory=dict)
+    memories: dict[Key, cycles.Memory] = dataclasses.field(default_factory=dict)
+    selectors: dict[Key, specs.Selector] = dataclasses.field(default_factory=dict)
+    heartbeats: dict[Key, float] = dataclasses.field(default_factory=dict)
+    intervals: dict[Key, float] = dataclasses.field(default_factory=dict)
+    cycles_run: int = 0
+
+    def wake(self, key: Key) -> None:
+        event = self.wakes.get(key)
+        if event is not None:
+            event.set()
+
+    def stuck(self, *, now: float) -> list[Key]:
+        """Daemons whose loop has not come round for far longer than their interval."""
+        return [
+            key
+            for key, beat in self.heartbeats.items()
+            if now - beat > max(120.0, 10 * self.intervals.get(key, 5.0))
+        ]
+
+
+def configure(
+    settings: kopf.OperatorSettings,
+    *,
+    peering_name: str | None,
+    standalone: bool,
+    clusterwide: bool,
+    priority: int,
+) -> None:
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=specs.GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=specs.GROUP, key="last-handled-configuration"
+    )
+    settings.persistence.finalizer = f"{specs.GROUP}/finalizer"
+    settings.posting.enabled = False
+    settings.peering.standalone = standalone
+    settings.peering.clusterwide = clusterwide
+    settings.peering.priority = priority
+    settings.peering.mandatory = not standalone
+    if peering_name:
+        settings.peering.name = peering_name
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 10
+    settings.networking.request_timeout = 30
+
+
+def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+
+    if runtime.connection is not None:
+        connection = runtime.connection
+
+        @kopf.on.login(registry=registry)
+        def login(**_: Any) -> kopf.ConnectionInfo:
+            info = connection()
+            return kopf.ConnectionInfo(
+                server=info.server,
+                ca_path=info.ca_path,
+                insecure=info.insecure,
+                token=info.token,
+                certificate_path=info.certificate_path,
+                private_key_path=info.private_key_path,
+            )
+
+    @kopf.daemon(
+        specs.GROUP,
+        specs.VERSION,
+        specs.PLURAL,
+        registry=registry,
+        cancellation_timeout=10.0,
+        id="balance",
+    )
+    async def balance(**kwargs: Any) -> None:
+        await run_daemon(
+            runtime,
+            namespace=kwargs["namespace"],
+            name=kwargs["name"],
+            spec=kwargs["spec"],
+            stopped=kwargs["stopped"],
+        )
+
+    @kopf.on.event(specs.GROUP, specs.VERSION, specs.PLURAL, registry=registry)
+    def consumer_changed(**kwargs: Any) -> None:
+        key = (kwargs["namespace"], kwargs["name"])
+        body = kwargs["body"]
+        memory = runtime.memories.get(key)
+        generation = (body.get("metadata") or {}).get("generation")
+        if memory is not None and generation != memory.generation:
+            runtime.wake(key)  # a spec change: re-plan now, not at the next tick
+
+    @kopf.on.event("", "v1", "pods", registry=registry)
+    def pod_changed(**kwargs: Any) -> None:
+        name, namespace, labels = kwargs["name"], kwargs["namespace"], kwargs["labels"]
+        for key, selector in list(runtime.selectors.items()):
+            if key[0] != namespace:
+                continue
+            memory = runtime.memories.get(key)
+            if selector.matches(labels) or (memory is not None and name in memory.pods):
+                runtime.wake(key)
+
+    @kopf.on.event(
+        "",
+        "v1",
+        "configmaps",
+        registry=registry,
+        labels={configmaps.LABEL_MANAGED_BY: configmaps.MANAGED_BY},
+    )
+    def configmap_changed(**kwargs: Any) -> None:
+        namespace, body = kwargs["namespace"], kwargs["body"]
+        consumer = (body.get("data") or {}).get(configmaps.KEY_CONSUMER)
+        if consumer:
+            runtime.wake((namespace, consumer))
+        else:  # a corrupt one: wake the consumer its label points at
+            label = (body.get("metadata", {}).get("labels") or {}).get(configmaps.LABEL_CONSUMER)
+            for key in list(runtime.wakes):
+                if key[0] == namespace and configmaps.label_value(key[1]) == label:
+                    runtime.wake(key)
+
+    return registry
+
+
+async def run_daemon(
+    runtime: Runtime, *, namespace: str, name: str, spec: Any, stopped: Any
+) -> None:
+    """The per-consumer loop: cycle, then sleep until woken, a deadline or the interval."""
+    key = (namespace, name)
+    wake = runtime.wakes.setdefault(key, asyncio.Event())
+    memory = runtime.memories.setdefault(key, cycles.Memory())
+    retry = 0.0
+    stop_waiter = asyncio.ensure_future(stopped.wait())
+    try:
+        while not stopped:
+            try:
+                parsed = specs.parse_spec(spec)
+                runtime.selectors[key] = parsed.selector
+                interval = float(parsed.balancing.interval_seconds)
+            except errors.InvalidInput:
+                interval = float(specs.DEFAULT_INTERVAL_SECONDS)
+            runtime.intervals[key] = interval
+            wake.clear()
+            delay = interval
+            try:
+                result = await cycles.run_cycle(
+                    kube=runtime.kube,
+                    hubs=runtime.hubs,
+                    namespace=namespace,
+                    name=name,
+                    memory=memory,
+                    now=runtime.clock(),
+                    metrics=runtime.metrics,
+                )
+                runtime.cycles_run += 1
+                runtime.metrics.cycles.labels(namespace, name, "ok").inc()
+                retry = 0.0
+                if result.next_in is not None:
+                    delay = min(delay, result.next_in)
+            except errors.EventHubBalancerError as e:
+                runtime.metrics.cycles.labels(namespace, name, e.reason).inc()
+                if isinstance(e, errors.NotFound):
+                    return  # the resource is gone; kopf stops us anyway
+                retry = min(MAX_RETRY_SECONDS, max(RETRY_SECONDS, retry * 2))
+                delay = retry
+                logger.warning(
+                    "%s/%s: cycle failed (%s), retrying in %.1f s", namespace, name, e, delay
+                )
+            runtime.heartbeats[key] = time.monotonic()
+            wake_waiter = asyncio.ensure_future(wake.wait())
+            try:
+                await asyncio.wait(
+                    {wake_waiter, stop_waiter}, timeout=delay, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                wake_waiter.cancel()
+            if wake.is_set() and not stopped:
+                await asyncio.sleep(runtime.debounce)
+    finally:
+        stop_waiter.cancel()
+        runtime.wakes.pop(key, None)
+        runtime.selectors.pop(key, None)
+        runtime.heartbeats.pop(key, None)
+        runtime.memories.pop(key, None)
+        runtime.metrics.forget(namespace=namespace, consumer=name)

@@ -1,0 +1,169 @@
+"""Running the operator: kopf plus the /metrics and /healthz endpoint on one port.
+
+``ehb operator`` calls `serve` on the main thread; tests and benchmarks use `OperatorThread`
+to run a whole operator (its own event loop, its own registry) in the background and stop it
+cleanly, as a second replica or after a simulated crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import threading
+import time
+from collections.abc import Collection
+
+import kopf
+from aiohttp import web
+
+from eventhub_balancer.handlers import registering
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Options:
+    namespaces: Collection[str] = ()
+    clusterwide: bool = False
+    standalone: bool = True
+    peering_name: str | None = None
+    priority: int = 0
+    metrics_host: str = "0.0.0.0"
+    metrics_port: int | None = 8080  # None: no endpoint; 0: any free port
+
+
+async def _start_http(
+    runtime: registering.Runtime, ready: asyncio.Event, *, host: str, port: int
+) -> tuple[web.AppRunner, int]:
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(
+            body=runtime.metrics.exposition(),
+            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+        )
+
+    async def healthz(_: web.Request) -> web.Response:
+        stuck = runtime.stuck(now=time.monotonic())
+        body = {
+            "ready": ready.is_set(),
+            "consumers": len(runtime.heartbeats),
+            "cycles": runtime.cycles_run,
+            "stuck": [f"{ns}/{name}" for ns, name in stuck],
+        }
+        status = 200 if ready.is_set() and not stuck else 503
+        return web.Response(status=status, text=json.dumps(body), content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    sockets = getattr(site._server, "sockets", None) or []
+    bound = sockets[0].getsockname()[1] if sockets else port
+    return runner, int(bound)
+
+
+async def serve(
+    runtime: registering.Runtime,
+    options: Options,
+    *,
+    stop_flag: asyncio.Event | threading.Event | None = None,
+    ready_flag: threading.Event | None = None,
+    bound_port: list[int] | None = None,
+) -> None:
+    settings = kopf.OperatorSettings()
+    registering.configure(
+        settings,
+        peering_name=options.peering_name,
+        standalone=options.standalone,
+        clusterwide=options.clusterwide,
+        priority=options.priority,
+    )
+    registry = registering.build_registry(runtime)
+    kopf_ready = asyncio.Event()
+    runner: web.AppRunner | None = None
+    if options.metrics_port is not None:
+        runner, port = await _start_http(
+            runtime, kopf_ready, host=options.metrics_host, port=options.metrics_port
+        )
+        if bound_port is not None:
+            bound_port.append(port)
+        logger.info(
+            "metrics and liveness on %s:%d (/metrics, /healthz)", options.metrics_host, port
+        )
+
+    async def watch_ready() -> None:
+        await kopf_ready.wait()
+        if ready_flag is not None:
+            ready_flag.set()
+
+    watcher = asyncio.ensure_future(watch_ready())
+    try:
+        await kopf.operator(
+            registry=registry,
+            settings=settings,
+            clusterwide=options.clusterwide,
+            namespaces=list(options.namespaces),
+            standalone=options.standalone,
+            peering_name=options.peering_name,
+            priority=options.priority,
+            stop_flag=stop_flag,
+            ready_flag=kopf_ready,
+        )
+    finally:
+        watcher.cancel()
+        if runner is not None:
+            await runner.cleanup()
+
+
+class OperatorThread:
+    """A whole operator in a background thread with its own loop (tests, benchmarks)."""
+
+    def __init__(self, runtime: registering.Runtime, options: Options) -> None:
+        self.runtime = runtime
+        self.options = options
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._ports: list[int] = []
+        self._thread = threading.Thread(target=self._main, name="ehb-operator", daemon=True)
+        self.error: BaseException | None = None
+
+    @property
+    def metrics_port(self) -> int | None:
+        return self._ports[0] if self._ports else None
+
+    def _main(self) -> None:
+        try:
+            asyncio.run(
+                serve(
+                    self.runtime,
+                    self.options,
+                    stop_flag=self._stop,
+                    ready_flag=self._ready,
+                    bound_port=self._ports,
+                )
+            )
+        except BaseException as e:  # reported by start()/stop(), never swallowed silently
+            self.error = e
+            logger.exception("operator thread failed")
+            self._ready.set()
+
+    def start(self, *, timeout: float = 20.0) -> OperatorThread:
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            self.stop()
+            raise TimeoutError(f"the operator was not ready within {timeout} s")
+        if self.error is not None:
+            raise RuntimeError("the operator failed to start") from self.error
+        return self
+
+    def stop(self, *, timeout: float = 20.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+        with contextlib.suppress(Exception):
+            if self._thread.is_alive():
+                logger.warning("the operator thread did not stop within %.0f s", timeout)

@@ -1,0 +1,112 @@
+"""`adapters.kubeapi` against the local API server: patches, error mapping, write counting."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import kmock
+import pytest
+
+from eventhub_balancer import errors
+from eventhub_balancer.adapters import kubeapi
+from eventhub_balancer.local.kube import LocalKubeAPI
+
+NS = "adapters"
+
+
+@pytest.fixture
+async def api(local_kube: LocalKubeAPI, tmp_path: Path) -> AsyncIterator[kubeapi.KubeAPI]:
+    client = kubeapi.KubeAPI.from_environment(str(local_kube.write_kubeconfig(tmp_path / "kc")))
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def configmap(name: str, data: dict[str, str]) -> dict[str, object]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
+
+
+async def test_merge_patch_sets_and_removes_keys_and_counts_writes(
+    api: kubeapi.KubeAPI, local_kube: LocalKubeAPI
+) -> None:
+    created = await api.create_configmap(namespace=NS, body=configmap("m", {"a": "1", "b": "2"}))
+    patched = await api.patch_configmap(
+        namespace=NS,
+        name="m",
+        patch={"data": {"a": None, "c": "3"}, "metadata": {"annotations": {"x": "y"}}},
+        resource_version=created["metadata"]["resourceVersion"],
+    )
+    assert patched["data"] == {"b": "2", "c": "3"}
+    stored = local_kube.get_object("v1/configmaps", "m", namespace=NS) or {}
+    assert stored["data"] == {"b": "2", "c": "3"}
+    assert stored["metadata"]["annotations"] == {"x": "y"}
+    await api.patch_pod_annotations(namespace=NS, name="absent", annotations={"k": "v"})
+    await api.delete_configmap(namespace=NS, name="m", uid=stored["metadata"]["uid"])
+    await api.delete_configmap(namespace=NS, name="m", uid=None)  # gone already: fine
+    assert local_kube.get_object("v1/configmaps", "m", namespace=NS) is None
+    # Every write is counted, also those that found nothing to change.
+    assert api.writes == {"configmap": 4, "pod": 1}
+
+
+async def test_stale_resource_version_is_a_conflict(
+    api: kubeapi.KubeAPI, local_kube: LocalKubeAPI
+) -> None:
+    created = await api.create_configmap(namespace=NS, body=configmap("m", {"a": "1"}))
+    local_kube.patch_object("v1/configmaps", "m", {"data": {"a": "pod"}}, namespace=NS)
+    with pytest.raises(errors.Conflict) as e:
+        await api.patch_configmap(
+            namespace=NS,
+            name="m",
+            patch={"data": {"a": "operator"}},
+            resource_version=created["metadata"]["resourceVersion"],
+        )
+    assert e.value.reason == "Conflict"
+    assert isinstance(e.value, errors.TransientError)
+    stored = local_kube.get_object("v1/configmaps", "m", namespace=NS) or {}
+    assert stored["data"] == {"a": "pod"}  # the other writer's change survived
+    # Without a precondition the same patch goes through.
+    await api.patch_configmap(
+        namespace=NS, name="m", patch={"data": {"a": "operator"}}, resource_version=None
+    )
+    stored = local_kube.get_object("v1/configmaps", "m", namespace=NS) or {}
+    assert stored["data"] == {"a": "operator"}
+
+
+async def test_not_found_and_secrets(api: kubeapi.KubeAPI, local_kube: LocalKubeAPI) -> None:
+    with pytest.raises(errors.NotFound) as missing:
+        await api.get_consumer(namespace=NS, name="nobody")
+    assert missing.value.reason == "NotFound"
+    with pytest.raises(errors.SecretNotFound) as no_secret:
+        await api.read_secret_key(namespace=NS, name="eh", key="cs")
+    assert no_secret.value.reason == "SecretNotFound"
+    assert "Secret adapters/eh not found" in str(no_secret.value)
+    value = "Endpoint=sb://x/;SharedAccessKeyName=k;SharedAccessKey=s3cr3t"
+    local_kube.create_object(
+        "v1/secrets",
+        {"metadata": {"name": "eh"}, "data": {"cs": base64.b64encode(value.encode()).decode()}},
+        namespace=NS,
+    )
+    assert await api.read_secret_key(namespace=NS, name="eh", key="cs") == value
+    with pytest.raises(errors.SecretNotFound) as no_key:
+        await api.read_secret_key(namespace=NS, name="eh", key="other")
+    assert no_key.value.missing_key
+    assert "s3cr3t" not in str(no_key.value)
+    assert api.writes == {}  # reads are not writes
+
+
+async def test_forbidden_and_unavailable_are_mapped(
+    api: kubeapi.KubeAPI, local_kube: LocalKubeAPI
+) -> None:
+    local_kube.handler["list", kmock.resource("v1/pods")][:1] << 403
+    with pytest.raises(errors.Forbidden) as forbidden:
+        await api.list_pods(namespace=NS, label_selector="app=x")
+    assert forbidden.value.reason == "Forbidden"
+    assert "ServiceAccount" in str(forbidden.value)
+    assert await api.list_pods(namespace=NS, label_selector="app=x") == []  # fault used up
+    local_kube.handler["list", kmock.resource("v1/configmaps")][:1] << 503
+    with pytest.raises(errors.ApiUnavailable) as unavailable:
+        await api.list_configmaps(namespace=NS, label_selector="app=x")
+    assert unavailable.value.reason == "ApiUnavailable"

@@ -1,0 +1,224 @@
+"""The operator/pod contract: spec parsing, ConfigMap names and data, conditions, pod states."""
+
+from __future__ import annotations
+
+import datetime
+import re
+
+import pytest
+
+from eventhub_balancer import errors
+from eventhub_balancer.balancing import models
+from eventhub_balancer.contracts import conditions, configmaps, podstates, specs
+
+T0 = datetime.datetime(2024, 5, 1, 12, 0, 0, tzinfo=datetime.UTC)
+SPEC = {
+    "eventHub": {
+        "fullyQualifiedNamespace": "shop.servicebus.windows.net",
+        "name": "orders",
+        "credentials": {"connectionStringSecretRef": {"name": "eh", "key": "cs"}},
+    },
+    "checkpointStore": {
+        "containerName": "checkpoints",
+        "credentials": {"connectionStringSecretRef": {"name": "b", "key": "cs"}},
+    },
+    "selector": {"matchLabels": {"app": "c"}},
+}
+
+
+def test_spec_defaults() -> None:
+    spec = specs.parse_spec(SPEC)
+    assert spec.consumer_group == "$Default"
+    assert spec.start_position.kind == "earliest"
+    assert spec.balancing == specs.Balancing()
+    assert spec.selector.to_query() == "app=c"
+
+
+@pytest.mark.parametrize(
+    ("patch", "field"),
+    [
+        ({"startPosition": "middle"}, "spec.startPosition"),
+        ({"startPosition": {"sequenceNumber": -1}}, "spec.startPosition.sequenceNumber"),
+        ({"startPosition": {"enqueuedTime": "yesterday"}}, "spec.startPosition.enqueuedTime"),
+        (
+            {
+                "checkpointStore": {
+                    "containerName": "checkpoints",
+                    "credentials": {"workloadIdentity": {}},
+                }
+            },
+            "spec.checkpointStore.accountUrl",
+        ),
+        ({"selector": {}}, "spec.selector"),
+        ({"balancing": {"weighting": "size"}}, "spec.balancing.weighting"),
+        (
+            {"eventHub": {"fullyQualifiedNamespace": "x", "name": "y", "credentials": {}}},
+            "spec.eventHub.credentials",
+        ),
+    ],
+)
+def test_spec_errors_name_the_field(patch: dict[str, object], field: str) -> None:
+    with pytest.raises(errors.InvalidInput) as e:
+        specs.parse_spec({**SPEC, **patch})
+    assert e.value.field == field
+
+
+def test_start_positions() -> None:
+    assert specs.parse_start_position({"sequenceNumber": 5}).to_json() == {"sequenceNumber": 5}
+    parsed = specs.parse_start_position({"enqueuedTime": "2024-05-01T00:00:00Z"})
+    assert parsed.to_json() == {"enqueuedTime": "2024-05-01T00:00:00Z"}
+
+
+def test_selector_expressions() -> None:
+    sel = specs.parse_spec(
+        {
+            **SPEC,
+            "selector": {
+                "matchExpressions": [
+                    {"key": "tier", "operator": "In", "values": ["a", "b"]},
+                    {"key": "x", "operator": "DoesNotExist"},
+                ]
+            },
+        }
+    ).selector
+    assert sel.matches({"tier": "a"})
+    assert not sel.matches({"tier": "c"})
+    assert not sel.matches({"tier": "a", "x": "1"})
+    assert sel.to_query() == "tier in (a,b),!x"
+
+
+def test_names_and_labels_are_bounded() -> None:
+    name = configmaps.configmap_name(consumer="orders", pod="c-0")
+    assert re.fullmatch(r"ehb-orders-c-0-[0-9a-f]{10}", name), name
+    assert name == configmaps.configmap_name(consumer="orders", pod="c-0")  # stable
+    long = configmaps.configmap_name(consumer="o" * 200, pod="p" * 200)
+    assert len(long) <= 253
+    assert long != configmaps.configmap_name(consumer="o" * 200, pod="p" * 199)
+    value = configmaps.label_value("x" * 100)
+    assert len(value) <= 63
+    assert value != configmaps.label_value("x" * 99 + "y")
+    assert configmaps.label_value("short") == "short"
+
+
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        (("a-b", "c"), ("a", "b-c")),
+        (("orders-eu", "west-0"), ("orders", "eu-west-0")),
+        (("x", "y-z-1"), ("x-y", "z-1")),
+    ],
+)
+def test_configmap_names_of_different_pairs_differ(
+    one: tuple[str, str], other: tuple[str, str]
+) -> None:
+    # Without the hash both would be "ehb-a-b-c": two pods sharing one ConfigMap.
+    assert f"ehb-{one[0]}-{one[1]}" == f"ehb-{other[0]}-{other[1]}"
+    first = configmaps.configmap_name(consumer=one[0], pod=one[1])
+    second = configmaps.configmap_name(consumer=other[0], pod=other[1])
+    assert first != second
+    assert first.startswith(f"ehb-{one[0]}-{one[1]}-")
+    assert len(first) <= configmaps.MAX_NAME
+
+
+def test_data_round_trip_has_no_secret_and_steady_generation() -> None:
+    spec = specs.parse_spec(SPEC)
+    parts = {
+        models.PartitionId("1"): configmaps.PartitionEntry(epoch=3, state="revoking", since=T0)
+    }
+    data = configmaps.desired_data(
+        spec=spec, consumer="orders", pod="c-0", partitions=parts, current=None
+    )
+    assert data is not None
+    assert data["generation"] == "1"
+    assert "SharedAccessKey" not in str(data)
+    parsed = configmaps.parse_data(data)
+    assert parsed.partitions == parts
+    assert not parsed.problems
+    assert parsed.start_position == "earliest"
+    assert (
+        configmaps.desired_data(
+            spec=spec, consumer="orders", pod="c-0", partitions=parts, current=data
+        )
+        is None
+    )
+    changed = configmaps.desired_data(
+        spec=spec, consumer="orders", pod="c-0", partitions={}, current=data
+    )
+    assert changed is not None
+    assert changed["generation"] == "2"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {},
+        {"partitions": "{oops", "generation": "1"},
+        {"partitions": "[]", "generation": "x"},
+        {"partitions": '{"1": {"epoch": -1}}', "generation": "1"},
+        "not a mapping",
+    ],
+)
+def test_corrupt_data_needs_repair(data: object) -> None:
+    assert configmaps.parse_data(data).needs_repair
+
+
+def test_pod_annotations_both_sides() -> None:
+    value = configmaps.build_released({"10": 2, "2": 1})
+    assert value == '{"2":1,"10":2}'
+    assert configmaps.parse_released({configmaps.ANNOTATION_RELEASED: value}) == {"2": 1, "10": 2}
+    assert configmaps.parse_released({configmaps.ANNOTATION_RELEASED: "junk"}) == {}
+    assert configmaps.parse_applied_generation({configmaps.ANNOTATION_APPLIED_GENERATION: "4"}) == 4
+    assert (
+        configmaps.parse_applied_generation({configmaps.ANNOTATION_APPLIED_GENERATION: "-"}) is None
+    )
+
+
+def test_condition_transition_time_moves_only_with_status() -> None:
+    c = conditions.Condition(type="Ready", status="True", reason="A", message="m")
+    first = conditions.apply(None, [c], observed_generation=1, now=T0)
+    later = T0 + datetime.timedelta(minutes=5)
+    same = conditions.apply(
+        first,
+        [conditions.Condition(type="Ready", status="True", reason="B", message="n")],
+        observed_generation=2,
+        now=later,
+    )
+    assert same[0]["lastTransitionTime"] == first[0]["lastTransitionTime"]
+    assert same[0]["reason"] == "B"
+    assert same[0]["observedGeneration"] == 2
+    flipped = conditions.apply(
+        same,
+        [conditions.Condition(type="Ready", status="False", reason="C", message="o")],
+        observed_generation=2,
+        now=later,
+    )
+    assert flipped[0]["lastTransitionTime"] == specs.format_time(later)
+
+
+def pod(**status: object) -> dict[str, object]:
+    return {
+        "metadata": {"name": "p", "uid": "u", "creationTimestamp": "2024-05-01T00:00:00Z"},
+        "status": status,
+    }
+
+
+def test_pod_states() -> None:
+    ready = pod(
+        phase="Running",
+        conditions=[
+            {"type": "Ready", "status": "True", "lastTransitionTime": "2024-05-01T12:00:00Z"}
+        ],
+    )
+    assert podstates.pod_state(ready).state == "ready"
+    assert podstates.pod_state(ready).since == T0
+    notready = pod(
+        phase="Running",
+        conditions=[
+            {"type": "Ready", "status": "False", "lastTransitionTime": "2024-05-01T12:00:00Z"}
+        ],
+    )
+    assert podstates.pod_state(notready).state == "notready"
+    assert podstates.pod_state(pod(phase="Pending")).state == "notready"
+    assert podstates.pod_state(pod(phase="Failed")).state is None
+    terminating = {**ready, "metadata": {"name": "p", "deletionTimestamp": "2024-05-01T12:00:00Z"}}
+    assert podstates.pod_state(terminating).state == "terminating"
