@@ -55,7 +55,9 @@ def schema(crd: dict[str, Any]) -> dict[str, Any]:
 
 def errors_of(schema: dict[str, Any], body: dict[str, Any]) -> list[str]:
     validator = jsonschema.Draft7Validator(schema)
-    return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(body)]
+    return [
+        f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(body)
+    ]
 
 
 def with_(path: str, value: Any) -> dict[str, Any]:
