@@ -11,7 +11,7 @@ best receiver for a partition of any size. Heaps are lazy: stale entries are ski
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from eventhub_balancer.balancing import models
 
@@ -60,18 +60,34 @@ class Loads:
             heapq.heappop(heap)
         return None
 
-    def lightest(self) -> Iterable[models.MemberName]:
-        """The least loaded member of each weight: the only possible best receivers."""
+    def lightest(self, *, avoid: models.MemberName | None = None) -> list[models.MemberName]:
+        """The least loaded member of each weight, other than `avoid`: the only possible
+        best receivers."""
+        result = []
         for heap in self._lightest.values():
-            while heap[0][0] != self._loads[heap[0][2]]:
-                heapq.heappop(heap)
-            yield heap[0][2]
+            # Skip stale entries and `avoid` (a load that came back to an earlier value leaves
+            # a duplicate entry), then put `avoid`'s entries back.
+            kept = []
+            while heap and (heap[0][2] == avoid or heap[0][0] != self._loads[heap[0][2]]):
+                entry = heapq.heappop(heap)
+                if entry[2] == avoid:
+                    kept.append(entry)
+            if heap:
+                result.append(heap[0][2])
+            for entry in kept:
+                heapq.heappush(heap, entry)
+        return result
 
-    def receiver(self, size: int) -> models.MemberName | None:
-        """Who would carry the least load per weight after taking `size` (ties by name)."""
+    def receiver(
+        self, size: int, *, avoid: models.MemberName | None = None
+    ) -> models.MemberName | None:
+        """Who would carry the least load per weight after taking `size` (ties by name),
+        other than `avoid` unless nobody else is there."""
         best: tuple[float, models.NameKey, models.MemberName] | None = None
-        for name in self.lightest():
+        for name in self.lightest(avoid=avoid):
             candidate = ((self._loads[name] + size) / self._weights[name], self._keys[name], name)
             if best is None or candidate < best:
                 best = candidate
+        if best is None and avoid is not None and avoid in self._loads:
+            return avoid
         return best[2] if best is not None else None

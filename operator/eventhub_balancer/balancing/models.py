@@ -33,6 +33,14 @@ OWNERSHIP_STATES: tuple[OwnershipState, ...] = get_args(OwnershipState)
 Weighting = Literal["count", "lag"]
 WEIGHTINGS: tuple[Weighting, ...] = get_args(Weighting)
 
+#: The default of ``lagTolerance``: under ``weighting: lag`` a pod's load may stray this far
+#: (as a fraction of the mean load) before a partition moves. Lag is noisy from cycle to cycle;
+#: a quarter of the mean absorbs ordinary noise and still corrects a pod that falls behind.
+DEFAULT_LAG_TOLERANCE = 0.25
+
+#: The largest ``lagTolerance`` accepted: at 10 (1000 %) lag weighting barely ever moves.
+MAX_LAG_TOLERANCE = 10.0
+
 #: assign: an unowned partition gets an owner; revoke: a partition is marked revoking on its
 #: owner (or, with no target, dropped because it vanished); takeover: the owner changes at once
 #: because the hand-off completed or the old owner is gone.
@@ -82,6 +90,9 @@ class Options:
     handoff_timeout_seconds: float = 30.0
     max_moves_per_cycle: int = 0  # 0 = no cap
     weighting: Weighting = "count"
+    #: weighting "lag" only: how much imbalance, as a fraction of the mean load, is tolerated
+    #: before a rebalancing move starts (see planning's module docstring)
+    lag_tolerance: float = DEFAULT_LAG_TOLERANCE
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

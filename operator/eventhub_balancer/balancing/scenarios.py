@@ -37,6 +37,7 @@ class OptionsBody(TypedDict, total=False):
     handoffTimeoutSeconds: float
     maxMovesPerCycle: int
     weighting: str
+    lagTolerance: float
 
 
 class ScenarioBody(TypedDict):
@@ -67,7 +68,13 @@ _Choice = TypeVar("_Choice", bound=str)
 _SCENARIO_KEYS = ("partitions", "members", "assignment", "released", "lag", "now", "options")
 _MEMBER_KEYS = ("name", "state", "since", "weight")
 _OWNERSHIP_KEYS = ("owner", "epoch", "state", "since")
-_OPTION_KEYS = ("podGraceSeconds", "handoffTimeoutSeconds", "maxMovesPerCycle", "weighting")
+_OPTION_KEYS = (
+    "podGraceSeconds",
+    "handoffTimeoutSeconds",
+    "maxMovesPerCycle",
+    "weighting",
+    "lagTolerance",
+)
 
 
 def load(text: str) -> models.Scenario:
@@ -207,6 +214,7 @@ def dump_scenario(scenario: models.Scenario) -> ScenarioBody:
             "handoffTimeoutSeconds": _plain(options.handoff_timeout_seconds),
             "maxMovesPerCycle": options.max_moves_per_cycle,
             "weighting": options.weighting,
+            "lagTolerance": _plain(options.lag_tolerance),
         },
     }
 
@@ -329,7 +337,19 @@ def _options(raw: object) -> models.Options:
             models.WEIGHTINGS,
             "weighting",
         ),
+        lag_tolerance=_tolerance(
+            body.get("lagTolerance", defaults.lag_tolerance), "options.lagTolerance"
+        ),
     )
+
+
+def _tolerance(raw: object, field: str) -> float:
+    value = _number(raw, field)
+    if not 0 <= value <= models.MAX_LAG_TOLERANCE:
+        raise errors.InvalidInput(
+            field, f"must be between 0 and {_plain(models.MAX_LAG_TOLERANCE)}, got {raw}"
+        )
+    return value
 
 
 def _describe(raw: object) -> str:

@@ -8,6 +8,7 @@ compare what each cycle did with what the rules allow.
 from __future__ import annotations
 
 import dataclasses
+import fractions
 import math
 
 from hypothesis import strategies as st
@@ -16,6 +17,7 @@ from eventhub_balancer.balancing import models, planning
 
 NAMES = tuple(models.MemberName(f"pod-{i}") for i in range(10))
 NOW = 100.0
+TOLERANCES = (0.0, 0.1, 0.25, 0.25, 1.0, 3.0)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -81,6 +83,7 @@ def scenarios(
             handoff_timeout_seconds=draw(st.sampled_from([0.0, 30.0])),
             max_moves_per_cycle=draw(st.sampled_from([0, 0, 1, 3])),
             weighting=weighting,
+            lag_tolerance=draw(st.sampled_from(TOLERANCES)) if weighting == "lag" else 0.25,
         ),
     )
 
@@ -157,3 +160,37 @@ def exact_share(scenario: models.Scenario, name: models.MemberName, total: int) 
     live = live_members(scenario)
     weight = next(m.weight for m in live if m.name == name)
     return total * weight / math.fsum(m.weight for m in live)
+
+
+def mean_load(
+    scenario: models.Scenario, assignment: dict[models.PartitionId, models.Ownership]
+) -> fractions.Fraction:
+    """The live members' load per unit of weight (once nothing is loose or in flight)."""
+    live = live_members(scenario)
+    total = sum(loads(scenario, assignment).values())
+    return total / sum((fractions.Fraction(m.weight) for m in live), fractions.Fraction(0))
+
+
+def material_move(
+    scenario: models.Scenario,
+    assignment: dict[models.PartitionId, models.Ownership],
+    *,
+    margin: fractions.Fraction,
+) -> tuple[models.PartitionId, models.MemberName, models.MemberName] | None:
+    """Any move that is material at `margin` (the rule of the planner, by brute force):
+    per unit of weight, the giver stays at least `margin` above the receiver's old load and
+    the receiver at least `margin` below the giver's old load (strictly with no margin)."""
+    weights = {m.name: fractions.Fraction(m.weight) for m in live_members(scenario)}
+    level = {n: load / weights[n] for n, load in loads(scenario, assignment).items()}
+    for p, entry in assignment.items():
+        if entry.owner not in weights:
+            continue
+        g, s = entry.owner, scenario.lag.get(p, 0) + 1
+        for r in weights:
+            if r == g:
+                continue
+            a = level[g] - s / weights[g] - level[r]
+            b = level[g] - level[r] - s / weights[r]
+            if (a >= margin and b >= margin) if margin else (a > 0 and b > 0):
+                return p, g, r
+    return None

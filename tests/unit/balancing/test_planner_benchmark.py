@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -53,3 +54,17 @@ def test_a_repeat_below_one_is_refused(capsys: pytest.CaptureFixture[str]) -> No
 def test_the_default_sizes_are_the_documented_ones() -> None:
     assert planner.SIZES == ((32, 4), (1024, 64), (4096, 512), (32768, 4096))
     assert json.loads(json.dumps(planner.CASES)) == ["fresh", "join", "leave"]
+
+
+def test_lag_cases_carry_a_backlog_and_start_balanced() -> None:
+    fresh = planner.scenario_for("fresh", partitions=64, pods=8, weighting="lag")
+    assert fresh.options.weighting == "lag"
+    assert len(fresh.lag) == 64
+    assert max(fresh.lag.values()) < planner.MAX_LAG
+    join = planner.scenario_for("join", partitions=64, pods=8, weighting="lag")
+    assert join.lag == fresh.lag
+    settled = dataclasses.replace(join, members=join.members[:-1])
+    assert not planning.plan(settled).moves, "the starting point is not balanced"
+    assert planning.plan(join).moves, "the joining pod gets nothing"
+    figures = planner.run(repeat=1, sizes=((64, 8),), weighting="lag")
+    assert [f["case"] for f in figures] == ["fresh", "join", "leave"]

@@ -374,3 +374,78 @@ def test_fresh_scenarios_spread_contiguous_blocks() -> None:
         "6": "pod-2",
         "7": "pod-2",
     }
+
+
+def test_a_scenario_built_by_hand_with_a_bad_lag_tolerance_is_refused() -> None:
+    s = scenario(1, [member("a")], options=models.Options(weighting="lag", lag_tolerance=11))
+    with pytest.raises(
+        errors.InvalidInput, match=r"options.lagTolerance: must be between 0 and 10"
+    ):
+        planning.plan(s)
+
+
+def lag_scenario(
+    owned: dict[str, list[int]], *, tolerance: float = 0.25, **extra: Any
+) -> models.Scenario:
+    """Members with the lags of the partitions they own, numbered in order."""
+    assignment: dict[models.PartitionId, models.Ownership] = {}
+    lag: dict[models.PartitionId, int] = {}
+    for name, lags in owned.items():
+        for n in lags:
+            p = models.PartitionId(str(len(lag)))
+            assignment[p], lag[p] = models.Ownership(owner=models.MemberName(name), epoch=1), n
+    return models.Scenario(
+        partitions=tuple(lag),
+        members=tuple(member(n) for n in owned),
+        assignment=assignment,
+        lag=lag,
+        now=10,
+        options=models.Options(weighting="lag", lag_tolerance=tolerance, **extra),
+    )
+
+
+def test_lag_imbalance_within_the_tolerance_moves_nothing() -> None:
+    # Loads 120 and 80, mean 100: a gap of 40 is not material at 35 % (10 + 35 > 40), it is at
+    # 25 % (10 + 25 <= 40).
+    assert not planning.plan(lag_scenario({"a": [9] * 12, "b": [9] * 8}, tolerance=0.35)).moves
+    assert planning.plan(lag_scenario({"a": [9] * 12, "b": [9] * 8}, tolerance=0.25)).moves
+
+
+def test_once_started_lag_rebalancing_goes_on_to_half_the_tolerance() -> None:
+    # Loads 130 and 70 (mean 100): material at 25 (130 - 70 >= 10 + 25), so it starts; it
+    # goes on while the gap is at least 10 + 12.5: 130/70 -> 120/80 -> 110/90, and stops there.
+    plan = planning.plan(lag_scenario({"a": [9] * 13, "b": [9] * 7}))
+    assert [(m.kind, m.source, m.target) for m in plan.moves] == [("revoke", "a", "b")] * 2
+
+
+def test_with_no_tolerance_lag_rebalancing_is_undamped() -> None:
+    plan = planning.plan(lag_scenario({"a": [9] * 12, "b": [9] * 8}, tolerance=0))
+    assert len(plan.moves) == 2  # 120/80 -> 100/100
+
+
+def test_no_lag_rebalancing_starts_while_partitions_are_placed() -> None:
+    s = lag_scenario({"a": [9] * 13, "b": [9] * 7})
+    fresh = dataclasses.replace(
+        s,
+        partitions=(*s.partitions, models.PartitionId("20")),
+        lag={**s.lag, models.PartitionId("20"): 0},
+    )
+    plan = planning.plan(fresh)
+    assert [(m.partition, m.kind, m.target) for m in plan.moves] == [("20", "assign", "b")]
+    again = planning.plan(dataclasses.replace(fresh, assignment=plan.assignment))
+    assert {m.kind for m in again.moves} == {"revoke"}
+
+
+def test_a_revoked_partition_never_goes_back_to_its_owner() -> None:
+    # a's partition is released; a is the least loaded, but it is the one letting go.
+    s = lag_scenario({"a": [0], "b": [50, 50]})
+    entry = dataclasses.replace(s.assignment[models.PartitionId("0")], state="revoking")
+    s = dataclasses.replace(
+        s,
+        assignment={**s.assignment, models.PartitionId("0"): entry},
+        released={models.PartitionId("0"): 1},
+    )
+    plan = planning.plan(s)
+    assert [(m.partition, m.kind, m.source, m.target) for m in plan.moves] == [
+        ("0", "takeover", "a", "b")
+    ]

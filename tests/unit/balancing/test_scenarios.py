@@ -26,7 +26,11 @@ def test_a_minimal_scenario_gets_every_default() -> None:
         members=(models.Member(name=models.MemberName("pod-a"), state="ready"),),
     )
     assert s.options == models.Options(
-        pod_grace_seconds=20, handoff_timeout_seconds=30, max_moves_per_cycle=0, weighting="count"
+        pod_grace_seconds=20,
+        handoff_timeout_seconds=30,
+        max_moves_per_cycle=0,
+        weighting="count",
+        lag_tolerance=0.25,
     )
 
 
@@ -47,6 +51,7 @@ def test_every_key_is_read() -> None:
                 "handoffTimeoutSeconds": 15,
                 "maxMovesPerCycle": 4,
                 "weighting": "lag",
+                "lagTolerance": 0.5,
             },
         }
     )
@@ -59,7 +64,11 @@ def test_every_key_is_read() -> None:
     }
     assert (s.released, s.lag, s.now) == ({"0": 3}, {"1": 40}, 12.0)
     assert s.options == models.Options(
-        pod_grace_seconds=10, handoff_timeout_seconds=15, max_moves_per_cycle=4, weighting="lag"
+        pod_grace_seconds=10,
+        handoff_timeout_seconds=15,
+        max_moves_per_cycle=4,
+        weighting="lag",
+        lag_tolerance=0.5,
     )
 
 
@@ -120,7 +129,19 @@ def test_every_key_is_read() -> None:
         (
             with_(options={"podGraceSecond": 3}),
             "options.podGraceSecond: unknown key (expected one of podGraceSeconds, "
-            "handoffTimeoutSeconds, maxMovesPerCycle, weighting)",
+            "handoffTimeoutSeconds, maxMovesPerCycle, weighting, lagTolerance)",
+        ),
+        (
+            with_(options={"lagTolerance": -0.1}),
+            "options.lagTolerance: must be between 0 and 10, got -0.1",
+        ),
+        (
+            with_(options={"lagTolerance": 25}),
+            "options.lagTolerance: must be between 0 and 10, got 25",
+        ),
+        (
+            with_(options={"lagTolerance": "25%"}),
+            "options.lagTolerance: expected a number, got the string '25%'",
         ),
         (
             with_(options={"handoffTimeoutSeconds": -1}),
@@ -179,3 +200,18 @@ def test_a_plan_dumps_to_the_output_format() -> None:
         "balanced": False,
         "targets": {"a": 1, "b": 1},
     }
+
+
+@settings(max_examples=100, deadline=None)
+@given(simulation.scenarios(weighting="lag"))
+def test_a_dumped_lag_scenario_keeps_its_tolerance(scenario: models.Scenario) -> None:
+    body = scenarios.dump_scenario(scenario)
+    assert body["options"]["lagTolerance"] == scenario.options.lag_tolerance
+    assert scenarios.load(json.dumps(body)) == scenario
+
+
+def test_the_tolerance_bounds_are_accepted() -> None:
+    for value in (0, 10):
+        assert (
+            scenarios.parse(with_(options={"lagTolerance": value})).options.lag_tolerance == value
+        )
