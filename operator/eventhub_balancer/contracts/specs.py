@@ -69,6 +69,7 @@ class BalancingBody(TypedDict, total=False):
     handoffTimeoutSeconds: int
     maxMovesPerCycle: int
     weighting: str
+    lagTolerance: float
 
 
 class SpecBody(TypedDict, total=False):
@@ -241,6 +242,7 @@ class Balancing:
     handoff_timeout_seconds: int = DEFAULT_HANDOFF_TIMEOUT_SECONDS
     max_moves_per_cycle: int = 0
     weighting: models.Weighting = "count"
+    lag_tolerance: float = models.DEFAULT_LAG_TOLERANCE
 
     def to_options(self) -> models.Options:
         return models.Options(
@@ -248,6 +250,7 @@ class Balancing:
             handoff_timeout_seconds=float(self.handoff_timeout_seconds),
             max_moves_per_cycle=self.max_moves_per_cycle,
             weighting=self.weighting,
+            lag_tolerance=self.lag_tolerance,
         )
 
 
@@ -475,6 +478,13 @@ def _balancing(value: Any) -> Balancing:
     weighting = value.get("weighting", "count")
     if weighting not in models.WEIGHTINGS:
         raise errors.InvalidInput(f"{field}.weighting", f"{weighting!r}: use count or lag")
+    tolerance = value.get("lagTolerance", models.DEFAULT_LAG_TOLERANCE)
+    if isinstance(tolerance, bool) or not isinstance(tolerance, int | float):
+        raise errors.InvalidInput(f"{field}.lagTolerance", "must be a number")
+    if not 0 <= tolerance <= 10:
+        raise errors.InvalidInput(
+            f"{field}.lagTolerance", f"{tolerance} is out of range: use between 0 and 10"
+        )
     return Balancing(
         interval_seconds=integer("intervalSeconds", DEFAULT_INTERVAL_SECONDS, 1, 3600),
         pod_grace_seconds=integer("podGraceSeconds", DEFAULT_POD_GRACE_SECONDS, 0, 86400),
@@ -483,6 +493,7 @@ def _balancing(value: Any) -> Balancing:
         ),
         max_moves_per_cycle=integer("maxMovesPerCycle", 0, 0, None),
         weighting=cast(models.Weighting, weighting),
+        lag_tolerance=float(tolerance),
     )
 
 

@@ -51,6 +51,8 @@ def test_spec_defaults() -> None:
         ),
         ({"selector": {}}, "spec.selector"),
         ({"balancing": {"weighting": "size"}}, "spec.balancing.weighting"),
+        ({"balancing": {"lagTolerance": 11}}, "spec.balancing.lagTolerance"),
+        ({"balancing": {"lagTolerance": "high"}}, "spec.balancing.lagTolerance"),
         (
             {"eventHub": {"fullyQualifiedNamespace": "x", "name": "y", "credentials": {}}},
             "spec.eventHub.credentials",
@@ -61,6 +63,16 @@ def test_spec_errors_name_the_field(patch: dict[str, object], field: str) -> Non
     with pytest.raises(errors.InvalidInput) as e:
         specs.parse_spec({**SPEC, **patch})
     assert e.value.field == field
+
+
+def test_lag_tolerance_reaches_the_planner() -> None:
+    spec = specs.parse_spec({**SPEC, "balancing": {"weighting": "lag", "lagTolerance": 0.5}})
+    options = spec.balancing.to_options()
+    assert options.weighting == "lag"
+    assert options.lag_tolerance == 0.5
+    assert specs.parse_spec(SPEC).balancing.to_options().lag_tolerance == (
+        models.DEFAULT_LAG_TOLERANCE
+    )
 
 
 def test_start_positions() -> None:

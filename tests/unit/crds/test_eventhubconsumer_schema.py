@@ -145,6 +145,7 @@ def test_the_design_example_passes(schema: dict[str, Any]) -> None:
         ("spec.balancing.handoffTimeoutSeconds", -1, "spec.balancing.handoffTimeoutSeconds"),
         ("spec.balancing.maxMovesPerCycle", -1, "spec.balancing.maxMovesPerCycle"),
         ("spec.balancing.weighting", "random", "spec.balancing.weighting"),
+        ("spec.balancing.lagTolerance", -0.1, "spec.balancing.lagTolerance"),
         (
             "spec.eventHub.credentials",
             {
