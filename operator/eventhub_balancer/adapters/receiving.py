@@ -1,0 +1,454 @@
+"""Receiving one partition from Event Hubs: the consumer runtime's only door to the SDK.
+
+The consumer runtime owns a partition for one epoch at a time and must never see an SDK
+type: it asks this module for micro-batches of :class:`Event` and gets
+:class:`errors.OwnershipLost` when a newer owner took the partition over. Choices, measured
+against azure-eventhub 5.15 (see ``ehb bench consumer``):
+
+- ``aio`` with one receive task per partition: the sync client serves several partitions
+  at under one event per second each (shared/DESIGN.md).
+- The per-partition consumer (``EventHubConsumerClient._create_consumer`` and its
+  ``receive(batch=True)``) rather than the public ``receive_batch``: the public call runs the
+  SDK's own load balancer, which re-claims a partition after it was stolen (and re-reads it
+  from the initial position: duplicates), and whose ``close()`` polls its tasks once a
+  second. The per-partition consumer is what ``receive_batch`` runs underneath, so the
+  per-event cost is the same.
+- ``owner_level`` = our epoch, so that Event Hubs disconnects an older owner
+  (``amqp:link:stolen``), which we translate into :class:`errors.OwnershipLost` at once.
+- Our own micro-batching on top of the SDK's buffer: the SDK hands out whatever arrived (one
+  event at a time when the stream is slow), a Spark batch costs 0.1 s or more, so batches are
+  filled up to a size or a deadline here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import datetime
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from azure.eventhub import EventData
+from azure.eventhub import _utils as sdk_utils
+from azure.eventhub.aio import EventHubConsumerClient
+
+from eventhub_balancer import errors
+from eventhub_balancer.adapters import checkpointing
+
+logger = logging.getLogger(__name__)
+
+#: The condition Event Hubs puts on a link that a receiver with a higher owner level took over.
+LINK_STOLEN = "link:stolen"
+
+#: The SDK's own retries of a broken link (exponential, 0.8 s factor) before it raises; our
+#: loop reopens after that, so each layer keeps its budget small.
+SDK_RETRY_TOTAL = 2
+
+#: How many times in a row we reopen a partition that keeps failing before we give up and
+#: report :class:`errors.EventHubUnreachable` (the runtime then marks the partition stuck).
+REOPEN_ATTEMPTS = 6
+
+#: The backoff between reopen attempts, doubled each time up to the cap.
+REOPEN_BACKOFF_S = 0.5
+REOPEN_BACKOFF_MAX_S = 8.0
+
+#: A management call (partition properties) that takes longer has failed.
+BOUNDS_TIMEOUT_S = 15.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Event:
+    """One received event, detached from the SDK: what a user's handler sees."""
+
+    partition: str
+    sequence_number: int
+    offset: str
+    enqueued_time: datetime.datetime
+    partition_key: str | None
+    properties: Mapping[str, Any]
+    body: bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class LastEnqueued:
+    """The partition's newest event as reported with deliveries (runtime metrics): for lag."""
+
+    sequence_number: int
+    offset: str | None
+    enqueued_time: datetime.datetime | None
+    retrieved_time: datetime.datetime | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Position:
+    """Where a receiver starts; build one with the class methods."""
+
+    sequence_number: int | None = None
+    enqueued_time: datetime.datetime | None = None
+    latest: bool = False
+    inclusive: bool = False
+
+    @classmethod
+    def earliest(cls) -> Position:
+        return cls()
+
+    @classmethod
+    def newest(cls) -> Position:
+        """Only events enqueued after the receiver opened."""
+        return cls(latest=True)
+
+    @classmethod
+    def after(cls, sequence_number: int) -> Position:
+        """Right after a checkpoint: the checkpointed event was processed already."""
+        return cls(sequence_number=sequence_number)
+
+    @classmethod
+    def at(cls, sequence_number: int) -> Position:
+        return cls(sequence_number=sequence_number, inclusive=True)
+
+    @classmethod
+    def since(cls, enqueued_time: datetime.datetime) -> Position:
+        return cls(enqueued_time=enqueued_time, inclusive=True)
+
+    def sdk_position(self) -> tuple[str | int | datetime.datetime, bool]:
+        """The SDK's ``event_position`` and ``event_position_inclusive``."""
+        if self.sequence_number is not None:
+            return self.sequence_number, self.inclusive
+        if self.enqueued_time is not None:
+            return self.enqueued_time, self.inclusive
+        if self.latest:
+            return "@latest", False
+        # Offset -1, exclusive: the very first event of the partition.
+        return "-1", False
+
+
+@dataclasses.dataclass(frozen=True)
+class EventHubAddress:
+    """Which hub and consumer group, and how to authenticate (never logged)."""
+
+    fully_qualified_namespace: str
+    eventhub_name: str
+    consumer_group: str = "$Default"
+    #: A connection string; without one, workload identity (DefaultAzureCredential) is used.
+    connection_string: str | None = dataclasses.field(default=None, repr=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReceivedBatch:
+    """A micro-batch in partition order; empty when nothing arrived within the wait."""
+
+    events: Sequence[Event]
+    last_enqueued: LastEnqueued | None
+
+
+def make_client(address: EventHubAddress) -> EventHubConsumerClient:
+    """An aio consumer client for one partition's link (the caller closes it)."""
+    common: dict[str, Any] = {
+        "retry_total": SDK_RETRY_TOTAL,
+        # Never used by the per-partition consumer; kept low in case a code path waits on it.
+        "load_balancing_interval": 1.0,
+    }
+    if address.connection_string:
+        return EventHubConsumerClient.from_connection_string(
+            address.connection_string,
+            address.consumer_group,
+            eventhub_name=address.eventhub_name,
+            **common,
+        )
+    from azure.identity.aio import DefaultAzureCredential
+
+    return EventHubConsumerClient(
+        address.fully_qualified_namespace,
+        address.eventhub_name,
+        address.consumer_group,
+        DefaultAzureCredential(),
+        **common,
+    )
+
+
+def is_link_stolen(error: BaseException) -> bool:
+    """Whether an SDK error means a receiver with a higher owner level took the partition."""
+    seen: BaseException | None = error
+    for _ in range(5):  # the SDK wraps at most a couple of levels
+        if seen is None:
+            return False
+        if getattr(seen, "error", None) == LINK_STOLEN:
+            return True
+        condition = getattr(seen, "condition", None)
+        if isinstance(condition, bytes) and condition.endswith(LINK_STOLEN.encode()):
+            return True
+        if LINK_STOLEN in str(seen):
+            return True
+        details = getattr(seen, "details", None)
+        seen = details if isinstance(details, BaseException) else seen.__cause__
+    return False
+
+
+def _body_bytes(event: EventData) -> bytes:
+    body: Any = event.body
+    if isinstance(body, bytes):
+        return body
+    if isinstance(body, str):
+        return body.encode()
+    if isinstance(body, list | tuple) or hasattr(body, "__next__"):
+        parts = list(body)
+        if all(isinstance(p, bytes | bytearray | memoryview) for p in parts):
+            return b"".join(bytes(p) for p in parts)
+        body = parts
+    # AMQP value/sequence bodies (rare with Event Hubs): keep them readable as JSON.
+    return json.dumps(body, default=str).encode()
+
+
+#: Stands in for a missing enqueued time (never seen from Event Hubs; typed as always set).
+EPOCH_START = datetime.datetime.fromtimestamp(0, datetime.UTC)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def to_event(partition: str, event: EventData) -> Event:
+    """Copy an SDK event into our own frozen type."""
+    key = event.partition_key
+    properties = event.properties
+    return Event(
+        partition=partition,
+        sequence_number=int(event.sequence_number or 0),
+        offset=event.offset or "",
+        enqueued_time=event.enqueued_time or EPOCH_START,
+        partition_key=None if key is None else _text(key),
+        properties={_text(k): v for k, v in properties.items()} if properties else {},
+        body=_body_bytes(event),
+    )
+
+
+def last_enqueued_of(event: EventData) -> LastEnqueued | None:
+    """The runtime metrics the service attached to a delivery, when it did."""
+    props = sdk_utils.get_last_enqueued_event_properties(event)
+    if not props or props.get("sequence_number") is None:
+        return None
+    return LastEnqueued(
+        sequence_number=int(props["sequence_number"]),
+        offset=props.get("offset"),
+        enqueued_time=props.get("enqueued_time"),
+        retrieved_time=props.get("retrieval_time"),
+    )
+
+
+class PartitionReceiver:
+    """One partition's exclusive receive link (owner level = epoch), batched for the runtime.
+
+    ``start()`` opens it in a background task; ``next_batch()`` hands out micro-batches and
+    raises :class:`errors.OwnershipLost` (link stolen) or :class:`errors.EventHubUnreachable`
+    (reopening failed repeatedly). ``next_batch()`` may be cancelled at any time without
+    losing events. ``close()`` stops receiving; buffered events are dropped (they were never
+    handed out, so no checkpoint passed them).
+    """
+
+    def __init__(
+        self,
+        *,
+        address: EventHubAddress,
+        partition: str,
+        epoch: int | None,
+        position: Position,
+        prefetch: int = 300,
+        buffer_limit: int = 2000,
+    ) -> None:
+        self.address = address
+        self.partition = partition
+        self.epoch = epoch
+        self._position = position
+        self._prefetch = prefetch
+        self._buffer_limit = max(buffer_limit, prefetch)
+        self._buffer: collections.deque[Event] = collections.deque()
+        self._arrived = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._failure: errors.EventHubBalancerError | None = None
+        self._closing = False
+        self._task: asyncio.Task[None] | None = None
+        self.last_enqueued: LastEnqueued | None = None
+        #: The newest sequence number buffered: where a reopened link continues.
+        self._last_buffered: int | None = None
+
+    def closing(self) -> bool:
+        # A method, not the attribute: it changes while the pump awaits.
+        return self._closing
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._pump(), name=f"receive-{self.partition}")
+
+    async def close(self) -> None:
+        self._closing = True
+        self._drained.set()
+        if self._task is not None:
+            self._task.cancel()
+            # The SDK's close runs in the task's finally; shield it from a caller's cancel.
+            await asyncio.gather(self._task, return_exceptions=True)
+        self._buffer.clear()
+
+    async def next_batch(self, *, max_size: int, max_wait: float) -> ReceivedBatch:
+        """Up to ``max_size`` events: returns when full, or ``max_wait`` after the first
+        event arrived, or (empty) after ``max_wait`` with nothing at all."""
+        start = time.monotonic()
+        first_seen: float | None = start if self._buffer else None
+        while True:
+            if self._failure is not None:
+                raise self._failure
+            now = time.monotonic()
+            if self._buffer and first_seen is None:
+                first_seen = now
+            if len(self._buffer) >= max_size:
+                break
+            reference = first_seen if first_seen is not None else start
+            remaining = reference + max_wait - now
+            if remaining <= 0:
+                break
+            self._arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), timeout=remaining)
+        count = min(max_size, len(self._buffer))
+        events = [self._buffer.popleft() for _ in range(count)]
+        if len(self._buffer) < self._buffer_limit:
+            self._drained.set()
+        return ReceivedBatch(events=events, last_enqueued=self.last_enqueued)
+
+    async def _on_events(self, received: list[EventData]) -> None:
+        if not received:
+            return
+        partition = self.partition
+        self._buffer.extend(to_event(partition, e) for e in received)
+        self._last_buffered = self._buffer[-1].sequence_number
+        enqueued = last_enqueued_of(received[-1])
+        if enqueued is not None:
+            self.last_enqueued = enqueued
+        self._arrived.set()
+        # Backpressure: while the runtime is behind, stop taking from the SDK, whose own
+        # buffer then stops crediting the link.
+        while len(self._buffer) >= self._buffer_limit and not self._closing:
+            self._drained.clear()
+            await self._drained.wait()
+
+    async def _pump(self) -> None:
+        attempts = 0
+        backoff = REOPEN_BACKOFF_S
+        position = self._position
+        while not self._closing:
+            client = make_client(self.address)
+            event_position, inclusive = position.sdk_position()
+            consumer: Any = client._create_consumer(
+                self.address.consumer_group,
+                self.partition,
+                event_position,
+                self._on_events,  # type: ignore[arg-type]  # batch mode passes a list
+                event_position_inclusive=inclusive,
+                owner_level=self.epoch,
+                prefetch=self._prefetch,
+                track_last_enqueued_event_properties=True,
+            )
+            received_before = self._last_buffered
+            try:
+                await consumer.receive(True, self._prefetch, None)
+                if self.closing():
+                    return
+                raise errors.EventHubUnreachable(
+                    f"partition {self.partition}: the receive link ended without an error"
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                if self.closing():
+                    return
+                if is_link_stolen(e):
+                    logger.info(
+                        "partition %s: link stolen, a newer owner took epoch %s over",
+                        self.partition,
+                        self.epoch,
+                    )
+                    # The thief's epoch is not in the detach; it is at least ours.
+                    epoch = self.epoch or 0
+                    self._fail(
+                        errors.OwnershipLost(self.partition, epoch, epoch, owner="a newer receiver")
+                    )
+                    return
+                if self._last_buffered != received_before:
+                    attempts, backoff = 0, REOPEN_BACKOFF_S  # it made progress: a new failure
+                attempts += 1
+                logger.warning(
+                    "partition %s: receive failed (%s), reopen %d/%d in %.1f s",
+                    self.partition,
+                    type(e).__name__,
+                    attempts,
+                    REOPEN_ATTEMPTS,
+                    backoff,
+                )
+                if attempts >= REOPEN_ATTEMPTS:
+                    self._fail(
+                        errors.EventHubUnreachable(
+                            f"partition {self.partition}: receiving failed {attempts} times in "
+                            f"a row, last: {type(e).__name__}: {e}"
+                        )
+                    )
+                    return
+                if self._last_buffered is not None:
+                    position = Position.after(self._last_buffered)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, REOPEN_BACKOFF_MAX_S)
+            finally:
+                await asyncio.shield(self._close_quietly(consumer, client))
+
+    async def _close_quietly(self, consumer: Any, client: EventHubConsumerClient) -> None:
+        for closable in (consumer, client):
+            try:
+                await asyncio.wait_for(closable.close(), timeout=5.0)
+            except Exception as e:  # closing a broken link may fail again; nothing to do
+                logger.debug("partition %s: close failed: %r", self.partition, e)
+
+    def _fail(self, failure: errors.EventHubBalancerError) -> None:
+        self._failure = failure
+        self._arrived.set()
+
+
+async def partition_bounds(
+    address: EventHubAddress, partition: str
+) -> checkpointing.PartitionBounds:
+    """What Event Hubs says about a partition now (to seed a ``latest`` checkpoint)."""
+    client = make_client(address)
+    try:
+        async with asyncio.timeout(BOUNDS_TIMEOUT_S):
+            props = await client.get_partition_properties(partition)
+    except (TimeoutError, Exception) as e:
+        raise errors.EventHubUnreachable(
+            f"partition {partition}: cannot read its properties: {type(e).__name__}"
+        ) from e
+    finally:
+        await client.close()
+    return checkpointing.PartitionBounds(
+        beginning_sequence_number=int(props["beginning_sequence_number"]),
+        last_sequence_number=int(props["last_enqueued_sequence_number"]),
+        last_offset=str(props["last_enqueued_offset"]),
+        empty=bool(props["is_empty"]),
+    )
+
+
+async def first_sequence_at(
+    address: EventHubAddress, partition: str, when: datetime.datetime, *, wait: float = 5.0
+) -> int | None:
+    """The sequence number of the first event enqueued at or after ``when``, or None when no
+    such event arrives within ``wait`` (then every event so far is older)."""
+    # Without an owner level: this peek must not steal the partition from anyone.
+    receiver = PartitionReceiver(
+        address=address, partition=partition, epoch=None, position=Position.since(when), prefetch=1
+    )
+    receiver.start()
+    try:
+        batch = await receiver.next_batch(max_size=1, max_wait=wait)
+    finally:
+        await receiver.close()
+    return batch.events[0].sequence_number if batch.events else None

@@ -1,0 +1,180 @@
+"""``ehb consume``: run a consumer pod's runtime with the user's handler."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+from pathlib import Path
+
+from eventhub_balancer import errors
+
+COMMAND = ("consume",)
+HELP = "process the partitions the operator assigns to this pod with your handler"
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise errors.InvalidInput(name, f"{raw!r} is not a number") from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--handler",
+        required=True,
+        metavar="MODULE:FUNCTION",
+        help="your function: process(events, context), or process(df, context) with --spark",
+    )
+    parser.add_argument(
+        "--handler-path",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="a directory to import the handler from (repeatable; PYTHONPATH works too)",
+    )
+    spark = parser.add_argument_group("Spark")
+    spark.add_argument(
+        "--spark", action="store_true", help="hand each batch over as a Spark DataFrame"
+    )
+    spark.add_argument(
+        "--spark-master",
+        default=os.environ.get("EHB_SPARK_MASTER"),
+        help="the Spark master (env EHB_SPARK_MASTER; default local[2])",
+    )
+    spark.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting (repeatable)",
+    )
+    batching = parser.add_argument_group("batches and checkpoints")
+    batching.add_argument(
+        "--batch-size",
+        type=int,
+        default=int(_env_float("EHB_BATCH_SIZE", 500)),
+        help="the most events in one batch (env EHB_BATCH_SIZE; default 500)",
+    )
+    batching.add_argument(
+        "--max-wait",
+        type=float,
+        default=_env_float("EHB_MAX_WAIT", 1.0),
+        help="seconds a batch waits for more events after its first (env EHB_MAX_WAIT; default 1)",
+    )
+    batching.add_argument(
+        "--checkpoint-interval",
+        type=float,
+        default=_env_float("EHB_CHECKPOINT_INTERVAL", 0.0),
+        help="0: checkpoint after every batch; N: at most every N seconds (default 0)",
+    )
+    batching.add_argument(
+        "--stuck-seconds",
+        type=float,
+        default=_env_float("EHB_STUCK_SECONDS", 120.0),
+        help="a batch failing or running longer makes the pod NotReady (default 120)",
+    )
+    batching.add_argument(
+        "--release-timeout",
+        type=float,
+        default=_env_float("EHB_RELEASE_TIMEOUT", 20.0),
+        help="on revocation, the longest wait for the in-flight batch (default 20)",
+    )
+    batching.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=_env_float("EHB_SHUTDOWN_TIMEOUT", 25.0),
+        help="on SIGTERM, the longest graceful release of all partitions (default 25)",
+    )
+    where = parser.add_argument_group("identity and assignment")
+    where.add_argument(
+        "--consumer",
+        default=os.environ.get("EHB_CONSUMER"),
+        help="the EventHubConsumer's name (env EHB_CONSUMER)",
+    )
+    where.add_argument(
+        "--pod-name",
+        default=None,
+        help="this pod's name (default: env POD_NAME, from the Downward API)",
+    )
+    where.add_argument(
+        "--namespace", default=None, help="this pod's namespace (default: env POD_NAMESPACE)"
+    )
+    where.add_argument(
+        "--kubeconfig", default=None, help="outside a cluster: the kubeconfig (default $KUBECONFIG)"
+    )
+    where.add_argument(
+        "--assignment-file",
+        type=Path,
+        default=None,
+        help="read the assignment from this ConfigMap-shaped JSON file instead of Kubernetes",
+    )
+    where.add_argument(
+        "--ack-file",
+        type=Path,
+        default=None,
+        help="with --assignment-file: write the acknowledgements here",
+    )
+    serving = parser.add_argument_group("endpoints")
+    serving.add_argument(
+        "--host",
+        default=os.environ.get("EHB_HOST", "0.0.0.0"),
+        help="address for /healthz, /readyz, /metrics (default 0.0.0.0)",
+    )
+    serving.add_argument(
+        "--port",
+        type=int,
+        default=int(_env_float("EHB_PORT", 8080)),
+        help="port for /healthz, /readyz, /metrics (env EHB_PORT; default 8080)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from eventhub_balancer.consumer import launching, partitions, settings
+
+    if getattr(args, "verbose", 0) < 2:
+        # The SDK logs every AMQP state change at INFO: only -vv shows it.
+        logging.getLogger("azure").setLevel(logging.WARNING)
+
+    in_kubernetes = args.assignment_file is None
+    pod, namespace = settings.pod_identity(
+        os.environ, pod=args.pod_name, namespace=args.namespace, need_namespace=in_kubernetes
+    )
+    if in_kubernetes and not args.consumer:
+        raise errors.InvalidInput(
+            "EHB_CONSUMER", "is not set: give the EventHubConsumer's name (--consumer or env)"
+        )
+    if args.ack_file is not None and args.assignment_file is None:
+        raise errors.InvalidInput("--ack-file", "only goes with --assignment-file")
+    from eventhub_balancer.spark import sessions
+
+    config = settings.ConsumerSettings(
+        pod=pod,
+        namespace=namespace,
+        consumer=args.consumer or "local",
+        handler=args.handler,
+        handler_path=tuple(args.handler_path),
+        spark=args.spark,
+        spark_master=args.spark_master,
+        spark_conf=sessions.parse_conf(args.spark_conf),
+        batch=partitions.BatchSettings(
+            batch_size=args.batch_size,
+            max_wait=args.max_wait,
+            checkpoint_interval=args.checkpoint_interval,
+            stuck_seconds=args.stuck_seconds,
+            release_timeout=args.release_timeout,
+        ),
+        shutdown_timeout=args.shutdown_timeout,
+        host=args.host,
+        port=args.port,
+        assignment_file=args.assignment_file,
+        ack_file=args.ack_file,
+        kubeconfig=args.kubeconfig,
+        credentials=settings.credentials_from(os.environ),
+    )
+    return asyncio.run(launching.run(config))

@@ -1,0 +1,188 @@
+"""Where a consumer learns its partitions, and where it acknowledges them.
+
+The operator writes one ConfigMap per pod (``contracts.configmaps``); the pod reads it and
+writes back two annotations: the generation it applied and the partitions it released. The
+runtime only sees this module's :class:`AssignmentSource`, with three implementations:
+
+- :class:`ConfigMapSource`: the pod's own ConfigMap, watched through the Kubernetes API;
+- :class:`FileSource`: a ConfigMap-shaped JSON file, for running without Kubernetes (a
+  static assignment, a demo, a test that edits the file);
+- :class:`MemorySource`: assignments handed over in-process (tests, the Python API).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from eventhub_balancer import errors
+from eventhub_balancer.adapters import podconfig
+from eventhub_balancer.contracts import configmaps
+
+logger = logging.getLogger(__name__)
+
+Assignment = configmaps.ParsedData
+
+
+class AssignmentSource(Protocol):
+    """A stream of assignments, and the channel for acknowledgements."""
+
+    def updates(self) -> AsyncIterator[Assignment]:
+        """Every new assignment (the current one first); ends only when the source closes."""
+        ...
+
+    async def acknowledge(
+        self, *, applied_generation: int | None, released: Mapping[str, int]
+    ) -> None:
+        """Publish the generation applied (None: not yet) and the partitions released."""
+        ...
+
+
+def acknowledgement_annotations(
+    *, applied_generation: int | None, released: Mapping[str, int]
+) -> dict[str, str]:
+    annotations = {configmaps.ANNOTATION_RELEASED: configmaps.build_released(released)}
+    if applied_generation is not None:
+        annotations[configmaps.ANNOTATION_APPLIED_GENERATION] = configmaps.build_applied_generation(
+            applied_generation
+        )
+    return annotations
+
+
+def from_configmap(body: Mapping[str, Any]) -> Assignment:
+    """The assignment in a ConfigMap object (``{"data": {...}}``) or in its bare data."""
+    data = body.get("data") if "data" in body or "metadata" in body else body
+    parsed = configmaps.parse_data(data or {})
+    for problem in parsed.problems:
+        logger.warning("assignment ConfigMap: %s", problem)
+    return parsed
+
+
+class MemorySource:
+    """Assignments put in-process; acknowledgements kept for whoever asks."""
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[Assignment | None] = asyncio.Queue()
+        self.applied_generation: int | None = None
+        self.released: dict[str, int] = {}
+        self.acknowledged = asyncio.Condition()
+
+    def put(self, assignment: Assignment | Mapping[str, Any]) -> None:
+        if not isinstance(assignment, configmaps.ParsedData):
+            assignment = from_configmap(assignment)
+        self._queue.put_nowait(assignment)
+
+    def close(self) -> None:
+        self._queue.put_nowait(None)
+
+    async def updates(self) -> AsyncIterator[Assignment]:
+        while True:
+            item = await self._queue.get()
+            if item is None:
+                return
+            yield item
+
+    async def acknowledge(
+        self, *, applied_generation: int | None, released: Mapping[str, int]
+    ) -> None:
+        async with self.acknowledged:
+            self.applied_generation = applied_generation
+            self.released = dict(released)
+            self.acknowledged.notify_all()
+
+    async def wait_for(
+        self,
+        *,
+        generation: int | None = None,
+        released: Mapping[str, int] | None = None,
+    ) -> None:
+        """Until the generation is applied and/or the partitions are released (tests wrap
+        it in ``asyncio.timeout``)."""
+
+        def done() -> bool:
+            if generation is not None and (self.applied_generation or -1) < generation:
+                return False
+            return all(self.released.get(p) == e for p, e in (released or {}).items())
+
+        async with self.acknowledged:
+            await self.acknowledged.wait_for(done)
+
+
+class FileSource:
+    """A ConfigMap-shaped JSON file, re-read when it changes; acks go to a second file.
+
+    The file is only read: acknowledgements are written to ``ack_path`` (a JSON object with
+    the two annotations), so that whoever edits the assignment never races with us.
+    """
+
+    def __init__(
+        self, path: Path, *, ack_path: Path | None = None, poll_seconds: float = 0.2
+    ) -> None:
+        self.path = path
+        self.ack_path = ack_path
+        self.poll_seconds = poll_seconds
+
+    def _read(self) -> tuple[str, Assignment] | None:
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return None
+        try:
+            body = json.loads(text)
+        except ValueError:
+            logger.warning("assignment file %s is not JSON (yet): keeping the last one", self.path)
+            return None
+        if not isinstance(body, dict):
+            raise errors.InvalidInput(str(self.path), "must hold a JSON object (a ConfigMap)")
+        return text, from_configmap(body)
+
+    async def updates(self) -> AsyncIterator[Assignment]:
+        last_text: str | None = None
+        if not self.path.exists():
+            raise errors.InvalidInput("--assignment-file", f"{self.path} does not exist")
+        while True:
+            read = self._read()
+            if read is not None and read[0] != last_text:
+                last_text = read[0]
+                yield read[1]
+            await asyncio.sleep(self.poll_seconds)
+
+    async def acknowledge(
+        self, *, applied_generation: int | None, released: Mapping[str, int]
+    ) -> None:
+        if self.ack_path is None:
+            return
+        annotations = acknowledgement_annotations(
+            applied_generation=applied_generation, released=released
+        )
+        temporary = self.ack_path.with_suffix(self.ack_path.suffix + ".tmp")
+        temporary.write_text(json.dumps({"metadata": {"annotations": annotations}}, indent=1))
+        temporary.replace(self.ack_path)  # atomic: a reader never sees half a file
+
+
+class ConfigMapSource:
+    """The pod's own ConfigMap, watched through the Kubernetes API."""
+
+    def __init__(self, client: podconfig.PodConfigMaps) -> None:
+        self.client = client
+
+    async def updates(self) -> AsyncIterator[Assignment]:
+        # Our own annotation patches change the object too: only new data is news.
+        last_data: Any = None
+        async for body in self.client.watch():
+            data = body.get("data") or {}
+            if data == last_data:
+                continue
+            last_data = data
+            yield from_configmap(body)
+
+    async def acknowledge(
+        self, *, applied_generation: int | None, released: Mapping[str, int]
+    ) -> None:
+        await self.client.annotate(
+            acknowledgement_annotations(applied_generation=applied_generation, released=released)
+        )

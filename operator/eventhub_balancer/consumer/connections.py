@@ -1,0 +1,163 @@
+"""Opening what an assignment names: the Event Hub's receivers and the checkpoint store.
+
+The ConfigMap carries coordinates only (namespace, hub, consumer group, container, account
+URL); credentials come from the pod's own environment (a Secret as env) or workload
+identity. This module joins the two and gives the runtime a :class:`Backend`: a checkpoint
+store, a receiver factory and the start-position resolver for partitions without a
+checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+from eventhub_balancer import errors
+from eventhub_balancer.adapters import blobs, checkpointing, receiving
+from eventhub_balancer.consumer import assignments, partitions
+
+logger = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Credentials:
+    """Secrets from the environment; ``repr`` never shows them."""
+
+    eventhub_connection_string: str | None = dataclasses.field(default=None, repr=False)
+    blob_connection_string: str | None = dataclasses.field(default=None, repr=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Coordinates:
+    """What of an assignment decides which clients to open (a change reopens them)."""
+
+    fully_qualified_namespace: str
+    eventhub_name: str
+    consumer_group: str
+    checkpoint_container: str
+    checkpoint_account_url: str
+    start_position: str
+
+    @classmethod
+    def of(cls, assignment: assignments.Assignment) -> Coordinates:
+        return cls(
+            fully_qualified_namespace=assignment.fully_qualified_namespace,
+            eventhub_name=assignment.event_hub_name,
+            consumer_group=assignment.consumer_group or "$Default",
+            checkpoint_container=assignment.checkpoint_container,
+            checkpoint_account_url=assignment.checkpoint_account_url,
+            start_position=repr(assignment.start_position),
+        )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Backend:
+    """The clients of one set of coordinates."""
+
+    store: partitions.Checkpoints
+    open_receiver: partitions.ReceiverFactory
+    resolve_start: partitions.StartResolver
+
+
+class BackendFactory(Protocol):
+    def __call__(
+        self, assignment: assignments.Assignment
+    ) -> contextlib.AbstractAsyncContextManager[Backend]: ...
+
+
+def _missing(field: str, what: str) -> errors.InvalidInput:
+    return errors.InvalidInput(field, f"the assignment ConfigMap has no {what}")
+
+
+class AzureBackends:
+    """Backends on Event Hubs and Blob Storage (or their local stand-ins)."""
+
+    def __init__(
+        self,
+        *,
+        credentials: Credentials,
+        owner_id: str,
+        batch: partitions.BatchSettings,
+        retry: checkpointing.RetryPolicy | None = None,
+    ) -> None:
+        self.credentials = credentials
+        self.owner_id = owner_id
+        self.batch = batch
+        self.retry = retry or checkpointing.RetryPolicy()
+
+    @contextlib.asynccontextmanager
+    async def __call__(self, assignment: assignments.Assignment) -> AsyncIterator[Backend]:
+        where = Coordinates.of(assignment)
+        if not where.fully_qualified_namespace or not where.eventhub_name:
+            raise _missing("eventHub", "Event Hub namespace or name")
+        if not where.checkpoint_container:
+            raise _missing("checkpointStore.containerName", "checkpoint container")
+        start = checkpointing.parse_start_position(assignment.start_position or "earliest")
+        address = receiving.EventHubAddress(
+            fully_qualified_namespace=where.fully_qualified_namespace,
+            eventhub_name=where.eventhub_name,
+            consumer_group=where.consumer_group,
+            connection_string=self.credentials.eventhub_connection_string,
+        )
+        blob_connection = self.credentials.blob_connection_string
+        account_url = None if blob_connection else where.checkpoint_account_url or None
+        if blob_connection is None and account_url is None:
+            raise errors.ConfigurationError(
+                "no checkpoint store credentials: set EHB_BLOB_CONNECTION_STRING, or give the "
+                "EventHubConsumer a checkpointStore.accountUrl for workload identity"
+            )
+        async with blobs.open_container(
+            container_name=where.checkpoint_container,
+            connection_string=blob_connection,
+            account_url=account_url,
+        ) as container:
+            store = checkpointing.CheckpointStore(
+                container,
+                fully_qualified_namespace=where.fully_qualified_namespace,
+                eventhub_name=where.eventhub_name,
+                consumer_group=where.consumer_group,
+                owner_id=self.owner_id,
+                retry=self.retry,
+            )
+
+            def open_receiver(
+                partition: str, epoch: int, position: receiving.Position
+            ) -> partitions.Receiver:
+                return receiving.PartitionReceiver(
+                    address=address,
+                    partition=partition,
+                    epoch=epoch,
+                    position=position,
+                    prefetch=self.batch.prefetch,
+                    buffer_limit=max(4 * self.batch.batch_size, 2 * self.batch.prefetch),
+                )
+
+            async def resolve_start(partition: str) -> Any:
+                return await _resolve_start(store, address, partition, start)
+
+            yield Backend(store=store, open_receiver=open_receiver, resolve_start=resolve_start)
+
+
+async def _resolve_start(
+    store: checkpointing.CheckpointStore,
+    address: receiving.EventHubAddress,
+    partition: str,
+    start: checkpointing.StartPosition,
+) -> checkpointing.StartPosition | checkpointing.Position:
+    """The seed for a missing checkpoint; asks Event Hubs only when one is needed."""
+    if isinstance(start, checkpointing.Earliest | checkpointing.FromSequenceNumber):
+        return start
+    if await store.read(partition) is not None:
+        # fence keeps the existing position; this seed is never written.
+        return checkpointing.NOTHING_PROCESSED_POSITION
+    if isinstance(start, checkpointing.Latest):
+        bounds = await receiving.partition_bounds(address, partition)
+        return checkpointing.seed_position(start, bounds=bounds)
+    first = await receiving.first_sequence_at(address, partition, start.enqueued_time)
+    if first is None:
+        bounds = await receiving.partition_bounds(address, partition)
+        return checkpointing.seed_position(checkpointing.LATEST, bounds=bounds)
+    return checkpointing.seed_position(checkpointing.FromSequenceNumber(sequence_number=first))

@@ -1,0 +1,123 @@
+"""The consumer's Prometheus metrics, read from the runtime's state when scraped.
+
+Counters live in :class:`PartitionStats`, one per partition for the life of the process (a
+partition that moves away and back keeps counting, as Prometheus counters must). Gauges
+(checkpoint age, lag, owned partitions) are computed at scrape time from the runtime's
+state, so they are never stale. Each runtime has its own registry: several runtimes in one
+process (tests) do not collide.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Final
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from eventhub_balancer.adapters import receiving
+
+PREFIX: Final = "ehb_consumer_"
+
+
+@dataclasses.dataclass
+class PartitionStats:
+    """What happened on one partition since the process started (mutable, single-threaded)."""
+
+    events: int = 0
+    batches: int = 0
+    handler_errors: int = 0
+    checkpoints: int = 0
+    #: The last processed event's sequence number, and the last checkpointed one.
+    processed_sequence_number: int | None = None
+    checkpointed_sequence_number: int | None = None
+    #: Wall-clock time of the last successful checkpoint write (or fence).
+    checkpoint_time: float | None = None
+    last_enqueued: receiving.LastEnqueued | None = None
+    owned: bool = False
+    stuck: bool = False
+
+    def lag(self) -> int | None:
+        """Events enqueued but not processed, from the last-enqueued runtime metrics."""
+        if self.last_enqueued is None:
+            return None
+        done = self.processed_sequence_number
+        if done is None:
+            done = self.checkpointed_sequence_number
+        if done is None:
+            return None
+        return max(0, self.last_enqueued.sequence_number - done)
+
+
+class RuntimeCollector(Collector):
+    """Turns the runtime's per-partition stats into metric families at each scrape."""
+
+    def __init__(
+        self,
+        stats: Callable[[], Mapping[str, PartitionStats]],
+        *,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self._stats = stats
+        self._now = now
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._stats()
+        now = self._now()
+        events = CounterMetricFamily(
+            PREFIX + "events", "Events handed to the handler and done.", labels=["partition"]
+        )
+        batches = CounterMetricFamily(
+            PREFIX + "batches", "Micro-batches the handler completed.", labels=["partition"]
+        )
+        errors_ = CounterMetricFamily(
+            PREFIX + "handler_errors",
+            "Handler calls that raised (the batch is retried).",
+            labels=["partition"],
+        )
+        checkpoints = CounterMetricFamily(
+            PREFIX + "checkpoints", "Checkpoint writes.", labels=["partition"]
+        )
+        age = GaugeMetricFamily(
+            PREFIX + "checkpoint_age_seconds",
+            "Seconds since the partition's last checkpoint write.",
+            labels=["partition"],
+        )
+        lag = GaugeMetricFamily(
+            PREFIX + "lag_events",
+            "Events enqueued but not yet processed (from last-enqueued properties).",
+            labels=["partition"],
+        )
+        stuck = GaugeMetricFamily(
+            PREFIX + "partition_stuck",
+            "1 while a partition's batch has failed or run longer than the stuck limit.",
+            labels=["partition"],
+        )
+        owned = GaugeMetricFamily(PREFIX + "owned_partitions", "Partitions this pod processes now.")
+        owned_count = 0
+        for partition in sorted(stats, key=lambda p: (len(p), p)):
+            s = stats[partition]
+            events.add_metric([partition], s.events)
+            batches.add_metric([partition], s.batches)
+            errors_.add_metric([partition], s.handler_errors)
+            checkpoints.add_metric([partition], s.checkpoints)
+            if not s.owned:
+                continue
+            owned_count += 1
+            stuck.add_metric([partition], 1.0 if s.stuck else 0.0)
+            if s.checkpoint_time is not None:
+                age.add_metric([partition], max(0.0, now - s.checkpoint_time))
+            value = s.lag()
+            if value is not None:
+                lag.add_metric([partition], value)
+        owned.add_metric([], owned_count)
+        yield from (events, batches, errors_, checkpoints, age, lag, stuck, owned)
+
+
+def registry_for(stats: Callable[[], Mapping[str, PartitionStats]]) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(RuntimeCollector(stats))
+    return registry

@@ -1,0 +1,369 @@
+"""One owned partition, from fence to release: the consumer's at-least-once core.
+
+For one (partition, epoch) a worker fences the checkpoint, receives with ``owner_level`` =
+epoch from right after the checkpoint, hands micro-batches to the handler, and moves the
+checkpoint only after the handler returned. The rules that make planned moves free of
+duplicates and failures free of loss:
+
+- the checkpoint never passes an event the handler did not finish;
+- a handler error is retried (with backoff) on the same batch, never skipped;
+- on release the in-flight batch is finished (or, past the release timeout, abandoned
+  without a checkpoint), then the final checkpoint is written, and only then does the worker
+  report "released" (the runtime then acknowledges, and the operator assigns the next owner);
+- on :class:`errors.OwnershipLost` (from the checkpoint store or a stolen link) the worker
+  stops at once and writes nothing: a newer owner holds the partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Literal, Protocol
+
+from eventhub_balancer import errors
+from eventhub_balancer.adapters import receiving
+from eventhub_balancer.consumer import contexts, metrics, processing
+
+logger = logging.getLogger(__name__)
+
+Outcome = Literal["released", "lost", "failed"]
+State = Literal["fencing", "running", "releasing", "released", "lost", "failed"]
+
+
+class Checkpoint(Protocol):
+    @property
+    def sequence_number(self) -> int: ...
+
+
+class Checkpoints(Protocol):
+    """What a worker needs of the checkpoint store (``adapters.checkpointing``)."""
+
+    async def fence(self, partition: str, epoch: int, *, start: Any) -> Checkpoint: ...
+
+    async def update(self, partition: str, *, offset: str, sequence_number: int) -> Checkpoint: ...
+
+    def release(self, partition: str) -> None: ...
+
+
+class Receiver(Protocol):
+    """What a worker needs of a partition receiver (``adapters.receiving``)."""
+
+    @property
+    def last_enqueued(self) -> receiving.LastEnqueued | None: ...
+
+    def start(self) -> None: ...
+
+    async def next_batch(self, *, max_size: int, max_wait: float) -> receiving.ReceivedBatch: ...
+
+    async def close(self) -> None: ...
+
+
+#: Opens a receiver for (partition, epoch) at a position.
+ReceiverFactory = Callable[[str, int, receiving.Position], Receiver]
+#: The start position to seed a missing checkpoint with (resolved lazily: may ask Event Hubs).
+StartResolver = Callable[[str], Awaitable[Any]]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BatchSettings:
+    """How batches are cut, retried and checkpointed."""
+
+    batch_size: int = 500
+    #: Seconds a batch may wait for more events after its first one arrived.
+    max_wait: float = 1.0
+    #: 0: checkpoint after every batch; more: at most this often (the release writes the rest).
+    checkpoint_interval: float = 0.0
+    retry_backoff: float = 0.5
+    retry_backoff_max: float = 30.0
+    #: A batch failing or running longer than this makes the partition (and the pod) NotReady.
+    stuck_seconds: float = 120.0
+    #: On release, the longest wait for the in-flight batch before abandoning it.
+    release_timeout: float = 20.0
+    #: Events the receiver may buffer ahead of the handler.
+    prefetch: int = 300
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise errors.InvalidInput("--batch-size", f"{self.batch_size} is less than 1")
+        if self.max_wait <= 0:
+            raise errors.InvalidInput("--max-wait", f"{self.max_wait} is not positive")
+        if self.checkpoint_interval < 0:
+            raise errors.InvalidInput("--checkpoint-interval", "must not be negative")
+        if self.stuck_seconds <= 0:
+            raise errors.InvalidInput("--stuck-seconds", f"{self.stuck_seconds} is not positive")
+
+
+class PartitionWorker:
+    """Processes one partition for one epoch; ``run()`` returns how it ended."""
+
+    def __init__(
+        self,
+        *,
+        partition: str,
+        epoch: int,
+        consumer: str,
+        pod: str,
+        store: Checkpoints,
+        open_receiver: ReceiverFactory,
+        resolve_start: StartResolver,
+        processor: processing.BatchProcessor,
+        settings: BatchSettings,
+        stats: metrics.PartitionStats,
+        spark: Any = None,
+    ) -> None:
+        self.partition = partition
+        self.epoch = epoch
+        self.consumer = consumer
+        self.pod = pod
+        self.store = store
+        self.open_receiver = open_receiver
+        self.resolve_start = resolve_start
+        self.processor = processor
+        self.settings = settings
+        self.stats = stats
+        self.spark = spark
+        self.state: State = "fencing"
+        self.error: BaseException | None = None
+        self.fenced = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._hard_deadline: float | None = None
+        #: When the batch now in the handler was first tried (None: no batch in flight).
+        self._batch_started: float | None = None
+        self._processed: receiving.Event | None = None
+        self._checkpointed_sequence: int | None = None
+        self._last_checkpoint = time.monotonic()
+        #: The checkpoint write in flight: it overlaps the next batch's handler call.
+        self._writing: asyncio.Task[None] | None = None
+
+    # -- control
+
+    def release(self, *, timeout: float | None = None) -> None:
+        """Stop after the in-flight batch (within ``timeout``), checkpoint, and end "released"."""
+        if not self._stop.is_set():
+            limit = self.settings.release_timeout if timeout is None else timeout
+            self._hard_deadline = time.monotonic() + limit
+            self._stop.set()
+
+    @property
+    def releasing(self) -> bool:
+        return self._stop.is_set()
+
+    def stuck(self, now: float | None = None) -> bool:
+        """A batch has been failing or running for longer than ``stuck_seconds``."""
+        if self._batch_started is None:
+            return False
+        now = time.monotonic() if now is None else now
+        return now - self._batch_started > self.settings.stuck_seconds
+
+    # -- the loop
+
+    async def run(self) -> Outcome:
+        receiver: Receiver | None = None
+        try:
+            checkpoint = await self._fence()
+            self._checkpointed_sequence = checkpoint.sequence_number
+            self.stats.checkpointed_sequence_number = checkpoint.sequence_number
+            self.stats.checkpoint_time = time.time()
+            if self._stop.is_set():
+                return self._finish("released")
+            receiver = self.open_receiver(
+                self.partition, self.epoch, receiving.Position.after(checkpoint.sequence_number)
+            )
+            receiver.start()
+            self.state = "running"
+            self.fenced.set()
+            logger.info(
+                "partition %s: processing with epoch %d after sequence number %d",
+                self.partition,
+                self.epoch,
+                checkpoint.sequence_number,
+            )
+            while not self._stop.is_set():
+                batch = await self._next_batch(receiver)
+                if batch is None:
+                    break
+                self.stats.last_enqueued = batch.last_enqueued
+                if batch.events and not await self._process(batch.events):
+                    break  # abandoned on release: no checkpoint past it
+                if self._checkpoint_due():
+                    await self._checkpoint_in_background()
+            self.state = "releasing"
+            # Stop receiving first: nothing new reaches the handler after the release started.
+            await receiver.close()
+            receiver = None
+            await self._checkpoint()
+            self.store.release(self.partition)
+            return self._finish("released")
+        except errors.OwnershipLost as e:
+            self.error = e
+            logger.warning("partition %s: %s; stopped without a checkpoint", self.partition, e)
+            return self._finish("lost")
+        except (errors.TransientError, errors.ConfigurationError, errors.InvalidInput) as e:
+            self.error = e
+            logger.error("partition %s: epoch %d failed: %s", self.partition, self.epoch, e)
+            return self._finish("failed")
+        finally:
+            self.fenced.set()
+            if self._writing is not None and not self._writing.done():
+                self._writing.cancel()
+                await asyncio.gather(self._writing, return_exceptions=True)
+            if receiver is not None:
+                await receiver.close()
+
+    def _finish(self, outcome: Outcome) -> Outcome:
+        self.state = outcome
+        self._batch_started = None
+        self.stats.stuck = False
+        return outcome
+
+    async def _fence(self) -> Checkpoint:
+        start = await self.resolve_start(self.partition)
+        return await self.store.fence(self.partition, self.epoch, start=start)
+
+    async def _next_batch(self, receiver: Receiver) -> receiving.ReceivedBatch | None:
+        """The next batch, or None when a release started while waiting for it."""
+        receive = asyncio.ensure_future(
+            receiver.next_batch(max_size=self.settings.batch_size, max_wait=self.settings.max_wait)
+        )
+        stop = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({receive, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not receive.done():
+                receive.cancel()  # next_batch is cancellation-safe: no event is lost
+                await asyncio.gather(receive, return_exceptions=True)
+        if receive.cancelled():
+            return None
+        return receive.result()  # raises OwnershipLost / EventHubUnreachable
+
+    async def _process(self, events: Sequence[receiving.Event]) -> bool:
+        """Run the handler until it succeeds; False when abandoned because of a release."""
+        self._batch_started = time.monotonic()
+        backoff = self.settings.retry_backoff
+        attempt = 0
+        while True:
+            attempt += 1
+            context = contexts.BatchContext(
+                partition=self.partition,
+                epoch=self.epoch,
+                consumer=self.consumer,
+                pod=self.pod,
+                first_sequence_number=events[0].sequence_number,
+                last_sequence_number=events[-1].sequence_number,
+                size=len(events),
+                spark=self.spark,
+                attempt=attempt,
+            )
+            call = asyncio.ensure_future(self.processor(events, context))
+            try:
+                done = await self._wait_unless_abandoned(call)
+            except Exception as e:
+                self.stats.handler_errors += 1
+                self.stats.stuck = self.stuck()
+                logger.warning(
+                    "partition %s: handler failed on sequence numbers %d-%d (attempt %d): %r; "
+                    "retrying in %.1f s",
+                    self.partition,
+                    context.first_sequence_number,
+                    context.last_sequence_number,
+                    attempt,
+                    e,
+                    backoff,
+                )
+                if self._stop.is_set() or not await self._sleep_unless_stopped(backoff):
+                    self._batch_started = None
+                    return False
+                backoff = min(backoff * 2, self.settings.retry_backoff_max)
+                continue
+            if not done:
+                logger.warning(
+                    "partition %s: release timeout: abandoned the batch %d-%d (it will be "
+                    "processed again by the next owner)",
+                    self.partition,
+                    context.first_sequence_number,
+                    context.last_sequence_number,
+                )
+                self._batch_started = None
+                return False
+            self._processed = events[-1]
+            self._batch_started = None
+            self.stats.stuck = False
+            self.stats.events += len(events)
+            self.stats.batches += 1
+            self.stats.processed_sequence_number = events[-1].sequence_number
+            return True
+
+    async def _wait_unless_abandoned(self, call: asyncio.Future[None]) -> bool:
+        """Wait for the handler; past the release deadline cancel it (False).
+
+        While no release is asked for, the handler may run as long as it needs (it turns the
+        partition stuck after ``stuck_seconds``, which the operator sees as NotReady).
+        """
+        while not call.done():
+            if self._hard_deadline is not None:
+                left = self._hard_deadline - time.monotonic()
+                if left <= 0:
+                    call.cancel()  # a sync handler's thread runs on, but its result is ignored
+                    await asyncio.gather(call, return_exceptions=True)
+                    return False
+                await asyncio.wait({call}, timeout=left)
+            else:
+                stop: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
+                try:
+                    await asyncio.wait({call, stop}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    stop.cancel()
+            self.stats.stuck = self.stuck()
+        call.result()
+        return True
+
+    async def _sleep_unless_stopped(self, seconds: float) -> bool:
+        """Sleep; False when a release started meanwhile."""
+        try:
+            await asyncio.wait_for(self._stop.wait(), timeout=seconds)
+        except TimeoutError:
+            return True
+        return False
+
+    def _checkpoint_due(self) -> bool:
+        if self._processed is None:
+            return False
+        if self._processed.sequence_number == self._checkpointed_sequence:
+            return False
+        interval = self.settings.checkpoint_interval
+        return interval <= 0 or time.monotonic() - self._last_checkpoint >= interval
+
+    async def _checkpoint_in_background(self) -> None:
+        """Start writing the checkpoint; the previous write must have landed first (and its
+        error, OwnershipLost above all, surfaces here)."""
+        await self._await_writing()
+        if (
+            self._processed is not None
+            and self._processed.sequence_number != self._checkpointed_sequence
+        ):
+            self._writing = asyncio.create_task(self._checkpoint(wait_previous=False))
+
+    async def _await_writing(self) -> None:
+        writing, self._writing = self._writing, None
+        if writing is not None:
+            await writing
+
+    async def _checkpoint(self, *, wait_previous: bool = True) -> None:
+        """Write the last processed event's position, unless it is written already."""
+        if wait_previous:
+            await self._await_writing()
+        event = self._processed
+        if event is None or event.sequence_number == self._checkpointed_sequence:
+            return
+        await self.store.update(
+            self.partition, offset=event.offset, sequence_number=event.sequence_number
+        )
+        self._checkpointed_sequence = event.sequence_number
+        self._last_checkpoint = time.monotonic()
+        self.stats.checkpoints += 1
+        self.stats.checkpointed_sequence_number = event.sequence_number
+        self.stats.checkpoint_time = time.time()

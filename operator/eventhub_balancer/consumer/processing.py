@@ -1,0 +1,106 @@
+"""Loading the user's handler and calling it on a micro-batch, in plain or Spark mode.
+
+A handler is ``module:function``. Plain mode calls ``function(events, context)`` with a
+sequence of :class:`contexts.Event`; Spark mode calls ``function(df, context)`` with a
+DataFrame of the batch. Sync handlers run in a worker thread so that the receive loops keep
+running (and a Spark job, which blocks, is always sync); async handlers are awaited.
+A batch counts as done only when the handler returned: anything it raises is the caller's
+to retry, and no checkpoint passes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from eventhub_balancer import errors
+from eventhub_balancer.consumer import contexts
+from eventhub_balancer.spark import frames
+
+
+class BatchProcessor(Protocol):
+    """Runs the user's code on one batch; returns when the batch is done."""
+
+    async def __call__(
+        self, events: Sequence[contexts.Event], context: contexts.BatchContext
+    ) -> None: ...
+
+
+def load_handler(reference: str, *, search_path: Sequence[str] = ()) -> Callable[..., Any]:
+    """Import ``package.module:function``; every mistake says what to change."""
+    module_name, sep, attribute = reference.partition(":")
+    if not sep or not module_name or not attribute:
+        raise errors.InvalidInput(
+            "--handler", f"{reference!r} is not module:function (e.g. mypkg.pipeline:process)"
+        )
+    for entry in search_path:
+        if entry and entry not in sys.path:
+            sys.path.insert(0, str(Path(entry).resolve()))
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise errors.InvalidInput(
+            "--handler",
+            f"cannot import module {module_name!r}: {e} (is the package installed, or on "
+            "PYTHONPATH / --handler-path?)",
+        ) from e
+    target: Any = module
+    for part in attribute.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise errors.InvalidInput(
+                "--handler", f"module {module_name!r} has no attribute {attribute!r}"
+            ) from None
+    if not callable(target):
+        raise errors.InvalidInput("--handler", f"{reference} is not callable")
+    return target  # type: ignore[no-any-return]
+
+
+class PlainProcessor:
+    """``process(events, context)``, awaited or run in a thread."""
+
+    def __init__(self, function: Callable[..., Any]) -> None:
+        self.function = function
+        self.is_async = inspect.iscoroutinefunction(function)
+
+    async def __call__(
+        self, events: Sequence[contexts.Event], context: contexts.BatchContext
+    ) -> None:
+        if self.is_async:
+            await self.function(events, context)
+            return
+        result = await asyncio.to_thread(self.function, events, context)
+        if inspect.isawaitable(result):  # a sync callable that returned a coroutine
+            await result
+
+
+class SparkProcessor:
+    """``process(df, context)`` on a DataFrame of the batch (built from Arrow), in a thread."""
+
+    def __init__(self, function: Callable[..., Any], *, session: Any) -> None:
+        if inspect.iscoroutinefunction(function):
+            raise errors.InvalidInput(
+                "--handler", "a Spark handler must be a plain function (Spark calls block)"
+            )
+        self.function = function
+        self.session = session
+
+    def _run(self, events: Sequence[contexts.Event], context: contexts.BatchContext) -> None:
+        df = frames.to_dataframe(self.session, events)
+        self.function(df, context)
+
+    async def __call__(
+        self, events: Sequence[contexts.Event], context: contexts.BatchContext
+    ) -> None:
+        await asyncio.to_thread(self._run, events, context)
+
+
+def wrap(function: Callable[..., Awaitable[None] | None]) -> BatchProcessor:
+    """A plain processor from a Python function (the Python API's entry)."""
+    return PlainProcessor(function)

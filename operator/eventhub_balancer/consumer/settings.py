@@ -1,0 +1,79 @@
+"""The consumer's configuration: flags first, then the pod's environment.
+
+Kubernetes hands a pod its identity through the Downward API (``POD_NAME``,
+``POD_NAMESPACE``) and its secrets through env from Secrets; flags are for everything a
+user tunes. A missing pod name is the most common mistake, so its message shows the YAML.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from eventhub_balancer import errors
+from eventhub_balancer.consumer import connections, partitions
+
+ENV_POD_NAME = "POD_NAME"
+ENV_POD_NAMESPACE = "POD_NAMESPACE"
+ENV_CONSUMER = "EHB_CONSUMER"
+ENV_EVENTHUB_CONNECTION_STRING = "EHB_EVENTHUB_CONNECTION_STRING"
+ENV_BLOB_CONNECTION_STRING = "EHB_BLOB_CONNECTION_STRING"
+ENV_SPARK_MASTER = "EHB_SPARK_MASTER"
+
+DOWNWARD_API_SNIPPET = """\
+add the pod's name (and namespace) to the consumer container with the Downward API:
+
+        env:
+          - name: POD_NAME
+            valueFrom:
+              fieldRef: {fieldPath: metadata.name}
+          - name: POD_NAMESPACE
+            valueFrom:
+              fieldRef: {fieldPath: metadata.namespace}
+"""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ConsumerSettings:
+    """Everything ``ehb consume`` runs with (secrets hidden from ``repr``)."""
+
+    pod: str
+    namespace: str
+    consumer: str
+    handler: str
+    handler_path: tuple[str, ...] = ()
+    spark: bool = False
+    spark_master: str | None = None
+    spark_conf: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    batch: partitions.BatchSettings = dataclasses.field(default_factory=partitions.BatchSettings)
+    shutdown_timeout: float = 25.0
+    host: str = "0.0.0.0"
+    port: int = 8080
+    assignment_file: Path | None = None
+    ack_file: Path | None = None
+    kubeconfig: str | None = None
+    credentials: connections.Credentials = dataclasses.field(
+        default_factory=connections.Credentials
+    )
+
+
+def pod_identity(
+    env: Mapping[str, str], *, pod: str | None, namespace: str | None, need_namespace: bool
+) -> tuple[str, str]:
+    """The pod's name and namespace from flags or the Downward API environment."""
+    name = pod or env.get(ENV_POD_NAME, "").strip()
+    if not name:
+        raise errors.InvalidInput(ENV_POD_NAME, f"is not set; {DOWNWARD_API_SNIPPET}")
+    where = namespace or env.get(ENV_POD_NAMESPACE, "").strip()
+    if not where and need_namespace:
+        raise errors.InvalidInput(ENV_POD_NAMESPACE, f"is not set; {DOWNWARD_API_SNIPPET}")
+    return name, where or "default"
+
+
+def credentials_from(env: Mapping[str, str] = os.environ) -> connections.Credentials:
+    return connections.Credentials(
+        eventhub_connection_string=env.get(ENV_EVENTHUB_CONNECTION_STRING) or None,
+        blob_connection_string=env.get(ENV_BLOB_CONNECTION_STRING) or None,
+    )

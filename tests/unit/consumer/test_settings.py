@@ -1,0 +1,66 @@
+"""Configuration mistakes get messages that say what to change."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from eventhub_balancer import cli, errors
+from eventhub_balancer.consumer import processing, settings
+
+
+def test_a_missing_pod_name_shows_the_downward_api_snippet() -> None:
+    with pytest.raises(errors.InvalidInput) as caught:
+        settings.pod_identity({}, pod=None, namespace=None, need_namespace=True)
+    assert caught.value.field == "POD_NAME"
+    assert "fieldPath: metadata.name" in str(caught.value)
+
+
+def test_the_cli_exits_2_without_a_pod_name(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("POD_NAME", raising=False)
+    assert cli.main(["consume", "--handler", "x:y", "--consumer", "orders"]) == 2
+    err = capsys.readouterr().err
+    assert "POD_NAME" in err
+    assert "valueFrom" in err
+
+
+def test_pod_identity_from_the_environment() -> None:
+    env = {"POD_NAME": "orders-7f9c-abc", "POD_NAMESPACE": "shop"}
+    assert settings.pod_identity(env, pod=None, namespace=None, need_namespace=True) == (
+        "orders-7f9c-abc",
+        "shop",
+    )
+
+
+def test_secrets_never_show_in_repr() -> None:
+    creds = settings.credentials_from({"EHB_EVENTHUB_CONNECTION_STRING": "SharedAccessKey=s3cr3t"})
+    assert creds.eventhub_connection_string is not None
+    assert "s3cr3t" not in repr(creds)
+
+
+def test_handler_loading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "ehb_test_pipeline.py").write_text(
+        textwrap.dedent(
+            """
+            def process(events, context):
+                return None
+            NOT_CALLABLE = 3
+            """
+        )
+    )
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    function = processing.load_handler("ehb_test_pipeline:process", search_path=[str(tmp_path)])
+    assert function.__name__ == "process"
+    with pytest.raises(errors.InvalidInput, match="module:function"):
+        processing.load_handler("ehb_test_pipeline")
+    with pytest.raises(errors.InvalidInput, match="cannot import module 'no_such_module_xyz'"):
+        processing.load_handler("no_such_module_xyz:process")
+    with pytest.raises(errors.InvalidInput, match="has no attribute 'missing'"):
+        processing.load_handler("ehb_test_pipeline:missing")
+    with pytest.raises(errors.InvalidInput, match="not callable"):
+        processing.load_handler("ehb_test_pipeline:NOT_CALLABLE")
