@@ -1,0 +1,120 @@
+{{/*
+The chart's name, cut to 63 characters (the DNS label limit some name fields have).
+*/}}
+{{- define "eventhub-balancer.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+A fully qualified name for the release's objects, cut to 63 characters. A release whose name
+already contains the chart's name is not repeated ("eventhub-balancer", not
+"eventhub-balancer-eventhub-balancer").
+*/}}
+{{- define "eventhub-balancer.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The chart label: name and version, cut to 63 characters.
+*/}}
+{{- define "eventhub-balancer.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels on every object.
+*/}}
+{{- define "eventhub-balancer.labels" -}}
+helm.sh/chart: {{ include "eventhub-balancer.chart" . }}
+{{ include "eventhub-balancer.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: eventhub-balancer
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Labels that select the operator's pods: stable across upgrades.
+*/}}
+{{- define "eventhub-balancer.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "eventhub-balancer.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/*
+The ServiceAccount the operator runs as.
+*/}}
+{{- define "eventhub-balancer.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "eventhub-balancer.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The operator image: a digest wins over a tag; the tag defaults to the chart's appVersion.
+*/}}
+{{- define "eventhub-balancer.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The kopf peering object's name.
+*/}}
+{{- define "eventhub-balancer.peeringName" -}}
+{{- default (include "eventhub-balancer.fullname" .) .Values.peering.name }}
+{{- end }}
+
+{{/*
+The namespace-scoped rules the operator needs where it serves EventHubConsumers; the same list
+goes into the ClusterRole (cluster-wide) or into one Role per watched namespace.
+*/}}
+{{- define "eventhub-balancer.namespacedRules" -}}
+# The custom resource: handlers, kopf's finalizer and progress annotations, and the status.
+- apiGroups: [eventhub-balancer.dev]
+  resources: [eventhubconsumers]
+  verbs: [get, list, watch, patch]
+- apiGroups: [eventhub-balancer.dev]
+  resources: [eventhubconsumers/status]
+  verbs: [patch]
+# Liveness comes from the pods; the operator annotates each pod with its partitions.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list, watch, patch]
+# One assignment ConfigMap per (EventHubConsumer, pod): written by patch, stale ones deleted.
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [list, watch, create, patch, delete]
+# Kubernetes Events with specific reasons (PartitionAssigned, HandoffTimedOut, ...).
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+# Connection strings referenced by EventHubConsumers, read by name: never listed or watched.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get]
+{{- end }}
+
+{{/*
+The metrics Service's name: the full name cut so that the suffix still fits in 63 characters.
+*/}}
+{{- define "eventhub-balancer.metricsServiceName" -}}
+{{- printf "%s-metrics" (include "eventhub-balancer.fullname" . | trunc 55 | trimSuffix "-") }}
+{{- end }}
