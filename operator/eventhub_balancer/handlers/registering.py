@@ -223,8 +223,12 @@ async def run_daemon(
                     delay = min(delay, result.next_in)
             except errors.EventHubBalancerError as e:
                 runtime.metrics.cycles.labels(namespace, name, e.reason).inc()
-                if isinstance(e, errors.NotFound):
-                    return  # the resource is gone; kopf stops us anyway
+                if isinstance(e, errors.NotFound) and await _consumer_gone(
+                    runtime.kube, namespace=namespace, name=name
+                ):
+                    return  # the EventHubConsumer is gone; kopf stops us anyway
+                # Anything else that vanished mid-cycle (a ConfigMap garbage-collected with its
+                # pod) is read afresh by the next cycle: retry soon, never stop balancing.
                 retry = min(MAX_RETRY_SECONDS, max(RETRY_SECONDS, retry * 2))
                 delay = retry
                 logger.warning(
@@ -247,3 +251,14 @@ async def run_daemon(
         runtime.heartbeats.pop(key, None)
         runtime.memories.pop(key, None)
         runtime.metrics.forget(namespace=namespace, consumer=name)
+
+
+async def _consumer_gone(kube: ports.KubePort, *, namespace: str, name: str) -> bool:
+    """Whether the EventHubConsumer itself is gone (not merely an object a cycle touched)."""
+    try:
+        await kube.get_consumer(namespace=namespace, name=name)
+    except errors.NotFound:
+        return True
+    except errors.EventHubBalancerError:
+        return False
+    return False
