@@ -4,12 +4,16 @@ The CR names the checkpoint store either by a connection string (a Secret) or by
 URL reached with workload identity; both end here as one ``ContainerClient`` whose own retry
 policy is off, so that the checkpoint store's bounded budget is the only retry loop (the SDK's
 default would retry each request up to 3 times with its own backoff, hidden from our budget).
+A checkpoint update is one request on this client, so its per-request cost is kept low: the
+proxy environment is read once per client rather than once per request.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import urllib.parse
+import urllib.request
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
@@ -30,7 +34,31 @@ CLIENT_OPTIONS: Final[dict[str, Any]] = {
     "retry_total": 0,
     "connection_timeout": CONNECTION_TIMEOUT_S,
     "read_timeout": READ_TIMEOUT_S,
+    # With env settings on, aiohttp looks up ~/.netrc and the proxy variables in a worker
+    # thread on *every* request: two thread hops that cost about 0.5 ms of a 1.3 ms update
+    # (measured on Azurite). The proxy variables are read once per client instead.
+    "use_env_settings": False,
 }
+
+
+def proxies_for(url: str) -> dict[str, str]:
+    """The proxies that ``HTTP(S)_PROXY`` / ``NO_PROXY`` give for the account at ``url``.
+
+    What aiohttp's ``trust_env`` would pick per request, resolved once for the client's one
+    host. A netrc file is not consulted: the blob service's own Authorization header is used,
+    and aiohttp refuses to combine it with netrc credentials anyway.
+    """
+    host = urllib.parse.urlsplit(url).hostname or ""
+    if not host or urllib.request.proxy_bypass(host):
+        return {}
+    found = urllib.request.getproxies()
+    return {scheme: found[scheme] for scheme in ("http", "https") if found.get(scheme)}
+
+
+def client_options(url: str) -> dict[str, Any]:
+    """``CLIENT_OPTIONS`` plus the environment's proxies for ``url``."""
+    proxies = proxies_for(url)
+    return {**CLIENT_OPTIONS, "proxies": proxies} if proxies else dict(CLIENT_OPTIONS)
 
 
 def parse_connection_string(connection_string: str) -> dict[str, str]:
@@ -63,11 +91,9 @@ def container_from_connection_string(
     connection_string: str, container_name: str
 ) -> ContainerClient:
     """A container client from a storage connection string (account key or SAS)."""
-    parse_connection_string(connection_string)
+    options = client_options(describe_connection_string(connection_string))
     try:
-        return ContainerClient.from_connection_string(
-            connection_string, container_name, **CLIENT_OPTIONS
-        )
+        return ContainerClient.from_connection_string(connection_string, container_name, **options)
     except ValueError as e:
         # The SDK's message does not contain the string itself; ours must not either.
         raise errors.InvalidInput(
@@ -108,7 +134,7 @@ async def open_container(
     credential = DefaultAzureCredential()
     try:
         client = ContainerClient(
-            account_url, container_name, credential=credential, **CLIENT_OPTIONS
+            account_url, container_name, credential=credential, **client_options(account_url)
         )
         async with client:
             yield client

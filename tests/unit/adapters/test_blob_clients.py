@@ -1,5 +1,7 @@
 """Building the checkpoint container client: connection strings, and no secret in messages."""
 
+from typing import Any
+
 import pytest
 
 from eventhub_balancer import errors
@@ -50,3 +52,37 @@ async def test_exactly_one_credential_is_required() -> None:
             container_name="checkpoints", connection_string=LOCAL, account_url="https://x"
         ):
             pass
+
+
+def test_the_client_reads_no_environment_per_request() -> None:
+    config: Any = blobs.container_from_connection_string(LOCAL, "checkpoints")._config
+    assert config.transport._use_env_settings is False
+
+
+@pytest.fixture
+def proxy_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in ("http_proxy", "https_proxy", "no_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    return monkeypatch
+
+
+def test_proxies_come_from_the_environment_once(proxy_env: pytest.MonkeyPatch) -> None:
+    proxy_env.setenv("HTTPS_PROXY", "http://proxy.corp:3128")
+    assert blobs.proxies_for("https://shop.blob.core.windows.net") == {
+        "https": "http://proxy.corp:3128"
+    }
+    config: Any = blobs.container_from_connection_string(AZURE, "checkpoints")._config
+    assert config.proxy_policy.proxies == {"https": "http://proxy.corp:3128"}
+
+
+def test_no_proxy_bypasses_the_proxy(proxy_env: pytest.MonkeyPatch) -> None:
+    proxy_env.setenv("HTTPS_PROXY", "http://proxy.corp:3128")
+    proxy_env.setenv("NO_PROXY", ".blob.core.windows.net")
+    assert blobs.proxies_for("https://shop.blob.core.windows.net") == {}
+
+
+def test_without_proxy_variables_there_is_no_proxy(proxy_env: pytest.MonkeyPatch) -> None:
+    assert blobs.proxies_for("http://127.0.0.1:10000/devstoreaccount1") == {}
+    config: Any = blobs.container_from_connection_string(LOCAL, "checkpoints")._config
+    assert not config.proxy_policy.proxies
