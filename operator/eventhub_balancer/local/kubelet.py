@@ -43,7 +43,11 @@ FINALIZER = "eventhub-balancer.dev/local-kubelet"
 PROBE_INTERVAL_S = 0.2
 
 #: A readiness probe slower than this counts as a failure, as with a kubelet's timeoutSeconds.
-PROBE_TIMEOUT_S = 1.0
+PROBE_TIMEOUT_S = 3.0
+
+#: Failed probes in a row before a Ready pod turns NotReady (a kubelet's failureThreshold):
+#: one slow answer from a busy consumer on a loaded machine must not move its partitions.
+FAILURE_THRESHOLD = 3
 
 #: The longest wait for the API in any single call, so that nothing here hangs.
 API_TIMEOUT_S = 10
@@ -81,6 +85,7 @@ class _Pod:
     port: int
     process: subprocess.Popen[bytes]
     ready: bool = False
+    failures: int = 0
     restarts: int = 0
     deleting: bool = False
     gone: bool = False
@@ -321,7 +326,14 @@ class LocalKubelet:
             for pod in pods:
                 if pod.process.poll() is not None and not pod.deleting:
                     self._restart(pod)
+                    pod.failures = FAILURE_THRESHOLD  # a dead container is NotReady at once
                 ready = self._probe(pod) and not pod.deleting
+                if ready:
+                    pod.failures = 0
+                elif pod.ready and pod.process.poll() is None and not pod.deleting:
+                    pod.failures += 1
+                    if pod.failures < FAILURE_THRESHOLD:
+                        continue
                 if ready != pod.ready:
                     pod.ready = ready
                     try:
