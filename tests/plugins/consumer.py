@@ -48,6 +48,10 @@ class FakeStoreHandle:
         self.store = store
         self.owner = owner
         self.fail_updates = 0
+        #: While set and not open, every update waits for it (a slow checkpoint write).
+        self.gate: asyncio.Event | None = None
+        #: Updates begun (counted before the gate), to see a write in flight.
+        self.updates_begun = 0
 
     async def fence(self, partition: str, epoch: int, *, start: Any) -> FakeCheckpoint:
         current = self.store.blobs.get(partition)
@@ -61,6 +65,9 @@ class FakeStoreHandle:
         return taken
 
     async def update(self, partition: str, *, offset: str, sequence_number: int) -> FakeCheckpoint:
+        self.updates_begun += 1
+        if self.gate is not None:
+            await self.gate.wait()
         if self.fail_updates:
             self.fail_updates -= 1
             raise errors.CheckpointStoreUnreachable("injected")

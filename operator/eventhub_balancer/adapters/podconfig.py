@@ -225,8 +225,8 @@ def _wrap(error: BaseException, what: str) -> errors.EventHubBalancerError:
         return error
     if isinstance(error, k8s_errors.ApiException) and error.status in (401, 403):
         return errors.ConfigurationError(
-            f"{what}: HTTP {error.status}: the pod's ServiceAccount needs get, list, watch and "
-            "patch on configmaps in its namespace (see the chart's consumer Role)"
+            f"{what}: HTTP {error.status}: the pod's ServiceAccount needs list, watch and "
+            "patch on configmaps in its namespace (see manifests/examples/30-consumer-rbac.yaml)"
         )
     status = getattr(error, "status", None)
     detail = f"HTTP {status}" if status else type(error).__name__

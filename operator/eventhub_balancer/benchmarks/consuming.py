@@ -5,7 +5,14 @@ Two drains of the same backlog from the same emulator, in the same run:
 - *raw SDK*: ``EventHubConsumerClient.receive_batch`` (the public API), one client and task
   per partition, a callback that only counts: the ceiling for any consumer on this machine;
 - *runtime*: the consumer runtime with a no-op handler: fencing, owner-level receivers,
-  micro-batching, and an owner-checked checkpoint on Azurite after every batch.
+  micro-batching, and an owner-checked checkpoint on Azurite after every batch (the next
+  batch's handler waits for it: the one-batch crash bound).
+
+Both sides use the runtime's defaults (batch size and max wait, ``partitions.BatchSettings``)
+unless told otherwise. In a backlog every batch is full, except a partition's last one when
+its events are not a multiple of the batch size: that batch waits ``max_wait`` for events that
+never come, which is latency at the end of a finite backlog, not throughput. The default
+backlog (5,000 events per partition) is a multiple of the default batch size (500).
 
 The emulator runs in a child process so that its work does not share our interpreter's GIL
 with the consumer being measured. Rounds alternate (raw, runtime, raw, runtime...) and the
@@ -66,6 +73,7 @@ class Figures:
     partitions: int
     rounds: int
     batch_size: int
+    max_wait: float
 
 
 @contextlib.contextmanager
@@ -196,11 +204,12 @@ async def runtime_drain(
     partitions_: int,
     events: int,
     batch_size: int,
+    max_wait: float,
 ) -> float:
     """Events per second of the consumer runtime (no-op handler) draining the backlog."""
     import json
 
-    batch = partitions.BatchSettings(batch_size=batch_size, max_wait=0.5)
+    batch = partitions.BatchSettings(batch_size=batch_size, max_wait=max_wait)
     async with _container(blob_connection_string) as container:
         source = assignments.MemorySource()
         consumer = runtime.Runtime(
@@ -295,7 +304,7 @@ def spark_batch_ms(sizes: Sequence[int], *, repeats: int = 5) -> dict[int, float
 
 
 async def _measure_drains(
-    *, partitions_: int, events: int, rounds: int, batch_size: int
+    *, partitions_: int, events: int, rounds: int, batch_size: int, max_wait: float
 ) -> tuple[float, float]:
     per_partition = events // partitions_
     total = per_partition * partitions_
@@ -316,6 +325,7 @@ async def _measure_drains(
                     partitions_=partitions_,
                     events=total,
                     batch_size=batch_size,
+                    max_wait=max_wait,
                 )
             )
     logger.info("raw SDK rounds: %s; runtime rounds: %s", raw, ours)
@@ -327,16 +337,27 @@ def measure(
     partitions_: int = 4,
     events: int = 20_000,
     rounds: int = 2,
-    batch_size: int = 300,
+    batch_size: int | None = None,
+    max_wait: float | None = None,
     spark: bool = True,
 ) -> Figures:
-    if partitions_ < 1 or events < partitions_ or rounds < 1:
+    """``batch_size`` / ``max_wait`` None: the runtime's defaults (``partitions.BatchSettings``)."""
+    defaults = partitions.BatchSettings()
+    batch_size = defaults.batch_size if batch_size is None else batch_size
+    max_wait = defaults.max_wait if max_wait is None else max_wait
+    if partitions_ < 1 or events < partitions_ or rounds < 1 or batch_size < 1 or max_wait <= 0:
         raise errors.InvalidInput(
-            "bench", "need partitions >= 1, events >= partitions, rounds >= 1"
+            "bench",
+            "need partitions >= 1, events >= partitions, rounds >= 1, batch size >= 1, "
+            "max wait > 0",
         )
     ours, raw = asyncio.run(
         _measure_drains(
-            partitions_=partitions_, events=events, rounds=rounds, batch_size=batch_size
+            partitions_=partitions_,
+            events=events,
+            rounds=rounds,
+            batch_size=batch_size,
+            max_wait=max_wait,
         )
     )
     spark_ms: dict[int, float] = spark_batch_ms([1_000, 10_000]) if spark else {}
@@ -350,4 +371,5 @@ def measure(
         partitions=partitions_,
         rounds=rounds,
         batch_size=batch_size,
+        max_wait=max_wait,
     )

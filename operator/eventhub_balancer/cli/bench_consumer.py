@@ -19,7 +19,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--rounds", type=int, default=2, help="alternating rounds; the best counts (default 2)"
     )
     parser.add_argument(
-        "--batch-size", type=int, default=300, help="events per batch, both sides (default 300)"
+        "--batch-size",
+        type=int,
+        default=None,
+        help="events per batch, both sides (default: the runtime's default)",
+    )
+    parser.add_argument(
+        "--max-wait",
+        type=float,
+        default=None,
+        help="the runtime's max wait (default: the runtime's default); in a backlog only a "
+        "partition's last, partial batch waits for it",
     )
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark figures")
     parser.add_argument("--json", action="store_true", help="print the five figures as JSON")
@@ -33,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
         events=args.events,
         rounds=args.rounds,
         batch_size=args.batch_size,
+        max_wait=args.max_wait,
         spark=not args.no_spark,
     )
     if args.json:

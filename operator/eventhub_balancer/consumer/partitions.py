@@ -11,7 +11,12 @@ duplicates and failures free of loss:
   without a checkpoint), then the final checkpoint is written, and only then does the worker
   report "released" (the runtime then acknowledges, and the operator assigns the next owner);
 - on :class:`errors.OwnershipLost` (from the checkpoint store or a stolen link) the worker
-  stops at once and writes nothing: a newer owner holds the partition.
+  stops at once and writes nothing: a newer owner holds the partition;
+- the handler of batch N+1 starts only once the checkpoint of batch N is durable, so a crash
+  (SIGKILL) repeats at most one batch per partition: the one in the handler, or the one whose
+  checkpoint write was in flight (never both). The write still overlaps the *receiving* of
+  batch N+1: the receiver's background task keeps buffering, and the worker waits for the
+  next batch while the write is on the wire.
 """
 
 from __future__ import annotations
@@ -135,7 +140,8 @@ class PartitionWorker:
         self._processed: receiving.Event | None = None
         self._checkpointed_sequence: int | None = None
         self._last_checkpoint = time.monotonic()
-        #: The checkpoint write in flight: it overlaps the next batch's handler call.
+        #: The checkpoint write in flight: it overlaps waiting for the next batch, never the
+        #: next batch's handler (that would let a crash repeat two batches).
         self._writing: asyncio.Task[None] | None = None
 
     # -- control
@@ -186,10 +192,17 @@ class PartitionWorker:
                 if batch is None:
                     break
                 self.stats.last_enqueued = batch.last_enqueued
-                if batch.events and not await self._process(batch.events):
+                if not batch.events:
+                    if self._writing is not None and self._writing.done():
+                        await self._await_writing()  # an idle partition learns of a lost write
+                    continue
+                # The crash bound: the previous checkpoint is durable before this handler runs
+                # (its error, OwnershipLost above all, surfaces here, before any work).
+                await self._await_writing()
+                if not await self._process(batch.events):
                     break  # abandoned on release: no checkpoint past it
                 if self._checkpoint_due():
-                    await self._checkpoint_in_background()
+                    self._checkpoint_in_background()
             self.state = "releasing"
             # Stop receiving first: nothing new reaches the handler after the release started.
             await receiver.close()
@@ -337,15 +350,11 @@ class PartitionWorker:
         interval = self.settings.checkpoint_interval
         return interval <= 0 or time.monotonic() - self._last_checkpoint >= interval
 
-    async def _checkpoint_in_background(self) -> None:
-        """Start writing the checkpoint; the previous write must have landed first (and its
-        error, OwnershipLost above all, surfaces here)."""
-        await self._await_writing()
-        if (
-            self._processed is not None
-            and self._processed.sequence_number != self._checkpointed_sequence
-        ):
-            self._writing = asyncio.create_task(self._checkpoint(wait_previous=False))
+    def _checkpoint_in_background(self) -> None:
+        """Start writing the checkpoint while the next batch is received; the loop awaits it
+        before the next handler call (so at most one write is ever in flight)."""
+        assert self._writing is None, "a checkpoint write is still in flight"
+        self._writing = asyncio.create_task(self._checkpoint(wait_previous=False))
 
     async def _await_writing(self) -> None:
         writing, self._writing = self._writing, None

@@ -208,3 +208,71 @@ async def test_a_handler_that_never_returns_is_abandoned_on_release(
     # Nothing finished, so the checkpoint stays where it was: the next owner redoes the batch.
     assert fake_store.blobs["0"].sequence_number == -1
     assert recorder.done == []
+
+
+async def test_the_next_handler_waits_for_the_previous_checkpoint(
+    fake_hub: FakeHub, fake_store: FakeStore
+) -> None:
+    """The crash bound: with a checkpoint write in flight, the next batch is received but not
+    handed to the handler, so a SIGKILL can repeat at most one batch."""
+    fake_hub.append("0", 30)
+    recorder = Recorder()
+    store = fake_store.handle("pod-a")
+    store.gate = asyncio.Event()
+    source = assignments.MemorySource()
+    consumer = runtime.Runtime(
+        settings=runtime.RuntimeSettings(consumer="orders", pod="pod-a", batch=FAST),
+        source=source,
+        backends=fake_backends(fake_hub, store),
+        processor=recorder,
+    )
+    task = asyncio.create_task(consumer.run())
+    try:
+        source.put(configmap(1, {"0": (1, "owned")}))
+        await eventually(lambda: store.updates_begun == 1, what="the first checkpoint write")
+        receiver = fake_hub.receivers[0]
+        await eventually(lambda: receiver.next > 10, what="the next batch received")
+        await asyncio.sleep(0.2)  # time enough for a second handler call, were it allowed
+        assert recorder.calls == 1
+        assert recorder.done == [("0", n) for n in range(10)]
+        store.gate.set()
+        await eventually(lambda: len(recorder.done) == 30, what="the rest")
+        await eventually(lambda: fake_store.blobs["0"].sequence_number == 29)
+        assert fake_store.history["0"] == [9, 19, 29]
+    finally:
+        store.gate.set()
+        consumer.request_shutdown()
+        async with asyncio.timeout(5):
+            await task
+
+
+async def test_an_idle_partition_stops_when_its_last_checkpoint_write_finds_a_new_owner(
+    fake_hub: FakeHub, fake_store: FakeStore
+) -> None:
+    fake_hub.append("0", 5)
+    recorder = Recorder()
+    store = fake_store.handle("pod-a")
+    store.gate = asyncio.Event()
+    source = assignments.MemorySource()
+    consumer = runtime.Runtime(
+        settings=runtime.RuntimeSettings(consumer="orders", pod="pod-a", batch=FAST),
+        source=source,
+        backends=fake_backends(fake_hub, store),
+        processor=recorder,
+    )
+    task = asyncio.create_task(consumer.run())
+    try:
+        source.put(configmap(1, {"0": (1, "owned")}))
+        await eventually(lambda: store.updates_begun == 1, what="the checkpoint write")
+        # A newer owner fences while our write is on the wire; no event follows.
+        await fake_store.handle("pod-b").fence("0", 2, start=None)
+        store.gate.set()
+        await eventually(lambda: "0" not in consumer.workers, what="the worker to stop")
+        assert fake_store.blobs["0"].epoch == 2
+        assert fake_store.blobs["0"].sequence_number == -1
+        assert "0" not in source.released
+    finally:
+        store.gate.set()
+        consumer.request_shutdown()
+        async with asyncio.timeout(5):
+            await task
