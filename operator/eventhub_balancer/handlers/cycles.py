@@ -3,16 +3,9 @@
 A plain async function over two ports (`ports.KubePort`, `ports.HubPort`), so it runs and is
 tested without kopf; the kopf daemon in `registering` only decides *when* to call it.
 
-The order of writes is what makes a crash at any point safe:
-1. status.epochs first, when the plan gives out a higher epoch: epochs never go back even if
-   every ConfigMap is lost right after;
-2. the ConfigMaps that gain a partition, then those that lose one (a crash in between leaves a
-   duplicate claim that the higher epoch resolves);
-3. pod annotations, deletion of stale ConfigMaps, Events, the rest of the status.
-
-Faults never shrink the assignment: when Event Hubs cannot be asked, the cycle plans over the
-last known partition list (the cache, else the partitions in status.epochs), so pod failures
-are still handled, and Event Hubs is retried with exponential backoff.
+This module is the orchestration only, step by step: `observing` reads the world (partitions,
+pods, ConfigMaps, checkpoints), the planner decides, `writing` writes in the order that makes a
+crash at any point safe, and `reporting` builds the conditions, Events and metrics.
 """
 
 from __future__ import annotations
@@ -22,42 +15,21 @@ import datetime
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
 
 from eventhub_balancer import errors
 from eventhub_balancer.balancing import models, planning
-from eventhub_balancer.contracts import conditions, configmaps, podstates, specs
-from eventhub_balancer.handlers import assignments, ports
+from eventhub_balancer.contracts import conditions, podstates, specs
+from eventhub_balancer.handlers import (
+    assignments,
+    memories,
+    observing,
+    ports,
+    reporting,
+    writing,
+)
 from eventhub_balancer.handlers.metrics import Metrics
 
 logger = logging.getLogger(__name__)
-
-#: The longest backoff between attempts to reach Event Hubs or the checkpoint store.
-MAX_BACKOFF_SECONDS = 300.0
-#: How often the checkpoint store is probed when nothing needs its epochs (for the condition).
-CHECKPOINT_PROBE_SECONDS = 60.0
-COMPONENT = "eventhub-balancer"
-
-
-@dataclasses.dataclass
-class Memory:
-    """What the operator remembers about one consumer between cycles: nothing it needs.
-
-    All of it is an optimisation (backoff timers, the last probe): a restarted operator
-    starts with an empty Memory and reaches the same decisions.
-    """
-
-    hub_retry_at: float = 0.0
-    hub_backoff: float = 0.0
-    hub_fault: conditions.Condition | None = None
-    store_checked_at: float = -1e18
-    store_retry_at: float = 0.0
-    store_backoff: float = 0.0
-    store_condition: conditions.Condition | None = None
-    stored_epochs: dict[str, int] = dataclasses.field(default_factory=dict)
-    stored_sequences: dict[str, int] = dataclasses.field(default_factory=dict)
-    pods: frozenset[str] = frozenset()
-    generation: int = 0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -70,34 +42,8 @@ class Result:
     spec_error: str | None = None
 
 
-#: Failures of the Kubernetes API itself (not of what a spec points at): no condition can
-#: describe them, since the status cannot be written either; the whole cycle is retried.
-_KUBE_API_ERRORS = (errors.Conflict, errors.ApiUnavailable)
-
-
-def _reason(error: errors.EventHubBalancerError, *, misconfigured: str, unreachable: str) -> str:
-    """The error's own reason, or for the generic classes one that names the dependency."""
-    if error.reason == errors.ConfigurationError.reason:
-        return misconfigured
-    if error.reason == errors.TransientError.reason:
-        return unreachable
-    return error.reason
-
-
-def _backoff(previous: float, base: float) -> float:
-    return min(MAX_BACKOFF_SECONDS, max(base, previous * 2))
-
-
 def _wall(now: datetime.datetime) -> float:
     return podstates.to_seconds(now)
-
-
-async def _secret(kube: ports.KubePort, namespace: str, creds: specs.Credentials) -> str | None:
-    if creds.secret_ref is None:
-        return None
-    return await kube.read_secret_key(
-        namespace=namespace, name=creds.secret_ref.name, key=creds.secret_ref.key
-    )
 
 
 async def run_cycle(
@@ -106,7 +52,7 @@ async def run_cycle(
     hubs: ports.HubPort,
     namespace: str,
     name: str,
-    memory: Memory,
+    memory: memories.Memory,
     now: datetime.datetime,
     metrics: Metrics | None = None,
 ) -> Result:
@@ -138,7 +84,7 @@ async def _cycle(
     hubs: ports.HubPort,
     namespace: str,
     name: str,
-    memory: Memory,
+    memory: memories.Memory,
     now: datetime.datetime,
     metrics: Metrics | None,
 ) -> Result:
@@ -159,7 +105,7 @@ async def _cycle(
                 type=conditions.READY, status="False", reason="InvalidSpec", message=message
             ),
         ]
-        writes += await _write_status(
+        writes += await writing.write_status(
             kube=kube,
             namespace=namespace,
             name=name,
@@ -171,8 +117,8 @@ async def _cycle(
                 ),
             },
         )
-        if _changed(previous, bad[0]):
-            await _post(
+        if reporting.changed(previous, bad[0]):
+            await writing.post_event(
                 kube,
                 body,
                 assignments.Event(reason="InvalidSpec", message=message, type="Warning"),
@@ -182,7 +128,7 @@ async def _cycle(
         return Result(writes=writes, moves=(), balanced=False, next_in=None, spec_error=message)
 
     # 1. Partition ids (or the last known ones).
-    hub_condition, partitions = await _partitions(
+    hub_condition, partitions = await observing.read_partitions(
         kube=kube,
         hubs=hubs,
         namespace=namespace,
@@ -194,26 +140,8 @@ async def _cycle(
     )
 
     # 2. Pods and 3. the assignment as the ConfigMaps hold it.
-    pod_bodies = await kube.list_pods(namespace=namespace, label_selector=spec.selector.to_query())
-    pod_bodies = [
-        p
-        for p in pod_bodies
-        if spec.selector.matches((p.get("metadata") or {}).get("labels") or {})
-    ]
-    pods = {s.name: s for s in (podstates.pod_state(p) for p in pod_bodies) if s.name}
-    pod_annotations = {
-        str((p.get("metadata") or {}).get("name")): (p.get("metadata") or {}).get("annotations")
-        or {}
-        for p in pod_bodies
-    }
-    map_bodies = await kube.list_configmaps(
-        namespace=namespace, label_selector=configmaps.consumer_selector(name)
-    )
-    maps = [
-        m
-        for m in (assignments.stored_map(b) for b in map_bodies)
-        if m.parsed.consumer in (name, "")  # "" : corrupt, still ours by its label
-    ]
+    cluster = await observing.read_cluster(kube=kube, namespace=namespace, name=name, spec=spec)
+    pods, maps = cluster.pods, cluster.maps
     memory.pods = frozenset(pods) | frozenset(m.pod for m in maps)
     status_epochs = {str(k): v for k, v in (previous.get("epochs") or {}).items()}
 
@@ -256,7 +184,7 @@ async def _cycle(
     # The checkpoint blobs: a floor for epochs whenever a partition gets a new owner, the
     # lag for weighting "lag", and the CheckpointStoreReachable condition.
     gives_out = any(m.kind != "revoke" and m.target is not None for m in plan.moves)
-    store_condition = await _checkpoints(
+    store_condition = await observing.read_checkpoints(
         kube=kube,
         hubs=hubs,
         namespace=namespace,
@@ -278,7 +206,7 @@ async def _cycle(
             now=now,
             last_owners=assignments.last_owners(previous),
         )
-        lag = await _lag(
+        lag = await observing.read_lag(
             hubs=hubs,
             spec=spec,
             memory=memory,
@@ -293,10 +221,9 @@ async def _cycle(
 
     # 4. Writes, in the safe order.
     new_epochs = assignments.epochs(plan.assignment, readback.floors, status_epochs)
-    if any(new_epochs.get(p, 0) > status_epochs.get(p, 0) for p in new_epochs):
-        await kube.patch_consumer_status(
-            namespace=namespace, name=name, status={"epochs": new_epochs}
-        )
+    if await writing.raise_epochs(
+        kube=kube, namespace=namespace, name=name, epochs=new_epochs, current=status_epochs
+    ):
         writes += 1
         previous = {**previous, "epochs": new_epochs}
 
@@ -307,38 +234,13 @@ async def _cycle(
         assignment=plan.assignment,
         maps=maps,
         pods=pods,
-        pod_annotations=pod_annotations,
+        pod_annotations=cluster.pod_annotations,
         problems=readback.problems,
     )
-    for w in planned.maps:
-        if w.create:
-            await kube.create_configmap(namespace=namespace, body=w.body)
-        else:
-            await kube.patch_configmap(
-                namespace=namespace, name=w.name, patch=w.body, resource_version=w.resource_version
-            )
-        writes += 1
-    for a in planned.pods:
-        await kube.patch_pod_annotations(namespace=namespace, name=a.pod, annotations=a.annotations)
-        writes += 1
-    for d in planned.deletes:
-        await kube.delete_configmap(namespace=namespace, name=d.name, uid=d.uid or None)
-        writes += 1
+    writes += await writing.apply_writes(kube=kube, namespace=namespace, planned=planned)
 
-    events = assignments.move_events(plan.moves)
-    for cm_name, problems in sorted(readback.problems.items()):
-        if any(w.name == cm_name for w in planned.maps) or any(
-            d.name == cm_name for d in planned.deletes
-        ):
-            events.append(
-                assignments.Event(
-                    reason="ConfigMapRepaired",
-                    type="Warning",
-                    message=f"ConfigMap {cm_name} was rewritten: {'; '.join(problems)[:900]}",
-                )
-            )
     # 5. Status and conditions.
-    cond = _conditions(
+    cond = reporting.build_conditions(
         plan=plan,
         pods=pods,
         partitions=partitions,
@@ -346,19 +248,13 @@ async def _cycle(
         store=store_condition,
         spec=spec,
     )
-    for c in cond:
-        if (
-            c.status == "False"
-            and _changed(previous, c)
-            and c.type in (conditions.EVENTHUB_REACHABLE, conditions.CHECKPOINT_STORE_REACHABLE)
-        ):
-            events.append(assignments.Event(reason=c.reason, message=c.message, type="Warning"))
-        elif (
-            c.status == "True"
-            and c.type == conditions.EVENTHUB_REACHABLE
-            and _was_false(previous, c)
-        ):
-            events.append(assignments.Event(reason="EventHubReachable", message=c.message))
+    events = reporting.build_events(
+        plan=plan,
+        problems=readback.problems,
+        planned=planned,
+        verdicts=cond,
+        previous=previous,
+    )
     owner_changes = sum(1 for m in plan.moves if m.kind != "revoke" and m.target is not None)
     outcome = assignments.Outcome(
         generation=generation,
@@ -372,10 +268,10 @@ async def _cycle(
         conditions=tuple(cond),
     )
     for event in events:
-        await _post(kube, body, event, now)
+        await writing.post_event(kube, body, event, now)
         writes += 1
     desired = assignments.build_status(outcome=outcome, previous=previous, now=now)
-    writes += await _write_status(
+    writes += await writing.write_status(
         kube=kube,
         namespace=namespace,
         name=name,
@@ -385,7 +281,7 @@ async def _cycle(
     )
 
     if metrics is not None:
-        _observe(
+        reporting.observe(
             metrics,
             namespace=namespace,
             name=name,
@@ -415,258 +311,6 @@ async def _cycle(
     )
 
 
-async def _partitions(
-    *,
-    kube: ports.KubePort,
-    hubs: ports.HubPort,
-    namespace: str,
-    name: str,
-    spec: specs.ConsumerSpec,
-    memory: Memory,
-    previous: specs.StatusBody,
-    wall: float,
-) -> tuple[conditions.Condition, tuple[models.PartitionId, ...] | None]:
-    key = f"{namespace}/{name}"
-    cached = hubs.cached(key)
-    where = f"Event Hub {spec.event_hub_name!r} in {spec.fully_qualified_namespace}"
-    if wall < memory.hub_retry_at and memory.hub_fault is not None:
-        # Backing off: reuse the last verdict and the last list.
-        return memory.hub_fault, _ids(cached)
-    try:
-        connection_string = await _secret(kube, namespace, spec.event_hub_credentials)
-        ids, _fresh = await hubs.partitions(
-            consumer=key,
-            fully_qualified_namespace=spec.fully_qualified_namespace,
-            eventhub_name=spec.event_hub_name,
-            connection_string=connection_string,
-            client_id=spec.event_hub_credentials.client_id or None,
-            now=wall,
-        )
-    except _KUBE_API_ERRORS:
-        raise  # the Kubernetes API itself failed: the whole cycle retries
-    except (errors.ConfigurationError, errors.TransientError) as e:
-        reason = _reason(
-            e, misconfigured="EventHubMisconfigured", unreachable="EventHubUnreachable"
-        )
-        memory.hub_backoff = _backoff(memory.hub_backoff, float(spec.balancing.interval_seconds))
-        memory.hub_retry_at = wall + memory.hub_backoff
-        fallback = "the last known partition list" if cached else "the partitions already assigned"
-        # No retry delay in the message: it changes every attempt, the status must not.
-        message = f"{e} (keeping the current assignment over {fallback}; retrying with backoff)"
-        memory.hub_fault = conditions.Condition(
-            type=conditions.EVENTHUB_REACHABLE, status="False", reason=reason, message=message
-        )
-        logger.warning("%s: %s", key, message)
-        return memory.hub_fault, _ids(cached)
-    memory.hub_fault = None
-    memory.hub_backoff = 0.0
-    memory.hub_retry_at = 0.0
-    return (
-        conditions.Condition(
-            type=conditions.EVENTHUB_REACHABLE,
-            status="True",
-            reason="PartitionsListed",
-            message=f"{where} has {len(ids)} partitions",
-        ),
-        tuple(models.PartitionId(i) for i in ids),
-    )
-
-
-def _ids(cached: tuple[str, ...] | None) -> tuple[models.PartitionId, ...] | None:
-    return tuple(models.PartitionId(i) for i in cached) if cached else None
-
-
-async def _checkpoints(
-    *,
-    kube: ports.KubePort,
-    hubs: ports.HubPort,
-    namespace: str,
-    spec: specs.ConsumerSpec,
-    memory: Memory,
-    wall: float,
-    needed: bool,
-) -> conditions.Condition:
-    due = wall - memory.store_checked_at >= CHECKPOINT_PROBE_SECONDS
-    if (not needed and not due) or wall < memory.store_retry_at:
-        if memory.store_condition is not None:
-            return memory.store_condition
-        if wall < memory.store_retry_at:
-            return conditions.Condition(
-                type=conditions.CHECKPOINT_STORE_REACHABLE,
-                status="Unknown",
-                reason="NotChecked",
-                message="the checkpoint store has not been read yet",
-            )
-    container = spec.checkpoint_container
-    try:
-        connection_string = await _secret(kube, namespace, spec.checkpoint_credentials)
-        stored = await hubs.checkpoints(
-            fully_qualified_namespace=spec.fully_qualified_namespace,
-            eventhub_name=spec.event_hub_name,
-            consumer_group=spec.consumer_group,
-            container_name=container,
-            connection_string=connection_string,
-            account_url=spec.checkpoint_account_url or None,
-        )
-    except _KUBE_API_ERRORS:
-        raise
-    except (errors.ConfigurationError, errors.TransientError) as e:
-        memory.store_backoff = _backoff(
-            memory.store_backoff, float(spec.balancing.interval_seconds)
-        )
-        memory.store_retry_at = wall + memory.store_backoff
-        reason = _reason(
-            e,
-            misconfigured="CheckpointStoreMisconfigured",
-            unreachable="CheckpointStoreUnreachable",
-        )
-        memory.store_condition = conditions.Condition(
-            type=conditions.CHECKPOINT_STORE_REACHABLE,
-            status="False",
-            reason=reason,
-            message=f"{e} (retrying with backoff)",
-        )
-        return memory.store_condition
-    memory.store_backoff = 0.0
-    memory.store_retry_at = 0.0
-    memory.store_checked_at = wall
-    memory.stored_epochs = {p: epoch for p, (epoch, _seq) in stored.items()}
-    memory.stored_sequences = {p: seq for p, (_epoch, seq) in stored.items()}
-    memory.store_condition = conditions.Condition(
-        type=conditions.CHECKPOINT_STORE_REACHABLE,
-        status="True",
-        reason="CheckpointsListed",
-        message=f"container {container!r} is readable",
-    )
-    return memory.store_condition
-
-
-async def _lag(
-    *,
-    kube: ports.KubePort,
-    hubs: ports.HubPort,
-    spec: specs.ConsumerSpec,
-    memory: Memory,
-    partitions: tuple[models.PartitionId, ...],
-    namespace: str,
-) -> dict[models.PartitionId, int]:
-    if spec.balancing.weighting != "lag" or memory.hub_fault is not None:
-        return {}
-    try:
-        connection_string = await _secret(kube, namespace, spec.event_hub_credentials)
-        last = await hubs.last_sequence_numbers(
-            fully_qualified_namespace=spec.fully_qualified_namespace,
-            eventhub_name=spec.event_hub_name,
-            connection_string=connection_string,
-            client_id=spec.event_hub_credentials.client_id or None,
-            partitions=list(partitions),
-        )
-    except (errors.ConfigurationError, errors.TransientError) as e:
-        logger.warning("lag unavailable, weighting by count this cycle: %s", e)
-        return {}
-    return {
-        models.PartitionId(p): max(0, seq - memory.stored_sequences.get(p, -1))
-        for p, seq in last.items()
-    }
-
-
-def _conditions(
-    *,
-    plan: models.Plan,
-    pods: Mapping[str, podstates.PodState],
-    partitions: tuple[models.PartitionId, ...],
-    hub: conditions.Condition,
-    store: conditions.Condition,
-    spec: specs.ConsumerSpec,
-) -> list[conditions.Condition]:
-    ready_pods = [p for p in pods.values() if p.ready]
-    unowned = [
-        p
-        for p in partitions
-        if (o := plan.assignment.get(p)) is None
-        or o.owner is None
-        or not (pods.get(o.owner) is not None and pods[o.owner].ready)
-    ]
-    selector = spec.selector.to_query()
-    if not partitions:
-        ready = conditions.Condition(
-            type=conditions.READY,
-            status="False",
-            reason="PartitionsUnknown",
-            message="the partition list could not be read yet: see EventHubReachable",
-        )
-    elif not pods:
-        ready = conditions.Condition(
-            type=conditions.READY,
-            status="False",
-            reason="NoPods",
-            message=(
-                f"no pod matches spec.selector ({selector}): fix the selector or the pods' labels"
-            ),
-        )
-    elif not ready_pods:
-        ready = conditions.Condition(
-            type=conditions.READY,
-            status="False",
-            reason="NoReadyPods",
-            message=f"{len(pods)} pods match spec.selector but none is Running and Ready",
-        )
-    elif unowned:
-        ready = conditions.Condition(
-            type=conditions.READY,
-            status="False",
-            reason="PartitionsWithoutReadyOwner",
-            message=f"{len(unowned)} of {len(partitions)} partitions have no Ready owner yet",
-        )
-    else:
-        ready = conditions.Condition(
-            type=conditions.READY,
-            status="True",
-            reason="AllPartitionsOwned",
-            message=f"all {len(partitions)} partitions are owned by Ready pods",
-        )
-    in_flight = sum(1 for o in plan.assignment.values() if o.state == "revoking")
-    if plan.balanced:
-        balanced = conditions.Condition(
-            type=conditions.BALANCED,
-            status="True",
-            reason="Balanced",
-            message=f"{len(partitions)} partitions over {len(ready_pods)} Ready pods",
-        )
-    elif not ready_pods:
-        balanced = conditions.Condition(
-            type=conditions.BALANCED,
-            status="False",
-            reason="NoReadyPods",
-            message="no Ready pod to balance over",
-        )
-    elif in_flight:
-        balanced = conditions.Condition(
-            type=conditions.BALANCED,
-            status="False",
-            reason="HandoffsInFlight",
-            message=f"{in_flight} partitions are being handed off",
-        )
-    else:
-        balanced = conditions.Condition(
-            type=conditions.BALANCED,
-            status="False",
-            reason="Rebalancing",
-            message="some pods are above or below their share",
-        )
-    return [ready, balanced, hub, store]
-
-
-def _changed(previous: specs.StatusBody, c: conditions.Condition) -> bool:
-    old = conditions.find(previous.get("conditions"), c.type)
-    return old is None or old.get("status") != c.status or old.get("reason") != c.reason
-
-
-def _was_false(previous: specs.StatusBody, c: conditions.Condition) -> bool:
-    old = conditions.find(previous.get("conditions"), c.type)
-    return old is not None and old.get("status") == "False"
-
-
 def _next_in(
     *,
     plan: models.Plan,
@@ -688,87 +332,3 @@ def _next_in(
     ]
     future = [d - wall for d in deadlines if d - wall > -1]
     return max(0.05, min(future)) if future else None
-
-
-def _observe(
-    metrics: Metrics,
-    *,
-    namespace: str,
-    name: str,
-    plan: models.Plan,
-    before: assignments.ReadBack,
-    wall: float,
-    partitions: tuple[models.PartitionId, ...],
-    hub_ok: bool,
-) -> None:
-    per_pod: dict[str, int] = {}
-    for o in plan.assignment.values():
-        if o.owner is not None:
-            per_pod[o.owner] = per_pod.get(o.owner, 0) + 1
-    metrics.set_partitions(namespace=namespace, consumer=name, per_pod=per_pod)
-    metrics.partition_count.labels(namespace, name).set(len(partitions))
-    metrics.members.labels(namespace, name).set(len(plan.targets))
-    metrics.balanced.labels(namespace, name).set(1 if plan.balanced else 0)
-    metrics.handoffs_in_flight.labels(namespace, name).set(
-        sum(1 for o in plan.assignment.values() if o.state == "revoking")
-    )
-    metrics.eventhub_reachable.labels(namespace, name).set(1 if hub_ok else 0)
-    for m in plan.moves:
-        metrics.moves.labels(namespace, name, m.kind, m.reason).inc()
-        old = before.assignment.get(m.partition)
-        if m.kind == "takeover" and m.reason in ("released", "timeout") and old is not None:
-            metrics.handoff_duration.labels(namespace, name, m.reason).observe(
-                max(0.0, wall - old.since)
-            )
-
-
-async def _write_status(
-    *,
-    kube: ports.KubePort,
-    namespace: str,
-    name: str,
-    body: specs.ConsumerBody,
-    desired: Mapping[str, Any],
-    previous: Mapping[str, Any] | None = None,
-) -> int:
-    base = previous if previous is not None else (body.get("status") or {})
-    patch = assignments.status_patch(base, desired)
-    if not patch:
-        return 0
-    await kube.patch_consumer_status(namespace=namespace, name=name, status=patch)
-    return 1
-
-
-async def _post(
-    kube: ports.KubePort, body: specs.ConsumerBody, event: assignments.Event, now: datetime.datetime
-) -> None:
-    meta = body.get("metadata") or {}
-    namespace = meta.get("namespace", "default")
-    stamp = specs.format_time(now)
-    try:
-        await kube.create_event(
-            namespace=namespace,
-            body={
-                "apiVersion": "v1",
-                "kind": "Event",
-                "metadata": {"generateName": f"{meta.get('name', 'ehc')}.", "namespace": namespace},
-                "involvedObject": {
-                    "apiVersion": f"{specs.GROUP}/{specs.VERSION}",
-                    "kind": specs.KIND,
-                    "name": meta.get("name"),
-                    "namespace": namespace,
-                    "uid": meta.get("uid"),
-                },
-                "reason": event.reason,
-                "message": event.message[:1024],
-                "type": event.type,
-                "source": {"component": COMPONENT},
-                "reportingComponent": f"{specs.GROUP}/operator",
-                "firstTimestamp": stamp,
-                "lastTimestamp": stamp,
-                "count": 1,
-            },
-        )
-    except (errors.TransientError, errors.ConfigurationError) as e:
-        # An Event is for humans; losing one must not fail the cycle.
-        logger.warning("could not post Event %s: %s", event.reason, e)

@@ -24,7 +24,7 @@ import kopf
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps, specs
-from eventhub_balancer.handlers import cycles, ports
+from eventhub_balancer.handlers import cycles, memories, ports
 from eventhub_balancer.handlers.metrics import Metrics
 
 logger = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ class Runtime:
     clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC)
     debounce: float = DEBOUNCE_SECONDS
     wakes: dict[Key, asyncio.Event] = dataclasses.field(default_factory=dict)
-    memories: dict[Key, cycles.Memory] = dataclasses.field(default_factory=dict)
+    memories: dict[Key, memories.Memory] = dataclasses.field(default_factory=dict)
     selectors: dict[Key, specs.Selector] = dataclasses.field(default_factory=dict)
     heartbeats: dict[Key, float] = dataclasses.field(default_factory=dict)
     intervals: dict[Key, float] = dataclasses.field(default_factory=dict)
@@ -192,7 +192,7 @@ async def run_daemon(
     """The per-consumer loop: cycle, then sleep until woken, a deadline or the interval."""
     key = (namespace, name)
     wake = runtime.wakes.setdefault(key, asyncio.Event())
-    memory = runtime.memories.setdefault(key, cycles.Memory())
+    memory = runtime.memories.setdefault(key, memories.Memory())
     retry = 0.0
     stop_waiter = asyncio.ensure_future(stopped.wait())
     try:

@@ -19,7 +19,7 @@ from azure.eventhub.aio import EventHubProducerClient
 from eventhub_balancer.adapters import checkpointing, eventhubs, kubeapi
 from eventhub_balancer.benchmarks.operating import CR, Cluster
 from eventhub_balancer.contracts import specs
-from eventhub_balancer.handlers import cycles
+from eventhub_balancer.handlers import cycles, memories
 from eventhub_balancer.local.azurite import Azurite
 from eventhub_balancer.local.kube import LocalKubeAPI
 from tests.plugins.eventhubs import EventHubTarget
@@ -82,7 +82,7 @@ def store(container: Any, hub: EventHubTarget, owner: str) -> checkpointing.Chec
     )
 
 
-async def cycle(api: kubeapi.KubeAPI, hubs: eventhubs.EventHubs, memory: cycles.Memory) -> None:
+async def cycle(api: kubeapi.KubeAPI, hubs: eventhubs.EventHubs, memory: memories.Memory) -> None:
     await cycles.run_cycle(
         kube=api,
         hubs=hubs,
@@ -116,7 +116,7 @@ async def test_lag_weighting_spreads_the_backlog(
     for pid, done in (("0", 9), ("1", 9), ("2", 89), ("3", 89)):
         await seeded.seed(pid, checkpointing.Position(offset="", sequence_number=done))
 
-    hubs, memory = eventhubs.EventHubs(timeout=5.0), cycles.Memory()
+    hubs, memory = eventhubs.EventHubs(timeout=5.0), memories.Memory()
     for _ in range(MAX_CYCLES):
         await cycle(api, hubs, memory)
         if sum(len(p) for p in cluster.assignment(NS).values()) == 4:
@@ -141,7 +141,7 @@ async def test_checkpoint_epochs_are_the_floor_when_configmaps_and_status_are_lo
     cluster = Cluster(local_kube)
     setup(cluster, eventhubs_hub, azurite, blob_container.container_name, "count")
     hubs = eventhubs.EventHubs(timeout=5.0)
-    await cycle(api, hubs, cycles.Memory())
+    await cycle(api, hubs, memories.Memory())
     first = cluster.epochs(NS)
     assert first == {"0": 1, "1": 1, "2": 1, "3": 1}
     # The pods fence their partitions with the epochs they were given, as the runtime does.
@@ -157,7 +157,7 @@ async def test_checkpoint_epochs_are_the_floor_when_configmaps_and_status_are_lo
         CR, "orders", {"status": {"epochs": None}}, namespace=NS, subresource="status"
     )
     assert "epochs" not in cluster.status(NS, "orders")
-    memory = cycles.Memory()
+    memory = memories.Memory()
     for _ in range(MAX_CYCLES):
         await cycle(api, hubs, memory)
         if len(cluster.epochs(NS)) == 4:

@@ -21,7 +21,14 @@ import attrs
 import kmock
 from kmock._internal import rendering
 
-from eventhub_balancer.local.kube import addressing, failures, resources, storage
+from eventhub_balancer.local.kube import (
+    addressing,
+    admitting,
+    failures,
+    histories,
+    resources,
+    storage,
+)
 from eventhub_balancer.local.kube import selectors as selecting
 
 logger = logging.getLogger(__name__)
@@ -38,7 +45,7 @@ DISCONNECT_POLL = 2.0
 #: that runs for minutes keeps only the latest few (enough for a test's `[:1] << 503` fault).
 REQUESTS_KEPT = 50
 
-_PATCH_TYPES: dict[str, storage.PatchType] = {
+_PATCH_TYPES: dict[str, admitting.PatchType] = {
     "application/json-patch+json": "json",
     "application/merge-patch+json": "merge",
     "application/strategic-merge-patch+json": "strategic",
@@ -414,7 +421,7 @@ class LocalKubeHandler(kmock.KubernetesScaffold):
         subscription = self.store.subscribe(spec)
         try:
             initial: list[dict[str, Any]] = []
-            replay: list[storage.WatchEvent] = []
+            replay: list[histories.WatchEvent] = []
             if since == 0 or initial_events:
                 initial = self.store.select(spec, namespace=namespace, selector=selector)
                 seen = int(self.store.resource_version)
@@ -481,7 +488,7 @@ class LocalKubeHandler(kmock.KubernetesScaffold):
 
     def _for_watcher(
         self,
-        event: storage.WatchEvent,
+        event: histories.WatchEvent,
         spec: resources.ResourceSpec,
         namespace: str | None,
         selector: selecting.Selector,
