@@ -29,7 +29,7 @@ from azure.eventhub import exceptions as eh_exceptions
 from azure.eventhub.aio import EventHubProducerClient
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import blobs, checkpointing
+from eventhub_balancer.adapters import blobs, checkpointing, retrying
 
 logger = logging.getLogger(__name__)
 
@@ -38,9 +38,7 @@ REFRESH_SECONDS = 60.0
 #: The longest one management call may take before Event Hubs counts as unreachable.
 TIMEOUT_SECONDS = 10.0
 #: The checkpoint store's budget for one listing in a cycle: short, the next cycle retries.
-CHECKPOINT_RETRY = checkpointing.RetryPolicy(
-    attempts=2, budget_seconds=5.0, attempt_timeout_seconds=4.0
-)
+CHECKPOINT_RETRY = retrying.RetryPolicy(attempts=2, budget_seconds=5.0, attempt_timeout_seconds=4.0)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -38,7 +38,7 @@ from azure.eventhub import _utils as sdk_utils
 from azure.eventhub.aio import EventHubConsumerClient
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import checkpointing
+from eventhub_balancer.adapters import startpositions
 
 logger = logging.getLogger(__name__)
 
@@ -417,7 +417,7 @@ class PartitionReceiver:
 
 async def partition_bounds(
     address: EventHubAddress, partition: str
-) -> checkpointing.PartitionBounds:
+) -> startpositions.PartitionBounds:
     """What Event Hubs says about a partition now (to seed a ``latest`` checkpoint)."""
     client = make_client(address)
     try:
@@ -429,7 +429,7 @@ async def partition_bounds(
         ) from e
     finally:
         await client.close()
-    return checkpointing.PartitionBounds(
+    return startpositions.PartitionBounds(
         beginning_sequence_number=int(props["beginning_sequence_number"]),
         last_sequence_number=int(props["last_enqueued_sequence_number"]),
         last_offset=str(props["last_enqueued_offset"]),

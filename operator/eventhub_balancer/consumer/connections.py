@@ -16,8 +16,9 @@ from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import blobs, checkpointing, receiving
+from eventhub_balancer.adapters import blobs, checkpointing, receiving, retrying, startpositions
 from eventhub_balancer.consumer import assignments, partitions
+from eventhub_balancer.contracts import checkpointblobs
 
 logger = logging.getLogger(__name__)
 
@@ -81,12 +82,12 @@ class AzureBackends:
         credentials: Credentials,
         owner_id: str,
         batch: partitions.BatchSettings,
-        retry: checkpointing.RetryPolicy | None = None,
+        retry: retrying.RetryPolicy | None = None,
     ) -> None:
         self.credentials = credentials
         self.owner_id = owner_id
         self.batch = batch
-        self.retry = retry or checkpointing.RetryPolicy()
+        self.retry = retry or retrying.RetryPolicy()
 
     @contextlib.asynccontextmanager
     async def __call__(self, assignment: assignments.Assignment) -> AsyncIterator[Backend]:
@@ -95,7 +96,7 @@ class AzureBackends:
             raise _missing("eventHub", "Event Hub namespace or name")
         if not where.checkpoint_container:
             raise _missing("checkpointStore.containerName", "checkpoint container")
-        start = checkpointing.parse_start_position(assignment.start_position or "earliest")
+        start = startpositions.parse_start_position(assignment.start_position or "earliest")
         address = receiving.EventHubAddress(
             fully_qualified_namespace=where.fully_qualified_namespace,
             eventhub_name=where.eventhub_name,
@@ -145,19 +146,19 @@ async def _resolve_start(
     store: checkpointing.CheckpointStore,
     address: receiving.EventHubAddress,
     partition: str,
-    start: checkpointing.StartPosition,
-) -> checkpointing.StartPosition | checkpointing.Position:
+    start: startpositions.StartPosition,
+) -> startpositions.StartPosition | checkpointblobs.Position:
     """The seed for a missing checkpoint; asks Event Hubs only when one is needed."""
-    if isinstance(start, checkpointing.Earliest | checkpointing.FromSequenceNumber):
+    if isinstance(start, startpositions.Earliest | startpositions.FromSequenceNumber):
         return start
     if await store.read(partition) is not None:
         # fence keeps the existing position; this seed is never written.
-        return checkpointing.NOTHING_PROCESSED_POSITION
-    if isinstance(start, checkpointing.Latest):
+        return checkpointblobs.NOTHING_PROCESSED_POSITION
+    if isinstance(start, startpositions.Latest):
         bounds = await receiving.partition_bounds(address, partition)
-        return checkpointing.seed_position(start, bounds=bounds)
+        return startpositions.seed_position(start, bounds=bounds)
     first = await receiving.first_sequence_at(address, partition, start.enqueued_time)
     if first is None:
         bounds = await receiving.partition_bounds(address, partition)
-        return checkpointing.seed_position(checkpointing.LATEST, bounds=bounds)
-    return checkpointing.seed_position(checkpointing.FromSequenceNumber(sequence_number=first))
+        return startpositions.seed_position(startpositions.LATEST, bounds=bounds)
+    return startpositions.seed_position(startpositions.FromSequenceNumber(sequence_number=first))

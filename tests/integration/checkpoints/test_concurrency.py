@@ -10,6 +10,7 @@ import pytest
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import checkpointing as cp
+from eventhub_balancer.adapters import retrying
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +22,7 @@ def store(container: Any, owner: str) -> cp.CheckpointStore:
         eventhub_name="hub",
         consumer_group="$default",
         owner_id=owner,
-        retry=cp.RetryPolicy(seed=1),
+        retry=retrying.RetryPolicy(seed=1),
     )
 
 

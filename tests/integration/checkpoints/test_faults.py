@@ -10,14 +10,14 @@ from typing import Any
 import pytest
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import blobs
+from eventhub_balancer.adapters import blobs, retrying
 from eventhub_balancer.adapters import checkpointing as cp
 from eventhub_balancer.local.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.integration
 
 #: Quick backoff so a faulty run stays within seconds; attempts enough for a 30% fault rate.
-QUICK = cp.RetryPolicy(
+QUICK = retrying.RetryPolicy(
     attempts=30,
     budget_seconds=20,
     attempt_timeout_seconds=2,
@@ -27,7 +27,7 @@ QUICK = cp.RetryPolicy(
 )
 
 
-def store(container: Any, *, retry: cp.RetryPolicy = QUICK) -> cp.CheckpointStore:
+def store(container: Any, *, retry: retrying.RetryPolicy = QUICK) -> cp.CheckpointStore:
     return cp.CheckpointStore(
         container,
         fully_qualified_namespace="faults.servicebus.windows.net",
@@ -139,7 +139,7 @@ async def test_a_permanent_fault_spends_the_budget_and_says_so(
     plan: dict[str, Any],
     says: str,
 ) -> None:
-    retry = cp.RetryPolicy(
+    retry = retrying.RetryPolicy(
         attempts=4, budget_seconds=5, attempt_timeout_seconds=0.3, base_delay_seconds=0.01, seed=1
     )
     a = store(proxied_container, retry=retry)

@@ -17,6 +17,7 @@ from azure.core import exceptions as azure_errors
 from azure.eventhub.extensions.checkpointstoreblobaio import BlobCheckpointStore
 
 from eventhub_balancer.adapters import checkpointing as cp
+from eventhub_balancer.adapters import retrying, startpositions
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +33,7 @@ def ours(container: Any, owner: str = "pod-a") -> cp.CheckpointStore:
         eventhub_name=HUB,
         consumer_group=GROUP,
         owner_id=owner,
-        retry=cp.RetryPolicy(seed=1),
+        retry=retrying.RetryPolicy(seed=1),
     )
 
 
@@ -77,7 +78,7 @@ async def test_sdk_processor_start_position_of_an_earliest_seed_is_the_partition
 ) -> None:
     from azure.eventhub._eventprocessor._eventprocessor_mixin import EventProcessorMixin
 
-    await ours(blob_container).fence("0", 1, start=cp.EARLIEST)
+    await ours(blob_container).fence("0", 1, start=startpositions.EARLIEST)
     async with sdk(azurite, blob_container) as peer:
         (checkpoint,) = await peer.list_checkpoints(NAMESPACE, HUB, GROUP)
     # The SDK's processor starts after the checkpoint's offset (exclusive): "-1" is the start.
@@ -131,7 +132,7 @@ async def test_keda_lag_from_our_checkpoints(blob_container: Any) -> None:
     bounds = {"0": (0, 99), "1": (0, 49), "2": (0, 9), "3": (0, -1)}
     await store.fence("0", 1)
     await store.update("0", offset="x", sequence_number=89)  # 10 behind
-    await store.fence("1", 1, start=cp.EARLIEST)  # nothing processed: all 50 behind
+    await store.fence("1", 1, start=startpositions.EARLIEST)  # nothing processed: all 50 behind
     # partition 2 has no checkpoint at all; partition 3 is empty
     lags = {
         p: await keda_lag(blob_container, partition=p, beginning=b, last_enqueued=last)
@@ -144,6 +145,6 @@ async def test_an_earliest_seed_gives_keda_the_same_lag_as_no_checkpoint(
     blob_container: Any,
 ) -> None:
     before = await keda_lag(blob_container, partition="5", beginning=0, last_enqueued=999)
-    await ours(blob_container).seed("5", cp.EARLIEST)
+    await ours(blob_container).seed("5", startpositions.EARLIEST)
     after = await keda_lag(blob_container, partition="5", beginning=0, last_enqueued=999)
     assert before == after == 1000

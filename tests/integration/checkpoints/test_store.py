@@ -8,6 +8,8 @@ import pytest
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import checkpointing as cp
+from eventhub_balancer.adapters import retrying, startpositions
+from eventhub_balancer.contracts import checkpointblobs
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +25,7 @@ def store(container: Any, owner: str) -> cp.CheckpointStore:
         eventhub_name=HUB,
         consumer_group=GROUP,
         owner_id=owner,
-        retry=cp.RetryPolicy(seed=1),
+        retry=retrying.RetryPolicy(seed=1),
     )
 
 
@@ -37,7 +39,7 @@ async def test_fence_creates_a_missing_checkpoint_at_the_start_position(
     blob_container: Any,
 ) -> None:
     a = store(blob_container, "pod-a")
-    taken = await a.fence("0", 1, start=cp.EARLIEST)
+    taken = await a.fence("0", 1, start=startpositions.EARLIEST)
     assert (taken.sequence_number, taken.offset, taken.owner_id, taken.epoch) == (
         -1,
         "-1",
@@ -54,7 +56,7 @@ async def test_fence_creates_a_missing_checkpoint_at_the_start_position(
 
 async def test_fence_seeds_from_a_resolved_position(blob_container: Any) -> None:
     a = store(blob_container, "pod-a")
-    taken = await a.fence("0", 1, start=cp.Position(offset="5000", sequence_number=49))
+    taken = await a.fence("0", 1, start=checkpointblobs.Position(offset="5000", sequence_number=49))
     assert (await a.read("0")) == taken
     assert taken.sequence_number == 49
 
@@ -165,12 +167,12 @@ async def test_read_of_a_missing_checkpoint_is_none(blob_container: Any) -> None
 
 async def test_seed_creates_once_and_never_overwrites(blob_container: Any) -> None:
     a = store(blob_container, "pod-a")
-    seeded = await a.seed("3", cp.FromSequenceNumber(sequence_number=100))
+    seeded = await a.seed("3", startpositions.FromSequenceNumber(sequence_number=100))
     assert (seeded.sequence_number, seeded.owner_id, seeded.epoch) == (99, "", 0)
     assert await metadata(blob_container, "3") == {"offset": "", "sequencenumber": "99"}
     await a.fence("3", 1)
     await a.update("3", offset="1", sequence_number=150)
-    again = await a.seed("3", cp.EARLIEST)
+    again = await a.seed("3", startpositions.EARLIEST)
     assert again.sequence_number == 150
 
 

@@ -18,7 +18,7 @@ from azure.eventhub.aio import EventHubProducerClient
 
 from eventhub_balancer.adapters import checkpointing, eventhubs, kubeapi
 from eventhub_balancer.benchmarks.operating import CR, Cluster
-from eventhub_balancer.contracts import specs
+from eventhub_balancer.contracts import checkpointblobs, specs
 from eventhub_balancer.handlers import cycles, memories
 from eventhub_balancer.local.azurite import Azurite
 from eventhub_balancer.local.kube import LocalKubeAPI
@@ -114,7 +114,7 @@ async def test_lag_weighting_spreads_the_backlog(
             await producer.send_batch(batch)
     seeded = store(blob_container, eventhubs_hub, "seeder")
     for pid, done in (("0", 9), ("1", 9), ("2", 89), ("3", 89)):
-        await seeded.seed(pid, checkpointing.Position(offset="", sequence_number=done))
+        await seeded.seed(pid, checkpointblobs.Position(offset="", sequence_number=done))
 
     hubs, memory = eventhubs.EventHubs(timeout=5.0), memories.Memory()
     for _ in range(MAX_CYCLES):

@@ -1,0 +1,176 @@
+"""One bounded retry budget per checkpoint store operation, and which failures deserve a retry.
+
+The blob client's own retries are off (see ``adapters.blobs``), so this is the only retry
+layer between the checkpoint store and Blob Storage: a `Budget` counts the attempts and time
+of one operation, backs off with full jitter after transient failures, pauses briefly after
+lost races, and turns an exhausted budget into `errors.CheckpointStoreUnreachable`. Kept apart
+from the store so that the policy and the classification of errors can be read (and tested)
+without the ownership protocol around them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import Final, TypeVar
+
+from azure.core import exceptions as azure_errors
+
+from eventhub_balancer import errors
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryPolicy:
+    """How long an operation keeps trying through transient failures.
+
+    The blob client's own retries are off (see ``adapters.blobs``) so that this budget is the
+    only one: ``attempts`` requests (reads and writes of one operation together) within
+    ``budget_seconds``, each bounded by ``attempt_timeout_seconds``, with full-jitter
+    exponential backoff between transient failures. Conflicts (412/409) are re-read at once.
+    """
+
+    attempts: int = 10
+    budget_seconds: float = 15.0
+    attempt_timeout_seconds: float = 5.0
+    base_delay_seconds: float = 0.05
+    max_delay_seconds: float = 2.0
+    #: A seed makes the jitter reproducible (tests, benchmarks); None seeds from the OS.
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise errors.InvalidInput("retry.attempts", f"{self.attempts} is less than 1")
+        if self.budget_seconds <= 0 or self.attempt_timeout_seconds <= 0:
+            raise errors.InvalidInput("retry", "budget and attempt timeout must be positive")
+
+    def backoff(self, *, failures: int, rng: random.Random) -> float:
+        """Full jitter: uniform in [0, min(max, base * 2^(failures-1))]."""
+        ceiling = min(self.max_delay_seconds, self.base_delay_seconds * 2 ** max(failures - 1, 0))
+        return rng.uniform(0.0, ceiling)
+
+
+#: The budget of a store whose caller gives none (a frozen value: one instance serves all).
+DEFAULT_POLICY: Final = RetryPolicy()
+
+#: The first pause after a lost race; doubled per conflict up to the policy's max delay.
+CONFLICT_DELAY_S: Final = 0.005
+
+#: Status codes that may pass with time: timeouts, throttling, server errors.
+TRANSIENT_STATUS: Final = frozenset({408, 429, 500, 502, 503, 504})
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether retrying the same request may succeed."""
+    if isinstance(error, TimeoutError | ConnectionError | OSError):
+        return True
+    if isinstance(error, azure_errors.ServiceRequestError | azure_errors.ServiceResponseError):
+        return True
+    if isinstance(error, azure_errors.IncompleteReadError):
+        return True
+    if isinstance(error, azure_errors.HttpResponseError):
+        return error.status_code in TRANSIENT_STATUS
+    return False
+
+
+def error_code(error: BaseException) -> str | None:
+    """The storage service's ``x-ms-error-code`` (the SDK sets it on its errors at run time)."""
+    code = getattr(error, "error_code", None)
+    return None if code is None else str(getattr(code, "value", code))
+
+
+def describe(error: BaseException) -> str:
+    """One line about a failure, without request details that could carry a SAS token."""
+    if isinstance(error, azure_errors.HttpResponseError) and error.status_code is not None:
+        raw = error_code(error)
+        code = f" {raw}" if raw else ""
+        return f"HTTP {error.status_code}{code} ({type(error).__name__})"
+    if isinstance(error, TimeoutError):
+        return "timed out"
+    text = str(error).splitlines()[0] if str(error) else ""
+    return f"{type(error).__name__}: {text}"[:300]
+
+
+class Budget:
+    """The attempts and time left to one store operation."""
+
+    def __init__(self, *, policy: RetryPolicy, rng: random.Random, operation: str) -> None:
+        self.policy = policy
+        self.rng = rng
+        self.operation = operation
+        self.started = time.monotonic()
+        self.attempts = 0
+        self.failures = 0
+        self.conflicts = 0
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def attempt_timeout(self) -> float:
+        left = self.policy.budget_seconds - self.elapsed()
+        # Never below a sliver: a last attempt must be able to complete at all.
+        return max(0.05, min(self.policy.attempt_timeout_seconds, left))
+
+    def _exhausted(self) -> bool:
+        return self.attempts >= self.policy.attempts or self.elapsed() >= self.policy.budget_seconds
+
+    def _give_up(self, last: str, cause: BaseException | None) -> errors.CheckpointStoreUnreachable:
+        error = errors.CheckpointStoreUnreachable(
+            f"{self.operation}: gave up after {self.attempts} attempt(s) over "
+            f"{self.elapsed():.1f} s (budget {self.policy.attempts} attempts, "
+            f"{self.policy.budget_seconds:g} s); last error: {last}"
+        )
+        error.__cause__ = cause
+        return error
+
+    async def after_failure(self, error: BaseException) -> None:
+        """Back off before the next attempt, or raise when the budget is spent."""
+        self.failures += 1
+        if self._exhausted():
+            raise self._give_up(describe(error), error)
+        delay = min(
+            self.policy.backoff(failures=self.failures, rng=self.rng),
+            max(0.0, self.policy.budget_seconds - self.elapsed()),
+        )
+        logger.debug("%s: %s; retrying in %.3f s", self.operation, describe(error), delay)
+        await asyncio.sleep(delay)
+
+    async def after_conflict(self, what: str) -> None:
+        """A lost race (412/409): re-read after a short jittered pause, within the same budget.
+
+        The pause lets a fencer's lease pass instead of spending the attempts at once.
+        """
+        self.conflicts += 1
+        if self._exhausted():
+            raise self._give_up(what, None)
+        ceiling = min(self.policy.max_delay_seconds, CONFLICT_DELAY_S * 2 ** (self.conflicts - 1))
+        await asyncio.sleep(self.rng.uniform(0.0, ceiling))
+
+    async def call(self, request: Callable[[], Awaitable[T]]) -> T:
+        self.attempts += 1
+        async with asyncio.timeout(self.attempt_timeout()):
+            return await request()
+
+
+def raise_unless_transient(error: Exception, budget: Budget) -> None:
+    """Return if a retry may succeed; otherwise raise it as this project's error."""
+    if is_transient(error):
+        return
+    if isinstance(error, azure_errors.ClientAuthenticationError):
+        raise errors.ConfigurationError(
+            f"{budget.operation}: the blob service rejected our credentials "
+            f"({describe(error)}); check the checkpoint store's connection string "
+            "or workload identity"
+        ) from error
+    if isinstance(error, azure_errors.AzureError):
+        raise errors.CheckpointStoreUnreachable(
+            f"{budget.operation}: the blob service refused the request ({describe(error)})"
+        ) from error
+    raise error

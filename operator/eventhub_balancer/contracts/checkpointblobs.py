@@ -1,0 +1,139 @@
+"""The names and metadata of checkpoint blobs: the layout the pods, the operator and others share.
+
+Consumer pods write these blobs, the operator reads them (their epochs are a floor for the
+epochs it gives out), and outside tools read and write the same blobs: the names and metadata
+are identical to azure-eventhub-checkpointstoreblob(-aio) 1.2, so KEDA's ``blobMetadata``
+strategy and the SDK's EventProcessorClient read our checkpoints and we read theirs. We add
+``ownerid`` and ``epoch``. Pure data code: the store that reads and writes these blobs is
+``adapters.checkpointing``.
+
+Semantics of a checkpoint (those of the SDK and KEDA): ``sequencenumber`` and ``offset`` name
+the *last processed* event; a consumer resumes after it. "Nothing processed yet" is
+``sequencenumber=-1, offset=-1``: the SDK starts after offset ``-1``, the start of the
+partition, and KEDA computes the lag ``last_enqueued - (-1)``, i.e. every event since 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Final
+
+from eventhub_balancer import errors
+
+CHECKPOINT: Final = "checkpoint"
+#: The SDK's ownership blobs live beside the checkpoints; we never write them, only skip them.
+OWNERSHIP: Final = "ownership"
+
+OFFSET_KEY: Final = "offset"
+SEQUENCE_NUMBER_KEY: Final = "sequencenumber"
+OWNER_ID_KEY: Final = "ownerid"
+EPOCH_KEY: Final = "epoch"
+
+#: The Event Hubs offset before the first event: the SDK starts *after* a checkpoint's offset.
+OFFSET_BEFORE_FIRST: Final = "-1"
+#: No event processed yet: KEDA's lag is then ``last_enqueued + 1``, the whole partition.
+NOTHING_PROCESSED: Final = -1
+#: The offset of a checkpoint seeded from a sequence number, whose offset we do not know: the
+#: SDK's processor treats an empty offset as "no checkpoint offset" and uses its own start
+#: position; our consumer resumes from the sequence number.
+OFFSET_UNKNOWN: Final = ""
+#: The epoch of blobs written by the SDK or seeded without an owner: any fence supersedes it.
+NO_EPOCH: Final = 0
+
+
+def blob_prefix(
+    *,
+    fully_qualified_namespace: str,
+    eventhub_name: str,
+    consumer_group: str,
+    kind: str = CHECKPOINT,
+) -> str:
+    """``<namespace>/<hub>/<consumer group>/<kind>/``, lower-cased as the SDK and KEDA do."""
+    return f"{fully_qualified_namespace}/{eventhub_name}/{consumer_group}/{kind}/".lower()
+
+
+def blob_name(
+    *,
+    fully_qualified_namespace: str,
+    eventhub_name: str,
+    consumer_group: str,
+    partition: str,
+    kind: str = CHECKPOINT,
+) -> str:
+    """The blob of one partition's checkpoint (or the SDK's ownership record)."""
+    prefix = blob_prefix(
+        fully_qualified_namespace=fully_qualified_namespace,
+        eventhub_name=eventhub_name,
+        consumer_group=consumer_group,
+        kind=kind,
+    )
+    return f"{prefix}{partition}".lower()
+
+
+def partition_of(name: str) -> str:
+    """The partition id at the end of a checkpoint blob's name."""
+    return name.rsplit("/", 1)[-1]
+
+
+@dataclasses.dataclass(frozen=True)
+class Position:
+    """Where processing of a partition stands: the last processed event."""
+
+    offset: str
+    sequence_number: int
+
+
+NOTHING_PROCESSED_POSITION: Final = Position(
+    offset=OFFSET_BEFORE_FIRST, sequence_number=NOTHING_PROCESSED
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredMetadata:
+    """The decoded metadata of a checkpoint blob."""
+
+    position: Position
+    owner_id: str
+    epoch: int
+
+
+def encode_metadata(*, position: Position, owner_id: str, epoch: int) -> dict[str, str]:
+    """Blob metadata: the SDK's two keys (strings, sequence number as an int) plus ours."""
+    metadata = {
+        OFFSET_KEY: str(position.offset),
+        SEQUENCE_NUMBER_KEY: str(int(position.sequence_number)),
+    }
+    if owner_id or epoch:
+        metadata[OWNER_ID_KEY] = owner_id
+        metadata[EPOCH_KEY] = str(int(epoch))
+    return metadata
+
+
+def decode_metadata(metadata: Mapping[str, str]) -> StoredMetadata:
+    """Read what the SDK, KEDA's tools or this store wrote; missing owner fields mean epoch 0.
+
+    Keys are matched case-insensitively: KEDA also accepts ``Sequencenumber`` and ``Offset``.
+    """
+    lowered = {k.lower(): v for k, v in metadata.items()}
+    raw_sequence = lowered.get(SEQUENCE_NUMBER_KEY)
+    if raw_sequence is None:
+        raise errors.InvalidInput(SEQUENCE_NUMBER_KEY, "missing from the checkpoint's metadata")
+    try:
+        sequence_number = int(raw_sequence)
+    except ValueError:
+        raise errors.InvalidInput(
+            SEQUENCE_NUMBER_KEY, f"{raw_sequence!r} is not an integer"
+        ) from None
+    raw_epoch = lowered.get(EPOCH_KEY, "") or str(NO_EPOCH)
+    try:
+        epoch = int(raw_epoch)
+    except ValueError:
+        raise errors.InvalidInput(EPOCH_KEY, f"{raw_epoch!r} is not an integer") from None
+    return StoredMetadata(
+        position=Position(
+            offset=lowered.get(OFFSET_KEY, OFFSET_UNKNOWN), sequence_number=sequence_number
+        ),
+        owner_id=lowered.get(OWNER_ID_KEY, ""),
+        epoch=epoch,
+    )
