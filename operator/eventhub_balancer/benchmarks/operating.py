@@ -35,6 +35,11 @@ from eventhub_balancer.local.eventhubs import EventHubsEmulator
 from eventhub_balancer.local.kube import LocalKubeAPI
 
 CR = f"{specs.GROUP}/{specs.VERSION}/{specs.PLURAL}"
+#: The bench's namespace, EventHubConsumer (and hub) and pods' ``app`` label; also the
+#: defaults of `Cluster`'s helpers.
+NAMESPACE = "bench"
+CONSUMER = "orders"
+APP = "consumer"
 #: Stands in for the kubelet: holds a deleted pod (deletionTimestamp set) until released.
 KUBELET_FINALIZER = "eventhub-balancer.dev/bench-kubelet"
 #: The longest wait for any one outcome; a slower operator is a failure, not a figure.
@@ -123,7 +128,7 @@ class Cluster:
             namespace=namespace,
         )
 
-    def pod(self, namespace: str, name: str, *, app: str, ready: bool = True) -> None:
+    def pod(self, namespace: str, name: str, *, app: str = APP, ready: bool = True) -> None:
         self.kube.create_object(
             "v1/pods",
             {
@@ -216,7 +221,7 @@ class Cluster:
             for pid, e in parts.items()
         }
 
-    def status(self, namespace: str, name: str) -> dict[str, Any]:
+    def status(self, namespace: str, name: str = CONSUMER) -> dict[str, Any]:
         body = self.kube.get_object(CR, name, namespace=namespace) or {}
         return dict(body.get("status") or {})
 
@@ -381,11 +386,6 @@ class Report:
             ),
             "steady_state_writes_per_cycle": round(self.steady_writes / self.steady_cycles, 3),
         }
-
-
-NAMESPACE = "bench"
-CONSUMER = "orders"
-APP = "consumer"
 
 
 @contextlib.contextmanager
