@@ -9,7 +9,7 @@ SDK's EventProcessorClient read our checkpoints, and we read theirs) and adds ``
 lands and a sequence number never moves backwards.
 
 The pure parts live beside it: blob names and metadata in ``contracts.checkpointblobs``, start
-positions and seeds in ``adapters.startpositions``, the retry budget in ``adapters.retrying``.
+positions and seeds in ``contracts.startpositions``, the retry budget in ``adapters.retrying``.
 This module is the store itself, talking to Blob Storage through an
 ``azure.storage.blob.aio.ContainerClient``.
 """
@@ -30,8 +30,8 @@ from azure.core import MatchConditions
 from azure.core import exceptions as azure_errors
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import retrying, startpositions
-from eventhub_balancer.contracts import checkpointblobs
+from eventhub_balancer.adapters import retrying
+from eventhub_balancer.contracts import checkpointblobs, startpositions
 
 logger = logging.getLogger(__name__)
 

@@ -38,7 +38,7 @@ from azure.eventhub import _utils as sdk_utils
 from azure.eventhub.aio import EventHubConsumerClient
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import startpositions
+from eventhub_balancer.contracts import startpositions
 
 logger = logging.getLogger(__name__)
 

@@ -16,9 +16,9 @@ from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import blobs, checkpointing, receiving, retrying, startpositions
+from eventhub_balancer.adapters import blobs, checkpointing, receiving, retrying
 from eventhub_balancer.consumer import assignments, partitions
-from eventhub_balancer.contracts import checkpointblobs
+from eventhub_balancer.contracts import checkpointblobs, startpositions
 
 logger = logging.getLogger(__name__)
 
@@ -154,11 +154,15 @@ async def _resolve_start(
     if await store.read(partition) is not None:
         # fence keeps the existing position; this seed is never written.
         return checkpointblobs.NOTHING_PROCESSED_POSITION
-    if isinstance(start, startpositions.Latest):
-        bounds = await receiving.partition_bounds(address, partition)
-        return startpositions.seed_position(start, bounds=bounds)
-    first = await receiving.first_sequence_at(address, partition, start.enqueued_time)
-    if first is None:
-        bounds = await receiving.partition_bounds(address, partition)
-        return startpositions.seed_position(startpositions.LATEST, bounds=bounds)
-    return startpositions.seed_position(startpositions.FromSequenceNumber(sequence_number=first))
+    match start:
+        case startpositions.Latest():
+            bounds = await receiving.partition_bounds(address, partition)
+            return startpositions.seed_position(start, bounds=bounds)
+        case startpositions.FromEnqueuedTime(enqueued_time=when):
+            first = await receiving.first_sequence_at(address, partition, when)
+            if first is None:
+                bounds = await receiving.partition_bounds(address, partition)
+                return startpositions.seed_position(startpositions.LATEST, bounds=bounds)
+            return startpositions.seed_position(
+                startpositions.FromSequenceNumber(sequence_number=first)
+            )

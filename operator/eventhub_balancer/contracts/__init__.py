@@ -1,1 +1,2 @@
-"""The operator/pod contracts: the CR spec, the per-pod ConfigMaps, conditions, pod states."""
+"""The operator/pod contracts: the CR spec and its start positions, the per-pod ConfigMaps,
+conditions, pod states, and the checkpoint blobs shared with the SDK and KEDA."""

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import specs
+from eventhub_balancer.contracts import specs, startpositions
 
 PREFIX = "eventhub-balancer.dev/"
 
@@ -130,7 +130,7 @@ class ParsedData:
     consumer_group: str = ""
     checkpoint_container: str = ""
     checkpoint_account_url: str = ""
-    start_position: Any = None  # the CR's shape (a string or a one-key object)
+    start_position: Any = None  # the CR's shape: `startpositions.parse_start_position` reads it
     problems: tuple[str, ...] = ()
 
     @property
@@ -170,7 +170,7 @@ def build_data(
         KEY_CHECKPOINT_CREDENTIALS: json.dumps(
             spec.checkpoint_credentials.describe(), separators=(",", ":")
         ),
-        KEY_START_POSITION: specs.start_position_json(spec.start_position),
+        KEY_START_POSITION: startpositions.to_json(spec.start_position),
         KEY_GENERATION: str(generation),
         KEY_PARTITIONS: _partitions_json(partitions),
     }

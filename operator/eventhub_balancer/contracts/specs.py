@@ -3,21 +3,22 @@
 The CRD's OpenAPI schema checks shapes and bounds at admission; this module turns an admitted
 (or, in tests and on clusters without CEL, a not-quite-admitted) ``spec`` into one frozen
 `ConsumerSpec` with the CRD's defaults filled in, and checks what a structural schema cannot
-express: the shape of ``startPosition``, exactly one credentials kind, ``accountUrl`` with
-workload identity. Every problem is an `errors.InvalidInput` naming the field to change.
+express: the shape of ``startPosition`` (read by ``contracts.startpositions``), exactly one
+credentials kind, ``accountUrl`` with workload identity. Every problem is an
+`errors.InvalidInput` naming the field to change.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 import re
 from collections.abc import Mapping
-from typing import Any, Literal, TypedDict, cast
+from typing import Any, TypedDict, cast
 
 from eventhub_balancer import errors
 from eventhub_balancer.balancing import models
+from eventhub_balancer.contracts import startpositions
 
 GROUP = "eventhub-balancer.dev"
 VERSION = "v1alpha1"
@@ -76,7 +77,7 @@ class SpecBody(TypedDict, total=False):
     eventHub: EventHubBody
     checkpointStore: CheckpointStoreBody
     selector: SelectorBody
-    startPosition: str | dict[str, Any]
+    startPosition: startpositions.StartPositionBody
     balancing: BalancingBody
 
 
@@ -174,24 +175,6 @@ class Credentials:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class StartPosition:
-    """Where a partition without a checkpoint starts (exactly one of the fields is meaningful)."""
-
-    kind: Literal["earliest", "latest", "sequenceNumber", "enqueuedTime"]
-    sequence_number: int | None = None
-    enqueued_time: datetime.datetime | None = None
-
-    def to_json(self) -> Any:
-        """The CR's own shape: a string or a one-key object (the ConfigMap carries it as JSON)."""
-        if self.kind == "sequenceNumber":
-            return {"sequenceNumber": self.sequence_number}
-        if self.kind == "enqueuedTime":
-            assert self.enqueued_time is not None
-            return {"enqueuedTime": format_time(self.enqueued_time)}
-        return self.kind
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
 class LabelRequirement:
     key: str
     operator: str  # In | NotIn | Exists | DoesNotExist
@@ -266,7 +249,7 @@ class ConsumerSpec:
     checkpoint_account_url: str  # empty with a connection string
     checkpoint_credentials: Credentials
     selector: Selector
-    start_position: StartPosition
+    start_position: startpositions.StartPosition
     balancing: Balancing
 
 
@@ -331,41 +314,11 @@ def parse_spec(spec: Mapping[str, Any]) -> ConsumerSpec:
         checkpoint_account_url=account_url,
         checkpoint_credentials=store_creds,
         selector=_selector(spec.get("selector")),
-        start_position=parse_start_position(spec.get("startPosition", "earliest")),
+        start_position=startpositions.parse_start_position(
+            spec.get("startPosition"), field="spec.startPosition"
+        ),
         balancing=_balancing(spec.get("balancing")),
     )
-
-
-def parse_start_position(value: Any, field: str = "spec.startPosition") -> StartPosition:
-    """earliest | latest | {sequenceNumber: N} | {enqueuedTime: RFC 3339}."""
-    if value is None or value in ("earliest", "latest"):
-        return StartPosition(kind=cast(Literal["earliest", "latest"], value or "earliest"))
-    if isinstance(value, str):
-        raise errors.InvalidInput(
-            field,
-            f"{value!r} is not a start position: use earliest, latest, "
-            "{sequenceNumber: N} or {enqueuedTime: <RFC 3339 time>}",
-        )
-    if not isinstance(value, Mapping) or len(value) != 1:
-        raise errors.InvalidInput(
-            field,
-            "must be earliest, latest, or an object with exactly one of "
-            "sequenceNumber or enqueuedTime",
-        )
-    ((key, raw),) = value.items()
-    if key == "sequenceNumber":
-        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
-            raise errors.InvalidInput(f"{field}.sequenceNumber", "must be an integer >= 0")
-        return StartPosition(kind="sequenceNumber", sequence_number=raw)
-    if key == "enqueuedTime":
-        parsed = parse_time(raw)
-        if parsed is None:
-            raise errors.InvalidInput(
-                f"{field}.enqueuedTime",
-                f"{raw!r} is not an RFC 3339 time, e.g. 2024-05-01T00:00:00Z",
-            )
-        return StartPosition(kind="enqueuedTime", enqueued_time=parsed)
-    raise errors.InvalidInput(field, f"unknown key {key!r}: use sequenceNumber or enqueuedTime")
 
 
 def _mapping(
@@ -495,8 +448,3 @@ def _balancing(value: Any) -> Balancing:
         weighting=cast(models.Weighting, weighting),
         lag_tolerance=float(tolerance),
     )
-
-
-def start_position_json(position: StartPosition) -> str:
-    """The start position as the ConfigMap carries it: compact JSON of the CR's shape."""
-    return json.dumps(position.to_json(), separators=(",", ":"))

@@ -17,7 +17,8 @@ from azure.core import exceptions as azure_errors
 from azure.eventhub.extensions.checkpointstoreblobaio import BlobCheckpointStore
 
 from eventhub_balancer.adapters import checkpointing as cp
-from eventhub_balancer.adapters import retrying, startpositions
+from eventhub_balancer.adapters import retrying
+from eventhub_balancer.contracts import startpositions
 
 pytestmark = pytest.mark.integration
 

@@ -8,8 +8,8 @@ import pytest
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import checkpointing as cp
-from eventhub_balancer.adapters import retrying, startpositions
-from eventhub_balancer.contracts import checkpointblobs
+from eventhub_balancer.adapters import retrying
+from eventhub_balancer.contracts import checkpointblobs, startpositions
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,5 @@
-"""The checkpoint blob format (names, metadata), start positions and the retry policy: pure."""
+"""The checkpoint blob format (names, metadata) and the retry policy: pure."""
 
-import datetime
 import random
 
 import pytest
@@ -9,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import retrying, startpositions
+from eventhub_balancer.adapters import retrying
 from eventhub_balancer.contracts import checkpointblobs
 
 
@@ -89,95 +88,6 @@ def test_broken_metadata_names_the_field(metadata: dict[str, str], field: str) -
     with pytest.raises(errors.InvalidInput) as caught:
         checkpointblobs.decode_metadata(metadata)
     assert caught.value.field == field
-
-
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [
-        ("earliest", startpositions.Earliest()),
-        ("latest", startpositions.Latest()),
-        ({"sequenceNumber": 0}, startpositions.FromSequenceNumber(sequence_number=0)),
-        ({"sequenceNumber": 42}, startpositions.FromSequenceNumber(sequence_number=42)),
-        (
-            {"enqueuedTime": "2024-05-01T10:00:00Z"},
-            startpositions.FromEnqueuedTime(
-                enqueued_time=datetime.datetime(2024, 5, 1, 10, tzinfo=datetime.UTC)
-            ),
-        ),
-    ],
-)
-def test_start_positions_parse(value: object, expected: startpositions.StartPosition) -> None:
-    assert startpositions.parse_start_position(value) == expected
-
-
-@pytest.mark.parametrize(
-    ("value", "field"),
-    [
-        ("oldest", "startPosition"),
-        ({"sequenceNumber": -1}, "startPosition.sequenceNumber"),
-        ({"sequenceNumber": True}, "startPosition.sequenceNumber"),
-        ({"enqueuedTime": "yesterday"}, "startPosition.enqueuedTime"),
-        ({"enqueuedTime": "2024-05-01T10:00:00"}, "startPosition.enqueuedTime"),
-        ({"sequenceNumber": 1, "enqueuedTime": "2024-05-01T10:00:00Z"}, "startPosition"),
-    ],
-)
-def test_bad_start_positions_name_the_field(value: object, field: str) -> None:
-    with pytest.raises(errors.InvalidInput) as caught:
-        startpositions.parse_start_position(value)
-    assert caught.value.field == field
-
-
-BOUNDS = startpositions.PartitionBounds(
-    beginning_sequence_number=100, last_sequence_number=250, last_offset="8800", empty=False
-)
-
-
-@pytest.mark.parametrize(
-    ("start", "bounds", "expected"),
-    [
-        (startpositions.EARLIEST, None, checkpointblobs.Position(offset="-1", sequence_number=-1)),
-        (
-            startpositions.EARLIEST,
-            BOUNDS,
-            checkpointblobs.Position(offset="-1", sequence_number=99),
-        ),
-        (
-            startpositions.LATEST,
-            BOUNDS,
-            checkpointblobs.Position(offset="8800", sequence_number=250),
-        ),
-        (
-            startpositions.FromSequenceNumber(sequence_number=0),
-            None,
-            checkpointblobs.Position(offset="-1", sequence_number=-1),
-        ),
-        (
-            startpositions.FromSequenceNumber(sequence_number=10),
-            None,
-            checkpointblobs.Position(offset="", sequence_number=9),
-        ),
-    ],
-)
-def test_seed_positions_mean_last_processed(
-    start: startpositions.StartPosition,
-    bounds: startpositions.PartitionBounds | None,
-    expected: checkpointblobs.Position,
-) -> None:
-    assert startpositions.seed_position(start, bounds=bounds) == expected
-
-
-def test_keda_lag_of_an_earliest_seed_is_the_retained_partition() -> None:
-    # KEDA: lag = last_enqueued - checkpoint sequencenumber.
-    seeded = startpositions.seed_position(startpositions.EARLIEST, bounds=BOUNDS)
-    assert BOUNDS.last_sequence_number - seeded.sequence_number == 151  # events 100..250
-
-
-def test_latest_without_bounds_and_enqueued_time_need_the_caller() -> None:
-    with pytest.raises(errors.ConfigurationError, match="last sequence number"):
-        startpositions.seed_position(startpositions.LATEST)
-    when = datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC)
-    with pytest.raises(errors.ConfigurationError, match="resolve it"):
-        startpositions.seed_position(startpositions.FromEnqueuedTime(enqueued_time=when))
 
 
 @given(failures=st.integers(min_value=1, max_value=40), seed=st.integers(0, 2**32))

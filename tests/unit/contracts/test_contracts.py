@@ -9,7 +9,7 @@ import pytest
 
 from eventhub_balancer import errors
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import conditions, configmaps, podstates, specs
+from eventhub_balancer.contracts import conditions, configmaps, podstates, specs, startpositions
 
 T0 = datetime.datetime(2024, 5, 1, 12, 0, 0, tzinfo=datetime.UTC)
 SPEC = {
@@ -29,7 +29,7 @@ SPEC = {
 def test_spec_defaults() -> None:
     spec = specs.parse_spec(SPEC)
     assert spec.consumer_group == "$Default"
-    assert spec.start_position.kind == "earliest"
+    assert spec.start_position == startpositions.EARLIEST
     assert spec.balancing == specs.Balancing()
     assert spec.selector.to_query() == "app=c"
 
@@ -75,10 +75,21 @@ def test_lag_tolerance_reaches_the_planner() -> None:
     )
 
 
-def test_start_positions() -> None:
-    assert specs.parse_start_position({"sequenceNumber": 5}).to_json() == {"sequenceNumber": 5}
-    parsed = specs.parse_start_position({"enqueuedTime": "2024-05-01T00:00:00Z"})
-    assert parsed.to_json() == {"enqueuedTime": "2024-05-01T00:00:00Z"}
+@pytest.mark.parametrize(
+    ("start", "encoded"),
+    [
+        (None, '"earliest"'),
+        ("latest", '"latest"'),
+        ({"sequenceNumber": 5}, '{"sequenceNumber":5}'),
+        ({"enqueuedTime": "2024-05-01T00:00:00Z"}, '{"enqueuedTime":"2024-05-01T00:00:00Z"}'),
+    ],
+)
+def test_start_position_reaches_the_configmap_as_json(start: object, encoded: str) -> None:
+    spec = specs.parse_spec({**SPEC, "startPosition": start})
+    data = configmaps.build_data(
+        spec=spec, consumer="orders", pod="c-0", generation=1, partitions={}
+    )
+    assert data[configmaps.KEY_START_POSITION] == encoded
 
 
 def test_selector_expressions() -> None:

@@ -1,17 +1,23 @@
 """Start positions (the CR's ``spec.startPosition``) and the checkpoint each one seeds.
 
+One model for both sides: the operator parses the CR's value (`parse_start_position`) and
+writes it into each pod's ConfigMap as compact JSON of the CR's own shape (`to_json`); the pod
+parses that JSON with the same function. Every problem is an `errors.InvalidInput` naming the
+field to change.
+
 A partition without a checkpoint gets one at its start position before anyone consumes it:
 KEDA over-scales on partitions without a checkpoint (keda #5249) and reads a seed's lag as
-the events still to process. Pure: the bounds of a partition come from Event Hubs through
-``adapters.receiving``, and ``adapters.checkpointing`` writes the seed.
+the events still to process (`seed_position`). Pure: the bounds of a partition come from Event
+Hubs through ``adapters.receiving``, and ``adapters.checkpointing`` writes the seed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 from collections.abc import Mapping
-from typing import Final
+from typing import Final, Literal, TypedDict
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import checkpointblobs
@@ -36,7 +42,7 @@ class FromSequenceNumber:
 
 @dataclasses.dataclass(frozen=True)
 class FromEnqueuedTime:
-    """Start at the first event enqueued at or after this time."""
+    """Start at the first event enqueued at or after this time (time-zone aware)."""
 
     enqueued_time: datetime.datetime
 
@@ -47,44 +53,85 @@ EARLIEST: Final = Earliest()
 LATEST: Final = Latest()
 
 
+class SequenceNumberBody(TypedDict):
+    sequenceNumber: int
+
+
+class EnqueuedTimeBody(TypedDict):
+    enqueuedTime: str
+
+
+#: The CR's shape: a string or an object with exactly one key.
+StartPositionBody = Literal["earliest", "latest"] | SequenceNumberBody | EnqueuedTimeBody
+
+_SHAPES = "earliest, latest, {sequenceNumber: N} or {enqueuedTime: <RFC 3339 time>}"
+
+
 def parse_start_position(value: object, *, field: str = "startPosition") -> StartPosition:
-    """``earliest | latest | {sequenceNumber: N} | {enqueuedTime: RFC3339}`` as in the CR."""
-    if value == "earliest":
+    """``earliest | latest | {sequenceNumber: N} | {enqueuedTime: RFC 3339}``, as in the CR.
+
+    None (no value) is ``earliest``, the CRD's default. ``field`` is where the value came from
+    (``spec.startPosition`` in the CR, ``startPosition`` in a ConfigMap): errors name it.
+    """
+    if value is None or value == "earliest":
         return EARLIEST
     if value == "latest":
         return LATEST
-    if isinstance(value, Mapping) and len(value) == 1:
-        if "sequenceNumber" in value:
-            number = value["sequenceNumber"]
-            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
-                raise errors.InvalidInput(
-                    f"{field}.sequenceNumber", f"{number!r} is not a non-negative integer"
-                )
-            return FromSequenceNumber(sequence_number=number)
-        if "enqueuedTime" in value:
-            raw = value["enqueuedTime"]
-            when = _parse_rfc3339(raw, field=f"{field}.enqueuedTime")
-            return FromEnqueuedTime(enqueued_time=when)
-    raise errors.InvalidInput(
-        field,
-        f"{value!r} is not one of: earliest, latest, {{sequenceNumber: N}}, "
-        "{enqueuedTime: RFC3339 time}",
-    )
+    if isinstance(value, str):
+        raise errors.InvalidInput(field, f"{value!r} is not a start position: use {_SHAPES}")
+    if not isinstance(value, Mapping) or len(value) != 1:
+        raise errors.InvalidInput(
+            field,
+            "must be earliest, latest, or an object with exactly one of "
+            "sequenceNumber or enqueuedTime",
+        )
+    ((key, raw),) = value.items()
+    if key == "sequenceNumber":
+        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+            raise errors.InvalidInput(f"{field}.sequenceNumber", f"{raw!r} is not an integer >= 0")
+        return FromSequenceNumber(sequence_number=raw)
+    if key == "enqueuedTime":
+        return FromEnqueuedTime(enqueued_time=_parse_rfc3339(raw, field=f"{field}.enqueuedTime"))
+    raise errors.InvalidInput(field, f"unknown key {key!r}: use sequenceNumber or enqueuedTime")
 
 
 def _parse_rfc3339(raw: object, *, field: str) -> datetime.datetime:
-    if isinstance(raw, datetime.datetime):
+    if isinstance(raw, datetime.datetime):  # a YAML loader's timestamp
         when = raw
     elif isinstance(raw, str):
         try:
-            when = datetime.datetime.fromisoformat(raw.replace("Z", "+00:00"))
+            when = datetime.datetime.fromisoformat(raw)
         except ValueError:
-            raise errors.InvalidInput(field, f"{raw!r} is not an RFC 3339 time") from None
+            raise errors.InvalidInput(
+                field, f"{raw!r} is not an RFC 3339 time, e.g. 2024-05-01T00:00:00Z"
+            ) from None
     else:
-        raise errors.InvalidInput(field, f"{raw!r} is not an RFC 3339 time")
+        raise errors.InvalidInput(
+            field, f"{raw!r} is not an RFC 3339 time, e.g. 2024-05-01T00:00:00Z"
+        )
+    # RFC 3339 demands an offset; guessing one would start hours early or late.
     if when.tzinfo is None:
         raise errors.InvalidInput(field, f"{raw!r} has no time zone (e.g. end it with Z)")
     return when
+
+
+def to_body(position: StartPosition) -> StartPositionBody:
+    """The CR's shape; an enqueued time in UTC with a Z, to the second, as Kubernetes writes."""
+    match position:
+        case Earliest():
+            return "earliest"
+        case Latest():
+            return "latest"
+        case FromSequenceNumber(sequence_number=number):
+            return {"sequenceNumber": number}
+        case FromEnqueuedTime(enqueued_time=when):
+            utc = when.astimezone(datetime.UTC).replace(microsecond=0)
+            return {"enqueuedTime": utc.strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
+def to_json(position: StartPosition) -> str:
+    """The start position as the ConfigMap carries it: compact JSON of the CR's shape."""
+    return json.dumps(to_body(position), separators=(",", ":"))
 
 
 @dataclasses.dataclass(frozen=True)
