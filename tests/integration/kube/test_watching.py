@@ -1,5 +1,6 @@
 """Watch details at the HTTP level: initial events, bookmarks, 410 Gone, named watches."""
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -90,3 +91,27 @@ async def test_errors_are_status_bodies(server: tuple[str, storage.Store]) -> No
         headers = {"Content-Type": "application/apply-patch+yaml"}
         async with session.patch(base + CONFIGMAPS + "/x", data="{}", headers=headers) as response:
             assert response.status == 415
+
+
+async def test_a_watch_without_bookmarks_keeps_delivering_past_the_bookmark_interval(
+    server: tuple[str, storage.Store],
+) -> None:
+    base, _ = server
+    created = await _create(base, "late")
+    params = {"timeoutSeconds": "2", "resourceVersion": created["metadata"]["resourceVersion"]}
+
+    async def patch_later() -> None:
+        # Well past the 0.2 s bookmark interval, which must not silence this watch.
+        await asyncio.sleep(1.0)
+        async with (
+            aiohttp.ClientSession() as session,
+            session.patch(
+                base + CONFIGMAPS + "/late",
+                json={"data": {"n": "1"}},
+                headers={"Content-Type": "application/merge-patch+json"},
+            ) as response,
+        ):
+            assert response.status == 200
+
+    events, _ = await asyncio.gather(_watch(base + CONFIGMAPS, params), patch_later())
+    assert [(e["type"], e["object"].get("data")) for e in events] == [("MODIFIED", {"n": "1"})]

@@ -456,9 +456,13 @@ class LocalKubeHandler(kmock.KubernetesScaffold):
                 try:
                     change = await asyncio.wait_for(subscription.queue.get(), timeout=wait)
                 except TimeoutError:
-                    if bookmarks and loop.time() >= next_bookmark:
+                    # The bookmark clock runs for every watch: were it to stay behind, the wait
+                    # above would drop to 0, and wait_for(..., 0) cancels the get before it can
+                    # take a change, so the watch would go silent until its timeout.
+                    if loop.time() >= next_bookmark:
                         next_bookmark = loop.time() + self.bookmark_interval
-                        yield self._bookmark(spec)
+                        if bookmarks:
+                            yield self._bookmark(spec)
                     continue
                 if change is None:
                     return  # the server is stopping
