@@ -45,6 +45,8 @@ OWNERSHIP_EXPIRY_RATIO = 6
 CLOSE_TIMEOUT_S = 10.0
 #: How long the snapshot waits for a worker's /state.
 STATE_TIMEOUT_S = 1.0
+#: What a worker's /readyz answers until its EventProcessor runs.
+NOT_STARTED = "starting"
 
 
 # -- the worker process
@@ -107,7 +109,7 @@ async def _worker(args: argparse.Namespace) -> int:
 
     async def readyz(_: web.Request) -> web.Response:
         ok = not receiver.done() and bool(owner_id())
-        return web.Response(status=200 if ok else 503, text="ok" if ok else "starting")
+        return web.Response(status=200 if ok else 503, text="ok" if ok else NOT_STARTED)
 
     async def state(_: web.Request) -> web.Response:
         body = {"owner_id": owner_id(), "receiving": sorted(receiving)}
@@ -173,6 +175,9 @@ class SdkSystem:
 
     def attach(self, pods: kubelet.LocalKubelet) -> None:
         self.kubelet = pods
+
+    def up(self, port: int) -> bool:
+        return systems.answers_readyz(port, not_yet=NOT_STARTED)
 
     def template(self) -> kubelet.PodTemplate:
         site = self.site

@@ -70,8 +70,19 @@ def progress_line(progress: running.Progress) -> str:
 def _last_balanced(progress: running.Progress) -> str:
     if not progress.results:
         return "-"
-    value = progress.results[-1].balanced_s
-    return "timeout" if value is None else f"{value:.2f} s"
+    return describe(progress.results[-1])
+
+
+def describe(result: running.StepResult) -> str:
+    """``2.38 s after 11.36 s of pod start-up`` or ``timeout (...)``."""
+    if result.balanced_s is None:
+        return f"timeout ({result.reason})"
+    text = f"{result.balanced_s:.2f} s"
+    if result.pods_up_s is not None and result.pods_up_s >= 0.5:
+        text += f" after {result.pods_up_s:.2f} s of pod start-up"
+    if result.failover_s is not None:
+        text += f", failover {result.failover_s:.2f} s"
+    return text
 
 
 def frame(progress: running.Progress, *, width: int = 100) -> list[str]:
@@ -103,9 +114,8 @@ def frame(progress: running.Progress, *, width: int = 100) -> list[str]:
         )
     lines.append("")
     for result in progress.results:
-        balanced = "timeout" if result.balanced_s is None else f"{result.balanced_s:.2f} s"
         lines.append(
-            f"{DIM}done{RESET}  {result.step.name:<28} balanced in {balanced:>8}, "
+            f"{DIM}done{RESET}  {result.step.name:<28} balanced in {describe(result)}, "
             f"{result.moved} moved"
         )
     lines.append(f"{BOLD}{progress_line(progress)}{RESET}")
@@ -149,10 +159,9 @@ class LiveView:
         if len(progress.results) > self._results:
             self._results = len(progress.results)
             result = progress.results[-1]
-            balanced = "timeout" if result.balanced_s is None else f"{result.balanced_s:.2f} s"
             self._print(
                 f"[{progress.label} {progress.elapsed_s:5.1f} s] {result.step.name}: balanced in "
-                f"{balanced}, {result.moved} moved; {len(progress.pods)} pods, "
+                f"{describe(result)}, {result.moved} moved; {len(progress.pods)} pods, "
                 f"{progress.processed} processed, lag {progress.lag}"
             )
         if progress.phase != self._phase and progress.phase in ("balancing", "draining"):

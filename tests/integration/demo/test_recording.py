@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from eventhub_balancer.benchmarks import balancing
 from eventhub_balancer.local import recording, terminalviews
 from eventhub_balancer.local.scenarios import running, systems
 
@@ -152,3 +156,95 @@ def test_without_a_terminal_one_line_per_step_and_no_escapes() -> None:
 def test_compact_partition_lists() -> None:
     assert terminalviews.compact(["0", "1", "2", "5", "7", "8"]) == "0-2,5,7-8"
     assert terminalviews.compact([]) == "-"
+
+
+def _snapshot(owners: dict[str, str], *, ready: set[str], pending: tuple[str, ...] = ()) -> Any:
+    return systems.judge(
+        partitions=sorted(owners),
+        members=sorted(set(owners.values()) | ready),
+        ready=frozenset(ready),
+        owners=owners,
+        in_flight=0,
+        pending=pending,
+    )
+
+
+def test_taken_over_needs_another_ready_pod_that_took_the_partitions_up() -> None:
+    moved = _snapshot({"0": "b", "1": "c"}, ready={"b", "c"})
+    assert systems.taken_over(moved, ["0", "1"], gone="a")
+    # Still held by the deleted pod, not held at all, held by a NotReady or a pending pod.
+    assert not systems.taken_over(
+        _snapshot({"0": "a", "1": "c"}, ready={"a", "c"}), ["0"], gone="a"
+    )
+    assert not systems.taken_over(_snapshot({"1": "c"}, ready={"c"}), ["0", "1"], gone="a")
+    assert not systems.taken_over(_snapshot({"0": "b"}, ready={"c"}), ["0"], gone="a")
+    pending = _snapshot({"0": "b", "1": "c"}, ready={"b", "c"}, pending=("b",))
+    assert not systems.taken_over(pending, ["0"], gone="a")
+    # After a SIGKILL the restarted pod itself may take its partitions up again.
+    assert systems.taken_over(_snapshot({"0": "a"}, ready={"a"}), ["0"], gone=None)
+
+
+def _summary_step(kind: running.Kind, **figures: Any) -> running.StepSummary:
+    step: running.StepSummary = {
+        "step": kind,
+        "kind": kind,
+        "balanced_s": 1.0,
+        "end_to_end_s": 3.0,
+        "pods_up_s": 2.0,
+        "failover_s": None,
+        "pod": None,
+        "moved": 0,
+        "duplicates": 0,
+        "lost": 0,
+    }
+    step.update(figures)  # type: ignore[typeddict-item]
+    return step
+
+
+def _summary(*steps: running.StepSummary) -> running.Summary:
+    return {"produced": 10, "processed": 10, "lost": 0, "duplicates": 0, "steps": list(steps)}
+
+
+def test_the_report_judges_the_targets_on_the_headline_figures() -> None:
+    sdk = _summary(
+        _summary_step("scale-out", balanced_s=30.0, end_to_end_s=40.0, duplicates=9),
+        _summary_step("delete", balanced_s=3.0, failover_s=3.0, pod="s-1"),
+        _summary_step("kill", balanced_s=None, end_to_end_s=None),
+    )
+    ours = _summary(
+        _summary_step("scale-out", balanced_s=2.0, end_to_end_s=12.0),
+        _summary_step("delete", balanced_s=1.5, failover_s=1.2, pod="o-1"),
+        _summary_step("kill", balanced_s=1.0, duplicates=50),
+    )
+    report = balancing.compare(sdk, ours, balancing.QUICK)
+    assert [s["ratio"] for s in report["steps"]] == [15.0, 2.0, None]
+    assert report["steps"][0]["ratio_end_to_end"] == pytest.approx(40 / 12, abs=0.1)
+    # Summed over the steps both balanced: (30 + 3) / (2 + 1.5).
+    assert report["ratio_balanced_s"] == pytest.approx(33 / 3.5, abs=0.1)
+    targets = report["targets"]
+    assert targets["scale_out_ratio"] == {"target": ">= 10", "measured": 15.0, "met": True}
+    assert targets["failover_after_deletion_s"]["measured"] == 1.2
+    assert targets["failover_after_deletion_s"]["met"]
+    # A SIGKILL is not a planned move: its duplicates do not count against the target.
+    assert targets["duplicates_on_planned_moves"]["met"]
+    slow = _summary(
+        _summary_step("scale-out", balanced_s=5.0),
+        _summary_step("delete", balanced_s=2.5, failover_s=2.5, duplicates=1),
+        _summary_step("kill"),
+    )
+    missed = balancing.compare(sdk, slow, balancing.QUICK)["targets"]
+    assert not missed["scale_out_ratio"]["met"]
+    assert not missed["failover_after_deletion_s"]["met"]
+    assert missed["duplicates_on_planned_moves"] == {"target": "0", "measured": 1, "met": False}
+
+
+def test_the_step_table_shows_the_headline_and_the_end_to_end_figure() -> None:
+    lines = running.format_steps(
+        [
+            _summary_step("scale-out", balanced_s=2.5, end_to_end_s=9.0, pods_up_s=6.5),
+            _summary_step("delete", balanced_s=None, end_to_end_s=None, pod="p-1"),
+        ]
+    )
+    assert lines[0].split()[:6] == ["step", "pods", "up", "balanced", "end", "to"]
+    assert lines[1].split()[1:7] == ["6.50", "s", "2.50", "s", "9.00", "s"]
+    assert lines[2].count("timeout") == 3  # balanced, end to end, failover

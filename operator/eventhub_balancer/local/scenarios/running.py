@@ -21,7 +21,6 @@ import contextlib
 import dataclasses
 import logging
 import shutil
-import socket
 import tempfile
 import time
 import uuid
@@ -47,6 +46,10 @@ RATE_WINDOW_S = 3.0
 KILL_NOTICED_S = 3.0
 
 Action = Literal["scale", "delete", "kill", "grow"]
+#: What a step did, for the figures: a ``scale`` from zero pods is the start.
+Kind = Literal["start", "scale-out", "scale-in", "delete", "kill", "grow"]
+#: Steps that a user or an autoscaler plans; only a crash (``kill``) is not.
+PLANNED: frozenset[Kind] = frozenset({"start", "scale-out", "scale-in", "delete", "grow"})
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -96,27 +99,39 @@ class StepResult:
     started: float
     ended: float
     #: Seconds from the action to the first balanced snapshot; None: not within the timeout.
-    balanced_s: float | None
+    end_to_end_s: float | None
     #: Partitions that changed pod between the balanced states before and after the step.
     moved: int
-    #: Seconds until every pod's process listened on its port (new or restarted processes
-    #: start in seconds on a loaded machine, for both systems alike); 0 when none started.
+    #: Seconds until every pod's process was up (started and in touch with what coordinates
+    #: it: `systems.System.up`); about 0 when the step started no process. New or restarted
+    #: processes take seconds to start on a loaded machine, whichever balancer they run.
     pods_up_s: float | None = None
+    #: For a deletion or a SIGKILL: seconds until every partition the pod held was held and
+    #: taken up by a Ready pod again (another pod, after a deletion); None: not in time.
+    failover_s: float | None = None
+    #: The pod deleted or killed by the step.
+    pod: str | None = None
+    kind: Kind = "start"
     reason: str = ""
 
     @property
-    def balancing_s(self) -> float | None:
-        """The balancer's own share: from every pod being up to balanced."""
-        if self.balanced_s is None or self.pods_up_s is None:
+    def balanced_s(self) -> float | None:
+        """The balancer's own time to balance: from every pod being up to balanced."""
+        if self.end_to_end_s is None or self.pods_up_s is None:
             return None
-        return round(max(0.0, self.balanced_s - self.pods_up_s), 3)
+        return round(max(0.0, self.end_to_end_s - self.pods_up_s), 3)
 
 
 class StepSummary(TypedDict):
     step: str
+    kind: Kind
+    #: From every pod of the step being up (`StepResult.pods_up_s`) to balanced: the headline.
     balanced_s: float | None
+    #: From the step's action to balanced, the pods' start-up included.
+    end_to_end_s: float | None
     pods_up_s: float | None
-    balancing_s: float | None
+    failover_s: float | None
+    pod: str | None
     moved: int
     duplicates: int
     #: Events produced during the step (by their enqueued time) that were never processed.
@@ -199,6 +214,8 @@ class Scenario:
         self._phase = "starting"
         self._snapshot: systems.Snapshot | None = None
         self._api_client: Any = None
+        #: The pods as last seen before they were stopped, for the closing frame.
+        self._final_pods: tuple[PodView, ...] | None = None
 
     # -- the whole run
 
@@ -212,6 +229,7 @@ class Scenario:
                 self.settle(self.options.settle_s)
             self._step_index = len(self.steps)
             self.drain()
+            self._final_pods = self.progress().pods
         finally:
             self.stop()
         self._phase = "done"
@@ -283,7 +301,8 @@ class Scenario:
         self._notify()
         return self._snapshot
 
-    def act(self, step: Step) -> None:
+    def act(self, step: Step) -> str | None:
+        """Carry the step out; returns the pod it deleted or killed."""
         assert self.kubelet is not None
         names = self.kubelet.names()
         if step.action == "scale":
@@ -292,6 +311,7 @@ class Scenario:
             if not names:
                 raise errors.InvalidInput("steps", f"{step.name}: there is no pod to delete")
             self.kubelet.delete(names[0])
+            return names[0]
         elif step.action == "kill":
             if not names:
                 raise errors.InvalidInput("steps", f"{step.name}: there is no pod to kill")
@@ -301,50 +321,83 @@ class Scenario:
             deadline = time.monotonic() + KILL_NOTICED_S
             while self._ready(names[0]) and time.monotonic() < deadline:
                 time.sleep(kubelet.PROBE_INTERVAL_S / 4)
+            return names[0]
         elif step.action == "grow":
             self.site.stack.eventhubs.add_partitions(self.site.hub, step.value)
+        return None
 
     def perform(self, step: Step) -> StepResult:
         before = self._snapshot.owners if self._snapshot is not None else {}
         self._phase = "balancing"
         started = self._step_started = time.monotonic()
         logger.info("step %s", step.name)
-        self.act(step)
+        kind = self._kind(step)
+        victim = self.act(step)
+        held = [p for p, pod in before.items() if pod == victim] if victim else []
+        gone = victim if step.action == "delete" else None
         deadline = started + self.options.balance_timeout_s
         snapshot = self.observe()
         up_s: float | None = None
-        while time.monotonic() < deadline:
+        failover_s: float | None = None
+        while True:
+            now = time.monotonic()
             if up_s is None and self._all_up():
-                up_s = round(time.monotonic() - started, 3)
-            if snapshot.balanced and up_s is not None:
+                up_s = round(now - started, 3)
+            if victim and failover_s is None and systems.taken_over(snapshot, held, gone=gone):
+                failover_s = round(now - started, 3)
+            done = snapshot.balanced and up_s is not None
+            if done and (not victim or failover_s is not None):
+                break
+            if now >= deadline:
                 break
             time.sleep(POLL_S)
             snapshot = self.observe()
         ended = time.monotonic()
-        balanced_s = round(ended - started, 3) if snapshot.balanced else None
+        end_to_end_s = round(ended - started, 3) if snapshot.balanced else None
         moved = sum(1 for p, pod in before.items() if snapshot.owners.get(p, pod) != pod)
         result = StepResult(
             step=step,
             started=started,
             ended=ended,
-            balanced_s=balanced_s,
+            end_to_end_s=end_to_end_s,
             moved=moved,
             pods_up_s=up_s,
+            failover_s=failover_s,
+            pod=victim,
+            kind=kind,
             reason=snapshot.reason,
         )
-        logger.info("step %s: balanced_s=%s moved=%d", step.name, balanced_s, moved)
+        logger.info(
+            "step %s: balanced_s=%s end_to_end_s=%s pods_up_s=%s failover_s=%s moved=%d (%s)",
+            step.name,
+            result.balanced_s,
+            end_to_end_s,
+            up_s,
+            failover_s,
+            moved,
+            snapshot.reason,
+        )
         self._phase = "steady"
         return result
 
+    def _kind(self, step: Step) -> Kind:
+        assert self.kubelet is not None
+        if step.action != "scale":
+            return step.action
+        replicas = len(self.kubelet.names())
+        if replicas == 0:
+            return "start"
+        return "scale-out" if step.value > replicas else "scale-in"
+
     def _all_up(self) -> bool:
-        """Every pod's process accepts connections on its port (listening, whatever state)."""
+        """Every pod's process is up (`systems.System.up`), deleted ones aside."""
         assert self.kubelet is not None
         for name in self.kubelet.names():
             try:
                 port = self.kubelet.port(name)
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                    pass
-            except (KeyError, OSError):
+            except KeyError:
+                return False
+            if not self.system.up(port):
                 return False
         return True
 
@@ -419,9 +472,12 @@ class Scenario:
             "steps": [
                 {
                     "step": r.step.name,
+                    "kind": r.kind,
                     "balanced_s": r.balanced_s,
+                    "end_to_end_s": r.end_to_end_s,
                     "pods_up_s": r.pods_up_s,
-                    "balancing_s": r.balancing_s,
+                    "failover_s": r.failover_s,
+                    "pod": r.pod,
                     "moved": r.moved,
                     "duplicates": per_step[i],
                     "lost": lost_per_step[i],
@@ -447,8 +503,8 @@ class Scenario:
             p: max(0, last - self.tally.highest.get(p, -1))
             for p, last in self._last_sequence.items()
         }
-        pods = []
-        if self.kubelet is not None:
+        pods: list[PodView] = list(self._final_pods or ())
+        if self.kubelet is not None and self._final_pods is None:
             for name in self.kubelet.names():
                 mine = tuple(sorted(held.get(name, []), key=_partition_key))
                 restarts = 0
@@ -473,7 +529,9 @@ class Scenario:
             step_elapsed_s=time.monotonic() - self._step_started,
             snapshot=snapshot,
             pods=tuple(pods),
-            produced=sum(n + 1 for n in self._last_sequence.values()),
+            # The hub's counts are read once a second, the records on every poll: what was
+            # processed was produced, so the larger figure is the closer one.
+            produced=max(sum(n + 1 for n in self._last_sequence.values()), self.tally.processed),
             processed=self.tally.processed,
             duplicates=self.tally.duplicates,
             lag=sum(lag_of.values()),
@@ -551,12 +609,19 @@ def make_site(
 
 def format_steps(results: Sequence[StepSummary]) -> list[str]:
     """The per-step table of a summary, for terminals."""
-    lines = [f"{'step':<28} {'balanced':>10} {'pods up':>8} {'moved':>6} {'dup':>5} {'lost':>5}"]
+
+    def seconds(value: float | None, missing: str) -> str:
+        return missing if value is None else f"{value:.2f} s"
+
+    lines = [
+        f"{'step':<28} {'pods up':>8} {'balanced':>9} {'end to end':>10} {'failover':>9} "
+        f"{'moved':>6} {'dup':>5} {'lost':>5}"
+    ]
     for r in results:
-        balanced = "timeout" if r["balanced_s"] is None else f"{r['balanced_s']:.2f} s"
-        up = "-" if r["pods_up_s"] is None else f"{r['pods_up_s']:.2f} s"
+        failover = "-" if r["pod"] is None else seconds(r["failover_s"], "timeout")
         lines.append(
-            f"{r['step']:<28} {balanced:>10} {up:>8} {r['moved']:>6} {r['duplicates']:>5} "
-            f"{r['lost']:>5}"
+            f"{r['step']:<28} {seconds(r['pods_up_s'], 'timeout'):>8} "
+            f"{seconds(r['balanced_s'], 'timeout'):>9} {seconds(r['end_to_end_s'], 'timeout'):>10} "
+            f"{failover:>9} {r['moved']:>6} {r['duplicates']:>5} {r['lost']:>5}"
         )
     return lines

@@ -17,7 +17,9 @@ import dataclasses
 import json
 import logging
 import sys
-from collections.abc import Mapping, Sequence
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -42,6 +44,11 @@ MAX_WAIT_S = 0.2
 #: A pod's graceful shutdown budget, below its termination grace period.
 SHUTDOWN_TIMEOUT_S = 10.0
 TERMINATION_GRACE_S = 15.0
+#: How long a look at a pod's /readyz may take (the runner polls every 0.1 s: keep it short;
+#: a pod that answers slower is not counted as up yet, and is looked at again).
+READYZ_TIMEOUT_S = 1.0
+#: What our runtime's /readyz answers before it has read its assignment ConfigMap.
+NO_ASSIGNMENT_YET = "no assignment read yet"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -83,6 +90,8 @@ class Snapshot:
     owners: Mapping[str, str]
     #: Hand-offs in flight (ours) or partitions with more than one receiver (SDK).
     in_flight: int
+    #: Pods that have not taken up what they hold yet (receivers not open).
+    pending: frozenset[str]
     balanced: bool
     reason: str
 
@@ -127,9 +136,39 @@ def judge(
         ready=ready,
         owners=dict(owners),
         in_flight=in_flight,
+        pending=frozenset(pending),
         balanced=not reason,
         reason=reason or "balanced",
     )
+
+
+def taken_over(snapshot: Snapshot, partitions: Iterable[str], *, gone: str | None) -> bool:
+    """Every one of ``partitions`` is held, and taken up, by a Ready pod other than ``gone``.
+
+    The failover criterion: the partitions of a deleted pod (``gone`` = its name) or of a
+    killed one (``gone`` = None: its restarted process may take them up again) are being
+    processed again.
+    """
+    for partition in partitions:
+        pod = snapshot.owners.get(partition)
+        if pod is None or pod == gone or pod not in snapshot.ready or pod in snapshot.pending:
+            return False
+    return True
+
+
+def answers_readyz(port: int, *, not_yet: str = "") -> bool:
+    """The process on ``port`` serves /readyz (Ready or not), and its answer does not start
+    with ``not_yet`` (a process that has not reached its coordination service yet)."""
+    try:
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{port}/readyz", timeout=READYZ_TIMEOUT_S
+        ) as response:
+            body = response.read().decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        body = e.read().decode(errors="replace")
+    except (OSError, ValueError):
+        return False
+    return not (not_yet and body.startswith(not_yet))
 
 
 class System(Protocol):
@@ -144,6 +183,12 @@ class System(Protocol):
     def attach(self, pods: kubelet.LocalKubelet) -> None: ...
 
     def snapshot(self, *, members: Sequence[str], ready: frozenset[str]) -> Snapshot: ...
+
+    def up(self, port: int) -> bool:
+        """The pod's process on ``port`` has started and reached what coordinates it (ours:
+        read its assignment ConfigMap; the SDK: started its EventProcessor). Time to balance
+        is measured from the moment every pod of a step is up."""
+        ...
 
 
 def record_env(site: Site) -> dict[str, str]:
@@ -228,6 +273,9 @@ class OursSystem:
 
     def attach(self, pods: kubelet.LocalKubelet) -> None:
         return None  # the ConfigMaps say everything
+
+    def up(self, port: int) -> bool:
+        return answers_readyz(port, not_yet=NO_ASSIGNMENT_YET)
 
     # -- objects
 
