@@ -17,23 +17,11 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
+from eventhub_balancer.local import faultproxy
 from tests.rbac import requestinfo
 
 #: Hop-by-hop headers (RFC 9110, 7.6.1) are the proxy's own business, never forwarded.
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-    }
-)
+HOP_BY_HOP = faultproxy.HOP_BY_HOP
 
 #: The chunk size for streamed responses: watch events are small, forward them at once.
 CHUNK_SIZE = 64 * 1024
