@@ -110,7 +110,8 @@ async def test_stopped_emulator_is_unreachable_within_the_timeout(
     with pytest.raises(errors.EventHubUnreachable) as e:
         await eventhubs.fetch_partition_ids(where, limit_seconds=3.0)
     elapsed = time.monotonic() - started
-    assert elapsed < 3.0 + 2.0, elapsed  # the limit plus closing the client
+    # Bounded (not hanging on the SDK's retries): the limit plus closing the client, generously.
+    assert elapsed < 3.0 + 10.0, elapsed
     assert e.value.reason == "EventHubUnreachable"
     assert isinstance(e.value, errors.TransientError)
     assert SECRET not in str(e.value)
