@@ -118,6 +118,7 @@ class PartitionWorker:
         settings: BatchSettings,
         stats: metrics.PartitionStats,
         spark: Any = None,
+        on_fenced: Callable[[], None] | None = None,
     ) -> None:
         self.partition = partition
         self.epoch = epoch
@@ -130,6 +131,8 @@ class PartitionWorker:
         self.settings = settings
         self.stats = stats
         self.spark = spark
+        #: Called once the partition is fenced and receiving (the runtime acknowledges then).
+        self.on_fenced = on_fenced
         self.state: State = "fencing"
         self.error: BaseException | None = None
         self.fenced = asyncio.Event()
@@ -181,6 +184,8 @@ class PartitionWorker:
             receiver.start()
             self.state = "running"
             self.fenced.set()
+            if self.on_fenced is not None:
+                self.on_fenced()
             logger.info(
                 "partition %s: processing with epoch %d after sequence number %d",
                 self.partition,

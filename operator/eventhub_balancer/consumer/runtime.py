@@ -226,6 +226,9 @@ class Runtime:
                 settings=self.settings.batch,
                 stats=stats,
                 spark=self.spark,
+                # Acknowledge the generation as soon as the last partition is fenced, not at
+                # the next tick: the operator and the pod's readiness wait for it.
+                on_fenced=self._wake.set,
             )
             self.workers[partition] = worker
             task = asyncio.create_task(worker.run(), name=f"partition-{partition}")

@@ -10,6 +10,7 @@ crash at any point safe, and `reporting` builds the conditions, Events and metri
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import logging
@@ -267,18 +268,23 @@ async def _cycle(
         grace_seconds=float(spec.balancing.pod_grace_seconds),
         conditions=tuple(cond),
     )
-    for event in events:
-        await writing.post_event(kube, body, event, now)
-        writes += 1
     desired = assignments.build_status(outcome=outcome, previous=previous, now=now)
-    writes += await writing.write_status(
-        kube=kube,
-        namespace=namespace,
-        name=name,
-        body=body,
-        desired=dict(desired),
-        previous=previous,
+    # The Events and the rest of the status go out together (post_event only logs a failure),
+    # so that the next cycle (a hand-off waiting on an acknowledgement) starts sooner.
+    status_written = asyncio.ensure_future(
+        writing.write_status(
+            kube=kube,
+            namespace=namespace,
+            name=name,
+            body=body,
+            desired=dict(desired),
+            previous=previous,
+        )
     )
+    await asyncio.gather(
+        status_written, *(writing.post_event(kube, body, event, now) for event in events)
+    )
+    writes += status_written.result() + len(events)
 
     if metrics is not None:
         reporting.observe(

@@ -11,6 +11,7 @@ are still handled, and Event Hubs is retried with exponential backoff.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import Mapping
@@ -66,7 +67,12 @@ async def read_cluster(
     *, kube: ports.KubePort, namespace: str, name: str, spec: specs.ConsumerSpec
 ) -> Cluster:
     """The pods that spec.selector matches and the ConfigMaps labelled for this consumer."""
-    pod_bodies = await kube.list_pods(namespace=namespace, label_selector=spec.selector.to_query())
+    pod_bodies, map_bodies = await asyncio.gather(
+        kube.list_pods(namespace=namespace, label_selector=spec.selector.to_query()),
+        kube.list_configmaps(
+            namespace=namespace, label_selector=configmaps.consumer_selector(name)
+        ),
+    )
     pod_bodies = [
         p
         for p in pod_bodies
@@ -78,9 +84,6 @@ async def read_cluster(
         or {}
         for p in pod_bodies
     }
-    map_bodies = await kube.list_configmaps(
-        namespace=namespace, label_selector=configmaps.consumer_selector(name)
-    )
     maps = [
         m
         for m in (assignments.stored_map(b) for b in map_bodies)

@@ -206,6 +206,7 @@ async def run_daemon(
             runtime.intervals[key] = interval
             wake.clear()
             delay = interval
+            started = time.monotonic()
             try:
                 result = await cycles.run_cycle(
                     kube=runtime.kube,
@@ -217,6 +218,14 @@ async def run_daemon(
                     metrics=runtime.metrics,
                 )
                 runtime.cycles_run += 1
+                logger.debug(
+                    "%s/%s: cycle took %.3f s: %d writes, %d moves",
+                    namespace,
+                    name,
+                    time.monotonic() - started,
+                    result.writes,
+                    len(result.moves),
+                )
                 runtime.metrics.cycles.labels(namespace, name, "ok").inc()
                 retry = 0.0
                 if result.next_in is not None:

@@ -5,16 +5,20 @@ The order of writes is what makes a crash at any point safe:
    every ConfigMap is lost right after;
 2. the ConfigMaps that gain a partition, then those that lose one (a crash in between leaves a
    duplicate claim that the higher epoch resolves);
-3. pod annotations, deletion of stale ConfigMaps, Events, the rest of the status.
+3. pod annotations and deletion of stale ConfigMaps, then Events and the rest of the status.
+
+The writes within one step are independent and go out concurrently; a step starts only
+once the step before it succeeded.
 
 `assignments.derive_writes` puts 2 and 3 in that order; `cycles` calls these in the order above.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any
 
 from eventhub_balancer import errors
@@ -42,23 +46,46 @@ async def raise_epochs(
 
 
 async def apply_writes(*, kube: ports.KubePort, namespace: str, planned: assignments.Writes) -> int:
-    """ConfigMaps, then pod annotations, then deletions; the number of writes."""
-    writes = 0
-    for w in planned.maps:
-        if w.create:
-            await kube.create_configmap(namespace=namespace, body=w.body)
-        else:
-            await kube.patch_configmap(
+    """ConfigMaps, then pod annotations and deletions; the number of writes.
+
+    The writes of one step do not depend on each other and go out together (a hand-off waits
+    for them); a step starts only once every write of the step before it succeeded, so the
+    ConfigMaps that lose a partition are written only after all those that gain one.
+    """
+    gains = [w for w in planned.maps if w.gains]
+    rest = [w for w in planned.maps if not w.gains]
+    for step in (gains, rest):
+        await _together(
+            kube.create_configmap(namespace=namespace, body=w.body)
+            if w.create
+            else kube.patch_configmap(
                 namespace=namespace, name=w.name, patch=w.body, resource_version=w.resource_version
             )
-        writes += 1
-    for a in planned.pods:
-        await kube.patch_pod_annotations(namespace=namespace, name=a.pod, annotations=a.annotations)
-        writes += 1
-    for d in planned.deletes:
-        await kube.delete_configmap(namespace=namespace, name=d.name, uid=d.uid or None)
-        writes += 1
-    return writes
+            for w in step
+        )
+    await _together(
+        [
+            *(
+                kube.patch_pod_annotations(
+                    namespace=namespace, name=a.pod, annotations=a.annotations
+                )
+                for a in planned.pods
+            ),
+            *(
+                kube.delete_configmap(namespace=namespace, name=d.name, uid=d.uid or None)
+                for d in planned.deletes
+            ),
+        ]
+    )
+    return len(planned.maps) + len(planned.pods) + len(planned.deletes)
+
+
+async def _together(calls: Iterable[Awaitable[Any]]) -> None:
+    """Run the calls concurrently; once all ended, raise the first failure (in call order)."""
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
 
 
 async def write_status(
