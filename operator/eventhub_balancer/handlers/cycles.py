@@ -146,14 +146,18 @@ async def _cycle(
     memory.pods = frozenset(pods) | frozenset(m.pod for m in maps)
     status_epochs = {str(k): v for k, v in (previous.get("epochs") or {}).items()}
 
-    readback = assignments.read_back(
-        maps=maps,
-        pods=pods,
-        status_epochs=status_epochs,
-        stored_epochs=memory.stored_epochs,
-        now=now,
-        last_owners=assignments.last_owners(previous),
-    )
+    def read_back() -> assignments.ReadBack:
+        # Again after the checkpoint blobs raised an epoch floor: the same read, newer floors.
+        return assignments.read_back(
+            maps=maps,
+            pods=pods,
+            status_epochs=status_epochs,
+            stored_epochs=memory.stored_epochs,
+            now=now,
+            last_owners=assignments.last_owners(previous),
+        )
+
+    readback = read_back()
     if partitions is None:
         # Never seen the Event Hub: plan only over what is assigned, so that failover works.
         known = set(readback.floors) | set(readback.assignment)
@@ -199,14 +203,7 @@ async def _cycle(
         for p in memory.stored_epochs
     )
     if stored_floor_raises or spec.balancing.weighting == "lag":
-        readback = assignments.read_back(
-            maps=maps,
-            pods=pods,
-            status_epochs=status_epochs,
-            stored_epochs=memory.stored_epochs,
-            now=now,
-            last_owners=assignments.last_owners(previous),
-        )
+        readback = read_back()
         lag = await observing.read_lag(
             hubs=hubs,
             spec=spec,
