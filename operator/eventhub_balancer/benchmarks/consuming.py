@@ -30,18 +30,17 @@ import datetime
 import importlib
 import logging
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import blobs, receiving
+from eventhub_balancer.benchmarks import emulator
 from eventhub_balancer.consumer import (
     assignments,
     connections,
@@ -57,8 +56,6 @@ logger = logging.getLogger(__name__)
 HUB = "bench"
 #: A drain that takes longer than this has hung: the benchmark fails rather than waits.
 DRAIN_TIMEOUT_S = 300.0
-#: The emulator prints its connection string within this long.
-EMULATOR_START_S = 30.0
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
@@ -74,47 +71,6 @@ class Figures:
     rounds: int
     batch_size: int
     max_wait: float
-
-
-@contextlib.contextmanager
-def emulator_process(*, partitions_: int) -> Iterator[str]:
-    """``ehb local eventhubs`` in a child process; yields its connection string."""
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "eventhub_balancer",
-            "local",
-            "eventhubs",
-            "--port",
-            "0",
-            "--hub",
-            f"{HUB}={partitions_}",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        assert process.stdout is not None
-        deadline = time.monotonic() + EMULATOR_START_S
-        line = ""
-        while time.monotonic() < deadline and not line.startswith("Endpoint="):
-            line = process.stdout.readline()
-            if not line and process.poll() is not None:
-                break
-        if not line.startswith("Endpoint="):
-            raise errors.ConfigurationError("the Event Hubs emulator did not start")
-        yield line.strip()
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
 
 
 async def fill(connection_string: str, *, partitions_: int, per_partition: int) -> None:
@@ -310,7 +266,10 @@ async def _measure_drains(
     total = per_partition * partitions_
     raw: list[float] = []
     ours: list[float] = []
-    with azurite.Azurite() as blob_service, emulator_process(partitions_=partitions_) as cs:
+    with (
+        azurite.Azurite() as blob_service,
+        emulator.emulator_process(hub=HUB, partitions=partitions_) as cs,
+    ):
         await fill(cs, partitions_=partitions_, per_partition=per_partition)
         for _ in range(rounds):
             raw.append(

@@ -12,13 +12,16 @@ start to the last client's end, so it is what the emulator served to the real SD
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import multiprocessing
+import os
 import queue
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 #: Event body size the figures are quoted for.
@@ -76,10 +79,9 @@ def combine(spans: Sequence[Spans], *, events: int) -> tuple[float, float]:
     return events / send_s, events / receive_s
 
 
-def run(*, events: int, partitions: int, clients: int = 1, prefetch: int = PREFETCH) -> Figures:
-    """Start an emulator process, send ``events``, receive them back, stop it."""
-    if not 1 <= clients <= partitions:
-        raise ValueError(f"clients must be 1 to {partitions} (the partitions), not {clients}")
+@contextlib.contextmanager
+def emulator_process(*, hub: str, partitions: int) -> Iterator[str]:
+    """``ehb local eventhubs`` in a child process; yields its connection string."""
     process = subprocess.Popen(
         [
             sys.executable,
@@ -90,17 +92,39 @@ def run(*, events: int, partitions: int, clients: int = 1, prefetch: int = PREFE
             "--port",
             "0",
             "--hub",
-            f"{HUB}={partitions}",
+            f"{hub}={partitions}",
         ],
         stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
         text=True,
+        start_new_session=True,
     )
     try:
         assert process.stdout is not None
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        line = process.stdout.readline().strip()
-        if not line.startswith("Endpoint=") or time.monotonic() > deadline:
-            raise RuntimeError(f"the emulator did not start: {line!r}")
+        line = ""
+        while time.monotonic() < deadline and not line.startswith("Endpoint="):
+            line = process.stdout.readline()
+            if not line and process.poll() is not None:
+                break
+        if not line.startswith("Endpoint="):
+            raise RuntimeError("the Event Hubs emulator did not start")
+        yield line.strip()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+
+
+def run(*, events: int, partitions: int, clients: int = 1, prefetch: int = PREFETCH) -> Figures:
+    """Start an emulator process, send ``events``, receive them back, stop it."""
+    if not 1 <= clients <= partitions:
+        raise ValueError(f"clients must be 1 to {partitions} (the partitions), not {clients}")
+    with emulator_process(hub=HUB, partitions=partitions) as line:
         connection_string = f"{line};EntityPath={HUB}"
         per_partition = shares(events, partitions)
         if clients == 1:
@@ -111,13 +135,6 @@ def run(*, events: int, partitions: int, clients: int = 1, prefetch: int = PREFE
             ]
         else:
             spans = _in_processes(connection_string, per_partition, clients, prefetch)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
     send_rate, receive_rate = combine(spans, events=events)
     return Figures(
         send_events_per_s=send_rate,

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from eventhub_balancer.adapters import blobs, checkpointing
-from eventhub_balancer.benchmarks import consuming
+from eventhub_balancer.benchmarks import consuming, emulator
 from eventhub_balancer.contracts import specs
 from eventhub_balancer.local.kube import LocalKubeAPI
 from tests.plugins.consumer import send_events
@@ -285,7 +285,7 @@ def running_stack(
     kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
     records = tmp_path / "records"
     records.mkdir()
-    with consuming.emulator_process(partitions_=partitions_) as eventhubs_cs:
+    with emulator.emulator_process(hub=consuming.HUB, partitions=partitions_) as eventhubs_cs:
         # The benchmark's emulator names its hub "bench": the CR points at that hub.
         stack = Stack(kube, EmulatorProcess(eventhubs_cs), kubeconfig)  # type: ignore[arg-type]
         asyncio.run(_fresh_container(azurite.connection_string))
