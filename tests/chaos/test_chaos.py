@@ -1,8 +1,9 @@
 """Chaos: consumer kills and replacements, operator restarts, Blob Storage faults and dropped
 Event Hubs connections, under bounded load for a bounded time (`local.chaos`).
 
-``make test`` runs a short run (20 s of faults). A long run is by hand:
-``EHB_CHAOS_SECONDS=600 EHB_CHAOS_SEED=7 .venv/bin/pytest -m chaos tests/chaos``.
+``make test`` runs a short run (20 s of faults) and checks the invariants and that the system
+recovers within a generous bound. The strict recovery bound is a benchmark's:
+``ehb bench chaos --json --seconds 600 --seed 7``.
 """
 
 from __future__ import annotations
@@ -22,12 +23,11 @@ SECONDS = float(os.environ.get("EHB_CHAOS_SECONDS", "20"))
 SEED = int(os.environ.get("EHB_CHAOS_SEED", "1"))
 #: Start-up, recovery and the drain on top of the faults themselves.
 OVERHEAD_S = 240
-#: The balance bound is one cycle plus the hand-off after every pod is Ready again. The short
-#: run in `make test` shares 2 cores with the suite, where a consumer restarted by the last
-#: kill can outlive its grace and cost a takeover plus a rebalance: it allows 3 bounds. A run
-#: by hand checks the bound itself with EHB_CHAOS_BALANCE_SLACK=1 (the report's "ok" always
-#: does).
-BALANCE_SLACK = float(os.environ.get("EHB_CHAOS_BALANCE_SLACK", "3"))
+#: The test checks the invariants and that the system recovers at all: balanced again within
+#: this generous bound once every pod is Ready. How fast it recovers depends on the machine
+#: (the suite shares 2 cores), so the strict bound (one cycle plus the hand-off) is the
+#: benchmark's: ``ehb bench chaos --json`` reports it as ``ok``.
+RECOVERY_BOUND_S = chaos.RECOVERY_TIMEOUT_S
 
 
 @pytest.mark.timeout(SECONDS + OVERHEAD_S)
@@ -44,4 +44,4 @@ def test_invariants_hold_under_faults(tmp_path: Path, caplog: pytest.LogCaptureF
     assert report["writer_conflicts"] == []
     assert report["ready_after_faults_s"] is not None
     assert report["balanced_after_ready_s"] is not None
-    assert report["balanced_after_ready_s"] <= report["balance_bound_s"] * BALANCE_SLACK
+    assert report["balanced_after_ready_s"] <= RECOVERY_BOUND_S
