@@ -12,10 +12,12 @@ PYTEST_ARGS ?=
 
 all: test
 
-$(STAMP): pyproject.toml
+# Both distributions, editable: the product (with its test tools and PySpark) and the
+# development stack beside it (the emulator, the local Kubernetes API, demo, chaos, benchmarks).
+$(STAMP): pyproject.toml devstack/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark]' -e ./devstack
 	@touch $(STAMP)
 
 # Azurite (the local Blob Storage) comes from npm into ./node_modules, pinned by package.json.
@@ -43,8 +45,8 @@ install: $(STAMP) $(NODE_STAMP) java-check
 node: $(NODE_STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check operator tests
-	$(BIN)/ruff format --check operator tests
+	$(BIN)/ruff check operator devstack tests
+	$(BIN)/ruff format --check operator devstack tests
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

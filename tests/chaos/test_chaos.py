@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from eventhub_balancer.local import chaos
+from eventhub_balancer_devstack import chaos
 
 pytestmark = [pytest.mark.chaos, pytest.mark.integration, pytest.mark.slow]
 
@@ -32,7 +32,7 @@ RECOVERY_BOUND_S = chaos.RECOVERY_TIMEOUT_S
 
 @pytest.mark.timeout(SECONDS + OVERHEAD_S)
 def test_invariants_hold_under_faults(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="eventhub_balancer.local.chaos")
+    caplog.set_level(logging.INFO, logger="eventhub_balancer_devstack.chaos")
     options = chaos.ChaosOptions(duration_s=SECONDS, seed=SEED, work_dir=tmp_path / "chaos")
     report = chaos.run(options, observer=lambda _: None)
     print(json.dumps(report, indent=1))

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from eventhub_balancer.adapters import blobs
-from eventhub_balancer.local import azurite as azurite_launcher
-from eventhub_balancer.local import faultproxy
+from eventhub_balancer_devstack import azurite as azurite_launcher
+from eventhub_balancer_devstack import faultproxy
 
 
 def unique_container_name(prefix: str = "t") -> str:

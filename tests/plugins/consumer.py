@@ -236,7 +236,7 @@ def fake_store() -> FakeStore:
 @pytest.fixture
 def consumer_emulator() -> Any:
     """An Event Hubs emulator with hub ``orders`` (4 partitions) in a thread, for one test."""
-    from eventhub_balancer.local.eventhubs import EventHubsEmulator
+    from eventhub_balancer_devstack.eventhubs import EventHubsEmulator
 
     emulator = EventHubsEmulator(hubs={"orders": 4, "big": 16})
     with emulator.running_in_thread():

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from eventhub_balancer.local.eventhubs import EventHubsEmulator
+from eventhub_balancer_devstack.eventhubs import EventHubsEmulator
 
 #: Partitions of the hub a test gets unless it asks for more with
 #: overriding ``eventhubs_hub_partitions`` (a fixture) in their module.

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from eventhub_balancer.local.kube import LocalKubeAPI
+from eventhub_balancer_devstack.kube import LocalKubeAPI
 
 #: Bounds for starting and stopping kopf in tests (it starts in well under a second).
 KOPF_START_TIMEOUT = 15.0

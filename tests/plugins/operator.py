@@ -1,7 +1,7 @@
 """The operator on the local stack: an API server, an Event Hubs emulator, pods without kubelet.
 
 There is no kubelet, so tests play it: they create pods and set their status through the
-``/status`` subresource. `ConsumerDouble` (from `eventhub_balancer.benchmarks.operating`,
+``/status`` subresource. `ConsumerDouble` (from `eventhub_balancer_devstack.benchmarks.operating`,
 shared with ``ehb bench operator``) plays the consumer pods' part of the contract: it
 acknowledges every revoked partition by writing the ``released`` annotation on the pod's
 ConfigMap (and ``applied-generation``), as the real runtime does after its final checkpoint.
@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
-from eventhub_balancer.benchmarks import operating
-from eventhub_balancer.benchmarks.operating import (
+from eventhub_balancer.handlers import running
+from eventhub_balancer_devstack.benchmarks import operating
+from eventhub_balancer_devstack.benchmarks.operating import (
     ConsumerDouble as ConsumerDouble,
 )  # re-exported for tests
-from eventhub_balancer.benchmarks.operating import stamp as stamp
-from eventhub_balancer.handlers import running
-from eventhub_balancer.local.eventhubs import EventHubsEmulator
-from eventhub_balancer.local.kube import LocalKubeAPI
+from eventhub_balancer_devstack.benchmarks.operating import stamp as stamp
+from eventhub_balancer_devstack.eventhubs import EventHubsEmulator
+from eventhub_balancer_devstack.kube import LocalKubeAPI
 
 CR = operating.CR
 HUB = "orders"

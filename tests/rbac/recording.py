@@ -17,7 +17,7 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
-from eventhub_balancer.local import faultproxy
+from eventhub_balancer_devstack import faultproxy
 from tests.rbac import requestinfo
 
 #: Hop-by-hop headers (RFC 9110, 7.6.1) are the proxy's own business, never forwarded.

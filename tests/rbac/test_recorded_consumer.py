@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from eventhub_balancer.contracts import configmaps
-from eventhub_balancer.local.kube import LocalKubeAPI, kubeconfigs
+from eventhub_balancer_devstack.kube import LocalKubeAPI, kubeconfigs
 from tests.integration.consumer import recording
 from tests.plugins.consumer import configmap
 from tests.plugins.operator import wait_for

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from eventhub_balancer.local.kube import kubeconfigs
+from eventhub_balancer_devstack.kube import kubeconfigs
 from tests.plugins.operator import ConsumerDouble, Stack, wait_for
 from tests.rbac.authorizing import Authorizer, Subject
 from tests.rbac.recording import RecordingProxy

@@ -1,8 +1,10 @@
 """The `ehb` command line.
 
-Each command lives in its own module of this package and declares where it hangs in the
-command tree (``COMMAND = ("local", "eventhubs")``), so that commands are added without
-editing a central table. A module provides::
+Each command lives in its own module and declares where it hangs in the command tree
+(``COMMAND = ("checkpoints", "list")``), so that commands are added without editing a central
+table. The product's commands are the modules of this package; other distributions add theirs
+through the ``eventhub_balancer.commands`` entry-point group (the development stack adds
+``ehb local``, ``ehb demo``, ``ehb bench`` and ``ehb chart`` that way). A module provides::
 
     COMMAND: tuple[str, ...]          # the path of sub-commands
     HELP: str                         # one line for --help
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import logging
 import os
 import pkgutil
@@ -29,6 +32,8 @@ from eventhub_balancer import __version__, errors
 
 #: Exit status for bad input: the message names what to change.
 EXIT_USAGE = 2
+#: The entry-point group through which other distributions add command modules.
+ENTRY_POINT_GROUP = "eventhub_balancer.commands"
 
 
 def _command_modules() -> list[ModuleType]:
@@ -39,6 +44,12 @@ def _command_modules() -> list[ModuleType]:
         module = importlib.import_module(f"{__name__}.{info.name}")
         if hasattr(module, "COMMAND"):
             modules.append(module)
+    for entry in sorted(
+        importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name
+    ):
+        plugin = entry.load()
+        if isinstance(plugin, ModuleType) and hasattr(plugin, "COMMAND"):
+            modules.append(plugin)
     return modules
 
 

@@ -16,7 +16,7 @@ from azure.core import exceptions as azure_errors
 from azure.storage.blob import ContainerClient
 
 from eventhub_balancer import errors
-from eventhub_balancer.local.azurite import Azurite
+from eventhub_balancer_devstack.azurite import Azurite
 
 pytestmark = pytest.mark.integration
 

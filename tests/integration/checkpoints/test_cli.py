@@ -16,7 +16,7 @@ from eventhub_balancer import cli
 from eventhub_balancer.adapters import blobs
 from eventhub_balancer.adapters import checkpointing as cp
 from eventhub_balancer.cli import checkpoints as list_command
-from eventhub_balancer.local import azurite as azurite_launcher
+from eventhub_balancer_devstack import azurite as azurite_launcher
 from tests.plugins.azurite import unique_container_name
 
 REPOSITORY = Path(__file__).resolve().parents[3]

@@ -12,7 +12,7 @@ import pytest
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import blobs, retrying
 from eventhub_balancer.adapters import checkpointing as cp
-from eventhub_balancer.local.faultproxy import FaultProxy
+from eventhub_balancer_devstack.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.integration
 

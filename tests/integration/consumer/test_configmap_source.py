@@ -12,7 +12,7 @@ import pytest
 from eventhub_balancer.adapters import podconfig
 from eventhub_balancer.consumer import assignments
 from eventhub_balancer.contracts import configmaps
-from eventhub_balancer.local.kube import LocalKubeAPI
+from eventhub_balancer_devstack.kube import LocalKubeAPI
 from tests.plugins.consumer import configmap
 
 pytestmark = pytest.mark.integration

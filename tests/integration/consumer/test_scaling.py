@@ -30,9 +30,9 @@ from typing import Any
 import pytest
 
 from eventhub_balancer.adapters import blobs, checkpointing
-from eventhub_balancer.benchmarks import consuming, emulator
 from eventhub_balancer.contracts import specs
-from eventhub_balancer.local.kube import LocalKubeAPI
+from eventhub_balancer_devstack.benchmarks import consuming, emulator
+from eventhub_balancer_devstack.kube import LocalKubeAPI
 from tests.plugins.consumer import send_events
 from tests.plugins.operator import CR, Stack, wait_for
 from tests.plugins.spark import spark_unavailable

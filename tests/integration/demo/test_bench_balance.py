@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from eventhub_balancer.benchmarks import balancing
+from eventhub_balancer_devstack.benchmarks import balancing
 
 pytestmark = [
     pytest.mark.integration,

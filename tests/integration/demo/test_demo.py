@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from eventhub_balancer.local import recording
-from eventhub_balancer.local.scenarios import running, systems
+from eventhub_balancer_devstack import recording
+from eventhub_balancer_devstack.scenarios import running, systems
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from eventhub_balancer.benchmarks import balancing
-from eventhub_balancer.local import recording, terminalviews
-from eventhub_balancer.local.scenarios import running, systems
+from eventhub_balancer_devstack import recording, terminalviews
+from eventhub_balancer_devstack.benchmarks import balancing
+from eventhub_balancer_devstack.scenarios import running, systems
 
 
 def test_runs_compress_contiguous_sequence_numbers() -> None:

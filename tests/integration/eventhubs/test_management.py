@@ -51,7 +51,7 @@ async def test_partition_properties_aio(eventhubs_hub: EventHubTarget) -> None:
 
 
 def test_unknown_hub_is_not_found_sync(eventhubs_emulator: object) -> None:
-    from eventhub_balancer.local.eventhubs import EventHubsEmulator
+    from eventhub_balancer_devstack.eventhubs import EventHubsEmulator
 
     assert isinstance(eventhubs_emulator, EventHubsEmulator)
     conn = eventhubs_emulator.connection_string("no-such-hub")
@@ -101,7 +101,7 @@ async def test_unknown_consumer_group_is_not_found(eventhubs_hub: EventHubTarget
 
 
 async def test_several_hubs_are_independent(eventhubs_emulator: object) -> None:
-    from eventhub_balancer.local.eventhubs import EventHubsEmulator
+    from eventhub_balancer_devstack.eventhubs import EventHubsEmulator
 
     assert isinstance(eventhubs_emulator, EventHubsEmulator)
     eventhubs_emulator.create_hub("several-a", 2)

@@ -12,7 +12,7 @@ import pytest
 from azure.eventhub import EventData, EventHubProducerClient
 from azure.eventhub.aio import EventHubConsumerClient as AioConsumer
 
-from eventhub_balancer.local.eventhubs import EventHubsEmulator, hubs
+from eventhub_balancer_devstack.eventhubs import EventHubsEmulator, hubs
 from tests.integration.eventhubs import clients
 from tests.plugins.eventhubs import EventHubTarget
 

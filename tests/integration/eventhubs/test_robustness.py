@@ -13,7 +13,7 @@ from azure.eventhub import EventData
 from azure.eventhub.aio import EventHubConsumerClient as AioConsumer
 from azure.eventhub.aio import EventHubProducerClient as AioProducer
 
-from eventhub_balancer.local.eventhubs import EventHubsEmulator
+from eventhub_balancer_devstack.eventhubs import EventHubsEmulator
 from tests.integration.eventhubs import clients
 from tests.plugins.eventhubs import EventHubTarget
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from eventhub_balancer.local.kube import LocalKubeAPI
+from eventhub_balancer_devstack.kube import LocalKubeAPI
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ import aiohttp
 import kmock
 import pytest
 
-from eventhub_balancer.local.kube import serving, storage
+from eventhub_balancer_devstack.kube import serving, storage
 
 pytestmark = pytest.mark.integration
 

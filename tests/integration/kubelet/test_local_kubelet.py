@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from eventhub_balancer.local import kubelet
+from eventhub_balancer_devstack import kubelet
 
 pytestmark = pytest.mark.integration
 

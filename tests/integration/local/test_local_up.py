@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from eventhub_balancer.local import stacks
+from eventhub_balancer_devstack import stacks
 
 pytestmark = pytest.mark.integration
 

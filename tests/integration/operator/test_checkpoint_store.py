@@ -17,11 +17,11 @@ from azure.eventhub import EventData
 from azure.eventhub.aio import EventHubProducerClient
 
 from eventhub_balancer.adapters import checkpointing, eventhubs, kubeapi
-from eventhub_balancer.benchmarks.operating import CR, Cluster
 from eventhub_balancer.contracts import checkpointblobs, specs
 from eventhub_balancer.handlers import cycles, memories
-from eventhub_balancer.local.azurite import Azurite
-from eventhub_balancer.local.kube import LocalKubeAPI
+from eventhub_balancer_devstack.azurite import Azurite
+from eventhub_balancer_devstack.benchmarks.operating import CR, Cluster
+from eventhub_balancer_devstack.kube import LocalKubeAPI
 from tests.plugins.eventhubs import EventHubTarget
 
 pytestmark = pytest.mark.integration

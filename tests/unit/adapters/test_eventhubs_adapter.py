@@ -10,7 +10,7 @@ from azure.eventhub.aio import EventHubProducerClient
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import eventhubs
-from eventhub_balancer.local.eventhubs import EventHubsEmulator, emulator
+from eventhub_balancer_devstack.eventhubs import EventHubsEmulator, emulator
 from tests.plugins.eventhubs import EventHubTarget
 
 #: The emulator's key; it must never appear in an error message.

@@ -11,7 +11,7 @@ import pytest
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import kubeapi
-from eventhub_balancer.local.kube import LocalKubeAPI
+from eventhub_balancer_devstack.kube import LocalKubeAPI
 
 NS = "adapters"
 

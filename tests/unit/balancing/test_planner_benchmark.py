@@ -9,7 +9,7 @@ import pytest
 
 from eventhub_balancer import cli
 from eventhub_balancer.balancing import planning
-from eventhub_balancer.benchmarks import planner
+from eventhub_balancer_devstack.benchmarks import planner
 
 
 def test_fresh_has_nothing_assigned() -> None:

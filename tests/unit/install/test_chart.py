@@ -11,7 +11,7 @@ from typing import Any
 import helm_python as helm
 import pytest
 
-from eventhub_balancer.cli import chart as chart_command
+from eventhub_balancer_devstack.commands import chart as chart_command
 from tests.unit.install import loading
 
 VALUES_FILES = [None, *loading.CI_VALUES]

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from eventhub_balancer import cli
-from eventhub_balancer.cli import chart
+from eventhub_balancer_devstack.commands import chart
 
 
 def scratch(tmp_path: Path) -> Path:

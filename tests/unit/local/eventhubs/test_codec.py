@@ -9,9 +9,9 @@ from azure.eventhub._pyamqp import _decode as sdk_decode
 from azure.eventhub._pyamqp import _encode as sdk_encode
 from azure.eventhub._pyamqp.message import Message, Properties
 
-from eventhub_balancer.local.eventhubs import addresses, events, hubs
-from eventhub_balancer.local.eventhubs.amqp import decoding, encoding, frames, types
-from eventhub_balancer.local.eventhubs.amqp import performatives as perf
+from eventhub_balancer_devstack.eventhubs import addresses, events, hubs
+from eventhub_balancer_devstack.eventhubs.amqp import decoding, encoding, frames, types
+from eventhub_balancer_devstack.eventhubs.amqp import performatives as perf
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
 import pytest
 
-from eventhub_balancer.local.kube import addressing
-from eventhub_balancer.local.kube.addressing import Address
+from eventhub_balancer_devstack.kube import addressing
+from eventhub_balancer_devstack.kube.addressing import Address
 
 
 @pytest.mark.parametrize(

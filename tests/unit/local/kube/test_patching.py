@@ -1,6 +1,6 @@
 import pytest
 
-from eventhub_balancer.local.kube import patching
+from eventhub_balancer_devstack.kube import patching
 
 
 def test_merge_patch_merges_maps_deletes_nulls_and_replaces_lists() -> None:

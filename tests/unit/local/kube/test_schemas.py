@@ -1,4 +1,4 @@
-from eventhub_balancer.local.kube import schemas
+from eventhub_balancer_devstack.kube import schemas
 
 SCHEMA = {
     "type": "object",

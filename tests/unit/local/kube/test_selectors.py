@@ -1,6 +1,6 @@
 import pytest
 
-from eventhub_balancer.local.kube import selectors
+from eventhub_balancer_devstack.kube import selectors
 
 
 def _pod(labels: dict[str, str], phase: str = "Running") -> dict[str, object]:

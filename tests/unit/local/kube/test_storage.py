@@ -3,7 +3,7 @@ from typing import Any
 
 import pytest
 
-from eventhub_balancer.local.kube import failures, resources, selectors, storage
+from eventhub_balancer_devstack.kube import failures, resources, selectors, storage
 
 NOW = datetime.datetime(2030, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
 

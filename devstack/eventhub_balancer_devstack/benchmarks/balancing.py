@@ -1,0 +1,222 @@
+"""Side by side: the SDK's own balancing against eventhub-balancer, the same scenario twice.
+
+The project's claim (DESIGN.md, "Why it exists") is that central balancing with ordered
+hand-offs balances an order of magnitude faster than the SDK's lease race, fails over in
+seconds instead of an ownership expiry, and duplicates nothing on planned moves. This
+benchmark runs the demo's scenario (`scenarios.running.standard_steps`) once with SDK
+EventProcessorClient workers (`sdkbalancing`) and once with the operator and our consumer
+runtime, on the same emulator and Azurite in one invocation (each on its own hub, namespace
+and checkpoint container, so neither sees the other's events or blobs), and reports per step
+the time to balance, the partitions moved, duplicates and lost events.
+
+A step that does not balance within its timeout is reported with ``balanced_s: null`` and
+the timeout it hit; it is left out of the ratio rather than counted at the timeout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal, TypedDict
+
+from eventhub_balancer_devstack import sdkbalancing
+from eventhub_balancer_devstack.scenarios import running, systems
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Settings:
+    partitions: int = 32
+    grow_to: int = 40
+    rate: float = 300.0
+    #: Our default ``intervalSeconds`` (the CRD's), and the SDK's ``load_balancing_interval``.
+    interval_seconds: int = 5
+    settle_s: float = 2.0
+    #: Ours balances within seconds; a minute means it is broken, not slow.
+    ours_timeout_s: float = 60.0
+    #: The SDK may need an ownership expiry (6 intervals) and then steals one partition per
+    #: worker per cycle: 16 cycles for half of 32 partitions at start, 80 s at 5 s.
+    sdk_timeout_s: float = 120.0
+    work_dir: Path | None = None
+
+
+#: For tests and quick looks: a small hub and a short cycle (the SDK's expiry is 6 cycles).
+QUICK = Settings(
+    partitions=8,
+    grow_to=10,
+    rate=100.0,
+    interval_seconds=2,
+    settle_s=1.0,
+    ours_timeout_s=30.0,
+    sdk_timeout_s=40.0,
+)
+
+#: The issue's targets the figures are judged against (reported, not enforced).
+TARGET_SCALE_OUT_RATIO = 10.0
+TARGET_FAILOVER_S = 2.0
+
+
+class Side(TypedDict):
+    #: From every pod of the step being up to balanced (the headline).
+    balanced_s: float | None
+    #: From the step's action to balanced, the pods' start-up included.
+    end_to_end_s: float | None
+    pods_up_s: float | None
+    #: Deletion and SIGKILL: until the pod's partitions were taken up by a Ready pod again.
+    failover_s: float | None
+    moved: int
+    duplicates: int
+    lost: int
+
+
+class StepFigures(TypedDict):
+    step: str
+    kind: running.Kind
+    sdk: Side
+    ours: Side
+    #: SDK over ours, ``balanced_s``; None when either did not balance in time.
+    ratio: float | None
+    ratio_end_to_end: float | None
+
+
+class Target(TypedDict):
+    target: str
+    measured: float | None
+    met: bool
+
+
+class Report(TypedDict):
+    steps: list[StepFigures]
+    #: SDK over ours, summed over the steps both balanced in time.
+    ratio_balanced_s: float | None
+    ratio_end_to_end_s: float | None
+    targets: dict[str, Target]
+    sdk: running.Summary
+    ours: running.Summary
+    settings: dict[str, float | int]
+
+
+def _side(step: running.StepSummary) -> Side:
+    return {
+        "balanced_s": step["balanced_s"],
+        "end_to_end_s": step["end_to_end_s"],
+        "pods_up_s": step["pods_up_s"],
+        "failover_s": step["failover_s"],
+        "moved": step["moved"],
+        "duplicates": step["duplicates"],
+        "lost": step["lost"],
+    }
+
+
+def _ratio(sdk: float | None, ours: float | None) -> float | None:
+    if sdk is None or ours is None or ours <= 0:
+        return None
+    return round(sdk / ours, 1)
+
+
+def _total_ratio(
+    sdk: list[running.StepSummary],
+    ours: list[running.StepSummary],
+    key: Literal["balanced_s", "end_to_end_s"],
+) -> float | None:
+    """Sum over the steps both balanced in time, SDK over ours."""
+    pairs = [(a[key], b[key]) for a, b in zip(sdk, ours, strict=True)]
+    both = [(a, b) for a, b in pairs if a is not None and b is not None]
+    total = sum(b for _, b in both)
+    return round(sum(a for a, _ in both) / total, 1) if total > 0 else None
+
+
+def targets(steps: list[StepFigures], ours: running.Summary) -> dict[str, Target]:
+    """The issue's targets, each with what this run measured (None: not measured)."""
+    # The worst step of each kind counts; a step that did not finish leaves it unmeasured.
+    ratios = [s["ratio"] for s in steps if s["kind"] == "scale-out"]
+    ratio = min((r for r in ratios if r is not None), default=None)
+    if None in ratios:
+        ratio = None
+    failovers = [s["ours"]["failover_s"] for s in steps if s["kind"] == "delete"]
+    failover = max((f for f in failovers if f is not None), default=None)
+    if None in failovers:
+        failover = None
+    planned = sum(s["ours"]["duplicates"] for s in steps if s["kind"] in running.PLANNED)
+    return {
+        "scale_out_ratio": {
+            "target": f">= {TARGET_SCALE_OUT_RATIO:g}",
+            "measured": ratio,
+            "met": ratio is not None and ratio >= TARGET_SCALE_OUT_RATIO,
+        },
+        "failover_after_deletion_s": {
+            "target": f"< {TARGET_FAILOVER_S:g}",
+            "measured": failover,
+            "met": failover is not None and failover < TARGET_FAILOVER_S,
+        },
+        "duplicates_on_planned_moves": {
+            "target": "0",
+            "measured": planned,
+            "met": planned == 0,
+        },
+        "lost": {"target": "0", "measured": ours["lost"], "met": ours["lost"] == 0},
+    }
+
+
+def compare(sdk: running.Summary, ours: running.Summary, settings: Settings) -> Report:
+    steps: list[StepFigures] = []
+    for a, b in zip(sdk["steps"], ours["steps"], strict=True):
+        steps.append(
+            {
+                "step": a["step"],
+                "kind": a["kind"],
+                "sdk": _side(a),
+                "ours": _side(b),
+                "ratio": _ratio(a["balanced_s"], b["balanced_s"]),
+                "ratio_end_to_end": _ratio(a["end_to_end_s"], b["end_to_end_s"]),
+            }
+        )
+    return {
+        "steps": steps,
+        "ratio_balanced_s": _total_ratio(sdk["steps"], ours["steps"], "balanced_s"),
+        "ratio_end_to_end_s": _total_ratio(sdk["steps"], ours["steps"], "end_to_end_s"),
+        "targets": targets(steps, ours),
+        "sdk": sdk,
+        "ours": ours,
+        "settings": {
+            "partitions": settings.partitions,
+            "grow_to": settings.grow_to,
+            "rate": settings.rate,
+            "interval_seconds": settings.interval_seconds,
+            "sdk_timeout_s": settings.sdk_timeout_s,
+            "ours_timeout_s": settings.ours_timeout_s,
+        },
+    }
+
+
+def run(settings: Settings, *, observer: Callable[[running.Progress], None]) -> Report:
+    hubs = {"bench-ours": settings.partitions, "bench-sdk": settings.partitions}
+    summaries: dict[str, running.Summary] = {}
+    with running.local_stack(hubs=hubs, work_dir=settings.work_dir) as (stack, loop, root):
+        for label in ("ours", "sdk"):
+            site = running.make_site(
+                stack=stack,
+                loop=loop,
+                root=root,
+                label=label,
+                hub=f"bench-{label}",
+                interval_seconds=settings.interval_seconds,
+            )
+            system: systems.System = (
+                systems.OursSystem(site) if label == "ours" else sdkbalancing.SdkSystem(site)
+            )
+            options = running.ScenarioOptions(
+                partitions=settings.partitions,
+                grow_to=settings.grow_to,
+                rate=settings.rate,
+                interval_seconds=settings.interval_seconds,
+                settle_s=settings.settle_s,
+                balance_timeout_s=(
+                    settings.ours_timeout_s if label == "ours" else settings.sdk_timeout_s
+                ),
+            )
+            scenario = running.Scenario(
+                site=site, system=system, options=options, observer=observer
+            )
+            summaries[label] = scenario.run()
+    return compare(summaries["sdk"], summaries["ours"], settings)

@@ -1,0 +1,1 @@
+"""The development commands (`ehb local|demo|bench|chart`), registered as entry points."""

@@ -1,0 +1,44 @@
+"""``ehb bench chaos``: the chaos run with its strict recovery bound (prints the report)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from eventhub_balancer import errors
+
+COMMAND = ("bench", "chaos")
+HELP = (
+    "Kill and replace pods, restart the operator, inject blob faults and drop connections for "
+    "a while; report lost events, checkpoint regressions, writer conflicts and recovery time. "
+    "Exits 1 when the report is not ok."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    parser.add_argument(
+        "--seconds", type=float, default=40.0, help="how long faults are injected (40)"
+    )
+    parser.add_argument("--seed", type=int, default=1, help="the seed of the fault schedule (1)")
+    parser.add_argument(
+        "--work-dir", type=Path, default=None, help="keep records and pod logs here"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from eventhub_balancer_devstack import chaos, terminalviews
+
+    if args.seconds <= 0:
+        raise errors.InvalidInput("--seconds", "must be above 0")
+    options = chaos.ChaosOptions(duration_s=args.seconds, seed=args.seed, work_dir=args.work_dir)
+    view = terminalviews.LiveView(sys.stderr, tty=False)
+    report = chaos.run(options, observer=view)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        for key, value in report.items():
+            print(f"{key:>24}  {value}")
+    return 0 if report["ok"] else 1

@@ -1,0 +1,123 @@
+"""``ehb demo``: the whole system on this machine, through a scenario, with a live view.
+
+Starts the local stack (Event Hubs emulator, Azurite, the local Kubernetes API), the
+operator, an EventHubConsumer over a 32-partition hub, consumer processes as pods and a
+producer; then scales 2 -> 6 -> 3, deletes a pod, SIGKILLs one, grows the hub to 40
+partitions, drains, and says what was produced, processed, lost and duplicated, and how long
+each step took to balance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from eventhub_balancer import errors
+
+COMMAND = ("demo",)
+HELP = "run the operator and consumer pods locally through scale-out/in, deletion, kill, growth"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--json", action="store_true", help="print only the summary, as JSON (progress on stderr)"
+    )
+    parser.add_argument("--partitions", type=int, default=32, help="partitions at the start (32)")
+    parser.add_argument("--grow-to", type=int, default=40, help="partitions after growth (40)")
+    parser.add_argument("--rate", type=float, default=300.0, help="events per second (300)")
+    parser.add_argument(
+        "--interval", type=int, default=5, help="spec.balancing.intervalSeconds (5)"
+    )
+    parser.add_argument(
+        "--settle", type=float, default=4.0, help="seconds to watch after each step (4)"
+    )
+    parser.add_argument(
+        "--balance-timeout",
+        type=float,
+        default=60.0,
+        help="the longest wait for balance after a step; then it is reported unbalanced (60)",
+    )
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=None,
+        help="keep records and pod logs here (default: a temporary directory, removed)",
+    )
+
+
+def _check(args: argparse.Namespace) -> None:
+    if args.partitions < 6:
+        raise errors.InvalidInput("--partitions", "must be at least 6 (the demo scales to 6)")
+    if args.grow_to <= args.partitions:
+        raise errors.InvalidInput("--grow-to", "must be more than --partitions")
+    if not 1 <= args.rate <= 5000:
+        raise errors.InvalidInput("--rate", "must be between 1 and 5000 events/s")
+    if args.interval < 1:
+        raise errors.InvalidInput("--interval", "must be at least 1")
+    if args.balance_timeout <= 0:
+        raise errors.InvalidInput("--balance-timeout", "must be positive")
+    if args.settle < 0:
+        raise errors.InvalidInput("--settle", "must not be negative")
+
+
+def _log_to_file(path: Path) -> None:
+    """Logs go to a file: they would tear the live view apart."""
+    root = logging.getLogger()
+    level = root.level
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(min(level, logging.INFO))
+    for noisy in ("azure", "kubernetes", "urllib3", "aiohttp.access", "uamqp"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def run(args: argparse.Namespace) -> int:
+    _check(args)
+    from eventhub_balancer_devstack import terminalviews
+    from eventhub_balancer_devstack.scenarios import running, systems
+
+    options = running.ScenarioOptions(
+        partitions=args.partitions,
+        grow_to=args.grow_to,
+        rate=args.rate,
+        interval_seconds=args.interval,
+        settle_s=args.settle,
+        balance_timeout_s=args.balance_timeout,
+        work_dir=args.work_dir,
+    )
+    out = sys.stderr if args.json else sys.stdout
+    hub = "orders"
+    with running.local_stack(hubs={hub: args.partitions}, work_dir=args.work_dir) as (
+        stack,
+        loop,
+        root,
+    ):
+        _log_to_file(root / "demo.log")
+        site = running.make_site(
+            stack=stack, loop=loop, root=root, label="demo", hub=hub, interval_seconds=args.interval
+        )
+        with terminalviews.LiveView(out, tty=False if args.json else None) as view:
+            scenario = running.Scenario(
+                site=site, system=systems.OursSystem(site), options=options, observer=view
+            )
+            summary = scenario.run()
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print()
+        print(
+            f"produced {summary['produced']}, processed {summary['processed']}, "
+            f"lost {summary['lost']}, duplicates {summary['duplicates']}"
+        )
+        for line in running.format_steps(summary["steps"]):
+            print(line)
+        if args.work_dir is not None:
+            print(f"records and pod logs: {args.work_dir}")
+    balanced = all(s["balanced_s"] is not None for s in summary["steps"])
+    return 0 if summary["lost"] == 0 and balanced else 1

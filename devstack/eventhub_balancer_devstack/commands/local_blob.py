@@ -1,0 +1,57 @@
+"""``ehb local blob``: run Azurite (the local Blob Storage) until interrupted.
+
+The demo, the consumer and ``ehb checkpoints list`` need a blob endpoint; this prints its
+connection string first (so scripts can read one line) and stops Azurite on Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+COMMAND = ("local", "blob")
+HELP = "run Azurite (local Blob Storage) on 127.0.0.1 and print its connection string"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", type=int, default=0, help="the blob port (default: a free port)")
+    parser.add_argument(
+        "--location",
+        type=Path,
+        default=None,
+        help="keep blobs in this directory across restarts (default: in memory)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from eventhub_balancer import errors
+    from eventhub_balancer_devstack import azurite
+
+    if not 0 <= args.port <= 65535:
+        raise errors.InvalidInput(
+            "--port", f"{args.port} is not a port number (0 picks a free one)"
+        )
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    with azurite.Azurite(port=args.port, location=args.location) as service:
+        print(service.connection_string, flush=True)
+        print(
+            f"Azurite blob service on {service.endpoint} "
+            f"({'in memory' if args.location is None else args.location}); Ctrl-C stops it",
+            file=sys.stderr,
+            flush=True,
+        )
+        while not stop.wait(0.5):
+            if not service.running:
+                print("ehb: error: Azurite exited unexpectedly", file=sys.stderr)
+                return 1
+    return 0

@@ -1,0 +1,123 @@
+"""`ehb local eventhubs`: run the Event Hubs emulator in the foreground.
+
+The first line printed is the namespace connection string, so that scripts can read it
+(``ehb local eventhubs --hub orders=32 | head -1``); the emulator runs until Ctrl-C or
+SIGTERM and then stops cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+from eventhub_balancer import errors
+
+COMMAND = ("local", "eventhubs")
+HELP = "run a local Event Hubs emulator (AMQP 1.0) for the azure-eventhub SDK"
+
+#: The AMQP port Event Hubs and its official emulator use without TLS.
+DEFAULT_PORT = 5672
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--hub",
+        action="append",
+        default=[],
+        metavar="NAME=PARTITIONS",
+        help="a hub and its partition count, e.g. orders=32 (repeatable)",
+    )
+    parser.add_argument(
+        "--consumer-group",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a consumer group every hub has, besides $Default (repeatable)",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help="port to listen on (0: any free port)"
+    )
+    parser.add_argument(
+        "--retention-events",
+        type=int,
+        default=None,
+        metavar="N",
+        help="keep at most N events per partition (default: all)",
+    )
+
+
+def parse_hubs(values: list[str]) -> dict[str, int]:
+    """``["orders=32"]`` -> ``{"orders": 32}``; raises InvalidInput naming the flag."""
+    result: dict[str, int] = {}
+    for value in values:
+        name, sep, count = value.partition("=")
+        if not sep or not name or "/" in name:
+            raise errors.InvalidInput(
+                "--hub", f"{value!r} is not NAME=PARTITIONS (for example orders=32)"
+            )
+        try:
+            partitions = int(count)
+        except ValueError:
+            raise errors.InvalidInput(
+                "--hub", f"{value!r}: the partition count {count!r} is not a whole number"
+            ) from None
+        if not 1 <= partitions <= 1024:
+            raise errors.InvalidInput(
+                "--hub", f"{value!r}: a hub has 1 to 1024 partitions, not {partitions}"
+            )
+        if name in result:
+            raise errors.InvalidInput("--hub", f"hub {name!r} is given twice")
+        result[name] = partitions
+    return result
+
+
+def run(args: argparse.Namespace) -> int:
+    from eventhub_balancer_devstack.eventhubs import EventHubsEmulator
+
+    hubs = parse_hubs(args.hub)
+    if args.retention_events is not None and args.retention_events < 1:
+        raise errors.InvalidInput(
+            "--retention-events", f"must keep at least 1 event, not {args.retention_events}"
+        )
+    if not 0 <= args.port <= 65535:
+        raise errors.InvalidInput("--port", f"{args.port} is not a TCP port")
+    emulator = EventHubsEmulator(
+        host=args.host,
+        port=args.port,
+        hubs=hubs,
+        consumer_groups=("$Default", *args.consumer_group),
+        retention_events=args.retention_events,
+    )
+
+    async def serve() -> None:
+        try:
+            await emulator.start()
+        except OSError as e:
+            raise errors.ConfigurationError(
+                f"cannot listen on {args.host}:{args.port}: {e.strerror} "
+                "(choose another --port, or 0 for any free port)"
+            ) from e
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        print(emulator.connection_string(), flush=True)
+        print(f"Event Hubs emulator listening on {args.host}:{emulator.port}")
+        for name, count in hubs.items():
+            print(f"  hub {name}: {count} partitions; {emulator.connection_string(name)}")
+        groups = ", ".join(("$Default", *args.consumer_group))
+        print(f"  consumer groups: {groups}")
+        if args.retention_events:
+            print(f"  retention: {args.retention_events} events per partition")
+        print("Ctrl-C or SIGTERM stops it.", flush=True)
+        try:
+            await stop.wait()
+        finally:
+            await emulator.stop()
+        print("stopped", file=sys.stderr)
+
+    asyncio.run(serve())
+    return 0

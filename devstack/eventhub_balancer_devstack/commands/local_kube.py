@@ -1,0 +1,72 @@
+"""``ehb local kube``: a local Kubernetes API server for kopf, the operator and the client.
+
+Prints the path of a kubeconfig for it on the first line (scripts read that line), then a
+hint for the shell, and serves until Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+COMMAND = ("local", "kube")
+HELP = "run a local Kubernetes API server (no cluster needed) and write a kubeconfig for it"
+
+#: Where the kubeconfig goes unless --kubeconfig says otherwise (never ~/.kube/config: a
+#: user's real cluster configuration must not be overwritten by a demo).
+DEFAULT_KUBECONFIG = Path(".ehb") / "local-kube" / "kubeconfig"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--port", type=int, default=0, help="the port on 127.0.0.1 (default: a free one)"
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        default=DEFAULT_KUBECONFIG,
+        help=f"where to write the kubeconfig (default: {DEFAULT_KUBECONFIG})",
+    )
+    parser.add_argument(
+        "--crds",
+        type=Path,
+        default=None,
+        help="a directory of CRD YAML files to install (default: the repository's crds/)",
+    )
+    parser.add_argument("--namespace", default="default", help="the kubeconfig context's namespace")
+
+
+def run(args: argparse.Namespace) -> int:
+    from eventhub_balancer import errors
+    from eventhub_balancer_devstack.kube import LocalKubeAPI
+
+    if not 0 <= args.port <= 65535:
+        raise errors.InvalidInput("--port", f"{args.port} is not a port number (0-65535)")
+    if args.crds is not None and not args.crds.is_dir():
+        raise errors.InvalidInput("--crds", f"{args.crds} is not a directory")
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    api = (
+        LocalKubeAPI(port=args.port)
+        if args.crds is None
+        else LocalKubeAPI(port=args.port, crds_dir=args.crds)
+    )
+    with api:
+        path = api.write_kubeconfig(args.kubeconfig, namespace=args.namespace).resolve()
+        print(path, flush=True)
+        print(f"export KUBECONFIG={path}", flush=True)
+        print(f"# serving {api.url}; Ctrl-C to stop", file=sys.stderr, flush=True)
+        while not stop.wait(1.0):
+            pass
+    return 0

@@ -1,0 +1,88 @@
+"""``ehb local up``: the whole local stack (Event Hubs emulator, Azurite, Kubernetes API).
+
+It prints how to reach each service and runs until Ctrl-C or SIGTERM, then stops all three.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+from eventhub_balancer import errors
+
+COMMAND = ("local", "up")
+HELP = "run the Event Hubs emulator, Azurite and a local Kubernetes API together"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--hub",
+        action="append",
+        default=[],
+        metavar="NAME=PARTITIONS",
+        help="a hub and its partition count (repeatable; default orders=32)",
+    )
+    parser.add_argument("--eventhubs-port", type=int, default=5672, help="AMQP port (0: free)")
+    parser.add_argument("--blob-port", type=int, default=10000, help="Azurite's port (0: free)")
+    parser.add_argument("--kube-port", type=int, default=16443, help="the API's port (0: free)")
+    parser.add_argument(
+        "--blob-location",
+        type=Path,
+        default=None,
+        help="keep blobs in this directory across restarts (default: in memory)",
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path(".ehb"),
+        help="where the kubeconfig is written (default: .ehb)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from eventhub_balancer_devstack import stacks
+    from eventhub_balancer_devstack.commands import local_eventhubs
+
+    for flag in ("eventhubs_port", "blob_port", "kube_port"):
+        port = getattr(args, flag)
+        if not 0 <= port <= 65535:
+            raise errors.InvalidInput("--" + flag.replace("_", "-"), f"{port} is not a TCP port")
+    hubs = local_eventhubs.parse_hubs(args.hub) or {"orders": 32}
+    options = stacks.StackOptions(
+        hubs=hubs,
+        eventhubs_port=args.eventhubs_port,
+        blob_port=args.blob_port,
+        kube_port=args.kube_port,
+        blob_location=args.blob_location,
+        state_dir=args.state_dir,
+    )
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        stack = stacks.LocalStack(options).start()
+    except OSError as e:
+        raise errors.ConfigurationError(
+            f"cannot start the local stack: {e} (a port may be taken: "
+            "choose others with --eventhubs-port/--blob-port/--kube-port, or 0 for free ones)"
+        ) from e
+    try:
+        for line in stack.describe():
+            print(line, flush=True)
+        print("Ctrl-C or SIGTERM stops everything.", flush=True)
+        while not stop.wait(0.5):
+            if not stack.azurite.running:
+                print("ehb: error: Azurite exited unexpectedly", file=sys.stderr)
+                return 1
+    finally:
+        stack.stop()
+        print("stopped", file=sys.stderr)
+    return 0

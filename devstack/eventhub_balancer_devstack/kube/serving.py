@@ -1,0 +1,518 @@
+"""The HTTP face of the local API server: a kmock handler that serves the object store.
+
+kmock 0.8 contributes the server, the request records and its DSL (a test can still override
+or fault-inject any request: ``handler['patch', kmock.resource('v1/pods')] << 500``); this
+module replaces its in-memory emulator with :mod:`storage`, parses paths itself
+(:mod:`addressing`), serves discovery from the live resource table (CRDs appear and disappear
+as in a cluster) and streams watches with bookmarks, timeouts and resumption.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import aiohttp.web
+import attrs
+import kmock
+from kmock._internal import rendering
+
+from eventhub_balancer_devstack.kube import (
+    addressing,
+    admitting,
+    failures,
+    histories,
+    resources,
+    storage,
+)
+from eventhub_balancer_devstack.kube import selectors as selecting
+
+logger = logging.getLogger(__name__)
+
+#: A real API server sends a bookmark about every minute; kopf reconnects after 70 s of silence.
+BOOKMARK_INTERVAL = 30.0
+
+#: How often an idle watch checks that its client is still connected (aiohttp does not cancel
+#: handlers of closed connections).
+DISCONNECT_POLL = 2.0
+
+#: kmock records every request for assertions, and matches each new request by scanning that
+#: record once per registered reaction: the cost of a request grows with the record. A server
+#: that runs for minutes keeps only the latest few (enough for a test's `[:1] << 503` fault).
+REQUESTS_KEPT = 50
+
+_PATCH_TYPES: dict[str, admitting.PatchType] = {
+    "application/json-patch+json": "json",
+    "application/merge-patch+json": "merge",
+    "application/strategic-merge-patch+json": "strategic",
+}
+
+#: Everything below a group version: resources, objects, subresources.
+_RESOURCE_PATH = re.compile(r"/api/[^/]+/.+|/apis/[^/]+/[^/]+/.+")
+
+_SERVER_VERSION = {
+    "major": "1",
+    "minor": "33",
+    "gitVersion": "v1.33.0-ehb-local",
+    "gitCommit": "",
+    "gitTreeState": "clean",
+    "buildDate": "",
+    "goVersion": "",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+
+
+def _response(payload: Any, *, status: int = 200) -> rendering.Response:
+    return rendering.Response(status=status, payload=payload)
+
+
+def _status_success(spec: resources.ResourceSpec, body: Mapping[str, Any]) -> dict[str, Any]:
+    metadata = body.get("metadata") or {}
+    details = {"name": metadata.get("name"), "kind": spec.plural, "uid": metadata.get("uid")}
+    if spec.group:
+        details["group"] = spec.group
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": details,
+    }
+
+
+def _guess_action(method: str, address: addressing.Address | None, watch: bool) -> Any:
+    if address is None or address.plural is None:
+        return None
+    if method == "GET":
+        return (
+            kmock.action.WATCH
+            if watch
+            else (kmock.action.FETCH if address.name else kmock.action.LIST)
+        )
+    if method == "POST":
+        return kmock.action.CREATE
+    if method == "PATCH":
+        return kmock.action.UPDATE
+    if method == "DELETE" and address.name:
+        return kmock.action.DELETE
+    return None
+
+
+@attrs.define(kw_only=True)
+class LocalKubeHandler(kmock.KubernetesScaffold):
+    """kmock's Kubernetes scaffold with a real object store behind every resource path."""
+
+    store: storage.Store = attrs.field(factory=storage.Store)
+    bookmark_interval: float = BOOKMARK_INTERVAL
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        self.fallback[_RESOURCE_PATH] << self._serve_resource
+        # The kubernetes client asks for discovery with a trailing slash (/api/v1/, /version/).
+        self.fallback["get", re.compile(r"/apis/[^/]+/[^/]+/")] << self._serve_version
+        self.fallback["get", re.compile(r"/apis/[^/]+/")] << self._serve_group
+        self.fallback["get", re.compile(r"/api/[^/]+/")] << self._serve_version
+        self.fallback["get", re.compile(r"/(version|apis|api)/")] << self._serve_slashed_root
+
+    # -- the HTTP entry point ----------------------------------------------------------------
+
+    async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        body = await raw_request.read()
+        request = self._parse_request(raw_request, body)
+        self._requests.append(request)
+        if len(self._requests) > 2 * REQUESTS_KEPT:
+            del self._requests[:-REQUESTS_KEPT]
+        try:
+            response: aiohttp.web.StreamResponse = await self._handle(request)
+            return response
+        except rendering.StreamingError as e:
+            raw_response: aiohttp.web.StreamResponse = e.args[0]
+            cause = e.__cause__ if isinstance(e.__cause__, Exception) else e
+            if not raw_response.prepared:
+                return self._render_failure(cause)
+            status = self._as_failure(cause).as_status()
+            line = json.dumps({"type": "ERROR", "object": status}).encode() + b"\n"
+            try:
+                await raw_response.write(line)
+                await raw_response.write_eof()
+            except ConnectionError:
+                pass  # the client is gone; nothing to tell it
+            return raw_response
+        except Exception as e:
+            return self._render_failure(e)
+
+    def _parse_request(self, raw_request: aiohttp.web.BaseRequest, body: bytes) -> Any:
+        address = addressing.parse(raw_request.path)
+        text = body.decode("utf-8", errors="replace")
+        try:
+            data = json.loads(text) if text.strip() else None
+        except ValueError:
+            data = None
+        resource = None
+        if address is not None and address.version is not None:
+            resource = kmock.resource(
+                group=address.group, version=address.version, plural=address.plural
+            )
+        elif address is not None and address.group:
+            resource = kmock.resource(group=address.group)
+        watch = raw_request.query.get("watch") in ("true", "1")
+        return kmock.Request(
+            raw_request=raw_request,
+            url=raw_request.url,
+            method=raw_request.method,
+            params=dict(raw_request.query),
+            headers=dict(raw_request.headers),
+            cookies=dict(raw_request.cookies),
+            body=body,
+            text=text,
+            data=data,
+            action=_guess_action(raw_request.method, address, watch),
+            resource=resource,
+            namespace=address.namespace if address else None,
+            name=address.name if address else None,
+            subresource=address.subresource if address else None,
+        )
+
+    def _as_failure(self, exc: BaseException) -> failures.APIFailure:
+        if isinstance(exc, failures.APIFailure):
+            return exc
+        if isinstance(exc, kmock.KubernetesError):
+            return failures.APIFailure(
+                code=exc.status,
+                reason=str(exc.reason or type(exc).__name__).replace(" ", ""),
+                message=str(exc.message or exc),
+            )
+        if isinstance(exc, NotImplementedError):
+            return failures.no_such_path("(no reaction)")
+        logger.error("the local API server failed on a request", exc_info=exc)
+        return failures.APIFailure(
+            code=500, reason="InternalError", message=f"{type(exc).__name__}: {exc}"
+        )
+
+    def _render_failure(self, exc: BaseException) -> aiohttp.web.StreamResponse:
+        failure = self._as_failure(exc)
+        return aiohttp.web.json_response(failure.as_status(), status=failure.code)
+
+    # -- discovery ---------------------------------------------------------------------------
+
+    async def _serve_server_version(self, request: Any) -> Any:
+        return dict(_SERVER_VERSION)
+
+    async def _serve_slashed_root(self, request: Any) -> Any:
+        path = request.url.path.strip("/")
+        if path == "version":
+            return await self._serve_server_version(request)
+        return await (self._serve_apis(request) if path == "apis" else self._serve_api(request))
+
+    async def _serve_api(self, request: Any) -> Any:
+        return {
+            "kind": "APIVersions",
+            "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": ""}],
+        }
+
+    def _groups(self) -> dict[str, list[str]]:
+        groups: dict[str, list[str]] = {}
+        for group, version, _ in self.store.resources:
+            if group and version not in groups.setdefault(group, []):
+                groups[group].append(version)
+        return groups
+
+    def _group_body(self, group: str, versions: list[str]) -> dict[str, Any]:
+        # The preferred version is the first listed (CRDs list their storage version first
+        # in practice); real servers use a priority order, which no client here depends on.
+        entries = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
+        return {"name": group, "versions": entries, "preferredVersion": entries[0]}
+
+    async def _serve_apis(self, request: Any) -> Any:
+        return {
+            "kind": "APIGroupList",
+            "apiVersion": "v1",
+            "groups": [self._group_body(g, vs) for g, vs in sorted(self._groups().items())],
+        }
+
+    async def _serve_group(self, request: Any) -> Any:
+        address = addressing.parse(request.url.path)
+        versions = self._groups().get(address.group if address else "")
+        if not versions:
+            raise failures.no_such_path(request.url.path)
+        return {"kind": "APIGroup", "apiVersion": "v1", **self._group_body(address.group, versions)}  # type: ignore[union-attr]
+
+    async def _serve_version(self, request: Any) -> Any:
+        address = addressing.parse(request.url.path)
+        if address is None or address.version is None:
+            raise failures.no_such_path(request.url.path)
+        served = [
+            spec
+            for (group, version, _), spec in sorted(self.store.resources.items())
+            if group == address.group and version == address.version
+        ]
+        if not served:
+            raise failures.no_such_path(request.url.path)
+        entries: list[dict[str, Any]] = []
+        for spec in served:
+            entries.append(
+                {
+                    "name": spec.plural,
+                    "singularName": spec.singular,
+                    "namespaced": spec.namespaced,
+                    "kind": spec.kind,
+                    "verbs": list(resources.VERBS),
+                    "shortNames": list(spec.short_names),
+                    "categories": list(spec.categories),
+                }
+            )
+            if spec.status_subresource:
+                entries.append(
+                    {
+                        "name": f"{spec.plural}/status",
+                        "singularName": "",
+                        "namespaced": spec.namespaced,
+                        "kind": spec.kind,
+                        "verbs": ["get", "patch", "update"],
+                    }
+                )
+        group_version = f"{address.group}/{address.version}" if address.group else address.version
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": group_version,
+            "resources": entries,
+        }
+
+    # -- resources ---------------------------------------------------------------------------
+
+    async def _serve_resource(self, request: Any) -> rendering.Response:
+        address = addressing.parse(request.url.path)
+        if address is None or address.version is None or address.plural is None:
+            raise failures.no_such_path(request.url.path)
+        spec = self.store.resolve(
+            group=address.group, version=address.version, plural=address.plural
+        )
+        params: Mapping[str, str] = request.params
+        method: str = request.method
+        namespace = address.namespace if spec.namespaced else None
+        try:
+            selector = selecting.parse(
+                labels=params.get("labelSelector"), fields=params.get("fieldSelector")
+            )
+        except selecting.SelectorError as e:
+            raise failures.bad_request(str(e)) from e
+
+        if address.name is None:
+            if method == "GET" and params.get("watch") in ("true", "1"):
+                return _response(self._watch(request, spec, namespace, selector))
+            if method == "GET":
+                return _response(self._list(spec, namespace, selector, params))
+            if method == "POST":
+                created = self.store.create(spec, namespace=namespace, body=request.data)
+                return _response(created, status=201)
+            if method == "DELETE":
+                deleted = self.store.delete_collection(spec, namespace=namespace, selector=selector)
+                return _response(self._list_body(spec, deleted, continue_token=""))
+            raise failures.method_not_allowed(f"{method} is not supported on {request.url.path}")
+
+        name = address.name
+        subresource = address.subresource
+        if subresource not in (None, "status") or (
+            subresource == "status" and not spec.status_subresource
+        ):
+            raise failures.no_such_path(request.url.path)
+        if method == "GET" and params.get("watch") in ("true", "1"):
+            by_name = selecting.Selector(
+                labels=selector.labels,
+                fields=(
+                    *selector.fields,
+                    selecting.FieldRequirement(path="metadata.name", op="=", value=name),
+                ),
+            )
+            return _response(self._watch(request, spec, namespace, by_name))
+        if method == "GET":
+            return _response(self.store.get(spec, namespace=namespace, name=name))
+        if method == "PUT":
+            replaced = self.store.replace(
+                spec, namespace=namespace, name=name, body=request.data, subresource=subresource
+            )
+            return _response(replaced)
+        if method == "PATCH":
+            content_type = str(request.headers.get("Content-Type", "")).split(";")[0].strip()
+            patch_type = _PATCH_TYPES.get(content_type)
+            if patch_type is None:
+                raise failures.unsupported_media_type(content_type)
+            patched = self.store.patch(
+                spec,
+                namespace=namespace,
+                name=name,
+                patch=request.data,
+                patch_type=patch_type,
+                subresource=subresource,
+            )
+            return _response(patched)
+        if method == "DELETE" and subresource is None:
+            options = request.data if isinstance(request.data, dict) else {}
+            for key in ("propagationPolicy", "orphanDependents"):
+                if key in params:
+                    options = {**options, key: params[key]}
+            last = self.store.delete(spec, namespace=namespace, name=name, options=options)
+            gone = not last["metadata"].get("deletionTimestamp")
+            if spec.delete_returns_object or not gone:
+                return _response(last)
+            return _response(_status_success(spec, last))
+        raise failures.method_not_allowed(f"{method} is not supported on {request.url.path}")
+
+    def _list_body(
+        self, spec: resources.ResourceSpec, items: list[dict[str, Any]], *, continue_token: str
+    ) -> dict[str, Any]:
+        metadata: dict[str, Any] = {"resourceVersion": self.store.resource_version}
+        if continue_token:
+            metadata["continue"] = continue_token
+        return {
+            "kind": f"{spec.kind}List",
+            "apiVersion": spec.api_version,
+            "metadata": metadata,
+            "items": items,
+        }
+
+    def _list(
+        self,
+        spec: resources.ResourceSpec,
+        namespace: str | None,
+        selector: selecting.Selector,
+        params: Mapping[str, str],
+    ) -> dict[str, Any]:
+        items = self.store.select(spec, namespace=namespace, selector=selector)
+        try:
+            limit = int(params.get("limit") or 0)
+            offset = int(params.get("continue") or 0)
+        except ValueError as e:
+            raise failures.bad_request(f"invalid limit or continue token: {e}") from e
+        if limit <= 0:
+            return self._list_body(spec, items[offset:], continue_token="")
+        page = items[offset : offset + limit]
+        more = offset + limit < len(items)
+        body = self._list_body(spec, page, continue_token=str(offset + limit) if more else "")
+        if more:
+            body["metadata"]["remainingItemCount"] = len(items) - offset - limit
+        return body
+
+    async def _watch(
+        self,
+        request: Any,
+        spec: resources.ResourceSpec,
+        namespace: str | None,
+        selector: selecting.Selector,
+    ) -> AsyncIterator[Any]:
+        params: Mapping[str, str] = request.params
+        bookmarks = params.get("allowWatchBookmarks") in ("true", "1")
+        initial_events = params.get("sendInitialEvents") in ("true", "1")
+        try:
+            since_text = params.get("resourceVersion") or ""
+            since = int(since_text) if since_text else 0
+            timeout = float(params["timeoutSeconds"]) if params.get("timeoutSeconds") else None
+        except ValueError as e:
+            raise failures.bad_request(f"invalid resourceVersion or timeoutSeconds: {e}") from e
+
+        # Subscribe and snapshot in one step (no await between): nothing can fall in between.
+        subscription = self.store.subscribe(spec)
+        try:
+            initial: list[dict[str, Any]] = []
+            replay: list[histories.WatchEvent] = []
+            if since == 0 or initial_events:
+                initial = self.store.select(spec, namespace=namespace, selector=selector)
+                seen = int(self.store.resource_version)
+            else:
+                replay = self.store.changes_since(spec, since)
+                seen = since
+            yield b""  # send the headers now: clients wait for them before reading events
+            for body in initial:
+                yield {"type": "ADDED", "object": body}
+            if initial_events and bookmarks:
+                yield self._bookmark(spec, end_of_initial_events=True)
+            for event in replay:
+                rendered = self._for_watcher(event, spec, namespace, selector)
+                if rendered is not None:
+                    yield rendered
+
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout if timeout is not None else None
+            next_bookmark = loop.time() + self.bookmark_interval
+            raw_request = request._raw_request
+            while True:
+                now = loop.time()
+                if deadline is not None and now >= deadline:
+                    return
+                if raw_request is not None and (
+                    raw_request.transport is None or raw_request.transport.is_closing()
+                ):
+                    return
+                wait = min(DISCONNECT_POLL, max(0.0, next_bookmark - now))
+                if deadline is not None:
+                    wait = min(wait, deadline - now)
+                try:
+                    change = await asyncio.wait_for(subscription.queue.get(), timeout=wait)
+                except TimeoutError:
+                    # The bookmark clock runs for every watch: were it to stay behind, the wait
+                    # above would drop to 0, and wait_for(..., 0) cancels the get before it can
+                    # take a change, so the watch would go silent until its timeout.
+                    if loop.time() >= next_bookmark:
+                        next_bookmark = loop.time() + self.bookmark_interval
+                        if bookmarks:
+                            yield self._bookmark(spec)
+                    continue
+                if change is None:
+                    return  # the server is stopping
+                if change.resource_version <= seen:
+                    continue
+                rendered = self._for_watcher(change, spec, namespace, selector)
+                if rendered is not None:
+                    yield rendered
+        except failures.APIFailure as e:
+            if e.code != 410:
+                raise
+            yield b""
+            yield {"type": "ERROR", "object": e.as_status()}
+        finally:
+            self.store.unsubscribe(subscription)
+
+    def _bookmark(
+        self, spec: resources.ResourceSpec, *, end_of_initial_events: bool = False
+    ) -> dict[str, Any]:
+        metadata: dict[str, Any] = {"resourceVersion": self.store.resource_version}
+        if end_of_initial_events:
+            metadata["annotations"] = {"k8s.io/initial-events-end": "true"}
+        return {
+            "type": "BOOKMARK",
+            "object": {"kind": spec.kind, "apiVersion": spec.api_version, "metadata": metadata},
+        }
+
+    def _for_watcher(
+        self,
+        event: histories.WatchEvent,
+        spec: resources.ResourceSpec,
+        namespace: str | None,
+        selector: selecting.Selector,
+    ) -> dict[str, Any] | None:
+        """The event as this watch sees it: objects entering or leaving its selection."""
+        if namespace is not None and event.body["metadata"].get("namespace") != namespace:
+            return None
+        matches_now = selector.matches(event.body)
+        matched_before = event.previous is not None and selector.matches(event.previous)
+        event_type: str = event.type
+        if event.type == "MODIFIED":
+            if matches_now and not matched_before:
+                event_type = "ADDED"
+            elif matched_before and not matches_now:
+                event_type = "DELETED"
+            elif not matches_now:
+                return None
+        elif event.type == "DELETED":
+            if not (matches_now or matched_before):
+                return None
+        elif not matches_now:
+            return None
+        return {"type": event_type, "object": self.store.render(spec, event.body)}

@@ -1,0 +1,403 @@
+"""The object store of the local API server: what a real API server does on top of etcd.
+
+It sets the server-owned metadata (``resourceVersion`` from one global counter, ``uid``,
+``creationTimestamp``, ``generation``, the namespace from the URL), enforces optimistic
+concurrency (409 on a stale ``resourceVersion``), the status subresource split, deletion with
+finalizers and garbage collection through ``ownerReferences``, and keeps a bounded history of
+changes so that watches can resume from a resource version (410 Gone once it is compacted).
+
+The store keeps the objects and orders the changes; the rules live next to it: `admitting`
+(what a write may contain and what the server sets), `histories` (the change log and the
+watches), `collecting` (garbage collection), `definitions` (CRDs becoming resources).
+
+All methods are synchronous and must be called on the server's event loop only: every
+operation is atomic because nothing in it awaits, which is what makes the resource versions
+strictly ordered without locks.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import datetime
+import functools
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from eventhub_balancer_devstack.kube import (
+    admitting,
+    collecting,
+    definitions,
+    failures,
+    histories,
+    resources,
+)
+from eventhub_balancer_devstack.kube import selectors as selecting
+
+Body = dict[str, Any]
+ObjectKey = tuple[str, str]  # (namespace or "", name)
+
+#: Namespaces a fresh cluster has.
+INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+
+_EVERYTHING = selecting.Selector()
+
+
+def _utc_now() -> datetime.datetime:
+    return datetime.datetime.now(tz=datetime.UTC)
+
+
+class Store:
+    """Objects of all resources, their history, and the live watches on them."""
+
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], datetime.datetime] = _utc_now,
+        history_size: int = histories.HISTORY_SIZE,
+        auto_namespaces: bool = True,
+    ) -> None:
+        self._clock = clock
+        self._auto_namespaces = auto_namespaces
+        self._resource_version = 0
+        self._history = histories.History(size=history_size)
+        self._objects: dict[tuple[str, str], dict[ObjectKey, Body]] = collections.defaultdict(dict)
+        self.resources: dict[tuple[str, str, str], resources.ResourceSpec] = {}
+        for spec in resources.BUILTINS:
+            self.resources[(spec.group, spec.version, spec.plural)] = spec
+        for name in INITIAL_NAMESPACES:
+            self.create(resources.NAMESPACES, namespace=None, body={"metadata": {"name": name}})
+        for crd in resources.KOPF_PEERING_CRDS:
+            self.create(resources.CRDS, namespace=None, body=crd)
+
+    # -- resources ---------------------------------------------------------------------------
+
+    def resolve(self, *, group: str, version: str, plural: str) -> resources.ResourceSpec:
+        try:
+            return self.resources[(group, version, plural)]
+        except KeyError:
+            raise failures.no_such_path(
+                f"/{'apis/' + group if group else 'api'}/{version}/{plural}"
+            ) from None
+
+    @property
+    def resource_version(self) -> str:
+        return str(self._resource_version)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def get(self, spec: resources.ResourceSpec, *, namespace: str | None, name: str) -> Body:
+        body = self._objects[spec.storage_key].get((self._ns(spec, namespace), name))
+        if body is None:
+            raise failures.not_found(plural=spec.plural, group=spec.group, name=name)
+        return self.render(spec, body)
+
+    def select(
+        self,
+        spec: resources.ResourceSpec,
+        *,
+        namespace: str | None,
+        selector: selecting.Selector = _EVERYTHING,
+    ) -> list[Body]:
+        """Matching objects sorted by namespace and name; ``namespace=None`` means all of them."""
+        matched = [
+            self.render(spec, body)
+            for (ns, _), body in sorted(self._objects[spec.storage_key].items())
+            if (namespace is None or not spec.namespaced or ns == namespace)
+            and selector.matches(body)
+        ]
+        return matched
+
+    def render(self, spec: resources.ResourceSpec, body: Mapping[str, Any]) -> Body:
+        """A copy of a stored body as served in ``spec``'s group version."""
+        rendered = copy.deepcopy(dict(body))
+        rendered["apiVersion"] = spec.api_version
+        rendered["kind"] = spec.kind
+        return rendered
+
+    # -- watching ----------------------------------------------------------------------------
+
+    def subscribe(self, spec: resources.ResourceSpec) -> histories.Subscription:
+        return self._history.subscribe(spec.storage_key)
+
+    def unsubscribe(self, subscription: histories.Subscription) -> None:
+        self._history.unsubscribe(subscription)
+
+    def changes_since(
+        self, spec: resources.ResourceSpec, resource_version: int
+    ) -> list[histories.WatchEvent]:
+        """The history of one kind after a version; 410 Gone if that part is compacted."""
+        return self._history.since(spec.storage_key, resource_version)
+
+    def close_subscriptions(self) -> None:
+        """End every watch (the server is stopping)."""
+        self._history.close()
+
+    def _emit(
+        self,
+        event_type: histories.EventType,
+        spec: resources.ResourceSpec,
+        body: Body,
+        previous: Body | None,
+    ) -> None:
+        self._history.record(
+            event_type, spec.storage_key, body, previous, resource_version=self._resource_version
+        )
+
+    def _next_version(self) -> str:
+        self._resource_version += 1
+        return str(self._resource_version)
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def create(self, spec: resources.ResourceSpec, *, namespace: str | None, body: Any) -> Body:
+        if not isinstance(body, dict):
+            raise failures.bad_request("the request body must be a JSON object")
+        new = copy.deepcopy(body)
+        metadata = new.setdefault("metadata", {})
+        if not isinstance(metadata, dict):
+            raise failures.bad_request("metadata must be an object")
+        ns = admitting.namespace_for_write(spec, namespace, metadata)
+        objects = self._objects[spec.storage_key]
+        name = str(metadata.get("name") or "")
+        if not name:
+            prefix = metadata.get("generateName")
+            if not prefix:
+                raise failures.invalid(
+                    plural=spec.plural,
+                    group=spec.group,
+                    name=None,
+                    message="metadata.name: Required value: name or generateName is required",
+                )
+            name = admitting.generate_name(prefix, taken=lambda n: (ns, n) in objects)
+            metadata["name"] = name
+        admitting.validate_metadata(spec, metadata)
+        if (ns, name) in objects:
+            raise failures.already_exists(plural=spec.plural, group=spec.group, name=name)
+        if spec.namespaced:
+            self._ensure_namespace(ns, for_spec=spec)
+
+        admitting.admit_create(spec, new, namespace=ns, now=self._clock())
+        metadata["resourceVersion"] = self._next_version()
+        new["apiVersion"] = spec.api_version
+        new["kind"] = spec.kind
+        if spec.storage_key == resources.CRDS.storage_key:
+            self._register_crd(new)  # first: a malformed CRD is refused before it is stored
+        objects[(ns, name)] = new
+        self._emit("ADDED", spec, new, None)
+        return self.render(spec, new)
+
+    def replace(
+        self,
+        spec: resources.ResourceSpec,
+        *,
+        namespace: str | None,
+        name: str,
+        body: Any,
+        subresource: str | None = None,
+    ) -> Body:
+        if not isinstance(body, dict):
+            raise failures.bad_request("the request body must be a JSON object")
+        metadata = body.get("metadata") or {}
+        if metadata.get("name") not in (None, name):
+            raise failures.bad_request(
+                f"the name of the object ({metadata.get('name')}) does not match the name "
+                f"on the URL ({name})"
+            )
+        return self._update(spec, namespace=namespace, name=name, new=body, subresource=subresource)
+
+    def patch(
+        self,
+        spec: resources.ResourceSpec,
+        *,
+        namespace: str | None,
+        name: str,
+        patch: Any,
+        patch_type: admitting.PatchType,
+        subresource: str | None = None,
+    ) -> Body:
+        current = self._stored(spec, namespace, name)
+        new = admitting.apply_patch(spec, current, patch, patch_type, name=name)
+        return self._update(spec, namespace=namespace, name=name, new=new, subresource=subresource)
+
+    def delete(
+        self,
+        spec: resources.ResourceSpec,
+        *,
+        namespace: str | None,
+        name: str,
+        options: Mapping[str, Any] | None = None,
+    ) -> Body:
+        """Delete now, or mark for deletion while finalizers remain; returns the last state."""
+        options = options or {}
+        current = self._stored(spec, namespace, name)
+        preconditions = options.get("preconditions") or {}
+        meta = current["metadata"]
+        for field in ("uid", "resourceVersion"):
+            wanted = preconditions.get(field)
+            if wanted is not None and wanted != meta.get(field):
+                raise failures.conflict(plural=spec.plural, group=spec.group, name=name)
+        orphan = options.get("propagationPolicy") == "Orphan" or options.get("orphanDependents")
+        return self._delete(spec, current, cascade=not orphan)
+
+    def delete_collection(
+        self,
+        spec: resources.ResourceSpec,
+        *,
+        namespace: str | None,
+        selector: selecting.Selector,
+    ) -> list[Body]:
+        deleted = []
+        for body in self.select(spec, namespace=namespace, selector=selector):
+            stored = self._stored(spec, body["metadata"].get("namespace"), body["metadata"]["name"])
+            deleted.append(self._delete(spec, stored, cascade=True))
+        return deleted
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _ns(self, spec: resources.ResourceSpec, namespace: str | None) -> str:
+        return admitting.stored_namespace(spec, namespace)
+
+    def _stored(self, spec: resources.ResourceSpec, namespace: str | None, name: str) -> Body:
+        body = self._objects[spec.storage_key].get((self._ns(spec, namespace), name))
+        if body is None:
+            raise failures.not_found(plural=spec.plural, group=spec.group, name=name)
+        return body
+
+    def _ensure_namespace(self, namespace: str, *, for_spec: resources.ResourceSpec) -> None:
+        known = self._objects[resources.NAMESPACES.storage_key]
+        existing = known.get(("", namespace))
+        if existing is None:
+            if not self._auto_namespaces:
+                raise failures.not_found(plural="namespaces", group="", name=namespace)
+            self.create(
+                resources.NAMESPACES, namespace=None, body={"metadata": {"name": namespace}}
+            )
+        elif existing["metadata"].get("deletionTimestamp"):
+            raise failures.APIFailure(
+                code=403,
+                reason="Forbidden",
+                message=f"{for_spec.plural} is forbidden: unable to create new content in "
+                f"namespace {namespace} because it is being terminated",
+            )
+
+    def _update(
+        self,
+        spec: resources.ResourceSpec,
+        *,
+        namespace: str | None,
+        name: str,
+        new: Body,
+        subresource: str | None,
+    ) -> Body:
+        if subresource not in (None, "status") or (
+            subresource == "status" and not spec.status_subresource
+        ):
+            raise failures.no_such_path(f"{spec.plural}/{name}/{subresource}")
+        old = self._stored(spec, namespace, name)
+        new = copy.deepcopy(new)
+        new_meta = new.setdefault("metadata", {})
+        if not isinstance(new_meta, dict):
+            raise failures.bad_request("metadata must be an object")
+        wanted_version = new_meta.get("resourceVersion")
+        if wanted_version is not None and str(wanted_version) != old["metadata"]["resourceVersion"]:
+            raise failures.conflict(plural=spec.plural, group=spec.group, name=name)
+
+        new = admitting.admit_update(spec, old=old, new=new, subresource=subresource)
+
+        new["apiVersion"] = spec.api_version
+        new["kind"] = spec.kind
+        new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        if new == old:
+            return self.render(spec, old)  # a no-op write changes nothing, not even the version
+
+        if spec.generation and admitting.content(
+            new, without_status=spec.status_subresource
+        ) != admitting.content(old, without_status=spec.status_subresource):
+            new["metadata"]["generation"] = int(old["metadata"].get("generation", 0)) + 1
+        new["metadata"]["resourceVersion"] = self._next_version()
+        if spec.storage_key == resources.CRDS.storage_key:
+            self._register_crd(new)
+        self._objects[spec.storage_key][(self._ns(spec, namespace), name)] = new
+        self._emit("MODIFIED", spec, new, old)
+
+        meta = new["metadata"]
+        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            return self._remove(spec, new, cascade=True)
+        return self.render(spec, new)
+
+    def _delete(self, spec: resources.ResourceSpec, current: Body, *, cascade: bool) -> Body:
+        meta = current["metadata"]
+        if meta.get("finalizers"):
+            if meta.get("deletionTimestamp"):
+                return self.render(spec, current)  # already being deleted
+            marked = copy.deepcopy(current)
+            marked["metadata"]["deletionTimestamp"] = admitting.timestamp(self._clock())
+            marked["metadata"]["deletionGracePeriodSeconds"] = 0
+            marked["metadata"]["resourceVersion"] = self._next_version()
+            ns = self._ns(spec, meta.get("namespace"))
+            self._objects[spec.storage_key][(ns, meta["name"])] = marked
+            self._emit("MODIFIED", spec, marked, current)
+            if spec == resources.NAMESPACES:
+                self._empty_namespace(meta["name"])
+            return self.render(spec, marked)
+        return self._remove(spec, current, cascade=cascade)
+
+    def _remove(self, spec: resources.ResourceSpec, current: Body, *, cascade: bool) -> Body:
+        meta = current["metadata"]
+        ns = self._ns(spec, meta.get("namespace"))
+        del self._objects[spec.storage_key][(ns, meta["name"])]
+        gone = copy.deepcopy(current)
+        gone["metadata"]["resourceVersion"] = self._next_version()
+        self._emit("DELETED", spec, gone, current)
+        if spec == resources.NAMESPACES:
+            self._empty_namespace(meta["name"])
+        if spec.storage_key == resources.CRDS.storage_key:
+            self._unregister_crd(gone)
+        if cascade:
+            self._collect_dependents(meta["uid"])
+        return self.render(spec, gone)
+
+    def _specs_by_storage(self) -> dict[tuple[str, str], resources.ResourceSpec]:
+        by_key: dict[tuple[str, str], resources.ResourceSpec] = {}
+        for spec in self.resources.values():
+            by_key.setdefault(spec.storage_key, spec)
+        return by_key
+
+    def _collect_dependents(self, owner_uid: str) -> None:
+        collecting.collect_dependents(
+            owner_uid,
+            objects=self._objects,
+            specs=self._specs_by_storage(),
+            delete=functools.partial(self._delete, cascade=True),
+        )
+
+    def _empty_namespace(self, namespace: str) -> None:
+        collecting.empty_namespace(
+            namespace,
+            objects=self._objects,
+            specs=self._specs_by_storage(),
+            delete=functools.partial(self._delete, cascade=True),
+        )
+
+    def _register_crd(self, crd: Body) -> None:
+        definitions.register(self.resources, crd, now=admitting.timestamp(self._clock()))
+
+    def _unregister_crd(self, crd: Body) -> None:
+        definitions.unregister(
+            crd,
+            served_resources=self.resources,
+            objects=self._objects,
+            remove=functools.partial(self._remove, cascade=True),
+        )
+
+    def install_crds(self, crds: Iterable[Mapping[str, Any]]) -> None:
+        """Create (or replace) CRDs as ``kubectl apply`` of the files would."""
+        for crd in crds:
+            name = (crd.get("metadata") or {}).get("name")
+            if name and ("", name) in self._objects[resources.CRDS.storage_key]:
+                body = copy.deepcopy(dict(crd))
+                body.get("metadata", {}).pop("resourceVersion", None)
+                self.replace(resources.CRDS, namespace=None, name=name, body=body)
+            else:
+                self.create(resources.CRDS, namespace=None, body=dict(crd))

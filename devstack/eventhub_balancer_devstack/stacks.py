@@ -1,0 +1,113 @@
+"""The whole local stack in one object: Event Hubs emulator, Azurite and the Kubernetes API.
+
+`ehb local up`, the demo and the benchmarks all need the three together, started in the right
+order and stopped whatever happens; this is that one place. Ports are fixed by default (5672,
+10000, 16443) so that the Event Hubs namespace name, and with it the checkpoint blob names,
+stay the same across restarts of the stack.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+
+from eventhub_balancer_devstack import azurite as azurite_module
+from eventhub_balancer_devstack.eventhubs import EventHubsEmulator
+from eventhub_balancer_devstack.kube import LocalKubeAPI
+
+logger = logging.getLogger(__name__)
+
+#: The ports Event Hubs (AMQP without TLS), Azurite's blob service and a kind/minikube-like API
+#: server conventionally use; 0 picks a free port (tests).
+EVENTHUBS_PORT = 5672
+BLOB_PORT = 10000
+KUBE_PORT = 16443
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StackOptions:
+    hubs: Mapping[str, int] = dataclasses.field(default_factory=lambda: {"orders": 32})
+    consumer_groups: tuple[str, ...] = ("$Default",)
+    eventhubs_port: int = EVENTHUBS_PORT
+    blob_port: int = BLOB_PORT
+    kube_port: int = KUBE_PORT
+    blob_location: Path | None = None
+    state_dir: Path = Path(".ehb")
+    namespace: str = "default"
+
+
+class LocalStack:
+    """Starts the three local services (each in its own thread or process) and stops them."""
+
+    def __init__(self, options: StackOptions | None = None) -> None:
+        self.options = options or StackOptions()
+        self.eventhubs = EventHubsEmulator(
+            port=self.options.eventhubs_port,
+            hubs=dict(self.options.hubs),
+            consumer_groups=self.options.consumer_groups,
+        )
+        self.azurite = azurite_module.Azurite(
+            port=self.options.blob_port, location=self.options.blob_location
+        )
+        self.kube = LocalKubeAPI(port=self.options.kube_port)
+        self.kubeconfig: Path | None = None
+        self._exit = contextlib.ExitStack()
+
+    def start(self) -> LocalStack:
+        try:
+            self.azurite.start()
+            self._exit.callback(self.azurite.stop)
+            self.eventhubs.start_in_thread()
+            self._exit.callback(self.eventhubs.stop_in_thread)
+            self.kube.start()
+            self._exit.callback(self.kube.stop)
+            self.kubeconfig = self.kube.write_kubeconfig(
+                self.options.state_dir / "kubeconfig", namespace=self.options.namespace
+            )
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop whatever was started, in reverse order; safe to call more than once."""
+        self._exit.close()
+
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def eventhubs_connection_string(self) -> str:
+        return self.eventhubs.connection_string()
+
+    @property
+    def blob_connection_string(self) -> str:
+        return self.azurite.connection_string
+
+    @property
+    def fully_qualified_namespace(self) -> str:
+        """The value for an EventHubConsumer's spec.eventHub.fullyQualifiedNamespace."""
+        return self.eventhubs.fully_qualified_namespace
+
+    def describe(self) -> list[str]:
+        """How to reach each service, one line each (no secret beyond the well-known dev keys)."""
+        lines = [
+            f"Event Hubs emulator  {self.eventhubs_connection_string}",
+            *(f"  hub {name}: {count} partitions" for name, count in self.options.hubs.items()),
+            f"Blob Storage         {self.blob_connection_string}",
+            f"Kubernetes API       {self.kube.url}",
+            f"  export KUBECONFIG={self.kubeconfig}",
+        ]
+        return lines
