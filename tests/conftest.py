@@ -1,13 +1,59 @@
 """Shared test configuration.
 
-Fixture plugins live one per topic in ``tests/plugins/`` (the local stack's components,
-fakes); they are loaded here by file name so that adding one needs no edit of this file.
+The tests are laid out by the layer they test (``planner``, ``contracts``, ``adapters``,
+``handlers``, ``consumer``, ``spark``, ``install``, ``devstack``). Inside a layer, ``wire/``
+holds the wire-level tests: they start the real components they need (Azurite, the Event Hubs
+emulator, the local Kubernetes API, a SparkSession) on 127.0.0.1 ports. The markers follow
+from the folders here, so that a test file never has to declare them:
+
+- ``wire/`` anywhere: ``integration``;
+- ``spark/``: ``spark``;
+- ``devstack/chaos/``: ``chaos``, ``integration`` and ``slow``;
+- ``e2e/``: ``cluster`` (skipped unless ``-m cluster`` selects it).
+
+Fixtures live one topic a module in ``tests/support/fixtures/``; they are loaded here by file
+name so that adding one needs no edit of this file. Shared helpers are in ``tests/support/``.
 """
+
+from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+HERE = Path(__file__).resolve().parent
+
 pytest_plugins = sorted(
-    f"tests.plugins.{p.stem}"
-    for p in (Path(__file__).parent / "plugins").glob("*.py")
+    f"tests.support.fixtures.{p.stem}"
+    for p in (HERE / "support" / "fixtures").glob("*.py")
     if not p.name.startswith("_")
 )
+
+#: Folder name -> the markers every test below it carries.
+FOLDER_MARKERS: dict[str, tuple[str, ...]] = {
+    "wire": ("integration",),
+    "spark": ("spark",),
+    "chaos": ("chaos", "integration", "slow"),
+    "e2e": ("cluster",),
+}
+
+
+def markers_for(path: Path) -> list[str]:
+    """The markers a test file gets from the folders between ``tests/`` and it."""
+    folders = path.resolve().relative_to(HERE).parts[:-1]
+    found: list[str] = []
+    for folder in folders:
+        for marker in FOLDER_MARKERS.get(folder, ()):
+            if marker not in found:
+                found.append(marker)
+    return found
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    wants_cluster = "cluster" in (config.getoption("-m") or "")
+    skip_cluster = pytest.mark.skip(reason="needs a real cluster: run with -m cluster")
+    for item in items:
+        for marker in markers_for(Path(str(item.path))):
+            item.add_marker(marker)
+        if "cluster" in item.keywords and not wants_cluster:
+            item.add_marker(skip_cluster)

@@ -1,0 +1,117 @@
+"""`adapters.eventhubs` against the Event Hubs emulator: ids, the cache, and wrapped errors."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from azure.eventhub import EventData
+from azure.eventhub.aio import EventHubProducerClient
+
+from eventhub_balancer import errors
+from eventhub_balancer.adapters import eventhubs
+from eventhub_balancer_devstack.eventhubs import EventHubsEmulator, emulator
+from tests.support.fixtures.eventhubs import EventHubTarget
+
+#: The emulator's key; it must never appear in an error message.
+SECRET = emulator.KEY
+
+
+def coordinates(emu: EventHubsEmulator, hub: str) -> eventhubs.Coordinates:
+    return eventhubs.Coordinates(
+        fully_qualified_namespace=emu.fully_qualified_namespace,
+        eventhub_name=hub,
+        connection_string=emu.connection_string(),
+    )
+
+
+async def test_partition_ids_and_last_sequence_numbers(eventhubs_hub: EventHubTarget) -> None:
+    where = coordinates(eventhubs_hub.emulator, eventhubs_hub.name)
+    assert await eventhubs.fetch_partition_ids(where) == ["0", "1", "2", "3"]
+    async with EventHubProducerClient.from_connection_string(
+        eventhubs_hub.connection_string
+    ) as producer:
+        batch = await producer.create_batch(partition_id="2")
+        for i in range(3):
+            batch.add(EventData(f"e{i}"))
+        await producer.send_batch(batch)
+    last = await eventhubs.fetch_last_sequence_numbers(where, ["0", "2"])
+    assert last == {"0": -1, "2": 2}
+
+
+async def test_cache_serves_young_lists_and_refreshes_old_ones(
+    eventhubs_hub: EventHubTarget,
+) -> None:
+    emu, hub = eventhubs_hub.emulator, eventhubs_hub.name
+    cache = eventhubs.PartitionCache(refresh_seconds=60.0, timeout=5.0)
+    first = await cache.partition_ids("ns/c", coordinates(emu, hub), now=1000.0)
+    assert (first.ids, first.fresh) == (("0", "1", "2", "3"), True)
+    emu.add_partitions(hub, 6)
+    young = await cache.partition_ids("ns/c", coordinates(emu, hub), now=1059.0)
+    assert (young.ids, young.fresh) == (("0", "1", "2", "3"), False)  # growth not seen yet
+    old = await cache.partition_ids("ns/c", coordinates(emu, hub), now=1060.0)
+    assert (old.ids, old.fresh) == (("0", "1", "2", "3", "4", "5"), True)
+    assert cache.cached("ns/c") == old
+    # Another hub under the same consumer key is never served from the cache.
+    emu.create_hub(f"{hub}-other", 2)
+    other = await cache.partition_ids("ns/c", coordinates(emu, f"{hub}-other"), now=1061.0)
+    assert (other.ids, other.fresh) == (("0", "1"), True)
+
+
+async def test_wrong_hub_is_event_hub_not_found(eventhubs_hub: EventHubTarget) -> None:
+    hubs = eventhubs.EventHubs(timeout=5.0)
+    with pytest.raises(errors.EventHubNotFound) as e:
+        await hubs.partitions(
+            consumer="ns/c",
+            fully_qualified_namespace=eventhubs_hub.emulator.fully_qualified_namespace,
+            eventhub_name="no-such-hub",
+            connection_string=eventhubs_hub.namespace_connection_string,
+            client_id=None,
+            now=0.0,
+        )
+    assert e.value.reason == "EventHubNotFound"
+    assert "fix spec.eventHub.name" in str(e.value)
+    assert SECRET not in str(e.value)
+    assert hubs.cached("ns/c") is None  # a failure caches nothing
+
+
+async def test_mismatched_or_malformed_connection_strings_say_what_to_fix() -> None:
+    bad_entity = eventhubs.Coordinates(
+        fully_qualified_namespace="x.servicebus.windows.net",
+        eventhub_name="orders",
+        connection_string=f"Endpoint=sb://x/;SharedAccessKeyName=k;SharedAccessKey={SECRET};"
+        "EntityPath=payments",
+    )
+    with pytest.raises(errors.ConfigurationError) as mismatch:
+        await eventhubs.fetch_partition_ids(bad_entity)
+    assert "'payments'" in str(mismatch.value)
+    assert "make them agree" in str(mismatch.value)
+    malformed = eventhubs.Coordinates(
+        fully_qualified_namespace="x.servicebus.windows.net",
+        eventhub_name="orders",
+        connection_string=f"SharedAccessKey={SECRET}",
+    )
+    with pytest.raises(errors.ConfigurationError) as broken:
+        await eventhubs.fetch_partition_ids(malformed)
+    for e in (mismatch.value, broken.value):
+        assert SECRET not in str(e)
+    assert SECRET not in repr(malformed)
+
+
+async def test_stopped_emulator_is_unreachable_within_the_timeout(
+    private_eventhubs_emulator: EventHubsEmulator,
+) -> None:
+    emu = private_eventhubs_emulator
+    emu.create_hub("orders", 2)
+    where = coordinates(emu, "orders")
+    assert await eventhubs.fetch_partition_ids(where, limit_seconds=3.0) == ["0", "1"]
+    emu.stop_in_thread()
+    started = time.monotonic()
+    with pytest.raises(errors.EventHubUnreachable) as e:
+        await eventhubs.fetch_partition_ids(where, limit_seconds=3.0)
+    elapsed = time.monotonic() - started
+    # Bounded (not hanging on the SDK's retries): the limit plus closing the client, generously.
+    assert elapsed < 3.0 + 10.0, elapsed
+    assert e.value.reason == "EventHubUnreachable"
+    assert isinstance(e.value, errors.TransientError)
+    assert SECRET not in str(e.value)

@@ -1,0 +1,64 @@
+"""/healthz, /readyz and /metrics over real HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+
+from eventhub_balancer.consumer import assignments, endpoints, runtime
+from tests.consumer.test_runtime import FAST
+from tests.support.fixtures.consumer import FakeHub, FakeStore, Recorder, configmap, fake_backends
+
+
+async def test_endpoints_follow_the_runtime(fake_hub: FakeHub, fake_store: FakeStore) -> None:
+    fake_hub.append("0", 20)
+    fake_hub.append("1", 3)
+    source = assignments.MemorySource()
+    consumer = runtime.Runtime(
+        settings=runtime.RuntimeSettings(
+            consumer="orders", pod="pod-a", batch=FAST, shutdown_timeout=2
+        ),
+        source=source,
+        backends=fake_backends(fake_hub, fake_store.handle("pod-a")),
+        processor=Recorder(),
+    )
+    server = await endpoints.serve(consumer, host="127.0.0.1", port=0)
+    base = f"http://127.0.0.1:{endpoints.bound_port(server)}"
+    task = asyncio.create_task(consumer.run())
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(base + "/healthz") as answer:
+                assert answer.status == 200
+            async with http.get(base + "/readyz") as answer:
+                assert answer.status == 503
+                assert "no assignment" in await answer.text()
+            source.put(configmap(7, {"0": (1, "owned"), "1": (2, "owned")}))
+            async with asyncio.timeout(5):
+                await source.wait_for(generation=7)
+            async with http.get(base + "/readyz") as answer:
+                assert answer.status == 200
+                assert "generation 7" in await answer.text()
+            for _ in range(100):
+                async with http.get(base + "/metrics") as answer:
+                    text = await answer.text()
+                if 'ehb_consumer_events_total{partition="0"} 20.0' in text:
+                    break
+                await asyncio.sleep(0.05)
+            assert 'ehb_consumer_events_total{partition="0"} 20.0' in text
+            assert 'ehb_consumer_events_total{partition="1"} 3.0' in text
+            assert 'ehb_consumer_batches_total{partition="0"} 2.0' in text
+            assert 'ehb_consumer_lag_events{partition="0"} 0.0' in text
+            assert "ehb_consumer_owned_partitions 2.0" in text
+            assert 'ehb_consumer_checkpoint_age_seconds{partition="1"}' in text
+            consumer.request_shutdown()
+            async with asyncio.timeout(5):
+                await task
+            async with http.get(base + "/readyz") as answer:
+                assert answer.status == 503
+            async with http.get(base + "/healthz") as answer:
+                assert answer.status == 503
+    finally:
+        consumer.request_shutdown()
+        await asyncio.gather(task, return_exceptions=True)
+        await server.cleanup()

@@ -1,0 +1,183 @@
+"""The CRD's openAPIV3Schema accepts what DESIGN.md shows and rejects what a user gets wrong."""
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from tests.support import paths
+
+CRD_PATH = paths.CRDS / "eventhubconsumers.yaml"
+
+VALID: dict[str, Any] = {
+    "apiVersion": "eventhub-balancer.dev/v1alpha1",
+    "kind": "EventHubConsumer",
+    "metadata": {"name": "orders", "namespace": "shop"},
+    "spec": {
+        "eventHub": {
+            "fullyQualifiedNamespace": "shop.servicebus.windows.net",
+            "name": "orders",
+            "consumerGroup": "$Default",
+            "credentials": {"connectionStringSecretRef": {"name": "orders-eh", "key": "cs"}},
+        },
+        "checkpointStore": {
+            "containerName": "checkpoints",
+            "credentials": {"connectionStringSecretRef": {"name": "orders-blob", "key": "cs"}},
+        },
+        "selector": {"matchLabels": {"app": "orders-consumer"}},
+        "startPosition": "earliest",
+        "balancing": {
+            "intervalSeconds": 5,
+            "podGraceSeconds": 20,
+            "handoffTimeoutSeconds": 30,
+            "maxMovesPerCycle": 0,
+            "weighting": "count",
+        },
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def crd() -> dict[str, Any]:
+    with CRD_PATH.open() as f:
+        loaded: dict[str, Any] = yaml.safe_load(f)
+    return loaded
+
+
+@pytest.fixture(scope="module")
+def schema(crd: dict[str, Any]) -> dict[str, Any]:
+    (version,) = crd["spec"]["versions"]
+    result: dict[str, Any] = version["schema"]["openAPIV3Schema"]
+    return result
+
+
+def errors_of(schema: dict[str, Any], body: dict[str, Any]) -> list[str]:
+    validator = jsonschema.Draft7Validator(schema)
+    return [
+        f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(body)
+    ]
+
+
+def with_(path: str, value: Any) -> dict[str, Any]:
+    """A copy of VALID with one field set (value ...: deleted)."""
+    body = copy.deepcopy(VALID)
+    *parents, leaf = path.split(".")
+    node = body
+    for key in parents:
+        node = node[key]
+    if value is ...:
+        del node[leaf]
+    else:
+        node[leaf] = value
+    return body
+
+
+def test_names_and_shape(crd: dict[str, Any]) -> None:
+    assert crd["metadata"]["name"] == "eventhubconsumers.eventhub-balancer.dev"
+    assert crd["spec"]["group"] == "eventhub-balancer.dev"
+    assert crd["spec"]["names"]["kind"] == "EventHubConsumer"
+    assert crd["spec"]["names"]["shortNames"] == ["ehc"]
+    (version,) = crd["spec"]["versions"]
+    assert version["name"] == "v1alpha1"
+    assert version["subresources"] == {"status": {}}
+    columns = [c["name"] for c in version["additionalPrinterColumns"]]
+    assert columns == ["Partitions", "Pods", "Balanced", "Ready", "Age"]
+
+
+def _fields(node: dict[str, Any], path: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    for name, child in node.get("properties", {}).items():
+        yield f"{path}.{name}", child
+        yield from _fields(child, f"{path}.{name}")
+    items = node.get("items")
+    if isinstance(items, dict):
+        yield from _fields(items, f"{path}[]")
+
+
+def test_every_field_has_a_description(schema: dict[str, Any]) -> None:
+    missing = [path for path, node in _fields(schema, "") if not node.get("description")]
+    assert missing == []
+
+
+def test_every_field_has_a_type_unless_it_preserves_unknown_fields(
+    schema: dict[str, Any],
+) -> None:
+    untyped = [
+        path
+        for path, node in _fields(schema, "")
+        if "type" not in node and not node.get("x-kubernetes-preserve-unknown-fields")
+    ]
+    assert untyped == []
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        ("spec.startPosition", "latest"),
+        ("spec.startPosition", {"sequenceNumber": 42}),
+        ("spec.startPosition", {"enqueuedTime": "2026-11-21T10:00:00Z"}),
+        ("spec.startPosition", ...),
+        ("spec.balancing", ...),
+        ("spec.balancing", {"weighting": "lag"}),
+        ("spec.eventHub.consumerGroup", ...),
+        ("spec.eventHub.credentials", {"workloadIdentity": {}}),
+        ("spec.eventHub.fullyQualifiedNamespace", "127.0.0.1:5672"),
+        ("spec.selector", {"matchExpressions": [{"key": "app", "operator": "Exists"}]}),
+    ],
+)
+def test_valid_resources_pass(schema: dict[str, Any], path: str, value: Any) -> None:
+    assert errors_of(schema, with_(path, value)) == []
+
+
+def test_the_design_example_passes(schema: dict[str, Any]) -> None:
+    assert errors_of(schema, VALID) == []
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [
+        ("spec.eventHub.name", ..., "spec.eventHub"),
+        ("spec.eventHub.name", "", "spec.eventHub.name"),
+        ("spec.balancing.intervalSeconds", -5, "spec.balancing.intervalSeconds"),
+        ("spec.balancing.intervalSeconds", 0, "spec.balancing.intervalSeconds"),
+        ("spec.balancing.podGraceSeconds", -1, "spec.balancing.podGraceSeconds"),
+        ("spec.balancing.handoffTimeoutSeconds", -1, "spec.balancing.handoffTimeoutSeconds"),
+        ("spec.balancing.maxMovesPerCycle", -1, "spec.balancing.maxMovesPerCycle"),
+        ("spec.balancing.weighting", "random", "spec.balancing.weighting"),
+        ("spec.balancing.lagTolerance", -0.1, "spec.balancing.lagTolerance"),
+        (
+            "spec.eventHub.credentials",
+            {
+                "connectionStringSecretRef": {"name": "a", "key": "b"},
+                "workloadIdentity": {},
+            },
+            "spec.eventHub.credentials",
+        ),
+        ("spec.eventHub.credentials", {}, "spec.eventHub.credentials"),
+        (
+            "spec.checkpointStore.credentials",
+            {"connectionStringSecretRef": {"name": "a", "key": "b"}, "workloadIdentity": {}},
+            "spec.checkpointStore.credentials",
+        ),
+        ("spec.checkpointStore.containerName", "Bad_Name", "spec.checkpointStore.containerName"),
+        ("spec.selector", ..., "spec"),
+        ("spec.selector", {}, "spec.selector"),
+        ("spec.startPosition", "beginning", "spec.startPosition"),
+        ("spec.startPosition", "", "spec.startPosition"),
+        ("spec.startPosition", {}, "spec.startPosition"),
+        ("spec.startPosition", {"sequenceNumber": -1}, "spec.startPosition.sequenceNumber"),
+        (
+            "spec.startPosition",
+            {"sequenceNumber": 1, "enqueuedTime": "2026-11-21T10:00:00Z"},
+            "spec.startPosition",
+        ),
+    ],
+)
+def test_invalid_resources_fail_naming_the_field(
+    schema: dict[str, Any], path: str, value: Any, field: str
+) -> None:
+    found = errors_of(schema, with_(path, value))
+    assert found, f"{path}={value!r} should be rejected"
+    assert any(e.startswith(f"{field}:") for e in found), found

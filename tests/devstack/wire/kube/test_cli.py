@@ -1,0 +1,47 @@
+"""``ehb local kube`` as a user runs it: a process that prints its kubeconfig's path."""
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+kubernetes = pytest.importorskip("kubernetes")
+
+
+def test_serves_until_sigterm(tmp_path: Path) -> None:
+    target = tmp_path / "kc" / "config"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "eventhub_balancer", "local", "kube", "--kubeconfig", str(target)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline().strip()
+        second = process.stdout.readline().strip()
+        assert Path(first) == target.resolve()
+        assert second == f"export KUBECONFIG={target.resolve()}"
+
+        client = kubernetes.config.new_client_from_config(config_file=first)
+        try:
+            v1 = kubernetes.client.CoreV1Api(client)
+            v1.create_namespaced_config_map("default", {"metadata": {"name": "via-cli"}})
+            assert v1.read_namespaced_config_map("via-cli", "default").metadata.uid
+            crds = kubernetes.client.ApiextensionsV1Api(client).list_custom_resource_definition()
+            assert "eventhubconsumers.eventhub-balancer.dev" in {
+                c.metadata.name for c in crds.items
+            }
+        finally:
+            client.close()
+
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=5)

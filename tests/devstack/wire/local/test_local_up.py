@@ -1,0 +1,83 @@
+"""`ehb local up` brings the three local services up together and stops them on SIGTERM."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from eventhub_balancer_devstack import stacks
+
+
+def test_stack_serves_all_three(tmp_path: Path) -> None:
+    from azure.eventhub import EventHubProducerClient
+    from azure.storage.blob import BlobServiceClient
+
+    options = stacks.StackOptions(
+        hubs={"orders": 3},
+        eventhubs_port=0,
+        blob_port=0,
+        kube_port=0,
+        state_dir=tmp_path,
+    )
+    with stacks.LocalStack(options) as stack:
+        producer = EventHubProducerClient.from_connection_string(
+            stack.eventhubs_connection_string, eventhub_name="orders"
+        )
+        with producer:
+            assert producer.get_partition_ids() == ["0", "1", "2"]
+        blobs = BlobServiceClient.from_connection_string(stack.blob_connection_string)
+        blobs.create_container("checkpoints")
+        assert [c.name for c in blobs.list_containers()] == ["checkpoints"]
+        with urllib.request.urlopen(f"{stack.kube.url}/api/v1/namespaces", timeout=5) as r:
+            assert json.load(r)["kind"] == "NamespaceList"
+        assert stack.kubeconfig == tmp_path / "kubeconfig"
+        assert stack.kubeconfig.read_text().count(stack.kube.url) == 1
+        port = stack.azurite.port
+    assert not stack.azurite.running
+    with pytest.raises(urllib.error.URLError, match="refused"):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2)
+
+
+def test_ehb_local_up_prints_and_stops(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "eventhub_balancer", "local", "up", "--hub", "orders=2"]
+    argv += ["--eventhubs-port=0", "--blob-port=0", "--kube-port=0", f"--state-dir={tmp_path}"]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        lines = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            line = process.stdout.readline()
+            if not line:
+                break
+            lines.append(line.rstrip())
+            if line.startswith("Ctrl-C"):
+                break
+        text = "\n".join(lines)
+        assert "UseDevelopmentEmulator=true" in lines[0]
+        assert "hub orders: 2 partitions" in text
+        assert "BlobEndpoint=http://127.0.0.1:" in text
+        assert f"export KUBECONFIG={tmp_path / 'kubeconfig'}" in text
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    assert process.returncode == 0, err
+    assert "stopped" in err
+
+
+def test_bad_hub_is_a_usage_error() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "eventhub_balancer", "local", "up", "--hub", "orders"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "--hub" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,212 @@
+"""The Helm chart, rendered and linted by Helm's own engine (the helm-python-sdk wheel ships
+Helm's library): lint clean, values checked by values.schema.json, each mode renders what it
+promises, names fit in 63 characters, and its crds/ equals the repository's crds/."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import pytest
+
+from eventhub_balancer_devstack.commands import chart as chart_command
+from tests.support import loading
+
+VALUES_FILES = [None, *loading.CI_VALUES]
+
+
+def label(values_file: Path | None) -> str:
+    return values_file.name if values_file else "defaults"
+
+
+def by_kind(docs: tuple[loading.Document, ...], kind: str) -> list[dict[str, Any]]:
+    return [d.body for d in docs if d.kind == kind]
+
+
+def operator_args(docs: tuple[loading.Document, ...]) -> list[str]:
+    (deployment,) = by_kind(docs, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    args: list[str] = container["args"]
+    return args
+
+
+@pytest.mark.parametrize("values_file", VALUES_FILES, ids=label)
+def test_helm_lint_is_clean(values_file: Path | None) -> None:
+    report = helm.lint(
+        loading.CHART_DIR,
+        loading.load_values(values_file),
+        strict=True,
+        namespace=loading.RELEASE_NAMESPACE,
+    )
+    assert report["errors"] == []
+    # Severity 2 is a warning, 3 an error; 1 (info) is only "icon is recommended".
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+@pytest.mark.parametrize(
+    ("values", "complaint"),
+    [
+        ({"replicaCount": 2}, "/peering/enabled"),
+        ({"watchNamespaces": ["Shop_Orders"]}, "/watchNamespaces/0"),
+        ({"imagePullPolicy": "Always"}, "imagePullPolicy"),
+        ({"image": {"repository": "x", "digest": "latest"}}, "/image/digest"),
+        ({"logVerbosity": 5}, "/logVerbosity"),
+    ],
+)
+def test_the_values_schema_rejects_mistakes(values: dict[str, Any], complaint: str) -> None:
+    with helm.Chart.load(loading.CHART_DIR) as chart, pytest.raises(helm.HelmValuesError) as e:
+        chart.render(values, name=loading.RELEASE, namespace=loading.RELEASE_NAMESPACE)
+    assert complaint in str(e.value)
+
+
+def undocumented_values(text: str) -> list[str]:
+    """The values (keys with a value on their line) with no comment above them or any parent."""
+    undocumented = []
+    documented_at: list[tuple[int, bool]] = []  # (indent, documented) of open parents
+    previous = ""
+    for number, line in enumerate(text.splitlines()):
+        match = re.match(r"^(\s*)([A-Za-z0-9_.-]+):\s*(\S?)", line)
+        if match:
+            indent = len(match.group(1))
+            while documented_at and documented_at[-1][0] >= indent:
+                documented_at.pop()
+            here = previous.lstrip().startswith("#")
+            leaf = match.group(3) not in ("", "#")
+            if leaf and not here and not any(d for _, d in documented_at):
+                undocumented.append(f"line {number + 1}: {match.group(2)}")
+            documented_at.append((indent, here))
+        if line.strip():
+            previous = line
+    return undocumented
+
+
+def test_every_value_is_commented() -> None:
+    assert undocumented_values((loading.CHART_DIR / "values.yaml").read_text()) == []
+
+
+def test_an_uncommented_value_is_found() -> None:
+    text = "# -- documented\na: 1\nparent:\n  # -- child\n  b: 2\n  c: 3\n# -- ctx\nd:\n  e: 4\n"
+    assert undocumented_values(text) == ["line 6: c"]
+
+
+def test_the_schema_covers_every_top_level_value() -> None:
+    with helm.Chart.load(loading.CHART_DIR) as chart:
+        schema = chart.schema
+        values = chart.values
+    assert schema is not None
+    assert set(values) <= set(schema["properties"])
+    assert schema["additionalProperties"] is False
+
+
+def test_chart_crds_equal_the_repository_crds() -> None:
+    found = chart_command.drift(loading.ROOT)
+    assert not found, f"run `ehb chart sync-crds`: {found.describe()}"
+    with helm.Chart.load(loading.CHART_DIR) as chart:
+        names = {c["filename"].rsplit("/", 1)[-1] for c in chart.crds}
+    assert names == {p.name for p in loading.CRDS_DIR.glob("*.yaml")}
+
+
+def test_default_install_is_cluster_wide_and_standalone() -> None:
+    docs = loading.rendered(None)
+    args = operator_args(docs)
+    assert args[args.index("operator") :] == [
+        "operator",
+        "--all-namespaces",
+        "--standalone",
+        "--metrics-port=8080",
+    ]
+    assert by_kind(docs, "Role") == []
+    (cluster_role,) = by_kind(docs, "ClusterRole")
+    resources = {r for rule in cluster_role["rules"] for r in rule["resources"]}
+    assert "namespaces" not in resources  # kopf lists namespaces only for glob patterns
+    assert "eventhubconsumers" in resources
+    assert not by_kind(docs, "ClusterKopfPeering") + by_kind(docs, "KopfPeering")
+    (deployment,) = by_kind(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"]["type"] == "Recreate"
+
+
+def test_namespaced_install_grants_only_in_the_watched_namespaces() -> None:
+    docs = loading.rendered(loading.CHART_DIR / "ci" / "namespaced-values.yaml")
+    args = operator_args(docs)
+    assert "--all-namespaces" not in args
+    assert {a for a in args if a.startswith("--namespace=")} == {
+        "--namespace=shop",
+        "--namespace=billing",
+    }
+    roles = by_kind(docs, "Role")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["billing", "shop"]
+    bindings = by_kind(docs, "RoleBinding")
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["billing", "shop"]
+    # Cluster-wide, only what kopf needs to discover its resources.
+    (cluster_role,) = by_kind(docs, "ClusterRole")
+    assert cluster_role["rules"] == [
+        {
+            "apiGroups": ["apiextensions.k8s.io"],
+            "resources": ["customresourcedefinitions"],
+            "verbs": ["list", "watch"],
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("values_name", "kind", "namespaces"),
+    [
+        ("peering-values.yaml", "ClusterKopfPeering", [None]),
+        ("namespaced-peering-values.yaml", "KopfPeering", ["billing", "shop"]),
+    ],
+)
+def test_peering_runs_replicas_with_a_peering_object(
+    values_name: str, kind: str, namespaces: list[str | None]
+) -> None:
+    docs = loading.rendered(loading.CHART_DIR / "ci" / values_name)
+    peerings = by_kind(docs, kind)
+    assert sorted((p["metadata"].get("namespace") for p in peerings), key=str) == namespaces
+    names = {p["metadata"]["name"] for p in peerings}
+    assert len(names) == 1
+    args = operator_args(docs)
+    assert f"--peering={names.pop()}" in args
+    assert "--standalone" not in args
+    (deployment,) = by_kind(docs, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    plural = kind.lower() + "s"
+    granted = {
+        r
+        for role in by_kind(docs, "ClusterRole") + by_kind(docs, "Role")
+        for rule in role["rules"]
+        for r in rule["resources"]
+    }
+    assert plural in granted
+
+
+def test_servicemonitor_selects_the_metrics_service() -> None:
+    docs = loading.rendered(loading.CHART_DIR / "ci" / "servicemonitor-values.yaml")
+    (monitor,) = by_kind(docs, "ServiceMonitor")
+    (service,) = by_kind(docs, "Service")
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    ports = {p["name"] for p in service["spec"]["ports"]}
+    assert {e["port"] for e in monitor["spec"]["endpoints"]} <= ports
+    assert monitor["spec"]["endpoints"][0]["path"] == "/metrics"
+    assert service["metadata"]["namespace"] in monitor["spec"]["namespaceSelector"]["matchNames"]
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+
+
+def test_long_release_names_are_cut_to_63_characters() -> None:
+    with helm.Chart.load(loading.CHART_DIR) as chart:
+        rendered = chart.render(
+            {"serviceMonitor": {"enabled": True}},
+            name="a-release-name-that-is-exactly-fifty-three-chars-long",
+            namespace=loading.RELEASE_NAMESPACE,
+        )
+    import yaml
+
+    docs = [d for t, m in rendered.items() if t.endswith(".yaml") for d in yaml.safe_load_all(m)]
+    names = [d["metadata"]["name"] for d in docs if d]
+    assert names
+    assert all(len(n) <= 63 for n in names), names
+    labels = [v for d in docs if d for v in d["metadata"]["labels"].values()]
+    assert all(len(v) <= 63 for v in labels)

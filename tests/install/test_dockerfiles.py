@@ -1,0 +1,178 @@
+"""Static checks of the images (no Docker engine runs here): multi-stage, no build tools in the
+final stage, a numeric non-root user, the `ehb` entry point, and every COPY source present in
+the build context after .dockerignore."""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from tests.support import loading
+
+DOCKERFILES = {
+    "operator": loading.ROOT / "docker" / "operator.Dockerfile",
+    "consumer": loading.ROOT / "docker" / "consumer.Dockerfile",
+}
+BUILD_TOOLS = ("build-essential", "gcc", "g++", "make ", "-dev ")
+
+
+def instructions(path: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    joined = re.sub(r"\\\n", " ", path.read_text())
+    result = []
+    for line in joined.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        keyword, _, rest = line.partition(" ")
+        result.append((keyword.upper(), rest.strip()))
+    return result
+
+
+def stages(path: Path) -> list[list[tuple[str, str]]]:
+    found: list[list[tuple[str, str]]] = []
+    for keyword, rest in instructions(path):
+        if keyword == "FROM":
+            found.append([])
+        if found:
+            found[-1].append((keyword, rest))
+    return found
+
+
+def pattern_regex(pattern: str) -> re.Pattern[str]:
+    """Go's filepath.Match plus Docker's ``**`` (any number of directories, also none)."""
+    out = ""
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out, i = out + "(?:.*/)?", i + 3
+        elif pattern.startswith("**", i):
+            out, i = out + ".*", i + 2
+        elif pattern[i] == "*":
+            out, i = out + "[^/]*", i + 1
+        elif pattern[i] == "?":
+            out, i = out + "[^/]", i + 1
+        else:
+            out, i = out + re.escape(pattern[i]), i + 1
+    return re.compile(out + r"\Z")
+
+
+def ignored(relative: str, patterns: list[str]) -> bool:
+    """Docker's rule: the last matching .dockerignore pattern decides (``!`` re-includes)."""
+    verdict = False
+    parts = relative.split("/")
+    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    for pattern in patterns:
+        negate = pattern.startswith("!")
+        pattern = pattern.lstrip("!").rstrip("/")
+        if any(pattern_regex(pattern).match(p) for p in prefixes):
+            verdict = not negate
+    return verdict
+
+
+def dockerignore() -> list[str]:
+    lines = (loading.ROOT / ".dockerignore").read_text().splitlines()
+    return [x.strip() for x in lines if x.strip() and not x.startswith("#")]
+
+
+@pytest.mark.parametrize("image", sorted(DOCKERFILES))
+def test_multi_stage_with_a_clean_final_stage(image: str) -> None:
+    built = stages(DOCKERFILES[image])
+    assert len(built) >= 2
+    final = built[-1]
+    final_text = " ".join(rest for _, rest in final)
+    for tool in BUILD_TOOLS:
+        assert tool not in final_text, f"{tool.strip()} in the final stage"
+    assert any(k == "COPY" and rest.startswith("--from=builder /opt/ehb") for k, rest in final)
+    # The same Python in both stages: the venv's interpreter links stay valid.
+    assert built[0][0][1].split()[0] == final[0][1].split()[0] == "${PYTHON_IMAGE}"
+
+
+@pytest.mark.parametrize("image", sorted(DOCKERFILES))
+def test_runs_as_a_numeric_non_root_user(image: str) -> None:
+    final = stages(DOCKERFILES[image])[-1]
+    users = [rest for k, rest in final if k == "USER"]
+    assert users, "no USER in the final stage"
+    uid = users[-1].split(":")[0]
+    assert uid.isdigit()
+    assert int(uid) >= 10000
+    # Nothing after USER needs root.
+    last_user = max(i for i, (k, _) in enumerate(final) if k == "USER")
+    assert not [k for k, _ in final[last_user:] if k == "RUN"]
+
+
+@pytest.mark.parametrize(("image", "command"), [("operator", "operator"), ("consumer", "consume")])
+def test_entry_point_is_the_ehb_console_script(image: str, command: str) -> None:
+    final = stages(DOCKERFILES[image])[-1]
+    entrypoint = [json.loads(rest) for k, rest in final if k == "ENTRYPOINT"]
+    cmd = [json.loads(rest) for k, rest in final if k == "CMD"]
+    assert entrypoint[-1] == ["ehb"]
+    assert cmd[-1][0] == command
+    pyproject = tomllib.loads((loading.ROOT / "pyproject.toml").read_text())
+    assert pyproject["project"]["scripts"]["ehb"] == "eventhub_balancer.cli:main"
+
+
+@pytest.mark.parametrize("image", sorted(DOCKERFILES))
+def test_copy_sources_exist_in_the_build_context(image: str) -> None:
+    patterns = dockerignore()
+    for keyword, rest in instructions(DOCKERFILES[image]):
+        if keyword not in ("COPY", "ADD") or "--from=" in rest:
+            continue
+        *sources, _destination = [a for a in rest.split() if not a.startswith("--")]
+        for source in sources:
+            path = loading.ROOT / source
+            assert path.exists(), f"COPY {source}: missing"
+            relative = source.rstrip("/")
+            assert not ignored(relative, patterns), f"COPY {source}: excluded by .dockerignore"
+            if path.is_dir():
+                files = [p for p in path.rglob("*.py") if "__pycache__" not in p.parts]
+                kept = [p for p in files if not ignored(str(p.relative_to(loading.ROOT)), patterns)]
+                assert kept == files
+
+
+def test_dockerignore_keeps_the_context_small() -> None:
+    patterns = dockerignore()
+    for heavy in (
+        ".venv",
+        "node_modules",
+        ".git",
+        "tests",
+        "operator/eventhub_balancer/__pycache__",
+    ):
+        assert ignored(heavy, patterns), heavy
+    assert not ignored("pyproject.toml", patterns)
+
+
+def test_consumer_image_carries_java_and_pyspark() -> None:
+    text = re.sub(r"\\\n", " ", DOCKERFILES["consumer"].read_text())
+    final = stages(DOCKERFILES["consumer"])[-1]
+    final_text = " ".join(rest for _, rest in final)
+    assert "openjdk-17-jre-headless" in final_text
+    assert "'.[spark]'" in text
+    pyproject = tomllib.loads((loading.ROOT / "pyproject.toml").read_text())
+    assert any(
+        d.startswith("pyspark") for d in pyproject["project"]["optional-dependencies"]["spark"]
+    )
+    env = " ".join(rest for k, rest in final if k == "ENV")
+    assert "PYSPARK_PYTHON=/opt/ehb/bin/python" in env
+    assert "JAVA_HOME=/opt/java" in env
+    # Spark writes only below the emptyDir mounts of the example Deployment.
+    (deployment,) = [
+        d.body
+        for d in loading.file_documents(loading.MANIFESTS_DIR / "examples")
+        if d.kind == "Deployment"
+    ]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    for path in re.findall(r"(/var/lib/ehb|/tmp)(?:/[\w-]+)*", final_text):
+        assert path in mounts
+
+
+def test_ignored_follows_the_last_matching_pattern() -> None:
+    assert ignored("a/b.py", ["*"])
+    assert not ignored("a/b.py", ["*", "!a/"])
+    assert ignored("a/__pycache__/x.pyc", ["*", "!a/", "a/**/__pycache__"])

@@ -1,0 +1,165 @@
+"""The Roles of the install against the API calls the operator and a consumer make.
+
+The calls are the contract the code is written to (DESIGN.md, kopf's own needs), listed here
+as requests; every one must be allowed and every grant must be used by one, in each install
+mode. The recording test (tests/integration) checks the same against the live code.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support import loading
+from tests.support.rbac.authorizing import Authorizer, Subject
+from tests.support.rbac.requestinfo import RequestInfo, request_info
+
+CR = "/apis/eventhub-balancer.dev/v1alpha1"
+
+
+def operator_calls(namespaces: list[str], *, peering: str = "") -> list[RequestInfo]:
+    """What the operator does: cluster-wide when ``namespaces`` is empty."""
+    calls = [
+        request_info("GET", "/apis"),
+        request_info("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"),
+        request_info(
+            "GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", {"watch": "true"}
+        ),
+    ]
+    scopes = [f"/namespaces/{n}" for n in namespaces] or [""]
+    for scope in scopes:
+        for path in (f"{CR}{scope}/eventhubconsumers", f"/api/v1{scope}/pods"):
+            calls.append(request_info("GET", path))
+            calls.append(request_info("GET", path, {"watch": "true"}))
+    for ns in namespaces or ["shop"]:
+        calls += [
+            request_info("GET", f"{CR}/namespaces/{ns}/eventhubconsumers/orders"),
+            request_info("PATCH", f"{CR}/namespaces/{ns}/eventhubconsumers/orders"),
+            request_info("PATCH", f"{CR}/namespaces/{ns}/eventhubconsumers/orders/status"),
+            request_info("PATCH", f"/api/v1/namespaces/{ns}/pods/orders-1"),
+            request_info("GET", f"/api/v1/namespaces/{ns}/configmaps"),
+            request_info("GET", f"/api/v1/namespaces/{ns}/configmaps", {"watch": "true"}),
+            request_info("POST", f"/api/v1/namespaces/{ns}/configmaps"),
+            request_info("PATCH", f"/api/v1/namespaces/{ns}/configmaps/ehb-orders-orders-1"),
+            request_info("DELETE", f"/api/v1/namespaces/{ns}/configmaps/ehb-orders-orders-0"),
+            request_info("POST", f"/api/v1/namespaces/{ns}/events"),
+            request_info("GET", f"/api/v1/namespaces/{ns}/secrets/orders-eh"),
+        ]
+    if peering and namespaces:
+        for n in namespaces:
+            base = f"/apis/kopf.dev/v1/namespaces/{n}/kopfpeerings"
+            calls += [
+                request_info("GET", base),
+                request_info("GET", base, {"watch": "true"}),
+                request_info("GET", f"{base}/{peering}"),
+                request_info("PATCH", f"{base}/{peering}"),
+            ]
+    elif peering:
+        base = "/apis/kopf.dev/v1/clusterkopfpeerings"
+        calls += [
+            request_info("GET", base),
+            request_info("GET", base, {"watch": "true"}),
+            request_info("GET", f"{base}/{peering}"),
+            request_info("PATCH", f"{base}/{peering}"),
+        ]
+    return calls
+
+
+def consumer_calls(namespace: str, pod: str) -> list[RequestInfo]:
+    """What a consumer pod does: watch its own ConfigMap and annotate it."""
+    configmaps = f"/api/v1/namespaces/{namespace}/configmaps"
+    selector = f"eventhub-balancer.dev/pod={pod}"
+    return [
+        request_info("GET", configmaps, {"labelSelector": selector}),
+        request_info("GET", configmaps, {"labelSelector": selector, "watch": "true"}),
+        request_info("GET", f"{configmaps}/ehb-orders-{pod}"),
+        request_info("PATCH", f"{configmaps}/ehb-orders-{pod}"),
+    ]
+
+
+def check(rbac: Authorizer, subject: Subject, calls: list[RequestInfo]) -> None:
+    denied = [r.describe() for r in rbac.denied(subject, calls)]
+    assert denied == [], "the Roles refuse calls the code makes"
+    unused = [a.describe() for a in rbac.unexercised(subject, calls)]
+    assert unused == [], "the Roles grant more than the code uses"
+
+
+def test_kubectl_install_is_least_privilege() -> None:
+    docs = loading.file_documents(loading.MANIFESTS_DIR / "install")
+    subject = Subject.service_account("eventhub-balancer-system", "eventhub-balancer")
+    check(Authorizer(d.body for d in docs), subject, operator_calls([]))
+
+
+def test_kubectl_peering_adds_only_peering() -> None:
+    docs = loading.file_documents(
+        loading.MANIFESTS_DIR / "install", loading.MANIFESTS_DIR / "peering"
+    )
+    subject = Subject.service_account("eventhub-balancer-system", "eventhub-balancer")
+    check(
+        Authorizer(d.body for d in docs), subject, operator_calls([], peering="eventhub-balancer")
+    )
+
+
+@pytest.mark.parametrize(
+    ("values_name", "namespaces", "peering"),
+    [
+        (None, [], ""),
+        ("cluster-wide-values.yaml", [], ""),
+        ("namespaced-values.yaml", ["shop", "billing"], ""),
+        ("peering-values.yaml", [], "ehb-eventhub-balancer"),
+        ("namespaced-peering-values.yaml", ["shop", "billing"], "ehb-eventhub-balancer"),
+        ("servicemonitor-values.yaml", [], ""),
+    ],
+)
+def test_chart_is_least_privilege(
+    values_name: str | None, namespaces: list[str], peering: str
+) -> None:
+    values_file = loading.CHART_DIR / "ci" / values_name if values_name else None
+    docs = loading.rendered(values_file)
+    subject = Subject.service_account(loading.RELEASE_NAMESPACE, "ehb-eventhub-balancer")
+    check(Authorizer(d.body for d in docs), subject, operator_calls(namespaces, peering=peering))
+
+
+def test_namespaced_chart_refuses_other_namespaces() -> None:
+    docs = loading.rendered(loading.CHART_DIR / "ci" / "namespaced-values.yaml")
+    rbac = Authorizer(d.body for d in docs)
+    subject = Subject.service_account(loading.RELEASE_NAMESPACE, "ehb-eventhub-balancer")
+    assert rbac.allowed(subject, request_info("GET", "/api/v1/namespaces/shop/secrets/s"))
+    assert not rbac.allowed(
+        subject, request_info("GET", "/api/v1/namespaces/kube-system/secrets/s")
+    )
+    assert not rbac.allowed(subject, request_info("GET", "/api/v1/namespaces"))
+    assert not rbac.allowed(subject, request_info("GET", "/api/v1/pods"))
+
+
+def test_example_consumer_role_is_least_privilege() -> None:
+    docs = loading.file_documents(loading.MANIFESTS_DIR / "examples")
+    subject = Subject.service_account("shop", "orders-consumer")
+    rbac = Authorizer(d.body for d in docs)
+    check(rbac, subject, consumer_calls("shop", "orders-consumer-7f9c-abc"))
+    # Nothing of the operator's: no pods, no secrets, no other namespace.
+    assert not rbac.allowed(
+        subject, request_info("GET", "/api/v1/namespaces/shop/secrets/orders-eh")
+    )
+    assert not rbac.allowed(subject, request_info("GET", "/api/v1/namespaces/shop/pods"))
+    assert not rbac.allowed(subject, request_info("GET", "/api/v1/namespaces/other/configmaps/x"))
+
+
+def test_the_check_fails_on_a_missing_and_on_an_extra_grant() -> None:
+    docs = [d.body for d in loading.file_documents(loading.MANIFESTS_DIR / "install")]
+    subject = Subject.service_account("eventhub-balancer-system", "eventhub-balancer")
+    with pytest.raises(AssertionError, match="refuse"):
+        check(
+            Authorizer(docs), subject, [*operator_calls([]), request_info("GET", "/api/v1/nodes")]
+        )
+    calls = [c for c in operator_calls([]) if c.resource != "secrets"]
+    with pytest.raises(AssertionError, match="grant more"):
+        check(Authorizer(docs), subject, calls)
+
+
+def test_install_and_chart_grant_the_same() -> None:
+    def rules(docs: list[loading.Document] | tuple[loading.Document, ...]) -> list[object]:
+        (cluster_role,) = [d.body for d in docs if d.kind == "ClusterRole"]
+        return cluster_role["rules"]
+
+    install = loading.file_documents(loading.MANIFESTS_DIR / "install")
+    assert rules(install) == rules(loading.rendered(None))

@@ -1,0 +1,109 @@
+"""Every YAML document of the install validates: built-in kinds against Kubernetes' OpenAPI
+schemas (kubernetes-validate, strict: unknown fields fail), our and kopf's resources against
+their CRDs' openAPIV3Schema. Third-party kinds without an offline schema (KEDA, the Prometheus
+Operator) are checked for consistency in test_examples.py and test_chart.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+
+from tests.support import loading
+
+#: The oldest Kubernetes the chart declares (Chart.yaml kubeVersion) and the newest schema here.
+KUBERNETES_VERSIONS = ("1.27", kubernetes_validate.utils.latest_version())
+
+#: Kinds whose CRDs are not ours to ship; they are checked field by field elsewhere.
+THIRD_PARTY_GROUPS = frozenset({"keda.sh", "monitoring.coreos.com"})
+
+DOCUMENTS = list(loading.all_documents())
+
+
+def group_of(api_version: str) -> str:
+    return api_version.split("/")[0] if "/" in api_version else ""
+
+
+VALIDATED = [
+    d for d in DOCUMENTS if group_of(d.body.get("apiVersion", "")) not in THIRD_PARTY_GROUPS
+]
+
+
+def crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
+    """(apiVersion, kind) -> openAPIV3Schema, from every CRD in the install."""
+    schemas = {}
+    for doc in DOCUMENTS:
+        if doc.kind != "CustomResourceDefinition":
+            continue
+        spec = doc.body["spec"]
+        for version in spec["versions"]:
+            key = (f"{spec['group']}/{version['name']}", spec["names"]["kind"])
+            schemas[key] = version["schema"]["openAPIV3Schema"]
+    return schemas
+
+
+SCHEMAS = crd_schemas()
+
+
+def test_the_install_has_documents_of_every_origin() -> None:
+    sources = {d.source.split("/")[0] for d in DOCUMENTS}
+    assert {"crds", "manifests"} <= sources
+    assert {f"chart[{v.name}]" for v in loading.CI_VALUES} <= sources
+    assert "chart[defaults]" in sources
+    assert len(loading.CI_VALUES) >= 4
+
+
+def test_only_the_expected_third_party_kinds_go_without_a_schema() -> None:
+    unvalidated = {d.kind for d in DOCUMENTS if d not in VALIDATED}
+    assert unvalidated == {"ScaledObject", "TriggerAuthentication", "ServiceMonitor"}
+
+
+def test_our_crds_are_known() -> None:
+    assert ("eventhub-balancer.dev/v1alpha1", "EventHubConsumer") in SCHEMAS
+    assert ("kopf.dev/v1", "KopfPeering") in SCHEMAS
+    assert ("kopf.dev/v1", "ClusterKopfPeering") in SCHEMAS
+
+
+@pytest.mark.parametrize("doc", VALIDATED, ids=str)
+def test_document_validates(doc: loading.Document) -> None:
+    body = doc.body
+    assert {"apiVersion", "kind", "metadata"} <= body.keys(), f"{doc}: not a Kubernetes object"
+    assert doc.name, f"{doc}: no metadata.name"
+    key = (body["apiVersion"], body["kind"])
+    if key in SCHEMAS:
+        validator = jsonschema.Draft7Validator(SCHEMAS[key])
+        problems = [
+            f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
+            for e in validator.iter_errors(body)
+        ]
+        assert not problems, f"{doc}: {problems}"
+        return
+    for version in KUBERNETES_VERSIONS:
+        try:
+            kubernetes_validate.validate(body, version, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            path = ".".join(map(str, e.path))
+            pytest.fail(f"{doc} against Kubernetes {version}: {path}: {e.message}")
+        except kubernetes_validate.SchemaNotFoundError as e:
+            pytest.fail(f"{doc}: {e.message}")
+
+
+def test_a_typo_in_a_built_in_kind_fails_validation() -> None:
+    """The strict schemas reject unknown fields: the validation above can fail."""
+    (deployment,) = [
+        d.body for d in DOCUMENTS if d.source.startswith("manifests/install/30-deployment")
+    ]
+    broken = {**deployment, "spec": {**deployment["spec"], "replica": 1}}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, KUBERNETES_VERSIONS[0], strict=True)
+
+
+def test_a_wrong_eventhubconsumer_fails_its_crd_schema() -> None:
+    (consumer,) = [
+        d.body for d in DOCUMENTS if d.source.startswith("manifests/examples/20-eventhubconsumer")
+    ]
+    broken = {**consumer, "spec": {**consumer["spec"], "startPosition": "yesterday"}}
+    schema = SCHEMAS[("eventhub-balancer.dev/v1alpha1", "EventHubConsumer")]
+    assert list(jsonschema.Draft7Validator(schema).iter_errors(broken))

@@ -1,0 +1,83 @@
+"""The operator's real API calls on the local stack against the install's RBAC.
+
+The recording proxy sits between the operator and the local API server; a short scenario
+(assign, scale up with hand-offs, a pod deleted) makes the operator do its work, and every
+recorded request must be allowed by the ClusterRole of manifests/install/ and of the chart.
+Grants the scenario never exercised are reported against a list of those the code needs in
+situations the scenario does not reach.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from eventhub_balancer_devstack.kube import kubeconfigs
+from tests.support import loading
+from tests.support.fixtures.operator import ConsumerDouble, Stack, wait_for
+from tests.support.rbac.authorizing import Authorizer, Subject
+from tests.support.rbac.recording import RecordingProxy
+
+OPERATOR = Subject.service_account("eventhub-balancer-system", "eventhub-balancer")
+#: Grants the code needs where this scenario does not go: stale ConfigMaps are deleted by the
+#: operator only when Kubernetes' garbage collector (absent here) has not removed them with the pod.
+NOT_REACHED = {("delete", "configmaps")}
+CHART_OPERATOR = Subject.service_account(loading.RELEASE_NAMESPACE, "ehb-eventhub-balancer")
+
+
+class ProxyThread:
+    """The recording proxy on its own event loop (the operator's sync client must not share it)."""
+
+    def __init__(self, upstream: str) -> None:
+        self.proxy = RecordingProxy(upstream)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    def __enter__(self) -> RecordingProxy:
+        self.thread.start()
+        asyncio.run_coroutine_threadsafe(self.proxy.start(), self.loop).result(10)
+        return self.proxy
+
+    def __exit__(self, *_: object) -> None:
+        asyncio.run_coroutine_threadsafe(self.proxy.close(), self.loop).result(10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture
+def recorded_stack(operator_stack: Stack, tmp_path: Path) -> Iterator[tuple[Stack, RecordingProxy]]:
+    with ProxyThread(operator_stack.kube.url) as proxy:
+        operator_stack.kubeconfig = kubeconfigs.write(tmp_path / "proxied", server=proxy.url)
+        yield operator_stack, proxy
+
+
+def test_operator_calls_are_allowed_by_its_roles(
+    recorded_stack: tuple[Stack, RecordingProxy], namespace: str
+) -> None:
+    stack, proxy = recorded_stack
+    ns = namespace
+    stack.secret(ns)
+    stack.consumer(ns)
+    for i in range(2):
+        stack.pod(ns, f"c-{i}")
+    operator = stack.start_operator(clusterwide=True, refresh_seconds=1.0)
+    with ConsumerDouble(stack.kube, ns):
+        wait_for(lambda: stack.balanced(ns) and len(stack.counts(ns)) == 2, what="2 pods")
+        stack.pod(ns, "c-2")
+        wait_for(lambda: stack.balanced(ns) and len(stack.counts(ns)) == 3, what="3 pods")
+        stack.delete_pod(ns, "c-2")
+        wait_for(lambda: stack.balanced(ns) and len(stack.counts(ns)) == 2, what="back to 2")
+    stack.stop_operator(operator)
+
+    requests = proxy.requests
+    assert requests, "the operator made no request through the proxy"
+    install = Authorizer(d.body for d in loading.file_documents(loading.MANIFESTS_DIR / "install"))
+    chart = Authorizer(d.body for d in loading.rendered(None))
+    assert [r.describe() for r in install.denied(OPERATOR, requests)] == []
+    assert [r.describe() for r in chart.denied(CHART_OPERATOR, requests)] == []
+    unused = {(a.verb, a.resource) for a in install.unexercised(OPERATOR, requests)}
+    assert unused <= NOT_REACHED, f"granted but never used: {sorted(unused - NOT_REACHED)}"

@@ -1,0 +1,102 @@
+"""Batches become DataFrames with the fixed schema; the example pipeline counts them."""
+
+from __future__ import annotations
+
+import datetime
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eventhub_balancer import errors
+from eventhub_balancer.adapters import receiving
+from eventhub_balancer.consumer import contexts
+from eventhub_balancer.spark import frames, sessions
+from tests.support import paths
+
+EXAMPLES = paths.EXAMPLES
+T0 = datetime.datetime(2026, 1, 1, 12, 0, 30, tzinfo=datetime.UTC)
+
+
+def events(count: int, *, partition: str = "3") -> list[receiving.Event]:
+    return [
+        receiving.Event(
+            partition=partition,
+            sequence_number=100 + n,
+            offset=str(1000 + n),
+            enqueued_time=T0 + datetime.timedelta(seconds=n * 20),
+            partition_key=None if n == 0 else f"k{n % 2}",
+            properties={"n": n, "raw": b"\xff", "text": "t"},
+            body=f"body-{n}".encode(),
+        )
+        for n in range(count)
+    ]
+
+
+def test_spark_conf_flags() -> None:
+    assert sessions.parse_conf(["a.b=1", "c = x=y"]) == {"a.b": "1", "c": "x=y"}
+    with pytest.raises(errors.InvalidInput, match="--spark-conf"):
+        sessions.parse_conf(["novalue"])
+
+
+def test_arrow_table_has_the_schema() -> None:
+    table = frames.to_arrow(events(3))
+    assert table.column_names == list(frames.COLUMNS)
+    assert table.column("sequence_number").to_pylist() == [100, 101, 102]
+    assert table.column("partition_key").to_pylist() == [None, "k1", "k0"]
+    assert dict(table.column("properties").to_pylist()[1]) == {
+        "n": "1",
+        "raw": "\ufffd",
+        "text": "t",
+    }
+
+
+@pytest.mark.spark
+def test_dataframe_of_a_batch(spark_session: Any) -> None:
+    df = frames.to_dataframe(spark_session, events(4))
+    assert df.schema == frames.spark_schema()
+    rows = df.orderBy("sequence_number").collect()
+    assert [r.sequence_number for r in rows] == [100, 101, 102, 103]
+    assert rows[1].body == bytearray(b"body-1")
+    assert rows[2].properties["n"] == "2"
+    assert rows[0].partition_key is None
+    assert rows[0].enqueued_time.replace(tzinfo=datetime.UTC) == T0.replace(tzinfo=None).replace(
+        tzinfo=datetime.UTC
+    )
+
+
+@pytest.mark.spark
+def test_example_pipeline_writes_minute_counts(
+    spark_session: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "path", [str(EXAMPLES), *sys.path])
+    from minute_counts import pipeline
+
+    monkeypatch.setenv(pipeline.OUTPUT_ENV, str(tmp_path / "out"))
+    batch = events(6)  # 12:00:30 + 20 s steps: 12:00 has 2 events, 12:01 three, 12:02 one
+    context = contexts.BatchContext(
+        partition="3",
+        epoch=2,
+        consumer="orders",
+        pod="pod-a",
+        first_sequence_number=100,
+        last_sequence_number=105,
+        size=6,
+        spark=spark_session,
+    )
+    pipeline.process(frames.to_dataframe(spark_session, batch), context)
+    pipeline.process(frames.to_dataframe(spark_session, batch), context)  # a retry: idempotent
+    written = spark_session.read.parquet(str(tmp_path / "out"))
+    got = sorted(
+        (r.minute.minute, r.partition_key or "", r.events, r.partition, r.epoch)
+        for r in written.collect()
+    )
+    assert got == [
+        (0, "", 1, 3, 2),
+        (0, "k1", 1, 3, 2),
+        (1, "k0", 2, 3, 2),
+        (1, "k1", 1, 3, 2),
+        (2, "k1", 1, 3, 2),
+    ]
+    assert (tmp_path / "out" / "partition=3" / "epoch=2" / "batch=100-105").is_dir()
