@@ -13,6 +13,8 @@ import re
 from collections.abc import Mapping
 from typing import Literal, NewType, get_args
 
+from eventhub_balancer import handoffs
+
 #: A partition id as Event Hubs names it ("0", "1", ...): a string, ordered numerically.
 PartitionId = NewType("PartitionId", str)
 
@@ -25,9 +27,9 @@ MemberState = Literal["ready", "notready", "terminating"]
 MEMBER_STATES: tuple[MemberState, ...] = get_args(MemberState)
 
 #: owned: the owner processes the partition; revoking: the owner must stop, checkpoint and
-#: acknowledge the release before anyone else gets it.
-OwnershipState = Literal["owned", "revoking"]
-OWNERSHIP_STATES: tuple[OwnershipState, ...] = get_args(OwnershipState)
+#: acknowledge the release before anyone else gets it (the hand-off's rules: `handoffs`).
+OwnershipState = handoffs.WrittenState
+OWNERSHIP_STATES: tuple[OwnershipState, ...] = handoffs.WRITTEN_STATES
 
 #: count: spread the number of partitions; lag: spread the backlog (events behind + 1 each).
 Weighting = Literal["count", "lag"]

@@ -39,14 +39,14 @@ import fractions
 import heapq
 import math
 from collections.abc import Callable, Iterable, Mapping
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
-from eventhub_balancer import errors
+from eventhub_balancer import errors, handoffs
 from eventhub_balancer.balancing import loads, models, targets
 
 #: live: gets partitions; held: keeps, gets nothing; draining: loses all by hand-off;
 #: gone: loses all at once.
-Standing = Literal["live", "held", "draining", "gone"]
+Standing = handoffs.Standing
 
 
 def standing(member: models.Member | None, *, now: float, options: models.Options) -> Standing:
@@ -177,21 +177,24 @@ def _take_census(scenario: models.Scenario) -> _Census:
         if entry is None or owner is None:
             census.loose.append(_Loose(partition=p, entry=entry, reason="new"))
             continue
-        owner_standing = standings.get(owner, "gone")
-        if owner_standing == "gone":
-            census.loose.append(_Loose(partition=p, entry=entry, reason="gone"))
-        elif entry.state == "revoking":
-            if scenario.released.get(p) == entry.epoch:
-                census.loose.append(_Loose(partition=p, entry=entry, reason="released"))
-            elif now - entry.since >= options.handoff_timeout_seconds:
-                census.loose.append(_Loose(partition=p, entry=entry, reason="timeout"))
-            else:
-                # Leaving in any case (a hand-off is never cancelled), so it counts as
-                # available even on a held owner.
-                census.in_flight.append(p)
-        elif owner_standing == "live":
+        state = handoffs.partition_state(
+            entry.state,
+            epoch=entry.epoch,
+            acknowledged=scenario.released.get(p),
+            waited=now - entry.since,
+            timeout=options.handoff_timeout_seconds,
+        )
+        fate, reason = handoffs.fate(state, standings.get(owner, "gone"))
+        if fate == "free":
+            assert reason is not None
+            census.loose.append(_Loose(partition=p, entry=entry, reason=reason))
+        elif fate == "wait":
+            # Leaving in any case (a hand-off is never cancelled), so it counts as available
+            # even on a held owner.
+            census.in_flight.append(p)
+        elif fate == "keep":
             census.kept[owner].append(p)
-        elif owner_standing == "held":
+        elif fate == "hold":
             census.held.append(p)
         else:
             census.drains.append(_Revoke(partition=p, entry=entry, reason="drain"))

@@ -1,0 +1,109 @@
+"""The hand-off table: complete, consistent with its own rules, and legal moves only.
+
+Plain functions over data, no fixtures (the table is the model: h11's state tests).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from eventhub_balancer import handoffs
+
+
+def test_every_state_and_standing_has_a_fate() -> None:
+    pairs = set(itertools.product(handoffs.PARTITION_STATES, handoffs.STANDINGS))
+    assert set(handoffs.FATES) == pairs
+
+
+def test_a_gone_owner_never_holds_a_partition_up() -> None:
+    for state in handoffs.PARTITION_STATES:
+        fate, reason = handoffs.fate(state, "gone")
+        assert fate == "free"
+        assert reason == ("new" if state == "unowned" else "gone")
+
+
+def test_a_hand_off_in_flight_waits_for_its_owner_whatever_it_does() -> None:
+    for standing in ("live", "held", "draining"):
+        assert handoffs.fate("revoking", standing) == ("wait", None)
+
+
+def test_only_a_free_partition_changes_epoch() -> None:
+    fates = {fate for fate, _ in handoffs.FATES.values()}
+    assert {f for f in fates if handoffs.EPOCH_STEP[f]} == {"free"}
+    assert handoffs.EPOCH_STEP["free"] == 1
+
+
+def test_free_has_a_reason_and_nothing_else_has() -> None:
+    for fate, reason in handoffs.FATES.values():
+        assert (reason is not None) == (fate == "free")
+
+
+@pytest.mark.parametrize(
+    ("written", "acknowledged", "waited", "expected"),
+    [
+        (None, None, 0.0, "unowned"),
+        ("owned", None, 999.0, "owned"),
+        ("owned", 4, 0.0, "owned"),
+        ("revoking", None, 0.0, "revoking"),
+        ("revoking", 3, 0.0, "revoking"),  # an older epoch's acknowledgement does not count
+        ("revoking", 4, 0.0, "released"),
+        ("revoking", None, 30.0, "expired"),
+        ("revoking", 4, 30.0, "released"),  # an acknowledgement beats the timeout
+    ],
+)
+def test_partition_state_reads_acknowledgements_and_the_clock(
+    written: handoffs.WrittenState | None,
+    acknowledged: int | None,
+    waited: float,
+    expected: handoffs.PartitionState,
+) -> None:
+    state = handoffs.partition_state(
+        written, epoch=4, acknowledged=acknowledged, waited=waited, timeout=30.0
+    )
+    assert state == expected
+
+
+def test_worker_transitions_reach_every_outcome_from_fencing() -> None:
+    reachable = {"fencing"}
+    frontier = ["fencing"]
+    while frontier:
+        state = frontier.pop()
+        for (source, _), target in handoffs.WORKER_TRANSITIONS.items():
+            if source == state and target not in reachable:
+                reachable.add(target)
+                frontier.append(target)
+    assert reachable == set(handoffs.WORKER_STATES)
+
+
+def test_outcomes_are_terminal() -> None:
+    for (source, _), _target in handoffs.WORKER_TRANSITIONS.items():
+        assert source not in handoffs.OUTCOMES
+
+
+def test_the_planned_path_releases_after_the_final_checkpoint() -> None:
+    state: handoffs.WorkerState = "fencing"
+    for event in ("fenced", "revoked", "checkpointed"):
+        state = handoffs.next_worker_state(state, event)  # type: ignore[arg-type]
+    assert state == "released"
+
+
+def test_an_illegal_move_raises() -> None:
+    with pytest.raises(
+        handoffs.IllegalTransition, match="state 'running' cannot take event 'checkpointed'"
+    ):
+        handoffs.next_worker_state("running", "checkpointed")
+    with pytest.raises(handoffs.IllegalTransition):
+        handoffs.next_worker_state("released", "revoked")
+
+
+def test_ownership_lost_stops_a_worker_from_any_live_state() -> None:
+    for state in ("fencing", "running", "releasing"):
+        assert handoffs.next_worker_state(state, "ownership_lost") == "lost"  # type: ignore[arg-type]
+
+
+def test_a_revoked_partition_that_does_not_run_is_released_at_once() -> None:
+    assert handoffs.released_at_once("revoking", running=False)
+    assert not handoffs.released_at_once("revoking", running=True)
+    assert not handoffs.released_at_once("owned", running=False)
