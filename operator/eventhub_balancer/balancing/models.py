@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Literal, NewType, get_args
 
 from eventhub_balancer import handoffs
@@ -150,3 +150,8 @@ def name_key(name: str) -> NameKey:
     return tuple(
         (0, int(run), run) if run.isdecimal() else (1, 0, run) for run in _RUNS.split(name) if run
     )
+
+
+def ordered_partitions(partitions: Iterable[PartitionId]) -> list[PartitionId]:
+    """Partitions in the planner's order: numerically when they are numbers."""
+    return sorted(partitions, key=name_key)

@@ -1,0 +1,144 @@
+"""Where every partition stands at the start of a planning cycle (the planner's rules 1 and 2).
+
+Every member gets a standing from its state and the clock, and every partition a fate from
+the hand-off table (`handoffs.FATES`): kept, held, in flight, to be drained, or loose (to be
+placed now). The strategies in `planning` (by count) and `lagging` (by lag) decide from here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import NamedTuple
+
+from eventhub_balancer import handoffs
+from eventhub_balancer.balancing import models
+
+#: live: gets partitions; held: keeps, gets nothing; draining: loses all by hand-off;
+#: gone: loses all at once.
+Standing = handoffs.Standing
+
+
+def standing(member: models.Member | None, *, now: float, options: models.Options) -> Standing:
+    """What a member's state means for its partitions at `now` (None: absent, so gone)."""
+    if member is None:
+        return "gone"
+    if member.state == "ready":
+        return "live"
+    if member.state == "terminating":
+        return "draining"
+    if now - member.since < options.pod_grace_seconds:
+        return "held"
+    return "gone"
+
+
+class Loose(NamedTuple):
+    """A partition to be placed in this cycle (a tuple: there are up to P of them)."""
+
+    partition: models.PartitionId
+    entry: models.Ownership | None
+    reason: models.MoveReason  # new, gone, released or timeout
+
+
+class Revoke(NamedTuple):
+    """A partition to be marked revoking on its owner in this cycle."""
+
+    partition: models.PartitionId
+    entry: models.Ownership
+    reason: models.MoveReason  # drain or rebalance
+
+
+@dataclasses.dataclass(kw_only=True)
+class Census:
+    """Where every partition stands at the start of the cycle."""
+
+    order: list[models.PartitionId]  # the partitions, in order
+    rank: dict[models.PartitionId, int]  # partition -> its place in `order`
+    live: list[models.Member]  # by name
+    kept: dict[models.MemberName, list[models.PartitionId]]  # live owner -> owned, in order
+    loose: list[Loose] = dataclasses.field(default_factory=list)
+    in_flight: list[models.PartitionId] = dataclasses.field(default_factory=list)
+    drains: list[Revoke] = dataclasses.field(default_factory=list)
+    held: list[models.PartitionId] = dataclasses.field(default_factory=list)
+    vanished: list[models.Move] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(kw_only=True)
+class Decision:
+    """What the weighting strategy decided: targets, revokes, and where partitions go."""
+
+    targets: dict[models.MemberName, int]
+    revokes: list[Revoke]
+    #: loose and revoked partitions -> their (intended) next owner; None: no live member
+    destinations: dict[models.PartitionId, models.MemberName | None]
+
+
+def take_census(scenario: models.Scenario) -> Census:
+    now, options = scenario.now, scenario.options
+    members = {m.name: m for m in scenario.members}
+    standings = {n: standing(m, now=now, options=options) for n, m in members.items()}
+    live = sorted(
+        (m for m in scenario.members if standings[m.name] == "live"),
+        key=lambda m: models.name_key(m.name),
+    )
+    order = models.ordered_partitions(scenario.partitions)
+    census = Census(
+        order=order,
+        rank={p: i for i, p in enumerate(order)},
+        live=live,
+        kept={m.name: [] for m in live},
+    )
+    present = set(scenario.partitions)
+
+    for p, old in scenario.assignment.items():
+        if (
+            p not in present
+            and old.owner is not None
+            and standings.get(old.owner, "gone") != "gone"
+        ):
+            # Tell the owner to stop; nobody takes a partition that no longer exists.
+            census.vanished.append(
+                models.Move(
+                    partition=p,
+                    source=old.owner,
+                    target=None,
+                    epoch=old.epoch,
+                    kind="revoke",
+                    reason="vanished",
+                )
+            )
+
+    for p in order:
+        entry = scenario.assignment.get(p)
+        owner = entry.owner if entry is not None else None
+        if entry is None or owner is None:
+            census.loose.append(Loose(partition=p, entry=entry, reason="new"))
+            continue
+        state = handoffs.partition_state(
+            entry.state,
+            epoch=entry.epoch,
+            acknowledged=scenario.released.get(p),
+            waited=now - entry.since,
+            timeout=options.handoff_timeout_seconds,
+        )
+        fate, reason = handoffs.fate(state, standings.get(owner, "gone"))
+        if fate == "free":
+            assert reason is not None
+            census.loose.append(Loose(partition=p, entry=entry, reason=reason))
+        elif fate == "wait":
+            # Leaving in any case (a hand-off is never cancelled), so it counts as available
+            # even on a held owner.
+            census.in_flight.append(p)
+        elif fate == "keep":
+            census.kept[owner].append(p)
+        elif fate == "hold":
+            census.held.append(p)
+        else:
+            census.drains.append(Revoke(partition=p, entry=entry, reason="drain"))
+    return census
+
+
+def budget(scenario: models.Scenario, census: Census) -> float:
+    """How many rebalancing revokes may start: drains come first and are never held back."""
+    cap = scenario.options.max_moves_per_cycle
+    return math.inf if cap == 0 else max(0, cap - len(census.drains))

@@ -1,0 +1,228 @@
+"""Planning with ``weighting: lag``: spread the backlog, not the count, without ping-pong.
+
+With ``weighting: lag`` the unit is load (events behind + 1 per partition), and lag changes
+every cycle, so moves are damped (``lagTolerance`` = t, m = the mean load per unit of weight):
+
+5. A cycle with anything in motion (partitions to place, hand-offs in flight, drains) only
+   places: loose partitions, then leaving ones, heaviest first, each to whoever carries the
+   least after taking it (never back to the member it leaves).
+6. A quiet cycle starts rebalancing only if a *material* move exists at margin t x m: moving
+   a partition of size s from g to r leaves g at least the margin above r's old load and r at
+   least the margin below g's old load, per unit of weight (equal weights: load(g) - load(r)
+   >= s + t x m). Once started it goes on at margin t x m / 2 (hysteresis), most loaded member
+   first, and names each revoke's next owner exactly as rule 5 will place it when released.
+   Each move lowers sum(load^2 / weight) by at least 2 x s x margin, so it stops; the state it
+   leaves has no move material at half the tolerance, so lags must change by a material amount
+   before the next move (the guarantees are in docs/planner.md).
+"""
+
+from __future__ import annotations
+
+import bisect
+import fractions
+import math
+from collections.abc import Callable, Mapping
+
+from eventhub_balancer.balancing import censuses, loads, models, targets
+
+
+def decide(scenario: models.Scenario, census: censuses.Census) -> censuses.Decision:
+    """Targets in load units, the revokes to start, and where loose and leaving ones go."""
+
+    def size(p: models.PartitionId) -> int:
+        # +1 so that idle partitions still spread.
+        return scenario.lag.get(p, 0) + 1
+
+    weighed = {
+        m.name: [(size(p), census.rank[p], p) for p in census.kept[m.name]] for m in census.live
+    }
+    kept = {name: sum(s for s, _, _ in ps) for name, ps in weighed.items()}
+    weights = {m.name: m.weight for m in census.live}
+    available = sum(size(p) for p in scenario.partitions) - sum(size(p) for p in census.held)
+    quota = targets.quotas(
+        total=available,
+        claims=[
+            targets.Claim(name=m.name, weight=m.weight, current=kept[m.name]) for m in census.live
+        ],
+    )
+    owners = {p: e.owner for p, e in scenario.assignment.items()}
+    # Loose partitions are placed for real, then the in-flight and drained ones to name their
+    # next owner: the same two steps, in the same order, that the next cycles will take.
+    placing = [x.partition for x in census.loose]
+    leaving = census.in_flight + [r.partition for r in census.drains]
+    revokes = list(census.drains)
+    if placing or leaving or not census.live:
+        # Something is in motion: place it, start nothing new until the loads have settled.
+        book = loads.Loads(loads=kept, weights=weights)
+        destinations = _place(book, placing, size=size, rank=census.rank, owners=owners)
+        destinations.update(_place(book, leaving, size=size, rank=census.rank, owners=owners))
+        return censuses.Decision(targets=quota, revokes=revokes, destinations=destinations)
+
+    whole = sum((fractions.Fraction(w) for w in weights.values()), fractions.Fraction(0))
+    mean = available / whole  # load per unit of weight
+    tolerance = fractions.Fraction(scenario.options.lag_tolerance)
+    budget = censuses.budget(scenario, census)
+    # A member's partitions, smallest first; sorted only for the members that come up as givers.
+    movable: dict[models.MemberName, list[tuple[int, int, models.PartitionId]]] = {}
+
+    def smallest_first(name: models.MemberName) -> list[tuple[int, int, models.PartitionId]]:
+        if name not in movable:
+            movable[name] = sorted(weighed[name])
+        return movable[name]
+
+    shed: dict[models.PartitionId, models.MemberName] = {}  # revoked partition -> its owner
+    # Start only on a move that is material at the full tolerance; once started, go on down to
+    # half of it (hysteresis), so that the result is not on the edge of the trigger.
+    started = False
+    margin = tolerance * mean
+    while True:
+        remaining = dict(kept)
+        for p, owner in shed.items():
+            remaining[owner] -= size(p)
+        book = loads.Loads(loads=remaining, weights=weights)
+        # The next owners as the next cycle will place the revoked partitions once released.
+        destinations = _place(book, list(shed), size=size, rank=census.rank, owners=owners)
+        if len(shed) >= budget:
+            break
+        found = _shed(
+            book,
+            smallest_first,
+            shed,
+            size=size,
+            margin=margin,
+            budget=budget - len(shed),
+            probe=not started,
+        )
+        if not found:
+            break
+        if not started:
+            started, margin = True, margin / 2
+            continue
+        # Placement may differ from what the shedding assumed: look again from there.
+        shed.update(found)
+    revokes += [
+        censuses.Revoke(partition=p, entry=scenario.assignment[p], reason="rebalance")
+        for p in sorted(shed, key=census.rank.__getitem__)
+    ]
+    return censuses.Decision(targets=quota, revokes=revokes, destinations=destinations)
+
+
+def _place(
+    book: loads.Loads,
+    partitions: list[models.PartitionId],
+    *,
+    size: Callable[[models.PartitionId], int],
+    rank: dict[models.PartitionId, int],
+    owners: Mapping[models.PartitionId, models.MemberName | None],
+) -> dict[models.PartitionId, models.MemberName | None]:
+    """Heaviest first, each to whoever carries the least after taking it, never back to the
+    member it leaves while another one is live."""
+    destinations: dict[models.PartitionId, models.MemberName | None] = {}
+    for p in sorted(partitions, key=lambda p: (-size(p), rank[p])):
+        receiver = book.receiver(size(p), avoid=owners.get(p))
+        destinations[p] = receiver
+        if receiver is not None:
+            book.add(receiver, size(p))
+    return destinations
+
+
+def _shed(
+    book: loads.Loads,
+    movable: Callable[[models.MemberName], list[tuple[int, int, models.PartitionId]]],
+    gone: Mapping[models.PartitionId, object],
+    *,
+    size: Callable[[models.PartitionId], int],
+    margin: fractions.Fraction,
+    budget: float,
+    probe: bool,
+) -> dict[models.PartitionId, models.MemberName]:
+    """Material moves, most loaded member first, until none is left (`probe`: the first one).
+
+    `movable` gives a member's partitions, smallest first; those in `gone` are already leaving.
+
+    A move of a partition of size s from g to r is material when, per unit of weight, the giver
+    stays at least `margin` above where the receiver was and the receiver stays at least
+    `margin` below where the giver was (equal weights: load(g) - load(r) >= s + margin); with no
+    margin, strictly. Each such move lowers sum(load^2 / weight) by at least 2 x s x margin, so
+    this ends. Among the material moves of the giver, the one that best evens out the pair.
+    """
+    left: dict[models.MemberName, list[models.PartitionId]] = {}
+    sizes: dict[models.MemberName, list[int]] = {}
+    found: dict[models.PartitionId, models.MemberName] = {}
+    settled: set[models.MemberName] = set()
+    need: dict[float, int] = {}  # weight -> the least whole load gap, with equal weights
+    while len(found) < budget:
+        giver = book.heaviest(skip=settled)
+        if giver is None:
+            break
+        lightest = book.lightest()
+        if len(lightest) == 1:  # equal weights: integers
+            w = book.weight(giver)
+            if w not in need:
+                need[w] = max(1, math.ceil(margin * fractions.Fraction(w)))
+            # A move needs load(g) - load(r) - s >= need with s >= 1.
+            if book[giver] - book[lightest[0]] <= need[w]:
+                break  # no material move from this giver, nor from any lighter one
+        else:
+            floor = min(
+                fractions.Fraction(book[n]) / fractions.Fraction(book.weight(n)) for n in lightest
+            )
+            level = fractions.Fraction(book[giver]) / fractions.Fraction(book.weight(giver))
+            if level - floor <= margin:
+                break
+        if giver not in left:
+            entries = [e for e in movable(giver) if e[2] not in gone]
+            left[giver] = [p for _, _, p in entries]
+            sizes[giver] = [n for n, _, _ in entries]
+        best: tuple[float, models.NameKey, int, models.MemberName] | None = None
+        for receiver in book.lightest(avoid=giver):
+            if book.weight(receiver) == book.weight(giver) and book.weight(giver) in need:
+                largest = book[giver] - book[receiver] - need[book.weight(giver)]
+            else:
+                largest = _largest(book, giver=giver, receiver=receiver, margin=margin)
+            fitting = bisect.bisect_right(sizes[giver], largest)
+            if fitting == 0:
+                continue
+            w_giver, w_receiver = book.weight(giver), book.weight(receiver)
+            even = (book[giver] * w_receiver - book[receiver] * w_giver) / (w_giver + w_receiver)
+            middle = bisect.bisect_right(sizes[giver], even, hi=fitting)
+            for index in {max(middle - 1, 0), min(middle, fitting - 1)}:
+                moved = sizes[giver][index]
+                higher = max((book[giver] - moved) / w_giver, (book[receiver] + moved) / w_receiver)
+                candidate = (higher, models.name_key(receiver), index, receiver)
+                if best is None or candidate < best:
+                    best = candidate
+        if best is None:
+            settled.add(giver)
+            continue
+        *_, index, receiver = best
+        p = left[giver].pop(index)
+        book.add(giver, -sizes[giver].pop(index))
+        book.add(receiver, size(p))
+        found[p] = giver
+        if probe:
+            break
+    return found
+
+
+def _largest(
+    book: loads.Loads,
+    *,
+    giver: models.MemberName,
+    receiver: models.MemberName,
+    margin: fractions.Fraction,
+) -> int:
+    """The largest partition size whose move from giver to receiver is material.
+
+    Exact (integers, or fractions for unequal weights): a rounding error here would let a
+    partition go back and forth between two members.
+    """
+    w_giver, w_receiver = book.weight(giver), book.weight(receiver)
+    if w_giver == w_receiver:
+        # load(g) - load(r) - s >= margin x w, and > 0 (sizes and loads are integers).
+        return (
+            book[giver] - book[receiver] - max(1, math.ceil(margin * fractions.Fraction(w_giver)))
+        )
+    wg, wr = fractions.Fraction(w_giver), fractions.Fraction(w_receiver)
+    limit = (book[giver] / wg - book[receiver] / wr - margin) * min(wg, wr)
+    return math.floor(limit) if margin else math.ceil(limit) - 1
