@@ -31,9 +31,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypedDict
 
+from eventhub_balancer import runners
 from eventhub_balancer.adapters import blobs, checkpointing
 from eventhub_balancer_devstack import azurite, faultproxy
-from eventhub_balancer_devstack.scenarios import loops, running, systems
+from eventhub_balancer_devstack.scenarios import runs, systems
 
 logger = logging.getLogger(__name__)
 
@@ -100,11 +101,11 @@ class CheckpointWatch:
         self._stop = asyncio.Event()
         self._done: object = None
 
-    def start(self, loop: loops.LoopThread) -> None:
+    def start(self, loop: runners.BackgroundLoop) -> None:
         self._done = loop.submit(self._run())
 
-    def stop(self, loop: loops.LoopThread) -> None:
-        loop.loop.call_soon_threadsafe(self._stop.set)
+    def stop(self, loop: runners.BackgroundLoop) -> None:
+        loop.call_soon(self._stop.set)
         done = self._done
         if done is not None:
             with contextlib.suppress(Exception):
@@ -160,7 +161,7 @@ class Chaos:
     def __init__(
         self,
         *,
-        scenario: running.Scenario,
+        scenario: runs.ScenarioRun,
         system: systems.OursSystem,
         proxy: faultproxy.FaultProxy,
         options: ChaosOptions,
@@ -211,7 +212,7 @@ class Chaos:
             wait = self.rng.uniform(*self.options.gap_s)
             until = min(deadline, time.monotonic() + wait)
             while time.monotonic() < until:
-                time.sleep(running.POLL_S)
+                time.sleep(runs.POLL_S)
                 self.scenario.observe()
 
     def stop_faults(self) -> None:
@@ -229,21 +230,21 @@ class Chaos:
         while time.monotonic() < deadline:
             if predicate():
                 return round(time.monotonic() - started, 3)
-            time.sleep(running.POLL_S)
+            time.sleep(runs.POLL_S)
         return None
 
 
-def run(options: ChaosOptions, *, observer: running.Observer) -> ChaosReport:
+def run(options: ChaosOptions, *, observer: runs.Observer) -> ChaosReport:
     hub = "chaos"
     with (
-        running.local_stack(hubs={hub: options.partitions}, work_dir=options.work_dir) as (
+        runs.local_stack(hubs={hub: options.partitions}, work_dir=options.work_dir) as (
             stack,
             loop,
             root,
         ),
         faultproxy.FaultProxy(stack.azurite.port) as proxy,
     ):
-        site = running.make_site(
+        site = runs.make_site(
             stack=stack,
             loop=loop,
             root=root,
@@ -257,15 +258,15 @@ def run(options: ChaosOptions, *, observer: running.Observer) -> ChaosReport:
             pod_grace_seconds=options.pod_grace_seconds,
             handoff_timeout_seconds=options.handoff_timeout_seconds,
         )
-        scenario = running.Scenario(
+        scenario = runs.ScenarioRun(
             site=site,
             system=system,
-            options=running.ScenarioOptions(
+            options=runs.ScenarioOptions(
                 partitions=options.partitions,
                 rate=options.rate,
                 interval_seconds=options.interval_seconds,
                 steps=(
-                    running.Step(
+                    runs.Step(
                         name=f"start {options.pods} pods", action="scale", value=options.pods
                     ),
                 ),

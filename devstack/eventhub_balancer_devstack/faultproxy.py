@@ -12,6 +12,7 @@ can be repeated. It runs in the caller's event loop (``async with``) or in its o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import random
@@ -23,6 +24,8 @@ from typing import Final
 
 import aiohttp
 from aiohttp import web
+
+from eventhub_balancer import runners
 
 logger = logging.getLogger(__name__)
 
@@ -223,9 +226,7 @@ class FaultProxy:
         self.faults = Faults()
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopping: asyncio.Event | None = None
+        self._background: runners.BackgroundLoop | None = None
 
     @property
     def port(self) -> int:
@@ -324,43 +325,26 @@ class FaultProxy:
 
     def start_in_thread(self, *, timeout: float = 10.0) -> FaultProxy:
         """Serve from a daemon thread with its own event loop; returns once listening."""
-        ready = threading.Event()
-        failure: list[BaseException] = []
-
-        async def serve() -> None:
-            self._loop = asyncio.get_running_loop()
-            self._stopping = asyncio.Event()
-            try:
-                await self.start()
-            except BaseException as e:
-                failure.append(e)
-                ready.set()
-                return
-            ready.set()
-            try:
-                await self._stopping.wait()
-            finally:
-                await self.stop()
-
-        self._thread = threading.Thread(
-            target=asyncio.run, args=(serve(),), name="fault-proxy", daemon=True
-        )
-        self._thread.start()
-        if not ready.wait(timeout):
-            raise RuntimeError(f"the fault proxy did not start within {timeout} s")
-        if failure:
-            raise failure[0]
+        background = runners.BackgroundLoop(name="fault-proxy", timeout=timeout).start()
+        try:
+            background.enter(lambda: self)
+        except BaseException as e:
+            with contextlib.suppress(TimeoutError):
+                background.stop()
+            if isinstance(e, TimeoutError):
+                raise RuntimeError(f"the fault proxy did not start within {timeout} s") from e
+            raise
+        self._background = background
         return self
 
     def stop_thread(self, *, timeout: float = 10.0) -> None:
-        if self._thread is None or self._loop is None or self._stopping is None:
+        background, self._background = self._background, None
+        if background is None:
             return
-        self._loop.call_soon_threadsafe(self._stopping.set)
-        self._thread.join(timeout)
-        if self._thread.is_alive():
-            raise RuntimeError(f"the fault proxy thread did not stop within {timeout} s")
-        self._thread = None
-        self._loop = None
+        try:
+            background.stop(timeout=timeout)
+        except TimeoutError as e:
+            raise RuntimeError(f"the fault proxy thread did not stop within {timeout} s") from e
 
     def __enter__(self) -> FaultProxy:
         return self.start_in_thread()

@@ -14,6 +14,7 @@ disappear only after the consumer released its partitions.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import datetime
@@ -33,6 +34,8 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+from eventhub_balancer import runners
+
 logger = logging.getLogger(__name__)
 
 #: Holds a Pod object after its deletion until our process for it has exited.
@@ -51,6 +54,9 @@ FAILURE_THRESHOLD = 3
 
 #: The longest wait for the API in any single call, so that nothing here hangs.
 API_TIMEOUT_S = 10
+
+#: The longest wait for the probe loop to end on stop (a round of probes in flight finishes).
+PROBE_STOP_S = 5.0
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -99,8 +105,8 @@ def _now() -> str:
 class LocalKubelet:
     """Creates, probes, restarts and deletes process-backed pods of one workload.
 
-    The API calls run on the caller's thread (create, delete) and on one probe thread, each
-    with the sync client and a bounded timeout.
+    The API calls run on the caller's thread (create, delete) and on the probe loop's
+    thread, each with the sync client and a bounded timeout.
     """
 
     def __init__(
@@ -115,8 +121,7 @@ class LocalKubelet:
         self._template = template
         self._pods: dict[str, _Pod] = {}
         self._lock = threading.RLock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._probing = runners.BackgroundLoop(name="local-kubelet", timeout=PROBE_STOP_S)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -128,8 +133,8 @@ class LocalKubelet:
         self.stop()
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._probe_loop, name="local-kubelet", daemon=True)
-        self._thread.start()
+        self._probing.start()
+        self._probing.submit(self._probe_loop())
 
     def stop(self, *, grace_s: float = 10.0) -> None:
         """Delete every pod gracefully (SIGTERM, then SIGKILL after ``grace_s``)."""
@@ -146,9 +151,10 @@ class LocalKubelet:
             except subprocess.TimeoutExpired:
                 pod.process.kill()
                 pod.process.wait(timeout=5)
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        try:
+            self._probing.stop()
+        except TimeoutError:
+            logger.warning("the probe loop did not stop within %g s", PROBE_STOP_S)
         for pod in pods:
             self._finish(pod)
 
@@ -319,28 +325,34 @@ class LocalKubelet:
         except (urllib.error.URLError, OSError, ValueError):
             return False
 
-    def _probe_loop(self) -> None:
-        while not self._stop.wait(PROBE_INTERVAL_S):
-            with self._lock:
-                pods = [p for p in self._pods.values() if not p.gone]
-            for pod in pods:
-                if pod.process.poll() is not None and not pod.deleting:
-                    self._restart(pod)
-                    pod.failures = FAILURE_THRESHOLD  # a dead container is NotReady at once
-                ready = self._probe(pod) and not pod.deleting
-                if ready:
-                    pod.failures = 0
-                elif pod.ready and pod.process.poll() is None and not pod.deleting:
-                    pod.failures += 1
-                    if pod.failures < FAILURE_THRESHOLD:
-                        continue
-                if ready != pod.ready:
-                    pod.ready = ready
-                    try:
-                        self._patch_status(pod, phase="Running", ready=ready)
-                    except ApiException as e:
-                        if e.status != 404:
-                            logger.warning("pod %s: status update failed: %s", pod.name, e)
+    async def _probe_loop(self) -> None:
+        # The probes and API calls block: this loop's thread is theirs alone, and stop()
+        # cancels the loop between two rounds.
+        while True:
+            await asyncio.sleep(PROBE_INTERVAL_S)
+            self._probe_round()
+
+    def _probe_round(self) -> None:
+        with self._lock:
+            pods = [p for p in self._pods.values() if not p.gone]
+        for pod in pods:
+            if pod.process.poll() is not None and not pod.deleting:
+                self._restart(pod)
+                pod.failures = FAILURE_THRESHOLD  # a dead container is NotReady at once
+            ready = self._probe(pod) and not pod.deleting
+            if ready:
+                pod.failures = 0
+            elif pod.ready and pod.process.poll() is None and not pod.deleting:
+                pod.failures += 1
+                if pod.failures < FAILURE_THRESHOLD:
+                    continue
+            if ready != pod.ready:
+                pod.ready = ready
+                try:
+                    self._patch_status(pod, phase="Running", ready=ready)
+                except ApiException as e:
+                    if e.status != 404:
+                        logger.warning("pod %s: status update failed: %s", pod.name, e)
 
     def _patch_status(self, pod: _Pod, *, phase: str, ready: bool) -> None:
         status = "True" if ready else "False"

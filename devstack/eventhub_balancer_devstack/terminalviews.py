@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
-from eventhub_balancer_devstack.scenarios import running
+from eventhub_balancer_devstack.scenarios import runs
 
 #: Redraws per second on a terminal: lively, but cheap on a 2-core machine.
 FRAMES_PER_S = 4.0
@@ -47,7 +47,7 @@ def compact(partitions: Sequence[str]) -> str:
     return ",".join(spans + others) or "-"
 
 
-def progress_line(progress: running.Progress) -> str:
+def progress_line(progress: runs.Progress) -> str:
     total = len(progress.steps)
     if progress.phase == "draining":
         where = f"draining the backlog ({progress.step_elapsed_s:.1f} s)"
@@ -67,13 +67,13 @@ def progress_line(progress: running.Progress) -> str:
     return f"[{progress.label} {progress.elapsed_s:5.1f} s] {where}"
 
 
-def _last_balanced(progress: running.Progress) -> str:
+def _last_balanced(progress: runs.Progress) -> str:
     if not progress.results:
         return "-"
     return describe(progress.results[-1])
 
 
-def describe(result: running.StepResult) -> str:
+def describe(result: runs.StepResult) -> str:
     """``2.38 s after 11.36 s of pod start-up`` or ``timeout (...)``."""
     if result.balanced_s is None:
         return f"timeout ({result.reason})"
@@ -85,7 +85,7 @@ def describe(result: running.StepResult) -> str:
     return text
 
 
-def frame(progress: running.Progress, *, width: int = 100) -> list[str]:
+def frame(progress: runs.Progress, *, width: int = 100) -> list[str]:
     """The view as lines (no escapes other than colour)."""
     snapshot = progress.snapshot
     in_flight = snapshot.in_flight if snapshot is not None else 0
@@ -143,7 +143,7 @@ class LiveView:
             self.out.write(SHOW_CURSOR)
             self.out.flush()
 
-    def __call__(self, progress: running.Progress) -> None:
+    def __call__(self, progress: runs.Progress) -> None:
         if self.tty:
             now = time.monotonic()
             if now - self._drawn < 1.0 / FRAMES_PER_S and progress.phase != "done":

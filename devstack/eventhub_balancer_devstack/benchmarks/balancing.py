@@ -1,9 +1,9 @@
 """Side by side: the SDK's own balancing against eventhub-balancer, the same scenario twice.
 
-The project's claim (DESIGN.md, "Why it exists") is that central balancing with ordered
+The project's claim (docs/index.md, "Why") is that central balancing with ordered
 hand-offs balances an order of magnitude faster than the SDK's lease race, fails over in
 seconds instead of an ownership expiry, and duplicates nothing on planned moves. This
-benchmark runs the demo's scenario (`scenarios.running.standard_steps`) once with SDK
+benchmark runs the demo's scenario (`scenarios.runs.standard_steps`) once with SDK
 EventProcessorClient workers (`sdkbalancing`) and once with the operator and our consumer
 runtime, on the same emulator and Azurite in one invocation (each on its own hub, namespace
 and checkpoint container, so neither sees the other's events or blobs), and reports per step
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Literal, TypedDict
 
 from eventhub_balancer_devstack import sdkbalancing
-from eventhub_balancer_devstack.scenarios import running, systems
+from eventhub_balancer_devstack.scenarios import runs, systems
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -71,7 +71,7 @@ class Side(TypedDict):
 
 class StepFigures(TypedDict):
     step: str
-    kind: running.Kind
+    kind: runs.Kind
     sdk: Side
     ours: Side
     #: SDK over ours, ``balanced_s``; None when either did not balance in time.
@@ -91,12 +91,12 @@ class Report(TypedDict):
     ratio_balanced_s: float | None
     ratio_end_to_end_s: float | None
     targets: dict[str, Target]
-    sdk: running.Summary
-    ours: running.Summary
+    sdk: runs.Summary
+    ours: runs.Summary
     settings: dict[str, float | int]
 
 
-def _side(step: running.StepSummary) -> Side:
+def _side(step: runs.StepSummary) -> Side:
     return {
         "balanced_s": step["balanced_s"],
         "end_to_end_s": step["end_to_end_s"],
@@ -115,8 +115,8 @@ def _ratio(sdk: float | None, ours: float | None) -> float | None:
 
 
 def _total_ratio(
-    sdk: list[running.StepSummary],
-    ours: list[running.StepSummary],
+    sdk: list[runs.StepSummary],
+    ours: list[runs.StepSummary],
     key: Literal["balanced_s", "end_to_end_s"],
 ) -> float | None:
     """Sum over the steps both balanced in time, SDK over ours."""
@@ -126,7 +126,7 @@ def _total_ratio(
     return round(sum(a for a, _ in both) / total, 1) if total > 0 else None
 
 
-def targets(steps: list[StepFigures], ours: running.Summary) -> dict[str, Target]:
+def targets(steps: list[StepFigures], ours: runs.Summary) -> dict[str, Target]:
     """The issue's targets, each with what this run measured (None: not measured)."""
     # The worst step of each kind counts; a step that did not finish leaves it unmeasured.
     ratios = [s["ratio"] for s in steps if s["kind"] == "scale-out"]
@@ -137,7 +137,7 @@ def targets(steps: list[StepFigures], ours: running.Summary) -> dict[str, Target
     failover = max((f for f in failovers if f is not None), default=None)
     if None in failovers:
         failover = None
-    planned = sum(s["ours"]["duplicates"] for s in steps if s["kind"] in running.PLANNED)
+    planned = sum(s["ours"]["duplicates"] for s in steps if s["kind"] in runs.PLANNED)
     return {
         "scale_out_ratio": {
             "target": f">= {TARGET_SCALE_OUT_RATIO:g}",
@@ -158,7 +158,7 @@ def targets(steps: list[StepFigures], ours: running.Summary) -> dict[str, Target
     }
 
 
-def compare(sdk: running.Summary, ours: running.Summary, settings: Settings) -> Report:
+def compare(sdk: runs.Summary, ours: runs.Summary, settings: Settings) -> Report:
     steps: list[StepFigures] = []
     for a, b in zip(sdk["steps"], ours["steps"], strict=True):
         steps.append(
@@ -189,12 +189,12 @@ def compare(sdk: running.Summary, ours: running.Summary, settings: Settings) -> 
     }
 
 
-def run(settings: Settings, *, observer: Callable[[running.Progress], None]) -> Report:
+def run(settings: Settings, *, observer: Callable[[runs.Progress], None]) -> Report:
     hubs = {"bench-ours": settings.partitions, "bench-sdk": settings.partitions}
-    summaries: dict[str, running.Summary] = {}
-    with running.local_stack(hubs=hubs, work_dir=settings.work_dir) as (stack, loop, root):
+    summaries: dict[str, runs.Summary] = {}
+    with runs.local_stack(hubs=hubs, work_dir=settings.work_dir) as (stack, loop, root):
         for label in ("ours", "sdk"):
-            site = running.make_site(
+            site = runs.make_site(
                 stack=stack,
                 loop=loop,
                 root=root,
@@ -205,7 +205,7 @@ def run(settings: Settings, *, observer: Callable[[running.Progress], None]) -> 
             system: systems.System = (
                 systems.OursSystem(site) if label == "ours" else sdkbalancing.SdkSystem(site)
             )
-            options = running.ScenarioOptions(
+            options = runs.ScenarioOptions(
                 partitions=settings.partitions,
                 grow_to=settings.grow_to,
                 rate=settings.rate,
@@ -215,7 +215,7 @@ def run(settings: Settings, *, observer: Callable[[running.Progress], None]) -> 
                     settings.ours_timeout_s if label == "ours" else settings.sdk_timeout_s
                 ),
             )
-            scenario = running.Scenario(
+            scenario = runs.ScenarioRun(
                 site=site, system=system, options=options, observer=observer
             )
             summaries[label] = scenario.run()

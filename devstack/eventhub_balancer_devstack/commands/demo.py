@@ -80,9 +80,9 @@ def _log_to_file(path: Path) -> None:
 def run(args: argparse.Namespace) -> int:
     _check(args)
     from eventhub_balancer_devstack import terminalviews
-    from eventhub_balancer_devstack.scenarios import running, systems
+    from eventhub_balancer_devstack.scenarios import runs, systems
 
-    options = running.ScenarioOptions(
+    options = runs.ScenarioOptions(
         partitions=args.partitions,
         grow_to=args.grow_to,
         rate=args.rate,
@@ -93,17 +93,17 @@ def run(args: argparse.Namespace) -> int:
     )
     out = sys.stderr if args.json else sys.stdout
     hub = "orders"
-    with running.local_stack(hubs={hub: args.partitions}, work_dir=args.work_dir) as (
+    with runs.local_stack(hubs={hub: args.partitions}, work_dir=args.work_dir) as (
         stack,
         loop,
         root,
     ):
         _log_to_file(root / "demo.log")
-        site = running.make_site(
+        site = runs.make_site(
             stack=stack, loop=loop, root=root, label="demo", hub=hub, interval_seconds=args.interval
         )
         with terminalviews.LiveView(out, tty=False if args.json else None) as view:
-            scenario = running.Scenario(
+            scenario = runs.ScenarioRun(
                 site=site, system=systems.OursSystem(site), options=options, observer=view
             )
             summary = scenario.run()
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
             f"produced {summary['produced']}, processed {summary['processed']}, "
             f"lost {summary['lost']}, duplicates {summary['duplicates']}"
         )
-        for line in running.format_steps(summary["steps"]):
+        for line in runs.format_steps(summary["steps"]):
             print(line)
         if args.work_dir is not None:
             print(f"records and pod logs: {args.work_dir}")

@@ -13,12 +13,12 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import TypeVar
 
+from eventhub_balancer import runners
 from eventhub_balancer_devstack.eventhubs import connections, hubs
 
 logger = logging.getLogger(__name__)
@@ -66,8 +66,7 @@ class EventHubsEmulator:
         self._connections: set[connections.Connection] = set()
         self._server: asyncio.Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._thread_stop: asyncio.Event | None = None
+        self._background: runners.BackgroundLoop | None = None
         self.port = port
 
     # --- lifecycle on the caller's loop ---------------------------------------------------
@@ -118,47 +117,27 @@ class EventHubsEmulator:
 
     def start_in_thread(self) -> None:
         """Run on a new event loop in a daemon thread; returns once the port is bound."""
-        if self._thread is not None:
+        if self._background is not None:
             raise RuntimeError("the emulator is running already")
-        started: concurrent.futures.Future[None] = concurrent.futures.Future()
-
-        async def serve() -> None:
-            try:
-                await self.start()
-            except BaseException as e:
-                started.set_exception(e)
-                raise
-            self._thread_stop = asyncio.Event()
-            started.set_result(None)
-            try:
-                await self._thread_stop.wait()
-            finally:
-                await self.stop()
-
-        def main() -> None:
-            with contextlib.suppress(Exception):
-                asyncio.run(serve())
-
-        self._thread = threading.Thread(target=main, name="eventhubs-emulator", daemon=True)
-        self._thread.start()
+        background = runners.BackgroundLoop(
+            name="eventhubs-emulator", timeout=THREAD_STOP_TIMEOUT_S
+        ).start(timeout=THREAD_START_TIMEOUT_S)
         try:
-            started.result(timeout=THREAD_START_TIMEOUT_S)
+            background.enter(lambda: self, timeout=THREAD_START_TIMEOUT_S)
         except BaseException:
-            self._thread.join(timeout=THREAD_STOP_TIMEOUT_S)
-            self._thread = None
+            with contextlib.suppress(TimeoutError):
+                background.stop()
             raise
+        self._background = background
 
     def stop_in_thread(self) -> None:
-        thread, self._thread = self._thread, None
-        if thread is None:
+        background, self._background = self._background, None
+        if background is None:
             return
-        loop, stop = self._loop, self._thread_stop
-        if loop is not None and stop is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):  # the loop ended on its own
-                loop.call_soon_threadsafe(stop.set)
-        thread.join(timeout=THREAD_STOP_TIMEOUT_S)
-        if thread.is_alive():
-            raise RuntimeError("the emulator's thread did not stop in time")
+        try:
+            background.stop()
+        except TimeoutError as e:
+            raise RuntimeError("the emulator's thread did not stop in time") from e
 
     @contextlib.contextmanager
     def running_in_thread(self) -> Iterator[EventHubsEmulator]:
@@ -196,6 +175,8 @@ class EventHubsEmulator:
                 return function()
         except RuntimeError:
             pass  # no loop in this thread
+        if self._background is not None:
+            return self._background.call(function, timeout=THREAD_START_TIMEOUT_S)
         future: concurrent.futures.Future[_T] = concurrent.futures.Future()
 
         def run() -> None:

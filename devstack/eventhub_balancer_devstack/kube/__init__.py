@@ -5,6 +5,6 @@ Built on kmock 0.8 with the gaps closed that kopf and the kubernetes client run 
 on 127.0.0.1 from a thread of its own. See :class:`LocalKubeAPI`.
 """
 
-from eventhub_balancer_devstack.kube.running import LocalKubeAPI
+from eventhub_balancer_devstack.kube.apiservers import LocalKubeAPI
 
 __all__ = ["LocalKubeAPI"]

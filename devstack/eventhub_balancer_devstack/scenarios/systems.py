@@ -23,11 +23,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from eventhub_balancer import runners
 from eventhub_balancer.adapters import blobs, eventhubs, kubeapi
 from eventhub_balancer.contracts import configmaps, specs
 from eventhub_balancer.handlers import registering, running
 from eventhub_balancer_devstack import kubelet, recording
-from eventhub_balancer_devstack.scenarios import loops
 from eventhub_balancer_devstack.stacks import LocalStack
 
 logger = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ class Site:
     """Where a system runs: the stack, its namespace and hub, and the scenario's files."""
 
     stack: LocalStack
-    loop: loops.LoopThread
+    loop: runners.BackgroundLoop
     namespace: str
     hub: str
     consumer: str
@@ -243,7 +243,7 @@ class OursSystem:
     def start_operator(self) -> None:
         """The real operator on the local API server (also after a simulated crash)."""
         api = kubeapi.KubeAPI.from_environment(str(self.site.kubeconfig))
-        runtime = registering.Runtime(
+        runtime = registering.Operator(
             kube=api,
             # The hub grows during the scenario: re-read its partitions every cycle (the
             # default is at least every minute).

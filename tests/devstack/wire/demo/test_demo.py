@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from eventhub_balancer_devstack import recording
-from eventhub_balancer_devstack.scenarios import running, systems
+from eventhub_balancer_devstack.scenarios import runs, systems
 
 pytestmark = pytest.mark.slow
 
@@ -120,7 +120,7 @@ def test_every_step_balances_and_nothing_is_lost(
 @pytest.mark.timeout(RUN_TIMEOUT_S + 60)
 def test_planned_moves_duplicate_nothing(demo_run: tuple[dict[str, Any], Path, str]) -> None:
     summary, _, _ = demo_run
-    planned = [s for s in summary["steps"] if s["kind"] in running.PLANNED]
+    planned = [s for s in summary["steps"] if s["kind"] in runs.PLANNED]
     assert len(planned) == 5
     assert [(s["step"], s["duplicates"]) for s in planned] == [(s["step"], 0) for s in planned]
     assert next(s for s in summary["steps"] if s["kind"] == "scale-out")["moved"] > 0

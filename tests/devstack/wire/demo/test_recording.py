@@ -14,7 +14,7 @@ import pytest
 
 from eventhub_balancer_devstack import recording, terminalviews
 from eventhub_balancer_devstack.benchmarks import balancing
-from eventhub_balancer_devstack.scenarios import running, systems
+from eventhub_balancer_devstack.scenarios import runs, systems
 
 
 def test_runs_compress_contiguous_sequence_numbers() -> None:
@@ -92,7 +92,7 @@ def test_judge_needs_even_counts_ready_members_and_nothing_in_flight() -> None:
     ).balanced
 
 
-def _progress(phase: str) -> running.Progress:
+def _progress(phase: str) -> runs.Progress:
     snapshot = systems.judge(
         partitions=["0", "1", "2", "3"],
         members=("p-a", "p-b"),
@@ -100,8 +100,8 @@ def _progress(phase: str) -> running.Progress:
         owners={"0": "p-a", "1": "p-a", "2": "p-b", "3": "p-b"},
         in_flight=0,
     )
-    steps = running.standard_steps(partitions=4, grow_to=6)
-    return running.Progress(
+    steps = runs.standard_steps(partitions=4, grow_to=6)
+    return runs.Progress(
         label="ours",
         step_index=1,
         steps=steps,
@@ -110,7 +110,7 @@ def _progress(phase: str) -> running.Progress:
         step_elapsed_s=1.5,
         snapshot=snapshot,
         pods=(
-            running.PodView(
+            runs.PodView(
                 name="p-a",
                 ready=True,
                 restarts=0,
@@ -118,7 +118,7 @@ def _progress(phase: str) -> running.Progress:
                 lag=3,
                 events_per_s=50.0,
             ),
-            running.PodView(
+            runs.PodView(
                 name="p-b",
                 ready=False,
                 restarts=1,
@@ -184,8 +184,8 @@ def test_taken_over_needs_another_ready_pod_that_took_the_partitions_up() -> Non
     assert systems.taken_over(_snapshot({"0": "a"}, ready={"a"}), ["0"], gone=None)
 
 
-def _summary_step(kind: running.Kind, **figures: Any) -> running.StepSummary:
-    step: running.StepSummary = {
+def _summary_step(kind: runs.Kind, **figures: Any) -> runs.StepSummary:
+    step: runs.StepSummary = {
         "step": kind,
         "kind": kind,
         "balanced_s": 1.0,
@@ -201,7 +201,7 @@ def _summary_step(kind: running.Kind, **figures: Any) -> running.StepSummary:
     return step
 
 
-def _summary(*steps: running.StepSummary) -> running.Summary:
+def _summary(*steps: runs.StepSummary) -> runs.Summary:
     return {"produced": 10, "processed": 10, "lost": 0, "duplicates": 0, "steps": list(steps)}
 
 
@@ -239,7 +239,7 @@ def test_the_report_judges_the_targets_on_the_headline_figures() -> None:
 
 
 def test_the_step_table_shows_the_headline_and_the_end_to_end_figure() -> None:
-    lines = running.format_steps(
+    lines = runs.format_steps(
         [
             _summary_step("scale-out", balanced_s=2.5, end_to_end_s=9.0, pods_up_s=6.5),
             _summary_step("delete", balanced_s=None, end_to_end_s=None, pod="p-1"),

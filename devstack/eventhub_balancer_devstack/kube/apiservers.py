@@ -1,4 +1,4 @@
-"""Runs the local Kubernetes API server in a thread of its own, with its own event loop.
+"""Runs the local Kubernetes API server on a background loop, in a thread of its own.
 
 A thread, because the synchronous kubernetes client blocks its caller: called from the
 server's own loop it would wait forever for a response that loop can no longer serve.
@@ -8,18 +8,16 @@ HTTP like to any cluster.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import contextlib
 import logging
-import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
 import kmock
 
+from eventhub_balancer import runners
 from eventhub_balancer_devstack.kube import kubeconfigs, resources, serving, storage
 
 logger = logging.getLogger(__name__)
@@ -35,7 +33,7 @@ CALL_TIMEOUT = 10.0
 
 
 def _repository_crds() -> Path | None:
-    # operator/eventhub_balancer/local/kube/running.py -> the repository root has crds/.
+    # devstack/eventhub_balancer_devstack/kube/apiservers.py -> the repository root has crds/.
     candidate = Path(__file__).resolve().parents[3] / "crds"
     return candidate if candidate.is_dir() else None
 
@@ -77,11 +75,7 @@ class LocalKubeAPI:
         self._crds_dir = Path(crds_dir) if crds_dir is not None else None
         self._auto_namespaces = auto_namespaces
         self._bookmark_interval = bookmark_interval
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopping: asyncio.Event | None = None
-        self._ready = threading.Event()
-        self._failure: BaseException | None = None
+        self._loop: runners.BackgroundLoop | None = None
         self._url: str | None = None
         self._handler: serving.LocalKubeHandler | None = None
 
@@ -102,34 +96,38 @@ class LocalKubeAPI:
         return self._handler
 
     def start(self) -> Self:
-        if self._thread is not None:
+        if self._loop is not None:
             raise RuntimeError("the local Kubernetes API is already started")
         crds = list(resources.load_crd_files(self._crds_dir)) if self._crds_dir else []
-        self._thread = threading.Thread(
-            target=self._run, args=(crds,), name="local-kube-api", daemon=True
-        )
-        self._thread.start()
-        if not self._ready.wait(START_TIMEOUT):
-            raise RuntimeError(f"the local Kubernetes API did not start in {START_TIMEOUT} s")
-        if self._failure is not None:
-            self._thread.join(STOP_TIMEOUT)
-            self._thread = None
-            raise RuntimeError("the local Kubernetes API failed to start") from self._failure
+        loop = runners.BackgroundLoop(name="local-kube-api", timeout=STOP_TIMEOUT)
+        loop.start(timeout=START_TIMEOUT)
+        try:
+            self._url = loop.enter(lambda: self._serving(crds), timeout=START_TIMEOUT)
+        except TimeoutError as e:
+            self._stop_loop(loop)
+            raise RuntimeError(
+                f"the local Kubernetes API did not start in {START_TIMEOUT} s"
+            ) from e
+        except BaseException as e:
+            self._stop_loop(loop)
+            raise RuntimeError("the local Kubernetes API failed to start") from e
+        self._loop = loop
         logger.info("local Kubernetes API serving at %s", self._url)
         return self
 
     def stop(self) -> None:
-        thread, loop, stopping = self._thread, self._loop, self._stopping
-        if thread is None:
+        loop, self._loop = self._loop, None
+        if loop is None:
             return
-        if loop is not None and stopping is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):  # the loop may have just closed
-                loop.call_soon_threadsafe(stopping.set)
-        thread.join(STOP_TIMEOUT)
-        if thread.is_alive():
-            logger.warning("the local Kubernetes API thread did not stop in %s s", STOP_TIMEOUT)
-        self._thread = None
         self._url = None
+        self._stop_loop(loop)
+
+    @staticmethod
+    def _stop_loop(loop: runners.BackgroundLoop) -> None:
+        try:
+            loop.stop(timeout=STOP_TIMEOUT)
+        except TimeoutError:
+            logger.warning("the local Kubernetes API thread did not stop in %s s", STOP_TIMEOUT)
 
     def __enter__(self) -> Self:
         return self.start()
@@ -142,24 +140,15 @@ class LocalKubeAPI:
     ) -> None:
         self.stop()
 
-    def _run(self, crds: list[dict[str, Any]]) -> None:
-        try:
-            asyncio.run(self._serve(crds))
-        except BaseException as e:  # reported to start(); the thread must not die silently
-            self._failure = e
-            self._ready.set()
-
-    async def _serve(self, crds: list[dict[str, Any]]) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stopping = asyncio.Event()
+    @contextlib.asynccontextmanager
+    async def _serving(self, crds: list[dict[str, Any]]) -> AsyncIterator[str]:
+        """The server, entered on the background loop until stop(); yields its URL."""
         store = storage.Store(auto_namespaces=self._auto_namespaces)
         store.install_crds(crds)
         handler = serving.LocalKubeHandler(store=store, bookmark_interval=self._bookmark_interval)
         self._handler = handler
         async with handler, kmock.Server(handler, host=self._host, port=self._port) as server:
-            self._url = f"http://{server.host}:{server.port}"
-            self._ready.set()
-            await self._stopping.wait()
+            yield f"http://{server.host}:{server.port}"
             store.close_subscriptions()  # end the watch streams, or shutdown waits for them
 
     # -- kubeconfig --------------------------------------------------------------------------
@@ -174,20 +163,9 @@ class LocalKubeAPI:
         loop = self._loop
         if loop is None or self._handler is None or self._url is None:
             raise RuntimeError("the local Kubernetes API is not running: call start() first")
-        with contextlib.suppress(RuntimeError):
-            if asyncio.get_running_loop() is loop:
-                raise RuntimeError("direct calls from the server's own loop would deadlock")
         store = self._handler.store
-
-        async def call() -> T:
-            return fn(store)
-
-        future = asyncio.run_coroutine_threadsafe(call(), loop)
-        try:
-            return future.result(CALL_TIMEOUT)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise
+        # From the server's own thread this raises RuntimeError: waiting there would deadlock.
+        return loop.call(lambda: fn(store), timeout=CALL_TIMEOUT)
 
     def _spec(self, store: storage.Store, resource: str) -> resources.ResourceSpec:
         group, version, plural = _split_resource(resource)

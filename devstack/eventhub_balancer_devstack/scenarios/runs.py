@@ -28,9 +28,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypedDict
 
-from eventhub_balancer import errors
+from eventhub_balancer import errors, runners
 from eventhub_balancer_devstack import kubelet, recording
-from eventhub_balancer_devstack.scenarios import loops, producing, systems
+from eventhub_balancer_devstack.scenarios import producing, systems
 from eventhub_balancer_devstack.stacks import LocalStack, StackOptions
 
 logger = logging.getLogger(__name__)
@@ -44,6 +44,10 @@ LAG_EVERY_S = 1.0
 RATE_WINDOW_S = 3.0
 #: The longest wait for the kubelet to see a killed process (it probes every 0.2 s).
 KILL_NOTICED_S = 3.0
+#: The longest any single call onto the I/O loop (the producer, checkpoint reads) may take
+#: before the caller gives up, and the longest wait for that loop to stop.
+CALL_TIMEOUT_S = 30.0
+LOOP_STOP_S = 10.0
 
 Action = Literal["scale", "delete", "kill", "grow"]
 #: What a step did, for the figures: a ``scale`` from zero pods is the start.
@@ -183,7 +187,7 @@ def _quiet(_: Progress) -> None:
     return None
 
 
-class Scenario:
+class ScenarioRun:
     """One run of the steps against one system on an already started stack."""
 
     def __init__(
@@ -272,7 +276,7 @@ class Scenario:
     def stop_producer(self) -> None:
         if self.producer is None or self._producer_done is None:
             return
-        self.site.loop.loop.call_soon_threadsafe(self.producer.stop)
+        self.site.loop.call_soon(self.producer.stop)
         with contextlib.suppress(Exception):
             self._producer_done.result(timeout=15)
         if self._producer_done.done() and self._producer_done.exception() is not None:
@@ -553,7 +557,7 @@ def _partition_key(partition: str) -> tuple[int, str]:
 @contextlib.contextmanager
 def local_stack(
     *, hubs: dict[str, int], work_dir: Path | None = None
-) -> Iterator[tuple[LocalStack, loops.LoopThread, Path]]:
+) -> Iterator[tuple[LocalStack, runners.BackgroundLoop, Path]]:
     """The local stack on free ports, an I/O loop, and a work directory; stopped on exit."""
     temporary = work_dir is None
     root = Path(tempfile.mkdtemp(prefix="ehb-demo-")) if work_dir is None else work_dir
@@ -567,12 +571,15 @@ def local_stack(
             state_dir=root,
         )
     )
-    loop = loops.LoopThread().start()
+    loop = runners.BackgroundLoop(name="scenario-io", timeout=CALL_TIMEOUT_S).start()
     try:
         with stack:
             yield stack, loop, root
     finally:
-        loop.stop()
+        try:
+            loop.stop(timeout=LOOP_STOP_S)
+        except TimeoutError:
+            logger.warning("the scenario's I/O loop did not stop in %g s", LOOP_STOP_S)
         if temporary:
             shutil.rmtree(root, ignore_errors=True)
 
@@ -580,7 +587,7 @@ def local_stack(
 def make_site(
     *,
     stack: LocalStack,
-    loop: loops.LoopThread,
+    loop: runners.BackgroundLoop,
     root: Path,
     label: str,
     hub: str,
