@@ -1,16 +1,30 @@
-"""The per-consumer daemon keeps balancing through errors; only a deleted resource stops it."""
+"""The per-consumer daemon on fake time (looptime): when cycles run, and what wakes them.
+
+The daemon runs over the in-memory ports with a clock read from the event loop, so a grace
+period of 20 s or a backoff of minutes passes in no real time, and the tests assert the exact
+loop time at which something happens.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import datetime
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
 from eventhub_balancer import errors
 from eventhub_balancer.handlers import cycles, registering
+from eventhub_balancer.reconciling import deciding
+from tests.support import fakes
 
-SPEC = {
+pytestmark = pytest.mark.looptime
+
+T0 = datetime.datetime(2024, 5, 1, 12, 0, 0, tzinfo=datetime.UTC)
+NS, NAME = "shop", "orders"
+KEY = (NS, NAME)
+SPEC: dict[str, Any] = {
     "eventHub": {
         "fullyQualifiedNamespace": "shop.servicebus.windows.net",
         "name": "orders",
@@ -21,8 +35,17 @@ SPEC = {
         "credentials": {"connectionStringSecretRef": {"name": "b", "key": "cs"}},
     },
     "selector": {"matchLabels": {"app": "c"}},
-    "balancing": {"intervalSeconds": 1},
+    "balancing": {"intervalSeconds": 100},  # long: only deadlines and wake-ups run cycles
 }
+
+
+def loop_time() -> float:
+    return asyncio.get_running_loop().time()
+
+
+def clock() -> datetime.datetime:
+    """The operator's wall clock, on the loop's (fake) time."""
+    return T0 + datetime.timedelta(seconds=loop_time())
 
 
 class Stopped:
@@ -38,45 +61,185 @@ class Stopped:
         await self.event.wait()
 
 
-class Kube:
-    def __init__(self, *, consumer_exists: bool) -> None:
-        self.consumer_exists = consumer_exists
+class Daemon:
+    """One consumer's daemon over fakes, started at loop time 0."""
 
-    async def get_consumer(self, *, namespace: str, name: str) -> dict[str, Any]:
-        if not self.consumer_exists:
-            raise errors.NotFound(f"{namespace}/{name} not found")
-        return {"metadata": {"name": name, "namespace": namespace}, "spec": SPEC}
+    def __init__(self, spec: dict[str, Any], *pods: str) -> None:
+        self.kube = fakes.FakeKube()
+        self.kube.add_consumer(NS, NAME, spec)
+        self.kube.add_secret(NS, "eh", {"cs": "Endpoint=sb://shop/;SharedAccessKey=x"})
+        self.kube.add_secret(NS, "b", {"cs": "UseDevelopmentStorage=true"})
+        for pod in pods:
+            self.kube.add_pod(NS, pod, labels={"app": "c"}, since=T0)
+        self.hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+        self.operator = registering.Operator(kube=self.kube, hubs=self.hubs, clock=clock)
+        self.stopped = Stopped()
+        self.spec = spec
+
+    def start(self) -> asyncio.Task[None]:
+        return asyncio.create_task(
+            registering.run_daemon(
+                self.operator, namespace=NS, name=NAME, spec=self.spec, stopped=self.stopped
+            )
+        )
+
+    async def until(self, seconds: float) -> None:
+        """Let the loop's time run to ``seconds``."""
+        await asyncio.sleep(seconds - loop_time())
+
+    def owned(self, pod: str) -> dict[str, tuple[int, str]]:
+        return self.kube.assignment(NS).get(pod, {})
 
 
-async def run(monkeypatch: pytest.MonkeyPatch, *, consumer_exists: bool) -> list[str]:
-    calls: list[str] = []
+@pytest.fixture
+async def running() -> AsyncIterator[Callable[..., Daemon]]:
+    daemons: list[tuple[Daemon, asyncio.Task[None]]] = []
+
+    def start(*pods: str, spec: dict[str, Any] = SPEC) -> Daemon:
+        daemon = Daemon(spec, *pods)
+        daemons.append((daemon, daemon.start()))
+        return daemon
+
+    yield start
+    for daemon, task in daemons:
+        daemon.stopped.event.set()
+        await asyncio.wait_for(task, timeout=60)
+
+
+async def test_a_notready_pod_loses_its_partitions_when_its_grace_ends(
+    running: Callable[..., Daemon],
+) -> None:
+    daemon = running("a", "b")
+    await daemon.until(1)
+    assert set(daemon.owned("a")) == {"0", "1"}
+    daemon.kube.set_ready(NS, "a", ready=False, since=clock())
+    daemon.operator.pod_changed(namespace=NS, name="a", labels={"app": "c"})
+    await daemon.until(20.9)  # podGraceSeconds 20 from the NotReady at 1
+    assert set(daemon.owned("a")) == {"0", "1"}
+    await daemon.until(21.5)
+    assert daemon.owned("a") == {}
+    assert daemon.owned("b") == {p: (2 if p in "01" else 1, "owned") for p in "0123"}
+    assert daemon.operator.cycles_run <= 4  # the start, the wake-up, the deadline (and once more)
+
+
+async def test_an_unacknowledged_handoff_ends_at_its_timeout(
+    running: Callable[..., Daemon],
+) -> None:
+    daemon = running("a")
+    await daemon.until(1)
+    daemon.kube.add_pod(NS, "b", labels={"app": "c"}, since=clock())
+    daemon.operator.pod_changed(namespace=NS, name="b", labels={"app": "c"})
+    await daemon.until(2)
+    revoking = {p: state for p, (_epoch, state) in daemon.owned("a").items()}
+    assert revoking == {"0": "owned", "1": "owned", "2": "revoking", "3": "revoking"}
+    await daemon.until(30.5)  # handoffTimeoutSeconds 30 from the revoke at 1.05
+    assert daemon.owned("b") == {}
+    await daemon.until(31.5)
+    assert daemon.owned("b") == {"2": (2, "owned"), "3": (2, "owned")}
+    assert "HandoffTimedOut" in [e["reason"] for e in daemon.kube.events]
+
+
+async def test_an_acknowledgement_hands_off_at_once(running: Callable[..., Daemon]) -> None:
+    daemon = running("a")
+    await daemon.until(1)
+    daemon.kube.add_pod(NS, "b", labels={"app": "c"}, since=clock())
+    daemon.operator.pod_changed(namespace=NS, name="b", labels={"app": "c"})
+    await daemon.until(2)
+    daemon.kube.acknowledge(NS, "a")
+    daemon.operator.wake(KEY)  # what the ConfigMap event does
+    await daemon.until(2.1)  # the debounce, then one cycle
+    assert daemon.owned("b") == {"2": (2, "owned"), "3": (2, "owned")}
+
+
+async def test_wakeups_within_the_debounce_fold_into_one_cycle(
+    running: Callable[..., Daemon],
+) -> None:
+    daemon = running("a")
+    await daemon.until(1)
+    assert daemon.operator.cycles_run == 1
+    for _ in range(5):
+        daemon.operator.pod_changed(namespace=NS, name="a", labels={"app": "c"})
+        await asyncio.sleep(registering.DEBOUNCE_SECONDS / 10)
+    await daemon.until(2)
+    assert daemon.operator.cycles_run == 2
+
+
+async def test_wakeups_are_routed_by_the_last_decision(running: Callable[..., Daemon]) -> None:
+    daemon = running("a")
+    await daemon.until(1)
+    assert daemon.operator.routes[KEY] == registering.Route(generation=1, pods=frozenset({"a"}))
+    # Relabelled away, "a" still owns partitions: its events concern the consumer.
+    daemon.operator.pod_changed(namespace=NS, name="a", labels={"app": "moved"})
+    await daemon.until(2)
+    assert daemon.operator.cycles_run == 2
+    daemon.operator.pod_changed(namespace=NS, name="z", labels={"app": "other"})
+    daemon.operator.pod_changed(namespace="elsewhere", name="a", labels={"app": "c"})
+    daemon.operator.consumer_changed(KEY, generation=1)  # a status write: same generation
+    await daemon.until(3)
+    assert daemon.operator.cycles_run == 2
+    daemon.operator.consumer_changed(KEY, generation=2)  # a spec change
+    await daemon.until(4)
+    assert daemon.operator.cycles_run == 3
+
+
+async def test_event_hubs_is_asked_again_with_a_doubling_backoff(
+    running: Callable[..., Daemon],
+) -> None:
+    spec = {**SPEC, "balancing": {"intervalSeconds": 1}}
+    daemon = running("a", spec=spec)
+    daemon.hubs.failure = errors.EventHubUnreachable("amqp: connection refused")
+    await daemon.until(16.5)
+    asked = [t - T0.timestamp() for t in daemon.hubs.listings]
+    assert asked == pytest.approx([0, 1, 3, 7, 15])
+    reachable = daemon.kube.condition(NS, NAME, "EventHubReachable")
+    assert reachable["reason"] == "EventHubUnreachable"
+    daemon.hubs.failure = None
+    await daemon.until(31.5)  # the next attempt, at 15 + 16, succeeds
+    assert daemon.kube.condition(NS, NAME, "EventHubReachable")["status"] == "True"
+    assert len(daemon.owned("a")) == 4
+
+
+async def test_the_store_is_probed_each_minute_and_backed_off_when_failing(
+    running: Callable[..., Daemon],
+) -> None:
+    spec = {**SPEC, "balancing": {"intervalSeconds": 5}}
+    healthy = running("a", spec=spec)
+    failing = running("a", spec=spec)
+    failing.hubs.store.failure = errors.CheckpointStoreUnreachable("connection refused")
+    await healthy.until(130)
+    assert healthy.hubs.store.reads == pytest.approx([0, 60, 120])
+    assert failing.hubs.store.reads == pytest.approx([0, 5, 15, 35, 75])
+
+
+async def run_failing(monkeypatch: pytest.MonkeyPatch, *, consumer_exists: bool) -> list[float]:
+    """A daemon whose first cycle fails: the loop times of its cycles."""
+    calls: list[float] = []
     stopped = Stopped()
 
     async def run_cycle(**_: Any) -> Any:
-        calls.append("cycle")
+        calls.append(loop_time())
         if len(calls) == 1:
             raise errors.NotFound("configmap ehb-orders-pod-a: gone with its pod")
         stopped.event.set()
-        return cycles.Result(writes=0, moves=(), balanced=True, next_in=None)
+        return cycles.Result(writes=0, decision=deciding.Decision(generation=1))
 
     monkeypatch.setattr(cycles, "run_cycle", run_cycle)
-    monkeypatch.setattr(registering, "RETRY_SECONDS", 0.01)
-    kube: Any = Kube(consumer_exists=consumer_exists)
-    runtime = registering.Runtime(kube=kube, hubs=None)  # type: ignore[arg-type]
-    await asyncio.wait_for(
-        registering.run_daemon(
-            runtime, namespace="shop", name="orders", spec=SPEC, stopped=stopped
-        ),
-        timeout=10,
-    )
+    kube = fakes.FakeKube()
+    if consumer_exists:
+        kube.add_consumer(NS, NAME, SPEC)
+    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    operator = registering.Operator(kube=kube, hubs=hubs, clock=clock)
+    await registering.run_daemon(operator, namespace=NS, name=NAME, spec=SPEC, stopped=stopped)
+    assert operator.routes == {}  # a stopped daemon leaves nothing to route to
     return calls
 
 
 async def test_a_vanished_configmap_does_not_stop_balancing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    assert await run(monkeypatch, consumer_exists=True) == ["cycle", "cycle"]
+    cycles_at = await run_failing(monkeypatch, consumer_exists=True)
+    assert cycles_at == pytest.approx([0, registering.RETRY_SECONDS])
 
 
 async def test_a_deleted_consumer_stops_its_daemon(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert await run(monkeypatch, consumer_exists=False) == ["cycle"]
+    assert await run_failing(monkeypatch, consumer_exists=False) == [0]

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
             "--namespace", "give --namespace NS (repeatable) or --all-namespaces"
         )
     api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
-    runtime = registering.Runtime(
+    runtime = registering.Operator(
         kube=api,
         hubs=eventhubs.EventHubs(refresh_seconds=args.partition_refresh_seconds),
         connection=api.connection_info,

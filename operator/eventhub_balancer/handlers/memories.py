@@ -1,32 +1,37 @@
-"""What the operator keeps about one consumer between cycles, apart from the cycle itself.
+"""What the operator keeps about one consumer between cycles: the pacing of failed reads.
 
-The daemon in `registering` holds one `Memory` per consumer and the cycle's readers in
-`observing` update it; a module of its own, so that neither has to import the other.
+A module of its own so that the daemon in `registering` (which holds one `Memory` per
+consumer) and the readers in `observing` (which advance it) need not import each other.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from eventhub_balancer.contracts import conditions
+from eventhub_balancer.reconciling import observations, retries
 
 
 @dataclasses.dataclass
 class Memory:
-    """What the operator remembers about one consumer between cycles: nothing it needs.
+    """The backoff of each dependency and the fault it backs off from; nothing else.
 
-    All of it is an optimisation (backoff timers, the last probe): a restarted operator
-    starts with an empty Memory and reaches the same decisions.
+    Why it is kept: a failing Event Hubs namespace or storage account is not asked again every
+    cycle (`retries.Backoff`), and while the operator waits, the status goes on showing the
+    fault that started the wait (the cached `observations.Fault`), and the checkpoint store is
+    probed only every `retries.CHECKPOINT_PROBE_SECONDS` when no decision needs it.
+
+    None of it is needed for a correct decision (the last checkpoint positions only keep lag
+    weighting steady through a store outage): the assignment, the epochs and the pods are
+    read afresh every cycle, so a restarted operator starts with an empty Memory and reaches
+    the same assignment. The readers in `observing` change it, and only after they asked.
     """
 
-    hub_retry_at: float = 0.0
-    hub_backoff: float = 0.0
-    hub_fault: conditions.Condition | None = None
-    store_checked_at: float = -1e18
-    store_retry_at: float = 0.0
-    store_backoff: float = 0.0
-    store_condition: conditions.Condition | None = None
-    stored_epochs: dict[str, int] = dataclasses.field(default_factory=dict)
-    stored_sequences: dict[str, int] = dataclasses.field(default_factory=dict)
-    pods: frozenset[str] = frozenset()
-    generation: int = 0
+    hub: retries.Backoff = dataclasses.field(default_factory=retries.Backoff)
+    hub_fault: observations.Fault | None = None
+    store: retries.Backoff = dataclasses.field(default_factory=retries.Backoff)
+    store_fault: observations.Fault | None = None
+    #: when the checkpoint store was last read successfully (seconds); None: never
+    store_checked_at: float | None = None
+    #: the checkpoint sequence numbers of that read: weighting "lag" goes on from them while
+    #: the store is backing off, instead of falling back to count and reshuffling
+    store_sequences: dict[str, int] | None = None

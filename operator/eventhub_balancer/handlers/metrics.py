@@ -10,6 +10,8 @@ from collections.abc import Mapping
 
 import prometheus_client
 
+from eventhub_balancer.reconciling import figures
+
 #: Cycle durations: a cycle is a handful of API round trips, tens of milliseconds normally.
 CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 #: Hand-off durations: from the revoke to the assignment, bounded by handoffTimeoutSeconds.
@@ -97,3 +99,27 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return prometheus_client.generate_latest(self.registry)
+
+    def record_cycle(
+        self, *, namespace: str, consumer: str, seconds: float, writes: Mapping[str, int]
+    ) -> None:
+        """One cycle's duration and its API writes by kind of object."""
+        self.cycle_duration.labels(namespace, consumer).observe(seconds)
+        for kind, count in writes.items():
+            if count:
+                self.api_writes.labels(namespace, consumer, kind).inc(count)
+
+    def record(self, *, namespace: str, consumer: str, values: figures.Figures) -> None:
+        """Set the gauges and count the moves of one cycle."""
+        self.set_partitions(namespace=namespace, consumer=consumer, per_pod=values.per_pod)
+        self.partition_count.labels(namespace, consumer).set(values.partition_count)
+        self.members.labels(namespace, consumer).set(values.members)
+        self.balanced.labels(namespace, consumer).set(1 if values.balanced else 0)
+        self.handoffs_in_flight.labels(namespace, consumer).set(values.handoffs_in_flight)
+        self.eventhub_reachable.labels(namespace, consumer).set(
+            1 if values.eventhub_reachable else 0
+        )
+        for kind, reason in values.moves:
+            self.moves.labels(namespace, consumer, kind, reason).inc()
+        for outcome, seconds in values.handoffs:
+            self.handoff_duration.labels(namespace, consumer, outcome).observe(seconds)

@@ -1,12 +1,10 @@
-"""The reading half of a cycle: the partition list, the pods and ConfigMaps, the checkpoints.
+"""The reading half of a cycle: the CR, the partition list, the pods, ConfigMaps, checkpoints.
 
-Kept apart from `cycles` so that the orchestration reads as a list of steps, and from
-`writing` because reads may fail soft (a fault becomes a condition and a backoff in `Memory`)
-where writes may not.
-
-Faults never shrink the assignment: when Event Hubs cannot be asked, the cycle plans over the
-last known partition list (the cache, else the partitions in status.epochs), so pod failures
-are still handled, and Event Hubs is retried with exponential backoff.
+Everything it reads goes into one `observations.Observation` for `reconciling.deciding`;
+what the bodies mean is decided there. Reads may fail soft: a fault of Event Hubs or of the
+checkpoint store becomes part of the observation (and of the status), and the next attempt
+waits for the backoff kept in `memories.Memory`, the only thing these readers change. A
+failure of the Kubernetes API itself is raised: the whole cycle is retried.
 """
 
 from __future__ import annotations
@@ -14,45 +12,60 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from eventhub_balancer import errors
-from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import conditions, configmaps, podstates, specs
-from eventhub_balancer.handlers import assignments, memories, ports
+from eventhub_balancer.contracts import configmaps, specs
+from eventhub_balancer.handlers import memories, ports
+from eventhub_balancer.reconciling import deciding, observations, retries
 
 logger = logging.getLogger(__name__)
-
-#: The longest backoff between attempts to reach Event Hubs or the checkpoint store.
-MAX_BACKOFF_SECONDS = 300.0
-#: How often the checkpoint store is probed when nothing needs its epochs (for the condition).
-CHECKPOINT_PROBE_SECONDS = 60.0
 
 #: Failures of the Kubernetes API itself (not of what a spec points at): no condition can
 #: describe them, since the status cannot be written either; the whole cycle is retried.
 KUBE_API_ERRORS = (errors.Conflict, errors.ApiUnavailable)
+#: Failures of a dependency a spec points at: shown in a condition, retried with backoff.
+DEPENDENCY_ERRORS = (errors.ConfigurationError, errors.TransientError)
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Cluster:
-    """The consumer's pods and assignment ConfigMaps as the Kubernetes API lists them."""
-
-    pods: dict[str, podstates.PodState]
-    pod_annotations: Mapping[str, Mapping[str, str]]
-    maps: list[assignments.StoredMap]
-
-
-def _reason(error: errors.EventHubBalancerError, *, misconfigured: str, unreachable: str) -> str:
-    """The error's own reason, or for the generic classes one that names the dependency."""
-    if error.reason == errors.ConfigurationError.reason:
-        return misconfigured
-    if error.reason == errors.TransientError.reason:
-        return unreachable
-    return error.reason
-
-
-def _backoff(previous: float, base: float) -> float:
-    return min(MAX_BACKOFF_SECONDS, max(base, previous * 2))
+async def observe(
+    *,
+    kube: ports.KubePort,
+    hubs: ports.HubPort,
+    namespace: str,
+    name: str,
+    memory: memories.Memory,
+    wall: float,
+) -> observations.Observation:
+    """The CR, the partition list and the cluster; the checkpoints come later (`read_store`)."""
+    body = await kube.get_consumer(namespace=namespace, name=name)
+    try:
+        spec = specs.parse_spec(body.get("spec") or {})
+    except errors.InvalidInput as e:
+        return observations.Observation(namespace=namespace, name=name, body=body, spec_error=e)
+    hub = await read_partitions(
+        kube=kube, hubs=hubs, namespace=namespace, name=name, spec=spec, memory=memory, wall=wall
+    )
+    pods, maps = await asyncio.gather(
+        kube.list_pods(namespace=namespace, label_selector=spec.selector.to_query()),
+        kube.list_configmaps(
+            namespace=namespace, label_selector=configmaps.consumer_selector(name)
+        ),
+    )
+    return observations.Observation(
+        namespace=namespace,
+        name=name,
+        body=body,
+        spec=spec,
+        hub=hub,
+        pods=tuple(pods),
+        configmaps=tuple(maps),
+        store=observations.StoreRead(
+            fault=memory.store_fault,
+            listed=memory.store_checked_at is not None,
+            known_sequences=memory.store_sequences,
+        ),
+    )
 
 
 async def _secret(kube: ports.KubePort, namespace: str, creds: specs.Credentials) -> str | None:
@@ -63,35 +76,6 @@ async def _secret(kube: ports.KubePort, namespace: str, creds: specs.Credentials
     )
 
 
-async def read_cluster(
-    *, kube: ports.KubePort, namespace: str, name: str, spec: specs.ConsumerSpec
-) -> Cluster:
-    """The pods that spec.selector matches and the ConfigMaps labelled for this consumer."""
-    pod_bodies, map_bodies = await asyncio.gather(
-        kube.list_pods(namespace=namespace, label_selector=spec.selector.to_query()),
-        kube.list_configmaps(
-            namespace=namespace, label_selector=configmaps.consumer_selector(name)
-        ),
-    )
-    pod_bodies = [
-        p
-        for p in pod_bodies
-        if spec.selector.matches((p.get("metadata") or {}).get("labels") or {})
-    ]
-    pods = {s.name: s for s in (podstates.pod_state(p) for p in pod_bodies) if s.name}
-    pod_annotations = {
-        str((p.get("metadata") or {}).get("name")): (p.get("metadata") or {}).get("annotations")
-        or {}
-        for p in pod_bodies
-    }
-    maps = [
-        m
-        for m in (assignments.stored_map(b) for b in map_bodies)
-        if m.parsed.consumer in (name, "")  # "" : corrupt, still ours by its label
-    ]
-    return Cluster(pods=pods, pod_annotations=pod_annotations, maps=maps)
-
-
 async def read_partitions(
     *,
     kube: ports.KubePort,
@@ -100,16 +84,13 @@ async def read_partitions(
     name: str,
     spec: specs.ConsumerSpec,
     memory: memories.Memory,
-    previous: specs.StatusBody,
     wall: float,
-) -> tuple[conditions.Condition, tuple[models.PartitionId, ...] | None]:
-    """The EventHubReachable verdict and the partition ids (the last known ones on a fault)."""
+) -> observations.HubRead:
+    """The partition ids; on a fault (or while backing off from one) the last known ones."""
     key = f"{namespace}/{name}"
     cached = hubs.cached(key)
-    where = f"Event Hub {spec.event_hub_name!r} in {spec.fully_qualified_namespace}"
-    if wall < memory.hub_retry_at and memory.hub_fault is not None:
-        # Backing off: reuse the last verdict and the last list.
-        return memory.hub_fault, _ids(cached)
+    if memory.hub_fault is not None and memory.hub.waiting(wall):
+        return observations.HubRead(ids=cached or None, fault=memory.hub_fault)
     try:
         connection_string = await _secret(kube, namespace, spec.event_hub_credentials)
         ids, _fresh = await hubs.partitions(
@@ -121,130 +102,111 @@ async def read_partitions(
             now=wall,
         )
     except KUBE_API_ERRORS:
-        raise  # the Kubernetes API itself failed: the whole cycle retries
-    except (errors.ConfigurationError, errors.TransientError) as e:
-        reason = _reason(
-            e, misconfigured="EventHubMisconfigured", unreachable="EventHubUnreachable"
-        )
-        memory.hub_backoff = _backoff(memory.hub_backoff, float(spec.balancing.interval_seconds))
-        memory.hub_retry_at = wall + memory.hub_backoff
-        fallback = "the last known partition list" if cached else "the partitions already assigned"
-        # No retry delay in the message: it changes every attempt, the status must not.
-        message = f"{e} (keeping the current assignment over {fallback}; retrying with backoff)"
-        memory.hub_fault = conditions.Condition(
-            type=conditions.EVENTHUB_REACHABLE, status="False", reason=reason, message=message
-        )
-        logger.warning("%s: %s", key, message)
-        return memory.hub_fault, _ids(cached)
-    memory.hub_fault = None
-    memory.hub_backoff = 0.0
-    memory.hub_retry_at = 0.0
-    return (
-        conditions.Condition(
-            type=conditions.EVENTHUB_REACHABLE,
-            status="True",
-            reason="PartitionsListed",
-            message=f"{where} has {len(ids)} partitions",
-        ),
-        tuple(models.PartitionId(i) for i in ids),
-    )
-
-
-def _ids(cached: tuple[str, ...] | None) -> tuple[models.PartitionId, ...] | None:
-    return tuple(models.PartitionId(i) for i in cached) if cached else None
+        raise
+    except DEPENDENCY_ERRORS as e:
+        base = float(spec.balancing.interval_seconds)
+        memory.hub = retries.after_failure(memory.hub, wall=wall, base=base)
+        memory.hub_fault = observations.Fault.of(e)
+        logger.warning("%s: Event Hubs: %s (retrying in %.0f s)", key, e, memory.hub.delay)
+        return observations.HubRead(ids=cached or None, fault=memory.hub_fault)
+    memory.hub, memory.hub_fault = retries.Backoff(), None
+    return observations.HubRead(ids=tuple(ids))
 
 
 async def read_checkpoints(
     *,
     kube: ports.KubePort,
     hubs: ports.HubPort,
-    namespace: str,
-    spec: specs.ConsumerSpec,
+    observation: observations.Observation,
+    decision: deciding.Decision,
+    memory: memories.Memory,
+    wall: float,
+) -> observations.Observation | None:
+    """``observation`` with the checkpoint blobs (and the last sequence numbers when the
+    decision weighs by lag), for a second decision; None when the store was not asked."""
+    store = await read_store(
+        kube=kube,
+        hubs=hubs,
+        observation=observation,
+        memory=memory,
+        wall=wall,
+        needed=decision.needs_checkpoints,
+    )
+    known = store or observation.store
+    last = None
+    if decision.needs_last_sequences and (
+        known.checkpoints is not None or known.known_sequences is not None
+    ):
+        last = await read_last_sequences(
+            kube=kube, hubs=hubs, observation=observation, partitions=decision.partitions
+        )
+    if store is None and last is None:
+        return None
+    return dataclasses.replace(observation, store=known, last_sequences=last)
+
+
+async def read_store(
+    *,
+    kube: ports.KubePort,
+    hubs: ports.HubPort,
+    observation: observations.Observation,
     memory: memories.Memory,
     wall: float,
     needed: bool,
-) -> conditions.Condition:
-    """The CheckpointStoreReachable verdict; refreshes the stored epochs and sequences."""
-    due = wall - memory.store_checked_at >= CHECKPOINT_PROBE_SECONDS
-    if (not needed and not due) or wall < memory.store_retry_at:
-        if memory.store_condition is not None:
-            return memory.store_condition
-        if wall < memory.store_retry_at:
-            return conditions.Condition(
-                type=conditions.CHECKPOINT_STORE_REACHABLE,
-                status="Unknown",
-                reason="NotChecked",
-                message="the checkpoint store has not been read yet",
-            )
-    container = spec.checkpoint_container
+) -> observations.StoreRead | None:
+    """The checkpoint blobs when a decision ``needed`` them or the probe is due; None when
+    not asked (not needed, or backing off from a failure)."""
+    spec = observation.spec
+    assert spec is not None, "only a valid spec names a checkpoint store"
+    due = retries.probe_due(memory.store_checked_at, wall=wall)
+    if memory.store.waiting(wall) or not (needed or due):
+        return None
     try:
-        connection_string = await _secret(kube, namespace, spec.checkpoint_credentials)
+        connection_string = await _secret(kube, observation.namespace, spec.checkpoint_credentials)
         stored = await hubs.checkpoints(
             fully_qualified_namespace=spec.fully_qualified_namespace,
             eventhub_name=spec.event_hub_name,
             consumer_group=spec.consumer_group,
-            container_name=container,
+            container_name=spec.checkpoint_container,
             connection_string=connection_string,
             account_url=spec.checkpoint_account_url or None,
         )
     except KUBE_API_ERRORS:
         raise
-    except (errors.ConfigurationError, errors.TransientError) as e:
-        memory.store_backoff = _backoff(
-            memory.store_backoff, float(spec.balancing.interval_seconds)
+    except DEPENDENCY_ERRORS as e:
+        base = float(spec.balancing.interval_seconds)
+        memory.store = retries.after_failure(memory.store, wall=wall, base=base)
+        memory.store_fault = observations.Fault.of(e)
+        return observations.StoreRead(
+            fault=memory.store_fault, listed=False, known_sequences=memory.store_sequences
         )
-        memory.store_retry_at = wall + memory.store_backoff
-        reason = _reason(
-            e,
-            misconfigured="CheckpointStoreMisconfigured",
-            unreachable="CheckpointStoreUnreachable",
-        )
-        memory.store_condition = conditions.Condition(
-            type=conditions.CHECKPOINT_STORE_REACHABLE,
-            status="False",
-            reason=reason,
-            message=f"{e} (retrying with backoff)",
-        )
-        return memory.store_condition
-    memory.store_backoff = 0.0
-    memory.store_retry_at = 0.0
-    memory.store_checked_at = wall
-    memory.stored_epochs = {p: epoch for p, (epoch, _seq) in stored.items()}
-    memory.stored_sequences = {p: seq for p, (_epoch, seq) in stored.items()}
-    memory.store_condition = conditions.Condition(
-        type=conditions.CHECKPOINT_STORE_REACHABLE,
-        status="True",
-        reason="CheckpointsListed",
-        message=f"container {container!r} is readable",
+    memory.store, memory.store_fault, memory.store_checked_at = retries.Backoff(), None, wall
+    memory.store_sequences = {p: sequence for p, (_epoch, sequence) in stored.items()}
+    return observations.StoreRead(
+        checkpoints=stored, listed=True, known_sequences=memory.store_sequences
     )
-    return memory.store_condition
 
 
-async def read_lag(
+async def read_last_sequences(
     *,
     kube: ports.KubePort,
     hubs: ports.HubPort,
-    spec: specs.ConsumerSpec,
-    memory: memories.Memory,
-    partitions: tuple[models.PartitionId, ...],
-    namespace: str,
-) -> dict[models.PartitionId, int]:
-    """Events not yet checkpointed per partition, for weighting "lag"; empty otherwise."""
-    if spec.balancing.weighting != "lag" or memory.hub_fault is not None:
-        return {}
+    observation: observations.Observation,
+    partitions: Sequence[str],
+) -> Mapping[str, int] | None:
+    """The last enqueued sequence number per partition (weighting "lag"); None on a fault,
+    which only costs this cycle its lag weighting."""
+    spec = observation.spec
+    assert spec is not None, "only a valid spec names an Event Hub"
     try:
-        connection_string = await _secret(kube, namespace, spec.event_hub_credentials)
-        last = await hubs.last_sequence_numbers(
+        connection_string = await _secret(kube, observation.namespace, spec.event_hub_credentials)
+        return await hubs.last_sequence_numbers(
             fully_qualified_namespace=spec.fully_qualified_namespace,
             eventhub_name=spec.event_hub_name,
             connection_string=connection_string,
             client_id=spec.event_hub_credentials.client_id or None,
             partitions=list(partitions),
         )
-    except (errors.ConfigurationError, errors.TransientError) as e:
+    except DEPENDENCY_ERRORS as e:
         logger.warning("lag unavailable, weighting by count this cycle: %s", e)
-        return {}
-    return {
-        models.PartitionId(p): max(0, seq - memory.stored_sequences.get(p, -1))
-        for p, seq in last.items()
-    }
+        return None

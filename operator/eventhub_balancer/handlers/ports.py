@@ -1,10 +1,11 @@
 """What the handlers need from the outside world, as Protocols.
 
 The adapters are built by the entry points (``ehb operator``, the benchmarks, the tests) and
-handed in, so that a cycle runs against in-memory fakes in unit tests and against a second
-operator's own clients in peering tests. These Protocols are the seams:
-``adapters.kubeapi.KubeAPI`` and ``adapters.eventhubs.EventHubs`` satisfy them. Errors cross
-the seam as `eventhub_balancer.errors` types, whose ``reason`` the handlers show.
+handed in, so that a cycle runs against in-memory fakes in unit tests
+(``tests/support/fakes.py``) and against a second operator's own clients in peering tests.
+These Protocols are the seams: ``adapters.kubeapi.KubeAPI`` and ``adapters.eventhubs.EventHubs``
+satisfy them. Errors cross the seam as `eventhub_balancer.errors` types, whose ``reason`` the
+handlers show.
 """
 
 from __future__ import annotations

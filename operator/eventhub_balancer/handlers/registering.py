@@ -1,9 +1,12 @@
 """The kopf side: which events start a cycle, and kopf's settings. Thin on purpose.
 
 Every EventHubConsumer gets one daemon that runs `cycles.run_cycle` whenever it is woken and
-at least every ``spec.balancing.intervalSeconds`` (the safety net). Pod events (add, delete,
+at least every ``spec.balancing.intervalSeconds`` (the safety net), sooner when the last
+decision names a deadline (a hand-off timeout, a grace period). Pod events (add, delete,
 readiness) and ConfigMap events (a pod's acknowledgement) wake the daemons of the consumers
-they concern at once; wake-ups within `DEBOUNCE_SECONDS` are folded into one cycle.
+they concern at once; wake-ups within `DEBOUNCE_SECONDS` are folded into one cycle. Which
+consumers a pod or a spec change concerns is routed from what the daemon kept of its last
+decision (`Route`: the generation and the pods it saw), not from the readers' state.
 
 kopf's bookkeeping stays out of the status: progress and diff-base go to annotations with our
 prefix, kopf posts no Events of its own (ours have specific reasons), and the registry is
@@ -16,8 +19,7 @@ import asyncio
 import dataclasses
 import datetime
 import logging
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import kopf
@@ -54,9 +56,18 @@ class ConnectionPort(Protocol):
 Key = tuple[str, str]  # (namespace, name)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Route:
+    """What the daemon kept of a consumer's last decision, to route wake-ups to it."""
+
+    generation: int
+    pods: frozenset[str]  # the pods it concerns (matched, or named by its ConfigMaps)
+
+
 @dataclasses.dataclass
-class Runtime:
-    """Everything the handlers share in one operator instance."""
+class Operator:
+    """Everything the handlers share in one operator instance: the ports, the metrics, and
+    per consumer its daemon's wake-up, memory, route and heartbeat."""
 
     kube: ports.KubePort
     hubs: ports.HubPort
@@ -66,6 +77,7 @@ class Runtime:
     debounce: float = DEBOUNCE_SECONDS
     wakes: dict[Key, asyncio.Event] = dataclasses.field(default_factory=dict)
     memories: dict[Key, memories.Memory] = dataclasses.field(default_factory=dict)
+    routes: dict[Key, Route] = dataclasses.field(default_factory=dict)
     selectors: dict[Key, specs.Selector] = dataclasses.field(default_factory=dict)
     heartbeats: dict[Key, float] = dataclasses.field(default_factory=dict)
     intervals: dict[Key, float] = dataclasses.field(default_factory=dict)
@@ -75,6 +87,22 @@ class Runtime:
         event = self.wakes.get(key)
         if event is not None:
             event.set()
+
+    def consumer_changed(self, key: Key, *, generation: int | None) -> None:
+        """A spec change (a new generation) re-plans now, not at the next tick."""
+        route = self.routes.get(key)
+        if route is None or generation != route.generation:
+            self.wake(key)
+
+    def pod_changed(self, *, namespace: str, name: str, labels: Mapping[str, str]) -> None:
+        """Wake the consumers whose selector matches the pod, or whose last decision saw it
+        (a pod relabelled away still owns partitions until the next cycle moves them)."""
+        for key, selector in list(self.selectors.items()):
+            route = self.routes.get(key)
+            if key[0] == namespace and (
+                selector.matches(labels) or (route is not None and name in route.pods)
+            ):
+                self.wake(key)
 
     def stuck(self, *, now: float) -> list[Key]:
         """Daemons whose loop has not come round for far longer than their interval."""
@@ -111,7 +139,7 @@ def configure(
     settings.networking.request_timeout = 30
 
 
-def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
+def build_registry(runtime: Operator) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
 
     if runtime.connection is not None:
@@ -148,22 +176,14 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
 
     @kopf.on.event(specs.GROUP, specs.VERSION, specs.PLURAL, registry=registry)
     def consumer_changed(**kwargs: Any) -> None:
-        key = (kwargs["namespace"], kwargs["name"])
-        body = kwargs["body"]
-        memory = runtime.memories.get(key)
-        generation = (body.get("metadata") or {}).get("generation")
-        if memory is not None and generation != memory.generation:
-            runtime.wake(key)  # a spec change: re-plan now, not at the next tick
+        generation = (kwargs["body"].get("metadata") or {}).get("generation")
+        runtime.consumer_changed((kwargs["namespace"], kwargs["name"]), generation=generation)
 
     @kopf.on.event("", "v1", "pods", registry=registry)
     def pod_changed(**kwargs: Any) -> None:
-        name, namespace, labels = kwargs["name"], kwargs["namespace"], kwargs["labels"]
-        for key, selector in list(runtime.selectors.items()):
-            if key[0] != namespace:
-                continue
-            memory = runtime.memories.get(key)
-            if selector.matches(labels) or (memory is not None and name in memory.pods):
-                runtime.wake(key)
+        runtime.pod_changed(
+            namespace=kwargs["namespace"], name=kwargs["name"], labels=kwargs["labels"]
+        )
 
     @kopf.on.event(
         "",
@@ -187,7 +207,7 @@ def build_registry(runtime: Runtime) -> kopf.OperatorRegistry:
 
 
 async def run_daemon(
-    runtime: Runtime, *, namespace: str, name: str, spec: Any, stopped: Any
+    runtime: Operator, *, namespace: str, name: str, spec: Any, stopped: Any
 ) -> None:
     """The per-consumer loop: cycle, then sleep until woken, a deadline or the interval."""
     key = (namespace, name)
@@ -206,7 +226,8 @@ async def run_daemon(
             runtime.intervals[key] = interval
             wake.clear()
             delay = interval
-            started = time.monotonic()
+            loop = asyncio.get_running_loop()
+            started = loop.time()
             try:
                 result = await cycles.run_cycle(
                     kube=runtime.kube,
@@ -217,19 +238,28 @@ async def run_daemon(
                     now=runtime.clock(),
                     metrics=runtime.metrics,
                 )
+                decision = result.decision
                 runtime.cycles_run += 1
                 logger.debug(
                     "%s/%s: cycle took %.3f s: %d writes, %d moves",
                     namespace,
                     name,
-                    time.monotonic() - started,
+                    loop.time() - started,
                     result.writes,
-                    len(result.moves),
+                    len(decision.moves),
                 )
                 runtime.metrics.cycles.labels(namespace, name, "ok").inc()
                 retry = 0.0
-                if result.next_in is not None:
-                    delay = min(delay, result.next_in)
+                route = runtime.routes.get(key)
+                runtime.routes[key] = Route(
+                    generation=decision.generation,
+                    # An invalid spec reads no pods: keep routing the ones seen before.
+                    pods=route.pods
+                    if decision.spec_error is not None and route is not None
+                    else decision.pods,
+                )
+                if decision.next_in is not None:
+                    delay = min(delay, decision.next_in)
             except errors.EventHubBalancerError as e:
                 runtime.metrics.cycles.labels(namespace, name, e.reason).inc()
                 if isinstance(e, errors.NotFound) and await _consumer_gone(
@@ -243,7 +273,8 @@ async def run_daemon(
                 logger.warning(
                     "%s/%s: cycle failed (%s), retrying in %.1f s", namespace, name, e, delay
                 )
-            runtime.heartbeats[key] = time.monotonic()
+            # The loop's clock is time.monotonic (running.py's /healthz compares with it).
+            runtime.heartbeats[key] = loop.time()
             wake_waiter = asyncio.ensure_future(wake.wait())
             try:
                 await asyncio.wait(
@@ -259,6 +290,7 @@ async def run_daemon(
         runtime.selectors.pop(key, None)
         runtime.heartbeats.pop(key, None)
         runtime.memories.pop(key, None)
+        runtime.routes.pop(key, None)
         runtime.metrics.forget(namespace=namespace, consumer=name)
 
 

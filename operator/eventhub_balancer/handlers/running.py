@@ -8,7 +8,7 @@ cleanly, as a second replica or after a simulated crash.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import concurrent.futures
 import dataclasses
 import json
 import logging
@@ -19,6 +19,7 @@ from collections.abc import Collection
 import kopf
 from aiohttp import web
 
+from eventhub_balancer import runners
 from eventhub_balancer.handlers import registering
 
 logger = logging.getLogger(__name__)
@@ -36,7 +37,7 @@ class Options:
 
 
 async def _start_http(
-    runtime: registering.Runtime, ready: asyncio.Event, *, host: str, port: int
+    runtime: registering.Operator, ready: asyncio.Event, *, host: str, port: int
 ) -> tuple[web.AppRunner, int]:
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(
@@ -68,7 +69,7 @@ async def _start_http(
 
 
 async def serve(
-    runtime: registering.Runtime,
+    runtime: registering.Operator,
     options: Options,
     *,
     stop_flag: asyncio.Event | threading.Event | None = None,
@@ -123,47 +124,52 @@ async def serve(
 class OperatorThread:
     """A whole operator in a background thread with its own loop (tests, benchmarks)."""
 
-    def __init__(self, runtime: registering.Runtime, options: Options) -> None:
+    def __init__(self, runtime: registering.Operator, options: Options) -> None:
         self.runtime = runtime
         self.options = options
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._ports: list[int] = []
-        self._thread = threading.Thread(target=self._main, name="ehb-operator", daemon=True)
+        self._loop = runners.BackgroundLoop(name="ehb-operator")
+        self._serving: concurrent.futures.Future[None] | None = None
         self.error: BaseException | None = None
 
     @property
     def metrics_port(self) -> int | None:
         return self._ports[0] if self._ports else None
 
-    def _main(self) -> None:
-        try:
-            asyncio.run(
-                serve(
-                    self.runtime,
-                    self.options,
-                    stop_flag=self._stop,
-                    ready_flag=self._ready,
-                    bound_port=self._ports,
-                )
-            )
-        except BaseException as e:  # reported by start()/stop(), never swallowed silently
-            self.error = e
-            logger.exception("operator thread failed")
+    def _finished(self, serving: concurrent.futures.Future[None]) -> None:
+        error = None if serving.cancelled() else serving.exception()
+        if error is not None:  # reported by start()/stop(), never swallowed silently
+            self.error = error
+            logger.error("operator thread failed", exc_info=error)
             self._ready.set()
 
     def start(self, *, timeout: float = 20.0) -> OperatorThread:
-        self._thread.start()
+        self._loop.start(timeout=timeout)
+        self._serving = self._loop.submit(
+            serve(
+                self.runtime,
+                self.options,
+                stop_flag=self._stop,
+                ready_flag=self._ready,
+                bound_port=self._ports,
+            )
+        )
+        self._serving.add_done_callback(self._finished)
         if not self._ready.wait(timeout):
             self.stop()
             raise TimeoutError(f"the operator was not ready within {timeout} s")
         if self.error is not None:
+            self.stop()  # the loop outlives the failed operator: end its thread too
             raise RuntimeError("the operator failed to start") from self.error
         return self
 
     def stop(self, *, timeout: float = 20.0) -> None:
         self._stop.set()
-        self._thread.join(timeout)
-        with contextlib.suppress(Exception):
-            if self._thread.is_alive():
-                logger.warning("the operator thread did not stop within %.0f s", timeout)
+        if self._serving is not None:
+            concurrent.futures.wait([self._serving], timeout=timeout)
+        try:
+            self._loop.stop(timeout=timeout)
+        except TimeoutError:
+            logger.warning("the operator thread did not stop within %.0f s", timeout)

@@ -1,51 +1,54 @@
-"""The writing half of a cycle: each write only when it changes something, in a safe order.
+"""The writing half of a cycle: what a `deciding.Decision` says, in the order that is safe.
 
 The order of writes is what makes a crash at any point safe:
-1. status.epochs first, when the plan gives out a higher epoch: epochs never go back even if
-   every ConfigMap is lost right after;
+1. status.epochs first, when the decision gives out a higher epoch: epochs never go back even
+   if every ConfigMap is lost right after;
 2. the ConfigMaps that gain a partition, then those that lose one (a crash in between leaves a
    duplicate claim that the higher epoch resolves);
 3. pod annotations and deletion of stale ConfigMaps, then Events and the rest of the status.
 
 The writes within one step are independent and go out concurrently; a step starts only
-once the step before it succeeded.
-
-`assignments.derive_writes` puts 2 and 3 in that order; `cycles` calls these in the order above.
+once the step before it succeeded. Nothing is decided here: `reconciling.writes` orders the
+ConfigMaps (gaining first) and `reconciling.deciding` computes every body and patch.
 """
 
 from __future__ import annotations
 
 import asyncio
-import datetime
 import logging
 from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any
 
 from eventhub_balancer import errors
-from eventhub_balancer.contracts import specs
-from eventhub_balancer.handlers import assignments, ports
+from eventhub_balancer.handlers import ports
+from eventhub_balancer.reconciling import deciding, writes
 
 logger = logging.getLogger(__name__)
 
-COMPONENT = "eventhub-balancer"
+
+async def apply(
+    *, kube: ports.KubePort, namespace: str, name: str, decision: deciding.Decision
+) -> int:
+    """Carry out ``decision`` step by step; the number of writes."""
+    count = 0
+    if decision.epochs is not None:
+        await kube.patch_consumer_status(
+            namespace=namespace, name=name, status={"epochs": dict(decision.epochs)}
+        )
+        count += 1
+    count += await apply_writes(kube=kube, namespace=namespace, planned=decision.writes)
+    # The Events and the rest of the status go out together (an Event's failure is only
+    # logged), so that the next cycle (a hand-off waiting on an acknowledgement) starts sooner.
+    calls: list[Awaitable[Any]] = [post_event(kube, body) for body in decision.event_bodies]
+    if decision.status:
+        calls.append(
+            kube.patch_consumer_status(namespace=namespace, name=name, status=decision.status)
+        )
+    await _together(calls)
+    return count + len(calls)
 
 
-async def raise_epochs(
-    *,
-    kube: ports.KubePort,
-    namespace: str,
-    name: str,
-    epochs: Mapping[str, int],
-    current: Mapping[str, int],
-) -> bool:
-    """Write status.epochs if any epoch goes up; whether it was written."""
-    if not any(epochs.get(p, 0) > current.get(p, 0) for p in epochs):
-        return False
-    await kube.patch_consumer_status(namespace=namespace, name=name, status={"epochs": epochs})
-    return True
-
-
-async def apply_writes(*, kube: ports.KubePort, namespace: str, planned: assignments.Writes) -> int:
+async def apply_writes(*, kube: ports.KubePort, namespace: str, planned: writes.Writes) -> int:
     """ConfigMaps, then pod annotations and deletions; the number of writes.
 
     The writes of one step do not depend on each other and go out together (a hand-off waits
@@ -77,7 +80,7 @@ async def apply_writes(*, kube: ports.KubePort, namespace: str, planned: assignm
             ),
         ]
     )
-    return len(planned.maps) + len(planned.pods) + len(planned.deletes)
+    return planned.count
 
 
 async def _together(calls: Iterable[Awaitable[Any]]) -> None:
@@ -88,55 +91,10 @@ async def _together(calls: Iterable[Awaitable[Any]]) -> None:
             raise result
 
 
-async def write_status(
-    *,
-    kube: ports.KubePort,
-    namespace: str,
-    name: str,
-    body: specs.ConsumerBody,
-    desired: Mapping[str, Any],
-    previous: Mapping[str, Any] | None = None,
-) -> int:
-    """Patch only the top-level status fields that differ; the number of writes (0 or 1)."""
-    base = previous if previous is not None else (body.get("status") or {})
-    patch = assignments.status_patch(base, desired)
-    if not patch:
-        return 0
-    await kube.patch_consumer_status(namespace=namespace, name=name, status=patch)
-    return 1
-
-
-async def post_event(
-    kube: ports.KubePort, body: specs.ConsumerBody, event: assignments.Event, now: datetime.datetime
-) -> None:
-    """Post one Event about the EventHubConsumer in ``body``; a failure is only logged."""
-    meta = body.get("metadata") or {}
-    namespace = meta.get("namespace", "default")
-    stamp = specs.format_time(now)
+async def post_event(kube: ports.KubePort, body: Mapping[str, Any]) -> None:
+    """Post one Event; a failure is only logged: an Event is for humans, losing one must not
+    fail the cycle."""
     try:
-        await kube.create_event(
-            namespace=namespace,
-            body={
-                "apiVersion": "v1",
-                "kind": "Event",
-                "metadata": {"generateName": f"{meta.get('name', 'ehc')}.", "namespace": namespace},
-                "involvedObject": {
-                    "apiVersion": f"{specs.GROUP}/{specs.VERSION}",
-                    "kind": specs.KIND,
-                    "name": meta.get("name"),
-                    "namespace": namespace,
-                    "uid": meta.get("uid"),
-                },
-                "reason": event.reason,
-                "message": event.message[:1024],
-                "type": event.type,
-                "source": {"component": COMPONENT},
-                "reportingComponent": f"{specs.GROUP}/operator",
-                "firstTimestamp": stamp,
-                "lastTimestamp": stamp,
-                "count": 1,
-            },
-        )
+        await kube.create_event(namespace=body["metadata"]["namespace"], body=body)
     except (errors.TransientError, errors.ConfigurationError) as e:
-        # An Event is for humans; losing one must not fail the cycle.
-        logger.warning("could not post Event %s: %s", event.reason, e)
+        logger.warning("could not post Event %s: %s", body.get("reason"), e)

@@ -18,9 +18,9 @@ from azure.eventhub.aio import EventHubProducerClient
 
 from eventhub_balancer.adapters import checkpointing, eventhubs, kubeapi
 from eventhub_balancer.contracts import checkpointblobs, specs
-from eventhub_balancer.handlers import cycles, memories
+from eventhub_balancer.handlers import cycles, memories, observing
+from eventhub_balancer_devstack import clusters
 from eventhub_balancer_devstack.azurite import Azurite
-from eventhub_balancer_devstack.benchmarks.operating import CR, Cluster
 from eventhub_balancer_devstack.kube import LocalKubeAPI
 from tests.support.fixtures.eventhubs import EventHubTarget
 
@@ -40,12 +40,16 @@ async def api(local_kube: LocalKubeAPI, tmp_path: Path) -> AsyncIterator[kubeapi
 
 
 def setup(
-    cluster: Cluster, hub: EventHubTarget, azurite: Azurite, container: str, weighting: str
+    cluster: clusters.LocalCluster,
+    hub: EventHubTarget,
+    azurite: Azurite,
+    container: str,
+    weighting: str,
 ) -> None:
     cluster.secret(NS, name="eh", key="cs", value=hub.namespace_connection_string)
     cluster.secret(NS, name="blob", key="cs", value=azurite.connection_string)
     cluster.kube.create_object(
-        CR,
+        clusters.CR,
         {
             "apiVersion": f"{specs.GROUP}/{specs.VERSION}",
             "kind": specs.KIND,
@@ -91,6 +95,20 @@ async def cycle(api: kubeapi.KubeAPI, hubs: eventhubs.EventHubs, memory: memorie
     )
 
 
+async def read_blobs(api: kubeapi.KubeAPI, hubs: eventhubs.EventHubs) -> dict[str, tuple[int, int]]:
+    """{partition: (epoch, sequence number)} as a cycle reads the blobs when it needs them."""
+    memory, wall = memories.Memory(), datetime.datetime.now(datetime.UTC).timestamp()
+    observation = await observing.observe(
+        kube=api, hubs=hubs, namespace=NS, name="orders", memory=memory, wall=wall
+    )
+    store = await observing.read_store(
+        kube=api, hubs=hubs, observation=observation, memory=memory, wall=wall, needed=True
+    )
+    assert store is not None
+    assert store.checkpoints is not None
+    return dict(store.checkpoints)
+
+
 async def test_lag_weighting_spreads_the_backlog(
     api: kubeapi.KubeAPI,
     local_kube: LocalKubeAPI,
@@ -98,7 +116,7 @@ async def test_lag_weighting_spreads_the_backlog(
     azurite: Azurite,
     blob_container: Any,
 ) -> None:
-    cluster = Cluster(local_kube)
+    cluster = clusters.LocalCluster(local_kube)
     setup(cluster, eventhubs_hub, azurite, blob_container.container_name, "lag")
     # 100 events in every partition (sequence numbers 0..99); checkpoints leave partitions
     # 0 and 1 with a backlog of 90 and partitions 2 and 3 with 10.
@@ -124,7 +142,8 @@ async def test_lag_weighting_spreads_the_backlog(
     # By count the planner gives each pod a contiguous pair ({0,1} and {2,3}): 180 events of
     # backlog against 20. By lag each pod gets one of the two heavy partitions.
     assert all(len(parts & {"0", "1"}) == 1 for parts in owned.values()), owned
-    assert memory.stored_sequences == {"0": 9, "1": 9, "2": 89, "3": 89}
+    sequences = {p: seq for p, (_epoch, seq) in (await read_blobs(api, hubs)).items()}
+    assert sequences == {"0": 9, "1": 9, "2": 89, "3": 89}
     reachable = cluster.condition(NS, "orders", "CheckpointStoreReachable")
     assert (reachable["status"], reachable["reason"]) == ("True", "CheckpointsListed")
 
@@ -136,7 +155,7 @@ async def test_checkpoint_epochs_are_the_floor_when_configmaps_and_status_are_lo
     azurite: Azurite,
     blob_container: Any,
 ) -> None:
-    cluster = Cluster(local_kube)
+    cluster = clusters.LocalCluster(local_kube)
     setup(cluster, eventhubs_hub, azurite, blob_container.container_name, "count")
     hubs = eventhubs.EventHubs(timeout=5.0)
     await cycle(api, hubs, memories.Memory())
@@ -152,7 +171,7 @@ async def test_checkpoint_epochs_are_the_floor_when_configmaps_and_status_are_lo
     for cm in local_kube.list_objects("v1/configmaps", namespace=NS):
         local_kube.delete_object("v1/configmaps", cm["metadata"]["name"], namespace=NS)
     local_kube.patch_object(
-        CR, "orders", {"status": {"epochs": None}}, namespace=NS, subresource="status"
+        clusters.CR, "orders", {"status": {"epochs": None}}, namespace=NS, subresource="status"
     )
     assert "epochs" not in cluster.status(NS, "orders")
     memory = memories.Memory()
@@ -163,5 +182,5 @@ async def test_checkpoint_epochs_are_the_floor_when_configmaps_and_status_are_lo
     after = cluster.epochs(NS)
     # Above the fenced epochs: the old owners' epoch 1 cannot fence out the new owners.
     assert after == {"0": 2, "1": 2, "2": 2, "3": 2}, after
-    assert memory.stored_epochs == first
+    assert {p: epoch for p, (epoch, _seq) in (await read_blobs(api, hubs)).items()} == first
     assert cluster.status(NS, "orders")["epochs"] == after

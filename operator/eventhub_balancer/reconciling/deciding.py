@@ -1,0 +1,247 @@
+"""One cycle's whole decision: `decide(observation, now=...)` -> `Decision`, pure.
+
+From what was read (`observations.Observation`) to everything there is to write: the epochs
+for status (written first), the ConfigMap and pod writes (`writes`), the rest of the status
+(`statuses`), the Events (`kubeevents`), the metrics (`figures`) and when to come back
+(``next_in``). The steps, in order: read the assignment back (`readbacks`), decide the
+partition list, plan (`balancing.planning`), conclude the conditions (`verdicts`).
+
+Reading the checkpoint blobs costs a listing of the container, so the first decision is
+taken without them; when it gives a partition a new owner (the blobs' epochs are a floor for
+the new epoch) or weighs by lag, it says ``needs_checkpoints`` and the cycle decides again
+with the blobs in the observation. Deciding twice is safe: the same observation always gives
+the same decision.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Mapping
+from typing import Any
+
+from eventhub_balancer.balancing import models, planning
+from eventhub_balancer.contracts import conditions, podstates, specs
+from eventhub_balancer.reconciling import (
+    figures,
+    kubeevents,
+    observations,
+    readbacks,
+    statuses,
+    verdicts,
+    writes,
+)
+
+#: The soonest a cycle comes back for a deadline (a hand-off timeout, a grace period): a
+#: deadline just passed is acted on without a busy loop.
+MIN_NEXT_IN = 0.05
+#: A deadline this far in the past is stale (the cycle that acted on it already ran).
+STALE_DEADLINE = 1.0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Decision:
+    """Everything a cycle writes, and what it still has to read before it is final."""
+
+    generation: int
+    #: the pods this consumer concerns (matched, or named by a ConfigMap): their events wake it
+    pods: frozenset[str] = frozenset()
+    #: read the checkpoint blobs (and with weighting "lag" the last sequence numbers), then
+    #: decide again: a partition gets a new owner, or the plan weighs by lag
+    needs_checkpoints: bool = False
+    needs_last_sequences: bool = False
+    #: status.epochs to write before anything else; None: no epoch goes up
+    epochs: Mapping[str, int] | None = None
+    writes: writes.Writes = dataclasses.field(default_factory=writes.Writes)
+    #: the merge patch of the status after the epochs (top-level fields); empty: no write
+    status: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    events: tuple[kubeevents.KubeEvent, ...] = ()
+    #: the Events as the API takes them, in the order of ``events``
+    event_bodies: tuple[Mapping[str, Any], ...] = ()
+    #: the partitions planned over (listed, or the last known, or those assigned)
+    partitions: tuple[models.PartitionId, ...] = ()
+    moves: tuple[models.Move, ...] = ()
+    balanced: bool = False
+    #: partitions assigned but not listed by Event Hubs: kept (a wrong answer never revokes)
+    unlisted: tuple[models.PartitionId, ...] = ()
+    figures: figures.Figures | None = None
+    #: seconds until something changes on its own (a hand-off times out, a grace ends)
+    next_in: float | None = None
+    spec_error: str | None = None
+
+
+def decide(observation: observations.Observation, *, now: datetime.datetime) -> Decision:
+    """The decision of one cycle over ``observation`` at ``now``."""
+    if observation.spec is None:
+        return _invalid(observation, now=now)
+    spec = observation.spec
+    wall = podstates.to_seconds(now)
+    pods = observations.pods(observation.pods, selector=spec.selector)
+    maps = observations.stored_maps(observation.configmaps, consumer=observation.name)
+    previous = observation.status
+    status_epochs = {str(k): v for k, v in (previous.get("epochs") or {}).items()}
+    checkpoints = observation.store.checkpoints or {}
+    back = readbacks.read_back(
+        maps=maps,
+        pods=pods.states,
+        status_epochs=status_epochs,
+        stored_epochs={p: epoch for p, (epoch, _seq) in checkpoints.items()},
+        now=now,
+        last_owners=readbacks.last_owners(previous),
+    )
+    partitions, unlisted = _partitions(observation.hub.ids, back)
+    options = spec.balancing.to_options()
+    plan = planning.plan(
+        models.Scenario(
+            partitions=partitions,
+            members=readbacks.members(pods.states),
+            assignment=back.assignment,
+            released=back.released,
+            lag=_lag(observation),
+            now=wall,
+            options=options,
+        )
+    )
+    by_lag = options.weighting == "lag"
+    gives_out = any(m.kind != "revoke" and m.target is not None for m in plan.moves)
+    unread = observation.store.checkpoints is None
+    hub_ok = observation.hub.fault is None
+
+    new_epochs = statuses.epochs(plan.assignment, back.floors, status_epochs)
+    raises = any(new_epochs.get(p, 0) > status_epochs.get(p, 0) for p in new_epochs)
+    if raises:
+        previous = {**previous, "epochs": new_epochs}
+    planned = writes.derive_writes(
+        spec=spec,
+        consumer=observation.name,
+        namespace=observation.namespace,
+        assignment=plan.assignment,
+        maps=maps,
+        pods=pods.states,
+        pod_annotations=pods.annotations,
+        problems=back.problems,
+    )
+    concluded = verdicts.build(
+        plan=plan,
+        pods=pods.states,
+        partitions=partitions,
+        hub=verdicts.hub(observation.hub, spec=spec),
+        store=verdicts.store(observation.store, spec=spec),
+        spec=spec,
+    )
+    events = kubeevents.build(
+        plan=plan, problems=back.problems, planned=planned, concluded=concluded, previous=previous
+    )
+    outcome = statuses.Outcome(
+        generation=observation.generation,
+        partitions=partitions,
+        pods=pods.states,
+        assignment=plan.assignment,
+        floors=back.floors,
+        owner_changes=sum(1 for m in plan.moves if m.kind != "revoke" and m.target is not None),
+        balanced=plan.balanced,
+        grace_seconds=float(spec.balancing.pod_grace_seconds),
+        conditions=tuple(concluded),
+    )
+    desired = statuses.build_status(outcome=outcome, previous=previous, now=now)
+    return Decision(
+        generation=observation.generation,
+        pods=frozenset(pods.states) | frozenset(m.pod for m in maps),
+        needs_checkpoints=unread and (gives_out or by_lag),
+        needs_last_sequences=by_lag and hub_ok and observation.last_sequences is None,
+        epochs=new_epochs if raises else None,
+        writes=planned,
+        status=statuses.status_patch(previous, desired),
+        events=tuple(events),
+        event_bodies=tuple(kubeevents.body(observation.body, e, now=now) for e in events),
+        partitions=partitions,
+        moves=plan.moves,
+        balanced=plan.balanced,
+        unlisted=unlisted,
+        figures=figures.build(
+            plan=plan, before=back, wall=wall, partitions=partitions, hub_ok=hub_ok
+        ),
+        next_in=next_in(plan=plan, pods=pods.states, spec=spec, wall=wall),
+    )
+
+
+def _invalid(observation: observations.Observation, *, now: datetime.datetime) -> Decision:
+    """An invalid spec: say so in the Ready condition (and once in an Event), touch nothing."""
+    assert observation.spec_error is not None, "an observation has a spec or a spec error"
+    bad = verdicts.invalid_spec(observation.spec_error)
+    previous = observation.status
+    generation = observation.generation
+    desired = {
+        "observedGeneration": generation,
+        "conditions": conditions.apply(
+            previous.get("conditions"), [bad], observed_generation=generation, now=now
+        ),
+    }
+    events = (
+        (kubeevents.KubeEvent(reason=bad.reason, message=bad.message, type="Warning"),)
+        if verdicts.changed(previous, bad)
+        else ()
+    )
+    return Decision(
+        generation=generation,
+        status=statuses.status_patch(previous, desired),
+        events=events,
+        event_bodies=tuple(kubeevents.body(observation.body, e, now=now) for e in events),
+        spec_error=bad.message,
+    )
+
+
+def _partitions(
+    listed: tuple[str, ...] | None, back: readbacks.ReadBack
+) -> tuple[tuple[models.PartitionId, ...], tuple[models.PartitionId, ...]]:
+    """The partitions to plan over, and those kept although Event Hubs did not list them."""
+    if listed is None:
+        # Never seen the Event Hub: plan only over what is assigned, so that failover works.
+        known = set(back.floors) | set(back.assignment)
+        return tuple(planning.ordered_partitions(known)), ()
+    ids = [models.PartitionId(p) for p in listed]
+    # Event Hubs partitions never go away; a shorter list is a wrong answer or a wrong hub,
+    # not a reason to revoke what is assigned.
+    missing = set(back.assignment) - set(ids)
+    if not missing:
+        return tuple(ids), ()
+    return (
+        tuple(planning.ordered_partitions([*ids, *missing])),
+        tuple(planning.ordered_partitions(missing)),
+    )
+
+
+def _lag(observation: observations.Observation) -> dict[models.PartitionId, int]:
+    """Events not yet checkpointed per partition; empty unless the hub's end was read now and
+    the checkpoints are known (read now, or the last read while the store is unreachable)."""
+    store, last = observation.store, observation.last_sequences
+    if store.checkpoints is not None:
+        done: Mapping[str, int] | None = {p: seq for p, (_e, seq) in store.checkpoints.items()}
+    else:
+        done = store.known_sequences
+    if done is None or last is None:
+        return {}
+    return {models.PartitionId(p): max(0, seq - done.get(p, -1)) for p, seq in last.items()}
+
+
+def next_in(
+    *,
+    plan: models.Plan,
+    pods: Mapping[str, podstates.PodState],
+    spec: specs.ConsumerSpec,
+    wall: float,
+) -> float | None:
+    """The next moment something changes on its own: a hand-off times out, a grace ends."""
+    deadlines = [
+        o.since + spec.balancing.handoff_timeout_seconds
+        for o in plan.assignment.values()
+        if o.state == "revoking"
+    ]
+    owners = {o.owner for o in plan.assignment.values() if o.owner}
+    deadlines += [
+        podstates.to_seconds(p.since) + spec.balancing.pod_grace_seconds
+        for p in pods.values()
+        if p.state == "notready" and p.name in owners
+    ]
+    future = [d - wall for d in deadlines if d - wall > -STALE_DEADLINE]
+    return max(MIN_NEXT_IN, min(future)) if future else None

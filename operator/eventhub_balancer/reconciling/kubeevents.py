@@ -1,0 +1,161 @@
+"""The Kubernetes Events a cycle posts: one per group of moves, repairs, dependency changes.
+
+Events are for humans reading ``kubectl describe``: their reasons are specific
+(``PartitionAssigned``, ``HandoffTimedOut``, ``EventHubUnreachable``), moves of the same kind
+between the same pods are grouped into one Event, and a dependency's fault is reported when it
+starts, not every cycle. `body` builds what the API takes; `handlers.writing` only posts it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from eventhub_balancer.balancing import models
+from eventhub_balancer.contracts import conditions, specs
+from eventhub_balancer.reconciling import verdicts, writes
+
+#: The Event's source component, as ``kubectl describe`` shows it.
+COMPONENT = "eventhub-balancer"
+#: The API server rejects longer messages; a cut message is still readable.
+MAX_MESSAGE = 1024
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class KubeEvent:
+    """A Kubernetes Event about the EventHubConsumer (not an Event Hubs event)."""
+
+    reason: str
+    message: str
+    type: str = "Normal"  # Normal | Warning
+
+
+def _join(partitions: Sequence[str]) -> str:
+    ordered = sorted(partitions, key=models.name_key)
+    text = ", ".join(ordered[:16])
+    return text + (f" and {len(ordered) - 16} more" if len(ordered) > 16 else "")
+
+
+def move_events(moves: Sequence[models.Move]) -> list[KubeEvent]:
+    """One Event per (reason, from, to), listing its partitions: few writes, readable history."""
+    groups: dict[tuple[str, str, str | None, str | None], list[models.Move]] = {}
+    for m in moves:
+        if m.kind == "assign":
+            reason = "PartitionAssigned"
+        elif m.kind == "revoke":
+            reason = "PartitionRevoked"
+        elif m.target is None:
+            reason = "PartitionUnassigned"
+        elif m.reason == "timeout":
+            reason = "HandoffTimedOut"
+        elif m.reason == "released":
+            reason = "PartitionHandedOff"
+        else:
+            reason = "PartitionTakenOver"
+        groups.setdefault((reason, m.reason, m.source, m.target), []).append(m)
+    events: list[KubeEvent] = []
+    for (reason, why, source, target), group in groups.items():
+        parts = _join([m.partition for m in group])
+        epochs_text = ", ".join(str(m.epoch) for m in group[:16])
+        plural = "s" if len(group) > 1 else ""
+        if reason == "PartitionAssigned":
+            text = f"Assigned partition{plural} {parts} to {target} (epoch {epochs_text})"
+        elif reason == "PartitionRevoked":
+            goal = f" for {target}" if target else ""
+            text = (
+                f"Revoking partition{plural} {parts} from {source} ({why}){goal}: "
+                "waiting for its release"
+            )
+        elif reason == "PartitionUnassigned":
+            text = (
+                f"Partition{plural} {parts} of {source} ({why}) have no pod to go to: "
+                "no Ready pod matches spec.selector"
+            )
+        elif reason == "HandoffTimedOut":
+            text = (
+                f"{source} did not release partition{plural} {parts} in time; assigned to "
+                f"{target} (epoch {epochs_text}), the new epoch fences {source} out"
+            )
+        elif reason == "PartitionHandedOff":
+            text = (
+                f"{source} released partition{plural} {parts}; "
+                f"assigned to {target} (epoch {epochs_text})"
+            )
+        else:
+            text = (
+                f"Took over partition{plural} {parts} of {source} ({why}) "
+                f"for {target} (epoch {epochs_text})"
+            )
+        warning = reason in ("HandoffTimedOut", "PartitionUnassigned")
+        events.append(
+            KubeEvent(reason=reason, message=text, type="Warning" if warning else "Normal")
+        )
+    return events
+
+
+def build(
+    *,
+    plan: models.Plan,
+    problems: Mapping[str, tuple[str, ...]],
+    planned: writes.Writes,
+    concluded: Sequence[conditions.Condition],
+    previous: specs.StatusBody,
+) -> list[KubeEvent]:
+    """The moves, the ConfigMaps rewritten to repair them, the dependencies lost or regained."""
+    events = move_events(plan.moves)
+    for cm_name, cm_problems in sorted(problems.items()):
+        if any(w.name == cm_name for w in planned.maps) or any(
+            d.name == cm_name for d in planned.deletes
+        ):
+            events.append(
+                KubeEvent(
+                    reason="ConfigMapRepaired",
+                    type="Warning",
+                    message=f"ConfigMap {cm_name} was rewritten: {'; '.join(cm_problems)[:900]}",
+                )
+            )
+    for c in concluded:
+        if (
+            c.status == "False"
+            and verdicts.changed(previous, c)
+            and c.type in (conditions.EVENTHUB_REACHABLE, conditions.CHECKPOINT_STORE_REACHABLE)
+        ):
+            events.append(KubeEvent(reason=c.reason, message=c.message, type="Warning"))
+        elif (
+            c.status == "True"
+            and c.type == conditions.EVENTHUB_REACHABLE
+            and verdicts.was_false(previous, c)
+        ):
+            events.append(KubeEvent(reason="EventHubReachable", message=c.message))
+    return events
+
+
+def body(
+    consumer: specs.ConsumerBody, event: KubeEvent, *, now: datetime.datetime
+) -> dict[str, Any]:
+    """The Event object about the EventHubConsumer ``consumer``, as the API takes it."""
+    meta = consumer.get("metadata") or {}
+    namespace = meta.get("namespace", "default")
+    stamp = specs.format_time(now)
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{meta.get('name', 'ehc')}.", "namespace": namespace},
+        "involvedObject": {
+            "apiVersion": f"{specs.GROUP}/{specs.VERSION}",
+            "kind": specs.KIND,
+            "name": meta.get("name"),
+            "namespace": namespace,
+            "uid": meta.get("uid"),
+        },
+        "reason": event.reason,
+        "message": event.message[:MAX_MESSAGE],
+        "type": event.type,
+        "source": {"component": COMPONENT},
+        "reportingComponent": f"{specs.GROUP}/operator",
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }

@@ -1,0 +1,146 @@
+"""What a cycle read, as one value: the input of `deciding.decide`.
+
+`handlers.observing` fills an `Observation` through the ports and changes nothing else; what
+the bodies mean (which pods are members, which ConfigMaps are this consumer's, what a fault
+says) is read here, so that the whole cycle can be replayed from one value.
+
+The checkpoint blobs are read only when a decision needs them (a partition gets a new owner,
+or weighting "lag"): the first decision says so (``Decision.needs_checkpoints``), the cycle
+reads them into `StoreRead.checkpoints` and decides again. Nothing travels through a side
+channel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from eventhub_balancer import errors
+from eventhub_balancer.contracts import configmaps, podstates, specs
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Fault:
+    """A failure of a dependency as the status shows it: the error's reason and text."""
+
+    reason: str
+    message: str
+
+    @classmethod
+    def of(cls, error: errors.EventHubBalancerError) -> Fault:
+        return cls(reason=error.reason, message=str(error))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HubRead:
+    """The partition list: listed now, or on a fault (or while backing off) the last known."""
+
+    #: None: never listed (the cycle plans over the partitions already assigned)
+    ids: tuple[str, ...] | None = None
+    #: why the list is not fresh; None: Event Hubs answered
+    fault: Fault | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StoreRead:
+    """The checkpoint store: its blobs when read in this cycle, else what is known of it."""
+
+    #: {partition: (epoch, sequence number)} read in this cycle; None: not read in this cycle
+    checkpoints: Mapping[str, tuple[int, int]] | None = None
+    #: the last failure, while it stands (backing off from it); None: no failure
+    fault: Fault | None = None
+    #: the store was read successfully in this cycle or an earlier one
+    listed: bool = False
+    #: {partition: checkpoint sequence number} of the last successful read, in this cycle or
+    #: an earlier one: weighting "lag" goes on from it while the store cannot be read (a slow
+    #: store is no reason to weigh by count and reshuffle); None: never read
+    known_sequences: Mapping[str, int] | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Observation:
+    """Everything one cycle read about one EventHubConsumer."""
+
+    namespace: str
+    name: str
+    #: the EventHubConsumer as read (metadata, spec, status)
+    body: specs.ConsumerBody
+    #: the parsed spec; None when it is invalid (then ``spec_error`` says why)
+    spec: specs.ConsumerSpec | None = None
+    spec_error: errors.InvalidInput | None = None
+    hub: HubRead = HubRead()
+    #: the pods as listed by spec.selector, and this consumer's ConfigMaps, as raw bodies
+    pods: tuple[Mapping[str, Any], ...] = ()
+    configmaps: tuple[Mapping[str, Any], ...] = ()
+    store: StoreRead = StoreRead()
+    #: partition -> last enqueued sequence number (weighting "lag"); None: not read
+    last_sequences: Mapping[str, int] | None = None
+
+    @property
+    def generation(self) -> int:
+        return int((self.body.get("metadata") or {}).get("generation") or 0)
+
+    @property
+    def status(self) -> specs.StatusBody:
+        return self.body.get("status") or {}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StoredMap:
+    """An assignment ConfigMap as read from the API."""
+
+    name: str
+    uid: str
+    resource_version: str
+    pod: str  # the pod it is for (from data, else the label)
+    pod_uid: str
+    data: Mapping[str, str]
+    annotations: Mapping[str, str]
+    parsed: configmaps.ParsedData
+
+
+def stored_map(body: Mapping[str, Any]) -> StoredMap:
+    meta = body.get("metadata") or {}
+    data = body.get("data") or {}
+    annotations = meta.get("annotations") or {}
+    parsed = configmaps.parse_data(data)
+    pod = parsed.pod or (meta.get("labels") or {}).get(configmaps.LABEL_POD, "")
+    return StoredMap(
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        resource_version=str(meta.get("resourceVersion", "")),
+        pod=pod,
+        pod_uid=str(annotations.get(configmaps.ANNOTATION_POD_UID, "")),
+        data=dict(data),
+        annotations=dict(annotations),
+        parsed=parsed,
+    )
+
+
+def stored_maps(bodies: Sequence[Mapping[str, Any]], *, consumer: str) -> list[StoredMap]:
+    """The ConfigMaps of ``consumer``; a corrupt one (no consumer in its data) is still ours
+    by its label, so that it is repaired or deleted rather than ignored."""
+    return [m for m in map(stored_map, bodies) if m.parsed.consumer in (consumer, "")]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Pods:
+    """The consumer's pods: their member states and their annotations, by name."""
+
+    states: Mapping[str, podstates.PodState]
+    annotations: Mapping[str, Mapping[str, str]]
+
+
+def pods(bodies: Sequence[Mapping[str, Any]], *, selector: specs.Selector) -> Pods:
+    """The pods that ``selector`` matches (a list call may be looser than the selector)."""
+    matching = [
+        p for p in bodies if selector.matches((p.get("metadata") or {}).get("labels") or {})
+    ]
+    states = {s.name: s for s in map(podstates.pod_state, matching) if s.name}
+    annotations = {
+        str((p.get("metadata") or {}).get("name")): (p.get("metadata") or {}).get("annotations")
+        or {}
+        for p in matching
+    }
+    return Pods(states=states, annotations=annotations)

@@ -1,0 +1,40 @@
+"""How long the operator waits before asking a failed dependency again: pure arithmetic.
+
+The operator's memory between cycles (`handlers.memories.Memory`) keeps one `Backoff` for
+Event Hubs and one for the checkpoint store; the readers in `handlers.observing` consult and
+advance them with ``wall`` (seconds) passed in, so the pacing is tested without a clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+#: The longest backoff between attempts to reach Event Hubs or the checkpoint store: five
+#: minutes keeps a long outage cheap and still notices the recovery within minutes.
+MAX_BACKOFF_SECONDS = 300.0
+#: How often the checkpoint store is probed when nothing needs its epochs, only so that the
+#: CheckpointStoreReachable condition stays true to the facts (a minute is cheap: one listing).
+CHECKPOINT_PROBE_SECONDS = 60.0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Backoff:
+    """The last delay and when the next attempt is due; the zero value: not backing off."""
+
+    delay: float = 0.0
+    retry_at: float = 0.0
+
+    def waiting(self, wall: float) -> bool:
+        """Whether an attempt at ``wall`` would come too soon after the last failure."""
+        return wall < self.retry_at
+
+
+def after_failure(backoff: Backoff, *, wall: float, base: float) -> Backoff:
+    """Double the delay (at least ``base``, the cycle interval; at most the maximum)."""
+    delay = min(MAX_BACKOFF_SECONDS, max(base, backoff.delay * 2))
+    return Backoff(delay=delay, retry_at=wall + delay)
+
+
+def probe_due(checked_at: float | None, *, wall: float) -> bool:
+    """Whether the checkpoint store should be read for its condition alone."""
+    return checked_at is None or wall - checked_at >= CHECKPOINT_PROBE_SECONDS

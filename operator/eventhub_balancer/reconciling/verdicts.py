@@ -1,0 +1,185 @@
+"""The status conditions a cycle concludes: Ready, Balanced and the two dependencies.
+
+Kept apart from the writes so that the wording can change without touching what is written
+when. The reasons are specific (API conventions): a fault of Event Hubs or of the checkpoint
+store keeps the error's own reason, or one naming the dependency for the generic errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from eventhub_balancer import errors
+from eventhub_balancer.balancing import models
+from eventhub_balancer.contracts import conditions, podstates, specs
+from eventhub_balancer.reconciling import observations
+
+
+def _reason(fault: observations.Fault, *, misconfigured: str, unreachable: str) -> str:
+    """The error's own reason, or for the generic classes one that names the dependency."""
+    if fault.reason == errors.ConfigurationError.reason:
+        return misconfigured
+    if fault.reason == errors.TransientError.reason:
+        return unreachable
+    return fault.reason
+
+
+def invalid_spec(error: errors.InvalidInput) -> conditions.Condition:
+    message = f"spec.{error.field.removeprefix('spec.')} is invalid: {error.problem}"
+    return conditions.Condition(
+        type=conditions.READY, status="False", reason="InvalidSpec", message=message
+    )
+
+
+def hub(read: observations.HubRead, *, spec: specs.ConsumerSpec) -> conditions.Condition:
+    """EventHubReachable: listed, or the fault and what the cycle plans over meanwhile."""
+    if read.fault is not None:
+        fallback = (
+            "the last known partition list" if read.ids else "the partitions already assigned"
+        )
+        # No retry delay in the message: it changes every attempt, the status must not.
+        return conditions.Condition(
+            type=conditions.EVENTHUB_REACHABLE,
+            status="False",
+            reason=_reason(
+                read.fault, misconfigured="EventHubMisconfigured", unreachable="EventHubUnreachable"
+            ),
+            message=(
+                f"{read.fault.message} (keeping the current assignment over {fallback}; "
+                "retrying with backoff)"
+            ),
+        )
+    where = f"Event Hub {spec.event_hub_name!r} in {spec.fully_qualified_namespace}"
+    return conditions.Condition(
+        type=conditions.EVENTHUB_REACHABLE,
+        status="True",
+        reason="PartitionsListed",
+        message=f"{where} has {len(read.ids or ())} partitions",
+    )
+
+
+def store(read: observations.StoreRead, *, spec: specs.ConsumerSpec) -> conditions.Condition:
+    """CheckpointStoreReachable: read (now or before), failing, or not read yet."""
+    if read.fault is not None:
+        return conditions.Condition(
+            type=conditions.CHECKPOINT_STORE_REACHABLE,
+            status="False",
+            reason=_reason(
+                read.fault,
+                misconfigured="CheckpointStoreMisconfigured",
+                unreachable="CheckpointStoreUnreachable",
+            ),
+            message=f"{read.fault.message} (retrying with backoff)",
+        )
+    if read.listed or read.checkpoints is not None:
+        return conditions.Condition(
+            type=conditions.CHECKPOINT_STORE_REACHABLE,
+            status="True",
+            reason="CheckpointsListed",
+            message=f"container {spec.checkpoint_container!r} is readable",
+        )
+    return conditions.Condition(
+        type=conditions.CHECKPOINT_STORE_REACHABLE,
+        status="Unknown",
+        reason="NotChecked",
+        message="the checkpoint store has not been read yet",
+    )
+
+
+def build(
+    *,
+    plan: models.Plan,
+    pods: Mapping[str, podstates.PodState],
+    partitions: tuple[models.PartitionId, ...],
+    hub: conditions.Condition,
+    store: conditions.Condition,
+    spec: specs.ConsumerSpec,
+) -> list[conditions.Condition]:
+    """All four conditions, Ready first."""
+    ready_pods = [p for p in pods.values() if p.ready]
+    unowned = [
+        p
+        for p in partitions
+        if (o := plan.assignment.get(p)) is None
+        or o.owner is None
+        or not (pods.get(o.owner) is not None and pods[o.owner].ready)
+    ]
+    selector = spec.selector.to_query()
+    if not partitions:
+        ready = conditions.Condition(
+            type=conditions.READY,
+            status="False",
+            reason="PartitionsUnknown",
+            message="the partition list could not be read yet: see EventHubReachable",
+        )
+    elif not pods:
+        ready = conditions.Condition(
+            type=conditions.READY,
+            status="False",
+            reason="NoPods",
+            message=(
+                f"no pod matches spec.selector ({selector}): fix the selector or the pods' labels"
+            ),
+        )
+    elif not ready_pods:
+        ready = conditions.Condition(
+            type=conditions.READY,
+            status="False",
+            reason="NoReadyPods",
+            message=f"{len(pods)} pods match spec.selector but none is Running and Ready",
+        )
+    elif unowned:
+        ready = conditions.Condition(
+            type=conditions.READY,
+            status="False",
+            reason="PartitionsWithoutReadyOwner",
+            message=f"{len(unowned)} of {len(partitions)} partitions have no Ready owner yet",
+        )
+    else:
+        ready = conditions.Condition(
+            type=conditions.READY,
+            status="True",
+            reason="AllPartitionsOwned",
+            message=f"all {len(partitions)} partitions are owned by Ready pods",
+        )
+    in_flight = sum(1 for o in plan.assignment.values() if o.state == "revoking")
+    if plan.balanced:
+        balanced = conditions.Condition(
+            type=conditions.BALANCED,
+            status="True",
+            reason="Balanced",
+            message=f"{len(partitions)} partitions over {len(ready_pods)} Ready pods",
+        )
+    elif not ready_pods:
+        balanced = conditions.Condition(
+            type=conditions.BALANCED,
+            status="False",
+            reason="NoReadyPods",
+            message="no Ready pod to balance over",
+        )
+    elif in_flight:
+        balanced = conditions.Condition(
+            type=conditions.BALANCED,
+            status="False",
+            reason="HandoffsInFlight",
+            message=f"{in_flight} partitions are being handed off",
+        )
+    else:
+        balanced = conditions.Condition(
+            type=conditions.BALANCED,
+            status="False",
+            reason="Rebalancing",
+            message="some pods are above or below their share",
+        )
+    return [ready, balanced, hub, store]
+
+
+def changed(previous: specs.StatusBody, c: conditions.Condition) -> bool:
+    """Whether ``c`` differs in status or reason from the same condition in ``previous``."""
+    old = conditions.find(previous.get("conditions"), c.type)
+    return old is None or old.get("status") != c.status or old.get("reason") != c.reason
+
+
+def was_false(previous: specs.StatusBody, c: conditions.Condition) -> bool:
+    old = conditions.find(previous.get("conditions"), c.type)
+    return old is not None and old.get("status") == "False"

@@ -1,0 +1,200 @@
+"""From a plan to the writes that carry it out: only what differs, in a safe order, pure.
+
+An unchanged assignment gives no write at all (a steady state costs no API call). The
+ConfigMaps that gain a partition (or a higher epoch) come first, so that a crash between two
+writes leaves a duplicate claim that the higher epoch resolves, never a partition nobody
+remembers; `handlers.writing` keeps that order when it writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from eventhub_balancer.balancing import models
+from eventhub_balancer.contracts import configmaps, podstates, specs
+from eventhub_balancer.reconciling import observations
+
+#: The ownerReference's kind: Kubernetes collects a pod's ConfigMap with the pod.
+POD_KIND = {"apiVersion": "v1", "kind": "Pod"}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MapWrite:
+    """Create or patch one pod's ConfigMap."""
+
+    name: str
+    pod: str
+    pod_uid: str
+    create: bool
+    body: Mapping[str, Any]  # the full object to create, or the merge patch
+    resource_version: str | None
+    gains: bool  # it receives a partition or a higher epoch: written before the others lose
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MapDelete:
+    name: str
+    uid: str
+    pod: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PodAnnotation:
+    pod: str
+    annotations: Mapping[str, str | None]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Writes:
+    """The ConfigMap and pod writes of one cycle, in the order `handlers.writing` applies."""
+
+    maps: tuple[MapWrite, ...] = ()  # gaining ConfigMaps first
+    deletes: tuple[MapDelete, ...] = ()
+    pods: tuple[PodAnnotation, ...] = ()
+
+    @property
+    def count(self) -> int:
+        return len(self.maps) + len(self.deletes) + len(self.pods)
+
+
+def owned_by(
+    assignment: Mapping[models.PartitionId, models.Ownership], pod: str
+) -> dict[models.PartitionId, configmaps.PartitionEntry]:
+    return {
+        pid: configmaps.PartitionEntry(
+            epoch=o.epoch, state=o.state, since=podstates.from_seconds(o.since)
+        )
+        for pid, o in assignment.items()
+        if o.owner == pod
+    }
+
+
+def _owner_reference(pod: podstates.PodState) -> dict[str, Any]:
+    # Kubernetes collects the ConfigMap with the pod; no blockOwnerDeletion (no finalizer RBAC).
+    return {**POD_KIND, "name": pod.name, "uid": pod.uid, "controller": False}
+
+
+def derive_writes(
+    *,
+    spec: specs.ConsumerSpec,
+    consumer: str,
+    namespace: str,
+    assignment: Mapping[models.PartitionId, models.Ownership],
+    maps: Sequence[observations.StoredMap],
+    pods: Mapping[str, podstates.PodState],
+    pod_annotations: Mapping[str, Mapping[str, str]],
+    problems: Mapping[str, tuple[str, ...]] = {},
+) -> Writes:
+    """Only what differs: an unchanged assignment gives no writes at all."""
+    by_name = {cm.name: cm for cm in maps}
+    # A pod's ConfigMap is found by the pod it is for (its data, else its label), so that one
+    # written under an older naming scheme is updated in place rather than duplicated.
+    by_pod: dict[str, observations.StoredMap] = {}
+    for stored in sorted(maps, key=lambda m: models.name_key(m.name)):
+        by_pod.setdefault(stored.pod, stored)
+    writes: list[MapWrite] = []
+    deletes: list[MapDelete] = []
+    annotate: list[PodAnnotation] = []
+    wanted: set[str] = set()
+    for pod in sorted(pods.values(), key=lambda p: models.name_key(p.name)):
+        if pod.state is None:
+            continue
+        partitions = owned_by(assignment, pod.name)
+        cm = by_name.get(configmaps.configmap_name(consumer=consumer, pod=pod.name))
+        if cm is None:
+            cm = by_pod.get(pod.name)
+        name = (
+            cm.name
+            if cm is not None
+            else configmaps.configmap_name(consumer=consumer, pod=pod.name)
+        )
+        if cm is None and not partitions and pod.state == "terminating":
+            continue
+        wanted.add(name)
+        same_pod = (
+            cm is not None and (not cm.pod_uid or cm.pod_uid == pod.uid) and cm.pod == pod.name
+        )
+        current = cm.data if (cm is not None and same_pod) else None
+        if cm is not None and not same_pod:
+            # Keep counting generations up: the pod may compare them across incarnations.
+            current = {configmaps.KEY_GENERATION: str(cm.parsed.generation)}
+        data = configmaps.desired_data(
+            spec=spec, consumer=consumer, pod=pod.name, partitions=partitions, current=current
+        )
+        before = {
+            pid: e.epoch for pid, e in (cm.parsed.partitions.items() if cm is not None else ())
+        }
+        gains = any(before.get(pid, -1) < e.epoch for pid, e in partitions.items())
+        if cm is None:
+            assert data is not None
+            writes.append(
+                MapWrite(
+                    name=name,
+                    pod=pod.name,
+                    pod_uid=pod.uid,
+                    create=True,
+                    resource_version=None,
+                    gains=gains,
+                    body={
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "metadata": {
+                            "name": name,
+                            "namespace": namespace,
+                            "labels": configmaps.labels(consumer=consumer, pod=pod.name),
+                            "annotations": {configmaps.ANNOTATION_POD_UID: pod.uid},
+                            "ownerReferences": [_owner_reference(pod)],
+                        },
+                        "data": data,
+                    },
+                )
+            )
+        elif data is not None or not same_pod or cm.name in problems:
+            if data is None:  # parsed cleanly but flagged (e.g. a claim it lost): rewrite
+                data = configmaps.build_data(
+                    spec=spec,
+                    consumer=consumer,
+                    pod=pod.name,
+                    generation=cm.parsed.generation + 1,
+                    partitions=partitions,
+                )
+            patch: dict[str, Any] = {
+                "data": {**{k: None for k in cm.data if k not in data}, **data}
+            }
+            if not same_pod:
+                patch["metadata"] = {
+                    "annotations": {
+                        configmaps.ANNOTATION_POD_UID: pod.uid,
+                        configmaps.ANNOTATION_RELEASED: None,
+                        configmaps.ANNOTATION_APPLIED_GENERATION: None,
+                    },
+                    "labels": configmaps.labels(consumer=consumer, pod=pod.name),
+                    "ownerReferences": [_owner_reference(pod)],
+                }
+            writes.append(
+                MapWrite(
+                    name=name,
+                    pod=pod.name,
+                    pod_uid=pod.uid,
+                    create=False,
+                    resource_version=cm.resource_version or None,
+                    gains=gains,
+                    body=patch,
+                )
+            )
+        if pod.state != "terminating":
+            desired = configmaps.pod_annotations(consumer=consumer, partitions=partitions)
+            current_annotations = pod_annotations.get(pod.name, {})
+            has_ours = configmaps.POD_ANNOTATION_PARTITIONS in current_annotations
+            differs = any(current_annotations.get(k) != v for k, v in desired.items())
+            if differs and (partitions or has_ours):
+                annotate.append(PodAnnotation(pod=pod.name, annotations=desired))
+    for cm in sorted(maps, key=lambda m: models.name_key(m.name)):
+        if cm.name not in wanted:
+            deletes.append(MapDelete(name=cm.name, uid=cm.uid, pod=cm.pod))
+    # Gaining ConfigMaps first: a crash in between leaves a duplicate claim that the higher
+    # epoch resolves, never a partition that nobody remembers.
+    writes.sort(key=lambda w: (not w.gains, models.name_key(w.name)))
+    return Writes(maps=tuple(writes), deletes=tuple(deletes), pods=tuple(annotate))

@@ -1,0 +1,212 @@
+"""`cycles.run_cycle` over the in-memory ports: what it reads, what it writes, in which order."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import pytest
+
+from eventhub_balancer import errors
+from eventhub_balancer.handlers import cycles, memories, metrics
+from tests.support import fakes
+
+T0 = datetime.datetime(2024, 5, 1, 12, 0, 0, tzinfo=datetime.UTC)
+NS, NAME = "shop", "orders"
+SPEC: dict[str, Any] = {
+    "eventHub": {
+        "fullyQualifiedNamespace": "shop.servicebus.windows.net",
+        "name": "orders",
+        "credentials": {"connectionStringSecretRef": {"name": "eh", "key": "cs"}},
+    },
+    "checkpointStore": {
+        "containerName": "checkpoints",
+        "credentials": {"connectionStringSecretRef": {"name": "blob", "key": "cs"}},
+    },
+    "selector": {"matchLabels": {"app": "c"}},
+}
+
+
+def at(seconds: float) -> datetime.datetime:
+    return T0 + datetime.timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def kube() -> fakes.FakeKube:
+    kube = fakes.FakeKube()
+    kube.add_consumer(NS, NAME, SPEC)
+    kube.add_secret(NS, "eh", {"cs": "Endpoint=sb://shop/;SharedAccessKey=x"})
+    kube.add_secret(NS, "blob", {"cs": "UseDevelopmentStorage=true"})
+    for name in ("a", "b"):
+        kube.add_pod(NS, name, labels={"app": "c"}, since=T0)
+    kube.add_pod(NS, "other", labels={"app": "other"}, since=T0)
+    return kube
+
+
+@pytest.fixture
+def hubs() -> fakes.FakeHubs:
+    return fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+
+
+async def cycle(
+    kube: fakes.FakeKube,
+    hubs: fakes.FakeHubs,
+    memory: memories.Memory,
+    *,
+    now: float,
+    registry: metrics.Metrics | None = None,
+) -> cycles.Result:
+    return await cycles.run_cycle(
+        kube=kube,
+        hubs=hubs,
+        namespace=NS,
+        name=NAME,
+        memory=memory,
+        now=at(now),
+        metrics=registry,
+    )
+
+
+async def test_writes_go_out_in_the_crash_safe_order_and_a_steady_state_writes_nothing(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+) -> None:
+    memory = memories.Memory()
+    result = await cycle(kube, hubs, memory, now=0)
+    kinds = [(verb, kind) for verb, kind, _ in kube.calls]
+    assert kinds[:5] == [
+        ("patch", "status"),  # the epochs, before any ConfigMap uses them
+        ("create", "configmap"),
+        ("create", "configmap"),
+        ("annotate", "pod"),
+        ("annotate", "pod"),
+    ]
+    assert sorted(kinds[5:]) == [("create", "event")] * 2 + [("patch", "status")]
+    assert result.writes == len(kube.calls) == 8
+    assert kube.assignment(NS) == {
+        "a": {"0": (1, "owned"), "1": (1, "owned")},
+        "b": {"2": (1, "owned"), "3": (1, "owned")},
+    }
+    assert kube.condition(NS, NAME, "Ready")["reason"] == "AllPartitionsOwned"
+    assert len(hubs.store.reads) == 1  # the first decision gave partitions out
+    again = await cycle(kube, hubs, memory, now=5)
+    assert again.writes == 0
+    assert len(kube.calls) == 8
+
+
+async def test_a_crash_after_the_epochs_never_hands_an_epoch_out_twice(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+) -> None:
+    kube.fail("create_configmap", errors.ApiUnavailable("the API server went away"))
+    with pytest.raises(errors.ApiUnavailable):
+        await cycle(kube, hubs, memories.Memory(), now=0)
+    assert kube.status(NS, NAME) == {"epochs": {"0": 1, "1": 1, "2": 1, "3": 1}}
+    assert kube.assignment(NS) == {"b": {"2": (1, "owned"), "3": (1, "owned")}}
+    await cycle(kube, hubs, memories.Memory(), now=5)  # a restarted operator
+    assert kube.assignment(NS)["a"] == {"0": (2, "owned"), "1": (2, "owned")}
+    assert kube.status(NS, NAME)["epochs"] == {"0": 2, "1": 2, "2": 1, "3": 1}
+
+
+async def test_a_kube_api_failure_fails_the_cycle_before_any_write(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+) -> None:
+    kube.fail("list_configmaps", errors.ApiUnavailable("timeout"))
+    with pytest.raises(errors.ApiUnavailable):
+        await cycle(kube, hubs, memories.Memory(), now=0)
+    assert kube.calls == []
+
+
+async def test_a_missing_secret_is_shown_and_the_pods_are_still_balanced(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+) -> None:
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    del kube.objects["secret", NS, "eh"]
+    kube.remove_pod(NS, "a")  # its ConfigMap goes with it
+    result = await cycle(kube, hubs, memory, now=5)
+    reachable = kube.condition(NS, NAME, "EventHubReachable")
+    assert (reachable["status"], reachable["reason"]) == ("False", "SecretNotFound")
+    assert "over the last known partition list" in reachable["message"]
+    assert [(m.kind, m.reason, m.epoch) for m in result.decision.moves] == [
+        ("takeover", "gone", 2),
+        ("takeover", "gone", 2),
+    ]
+    assert set(kube.assignment(NS)["b"]) == {"0", "1", "2", "3"}
+    assert {e["reason"] for e in kube.events} >= {"SecretNotFound", "PartitionTakenOver"}
+    assert memory.hub.retry_at == at(5).timestamp() + 5.0  # the interval, then doubling
+
+
+async def test_an_unreachable_store_is_shown_and_backed_off(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+) -> None:
+    hubs.store.failure = errors.CheckpointStoreUnreachable("connection refused")
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    store = kube.condition(NS, NAME, "CheckpointStoreReachable")
+    assert (store["status"], store["reason"]) == ("False", "CheckpointStoreUnreachable")
+    assert kube.assignment(NS)["a"] == {"0": (1, "owned"), "1": (1, "owned")}
+    assert [e["reason"] for e in kube.events].count("CheckpointStoreUnreachable") == 1
+    hubs.store.failure = None
+    await cycle(kube, hubs, memory, now=4)  # within the backoff: not asked
+    assert len(hubs.store.reads) == 1
+    await cycle(kube, hubs, memory, now=5)
+    assert len(hubs.store.reads) == 2
+    assert kube.condition(NS, NAME, "CheckpointStoreReachable")["status"] == "True"
+
+
+async def test_the_checkpoint_epochs_are_read_only_when_partitions_move(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+) -> None:
+    hubs.store.fence("3", 9)  # a lost operator's epoch, fenced by some pod
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    assert kube.assignment(NS)["b"]["3"] == (10, "owned")
+    await cycle(kube, hubs, memory, now=5)
+    await cycle(kube, hubs, memory, now=10)
+    assert len(hubs.store.reads) == 1  # steady: not needed, the probe is not due
+    hubs.store.fence("0", 5)  # "a" fenced partition 0 again, beyond what status says
+    kube.remove_pod(NS, "a")
+    await cycle(kube, hubs, memory, now=15)
+    assert len(hubs.store.reads) == 2  # a partition gets a new owner: its blob is a floor
+    assert kube.assignment(NS)["b"]["0"] == (6, "owned")
+
+
+async def test_an_invalid_spec_writes_only_the_condition(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+) -> None:
+    kube.set_spec(NS, NAME, {**SPEC, "checkpointStore": {"containerName": "X"}})
+    result = await cycle(kube, hubs, memories.Memory(), now=0)
+    assert result.decision.spec_error is not None
+    assert hubs.listings == []
+    assert kube.assignment(NS) == {}
+    assert kube.condition(NS, NAME, "Ready")["reason"] == "InvalidSpec"
+    assert kube.status(NS, NAME)["observedGeneration"] == 2
+
+
+async def test_the_metrics_follow_the_cycle(kube: fakes.FakeKube, hubs: fakes.FakeHubs) -> None:
+    registry = metrics.Metrics()
+    await cycle(kube, hubs, memories.Memory(), now=0, registry=registry)
+    text = registry.exposition().decode()
+    assert 'ehb_partition_count{consumer="orders",namespace="shop"} 4.0' in text
+    assert 'ehb_partitions{consumer="orders",namespace="shop",pod="a"} 2.0' in text
+    assert 'ehb_api_writes_total{consumer="orders",kind="configmap",namespace="shop"} 2.0' in text
+    assert 'ehb_moves_total{consumer="orders",kind="assign",namespace="shop",reason="new"} 4.0' in (
+        text
+    )
+
+
+async def test_a_store_outage_under_lag_weighting_moves_nothing(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+) -> None:
+    kube.add_consumer(NS, NAME, {**SPEC, "balancing": {"weighting": "lag"}})
+    for p in ("0", "1", "2", "3"):
+        hubs.store.fence(p, 0, sequence_number=0)
+    hubs.last_sequences = {"0": 299, "1": 0, "2": 0, "3": 0}
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    before = kube.assignment(NS)
+    assert len(before["a"]) == 1 or len(before["b"]) == 1  # the backlog has a pod to itself
+    hubs.store.failure = errors.CheckpointStoreUnreachable("connection refused")
+    for now in (5, 10, 20, 40):
+        result = await cycle(kube, hubs, memory, now=now)
+        assert result.decision.moves == ()
+    assert kube.assignment(NS) == before

@@ -1,0 +1,213 @@
+"""`deciding.decide`: one cycle's whole decision, data in and data out, at a given ``now``."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from eventhub_balancer import errors
+from eventhub_balancer.reconciling import deciding, observations
+from tests.reconciling import bodies
+from tests.reconciling.bodies import at, pod
+
+
+def started(*pods: dict[str, Any]) -> observations.Observation:
+    """Two cycles in: every partition assigned, written and read back."""
+    first, decision = bodies.decide_fully(bodies.observe(pods=pods), now=at(0))
+    return bodies.applied(first, decision)
+
+
+def test_a_fresh_start_reads_the_blobs_before_giving_partitions_out() -> None:
+    observation = bodies.observe(pods=[pod("a"), pod("b")])
+    first = deciding.decide(observation, now=at(0))
+    assert first.needs_checkpoints
+    second = deciding.decide(bodies.read_blobs(observation, {}), now=at(0))
+    assert not second.needs_checkpoints
+    assert second.epochs == {"0": 1, "1": 1, "2": 1, "3": 1}
+    assert [(w.pod, w.create, w.gains) for w in second.writes.maps] == [
+        ("a", True, True),
+        ("b", True, True),
+    ]
+    assert [e.reason for e in second.events] == ["PartitionAssigned", "PartitionAssigned"]
+    after = bodies.applied(observation, second)
+    assert bodies.assignment(after) == {
+        "a": {"0": (1, "owned"), "1": (1, "owned")},
+        "b": {"2": (1, "owned"), "3": (1, "owned")},
+    }
+    assert bodies.condition(after, "Ready")["reason"] == "AllPartitionsOwned"
+
+
+def test_checkpoint_epochs_are_a_floor_for_the_new_owners() -> None:
+    observation = bodies.observe(pods=[pod("a")])
+    _, decision = bodies.decide_fully(observation, now=at(0), checkpoints={"2": (7, 100)})
+    assert decision.epochs == {"0": 1, "1": 1, "2": 8, "3": 1}
+
+
+def test_a_steady_state_decides_no_write_and_no_second_read() -> None:
+    observation = started(pod("a"), pod("b"))
+    decision = deciding.decide(observation, now=at(5))
+    assert not decision.needs_checkpoints
+    assert (decision.epochs, decision.writes.count, decision.status, decision.events) == (
+        None,
+        0,
+        {},
+        (),
+    )
+    assert decision.next_in is None
+    assert decision.pods == {"a", "b"}
+    assert deciding.decide(observation, now=at(5)) == decision  # the same input, the same answer
+
+
+def test_an_invalid_spec_is_reported_once_and_nothing_else_is_written() -> None:
+    spec = {**bodies.SPEC, "checkpointStore": {"containerName": "X"}}
+    observation = bodies.observe(pods=[pod("a")], spec=spec)
+    decision = deciding.decide(observation, now=at(0))
+    assert decision.spec_error is not None
+    assert "spec.checkpointStore" in decision.spec_error
+    assert decision.writes.count == 0
+    assert decision.epochs is None
+    assert [(e.reason, e.type) for e in decision.events] == [("InvalidSpec", "Warning")]
+    after = bodies.applied(observation, decision)
+    assert bodies.condition(after, "Ready")["status"] == "False"
+    again = deciding.decide(after, now=at(5))
+    assert (again.events, again.status) == ((), {})
+
+
+def test_a_notready_pod_keeps_its_partitions_for_the_grace_period() -> None:
+    observation = started(pod("a"), pod("b"))
+    observation = bodies.with_pods(observation, pod("a", ready=False, since=10))
+    held = deciding.decide(observation, now=at(29))
+    assert held.moves == ()
+    assert held.next_in == 1.0  # podGraceSeconds 20 after the pod became NotReady at 10
+    _, gone = bodies.decide_fully(observation, now=at(30))
+    assert [(m.kind, m.reason, m.source, m.target, m.epoch) for m in gone.moves] == [
+        ("takeover", "gone", "a", "b", 2),
+        ("takeover", "gone", "a", "b", 2),
+    ]
+
+
+def test_a_handoff_waits_for_the_release_until_its_timeout() -> None:
+    observation = started(pod("a"))
+    observation = bodies.with_pods(observation, pod("b", since=100))
+    _, revoke = bodies.decide_fully(observation, now=at(100))
+    assert [(m.kind, m.partition) for m in revoke.moves] == [("revoke", "2"), ("revoke", "3")]
+    assert revoke.next_in == 30.0  # handoffTimeoutSeconds
+    observation = bodies.applied(observation, revoke)
+    assert bodies.assignment(observation)["a"]["2"] == (1, "revoking")
+    waiting = deciding.decide(observation, now=at(129))
+    assert (waiting.moves, waiting.next_in) == ((), 1.0)
+    _, timed_out = bodies.decide_fully(observation, now=at(130))
+    assert [(m.reason, m.target, m.epoch) for m in timed_out.moves] == [
+        ("timeout", "b", 2),
+        ("timeout", "b", 2),
+    ]
+    assert [e.reason for e in timed_out.events] == ["HandoffTimedOut"]
+    # b gains before a loses: a crash in between leaves a duplicate claim, never a lost one
+    assert [(w.pod, w.gains) for w in timed_out.writes.maps] == [("b", True), ("a", False)]
+
+
+def test_a_release_ends_the_handoff_at_once() -> None:
+    observation = started(pod("a"))
+    observation = bodies.with_pods(observation, pod("b", since=100))
+    _, revoke = bodies.decide_fully(observation, now=at(100))
+    observation = bodies.acknowledged(bodies.applied(observation, revoke), "a")
+    _, handed = bodies.decide_fully(observation, now=at(101))
+    assert [(m.reason, m.epoch) for m in handed.moves] == [("released", 2), ("released", 2)]
+    assert [e.reason for e in handed.events] == ["PartitionHandedOff"]
+    assert handed.figures is not None
+    assert handed.figures.handoffs == (("released", 1.0), ("released", 1.0))
+
+
+def test_a_hub_fault_keeps_the_assignment_and_is_reported_when_it_starts() -> None:
+    observation = started(pod("a"), pod("b"))
+    fault = observations.Fault.of(errors.TransientError("AMQP connection refused"))
+    failing = dataclasses.replace(observation, hub=observations.HubRead(ids=None, fault=fault))
+    decision = deciding.decide(failing, now=at(5))
+    assert decision.moves == ()
+    assert decision.writes.count == 0
+    assert decision.partitions == ("0", "1", "2", "3")  # those already assigned
+    assert [(e.reason, e.type) for e in decision.events] == [("EventHubUnreachable", "Warning")]
+    failing = bodies.applied(failing, decision)
+    reachable = bodies.condition(failing, "EventHubReachable")
+    assert reachable["status"] == "False"
+    assert "over the partitions already assigned" in reachable["message"]
+    assert deciding.decide(failing, now=at(10)).events == ()
+    recovered = dataclasses.replace(failing, hub=observations.HubRead(ids=bodies.IDS))
+    assert [e.reason for e in deciding.decide(recovered, now=at(15)).events] == [
+        "EventHubReachable"
+    ]
+
+
+def test_a_misconfigured_hub_says_so() -> None:
+    observation = bodies.observe(pods=[pod("a")], ids=None)
+    fault = observations.Fault.of(errors.ConfigurationError("no such namespace"))
+    failing = dataclasses.replace(observation, hub=observations.HubRead(ids=None, fault=fault))
+    decision = deciding.decide(failing, now=at(0))
+    assert [e.reason for e in decision.events] == ["EventHubMisconfigured"]
+    assert decision.partitions == ()  # never listed, nothing assigned: nothing to plan over
+
+
+def test_partitions_assigned_but_not_listed_are_kept() -> None:
+    observation = started(pod("a"), pod("b"))
+    shorter = dataclasses.replace(observation, hub=observations.HubRead(ids=("0", "1")))
+    decision = deciding.decide(shorter, now=at(5))
+    assert decision.unlisted == ("2", "3")
+    assert decision.moves == ()
+
+
+def test_lag_weighting_needs_both_ends_and_spreads_the_backlog() -> None:
+    spec = {**bodies.SPEC, "balancing": {"weighting": "lag"}}
+    observation = bodies.observe(pods=[pod("a"), pod("b")], spec=spec)
+    first = deciding.decide(observation, now=at(0))
+    assert first.needs_checkpoints
+    assert first.needs_last_sequences
+    # Partition 0 is 299 events behind, the others are up to date.
+    observation = dataclasses.replace(
+        bodies.read_blobs(observation, {p: (0, 0) for p in bodies.IDS}),
+        last_sequences={"0": 299, "1": 0, "2": 0, "3": 0},
+    )
+    decision = deciding.decide(observation, now=at(0))
+    owned = bodies.assignment(bodies.applied(observation, decision))
+    # By count each pod would get two partitions; by lag the backlog has a pod to itself.
+    assert owned == {
+        "a": {"0": (1, "owned")},
+        "b": {"1": (1, "owned"), "2": (1, "owned"), "3": (1, "owned")},
+    }
+
+
+def test_lag_weighting_goes_on_from_the_last_checkpoints_while_the_store_is_down() -> None:
+    spec = {**bodies.SPEC, "balancing": {"weighting": "lag"}}
+    observation = bodies.observe(pods=[pod("a"), pod("b")], spec=spec)
+    fault = observations.Fault.of(errors.TransientError("storage account unreachable"))
+    # The store cannot be read now; its last read said every checkpoint is at 0.
+    observation = dataclasses.replace(
+        observation,
+        store=observations.StoreRead(
+            fault=fault, listed=False, known_sequences={p: 0 for p in bodies.IDS}
+        ),
+        last_sequences={"0": 299, "1": 0, "2": 0, "3": 0},
+    )
+    decision = deciding.decide(observation, now=at(0))
+    owned = bodies.assignment(bodies.applied(observation, decision))
+    # Still by lag (by count it would be two and two): the outage moves nothing by itself.
+    assert owned == {
+        "a": {"0": (1, "owned")},
+        "b": {"1": (1, "owned"), "2": (1, "owned"), "3": (1, "owned")},
+    }
+
+
+def test_the_store_condition_follows_what_is_known_of_the_store() -> None:
+    observation = started(pod("a"))
+    unknown = dataclasses.replace(observation, store=observations.StoreRead())
+    assert _store_condition(unknown) == ("Unknown", "NotChecked")
+    listed = dataclasses.replace(observation, store=observations.StoreRead(listed=True))
+    assert _store_condition(listed) == ("True", "CheckpointsListed")
+    fault = observations.Fault.of(errors.ConfigurationError("container not found"))
+    failing = dataclasses.replace(observation, store=observations.StoreRead(fault=fault))
+    assert _store_condition(failing) == ("False", "CheckpointStoreMisconfigured")
+
+
+def _store_condition(observation: observations.Observation) -> tuple[str, str]:
+    after = bodies.applied(observation, deciding.decide(observation, now=at(5)))
+    found = bodies.condition(after, "CheckpointStoreReachable")
+    return found["status"], found["reason"]

@@ -1,0 +1,385 @@
+"""In-memory fakes of the operator's ports (`handlers.ports`), for cycle and daemon tests.
+
+`FakeKube` keeps the objects a cycle touches (the EventHubConsumer with its status, pods,
+ConfigMaps, Secrets, Events) and behaves as `adapters.kubeapi.KubeAPI` does at its seam:
+server-set metadata (uid, resourceVersion, generation), merge patches, 404 as
+`errors.NotFound` (swallowed where the adapter swallows it), 409 as `errors.Conflict` (a
+create of an existing name, a stale resourceVersion, a delete whose uid precondition fails),
+a missing Secret as `errors.SecretNotFound`, and the same ``writes`` counters. Any call can be
+made to fail next with `FakeKube.fail`. `FakeHubs` and `FakeCheckpointStore` stand for Event
+Hubs and the blob container; they record when (loop time) they were asked, so tests on fake
+time (looptime) can assert the pacing of retries.
+
+Test helpers (``add_pod``, ``acknowledge``, ``assignment``...) play the cluster's other
+actors: the kubelet, the pods' runtime, the garbage collector.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime
+import itertools
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+from eventhub_balancer import errors
+from eventhub_balancer.contracts import configmaps, specs
+
+#: The objects a fake holds, by (kind, namespace, name).
+Key = tuple[str, str, str]
+
+_EXPRESSION = re.compile(r"^(?P<key>[^\s!=]+)\s+(?P<op>in|notin)\s+\((?P<values>[^)]*)\)$")
+
+
+def selector_matches(query: str, labels: Mapping[str, str]) -> bool:
+    """Evaluate a ``labelSelector`` query string as the API server does (the forms we use)."""
+    for term in re.split(r",(?![^(]*\))", query) if query else []:
+        term = term.strip()
+        if m := _EXPRESSION.match(term):
+            values = {v.strip() for v in m["values"].split(",")}
+            present = m["key"] in labels and labels[m["key"]] in values
+            if present != (m["op"] == "in"):
+                return False
+        elif "!=" in term:
+            key, value = term.split("!=", 1)
+            if labels.get(key) == value:
+                return False
+        elif "=" in term:
+            key, value = term.split("=", 1)
+            if labels.get(key) != value.lstrip("="):
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: None deletes, objects merge, anything else replaces."""
+    if not isinstance(patch, Mapping):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+class FakeKube:
+    """An in-memory Kubernetes API behind `ports.KubePort`."""
+
+    def __init__(self) -> None:
+        self.objects: dict[Key, dict[str, Any]] = {}
+        self.events: list[dict[str, Any]] = []
+        self.writes: dict[str, int] = {}
+        #: every write in call order: (verb, kind, name)
+        self.calls: list[tuple[str, str, str]] = []
+        self._failures: dict[str, list[errors.EventHubBalancerError]] = {}
+        self._versions = itertools.count(1)
+        self._uids = itertools.count(1)
+
+    # --- the port ---
+
+    async def get_consumer(self, *, namespace: str, name: str) -> specs.ConsumerBody:
+        self._maybe_fail("get_consumer")
+        body: Any = self._get("consumer", namespace, name)
+        return cast(specs.ConsumerBody, body)
+
+    async def list_pods(self, *, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        self._maybe_fail("list_pods")
+        return self._list("pod", namespace, label_selector)
+
+    async def list_configmaps(self, *, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        self._maybe_fail("list_configmaps")
+        return self._list("configmap", namespace, label_selector)
+
+    async def read_secret_key(self, *, namespace: str, name: str, key: str) -> str:
+        self._maybe_fail("read_secret_key")
+        secret = self.objects.get(("secret", namespace, name))
+        if secret is None or key not in secret["data"]:
+            raise errors.SecretNotFound(
+                namespace=namespace, name=name, key=key, missing_key=secret is not None
+            )
+        return str(secret["data"][key])
+
+    async def create_configmap(self, *, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        name = str(body["metadata"]["name"])
+        self._write("create", "configmap", name)
+        if ("configmap", namespace, name) in self.objects:
+            raise errors.Conflict(f"create ConfigMap {namespace}/{name}: conflict (AlreadyExists)")
+        return self._store("configmap", namespace, copy.deepcopy(dict(body)))
+
+    async def patch_configmap(
+        self, *, namespace: str, name: str, patch: Mapping[str, Any], resource_version: str | None
+    ) -> dict[str, Any]:
+        self._write("patch", "configmap", name)
+        current = self._get("configmap", namespace, name)
+        if resource_version and current["metadata"]["resourceVersion"] != resource_version:
+            raise errors.Conflict(f"patch ConfigMap {namespace}/{name}: conflict (Conflict)")
+        return self._store("configmap", namespace, merge_patch(current, patch))
+
+    async def delete_configmap(self, *, namespace: str, name: str, uid: str | None) -> None:
+        self._write("delete", "configmap", name)
+        current = self.objects.get(("configmap", namespace, name))
+        if current is None:
+            return  # gone already is fine
+        if uid and current["metadata"]["uid"] != uid:
+            raise errors.Conflict(f"delete ConfigMap {namespace}/{name}: conflict (uid)")
+        del self.objects["configmap", namespace, name]
+
+    async def patch_pod_annotations(
+        self, *, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> None:
+        self._write("annotate", "pod", name)
+        current = self.objects.get(("pod", namespace, name))
+        if current is not None:  # deleted meanwhile: nothing left to annotate
+            self._store(
+                "pod", namespace, merge_patch(current, {"metadata": {"annotations": annotations}})
+            )
+
+    async def patch_consumer_status(
+        self, *, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> specs.ConsumerBody:
+        self._write("patch", "status", name)
+        current = self._get("consumer", namespace, name)
+        body: Any = self._store("consumer", namespace, merge_patch(current, {"status": status}))
+        return cast(specs.ConsumerBody, body)
+
+    async def create_event(self, *, namespace: str, body: Mapping[str, Any]) -> None:
+        self._write("create", "event", str(body.get("reason")))
+        self.events.append(copy.deepcopy(dict(body)))
+
+    # --- the other actors ---
+
+    def fail(self, method: str, error: errors.EventHubBalancerError, *, times: int = 1) -> None:
+        """Make the next ``times`` calls of ``method`` raise ``error``."""
+        self._failures.setdefault(method, []).extend([error] * times)
+
+    def add_consumer(
+        self, namespace: str, name: str, spec: Mapping[str, Any], *, status: Any = None
+    ) -> None:
+        body: dict[str, Any] = {
+            "apiVersion": f"{specs.GROUP}/{specs.VERSION}",
+            "kind": specs.KIND,
+            "metadata": {"name": name, "namespace": namespace, "generation": 1},
+            "spec": copy.deepcopy(dict(spec)),
+        }
+        if status is not None:
+            body["status"] = copy.deepcopy(status)
+        self._store("consumer", namespace, body)
+
+    def set_spec(self, namespace: str, name: str, spec: Mapping[str, Any]) -> None:
+        """A user's edit: the generation goes up."""
+        body = self._get("consumer", namespace, name)
+        body["spec"] = copy.deepcopy(dict(spec))
+        body["metadata"]["generation"] += 1
+        self._store("consumer", namespace, body)
+
+    def add_secret(self, namespace: str, name: str, data: Mapping[str, str]) -> None:
+        self._store("secret", namespace, {"metadata": {"name": name}, "data": dict(data)})
+
+    def add_pod(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        labels: Mapping[str, str],
+        since: datetime.datetime,
+        ready: bool = True,
+    ) -> None:
+        body = {
+            "metadata": {
+                "name": name,
+                "labels": dict(labels),
+                "creationTimestamp": specs.format_time(since),
+            },
+            "status": {"phase": "Running"},
+        }
+        self._store("pod", namespace, body)
+        self.set_ready(namespace, name, ready=ready, since=since)
+
+    def set_ready(
+        self, namespace: str, name: str, *, ready: bool, since: datetime.datetime
+    ) -> None:
+        pod = self._get("pod", namespace, name)
+        pod["status"]["conditions"] = [
+            {
+                "type": "Ready",
+                "status": "True" if ready else "False",
+                "lastTransitionTime": specs.format_time(since),
+            }
+        ]
+        self._store("pod", namespace, pod)
+
+    def remove_pod(self, namespace: str, name: str) -> None:
+        """The pod is gone, and the garbage collector takes the ConfigMaps it owns."""
+        pod = self.objects.pop(("pod", namespace, name))
+        uid = pod["metadata"]["uid"]
+        for key, body in list(self.objects.items()):
+            owners = body["metadata"].get("ownerReferences") or []
+            if key[0] == "configmap" and any(o.get("uid") == uid for o in owners):
+                del self.objects[key]
+
+    def configmap_of(self, namespace: str, pod: str) -> dict[str, Any]:
+        """A pod's assignment ConfigMap, found by its label as the pod finds it."""
+        for (kind, ns, _), body in self.objects.items():
+            labels = body["metadata"].get("labels") or {}
+            if kind == "configmap" and ns == namespace and labels.get(configmaps.LABEL_POD) == pod:
+                return body
+        raise KeyError(f"no ConfigMap for pod {namespace}/{pod}")
+
+    def acknowledge(self, namespace: str, pod: str) -> None:
+        """What a pod's runtime does: release every revoking partition at its epoch."""
+        cm = self.configmap_of(namespace, pod)
+        parsed = configmaps.parse_data(cm["data"])
+        released = {str(p): e.epoch for p, e in parsed.partitions.items() if e.state == "revoking"}
+        cm["metadata"].setdefault("annotations", {})[configmaps.ANNOTATION_RELEASED] = (
+            configmaps.build_released(released)
+        )
+        self._store("configmap", namespace, cm)
+
+    def assignment(self, namespace: str) -> dict[str, dict[str, tuple[int, str]]]:
+        """pod -> {partition: (epoch, state)} as the ConfigMaps say."""
+        result: dict[str, dict[str, tuple[int, str]]] = {}
+        for (kind, ns, _), body in sorted(self.objects.items()):
+            if kind == "configmap" and ns == namespace:
+                parsed = configmaps.parse_data(body.get("data") or {})
+                result[parsed.pod] = {p: (e.epoch, e.state) for p, e in parsed.partitions.items()}
+        return result
+
+    def status(self, namespace: str, name: str) -> dict[str, Any]:
+        return copy.deepcopy(self._get("consumer", namespace, name).get("status") or {})
+
+    def condition(self, namespace: str, name: str, type_: str) -> dict[str, Any]:
+        conditions = self.status(namespace, name).get("conditions") or []
+        return next(c for c in conditions if c["type"] == type_)
+
+    # --- internals ---
+
+    def _maybe_fail(self, method: str) -> None:
+        pending = self._failures.get(method)
+        if pending:
+            raise pending.pop(0)
+
+    def _write(self, verb: str, kind: str, name: str) -> None:
+        # Counted before the call, as the adapter counts: a failed write was still attempted.
+        self.writes[kind] = self.writes.get(kind, 0) + 1
+        self.calls.append((verb, kind, name))
+        method = {
+            ("create", "configmap"): "create_configmap",
+            ("patch", "configmap"): "patch_configmap",
+            ("delete", "configmap"): "delete_configmap",
+            ("annotate", "pod"): "patch_pod_annotations",
+            ("patch", "status"): "patch_consumer_status",
+            ("create", "event"): "create_event",
+        }[verb, kind]
+        self._maybe_fail(method)
+
+    def _get(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        body = self.objects.get((kind, namespace, name))
+        if body is None:
+            raise errors.NotFound(f"{kind} {namespace}/{name}: not found")
+        return copy.deepcopy(body)
+
+    def _list(self, kind: str, namespace: str, query: str) -> list[dict[str, Any]]:
+        return [
+            copy.deepcopy(body)
+            for (k, ns, _), body in sorted(self.objects.items())
+            if k == kind
+            and ns == namespace
+            and selector_matches(query, body["metadata"].get("labels") or {})
+        ]
+
+    def _store(self, kind: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        meta = body.setdefault("metadata", {})
+        meta["namespace"] = namespace
+        meta.setdefault("uid", f"uid-{kind}-{next(self._uids)}")
+        meta["resourceVersion"] = str(next(self._versions))
+        self.objects[kind, namespace, meta["name"]] = body
+        return copy.deepcopy(body)
+
+
+class FakeCheckpointStore:
+    """The checkpoint blobs of one consumer group: {partition: (epoch, sequence number)}."""
+
+    def __init__(self) -> None:
+        self.blobs: dict[str, tuple[int, int]] = {}
+        self.failure: errors.EventHubBalancerError | None = None
+        #: the loop time of every read
+        self.reads: list[float] = []
+
+    def fence(self, partition: str, epoch: int, *, sequence_number: int = -1) -> None:
+        """What a new owner does on assignment: write its epoch into the blob."""
+        self.blobs[partition] = (epoch, sequence_number)
+
+    def read(self) -> dict[str, tuple[int, int]]:
+        self.reads.append(asyncio.get_running_loop().time())
+        if self.failure is not None:
+            raise self.failure
+        return dict(self.blobs)
+
+
+class FakeHubs:
+    """Event Hubs and the checkpoint store behind `ports.HubPort`."""
+
+    def __init__(
+        self, partitions: Sequence[str] = ("0", "1", "2", "3"), *, store: FakeCheckpointStore
+    ) -> None:
+        self.ids = tuple(partitions)
+        self.store = store
+        self.last_sequences: dict[str, int] = {}
+        #: raised by every Event Hubs call while set
+        self.failure: errors.EventHubBalancerError | None = None
+        #: the ``now`` (wall seconds) of every partition listing asked for
+        self.listings: list[float] = []
+        self._cache: dict[str, tuple[str, ...]] = {}
+
+    def cached(self, consumer: str) -> tuple[str, ...] | None:
+        return self._cache.get(consumer)
+
+    async def partitions(
+        self,
+        *,
+        consumer: str,
+        fully_qualified_namespace: str,
+        eventhub_name: str,
+        connection_string: str | None,
+        client_id: str | None,
+        now: float,
+    ) -> tuple[tuple[str, ...], bool]:
+        self.listings.append(now)
+        if self.failure is not None:
+            raise self.failure
+        self._cache[consumer] = self.ids
+        return self.ids, True
+
+    async def last_sequence_numbers(
+        self,
+        *,
+        fully_qualified_namespace: str,
+        eventhub_name: str,
+        connection_string: str | None,
+        client_id: str | None,
+        partitions: list[str],
+    ) -> dict[str, int]:
+        if self.failure is not None:
+            raise self.failure
+        return {p: self.last_sequences[p] for p in partitions if p in self.last_sequences}
+
+    async def checkpoints(
+        self,
+        *,
+        fully_qualified_namespace: str,
+        eventhub_name: str,
+        consumer_group: str,
+        container_name: str,
+        connection_string: str | None,
+        account_url: str | None,
+    ) -> dict[str, tuple[int, int]]:
+        return self.store.read()
