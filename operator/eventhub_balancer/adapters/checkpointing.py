@@ -10,51 +10,27 @@ lands and a sequence number never moves backwards.
 
 The pure parts live beside it: blob names and metadata in ``contracts.checkpointblobs``, start
 positions and seeds in ``contracts.startpositions``, the retry budget in ``adapters.retrying``.
-This module is the store itself, talking to Blob Storage through an
-``azure.storage.blob.aio.ContainerClient``.
+The requests themselves (one blob operation each, through an
+``azure.storage.blob.aio.ContainerClient``) are in ``adapters.checkpointrequests``; this
+module is the ownership protocol on top of them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import builtins
 import contextlib
-import dataclasses
-import datetime
 import logging
 import random
-from collections.abc import Mapping
-from typing import Any, Final
-
-from azure.core import MatchConditions
-from azure.core import exceptions as azure_errors
+from typing import Any
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import retrying
+from eventhub_balancer.adapters import checkpointrequests, retrying
 from eventhub_balancer.contracts import checkpointblobs, startpositions
 
 logger = logging.getLogger(__name__)
 
-#: The shortest blob lease Azure allows; a fencer holds it for a read and a write, and if the
-#: fencer dies in between, the blob frees itself after this long.
-LEASE_SECONDS: Final = 15
-
-
-@dataclasses.dataclass(frozen=True)
-class Checkpoint:
-    """A partition's checkpoint blob as last read or written."""
-
-    partition: str
-    offset: str
-    sequence_number: int
-    owner_id: str
-    epoch: int
-    etag: str
-    last_modified: datetime.datetime | None
-
-    @property
-    def position(self) -> checkpointblobs.Position:
-        return checkpointblobs.Position(offset=self.offset, sequence_number=self.sequence_number)
+#: A checkpoint blob as last read or written; its callers know it by this module's name.
+Checkpoint = checkpointrequests.Checkpoint
 
 
 class CheckpointStore:
@@ -86,25 +62,22 @@ class CheckpointStore:
         self._rng = random.Random(retry.seed)
         self._owned: dict[str, Checkpoint] = {}
         self._locks: dict[str, asyncio.Lock] = {}
-        self._blobs: dict[str, Any] = {}
+        self._blobs = checkpointrequests.CheckpointBlobs(
+            container,
+            fully_qualified_namespace=fully_qualified_namespace,
+            eventhub_name=eventhub_name,
+            consumer_group=consumer_group,
+            owner_id=owner_id,
+        )
 
     # -- names
 
     @property
     def prefix(self) -> str:
-        return checkpointblobs.blob_prefix(
-            fully_qualified_namespace=self.fully_qualified_namespace,
-            eventhub_name=self.eventhub_name,
-            consumer_group=self.consumer_group,
-        )
+        return self._blobs.prefix
 
     def blob_name(self, partition: str) -> str:
-        return checkpointblobs.blob_name(
-            fully_qualified_namespace=self.fully_qualified_namespace,
-            eventhub_name=self.eventhub_name,
-            consumer_group=self.consumer_group,
-            partition=partition,
-        )
+        return self._blobs.blob_name(partition)
 
     def owned(self, partition: str) -> Checkpoint | None:
         """Our last fenced or written checkpoint of a partition, if we hold it."""
@@ -120,23 +93,15 @@ class CheckpointStore:
     async def read(self, partition: str) -> Checkpoint | None:
         """The stored checkpoint, or None when there is none."""
         budget = self._budget("read", partition)
-        return await self._get(partition, budget)
+        return await self._blobs.get(partition, budget)
 
     async def list(self) -> list[Checkpoint]:
         """Every checkpoint of this consumer group, by partition (numbers sort numerically)."""
         budget = retrying.Budget(
             policy=self.retry, rng=self._rng, operation=f"list checkpoints under {self.prefix}"
         )
-        while True:
-            try:
-                blobs = await budget.call(self._list_once)
-            except azure_errors.ResourceNotFoundError as e:
-                raise self._missing_container(e) from e
-            except Exception as e:
-                retrying.raise_unless_transient(e, budget)
-                await budget.after_failure(e)
-                continue
-            return sorted(blobs, key=lambda c: _partition_key(c.partition))
+        blobs = await self._blobs.list(budget)
+        return sorted(blobs, key=lambda c: _partition_key(c.partition))
 
     async def seed(
         self,
@@ -152,10 +117,10 @@ class CheckpointStore:
         async with self._lock(partition):
             budget = self._budget("seed", partition)
             while True:
-                current = await self._get(partition, budget)
+                current = await self._blobs.get(partition, budget)
                 if current is not None:
                     return current
-                created = await self._create(
+                created = await self._blobs.create(
                     partition, position, checkpointblobs.NO_EPOCH, budget, owner_id=""
                 )
                 if created is not None:
@@ -185,9 +150,9 @@ class CheckpointStore:
             self._owned.pop(partition, None)
             budget = self._budget(f"fence with epoch {epoch}", partition)
             while True:
-                current = await self._get(partition, budget)
+                current = await self._blobs.get(partition, budget)
                 if current is None:
-                    taken = await self._create(partition, position, epoch, budget)
+                    taken = await self._blobs.create(partition, position, epoch, budget)
                     if taken is None:
                         await budget.after_conflict("409 BlobAlreadyExists (created concurrently)")
                         continue
@@ -230,14 +195,14 @@ class CheckpointStore:
             budget = self._budget(f"update to sequence number {sequence_number}", partition)
             etag = mine.etag
             while True:
-                written = await self._write(partition, wanted, mine.epoch, etag, budget)
+                written = await self._blobs.write(partition, wanted, mine.epoch, etag, budget)
                 if written is not None:
                     self._owned[partition] = written
                     return written
-                current = await self._get(partition, budget)
+                current = await self._blobs.get(partition, budget)
                 if current is None:
                     # Deleted under us (by hand): recreate it with our epoch.
-                    created = await self._create(partition, wanted, mine.epoch, budget)
+                    created = await self._blobs.create(partition, wanted, mine.epoch, budget)
                     if created is not None:
                         self._owned[partition] = created
                         return created
@@ -282,16 +247,16 @@ class CheckpointStore:
         and our conditional write; under the lease its writes fail (412 LeaseIdMissing) until
         our epoch is in place, and then it sees the higher epoch.
         """
-        lease = await self._acquire_lease(partition, budget)
+        lease = await self._blobs.acquire_lease(partition, budget)
         if lease is None:
             return None
         try:
-            current = await self._get(partition, budget)
+            current = await self._blobs.get(partition, budget)
             if current is None:
                 return None
             if current.epoch > epoch:
                 raise errors.OwnershipLost(partition, epoch, current.epoch, current.owner_id)
-            return await self._write(
+            return await self._blobs.write(
                 partition, current.position, epoch, current.etag, budget, lease=lease
             )
         finally:
@@ -299,168 +264,7 @@ class CheckpointStore:
                 async with asyncio.timeout(self.retry.attempt_timeout_seconds):
                     await lease.release()
 
-    # -- one request each, with retries on transient failures
-
-    async def _acquire_lease(self, partition: str, budget: retrying.Budget) -> Any | None:
-        blob = self._blob(partition)
-        while True:
-            try:
-                return await budget.call(lambda: blob.acquire_lease(lease_duration=LEASE_SECONDS))
-            except (azure_errors.ResourceExistsError, azure_errors.ResourceNotFoundError):
-                return None  # leased by another fencer, or deleted: re-read
-            except azure_errors.HttpResponseError as e:
-                if e.status_code == 412:
-                    return None
-                retrying.raise_unless_transient(e, budget)
-                await budget.after_failure(e)
-            except Exception as e:
-                retrying.raise_unless_transient(e, budget)
-                await budget.after_failure(e)
-
-    async def _get(self, partition: str, budget: retrying.Budget) -> Checkpoint | None:
-        blob = self._blob(partition)
-        while True:
-            try:
-                props = await budget.call(blob.get_blob_properties)
-            except azure_errors.ResourceNotFoundError as e:
-                if retrying.error_code(e) == "ContainerNotFound":
-                    raise self._missing_container(e) from e
-                return None
-            except Exception as e:
-                retrying.raise_unless_transient(e, budget)
-                await budget.after_failure(e)
-                continue
-            return self._checkpoint(
-                partition, props.metadata or {}, props.etag, props.last_modified
-            )
-
-    async def _create(
-        self,
-        partition: str,
-        position: checkpointblobs.Position,
-        epoch: int,
-        budget: retrying.Budget,
-        *,
-        owner_id: str | None = None,
-    ) -> Checkpoint | None:
-        """Create the 0-byte blob unless it exists (then None: the caller re-reads)."""
-        owner = self.owner_id if owner_id is None else owner_id
-        metadata = checkpointblobs.encode_metadata(position=position, owner_id=owner, epoch=epoch)
-        blob = self._blob(partition)
-        while True:
-            try:
-                answer = await budget.call(
-                    lambda: blob.upload_blob(b"", overwrite=False, metadata=metadata)
-                )
-            except azure_errors.ResourceExistsError:
-                return None
-            except azure_errors.ResourceNotFoundError as e:
-                raise self._missing_container(e) from e
-            except Exception as e:
-                retrying.raise_unless_transient(e, budget)
-                await budget.after_failure(e)
-                continue
-            return Checkpoint(
-                partition=partition,
-                offset=position.offset,
-                sequence_number=position.sequence_number,
-                owner_id=owner,
-                epoch=epoch,
-                etag=str(answer["etag"]),
-                last_modified=_as_datetime(answer.get("last_modified")),
-            )
-
-    async def _write(
-        self,
-        partition: str,
-        position: checkpointblobs.Position,
-        epoch: int,
-        etag: str,
-        budget: retrying.Budget,
-        *,
-        lease: Any | None = None,
-    ) -> Checkpoint | None:
-        """Set the metadata if the blob still has ``etag`` (else None: the caller re-reads).
-
-        A retry after a lost answer finds a changed ETag (412) and the caller's re-read then
-        sees our own write.
-        """
-        metadata = checkpointblobs.encode_metadata(
-            position=position, owner_id=self.owner_id, epoch=epoch
-        )
-        blob = self._blob(partition)
-        while True:
-            try:
-                answer = await budget.call(
-                    lambda: blob.set_blob_metadata(
-                        metadata,
-                        etag=etag,
-                        match_condition=MatchConditions.IfNotModified,
-                        lease=lease,
-                    )
-                )
-            except azure_errors.HttpResponseError as e:
-                # 412 (changed, or leased by a fencer: LeaseIdMissing) and 404 re-read; Azurite
-                # answers 412 on a missing blob where Azure answers 404.
-                if retrying.error_code(e) == "ContainerNotFound":
-                    raise self._missing_container(e) from e
-                if e.status_code in (404, 412):
-                    return None
-                retrying.raise_unless_transient(e, budget)
-                await budget.after_failure(e)
-                continue
-            except Exception as e:
-                retrying.raise_unless_transient(e, budget)
-                await budget.after_failure(e)
-                continue
-            return Checkpoint(
-                partition=partition,
-                offset=position.offset,
-                sequence_number=position.sequence_number,
-                owner_id=self.owner_id,
-                epoch=epoch,
-                etag=str(answer["etag"]),
-                last_modified=_as_datetime(answer.get("last_modified")),
-            )
-
-    async def _list_once(self) -> builtins.list[Checkpoint]:
-        found = []
-        async for item in self.container.list_blobs(
-            name_starts_with=self.prefix, include=["metadata"]
-        ):
-            partition = checkpointblobs.partition_of(item.name)
-            try:
-                found.append(
-                    self._checkpoint(partition, item.metadata or {}, item.etag, item.last_modified)
-                )
-            except errors.InvalidInput as e:
-                logger.warning("skipping blob %s: not a checkpoint (%s)", item.name, e)
-        return found
-
     # -- helpers
-
-    def _checkpoint(
-        self,
-        partition: str,
-        metadata: Mapping[str, str],
-        etag: str,
-        last_modified: datetime.datetime | None,
-    ) -> Checkpoint:
-        try:
-            stored = checkpointblobs.decode_metadata(metadata)
-        except errors.InvalidInput as e:
-            raise errors.InvalidInput(
-                f"blob {self.blob_name(partition)} metadata.{e.field}", e.problem
-            ) from e
-        return Checkpoint(
-            partition=partition,
-            offset=stored.position.offset,
-            sequence_number=stored.position.sequence_number,
-            owner_id=stored.owner_id,
-            epoch=stored.epoch,
-            etag=str(etag),
-            last_modified=last_modified,
-        )
 
     def _budget(self, what: str, partition: str) -> retrying.Budget:
         return retrying.Budget(
@@ -469,31 +273,12 @@ class CheckpointStore:
             operation=f"checkpoint {what} of partition {partition} ({self.blob_name(partition)})",
         )
 
-    def _blob(self, partition: str) -> Any:
-        blob = self._blobs.get(partition)
-        if blob is None:
-            blob = self._blobs[partition] = self.container.get_blob_client(
-                self.blob_name(partition)
-            )
-        return blob
-
     def _lock(self, partition: str) -> asyncio.Lock:
         lock = self._locks.get(partition)
         if lock is None:
             lock = self._locks[partition] = asyncio.Lock()
         return lock
 
-    def _missing_container(self, error: BaseException) -> errors.ConfigurationError:
-        name = getattr(self.container, "container_name", "?")
-        return errors.ConfigurationError(
-            f"checkpoint container {name!r} does not exist ({retrying.describe(error)}): "
-            "create it, or fix checkpointStore.containerName"
-        )
-
 
 def _partition_key(partition: str) -> tuple[int, int | str]:
     return (0, int(partition)) if partition.isdigit() else (1, partition)
-
-
-def _as_datetime(value: object) -> datetime.datetime | None:
-    return value if isinstance(value, datetime.datetime) else None

@@ -159,6 +159,23 @@ class Budget:
             return await request()
 
 
+async def call_with_retries(budget: Budget, request: Callable[[], Awaitable[T]]) -> T:
+    """The answer to ``request``, sent again after each transient failure within ``budget``.
+
+    A failure that is an answer (a blob that does not exist, a lost race) is the request's to
+    turn into a value, and an error of this project that it raises (a missing container) ends
+    the operation as it is; any other failure is retried if transient, else raised as ours.
+    """
+    while True:
+        try:
+            return await budget.call(request)
+        except errors.EventHubBalancerError:
+            raise
+        except Exception as e:
+            raise_unless_transient(e, budget)
+            await budget.after_failure(e)
+
+
 def raise_unless_transient(error: Exception, budget: Budget) -> None:
     """Return if a retry may succeed; otherwise raise it as this project's error."""
     if is_transient(error):

@@ -5,7 +5,9 @@ The CRD's OpenAPI schema checks shapes and bounds at admission; this module turn
 `ConsumerSpec` with the CRD's defaults filled in, and checks what a structural schema cannot
 express: the shape of ``startPosition`` (read by ``contracts.startpositions``), exactly one
 credentials kind, ``accountUrl`` with workload identity. Every problem is an
-`errors.InvalidInput` naming the field to change.
+`errors.InvalidInput` naming the field to change. The selector, a concern of its own (parsed
+here, matched against pods and sent to list calls by the handlers), is in
+``contracts.labelselectors``.
 """
 
 from __future__ import annotations
@@ -18,12 +20,15 @@ from typing import Any, TypedDict, cast
 
 from eventhub_balancer import errors
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import startpositions
+from eventhub_balancer.contracts import labelselectors, startpositions
 
 GROUP = "eventhub-balancer.dev"
 VERSION = "v1alpha1"
 PLURAL = "eventhubconsumers"
 KIND = "EventHubConsumer"
+
+#: The spec's selector; callers know it by this module's name as well.
+Selector = labelselectors.Selector
 
 
 class SecretKeyRefBody(TypedDict):
@@ -53,17 +58,6 @@ class CheckpointStoreBody(TypedDict, total=False):
     credentials: CredentialsBody
 
 
-class SelectorRequirementBody(TypedDict, total=False):
-    key: str
-    operator: str
-    values: list[str]
-
-
-class SelectorBody(TypedDict, total=False):
-    matchLabels: dict[str, str]
-    matchExpressions: list[SelectorRequirementBody]
-
-
 class BalancingBody(TypedDict, total=False):
     intervalSeconds: int
     podGraceSeconds: int
@@ -76,7 +70,7 @@ class BalancingBody(TypedDict, total=False):
 class SpecBody(TypedDict, total=False):
     eventHub: EventHubBody
     checkpointStore: CheckpointStoreBody
-    selector: SelectorBody
+    selector: labelselectors.SelectorBody
     startPosition: startpositions.StartPositionBody
     balancing: BalancingBody
 
@@ -143,7 +137,6 @@ DEFAULT_POD_GRACE_SECONDS = 20
 DEFAULT_HANDOFF_TIMEOUT_SECONDS = 30
 
 _CONTAINER_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*[a-z0-9]$")
-_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -172,50 +165,6 @@ class Credentials:
                 }
             }
         return {"workloadIdentity": {"clientId": self.client_id} if self.client_id else {}}
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class LabelRequirement:
-    key: str
-    operator: str  # In | NotIn | Exists | DoesNotExist
-    values: tuple[str, ...] = ()
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Selector:
-    """A Kubernetes label selector; `matches` evaluates it the way the API server does."""
-
-    match_labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    match_expressions: tuple[LabelRequirement, ...] = ()
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        for key, value in self.match_labels.items():
-            if labels.get(key) != value:
-                return False
-        for req in self.match_expressions:
-            present = req.key in labels
-            if req.operator == "In" and not (present and labels[req.key] in req.values):
-                return False
-            if req.operator == "NotIn" and present and labels[req.key] in req.values:
-                return False
-            if req.operator == "Exists" and not present:
-                return False
-            if req.operator == "DoesNotExist" and present:
-                return False
-        return True
-
-    def to_query(self) -> str:
-        """The selector as a ``labelSelector`` query string for list calls."""
-        parts = [f"{k}={v}" for k, v in sorted(self.match_labels.items())]
-        for req in self.match_expressions:
-            if req.operator == "Exists":
-                parts.append(req.key)
-            elif req.operator == "DoesNotExist":
-                parts.append(f"!{req.key}")
-            else:
-                op = "in" if req.operator == "In" else "notin"
-                parts.append(f"{req.key} {op} ({','.join(req.values)})")
-        return ",".join(parts)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -248,7 +197,7 @@ class ConsumerSpec:
     checkpoint_container: str
     checkpoint_account_url: str  # empty with a connection string
     checkpoint_credentials: Credentials
-    selector: Selector
+    selector: labelselectors.Selector
     start_position: startpositions.StartPosition
     balancing: Balancing
 
@@ -313,7 +262,7 @@ def parse_spec(spec: Mapping[str, Any]) -> ConsumerSpec:
         checkpoint_container=container,
         checkpoint_account_url=account_url,
         checkpoint_credentials=store_creds,
-        selector=_selector(spec.get("selector")),
+        selector=labelselectors.parse_selector(spec.get("selector"), field="spec.selector"),
         start_position=startpositions.parse_start_position(
             spec.get("startPosition"), field="spec.startPosition"
         ),
@@ -368,48 +317,6 @@ def _credentials(value: Any, field: str) -> Credentials:
     if not isinstance(client_id, str):
         raise errors.InvalidInput(f"{field}.workloadIdentity.clientId", "must be a string")
     return Credentials(workload_identity=True, client_id=client_id)
-
-
-def _selector(value: Any) -> Selector:
-    field = "spec.selector"
-    if not isinstance(value, Mapping) or not value:
-        raise errors.InvalidInput(
-            field,
-            "is required: set matchLabels (and/or matchExpressions) that select the "
-            "consumer pods, as in their Deployment",
-        )
-    labels = value.get("matchLabels") or {}
-    if not isinstance(labels, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
-    ):
-        raise errors.InvalidInput(f"{field}.matchLabels", "must map label keys to string values")
-    requirements = []
-    raw_expressions = value.get("matchExpressions") or []
-    if not isinstance(raw_expressions, list):
-        raise errors.InvalidInput(f"{field}.matchExpressions", "must be a list")
-    for i, raw in enumerate(raw_expressions):
-        where = f"{field}.matchExpressions[{i}]"
-        if not isinstance(raw, Mapping):
-            raise errors.InvalidInput(where, "must be an object with key and operator")
-        key = _string(raw, "key", f"{where}.key")
-        op = raw.get("operator")
-        if op not in _SELECTOR_OPERATORS:
-            raise errors.InvalidInput(
-                f"{where}.operator", f"{op!r}: use one of {', '.join(_SELECTOR_OPERATORS)}"
-            )
-        values = raw.get("values") or []
-        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-            raise errors.InvalidInput(f"{where}.values", "must be a list of strings")
-        if op in ("In", "NotIn") and not values:
-            raise errors.InvalidInput(f"{where}.values", f"must not be empty with {op}")
-        if op in ("Exists", "DoesNotExist") and values:
-            raise errors.InvalidInput(f"{where}.values", f"must be empty with {op}")
-        requirements.append(LabelRequirement(key=key, operator=op, values=tuple(values)))
-    if not labels and not requirements:
-        raise errors.InvalidInput(
-            field, "selects every pod in the namespace: set matchLabels or matchExpressions"
-        )
-    return Selector(match_labels=dict(labels), match_expressions=tuple(requirements))
 
 
 def _balancing(value: Any) -> Balancing:

@@ -1,0 +1,268 @@
+"""The checkpoint store's requests to Blob Storage: one blob operation each, retried.
+
+Apart from ``adapters.checkpointing`` so that the ownership protocol there (fence, update,
+seed) reads as a protocol: each method here sends one request, within the operation's
+``retrying.Budget``, and turns the storage service's answers into values: a blob that does
+not exist, a lost race or a held lease is None (the caller re-reads), a missing container is
+`errors.ConfigurationError`. What is retried, and what an unretried failure is raised as, is
+``adapters.retrying``'s to decide.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import datetime
+import logging
+from collections.abc import Mapping
+from typing import Any, Final
+
+from azure.core import MatchConditions
+from azure.core import exceptions as azure_errors
+
+from eventhub_balancer import errors
+from eventhub_balancer.adapters import retrying
+from eventhub_balancer.contracts import checkpointblobs
+
+logger = logging.getLogger(__name__)
+
+#: The shortest blob lease Azure allows; a fencer holds it for a read and a write, and if the
+#: fencer dies in between, the blob frees itself after this long.
+LEASE_SECONDS: Final = 15
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpoint:
+    """A partition's checkpoint blob as last read or written."""
+
+    partition: str
+    offset: str
+    sequence_number: int
+    owner_id: str
+    epoch: int
+    etag: str
+    last_modified: datetime.datetime | None
+
+    @property
+    def position(self) -> checkpointblobs.Position:
+        return checkpointblobs.Position(offset=self.offset, sequence_number=self.sequence_number)
+
+
+class CheckpointBlobs:
+    """The checkpoint blobs of one (namespace, event hub, consumer group), written as
+    ``owner_id``; ``container`` is an ``azure.storage.blob.aio.ContainerClient``."""
+
+    def __init__(
+        self,
+        container: Any,
+        *,
+        fully_qualified_namespace: str,
+        eventhub_name: str,
+        consumer_group: str,
+        owner_id: str,
+    ) -> None:
+        self.container = container
+        self.fully_qualified_namespace = fully_qualified_namespace
+        self.eventhub_name = eventhub_name
+        self.consumer_group = consumer_group
+        self.owner_id = owner_id
+        self._clients: dict[str, Any] = {}
+
+    @property
+    def prefix(self) -> str:
+        return checkpointblobs.blob_prefix(
+            fully_qualified_namespace=self.fully_qualified_namespace,
+            eventhub_name=self.eventhub_name,
+            consumer_group=self.consumer_group,
+        )
+
+    def blob_name(self, partition: str) -> str:
+        return checkpointblobs.blob_name(
+            fully_qualified_namespace=self.fully_qualified_namespace,
+            eventhub_name=self.eventhub_name,
+            consumer_group=self.consumer_group,
+            partition=partition,
+        )
+
+    async def acquire_lease(self, partition: str, budget: retrying.Budget) -> Any | None:
+        """A lease on the blob, or None when another fencer holds one or the blob is gone."""
+        blob = self._blob(partition)
+
+        async def acquire() -> Any | None:
+            try:
+                return await blob.acquire_lease(lease_duration=LEASE_SECONDS)
+            except (azure_errors.ResourceExistsError, azure_errors.ResourceNotFoundError):
+                return None  # leased by another fencer, or deleted: re-read
+            except azure_errors.HttpResponseError as e:
+                if e.status_code == 412:
+                    return None
+                raise
+
+        return await retrying.call_with_retries(budget, acquire)
+
+    async def get(self, partition: str, budget: retrying.Budget) -> Checkpoint | None:
+        blob = self._blob(partition)
+
+        async def properties() -> Any | None:
+            try:
+                return await blob.get_blob_properties()
+            except azure_errors.ResourceNotFoundError as e:
+                if retrying.error_code(e) == "ContainerNotFound":
+                    raise self.missing_container(e) from e
+                return None
+
+        props = await retrying.call_with_retries(budget, properties)
+        if props is None:
+            return None
+        return self._checkpoint(partition, props.metadata or {}, props.etag, props.last_modified)
+
+    async def create(
+        self,
+        partition: str,
+        position: checkpointblobs.Position,
+        epoch: int,
+        budget: retrying.Budget,
+        *,
+        owner_id: str | None = None,
+    ) -> Checkpoint | None:
+        """Create the 0-byte blob unless it exists (then None: the caller re-reads)."""
+        owner = self.owner_id if owner_id is None else owner_id
+        metadata = checkpointblobs.encode_metadata(position=position, owner_id=owner, epoch=epoch)
+        blob = self._blob(partition)
+
+        async def upload() -> Any | None:
+            try:
+                return await blob.upload_blob(b"", overwrite=False, metadata=metadata)
+            except azure_errors.ResourceExistsError:
+                return None
+            except azure_errors.ResourceNotFoundError as e:
+                raise self.missing_container(e) from e
+
+        answer = await retrying.call_with_retries(budget, upload)
+        if answer is None:
+            return None
+        return Checkpoint(
+            partition=partition,
+            offset=position.offset,
+            sequence_number=position.sequence_number,
+            owner_id=owner,
+            epoch=epoch,
+            etag=str(answer["etag"]),
+            last_modified=_as_datetime(answer.get("last_modified")),
+        )
+
+    async def write(
+        self,
+        partition: str,
+        position: checkpointblobs.Position,
+        epoch: int,
+        etag: str,
+        budget: retrying.Budget,
+        *,
+        lease: Any | None = None,
+    ) -> Checkpoint | None:
+        """Set the metadata if the blob still has ``etag`` (else None: the caller re-reads).
+
+        A retry after a lost answer finds a changed ETag (412) and the caller's re-read then
+        sees our own write.
+        """
+        metadata = checkpointblobs.encode_metadata(
+            position=position, owner_id=self.owner_id, epoch=epoch
+        )
+        blob = self._blob(partition)
+
+        async def set_metadata() -> Any | None:
+            try:
+                return await blob.set_blob_metadata(
+                    metadata,
+                    etag=etag,
+                    match_condition=MatchConditions.IfNotModified,
+                    lease=lease,
+                )
+            except azure_errors.HttpResponseError as e:
+                # 412 (changed, or leased by a fencer: LeaseIdMissing) and 404 re-read; Azurite
+                # answers 412 on a missing blob where Azure answers 404.
+                if retrying.error_code(e) == "ContainerNotFound":
+                    raise self.missing_container(e) from e
+                if e.status_code in (404, 412):
+                    return None
+                raise
+
+        answer = await retrying.call_with_retries(budget, set_metadata)
+        if answer is None:
+            return None
+        return Checkpoint(
+            partition=partition,
+            offset=position.offset,
+            sequence_number=position.sequence_number,
+            owner_id=self.owner_id,
+            epoch=epoch,
+            etag=str(answer["etag"]),
+            last_modified=_as_datetime(answer.get("last_modified")),
+        )
+
+    async def list(self, budget: retrying.Budget) -> builtins.list[Checkpoint]:
+        """Every checkpoint under the prefix, in the service's order; others are skipped."""
+
+        async def list_once() -> builtins.list[Checkpoint]:
+            found = []
+            try:
+                async for item in self.container.list_blobs(
+                    name_starts_with=self.prefix, include=["metadata"]
+                ):
+                    partition = checkpointblobs.partition_of(item.name)
+                    try:
+                        found.append(
+                            self._checkpoint(
+                                partition, item.metadata or {}, item.etag, item.last_modified
+                            )
+                        )
+                    except errors.InvalidInput as e:
+                        logger.warning("skipping blob %s: not a checkpoint (%s)", item.name, e)
+            except azure_errors.ResourceNotFoundError as e:
+                raise self.missing_container(e) from e
+            return found
+
+        return await retrying.call_with_retries(budget, list_once)
+
+    def missing_container(self, error: BaseException) -> errors.ConfigurationError:
+        name = getattr(self.container, "container_name", "?")
+        return errors.ConfigurationError(
+            f"checkpoint container {name!r} does not exist ({retrying.describe(error)}): "
+            "create it, or fix checkpointStore.containerName"
+        )
+
+    def _checkpoint(
+        self,
+        partition: str,
+        metadata: Mapping[str, str],
+        etag: str,
+        last_modified: datetime.datetime | None,
+    ) -> Checkpoint:
+        try:
+            stored = checkpointblobs.decode_metadata(metadata)
+        except errors.InvalidInput as e:
+            raise errors.InvalidInput(
+                f"blob {self.blob_name(partition)} metadata.{e.field}", e.problem
+            ) from e
+        return Checkpoint(
+            partition=partition,
+            offset=stored.position.offset,
+            sequence_number=stored.position.sequence_number,
+            owner_id=stored.owner_id,
+            epoch=stored.epoch,
+            etag=str(etag),
+            last_modified=last_modified,
+        )
+
+    def _blob(self, partition: str) -> Any:
+        blob = self._clients.get(partition)
+        if blob is None:
+            blob = self._clients[partition] = self.container.get_blob_client(
+                self.blob_name(partition)
+            )
+        return blob
+
+
+def _as_datetime(value: object) -> datetime.datetime | None:
+    return value if isinstance(value, datetime.datetime) else None

@@ -1,0 +1,124 @@
+"""Kubernetes label selectors as the EventHubConsumer's ``spec.selector`` holds them.
+
+Apart from ``contracts.specs`` because a selector is a concern of its own: the operator
+parses it once with the spec, then evaluates it the way the API server does (`Selector.matches`
+on pods it watches) and hands it to list calls (`Selector.to_query`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, TypedDict
+
+from eventhub_balancer import errors
+
+#: The operators of ``matchExpressions``, as the API server accepts them.
+OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+class SelectorRequirementBody(TypedDict, total=False):
+    key: str
+    operator: str
+    values: list[str]
+
+
+class SelectorBody(TypedDict, total=False):
+    matchLabels: dict[str, str]
+    matchExpressions: list[SelectorRequirementBody]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LabelRequirement:
+    key: str
+    operator: str  # In | NotIn | Exists | DoesNotExist
+    values: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Selector:
+    """A Kubernetes label selector; `matches` evaluates it the way the API server does."""
+
+    match_labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    match_expressions: tuple[LabelRequirement, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        for key, value in self.match_labels.items():
+            if labels.get(key) != value:
+                return False
+        for req in self.match_expressions:
+            present = req.key in labels
+            if req.operator == "In" and not (present and labels[req.key] in req.values):
+                return False
+            if req.operator == "NotIn" and present and labels[req.key] in req.values:
+                return False
+            if req.operator == "Exists" and not present:
+                return False
+            if req.operator == "DoesNotExist" and present:
+                return False
+        return True
+
+    def to_query(self) -> str:
+        """The selector as a ``labelSelector`` query string for list calls."""
+        parts = [f"{k}={v}" for k, v in sorted(self.match_labels.items())]
+        for req in self.match_expressions:
+            if req.operator == "Exists":
+                parts.append(req.key)
+            elif req.operator == "DoesNotExist":
+                parts.append(f"!{req.key}")
+            else:
+                op = "in" if req.operator == "In" else "notin"
+                parts.append(f"{req.key} {op} ({','.join(req.values)})")
+        return ",".join(parts)
+
+
+def parse_selector(value: Any, *, field: str) -> Selector:
+    """The selector at ``field`` (``spec.selector``), validated; every problem is an
+    InvalidInput naming the field to change."""
+    if not isinstance(value, Mapping) or not value:
+        raise errors.InvalidInput(
+            field,
+            "is required: set matchLabels (and/or matchExpressions) that select the "
+            "consumer pods, as in their Deployment",
+        )
+    labels = value.get("matchLabels") or {}
+    if not isinstance(labels, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
+        raise errors.InvalidInput(f"{field}.matchLabels", "must map label keys to string values")
+    requirements = []
+    raw_expressions = value.get("matchExpressions") or []
+    if not isinstance(raw_expressions, list):
+        raise errors.InvalidInput(f"{field}.matchExpressions", "must be a list")
+    for i, raw in enumerate(raw_expressions):
+        where = f"{field}.matchExpressions[{i}]"
+        if not isinstance(raw, Mapping):
+            raise errors.InvalidInput(where, "must be an object with key and operator")
+        key = _key(raw, f"{where}.key")
+        op = raw.get("operator")
+        if op not in OPERATORS:
+            raise errors.InvalidInput(
+                f"{where}.operator", f"{op!r}: use one of {', '.join(OPERATORS)}"
+            )
+        values = raw.get("values") or []
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise errors.InvalidInput(f"{where}.values", "must be a list of strings")
+        if op in ("In", "NotIn") and not values:
+            raise errors.InvalidInput(f"{where}.values", f"must not be empty with {op}")
+        if op in ("Exists", "DoesNotExist") and values:
+            raise errors.InvalidInput(f"{where}.values", f"must be empty with {op}")
+        requirements.append(LabelRequirement(key=key, operator=op, values=tuple(values)))
+    if not labels and not requirements:
+        raise errors.InvalidInput(
+            field, "selects every pod in the namespace: set matchLabels or matchExpressions"
+        )
+    return Selector(match_labels=dict(labels), match_expressions=tuple(requirements))
+
+
+def _key(raw: Mapping[str, Any], field: str) -> str:
+    value = raw.get("key")
+    if value is None:
+        raise errors.InvalidInput(field, "is required")
+    if not isinstance(value, str) or not value:
+        raise errors.InvalidInput(field, "must be a non-empty string")
+    return value
