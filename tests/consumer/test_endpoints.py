@@ -1,17 +1,26 @@
-"""/healthz, /readyz and /metrics over real HTTP on 127.0.0.1."""
+"""/healthz, /readyz and /metrics over real HTTP on 127.0.0.1.
+
+The runtime behind them runs on the in-memory fakes, on fake loop time: looptime polls the
+sockets before it moves the clock to the next timer, so the HTTP exchanges are real and the
+runtime's ticks cost no real time.
+"""
 
 from __future__ import annotations
 
 import asyncio
 
 import aiohttp
+import pytest
 
 from eventhub_balancer.consumer import assignments, endpoints, runtime
 from tests.consumer.test_runtime import FAST
-from tests.support.fixtures.consumer import FakeHub, FakeStore, Recorder, configmap, fake_backends
+from tests.support import consumerfakes
 
 
-async def test_endpoints_follow_the_runtime(fake_hub: FakeHub, fake_store: FakeStore) -> None:
+@pytest.mark.looptime
+async def test_endpoints_follow_the_runtime(
+    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
+) -> None:
     fake_hub.append("0", 20)
     fake_hub.append("1", 3)
     source = assignments.MemorySource()
@@ -20,8 +29,8 @@ async def test_endpoints_follow_the_runtime(fake_hub: FakeHub, fake_store: FakeS
             consumer="orders", pod="pod-a", batch=FAST, shutdown_timeout=2
         ),
         source=source,
-        backends=fake_backends(fake_hub, fake_store.handle("pod-a")),
-        processor=Recorder(),
+        backends=consumerfakes.fake_backends(fake_hub, fake_store.handle("pod-a")),
+        processor=consumerfakes.Recorder(),
     )
     server = await endpoints.serve(consumer, host="127.0.0.1", port=0)
     base = f"http://127.0.0.1:{endpoints.bound_port(server)}"
@@ -33,18 +42,18 @@ async def test_endpoints_follow_the_runtime(fake_hub: FakeHub, fake_store: FakeS
             async with http.get(base + "/readyz") as answer:
                 assert answer.status == 503
                 assert "no assignment" in await answer.text()
-            source.put(configmap(7, {"0": (1, "owned"), "1": (2, "owned")}))
+            source.put(consumerfakes.configmap(7, {"0": (1, "owned"), "1": (2, "owned")}))
             async with asyncio.timeout(5):
                 await source.wait_for(generation=7)
             async with http.get(base + "/readyz") as answer:
                 assert answer.status == 200
                 assert "generation 7" in await answer.text()
-            for _ in range(100):
-                async with http.get(base + "/metrics") as answer:
-                    text = await answer.text()
-                if 'ehb_consumer_events_total{partition="0"} 20.0' in text:
-                    break
-                await asyncio.sleep(0.05)
+            await consumerfakes.eventually(
+                lambda: consumer.stats["0"].events == 20 and consumer.stats["1"].events == 3,
+                what="every event processed",
+            )
+            async with http.get(base + "/metrics") as answer:
+                text = await answer.text()
             assert 'ehb_consumer_events_total{partition="0"} 20.0' in text
             assert 'ehb_consumer_events_total{partition="1"} 3.0' in text
             assert 'ehb_consumer_batches_total{partition="0"} 2.0' in text

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import receiving
+from eventhub_balancer.adapters import deliveries
 from eventhub_balancer.consumer import contexts
 from eventhub_balancer.spark import frames, sessions
 from tests.support import paths
@@ -19,9 +19,9 @@ EXAMPLES = paths.EXAMPLES
 T0 = datetime.datetime(2026, 1, 1, 12, 0, 30, tzinfo=datetime.UTC)
 
 
-def events(count: int, *, partition: str = "3") -> list[receiving.Event]:
+def events(count: int, *, partition: str = "3") -> list[deliveries.ReceivedEvent]:
     return [
-        receiving.Event(
+        deliveries.ReceivedEvent(
             partition=partition,
             sequence_number=100 + n,
             offset=str(1000 + n),

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import blobs, receiving
+from eventhub_balancer.adapters import blobs, deliveries
 from eventhub_balancer.consumer import (
     assignments,
     connections,
@@ -135,7 +135,7 @@ async def raw_sdk_drain(
     return received / elapsed
 
 
-async def _noop(events: Sequence[contexts.Event], context: contexts.BatchContext) -> None:
+async def _noop(events: Sequence[contexts.ReceivedEvent], context: contexts.BatchContext) -> None:
     return None
 
 
@@ -227,7 +227,7 @@ def spark_batch_ms(sizes: Sequence[int], *, repeats: int = 5) -> dict[int, float
         os.environ[pipeline.OUTPUT_ENV] = root
         for size in sizes:
             events = [
-                receiving.Event(
+                deliveries.ReceivedEvent(
                     partition="0",
                     sequence_number=n,
                     offset=str(n * 128),

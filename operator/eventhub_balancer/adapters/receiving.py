@@ -1,12 +1,13 @@
 """Receiving one partition from Event Hubs: the consumer runtime's only door to the SDK.
 
 The consumer runtime owns a partition for one epoch at a time and must never see an SDK
-type: it asks this module for micro-batches of :class:`Event` and gets
+type: it asks this module for micro-batches of :class:`deliveries.ReceivedEvent` and gets
 :class:`errors.OwnershipLost` when a newer owner took the partition over. Choices, measured
 against azure-eventhub 5.15 (see ``ehb bench consumer``):
 
-- ``aio`` with one receive task per partition: the sync client serves several partitions
-  at under one event per second each (shared/DESIGN.md).
+- ``aio`` with one receive task per partition: the sync client, serving several partitions,
+  hands out about one event per partition per pass and blocks about 0.2 s on each idle one,
+  so a backlog drains at under one event per second per partition.
 - The per-partition consumer (``EventHubConsumerClient._create_consumer`` and its
   ``receive(batch=True)``) rather than the public ``receive_batch``: the public call runs the
   SDK's own load balancer, which re-claims a partition after it was stolen (and re-reads it
@@ -15,24 +16,19 @@ against azure-eventhub 5.15 (see ``ehb bench consumer``):
   per-event cost is the same.
 - ``owner_level`` = our epoch, so that Event Hubs disconnects an older owner
   (``amqp:link:stolen``), which we translate into :class:`errors.OwnershipLost` at once.
-- Our own micro-batching on top of the SDK's buffer: the SDK hands out whatever arrived (one
-  event at a time when the stream is slow), a Spark batch costs 0.1 s or more, so batches are
-  filled up to a size or a deadline here.
+- Our own micro-batching on top of the SDK's buffer (``adapters.batching``): the SDK hands
+  out whatever arrived, one event at a time when the stream is slow.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
-import contextlib
 import dataclasses
 import datetime
 import functools
 import json
 import logging
 import ssl
-import time
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import certifi
@@ -41,6 +37,7 @@ from azure.eventhub import _utils as sdk_utils
 from azure.eventhub.aio import EventHubConsumerClient
 
 from eventhub_balancer import errors
+from eventhub_balancer.adapters import batching, deliveries
 from eventhub_balancer.contracts import startpositions
 
 logger = logging.getLogger(__name__)
@@ -64,72 +61,6 @@ REOPEN_BACKOFF_MAX_S = 8.0
 BOUNDS_TIMEOUT_S = 15.0
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Event:
-    """One received event, detached from the SDK: what a user's handler sees."""
-
-    partition: str
-    sequence_number: int
-    offset: str
-    enqueued_time: datetime.datetime
-    partition_key: str | None
-    properties: Mapping[str, Any]
-    body: bytes
-
-
-@dataclasses.dataclass(frozen=True)
-class LastEnqueued:
-    """The partition's newest event as reported with deliveries (runtime metrics): for lag."""
-
-    sequence_number: int
-    offset: str | None
-    enqueued_time: datetime.datetime | None
-    retrieved_time: datetime.datetime | None
-
-
-@dataclasses.dataclass(frozen=True)
-class Position:
-    """Where a receiver starts; build one with the class methods."""
-
-    sequence_number: int | None = None
-    enqueued_time: datetime.datetime | None = None
-    latest: bool = False
-    inclusive: bool = False
-
-    @classmethod
-    def earliest(cls) -> Position:
-        return cls()
-
-    @classmethod
-    def newest(cls) -> Position:
-        """Only events enqueued after the receiver opened."""
-        return cls(latest=True)
-
-    @classmethod
-    def after(cls, sequence_number: int) -> Position:
-        """Right after a checkpoint: the checkpointed event was processed already."""
-        return cls(sequence_number=sequence_number)
-
-    @classmethod
-    def at(cls, sequence_number: int) -> Position:
-        return cls(sequence_number=sequence_number, inclusive=True)
-
-    @classmethod
-    def since(cls, enqueued_time: datetime.datetime) -> Position:
-        return cls(enqueued_time=enqueued_time, inclusive=True)
-
-    def sdk_position(self) -> tuple[str | int | datetime.datetime, bool]:
-        """The SDK's ``event_position`` and ``event_position_inclusive``."""
-        if self.sequence_number is not None:
-            return self.sequence_number, self.inclusive
-        if self.enqueued_time is not None:
-            return self.enqueued_time, self.inclusive
-        if self.latest:
-            return "@latest", False
-        # Offset -1, exclusive: the very first event of the partition.
-        return "-1", False
-
-
 @dataclasses.dataclass(frozen=True)
 class EventHubAddress:
     """Which hub and consumer group, and how to authenticate (never logged)."""
@@ -139,14 +70,6 @@ class EventHubAddress:
     consumer_group: str = "$Default"
     #: A connection string; without one, workload identity (DefaultAzureCredential) is used.
     connection_string: str | None = dataclasses.field(default=None, repr=False)
-
-
-@dataclasses.dataclass(frozen=True)
-class ReceivedBatch:
-    """A micro-batch in partition order; empty when nothing arrived within the wait."""
-
-    events: Sequence[Event]
-    last_enqueued: LastEnqueued | None
 
 
 @functools.cache
@@ -230,11 +153,11 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def to_event(partition: str, event: EventData) -> Event:
+def to_event(partition: str, event: EventData) -> deliveries.ReceivedEvent:
     """Copy an SDK event into our own frozen type."""
     key = event.partition_key
     properties = event.properties
-    return Event(
+    return deliveries.ReceivedEvent(
         partition=partition,
         sequence_number=int(event.sequence_number or 0),
         offset=event.offset or "",
@@ -245,12 +168,12 @@ def to_event(partition: str, event: EventData) -> Event:
     )
 
 
-def last_enqueued_of(event: EventData) -> LastEnqueued | None:
+def last_enqueued_of(event: EventData) -> deliveries.LastEnqueued | None:
     """The runtime metrics the service attached to a delivery, when it did."""
     props = sdk_utils.get_last_enqueued_event_properties(event)
     if not props or props.get("sequence_number") is None:
         return None
-    return LastEnqueued(
+    return deliveries.LastEnqueued(
         sequence_number=int(props["sequence_number"]),
         offset=props.get("offset"),
         enqueued_time=props.get("enqueued_time"),
@@ -274,7 +197,7 @@ class PartitionReceiver:
         address: EventHubAddress,
         partition: str,
         epoch: int | None,
-        position: Position,
+        position: deliveries.ReceivePosition,
         prefetch: int = 300,
         buffer_limit: int = 2000,
     ) -> None:
@@ -283,14 +206,10 @@ class PartitionReceiver:
         self.epoch = epoch
         self._position = position
         self._prefetch = prefetch
-        self._buffer_limit = max(buffer_limit, prefetch)
-        self._buffer: collections.deque[Event] = collections.deque()
-        self._arrived = asyncio.Event()
-        self._drained = asyncio.Event()
-        self._failure: errors.EventHubBalancerError | None = None
+        self._buffer = batching.EventBuffer(limit=max(buffer_limit, prefetch))
         self._closing = False
         self._task: asyncio.Task[None] | None = None
-        self.last_enqueued: LastEnqueued | None = None
+        self.last_enqueued: deliveries.LastEnqueued | None = None
         #: The newest sequence number buffered: where a reopened link continues.
         self._last_buffered: int | None = None
 
@@ -304,54 +223,30 @@ class PartitionReceiver:
 
     async def close(self) -> None:
         self._closing = True
-        self._drained.set()
+        self._buffer.close()
         if self._task is not None:
             self._task.cancel()
             # The SDK's close runs in the task's finally; shield it from a caller's cancel.
             await asyncio.gather(self._task, return_exceptions=True)
-        self._buffer.clear()
 
-    async def next_batch(self, *, max_size: int, max_wait: float) -> ReceivedBatch:
+    async def next_batch(self, *, max_size: int, max_wait: float) -> deliveries.ReceivedBatch:
         """Up to ``max_size`` events: returns when full, or ``max_wait`` after the first
         event arrived, or (empty) after ``max_wait`` with nothing at all."""
-        start = time.monotonic()
-        first_seen: float | None = start if self._buffer else None
-        while True:
-            if self._failure is not None:
-                raise self._failure
-            now = time.monotonic()
-            if self._buffer and first_seen is None:
-                first_seen = now
-            if len(self._buffer) >= max_size:
-                break
-            reference = first_seen if first_seen is not None else start
-            remaining = reference + max_wait - now
-            if remaining <= 0:
-                break
-            self._arrived.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._arrived.wait(), timeout=remaining)
-        count = min(max_size, len(self._buffer))
-        events = [self._buffer.popleft() for _ in range(count)]
-        if len(self._buffer) < self._buffer_limit:
-            self._drained.set()
-        return ReceivedBatch(events=events, last_enqueued=self.last_enqueued)
+        events = await self._buffer.take(max_size=max_size, max_wait=max_wait)
+        return deliveries.ReceivedBatch(events=events, last_enqueued=self.last_enqueued)
 
     async def _on_events(self, received: list[EventData]) -> None:
         if not received:
             return
-        partition = self.partition
-        self._buffer.extend(to_event(partition, e) for e in received)
-        self._last_buffered = self._buffer[-1].sequence_number
+        events = [to_event(self.partition, e) for e in received]
+        self._last_buffered = events[-1].sequence_number
         enqueued = last_enqueued_of(received[-1])
         if enqueued is not None:
             self.last_enqueued = enqueued
-        self._arrived.set()
+        self._buffer.add(events)
         # Backpressure: while the runtime is behind, stop taking from the SDK, whose own
         # buffer then stops crediting the link.
-        while len(self._buffer) >= self._buffer_limit and not self._closing:
-            self._drained.clear()
-            await self._drained.wait()
+        await self._buffer.wait_for_room()
 
     async def _pump(self) -> None:
         attempts = 0
@@ -415,7 +310,7 @@ class PartitionReceiver:
                     )
                     return
                 if self._last_buffered is not None:
-                    position = Position.after(self._last_buffered)
+                    position = deliveries.ReceivePosition.after(self._last_buffered)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, REOPEN_BACKOFF_MAX_S)
             finally:
@@ -430,8 +325,7 @@ class PartitionReceiver:
                 logger.debug("partition %s: close failed: %r", self.partition, e)
 
     def _fail(self, failure: errors.EventHubBalancerError) -> None:
-        self._failure = failure
-        self._arrived.set()
+        self._buffer.fail(failure)
 
 
 async def _stop_keep_alive(consumer: Any) -> None:
@@ -480,7 +374,11 @@ async def first_sequence_at(
     such event arrives within ``wait`` (then every event so far is older)."""
     # Without an owner level: this peek must not steal the partition from anyone.
     receiver = PartitionReceiver(
-        address=address, partition=partition, epoch=None, position=Position.since(when), prefetch=1
+        address=address,
+        partition=partition,
+        epoch=None,
+        position=deliveries.ReceivePosition.since(when),
+        prefetch=1,
     )
     receiver.start()
     try:

@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import blobs, checkpointing, receiving, retrying
-from eventhub_balancer.consumer import assignments, partitions
+from eventhub_balancer.adapters import blobs, checkpointing, deliveries, receiving, retrying
+from eventhub_balancer.consumer import assignments, partitions, ports
 from eventhub_balancer.contracts import checkpointblobs, startpositions
 
 logger = logging.getLogger(__name__)
@@ -58,9 +58,9 @@ class Coordinates:
 class Backend:
     """The clients of one set of coordinates."""
 
-    store: partitions.Checkpoints
-    open_receiver: partitions.ReceiverFactory
-    resolve_start: partitions.StartResolver
+    store: ports.Checkpoints
+    open_receiver: ports.ReceiverFactory
+    resolve_start: ports.StartResolver
 
 
 class BackendFactory(Protocol):
@@ -125,8 +125,8 @@ class AzureBackends:
             )
 
             def open_receiver(
-                partition: str, epoch: int, position: receiving.Position
-            ) -> partitions.Receiver:
+                partition: str, epoch: int, position: deliveries.ReceivePosition
+            ) -> ports.Receiver:
                 return receiving.PartitionReceiver(
                     address=address,
                     partition=partition,

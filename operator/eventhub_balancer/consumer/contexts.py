@@ -1,7 +1,8 @@
 """What a user's handler receives besides the events: the batch's context.
 
-``Event`` lives in ``adapters.receiving`` (it is what the receive adapter produces) and is
-re-exported here so that handler authors import both names from one place.
+The events are ``adapters.deliveries.ReceivedEvent`` (what the receive adapter produces),
+re-exported here so that handler authors import both names from one place; handlers know
+it by its public name ``eventhub_balancer.consumer.Event``.
 """
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from eventhub_balancer.adapters import receiving
+from eventhub_balancer.adapters import deliveries
 
-Event = receiving.Event
+ReceivedEvent = deliveries.ReceivedEvent
+#: The public name in handler code (``from eventhub_balancer.consumer import Event``).
+Event = deliveries.ReceivedEvent
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

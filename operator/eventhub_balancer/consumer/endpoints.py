@@ -9,7 +9,6 @@ partitions away; /metrics serves the runtime's counters and gauges.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Final
 
 from aiohttp import web
@@ -27,7 +26,7 @@ def application(consumer: runtime.Runtime) -> web.Application:
     registry = metrics.registry_for(lambda: consumer.stats)
 
     async def healthz(request: web.Request) -> web.Response:
-        age = time.monotonic() - consumer.heartbeat
+        age = consumer.heartbeat_age()
         if consumer.stopped or age > HEARTBEAT_LIMIT_S:
             return web.Response(status=503, text=f"runtime loop not turning ({age:.1f} s)\n")
         return web.Response(text="ok\n")

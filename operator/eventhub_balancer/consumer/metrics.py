@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from eventhub_balancer.adapters import receiving
+from eventhub_balancer.adapters import deliveries
 
 PREFIX: Final = "ehb_consumer_"
 
@@ -36,7 +36,7 @@ class PartitionStats:
     checkpointed_sequence_number: int | None = None
     #: Wall-clock time of the last successful checkpoint write (or fence).
     checkpoint_time: float | None = None
-    last_enqueued: receiving.LastEnqueued | None = None
+    last_enqueued: deliveries.LastEnqueued | None = None
     owned: bool = False
     stuck: bool = False
 

@@ -17,6 +17,10 @@ duplicates and failures free of loss:
   checkpoint write was in flight (never both). The write still overlaps the *receiving* of
   batch N+1: the receiver's background task keeps buffering, and the worker waits for the
   next batch while the write is on the wire.
+
+The worker's states and their order are the hand-off table's (``handoffs.WORKER_TRANSITIONS``):
+every change of state goes through :meth:`PartitionWorker.transition`. Deadlines are read
+from the event loop's clock, the one the runtime's timers run on.
 """
 
 from __future__ import annotations
@@ -25,51 +29,14 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from eventhub_balancer import errors
-from eventhub_balancer.adapters import receiving
-from eventhub_balancer.consumer import contexts, metrics, processing
+from eventhub_balancer import errors, handoffs
+from eventhub_balancer.adapters import deliveries
+from eventhub_balancer.consumer import contexts, metrics, ports, processing
 
 logger = logging.getLogger(__name__)
-
-Outcome = Literal["released", "lost", "failed"]
-State = Literal["fencing", "running", "releasing", "released", "lost", "failed"]
-
-
-class Checkpoint(Protocol):
-    @property
-    def sequence_number(self) -> int: ...
-
-
-class Checkpoints(Protocol):
-    """What a worker needs of the checkpoint store (``adapters.checkpointing``)."""
-
-    async def fence(self, partition: str, epoch: int, *, start: Any) -> Checkpoint: ...
-
-    async def update(self, partition: str, *, offset: str, sequence_number: int) -> Checkpoint: ...
-
-    def release(self, partition: str) -> None: ...
-
-
-class Receiver(Protocol):
-    """What a worker needs of a partition receiver (``adapters.receiving``)."""
-
-    @property
-    def last_enqueued(self) -> receiving.LastEnqueued | None: ...
-
-    def start(self) -> None: ...
-
-    async def next_batch(self, *, max_size: int, max_wait: float) -> receiving.ReceivedBatch: ...
-
-    async def close(self) -> None: ...
-
-
-#: Opens a receiver for (partition, epoch) at a position.
-ReceiverFactory = Callable[[str, int, receiving.Position], Receiver]
-#: The start position to seed a missing checkpoint with (resolved lazily: may ask Event Hubs).
-StartResolver = Callable[[str], Awaitable[Any]]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -111,9 +78,9 @@ class PartitionWorker:
         epoch: int,
         consumer: str,
         pod: str,
-        store: Checkpoints,
-        open_receiver: ReceiverFactory,
-        resolve_start: StartResolver,
+        store: ports.Checkpoints,
+        open_receiver: ports.ReceiverFactory,
+        resolve_start: ports.StartResolver,
         processor: processing.BatchProcessor,
         settings: BatchSettings,
         stats: metrics.PartitionStats,
@@ -133,16 +100,19 @@ class PartitionWorker:
         self.spark = spark
         #: Called once the partition is fenced and receiving (the runtime acknowledges then).
         self.on_fenced = on_fenced
-        self.state: State = "fencing"
+        #: Moved only by `transition`, along the hand-off table.
+        self.state: handoffs.WorkerState = "fencing"
+        #: Every state the worker was in, in order (for its log lines and its tests).
+        self.path: list[handoffs.WorkerState] = [self.state]
         self.error: BaseException | None = None
         self.fenced = asyncio.Event()
         self._stop = asyncio.Event()
         self._hard_deadline: float | None = None
         #: When the batch now in the handler was first tried (None: no batch in flight).
         self._batch_started: float | None = None
-        self._processed: receiving.Event | None = None
+        self._processed: deliveries.ReceivedEvent | None = None
         self._checkpointed_sequence: int | None = None
-        self._last_checkpoint = time.monotonic()
+        self._last_checkpoint = _now()
         #: The checkpoint write in flight: it overlaps waiting for the next batch, never the
         #: next batch's handler (that would let a crash repeat two batches).
         self._writing: asyncio.Task[None] | None = None
@@ -153,7 +123,7 @@ class PartitionWorker:
         """Stop after the in-flight batch (within ``timeout``), checkpoint, and end "released"."""
         if not self._stop.is_set():
             limit = self.settings.release_timeout if timeout is None else timeout
-            self._hard_deadline = time.monotonic() + limit
+            self._hard_deadline = _now() + limit
             self._stop.set()
 
     @property
@@ -164,25 +134,36 @@ class PartitionWorker:
         """A batch has been failing or running for longer than ``stuck_seconds``."""
         if self._batch_started is None:
             return False
-        now = time.monotonic() if now is None else now
+        now = _now() if now is None else now
         return now - self._batch_started > self.settings.stuck_seconds
+
+    def transition(self, event: handoffs.WorkerEvent) -> handoffs.WorkerState:
+        """Move along the hand-off table; `handoffs.IllegalTransition` when it has no such move
+        (a bug: the worker's state is then left as it was)."""
+        before = self.state
+        self.state = handoffs.next_worker_state(before, event)
+        self.path.append(self.state)
+        logger.debug("partition %s: %s -%s-> %s", self.partition, before, event, self.state)
+        return self.state
 
     # -- the loop
 
-    async def run(self) -> Outcome:
-        receiver: Receiver | None = None
+    async def run(self) -> handoffs.Outcome:
+        receiver: ports.Receiver | None = None
         try:
             checkpoint = await self._fence()
             self._checkpointed_sequence = checkpoint.sequence_number
             self.stats.checkpointed_sequence_number = checkpoint.sequence_number
             self.stats.checkpoint_time = time.time()
             if self._stop.is_set():
-                return self._finish("released")
+                return self._finish("revoked")  # the fence is the final checkpoint
             receiver = self.open_receiver(
-                self.partition, self.epoch, receiving.Position.after(checkpoint.sequence_number)
+                self.partition,
+                self.epoch,
+                deliveries.ReceivePosition.after(checkpoint.sequence_number),
             )
             receiver.start()
-            self.state = "running"
+            self.transition("fenced")
             self.fenced.set()
             if self.on_fenced is not None:
                 self.on_fenced()
@@ -208,21 +189,21 @@ class PartitionWorker:
                     break  # abandoned on release: no checkpoint past it
                 if self._checkpoint_due():
                     self._checkpoint_in_background()
-            self.state = "releasing"
+            self.transition("revoked")
             # Stop receiving first: nothing new reaches the handler after the release started.
             await receiver.close()
             receiver = None
             await self._checkpoint()
             self.store.release(self.partition)
-            return self._finish("released")
+            return self._finish("checkpointed")
         except errors.OwnershipLost as e:
             self.error = e
             logger.warning("partition %s: %s; stopped without a checkpoint", self.partition, e)
-            return self._finish("lost")
+            return self._finish("ownership_lost")
         except (errors.TransientError, errors.ConfigurationError, errors.InvalidInput) as e:
             self.error = e
             logger.error("partition %s: epoch %d failed: %s", self.partition, self.epoch, e)
-            return self._finish("failed")
+            return self._finish("error")
         finally:
             self.fenced.set()
             if self._writing is not None and not self._writing.done():
@@ -231,17 +212,21 @@ class PartitionWorker:
             if receiver is not None:
                 await receiver.close()
 
-    def _finish(self, outcome: Outcome) -> Outcome:
-        self.state = outcome
+    def _finish(self, event: handoffs.WorkerEvent) -> handoffs.Outcome:
+        """The last transition: ``event`` must end the worker."""
         self._batch_started = None
         self.stats.stuck = False
-        return outcome
+        match self.transition(event):
+            case "released" | "lost" | "failed" as outcome:
+                return outcome
+            case state:
+                raise handoffs.IllegalTransition(state, event)
 
-    async def _fence(self) -> Checkpoint:
+    async def _fence(self) -> ports.Checkpoint:
         start = await self.resolve_start(self.partition)
         return await self.store.fence(self.partition, self.epoch, start=start)
 
-    async def _next_batch(self, receiver: Receiver) -> receiving.ReceivedBatch | None:
+    async def _next_batch(self, receiver: ports.Receiver) -> deliveries.ReceivedBatch | None:
         """The next batch, or None when a release started while waiting for it."""
         receive = asyncio.ensure_future(
             receiver.next_batch(max_size=self.settings.batch_size, max_wait=self.settings.max_wait)
@@ -258,9 +243,9 @@ class PartitionWorker:
             return None
         return receive.result()  # raises OwnershipLost / EventHubUnreachable
 
-    async def _process(self, events: Sequence[receiving.Event]) -> bool:
+    async def _process(self, events: Sequence[deliveries.ReceivedEvent]) -> bool:
         """Run the handler until it succeeds; False when abandoned because of a release."""
-        self._batch_started = time.monotonic()
+        self._batch_started = _now()
         backoff = self.settings.retry_backoff
         attempt = 0
         while True:
@@ -323,12 +308,13 @@ class PartitionWorker:
         """
         while not call.done():
             if self._hard_deadline is not None:
-                left = self._hard_deadline - time.monotonic()
-                if left <= 0:
+                try:
+                    async with asyncio.timeout_at(self._hard_deadline):
+                        await asyncio.wait({call})
+                except TimeoutError:
                     call.cancel()  # a sync handler's thread runs on, but its result is ignored
                     await asyncio.gather(call, return_exceptions=True)
                     return False
-                await asyncio.wait({call}, timeout=left)
             else:
                 stop: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
                 try:
@@ -353,7 +339,7 @@ class PartitionWorker:
         if self._processed.sequence_number == self._checkpointed_sequence:
             return False
         interval = self.settings.checkpoint_interval
-        return interval <= 0 or time.monotonic() - self._last_checkpoint >= interval
+        return interval <= 0 or _now() - self._last_checkpoint >= interval
 
     def _checkpoint_in_background(self) -> None:
         """Start writing the checkpoint while the next batch is received; the loop awaits it
@@ -377,7 +363,12 @@ class PartitionWorker:
             self.partition, offset=event.offset, sequence_number=event.sequence_number
         )
         self._checkpointed_sequence = event.sequence_number
-        self._last_checkpoint = time.monotonic()
+        self._last_checkpoint = _now()
         self.stats.checkpoints += 1
         self.stats.checkpointed_sequence_number = event.sequence_number
         self.stats.checkpoint_time = time.time()
+
+
+def _now() -> float:
+    """The event loop's clock: the one its timers (and a test's fake time) run on."""
+    return asyncio.get_running_loop().time()

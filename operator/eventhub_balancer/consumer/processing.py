@@ -1,7 +1,7 @@
 """Loading the user's handler and calling it on a micro-batch, in plain or Spark mode.
 
 A handler is ``module:function``. Plain mode calls ``function(events, context)`` with a
-sequence of :class:`contexts.Event`; Spark mode calls ``function(df, context)`` with a
+sequence of :class:`contexts.ReceivedEvent`; Spark mode calls ``function(df, context)`` with a
 DataFrame of the batch. Sync handlers run in a worker thread so that the receive loops keep
 running (and a Spark job, which blocks, is always sync); async handlers are awaited.
 A batch counts as done only when the handler returned: anything it raises is the caller's
@@ -27,7 +27,7 @@ class BatchProcessor(Protocol):
     """Runs the user's code on one batch; returns when the batch is done."""
 
     async def __call__(
-        self, events: Sequence[contexts.Event], context: contexts.BatchContext
+        self, events: Sequence[contexts.ReceivedEvent], context: contexts.BatchContext
     ) -> None: ...
 
 
@@ -70,7 +70,7 @@ class PlainProcessor:
         self.is_async = inspect.iscoroutinefunction(function)
 
     async def __call__(
-        self, events: Sequence[contexts.Event], context: contexts.BatchContext
+        self, events: Sequence[contexts.ReceivedEvent], context: contexts.BatchContext
     ) -> None:
         if self.is_async:
             await self.function(events, context)
@@ -91,12 +91,14 @@ class SparkProcessor:
         self.function = function
         self.session = session
 
-    def _run(self, events: Sequence[contexts.Event], context: contexts.BatchContext) -> None:
+    def _run(
+        self, events: Sequence[contexts.ReceivedEvent], context: contexts.BatchContext
+    ) -> None:
         df = frames.to_dataframe(self.session, events)
         self.function(df, context)
 
     async def __call__(
-        self, events: Sequence[contexts.Event], context: contexts.BatchContext
+        self, events: Sequence[contexts.ReceivedEvent], context: contexts.BatchContext
     ) -> None:
         await asyncio.to_thread(self._run, events, context)
 

@@ -16,11 +16,10 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import time
 from collections.abc import Mapping
 from typing import Any
 
-from eventhub_balancer import errors
+from eventhub_balancer import errors, handoffs
 from eventhub_balancer.consumer import assignments, connections, metrics, partitions, processing
 
 logger = logging.getLogger(__name__)
@@ -68,7 +67,7 @@ class Runtime:
         self.spark = spark
         self.stats: dict[str, metrics.PartitionStats] = {}
         self.workers: dict[str, partitions.PartitionWorker] = {}
-        self._tasks: dict[str, asyncio.Task[partitions.Outcome]] = {}
+        self._tasks: dict[str, asyncio.Task[handoffs.Outcome]] = {}
         self.latest: assignments.Assignment | None = None
         self.applied_generation: int | None = None
         self.released: dict[str, int] = {}
@@ -80,8 +79,8 @@ class Runtime:
         self._backend: connections.Backend | None = None
         self._backend_key: connections.Coordinates | None = None
         self._backend_stack: contextlib.AsyncExitStack | None = None
-        #: Monotonic time of the last loop pass: /healthz checks that the loop turns.
-        self.heartbeat = time.monotonic()
+        #: Loop time of the last loop pass (None: none yet): /healthz checks that the loop turns.
+        self.heartbeat: float | None = None
         self.stopped = False
 
     # -- what the endpoints ask
@@ -98,7 +97,10 @@ class Runtime:
                 f"(applied: {self.applied_generation})"
             )
         stuck = sorted(p for p, w in self.workers.items() if w.stuck())
-        failing = sorted(p for p in self._restarts if p in self._wanted())
+        # A restarted worker that runs again is not failing (its backoff record stays until
+        # it ends, so that failures in a row keep doubling the delay).
+        wanted = self._wanted()
+        failing = sorted(p for p in self._restarts if p in wanted and p not in self.workers)
         if stuck:
             return (
                 False,
@@ -107,6 +109,12 @@ class Runtime:
         if failing:
             return False, f"partitions failing to start: {failing}"
         return True, f"generation {self.applied_generation} applied"
+
+    def heartbeat_age(self) -> float:
+        """Seconds since the reconcile loop last turned (0 before its first turn)."""
+        if self.heartbeat is None:
+            return 0.0
+        return _now() - self.heartbeat
 
     def owned(self) -> dict[str, int]:
         return {p: w.epoch for p, w in self.workers.items() if not w.releasing}
@@ -125,7 +133,7 @@ class Runtime:
         feeder = asyncio.create_task(self._follow_source(), name="assignments")
         try:
             while not self._shutdown.is_set():
-                self.heartbeat = time.monotonic()
+                self.heartbeat = _now()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=TICK_S)
                 self._wake.clear()
@@ -179,17 +187,20 @@ class Runtime:
                 backend = None
             if backend is not None:
                 self._start_workers(wanted, backend)
-        # Partitions we are asked to release but do not run (after a restart, or lost): there
-        # is nothing to finish, so acknowledge them at once.
-        for partition, entry in assignment.partitions.items():
-            if entry.state == "revoking" and partition not in self.workers:
-                self.released[partition] = entry.epoch
+        self._release_unrun(assignment)
         for partition in list(self.released):
             if partition in wanted and wanted[partition] > self.released[partition]:
                 del self.released[partition]  # ours again, with a newer epoch
         if self._applied(wanted):
             self.applied_generation = assignment.generation
         await self._acknowledge()
+
+    def _release_unrun(self, assignment: assignments.Assignment) -> None:
+        """Acknowledge at once the releases of partitions no worker runs (after a restart, or
+        lost, or failed): there is nothing to finish."""
+        for partition, entry in assignment.partitions.items():
+            if handoffs.released_at_once(entry.state, running=partition in self.workers):
+                self.released[partition] = entry.epoch
 
     def _applied(self, wanted: Mapping[str, int]) -> bool:
         for partition, epoch in wanted.items():
@@ -203,7 +214,7 @@ class Runtime:
         return all(wanted.get(p) == w.epoch for p, w in self.workers.items())
 
     def _start_workers(self, wanted: Mapping[str, int], backend: connections.Backend) -> None:
-        now = time.monotonic()
+        now = _now()
         for partition, epoch in wanted.items():
             if partition in self.workers:
                 continue  # running, or an older epoch still releasing: start after it ends
@@ -236,7 +247,7 @@ class Runtime:
             task.add_done_callback(functools.partial(self._ended, worker))
 
     def _ended(
-        self, worker: partitions.PartitionWorker, task: asyncio.Task[partitions.Outcome]
+        self, worker: partitions.PartitionWorker, task: asyncio.Task[handoffs.Outcome]
     ) -> None:
         partition = worker.partition
         if self.workers.get(partition) is worker:
@@ -262,7 +273,7 @@ class Runtime:
             previous = self._restarts.get(partition)
             failures = (previous.failures if previous else 0) + 1
             delay = min(RESTART_BACKOFF_S * 2 ** (failures - 1), RESTART_BACKOFF_MAX_S)
-            self._restarts[partition] = _Restart(failures, time.monotonic() + delay)
+            self._restarts[partition] = _Restart(failures, _now() + delay)
             logger.info("partition %s: restarting in %.1f s", partition, delay)
         self._wake.set()
 
@@ -324,11 +335,14 @@ class Runtime:
                 await asyncio.gather(*pending, return_exceptions=True)
         await asyncio.sleep(0)  # let the done callbacks record the releases
         if self.latest is not None:
-            for partition, entry in self.latest.partitions.items():
-                if entry.state == "revoking" and partition not in self.workers:
-                    self.released[partition] = entry.epoch
+            self._release_unrun(self.latest)
         try:
             async with asyncio.timeout(max(1.0, timeout * 0.1)):
                 await self._acknowledge()
         except TimeoutError:
             logger.warning("shutdown: the release acknowledgement timed out")
+
+
+def _now() -> float:
+    """The event loop's clock: the one its timers (and a test's fake time) run on."""
+    return asyncio.get_running_loop().time()

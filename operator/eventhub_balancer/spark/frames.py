@@ -13,9 +13,9 @@ import json
 from collections.abc import Sequence
 from typing import Any, Final
 
-from eventhub_balancer.adapters import receiving
+from eventhub_balancer.adapters import deliveries
 
-#: The columns of every batch's DataFrame, in order, as Spark DDL (documented in the README).
+#: The columns of every batch's DataFrame, in order, as Spark DDL (documented in docs/consumer.md).
 SCHEMA_DDL: Final = (
     "partition STRING NOT NULL, sequence_number BIGINT NOT NULL, offset STRING NOT NULL, "
     "enqueued_time TIMESTAMP NOT NULL, partition_key STRING, "
@@ -76,7 +76,7 @@ def _property_text(value: Any) -> str:
     return json.dumps(value, default=str)
 
 
-def to_arrow(events: Sequence[receiving.Event]) -> Any:
+def to_arrow(events: Sequence[deliveries.ReceivedEvent]) -> Any:
     """A ``pyarrow.Table`` with the batch schema."""
     import pyarrow as pa
 
@@ -96,6 +96,6 @@ def to_arrow(events: Sequence[receiving.Event]) -> Any:
     )
 
 
-def to_dataframe(session: Any, events: Sequence[receiving.Event]) -> Any:
+def to_dataframe(session: Any, events: Sequence[deliveries.ReceivedEvent]) -> Any:
     """A Spark DataFrame of the batch (built from Arrow, never inferred)."""
     return session.createDataFrame(to_arrow(events), schema=spark_schema())

@@ -20,7 +20,8 @@ from typing import Any
 from eventhub_balancer.adapters import blobs, checkpointing
 from eventhub_balancer.contracts import configmaps
 from tests.support import paths
-from tests.support.fixtures.consumer import configmap, send_events
+from tests.support.consumerfakes import configmap
+from tests.support.fixtures.consumer import send_events
 from tests.support.fixtures.operator import wait_for
 
 #: Every wait for the consumer process is bounded by this (seconds).

@@ -13,7 +13,7 @@ from eventhub_balancer.adapters import podconfig
 from eventhub_balancer.consumer import assignments
 from eventhub_balancer.contracts import configmaps
 from eventhub_balancer_devstack.kube import LocalKubeAPI
-from tests.support.fixtures.consumer import configmap
+from tests.support.consumerfakes import configmap
 
 
 @pytest.fixture

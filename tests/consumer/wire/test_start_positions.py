@@ -17,13 +17,8 @@ from typing import Any
 
 from eventhub_balancer.adapters import checkpointing
 from eventhub_balancer.consumer import assignments, partitions, runtime
-from tests.support.fixtures.consumer import (
-    Recorder,
-    azure_backends,
-    configmap,
-    eventually,
-    send_events,
-)
+from tests.support.consumerfakes import Recorder, configmap, eventually
+from tests.support.fixtures.consumer import azure_backends, send_events
 
 BATCH = partitions.BatchSettings(batch_size=100, max_wait=0.1, retry_backoff=0.05)
 

@@ -26,7 +26,7 @@ from eventhub_balancer.contracts import configmaps
 from eventhub_balancer_devstack.kube import LocalKubeAPI, kubeconfigs
 from tests.install.wire.test_recorded_operator import ProxyThread
 from tests.support import loading
-from tests.support.fixtures.consumer import configmap
+from tests.support.consumerfakes import configmap
 from tests.support.fixtures.operator import wait_for
 from tests.support.handlers import recording
 from tests.support.rbac.authorizing import Authorizer, Subject

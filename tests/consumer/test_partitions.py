@@ -1,0 +1,184 @@
+"""A partition worker moves along the hand-off table: each way it can end, driven by fakes.
+
+Every scenario names the events the worker should take; the states it goes through are
+those events folded over ``handoffs.WORKER_TRANSITIONS``, and together the scenarios walk
+every transition of the table. Fake loop time: nothing waits in real time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import pytest
+
+from eventhub_balancer import handoffs
+from eventhub_balancer.consumer import metrics, partitions
+from tests.support import consumerfakes
+
+pytestmark = pytest.mark.looptime
+
+SETTINGS = partitions.BatchSettings(
+    batch_size=10, max_wait=0.05, retry_backoff=0.01, checkpoint_interval=3600
+)
+
+
+class Scene:
+    """A worker on partition 0, epoch 1, with its fakes."""
+
+    def __init__(self) -> None:
+        self.hub = consumerfakes.FakeHub()
+        self.store = consumerfakes.FakeStore()
+        self.handle = self.store.handle("pod-a")
+        self.recorder = consumerfakes.Recorder()
+        #: While set and not open, resolving the start position waits (a slow fence).
+        self.start_gate: asyncio.Event | None = None
+        self.worker = partitions.PartitionWorker(
+            partition="0",
+            epoch=1,
+            consumer="orders",
+            pod="pod-a",
+            store=self.handle,
+            open_receiver=self.hub.open,
+            resolve_start=self._resolve_start,
+            processor=self.recorder,
+            settings=SETTINGS,
+            stats=metrics.PartitionStats(),
+        )
+
+    async def _resolve_start(self, partition: str) -> Any:
+        if self.start_gate is not None:
+            await self.start_gate.wait()
+        return None
+
+    async def run(self, drive: Callable[[Scene], Awaitable[None]]) -> handoffs.Outcome:
+        task = asyncio.create_task(self.worker.run())
+        await drive(self)
+        async with asyncio.timeout(60):
+            return await task
+
+    async def processed(self, count: int) -> None:
+        await consumerfakes.eventually(lambda: len(self.recorder.done) == count)
+
+
+async def revoked_while_fencing(scene: Scene) -> None:
+    scene.start_gate = asyncio.Event()
+    await asyncio.sleep(1)
+    scene.worker.release()
+    scene.start_gate.set()
+
+
+async def revoked_while_running(scene: Scene) -> None:
+    scene.hub.append("0", 3)
+    await scene.processed(3)
+    scene.worker.release()
+
+
+async def lost_at_the_fence(scene: Scene) -> None:
+    # Set up before the worker's task first runs: a newer owner holds the blob already.
+    await scene.store.handle("pod-b").fence("0", 2, start=None)
+
+
+async def lost_while_running(scene: Scene) -> None:
+    scene.hub.append("0", 3)
+    await scene.processed(3)
+    scene.hub.claim("0", 2)  # a receiver with a higher owner level
+
+
+async def lost_while_releasing(scene: Scene) -> None:
+    scene.hub.append("0", 3)
+    await scene.processed(3)
+    await scene.store.handle("pod-b").fence("0", 2, start=None)
+    scene.worker.release()  # the final checkpoint finds the newer owner
+
+
+async def failed_at_the_fence(scene: Scene) -> None:
+    scene.handle.fail_fences = 1
+
+
+async def failed_while_running(scene: Scene) -> None:
+    scene.hub.append("0", 3)
+    await scene.processed(3)
+    scene.hub.fail("0")
+
+
+async def failed_while_releasing(scene: Scene) -> None:
+    scene.hub.append("0", 3)
+    await scene.processed(3)
+    scene.handle.fail_updates = 1
+    scene.worker.release()  # the final checkpoint cannot be written
+
+
+SCENARIOS: dict[str, tuple[Callable[[Scene], Awaitable[None]], Sequence[handoffs.WorkerEvent]]] = {
+    "revoked while fencing": (revoked_while_fencing, ["revoked"]),
+    "revoked while running": (revoked_while_running, ["fenced", "revoked", "checkpointed"]),
+    "lost at the fence": (lost_at_the_fence, ["ownership_lost"]),
+    "lost while running": (lost_while_running, ["fenced", "ownership_lost"]),
+    "lost while releasing": (lost_while_releasing, ["fenced", "revoked", "ownership_lost"]),
+    "failed at the fence": (failed_at_the_fence, ["error"]),
+    "failed while running": (failed_while_running, ["fenced", "error"]),
+    "failed while releasing": (failed_while_releasing, ["fenced", "revoked", "error"]),
+}
+
+
+def walk(events: Sequence[handoffs.WorkerEvent]) -> list[handoffs.WorkerState]:
+    def step(path: list[handoffs.WorkerState], event: handoffs.WorkerEvent) -> list[Any]:
+        return [*path, handoffs.next_worker_state(path[-1], event)]
+
+    start: list[handoffs.WorkerState] = ["fencing"]
+    return functools.reduce(step, events, start)
+
+
+def test_the_scenarios_walk_every_transition_and_reach_every_outcome() -> None:
+    walked = set()
+    ends = set()
+    for _, events in SCENARIOS.values():
+        path = walk(events)
+        walked.update(zip(path, events, strict=False))
+        ends.add(path[-1])
+    assert walked == set(handoffs.WORKER_TRANSITIONS)
+    assert ends == set(handoffs.OUTCOMES)
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+async def test_a_worker_moves_along_the_table_to_its_outcome(name: str) -> None:
+    drive, events = SCENARIOS[name]
+    scene = Scene()
+    outcome = await scene.run(drive)
+    expected = walk(events)
+    assert scene.worker.path == expected
+    assert scene.worker.state == outcome == expected[-1]
+    # What each ending leaves behind in the checkpoint blob.
+    blob = scene.store.blobs.get("0")
+    if name == "revoked while running":
+        assert blob is not None
+        assert (blob.epoch, blob.sequence_number) == (1, 2)
+    elif name.startswith("lost"):
+        assert scene.store.history.get("0") is None  # nothing written once lost
+        assert blob is not None
+        assert blob.epoch == (1 if name == "lost while running" else 2)
+    if name == "revoked while fencing":
+        assert scene.hub.receivers == []  # the fence was the final checkpoint
+    if outcome != "released":
+        assert scene.worker.error is not None
+
+
+async def test_a_worker_refuses_moves_the_table_does_not_have() -> None:
+    scene = Scene()
+    task = asyncio.create_task(scene.worker.run())
+    await consumerfakes.eventually(lambda: scene.worker.state == "running")
+    for event in ("fenced", "checkpointed"):
+        with pytest.raises(handoffs.IllegalTransition) as caught:
+            scene.worker.transition(event)
+        assert (caught.value.state, caught.value.event) == ("running", event)
+    assert scene.worker.path == ["fencing", "running"]
+    scene.worker.release()
+    assert await task == "released"
+    # An ended worker takes no event at all.
+    for event in handoffs.WORKER_EVENTS:
+        with pytest.raises(handoffs.IllegalTransition):
+            scene.worker.transition(event)
+    assert scene.worker.state == "released"
+    assert scene.worker.path == ["fencing", "running", "releasing", "released"]
