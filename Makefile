@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all install test lint typecheck importlint pytest demo clean java-check node
+.PHONY: all install test lint typecheck importlint pytest docs figures figures-balance demo clean java-check node
 
 all: test
 
@@ -58,10 +58,32 @@ importlint: $(STAMP)
 pytest: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-test: install lint typecheck importlint pytest
+test: install lint typecheck importlint docs pytest
+
+# The manual (docs/, mkdocs-material) into site/. --strict: a broken link or a missing page
+# fails the build (not --quiet: it hides the warnings that --strict counts). Its figures come
+# from the benchmark records in docs/benchmarks/.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# Record the benchmarks' figures for the docs: each run's JSON, date and load average go to
+# docs/benchmarks/NAME.json; then the README's figure blocks are rendered again.
+RECORD := PATH="$(abspath $(BIN)):$$PATH" $(BIN)/ehb bench record
+figures: install
+	$(RECORD) planner -- ehb bench planner --json
+	$(RECORD) operator -- ehb bench operator --json
+	$(RECORD) checkpoints -- ehb bench checkpoints --json
+	$(RECORD) emulator -- ehb bench emulator --json
+	$(RECORD) consumer -- ehb bench consumer --json
+	$(RECORD) --refresh README.md
+
+# The side-by-side run against the SDK's balancer takes about 8 minutes.
+figures-balance: install
+	$(RECORD) balance -- ehb bench balance --json
+	$(RECORD) --refresh README.md
 
 demo: install
 	$(BIN)/ehb demo
 
 clean:
-	rm -rf $(VENV) node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis site

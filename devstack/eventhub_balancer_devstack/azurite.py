@@ -24,7 +24,7 @@ from eventhub_balancer import errors
 
 logger = logging.getLogger(__name__)
 
-#: The repository root: this file is operator/eventhub_balancer/local/azurite.py.
+#: The repository root: this file is devstack/eventhub_balancer_devstack/azurite.py.
 REPOSITORY = Path(__file__).resolve().parents[2]
 
 #: The storage emulator's well-known development account, documented by Microsoft and the same

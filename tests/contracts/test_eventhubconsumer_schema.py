@@ -1,4 +1,4 @@
-"""The CRD's openAPIV3Schema accepts what DESIGN.md shows and rejects what a user gets wrong."""
+"""The CRD's openAPIV3Schema accepts what docs/operator.md shows and rejects a user's mistakes."""
 
 import copy
 from collections.abc import Iterator

@@ -1,8 +1,8 @@
 """The Roles of the install against the API calls the operator and a consumer make.
 
-The calls are the contract the code is written to (DESIGN.md, kopf's own needs), listed here
+The calls are the contract the code is written to (docs/install.md, kopf's own needs), listed here
 as requests; every one must be allowed and every grant must be used by one, in each install
-mode. The recording test (tests/integration) checks the same against the live code.
+mode. The recording tests (tests/install/wire) check the same against the live code.
 """
 
 from __future__ import annotations

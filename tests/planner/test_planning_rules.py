@@ -1,4 +1,4 @@
-"""The planner's rules one by one, and DESIGN.md's worked examples, on small fixed scenarios."""
+"""The planner's rules one by one, and docs/planner.md's worked examples, on small scenarios."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def spread(count: int, names: list[str], epoch: int = 1) -> dict[str, models.Own
     return result
 
 
-# DESIGN.md's worked examples.
+# The worked examples of docs/planner.md.
 
 
 def test_18_partitions_over_4_members_give_5_5_4_4() -> None:

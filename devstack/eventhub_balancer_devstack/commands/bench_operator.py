@@ -13,7 +13,7 @@ HELP = (
     "times and the API writes per steady cycle."
 )
 
-#: The project's targets (DESIGN.md, issue 5): what the figures are judged against.
+#: The project's targets (docs/benchmarks.md): what the figures are judged against.
 TARGET_DELETED_S = 2.0
 TARGET_STEADY_WRITES = 0.0
 

@@ -2,7 +2,7 @@
 
 Tests, benchmarks and the embedded demo need Event Hubs without Azure. The SDK connects to
 it with ``UseDevelopmentEmulator=true`` in the connection string (plain TCP to host:port);
-see shared/EVENTHUBS_WIRE.md for what the SDK does on the wire and ``emulator`` for the API.
+see docs/local-stack.md for what it supports and ``emulator`` for the API.
 """
 
 from eventhub_balancer_devstack.eventhubs.emulator import EventHubsEmulator

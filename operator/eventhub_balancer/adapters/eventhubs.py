@@ -33,7 +33,7 @@ from eventhub_balancer.adapters import blobs, checkpointing, retrying
 
 logger = logging.getLogger(__name__)
 
-#: The partition list is re-read at least this often: the DESIGN's "at least every minute".
+#: The partition list is re-read at least this often: docs/operator.md's "at least every 60 s".
 REFRESH_SECONDS = 60.0
 #: The longest one management call may take before Event Hubs counts as unreachable.
 TIMEOUT_SECONDS = 10.0

@@ -1,7 +1,7 @@
 """The scenario format: JSON-like bodies in and out of the planner, checked field by field.
 
 `ehb plan`, the tests' scenario files and other tools exchange scenarios and plans in this
-format, so it is kept exactly (see the README's planner section). Parsing is strict: an
+format, so it is kept exactly (see docs/planner.md, Scenario format). Parsing is strict: an
 unknown key, a wrong type or an impossible value raises `errors.InvalidInput` naming the field
 (``members[2].state``, ``assignment["7"].epoch``), because a silently ignored typo in a
 scenario gives a plan for a different question.

@@ -107,7 +107,7 @@ def test_ehb_local_blob_refuses_a_bad_port() -> None:
     assert "Traceback" not in done.stderr
 
 
-# Azurite's conditional writes, as DESIGN.md states them and the checkpoint store relies on.
+# Azurite's conditional writes, as docs/checkpoints.md states them and the checkpoint store uses.
 
 
 async def test_stale_if_match_is_refused_with_412(blob_container: Any) -> None:

@@ -1,7 +1,7 @@
 """``ehb bench balance --quick``: both systems through the scenario, figures that add up.
 
 About 3 minutes on 2 cores, beyond the share of ``make test`` this part has: it runs when
-``EHB_BENCH_TESTS=1`` is set (``EHB_BENCH_TESTS=1 .venv/bin/pytest tests/integration/demo``).
+``EHB_BENCH_TESTS=1`` is set (``EHB_BENCH_TESTS=1 .venv/bin/pytest tests/devstack/wire/demo``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,429 @@
+"""Benchmark records: what a benchmark printed, kept with its date and the machine's load.
+
+The manual's figures are never typed by hand. Recording runs a benchmark command with
+``--json`` and keeps its output in ``docs/benchmarks/NAME.json`` together with when it ran and
+the load average at the end of the run: the development machines are small and shared, and
+every figure moves with their load, so a figure without its load says little.
+
+The docs site renders the records: its hook (``docs/hooks/figures.py``) replaces each
+``<!-- figures: NAME -->`` marker in a page with the tables of ``NAME.json`` (``expand``).
+The README, which no hook reads, carries the rendered tables between ``<!-- figures: NAME -->``
+and ``<!-- /figures -->``; ``refresh`` rewrites them in place, and a test fails when they
+differ from the records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import logging
+import os
+import re
+import shlex
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TypedDict
+
+from eventhub_balancer import errors
+
+logger = logging.getLogger(__name__)
+
+#: Where the records live, relative to the repository root (the docs site reads them there).
+DIRECTORY = Path("docs") / "benchmarks"
+
+#: A record's name is also its file name: no path separators, nothing hidden. (Lower case
+#: only, so that a page can show the marker's form, ``<!-- figures: NAME -->``, as text.)
+_NAME = r"[a-z0-9][a-z0-9_-]*"
+NAME = re.compile(_NAME)
+
+#: A marker in a page; in a file that no hook reads, a block that ends at ``END``.
+MARKER = re.compile(rf"<!-- figures: (?P<name>{_NAME}) -->")
+END = "<!-- /figures -->"
+BLOCK = re.compile(
+    # The body never holds another marker: a lone marker before a block is not swallowed.
+    rf"<!-- figures: (?P<name>{_NAME}) -->\n(?P<body>(?:(?!<!-- figures:).)*?)" + re.escape(END),
+    re.DOTALL,
+)
+
+
+class RecordBody(TypedDict):
+    """``docs/benchmarks/NAME.json`` as written."""
+
+    benchmark: str
+    command: str
+    date: str
+    load_average: list[float]
+    result: object
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """One benchmark run: the command, when it ended, the load then, and what it printed."""
+
+    benchmark: str
+    command: str
+    #: ISO 8601, UTC, to the second.
+    date: str
+    #: The 1, 5 and 15 minute load averages at the end of the run.
+    load_average: tuple[float, float, float]
+    #: The benchmark's JSON document, as it printed it.
+    result: object
+
+    def body(self) -> RecordBody:
+        return {
+            "benchmark": self.benchmark,
+            "command": self.command,
+            "date": self.date,
+            "load_average": list(self.load_average),
+            "result": self.result,
+        }
+
+
+def check_name(name: str) -> str:
+    if not NAME.fullmatch(name):
+        raise errors.InvalidInput(
+            "NAME", f"{name!r} is not a record name (lower-case letters, digits, - and _)"
+        )
+    return name
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def load_average() -> tuple[float, float, float]:
+    one, five, fifteen = os.getloadavg()
+    return (round(one, 2), round(five, 2), round(fifteen, 2))
+
+
+def parse_output(stdout: str, *, command: str) -> object:
+    """The JSON document a benchmark printed.
+
+    A ``--json`` output is exactly one JSON document. When something else was printed before
+    it, the last document that runs to the end of the output is kept, with a warning: a
+    benchmark that mixes logs into stdout is a bug of that benchmark, not a reason to lose
+    its figures.
+    """
+    try:
+        return json.loads(stdout)
+    except json.JSONDecodeError:
+        pass
+    decoder = json.JSONDecoder()
+    starts = [m.start() for m in re.finditer(r"(?m)^[\[{]", stdout)]
+    for start in starts:
+        try:
+            document, end = decoder.raw_decode(stdout, start)
+        except json.JSONDecodeError:
+            continue
+        if not stdout[end:].strip():
+            logger.warning(
+                "%s: stdout is not pure JSON; kept the JSON document at its end and dropped "
+                "%d characters before it",
+                command,
+                start,
+            )
+            return document
+    raise errors.InvalidInput("COMMAND", f"{command} printed no JSON document on stdout")
+
+
+def run(
+    name: str,
+    command: Sequence[str],
+    *,
+    runner: Callable[[Sequence[str]], subprocess.CompletedProcess[str]] | None = None,
+) -> Record:
+    """Run a benchmark command and keep what it printed on stdout (stderr passes through)."""
+    check_name(name)
+    if not command:
+        raise errors.InvalidInput("COMMAND", "give the benchmark command after --")
+    text = shlex.join(command)
+    logger.info("recording %s: %s", name, text)
+    completed = (runner or _run)(command)
+    if completed.returncode != 0:
+        raise errors.EventHubBalancerError(
+            f"{text} exited with status {completed.returncode}; nothing recorded"
+        )
+    result = parse_output(completed.stdout, command=text)
+    return Record(
+        benchmark=name, command=text, date=now(), load_average=load_average(), result=result
+    )
+
+
+def _run(command: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(list(command), stdout=subprocess.PIPE, text=True, check=False)
+    except OSError as e:
+        raise errors.InvalidInput("COMMAND", f"cannot run {command[0]}: {e.strerror}") from e
+
+
+def from_output(
+    name: str,
+    command: str,
+    *,
+    output: Path,
+    load: tuple[float, float, float] | None = None,
+) -> Record:
+    """A record of a run that already happened, its stdout saved in ``output``.
+
+    The date is the file's last write (the end of the run); the load average is ``load``
+    when it was noted at the end of the run, else the load now.
+    """
+    check_name(name)
+    try:
+        stdout = output.read_text()
+        mtime = output.stat().st_mtime
+    except OSError as e:
+        raise errors.InvalidInput("--result", f"cannot read {output}: {e.strerror}") from e
+    date = datetime.datetime.fromtimestamp(mtime, datetime.UTC).isoformat(timespec="seconds")
+    return Record(
+        benchmark=name,
+        command=command,
+        date=date,
+        load_average=load or load_average(),
+        result=parse_output(stdout, command=command),
+    )
+
+
+def write(record: Record, *, directory: Path = DIRECTORY) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{record.benchmark}.json"
+    path.write_text(json.dumps(record.body(), indent=2) + "\n")
+    return path
+
+
+def read(name: str, *, directory: Path = DIRECTORY) -> Record:
+    path = directory / f"{check_name(name)}.json"
+    try:
+        body = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise errors.InvalidInput(
+            "figures", f"no record {path}: record it (make figures) or fix the marker's name"
+        ) from None
+    except json.JSONDecodeError as e:
+        raise errors.InvalidInput("figures", f"{path} is not JSON: {e.msg}") from e
+    if not isinstance(body, dict) or set(body) != set(RecordBody.__annotations__):
+        raise errors.InvalidInput(
+            "figures", f"{path}: expected the keys {sorted(RecordBody.__annotations__)}"
+        )
+    load = body["load_average"]
+    if not (
+        isinstance(load, list) and len(load) == 3 and all(isinstance(x, int | float) for x in load)
+    ):
+        raise errors.InvalidInput("figures", f"{path}: load_average must be three numbers")
+    return Record(
+        benchmark=str(body["benchmark"]),
+        command=str(body["command"]),
+        date=str(body["date"]),
+        load_average=(float(load[0]), float(load[1]), float(load[2])),
+        result=body["result"],
+    )
+
+
+# -- rendering ---------------------------------------------------------------------------------
+
+
+def number(value: object) -> str:
+    """A figure as a table cell: thousands separated, at most six significant digits."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.6g}" if abs(value) >= 1 else f"{value:.3g}"
+    return str(value).replace("|", "\\|")
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]], *, numeric: int = 0) -> str:
+    """A Markdown table; the columns from ``numeric`` on hold figures and are right-aligned."""
+    align = ["---" if i < numeric else "---:" for i in range(len(header))]
+    lines = [f"| {' | '.join(header)} |", f"| {' | '.join(align)} |"]
+    lines += [f"| {' | '.join(row)} |" for row in rows]
+    return "\n".join(lines)
+
+
+def caption(record: Record) -> str:
+    date = datetime.datetime.fromisoformat(record.date).astimezone(datetime.UTC)
+    one, five, fifteen = record.load_average
+    return (
+        f"Recorded {date:%Y-%m-%d %H:%M} UTC with `{record.command}`, load average "
+        f"{one:.2f} / {five:.2f} / {fifteen:.2f} (1 / 5 / 15 min) at the end of the run."
+    )
+
+
+def _flat(result: Mapping[str, object], prefix: str = "") -> list[tuple[str, object]]:
+    found: list[tuple[str, object]] = []
+    for key, value in result.items():
+        if isinstance(value, Mapping):
+            found += _flat(value, f"{prefix}{key}.")
+        elif not isinstance(value, list):
+            found.append((f"{prefix}{key}", value))
+    return found
+
+
+def _rows_table(rows: Sequence[Mapping[str, object]]) -> str:
+    header: list[str] = []
+    for row in rows:
+        header += [k for k in row if k not in header]
+    # Text columns (names, cases) first, so that the figures line up on the right.
+    header.sort(key=lambda k: all(isinstance(r.get(k), int | float | None) for r in rows))
+    figures = sum(all(isinstance(r.get(k), int | float | None) for r in rows) for k in header)
+    cells = [[number(row.get(k)) for k in header] for row in rows]
+    return table(header, cells, numeric=len(header) - figures)
+
+
+def generic(result: object) -> str:
+    """Any result: its scalars as a figure/value table, each list of objects as a table."""
+    if isinstance(result, list) and all(isinstance(r, Mapping) for r in result):
+        return _rows_table(result)
+    if not isinstance(result, Mapping):
+        return f"`{json.dumps(result)}`"
+    parts = []
+    scalars = _flat(result)
+    if scalars:
+        rows = [[f"`{k}`", number(v)] for k, v in scalars]
+        parts.append(table(["figure", "value"], rows, numeric=1))
+    for key, value in result.items():
+        if isinstance(value, list) and value and all(isinstance(r, Mapping) for r in value):
+            parts.append(f"`{key}`:\n\n{_rows_table(value)}")
+    return "\n\n".join(parts)
+
+
+def planner(result: object) -> str:
+    """``ehb bench planner``: one row per fleet, one column per case (ms per plan)."""
+    if not isinstance(result, list):
+        return generic(result)
+    cases: list[str] = []
+    fleets: dict[tuple[object, object], dict[str, object]] = {}
+    for figure in result:
+        if not isinstance(figure, Mapping):
+            return generic(result)
+        case = str(figure.get("case"))
+        cases += [case] if case not in cases else []
+        fleets.setdefault((figure.get("partitions"), figure.get("pods")), {})[case] = figure.get(
+            "ms"
+        )
+    header = ["partitions", "pods", *(f"{c} ms" for c in cases)]
+    rows = [
+        [number(p), number(n), *(number(times.get(c)) for c in cases)]
+        for (p, n), times in fleets.items()
+    ]
+    return table(header, rows, numeric=2)
+
+
+def _get(mapping: object, *keys: str) -> object:
+    for key in keys:
+        if not isinstance(mapping, Mapping):
+            return None
+        mapping = mapping.get(key)
+    return mapping
+
+
+def _seconds(value: object, *, timeout: object) -> str:
+    if value is None:
+        return f"not within {number(timeout)} s" if timeout is not None else "-"
+    return number(value)
+
+
+def _pair(step: object, key: str) -> str:
+    return f"{number(_get(step, 'sdk', key))} / {number(_get(step, 'ours', key))}"
+
+
+def balance(result: object) -> str:
+    """``ehb bench balance``: the SDK's balancer and ours, step by step, and the targets."""
+    steps = _get(result, "steps")
+    if not isinstance(steps, list):
+        return generic(result)
+    sdk_timeout = _get(result, "settings", "sdk_timeout_s")
+    ours_timeout = _get(result, "settings", "ours_timeout_s")
+    rows = []
+    for step in steps:
+        sdk = _get(step, "sdk", "balanced_s")
+        ours = _get(step, "ours", "balanced_s")
+        ratio = _get(step, "ratio")
+        if ratio is not None:
+            shown = f"{number(ratio)}x"
+        elif sdk is None and isinstance(ours, int | float) and isinstance(sdk_timeout, int | float):
+            # The SDK did not balance within its timeout: the ratio is at least this.
+            shown = f"> {sdk_timeout / ours:.0f}x" if ours > 0 else "-"
+        else:
+            shown = "-"
+        rows.append(
+            [
+                str(_get(step, "step")),
+                _seconds(sdk, timeout=sdk_timeout),
+                _seconds(ours, timeout=ours_timeout),
+                shown,
+                _seconds(_get(step, "sdk", "end_to_end_s"), timeout=sdk_timeout),
+                _seconds(_get(step, "ours", "end_to_end_s"), timeout=ours_timeout),
+                _pair(step, "failover_s"),
+                _pair(step, "moved"),
+                _pair(step, "duplicates"),
+                _pair(step, "lost"),
+            ]
+        )
+    header = [
+        "step",
+        "SDK balanced s",
+        "ours balanced s",
+        "ratio",
+        "SDK end to end s",
+        "ours end to end s",
+        "failover s SDK / ours",
+        "moved SDK / ours",
+        "duplicates SDK / ours",
+        "lost SDK / ours",
+    ]
+    parts = [table(header, rows, numeric=1)]
+    settings = _get(result, "settings")
+    parts.append(
+        f"{number(_get(settings, 'partitions'))} -> {number(_get(settings, 'grow_to'))} "
+        f"partitions, {number(_get(settings, 'rate'))} events/s, a "
+        f"{number(_get(settings, 'interval_seconds'))} s cycle for both. In all: produced "
+        f"{_pair(result, 'produced')}, duplicates {_pair(result, 'duplicates')}, lost "
+        f"{_pair(result, 'lost')} (SDK / ours). Ratio SDK / ours over the steps both balanced: "
+        f"{number(_get(result, 'ratio_balanced_s'))} (balanced), "
+        f"{number(_get(result, 'ratio_end_to_end_s'))} (end to end)."
+    )
+    targets = _get(result, "targets")
+    if isinstance(targets, Mapping) and targets:
+        target_rows = [
+            [
+                f"`{name}`",
+                str(_get(t, "target")),
+                number(_get(t, "measured")),
+                "met" if _get(t, "met") else "not met",
+            ]
+            for name, t in targets.items()
+        ]
+        parts.append(table(["target", "wanted", "measured (ours)", ""], target_rows, numeric=2))
+    return "\n\n".join(parts)
+
+
+#: Benchmarks whose figures read better in a shape of their own; the rest are ``generic``.
+VIEWS: Mapping[str, Callable[[object], str]] = {"planner": planner, "balance": balance}
+
+
+def render(record: Record) -> str:
+    """The Markdown for a record: its tables, then where and under what load it was taken."""
+    view = VIEWS.get(record.benchmark, generic)
+    return f"{view(record.result)}\n\n{caption(record)}\n"
+
+
+def expand(markdown: str, *, directory: Path = DIRECTORY) -> str:
+    """A page with every marker (or block) replaced by its record's tables (for the site)."""
+    markdown = BLOCK.sub(lambda m: render(read(m["name"], directory=directory)), markdown)
+    return MARKER.sub(lambda m: render(read(m["name"], directory=directory)), markdown)
+
+
+def refresh(markdown: str, *, directory: Path = DIRECTORY) -> str:
+    """A file whose figure blocks are rendered again from the records, markers kept."""
+
+    def block(match: re.Match[str]) -> str:
+        name = match["name"]
+        return f"<!-- figures: {name} -->\n{render(read(name, directory=directory))}{END}"
+
+    return BLOCK.sub(block, markdown)
