@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from eventhub_balancer_devstack.kube import failures, patching, resources, schemas
+from eventhub_balancer_devstack.kube import failures, patching, resources, schemas, validating
 
 Body = dict[str, Any]
 PatchType = Literal["merge", "strategic", "json"]
@@ -101,7 +101,26 @@ def validate_metadata(spec: resources.ResourceSpec, metadata: Mapping[str, Any])
         )
 
 
-def prepare(spec: resources.ResourceSpec, body: Body, *, created: bool) -> None:
+def conform(spec: resources.ResourceSpec, body: Body, *, old: Body | None) -> None:
+    """Default, prune and validate a custom resource by its schema; 422 naming each field."""
+    if spec.schema is None:
+        return
+    schemas.apply_defaults(body, spec.schema)
+    schemas.prune(body, spec.schema)
+    causes = validating.validate(body, spec.schema, old=old)
+    if causes:
+        raise failures.invalid_fields(
+            kind=spec.kind,
+            group=spec.group,
+            name=(body.get("metadata") or {}).get("name"),
+            causes=list(causes),
+            message=validating.summary(causes),
+        )
+
+
+def prepare(
+    spec: resources.ResourceSpec, body: Body, *, created: bool, old: Body | None = None
+) -> None:
     """Kind-specific server behaviour on every write (defaults, conversions, status)."""
     if spec.group == "" and spec.plural in ("configmaps", "secrets"):
         for field in ("data", "stringData"):
@@ -116,9 +135,7 @@ def prepare(spec: resources.ResourceSpec, body: Body, *, created: bool) -> None:
         body["status"] = {"phase": "Active"}
     if created and spec.group == "" and spec.plural == "pods":
         body["status"] = {"phase": "Pending"}
-    if spec.schema is not None:
-        schemas.apply_defaults(body, spec.schema)
-        schemas.prune(body, spec.schema)
+    conform(spec, body, old=old)
 
 
 def admit_create(
@@ -155,6 +172,7 @@ def admit_update(
             new.pop("status", None)
         else:
             new["status"] = status
+        conform(spec, new, old=old)
     else:
         new_meta = new["metadata"]
         if spec.status_subresource:
@@ -175,7 +193,7 @@ def admit_update(
             else:
                 new_meta.pop(key, None)
         validate_metadata(spec, new_meta)
-        prepare(spec, new, created=False)
+        prepare(spec, new, created=False, old=old)
     return new
 
 

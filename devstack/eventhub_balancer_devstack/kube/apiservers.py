@@ -18,7 +18,7 @@ from typing import Any, Self, TypeVar
 import kmock
 
 from eventhub_balancer import runners
-from eventhub_balancer_devstack.kube import kubeconfigs, resources, serving, storage
+from eventhub_balancer_devstack.kube import identities, kubeconfigs, resources, serving, storage
 
 logger = logging.getLogger(__name__)
 
@@ -153,9 +153,20 @@ class LocalKubeAPI:
 
     # -- kubeconfig --------------------------------------------------------------------------
 
-    def write_kubeconfig(self, path: Path, *, namespace: str = "default") -> Path:
-        """Write a kubeconfig for this server (plain HTTP, dummy token); returns the path."""
-        return kubeconfigs.write(Path(path), server=self.url, namespace=namespace)
+    def write_kubeconfig(
+        self,
+        path: Path,
+        *,
+        namespace: str = "default",
+        identity: identities.PodIdentity | None = None,
+    ) -> Path:
+        """Write a kubeconfig for this server; returns the path.
+
+        Without ``identity`` it authenticates as the local administrator (a dummy token); with
+        one, as that pod's service account, which admission policies see.
+        """
+        user = None if identity is None else identities.kubeconfig_user(identity)
+        return kubeconfigs.write(Path(path), server=self.url, namespace=namespace, user=user)
 
     # -- direct access to the store ------------------------------------------------------------
 

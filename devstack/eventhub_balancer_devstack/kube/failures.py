@@ -92,6 +92,21 @@ def invalid(*, plural: str, group: str, name: str | None, message: str) -> APIFa
     )
 
 
+def invalid_fields(
+    *, kind: str, group: str, name: str | None, causes: list[Any], message: str
+) -> APIFailure:
+    """422 Invalid naming each field, as the API server refuses an object its schema rejects."""
+    details = _details(kind, name, group)
+    details["causes"] = causes
+    what = f"{kind}.{group}" if group else kind
+    return APIFailure(
+        code=422,
+        reason="Invalid",
+        message=f'{what} "{name}" is invalid: {message}',
+        details=details,
+    )
+
+
 def bad_request(message: str) -> APIFailure:
     return APIFailure(code=400, reason="BadRequest", message=message)
 

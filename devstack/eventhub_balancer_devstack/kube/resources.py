@@ -37,8 +37,10 @@ class ResourceSpec:
     generation: bool = False
     #: Real clients expect the deleted object back for these, a ``Status`` for the others.
     delete_returns_object: bool = False
-    #: The OpenAPI v3 schema of a CRD version, for defaulting and pruning; None for built-ins.
+    #: A CRD version's OpenAPI v3 schema: defaulting, pruning, validation; None for built-ins.
     schema: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False)
+    #: A CRD version's ``additionalPrinterColumns``, for Table responses (``kubectl get``).
+    printer_columns: tuple[Mapping[str, Any], ...] = dataclasses.field(default=(), compare=False)
 
     @property
     def api_version(self) -> str:
@@ -92,6 +94,16 @@ BUILTINS: tuple[ResourceSpec, ...] = (
     _builtin("events.k8s.io", "v1", "events", "Event", namespaced=True, short_names=("ev",)),
     _builtin("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True),
     _builtin(
+        "admissionregistration.k8s.io", "v1", "validatingadmissionpolicies",
+        "ValidatingAdmissionPolicy", namespaced=False, status=True, generation=True,
+        returns_object=True,
+    ),
+    _builtin(
+        "admissionregistration.k8s.io", "v1", "validatingadmissionpolicybindings",
+        "ValidatingAdmissionPolicyBinding", namespaced=False, generation=True,
+        returns_object=True,
+    ),
+    _builtin(
         "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
         namespaced=False, short_names=("crd", "crds"), status=True, generation=True,
         returns_object=True,
@@ -100,6 +112,8 @@ BUILTINS: tuple[ResourceSpec, ...] = (
 
 CRDS = next(r for r in BUILTINS if r.plural == "customresourcedefinitions")
 NAMESPACES = next(r for r in BUILTINS if r.plural == "namespaces")
+POLICIES = next(r for r in BUILTINS if r.plural == "validatingadmissionpolicies")
+POLICY_BINDINGS = next(r for r in BUILTINS if r.plural == "validatingadmissionpolicybindings")
 
 
 def _peering_crd(*, plural: str, kind: str, scope: str) -> dict[str, Any]:
@@ -163,6 +177,7 @@ def from_crd(crd: Mapping[str, Any]) -> list[ResourceSpec]:
                 generation=True,
                 delete_returns_object=True,
                 schema=schema,
+                printer_columns=tuple(version.get("additionalPrinterColumns") or ()),
             )
         )
     return resources

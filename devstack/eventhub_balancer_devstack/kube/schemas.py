@@ -68,3 +68,38 @@ def _prune(value: Any, schema: Mapping[str, Any], *, root: bool = False) -> None
         if isinstance(items, Mapping):
             for item in value:
                 _prune(item, items)
+
+
+def unknown_fields(body: Any, schema: Mapping[str, Any]) -> list[str]:
+    """The paths pruning would drop (``spec.foo``), for ``fieldValidation=Strict``.
+
+    Null values are skipped: in a merge patch they delete a field, they do not set one.
+    """
+    found: list[str] = []
+    _unknown(body, schema, "", found, root=True)
+    return found
+
+
+def _unknown(
+    value: Any, schema: Mapping[str, Any], path: str, found: list[str], *, root: bool = False
+) -> None:
+    if isinstance(value, dict):
+        properties = schema.get("properties") or {}
+        additional = schema.get("additionalProperties")
+        keeps_unknown = bool(schema.get("x-kubernetes-preserve-unknown-fields")) or bool(additional)
+        for key, item in value.items():
+            if (root and key in _ROOT_FIELDS) or item is None:
+                continue
+            field = f"{path}.{key}" if path else key
+            sub = properties.get(key)
+            if isinstance(sub, Mapping):
+                _unknown(item, sub, field, found)
+            elif isinstance(additional, Mapping):
+                _unknown(item, additional, field, found)
+            elif not keeps_unknown:
+                found.append(field)
+    elif isinstance(value, list):
+        items = schema.get("items")
+        if isinstance(items, Mapping):
+            for index, item in enumerate(value):
+                _unknown(item, items, f"{path}[{index}]", found)

@@ -26,8 +26,13 @@ from eventhub_balancer_devstack.kube import (
     admitting,
     failures,
     histories,
+    identities,
+    openapis,
+    policies,
     resources,
+    schemas,
     storage,
+    tables,
 )
 from eventhub_balancer_devstack.kube import selectors as selecting
 
@@ -69,6 +74,13 @@ _SERVER_VERSION = {
 
 def _response(payload: Any, *, status: int = 200) -> rendering.Response:
     return rendering.Response(status=status, payload=payload)
+
+
+def _stream(payload: Any) -> rendering.Response:
+    """A watch stream: JSON lines, labelled as JSON (kubectl's decoder refuses octet-stream)."""
+    return rendering.Response(
+        status=200, payload=payload, headers={"Content-Type": "application/json"}
+    )
 
 
 def _status_success(spec: resources.ResourceSpec, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -113,6 +125,9 @@ class LocalKubeHandler(kmock.KubernetesScaffold):
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         self.fallback[_RESOURCE_PATH] << self._serve_resource
+        self.fallback["get", re.compile(r"/openapi/v2/?")] << self._serve_openapi_v2
+        self.fallback["get", re.compile(r"/openapi/v3/?")] << self._serve_openapi_v3_index
+        self.fallback["get", re.compile(r"/openapi/v3/.+")] << self._serve_openapi_v3
         # The kubernetes client asks for discovery with a trailing slash (/api/v1/, /version/).
         self.fallback["get", re.compile(r"/apis/[^/]+/[^/]+/")] << self._serve_version
         self.fallback["get", re.compile(r"/apis/[^/]+/")] << self._serve_group
@@ -285,6 +300,30 @@ class LocalKubeHandler(kmock.KubernetesScaffold):
             "resources": entries,
         }
 
+    # -- OpenAPI -----------------------------------------------------------------------------
+
+    def _by_group_version(self) -> dict[str, list[resources.ResourceSpec]]:
+        served: dict[str, list[resources.ResourceSpec]] = {}
+        for _, spec in sorted(self.store.resources.items()):
+            served.setdefault(openapis.group_version_path(spec), []).append(spec)
+        return served
+
+    async def _serve_openapi_v2(self, request: Any) -> Any:
+        return openapis.v2_document(self.store.resources.values())
+
+    async def _serve_openapi_v3_index(self, request: Any) -> Any:
+        documents = {
+            path: openapis.v3_document(specs) for path, specs in self._by_group_version().items()
+        }
+        return openapis.v3_index(documents)
+
+    async def _serve_openapi_v3(self, request: Any) -> Any:
+        path = request.url.path.removeprefix("/openapi/v3/").strip("/")
+        specs = self._by_group_version().get(path)
+        if not specs:
+            raise failures.no_such_path(request.url.path)
+        return openapis.v3_document(specs)
+
     # -- resources ---------------------------------------------------------------------------
 
     async def _serve_resource(self, request: Any) -> rendering.Response:
@@ -297,6 +336,8 @@ class LocalKubeHandler(kmock.KubernetesScaffold):
         params: Mapping[str, str] = request.params
         method: str = request.method
         namespace = address.namespace if spec.namespaced else None
+        if method in ("POST", "PUT", "PATCH"):
+            self._check_field_validation(request, spec)
         try:
             selector = selecting.parse(
                 labels=params.get("labelSelector"), fields=params.get("fieldSelector")
@@ -306,11 +347,26 @@ class LocalKubeHandler(kmock.KubernetesScaffold):
 
         if address.name is None:
             if method == "GET" and params.get("watch") in ("true", "1"):
-                return _response(self._watch(request, spec, namespace, selector))
+                return _stream(self._watch_maybe_table(request, spec, namespace, selector))
             if method == "GET":
-                return _response(self._list(spec, namespace, selector, params))
+                listed = self._list(spec, namespace, selector, params)
+                if tables.wants_table(str(request.headers.get("Accept", ""))):
+                    return _response(
+                        self._table(
+                            spec,
+                            listed["items"],
+                            params,
+                            continue_token=listed["metadata"].get("continue", ""),
+                        )
+                    )
+                return _response(listed)
             if method == "POST":
-                created = self.store.create(spec, namespace=namespace, body=request.data)
+                created = self.store.create(
+                    spec,
+                    namespace=namespace,
+                    body=request.data,
+                    admit=self._admission(request, spec, namespace, None, None),
+                )
                 return _response(created, status=201)
             if method == "DELETE":
                 deleted = self.store.delete_collection(spec, namespace=namespace, selector=selector)
@@ -331,12 +387,20 @@ class LocalKubeHandler(kmock.KubernetesScaffold):
                     selecting.FieldRequirement(path="metadata.name", op="=", value=name),
                 ),
             )
-            return _response(self._watch(request, spec, namespace, by_name))
+            return _stream(self._watch_maybe_table(request, spec, namespace, by_name))
         if method == "GET":
-            return _response(self.store.get(spec, namespace=namespace, name=name))
+            got = self.store.get(spec, namespace=namespace, name=name)
+            if subresource is None and tables.wants_table(str(request.headers.get("Accept", ""))):
+                return _response(self._table(spec, [got], params))
+            return _response(got)
         if method == "PUT":
             replaced = self.store.replace(
-                spec, namespace=namespace, name=name, body=request.data, subresource=subresource
+                spec,
+                namespace=namespace,
+                name=name,
+                body=request.data,
+                subresource=subresource,
+                admit=self._admission(request, spec, namespace, name, subresource),
             )
             return _response(replaced)
         if method == "PATCH":
@@ -351,6 +415,7 @@ class LocalKubeHandler(kmock.KubernetesScaffold):
                 patch=request.data,
                 patch_type=patch_type,
                 subresource=subresource,
+                admit=self._admission(request, spec, namespace, name, subresource),
             )
             return _response(patched)
         if method == "DELETE" and subresource is None:
@@ -358,12 +423,100 @@ class LocalKubeHandler(kmock.KubernetesScaffold):
             for key in ("propagationPolicy", "orphanDependents"):
                 if key in params:
                     options = {**options, key: params[key]}
-            last = self.store.delete(spec, namespace=namespace, name=name, options=options)
+            last = self.store.delete(
+                spec,
+                namespace=namespace,
+                name=name,
+                options=options,
+                admit=self._admission(request, spec, namespace, name, None),
+            )
             gone = not last["metadata"].get("deletionTimestamp")
             if spec.delete_returns_object or not gone:
                 return _response(last)
             return _response(_status_success(spec, last))
         raise failures.method_not_allowed(f"{method} is not supported on {request.url.path}")
+
+    def _check_field_validation(self, request: Any, spec: resources.ResourceSpec) -> None:
+        """``fieldValidation=Strict`` (kubectl's default): a field the schema lacks is a 400."""
+        if request.params.get("fieldValidation") != "Strict" or spec.schema is None:
+            return
+        content_type = str(request.headers.get("Content-Type", "")).split(";")[0].strip()
+        if content_type == "application/json-patch+json":
+            return  # a list of operations, not an object to check field by field
+        unknown = schemas.unknown_fields(request.data, spec.schema)
+        if unknown:
+            fields = ", ".join(f'unknown field "{path}"' for path in unknown)
+            raise failures.bad_request(
+                f'{spec.kind} in version "{spec.version}" cannot be handled as a {spec.kind}: '
+                f"strict decoding error: {fields}"
+            )
+
+    def _admission(
+        self,
+        request: Any,
+        spec: resources.ResourceSpec,
+        namespace: str | None,
+        name: str | None,
+        subresource: str | None,
+    ) -> storage.Admit | None:
+        """The ValidatingAdmissionPolicies of this request's user, run by the store on write."""
+        raw = request._raw_request
+        user = identities.user_of(
+            request.headers.get("Authorization"),
+            list(raw.headers.items()) if raw is not None else list(request.headers.items()),
+        )
+        store = self.store
+
+        def admit(operation: str, new: dict[str, Any] | None, old: dict[str, Any] | None) -> None:
+            bindings = store.select(resources.POLICY_BINDINGS, namespace=None)
+            if not bindings:
+                return
+            body = new if new is not None else old
+            meta = (body or {}).get("metadata") or {}
+            ns = str(meta.get("namespace") or namespace or "")
+            namespace_object = None
+            if ns and spec.namespaced:
+                found = store.select(
+                    resources.NAMESPACES,
+                    namespace=None,
+                    selector=selecting.parse(labels=None, fields=f"metadata.name={ns}"),
+                )
+                namespace_object = found[0] if found else None
+            attrs = policies.Attributes(
+                spec=spec,
+                operation=operation,  # type: ignore[arg-type]
+                name=str(meta.get("name") or name or ""),
+                namespace=ns,
+                subresource=subresource,
+                new=new,
+                old=old,
+                user=user,
+                namespace_object=namespace_object,
+            )
+            policies.admit(
+                attrs,
+                policies=store.select(resources.POLICIES, namespace=None),
+                bindings=bindings,
+            )
+
+        return admit
+
+    def _table(
+        self,
+        spec: resources.ResourceSpec,
+        items: list[dict[str, Any]],
+        params: Mapping[str, str],
+        *,
+        continue_token: str = "",
+    ) -> dict[str, Any]:
+        return tables.render(
+            spec,
+            items,
+            now=self.store.now(),
+            resource_version=self.store.resource_version,
+            include_object=params.get("includeObject") or "Metadata",
+            continue_token=continue_token,
+        )
 
     def _list_body(
         self, spec: resources.ResourceSpec, items: list[dict[str, Any]], *, continue_token: str
@@ -399,6 +552,29 @@ class LocalKubeHandler(kmock.KubernetesScaffold):
         if more:
             body["metadata"]["remainingItemCount"] = len(items) - offset - limit
         return body
+
+    async def _watch_maybe_table(
+        self,
+        request: Any,
+        spec: resources.ResourceSpec,
+        namespace: str | None,
+        selector: selecting.Selector,
+    ) -> AsyncIterator[Any]:
+        """A watch whose objects are one-row Tables when asked (``kubectl get -w``)."""
+        events = self._watch(request, spec, namespace, selector)
+        if not tables.wants_table(str(request.headers.get("Accept", ""))):
+            async for event in events:
+                yield event
+            return
+        first = True
+        async for event in events:
+            if isinstance(event, dict) and event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                table = self._table(spec, [event["object"]], request.params)
+                if not first:  # as a real server: the columns come with the first event only
+                    table["columnDefinitions"] = []
+                first = False
+                event = {"type": event["type"], "object": table}
+            yield event
 
     async def _watch(
         self,

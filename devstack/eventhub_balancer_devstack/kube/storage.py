@@ -42,6 +42,10 @@ INITIAL_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease"
 
 _EVERYTHING = selecting.Selector()
 
+#: Admission of one write: called with the operation, the object to store (None on DELETE) and
+#: the stored one (None on CREATE) before anything changes; it raises to refuse the write.
+Admit = Callable[[str, Body | None, Body | None], None]
+
 
 def _utc_now() -> datetime.datetime:
     return datetime.datetime.now(tz=datetime.UTC)
@@ -79,6 +83,10 @@ class Store:
             raise failures.no_such_path(
                 f"/{'apis/' + group if group else 'api'}/{version}/{plural}"
             ) from None
+
+    def now(self) -> datetime.datetime:
+        """The store's clock (creation and deletion times are on it)."""
+        return self._clock()
 
     @property
     def resource_version(self) -> str:
@@ -150,7 +158,14 @@ class Store:
 
     # -- writing -----------------------------------------------------------------------------
 
-    def create(self, spec: resources.ResourceSpec, *, namespace: str | None, body: Any) -> Body:
+    def create(
+        self,
+        spec: resources.ResourceSpec,
+        *,
+        namespace: str | None,
+        body: Any,
+        admit: Admit | None = None,
+    ) -> Body:
         if not isinstance(body, dict):
             raise failures.bad_request("the request body must be a JSON object")
         new = copy.deepcopy(body)
@@ -178,6 +193,8 @@ class Store:
             self._ensure_namespace(ns, for_spec=spec)
 
         admitting.admit_create(spec, new, namespace=ns, now=self._clock())
+        if admit is not None:
+            admit("CREATE", new, None)
         metadata["resourceVersion"] = self._next_version()
         new["apiVersion"] = spec.api_version
         new["kind"] = spec.kind
@@ -195,6 +212,7 @@ class Store:
         name: str,
         body: Any,
         subresource: str | None = None,
+        admit: Admit | None = None,
     ) -> Body:
         if not isinstance(body, dict):
             raise failures.bad_request("the request body must be a JSON object")
@@ -204,7 +222,9 @@ class Store:
                 f"the name of the object ({metadata.get('name')}) does not match the name "
                 f"on the URL ({name})"
             )
-        return self._update(spec, namespace=namespace, name=name, new=body, subresource=subresource)
+        return self._update(
+            spec, namespace=namespace, name=name, new=body, subresource=subresource, admit=admit
+        )
 
     def patch(
         self,
@@ -215,10 +235,13 @@ class Store:
         patch: Any,
         patch_type: admitting.PatchType,
         subresource: str | None = None,
+        admit: Admit | None = None,
     ) -> Body:
         current = self._stored(spec, namespace, name)
         new = admitting.apply_patch(spec, current, patch, patch_type, name=name)
-        return self._update(spec, namespace=namespace, name=name, new=new, subresource=subresource)
+        return self._update(
+            spec, namespace=namespace, name=name, new=new, subresource=subresource, admit=admit
+        )
 
     def delete(
         self,
@@ -227,6 +250,7 @@ class Store:
         namespace: str | None,
         name: str,
         options: Mapping[str, Any] | None = None,
+        admit: Admit | None = None,
     ) -> Body:
         """Delete now, or mark for deletion while finalizers remain; returns the last state."""
         options = options or {}
@@ -237,6 +261,8 @@ class Store:
             wanted = preconditions.get(field)
             if wanted is not None and wanted != meta.get(field):
                 raise failures.conflict(plural=spec.plural, group=spec.group, name=name)
+        if admit is not None:
+            admit("DELETE", None, current)
         orphan = options.get("propagationPolicy") == "Orphan" or options.get("orphanDependents")
         return self._delete(spec, current, cascade=not orphan)
 
@@ -289,6 +315,7 @@ class Store:
         name: str,
         new: Body,
         subresource: str | None,
+        admit: Admit | None = None,
     ) -> Body:
         if subresource not in (None, "status") or (
             subresource == "status" and not spec.status_subresource
@@ -308,6 +335,8 @@ class Store:
         new["apiVersion"] = spec.api_version
         new["kind"] = spec.kind
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        if admit is not None:
+            admit("UPDATE", new, old)
         if new == old:
             return self.render(spec, old)  # a no-op write changes nothing, not even the version
 

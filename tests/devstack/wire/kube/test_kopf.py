@@ -34,7 +34,9 @@ def _seen_by(api: LocalKubeAPI, pod: str) -> str | None:
     return annotations.get("seen-by")
 
 
-def test_create_and_delete_handlers_run(local_kube: LocalKubeAPI, kopf_operator: Any) -> None:
+def test_create_and_delete_handlers_run(
+    local_kube: LocalKubeAPI, kopf_operator: Any, ehc_spec: dict[str, Any]
+) -> None:
     registry = kopf.OperatorRegistry()
     deleted: list[str] = []
 
@@ -49,7 +51,7 @@ def test_create_and_delete_handlers_run(local_kube: LocalKubeAPI, kopf_operator:
 
     with kopf_operator(registry, namespaces=["shop"]):
         local_kube.create_object(
-            EHC, {"metadata": {"name": "orders"}, "spec": {}}, namespace="shop"
+            EHC, {"metadata": {"name": "orders"}, "spec": ehc_spec}, namespace="shop"
         )
 
         obj = _wait_for(

@@ -125,11 +125,13 @@ def test_delete_with_finalizers_and_garbage_collection(kube_client: Any) -> None
     assert status["status"] == "Success"  # a Status for kinds that are gone at once
 
 
-def test_status_subresource_of_a_custom_resource(kube_client: Any) -> None:
+def test_status_subresource_of_a_custom_resource(
+    kube_client: Any, ehc_spec: dict[str, Any]
+) -> None:
     api = kubernetes.client.CustomObjectsApi(kube_client)
     args = ("eventhub-balancer.dev", "v1alpha1", "default", "eventhubconsumers")
     body = {"apiVersion": "eventhub-balancer.dev/v1alpha1", "kind": "EventHubConsumer",
-            "metadata": {"name": "orders"}, "spec": {"selector": {"matchLabels": {"app": "x"}}},
+            "metadata": {"name": "orders"}, "spec": ehc_spec,
             "status": {"partitionCount": 4}}  # fmt: skip
     created = api.create_namespaced_custom_object(*args, body)
     assert "status" not in created

@@ -1,0 +1,351 @@
+"""Validation of custom resources by their CRD's OpenAPI v3 schema and CEL rules.
+
+A real API server refuses a custom resource that breaks its CRD's schema (types, bounds,
+``required``, ``enum``, ``pattern``, ``oneOf``...) or one of its ``x-kubernetes-validations``
+rules, with a 422 whose ``details.causes`` name each field. Without this, tests would hand the
+operator resources that could never reach it in a cluster. Updates are ratcheted as since
+Kubernetes 1.30: a part of the object that did not change is not validated again.
+
+Pure: a body and a schema in, a list of causes out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, TypedDict
+
+from eventhub_balancer_devstack.kube import expressions
+
+#: Root fields the schema does not govern (metadata is validated as for every kind).
+_ROOT_FIELDS = ("apiVersion", "kind", "metadata")
+
+CauseReason = Literal[
+    "FieldValueRequired",
+    "FieldValueInvalid",
+    "FieldValueNotSupported",
+    "FieldValueTypeInvalid",
+    "FieldValueDuplicate",
+    "FieldValueTooMany",
+    "FieldValueTooLong",
+]
+
+
+class Cause(TypedDict):
+    """One entry of a ``Status``'s ``details.causes``, as the API server writes it."""
+
+    reason: CauseReason
+    message: str
+    field: str
+
+
+_ABSENT = object()
+
+
+def _shown(value: Any) -> str:
+    """A value as Go's field errors print it: scalars as JSON, containers by their type."""
+    if isinstance(value, dict):
+        return '"object"'
+    if isinstance(value, list):
+        return '"array"'
+    return json.dumps(value)
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return '"boolean"'
+    if isinstance(value, int):
+        return '"integer"'
+    if isinstance(value, float):
+        return '"number"'
+    return '"string"' if isinstance(value, str) else _shown(value)
+
+
+def _type_matches(value: Any, wanted: str) -> bool:
+    if wanted == "object":
+        return isinstance(value, dict)
+    if wanted == "array":
+        return isinstance(value, list)
+    if wanted == "string":
+        return isinstance(value, str)
+    if wanted == "boolean":
+        return isinstance(value, bool)
+    if wanted == "integer":
+        return (isinstance(value, int) and not isinstance(value, bool)) or (
+            isinstance(value, float) and value.is_integer()
+        )
+    if wanted == "number":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return True
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _valid_date_time(text: str) -> bool:
+    try:
+        datetime.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        return False
+    return "T" in text.upper()
+
+
+class _Validator:
+    def __init__(self) -> None:
+        self.causes: list[Cause] = []
+
+    def add(self, reason: CauseReason, field: str, message: str) -> None:
+        self.causes.append({"reason": reason, "message": message, "field": field})
+
+    def invalid(self, field: str, value: Any, detail: str) -> None:
+        self.add("FieldValueInvalid", field, f"Invalid value: {_shown(value)}: {detail}")
+
+    # -- the walk ------------------------------------------------------------------------------
+
+    def walk(
+        self, value: Any, schema: Mapping[str, Any], path: str, old: Any, *, root: bool = False
+    ) -> None:
+        if old is not _ABSENT and old == value:
+            return  # ratcheting: an unchanged part is not validated again
+        if value is None:
+            if not schema.get("nullable"):
+                self.add("FieldValueTypeInvalid", path, "Invalid value: null: must not be null")
+            return
+        wanted = schema.get("type")
+        if schema.get("x-kubernetes-int-or-string"):
+            if not (isinstance(value, str) or _type_matches(value, "integer")):
+                self.add(
+                    "FieldValueTypeInvalid",
+                    path,
+                    f"Invalid value: {_shown(value)}: {path} in body must be of type "
+                    "integer-or-string",
+                )
+                return
+        elif isinstance(wanted, str) and not _type_matches(value, wanted):
+            self.add(
+                "FieldValueTypeInvalid",
+                path,
+                f"Invalid value: {_shown(value)}: {path} in body must be of type {wanted}: "
+                f"{_json_type(value)}",
+            )
+            return
+        before = len(self.causes)
+        self.values(value, schema, path)
+        if isinstance(value, dict):
+            self.properties(value, schema, path, old, root=root)
+        elif isinstance(value, list):
+            self.items(value, schema, path, old)
+        for combinator in ("allOf", "anyOf", "oneOf", "not"):
+            if combinator in schema:
+                self.combine(combinator, value, schema[combinator], path)
+        if len(self.causes) == before:  # CEL rules run on values their schema accepts
+            self.rules(value, schema, path, old)
+
+    def values(self, value: Any, schema: Mapping[str, Any], path: str) -> None:
+        enum = schema.get("enum")
+        if isinstance(enum, list) and value not in enum:
+            supported = ", ".join(_shown(v) for v in enum)
+            self.add(
+                "FieldValueNotSupported",
+                path,
+                f"Unsupported value: {_shown(value)}: supported values: {supported}",
+            )
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            self.bounds(value, schema, path)
+        if isinstance(value, str):
+            min_length, max_length = schema.get("minLength"), schema.get("maxLength")
+            if isinstance(min_length, int) and len(value) < min_length:
+                self.invalid(
+                    path, value, f"{path} in body should be at least {min_length} chars long"
+                )
+            if isinstance(max_length, int) and len(value) > max_length:
+                self.add(
+                    "FieldValueTooLong",
+                    path,
+                    f"Too long: may not be more than {max_length} bytes",
+                )
+            pattern = schema.get("pattern")
+            if isinstance(pattern, str) and not re.search(pattern, value):
+                self.invalid(path, value, f"{path} in body should match '{pattern}'")
+            if schema.get("format") == "date-time" and not _valid_date_time(value):
+                self.invalid(
+                    path, value, f"{path} in body must be of type date-time: {_shown(value)}"
+                )
+        if isinstance(value, dict):
+            lowest, highest = schema.get("minProperties"), schema.get("maxProperties")
+            if isinstance(lowest, int) and len(value) < lowest:
+                self.invalid(
+                    path, len(value), f"{path} in body should have at least {lowest} properties"
+                )
+            if isinstance(highest, int) and len(value) > highest:
+                self.add(
+                    "FieldValueTooMany",
+                    path,
+                    f"Too many: {len(value)}: must have at most {highest} items",
+                )
+        if isinstance(value, list):
+            lowest, highest = schema.get("minItems"), schema.get("maxItems")
+            if isinstance(lowest, int) and len(value) < lowest:
+                self.invalid(
+                    path, len(value), f"{path} in body should have at least {lowest} items"
+                )
+            if isinstance(highest, int) and len(value) > highest:
+                self.add(
+                    "FieldValueTooMany",
+                    path,
+                    f"Too many: {len(value)}: must have at most {highest} items",
+                )
+
+    def bounds(self, value: float, schema: Mapping[str, Any], path: str) -> None:
+        minimum, maximum = schema.get("minimum"), schema.get("maximum")
+        if isinstance(minimum, int | float):
+            if schema.get("exclusiveMinimum") and value <= minimum:
+                self.invalid(path, value, f"{path} in body should be greater than {minimum}")
+            elif value < minimum:
+                self.invalid(
+                    path, value, f"{path} in body should be greater than or equal to {minimum}"
+                )
+        if isinstance(maximum, int | float):
+            if schema.get("exclusiveMaximum") and value >= maximum:
+                self.invalid(path, value, f"{path} in body should be less than {maximum}")
+            elif value > maximum:
+                self.invalid(
+                    path, value, f"{path} in body should be less than or equal to {maximum}"
+                )
+        multiple = schema.get("multipleOf")
+        if isinstance(multiple, int | float) and multiple and value % multiple:
+            self.invalid(path, value, f"{path} in body should be a multiple of {multiple}")
+
+    def properties(
+        self,
+        value: dict[str, Any],
+        schema: Mapping[str, Any],
+        path: str,
+        old: Any,
+        *,
+        root: bool,
+    ) -> None:
+        properties: Mapping[str, Any] = schema.get("properties") or {}
+        for key in schema.get("required") or ():
+            if key not in value or value[key] is None:
+                self.add("FieldValueRequired", _join(path, key), "Required value")
+        additional = schema.get("additionalProperties")
+        old_map = old if isinstance(old, dict) else {}
+        for key, item in value.items():
+            if root and key in _ROOT_FIELDS:
+                continue
+            sub = properties.get(key)
+            if not isinstance(sub, Mapping) and isinstance(additional, Mapping):
+                sub = additional
+                field = f"{path}[{key}]" if path else key
+            else:
+                field = _join(path, key)
+            if isinstance(sub, Mapping):
+                self.walk(item, sub, field, old_map.get(key, _ABSENT))
+
+    def items(self, value: list[Any], schema: Mapping[str, Any], path: str, old: Any) -> None:
+        item_schema = schema.get("items")
+        list_type = schema.get("x-kubernetes-list-type")
+        map_keys: Sequence[str] = schema.get("x-kubernetes-list-map-keys") or ()
+        old_items = old if isinstance(old, list) else []
+        seen: set[str] = set()
+        for index, item in enumerate(value):
+            field = f"{path}[{index}]"
+            old_item: Any = _ABSENT
+            if list_type == "map" and isinstance(item, dict):
+                key = json.dumps({k: item.get(k) for k in map_keys}, sort_keys=True)
+                if key in seen:
+                    self.add(
+                        "FieldValueDuplicate",
+                        field,
+                        f"Duplicate value: {json.dumps({k: item.get(k) for k in map_keys})}",
+                    )
+                seen.add(key)
+                old_item = next(
+                    (
+                        o
+                        for o in old_items
+                        if isinstance(o, dict) and all(o.get(k) == item.get(k) for k in map_keys)
+                    ),
+                    _ABSENT,
+                )
+            elif list_type == "set":
+                key = json.dumps(item, sort_keys=True)
+                if key in seen:
+                    self.add("FieldValueDuplicate", field, f"Duplicate value: {_shown(item)}")
+                seen.add(key)
+            if isinstance(item_schema, Mapping):
+                self.walk(item, item_schema, field, old_item)
+
+    def combine(self, combinator: str, value: Any, branches: Any, path: str) -> None:
+        def passes(branch: Mapping[str, Any]) -> bool:
+            probe = _Validator()
+            probe.walk(value, branch, path, _ABSENT)
+            return not probe.causes
+
+        if combinator == "not":
+            if isinstance(branches, Mapping) and passes(branches):
+                self.invalid(path, value, f"{path} in body must not validate the schema (not)")
+            return
+        results = [passes(b) for b in branches if isinstance(b, Mapping)]
+        if combinator == "allOf" and not all(results):
+            self.invalid(path, value, f"{path} in body must validate all the schemas (allOf)")
+        elif combinator == "anyOf" and not any(results):
+            self.invalid(path, value, f"{path} in body must validate at least one schema (anyOf)")
+        elif combinator == "oneOf" and results.count(True) != 1:
+            self.invalid(
+                path, value, f"{path} in body must validate one and only one schema (oneOf)"
+            )
+
+    def rules(self, value: Any, schema: Mapping[str, Any], path: str, old: Any) -> None:
+        for rule in schema.get("x-kubernetes-validations") or ():
+            if not isinstance(rule, Mapping) or not isinstance(rule.get("rule"), str):
+                continue
+            text: str = rule["rule"]
+            variables: dict[str, Any] = {"self": value}
+            if "oldSelf" in text:
+                if old is _ABSENT and not rule.get("optionalOldSelf"):
+                    continue  # a transition rule: only on updates that have an old value
+                variables["oldSelf"] = None if old is _ABSENT else old
+            field = (
+                _join(path, str(rule["fieldPath"]).lstrip(".")) if rule.get("fieldPath") else path
+            )
+            try:
+                passed = expressions.evaluate(text, variables) is True
+            except expressions.ExpressionError as e:
+                self.invalid(field, value, f"evaluation of rule {text!r} failed: {e}")
+                continue
+            if passed:
+                continue
+            message = rule.get("message") or f"failed rule: {text}"
+            if isinstance(rule.get("messageExpression"), str):
+                # The server falls back to message when the expression fails.
+                with contextlib.suppress(expressions.ExpressionError):
+                    message = str(expressions.evaluate(rule["messageExpression"], variables))
+            if rule.get("reason") == "FieldValueRequired":
+                self.add("FieldValueRequired", field, f"Required value: {message}")
+            else:
+                self.invalid(field, value, str(message))
+
+
+def validate(
+    body: Mapping[str, Any], schema: Mapping[str, Any], *, old: Mapping[str, Any] | None = None
+) -> list[Cause]:
+    """The schema's and its rules' complaints about ``body`` (empty if valid).
+
+    ``old`` is the stored object on an update: the parts that are equal in both are not
+    checked again (ratcheting), so a status write never fails on an old spec.
+    """
+    validator = _Validator()
+    validator.walk(dict(body), schema, "", _ABSENT if old is None else dict(old), root=True)
+    return validator.causes
+
+
+def summary(causes: Sequence[Cause]) -> str:
+    """The causes as the API server's message lists them (``field: message, ...``)."""
+    parts = [f"{c['field']}: {c['message']}" if c["field"] else c["message"] for c in causes]
+    return parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
