@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all install test lint typecheck importlint pytest docs figures figures-balance demo clean java-check node
+.PHONY: all install test lint typecheck importlint pytest docs figures figures-balance figures-scale demo clean java-check node
 
 all: test
 
@@ -76,6 +76,15 @@ figures: install
 	$(RECORD) emulator -- ehb bench emulator --json
 	$(RECORD) consumer -- ehb bench consumer --json
 	$(RECORD) --refresh README.md
+
+# The scale series (docs/scale.md): the operator from 32 partitions to 1,024 x 512 pods, and 100
+# consumers on one operator; a few minutes.
+figures-scale: install
+	$(RECORD) scale-32x31 -- ehb bench operator --json --rounds 3 --partitions 32 --pods 31
+	$(RECORD) scale-256x255 -- ehb bench operator --json --rounds 3 --partitions 256 --pods 255
+	$(RECORD) scale-1024x128 -- ehb bench operator --json --rounds 3 --partitions 1024 --pods 128
+	$(RECORD) scale-1024x512 -- ehb bench operator --json --rounds 3 --partitions 1024 --pods 512
+	$(RECORD) scale-100x10x32 -- ehb bench operator --json --rounds 3 --consumers 100 --pods 10 --partitions 32
 
 # The side-by-side run against the SDK's balancer takes about 8 minutes.
 figures-balance: install

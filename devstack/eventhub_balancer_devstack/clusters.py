@@ -5,7 +5,8 @@ it as a cluster: Secrets, EventHubConsumers, Pods, ConfigMaps), the Event Hubs e
 the operator itself (kopf, adapters, handlers) in a background thread (`start_operator`).
 Pods are Pod objects whose status the harness sets (the kubelet's part), and `ConsumerDouble`
 acknowledges releases as the consumer runtime does after its final checkpoint (the pods' part
-of the hand-off). The integration tests and ``ehb bench operator`` share it.
+of the hand-off). The integration tests use it; ``ehb bench operator`` runs the same actors
+as processes of their own (`benchmarks.processes`), watching instead of polling.
 """
 
 from __future__ import annotations
@@ -320,6 +321,7 @@ def start_operator(
     priority: int = 0,
     refresh_seconds: float = 60.0,
     hub_timeout: float = 3.0,
+    annotate_pods: bool = False,
 ) -> running.OperatorThread:
     """The real operator (kopf, adapters, handlers) in a thread, on the given API server."""
     api = kubeapi.KubeAPI.from_environment(str(kubeconfig))
@@ -327,6 +329,7 @@ def start_operator(
         kube=api,
         hubs=eventhubs.EventHubs(refresh_seconds=refresh_seconds, timeout=hub_timeout),
         connection=api.connection_info,
+        annotate_pods=annotate_pods,
     )
     options = running.Options(
         namespaces=namespaces,

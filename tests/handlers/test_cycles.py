@@ -33,6 +33,11 @@ def at(seconds: float) -> datetime.datetime:
 
 @pytest.fixture
 def kube() -> fakes.FakeKube:
+    return make_kube()
+
+
+def make_kube() -> fakes.FakeKube:
+    """The EventHubConsumer, its Secrets, two matching pods and one that does not match."""
     kube = fakes.FakeKube()
     kube.add_consumer(NS, NAME, SPEC)
     kube.add_secret(NS, "eh", {"cs": "Endpoint=sb://shop/;SharedAccessKey=x"})
@@ -55,6 +60,7 @@ async def cycle(
     *,
     now: float,
     registry: metrics.Metrics | None = None,
+    annotate_pods: bool = False,
 ) -> cycles.Result:
     return await cycles.run_cycle(
         kube=kube,
@@ -64,6 +70,7 @@ async def cycle(
         memory=memory,
         now=at(now),
         metrics=registry,
+        annotate_pods=annotate_pods,
     )
 
 
@@ -71,7 +78,7 @@ async def test_writes_go_out_in_the_crash_safe_order_and_a_steady_state_writes_n
     kube: fakes.FakeKube, hubs: fakes.FakeHubs
 ) -> None:
     memory = memories.Memory()
-    result = await cycle(kube, hubs, memory, now=0)
+    result = await cycle(kube, hubs, memory, now=0, annotate_pods=True)
     kinds = [(verb, kind) for verb, kind, _ in kube.calls]
     assert kinds[:5] == [
         ("patch", "status"),  # the epochs, before any ConfigMap uses them
@@ -88,9 +95,16 @@ async def test_writes_go_out_in_the_crash_safe_order_and_a_steady_state_writes_n
     }
     assert kube.condition(NS, NAME, "Ready")["reason"] == "AllPartitionsOwned"
     assert len(hubs.store.reads) == 1  # the first decision gave partitions out
-    again = await cycle(kube, hubs, memory, now=5)
+    again = await cycle(kube, hubs, memory, now=5, annotate_pods=True)
     assert again.writes == 0
     assert len(kube.calls) == 8
+
+
+async def test_pods_are_not_annotated_unless_switched_on(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+) -> None:
+    await cycle(kube, hubs, memories.Memory(), now=0)
+    assert ("annotate", "pod") not in [(verb, kind) for verb, kind, _ in kube.calls]
 
 
 async def test_a_crash_after_the_epochs_never_hands_an_epoch_out_twice(
@@ -102,8 +116,13 @@ async def test_a_crash_after_the_epochs_never_hands_an_epoch_out_twice(
     assert kube.status(NS, NAME) == {"epochs": {"0": 1, "1": 1, "2": 1, "3": 1}}
     assert kube.assignment(NS) == {"b": {"2": (1, "owned"), "3": (1, "owned")}}
     await cycle(kube, hubs, memories.Memory(), now=5)  # a restarted operator
-    assert kube.assignment(NS)["a"] == {"0": (2, "owned"), "1": (2, "owned")}
-    assert kube.status(NS, NAME)["epochs"] == {"0": 2, "1": 2, "2": 1, "3": 1}
+    # The record never saw epoch 1 given out: every partition is taken over above it (b's
+    # ConfigMap is not believed), so epoch 1 is never handed out a second time.
+    assert kube.assignment(NS) == {
+        "a": {"0": (2, "owned"), "1": (2, "owned")},
+        "b": {"2": (2, "owned"), "3": (2, "owned")},
+    }
+    assert kube.status(NS, NAME)["epochs"] == {"0": 2, "1": 2, "2": 2, "3": 2}
 
 
 async def test_a_kube_api_failure_fails_the_cycle_before_any_write(

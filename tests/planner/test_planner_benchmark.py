@@ -52,7 +52,7 @@ def test_a_repeat_below_one_is_refused(capsys: pytest.CaptureFixture[str]) -> No
 
 
 def test_the_default_sizes_are_the_documented_ones() -> None:
-    assert planner.SIZES == ((32, 4), (1024, 64), (4096, 512), (32768, 4096))
+    assert planner.SIZES == ((32, 4), (1024, 64), (1024, 1024), (4096, 512), (32768, 4096))
     assert json.loads(json.dumps(planner.CASES)) == ["fresh", "join", "leave"]
 
 

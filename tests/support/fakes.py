@@ -99,6 +99,23 @@ class FakeKube:
         self._maybe_fail("list_configmaps")
         return self._list("configmap", namespace, label_selector)
 
+    async def select_pods(
+        self, *, namespace: str, selector: specs.Selector
+    ) -> list[Mapping[str, Any]]:
+        return list(await self.list_pods(namespace=namespace, label_selector=selector.to_query()))
+
+    async def consumer_configmaps(
+        self, *, namespace: str, consumer: str
+    ) -> list[Mapping[str, Any]]:
+        return list(
+            await self.list_configmaps(
+                namespace=namespace, label_selector=configmaps.consumer_selector(consumer)
+            )
+        )
+
+    def forget_secret(self, *, namespace: str, name: str) -> None:
+        """Nothing kept here: every read is fresh (`caching.CachedKube` keeps them)."""
+
     async def read_secret_key(self, *, namespace: str, name: str, key: str) -> str:
         self._maybe_fail("read_secret_key")
         secret = self.objects.get(("secret", namespace, name))
@@ -135,13 +152,14 @@ class FakeKube:
 
     async def patch_pod_annotations(
         self, *, namespace: str, name: str, annotations: Mapping[str, str | None]
-    ) -> None:
+    ) -> dict[str, Any] | None:
         self._write("annotate", "pod", name)
         current = self.objects.get(("pod", namespace, name))
-        if current is not None:  # deleted meanwhile: nothing left to annotate
-            self._store(
-                "pod", namespace, merge_patch(current, {"metadata": {"annotations": annotations}})
-            )
+        if current is None:  # deleted meanwhile: nothing left to annotate
+            return None
+        return self._store(
+            "pod", namespace, merge_patch(current, {"metadata": {"annotations": annotations}})
+        )
 
     async def patch_consumer_status(
         self, *, namespace: str, name: str, status: Mapping[str, Any]

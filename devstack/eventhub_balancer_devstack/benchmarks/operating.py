@@ -1,57 +1,80 @@
-"""How fast the operator moves partitions, and what a steady state costs, on the local stack.
+"""How fast the operator moves partitions, and what it costs, at the size of a fleet.
 
-The claims the project makes against the SDKs' own balancing (docs/index.md, "Why")
-are about time and API load: a pod that joins is balanced within one cycle plus the
-hand-off, a deleted pod's partitions are reassigned within 2 s, a steady state writes
+The claims the project makes against the SDKs' own balancing (docs/index.md, "Why") are
+about time and API load: a pod that joins is balanced within one cycle plus the hand-off, a
+deleted pod's partitions are reassigned within 2 s, a steady state costs the API server
 nothing. This module measures them with everything real except the pods: the local
-Kubernetes API, the Event Hubs emulator, and the operator itself (kopf, adapters, handlers)
-in a background thread, on the harness the integration tests use as well (`clusters`:
-pods are Pod objects whose status the harness sets, and a consumer double acknowledges
-releases as the consumer runtime does).
+Kubernetes API, the Event Hubs emulator and the operator itself (kopf, adapters, handlers),
+for one EventHubConsumer or for many on one operator (``consumers``).
 
-Times are taken from the moment the API server holds the change (the call returned) to the
-moment the ConfigMaps, which is what the pods act on, show the result.
+The API server, the operator and the consumer doubles run as processes of their own
+(`processes`), so that what is measured is the operator's: its CPU time per cycle, its
+resident memory, the requests it makes per steady cycle (reads and writes; kopf's watch
+streams are long requests renewed every few minutes and not counted). The doubles and this
+harness watch the ConfigMaps; nobody polls the API server. Pods are Pod objects whose status
+the harness sets; the doubles acknowledge revocations as the consumer runtime does.
+
+Times run from the moment the API server holds the change (the call returned) to the moment
+the ConfigMaps, which is what the pods act on, show the result. The rounds run on the first
+consumer; with several, the others are the fleet around it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import statistics
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
-from eventhub_balancer.balancing import models
-from eventhub_balancer.handlers import running
-from eventhub_balancer_devstack import clusters
-from eventhub_balancer_devstack.eventhubs import EventHubsEmulator
-from eventhub_balancer_devstack.kube import LocalKubeAPI
+import kubernetes.client
 
-#: The bench's namespace, EventHubConsumer (and hub) and pods' ``app`` label.
+from eventhub_balancer.adapters import blobs
+from eventhub_balancer.contracts import configmaps, specs
+from eventhub_balancer_devstack import azurite, clusters
+from eventhub_balancer_devstack.benchmarks import processes
+
+#: The bench's namespace, first EventHubConsumer (and hub) and its pods' ``app`` label.
 NAMESPACE = "bench"
 CONSUMER = clusters.CONSUMER
 APP = clusters.APP
-#: How often the consumer double looks for revoked partitions; the real runtime watches.
-ACK_POLL_SECONDS = 0.02
+#: The checkpoint container on Azurite.
+CONTAINER = "checkpoints"
+#: Parallel calls of the harness's setup (hundreds of pods are created at once).
+SETUP_WORKERS = 8
 
 
 class Figures(TypedDict):
+    consumers: int
+    partitions: int
+    pods: int
     join_balanced_s: float
     planned_leave_balanced_s: float
     deleted_pod_reassigned_s: float
     steady_state_writes_per_cycle: float
+    steady_state_requests_per_cycle: float
+    cycle_cpu_ms: float
+    operator_rss_mb: float
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Settings:
-    partitions: int = 32
-    pods: int = 4
+    partitions: int = 32  # per consumer
+    pods: int = 4  # per consumer
+    consumers: int = 1
     rounds: int = 3
     interval_seconds: int = 2
-    steady_cycles: int = 3
+    steady_cycles: int = 3  # per consumer
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -66,124 +89,322 @@ class Report:
     settings: Settings
     rounds: tuple[Round, ...]
     steady_writes: int
+    steady_requests: int
     steady_cycles: int
+    cycle_cpu_s: float
+    rss_mb: float
 
     def figures(self) -> Figures:
+        s = self.settings
         return {
+            "consumers": s.consumers,
+            "partitions": s.partitions,
+            "pods": s.pods,
             "join_balanced_s": round(statistics.median(r.join_s for r in self.rounds), 3),
             "planned_leave_balanced_s": round(statistics.median(r.leave_s for r in self.rounds), 3),
             "deleted_pod_reassigned_s": round(
                 statistics.median(r.deleted_s for r in self.rounds), 3
             ),
             "steady_state_writes_per_cycle": round(self.steady_writes / self.steady_cycles, 3),
+            "steady_state_requests_per_cycle": round(self.steady_requests / self.steady_cycles, 3),
+            "cycle_cpu_ms": round(self.cycle_cpu_s * 1000, 2),
+            "operator_rss_mb": self.rss_mb,
         }
 
 
+def consumer_name(i: int) -> str:
+    return CONSUMER if i == 0 else f"{CONSUMER}-{i}"
+
+
+class View:
+    """The assignment as the harness's watch of the ConfigMaps delivered it: per consumer,
+    per pod, the partitions owned and revoking (kept as counts, so a check is cheap)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._maps: dict[str, dict[str, tuple[int, int]]] = {}
+
+    def on_body(self, event_type: str, body: Any) -> None:
+        parsed = configmaps.parse_data(body.get("data") or {})
+        states = [e.state for e in parsed.partitions.values()]
+        with self._lock:
+            pods = self._maps.setdefault(parsed.consumer, {})
+            if event_type == "DELETED":
+                pods.pop(parsed.pod, None)
+            else:
+                pods[parsed.pod] = (states.count("owned"), states.count("revoking"))
+
+    def pods(self, consumer: str) -> dict[str, tuple[int, int]]:
+        with self._lock:
+            return dict(self._maps.get(consumer, {}))
+
+    def owned(self, consumer: str, pods: set[str]) -> int:
+        return sum(owned for pod, (owned, _) in self.pods(consumer).items() if pod in pods)
+
+    def balanced_over(self, consumer: str, pods: set[str], partitions: int) -> bool:
+        """Every partition owned by one of ``pods``, floor/ceil shares, no hand-off left."""
+        seen = self.pods(consumer)
+        if sum(o for o, _ in seen.values()) != partitions or any(r for _, r in seen.values()):
+            return False
+        owned = [seen.get(p, (0, 0))[0] for p in pods]
+        low, high = partitions // len(pods), -(-partitions // len(pods))
+        return sum(owned) == partitions and all(low <= n <= high for n in owned)
+
+
+class Cluster:
+    """The API server process seen over HTTP: what the kubelet and a user would do."""
+
+    def __init__(self, api: kubernetes.client.ApiClient, namespace: str) -> None:
+        self.core = kubernetes.client.CoreV1Api(api)
+        self.custom = kubernetes.client.CustomObjectsApi(api)
+        self.namespace = namespace
+
+    def secret(self, name: str, key: str, value: str) -> None:
+        body: Any = {
+            "metadata": {"name": name},
+            "data": {key: base64.b64encode(value.encode()).decode()},
+        }
+        self.core.create_namespaced_secret(self.namespace, body, _preload_content=False)
+
+    def consumer(self, name: str, *, app: str, secret: str, interval: int) -> None:
+        spec: dict[str, Any] = {
+            "eventHub": {
+                "fullyQualifiedNamespace": "shop.servicebus.windows.net",
+                "name": name,
+                "credentials": {"connectionStringSecretRef": {"name": secret, "key": "cs"}},
+            },
+            "checkpointStore": {
+                "containerName": CONTAINER,
+                "credentials": {"connectionStringSecretRef": {"name": "blob", "key": "cs"}},
+            },
+            "selector": {"matchLabels": {"app": app}},
+            "balancing": {
+                "intervalSeconds": interval,
+                "podGraceSeconds": 20,
+                "handoffTimeoutSeconds": 30,
+            },
+        }
+        body = {
+            "apiVersion": f"{specs.GROUP}/{specs.VERSION}",
+            "kind": specs.KIND,
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+        self.custom.create_namespaced_custom_object(
+            specs.GROUP, specs.VERSION, self.namespace, specs.PLURAL, body, _preload_content=False
+        )
+
+    def pod(self, name: str, *, app: str) -> None:
+        body: Any = {
+            "metadata": {"name": name, "labels": {"app": app}},
+            "spec": {"containers": [{"name": "c", "image": "consumer"}]},
+        }
+        self.core.create_namespaced_pod(self.namespace, body, _preload_content=False)
+        status = {
+            "status": {
+                "phase": "Running",
+                "conditions": [
+                    {"type": "Ready", "status": "True", "lastTransitionTime": clusters.stamp()}
+                ],
+            }
+        }
+        self.core.patch_namespaced_pod_status(name, self.namespace, status, _preload_content=False)
+
+    def terminate(self, name: str) -> None:
+        """A graceful delete while the kubelet stops the containers: a finalizer holds the
+        pod with its deletionTimestamp set."""
+        finalizers = {"metadata": {"finalizers": [clusters.KUBELET_FINALIZER]}}
+        self.core.patch_namespaced_pod(name, self.namespace, finalizers, _preload_content=False)
+        self.core.delete_namespaced_pod(name, self.namespace, _preload_content=False)
+
+    def delete_pod(self, name: str) -> None:
+        """The pod is gone (after a terminate: the kubelet is done)."""
+        with contextlib.suppress(kubernetes.client.ApiException):
+            self.core.patch_namespaced_pod(
+                name, self.namespace, {"metadata": {"finalizers": None}}, _preload_content=False
+            )
+        with contextlib.suppress(kubernetes.client.ApiException):
+            self.core.delete_namespaced_pod(name, self.namespace, _preload_content=False)
+
+
 @contextlib.contextmanager
-def local_stack(partitions: int) -> Iterator[tuple[LocalKubeAPI, EventHubsEmulator, Path]]:
-    """A local API server and an emulator with hub ``orders``; stopped on exit."""
-    kube = LocalKubeAPI().start()
-    emulator = EventHubsEmulator(hubs={CONSUMER: partitions})
-    try:
-        emulator.start_in_thread()
-        with tempfile.TemporaryDirectory(prefix="ehb-bench-") as tmp:
-            yield kube, emulator, kube.write_kubeconfig(Path(tmp) / "kubeconfig")
-    finally:
-        emulator.stop_in_thread()
-        kube.stop()
+def _stack(settings: Settings) -> Iterator[tuple[Path, str, str]]:
+    """The API server process, the emulator process (``ehb local eventhubs``) and Azurite
+    (the checkpoint store the operator reads when it gives partitions out): the kubeconfig
+    and the two connection strings; all stopped on exit."""
+    hubs = [f"{consumer_name(i)}={settings.partitions}" for i in range(settings.consumers)]
+    with tempfile.TemporaryDirectory(prefix="ehb-bench-") as tmp:
+        kubeconfig = Path(tmp) / "kubeconfig"
+        server = processes.Child("apiserver", "--kubeconfig", str(kubeconfig))
+        emulator = subprocess.Popen(
+            [
+                str(Path(sys.executable).with_name("ehb")),
+                "local",
+                "eventhubs",
+                "--port",
+                "0",
+                *(f"--hub={hub}" for hub in hubs),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        try:
+            assert emulator.stdout is not None
+            with azurite.Azurite() as blob_store:
+                asyncio.run(_create_container(blob_store.connection_string))
+                yield kubeconfig, emulator.stdout.readline().strip(), blob_store.connection_string
+        finally:
+            emulator.terminate()
+            try:
+                emulator.wait(processes.STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                emulator.kill()
+                emulator.wait(processes.STOP_SECONDS)
+            server.stop()
 
 
-def _steady_writes(operator: running.OperatorThread, cycles: int, interval: float) -> int:
-    """API writes over ``cycles`` cycles in which nothing changes."""
-    runtime = operator.runtime
-    writes = sum(runtime.kube.writes.values())
-    start = runtime.cycles_run
-    clusters.wait_for(
-        lambda: runtime.cycles_run >= start + cycles,
-        timeout=cycles * interval + clusters.WAIT_SECONDS,
-        what=f"{cycles} steady cycles",
+async def _create_container(connection_string: str) -> None:
+    async with blobs.open_container(
+        container_name=CONTAINER, connection_string=connection_string
+    ) as container:
+        await blobs.ensure_container(container)
+
+
+def _reachable(cluster: Cluster) -> bool:
+    """Every EventHubConsumer has listed its partitions (a steady state has no fault left)."""
+    listing: Any = cluster.custom.list_namespaced_custom_object(
+        specs.GROUP, specs.VERSION, cluster.namespace, specs.PLURAL
     )
-    return sum(runtime.kube.writes.values()) - writes
+    return all(
+        any(
+            c.get("type") == "EventHubReachable" and c.get("status") == "True"
+            for c in (item.get("status") or {}).get("conditions") or []
+        )
+        for item in listing.get("items", [])
+    )
+
+
+def _wait_stats(operator: processes.Child, cycles: int, timeout: float) -> dict[str, Any]:
+    """The operator's counters once it has run ``cycles`` more cycles."""
+    start = operator.stats()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = operator.stats()
+        if now["cycles"] >= start["cycles"] + cycles:
+            return now
+    raise TimeoutError(f"timed out after {timeout} s waiting for {cycles} operator cycles")
 
 
 def run(settings: Settings) -> Report:
     if settings.pods < 2 or settings.partitions < settings.pods + 1:
         raise ValueError("need at least 2 pods and more partitions than pods + 1")
     ns, p = NAMESPACE, settings.partitions
-    with local_stack(p) as (kube, emulator, kubeconfig):
-        cluster = clusters.LocalCluster(kube)
-        cluster.secret(ns, name="eh", key="cs", value=emulator.connection_string())
-        cluster.consumer(
-            ns,
-            CONSUMER,
-            hub=CONSUMER,
-            app=APP,
-            secret="eh",
-            balancing={
-                "intervalSeconds": settings.interval_seconds,
-                "podGraceSeconds": 20,
-                "handoffTimeoutSeconds": 30,
-            },
+    names = [consumer_name(i) for i in range(settings.consumers)]
+    with _stack(settings) as (kubeconfig, connection_string, store):
+        api = processes.client(kubeconfig)
+        cluster = Cluster(api, ns)
+        view, stopped = View(), threading.Event()
+        watcher = threading.Thread(
+            target=processes.watch_configmaps, args=(api, ns, stopped, view.on_body), daemon=True
         )
+        watcher.start()
+        cluster.secret("eh", "cs", connection_string)
+        cluster.secret("blob", "cs", store)
         members = {f"c-{i}" for i in range(settings.pods)}
-        for pod in sorted(members, key=models.name_key):
-            cluster.pod(ns, pod, app=APP)
-        operator = clusters.start_operator(kubeconfig, namespaces=(ns,))
-        try:
-            with clusters.ConsumerDouble(kube, ns, poll_seconds=ACK_POLL_SECONDS):
-                clusters.wait_for(
-                    lambda: cluster.balanced_over(ns, members, p), what="initial balance"
+        with concurrent.futures.ThreadPoolExecutor(SETUP_WORKERS) as pool:
+            for i, name in enumerate(names):
+                cluster.consumer(
+                    name, app=f"{APP}-{i}", secret="eh", interval=settings.interval_seconds
                 )
-                # Let the last status write of the initial cycles land before counting.
-                _steady_writes(operator, 1, settings.interval_seconds)
-                steady = _steady_writes(operator, settings.steady_cycles, settings.interval_seconds)
-                rounds = []
-                serial = settings.pods
-                for _ in range(settings.rounds):
-                    figures, members = _round(cluster, ns, members, p, serial)
-                    rounds.append(figures)
-                    serial += 2
+            list(
+                pool.map(
+                    lambda job: cluster.pod(job[1], app=job[0]),
+                    [(f"{APP}-{i}", f"{n}-{m}") for i, n in enumerate(names) for m in members],
+                )
+            )
+        doubles = processes.Child("doubles", "--kubeconfig", str(kubeconfig), "--namespace", ns)
+        operator = processes.Child("operator", "--kubeconfig", str(kubeconfig), "--namespace", ns)
+        try:
+            for name in names:
+                pods = {f"{name}-{m}" for m in members}
+                clusters.wait_for(
+                    functools.partial(view.balanced_over, name, pods, p),
+                    timeout=clusters.WAIT_SECONDS + settings.consumers,
+                    what=f"initial balance of {name}",
+                )
+            interval = settings.interval_seconds
+            clusters.wait_for(
+                lambda: _reachable(cluster),
+                timeout=clusters.WAIT_SECONDS + settings.consumers,
+                what="every consumer's partitions listed",
+                poll=0.5,
+            )
+            cycles = settings.steady_cycles * settings.consumers
+            # Let the last status writes of the initial cycles land before counting.
+            before = _wait_stats(operator, settings.consumers, interval * 2 + clusters.WAIT_SECONDS)
+            after = _wait_stats(
+                operator, cycles, settings.steady_cycles * interval * 2 + clusters.WAIT_SECONDS
+            )
+            steady_cycles = after["cycles"] - before["cycles"]
+            rounds = []
+            serial = settings.pods
+            pods = {f"{CONSUMER}-{m}" for m in members}
+            start = operator.stats()
+            for _ in range(settings.rounds):
+                figures, pods = _round(cluster, view, pods, p, serial)
+                rounds.append(figures)
+                serial += 2
+            end = operator.stats()
         finally:
             operator.stop()
+            doubles.stop()
+            stopped.set()
     return Report(
         settings=settings,
         rounds=tuple(rounds),
-        steady_writes=steady,
-        steady_cycles=settings.steady_cycles,
+        steady_writes=after["writes"] - before["writes"],
+        steady_requests=after["requests"] - before["requests"],
+        steady_cycles=steady_cycles,
+        cycle_cpu_s=(end["cpu_s"] - start["cpu_s"]) / max(1, end["cycles"] - start["cycles"]),
+        rss_mb=float(end["rss_mb"]),
     )
 
 
 def _round(
-    cluster: clusters.LocalCluster, ns: str, members: set[str], p: int, serial: int
+    cluster: Cluster, view: View, members: set[str], p: int, serial: int
 ) -> tuple[Round, set[str]]:
-    """Join one pod, let it leave gracefully, delete another outright, refill: the members
-    after the round are as many as before."""
-    joiner = f"c-{serial}"
-    cluster.pod(ns, joiner, app=APP)
+    """On the first consumer: join one pod, let it leave gracefully, delete another outright,
+    refill: the members after the round are as many as before."""
+    app = f"{APP}-0"
+    joiner = f"{CONSUMER}-c-{serial}"
+    cluster.pod(joiner, app=app)
     started = time.monotonic()
     grown = members | {joiner}
-    clusters.wait_for(lambda: cluster.balanced_over(ns, grown, p), what=f"{joiner} joined")
+    clusters.wait_for(lambda: view.balanced_over(CONSUMER, grown, p), what=f"{joiner} joined")
     join_s = time.monotonic() - started
 
-    cluster.terminate(ns, joiner)
+    cluster.terminate(joiner)
     started = time.monotonic()
-    clusters.wait_for(lambda: cluster.balanced_over(ns, members, p), what=f"{joiner} drained")
+    clusters.wait_for(lambda: view.balanced_over(CONSUMER, members, p), what=f"{joiner} drained")
     leave_s = time.monotonic() - started
-    cluster.delete_pod(ns, joiner)
-    clusters.wait_for(lambda: joiner not in cluster.maps(ns), what=f"{joiner}'s ConfigMap deleted")
+    cluster.delete_pod(joiner)
+    clusters.wait_for(
+        lambda: joiner not in view.pods(CONSUMER), what=f"{joiner}'s ConfigMap deleted"
+    )
 
-    victim = min(members, key=models.name_key)
-    cluster.delete_pod(ns, victim)
+    victim = min(members)
+    cluster.delete_pod(victim)
     started = time.monotonic()
     rest = members - {victim}
     clusters.wait_for(
-        lambda: sum(cluster.counts(ns).get(m, 0) for m in rest) == p,
-        what=f"{victim}'s partitions reassigned",
+        lambda: view.owned(CONSUMER, rest) == p, what=f"{victim}'s partitions reassigned"
     )
     deleted_s = time.monotonic() - started
 
-    refill = f"c-{serial + 1}"
-    cluster.pod(ns, refill, app=APP)
+    refill = f"{CONSUMER}-c-{serial + 1}"
+    cluster.pod(refill, app=app)
     after = rest | {refill}
-    clusters.wait_for(lambda: cluster.balanced_over(ns, after, p), what=f"{refill} joined")
+    clusters.wait_for(lambda: view.balanced_over(CONSUMER, after, p), what=f"{refill} joined")
     return Round(join_s=join_s, leave_s=leave_s, deleted_s=deleted_s), after

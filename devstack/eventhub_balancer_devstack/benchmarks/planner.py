@@ -23,8 +23,16 @@ from eventhub_balancer.balancing import models, planning, scenarios
 Case = Literal["fresh", "join", "leave"]
 CASES: tuple[Case, ...] = ("fresh", "join", "leave")
 
-#: (partitions, pods): a small hub, a standard one, premium, and a dedicated cluster's maximum.
-SIZES: tuple[tuple[int, int], ...] = ((32, 4), (1024, 64), (4096, 512), (32768, 4096))
+#: (partitions, pods): a small hub, a standard one, a dedicated hub's 1,024 partitions over
+#: as many pods (the fleet-scale target: under 20 ms), premium, and a dedicated cluster's
+#: maximum.
+SIZES: tuple[tuple[int, int], ...] = (
+    (32, 4),
+    (1024, 64),
+    (1024, 1024),
+    (4096, 512),
+    (32768, 4096),
+)
 
 
 #: The largest random backlog per partition under lag weighting: a spread of four decades, as

@@ -406,6 +406,47 @@ def balance(result: object) -> str:
 #: Benchmarks whose figures read better in a shape of their own; the rest are ``generic``.
 VIEWS: Mapping[str, Callable[[object], str]] = {"planner": planner, "balance": balance}
 
+#: The columns of a series of ``ehb bench operator --json`` records (`operator_series`).
+OPERATOR_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("consumers", "consumers"),
+    ("partitions", "partitions"),
+    ("pods", "pods"),
+    ("join_balanced_s", "join (s)"),
+    ("planned_leave_balanced_s", "planned leave (s)"),
+    ("deleted_pod_reassigned_s", "deleted pod (s)"),
+    ("steady_state_requests_per_cycle", "requests / steady cycle"),
+    ("cycle_cpu_ms", "CPU / cycle (ms)"),
+    ("operator_rss_mb", "RSS (MB)"),
+)
+
+
+def operator_series(records: Sequence[Record]) -> str:
+    """Several ``ehb bench operator`` runs as one table, a row per fleet size, and a line per
+    run saying when and under what load it was taken."""
+    ordered = sorted(
+        records,
+        key=lambda r: tuple(
+            float(str(_get(r.result, key) or 0)) for key in ("consumers", "partitions", "pods")
+        ),
+    )
+    rows = [[number(_get(r.result, key)) for key, _ in OPERATOR_COLUMNS] for r in ordered]
+    header = [title for _, title in OPERATOR_COLUMNS]
+    notes = "\n".join(f"- {caption(r)}" for r in ordered)
+    return f"{table(header, rows, numeric=0)}\n\n{notes}\n"
+
+
+#: Markers that name a series: every record ``NAME-*.json``, rendered together as one table.
+SERIES: Mapping[str, Callable[[Sequence[Record]], str]] = {"scale": operator_series}
+
+
+def read_series(name: str, *, directory: Path = DIRECTORY) -> list[Record]:
+    found = sorted(directory.glob(f"{check_name(name)}-*.json"))
+    if not found:
+        raise errors.InvalidInput(
+            "figures", f"no records {directory}/{name}-*.json: record them (ehb bench record)"
+        )
+    return [read(path.stem, directory=directory) for path in found]
+
 
 def render(record: Record) -> str:
     """The Markdown for a record: its tables, then where and under what load it was taken."""
@@ -413,10 +454,17 @@ def render(record: Record) -> str:
     return f"{view(record.result)}\n\n{caption(record)}\n"
 
 
+def render_name(name: str, *, directory: Path = DIRECTORY) -> str:
+    """The Markdown for a marker: a series' table, or one record's tables."""
+    if name in SERIES:
+        return SERIES[name](read_series(name, directory=directory))
+    return render(read(name, directory=directory))
+
+
 def expand(markdown: str, *, directory: Path = DIRECTORY) -> str:
     """A page with every marker (or block) replaced by its record's tables (for the site)."""
-    markdown = BLOCK.sub(lambda m: render(read(m["name"], directory=directory)), markdown)
-    return MARKER.sub(lambda m: render(read(m["name"], directory=directory)), markdown)
+    markdown = BLOCK.sub(lambda m: render_name(m["name"], directory=directory), markdown)
+    return MARKER.sub(lambda m: render_name(m["name"], directory=directory), markdown)
 
 
 def refresh(markdown: str, *, directory: Path = DIRECTORY) -> str:
@@ -424,6 +472,6 @@ def refresh(markdown: str, *, directory: Path = DIRECTORY) -> str:
 
     def block(match: re.Match[str]) -> str:
         name = match["name"]
-        return f"<!-- figures: {name} -->\n{render(read(name, directory=directory))}{END}"
+        return f"<!-- figures: {name} -->\n{render_name(name, directory=directory)}{END}"
 
     return BLOCK.sub(block, markdown)

@@ -1,27 +1,39 @@
-"""`ehb bench operator`: hand-off and fail-over times and steady-state API writes (figures)."""
+"""`ehb bench operator`: hand-off and fail-over times, steady-state API requests, the
+operator's CPU per cycle and memory, for one EventHubConsumer or a fleet of them."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from eventhub_balancer import errors
 
 COMMAND = ("bench", "operator")
 HELP = (
-    "Run the operator on the local stack and measure join, planned leave and deleted-pod "
-    "times and the API writes per steady cycle."
+    "Run the operator on the local stack (API server, operator and consumer doubles as "
+    "processes of their own) and measure join, planned leave and deleted-pod times, the API "
+    "requests per steady cycle, the operator's CPU per cycle and its memory."
 )
 
 #: The project's targets (docs/benchmarks.md): what the figures are judged against.
 TARGET_DELETED_S = 2.0
 TARGET_STEADY_WRITES = 0.0
+TARGET_STEADY_REQUESTS = 0.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
-    parser.add_argument("--partitions", type=int, default=32, help="partitions of the hub (32)")
-    parser.add_argument("--pods", type=int, default=4, help="consumer pods at the start (4)")
+    parser.add_argument("--partitions", type=int, default=32, help="partitions of each hub (32)")
+    parser.add_argument(
+        "--pods", type=int, default=4, help="consumer pods at the start, per consumer (4)"
+    )
+    parser.add_argument(
+        "--consumers",
+        type=int,
+        default=1,
+        help="EventHubConsumers on the one operator, each with its own hub (1)",
+    )
     parser.add_argument(
         "--rounds", type=int, default=3, help="join/leave/delete rounds; medians count (3)"
     )
@@ -42,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
         raise errors.InvalidInput("--partitions", "must be more than --pods")
     for flag, value in (
         ("--rounds", args.rounds),
+        ("--consumers", args.consumers),
         ("--interval", args.interval),
         ("--steady-cycles", args.steady_cycles),
     ):
@@ -50,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     settings = operating.Settings(
         partitions=args.partitions,
         pods=args.pods,
+        consumers=args.consumers,
         rounds=args.rounds,
         interval_seconds=args.interval,
         steady_cycles=args.steady_cycles,
@@ -57,14 +71,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = operating.run(settings)
     except TimeoutError as e:
-        print(f"ehb: error: the operator did not get there: {e}")
+        print(f"ehb: error: the operator did not get there: {e}", file=sys.stderr)
         return 1
     figures = report.figures()
     if args.json:
         print(json.dumps(figures))
         return 0
     print(
-        f"{settings.partitions} partitions, {settings.pods} pods, interval "
+        f"{settings.consumers} consumer(s) x {settings.partitions} partitions x "
+        f"{settings.pods} pods, interval "
         f"{settings.interval_seconds} s, {settings.rounds} rounds (medians)"
     )
     rows = [
@@ -80,10 +95,17 @@ def run(args: argparse.Namespace) -> int:
             f"{figures['steady_state_writes_per_cycle']:g}",
             f"{TARGET_STEADY_WRITES:g}",
         ),
+        (
+            "steady-state requests/cycle",
+            f"{figures['steady_state_requests_per_cycle']:g}",
+            f"{TARGET_STEADY_REQUESTS:g}",
+        ),
+        ("operator CPU per cycle", f"{figures['cycle_cpu_ms']:.2f} ms", "-"),
+        ("operator resident memory", f"{figures['operator_rss_mb']:.0f} MB", "-"),
     ]
-    print(f"{'figure':<26}  {'measured':>10}  target")
+    print(f"{'figure':<28}  {'measured':>10}  target")
     for name, value, target in rows:
-        print(f"{name:<26}  {value:>10}  {target}")
+        print(f"{name:<28}  {value:>10}  {target}")
     for i, r in enumerate(report.rounds, 1):
         print(
             f"  round {i}: join {r.join_s:.3f} s, leave {r.leave_s:.3f} s, "

@@ -34,7 +34,7 @@ import urllib3.exceptions
 from kubernetes.client import exceptions as kube_exceptions
 
 from eventhub_balancer import errors
-from eventhub_balancer.contracts import specs
+from eventhub_balancer.contracts import configmaps, specs
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +98,8 @@ class KubeAPI:
         )
         #: API writes by kind, counted for metrics and for the steady-state benchmark.
         self.writes: dict[str, int] = {}
+        #: every request made (reads and writes), for the benchmark's requests per cycle
+        self.requests = 0
 
     @classmethod
     def from_environment(cls, kubeconfig: str | None = None) -> KubeAPI:
@@ -140,6 +142,7 @@ class KubeAPI:
     async def _call(self, what: str, fn: Callable[..., Any], /, **kwargs: Any) -> Any:
         kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
         call = functools.partial(fn, _preload_content=False, **kwargs)
+        self.requests += 1
         loop = asyncio.get_running_loop()
         try:
             response = await loop.run_in_executor(self._executor, call)
@@ -205,6 +208,25 @@ class KubeAPI:
         )
         items: list[dict[str, Any]] = result.get("items", [])
         return items
+
+    async def select_pods(
+        self, *, namespace: str, selector: specs.Selector
+    ) -> list[Mapping[str, Any]]:
+        """The pods ``selector`` matches: one LIST (the cache lists only after a watch error)."""
+        return list(await self.list_pods(namespace=namespace, label_selector=selector.to_query()))
+
+    async def consumer_configmaps(
+        self, *, namespace: str, consumer: str
+    ) -> list[Mapping[str, Any]]:
+        """One EventHubConsumer's assignment ConfigMaps: one LIST."""
+        return list(
+            await self.list_configmaps(
+                namespace=namespace, label_selector=configmaps.consumer_selector(consumer)
+            )
+        )
+
+    def forget_secret(self, *, namespace: str, name: str) -> None:
+        """Nothing to forget: this adapter reads every Secret afresh (`caching` keeps them)."""
 
     async def read_secret_key(self, *, namespace: str, name: str, key: str) -> str:
         """One value of a Secret. It goes to the SDK only; never log or store it."""
@@ -277,10 +299,11 @@ class KubeAPI:
 
     async def patch_pod_annotations(
         self, *, namespace: str, name: str, annotations: Mapping[str, str | None]
-    ) -> None:
+    ) -> dict[str, Any] | None:
+        """The pod as patched; None when it is gone (nothing left to annotate)."""
         self._count("pod")
-        with contextlib.suppress(errors.NotFound):  # deleted meanwhile: nothing left to annotate
-            await self._call(
+        with contextlib.suppress(errors.NotFound):
+            result: dict[str, Any] = await self._call(
                 f"annotate Pod {namespace}/{name}",
                 self._core.patch_namespaced_pod,
                 namespace=namespace,
@@ -288,6 +311,8 @@ class KubeAPI:
                 body={"metadata": {"annotations": dict(annotations)}},
                 _content_type=MERGE_PATCH,
             )
+            return result
+        return None
 
     async def patch_consumer_status(
         self, *, namespace: str, name: str, status: Mapping[str, Any]

@@ -36,12 +36,23 @@ async def run_cycle(
     memory: memories.Memory,
     now: datetime.datetime,
     metrics: metrics.Metrics | None = None,
+    annotate_pods: bool = False,
 ) -> Result:
-    """Reconcile one EventHubConsumer once. Raises only transient Kubernetes API errors."""
+    """Reconcile one EventHubConsumer once. Raises only transient Kubernetes API errors.
+
+    ``annotate_pods``: also write each pod's partitions into an annotation on the Pod (for
+    humans; it needs patch on pods, which the install grants only when it is switched on).
+    """
     started, writes_before = time.monotonic(), dict(kube.writes)
     try:
         decision = await _decide(
-            kube=kube, hubs=hubs, namespace=namespace, name=name, memory=memory, now=now
+            kube=kube,
+            hubs=hubs,
+            namespace=namespace,
+            name=name,
+            memory=memory,
+            now=now,
+            annotate_pods=annotate_pods,
         )
         writes = await writing.apply(kube=kube, namespace=namespace, name=name, decision=decision)
     finally:
@@ -77,12 +88,14 @@ async def _decide(
     name: str,
     memory: memories.Memory,
     now: datetime.datetime,
+    annotate_pods: bool,
 ) -> deciding.Decision:
     """Observe and decide; read the checkpoint blobs and decide again when that asks for them."""
     wall = podstates.to_seconds(now)
     observation = await observing.observe(
         kube=kube, hubs=hubs, namespace=namespace, name=name, memory=memory, wall=wall
     )
+    observation = dataclasses.replace(observation, annotate_pods=annotate_pods)
     decision = deciding.decide(observation, now=now)
     if decision.spec_error is not None:
         return decision

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Mapping, Sequence
 
 from eventhub_balancer import errors
-from eventhub_balancer.contracts import configmaps, specs
+from eventhub_balancer.contracts import specs
 from eventhub_balancer.handlers import memories, ports
 from eventhub_balancer.reconciling import deciding, observations, retries
 
@@ -47,10 +47,8 @@ async def observe(
         kube=kube, hubs=hubs, namespace=namespace, name=name, spec=spec, memory=memory, wall=wall
     )
     pods, maps = await asyncio.gather(
-        kube.list_pods(namespace=namespace, label_selector=spec.selector.to_query()),
-        kube.list_configmaps(
-            namespace=namespace, label_selector=configmaps.consumer_selector(name)
-        ),
+        kube.select_pods(namespace=namespace, selector=spec.selector),
+        kube.consumer_configmaps(namespace=namespace, consumer=name),
     )
     return observations.Observation(
         namespace=namespace,
@@ -74,6 +72,16 @@ async def _secret(kube: ports.KubePort, namespace: str, creds: specs.Credentials
     return await kube.read_secret_key(
         namespace=namespace, name=creds.secret_ref.name, key=creds.secret_ref.key
     )
+
+
+def _forget(
+    kube: ports.KubePort, namespace: str, creds: specs.Credentials, error: Exception
+) -> None:
+    """A dependency rejected what the Secret held (credentials, a wrong endpoint: anything
+    but a transient fault): the next attempt reads it again, so a rotated or fixed key is used
+    as soon as the backoff allows, without watching Secrets."""
+    if creds.secret_ref is not None and isinstance(error, errors.ConfigurationError):
+        kube.forget_secret(namespace=namespace, name=creds.secret_ref.name)
 
 
 async def read_partitions(
@@ -104,6 +112,7 @@ async def read_partitions(
     except KUBE_API_ERRORS:
         raise
     except DEPENDENCY_ERRORS as e:
+        _forget(kube, namespace, spec.event_hub_credentials, e)
         base = float(spec.balancing.interval_seconds)
         memory.hub = retries.after_failure(memory.hub, wall=wall, base=base)
         memory.hub_fault = observations.Fault.of(e)
@@ -174,6 +183,7 @@ async def read_store(
     except KUBE_API_ERRORS:
         raise
     except DEPENDENCY_ERRORS as e:
+        _forget(kube, observation.namespace, spec.checkpoint_credentials, e)
         base = float(spec.balancing.interval_seconds)
         memory.store = retries.after_failure(memory.store, wall=wall, base=base)
         memory.store_fault = observations.Fault.of(e)
@@ -208,5 +218,6 @@ async def read_last_sequences(
             partitions=list(partitions),
         )
     except DEPENDENCY_ERRORS as e:
+        _forget(kube, observation.namespace, spec.event_hub_credentials, e)
         logger.warning("lag unavailable, weighting by count this cycle: %s", e)
         return None

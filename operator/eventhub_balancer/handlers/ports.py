@@ -3,6 +3,8 @@
 The adapters are built by the entry points (``ehb operator``, the benchmarks, the tests) and
 handed in, so that a cycle runs against in-memory fakes in unit tests
 (``tests/support/fakes.py``) and against a second operator's own clients in peering tests.
+The reads a cycle makes every time (the CR, its pods, its ConfigMaps, Secrets) are served from
+the watch streams by `caching.CachedKube`, which satisfies `KubePort` over the adapter.
 These Protocols are the seams: ``adapters.kubeapi.KubeAPI`` and ``adapters.eventhubs.EventHubs``
 satisfy them. Errors cross the seam as `eventhub_balancer.errors` types, whose ``reason`` the
 handlers show.
@@ -21,13 +23,18 @@ class KubePort(Protocol):
 
     async def get_consumer(self, *, namespace: str, name: str) -> specs.ConsumerBody: ...
 
-    async def list_pods(self, *, namespace: str, label_selector: str) -> list[dict[str, Any]]: ...
+    async def select_pods(
+        self, *, namespace: str, selector: specs.Selector
+    ) -> list[Mapping[str, Any]]: ...
 
-    async def list_configmaps(
-        self, *, namespace: str, label_selector: str
-    ) -> list[dict[str, Any]]: ...
+    async def consumer_configmaps(
+        self, *, namespace: str, consumer: str
+    ) -> list[Mapping[str, Any]]: ...
 
     async def read_secret_key(self, *, namespace: str, name: str, key: str) -> str: ...
+
+    def forget_secret(self, *, namespace: str, name: str) -> None:
+        """Read the Secret afresh next time: what it held was rejected (or failed)."""
 
     async def create_configmap(
         self, *, namespace: str, body: Mapping[str, Any]
@@ -41,7 +48,7 @@ class KubePort(Protocol):
 
     async def patch_pod_annotations(
         self, *, namespace: str, name: str, annotations: Mapping[str, str | None]
-    ) -> None: ...
+    ) -> Mapping[str, Any] | None: ...
 
     async def patch_consumer_status(
         self, *, namespace: str, name: str, status: Mapping[str, Any]

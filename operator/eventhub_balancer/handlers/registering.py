@@ -8,6 +8,11 @@ they concern at once; wake-ups within `DEBOUNCE_SECONDS` are folded into one cyc
 consumers a pod or a spec change concerns is routed from what the daemon kept of its last
 decision (`Route`: the generation and the pods it saw), not from the readers' state.
 
+The same watch streams feed kopf's indexes of EventHubConsumers, pods and assignment
+ConfigMaps; the cycles read from them through `caching.CachedKube` (`Operator.cache`), so a
+steady state makes no API request. The event handlers tell the cache each event's type, from
+which it notices kopf listing again after a watch error.
+
 kopf's bookkeeping stays out of the status: progress and diff-base go to annotations with our
 prefix, kopf posts no Events of its own (ours have specific reasons), and the registry is
 built per operator instance, so that two operators (peering tests) can share a process.
@@ -26,13 +31,19 @@ import kopf
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps, specs
-from eventhub_balancer.handlers import cycles, memories, ports
+from eventhub_balancer.handlers import caching, cycles, memories, ports
 from eventhub_balancer.handlers.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 
 #: Wake-ups this close together become one cycle (a rollout changes many pods at once).
 DEBOUNCE_SECONDS = 0.05
+#: The names of kopf's indexes (`caching` serves the cycle's reads from them).
+INDEXES = {
+    caching.CONSUMERS: "ehb_consumers",
+    caching.PODS: "ehb_pods",
+    caching.CONFIGMAPS: "ehb_configmaps",
+}
 #: The first retry after a failed cycle (API conflict, API unavailable); doubles up to the max.
 RETRY_SECONDS = 0.5
 MAX_RETRY_SECONDS = 60.0
@@ -67,7 +78,8 @@ class Route:
 @dataclasses.dataclass
 class Operator:
     """Everything the handlers share in one operator instance: the ports, the metrics, and
-    per consumer its daemon's wake-up, memory, route and heartbeat."""
+    per consumer its daemon's wake-up, memory, route and heartbeat. The cycles read through
+    ``cache`` (the watch streams), the rest through ``kube``."""
 
     kube: ports.KubePort
     hubs: ports.HubPort
@@ -75,6 +87,8 @@ class Operator:
     connection: Callable[[], ConnectionPort] | None = None
     clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC)
     debounce: float = DEBOUNCE_SECONDS
+    #: write the informational pod annotation (needs patch on pods: off unless installed so)
+    annotate_pods: bool = False
     wakes: dict[Key, asyncio.Event] = dataclasses.field(default_factory=dict)
     memories: dict[Key, memories.Memory] = dataclasses.field(default_factory=dict)
     routes: dict[Key, Route] = dataclasses.field(default_factory=dict)
@@ -82,6 +96,10 @@ class Operator:
     heartbeats: dict[Key, float] = dataclasses.field(default_factory=dict)
     intervals: dict[Key, float] = dataclasses.field(default_factory=dict)
     cycles_run: int = 0
+    cache: caching.CachedKube = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.cache = caching.CachedKube(self.kube)
 
     def wake(self, key: Key) -> None:
         event = self.wakes.get(key)
@@ -166,6 +184,7 @@ def build_registry(runtime: Operator) -> kopf.OperatorRegistry:
         id="balance",
     )
     async def balance(**kwargs: Any) -> None:
+        runtime.cache.attach({kind: kwargs[index] for kind, index in INDEXES.items()})
         await run_daemon(
             runtime,
             namespace=kwargs["namespace"],
@@ -174,13 +193,39 @@ def build_registry(runtime: Operator) -> kopf.OperatorRegistry:
             stopped=kwargs["stopped"],
         )
 
+    # The indexes: the bodies the watch streams delivered, filed for the cycles' lookups.
+    @kopf.index(
+        specs.GROUP, specs.VERSION, specs.PLURAL, registry=registry, id=INDEXES[caching.CONSUMERS]
+    )
+    def index_consumer(**kwargs: Any) -> dict[Any, Any]:
+        return {caching.consumer_key(kwargs["namespace"], kwargs["name"]): dict(kwargs["body"])}
+
+    @kopf.index("", "v1", "pods", registry=registry, id=INDEXES[caching.PODS])
+    def index_pod(**kwargs: Any) -> dict[Any, Any]:
+        body = dict(kwargs["body"])
+        return {key: body for key in caching.pod_keys(kwargs["namespace"], kwargs["labels"])}
+
+    @kopf.index(
+        "",
+        "v1",
+        "configmaps",
+        registry=registry,
+        id=INDEXES[caching.CONFIGMAPS],
+        labels={configmaps.LABEL_MANAGED_BY: configmaps.MANAGED_BY},
+    )
+    def index_configmap(**kwargs: Any) -> dict[Any, Any]:
+        key = caching.configmap_key(kwargs["namespace"], kwargs["labels"])
+        return {} if key is None else {key: dict(kwargs["body"])}
+
     @kopf.on.event(specs.GROUP, specs.VERSION, specs.PLURAL, registry=registry)
     def consumer_changed(**kwargs: Any) -> None:
+        runtime.cache.observed(caching.CONSUMERS, kwargs["type"])
         generation = (kwargs["body"].get("metadata") or {}).get("generation")
         runtime.consumer_changed((kwargs["namespace"], kwargs["name"]), generation=generation)
 
     @kopf.on.event("", "v1", "pods", registry=registry)
     def pod_changed(**kwargs: Any) -> None:
+        runtime.cache.observed(caching.PODS, kwargs["type"])
         runtime.pod_changed(
             namespace=kwargs["namespace"], name=kwargs["name"], labels=kwargs["labels"]
         )
@@ -193,6 +238,7 @@ def build_registry(runtime: Operator) -> kopf.OperatorRegistry:
         labels={configmaps.LABEL_MANAGED_BY: configmaps.MANAGED_BY},
     )
     def configmap_changed(**kwargs: Any) -> None:
+        runtime.cache.observed(caching.CONFIGMAPS, kwargs["type"])
         namespace, body = kwargs["namespace"], kwargs["body"]
         consumer = (body.get("data") or {}).get(configmaps.KEY_CONSUMER)
         if consumer:
@@ -230,13 +276,14 @@ async def run_daemon(
             started = loop.time()
             try:
                 result = await cycles.run_cycle(
-                    kube=runtime.kube,
+                    kube=runtime.cache,
                     hubs=runtime.hubs,
                     namespace=namespace,
                     name=name,
                     memory=memory,
                     now=runtime.clock(),
                     metrics=runtime.metrics,
+                    annotate_pods=runtime.annotate_pods,
                 )
                 decision = result.decision
                 runtime.cycles_run += 1

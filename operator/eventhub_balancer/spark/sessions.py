@@ -8,10 +8,11 @@ every small aggregation into 200 tasks), and Arrow for building DataFrames from 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 from eventhub_balancer import errors
@@ -54,6 +55,24 @@ def parse_conf(pairs: list[str] | None) -> dict[str, str]:
     return conf
 
 
+@contextlib.contextmanager
+def _jvm_output_to_stderr() -> Iterator[None]:
+    """Start the JVM (and the Python workers it forks) with our stderr as its stdout.
+
+    The JVM inherits file descriptor 1, and log4j prints there before any configuration
+    applies (the native-hadoop warning): that broke ``--json`` output, which must be exactly
+    one JSON document on stdout. Python's own stdout is back on fd 1 once the JVM runs.
+    """
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def build_session(
     *,
     master: str = DEFAULT_MASTER,
@@ -83,7 +102,8 @@ def build_session(
         builder = builder.config(key, value)
     logger.info("starting a SparkSession on %s", master)
     try:
-        session = builder.getOrCreate()
+        with _jvm_output_to_stderr():
+            session = builder.getOrCreate()
     except Exception as e:  # Java missing or the master unreachable: say which
         raise errors.ConfigurationError(
             f"cannot start a SparkSession on {master!r}: {type(e).__name__}: "

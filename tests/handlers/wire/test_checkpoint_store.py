@@ -167,13 +167,19 @@ async def test_checkpoint_epochs_are_the_floor_when_configmaps_and_status_are_lo
         for pid, entry in parts.items():
             await owner.fence(pid, entry.epoch)
 
-    # Everything the operator wrote is lost; the operator restarts (a fresh Memory).
+    # Everything the operator wrote is lost (its record in the status too); the operator
+    # restarts (a fresh Memory).
     for cm in local_kube.list_objects("v1/configmaps", namespace=NS):
         local_kube.delete_object("v1/configmaps", cm["metadata"]["name"], namespace=NS)
     local_kube.patch_object(
-        clusters.CR, "orders", {"status": {"epochs": None}}, namespace=NS, subresource="status"
+        clusters.CR,
+        "orders",
+        {"status": {"epochs": None, "assignment": None, "consumers": None}},
+        namespace=NS,
+        subresource="status",
     )
     assert "epochs" not in cluster.status(NS, "orders")
+    assert "assignment" not in cluster.status(NS, "orders")
     memory = memories.Memory()
     for _ in range(MAX_CYCLES):
         await cycle(api, hubs, memory)

@@ -23,7 +23,7 @@ def test_scale_fail_and_grow(operator_stack: Stack, namespace: str) -> None:
     stack.consumer(ns)
     for i in range(4):
         stack.pod(ns, f"c-{i}")
-    stack.start_operator(namespaces=(ns,), refresh_seconds=1.0)
+    stack.start_operator(namespaces=(ns,), refresh_seconds=1.0, annotate_pods=True)
 
     with ConsumerDouble(stack.kube, ns) as double:
         # 4 pods: 8 each, epoch 1 everywhere, annotations on the pods, status and events.

@@ -1,0 +1,53 @@
+"""The scale page's table: every ``scale-*`` record of ``ehb bench operator`` as one row."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from eventhub_balancer import errors
+from eventhub_balancer_devstack.benchmarks import records
+
+
+def write(directory: Path, name: str, result: dict[str, object]) -> None:
+    body = {
+        "benchmark": name,
+        "command": f"ehb bench operator --json ({name})",
+        "date": "2026-01-01T00:00:00+00:00",
+        "load_average": [1.0, 1.0, 1.0],
+        "result": result,
+    }
+    (directory / f"{name}.json").write_text(json.dumps(body))
+
+
+def test_a_series_marker_renders_one_row_per_record_smallest_fleet_first(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "scale-b",
+        {"consumers": 100, "partitions": 32, "pods": 10, "join_balanced_s": 0.2},
+    )
+    write(
+        tmp_path,
+        "scale-a",
+        {"consumers": 1, "partitions": 1024, "pods": 512, "join_balanced_s": 1.5},
+    )
+    page = records.expand("<!-- figures: scale -->\n", directory=tmp_path)
+    rows = [line for line in page.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [row.split(" | ")[:3] for row in rows] == [
+        ["| 1", "1,024", "512"],
+        ["| 100", "32", "10"],
+    ]
+    assert "| - |" in rows[0] + " "  # figures a record lacks are shown as missing
+    assert page.count("Recorded 2026-01-01") == 2
+
+
+def test_a_series_without_records_names_what_to_record(tmp_path: Path) -> None:
+    with pytest.raises(errors.InvalidInput, match="scale-"):
+        records.expand("<!-- figures: scale -->", directory=tmp_path)
+
+
+def test_the_recorded_scale_runs_render() -> None:
+    page = records.expand("<!-- figures: scale -->", directory=records.DIRECTORY)
+    assert "requests / steady cycle" in page

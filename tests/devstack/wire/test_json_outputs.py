@@ -1,0 +1,143 @@
+"""Every ``--json`` command prints exactly one JSON document on stdout, logs elsewhere.
+
+Scripts and ``ehb bench record`` parse that stdout; a log line before the document (a Java
+warning of Spark's, a kopf message) breaks them. Each command runs as a user runs it, in a
+process of its own, with the smallest settings it allows; stdout must parse as it is.
+``COMMANDS`` and ``ELSEWHERE`` name every command that has ``--json`` (a test checks that
+none is missing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from eventhub_balancer.adapters import blobs
+from eventhub_balancer_devstack import azurite as azurite_launcher
+
+CONTAINER = "json-outputs"
+#: Each ``--json`` command with its smallest settings; ``{kubeconfig}`` and ``{blob}`` are
+#: filled in by the test (a local API server, Azurite).
+COMMANDS: dict[str, list[str]] = {
+    "plan": ["plan", "--json", "--partitions", "3", "--pods", "2"],
+    "status": ["status", "--json", "-n", "nobody", "--kubeconfig", "{kubeconfig}"],
+    "checkpoints list": [
+        "checkpoints",
+        "list",
+        "--json",
+        "--connection-string",
+        "{blob}",
+        "--container",
+        CONTAINER,
+        "--namespace",
+        "shop.servicebus.windows.net",
+        "--hub",
+        "orders",
+    ],
+    "bench planner": ["bench", "planner", "--json", "--repeat", "1"],
+    "bench operator": [
+        "bench",
+        "operator",
+        "--json",
+        "--partitions",
+        "3",
+        "--pods",
+        "2",
+        "--rounds",
+        "1",
+        "--interval",
+        "1",
+        "--steady-cycles",
+        "1",
+    ],
+    "bench checkpoints": ["bench", "checkpoints", "--json", "--updates", "1", "--partitions", "1"],
+    "bench emulator": ["bench", "emulator", "--json", "--events", "10", "--partitions", "1"],
+    "bench consumer": [
+        "bench",
+        "consumer",
+        "--json",
+        "--events",
+        "10",
+        "--partitions",
+        "1",
+        "--rounds",
+        "1",
+    ],
+    "bench chaos": ["bench", "chaos", "--json", "--seconds", "1"],
+}
+#: The commands whose run takes minutes even at their smallest settings: their own tests run
+#: them with ``--json`` and parse the whole of stdout already (checked below), so they are not
+#: run twice.
+ELSEWHERE: dict[str, str] = {
+    "bench balance": "tests/devstack/wire/demo/test_bench_balance.py",
+    "demo": "tests/devstack/wire/demo/test_demo.py",
+}
+#: The longest any one of them may take.
+TIMEOUT = 120.0
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def json_commands() -> set[str]:
+    """The commands whose module takes ``--json``, found in the sources."""
+    found = set()
+    for folder in (
+        "operator/eventhub_balancer/cli",
+        "devstack/eventhub_balancer_devstack/commands",
+    ):
+        for path in (ROOT / folder).glob("*.py"):
+            text = path.read_text()
+            if '"--json"' not in text:
+                continue
+            namespace: dict[str, object] = {}
+            line = next(x for x in text.splitlines() if x.startswith("COMMAND = "))
+            exec(line, namespace)  # a literal tuple of words
+            found.add(" ".join(namespace["COMMAND"]))  # type: ignore[arg-type]
+    return found
+
+
+async def _create_container(connection_string: str) -> None:
+    async with blobs.open_container(
+        container_name=CONTAINER, connection_string=connection_string
+    ) as container:
+        await blobs.ensure_container(container)
+
+
+def test_every_json_command_is_run_here_or_named_elsewhere() -> None:
+    assert set(COMMANDS) | set(ELSEWHERE) == json_commands()
+    assert not set(COMMANDS) & set(ELSEWHERE)
+
+
+@pytest.mark.parametrize("name", sorted(ELSEWHERE))
+def test_the_tests_elsewhere_run_the_command_and_parse_all_of_stdout(name: str) -> None:
+    text = (ROOT / ELSEWHERE[name]).read_text()
+    words = ", ".join(f'"{word}"' for word in name.split())
+    assert words in text
+    assert '"--json"' in text
+    assert "json.loads(done.stdout)" in text or "json.loads(stdout)" in text
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_stdout_is_exactly_one_json_document(
+    name: str, kubeconfig: Path, azurite: azurite_launcher.Azurite, tmp_path: Path
+) -> None:
+    args = [a.format(kubeconfig=kubeconfig, blob=azurite.connection_string) for a in COMMANDS[name]]
+    if name == "checkpoints list":  # an empty container: the listing is []
+        asyncio.run(_create_container(azurite.connection_string))
+    ehb = Path(sys.executable).with_name("ehb")
+    completed = subprocess.run(
+        [str(ehb), *args],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        cwd=tmp_path,
+        env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    json.loads(completed.stdout)  # the whole of stdout, nothing before or after
