@@ -139,3 +139,20 @@ class SecretNotFound(ConfigurationError):
         self.name = name
         self.key = key
         self.missing_key = missing_key
+
+
+class EndpointNotAllowed(ConfigurationError):
+    """A spec (or an assignment) points at a host outside the install's allowed DNS suffixes:
+    refused before any credential is used, so no token goes to a host the installer did not
+    allow."""
+
+    reason: ClassVar[str] = "EndpointNotAllowed"
+
+    def __init__(self, *, field: str, host: str, allowed: tuple[str, ...], setting: str) -> None:
+        listed = ", ".join(allowed) if allowed else "none"
+        super().__init__(
+            f"{field}: host {host!r} is not allowed (allowed DNS suffixes: {listed}); use an "
+            f"endpoint under one of them, or have the installer add its suffix ({setting})"
+        )
+        self.field = field
+        self.host = host

@@ -116,6 +116,8 @@ def test_default_install_is_cluster_wide_and_standalone() -> None:
         "--all-namespaces",
         "--standalone",
         "--metrics-port=8080",
+        "--allowed-eventhub-suffix=.servicebus.windows.net",
+        "--allowed-blob-suffix=.blob.core.windows.net",
     ]
     assert by_kind(docs, "Role") == []
     (cluster_role,) = by_kind(docs, "ClusterRole")

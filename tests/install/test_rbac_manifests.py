@@ -16,7 +16,9 @@ from tests.support.rbac.requestinfo import RequestInfo, request_info
 CR = "/apis/eventhub-balancer.dev/v1alpha1"
 
 
-def operator_calls(namespaces: list[str], *, peering: str = "") -> list[RequestInfo]:
+def operator_calls(
+    namespaces: list[str], *, peering: str = "", annotate_pods: bool = False
+) -> list[RequestInfo]:
     """What the operator does: cluster-wide when ``namespaces`` is empty."""
     calls = [
         request_info("GET", "/apis"),
@@ -35,7 +37,6 @@ def operator_calls(namespaces: list[str], *, peering: str = "") -> list[RequestI
             request_info("GET", f"{CR}/namespaces/{ns}/eventhubconsumers/orders"),
             request_info("PATCH", f"{CR}/namespaces/{ns}/eventhubconsumers/orders"),
             request_info("PATCH", f"{CR}/namespaces/{ns}/eventhubconsumers/orders/status"),
-            request_info("PATCH", f"/api/v1/namespaces/{ns}/pods/orders-1"),
             request_info("GET", f"/api/v1/namespaces/{ns}/configmaps"),
             request_info("GET", f"/api/v1/namespaces/{ns}/configmaps", {"watch": "true"}),
             request_info("POST", f"/api/v1/namespaces/{ns}/configmaps"),
@@ -43,6 +44,11 @@ def operator_calls(namespaces: list[str], *, peering: str = "") -> list[RequestI
             request_info("DELETE", f"/api/v1/namespaces/{ns}/configmaps/ehb-orders-orders-0"),
             request_info("POST", f"/api/v1/namespaces/{ns}/events"),
             request_info("GET", f"/api/v1/namespaces/{ns}/secrets/orders-eh"),
+        ]
+    if annotate_pods:
+        calls += [
+            request_info("PATCH", f"/api/v1/namespaces/{ns}/pods/orders-1")
+            for ns in namespaces or ["shop"]
         ]
     if peering and namespaces:
         for n in namespaces:
@@ -71,7 +77,6 @@ def consumer_calls(namespace: str, pod: str) -> list[RequestInfo]:
     return [
         request_info("GET", configmaps, {"labelSelector": selector}),
         request_info("GET", configmaps, {"labelSelector": selector, "watch": "true"}),
-        request_info("GET", f"{configmaps}/ehb-orders-{pod}"),
         request_info("PATCH", f"{configmaps}/ehb-orders-{pod}"),
     ]
 
@@ -100,23 +105,25 @@ def test_kubectl_peering_adds_only_peering() -> None:
 
 
 @pytest.mark.parametrize(
-    ("values_name", "namespaces", "peering"),
+    ("values_name", "namespaces", "peering", "annotate_pods"),
     [
-        (None, [], ""),
-        ("cluster-wide-values.yaml", [], ""),
-        ("namespaced-values.yaml", ["shop", "billing"], ""),
-        ("peering-values.yaml", [], "ehb-eventhub-balancer"),
-        ("namespaced-peering-values.yaml", ["shop", "billing"], "ehb-eventhub-balancer"),
-        ("servicemonitor-values.yaml", [], ""),
+        (None, [], "", False),
+        ("cluster-wide-values.yaml", [], "", False),
+        ("namespaced-values.yaml", ["shop", "billing"], "", False),
+        ("peering-values.yaml", [], "ehb-eventhub-balancer", False),
+        ("namespaced-peering-values.yaml", ["shop", "billing"], "ehb-eventhub-balancer", False),
+        ("servicemonitor-values.yaml", [], "", False),
+        ("sovereign-values.yaml", [], "", True),
     ],
 )
 def test_chart_is_least_privilege(
-    values_name: str | None, namespaces: list[str], peering: str
+    values_name: str | None, namespaces: list[str], peering: str, annotate_pods: bool
 ) -> None:
     values_file = loading.CHART_DIR / "ci" / values_name if values_name else None
     docs = loading.rendered(values_file)
     subject = Subject.service_account(loading.RELEASE_NAMESPACE, "ehb-eventhub-balancer")
-    check(Authorizer(d.body for d in docs), subject, operator_calls(namespaces, peering=peering))
+    calls = operator_calls(namespaces, peering=peering, annotate_pods=annotate_pods)
+    check(Authorizer(d.body for d in docs), subject, calls)
 
 
 def test_namespaced_chart_refuses_other_namespaces() -> None:

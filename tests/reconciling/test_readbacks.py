@@ -52,23 +52,53 @@ def cm(
     )
 
 
-def test_duplicate_claims_highest_epoch_wins_and_loser_is_repaired() -> None:
+def recorded(
+    owners: dict[str, dict[str, int]],
+    *,
+    epochs: dict[str, int] | None = None,
+    state: models.OwnershipState = "owned",
+    uid: str | None = None,
+) -> specs.StatusBody:
+    """A status whose record gives ``{pod: {partition: epoch}}`` (epochs: the highest)."""
+    entries: list[specs.AssignmentEntryBody] = [
+        {
+            "partition": p,
+            "pod": pod,
+            "podUid": uid or f"uid-{pod}",
+            "epoch": e,
+            "state": state,
+            "since": specs.format_time(T0),
+        }
+        for pod, parts in owners.items()
+        for p, e in parts.items()
+    ]
+    highest = {p: e for parts in owners.values() for p, e in parts.items()}
+    return {"assignment": entries, "epochs": {**highest, **(epochs or {})}}
+
+
+def test_ownership_comes_from_the_record_and_a_forged_claim_is_tampering() -> None:
+    # Pod b wrote {"0": {"epoch": 999}} into its own ConfigMap's data: the highest epoch no
+    # longer wins, the operator's record does, and b's ConfigMap is flagged for rewriting.
     back = readbacks.read_back(
-        maps=[cm("a", {"0": 2}), cm("b", {"0": 3})],
+        maps=[cm("a", {"0": 2}), cm("b", {"0": 999})],
         pods={"a": ready("a"), "b": ready("b")},
-        status_epochs={},
+        status=recorded({"a": {"0": 2}}),
         stored_epochs={},
         now=T0,
     )
-    assert back.assignment[P("0")].owner == "b"
-    assert configmaps.configmap_name(consumer="orders", pod="a") in back.problems
+    assert back.assignment[P("0")].owner == "a"
+    assert back.assignment[P("0")].epoch == 2
+    assert back.floors[P("0")] == 2
+    forged = configmaps.configmap_name(consumer="orders", pod="b")
+    assert set(back.tampered) == {forged}
+    assert "partition 0 at epoch 999" in back.tampered[forged][0]
 
 
 def test_epoch_below_floor_is_void_and_floor_kept() -> None:
     back = readbacks.read_back(
         maps=[cm("a", {"0": 2})],
         pods={"a": ready("a")},
-        status_epochs={"0": 5, "1": 4},
+        status=recorded({"a": {"0": 2}}, epochs={"0": 5, "1": 4}),
         stored_epochs={"0": 6},
         now=T0,
     )
@@ -81,7 +111,7 @@ def test_recreated_pod_gets_a_new_epoch() -> None:
     back = readbacks.read_back(
         maps=[cm("a", {"0": 2}, uid="old")],
         pods={"a": ready("a")},
-        status_epochs={},
+        status=recorded({"a": {"0": 2}}, uid="old"),
         stored_epochs={},
         now=T0,
     )
@@ -100,7 +130,9 @@ def test_steady_state_derives_no_writes() -> None:
     spec = specs.parse_spec(SPEC)
     pods = {"a": ready("a"), "b": ready("b")}
     maps = [cm("a", {"0": 1}), cm("b", {"1": 1})]
-    back = readbacks.read_back(maps=maps, pods=pods, status_epochs={}, stored_epochs={}, now=T0)
+    status = recorded({"a": {"0": 1}, "b": {"1": 1}})
+    back = readbacks.read_back(maps=maps, pods=pods, status=status, stored_epochs={}, now=T0)
+    assert back.problems == {}
     plan = planning.plan(
         models.Scenario(
             partitions=(P("0"), P("1")),
@@ -112,7 +144,7 @@ def test_steady_state_derives_no_writes() -> None:
     assert plan.moves == ()
     annotations = {
         n: configmaps.pod_annotations(
-            consumer="orders", partitions=writes.owned_by(plan.assignment, n)
+            consumer="orders", partitions=writes.by_owner(plan.assignment).get(n, {})
         )
         for n in pods
     }
@@ -132,7 +164,8 @@ def test_configmap_under_an_older_name_is_kept_not_duplicated() -> None:
     spec = specs.parse_spec(SPEC)
     pods = {"a": ready("a")}
     old = dataclasses.replace(cm("a", {"0": 1}), name="ehb-orders-a")  # before the hash suffix
-    back = readbacks.read_back(maps=[old], pods=pods, status_epochs={}, stored_epochs={}, now=T0)
+    status = recorded({"a": {"0": 1}})
+    back = readbacks.read_back(maps=[old], pods=pods, status=status, stored_epochs={}, now=T0)
     plan = planning.plan(
         models.Scenario(
             partitions=(P("0"), P("1")),
@@ -159,7 +192,8 @@ def test_gone_pod_taken_over_gaining_first_and_stale_deleted() -> None:
     spec = specs.parse_spec(SPEC)
     pods = {"b": ready("b")}
     maps = [cm("a", {"0": 1}), cm("b", {"1": 1})]
-    back = readbacks.read_back(maps=maps, pods=pods, status_epochs={}, stored_epochs={}, now=T0)
+    status = recorded({"a": {"0": 1}, "b": {"1": 1}})
+    back = readbacks.read_back(maps=maps, pods=pods, status=status, stored_epochs={}, now=T0)
     plan = planning.plan(
         models.Scenario(
             partitions=(P("0"), P("1")),
@@ -188,8 +222,9 @@ def test_gone_pod_taken_over_gaining_first_and_stale_deleted() -> None:
 
 def test_released_acknowledgement_is_read_from_the_owner() -> None:
     maps = [cm("a", {"0": 4}, released={"0": 4}, state="revoking")]
+    status = recorded({"a": {"0": 4}}, state="revoking")
     back = readbacks.read_back(
-        maps=maps, pods={"a": ready("a")}, status_epochs={}, stored_epochs={}, now=T0
+        maps=maps, pods={"a": ready("a")}, status=status, stored_epochs={}, now=T0
     )
     assert back.released == {P("0"): 4}
 
@@ -201,10 +236,14 @@ def test_an_acknowledgement_counts_only_for_the_epoch_being_revoked() -> None:
         cm("a", {"0": 5}, released={"0": 4}, state="revoking"),
         cm("b", {"1": 2}, released={"1": 2}),
     ]
+    status = recorded({"a": {"0": 5}}, state="revoking")
+    status["assignment"].append(
+        {"partition": "1", "pod": "b", "podUid": "uid-b", "epoch": 2, "state": "owned"}
+    )
     back = readbacks.read_back(
         maps=maps,
         pods={"a": ready("a"), "b": ready("b")},
-        status_epochs={},
+        status=status,
         stored_epochs={},
         now=T0,
     )

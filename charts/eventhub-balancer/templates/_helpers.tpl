@@ -94,10 +94,11 @@ goes into the ClusterRole (cluster-wide) or into one Role per watched namespace.
 - apiGroups: [eventhub-balancer.dev]
   resources: [eventhubconsumers/status]
   verbs: [patch]
-# Liveness comes from the pods; the operator annotates each pod with its partitions.
+# Liveness comes from the pods; with annotatePods the operator also annotates each pod with
+# its partitions (patch on pods also allows changing images: off by default).
 - apiGroups: [""]
   resources: [pods]
-  verbs: [list, watch, patch]
+  verbs: [list, watch{{ if .Values.annotatePods }}, patch{{ end }}]
 # One assignment ConfigMap per (EventHubConsumer, pod): written by patch, stale ones deleted.
 - apiGroups: [""]
   resources: [configmaps]

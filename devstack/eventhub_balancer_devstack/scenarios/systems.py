@@ -196,6 +196,8 @@ def record_env(site: Site) -> dict[str, str]:
     return {
         "EHB_EVENTHUB_CONNECTION_STRING": site.eventhubs_connection_string,
         "EHB_BLOB_CONNECTION_STRING": site.blob_connection_string,
+        # The local emulators listen on loopback: allowed only when said so.
+        "EHB_ALLOW_DEVELOPMENT_ENDPOINTS": "true",
         recording.ENV_RECORD_DIR: str(site.record_dir),
         "KUBECONFIG": str(site.kubeconfig),
         # Consumers log at INFO to their files; the demo's own terminal stays clean.

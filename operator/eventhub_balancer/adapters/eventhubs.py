@@ -30,6 +30,7 @@ from azure.eventhub.aio import EventHubProducerClient
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import blobs, checkpointing, retrying
+from eventhub_balancer.contracts import endpoints
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +38,10 @@ logger = logging.getLogger(__name__)
 REFRESH_SECONDS = 60.0
 #: The longest one management call may take before Event Hubs counts as unreachable.
 TIMEOUT_SECONDS = 10.0
+#: Where credentials may go when the caller says nothing: the public cloud, and the local
+#: emulators on loopback (tests, the local stack). ``ehb operator`` always passes the policy
+#: of its flags, whose default allows no development endpoint.
+DEFAULT_ENDPOINTS = endpoints.EndpointPolicy(allow_development=True)
 #: The checkpoint store's budget for one listing in a cycle: short, the next cycle retries.
 CHECKPOINT_RETRY = retrying.RetryPolicy(attempts=2, budget_seconds=5.0, attempt_timeout_seconds=4.0)
 
@@ -286,10 +291,15 @@ class EventHubs:
     """
 
     def __init__(
-        self, *, refresh_seconds: float = REFRESH_SECONDS, timeout: float = TIMEOUT_SECONDS
+        self,
+        *,
+        refresh_seconds: float = REFRESH_SECONDS,
+        timeout: float = TIMEOUT_SECONDS,
+        endpoint_policy: endpoints.EndpointPolicy = DEFAULT_ENDPOINTS,
     ) -> None:
         self.cache = PartitionCache(refresh_seconds=refresh_seconds, timeout=timeout)
         self.timeout = timeout
+        self.endpoints = endpoint_policy
 
     @staticmethod
     def _coordinates(
@@ -320,6 +330,10 @@ class EventHubs:
         now: float,
     ) -> tuple[tuple[str, ...], bool]:
         """(ids, fresh): fresh is False when served from the cache."""
+        self.endpoints.check_eventhub(
+            fully_qualified_namespace=fully_qualified_namespace,
+            connection_string=connection_string,
+        )
         result = await self.cache.partition_ids(
             consumer,
             self._coordinates(
@@ -338,6 +352,10 @@ class EventHubs:
         client_id: str | None,
         partitions: list[str],
     ) -> dict[str, int]:
+        self.endpoints.check_eventhub(
+            fully_qualified_namespace=fully_qualified_namespace,
+            connection_string=connection_string,
+        )
         return await fetch_last_sequence_numbers(
             self._coordinates(
                 fully_qualified_namespace, eventhub_name, connection_string, client_id
@@ -357,6 +375,7 @@ class EventHubs:
         account_url: str | None,
     ) -> dict[str, tuple[int, int]]:
         """{partition: (epoch, sequence number)} of the stored checkpoints."""
+        self.endpoints.check_blob(account_url=account_url, connection_string=connection_string)
         stored = await read_checkpoints(
             fully_qualified_namespace=fully_qualified_namespace,
             eventhub_name=eventhub_name,

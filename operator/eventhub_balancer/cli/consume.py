@@ -120,6 +120,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="with --assignment-file: write the acknowledgements here",
     )
+    trust = parser.add_argument_group("where credentials may go")
+    trust.add_argument(
+        "--allowed-eventhub-suffix",
+        action="append",
+        default=[],
+        metavar="SUFFIX",
+        help="a DNS suffix Event Hubs hosts may have (repeatable; env "
+        "EHB_ALLOWED_EVENTHUB_SUFFIXES, comma-separated; default .servicebus.windows.net)",
+    )
+    trust.add_argument(
+        "--allowed-blob-suffix",
+        action="append",
+        default=[],
+        metavar="SUFFIX",
+        help="a DNS suffix Blob hosts may have (repeatable; env EHB_ALLOWED_BLOB_SUFFIXES; "
+        "default .blob.core.windows.net)",
+    )
+    trust.add_argument(
+        "--allow-development-endpoints",
+        action="store_true",
+        default=None,
+        help="also allow the local emulators on loopback (env "
+        "EHB_ALLOW_DEVELOPMENT_ENDPOINTS=true; the local stack only)",
+    )
     serving = parser.add_argument_group("endpoints")
     serving.add_argument(
         "--host",
@@ -175,6 +199,14 @@ def run(args: argparse.Namespace) -> int:
         assignment_file=args.assignment_file,
         ack_file=args.ack_file,
         kubeconfig=args.kubeconfig,
-        credentials=settings.credentials_from(os.environ),
+        credentials=settings.credentials_from(
+            os.environ,
+            policy=settings.endpoint_policy(
+                os.environ,
+                eventhub_suffixes=args.allowed_eventhub_suffix,
+                blob_suffixes=args.allowed_blob_suffix,
+                allow_development=args.allow_development_endpoints,
+            ),
+        ),
     )
     return asyncio.run(launching.run(config))

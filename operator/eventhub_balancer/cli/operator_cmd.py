@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import random
 
+from eventhub_balancer.contracts import endpoints
+
 COMMAND = ("operator",)
 HELP = "run the operator: balance every EventHubConsumer's partitions over its pods"
 
@@ -55,6 +57,50 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=60.0,
         help="re-read partition ids at least this often (default 60)",
     )
+    trust = parser.add_argument_group("where the operator's identity may go")
+    trust.add_argument(
+        "--allowed-eventhub-suffix",
+        action="append",
+        default=[],
+        metavar="SUFFIX",
+        help="a DNS suffix an EventHubConsumer's Event Hubs host may have (repeatable; default "
+        ".servicebus.windows.net; add a sovereign cloud's, e.g. .servicebus.chinacloudapi.cn)",
+    )
+    trust.add_argument(
+        "--allowed-blob-suffix",
+        action="append",
+        default=[],
+        metavar="SUFFIX",
+        help="a DNS suffix a checkpoint store's Blob host may have (repeatable; default "
+        ".blob.core.windows.net)",
+    )
+    trust.add_argument(
+        "--allow-development-endpoints",
+        action="store_true",
+        help="also allow connection strings to the local emulators on loopback (local stack)",
+    )
+    parser.add_argument(
+        "--annotate-pods",
+        action="store_true",
+        help="write eventhub-balancer.dev/partitions on each consumer pod (needs patch on pods)",
+    )
+
+
+def endpoint_policy(args: argparse.Namespace) -> endpoints.EndpointPolicy:
+    """The hosts the operator sends credentials to, from the flags (public cloud by default)."""
+    return endpoints.EndpointPolicy(
+        eventhub_suffixes=endpoints.normalise_suffixes(
+            args.allowed_eventhub_suffix, field="--allowed-eventhub-suffix"
+        )
+        or endpoints.PUBLIC_EVENTHUB_SUFFIXES,
+        blob_suffixes=endpoints.normalise_suffixes(
+            args.allowed_blob_suffix, field="--allowed-blob-suffix"
+        )
+        or endpoints.PUBLIC_BLOB_SUFFIXES,
+        allow_development=bool(args.allow_development_endpoints),
+        setting="the operator's --allowed-eventhub-suffix / --allowed-blob-suffix "
+        "(chart value allowedEndpoints)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,8 +118,12 @@ def run(args: argparse.Namespace) -> int:
     api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
     runtime = registering.Operator(
         kube=api,
-        hubs=eventhubs.EventHubs(refresh_seconds=args.partition_refresh_seconds),
+        hubs=eventhubs.EventHubs(
+            refresh_seconds=args.partition_refresh_seconds,
+            endpoint_policy=endpoint_policy(args),
+        ),
         connection=api.connection_info,
+        annotate_pods=bool(args.annotate_pods),
     )
     standalone = args.standalone or args.peering is None
     options = running.Options(

@@ -18,17 +18,30 @@ from typing import Any, Protocol
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import blobs, checkpointing, deliveries, receiving, retrying
 from eventhub_balancer.consumer import assignments, partitions, ports
-from eventhub_balancer.contracts import checkpointblobs, startpositions
+from eventhub_balancer.contracts import checkpointblobs, endpoints, startpositions
 
 logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Credentials:
-    """Secrets from the environment; ``repr`` never shows them."""
+    """What the pod's environment says about its credentials: the secrets (``repr`` never
+    shows them), where they may be sent (the pod's own `endpoints.EndpointPolicy`: an
+    assignment ConfigMap names hosts, and its data is not the pod's to trust blindly), and
+    the pod's uid, which the owner id carries so that two incarnations of one pod name never
+    share an owner id."""
 
     eventhub_connection_string: str | None = dataclasses.field(default=None, repr=False)
     blob_connection_string: str | None = dataclasses.field(default=None, repr=False)
+    endpoint_policy: endpoints.EndpointPolicy = dataclasses.field(
+        default_factory=lambda: endpoints.EndpointPolicy(allow_development=True)
+    )
+    pod_uid: str = ""
+
+
+def owner_id_of(pod: str, pod_uid: str) -> str:
+    """The owner id in checkpoint blobs: the pod's name and, when known, its uid."""
+    return f"{pod}/{pod_uid}" if pod_uid else pod
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +98,7 @@ class AzureBackends:
         retry: retrying.RetryPolicy | None = None,
     ) -> None:
         self.credentials = credentials
-        self.owner_id = owner_id
+        self.owner_id = owner_id_of(owner_id, credentials.pod_uid)
         self.batch = batch
         self.retry = retry or retrying.RetryPolicy()
 
@@ -97,6 +110,11 @@ class AzureBackends:
         if not where.checkpoint_container:
             raise _missing("checkpointStore.containerName", "checkpoint container")
         start = startpositions.parse_start_position(assignment.start_position or "earliest")
+        policy = self.credentials.endpoint_policy
+        policy.check_eventhub(
+            fully_qualified_namespace=where.fully_qualified_namespace,
+            connection_string=self.credentials.eventhub_connection_string,
+        )
         address = receiving.EventHubAddress(
             fully_qualified_namespace=where.fully_qualified_namespace,
             eventhub_name=where.eventhub_name,
@@ -110,6 +128,7 @@ class AzureBackends:
                 "no checkpoint store credentials: set EHB_BLOB_CONNECTION_STRING, or give the "
                 "EventHubConsumer a checkpointStore.accountUrl for workload identity"
             )
+        policy.check_blob(account_url=account_url, connection_string=blob_connection)
         async with blobs.open_container(
             container_name=where.checkpoint_container,
             connection_string=blob_connection,

@@ -1,8 +1,9 @@
 """The consumer's configuration: flags first, then the pod's environment.
 
 Kubernetes hands a pod its identity through the Downward API (``POD_NAME``,
-``POD_NAMESPACE``) and its secrets through env from Secrets; flags are for everything a
-user tunes. A missing pod name is the most common mistake, so its message shows the YAML.
+``POD_NAMESPACE``, ``POD_UID``: the owner id carries the uid) and its secrets through env from
+Secrets; flags are for everything a user tunes. A missing pod name is the most common
+mistake, so its message shows the YAML.
 """
 
 from __future__ import annotations
@@ -14,9 +15,16 @@ from pathlib import Path
 
 from eventhub_balancer import errors
 from eventhub_balancer.consumer import connections, partitions
+from eventhub_balancer.contracts import endpoints
 
 ENV_POD_NAME = "POD_NAME"
 ENV_POD_NAMESPACE = "POD_NAMESPACE"
+ENV_POD_UID = "POD_UID"
+#: Comma-separated DNS suffixes the pod's credentials may go to (default: the public cloud's).
+ENV_ALLOWED_EVENTHUB_SUFFIXES = "EHB_ALLOWED_EVENTHUB_SUFFIXES"
+ENV_ALLOWED_BLOB_SUFFIXES = "EHB_ALLOWED_BLOB_SUFFIXES"
+#: "true": the local emulators on loopback are allowed too (the local stack only).
+ENV_ALLOW_DEVELOPMENT_ENDPOINTS = "EHB_ALLOW_DEVELOPMENT_ENDPOINTS"
 ENV_CONSUMER = "EHB_CONSUMER"
 ENV_EVENTHUB_CONNECTION_STRING = "EHB_EVENTHUB_CONNECTION_STRING"
 ENV_BLOB_CONNECTION_STRING = "EHB_BLOB_CONNECTION_STRING"
@@ -32,6 +40,9 @@ add the pod's name (and namespace) to the consumer container with the Downward A
           - name: POD_NAMESPACE
             valueFrom:
               fieldRef: {fieldPath: metadata.namespace}
+          - name: POD_UID
+            valueFrom:
+              fieldRef: {fieldPath: metadata.uid}
 """
 
 
@@ -72,8 +83,43 @@ def pod_identity(
     return name, where or "default"
 
 
-def credentials_from(env: Mapping[str, str] = os.environ) -> connections.Credentials:
+def endpoint_policy(
+    env: Mapping[str, str],
+    *,
+    eventhub_suffixes: list[str] | None = None,
+    blob_suffixes: list[str] | None = None,
+    allow_development: bool | None = None,
+) -> endpoints.EndpointPolicy:
+    """Where the pod's credentials may go: flags first, then the environment, then the public
+    cloud's suffixes with no development endpoint."""
+
+    def listed(values: list[str] | None, name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        raw = values or [v for v in env.get(name, "").split(",") if v.strip()]
+        return endpoints.normalise_suffixes(raw, field=name) if raw else default
+
+    development = allow_development
+    if development is None:
+        development = env.get(ENV_ALLOW_DEVELOPMENT_ENDPOINTS, "").strip().lower() == "true"
+    return endpoints.EndpointPolicy(
+        eventhub_suffixes=listed(
+            eventhub_suffixes, ENV_ALLOWED_EVENTHUB_SUFFIXES, endpoints.PUBLIC_EVENTHUB_SUFFIXES
+        ),
+        blob_suffixes=listed(
+            blob_suffixes, ENV_ALLOWED_BLOB_SUFFIXES, endpoints.PUBLIC_BLOB_SUFFIXES
+        ),
+        allow_development=development,
+        setting=f"--allowed-eventhub-suffix / --allowed-blob-suffix of ehb consume, or env "
+        f"{ENV_ALLOWED_EVENTHUB_SUFFIXES} / {ENV_ALLOWED_BLOB_SUFFIXES}",
+    )
+
+
+def credentials_from(
+    env: Mapping[str, str] = os.environ, *, policy: endpoints.EndpointPolicy | None = None
+) -> connections.Credentials:
+    """The secrets, the endpoint policy (strict unless configured) and the pod's uid."""
     return connections.Credentials(
         eventhub_connection_string=env.get(ENV_EVENTHUB_CONNECTION_STRING) or None,
         blob_connection_string=env.get(ENV_BLOB_CONNECTION_STRING) or None,
+        endpoint_policy=policy if policy is not None else endpoint_policy(env),
+        pod_uid=env.get(ENV_POD_UID, "").strip(),
     )

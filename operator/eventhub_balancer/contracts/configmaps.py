@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import specs, startpositions
+from eventhub_balancer.contracts import bounds, specs, startpositions
 
 PREFIX = "eventhub-balancer.dev/"
 
@@ -57,7 +57,28 @@ KEY_CHECKPOINT_CREDENTIALS = "checkpointCredentials"
 KEY_START_POSITION = "startPosition"
 KEY_GENERATION = "generation"
 KEY_PARTITIONS = "partitions"
+#: Every key of ``data`` the operator writes: any other key was added by someone else.
+DATA_KEYS = frozenset(
+    {
+        KEY_CONSUMER,
+        KEY_POD,
+        KEY_FQNS,
+        KEY_EVENTHUB,
+        KEY_CONSUMER_GROUP,
+        KEY_CREDENTIALS,
+        KEY_CONTAINER,
+        KEY_ACCOUNT_URL,
+        KEY_CHECKPOINT_CREDENTIALS,
+        KEY_START_POSITION,
+        KEY_GENERATION,
+        KEY_PARTITIONS,
+    }
+)
 
+#: The pod may write only these annotations on its ConfigMap; any other change is tampering.
+POD_WRITTEN_ANNOTATIONS = (ANNOTATION_APPLIED_GENERATION, ANNOTATION_RELEASED)
+#: An int64 has at most 19 digits (and a sign): a longer ``applied-generation`` is not one.
+MAX_GENERATION_DIGITS = 20
 #: A ConfigMap name is a DNS subdomain: at most 253 characters.
 MAX_NAME = 253
 #: A label value: at most 63 characters.
@@ -190,23 +211,29 @@ def desired_data(
     latest assignment (``applied-generation``); an unchanged ConfigMap keeps its generation,
     which is what keeps a steady state free of writes.
     """
-    previous = parse_data(current or {})
+    # Only the generation is needed of what is there (not a whole parse: this runs for every
+    # pod in every cycle).
+    generation, _problem = _generation(current or {})
     base = build_data(
-        spec=spec,
-        consumer=consumer,
-        pod=pod,
-        generation=previous.generation,
-        partitions=partitions,
+        spec=spec, consumer=consumer, pod=pod, generation=generation, partitions=partitions
     )
     if current is not None and dict(current) == base:
         return None
-    return build_data(
-        spec=spec,
-        consumer=consumer,
-        pod=pod,
-        generation=previous.generation + 1,
-        partitions=partitions,
-    )
+    return {**base, KEY_GENERATION: str(generation + 1)}
+
+
+def _generation(data: Mapping[str, object]) -> tuple[int, str | None]:
+    """The generation a ConfigMap's data holds (0 when unreadable) and what is wrong with it."""
+    raw = data.get(KEY_GENERATION)
+    if raw is None:
+        return 0, f"{KEY_GENERATION} is missing"
+    try:
+        generation = int(str(raw))
+    except ValueError:
+        return 0, f"{KEY_GENERATION} {raw!r} is not an integer"
+    if not bounds.is_epoch(generation):
+        return 0, f"{KEY_GENERATION} is out of range (0..2^63-1)"
+    return generation, None
 
 
 def parse_data(data: object) -> ParsedData:
@@ -222,18 +249,9 @@ def parse_data(data: object) -> ParsedData:
             return ""
         return value
 
-    generation = 0
-    raw_generation = data.get(KEY_GENERATION)
-    if raw_generation is None:
-        problems.append(f"{KEY_GENERATION} is missing")
-    else:
-        try:
-            generation = int(str(raw_generation))
-        except ValueError:
-            problems.append(f"{KEY_GENERATION} {raw_generation!r} is not an integer")
-        if generation < 0:
-            problems.append(f"{KEY_GENERATION} is negative")
-            generation = 0
+    generation, problem = _generation(data)
+    if problem:
+        problems.append(problem)
 
     start_position: Any = None
     raw_start = data.get(KEY_START_POSITION)
@@ -257,9 +275,9 @@ def parse_data(data: object) -> ParsedData:
             problems.append(f"{KEY_PARTITIONS} is not a JSON object")
             decoded = None
         for pid, item in (decoded or {}).items():
-            entry = _parse_entry(item)
+            entry = _parse_entry(item) if bounds.is_partition_id(pid) else None
             if entry is None:
-                problems.append(f"partition {pid!r}: unreadable entry {item!r}")
+                problems.append(f"partition {str(pid)[:20]!r}: unreadable entry {str(item)[:80]}")
             else:
                 partitions[models.PartitionId(pid)] = entry
 
@@ -283,7 +301,7 @@ def _parse_entry(item: Any) -> PartitionEntry | None:
         return None
     epoch = item.get("epoch")
     state = item.get("state", "owned")
-    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+    if not bounds.is_epoch(epoch) or not isinstance(epoch, int):
         return None
     if state not in models.OWNERSHIP_STATES:
         return None
@@ -303,9 +321,12 @@ def build_released(released: Mapping[str, int]) -> str:
 
 
 def parse_released(annotations: Mapping[str, str] | None) -> dict[models.PartitionId, int]:
-    """The partitions a pod acknowledged as released; unreadable entries are ignored."""
+    """The partitions a pod acknowledged as released; unreadable entries are ignored.
+
+    Untrusted input (the pod writes it): a value longer than `bounds.MAX_ANNOTATION_BYTES`
+    counts as no acknowledgement, and only partition ids and int64 epochs count."""
     raw = (annotations or {}).get(ANNOTATION_RELEASED)
-    if not raw:
+    if not raw or not isinstance(raw, str) or len(raw) > bounds.MAX_ANNOTATION_BYTES:
         return {}
     try:
         decoded = json.loads(raw)
@@ -316,7 +337,7 @@ def parse_released(annotations: Mapping[str, str] | None) -> dict[models.Partiti
     return {
         models.PartitionId(str(pid)): epoch
         for pid, epoch in decoded.items()
-        if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 0
+        if bounds.is_partition_id(pid) and bounds.is_epoch(epoch)
     }
 
 
@@ -327,13 +348,13 @@ def build_applied_generation(generation: int) -> str:
 def parse_applied_generation(annotations: Mapping[str, str] | None) -> int | None:
     """The generation the pod says it applied, or None when it has not said (or said nonsense)."""
     raw = (annotations or {}).get(ANNOTATION_APPLIED_GENERATION)
-    if raw is None:
+    if not isinstance(raw, str) or len(raw) > MAX_GENERATION_DIGITS:
         return None
     try:
         value = int(raw)
     except ValueError:
         return None
-    return value if value >= 0 else None
+    return value if bounds.is_epoch(value) else None
 
 
 def pod_annotations(

@@ -37,7 +37,7 @@ class SecretKeyRefBody(TypedDict):
 
 
 class WorkloadIdentityBody(TypedDict, total=False):
-    clientId: str
+    """Empty: the operator and the pods use their own ServiceAccounts' identities."""
 
 
 class CredentialsBody(TypedDict, total=False):
@@ -99,6 +99,17 @@ class ConditionBody(TypedDict, total=False):
     message: str
 
 
+class AssignmentEntryBody(TypedDict, total=False):
+    """One partition in ``status.assignment``: the operator's own record of who owns it."""
+
+    partition: str
+    pod: str
+    podUid: str
+    epoch: int
+    state: str
+    since: str
+
+
 class StatusBody(TypedDict, total=False):
     observedGeneration: int
     partitionCount: int
@@ -106,6 +117,7 @@ class StatusBody(TypedDict, total=False):
     consumers: list[ConsumerStatusBody]
     handoffs: list[dict[str, Any]]
     epochs: dict[str, int]
+    assignment: list[AssignmentEntryBody]
     movesTotal: int
     lastRebalanceTime: str
     conditions: list[ConditionBody]
@@ -137,6 +149,9 @@ DEFAULT_POD_GRACE_SECONDS = 20
 DEFAULT_HANDOFF_TIMEOUT_SECONDS = 30
 
 _CONTAINER_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*[a-z0-9]$")
+#: The blob endpoint: https and a host (and port), nothing else; the host's suffix is checked
+#: against the install's allowed list before any token is requested (`endpoints`).
+_ACCOUNT_URL = re.compile(r"^https://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?$")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -153,7 +168,8 @@ class Credentials:
 
     secret_ref: SecretKeyRef | None = None
     workload_identity: bool = False
-    client_id: str = ""  # workload identity: empty means the ServiceAccount's default
+    #: always empty: a CR may not choose an identity (kept for the ports' signature)
+    client_id: str = ""
 
     def describe(self) -> dict[str, Any]:
         """The reference, never a secret value: safe for ConfigMaps, status and logs."""
@@ -164,7 +180,7 @@ class Credentials:
                     "key": self.secret_ref.key,
                 }
             }
-        return {"workloadIdentity": {"clientId": self.client_id} if self.client_id else {}}
+        return {"workloadIdentity": {}}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -241,9 +257,11 @@ def parse_spec(spec: Mapping[str, Any]) -> ConsumerSpec:
             "and single dashes, starting and ending with a letter or digit",
         )
     account_url = _string(store, "accountUrl", "spec.checkpointStore.accountUrl", default="")
-    if account_url and not account_url.startswith(("http://", "https://")):
+    if account_url and (not _ACCOUNT_URL.match(account_url) or len(account_url) > 2048):
         raise errors.InvalidInput(
-            "spec.checkpointStore.accountUrl", f"{account_url!r} must start with https://"
+            "spec.checkpointStore.accountUrl",
+            f"{account_url[:80]!r} is not a blob endpoint: use https://<account>.blob.core."
+            "windows.net (a host under a suffix the operator's install allows)",
         )
     store_creds = _credentials(store.get("credentials"), "spec.checkpointStore.credentials")
     if store_creds.workload_identity and not account_url:
@@ -313,10 +331,14 @@ def _credentials(value: Any, field: str) -> Credentials:
     identity = value.get("workloadIdentity") or {}
     if not isinstance(identity, Mapping):
         raise errors.InvalidInput(f"{field}.workloadIdentity", "must be an object")
-    client_id = identity.get("clientId", "")
-    if not isinstance(client_id, str):
-        raise errors.InvalidInput(f"{field}.workloadIdentity.clientId", "must be a string")
-    return Credentials(workload_identity=True, client_id=client_id)
+    if identity:
+        # A resource's author must not choose which identity the operator uses.
+        raise errors.InvalidInput(
+            f"{field}.workloadIdentity.{next(iter(identity))}",
+            "is not supported: remove it; the operator authenticates with its own "
+            "ServiceAccount's identity and each pod with its ServiceAccount's",
+        )
+    return Credentials(workload_identity=True)
 
 
 def _balancing(value: Any) -> Balancing:

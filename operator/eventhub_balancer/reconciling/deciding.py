@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from eventhub_balancer.balancing import models, planning
-from eventhub_balancer.contracts import conditions, podstates, specs
+from eventhub_balancer.contracts import bounds, conditions, podstates, specs
 from eventhub_balancer.reconciling import (
     figures,
     kubeevents,
@@ -79,15 +79,16 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
     pods = observations.pods(observation.pods, selector=spec.selector)
     maps = observations.stored_maps(observation.configmaps, consumer=observation.name)
     previous = observation.status
-    status_epochs = {str(k): v for k, v in (previous.get("epochs") or {}).items()}
+    status_epochs = {
+        str(k): v for k, v in (previous.get("epochs") or {}).items() if bounds.is_epoch(v)
+    }
     checkpoints = observation.store.checkpoints or {}
     back = readbacks.read_back(
         maps=maps,
         pods=pods.states,
-        status_epochs=status_epochs,
+        status=previous,
         stored_epochs={p: epoch for p, (epoch, _seq) in checkpoints.items()},
         now=now,
-        last_owners=readbacks.last_owners(previous),
     )
     partitions, unlisted = _partitions(observation.hub.ids, back)
     options = spec.balancing.to_options()
@@ -118,19 +119,25 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
         assignment=plan.assignment,
         maps=maps,
         pods=pods.states,
-        pod_annotations=pods.annotations,
+        pod_annotations=pods.annotations if observation.annotate_pods else {},
         problems=back.problems,
+        annotate_pods=observation.annotate_pods,
     )
     concluded = verdicts.build(
         plan=plan,
         pods=pods.states,
         partitions=partitions,
         hub=verdicts.hub(observation.hub, spec=spec),
-        store=verdicts.store(observation.store, spec=spec),
+        store=verdicts.store(observation.store, spec=spec, ignored=back.ignored),
         spec=spec,
     )
     events = kubeevents.build(
-        plan=plan, problems=back.problems, planned=planned, concluded=concluded, previous=previous
+        plan=plan,
+        problems=back.problems,
+        planned=planned,
+        concluded=concluded,
+        previous=previous,
+        tampered=back.tampered,
     )
     outcome = statuses.Outcome(
         generation=observation.generation,

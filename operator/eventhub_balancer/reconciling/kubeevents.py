@@ -102,13 +102,29 @@ def build(
     planned: writes.Writes,
     concluded: Sequence[conditions.Condition],
     previous: specs.StatusBody,
+    tampered: Mapping[str, tuple[str, ...]] = {},
 ) -> list[KubeEvent]:
-    """The moves, the ConfigMaps rewritten to repair them, the dependencies lost or regained."""
+    """The moves, the ConfigMaps rewritten to repair them, the dependencies lost or regained.
+
+    A ConfigMap whose data claims what the operator's record does not give its pod was changed
+    by someone else (a pod has ``patch`` on ConfigMaps): ``AssignmentTampered``, not a repair.
+    """
     events = move_events(plan.moves)
     for cm_name, cm_problems in sorted(problems.items()):
         if any(w.name == cm_name for w in planned.maps) or any(
             d.name == cm_name for d in planned.deletes
         ):
+            if cm_name in tampered:
+                text = "; ".join(tampered[cm_name])[:900]
+                events.append(
+                    KubeEvent(
+                        reason="AssignmentTampered",
+                        type="Warning",
+                        message=f"ConfigMap {cm_name}'s data was changed by someone other than "
+                        f"the operator and is put back: {text}",
+                    )
+                )
+                continue
             events.append(
                 KubeEvent(
                     reason="ConfigMapRepaired",

@@ -76,6 +76,10 @@ class Observation:
     store: StoreRead = StoreRead()
     #: partition -> last enqueued sequence number (weighting "lag"); None: not read
     last_sequences: Mapping[str, int] | None = None
+    #: write the informational ``eventhub-balancer.dev/partitions`` annotation on each pod
+    #: (``ehb operator --annotate-pods``; needs ``patch`` on pods, which the default install
+    #: does not grant)
+    annotate_pods: bool = False
 
     @property
     def generation(self) -> int:

@@ -1,11 +1,19 @@
-"""From what the ConfigMaps hold to the planner's assignment: the read-back, pure.
+"""From the operator's own record to the planner's assignment: the read-back, pure.
 
-The operator keeps no state it cannot rebuild. Each cycle reads the assignment back from the
-per-pod ConfigMaps, takes the highest epoch known per partition (status.epochs, the
-checkpoint blobs) as a floor, and resolves what a crash or a human may have left behind: two
-ConfigMaps claiming one partition (the higher epoch wins), an epoch below the floor (the entry
-is void, the partition is re-assigned above the floor), a ConfigMap of a pod that is gone or
-was re-created under the same name.
+Ownership and epochs come only from what consumers cannot write: the EventHubConsumer's
+status (``status.assignment``: partition, pod, pod uid, epoch, state, since; ``status.epochs``:
+the highest epoch given out) and the checkpoint blobs' epochs (a floor). The ConfigMaps are
+the operator's *output*: a pod may write its acknowledgement annotations on its own, but what
+its ``data`` says is compared with the record, never believed. A ConfigMap whose data claims
+more than the record gives its pod is tampered with: it is put back (`writes`) and reported
+(``AssignmentTampered``). A restarted operator reads the same status and resumes the same
+assignment without a write.
+
+The record is written with the rest of the status, after the ConfigMaps; ``status.epochs`` is
+written first. So a cycle interrupted in between leaves an epoch above the record's: the record
+is stale for that partition, which is then unowned at the higher epoch (its next owner fences
+above both) rather than guessed from a ConfigMap. A status written by an older operator (no
+``assignment``) is read from ``consumers[].partitions``, ``handoffs`` and ``epochs``.
 """
 
 from __future__ import annotations
@@ -14,23 +22,39 @@ import dataclasses
 import datetime
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from eventhub_balancer import handoffs
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import configmaps, podstates, specs
+from eventhub_balancer.contracts import bounds, configmaps, podstates, specs
 from eventhub_balancer.reconciling import observations
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class Recorded:
+    """One partition as the status records it."""
+
+    pod: str
+    pod_uid: str  # empty: recorded by an older operator, any incarnation matches
+    epoch: int
+    state: models.OwnershipState
+    since: float | None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class ReadBack:
-    """The assignment as the cluster holds it, ready for the planner."""
+    """The assignment as the operator recorded it, ready for the planner."""
 
     assignment: Mapping[models.PartitionId, models.Ownership]
     released: Mapping[models.PartitionId, int]
-    #: the highest epoch known per partition (ConfigMaps, status, checkpoints)
+    #: the highest epoch known per partition (status, checkpoints)
     floors: Mapping[models.PartitionId, int]
     #: ConfigMap name -> what is wrong with it (it will be rewritten or deleted)
     problems: Mapping[str, tuple[str, ...]]
+    #: ConfigMap name -> what its data claims beyond the record (a subset of ``problems``)
+    tampered: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    #: inputs ignored because they are out of bounds, each naming where it came from
+    ignored: tuple[str, ...] = ()
 
 
 def belongs(cm: observations.StoredMap, pods: Mapping[str, podstates.PodState]) -> bool:
@@ -50,95 +74,183 @@ def ends_handoff(entry: configmaps.PartitionEntry, acknowledged: int | None) -> 
     return state == "released"
 
 
+def record(status: specs.StatusBody) -> dict[models.PartitionId, Recorded]:
+    """The assignment the status records; entries out of bounds are skipped."""
+    raw = status.get("assignment")
+    if raw is None:
+        return _legacy_record(status)
+    result: dict[models.PartitionId, Recorded] = {}
+    items: list[Any] = list(raw) if isinstance(raw, list) else []
+    for item in items:
+        if not isinstance(item, Mapping):
+            continue
+        pid, pod, epoch, state = (item.get(k) for k in ("partition", "pod", "epoch", "state"))
+        if not (bounds.is_partition_id(pid) and isinstance(pod, str) and pod):
+            continue
+        if not bounds.is_epoch(epoch) or state not in models.OWNERSHIP_STATES:
+            continue
+        assert isinstance(pid, str)
+        assert isinstance(epoch, int)
+        since = specs.parse_time(item.get("since"))
+        key = models.PartitionId(pid)
+        if key in result and result[key].epoch >= epoch:
+            continue
+        result[key] = Recorded(
+            pod=pod,
+            pod_uid=str(item.get("podUid") or ""),
+            epoch=epoch,
+            state=state,
+            since=podstates.to_seconds(since) if since else None,
+        )
+    return result
+
+
+def _legacy_record(status: specs.StatusBody) -> dict[models.PartitionId, Recorded]:
+    """The record of an older operator's status: owners from ``consumers``, the epoch of an
+    owned partition from ``epochs``, of a revoking one (and its since) from ``handoffs``."""
+    epochs: Mapping[str, Any] = status.get("epochs") or {}
+    handed: dict[str, Mapping[str, Any]] = {
+        str(h.get("partition")): h for h in status.get("handoffs") or [] if isinstance(h, Mapping)
+    }
+    result: dict[models.PartitionId, Recorded] = {}
+    for consumer in status.get("consumers") or []:
+        pod = consumer.get("pod")
+        revoking = set(consumer.get("revoking") or [])
+        for pid in consumer.get("partitions") or []:
+            if not (isinstance(pod, str) and pod and bounds.is_partition_id(pid)):
+                continue
+            handoff = handed.get(pid, {})
+            epoch = handoff.get("epoch") if pid in revoking else epochs.get(pid)
+            if not bounds.is_epoch(epoch):
+                continue
+            assert isinstance(epoch, int)
+            since = specs.parse_time(handoff.get("since")) if pid in revoking else None
+            result[models.PartitionId(pid)] = Recorded(
+                pod=pod,
+                pod_uid="",
+                epoch=epoch,
+                state="revoking" if pid in revoking else "owned",
+                since=podstates.to_seconds(since) if since else None,
+            )
+    return result
+
+
+def _floors(
+    status_epochs: Mapping[str, Any], stored_epochs: Mapping[str, int], ignored: list[str]
+) -> dict[models.PartitionId, int]:
+    floors: dict[models.PartitionId, int] = {}
+    for where, source in (("status.epochs", status_epochs), ("checkpoint blob", stored_epochs)):
+        for pid, epoch in source.items():
+            if not bounds.is_partition_id(pid):
+                ignored.append(f"{where}: partition id {str(pid)[:20]!r} is not one")
+                continue
+            if not bounds.is_floor(epoch):
+                ignored.append(
+                    f"{where} of partition {pid}: epoch {str(epoch)[:40]} is out of range "
+                    f"(0..{bounds.MAX_FLOOR}); reset it"
+                )
+                continue
+            key = models.PartitionId(pid)
+            floors[key] = max(floors.get(key, 0), int(epoch))
+    return floors
+
+
 def read_back(
     *,
     maps: Sequence[observations.StoredMap],
     pods: Mapping[str, podstates.PodState],
-    status_epochs: Mapping[str, int],
+    status: specs.StatusBody,
     stored_epochs: Mapping[str, int],
     now: datetime.datetime,
-    last_owners: Mapping[str, str] = {},
 ) -> ReadBack:
-    """The assignment from the ConfigMaps; ``last_owners`` (from status.consumers) names the
-    owner of a partition whose ConfigMap went with its pod, so that the move reads as a
-    take-over from that pod rather than a fresh assignment."""
-    problems: dict[str, list[str]] = {
-        cm.name: list(cm.parsed.problems) for cm in maps if cm.parsed.problems
-    }
-    floors: dict[models.PartitionId, int] = {}
-    for source in (status_epochs, stored_epochs):
-        for pid, epoch in source.items():
-            if isinstance(epoch, int) and not isinstance(epoch, bool):
-                key = models.PartitionId(str(pid))
-                floors[key] = max(floors.get(key, 0), epoch)
-
-    claims: dict[
-        models.PartitionId, list[tuple[observations.StoredMap, configmaps.PartitionEntry]]
-    ] = {}
-    for cm in sorted(maps, key=lambda m: models.name_key(m.name)):
-        for pid, entry in cm.parsed.partitions.items():
-            claims.setdefault(pid, []).append((cm, entry))
+    """The assignment from the status record, the floors, and what the ConfigMaps got wrong."""
+    ignored: list[str] = []
+    status_epochs: Mapping[str, Any] = status.get("epochs") or {}
+    floors = _floors(status_epochs, stored_epochs, ignored)
+    recorded = record(status)
+    seconds_now = podstates.to_seconds(now)
+    current = {cm.pod: cm for cm in maps if belongs(cm, pods)}
 
     assignment: dict[models.PartitionId, models.Ownership] = {}
     released: dict[models.PartitionId, int] = {}
-    seconds_now = podstates.to_seconds(now)
-    for pid, candidates in claims.items():
-        # The highest epoch wins; on a tie the current ConfigMap of an existing pod, then by name.
-        candidates.sort(key=lambda c: (-c[1].epoch, not belongs(c[0], pods)))
-        winner, entry = candidates[0]
-        for loser, other in candidates[1:]:
-            problems.setdefault(loser.name, []).append(
-                f"partition {pid} (epoch {other.epoch}) is also claimed by "
-                f"{winner.name} with epoch {entry.epoch}"
-            )
+    for pid, entry in recorded.items():
         floor = floors.get(pid, 0)
+        since = entry.since if entry.since is not None else seconds_now
+        pod = pods.get(entry.pod)
         if entry.epoch < floor:
-            problems.setdefault(winner.name, []).append(
-                f"partition {pid}: epoch {entry.epoch} is below {floor}, the highest given out"
-            )
+            # The epoch went up after this record (an interrupted cycle, or a blob ahead):
+            # nobody is known to hold it; its next owner fences above the floor.
             assignment[pid] = models.Ownership(owner=None, epoch=floor, since=seconds_now)
             continue
         floors[pid] = entry.epoch
-        since = podstates.to_seconds(entry.since) if entry.since else seconds_now
-        pod = pods.get(winner.pod)
-        if (
-            pod is not None
-            and pod.state is not None
-            and winner.pod_uid
-            and winner.pod_uid != pod.uid
-        ):
+        if pod is not None and pod.state is not None and entry.pod_uid not in ("", pod.uid):
             # A new pod under an old name (a StatefulSet): the new incarnation must fence
             # with a new epoch, so the partition is unowned at its old epoch.
             assignment[pid] = models.Ownership(owner=None, epoch=entry.epoch, since=since)
             continue
         assignment[pid] = models.Ownership(
-            owner=models.MemberName(winner.pod), epoch=entry.epoch, state=entry.state, since=since
+            owner=models.MemberName(entry.pod), epoch=entry.epoch, state=entry.state, since=since
         )
-        acknowledged = configmaps.parse_released(winner.annotations).get(pid)
-        if acknowledged is not None and ends_handoff(entry, acknowledged):
+        cm = current.get(entry.pod)
+        acknowledged = configmaps.parse_released(cm.annotations).get(pid) if cm else None
+        # An acknowledgement counts only for the very epoch assigned (never one above it).
+        written = configmaps.PartitionEntry(epoch=entry.epoch, state=entry.state)
+        if acknowledged is not None and ends_handoff(written, acknowledged):
             released[pid] = acknowledged
     for pid, floor in floors.items():
         if pid not in assignment and floor > 0:
-            last = last_owners.get(pid)
-            owner = models.MemberName(last) if last and last not in pods else None
-            assignment[pid] = models.Ownership(owner=owner, epoch=floor, since=seconds_now)
+            assignment[pid] = models.Ownership(owner=None, epoch=floor, since=seconds_now)
+
+    problems: dict[str, list[str]] = {
+        cm.name: list(cm.parsed.problems) for cm in maps if cm.parsed.problems
+    }
+    tampered: dict[str, list[str]] = {}
+    for cm in maps:
+        claims = _claims_beyond_record(cm, recorded, status_epochs)
+        if claims:
+            tampered[cm.name] = claims
+            problems.setdefault(cm.name, []).extend(claims)
     return ReadBack(
         assignment=assignment,
         released=released,
         floors=floors,
         problems={k: tuple(v) for k, v in problems.items()},
+        tampered={k: tuple(v) for k, v in tampered.items()},
+        ignored=tuple(ignored),
     )
 
 
-def last_owners(status: specs.StatusBody) -> dict[str, str]:
-    """partition -> the pod the last status showed owning it."""
-    result: dict[str, str] = {}
-    for consumer in status.get("consumers") or []:
-        pod = consumer.get("pod")
-        for pid in consumer.get("partitions") or []:
-            if isinstance(pod, str) and isinstance(pid, str):
-                result[pid] = pod
-    return result
+def _claims_beyond_record(
+    cm: observations.StoredMap,
+    recorded: Mapping[models.PartitionId, Recorded],
+    status_epochs: Mapping[str, Any],
+) -> list[str]:
+    """What ``cm``'s data says that the operator did not write there.
+
+    The operator's own writes can run ahead of its record by one interrupted cycle: a
+    partition at exactly the epoch ``status.epochs`` holds (written first), or ``revoking``
+    where the record still says ``owned``. Anything else is someone else's doing.
+    """
+    claims = [
+        f"data key {k[:40]!r} is not the operator's"
+        for k in cm.data
+        if k not in configmaps.DATA_KEYS
+    ]
+    claims += [f"data: {p}" for p in cm.parsed.problems if "partition" in p]
+    for pid, entry in cm.parsed.partitions.items():
+        mine = recorded.get(pid)
+        same = mine is not None and mine.pod == cm.pod and mine.epoch == entry.epoch
+        if same and mine is not None and entry.state in (mine.state, "revoking"):
+            continue  # as recorded, or revoking ahead of the record (an interrupted cycle)
+        latest = status_epochs.get(pid)
+        if entry.epoch == latest and (mine is None or mine.epoch < entry.epoch):
+            continue
+        held = f"{mine.pod} at epoch {mine.epoch}" if mine is not None else "nobody"
+        claims.append(
+            f"partition {pid} at epoch {entry.epoch} ({entry.state}) is not assigned to "
+            f"{cm.pod or 'this pod'}: the operator's record gives it to {held}"
+        )
+    return claims
 
 
 def members(pods: Mapping[str, podstates.PodState]) -> tuple[models.Member, ...]:

@@ -1,6 +1,9 @@
 """The EventHubConsumer's status as a cycle concludes it, and the patch that gets it there.
 
 Only top-level fields that differ go into the patch, so a steady state writes nothing.
+``assignment`` is the operator's record of who owns what (partition, pod, pod uid, epoch,
+state, since): the one source of ownership a restarted operator reads back (`readbacks`),
+kept in the status because consumer pods cannot write it.
 ``epochs`` never go down (`epochs`): the highest epoch given out per partition survives lost
 ConfigMaps and operator restarts, and is written before any ConfigMap that uses it.
 """
@@ -13,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import conditions, podstates, specs
+from eventhub_balancer.contracts import bounds, conditions, podstates, specs
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -37,7 +40,7 @@ def epochs(
     previous: Mapping[str, int],
 ) -> dict[str, int]:
     """The highest epoch per partition, never lower than before."""
-    result = {str(k): int(v) for k, v in previous.items() if isinstance(v, int)}
+    result = {str(k): int(v) for k, v in previous.items() if bounds.is_epoch(v)}
     for pid, floor in floors.items():
         result[pid] = max(result.get(pid, 0), floor)
     for pid, o in assignment.items():
@@ -49,10 +52,13 @@ def build_status(
     *, outcome: Outcome, previous: specs.StatusBody, now: datetime.datetime
 ) -> specs.StatusBody:
     consumers: list[specs.ConsumerStatusBody] = []
+    # Each owner's partitions in one pass: a cycle's cost stays linear in the fleet.
+    by_owner: dict[str, list[str]] = {}
+    for p, o in outcome.assignment.items():
+        if o.owner is not None:
+            by_owner.setdefault(o.owner, []).append(p)
     for pod in sorted(outcome.pods.values(), key=lambda p: models.name_key(p.name)):
-        owned: list[str] = sorted(
-            (p for p, o in outcome.assignment.items() if o.owner == pod.name), key=models.name_key
-        )
+        owned: list[str] = sorted(by_owner.get(pod.name, ()), key=models.name_key)
         revoking = [
             p for p in owned if outcome.assignment[models.PartitionId(p)].state == "revoking"
         ]
@@ -75,6 +81,18 @@ def build_status(
         for pid, o in sorted(outcome.assignment.items(), key=lambda kv: models.name_key(kv[0]))
         if o.state == "revoking" and o.owner is not None
     ]
+    record: list[specs.AssignmentEntryBody] = [
+        {
+            "partition": pid,
+            "pod": o.owner,
+            "podUid": outcome.pods[o.owner].uid if o.owner in outcome.pods else "",
+            "epoch": o.epoch,
+            "state": o.state,
+            "since": specs.format_time(podstates.from_seconds(o.since)),
+        }
+        for pid, o in sorted(outcome.assignment.items(), key=lambda kv: models.name_key(kv[0]))
+        if o.owner is not None
+    ]
     now_seconds = podstates.to_seconds(now)
     member_count = sum(
         1
@@ -92,6 +110,7 @@ def build_status(
         "consumers": consumers,
         "handoffs": handoffs,
         "epochs": epochs(outcome.assignment, outcome.floors, previous.get("epochs") or {}),
+        "assignment": record,
         "movesTotal": int(previous.get("movesTotal") or 0) + outcome.owner_changes,
         "conditions": conditions.apply(
             previous.get("conditions"),

@@ -58,8 +58,18 @@ def hub(read: observations.HubRead, *, spec: specs.ConsumerSpec) -> conditions.C
     )
 
 
-def store(read: observations.StoreRead, *, spec: specs.ConsumerSpec) -> conditions.Condition:
-    """CheckpointStoreReachable: read (now or before), failing, or not read yet."""
+def store(
+    read: observations.StoreRead, *, spec: specs.ConsumerSpec, ignored: tuple[str, ...] = ()
+) -> conditions.Condition:
+    """CheckpointStoreReachable: read (now or before), failing, or not read yet; epochs out of
+    range (a blob's, or the status's) make it False with ``EpochOutOfRange``, naming each."""
+    if ignored:
+        return conditions.Condition(
+            type=conditions.CHECKPOINT_STORE_REACHABLE,
+            status="False",
+            reason="EpochOutOfRange",
+            message=f"ignored: {'; '.join(ignored)[:900]}",
+        )
     if read.fault is not None:
         return conditions.Condition(
             type=conditions.CHECKPOINT_STORE_REACHABLE,

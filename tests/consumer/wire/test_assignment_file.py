@@ -80,6 +80,7 @@ def test_assignment_file_applies_revokes_and_releases_on_sigterm(
     env.update(
         {
             "KUBECONFIG": str(tmp_path / "no-such-kubeconfig"),
+            "EHB_ALLOW_DEVELOPMENT_ENDPOINTS": "true",
             "EHB_EVENTHUB_CONNECTION_STRING": cs,
             "EHB_BLOB_CONNECTION_STRING": azurite.connection_string,
             "EHB_TEST_RECORD_DIR": str(tmp_path),

@@ -129,6 +129,7 @@ class Consumers:
             "POD_NAME": pod,
             "POD_NAMESPACE": NAMESPACE,
             "EHB_CONSUMER": "orders",
+            "EHB_ALLOW_DEVELOPMENT_ENDPOINTS": "true",
             "EHB_EVENTHUB_CONNECTION_STRING": self.eventhubs,
             "EHB_BLOB_CONNECTION_STRING": self.blob,
             "EHB_TEST_RECORD_DIR": str(self.records),

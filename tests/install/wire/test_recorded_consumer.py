@@ -6,8 +6,8 @@ checkpoints into Azurite. The test plays the operator: it writes the pod's assig
 ConfigMap (two partitions), then revokes one; the consumer applies the first, releases the
 second after its final checkpoint, acknowledges both, and on SIGTERM releases the rest. Every
 recorded request must be allowed by the Role the example Deployment's ServiceAccount is bound
-to in manifests/examples/, and every granted verb must have been used, but for the listed
-exception.
+to in manifests/examples/, every granted verb must have been used, and every write must pass
+the consumers' ValidatingAdmissionPolicy (evaluated by cel-python) as the pod's bound token.
 """
 
 from __future__ import annotations
@@ -29,15 +29,11 @@ from tests.support import loading
 from tests.support.consumerfakes import configmap
 from tests.support.fixtures.operator import wait_for
 from tests.support.handlers import recording
+from tests.support.rbac import admission
 from tests.support.rbac.authorizing import Authorizer, Subject
 from tests.support.rbac.recording import RecordingProxy
 
 EXAMPLES = loading.MANIFESTS_DIR / "examples"
-#: Granted by the example Role but never used by the runtime, which finds its ConfigMap by
-#: label (list + watch with a label selector: the operator may shorten long names), so it
-#: never GETs one by name. Dropping ``get`` from the Role would be least privilege; kept here
-#: as the one known exception rather than silently accepted.
-GRANTED_NOT_USED = {("get", "configmaps")}
 #: Every wait for the consumer is bounded by this (seconds).
 WAIT_S = 30.0
 
@@ -81,20 +77,19 @@ def test_consumer_calls_are_allowed_by_the_example_role(
     name = configmaps.configmap_name(consumer="orders", pod=pod)
     metadata = {"name": name, "labels": configmaps.labels(consumer="orders", pod=pod)}
     container = blob_container.container_name
-    kube.create_object(
-        "v1/configmaps",
-        {
-            **configmap(1, {"0": (1, "owned"), "1": (1, "owned")}, checkpointContainer=container),
-            "metadata": metadata,
-        },
-        namespace=namespace,
-    )
+    body = configmap(1, {"0": (1, "owned"), "1": (1, "owned")}, checkpointContainer=container)
+    # As the operator writes it: data names the consumer and the pod (the policy checks it).
+    body["data"].update({configmaps.KEY_CONSUMER: "orders", configmaps.KEY_POD: pod})
+    kube.create_object("v1/configmaps", {**body, "metadata": metadata}, namespace=namespace)
     records = tmp_path / "records"
     records.mkdir()
     env = {
         **os.environ,
         "POD_NAME": pod,
         "POD_NAMESPACE": namespace,
+        "POD_UID": "uid-orders-consumer-0",
+        # The local stack's emulators listen on loopback: allowed only when said so.
+        "EHB_ALLOW_DEVELOPMENT_ENDPOINTS": "true",
         "EHB_CONSUMER": "orders",
         "KUBECONFIG": str(kubeconfig),
         "EHB_EVENTHUB_CONNECTION_STRING": consumer_emulator.connection_string(),
@@ -131,7 +126,7 @@ def test_consumer_calls_are_allowed_by_the_example_role(
         kube.patch_object(
             "v1/configmaps",
             name,
-            {"data": configmap(2, {"0": (1, "owned"), "1": (1, "revoking")})["data"]},
+            {"data": configmap(2, {"0": (1, "owned"), "1": (1, "revoking")}, pod=pod)["data"]},
             namespace=namespace,
         )
         wait_for(
@@ -165,5 +160,24 @@ def test_consumer_calls_are_allowed_by_the_example_role(
     assert role.grants(subject), f"no binding in manifests/examples/ for {subject}"
     assert [r.describe() for r in role.denied(subject, requests)] == []
     unused = {(a.verb, a.resource) for a in role.unexercised(subject, requests)}
-    print("granted, not used:", sorted(unused))
-    assert unused <= GRANTED_NOT_USED, f"granted but never used: {sorted(unused)}"
+    assert unused == set(), f"granted but never used: {sorted(unused)}"
+    # Every write the runtime made passes the admission policy, as the pod's bound token.
+    writes = [r for r in recorded if r.method in ("PATCH", "PUT")]
+    assert writes
+    user = f"system:serviceaccount:{namespace}:{subject.name}"
+    for policy in admission_policies():
+        for r in writes:
+            request = admission.Request(
+                operation="UPDATE",
+                username=user,
+                extra={"authentication.kubernetes.io/pod-name": [pod]},
+                object=r.after,
+                old_object=r.before,
+            )
+            assert policy.denials(request) == [], r.path_qs
+
+
+def admission_policies() -> list[admission.Policy]:
+    install = loading.file_documents(loading.MANIFESTS_DIR / "install")
+    bodies = [d.body for d in [*install, *loading.rendered(None)]]
+    return [admission.Policy(b) for b in bodies if b.get("kind") == "ValidatingAdmissionPolicy"]

@@ -8,10 +8,13 @@ it (`requestinfo.RequestInfo`), together with the upstream's status code. One pr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import socket
 import ssl
 from types import TracebackType
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -35,6 +38,10 @@ class Recorded:
     method: str
     path_qs: str
     status: int
+    #: for a PATCH or PUT: the object before (read by the proxy itself, unrecorded) and the
+    #: API server's answer (the object after), for admission policies to be run against
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
 
 
 class RecordingProxy:
@@ -103,6 +110,15 @@ class RecordingProxy:
     ) -> None:
         await self.close()
 
+    async def _read(self, path: str) -> dict[str, Any] | None:
+        """The object at ``path`` as it is now (the proxy's own read, never recorded)."""
+        assert self._session is not None
+        async with self._session.get(self.upstream + path, ssl=self.upstream_ssl) as got:
+            if got.status != 200:
+                return None
+            result: dict[str, Any] = await got.json(content_type=None)
+            return result
+
     async def _forward(self, request: web.Request) -> web.StreamResponse:
         assert self._session is not None
         info = requestinfo.request_info(request.method, request.path, dict(request.query))
@@ -110,6 +126,8 @@ class RecordingProxy:
             (k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP
         )
         body = await request.read()
+        mutates = request.method in ("PATCH", "PUT")
+        before = await self._read(request.path) if mutates else None
         async with self._session.request(
             request.method,
             self.upstream + request.path_qs,
@@ -118,12 +136,19 @@ class RecordingProxy:
             allow_redirects=False,
             ssl=self.upstream_ssl,
         ) as upstream:
+            after = None
+            if mutates:
+                content = await upstream.read()
+                with contextlib.suppress(ValueError):
+                    after = json.loads(content)
             self.recorded.append(
                 Recorded(
                     info=info,
                     method=request.method,
                     path_qs=request.path_qs,
                     status=upstream.status,
+                    before=before,
+                    after=after,
                 )
             )
             response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
@@ -131,6 +156,10 @@ class RecordingProxy:
                 if key.lower() not in HOP_BY_HOP:
                     response.headers.add(key, value)
             await response.prepare(request)
+            if mutates:
+                await response.write(content)
+                await response.write_eof()
+                return response
             try:
                 async for chunk in upstream.content.iter_any():
                     await response.write(chunk)

@@ -1,0 +1,37 @@
+"""The bounds of every value that crosses a trust boundary: epochs, partition ids, annotations.
+
+What a consumer pod writes (its acknowledgement annotations), what anyone with write access to
+the blob container writes (a checkpoint's epoch) and what a CR's author writes are untrusted:
+a value out of these bounds is ignored (or the spec is invalid) and said so, never carried into
+a write that the API server would then reject in every later cycle.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+#: Epochs are int64 everywhere: Event Hubs' ``owner_level``, the CRD's ``status.epochs``.
+MAX_EPOCH: Final = 2**63 - 1
+#: The highest epoch accepted as a floor: the successor (epoch + 1) must still fit in int64.
+MAX_FLOOR: Final = MAX_EPOCH - 1
+#: Event Hubs partition ids are "0".."N-1" and a hub has at most a few thousand partitions;
+#: five digits leave ample room without letting a forged key grow without bound.
+_PARTITION_ID: Final = re.compile(r"^(0|[1-9][0-9]{0,4})$")
+#: The most a pod's acknowledgement annotation may hold. A ``released`` value for 4,096
+#: partitions at 19-digit epochs is about 110 KB; anything longer is not an acknowledgement.
+MAX_ANNOTATION_BYTES: Final = 128 * 1024
+
+
+def is_epoch(value: object) -> bool:
+    """An int64 epoch, 0..2^63-1 (bool is not an int here)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_EPOCH
+
+
+def is_floor(value: object) -> bool:
+    """An epoch that leaves room for a successor."""
+    return is_epoch(value) and isinstance(value, int) and value <= MAX_FLOOR
+
+
+def is_partition_id(value: object) -> bool:
+    return isinstance(value, str) and _PARTITION_ID.match(value) is not None

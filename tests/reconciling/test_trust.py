@@ -1,0 +1,142 @@
+"""The trust boundary of a cycle: only what the operator wrote decides who owns what, pure.
+
+A consumer pod may patch ConfigMaps (RBAC cannot narrow that to annotations): each attack
+here is a pod (or a blob writer) writing something and the cycle not believing it.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from typing import Any
+
+from eventhub_balancer.contracts import bounds, configmaps
+from eventhub_balancer.reconciling import deciding, observations
+from tests.reconciling import bodies
+from tests.reconciling.bodies import at, pod
+
+
+def started(*pods: dict[str, Any]) -> observations.Observation:
+    first, decision = bodies.decide_fully(bodies.observe(pods=pods), now=at(0))
+    return bodies.applied(first, decision)
+
+
+def edited(observation: observations.Observation, pod_name: str, **changes: Any) -> Any:
+    """``observation`` with ``pod_name``'s ConfigMap changed as a pod could (data/annotations)."""
+    maps = []
+    for cm in observation.configmaps:
+        cm = copy.deepcopy(dict(cm))
+        if cm["data"].get(configmaps.KEY_POD) == pod_name:
+            cm["data"].update(changes.get("data", {}))
+            cm["metadata"].setdefault("annotations", {}).update(changes.get("annotations", {}))
+        maps.append(cm)
+    return dataclasses.replace(observation, configmaps=tuple(maps))
+
+
+def test_a_pod_that_writes_a_higher_epoch_into_its_data_gets_nothing() -> None:
+    observation = started(pod("a"), pod("b"))
+    owned_by_a = bodies.assignment(observation)["a"]
+    stolen = next(iter(owned_by_a))
+    forged = bodies.assignment(observation)["b"]
+    data = {pid: {"epoch": e, "state": s} for pid, (e, s) in forged.items()}
+    data[stolen] = {"epoch": 999, "state": "owned"}
+    tampered = edited(
+        observation, "b", data={configmaps.KEY_PARTITIONS: json.dumps(data), "extra": "x"}
+    )
+    observation2, decision = bodies.decide_fully(tampered, now=at(5))
+    assert decision.moves == ()
+    assert decision.epochs is None  # no epoch goes up: nobody is fenced out
+    assert [(w.pod, w.create) for w in decision.writes.maps] == [("b", False)]
+    assert decision.writes.maps[0].body["data"]["extra"] is None
+    assert [e.reason for e in decision.events] == ["AssignmentTampered"]
+    after = bodies.applied(observation2, decision)
+    assert bodies.assignment(after)["a"] == owned_by_a
+    assert stolen not in bodies.assignment(after)["b"]
+    assert deciding.decide(after, now=at(6)).writes.count == 0
+
+
+def test_a_restarted_operator_resumes_from_the_status_even_without_the_configmaps() -> None:
+    observation = started(pod("a"), pod("b"))
+    before = bodies.assignment(observation)
+    # Same status, ConfigMaps lost (or all rewritten by pods): the record decides.
+    lost = dataclasses.replace(observation, configmaps=())
+    _, decision = bodies.decide_fully(lost, now=at(5))
+    assert decision.moves == ()
+    assert decision.epochs is None
+    assert {w.pod for w in decision.writes.maps} == {"a", "b"}
+    assert bodies.assignment(bodies.applied(lost, decision)) == before
+
+
+def test_an_acknowledgement_above_the_assigned_epoch_or_oversized_is_ignored() -> None:
+    observation = started(pod("a"), pod("b"))
+    # b grows: a revokes one partition for it.
+    grown = bodies.with_pods(observation, pod("c"))
+    _, decision = bodies.decide_fully(grown, now=at(5))
+    after = bodies.applied(grown, decision)
+    revoking = {
+        p: e
+        for owner, parts in bodies.assignment(after).items()
+        for p, (e, s) in parts.items()
+        if s == "revoking"
+    }
+    assert revoking
+    owner = next(o for o, parts in bodies.assignment(after).items() if set(revoking) & set(parts))
+    above = {p: e + 1 for p, e in revoking.items()}
+    for value in (
+        configmaps.build_released(above),
+        " " * (bounds.MAX_ANNOTATION_BYTES + 1) + configmaps.build_released(revoking),
+    ):
+        forged = edited(after, owner, annotations={configmaps.ANNOTATION_RELEASED: value})
+        decision = deciding.decide(forged, now=at(6))
+        assert [m.kind for m in decision.moves] == [], value[:40]
+    honest = edited(
+        after,
+        owner,
+        annotations={configmaps.ANNOTATION_RELEASED: configmaps.build_released(revoking)},
+    )
+    _, decision = bodies.decide_fully(honest, now=at(6))
+    assert {m.reason for m in decision.moves} == {"released"}
+
+
+def test_a_blob_epoch_beyond_int64_is_ignored_and_named_in_a_condition() -> None:
+    observation = bodies.observe(pods=[pod("a")])
+    _, decision = bodies.decide_fully(
+        observation, now=at(0), checkpoints={"2": (2**63, 1), "3": (bounds.MAX_EPOCH, 1)}
+    )
+    assert decision.epochs is not None
+    assert max(decision.epochs.values()) <= bounds.MAX_EPOCH
+    store = next(
+        c for c in decision.status["conditions"] if c["type"] == "CheckpointStoreReachable"
+    )
+    assert (store["status"], store["reason"]) == ("False", "EpochOutOfRange")
+    assert "partition 2" in store["message"]
+    assert "partition 3" in store["message"]
+
+
+def test_a_status_epoch_out_of_range_does_not_block_the_cycle() -> None:
+    observation = started(pod("a"))
+    body: Any = copy.deepcopy(observation.body)
+    body["status"]["epochs"]["1"] = 2**64
+    _, decision = bodies.decide_fully(dataclasses.replace(observation, body=body), now=at(5))
+    assert all(bounds.is_epoch(e) for e in (decision.epochs or {}).values())
+    assert all(bounds.is_epoch(e) for e in decision.status.get("epochs", {}).values())
+
+
+def test_pod_annotations_are_written_only_when_switched_on() -> None:
+    # Off by default: the default install grants no patch on pods (it allows image changes).
+    _, decision = bodies.decide_fully(bodies.observe(pods=[pod("a")]), now=at(0))
+    assert decision.writes.maps
+    assert decision.writes.pods == ()
+    observation = dataclasses.replace(bodies.observe(pods=[pod("a")]), annotate_pods=True)
+    _, decision = bodies.decide_fully(observation, now=at(0))
+    assert [a.pod for a in decision.writes.pods] == ["a"]
+
+
+def test_a_new_incarnation_under_the_same_name_gets_a_new_epoch() -> None:
+    observation = started(pod("a"))
+    reborn = pod("a")
+    reborn["metadata"]["uid"] = "uid-a-2"
+    _, decision = bodies.decide_fully(bodies.with_pods(observation, reborn), now=at(5))
+    assert decision.epochs is not None
+    assert set(decision.epochs.values()) == {2}
