@@ -8,6 +8,7 @@ on pods it watches) and hands it to list calls (`Selector.to_query`).
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from typing import Any, TypedDict
 
@@ -15,6 +16,15 @@ from eventhub_balancer import errors
 
 #: The operators of ``matchExpressions``, as the API server accepts them.
 OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+#: A label name (a key's last part, or a value): what the API server accepts, so that a
+#: selector the CRD lets through can never make every list call fail (a value with a space).
+_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+#: A key's optional prefix: a DNS subdomain.
+_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+#: The API server's limits: 63 characters for a name or value, 253 for a key's prefix.
+MAX_NAME = 63
+MAX_PREFIX = 253
 
 
 class SelectorRequirementBody(TypedDict, total=False):
@@ -86,6 +96,9 @@ def parse_selector(value: Any, *, field: str) -> Selector:
         isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
     ):
         raise errors.InvalidInput(f"{field}.matchLabels", "must map label keys to string values")
+    for key, label in labels.items():
+        check_key(key, field=f"{field}.matchLabels")
+        check_value(label, field=f"{field}.matchLabels[{key}]")
     requirements = []
     raw_expressions = value.get("matchExpressions") or []
     if not isinstance(raw_expressions, list):
@@ -107,6 +120,8 @@ def parse_selector(value: Any, *, field: str) -> Selector:
             raise errors.InvalidInput(f"{where}.values", f"must not be empty with {op}")
         if op in ("Exists", "DoesNotExist") and values:
             raise errors.InvalidInput(f"{where}.values", f"must be empty with {op}")
+        for j, label in enumerate(values):
+            check_value(label, field=f"{where}.values[{j}]")
         requirements.append(LabelRequirement(key=key, operator=op, values=tuple(values)))
     if not labels and not requirements:
         raise errors.InvalidInput(
@@ -121,4 +136,30 @@ def _key(raw: Mapping[str, Any], field: str) -> str:
         raise errors.InvalidInput(field, "is required")
     if not isinstance(value, str) or not value:
         raise errors.InvalidInput(field, "must be a non-empty string")
+    check_key(value, field=field)
     return value
+
+
+def check_key(key: str, *, field: str) -> None:
+    """A label key as the API server accepts it: ``[prefix/]name``."""
+    prefix, _, name = key.rpartition("/")
+    if "/" in key and (not prefix or len(prefix) > MAX_PREFIX or not _PREFIX.match(prefix)):
+        raise errors.InvalidInput(
+            field, f"label key {key!r}: its prefix must be a DNS subdomain (like example.com)"
+        )
+    if not name or len(name) > MAX_NAME or not _NAME.match(name):
+        raise errors.InvalidInput(
+            field,
+            f"label key {key!r}: use at most {MAX_NAME} letters, digits, '-', '_' or '.', "
+            "starting and ending with a letter or digit",
+        )
+
+
+def check_value(value: str, *, field: str) -> None:
+    """A label value as the API server accepts it (it may be empty)."""
+    if len(value) > MAX_NAME or not _NAME.match(value):
+        raise errors.InvalidInput(
+            field,
+            f"label value {value!r}: use at most {MAX_NAME} letters, digits, '-', '_' or '.', "
+            "starting and ending with a letter or digit",
+        )
