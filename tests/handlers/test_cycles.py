@@ -80,14 +80,16 @@ async def test_writes_go_out_in_the_crash_safe_order_and_a_steady_state_writes_n
     memory = memories.Memory()
     result = await cycle(kube, hubs, memory, now=0, annotate_pods=True)
     kinds = [(verb, kind) for verb, kind, _ in kube.calls]
-    assert kinds[:5] == [
-        ("patch", "status"),  # the epochs, before any ConfigMap uses them
+    assert kinds == [
+        ("patch", "status"),  # the epochs and the record, before any ConfigMap uses them
+        ("create", "event"),  # the moves, now that the record holds them
+        ("create", "event"),
         ("create", "configmap"),
         ("create", "configmap"),
         ("annotate", "pod"),
         ("annotate", "pod"),
+        ("patch", "status"),  # the rest of the status
     ]
-    assert sorted(kinds[5:]) == [("create", "event")] * 2 + [("patch", "status")]
     assert result.writes == len(kube.calls) == 8
     assert kube.assignment(NS) == {
         "a": {"0": (1, "owned"), "1": (1, "owned")},
@@ -113,16 +115,24 @@ async def test_a_crash_after_the_epochs_never_hands_an_epoch_out_twice(
     kube.fail("create_configmap", errors.ApiUnavailable("the API server went away"))
     with pytest.raises(errors.ApiUnavailable):
         await cycle(kube, hubs, memories.Memory(), now=0)
-    assert kube.status(NS, NAME) == {"epochs": {"0": 1, "1": 1, "2": 1, "3": 1}}
+    status = kube.status(NS, NAME)
+    assert set(status) == {"epochs", "assignment"}  # the first write: epochs and the record
+    assert status["epochs"] == {"0": 1, "1": 1, "2": 1, "3": 1}
+    assert {(e["partition"], e["pod"], e["epoch"]) for e in status["assignment"]} == {
+        ("0", "a", 1),
+        ("1", "a", 1),
+        ("2", "b", 1),
+        ("3", "b", 1),
+    }
     assert kube.assignment(NS) == {"b": {"2": (1, "owned"), "3": (1, "owned")}}
     await cycle(kube, hubs, memories.Memory(), now=5)  # a restarted operator
-    # The record never saw epoch 1 given out: every partition is taken over above it (b's
-    # ConfigMap is not believed), so epoch 1 is never handed out a second time.
+    # The record went out with the epochs: the restarted operator writes the ConfigMaps it
+    # describes, to the same owners at the same epochs; no epoch is handed to anyone else.
     assert kube.assignment(NS) == {
-        "a": {"0": (2, "owned"), "1": (2, "owned")},
-        "b": {"2": (2, "owned"), "3": (2, "owned")},
+        "a": {"0": (1, "owned"), "1": (1, "owned")},
+        "b": {"2": (1, "owned"), "3": (1, "owned")},
     }
-    assert kube.status(NS, NAME)["epochs"] == {"0": 2, "1": 2, "2": 2, "3": 2}
+    assert kube.status(NS, NAME)["epochs"] == {"0": 1, "1": 1, "2": 1, "3": 1}
 
 
 async def test_a_kube_api_failure_fails_the_cycle_before_any_write(
@@ -229,3 +239,29 @@ async def test_a_store_outage_under_lag_weighting_moves_nothing(
         result = await cycle(kube, hubs, memory, now=now)
         assert result.decision.moves == ()
     assert kube.assignment(NS) == before
+
+
+async def test_a_conflicting_configmap_write_mid_hand_off_costs_no_epoch_and_no_event(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+) -> None:
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)  # a: 0, 1; b: 2, 3 at epoch 1
+    kube.add_pod(NS, "c", labels={"app": "c"}, since=T0)
+    await cycle(kube, hubs, memory, now=1)  # c joins: one partition is revoked for it
+    kube.acknowledge(NS, "a")
+    kube.acknowledge(NS, "b")
+    # The hand-off's first ConfigMap write conflicts (a pod wrote its acknowledgement between
+    # the read and the write): the cycle fails after the epochs and the record went out.
+    kube.fail("patch_configmap", errors.Conflict("the object has been modified"))
+    with pytest.raises(errors.Conflict):
+        await cycle(kube, hubs, memory, now=2)
+    moved = {p for p, e in kube.status(NS, NAME)["epochs"].items() if e == 2}
+    assert len(moved) == 1
+    await cycle(kube, hubs, memory, now=3)  # the next cycle carries the record out
+    owned = kube.assignment(NS)
+    assert set(owned["c"]) == moved
+    assert {e for e, _ in owned["c"].values()} == {2}  # not taken over once more at epoch 3
+    assert kube.status(NS, NAME)["epochs"] == {p: 2 if p in moved else 1 for p in "0123"}
+    reasons = [e["reason"] for e in kube.events]
+    assert reasons.count("PartitionHandedOff") == 1  # posted once, by the cycle that failed
+    assert "AssignmentTampered" not in reasons  # the operator's own stale writes are not that

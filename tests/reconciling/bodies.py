@@ -119,7 +119,10 @@ def applied(
     """The next cycle's observation once ``decision`` was written (and nothing else moved)."""
     body: Any = copy.deepcopy(observation.body)
     if decision.epochs is not None:
-        body = fakes.merge_patch(body, {"status": {"epochs": dict(decision.epochs)}})
+        first: dict[str, Any] = {"epochs": dict(decision.epochs)}
+        if decision.record is not None:
+            first["assignment"] = [dict(entry) for entry in decision.record]
+        body = fakes.merge_patch(body, {"status": first})
     body = fakes.merge_patch(body, {"status": dict(decision.status)})
     maps = {m["metadata"]["name"]: copy.deepcopy(dict(m)) for m in observation.configmaps}
     for write in decision.writes.maps:

@@ -1,8 +1,9 @@
 """The writing half of a cycle: what a `deciding.Decision` says, in the order that is safe.
 
 The order of writes is what makes a crash at any point safe:
-1. status.epochs first, when the decision gives out a higher epoch: epochs never go back even
-   if every ConfigMap is lost right after;
+1. status.epochs first, when the decision gives out a higher epoch, together with the
+   operator's record of the assignment (status.assignment): epochs never go back even if
+   every ConfigMap is lost right after, and the record always agrees with them;
 2. the ConfigMaps that gain a partition, then those that lose one (a crash in between leaves a
    duplicate claim that the higher epoch resolves);
 3. pod annotations and deletion of stale ConfigMaps, then Events and the rest of the status.
@@ -31,15 +32,22 @@ async def apply(
 ) -> int:
     """Carry out ``decision`` step by step; the number of writes."""
     count = 0
+    bodies = list(decision.event_bodies)
     if decision.epochs is not None:
-        await kube.patch_consumer_status(
-            namespace=namespace, name=name, status={"epochs": dict(decision.epochs)}
-        )
-        count += 1
+        first: dict[str, Any] = {"epochs": dict(decision.epochs)}
+        if decision.record is not None:
+            first["assignment"] = [dict(entry) for entry in decision.record]
+        await kube.patch_consumer_status(namespace=namespace, name=name, status=first)
+        # The record now holds this cycle's moves, and the next cycle will not make them
+        # again: say so now, so that a later failure of this cycle (a ConfigMap write that
+        # conflicts with a pod's acknowledgement) does not lose their Events.
+        await _together(post_event(kube, body) for body in bodies)
+        count += 1 + len(bodies)
+        bodies = []
     count += await apply_writes(kube=kube, namespace=namespace, planned=decision.writes)
     # The Events and the rest of the status go out together (an Event's failure is only
     # logged), so that the next cycle (a hand-off waiting on an acknowledgement) starts sooner.
-    calls: list[Awaitable[Any]] = [post_event(kube, body) for body in decision.event_bodies]
+    calls: list[Awaitable[Any]] = [post_event(kube, body) for body in bodies]
     if decision.status:
         calls.append(
             kube.patch_consumer_status(namespace=namespace, name=name, status=decision.status)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer.balancing import models, planning
@@ -52,6 +52,11 @@ class Decision:
     needs_last_sequences: bool = False
     #: status.epochs to write before anything else; None: no epoch goes up
     epochs: Mapping[str, int] | None = None
+    #: status.assignment (the operator's record), written together with ``epochs``: a cycle
+    #: that fails after that write (a ConfigMap conflict with a pod's acknowledgement) leaves
+    #: a record that agrees with the epochs, so the next cycle carries it on instead of taking
+    #: every partition it gave out over once more
+    record: Sequence[Mapping[str, Any]] | None = None
     writes: writes.Writes = dataclasses.field(default_factory=writes.Writes)
     #: the merge patch of the status after the epochs (top-level fields); empty: no write
     status: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -151,12 +156,16 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
         conditions=tuple(concluded),
     )
     desired = statuses.build_status(outcome=outcome, previous=previous, now=now)
+    record = desired.get("assignment") if raises else None
+    if record is not None:
+        previous = {**previous, "assignment": record}
     return Decision(
         generation=observation.generation,
         pods=frozenset(pods.states) | frozenset(m.pod for m in maps),
         needs_checkpoints=unread and (gives_out or by_lag),
         needs_last_sequences=by_lag and hub_ok and observation.last_sequences is None,
         epochs=new_epochs if raises else None,
+        record=record,
         writes=planned,
         status=statuses.status_patch(previous, desired),
         events=tuple(events),

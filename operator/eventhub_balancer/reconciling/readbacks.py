@@ -9,10 +9,13 @@ more than the record gives its pod is tampered with: it is put back (`writes`) a
 (``AssignmentTampered``). A restarted operator reads the same status and resumes the same
 assignment without a write.
 
-The record is written with the rest of the status, after the ConfigMaps; ``status.epochs`` is
-written first. So a cycle interrupted in between leaves an epoch above the record's: the record
-is stale for that partition, which is then unowned at the higher epoch (its next owner fences
-above both) rather than guessed from a ConfigMap. A status written by an older operator (no
+When a cycle gives out a higher epoch, the record is written together with ``status.epochs``,
+before any ConfigMap: a cycle that fails after that (a ConfigMap write that conflicts with a
+pod's acknowledgement) leaves a record that agrees with the epochs, and the next cycle writes
+the ConfigMaps it describes. An epoch above the record's (a checkpoint blob fenced above it, or
+a status from an older operator that wrote the record last) means the record is stale for that
+partition, which is then unowned at the higher epoch (its next owner fences above both) rather
+than guessed from a ConfigMap. A status written by an older operator (no
 ``assignment``) is read from ``consumers[].partitions``, ``handoffs`` and ``epochs``.
 """
 
@@ -227,9 +230,10 @@ def _claims_beyond_record(
 ) -> list[str]:
     """What ``cm``'s data says that the operator did not write there.
 
-    The operator's own writes can run ahead of its record by one interrupted cycle: a
-    partition at exactly the epoch ``status.epochs`` holds (written first), or ``revoking``
-    where the record still says ``owned``. Anything else is someone else's doing.
+    The operator's own writes can run ahead of its record by one interrupted cycle (a
+    partition at exactly the epoch ``status.epochs`` holds, or ``revoking`` where the record
+    still says ``owned``) or behind it (an older epoch than the record's, not yet rewritten).
+    Anything else is someone else's doing.
     """
     claims = [
         f"data key {k[:40]!r} is not the operator's"
@@ -244,6 +248,11 @@ def _claims_beyond_record(
             continue  # as recorded, or revoking ahead of the record (an interrupted cycle)
         latest = status_epochs.get(pid)
         if entry.epoch == latest and (mine is None or mine.epoch < entry.epoch):
+            continue
+        if mine is not None and entry.epoch < mine.epoch:
+            # An older grant the operator has not rewritten yet (a cycle failed between its
+            # ConfigMap writes): fenced out by the record's epoch, so nothing to gain by it.
+            # It is rewritten like any stale entry, but it is nobody's tampering.
             continue
         held = f"{mine.pod} at epoch {mine.epoch}" if mine is not None else "nobody"
         claims.append(
