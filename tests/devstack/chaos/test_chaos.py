@@ -41,5 +41,6 @@ def test_invariants_hold_under_faults(tmp_path: Path, caplog: pytest.LogCaptureF
     assert report["checkpoint_regressions"] == []
     assert report["writer_conflicts"] == []
     assert report["ready_after_faults_s"] is not None
-    assert report["balanced_after_ready_s"] is not None
-    assert report["balanced_after_ready_s"] <= RECOVERY_BOUND_S
+    # The run waits RECOVERY_BOUND_S for balance once the pods are Ready: None means it never
+    # came within that bound (how fast it came is the benchmark's question).
+    assert report["balanced_after_ready_s"] is not None, f"not balanced in {RECOVERY_BOUND_S} s"
