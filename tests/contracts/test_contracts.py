@@ -31,6 +31,7 @@ def test_spec_defaults() -> None:
     assert spec.consumer_group == "$Default"
     assert spec.start_position == startpositions.EARLIEST
     assert spec.balancing == specs.Balancing()
+    assert spec.processing == specs.Processing(max_attempts=10, on_failure="park")
     assert spec.selector.to_query() == "app=c"
 
 
@@ -53,6 +54,11 @@ def test_spec_defaults() -> None:
         ({"balancing": {"weighting": "size"}}, "spec.balancing.weighting"),
         ({"balancing": {"lagTolerance": 11}}, "spec.balancing.lagTolerance"),
         ({"balancing": {"lagTolerance": "high"}}, "spec.balancing.lagTolerance"),
+        ({"processing": {"maxAttempts": 0}}, "spec.processing.maxAttempts"),
+        ({"processing": {"maxAttempts": True}}, "spec.processing.maxAttempts"),
+        ({"processing": {"onFailure": "drop"}}, "spec.processing.onFailure"),
+        ({"processing": {"retries": 3}}, "spec.processing.retries"),
+        ({"processing": "park"}, "spec.processing"),
         (
             {"eventHub": {"fullyQualifiedNamespace": "x", "name": "y", "credentials": {}}},
             "spec.eventHub.credentials",
@@ -169,6 +175,24 @@ def test_data_round_trip_has_no_secret_and_steady_generation() -> None:
     )
     assert changed is not None
     assert changed["generation"] == "2"
+
+
+def test_the_failure_policy_reaches_the_pod_through_its_configmap() -> None:
+    spec = specs.parse_spec({**SPEC, "processing": {"maxAttempts": 3, "onFailure": "deadLetter"}})
+    data = configmaps.build_data(
+        spec=spec, consumer="orders", pod="c-0", generation=1, partitions={}
+    )
+    assert configmaps.parse_data(data).processing == specs.Processing(
+        max_attempts=3, on_failure="deadLetter"
+    )
+    # An operator from before the policy existed writes no key: the pod takes the default.
+    older = {k: v for k, v in data.items() if k != configmaps.KEY_PROCESSING}
+    assert configmaps.parse_data(older).processing == specs.Processing()
+    assert not configmaps.parse_data(older).problems
+    broken = configmaps.parse_data({**data, configmaps.KEY_PROCESSING: '{"onFailure":"x"}'})
+    assert broken.processing == specs.Processing()
+    assert broken.problems
+    assert "processing" in broken.problems[0]
 
 
 @pytest.mark.parametrize(

@@ -40,6 +40,9 @@ ANNOTATION_POD_UID = PREFIX + "pod-uid"
 #: Annotations (pod): the generation applied; the released partitions, JSON {partition: epoch}.
 ANNOTATION_APPLIED_GENERATION = PREFIX + "applied-generation"
 ANNOTATION_RELEASED = PREFIX + "released"
+#: Annotation (pod): its partitions in trouble (failing, parked, stuck, lost); the format is
+#: `contracts.partitionreports`'s.
+ANNOTATION_PARTITION_REPORTS = PREFIX + "partition-reports"
 #: Annotations (operator) on the Pod itself, for humans and tooling: its partitions.
 POD_ANNOTATION_PARTITIONS = PREFIX + "partitions"
 POD_ANNOTATION_CONSUMER = PREFIX + "consumer"
@@ -55,6 +58,8 @@ KEY_CONTAINER = "checkpointContainer"
 KEY_ACCOUNT_URL = "checkpointAccountUrl"
 KEY_CHECKPOINT_CREDENTIALS = "checkpointCredentials"
 KEY_START_POSITION = "startPosition"
+#: The failure policy (``spec.processing``): JSON ``{"maxAttempts": n, "onFailure": "park"}``.
+KEY_PROCESSING = "processing"
 KEY_GENERATION = "generation"
 KEY_PARTITIONS = "partitions"
 #: Every key of ``data`` the operator writes: any other key was added by someone else.
@@ -70,13 +75,18 @@ DATA_KEYS = frozenset(
         KEY_ACCOUNT_URL,
         KEY_CHECKPOINT_CREDENTIALS,
         KEY_START_POSITION,
+        KEY_PROCESSING,
         KEY_GENERATION,
         KEY_PARTITIONS,
     }
 )
 
 #: The pod may write only these annotations on its ConfigMap; any other change is tampering.
-POD_WRITTEN_ANNOTATIONS = (ANNOTATION_APPLIED_GENERATION, ANNOTATION_RELEASED)
+POD_WRITTEN_ANNOTATIONS = (
+    ANNOTATION_APPLIED_GENERATION,
+    ANNOTATION_RELEASED,
+    ANNOTATION_PARTITION_REPORTS,
+)
 #: An int64 has at most 19 digits (and a sign): a longer ``applied-generation`` is not one.
 MAX_GENERATION_DIGITS = 20
 #: A ConfigMap name is a DNS subdomain: at most 253 characters.
@@ -152,6 +162,8 @@ class ParsedData:
     checkpoint_container: str = ""
     checkpoint_account_url: str = ""
     start_position: Any = None  # the CR's shape: `startpositions.parse_start_position` reads it
+    #: the failure policy; the default when the key is missing (an operator before it existed)
+    processing: specs.Processing = dataclasses.field(default_factory=specs.Processing)
     problems: tuple[str, ...] = ()
 
     @property
@@ -192,6 +204,7 @@ def build_data(
             spec.checkpoint_credentials.describe(), separators=(",", ":")
         ),
         KEY_START_POSITION: startpositions.to_json(spec.start_position),
+        KEY_PROCESSING: json.dumps(spec.processing.describe(), separators=(",", ":")),
         KEY_GENERATION: str(generation),
         KEY_PARTITIONS: _partitions_json(partitions),
     }
@@ -261,6 +274,14 @@ def parse_data(data: object) -> ParsedData:
         except ValueError:
             problems.append(f"{KEY_START_POSITION} is not JSON")
 
+    processing = specs.Processing()
+    raw_processing = data.get(KEY_PROCESSING)
+    if raw_processing is not None:
+        try:
+            processing = specs.parse_processing(json.loads(str(raw_processing)))
+        except ValueError as e:  # JSONDecodeError and errors.InvalidInput alike
+            problems.append(f"{KEY_PROCESSING} is unreadable: {str(e)[:80]}")
+
     partitions: dict[models.PartitionId, PartitionEntry] = {}
     raw_partitions = data.get(KEY_PARTITIONS)
     if raw_partitions is None:
@@ -292,6 +313,7 @@ def parse_data(data: object) -> ParsedData:
         checkpoint_container=text(KEY_CONTAINER),
         checkpoint_account_url=text(KEY_ACCOUNT_URL),
         start_position=start_position,
+        processing=processing,
         problems=tuple(problems),
     )
 

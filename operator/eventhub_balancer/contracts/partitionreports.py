@@ -1,0 +1,139 @@
+"""What a pod reports about partitions it cannot process normally, and how the operator reads it.
+
+A failure stays with the partition that failed: a poison batch, an unreadable checkpoint or
+a hung handler does not make the pod NotReady and does not move the partition (that only
+spreads the fault). The pod says which of its partitions are in trouble in one annotation on
+its own ConfigMap, beside its acknowledgements; the operator shows them in the CR's status
+(condition ``PartitionsFailing``), posts Events and exports a metric.
+
+The annotation is written by the pod, so the operator treats it as untrusted input: its size
+is bounded, unknown keys and malformed entries are dropped, an error text is cut to its first
+line and `MAX_ERROR_CHARS`, and a report counts only for the epoch the operator assigned to
+that pod (`current`).
+
+The states:
+
+- ``failing``: the handler keeps failing on a batch; the pod retries with backoff
+  (``spec.processing.maxAttempts``), then dead-letters or parks it by policy;
+- ``parked``: the pod stopped the partition at its checkpoint (``onFailure: park``); nothing
+  moves until the batch is dead-lettered, replayed, or the partition is reassigned by hand;
+- ``stuck``: a handler call has run longer than ``--stuck-seconds``;
+- ``lost``: the partition was taken at the pod's own epoch (Event Hubs or the checkpoint blob
+  holds a higher epoch than the one the operator assigned): the operator reassigns it at
+  epoch + 1 in its next cycle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Literal, get_args
+
+from eventhub_balancer.balancing import models
+from eventhub_balancer.contracts import bounds, configmaps
+
+#: The pod's annotation on its own ConfigMap: ``{partition: {epoch, state, attempts, error}}``.
+ANNOTATION = configmaps.ANNOTATION_PARTITION_REPORTS
+
+ReportState = Literal["failing", "parked", "stuck", "lost"]
+REPORT_STATES: tuple[ReportState, ...] = get_args(ReportState)
+
+#: An error's first line is enough to tell what broke; the pod's log has the rest. Bounded so
+#: that a pod cannot grow the operator's status or Events without limit.
+MAX_ERROR_CHARS = 200
+#: The most reports read from one annotation: Event Hubs allows at most 1,024 partitions per
+#: hub, so a pod never legitimately reports more.
+MAX_REPORTS = 1024
+#: The most bytes of annotation value read (and written: `build` drops the error texts when
+#: the reports would not fit).
+MAX_ANNOTATION_BYTES = bounds.MAX_ANNOTATION_BYTES
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PartitionReport:
+    """One partition's trouble, as its owner reports it."""
+
+    partition: str
+    epoch: int
+    state: ReportState
+    #: how many times the failing batch was tried (0 when not applicable)
+    attempts: int = 0
+    #: the first line of the error, cut to `MAX_ERROR_CHARS`
+    error: str = ""
+
+
+def first_line(error: str) -> str:
+    """An error message as a report carries it: its first line, bounded."""
+    line = error.strip().splitlines()[0] if error.strip() else ""
+    return line[:MAX_ERROR_CHARS]
+
+
+def build(reports: Mapping[str, PartitionReport]) -> str:
+    """The annotation value: compact JSON, sorted, bounded (errors are dropped to fit)."""
+    chosen = sorted(reports.items(), key=lambda item: models.name_key(item[0]))[:MAX_REPORTS]
+
+    def encode(with_errors: bool) -> str:
+        body = {
+            p: {
+                "epoch": r.epoch,
+                "state": r.state,
+                "attempts": r.attempts,
+                "error": first_line(r.error) if with_errors else "",
+            }
+            for p, r in chosen
+        }
+        return json.dumps(body, separators=(",", ":"))
+
+    value = encode(with_errors=True)
+    return value if len(value) <= MAX_ANNOTATION_BYTES else encode(with_errors=False)
+
+
+def parse(
+    annotations: Mapping[str, str] | None, *, current: Mapping[str, int]
+) -> dict[str, PartitionReport]:
+    """The reports that count: well-formed, about a partition the pod owns at that epoch.
+
+    ``current`` is what the operator assigned to this pod: {partition: epoch}. Anything else
+    in the annotation (other partitions, other epochs, unknown states or keys, oversized
+    values) is ignored: a pod can only speak for what it was given.
+    """
+    raw = (annotations or {}).get(ANNOTATION)
+    if not raw or len(raw) > MAX_ANNOTATION_BYTES:
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return {}
+    if not isinstance(body, dict):
+        return {}
+    reports: dict[str, PartitionReport] = {}
+    for partition, item in list(body.items())[:MAX_REPORTS]:
+        report = _entry(partition, item)
+        if report is not None and current.get(partition) == report.epoch:
+            reports[partition] = report
+    return reports
+
+
+def _entry(partition: object, item: object) -> PartitionReport | None:
+    if not isinstance(partition, str) or not bounds.is_partition_id(partition):
+        return None
+    if not isinstance(item, dict):
+        return None
+    epoch, state = item.get("epoch"), item.get("state")
+    attempts, error = item.get("attempts", 0), item.get("error", "")
+    if not bounds.is_epoch(epoch) or not isinstance(epoch, int):
+        return None
+    if state not in REPORT_STATES:
+        return None
+    if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 0:
+        attempts = 0
+    if not isinstance(error, str):
+        error = ""
+    return PartitionReport(
+        partition=partition,
+        epoch=epoch,
+        state=state,
+        attempts=attempts,
+        error=first_line(error),
+    )

@@ -1,0 +1,76 @@
+"""The pod's partition reports: what it writes, and what the operator accepts of it."""
+
+from __future__ import annotations
+
+import json
+
+from eventhub_balancer.contracts import partitionreports as reports
+
+
+def report(partition: str = "3", **changes: object) -> reports.PartitionReport:
+    fields: dict[str, object] = {
+        "partition": partition,
+        "epoch": 4,
+        "state": "failing",
+        "attempts": 5,
+        "error": "ValueError: bad event",
+    }
+    fields.update(changes)
+    return reports.PartitionReport(**fields)  # type: ignore[arg-type]
+
+
+def annotations(body: object) -> dict[str, str]:
+    return {reports.ANNOTATION: json.dumps(body)}
+
+
+def test_a_report_round_trips_for_the_epoch_the_pod_owns() -> None:
+    value = reports.build({"3": report()})
+    parsed = reports.parse({reports.ANNOTATION: value}, current={"3": 4})
+    assert parsed == {"3": report()}
+
+
+def test_only_the_first_line_of_an_error_is_kept_and_it_is_bounded() -> None:
+    long = "Traceback (most recent call last):\n  File x\nValueError"
+    assert reports.first_line(long) == "Traceback (most recent call last):"
+    assert len(reports.first_line("x" * 10_000)) == reports.MAX_ERROR_CHARS
+    value = reports.build({"3": report(error="y" * 10_000 + "\nmore")})
+    parsed = reports.parse({reports.ANNOTATION: value}, current={"3": 4})
+    assert parsed["3"].error == "y" * reports.MAX_ERROR_CHARS
+
+
+def test_a_pod_speaks_only_for_what_it_was_given() -> None:
+    body = {
+        "3": {"epoch": 4, "state": "parked"},
+        "5": {"epoch": 2, "state": "failing"},  # another pod's partition
+        "7": {"epoch": 9, "state": "lost"},  # an epoch it was never given
+    }
+    parsed = reports.parse(annotations(body), current={"3": 4, "7": 8})
+    assert list(parsed) == ["3"]
+    assert parsed["3"].state == "parked"
+
+
+def test_malformed_input_is_ignored_not_fatal() -> None:
+    current = {"3": 4}
+    assert reports.parse(None, current=current) == {}
+    assert reports.parse({reports.ANNOTATION: "{not json"}, current=current) == {}
+    assert reports.parse(annotations(["3"]), current=current) == {}
+    assert reports.parse(annotations({"3": "failing"}), current=current) == {}
+    assert (
+        reports.parse(annotations({"3": {"epoch": "4", "state": "failing"}}), current=current) == {}
+    )
+    assert (
+        reports.parse(annotations({"3": {"epoch": 4, "state": "on-fire"}}), current=current) == {}
+    )
+    assert (
+        reports.parse(annotations({"3": {"epoch": True, "state": "lost"}}), current=current) == {}
+    )
+    odd = reports.parse(
+        annotations({"3": {"epoch": 4, "state": "stuck", "attempts": -1, "error": 7, "x": 1}}),
+        current=current,
+    )
+    assert odd["3"] == reports.PartitionReport(partition="3", epoch=4, state="stuck")
+
+
+def test_an_oversized_annotation_is_ignored_whole() -> None:
+    padded = {"3": {"epoch": 4, "state": "failing", "error": "x" * reports.MAX_ANNOTATION_BYTES}}
+    assert reports.parse(annotations(padded), current={"3": 4}) == {}
