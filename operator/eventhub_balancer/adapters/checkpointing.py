@@ -21,13 +21,19 @@ import asyncio
 import contextlib
 import logging
 import random
-from typing import Any
+from typing import Any, Final
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import checkpointrequests, retrying
 from eventhub_balancer.contracts import checkpointblobs, startpositions
 
 logger = logging.getLogger(__name__)
+
+#: How long an owner's updates wait on a lease before breaking it. A live fencer holds its
+#: lease for one read and one write (milliseconds); one still held after this long belongs to
+#: a fencer that died mid-fence. Doubled after every break on the same partition (up to the
+#: lease's own length), so that an owner about to be superseded cannot starve a slow fencer.
+LEASE_BREAK_AFTER_S: Final = 0.5
 
 #: A checkpoint blob as last read or written; its callers know it by this module's name.
 Checkpoint = checkpointrequests.Checkpoint
@@ -62,6 +68,7 @@ class CheckpointStore:
         self._rng = random.Random(retry.seed)
         self._owned: dict[str, Checkpoint] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._lease_breaks: dict[str, int] = {}
         self._blobs = checkpointrequests.CheckpointBlobs(
             container,
             fully_qualified_namespace=fully_qualified_namespace,
@@ -148,6 +155,7 @@ class CheckpointStore:
         )
         async with self._lock(partition):
             self._owned.pop(partition, None)
+            self._lease_breaks.pop(partition, None)
             budget = self._budget(f"fence with epoch {epoch}", partition)
             while True:
                 current = await self._blobs.get(partition, budget)
@@ -161,7 +169,7 @@ class CheckpointStore:
                 elif current.epoch == epoch and current.owner_id == self.owner_id:
                     taken = current  # already ours: a repeated fence, or one whose answer was lost
                 else:
-                    taken = await self._take_over(partition, epoch, budget)
+                    taken = await self._take_over(partition, epoch, current, budget)
                     if taken is None:
                         await budget.after_conflict("412/409 (changed or leased since read)")
                         continue
@@ -194,6 +202,7 @@ class CheckpointStore:
             )
             budget = self._budget(f"update to sequence number {sequence_number}", partition)
             etag = mine.etag
+            blocked_since: float | None = None
             while True:
                 written = await self._blobs.write(partition, wanted, mine.epoch, etag, budget)
                 if written is not None:
@@ -222,6 +231,22 @@ class CheckpointStore:
                     # Our own write landed (its answer was lost in a retry) or a later one did.
                     self._owned[partition] = current
                     return current
+                pause: float | None = None
+                unchanged = _same_etag(current.etag, etag) and current.epoch == mine.epoch
+                if unchanged and current.leased:
+                    # Unchanged, ours, and leased: only a fencer's lease refused the write
+                    # (412 LeaseIdMissing). Wait for a live one; break a dead one's.
+                    now = asyncio.get_running_loop().time()
+                    blocked_since = now if blocked_since is None else blocked_since
+                    pause = blocked_since + self._lease_grace(partition) - now
+                    if pause <= 0 and await self._blobs.break_lease(
+                        partition, current.etag, budget
+                    ):
+                        self._lease_breaks[partition] = self._lease_breaks.get(partition, 0) + 1
+                        blocked_since = None
+                        continue
+                else:
+                    blocked_since = None
                 if current.epoch < mine.epoch:
                     # Written by someone who does not fence (the SDK's processor): restore our
                     # epoch, and never move its sequence number back.
@@ -236,18 +261,28 @@ class CheckpointStore:
                     if current.sequence_number > wanted.sequence_number:
                         wanted = current.position
                 etag = current.etag
-                await budget.after_conflict("412 ConditionNotMet (changed since our last write)")
+                await budget.after_conflict(
+                    "412 ConditionNotMet (changed since our last write)", at_most=pause
+                )
 
     async def _take_over(
-        self, partition: str, epoch: int, budget: retrying.Budget
+        self, partition: str, epoch: int, read: Checkpoint, budget: retrying.Budget
     ) -> Checkpoint | None:
         """Write our epoch under a short blob lease (None when the race was lost: re-read).
 
         An owner that checkpoints back to back would otherwise win every race between our read
         and our conditional write; under the lease its writes fail (412 LeaseIdMissing) until
-        our epoch is in place, and then it sees the higher epoch.
+        our epoch is in place, and then it sees the higher epoch. A lease held while the blob
+        (as ``read``) has a lower epoch than ours is broken at once: it is a fencer's that died
+        mid-fence or is racing us, and waiting out its 15 s would stall the takeover.
         """
         lease = await self._blobs.acquire_lease(partition, budget)
+        if (
+            lease is None
+            and read.epoch < epoch
+            and await self._blobs.break_lease(partition, read.etag, budget)
+        ):
+            lease = await self._blobs.acquire_lease(partition, budget)
         if lease is None:
             return None
         try:
@@ -273,11 +308,20 @@ class CheckpointStore:
             operation=f"checkpoint {what} of partition {partition} ({self.blob_name(partition)})",
         )
 
+    def _lease_grace(self, partition: str) -> float:
+        breaks = self._lease_breaks.get(partition, 0)
+        return float(min(LEASE_BREAK_AFTER_S * 2**breaks, checkpointrequests.LEASE_SECONDS))
+
     def _lock(self, partition: str) -> asyncio.Lock:
         lock = self._locks.get(partition)
         if lock is None:
             lock = self._locks[partition] = asyncio.Lock()
         return lock
+
+
+def _same_etag(a: str, b: str) -> bool:
+    """Listed ETags come unquoted, answered ones quoted."""
+    return a.strip('"') == b.strip('"')
 
 
 def _partition_key(partition: str) -> tuple[int, int | str]:

@@ -19,6 +19,7 @@ from typing import Any, Final
 
 from azure.core import MatchConditions
 from azure.core import exceptions as azure_errors
+from azure.storage.blob.aio import BlobLeaseClient
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import retrying
@@ -27,7 +28,8 @@ from eventhub_balancer.contracts import checkpointblobs
 logger = logging.getLogger(__name__)
 
 #: The shortest blob lease Azure allows; a fencer holds it for a read and a write, and if the
-#: fencer dies in between, the blob frees itself after this long.
+#: fencer dies in between, the blob frees itself after this long unless a higher epoch breaks
+#: it first (``CheckpointBlobs.break_lease``).
 LEASE_SECONDS: Final = 15
 
 
@@ -42,6 +44,8 @@ class Checkpoint:
     epoch: int
     etag: str
     last_modified: datetime.datetime | None
+    #: Whether a blob lease was held when this was read (a fencer's, perhaps a dead one's).
+    leased: bool = False
 
     @property
     def position(self) -> checkpointblobs.Position:
@@ -100,6 +104,39 @@ class CheckpointBlobs:
 
         return await retrying.call_with_retries(budget, acquire)
 
+    async def break_lease(self, partition: str, etag: str, budget: retrying.Budget) -> bool:
+        """Break the blob's lease at once if the blob still has ``etag``; False if it changed.
+
+        For a fencer that read a lower epoch than its own under somebody's lease: the holder
+        is a fencer that died mid-fence (its lease would hold the blob for ``LEASE_SECONDS``)
+        or one racing us, and either way every write is conditional on the ETag, so breaking
+        costs no safety. The ETag condition makes sure the epoch we compared is still stored.
+        A lease already gone counts as broken.
+        """
+        blob = self._blob(partition)
+
+        async def break_now() -> bool:
+            try:
+                await BlobLeaseClient(blob).break_lease(
+                    lease_break_period=0, etag=etag, match_condition=MatchConditions.IfNotModified
+                )
+            except azure_errors.ResourceNotFoundError as e:
+                if retrying.error_code(e) == "ContainerNotFound":
+                    raise self.missing_container(e) from e
+                return False  # deleted: re-read
+            except azure_errors.HttpResponseError as e:
+                if e.status_code == 412:
+                    return False  # changed since we read it: re-read
+                if e.status_code == 409:
+                    return True  # LeaseNotPresentWithLeaseOperation: nothing left to break
+                raise
+            return True
+
+        broken = await retrying.call_with_retries(budget, break_now)
+        if broken:
+            logger.info("partition %s: broke the lease on %s", partition, self.blob_name(partition))
+        return broken
+
     async def get(self, partition: str, budget: retrying.Budget) -> Checkpoint | None:
         blob = self._blob(partition)
 
@@ -114,7 +151,13 @@ class CheckpointBlobs:
         props = await retrying.call_with_retries(budget, properties)
         if props is None:
             return None
-        return self._checkpoint(partition, props.metadata or {}, props.etag, props.last_modified)
+        checkpoint = self._checkpoint(
+            partition, props.metadata or {}, props.etag, props.last_modified
+        )
+        lease = getattr(props, "lease", None)
+        if getattr(lease, "state", None) == "leased":
+            checkpoint = dataclasses.replace(checkpoint, leased=True)
+        return checkpoint
 
     async def create(
         self,
@@ -186,6 +229,8 @@ class CheckpointBlobs:
                     raise self.missing_container(e) from e
                 if e.status_code in (404, 412):
                     return None
+                if e.status_code == 409 and lease is not None:
+                    return None  # LeaseLost: a higher epoch broke our lease; re-read
                 raise
 
         answer = await retrying.call_with_retries(budget, set_metadata)

@@ -3,18 +3,25 @@
 A pod reads its partitions from the ConfigMap the operator writes for it, through the API
 rather than a volume (a mounted ConfigMap changes only after the kubelet's sync, about a
 minute), and writes back only annotations on that ConfigMap. The kubernetes client is
-synchronous: the watch runs in a daemon thread (so that a blocked long poll never holds up
-the process's exit) and hands objects to the event loop; short calls run in worker threads,
-each with a request timeout.
+synchronous: each watch session runs in a daemon thread (so that a blocked long poll never
+holds up the process's exit) and hands objects to the event loop; short calls run in worker
+threads, each with a request timeout.
+
+An unreachable API server is not a reason to stop: fencing at the checkpoint blobs keeps a
+pod that goes on with its last assignment safe, so the watch reconnects with backoff for as
+long as the outage lasts and the pod keeps processing meanwhile. Only refused credentials
+(401/403), which waiting never fixes, end the watch with an error.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import logging
 import os
 import threading
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Final
 
 from kubernetes import client as k8s
@@ -32,12 +39,85 @@ WATCH_SECONDS: Final = 60
 #: Every request, the watch's long poll included, gives up after this long.
 REQUEST_TIMEOUT_S: Final = WATCH_SECONDS + 10
 SHORT_REQUEST_TIMEOUT_S: Final = 10
+#: An acknowledgement patch gives up after this long: the runtime's loop awaits it, and a
+#: loop held longer than its heartbeat limit (5 s, ``consumer.endpoints``) fails /healthz,
+#: which during an API outage would get a healthy pod restarted.
+ANNOTATE_TIMEOUT_S: Final = 2.0
+#: While the watch cannot reach the API server, at most one acknowledgement attempt per
+#: this long; the others fail at once (the runtime writes them again on a later turn).
+ANNOTATE_RETRY_DOWN_S: Final = 5.0
 
-#: Consecutive failed attempts to list or watch before the watch gives up (the pod then exits
-#: and Kubernetes restarts it): about two minutes with the backoff below.
-RECONNECT_ATTEMPTS: Final = 15
+#: The first pause before reconnecting; doubled per failure in a row, up to the cap.
 RECONNECT_BACKOFF_S: Final = 0.5
-RECONNECT_BACKOFF_MAX_S: Final = 10.0
+#: The longest pause between reconnects: an outage costs at most this much after it ends,
+#: and a fleet of pods costs the recovering API server one request per pod per this long.
+RECONNECT_BACKOFF_MAX_S: Final = 30.0
+#: 401/403 answers in a row before the watch gives up: a few, since a token being rotated
+#: may be refused once, but waiting never grants a missing RBAC rule.
+AUTH_FAILURES_LIMIT: Final = 3
+#: During an outage, one warning per this long (with the count since the last one).
+OUTAGE_LOG_EVERY_S: Final = 60.0
+
+
+@dataclasses.dataclass
+class Reconnects:
+    """The watch's reconnect policy and its state through one outage.
+
+    Pure bookkeeping on a clock the caller passes, so that it can be read (and tested)
+    without threads: how long to pause after a failure, when to say so in the log, and
+    when refused credentials end the watch.
+    """
+
+    failures: int = 0
+    auth_failures: int = 0
+    since: float | None = None
+    logged_at: float | None = None
+    unlogged: int = 0
+
+    @property
+    def down(self) -> bool:
+        return self.since is not None
+
+    def after_failure(self, error: BaseException, *, now: float) -> float:
+        """The pause before the next attempt; raises ConfigurationError on refused credentials."""
+        self.failures += 1
+        if self.since is None:
+            self.since = now
+        if _refused(error):
+            self.auth_failures += 1
+            if self.auth_failures >= AUTH_FAILURES_LIMIT:
+                raise _wrap(error, f"gave up after {self.auth_failures} refusals")
+        else:
+            self.auth_failures = 0
+        doubled = RECONNECT_BACKOFF_S * float(2 ** min(self.failures - 1, 16))
+        return min(doubled, RECONNECT_BACKOFF_MAX_S)
+
+    def should_log(self, *, now: float) -> bool:
+        """The first failure and then one in ``OUTAGE_LOG_EVERY_S``: a bounded log rate."""
+        if self.logged_at is None or now - self.logged_at >= OUTAGE_LOG_EVERY_S:
+            self.logged_at = now
+            return True
+        self.unlogged += 1
+        return False
+
+    def outage(self, *, now: float) -> float:
+        """Seconds since the first failure in a row (0 when none)."""
+        return 0.0 if self.since is None else now - self.since
+
+    def reachable(self, *, now: float) -> float | None:
+        """The API answered again: the outage's length, if there was one, and its log reset.
+
+        The backoff is kept until a watch works too (``healthy``): a server that answers
+        lists but drops every watch is still backed off from.
+        """
+        outage = None if self.since is None else now - self.since
+        self.unlogged = 0
+        self.since = self.logged_at = None
+        return outage
+
+    def healthy(self) -> None:
+        """A watch worked: the next failure starts the backoff and the counts afresh."""
+        self.failures = self.auth_failures = 0
 
 
 def api_client(kubeconfig: str | None = None) -> k8s.ApiClient:
@@ -61,7 +141,13 @@ class PodConfigMaps:
     """The assignment ConfigMap of one (EventHubConsumer, pod), found by its labels."""
 
     def __init__(
-        self, *, namespace: str, consumer: str, pod: str, kubeconfig: str | None = None
+        self,
+        *,
+        namespace: str,
+        consumer: str,
+        pod: str,
+        kubeconfig: str | None = None,
+        spawn: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
         self.namespace = namespace
         self.consumer = consumer
@@ -74,6 +160,10 @@ class PodConfigMaps:
         )
         #: The name as last seen (the operator may cut long names); the contract's otherwise.
         self.name = configmaps.configmap_name(consumer=consumer, pod=pod)
+        #: Runs one watch session; a daemon thread unless a test runs it inline.
+        self._spawn = spawn or _daemon_thread
+        self.reconnects = Reconnects()
+        self._annotate_after = 0.0
 
     def close(self) -> None:
         self._api_client.close()  # type: ignore[no-untyped-call]
@@ -114,57 +204,82 @@ class PodConfigMaps:
     async def watch(self) -> AsyncIterator[dict[str, Any]]:
         """The ConfigMap now and after every change; ``{}`` when it is deleted or absent.
 
-        Reconnects with backoff; raises :class:`errors.TransientError` after
-        ``RECONNECT_ATTEMPTS`` failures in a row.
+        Reconnects with backoff (``RECONNECT_BACKOFF_S`` doubling up to
+        ``RECONNECT_BACKOFF_MAX_S``) for as long as the API server is unreachable, yielding
+        nothing meanwhile, so that the pod goes on with what it was last given. Raises
+        :class:`errors.ConfigurationError` after ``AUTH_FAILURES_LIMIT`` refusals in a row.
         """
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        reconnects = self.reconnects
         stop = threading.Event()
-
-        def put(kind: str, item: Any) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, (kind, item))
-
-        thread = threading.Thread(
-            target=self._watch_thread, args=(put, stop), name="configmap-watch", daemon=True
-        )
-        thread.start()
         try:
             while True:
-                kind, item = await queue.get()
-                if kind == "error":
-                    raise item
-                yield item
+                stop = threading.Event()
+
+                def put(kind: str, item: Any, stop: threading.Event = stop) -> None:
+                    if not stop.is_set():
+                        loop.call_soon_threadsafe(queue.put_nowait, (kind, item))
+
+                self._spawn(functools.partial(self._session, put, stop))
+                while True:
+                    kind, item = await queue.get()
+                    if kind == "failed":
+                        break
+                    if kind != "healthy" and reconnects.down:
+                        self._recovered(reconnects, loop.time())
+                    if kind != "listed":
+                        reconnects.healthy()
+                    if kind != "healthy":
+                        yield item
+                stop.set()
+                delay = reconnects.after_failure(item, now=loop.time())
+                if reconnects.should_log(now=loop.time()):
+                    logger.warning(
+                        "watching ConfigMap %s/%s failed %d time(s) over %.0f s (last: %s); "
+                        "going on with the last assignment, reconnecting in %.1f s",
+                        self.namespace,
+                        self.name,
+                        reconnects.failures,
+                        reconnects.outage(now=loop.time()),
+                        _describe(item),
+                        delay,
+                    )
+                await asyncio.sleep(delay)
         finally:
             stop.set()
 
-    def _watch_thread(self, put: Any, stop: threading.Event) -> None:
-        failures = 0
-        backoff = RECONNECT_BACKOFF_S
-        while not stop.is_set():
-            try:
+    def _recovered(self, reconnects: Reconnects, now: float) -> None:
+        failures = reconnects.failures
+        outage = reconnects.reachable(now=now)
+        if outage is not None:
+            logger.info(
+                "watching ConfigMap %s/%s again after %d failure(s) over %.0f s",
+                self.namespace,
+                self.name,
+                failures,
+                outage,
+            )
+
+    def _session(self, put: Callable[[str, Any], None], stop: threading.Event) -> None:
+        """List, then watch from the listed version until a failure (reported, not raised)."""
+        try:
+            while not stop.is_set():
                 items, version = self._list()
-                put("object", self._pick(items) or {})
-                failures, backoff = 0, RECONNECT_BACKOFF_S
-                while not stop.is_set():
-                    version = self._watch_once(put, stop, version)
-            except Exception as e:
-                if stop.is_set():
-                    return
-                failures += 1
-                logger.warning(
-                    "watching ConfigMap %s/%s failed (%s); reconnect %d/%d in %.1f s",
-                    self.namespace,
-                    self.name,
-                    type(e).__name__,
-                    failures,
-                    RECONNECT_ATTEMPTS,
-                    backoff,
-                )
-                if failures >= RECONNECT_ATTEMPTS:
-                    put("error", _wrap(e, f"gave up watching ConfigMap {self.selector}"))
-                    return
-                stop.wait(backoff)
-                backoff = min(backoff * 2, RECONNECT_BACKOFF_MAX_S)
+                put("listed", self._pick(items) or {})
+                watched = False
+                try:
+                    while not stop.is_set():
+                        version = self._watch_once(put, stop, version)
+                        watched = True
+                        put("healthy", None)
+                except k8s_errors.ApiException as e:
+                    # 410 Gone: our version is too old (not an outage): list again at once,
+                    # unless no watch worked since the last list (then back off).
+                    if e.status != 410 or not watched:
+                        raise
+        except Exception as e:
+            put("failed", e)
 
     def _watch_once(self, put: Any, stop: threading.Event, version: str) -> str:
         """One watch request from ``version``; returns the version to resume from."""
@@ -183,7 +298,7 @@ class PodConfigMaps:
                 kind = event.get("type")
                 raw = event.get("raw_object") or {}
                 if kind == "ERROR":
-                    # 410 Gone: our version is too old; list again.
+                    # 410 Gone: our version is too old; the session lists again.
                     raise k8s_errors.ApiException(status=int(raw.get("code", 500)), reason="watch")
                 version = str(raw.get("metadata", {}).get("resourceVersion", version))
                 if kind in ("ADDED", "MODIFIED"):
@@ -201,23 +316,50 @@ class PodConfigMaps:
             self.namespace,
             {"metadata": {"annotations": dict(annotations)}},
             _content_type="application/merge-patch+json",
-            _request_timeout=SHORT_REQUEST_TIMEOUT_S,
+            _request_timeout=ANNOTATE_TIMEOUT_S,
         )
 
     async def annotate(self, annotations: Mapping[str, str]) -> None:
         """Merge these annotations into the ConfigMap (a missing ConfigMap is not an error:
-        the operator deleted it, so nobody waits for our answer)."""
+        the operator deleted it, so nobody waits for our answer).
+
+        Bounded by ``ANNOTATE_TIMEOUT_S``; while the watch finds the API server unreachable,
+        attempts are spaced by ``ANNOTATE_RETRY_DOWN_S`` and the others raise
+        :class:`errors.TransientError` at once, so that an outage never holds the caller up.
+        """
+        now = asyncio.get_running_loop().time()
+        if self.reconnects.down and now < self._annotate_after:
+            raise errors.TransientError(
+                f"cannot annotate ConfigMap {self.namespace}/{self.name}: the API server is "
+                f"unreachable (for {self.reconnects.outage(now=now):.0f} s)"
+            )
         try:
-            await asyncio.to_thread(self._patch, annotations)
+            async with asyncio.timeout(ANNOTATE_TIMEOUT_S + 1):
+                await asyncio.to_thread(self._patch, annotations)
         except k8s_errors.ApiException as e:
             if e.status == 404:
                 logger.info(
                     "ConfigMap %s/%s is gone: acknowledgement dropped", self.namespace, self.name
                 )
                 return
+            self._annotate_after = now + ANNOTATE_RETRY_DOWN_S
             raise _wrap(e, f"cannot annotate ConfigMap {self.namespace}/{self.name}") from e
         except Exception as e:
+            self._annotate_after = now + ANNOTATE_RETRY_DOWN_S
             raise _wrap(e, f"cannot annotate ConfigMap {self.namespace}/{self.name}") from e
+
+
+def _daemon_thread(target: Callable[[], None]) -> None:
+    threading.Thread(target=target, name="configmap-watch", daemon=True).start()
+
+
+def _refused(error: BaseException) -> bool:
+    return isinstance(error, k8s_errors.ApiException) and error.status in (401, 403)
+
+
+def _describe(error: BaseException) -> str:
+    status = getattr(error, "status", None)
+    return f"HTTP {status}" if status else type(error).__name__
 
 
 def _wrap(error: BaseException, what: str) -> errors.EventHubBalancerError:

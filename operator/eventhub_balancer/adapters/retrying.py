@@ -32,13 +32,20 @@ class RetryPolicy:
     """How long an operation keeps trying through transient failures.
 
     The blob client's own retries are off (see ``adapters.blobs``) so that this budget is the
-    only one: ``attempts`` requests (reads and writes of one operation together) within
-    ``budget_seconds``, each bounded by ``attempt_timeout_seconds``, with full-jitter
-    exponential backoff between transient failures. Conflicts (412/409) are re-read at once.
+    only one. It is a budget of time: ``budget_seconds`` for the whole operation, each request
+    bounded by ``attempt_timeout_seconds``, with full-jitter exponential backoff between
+    transient failures and between lost races. ``attempts`` (reads and writes of one
+    operation together) only bounds the requests against a store that fails at once: a count
+    alone ran out within 0.1 s of backoff, far sooner than the 503s of a busy account or a
+    blob lease pass.
     """
 
-    attempts: int = 10
-    budget_seconds: float = 15.0
+    #: A bound on requests, not the budget: with the backoff below, 100 requests take about
+    #: a minute, so ``budget_seconds`` ends an operation first.
+    attempts: int = 100
+    #: Longer than a blob lease (``checkpointrequests.LEASE_SECONDS``) and a throttled
+    #: account's usual Retry-After, so that what the store waits on can pass within it.
+    budget_seconds: float = 20.0
     attempt_timeout_seconds: float = 5.0
     base_delay_seconds: float = 0.05
     max_delay_seconds: float = 2.0
@@ -105,13 +112,13 @@ class Budget:
         self.policy = policy
         self.rng = rng
         self.operation = operation
-        self.started = time.monotonic()
+        self.started = _now()
         self.attempts = 0
         self.failures = 0
         self.conflicts = 0
 
     def elapsed(self) -> float:
-        return time.monotonic() - self.started
+        return _now() - self.started
 
     def attempt_timeout(self) -> float:
         left = self.policy.budget_seconds - self.elapsed()
@@ -142,16 +149,22 @@ class Budget:
         logger.debug("%s: %s; retrying in %.3f s", self.operation, describe(error), delay)
         await asyncio.sleep(delay)
 
-    async def after_conflict(self, what: str) -> None:
-        """A lost race (412/409): re-read after a short jittered pause, within the same budget.
+    async def after_conflict(self, what: str, *, at_most: float | None = None) -> None:
+        """A lost race (412/409): re-read after a jittered pause, within the same budget.
 
-        The pause lets a fencer's lease pass instead of spending the attempts at once.
+        The pause starts short (a racing writer is done in milliseconds) and doubles per
+        conflict up to the policy's max delay, so that a longer hold (a lease) costs few
+        requests rather than the whole budget at once. ``at_most`` caps the pause when the
+        caller knows when it wants to look again.
         """
         self.conflicts += 1
         if self._exhausted():
             raise self._give_up(what, None)
         ceiling = min(self.policy.max_delay_seconds, CONFLICT_DELAY_S * 2 ** (self.conflicts - 1))
-        await asyncio.sleep(self.rng.uniform(0.0, ceiling))
+        pause = self.rng.uniform(0.0, ceiling)
+        if at_most is not None:
+            pause = max(0.0, min(pause, at_most))
+        await asyncio.sleep(pause)
 
     async def call(self, request: Callable[[], Awaitable[T]]) -> T:
         self.attempts += 1
@@ -174,6 +187,14 @@ async def call_with_retries(budget: Budget, request: Callable[[], Awaitable[T]])
         except Exception as e:
             raise_unless_transient(e, budget)
             await budget.after_failure(e)
+
+
+def _now() -> float:
+    """The event loop's clock, which its sleeps (and a test's fake time) run on."""
+    try:
+        return asyncio.get_running_loop().time()
+    except RuntimeError:  # built outside a loop: its sleeps will not run there either
+        return time.monotonic()
 
 
 def raise_unless_transient(error: Exception, budget: Budget) -> None:

@@ -1,0 +1,228 @@
+"""The pod's ConfigMap watch rides out control-plane outages, on fake time.
+
+``PodConfigMaps.watch`` must never give up because the API server is unreachable: fencing
+makes it safe for a pod to go on with its last assignment, so the watch yields nothing during
+an outage and reconnects with backoff capped at ``RECONNECT_BACKOFF_MAX_S``. Only refused
+credentials end it. The API calls (``_list``, ``_watch_once``) are faked on the loop's clock
+and each watch session runs inline instead of in a thread, so that a ten-minute outage takes
+milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes.client import exceptions as k8s_errors
+
+from eventhub_balancer import errors
+from eventhub_balancer.adapters import podconfig
+
+pytestmark = pytest.mark.looptime
+
+KUBECONFIG = """\
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+"""
+
+CONFIGMAP = {"metadata": {"name": "ehb-orders-pod-a"}, "data": {"generation": "1"}}
+
+
+class FakeApi:
+    """The API server as ``_list`` and ``_watch_once`` see it: down or refusing in spans of
+    the loop's time, and a log of every request."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.down: list[tuple[float, float, Callable[[], Exception]]] = []
+        self.requests: list[tuple[float, str]] = []
+        self.watch_outcome: Callable[[], Exception] = ConnectionResetError
+
+    def fail(self, start: float, end: float, error: Callable[[], Exception]) -> None:
+        self.down.append((start, end, error))
+
+    def _check(self, what: str) -> None:
+        now = self.loop.time()
+        self.requests.append((now, what))
+        for start, end, error in self.down:
+            if start <= now < end:
+                raise error()
+
+    def list(self) -> tuple[list[dict[str, Any]], str]:
+        self._check("list")
+        return [CONFIGMAP], "1"
+
+    def watch_once(self, put: Any, stop: threading.Event, version: str) -> str:
+        # A session runs inline here, so a healthy watch cannot block: it ends as if the
+        # connection dropped, and the next session lists again.
+        self._check("watch")
+        raise self.watch_outcome()
+
+
+def client(tmp_path: Path, api: FakeApi) -> podconfig.PodConfigMaps:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(KUBECONFIG)
+    maps = podconfig.PodConfigMaps(
+        namespace="shop",
+        consumer="orders",
+        pod="pod-a",
+        kubeconfig=str(kubeconfig),
+        spawn=lambda session: session(),
+    )
+    maps._list = api.list  # type: ignore[method-assign]
+    maps._watch_once = api.watch_once  # type: ignore[method-assign]
+    return maps
+
+
+async def follow(maps: podconfig.PodConfigMaps, *, seconds: float) -> None:
+    """Consume the watch until it raises (or ``seconds`` of loop time pass)."""
+    async with asyncio.timeout(seconds):
+        async for _ in maps.watch():
+            pass
+
+
+def refused(status: int) -> Callable[[], Exception]:
+    return lambda: k8s_errors.ApiException(status=status, reason="refused")
+
+
+async def test_a_ten_minute_outage_never_ends_the_watch(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    api = FakeApi(loop)
+    api.fail(start + 1, start + 601, ConnectionRefusedError)
+    maps = client(tmp_path, api)
+    seen: list[float] = []
+    caplog.set_level(logging.INFO, logger=podconfig.__name__)
+
+    async with asyncio.timeout(3600):
+        async for body in maps.watch():
+            assert body == CONFIGMAP
+            seen.append(loop.time() - start)
+            if loop.time() >= start + 601:
+                break
+
+    assert seen[0] == 0  # the assignment at once
+    assert 601 <= seen[-1] <= 601 + podconfig.RECONNECT_BACKOFF_MAX_S
+    times = [t for t, _ in api.requests if start + 1 <= t < start + 601]
+    pauses = [b - a for a, b in itertools.pairwise(times)]
+    assert max(pauses) <= podconfig.RECONNECT_BACKOFF_MAX_S
+    assert len(times) <= 600 / podconfig.RECONNECT_BACKOFF_MAX_S + 10  # backed off, bounded
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) <= 600 / podconfig.OUTAGE_LOG_EVERY_S + 2  # a bounded log rate
+    assert any("again after" in r.getMessage() for r in caplog.records)
+    maps.close()
+
+
+async def test_the_backoff_starts_short_and_is_capped() -> None:
+    reconnects = podconfig.Reconnects()
+    pauses = [reconnects.after_failure(ConnectionRefusedError(), now=0.0) for _ in range(20)]
+    assert pauses[0] == podconfig.RECONNECT_BACKOFF_S
+    assert pauses == sorted(pauses)
+    assert pauses[-1] == podconfig.RECONNECT_BACKOFF_MAX_S
+    assert reconnects.reachable(now=42.0) == 42.0
+    assert not reconnects.down
+    # Answering a list is not enough: a server that drops every watch is still backed off.
+    assert reconnects.after_failure(ConnectionRefusedError(), now=43.0) == pauses[-1]
+    reconnects.healthy()
+    assert (
+        reconnects.after_failure(ConnectionRefusedError(), now=50.0)
+        == podconfig.RECONNECT_BACKOFF_S
+    )
+
+
+@pytest.mark.parametrize("status", [401, 403])
+async def test_refused_credentials_end_the_watch_with_a_clear_error(
+    tmp_path: Path, status: int
+) -> None:
+    loop = asyncio.get_running_loop()
+    api = FakeApi(loop)
+    api.fail(loop.time() + 1, loop.time() + 10_000, refused(status))
+    maps = client(tmp_path, api)
+
+    with pytest.raises(errors.ConfigurationError, match="ServiceAccount needs list, watch"):
+        await follow(maps, seconds=600)
+    refusals = [t for t, _ in api.requests if t >= 1]
+    assert len(refusals) == podconfig.AUTH_FAILURES_LIMIT
+    maps.close()
+
+
+async def test_refusals_interrupted_by_an_outage_start_counting_again(tmp_path: Path) -> None:
+    loop = asyncio.get_running_loop()
+    api = FakeApi(loop)
+    now = loop.time()
+    # Two refusals, then the server is unreachable for a while, then refusals again.
+    api.fail(now + 0.1, now + 1.2, refused(403))
+    api.fail(now + 1.2, now + 60, ConnectionRefusedError)
+    api.fail(now + 60, now + 10_000, refused(403))
+    maps = client(tmp_path, api)
+
+    with pytest.raises(errors.ConfigurationError):
+        await follow(maps, seconds=3600)
+    assert loop.time() >= now + 60
+    maps.close()
+
+
+async def test_a_gone_watch_lists_again_without_counting_a_failure(tmp_path: Path) -> None:
+    loop = asyncio.get_running_loop()
+    api = FakeApi(loop)
+    script: list[Exception | None] = [None, k8s_errors.ApiException(status=410, reason="Gone")]
+
+    def watch_once(put: Any, stop: threading.Event, version: str) -> str:
+        outcome = script.pop(0) if script else ConnectionResetError()
+        if outcome is None:
+            return version  # the server ended the watch after its timeout: healthy
+        raise outcome
+
+    maps = client(tmp_path, api)
+    maps._watch_once = watch_once  # type: ignore[method-assign]
+    lists: list[float] = []
+    async with asyncio.timeout(60):
+        async for _ in maps.watch():
+            lists.append(loop.time())
+            if len(lists) == 2:
+                break
+    # The 410 came after a healthy watch: listed again at once, no backoff.
+    assert lists[1] - lists[0] < podconfig.RECONNECT_BACKOFF_S
+    assert maps.reconnects.failures == 0
+    maps.close()
+
+
+async def test_acknowledgements_during_an_outage_never_hold_the_caller_up(
+    tmp_path: Path,
+) -> None:
+    loop = asyncio.get_running_loop()
+    maps = client(tmp_path, FakeApi(loop))
+    patches: list[float] = []
+
+    def unreachable(annotations: Any) -> None:
+        patches.append(loop.time())
+        raise ConnectionRefusedError()
+
+    maps._patch = unreachable  # type: ignore[method-assign]
+    maps.reconnects.after_failure(ConnectionRefusedError(), now=loop.time())  # the watch is down
+    start = loop.time()
+    failed = 0
+    while loop.time() < start + 12:
+        with pytest.raises(errors.TransientError):
+            await maps.annotate({"a": "b"})
+        failed += 1
+        await asyncio.sleep(0.5)  # the runtime's turn
+    assert failed >= 20
+    assert 2 <= len(patches) <= 12 / podconfig.ANNOTATE_RETRY_DOWN_S + 1  # spaced, not each turn
+
+    maps.reconnects.reachable(now=loop.time())  # the watch is back: no more spacing
+    maps._patch = lambda annotations: patches.append(loop.time())  # type: ignore[method-assign]
+    await maps.annotate({"a": "b"})
+    maps.close()
