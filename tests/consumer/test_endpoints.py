@@ -71,3 +71,19 @@ async def test_endpoints_follow_the_runtime(
         consumer.request_shutdown()
         await asyncio.gather(task, return_exceptions=True)
         await server.cleanup()
+
+
+def test_metrics_show_failing_parked_and_dead_lettered_partitions() -> None:
+    from prometheus_client import generate_latest
+
+    from eventhub_balancer.consumer import metrics
+
+    stats = {
+        "0": metrics.PartitionStats(owned=True, parked=True, dead_lettered_events=0),
+        "1": metrics.PartitionStats(owned=True, failing=True, dead_lettered_events=7),
+    }
+    text = generate_latest(metrics.registry_for(lambda: stats)).decode()
+    assert 'ehb_consumer_partition_parked{partition="0"} 1.0' in text
+    assert 'ehb_consumer_partition_parked{partition="1"} 0.0' in text
+    assert 'ehb_consumer_partition_failing{partition="1"} 1.0' in text
+    assert 'ehb_consumer_dead_lettered_events_total{partition="1"} 7.0' in text

@@ -7,11 +7,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import AsyncIterator
+import json
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
-from eventhub_balancer.consumer import assignments, partitions, runtime
+from eventhub_balancer.consumer import (
+    assignments,
+    connections,
+    contexts,
+    partitions,
+    processing,
+    runtime,
+)
+from tests.consumer import policyfakes
 from tests.support import consumerfakes
 
 pytestmark = pytest.mark.looptime
@@ -25,11 +34,13 @@ FAST = partitions.BatchSettings(
 async def running(
     hub: consumerfakes.FakeHub,
     store: consumerfakes.FakeStore | consumerfakes.FakeStoreHandle,
-    recorder: consumerfakes.Recorder,
+    recorder: processing.BatchProcessor,
     *,
     pod: str = "pod-a",
     batch: partitions.BatchSettings = FAST,
     shutdown_timeout: float = 2.0,
+    backends: connections.BackendFactory | None = None,
+    exits: list[str] | None = None,
 ) -> AsyncIterator[tuple[runtime.Runtime, assignments.MemorySource]]:
     handle = store.handle(pod) if isinstance(store, consumerfakes.FakeStore) else store
     source = assignments.MemorySource()
@@ -38,8 +49,9 @@ async def running(
             consumer="orders", pod=pod, batch=batch, shutdown_timeout=shutdown_timeout
         ),
         source=source,
-        backends=consumerfakes.fake_backends(hub, handle),
+        backends=backends or consumerfakes.fake_backends(hub, handle),
         processor=recorder,
+        exit_process=(exits.append if exits is not None else _no_exit),
     )
     task = asyncio.create_task(consumer.run())
     try:
@@ -50,6 +62,10 @@ async def running(
         consumer.request_shutdown()
         async with asyncio.timeout(shutdown_timeout + 5):
             await task
+
+
+def _no_exit(reason: str) -> None:
+    raise AssertionError(f"the runtime asked to exit: {reason}")
 
 
 def now() -> float:
@@ -198,7 +214,11 @@ async def test_a_failing_partition_is_restarted_with_backoff(
         await consumerfakes.eventually(
             lambda: len(store.fence_times) == 2, what="the first restart"
         )
-        assert consumer.ready() == (False, "partitions failing to start: ['0']")
+        # Failing to start is reported, not a reason to turn NotReady (deliverable 1).
+        assert consumer.ready() == (True, "generation 1 applied; reported: 0 failing")
+        await consumerfakes.eventually(lambda: "0" in source.reports, what="the report")
+        report = source.reports["0"]
+        assert (report.state, report.epoch, report.error) == ("failing", 1, "injected")
         await consumerfakes.eventually(
             lambda: len(recorder.done) == 3, what="the partition to start"
         )
@@ -211,28 +231,36 @@ async def test_a_failing_partition_is_restarted_with_backoff(
         assert consumer.ready() == (True, "generation 1 applied")
 
 
-async def test_a_stuck_partition_turns_the_pod_not_ready_until_it_recovers(
+async def test_a_failing_batch_is_reported_while_the_pod_stays_ready(
     fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
 ) -> None:
+    """Deliverable 1: a retried batch is reported ``failing`` (attempts, first error line) and
+    the pod stays Ready; the report is cleared once the batch succeeds."""
     fake_hub.append("0", 5)
-    recorder = consumerfakes.Recorder()
-    recorder.fail_next = 10_000
-    async with running(fake_hub, fake_store, recorder) as (consumer, source):
-        source.put(consumerfakes.configmap(1, {"0": (1, "owned")}))
+    fake_hub.append("1", 5)
+    recorder = policyfakes.PartitionRecorder(fail={"0": 3})
+    batch = partitions.BatchSettings(batch_size=10, max_wait=0.05, retry_backoff=2.0)
+    async with running(fake_hub, fake_store, recorder, batch=batch) as (consumer, source):
+        source.put(consumerfakes.configmap(1, {"0": (1, "owned"), "1": (1, "owned")}))
         async with asyncio.timeout(5):
             await source.wait_for(generation=1)
-        await consumerfakes.eventually(lambda: not consumer.ready()[0], what="NotReady")
-        assert "stuck" in consumer.ready()[1]
-        # The metric follows at the next failed attempt (readiness looks at the clock).
-        await consumerfakes.eventually(lambda: consumer.stats["0"].stuck, what="the stuck metric")
-        assert fake_store.history.get("0") is None
-        recorder.fail_next = 0
-        await consumerfakes.eventually(lambda: consumer.ready()[0], what="Ready again")
+        await consumerfakes.eventually(lambda: "0" in source.reports, what="the report")
+        report = source.reports["0"]
+        assert (report.state, report.epoch) == ("failing", 1)
+        assert report.error == "RuntimeError: handler failure (injected)"
+        assert report.attempts >= 1
+        assert consumer.ready() == (True, "generation 1 applied; reported: 0 failing")
+        assert consumer.stats["0"].failing
+        # The other partition is not held up.
+        assert ("1", 4) in recorder.done
+        await consumerfakes.eventually(lambda: ("0", 4) in recorder.done, within=30)
+        await consumerfakes.eventually(lambda: not source.reports, what="the report cleared")
+        assert consumer.ready() == (True, "generation 1 applied")
         assert fake_store.blobs["0"].sequence_number == 4
-        assert not consumer.stats["0"].stuck
+        assert not consumer.stats["0"].failing
 
 
-async def test_a_handler_running_past_stuck_seconds_turns_the_pod_not_ready(
+async def test_a_handler_running_past_stuck_seconds_is_reported_stuck(
     fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
 ) -> None:
     fake_hub.append("0", 5)
@@ -245,10 +273,15 @@ async def test_a_handler_running_past_stuck_seconds_turns_the_pod_not_ready(
         began = recorder.starts[0][0]
         await asyncio.sleep(began + 119 - now())
         assert consumer.ready() == (True, "generation 1 applied")
+        assert source.reports == {}
         await asyncio.sleep(2)
-        assert consumer.ready() == (False, "partitions stuck beyond 120 s: ['0']")
-        await consumerfakes.eventually(lambda: consumer.ready()[0], within=100, what="Ready again")
-        assert now() - began == pytest.approx(200, abs=0.1)
+        # Stuck is reported; the pod stays Ready for its other partitions.
+        assert consumer.ready() == (True, "generation 1 applied; reported: 0 stuck")
+        await consumerfakes.eventually(lambda: "0" in source.reports, within=1)
+        assert source.reports["0"].state == "stuck"
+        assert source.reports["0"].error.startswith("handler call running for 12")
+        await consumerfakes.eventually(lambda: not source.reports, within=100, what="cleared")
+        assert now() - began == pytest.approx(200, abs=runtime.TICK_S + 0.1)
         assert len(recorder.done) == 5
 
 
@@ -401,3 +434,330 @@ async def test_an_idle_partition_stops_when_its_last_checkpoint_write_finds_a_ne
         assert fake_store.blobs["0"].epoch == 2
         assert fake_store.blobs["0"].sequence_number == -1
         assert "0" not in source.released
+
+
+def policy(max_attempts: int, on_failure: str) -> dict[str, str]:
+    return {"processing": json.dumps({"maxAttempts": max_attempts, "onFailure": on_failure})}
+
+
+async def test_a_poison_batch_is_retried_with_backoff_then_parked(
+    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
+) -> None:
+    """Deliverable 1, ``park``: maxAttempts tries with doubling pauses, then the partition
+    stops at its checkpoint and holds its epoch; it is reported, the pod stays Ready, the
+    other partition goes on, and a revocation releases it without passing the batch."""
+    fake_hub.append("0", 15)
+    fake_hub.append("1", 5)
+    recorder = policyfakes.PartitionRecorder(fail={"0": 10_000})
+    batch = partitions.BatchSettings(
+        batch_size=10, max_wait=0.05, retry_backoff=0.5, retry_backoff_max=1.5
+    )
+    async with running(fake_hub, fake_store, recorder, batch=batch) as (consumer, source):
+        source.put(
+            consumerfakes.configmap(1, {"0": (1, "owned"), "1": (1, "owned")}, **policy(4, "park"))
+        )
+        await consumerfakes.eventually(
+            lambda: "0" in source.reports and source.reports["0"].state == "parked", what="parked"
+        )
+        tries = [
+            at
+            for (at, _), c in zip(recorder.starts, recorder.contexts, strict=True)
+            if c.partition == "0"
+        ]
+        gaps = [later - earlier for earlier, later in itertools.pairwise(tries)]
+        assert gaps == [pytest.approx(g, abs=0.01) for g in (0.5, 1.0, 1.5)]
+        report = source.reports["0"]
+        assert (report.epoch, report.attempts) == (1, 4)
+        assert report.error == "RuntimeError: handler failure (injected)"
+        assert source.applied_generation == 1
+        assert consumer.ready() == (True, "generation 1 applied; reported: 0 parked")
+        assert consumer.stats["0"].parked
+        writes = source.writes
+        await asyncio.sleep(30)
+        # Parked: no more calls, no checkpoint, and no acknowledgement churn.
+        assert sum(1 for c in recorder.contexts if c.partition == "0") == 4
+        assert source.writes == writes
+        assert fake_store.blobs["0"].sequence_number == -1
+        assert fake_store.blobs["0"].epoch == 1
+        assert sorted(recorder.done) == [("1", n) for n in range(5)]
+        assert consumer.workers["0"].state == "running"
+        source.put(
+            consumerfakes.configmap(
+                2, {"0": (1, "revoking"), "1": (1, "owned")}, **policy(4, "park")
+            )
+        )
+        async with asyncio.timeout(5):
+            await source.wait_for(generation=2, released={"0": 1})
+        assert fake_store.blobs["0"].sequence_number == -1
+        assert "0" not in source.reports
+        assert not consumer.stats["0"].parked
+
+
+async def test_retry_reports_are_written_at_most_once_per_tick(
+    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
+) -> None:
+    fake_hub.append("0", 5)
+    recorder = policyfakes.PartitionRecorder(fail={"0": 10_000})
+    batch = partitions.BatchSettings(
+        batch_size=10, max_wait=0.05, retry_backoff=0.01, retry_backoff_max=0.01
+    )
+    async with running(fake_hub, fake_store, recorder, batch=batch) as (_, source):
+        source.put(consumerfakes.configmap(1, {"0": (1, "owned")}, **policy(1000, "park")))
+        async with asyncio.timeout(5):
+            await source.wait_for(generation=1)
+        writes = source.writes
+        await asyncio.sleep(5)
+        # Hundreds of attempts, each changing the report's count: at most one write a tick.
+        assert recorder.calls > 200
+        assert source.writes - writes <= 5 / runtime.TICK_S + 1
+        assert source.reports["0"].state == "failing"
+
+
+async def test_a_poison_batch_is_dead_lettered_durably_before_the_checkpoint_passes_it(
+    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
+) -> None:
+    """Deliverable 1, ``deadLetter``: after maxAttempts the batch is written to the dead-letter
+    store (retried while that fails, the checkpoint held back), then checkpointed past."""
+    fake_hub.append("0", 5)
+    handle = fake_store.handle("pod-a")
+    dead = policyfakes.FakeDeadLetters()
+    dead.fail_writes = 2
+    backends = policyfakes.Backends({"orders": (fake_hub, handle)}, dead_letters=dead)
+    recorder = policyfakes.PartitionRecorder(fail={"0": 3})
+    batch = partitions.BatchSettings(
+        batch_size=10, max_wait=0.05, retry_backoff=1.0, retry_backoff_max=4.0
+    )
+    async with running(fake_hub, handle, recorder, batch=batch, backends=backends) as (
+        consumer,
+        source,
+    ):
+        source.put(consumerfakes.configmap(1, {"0": (1, "owned")}, **policy(3, "deadLetter")))
+        await consumerfakes.eventually(lambda: dead.attempts == 2, what="a failed dead letter")
+        # Not durable yet: the checkpoint stays before the batch, the partition is failing.
+        assert fake_store.blobs["0"].sequence_number == -1
+        await consumerfakes.eventually(lambda: "0" in source.reports)
+        assert source.reports["0"].state == "failing"
+        assert source.reports["0"].error.startswith("dead-letter write failed")
+        await consumerfakes.eventually(lambda: bool(dead.written), what="the dead letter")
+        events, error, attempts, pod, epoch = dead.written["0/0-4"]
+        assert events == [("0", n) for n in range(5)]
+        assert (error, attempts, pod, epoch) == (
+            "RuntimeError: handler failure (injected)\nsecond line of the error",
+            3,
+            "pod-a",
+            1,
+        )
+        gaps = [b - a for a, b in itertools.pairwise(dead.write_times)]
+        assert gaps == [pytest.approx(1.0, abs=0.01), pytest.approx(2.0, abs=0.01)]
+        await consumerfakes.eventually(lambda: fake_store.blobs["0"].sequence_number == 4)
+        assert consumer.stats["0"].dead_lettered_events == 5
+        await consumerfakes.eventually(lambda: not source.reports, what="the report cleared")
+        # The partition goes on after the dead-lettered batch.
+        fake_hub.append("0", 3)
+        await consumerfakes.eventually(lambda: len(recorder.done) == 3)
+        assert recorder.done == [("0", 5), ("0", 6), ("0", 7)]
+        assert consumer.ready() == (True, "generation 1 applied")
+
+
+async def test_a_partition_lost_at_its_own_epoch_is_reported_and_restarted_on_a_newer_one(
+    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
+) -> None:
+    """Deliverable 3: lost is never silent; a higher epoch restarts it."""
+    fake_hub.append("0", 3)
+    recorder = consumerfakes.Recorder()
+    async with running(fake_hub, fake_store, recorder) as (consumer, source):
+        source.put(consumerfakes.configmap(1, {"0": (1, "owned")}))
+        await consumerfakes.eventually(lambda: len(recorder.done) == 3)
+        # Someone else took the checkpoint at a higher epoch than ours.
+        await fake_store.handle("pod-b").fence("0", 2, start=None)
+        fake_hub.append("0", 1)
+        await consumerfakes.eventually(lambda: "0" in source.reports, what="the lost report")
+        report = source.reports["0"]
+        assert (report.state, report.epoch) == ("lost", 1)
+        assert "0" not in consumer.workers
+        assert source.applied_generation == 1
+        assert consumer.ready() == (True, "generation 1 applied; reported: 0 lost")
+        # The operator reassigns it at epoch + 1 (here: higher than the thief's).
+        source.put(consumerfakes.configmap(2, {"0": (3, "owned")}))
+        async with asyncio.timeout(5):
+            await source.wait_for(generation=2)
+        await consumerfakes.eventually(lambda: len(recorder.done) == 4, what="restarted")
+        assert consumer.workers["0"].epoch == 3
+        assert source.reports == {}
+        assert fake_store.blobs["0"].epoch == 3
+
+
+async def test_a_lost_partition_that_is_not_reported_does_not_count_as_applied() -> None:
+    """The applied check itself: a wanted partition without a worker counts only when it is
+    reported (here: lost at the epoch wanted)."""
+    source = assignments.MemorySource()
+    consumer = runtime.Runtime(
+        settings=runtime.RuntimeSettings(consumer="orders", pod="pod-a"),
+        source=source,
+        backends=consumerfakes.fake_backends(
+            consumerfakes.FakeHub(), consumerfakes.FakeStore().handle("pod-a")
+        ),
+        processor=consumerfakes.Recorder(),
+    )
+    consumer.latest = assignments.from_configmap(consumerfakes.configmap(1, {"0": (2, "owned")}))
+    key = connections.Coordinates.of(consumer.latest)
+    consumer._backend_key = key
+    assert not consumer._applied({"0": 2}, key, {})
+    consumer._lost["0"] = (2, "taken")
+    reports = consumer.reports()
+    assert reports["0"].state == "lost"
+    assert consumer._applied({"0": 2}, key, reports)
+
+
+async def test_a_change_of_coordinates_releases_into_the_old_store_then_starts_on_the_new(
+    fake_store: consumerfakes.FakeStore,
+) -> None:
+    """Deliverable 4: every worker is released (final checkpoint into the old store) before
+    the new clients open, and the new generation is acknowledged only once the partitions
+    run on the new coordinates."""
+    old_hub, new_hub = consumerfakes.FakeHub(), consumerfakes.FakeHub()
+    new_store = consumerfakes.FakeStore()
+    backends = policyfakes.Backends(
+        {
+            "orders": (old_hub, fake_store.handle("pod-a")),
+            "payments": (new_hub, new_store.handle("pod-a")),
+        }
+    )
+    old_hub.append("0", 12)
+    old_hub.append("1", 12)
+    new_hub.append("0", 2)
+    new_hub.append("1", 2)
+    recorder = consumerfakes.Recorder()
+    batch = partitions.BatchSettings(batch_size=5, max_wait=0.05, checkpoint_interval=3600)
+    async with running(old_hub, fake_store, recorder, batch=batch, backends=backends) as (
+        consumer,
+        source,
+    ):
+        source.put(consumerfakes.configmap(1, {"0": (1, "owned"), "1": (1, "owned")}))
+        await consumerfakes.eventually(lambda: len(recorder.done) == 24)
+        recorder.block = asyncio.Event()
+        old_hub.append("0", 1)
+        await consumerfakes.eventually(lambda: recorder.calls == 7, what="a batch in flight")
+        source.put(
+            consumerfakes.configmap(
+                2, {"0": (2, "owned"), "1": (2, "owned")}, eventHubName="payments"
+            )
+        )
+        await asyncio.sleep(3)
+        # The old partition 0 still finishes its batch: nothing opened on the new hub, the
+        # new generation not acknowledged, and the pod not Ready for it.
+        assert backends.log == [("open", "orders")]
+        assert source.applied_generation == 1
+        assert consumer.ready()[0] is False
+        recorder.block.set()
+        async with asyncio.timeout(5):
+            await source.wait_for(generation=2)
+        assert backends.log == [("open", "orders"), ("close", "orders"), ("open", "payments")]
+        # Final checkpoints went into the old store.
+        assert fake_store.blobs["0"].sequence_number == 12
+        assert fake_store.blobs["1"].sequence_number == 11
+        assert {p: b.epoch for p, b in new_store.blobs.items()} == {"0": 2, "1": 2}
+        await consumerfakes.eventually(lambda: len(recorder.done) == 29)
+        assert sorted(recorder.done[25:]) == [("0", 0), ("0", 1), ("1", 0), ("1", 1)]
+        assert consumer.ready() == (True, "generation 2 applied")
+        assert source.released == {}
+
+
+async def test_a_change_of_coordinates_at_the_same_epochs_still_moves(
+    fake_store: consumerfakes.FakeStore,
+) -> None:
+    """Even when the operator kept the epochs, the pod never reads the old hub for the new
+    generation."""
+    old_hub, new_hub = consumerfakes.FakeHub(), consumerfakes.FakeHub()
+    backends = policyfakes.Backends(
+        {
+            "orders": (old_hub, fake_store.handle("pod-a")),
+            "payments": (new_hub, consumerfakes.FakeStore().handle("pod-a")),
+        }
+    )
+    recorder = consumerfakes.Recorder()
+    async with running(old_hub, fake_store, recorder, backends=backends) as (_, source):
+        source.put(consumerfakes.configmap(1, {"0": (1, "owned")}))
+        async with asyncio.timeout(5):
+            await source.wait_for(generation=1)
+        source.put(consumerfakes.configmap(2, {"0": (1, "owned")}, eventHubName="payments"))
+        async with asyncio.timeout(5):
+            await source.wait_for(generation=2)
+        new_hub.append("0", 1)
+        await consumerfakes.eventually(lambda: recorder.done == [("0", 0)])
+        assert backends.log[-1] == ("open", "payments")
+        assert [r.epoch for r in new_hub.receivers] == [1]
+        assert source.released == {}
+
+
+class Uncancellable:
+    """A handler call that runs on through cancellation, as a sync handler's does: its thread
+    cannot be stopped, and ``processing.run_in_thread`` ends the call only with the thread
+    (tests/consumer/test_processing.py). Here on the loop, so that fake time runs free."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.finish = asyncio.Event()
+        self.cancelled = 0
+
+    async def __call__(
+        self, events: Sequence[contexts.ReceivedEvent], context: contexts.BatchContext
+    ) -> None:
+        self.started.set()
+        while not self.finish.is_set():
+            try:
+                await self.finish.wait()
+            except asyncio.CancelledError:
+                self.cancelled += 1
+        raise asyncio.CancelledError()
+
+
+async def test_a_handler_that_outlives_its_release_delays_the_ack_then_exits(
+    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
+) -> None:
+    """Deliverable 6: the release is not acknowledged while the handler runs; past the release
+    timeout plus the exit bound the process is asked to exit."""
+    fake_hub.append("0", 3)
+    handler = Uncancellable()
+    exits: list[str] = []
+    batch = partitions.BatchSettings(
+        batch_size=10, max_wait=0.05, release_timeout=20, handler_exit_timeout=5
+    )
+    async with running(fake_hub, fake_store, handler, batch=batch, exits=exits) as (
+        consumer,
+        source,
+    ):
+        source.put(consumerfakes.configmap(1, {"0": (1, "owned")}))
+        await consumerfakes.eventually(handler.started.is_set, what="the handler")
+        revoked = now()
+        source.put(consumerfakes.configmap(2, {"0": (1, "revoking")}))
+        await consumerfakes.eventually(lambda: bool(exits), within=40, what="the exit")
+        assert now() - revoked == pytest.approx(25, abs=runtime.TICK_S + 0.1)
+        assert handler.cancelled == 1
+        assert "0" not in source.released
+        assert consumer.workers["0"].handler_running
+        assert exits[0].startswith("partition 0: the handler still runs 5 s past its release")
+        await asyncio.sleep(60)
+        assert "0" not in source.released  # never while the handler runs
+        handler.finish.set()
+        async with asyncio.timeout(5):
+            await source.wait_for(generation=2, released={"0": 1})
+        assert fake_store.blobs["0"].sequence_number == -1
+    assert len(exits) == 1
+
+
+async def test_an_async_handler_is_cancelled_at_the_release_timeout_without_an_exit(
+    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
+) -> None:
+    fake_hub.append("0", 3)
+    recorder = consumerfakes.Recorder()
+    recorder.block = asyncio.Event()
+    exits: list[str] = []
+    batch = partitions.BatchSettings(batch_size=10, max_wait=0.05, release_timeout=20)
+    async with running(fake_hub, fake_store, recorder, batch=batch, exits=exits) as (_, source):
+        source.put(consumerfakes.configmap(1, {"0": (1, "owned")}))
+        await consumerfakes.eventually(lambda: recorder.calls == 1)
+        source.put(consumerfakes.configmap(2, {"0": (1, "revoking")}))
+        async with asyncio.timeout(21):
+            await source.wait_for(generation=2, released={"0": 1})
+    assert exits == []

@@ -64,3 +64,19 @@ def test_handler_loading(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         processing.load_handler("ehb_test_pipeline:missing")
     with pytest.raises(errors.InvalidInput, match="not callable"):
         processing.load_handler("ehb_test_pipeline:NOT_CALLABLE")
+
+
+def test_the_handler_exit_bound_is_a_flag_and_must_be_positive() -> None:
+    import argparse
+
+    from eventhub_balancer.cli import consume
+    from eventhub_balancer.consumer import partitions
+
+    parser = argparse.ArgumentParser()
+    consume.add_arguments(parser)
+    args = parser.parse_args(["--handler", "x:y", "--handler-exit-seconds", "7.5"])
+    assert args.handler_exit_seconds == 7.5
+    assert parser.parse_args(["--handler", "x:y"]).handler_exit_seconds == 5.0
+    with pytest.raises(errors.InvalidInput) as caught:
+        partitions.BatchSettings(handler_exit_timeout=0)
+    assert caught.value.field == "--handler-exit-seconds"

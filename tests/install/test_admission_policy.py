@@ -62,6 +62,9 @@ def update(old: dict[str, Any], change: Any, *, user: str = USER) -> admission.R
 def acknowledge(body: dict[str, Any]) -> None:
     body["metadata"]["annotations"][configmaps.ANNOTATION_RELEASED] = '{"7":3}'
     body["metadata"]["annotations"][configmaps.ANNOTATION_APPLIED_GENERATION] = "1"
+    body["metadata"]["annotations"][configmaps.ANNOTATION_PARTITION_REPORTS] = (
+        '{"7":{"epoch":3,"state":"parked","attempts":10,"error":"ValueError: bad"}}'
+    )
 
 
 def steal(body: dict[str, Any]) -> None:
@@ -83,6 +86,12 @@ FORGED = {
     "another pod's ConfigMap": lambda: update(assignment(pod="orders-consumer-1"), acknowledge),
     "another consumer's ConfigMap": lambda: update(
         assignment(pod="payments-0", consumer="payments"), acknowledge
+    ),
+    "an oversized partition report": lambda: update(
+        assignment(),
+        lambda b: b["metadata"]["annotations"].update(
+            {configmaps.ANNOTATION_PARTITION_REPORTS: "x" * 200_000}
+        ),
     ),
     "an oversized acknowledgement": lambda: update(
         assignment(),

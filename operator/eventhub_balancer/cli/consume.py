@@ -77,13 +77,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--stuck-seconds",
         type=float,
         default=_env_float("EHB_STUCK_SECONDS", 120.0),
-        help="a batch failing or running longer makes the pod NotReady (default 120)",
+        help="a handler call running longer is reported stuck to the operator (env "
+        "EHB_STUCK_SECONDS; default 120)",
     )
     batching.add_argument(
         "--release-timeout",
         type=float,
         default=_env_float("EHB_RELEASE_TIMEOUT", 20.0),
         help="on revocation, the longest wait for the in-flight batch (default 20)",
+    )
+    batching.add_argument(
+        "--handler-exit-seconds",
+        type=float,
+        default=_env_float("EHB_HANDLER_EXIT_SECONDS", 5.0),
+        help="past the release timeout, how long a handler that cannot be cancelled (a sync "
+        "handler) may still run before the pod process exits so that the next owner never "
+        "overlaps it; keep release timeout + this below handoffTimeoutSeconds (env "
+        "EHB_HANDLER_EXIT_SECONDS; default 5)",
     )
     batching.add_argument(
         "--shutdown-timeout",
@@ -192,6 +202,7 @@ def run(args: argparse.Namespace) -> int:
             checkpoint_interval=args.checkpoint_interval,
             stuck_seconds=args.stuck_seconds,
             release_timeout=args.release_timeout,
+            handler_exit_timeout=args.handler_exit_seconds,
         ),
         shutdown_timeout=args.shutdown_timeout,
         host=args.host,

@@ -1,7 +1,8 @@
 """Where a consumer learns its partitions, and where it acknowledges them.
 
 The operator writes one ConfigMap per pod (``contracts.configmaps``); the pod reads it and
-writes back two annotations: the generation it applied and the partitions it released. The
+writes back three annotations: the generation it applied, the partitions it released, and
+its reports of partitions in trouble (``contracts.partitionreports``). The
 runtime only sees this module's :class:`AssignmentSource`, with three implementations:
 
 - :class:`ConfigMapSource`: the pod's own ConfigMap, watched through the Kubernetes API;
@@ -21,11 +22,12 @@ from typing import Any, Protocol
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import podconfig
-from eventhub_balancer.contracts import configmaps
+from eventhub_balancer.contracts import configmaps, partitionreports
 
 logger = logging.getLogger(__name__)
 
 Assignment = configmaps.ParsedData
+Reports = Mapping[str, partitionreports.PartitionReport]
 
 
 class AssignmentSource(Protocol):
@@ -36,16 +38,29 @@ class AssignmentSource(Protocol):
         ...
 
     async def acknowledge(
-        self, *, applied_generation: int | None, released: Mapping[str, int]
+        self,
+        *,
+        applied_generation: int | None,
+        released: Mapping[str, int],
+        reports: Reports | None = None,
     ) -> None:
-        """Publish the generation applied (None: not yet) and the partitions released."""
+        """Publish the generation applied (None: not yet), the partitions released, and the
+        reports of partitions failing, parked, stuck or lost (None or empty: none)."""
         ...
 
 
 def acknowledgement_annotations(
-    *, applied_generation: int | None, released: Mapping[str, int]
+    *,
+    applied_generation: int | None,
+    released: Mapping[str, int],
+    reports: Reports | None = None,
 ) -> dict[str, str]:
-    annotations = {configmaps.ANNOTATION_RELEASED: configmaps.build_released(released)}
+    """The annotations of an acknowledgement. The reports' annotation is always written (an
+    empty object when there are none), so that a report that ended is cleared."""
+    annotations = {
+        configmaps.ANNOTATION_RELEASED: configmaps.build_released(released),
+        configmaps.ANNOTATION_PARTITION_REPORTS: partitionreports.build(reports or {}),
+    }
     if applied_generation is not None:
         annotations[configmaps.ANNOTATION_APPLIED_GENERATION] = configmaps.build_applied_generation(
             applied_generation
@@ -69,6 +84,9 @@ class MemorySource:
         self._queue: asyncio.Queue[Assignment | None] = asyncio.Queue()
         self.applied_generation: int | None = None
         self.released: dict[str, int] = {}
+        self.reports: dict[str, partitionreports.PartitionReport] = {}
+        #: How many acknowledgements were written (to bound their rate in tests).
+        self.writes = 0
         self.acknowledged = asyncio.Condition()
 
     def put(self, assignment: Assignment | Mapping[str, Any]) -> None:
@@ -87,11 +105,17 @@ class MemorySource:
             yield item
 
     async def acknowledge(
-        self, *, applied_generation: int | None, released: Mapping[str, int]
+        self,
+        *,
+        applied_generation: int | None,
+        released: Mapping[str, int],
+        reports: Reports | None = None,
     ) -> None:
         async with self.acknowledged:
             self.applied_generation = applied_generation
             self.released = dict(released)
+            self.reports = dict(reports or {})
+            self.writes += 1
             self.acknowledged.notify_all()
 
     async def wait_for(
@@ -152,12 +176,16 @@ class FileSource:
             await asyncio.sleep(self.poll_seconds)
 
     async def acknowledge(
-        self, *, applied_generation: int | None, released: Mapping[str, int]
+        self,
+        *,
+        applied_generation: int | None,
+        released: Mapping[str, int],
+        reports: Reports | None = None,
     ) -> None:
         if self.ack_path is None:
             return
         annotations = acknowledgement_annotations(
-            applied_generation=applied_generation, released=released
+            applied_generation=applied_generation, released=released, reports=reports
         )
         temporary = self.ack_path.with_suffix(self.ack_path.suffix + ".tmp")
         temporary.write_text(json.dumps({"metadata": {"annotations": annotations}}, indent=1))
@@ -181,8 +209,14 @@ class ConfigMapSource:
             yield from_configmap(body)
 
     async def acknowledge(
-        self, *, applied_generation: int | None, released: Mapping[str, int]
+        self,
+        *,
+        applied_generation: int | None,
+        released: Mapping[str, int],
+        reports: Reports | None = None,
     ) -> None:
         await self.client.annotate(
-            acknowledgement_annotations(applied_generation=applied_generation, released=released)
+            acknowledgement_annotations(
+                applied_generation=applied_generation, released=released, reports=reports
+            )
         )

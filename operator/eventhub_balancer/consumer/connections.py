@@ -16,7 +16,14 @@ from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import blobs, checkpointing, deliveries, receiving, retrying
+from eventhub_balancer.adapters import (
+    blobs,
+    checkpointing,
+    deadletters,
+    deliveries,
+    receiving,
+    retrying,
+)
 from eventhub_balancer.consumer import assignments, partitions, ports
 from eventhub_balancer.contracts import checkpointblobs, endpoints, startpositions
 
@@ -74,6 +81,8 @@ class Backend:
     store: ports.Checkpoints
     open_receiver: ports.ReceiverFactory
     resolve_start: ports.StartResolver
+    #: Where ``onFailure: deadLetter`` writes (None: nowhere; such batches are parked).
+    dead_letters: ports.DeadLetters | None = None
 
 
 class BackendFactory(Protocol):
@@ -158,7 +167,18 @@ class AzureBackends:
             async def resolve_start(partition: str) -> Any:
                 return await _resolve_start(store, address, partition, start)
 
-            yield Backend(store=store, open_receiver=open_receiver, resolve_start=resolve_start)
+            dead_letters = deadletters.DeadLetterWriter(
+                container,
+                fully_qualified_namespace=where.fully_qualified_namespace,
+                eventhub_name=where.eventhub_name,
+                consumer_group=where.consumer_group,
+            )
+            yield Backend(
+                store=store,
+                open_receiver=open_receiver,
+                resolve_start=resolve_start,
+                dead_letters=dead_letters,
+            )
 
 
 async def _resolve_start(

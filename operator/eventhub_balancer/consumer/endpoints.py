@@ -1,9 +1,11 @@
 """The consumer's HTTP endpoints: /healthz, /readyz and Prometheus /metrics.
 
 /healthz says the process and its event loop are alive (a loop blocked by a handler that
-never yields would miss its heartbeat); /readyz says the pod applied its current assignment
-and no partition is stuck, so that a stuck pod turns NotReady and the operator moves its
-partitions away; /metrics serves the runtime's counters and gauges.
+never yields would miss its heartbeat): only a wedged runtime fails it. /readyz says the pod
+applied its current assignment; a partition failing, parked, stuck or lost is reported to
+the operator instead (``contracts.partitionreports``), because turning the pod NotReady
+would move every partition it owns, and a poison event with them, through the fleet.
+/metrics serves the runtime's counters and gauges.
 """
 
 from __future__ import annotations

@@ -37,8 +37,15 @@ class PartitionStats:
     #: Wall-clock time of the last successful checkpoint write (or fence).
     checkpoint_time: float | None = None
     last_enqueued: deliveries.LastEnqueued | None = None
+    #: Batches (and their events) written to the dead-letter store by the failure policy.
+    dead_lettered_batches: int = 0
+    dead_lettered_events: int = 0
     owned: bool = False
     stuck: bool = False
+    #: Stopped by the ``park`` policy (until released).
+    parked: bool = False
+    #: A batch has failed and is being retried (or dead-lettered).
+    failing: bool = False
 
     def lag(self) -> int | None:
         """Events enqueued but not processed, from the last-enqueued runtime metrics."""
@@ -96,6 +103,21 @@ class RuntimeCollector(Collector):
             "1 while a partition's batch has failed or run longer than the stuck limit.",
             labels=["partition"],
         )
+        dead_lettered = CounterMetricFamily(
+            PREFIX + "dead_lettered_events",
+            "Events written to the dead-letter store after the handler failed maxAttempts times.",
+            labels=["partition"],
+        )
+        failing = GaugeMetricFamily(
+            PREFIX + "partition_failing",
+            "1 while a partition's batch has failed and is being retried.",
+            labels=["partition"],
+        )
+        parked = GaugeMetricFamily(
+            PREFIX + "partition_parked",
+            "1 while a partition is parked at its checkpoint by the failure policy.",
+            labels=["partition"],
+        )
         owned = GaugeMetricFamily(PREFIX + "owned_partitions", "Partitions this pod processes now.")
         owned_count = 0
         for partition in sorted(stats, key=lambda p: (len(p), p)):
@@ -104,17 +126,32 @@ class RuntimeCollector(Collector):
             batches.add_metric([partition], s.batches)
             errors_.add_metric([partition], s.handler_errors)
             checkpoints.add_metric([partition], s.checkpoints)
+            dead_lettered.add_metric([partition], s.dead_lettered_events)
             if not s.owned:
                 continue
             owned_count += 1
             stuck.add_metric([partition], 1.0 if s.stuck else 0.0)
+            failing.add_metric([partition], 1.0 if s.failing else 0.0)
+            parked.add_metric([partition], 1.0 if s.parked else 0.0)
             if s.checkpoint_time is not None:
                 age.add_metric([partition], max(0.0, now - s.checkpoint_time))
             value = s.lag()
             if value is not None:
                 lag.add_metric([partition], value)
         owned.add_metric([], owned_count)
-        yield from (events, batches, errors_, checkpoints, age, lag, stuck, owned)
+        yield from (
+            events,
+            batches,
+            errors_,
+            checkpoints,
+            dead_lettered,
+            age,
+            lag,
+            stuck,
+            failing,
+            parked,
+            owned,
+        )
 
 
 def registry_for(stats: Callable[[], Mapping[str, PartitionStats]]) -> CollectorRegistry:

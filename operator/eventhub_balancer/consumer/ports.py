@@ -7,7 +7,7 @@ unit tests fill them with in-memory fakes on fake time.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from eventhub_balancer.adapters import deliveries
@@ -26,6 +26,23 @@ class Checkpoints(Protocol):
     async def update(self, partition: str, *, offset: str, sequence_number: int) -> Checkpoint: ...
 
     def release(self, partition: str) -> None: ...
+
+
+class DeadLetters(Protocol):
+    """Where a batch goes that the handler failed on ``maxAttempts`` times
+    (``adapters.deadletters``): the write returns once the batch is durable."""
+
+    async def write(
+        self,
+        events: Sequence[deliveries.ReceivedEvent],
+        *,
+        error: str,
+        attempts: int,
+        pod: str,
+        epoch: int,
+    ) -> str:
+        """Store the batch; returns the name it was stored under."""
+        ...
 
 
 class Receiver(Protocol):

@@ -6,6 +6,10 @@ DataFrame of the batch. Sync handlers run in a worker thread so that the receive
 running (and a Spark job, which blocks, is always sync); async handlers are awaited.
 A batch counts as done only when the handler returned: anything it raises is the caller's
 to retry, and no checkpoint passes it.
+
+A thread cannot be stopped, so cancelling the call of a sync handler does not end the call
+before its thread ends (`run_in_thread`): whoever waits for the call knows the handler is
+still running, and a release is not acknowledged while it does.
 """
 
 from __future__ import annotations
@@ -16,11 +20,32 @@ import inspect
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from eventhub_balancer import errors
 from eventhub_balancer.consumer import contexts
 from eventhub_balancer.spark import frames
+
+T = TypeVar("T")
+
+
+async def run_in_thread(function: Callable[..., T], *args: Any) -> T:
+    """``function(*args)`` in a worker thread; a cancellation takes effect when it returns.
+
+    ``asyncio.to_thread`` ends its awaitable at once on cancellation while the thread runs on
+    unseen; here the call ends (cancelled) only once the thread is done, so that the caller
+    can tell a handler that still runs from one that stopped.
+    """
+    future = asyncio.ensure_future(asyncio.to_thread(function, *args))
+    cancelled = False
+    while not future.done():
+        try:
+            await asyncio.shield(future)
+        except asyncio.CancelledError:
+            cancelled = True  # the thread runs on: so does this call
+    if cancelled:
+        raise asyncio.CancelledError()
+    return future.result()
 
 
 class BatchProcessor(Protocol):
@@ -75,7 +100,7 @@ class PlainProcessor:
         if self.is_async:
             await self.function(events, context)
             return
-        result = await asyncio.to_thread(self.function, events, context)
+        result = await run_in_thread(self.function, events, context)
         if inspect.isawaitable(result):  # a sync callable that returned a coroutine
             await result
 
@@ -100,7 +125,7 @@ class SparkProcessor:
     async def __call__(
         self, events: Sequence[contexts.ReceivedEvent], context: contexts.BatchContext
     ) -> None:
-        await asyncio.to_thread(self._run, events, context)
+        await run_in_thread(self._run, events, context)
 
 
 def wrap(function: Callable[..., Awaitable[None] | None]) -> BatchProcessor:

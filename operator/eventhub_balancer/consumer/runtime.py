@@ -3,10 +3,18 @@
 It follows the assignment source (the pod's ConfigMap), and for every change: releases the
 partitions no longer owned (each worker finishes its batch and writes its final checkpoint;
 then the runtime writes ``released`` = {partition: epoch}), starts a worker per newly owned
-partition, and once every owned partition is fenced and nothing is left to release writes
-``applied-generation``. It is Ready when the current generation is applied and no partition
-is stuck. On shutdown (SIGTERM) it releases everything within a bounded time, acknowledges,
-and returns.
+partition, and once every owned partition is running (fenced), parked or reported, and
+nothing is left to release, writes ``applied-generation``. A change of the assignment's
+coordinates (hub, namespace, consumer group, checkpoint container or account, start
+position) releases every worker into the old store first, then reopens the clients and
+starts the partitions on the new coordinates: a generation is never acknowledged while the
+pod reads other coordinates than it names.
+
+A failure stays with its partition: a partition failing, parked, stuck, lost or failing to
+start is reported to the operator (``contracts.partitionreports``, written with the
+acknowledgement) and does not make the pod NotReady. The pod is Ready once its current
+generation is applied, and not while shutting down. On shutdown (SIGTERM) it releases
+everything within a bounded time, acknowledges, and returns.
 """
 
 from __future__ import annotations
@@ -16,11 +24,13 @@ import contextlib
 import dataclasses
 import functools
 import logging
-from collections.abc import Mapping
-from typing import Any
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, Final
 
 from eventhub_balancer import errors, handoffs
 from eventhub_balancer.consumer import assignments, connections, metrics, partitions, processing
+from eventhub_balancer.contracts import partitionreports
 
 logger = logging.getLogger(__name__)
 
@@ -28,8 +38,21 @@ logger = logging.getLogger(__name__)
 #: doubled on every failure in a row, up to the cap.
 RESTART_BACKOFF_S = 1.0
 RESTART_BACKOFF_MAX_S = 30.0
-#: The reconcile loop wakes at least this often (restarts, readiness, loop liveness).
+#: The reconcile loop wakes at least this often (restarts, readiness, loop liveness); a
+#: change of reports alone is written at most once per tick.
 TICK_S = 0.5
+#: The exit status when a handler outlived its release (EX_SOFTWARE).
+EXIT_HANDLER_HUNG: Final = 70
+
+
+def exit_now(reason: str) -> None:
+    """End the process at once: a handler thread that cannot be stopped would otherwise keep
+    the interpreter alive (and keep processing events the next owner processes too).
+    Kubernetes restarts the container; the operator takes its partitions over as from a dead
+    pod, and their epochs fence this process out should it still write."""
+    logger.critical("exiting with status %d: %s", EXIT_HANDLER_HUNG, reason)
+    logging.shutdown()
+    os._exit(EXIT_HANDLER_HUNG)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -46,6 +69,17 @@ class RuntimeSettings:
 class _Restart:
     failures: int
     not_before: float
+    error: str = ""
+
+
+@dataclasses.dataclass
+class _BackendFailure:
+    """The clients of ``key`` could not be opened: retried with backoff, reported meanwhile."""
+
+    key: connections.Coordinates
+    failures: int
+    not_before: float
+    error: str
 
 
 class Runtime:
@@ -59,6 +93,7 @@ class Runtime:
         backends: connections.BackendFactory,
         processor: processing.BatchProcessor,
         spark: Any = None,
+        exit_process: Callable[[str], None] = exit_now,
     ) -> None:
         self.settings = settings
         self.source = source
@@ -71,9 +106,18 @@ class Runtime:
         self.latest: assignments.Assignment | None = None
         self.applied_generation: int | None = None
         self.released: dict[str, int] = {}
-        self._lost: dict[str, int] = {}
+        #: Partitions lost at our own epoch: {partition: (epoch, error)}.
+        self._lost: dict[str, tuple[int, str]] = {}
         self._restarts: dict[str, _Restart] = {}
-        self._acked: tuple[int | None, dict[str, int]] | None = None
+        self._backend_failure: _BackendFailure | None = None
+        #: Called with a reason when a handler outlives its release (tests inject a recorder).
+        self.exit_process = exit_process
+        #: Why the process was asked to exit (None: it was not).
+        self.exit_reason: str | None = None
+        self._acked: (
+            tuple[int | None, dict[str, int], dict[str, partitionreports.PartitionReport]] | None
+        ) = None
+        self._acked_at: float | None = None
         self._wake = asyncio.Event()
         self._shutdown = asyncio.Event()
         self._backend: connections.Backend | None = None
@@ -86,7 +130,9 @@ class Runtime:
     # -- what the endpoints ask
 
     def ready(self) -> tuple[bool, str]:
-        """Ready: the current generation is applied and no partition is stuck."""
+        """Ready: the current generation is applied (every partition running, parked or
+        reported). A partition in trouble is reported, never a reason to be NotReady: that
+        would move every partition of the pod, and the trouble with them."""
         if self._shutdown.is_set():
             return False, "shutting down"
         if self.latest is None:
@@ -96,19 +142,49 @@ class Runtime:
                 f"generation {self.latest.generation} not applied yet "
                 f"(applied: {self.applied_generation})"
             )
-        stuck = sorted(p for p, w in self.workers.items() if w.stuck())
-        # A restarted worker that runs again is not failing (its backoff record stays until
-        # it ends, so that failures in a row keep doubling the delay).
-        wanted = self._wanted()
-        failing = sorted(p for p in self._restarts if p in wanted and p not in self.workers)
-        if stuck:
-            return (
-                False,
-                f"partitions stuck beyond {self.settings.batch.stuck_seconds:g} s: {stuck}",
-            )
-        if failing:
-            return False, f"partitions failing to start: {failing}"
+        reports = self.reports()
+        if reports:
+            listed = ", ".join(f"{p} {r.state}" for p, r in sorted(reports.items()))
+            return True, f"generation {self.applied_generation} applied; reported: {listed}"
         return True, f"generation {self.applied_generation} applied"
+
+    def reports(self, now: float | None = None) -> dict[str, partitionreports.PartitionReport]:
+        """The partitions of the current assignment that are not processing normally."""
+        wanted = self._wanted()
+        now = _now() if now is None else now
+        found: dict[str, partitionreports.PartitionReport] = {}
+        for partition, worker in self.workers.items():
+            if wanted.get(partition) == worker.epoch and not worker.releasing:
+                report = worker.report(now)
+                if report is not None:
+                    found[partition] = report
+        for partition, (epoch, error) in self._lost.items():
+            if wanted.get(partition) == epoch and partition not in self.workers:
+                found[partition] = partitionreports.PartitionReport(
+                    partition=partition, epoch=epoch, state="lost", error=error
+                )
+        for partition, restart in self._restarts.items():
+            if partition in wanted and partition not in self.workers:
+                found[partition] = partitionreports.PartitionReport(
+                    partition=partition,
+                    epoch=wanted[partition],
+                    state="failing",
+                    attempts=restart.failures,
+                    error=partitionreports.first_line(restart.error),
+                )
+        failure = self._backend_failure
+        current = None if self.latest is None else connections.Coordinates.of(self.latest)
+        if failure is not None and failure.key == current:
+            for partition, epoch in wanted.items():
+                if partition not in self.workers and partition not in found:
+                    found[partition] = partitionreports.PartitionReport(
+                        partition=partition,
+                        epoch=epoch,
+                        state="failing",
+                        attempts=failure.failures,
+                        error=partitionreports.first_line(failure.error),
+                    )
+        return found
 
     def heartbeat_age(self) -> float:
         """Seconds since the reconcile loop last turned (0 before its first turn)."""
@@ -175,25 +251,60 @@ class Runtime:
         if assignment is None:
             return
         wanted = self._wanted()
+        key = connections.Coordinates.of(assignment)
+        moving = self._backend_key is not None and key != self._backend_key
         for partition, worker in self.workers.items():
-            if wanted.get(partition) != worker.epoch and not worker.releasing:
-                logger.info("partition %s: releasing epoch %d", partition, worker.epoch)
+            worker.processing_policy = assignment.processing
+            if (moving or wanted.get(partition) != worker.epoch) and not worker.releasing:
+                logger.info(
+                    "partition %s: releasing epoch %d%s",
+                    partition,
+                    worker.epoch,
+                    " (the Event Hub or checkpoint coordinates changed)" if moving else "",
+                )
                 worker.release()
-        if wanted:
-            try:
-                backend = await self._open_backend(assignment)
-            except (errors.TransientError, errors.ConfigurationError, errors.InvalidInput) as e:
-                logger.error("cannot open the Event Hub or checkpoint store: %s", e)
-                backend = None
+        if moving and not self.workers:
+            logger.info("every partition released from %s: switching to %s", self._backend_key, key)
+            await self._close_backend()
+            # What was lost or failing there says nothing about the new coordinates.
+            self._lost.clear()
+            self._restarts.clear()
+            moving = False
+        if wanted and not moving:
+            backend = await self._backend_for(assignment, key)
             if backend is not None:
-                self._start_workers(wanted, backend)
+                self._start_workers(wanted, backend, assignment)
         self._release_unrun(assignment)
         for partition in list(self.released):
             if partition in wanted and wanted[partition] > self.released[partition]:
                 del self.released[partition]  # ours again, with a newer epoch
-        if self._applied(wanted):
+        reports = self.reports()
+        if self._applied(wanted, key, reports):
             self.applied_generation = assignment.generation
-        await self._acknowledge()
+        await self._acknowledge(reports)
+
+    async def _backend_for(
+        self, assignment: assignments.Assignment, key: connections.Coordinates
+    ) -> connections.Backend | None:
+        """The open clients of ``key``; None while they cannot be opened (then retried with
+        backoff, and the partitions reported failing with the error)."""
+        if self._backend is not None and key == self._backend_key:
+            return self._backend
+        failure = self._backend_failure
+        if failure is not None and failure.key == key and _now() < failure.not_before:
+            return None
+        try:
+            backend = await self._open_backend(assignment)
+        except (errors.TransientError, errors.ConfigurationError, errors.InvalidInput) as e:
+            failures = (failure.failures if failure is not None and failure.key == key else 0) + 1
+            delay = min(RESTART_BACKOFF_S * 2 ** (failures - 1), RESTART_BACKOFF_MAX_S)
+            self._backend_failure = _BackendFailure(key, failures, _now() + delay, str(e))
+            logger.error(
+                "cannot open the Event Hub or checkpoint store (retrying in %.1f s): %s", delay, e
+            )
+            return None
+        self._backend_failure = None
+        return backend
 
     def _release_unrun(self, assignment: assignments.Assignment) -> None:
         """Acknowledge at once the releases of partitions no worker runs (after a restart, or
@@ -202,23 +313,42 @@ class Runtime:
             if handoffs.released_at_once(entry.state, running=partition in self.workers):
                 self.released[partition] = entry.epoch
 
-    def _applied(self, wanted: Mapping[str, int]) -> bool:
+    def _applied(
+        self,
+        wanted: Mapping[str, int],
+        key: connections.Coordinates,
+        reports: Mapping[str, partitionreports.PartitionReport],
+    ) -> bool:
+        """Every wanted partition runs fenced at its epoch, or is reported (parked, failing,
+        stuck, lost); nothing else runs; and the pod reads the assignment's coordinates."""
+        if wanted:
+            failure = self._backend_failure
+            reading = self._backend_key == key or (failure is not None and failure.key == key)
+            if not reading:
+                return False
         for partition, epoch in wanted.items():
+            if partition in reports:
+                continue
             worker = self.workers.get(partition)
-            if worker is not None and worker.epoch == epoch:
-                if not worker.fenced.is_set():
-                    return False
-            elif self._lost.get(partition, -1) < epoch and partition not in self._restarts:
+            if worker is None or worker.epoch != epoch or worker.releasing:
+                return False
+            if not worker.fenced.is_set():
                 return False
         # Every partition we must give up has been given up.
-        return all(wanted.get(p) == w.epoch for p, w in self.workers.items())
+        return all(wanted.get(p) == w.epoch and not w.releasing for p, w in self.workers.items())
 
-    def _start_workers(self, wanted: Mapping[str, int], backend: connections.Backend) -> None:
+    def _start_workers(
+        self,
+        wanted: Mapping[str, int],
+        backend: connections.Backend,
+        assignment: assignments.Assignment,
+    ) -> None:
         now = _now()
         for partition, epoch in wanted.items():
             if partition in self.workers:
                 continue  # running, or an older epoch still releasing: start after it ends
-            if self._lost.get(partition, -1) >= epoch:
+            lost = self._lost.get(partition)
+            if lost is not None and lost[0] >= epoch:
                 continue  # a newer owner holds this epoch's partition: wait for a new epoch
             restart = self._restarts.get(partition)
             if restart is not None and now < restart.not_before:
@@ -240,7 +370,13 @@ class Runtime:
                 # Acknowledge the generation as soon as the last partition is fenced, not at
                 # the next tick: the operator and the pod's readiness wait for it.
                 on_fenced=self._wake.set,
+                processing_policy=assignment.processing,
+                dead_letters=backend.dead_letters,
+                on_hung=self._hung,
             )
+            if self.released.get(partition) == epoch:
+                # Released only to move to new coordinates: the operator did not ask for it.
+                del self.released[partition]
             self.workers[partition] = worker
             task = asyncio.create_task(worker.run(), name=f"partition-{partition}")
             self._tasks[partition] = task
@@ -267,27 +403,51 @@ class Runtime:
             self.released[partition] = worker.epoch
             self._restarts.pop(partition, None)
         elif outcome == "lost":
-            self._lost[partition] = worker.epoch
+            self._lost[partition] = (worker.epoch, str(worker.error or "ownership lost"))
             self._restarts.pop(partition, None)
         elif outcome == "failed":
             previous = self._restarts.get(partition)
             failures = (previous.failures if previous else 0) + 1
             delay = min(RESTART_BACKOFF_S * 2 ** (failures - 1), RESTART_BACKOFF_MAX_S)
-            self._restarts[partition] = _Restart(failures, _now() + delay)
+            error = str(worker.error) if worker.error is not None else "the worker crashed"
+            self._restarts[partition] = _Restart(failures, _now() + delay, error)
             logger.info("partition %s: restarting in %.1f s", partition, delay)
         self._wake.set()
 
-    async def _acknowledge(self) -> None:
-        state = (self.applied_generation, dict(self.released))
+    def _hung(self, reason: str) -> None:
+        if self.exit_reason is None:
+            self.exit_reason = reason
+            self.exit_process(reason)
+
+    async def _acknowledge(
+        self, reports: Mapping[str, partitionreports.PartitionReport] | None = None
+    ) -> None:
+        state = (self.applied_generation, dict(self.released), dict(reports or {}))
         if state == self._acked:
             return
+        now = _now()
+        if (
+            self._acked is not None
+            and state[:2] == self._acked[:2]
+            and self._acked_at is not None
+            and now - self._acked_at < TICK_S
+        ):
+            return  # only the reports changed: written at the next tick at the latest
         try:
-            await self.source.acknowledge(applied_generation=state[0], released=state[1])
+            await self.source.acknowledge(
+                applied_generation=state[0], released=state[1], reports=state[2]
+            )
         except errors.EventHubBalancerError as e:
             logger.warning("acknowledgement not written (retrying): %s", e)
             return
-        self._acked = state
-        logger.info("acknowledged generation %s, released %s", state[0], state[1])
+        if self._acked is None or state[:2] != self._acked[:2]:
+            logger.info("acknowledged generation %s, released %s", state[0], state[1])
+        if self._acked is None or state[2] != self._acked[2]:
+            logger.info(
+                "reported partitions: %s",
+                {p: (r.state, r.epoch, r.attempts) for p, r in sorted(state[2].items())} or "none",
+            )
+        self._acked, self._acked_at = state, now
 
     # -- clients
 
@@ -295,12 +455,9 @@ class Runtime:
         key = connections.Coordinates.of(assignment)
         if self._backend is not None and key == self._backend_key:
             return self._backend
+        # Only reached with no worker left on the old coordinates (`_reconcile` sees to it).
+        assert not self.workers, "workers still run on the old coordinates"
         if self._backend is not None:
-            if self.workers:
-                raise errors.TransientError(
-                    "the Event Hub or checkpoint store changed: waiting for the old partitions "
-                    "to be released first"
-                )
             await self._close_backend()
         stack = contextlib.AsyncExitStack()
         try:
@@ -325,6 +482,7 @@ class Runtime:
         # Leave a little of the budget for the checkpoint and the acknowledgement.
         for worker in self.workers.values():
             worker.release(timeout=max(0.5, timeout * 0.6))
+        drained = list(self.workers.values())
         tasks = list(self._tasks.values())
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=timeout * 0.9)
@@ -338,9 +496,14 @@ class Runtime:
             self._release_unrun(self.latest)
         try:
             async with asyncio.timeout(max(1.0, timeout * 0.1)):
-                await self._acknowledge()
+                await self._acknowledge(self.reports())
         except TimeoutError:
             logger.warning("shutdown: the release acknowledgement timed out")
+        hung = sorted(w.partition for w in drained if w.handler_running)
+        if hung:
+            # Their releases were not acknowledged; a thread that cannot be stopped would keep
+            # the interpreter (and the handler) alive past the shutdown.
+            self._hung(f"shutdown: the handler of partitions {hung} still runs")
 
 
 def _now() -> float:

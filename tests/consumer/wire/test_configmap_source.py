@@ -11,7 +11,7 @@ import pytest
 
 from eventhub_balancer.adapters import podconfig
 from eventhub_balancer.consumer import assignments
-from eventhub_balancer.contracts import configmaps
+from eventhub_balancer.contracts import configmaps, partitionreports
 from eventhub_balancer_devstack.kube import LocalKubeAPI
 from tests.support.consumerfakes import configmap
 
@@ -63,13 +63,23 @@ async def test_watch_sees_changes_and_acknowledgements_land(
             assert {p: (e.epoch, e.state) for p, e in second.partitions.items()} == {
                 "0": (1, "owned")
             }
-            await source.acknowledge(applied_generation=1, released={"3": 4})
+            parked = partitionreports.PartitionReport(
+                partition="0", epoch=1, state="parked", attempts=10, error="ValueError: bad"
+            )
+            await source.acknowledge(applied_generation=1, released={"3": 4}, reports={"0": parked})
             name = configmaps.configmap_name(consumer="orders", pod="pod-a")
             annotations = api.get_object("v1/configmaps", name, namespace="shop")["metadata"][
                 "annotations"
             ]
             assert configmaps.parse_applied_generation(annotations) == 1
             assert configmaps.parse_released(annotations) == {"3": 4}
+            assert partitionreports.parse(annotations, current={"0": 1}) == {"0": parked}
+            # A report that ended is cleared.
+            await source.acknowledge(applied_generation=1, released={"3": 4})
+            annotations = api.get_object("v1/configmaps", name, namespace="shop")["metadata"][
+                "annotations"
+            ]
+            assert partitionreports.parse(annotations, current={"0": 1}) == {}
             # Our own annotation patch is not news; the operator's next write is.
             api.patch_object(
                 "v1/configmaps",
