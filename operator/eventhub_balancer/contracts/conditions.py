@@ -21,8 +21,11 @@ READY = "Ready"
 BALANCED = "Balanced"
 EVENTHUB_REACHABLE = "EventHubReachable"
 CHECKPOINT_STORE_REACHABLE = "CheckpointStoreReachable"
+#: True while a pod reports one of its partitions failing, parked, stuck or lost
+#: (`contracts.partitionreports`): the partition's trouble, not the pod's or the consumer's.
+PARTITIONS_FAILING = "PartitionsFailing"
 #: The order in the status: Ready first, as the conventions ask.
-ORDER = (READY, BALANCED, EVENTHUB_REACHABLE, CHECKPOINT_STORE_REACHABLE)
+ORDER = (READY, BALANCED, EVENTHUB_REACHABLE, CHECKPOINT_STORE_REACHABLE, PARTITIONS_FAILING)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

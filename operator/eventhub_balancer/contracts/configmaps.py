@@ -19,7 +19,7 @@ import datetime
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from eventhub_balancer.balancing import models
@@ -217,18 +217,25 @@ def desired_data(
     pod: str,
     partitions: Mapping[models.PartitionId, PartitionEntry],
     current: Mapping[str, str] | None,
+    build: Callable[[int], Mapping[str, str]] | None = None,
 ) -> dict[str, str] | None:
     """The data to write, or None when ``current`` already says the same.
 
     The generation grows by one with every change, so a pod can tell that it has applied the
     latest assignment (``applied-generation``); an unchanged ConfigMap keeps its generation,
-    which is what keeps a steady state free of writes.
+    which is what keeps a steady state free of writes. ``build`` gives `build_data` of these
+    arguments at a generation when the caller keeps it (the operator's memo, which spares an
+    unchanged pod the JSON).
     """
     # Only the generation is needed of what is there (not a whole parse: this runs for every
     # pod in every cycle).
     generation, _problem = _generation(current or {})
-    base = build_data(
-        spec=spec, consumer=consumer, pod=pod, generation=generation, partitions=partitions
+    base = (
+        build(generation)
+        if build is not None
+        else build_data(
+            spec=spec, consumer=consumer, pod=pod, generation=generation, partitions=partitions
+        )
     )
     if current is not None and dict(current) == base:
         return None

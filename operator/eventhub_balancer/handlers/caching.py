@@ -36,6 +36,7 @@ from typing import Any
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps, specs
 from eventhub_balancer.handlers import ports
+from eventhub_balancer.reconciling import conflicts
 
 logger = logging.getLogger(__name__)
 
@@ -49,14 +50,23 @@ PENDING_SECONDS = 60.0
 
 #: The kinds the cache serves, as `observed` names them.
 CONSUMERS, PODS, CONFIGMAPS = "consumers", "pods", "configmaps"
+#: The index of every EventHubConsumer summed up for the conflict check (`conflicts.Peer`):
+#: a cycle compares summaries, it parses no other consumer's spec.
+PEERS = "peers"
 
 Body = Mapping[str, Any]
-#: A kopf index as the daemons receive it: key -> the bodies filed under it.
-Index = Mapping[Any, Iterable[Body]]
+#: A kopf index as the daemons receive it: key -> the bodies (or summaries) filed under it.
+Index = Mapping[Any, Iterable[Any]]
 
 
 def consumer_key(namespace: str, name: str) -> tuple[str, str]:
     return (namespace, name)
+
+
+def peer_key(namespace: str) -> str:
+    """Summaries are filed by namespace; the conflict check reads them all (a checkpoint
+    location is shared across namespaces)."""
+    return namespace
 
 
 def pod_keys(namespace: str, labels: Mapping[str, str]) -> list[tuple[str, ...]]:
@@ -183,6 +193,19 @@ class CachedKube:
         )
         bodies = list(_lookup(index, (namespace, label)))
         return self._merge(CONFIGMAPS, namespace, bodies, created=mine)
+
+    def peers(self) -> tuple[conflicts.Peer, ...]:
+        """Every EventHubConsumer the watch delivered, summed up (one pass over the index);
+        none before kopf hands the indexes over."""
+        index = self._indexes.get(PEERS)
+        if index is None:
+            return ()
+        return tuple(
+            peer
+            for filed in index.values()
+            for peer in filed
+            if isinstance(peer, conflicts.Peer) and peer.uid not in self._hidden
+        )
 
     async def read_secret_key(self, *, namespace: str, name: str, key: str) -> str:
         """The value kept since the last read, unless rejected or older than the refresh."""

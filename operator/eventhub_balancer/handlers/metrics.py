@@ -6,10 +6,12 @@ process (tests of peering, the benchmark) keep their figures apart.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 
 import prometheus_client
 
+from eventhub_balancer.contracts import partitionreports
 from eventhub_balancer.reconciling import figures
 
 #: Cycle durations: a cycle is a handful of API round trips, tens of milliseconds normally.
@@ -84,6 +86,12 @@ class Metrics:
             labels,
             registry=self.registry,
         )
+        self.partitions_troubled = prometheus_client.Gauge(
+            "ehb_partitions_troubled",
+            "Partitions their pods report failing, parked, stuck or lost, by state.",
+            [*labels, "state"],
+            registry=self.registry,
+        )
         self._pods: dict[tuple[str, str], set[str]] = {}
 
     def set_partitions(self, *, namespace: str, consumer: str, per_pod: Mapping[str, int]) -> None:
@@ -96,6 +104,10 @@ class Metrics:
 
     def forget(self, *, namespace: str, consumer: str) -> None:
         self.set_partitions(namespace=namespace, consumer=consumer, per_pod={})
+        # A deleted consumer's troubles must not keep an alert firing.
+        for state in partitionreports.REPORT_STATES:
+            with contextlib.suppress(KeyError):
+                self.partitions_troubled.remove(namespace, consumer, state)
 
     def exposition(self) -> bytes:
         return prometheus_client.generate_latest(self.registry)
@@ -119,6 +131,8 @@ class Metrics:
         self.eventhub_reachable.labels(namespace, consumer).set(
             1 if values.eventhub_reachable else 0
         )
+        for state, count in values.troubled.items():
+            self.partitions_troubled.labels(namespace, consumer, state).set(count)
         for kind, reason in values.moves:
             self.moves.labels(namespace, consumer, kind, reason).inc()
         for outcome, seconds in values.handoffs:

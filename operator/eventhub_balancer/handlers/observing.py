@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import specs
-from eventhub_balancer.handlers import memories, ports
+from eventhub_balancer.handlers import caching, memories, ports
 from eventhub_balancer.reconciling import deciding, observations, retries
 
 logger = logging.getLogger(__name__)
@@ -63,6 +63,9 @@ async def observe(
             listed=memory.store_checked_at is not None,
             known_sequences=memory.store_sequences,
         ),
+        # The other consumers come from the watch (kopf's index); a port without one (a test
+        # or a tool over the bare API) knows of none, and finds no conflict.
+        peers=kube.peers() if isinstance(kube, caching.CachedKube) else (),
     )
 
 

@@ -33,6 +33,7 @@ from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps, specs
 from eventhub_balancer.handlers import caching, cycles, memories, ports
 from eventhub_balancer.handlers.metrics import Metrics
+from eventhub_balancer.reconciling import conflicts
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ INDEXES = {
     caching.CONSUMERS: "ehb_consumers",
     caching.PODS: "ehb_pods",
     caching.CONFIGMAPS: "ehb_configmaps",
+    caching.PEERS: "ehb_peers",
 }
 #: The first retry after a failed cycle (API conflict, API unavailable); doubles up to the max.
 RETRY_SECONDS = 0.5
@@ -200,6 +202,12 @@ def build_registry(runtime: Operator) -> kopf.OperatorRegistry:
     def index_consumer(**kwargs: Any) -> dict[Any, Any]:
         return {caching.consumer_key(kwargs["namespace"], kwargs["name"]): dict(kwargs["body"])}
 
+    @kopf.index(
+        specs.GROUP, specs.VERSION, specs.PLURAL, registry=registry, id=INDEXES[caching.PEERS]
+    )
+    def index_peer(**kwargs: Any) -> dict[Any, Any]:
+        return peer_entry(kwargs["namespace"], kwargs["name"], kwargs["body"])
+
     @kopf.index("", "v1", "pods", registry=registry, id=INDEXES[caching.PODS])
     def index_pod(**kwargs: Any) -> dict[Any, Any]:
         body = dict(kwargs["body"])
@@ -250,6 +258,12 @@ def build_registry(runtime: Operator) -> kopf.OperatorRegistry:
                     runtime.wake(key)
 
     return registry
+
+
+def peer_entry(namespace: str, name: str, body: Mapping[str, Any]) -> dict[Any, Any]:
+    """The peers index's entry of one EventHubConsumer: its summary, parsed once per watch
+    event rather than once per other consumer's cycle."""
+    return {caching.peer_key(namespace): conflicts.peer(body, namespace=namespace, name=name)}
 
 
 async def run_daemon(

@@ -23,10 +23,13 @@ from typing import Any
 from eventhub_balancer.balancing import models, planning
 from eventhub_balancer.contracts import bounds, conditions, podstates, specs
 from eventhub_balancer.reconciling import (
+    conflicts,
+    coordinates,
     figures,
     kubeevents,
     observations,
     readbacks,
+    reports,
     statuses,
     verdicts,
     writes,
@@ -82,6 +85,15 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
     spec = observation.spec
     wall = podstates.to_seconds(now)
     pods = observations.pods(observation.pods, selector=spec.selector)
+    overlap = conflicts.find(
+        conflicts.peer(
+            observation.body, spec=spec, namespace=observation.namespace, name=observation.name
+        ),
+        observation.peers,
+        pod_labels=conflicts.pod_labels(observation.pods, selector=spec.selector),
+    )
+    if overlap is not None:
+        return _refused(observation, overlap, pods=frozenset(pods.states), now=now)
     maps = observations.stored_maps(observation.configmaps, consumer=observation.name)
     previous = observation.status
     status_epochs = {
@@ -95,7 +107,14 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
         stored_epochs={p: epoch for p, (epoch, _seq) in checkpoints.items()},
         now=now,
     )
-    partitions, unlisted = _partitions(observation.hub.ids, back)
+    # New coordinates: the pods' partitions get higher epochs, in the record first.
+    moving = coordinates.change(spec=spec, maps=maps, pods=pods.states, assignment=back.assignment)
+    if moving.raised:
+        back = dataclasses.replace(back, assignment=moving.apply(back.assignment))
+    listed = observation.hub.ids if observation.hub.fault is None else None
+    partitions, unlisted = _partitions(
+        observation.hub.ids, back, gone=moving.hub_changed and listed is not None
+    )
     options = spec.balancing.to_options()
     plan = planning.plan(
         models.Scenario(
@@ -108,12 +127,15 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
             options=options,
         )
     )
+    troubles = reports.standing(back.troubles, plan.assignment)
     by_lag = options.weighting == "lag"
     gives_out = any(m.kind != "revoke" and m.target is not None for m in plan.moves)
     unread = observation.store.checkpoints is None
     hub_ok = observation.hub.fault is None
 
     new_epochs = statuses.epochs(plan.assignment, back.floors, status_epochs)
+    if listed is not None:
+        new_epochs = coordinates.prune(new_epochs, listed=listed, assignment=plan.assignment)
     raises = any(new_epochs.get(p, 0) > status_epochs.get(p, 0) for p in new_epochs)
     if raises:
         previous = {**previous, "epochs": new_epochs}
@@ -135,7 +157,9 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
         hub=verdicts.hub(observation.hub, spec=spec),
         store=verdicts.store(observation.store, spec=spec, ignored=back.ignored),
         spec=spec,
+        troubles=troubles,
     )
+    concluded += conflicts.cleared(previous)
     events = kubeevents.build(
         plan=plan,
         problems=back.problems,
@@ -143,6 +167,7 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
         concluded=concluded,
         previous=previous,
         tampered=back.tampered,
+        troubles=troubles,
     )
     outcome = statuses.Outcome(
         generation=observation.generation,
@@ -154,20 +179,29 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
         balanced=plan.balanced,
         grace_seconds=float(spec.balancing.pod_grace_seconds),
         conditions=tuple(concluded),
+        troubles=troubles,
     )
     desired = statuses.build_status(outcome=outcome, previous=previous, now=now)
+    if (moved := moving.event()) is not None:
+        events.append(moved)
+    if listed is not None:
+        desired["epochs"] = coordinates.prune(
+            desired.get("epochs") or {}, listed=listed, assignment=plan.assignment
+        )
     record = desired.get("assignment") if raises else None
     if record is not None:
         previous = {**previous, "assignment": record}
     return Decision(
         generation=observation.generation,
         pods=frozenset(pods.states) | frozenset(m.pod for m in maps),
-        needs_checkpoints=unread and (gives_out or by_lag),
+        needs_checkpoints=unread and (gives_out or by_lag or bool(moving.raised)),
         needs_last_sequences=by_lag and hub_ok and observation.last_sequences is None,
         epochs=new_epochs if raises else None,
         record=record,
         writes=planned,
-        status=statuses.status_patch(previous, desired),
+        status=_with_removed_epochs(
+            statuses.status_patch(previous, desired), observation.status, desired
+        ),
         events=tuple(events),
         event_bodies=tuple(kubeevents.body(observation.body, e, now=now) for e in events),
         partitions=partitions,
@@ -207,18 +241,50 @@ def _invalid(observation: observations.Observation, *, now: datetime.datetime) -
     )
 
 
+def _refused(
+    observation: observations.Observation,
+    overlap: conflicts.Overlap,
+    *,
+    pods: frozenset[str],
+    now: datetime.datetime,
+) -> Decision:
+    """An older EventHubConsumer overlaps this one (`conflicts`): say so, write nothing else."""
+    refusal = conflicts.refuse(
+        overlap, previous=observation.status, generation=observation.generation, now=now
+    )
+    return Decision(
+        generation=observation.generation,
+        pods=pods,
+        status=refusal.status,
+        events=refusal.events,
+        event_bodies=tuple(kubeevents.body(observation.body, e, now=now) for e in refusal.events),
+    )
+
+
+def _with_removed_epochs(
+    patch: dict[str, Any], stored: specs.StatusBody, desired: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``patch`` that also removes the partitions that left ``status.epochs``."""
+    removal = coordinates.epochs_patch(stored.get("epochs"), desired.get("epochs") or {})
+    return patch if removal is None else {**patch, "epochs": removal}
+
+
 def _partitions(
-    listed: tuple[str, ...] | None, back: readbacks.ReadBack
+    listed: tuple[str, ...] | None, back: readbacks.ReadBack, *, gone: bool = False
 ) -> tuple[tuple[models.PartitionId, ...], tuple[models.PartitionId, ...]]:
-    """The partitions to plan over, and those kept although Event Hubs did not list them."""
+    """The partitions to plan over, and those kept although Event Hubs did not list them.
+
+    ``gone``: the list is the answer of a hub other than the one some pods still read (a
+    change of coordinates): what it does not list does not exist there, and is dropped."""
     if listed is None:
         # Never seen the Event Hub: plan only over what is assigned, so that failover works.
         known = set(back.floors) | set(back.assignment)
         return tuple(planning.ordered_partitions(known)), ()
     ids = [models.PartitionId(p) for p in listed]
-    # Event Hubs partitions never go away; a shorter list is a wrong answer or a wrong hub,
-    # not a reason to revoke what is assigned.
-    missing = set(back.assignment) - set(ids)
+    # Event Hubs partitions never go away; a shorter list from the same hub is a wrong answer,
+    # not a reason to revoke what is owned (an unowned one waits for a list that has it).
+    owned = {p for p, o in back.assignment.items() if o.owner is not None}
+    missing = set() if gone else owned - set(ids)
     if not missing:
         return tuple(ids), ()
     return (

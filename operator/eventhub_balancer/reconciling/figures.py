@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from eventhub_balancer.balancing import models
-from eventhub_balancer.reconciling import readbacks
+from eventhub_balancer.reconciling import readbacks, reports
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -26,6 +26,8 @@ class Figures:
     moves: tuple[tuple[str, str], ...]  # (kind, reason) per move
     #: (how it ended: "released" | "timeout", seconds from revoke to take-over) per hand-off
     handoffs: tuple[tuple[str, float], ...]
+    #: partitions their pods report in trouble, per state (every state, 0 when none)
+    troubled: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
 def build(
@@ -54,4 +56,5 @@ def build(
         eventhub_reachable=hub_ok,
         moves=tuple((m.kind, m.reason) for m in plan.moves),
         handoffs=tuple(handoffs),
+        troubled=reports.counts(reports.standing(before.troubles, plan.assignment)),
     )

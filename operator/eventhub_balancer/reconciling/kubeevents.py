@@ -3,7 +3,10 @@
 Events are for humans reading ``kubectl describe``: their reasons are specific
 (``PartitionAssigned``, ``HandoffTimedOut``, ``EventHubUnreachable``), moves of the same kind
 between the same pods are grouped into one Event, and a dependency's fault is reported when it
-starts, not every cycle. `body` builds what the API takes; `handlers.writing` only posts it.
+starts, not every cycle. The same holds for the partitions pods report in trouble
+(`reports`): a Warning when a partition becomes failing, parked, stuck or lost (or changes
+from one to another), a Normal ``PartitionRecovered`` when it is no longer reported.
+`body` builds what the API takes; `handlers.writing` only posts it.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import conditions, specs
-from eventhub_balancer.reconciling import verdicts, writes
+from eventhub_balancer.reconciling import reports, verdicts, writes
 
 #: The Event's source component, as ``kubectl describe`` shows it.
 COMPONENT = "eventhub-balancer"
@@ -103,6 +106,7 @@ def build(
     concluded: Sequence[conditions.Condition],
     previous: specs.StatusBody,
     tampered: Mapping[str, tuple[str, ...]] = {},
+    troubles: Mapping[models.PartitionId, reports.Trouble] | None = None,
 ) -> list[KubeEvent]:
     """The moves, the ConfigMaps rewritten to repair them, the dependencies lost or regained.
 
@@ -145,6 +149,71 @@ def build(
             and verdicts.was_false(previous, c)
         ):
             events.append(KubeEvent(reason="EventHubReachable", message=c.message))
+    events += trouble_events(troubles or {}, previous=previous, assignment=plan.assignment)
+    return events
+
+
+def trouble_events(
+    troubles: Mapping[models.PartitionId, reports.Trouble],
+    *,
+    previous: specs.StatusBody,
+    assignment: Mapping[models.PartitionId, models.Ownership],
+) -> list[KubeEvent]:
+    """One Warning per (state, pod) for troubles new since ``previous``, one Normal per pod
+    for troubles over; nothing while they stay the same."""
+    news = reports.changes(troubles, previous=previous)
+    started: dict[tuple[str, str], list[reports.Trouble]] = {}
+    for t in news.started:
+        started.setdefault((t.state, t.pod), []).append(t)
+    events: list[KubeEvent] = []
+    for (state, pod), group in started.items():
+        parts = _join([t.partition for t in group])
+        plural = "s" if len(group) > 1 else ""
+        details = "; ".join(reports.describe(t) for t in group[: reports.MAX_NAMED])
+        if state == "failing":
+            text = f"{pod} keeps failing on partition{plural} {parts}, retrying with backoff"
+        elif state == "parked":
+            text = (
+                f"{pod} parked partition{plural} {parts} at the checkpoint before the failing "
+                "batch (spec.processing.onFailure: park); the partition stays on its pod"
+            )
+        elif state == "stuck":
+            text = f"a handler call on partition{plural} {parts} of {pod} runs too long"
+        else:
+            again = ", ".join(
+                f"{t.partition} at epoch {o.epoch}"
+                for t in group
+                if (o := assignment.get(t.partition)) is not None
+                and o.owner is not None
+                and o.epoch > t.epoch
+            )
+            text = (
+                f"{pod} lost partition{plural} {parts} at its own epoch (a higher epoch holds "
+                f"it in Event Hubs or the checkpoint blob)"
+                + (f"; given out again: {again}" if again else "; given out again when a pod can")
+            )
+        events.append(
+            KubeEvent(
+                reason=reports.EVENT_REASONS[state],
+                message=f"{text}: {details}",
+                type="Warning",
+            )
+        )
+    ended: dict[str, list[tuple[str, str, int, str]]] = {}
+    for key in news.ended:
+        ended.setdefault(key[1], []).append(key)
+    for pod, keys in ended.items():
+        plural = "s" if len(keys) > 1 else ""
+        states = ", ".join(sorted({k[3] for k in keys}))
+        events.append(
+            KubeEvent(
+                reason="PartitionRecovered",
+                message=(
+                    f"partition{plural} {_join([k[0] for k in keys])} on {pod} no longer "
+                    f"reported in trouble (was {states})"
+                ),
+            )
+        )
     return events
 
 

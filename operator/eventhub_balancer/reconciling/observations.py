@@ -13,11 +13,13 @@ channel.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps, podstates, specs
+from eventhub_balancer.reconciling import conflicts, memos
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -80,6 +82,9 @@ class Observation:
     #: (``ehb operator --annotate-pods``; needs ``patch`` on pods, which the default install
     #: does not grant)
     annotate_pods: bool = False
+    #: every other EventHubConsumer the operator sees, summed up (`conflicts.Peer`): the
+    #: later of two that overlap writes nothing; empty: none known (no conflict is found)
+    peers: tuple[conflicts.Peer, ...] = ()
 
     @property
     def generation(self) -> int:
@@ -102,6 +107,8 @@ class StoredMap:
     data: Mapping[str, str]
     annotations: Mapping[str, str]
     parsed: configmaps.ParsedData
+    #: the pod label as read (``pod`` when the data names none): what the memo checks
+    label_pod: str = ""
 
 
 def stored_map(body: Mapping[str, Any]) -> StoredMap:
@@ -109,23 +116,54 @@ def stored_map(body: Mapping[str, Any]) -> StoredMap:
     data = body.get("data") or {}
     annotations = meta.get("annotations") or {}
     parsed = configmaps.parse_data(data)
-    pod = parsed.pod or (meta.get("labels") or {}).get(configmaps.LABEL_POD, "")
+    label_pod = str((meta.get("labels") or {}).get(configmaps.LABEL_POD, ""))
     return StoredMap(
         name=str(meta.get("name", "")),
         uid=str(meta.get("uid", "")),
         resource_version=str(meta.get("resourceVersion", "")),
-        pod=pod,
+        pod=parsed.pod or label_pod,
         pod_uid=str(annotations.get(configmaps.ANNOTATION_POD_UID, "")),
         data=dict(data),
         annotations=dict(annotations),
         parsed=parsed,
+        label_pod=label_pod,
     )
+
+
+def _reads_as(stored: StoredMap, body: Mapping[str, Any]) -> bool:
+    """Whether ``stored`` is what `stored_map` gives for ``body``: everything it reads is equal
+    (equal strings compare by identity first, so an unchanged body costs no parse)."""
+    meta = body.get("metadata") or {}
+    return (
+        stored.data == (body.get("data") or {})
+        and stored.annotations == (meta.get("annotations") or {})
+        and stored.name == str(meta.get("name", ""))
+        and stored.label_pod == str((meta.get("labels") or {}).get(configmaps.LABEL_POD, ""))
+    )
+
+
+#: The ConfigMaps read in each consumer's last cycle, by (uid, resourceVersion): an unchanged
+#: ConfigMap is not parsed again.
+READS: memos.Memo[tuple[str, str], StoredMap] = memos.Memo()
 
 
 def stored_maps(bodies: Sequence[Mapping[str, Any]], *, consumer: str) -> list[StoredMap]:
     """The ConfigMaps of ``consumer``; a corrupt one (no consumer in its data) is still ours
     by its label, so that it is repaired or deleted rather than ignored."""
-    return [m for m in map(stored_map, bodies) if m.parsed.consumer in (consumer, "")]
+    namespace = str(((bodies[0].get("metadata") or {}) if bodies else {}).get("namespace", ""))
+    found: list[StoredMap] = []
+    with READS.round((namespace, consumer)) as memo:
+        for body in bodies:
+            meta = body.get("metadata") or {}
+            key = (str(meta.get("uid", "")), str(meta.get("resourceVersion", "")))
+            read = memo.get(
+                key,
+                fits=functools.partial(_reads_as, body=body),
+                compute=functools.partial(stored_map, body),
+            )
+            if read.parsed.consumer in (consumer, ""):
+                found.append(read)
+    return found
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -17,6 +17,11 @@ a status from an older operator that wrote the record last) means the record is 
 partition, which is then unowned at the higher epoch (its next owner fences above both) rather
 than guessed from a ConfigMap. A status written by an older operator (no
 ``assignment``) is read from ``consumers[].partitions``, ``handoffs`` and ``epochs``.
+
+A pod's partition reports are its own annotation, like its acknowledgements, and are never
+tampering: they are read (`reports`) only for the partitions the record gives that pod, at
+the recorded epoch; a partition reported lost is unowned at its epoch, so it is given out
+again at the next one.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from typing import Any
 from eventhub_balancer import handoffs
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import bounds, configmaps, podstates, specs
-from eventhub_balancer.reconciling import observations
+from eventhub_balancer.reconciling import observations, reports
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -58,6 +63,9 @@ class ReadBack:
     tampered: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     #: inputs ignored because they are out of bounds, each naming where it came from
     ignored: tuple[str, ...] = ()
+    #: the partitions their owners report in trouble, at the epoch recorded for them (those
+    #: reported lost are unowned in ``assignment``: they are given out again)
+    troubles: Mapping[models.PartitionId, reports.Trouble] = dataclasses.field(default_factory=dict)
 
 
 def belongs(cm: observations.StoredMap, pods: Mapping[str, podstates.PodState]) -> bool:
@@ -203,6 +211,11 @@ def read_back(
     for pid, floor in floors.items():
         if pid not in assignment and floor > 0:
             assignment[pid] = models.Ownership(owner=None, epoch=floor, since=seconds_now)
+    troubles = reports.read(maps=current, assignment=assignment)
+    assignment = reports.unassign_lost(assignment, troubles, now=seconds_now)
+    for pid, trouble in troubles.items():
+        if trouble.state == "lost":
+            released.pop(pid, None)
 
     problems: dict[str, list[str]] = {
         cm.name: list(cm.parsed.problems) for cm in maps if cm.parsed.problems
@@ -220,6 +233,7 @@ def read_back(
         problems={k: tuple(v) for k, v in problems.items()},
         tampered={k: tuple(v) for k, v in tampered.items()},
         ignored=tuple(ignored),
+        troubles=troubles,
     )
 
 

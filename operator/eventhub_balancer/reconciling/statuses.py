@@ -6,6 +6,8 @@ state, since): the one source of ownership a restarted operator reads back (`rea
 kept in the status because consumer pods cannot write it.
 ``epochs`` never go down (`epochs`): the highest epoch given out per partition survives lost
 ConfigMaps and operator restarts, and is written before any ConfigMap that uses it.
+``failing`` lists the partitions their pods report in trouble (`reports`), always present
+(empty when none) so that a merge patch clears it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import bounds, conditions, podstates, specs
+from eventhub_balancer.reconciling import reports
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -32,6 +35,8 @@ class Outcome:
     balanced: bool
     grace_seconds: float
     conditions: tuple[conditions.Condition, ...]
+    #: the partitions their owners report in trouble
+    troubles: Mapping[models.PartitionId, reports.Trouble] = dataclasses.field(default_factory=dict)
 
 
 def epochs(
@@ -50,7 +55,7 @@ def epochs(
 
 def build_status(
     *, outcome: Outcome, previous: specs.StatusBody, now: datetime.datetime
-) -> specs.StatusBody:
+) -> dict[str, Any]:
     consumers: list[specs.ConsumerStatusBody] = []
     # Each owner's partitions in one pass: a cycle's cost stays linear in the fleet.
     by_owner: dict[str, list[str]] = {}
@@ -123,7 +128,9 @@ def build_status(
         status["lastRebalanceTime"] = specs.format_time(now)
     elif previous.get("lastRebalanceTime"):
         status["lastRebalanceTime"] = previous["lastRebalanceTime"]
-    return status
+    # Not a key of `specs.StatusBody` (a shared contract): added beside it.
+    failing = reports.status_entries(outcome.troubles, previous=previous, now=now)
+    return {**status, reports.STATUS_FIELD: failing}
 
 
 def status_patch(previous: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:

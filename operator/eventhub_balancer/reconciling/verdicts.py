@@ -1,4 +1,5 @@
-"""The status conditions a cycle concludes: Ready, Balanced and the two dependencies.
+"""The status conditions a cycle concludes: Ready, Balanced, the two dependencies and
+PartitionsFailing (worded in `reports`).
 
 Kept apart from the writes so that the wording can change without touching what is written
 when. The reasons are specific (API conventions): a fault of Event Hubs or of the checkpoint
@@ -12,7 +13,7 @@ from collections.abc import Mapping
 from eventhub_balancer import errors
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import conditions, podstates, specs
-from eventhub_balancer.reconciling import observations
+from eventhub_balancer.reconciling import observations, reports
 
 
 def _reason(fault: observations.Fault, *, misconfigured: str, unreachable: str) -> str:
@@ -104,8 +105,14 @@ def build(
     hub: conditions.Condition,
     store: conditions.Condition,
     spec: specs.ConsumerSpec,
+    troubles: Mapping[models.PartitionId, reports.Trouble] | None = None,
 ) -> list[conditions.Condition]:
-    """All four conditions, Ready first."""
+    """All five conditions, Ready first.
+
+    A partition its pod reports in trouble still counts as owned for Ready and Balanced:
+    the pod is alive and holds it (moving it would carry the fault along); PartitionsFailing
+    says what is wrong with it.
+    """
     ready_pods = [p for p in pods.values() if p.ready]
     unowned = [
         p
@@ -181,7 +188,7 @@ def build(
             reason="Rebalancing",
             message="some pods are above or below their share",
         )
-    return [ready, balanced, hub, store]
+    return [ready, balanced, hub, store, reports.condition(troubles or {})]
 
 
 def changed(previous: specs.StatusBody, c: conditions.Condition) -> bool:

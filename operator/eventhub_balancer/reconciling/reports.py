@@ -1,0 +1,273 @@
+"""The pods' partition reports as the operator reads them, shows them and acts on them, pure.
+
+A failure stays with the partition that failed (see `contracts.partitionreports`): a pod
+whose handler keeps failing on one partition stays Ready, so the planner keeps that partition
+where it is; moving it would only carry the poison batch to the next pod. What the operator
+does with a report is to make it visible: the status lists the troubled partitions
+(``status.failing``), the condition ``PartitionsFailing`` names them, an Event marks each
+change and a metric counts them.
+
+One state is acted on: ``lost``. A pod reports a partition lost when it finds it taken at
+the very epoch the operator gave it (a higher epoch in Event Hubs or in the checkpoint blob).
+Nobody processes such a partition, and nothing else would ever say so; the read-back treats
+it as unowned at its epoch (`unassign_lost`), so the planner gives it out again at epoch + 1
+in the same cycle (above the checkpoint blob's epoch too, which a new owner's decision reads).
+Once the epoch is raised, the report (written for the old epoch) no longer counts, so the
+report is acted on once.
+
+A report is the pod's word, so it is read only for what the operator assigned to that pod, at
+that epoch (`partitionreports.parse` with ``current``): a pod cannot report on, or get moved,
+another pod's partitions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Mapping
+from typing import Any, TypedDict
+
+from eventhub_balancer.balancing import models
+from eventhub_balancer.contracts import bounds, conditions, partitionreports, specs
+from eventhub_balancer.reconciling import observations
+
+#: The status field that lists the troubled partitions.
+STATUS_FIELD = "failing"
+#: Entries of ``status.failing`` that keep their error text: enough to see what broke; a fleet
+#: with every partition failing (a bad deployment) would otherwise carry a thousand copies of
+#: the same message in the status.
+MAX_ERRORS_LISTED = 32
+#: Partitions named in the condition's message and in one Event; the rest are counted.
+MAX_NAMED = 8
+#: The condition's message is cut here: readable in ``kubectl get -o wide`` and far below
+#: the API's limit.
+MAX_MESSAGE = 1000
+
+#: The Event reason per reported state.
+EVENT_REASONS: Mapping[str, str] = {
+    "failing": "PartitionFailing",
+    "parked": "PartitionParked",
+    "stuck": "PartitionStuck",
+    "lost": "PartitionLost",
+}
+
+
+class FailingEntryBody(TypedDict, total=False):
+    """One entry of ``status.failing``."""
+
+    partition: str
+    pod: str
+    epoch: int
+    state: str
+    attempts: int
+    error: str
+    since: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Trouble:
+    """A partition in trouble, as its owner reported it for the epoch it was given."""
+
+    partition: models.PartitionId
+    pod: str
+    epoch: int
+    state: partitionreports.ReportState
+    attempts: int = 0
+    error: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, int, str]:
+        """What identifies a trouble across cycles: a change of any of these is news."""
+        return (self.partition, self.pod, self.epoch, self.state)
+
+
+def read(
+    *,
+    maps: Mapping[str, observations.StoredMap],
+    assignment: Mapping[models.PartitionId, models.Ownership],
+) -> dict[models.PartitionId, Trouble]:
+    """The reports that count: each pod's (``maps``: its current ConfigMap by pod name) about
+    the partitions ``assignment`` gives it, at the epoch it gives them."""
+    given: dict[str, dict[str, int]] = {}
+    for pid, o in assignment.items():
+        if o.owner is not None:
+            given.setdefault(o.owner, {})[pid] = o.epoch
+    troubles: dict[models.PartitionId, Trouble] = {}
+    for pod in sorted(given, key=models.name_key):
+        cm = maps.get(pod)
+        if cm is None:
+            continue
+        parsed = partitionreports.parse(cm.annotations, current=given[pod])
+        for partition, report in parsed.items():
+            key = models.PartitionId(partition)
+            troubles[key] = Trouble(
+                partition=key,
+                pod=pod,
+                epoch=report.epoch,
+                state=report.state,
+                attempts=report.attempts,
+                error=report.error,
+            )
+    return {k: troubles[k] for k in sorted(troubles, key=models.name_key)}
+
+
+def unassign_lost(
+    assignment: Mapping[models.PartitionId, models.Ownership],
+    troubles: Mapping[models.PartitionId, Trouble],
+    *,
+    now: float,
+) -> dict[models.PartitionId, models.Ownership]:
+    """``assignment`` with each partition reported lost made unowned at its epoch: the
+    planner places it again at epoch + 1, like the partition of a pod that is gone."""
+    result = dict(assignment)
+    for pid, trouble in troubles.items():
+        if trouble.state == "lost" and pid in result:
+            result[pid] = models.Ownership(owner=None, epoch=trouble.epoch, since=now)
+    return result
+
+
+def standing(
+    troubles: Mapping[models.PartitionId, Trouble],
+    assignment: Mapping[models.PartitionId, models.Ownership],
+) -> dict[models.PartitionId, Trouble]:
+    """The troubles that still hold after a cycle's plan (``assignment``): a partition that
+    moves away from its pod (the pod is gone) leaves its trouble behind, as the new owner
+    starts afresh. A partition reported lost is shown in the cycle that gives it out again."""
+    kept: dict[models.PartitionId, Trouble] = {}
+    for pid, t in troubles.items():
+        o = assignment.get(pid)
+        if t.state == "lost" or (o is not None and o.owner == t.pod and o.epoch == t.epoch):
+            kept[pid] = t
+    return kept
+
+
+def previous_entries(status: Mapping[str, Any]) -> dict[tuple[str, str, int, str], Any]:
+    """The entries of the previous ``status.failing`` by key; malformed ones are skipped (the
+    status is the operator's own, but a user may edit it by hand)."""
+    raw = status.get(STATUS_FIELD)
+    entries: dict[tuple[str, str, int, str], Any] = {}
+    for item in raw if isinstance(raw, list) else []:
+        if not isinstance(item, Mapping):
+            continue
+        pid, pod, epoch, state = (item.get(k) for k in ("partition", "pod", "epoch", "state"))
+        if not (bounds.is_partition_id(pid) and isinstance(pod, str) and bounds.is_epoch(epoch)):
+            continue
+        if state not in partitionreports.REPORT_STATES:
+            continue
+        assert isinstance(pid, str)
+        assert isinstance(epoch, int)
+        assert isinstance(state, str)
+        entries[(pid, pod, epoch, state)] = item
+    return entries
+
+
+def status_entries(
+    troubles: Mapping[models.PartitionId, Trouble],
+    *,
+    previous: Mapping[str, Any],
+    now: datetime.datetime,
+) -> list[FailingEntryBody]:
+    """``status.failing``: every troubled partition in order, ``since`` kept from the previous
+    status while the trouble is the same (same pod, epoch and state)."""
+    before = previous_entries(previous)
+    entries: list[FailingEntryBody] = []
+    for index, t in enumerate(troubles.values()):
+        old = before.get(t.key)
+        since = old.get("since") if old is not None else None
+        if not (isinstance(since, str) and specs.parse_time(since) is not None):
+            since = specs.format_time(now)
+        entries.append(
+            {
+                "partition": t.partition,
+                "pod": t.pod,
+                "epoch": t.epoch,
+                "state": t.state,
+                "attempts": t.attempts,
+                "error": t.error if index < MAX_ERRORS_LISTED else "",
+                "since": since,
+            }
+        )
+    return entries
+
+
+def describe(t: Trouble) -> str:
+    """One trouble in a sentence's part: where it is, what state, and the error's first line."""
+    attempts = f" after {t.attempts} attempts" if t.attempts else ""
+    error = f": {t.error}" if t.error else ""
+    return f"{t.partition} on {t.pod} {t.state}{attempts}{error}"
+
+
+def _listing(items: list[str]) -> str:
+    text = "; ".join(items[:MAX_NAMED])
+    more = len(items) - MAX_NAMED
+    return text + (f"; and {more} more" if more > 0 else "")
+
+
+def condition(troubles: Mapping[models.PartitionId, Trouble]) -> conditions.Condition:
+    """PartitionsFailing: True while any assigned partition is reported in trouble."""
+    if not troubles:
+        return conditions.Condition(
+            type=conditions.PARTITIONS_FAILING,
+            status="False",
+            reason="AllPartitionsProcessing",
+            message="no pod reports a failing, parked, stuck or lost partition",
+        )
+    by_state = counts(troubles)
+    summary = ", ".join(f"{n} {state}" for state, n in by_state.items() if n)
+    plural = "s" if len(troubles) > 1 else ""
+    text = (
+        f"{len(troubles)} partition{plural} in trouble ({summary}): "
+        f"{_listing([describe(t) for t in troubles.values()])}"
+    )
+    return conditions.Condition(
+        type=conditions.PARTITIONS_FAILING,
+        status="True",
+        reason=_reason(by_state),
+        message=text[:MAX_MESSAGE],
+    )
+
+
+def _reason(counts: Mapping[str, int]) -> str:
+    """The most pressing state names the condition's reason: parked partitions stand still
+    until someone acts, lost ones are being reassigned, failing ones may still recover."""
+    for state, reason in (
+        ("parked", "PartitionsParked"),
+        ("stuck", "PartitionsStuck"),
+        ("failing", "PartitionsFailing"),
+        ("lost", "PartitionsLost"),
+    ):
+        if counts.get(state):
+            return reason
+    return "PartitionsFailing"
+
+
+def counts(troubles: Mapping[models.PartitionId, Trouble]) -> dict[str, int]:
+    """Troubled partitions per state, every state present (0 when none): for the metric."""
+    result: dict[str, int] = dict.fromkeys(partitionreports.REPORT_STATES, 0)
+    for t in troubles.values():
+        result[t.state] += 1
+    return result
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Changes:
+    """What changed since the previous status: troubles that are new (or changed state, pod
+    or epoch), and partitions whose trouble is over."""
+
+    started: tuple[Trouble, ...]
+    #: (partition, pod, epoch, state) of each trouble that is no longer reported
+    ended: tuple[tuple[str, str, int, str], ...]
+
+
+def changes(
+    troubles: Mapping[models.PartitionId, Trouble], *, previous: Mapping[str, Any]
+) -> Changes:
+    """The news of this cycle, for Events: nothing while the troubles stay the same."""
+    before = previous_entries(previous)
+    started = tuple(t for t in troubles.values() if t.key not in before)
+    ended = tuple(
+        key
+        for key in sorted(before, key=lambda k: models.name_key(k[0]))
+        if models.PartitionId(key[0]) not in troubles
+    )
+    return Changes(started=started, ended=ended)

@@ -1,0 +1,119 @@
+"""Cycles over the cache with two EventHubConsumers: the peers index, the refused one's
+silence (no endless rewrites of each other's pods), and a selector the API would reject."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from eventhub_balancer.contracts import configmaps, specs
+from eventhub_balancer.handlers import caching, cycles, memories, registering
+from tests.handlers import test_caching, test_cycles
+from tests.support import fakes
+
+NS = test_cycles.NS
+OLDER, NEWER = "orders", "orders-copy"
+
+
+def peers_index(kube: fakes.FakeKube) -> dict[Any, list[Any]]:
+    """The peers index as kopf files it: every consumer through `registering.peer_entry`."""
+    index: dict[Any, list[Any]] = {}
+    for (kind, ns, name), body in kube.objects.items():
+        if kind == "consumer":
+            for key, value in registering.peer_entry(ns, name, copy.deepcopy(body)).items():
+                index.setdefault(key, []).append(value)
+    return index
+
+
+def two_consumers() -> tuple[fakes.FakeKube, test_caching.Watch, caching.CachedKube]:
+    """`orders` (created first) and `orders-copy`, both selecting the pods ``app=c``."""
+    kube = test_cycles.make_kube()
+    kube.add_consumer(NS, NEWER, test_cycles.SPEC)
+    for name, seconds in ((OLDER, 0), (NEWER, 60)):
+        meta = kube.objects["consumer", NS, name]["metadata"]
+        meta["creationTimestamp"] = specs.format_time(test_cycles.at(seconds))
+    watch = test_caching.Watch(kube)
+    cache = caching.CachedKube(kube, clock=test_caching.Clock())
+    cache.attach({**watch.indexes, caching.PEERS: peers_index(kube)})
+    return kube, watch, cache
+
+
+async def cycle(
+    cache: caching.CachedKube, hubs: fakes.FakeHubs, name: str, memory: memories.Memory, now: float
+) -> cycles.Result:
+    return await cycles.run_cycle(
+        kube=cache,
+        hubs=hubs,
+        namespace=NS,
+        name=name,
+        memory=memory,
+        now=test_cycles.at(now),
+        annotate_pods=True,
+    )
+
+
+def test_the_index_sums_up_each_consumer_once() -> None:
+    body = {"metadata": {"uid": "u1", "creationTimestamp": "2024-05-01T12:00:00Z"}}
+    [(key, peer)] = registering.peer_entry(NS, "x", {**body, "spec": test_cycles.SPEC}).items()
+    assert key == caching.peer_key(NS)
+    assert (peer.namespace, peer.name, peer.uid) == (NS, "x", "u1")
+    assert peer.selector is not None
+    assert peer.selector.matches({"app": "c"})
+    [(_, broken)] = registering.peer_entry(NS, "y", {**body, "spec": {}}).items()
+    assert (broken.selector, broken.location) == (None, None)  # an invalid spec claims nothing
+
+
+async def test_the_later_consumer_writes_nothing_and_nobody_rewrites_the_pods_forever() -> None:
+    kube, watch, cache = two_consumers()
+    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    older, newer = memories.Memory(), memories.Memory()
+    assert (await cycle(cache, hubs, OLDER, older, 0)).writes > 0
+    before = list(kube.calls)
+    refused = await cycle(cache, hubs, NEWER, newer, 1)
+    # Only its own status (and an Event): no ConfigMap, no pod annotation, no epochs.
+    assert [c for c in kube.calls[len(before) :] if c[1] != "event"] == [("patch", "status", NEWER)]
+    assert refused.decision.epochs is None
+    assert kube.condition(NS, NEWER, "Conflict")["status"] == "True"
+    assert f"{NS}/{OLDER}" in kube.condition(NS, NEWER, "Conflict")["message"]
+    pods = {name: kube.objects["pod", NS, name]["metadata"] for name in ("a", "b")}
+    assert {m["annotations"][configmaps.POD_ANNOTATION_CONSUMER] for m in pods.values()} == {OLDER}
+    # Each wakes the other's pods no more: both steady, with no write at all.
+    watch.deliver()
+    cache.attach({**watch.indexes, caching.PEERS: peers_index(kube)})
+    calls = len(kube.calls)
+    for now in (2, 3, 4):
+        await cycle(cache, hubs, OLDER, older, now)
+        await cycle(cache, hubs, NEWER, newer, now)
+    assert kube.calls[calls:] == []
+
+
+async def test_once_the_older_one_is_gone_the_later_one_takes_over() -> None:
+    kube, watch, cache = two_consumers()
+    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    await cycle(cache, hubs, NEWER, memories.Memory(), 0)
+    assert kube.assignment(NS) == {}
+    del kube.objects["consumer", NS, OLDER]
+    watch.deliver()
+    cache.attach({**watch.indexes, caching.PEERS: peers_index(kube)})
+    await cycle(cache, hubs, NEWER, memories.Memory(), 5)
+    assert kube.condition(NS, NEWER, "Conflict")["status"] == "False"
+    assert sorted(kube.assignment(NS)) == ["a", "b"]
+
+
+async def test_without_the_index_no_peer_is_known() -> None:
+    kube = test_cycles.make_kube()
+    cache = caching.CachedKube(kube)
+    assert cache.peers() == ()
+
+
+async def test_a_selector_the_api_would_reject_is_an_invalid_spec_through_a_cycle() -> None:
+    kube = test_cycles.make_kube()
+    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    kube.set_spec(NS, OLDER, {**test_cycles.SPEC, "selector": {"matchLabels": {"app": "a b"}}})
+    result = await test_cycles.cycle(kube, hubs, memories.Memory(), now=0)
+    assert result.decision.spec_error is not None
+    assert hubs.listings == []
+    assert kube.assignment(NS) == {}
+    ready = kube.condition(NS, OLDER, "Ready")
+    assert ready["reason"] == "InvalidSpec"
+    assert "spec.selector" in ready["message"]

@@ -1,0 +1,90 @@
+"""`metrics.Metrics`: the partitions pods report in trouble reach Prometheus through a cycle."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from eventhub_balancer.contracts import configmaps, partitionreports
+from eventhub_balancer.handlers import cycles, memories, metrics
+from tests.support import fakes
+
+T0 = datetime.datetime(2024, 5, 1, 12, 0, 0, tzinfo=datetime.UTC)
+NS, NAME = "shop", "orders"
+SPEC: dict[str, Any] = {
+    "eventHub": {
+        "fullyQualifiedNamespace": "shop.servicebus.windows.net",
+        "name": "orders",
+        "credentials": {"connectionStringSecretRef": {"name": "eh", "key": "cs"}},
+    },
+    "checkpointStore": {
+        "containerName": "checkpoints",
+        "credentials": {"connectionStringSecretRef": {"name": "blob", "key": "cs"}},
+    },
+    "selector": {"matchLabels": {"app": "c"}},
+}
+
+
+def at(seconds: float) -> datetime.datetime:
+    return T0 + datetime.timedelta(seconds=seconds)
+
+
+def value(text: str, state: str) -> float:
+    """The gauge's value for ``state`` in the exposition ``text``; exactly one sample."""
+    prefix = f'ehb_partitions_troubled{{consumer="orders",namespace="shop",state="{state}"}} '
+    (line,) = [line for line in text.splitlines() if line.startswith(prefix)]
+    return float(line.removeprefix(prefix))
+
+
+async def test_a_parked_partition_is_counted_shown_and_forgotten_with_its_consumer() -> None:
+    kube = fakes.FakeKube()
+    kube.add_consumer(NS, NAME, SPEC)
+    kube.add_secret(NS, "eh", {"cs": "Endpoint=sb://shop/;SharedAccessKey=x"})
+    kube.add_secret(NS, "blob", {"cs": "UseDevelopmentStorage=true"})
+    for name in ("a", "b"):
+        kube.add_pod(NS, name, labels={"app": "c"}, since=T0)
+    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    registry = metrics.Metrics()
+    memory = memories.Memory()
+
+    async def cycle(now: float) -> cycles.Result:
+        return await cycles.run_cycle(
+            kube=kube,
+            hubs=hubs,
+            namespace=NS,
+            name=NAME,
+            memory=memory,
+            now=at(now),
+            metrics=registry,
+            annotate_pods=False,
+        )
+
+    await cycle(0)
+    assert kube.assignment(NS)["a"] == {"0": (1, "owned"), "1": (1, "owned")}
+    text = registry.exposition().decode()
+    assert [value(text, s) for s in partitionreports.REPORT_STATES] == [0, 0, 0, 0]
+
+    # What the pod's runtime writes when it parks partition 1.
+    cm = kube.configmap_of(NS, "a")
+    report = partitionreports.PartitionReport(
+        partition="1", epoch=1, state="parked", attempts=10, error="ValueError: poison"
+    )
+    cm["metadata"].setdefault("annotations", {})[configmaps.ANNOTATION_PARTITION_REPORTS] = (
+        partitionreports.build({"1": report})
+    )
+    before = len(kube.calls)
+    await cycle(5)
+
+    text = registry.exposition().decode()
+    assert value(text, "parked") == 1
+    assert value(text, "failing") == 0
+    condition = kube.condition(NS, NAME, "PartitionsFailing")
+    assert (condition["status"], condition["reason"]) == ("True", "PartitionsParked")
+    assert kube.status(NS, NAME)["failing"][0]["partition"] == "1"
+    assert [(e["reason"], e["type"]) for e in kube.events[-1:]] == [("PartitionParked", "Warning")]
+    # Shown, not moved: the Event and the status, no ConfigMap write.
+    assert [kind for _, kind, _ in kube.calls[before:]] == ["event", "status"]
+    assert kube.assignment(NS)["a"] == {"0": (1, "owned"), "1": (1, "owned")}
+
+    registry.forget(namespace=NS, consumer=NAME)
+    assert "ehb_partitions_troubled{" not in registry.exposition().decode()

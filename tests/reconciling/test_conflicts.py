@@ -1,0 +1,171 @@
+"""Two EventHubConsumers that overlap: the later one says `Conflict` and writes nothing else."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any
+
+from eventhub_balancer.contracts import specs
+from eventhub_balancer.reconciling import conflicts, deciding, observations
+from tests.reconciling import bodies
+from tests.reconciling.bodies import at, pod
+
+
+def created(observation: observations.Observation, seconds: float) -> observations.Observation:
+    body: Any = copy.deepcopy(observation.body)
+    body["metadata"]["creationTimestamp"] = specs.format_time(at(seconds))
+    return dataclasses.replace(observation, body=body)
+
+
+def other(
+    name: str,
+    *,
+    seconds: float,
+    namespace: str = bodies.NS,
+    spec: dict[str, Any] | None = None,
+    deleting: bool = False,
+) -> conflicts.Peer:
+    """Another EventHubConsumer as the peers index sums it up."""
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "uid": f"uid-{name}",
+        "creationTimestamp": specs.format_time(at(seconds)),
+    }
+    if deleting:
+        meta["deletionTimestamp"] = specs.format_time(at(seconds + 1))
+    return conflicts.peer({"metadata": meta, "spec": spec or bodies.SPEC})
+
+
+def elsewhere(**hub: str) -> dict[str, Any]:
+    """The same pods' selector in another namespace does not matter; another hub does."""
+    spec = copy.deepcopy(bodies.SPEC)
+    spec["eventHub"].update(hub)
+    spec["selector"] = {"matchLabels": {"app": "elsewhere"}}
+    return spec
+
+
+def test_the_later_of_two_selecting_the_same_pods_writes_nothing_but_its_conflict() -> None:
+    observation = created(bodies.observe(pods=[pod("a"), pod("b")]), 10)
+    observation = dataclasses.replace(
+        observation,
+        peers=(
+            other(
+                "older",
+                seconds=0,
+                spec=elsewhere(name="payments") | {"selector": {"matchLabels": {"app": "c"}}},
+            ),
+        ),
+        annotate_pods=True,
+    )
+    observation, decision = bodies.decide_fully(observation, now=at(20))
+    assert (decision.epochs, decision.record, decision.writes.count) == (None, None, 0)
+    assert decision.writes.pods == ()
+    assert decision.writes.maps == ()
+    assert [(e.reason, e.type) for e in decision.events] == [("Conflict", "Warning")]
+    assert "EventHubConsumer shop/older selects the same pods" in decision.events[0].message
+    after = bodies.applied(observation, decision)
+    conflict = bodies.condition(after, conflicts.CONFLICT)
+    assert (conflict["status"], conflict["reason"]) == ("True", "Conflict")
+    assert "shop/older" in conflict["message"]
+    assert bodies.condition(after, "Ready")["status"] == "False"
+    assert "epochs" not in after.status
+    assert "assignment" not in after.status
+    # The next cycle says nothing new: no Event, no status write, still nothing else.
+    again = deciding.decide(after, now=at(25))
+    assert (again.events, again.status, again.writes.count) == ((), {}, 0)
+
+
+def test_the_earlier_one_works_as_if_alone() -> None:
+    observation = created(bodies.observe(pods=[pod("a")]), 0)
+    observation = dataclasses.replace(observation, peers=(other("newer", seconds=10),))
+    _, decision = bodies.decide_fully(observation, now=at(20))
+    assert decision.epochs == {"0": 1, "1": 1, "2": 1, "3": 1}
+    assert decision.writes.count > 0
+
+
+def test_the_same_checkpoint_location_conflicts_across_namespaces() -> None:
+    # An account URL names the same account whatever namespace names it (a connection
+    # string's Secret is one per namespace: see the next test).
+    spec = copy.deepcopy(bodies.SPEC)
+    spec["checkpointStore"] = {
+        "containerName": "checkpoints",
+        "accountUrl": "https://acct.blob.core.windows.net",
+        "credentials": {"workloadIdentity": {}},
+    }
+    observation = created(bodies.observe(pods=[pod("a")], spec=spec), 10)
+    reader = spec | {"selector": {"matchLabels": {"app": "x"}}}
+    observation = dataclasses.replace(
+        observation, peers=(other("reader", seconds=0, namespace="audit", spec=reader),)
+    )
+    _, decision = bodies.decide_fully(observation, now=at(20))
+    assert decision.writes.count == 0
+    assert decision.epochs is None
+    assert "audit/reader reads the same Event Hub and consumer group" in decision.events[0].message
+
+
+def test_a_same_named_secret_in_another_namespace_is_another_location() -> None:
+    observation = created(bodies.observe(pods=[pod("a")]), 10)
+    observation = dataclasses.replace(
+        observation,
+        peers=(
+            other(
+                "reader",
+                seconds=0,
+                namespace="audit",
+                spec=bodies.SPEC | {"selector": {"matchLabels": {"app": "x"}}},
+            ),
+        ),
+    )
+    _, decision = bodies.decide_fully(observation, now=at(20))
+    assert decision.writes.count > 0
+
+
+def test_no_overlap_no_conflict() -> None:
+    observation = created(bodies.observe(pods=[pod("a")]), 10)
+    observation = dataclasses.replace(
+        observation,
+        peers=(
+            other("group", seconds=0, spec=elsewhere(consumerGroup="audit")),
+            other("pods", seconds=0, spec=elsewhere(name="payments")),
+            other("leaving", seconds=0, deleting=True),
+            other("broken", seconds=0, spec={"selector": {"matchLabels": {"app": "c"}}}),
+        ),
+    )
+    _, decision = bodies.decide_fully(observation, now=at(20))
+    assert decision.writes.count > 0
+    assert all(e.reason != "Conflict" for e in decision.events)
+
+
+def test_once_the_overlap_is_gone_the_later_one_works_and_clears_its_condition() -> None:
+    observation = created(bodies.observe(pods=[pod("a")]), 10)
+    refused = dataclasses.replace(observation, peers=(other("older", seconds=0),))
+    refused, decision = bodies.decide_fully(refused, now=at(20))
+    after = dataclasses.replace(bodies.applied(refused, decision), peers=())
+    after, decision = bodies.decide_fully(after, now=at(25))
+    assert decision.epochs == {"0": 1, "1": 1, "2": 1, "3": 1}
+    done = bodies.applied(after, decision)
+    conflict = bodies.condition(done, conflicts.CONFLICT)
+    assert (conflict["status"], conflict["reason"]) == ("False", "NoConflict")
+    assert bodies.condition(done, "Ready")["status"] == "True"
+
+
+def test_ties_are_broken_by_namespace_and_name() -> None:
+    me = conflicts.peer(
+        {
+            "metadata": {
+                "name": "b",
+                "namespace": "shop",
+                "creationTimestamp": "2024-05-01T12:00:00Z",
+            },
+            "spec": bodies.SPEC,
+        }
+    )
+    earlier = dataclasses.replace(me, name="a")
+    later = dataclasses.replace(me, name="c")
+    labels = [{"app": "c"}]
+    assert conflicts.find(me, [later], pod_labels=labels) is None
+    found = conflicts.find(me, [later, earlier, me], pod_labels=labels)
+    assert found is not None
+    assert found.other.name == "a"

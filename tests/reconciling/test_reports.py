@@ -1,0 +1,289 @@
+"""`reports`: what the operator makes of the partitions its pods report in trouble.
+
+A failing, parked or stuck partition stays where it is and is shown (status, condition,
+Events, metric); a lost one is given out again at the next epoch, once.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import jsonschema
+import yaml
+
+from eventhub_balancer.contracts import configmaps, partitionreports
+from eventhub_balancer.reconciling import deciding, observations, readbacks, reports
+from tests.reconciling import bodies
+from tests.reconciling.bodies import at, pod
+from tests.support import paths
+
+ERROR = "ValueError: cannot decode event 17\nTraceback (most recent call last): ..."
+
+
+def started(*pods: dict[str, Any], ids: tuple[str, ...] = bodies.IDS) -> observations.Observation:
+    """Two cycles in: every partition assigned, written and read back."""
+    first, decision = bodies.decide_fully(bodies.observe(pods=pods, ids=ids), now=at(0))
+    return bodies.applied(first, decision)
+
+
+def report(
+    partition: str,
+    state: partitionreports.ReportState,
+    epoch: int,
+    attempts: int = 0,
+    error: str = "",
+) -> partitionreports.PartitionReport:
+    return partitionreports.PartitionReport(
+        partition=partition, epoch=epoch, state=state, attempts=attempts, error=error
+    )
+
+
+def reported(
+    observation: observations.Observation,
+    pod_name: str,
+    reports_by_partition: Mapping[str, tuple[Any, ...]],
+) -> observations.Observation:
+    """``pod_name`` writes its partition reports: {partition: (state, epoch[, attempts,
+    error])}, as the pod's runtime does (it replaces the annotation as a whole)."""
+    value = partitionreports.build({p: report(p, *r) for p, r in reports_by_partition.items()})
+    maps = []
+    for cm in observation.configmaps:
+        cm = copy.deepcopy(dict(cm))
+        if cm["data"].get(configmaps.KEY_POD) == pod_name:
+            cm["metadata"].setdefault("annotations", {})[
+                configmaps.ANNOTATION_PARTITION_REPORTS
+            ] = value
+        maps.append(cm)
+    return dataclasses.replace(observation, configmaps=tuple(maps))
+
+
+def failing_of(observation: observations.Observation) -> Any:
+    """``status.failing`` (not a key of the shared `specs.StatusBody`)."""
+    status: Mapping[str, Any] = observation.status
+    return status.get("failing")
+
+
+def next_cycle(
+    observation: observations.Observation, *, now: float, checkpoints: Any = None
+) -> tuple[observations.Observation, deciding.Decision]:
+    """Decide as a cycle does, and the observation once the decision is written."""
+    seen, decision = bodies.decide_fully(observation, now=at(now), checkpoints=checkpoints)
+    return bodies.applied(seen, decision), decision
+
+
+def test_a_parked_partition_stays_on_its_ready_pod_and_is_shown() -> None:
+    observation = started(pod("a"), pod("b"))
+    assert bodies.assignment(observation)["a"] == {"0": (1, "owned"), "1": (1, "owned")}
+    observation = reported(observation, "a", {"1": ("parked", 1, 10, ERROR)})
+
+    after, decision = next_cycle(observation, now=5)
+
+    assert decision.moves == ()
+    assert decision.epochs is None
+    assert decision.writes.count == 0
+    assert bodies.assignment(after) == bodies.assignment(observation)
+    failing = bodies.condition(after, "PartitionsFailing")
+    assert (failing["status"], failing["reason"]) == ("True", "PartitionsParked")
+    assert (
+        "1 on a parked after 10 attempts: ValueError: cannot decode event 17"
+        in (failing["message"])
+    )
+    assert "Traceback" not in failing["message"]  # the first line only
+    assert bodies.condition(after, "Ready")["status"] == "True"
+    assert failing_of(after) == [
+        {
+            "partition": "1",
+            "pod": "a",
+            "epoch": 1,
+            "state": "parked",
+            "attempts": 10,
+            "error": "ValueError: cannot decode event 17",
+            "since": "2024-05-01T12:00:05Z",
+        }
+    ]
+    assert [(e.reason, e.type) for e in decision.events] == [("PartitionParked", "Warning")]
+    assert "a parked partition 1" in decision.events[0].message
+    assert decision.figures is not None
+    assert decision.figures.troubled == {"failing": 0, "parked": 1, "stuck": 0, "lost": 0}
+
+    # The same report on the next cycles: nothing to write, no Event again.
+    again, quiet = next_cycle(after, now=10)
+    assert (quiet.status, quiet.events, quiet.writes.count, quiet.moves) == ({}, (), 0, ())
+    assert failing_of(again)[0]["since"] == "2024-05-01T12:00:05Z"
+
+
+def test_a_pod_reporting_trouble_is_no_assignment_tampering() -> None:
+    observation = started(pod("a"), pod("b"))
+    observation = reported(observation, "b", {"2": ("failing", 1, 3, ERROR)})
+    spec = observation.spec
+    assert spec is not None
+    maps = observations.stored_maps(observation.configmaps, consumer=bodies.NAME)
+    states = observations.pods(observation.pods, selector=spec.selector).states
+    back = readbacks.read_back(
+        maps=maps, pods=states, status=observation.status, stored_epochs={}, now=at(5)
+    )
+    assert (dict(back.problems), dict(back.tampered)) == ({}, {})
+    assert list(back.troubles) == ["2"]
+    decision = deciding.decide(observation, now=at(5))
+    assert not [
+        e for e in decision.events if e.reason in ("AssignmentTampered", "ConfigMapRepaired")
+    ]
+    assert [e.reason for e in decision.events] == ["PartitionFailing"]
+
+
+def test_a_report_counts_only_for_the_pods_own_partitions_at_their_epochs() -> None:
+    observation = started(pod("a"), pod("b"))
+    # "a" owns 0 and 1 at epoch 1: it cannot report on "b"'s partition 2, nor at epoch 7,
+    # and a partition reported lost at another epoch moves nothing.
+    observation = reported(
+        observation, "a", {"2": ("parked", 1), "0": ("stuck", 7), "1": ("lost", 2)}
+    )
+    after, decision = next_cycle(observation, now=5)
+    assert (decision.moves, decision.epochs, decision.events) == ((), None, ())
+    failing = bodies.condition(after, "PartitionsFailing")
+    assert (failing["status"], failing["reason"]) == ("False", "AllPartitionsProcessing")
+    assert failing_of(after) == []
+
+
+def test_a_lost_partition_is_given_out_again_at_the_next_epoch_once() -> None:
+    observation = started(pod("a"), pod("b"))
+    observation = reported(observation, "b", {"3": ("lost", 1, 0, "epoch 2 holds the blob")})
+
+    after, decision = next_cycle(observation, now=5)
+
+    assert decision.epochs is not None
+    assert decision.epochs["3"] == 2
+    assert [(m.partition, m.target, m.epoch) for m in decision.moves] == [("3", "b", 2)]
+    assert bodies.assignment(after)["b"] == {"2": (1, "owned"), "3": (2, "owned")}
+    assert bodies.assignment(after)["a"] == {"0": (1, "owned"), "1": (1, "owned")}
+    lost = [e for e in decision.events if e.reason == "PartitionLost"]
+    assert len(lost) == 1
+    assert lost[0].type == "Warning"
+    assert "given out again: 3 at epoch 2" in lost[0].message
+    failing = bodies.condition(after, "PartitionsFailing")
+    assert (failing["status"], failing["reason"]) == ("True", "PartitionsLost")
+
+    # The pod has not rewritten its report yet: at epoch 1 it no longer counts.
+    again, second = next_cycle(after, now=6)
+    assert (second.epochs, second.moves) == (None, ())
+    assert [(e.reason, e.type) for e in second.events] == [("PartitionRecovered", "Normal")]
+    assert bodies.condition(again, "PartitionsFailing")["status"] == "False"
+    assert failing_of(again) == []
+    _, third = next_cycle(again, now=7)
+    assert (third.epochs, third.moves, third.events, third.status) == (None, (), (), {})
+
+
+def test_a_lost_partition_fences_above_the_epoch_that_took_it() -> None:
+    observation = started(pod("a"), pod("b"))
+    observation = reported(observation, "a", {"0": ("lost", 1)})
+    # Whoever took it wrote epoch 5 into the checkpoint blob.
+    after, decision = next_cycle(observation, now=5, checkpoints={"0": (5, 100)})
+    assert decision.epochs is not None
+    assert decision.epochs["0"] == 6
+    assert bodies.assignment(after)["a"]["0"] == (6, "owned")
+
+
+def test_a_partition_lost_while_being_handed_off_is_given_out_at_once() -> None:
+    observation = started(pod("a"), pod("b"))
+    observation = bodies.with_pods(observation, pod("a"), pod("b"), pod("c"))
+    observation, revoke = next_cycle(observation, now=1)
+    revoking = [m for m in revoke.moves if m.kind == "revoke"]
+    assert revoking
+    partition, source = revoking[0].partition, revoking[0].source
+    assert source is not None
+    observation = reported(observation, source, {partition: ("lost", 1)})
+    after, decision = next_cycle(observation, now=2)
+    assert [
+        (m.partition, m.target, m.epoch) for m in decision.moves if m.partition == partition
+    ] == [(partition, "c", 2)]
+    assert bodies.assignment(after)["c"][partition] == (2, "owned")
+
+
+def test_a_parked_partition_moves_only_when_its_pod_is_gone_past_the_grace() -> None:
+    observation = started(pod("a"), pod("b"))
+    observation = reported(observation, "a", {"0": ("parked", 1, 10, ERROR)})
+    observation, _ = next_cycle(observation, now=5)
+    # NotReady within the grace (20 s by default): it keeps everything.
+    observation = bodies.with_pods(observation, pod("a", ready=False, since=10))
+    observation, held = next_cycle(observation, now=20)
+    assert held.moves == ()
+    # Past the grace: all its partitions move, the parked one included, with new epochs.
+    after, moved = next_cycle(observation, now=31)
+    assert sorted((m.partition, m.target, m.epoch) for m in moved.moves) == [
+        ("0", "b", 2),
+        ("1", "b", 2),
+    ]
+    assert bodies.assignment(after)["b"] == {
+        "0": (2, "owned"),
+        "1": (2, "owned"),
+        "2": (1, "owned"),
+        "3": (1, "owned"),
+    }
+    # "a"'s report was for epoch 1 on a partition it no longer has: the trouble is over.
+    assert bodies.condition(after, "PartitionsFailing")["status"] == "False"
+    assert ("PartitionRecovered", "Normal") in [(e.reason, e.type) for e in moved.events]
+
+
+def test_a_change_of_state_is_news_and_an_end_of_trouble_is_reported() -> None:
+    observation = started(pod("a"), pod("b"))
+    observation = reported(observation, "a", {"0": ("failing", 1, 3, ERROR)})
+    observation, first = next_cycle(observation, now=5)
+    assert [e.reason for e in first.events] == ["PartitionFailing"]
+    assert bodies.condition(observation, "PartitionsFailing")["reason"] == "PartitionsFailing"
+
+    observation = reported(observation, "a", {"0": ("parked", 1, 10, ERROR)})
+    observation, second = next_cycle(observation, now=30)
+    assert [e.reason for e in second.events] == ["PartitionParked"]
+    assert failing_of(observation)[0]["since"] == "2024-05-01T12:00:30Z"
+
+    observation = reported(observation, "a", {})
+    observation, third = next_cycle(observation, now=40)
+    assert [(e.reason, e.type) for e in third.events] == [("PartitionRecovered", "Normal")]
+    assert "0 on a no longer reported in trouble (was parked)" in third.events[0].message
+    failing = bodies.condition(observation, "PartitionsFailing")
+    assert (failing["status"], failing["reason"]) == ("False", "AllPartitionsProcessing")
+    assert third.figures is not None
+    assert third.figures.troubled == {"failing": 0, "parked": 0, "stuck": 0, "lost": 0}
+
+
+def test_what_the_status_shows_is_bounded() -> None:
+    ids = tuple(str(i) for i in range(40))
+    observation = started(pod("a"), ids=ids)
+    long_error = "RuntimeError: " + "x" * 500
+    observation = reported(observation, "a", {p: ("stuck", 1, 0, long_error) for p in ids})
+    after, decision = next_cycle(observation, now=5)
+    failing = bodies.condition(after, "PartitionsFailing")
+    assert failing["message"].startswith("40 partitions in trouble (40 stuck): 0 on a stuck: ")
+    assert len(failing["message"]) <= reports.MAX_MESSAGE
+    entries = failing_of(after)
+    assert [e["partition"] for e in entries] == list(ids)
+    assert all(len(e["error"]) == partitionreports.MAX_ERROR_CHARS for e in entries[:32])
+    assert all(e["error"] == "" for e in entries[32:])
+    (event,) = decision.events
+    assert event.reason == "PartitionStuck"
+    assert "and 24 more" in event.message
+    assert len(event.message) < 2 * reports.MAX_MESSAGE
+
+
+def test_a_malformed_previous_status_entry_is_skipped() -> None:
+    entries = reports.previous_entries(
+        {"failing": [{"partition": "0", "pod": "a", "epoch": "x", "state": "parked"}, 7, None]}
+    )
+    assert entries == {}
+    assert reports.previous_entries({"failing": "nonsense"}) == {}
+
+
+def test_the_status_written_passes_the_crd_schema() -> None:
+    observation = started(pod("a"), pod("b"))
+    observation = reported(observation, "a", {"0": ("parked", 1, 10, ERROR), "1": ("stuck", 1)})
+    after, _ = next_cycle(observation, now=5)
+    with (paths.CRDS / "eventhubconsumers.yaml").open() as f:
+        crd = yaml.safe_load(f)
+    (version,) = crd["spec"]["versions"]
+    schema = version["schema"]["openAPIV3Schema"]["properties"]["status"]
+    problems = [e.message for e in jsonschema.Draft7Validator(schema).iter_errors(after.status)]
+    assert problems == []
+    assert [e["state"] for e in failing_of(after)] == ["parked", "stuck"]
