@@ -139,3 +139,45 @@ def test_a_changed_configmap_reads_as_if_nothing_were_kept(change: Any) -> None:
     change(changed)
     assert read(changed) == observations.stored_map(changed)
     assert read(body) == observations.stored_map(body)  # and back
+
+
+# --- the caches without a consumer to scope them (memos.Cache) ---
+
+
+def cached(cache: memos.Cache[str, str | None], *keys: str) -> list[str]:
+    """Look ``keys`` up: the keys that had to be computed."""
+    computed: list[str] = []
+
+    def compute(key: str) -> str | None:
+        computed.append(key)
+        return None if key == "none" else key.upper()
+
+    for key in keys:
+        assert cache.get(key, compute) == (None if key == "none" else key.upper())
+    return computed
+
+
+def test_a_cache_computes_each_input_once_none_included() -> None:
+    cache: memos.Cache[str, str | None] = memos.Cache()
+    assert cached(cache, "a", "none", "a", "none") == ["a", "none"]
+    assert cached(cache, "a", "none") == []
+
+
+def test_a_cache_entry_that_does_not_fit_is_computed_again() -> None:
+    cache: memos.Cache[str, str] = memos.Cache()
+    assert cache.get("k", lambda k: "x") == "x"
+    assert cache.get("k", lambda k: "y", fits=lambda v: v == "y") == "y"
+    assert cache.get("k", lambda k: "z", fits=lambda v: v == "y") == "y"
+
+
+def test_past_its_bound_a_cache_drops_the_least_recently_used() -> None:
+    cache: memos.Cache[str, str | None] = memos.Cache(max_entries=3)
+    cached(cache, "a", "b", "c")
+    cached(cache, "a")  # used again: "b" is now the oldest
+    assert cached(cache, "d") == ["d"]
+    assert len(cache) == 3
+    assert cached(cache, "a", "c", "d") == []
+    assert cached(cache, "b") == ["b"]
+    for i in range(1000):
+        cached(cache, f"k{i}")
+        assert len(cache) <= 3

@@ -9,6 +9,7 @@ a clock.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from typing import Literal, NewType, get_args
@@ -142,7 +143,12 @@ _RUNS = re.compile(r"(\d+)")
 #: The sort key of a name: digit runs compare as numbers ("pod-2" < "pod-10", "2" < "10").
 NameKey = tuple[tuple[int, int, str], ...]
 
+#: Names are sorted in every cycle (partitions, pods, ConfigMaps) and their keys depend on the
+#: name alone: kept for a fleet of thousands of partitions and pods with some churn.
+NAME_KEYS_KEPT = 16_384
 
+
+@functools.lru_cache(maxsize=NAME_KEYS_KEPT)
 def name_key(name: str) -> NameKey:
     """Order partition ids and member names naturally; distinct names never compare equal."""
     if name.isdecimal():  # the common case for partition ids, kept fast

@@ -86,6 +86,21 @@ def pod_state(pod: Mapping[str, Any]) -> PodState:
     return PodState(name=name, uid=uid, state="notready", since=since)
 
 
+def state_inputs(pod: Mapping[str, Any]) -> tuple[object, ...]:
+    """All that `pod_state` reads of ``pod``: equal inputs give an equal state, so a caller
+    that kept a state with its inputs (a copy) may use it again for a pod that reads the same."""
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    return (
+        meta.get("name", ""),
+        meta.get("uid", ""),
+        meta.get("creationTimestamp"),
+        meta.get("deletionTimestamp"),
+        status.get("phase", "Pending"),
+        status.get("conditions"),
+    )
+
+
 def to_seconds(value: datetime.datetime) -> float:
     """The planner's time unit: seconds since the Unix epoch."""
     return value.timestamp()

@@ -19,6 +19,11 @@ the ConfigMap.
 
 After a change of hub, a partition the new hub does not list is gone, not a wrong answer:
 it leaves the assignment and ``status.epochs`` (`prune`).
+
+A steady cycle compares the same ConfigMaps with the same spec as the one before: each
+ConfigMap's coordinates and their differences from the spec's are kept (`MAPS`) with the
+ConfigMap as read (`observations.stored_maps` gives the same object for an unchanged one)
+and the spec's coordinates, and used again only for those very objects.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from typing import Any
 from eventhub_balancer import errors
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import bounds, configmaps, podstates, specs, startpositions
-from eventhub_balancer.reconciling import kubeevents, observations, readbacks
+from eventhub_balancer.reconciling import kubeevents, memos, observations, readbacks
 
 #: The Event when pods are moved to new coordinates.
 REASON = "CoordinatesChanged"
@@ -121,6 +126,46 @@ def differences(old: Coordinates, new: Coordinates) -> tuple[str, ...]:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class Compared:
+    """A ConfigMap's coordinates and how they differ from the spec's, as computed."""
+
+    map: observations.StoredMap
+    wanted: Coordinates
+    old: Coordinates | None
+    differ: tuple[str, ...]
+
+
+#: Each ConfigMap compared with the spec, by uid and resourceVersion; an entry is used only
+#: for the very ConfigMap object and spec coordinates it was computed from.
+MAPS: memos.Cache[tuple[str, str], Compared] = memos.Cache()
+#: The spec's coordinates as last seen, so that equal ones are the same object.
+WANTED: memos.Cache[Coordinates, Coordinates] = memos.Cache(max_entries=256)
+
+
+def _compare(cm: observations.StoredMap, wanted: Coordinates) -> Compared:
+    old = of_map(cm)
+    return Compared(
+        map=cm, wanted=wanted, old=old, differ=differences(old, wanted) if old is not None else ()
+    )
+
+
+def compared(cm: observations.StoredMap, wanted: Coordinates) -> Compared:
+    """`of_map` and `differences` of ``cm``, computed once for that ConfigMap and spec."""
+    return MAPS.get(
+        (cm.uid, cm.resource_version),
+        lambda _key: _compare(cm, wanted),
+        fits=lambda c: c.map is cm and c.wanted is wanted,
+    )
+
+
+def _canonical(wanted: Coordinates) -> Coordinates:
+    try:
+        return WANTED.get(wanted, lambda w: w)
+    except TypeError:  # not hashable: compared by value, computed every time
+        return wanted
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Change:
     """What moving to the spec's coordinates takes in this cycle."""
 
@@ -171,14 +216,14 @@ def change(
     Only partitions the record gives to the ConfigMap's pod are raised: a ConfigMap's data is
     compared with the record, never believed (`readbacks`).
     """
-    wanted = of_spec(spec)
+    wanted = _canonical(of_spec(spec))
     fields: set[str] = set()
     stale_pods: list[str] = []
     raised: dict[models.PartitionId, int] = {}
     hub_changed = False
     for cm in maps:
-        old = of_map(cm)
-        differ = differences(old, wanted) if old is not None else ()
+        seen = compared(cm, wanted)
+        old, differ = seen.old, seen.differ
         if old is None or not differ:
             continue
         hub_changed = hub_changed or old.hub() != wanted.hub()

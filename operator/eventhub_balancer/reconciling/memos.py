@@ -10,6 +10,11 @@ A memo never changes a decision. Every entry is checked against the inputs that 
 it before it is used (the caller's ``fits``), so a key is only where to look, never a claim
 that the content is the same: the same observation gives the same decision whether the memo
 is empty, warm or holds another cycle's entries.
+
+Where a computation has no consumer to scope it by (the read-back of a status record, a
+ConfigMap's coordinates), a `Cache` keeps values by their whole input (or by an identity that
+``fits`` checks), the least recently used going first past its bound: the same rule, that an
+entry is used only for the inputs it was made from, without rounds.
 """
 
 from __future__ import annotations
@@ -80,3 +85,42 @@ class Round(Generic[K, V]):
 
     def __exit__(self, *_exc: object) -> None:
         self.close()
+
+
+#: Entries of one `Cache`: a fleet of 1,024 partitions over 1,024 pods uses a few thousand
+#: per consumer; past this the least recently used go first.
+MAX_CACHED = 16_384
+
+
+class Cache(Generic[K, V]):
+    """Values by key over all consumers, the least recently used dropped past ``max_entries``.
+
+    The key is either the whole input (then any entry fits) or where to look, with ``fits``
+    checking the entry against the input at hand, as in a `Round`."""
+
+    def __init__(self, *, max_entries: int = MAX_CACHED) -> None:
+        self.max_entries = max_entries
+        self._values: collections.OrderedDict[K, V] = collections.OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def clear(self) -> None:
+        self._values.clear()
+
+    def get(
+        self, key: K, compute: Callable[[K], V], *, fits: Callable[[V], bool] | None = None
+    ) -> V:
+        """The value kept for ``key`` (if it ``fits``), else ``compute(key)``, kept."""
+        values = self._values
+        if key in values:
+            value = values[key]
+            if fits is None or fits(value):
+                values.move_to_end(key)
+                return value
+        value = compute(key)
+        values[key] = value
+        values.move_to_end(key)
+        if len(values) > self.max_entries:
+            values.popitem(last=False)
+        return value

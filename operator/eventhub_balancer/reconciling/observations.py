@@ -12,6 +12,7 @@ channel.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
@@ -174,12 +175,40 @@ class Pods:
     annotations: Mapping[str, Mapping[str, str]]
 
 
+#: Each pod's member state as read in its consumer's last cycle, with what it was read from
+#: (`podstates.state_inputs`, a copy): an unchanged pod is not read again.
+STATES: memos.Memo[tuple[str, str], tuple[tuple[object, ...], podstates.PodState]] = memos.Memo()
+
+
+def _state_of(
+    body: Mapping[str, Any], read: tuple[object, ...]
+) -> tuple[tuple[object, ...], podstates.PodState]:
+    return copy.deepcopy(read), podstates.pod_state(body)
+
+
+def _reads_same(
+    kept: tuple[tuple[object, ...], podstates.PodState], read: tuple[object, ...]
+) -> bool:
+    return kept[0] == read
+
+
 def pods(bodies: Sequence[Mapping[str, Any]], *, selector: specs.Selector) -> Pods:
     """The pods that ``selector`` matches (a list call may be looser than the selector)."""
     matching = [
         p for p in bodies if selector.matches((p.get("metadata") or {}).get("labels") or {})
     ]
-    states = {s.name: s for s in map(podstates.pod_state, matching) if s.name}
+    namespace = str(((bodies[0].get("metadata") or {}) if bodies else {}).get("namespace", ""))
+    states: dict[str, podstates.PodState] = {}
+    with STATES.round((namespace, selector.to_query())) as memo:
+        for p in matching:
+            read = podstates.state_inputs(p)
+            _, state = memo.get(
+                (str(read[0]), str(read[1])),
+                fits=functools.partial(_reads_same, read=read),
+                compute=functools.partial(_state_of, p, read),
+            )
+            if state.name:
+                states[state.name] = state
     annotations = {
         str((p.get("metadata") or {}).get("name")): (p.get("metadata") or {}).get("annotations")
         or {}

@@ -22,6 +22,10 @@ A pod's partition reports are its own annotation, like its acknowledgements, and
 tampering: they are read (`reports`) only for the partitions the record gives that pod, at
 the recorded epoch; a partition reported lost is unowned at its epoch, so it is given out
 again at the next one.
+
+A steady cycle reads the same record, epochs and acknowledgements as the one before: each
+record entry, the floors and each acknowledgement annotation are read once for their content
+(`memos.Cache`, keyed by all they are read from), so an unchanged one costs a lookup.
 """
 
 from __future__ import annotations
@@ -29,13 +33,14 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import math
+import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer import handoffs
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import bounds, configmaps, podstates, specs
-from eventhub_balancer.reconciling import observations, reports
+from eventhub_balancer.reconciling import memos, observations, reports
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -85,6 +90,33 @@ def ends_handoff(entry: configmaps.PartitionEntry, acknowledged: int | None) -> 
     return state == "released"
 
 
+#: What a record entry reads (partition, pod, podUid, epoch, its type, state, since): an
+#: epoch of another type that compares equal (``True``, ``1.0``) is another entry.
+EntryKey = tuple[Any, Any, str, Any, type, Any, Any]
+
+#: Each status record entry as read, by its content: an unchanged entry is not read again.
+ENTRIES: memos.Cache[EntryKey, tuple[models.PartitionId, Recorded] | None] = memos.Cache()
+
+
+def read_entry(key: EntryKey) -> tuple[models.PartitionId, Recorded] | None:
+    """One entry of ``status.assignment``; None when it is out of bounds."""
+    pid, pod, pod_uid, epoch, _type, state, raw_since = key
+    if not (bounds.is_partition_id(pid) and isinstance(pod, str) and pod):
+        return None
+    if not bounds.is_epoch(epoch) or state not in models.OWNERSHIP_STATES:
+        return None
+    assert isinstance(pid, str)
+    assert isinstance(epoch, int)
+    since = specs.parse_time(raw_since)
+    return models.PartitionId(pid), Recorded(
+        pod=pod,
+        pod_uid=pod_uid,
+        epoch=epoch,
+        state=state,
+        since=podstates.to_seconds(since) if since else None,
+    )
+
+
 def record(status: specs.StatusBody) -> dict[models.PartitionId, Recorded]:
     """The assignment the status records; entries out of bounds are skipped."""
     raw = status.get("assignment")
@@ -95,24 +127,27 @@ def record(status: specs.StatusBody) -> dict[models.PartitionId, Recorded]:
     for item in items:
         if not isinstance(item, Mapping):
             continue
-        pid, pod, epoch, state = (item.get(k) for k in ("partition", "pod", "epoch", "state"))
-        if not (bounds.is_partition_id(pid) and isinstance(pod, str) and pod):
-            continue
-        if not bounds.is_epoch(epoch) or state not in models.OWNERSHIP_STATES:
-            continue
-        assert isinstance(pid, str)
-        assert isinstance(epoch, int)
-        since = specs.parse_time(item.get("since"))
-        key = models.PartitionId(pid)
-        if key in result and result[key].epoch >= epoch:
-            continue
-        result[key] = Recorded(
-            pod=pod,
-            pod_uid=str(item.get("podUid") or ""),
-            epoch=epoch,
-            state=state,
-            since=podstates.to_seconds(since) if since else None,
+        get = item.get
+        epoch = get("epoch")
+        key: EntryKey = (
+            get("partition"),
+            get("pod"),
+            str(get("podUid") or ""),
+            epoch,
+            type(epoch),
+            get("state"),
+            get("since"),
         )
+        try:
+            read = ENTRIES.get(key, read_entry)
+        except TypeError:  # an unhashable value: out of bounds, but read it the long way
+            read = read_entry(key)
+        if read is None:
+            continue
+        pid, entry = read
+        if pid in result and result[pid].epoch >= entry.epoch:
+            continue
+        result[pid] = entry
     return result
 
 
@@ -146,7 +181,7 @@ def _legacy_record(status: specs.StatusBody) -> dict[models.PartitionId, Recorde
     return result
 
 
-def _floors(
+def floors_of(
     status_epochs: Mapping[str, Any], stored_epochs: Mapping[str, int], ignored: list[str]
 ) -> dict[models.PartitionId, int]:
     floors: dict[models.PartitionId, int] = {}
@@ -164,6 +199,56 @@ def _floors(
             key = models.PartitionId(pid)
             floors[key] = max(floors.get(key, 0), int(epoch))
     return floors
+
+
+#: The floors of each pair of epoch maps as read, with what they ignored, by their content.
+FLOORS: memos.Cache[
+    tuple[tuple[tuple[Any, Any], ...], tuple[tuple[Any, Any], ...]],
+    tuple[dict[models.PartitionId, int], tuple[str, ...]],
+] = memos.Cache(max_entries=256)
+
+
+def _floors(
+    status_epochs: Mapping[str, Any], stored_epochs: Mapping[str, int], ignored: list[str]
+) -> dict[models.PartitionId, int]:
+    """`floors_of` through `FLOORS` when every key is a string and every epoch an int (values
+    of other types may compare equal and still read otherwise)."""
+    if not (
+        set(map(type, status_epochs)) | set(map(type, stored_epochs)) <= {str}
+        and set(map(type, status_epochs.values())) | set(map(type, stored_epochs.values())) <= {int}
+    ):
+        return floors_of(status_epochs, stored_epochs, ignored)
+    kept = FLOORS.get(
+        (tuple(status_epochs.items()), tuple(stored_epochs.items())),
+        lambda _key: _floors_and_ignored(status_epochs, stored_epochs),
+    )
+    ignored.extend(kept[1])
+    return dict(kept[0])
+
+
+def _floors_and_ignored(
+    status_epochs: Mapping[str, Any], stored_epochs: Mapping[str, int]
+) -> tuple[dict[models.PartitionId, int], tuple[str, ...]]:
+    ignored: list[str] = []
+    found = floors_of(status_epochs, stored_epochs, ignored)
+    return found, tuple(ignored)
+
+
+#: Each acknowledgement annotation as read, by its text.
+RELEASED: memos.Cache[str, Mapping[models.PartitionId, int]] = memos.Cache()
+
+
+_NOTHING_RELEASED: Mapping[models.PartitionId, int] = types.MappingProxyType({})
+
+
+def released_of(cm: observations.StoredMap) -> Mapping[models.PartitionId, int]:
+    """`configmaps.parse_released` of ``cm``'s annotations, read once per text."""
+    raw = cm.annotations.get(configmaps.ANNOTATION_RELEASED)
+    if not raw or not isinstance(raw, str):
+        return _NOTHING_RELEASED  # what `configmaps.parse_released` reads of it
+    return RELEASED.get(
+        raw, lambda text: configmaps.parse_released({configmaps.ANNOTATION_RELEASED: text})
+    )
 
 
 def read_back(
@@ -203,7 +288,7 @@ def read_back(
             owner=models.MemberName(entry.pod), epoch=entry.epoch, state=entry.state, since=since
         )
         cm = current.get(entry.pod)
-        acknowledged = configmaps.parse_released(cm.annotations).get(pid) if cm else None
+        acknowledged = released_of(cm).get(pid) if cm else None
         # An acknowledgement counts only for the very epoch assigned (never one above it).
         written = configmaps.PartitionEntry(epoch=entry.epoch, state=entry.state)
         if acknowledged is not None and ends_handoff(written, acknowledged):

@@ -8,6 +8,10 @@ kept in the status because consumer pods cannot write it.
 ConfigMaps and operator restarts, and is written before any ConfigMap that uses it.
 ``failing`` lists the partitions their pods report in trouble (`reports`), always present
 (empty when none) so that a merge patch clears it.
+
+The status is built whole in every cycle (a merge patch of the fields that differ), but the
+times in it are formatted once per value (`TIMES`) and names sort by their cached keys
+(`models.name_key`): a steady cycle builds the same lists out of lookups.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import bounds, conditions, podstates, specs
-from eventhub_balancer.reconciling import reports
+from eventhub_balancer.reconciling import memos, reports
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -37,6 +41,15 @@ class Outcome:
     conditions: tuple[conditions.Condition, ...]
     #: the partitions their owners report in trouble
     troubles: Mapping[models.PartitionId, reports.Trouble] = dataclasses.field(default_factory=dict)
+
+
+#: Each time as the status writes it (`specs.format_time`), by its seconds.
+TIMES: memos.Cache[float, str] = memos.Cache()
+
+
+def time_text(seconds: float) -> str:
+    """``seconds`` as the status writes a time, formatted once per value."""
+    return TIMES.get(seconds, lambda s: specs.format_time(podstates.from_seconds(s)))
 
 
 def epochs(
@@ -76,14 +89,15 @@ def build_status(
                 "revoking": revoking,
             }
         )
+    ordered = sorted(outcome.assignment.items(), key=lambda kv: models.name_key(kv[0]))
     handoffs = [
         {
             "partition": pid,
             "from": o.owner,
             "epoch": o.epoch,
-            "since": specs.format_time(podstates.from_seconds(o.since)),
+            "since": time_text(o.since),
         }
-        for pid, o in sorted(outcome.assignment.items(), key=lambda kv: models.name_key(kv[0]))
+        for pid, o in ordered
         if o.state == "revoking" and o.owner is not None
     ]
     record: list[specs.AssignmentEntryBody] = [
@@ -93,9 +107,9 @@ def build_status(
             "podUid": outcome.pods[o.owner].uid if o.owner in outcome.pods else "",
             "epoch": o.epoch,
             "state": o.state,
-            "since": specs.format_time(podstates.from_seconds(o.since)),
+            "since": time_text(o.since),
         }
-        for pid, o in sorted(outcome.assignment.items(), key=lambda kv: models.name_key(kv[0]))
+        for pid, o in ordered
         if o.owner is not None
     ]
     now_seconds = podstates.to_seconds(now)
