@@ -1,19 +1,51 @@
 """A chaos run: the operator and consumer pods under load while things keep breaking.
 
-For a bounded time, at random (seeded) moments, it SIGKILLs consumer pods (they restart, as
-with restartPolicy Always), deletes pods and starts replacements, restarts the operator,
-injects Blob Storage faults through the fault proxy in front of Azurite (5xx, dropped
-requests, delays, 412 bursts) and drops every Event Hubs connection at once. The invariants
-are checked throughout and at the end:
+For a bounded time, at random (seeded) moments, it commits faults of the kinds selected
+(`FAULTS`, all by default):
 
-- no event lost: every event the emulator holds is processed once the backlog drains;
-- no checkpoint regression: a partition's checkpoint sequence number never goes back;
+- ``kill``: SIGKILL a consumer pod's process (it restarts, as with restartPolicy Always);
+- ``delete``: delete a pod and start a replacement;
+- ``operator``: restart the operator;
+- ``blob``: toggle Blob Storage faults through the fault proxy in front of Azurite (5xx,
+  dropped requests, delays, 412 bursts);
+- ``amqp``: drop every Event Hubs connection at once;
+- ``poison``: the producer marks one event of a random partition as poison; the pods' handler
+  (`chaoshandlers`) raises on it every time, and the CR's failure policy
+  (``spec.processing``: a few attempts, then dead-letter) must contain it to its partition;
+- ``hang``: one handler call somewhere sleeps beyond the pods' ``--stuck-seconds``;
+- ``apipause``: the Kubernetes API stops answering (requests hang, watches drop) for
+  ``min(APIPAUSE_MAX_S, duration / 2, the time left)``, once per run; the pods must keep
+  consuming (the local kubelet is spared, as a node would be);
+- ``midfence``: a pod is SIGKILLed right after it took a checkpoint blob's lease to fence a
+  partition newly assigned to it (the fault proxy holds the answer to its lease request
+  meanwhile), so that the lease stays held for its full duration; a pod replacement gives
+  the operator something to assign;
+- ``specchange``: the CR's checkpoint container changes, once per run: every partition must
+  move to the new location by ordered hand-off; the invariants follow the new location.
+
+Faults that put the control plane away (``apipause``) make the run skip the faults that need
+it (``operator``, ``midfence``) until it is back.
+
+The invariants are checked throughout and at the end:
+
+- no event lost: every event the emulator holds was processed, or dead-lettered (a JSON blob
+  under ``<fqns>/<hub>/<group>/deadletter/`` in a checkpoint container, listing its
+  ``events`` with ``partition`` and ``sequenceNumber``);
+- no checkpoint regression: a partition's checkpoint sequence number never goes back
+  (per location);
+- after a spec change, every partition has its checkpoint in the new location;
 - never two accepted writers for one partition: the checkpoint's epoch never goes back and
   one epoch belongs to one owner (checkpoint writes are owner-checked with If-Match, so a
   fenced-out writer that got through would show as either);
-- after the faults stop, balanced again within one cycle plus the hand-off
-  (``intervalSeconds + handoffTimeoutSeconds``) once every pod is Ready again (a restarted
-  process needs its own start-up time first, which is not the balancer's).
+- recovery: from the end of the last fault (for a pod that was killed, deleted or restarted:
+  once every pod is Ready again, since a process's start-up is the kubelet's and the
+  machine's, not the balancer's; for a hang: once the hanging call returns;
+  ``recovered_after_faults_s`` includes both), the system is
+  balanced again with every partition progressing (its checkpoint, in the current location,
+  at or past the last event produced before that moment, or that event processed) within
+  one cycle plus 2 s
+  (``recovery_bound_s``). The run waits up to `RECOVERY_TIMEOUT_S` so that a slow machine
+  still measures how long recovery took instead of reporting that it never came.
 
 The checkpoints are sampled directly from Azurite (not through the proxy) every
 ``SAMPLE_S``; a regression that is written and overwritten within one sample is not seen.
@@ -24,30 +56,71 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
-from eventhub_balancer import runners
+from eventhub_balancer import errors, runners
 from eventhub_balancer.adapters import blobs, checkpointing
-from eventhub_balancer_devstack import azurite, faultproxy
+from eventhub_balancer.contracts import configmaps
+from eventhub_balancer_devstack import azurite, chaoshandlers, faultproxy
 from eventhub_balancer_devstack.scenarios import runs, systems
 
 logger = logging.getLogger(__name__)
 
 #: How often the checkpoint blobs are read for the invariants.
 SAMPLE_S = 0.2
-#: The longest wait for the pods to be Ready again after the faults stop.
-READY_TIMEOUT_S = 90.0
-#: The longest wait for balance once the pods are Ready again. Far above the strict bound
-#: (``ChaosOptions.balance_bound_s``, what the report's ``ok`` checks) so that a slow machine
+#: The longest wait for recovery after the faults stop. Far above the strict bound
+#: (``ChaosOptions.recovery_bound_s``, what the report's ``ok`` checks) so that a slow machine
 #: still measures how long recovery took instead of reporting that it never came.
 RECOVERY_TIMEOUT_S = 60.0
+#: The longest outage of the Kubernetes API; a run also never pauses for more than half of
+#: its fault time, nor beyond its end.
+APIPAUSE_MAX_S = 60.0
+#: The longest wait for a fence to catch after a ``midfence`` fault armed the lease trap.
+MIDFENCE_WAIT_S = 10.0
+#: The pods' ``--stuck-seconds``, and how long a ``hang`` fault's handler call sleeps.
+STUCK_SECONDS = 3.0
+HANG_SECONDS = STUCK_SECONDS + 2.0
+#: The failure policy of the chaos run's CR: a poison batch is dead-lettered after this many
+#: attempts.
+MAX_ATTEMPTS = 3
 
-ACTIONS = ("kill", "replace", "operator", "blob-faults", "drop-connections")
+FAULTS = (
+    "kill",
+    "delete",
+    "operator",
+    "blob",
+    "amqp",
+    "poison",
+    "hang",
+    "apipause",
+    "midfence",
+    "specchange",
+)
+#: Faults committed at most once per run (each is long, or moves every partition).
+ONCE = frozenset({"apipause", "specchange"})
+#: Faults that need the Kubernetes API answering (skipped while it is paused).
+NEED_API = frozenset({"operator", "midfence", "apipause"})
+
+
+def parse_faults(text: str) -> tuple[str, ...]:
+    """``--faults kill,poison`` -> the kinds, in `FAULTS` order; ``all`` (or empty) is all."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names or names == ["all"]:
+        return FAULTS
+    unknown = sorted(set(names) - set(FAULTS))
+    if unknown:
+        raise errors.InvalidInput(
+            "--faults",
+            f"unknown fault kind(s) {', '.join(unknown)}: use 'all' or a comma-separated "
+            f"list of {', '.join(FAULTS)}",
+        )
+    return tuple(f for f in FAULTS if f in names)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -62,20 +135,36 @@ class ChaosOptions:
     #: Seconds between two faults: uniform in this range.
     gap_s: tuple[float, float] = (1.0, 3.0)
     seed: int = 0
+    faults: tuple[str, ...] = FAULTS
     drain_timeout_s: float = 90.0
     work_dir: Path | None = None
 
+    def __post_init__(self) -> None:
+        if self.duration_s <= 0:
+            raise errors.InvalidInput("--seconds", f"{self.duration_s} is not above 0")
+        if not self.faults:
+            raise errors.InvalidInput("--faults", f"name at least one of {', '.join(FAULTS)}")
+        parse_faults(",".join(self.faults))
+
     @property
-    def balance_bound_s(self) -> float:
-        return float(self.interval_seconds + self.handoff_timeout_seconds)
+    def recovery_bound_s(self) -> float:
+        """One cycle plus 2 s: the issue's bound on recovery after the last fault."""
+        return float(self.interval_seconds + 2)
+
+    @property
+    def apipause_s(self) -> float:
+        return min(APIPAUSE_MAX_S, self.duration_s / 2)
 
 
 class ChaosReport(TypedDict):
     seed: int
     duration_s: float
-    actions: dict[str, int]
+    fault_kinds: list[str]
+    #: Faults committed, per kind.
+    faults: dict[str, int]
     produced: int
     processed: int
+    dead_lettered: int
     lost: int
     duplicates: int
     checkpoint_regressions: list[str]
@@ -83,23 +172,100 @@ class ChaosReport(TypedDict):
     checkpoint_samples: int
     ready_after_faults_s: float | None
     balanced_after_ready_s: float | None
-    balance_bound_s: float
+    #: From the end of the last fault (a killed, deleted or restarted pod's fault ends once
+    #: its process is up and Ready again, a hang once the hanging call returns) until
+    #: balanced with every partition progressing.
+    recovered_s: float | None
+    #: The same from the moment the faults stopped, the pods' own start-up included.
+    recovered_after_faults_s: float | None
+    recovery_bound_s: float
+    #: Why ``ok`` is false (empty when it is true).
+    problems: list[str]
     ok: bool
 
 
+# -- dead letters
+
+
+def deadletter_prefix(*, hub: str, consumer_group: str) -> str:
+    """Where a pod dead-letters batches, next to the checkpoints (lower-cased, as they are)."""
+    return f"{systems.FULLY_QUALIFIED_NAMESPACE}/{hub}/{consumer_group}/deadletter/".lower()
+
+
+def parse_deadletter(data: bytes) -> list[tuple[str, int]]:
+    """The ``(partition, sequence number)`` of each event in a dead-letter blob.
+
+    Raises ValueError when the blob is not JSON with an ``events`` list of objects with a
+    ``partition`` and an integer ``sequenceNumber``.
+    """
+    body = json.loads(data)
+    events = body.get("events") if isinstance(body, dict) else None
+    if not isinstance(events, list):
+        raise ValueError("no 'events' list")
+    result = []
+    for event in events:
+        if not isinstance(event, dict):
+            raise ValueError(f"an event is not an object: {event!r:.80}")
+        partition, sequence = event.get("partition"), event.get("sequenceNumber")
+        if partition is None or isinstance(sequence, bool) or not isinstance(sequence, int):
+            raise ValueError(f"an event without partition and sequenceNumber: {event!r:.80}")
+        result.append((str(partition), sequence))
+    return result
+
+
+def account(
+    missing: Iterable[tuple[str, int]], dead_lettered: Iterable[tuple[str, int]]
+) -> list[tuple[str, int]]:
+    """The events still lost once the dead-lettered ones count as accounted for."""
+    accounted = set(dead_lettered)
+    return [event for event in missing if event not in accounted]
+
+
+def progressing(
+    targets: Mapping[str, int],
+    *,
+    checkpoints: Mapping[str, int],
+    processed: Mapping[str, int],
+) -> bool:
+    """Every partition took up its work again: its checkpoint (sequence number) or the
+    highest sequence number processed is at or past ``targets[partition]`` (the last event
+    produced before the faults ended; -1 when there was none)."""
+    return all(
+        target < 0 or max(checkpoints.get(p, -1), processed.get(p, -1)) >= target
+        for p, target in targets.items()
+    )
+
+
+# -- the checkpoint watch
+
+
 class CheckpointWatch:
-    """Samples every checkpoint blob on the scenario's loop and keeps the violations."""
+    """Samples every checkpoint blob of every location the run used, on the scenario's loop,
+    and keeps the violations. `follow` adds a location (after a spec change)."""
 
     def __init__(self, *, site: systems.Site) -> None:
         self.site = site
         self.regressions: list[str] = []
         self.conflicts: list[str] = []
         self.samples = 0
-        #: partition -> (sequence number, epoch, owner) last seen.
-        self.last: dict[str, tuple[int, int, str]] = {}
-        self._owners: dict[tuple[str, int], str] = {}
+        self.containers = [site.container]
+        #: (container, partition) -> (sequence number, epoch, owner) last seen.
+        self.last: dict[tuple[str, str], tuple[int, int, str]] = {}
+        self._owners: dict[tuple[str, str, int], str] = {}
         self._stop = asyncio.Event()
-        self._done: object = None
+        self._done: Any = None
+
+    @property
+    def current(self) -> str:
+        return self.containers[-1]
+
+    def follow(self, container: str) -> None:
+        self.containers = [*self.containers, container]
+
+    def positions(self) -> dict[str, int]:
+        """partition -> checkpoint sequence number in the current location."""
+        current = self.current
+        return {p: last[0] for (c, p), last in self.last.items() if c == current}
 
     def start(self, loop: runners.BackgroundLoop) -> None:
         self._done = loop.submit(self._run())
@@ -109,54 +275,87 @@ class CheckpointWatch:
         done = self._done
         if done is not None:
             with contextlib.suppress(Exception):
-                done.result(timeout=10)  # type: ignore[attr-defined]
+                done.result(timeout=10)
 
-    def check(self, checkpoints: list[checkpointing.Checkpoint]) -> None:
-        self.samples += 1
+    def check(self, checkpoints: list[checkpointing.Checkpoint], *, container: str = "") -> None:
+        container = container or self.site.container
         for cp in checkpoints:
-            before = self.last.get(cp.partition)
+            where = f"{container}: partition {cp.partition}"
+            before = self.last.get((container, cp.partition))
             if before is not None:
                 sequence, epoch, owner = before
                 if cp.sequence_number < sequence:
-                    self.regressions.append(
-                        f"partition {cp.partition}: sequence {sequence} -> {cp.sequence_number}"
-                    )
+                    self.regressions.append(f"{where}: sequence {sequence} -> {cp.sequence_number}")
                 if cp.epoch < epoch:
                     self.conflicts.append(
-                        f"partition {cp.partition}: epoch {epoch} ({owner}) -> "
-                        f"{cp.epoch} ({cp.owner_id})"
+                        f"{where}: epoch {epoch} ({owner}) -> {cp.epoch} ({cp.owner_id})"
                     )
-            known = self._owners.setdefault((cp.partition, cp.epoch), cp.owner_id)
+            known = self._owners.setdefault((container, cp.partition, cp.epoch), cp.owner_id)
             if known != cp.owner_id:
                 self.conflicts.append(
-                    f"partition {cp.partition}: epoch {cp.epoch} written by {known} "
-                    f"and {cp.owner_id}"
+                    f"{where}: epoch {cp.epoch} written by {known} and {cp.owner_id}"
                 )
-            self.last[cp.partition] = (cp.sequence_number, cp.epoch, cp.owner_id)
+            self.last[(container, cp.partition)] = (cp.sequence_number, cp.epoch, cp.owner_id)
 
     async def _run(self) -> None:
-        site = self.site
-        async with blobs.open_container(
-            container_name=site.container, connection_string=site.stack.blob_connection_string
-        ) as container:
-            store = checkpointing.CheckpointStore(
-                container,
-                fully_qualified_namespace=systems.FULLY_QUALIFIED_NAMESPACE,
-                eventhub_name=site.hub,
-                consumer_group=systems.CONSUMER_GROUP,
-                owner_id="chaos-watch",
-            )
+        stores: dict[str, checkpointing.CheckpointStore] = {}
+        async with contextlib.AsyncExitStack() as opened:
             while not self._stop.is_set():
-                try:
-                    self.check(await store.list())
-                except Exception as e:  # Azurite itself is never faulted; log and go on
-                    logger.warning("checkpoint sample failed: %s", e)
+                for container in list(self.containers):
+                    try:
+                        if container not in stores:
+                            stores[container] = await self._open(opened, container)
+                        checkpoints = await stores[container].list()
+                    except Exception as e:  # Azurite itself is never faulted; log and go on
+                        logger.warning("checkpoint sample of %s failed: %s", container, e)
+                        continue
+                    self.check(checkpoints, container=container)
+                self.samples += 1
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), timeout=SAMPLE_S)
 
+    async def _open(
+        self, opened: contextlib.AsyncExitStack, container_name: str
+    ) -> checkpointing.CheckpointStore:
+        container = await opened.enter_async_context(
+            blobs.open_container(
+                container_name=container_name,
+                connection_string=self.site.stack.blob_connection_string,
+            )
+        )
+        return checkpointing.CheckpointStore(
+            container,
+            fully_qualified_namespace=systems.FULLY_QUALIFIED_NAMESPACE,
+            eventhub_name=self.site.hub,
+            consumer_group=systems.CONSUMER_GROUP,
+            owner_id="chaos-watch",
+        )
+
+
+async def read_deadletters(
+    *, connection_string: str, containers: Iterable[str], prefix: str
+) -> tuple[list[tuple[str, int]], list[str]]:
+    """Every dead-lettered event in ``containers`` under ``prefix``, and the unreadable blobs."""
+    events: list[tuple[str, int]] = []
+    unreadable: list[str] = []
+    for name in containers:
+        async with blobs.open_container(
+            container_name=name, connection_string=connection_string
+        ) as container:
+            async for item in container.list_blobs(name_starts_with=prefix):
+                data = await (await container.download_blob(item.name)).readall()
+                try:
+                    events.extend(parse_deadletter(data))
+                except ValueError as e:
+                    unreadable.append(f"{name}/{item.name}: {e}")
+    return events, unreadable
+
+
+# -- the faults
+
 
 class Chaos:
-    """Runs the faults against a started scenario."""
+    """Commits the faults against a started scenario, on the caller's thread."""
 
     def __init__(
         self,
@@ -164,31 +363,55 @@ class Chaos:
         scenario: runs.ScenarioRun,
         system: systems.OursSystem,
         proxy: faultproxy.FaultProxy,
+        watch: CheckpointWatch,
         options: ChaosOptions,
     ) -> None:
         self.scenario = scenario
         self.system = system
         self.proxy = proxy
+        self.watch = watch
         self.options = options
         self.rng = random.Random(options.seed)
-        self.actions = dict.fromkeys(ACTIONS, 0)
-        self._faults_on = False
+        self.faults = dict.fromkeys(options.faults, 0)
+        self._blob_faults_on = False
+        self._resume_at: float | None = None
+        self._hang_tickets = 0
+        self._tried: set[str] = set()
 
-    def act(self, action: str) -> None:
-        kubelet = self.scenario.kubelet
-        assert kubelet is not None
-        names = kubelet.names()
-        logger.info("chaos: %s", action)
-        if action == "kill" and names:
-            kubelet.kill(self.rng.choice(names))
-        elif action == "replace" and names:
-            kubelet.delete(self.rng.choice(names))
-            kubelet.create()
-        elif action == "operator":
+    @property
+    def kubelet(self) -> Any:
+        assert self.scenario.kubelet is not None
+        return self.scenario.kubelet
+
+    def choices(self) -> list[str]:
+        """The kinds that may come next: not used up, and not needing a paused API; the
+        kinds not tried yet first (the API pause last of them), so that a run covers every
+        kind it has time for."""
+        paused = self._resume_at is not None
+        allowed = [
+            f
+            for f in self.options.faults
+            if not (f in ONCE and self.faults[f]) and not (paused and f in NEED_API)
+        ]
+        pending = [f for f in allowed if f not in self._tried]
+        if len(pending) > 1 and "apipause" in pending:
+            pending.remove("apipause")  # the pause holds back the kinds that need the API
+        return pending or allowed
+
+    def act(self, fault: str, *, deadline: float) -> None:
+        self._tried.add(fault)
+        names = self.kubelet.names()
+        logger.info("chaos: %s", fault)
+        if fault == "kill" and names:
+            self.kubelet.kill(self.rng.choice(names))
+        elif fault == "delete" and names:
+            self.kubelet.delete(self.rng.choice(names))
+            self.kubelet.create()
+        elif fault == "operator":
             self.system.stop_operator()
             self.system.start_operator()
-        elif action == "blob-faults":
-            if self._faults_on:
+        elif fault == "blob":
+            if self._blob_faults_on:
                 self.proxy.faults.clear()
             else:
                 self.proxy.faults.set(
@@ -200,38 +423,130 @@ class Chaos:
                     burst_412=3,
                     seed=self.rng.randrange(1 << 30),
                 )
-            self._faults_on = not self._faults_on
-        elif action == "drop-connections":
+            self._blob_faults_on = not self._blob_faults_on
+        elif fault == "amqp":
             self.scenario.site.stack.eventhubs.disconnect_all()
-        self.actions[action] += 1
+        elif fault == "poison":
+            assert self.scenario.producer is not None
+            self.scenario.producer.poison(self.rng.choice(self.scenario.site.partitions()))
+        elif fault == "hang":
+            self._hang_tickets += 1
+            ticket = (
+                self.scenario.site.record_dir / f"{chaoshandlers.HANG_TICKET}{self._hang_tickets}"
+            )
+            ticket.touch()
+        elif fault == "apipause":
+            pause_s = min(self.options.apipause_s, max(0.0, deadline - time.monotonic()))
+            self.scenario.site.stack.kube.pause(exempt_tokens=[runs.KUBELET_TOKEN])
+            self._resume_at = time.monotonic() + pause_s
+            logger.info("chaos: the Kubernetes API is paused for %.1f s", pause_s)
+        elif fault == "midfence":
+            if not self.midfence(names):
+                return
+        elif fault == "specchange":
+            self.change_container()
+        self.faults[fault] += 1
+
+    def midfence(self, names: list[str]) -> bool:
+        """Catch the next fence's lease and SIGKILL its pod; False when none came in time."""
+        if not names:
+            return False
+        faults = self.proxy.faults
+        faults.arm_lease_trap()
+        try:
+            # A replacement makes the operator move partitions, so fences follow.
+            self.kubelet.delete(self.rng.choice(names))
+            self.kubelet.create()
+            deadline = time.monotonic() + MIDFENCE_WAIT_S
+            while (path := faults.lease_trapped()) is None and time.monotonic() < deadline:
+                time.sleep(runs.POLL_S / 5)
+                self.scenario.observe()
+            if path is None:
+                logger.info("chaos: midfence: no fence came within %g s", MIDFENCE_WAIT_S)
+                return False
+            partition = path.rstrip("/").rsplit("/", 1)[-1]
+            pod = self.assignee(partition)
+            if pod is None or pod not in self.kubelet.names():
+                logger.info("chaos: midfence: partition %s has no live assignee", partition)
+                return False
+            logger.info("chaos: midfence: SIGKILL %s fencing partition %s", pod, partition)
+            self.kubelet.kill(pod)
+            return True
+        finally:
+            faults.release_lease_trap()
+
+    def assignee(self, partition: str) -> str | None:
+        """The pod whose ConfigMap assigns ``partition`` (owned), read from the store."""
+        site = self.scenario.site
+        for cm in site.stack.kube.list_objects(
+            "v1/configmaps", namespace=site.namespace, label_selector=configmaps.LABEL_POD
+        ):
+            parsed = configmaps.parse_data(cm.get("data") or {})
+            if parsed.consumer != site.consumer:
+                continue
+            for p, entry in parsed.partitions.items():
+                if str(p) == partition and entry.state == "owned":
+                    return parsed.pod
+        return None
+
+    def change_container(self) -> None:
+        site = self.scenario.site
+        name = f"{site.container}-b"
+        site.loop.run(systems.ensure_container(site.stack.blob_connection_string, name))
+        self.watch.follow(name)
+        site.stack.kube.patch_object(
+            systems.CR,
+            site.consumer,
+            {"spec": {"checkpointStore": {"containerName": name}}},
+            namespace=site.namespace,
+        )
+        logger.info("chaos: checkpoint container %s -> %s", site.container, name)
+
+    def resume_if_due(self, *, force: bool = False) -> None:
+        if self._resume_at is not None and (force or time.monotonic() >= self._resume_at):
+            self.scenario.site.stack.kube.resume()
+            self._resume_at = None
+            logger.info("chaos: the Kubernetes API answers again")
 
     def run_faults(self, duration_s: float) -> None:
         deadline = time.monotonic() + duration_s
         while time.monotonic() < deadline:
-            self.act(self.rng.choice(ACTIONS))
+            self.resume_if_due()
+            choices = self.choices()
+            if choices:
+                self.act(self.rng.choice(choices), deadline=deadline)
             wait = self.rng.uniform(*self.options.gap_s)
             until = min(deadline, time.monotonic() + wait)
             while time.monotonic() < until:
                 time.sleep(runs.POLL_S)
+                self.resume_if_due()
                 self.scenario.observe()
 
+    def hang_ends(self) -> float:
+        """When the last hang that began ends (monotonic; 0 without one): a hanging
+        handler's partition cannot progress before, so the fault lasts until then."""
+        began = chaoshandlers.hangs_began(self.scenario.site.record_dir)
+        if not began:
+            return 0.0
+        offset = time.time() - time.monotonic()
+        return max(began) + HANG_SECONDS - offset
+
     def stop_faults(self) -> None:
+        chaoshandlers.cancel_hangs(self.scenario.site.record_dir)
+        self.resume_if_due(force=True)
         self.proxy.faults.clear()
-        self._faults_on = False
+        self._blob_faults_on = False
         if self.system.operator is None:
             self.system.start_operator()
-        kubelet = self.scenario.kubelet
-        assert kubelet is not None
-        kubelet.scale(self.options.pods)
+        self.kubelet.scale(self.options.pods)
 
-    def wait(self, predicate: Callable[[], bool], timeout_s: float) -> float | None:
-        started = time.monotonic()
-        deadline = started + timeout_s
-        while time.monotonic() < deadline:
-            if predicate():
-                return round(time.monotonic() - started, 3)
-            time.sleep(runs.POLL_S)
-        return None
+
+def _partition_key(partition: str) -> tuple[int, str]:
+    return (int(partition), partition) if partition.isdigit() else (1 << 30, partition)
+
+
+def _elapsed(since: float) -> float:
+    return round(time.monotonic() - since, 3)
 
 
 def run(options: ChaosOptions, *, observer: runs.Observer) -> ChaosReport:
@@ -257,6 +572,10 @@ def run(options: ChaosOptions, *, observer: runs.Observer) -> ChaosReport:
             site,
             pod_grace_seconds=options.pod_grace_seconds,
             handoff_timeout_seconds=options.handoff_timeout_seconds,
+            handler=f"{chaoshandlers.__name__}:process",
+            consume_args=("--stuck-seconds", str(STUCK_SECONDS)),
+            env={chaoshandlers.ENV_HANG_SECONDS: str(HANG_SECONDS)},
+            processing={"maxAttempts": MAX_ATTEMPTS, "onFailure": "deadLetter"},
         )
         scenario = runs.ScenarioRun(
             site=site,
@@ -275,48 +594,106 @@ def run(options: ChaosOptions, *, observer: runs.Observer) -> ChaosReport:
             observer=observer,
         )
         watch = CheckpointWatch(site=site)
-        chaos = Chaos(scenario=scenario, system=system, proxy=proxy, options=options)
+        chaos = Chaos(scenario=scenario, system=system, proxy=proxy, watch=watch, options=options)
         scenario.start()
+        ready_s = balanced_s = recovered_s = after_faults_s = None
+        last_fault_ended = 0.0
         try:
             watch.start(loop)
             scenario.results.append(scenario.perform(scenario.steps[0]))
-            chaos.run_faults(options.duration_s)
-            chaos.stop_faults()
-            ready_s = chaos.wait(
-                lambda: len((m := scenario.members())[1]) == len(m[0]) == options.pods,
-                READY_TIMEOUT_S,
+            try:
+                chaos.run_faults(options.duration_s)
+            finally:
+                chaos.stop_faults()
+            ended = time.monotonic()
+            hang_ends = chaos.hang_ends()
+            targets = {p: n - 1 for p, n in scenario.produced_by_partition().items()}
+            deadline = ended + RECOVERY_TIMEOUT_S
+            while time.monotonic() < deadline:
+                names, ready = scenario.members()
+                if ready_s is None and len(names) == len(ready) == options.pods:
+                    ready_s = _elapsed(ended)
+                    # The last fault ends when every pod is up again and no handler hangs.
+                    last_fault_ended = max(time.monotonic(), hang_ends)
+                snapshot = scenario.observe()
+                if ready_s is not None and balanced_s is None and snapshot.balanced:
+                    balanced_s = round(_elapsed(ended) - ready_s, 3)
+                if (
+                    ready_s is not None
+                    and snapshot.balanced
+                    and progressing(
+                        targets, checkpoints=watch.positions(), processed=scenario.tally.highest
+                    )
+                ):
+                    after_faults_s = _elapsed(ended)
+                    recovered_s = max(0.0, _elapsed(last_fault_ended))
+                    if balanced_s is None:
+                        balanced_s = recovered_s
+                    break
+                time.sleep(runs.POLL_S)
+            scenario.drain(
+                lambda produced: progressing(
+                    {p: n - 1 for p, n in produced.items()},
+                    checkpoints=watch.positions(),
+                    processed=scenario.tally.highest,
+                )
             )
-            balanced_s = chaos.wait(
-                lambda: scenario.observe().balanced,
-                max(options.balance_bound_s, RECOVERY_TIMEOUT_S),
-            )
-            scenario.drain()
             watch.stop(loop)
+            # After a spec change, every partition's checkpoint must be in the new location.
+            unmoved = (
+                sorted(set(site.partitions()) - set(watch.positions()), key=_partition_key)
+                if len(watch.containers) > 1
+                else []
+            )
+            dead, unreadable = loop.run(
+                read_deadletters(
+                    connection_string=stack.blob_connection_string,
+                    containers=watch.containers,
+                    prefix=deadletter_prefix(hub=hub, consumer_group=systems.CONSUMER_GROUP),
+                )
+            )
         finally:
+            chaos.resume_if_due(force=True)
             scenario.stop()
         summary = scenario.summary()
-    ok = (
-        summary["lost"] == 0
-        and not watch.regressions
-        and not watch.conflicts
-        and watch.samples > 0
-        and ready_s is not None
-        and balanced_s is not None
-        and balanced_s <= options.balance_bound_s
-    )
+        produced = scenario.produced_by_partition()
+        lost = account(scenario.tally.missing(produced), dead)
+    dead_lettered = len(set(dead))
+    problems = []
+    if lost:
+        problems.append(f"{len(lost)} events lost, e.g. {lost[:5]}")
+    if watch.regressions:
+        problems.append(f"{len(watch.regressions)} checkpoint regressions")
+    if watch.conflicts:
+        problems.append(f"{len(watch.conflicts)} writer conflicts")
+    if watch.samples == 0:
+        problems.append("no checkpoint sample")
+    if unreadable:
+        problems.append(f"unreadable dead-letter blobs: {unreadable[:3]}")
+    if unmoved:
+        problems.append(f"partitions without a checkpoint in {watch.current}: {unmoved}")
+    if recovered_s is None:
+        problems.append(f"not recovered within {RECOVERY_TIMEOUT_S:g} s")
+    elif recovered_s > options.recovery_bound_s:
+        problems.append(f"recovered in {recovered_s} s > {options.recovery_bound_s} s")
     return {
         "seed": options.seed,
         "duration_s": options.duration_s,
-        "actions": chaos.actions,
+        "fault_kinds": list(options.faults),
+        "faults": chaos.faults,
         "produced": summary["produced"],
         "processed": summary["processed"],
-        "lost": summary["lost"],
+        "dead_lettered": dead_lettered,
+        "lost": len(lost),
         "duplicates": summary["duplicates"],
         "checkpoint_regressions": watch.regressions,
         "writer_conflicts": watch.conflicts,
         "checkpoint_samples": watch.samples,
         "ready_after_faults_s": ready_s,
         "balanced_after_ready_s": balanced_s,
-        "balance_bound_s": options.balance_bound_s,
-        "ok": ok,
+        "recovered_s": recovered_s,
+        "recovered_after_faults_s": after_faults_s,
+        "recovery_bound_s": options.recovery_bound_s,
+        "problems": problems,
+        "ok": not problems,
     }

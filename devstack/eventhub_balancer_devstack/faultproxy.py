@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import Final
 
 import aiohttp
+import yarl
 from aiohttp import web
 
 from eventhub_balancer import runners
@@ -44,6 +45,10 @@ HOP_BY_HOP: Final = frozenset(
         "content-length",
     }
 )
+
+#: The longest a sprung lease trap holds its answer before dropping it (the harness normally
+#: lets go within a second, once it killed the writer).
+TRAP_HOLD_S = 30.0
 
 #: The storage service's error codes for the statuses we inject, so SDKs map them as usual.
 ERROR_CODES: Final = {500: "InternalError", 503: "ServerBusy", 412: "ConditionNotMet"}
@@ -105,6 +110,9 @@ class Faults:
         self._rng = random.Random(0)
         self._burst_left = 0
         self._stats = FaultStats()
+        self._trap_armed = False
+        self._trapped: str | None = None
+        self._trap_released = threading.Event()
 
     @property
     def plan(self) -> FaultPlan:
@@ -143,8 +151,47 @@ class Faults:
         return plan
 
     def clear(self) -> None:
-        """No faults: forward everything as is."""
+        """No faults: forward everything as is (a lease trap is released too)."""
         self.set()
+        self.release_lease_trap()
+
+    # -- the lease trap: a writer that dies holding a checkpoint blob's lease
+
+    def arm_lease_trap(self) -> None:
+        """Catch the next lease acquisition on a checkpoint blob: forward it (the lease is
+        taken), then hold its answer until `release_lease_trap` and drop it, so that the
+        writer never learns its lease id. The harness kills the writer meanwhile: a pod
+        killed mid-fence, its lease left held."""
+        with self._lock:
+            self._trap_armed = True
+            self._trapped = None
+            self._trap_released.clear()
+
+    def lease_trapped(self) -> str | None:
+        """The path of the blob whose lease the sprung trap holds, None before it sprang."""
+        with self._lock:
+            return self._trapped
+
+    def release_lease_trap(self) -> None:
+        """Let the held answer go (dropped) and disarm the trap."""
+        with self._lock:
+            self._trap_armed = False
+        self._trap_released.set()
+
+    def _spring(self, *, method: str, path: str, lease_action: str | None) -> bool:
+        with self._lock:
+            if not self._trap_armed or self._trapped is not None:
+                return False
+            if method != "PUT" or (lease_action or "").lower() != "acquire":
+                return False
+            if "/checkpoint/" not in path:
+                return False
+            self._trapped = path
+            return True
+
+    async def _hold(self) -> None:
+        # A threading event: the harness releases from its own thread.
+        await asyncio.to_thread(self._trap_released.wait, TRAP_HOLD_S)
 
     def reset_stats(self) -> None:
         with self._lock:
@@ -255,7 +302,8 @@ class FaultProxy:
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         async with self._session.request(
             request.method,
-            self.upstream + str(request.rel_url),
+            # Verbatim: a re-encoded path ('$' vs '%24') names another blob in Azurite.
+            yarl.URL(self.upstream + request.raw_path, encoded=True),
             headers=headers,
             data=body if body else None,
             allow_redirects=False,
@@ -268,6 +316,14 @@ class FaultProxy:
             ]
             length = upstream.headers.get("Content-Length")
         if decision.drop_response:
+            self._drop(request)
+        if self.faults._spring(
+            method=request.method,
+            path=request.path,
+            lease_action=request.headers.get("x-ms-lease-action"),
+        ):
+            logger.info("lease trap sprung on %s", request.path)
+            await self.faults._hold()
             self._drop(request)
         response = web.Response(status=status, body=payload if request.method != "HEAD" else None)
         for key, value in answer_headers:

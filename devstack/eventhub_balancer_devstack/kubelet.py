@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import urllib3
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
@@ -347,12 +348,17 @@ class LocalKubelet:
                 if pod.failures < FAILURE_THRESHOLD:
                     continue
             if ready != pod.ready:
-                pod.ready = ready
                 try:
                     self._patch_status(pod, phase="Running", ready=ready)
                 except ApiException as e:
                     if e.status != 404:
                         logger.warning("pod %s: status update failed: %s", pod.name, e)
+                        continue  # not recorded: the next round writes it again
+                except (urllib3.exceptions.HTTPError, OSError) as e:
+                    # The API is away (paused, restarting): keep probing, write it later.
+                    logger.warning("pod %s: status update failed: %s", pod.name, e)
+                    continue
+                pod.ready = ready
 
     def _patch_status(self, pod: _Pod, *, phase: str, ready: bool) -> None:
         status = "True" if ready else "False"

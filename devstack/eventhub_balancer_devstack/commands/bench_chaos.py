@@ -11,9 +11,10 @@ from eventhub_balancer import errors
 
 COMMAND = ("bench", "chaos")
 HELP = (
-    "Kill and replace pods, restart the operator, inject blob faults and drop connections for "
-    "a while; report lost events, checkpoint regressions, writer conflicts and recovery time. "
-    "Exits 1 when the report is not ok."
+    "Kill and replace pods, restart the operator, inject blob faults, drop connections, send "
+    "poison events, hang a handler, pause the Kubernetes API, kill a pod mid-fence and change "
+    "the spec for a while; report lost events, checkpoint regressions, writer conflicts and "
+    "recovery time. Exits 1 when the report is not ok."
 )
 
 
@@ -24,6 +25,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seed", type=int, default=1, help="the seed of the fault schedule (1)")
     parser.add_argument(
+        "--faults",
+        default="all",
+        help="the fault kinds, comma-separated (all): kill, delete, operator, blob, amqp, "
+        "poison, hang, apipause, midfence, specchange",
+    )
+    parser.add_argument(
         "--work-dir", type=Path, default=None, help="keep records and pod logs here"
     )
 
@@ -33,7 +40,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.seconds <= 0:
         raise errors.InvalidInput("--seconds", "must be above 0")
-    options = chaos.ChaosOptions(duration_s=args.seconds, seed=args.seed, work_dir=args.work_dir)
+    options = chaos.ChaosOptions(
+        duration_s=args.seconds,
+        seed=args.seed,
+        faults=chaos.parse_faults(args.faults),
+        work_dir=args.work_dir,
+    )
     view = terminalviews.LiveView(sys.stderr, tty=False)
     report = chaos.run(options, observer=view)
     if args.json:

@@ -30,6 +30,7 @@ from typing import Any, Literal, TypedDict
 
 from eventhub_balancer import errors, runners
 from eventhub_balancer_devstack import kubelet, recording
+from eventhub_balancer_devstack.kube import kubeconfigs
 from eventhub_balancer_devstack.scenarios import producing, systems
 from eventhub_balancer_devstack.stacks import LocalStack, StackOptions
 
@@ -44,6 +45,9 @@ LAG_EVERY_S = 1.0
 RATE_WINDOW_S = 3.0
 #: The longest wait for the kubelet to see a killed process (it probes every 0.2 s).
 KILL_NOTICED_S = 3.0
+#: The bearer token of the local kubelet's kubeconfig: a chaos run's API outage
+#: (`LocalKubeAPI.pause`) spares it, as a node goes on restarting its containers.
+KUBELET_TOKEN = "ehb-local-kubelet"
 #: The longest any single call onto the I/O loop (the producer, checkpoint reads) may take
 #: before the caller gives up, and the longest wait for that loop to stop.
 CALL_TIMEOUT_S = 30.0
@@ -246,8 +250,14 @@ class ScenarioRun:
 
         self.system.start()
         configuration = k8s.Configuration()
+        kubeconfig = kubeconfigs.write(
+            self.site.kubeconfig.with_name(f"{self.site.namespace}-kubelet.kubeconfig"),
+            server=self.site.stack.kube.url,
+            namespace=self.site.namespace,
+            user={"token": KUBELET_TOKEN},
+        )
         k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=str(self.site.kubeconfig), client_configuration=configuration
+            config_file=str(kubeconfig), client_configuration=configuration
         )
         self._api_client = k8s.ApiClient(configuration)
         self.kubelet = kubelet.LocalKubelet(
@@ -411,8 +421,12 @@ class ScenarioRun:
             time.sleep(POLL_S)
             self.observe()
 
-    def drain(self) -> None:
-        """Stop producing and wait until every produced event was processed (bounded)."""
+    def drain(self, drained: Callable[[dict[str, int]], bool] | None = None) -> None:
+        """Stop producing and wait until every produced event was processed (bounded).
+
+        ``drained``, given the events produced per partition, says when the backlog is gone
+        instead (the chaos run: a dead-lettered last event is never processed, only passed).
+        """
         self._phase = "draining"
         self._step_index = len(self.steps)
         self._step_started = time.monotonic()
@@ -421,7 +435,10 @@ class ScenarioRun:
         while time.monotonic() < deadline:
             self.observe()
             produced = self.produced_by_partition()
-            if all(self.tally.highest.get(p, -1) >= n - 1 for p, n in produced.items()):
+            if drained is not None:
+                if drained(produced):
+                    break
+            elif all(self.tally.highest.get(p, -1) >= n - 1 for p, n in produced.items()):
                 break
             time.sleep(POLL_S)
         # Let a batch that was recorded just now (a duplicate in the making) land as well.

@@ -221,10 +221,21 @@ class OursSystem:
         *,
         pod_grace_seconds: int = 20,
         handoff_timeout_seconds: int = 15,
+        handler: str = f"{recording.__name__}:process",
+        consume_args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        processing: Mapping[str, Any] | None = None,
     ) -> None:
+        """``handler``, ``consume_args`` and ``env`` change what the pods run (the chaos run's
+        misbehaving handler and its stuck limit); ``processing`` is the CR's
+        ``spec.processing`` (the failure policy), left to its defaults when None."""
         self.site = site
         self.pod_grace_seconds = pod_grace_seconds
         self.handoff_timeout_seconds = handoff_timeout_seconds
+        self.handler = handler
+        self.consume_args = tuple(consume_args)
+        self.env = dict(env or {})
+        self.processing = dict(processing) if processing is not None else None
         self.operator: running.OperatorThread | None = None
         self._api: kubeapi.KubeAPI | None = None
 
@@ -293,7 +304,7 @@ class OursSystem:
 
     def custom_resource(self) -> dict[str, Any]:
         site = self.site
-        return {
+        body: dict[str, Any] = {
             "apiVersion": f"{specs.GROUP}/{specs.VERSION}",
             "kind": specs.KIND,
             "metadata": {"name": site.consumer},
@@ -317,6 +328,9 @@ class OursSystem:
                 },
             },
         }
+        if self.processing is not None:
+            body["spec"]["processing"] = dict(self.processing)
+        return body
 
     def template(self) -> kubelet.PodTemplate:
         site = self.site
@@ -329,7 +343,7 @@ class OursSystem:
                 "-v",
                 "consume",
                 "--handler",
-                f"{recording.__name__}:process",
+                self.handler,
                 "--host",
                 "127.0.0.1",
                 "--port",
@@ -340,13 +354,14 @@ class OursSystem:
                 str(MAX_WAIT_S),
                 "--shutdown-timeout",
                 str(SHUTDOWN_TIMEOUT_S),
+                *self.consume_args,
             ]
 
         return kubelet.PodTemplate(
             name_prefix=site.consumer,
             labels={"app": site.consumer},
             command=command,
-            env={**record_env(site), "EHB_CONSUMER": site.consumer},
+            env={**record_env(site), "EHB_CONSUMER": site.consumer, **self.env},
             termination_grace_s=TERMINATION_GRACE_S,
             log_dir=site.log_dir,
         )

@@ -1,9 +1,12 @@
-"""Chaos: consumer kills and replacements, operator restarts, Blob Storage faults and dropped
-Event Hubs connections, under bounded load for a bounded time (`local.chaos`).
+"""Chaos: every fault kind of `chaos.FAULTS` (pod kills and replacements, operator restarts,
+Blob Storage faults, dropped Event Hubs connections, poison events, a hanging handler, a
+paused Kubernetes API, a pod killed mid-fence, a spec change) under bounded load for a
+bounded time.
 
-``make test`` runs a short run (20 s of faults) and checks the invariants and that the system
-recovers within a generous bound. The strict recovery bound is a benchmark's:
-``ehb bench chaos --json --seconds 600 --seed 7``.
+``make test`` runs a short run (30 s of faults, about 45 s in all) and checks the invariants
+and that the system recovers at all within a generous bound (`chaos.RECOVERY_TIMEOUT_S`).
+The strict recovery bound (one cycle plus 2 s) is the benchmark's:
+``ehb bench chaos --json --seconds 40 --seed N``.
 """
 
 from __future__ import annotations
@@ -17,30 +20,35 @@ import pytest
 
 from eventhub_balancer_devstack import chaos
 
-SECONDS = float(os.environ.get("EHB_CHAOS_SECONDS", "20"))
+#: Long enough for every kind to come up once on most schedules (the run takes about 45 s).
+SECONDS = float(os.environ.get("EHB_CHAOS_SECONDS", "30"))
 SEED = int(os.environ.get("EHB_CHAOS_SEED", "1"))
-#: Start-up, recovery and the drain on top of the faults themselves.
+FAULTS = chaos.parse_faults(os.environ.get("EHB_CHAOS_FAULTS", "all"))
+#: Start-up, recovery and the drain on top of the faults themselves (a bound, not a target:
+#: the run takes about 60-90 s on 2 shared cores).
 OVERHEAD_S = 240
-#: The test checks the invariants and that the system recovers at all: balanced again within
-#: this generous bound once every pod is Ready. How fast it recovers depends on the machine
-#: (the suite shares 2 cores), so the strict bound (one cycle plus the hand-off) is the
-#: benchmark's: ``ehb bench chaos --json`` reports it as ``ok``.
-RECOVERY_BOUND_S = chaos.RECOVERY_TIMEOUT_S
 
 
 @pytest.mark.timeout(SECONDS + OVERHEAD_S)
 def test_invariants_hold_under_faults(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="eventhub_balancer_devstack.chaos")
-    options = chaos.ChaosOptions(duration_s=SECONDS, seed=SEED, work_dir=tmp_path / "chaos")
+    options = chaos.ChaosOptions(
+        duration_s=SECONDS, seed=SEED, faults=FAULTS, work_dir=tmp_path / "chaos"
+    )
     report = chaos.run(options, observer=lambda _: None)
     print(json.dumps(report, indent=1))
-    assert sum(report["actions"].values()) >= SECONDS / options.gap_s[1]
+    assert sum(report["faults"].values()) >= SECONDS / options.gap_s[1] / 2
+    # Each kind comes once before any repeats; a mid-fence kill needs a fence to catch, and
+    # the faults that need the API wait out its pause, so not every kind is certain.
+    assert sum(1 for n in report["faults"].values() if n) >= len(FAULTS) // 2
     assert report["produced"] > 0
     assert report["lost"] == 0
     assert report["checkpoint_samples"] > SECONDS / chaos.SAMPLE_S / 2
     assert report["checkpoint_regressions"] == []
     assert report["writer_conflicts"] == []
     assert report["ready_after_faults_s"] is not None
-    # The run waits RECOVERY_BOUND_S for balance once the pods are Ready: None means it never
-    # came within that bound (how fast it came is the benchmark's question).
-    assert report["balanced_after_ready_s"] is not None, f"not balanced in {RECOVERY_BOUND_S} s"
+    # The run waits RECOVERY_TIMEOUT_S for recovery: None means it never came within that
+    # generous bound (how fast it came is the benchmark's question, not the suite's).
+    assert report["recovered_s"] is not None, f"not recovered in {chaos.RECOVERY_TIMEOUT_S} s"
+    if "poison" in FAULTS and report["faults"]["poison"]:
+        assert report["dead_lettered"] > 0
