@@ -9,7 +9,14 @@ import pytest
 
 from eventhub_balancer import errors
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import conditions, configmaps, podstates, specs, startpositions
+from eventhub_balancer.contracts import (
+    conditions,
+    configmaps,
+    failurepolicy,
+    podstates,
+    specs,
+    startpositions,
+)
 
 T0 = datetime.datetime(2024, 5, 1, 12, 0, 0, tzinfo=datetime.UTC)
 SPEC = {
@@ -31,7 +38,7 @@ def test_spec_defaults() -> None:
     assert spec.consumer_group == "$Default"
     assert spec.start_position == startpositions.EARLIEST
     assert spec.balancing == specs.Balancing()
-    assert spec.processing == specs.Processing(max_attempts=10, on_failure="park")
+    assert spec.processing == failurepolicy.Processing(max_attempts=10, on_failure="park")
     assert spec.selector.to_query() == "app=c"
 
 
@@ -182,15 +189,15 @@ def test_the_failure_policy_reaches_the_pod_through_its_configmap() -> None:
     data = configmaps.build_data(
         spec=spec, consumer="orders", pod="c-0", generation=1, partitions={}
     )
-    assert configmaps.parse_data(data).processing == specs.Processing(
+    assert configmaps.parse_data(data).processing == failurepolicy.Processing(
         max_attempts=3, on_failure="deadLetter"
     )
     # An operator from before the policy existed writes no key: the pod takes the default.
     older = {k: v for k, v in data.items() if k != configmaps.KEY_PROCESSING}
-    assert configmaps.parse_data(older).processing == specs.Processing()
+    assert configmaps.parse_data(older).processing == failurepolicy.Processing()
     assert not configmaps.parse_data(older).problems
     broken = configmaps.parse_data({**data, configmaps.KEY_PROCESSING: '{"onFailure":"x"}'})
-    assert broken.processing == specs.Processing()
+    assert broken.processing == failurepolicy.Processing()
     assert broken.problems
     assert "processing" in broken.problems[0]
 

@@ -42,7 +42,7 @@ from typing import Any
 from eventhub_balancer import errors, handoffs
 from eventhub_balancer.adapters import deliveries
 from eventhub_balancer.consumer import contexts, metrics, ports, processing
-from eventhub_balancer.contracts import partitionreports, specs
+from eventhub_balancer.contracts import failurepolicy, partitionreports
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ class PartitionWorker:
         stats: metrics.PartitionStats,
         spark: Any = None,
         on_fenced: Callable[[], None] | None = None,
-        processing_policy: specs.Processing | None = None,
+        processing_policy: failurepolicy.Processing | None = None,
         dead_letters: ports.DeadLetters | None = None,
         on_hung: Callable[[str], None] | None = None,
     ) -> None:
@@ -126,7 +126,7 @@ class PartitionWorker:
         self.on_fenced = on_fenced
         #: What to do with a batch that keeps failing; the runtime updates it with the
         #: assignment, and it applies from the next failure on.
-        self.processing_policy = processing_policy or specs.Processing()
+        self.processing_policy = processing_policy or failurepolicy.Processing()
         self.dead_letters = dead_letters
         #: Called with a reason when an abandoned handler call outlives the exit bound.
         self.on_hung = on_hung

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import bounds, specs, startpositions
+from eventhub_balancer.contracts import bounds, failurepolicy, specs, startpositions
 
 PREFIX = "eventhub-balancer.dev/"
 
@@ -163,7 +163,9 @@ class ParsedData:
     checkpoint_account_url: str = ""
     start_position: Any = None  # the CR's shape: `startpositions.parse_start_position` reads it
     #: the failure policy; the default when the key is missing (an operator before it existed)
-    processing: specs.Processing = dataclasses.field(default_factory=specs.Processing)
+    processing: failurepolicy.Processing = dataclasses.field(
+        default_factory=failurepolicy.Processing
+    )
     problems: tuple[str, ...] = ()
 
     @property
@@ -281,11 +283,11 @@ def parse_data(data: object) -> ParsedData:
         except ValueError:
             problems.append(f"{KEY_START_POSITION} is not JSON")
 
-    processing = specs.Processing()
+    processing = failurepolicy.Processing()
     raw_processing = data.get(KEY_PROCESSING)
     if raw_processing is not None:
         try:
-            processing = specs.parse_processing(json.loads(str(raw_processing)))
+            processing = failurepolicy.parse(json.loads(str(raw_processing)))
         except ValueError as e:  # JSONDecodeError and errors.InvalidInput alike
             problems.append(f"{KEY_PROCESSING} is unreadable: {str(e)[:80]}")
 

@@ -16,11 +16,11 @@ import dataclasses
 import datetime
 import re
 from collections.abc import Mapping
-from typing import Any, Literal, TypedDict, cast, get_args
+from typing import Any, TypedDict, cast
 
 from eventhub_balancer import errors
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import labelselectors, startpositions
+from eventhub_balancer.contracts import failurepolicy, labelselectors, startpositions
 
 GROUP = "eventhub-balancer.dev"
 VERSION = "v1alpha1"
@@ -67,18 +67,13 @@ class BalancingBody(TypedDict, total=False):
     lagTolerance: float
 
 
-class ProcessingBody(TypedDict, total=False):
-    maxAttempts: int
-    onFailure: str
-
-
 class SpecBody(TypedDict, total=False):
     eventHub: EventHubBody
     checkpointStore: CheckpointStoreBody
     selector: labelselectors.SelectorBody
     startPosition: startpositions.StartPositionBody
     balancing: BalancingBody
-    processing: ProcessingBody
+    processing: failurepolicy.ProcessingBody
 
 
 class ConsumerStatusBody(TypedDict, total=False):
@@ -208,30 +203,6 @@ class Balancing:
         )
 
 
-OnFailure = Literal["park", "deadLetter"]
-ON_FAILURE: tuple[OnFailure, ...] = get_args(OnFailure)
-DEFAULT_MAX_ATTEMPTS = 10
-MAX_MAX_ATTEMPTS = 1000
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Processing:
-    """What a pod does with a batch its handler keeps failing on (``spec.processing``).
-
-    ``max_attempts`` tries with exponential backoff between them, then ``park`` (stop the
-    partition at its checkpoint, before the batch) or ``deadLetter`` (write the batch and the
-    error beside the checkpoints, then checkpoint past it). Either way only that partition is
-    affected.
-    """
-
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    on_failure: OnFailure = "park"
-
-    def describe(self) -> dict[str, Any]:
-        """The CR's shape, as the pod's ConfigMap carries it."""
-        return {"maxAttempts": self.max_attempts, "onFailure": self.on_failure}
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ConsumerSpec:
     """One EventHubConsumer's spec, validated, with every default filled in."""
@@ -246,7 +217,9 @@ class ConsumerSpec:
     selector: labelselectors.Selector
     start_position: startpositions.StartPosition
     balancing: Balancing
-    processing: Processing = dataclasses.field(default_factory=Processing)
+    processing: failurepolicy.Processing = dataclasses.field(
+        default_factory=failurepolicy.Processing
+    )
 
 
 def format_time(value: datetime.datetime) -> str:
@@ -316,7 +289,7 @@ def parse_spec(spec: Mapping[str, Any]) -> ConsumerSpec:
             spec.get("startPosition"), field="spec.startPosition"
         ),
         balancing=_balancing(spec.get("balancing")),
-        processing=parse_processing(spec.get("processing")),
+        processing=failurepolicy.parse(spec.get("processing")),
     )
 
 
@@ -409,28 +382,3 @@ def _balancing(value: Any) -> Balancing:
         weighting=cast(models.Weighting, weighting),
         lag_tolerance=float(tolerance),
     )
-
-
-def parse_processing(value: Any, *, field: str = "spec.processing") -> Processing:
-    """``spec.processing`` (or the same shape from a pod's ConfigMap), defaults filled in."""
-    if value is None:
-        return Processing()
-    if not isinstance(value, Mapping):
-        raise errors.InvalidInput(field, "must be an object")
-    unknown = sorted(set(value) - {"maxAttempts", "onFailure"})
-    if unknown:
-        raise errors.InvalidInput(
-            f"{field}.{unknown[0]}", "is not a field of processing: use maxAttempts or onFailure"
-        )
-    attempts = value.get("maxAttempts", DEFAULT_MAX_ATTEMPTS)
-    if isinstance(attempts, bool) or not isinstance(attempts, int):
-        raise errors.InvalidInput(f"{field}.maxAttempts", "must be an integer")
-    if not 1 <= attempts <= MAX_MAX_ATTEMPTS:
-        raise errors.InvalidInput(
-            f"{field}.maxAttempts",
-            f"{attempts} is out of range: use between 1 and {MAX_MAX_ATTEMPTS}",
-        )
-    on_failure = value.get("onFailure", "park")
-    if on_failure not in ON_FAILURE:
-        raise errors.InvalidInput(f"{field}.onFailure", f"{on_failure!r}: use park or deadLetter")
-    return Processing(max_attempts=attempts, on_failure=cast(OnFailure, on_failure))
