@@ -254,7 +254,7 @@ class Runtime:
         key = connections.Coordinates.of(assignment)
         moving = self._backend_key is not None and key != self._backend_key
         for partition, worker in self.workers.items():
-            worker.processing_policy = assignment.processing
+            worker.batches.processing_policy = assignment.processing
             if (moving or wanted.get(partition) != worker.epoch) and not worker.releasing:
                 logger.info(
                     "partition %s: releasing epoch %d%s",

@@ -1,0 +1,343 @@
+"""One batch through the user's handler, under the failure policy.
+
+A partition's worker (`partitions.PartitionWorker`) hands each micro-batch to its
+`BatchAttempts`, which calls the handler until the batch is done, and says whether the
+checkpoint may pass it:
+
+- a handler error is retried on the same batch, with exponential backoff, never skipped;
+  after the assignment's ``processing.maxAttempts`` the batch is parked (the partition stops
+  at its checkpoint, before the batch, until the release) or dead-lettered (written beside
+  the checkpoints; only once that write is durable may the checkpoint pass the batch);
+- a release abandons the batch: past the release deadline the handler call is cancelled, and
+  a call that does not end (a sync handler's thread cannot be stopped) holds the release
+  back, so the next owner never overlaps it; past ``handler_exit_timeout`` more, ``on_hung``
+  is called (the runtime exits the process);
+- what is wrong meanwhile (failing, parked, stuck) is what `report` tells the operator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from eventhub_balancer import errors
+from eventhub_balancer.adapters import deliveries
+from eventhub_balancer.consumer import contexts, metrics, ports, processing
+from eventhub_balancer.contracts import failurepolicy, partitionreports
+
+if TYPE_CHECKING:
+    from eventhub_balancer.consumer.partitions import BatchSettings
+
+logger = logging.getLogger(__name__)
+
+
+class BatchAttempts:
+    """The handler calls of one partition's batches, for one epoch."""
+
+    def __init__(
+        self,
+        *,
+        partition: str,
+        epoch: int,
+        consumer: str,
+        pod: str,
+        processor: processing.BatchProcessor,
+        settings: BatchSettings,
+        stats: metrics.PartitionStats,
+        stop: asyncio.Event,
+        deadline: Callable[[], float | None],
+        spark: Any = None,
+        processing_policy: failurepolicy.Processing | None = None,
+        dead_letters: ports.DeadLetters | None = None,
+        on_hung: Callable[[str], None] | None = None,
+    ) -> None:
+        self.partition = partition
+        self.epoch = epoch
+        self.consumer = consumer
+        self.pod = pod
+        self.processor = processor
+        self.settings = settings
+        self.stats = stats
+        self.spark = spark
+        #: What to do with a batch that keeps failing; the runtime updates it with the
+        #: assignment, and it applies from the next failure on.
+        self.processing_policy = processing_policy or failurepolicy.Processing()
+        self.dead_letters = dead_letters
+        #: Called with a reason when an abandoned handler call outlives the exit bound.
+        self.on_hung = on_hung
+        #: The worker's release: set once, read here to stop retrying and to abandon a call.
+        self._stop = stop
+        #: The release's hard deadline on the loop's clock (None: no release yet).
+        self._deadline = deadline
+        #: Failed attempts of the batch in flight (0: none failed), and the last error's text.
+        self.attempts = 0
+        self.last_error = ""
+        #: Stopped at its checkpoint by the ``park`` policy, until released.
+        self.parked = False
+        #: When the batch now in the handler was first tried (None: no batch in flight).
+        self._batch_started: float | None = None
+        #: When the handler call now running began (None: none running), and the call.
+        self._call_started: float | None = None
+        self._call: asyncio.Future[None] | None = None
+
+    @property
+    def handler_running(self) -> bool:
+        """A handler call has not ended (also after the worker itself was cancelled)."""
+        return self._call is not None and not self._call.done()
+
+    def stuck(self, now: float | None = None) -> bool:
+        """A handler call has been running for longer than ``stuck_seconds``."""
+        if self._call_started is None:
+            return False
+        now = _now() if now is None else now
+        return now - self._call_started > self.settings.stuck_seconds
+
+    def report(self, now: float | None = None) -> partitionreports.PartitionReport | None:
+        """What the operator should know of this partition's trouble (None: none).
+
+        Parked wins over the rest (nothing runs any more); a call running too long is stuck
+        whether or not earlier attempts failed; a batch that failed and is being retried (or
+        dead-lettered) is failing.
+        """
+        state: partitionreports.ReportState
+        error = self.last_error
+        if self.parked:
+            state = "parked"
+        elif self.stuck(now):
+            assert self._call_started is not None
+            state = "stuck"
+            running = (_now() if now is None else now) - self._call_started
+            error = f"handler call running for {running:.0f} s (attempt {self.attempts + 1})"
+        elif self.attempts > 0 and self._batch_started is not None:
+            state = "failing"
+        else:
+            return None
+        return partitionreports.PartitionReport(
+            partition=self.partition,
+            epoch=self.epoch,
+            state=state,
+            attempts=self.attempts,
+            error=partitionreports.first_line(error),
+        )
+
+    async def run(self, events: Sequence[deliveries.ReceivedEvent]) -> bool:
+        """Run the handler until it succeeds or the failure policy ends the batch.
+
+        True: the batch is done (handled, or dead-lettered durably): the checkpoint may pass
+        it. False: abandoned because of a release, or parked (then only after the release
+        came): no checkpoint passes it.
+        """
+        self._batch_started = _now()
+        self.attempts = 0
+        self.last_error = ""
+        backoff = self.settings.retry_backoff
+        attempt = 0
+        while True:
+            attempt += 1
+            context = contexts.BatchContext(
+                partition=self.partition,
+                epoch=self.epoch,
+                consumer=self.consumer,
+                pod=self.pod,
+                first_sequence_number=events[0].sequence_number,
+                last_sequence_number=events[-1].sequence_number,
+                size=len(events),
+                spark=self.spark,
+                attempt=attempt,
+            )
+            self._call_started = _now()
+            call = self._call = asyncio.ensure_future(self.processor(events, context))
+            try:
+                done = await self._wait_unless_abandoned(call)
+            except Exception as e:
+                self._call_started = None
+                self.stats.handler_errors += 1
+                self.stats.stuck = False
+                self.stats.failing = True
+                self.attempts = attempt
+                self.last_error = f"{type(e).__name__}: {e}"
+                policy = self.processing_policy
+                if attempt >= policy.max_attempts:
+                    logger.error(
+                        "partition %s: handler failed on sequence numbers %d-%d %d times "
+                        "(the most spec.processing.maxAttempts allows): %r; %s",
+                        self.partition,
+                        context.first_sequence_number,
+                        context.last_sequence_number,
+                        attempt,
+                        e,
+                        "dead-lettering the batch"
+                        if policy.on_failure == "deadLetter"
+                        else "parking the partition",
+                    )
+                    return await self._give_up(events)
+                logger.warning(
+                    "partition %s: handler failed on sequence numbers %d-%d (attempt %d of "
+                    "%d): %r; retrying in %.1f s",
+                    self.partition,
+                    context.first_sequence_number,
+                    context.last_sequence_number,
+                    attempt,
+                    policy.max_attempts,
+                    e,
+                    backoff,
+                )
+                if self._stop.is_set() or not await self._sleep_unless_stopped(backoff):
+                    self._end_batch()
+                    return False
+                backoff = min(backoff * 2, self.settings.retry_backoff_max)
+                continue
+            self._call_started = None
+            if not done:
+                logger.warning(
+                    "partition %s: release timeout: abandoned the batch %d-%d (it will be "
+                    "processed again by the next owner)",
+                    self.partition,
+                    context.first_sequence_number,
+                    context.last_sequence_number,
+                )
+                self._end_batch()
+                return False
+            self._done(events)
+            self.stats.events += len(events)
+            self.stats.batches += 1
+            return True
+
+    def _end_batch(self) -> None:
+        self._batch_started = None
+        self._call_started = None
+        self.attempts = 0
+        self.stats.stuck = False
+        self.stats.failing = False
+
+    def _done(self, events: Sequence[deliveries.ReceivedEvent]) -> None:
+        """The batch is finished: the checkpoint may pass it."""
+        self._end_batch()
+        self.last_error = ""
+        self.stats.processed_sequence_number = events[-1].sequence_number
+
+    async def _give_up(self, events: Sequence[deliveries.ReceivedEvent]) -> bool:
+        """The failure policy, once the attempts are spent."""
+        if self.processing_policy.on_failure == "deadLetter":
+            if self.dead_letters is not None:
+                return await self._dead_letter(events)
+            logger.error(
+                "partition %s: no dead-letter store is open for this partition; parking it",
+                self.partition,
+            )
+        self.parked = True
+        self.stats.parked = True
+        # The partition holds its epoch and its position until it is released: the batch is
+        # never skipped, and the next owner starts with it.
+        await self._stop.wait()
+        self.stats.parked = False
+        self._end_batch()
+        return False
+
+    async def _dead_letter(self, events: Sequence[deliveries.ReceivedEvent]) -> bool:
+        """Write the batch to the dead-letter store, retrying until it is durable (or the
+        partition is released: then nothing passes the batch, and the next owner sees it)."""
+        assert self.dead_letters is not None
+        error = self.last_error
+        delay = self.settings.retry_backoff
+        while True:
+            try:
+                name = await self.dead_letters.write(
+                    events,
+                    error=error,
+                    attempts=self.attempts,
+                    pod=self.pod,
+                    epoch=self.epoch,
+                )
+            except (errors.TransientError, errors.ConfigurationError) as e:
+                self.last_error = f"dead-letter write failed: {e}"
+                logger.warning(
+                    "partition %s: %s; retrying in %.1f s", self.partition, self.last_error, delay
+                )
+                if not await self._sleep_unless_stopped(delay):
+                    self._end_batch()
+                    return False
+                delay = min(delay * 2, self.settings.retry_backoff_max)
+                continue
+            break
+        logger.warning(
+            "partition %s: dead-lettered sequence numbers %d-%d into %s",
+            self.partition,
+            events[0].sequence_number,
+            events[-1].sequence_number,
+            name,
+        )
+        self.stats.dead_lettered_batches += 1
+        self.stats.dead_lettered_events += len(events)
+        self._done(events)
+        return True
+
+    async def _wait_unless_abandoned(self, call: asyncio.Future[None]) -> bool:
+        """Wait for the handler; past the release deadline cancel it (False).
+
+        While no release is asked for, the handler may run as long as it needs (past
+        ``stuck_seconds`` the partition is reported stuck; the pod stays Ready).
+        """
+        while not call.done():
+            deadline = self._deadline()
+            if deadline is not None:
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        await asyncio.wait({call})
+                except TimeoutError:
+                    await self._abandon(call, deadline=deadline)
+                    return False
+            else:
+                stop: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
+                try:
+                    await asyncio.wait({call, stop}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    stop.cancel()
+            self.stats.stuck = self.stuck()
+        call.result()
+        return True
+
+    async def _abandon(self, call: asyncio.Future[None], *, deadline: float) -> None:
+        """Cancel the handler call and wait until it has really ended.
+
+        An async handler that honours cancellation ends at once. A sync handler's thread
+        cannot be stopped, and its processor's call ends only when the thread does: until
+        then the release is not acknowledged, so the next owner never overlaps it. Past
+        ``handler_exit_timeout`` the worker calls ``on_hung`` (the process exits).
+        """
+        call.cancel()
+        exit_at = deadline + self.settings.handler_exit_timeout
+        done, _ = await asyncio.wait({call}, timeout=max(0.0, exit_at - _now()))
+        if not done:
+            reason = (
+                f"partition {self.partition}: the handler still runs "
+                f"{self.settings.handler_exit_timeout:g} s past its release deadline and "
+                "cannot be cancelled"
+            )
+            logger.critical("%s: exiting so that the next owner can take over", reason)
+            if self.on_hung is not None:
+                self.on_hung(reason)
+            await asyncio.wait({call})  # the process is on its way out
+        if not call.cancelled() and call.exception() is not None:
+            logger.debug("partition %s: the abandoned call raised", self.partition)
+
+    async def _sleep_unless_stopped(self, seconds: float) -> bool:
+        """Sleep; False when a release started meanwhile."""
+        try:
+            await asyncio.wait_for(self._stop.wait(), timeout=seconds)
+        except TimeoutError:
+            return True
+        return False
+
+    def reset(self) -> None:
+        """The worker ended: nothing is in flight, failing or parked any more."""
+        self._end_batch()
+        self.parked = False
+        self.stats.parked = False
+
+
+def _now() -> float:
+    """The event loop's clock: the one its timers (and a test's fake time) run on."""
+    return asyncio.get_running_loop().time()
