@@ -224,7 +224,7 @@ async def test_a_failing_partition_is_restarted_with_backoff(
         )
         times = store.fence_times
         gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
-        # 1 s doubling (runtime.RESTART_BACKOFF_S), seen at the next reconcile tick.
+        # 1 s doubling (clients.RESTART_BACKOFF_S), seen at the next reconcile tick.
         assert len(gaps) == 3
         for gap, delay in zip(gaps, (1.0, 2.0, 4.0), strict=True):
             assert delay <= gap <= delay + runtime.TICK_S + 0.01
@@ -601,7 +601,7 @@ async def test_a_lost_partition_that_is_not_reported_does_not_count_as_applied()
     )
     consumer.latest = assignments.from_configmap(consumerfakes.configmap(1, {"0": (2, "owned")}))
     key = connections.Coordinates.of(consumer.latest)
-    consumer._backend_key = key
+    consumer.clients.key = key
     assert not consumer._applied({"0": 2}, key, {})
     consumer._lost["0"] = (2, "taken")
     reports = consumer.reports()

@@ -29,15 +29,18 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from eventhub_balancer import errors, handoffs
-from eventhub_balancer.consumer import assignments, connections, metrics, partitions, processing
+from eventhub_balancer.consumer import (
+    assignments,
+    clients,
+    connections,
+    metrics,
+    partitions,
+    processing,
+)
 from eventhub_balancer.contracts import partitionreports
 
 logger = logging.getLogger(__name__)
 
-#: A failed worker (Event Hubs or Blob Storage unreachable) is restarted after this delay,
-#: doubled on every failure in a row, up to the cap.
-RESTART_BACKOFF_S = 1.0
-RESTART_BACKOFF_MAX_S = 30.0
 #: The reconcile loop wakes at least this often (restarts, readiness, loop liveness); a
 #: change of reports alone is written at most once per tick.
 TICK_S = 0.5
@@ -72,16 +75,6 @@ class _Restart:
     error: str = ""
 
 
-@dataclasses.dataclass
-class _BackendFailure:
-    """The clients of ``key`` could not be opened: retried with backoff, reported meanwhile."""
-
-    key: connections.Coordinates
-    failures: int
-    not_before: float
-    error: str
-
-
 class Runtime:
     """Runs one pod's partitions after its assignment source."""
 
@@ -97,7 +90,6 @@ class Runtime:
     ) -> None:
         self.settings = settings
         self.source = source
-        self.backends = backends
         self.processor = processor
         self.spark = spark
         self.stats: dict[str, metrics.PartitionStats] = {}
@@ -109,7 +101,6 @@ class Runtime:
         #: Partitions lost at our own epoch: {partition: (epoch, error)}.
         self._lost: dict[str, tuple[int, str]] = {}
         self._restarts: dict[str, _Restart] = {}
-        self._backend_failure: _BackendFailure | None = None
         #: Called with a reason when a handler outlives its release (tests inject a recorder).
         self.exit_process = exit_process
         #: Why the process was asked to exit (None: it was not).
@@ -120,9 +111,8 @@ class Runtime:
         self._acked_at: float | None = None
         self._wake = asyncio.Event()
         self._shutdown = asyncio.Event()
-        self._backend: connections.Backend | None = None
-        self._backend_key: connections.Coordinates | None = None
-        self._backend_stack: contextlib.AsyncExitStack | None = None
+        #: The open clients of the coordinates the pod reads.
+        self.clients = clients.Clients(backends)
         #: Loop time of the last loop pass (None: none yet): /healthz checks that the loop turns.
         self.heartbeat: float | None = None
         self.stopped = False
@@ -172,7 +162,7 @@ class Runtime:
                     attempts=restart.failures,
                     error=partitionreports.first_line(restart.error),
                 )
-        failure = self._backend_failure
+        failure = self.clients.failure
         current = None if self.latest is None else connections.Coordinates.of(self.latest)
         if failure is not None and failure.key == current:
             for partition, epoch in wanted.items():
@@ -226,7 +216,7 @@ class Runtime:
             try:
                 await self._drain()
             finally:
-                await self._close_backend()
+                await self.clients.close()
                 self.stopped = True
 
     async def _follow_source(self) -> None:
@@ -252,7 +242,7 @@ class Runtime:
             return
         wanted = self._wanted()
         key = connections.Coordinates.of(assignment)
-        moving = self._backend_key is not None and key != self._backend_key
+        moving = self.clients.key is not None and key != self.clients.key
         for partition, worker in self.workers.items():
             worker.batches.processing_policy = assignment.processing
             if (moving or wanted.get(partition) != worker.epoch) and not worker.releasing:
@@ -264,14 +254,14 @@ class Runtime:
                 )
                 worker.release()
         if moving and not self.workers:
-            logger.info("every partition released from %s: switching to %s", self._backend_key, key)
-            await self._close_backend()
+            logger.info("every partition released from %s: switching to %s", self.clients.key, key)
+            await self.clients.close()
             # What was lost or failing there says nothing about the new coordinates.
             self._lost.clear()
             self._restarts.clear()
             moving = False
         if wanted and not moving:
-            backend = await self._backend_for(assignment, key)
+            backend = await self.clients.get(assignment, key)
             if backend is not None:
                 self._start_workers(wanted, backend, assignment)
         self._release_unrun(assignment)
@@ -282,29 +272,6 @@ class Runtime:
         if self._applied(wanted, key, reports):
             self.applied_generation = assignment.generation
         await self._acknowledge(reports)
-
-    async def _backend_for(
-        self, assignment: assignments.Assignment, key: connections.Coordinates
-    ) -> connections.Backend | None:
-        """The open clients of ``key``; None while they cannot be opened (then retried with
-        backoff, and the partitions reported failing with the error)."""
-        if self._backend is not None and key == self._backend_key:
-            return self._backend
-        failure = self._backend_failure
-        if failure is not None and failure.key == key and _now() < failure.not_before:
-            return None
-        try:
-            backend = await self._open_backend(assignment)
-        except (errors.TransientError, errors.ConfigurationError, errors.InvalidInput) as e:
-            failures = (failure.failures if failure is not None and failure.key == key else 0) + 1
-            delay = min(RESTART_BACKOFF_S * 2 ** (failures - 1), RESTART_BACKOFF_MAX_S)
-            self._backend_failure = _BackendFailure(key, failures, _now() + delay, str(e))
-            logger.error(
-                "cannot open the Event Hub or checkpoint store (retrying in %.1f s): %s", delay, e
-            )
-            return None
-        self._backend_failure = None
-        return backend
 
     def _release_unrun(self, assignment: assignments.Assignment) -> None:
         """Acknowledge at once the releases of partitions no worker runs (after a restart, or
@@ -321,11 +288,8 @@ class Runtime:
     ) -> bool:
         """Every wanted partition runs fenced at its epoch, or is reported (parked, failing,
         stuck, lost); nothing else runs; and the pod reads the assignment's coordinates."""
-        if wanted:
-            failure = self._backend_failure
-            reading = self._backend_key == key or (failure is not None and failure.key == key)
-            if not reading:
-                return False
+        if wanted and not self.clients.reading(key):
+            return False
         for partition, epoch in wanted.items():
             if partition in reports:
                 continue
@@ -408,7 +372,7 @@ class Runtime:
         elif outcome == "failed":
             previous = self._restarts.get(partition)
             failures = (previous.failures if previous else 0) + 1
-            delay = min(RESTART_BACKOFF_S * 2 ** (failures - 1), RESTART_BACKOFF_MAX_S)
+            delay = clients.backoff_delay(failures)
             error = str(worker.error) if worker.error is not None else "the worker crashed"
             self._restarts[partition] = _Restart(failures, _now() + delay, error)
             logger.info("partition %s: restarting in %.1f s", partition, delay)
@@ -448,31 +412,6 @@ class Runtime:
                 {p: (r.state, r.epoch, r.attempts) for p, r in sorted(state[2].items())} or "none",
             )
         self._acked, self._acked_at = state, now
-
-    # -- clients
-
-    async def _open_backend(self, assignment: assignments.Assignment) -> connections.Backend:
-        key = connections.Coordinates.of(assignment)
-        if self._backend is not None and key == self._backend_key:
-            return self._backend
-        # Only reached with no worker left on the old coordinates (`_reconcile` sees to it).
-        assert not self.workers, "workers still run on the old coordinates"
-        if self._backend is not None:
-            await self._close_backend()
-        stack = contextlib.AsyncExitStack()
-        try:
-            backend = await stack.enter_async_context(self.backends(assignment))
-        except BaseException:
-            await stack.aclose()
-            raise
-        self._backend, self._backend_key, self._backend_stack = backend, key, stack
-        return backend
-
-    async def _close_backend(self) -> None:
-        stack, self._backend_stack = self._backend_stack, None
-        self._backend = self._backend_key = None
-        if stack is not None:
-            await stack.aclose()
 
     # -- shutdown
 

@@ -1,0 +1,107 @@
+"""The pod's open clients (Event Hubs and the checkpoint store) for the coordinates it reads.
+
+They are opened once per set of coordinates (`connections.Coordinates`) and switched only
+when no worker runs on the old ones any more: the runtime releases every partition into the
+old store first. Clients that cannot be opened (a wrong credential, a consumer group that does
+not exist, an unreachable endpoint) are tried again with backoff, and the failure is kept so
+that the runtime can report the partitions waiting for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+
+from eventhub_balancer import errors
+from eventhub_balancer.consumer import assignments, connections
+
+logger = logging.getLogger(__name__)
+
+#: A failed worker or clients that cannot be opened are tried again after this delay,
+#: doubled on every failure in a row, up to the cap.
+RESTART_BACKOFF_S = 1.0
+RESTART_BACKOFF_MAX_S = 30.0
+
+
+def backoff_delay(failures: int) -> float:
+    """The pause after ``failures`` failures in a row (1 or more)."""
+    return float(min(RESTART_BACKOFF_S * 2.0 ** (failures - 1), RESTART_BACKOFF_MAX_S))
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenFailure:
+    """The clients of ``key`` could not be opened: tried again after ``not_before``."""
+
+    key: connections.Coordinates
+    failures: int
+    not_before: float
+    error: str
+
+
+class Clients:
+    """The open clients of one set of coordinates at a time."""
+
+    def __init__(self, factory: connections.BackendFactory) -> None:
+        self.factory = factory
+        #: The coordinates of the open clients (None: none open).
+        self.key: connections.Coordinates | None = None
+        #: The last failure to open clients, until clients open.
+        self.failure: OpenFailure | None = None
+        self._backend: connections.Backend | None = None
+        self._stack: contextlib.AsyncExitStack | None = None
+
+    def reading(self, key: connections.Coordinates) -> bool:
+        """The pod reads ``key``: its clients are open, or being tried (and reported)."""
+        return self.key == key or (self.failure is not None and self.failure.key == key)
+
+    async def get(
+        self, assignment: assignments.Assignment, key: connections.Coordinates
+    ) -> connections.Backend | None:
+        """The open clients of ``key``; None while they cannot be opened.
+
+        Opening the clients of new coordinates closes the old ones: call it only once no
+        worker runs on them any more.
+        """
+        if self._backend is not None and key == self.key:
+            return self._backend
+        failure = self.failure
+        if failure is not None and failure.key == key and _now() < failure.not_before:
+            return None
+        try:
+            backend = await self._open(assignment, key)
+        except (errors.TransientError, errors.ConfigurationError, errors.InvalidInput) as e:
+            failures = (failure.failures if failure is not None and failure.key == key else 0) + 1
+            delay = backoff_delay(failures)
+            self.failure = OpenFailure(key, failures, _now() + delay, str(e))
+            logger.error(
+                "cannot open the Event Hub or checkpoint store (retrying in %.1f s): %s", delay, e
+            )
+            return None
+        self.failure = None
+        return backend
+
+    async def _open(
+        self, assignment: assignments.Assignment, key: connections.Coordinates
+    ) -> connections.Backend:
+        await self.close()
+        stack = contextlib.AsyncExitStack()
+        try:
+            backend = await stack.enter_async_context(self.factory(assignment))
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._backend, self.key, self._stack = backend, key, stack
+        return backend
+
+    async def close(self) -> None:
+        stack, self._stack = self._stack, None
+        self._backend = self.key = None
+        if stack is not None:
+            await stack.aclose()
+
+
+def _now() -> float:
+    """The event loop's clock: the one its timers (and a test's fake time) run on."""
+    return asyncio.get_running_loop().time()
