@@ -7,6 +7,7 @@ from typing import Any
 
 from eventhub_balancer.contracts import configmaps, partitionreports
 from eventhub_balancer.handlers import cycles, memories, metrics
+from eventhub_balancer.reconciling import figures
 from tests.support import fakes
 
 T0 = datetime.datetime(2024, 5, 1, 12, 0, 0, tzinfo=datetime.UTC)
@@ -88,3 +89,33 @@ async def test_a_parked_partition_is_counted_shown_and_forgotten_with_its_consum
 
     registry.forget(namespace=NS, consumer=NAME)
     assert "ehb_partitions_troubled{" not in registry.exposition().decode()
+
+
+def test_a_paused_consumer_is_exported_so_alerts_can_skip_it() -> None:
+    exported = metrics.Metrics()
+
+    def paused_value(paused: bool) -> str:
+        exported.record(
+            namespace=NS,
+            consumer=NAME,
+            values=figures.Figures(
+                per_pod={},
+                partition_count=4,
+                members=2,
+                balanced=True,
+                handoffs_in_flight=0,
+                eventhub_reachable=True,
+                moves=(),
+                handoffs=(),
+                paused=paused,
+            ),
+        )
+        text = exported.exposition().decode()
+        prefix = 'ehb_paused{consumer="orders",namespace="shop"} '
+        (line,) = [line for line in text.splitlines() if line.startswith(prefix)]
+        return line.removeprefix(prefix)
+
+    assert paused_value(True) == "1.0"
+    assert paused_value(False) == "0.0"
+    exported.forget(namespace=NS, consumer=NAME)
+    assert "ehb_paused{" not in exported.exposition().decode()

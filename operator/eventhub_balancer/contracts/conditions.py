@@ -24,8 +24,19 @@ CHECKPOINT_STORE_REACHABLE = "CheckpointStoreReachable"
 #: True while a pod reports one of its partitions failing, parked, stuck or lost
 #: (`contracts.partitionreports`): the partition's trouble, not the pod's or the consumer's.
 PARTITIONS_FAILING = "PartitionsFailing"
+#: True once spec.paused is true and no pod holds or is releasing a partition: only then may
+#: checkpoints be reset (nothing can write them but the reset). False while hand-offs of a
+#: pause are in flight (reason Pausing) and after a resume (reason Resumed).
+PAUSED = "Paused"
 #: The order in the status: Ready first, as the conventions ask.
-ORDER = (READY, BALANCED, EVENTHUB_REACHABLE, CHECKPOINT_STORE_REACHABLE, PARTITIONS_FAILING)
+ORDER = (
+    READY,
+    BALANCED,
+    EVENTHUB_REACHABLE,
+    CHECKPOINT_STORE_REACHABLE,
+    PARTITIONS_FAILING,
+    PAUSED,
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -220,6 +220,9 @@ class ConsumerSpec:
     processing: failurepolicy.Processing = dataclasses.field(
         default_factory=failurepolicy.Processing
     )
+    #: spec.paused: every partition is released by ordered hand-off and none is assigned,
+    #: while the pods stay up (a checkpoint reset needs a consumer that holds nothing)
+    paused: bool = False
 
 
 def format_time(value: datetime.datetime) -> str:
@@ -290,7 +293,17 @@ def parse_spec(spec: Mapping[str, Any]) -> ConsumerSpec:
         ),
         balancing=_balancing(spec.get("balancing")),
         processing=failurepolicy.parse(spec.get("processing")),
+        paused=_paused(spec.get("paused", False)),
     )
+
+
+def _paused(raw: object) -> bool:
+    # A string such as "true" or "false" is refused rather than guessed: "false" is truthy.
+    if not isinstance(raw, bool):
+        raise errors.InvalidInput(
+            "spec.paused", f"{raw!r} is not a boolean: use true or false (without quotes)"
+        )
+    return raw
 
 
 def _mapping(

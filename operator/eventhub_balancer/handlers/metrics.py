@@ -92,7 +92,21 @@ class Metrics:
             [*labels, "state"],
             registry=self.registry,
         )
+        self.recommended_replicas = prometheus_client.Gauge(
+            "ehb_recommended_replicas",
+            "Consumer pods to run for the backlog, at most the partition count (for autoscalers).",
+            labels,
+            registry=self.registry,
+        )
+        self.paused = prometheus_client.Gauge(
+            "ehb_paused",
+            "1 while spec.paused holds every partition unowned on purpose (alerts skip it).",
+            labels,
+            registry=self.registry,
+        )
         self._pods: dict[tuple[str, str], set[str]] = {}
+        #: consumers whose recommendation came from a backlog: kept while none is read
+        self._from_backlog: set[tuple[str, str]] = set()
 
     def set_partitions(self, *, namespace: str, consumer: str, per_pod: Mapping[str, int]) -> None:
         key = (namespace, consumer)
@@ -104,6 +118,11 @@ class Metrics:
 
     def forget(self, *, namespace: str, consumer: str) -> None:
         self.set_partitions(namespace=namespace, consumer=consumer, per_pod={})
+        self._from_backlog.discard((namespace, consumer))
+        with contextlib.suppress(KeyError):
+            self.recommended_replicas.remove(namespace, consumer)
+        with contextlib.suppress(KeyError):
+            self.paused.remove(namespace, consumer)
         # A deleted consumer's troubles must not keep an alert firing.
         for state in partitionreports.REPORT_STATES:
             with contextlib.suppress(KeyError):
@@ -131,9 +150,21 @@ class Metrics:
         self.eventhub_reachable.labels(namespace, consumer).set(
             1 if values.eventhub_reachable else 0
         )
+        self.set_recommended(namespace=namespace, consumer=consumer, values=values)
+        self.paused.labels(namespace, consumer).set(1 if values.paused else 0)
         for state, count in values.troubled.items():
             self.partitions_troubled.labels(namespace, consumer, state).set(count)
         for kind, reason in values.moves:
             self.moves.labels(namespace, consumer, kind, reason).inc()
         for outcome, seconds in values.handoffs:
             self.handoff_duration.labels(namespace, consumer, outcome).observe(seconds)
+
+    def set_recommended(self, *, namespace: str, consumer: str, values: figures.Figures) -> None:
+        """The recommended replicas; a cycle that did not read the backlog (with weighting
+        "count" most do not) keeps the last one that did, so an autoscaler does not swing."""
+        key = (namespace, consumer)
+        if values.backlog is None and key in self._from_backlog:
+            return
+        if values.backlog is not None:
+            self._from_backlog.add(key)
+        self.recommended_replicas.labels(namespace, consumer).set(values.recommended_replicas)

@@ -28,6 +28,7 @@ from eventhub_balancer.reconciling import (
     figures,
     kubeevents,
     observations,
+    pausing,
     readbacks,
     reports,
     statuses,
@@ -116,13 +117,17 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
         observation.hub.ids, back, gone=moving.hub_changed and listed is not None
     )
     options = spec.balancing.to_options()
+    members = readbacks.members(pods.states)
+    if spec.paused:
+        members = pausing.members(members, now=wall, options=options)
+    lag = _lag(observation)
     plan = planning.plan(
         models.Scenario(
             partitions=partitions,
-            members=readbacks.members(pods.states),
+            members=members,
             assignment=back.assignment,
             released=back.released,
-            lag=_lag(observation),
+            lag=lag,
             now=wall,
             options=options,
         )
@@ -158,6 +163,7 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
         store=verdicts.store(observation.store, spec=spec, ignored=back.ignored),
         spec=spec,
         troubles=troubles,
+        previous=previous,
     )
     concluded += conflicts.cleared(previous)
     events = kubeevents.build(
@@ -168,6 +174,7 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
         previous=previous,
         tampered=back.tampered,
         troubles=troubles,
+        paused=spec.paused,
     )
     outcome = statuses.Outcome(
         generation=observation.generation,
@@ -209,7 +216,13 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
         balanced=plan.balanced,
         unlisted=unlisted,
         figures=figures.build(
-            plan=plan, before=back, wall=wall, partitions=partitions, hub_ok=hub_ok
+            plan=plan,
+            before=back,
+            wall=wall,
+            partitions=partitions,
+            hub_ok=hub_ok,
+            lag=lag,
+            paused=spec.paused,
         ),
         next_in=next_in(plan=plan, pods=pods.states, spec=spec, wall=wall),
     )

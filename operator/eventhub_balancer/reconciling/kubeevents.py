@@ -18,7 +18,7 @@ from typing import Any
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import conditions, specs
-from eventhub_balancer.reconciling import reports, verdicts, writes
+from eventhub_balancer.reconciling import pausing, reports, verdicts, writes
 
 #: The Event's source component, as ``kubectl describe`` shows it.
 COMPONENT = "eventhub-balancer"
@@ -41,23 +41,30 @@ def _join(partitions: Sequence[str]) -> str:
     return text + (f" and {len(ordered) - 16} more" if len(ordered) > 16 else "")
 
 
-def move_events(moves: Sequence[models.Move]) -> list[KubeEvent]:
-    """One Event per (reason, from, to), listing its partitions: few writes, readable history."""
+def move_events(moves: Sequence[models.Move], *, paused: bool = False) -> list[KubeEvent]:
+    """One Event per (reason, from, to), listing its partitions: few writes, readable history.
+
+    While ``paused``, the planner drains every pod (`pausing`): those revokes say ``paused``,
+    and a partition left without an owner is what the spec asks for, not a warning."""
     groups: dict[tuple[str, str, str | None, str | None], list[models.Move]] = {}
     for m in moves:
+        why: str = m.reason
         if m.kind == "assign":
             reason = "PartitionAssigned"
         elif m.kind == "revoke":
             reason = "PartitionRevoked"
-        elif m.target is None:
+            why = "paused" if paused and m.reason == "drain" else why
+        elif m.target is None and not paused:
             reason = "PartitionUnassigned"
+        elif m.target is None and m.reason != "timeout":
+            reason = "PartitionReleased"
         elif m.reason == "timeout":
             reason = "HandoffTimedOut"
         elif m.reason == "released":
             reason = "PartitionHandedOff"
         else:
             reason = "PartitionTakenOver"
-        groups.setdefault((reason, m.reason, m.source, m.target), []).append(m)
+        groups.setdefault((reason, why, m.source, m.target), []).append(m)
     events: list[KubeEvent] = []
     for (reason, why, source, target), group in groups.items():
         parts = _join([m.partition for m in group])
@@ -75,6 +82,16 @@ def move_events(moves: Sequence[models.Move]) -> list[KubeEvent]:
             text = (
                 f"Partition{plural} {parts} of {source} ({why}) have no pod to go to: "
                 "no Ready pod matches spec.selector"
+            )
+        elif reason == "PartitionReleased":
+            text = (
+                f"Partition{plural} {parts} of {source} ({why}) left without an owner: "
+                "spec.paused is true"
+            )
+        elif reason == "HandoffTimedOut" and target is None:
+            text = (
+                f"{source} did not release partition{plural} {parts} in time; left without an "
+                f"owner at epoch {epochs_text}, the next owner's higher epoch fences {source} out"
             )
         elif reason == "HandoffTimedOut":
             text = (
@@ -107,13 +124,15 @@ def build(
     previous: specs.StatusBody,
     tampered: Mapping[str, tuple[str, ...]] = {},
     troubles: Mapping[models.PartitionId, reports.Trouble] | None = None,
+    paused: bool = False,
 ) -> list[KubeEvent]:
-    """The moves, the ConfigMaps rewritten to repair them, the dependencies lost or regained.
+    """The moves, the ConfigMaps rewritten to repair them, the dependencies lost or regained,
+    a pause started, completed or ended.
 
     A ConfigMap whose data claims what the operator's record does not give its pod was changed
     by someone else (a pod has ``patch`` on ConfigMaps): ``AssignmentTampered``, not a repair.
     """
-    events = move_events(plan.moves)
+    events = move_events(plan.moves, paused=paused)
     for cm_name, cm_problems in sorted(problems.items()):
         if any(w.name == cm_name for w in planned.maps) or any(
             d.name == cm_name for d in planned.deletes
@@ -149,8 +168,24 @@ def build(
             and verdicts.was_false(previous, c)
         ):
             events.append(KubeEvent(reason="EventHubReachable", message=c.message))
+        elif c.type == conditions.PAUSED and verdicts.changed(previous, c):
+            events += pause_events(c, previous=previous)
     events += trouble_events(troubles or {}, previous=previous, assignment=plan.assignment)
     return events
+
+
+def pause_events(c: conditions.Condition, *, previous: specs.StatusBody) -> list[KubeEvent]:
+    """``Pausing`` when a pause starts, ``Paused`` when it is complete, ``Resumed`` when it
+    ends; nothing for a consumer that was never paused."""
+    old = conditions.find(previous.get("conditions"), conditions.PAUSED)
+    was = old.get("reason") if old is not None else None
+    if c.reason == pausing.PAUSING and was != pausing.PAUSED:
+        return [KubeEvent(reason="Pausing", message=c.message)]
+    if c.reason == pausing.PAUSED:
+        return [KubeEvent(reason="Paused", message=c.message)]
+    if c.reason == pausing.RESUMED and was in (pausing.PAUSED, pausing.PAUSING):
+        return [KubeEvent(reason="Resumed", message=c.message)]
+    return []
 
 
 def trouble_events(

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from eventhub_balancer import errors
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import conditions, podstates, specs
-from eventhub_balancer.reconciling import observations, reports
+from eventhub_balancer.reconciling import observations, pausing, reports
 
 
 def _reason(fault: observations.Fault, *, misconfigured: str, unreachable: str) -> str:
@@ -106,8 +106,10 @@ def build(
     store: conditions.Condition,
     spec: specs.ConsumerSpec,
     troubles: Mapping[models.PartitionId, reports.Trouble] | None = None,
+    previous: specs.StatusBody | None = None,
 ) -> list[conditions.Condition]:
-    """All five conditions, Ready first.
+    """All six conditions, Ready first (Paused last: `pausing`, which words Ready and
+    Balanced while ``spec.paused`` is true).
 
     A partition its pod reports in trouble still counts as owned for Ready and Balanced:
     the pod is alive and holds it (moving it would carry the fault along); PartitionsFailing
@@ -188,7 +190,14 @@ def build(
             reason="Rebalancing",
             message="some pods are above or below their share",
         )
-    return [ready, balanced, hub, store, reports.condition(troubles or {})]
+    if spec.paused:
+        ready, balanced = pausing.ready_and_balanced(
+            assignment=plan.assignment, partitions=partitions
+        )
+    paused = pausing.condition(
+        paused=spec.paused, assignment=plan.assignment, previous=previous or {}
+    )
+    return [ready, balanced, hub, store, reports.condition(troubles or {}), paused]
 
 
 def changed(previous: specs.StatusBody, c: conditions.Condition) -> bool:
