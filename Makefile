@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 PYTEST_ARGS ?=
 
-.PHONY: all install test lint typecheck importlint pytest docs figures figures-balance figures-scale demo clean java-check node
+.PHONY: all install test lint typecheck importlint pytest docs figures figures-balance figures-scale demo clean java-check node promtool-check
 
 all: test
 
@@ -17,7 +17,7 @@ all: test
 $(STAMP): pyproject.toml devstack/pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,spark]' -e ./devstack
+	$(BIN)/python -m pip install --quiet -e '.[dev,spark,otel]' -e ./devstack
 	@touch $(STAMP)
 
 # Azurite (the local Blob Storage) comes from npm into ./node_modules, pinned by package.json.
@@ -40,13 +40,27 @@ java-check:
 	@major=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
 	  if [ "$${major:-0}" -lt 17 ]; then echo "PySpark needs Java 17+, found $$major"; exit 1; fi
 
-install: $(STAMP) $(NODE_STAMP) java-check
+# promtool (from Debian's prometheus package) checks and unit-tests the alert rules of
+# monitoring/prometheus/. On a Debian machine where we are root, install it; elsewhere say what.
+promtool-check:
+	@if ! command -v promtool >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing promtool (Debian's prometheus package) for the alert rules' tests"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	  else \
+	    echo "the alert rules' tests need promtool: install Prometheus 2.x (e.g. apt-get install prometheus)"; exit 1; \
+	  fi; \
+	fi
+
+install: $(STAMP) $(NODE_STAMP) java-check promtool-check
 
 node: $(NODE_STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check operator devstack tests
 	$(BIN)/ruff format --check operator devstack tests
+	$(BIN)/hadolint --no-color docker/*.Dockerfile
+	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yaml
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

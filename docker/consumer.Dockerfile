@@ -13,6 +13,9 @@ FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
+# Not pinned (hadolint DL3008): the bookworm archive keeps only the current version of a package,
+# so a pinned one stops installing at the next security update; the base image pins the release.
+# hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends build-essential \
     && rm -rf /var/lib/apt/lists/*
@@ -22,8 +25,8 @@ COPY operator/ operator/
 # pyspark is an sdist of about 456 MB: build its wheel here so the final stage only unpacks.
 RUN python -m venv /opt/ehb \
     && /opt/ehb/bin/pip install --upgrade pip \
-    && /opt/ehb/bin/pip wheel --wheel-dir /wheels '.[spark]' \
-    && /opt/ehb/bin/pip install --no-index --find-links /wheels 'eventhub-balancer[spark]' \
+    && /opt/ehb/bin/pip wheel --wheel-dir /wheels '.[spark,otel]' \
+    && /opt/ehb/bin/pip install --no-index --find-links /wheels 'eventhub-balancer[spark,otel]' \
     && /opt/ehb/bin/python -m compileall -q /opt/ehb
 
 # --- final: a headless Java 17 runtime, the interpreter and the virtualenv --------------------
@@ -33,6 +36,7 @@ LABEL org.opencontainers.image.title="eventhub-balancer consumer" \
       org.opencontainers.image.licenses="MIT"
 # The JRE's postinst expects the man directory that the slim image leaves out; /opt/java is an
 # architecture-neutral JAVA_HOME (the JVM directory is named after the CPU architecture).
+# hadolint ignore=DL3008
 RUN mkdir -p /usr/share/man/man1 \
     && apt-get update \
     && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \

@@ -152,7 +152,7 @@ def test_consumer_image_carries_java_and_pyspark() -> None:
     final = stages(DOCKERFILES["consumer"])[-1]
     final_text = " ".join(rest for _, rest in final)
     assert "openjdk-17-jre-headless" in final_text
-    assert "'.[spark]'" in text
+    assert "'.[spark,otel]'" in text
     pyproject = tomllib.loads((loading.ROOT / "pyproject.toml").read_text())
     assert any(
         d.startswith("pyspark") for d in pyproject["project"]["optional-dependencies"]["spark"]
