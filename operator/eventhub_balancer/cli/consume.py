@@ -169,7 +169,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from eventhub_balancer.consumer import launching, partitions, settings
+    from eventhub_balancer.consumer import launching, partitions, settings, tracing
 
     if getattr(args, "verbose", 0) < 2:
         # The SDK logs every AMQP state change at INFO: only -vv shows it.
@@ -220,4 +220,9 @@ def run(args: argparse.Namespace) -> int:
             ),
         ),
     )
-    return asyncio.run(launching.run(config))
+    # Spans per batch when the otel extra is installed and OTEL_* names an exporter.
+    tracing.start(os.environ)
+    try:
+        return asyncio.run(launching.run(config))
+    finally:
+        tracing.stop()

@@ -31,7 +31,7 @@ def build_processor(config: settings.ConsumerSettings) -> tuple[processing.Batch
     """The user's handler as a processor, and the SparkSession in Spark mode (else None)."""
     function = processing.load_handler(config.handler, search_path=config.handler_path)
     if not config.spark:
-        return processing.PlainProcessor(function), None
+        return processing.traced(processing.PlainProcessor(function)), None
     from eventhub_balancer.spark import sessions
 
     session = sessions.build_session(
@@ -39,7 +39,7 @@ def build_processor(config: settings.ConsumerSettings) -> tuple[processing.Batch
         app_name=f"ehb-{config.consumer}-{config.pod}",
         conf=config.spark_conf,
     )
-    return processing.SparkProcessor(function, session=session), session
+    return processing.traced(processing.SparkProcessor(function, session=session)), session
 
 
 def build_source(config: settings.ConsumerSettings) -> assignments.AssignmentSource:

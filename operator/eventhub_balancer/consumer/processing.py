@@ -131,3 +131,11 @@ class SparkProcessor:
 def wrap(function: Callable[..., Awaitable[None] | None]) -> BatchProcessor:
     """A plain processor from a Python function (the Python API's entry)."""
     return PlainProcessor(function)
+
+
+def traced(processor: BatchProcessor) -> BatchProcessor:
+    """``processor`` inside a span per batch when ``ehb consume`` set up tracing (the ``otel``
+    extra and OTEL_* environment: `tracing`), else ``processor`` itself."""
+    from eventhub_balancer.consumer import tracing
+
+    return tracing.instrument(processor)
