@@ -6,6 +6,7 @@ The container is a fake here (tests/adapters/wire/test_deadletters.py writes to 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime
 import json
 from typing import Any
@@ -122,3 +123,94 @@ async def test_a_failed_write_says_why_and_is_ours_to_retry(
 def test_an_empty_batch_is_refused() -> None:
     with pytest.raises(ValueError, match="at least one event"):
         deadletters.build([], error="e", attempts=1, pod="p", epoch=1, now=T0)
+
+
+# --- the read side (``ehb deadletters``); tests/adapters/wire/ runs it against Azurite ---
+
+
+def test_a_dead_letter_decodes_back_to_the_events_the_handler_got() -> None:
+    events = [event(7, "héllo".encode()), event(8, b"\xff\xfe\x00")]
+    body = json.loads(
+        deadletters.encode(
+            deadletters.build(events, error="boom", attempts=3, pod="p", epoch=1, now=T0)
+        )
+    )
+    decoded = deadletters.decode_events(body)
+    assert [e.body for e in decoded] == ["héllo".encode(), b"\xff\xfe\x00"]
+    assert [
+        (e.partition, e.sequence_number, e.offset, e.enqueued_time, e.partition_key)
+        for e in decoded
+    ] == [
+        ("3", 7, "70", T0 + datetime.timedelta(seconds=7), "k"),
+        ("3", 8, "80", T0 + datetime.timedelta(seconds=8), "k"),
+    ]
+    # Bytes properties were stored as text (base64 when not UTF-8): they come back as text.
+    assert decoded[0].properties == {"n": 7, "raw": base64.b64encode(b"\xff\x00").decode()}
+
+
+def test_a_blob_changed_by_hand_reads_as_an_error_that_says_so() -> None:
+    body: Any = {"events": [{"partition": "0", "bodyEncoding": "base64", "body": "%%"}]}
+    with pytest.raises(errors.ConfigurationError, match="event 0 of the dead letter"):
+        deadletters.decode_events(body)
+
+
+def reader() -> deadletters.DeadLetterReader:
+    return deadletters.DeadLetterReader(
+        object(),  # type: ignore[arg-type]
+        fully_qualified_namespace="Shop.servicebus.windows.net",
+        eventhub_name="Orders",
+        consumer_group="$Default",
+    )
+
+
+@pytest.mark.parametrize(
+    "typed",
+    [
+        "3/5-6",
+        "3/5-6.json",
+        " 3/5-6 ",
+        "shop.servicebus.windows.net/orders/$default/deadletter/3/5-6.json",
+        "Shop.servicebus.windows.net/Orders/$Default/deadletter/3/5-6.json",
+    ],
+)
+def test_a_dead_letter_is_named_as_listed_or_in_full(typed: str) -> None:
+    expected = "shop.servicebus.windows.net/orders/$default/deadletter/3/5-6.json"
+    assert reader().resolve(typed) == expected
+    assert reader().short_name(expected) == "3/5-6"
+
+
+@pytest.mark.parametrize(
+    "typed", ["", "3", "3/5", "3/5-x", "other/orders/$default/deadletter/3/5-6.json", "../3/5-6"]
+)
+def test_a_name_of_no_dead_letter_is_refused_naming_the_argument(typed: str) -> None:
+    with pytest.raises(errors.InvalidInput, match=r"BLOB: .*ehb deadletters list"):
+        reader().resolve(typed)
+
+
+def test_a_replay_keeps_keys_and_otherwise_the_partition() -> None:
+    keyed = [event(1, b"a"), event(2, b"b")]
+    unkeyed = [dataclasses.replace(event(3, b"c"), partition_key=None)]
+    groups = deadletters.send_groups([*keyed, *unkeyed, event(4, b"d")])
+    assert [(target, [e.sequence_number for e in run]) for target, run in groups] == [
+        ({"partition_key": "k"}, [1, 2]),
+        ({"partition_id": "3"}, [3]),
+        ({"partition_key": "k"}, [4]),
+    ]
+
+
+def test_a_replayed_event_says_which_dead_letter_it_comes_from() -> None:
+    data = deadletters.event_data(event(1, b"body"), replay_of="x/deadletter/3/1-1.json")
+    assert data.body_as_str() == "body"
+    assert data.properties == {
+        "n": 1,
+        "raw": b"\xff\x00",
+        deadletters.REPLAY_PROPERTY: "x/deadletter/3/1-1.json",
+    }
+
+
+@pytest.mark.parametrize(
+    ("error", "line"),
+    [("boom", "boom"), ("\n  ValueError: bad\nTraceback ...", "ValueError: bad"), ("", "")],
+)
+def test_an_error_shows_its_first_line(error: str, line: str) -> None:
+    assert deadletters.first_line(error) == line

@@ -1,4 +1,5 @@
-"""Dead letters on Azurite: written where the checkpoints live, readable back, idempotent."""
+"""Dead letters on Azurite: written where the checkpoints live, idempotent, listed, read,
+marked as replayed and deleted (what ``ehb deadletters`` does with them)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ import datetime
 import json
 from typing import Any
 
+import pytest
+
+from eventhub_balancer import errors
 from eventhub_balancer.adapters import deadletters, deliveries
 
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
@@ -43,3 +47,67 @@ async def test_a_dead_letter_lands_in_the_checkpoint_container(blob_container: A
         3,
         ["poison", "poison"],
     )
+
+
+def _batch(partition: str, first: int, last: int) -> list[deliveries.ReceivedEvent]:
+    return [
+        deliveries.ReceivedEvent(
+            partition=partition,
+            sequence_number=n,
+            offset=str(n),
+            enqueued_time=T0,
+            partition_key=None,
+            properties={"n": n},
+            body=f"event {n}".encode(),
+        )
+        for n in range(first, last + 1)
+    ]
+
+
+async def test_dead_letters_are_listed_read_marked_and_deleted(blob_container: Any) -> None:
+    where: dict[str, Any] = {
+        "fully_qualified_namespace": "shop.servicebus.windows.net",
+        "eventhub_name": "orders",
+        "consumer_group": "$Default",
+    }
+    writer = deadletters.DeadLetterWriter(blob_container, **where)
+    reader = deadletters.DeadLetterReader(blob_container, **where)
+    for partition, first, last in (("10", 1, 1), ("2", 30, 31), ("2", 4, 6)):
+        await writer.write(
+            _batch(partition, first, last),
+            error="ValueError: bad\nmore",
+            attempts=3,
+            pod="pod-a",
+            epoch=2,
+        )
+    # A checkpoint and a stray file beside them are not dead letters.
+    await blob_container.upload_blob(
+        "shop.servicebus.windows.net/orders/$default/checkpoint/2", b""
+    )
+    await blob_container.upload_blob(
+        "shop.servicebus.windows.net/orders/$default/deadletter/2/notes.txt", b""
+    )
+
+    letters = await reader.list()
+    # Partitions in numeric order, then by first sequence number.
+    assert [(x.short_name, x.events, x.pod, x.replayed_time) for x in letters] == [
+        ("2/4-6", 3, "pod-a", None),
+        ("2/30-31", 2, "pod-a", None),
+        ("10/1-1", 1, "pod-a", None),
+    ]
+    assert [x.short_name for x in await reader.list(partition="10")] == ["10/1-1"]
+
+    name = reader.resolve("2/4-6")
+    body, _ = await reader.read(name)
+    assert [e.body for e in deadletters.decode_events(body)] == [b"event 4", b"event 5", b"event 6"]
+
+    await reader.mark_replayed(name, to="hub", now=T0)
+    (marked,) = [x for x in await reader.list(partition="2") if x.name == name]
+    assert (marked.replayed_time, marked.replayed_to) == (T0.isoformat(), "hub")
+    # The content stays as written: the mark is metadata only.
+    assert (await reader.read(name))[0] == body
+
+    await reader.delete(name)
+    assert [x.short_name for x in await reader.list()] == ["2/30-31", "10/1-1"]
+    with pytest.raises(errors.NotFound, match="ehb deadletters list"):
+        await reader.read(name)

@@ -1,0 +1,403 @@
+"""``ehb deadletters list | show | replay``: the batches a consumer gave up on, and their way back.
+
+With ``spec.processing.onFailure: deadLetter`` the pods park a batch that kept failing as a
+blob beside the checkpoints (``adapters.deadletters``) and move on. Once the cause is fixed
+(a bug in the handler, a downstream system that was down) someone has to look at those
+batches and drive them again; this is that tool. ``replay`` sends the events back into the
+hub (``--to-hub``: the fixed consumers read them like new ones) or runs them through a
+handler here (``--through-handler``: nothing else sees them). A replayed blob is marked in
+its metadata, so a second replay of the same batch needs ``--force``.
+
+The coordinates (namespace, hub, consumer group, container) come from the EventHubConsumer,
+read through the Kubernetes API, so that nobody retypes them. Credentials come from flags or
+the environment as ``ehb checkpoints list`` takes them, else from the Secrets the CR names
+(when the caller may read them), else workload identity. Nothing here prints a credential.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from eventhub_balancer.adapters import deadletters as deadletters_adapter
+    from eventhub_balancer.adapters import eventhubs as eventhubs_adapter
+    from eventhub_balancer.adapters import kubeapi
+    from eventhub_balancer.contracts import specs
+
+COMMAND = ("deadletters",)
+HELP = "list, show and replay the batches a consumer dead-lettered"
+
+#: Where the connection strings come from when the flags are absent (flags show up in `ps`).
+#: The blob one is the same variable ``ehb checkpoints list`` reads.
+BLOB_CONNECTION_STRING_ENV = "EHB_BLOB_CONNECTION_STRING"
+EVENTHUB_CONNECTION_STRING_ENV = "EHB_EVENTHUB_CONNECTION_STRING"
+#: The pod name a handler sees in its context during ``replay --through-handler``.
+REPLAY_POD = "ehb-deadletters-replay"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="ACTION")
+    actions.required = True
+    listing = actions.add_parser(
+        "list",
+        help="each dead-lettered batch: partition, sequence range, events, error, when, pod",
+    )
+    _common(listing)
+    listing.add_argument("--partition", help="only this partition's dead letters")
+    showing = actions.add_parser("show", help="one dead letter's events and error")
+    _common(showing)
+    showing.add_argument("blob", metavar="BLOB", help="as `list` prints it (e.g. 0/5-6)")
+    replaying = actions.add_parser(
+        "replay", help="send dead letters back into the hub, or run them through a handler"
+    )
+    _common(replaying)
+    replaying.add_argument(
+        "blobs",
+        metavar="BLOB",
+        nargs="*",
+        help="as `list` prints them (e.g. 0/5-6), right after NAME",
+    )
+    replaying.add_argument(
+        "--all", action="store_true", help="every dead letter not replayed yet (with --force: all)"
+    )
+    target = replaying.add_mutually_exclusive_group(required=True)
+    target.add_argument(
+        "--to-hub", action="store_true", help="send the events back into the Event Hub"
+    )
+    target.add_argument(
+        "--through-handler",
+        metavar="MODULE:FUNCTION",
+        help="call this handler with the events (plain mode), here and now",
+    )
+    replaying.add_argument(
+        "--handler-path",
+        action="append",
+        default=[],
+        help="a directory to import the handler from (repeatable)",
+    )
+    replaying.add_argument(
+        "--dry-run", action="store_true", help="print what would be replayed; change nothing"
+    )
+    replaying.add_argument(
+        "--delete-after", action="store_true", help="delete each blob once it was replayed"
+    )
+    replaying.add_argument(
+        "--force", action="store_true", help="replay blobs that were replayed before too"
+    )
+    replaying.add_argument(
+        "--eventhub-connection-string",
+        help=f"Event Hubs connection string with Send rights (default: "
+        f"${EVENTHUB_CONNECTION_STRING_ENV}, else the CR's Secret)",
+    )
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", metavar="NAME", help="the EventHubConsumer")
+    parser.add_argument("-n", "--namespace", default="default", help="default: default")
+    parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: $KUBECONFIG)")
+    credentials = parser.add_mutually_exclusive_group()
+    credentials.add_argument(
+        "--connection-string",
+        help=f"storage connection string (default: ${BLOB_CONNECTION_STRING_ENV}, else the "
+        "CR's Secret)",
+    )
+    credentials.add_argument(
+        "--account-url",
+        help="https://<account>.blob.core.windows.net, with DefaultAzureCredential",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+
+
+# --- output ---
+
+
+def row(letter: deadletters_adapter.DeadLetter) -> dict[str, Any]:
+    """A dead letter as ``list --json`` prints it (and as the table is built from)."""
+    from eventhub_balancer.adapters import deadletters
+
+    return {
+        "blob": letter.short_name,
+        "name": letter.name,
+        "partition": letter.partition,
+        "firstSequenceNumber": letter.first_sequence_number,
+        "lastSequenceNumber": letter.last_sequence_number,
+        "events": letter.events,
+        "error": deadletters.first_line(letter.error),
+        "attempts": letter.attempts,
+        "pod": letter.pod,
+        "epoch": letter.epoch,
+        "deadLetteredTime": letter.dead_lettered_time,
+        "replayedTime": letter.replayed_time,
+        "replayedTo": letter.replayed_to,
+    }
+
+
+def _table(header: Sequence[str], lines: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(r[i]) for r in [header, *lines]) for i in range(len(header))]
+    return "\n".join(
+        "   ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
+        for r in [header, *lines]
+    )
+
+
+#: The error column is cut here so that a table line stays readable in a terminal.
+ERROR_WIDTH = 60
+
+
+def list_table(rows: Sequence[dict[str, Any]]) -> str:
+    header = ("BLOB", "PARTITION", "SEQUENCES", "EVENTS", "WHEN", "POD", "REPLAYED", "ERROR")
+    lines = [
+        (
+            r["blob"],
+            r["partition"],
+            f"{r['firstSequenceNumber']}-{r['lastSequenceNumber']}",
+            str(r["events"]),
+            r["deadLetteredTime"] or "-",
+            r["pod"] or "-",
+            r["replayedTime"] or "-",
+            (r["error"][: ERROR_WIDTH - 3] + "...")
+            if len(r["error"]) > ERROR_WIDTH
+            else r["error"] or "-",
+        )
+        for r in rows
+    ]
+    return _table(header, lines)
+
+
+def show_text(letter: deadletters_adapter.DeadLetter, body: dict[str, Any]) -> str:
+    lines = [
+        f"{letter.name}",
+        f"  partition {letter.partition}, sequence numbers "
+        f"{letter.first_sequence_number}-{letter.last_sequence_number}, {letter.events} events",
+        f"  dead-lettered {letter.dead_lettered_time} by {letter.pod} (epoch {letter.epoch}) "
+        f"after {letter.attempts} attempts",
+        f"  replayed: {letter.replayed_time} to {letter.replayed_to}"
+        if letter.replayed_time
+        else "  replayed: never",
+        "  error:",
+        *[f"    {line}" for line in letter.error.splitlines() or ["-"]],
+        "  events:",
+    ]
+    for e in body.get("events") or []:
+        key = e.get("partitionKey")
+        lines.append(
+            f"    #{e.get('sequenceNumber')} offset {e.get('offset')} "
+            f"enqueued {e.get('enqueuedTime')}" + (f" key {key}" if key is not None else "")
+        )
+        if e.get("properties"):
+            lines.append(f"      properties: {json.dumps(e['properties'], ensure_ascii=False)}")
+        lines.append(f"      body ({e.get('bodyEncoding')}): {e.get('body')}")
+    return "\n".join(lines)
+
+
+# --- the CR and the credentials ---
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Target:
+    """What the command works on: the CR's coordinates with credentials resolved."""
+
+    name: str
+    namespace: str
+    spec: specs.ConsumerSpec
+    blob_connection_string: str | None = dataclasses.field(default=None, repr=False)
+    blob_account_url: str | None = None
+
+
+async def _read_target(args: argparse.Namespace, api: kubeapi.KubeAPI) -> Target:
+    from eventhub_balancer.contracts import specs
+
+    body = await api.get_consumer(namespace=args.namespace, name=args.name)
+    spec = specs.parse_spec(body.get("spec") or {})
+    connection_string = args.connection_string
+    account_url = args.account_url
+    if connection_string is None and account_url is None:
+        connection_string = os.environ.get(BLOB_CONNECTION_STRING_ENV) or None
+    if connection_string is None and account_url is None:
+        ref = spec.checkpoint_credentials.secret_ref
+        if ref is not None:
+            connection_string = await api.read_secret_key(
+                namespace=args.namespace, name=ref.name, key=ref.key
+            )
+        else:
+            account_url = spec.checkpoint_account_url
+    return Target(
+        name=args.name,
+        namespace=args.namespace,
+        spec=spec,
+        blob_connection_string=connection_string,
+        blob_account_url=account_url,
+    )
+
+
+async def _eventhub_coordinates(
+    args: argparse.Namespace, api: kubeapi.KubeAPI, spec: specs.ConsumerSpec
+) -> eventhubs_adapter.Coordinates:
+    from eventhub_balancer.adapters import eventhubs
+
+    connection_string = (
+        args.eventhub_connection_string or os.environ.get(EVENTHUB_CONNECTION_STRING_ENV) or None
+    )
+    ref = spec.event_hub_credentials.secret_ref
+    if connection_string is None and ref is not None:
+        connection_string = await api.read_secret_key(
+            namespace=args.namespace, name=ref.name, key=ref.key
+        )
+    eventhubs.DEFAULT_ENDPOINTS.check_eventhub(
+        fully_qualified_namespace=spec.fully_qualified_namespace,
+        connection_string=connection_string,
+    )
+    return eventhubs.Coordinates(
+        fully_qualified_namespace=spec.fully_qualified_namespace,
+        eventhub_name=spec.event_hub_name,
+        connection_string=connection_string,
+    )
+
+
+# --- the commands ---
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from eventhub_balancer import errors
+
+    if args.action == "replay":
+        if args.all and args.blobs:
+            raise errors.InvalidInput("--all", "give BLOB names or --all, not both")
+        if not args.all and not args.blobs:
+            raise errors.InvalidInput("BLOB", "name the dead letters to replay, or give --all")
+    document, text = asyncio.run(_run(args))
+    print(json.dumps(document, indent=2, ensure_ascii=False) if args.json else text)
+    return 0
+
+
+async def _run(args: argparse.Namespace) -> tuple[Any, str]:
+    from eventhub_balancer.adapters import blobs, deadletters, eventhubs, kubeapi
+
+    api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
+    try:
+        target = await _read_target(args, api)
+        spec = target.spec
+        eventhubs.DEFAULT_ENDPOINTS.check_blob(
+            account_url=target.blob_account_url, connection_string=target.blob_connection_string
+        )
+        async with blobs.open_container(
+            container_name=spec.checkpoint_container,
+            connection_string=target.blob_connection_string,
+            account_url=target.blob_account_url,
+        ) as container:
+            reader = deadletters.DeadLetterReader(
+                container,
+                fully_qualified_namespace=spec.fully_qualified_namespace,
+                eventhub_name=spec.event_hub_name,
+                consumer_group=spec.consumer_group,
+            )
+            if args.action == "list":
+                letters = await reader.list(partition=args.partition)
+                rows = [row(letter) for letter in letters]
+                return rows, list_table(rows) if rows else "no dead letters"
+            if args.action == "show":
+                name = reader.resolve(args.blob)
+                body, metadata = await reader.read(name)
+                letter = reader.summary(name, body, metadata)
+                document = {**row(letter), "error": letter.error, "body": body}
+                return document, show_text(letter, dict(body))
+            return await _replay(args, api, target, reader)
+    finally:
+        api.close()
+
+
+async def _replay(
+    args: argparse.Namespace,
+    api: kubeapi.KubeAPI,
+    target: Target,
+    reader: deadletters_adapter.DeadLetterReader,
+) -> tuple[Any, str]:
+    from eventhub_balancer import errors
+    from eventhub_balancer.adapters import deadletters
+    from eventhub_balancer.consumer import contexts, processing
+
+    if args.all:
+        chosen = [name for name, _ in await reader.names()]
+    else:
+        chosen = list(dict.fromkeys(reader.resolve(b) for b in args.blobs))
+    # Read every blob (and load the handler) before replaying any: a typo in the third name
+    # must not leave the first two replayed.
+    loaded = []
+    for name in chosen:
+        body, metadata = await reader.read(name)
+        letter = reader.summary(name, body, metadata)
+        if letter.replayed_time and not args.force and not args.all:
+            raise errors.InvalidInput(
+                "--force",
+                f"{letter.short_name} was replayed at {letter.replayed_time} "
+                f"({letter.replayed_to}); give --force to replay it again",
+            )
+        loaded.append((letter, deadletters.decode_events(body)))
+    destination = "hub"
+    processor: processing.PlainProcessor | None = None
+    coordinates: eventhubs_adapter.Coordinates | None = None
+    if args.through_handler:
+        destination = f"handler:{args.through_handler}"
+        processor = processing.PlainProcessor(
+            processing.load_handler(args.through_handler, search_path=args.handler_path)
+        )
+    elif not args.dry_run:
+        coordinates = await _eventhub_coordinates(args, api, target.spec)
+
+    results = []
+    for letter, events in loaded:
+        outcome = "replayed"
+        if letter.replayed_time and not args.force:
+            outcome = "skipped (replayed before: --force)"
+        elif args.dry_run:
+            outcome = "would replay"
+        elif processor is not None:
+            context = contexts.BatchContext(
+                partition=letter.partition,
+                epoch=letter.epoch,
+                consumer=target.name,
+                pod=REPLAY_POD,
+                first_sequence_number=letter.first_sequence_number,
+                last_sequence_number=letter.last_sequence_number,
+                size=len(events),
+            )
+            try:
+                await processor(events, context)
+            except Exception as e:
+                raise errors.ConfigurationError(
+                    f"the handler failed on {letter.short_name} ({type(e).__name__}: {e}); it "
+                    "stays a dead letter, unmarked: fix the handler and replay it again"
+                ) from e
+        else:
+            assert coordinates is not None  # read above unless --dry-run
+            await deadletters.replay_to_hub(coordinates, events, replay_of=letter.name)
+        if outcome == "replayed":
+            if args.delete_after:
+                await reader.delete(letter.name)
+                outcome = "replayed, deleted"
+            else:
+                await reader.mark_replayed(
+                    letter.name, to=destination, now=datetime.datetime.now(datetime.UTC)
+                )
+        results.append(
+            {
+                "blob": letter.short_name,
+                "name": letter.name,
+                "events": len(events),
+                "to": destination,
+                "result": outcome,
+            }
+        )
+    if not results:
+        return results, "no dead letters to replay"
+    header = ("BLOB", "EVENTS", "TO", "RESULT")
+    lines = [(str(r["blob"]), str(r["events"]), str(r["to"]), str(r["result"])) for r in results]
+    return results, _table(header, lines)
