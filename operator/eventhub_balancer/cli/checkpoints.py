@@ -3,18 +3,27 @@
 Operators look here first when a partition lags or a hand-off looks stuck: which owner and
 epoch hold each partition and how old the last checkpoint is. It reads only, and prints no
 credentials.
+
+The rest of this module is shared by ``ehb checkpoints reset``, ``export`` and ``import``
+(``cli.checkpointresets``, ``cli.checkpointexports``, ``cli.checkpointimports``; the command
+tree takes one command a module): reading the EventHubConsumer and its Secrets, the refusal
+unless it is paused, the old -> new table, and the Event on the CR.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, TypedDict
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypedDict, cast
+
+from eventhub_balancer.contracts import specs
 
 if TYPE_CHECKING:
+    from eventhub_balancer.adapters import checkpointresets
     from eventhub_balancer.adapters.checkpointing import Checkpoint
 
 COMMAND = ("checkpoints", "list")
@@ -159,3 +168,219 @@ async def _list(
             owner_id="ehb-checkpoints-list",  # read-only: never used to write
         )
         return await store.list()
+
+
+# -- shared by ``ehb checkpoints reset | export | import`` (one command a module: see cli/)
+
+#: How to pause, in the refusal of a reset or import (like Kafka's, which needs an idle group).
+PAUSE_HINT = (
+    "kubectl patch eventhubconsumer {name} -n {namespace} --type merge "
+    """-p '{{"spec":{{"paused":true}}}}'"""
+)
+
+
+def add_consumer_arguments(parser: argparse.ArgumentParser) -> None:
+    """NAME, -n and --kubeconfig: the EventHubConsumer whose checkpoints are meant."""
+    parser.add_argument("name", help="the EventHubConsumer")
+    parser.add_argument("-n", "--namespace", default="default", help="its namespace")
+    parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: $KUBECONFIG)")
+
+
+def require_paused(body: Mapping[str, Any]) -> None:
+    """Refuse unless the consumer is paused and the operator says every partition is released.
+
+    ``spec.paused`` alone is not enough: until the operator has revoked every partition by
+    hand-off, pods still checkpoint, and one of them could write after the reset.
+    """
+    from eventhub_balancer import errors
+    from eventhub_balancer.contracts import conditions
+
+    meta = body.get("metadata") or {}
+    name, namespace = meta.get("name", "NAME"), meta.get("namespace", "default")
+    how = PAUSE_HINT.format(name=name, namespace=namespace)
+    if (body.get("spec") or {}).get("paused") is not True:
+        raise errors.InvalidInput(
+            "spec.paused",
+            f"EventHubConsumer {namespace}/{name} is not paused; checkpoints are only moved "
+            f"while no pod consumes. Pause it first: {how}",
+        )
+    found = conditions.find((body.get("status") or {}).get("conditions"), conditions.PAUSED)
+    generation, observed = meta.get("generation"), (found or {}).get("observedGeneration")
+    if found is not None and None not in (generation, observed) and generation != observed:
+        found = None  # said of an older spec: the operator has not seen this one yet
+    if found is None or found.get("status") != "True":
+        state = "missing" if found is None else f"{found.get('status')} ({found.get('reason')})"
+        raise errors.InvalidInput(
+            "status.conditions[Paused]",
+            f"EventHubConsumer {namespace}/{name} has spec.paused but its Paused condition is "
+            f"{state}: the operator has not yet released every partition. Wait until "
+            f"`kubectl get ehc {name} -n {namespace}` shows it Paused, then run this again",
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ConsumerTarget:
+    """An EventHubConsumer read from the cluster, with what its checkpoints need (no logging:
+    the connection strings are secrets)."""
+
+    body: dict[str, Any]
+    spec: specs.ConsumerSpec
+    eventhub_connection_string: str | None = dataclasses.field(repr=False)
+    blob_connection_string: str | None = dataclasses.field(repr=False)
+
+    @property
+    def qualified_name(self) -> str:
+        meta = self.body.get("metadata") or {}
+        return f"{meta.get('namespace')}/{meta.get('name')}"
+
+    @property
+    def status_epochs(self) -> Mapping[str, Any]:
+        epochs = (self.body.get("status") or {}).get("epochs")
+        return epochs if isinstance(epochs, Mapping) else {}
+
+
+async def read_consumer(api: Any, *, namespace: str, name: str) -> ConsumerTarget:
+    """The CR and its Secrets' connection strings, read as the operator reads them."""
+    body = dict(await api.get_consumer(namespace=namespace, name=name))
+    spec = specs.parse_spec(body.get("spec") or {})
+
+    async def secret(creds: specs.Credentials) -> str | None:
+        if creds.secret_ref is None:
+            return None
+        value: str = await api.read_secret_key(
+            namespace=namespace, name=creds.secret_ref.name, key=creds.secret_ref.key
+        )
+        return value
+
+    return ConsumerTarget(
+        body=body,
+        spec=spec,
+        eventhub_connection_string=await secret(spec.event_hub_credentials),
+        blob_connection_string=await secret(spec.checkpoint_credentials),
+    )
+
+
+def open_store(target: ConsumerTarget) -> Any:
+    """The checkpoint container of ``target`` (an async context manager)."""
+    from eventhub_balancer.adapters import blobs
+
+    return blobs.open_container(
+        container_name=target.spec.checkpoint_container,
+        connection_string=target.blob_connection_string,
+        account_url=None
+        if target.blob_connection_string
+        else (target.spec.checkpoint_account_url or None),
+    )
+
+
+class ChangeRow(TypedDict):
+    partition: str
+    old: CheckpointRow | None
+    new: NewCheckpoint
+
+
+class NewCheckpoint(TypedDict):
+    sequenceNumber: int
+    offset: str
+    owner: str
+    epoch: int
+
+
+def change_rows(changes: Sequence[checkpointresets.Change]) -> list[ChangeRow]:
+    from eventhub_balancer.adapters import checkpointresets
+
+    now = datetime.datetime.now(datetime.UTC)
+    return [
+        ChangeRow(
+            partition=c.partition,
+            old=rows([c.old], now=now)[0] if c.old is not None else None,
+            new=NewCheckpoint(
+                sequenceNumber=c.new.sequence_number,
+                offset=c.new.offset,
+                owner=checkpointresets.RESET_OWNER,
+                epoch=c.epoch,
+            ),
+        )
+        for c in changes
+    ]
+
+
+def change_table(items: Sequence[ChangeRow]) -> str:
+    """``PARTITION  OLD -> NEW`` (sequence numbers, as the blobs hold them) and the epochs."""
+    header = ("PARTITION", "OLD", "", "NEW", "EPOCH")
+    lines = []
+    for r in items:
+        old = r["old"]
+        lines.append(
+            (
+                r["partition"],
+                "-" if old is None else str(old["sequenceNumber"]),
+                "->",
+                str(r["new"]["sequenceNumber"]),
+                f"{'-' if old is None else old['epoch']} -> {r['new']['epoch']}",
+            )
+        )
+    widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
+    return "\n".join(
+        "   ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *lines]
+    )
+
+
+async def apply_changes(
+    api: Any,
+    target: ConsumerTarget,
+    blobs: Any,
+    changes: Sequence[checkpointresets.Change],
+    *,
+    reason: str,
+    what: str,
+) -> list[checkpointresets.Change]:
+    """Write each change, then post an Event on the CR saying what was done."""
+    import sys
+
+    from eventhub_balancer import errors
+    from eventhub_balancer.adapters import checkpointresets
+    from eventhub_balancer.reconciling import kubeevents
+
+    written = [
+        await checkpointresets.write(blobs, c, status_epochs=target.status_epochs) for c in changes
+    ]
+    summary = ", ".join(
+        f"{c.partition}: {'-' if c.old is None else c.old.sequence_number} -> "
+        f"{c.new.sequence_number}"
+        for c in written[:16]
+    )
+    more = f" and {len(written) - 16} more" if len(written) > 16 else ""
+    event = kubeevents.KubeEvent(
+        reason=reason,
+        message=f"{what}: {len(written)} partition(s) of consumer group "
+        f"{target.spec.consumer_group} ({summary}{more}), written with epochs above every owner's",
+    )
+    try:
+        await api.create_event(
+            namespace=target.body["metadata"]["namespace"],
+            body=kubeevents.body(
+                cast(Any, target.body), event, now=datetime.datetime.now(datetime.UTC)
+            ),
+        )
+    except errors.EventHubBalancerError as e:
+        # The checkpoints are written by now: say so rather than fail as if nothing was done.
+        print(
+            f"ehb: warning: checkpoints written, but the Event on the CR was not ({e}); "
+            "grant `create` on events to record resets",
+            file=sys.stderr,
+        )
+    return written
+
+
+def print_changes(
+    changes: Sequence[checkpointresets.Change], *, as_json: bool, dry_run: bool, header: str
+) -> None:
+    """The table (or exactly one JSON document on stdout) of what changed or would change."""
+    items = change_rows(changes)
+    if as_json:
+        print(json.dumps({"consumer": header, "dryRun": dry_run, "partitions": items}, indent=2))
+        return
+    print(header + (" (dry run: nothing written)" if dry_run else ""))
+    print(change_table(items))

@@ -7,6 +7,8 @@ import asyncio
 import base64
 import datetime
 import json
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -308,3 +310,29 @@ def test_replay_to_the_hub_sends_the_events_again_marked_as_replays(
 
     status, out, _ = ehb(capsys, "list", *where, "--json")
     assert [r["replayedTo"] for r in json.loads(out)] == ["hub", "hub"]
+
+
+def test_list_as_a_process_prints_exactly_one_json_document(
+    stack: EventHubTarget, kubeconfig: Path
+) -> None:
+    """``ehb deadletters list --json`` as users run it: stdout is the JSON and nothing else."""
+    where = ["-n", NAMESPACE, "--kubeconfig", str(kubeconfig)]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "eventhub_balancer",
+            "deadletters",
+            "list",
+            "orders",
+            "--json",
+            *where,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert [r["blob"] for r in rows] == ["0/3-3", "1/5-6"]

@@ -76,6 +76,9 @@ COMMANDS: dict[str, list[str]] = {
 #: run twice.
 ELSEWHERE: dict[str, str] = {
     "bench balance": "tests/devstack/wire/demo/test_bench_balance.py",
+    "checkpoints import": "tests/adapters/wire/test_checkpoint_reset.py",
+    "checkpoints reset": "tests/adapters/wire/test_checkpoint_reset.py",
+    "deadletters": "tests/adapters/wire/test_deadletter_replay.py",
     "demo": "tests/devstack/wire/demo/test_demo.py",
 }
 #: The longest any one of them may take.

@@ -1,0 +1,56 @@
+"""``ehb checkpoints export NAME > file.json``: a consumer group's checkpoints, as a backup.
+
+Before a reset, a migration to another hub or consumer group, or an experiment, the positions
+are saved in a file that ``ehb checkpoints import`` reads back. It reads only, so it needs no
+pause; the file holds positions, owners and epochs, never a credential.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+
+from eventhub_balancer.cli import checkpoints
+
+COMMAND = ("checkpoints", "export")
+HELP = "print an EventHubConsumer's checkpoints as JSON (for `ehb checkpoints import`)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    checkpoints.add_consumer_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from eventhub_balancer.adapters import checkpointing, checkpointresets, kubeapi
+
+    async def export() -> checkpointresets.ExportDocument:
+        api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
+        try:
+            consumer = await checkpoints.read_consumer(
+                api, namespace=args.namespace, name=args.name
+            )
+        finally:
+            api.close()
+        spec = consumer.spec
+        async with checkpoints.open_store(consumer) as container:
+            store = checkpointing.CheckpointStore(
+                container,
+                fully_qualified_namespace=spec.fully_qualified_namespace,
+                eventhub_name=spec.event_hub_name,
+                consumer_group=spec.consumer_group,
+                owner_id="ehb-checkpoints-export",  # read-only: never used to write
+            )
+            listed = await store.list()
+        return checkpointresets.export_document(
+            listed,
+            fully_qualified_namespace=spec.fully_qualified_namespace,
+            eventhub_name=spec.event_hub_name,
+            consumer_group=spec.consumer_group,
+            now=datetime.datetime.now(datetime.UTC),
+        )
+
+    print(json.dumps(asyncio.run(export()), indent=2))
+    return 0

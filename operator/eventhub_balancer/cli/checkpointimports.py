@@ -1,0 +1,114 @@
+"""``ehb checkpoints import NAME file.json``: put back the positions of an export.
+
+Restores a backup or carries positions over to another hub or consumer group. It moves
+checkpoints as a reset does, so it has the same guards: the consumer must be paused, the file
+is validated before anything is written (every problem names its place), partitions the hub
+does not have are refused, and every blob is written with an epoch above every owner's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from eventhub_balancer.cli import checkpoints
+
+if TYPE_CHECKING:
+    from eventhub_balancer.contracts import checkpointblobs
+
+COMMAND = ("checkpoints", "import")
+HELP = "write the positions of an `ehb checkpoints export` file into a paused EventHubConsumer"
+
+#: The Event's reason on the CR.
+REASON = "CheckpointsImported"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    checkpoints.add_consumer_arguments(parser)
+    parser.add_argument("file", help="a JSON file written by `ehb checkpoints export` (- = stdin)")
+    parser.add_argument("--dry-run", action="store_true", help="print the changes, write nothing")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+
+
+def read_file(name: str) -> object:
+    """The file's JSON; unreadable or not JSON is an error naming the file."""
+    import sys
+
+    from eventhub_balancer import errors
+
+    try:
+        text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
+    except OSError as e:
+        raise errors.InvalidInput(name, f"cannot be read: {e.strerror}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise errors.InvalidInput(
+            name, f"is not JSON (line {e.lineno}, column {e.colno}: {e.msg})"
+        ) from None
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from eventhub_balancer.adapters import checkpointresets as resets
+
+    wanted = resets.parse_import(read_file(args.file), source=args.file)
+    return asyncio.run(_import(args, wanted))
+
+
+async def _import(args: argparse.Namespace, positions: dict[str, checkpointblobs.Position]) -> int:
+    from eventhub_balancer import errors
+    from eventhub_balancer.adapters import checkpointresets as resets
+    from eventhub_balancer.adapters import kubeapi, receiving
+
+    api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
+    try:
+        consumer = await checkpoints.read_consumer(api, namespace=args.namespace, name=args.name)
+        checkpoints.require_paused(consumer.body)
+        spec = consumer.spec
+        address = receiving.EventHubAddress(
+            fully_qualified_namespace=spec.fully_qualified_namespace,
+            eventhub_name=spec.event_hub_name,
+            consumer_group=spec.consumer_group,
+            connection_string=consumer.eventhub_connection_string,
+        )
+        async with resets.hub_client(address) as client:
+            known = await resets.partition_ids(client, address)
+        unknown = [p for p in positions if p not in known]
+        if unknown:
+            raise errors.InvalidInput(
+                f"{args.file}: checkpoints",
+                f"partition(s) {', '.join(unknown)} are not in Event Hub {spec.event_hub_name!r} "
+                f"(it has {', '.join(known)}): remove them from the file",
+            )
+        async with checkpoints.open_store(consumer) as container:
+            blobs = resets.store_blobs(
+                container,
+                fully_qualified_namespace=spec.fully_qualified_namespace,
+                eventhub_name=spec.event_hub_name,
+                consumer_group=spec.consumer_group,
+            )
+            changes = await resets.positions_of(
+                blobs, positions, status_epochs=consumer.status_epochs
+            )
+            if not args.dry_run:
+                changes = await checkpoints.apply_changes(
+                    api,
+                    consumer,
+                    blobs,
+                    changes,
+                    reason=REASON,
+                    what=f"Imported checkpoints from {Path(args.file).name}",
+                )
+    finally:
+        api.close()
+    checkpoints.print_changes(
+        changes,
+        as_json=args.json,
+        dry_run=args.dry_run,
+        header=f"{consumer.qualified_name} import {args.file}",
+    )
+    return 0

@@ -1,0 +1,556 @@
+"""``ehb checkpoints reset | export | import`` against Azurite, the emulator and the local API.
+
+A reset must refuse while the consumer consumes, change nothing on a dry run, put each
+partition where its target says, and write epochs above every owner's so that a stale pod
+cannot move the checkpoint back. The pure part (what each target means, the file format) is
+tested first, without any service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from eventhub_balancer import cli, errors
+from eventhub_balancer.adapters import blobs, checkpointing, checkpointresets, receiving
+from eventhub_balancer.contracts import checkpointblobs, startpositions
+from eventhub_balancer_devstack import azurite as azurite_launcher
+from eventhub_balancer_devstack import clusters
+from eventhub_balancer_devstack.kube import LocalKubeAPI, apiservers
+from tests.support.fixtures.azurite import unique_container_name
+from tests.support.fixtures.consumer import send_events
+from tests.support.fixtures.eventhubs import EventHubTarget
+
+FQNS = "shop.servicebus.windows.net"
+NAMESPACE = "shop"
+NAME = "orders"
+#: The stale owner of partition 0 before the reset, and the epochs it and the operator hold.
+POD = "orders-pod-a"
+BLOB_EPOCH = 3
+#: The longest an ``ehb`` process may take (it takes a few seconds).
+PROCESS_TIMEOUT = 120.0
+STATUS_EPOCH = 7
+
+BOUNDS = startpositions.PartitionBounds(
+    beginning_sequence_number=10, last_sequence_number=19, last_offset="1900", empty=False
+)
+EMPTY = startpositions.PartitionBounds(
+    beginning_sequence_number=0, last_sequence_number=-1, last_offset="-1", empty=True
+)
+
+
+# -- what each target means (pure)
+
+
+@pytest.mark.parametrize(
+    ("target", "old", "first_at", "expected"),
+    [
+        (checkpointresets.ToEarliest(), 15, None, 9),
+        (checkpointresets.ToLatest(), 15, None, 19),
+        (checkpointresets.ToSequence(sequence_number=13), 15, None, 12),
+        (checkpointresets.ToSequence(sequence_number=0), 15, None, 9),  # before retention
+        (checkpointresets.ToSequence(sequence_number=99), 15, None, 19),  # past the end
+        (checkpointresets.ShiftBy(delta=-3), 15, None, 12),
+        (checkpointresets.ShiftBy(delta=-30), 15, None, 9),
+        (checkpointresets.ShiftBy(delta=3), None, None, 12),  # no blob: from the beginning
+        (checkpointresets.ToDatetime(when=datetime.datetime.now(datetime.UTC)), 15, 14, 13),
+        (checkpointresets.ToDatetime(when=datetime.datetime.now(datetime.UTC)), 15, None, 19),
+    ],
+)
+def test_each_target_names_the_last_processed_event(
+    target: checkpointresets.Target, old: int | None, first_at: int | None, expected: int
+) -> None:
+    position = checkpointresets.new_position(
+        target,
+        old=None if old is None else checkpointblobs.Position("x", old),
+        limits=BOUNDS,
+        first_at=first_at,
+    )
+    assert position.sequence_number == expected
+    if expected == 9:
+        assert position.offset == checkpointblobs.OFFSET_BEFORE_FIRST
+    elif expected == 19:
+        assert position.offset == "1900"
+    else:
+        assert position.offset == checkpointblobs.OFFSET_UNKNOWN
+
+
+def test_an_empty_partition_resets_to_its_end() -> None:
+    for target in (checkpointresets.ToEarliest(), checkpointresets.ShiftBy(delta=-5)):
+        position = checkpointresets.new_position(target, old=None, limits=EMPTY)
+        assert position == checkpointblobs.Position(offset="-1", sequence_number=-1)
+
+
+def test_the_epoch_is_above_the_blob_and_the_status() -> None:
+    assert checkpointresets.next_epoch("0", stored=3, status_epochs={"0": 7}) == 8
+    assert checkpointresets.next_epoch("0", stored=9, status_epochs={"0": 7}) == 10
+    assert checkpointresets.next_epoch("1", stored=0, status_epochs={"1": "junk"}) == 1
+    with pytest.raises(errors.ConfigurationError, match="no room"):
+        checkpointresets.next_epoch("0", stored=2**63 - 2, status_epochs={})
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("90s", 90), ("15m", 900), ("2h", 7200), ("1d", 86400), ("1h30m", 5400)],
+)
+def test_durations(text: str, expected: int) -> None:
+    assert checkpointresets.parse_duration(text).total_seconds() == expected
+
+
+@pytest.mark.parametrize("text", ["", "15", "m", "15x", "-5m", "1m1h"])
+def test_bad_durations_say_what_to_write(text: str) -> None:
+    with pytest.raises(errors.InvalidInput, match=r"--by-duration.*e\.g\. 90s, 15m"):
+        checkpointresets.parse_duration(text)
+
+
+def test_datetimes_need_a_zone() -> None:
+    with pytest.raises(errors.InvalidInput, match="no time zone"):
+        checkpointresets.parse_datetime("2024-05-01T00:00:00")
+    with pytest.raises(errors.InvalidInput, match="RFC 3339"):
+        checkpointresets.parse_datetime("yesterday")
+    when = checkpointresets.parse_datetime("2024-05-01T00:00:00Z")
+    assert when == datetime.datetime(2024, 5, 1, tzinfo=datetime.UTC)
+
+
+def _document(**changes: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "kind": "EventHubCheckpoints",
+        "version": 1,
+        "checkpoints": [{"partition": "0", "sequenceNumber": 4, "offset": "400"}],
+    }
+    return {**base, **changes}
+
+
+@pytest.mark.parametrize(
+    ("document", "problem"),
+    [
+        ([], "must be a JSON object"),
+        (_document(kind="Other"), "kind: must be 'EventHubCheckpoints'"),
+        (_document(version=2), "version: must be 1"),
+        (_document(checkpoints={}), "checkpoints: must be a list"),
+        (_document(checkpoints=[]), "is empty"),
+        (_document(checkpoints=[{"partition": "0"}]), r"checkpoints\[0\].sequenceNumber"),
+        (
+            _document(checkpoints=[{"partition": "0", "sequenceNumber": True}]),
+            r"checkpoints\[0\].sequenceNumber",
+        ),
+        (
+            _document(checkpoints=[{"partition": "a b", "sequenceNumber": 1}]),
+            r"checkpoints\[0\].partition",
+        ),
+        (
+            _document(
+                checkpoints=[
+                    {"partition": "0", "sequenceNumber": 1},
+                    {"partition": "0", "sequenceNumber": 2},
+                ]
+            ),
+            "appears twice",
+        ),
+        (
+            _document(checkpoints=[{"partition": "0", "sequenceNumber": 1, "offset": 5}]),
+            r"checkpoints\[0\].offset",
+        ),
+    ],
+)
+def test_import_files_are_validated(document: object, problem: str) -> None:
+    with pytest.raises(errors.InvalidInput, match=problem):
+        checkpointresets.parse_import(document, source="backup.json")
+
+
+async def test_a_malformed_connection_string_names_the_secret() -> None:
+    address = receiving.EventHubAddress(FQNS, "hub", connection_string="not=a;connection")
+    with pytest.raises(errors.ConfigurationError, match=r"spec\.eventHub\.credentials"):
+        async with checkpointresets.hub_client(address):
+            pass
+
+
+# -- the writes, on Azurite alone
+
+
+def _blobs(container: Any) -> Any:
+    return checkpointresets.store_blobs(
+        container, fully_qualified_namespace=FQNS, eventhub_name="hub", consumer_group="$Default"
+    )
+
+
+def _owner(container: Any, owner: str = POD) -> checkpointing.CheckpointStore:
+    return checkpointing.CheckpointStore(
+        container,
+        fully_qualified_namespace=FQNS,
+        eventhub_name="hub",
+        consumer_group="$Default",
+        owner_id=owner,
+    )
+
+
+async def test_a_write_goes_above_an_epoch_fenced_after_the_plan(blob_container: Any) -> None:
+    pod = _owner(blob_container)
+    await pod.fence("0", BLOB_EPOCH)
+    old = await pod.read("0")
+    change = checkpointresets.Change(
+        partition="0", old=old, new=checkpointblobs.Position("-1", -1), epoch=BLOB_EPOCH + 1
+    )
+    await _owner(blob_container, "late-pod").fence("0", 10)  # between the plan and the write
+    async with asyncio.timeout(10):
+        done = await checkpointresets.write(_blobs(blob_container), change, status_epochs={})
+    assert done.epoch == 11
+    stored = await pod.read("0")
+    assert stored is not None
+    assert (stored.epoch, stored.sequence_number, stored.owner_id) == (
+        11,
+        -1,
+        checkpointresets.RESET_OWNER,
+    )
+
+
+async def test_a_write_breaks_a_dead_fencers_lease(blob_container: Any) -> None:
+    pod = _owner(blob_container)
+    await pod.fence("0", BLOB_EPOCH)
+    await pod.update("0", offset="700", sequence_number=7)
+    await blob_container.get_blob_client(pod.blob_name("0")).acquire_lease(lease_duration=60)
+    change = checkpointresets.Change(
+        partition="0", old=None, new=checkpointblobs.Position("", 2), epoch=1
+    )
+    async with asyncio.timeout(10):  # far shorter than the lease: it was broken, not waited out
+        done = await checkpointresets.write(_blobs(blob_container), change, status_epochs={})
+    assert done.written is not None
+    assert (done.epoch, done.written.sequence_number) == (BLOB_EPOCH + 1, 2)
+
+
+# -- against the services
+
+
+@pytest.fixture
+def local_kube(tmp_path: Path) -> Iterator[LocalKubeAPI]:
+    """The local API with the repository's CRD, ``spec.paused`` included (the API server
+    prunes fields its schema lacks)."""
+    assert apiservers.REPOSITORY_CRDS is not None
+    crds = tmp_path / "crds"
+    shutil.copytree(apiservers.REPOSITORY_CRDS, crds)
+    path = crds / "eventhubconsumers.yaml"
+    crd = yaml.safe_load(path.read_text())
+    for version in crd["spec"]["versions"]:
+        spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        spec.setdefault("paused", {"type": "boolean", "description": "pause consumption"})
+    path.write_text(yaml.safe_dump(crd))
+    with LocalKubeAPI(crds_dir=crds) as api:
+        yield api
+
+
+@dataclasses.dataclass
+class Setup:
+    kube: LocalKubeAPI
+    kubeconfig: Path
+    hub: EventHubTarget
+    blob_connection_string: str
+    container: str
+    #: between the two sends to each partition: events 0-4 before, 5-9 after (partition 0)
+    middle: datetime.datetime
+
+    async def checkpoints(self) -> dict[str, checkpointing.Checkpoint]:
+        async with blobs.open_container(
+            container_name=self.container, connection_string=self.blob_connection_string
+        ) as container:
+            store = checkpointing.CheckpointStore(
+                container,
+                fully_qualified_namespace=FQNS,
+                eventhub_name=self.hub.name,
+                consumer_group="$Default",
+                owner_id="reader",
+            )
+            return {c.partition: c for c in await store.list()}
+
+    def read(self) -> dict[str, checkpointing.Checkpoint]:
+        return asyncio.run(self.checkpoints())
+
+    def pause(self, *, condition: str | None = "True") -> None:
+        self.kube.patch_object(clusters.CR, NAME, {"spec": {"paused": True}}, namespace=NAMESPACE)
+        if condition is not None:
+            stamp = clusters.stamp()
+            self.kube.patch_object(
+                clusters.CR,
+                NAME,
+                {
+                    "status": {
+                        "conditions": [
+                            {
+                                "type": "Paused",
+                                "status": condition,
+                                "reason": "Paused" if condition == "True" else "Releasing",
+                                "message": "every partition released",
+                                "lastTransitionTime": stamp,
+                            }
+                        ]
+                    }
+                },
+                namespace=NAMESPACE,
+                subresource="status",
+            )
+
+    def reasons(self) -> list[str]:
+        return [
+            e.get("reason", "") for e in self.kube.list_objects("v1/events", namespace=NAMESPACE)
+        ]
+
+    def ehb_process(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``python -m eventhub_balancer ARGS... -n shop --kubeconfig ...`` as a process."""
+        where = ["-n", NAMESPACE, "--kubeconfig", str(self.kubeconfig)]
+        return subprocess.run(
+            [sys.executable, "-m", "eventhub_balancer", *args, *where],
+            capture_output=True,
+            text=True,
+            timeout=PROCESS_TIMEOUT,
+            check=False,
+        )
+
+    def ehb(self, command: str, *args: str) -> int:
+        """``ehb checkpoints COMMAND orders ARGS...`` against the local API."""
+        return cli.main(
+            [
+                "checkpoints",
+                command,
+                NAME,
+                *args,
+                "-n",
+                NAMESPACE,
+                "--kubeconfig",
+                str(self.kubeconfig),
+            ]
+        )
+
+
+async def _prepare(connection_string: str, container_name: str, hub: str) -> None:
+    """Partition 0 processed up to 5 by the stale owner, fenced with `BLOB_EPOCH`."""
+    async with blobs.open_container(
+        container_name=container_name, connection_string=connection_string
+    ) as container:
+        await blobs.ensure_container(container)
+        store = checkpointing.CheckpointStore(
+            container,
+            fully_qualified_namespace=FQNS,
+            eventhub_name=hub,
+            consumer_group="$Default",
+            owner_id=POD,
+        )
+        await store.fence("0", BLOB_EPOCH)
+        await store.update("0", offset="500", sequence_number=5)
+
+
+@pytest.fixture
+def setup(
+    local_kube: LocalKubeAPI,
+    kubeconfig: Path,
+    eventhubs_hub: EventHubTarget,
+    azurite: azurite_launcher.Azurite,
+) -> Setup:
+    container = unique_container_name("r")
+    connection = eventhubs_hub.namespace_connection_string
+    asyncio.run(send_events(connection, eventhubs_hub.name, {"0": 5}))
+    # Enqueued times have millisecond resolution: keep clear of both sends.
+    time.sleep(0.05)
+    middle = datetime.datetime.now(datetime.UTC)
+    time.sleep(0.05)
+    asyncio.run(send_events(connection, eventhubs_hub.name, {"0": 5, "1": 4}))
+    asyncio.run(_prepare(azurite.connection_string, container, eventhubs_hub.name))
+    cluster = clusters.LocalCluster(local_kube)
+    cluster.secret(NAMESPACE, name="eh", key="cs", value=connection)
+    cluster.secret(NAMESPACE, name="blob", key="cs", value=azurite.connection_string)
+    local_kube.create_object(
+        clusters.CR,
+        {
+            "apiVersion": "eventhub-balancer.dev/v1alpha1",
+            "kind": "EventHubConsumer",
+            "metadata": {"name": NAME},
+            "spec": {
+                "eventHub": {
+                    "fullyQualifiedNamespace": FQNS,
+                    "name": eventhubs_hub.name,
+                    "credentials": {"connectionStringSecretRef": {"name": "eh", "key": "cs"}},
+                },
+                "checkpointStore": {
+                    "containerName": container,
+                    "credentials": {"connectionStringSecretRef": {"name": "blob", "key": "cs"}},
+                },
+                "selector": {"matchLabels": {"app": "orders"}},
+            },
+        },
+        namespace=NAMESPACE,
+    )
+    local_kube.patch_object(
+        clusters.CR,
+        NAME,
+        {"status": {"epochs": {"0": STATUS_EPOCH}}},
+        namespace=NAMESPACE,
+        subresource="status",
+    )
+    return Setup(
+        kube=local_kube,
+        kubeconfig=kubeconfig,
+        hub=eventhubs_hub,
+        blob_connection_string=azurite.connection_string,
+        container=container,
+        middle=middle,
+    )
+
+
+def test_a_reset_refuses_unless_paused_and_a_dry_run_writes_nothing(
+    setup: Setup, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    before = setup.read()
+    assert setup.ehb("reset", "--to-earliest") == cli.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "is not paused" in err
+    assert """kubectl patch eventhubconsumer orders -n shop --type merge""" in err
+    assert """'{"spec":{"paused":true}}'""" in err
+
+    setup.pause(condition="False")  # asked to pause, partitions not yet released
+    assert setup.ehb("reset", "--to-earliest") == cli.EXIT_USAGE
+    assert "has not yet released every partition" in capsys.readouterr().err
+
+    backup = tmp_path / "backup.json"
+    backup.write_text(json.dumps(_document()))
+    assert setup.ehb("import", str(backup)) == cli.EXIT_USAGE
+    assert "has not yet released every partition" in capsys.readouterr().err
+    assert setup.read() == before
+    assert "CheckpointsReset" not in setup.reasons()
+
+    setup.pause()
+    assert setup.ehb("reset", "--to-earliest", "--partitions", "0,1", "--dry-run") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"{NAMESPACE}/{NAME} --to-earliest (dry run: nothing written)"
+    assert lines[1].split() == ["PARTITION", "OLD", "NEW", "EPOCH"]
+    assert lines[2].split() == ["0", "5", "->", "-1", "3", "->", str(STATUS_EPOCH + 1)]
+    assert lines[3].split() == ["1", "-", "->", "-1", "-", "->", "1"]
+    assert len(lines) == 4
+    assert setup.read() == before
+    assert "CheckpointsReset" not in setup.reasons()
+
+
+def _reset_json(setup: Setup, capsys: pytest.CaptureFixture[str], *target: str) -> dict[str, int]:
+    assert setup.ehb("reset", *target, "--partitions", "0,1", "--json") == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["dryRun"] is False
+    return {p["partition"]: p["new"]["sequenceNumber"] for p in document["partitions"]}
+
+
+def test_the_epoch_fences_stale_owners_and_each_target_puts_partitions_where_it_says(
+    setup: Setup, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Partition 0 holds events 0-9 (5-9 after ``middle``), partition 1 holds 0-3 (all after).
+
+    The first reset also shows the epochs: above every owner's, fencing out the stale owner,
+    and kept (with the position) by the next owner's fence.
+    """
+    setup.pause()
+    before = setup.read()  # what the stale owner of partition 0 holds in memory
+    assert setup.ehb("reset", "--to-earliest", "--partitions", "0,1") == 0
+    capsys.readouterr()
+    stored = setup.read()
+    assert stored["0"].epoch == STATUS_EPOCH + 1  # above the status's 7 and the blob's 3
+    assert stored["1"].epoch == 1
+    assert stored["0"].owner_id == checkpointresets.RESET_OWNER
+    (event,) = [
+        e
+        for e in setup.kube.list_objects("v1/events", namespace=NAMESPACE)
+        if e.get("reason") == "CheckpointsReset"
+    ]
+    assert event["involvedObject"]["name"] == NAME
+    assert event["message"].startswith("Reset checkpoints (--to-earliest): 2 partition(s)")
+    assert "0: 5 -> -1, 1: - -> -1" in event["message"]
+
+    async def stale_then_next_owner() -> tuple[errors.OwnershipLost, checkpointing.Checkpoint]:
+        async with blobs.open_container(
+            container_name=setup.container, connection_string=setup.blob_connection_string
+        ) as container:
+
+            def store(owner: str) -> checkpointing.CheckpointStore:
+                return checkpointing.CheckpointStore(
+                    container,
+                    fully_qualified_namespace=FQNS,
+                    eventhub_name=setup.hub.name,
+                    consumer_group="$Default",
+                    owner_id=owner,
+                )
+
+            stale = store(POD)
+            stale._owned["0"] = before["0"]  # its last write, from before the reset
+            with pytest.raises(errors.OwnershipLost) as lost:
+                await stale.update("0", offset="900", sequence_number=9)
+            taken = await store("orders-pod-b").fence("0", STATUS_EPOCH + 2)
+            return lost.value, taken
+
+    lost, taken = asyncio.run(stale_then_next_owner())
+    assert before["0"].epoch == BLOB_EPOCH
+    assert str(STATUS_EPOCH + 1) in str(lost)
+    assert taken.sequence_number == -1  # the next owner resumes where the reset put it
+    assert setup.read()["0"].sequence_number == -1
+
+    # Once as a process: the table goes nowhere, stdout is exactly one JSON document.
+    done = setup.ehb_process(
+        "checkpoints", "reset", NAME, "--to-latest", "--partitions", "0,1", "--json"
+    )
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    latest = {p["partition"]: p["new"]["sequenceNumber"] for p in document["partitions"]}
+    assert latest == {"0": 9, "1": 3}
+    assert _reset_json(setup, capsys, "--to-earliest") == {"0": -1, "1": -1}
+    assert _reset_json(setup, capsys, "--to-sequence", "3") == {"0": 2, "1": 2}
+    assert _reset_json(setup, capsys, "--shift-by", "4") == {"0": 6, "1": 3}
+    assert _reset_json(setup, capsys, "--shift-by", "-2") == {"0": 4, "1": 1}
+    assert _reset_json(setup, capsys, "--to-datetime", setup.middle.isoformat()) == {
+        "0": 4,
+        "1": -1,
+    }
+    assert _reset_json(setup, capsys, "--by-duration", "1h") == {"0": -1, "1": -1}
+    stored = setup.read()
+    assert {p: stored[p].sequence_number for p in ("0", "1")} == {"0": -1, "1": -1}
+    assert "2" not in stored  # --partitions narrowed it
+
+    assert setup.ehb("reset", "--to-latest", "--partitions", "0,7") == 2
+    assert "--partitions: 7 not among the hub's partitions" in capsys.readouterr().err
+
+
+def test_export_then_import_round_trips(
+    setup: Setup, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert setup.ehb("export") == 0  # reading needs no pause
+    exported = json.loads(capsys.readouterr().out)
+    assert exported["kind"] == "EventHubCheckpoints"
+    assert [(c["partition"], c["sequenceNumber"]) for c in exported["checkpoints"]] == [("0", 5)]
+    backup = tmp_path / "backup.json"
+    backup.write_text(json.dumps(exported))
+
+    setup.pause()
+    assert setup.ehb("reset", "--to-latest", "--partitions", "0") == 0
+    capsys.readouterr()
+    assert setup.read()["0"].sequence_number == 9
+
+    done = setup.ehb_process("checkpoints", "import", NAME, str(backup), "--json")
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)  # exactly one JSON document on stdout
+    (row,) = document["partitions"]
+    assert (row["old"]["sequenceNumber"], row["new"]["sequenceNumber"]) == (9, 5)
+    stored = setup.read()["0"]
+    assert (stored.sequence_number, stored.offset) == (5, "500")
+    assert stored.epoch == STATUS_EPOCH + 2  # above the reset's own
+    assert "CheckpointsImported" in setup.reasons()
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(
+        json.dumps({**exported, "checkpoints": [{"partition": "9", "sequenceNumber": 1}]})
+    )
+    assert setup.ehb("import", str(bad)) == 2
+    assert "partition(s) 9 are not in Event Hub" in capsys.readouterr().err
