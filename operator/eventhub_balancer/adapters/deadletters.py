@@ -495,7 +495,7 @@ async def replay_to_hub(
     where = f"Event Hub {coordinates.eventhub_name!r} in {coordinates.fully_qualified_namespace}"
     sent = 0
     try:
-        async with asyncio.timeout(limit_seconds), eventhubs._client(coordinates) as producer:
+        async with asyncio.timeout(limit_seconds), eventhubs.producer(coordinates) as producer:
             for target, run in send_groups(events):
                 batch = await producer.create_batch(**target)  # type: ignore[arg-type]
                 for event in run:

@@ -75,8 +75,11 @@ def _entity_path(connection_string: str) -> str | None:
 
 
 @contextlib.asynccontextmanager
-async def _client(coordinates: Coordinates) -> AsyncIterator[EventHubProducerClient]:
-    # retry_total=0: the cycle is the retry loop, with its own backoff and cached fallback.
+async def producer(coordinates: Coordinates) -> AsyncIterator[EventHubProducerClient]:
+    """A producer client for ``coordinates``, its credentials checked against the hub's name.
+
+    ``retry_total=0``: the caller is the retry loop (the operator's cycle, with its own
+    backoff and cached fallback; a replay, with its own time limit)."""
     options: dict[str, Any] = {"retry_total": 0}
     credential: Any = None
     if coordinates.connection_string is not None:
@@ -152,7 +155,7 @@ async def fetch_partition_ids(
 ) -> list[str]:
     """The Event Hub's partition ids, in Event Hubs' order. Raises wrapped errors only."""
     try:
-        async with _client(coordinates) as client:
+        async with producer(coordinates) as client:
             ids = await asyncio.wait_for(client.get_partition_ids(), timeout=limit_seconds)
     except errors.EventHubBalancerError:
         raise
@@ -167,7 +170,7 @@ async def fetch_last_sequence_numbers(
     """The last enqueued sequence number per partition (for lag = last - checkpointed)."""
     result: dict[str, int] = {}
     try:
-        async with _client(coordinates) as client:
+        async with producer(coordinates) as client:
             for pid in partitions:
                 props = await asyncio.wait_for(
                     client.get_partition_properties(pid), timeout=limit_seconds
