@@ -119,3 +119,32 @@ def test_a_paused_consumer_is_exported_so_alerts_can_skip_it() -> None:
     assert paused_value(False) == "0.0"
     exported.forget(namespace=NS, consumer=NAME)
     assert "ehb_paused{" not in exported.exposition().decode()
+
+
+async def test_the_backlog_is_read_beside_the_store_probe_whatever_the_weighting() -> None:
+    """With weighting "count" the planner never needs the hub's end; the recommendation for
+    autoscalers still comes from the backlog, read once a minute with the store's probe."""
+    kube = fakes.FakeKube()
+    kube.add_consumer(NS, NAME, SPEC)
+    kube.add_secret(NS, "eh", {"cs": "Endpoint=sb://shop/;SharedAccessKey=x"})
+    kube.add_secret(NS, "blob", {"cs": "UseDevelopmentStorage=true"})
+    for name in ("a", "b"):
+        kube.add_pod(NS, name, labels={"app": "c"}, since=T0)
+    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    hubs.last_sequences = {p: 4_999 for p in hubs.ids}  # 5,000 events behind on each
+    registry = metrics.Metrics()
+    await cycles.run_cycle(
+        kube=kube,
+        hubs=hubs,
+        namespace=NS,
+        name=NAME,
+        memory=memories.Memory(),
+        now=at(0),
+        metrics=registry,
+        annotate_pods=False,
+    )
+    prefix = 'ehb_recommended_replicas{consumer="orders",namespace="shop"} '
+    text = registry.exposition().decode()
+    (line,) = [line for line in text.splitlines() if line.startswith(prefix)]
+    # A backlog of 5,000 per partition asks for a pod per partition, not the 2 members.
+    assert float(line.removeprefix(prefix)) == len(hubs.ids)

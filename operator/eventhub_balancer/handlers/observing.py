@@ -135,7 +135,8 @@ async def read_checkpoints(
     wall: float,
 ) -> observations.Observation | None:
     """``observation`` with the checkpoint blobs (and the last sequence numbers when the
-    decision weighs by lag), for a second decision; None when the store was not asked."""
+    decision weighs by lag, or beside the store's probe), for a second decision; None when
+    the store was not asked."""
     store = await read_store(
         kube=kube,
         hubs=hubs,
@@ -146,7 +147,11 @@ async def read_checkpoints(
     )
     known = store or observation.store
     last = None
-    if decision.needs_last_sequences and (
+    # Weighting "lag" needs the hub's end every time it plans; otherwise it is read beside the
+    # store's probe (once a minute), so that the backlog behind ehb_recommended_replicas is
+    # known whatever the weighting.
+    backlog_due = store is not None and store.listed and observation.hub.fault is None
+    if (decision.needs_last_sequences or backlog_due) and (
         known.checkpoints is not None or known.known_sequences is not None
     ):
         last = await read_last_sequences(
