@@ -260,12 +260,7 @@ async def bounds_of(
             props = await client.get_partition_properties(partition)
     except Exception as e:
         raise _unreachable(address, f"the properties of partition {partition}", e) from e
-    return startpositions.PartitionBounds(
-        beginning_sequence_number=int(props["beginning_sequence_number"]),
-        last_sequence_number=int(props["last_enqueued_sequence_number"]),
-        last_offset=str(props["last_enqueued_offset"]),
-        empty=bool(props["is_empty"]),
-    )
+    return receiving.bounds_from(props)
 
 
 def _budget(what: str, policy: retrying.RetryPolicy) -> retrying.Budget:

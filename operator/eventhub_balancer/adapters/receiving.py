@@ -29,6 +29,7 @@ import functools
 import json
 import logging
 import ssl
+from collections.abc import Mapping
 from typing import Any
 
 import certifi
@@ -359,6 +360,11 @@ async def partition_bounds(
         ) from e
     finally:
         await client.close()
+    return bounds_from(props)
+
+
+def bounds_from(props: Mapping[str, Any]) -> startpositions.PartitionBounds:
+    """A partition's bounds from the SDK's ``get_partition_properties`` answer."""
     return startpositions.PartitionBounds(
         beginning_sequence_number=int(props["beginning_sequence_number"]),
         last_sequence_number=int(props["last_enqueued_sequence_number"]),
