@@ -2,32 +2,11 @@
 
 from __future__ import annotations
 
-import datetime
-from typing import Any
-
 from eventhub_balancer.contracts import configmaps, partitionreports
 from eventhub_balancer.handlers import cycles, memories, metrics
 from eventhub_balancer.reconciling import figures
+from tests.handlers.test_cycles import NAME, NS, at, make_kube
 from tests.support import fakes
-
-T0 = datetime.datetime(2024, 5, 1, 12, 0, 0, tzinfo=datetime.UTC)
-NS, NAME = "shop", "orders"
-SPEC: dict[str, Any] = {
-    "eventHub": {
-        "fullyQualifiedNamespace": "shop.servicebus.windows.net",
-        "name": "orders",
-        "credentials": {"connectionStringSecretRef": {"name": "eh", "key": "cs"}},
-    },
-    "checkpointStore": {
-        "containerName": "checkpoints",
-        "credentials": {"connectionStringSecretRef": {"name": "blob", "key": "cs"}},
-    },
-    "selector": {"matchLabels": {"app": "c"}},
-}
-
-
-def at(seconds: float) -> datetime.datetime:
-    return T0 + datetime.timedelta(seconds=seconds)
 
 
 def value(text: str, state: str) -> float:
@@ -38,12 +17,7 @@ def value(text: str, state: str) -> float:
 
 
 async def test_a_parked_partition_is_counted_shown_and_forgotten_with_its_consumer() -> None:
-    kube = fakes.FakeKube()
-    kube.add_consumer(NS, NAME, SPEC)
-    kube.add_secret(NS, "eh", {"cs": "Endpoint=sb://shop/;SharedAccessKey=x"})
-    kube.add_secret(NS, "blob", {"cs": "UseDevelopmentStorage=true"})
-    for name in ("a", "b"):
-        kube.add_pod(NS, name, labels={"app": "c"}, since=T0)
+    kube = make_kube()
     hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
     registry = metrics.Metrics()
     memory = memories.Memory()
@@ -124,12 +98,7 @@ def test_a_paused_consumer_is_exported_so_alerts_can_skip_it() -> None:
 async def test_the_backlog_is_read_beside_the_store_probe_whatever_the_weighting() -> None:
     """With weighting "count" the planner never needs the hub's end; the recommendation for
     autoscalers still comes from the backlog, read once a minute with the store's probe."""
-    kube = fakes.FakeKube()
-    kube.add_consumer(NS, NAME, SPEC)
-    kube.add_secret(NS, "eh", {"cs": "Endpoint=sb://shop/;SharedAccessKey=x"})
-    kube.add_secret(NS, "blob", {"cs": "UseDevelopmentStorage=true"})
-    for name in ("a", "b"):
-        kube.add_pod(NS, name, labels={"app": "c"}, since=T0)
+    kube = make_kube()
     hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
     hubs.last_sequences = {p: 4_999 for p in hubs.ids}  # 5,000 events behind on each
     registry = metrics.Metrics()
