@@ -80,3 +80,38 @@ def test_the_handler_exit_bound_is_a_flag_and_must_be_positive() -> None:
     with pytest.raises(errors.InvalidInput) as caught:
         partitions.BatchSettings(handler_exit_timeout=0)
     assert caught.value.field == "--handler-exit-seconds"
+
+
+def test_spark_settings_fail_before_anything_connects() -> None:
+    def consumer(**given: object) -> settings.ConsumerSettings:
+        return settings.ConsumerSettings(
+            pod="p", namespace="n", consumer="c", handler="x:y", spark=True, **given
+        )
+
+    with pytest.raises(errors.InvalidInput, match="--spark-remote"):
+        consumer(spark_master="spark://h:7077", spark_remote="sc://h:15002")
+    with pytest.raises(errors.InvalidInput, match="pass it as --spark-remote"):
+        consumer(spark_master="sc://h:15002")
+    with pytest.raises(errors.InvalidInput, match="not a Spark Connect URL"):
+        consumer(spark_remote="spark://h:7077")
+    with pytest.raises(errors.InvalidInput, match="--handler-concurrency"):
+        consumer(handler_concurrency=0)
+    assert consumer(spark_remote="sc://h").spark_remote == "sc://h"
+
+
+def test_the_cli_takes_the_trigger_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POD_NAME", "p")
+    assert (
+        cli.main(
+            [
+                "consume",
+                "--handler",
+                "x:y",
+                "--assignment-file",
+                "a",
+                "--max-events-per-trigger",
+                "0",
+            ]
+        )
+        == 2
+    )

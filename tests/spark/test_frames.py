@@ -40,9 +40,30 @@ def test_spark_conf_flags() -> None:
         sessions.parse_conf(["novalue"])
 
 
+def ranges_of(
+    batch: list[deliveries.ReceivedEvent], *, epoch: int = 2
+) -> dict[str, contexts.PartitionRange]:
+    """Each partition's share of ``batch`` as a trigger would give it."""
+    found: dict[str, contexts.PartitionRange] = {}
+    for partition in {e.partition for e in batch}:
+        mine = [e.sequence_number for e in batch if e.partition == partition]
+        found[partition] = contexts.PartitionRange(
+            partition=partition,
+            epoch=epoch,
+            first_sequence_number=min(mine),
+            last_sequence_number=max(mine),
+            size=len(mine),
+        )
+    return found
+
+
 def test_arrow_table_has_the_schema() -> None:
-    table = frames.to_arrow(events(3))
+    batch = events(3)
+    table = frames.to_arrow(batch, batch_id=7, ranges=ranges_of(batch))
     assert table.column_names == list(frames.COLUMNS)
+    assert table.column("batch_id").to_pylist() == [7, 7, 7]
+    assert table.column("first_sequence_number").to_pylist() == [100, 100, 100]
+    assert table.column("last_sequence_number").to_pylist() == [102, 102, 102]
     assert table.column("sequence_number").to_pylist() == [100, 101, 102]
     assert table.column("partition_key").to_pylist() == [None, "k1", "k0"]
     assert dict(table.column("properties").to_pylist()[1]) == {
@@ -54,7 +75,8 @@ def test_arrow_table_has_the_schema() -> None:
 
 @pytest.mark.spark
 def test_dataframe_of_a_batch(spark_session: Any) -> None:
-    df = frames.to_dataframe(spark_session, events(4))
+    batch = events(4)
+    df = frames.to_dataframe(spark_session, batch, batch_id=1, ranges=ranges_of(batch))
     assert df.schema == frames.spark_schema()
     rows = df.orderBy("sequence_number").collect()
     assert [r.sequence_number for r in rows] == [100, 101, 102, 103]
@@ -74,19 +96,21 @@ def test_example_pipeline_writes_minute_counts(
     from minute_counts import pipeline
 
     monkeypatch.setenv(pipeline.OUTPUT_ENV, str(tmp_path / "out"))
-    batch = events(6)  # 12:00:30 + 20 s steps: 12:00 has 2 events, 12:01 three, 12:02 one
-    context = contexts.BatchContext(
-        partition="3",
-        epoch=2,
+    # 12:00:30 + 20 s steps: 12:00 has 2 events, 12:01 three, 12:02 one; partition 4's one
+    # event lands in a directory of its own.
+    batch = [*events(6), *events(1, partition="4")]
+    ranges = ranges_of(batch)
+    context = contexts.TriggerContext(
+        batch_id=1,
         consumer="orders",
         pod="pod-a",
-        first_sequence_number=100,
-        last_sequence_number=105,
-        size=6,
+        partitions=ranges,
+        size=len(batch),
         spark=spark_session,
     )
-    pipeline.process(frames.to_dataframe(spark_session, batch), context)
-    pipeline.process(frames.to_dataframe(spark_session, batch), context)  # a retry: idempotent
+    df = frames.to_dataframe(spark_session, batch, batch_id=1, ranges=ranges)
+    pipeline.process(df, context)
+    pipeline.process(df, context)  # a retry: idempotent
     written = spark_session.read.parquet(str(tmp_path / "out"))
     got = sorted(
         (r.minute.minute, r.partition_key or "", r.events, r.partition, r.epoch)
@@ -94,9 +118,11 @@ def test_example_pipeline_writes_minute_counts(
     )
     assert got == [
         (0, "", 1, 3, 2),
+        (0, "", 1, 4, 2),
         (0, "k1", 1, 3, 2),
         (1, "k0", 2, 3, 2),
         (1, "k1", 1, 3, 2),
         (2, "k1", 1, 3, 2),
     ]
     assert (tmp_path / "out" / "partition=3" / "epoch=2" / "batch=100-105").is_dir()
+    assert (tmp_path / "out" / "partition=4" / "epoch=2" / "batch=100-100").is_dir()

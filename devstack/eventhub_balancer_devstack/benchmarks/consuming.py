@@ -1,24 +1,29 @@
-"""What the consumer runtime costs over the bare SDK, and what a Spark micro-batch costs.
+"""What the consumer runtime costs over the bare SDK, and what Spark mode costs over it.
 
-Two drains of the same backlog from the same emulator, in the same run:
+Three drains of the same backlog from the same emulator, in the same run:
 
 - *raw SDK*: ``EventHubConsumerClient.receive_batch`` (the public API), one client and task
   per partition, a callback that only counts: the ceiling for any consumer on this machine;
 - *runtime*: the consumer runtime with a no-op handler: fencing, owner-level receivers,
   micro-batching, and an owner-checked checkpoint on Azurite after every batch (the next
-  batch's handler waits for it: the one-batch crash bound).
+  batch's handler waits for it: the one-batch crash bound);
+- *Spark*: the same runtime in Spark mode: the partitions' batches meet in pod-level triggers
+  (``consumer.triggers``) on a ``local[2]`` session started beforehand, and each trigger's
+  handler runs one job over every row (a count per partition).
 
-Both sides use the runtime's defaults (batch size and max wait, ``partitions.BatchSettings``)
+The runtime and Spark drains are timed from the moment every partition's receiver is open
+(the session's start is reported on its own: the receivers do not wait for it).
+Every side uses the runtime's defaults (batch size and max wait, ``partitions.BatchSettings``)
 unless told otherwise. In a backlog every batch is full, except a partition's last one when
 its events are not a multiple of the batch size: that batch waits ``max_wait`` for events that
 never come, which is latency at the end of a finite backlog, not throughput. The default
-backlog (5,000 events per partition) is a multiple of the default batch size (500).
+backlog (2,500 events per partition) is a multiple of the default batch size (500).
 
 The emulator runs in a child process so that its work does not share our interpreter's GIL
-with the consumer being measured. Rounds alternate (raw, runtime, raw, runtime...) and the
+with the consumer being measured. Rounds alternate (raw, runtime, Spark, raw...) and the
 best round of each counts, which cancels out most of the noise of a shared machine.
-The Spark figure is the time ``process(df, context)`` of the example pipeline takes per
-micro-batch (DataFrame from Arrow, an aggregation, a Parquet write) once the session is warm.
+The trigger overhead is a trigger of 1,000 events over 8 partitions on the warm session, from
+the batches' hand-over to the calls' return, with the same counting handler.
 """
 
 from __future__ import annotations
@@ -27,15 +32,11 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime
-import importlib
+import functools
 import logging
-import os
-import sys
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
 from typing import Any
 
 from eventhub_balancer import errors
@@ -47,6 +48,7 @@ from eventhub_balancer.consumer import (
     partitions,
     processing,
     runtime,
+    triggers,
 )
 from eventhub_balancer_devstack import azurite
 from eventhub_balancer_devstack.benchmarks import emulator
@@ -56,7 +58,6 @@ logger = logging.getLogger(__name__)
 HUB = "bench"
 #: A drain that takes longer than this has hung: the benchmark fails rather than waits.
 DRAIN_TIMEOUT_S = 300.0
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,8 +65,12 @@ class Figures:
     runtime_events_per_s: float
     raw_sdk_events_per_s: float
     ratio: float
-    spark_batch_ms_1k: float | None
-    spark_batch_ms_10k: float | None
+    #: The Spark drain (pod-level triggers, a counting job per trigger) and its share of the
+    #: runtime's plain drain.
+    spark_events_per_s: float | None
+    spark_ratio: float | None
+    spark_trigger_overhead_ms: float | None
+    spark_session_start_s: float | None
     events: int
     partitions: int
     rounds: int
@@ -161,8 +166,10 @@ async def runtime_drain(
     events: int,
     batch_size: int,
     max_wait: float,
+    processor: processing.BatchProcessor | None = None,
 ) -> float:
-    """Events per second of the consumer runtime (no-op handler) draining the backlog."""
+    """Events per second of the consumer runtime draining the backlog, from the moment every
+    partition's receiver is open; ``processor`` None: a no-op plain handler."""
     import json
 
     batch = partitions.BatchSettings(batch_size=batch_size, max_wait=max_wait)
@@ -179,10 +186,9 @@ async def runtime_drain(
                 owner_id="bench-pod",
                 batch=batch,
             ),
-            processor=processing.PlainProcessor(_noop),
+            processor=processor or processing.PlainProcessor(_noop),
         )
         run = asyncio.create_task(consumer.run())
-        started = time.perf_counter()
         source.put(
             {
                 "data": {
@@ -198,37 +204,77 @@ async def runtime_drain(
                 }
             }
         )
+        started: float | None = None
         try:
             async with asyncio.timeout(DRAIN_TIMEOUT_S):
                 while sum(s.events for s in consumer.stats.values()) < events:
                     if run.done():
                         run.result()
                         raise errors.TransientError("the runtime stopped during the benchmark")
+                    if started is None and _receiving(consumer, partitions_):
+                        started = time.perf_counter()
                     await asyncio.sleep(0.005)
-            elapsed = time.perf_counter() - started
+            finished = time.perf_counter()
         finally:
             consumer.request_shutdown()
             await asyncio.gather(run, return_exceptions=True)
-        return events / elapsed
+        return events / (finished - (finished if started is None else started) or 1e-9)
 
 
-def spark_batch_ms(sizes: Sequence[int], *, repeats: int = 5) -> dict[int, float]:
-    """Median milliseconds per micro-batch of the example pipeline, by batch size."""
+def _receiving(consumer: runtime.Runtime, partitions_: int) -> bool:
+    """Every partition is fenced and its receiver open."""
+    workers = list(consumer.workers.values())
+    return len(workers) == partitions_ and all(w.fenced.is_set() for w in workers)
+
+
+def _spark_count(df: Any, context: contexts.TriggerContext) -> None:
+    """The Spark drain's handler: one job over every row (a count per partition)."""
+    counted = sum(row["count"] for row in df.groupBy("partition").count().collect())
+    if counted != context.size:
+        raise AssertionError(f"trigger {context.batch_id}: {counted} rows, {context.size} events")
+
+
+def spark_triggers(session: Any, *, consumer: str = "bench") -> triggers.SparkTriggers:
+    """Pod-level triggers with the counting handler, on a session that has started."""
+
+    async def started() -> Any:
+        return session
+
+    return triggers.SparkTriggers(
+        _spark_count,
+        session=started,
+        consumer=consumer,
+        pod="bench-pod",
+        executor=processing.handler_threads(),
+    )
+
+
+def start_session() -> tuple[Any, float]:
+    """The benchmark's local[2] SparkSession, warmed up as ``ehb consume`` does, and the
+    seconds that took."""
     from eventhub_balancer.spark import frames, sessions
 
-    if str(EXAMPLES) not in sys.path:
-        sys.path.insert(0, str(EXAMPLES))
-    pipeline = importlib.import_module("minute_counts.pipeline")
-
+    began = time.perf_counter()
     session = sessions.build_session(app_name="ehb-bench")
-    results: dict[int, float] = {}
+    frames.warm_up(session)
+    return session, time.perf_counter() - began
+
+
+async def trigger_overhead_ms(session: Any, *, events: int = 1_000, repeats: int = 5) -> float:
+    """Median milliseconds of a trigger of ``events`` over 8 partitions on a warm session:
+    from the batches' hand-over to the calls' return, through the Arrow table, the DataFrame
+    and one Spark job (the counting handler: the cheapest that reads every row)."""
     now = datetime.datetime.now(datetime.UTC)
-    with tempfile.TemporaryDirectory(prefix="ehb-bench-spark-") as root:
-        os.environ[pipeline.OUTPUT_ENV] = root
-        for size in sizes:
-            events = [
+    per_partition = events // 8
+    timings = []
+    spark = spark_triggers(session)
+    for attempt in range(repeats + 1):  # the first one warms the session up
+        calls = []
+        started = time.perf_counter()
+        for p in range(8):
+            batch = [
                 deliveries.ReceivedEvent(
-                    partition="0",
+                    partition=str(p),
                     sequence_number=n,
                     offset=str(n * 128),
                     enqueued_time=now + datetime.timedelta(milliseconds=n),
@@ -236,64 +282,85 @@ def spark_batch_ms(sizes: Sequence[int], *, repeats: int = 5) -> dict[int, float
                     properties={"n": n},
                     body=b"x" * 100,
                 )
-                for n in range(size)
+                for n in range(per_partition)
             ]
-            timings = []
-            for attempt in range(repeats + 1):  # the first one warms the session up
-                context = contexts.BatchContext(
-                    partition="0",
-                    epoch=attempt + 1,
-                    consumer="bench",
-                    pod="bench-pod",
-                    first_sequence_number=0,
-                    last_sequence_number=size - 1,
-                    size=size,
-                    spark=session,
-                )
-                started = time.perf_counter()
-                pipeline.process(frames.to_dataframe(session, events), context)
-                timings.append(time.perf_counter() - started)
-            warm = sorted(timings[1:])
-            results[size] = 1000 * warm[len(warm) // 2]
-    session.stop()
-    return results
+            context = contexts.BatchContext(
+                partition=str(p),
+                epoch=attempt + 1,
+                consumer="bench",
+                pod="bench-pod",
+                first_sequence_number=0,
+                last_sequence_number=per_partition - 1,
+                size=per_partition,
+            )
+            calls.append(spark(batch, context))
+        await asyncio.gather(*calls)
+        timings.append(time.perf_counter() - started)
+    if spark.batch_id != repeats + 1:
+        raise errors.TransientError(f"expected one trigger per round, got {spark.batch_id}")
+    warm = sorted(timings[1:])
+    return 1000 * warm[len(warm) // 2]
+
+
+@dataclasses.dataclass
+class _Drains:
+    runtime: list[float] = dataclasses.field(default_factory=list)
+    raw: list[float] = dataclasses.field(default_factory=list)
+    spark: list[float] = dataclasses.field(default_factory=list)
+    session_start_s: float | None = None
+    trigger_ms: float | None = None
 
 
 async def _measure_drains(
-    *, partitions_: int, events: int, rounds: int, batch_size: int, max_wait: float
-) -> tuple[float, float]:
+    *, partitions_: int, events: int, rounds: int, batch_size: int, max_wait: float, spark: bool
+) -> _Drains:
     per_partition = events // partitions_
     total = per_partition * partitions_
-    raw: list[float] = []
-    ours: list[float] = []
-    with (
-        azurite.Azurite() as blob_service,
-        emulator.emulator_process(hub=HUB, partitions=partitions_) as cs,
-    ):
-        await fill(cs, partitions_=partitions_, per_partition=per_partition)
-        for _ in range(rounds):
-            raw.append(
-                await raw_sdk_drain(
-                    cs, partitions_=partitions_, events=total, batch_size=batch_size
-                )
+    drains = _Drains()
+    session = None
+    if spark:
+        session, drains.session_start_s = await asyncio.to_thread(start_session)
+    try:
+        with (
+            azurite.Azurite() as blob_service,
+            emulator.emulator_process(hub=HUB, partitions=partitions_) as cs,
+        ):
+            await fill(cs, partitions_=partitions_, per_partition=per_partition)
+            drain = functools.partial(
+                runtime_drain,
+                cs,
+                blob_service.connection_string,
+                partitions_=partitions_,
+                events=total,
+                batch_size=batch_size,
+                max_wait=max_wait,
             )
-            ours.append(
-                await runtime_drain(
-                    cs,
-                    blob_service.connection_string,
-                    partitions_=partitions_,
-                    events=total,
-                    batch_size=batch_size,
-                    max_wait=max_wait,
+            for _ in range(rounds):
+                drains.raw.append(
+                    await raw_sdk_drain(
+                        cs, partitions_=partitions_, events=total, batch_size=batch_size
+                    )
                 )
-            )
-    logger.info("raw SDK rounds: %s; runtime rounds: %s", raw, ours)
-    return max(ours), max(raw)
+                drains.runtime.append(await drain())
+                if session is not None:
+                    drains.spark.append(await drain(processor=spark_triggers(session)))
+        if session is not None:
+            drains.trigger_ms = await trigger_overhead_ms(session)
+    finally:
+        if session is not None:
+            session.stop()
+    logger.info(
+        "raw SDK rounds: %s; runtime rounds: %s; Spark rounds: %s",
+        drains.raw,
+        drains.runtime,
+        drains.spark,
+    )
+    return drains
 
 
 def measure(
     *,
-    partitions_: int = 4,
+    partitions_: int = 8,
     events: int = 20_000,
     rounds: int = 2,
     batch_size: int | None = None,
@@ -310,22 +377,30 @@ def measure(
             "need partitions >= 1, events >= partitions, rounds >= 1, batch size >= 1, "
             "max wait > 0",
         )
-    ours, raw = asyncio.run(
+    drains = asyncio.run(
         _measure_drains(
             partitions_=partitions_,
             events=events,
             rounds=rounds,
             batch_size=batch_size,
             max_wait=max_wait,
+            spark=spark,
         )
     )
-    spark_ms: dict[int, float] = spark_batch_ms([1_000, 10_000]) if spark else {}
+    ours, raw = max(drains.runtime), max(drains.raw)
+    best_spark = max(drains.spark) if drains.spark else None
     return Figures(
         runtime_events_per_s=round(ours, 1),
         raw_sdk_events_per_s=round(raw, 1),
         ratio=round(ours / raw, 3),
-        spark_batch_ms_1k=round(spark_ms[1_000], 1) if spark_ms else None,
-        spark_batch_ms_10k=round(spark_ms[10_000], 1) if spark_ms else None,
+        spark_events_per_s=None if best_spark is None else round(best_spark, 1),
+        spark_ratio=None if best_spark is None else round(best_spark / ours, 3),
+        spark_trigger_overhead_ms=(
+            None if drains.trigger_ms is None else round(drains.trigger_ms, 1)
+        ),
+        spark_session_start_s=(
+            None if drains.session_start_s is None else round(drains.session_start_s, 2)
+        ),
         events=(events // partitions_) * partitions_,
         partitions=partitions_,
         rounds=rounds,

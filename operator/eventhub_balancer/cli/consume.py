@@ -40,12 +40,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     spark = parser.add_argument_group("Spark")
     spark.add_argument(
-        "--spark", action="store_true", help="hand each batch over as a Spark DataFrame"
+        "--spark",
+        action="store_true",
+        help="hand the handler one DataFrame per trigger, over all the pod's partitions",
     )
     spark.add_argument(
         "--spark-master",
         default=os.environ.get("EHB_SPARK_MASTER"),
-        help="the Spark master (env EHB_SPARK_MASTER; default local[2])",
+        help="the Spark master, e.g. spark://host:7077 (env EHB_SPARK_MASTER; default local[2])",
+    )
+    spark.add_argument(
+        "--spark-remote",
+        default=os.environ.get("EHB_SPARK_REMOTE"),
+        metavar="sc://HOST:PORT",
+        help="run through a Spark Connect server instead of a driver in the pod "
+        "(env EHB_SPARK_REMOTE)",
+    )
+    spark.add_argument(
+        "--trigger-interval",
+        type=float,
+        default=_env_float("EHB_TRIGGER_INTERVAL", 0.0),
+        metavar="SECONDS",
+        help="seconds from one trigger's start to the next's; 0: back to back "
+        "(env EHB_TRIGGER_INTERVAL; default 0)",
+    )
+    spark.add_argument(
+        "--max-events-per-trigger",
+        type=int,
+        default=int(_env_float("EHB_MAX_EVENTS_PER_TRIGGER", 20_000)),
+        metavar="N",
+        help="the most events one trigger takes, in whole batches "
+        "(env EHB_MAX_EVENTS_PER_TRIGGER; default 20000)",
     )
     spark.add_argument(
         "--spark-conf",
@@ -55,6 +80,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a Spark setting (repeatable)",
     )
     batching = parser.add_argument_group("batches and checkpoints")
+    batching.add_argument(
+        "--handler-concurrency",
+        type=int,
+        default=int(_env_float("EHB_HANDLER_CONCURRENCY", 32)),
+        metavar="N",
+        help="sync handler calls that may run at once, a thread each "
+        "(env EHB_HANDLER_CONCURRENCY; default 32)",
+    )
     batching.add_argument(
         "--batch-size",
         type=int,
@@ -169,7 +202,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from eventhub_balancer.consumer import launching, partitions, settings, tracing
+    from eventhub_balancer.consumer import launching, partitions, settings, tracing, triggers
 
     if getattr(args, "verbose", 0) < 2:
         # The SDK logs every AMQP state change at INFO: only -vv shows it.
@@ -195,7 +228,12 @@ def run(args: argparse.Namespace) -> int:
         handler_path=tuple(args.handler_path),
         spark=args.spark,
         spark_master=args.spark_master,
+        spark_remote=args.spark_remote,
         spark_conf=sessions.parse_conf(args.spark_conf),
+        trigger=triggers.TriggerSettings(
+            interval=args.trigger_interval, max_events=args.max_events_per_trigger
+        ),
+        handler_concurrency=args.handler_concurrency,
         batch=partitions.BatchSettings(
             batch_size=args.batch_size,
             max_wait=args.max_wait,

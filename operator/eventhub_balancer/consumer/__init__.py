@@ -1,12 +1,27 @@
 """The consumer pod's runtime: the partitions the operator assigns, processed by your handler.
 
-A handler is ``process(events, context)`` (plain) or ``process(df, context)`` (Spark mode),
-sync or async; :class:`Event` (the same class as :class:`ReceivedEvent`) and
-:class:`BatchContext` are its argument types. The runtime checkpoints only after the handler
-returned, releases partitions in an ordered hand-off, and serves /healthz, /readyz and
-/metrics. Run it with ``ehb consume``.
+A handler is ``process(events, context)`` (plain, sync or async; :class:`Event`, the same
+class as :class:`ReceivedEvent`, and :class:`BatchContext` are its argument types) or
+``process(df, context)`` (Spark mode, sync, once per trigger over all the pod's partitions,
+with a :class:`TriggerContext`; raise :class:`PartitionsFailed` to name failing partitions).
+The runtime checkpoints only after the handler returned, releases partitions in an ordered
+hand-off, and serves /healthz, /readyz and /metrics. Run it with ``ehb consume``.
 """
 
-from eventhub_balancer.consumer.contexts import BatchContext, Event, ReceivedEvent
+from eventhub_balancer.consumer.contexts import (
+    BatchContext,
+    Event,
+    PartitionRange,
+    ReceivedEvent,
+    TriggerContext,
+)
+from eventhub_balancer.consumer.triggers import PartitionsFailed
 
-__all__ = ["BatchContext", "Event", "ReceivedEvent"]
+__all__ = [
+    "BatchContext",
+    "Event",
+    "PartitionRange",
+    "PartitionsFailed",
+    "ReceivedEvent",
+    "TriggerContext",
+]

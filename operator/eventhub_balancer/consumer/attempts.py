@@ -48,7 +48,6 @@ class BatchAttempts:
         stats: metrics.PartitionStats,
         stop: asyncio.Event,
         deadline: Callable[[], float | None],
-        spark: Any = None,
         processing_policy: failurepolicy.Processing | None = None,
         dead_letters: ports.DeadLetters | None = None,
         on_hung: Callable[[str], None] | None = None,
@@ -60,7 +59,6 @@ class BatchAttempts:
         self.processor = processor
         self.settings = settings
         self.stats = stats
-        self.spark = spark
         #: What to do with a batch that keeps failing; the runtime updates it with the
         #: assignment, and it applies from the next failure on.
         self.processing_policy = processing_policy or failurepolicy.Processing()
@@ -144,7 +142,6 @@ class BatchAttempts:
                 first_sequence_number=events[0].sequence_number,
                 last_sequence_number=events[-1].sequence_number,
                 size=len(events),
-                spark=self.spark,
                 attempt=attempt,
             )
             self._call_started = _now()

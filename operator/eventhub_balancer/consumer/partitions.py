@@ -33,7 +33,6 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from eventhub_balancer import errors, handoffs
 from eventhub_balancer.adapters import deliveries
@@ -101,7 +100,6 @@ class PartitionWorker:
         processor: processing.BatchProcessor,
         settings: BatchSettings,
         stats: metrics.PartitionStats,
-        spark: Any = None,
         on_fenced: Callable[[], None] | None = None,
         processing_policy: failurepolicy.Processing | None = None,
         dead_letters: ports.DeadLetters | None = None,
@@ -137,7 +135,6 @@ class PartitionWorker:
             stats=stats,
             stop=self._stop,
             deadline=lambda: self._hard_deadline,
-            spark=spark,
             processing_policy=processing_policy,
             dead_letters=dead_letters,
             on_hung=on_hung,

@@ -1,9 +1,10 @@
-"""Loading the user's handler and calling it on a micro-batch, in plain or Spark mode.
+"""Loading the user's handler and calling it on a micro-batch.
 
 A handler is ``module:function``. Plain mode calls ``function(events, context)`` with a
-sequence of :class:`contexts.ReceivedEvent`; Spark mode calls ``function(df, context)`` with a
-DataFrame of the batch. Sync handlers run in a worker thread so that the receive loops keep
-running (and a Spark job, which blocks, is always sync); async handlers are awaited.
+sequence of :class:`contexts.ReceivedEvent` (Spark mode gathers the batches into triggers:
+`triggers`). Sync handlers run in a worker thread of the pod's handler pool (its size is
+``--handler-concurrency``: calls beyond it wait for a thread) so that the receive loops keep
+running; async handlers are awaited.
 A batch counts as done only when the handler returned: anything it raises is the caller's
 to retry, and no checkpoint passes it.
 
@@ -15,6 +16,9 @@ still running, and a release is not acknowledged while it does.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
+import functools
 import importlib
 import inspect
 import sys
@@ -24,19 +28,34 @@ from typing import Any, Protocol, TypeVar
 
 from eventhub_balancer import errors
 from eventhub_balancer.consumer import contexts
-from eventhub_balancer.spark import frames
 
 T = TypeVar("T")
 
 
-async def run_in_thread(function: Callable[..., T], *args: Any) -> T:
-    """``function(*args)`` in a worker thread; a cancellation takes effect when it returns.
+#: Handler calls that may run at once in threads, unless ``--handler-concurrency`` says.
+DEFAULT_HANDLER_CONCURRENCY = 32
+
+
+def handler_threads(concurrency: int = DEFAULT_HANDLER_CONCURRENCY) -> concurrent.futures.Executor:
+    """The pod's pool for sync handler calls: its own, so that its size is a setting and not
+    the event loop's default pool (``min(32, cpus + 4)``, shared with everything else)."""
+    if concurrency < 1:
+        raise errors.InvalidInput("--handler-concurrency", f"{concurrency} is less than 1")
+    return concurrent.futures.ThreadPoolExecutor(concurrency, thread_name_prefix="ehb-handler")
+
+
+async def run_in_thread(
+    function: Callable[..., T], *args: Any, executor: concurrent.futures.Executor | None = None
+) -> T:
+    """``function(*args)`` in a thread of ``executor`` (None: the loop's default pool), with
+    the caller's context variables; a cancellation takes effect when it returns.
 
     ``asyncio.to_thread`` ends its awaitable at once on cancellation while the thread runs on
     unseen; here the call ends (cancelled) only once the thread is done, so that the caller
     can tell a handler that still runs from one that stopped.
     """
-    future = asyncio.ensure_future(asyncio.to_thread(function, *args))
+    call = functools.partial(contextvars.copy_context().run, function, *args)
+    future = asyncio.get_running_loop().run_in_executor(executor, call)
     cancelled = False
     while not future.done():
         try:
@@ -88,10 +107,13 @@ def load_handler(reference: str, *, search_path: Sequence[str] = ()) -> Callable
 
 
 class PlainProcessor:
-    """``process(events, context)``, awaited or run in a thread."""
+    """``process(events, context)``, awaited or run in a thread of ``executor``."""
 
-    def __init__(self, function: Callable[..., Any]) -> None:
+    def __init__(
+        self, function: Callable[..., Any], *, executor: concurrent.futures.Executor | None = None
+    ) -> None:
         self.function = function
+        self.executor = executor
         self.is_async = inspect.iscoroutinefunction(function)
 
     async def __call__(
@@ -100,32 +122,9 @@ class PlainProcessor:
         if self.is_async:
             await self.function(events, context)
             return
-        result = await run_in_thread(self.function, events, context)
+        result = await run_in_thread(self.function, events, context, executor=self.executor)
         if inspect.isawaitable(result):  # a sync callable that returned a coroutine
             await result
-
-
-class SparkProcessor:
-    """``process(df, context)`` on a DataFrame of the batch (built from Arrow), in a thread."""
-
-    def __init__(self, function: Callable[..., Any], *, session: Any) -> None:
-        if inspect.iscoroutinefunction(function):
-            raise errors.InvalidInput(
-                "--handler", "a Spark handler must be a plain function (Spark calls block)"
-            )
-        self.function = function
-        self.session = session
-
-    def _run(
-        self, events: Sequence[contexts.ReceivedEvent], context: contexts.BatchContext
-    ) -> None:
-        df = frames.to_dataframe(self.session, events)
-        self.function(df, context)
-
-    async def __call__(
-        self, events: Sequence[contexts.ReceivedEvent], context: contexts.BatchContext
-    ) -> None:
-        await run_in_thread(self._run, events, context)
 
 
 def wrap(function: Callable[..., Awaitable[None] | None]) -> BatchProcessor:

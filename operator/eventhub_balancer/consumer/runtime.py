@@ -26,7 +26,7 @@ import functools
 import logging
 import os
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Final
 
 from eventhub_balancer import errors, handoffs
 from eventhub_balancer.consumer import (
@@ -85,13 +85,11 @@ class Runtime:
         source: assignments.AssignmentSource,
         backends: connections.BackendFactory,
         processor: processing.BatchProcessor,
-        spark: Any = None,
         exit_process: Callable[[str], None] = exit_now,
     ) -> None:
         self.settings = settings
         self.source = source
         self.processor = processor
-        self.spark = spark
         self.stats: dict[str, metrics.PartitionStats] = {}
         self.workers: dict[str, partitions.PartitionWorker] = {}
         self._tasks: dict[str, asyncio.Task[handoffs.Outcome]] = {}
@@ -330,7 +328,6 @@ class Runtime:
                 processor=self.processor,
                 settings=self.settings.batch,
                 stats=stats,
-                spark=self.spark,
                 # Acknowledge the generation as soon as the last partition is fenced, not at
                 # the next tick: the operator and the pod's readiness wait for it.
                 on_fenced=self._wake.set,

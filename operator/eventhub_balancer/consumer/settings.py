@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from eventhub_balancer import errors
-from eventhub_balancer.consumer import connections, partitions
+from eventhub_balancer.consumer import connections, partitions, processing, triggers
 from eventhub_balancer.contracts import endpoints
 
 ENV_POD_NAME = "POD_NAME"
@@ -29,6 +29,7 @@ ENV_CONSUMER = "EHB_CONSUMER"
 ENV_EVENTHUB_CONNECTION_STRING = "EHB_EVENTHUB_CONNECTION_STRING"
 ENV_BLOB_CONNECTION_STRING = "EHB_BLOB_CONNECTION_STRING"
 ENV_SPARK_MASTER = "EHB_SPARK_MASTER"
+ENV_SPARK_REMOTE = "EHB_SPARK_REMOTE"
 
 DOWNWARD_API_SNIPPET = """\
 add the pod's name (and namespace) to the consumer container with the Downward API:
@@ -57,7 +58,12 @@ class ConsumerSettings:
     handler_path: tuple[str, ...] = ()
     spark: bool = False
     spark_master: str | None = None
+    #: A Spark Connect server (``sc://host:port``) instead of a driver in this process.
+    spark_remote: str | None = None
     spark_conf: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    trigger: triggers.TriggerSettings = dataclasses.field(default_factory=triggers.TriggerSettings)
+    #: Sync handler calls that may run at once (a thread each).
+    handler_concurrency: int = processing.DEFAULT_HANDLER_CONCURRENCY
     batch: partitions.BatchSettings = dataclasses.field(default_factory=partitions.BatchSettings)
     shutdown_timeout: float = 25.0
     host: str = "0.0.0.0"
@@ -68,6 +74,25 @@ class ConsumerSettings:
     credentials: connections.Credentials = dataclasses.field(
         default_factory=connections.Credentials
     )
+
+    def __post_init__(self) -> None:
+        if self.spark_master and self.spark_remote:
+            raise errors.InvalidInput(
+                "--spark-remote",
+                "goes without --spark-master (a Connect server has its own master); "
+                f"give one of them (env {ENV_SPARK_MASTER} / {ENV_SPARK_REMOTE})",
+            )
+        # A mistyped URL fails here, before anything connects, not in the session's thread.
+        from eventhub_balancer.spark import sessions
+
+        if self.spark_master:
+            sessions.validate_master(self.spark_master)
+        if self.spark_remote:
+            sessions.parse_remote(self.spark_remote)
+        if self.handler_concurrency < 1:
+            raise errors.InvalidInput(
+                "--handler-concurrency", f"{self.handler_concurrency} is less than 1"
+            )
 
 
 def pod_identity(

@@ -1,9 +1,23 @@
-"""Building the consumer's SparkSession: local by default, any master by configuration.
+"""Building the consumer's SparkSession: local by default, a cluster or Spark Connect by flag.
 
-One session per consumer process, shared by every partition's batches (a session costs about
-5 s to start; a batch costs 0.1-0.3 s). The defaults suit small micro-batches on a pod's few
+One session per consumer process, shared by every trigger (a session costs about 5 s to
+start; a trigger costs 0.1-0.3 s). The defaults suit small micro-batches on a pod's few
 cores: no UI (a port per pod for nothing), few shuffle partitions (the default 200 turns
 every small aggregation into 200 tasks), and Arrow for building DataFrames from Python.
+
+Three ways to run, by flag:
+
+- ``--spark-master local[N]`` (the default ``local[2]``): the driver and its executors in
+  this pod's JVM, listening on loopback only.
+- ``--spark-master spark://host:port`` (or ``yarn``, ``k8s://...``): the driver in this pod's
+  JVM, the executors on the cluster.
+- ``--spark-remote sc://host:port``: a Spark Connect client, no JVM in this process at all.
+  The server owns the driver, so its settings (memory, master, UI, ...) are the server's;
+  only runtime SQL settings can be set from here, with ``session.conf.set``.
+
+Spark's own logs stay Spark's: its log4j2 defaults profile (loaded because nothing here
+configures log4j) writes WARN and above to stderr in Spark's format, and the JVM is started
+with our stderr as its stdout, so that stdout carries only what the process itself prints.
 """
 
 from __future__ import annotations
@@ -11,9 +25,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
+import socket
 import sys
+import time
+import urllib.parse
 from collections.abc import Iterator, Mapping
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from eventhub_balancer import errors
 
@@ -22,7 +40,17 @@ logger = logging.getLogger(__name__)
 #: Two local cores: a pod usually has a couple; Spark's work per micro-batch is small.
 DEFAULT_MASTER: Final = "local[2]"
 
-#: Settings every session gets unless the user overrides them with ``--spark-conf``.
+#: Spark Connect's port when a ``sc://`` URL names none.
+DEFAULT_CONNECT_PORT: Final = 15002
+
+#: How long a Spark Connect server or a standalone master may take to accept a connection
+#: (it may be starting beside the pod).
+CONNECT_TIMEOUT_S: Final = 30.0
+
+#: Settings every session gets unless the user overrides them with ``--spark-conf``. No log4j
+#: option here: a ``-Dlog4j2.level`` stops Spark from loading its defaults profile, and the
+#: JVM's bare default configuration then prints warnings to stdout. Spark's profile already
+#: sets WARN for a driver started through spark-submit, as pyspark's is.
 DEFAULT_CONF: Final[Mapping[str, str]] = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
@@ -33,8 +61,13 @@ DEFAULT_CONF: Final[Mapping[str, str]] = {
     # Without it a conversion problem silently falls back to the slow path; we want to know.
     "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
     "spark.sql.session.timeZone": "UTC",
-    # A consumer pod is not an interactive shell: keep the driver's own logs quiet.
-    "spark.driver.extraJavaOptions": "-Dlog4j2.level=WARN",
+}
+
+#: What a Spark Connect session gets of ``DEFAULT_CONF``: the runtime SQL settings. The rest
+#: is the server's (UI, parallelism) or has no meaning there (Connect always uses Arrow).
+CONNECT_CONF: Final[Mapping[str, str]] = {
+    "spark.sql.shuffle.partitions": DEFAULT_CONF["spark.sql.shuffle.partitions"],
+    "spark.sql.session.timeZone": DEFAULT_CONF["spark.sql.session.timeZone"],
 }
 
 #: Added for local masters only: the driver listens on loopback.
@@ -42,6 +75,24 @@ LOCAL_CONF: Final[Mapping[str, str]] = {
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
 }
+
+#: Masters that run in this process: ``local``, ``local[4]``, ``local[*]``, ``local[4,2]``
+#: (with task retries), ``local-cluster[2,1,1024]`` (Spark's own test cluster).
+_LOCAL_MASTER = re.compile(
+    r"local(\[(\*|[1-9]\d*)(,\s*[1-9]\d*)?\])?|local-cluster\[\d+,\s*\d+,\s*\d+\]"
+)
+#: ``spark://host:port``, or several for a standby master: ``spark://a:7077,b:7077``.
+_STANDALONE_MASTER = re.compile(r"spark://[^\s:/,]+:\d{1,5}(,[^\s:/,]+:\d{1,5})*")
+#: A scheme: ``yarn``, ``k8s://https://...``, a cluster manager of someone's own.
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*(://\S+)?")
+
+
+class ConnectAddress(NamedTuple):
+    """Where a ``sc://`` URL points, and the URL to show (any token in it hidden)."""
+
+    host: str
+    port: int
+    shown: str
 
 
 def parse_conf(pairs: list[str] | None) -> dict[str, str]:
@@ -55,13 +106,90 @@ def parse_conf(pairs: list[str] | None) -> dict[str, str]:
     return conf
 
 
+def validate_master(master: str) -> str:
+    """The master, checked for the mistakes a flag can make; unknown schemes pass through."""
+    master = master.strip()
+    field = "--spark-master"
+    if not master:
+        raise errors.InvalidInput(field, "is empty: write local[2], spark://HOST:PORT or yarn")
+    if master.startswith("sc://"):
+        raise errors.InvalidInput(
+            field, f"{master!r} is a Spark Connect URL: pass it as --spark-remote instead"
+        )
+    if master.startswith("local"):
+        if not _LOCAL_MASTER.fullmatch(master):
+            raise errors.InvalidInput(
+                field, f"{master!r} is not a local master: write local, local[N] or local[*]"
+            )
+        return master
+    if master.startswith("spark:"):
+        if not _STANDALONE_MASTER.fullmatch(master):
+            raise errors.InvalidInput(
+                field,
+                f"{master!r} is not a standalone master URL: write spark://HOST:PORT "
+                "(the master's port, 7077 unless changed)",
+            )
+        return master
+    if re.fullmatch(r"[^\s:/]+:\d+", master):
+        raise errors.InvalidInput(
+            field, f"{master!r} has no scheme: write spark://{master} for a standalone master"
+        )
+    if not _SCHEME.fullmatch(master):
+        raise errors.InvalidInput(
+            field, f"{master!r} is not a master URL: write local[2], spark://HOST:PORT or yarn"
+        )
+    return master
+
+
+def _shown(remote: str) -> str:
+    """The URL without the values of its parameters that may be secrets (``;token=...``)."""
+    head, sep, params = remote.partition(";")
+    if not sep:
+        return remote
+    kept = []
+    for param in params.split(";"):
+        key, eq, _ = param.partition("=")
+        kept.append(f"{key}=***" if eq and "token" in key.lower() else param)
+    return head + sep + ";".join(kept)
+
+
+def parse_remote(remote: str) -> ConnectAddress:
+    """Host and port of a Spark Connect URL, ``sc://host[:port][/;param=value...]``."""
+    remote = remote.strip()
+    shown = _shown(remote)
+    field = "--spark-remote"
+    hint = "write sc://HOST:PORT, e.g. sc://spark-connect:15002"
+    if not remote.startswith("sc://"):
+        extra = (
+            "; a spark:// or local master goes to --spark-master"
+            if remote.startswith(("spark://", "local"))
+            else ""
+        )
+        raise errors.InvalidInput(field, f"{shown!r} is not a Spark Connect URL: {hint}{extra}")
+    parsed = urllib.parse.urlparse(remote.partition(";")[0])
+    try:
+        port = parsed.port
+    except ValueError:
+        raise errors.InvalidInput(field, f"{shown!r} has a bad port: {hint}") from None
+    if not parsed.hostname:
+        raise errors.InvalidInput(field, f"{shown!r} names no host: {hint}")
+    if parsed.path not in ("", "/") or parsed.query or parsed.fragment:
+        raise errors.InvalidInput(
+            field,
+            f"{shown!r} has a path: {hint}, with parameters after '/;' "
+            "(sc://HOST:PORT/;use_ssl=true;token=...)",
+        )
+    return ConnectAddress(parsed.hostname, port or DEFAULT_CONNECT_PORT, shown)
+
+
 @contextlib.contextmanager
 def _jvm_output_to_stderr() -> Iterator[None]:
     """Start the JVM (and the Python workers it forks) with our stderr as its stdout.
 
-    The JVM inherits file descriptor 1, and log4j prints there before any configuration
-    applies (the native-hadoop warning): that broke ``--json`` output, which must be exactly
-    one JSON document on stdout. Python's own stdout is back on fd 1 once the JVM runs.
+    The JVM inherits file descriptor 1, and anything Java prints to System.out would land
+    there (log4j's bare default configuration does, when Spark's profile is not loaded): that
+    broke ``--json`` output, which must be exactly one JSON document on stdout. Python's own
+    stdout is back on fd 1 once the JVM runs.
     """
     sys.stdout.flush()
     saved = os.dup(1)
@@ -73,17 +201,115 @@ def _jvm_output_to_stderr() -> Iterator[None]:
         os.close(saved)
 
 
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _wait_reachable(what: str, addresses: list[tuple[str, int]], timeout: float) -> None:
+    """Wait until one address accepts a TCP connection; else say which failed, and why."""
+    deadline = time.monotonic() + timeout
+    while True:
+        failures = []
+        for host, port in addresses:
+            try:
+                with socket.create_connection((host, port), timeout=2.0):
+                    return
+            except OSError as e:
+                failures.append(f"{host}:{port}: {e}")
+        if time.monotonic() >= deadline:
+            raise errors.ConfigurationError(
+                f"cannot reach the {what} within {timeout:.0f} s ({'; '.join(failures)}); "
+                "check that it runs and that this pod may connect to it"
+            )
+        time.sleep(0.5)
+
+
+def _connect_session(remote: str, *, conf: Mapping[str, str], timeout: float) -> Any:
+    """A Spark Connect session: the driver is the server's; settings go through conf.set."""
+    address = parse_remote(remote)
+    try:
+        from pyspark.sql.connect.session import SparkSession as ConnectSession
+    except ImportError as e:
+        raise errors.ConfigurationError(
+            "--spark-remote needs the Spark Connect client: pip install "
+            "'eventhub-balancer[spark-connect]' (pyspark-client, no Java needed); "
+            f"{_first_line(e)}"
+        ) from e
+    _wait_reachable(
+        f"Spark Connect server at {address.host}:{address.port} (--spark-remote {address.shown})",
+        [(address.host, address.port)],
+        timeout,
+    )
+    logger.info("opening a Spark Connect session on %s", address.shown)
+    # With the classic pyspark installed, pyspark.sql.functions and friends pick their Connect
+    # implementation by this variable (pyspark's own builder sets it the same way, for good):
+    # this process is a Spark Connect client from now on.
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    try:
+        # create(), not getOrCreate(): a session per call, on the server this URL names.
+        session = ConnectSession.builder.remote(remote).create()
+        version = session.version
+    except Exception as e:
+        raise errors.ConfigurationError(
+            f"the Spark Connect server at {address.host}:{address.port} "
+            f"(--spark-remote {address.shown}) did not open a session: {_first_line(e)}"
+        ) from e
+    logger.info("Spark Connect session open (server Spark %s)", version)
+    _apply_connect_conf(session, {**CONNECT_CONF, **conf}, user=conf)
+    return session
+
+
+def _apply_connect_conf(
+    session: Any, settings: Mapping[str, str], *, user: Mapping[str, str]
+) -> None:
+    """Set what a Connect session can set at run time; say what it could not.
+
+    The server's SparkContext exists already: core settings (``spark.executor.*``,
+    ``spark.driver.*``, ``spark.ui.*``...) and static SQL settings belong on the server's
+    command line. A default that cannot apply is skipped quietly; a ``--spark-conf`` that
+    cannot apply is a warning naming it, since the user asked for it.
+    """
+    for key, value in settings.items():
+        try:
+            session.conf.set(key, value)
+        except Exception as e:
+            if key in user:
+                logger.warning(
+                    "--spark-conf %s was not applied: a Spark Connect session cannot change "
+                    "it (set it on the Connect server): %s",
+                    key,
+                    _first_line(e),
+                )
+            else:
+                logger.debug("default %s not applied over Spark Connect: %s", key, e)
+
+
 def build_session(
     *,
     master: str = DEFAULT_MASTER,
+    remote: str | None = None,
     app_name: str = "eventhub-balancer",
     conf: Mapping[str, str] = {},
+    connect_timeout: float = CONNECT_TIMEOUT_S,
 ) -> Any:
-    """A SparkSession (``getOrCreate``: an existing one in this process is reused).
+    """A SparkSession: classic on ``master``, or a Spark Connect one when ``remote`` is given.
 
-    Python workers must run the interpreter that runs us (pyspark and pandas are installed
-    there), hence PYSPARK_PYTHON; an explicit environment setting wins.
+    A classic session is ``getOrCreate``'s: an existing one in this process is reused. Python
+    workers must run the interpreter that runs us (pyspark and pandas are installed there),
+    hence PYSPARK_PYTHON; an explicit environment setting wins. A Connect session is a new
+    one on the server (``app_name`` is the server's own there). A ``spark://`` master or a
+    Connect server gets ``connect_timeout`` seconds to accept a TCP connection.
     """
+    if remote is not None and remote.strip():
+        if master != DEFAULT_MASTER:
+            logger.warning(
+                "--spark-master %s is ignored with --spark-remote: the Connect server's "
+                "master applies",
+                master,
+            )
+        return _connect_session(remote, conf=conf, timeout=connect_timeout)
+    master = validate_master(master)
     try:
         from pyspark.sql import SparkSession
     except ImportError as e:
@@ -100,6 +326,11 @@ def build_session(
         settings.update(LOCAL_CONF)
     for key, value in {**settings, **conf}.items():
         builder = builder.config(key, value)
+    if master.startswith("spark://"):
+        # A driver whose master is unreachable starts anyway, and gives up a minute later.
+        _wait_reachable(
+            f"Spark master {master} (--spark-master)", _masters(master), connect_timeout
+        )
     logger.info("starting a SparkSession on %s", master)
     try:
         with _jvm_output_to_stderr():
@@ -107,8 +338,17 @@ def build_session(
     except Exception as e:  # Java missing or the master unreachable: say which
         raise errors.ConfigurationError(
             f"cannot start a SparkSession on {master!r}: {type(e).__name__}: "
-            f"{str(e).splitlines()[0] if str(e) else ''} "
-            "(Spark needs Java 17+ on PATH or JAVA_HOME)"
+            f"{_first_line(e)} (Spark needs Java 17+ on PATH or JAVA_HOME)"
         ) from e
+    # Spark's profile sets WARN already; this also holds under a log4j2 file of the user's.
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+def _masters(master: str) -> list[tuple[str, int]]:
+    """The host:port pairs of a (validated) ``spark://a:7077[,b:7077]`` URL."""
+    pairs = []
+    for item in master.removeprefix("spark://").split(","):
+        host, _, port = item.rpartition(":")
+        pairs.append((host, int(port)))
+    return pairs

@@ -1,0 +1,335 @@
+"""Spark mode: one handler call per trigger, over every partition the pod runs.
+
+A Spark job has a fixed cost (a few hundred milliseconds even for a small DataFrame), so one
+job per partition per micro-batch caps a pod's throughput. Here the partitions' workers still
+cut their own batches, fence, checkpoint and release exactly as in plain mode
+(`partitions.PartitionWorker`), but their handler calls meet in a queue: each trigger takes
+the batches that are waiting, makes one DataFrame of them, and calls ``process(df, context)``
+once. Every batch in the trigger is done when the call returns; each partition's worker then
+checkpoints its own batch. So:
+
+- a checkpoint passes a batch only after the trigger that held it returned;
+- a release waits for the trigger in flight, as it waits for any handler call: planned moves
+  make no duplicates; a batch still queued when the release's deadline passes is withdrawn;
+- a failing trigger follows the failure policy per partition when the failing partition can be
+  told: the handler raised :class:`PartitionsFailed` naming it, or the trigger held one
+  partition only. A trigger over several partitions that failed otherwise is retried with
+  each of its partitions alone, which tells them apart; only a partition that fails alone
+  counts an attempt.
+
+Triggers follow Structured Streaming's processing-time triggers: one starts at most every
+``interval`` seconds (0: as soon as the previous one ended and a batch waits), and takes
+whole batches, oldest first, up to ``max_events`` (at least one batch). Before it starts, it
+waits a moment (`GATHER_S` at most) for the partitions of the previous trigger to hand in
+their next batch: they do so only once their checkpoint is written, and a trigger that left
+them behind would make the next one small, then the next one without them, and so on: a
+pod's partitions would split into two half-size triggers for good.
+
+The SparkSession may still be starting when the first batches arrive (it takes seconds, and
+the receivers do not wait for it): the first trigger waits for it instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from eventhub_balancer import errors
+from eventhub_balancer.consumer import contexts, processing
+from eventhub_balancer.spark import frames
+
+logger = logging.getLogger(__name__)
+
+#: The longest wait for the previous trigger's partitions before a trigger starts without them
+#: (a partition whose events ran out costs it once).
+GATHER_S = 0.25
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TriggerSettings:
+    """How the pod's batches are gathered into Spark triggers."""
+
+    #: Seconds from one trigger's start to the next one's; 0: back to back.
+    interval: float = 0.0
+    #: The most events one trigger takes (whole batches; a bigger batch still goes alone).
+    max_events: int = 20_000
+
+    def __post_init__(self) -> None:
+        if self.interval < 0:
+            raise errors.InvalidInput("--trigger-interval", f"{self.interval} is negative")
+        if self.max_events < 1:
+            raise errors.InvalidInput(
+                "--max-events-per-trigger", f"{self.max_events} is less than 1"
+            )
+
+
+class PartitionFailed(Exception):
+    """A partition's events failed in a trigger; raised to its worker for a named failure
+    given as text."""
+
+
+class PartitionsFailed(Exception):
+    """Raise it from a Spark handler to say which partitions' events failed.
+
+    ``failures`` maps a partition id to the error (an exception or its text). Those
+    partitions' batches count a failed attempt under the failure policy; the trigger's other
+    batches are handed to the next trigger again, without counting one.
+    """
+
+    def __init__(self, failures: Mapping[str, BaseException | str]) -> None:
+        self.failures = dict(failures)
+        named = ", ".join(f"{p}: {e}" for p, e in sorted(self.failures.items()))
+        super().__init__(f"partitions failed: {named}")
+
+
+@dataclasses.dataclass(eq=False)
+class _Batch:
+    """One partition's batch waiting for (or in) a trigger."""
+
+    events: Sequence[contexts.ReceivedEvent]
+    context: contexts.BatchContext
+    future: asyncio.Future[None]
+    #: Retried alone: it was in a trigger over several partitions that failed unnamed.
+    alone: bool = False
+    #: Triggers it was in that failed without counting it an attempt.
+    retries: int = 0
+
+    @property
+    def partition(self) -> str:
+        return self.context.partition
+
+
+class SparkTriggers:
+    """A `processing.BatchProcessor` that runs the pod's batches in shared Spark triggers."""
+
+    def __init__(
+        self,
+        function: Callable[..., Any],
+        *,
+        session: Callable[[], Awaitable[Any]],
+        consumer: str,
+        pod: str,
+        settings: TriggerSettings = TriggerSettings(),
+        executor: concurrent.futures.Executor | None = None,
+    ) -> None:
+        if inspect.iscoroutinefunction(function):
+            raise errors.InvalidInput(
+                "--handler", "a Spark handler must be a plain function (Spark calls block)"
+            )
+        self.function = function
+        #: Returns the SparkSession once it has started (raises why it cannot).
+        self.session = session
+        self.consumer = consumer
+        self.pod = pod
+        self.settings = settings
+        self.executor = executor
+        #: The number of the last trigger handed to the handler.
+        self.batch_id = 0
+        #: Triggers that returned, and that raised.
+        self.succeeded = 0
+        self.failed = 0
+        self._queue: list[_Batch] = []
+        self._wake = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._last_start: float | None = None
+        #: The partitions of the last trigger that succeeded, and when it ended (loop time):
+        #: the next one waits a moment for them.
+        self._recent: set[str] = set()
+        self._last_end = 0.0
+
+    # -- the workers' side
+
+    async def __call__(
+        self, events: Sequence[contexts.ReceivedEvent], context: contexts.BatchContext
+    ) -> None:
+        """Returns when a trigger that held the batch returned; raises what failed it.
+
+        Cancelled while queued, the batch leaves the queue at once; cancelled while its
+        trigger runs, the call ends only when the trigger's thread does (like
+        `processing.run_in_thread`), so a release never overlaps a running trigger.
+        """
+        batch = _Batch(events, context, asyncio.get_running_loop().create_future())
+        self._queue.append(batch)
+        self._wake.set()
+        self._ensure_loop()
+        cancelled = False
+        while True:
+            future = batch.future
+            if cancelled and batch in self._queue:
+                self._queue.remove(batch)
+                raise asyncio.CancelledError()
+            try:
+                await asyncio.shield(future)
+            except asyncio.CancelledError:
+                if future.cancelled():
+                    raise  # the trigger itself was cancelled
+                cancelled = True  # queued: leave the queue; in a running trigger: wait for it
+                continue
+            if future is batch.future:
+                break  # else handed to a later trigger (`_failed`): wait for that one
+        if cancelled:
+            raise asyncio.CancelledError()
+
+    def _ensure_loop(self) -> None:
+        if self._loop_task is None or self._loop_task.done():
+            self._loop_task = asyncio.create_task(self._run_triggers(), name="spark-triggers")
+
+    # -- the triggers
+
+    async def _run_triggers(self) -> None:
+        """Trigger after trigger while batches wait; ends when none does (restarted by the
+        next batch)."""
+        while self._queue:
+            await self._wait_for_interval()
+            await self._gather()
+            taken = self._take()
+            if taken:
+                await self._trigger(taken)
+
+    async def _wait_for_interval(self) -> None:
+        """Until ``interval`` after the last trigger's start, or until a full trigger waits."""
+        if self._last_start is None or self.settings.interval <= 0:
+            return
+        due = self._last_start + self.settings.interval
+        loop = asyncio.get_running_loop()
+        while self._queue and loop.time() < due and not self._full():
+            self._wake.clear()
+            try:
+                async with asyncio.timeout_at(due):
+                    await self._wake.wait()
+            except TimeoutError:
+                return
+
+    async def _gather(self) -> None:
+        """Until every partition of the last trigger waits again (at most `GATHER_S` after that
+        trigger ended), or a full trigger waits."""
+        deadline = self._last_end + GATHER_S
+        while not self._full() and self._recent - {b.partition for b in self._queue}:
+            self._wake.clear()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await self._wake.wait()
+            except TimeoutError:
+                return
+
+    def _full(self) -> bool:
+        return sum(len(b.events) for b in self._queue) >= self.settings.max_events
+
+    def _take(self) -> list[_Batch]:
+        """Whole batches, oldest first, up to ``max_events``; a batch retried alone goes alone."""
+        if not self._queue:
+            return []
+        first = self._queue[0]
+        if first.alone:
+            taken = [first]
+        else:
+            taken, total = [], 0
+            for batch in self._queue:
+                if batch.alone:
+                    continue
+                if taken and total + len(batch.events) > self.settings.max_events:
+                    break
+                taken.append(batch)
+                total += len(batch.events)
+        for batch in taken:
+            self._queue.remove(batch)
+        return taken
+
+    async def _trigger(self, taken: list[_Batch]) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            session = await self.session()
+        except Exception as e:
+            # No Spark: every waiting batch fails (and is retried by its worker, never lost).
+            for batch in [*taken, *self._queue]:
+                if not batch.future.done():
+                    batch.future.set_exception(e)
+            self._queue.clear()
+            return
+        self._last_start = loop.time()
+        self.batch_id += 1
+        ranges = {
+            b.partition: contexts.PartitionRange(
+                partition=b.partition,
+                epoch=b.context.epoch,
+                first_sequence_number=b.context.first_sequence_number,
+                last_sequence_number=b.context.last_sequence_number,
+                size=b.context.size,
+            )
+            for b in taken
+        }
+        context = contexts.TriggerContext(
+            batch_id=self.batch_id,
+            consumer=self.consumer,
+            pod=self.pod,
+            partitions=ranges,
+            size=sum(r.size for r in ranges.values()),
+            spark=session,
+            attempt=max(b.context.attempt + b.retries for b in taken),
+        )
+        events = [e for b in taken for e in b.events]
+        logger.debug(
+            "trigger %d: %d events from partitions %s", self.batch_id, len(events), sorted(ranges)
+        )
+        try:
+            await processing.run_in_thread(
+                self._call, session, events, context, executor=self.executor
+            )
+        except asyncio.CancelledError:
+            for batch in taken:
+                batch.future.cancel()
+            raise
+        except Exception as e:
+            self.failed += 1
+            self._recent = set()
+            self._failed(taken, e)
+            return
+        self.succeeded += 1
+        self._recent, self._last_end = set(ranges), loop.time()
+        for batch in taken:
+            if not batch.future.done():
+                batch.future.set_result(None)
+
+    def _call(self, session: Any, events: Sequence[Any], context: contexts.TriggerContext) -> None:
+        df = frames.to_dataframe(
+            session, events, batch_id=context.batch_id, ranges=context.partitions
+        )
+        self.function(df, context)
+
+    def _failed(self, taken: list[_Batch], error: Exception) -> None:
+        """Fail the batches the error can be pinned on; hand the others to a later trigger."""
+        named = error.failures if isinstance(error, PartitionsFailed) else {}
+        pinned = {b.partition for b in taken} & set(named)
+        requeued: list[_Batch] = []
+        for batch in taken:
+            if batch.future.done():
+                continue
+            if batch.partition in pinned:
+                cause = named[batch.partition]
+                batch.future.set_exception(
+                    cause if isinstance(cause, Exception) else PartitionFailed(str(cause))
+                )
+            elif not pinned and len(taken) == 1:
+                batch.future.set_exception(error)
+            else:
+                batch.retries += 1
+                batch.alone = batch.alone or not pinned
+                handed_on, batch.future = batch.future, asyncio.get_running_loop().create_future()
+                handed_on.set_result(None)  # its waiter now waits for the new future
+                requeued.append(batch)
+        if requeued:
+            logger.warning(
+                "trigger %d over partitions %s failed: %r; %s",
+                self.batch_id,
+                sorted(b.partition for b in taken),
+                error,
+                "retrying the others"
+                if pinned
+                else "retrying each partition alone to tell which one fails",
+            )
+        self._queue[:0] = requeued

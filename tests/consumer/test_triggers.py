@@ -1,0 +1,408 @@
+"""Spark mode's triggers on fake time: one handler call over every waiting partition's batch,
+the trigger interval and size, per-partition failures, cancellation, the session's start, and
+the runtime around it (checkpoints after the trigger, a release waiting for it).
+
+The "Spark" here is a fake session whose DataFrame is the Arrow table itself, and the handler
+runs in an executor the test steps by hand: no JVM, no real thread. While a held call waits,
+looptime does not move the clock (the loop waits on the executor), so those sleeps are short.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from eventhub_balancer import errors
+from eventhub_balancer.adapters import deliveries
+from eventhub_balancer.consumer import contexts, partitions, processing, runtime, triggers
+from tests.support import consumerfakes
+
+pytestmark = pytest.mark.looptime
+
+
+class FakeSession:
+    """``createDataFrame`` hands back the Arrow table: the handler reads its columns."""
+
+    def createDataFrame(self, table: Any, schema: Any = None) -> Any:
+        return table
+
+
+class SteppedExecutor(concurrent.futures.Executor):
+    """Runs a call when the test says so (``hold``), or at once; never in another thread."""
+
+    def __init__(self) -> None:
+        self.hold = False
+        self.waiting: list[tuple[concurrent.futures.Future[Any], Callable[[], Any]]] = []
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self.waiting.append((future, lambda: fn(*args, **kwargs)))
+        if not self.hold:
+            self.step()
+        return future
+
+    def step(self) -> None:
+        future, call = self.waiting.pop(0)
+        try:
+            future.set_result(call())
+        except Exception as e:
+            future.set_exception(e)
+
+
+class Handler:
+    """Records every trigger: its context and (partition, sequence number) rows; fails the
+    partitions in ``fail`` (unnamed) or ``name`` (named with PartitionsFailed) so many times."""
+
+    def __init__(self) -> None:
+        self.triggers: list[tuple[contexts.TriggerContext, list[tuple[str, int]]]] = []
+        self.fail: dict[str, int] = {}
+        self.name: dict[str, int] = {}
+
+    def __call__(self, df: Any, context: contexts.TriggerContext) -> None:
+        rows = list(
+            zip(
+                df.column("partition").to_pylist(),
+                df.column("sequence_number").to_pylist(),
+                strict=True,
+            )
+        )
+        self.triggers.append((context, rows))
+        named = {p: f"bad event in {p}" for p in context.partitions if self.name.get(p, 0) > 0}
+        for p in named:
+            self.name[p] -= 1
+        if named:
+            raise triggers.PartitionsFailed(named)
+        for p in context.partitions:
+            if self.fail.get(p, 0) > 0:
+                self.fail[p] -= 1
+                raise RuntimeError(f"poison in {p}")
+
+    def sizes(self) -> list[dict[str, int]]:
+        return [{p: r.size for p, r in c.partitions.items()} for c, _ in self.triggers]
+
+
+def batch(partition: str, first: int, size: int, *, attempt: int = 1) -> Any:
+    events = [
+        deliveries.ReceivedEvent(
+            partition=partition,
+            sequence_number=n,
+            offset=str(n * 10),
+            enqueued_time=consumerfakes.T0,
+            partition_key=None,
+            properties={},
+            body=b"x",
+        )
+        for n in range(first, first + size)
+    ]
+    context = contexts.BatchContext(
+        partition=partition,
+        epoch=3,
+        consumer="orders",
+        pod="pod-a",
+        first_sequence_number=first,
+        last_sequence_number=first + size - 1,
+        size=size,
+        attempt=attempt,
+    )
+    return events, context
+
+
+def spark_triggers(
+    handler: Handler,
+    *,
+    executor: SteppedExecutor | None = None,
+    settings: triggers.TriggerSettings | None = None,
+    session: Callable[[], Any] | None = None,
+) -> triggers.SparkTriggers:
+    async def ready() -> Any:
+        return FakeSession()
+
+    return triggers.SparkTriggers(
+        handler,
+        session=session or ready,
+        consumer="orders",
+        pod="pod-a",
+        settings=settings or triggers.TriggerSettings(),
+        executor=executor or SteppedExecutor(),
+    )
+
+
+async def test_waiting_batches_of_every_partition_make_one_trigger() -> None:
+    handler = Handler()
+    executor = SteppedExecutor()
+    executor.hold = True
+    spark = spark_triggers(handler, executor=executor)
+    first = asyncio.ensure_future(spark(*batch("0", 0, 5)))
+    await consumerfakes.eventually(lambda: bool(executor.waiting), what="the first trigger")
+    # While trigger 1 runs, three partitions' batches wait: they make trigger 2 together.
+    calls = [asyncio.ensure_future(spark(*batch(p, 10, 4))) for p in ("1", "2", "3")]
+    await asyncio.sleep(0.1)
+    executor.step()
+    await first
+    await consumerfakes.eventually(lambda: bool(executor.waiting), what="the second trigger")
+    executor.step()
+    await asyncio.gather(*calls)
+    assert handler.sizes() == [{"0": 5}, {"1": 4, "2": 4, "3": 4}]
+    context, rows = handler.triggers[1]
+    assert (context.batch_id, context.size, context.attempt) == (2, 12, 1)
+    assert context.partitions["2"] == contexts.PartitionRange(
+        partition="2", epoch=3, first_sequence_number=10, last_sequence_number=13, size=4
+    )
+    assert sorted(rows) == [(p, n) for p in ("1", "2", "3") for n in range(10, 14)]
+    assert (spark.succeeded, spark.failed, spark.batch_id) == (1 + 1, 0, 2)
+
+
+async def test_a_trigger_takes_whole_batches_up_to_max_events() -> None:
+    handler = Handler()
+    executor = SteppedExecutor()
+    executor.hold = True
+    spark = spark_triggers(
+        handler, executor=executor, settings=triggers.TriggerSettings(max_events=10)
+    )
+    calls = [asyncio.ensure_future(spark(*batch(p, 0, 4))) for p in "0123"]
+    calls.append(asyncio.ensure_future(spark(*batch("4", 0, 25))))  # more than max: alone
+    for _ in range(3):
+        await consumerfakes.eventually(lambda: bool(executor.waiting))
+        executor.step()
+    await asyncio.gather(*calls)
+    assert handler.sizes() == [{"0": 4, "1": 4}, {"2": 4, "3": 4}, {"4": 25}]
+
+
+async def test_triggers_start_an_interval_apart_unless_a_full_one_waits() -> None:
+    handler = Handler()
+    spark = spark_triggers(handler, settings=triggers.TriggerSettings(interval=2.0, max_events=10))
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    await spark(*batch("0", 0, 3))
+    await spark(*batch("0", 3, 3))
+    second = loop.time() - t0
+    # A full trigger's worth (12 events waiting, 10 the most) does not wait for the interval:
+    # the first 6 go at once, the other 6 an interval later.
+    await asyncio.gather(spark(*batch("1", 0, 6)), spark(*batch("2", 0, 6)))
+    third = loop.time() - t0
+    assert second == pytest.approx(2.0, abs=0.01)
+    assert third == pytest.approx(4.0, abs=0.01)
+    assert handler.sizes()[2:] == [{"1": 6}, {"2": 6}]
+
+
+async def test_a_trigger_waits_a_moment_for_the_last_triggers_partitions() -> None:
+    """Without it, a partition handed in first would run alone, the rest after it, and so on
+    for good; with it, they meet again in one trigger."""
+    handler = Handler()
+    executor = SteppedExecutor()
+    executor.hold = True
+    spark = spark_triggers(handler, executor=executor)
+    first = asyncio.ensure_future(spark(*batch("0", 0, 5)))
+    await consumerfakes.eventually(lambda: bool(executor.waiting))
+    others = [asyncio.ensure_future(spark(*batch(p, 0, 5))) for p in "123"]
+    await asyncio.sleep(0.1)
+    executor.step()
+    await first
+    await consumerfakes.eventually(lambda: bool(executor.waiting))
+    executor.step()
+    await asyncio.gather(*others)  # trigger 2: partitions 1-3
+    executor.hold = False
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    # Partition 0 comes back first; 1-3 follow 0.1 s later (their checkpoints took longer).
+    zero = asyncio.ensure_future(spark(*batch("0", 5, 5)))
+    await asyncio.sleep(0.1)
+    await asyncio.gather(zero, *(spark(*batch(p, 5, 5)) for p in "123"))
+    assert handler.sizes()[2:] == [{"0": 5, "1": 5, "2": 5, "3": 5}]
+    # A partition that does not come back holds a trigger up GATHER_S at most, once.
+    await spark(*batch("0", 10, 5))
+    assert handler.sizes()[3:] == [{"0": 5}]
+    assert loop.time() - t0 == pytest.approx(0.1 + triggers.GATHER_S, abs=0.01)
+    await spark(*batch("0", 15, 5))
+    assert loop.time() - t0 == pytest.approx(0.1 + triggers.GATHER_S, abs=0.01)
+
+
+async def test_a_named_failure_fails_only_its_partition() -> None:
+    handler = Handler()
+    handler.name = {"1": 1}
+    executor = SteppedExecutor()
+    executor.hold = True
+    spark = spark_triggers(handler, executor=executor)
+    blocker = asyncio.ensure_future(spark(*batch("9", 0, 1)))
+    await consumerfakes.eventually(lambda: bool(executor.waiting))
+    calls = {p: asyncio.ensure_future(spark(*batch(p, 0, 2))) for p in "012"}
+    await asyncio.sleep(0.1)
+    executor.hold = False
+    executor.step()
+    await blocker
+    with pytest.raises(triggers.PartitionFailed, match="bad event in 1"):
+        await calls["1"]
+    await asyncio.gather(calls["0"], calls["2"])
+    # The others went to the next trigger again, without counting a failure.
+    assert handler.sizes()[1:] == [{"0": 2, "1": 2, "2": 2}, {"0": 2, "2": 2}]
+    assert handler.triggers[2][0].attempt == 2
+
+
+async def test_an_unnamed_failure_is_retried_partition_by_partition() -> None:
+    handler = Handler()
+    handler.fail = {"1": 5}
+    executor = SteppedExecutor()
+    executor.hold = True
+    spark = spark_triggers(handler, executor=executor)
+    blocker = asyncio.ensure_future(spark(*batch("9", 0, 1)))
+    await consumerfakes.eventually(lambda: bool(executor.waiting))
+    calls = {p: asyncio.ensure_future(spark(*batch(p, 0, 2))) for p in "012"}
+    await asyncio.sleep(0.1)
+    executor.hold = False
+    executor.step()
+    await blocker
+    # Alone, partition 1 fails with the handler's own error: that is what its worker counts.
+    with pytest.raises(RuntimeError, match="poison in 1"):
+        await calls["1"]
+    await asyncio.gather(calls["0"], calls["2"])
+    assert handler.sizes()[1:] == [{"0": 2, "1": 2, "2": 2}, {"0": 2}, {"1": 2}, {"2": 2}]
+    assert spark.failed == 2
+
+
+async def test_a_queued_batch_leaves_at_once_when_cancelled() -> None:
+    handler = Handler()
+    executor = SteppedExecutor()
+    executor.hold = True
+    spark = spark_triggers(handler, executor=executor)
+    running = asyncio.ensure_future(spark(*batch("0", 0, 1)))
+    await consumerfakes.eventually(lambda: bool(executor.waiting))
+    queued = asyncio.ensure_future(spark(*batch("1", 0, 1)))
+    await asyncio.sleep(0.1)
+    queued.cancel()
+    running.cancel()
+    await asyncio.sleep(0.1)
+    assert queued.cancelled()
+    # The call whose trigger runs ends only when the trigger does (a thread is not stopped).
+    assert not running.done()
+    executor.hold = False
+    executor.step()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    assert handler.sizes() == [{"0": 1}]
+
+
+async def test_the_first_trigger_waits_for_the_session_and_its_failure_reaches_every_batch() -> (
+    None
+):
+    handler = Handler()
+    started = asyncio.Event()
+
+    async def slow_session() -> Any:
+        await started.wait()
+        return FakeSession()
+
+    spark = spark_triggers(handler, session=slow_session)
+    calls = [asyncio.ensure_future(spark(*batch(p, 0, 3))) for p in "01"]
+    await asyncio.sleep(8)
+    assert handler.triggers == []
+    started.set()
+    await asyncio.gather(*calls)
+    assert handler.sizes() == [{"0": 3, "1": 3}]
+
+    async def no_java() -> Any:
+        raise errors.ConfigurationError("cannot start a SparkSession: no Java")
+
+    broken = spark_triggers(handler, session=no_java)
+    with pytest.raises(errors.ConfigurationError, match="no Java"):
+        await broken(*batch("0", 3, 3))
+
+
+def test_settings_say_what_to_change() -> None:
+    with pytest.raises(errors.InvalidInput, match="--trigger-interval"):
+        triggers.TriggerSettings(interval=-1)
+    with pytest.raises(errors.InvalidInput, match="--max-events-per-trigger"):
+        triggers.TriggerSettings(max_events=0)
+
+    async def process(df: Any, context: Any) -> None: ...
+
+    with pytest.raises(errors.InvalidInput, match="plain function"):
+        spark_triggers(process)  # type: ignore[arg-type]
+    with pytest.raises(errors.InvalidInput, match="--handler-concurrency"):
+        processing.handler_threads(0)
+
+
+# -- the runtime around it
+
+
+@contextlib.asynccontextmanager
+async def spark_runtime(
+    hub: consumerfakes.FakeHub,
+    store: consumerfakes.FakeStore,
+    processor: processing.BatchProcessor,
+) -> AsyncIterator[tuple[runtime.Runtime, Any]]:
+    from eventhub_balancer.consumer import assignments
+
+    source = assignments.MemorySource()
+    consumer = runtime.Runtime(
+        settings=runtime.RuntimeSettings(
+            consumer="orders",
+            pod="pod-a",
+            batch=partitions.BatchSettings(batch_size=10, max_wait=0.05, release_timeout=20),
+            shutdown_timeout=2.0,
+        ),
+        source=source,
+        backends=consumerfakes.fake_backends(hub, store.handle("pod-a")),
+        processor=processor,
+    )
+    task = asyncio.create_task(consumer.run())
+    try:
+        yield consumer, source
+    finally:
+        consumer.request_shutdown()
+        async with asyncio.timeout(10):
+            await task
+
+
+async def test_the_runtime_checkpoints_each_partition_after_its_trigger(
+    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
+) -> None:
+    for p in "012":
+        fake_hub.append(p, 25)
+    handler = Handler()
+    spark = spark_triggers(handler)
+    async with spark_runtime(fake_hub, fake_store, spark) as (consumer, source):
+        source.put(consumerfakes.configmap(1, {p: (1, "owned") for p in "012"}))
+        await consumerfakes.eventually(
+            lambda: all(
+                p in fake_store.blobs and fake_store.blobs[p].sequence_number == 24 for p in "012"
+            ),
+            what="final checkpoints",
+        )
+        rows = sorted(r for _, trigger in handler.triggers for r in trigger)
+        assert rows == [(p, n) for p in "012" for n in range(25)]
+        # Batches of 10 per partition; triggers gather partitions (fewer calls than batches).
+        assert len(handler.triggers) < 9
+        assert fake_store.history["0"] == [9, 19, 24]
+        assert consumer.stats["1"].events == 25
+
+
+async def test_a_release_waits_for_the_trigger_in_flight(
+    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
+) -> None:
+    fake_hub.append("0", 5)
+    fake_hub.append("1", 5)
+    handler = Handler()
+    executor = SteppedExecutor()
+    executor.hold = True
+    spark = spark_triggers(handler, executor=executor)
+    async with spark_runtime(fake_hub, fake_store, spark) as (_, source):
+        source.put(consumerfakes.configmap(1, {"0": (1, "owned"), "1": (1, "owned")}))
+        await consumerfakes.eventually(lambda: bool(executor.waiting), what="a trigger")
+        source.put(consumerfakes.configmap(2, {"0": (1, "revoking"), "1": (1, "owned")}))
+        await asyncio.sleep(0.5)
+        assert "0" not in source.released
+        assert fake_store.blobs["0"].sequence_number == -1
+        executor.hold = False
+        while executor.waiting:
+            executor.step()
+        async with asyncio.timeout(5):
+            await source.wait_for(generation=2, released={"0": 1})
+        # The trigger finished first, and its checkpoint is the release's.
+        assert fake_store.blobs["0"].sequence_number == 4
+        rows = [r for _, trigger in handler.triggers for r in trigger if r[0] == "0"]
+        assert rows == [("0", n) for n in range(5)]
