@@ -16,6 +16,7 @@ from tests.support import loading
 DOCKERFILES = {
     "operator": loading.ROOT / "docker" / "operator.Dockerfile",
     "consumer": loading.ROOT / "docker" / "consumer.Dockerfile",
+    "consumer-connect": loading.ROOT / "docker" / "consumer-connect.Dockerfile",
 }
 BUILD_TOOLS = ("build-essential", "gcc", "g++", "make ", "-dev ")
 
@@ -105,7 +106,10 @@ def test_runs_as_a_numeric_non_root_user(image: str) -> None:
     assert not [k for k, _ in final[last_user:] if k == "RUN"]
 
 
-@pytest.mark.parametrize(("image", "command"), [("operator", "operator"), ("consumer", "consume")])
+@pytest.mark.parametrize(
+    ("image", "command"),
+    [("operator", "operator"), ("consumer", "consume"), ("consumer-connect", "consume")],
+)
 def test_entry_point_is_the_ehb_console_script(image: str, command: str) -> None:
     final = stages(DOCKERFILES[image])[-1]
     entrypoint = [json.loads(rest) for k, rest in final if k == "ENTRYPOINT"]
@@ -170,6 +174,41 @@ def test_consumer_image_carries_java_and_pyspark() -> None:
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
     for path in re.findall(r"(/var/lib/ehb|/tmp)(?:/[\w-]+)*", final_text):
         assert path in mounts
+
+
+def example_deployment_mounts() -> set[str]:
+    (deployment,) = [
+        d.body
+        for d in loading.file_documents(loading.MANIFESTS_DIR / "examples")
+        if d.kind == "Deployment"
+    ]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return {m["mountPath"] for m in container["volumeMounts"]}
+
+
+def test_connect_image_has_no_java_and_installs_pyspark_client() -> None:
+    """The Spark Connect variant: the pure-Python client, never pyspark (same module) or a JVM."""
+    text = re.sub(r"\\\n", " ", DOCKERFILES["consumer-connect"].read_text())
+    commands = " ".join(rest for k, rest in instructions(DOCKERFILES["consumer-connect"]))
+    final = stages(DOCKERFILES["consumer-connect"])[-1]
+    final_text = " ".join(rest for _, rest in final)
+    for java in ("openjdk", "jre", "jdk", "JAVA_HOME", "java"):
+        assert java not in final_text, f"{java} in the Spark Connect image"
+    assert "'.[spark-connect,otel]'" in text
+    assert "'eventhub-balancer[spark-connect,otel]'" in text
+    # Neither the `spark` extra nor pyspark itself, in any stage.
+    assert not re.search(r"[\[,]spark[,\]]", commands)
+    assert not re.search(r"\bpyspark(?!-client)", commands)
+    extras = tomllib.loads((loading.ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    names = [re.split(r"[\[<>=!~ ;]", d, maxsplit=1)[0] for d in extras["spark-connect"]]
+    assert "pyspark-client" in names
+    assert "pyspark" not in names
+    env = " ".join(rest for k, rest in final if k == "ENV")
+    assert "PYSPARK_PYTHON" not in env
+    for path in re.findall(r"(/var/lib/ehb|/tmp)(?:/[\w-]+)*", final_text):
+        assert path in example_deployment_mounts()
 
 
 def test_ignored_follows_the_last_matching_pattern() -> None:
