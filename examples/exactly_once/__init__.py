@@ -1,0 +1,1 @@
+"""An example consumer pipeline: every event exactly once in a Parquet table, across crashes."""
