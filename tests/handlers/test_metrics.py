@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from eventhub_balancer.contracts import configmaps, partitionreports
 from eventhub_balancer.handlers import cycles, memories, metrics
 from eventhub_balancer.reconciling import figures
@@ -97,23 +101,61 @@ def test_a_paused_consumer_is_exported_so_alerts_can_skip_it() -> None:
 
 async def test_the_backlog_is_read_beside_the_store_probe_whatever_the_weighting() -> None:
     """With weighting "count" the planner never needs the hub's end; the recommendation for
-    autoscalers still comes from the backlog, read once a minute with the store's probe."""
+    autoscalers still comes from the backlog, read once a minute with the store's probe (not
+    the first one: every consumer's first cycle, all at once after an operator start)."""
     kube = make_kube()
     hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
     hubs.last_sequences = {p: 4_999 for p in hubs.ids}  # 5,000 events behind on each
     registry = metrics.Metrics()
-    await cycles.run_cycle(
-        kube=kube,
-        hubs=hubs,
-        namespace=NS,
-        name=NAME,
-        memory=memories.Memory(),
-        now=at(0),
-        metrics=registry,
-        annotate_pods=False,
-    )
+    memory = memories.Memory()
     prefix = 'ehb_recommended_replicas{consumer="orders",namespace="shop"} '
-    text = registry.exposition().decode()
-    (line,) = [line for line in text.splitlines() if line.startswith(prefix)]
+
+    def recommended() -> float:
+        text = registry.exposition().decode()
+        (line,) = [line for line in text.splitlines() if line.startswith(prefix)]
+        return float(line.removeprefix(prefix))
+
+    for now in (0, 5, 65):
+        await cycles.run_cycle(
+            kube=kube,
+            hubs=hubs,
+            namespace=NS,
+            name=NAME,
+            memory=memory,
+            now=at(now),
+            metrics=registry,
+            annotate_pods=False,
+        )
+        if now == 5:
+            assert recommended() == 2  # no backlog known yet: the members
     # A backlog of 5,000 per partition asks for a pod per partition, not the 2 members.
-    assert float(line.removeprefix(prefix)) == len(hubs.ids)
+    assert recommended() == len(hubs.ids)
+
+
+async def test_a_cycle_that_gives_partitions_out_does_not_read_the_backlog(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hub's end costs a call per partition: read beside a later probe in a quiet cycle,
+    never by a cycle that moves partitions."""
+    kube = make_kube()
+    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    asked: list[list[str]] = []
+    original = hubs.last_sequence_numbers
+
+    async def last_sequence_numbers(**kw: Any) -> dict[str, int]:
+        asked.append(kw["partitions"])
+        return await original(**kw)
+
+    monkeypatch.setattr(hubs, "last_sequence_numbers", last_sequence_numbers)
+    memory = memories.Memory()
+    for now in (0, 5, 65, 70):
+        await cycles.run_cycle(
+            kube=kube, hubs=hubs, namespace=NS, name=NAME, memory=memory, now=at(now)
+        )
+        if now == 0:
+            kube.remove_pod(NS, "a")
+        if now == 65:
+            assert len(asked) == 1  # the quiet probe at 65
+    assert set(kube.assignment(NS)["b"]) == {"0", "1", "2", "3"}  # a's went to b at 5
+    assert len(hubs.store.reads) == 3  # the blobs read at 0, for the move at 5, and at 65...
+    assert len(asked) == 1  # ...and the hub's end only beside the probe at 65

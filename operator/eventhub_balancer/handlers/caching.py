@@ -23,6 +23,12 @@ Three gaps of a view fed by watches are closed here:
 
 Before kopf hands the indexes over (`attach`), and in tests without kopf, every read goes to
 the adapter, as it did before the cache.
+
+What a consumer's cycle reads changes only through events, and the event handlers say which
+consumers each event concerns (`touch`). `stamp` sums that up with what else changes the
+cycle's view of the pods and ConfigMaps (a re-list, a kept write given up), so that a cycle can
+tell that nothing it reads changed without reading it (`cycles`); None while nothing is
+attached: without the watch no change is known, and every cycle reads.
 """
 
 from __future__ import annotations
@@ -125,6 +131,9 @@ class CachedKube:
         self._hidden: set[str] = set()
         #: reads that went to the API server (the fallbacks), for the benchmark
         self.reads = 0
+        #: events per consumer that concerned it (`touch`), and kept writes given up
+        self._touched: dict[tuple[str, str], int] = {}
+        self._given_up = 0
 
     def attach(self, indexes: Mapping[str, Index]) -> None:
         """Serve reads from kopf's indexes from now on (called by each daemon at start)."""
@@ -140,6 +149,24 @@ class CachedKube:
             self._streaming[kind] = False
         else:
             self._streaming[kind] = True
+
+    def touch(self, namespace: str, name: str) -> None:
+        """An event concerned the consumer: what its cycle reads may have changed."""
+        key = (namespace, name)
+        self._touched[key] = self._touched.get(key, 0) + 1
+
+    def stamp(self, *, namespace: str, name: str) -> tuple[int, int, tuple[int, ...]] | None:
+        """What changes whenever the pods or ConfigMaps a consumer's cycle reads may have
+        changed (events, re-lists, kept writes given up); None before the indexes are attached.
+        """
+        if not self._indexes:
+            return None
+        relists = tuple(self._relists.get(kind, 0) for kind in (CONSUMERS, PODS, CONFIGMAPS))
+        return (self._touched.get((namespace, name), 0), self._given_up, relists)
+
+    def forget(self, *, namespace: str, name: str) -> None:
+        """The consumer's daemon stopped: its count of events is dropped."""
+        self._touched.pop((namespace, name), None)
 
     # --- reads ---
 
@@ -288,7 +315,8 @@ class CachedKube:
     def _keep(self, key: tuple[str, str, str], pending: Body | _Deleted) -> None:
         now = self.clock()
         for old in [k for k, at in self._pending_at.items() if now - at > PENDING_SECONDS]:
-            self._pending.pop(old, None)
+            if self._pending.pop(old, None) is not None:
+                self._given_up += 1
             del self._pending_at[old]
         self._pending[key] = pending
         self._pending_at[key] = now

@@ -5,6 +5,14 @@ tested without kopf; the daemon in `registering` only decides *when* to call it.
 reads, `reconciling.deciding` decides (pure), `writing` writes in the order that makes a crash
 at any point safe. The checkpoint blobs are read only when the first decision asks for them,
 and then the cycle decides again with them.
+
+Reading the pods and deciding cost what the fleet costs; most wake-ups change nothing (the
+interval's safety net, the echo of the operator's own writes, another consumer's event). A
+decision that wrote and read nothing more is kept (`memories.Settled`) with its inputs: the
+watch's count of the events that concerned this consumer (`caching.CachedKube.stamp`), the
+CR's resourceVersion, the partition list, the peers and the store's state. A cycle that finds
+the same inputs before the decision's next deadline (`deciding.Decision.settled_until`) or the
+store's next probe reads nothing more and decides nothing: the decision stands.
 """
 
 from __future__ import annotations
@@ -13,10 +21,11 @@ import dataclasses
 import datetime
 import logging
 import time
+from collections.abc import Hashable
 
 from eventhub_balancer.contracts import podstates
-from eventhub_balancer.handlers import memories, metrics, observing, ports, writing
-from eventhub_balancer.reconciling import deciding
+from eventhub_balancer.handlers import caching, memories, metrics, observing, ports, writing
+from eventhub_balancer.reconciling import deciding, observations, retries
 
 logger = logging.getLogger(__name__)
 
@@ -90,12 +99,25 @@ async def _decide(
     now: datetime.datetime,
     annotate_pods: bool,
 ) -> deciding.Decision:
-    """Observe and decide; read the checkpoint blobs and decide again when that asks for them."""
+    """Observe and decide; read the checkpoint blobs and decide again when that asks for them.
+    The settled decision stands instead while nothing it was taken from changed."""
     wall = podstates.to_seconds(now)
-    observation = await observing.observe(
+    # Before any read: an event during the reads makes the next cycle decide again.
+    stamp = (
+        kube.stamp(namespace=namespace, name=name) if isinstance(kube, caching.CachedKube) else None
+    )
+    observation = await observing.observe_consumer(
         kube=kube, hubs=hubs, namespace=namespace, name=name, memory=memory, wall=wall
     )
     observation = dataclasses.replace(observation, annotate_pods=annotate_pods)
+    inputs = _inputs(stamp, observation, memory)
+    kept, memory.settled = memory.settled, None
+    if kept is not None and inputs is not None and kept.inputs == inputs and wall < kept.until:
+        memory.settled = kept
+        return _unlisted(namespace, name, _standing(kept, wall=wall))
+    if observation.spec is None:
+        return deciding.decide(observation, now=now)
+    observation = await observing.observe_pods(kube=kube, observation=observation)
     decision = deciding.decide(observation, now=now)
     if decision.spec_error is not None:
         return decision
@@ -105,6 +127,49 @@ async def _decide(
     )
     if more is not None:
         decision = deciding.decide(more, now=now)
+    elif inputs is not None and decision.settled_until is not None:
+        # Taken from what the next cycle reads too (no blobs): it stands until a deadline.
+        until = min(
+            decision.settled_until, retries.next_probe(memory.store_checked_at, memory.store)
+        )
+        memory.settled = memories.Settled(
+            inputs=inputs, until=until, decided_at=wall, decision=decision
+        )
+    return _unlisted(namespace, name, decision)
+
+
+def _inputs(
+    stamp: Hashable | None, observation: observations.Observation, memory: memories.Memory
+) -> Hashable | None:
+    """What a settled decision was taken from, short of the pods and ConfigMaps (``stamp``
+    stands for them); None when a change could go unnoticed (no watch, no resourceVersion)."""
+    meta = observation.body.get("metadata") or {}
+    version = meta.get("resourceVersion")
+    if stamp is None or not version or observation.spec is None:
+        return None
+    return (
+        stamp,
+        meta.get("uid"),
+        version,
+        observation.hub,
+        observation.peers,
+        observation.annotate_pods,
+        memory.store_fault,
+        memory.store_checked_at,
+    )
+
+
+def _standing(kept: memories.Settled, *, wall: float) -> deciding.Decision:
+    """The settled decision again at ``wall``: nothing to write, no figures to record again,
+    its deadline (if any) as far away as it is now."""
+    decision = kept.decision
+    next_in = decision.next_in
+    if next_in is not None:
+        next_in = max(deciding.MIN_NEXT_IN, kept.decided_at + next_in - wall)
+    return dataclasses.replace(decision, figures=None, next_in=next_in)
+
+
+def _unlisted(namespace: str, name: str, decision: deciding.Decision) -> deciding.Decision:
     if decision.unlisted:
         logger.warning(
             "%s/%s: partitions %s are assigned but not listed by Event Hubs; keeping them",

@@ -1,4 +1,5 @@
-"""What the operator keeps about one consumer between cycles: the pacing of failed reads.
+"""What the operator keeps about one consumer between cycles: the pacing of failed reads,
+and the last decision while it stands.
 
 A module of its own so that the daemon in `registering` (which holds one `Memory` per
 consumer) and the readers in `observing` (which advance it) need not import each other.
@@ -7,13 +8,29 @@ consumer) and the readers in `observing` (which advance it) need not import each
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Hashable
 
-from eventhub_balancer.reconciling import observations, retries
+from eventhub_balancer.reconciling import deciding, observations, retries
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Settled:
+    """A decision that wrote nothing, the inputs it was taken from, and until when it stands.
+
+    A cycle whose inputs (`cycles` builds them from the watch's change counts, the CR's
+    resourceVersion, the partition list, the peers and the store's state) equal ``inputs``
+    before ``until`` (wall seconds) would decide the same again: it skips reading the pods and
+    deciding, the two steps whose cost grows with the fleet."""
+
+    inputs: Hashable
+    until: float
+    decided_at: float
+    decision: deciding.Decision
 
 
 @dataclasses.dataclass
 class Memory:
-    """The backoff of each dependency and the fault it backs off from; nothing else.
+    """The backoff of each dependency and the fault it backs off from, and `Settled`.
 
     Why it is kept: a failing Event Hubs namespace or storage account is not asked again every
     cycle (`retries.Backoff`), and while the operator waits, the status goes on showing the
@@ -21,9 +38,11 @@ class Memory:
     probed only every `retries.CHECKPOINT_PROBE_SECONDS` when no decision needs it.
 
     None of it is needed for a correct decision (the last checkpoint positions only keep lag
-    weighting steady through a store outage): the assignment, the epochs and the pods are
-    read afresh every cycle, so a restarted operator starts with an empty Memory and reaches
-    the same assignment. The readers in `observing` change it, and only after they asked.
+    weighting steady through a store outage, and `Settled` only spares a cycle whose inputs did
+    not change): the assignment, the epochs and the pods are read afresh whenever they may
+    have changed, so a restarted operator starts with an empty Memory and reaches the same
+    assignment. The readers in `observing` change it, and only after they asked; `cycles`
+    keeps ``settled``.
     """
 
     hub: retries.Backoff = dataclasses.field(default_factory=retries.Backoff)
@@ -35,3 +54,5 @@ class Memory:
     #: the checkpoint sequence numbers of that read: weighting "lag" goes on from them while
     #: the store is backing off, instead of falling back to count and reshuffling
     store_sequences: dict[str, int] | None = None
+    #: the last decision while it stands; None: decide in the next cycle
+    settled: Settled | None = None

@@ -38,6 +38,25 @@ async def observe(
     wall: float,
 ) -> observations.Observation:
     """The CR, the partition list and the cluster; the checkpoints come later (`read_store`)."""
+    observation = await observe_consumer(
+        kube=kube, hubs=hubs, namespace=namespace, name=name, memory=memory, wall=wall
+    )
+    if observation.spec is None:
+        return observation
+    return await observe_pods(kube=kube, observation=observation)
+
+
+async def observe_consumer(
+    *,
+    kube: ports.KubePort,
+    hubs: ports.HubPort,
+    namespace: str,
+    name: str,
+    memory: memories.Memory,
+    wall: float,
+) -> observations.Observation:
+    """What costs the same whatever the fleet: the CR, the partition list, the store's state
+    and the peers; no pods or ConfigMaps yet (`observe_pods`)."""
     body = await kube.get_consumer(namespace=namespace, name=name)
     try:
         spec = specs.parse_spec(body.get("spec") or {})
@@ -46,18 +65,12 @@ async def observe(
     hub = await read_partitions(
         kube=kube, hubs=hubs, namespace=namespace, name=name, spec=spec, memory=memory, wall=wall
     )
-    pods, maps = await asyncio.gather(
-        kube.select_pods(namespace=namespace, selector=spec.selector),
-        kube.consumer_configmaps(namespace=namespace, consumer=name),
-    )
     return observations.Observation(
         namespace=namespace,
         name=name,
         body=body,
         spec=spec,
         hub=hub,
-        pods=tuple(pods),
-        configmaps=tuple(maps),
         store=observations.StoreRead(
             fault=memory.store_fault,
             listed=memory.store_checked_at is not None,
@@ -67,6 +80,19 @@ async def observe(
         # or a tool over the bare API) knows of none, and finds no conflict.
         peers=kube.peers() if isinstance(kube, caching.CachedKube) else (),
     )
+
+
+async def observe_pods(
+    *, kube: ports.KubePort, observation: observations.Observation
+) -> observations.Observation:
+    """``observation`` with the pods its selector matches and the consumer's ConfigMaps."""
+    assert observation.spec is not None, "only a valid spec selects pods"
+    namespace = observation.namespace
+    pods, maps = await asyncio.gather(
+        kube.select_pods(namespace=namespace, selector=observation.spec.selector),
+        kube.consumer_configmaps(namespace=namespace, consumer=observation.name),
+    )
+    return dataclasses.replace(observation, pods=tuple(pods), configmaps=tuple(maps))
 
 
 async def _secret(kube: ports.KubePort, namespace: str, creds: specs.Credentials) -> str | None:
@@ -137,6 +163,14 @@ async def read_checkpoints(
     """``observation`` with the checkpoint blobs (and the last sequence numbers when the
     decision weighs by lag, or beside the store's probe), for a second decision; None when
     the store was not asked."""
+    # The backlog behind ehb_recommended_replicas is read beside the store's probe, but never
+    # by a cycle that gives partitions out (it would wait on a call per partition) and not on
+    # the first probe (every consumer's first cycle, all at once after an operator start).
+    backlog_probe = (
+        memory.store_checked_at is not None
+        and retries.probe_due(memory.store_checked_at, wall=wall)
+        and not decision.needs_checkpoints
+    )
     store = await read_store(
         kube=kube,
         hubs=hubs,
@@ -148,9 +182,12 @@ async def read_checkpoints(
     known = store or observation.store
     last = None
     # Weighting "lag" needs the hub's end every time it plans; otherwise it is read beside the
-    # store's probe (once a minute), so that the backlog behind ehb_recommended_replicas is
-    # known whatever the weighting.
-    backlog_due = store is not None and store.listed and observation.hub.fault is None
+    # store's probe (once a minute, not whenever a move needs the blobs: that is one call per
+    # partition), so that the backlog behind ehb_recommended_replicas is known whatever the
+    # weighting.
+    backlog_due = (
+        backlog_probe and store is not None and store.listed and observation.hub.fault is None
+    )
     if (decision.needs_last_sequences or backlog_due) and (
         known.checkpoints is not None or known.known_sequences is not None
     ):

@@ -104,6 +104,9 @@ class Operator:
         self.cache = caching.CachedKube(self.kube)
 
     def wake(self, key: Key) -> None:
+        """An event concerns the consumer: its next cycle reads and decides (`caching.touch`),
+        and starts now."""
+        self.cache.touch(*key)
         event = self.wakes.get(key)
         if event is not None:
             event.set()
@@ -251,10 +254,13 @@ def build_registry(runtime: Operator) -> kopf.OperatorRegistry:
         consumer = (body.get("data") or {}).get(configmaps.KEY_CONSUMER)
         if consumer:
             runtime.wake((namespace, consumer))
-        else:  # a corrupt one: wake the consumer its label points at
-            label = (body.get("metadata", {}).get("labels") or {}).get(configmaps.LABEL_CONSUMER)
-            for key in list(runtime.wakes):
-                if key[0] == namespace and configmaps.label_value(key[1]) == label:
+        # The consumer its label points at reads it too (a corrupt one is repaired by it).
+        label = (body.get("metadata", {}).get("labels") or {}).get(configmaps.LABEL_CONSUMER)
+        for key in list(runtime.wakes):
+            if key[0] == namespace and configmaps.label_value(key[1]) == label:
+                if consumer:
+                    runtime.cache.touch(*key)
+                else:
                     runtime.wake(key)
 
     return registry
@@ -352,6 +358,7 @@ async def run_daemon(
         runtime.heartbeats.pop(key, None)
         runtime.memories.pop(key, None)
         runtime.routes.pop(key, None)
+        runtime.cache.forget(namespace=namespace, name=name)
         runtime.metrics.forget(namespace=namespace, consumer=name)
 
 

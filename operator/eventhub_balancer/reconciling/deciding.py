@@ -11,12 +11,19 @@ taken without them; when it gives a partition a new owner (the blobs' epochs are
 the new epoch) or weighs by lag, it says ``needs_checkpoints`` and the cycle decides again
 with the blobs in the observation. Deciding twice is safe: the same observation always gives
 the same decision.
+
+A decision that writes nothing and reads nothing more says until when it stands
+(``settled_until``): deciding again over the same observation before then gives the same
+decision, since nothing in it depends on the time but the deadlines it names (a hand-off times
+out, a grace period ends). The cycle skips deciding, and reading the pods, while its inputs
+have not changed and that moment has not come.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -76,6 +83,9 @@ class Decision:
     figures: figures.Figures | None = None
     #: seconds until something changes on its own (a hand-off times out, a grace ends)
     next_in: float | None = None
+    #: the wall time (seconds) before which this observation decides the same, with nothing
+    #: to write or read (math.inf: no deadline); None: it writes, reads more or weighs by lag
+    settled_until: float | None = None
     spec_error: str | None = None
 
 
@@ -198,7 +208,7 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
     record = desired.get("assignment") if raises else None
     if record is not None:
         previous = {**previous, "assignment": record}
-    return Decision(
+    decision = Decision(
         generation=observation.generation,
         pods=frozenset(pods.states) | frozenset(m.pod for m in maps),
         needs_checkpoints=unread and (gives_out or by_lag or bool(moving.raised)),
@@ -226,6 +236,8 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
         ),
         next_in=next_in(plan=plan, pods=pods.states, spec=spec, wall=wall),
     )
+    until = settled_until(decision, plan=plan, pods=pods.states, spec=spec, wall=wall)
+    return dataclasses.replace(decision, settled_until=until)
 
 
 def _invalid(observation: observations.Observation, *, now: datetime.datetime) -> Decision:
@@ -340,3 +352,45 @@ def next_in(
     ]
     future = [d - wall for d in deadlines if d - wall > -STALE_DEADLINE]
     return max(MIN_NEXT_IN, min(future)) if future else None
+
+
+def settled_until(
+    decision: Decision,
+    *,
+    plan: models.Plan,
+    pods: Mapping[str, podstates.PodState],
+    spec: specs.ConsumerSpec,
+    wall: float,
+) -> float | None:
+    """Until when ``decision`` stands over the same observation (`Decision.settled_until`)."""
+    quiet = (
+        decision.epochs is None
+        and decision.writes.count == 0
+        and not decision.status
+        and not decision.events
+        and not decision.needs_checkpoints
+        and not decision.needs_last_sequences
+    )
+    if not quiet or spec.balancing.to_options().weighting == "lag":
+        return None
+    return min(_deadlines(plan, pods, spec, wall), default=math.inf)
+
+
+def _deadlines(
+    plan: models.Plan, pods: Mapping[str, podstates.PodState], spec: specs.ConsumerSpec, wall: float
+) -> list[float]:
+    """Each moment at which the same observation decides otherwise: the timeout of each
+    hand-off and the grace of each NotReady pod (owner or not: the status counts members) not
+    yet over at ``wall``, tested as the planner tests them."""
+    timeout = spec.balancing.handoff_timeout_seconds
+    deadlines = [
+        o.since + timeout
+        for o in plan.assignment.values()
+        if o.state == "revoking" and wall - o.since < timeout
+    ]
+    grace = spec.balancing.pod_grace_seconds
+    for p in pods.values():
+        since = podstates.to_seconds(p.since)
+        if p.state == "notready" and wall - since < grace:
+            deadlines.append(since + grace)
+    return deadlines

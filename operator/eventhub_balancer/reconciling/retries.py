@@ -8,6 +8,7 @@ advance them with ``wall`` (seconds) passed in, so the pacing is tested without 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 #: The longest backoff between attempts to reach Event Hubs or the checkpoint store: five
 #: minutes keeps a long outage cheap and still notices the recovery within minutes.
@@ -38,3 +39,9 @@ def after_failure(backoff: Backoff, *, wall: float, base: float) -> Backoff:
 def probe_due(checked_at: float | None, *, wall: float) -> bool:
     """Whether the checkpoint store should be read for its condition alone."""
     return checked_at is None or wall - checked_at >= CHECKPOINT_PROBE_SECONDS
+
+
+def next_probe(checked_at: float | None, backoff: Backoff) -> float:
+    """When the store is next read for its condition alone (`probe_due`, past the backoff)."""
+    due = -math.inf if checked_at is None else checked_at + CHECKPOINT_PROBE_SECONDS
+    return max(backoff.retry_at, due)
