@@ -101,6 +101,7 @@ def consume(
         sys.executable,
         "-m",
         "eventhub_balancer",
+        "-v",
         "consume",
         "--handler",
         "spark_counting:process",
@@ -142,6 +143,9 @@ def consume(
             process.kill()
             process.wait(timeout=10)
         print(log.read_text(errors="replace")[-4000:])
+    # The receivers opened while the session was starting, not after it.
+    text = log.read_text(errors="replace")
+    assert text.index(": processing with epoch") < text.index("the SparkSession is ready")
     return triggers(tmp_path)
 
 
