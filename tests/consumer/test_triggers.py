@@ -1,6 +1,6 @@
 """Spark mode's triggers on fake time: one handler call over every waiting partition's batch,
-the trigger interval and size, per-partition failures, cancellation, the session's start, and
-the runtime around it (checkpoints after the trigger, a release waiting for it).
+the trigger interval and size, per-partition failures, cancellation and the session's start
+(the runtime around them: `tests.consumer.test_spark_runtime`).
 
 The "Spark" here is a fake session whose DataFrame is the Arrow table itself, and the handler
 runs in an executor the test steps by hand: no JVM, no real thread. While a held call waits,
@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import deliveries
-from eventhub_balancer.consumer import contexts, partitions, processing, runtime, triggers
+from eventhub_balancer.consumer import contexts, processing, triggers
 from tests.support import consumerfakes
 
 pytestmark = pytest.mark.looptime
@@ -324,85 +323,3 @@ def test_settings_say_what_to_change() -> None:
         spark_triggers(process)  # type: ignore[arg-type]
     with pytest.raises(errors.InvalidInput, match="--handler-concurrency"):
         processing.handler_threads(0)
-
-
-# -- the runtime around it
-
-
-@contextlib.asynccontextmanager
-async def spark_runtime(
-    hub: consumerfakes.FakeHub,
-    store: consumerfakes.FakeStore,
-    processor: processing.BatchProcessor,
-) -> AsyncIterator[tuple[runtime.Runtime, Any]]:
-    from eventhub_balancer.consumer import assignments
-
-    source = assignments.MemorySource()
-    consumer = runtime.Runtime(
-        settings=runtime.RuntimeSettings(
-            consumer="orders",
-            pod="pod-a",
-            batch=partitions.BatchSettings(batch_size=10, max_wait=0.05, release_timeout=20),
-            shutdown_timeout=2.0,
-        ),
-        source=source,
-        backends=consumerfakes.fake_backends(hub, store.handle("pod-a")),
-        processor=processor,
-    )
-    task = asyncio.create_task(consumer.run())
-    try:
-        yield consumer, source
-    finally:
-        consumer.request_shutdown()
-        async with asyncio.timeout(10):
-            await task
-
-
-async def test_the_runtime_checkpoints_each_partition_after_its_trigger(
-    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
-) -> None:
-    for p in "012":
-        fake_hub.append(p, 25)
-    handler = Handler()
-    spark = spark_triggers(handler)
-    async with spark_runtime(fake_hub, fake_store, spark) as (consumer, source):
-        source.put(consumerfakes.configmap(1, {p: (1, "owned") for p in "012"}))
-        await consumerfakes.eventually(
-            lambda: all(
-                p in fake_store.blobs and fake_store.blobs[p].sequence_number == 24 for p in "012"
-            ),
-            what="final checkpoints",
-        )
-        rows = sorted(r for _, trigger in handler.triggers for r in trigger)
-        assert rows == [(p, n) for p in "012" for n in range(25)]
-        # Batches of 10 per partition; triggers gather partitions (fewer calls than batches).
-        assert len(handler.triggers) < 9
-        assert fake_store.history["0"] == [9, 19, 24]
-        assert consumer.stats["1"].events == 25
-
-
-async def test_a_release_waits_for_the_trigger_in_flight(
-    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
-) -> None:
-    fake_hub.append("0", 5)
-    fake_hub.append("1", 5)
-    handler = Handler()
-    executor = SteppedExecutor()
-    executor.hold = True
-    spark = spark_triggers(handler, executor=executor)
-    async with spark_runtime(fake_hub, fake_store, spark) as (_, source):
-        source.put(consumerfakes.configmap(1, {"0": (1, "owned"), "1": (1, "owned")}))
-        await consumerfakes.eventually(lambda: bool(executor.waiting), what="a trigger")
-        source.put(consumerfakes.configmap(2, {"0": (1, "revoking"), "1": (1, "owned")}))
-        await asyncio.sleep(0.5)
-        assert "0" not in source.released
-        assert fake_store.blobs["0"].sequence_number == -1
-        executor.hold = False
-        while executor.waiting:
-            executor.step()
-        async with asyncio.timeout(5):
-            await source.wait_for(generation=2, released={"0": 1})
-        # The trigger finished first, and its checkpoint is the release's.
-        assert fake_store.blobs["0"].sequence_number == 4
-        rows = [r for _, trigger in handler.triggers for r in trigger if r[0] == "0"]
-        assert rows == [("0", n) for n in range(5)]

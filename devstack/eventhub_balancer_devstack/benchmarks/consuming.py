@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import datetime
 import functools
 import logging
 import time
@@ -40,7 +39,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import blobs, deliveries
+from eventhub_balancer.adapters import blobs
 from eventhub_balancer.consumer import (
     assignments,
     connections,
@@ -48,10 +47,9 @@ from eventhub_balancer.consumer import (
     partitions,
     processing,
     runtime,
-    triggers,
 )
 from eventhub_balancer_devstack import azurite
-from eventhub_balancer_devstack.benchmarks import emulator
+from eventhub_balancer_devstack.benchmarks import emulator, sparkdrains
 
 logger = logging.getLogger(__name__)
 
@@ -227,81 +225,6 @@ def _receiving(consumer: runtime.Runtime, partitions_: int) -> bool:
     return len(workers) == partitions_ and all(w.fenced.is_set() for w in workers)
 
 
-def _spark_count(df: Any, context: contexts.TriggerContext) -> None:
-    """The Spark drain's handler: one job over every row (a count per partition)."""
-    counted = sum(row["count"] for row in df.groupBy("partition").count().collect())
-    if counted != context.size:
-        raise AssertionError(f"trigger {context.batch_id}: {counted} rows, {context.size} events")
-
-
-def spark_triggers(session: Any, *, consumer: str = "bench") -> triggers.SparkTriggers:
-    """Pod-level triggers with the counting handler, on a session that has started."""
-
-    async def started() -> Any:
-        return session
-
-    return triggers.SparkTriggers(
-        _spark_count,
-        session=started,
-        consumer=consumer,
-        pod="bench-pod",
-        executor=processing.handler_threads(),
-    )
-
-
-def start_session() -> tuple[Any, float]:
-    """The benchmark's local[2] SparkSession, warmed up as ``ehb consume`` does, and the
-    seconds that took."""
-    from eventhub_balancer.spark import frames, sessions
-
-    began = time.perf_counter()
-    session = sessions.build_session(app_name="ehb-bench")
-    frames.warm_up(session)
-    return session, time.perf_counter() - began
-
-
-async def trigger_overhead_ms(session: Any, *, events: int = 1_000, repeats: int = 5) -> float:
-    """Median milliseconds of a trigger of ``events`` over 8 partitions on a warm session:
-    from the batches' hand-over to the calls' return, through the Arrow table, the DataFrame
-    and one Spark job (the counting handler: the cheapest that reads every row)."""
-    now = datetime.datetime.now(datetime.UTC)
-    per_partition = events // 8
-    timings = []
-    spark = spark_triggers(session)
-    for attempt in range(repeats + 1):  # the first one warms the session up
-        calls = []
-        started = time.perf_counter()
-        for p in range(8):
-            batch = [
-                deliveries.ReceivedEvent(
-                    partition=str(p),
-                    sequence_number=n,
-                    offset=str(n * 128),
-                    enqueued_time=now + datetime.timedelta(milliseconds=n),
-                    partition_key=f"key-{n % 50}",
-                    properties={"n": n},
-                    body=b"x" * 100,
-                )
-                for n in range(per_partition)
-            ]
-            context = contexts.BatchContext(
-                partition=str(p),
-                epoch=attempt + 1,
-                consumer="bench",
-                pod="bench-pod",
-                first_sequence_number=0,
-                last_sequence_number=per_partition - 1,
-                size=per_partition,
-            )
-            calls.append(spark(batch, context))
-        await asyncio.gather(*calls)
-        timings.append(time.perf_counter() - started)
-    if spark.batch_id != repeats + 1:
-        raise errors.TransientError(f"expected one trigger per round, got {spark.batch_id}")
-    warm = sorted(timings[1:])
-    return 1000 * warm[len(warm) // 2]
-
-
 @dataclasses.dataclass
 class _Drains:
     runtime: list[float] = dataclasses.field(default_factory=list)
@@ -319,7 +242,7 @@ async def _measure_drains(
     drains = _Drains()
     session = None
     if spark:
-        session, drains.session_start_s = await asyncio.to_thread(start_session)
+        session, drains.session_start_s = await asyncio.to_thread(sparkdrains.start_session)
     try:
         with (
             azurite.Azurite() as blob_service,
@@ -343,9 +266,9 @@ async def _measure_drains(
                 )
                 drains.runtime.append(await drain())
                 if session is not None:
-                    drains.spark.append(await drain(processor=spark_triggers(session)))
+                    drains.spark.append(await drain(processor=sparkdrains.spark_triggers(session)))
         if session is not None:
-            drains.trigger_ms = await trigger_overhead_ms(session)
+            drains.trigger_ms = await sparkdrains.trigger_overhead_ms(session)
     finally:
         if session is not None:
             session.stop()
