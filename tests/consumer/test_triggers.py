@@ -15,10 +15,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import deliveries
-from eventhub_balancer.consumer import contexts, processing, triggers
+from eventhub_balancer.consumer import contexts, metrics, processing, triggers
 from tests.support import consumerfakes
 
 pytestmark = pytest.mark.looptime
@@ -153,7 +154,14 @@ async def test_waiting_batches_of_every_partition_make_one_trigger() -> None:
         partition="2", epoch=3, first_sequence_number=10, last_sequence_number=13, size=4
     )
     assert sorted(rows) == [(p, n) for p in ("1", "2", "3") for n in range(10, 14)]
-    assert (spark.succeeded, spark.failed, spark.batch_id) == (1 + 1, 0, 2)
+    assert (spark.stats.succeeded, spark.stats.failed, spark.batch_id) == (2, 0, 2)
+    assert spark.stats.events == 5 + 12
+    # ... and on /metrics.
+    text = generate_latest(metrics.registry_for(dict, triggers=spark.stats)).decode()
+    assert 'ehb_consumer_spark_triggers_total{outcome="ok"} 2.0' in text
+    assert 'ehb_consumer_spark_triggers_total{outcome="failed"} 0.0' in text
+    assert "ehb_consumer_spark_trigger_events_total 17.0" in text
+    assert "ehb_consumer_spark_last_trigger_seconds " in text
 
 
 async def test_a_trigger_takes_whole_batches_up_to_max_events() -> None:
@@ -260,7 +268,7 @@ async def test_an_unnamed_failure_is_retried_partition_by_partition() -> None:
         await calls["1"]
     await asyncio.gather(calls["0"], calls["2"])
     assert handler.sizes()[1:] == [{"0": 2, "1": 2, "2": 2}, {"0": 2}, {"1": 2}, {"2": 2}]
-    assert spark.failed == 2
+    assert spark.stats.failed == 2
 
 
 async def test_a_queued_batch_leaves_at_once_when_cancelled() -> None:

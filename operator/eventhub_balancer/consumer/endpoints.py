@@ -25,7 +25,7 @@ HEARTBEAT_LIMIT_S: Final = 5.0
 
 
 def application(consumer: runtime.Runtime) -> web.Application:
-    registry = metrics.registry_for(lambda: consumer.stats)
+    registry = metrics.registry_for(lambda: consumer.stats, triggers=consumer.trigger_stats)
 
     async def healthz(request: web.Request) -> web.Response:
         age = consumer.heartbeat_age()

@@ -23,6 +23,7 @@ from eventhub_balancer.consumer import (
     assignments,
     connections,
     endpoints,
+    metrics,
     processing,
     runtime,
     settings,
@@ -57,7 +58,9 @@ class SessionStart:
 
 
 def build_processor(
-    config: settings.ConsumerSettings, executor: concurrent.futures.Executor
+    config: settings.ConsumerSettings,
+    executor: concurrent.futures.Executor,
+    trigger_stats: metrics.TriggerStats,
 ) -> tuple[processing.BatchProcessor, SessionStart | None]:
     """The user's handler as a processor, and in Spark mode the session it waits for."""
     function = processing.load_handler(config.handler, search_path=config.handler_path)
@@ -83,6 +86,7 @@ def build_processor(
         pod=config.pod,
         settings=config.trigger,
         executor=executor,
+        stats=trigger_stats,
     )
     return processing.traced(processor), start
 
@@ -102,7 +106,8 @@ def build_source(config: settings.ConsumerSettings) -> assignments.AssignmentSou
 async def run(config: settings.ConsumerSettings) -> int:
     """Consume until SIGTERM/SIGINT (then release everything) or until the source ends."""
     executor = processing.handler_threads(config.handler_concurrency)
-    processor, session = build_processor(config, executor)
+    trigger_stats = metrics.TriggerStats()
+    processor, session = build_processor(config, executor, trigger_stats)
     consumer = runtime.Runtime(
         settings=runtime.RuntimeSettings(
             consumer=config.consumer,
@@ -115,6 +120,7 @@ async def run(config: settings.ConsumerSettings) -> int:
             credentials=config.credentials, owner_id=config.pod, batch=config.batch
         ),
         processor=processor,
+        trigger_stats=trigger_stats if config.spark else None,
     )
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -154,7 +154,56 @@ class RuntimeCollector(Collector):
         )
 
 
-def registry_for(stats: Callable[[], Mapping[str, PartitionStats]]) -> CollectorRegistry:
+@dataclasses.dataclass
+class TriggerStats:
+    """Spark mode's triggers since the process started (``triggers.SparkTriggers`` counts)."""
+
+    succeeded: int = 0
+    failed: int = 0
+    #: Events in the triggers that returned.
+    events: int = 0
+    #: Seconds spent in triggers (their handler calls, DataFrame included), and the last's.
+    seconds: float = 0.0
+    last_seconds: float | None = None
+
+
+class TriggerCollector(Collector):
+    """Spark mode's trigger counters, from `TriggerStats` at each scrape."""
+
+    def __init__(self, stats: TriggerStats) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._stats
+        triggers = CounterMetricFamily(
+            PREFIX + "spark_triggers",
+            "Spark triggers (one handler call over the pod's partitions), by outcome.",
+            labels=["outcome"],
+        )
+        triggers.add_metric(["ok"], s.succeeded)
+        triggers.add_metric(["failed"], s.failed)
+        events = CounterMetricFamily(
+            PREFIX + "spark_trigger_events", "Events in the Spark triggers that returned."
+        )
+        events.add_metric([], s.events)
+        seconds = CounterMetricFamily(
+            PREFIX + "spark_trigger_seconds", "Seconds spent in Spark triggers, failed ones too."
+        )
+        seconds.add_metric([], s.seconds)
+        yield from (triggers, events, seconds)
+        if s.last_seconds is not None:
+            last = GaugeMetricFamily(
+                PREFIX + "spark_last_trigger_seconds", "How long the last Spark trigger took."
+            )
+            last.add_metric([], s.last_seconds)
+            yield last
+
+
+def registry_for(
+    stats: Callable[[], Mapping[str, PartitionStats]], *, triggers: TriggerStats | None = None
+) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(RuntimeCollector(stats))
+    if triggers is not None:
+        registry.register(TriggerCollector(triggers))
     return registry

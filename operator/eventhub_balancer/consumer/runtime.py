@@ -86,11 +86,14 @@ class Runtime:
         backends: connections.BackendFactory,
         processor: processing.BatchProcessor,
         exit_process: Callable[[str], None] = exit_now,
+        trigger_stats: metrics.TriggerStats | None = None,
     ) -> None:
         self.settings = settings
         self.source = source
         self.processor = processor
         self.stats: dict[str, metrics.PartitionStats] = {}
+        #: Spark mode's triggers (None in plain mode), for /metrics.
+        self.trigger_stats = trigger_stats
         self.workers: dict[str, partitions.PartitionWorker] = {}
         self._tasks: dict[str, asyncio.Task[handoffs.Outcome]] = {}
         self.latest: assignments.Assignment | None = None

@@ -36,11 +36,12 @@ import concurrent.futures
 import dataclasses
 import inspect
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer import errors
-from eventhub_balancer.consumer import contexts, processing
+from eventhub_balancer.consumer import contexts, metrics, processing
 from eventhub_balancer.spark import frames
 
 logger = logging.getLogger(__name__)
@@ -116,6 +117,7 @@ class SparkTriggers:
         pod: str,
         settings: TriggerSettings = TriggerSettings(),
         executor: concurrent.futures.Executor | None = None,
+        stats: metrics.TriggerStats | None = None,
     ) -> None:
         if inspect.iscoroutinefunction(function):
             raise errors.InvalidInput(
@@ -130,9 +132,8 @@ class SparkTriggers:
         self.executor = executor
         #: The number of the last trigger handed to the handler.
         self.batch_id = 0
-        #: Triggers that returned, and that raised.
-        self.succeeded = 0
-        self.failed = 0
+        #: Triggers that returned and that raised, their events and their time (/metrics).
+        self.stats = stats or metrics.TriggerStats()
         self._queue: list[_Batch] = []
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
@@ -276,6 +277,7 @@ class SparkTriggers:
         logger.debug(
             "trigger %d: %d events from partitions %s", self.batch_id, len(events), sorted(ranges)
         )
+        began = time.monotonic()
         try:
             await processing.run_in_thread(
                 self._call, session, events, context, executor=self.executor
@@ -285,15 +287,22 @@ class SparkTriggers:
                 batch.future.cancel()
             raise
         except Exception as e:
-            self.failed += 1
+            self._timed(began)
+            self.stats.failed += 1
             self._recent = set()
             self._failed(taken, e)
             return
-        self.succeeded += 1
+        self._timed(began)
+        self.stats.succeeded += 1
+        self.stats.events += len(events)
         self._recent, self._last_end = set(ranges), loop.time()
         for batch in taken:
             if not batch.future.done():
                 batch.future.set_result(None)
+
+    def _timed(self, began: float) -> None:
+        self.stats.last_seconds = time.monotonic() - began
+        self.stats.seconds += self.stats.last_seconds
 
     def _call(self, session: Any, events: Sequence[Any], context: contexts.TriggerContext) -> None:
         df = frames.to_dataframe(
