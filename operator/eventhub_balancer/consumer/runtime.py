@@ -11,8 +11,8 @@ starts the partitions on the new coordinates: a generation is never acknowledged
 pod reads other coordinates than it names.
 
 A failure stays with its partition: a partition failing, parked, stuck, lost or failing to
-start is reported to the operator (``contracts.partitionreports``, written with the
-acknowledgement) and does not make the pod NotReady. The pod is Ready once its current
+start is reported to the operator with the acknowledgement (`acknowledgements`) and does not
+make the pod NotReady. The pod is Ready once its current
 generation is applied, and not while shutting down. On shutdown (SIGTERM) it releases
 everything within a bounded time, acknowledges, and returns.
 """
@@ -28,8 +28,9 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Final
 
-from eventhub_balancer import errors, handoffs
+from eventhub_balancer import handoffs
 from eventhub_balancer.consumer import (
+    acknowledgements,
     assignments,
     clients,
     connections,
@@ -106,10 +107,8 @@ class Runtime:
         self.exit_process = exit_process
         #: Why the process was asked to exit (None: it was not).
         self.exit_reason: str | None = None
-        self._acked: (
-            tuple[int | None, dict[str, int], dict[str, partitionreports.PartitionReport]] | None
-        ) = None
-        self._acked_at: float | None = None
+        #: What the pod last wrote back to its assignment source.
+        self.acks = acknowledgements.Acknowledgements(source, min_interval=TICK_S)
         self._wake = asyncio.Event()
         self._shutdown = asyncio.Event()
         #: The open clients of the coordinates the pod reads.
@@ -141,41 +140,16 @@ class Runtime:
 
     def reports(self, now: float | None = None) -> dict[str, partitionreports.PartitionReport]:
         """The partitions of the current assignment that are not processing normally."""
-        wanted = self._wanted()
-        now = _now() if now is None else now
-        found: dict[str, partitionreports.PartitionReport] = {}
-        for partition, worker in self.workers.items():
-            if wanted.get(partition) == worker.epoch and not worker.releasing:
-                report = worker.report(now)
-                if report is not None:
-                    found[partition] = report
-        for partition, (epoch, error) in self._lost.items():
-            if wanted.get(partition) == epoch and partition not in self.workers:
-                found[partition] = partitionreports.PartitionReport(
-                    partition=partition, epoch=epoch, state="lost", error=error
-                )
-        for partition, restart in self._restarts.items():
-            if partition in wanted and partition not in self.workers:
-                found[partition] = partitionreports.PartitionReport(
-                    partition=partition,
-                    epoch=wanted[partition],
-                    state="failing",
-                    attempts=restart.failures,
-                    error=partitionreports.first_line(restart.error),
-                )
         failure = self.clients.failure
         current = None if self.latest is None else connections.Coordinates.of(self.latest)
-        if failure is not None and failure.key == current:
-            for partition, epoch in wanted.items():
-                if partition not in self.workers and partition not in found:
-                    found[partition] = partitionreports.PartitionReport(
-                        partition=partition,
-                        epoch=epoch,
-                        state="failing",
-                        attempts=failure.failures,
-                        error=partitionreports.first_line(failure.error),
-                    )
-        return found
+        return acknowledgements.collect_reports(
+            wanted=self._wanted(),
+            workers=self.workers,
+            lost=self._lost,
+            restarts=self._restarts,
+            unopened=failure if failure is not None and failure.key == current else None,
+            now=_now() if now is None else now,
+        )
 
     def heartbeat_age(self) -> float:
         """Seconds since the reconcile loop last turned (0 before its first turn)."""
@@ -383,35 +357,10 @@ class Runtime:
             self.exit_reason = reason
             self.exit_process(reason)
 
-    async def _acknowledge(
-        self, reports: Mapping[str, partitionreports.PartitionReport] | None = None
-    ) -> None:
-        state = (self.applied_generation, dict(self.released), dict(reports or {}))
-        if state == self._acked:
-            return
-        now = _now()
-        if (
-            self._acked is not None
-            and state[:2] == self._acked[:2]
-            and self._acked_at is not None
-            and now - self._acked_at < TICK_S
-        ):
-            return  # only the reports changed: written at the next tick at the latest
-        try:
-            await self.source.acknowledge(
-                applied_generation=state[0], released=state[1], reports=state[2]
-            )
-        except errors.EventHubBalancerError as e:
-            logger.warning("acknowledgement not written (retrying): %s", e)
-            return
-        if self._acked is None or state[:2] != self._acked[:2]:
-            logger.info("acknowledged generation %s, released %s", state[0], state[1])
-        if self._acked is None or state[2] != self._acked[2]:
-            logger.info(
-                "reported partitions: %s",
-                {p: (r.state, r.epoch, r.attempts) for p, r in sorted(state[2].items())} or "none",
-            )
-        self._acked, self._acked_at = state, now
+    async def _acknowledge(self, reports: Mapping[str, partitionreports.PartitionReport]) -> None:
+        await self.acks.write(
+            applied_generation=self.applied_generation, released=self.released, reports=reports
+        )
 
     # -- shutdown
 

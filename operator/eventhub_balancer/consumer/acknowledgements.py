@@ -1,0 +1,135 @@
+"""What the pod tells the operator: its acknowledgement, and the partitions in trouble.
+
+The runtime writes three things back to its assignment source (the pod's ConfigMap): the
+generation it applied, the partitions it released, and reports of the partitions that are
+not processing normally (``contracts.partitionreports``). `Acknowledgements` writes them only
+when they changed, and a change of the reports alone at most once per ``min_interval``: a
+partition that flips between failing and retrying must not turn into a stream of writes.
+`collect_reports` says which partitions to report, from what the runtime knows of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Protocol
+
+from eventhub_balancer import errors
+from eventhub_balancer.consumer import assignments
+from eventhub_balancer.contracts import partitionreports
+
+logger = logging.getLogger(__name__)
+
+Reports = dict[str, partitionreports.PartitionReport]
+
+
+class Acknowledgements:
+    """The last acknowledgement written, and writing the next one when it differs."""
+
+    def __init__(self, source: assignments.AssignmentSource, *, min_interval: float) -> None:
+        self.source = source
+        self.min_interval = min_interval
+        self._acked: tuple[int | None, dict[str, int], Reports] | None = None
+        self._acked_at: float | None = None
+
+    async def write(
+        self,
+        *,
+        applied_generation: int | None,
+        released: Mapping[str, int],
+        reports: Mapping[str, partitionreports.PartitionReport],
+    ) -> None:
+        """Write unless nothing changed, or only the reports did within ``min_interval``
+        (then the next call writes them); a failed write is logged and tried by the next."""
+        state = (applied_generation, dict(released), dict(reports))
+        if state == self._acked:
+            return
+        now = asyncio.get_running_loop().time()
+        if (
+            self._acked is not None
+            and state[:2] == self._acked[:2]
+            and self._acked_at is not None
+            and now - self._acked_at < self.min_interval
+        ):
+            return
+        try:
+            await self.source.acknowledge(
+                applied_generation=state[0], released=state[1], reports=state[2]
+            )
+        except errors.EventHubBalancerError as e:
+            logger.warning("acknowledgement not written (retrying): %s", e)
+            return
+        if self._acked is None or state[:2] != self._acked[:2]:
+            logger.info("acknowledged generation %s, released %s", state[0], state[1])
+        if self._acked is None or state[2] != self._acked[2]:
+            logger.info(
+                "reported partitions: %s",
+                {p: (r.state, r.epoch, r.attempts) for p, r in sorted(state[2].items())} or "none",
+            )
+        self._acked, self._acked_at = state, now
+
+
+class Reporting(Protocol):
+    """What `collect_reports` needs of a running partition worker."""
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def releasing(self) -> bool: ...
+
+    def report(self, now: float | None = None) -> partitionreports.PartitionReport | None: ...
+
+
+class Failure(Protocol):
+    """A failure that keeps partitions from starting: how often, and the last error."""
+
+    @property
+    def failures(self) -> int: ...
+
+    @property
+    def error(self) -> str: ...
+
+
+def collect_reports(
+    *,
+    wanted: Mapping[str, int],
+    workers: Mapping[str, Reporting],
+    lost: Mapping[str, tuple[int, str]],
+    restarts: Mapping[str, Failure],
+    unopened: Failure | None,
+    now: float,
+) -> Reports:
+    """The partitions of the assignment (``wanted``: {partition: epoch}) that are not
+    processing normally: a worker's own report (failing, parked, stuck), lost at our epoch,
+    restarting after a crash, or not started because the clients cannot open (``unopened``)."""
+    found: Reports = {}
+    for partition, worker in workers.items():
+        if wanted.get(partition) == worker.epoch and not worker.releasing:
+            report = worker.report(now)
+            if report is not None:
+                found[partition] = report
+    for partition, (epoch, error) in lost.items():
+        if wanted.get(partition) == epoch and partition not in workers:
+            found[partition] = partitionreports.PartitionReport(
+                partition=partition, epoch=epoch, state="lost", error=error
+            )
+    for partition, restart in restarts.items():
+        if partition in wanted and partition not in workers:
+            found[partition] = _failing(partition, wanted[partition], restart)
+    if unopened is not None:
+        for partition, epoch in wanted.items():
+            if partition not in workers and partition not in found:
+                found[partition] = _failing(partition, epoch, unopened)
+    return found
+
+
+def _failing(partition: str, epoch: int, failure: Failure) -> partitionreports.PartitionReport:
+    return partitionreports.PartitionReport(
+        partition=partition,
+        epoch=epoch,
+        state="failing",
+        attempts=failure.failures,
+        error=partitionreports.first_line(failure.error),
+    )
