@@ -182,6 +182,19 @@ async def test_wakeups_are_routed_by_the_last_decision(running: Callable[..., Da
     assert daemon.operator.cycles_run == 3
 
 
+async def test_a_deleted_consumer_wakes_the_others_at_once(running: Callable[..., Daemon]) -> None:
+    """The later of two overlapping consumers is refused; once the older one is deleted, it
+    looks again at once, not at its next interval."""
+    daemon = running("a")
+    await daemon.until(1)
+    daemon.operator.consumer_deleted((NS, "older"))
+    await daemon.until(2)
+    assert daemon.operator.cycles_run == 2
+    daemon.operator.consumer_deleted(KEY)  # its own deletion: its daemon stops anyway
+    await daemon.until(3)
+    assert daemon.operator.cycles_run == 2
+
+
 async def test_event_hubs_is_asked_again_with_a_doubling_backoff(
     running: Callable[..., Daemon],
 ) -> None:

@@ -117,6 +117,13 @@ class Operator:
         if route is None or generation != route.generation:
             self.wake(key)
 
+    def consumer_deleted(self, key: Key) -> None:
+        """Another consumer may have been refused (`Conflict`) for overlapping this one: every
+        other consumer looks again now, not at its next interval (deletions are rare)."""
+        for other in list(self.wakes):
+            if other != key:
+                self.wake(other)
+
     def pod_changed(self, *, namespace: str, name: str, labels: Mapping[str, str]) -> None:
         """Wake the consumers whose selector matches the pod, or whose last decision saw it
         (a pod relabelled away still owns partitions until the next cycle moves them)."""
@@ -232,7 +239,11 @@ def build_registry(runtime: Operator) -> kopf.OperatorRegistry:
     def consumer_changed(**kwargs: Any) -> None:
         runtime.cache.observed(caching.CONSUMERS, kwargs["type"])
         generation = (kwargs["body"].get("metadata") or {}).get("generation")
-        runtime.consumer_changed((kwargs["namespace"], kwargs["name"]), generation=generation)
+        key = (kwargs["namespace"], kwargs["name"])
+        if kwargs["type"] == "DELETED":
+            runtime.consumer_deleted(key)
+        else:
+            runtime.consumer_changed(key, generation=generation)
 
     @kopf.on.event("", "v1", "pods", registry=registry)
     def pod_changed(**kwargs: Any) -> None:
