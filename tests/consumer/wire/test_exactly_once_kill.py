@@ -58,7 +58,7 @@ SPARK_ARGS = (
     "--spark-conf",
     "spark.ui.enabled=false",
     "--spark-conf",
-    "spark.driver.extraJavaOptions=-Dlog4j2.level=WARN -XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
     "--spark-conf",
     "spark.sql.codegen.wholeStage=false",
     "--spark-conf",
