@@ -99,9 +99,12 @@ def test_faults_set_conditions_and_keep_the_assignment(
     before = stack.assignment(ns)
     stack.emulator.stop_in_thread()
     stack.kube.patch_object(CR, "orders", {"spec": {"eventHub": {"name": "orders2"}}}, namespace=ns)
+    # A read that reached the emulator before it stopped says EventHubNotFound, and the next
+    # one comes after a doubling backoff (2, 4, 8, 16 s): a generous bound, not a timing one.
     wait_for(
         lambda: stack.condition(ns, "EventHubReachable").get("reason") == "EventHubUnreachable",
-        what=f"unreachable {stack.condition(ns, 'EventHubReachable')}",
+        timeout=60,
+        what="EventHubReachable False with reason EventHubUnreachable",
     )
     # The owners stay; the new hub name reaches the pods with every epoch one higher.
     wait_for(
