@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -123,6 +124,10 @@ async def producer(coordinates: Coordinates) -> AsyncIterator[EventHubProducerCl
                 await credential.close()
 
 
+#: A 404 status in an error's text; not digits of a port or an address ("127.0.0.1:40413").
+_STATUS_404 = re.compile(r"(?<![\w.:])404(?![\w.:])")
+
+
 def _wrap(e: BaseException, coordinates: Coordinates) -> errors.EventHubBalancerError:
     where = f"Event Hub {coordinates.eventhub_name!r} in {coordinates.fully_qualified_namespace}"
     text = str(e)
@@ -133,7 +138,7 @@ def _wrap(e: BaseException, coordinates: Coordinates) -> errors.EventHubBalancer
             "SharedAccessKeyName/Key (Listen or Manage rights) or the workload identity's role "
             "assignment (Azure Event Hubs Data Receiver)"
         )
-    if "not-found" in lowered or "not found" in lowered or "404" in lowered:
+    if "not-found" in lowered or "not found" in lowered or _STATUS_404.search(lowered):
         return errors.EventHubNotFound(
             f"{where} does not exist: fix spec.eventHub.name (or the namespace) to name an "
             "existing Event Hub"
