@@ -15,7 +15,7 @@ import pytest
 from azure.core import exceptions as azure_errors
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import deadletters, deliveries
+from eventhub_balancer.adapters import deadletterreplays, deadletters, deliveries
 
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
@@ -154,8 +154,8 @@ def test_a_blob_changed_by_hand_reads_as_an_error_that_says_so() -> None:
         deadletters.decode_events(body)
 
 
-def reader() -> deadletters.DeadLetterReader:
-    return deadletters.DeadLetterReader(
+def reader() -> deadletterreplays.DeadLetterReader:
+    return deadletterreplays.DeadLetterReader(
         object(),  # type: ignore[arg-type]
         fully_qualified_namespace="Shop.servicebus.windows.net",
         eventhub_name="Orders",
@@ -190,7 +190,7 @@ def test_a_name_of_no_dead_letter_is_refused_naming_the_argument(typed: str) -> 
 def test_a_replay_keeps_keys_and_otherwise_the_partition() -> None:
     keyed = [event(1, b"a"), event(2, b"b")]
     unkeyed = [dataclasses.replace(event(3, b"c"), partition_key=None)]
-    groups = deadletters.send_groups([*keyed, *unkeyed, event(4, b"d")])
+    groups = deadletterreplays.send_groups([*keyed, *unkeyed, event(4, b"d")])
     assert [(target, [e.sequence_number for e in run]) for target, run in groups] == [
         ({"partition_key": "k"}, [1, 2]),
         ({"partition_id": "3"}, [3]),
@@ -199,12 +199,12 @@ def test_a_replay_keeps_keys_and_otherwise_the_partition() -> None:
 
 
 def test_a_replayed_event_says_which_dead_letter_it_comes_from() -> None:
-    data = deadletters.event_data(event(1, b"body"), replay_of="x/deadletter/3/1-1.json")
+    data = deadletterreplays.event_data(event(1, b"body"), replay_of="x/deadletter/3/1-1.json")
     assert data.body_as_str() == "body"
     assert data.properties == {
         "n": 1,
         "raw": b"\xff\x00",
-        deadletters.REPLAY_PROPERTY: "x/deadletter/3/1-1.json",
+        deadletterreplays.REPLAY_PROPERTY: "x/deadletter/3/1-1.json",
     }
 
 

@@ -1,4 +1,4 @@
-"""Moving a paused consumer group's checkpoints on purpose: reset, export, import.
+"""Moving a paused consumer group's checkpoints on purpose: reset and import.
 
 Replaying a day of events, skipping a poison backlog or moving a consumer group to another
 hub all come down to writing chosen positions into the checkpoint blobs. Two things make that
@@ -16,7 +16,7 @@ outside what the partition retains are clamped to its bounds, as Kafka clamps of
 What a target means is decided by the pure `new_position`; the reads (partition bounds, the
 first event at a time) and the writes are the async functions below, through the project's
 existing adapters (``adapters.receiving`` for Event Hubs, ``adapters.checkpointrequests``
-for the blobs).
+for the blobs). The export document an import reads is `checkpointdocuments`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import logging
 import random
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any, Final, TypedDict
+from typing import Any, Final
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import checkpointrequests, receiving, retrying
@@ -39,9 +39,6 @@ logger = logging.getLogger(__name__)
 
 #: The owner id written with a reset; ``ehb checkpoints list`` shows who moved the blob last.
 RESET_OWNER: Final = "ehb-checkpoints-reset"
-#: The ``kind`` and ``version`` of an export document, checked on import.
-EXPORT_KIND: Final = "EventHubCheckpoints"
-EXPORT_VERSION: Final = 1
 #: How long a datetime target waits for the first event at or after its time before it
 #: concludes that every retained event is older (then the partition goes to its end).
 FIRST_EVENT_WAIT_S: Final = 5.0
@@ -372,98 +369,3 @@ async def write(
             )
             return dataclasses.replace(change, epoch=epoch, written=written)
         await budget.after_conflict("412/409 (changed since read)")
-
-
-class ExportedCheckpoint(TypedDict):
-    partition: str
-    sequenceNumber: int
-    offset: str
-    owner: str
-    epoch: int
-
-
-class ExportDocument(TypedDict):
-    kind: str
-    version: int
-    fullyQualifiedNamespace: str
-    eventHub: str
-    consumerGroup: str
-    exportedAt: str
-    checkpoints: list[ExportedCheckpoint]
-
-
-def export_document(
-    checkpoints: Sequence[checkpointrequests.Checkpoint],
-    *,
-    fully_qualified_namespace: str,
-    eventhub_name: str,
-    consumer_group: str,
-    now: datetime.datetime,
-) -> ExportDocument:
-    """A backup of a consumer group's checkpoints, in the shape `parse_import` reads back."""
-    return ExportDocument(
-        kind=EXPORT_KIND,
-        version=EXPORT_VERSION,
-        fullyQualifiedNamespace=fully_qualified_namespace,
-        eventHub=eventhub_name,
-        consumerGroup=consumer_group,
-        exportedAt=now.astimezone(datetime.UTC).isoformat(),
-        checkpoints=[
-            ExportedCheckpoint(
-                partition=c.partition,
-                sequenceNumber=c.sequence_number,
-                offset=c.offset,
-                owner=c.owner_id,
-                epoch=c.epoch,
-            )
-            for c in checkpoints
-        ],
-    )
-
-
-def parse_import(document: object, *, source: str) -> dict[str, checkpointblobs.Position]:
-    """The positions of an export document, by partition; every problem names its place.
-
-    Owners and epochs in the file are history: an import writes its own epoch, above the
-    target's, so only the positions are taken.
-    """
-    if not isinstance(document, Mapping):
-        raise errors.InvalidInput(
-            source, "must be a JSON object, as `ehb checkpoints export` writes"
-        )
-    if document.get("kind") != EXPORT_KIND:
-        raise errors.InvalidInput(
-            f"{source}: kind", f"must be {EXPORT_KIND!r} (got {document.get('kind')!r})"
-        )
-    if document.get("version") != EXPORT_VERSION:
-        raise errors.InvalidInput(
-            f"{source}: version",
-            f"must be {EXPORT_VERSION} (got {document.get('version')!r}): export again with "
-            "this version of ehb",
-        )
-    items = document.get("checkpoints")
-    if not isinstance(items, list):
-        raise errors.InvalidInput(f"{source}: checkpoints", "must be a list")
-    result: dict[str, checkpointblobs.Position] = {}
-    for index, item in enumerate(items):
-        where = f"{source}: checkpoints[{index}]"
-        if not isinstance(item, Mapping):
-            raise errors.InvalidInput(where, "must be an object with partition and sequenceNumber")
-        partition = item.get("partition")
-        if not bounds.is_partition_id(partition):
-            raise errors.InvalidInput(f"{where}.partition", f"{partition!r} is not a partition id")
-        partition = str(partition)
-        if partition in result:
-            raise errors.InvalidInput(f"{where}.partition", f"{partition!r} appears twice")
-        sequence = item.get("sequenceNumber")
-        if isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < -1:
-            raise errors.InvalidInput(
-                f"{where}.sequenceNumber", f"{sequence!r} is not an integer >= -1"
-            )
-        offset = item.get("offset", checkpointblobs.OFFSET_UNKNOWN)
-        if not isinstance(offset, str):
-            raise errors.InvalidInput(f"{where}.offset", f"{offset!r} is not a string")
-        result[partition] = checkpointblobs.Position(offset=offset, sequence_number=sequence)
-    if not result:
-        raise errors.InvalidInput(f"{source}: checkpoints", "is empty: nothing to import")
-    return result

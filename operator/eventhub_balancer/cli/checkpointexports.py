@@ -24,9 +24,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from eventhub_balancer.adapters import checkpointing, checkpointresets, kubeapi
+    from eventhub_balancer.adapters import checkpointdocuments, checkpointing, kubeapi
 
-    async def export() -> checkpointresets.ExportDocument:
+    async def export() -> checkpointdocuments.ExportDocument:
         api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
         try:
             consumer = await checkpoints.read_consumer(
@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
                 owner_id="ehb-checkpoints-export",  # read-only: never used to write
             )
             listed = await store.list()
-        return checkpointresets.export_document(
+        return checkpointdocuments.export_document(
             listed,
             fully_qualified_namespace=spec.fully_qualified_namespace,
             eventhub_name=spec.event_hub_name,

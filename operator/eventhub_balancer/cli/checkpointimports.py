@@ -53,9 +53,9 @@ def read_file(name: str) -> object:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from eventhub_balancer.adapters import checkpointresets as resets
+    from eventhub_balancer.adapters import checkpointdocuments
 
-    wanted = resets.parse_import(read_file(args.file), source=args.file)
+    wanted = checkpointdocuments.parse_import(read_file(args.file), source=args.file)
     return asyncio.run(_import(args, wanted))
 
 

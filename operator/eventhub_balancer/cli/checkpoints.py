@@ -20,6 +20,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
+from eventhub_balancer.cli import tables
 from eventhub_balancer.contracts import specs
 
 if TYPE_CHECKING:
@@ -106,11 +107,7 @@ def table(items: Sequence[CheckpointRow]) -> str:
         )
         for r in items
     ]
-    widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
-    return "\n".join(
-        "   ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *lines]
-    )
+    return tables.render(header, lines)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -320,11 +317,7 @@ def change_table(items: Sequence[ChangeRow]) -> str:
                 f"{'-' if old is None else old['epoch']} -> {r['new']['epoch']}",
             )
         )
-    widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
-    return "\n".join(
-        "   ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *lines]
-    )
+    return tables.render(header, lines)
 
 
 async def apply_changes(

@@ -24,10 +24,11 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from eventhub_balancer.cli import tables
+
 if TYPE_CHECKING:
-    from eventhub_balancer.adapters import deadletters as deadletters_adapter
+    from eventhub_balancer.adapters import deadletterreplays, kubeapi
     from eventhub_balancer.adapters import eventhubs as eventhubs_adapter
-    from eventhub_balancer.adapters import kubeapi
     from eventhub_balancer.contracts import specs
 
 COMMAND = ("deadletters",)
@@ -117,7 +118,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
 # --- output ---
 
 
-def row(letter: deadletters_adapter.DeadLetter) -> dict[str, Any]:
+def row(letter: deadletterreplays.DeadLetter) -> dict[str, Any]:
     """A dead letter as ``list --json`` prints it (and as the table is built from)."""
     from eventhub_balancer.adapters import deadletters
 
@@ -136,14 +137,6 @@ def row(letter: deadletters_adapter.DeadLetter) -> dict[str, Any]:
         "replayedTime": letter.replayed_time,
         "replayedTo": letter.replayed_to,
     }
-
-
-def _table(header: Sequence[str], lines: Sequence[Sequence[str]]) -> str:
-    widths = [max(len(r[i]) for r in [header, *lines]) for i in range(len(header))]
-    return "\n".join(
-        "   ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
-        for r in [header, *lines]
-    )
 
 
 #: The error column is cut here so that a table line stays readable in a terminal.
@@ -167,10 +160,10 @@ def list_table(rows: Sequence[dict[str, Any]]) -> str:
         )
         for r in rows
     ]
-    return _table(header, lines)
+    return tables.render(header, lines)
 
 
-def show_text(letter: deadletters_adapter.DeadLetter, body: dict[str, Any]) -> str:
+def show_text(letter: deadletterreplays.DeadLetter, body: dict[str, Any]) -> str:
     lines = [
         f"{letter.name}",
         f"  partition {letter.partition}, sequence numbers "
@@ -279,7 +272,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> tuple[Any, str]:
-    from eventhub_balancer.adapters import blobs, deadletters, eventhubs, kubeapi
+    from eventhub_balancer.adapters import blobs, deadletterreplays, eventhubs, kubeapi
 
     api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
     try:
@@ -293,7 +286,7 @@ async def _run(args: argparse.Namespace) -> tuple[Any, str]:
             connection_string=target.blob_connection_string,
             account_url=target.blob_account_url,
         ) as container:
-            reader = deadletters.DeadLetterReader(
+            reader = deadletterreplays.DeadLetterReader(
                 container,
                 fully_qualified_namespace=spec.fully_qualified_namespace,
                 eventhub_name=spec.event_hub_name,
@@ -318,7 +311,7 @@ async def _replay(
     args: argparse.Namespace,
     api: kubeapi.KubeAPI,
     target: Target,
-    reader: deadletters_adapter.DeadLetterReader,
+    reader: deadletterreplays.DeadLetterReader,
 ) -> tuple[Any, str]:
     from eventhub_balancer import errors
     from eventhub_balancer.adapters import deadletters
@@ -378,7 +371,7 @@ async def _replay(
                 ) from e
         else:
             assert coordinates is not None  # read above unless --dry-run
-            await deadletters.replay_to_hub(coordinates, events, replay_of=letter.name)
+            await deadletterreplays.replay_to_hub(coordinates, events, replay_of=letter.name)
         if outcome == "replayed":
             if args.delete_after:
                 await reader.delete(letter.name)
@@ -400,4 +393,4 @@ async def _replay(
         return results, "no dead letters to replay"
     header = ("BLOB", "EVENTS", "TO", "RESULT")
     lines = [(str(r["blob"]), str(r["events"]), str(r["to"]), str(r["result"])) for r in results]
-    return results, _table(header, lines)
+    return results, tables.render(header, lines)

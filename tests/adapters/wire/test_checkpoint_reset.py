@@ -24,7 +24,13 @@ import pytest
 import yaml
 
 from eventhub_balancer import cli, errors
-from eventhub_balancer.adapters import blobs, checkpointing, checkpointresets, receiving
+from eventhub_balancer.adapters import (
+    blobs,
+    checkpointdocuments,
+    checkpointing,
+    checkpointresets,
+    receiving,
+)
 from eventhub_balancer.contracts import checkpointblobs, startpositions
 from eventhub_balancer_devstack import azurite as azurite_launcher
 from eventhub_balancer_devstack import clusters
@@ -167,7 +173,7 @@ def _document(**changes: Any) -> dict[str, Any]:
 )
 def test_import_files_are_validated(document: object, problem: str) -> None:
     with pytest.raises(errors.InvalidInput, match=problem):
-        checkpointresets.parse_import(document, source="backup.json")
+        checkpointdocuments.parse_import(document, source="backup.json")
 
 
 async def test_a_malformed_connection_string_names_the_secret() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import deadletters, deliveries
+from eventhub_balancer.adapters import deadletterreplays, deadletters, deliveries
 
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
@@ -71,7 +71,7 @@ async def test_dead_letters_are_listed_read_marked_and_deleted(blob_container: A
         "consumer_group": "$Default",
     }
     writer = deadletters.DeadLetterWriter(blob_container, **where)
-    reader = deadletters.DeadLetterReader(blob_container, **where)
+    reader = deadletterreplays.DeadLetterReader(blob_container, **where)
     for partition, first, last in (("10", 1, 1), ("2", 30, 31), ("2", 4, 6)):
         await writer.write(
             _batch(partition, first, last),
