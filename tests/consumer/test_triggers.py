@@ -229,19 +229,28 @@ async def test_a_trigger_waits_a_moment_for_the_last_triggers_partitions() -> No
     assert loop.time() - t0 == pytest.approx(0.1 + triggers.GATHER_S, abs=0.01)
 
 
-async def test_a_named_failure_fails_only_its_partition() -> None:
-    handler = Handler()
-    handler.name = {"1": 1}
+async def queued_behind_a_trigger(
+    handler: Handler, partitions: str
+) -> tuple[triggers.SparkTriggers, dict[str, asyncio.Future[None]]]:
+    """Batches of ``partitions`` (2 events each) queued while a trigger of partition 9 runs,
+    then that trigger let go: they make the next trigger together."""
     executor = SteppedExecutor()
     executor.hold = True
     spark = spark_triggers(handler, executor=executor)
     blocker = asyncio.ensure_future(spark(*batch("9", 0, 1)))
     await consumerfakes.eventually(lambda: bool(executor.waiting))
-    calls = {p: asyncio.ensure_future(spark(*batch(p, 0, 2))) for p in "012"}
+    calls = {p: asyncio.ensure_future(spark(*batch(p, 0, 2))) for p in partitions}
     await asyncio.sleep(0.1)
     executor.hold = False
     executor.step()
     await blocker
+    return spark, calls
+
+
+async def test_a_named_failure_fails_only_its_partition() -> None:
+    handler = Handler()
+    handler.name = {"1": 1}
+    _, calls = await queued_behind_a_trigger(handler, "012")
     with pytest.raises(triggers.PartitionFailed, match="bad event in 1"):
         await calls["1"]
     await asyncio.gather(calls["0"], calls["2"])
@@ -253,16 +262,7 @@ async def test_a_named_failure_fails_only_its_partition() -> None:
 async def test_an_unnamed_failure_is_retried_partition_by_partition() -> None:
     handler = Handler()
     handler.fail = {"1": 5}
-    executor = SteppedExecutor()
-    executor.hold = True
-    spark = spark_triggers(handler, executor=executor)
-    blocker = asyncio.ensure_future(spark(*batch("9", 0, 1)))
-    await consumerfakes.eventually(lambda: bool(executor.waiting))
-    calls = {p: asyncio.ensure_future(spark(*batch(p, 0, 2))) for p in "012"}
-    await asyncio.sleep(0.1)
-    executor.hold = False
-    executor.step()
-    await blocker
+    spark, calls = await queued_behind_a_trigger(handler, "012")
     # Alone, partition 1 fails with the handler's own error: that is what its worker counts.
     with pytest.raises(RuntimeError, match="poison in 1"):
         await calls["1"]

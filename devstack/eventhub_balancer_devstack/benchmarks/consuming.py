@@ -187,6 +187,7 @@ async def runtime_drain(
             processor=processor or processing.PlainProcessor(_noop),
         )
         run = asyncio.create_task(consumer.run())
+        assigned = time.perf_counter()
         source.put(
             {
                 "data": {
@@ -216,7 +217,9 @@ async def runtime_drain(
         finally:
             consumer.request_shutdown()
             await asyncio.gather(run, return_exceptions=True)
-        return events / (finished - (finished if started is None else started) or 1e-9)
+        # A drain so short that it ended before the last receiver was seen open counts from
+        # the assignment.
+        return events / (finished - (assigned if started is None else started))
 
 
 def _receiving(consumer: runtime.Runtime, partitions_: int) -> bool:

@@ -35,7 +35,7 @@ from tests.support import paths
 from tests.support.consumerfakes import configmap
 from tests.support.fixtures.consumer import send_events
 from tests.support.fixtures.operator import wait_for
-from tests.support.fixtures.spark import spark_unavailable
+from tests.support.fixtures.spark import SMALL_DRIVER_ARGS, spark_unavailable
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -48,22 +48,7 @@ SECOND_BATCH_SIZE = 100
 #: The first process's session start and two triggers; the second's start and the backlog.
 KILL_WAIT_S = 90.0
 DRAIN_WAIT_S = 120.0
-#: A small single-core driver per process, started fast (as in ``test_scaling.SPARK_ARGS``).
-SPARK_ARGS = (
-    "--spark",
-    "--spark-master",
-    "local[1]",
-    "--spark-conf",
-    "spark.driver.memory=512m",
-    "--spark-conf",
-    "spark.ui.enabled=false",
-    "--spark-conf",
-    "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-    "--spark-conf",
-    "spark.sql.codegen.wholeStage=false",
-    "--spark-conf",
-    "spark.sql.adaptive.enabled=false",
-)
+SPARK_ARGS = SMALL_DRIVER_ARGS
 
 
 class Run:

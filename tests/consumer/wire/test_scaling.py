@@ -36,7 +36,7 @@ from eventhub_balancer_devstack.kube import LocalKubeAPI
 from tests.support import paths
 from tests.support.fixtures.consumer import send_events
 from tests.support.fixtures.operator import CR, Stack, wait_for
-from tests.support.fixtures.spark import spark_unavailable
+from tests.support.fixtures.spark import SMALL_DRIVER_ARGS, spark_unavailable
 
 pytestmark = pytest.mark.slow
 
@@ -49,24 +49,7 @@ BATCH_SIZE = 100
 #: batches, and a small single-core driver per pod.
 SPARK_PARTITIONS = 4
 SPARK_BATCH_SIZE = 250
-SPARK_ARGS = (
-    "--spark",
-    "--spark-master",
-    "local[1]",
-    "--spark-conf",
-    "spark.driver.memory=512m",
-    "--spark-conf",
-    "spark.ui.enabled=false",
-    # Short-lived JVMs on a shared 2-core machine: the C1 compiler only and no whole-stage
-    # code generation halve the session start and the first batches (measured: 15 -> 7 s,
-    # 11 -> 4 s at a load average of 7).
-    "--spark-conf",
-    "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-    "--spark-conf",
-    "spark.sql.codegen.wholeStage=false",
-    "--spark-conf",
-    "spark.sql.adaptive.enabled=false",
-)
+SPARK_ARGS = SMALL_DRIVER_ARGS
 #: The test's kubelet probes /readyz like a kubelet does: a probe slower than this fails, and
 #: only this many failures in a row turn the pod NotReady (a busy pod on a loaded machine
 #: answers late now and then; one late answer must not move its partitions).
