@@ -126,7 +126,14 @@ def test_consumer_calls_are_allowed_by_the_example_role(
         kube.patch_object(
             "v1/configmaps",
             name,
-            {"data": configmap(2, {"0": (1, "owned"), "1": (1, "revoking")}, pod=pod)["data"]},
+            {
+                "data": configmap(
+                    2,
+                    {"0": (1, "owned"), "1": (1, "revoking")},
+                    pod=pod,
+                    checkpointContainer=container,
+                )["data"]
+            },
             namespace=namespace,
         )
         wait_for(
