@@ -314,7 +314,7 @@ async def _replay(
     reader: deadletterreplays.DeadLetterReader,
 ) -> tuple[Any, str]:
     from eventhub_balancer import errors
-    from eventhub_balancer.adapters import deadletters
+    from eventhub_balancer.adapters import deadletterreplays, deadletters
     from eventhub_balancer.consumer import contexts, processing
 
     if args.all:
