@@ -19,6 +19,7 @@ from eventhub_balancer.contracts import configmaps, podstates, specs
 from eventhub_balancer.reconciling import (
     coordinates,
     deciding,
+    fleets,
     observations,
     readbacks,
     statuses,
@@ -30,7 +31,7 @@ from tests.reconciling.bodies import at, pod
 
 def forget() -> None:
     """Every memo and cache a decision goes through, emptied."""
-    for memo in (observations.READS, observations.STATES, writes.BUILT, writes.SPECS):
+    for memo in (writes.BUILT, writes.SPECS):
         memo.clear()
     for cache in (
         readbacks.ENTRIES,
@@ -42,6 +43,7 @@ def forget() -> None:
     ):
         cache.clear()
     models.name_key.cache_clear()
+    fleets.forget()
 
 
 def cold(observation: observations.Observation, *, now: Any) -> deciding.Decision:

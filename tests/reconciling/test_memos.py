@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import copy
 import functools
-from typing import Any
 
-import pytest
-
-from eventhub_balancer.contracts import configmaps
-from eventhub_balancer.reconciling import memos, observations
-from tests.reconciling import bodies
+from eventhub_balancer.reconciling import memos
 
 
 def lookup(memo: memos.Memo[str, str], scope: str, *keys: str) -> list[str]:
@@ -66,79 +60,6 @@ def test_past_its_bound_the_least_recently_used_scopes_go() -> None:
     for i in range(1000):
         lookup(memo, f"consumer-{i}", "1", "2")
         assert len(memo) <= 10
-
-
-# --- the ConfigMaps read (observations.stored_maps) ---
-
-
-def configmap(*, rv: str = "1", partitions: str = '{"0":{"epoch":1,"state":"owned"}}') -> Any:
-    data = configmaps.build_data(
-        spec=bodies.observe(pods=[]).spec,  # type: ignore[arg-type]
-        consumer=bodies.NAME,
-        pod="a",
-        generation=1,
-        partitions={},
-    )
-    data[configmaps.KEY_PARTITIONS] = partitions
-    return {
-        "metadata": {
-            "name": "ehb-orders-a",
-            "namespace": bodies.NS,
-            "uid": "uid-cm-a",
-            "resourceVersion": rv,
-            "labels": configmaps.labels(consumer=bodies.NAME, pod="a"),
-            "annotations": {configmaps.ANNOTATION_POD_UID: "uid-a"},
-        },
-        "data": data,
-    }
-
-
-def read(body: Any) -> observations.StoredMap:
-    (found,) = observations.stored_maps([body], consumer=bodies.NAME)
-    return found
-
-
-def test_an_unchanged_configmap_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    body = configmap()
-    expected = observations.stored_map(body)
-    read(body)
-    calls: list[object] = []
-    parse = configmaps.parse_data
-
-    def counted(data: object) -> configmaps.ParsedData:
-        calls.append(data)
-        return parse(data)
-
-    monkeypatch.setattr(configmaps, "parse_data", counted)
-    assert read(copy.deepcopy(body)) == expected  # an equal body, as a new watch event has it
-    assert calls == []
-
-
-@pytest.mark.parametrize(
-    "change",
-    [
-        pytest.param(lambda b: b["metadata"].update(resourceVersion="2"), id="resourceVersion"),
-        pytest.param(
-            lambda b: b["data"].update(partitions='{"0":{"epoch":2,"state":"revoking"}}'),
-            id="data-same-resourceVersion",
-        ),
-        pytest.param(
-            lambda b: b["metadata"]["annotations"].update(
-                {configmaps.ANNOTATION_RELEASED: '{"0":1}'}
-            ),
-            id="annotation-same-resourceVersion",
-        ),
-        pytest.param(lambda b: b["data"].pop(configmaps.KEY_POD), id="pod-from-the-label"),
-        pytest.param(lambda b: b["metadata"].update(name="renamed"), id="name"),
-    ],
-)
-def test_a_changed_configmap_reads_as_if_nothing_were_kept(change: Any) -> None:
-    body = configmap()
-    read(body)
-    changed = copy.deepcopy(body)
-    change(changed)
-    assert read(changed) == observations.stored_map(changed)
-    assert read(body) == observations.stored_map(body)  # and back
 
 
 # --- the caches without a consumer to scope them (memos.Cache) ---

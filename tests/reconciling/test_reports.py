@@ -15,7 +15,7 @@ import jsonschema
 import yaml
 
 from eventhub_balancer.contracts import configmaps, partitionreports
-from eventhub_balancer.reconciling import deciding, observations, readbacks, reports
+from eventhub_balancer.reconciling import deciding, fleets, observations, readbacks, reports
 from tests.reconciling import bodies
 from tests.reconciling.bodies import at, pod
 from tests.support import paths
@@ -120,8 +120,14 @@ def test_a_pod_reporting_trouble_is_no_assignment_tampering() -> None:
     observation = reported(observation, "b", {"2": ("failing", 1, 3, ERROR)})
     spec = observation.spec
     assert spec is not None
-    maps = observations.stored_maps(observation.configmaps, consumer=bodies.NAME)
-    states = observations.pods(observation.pods, selector=spec.selector).states
+    fleet = fleets.build(
+        scope=None,
+        pods=observation.pods,
+        configmaps=observation.configmaps,
+        selector=spec.selector,
+        consumer=bodies.NAME,
+    )
+    maps, states = fleet.stored_maps(), fleet.states
     back = readbacks.read_back(
         maps=maps, pods=states, status=observation.status, stored_epochs={}, now=at(5)
     )

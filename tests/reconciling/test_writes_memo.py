@@ -1,4 +1,4 @@
-"""A cycle's per-pod work follows what changed: the memos of `observations` and `writes`.
+"""A cycle's per-pod work follows what changed: the fleet (`fleets`) and the memo of `writes`.
 
 An unchanged pod costs no JSON (no `configmaps.parse_data`, no `configmaps.build_data`), and
 a decision taken with the memos warm is the decision taken with them empty.
@@ -14,13 +14,13 @@ import pytest
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import configmaps, podstates, specs
-from eventhub_balancer.reconciling import deciding, observations, writes
+from eventhub_balancer.reconciling import deciding, fleets, observations, writes
 from tests.reconciling import bodies
 from tests.reconciling.bodies import at, pod
 
 
 def forget() -> None:
-    observations.READS.clear()
+    fleets.forget()
     writes.BUILT.clear()
     writes.SPECS.clear()
 
@@ -143,8 +143,15 @@ def test_a_changed_partition_entry_is_written_as_without_the_memo() -> None:
     observation = started("a", "b")
     decision = deciding.decide(observation, now=at(10))
     assert decision.writes.count == 0
-    maps = observations.stored_maps(observation.configmaps, consumer=bodies.NAME)
-    pods = observations.pods(observation.pods, selector=observation.spec.selector)  # type: ignore[union-attr]
+    assert observation.spec is not None
+    fleet = fleets.build(
+        scope=None,
+        pods=observation.pods,
+        configmaps=observation.configmaps,
+        selector=observation.spec.selector,
+        consumer=bodies.NAME,
+    )
+    maps = fleet.stored_maps()
     back = {m.pod: dict(m.parsed.partitions) for m in maps}
     assignment = {
         pid: models.Ownership(
@@ -168,7 +175,7 @@ def test_a_changed_partition_entry_is_written_as_without_the_memo() -> None:
             consumer=bodies.NAME,
             namespace=bodies.NS,
             maps=maps,
-            pods=pods.states,
+            pods=fleet.states,
             pod_annotations={},
         )
         writes.derive_writes(assignment=assignment, **kwargs)  # warm
@@ -181,10 +188,10 @@ def test_a_changed_partition_entry_is_written_as_without_the_memo() -> None:
 def test_the_memos_keep_only_what_the_last_cycle_used() -> None:
     observation = started(*"abcdef")
     deciding.decide(observation, now=at(10))
-    assert (len(observations.READS), len(writes.BUILT)) == (6, 6)
+    assert len(writes.BUILT) == 6
     kept = tuple(p for p in observation.pods if p["metadata"]["name"] in ("a", "b"))
     observation = dataclasses.replace(observation, pods=kept)
     for second in range(11, 15):
         observation = steps(observation, at(second))
     deciding.decide(observation, now=at(20))
-    assert (len(observations.READS), len(writes.BUILT)) == (2, 2)
+    assert len(writes.BUILT) == 2

@@ -33,6 +33,7 @@ from eventhub_balancer.reconciling import (
     conflicts,
     coordinates,
     figures,
+    fleets,
     kubeevents,
     observations,
     pausing,
@@ -95,17 +96,27 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
         return _invalid(observation, now=now)
     spec = observation.spec
     wall = podstates.to_seconds(now)
-    pods = observations.pods(observation.pods, selector=spec.selector)
+    scope = fleets.scope_of(observation.namespace, observation.name, spec.selector)
+    fleet = fleets.advance(
+        fleets.last(scope),
+        scope=scope,
+        pods=observation.pods,
+        configmaps=observation.configmaps,
+        selector=spec.selector,
+        consumer=observation.name,
+    )
+    fleets.remember(fleet)
+    states = fleet.states
     overlap = conflicts.find(
         conflicts.peer(
             observation.body, spec=spec, namespace=observation.namespace, name=observation.name
         ),
         observation.peers,
-        pod_labels=conflicts.pod_labels(observation.pods, selector=spec.selector),
+        pod_labels=fleet.pod_labels(),
     )
     if overlap is not None:
-        return _refused(observation, overlap, pods=frozenset(pods.states), now=now)
-    maps = observations.stored_maps(observation.configmaps, consumer=observation.name)
+        return _refused(observation, overlap, pods=frozenset(states), now=now)
+    maps = fleet.stored_maps()
     previous = observation.status
     status_epochs = {
         str(k): v for k, v in (previous.get("epochs") or {}).items() if bounds.is_epoch(v)
@@ -113,13 +124,13 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
     checkpoints = observation.store.checkpoints or {}
     back = readbacks.read_back(
         maps=maps,
-        pods=pods.states,
+        pods=states,
         status=previous,
         stored_epochs={p: epoch for p, (epoch, _seq) in checkpoints.items()},
         now=now,
     )
     # New coordinates: the pods' partitions get higher epochs, in the record first.
-    moving = coordinates.change(spec=spec, maps=maps, pods=pods.states, assignment=back.assignment)
+    moving = coordinates.change(spec=spec, maps=maps, pods=states, assignment=back.assignment)
     if moving.raised:
         back = dataclasses.replace(back, assignment=moving.apply(back.assignment))
     listed = observation.hub.ids if observation.hub.fault is None else None
@@ -127,7 +138,7 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
         observation.hub.ids, back, gone=moving.hub_changed and listed is not None
     )
     options = spec.balancing.to_options()
-    members = readbacks.members(pods.states)
+    members = fleet.members
     if spec.paused:
         members = pausing.members(members, now=wall, options=options)
     lag = _lag(observation)
@@ -160,14 +171,18 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
         namespace=observation.namespace,
         assignment=plan.assignment,
         maps=maps,
-        pods=pods.states,
-        pod_annotations=pods.annotations if observation.annotate_pods else {},
+        pods=states,
+        pod_annotations=(
+            {name: read.annotations for name, read in fleet.pods.items()}
+            if observation.annotate_pods
+            else {}
+        ),
         problems=back.problems,
         annotate_pods=observation.annotate_pods,
     )
     concluded = verdicts.build(
         plan=plan,
-        pods=pods.states,
+        pods=states,
         partitions=partitions,
         hub=verdicts.hub(observation.hub, spec=spec),
         store=verdicts.store(observation.store, spec=spec, ignored=back.ignored),
@@ -189,7 +204,7 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
     outcome = statuses.Outcome(
         generation=observation.generation,
         partitions=partitions,
-        pods=pods.states,
+        pods=states,
         assignment=plan.assignment,
         floors=back.floors,
         owner_changes=sum(1 for m in plan.moves if m.kind != "revoke" and m.target is not None),
@@ -210,7 +225,7 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
         previous = {**previous, "assignment": record}
     decision = Decision(
         generation=observation.generation,
-        pods=frozenset(pods.states) | frozenset(m.pod for m in maps),
+        pods=frozenset(states) | frozenset(m.pod for m in maps),
         needs_checkpoints=unread and (gives_out or by_lag or bool(moving.raised)),
         needs_last_sequences=by_lag and hub_ok and observation.last_sequences is None,
         epochs=new_epochs if raises else None,
@@ -234,9 +249,9 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
             lag=lag,
             paused=spec.paused,
         ),
-        next_in=next_in(plan=plan, pods=pods.states, spec=spec, wall=wall),
+        next_in=next_in(plan=plan, pods=states, spec=spec, wall=wall),
     )
-    until = settled_until(decision, plan=plan, pods=pods.states, spec=spec, wall=wall)
+    until = settled_until(decision, plan=plan, pods=states, spec=spec, wall=wall)
     return dataclasses.replace(decision, settled_until=until)
 
 

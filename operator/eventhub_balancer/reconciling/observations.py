@@ -12,15 +12,13 @@ channel.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from eventhub_balancer import errors
-from eventhub_balancer.contracts import configmaps, podstates, specs
-from eventhub_balancer.reconciling import conflicts, memos
+from eventhub_balancer.contracts import configmaps, specs
+from eventhub_balancer.reconciling import conflicts
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -131,9 +129,9 @@ def stored_map(body: Mapping[str, Any]) -> StoredMap:
     )
 
 
-def _reads_as(stored: StoredMap, body: Mapping[str, Any]) -> bool:
+def reads_as(stored: StoredMap, body: Mapping[str, Any]) -> bool:
     """Whether ``stored`` is what `stored_map` gives for ``body``: everything it reads is equal
-    (equal strings compare by identity first, so an unchanged body costs no parse)."""
+    (equal strings compare by identity first, so an unchanged body costs no parse; `fleets`)."""
     meta = body.get("metadata") or {}
     return (
         stored.data == (body.get("data") or {})
@@ -141,77 +139,3 @@ def _reads_as(stored: StoredMap, body: Mapping[str, Any]) -> bool:
         and stored.name == str(meta.get("name", ""))
         and stored.label_pod == str((meta.get("labels") or {}).get(configmaps.LABEL_POD, ""))
     )
-
-
-#: The ConfigMaps read in each consumer's last cycle, by (uid, resourceVersion): an unchanged
-#: ConfigMap is not parsed again.
-READS: memos.Memo[tuple[str, str], StoredMap] = memos.Memo()
-
-
-def stored_maps(bodies: Sequence[Mapping[str, Any]], *, consumer: str) -> list[StoredMap]:
-    """The ConfigMaps of ``consumer``; a corrupt one (no consumer in its data) is still ours
-    by its label, so that it is repaired or deleted rather than ignored."""
-    namespace = str(((bodies[0].get("metadata") or {}) if bodies else {}).get("namespace", ""))
-    found: list[StoredMap] = []
-    with READS.round((namespace, consumer)) as memo:
-        for body in bodies:
-            meta = body.get("metadata") or {}
-            key = (str(meta.get("uid", "")), str(meta.get("resourceVersion", "")))
-            read = memo.get(
-                key,
-                fits=functools.partial(_reads_as, body=body),
-                compute=functools.partial(stored_map, body),
-            )
-            if read.parsed.consumer in (consumer, ""):
-                found.append(read)
-    return found
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Pods:
-    """The consumer's pods: their member states and their annotations, by name."""
-
-    states: Mapping[str, podstates.PodState]
-    annotations: Mapping[str, Mapping[str, str]]
-
-
-#: Each pod's member state as read in its consumer's last cycle, with what it was read from
-#: (`podstates.state_inputs`, a copy): an unchanged pod is not read again.
-STATES: memos.Memo[tuple[str, str], tuple[tuple[object, ...], podstates.PodState]] = memos.Memo()
-
-
-def _state_of(
-    body: Mapping[str, Any], read: tuple[object, ...]
-) -> tuple[tuple[object, ...], podstates.PodState]:
-    return copy.deepcopy(read), podstates.pod_state(body)
-
-
-def _reads_same(
-    kept: tuple[tuple[object, ...], podstates.PodState], read: tuple[object, ...]
-) -> bool:
-    return kept[0] == read
-
-
-def pods(bodies: Sequence[Mapping[str, Any]], *, selector: specs.Selector) -> Pods:
-    """The pods that ``selector`` matches (a list call may be looser than the selector)."""
-    matching = [
-        p for p in bodies if selector.matches((p.get("metadata") or {}).get("labels") or {})
-    ]
-    namespace = str(((bodies[0].get("metadata") or {}) if bodies else {}).get("namespace", ""))
-    states: dict[str, podstates.PodState] = {}
-    with STATES.round((namespace, selector.to_query())) as memo:
-        for p in matching:
-            read = podstates.state_inputs(p)
-            _, state = memo.get(
-                (str(read[0]), str(read[1])),
-                fits=functools.partial(_reads_same, read=read),
-                compute=functools.partial(_state_of, p, read),
-            )
-            if state.name:
-                states[state.name] = state
-    annotations = {
-        str((p.get("metadata") or {}).get("name")): (p.get("metadata") or {}).get("annotations")
-        or {}
-        for p in matching
-    }
-    return Pods(states=states, annotations=annotations)

@@ -1,0 +1,229 @@
+"""A fleet advanced by what changed is the fleet read whole, and reads only what changed.
+
+`fleets.advance` carries each pod and ConfigMap over from the last fleet when its body is the
+same object or reads the same, and reads it again otherwise: whatever the changes, the
+advanced fleet equals `fleets.build` over the same bodies, and says which changed.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+from typing import Any
+
+import pytest
+
+from eventhub_balancer.contracts import configmaps, podstates
+from eventhub_balancer.reconciling import fleets, observations
+from tests.reconciling import bodies
+from tests.reconciling.bodies import pod
+
+SPEC = bodies.observe(pods=[]).spec
+assert SPEC is not None
+SELECTOR = SPEC.selector
+SCOPE = fleets.scope_of(bodies.NS, bodies.NAME, SELECTOR)
+
+
+def configmap(
+    *, pod_name: str = "a", rv: str = "1", partitions: str = '{"0":{"epoch":1,"state":"owned"}}'
+) -> Any:
+    assert SPEC is not None
+    data = configmaps.build_data(
+        spec=SPEC, consumer=bodies.NAME, pod=pod_name, generation=1, partitions={}
+    )
+    data[configmaps.KEY_PARTITIONS] = partitions
+    return {
+        "metadata": {
+            "name": f"ehb-orders-{pod_name}",
+            "namespace": bodies.NS,
+            "uid": f"uid-cm-{pod_name}",
+            "resourceVersion": rv,
+            "labels": configmaps.labels(consumer=bodies.NAME, pod=pod_name),
+            "annotations": {configmaps.ANNOTATION_POD_UID: f"uid-{pod_name}"},
+        },
+        "data": data,
+    }
+
+
+def advance(previous: fleets.Fleet | None, pods: Any = (), maps: Any = ()) -> fleets.Fleet:
+    return fleets.advance(
+        previous,
+        scope=SCOPE,
+        pods=pods,
+        configmaps=maps,
+        selector=SELECTOR,
+        consumer=bodies.NAME,
+    )
+
+
+def whole(pods: Any = (), maps: Any = ()) -> fleets.Fleet:
+    return fleets.build(
+        scope=SCOPE, pods=pods, configmaps=maps, selector=SELECTOR, consumer=bodies.NAME
+    )
+
+
+def same(a: fleets.Fleet, b: fleets.Fleet) -> None:
+    """Everything a decision reads of the two fleets is equal."""
+    assert a.states == b.states
+    assert list(a.states) == list(b.states)
+    assert a.stored == b.stored
+    assert list(a.stored) == list(b.stored)
+    assert (a.names, a.name_keys) == (b.names, b.name_keys)
+    assert (a.members, a.member_keys) == (b.members, b.member_keys)
+    assert a.label_sets == b.label_sets
+    assert {n: r.annotations for n, r in a.pods.items()} == {
+        n: r.annotations for n, r in b.pods.items()
+    }
+
+
+# --- ConfigMaps ---
+
+
+def read(previous: fleets.Fleet | None, body: Any) -> tuple[fleets.Fleet, observations.StoredMap]:
+    fleet = advance(previous, maps=[body])
+    (found,) = fleet.stored_maps()
+    return fleet, found
+
+
+def test_an_unchanged_configmap_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    body = configmap()
+    expected = observations.stored_map(body)
+    fleet, _ = read(None, body)
+    calls: list[object] = []
+    parse = configmaps.parse_data
+
+    def counted(data: object) -> configmaps.ParsedData:
+        calls.append(data)
+        return parse(data)
+
+    monkeypatch.setattr(configmaps, "parse_data", counted)
+    again, found = read(fleet, copy.deepcopy(body))  # an equal body, as a new event has it
+    assert found == expected
+    assert calls == []
+    assert again is fleet  # nothing changed: the same fleet
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda b: b["metadata"].update(resourceVersion="2"), id="resourceVersion"),
+        pytest.param(
+            lambda b: b["data"].update(partitions='{"0":{"epoch":2,"state":"revoking"}}'),
+            id="data-same-resourceVersion",
+        ),
+        pytest.param(
+            lambda b: b["metadata"]["annotations"].update(
+                {configmaps.ANNOTATION_RELEASED: '{"0":1}'}
+            ),
+            id="annotation-same-resourceVersion",
+        ),
+        pytest.param(lambda b: b["data"].pop(configmaps.KEY_POD), id="pod-from-the-label"),
+        pytest.param(lambda b: b["metadata"].update(name="renamed"), id="name"),
+    ],
+)
+def test_a_changed_configmap_reads_as_if_nothing_were_kept(change: Any) -> None:
+    body = configmap()
+    fleet, _ = read(None, body)
+    changed = copy.deepcopy(body)
+    change(changed)
+    fleet, found = read(fleet, changed)
+    assert found == observations.stored_map(changed)
+    _, back = read(fleet, body)
+    assert back == observations.stored_map(body)  # and back
+
+
+def test_another_consumers_configmap_is_not_in_the_fleet() -> None:
+    theirs = configmap(pod_name="b")
+    theirs["data"][configmaps.KEY_CONSUMER] = "payments"
+    fleet = advance(None, maps=[configmap(), theirs])
+    assert list(fleet.stored) == ["ehb-orders-a"]
+    assert advance(fleet, maps=[configmap()]) is fleet
+
+
+# --- pods ---
+
+
+def test_only_the_changed_pod_is_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    pods = [pod(n) for n in "abcdef"]
+    fleet = advance(None, pods=pods)
+    read_again: list[str] = []
+    pod_state = podstates.pod_state
+
+    def counted(body: Any) -> podstates.PodState:
+        read_again.append(body["metadata"]["name"])
+        return pod_state(body)
+
+    monkeypatch.setattr(podstates, "pod_state", counted)
+    changed = [*copy.deepcopy(pods[:2]), pod("c", ready=False, since=9.0), *pods[3:]]
+    next_fleet = advance(fleet, pods=changed)
+    assert read_again == ["c"]
+    assert next_fleet.changed_pods == {"c"}
+    assert next_fleet.changed_maps == set()
+    assert next_fleet.parent == fleet.serial
+    same(next_fleet, whole(changed))
+
+
+def test_a_pod_that_no_longer_matches_leaves_the_fleet() -> None:
+    fleet = advance(None, pods=[pod("a"), pod("b")])
+    moved = advance(fleet, pods=[pod("a"), pod("b", labels={"app": "other"})])
+    assert moved.changed_pods == {"b"}
+    assert list(moved.states) == ["a"]
+    assert moved.names == ("a",)
+    assert [m.name for m in moved.members] == ["a"]
+
+
+def test_another_scope_reads_whole() -> None:
+    fleet = advance(None, pods=[pod("a")])
+    other = fleets.advance(
+        fleet,
+        scope=("elsewhere",),
+        pods=[pod("a")],
+        configmaps=(),
+        selector=SELECTOR,
+        consumer=bodies.NAME,
+    )
+    assert other.parent is None
+    assert other.changed_pods == {"a"}
+
+
+def random_pod(rng: random.Random, name: str) -> Any:
+    body = pod(
+        name,
+        ready=rng.random() < 0.7,
+        since=float(rng.randrange(5)),
+        labels={"app": "c", "shard": str(rng.randrange(3))} if rng.random() < 0.9 else {},
+    )
+    roll = rng.random()
+    if roll < 0.1:
+        body["metadata"]["deletionTimestamp"] = body["metadata"]["creationTimestamp"]
+    elif roll < 0.15:
+        body["status"]["phase"] = "Succeeded"
+    if rng.random() < 0.2:
+        body["metadata"]["annotations"] = {"note": str(rng.randrange(3))}
+    return body
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_advancing_through_random_changes_is_reading_whole(seed: int) -> None:
+    rng = random.Random(seed)
+    names = [f"p-{i}" for i in range(12)] + ["p-100", "q", "p-2a"]
+    pods = {n: random_pod(rng, n) for n in rng.sample(names, 8)}
+    maps = {n: configmap(pod_name=n) for n in rng.sample(names, 5)}
+    fleet = advance(None, list(pods.values()), list(maps.values()))
+    for _ in range(30):
+        for name in rng.sample(names, rng.randrange(4)):
+            if name in pods and rng.random() < 0.3:
+                del pods[name]
+            else:
+                pods[name] = random_pod(rng, name)
+        for name in rng.sample(names, rng.randrange(3)):
+            if name in maps and rng.random() < 0.3:
+                del maps[name]
+            else:
+                maps[name] = configmap(
+                    pod_name=name,
+                    partitions=f'{{"{rng.randrange(4)}":{{"epoch":1,"state":"owned"}}}}',
+                )
+        listed = [copy.deepcopy(b) if rng.random() < 0.5 else b for b in pods.values()]
+        fleet = advance(fleet, listed, list(maps.values()))
+        same(fleet, whole(listed, list(maps.values())))
