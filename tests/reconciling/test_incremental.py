@@ -20,6 +20,7 @@ from eventhub_balancer.reconciling import (
     coordinates,
     deciding,
     fleets,
+    needs,
     observations,
     readbacks,
     statuses,
@@ -44,6 +45,7 @@ def forget() -> None:
         cache.clear()
     models.name_key.cache_clear()
     fleets.forget()
+    needs.forget()
 
 
 def cold(observation: observations.Observation, *, now: Any) -> deciding.Decision:

@@ -14,13 +14,14 @@ import pytest
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import configmaps, podstates, specs
-from eventhub_balancer.reconciling import deciding, fleets, observations, writes
+from eventhub_balancer.reconciling import deciding, fleets, needs, observations, writes
 from tests.reconciling import bodies
 from tests.reconciling.bodies import at, pod
 
 
 def forget() -> None:
     fleets.forget()
+    needs.forget()
     writes.BUILT.clear()
     writes.SPECS.clear()
 

@@ -35,6 +35,7 @@ from eventhub_balancer.reconciling import (
     figures,
     fleets,
     kubeevents,
+    needs,
     observations,
     pausing,
     readbacks,
@@ -165,18 +166,12 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
     raises = any(new_epochs.get(p, 0) > status_epochs.get(p, 0) for p in new_epochs)
     if raises:
         previous = {**previous, "epochs": new_epochs}
-    planned = writes.derive_writes(
+    planned = needs.derive(
+        fleet=fleet,
         spec=spec,
         consumer=observation.name,
         namespace=observation.namespace,
         assignment=plan.assignment,
-        maps=maps,
-        pods=states,
-        pod_annotations=(
-            {name: read.annotations for name, read in fleet.pods.items()}
-            if observation.annotate_pods
-            else {}
-        ),
         problems=back.problems,
         annotate_pods=observation.annotate_pods,
     )

@@ -39,9 +39,11 @@ class Memo(Generic[K, V]):
         self._scopes: collections.OrderedDict[Hashable, dict[K, V]] = collections.OrderedDict()
         self._size = 0
 
-    def round(self, scope: Hashable) -> Round[K, V]:
-        """One use of the memo for ``scope`` (a consumer): close it to keep what it used."""
-        return Round(self, scope, self._scopes.get(scope, {}))
+    def round(self, scope: Hashable, *, partial: bool = False) -> Round[K, V]:
+        """One use of the memo for ``scope`` (a consumer): close it to keep what it used;
+        ``partial``: it looks up only what changed, and keeps the rest but what it `drop`s."""
+        kept = self._scopes.get(scope, {})
+        return Round(self, scope, kept, used=dict(kept) if partial else None)
 
     def __len__(self) -> int:
         return self._size
@@ -61,11 +63,17 @@ class Memo(Generic[K, V]):
 class Round(Generic[K, V]):
     """The lookups of one call; `close` (or leaving the ``with`` block) keeps them."""
 
-    def __init__(self, memo: Memo[K, V], scope: Hashable, kept: dict[K, V]) -> None:
+    def __init__(
+        self, memo: Memo[K, V], scope: Hashable, kept: dict[K, V], *, used: dict[K, V] | None
+    ) -> None:
         self._memo = memo
         self._scope = scope
         self._kept = kept
-        self._used: dict[K, V] = {}
+        self._used: dict[K, V] = {} if used is None else used
+
+    def drop(self, key: K) -> None:
+        """Keep no entry for ``key`` (a partial round's pod that is gone)."""
+        self._used.pop(key, None)
 
     def get(self, key: K, *, fits: Callable[[V], bool], compute: Callable[[], V]) -> V:
         """The value kept for ``key`` if it ``fits`` the inputs at hand, else ``compute()``."""

@@ -86,7 +86,7 @@ SPECS: memos.Memo[str, specs.ConsumerSpec] = memos.Memo()
 #: Sized for a fleet of 1,024 pods with their ConfigMaps, and the churn of a few cycles.
 NAMES_KEPT = 8192
 _name_key = functools.lru_cache(maxsize=NAMES_KEPT)(models.name_key)
-_configmap_name = functools.lru_cache(maxsize=NAMES_KEPT)(configmaps.configmap_name)
+configmap_name = functools.lru_cache(maxsize=NAMES_KEPT)(configmaps.configmap_name)
 
 
 def _data(
@@ -127,12 +127,12 @@ def by_owner(
     grouped: dict[str, dict[models.PartitionId, configmaps.PartitionEntry]] = {}
     for pid, o in assignment.items():
         if o.owner is not None:
-            grouped.setdefault(o.owner, {})[pid] = _entry(o.epoch, o.state, o.since)
+            grouped.setdefault(o.owner, {})[pid] = entry(o.epoch, o.state, o.since)
     return grouped
 
 
 @functools.lru_cache(maxsize=NAMES_KEPT)
-def _entry(epoch: int, state: models.OwnershipState, since: float) -> configmaps.PartitionEntry:
+def entry(epoch: int, state: models.OwnershipState, since: float) -> configmaps.PartitionEntry:
     # The same entry object cycle after cycle: a pod's partitions compare by identity first.
     return configmaps.PartitionEntry(epoch=epoch, state=state, since=podstates.from_seconds(since))
 
@@ -171,6 +171,149 @@ def derive_writes(
         )
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PodWrites:
+    """What one pod needs: the name of its ConfigMap (None: it needs none, and one left over
+    is deleted), and the ConfigMap write and pod annotation that differ, if any."""
+
+    wanted: str | None = None
+    map: MapWrite | None = None
+    annotation: PodAnnotation | None = None
+
+
+NOTHING = PodWrites()
+
+
+def map_of(
+    pod: str,
+    *,
+    consumer: str,
+    by_name: Mapping[str, observations.StoredMap],
+    by_pod: Mapping[str, Sequence[str]],
+) -> observations.StoredMap | None:
+    """The pod's ConfigMap: the one of its name, else the first (by name) that is for it, so
+    that one written under an older naming scheme is updated in place rather than
+    duplicated."""
+    cm = by_name.get(configmap_name(consumer=consumer, pod=pod))
+    if cm is None and (named := by_pod.get(pod)):
+        cm = by_name[named[0]]
+    return cm
+
+
+def pod_writes(
+    pod: podstates.PodState,
+    *,
+    spec: specs.ConsumerSpec,
+    consumer: str,
+    namespace: str,
+    partitions: Mapping[models.PartitionId, configmaps.PartitionEntry],
+    cm: observations.StoredMap | None,
+    annotations: Mapping[str, str],
+    problem: bool,
+    annotate_pods: bool,
+    built: memos.Round[str, Built],
+) -> PodWrites:
+    """What ``pod`` needs written for ``partitions``, given its ConfigMap ``cm`` as read."""
+    if pod.state is None:
+        return NOTHING
+    name = cm.name if cm is not None else configmap_name(consumer=consumer, pod=pod.name)
+    if cm is None and not partitions and pod.state == "terminating":
+        return NOTHING
+    same_pod = cm is not None and (not cm.pod_uid or cm.pod_uid == pod.uid) and cm.pod == pod.name
+    current = cm.data if (cm is not None and same_pod) else None
+    if cm is not None and not same_pod:
+        # Keep counting generations up: the pod may compare them across incarnations.
+        current = {configmaps.KEY_GENERATION: str(cm.parsed.generation)}
+    data = configmaps.desired_data(
+        spec=spec,
+        consumer=consumer,
+        pod=pod.name,
+        partitions=partitions,
+        current=current,
+        build=functools.partial(
+            _data, built, spec=spec, consumer=consumer, pod=pod.name, partitions=partitions
+        ),
+    )
+    before = {pid: e.epoch for pid, e in (cm.parsed.partitions.items() if cm is not None else ())}
+    gains = any(before.get(pid, -1) < e.epoch for pid, e in partitions.items())
+    write: MapWrite | None = None
+    if cm is None:
+        assert data is not None
+        write = MapWrite(
+            name=name,
+            pod=pod.name,
+            pod_uid=pod.uid,
+            create=True,
+            resource_version=None,
+            gains=gains,
+            body={
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "labels": configmaps.labels(consumer=consumer, pod=pod.name),
+                    "annotations": {configmaps.ANNOTATION_POD_UID: pod.uid},
+                    "ownerReferences": [_owner_reference(pod)],
+                },
+                "data": data,
+            },
+        )
+    elif data is not None or not same_pod or problem:
+        if data is None:  # parsed cleanly but flagged (e.g. a claim it lost): rewrite
+            data = configmaps.build_data(
+                spec=spec,
+                consumer=consumer,
+                pod=pod.name,
+                generation=cm.parsed.generation + 1,
+                partitions=partitions,
+            )
+        patch: dict[str, Any] = {"data": {**{k: None for k in cm.data if k not in data}, **data}}
+        if not same_pod:
+            patch["metadata"] = {
+                "annotations": {
+                    configmaps.ANNOTATION_POD_UID: pod.uid,
+                    configmaps.ANNOTATION_RELEASED: None,
+                    configmaps.ANNOTATION_APPLIED_GENERATION: None,
+                },
+                "labels": configmaps.labels(consumer=consumer, pod=pod.name),
+                "ownerReferences": [_owner_reference(pod)],
+            }
+        write = MapWrite(
+            name=name,
+            pod=pod.name,
+            pod_uid=pod.uid,
+            create=False,
+            resource_version=cm.resource_version or None,
+            gains=gains,
+            body=patch,
+        )
+    annotation = None
+    if annotate_pods and pod.state != "terminating":
+        desired = configmaps.pod_annotations(consumer=consumer, partitions=partitions)
+        has_ours = configmaps.POD_ANNOTATION_PARTITIONS in annotations
+        differs = any(annotations.get(k) != v for k, v in desired.items())
+        if differs and (partitions or has_ours):
+            annotation = PodAnnotation(pod=pod.name, annotations=desired)
+    return PodWrites(wanted=name, map=write, annotation=annotation)
+
+
+def assemble(needs: Sequence[PodWrites], unwanted: Sequence[observations.StoredMap]) -> Writes:
+    """The cycle's writes from the pods that need one and the ConfigMaps nobody wants.
+    Gaining ConfigMaps first: the record in the status, not these, says who owns what."""
+    maps = sorted(
+        (n.map for n in needs if n.map is not None), key=lambda w: (not w.gains, _name_key(w.name))
+    )
+    deletes = [
+        MapDelete(name=cm.name, uid=cm.uid, pod=cm.pod)
+        for cm in sorted(unwanted, key=lambda m: _name_key(m.name))
+    ]
+    annotate = sorted(
+        (n.annotation for n in needs if n.annotation is not None), key=lambda a: _name_key(a.pod)
+    )
+    return Writes(maps=tuple(maps), deletes=tuple(deletes), pods=tuple(annotate))
+
+
 def _derive_writes(
     *,
     spec: specs.ConsumerSpec,
@@ -185,116 +328,26 @@ def _derive_writes(
     built: memos.Round[str, Built],
 ) -> Writes:
     by_name = {cm.name: cm for cm in maps}
-    ordered_maps = sorted(maps, key=lambda m: _name_key(m.name))
-    # A pod's ConfigMap is found by the pod it is for (its data, else its label), so that one
-    # written under an older naming scheme is updated in place rather than duplicated.
-    by_pod: dict[str, observations.StoredMap] = {}
-    for stored in ordered_maps:
-        by_pod.setdefault(stored.pod, stored)
-    writes: list[MapWrite] = []
-    deletes: list[MapDelete] = []
-    annotate: list[PodAnnotation] = []
-    wanted: set[str] = set()
+    by_pod: dict[str, list[str]] = {}
+    for stored in sorted(maps, key=lambda m: _name_key(m.name)):
+        by_pod.setdefault(stored.pod, []).append(stored.name)
     owners = by_owner(assignment)
-    for pod in sorted(pods.values(), key=lambda p: _name_key(p.name)):
-        if pod.state is None:
-            continue
-        partitions = owners.get(pod.name, {})
-        cm = by_name.get(_configmap_name(consumer=consumer, pod=pod.name))
-        if cm is None:
-            cm = by_pod.get(pod.name)
-        name = cm.name if cm is not None else _configmap_name(consumer=consumer, pod=pod.name)
-        if cm is None and not partitions and pod.state == "terminating":
-            continue
-        wanted.add(name)
-        same_pod = (
-            cm is not None and (not cm.pod_uid or cm.pod_uid == pod.uid) and cm.pod == pod.name
-        )
-        current = cm.data if (cm is not None and same_pod) else None
-        if cm is not None and not same_pod:
-            # Keep counting generations up: the pod may compare them across incarnations.
-            current = {configmaps.KEY_GENERATION: str(cm.parsed.generation)}
-        data = configmaps.desired_data(
-            spec=spec,
-            consumer=consumer,
-            pod=pod.name,
-            partitions=partitions,
-            current=current,
-            build=functools.partial(
-                _data, built, spec=spec, consumer=consumer, pod=pod.name, partitions=partitions
-            ),
-        )
-        before = {
-            pid: e.epoch for pid, e in (cm.parsed.partitions.items() if cm is not None else ())
-        }
-        gains = any(before.get(pid, -1) < e.epoch for pid, e in partitions.items())
-        if cm is None:
-            assert data is not None
-            writes.append(
-                MapWrite(
-                    name=name,
-                    pod=pod.name,
-                    pod_uid=pod.uid,
-                    create=True,
-                    resource_version=None,
-                    gains=gains,
-                    body={
-                        "apiVersion": "v1",
-                        "kind": "ConfigMap",
-                        "metadata": {
-                            "name": name,
-                            "namespace": namespace,
-                            "labels": configmaps.labels(consumer=consumer, pod=pod.name),
-                            "annotations": {configmaps.ANNOTATION_POD_UID: pod.uid},
-                            "ownerReferences": [_owner_reference(pod)],
-                        },
-                        "data": data,
-                    },
-                )
+    needs: list[PodWrites] = []
+    for pod in pods.values():
+        cm = map_of(pod.name, consumer=consumer, by_name=by_name, by_pod=by_pod)
+        needs.append(
+            pod_writes(
+                pod,
+                spec=spec,
+                consumer=consumer,
+                namespace=namespace,
+                partitions=owners.get(pod.name, {}),
+                cm=cm,
+                annotations=pod_annotations.get(pod.name, {}),
+                problem=cm is not None and cm.name in problems,
+                annotate_pods=annotate_pods,
+                built=built,
             )
-        elif data is not None or not same_pod or cm.name in problems:
-            if data is None:  # parsed cleanly but flagged (e.g. a claim it lost): rewrite
-                data = configmaps.build_data(
-                    spec=spec,
-                    consumer=consumer,
-                    pod=pod.name,
-                    generation=cm.parsed.generation + 1,
-                    partitions=partitions,
-                )
-            patch: dict[str, Any] = {
-                "data": {**{k: None for k in cm.data if k not in data}, **data}
-            }
-            if not same_pod:
-                patch["metadata"] = {
-                    "annotations": {
-                        configmaps.ANNOTATION_POD_UID: pod.uid,
-                        configmaps.ANNOTATION_RELEASED: None,
-                        configmaps.ANNOTATION_APPLIED_GENERATION: None,
-                    },
-                    "labels": configmaps.labels(consumer=consumer, pod=pod.name),
-                    "ownerReferences": [_owner_reference(pod)],
-                }
-            writes.append(
-                MapWrite(
-                    name=name,
-                    pod=pod.name,
-                    pod_uid=pod.uid,
-                    create=False,
-                    resource_version=cm.resource_version or None,
-                    gains=gains,
-                    body=patch,
-                )
-            )
-        if annotate_pods and pod.state != "terminating":
-            desired = configmaps.pod_annotations(consumer=consumer, partitions=partitions)
-            current_annotations = pod_annotations.get(pod.name, {})
-            has_ours = configmaps.POD_ANNOTATION_PARTITIONS in current_annotations
-            differs = any(current_annotations.get(k) != v for k, v in desired.items())
-            if differs and (partitions or has_ours):
-                annotate.append(PodAnnotation(pod=pod.name, annotations=desired))
-    for cm in ordered_maps:
-        if cm.name not in wanted:
-            deletes.append(MapDelete(name=cm.name, uid=cm.uid, pod=cm.pod))
-    # Gaining ConfigMaps first: the record in the status, not these, says who owns what.
-    writes.sort(key=lambda w: (not w.gains, _name_key(w.name)))
-    return Writes(maps=tuple(writes), deletes=tuple(deletes), pods=tuple(annotate))
+        )
+    wanted = {n.wanted for n in needs}
+    return assemble(needs, [cm for cm in maps if cm.name not in wanted])
