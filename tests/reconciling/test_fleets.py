@@ -100,7 +100,7 @@ def test_an_unchanged_configmap_is_parsed_once(monkeypatch: pytest.MonkeyPatch) 
     again, found = read(fleet, copy.deepcopy(body))  # an equal body, as a new event has it
     assert found == expected
     assert calls == []
-    assert again is fleet  # nothing changed: the same fleet
+    assert again.serial == fleet.serial  # nothing changed: the same fleet, re-pointed
 
 
 @pytest.mark.parametrize(
@@ -137,7 +137,7 @@ def test_another_consumers_configmap_is_not_in_the_fleet() -> None:
     theirs["data"][configmaps.KEY_CONSUMER] = "payments"
     fleet = advance(None, maps=[configmap(), theirs])
     assert list(fleet.stored) == ["ehb-orders-a"]
-    assert advance(fleet, maps=[configmap()]) is fleet
+    assert advance(fleet, maps=[configmap()]).serial == fleet.serial
 
 
 # --- pods ---
@@ -227,3 +227,24 @@ def test_advancing_through_random_changes_is_reading_whole(seed: int) -> None:
         listed = [copy.deepcopy(b) if rng.random() < 0.5 else b for b in pods.values()]
         fleet = advance(fleet, listed, list(maps.values()))
         same(fleet, whole(listed, list(maps.values())))
+
+
+def test_the_same_bodies_again_are_found_by_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    pods, maps = [pod("a"), pod("b")], [configmap()]
+    fleet = advance(advance(None, pods, maps), copy.deepcopy(pods), copy.deepcopy(maps))
+    again = (list(fleet.pods[n].body for n in ("a", "b")), [fleet.maps["ehb-orders-a"].body])
+    compared: list[str] = []
+    state_inputs, reads_as = podstates.state_inputs, observations.reads_as
+
+    def counted_pod(body: Any) -> Any:
+        compared.append("pod")
+        return state_inputs(body)
+
+    def counted_map(stored: Any, body: Any) -> bool:
+        compared.append("map")
+        return reads_as(stored, body)
+
+    monkeypatch.setattr(podstates, "state_inputs", counted_pod)
+    monkeypatch.setattr(observations, "reads_as", counted_map)
+    assert advance(fleet, *again) is fleet
+    assert compared == []

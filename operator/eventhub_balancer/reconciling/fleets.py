@@ -91,8 +91,6 @@ def read_pod(body: Body) -> PodRead:
 
 
 def _same_pod(kept: PodRead, body: Body) -> bool:
-    if kept.body is body:
-        return True
     meta = body.get("metadata") or {}
     return (
         kept.inputs == podstates.state_inputs(body)
@@ -117,8 +115,6 @@ def _read_map(body: Body) -> MapRead:
 def _same_map(kept: MapRead, body: Body) -> bool:
     """The same object, or one that reads the same, uid and resourceVersion included (a write
     names the version it read)."""
-    if kept.body is body:
-        return True
     meta = body.get("metadata") or {}
     return (
         kept.stored.resource_version == str(meta.get("resourceVersion", ""))
@@ -231,11 +227,16 @@ def advance(
     reads: dict[str, PodRead] = {}
     changed_pods: set[str] = set()
     kept_pods = previous.pods
+    repointed = False
     for body in pods:
         name = _name(body)
         kept = kept_pods.get(name)
-        if kept is not None and _same_pod(kept, body):
+        if kept is not None and kept.body is body:
             reads[name] = kept
+        elif kept is not None and _same_pod(kept, body):
+            # Kept, and pointed at this body: the next cycle's same object is found by identity.
+            reads[name] = dataclasses.replace(kept, body=body)
+            repointed = True
         elif name and _matches(selector, body):
             reads[name] = read_pod(body)
             changed_pods.add(name)
@@ -246,8 +247,12 @@ def advance(
     for body in configmaps:
         name = _name(body)
         kept_map = kept_maps.get(name)
-        if kept_map is not None and _same_map(kept_map, body):
+        if kept_map is not None and kept_map.body is body:
             maps[name] = kept_map
+            continue
+        if kept_map is not None and _same_map(kept_map, body):
+            maps[name] = dataclasses.replace(kept_map, body=body)
+            repointed = True
             continue
         read = _read_map(body)
         if read.stored.parsed.consumer in (consumer, ""):
@@ -255,7 +260,8 @@ def advance(
             changed_maps.add(read.stored.name)
     changed_maps.update(kept_maps.keys() - maps.keys())
     if not (changed_pods or changed_maps):
-        return previous
+        # The same fleet (its serial too), with the bodies as given this time.
+        return dataclasses.replace(previous, pods=reads, maps=maps) if repointed else previous
     states = dict(previous.states)
     for name in changed_pods:
         if name in reads:
