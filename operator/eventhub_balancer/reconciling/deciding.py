@@ -3,8 +3,10 @@
 From what was read (`observations.Observation`) to everything there is to write: the epochs
 for status (written first), the ConfigMap and pod writes (`writes`), the rest of the status
 (`statuses`), the Events (`kubeevents`), the metrics (`figures`) and when to come back
-(``next_in``). The steps, in order: read the assignment back (`readbacks`), decide the
-partition list, plan (`balancing.planning`), conclude the conditions (`verdicts`).
+(``next_in``). The steps, in order: advance the consumer's fleet (`fleets`: the pods and
+ConfigMaps read again only where they changed), read the assignment back (`readbacks`),
+decide the partition list, plan (`balancing.planning`), derive the writes of the pods
+something concerns (`needs`), conclude the conditions (`verdicts`).
 
 Reading the checkpoint blobs costs a listing of the container, so the first decision is
 taken without them; when it gives a partition a new owner (the blobs' epochs are a floor for

@@ -7,9 +7,11 @@ sees its partition taken before its successor was told; `handlers.writing` keeps
 The pod annotations are informational and optional (``annotate_pods``): without them the
 operator needs no ``patch`` on pods.
 
-Each pod's data is built once for the inputs that determine it (`memos`): a pod whose
-partitions, generation and spec are those of the last cycle costs a lookup and a comparison
-of small values, not a JSON dump, so a cycle's work grows with what changed.
+What one pod needs is `pod_writes`; `derive_writes` asks it of every pod, and
+`needs.derive` (what a decision uses) only of the pods something concerns, keeping the rest
+from the last decision. Each pod's data is built once for the inputs that determine it
+(`memos`): a pod whose partitions, generation and spec are those of the last cycle costs a
+lookup and a comparison of small values, not a JSON dump.
 """
 
 from __future__ import annotations
