@@ -100,14 +100,16 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
     spec = observation.spec
     wall = podstates.to_seconds(now)
     scope = fleets.scope_of(observation.namespace, observation.name, spec.selector)
-    fleet = fleets.advance(
-        fleets.last(scope),
-        scope=scope,
-        pods=observation.pods,
-        configmaps=observation.configmaps,
-        selector=spec.selector,
-        consumer=observation.name,
-    )
+    fleet = observation.fleet
+    if fleet is None or fleet.scope != scope:
+        fleet = fleets.advance(
+            fleets.last(scope),
+            scope=scope,
+            pods=observation.pods,
+            configmaps=observation.configmaps,
+            selector=spec.selector,
+            consumer=observation.name,
+        )
     fleets.remember(fleet)
     states = fleet.states
     overlap = conflicts.find(

@@ -2,19 +2,25 @@
 
 A cycle's observation holds every pod and ConfigMap of the consumer, but from one cycle to the
 next only a few of them change. A `Fleet` keeps what the decision reads of each (the member
-state, the labels and annotations, the parsed ConfigMap) with the sorted members the planner
-takes, and `advance` makes the next fleet from the last one: what did not change is carried
-over as it is, and each pod and ConfigMap that did is read again. It says which changed
-(``changed_pods``, ``changed_maps``), so that the steps after it (`readbacks`, `writes`,
-`statuses`) work on those alone.
+state, the labels and annotations, the parsed ConfigMap), and what it sums up of them (the
+planner's sorted members, each pod's current ConfigMap, the pods that are NotReady or report
+partitions in trouble, the distinct label sets). The next fleet is made from the last one by
+the changes alone: `advance_by` takes the bodies of the pods and ConfigMaps that changed (the
+watch's cache names them), `advance` takes every body and finds the changed ones by identity.
+Either way each sum is patched at the changed names, never recomputed over the fleet, and the
+fleet says which pods, ConfigMaps and current ConfigMaps changed, so that the steps after it
+(`readbacks`, `needs`, `statuses`) work on those alone.
 
 What tells that a body did not change: it is the very object read last time (the watch's
 cache hands out the same object until an event replaces it), or what the decision reads of it
-is equal (a new object, as a watch event or a test gives it). A resourceVersion is never
-taken for the content: `advance` carries over no body that reads otherwise.
+is equal (a new object, as a watch event or a test gives it; for a ConfigMap also its uid and
+resourceVersion, which a write names). A resourceVersion alone is never taken for the
+content.
 
-A fleet never changes a decision: advancing gives the fleet that reading every body afresh
-gives (`build`), and `tests/reconciling/test_fleets.py` holds it to that.
+A fleet never changes a decision: a fleet advanced through any changes is the fleet that
+reading every body whole gives (`build`, which is `advance_by` from an empty fleet), and
+`tests/reconciling/test_fleets.py` holds it to that. Nothing in a decision depends on the
+order of the fleet's mappings; ``names`` and ``members`` are sorted by `models.name_key`.
 """
 
 from __future__ import annotations
@@ -23,22 +29,25 @@ import bisect
 import collections
 import copy
 import dataclasses
+import functools
 import itertools
-from collections.abc import Hashable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import podstates, specs
+from eventhub_balancer.contracts import configmaps, partitionreports, podstates, specs
 from eventhub_balancer.reconciling import observations
 
 Body = Mapping[str, Any]
-
 Keys = tuple[models.NameKey, ...]
+T = TypeVar("T")
 
 _SERIALS = itertools.count(1)
 #: Fleets kept, one per consumer: past this many the least recently used goes first.
 MAX_KEPT = 4096
 _LAST: collections.OrderedDict[Hashable, Fleet] = collections.OrderedDict()
+#: The name each pod's ConfigMap gets, by (consumer, pod).
+_canonical = functools.lru_cache(maxsize=8192)(configmaps.configmap_name)
 
 
 def last(scope: Hashable) -> Fleet | None:
@@ -63,7 +72,7 @@ class PodRead:
     """What a decision reads of one pod, with the body it was read from."""
 
     body: Body
-    #: a copy of `podstates.state_inputs` of the body, and the labels and annotations
+    #: a copy of `podstates.state_inputs` of the body
     inputs: tuple[object, ...]
     labels: Mapping[str, str]
     annotations: Mapping[str, str]
@@ -108,13 +117,10 @@ class MapRead:
 
 
 def _read_map(body: Body) -> MapRead:
-    stored = observations.stored_map(body)
-    return MapRead(body=body, stored=stored)
+    return MapRead(body=body, stored=observations.stored_map(body))
 
 
 def _same_map(kept: MapRead, body: Body) -> bool:
-    """The same object, or one that reads the same, uid and resourceVersion included (a write
-    names the version it read)."""
     meta = body.get("metadata") or {}
     return (
         kept.stored.resource_version == str(meta.get("resourceVersion", ""))
@@ -129,26 +135,41 @@ class Fleet:
 
     #: (namespace, consumer, selector): a fleet is advanced only within its scope
     scope: Hashable
-    pods: Mapping[str, PodRead]
+    consumer: str
+    pods: Mapping[str, PodRead] = dataclasses.field(default_factory=dict)
     #: each pod's member state, by name (what `readbacks` and `writes` take)
-    states: Mapping[str, podstates.PodState]
+    states: Mapping[str, podstates.PodState] = dataclasses.field(default_factory=dict)
     #: the pods' names by `models.name_key`, and those keys
-    names: tuple[str, ...]
-    name_keys: Keys
+    names: tuple[str, ...] = ()
+    name_keys: Keys = ()
     #: the consumer's ConfigMaps by name (a corrupt one counts by its label)
-    maps: Mapping[str, MapRead]
-    stored: Mapping[str, observations.StoredMap]
+    maps: Mapping[str, MapRead] = dataclasses.field(default_factory=dict)
+    stored: Mapping[str, observations.StoredMap] = dataclasses.field(default_factory=dict)
+    #: each pod's ConfigMaps' names (pods with none are absent), by `models.name_key`
+    by_pod: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    #: each pod by the name its ConfigMap gets
+    canon: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: each pod's current ConfigMap: of a pod that exists and has not finished, for this
+    #: incarnation (`readbacks.belongs`), the one of its own name first, else the first by name
+    current: Mapping[str, observations.StoredMap] = dataclasses.field(default_factory=dict)
+    #: the pods whose current ConfigMap carries partition reports
+    reporting: frozenset[str] = frozenset()
     #: the planner's members: the pods that are not finished, by `models.name_key`
-    members: tuple[models.Member, ...]
-    member_keys: Keys
+    members: tuple[models.Member, ...] = ()
+    member_keys: Keys = ()
+    #: how many pods are Ready, and which are NotReady
+    ready: int = 0
+    notready: frozenset[str] = frozenset()
     #: the distinct label sets of the pods, each with how many pods carry it
-    label_sets: Mapping[frozenset[tuple[str, str]], int]
+    label_sets: Mapping[frozenset[tuple[str, str]], int] = dataclasses.field(default_factory=dict)
     #: this fleet, and the one it was advanced from (None: read whole, everything changed),
     #: by number: a fleet keeps no reference to its history
     serial: int = dataclasses.field(default_factory=lambda: next(_SERIALS))
     parent: int | None = None
     changed_pods: frozenset[str] = frozenset()
     changed_maps: frozenset[str] = frozenset()
+    #: the pods whose current ConfigMap changed (another one, or the same one changed)
+    changed_current: frozenset[str] = frozenset()
 
     def stored_maps(self) -> list[observations.StoredMap]:
         return list(self.stored.values())
@@ -157,17 +178,25 @@ class Fleet:
         """One of each distinct label set (`conflicts.find` asks whether any pod matches)."""
         return [dict(key) for key in self.label_sets]
 
-
-def _name(body: Body) -> str:
-    return str((body.get("metadata") or {}).get("name") or "")
+    def concerned(self) -> frozenset[str]:
+        """The pods the consumer's events concern: its pods, and those its ConfigMaps name."""
+        return frozenset(self.states.keys() | self.by_pod.keys())
 
 
 def scope_of(namespace: str, consumer: str, selector: specs.Selector) -> Hashable:
     return (namespace, consumer, selector.to_query())
 
 
+def _name(body: Body) -> str:
+    return str((body.get("metadata") or {}).get("name") or "")
+
+
 def _matches(selector: specs.Selector, body: Body) -> bool:
     return selector.matches((body.get("metadata") or {}).get("labels") or {})
+
+
+def _ours(read: MapRead, consumer: str) -> bool:
+    return read.stored.parsed.consumer in (consumer, "")
 
 
 def build(
@@ -179,32 +208,11 @@ def build(
     consumer: str,
 ) -> Fleet:
     """The fleet read whole: every body read afresh."""
-    reads = {_name(b): read_pod(b) for b in pods if _name(b) and _matches(selector, b)}
-    maps: dict[str, MapRead] = {}
-    for body in configmaps:
-        map_read = _read_map(body)
-        if map_read.stored.parsed.consumer in (consumer, ""):
-            maps[map_read.stored.name] = map_read
-    label_sets: dict[frozenset[tuple[str, str]], int] = {}
-    for read in reads.values():
-        key = frozenset(read.labels.items())
-        label_sets[key] = label_sets.get(key, 0) + 1
-    members = [m for read in reads.values() if (m := read.member) is not None]
-    members.sort(key=lambda m: models.name_key(m.name))
-    names = sorted(reads, key=models.name_key)
-    return Fleet(
-        scope=scope,
-        pods=reads,
-        states={name: read.state for name, read in reads.items()},
-        names=tuple(names),
-        name_keys=tuple(map(models.name_key, names)),
-        maps=maps,
-        stored={name: read.stored for name, read in maps.items()},
-        members=tuple(members),
-        member_keys=tuple(models.name_key(m.name) for m in members),
-        label_sets=label_sets,
-        changed_pods=frozenset(reads),
-        changed_maps=frozenset(maps),
+    return advance_by(
+        Fleet(scope=scope, consumer=consumer),
+        pods={_name(b): b for b in pods},
+        configmaps={_name(b): b for b in configmaps},
+        selector=selector,
     )
 
 
@@ -217,138 +225,224 @@ def advance(
     selector: specs.Selector,
     consumer: str,
 ) -> Fleet:
-    """The fleet of ``pods`` and ``configmaps``, carried over from ``previous`` where they
-    did not change (``previous`` itself when nothing did); read whole without a previous
-    fleet of the same scope."""
+    """The fleet of every one of ``pods`` and ``configmaps``, carried over from ``previous``
+    where they did not change (``previous`` itself when nothing did); read whole without a
+    previous fleet of the same scope."""
     if previous is None or previous.scope != scope:
         return build(
             scope=scope, pods=pods, configmaps=configmaps, selector=selector, consumer=consumer
         )
-    reads: dict[str, PodRead] = {}
-    changed_pods: set[str] = set()
+    # One identity check per body; the bodies that are not the objects kept go to advance_by.
+    changed_pods: dict[str, Body | None] = {}
+    seen: set[str] = set()
     kept_pods = previous.pods
-    repointed = False
     for body in pods:
         name = _name(body)
+        seen.add(name)
         kept = kept_pods.get(name)
-        if kept is not None and kept.body is body:
-            reads[name] = kept
-        elif kept is not None and _same_pod(kept, body):
-            # Kept, and pointed at this body: the next cycle's same object is found by identity.
-            reads[name] = dataclasses.replace(kept, body=body)
-            repointed = True
-        elif name and _matches(selector, body):
-            reads[name] = read_pod(body)
-            changed_pods.add(name)
-    changed_pods.update(kept_pods.keys() - reads.keys())
-    maps: dict[str, MapRead] = {}
-    changed_maps: set[str] = set()
+        if kept is None or kept.body is not body:
+            changed_pods[name] = body
+    changed_pods.update(dict.fromkeys(kept_pods.keys() - seen))
+    changed_maps: dict[str, Body | None] = {}
+    seen.clear()
     kept_maps = previous.maps
     for body in configmaps:
         name = _name(body)
+        seen.add(name)
         kept_map = kept_maps.get(name)
-        if kept_map is not None and kept_map.body is body:
-            maps[name] = kept_map
-            continue
-        if kept_map is not None and _same_map(kept_map, body):
-            maps[name] = dataclasses.replace(kept_map, body=body)
-            repointed = True
-            continue
-        read = _read_map(body)
-        if read.stored.parsed.consumer in (consumer, ""):
-            maps[read.stored.name] = read
-            changed_maps.add(read.stored.name)
-    changed_maps.update(kept_maps.keys() - maps.keys())
-    if not (changed_pods or changed_maps):
+        if kept_map is None or kept_map.body is not body:
+            changed_maps[name] = body
+    changed_maps.update(dict.fromkeys(kept_maps.keys() - seen))
+    return advance_by(previous, pods=changed_pods, configmaps=changed_maps, selector=selector)
+
+
+def advance_by(
+    previous: Fleet,
+    *,
+    pods: Mapping[str, Body | None],
+    configmaps: Mapping[str, Body | None],
+    selector: specs.Selector,
+) -> Fleet:
+    """``previous`` with the pods and ConfigMaps named changed: each name's body as it is now
+    (None: gone). A body that reads as the kept one is carried over (pointed at the new
+    object); ``previous`` itself (with the new objects) when nothing changed."""
+    consumer = previous.consumer
+    pod_reads: dict[str, PodRead | None] = {}
+    repointed_pods: dict[str, PodRead] = {}
+    for name, body in pods.items():
+        kept = previous.pods.get(name)
+        if body is None or not name or not _matches(selector, body):
+            if kept is not None:
+                pod_reads[name] = None
+        elif kept is None or not (kept.body is body or _same_pod(kept, body)):
+            pod_reads[name] = read_pod(body)
+        elif kept.body is not body:
+            repointed_pods[name] = dataclasses.replace(kept, body=body)
+    map_reads: dict[str, MapRead | None] = {}
+    repointed_maps: dict[str, MapRead] = {}
+    for name, body in configmaps.items():
+        kept_map = previous.maps.get(name)
+        read = None
+        if body is not None and name:
+            if kept_map is not None and (kept_map.body is body or _same_map(kept_map, body)):
+                if kept_map.body is not body:
+                    repointed_maps[name] = dataclasses.replace(kept_map, body=body)
+                continue
+            read = _read_map(body)
+        if read is not None and _ours(read, consumer):
+            map_reads[name] = read
+        elif kept_map is not None:
+            map_reads[name] = None
+    if not (pod_reads or map_reads):
+        if not (repointed_pods or repointed_maps):
+            return previous
         # The same fleet (its serial too), with the bodies as given this time.
-        return dataclasses.replace(previous, pods=reads, maps=maps) if repointed else previous
+        return dataclasses.replace(
+            previous,
+            pods={**previous.pods, **repointed_pods},
+            maps={**previous.maps, **repointed_maps},
+        )
+    return _apply(previous, pod_reads, map_reads, repointed_pods, repointed_maps)
+
+
+def _apply(
+    previous: Fleet,
+    pod_reads: Mapping[str, PodRead | None],
+    map_reads: Mapping[str, MapRead | None],
+    repointed_pods: Mapping[str, PodRead],
+    repointed_maps: Mapping[str, MapRead],
+) -> Fleet:
+    consumer = previous.consumer
+    pods = {**previous.pods, **repointed_pods}
     states = dict(previous.states)
-    for name in changed_pods:
-        if name in reads:
-            states[name] = reads[name].state
-        else:
-            states.pop(name, None)
-    # The bodies' order, as a fresh read gives it (the first of two that read the same wins).
-    if list(states) != list(reads):
-        states = {name: states[name] for name in reads}
+    canon = dict(previous.canon)
+    label_sets = dict(previous.label_sets)
+    notready = set(previous.notready)
+    ready = previous.ready
+    for name, read in pod_reads.items():
+        old = pods.pop(name, None)
+        states.pop(name, None)
+        if old is not None:
+            key = frozenset(old.labels.items())
+            label_sets[key] -= 1
+            if not label_sets[key]:
+                del label_sets[key]
+            ready -= old.state.state == "ready"
+            notready.discard(name)
+            del canon[_canonical(consumer=consumer, pod=name)]
+        if read is not None:
+            pods[name], states[name] = read, read.state
+            key = frozenset(read.labels.items())
+            label_sets[key] = label_sets.get(key, 0) + 1
+            ready += read.state.state == "ready"
+            if read.state.state == "notready":
+                notready.add(name)
+            canon[_canonical(consumer=consumer, pod=name)] = name
+    maps = {**previous.maps, **repointed_maps}
     stored = dict(previous.stored)
-    for name in changed_maps:
-        if name in maps:
-            stored[name] = maps[name].stored
-        else:
-            stored.pop(name, None)
-    if list(stored) != list(maps):
-        stored = {name: stored[name] for name in maps}
-    names, name_keys = _names(previous, reads, changed_pods)
-    members, member_keys = _members(previous, reads, changed_pods)
+    by_pod = dict(previous.by_pod)
+    # The pods whose current ConfigMap may differ: changed, or named by a changed ConfigMap.
+    recheck = set(pod_reads)
+    for name, map_read in map_reads.items():
+        old_map = maps.pop(name, None)
+        stored.pop(name, None)
+        if old_map is not None:
+            pod = old_map.stored.pod
+            recheck.add(pod)
+            left = tuple(n for n in by_pod.get(pod, ()) if n != name)
+            if left:
+                by_pod[pod] = left
+            else:
+                by_pod.pop(pod, None)
+        if map_read is not None:
+            maps[name], stored[name] = map_read, map_read.stored
+            pod = map_read.stored.pod
+            recheck.add(pod)
+            own = list(by_pod.get(pod, ()))
+            at = bisect.bisect_left([models.name_key(n) for n in own], models.name_key(name))
+            own.insert(at, name)
+            by_pod[pod] = tuple(own)
+    current = dict(previous.current)
+    reporting = set(previous.reporting)
+    changed_current: set[str] = set()
+    for pod in recheck:
+        cm = _current(pod, states=states, stored=stored, by_pod=by_pod, consumer=consumer)
+        before = current.pop(pod, None)
+        reporting.discard(pod)
+        if cm is not None:
+            current[pod] = cm
+            if cm.annotations.get(partitionreports.ANNOTATION):
+                reporting.add(pod)
+        if cm is not before:
+            changed_current.add(pod)
+    names, name_keys = _insort(previous.names, previous.name_keys, pod_reads, lambda n, _r: n)
+    members, member_keys = _insort(
+        previous.members, previous.member_keys, pod_reads, lambda _n, r: r.member
+    )
     return Fleet(
-        scope=scope,
-        pods=reads,
+        scope=previous.scope,
+        consumer=consumer,
+        pods=pods,
         states=states,
         names=names,
         name_keys=name_keys,
         maps=maps,
         stored=stored,
+        by_pod=by_pod,
+        canon=canon,
+        current=current,
+        reporting=frozenset(reporting),
         members=members,
         member_keys=member_keys,
-        label_sets=_label_sets(previous, reads, changed_pods),
-        parent=previous.serial,
-        changed_pods=frozenset(changed_pods),
-        changed_maps=frozenset(changed_maps),
+        ready=ready,
+        notready=frozenset(notready),
+        label_sets=label_sets,
+        parent=previous.serial if previous.pods or previous.maps else None,
+        changed_pods=frozenset(pod_reads),
+        changed_maps=frozenset(map_reads),
+        changed_current=frozenset(changed_current),
     )
 
 
-def _names(
-    previous: Fleet, reads: Mapping[str, PodRead], changed: set[str]
-) -> tuple[tuple[str, ...], Keys]:
-    """The previous names with the changed pods' taken out or put in, at their key."""
-    names, keys = list(previous.names), list(previous.name_keys)
-    for name in changed:
+def _current(
+    pod: str,
+    *,
+    states: Mapping[str, podstates.PodState],
+    stored: Mapping[str, observations.StoredMap],
+    by_pod: Mapping[str, tuple[str, ...]],
+    consumer: str,
+) -> observations.StoredMap | None:
+    """The pod's current ConfigMap (`Fleet.current`); None: it has none, or is gone."""
+    state = states.get(pod)
+    if state is None or state.state is None:
+        return None
+    own = _canonical(consumer=consumer, pod=pod)
+    named = by_pod.get(pod, ())
+    for name in (own, *named) if own in named else named:
+        cm = stored[name]
+        if not cm.pod_uid or cm.pod_uid == state.uid:
+            return cm
+    return None
+
+
+def _insort(
+    items: tuple[T, ...],
+    keys: Keys,
+    changes: Mapping[str, PodRead | None],
+    item_of: Callable[[str, PodRead], T | None],
+) -> tuple[tuple[T, ...], Keys]:
+    """``items`` (sorted by ``keys``, one per pod name) with each changed pod's item taken out
+    and its new one (``item_of(name, read)``, None: none) put in at its key."""
+    if not changes:
+        return items, keys
+    listed, at_keys = list(items), list(keys)
+    for name, read in changes.items():
         key = models.name_key(name)
-        at = bisect.bisect_left(keys, key)
-        present = at < len(keys) and keys[at] == key
-        if name in reads and not present:
-            names.insert(at, name)
-            keys.insert(at, key)
-        elif name not in reads and present:
-            del names[at], keys[at]
-    return tuple(names), tuple(keys)
-
-
-def _members(
-    previous: Fleet, reads: Mapping[str, PodRead], changed: set[str]
-) -> tuple[tuple[models.Member, ...], Keys]:
-    """The previous members with those of the changed pods taken out and put in again."""
-    members, keys = list(previous.members), list(previous.member_keys)
-    for name in changed:
-        key = models.name_key(name)
-        at = bisect.bisect_left(keys, key)
-        if at < len(keys) and keys[at] == key:
-            del members[at], keys[at]
-        read = reads.get(name)
-        member = read.member if read is not None else None
-        if member is not None:
-            at = bisect.bisect_left(keys, key)
-            members.insert(at, member)
-            keys.insert(at, key)
-    return tuple(members), tuple(keys)
-
-
-def _label_sets(
-    previous: Fleet, reads: Mapping[str, PodRead], changed: set[str]
-) -> Mapping[frozenset[tuple[str, str]], int]:
-    if not changed:
-        return previous.label_sets
-    counts = dict(previous.label_sets)
-    for name in changed:
-        old = previous.pods.get(name)
-        if old is not None:
-            key = frozenset(old.labels.items())
-            counts[key] -= 1
-            if not counts[key]:
-                del counts[key]
-        new = reads.get(name)
-        if new is not None:
-            key = frozenset(new.labels.items())
-            counts[key] = counts.get(key, 0) + 1
-    return counts
+        at = bisect.bisect_left(at_keys, key)
+        if at < len(at_keys) and at_keys[at] == key:
+            del listed[at], at_keys[at]
+        item = item_of(name, read) if read is not None else None
+        if item is not None:
+            listed.insert(at, item)
+            at_keys.insert(at, key)
+    return tuple(listed), tuple(at_keys)

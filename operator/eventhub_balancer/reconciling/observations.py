@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps, specs
 from eventhub_balancer.reconciling import conflicts
+
+if TYPE_CHECKING:
+    from eventhub_balancer.reconciling import fleets
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -84,6 +87,9 @@ class Observation:
     #: every other EventHubConsumer the operator sees, summed up (`conflicts.Peer`): the
     #: later of two that overlap writes nothing; empty: none known (no conflict is found)
     peers: tuple[conflicts.Peer, ...] = ()
+    #: the pods and ConfigMaps as a `fleets.Fleet` the reader advanced by the watch's changes;
+    #: None: the decision advances its last fleet over ``pods`` and ``configmaps``
+    fleet: fleets.Fleet | None = None
 
     @property
     def generation(self) -> int:
