@@ -17,6 +17,7 @@ import pytest
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import configmaps, podstates, specs
 from eventhub_balancer.reconciling import (
+    claims,
     coordinates,
     deciding,
     fleets,
@@ -46,6 +47,7 @@ def forget() -> None:
     models.name_key.cache_clear()
     fleets.forget()
     needs.forget()
+    claims.forget()
 
 
 def cold(observation: observations.Observation, *, now: Any) -> deciding.Decision:

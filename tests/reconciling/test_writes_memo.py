@@ -14,7 +14,7 @@ import pytest
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import configmaps, podstates, specs
-from eventhub_balancer.reconciling import deciding, fleets, needs, observations, writes
+from eventhub_balancer.reconciling import claims, deciding, fleets, needs, observations, writes
 from tests.reconciling import bodies
 from tests.reconciling.bodies import at, pod
 
@@ -22,6 +22,7 @@ from tests.reconciling.bodies import at, pod
 def forget() -> None:
     fleets.forget()
     needs.forget()
+    claims.forget()
     writes.BUILT.clear()
     writes.SPECS.clear()
 

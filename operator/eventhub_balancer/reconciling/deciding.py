@@ -133,6 +133,7 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
         status=previous,
         stored_epochs={p: epoch for p, (epoch, _seq) in checkpoints.items()},
         now=now,
+        fleet=fleet,
     )
     # New coordinates: the pods' partitions get higher epochs, in the record first.
     moving = coordinates.change(spec=spec, maps=maps, pods=states, assignment=back.assignment)

@@ -40,7 +40,7 @@ from typing import Any
 from eventhub_balancer import handoffs
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import bounds, configmaps, podstates, specs
-from eventhub_balancer.reconciling import memos, observations, reports
+from eventhub_balancer.reconciling import claims, fleets, memos, observations, reports
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -258,14 +258,26 @@ def read_back(
     status: specs.StatusBody,
     stored_epochs: Mapping[str, int],
     now: datetime.datetime,
+    fleet: fleets.Fleet | None = None,
 ) -> ReadBack:
-    """The assignment from the status record, the floors, and what the ConfigMaps got wrong."""
+    """The assignment from the status record, the floors, and what the ConfigMaps got wrong.
+
+    ``fleet``: ``maps`` and ``pods`` as a `fleets.Fleet`, whose sums (each pod's current
+    ConfigMap, the pods reporting trouble) stand for a pass over them, and whose changes
+    since the last decision are all the ConfigMaps checked against the record (`claims`)."""
     ignored: list[str] = []
     status_epochs: Mapping[str, Any] = status.get("epochs") or {}
     floors = _floors(status_epochs, stored_epochs, ignored)
     recorded = record(status)
     seconds_now = podstates.to_seconds(now)
-    current = {cm.pod: cm for cm in maps if belongs(cm, pods)}
+    if fleet is not None:
+        current: Mapping[str, observations.StoredMap] = fleet.current
+    else:
+        current = {
+            cm.pod: cm
+            for cm in sorted(maps, key=lambda m: models.name_key(m.name), reverse=True)
+            if belongs(cm, pods)
+        }
 
     assignment: dict[models.PartitionId, models.Ownership] = {}
     released: dict[models.PartitionId, int] = {}
@@ -296,69 +308,28 @@ def read_back(
     for pid, floor in floors.items():
         if pid not in assignment and floor > 0:
             assignment[pid] = models.Ownership(owner=None, epoch=floor, since=seconds_now)
-    troubles = reports.read(maps=current, assignment=assignment)
+    troubles = reports.read(
+        maps=current,
+        assignment=assignment,
+        reporting=fleet.reporting if fleet is not None else None,
+    )
     assignment = reports.unassign_lost(assignment, troubles, now=seconds_now)
     for pid, trouble in troubles.items():
         if trouble.state == "lost":
             released.pop(pid, None)
-
-    problems: dict[str, list[str]] = {
-        cm.name: list(cm.parsed.problems) for cm in maps if cm.parsed.problems
-    }
-    tampered: dict[str, list[str]] = {}
-    for cm in maps:
-        claims = _claims_beyond_record(cm, recorded, status_epochs)
-        if claims:
-            tampered[cm.name] = claims
-            problems.setdefault(cm.name, []).extend(claims)
+    if fleet is not None:
+        found = claims.follow(fleet, recorded, status_epochs)
+    else:
+        found = claims.find(maps, recorded, status_epochs)
     return ReadBack(
         assignment=assignment,
         released=released,
         floors=floors,
-        problems={k: tuple(v) for k, v in problems.items()},
-        tampered={k: tuple(v) for k, v in tampered.items()},
+        problems=found.problems,
+        tampered=found.tampered,
         ignored=tuple(ignored),
         troubles=troubles,
     )
-
-
-def _claims_beyond_record(
-    cm: observations.StoredMap,
-    recorded: Mapping[models.PartitionId, Recorded],
-    status_epochs: Mapping[str, Any],
-) -> list[str]:
-    """What ``cm``'s data says that the operator did not write there.
-
-    The operator's own writes can run ahead of its record by one interrupted cycle (a
-    partition at exactly the epoch ``status.epochs`` holds, or ``revoking`` where the record
-    still says ``owned``) or behind it (an older epoch than the record's, not yet rewritten).
-    Anything else is someone else's doing.
-    """
-    claims = [
-        f"data key {k[:40]!r} is not the operator's"
-        for k in cm.data
-        if k not in configmaps.DATA_KEYS
-    ]
-    claims += [f"data: {p}" for p in cm.parsed.problems if "partition" in p]
-    for pid, entry in cm.parsed.partitions.items():
-        mine = recorded.get(pid)
-        same = mine is not None and mine.pod == cm.pod and mine.epoch == entry.epoch
-        if same and mine is not None and entry.state in (mine.state, "revoking"):
-            continue  # as recorded, or revoking ahead of the record (an interrupted cycle)
-        latest = status_epochs.get(pid)
-        if entry.epoch == latest and (mine is None or mine.epoch < entry.epoch):
-            continue
-        if mine is not None and entry.epoch < mine.epoch:
-            # An older grant the operator has not rewritten yet (a cycle failed between its
-            # ConfigMap writes): fenced out by the record's epoch, so nothing to gain by it.
-            # It is rewritten like any stale entry, but it is nobody's tampering.
-            continue
-        held = f"{mine.pod} at epoch {mine.epoch}" if mine is not None else "nobody"
-        claims.append(
-            f"partition {pid} at epoch {entry.epoch} ({entry.state}) is not assigned to "
-            f"{cm.pod or 'this pod'}: the operator's record gives it to {held}"
-        )
-    return claims
 
 
 def members(pods: Mapping[str, podstates.PodState]) -> tuple[models.Member, ...]:

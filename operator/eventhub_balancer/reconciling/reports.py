@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, TypedDict
 
 from eventhub_balancer.balancing import models
@@ -85,15 +85,18 @@ def read(
     *,
     maps: Mapping[str, observations.StoredMap],
     assignment: Mapping[models.PartitionId, models.Ownership],
+    reporting: Iterable[str] | None = None,
 ) -> dict[models.PartitionId, Trouble]:
     """The reports that count: each pod's (``maps``: its current ConfigMap by pod name) about
-    the partitions ``assignment`` gives it, at the epoch it gives them."""
+    the partitions ``assignment`` gives it, at the epoch it gives them. ``reporting``: the
+    only pods whose ConfigMap carries reports (`fleets.Fleet.reporting`); None: any may."""
     given: dict[str, dict[str, int]] = {}
     for pid, o in assignment.items():
         if o.owner is not None:
             given.setdefault(o.owner, {})[pid] = o.epoch
     troubles: dict[models.PartitionId, Trouble] = {}
-    for pod in sorted(given, key=models.name_key):
+    pods = given if reporting is None else [p for p in reporting if p in given]
+    for pod in sorted(pods, key=models.name_key):
         cm = maps.get(pod)
         if cm is None:
             continue
