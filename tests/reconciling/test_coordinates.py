@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import random
 from typing import Any
 
 import pytest
 
 from eventhub_balancer.contracts import configmaps, specs
-from eventhub_balancer.reconciling import coordinates, deciding, observations, writes
+from eventhub_balancer.reconciling import coordinates, deciding, fleets, observations, writes
 from tests.reconciling import bodies
 from tests.reconciling.bodies import at, pod
 
@@ -210,3 +211,45 @@ def test_a_configmap_that_does_not_say_a_coordinate_moves_nothing() -> None:
     _, decision = bodies.decide_fully(older, now=at(5))
     assert decision.epochs is None
     assert [e.reason for e in decision.events if e.reason == coordinates.REASON] == []
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_stale_configmaps_kept_are_those_a_whole_comparison_finds(seed: int) -> None:
+    """`coordinates.stale` compares only the changed ConfigMaps with the spec's coordinates."""
+    rng = random.Random(seed)
+    spec = bodies.observe(pods=[]).spec
+    assert spec is not None
+    wanted = coordinates.of_spec(spec)
+    maps: dict[str, Any] = {}
+    fleet = None
+    for step in range(30):
+        changed: dict[str, Any] = {}
+        name = f"ehb-orders-{rng.choice('abcdef')}"
+        if name in maps and rng.random() < 0.3:
+            del maps[name]
+            changed[name] = None
+        else:
+            data = configmaps.build_data(
+                spec=spec, consumer=bodies.NAME, pod=name[-1], generation=1, partitions={}
+            )
+            if rng.random() < 0.5:
+                data[configmaps.KEY_EVENTHUB] = rng.choice(["orders", "orders-v2"])
+            body = {
+                "metadata": {"name": name, "uid": name, "resourceVersion": str(step)},
+                "data": data,
+            }
+            maps[name] = changed[name] = body
+        if fleet is None:
+            fleet = fleets.build(
+                scope=("stale", seed),
+                pods=(),
+                configmaps=list(maps.values()),
+                selector=spec.selector,
+                consumer=bodies.NAME,
+            )
+        else:
+            fleet = fleets.advance_by(fleet, pods={}, configmaps=changed, selector=spec.selector)
+        found = coordinates.stale(fleet, coordinates.canonical(wanted))
+        assert found == {
+            n for n, cm in fleet.stored.items() if coordinates.compared(cm, wanted).differ
+        }

@@ -48,6 +48,7 @@ def forget() -> None:
     fleets.forget()
     needs.forget()
     claims.forget()
+    coordinates.forget()
 
 
 def cold(observation: observations.Observation, *, now: Any) -> deciding.Decision:

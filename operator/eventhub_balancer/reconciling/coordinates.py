@@ -28,15 +28,16 @@ and the spec's coordinates, and used again only for those very objects.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer import errors
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import bounds, configmaps, podstates, specs, startpositions
-from eventhub_balancer.reconciling import kubeevents, memos, observations, readbacks
+from eventhub_balancer.reconciling import fleets, kubeevents, memos, observations, readbacks
 
 #: The Event when pods are moved to new coordinates.
 REASON = "CoordinatesChanged"
@@ -158,7 +159,7 @@ def compared(cm: observations.StoredMap, wanted: Coordinates) -> Compared:
     )
 
 
-def _canonical(wanted: Coordinates) -> Coordinates:
+def canonical(wanted: Coordinates) -> Coordinates:
     try:
         return WANTED.get(wanted, lambda w: w)
     except TypeError:  # not hashable: compared by value, computed every time
@@ -204,19 +205,63 @@ class Change:
         )
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Stale:
+    fleet: int
+    wanted: Coordinates
+    names: frozenset[str]
+
+
+#: The ConfigMaps whose coordinates differ from the spec's, per consumer, as its last
+#: decision found them: a decision over the next fleet compares only the changed ConfigMaps.
+_STALE: collections.OrderedDict[Hashable, _Stale] = collections.OrderedDict()
+MAX_KEPT = 4096
+
+
+def forget() -> None:
+    _STALE.clear()
+
+
+def stale(fleet: fleets.Fleet, wanted: Coordinates) -> frozenset[str]:
+    """The names of the fleet's ConfigMaps whose coordinates differ from ``wanted``."""
+    kept = _STALE.get(fleet.scope)
+    if kept is not None and kept.wanted is wanted and kept.fleet == fleet.serial:
+        return kept.names
+    if kept is not None and kept.wanted is wanted and kept.fleet == fleet.parent:
+        names = set(kept.names)
+        for name in fleet.changed_maps:
+            cm = fleet.stored.get(name)
+            if cm is not None and compared(cm, wanted).differ:
+                names.add(name)
+            else:
+                names.discard(name)
+    else:
+        names = {n for n, cm in fleet.stored.items() if compared(cm, wanted).differ}
+    found = _Stale(fleet=fleet.serial, wanted=wanted, names=frozenset(names))
+    _STALE[fleet.scope] = found
+    _STALE.move_to_end(fleet.scope)
+    while len(_STALE) > MAX_KEPT:
+        _STALE.popitem(last=False)
+    return found.names
+
+
 def change(
     *,
     spec: specs.ConsumerSpec,
     maps: Sequence[observations.StoredMap],
     pods: Mapping[str, podstates.PodState],
     assignment: Mapping[models.PartitionId, models.Ownership],
+    fleet: fleets.Fleet | None = None,
 ) -> Change:
     """What moving to ``spec``'s coordinates takes, from the ConfigMaps and the record alone.
 
     Only partitions the record gives to the ConfigMap's pod are raised: a ConfigMap's data is
-    compared with the record, never believed (`readbacks`).
+    compared with the record, never believed (`readbacks`). ``fleet``: ``maps`` as a fleet,
+    whose ConfigMaps with other coordinates are kept from the last decision (`stale`).
     """
-    wanted = _canonical(of_spec(spec))
+    wanted = canonical(of_spec(spec))
+    if fleet is not None:
+        maps = [fleet.stored[name] for name in stale(fleet, wanted)]
     fields: set[str] = set()
     stale_pods: list[str] = []
     raised: dict[models.PartitionId, int] = {}

@@ -136,7 +136,9 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
         fleet=fleet,
     )
     # New coordinates: the pods' partitions get higher epochs, in the record first.
-    moving = coordinates.change(spec=spec, maps=maps, pods=states, assignment=back.assignment)
+    moving = coordinates.change(
+        spec=spec, maps=maps, pods=states, assignment=back.assignment, fleet=fleet
+    )
     if moving.raised:
         back = dataclasses.replace(back, assignment=moving.apply(back.assignment))
     listed = observation.hub.ids if observation.hub.fault is None else None
