@@ -14,8 +14,19 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer import errors
+from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import configmaps, specs
-from eventhub_balancer.reconciling import deciding, observations
+from eventhub_balancer.reconciling import (
+    claims,
+    coordinates,
+    deciding,
+    fleets,
+    needs,
+    observations,
+    readbacks,
+    statuses,
+    writes,
+)
 from tests.support import fakes
 
 T0 = datetime.datetime(2024, 5, 1, 12, 0, 0, tzinfo=datetime.UTC)
@@ -33,6 +44,25 @@ SPEC: dict[str, Any] = {
     "selector": {"matchLabels": {"app": "c"}},
 }
 IDS = ("0", "1", "2", "3")
+
+
+def forget() -> None:
+    """Every memo, cache and kept result a decision goes through, emptied: the next decision
+    is taken cold."""
+    for memo in (writes.BUILT, writes.SPECS):
+        memo.clear()
+    for cache in (
+        readbacks.ENTRIES,
+        readbacks.FLOORS,
+        readbacks.RELEASED,
+        statuses.TIMES,
+        coordinates.MAPS,
+        coordinates.WANTED,
+    ):
+        cache.clear()
+    models.name_key.cache_clear()
+    for module in (fleets, needs, claims, coordinates, statuses):
+        module.forget()
 
 
 def at(seconds: float) -> datetime.datetime:

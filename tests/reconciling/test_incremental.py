@@ -14,41 +14,17 @@ from typing import Any
 
 import pytest
 
-from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import configmaps, podstates, specs
 from eventhub_balancer.reconciling import (
-    claims,
     coordinates,
     deciding,
-    fleets,
-    needs,
     observations,
     readbacks,
-    statuses,
-    writes,
 )
 from tests.reconciling import bodies
 from tests.reconciling.bodies import at, pod
 
-
-def forget() -> None:
-    """Every memo and cache a decision goes through, emptied."""
-    for memo in (writes.BUILT, writes.SPECS):
-        memo.clear()
-    for cache in (
-        readbacks.ENTRIES,
-        readbacks.FLOORS,
-        readbacks.RELEASED,
-        statuses.TIMES,
-        coordinates.MAPS,
-        coordinates.WANTED,
-    ):
-        cache.clear()
-    models.name_key.cache_clear()
-    fleets.forget()
-    needs.forget()
-    claims.forget()
-    coordinates.forget()
+forget = bodies.forget
 
 
 def cold(observation: observations.Observation, *, now: Any) -> deciding.Decision:

@@ -15,25 +15,15 @@ import pytest
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import configmaps, podstates, specs
 from eventhub_balancer.reconciling import (
-    claims,
-    coordinates,
     deciding,
     fleets,
-    needs,
     observations,
     writes,
 )
 from tests.reconciling import bodies
 from tests.reconciling.bodies import at, pod
 
-
-def forget() -> None:
-    fleets.forget()
-    needs.forget()
-    claims.forget()
-    coordinates.forget()
-    writes.BUILT.clear()
-    writes.SPECS.clear()
+forget = bodies.forget
 
 
 @pytest.fixture

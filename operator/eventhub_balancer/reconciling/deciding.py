@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -34,6 +33,7 @@ from eventhub_balancer.contracts import bounds, conditions, podstates, specs
 from eventhub_balancer.reconciling import (
     conflicts,
     coordinates,
+    deadlines,
     figures,
     fleets,
     kubeevents,
@@ -47,11 +47,8 @@ from eventhub_balancer.reconciling import (
     writes,
 )
 
-#: The soonest a cycle comes back for a deadline (a hand-off timeout, a grace period): a
-#: deadline just passed is acted on without a busy loop.
-MIN_NEXT_IN = 0.05
-#: A deadline this far in the past is stale (the cycle that acted on it already ran).
-STALE_DEADLINE = 1.0
+#: The soonest a cycle comes back for a deadline (`deadlines.MIN_NEXT_IN`).
+MIN_NEXT_IN = deadlines.MIN_NEXT_IN
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -191,6 +188,7 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
         spec=spec,
         troubles=troubles,
         previous=previous,
+        ready_count=fleet.ready,
     )
     concluded += conflicts.cleared(previous)
     events = kubeevents.build(
@@ -214,6 +212,14 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
         grace_seconds=float(spec.balancing.pod_grace_seconds),
         conditions=tuple(concluded),
         troubles=troubles,
+        consumers=statuses.follow_consumers(fleet, plan.assignment),
+        member_count=statuses.member_count(
+            states,
+            now=wall,
+            grace=float(spec.balancing.pod_grace_seconds),
+            ready=fleet.ready,
+            notready=fleet.notready,
+        ),
     )
     desired = statuses.build_status(outcome=outcome, previous=previous, now=now)
     if (moved := moving.event()) is not None:
@@ -227,7 +233,7 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
         previous = {**previous, "assignment": record}
     decision = Decision(
         generation=observation.generation,
-        pods=frozenset(states) | frozenset(m.pod for m in maps),
+        pods=fleet.concerned(),
         needs_checkpoints=unread and (gives_out or by_lag or bool(moving.raised)),
         needs_last_sequences=by_lag and hub_ok and observation.last_sequences is None,
         epochs=new_epochs if raises else None,
@@ -251,9 +257,21 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
             lag=lag,
             paused=spec.paused,
         ),
-        next_in=next_in(plan=plan, pods=states, spec=spec, wall=wall),
+        next_in=deadlines.next_in(
+            plan=plan, pods=states, notready=fleet.notready, spec=spec, wall=wall
+        ),
     )
-    until = settled_until(decision, plan=plan, pods=states, spec=spec, wall=wall)
+    quiet = (
+        decision.epochs is None
+        and decision.writes.count == 0
+        and not decision.status
+        and not decision.events
+        and not decision.needs_checkpoints
+        and not decision.needs_last_sequences
+    )
+    until = deadlines.settled_until(
+        quiet=quiet, plan=plan, pods=states, notready=fleet.notready, spec=spec, wall=wall
+    )
     return dataclasses.replace(decision, settled_until=until)
 
 
@@ -346,68 +364,3 @@ def _lag(observation: observations.Observation) -> dict[models.PartitionId, int]
     if done is None or last is None:
         return {}
     return {models.PartitionId(p): max(0, seq - done.get(p, -1)) for p, seq in last.items()}
-
-
-def next_in(
-    *,
-    plan: models.Plan,
-    pods: Mapping[str, podstates.PodState],
-    spec: specs.ConsumerSpec,
-    wall: float,
-) -> float | None:
-    """The next moment something changes on its own: a hand-off times out, a grace ends."""
-    deadlines = [
-        o.since + spec.balancing.handoff_timeout_seconds
-        for o in plan.assignment.values()
-        if o.state == "revoking"
-    ]
-    owners = {o.owner for o in plan.assignment.values() if o.owner}
-    deadlines += [
-        podstates.to_seconds(p.since) + spec.balancing.pod_grace_seconds
-        for p in pods.values()
-        if p.state == "notready" and p.name in owners
-    ]
-    future = [d - wall for d in deadlines if d - wall > -STALE_DEADLINE]
-    return max(MIN_NEXT_IN, min(future)) if future else None
-
-
-def settled_until(
-    decision: Decision,
-    *,
-    plan: models.Plan,
-    pods: Mapping[str, podstates.PodState],
-    spec: specs.ConsumerSpec,
-    wall: float,
-) -> float | None:
-    """Until when ``decision`` stands over the same observation (`Decision.settled_until`)."""
-    quiet = (
-        decision.epochs is None
-        and decision.writes.count == 0
-        and not decision.status
-        and not decision.events
-        and not decision.needs_checkpoints
-        and not decision.needs_last_sequences
-    )
-    if not quiet or spec.balancing.to_options().weighting == "lag":
-        return None
-    return min(_deadlines(plan, pods, spec, wall), default=math.inf)
-
-
-def _deadlines(
-    plan: models.Plan, pods: Mapping[str, podstates.PodState], spec: specs.ConsumerSpec, wall: float
-) -> list[float]:
-    """Each moment at which the same observation decides otherwise: the timeout of each
-    hand-off and the grace of each NotReady pod (owner or not: the status counts members) not
-    yet over at ``wall``, tested as the planner tests them."""
-    timeout = spec.balancing.handoff_timeout_seconds
-    deadlines = [
-        o.since + timeout
-        for o in plan.assignment.values()
-        if o.state == "revoking" and wall - o.since < timeout
-    ]
-    grace = spec.balancing.pod_grace_seconds
-    for p in pods.values():
-        since = podstates.to_seconds(p.since)
-        if p.state == "notready" and wall - since < grace:
-            deadlines.append(since + grace)
-    return deadlines

@@ -16,14 +16,16 @@ times in it are formatted once per value (`TIMES`) and names sort by their cache
 
 from __future__ import annotations
 
+import bisect
+import collections
 import dataclasses
 import datetime
-from collections.abc import Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import bounds, conditions, podstates, specs
-from eventhub_balancer.reconciling import memos, reports
+from eventhub_balancer.reconciling import fleets, memos, reports
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -41,6 +43,10 @@ class Outcome:
     conditions: tuple[conditions.Condition, ...]
     #: the partitions their owners report in trouble
     troubles: Mapping[models.PartitionId, reports.Trouble] = dataclasses.field(default_factory=dict)
+    #: ``consumers`` as `follow_consumers` keeps it, and the member count from the fleet's
+    #: sums; None: computed here over ``pods``
+    consumers: Sequence[specs.ConsumerStatusBody] | None = None
+    member_count: int | None = None
 
 
 #: Each time as the status writes it (`specs.format_time`), by its seconds.
@@ -66,29 +72,44 @@ def epochs(
     return {k: result[k] for k in sorted(result, key=models.name_key)}
 
 
+def consumer_entry(
+    pod: podstates.PodState, owned: Iterable[tuple[str, models.OwnershipState]]
+) -> specs.ConsumerStatusBody:
+    """One pod's entry of ``status.consumers``, from its partitions and their states."""
+    ordered = sorted(owned, key=lambda po: models.name_key(po[0]))
+    return {
+        "pod": pod.name,
+        "ready": pod.ready,
+        "state": pod.state or "finished",
+        "partitions": [p for p, _ in ordered],
+        "revoking": [p for p, state in ordered if state == "revoking"],
+    }
+
+
+def consumer_entries(
+    pods: Mapping[str, podstates.PodState],
+    assignment: Mapping[models.PartitionId, models.Ownership],
+) -> list[specs.ConsumerStatusBody]:
+    """``status.consumers``: every pod's entry, by name."""
+    # Each owner's partitions in one pass: a cycle's cost stays linear in the fleet.
+    by_owner: dict[str, list[tuple[str, models.OwnershipState]]] = {}
+    for p, o in assignment.items():
+        if o.owner is not None:
+            by_owner.setdefault(o.owner, []).append((p, o.state))
+    return [
+        consumer_entry(pod, by_owner.get(pod.name, ()))
+        for pod in sorted(pods.values(), key=lambda p: models.name_key(p.name))
+    ]
+
+
 def build_status(
     *, outcome: Outcome, previous: specs.StatusBody, now: datetime.datetime
 ) -> dict[str, Any]:
-    consumers: list[specs.ConsumerStatusBody] = []
-    # Each owner's partitions in one pass: a cycle's cost stays linear in the fleet.
-    by_owner: dict[str, list[str]] = {}
-    for p, o in outcome.assignment.items():
-        if o.owner is not None:
-            by_owner.setdefault(o.owner, []).append(p)
-    for pod in sorted(outcome.pods.values(), key=lambda p: models.name_key(p.name)):
-        owned: list[str] = sorted(by_owner.get(pod.name, ()), key=models.name_key)
-        revoking = [
-            p for p in owned if outcome.assignment[models.PartitionId(p)].state == "revoking"
-        ]
-        consumers.append(
-            {
-                "pod": pod.name,
-                "ready": pod.ready,
-                "state": pod.state or "finished",
-                "partitions": list(owned),
-                "revoking": revoking,
-            }
-        )
+    consumers = (
+        list(outcome.consumers)
+        if outcome.consumers is not None
+        else consumer_entries(outcome.pods, outcome.assignment)
+    )
     ordered = sorted(outcome.assignment.items(), key=lambda kv: models.name_key(kv[0]))
     handoffs = [
         {
@@ -113,19 +134,13 @@ def build_status(
         if o.owner is not None
     ]
     now_seconds = podstates.to_seconds(now)
-    member_count = sum(
-        1
-        for p in outcome.pods.values()
-        if p.state == "ready"
-        or (
-            p.state == "notready"
-            and now_seconds - podstates.to_seconds(p.since) < outcome.grace_seconds
-        )
-    )
+    members = outcome.member_count
+    if members is None:
+        members = member_count(outcome.pods, now=now_seconds, grace=outcome.grace_seconds)
     status: specs.StatusBody = {
         "observedGeneration": outcome.generation,
         "partitionCount": len(outcome.partitions),
-        "memberCount": member_count,
+        "memberCount": members,
         "consumers": consumers,
         "handoffs": handoffs,
         "epochs": epochs(outcome.assignment, outcome.floors, previous.get("epochs") or {}),
@@ -145,6 +160,93 @@ def build_status(
     # Not a key of `specs.StatusBody` (a shared contract): added beside it.
     failing = reports.status_entries(outcome.troubles, previous=previous, now=now)
     return {**status, reports.STATUS_FIELD: failing}
+
+
+def member_count(
+    pods: Mapping[str, podstates.PodState],
+    *,
+    now: float,
+    grace: float,
+    ready: int | None = None,
+    notready: Iterable[str] | None = None,
+) -> int:
+    """The pods that count as members: Ready, or NotReady within their grace. ``ready`` and
+    ``notready``: the fleet's sums of the pods' states; None: counted over ``pods``."""
+    if ready is None:
+        ready = sum(1 for p in pods.values() if p.state == "ready")
+    if notready is None:
+        notready = [name for name, p in pods.items() if p.state == "notready"]
+    since = podstates.to_seconds
+    return ready + sum(1 for name in notready if now - since(pods[name].since) < grace)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Listed:
+    fleet: int
+    #: partition -> (owner, state) the entries were made for
+    owned: Mapping[models.PartitionId, tuple[str, models.OwnershipState]]
+    entries: tuple[specs.ConsumerStatusBody, ...]
+    keys: tuple[models.NameKey, ...]
+
+
+_LISTED: collections.OrderedDict[Hashable, _Listed] = collections.OrderedDict()
+MAX_KEPT = 4096
+
+
+def forget() -> None:
+    _LISTED.clear()
+
+
+def follow_consumers(
+    fleet: fleets.Fleet, assignment: Mapping[models.PartitionId, models.Ownership]
+) -> list[specs.ConsumerStatusBody]:
+    """`consumer_entries` over the fleet, made again only for the pods that changed or whose
+    partitions changed owner or state since the last decision over the fleet's parent (one
+    pass over the partitions); the rest of the list is the last one's."""
+    owned = {p: (o.owner, o.state) for p, o in assignment.items() if o.owner is not None}
+    kept = _LISTED.get(fleet.scope)
+    if kept is None or kept.fleet not in (fleet.serial, fleet.parent):
+        entries = consumer_entries(fleet.states, assignment)
+        listed = _Listed(
+            fleet=fleet.serial, owned=owned, entries=tuple(entries), keys=fleet.name_keys
+        )
+    else:
+        concerned = set(fleet.changed_pods) if fleet.serial != kept.fleet else set()
+        for pid, now in owned.items():
+            before = kept.owned.get(pid)
+            if before != now:
+                concerned.add(now[0])
+                if before is not None:
+                    concerned.add(before[0])
+        for pid in kept.owned.keys() - owned.keys():
+            concerned.add(kept.owned[pid][0])
+        by_owner: dict[str, list[tuple[str, models.OwnershipState]]] = {}
+        if concerned:
+            for pid, (owner, state) in owned.items():
+                if owner in concerned:
+                    by_owner.setdefault(owner, []).append((pid, state))
+        rows, keys = list(kept.entries), list(kept.keys)
+        for name in concerned:
+            key = models.name_key(name)
+            at = bisect.bisect_left(keys, key)
+            present = at < len(keys) and keys[at] == key
+            pod = fleet.states.get(name)
+            if pod is None:
+                if present:
+                    del rows[at], keys[at]
+                continue
+            entry = consumer_entry(pod, by_owner.get(name, ()))
+            if present:
+                rows[at] = entry
+            else:
+                rows.insert(at, entry)
+                keys.insert(at, key)
+        listed = _Listed(fleet=fleet.serial, owned=owned, entries=tuple(rows), keys=tuple(keys))
+    _LISTED[fleet.scope] = listed
+    _LISTED.move_to_end(fleet.scope)
+    while len(_LISTED) > MAX_KEPT:
+        _LISTED.popitem(last=False)
+    return list(listed.entries)
 
 
 def status_patch(previous: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:

@@ -107,6 +107,7 @@ def build(
     spec: specs.ConsumerSpec,
     troubles: Mapping[models.PartitionId, reports.Trouble] | None = None,
     previous: specs.StatusBody | None = None,
+    ready_count: int | None = None,
 ) -> list[conditions.Condition]:
     """All six conditions, Ready first (Paused last: `pausing`, which words Ready and
     Balanced while ``spec.paused`` is true).
@@ -115,7 +116,8 @@ def build(
     the pod is alive and holds it (moving it would carry the fault along); PartitionsFailing
     says what is wrong with it.
     """
-    ready_pods = [p for p in pods.values() if p.ready]
+    # ``ready_count``: the fleet's count of Ready pods (`fleets.Fleet.ready`); else counted here.
+    ready_pods = sum(1 for p in pods.values() if p.ready) if ready_count is None else ready_count
     unowned = [
         p
         for p in partitions
@@ -167,7 +169,7 @@ def build(
             type=conditions.BALANCED,
             status="True",
             reason="Balanced",
-            message=f"{len(partitions)} partitions over {len(ready_pods)} Ready pods",
+            message=f"{len(partitions)} partitions over {ready_pods} Ready pods",
         )
     elif not ready_pods:
         balanced = conditions.Condition(
