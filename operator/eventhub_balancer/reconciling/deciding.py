@@ -220,14 +220,11 @@ def decide(observation: observations.Observation, *, now: datetime.datetime) -> 
             ready=fleet.ready,
             notready=fleet.notready,
         ),
+        epochs=new_epochs,
     )
     desired = statuses.build_status(outcome=outcome, previous=previous, now=now)
     if (moved := moving.event()) is not None:
         events.append(moved)
-    if listed is not None:
-        desired["epochs"] = coordinates.prune(
-            desired.get("epochs") or {}, listed=listed, assignment=plan.assignment
-        )
     record = desired.get("assignment") if raises else None
     if record is not None:
         previous = {**previous, "assignment": record}

@@ -47,6 +47,8 @@ class Outcome:
     #: sums; None: computed here over ``pods``
     consumers: Sequence[specs.ConsumerStatusBody] | None = None
     member_count: int | None = None
+    #: ``epochs`` as the cycle already concluded them (`epochs`); None: concluded here
+    epochs: Mapping[str, int] | None = None
 
 
 #: Each time as the status writes it (`specs.format_time`), by its seconds.
@@ -143,7 +145,9 @@ def build_status(
         "memberCount": members,
         "consumers": consumers,
         "handoffs": handoffs,
-        "epochs": epochs(outcome.assignment, outcome.floors, previous.get("epochs") or {}),
+        "epochs": dict(outcome.epochs)
+        if outcome.epochs is not None
+        else epochs(outcome.assignment, outcome.floors, previous.get("epochs") or {}),
         "assignment": record,
         "movesTotal": int(previous.get("movesTotal") or 0) + outcome.owner_changes,
         "conditions": conditions.apply(
