@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import bisect
 import collections
-import copy
 import dataclasses
 import functools
 import itertools
@@ -36,7 +35,7 @@ from typing import Any, TypeVar
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import configmaps, partitionreports, podstates, specs
-from eventhub_balancer.reconciling import observations
+from eventhub_balancer.reconciling import objectreads, observations
 
 Body = Mapping[str, Any]
 Keys = tuple[models.NameKey, ...]
@@ -68,82 +67,20 @@ def forget() -> None:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class PodRead:
-    """What a decision reads of one pod, with the body it was read from."""
-
-    body: Body
-    #: a copy of `podstates.state_inputs` of the body
-    inputs: tuple[object, ...]
-    labels: Mapping[str, str]
-    annotations: Mapping[str, str]
-    state: podstates.PodState
-
-    @property
-    def member(self) -> models.Member | None:
-        s = self.state
-        if s.state is None:
-            return None
-        return models.Member(
-            name=models.MemberName(s.name), state=s.state, since=podstates.to_seconds(s.since)
-        )
-
-
-def read_pod(body: Body) -> PodRead:
-    meta = body.get("metadata") or {}
-    return PodRead(
-        body=body,
-        inputs=copy.deepcopy(podstates.state_inputs(body)),
-        labels=dict(meta.get("labels") or {}),
-        annotations=dict(meta.get("annotations") or {}),
-        state=podstates.pod_state(body),
-    )
-
-
-def _same_pod(kept: PodRead, body: Body) -> bool:
-    meta = body.get("metadata") or {}
-    return (
-        kept.inputs == podstates.state_inputs(body)
-        and kept.labels == (meta.get("labels") or {})
-        and kept.annotations == (meta.get("annotations") or {})
-    )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class MapRead:
-    """One ConfigMap of the consumer, parsed, with the body it was read from."""
-
-    body: Body
-    stored: observations.StoredMap
-
-
-def _read_map(body: Body) -> MapRead:
-    return MapRead(body=body, stored=observations.stored_map(body))
-
-
-def _same_map(kept: MapRead, body: Body) -> bool:
-    meta = body.get("metadata") or {}
-    return (
-        kept.stored.resource_version == str(meta.get("resourceVersion", ""))
-        and kept.stored.uid == str(meta.get("uid", ""))
-        and observations.reads_as(kept.stored, body)
-    )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
 class Fleet:
     """The consumer's pods (those its selector matches) and ConfigMaps, as read."""
 
     #: (namespace, consumer, selector): a fleet is advanced only within its scope
     scope: Hashable
     consumer: str
-    pods: Mapping[str, PodRead] = dataclasses.field(default_factory=dict)
+    pods: Mapping[str, objectreads.PodRead] = dataclasses.field(default_factory=dict)
     #: each pod's member state, by name (what `readbacks` and `writes` take)
     states: Mapping[str, podstates.PodState] = dataclasses.field(default_factory=dict)
     #: the pods' names by `models.name_key`, and those keys
     names: tuple[str, ...] = ()
     name_keys: Keys = ()
     #: the consumer's ConfigMaps by name (a corrupt one counts by its label)
-    maps: Mapping[str, MapRead] = dataclasses.field(default_factory=dict)
+    maps: Mapping[str, objectreads.MapRead] = dataclasses.field(default_factory=dict)
     stored: Mapping[str, observations.StoredMap] = dataclasses.field(default_factory=dict)
     #: each pod's ConfigMaps' names (pods with none are absent), by `models.name_key`
     by_pod: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
@@ -195,7 +132,7 @@ def _matches(selector: specs.Selector, body: Body) -> bool:
     return selector.matches((body.get("metadata") or {}).get("labels") or {})
 
 
-def _ours(read: MapRead, consumer: str) -> bool:
+def _ours(read: objectreads.MapRead, consumer: str) -> bool:
     return read.stored.parsed.consumer in (consumer, "")
 
 
@@ -267,28 +204,30 @@ def advance_by(
     (None: gone). A body that reads as the kept one is carried over (pointed at the new
     object); ``previous`` itself (with the new objects) when nothing changed."""
     consumer = previous.consumer
-    pod_reads: dict[str, PodRead | None] = {}
-    repointed_pods: dict[str, PodRead] = {}
+    pod_reads: dict[str, objectreads.PodRead | None] = {}
+    repointed_pods: dict[str, objectreads.PodRead] = {}
     for name, body in pods.items():
         kept = previous.pods.get(name)
         if body is None or not name or not _matches(selector, body):
             if kept is not None:
                 pod_reads[name] = None
-        elif kept is None or not (kept.body is body or _same_pod(kept, body)):
-            pod_reads[name] = read_pod(body)
+        elif kept is None or not (kept.body is body or objectreads.same_pod(kept, body)):
+            pod_reads[name] = objectreads.read_pod(body)
         elif kept.body is not body:
             repointed_pods[name] = dataclasses.replace(kept, body=body)
-    map_reads: dict[str, MapRead | None] = {}
-    repointed_maps: dict[str, MapRead] = {}
+    map_reads: dict[str, objectreads.MapRead | None] = {}
+    repointed_maps: dict[str, objectreads.MapRead] = {}
     for name, body in configmaps.items():
         kept_map = previous.maps.get(name)
         read = None
         if body is not None and name:
-            if kept_map is not None and (kept_map.body is body or _same_map(kept_map, body)):
+            if kept_map is not None and (
+                kept_map.body is body or objectreads.same_map(kept_map, body)
+            ):
                 if kept_map.body is not body:
                     repointed_maps[name] = dataclasses.replace(kept_map, body=body)
                 continue
-            read = _read_map(body)
+            read = objectreads.read_map(body)
         if read is not None and _ours(read, consumer):
             map_reads[name] = read
         elif kept_map is not None:
@@ -307,10 +246,10 @@ def advance_by(
 
 def _apply(
     previous: Fleet,
-    pod_reads: Mapping[str, PodRead | None],
-    map_reads: Mapping[str, MapRead | None],
-    repointed_pods: Mapping[str, PodRead],
-    repointed_maps: Mapping[str, MapRead],
+    pod_reads: Mapping[str, objectreads.PodRead | None],
+    map_reads: Mapping[str, objectreads.MapRead | None],
+    repointed_pods: Mapping[str, objectreads.PodRead],
+    repointed_maps: Mapping[str, objectreads.MapRead],
 ) -> Fleet:
     consumer = previous.consumer
     pods = {**previous.pods, **repointed_pods}
@@ -428,8 +367,8 @@ def _current(
 def _insort(
     items: tuple[T, ...],
     keys: Keys,
-    changes: Mapping[str, PodRead | None],
-    item_of: Callable[[str, PodRead], T | None],
+    changes: Mapping[str, objectreads.PodRead | None],
+    item_of: Callable[[str, objectreads.PodRead], T | None],
 ) -> tuple[tuple[T, ...], Keys]:
     """``items`` (sorted by ``keys``, one per pod name) with each changed pod's item taken out
     and its new one (``item_of(name, read)``, None: none) put in at its key."""
