@@ -21,7 +21,6 @@ to that.
 
 from __future__ import annotations
 
-import bisect
 import collections
 import dataclasses
 from collections.abc import Hashable, Iterable, Mapping
@@ -42,11 +41,8 @@ class Kept:
     annotate_pods: bool
     #: partition -> (owner, entry) of the assignment written for
     entries: Entries
-    #: the fleet's ConfigMaps, and each pod's ConfigMaps by name key
+    #: the fleet's ConfigMaps
     maps: Mapping[str, observations.StoredMap]
-    by_pod: Mapping[str, tuple[str, ...]]
-    #: each pod by the name its ConfigMap gets (`writes.map_of` looks that name up first)
-    canon: Mapping[str, str]
     problems: frozenset[str]
     needs: Mapping[str, writes.PodWrites]
     #: the pods whose need writes something
@@ -98,21 +94,13 @@ def derive(
         kept = None
     problem_names = frozenset(problems)
     if kept is None:
-        by_pod = _by_pod(fleet.stored.values())
-        canon = {writes.configmap_name(consumer=consumer, pod=p): p for p in fleet.states}
         concerned: Iterable[str] = fleet.states
         needs: dict[str, writes.PodWrites] = {}
         pending: set[str] = set()
         wanted: dict[str, int] = {}
         candidates: set[str] = set(fleet.stored)
     else:
-        by_pod, canon = dict(kept.by_pod), dict(kept.canon)
-        concerned = _concerned(kept, fleet, entries, problem_names, by_pod)
-        for name in fleet.changed_pods if fleet.serial != kept.fleet else ():
-            if name in fleet.states:
-                canon[writes.configmap_name(consumer=consumer, pod=name)] = name
-            else:
-                canon.pop(writes.configmap_name(consumer=consumer, pod=name), None)
+        concerned = _concerned(kept, fleet, entries, problem_names)
         needs, pending, wanted = dict(kept.needs), set(kept.pending), dict(kept.wanted)
         candidates = set(fleet.changed_maps) if fleet.serial != kept.fleet else set()
     by_name = fleet.stored
@@ -127,7 +115,7 @@ def derive(
             if pod is None:
                 built.drop(name)
                 continue
-            cm = writes.map_of(name, consumer=consumer, by_name=by_name, by_pod=by_pod)
+            cm = writes.map_of(name, consumer=consumer, by_name=by_name, by_pod=fleet.by_pod)
             need = writes.pod_writes(
                 pod,
                 spec=spec,
@@ -160,8 +148,6 @@ def derive(
         annotate_pods=annotate_pods,
         entries=entries,
         maps=by_name,
-        by_pod=by_pod,
-        canon=canon,
         problems=problem_names,
         needs=needs,
         pending=frozenset(pending),
@@ -174,39 +160,23 @@ def derive(
     return writes.assemble([needs[n] for n in pending], [by_name[n] for n in unwanted])
 
 
-def _by_pod(maps: Iterable[observations.StoredMap]) -> dict[str, tuple[str, ...]]:
-    grouped: dict[str, list[str]] = {}
-    for cm in sorted(maps, key=lambda m: models.name_key(m.name)):
-        grouped.setdefault(cm.pod, []).append(cm.name)
-    return {pod: tuple(names) for pod, names in grouped.items()}
-
-
 def _concerned(
     kept: Kept,
     fleet: fleets.Fleet,
     entries: Entries,
     problems: frozenset[str],
-    by_pod: dict[str, tuple[str, ...]],
 ) -> set[str]:
-    """The pods whose need may differ from the kept one; ``by_pod`` updated on the way."""
+    """The pods whose need may differ from the kept one."""
     concerned: set[str] = set()
     if fleet.serial != kept.fleet:
         concerned.update(fleet.changed_pods)
         for name in fleet.changed_maps:
-            old, new = kept.maps.get(name), fleet.stored.get(name)
-            if old is not None:
-                concerned.add(old.pod)
-                by_pod[old.pod] = tuple(n for n in by_pod.get(old.pod, ()) if n != name)
-                if not by_pod[old.pod]:
-                    del by_pod[old.pod]
-            if name in kept.canon:
-                concerned.add(kept.canon[name])
-            if new is not None:
-                concerned.add(new.pod)
-                names = list(by_pod.get(new.pod, ()))
-                keys = [models.name_key(n) for n in names]
-                names.insert(bisect.bisect_left(keys, models.name_key(name)), name)
-                by_pod[new.pod] = tuple(names)
+            # The pod it was and is for, and the pod whose own name it has (`writes.map_of`).
+            for cm in (kept.maps.get(name), fleet.stored.get(name)):
+                if cm is not None:
+                    concerned.add(cm.pod)
+            if name in fleet.canon:
+                concerned.add(fleet.canon[name])
     kept_entries = kept.entries
     for pid, (owner, entry) in entries.items():
         before = kept_entries.get(pid)
