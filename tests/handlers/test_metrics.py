@@ -159,3 +159,30 @@ async def test_a_cycle_that_gives_partitions_out_does_not_read_the_backlog(
     assert set(kube.assignment(NS)["b"]) == {"0", "1", "2", "3"}  # a's went to b at 5
     assert len(hubs.store.reads) == 3  # the blobs read at 0, for the move at 5, and at 65...
     assert len(asked) == 1  # ...and the hub's end only beside the probe at 65
+
+
+def test_partition_counts_touch_only_the_pods_whose_count_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    registry = metrics.Metrics()
+    pods = {f"p-{i}": 2 for i in range(50)}
+    registry.set_partitions(namespace=NS, consumer=NAME, per_pod=pods)
+    touched: list[str] = []
+    labels = registry.partitions.labels
+
+    def counted(*values: str) -> Any:
+        touched.append(values[-1])
+        return labels(*values)
+
+    monkeypatch.setattr(registry.partitions, "labels", counted)
+    moved = {**pods, "p-1": 3, "p-2": 1, "new": 1}
+    del moved["p-3"]
+    registry.set_partitions(namespace=NS, consumer=NAME, per_pod=moved)
+    assert sorted(touched) == ["new", "p-1", "p-2"]
+    text = registry.exposition().decode()
+    owned = {
+        line.split('pod="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("ehb_partitions{")
+    }
+    assert owned == {pod: float(count) for pod, count in moved.items()}

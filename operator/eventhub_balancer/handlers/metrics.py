@@ -104,17 +104,21 @@ class Metrics:
             labels,
             registry=self.registry,
         )
-        self._pods: dict[tuple[str, str], set[str]] = {}
+        #: each consumer's partitions per pod as last set: a cycle sets only what changed
+        self._pods: dict[tuple[str, str], dict[str, int]] = {}
         #: consumers whose recommendation came from a backlog: kept while none is read
         self._from_backlog: set[tuple[str, str]] = set()
 
     def set_partitions(self, *, namespace: str, consumer: str, per_pod: Mapping[str, int]) -> None:
+        """Each pod's partition count; only the pods whose count changed, came or went are
+        touched (the comparison is of two dicts, not a label lookup per pod)."""
         key = (namespace, consumer)
-        for gone in self._pods.get(key, set()) - set(per_pod):
+        last = self._pods.get(key, {})
+        for gone in last.keys() - per_pod.keys():
             self.partitions.remove(namespace, consumer, gone)
-        for pod, count in per_pod.items():
+        for pod, count in per_pod.items() - last.items():
             self.partitions.labels(namespace, consumer, pod).set(count)
-        self._pods[key] = set(per_pod)
+        self._pods[key] = dict(per_pod)
 
     def forget(self, *, namespace: str, consumer: str) -> None:
         self.set_partitions(namespace=namespace, consumer=consumer, per_pod={})
