@@ -20,14 +20,13 @@ are those of `find` over every ConfigMap, which `tests/reconciling/test_claims.p
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import configmaps
-from eventhub_balancer.reconciling import fleets, observations
+from eventhub_balancer.reconciling import fleets, memos, observations
 
 if TYPE_CHECKING:
     from eventhub_balancer.reconciling.readbacks import Recorded
@@ -120,9 +119,8 @@ class Kept:
     claims: Mapping[str, tuple[str, ...]]
 
 
-#: Kept findings, one per consumer: past this many the least recently used goes first.
-MAX_KEPT = 4096
-_KEPT: collections.OrderedDict[Hashable, Kept] = collections.OrderedDict()
+#: Each consumer's findings as its last decision made them.
+_KEPT: memos.Latest[Kept] = memos.Latest()
 
 
 def forget() -> None:
@@ -173,18 +171,18 @@ def follow(fleet: fleets.Fleet, recorded: Record, status_epochs: Mapping[str, An
             claims.pop(name, None)
             if found := beyond_record(stored[name], recorded, status_epochs):
                 claims[name] = found
-    _KEPT[fleet.scope] = Kept(
-        fleet=fleet.serial,
-        maps=stored,
-        recorded=recorded,
-        status_epochs=status_epochs,
-        claimants=claimants,
-        flagged=flagged,
-        claims=claims,
+    _KEPT.put(
+        fleet.scope,
+        Kept(
+            fleet=fleet.serial,
+            maps=stored,
+            recorded=recorded,
+            status_epochs=status_epochs,
+            claimants=claimants,
+            flagged=flagged,
+            claims=claims,
+        ),
     )
-    _KEPT.move_to_end(fleet.scope)
-    while len(_KEPT) > MAX_KEPT:
-        _KEPT.popitem(last=False)
     return _found(flagged, claims)
 
 

@@ -28,10 +28,9 @@ and the spec's coordinates, and used again only for those very objects.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import json
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer import errors
@@ -214,8 +213,7 @@ class _Stale:
 
 #: The ConfigMaps whose coordinates differ from the spec's, per consumer, as its last
 #: decision found them: a decision over the next fleet compares only the changed ConfigMaps.
-_STALE: collections.OrderedDict[Hashable, _Stale] = collections.OrderedDict()
-MAX_KEPT = 4096
+_STALE: memos.Latest[_Stale] = memos.Latest()
 
 
 def forget() -> None:
@@ -238,10 +236,7 @@ def stale(fleet: fleets.Fleet, wanted: Coordinates) -> frozenset[str]:
     else:
         names = {n for n, cm in fleet.stored.items() if compared(cm, wanted).differ}
     found = _Stale(fleet=fleet.serial, wanted=wanted, names=frozenset(names))
-    _STALE[fleet.scope] = found
-    _STALE.move_to_end(fleet.scope)
-    while len(_STALE) > MAX_KEPT:
-        _STALE.popitem(last=False)
+    _STALE.put(fleet.scope, found)
     return found.names
 
 

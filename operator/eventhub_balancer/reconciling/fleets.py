@@ -26,7 +26,6 @@ order of the fleet's mappings; ``names`` and ``members`` are sorted by `models.n
 from __future__ import annotations
 
 import bisect
-import collections
 import dataclasses
 import functools
 import itertools
@@ -35,16 +34,15 @@ from typing import Any, TypeVar
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import configmaps, partitionreports, podstates, specs
-from eventhub_balancer.reconciling import objectreads, observations
+from eventhub_balancer.reconciling import memos, objectreads, observations
 
 Body = Mapping[str, Any]
 Keys = tuple[models.NameKey, ...]
 T = TypeVar("T")
 
 _SERIALS = itertools.count(1)
-#: Fleets kept, one per consumer: past this many the least recently used goes first.
-MAX_KEPT = 4096
-_LAST: collections.OrderedDict[Hashable, Fleet] = collections.OrderedDict()
+#: The last fleet of each consumer.
+_LAST: memos.Latest[Fleet] = memos.Latest()
 #: The name each pod's ConfigMap gets, by (consumer, pod).
 _canonical = functools.lru_cache(maxsize=8192)(configmaps.configmap_name)
 
@@ -55,10 +53,7 @@ def last(scope: Hashable) -> Fleet | None:
 
 
 def remember(fleet: Fleet) -> None:
-    _LAST[fleet.scope] = fleet
-    _LAST.move_to_end(fleet.scope)
-    while len(_LAST) > MAX_KEPT:
-        _LAST.popitem(last=False)
+    _LAST.put(fleet.scope, fleet)
 
 
 def forget() -> None:
@@ -170,27 +165,29 @@ def advance(
             scope=scope, pods=pods, configmaps=configmaps, selector=selector, consumer=consumer
         )
     # One identity check per body; the bodies that are not the objects kept go to advance_by.
-    changed_pods: dict[str, Body | None] = {}
+    return advance_by(
+        previous,
+        pods=_not_kept(pods, previous.pods),
+        configmaps=_not_kept(configmaps, previous.maps),
+        selector=selector,
+    )
+
+
+def _not_kept(
+    bodies: Iterable[Body], kept: Mapping[str, objectreads.PodRead | objectreads.MapRead]
+) -> dict[str, Body | None]:
+    """Each body that is not the very object kept under its name, and None for each name
+    kept that no body has."""
+    changed: dict[str, Body | None] = {}
     seen: set[str] = set()
-    kept_pods = previous.pods
-    for body in pods:
+    for body in bodies:
         name = _name(body)
         seen.add(name)
-        kept = kept_pods.get(name)
-        if kept is None or kept.body is not body:
-            changed_pods[name] = body
-    changed_pods.update(dict.fromkeys(kept_pods.keys() - seen))
-    changed_maps: dict[str, Body | None] = {}
-    seen.clear()
-    kept_maps = previous.maps
-    for body in configmaps:
-        name = _name(body)
-        seen.add(name)
-        kept_map = kept_maps.get(name)
-        if kept_map is None or kept_map.body is not body:
-            changed_maps[name] = body
-    changed_maps.update(dict.fromkeys(kept_maps.keys() - seen))
-    return advance_by(previous, pods=changed_pods, configmaps=changed_maps, selector=selector)
+        read = kept.get(name)
+        if read is None or read.body is not body:
+            changed[name] = body
+    changed.update(dict.fromkeys(kept.keys() - seen))
+    return changed
 
 
 def advance_by(

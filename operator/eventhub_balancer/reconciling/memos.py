@@ -132,3 +132,32 @@ class Cache(Generic[K, V]):
         if len(values) > self.max_entries:
             values.popitem(last=False)
         return value
+
+
+#: Consumers whose last results are kept (`Latest`): past this many the least recently used go.
+MAX_SCOPES = 4096
+
+
+class Latest(Generic[V]):
+    """The last value per scope (one consumer's last fleet, needs, findings), the least
+    recently used scope dropped past ``max_scopes``: a step that works on what changed since
+    the last decision finds that decision's results here, and a dropped one is made whole."""
+
+    def __init__(self, *, max_scopes: int = MAX_SCOPES) -> None:
+        self.max_scopes = max_scopes
+        self._values: collections.OrderedDict[Hashable, V] = collections.OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def clear(self) -> None:
+        self._values.clear()
+
+    def get(self, scope: Hashable) -> V | None:
+        return self._values.get(scope)
+
+    def put(self, scope: Hashable, value: V) -> None:
+        self._values[scope] = value
+        self._values.move_to_end(scope)
+        while len(self._values) > self.max_scopes:
+            self._values.popitem(last=False)

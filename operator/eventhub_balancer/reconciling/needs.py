@@ -21,13 +21,12 @@ to that.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import configmaps, specs
-from eventhub_balancer.reconciling import fleets, observations, writes
+from eventhub_balancer.reconciling import fleets, memos, observations, writes
 
 Entries = Mapping[models.PartitionId, tuple[str, configmaps.PartitionEntry]]
 
@@ -52,9 +51,8 @@ class Kept:
     unwanted: frozenset[str]
 
 
-#: Kept needs, one per consumer: past this many the least recently used goes first.
-MAX_KEPT = 4096
-_KEPT: collections.OrderedDict[Hashable, Kept] = collections.OrderedDict()
+#: Each consumer's needs as its last decision derived them.
+_KEPT: memos.Latest[Kept] = memos.Latest()
 
 
 def forget() -> None:
@@ -142,21 +140,21 @@ def derive(
             unwanted.discard(name)
             if not wanted.get(name):
                 wanted.pop(name, None)
-    _KEPT[scope] = Kept(
-        fleet=fleet.serial,
-        spec=spec,
-        annotate_pods=annotate_pods,
-        entries=entries,
-        maps=by_name,
-        problems=problem_names,
-        needs=needs,
-        pending=frozenset(pending),
-        wanted=wanted,
-        unwanted=frozenset(unwanted),
+    _KEPT.put(
+        scope,
+        Kept(
+            fleet=fleet.serial,
+            spec=spec,
+            annotate_pods=annotate_pods,
+            entries=entries,
+            maps=by_name,
+            problems=problem_names,
+            needs=needs,
+            pending=frozenset(pending),
+            wanted=wanted,
+            unwanted=frozenset(unwanted),
+        ),
     )
-    _KEPT.move_to_end(scope)
-    while len(_KEPT) > MAX_KEPT:
-        _KEPT.popitem(last=False)
     return writes.assemble([needs[n] for n in pending], [by_name[n] for n in unwanted])
 
 

@@ -17,10 +17,9 @@ times in it are formatted once per value (`TIMES`) and names sort by their cache
 from __future__ import annotations
 
 import bisect
-import collections
 import dataclasses
 import datetime
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer.balancing import models
@@ -193,8 +192,7 @@ class _Listed:
     keys: tuple[models.NameKey, ...]
 
 
-_LISTED: collections.OrderedDict[Hashable, _Listed] = collections.OrderedDict()
-MAX_KEPT = 4096
+_LISTED: memos.Latest[_Listed] = memos.Latest()
 
 
 def forget() -> None:
@@ -246,10 +244,7 @@ def follow_consumers(
                 rows.insert(at, entry)
                 keys.insert(at, key)
         listed = _Listed(fleet=fleet.serial, owned=owned, entries=tuple(rows), keys=tuple(keys))
-    _LISTED[fleet.scope] = listed
-    _LISTED.move_to_end(fleet.scope)
-    while len(_LISTED) > MAX_KEPT:
-        _LISTED.popitem(last=False)
+    _LISTED.put(fleet.scope, listed)
     return list(listed.entries)
 
 
