@@ -99,6 +99,7 @@ figures-scale: install
 	$(RECORD) scale-1024x128 -- ehb bench operator --json --rounds 3 --partitions 1024 --pods 128
 	$(RECORD) scale-1024x512 -- ehb bench operator --json --rounds 3 --partitions 1024 --pods 512
 	$(RECORD) scale-100x10x32 -- ehb bench operator --json --rounds 3 --consumers 100 --pods 10 --partitions 32
+	$(RECORD) decide -- ehb bench decide --json
 
 # The side-by-side run against the SDK's balancer takes about 8 minutes.
 figures-balance: install

@@ -91,12 +91,17 @@ def read(
     the partitions ``assignment`` gives it, at the epoch it gives them. ``reporting``: the
     only pods whose ConfigMap carries reports (`fleets.Fleet.reporting`); None: any may."""
     given: dict[str, dict[str, int]] = {}
-    for pid, o in assignment.items():
-        if o.owner is not None:
-            given.setdefault(o.owner, {})[pid] = o.epoch
+    if reporting is None:
+        for pid, o in assignment.items():
+            if o.owner is not None:
+                given.setdefault(o.owner, {})[pid] = o.epoch
+    elif reporting:
+        asked = frozenset(reporting)
+        for pid, o in assignment.items():
+            if o.owner in asked:
+                given.setdefault(o.owner, {})[pid] = o.epoch
     troubles: dict[models.PartitionId, Trouble] = {}
-    pods = given if reporting is None else [p for p in reporting if p in given]
-    for pod in sorted(pods, key=models.name_key):
+    for pod in sorted(given, key=models.name_key):
         cm = maps.get(pod)
         if cm is None:
             continue

@@ -41,6 +41,17 @@ COMMANDS: dict[str, list[str]] = {
         "orders",
     ],
     "bench planner": ["bench", "planner", "--json", "--repeat", "1"],
+    "bench decide": [
+        "bench",
+        "decide",
+        "--json",
+        "--repeat",
+        "1",
+        "--partitions",
+        "4",
+        "--pods",
+        "2",
+    ],
     "bench operator": [
         "bench",
         "operator",
