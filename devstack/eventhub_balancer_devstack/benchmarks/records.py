@@ -403,8 +403,30 @@ def balance(result: object) -> str:
     return "\n\n".join(parts)
 
 
+#: The columns of ``ehb bench decide --json`` (`decide`).
+DECIDE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("partitions", "partitions"),
+    ("pods", "pods"),
+    ("decide_ms", "decision (ms)"),
+    ("planner_ms", "planner (ms)"),
+    ("outside_planner_ms", "the rest (ms)"),
+)
+
+
+def decide(result: object) -> str:
+    """``ehb bench decide``: one row per fleet, the decision split at the planner."""
+    if not (isinstance(result, list) and all(isinstance(r, Mapping) for r in result)):
+        return generic(result)
+    rows = [[number(_get(r, key)) for key, _ in DECIDE_COLUMNS] for r in result]
+    return table([title for _, title in DECIDE_COLUMNS], rows, numeric=0)
+
+
 #: Benchmarks whose figures read better in a shape of their own; the rest are ``generic``.
-VIEWS: Mapping[str, Callable[[object], str]] = {"planner": planner, "balance": balance}
+VIEWS: Mapping[str, Callable[[object], str]] = {
+    "planner": planner,
+    "balance": balance,
+    "decide": decide,
+}
 
 #: The columns of a series of ``ehb bench operator --json`` records (`operator_series`).
 OPERATOR_COLUMNS: tuple[tuple[str, str], ...] = (
