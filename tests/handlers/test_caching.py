@@ -14,7 +14,7 @@ import pytest
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import specs
-from eventhub_balancer.handlers import caching, memories
+from eventhub_balancer.handlers import caching, indexkeys, memories
 from tests.handlers import test_cycles
 from tests.support import fakes
 
@@ -27,9 +27,9 @@ class Watch:
     def __init__(self, kube: fakes.FakeKube) -> None:
         self.kube = kube
         self.indexes: dict[str, dict[Any, list[dict[str, Any]]]] = {
-            caching.CONSUMERS: {},
-            caching.PODS: {},
-            caching.CONFIGMAPS: {},
+            indexkeys.CONSUMERS: {},
+            indexkeys.PODS: {},
+            indexkeys.CONFIGMAPS: {},
         }
         self.deliver()
 
@@ -40,12 +40,17 @@ class Watch:
         for (kind, ns, name), body in self.kube.objects.items():
             labels = body["metadata"].get("labels") or {}
             if kind == "consumer":
-                filed[caching.CONSUMERS][caching.consumer_key(ns, name)].append(copy.deepcopy(body))
+                filed[indexkeys.CONSUMERS][indexkeys.consumer_key(ns, name)].append(
+                    copy.deepcopy(body)
+                )
             elif kind == "pod":
-                for key in caching.pod_keys(ns, labels):
-                    filed[caching.PODS][key].append(copy.deepcopy(body))
-            elif kind == "configmap" and (key := caching.configmap_key(ns, labels)):
-                filed[caching.CONFIGMAPS][key].append(copy.deepcopy(body))
+                copied = copy.deepcopy(body)
+                for key in indexkeys.pod_keys(ns, labels, name):
+                    filed[indexkeys.PODS][key].append(copied)
+            elif kind == "configmap":
+                copied = copy.deepcopy(body)
+                for key in indexkeys.configmap_keys(ns, labels, name):
+                    filed[indexkeys.CONFIGMAPS][key].append(copied)
         for kind, index in self.indexes.items():
             index.clear()
             index.update(filed[kind])
@@ -169,13 +174,13 @@ async def test_after_a_relist_each_scope_is_listed_once_and_what_was_deleted_is_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     selector = specs.parse_spec(test_cycles.SPEC).selector
-    cache.observed(caching.PODS, None)  # the first listing
-    cache.observed(caching.PODS, "MODIFIED")
+    cache.observed(indexkeys.PODS, None)  # the first listing
+    cache.observed(indexkeys.PODS, "MODIFIED")
     del kube.objects["pod", NS, "a"]  # deleted while the watch was down: no DELETED event
     reads = no_reads(kube, monkeypatch)
     assert len(await cache.select_pods(namespace=NS, selector=selector)) == 2
-    cache.observed(caching.PODS, None)  # kopf lists again after a watch error
-    cache.observed(caching.PODS, None)
+    cache.observed(indexkeys.PODS, None)  # kopf lists again after a watch error
+    cache.observed(indexkeys.PODS, None)
     pods = await cache.select_pods(namespace=NS, selector=selector)
     assert [p["metadata"]["name"] for p in pods] == ["b"]
     await cache.select_pods(namespace=NS, selector=selector)

@@ -7,7 +7,7 @@ import copy
 from typing import Any
 
 from eventhub_balancer.contracts import configmaps, specs
-from eventhub_balancer.handlers import caching, cycles, memories, registering
+from eventhub_balancer.handlers import caching, cycles, indexkeys, memories, registering
 from tests.handlers import test_caching, test_cycles
 from tests.support import fakes
 
@@ -34,7 +34,7 @@ def two_consumers() -> tuple[fakes.FakeKube, test_caching.Watch, caching.CachedK
         meta["creationTimestamp"] = specs.format_time(test_cycles.at(seconds))
     watch = test_caching.Watch(kube)
     cache = caching.CachedKube(kube, clock=test_caching.Clock())
-    cache.attach({**watch.indexes, caching.PEERS: peers_index(kube)})
+    cache.attach({**watch.indexes, indexkeys.PEERS: peers_index(kube)})
     return kube, watch, cache
 
 
@@ -55,7 +55,7 @@ async def cycle(
 def test_the_index_sums_up_each_consumer_once() -> None:
     body = {"metadata": {"uid": "u1", "creationTimestamp": "2024-05-01T12:00:00Z"}}
     [(key, peer)] = registering.peer_entry(NS, "x", {**body, "spec": test_cycles.SPEC}).items()
-    assert key == caching.peer_key(NS)
+    assert key == indexkeys.peer_key(NS)
     assert (peer.namespace, peer.name, peer.uid) == (NS, "x", "u1")
     assert peer.selector is not None
     assert peer.selector.matches({"app": "c"})
@@ -79,7 +79,7 @@ async def test_the_later_consumer_writes_nothing_and_nobody_rewrites_the_pods_fo
     assert {m["annotations"][configmaps.POD_ANNOTATION_CONSUMER] for m in pods.values()} == {OLDER}
     # Each wakes the other's pods no more: both steady, with no write at all.
     watch.deliver()
-    cache.attach({**watch.indexes, caching.PEERS: peers_index(kube)})
+    cache.attach({**watch.indexes, indexkeys.PEERS: peers_index(kube)})
     calls = len(kube.calls)
     for now in (2, 3, 4):
         await cycle(cache, hubs, OLDER, older, now)
@@ -94,7 +94,7 @@ async def test_once_the_older_one_is_gone_the_later_one_takes_over() -> None:
     assert kube.assignment(NS) == {}
     del kube.objects["consumer", NS, OLDER]
     watch.deliver()
-    cache.attach({**watch.indexes, caching.PEERS: peers_index(kube)})
+    cache.attach({**watch.indexes, indexkeys.PEERS: peers_index(kube)})
     await cycle(cache, hubs, NEWER, memories.Memory(), 5)
     assert kube.condition(NS, NEWER, "Conflict")["status"] == "False"
     assert sorted(kube.assignment(NS)) == ["a", "b"]

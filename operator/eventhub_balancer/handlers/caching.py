@@ -25,10 +25,13 @@ Before kopf hands the indexes over (`attach`), and in tests without kopf, every 
 the adapter, as it did before the cache.
 
 What a consumer's cycle reads changes only through events, and the event handlers say which
-consumers each event concerns (`touch`). `stamp` sums that up with what else changes the
-cycle's view of the pods and ConfigMaps (a re-list, a kept write given up), so that a cycle can
-tell that nothing it reads changed without reading it (`cycles`); None while nothing is
-attached: without the watch no change is known, and every cycle reads.
+consumers each event concerns (`touch`) and which pod or ConfigMap changed for them
+(`feeds.Feeds`, which the operator's own writes tell too). `stamp` sums the first up, so that
+a cycle can tell that nothing it reads changed without reading it (`cycles`); `changed` hands
+a consumer's reader the names alone, which it reads by name (`pods_by_name`,
+`configmaps_by_name`, through the same kept writes and hidden uids as a listing), so that a
+cycle reads what changed, not the fleet. `mark` says when that is not enough (a re-list, a
+kept write given up): the reader then lists whole.
 """
 
 from __future__ import annotations
@@ -36,54 +39,27 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from typing import Any
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps, specs
-from eventhub_balancer.handlers import ports
+from eventhub_balancer.handlers import feeds, indexkeys, ports
+from eventhub_balancer.handlers.indexkeys import CONFIGMAPS, CONSUMERS, PEERS, PODS
 from eventhub_balancer.reconciling import conflicts
 
 logger = logging.getLogger(__name__)
 
-#: How long a Secret's value is used without reading it again, when nothing rejected it: a
-#: rotated key is picked up within this time even if the old one still works.
+#: How long a Secret's value is used unless rejected: a rotated key is picked up within it.
 SECRET_REFRESH_SECONDS = 600.0
 
 #: A write's response is served at most this long: the watch delivers within seconds, and what
-#: it never delivers (a pod deleted right after we annotated it) must not be kept for ever.
+#: it never delivers (a pod deleted right after it was annotated) is not kept for ever.
 PENDING_SECONDS = 60.0
-
-#: The kinds the cache serves, as `observed` names them.
-CONSUMERS, PODS, CONFIGMAPS = "consumers", "pods", "configmaps"
-#: The index of every EventHubConsumer summed up for the conflict check (`conflicts.Peer`):
-#: a cycle compares summaries, it parses no other consumer's spec.
-PEERS = "peers"
 
 Body = Mapping[str, Any]
 #: A kopf index as the daemons receive it: key -> the bodies (or summaries) filed under it.
 Index = Mapping[Any, Iterable[Any]]
-
-
-def consumer_key(namespace: str, name: str) -> tuple[str, str]:
-    return (namespace, name)
-
-
-def peer_key(namespace: str) -> str:
-    """Summaries are filed by namespace; the conflict check reads them all (a checkpoint
-    location is shared across namespaces)."""
-    return namespace
-
-
-def pod_keys(namespace: str, labels: Mapping[str, str]) -> list[tuple[str, ...]]:
-    """A pod is filed under its namespace and under each of its labels: a selector with
-    matchLabels looks up one label, not the whole namespace."""
-    return [(namespace,), *((namespace, k, v) for k, v in labels.items())]
-
-
-def configmap_key(namespace: str, labels: Mapping[str, str]) -> tuple[str, str] | None:
-    consumer = labels.get(configmaps.LABEL_CONSUMER)
-    return (namespace, consumer) if consumer else None
 
 
 def _meta(body: Body) -> Mapping[str, Any]:
@@ -134,6 +110,9 @@ class CachedKube:
         #: events per consumer that concerned it (`touch`), and kept writes given up
         self._touched: dict[tuple[str, str], int] = {}
         self._given_up = 0
+        #: per consumer, the pods and ConfigMaps whose served body may have changed since its
+        #: reader last asked (`changed`)
+        self.feeds = feeds.Feeds(kinds=(PODS, CONFIGMAPS))
 
     def attach(self, indexes: Mapping[str, Index]) -> None:
         """Serve reads from kopf's indexes from now on (called by each daemon at start)."""
@@ -150,23 +129,66 @@ class CachedKube:
         else:
             self._streaming[kind] = True
 
-    def touch(self, namespace: str, name: str) -> None:
-        """An event concerned the consumer: what its cycle reads may have changed."""
+    def touch(self, namespace: str, name: str, *, told: bool = False) -> None:
+        """An event concerned the consumer: what its cycle reads may have changed. ``told``:
+        the feed was told which object; otherwise its reader reads whole."""
         key = (namespace, name)
         self._touched[key] = self._touched.get(key, 0) + 1
+        if not told:
+            self.feeds.whole(key)
 
     def stamp(self, *, namespace: str, name: str) -> tuple[int, int, tuple[int, ...]] | None:
         """What changes whenever the pods or ConfigMaps a consumer's cycle reads may have
-        changed (events, re-lists, kept writes given up); None before the indexes are attached.
-        """
+        changed (events, re-lists, kept writes given up); None before the indexes are attached."""
         if not self._indexes:
             return None
         relists = tuple(self._relists.get(kind, 0) for kind in (CONSUMERS, PODS, CONFIGMAPS))
         return (self._touched.get((namespace, name), 0), self._given_up, relists)
 
     def forget(self, *, namespace: str, name: str) -> None:
-        """The consumer's daemon stopped: its count of events is dropped."""
+        """The consumer's daemon stopped: its count of events and its feed are dropped."""
         self._touched.pop((namespace, name), None)
+        self.feeds.forget((namespace, name))
+
+    # --- the change feed: what a consumer's reader reads again (`observing.observe_pods`) ---
+
+    def mark(self) -> Hashable:
+        """What changes the view unnamed (a re-list, a kept write given up): read whole."""
+        return (self._given_up, self._relists.get(PODS, 0), self._relists.get(CONFIGMAPS, 0))
+
+    def changed(self, *, namespace: str, name: str) -> feeds.Changed | None:
+        """The names told since the reader last asked (`feeds.Feeds.take`); None: read whole."""
+        if not self._indexes:
+            return None
+        return self.feeds.take((namespace, name))
+
+    def pods_by_name(
+        self, *, namespace: str, names: Iterable[str], selector: specs.Selector
+    ) -> dict[str, Body | None]:
+        """Each named pod as `select_pods` serves it now, or None (gone, or not selected)."""
+        index = self._indexes[PODS]
+        found: dict[str, Body | None] = {}
+        for name in names:
+            filed = _lookup(index, indexkeys.ByName(namespace, name))
+            bodies = self._merge(PODS, namespace, list(filed))
+            body = next((b for b in bodies if _meta(b).get("name") == name), None)
+            selected = body is not None and selector.matches(_meta(body).get("labels") or {})
+            found[name] = body if selected else None
+        return found
+
+    def configmaps_by_name(
+        self, *, namespace: str, consumer: str, names: Iterable[str]
+    ) -> dict[str, Body | None]:
+        """Each named ConfigMap as `consumer_configmaps` serves it now, or None."""
+        index = self._indexes[CONFIGMAPS]
+        mine = _ours(consumer)
+        found: dict[str, Body | None] = {}
+        for name in names:
+            filed = _lookup(index, indexkeys.ByName(namespace, name))
+            bodies = self._merge(CONFIGMAPS, namespace, list(filed), created=mine)
+            body = next((b for b in bodies if _meta(b).get("name") == name), None)
+            found[name] = body if body is not None and mine(body) else None
+        return found
 
     # --- reads ---
 
@@ -175,7 +197,7 @@ class CachedKube:
         if index is None:
             self.reads += 1
             return await self.api.get_consumer(namespace=namespace, name=name)
-        bodies = list(_lookup(index, consumer_key(namespace, name)))
+        bodies = list(_lookup(index, indexkeys.consumer_key(namespace, name)))
         served = self._merge(CONSUMERS, namespace, bodies, created=lambda _: False)
         if not served:
             raise errors.NotFound(f"EventHubConsumer {namespace}/{name}: not found")
@@ -209,10 +231,7 @@ class CachedKube:
             return list(await self.api.consumer_configmaps(namespace=namespace, consumer=consumer))
         label = configmaps.label_value(consumer)
         scope = (CONFIGMAPS, namespace, label)
-
-        def mine(body: Body) -> bool:
-            return bool((_meta(body).get("labels") or {}).get(configmaps.LABEL_CONSUMER) == label)
-
+        mine = _ours(consumer)
         await self._resync(
             scope,
             lambda: self.api.consumer_configmaps(namespace=namespace, consumer=consumer),
@@ -278,7 +297,7 @@ class CachedKube:
         namespace: str,
         bodies: Iterable[Body],
         *,
-        created: Callable[[Body], bool],
+        created: Callable[[Body], bool] = lambda _: False,
     ) -> list[Mapping[str, Any]]:
         """The index's bodies with the operator's own writes the watch has not delivered."""
         served: dict[str, Body] = {}
@@ -310,7 +329,9 @@ class CachedKube:
 
     def _wrote(self, kind: str, namespace: str, body: Body | None) -> None:
         if body is not None and self._indexes:
-            self._keep((kind, namespace, str(_meta(body).get("name", ""))), body)
+            name = str(_meta(body).get("name", ""))
+            self._keep((kind, namespace, name), body)
+            self.feeds.note_all(namespace, kind=kind, object_name=name)
 
     def _keep(self, key: tuple[str, str, str], pending: Body | _Deleted) -> None:
         now = self.clock()
@@ -339,6 +360,7 @@ class CachedKube:
         await self.api.delete_configmap(namespace=namespace, name=name, uid=uid)
         if self._indexes and uid:
             self._keep((CONFIGMAPS, namespace, name), _Deleted(uid=uid))
+            self.feeds.note_all(namespace, kind=CONFIGMAPS, object_name=name)
 
     async def patch_pod_annotations(
         self, *, namespace: str, name: str, annotations: Mapping[str, str | None]
@@ -362,3 +384,13 @@ class CachedKube:
 
 def _lookup(index: Index, key: Any) -> Iterable[Body]:
     return index.get(key, ())
+
+
+def _ours(consumer: str) -> Callable[[Body], bool]:
+    """Whether a ConfigMap carries ``consumer``'s label (what its listing selects)."""
+    label = configmaps.label_value(consumer)
+
+    def mine(body: Body) -> bool:
+        return bool((_meta(body).get("labels") or {}).get(configmaps.LABEL_CONSUMER) == label)
+
+    return mine

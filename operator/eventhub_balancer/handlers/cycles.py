@@ -117,7 +117,7 @@ async def _decide(
         return _unlisted(namespace, name, _standing(kept, wall=wall))
     if observation.spec is None:
         return deciding.decide(observation, now=now)
-    observation = await observing.observe_pods(kube=kube, observation=observation)
+    observation = await observing.observe_pods(kube=kube, observation=observation, memory=memory)
     decision = deciding.decide(observation, now=now)
     if decision.spec_error is not None:
         return decision

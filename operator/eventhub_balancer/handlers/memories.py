@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Hashable
 
-from eventhub_balancer.reconciling import deciding, observations, retries
+from eventhub_balancer.reconciling import deciding, fleets, observations, retries
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -42,7 +42,7 @@ class Memory:
     not change): the assignment, the epochs and the pods are read afresh whenever they may
     have changed, so a restarted operator starts with an empty Memory and reaches the same
     assignment. The readers in `observing` change it, and only after they asked; `cycles`
-    keeps ``settled``.
+    keeps ``settled``. The fleet is read whole whenever it is absent or in doubt.
     """
 
     hub: retries.Backoff = dataclasses.field(default_factory=retries.Backoff)
@@ -56,3 +56,7 @@ class Memory:
     store_sequences: dict[str, int] | None = None
     #: the last decision while it stands; None: decide in the next cycle
     settled: Settled | None = None
+    #: the consumer's pods and ConfigMaps as last read (`observing.observe_pods` advances it
+    #: by the watch's changes), and the cache's `mark` it was read at; None: read whole
+    fleet: fleets.Fleet | None = None
+    fleet_mark: Hashable = None

@@ -31,7 +31,7 @@ import kopf
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps, specs
-from eventhub_balancer.handlers import caching, cycles, memories, ports
+from eventhub_balancer.handlers import caching, cycles, indexkeys, memories, ports
 from eventhub_balancer.handlers.metrics import Metrics
 from eventhub_balancer.reconciling import conflicts
 
@@ -41,10 +41,10 @@ logger = logging.getLogger(__name__)
 DEBOUNCE_SECONDS = 0.05
 #: The names of kopf's indexes (`caching` serves the cycle's reads from them).
 INDEXES = {
-    caching.CONSUMERS: "ehb_consumers",
-    caching.PODS: "ehb_pods",
-    caching.CONFIGMAPS: "ehb_configmaps",
-    caching.PEERS: "ehb_peers",
+    indexkeys.CONSUMERS: "ehb_consumers",
+    indexkeys.PODS: "ehb_pods",
+    indexkeys.CONFIGMAPS: "ehb_configmaps",
+    indexkeys.PEERS: "ehb_peers",
 }
 #: The first retry after a failed cycle (API conflict, API unavailable); doubles up to the max.
 RETRY_SECONDS = 0.5
@@ -103,10 +103,10 @@ class Operator:
     def __post_init__(self) -> None:
         self.cache = caching.CachedKube(self.kube)
 
-    def wake(self, key: Key) -> None:
+    def wake(self, key: Key, *, told: bool = False) -> None:
         """An event concerns the consumer: its next cycle reads and decides (`caching.touch`),
-        and starts now."""
-        self.cache.touch(*key)
+        and starts now; ``told``: its reader's feed was told what changed."""
+        self.cache.touch(*key, told=told)
         event = self.wakes.get(key)
         if event is not None:
             event.set()
@@ -126,13 +126,15 @@ class Operator:
 
     def pod_changed(self, *, namespace: str, name: str, labels: Mapping[str, str]) -> None:
         """Wake the consumers whose selector matches the pod, or whose last decision saw it
-        (a pod relabelled away still owns partitions until the next cycle moves them)."""
+        (a pod relabelled away still owns partitions until the next cycle moves them), and
+        tell their readers to read it again."""
         for key, selector in list(self.selectors.items()):
             route = self.routes.get(key)
             if key[0] == namespace and (
                 selector.matches(labels) or (route is not None and name in route.pods)
             ):
-                self.wake(key)
+                self.cache.feeds.note(key, kind=indexkeys.PODS, object_name=name)
+                self.wake(key, told=True)
 
     def stuck(self, *, now: float) -> list[Key]:
         """Daemons whose loop has not come round for far longer than their interval."""
@@ -207,37 +209,39 @@ def build_registry(runtime: Operator) -> kopf.OperatorRegistry:
 
     # The indexes: the bodies the watch streams delivered, filed for the cycles' lookups.
     @kopf.index(
-        specs.GROUP, specs.VERSION, specs.PLURAL, registry=registry, id=INDEXES[caching.CONSUMERS]
+        specs.GROUP, specs.VERSION, specs.PLURAL, registry=registry, id=INDEXES[indexkeys.CONSUMERS]
     )
     def index_consumer(**kwargs: Any) -> dict[Any, Any]:
-        return {caching.consumer_key(kwargs["namespace"], kwargs["name"]): dict(kwargs["body"])}
+        return {indexkeys.consumer_key(kwargs["namespace"], kwargs["name"]): dict(kwargs["body"])}
 
     @kopf.index(
-        specs.GROUP, specs.VERSION, specs.PLURAL, registry=registry, id=INDEXES[caching.PEERS]
+        specs.GROUP, specs.VERSION, specs.PLURAL, registry=registry, id=INDEXES[indexkeys.PEERS]
     )
     def index_peer(**kwargs: Any) -> dict[Any, Any]:
         return peer_entry(kwargs["namespace"], kwargs["name"], kwargs["body"])
 
-    @kopf.index("", "v1", "pods", registry=registry, id=INDEXES[caching.PODS])
+    @kopf.index("", "v1", "pods", registry=registry, id=INDEXES[indexkeys.PODS])
     def index_pod(**kwargs: Any) -> dict[Any, Any]:
         body = dict(kwargs["body"])
-        return {key: body for key in caching.pod_keys(kwargs["namespace"], kwargs["labels"])}
+        keys = indexkeys.pod_keys(kwargs["namespace"], kwargs["labels"], kwargs["name"])
+        return {key: body for key in keys}  # one object under every key
 
     @kopf.index(
         "",
         "v1",
         "configmaps",
         registry=registry,
-        id=INDEXES[caching.CONFIGMAPS],
+        id=INDEXES[indexkeys.CONFIGMAPS],
         labels={configmaps.LABEL_MANAGED_BY: configmaps.MANAGED_BY},
     )
     def index_configmap(**kwargs: Any) -> dict[Any, Any]:
-        key = caching.configmap_key(kwargs["namespace"], kwargs["labels"])
-        return {} if key is None else {key: dict(kwargs["body"])}
+        keys = indexkeys.configmap_keys(kwargs["namespace"], kwargs["labels"], kwargs["name"])
+        body = dict(kwargs["body"])  # one object under every key: a reader compares identities
+        return {key: body for key in keys}
 
     @kopf.on.event(specs.GROUP, specs.VERSION, specs.PLURAL, registry=registry)
     def consumer_changed(**kwargs: Any) -> None:
-        runtime.cache.observed(caching.CONSUMERS, kwargs["type"])
+        runtime.cache.observed(indexkeys.CONSUMERS, kwargs["type"])
         generation = (kwargs["body"].get("metadata") or {}).get("generation")
         key = (kwargs["namespace"], kwargs["name"])
         if kwargs["type"] == "DELETED":
@@ -247,7 +251,7 @@ def build_registry(runtime: Operator) -> kopf.OperatorRegistry:
 
     @kopf.on.event("", "v1", "pods", registry=registry)
     def pod_changed(**kwargs: Any) -> None:
-        runtime.cache.observed(caching.PODS, kwargs["type"])
+        runtime.cache.observed(indexkeys.PODS, kwargs["type"])
         runtime.pod_changed(
             namespace=kwargs["namespace"], name=kwargs["name"], labels=kwargs["labels"]
         )
@@ -260,19 +264,23 @@ def build_registry(runtime: Operator) -> kopf.OperatorRegistry:
         labels={configmaps.LABEL_MANAGED_BY: configmaps.MANAGED_BY},
     )
     def configmap_changed(**kwargs: Any) -> None:
-        runtime.cache.observed(caching.CONFIGMAPS, kwargs["type"])
+        runtime.cache.observed(indexkeys.CONFIGMAPS, kwargs["type"])
         namespace, body = kwargs["namespace"], kwargs["body"]
+        # Every reader of the namespace looks again: the event does not show a label it lost.
+        runtime.cache.feeds.note_all(
+            namespace, kind=indexkeys.CONFIGMAPS, object_name=kwargs["name"]
+        )
         consumer = (body.get("data") or {}).get(configmaps.KEY_CONSUMER)
         if consumer:
-            runtime.wake((namespace, consumer))
+            runtime.wake((namespace, consumer), told=True)
         # The consumer its label points at reads it too (a corrupt one is repaired by it).
         label = (body.get("metadata", {}).get("labels") or {}).get(configmaps.LABEL_CONSUMER)
         for key in list(runtime.wakes):
             if key[0] == namespace and configmaps.label_value(key[1]) == label:
                 if consumer:
-                    runtime.cache.touch(*key)
+                    runtime.cache.touch(*key, told=True)
                 else:
-                    runtime.wake(key)
+                    runtime.wake(key, told=True)
 
     return registry
 
@@ -280,7 +288,7 @@ def build_registry(runtime: Operator) -> kopf.OperatorRegistry:
 def peer_entry(namespace: str, name: str, body: Mapping[str, Any]) -> dict[Any, Any]:
     """The peers index's entry of one EventHubConsumer: its summary, parsed once per watch
     event rather than once per other consumer's cycle."""
-    return {caching.peer_key(namespace): conflicts.peer(body, namespace=namespace, name=name)}
+    return {indexkeys.peer_key(namespace): conflicts.peer(body, namespace=namespace, name=name)}
 
 
 async def run_daemon(
