@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from eventhub_balancer.handlers import caching, indexkeys, memories, observing
+from eventhub_balancer.contracts import specs
+from eventhub_balancer.handlers import caching, indexkeys, memories, observing, registering
 from eventhub_balancer.reconciling import fleets
 from tests.handlers import test_caching, test_cycles
 from tests.support import fakes
@@ -102,9 +103,7 @@ class Reads:
 
 async def whole(cache: caching.CachedKube) -> fleets.Fleet:
     """The fleet a whole listing of the cache gives."""
-    spec = test_cycles.SPEC["selector"]
-    selector = fleets.specs.parse_spec(test_cycles.SPEC).selector
-    assert spec
+    selector = specs.parse_spec(test_cycles.SPEC).selector
     pods = await cache.select_pods(namespace=NS, selector=selector)
     maps = await cache.consumer_configmaps(namespace=NS, consumer=NAME)
     return fleets.build(
@@ -273,3 +272,28 @@ async def test_through_random_events_the_kept_fleet_is_a_whole_listings(
         )
         same(observed.fleet, await whole(cache))
         await cycle(cache, hubs, memory, now=second)  # the operator writes; a delivery follows
+
+
+def test_the_event_handlers_tell_the_feed_of_the_consumers_they_wake() -> None:
+    """`registering.Operator.pod_changed` tells each consumer it wakes which pod changed; a
+    wake that names nothing (a spec change) makes that consumer's next read whole."""
+    kube = test_cycles.make_kube()
+    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    operator = registering.Operator(kube=kube, hubs=hubs, clock=lambda: T0)
+    operator.cache.attach({indexkeys.PODS: {}, indexkeys.CONFIGMAPS: {}, indexkeys.CONSUMERS: {}})
+    operator.selectors[KEY] = specs.parse_spec(test_cycles.SPEC).selector
+    other = (NS, "payments")
+    operator.selectors[other] = specs.parse_spec(
+        {**test_cycles.SPEC, "selector": {"matchLabels": {"app": "pay"}}}
+    ).selector
+    for consumer in (KEY, other):
+        assert operator.cache.changed(namespace=consumer[0], name=consumer[1]) is None
+    operator.pod_changed(namespace=NS, name="a", labels={"app": "c"})
+    taken = operator.cache.changed(namespace=NS, name=NAME)
+    assert taken is not None
+    assert taken.of(indexkeys.PODS) == {"a"}
+    mine = operator.cache.changed(namespace=NS, name="payments")
+    assert mine is not None
+    assert mine.of(indexkeys.PODS) == frozenset()
+    operator.consumer_changed(KEY, generation=2)
+    assert operator.cache.changed(namespace=NS, name=NAME) is None
