@@ -139,6 +139,17 @@ async def cycle(
     return await test_caching.cycle(cache, hubs, memory, now=now)
 
 
+async def settled(
+    cache: caching.CachedKube, hubs: fakes.FakeHubs, events: Events, *, cycles: int = 4
+) -> memories.Memory:
+    """A consumer's memory after a few cycles, each write delivered by the watch."""
+    memory = memories.Memory()
+    for second in range(cycles):
+        await cycle(cache, hubs, memory, now=second)
+        events.deliver()
+    return memory
+
+
 async def test_a_pod_event_among_many_reads_that_pod_alone(
     kube: fakes.FakeKube,
     hubs: fakes.FakeHubs,
@@ -149,10 +160,7 @@ async def test_a_pod_event_among_many_reads_that_pod_alone(
     for i in range(30):
         kube.add_pod(NS, f"p-{i}", labels={"app": "c"}, since=T0)
     events.deliver()
-    memory = memories.Memory()
-    for second in range(6):
-        await cycle(cache, hubs, memory, now=second)
-        events.deliver()
+    memory = await settled(cache, hubs, events, cycles=6)
     reads = Reads(cache, monkeypatch)
     kube.set_ready(NS, "p-7", ready=False, since=test_cycles.at(6))
     events.deliver()
@@ -171,10 +179,7 @@ async def test_a_read_that_fails_after_taking_the_names_leaves_the_next_read_who
     events: Events,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    memory = memories.Memory()
-    for second in range(4):
-        await cycle(cache, hubs, memory, now=second)
-        events.deliver()
+    memory = await settled(cache, hubs, events)
     kube.set_ready(NS, "a", ready=False, since=test_cycles.at(4))
     events.deliver()
     by_name = cache.pods_by_name
@@ -199,10 +204,7 @@ async def test_an_event_the_feed_was_not_told_of_makes_the_next_read_whole(
     events: Events,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    memory = memories.Memory()
-    for second in range(4):
-        await cycle(cache, hubs, memory, now=second)
-        events.deliver()
+    memory = await settled(cache, hubs, events)
     reads = Reads(cache, monkeypatch)
     cache.touch(NS, NAME)  # a spec change, a deletion of another consumer: no name
     await observing.observe_pods(
