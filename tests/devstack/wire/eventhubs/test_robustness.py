@@ -18,6 +18,8 @@ from tests.support import eventhubclients as clients
 from tests.support.fixtures.eventhubs import EventHubTarget
 
 WAIT_S = 20.0
+CLIENTS = 12
+PARTITIONS = 25
 
 
 def _raw(emu: EventHubsEmulator, data: bytes) -> bytes:
@@ -36,6 +38,14 @@ async def _wait_for(condition: Any, wait_s: float = WAIT_S) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError("condition not met in time")
         await asyncio.sleep(0.05)
+
+
+def _open_links(emu: EventHubsEmulator, groups: tuple[str, ...]) -> int:
+    return sum(
+        emu.receiver_count("many-links", group, str(partition))
+        for group in groups
+        for partition in range(PARTITIONS)
+    )
 
 
 async def test_garbage_closes_only_that_connection(eventhubs_hub: EventHubTarget) -> None:
@@ -95,14 +105,17 @@ async def test_vanished_clients_release_their_partitions(
     await _wait_for(lambda: emu.connection_count() == 0)
 
 
-@pytest.mark.slow  # about 90 s on 2 cores: the SDK opens each of the 300 links step by step
+@pytest.mark.slow  # the SDK opens one client's links one after another, with waits
 async def test_hundreds_of_receivers(eventhubs_emulator: EventHubsEmulator) -> None:
     emu = eventhubs_emulator
-    emu.create_hub("many-links", 100)
+    emu.create_hub("many-links", PARTITIONS)
     conn = emu.connection_string("many-links")
+    groups = ("$Default", "analytics")
     consumers = [
-        AioConsumer.from_connection_string(conn, consumer_group=group, load_balancing_interval=0.5)
-        for group in ("$Default", "analytics", "$Default")
+        AioConsumer.from_connection_string(
+            conn, consumer_group=groups[i % 2], load_balancing_interval=0.5
+        )
+        for i in range(CLIENTS)
     ]
     got: dict[tuple[int, str], int] = {}
 
@@ -113,21 +126,29 @@ async def test_hundreds_of_receivers(eventhubs_emulator: EventHubsEmulator) -> N
 
         return on_event
 
-    # 3 clients x 100 partitions = 300 receive links over 3 connections
-    # (two on $Default without owner level may share partitions, as Event Hubs allows).
+    # 12 clients x 25 partitions = 300 receive links over 12 connections, all open at
+    # once (clients on one group without owner level may share partitions, as Event
+    # Hubs allows). One client opens its links in turn, so the links are spread over
+    # many clients: the count of links is what this test is about, not one client's pace
+    # (3 clients x 100 partitions, sent one by one, took about 70 s).
     tasks = [
         asyncio.create_task(c.receive(recorder(i), starting_position="-1"))
         for i, c in enumerate(consumers)
     ]
     try:
+        await _wait_for(lambda: _open_links(emu, groups) == CLIENTS * PARTITIONS, wait_s=60)
         async with AioProducer.from_connection_string(conn) as producer:
-            for partition in range(100):
-                await producer.send_event(EventData(f"p{partition}"), partition_id=str(partition))
-        await _wait_for(lambda: len(got) == 300, wait_s=60)
+            # One send link per partition; the SDK opens each with waits, so all at once.
+            await asyncio.gather(
+                *(
+                    producer.send_event(EventData(f"p{partition}"), partition_id=str(partition))
+                    for partition in range(PARTITIONS)
+                )
+            )
+        await _wait_for(lambda: len(got) == CLIENTS * PARTITIONS, wait_s=60)
         assert set(got.values()) == {1}
     finally:
-        for c in consumers:
-            await c.close()
+        await asyncio.gather(*(c.close() for c in consumers))
         for t in tasks:
             await asyncio.wait_for(t, WAIT_S)
 
