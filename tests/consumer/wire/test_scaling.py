@@ -51,10 +51,12 @@ SPARK_PARTITIONS = 4
 SPARK_BATCH_SIZE = 250
 SPARK_ARGS = SMALL_DRIVER_ARGS
 #: The test's kubelet probes /readyz like a kubelet does: a probe slower than this fails, and
-#: only this many failures in a row turn the pod NotReady (a busy pod on a loaded machine
-#: answers late now and then; one late answer must not move its partitions).
+#: only failing for this long turns a Ready pod NotReady. A busy pod on a loaded machine
+#: answers late now and then, and a pod applying a generation (releasing partitions, which
+#: writes their checkpoints) answers 503 until it is done: neither must move its partitions.
+#: A kubelet's defaults (every 10 s, 3 failures) take 30 s; this kubelet probes every 0.2 s.
 PROBE_TIMEOUT_S = 3.0
-PROBE_FAILURE_THRESHOLD = 3
+PROBE_FAILURE_S = 5.0
 
 
 def free_port() -> int:
@@ -158,19 +160,19 @@ class Consumers:
             return False
 
     def _mirror_readiness(self) -> None:
-        failures: collections.Counter[str] = collections.Counter()
+        failing_since: dict[str, float] = {}
         while not self._stop.wait(0.2):
             for pod in list(self.processes):
                 process = self.processes.get(pod)
                 if process is None or process.poll() is not None:
                     continue
                 if self._readyz(pod):
-                    failures[pod] = 0
+                    failing_since.pop(pod, None)
                     now = True
                 else:
-                    failures[pod] += 1
-                    # Not ready yet (never was), or failing often enough to count.
-                    now = self.ready.get(pod, False) and failures[pod] < PROBE_FAILURE_THRESHOLD
+                    since = failing_since.setdefault(pod, time.monotonic())
+                    # Not ready yet (never was), or failing for long enough to count.
+                    now = self.ready.get(pod, False) and time.monotonic() - since < PROBE_FAILURE_S
                 if now != self.ready.get(pod):
                     with contextlib.suppress(Exception):
                         self.stack.set_ready(NAMESPACE, pod, now)
