@@ -7,6 +7,10 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NODE_STAMP := node_modules/.installed
 PYTEST_ARGS ?=
+# Two workers, each taking whole test files: most wire tests wait on the SDK's link set-up
+# or on a JVM's start, so two of them overlap well on 2 cores (13.6 -> 9.7 min).
+# PYTEST_WORKERS= runs in one process.
+PYTEST_WORKERS ?= -n 2 --dist loadfile
 
 .PHONY: all install test lint typecheck importlint pytest docs figures figures-balance figures-scale demo clean java-check node promtool-check
 
@@ -70,7 +74,7 @@ importlint: $(STAMP)
 
 # pytest exits 5 when it collected nothing: that is a failure here, as any other non-zero code.
 pytest: install
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PYTEST_WORKERS) --durations=15 $(PYTEST_ARGS)
 
 test: install lint typecheck importlint docs pytest
 
