@@ -156,3 +156,19 @@ class EndpointNotAllowed(ConfigurationError):
         )
         self.field = field
         self.host = host
+
+
+class AmbiguousConnectionString(EndpointNotAllowed):
+    """A connection string that the SDKs could read differently from the endpoint check
+    (a key twice, a key that is not plain ASCII letters, an empty part): refused as a whole,
+    since the host that was checked might not be the host the SDK dials."""
+
+    def __init__(self, *, field: str, problem: str) -> None:
+        ConfigurationError.__init__(
+            self,
+            f"{field}: {problem}; write each key once, in plain ASCII letters "
+            "(Endpoint=sb://<namespace>.servicebus.windows.net/;SharedAccessKeyName=...;"
+            "SharedAccessKey=... or AccountName=...;AccountKey=...;EndpointSuffix=...)",
+        )
+        self.field = field
+        self.host = ""

@@ -9,12 +9,22 @@ same way (the operator's network position is worth protecting too). The local de
 emulators (``UseDevelopmentEmulator=true``, Azurite's ``UseDevelopmentStorage=true`` or a
 loopback ``BlobEndpoint``) pass only when the install allows development endpoints, and only
 on a loopback host.
+
+The host checked must be the host the SDK dials, so a connection string is read the way the
+SDKs read it (azure-core's parser for Event Hubs, azure-storage's for Blob: the first ``=``
+splits a part, keys fold case, the endpoint is composed from the same keys), and anything the
+two could read differently is refused as a whole: a key twice (one parser keeps the first, a
+check that kept the last would check the wrong host), a key that is not plain ASCII letters
+(``str.upper`` turns a dotless i, U+0131, into ``I``, so ``BlobEndpo\u0131nt`` is
+``BLOBENDPOINT`` to azure-storage), spaces around a key or value, an empty part. Hosts are
+plain ASCII without user info: IDNA would map fullwidth punctuation onto ``/`` or ``.``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import re
 import urllib.parse
 
 from eventhub_balancer import errors
@@ -24,6 +34,18 @@ PUBLIC_EVENTHUB_SUFFIXES = (".servicebus.windows.net",)
 PUBLIC_BLOB_SUFFIXES = (".blob.core.windows.net",)
 #: Where the development emulators listen: never a remote host.
 LOOPBACK_NAMES = ("localhost",)
+#: azure-storage's default endpoint suffix (``SERVICE_HOST_BASE``) when a string names none.
+STORAGE_DEFAULT_SUFFIX = "core.windows.net"
+#: A connection string key: the SDKs fold case with ``str.lower``/``str.upper``, which map some
+#: non-ASCII letters onto ASCII ones (dotless i U+0131 -> ``I``, Kelvin sign
+#: U+212A -> ``k``).
+_KEY = re.compile(r"^[A-Za-z]+$")
+#: The only values of the development switches that both this check and the SDKs agree on
+#: (the SDKs compare with ``== "true"``: ``True`` is not the emulator to them).
+_SWITCH_VALUES = ("true", "false")
+#: A host name as the check accepts it: ASCII letters, digits, dashes and dots only (IDNA maps
+#: fullwidth punctuation onto "/" or ".", and "@" splits user info from the host).
+_DNS_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -40,10 +62,11 @@ class EndpointPolicy:
     ) -> None:
         """Raise `errors.EndpointNotAllowed` unless the Event Hubs host is allowed."""
         if connection_string is not None:
-            fields = _fields(connection_string)
-            host = _host(fields.get("endpoint", ""))
             field = "the Event Hubs connection string's Endpoint"
-            if fields.get("usedevelopmentemulator", "").lower() == "true":
+            fields = connection_string_fields(connection_string, field=field)
+            # azure-eventhub: ``endpoint or hostname``, then the URL's netloc is the host.
+            host = _url_host(fields.get("endpoint") or fields.get("hostname") or "")
+            if _switch(fields, "usedevelopmentemulator", field=field):
                 self._development(field, host)
                 return
         else:
@@ -54,21 +77,17 @@ class EndpointPolicy:
     def check_blob(self, *, account_url: str | None, connection_string: str | None) -> None:
         """Raise `errors.EndpointNotAllowed` unless the Blob endpoint is allowed."""
         if connection_string is not None:
-            fields = _fields(connection_string)
             field = "the checkpoint store's connection string"
-            if fields.get("usedevelopmentstorage", "").lower() == "true":
+            fields = connection_string_fields(connection_string, field=field)
+            if _switch(fields, "usedevelopmentstorage", field=field):
                 self._development(field, "127.0.0.1")
                 return
-            endpoint = fields.get("blobendpoint")
-            if endpoint:
-                host = _host(endpoint)
+            for url in blob_urls(fields):
+                host = _url_host(url)
                 if _is_loopback(host):
                     self._development(field, host)
-                    return
-            else:
-                suffix = fields.get("endpointsuffix", "core.windows.net")
-                host = f"{fields.get('accountname', '')}.blob.{suffix}"
-            self._suffix(field, host, self.blob_suffixes)
+                else:
+                    self._suffix(field, host, self.blob_suffixes)
             return
         parsed = urllib.parse.urlsplit(account_url or "")
         field = "spec.checkpointStore.accountUrl"
@@ -79,12 +98,12 @@ class EndpointPolicy:
                 allowed=self.blob_suffixes,
                 setting=self.setting,
             )
-        self._suffix(field, _host(account_url or ""), self.blob_suffixes)
+        self._suffix(field, _url_host(account_url or ""), self.blob_suffixes)
 
     def _suffix(self, field: str, host: str, suffixes: tuple[str, ...]) -> None:
         label = host.removesuffix(next((s for s in suffixes if host.endswith(s.lower())), ""))
         # One DNS label before the suffix: "a.b.servicebus.windows.net" is someone's subdomain.
-        if host and label != host and label and "." not in label:
+        if _DNS_NAME.match(host) and label != host and label and "." not in label:
             return
         raise errors.EndpointNotAllowed(
             field=field, host=host, allowed=suffixes, setting=self.setting
@@ -101,24 +120,96 @@ class EndpointPolicy:
         )
 
 
-def _fields(connection_string: str) -> dict[str, str]:
+def connection_string_fields(connection_string: str, *, field: str) -> dict[str, str]:
+    """``{lower-cased key: value}``, read as both SDKs read it, or refused when they could differ.
+
+    Raises `errors.AmbiguousConnectionString` naming the key (never a value: values hold
+    secrets). The whole string is stripped and one trailing ``;`` dropped, as azure-core does.
+    """
     result: dict[str, str] = {}
-    for part in connection_string.split(";"):
-        key, _, value = part.partition("=")
-        if key.strip():
-            result[key.strip().lower()] = value.strip()
+    parts = connection_string.strip().rstrip(";").split(";")
+    for number, part in enumerate(parts, start=1):
+        key, equals, value = part.partition("=")
+        if not equals or not key or not value:
+            raise errors.AmbiguousConnectionString(
+                field=field, problem=f"part {number} is not Key=Value"
+            )
+        if not _KEY.match(key):
+            raise errors.AmbiguousConnectionString(
+                field=field, problem=f"key {key[:40]!a} is not plain ASCII letters"
+            )
+        if value != value.strip():
+            raise errors.AmbiguousConnectionString(
+                field=field, problem=f"the value of {key} has spaces around it"
+            )
+        folded = key.lower()
+        if folded in result:
+            raise errors.AmbiguousConnectionString(
+                field=field, problem=f"{key} is given more than once"
+            )
+        result[folded] = value
     return result
 
 
+def blob_urls(fields: dict[str, str]) -> tuple[str, ...]:
+    """The URLs azure-storage builds from a connection string's fields: the primary endpoint,
+    and the secondary one when the string names it (reads may retry there)."""
+    if "blobendpoint" in fields:
+        primary = fields["blobendpoint"]
+    elif "blobsecondaryendpoint" in fields:
+        return ("",)  # azure-storage refuses a secondary endpoint alone
+    elif {"defaultendpointsprotocol", "accountname", "endpointsuffix"} <= fields.keys():
+        primary = (
+            f"{fields['defaultendpointsprotocol']}://"
+            f"{fields['accountname']}.blob.{fields['endpointsuffix']}"
+        )
+    elif "accountname" in fields:
+        suffix = fields.get("endpointsuffix", STORAGE_DEFAULT_SUFFIX)
+        primary = f"https://{fields['accountname']}.blob.{suffix}"
+    else:
+        return ("",)  # azure-storage refuses it: nothing to dial, nothing allowed
+    secondary = fields.get("blobsecondaryendpoint")
+    return (primary,) if secondary is None else (primary, secondary)
+
+
+def _switch(fields: dict[str, str], key: str, *, field: str) -> bool:
+    value = fields.get(key)
+    if value is None:
+        return False
+    if value not in _SWITCH_VALUES:
+        raise errors.AmbiguousConnectionString(
+            field=field, problem=f"{key} must be exactly true or false, as the SDKs compare it"
+        )
+    return value == "true"
+
+
+def _url_host(url: str) -> str:
+    """The host the SDKs dial for an endpoint URL: its netloc, which needs a scheme ("" when
+    there is none: nothing is allowed)."""
+    try:
+        parsed = urllib.parse.urlsplit(url.strip())
+    except ValueError:
+        return ""
+    if not parsed.scheme or not parsed.netloc:
+        return ""
+    return _host(url)
+
+
 def _host(endpoint: str) -> str:
-    """The host of an endpoint given as a URL (``sb://h/``, ``https://h``) or a bare name."""
+    """The host of an endpoint given as a URL (``sb://h/``, ``https://h``) or a bare name.
+
+    With user info (``a@b``) the whole netloc is returned, and `_DNS_NAME` refuses it: which
+    side of the ``@`` a client dials is not worth guessing."""
     text = endpoint.strip()
     if "://" not in text:
         text = "//" + text
     try:
-        host = urllib.parse.urlsplit(text).hostname or ""
+        parsed = urllib.parse.urlsplit(text)
+        host = parsed.hostname or ""
     except ValueError:
         return ""
+    if "@" in parsed.netloc or "\\" in parsed.netloc:
+        return parsed.netloc.lower()
     return host.lower().rstrip(".")
 
 
