@@ -21,7 +21,15 @@ import aiohttp.web
 import kmock
 
 from eventhub_balancer import runners
-from eventhub_balancer_devstack.kube import identities, kubeconfigs, resources, serving, storage
+from eventhub_balancer_devstack.kube import (
+    histories,
+    identities,
+    kubeconfigs,
+    resources,
+    serving,
+    storage,
+    watchfaults,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -249,6 +257,56 @@ class LocalKubeAPI:
     @property
     def paused(self) -> bool:
         return self._gate is not None and self._gate.paused
+
+    # -- watch faults --------------------------------------------------------------------------
+
+    def inject_watch_fault(
+        self,
+        kind: str,
+        *,
+        seconds: float,
+        plural: str | None = None,
+        lag_s: float = 0.0,
+        close_after_s: float = 0.0,
+    ) -> watchfaults.WatchFault:
+        """Make the watches of ``plural`` (every resource when None) misbehave for ``seconds``.
+
+        ``kind`` is one of `watchfaults.KINDS`: ``lag`` (events ``lag_s`` late), ``stall``
+        (silence), ``gone`` (410 on resume), ``close`` (streams end ``close_after_s`` into the
+        fault). Writes and reads are not affected. ValueError for a malformed fault.
+        """
+        handler = self.handler
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError("the local Kubernetes API is not running: call start() first")
+        return loop.call(
+            lambda: handler.inject_watch_fault(
+                kind, seconds=seconds, plural=plural, lag_s=lag_s, close_after_s=close_after_s
+            ),
+            timeout=CALL_TIMEOUT,
+        )
+
+    def clear_watch_faults(self) -> None:
+        """End every watch fault at once (held events are delivered)."""
+        handler, loop = self._handler, self._loop
+        if handler is None or loop is None:
+            return
+        loop.call(handler.clear_watch_faults, timeout=CALL_TIMEOUT)
+
+    # -- the write record ----------------------------------------------------------------------
+
+    def record_writes(self, *resources_: str) -> None:
+        """Keep every committed write of these resources (``v1/configmaps``...) until read."""
+
+        def record(store: storage.Store) -> None:
+            for resource in resources_:
+                store.record_writes(self._spec(store, resource))
+
+        self._call(record)
+
+    def take_writes(self) -> histories.Writes:
+        """The committed writes of the recorded resources since the last call, oldest first."""
+        return self._call(lambda s: s.take_writes())
 
     # -- kubeconfig --------------------------------------------------------------------------
 

@@ -4,6 +4,10 @@ Kept apart from the object store (`storage`) because a watch only ever sees what
 has committed: the store records each change here once, with its resource version, and this
 module alone decides which watches get it and how far back a watch may resume (410 Gone once
 that part of the history is compacted).
+
+It also keeps the *write record*: every committed change of the kinds asked for, until it is
+read. Watches may lag, stall or be re-listed (`watchfaults`); an audit of what the server
+actually committed (the chaos run's epoch audit) must not depend on them, so it reads this.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import asyncio
 import collections
 import copy
 import dataclasses
+import enum
 from typing import Any, Literal
 
 from eventhub_balancer_devstack.kube import failures
@@ -21,6 +26,18 @@ EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
 #: How many changes watches can resume from; an older resourceVersion gets 410 Gone.
 HISTORY_SIZE = 10_000
+
+#: How many committed writes the write record keeps between two readings. A chaos run reads
+#: it every fraction of a second and commits well under 1,000 writes a second; a reader that
+#: falls this far behind is told how many it missed (`Writes.dropped`), never silently.
+WRITE_RECORD_SIZE = 100_000
+
+
+class Signal(enum.Enum):
+    """What a watch's queue carries besides changes."""
+
+    #: The watch faults changed (`watchfaults`): look at them again now.
+    WAKE = "wake"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -39,16 +56,55 @@ class Subscription:
     """A live watch: changes of one kind arrive in the queue, ``None`` means the server stops."""
 
     storage_key: tuple[str, str]
-    queue: asyncio.Queue[WatchEvent | None] = dataclasses.field(default_factory=asyncio.Queue)
+    queue: asyncio.Queue[WatchEvent | Signal | None] = dataclasses.field(
+        default_factory=asyncio.Queue
+    )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Writes:
+    """Committed changes taken from the write record, oldest first, and how many of them
+    fell out of it unread since the last reading (the record is bounded)."""
+
+    events: tuple[WatchEvent, ...]
+    dropped: int
+
+
+class WriteRecord:
+    """Every committed change of the recorded kinds, kept until taken; bounded by ``size``."""
+
+    def __init__(self, *, size: int = WRITE_RECORD_SIZE) -> None:
+        self._kinds: set[tuple[str, str]] = set()
+        self._events: collections.deque[WatchEvent] = collections.deque(maxlen=size)
+        self._dropped = 0
+
+    def record_kind(self, storage_key: tuple[str, str]) -> None:
+        self._kinds.add(storage_key)
+
+    def add(self, event: WatchEvent) -> None:
+        if event.storage_key not in self._kinds:
+            return
+        if len(self._events) == self._events.maxlen:
+            self._dropped += 1
+        self._events.append(event)
+
+    def take(self) -> Writes:
+        taken = Writes(events=tuple(self._events), dropped=self._dropped)
+        self._events.clear()
+        self._dropped = 0
+        return taken
 
 
 class History:
     """The last ``size`` changes of all kinds, and the watches subscribed to each kind."""
 
-    def __init__(self, *, size: int = HISTORY_SIZE) -> None:
+    def __init__(
+        self, *, size: int = HISTORY_SIZE, write_record_size: int = WRITE_RECORD_SIZE
+    ) -> None:
         self._compacted = 0  # the highest resource version that fell out of the history
         self._events: collections.deque[WatchEvent] = collections.deque(maxlen=size)
         self._subscriptions: set[Subscription] = set()
+        self.writes = WriteRecord(size=write_record_size)
 
     def subscribe(self, storage_key: tuple[str, str]) -> Subscription:
         subscription = Subscription(storage_key=storage_key)
@@ -69,6 +125,11 @@ class History:
             for event in self._events
             if event.resource_version > resource_version and event.storage_key == storage_key
         ]
+
+    def wake(self) -> None:
+        """Make every watch look at its faults again (they changed)."""
+        for subscription in self._subscriptions:
+            subscription.queue.put_nowait(Signal.WAKE)
 
     def close(self) -> None:
         """End every watch (the server is stopping)."""
@@ -96,6 +157,7 @@ class History:
             resource_version=resource_version,
         )
         self._events.append(event)
+        self.writes.add(event)
         for subscription in self._subscriptions:
             if subscription.storage_key == storage_key:
                 subscription.queue.put_nowait(event)

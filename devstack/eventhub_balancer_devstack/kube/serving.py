@@ -10,6 +10,7 @@ as in a cluster) and streams watches with bookmarks, timeouts and resumption.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
 import re
@@ -33,6 +34,7 @@ from eventhub_balancer_devstack.kube import (
     schemas,
     storage,
     tables,
+    watchfaults,
 )
 from eventhub_balancer_devstack.kube import selectors as selecting
 
@@ -44,6 +46,9 @@ BOOKMARK_INTERVAL = 30.0
 #: How often an idle watch checks that its client is still connected (aiohttp does not cancel
 #: handlers of closed connections).
 DISCONNECT_POLL = 2.0
+
+#: The shortest wait of an idle watch: a moment due now is handled at the top of its loop.
+MIN_WAIT = 0.001
 
 #: kmock records every request for assertions, and matches each new request by scanning that
 #: record once per registered reaction: the cost of a request grows with the record. A server
@@ -121,6 +126,8 @@ class LocalKubeHandler(kmock.KubernetesScaffold):
 
     store: storage.Store = attrs.field(factory=storage.Store)
     bookmark_interval: float = BOOKMARK_INTERVAL
+    #: The watch faults in force (`watchfaults`), replaced whole when they change.
+    watch_faults: tuple[watchfaults.WatchFault, ...] = ()
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -576,6 +583,40 @@ class LocalKubeHandler(kmock.KubernetesScaffold):
                 event = {"type": event["type"], "object": table}
             yield event
 
+    # -- watch faults --------------------------------------------------------------------------
+
+    def inject_watch_fault(
+        self,
+        kind: str,
+        *,
+        seconds: float,
+        plural: str | None = None,
+        lag_s: float = 0.0,
+        close_after_s: float = 0.0,
+    ) -> watchfaults.WatchFault:
+        """Begin a watch fault now, for ``seconds`` (`watchfaults`); on the server's loop only."""
+        now = asyncio.get_running_loop().time()
+        # A compaction point no watch has reached yet: a fresh LIST gets a version past it.
+        gone_below = self.store.advance_version() if kind == "gone" else 0
+        fault = watchfaults.make(
+            kind,
+            now=now,
+            seconds=seconds,
+            plural=plural,
+            lag_s=lag_s,
+            close_after_s=close_after_s,
+            gone_below=gone_below,
+        )
+        self.watch_faults = (*watchfaults.current(self.watch_faults, now=now), fault)
+        self.store.wake_watches()
+        logger.info("watch fault: %s on %s for %g s", kind, plural or "every resource", seconds)
+        return fault
+
+    def clear_watch_faults(self) -> None:
+        """End every watch fault now: held events go out at once."""
+        self.watch_faults = ()
+        self.store.wake_watches()
+
     async def _watch(
         self,
         request: Any,
@@ -593,60 +634,101 @@ class LocalKubeHandler(kmock.KubernetesScaffold):
         except ValueError as e:
             raise failures.bad_request(f"invalid resourceVersion or timeoutSeconds: {e}") from e
 
+        loop = asyncio.get_running_loop()
+        opened = loop.time()
+        plural = spec.plural
+        if since and not initial_events:
+            expiring = watchfaults.gone(self.watch_faults, plural=plural, since=since, now=opened)
+            if expiring is not None:
+                yield b""
+                status = failures.expired(
+                    f"too old resource version: {since} ({expiring.gone_below})"
+                ).as_status()
+                yield {"type": "ERROR", "object": status}
+                return
+
         # Subscribe and snapshot in one step (no await between): nothing can fall in between.
         subscription = self.store.subscribe(spec)
         try:
-            initial: list[dict[str, Any]] = []
-            replay: list[histories.WatchEvent] = []
+            #: (when the watch received it, its resource version, the event) in stream order;
+            #: without faults each goes out at once, with `watchfaults` it may wait.
+            held: collections.deque[tuple[float, int, dict[str, Any]]] = collections.deque()
+            delivered = since  # the version of the last event sent (what a bookmark may say)
             if since == 0 or initial_events:
                 initial = self.store.select(spec, namespace=namespace, selector=selector)
                 seen = int(self.store.resource_version)
+                for body in initial:
+                    version = int(body["metadata"].get("resourceVersion") or 0)
+                    held.append((opened, version, {"type": "ADDED", "object": body}))
+                if initial_events and bookmarks:
+                    held.append((opened, seen, self._bookmark(spec, end_of_initial_events=True)))
             else:
-                replay = self.store.changes_since(spec, since)
                 seen = since
+                for event in self.store.changes_since(spec, since):
+                    rendered = self._for_watcher(event, spec, namespace, selector)
+                    if rendered is not None:
+                        held.append((opened, event.resource_version, rendered))
             yield b""  # send the headers now: clients wait for them before reading events
-            for body in initial:
-                yield {"type": "ADDED", "object": body}
-            if initial_events and bookmarks:
-                yield self._bookmark(spec, end_of_initial_events=True)
-            for event in replay:
-                rendered = self._for_watcher(event, spec, namespace, selector)
-                if rendered is not None:
-                    yield rendered
 
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + timeout if timeout is not None else None
-            next_bookmark = loop.time() + self.bookmark_interval
+            deadline = opened + timeout if timeout is not None else None
+            next_bookmark = opened + self.bookmark_interval
             raw_request = request._raw_request
             while True:
+                faults = self.watch_faults
+                while held and (
+                    watchfaults.hold_until(faults, plural=plural, received=held[0][0])
+                    <= loop.time()
+                ):
+                    _, version, item = held.popleft()
+                    delivered = max(delivered, version)
+                    yield item
                 now = loop.time()
                 if deadline is not None and now >= deadline:
+                    return
+                closes = watchfaults.closes_at(faults, plural=plural, opened=opened)
+                if closes is not None and now >= closes:
                     return
                 if raw_request is not None and (
                     raw_request.transport is None or raw_request.transport.is_closing()
                 ):
                     return
-                wait = min(DISCONNECT_POLL, max(0.0, next_bookmark - now))
-                if deadline is not None:
-                    wait = min(wait, deadline - now)
-                try:
-                    change = await asyncio.wait_for(subscription.queue.get(), timeout=wait)
-                except TimeoutError:
-                    # The bookmark clock runs for every watch: were it to stay behind, the wait
-                    # above would drop to 0, and wait_for(..., 0) cancels the get before it can
-                    # take a change, so the watch would go silent until its timeout.
-                    if loop.time() >= next_bookmark:
-                        next_bookmark = loop.time() + self.bookmark_interval
-                        if bookmarks:
+                if now >= next_bookmark:
+                    next_bookmark = now + self.bookmark_interval
+                    if bookmarks and not watchfaults.stalled(faults, plural=plural, now=now):
+                        behind = held or watchfaults.lagging(faults, plural=plural, now=now)
+                        if not behind:
                             yield self._bookmark(spec)
-                    continue
+                        elif delivered:
+                            # A lagging watch never claims a version it has not delivered.
+                            yield self._bookmark(spec, resource_version=delivered)
+                wake = [next_bookmark, now + DISCONNECT_POLL]
+                for moment in (
+                    deadline,
+                    closes,
+                    watchfaults.next_change(faults, plural=plural, now=now),
+                    watchfaults.hold_until(faults, plural=plural, received=held[0][0])
+                    if held
+                    else None,
+                ):
+                    if moment is not None:
+                        wake.append(moment)
+                # Never 0: wait_for(..., 0) cancels the get before it can take a change.
+                wait = max(MIN_WAIT, min(wake) - loop.time())
+                change: histories.WatchEvent | histories.Signal | None
+                if subscription.queue.empty():
+                    try:
+                        change = await asyncio.wait_for(subscription.queue.get(), timeout=wait)
+                    except TimeoutError:
+                        continue
+                else:
+                    change = subscription.queue.get_nowait()
                 if change is None:
                     return  # the server is stopping
-                if change.resource_version <= seen:
+                if isinstance(change, histories.Signal) or change.resource_version <= seen:
                     continue
                 rendered = self._for_watcher(change, spec, namespace, selector)
                 if rendered is not None:
-                    yield rendered
+                    held.append((loop.time(), change.resource_version, rendered))
         except failures.APIFailure as e:
             if e.code != 410:
                 raise
@@ -656,9 +738,14 @@ class LocalKubeHandler(kmock.KubernetesScaffold):
             self.store.unsubscribe(subscription)
 
     def _bookmark(
-        self, spec: resources.ResourceSpec, *, end_of_initial_events: bool = False
+        self,
+        spec: resources.ResourceSpec,
+        *,
+        end_of_initial_events: bool = False,
+        resource_version: int | None = None,
     ) -> dict[str, Any]:
-        metadata: dict[str, Any] = {"resourceVersion": self.store.resource_version}
+        version = self.store.resource_version if resource_version is None else resource_version
+        metadata: dict[str, Any] = {"resourceVersion": str(version)}
         if end_of_initial_events:
             metadata["annotations"] = {"k8s.io/initial-events-end": "true"}
         return {

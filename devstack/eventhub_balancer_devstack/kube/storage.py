@@ -59,12 +59,13 @@ class Store:
         *,
         clock: Callable[[], datetime.datetime] = _utc_now,
         history_size: int = histories.HISTORY_SIZE,
+        write_record_size: int = histories.WRITE_RECORD_SIZE,
         auto_namespaces: bool = True,
     ) -> None:
         self._clock = clock
         self._auto_namespaces = auto_namespaces
         self._resource_version = 0
-        self._history = histories.History(size=history_size)
+        self._history = histories.History(size=history_size, write_record_size=write_record_size)
         self._objects: dict[tuple[str, str], dict[ObjectKey, Body]] = collections.defaultdict(dict)
         self.resources: dict[tuple[str, str, str], resources.ResourceSpec] = {}
         for spec in resources.BUILTINS:
@@ -140,6 +141,30 @@ class Store:
     def close_subscriptions(self) -> None:
         """End every watch (the server is stopping)."""
         self._history.close()
+
+    def wake_watches(self) -> None:
+        """Make every watch look at its faults again (`watchfaults`: they changed)."""
+        self._history.wake()
+
+    def advance_version(self) -> int:
+        """Move the resource version on without a change, and return it.
+
+        Resource versions are opaque to clients and need not be contiguous (etcd's revision
+        moves with every write of every kind). A fault that compacts the watch history
+        (410 Gone below a version) needs a version that no watch resumes from yet, so that a
+        client's fresh LIST gets a version the fault lets through.
+        """
+        return int(self._next_version())
+
+    # -- the write record --------------------------------------------------------------------
+
+    def record_writes(self, spec: resources.ResourceSpec) -> None:
+        """Keep every committed change of ``spec``'s kind from now on, until `take_writes`."""
+        self._history.writes.record_kind(spec.storage_key)
+
+    def take_writes(self) -> histories.Writes:
+        """The committed changes recorded since the last call, oldest first."""
+        return self._history.writes.take()
 
     def _emit(
         self,
