@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,7 +39,12 @@ def test_pod_identity_from_the_environment() -> None:
 
 
 def test_secrets_never_show_in_repr() -> None:
-    creds = settings.credentials_from({"EHB_EVENTHUB_CONNECTION_STRING": "SharedAccessKey=s3cr3t"})
+    creds = settings.credentials_from(
+        {
+            "EHB_EVENTHUB_CONNECTION_STRING": "Endpoint=sb://shop.servicebus.windows.net/;"
+            "SharedAccessKeyName=listen;SharedAccessKey=s3cr3t"
+        }
+    )
     assert creds.eventhub_connection_string is not None
     assert "s3cr3t" not in repr(creds)
 
@@ -115,3 +121,74 @@ def test_the_cli_takes_the_trigger_settings(monkeypatch: pytest.MonkeyPatch) -> 
         )
         == 2
     )
+
+
+@pytest.mark.parametrize(
+    "connection_string",
+    [
+        "Endpoint=sb://shop.servicebus.windows.net/;SharedAccessKeyName=l;SharedAccessKey=k",
+        "Endpoint=sb://shop.servicebus.windows.net/;"
+        "SharedAccessSignature=SharedAccessSignature sr=x",
+        "Endpoint=sb://shop.servicebus.windows.net/;SharedAccessKeyName=l;SharedAccessKey=k;"
+        "EntityPath=orders",
+    ],
+)
+def test_working_connection_strings_pass_the_start_check(connection_string: str) -> None:
+    creds = settings.credentials_from({"EHB_EVENTHUB_CONNECTION_STRING": connection_string})
+    assert creds.eventhub_connection_string == connection_string
+
+
+def test_a_connection_string_to_a_foreign_host_fails_at_start() -> None:
+    with pytest.raises(errors.EndpointNotAllowed, match=r"evil\.example\.com"):
+        settings.credentials_from(
+            {
+                "EHB_EVENTHUB_CONNECTION_STRING": "Endpoint=sb://evil.example.com/;"
+                "SharedAccessKeyName=l;SharedAccessKey=k"
+            }
+        )
+
+
+def test_a_garbage_blob_connection_string_fails_at_start() -> None:
+    with pytest.raises(errors.EndpointNotAllowed, match=r"checkpoint store's connection string"):
+        settings.credentials_from({"EHB_BLOB_CONNECTION_STRING": "garbage"})
+
+
+def test_spark_settings_need_spark_mode() -> None:
+    def consumer(**given: Any) -> settings.ConsumerSettings:
+        return settings.ConsumerSettings(
+            pod="p", namespace="n", consumer="c", handler="x:y", **given
+        )
+
+    with pytest.raises(errors.InvalidInput, match="only goes with --spark") as caught:
+        consumer(spark_remote="sc://h:15002")
+    assert caught.value.field == "--spark-remote"
+    with pytest.raises(errors.InvalidInput, match="only goes with --spark") as caught:
+        consumer(spark_conf={"spark.ui.enabled": "false"})
+    assert caught.value.field == "--spark-conf"
+    assert consumer(spark=True, spark_remote="sc://h").spark_remote == "sc://h"
+
+
+def test_numbers_come_from_the_environment_when_the_flag_is_absent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import argparse
+
+    from eventhub_balancer.cli import consume
+
+    monkeypatch.setenv("EHB_BATCH_SIZE", "64")
+    monkeypatch.setenv("EHB_MAX_WAIT", "0.25")
+    parser = argparse.ArgumentParser()
+    consume.add_arguments(parser)
+    args = parser.parse_args(["--handler", "x:y"])
+    assert (args.batch_size, args.max_wait) == (64, 0.25)
+    assert parser.parse_args(["--handler", "x:y", "--batch-size", "8"]).batch_size == 8
+
+
+def test_a_bad_environment_number_does_not_break_other_commands(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only the command that has the flag reads its variable."""
+    monkeypatch.setenv("EHB_BATCH_SIZE", "abc")
+    parser = cli.build_parser()
+    args = parser.parse_args(["status", "-n", "shop"])
+    assert args.namespace == "shop"

@@ -26,12 +26,17 @@ import pkgutil
 import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import cast
+from typing import NoReturn, cast
+
+import yaml
 
 from eventhub_balancer import __version__, errors
+from eventhub_balancer.cli import logformats
 
 #: Exit status for bad input: the message names what to change.
 EXIT_USAGE = 2
+#: The log format when --log-format is not given (text or json).
+ENV_LOG_FORMAT = "EHB_LOG_FORMAT"
 #: The entry-point group through which other distributions add command modules.
 ENTRY_POINT_GROUP = "eventhub_balancer.commands"
 
@@ -53,8 +58,19 @@ def _command_modules() -> list[ModuleType]:
     return modules
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse, with a mistake reported in one line that says what to change.
+
+    argparse prints the whole usage first, which for ``ehb consume`` is a screenful that
+    hides the one line that matters; ``--help`` still shows it.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="ehb",
         description="eventhub-balancer: central partition balancing for Azure Event Hubs "
         "on Kubernetes.",
@@ -63,7 +79,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "-v", "--verbose", action="count", default=0, help="more logging (-v info, -vv debug)"
     )
-    groups: dict[tuple[str, ...], argparse._SubParsersAction[argparse.ArgumentParser]] = {}
+    parser.add_argument(
+        "--log-format",
+        choices=logformats.FORMATS,
+        default=os.environ.get(ENV_LOG_FORMAT) or logformats.TEXT,
+        help="text lines, or one JSON object per line with consumer, namespace, pod and "
+        f"partition fields (env {ENV_LOG_FORMAT}; default text)",
+    )
+    groups: dict[tuple[str, ...], argparse._SubParsersAction[ArgumentParser]] = {}
     groups[()] = parser.add_subparsers(dest="command", metavar="COMMAND")
     groups[()].required = True
     for module in sorted(_command_modules(), key=lambda m: len(m.COMMAND)):
@@ -76,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
                 groups[prefix].required = True
         sub = groups[path[:-1]].add_parser(path[-1], help=module.HELP, description=module.HELP)
         module.add_arguments(sub)
-        sub.set_defaults(_run=module.run)
+        sub.set_defaults(_run=module.run, _log_identity=getattr(module, "log_identity", None))
     return parser
 
 
@@ -84,9 +107,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     run = cast(Callable[[argparse.Namespace], int], args._run)
     try:
+        identity = args._log_identity(args) if args._log_identity is not None else None
+        logformats.configure(level=level, log_format=args.log_format, identity=identity)
         return run(args)
     except errors.InvalidInput as e:
         print(f"ehb: error: {e}", file=sys.stderr)
@@ -94,6 +118,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except errors.EventHubBalancerError as e:
         print(f"ehb: error: {e}", file=sys.stderr)
         return 1
+    except yaml.YAMLError as e:
+        # A YAML file the user gave (a kubeconfig, a values or scenario file) is broken: say
+        # where, in one line, rather than the parser's stack.
+        print(f"ehb: error: a YAML file cannot be read: {_one_line(e)}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
@@ -102,3 +131,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+
+
+def _one_line(error: yaml.YAMLError) -> str:
+    """The parser's problem and where it is (``file, line L, column C``)."""
+    if isinstance(error, yaml.MarkedYAMLError) and error.problem_mark is not None:
+        mark = error.problem_mark
+        return f"{mark.name}, line {mark.line + 1}, column {mark.column + 1}: {error.problem}"
+    return " ".join(str(error).split())

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from eventhub_balancer import errors
@@ -14,14 +15,27 @@ COMMAND = ("consume",)
 HELP = "process the partitions the operator assigns to this pod with your handler"
 
 
-def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if not raw:
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise errors.InvalidInput(name, f"{raw!r} is not a number") from None
+def _number(kind: type[int] | type[float], env: str) -> Callable[[str], int | float]:
+    """An argparse type that reads a flag's value, or its environment variable's: argparse
+    parses a string default with the flag's type, so a bad variable fails as a bad flag does,
+    in one line that names both (and only for the command that has the flag)."""
+    what = "a whole number" if kind is int else "a number"
+
+    def parse(raw: str) -> int | float:
+        try:
+            return kind(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{raw!r} is not {what} (from the flag or env {env})"
+            ) from None
+
+    parse.__name__ = kind.__name__  # argparse names the type in its own messages
+    return parse
+
+
+def _env(name: str, fallback: str) -> str:
+    """The environment's value as the flag's default (an empty variable counts as unset)."""
+    return os.environ.get(name) or fallback
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -58,16 +72,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     spark.add_argument(
         "--trigger-interval",
-        type=float,
-        default=_env_float("EHB_TRIGGER_INTERVAL", 0.0),
+        type=_number(float, "EHB_TRIGGER_INTERVAL"),
+        default=_env("EHB_TRIGGER_INTERVAL", "0.0"),
         metavar="SECONDS",
         help="seconds from one trigger's start to the next's; 0: back to back "
         "(env EHB_TRIGGER_INTERVAL; default 0)",
     )
     spark.add_argument(
         "--max-events-per-trigger",
-        type=int,
-        default=int(_env_float("EHB_MAX_EVENTS_PER_TRIGGER", 20_000)),
+        type=_number(int, "EHB_MAX_EVENTS_PER_TRIGGER"),
+        default=_env("EHB_MAX_EVENTS_PER_TRIGGER", "20000"),
         metavar="N",
         help="the most events one trigger takes, in whole batches "
         "(env EHB_MAX_EVENTS_PER_TRIGGER; default 20000)",
@@ -82,47 +96,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     batching = parser.add_argument_group("batches and checkpoints")
     batching.add_argument(
         "--handler-concurrency",
-        type=int,
-        default=int(_env_float("EHB_HANDLER_CONCURRENCY", 32)),
+        type=_number(int, "EHB_HANDLER_CONCURRENCY"),
+        default=_env("EHB_HANDLER_CONCURRENCY", "32"),
         metavar="N",
         help="sync handler calls that may run at once, a thread each "
         "(env EHB_HANDLER_CONCURRENCY; default 32)",
     )
     batching.add_argument(
         "--batch-size",
-        type=int,
-        default=int(_env_float("EHB_BATCH_SIZE", 500)),
+        type=_number(int, "EHB_BATCH_SIZE"),
+        default=_env("EHB_BATCH_SIZE", "500"),
         help="the most events in one batch (env EHB_BATCH_SIZE; default 500)",
     )
     batching.add_argument(
         "--max-wait",
-        type=float,
-        default=_env_float("EHB_MAX_WAIT", 1.0),
+        type=_number(float, "EHB_MAX_WAIT"),
+        default=_env("EHB_MAX_WAIT", "1.0"),
         help="seconds a batch waits for more events after its first (env EHB_MAX_WAIT; default 1)",
     )
     batching.add_argument(
         "--checkpoint-interval",
-        type=float,
-        default=_env_float("EHB_CHECKPOINT_INTERVAL", 0.0),
+        type=_number(float, "EHB_CHECKPOINT_INTERVAL"),
+        default=_env("EHB_CHECKPOINT_INTERVAL", "0.0"),
         help="0: checkpoint after every batch; N: at most every N seconds (default 0)",
     )
     batching.add_argument(
         "--stuck-seconds",
-        type=float,
-        default=_env_float("EHB_STUCK_SECONDS", 120.0),
+        type=_number(float, "EHB_STUCK_SECONDS"),
+        default=_env("EHB_STUCK_SECONDS", "120.0"),
         help="a handler call running longer is reported stuck to the operator (env "
         "EHB_STUCK_SECONDS; default 120)",
     )
     batching.add_argument(
         "--release-timeout",
-        type=float,
-        default=_env_float("EHB_RELEASE_TIMEOUT", 20.0),
+        type=_number(float, "EHB_RELEASE_TIMEOUT"),
+        default=_env("EHB_RELEASE_TIMEOUT", "20.0"),
         help="on revocation, the longest wait for the in-flight batch (default 20)",
     )
     batching.add_argument(
         "--handler-exit-seconds",
-        type=float,
-        default=_env_float("EHB_HANDLER_EXIT_SECONDS", 5.0),
+        type=_number(float, "EHB_HANDLER_EXIT_SECONDS"),
+        default=_env("EHB_HANDLER_EXIT_SECONDS", "5.0"),
         help="past the release timeout, how long a handler that cannot be cancelled (a sync "
         "handler) may still run before the pod process exits so that the next owner never "
         "overlaps it; keep release timeout + this below handoffTimeoutSeconds (env "
@@ -130,8 +144,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     batching.add_argument(
         "--shutdown-timeout",
-        type=float,
-        default=_env_float("EHB_SHUTDOWN_TIMEOUT", 25.0),
+        type=_number(float, "EHB_SHUTDOWN_TIMEOUT"),
+        default=_env("EHB_SHUTDOWN_TIMEOUT", "25.0"),
         help="on SIGTERM, the longest graceful release of all partitions (default 25)",
     )
     where = parser.add_argument_group("identity and assignment")
@@ -195,8 +209,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     serving.add_argument(
         "--port",
-        type=int,
-        default=int(_env_float("EHB_PORT", 8080)),
+        type=_number(int, "EHB_PORT"),
+        default=_env("EHB_PORT", "8080"),
         help="port for /healthz, /readyz, /metrics (env EHB_PORT; default 8080)",
     )
 
@@ -264,3 +278,12 @@ def run(args: argparse.Namespace) -> int:
         return asyncio.run(launching.run(config))
     finally:
         tracing.stop()
+
+
+def log_identity(args: argparse.Namespace) -> dict[str, str]:
+    """Who this process is, for the fields of JSON log records (`logformats`)."""
+    return {
+        "consumer": args.consumer or "",
+        "pod": args.pod_name or os.environ.get("POD_NAME", ""),
+        "namespace": args.namespace or os.environ.get("POD_NAMESPACE", ""),
+    }

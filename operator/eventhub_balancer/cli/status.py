@@ -16,7 +16,15 @@ HELP = "print pods, partitions, epochs, readiness and hand-offs of EventHubConsu
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", nargs="?", help="one EventHubConsumer (default: all)")
     scope = parser.add_mutually_exclusive_group()
-    scope.add_argument("-n", "--namespace", default=None, help="namespace (default: all)")
+    scope.add_argument(
+        "-n",
+        "--namespace",
+        default=None,
+        help="namespace (default: the kubeconfig context's, as kubectl)",
+    )
+    scope.add_argument(
+        "-A", "--all-namespaces", action="store_true", help="every namespace (without a NAME)"
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: $KUBECONFIG)")
 
@@ -71,15 +79,21 @@ def run(args: argparse.Namespace) -> int:
 
     from eventhub_balancer import errors
     from eventhub_balancer.adapters import kubeapi
+    from eventhub_balancer.cli import kubecontexts
+
+    if args.all_namespaces and args.name:
+        raise errors.InvalidInput("--all-namespaces", "lists every consumer: drop it or the NAME")
+    namespace: str | None = None
+    if not args.all_namespaces:
+        namespace = args.namespace or kubecontexts.default_namespace(args.kubeconfig)
 
     async def fetch() -> list[dict[str, Any]]:
         api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
         try:
             if args.name:
-                if not args.namespace:
-                    raise errors.InvalidInput("--namespace", "give -n NAMESPACE with a NAME")
-                return [dict(await api.get_consumer(namespace=args.namespace, name=args.name))]
-            return [dict(b) for b in await api.list_consumers(namespace=args.namespace)]
+                assert namespace is not None
+                return [dict(await api.get_consumer(namespace=namespace, name=args.name))]
+            return [dict(b) for b in await api.list_consumers(namespace=namespace)]
         finally:
             api.close()
 
@@ -99,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     elif not bodies:
-        print("no EventHubConsumers found")
+        where = "in any namespace" if namespace is None else f"in namespace {namespace}"
+        print(f"no EventHubConsumers found {where}")
     else:
         print("\n\n".join(render(b) for b in bodies))
     return 0

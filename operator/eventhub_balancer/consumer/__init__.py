@@ -4,6 +4,8 @@ A handler is ``process(events, context)`` (plain, sync or async; :class:`Event`,
 class as :class:`ReceivedEvent`, and :class:`BatchContext` are its argument types) or
 ``process(df, context)`` (Spark mode, sync, once per trigger over all the pod's partitions,
 with a :class:`TriggerContext`; raise :class:`PartitionsFailed` to name failing partitions).
+:class:`Handler` and :class:`SparkHandler` are the two as protocols, for mypy, and
+``ehb consume`` checks a handler's signature against its mode's at start.
 The runtime checkpoints only after the handler returned, releases partitions in an ordered
 hand-off, and serves /healthz, /readyz and /metrics. Run it with ``ehb consume``.
 """
@@ -15,13 +17,16 @@ from eventhub_balancer.consumer.contexts import (
     ReceivedEvent,
     TriggerContext,
 )
+from eventhub_balancer.consumer.protocols import Handler, SparkHandler
 from eventhub_balancer.consumer.triggers import PartitionsFailed
 
 __all__ = [
     "BatchContext",
     "Event",
+    "Handler",
     "PartitionRange",
     "PartitionsFailed",
     "ReceivedEvent",
+    "SparkHandler",
     "TriggerContext",
 ]

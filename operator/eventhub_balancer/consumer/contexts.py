@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from eventhub_balancer.adapters import deliveries
+
+if TYPE_CHECKING:  # pyspark is an optional extra; the type is for mypy only
+    from pyspark.sql import SparkSession
 
 ReceivedEvent = deliveries.ReceivedEvent
 #: The public name in handler code (``from eventhub_balancer.consumer import Event``).
@@ -67,7 +70,7 @@ class TriggerContext:
     partitions: Mapping[str, PartitionRange]
     #: How many events the trigger holds, over all its partitions.
     size: int
-    #: The SparkSession (classic or Spark Connect).
-    spark: Any = None
+    #: The SparkSession (classic or Spark Connect; pyspark types both as this class).
+    spark: SparkSession | None = None
     #: 1 the first time these batches reach the handler; more after a failed trigger.
     attempt: int = 1

@@ -1,9 +1,10 @@
 """Running a consumer pod: handler, SparkSession, assignment source, endpoints, signals.
 
-``ehb consume`` and the Python API (:func:`run`) both end here. The handler is imported first
-(a typo fails fast, before any connection). In Spark mode the SparkSession starts in a thread
-beside the runtime: the receivers open and fill at once, and the first trigger waits for the
-session, instead of the whole pod waiting seconds for the JVM before it reads a single event.
+``ehb consume`` and the Python API (:func:`run`) both end here. The handler is imported and its
+signature checked first (a mistake fails fast, before any connection). In Spark mode the
+SparkSession starts in a thread beside the runtime: the receivers open and fill at once, and
+the first trigger waits for the session, instead of the whole pod waiting seconds for the JVM
+before it reads a single event.
 A session that cannot start ends the pod with the reason, after a release of its partitions.
 SIGTERM turns into a graceful release of every partition.
 """
@@ -25,6 +26,7 @@ from eventhub_balancer.consumer import (
     endpoints,
     metrics,
     processing,
+    protocols,
     runtime,
     settings,
     triggers,
@@ -63,7 +65,7 @@ def build_processor(
     trigger_stats: metrics.TriggerStats,
 ) -> tuple[processing.BatchProcessor, SessionStart | None]:
     """The user's handler as a processor, and in Spark mode the session it waits for."""
-    function = processing.load_handler(config.handler, search_path=config.handler_path)
+    function = protocols.load(config.handler, search_path=config.handler_path, spark=config.spark)
     if not config.spark:
         return processing.traced(processing.PlainProcessor(function, executor=executor)), None
     from eventhub_balancer.spark import frames, sessions

@@ -76,6 +76,20 @@ class ConsumerSettings:
     )
 
     def __post_init__(self) -> None:
+        # Without --spark the handler takes events, not a DataFrame: a Spark setting would be
+        # ignored, and the user would believe the work runs on their cluster.
+        for flag, env, value in (
+            ("--spark-remote", ENV_SPARK_REMOTE, self.spark_remote),
+            ("--spark-master", ENV_SPARK_MASTER, self.spark_master),
+            ("--spark-conf", None, dict(self.spark_conf)),
+        ):
+            if value and not self.spark:
+                given = f"{flag} or env {env}" if env else flag
+                raise errors.InvalidInput(
+                    flag,
+                    f"only goes with --spark: add --spark (the handler then takes a DataFrame) "
+                    f"or drop {given}",
+                )
         if self.spark_master and self.spark_remote:
             raise errors.InvalidInput(
                 "--spark-remote",
@@ -138,13 +152,63 @@ def endpoint_policy(
     )
 
 
+#: What an Event Hubs connection string looks like (the portal's "Shared access policies").
+EVENTHUB_CONNECTION_STRING_SHAPE = (
+    "Endpoint=sb://<namespace>.servicebus.windows.net/;SharedAccessKeyName=<policy>;"
+    "SharedAccessKey=<key>"
+)
+
+
+def check_eventhub_connection_string(
+    connection_string: str, *, policy: endpoints.EndpointPolicy, field: str
+) -> None:
+    """Refuse a connection string that can never work, at start and in one line.
+
+    A malformed string is a configuration error, not an outage: left to the receive loop, it
+    fails the same way on every retry. Only key names are quoted, never values (secrets).
+    """
+    fields = endpoints.connection_string_fields(connection_string, field=field)
+    development = fields.get("usedevelopmentemulator") == "true"
+    if "endpoint" not in fields:
+        raise errors.InvalidInput(
+            field, f"has no Endpoint; give {EVENTHUB_CONNECTION_STRING_SHAPE}"
+        )
+    if not development and not fields["endpoint"].lower().startswith("sb://"):
+        raise errors.InvalidInput(
+            field,
+            f"its Endpoint is not an sb:// URL; give {EVENTHUB_CONNECTION_STRING_SHAPE}",
+        )
+    signed = "sharedaccesssignature" in fields
+    keyed = {"sharedaccesskeyname", "sharedaccesskey"} <= fields.keys()
+    if not (signed or keyed):
+        raise errors.InvalidInput(
+            field,
+            "has no SharedAccessKeyName and SharedAccessKey (nor a SharedAccessSignature); "
+            f"give {EVENTHUB_CONNECTION_STRING_SHAPE}",
+        )
+    # The host must be allowed: the same check the receiver makes later, made once, now.
+    policy.check_eventhub(fully_qualified_namespace="", connection_string=connection_string)
+
+
 def credentials_from(
     env: Mapping[str, str] = os.environ, *, policy: endpoints.EndpointPolicy | None = None
 ) -> connections.Credentials:
-    """The secrets, the endpoint policy (strict unless configured) and the pod's uid."""
+    """The secrets, the endpoint policy (strict unless configured) and the pod's uid.
+
+    The connection strings are checked here, before anything connects: a string that cannot
+    work fails the pod at start with what to change, instead of a retry loop."""
+    policy = policy if policy is not None else endpoint_policy(env)
+    eventhub = env.get(ENV_EVENTHUB_CONNECTION_STRING) or None
+    blob = env.get(ENV_BLOB_CONNECTION_STRING) or None
+    if eventhub is not None:
+        check_eventhub_connection_string(
+            eventhub, policy=policy, field=ENV_EVENTHUB_CONNECTION_STRING
+        )
+    if blob is not None:
+        policy.check_blob(account_url=None, connection_string=blob)
     return connections.Credentials(
-        eventhub_connection_string=env.get(ENV_EVENTHUB_CONNECTION_STRING) or None,
-        blob_connection_string=env.get(ENV_BLOB_CONNECTION_STRING) or None,
-        endpoint_policy=policy if policy is not None else endpoint_policy(env),
+        eventhub_connection_string=eventhub,
+        blob_connection_string=blob,
+        endpoint_policy=policy,
         pod_uid=env.get(ENV_POD_UID, "").strip(),
     )

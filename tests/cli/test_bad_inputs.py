@@ -1,0 +1,212 @@
+"""Every bad input a new user meets first gets one line on stderr that says what to change.
+
+The table is the contract: each row is an input (flags, environment, files) and the exact
+message. A row's message changing is a deliberate act: the test fails until the table says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import textwrap
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from eventhub_balancer import cli
+
+#: A consumer started from an assignment file: no Kubernetes needed to reach handler loading.
+LOCAL = ("consume", "--assignment-file", "assignment.json")
+VALID_EVENTHUB = (
+    "Endpoint=sb://shop.servicebus.windows.net/;SharedAccessKeyName=listen;SharedAccessKey=k"
+)
+
+HANDLERS = {
+    "ehb_bad_one_arg.py": """
+        def process(events):
+            return None
+    """,
+    "ehb_bad_spark_async.py": """
+        async def process(df, context):
+            return None
+    """,
+    "ehb_bad_dependency.py": """
+        import ehb_no_such_dependency_xyz
+
+        def process(events, context):
+            return None
+    """,
+}
+
+BROKEN_KUBECONFIG = "apiVersion: v1\nclusters: [\n  - bad\n"
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    label: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    message: str
+    status: int = 2
+
+
+ROWS = [
+    Row(
+        "batch size from the environment",
+        (*LOCAL, "--handler", "x:y"),
+        {"EHB_BATCH_SIZE": "abc"},
+        "ehb consume: error: argument --batch-size: 'abc' is not a whole number (from the flag "
+        "or env EHB_BATCH_SIZE) (see ehb consume --help)",
+    ),
+    Row(
+        "a fraction where a count goes",
+        (*LOCAL, "--handler", "x:y", "--max-events-per-trigger", "1.5"),
+        {},
+        "ehb consume: error: argument --max-events-per-trigger: '1.5' is not a whole number "
+        "(from the flag or env EHB_MAX_EVENTS_PER_TRIGGER) (see ehb consume --help)",
+    ),
+    Row(
+        "a broken kubeconfig",
+        ("status", "--kubeconfig", "{tmp}/kubeconfig"),
+        {},
+        "ehb: error: --kubeconfig: {tmp}/kubeconfig is not valid YAML (line 3, column 3: "
+        "expected the node content, but found '-'): fix the file, or point --kubeconfig / "
+        "KUBECONFIG at another",
+    ),
+    Row(
+        "a broken kubeconfig with -n",
+        ("status", "-n", "shop", "--kubeconfig", "{tmp}/kubeconfig"),
+        {},
+        "ehb: error: a YAML file cannot be read: {tmp}/kubeconfig, line 3, column 3: expected "
+        "the node content, but found '-'",
+    ),
+    Row(
+        "--spark-remote without --spark",
+        (*LOCAL, "--handler", "x:y", "--spark-remote", "sc://spark:15002"),
+        {},
+        "ehb: error: --spark-remote: only goes with --spark: add --spark (the handler then "
+        "takes a DataFrame) or drop --spark-remote or env EHB_SPARK_REMOTE",
+    ),
+    Row(
+        "EHB_SPARK_MASTER without --spark",
+        (*LOCAL, "--handler", "x:y"),
+        {"EHB_SPARK_MASTER": "spark://spark:7077"},
+        "ehb: error: --spark-master: only goes with --spark: add --spark (the handler then "
+        "takes a DataFrame) or drop --spark-master or env EHB_SPARK_MASTER",
+    ),
+    Row(
+        "a garbage Event Hubs connection string",
+        (*LOCAL, "--handler", "x:y"),
+        {"EHB_EVENTHUB_CONNECTION_STRING": "garbage"},
+        "ehb: error: EHB_EVENTHUB_CONNECTION_STRING: part 1 is not Key=Value; write each key "
+        "once, in plain ASCII letters (Endpoint=sb://<namespace>.servicebus.windows.net/;"
+        "SharedAccessKeyName=...;SharedAccessKey=... or AccountName=...;AccountKey=...;"
+        "EndpointSuffix=...)",
+        status=1,
+    ),
+    Row(
+        "a connection string without an Endpoint",
+        (*LOCAL, "--handler", "x:y"),
+        {"EHB_EVENTHUB_CONNECTION_STRING": "SharedAccessKeyName=listen;SharedAccessKey=k"},
+        "ehb: error: EHB_EVENTHUB_CONNECTION_STRING: has no Endpoint; give "
+        "Endpoint=sb://<namespace>.servicebus.windows.net/;SharedAccessKeyName=<policy>;"
+        "SharedAccessKey=<key>",
+    ),
+    Row(
+        "a connection string with an https Endpoint",
+        (*LOCAL, "--handler", "x:y"),
+        {"EHB_EVENTHUB_CONNECTION_STRING": "Endpoint=https://shop.servicebus.windows.net/"},
+        "ehb: error: EHB_EVENTHUB_CONNECTION_STRING: its Endpoint is not an sb:// URL; give "
+        "Endpoint=sb://<namespace>.servicebus.windows.net/;SharedAccessKeyName=<policy>;"
+        "SharedAccessKey=<key>",
+    ),
+    Row(
+        "a connection string without a key",
+        (*LOCAL, "--handler", "x:y"),
+        {"EHB_EVENTHUB_CONNECTION_STRING": "Endpoint=sb://shop.servicebus.windows.net/"},
+        "ehb: error: EHB_EVENTHUB_CONNECTION_STRING: has no SharedAccessKeyName and "
+        "SharedAccessKey (nor a SharedAccessSignature); give "
+        "Endpoint=sb://<namespace>.servicebus.windows.net/;SharedAccessKeyName=<policy>;"
+        "SharedAccessKey=<key>",
+    ),
+    Row(
+        "a handler with one argument",
+        (*LOCAL, "--handler-path", "{tmp}", "--handler", "ehb_bad_one_arg:process"),
+        {"EHB_EVENTHUB_CONNECTION_STRING": VALID_EVENTHUB},
+        "ehb: error: --handler: ehb_bad_one_arg:process takes (events), but a handler is called "
+        "with two arguments: process(events, context)",
+    ),
+    Row(
+        "an async Spark handler",
+        (*LOCAL, "--spark", "--handler-path", "{tmp}", "--handler", "ehb_bad_spark_async:process"),
+        {},
+        "ehb: error: --handler: ehb_bad_spark_async:process is async def, but with --spark the "
+        "handler is a plain function (Spark calls block): drop async, or drop --spark for "
+        "process(events, context)",
+    ),
+    Row(
+        "a handler whose dependency is missing",
+        (*LOCAL, "--handler-path", "{tmp}", "--handler", "ehb_bad_dependency:process"),
+        {},
+        "ehb: error: --handler: module 'ehb_bad_dependency' imports "
+        "'ehb_no_such_dependency_xyz', which is not installed: add the package that provides "
+        "'ehb_no_such_dependency_xyz' to the image (or to the handler's dependencies)",
+    ),
+    Row(
+        "a handler module that is not there",
+        (*LOCAL, "--handler", "ehb_no_such_pipeline:process"),
+        {},
+        "ehb: error: --handler: cannot import module 'ehb_no_such_pipeline': No module named "
+        "'ehb_no_such_pipeline' (is the package installed, or on PYTHONPATH / --handler-path?)",
+    ),
+]
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for name, source in HANDLERS.items():
+        (tmp_path / name).write_text(textwrap.dedent(source))
+    (tmp_path / "kubeconfig").write_text(BROKEN_KUBECONFIG)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(sys, "modules", dict(sys.modules))
+    for name in [n for n in list(os.environ) if n.startswith(("EHB_", "KUBE"))]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("POD_NAME", "orders-0")
+    return tmp_path
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: r.label)
+def test_a_bad_input_gets_one_line_that_says_what_to_change(
+    row: Row,
+    workspace: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name, value in row.env.items():
+        monkeypatch.setenv(name, value)
+    argv = [a.replace("{tmp}", str(workspace)) for a in row.argv]
+    try:
+        status = cli.main(argv)
+    except SystemExit as e:  # argparse's own errors exit from the parser
+        status = int(e.code or 0)
+    err = capsys.readouterr().err
+    assert err.splitlines() == [row.message.replace("{tmp}", str(workspace))]
+    assert status == row.status
+
+
+def test_argparse_mistakes_are_one_line_too(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--log-format", "yaml", "status"])
+    assert exited.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("ehb: error: argument --log-format: invalid choice: 'yaml'")
+    assert line.endswith("(see ehb --help)")
+
+
+def test_every_message_is_one_line_and_names_no_secret() -> None:
+    for row in ROWS:
+        assert "\n" not in row.message
+        assert "SharedAccessKey=k" not in row.message

@@ -1,0 +1,90 @@
+"""Handlers are checked against their mode's protocol at start, before anything connects."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eventhub_balancer import consumer, errors
+from eventhub_balancer.consumer import protocols
+
+
+def plain(events: Sequence[consumer.Event], context: consumer.BatchContext) -> None:
+    return None
+
+
+async def asynchronous(events: Sequence[consumer.Event], context: consumer.BatchContext) -> None:
+    return None
+
+
+def spark(df: Any, context: consumer.TriggerContext) -> None:
+    return None
+
+
+class Callable:
+    def __call__(self, events: object, context: object) -> None:
+        return None
+
+
+def test_the_protocols_are_exported_and_typed() -> None:
+    handler: consumer.Handler = plain
+    also: consumer.Handler = asynchronous
+    spark_handler: consumer.SparkHandler = spark
+    assert {handler, also, spark_handler} == {plain, asynchronous, spark}
+    assert {"Handler", "SparkHandler"} <= set(consumer.__all__)
+
+
+@pytest.mark.parametrize(
+    "function",
+    [plain, asynchronous, Callable(), lambda *args: None, lambda e, c, extra=1: None],
+)
+def test_two_argument_handlers_pass(function: Any) -> None:
+    protocols.check(function, reference="m:f", spark=False)
+
+
+@pytest.mark.parametrize(
+    ("function", "takes"),
+    [
+        (lambda events: None, "(events)"),
+        (lambda: None, "()"),
+        (lambda events, context, batch: None, "(events, context, batch)"),
+        (lambda events, *, context: None, "(events, context)"),
+    ],
+)
+def test_other_shapes_are_refused_with_what_a_handler_takes(function: Any, takes: str) -> None:
+    with pytest.raises(errors.InvalidInput) as caught:
+        protocols.check(function, reference="m:f", spark=False)
+    assert f"m:f takes {takes}" in str(caught.value)
+    assert "process(events, context)" in str(caught.value)
+
+
+def test_a_spark_handler_is_a_plain_function() -> None:
+    protocols.check(spark, reference="m:f", spark=True)
+    with pytest.raises(errors.InvalidInput, match="drop async"):
+        protocols.check(asynchronous, reference="m:f", spark=True)
+
+
+def test_a_missing_dependency_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    (tmp_path / "ehb_dep_pipeline.py").write_text(
+        textwrap.dedent(
+            """
+            from ehb_missing_lib import transform
+
+            def process(events, context):
+                return transform(events)
+            """
+        )
+    )
+    with pytest.raises(errors.InvalidInput, match="imports 'ehb_missing_lib'"):
+        protocols.load("ehb_dep_pipeline:process", search_path=[str(tmp_path)], spark=False)
+    # The module itself missing is still reported as such.
+    with pytest.raises(errors.InvalidInput, match="cannot import module 'ehb_absent'"):
+        protocols.load("ehb_absent:process", spark=False)
+    with pytest.raises(errors.InvalidInput, match=r"cannot import module 'ehb_absent_pkg\.mod'"):
+        protocols.load("ehb_absent_pkg.mod:process", spark=False)
