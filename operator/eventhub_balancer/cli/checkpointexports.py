@@ -11,7 +11,7 @@ import argparse
 import datetime
 import json
 
-from eventhub_balancer.cli import checkpoints
+from eventhub_balancer.cli import allowedendpoints, checkpoints
 
 COMMAND = ("checkpoints", "export")
 HELP = "print an EventHubConsumer's checkpoints as JSON (for `ehb checkpoints import`)"
@@ -30,7 +30,11 @@ def run(args: argparse.Namespace) -> int:
         api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
         try:
             consumer = await checkpoints.read_consumer(
-                api, namespace=args.namespace, name=args.name
+                api,
+                namespace=args.namespace,
+                name=args.name,
+                allowed=allowedendpoints.policy(args),
+                eventhub=False,  # only the checkpoint store is read
             )
         finally:
             api.close()

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from eventhub_balancer.cli import checkpoints
+from eventhub_balancer.cli import allowedendpoints, checkpoints
 
 if TYPE_CHECKING:
     from eventhub_balancer.contracts import checkpointblobs
@@ -66,7 +66,9 @@ async def _import(args: argparse.Namespace, positions: dict[str, checkpointblobs
 
     api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
     try:
-        consumer = await checkpoints.read_consumer(api, namespace=args.namespace, name=args.name)
+        consumer = await checkpoints.read_consumer(
+            api, namespace=args.namespace, name=args.name, allowed=allowedendpoints.policy(args)
+        )
         checkpoints.require_paused(consumer.body)
         spec = consumer.spec
         address = receiving.EventHubAddress(

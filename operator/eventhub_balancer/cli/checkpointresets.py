@@ -13,7 +13,7 @@ import argparse
 import datetime
 from typing import Any
 
-from eventhub_balancer.cli import checkpoints
+from eventhub_balancer.cli import allowedendpoints, checkpoints
 
 COMMAND = ("checkpoints", "reset")
 HELP = "move a paused EventHubConsumer's checkpoints (earliest, latest, a time, a shift)"
@@ -102,7 +102,9 @@ async def _reset(args: argparse.Namespace, target: Any) -> int:
 
     api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
     try:
-        consumer = await checkpoints.read_consumer(api, namespace=args.namespace, name=args.name)
+        consumer = await checkpoints.read_consumer(
+            api, namespace=args.namespace, name=args.name, allowed=allowedendpoints.policy(args)
+        )
         checkpoints.require_paused(consumer.body)
         spec = consumer.spec
         address = receiving.EventHubAddress(

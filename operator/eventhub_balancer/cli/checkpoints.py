@@ -20,12 +20,13 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
-from eventhub_balancer.cli import tables
+from eventhub_balancer.cli import allowedendpoints, tables
 from eventhub_balancer.contracts import specs
 
 if TYPE_CHECKING:
     from eventhub_balancer.adapters import checkpointresets
     from eventhub_balancer.adapters.checkpointing import Checkpoint
+    from eventhub_balancer.contracts import endpoints
 
 COMMAND = ("checkpoints", "list")
 HELP = "list a consumer group's checkpoints: partition, sequence number, offset, owner, epoch, age"
@@ -56,13 +57,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--container", required=True, help="the checkpoint container")
     parser.add_argument(
-        "--namespace",
-        required=True,
-        help="fully qualified Event Hubs namespace (x.servicebus.windows.net)",
+        "--eventhub-namespace",
+        help="fully qualified Event Hubs namespace (x.servicebus.windows.net; required)",
     )
+    # The old spelling, refused with a pointer: elsewhere -n/--namespace is Kubernetes'.
+    parser.add_argument("--namespace", dest="old_namespace", help=argparse.SUPPRESS)
     parser.add_argument("--hub", required=True, help="the event hub name")
     parser.add_argument("--consumer-group", default="$Default", help="default: $Default")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    allowedendpoints.add_arguments(parser)
 
 
 def format_age(seconds: float | None) -> str:
@@ -115,6 +118,16 @@ def run(args: argparse.Namespace) -> int:
 
     from eventhub_balancer import errors
 
+    if args.old_namespace is not None:
+        raise errors.InvalidInput(
+            "--namespace",
+            "is now --eventhub-namespace (the Event Hubs namespace, x.servicebus.windows.net): "
+            "-n/--namespace names a Kubernetes namespace in the other ehb commands",
+        )
+    if not args.eventhub_namespace:
+        raise errors.InvalidInput(
+            "--eventhub-namespace", "give the Event Hubs namespace, x.servicebus.windows.net"
+        )
     connection_string = args.connection_string
     if connection_string is None and args.account_url is None:
         connection_string = os.environ.get(CONNECTION_STRING_ENV) or None
@@ -123,12 +136,17 @@ def run(args: argparse.Namespace) -> int:
                 "--connection-string",
                 f"give --connection-string, --account-url or ${CONNECTION_STRING_ENV}",
             )
+    # Before any client: --account-url builds the caller's own DefaultAzureCredential.
+    allowedendpoints.policy(args).check_blob(
+        account_url=None if connection_string else args.account_url,
+        connection_string=connection_string,
+    )
     listed = asyncio.run(
         _list(
             connection_string=connection_string,
             account_url=args.account_url,
             container=args.container,
-            namespace=args.namespace,
+            namespace=args.eventhub_namespace,
             hub=args.hub,
             consumer_group=args.consumer_group,
         )
@@ -181,6 +199,7 @@ def add_consumer_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", help="the EventHubConsumer")
     parser.add_argument("-n", "--namespace", default="default", help="its namespace")
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: $KUBECONFIG)")
+    allowedendpoints.add_arguments(parser)
 
 
 def require_paused(body: Mapping[str, Any]) -> None:
@@ -236,8 +255,20 @@ class ConsumerTarget:
         return epochs if isinstance(epochs, Mapping) else {}
 
 
-async def read_consumer(api: Any, *, namespace: str, name: str) -> ConsumerTarget:
-    """The CR and its Secrets' connection strings, read as the operator reads them."""
+async def read_consumer(
+    api: Any,
+    *,
+    namespace: str,
+    name: str,
+    allowed: endpoints.EndpointPolicy,
+    eventhub: bool = True,
+) -> ConsumerTarget:
+    """The CR and its Secrets' connection strings, read as the operator reads them.
+
+    Raises `errors.EndpointNotAllowed` unless the checkpoint store (and with ``eventhub`` the
+    Event Hub) is where ``allowed`` lets credentials go: checked on the very values that
+    `open_store` and the hub client get, before either builds a credential.
+    """
     body = dict(await api.get_consumer(namespace=namespace, name=name))
     spec = specs.parse_spec(body.get("spec") or {})
 
@@ -249,12 +280,24 @@ async def read_consumer(api: Any, *, namespace: str, name: str) -> ConsumerTarge
         )
         return value
 
-    return ConsumerTarget(
+    target = ConsumerTarget(
         body=body,
         spec=spec,
         eventhub_connection_string=await secret(spec.event_hub_credentials),
         blob_connection_string=await secret(spec.checkpoint_credentials),
     )
+    allowed.check_blob(
+        account_url=None
+        if target.blob_connection_string
+        else (spec.checkpoint_account_url or None),
+        connection_string=target.blob_connection_string,
+    )
+    if eventhub:
+        allowed.check_eventhub(
+            fully_qualified_namespace=spec.fully_qualified_namespace,
+            connection_string=target.eventhub_connection_string,
+        )
+    return target
 
 
 def open_store(target: ConsumerTarget) -> Any:

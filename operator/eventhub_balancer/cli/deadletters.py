@@ -24,7 +24,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from eventhub_balancer.cli import tables
+from eventhub_balancer.cli import allowedendpoints, tables
 
 if TYPE_CHECKING:
     from eventhub_balancer.adapters import deadletterreplays, kubeapi
@@ -113,6 +113,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
         help="https://<account>.blob.core.windows.net, with DefaultAzureCredential",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
+    allowedendpoints.add_arguments(parser)
 
 
 # --- output ---
@@ -242,7 +243,8 @@ async def _eventhub_coordinates(
         connection_string = await api.read_secret_key(
             namespace=args.namespace, name=ref.name, key=ref.key
         )
-    eventhubs.DEFAULT_ENDPOINTS.check_eventhub(
+    # The operator's allow-list (not a default one): the CR is the tenant's, the token ours.
+    allowedendpoints.policy(args).check_eventhub(
         fully_qualified_namespace=spec.fully_qualified_namespace,
         connection_string=connection_string,
     )
@@ -272,13 +274,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> tuple[Any, str]:
-    from eventhub_balancer.adapters import blobs, deadletterreplays, eventhubs, kubeapi
+    from eventhub_balancer.adapters import blobs, deadletterreplays, kubeapi
 
     api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
     try:
         target = await _read_target(args, api)
         spec = target.spec
-        eventhubs.DEFAULT_ENDPOINTS.check_blob(
+        allowedendpoints.policy(args).check_blob(
             account_url=target.blob_account_url, connection_string=target.blob_connection_string
         )
         async with blobs.open_container(

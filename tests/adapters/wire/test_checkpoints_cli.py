@@ -78,7 +78,7 @@ def test_checkpoints_list_prints_a_table_and_json(
     where = [
         "--container",
         container,
-        "--namespace",
+        "--eventhub-namespace",
         "shop.servicebus.windows.net",
         "--hub",
         "orders",
@@ -113,7 +113,9 @@ def test_checkpoints_list_without_credentials_is_a_usage_error(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(list_command.CONNECTION_STRING_ENV, raising=False)
-    status = cli.main(["checkpoints", "list", "--container", "c", "--namespace", "n", "--hub", "h"])
+    status = cli.main(
+        ["checkpoints", "list", "--container", "c", "--eventhub-namespace", "n", "--hub", "h"]
+    )
     assert status == 2
     assert "--connection-string" in capsys.readouterr().err
 
