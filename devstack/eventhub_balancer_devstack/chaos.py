@@ -21,7 +21,14 @@ For a bounded time, at random (seeded) moments, it commits faults of the kinds s
   meanwhile), so that the lease stays held for its full duration; a pod replacement gives
   the operator something to assign;
 - ``specchange``: the CR's checkpoint container changes, once per run: every partition must
-  move to the new location by ordered hand-off; the invariants follow the new location.
+  move to the new location by ordered hand-off; the invariants follow the new location;
+- ``watchlag``: the watches of the EventHubConsumers and of the ConfigMaps deliver every
+  event `WATCHLAG_S` late (longer than the 60 s after which the operator gives up waiting for
+  the echo of its own writes) while writes succeed at once, once per run, until the faults
+  stop (at most `WATCHLAG_MAX_S`); a run needs ``--seconds`` well above `WATCHLAG_S` for the
+  lag to show in full;
+- ``relist``: every watch stream ends and its resume gets 410 Gone for `RELIST_S`, so that
+  every watching client (kopf in the operator, the pods) lists again.
 
 Faults that put the control plane away (``apipause``) make the run skip the faults that need
 it (``operator``, ``midfence``) until it is back.
@@ -37,6 +44,9 @@ The invariants are checked throughout and at the end:
 - never two accepted writers for one partition: the checkpoint's epoch never goes back and
   one epoch belongs to one owner (checkpoint writes are owner-checked with If-Match, so a
   fenced-out writer that got through would show as either);
+- epochs: no (partition, epoch) is given, as owned, to two different pods, and
+  ``status.epochs`` never goes down (`epochledgers`, counted from the API server's record of
+  every committed ConfigMap and EventHubConsumer write, not from a watch);
 - recovery: from the end of the last fault (for a pod that was killed, deleted or restarted:
   once every pod is Ready again, since a process's start-up is the kubelet's and the
   machine's, not the balancer's; for a hang: once the hanging call returns;
@@ -67,7 +77,7 @@ from typing import Any, TypedDict
 from eventhub_balancer import errors, runners
 from eventhub_balancer.adapters import blobs, checkpointing
 from eventhub_balancer.contracts import configmaps
-from eventhub_balancer_devstack import azurite, chaoshandlers, faultproxy
+from eventhub_balancer_devstack import azurite, chaoshandlers, epochledgers, faultproxy
 from eventhub_balancer_devstack.scenarios import runs, systems
 
 logger = logging.getLogger(__name__)
@@ -86,6 +96,18 @@ MIDFENCE_WAIT_S = 10.0
 #: The pods' ``--stuck-seconds``, and how long a ``hang`` fault's handler call sleeps.
 STUCK_SECONDS = 3.0
 HANG_SECONDS = STUCK_SECONDS + 2.0
+#: How late a ``watchlag`` fault delivers watch events: above the operator's 60 s wait for
+#: the echo of its own writes, as in the failure that issue 24 of this project replays.
+WATCHLAG_S = 75.0
+#: The longest a ``watchlag`` fault lasts (it also ends with the run's faults).
+WATCHLAG_MAX_S = 150.0
+#: The resources whose watches a ``watchlag`` fault delays: the operator's record (the CR)
+#: and what it told the pods (their ConfigMaps).
+WATCHLAG_PLURALS = ("eventhubconsumers", "configmaps")
+#: How long a ``relist`` fault ends streams and answers resumes with 410 Gone; a stream
+#: opened meanwhile (after its client listed again) lives `RELIST_STREAM_S` first.
+RELIST_S = 2.0
+RELIST_STREAM_S = 1.0
 #: The failure policy of the chaos run's CR: a poison batch is dead-lettered after this many
 #: attempts.
 MAX_ATTEMPTS = 3
@@ -101,9 +123,11 @@ FAULTS = (
     "apipause",
     "midfence",
     "specchange",
+    "watchlag",
+    "relist",
 )
 #: Faults committed at most once per run (each is long, or moves every partition).
-ONCE = frozenset({"apipause", "specchange"})
+ONCE = frozenset({"apipause", "specchange", "watchlag"})
 #: Faults that need the Kubernetes API answering (skipped while it is paused).
 NEED_API = frozenset({"operator", "midfence", "apipause"})
 
@@ -178,6 +202,17 @@ class ChaosReport(TypedDict):
     recovered_s: float | None
     #: The same from the moment the faults stopped, the pods' own start-up included.
     recovered_after_faults_s: float | None
+    #: (partition, epoch) pairs given, as owned, to two different pods (`epochledgers`).
+    epoch_reuse: int
+    #: Committed status writes with a partition's epoch below one committed before.
+    epochs_decreased: int
+    #: The committed ConfigMap and status writes the epoch audit read.
+    epoch_writes_audited: int
+    #: The first few epoch findings, in words.
+    epoch_findings: list[str]
+    #: What the watch faults did on the API server: ``delayed`` events, ``expired`` resumes
+    #: (410), streams ``closed`` early (empty without watch faults).
+    watch_fault_effects: dict[str, int]
     recovery_bound_s: float
     #: Why ``ok`` is false (empty when it is true).
     problems: list[str]
@@ -377,6 +412,9 @@ class Chaos:
         self._resume_at: float | None = None
         self._hang_tickets = 0
         self._tried: set[str] = set()
+        self.ledger = epochledgers.EpochLedger()
+        #: Writes that fell out of the API server's write record unread (the audit missed them).
+        self.unaudited = 0
 
     @property
     def kubelet(self) -> Any:
@@ -445,7 +483,36 @@ class Chaos:
                 return
         elif fault == "specchange":
             self.change_container()
+        elif fault == "watchlag":
+            if not self.lag_watches(deadline=deadline):
+                return
+        elif fault == "relist":
+            kube = self.scenario.site.stack.kube
+            kube.inject_watch_fault("close", seconds=RELIST_S, close_after_s=RELIST_STREAM_S)
+            kube.inject_watch_fault("gone", seconds=RELIST_S)
         self.faults[fault] += 1
+
+    def lag_watches(self, *, deadline: float) -> bool:
+        """Delay the CR and ConfigMap watches until the faults stop; False with no time left."""
+        window = min(WATCHLAG_MAX_S, deadline - time.monotonic())
+        if window < 1.0:
+            return False
+        kube = self.scenario.site.stack.kube
+        for plural in WATCHLAG_PLURALS:
+            kube.inject_watch_fault("lag", seconds=window, plural=plural, lag_s=WATCHLAG_S)
+        logger.info(
+            "chaos: the %s watches lag %g s for %.1f s",
+            "/".join(WATCHLAG_PLURALS),
+            WATCHLAG_S,
+            window,
+        )
+        return True
+
+    def audit(self) -> None:
+        """Feed the epoch ledger the writes the API server committed since the last call."""
+        taken = self.scenario.site.stack.kube.take_writes()
+        self.unaudited += taken.dropped
+        self.ledger.feed(epochledgers.Write(type=e.type, body=e.body) for e in taken.events)
 
     def midfence(self, names: list[str]) -> bool:
         """Catch the next fence's lease and SIGKILL its pod; False when none came in time."""
@@ -521,6 +588,7 @@ class Chaos:
                 time.sleep(runs.POLL_S)
                 self.resume_if_due()
                 self.scenario.observe()
+                self.audit()
 
     def hang_ends(self) -> float:
         """When the last hang that began ends (monotonic; 0 without one): a hanging
@@ -534,6 +602,7 @@ class Chaos:
     def stop_faults(self) -> None:
         chaoshandlers.cancel_hangs(self.scenario.site.record_dir)
         self.resume_if_due(force=True)
+        self.scenario.site.stack.kube.clear_watch_faults()
         self.proxy.faults.clear()
         self._blob_faults_on = False
         if self.system.operator is None:
@@ -595,6 +664,8 @@ def run(options: ChaosOptions, *, observer: runs.Observer) -> ChaosReport:
         )
         watch = CheckpointWatch(site=site)
         chaos = Chaos(scenario=scenario, system=system, proxy=proxy, watch=watch, options=options)
+        # Before the operator starts: the epoch audit must see every assignment.
+        stack.kube.record_writes("v1/configmaps", systems.CR)
         scenario.start()
         ready_s = balanced_s = recovered_s = after_faults_s = None
         last_fault_ended = 0.0
@@ -631,6 +702,7 @@ def run(options: ChaosOptions, *, observer: runs.Observer) -> ChaosReport:
                         balanced_s = recovered_s
                     break
                 time.sleep(runs.POLL_S)
+                chaos.audit()
             scenario.drain(
                 lambda produced: progressing(
                     {p: n - 1 for p, n in produced.items()},
@@ -639,6 +711,8 @@ def run(options: ChaosOptions, *, observer: runs.Observer) -> ChaosReport:
                 )
             )
             watch.stop(loop)
+            chaos.audit()
+            watch_effects = stack.kube.watch_fault_effects()
             # After a spec change, every partition's checkpoint must be in the new location.
             unmoved = (
                 sorted(set(site.partitions()) - set(watch.positions()), key=_partition_key)
@@ -672,6 +746,15 @@ def run(options: ChaosOptions, *, observer: runs.Observer) -> ChaosReport:
         problems.append(f"unreadable dead-letter blobs: {unreadable[:3]}")
     if unmoved:
         problems.append(f"partitions without a checkpoint in {watch.current}: {unmoved}")
+    ledger = chaos.ledger
+    if ledger.epoch_reuse:
+        problems.append(f"{ledger.epoch_reuse} (partition, epoch) pairs given to two pods")
+    if ledger.epochs_decreased:
+        problems.append(f"status.epochs went down {ledger.epochs_decreased} times")
+    if chaos.unaudited:
+        problems.append(f"{chaos.unaudited} writes fell out of the write record unaudited")
+    if ledger.writes == 0:
+        problems.append("no assignment or status write audited")
     if recovered_s is None:
         problems.append(f"not recovered within {RECOVERY_TIMEOUT_S:g} s")
     elif recovered_s > options.recovery_bound_s:
@@ -693,6 +776,11 @@ def run(options: ChaosOptions, *, observer: runs.Observer) -> ChaosReport:
         "balanced_after_ready_s": balanced_s,
         "recovered_s": recovered_s,
         "recovered_after_faults_s": after_faults_s,
+        "epoch_reuse": ledger.epoch_reuse,
+        "epochs_decreased": ledger.epochs_decreased,
+        "epoch_writes_audited": ledger.writes,
+        "epoch_findings": ledger.examples,
+        "watch_fault_effects": watch_effects,
         "recovery_bound_s": options.recovery_bound_s,
         "problems": problems,
         "ok": not problems,

@@ -12,9 +12,10 @@ from eventhub_balancer import errors
 COMMAND = ("bench", "chaos")
 HELP = (
     "Kill and replace pods, restart the operator, inject blob faults, drop connections, send "
-    "poison events, hang a handler, pause the Kubernetes API, kill a pod mid-fence and change "
-    "the spec for a while; report lost events, checkpoint regressions, writer conflicts and "
-    "recovery time. Exits 1 when the report is not ok."
+    "poison events, hang a handler, pause the Kubernetes API, kill a pod mid-fence, change "
+    "the spec, delay watches and force re-lists for a while; report lost events, checkpoint "
+    "regressions, writer conflicts, epochs given twice or going down, and recovery time. "
+    "Exits 1 when the report is not ok."
 )
 
 
@@ -28,7 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--faults",
         default="all",
         help="the fault kinds, comma-separated (all): kill, delete, operator, blob, amqp, "
-        "poison, hang, apipause, midfence, specchange",
+        "poison, hang, apipause, midfence, specchange, watchlag, relist (watchlag delays "
+        "watch events 75 s: give it --seconds 150 or more)",
     )
     parser.add_argument(
         "--work-dir", type=Path, default=None, help="keep records and pod logs here"

@@ -293,6 +293,12 @@ class LocalKubeAPI:
             return
         loop.call(handler.clear_watch_faults, timeout=CALL_TIMEOUT)
 
+    def watch_fault_effects(self) -> dict[str, int]:
+        """What the watch faults did so far: ``delayed`` events, ``expired`` resumes (410),
+        streams ``closed`` early."""
+        handler = self.handler
+        return self._call(lambda _: dict(handler.watch_fault_effects))
+
     # -- the write record ----------------------------------------------------------------------
 
     def record_writes(self, *resources_: str) -> None:

@@ -128,6 +128,9 @@ class LocalKubeHandler(kmock.KubernetesScaffold):
     bookmark_interval: float = BOOKMARK_INTERVAL
     #: The watch faults in force (`watchfaults`), replaced whole when they change.
     watch_faults: tuple[watchfaults.WatchFault, ...] = ()
+    #: What the watch faults did, so that a run can show they took effect: ``delayed``
+    #: events, ``expired`` resumes (410), streams ``closed`` early.
+    watch_fault_effects: collections.Counter[str] = attrs.field(factory=collections.Counter)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -640,6 +643,7 @@ class LocalKubeHandler(kmock.KubernetesScaffold):
         if since and not initial_events:
             expiring = watchfaults.gone(self.watch_faults, plural=plural, since=since, now=opened)
             if expiring is not None:
+                self.watch_fault_effects["expired"] += 1
                 yield b""
                 status = failures.expired(
                     f"too old resource version: {since} ({expiring.gone_below})"
@@ -687,6 +691,7 @@ class LocalKubeHandler(kmock.KubernetesScaffold):
                     return
                 closes = watchfaults.closes_at(faults, plural=plural, opened=opened)
                 if closes is not None and now >= closes:
+                    self.watch_fault_effects["closed"] += 1
                     return
                 if raw_request is not None and (
                     raw_request.transport is None or raw_request.transport.is_closing()
@@ -728,7 +733,13 @@ class LocalKubeHandler(kmock.KubernetesScaffold):
                     continue
                 rendered = self._for_watcher(change, spec, namespace, selector)
                 if rendered is not None:
-                    held.append((loop.time(), change.resource_version, rendered))
+                    received = loop.time()
+                    if (
+                        watchfaults.hold_until(self.watch_faults, plural=plural, received=received)
+                        > received
+                    ):
+                        self.watch_fault_effects["delayed"] += 1
+                    held.append((received, change.resource_version, rendered))
         except failures.APIFailure as e:
             if e.code != 410:
                 raise

@@ -109,6 +109,7 @@ async def test_lag_delivers_events_late_while_writes_succeed_at_once(
     assert time.monotonic() - written >= lag_s
     # A lagging watch's bookmarks never claim a version it has not delivered.
     assert all(v < int(created["metadata"]["resourceVersion"]) for v in bookmark_versions)
+    assert api.watch_fault_effects() == {"delayed": 1}
 
 
 async def test_a_stalled_stream_sends_nothing_until_the_stall_ends(
@@ -154,6 +155,7 @@ async def test_a_resume_gets_410_gone_and_a_fresh_list_watches_again(
     assert event["type"] == "ERROR"
     assert (event["object"]["code"], event["object"]["reason"]) == (410, "Expired")
     assert await expired.next() is None, "the stream goes on after its 410"
+    assert api.watch_fault_effects() == {"expired": 1}
     # Not targeted: a pod watch resumes from the same version.
     pods = await _watch(session, api, "pods", resourceVersion=old)
     api.create_object("v1/pods", {"metadata": {"name": "p"}}, namespace="ns")
@@ -178,6 +180,7 @@ async def test_an_early_close_ends_the_open_streams_of_its_resource(
     pods = await _watch(session, api, "pods", resourceVersion=since)
     api.inject_watch_fault("close", seconds=30.0, plural="configmaps", close_after_s=0.0)
     assert await configmaps.next_change() is None  # ended by the server
+    assert api.watch_fault_effects() == {"closed": 1}
     # The pod stream is still open: it gets the next pod event.
     api.create_object("v1/pods", {"metadata": {"name": "p"}}, namespace="ns")
     event = await pods.next_change()
