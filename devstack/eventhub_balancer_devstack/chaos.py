@@ -28,7 +28,10 @@ For a bounded time, at random (seeded) moments, it commits faults of the kinds s
   stop (at most `WATCHLAG_MAX_S`); a run needs ``--seconds`` well above `WATCHLAG_S` for the
   lag to show in full;
 - ``relist``: every watch stream ends and its resume gets 410 Gone for `RELIST_S`, so that
-  every watching client (kopf in the operator, the pods) lists again.
+  every watching client (kopf in the operator, the pods) lists again;
+- ``watchstall``: the pod watches go silent (open, no events, no bookmarks) for
+  `WATCHSTALL_S`, longer than kopf's 70 s inactivity timeout, once per run and never past the
+  faults' end; pods that come and go meanwhile are seen only through other means.
 
 Faults that put the control plane away (``apipause``) make the run skip the faults that need
 it (``operator``, ``midfence``) until it is back.
@@ -108,6 +111,9 @@ WATCHLAG_PLURALS = ("eventhubconsumers", "configmaps")
 #: opened meanwhile (after its client listed again) lives `RELIST_STREAM_S` first.
 RELIST_S = 2.0
 RELIST_STREAM_S = 1.0
+#: How long a ``watchstall`` fault keeps the pod watches silent: beyond kopf's 70 s
+#: inactivity timeout, so that kopf's reconnection meets the same silence.
+WATCHSTALL_S = 80.0
 #: The failure policy of the chaos run's CR: a poison batch is dead-lettered after this many
 #: attempts.
 MAX_ATTEMPTS = 3
@@ -125,9 +131,10 @@ FAULTS = (
     "specchange",
     "watchlag",
     "relist",
+    "watchstall",
 )
 #: Faults committed at most once per run (each is long, or moves every partition).
-ONCE = frozenset({"apipause", "specchange", "watchlag"})
+ONCE = frozenset({"apipause", "specchange", "watchlag", "watchstall"})
 #: Faults that need the Kubernetes API answering (skipped while it is paused).
 NEED_API = frozenset({"operator", "midfence", "apipause"})
 
@@ -486,6 +493,14 @@ class Chaos:
         elif fault == "watchlag":
             if not self.lag_watches(deadline=deadline):
                 return
+        elif fault == "watchstall":
+            stall_s = min(WATCHSTALL_S, deadline - time.monotonic())
+            if stall_s < 1.0:
+                return
+            self.scenario.site.stack.kube.inject_watch_fault(
+                "stall", seconds=stall_s, plural="pods"
+            )
+            logger.info("chaos: the pod watches are silent for %.1f s", stall_s)
         elif fault == "relist":
             kube = self.scenario.site.stack.kube
             kube.inject_watch_fault("close", seconds=RELIST_S, close_after_s=RELIST_STREAM_S)

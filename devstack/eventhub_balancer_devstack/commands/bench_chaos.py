@@ -13,7 +13,7 @@ COMMAND = ("bench", "chaos")
 HELP = (
     "Kill and replace pods, restart the operator, inject blob faults, drop connections, send "
     "poison events, hang a handler, pause the Kubernetes API, kill a pod mid-fence, change "
-    "the spec, delay watches and force re-lists for a while; report lost events, checkpoint "
+    "the spec, delay, silence and re-list watches for a while; report lost events, checkpoint "
     "regressions, writer conflicts, epochs given twice or going down, and recovery time. "
     "Exits 1 when the report is not ok."
 )
@@ -29,8 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--faults",
         default="all",
         help="the fault kinds, comma-separated (all): kill, delete, operator, blob, amqp, "
-        "poison, hang, apipause, midfence, specchange, watchlag, relist (watchlag delays "
-        "watch events 75 s: give it --seconds 150 or more)",
+        "poison, hang, apipause, midfence, specchange, watchlag, relist, watchstall "
+        "(watchlag delays watch events 75 s and watchstall silences the pod watches 80 s: "
+        "give them --seconds 150 or more)",
     )
     parser.add_argument(
         "--work-dir", type=Path, default=None, help="keep records and pod logs here"

@@ -1,7 +1,7 @@
 """Chaos: every fault kind of `chaos.FAULTS` (pod kills and replacements, operator restarts,
 Blob Storage faults, dropped Event Hubs connections, poison events, a hanging handler, a
-paused Kubernetes API, a pod killed mid-fence, a spec change) under bounded load for a
-bounded time.
+paused Kubernetes API, a pod killed mid-fence, a spec change, lagging, re-listed and
+silent watches) under bounded load for a bounded time.
 
 ``make test`` runs a short run (30 s of faults, about 45 s in all) and checks the invariants
 and that the system recovers at all within a generous bound (`chaos.RECOVERY_TIMEOUT_S`).

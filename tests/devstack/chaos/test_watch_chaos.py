@@ -74,6 +74,18 @@ def test_watchlag_is_skipped_when_the_run_has_no_time_left(api: LocalKubeAPI) ->
     assert run.faults["watchlag"] == 0
 
 
+def test_watchstall_silences_the_pod_watches_within_the_run(api: LocalKubeAPI) -> None:
+    run = _chaos(api, faults=("watchstall",))
+    run.act("watchstall", deadline=time.monotonic() + 30.0)
+    assert _faults(api) == [("stall", "pods")]
+    fault = api.handler.watch_faults[0]
+    assert fault.ends - fault.starts <= 30.0
+    assert "watchstall" in chaos.ONCE
+    assert chaos.WATCHSTALL_S > 70  # beyond kopf's inactivity timeout
+    run.act("watchstall", deadline=time.monotonic())  # no time left: skipped
+    assert run.faults["watchstall"] == 1
+
+
 def test_relist_ends_every_stream_and_expires_resumes(api: LocalKubeAPI) -> None:
     run = _chaos(api, faults=("relist",))
     run.act("relist", deadline=time.monotonic() + 100.0)
