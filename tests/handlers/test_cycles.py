@@ -241,7 +241,7 @@ async def test_a_store_outage_under_lag_weighting_moves_nothing(
     assert kube.assignment(NS) == before
 
 
-async def test_a_conflicting_configmap_write_mid_hand_off_costs_no_epoch_and_no_event(
+async def test_a_configmap_acknowledged_mid_write_costs_that_write_a_retry(
     kube: fakes.FakeKube, hubs: fakes.FakeHubs
 ) -> None:
     memory = memories.Memory()
@@ -250,11 +250,48 @@ async def test_a_conflicting_configmap_write_mid_hand_off_costs_no_epoch_and_no_
     await cycle(kube, hubs, memory, now=1)  # c joins: one partition is revoked for it
     kube.acknowledge(NS, "a")
     kube.acknowledge(NS, "b")
-    # The hand-off's first ConfigMap write conflicts (a pod wrote its acknowledgement between
-    # the read and the write): the cycle fails after the epochs and the record went out.
+    # The hand-off's first ConfigMap write conflicts (the pod wrote its acknowledgement between
+    # the read and the write): the data is still the one read, so that write alone goes again.
     kube.fail("patch_configmap", errors.Conflict("the object has been modified"))
+    calls = len(kube.calls)
+    await cycle(kube, hubs, memory, now=2)
+    patches = [c for c in kube.calls[calls:] if c[:2] == ("patch", "configmap")]
+    assert len(patches) == len({c[2] for c in patches}) + 1  # one write, twice
+    moved = {p for p, e in kube.status(NS, NAME)["epochs"].items() if e == 2}
+    assert len(moved) == 1
+    owned = kube.assignment(NS)
+    assert set(owned["c"]) == moved
+    assert {e for e, _ in owned["c"].values()} == {2}
+    reasons = [e["reason"] for e in kube.events]
+    assert reasons.count("PartitionHandedOff") == 1
+    assert "AssignmentTampered" not in reasons
+
+
+async def test_a_configmap_another_writer_changed_fails_the_cycle_after_the_epochs(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+) -> None:
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    kube.add_pod(NS, "c", labels={"app": "c"}, since=T0)
+    await cycle(kube, hubs, memory, now=1)
+    kube.acknowledge(NS, "a")
+    kube.acknowledge(NS, "b")
+    real = kube.patch_configmap
+    bumped: list[str] = []
+
+    async def raced(**kwargs: Any) -> dict[str, Any]:
+        # A second operator rewrote this ConfigMap's data (its generation) meanwhile.
+        if not bumped:
+            cm = kube.objects["configmap", NS, kwargs["name"]]
+            cm["data"]["generation"] = str(int(cm["data"]["generation"]) + 1)
+            kube._store("configmap", NS, cm)
+            bumped.append(kwargs["name"])
+        return await real(**kwargs)
+
+    kube.patch_configmap = raced  # type: ignore[method-assign]
     with pytest.raises(errors.Conflict):
         await cycle(kube, hubs, memory, now=2)
+    kube.patch_configmap = real  # type: ignore[method-assign]
     moved = {p for p, e in kube.status(NS, NAME)["epochs"].items() if e == 2}
     assert len(moved) == 1
     await cycle(kube, hubs, memory, now=3)  # the next cycle carries the record out
@@ -264,4 +301,3 @@ async def test_a_conflicting_configmap_write_mid_hand_off_costs_no_epoch_and_no_
     assert kube.status(NS, NAME)["epochs"] == {p: 2 if p in moved else 1 for p in "0123"}
     reasons = [e["reason"] for e in kube.events]
     assert reasons.count("PartitionHandedOff") == 1  # posted once, by the cycle that failed
-    assert "AssignmentTampered" not in reasons  # the operator's own stale writes are not that

@@ -21,11 +21,13 @@ import copy
 import datetime
 import itertools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, cast
 
 from eventhub_balancer import errors
+from eventhub_balancer.adapters import listings
 from eventhub_balancer.contracts import configmaps, specs
+from eventhub_balancer.reconciling import conflicts
 
 #: The objects a fake holds, by (kind, namespace, name).
 Key = tuple[str, str, str]
@@ -82,6 +84,12 @@ class FakeKube:
         self.calls: list[tuple[str, str, str]] = []
         self._failures: dict[str, list[errors.EventHubBalancerError]] = {}
         self._versions = itertools.count(1)
+        #: the last resourceVersion given out (what a LIST answers as of)
+        self.version = "0"
+        #: every body stored, in order, as the API server's own record of its writes
+        self.history: list[tuple[str, dict[str, Any]]] = []
+        #: every change in order, as a watch sees it: (kind, body, ADDED|MODIFIED|DELETED)
+        self.changes: list[tuple[str, dict[str, Any], str]] = []
         self._uids = itertools.count(1)
 
     # --- the port ---
@@ -113,8 +121,33 @@ class FakeKube:
             )
         )
 
+    async def list_selected_pods(
+        self, *, namespace: str, selector: specs.Selector
+    ) -> listings.Listing:
+        items = await self.list_pods(namespace=namespace, label_selector=selector.to_query())
+        return listings.Listing(items=tuple(items), metadata={"resourceVersion": self.version})
+
+    async def list_consumer_configmaps(self, *, namespace: str, consumer: str) -> listings.Listing:
+        items = await self.list_configmaps(
+            namespace=namespace, label_selector=configmaps.consumer_selector(consumer)
+        )
+        return listings.Listing(items=tuple(items), metadata={"resourceVersion": self.version})
+
+    async def read_configmap(self, *, namespace: str, name: str) -> dict[str, Any] | None:
+        self._maybe_fail("read_configmap")
+        body = self.objects.get(("configmap", namespace, name))
+        return copy.deepcopy(body) if body is not None else None
+
     def forget_secret(self, *, namespace: str, name: str) -> None:
         """Nothing kept here: every read is fresh (`caching.CachedKube` keeps them)."""
+
+    def stamp(self, *, namespace: str, name: str) -> Hashable | None:
+        """None: no watch here, so no decision is skipped."""
+        return None
+
+    def peers(self) -> tuple[conflicts.Peer, ...]:
+        """None known: there is no watch of the other EventHubConsumers here."""
+        return ()
 
     async def read_secret_key(self, *, namespace: str, name: str, key: str) -> str:
         self._maybe_fail("read_secret_key")
@@ -148,7 +181,7 @@ class FakeKube:
             return  # gone already is fine
         if uid and current["metadata"]["uid"] != uid:
             raise errors.Conflict(f"delete ConfigMap {namespace}/{name}: conflict (uid)")
-        del self.objects["configmap", namespace, name]
+        self._deleted("configmap", self.objects.pop(("configmap", namespace, name)))
 
     async def patch_pod_annotations(
         self, *, namespace: str, name: str, annotations: Mapping[str, str | None]
@@ -162,10 +195,17 @@ class FakeKube:
         )
 
     async def patch_consumer_status(
-        self, *, namespace: str, name: str, status: Mapping[str, Any]
+        self,
+        *,
+        namespace: str,
+        name: str,
+        status: Mapping[str, Any],
+        resource_version: str | None,
     ) -> specs.ConsumerBody:
         self._write("patch", "status", name)
         current = self._get("consumer", namespace, name)
+        if resource_version and current["metadata"]["resourceVersion"] != resource_version:
+            raise errors.Conflict(f"patch EventHubConsumer {namespace}/{name} status: conflict")
         body: Any = self._store("consumer", namespace, merge_patch(current, {"status": status}))
         return cast(specs.ConsumerBody, body)
 
@@ -238,11 +278,12 @@ class FakeKube:
     def remove_pod(self, namespace: str, name: str) -> None:
         """The pod is gone, and the garbage collector takes the ConfigMaps it owns."""
         pod = self.objects.pop(("pod", namespace, name))
+        self._deleted("pod", pod)
         uid = pod["metadata"]["uid"]
         for key, body in list(self.objects.items()):
             owners = body["metadata"].get("ownerReferences") or []
             if key[0] == "configmap" and any(o.get("uid") == uid for o in owners):
-                del self.objects[key]
+                self._deleted("configmap", self.objects.pop(key))
 
     def configmap_of(self, namespace: str, pod: str) -> dict[str, Any]:
         """A pod's assignment ConfigMap, found by its label as the pod finds it."""
@@ -314,13 +355,28 @@ class FakeKube:
             and selector_matches(query, body["metadata"].get("labels") or {})
         ]
 
+    def _bump(self) -> str:
+        """The next resourceVersion: one counter for every write, deletions included, as an
+        API server's (etcd's revision)."""
+        self.version = str(next(self._versions))
+        return self.version
+
     def _store(self, kind: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         meta = body.setdefault("metadata", {})
         meta["namespace"] = namespace
         meta.setdefault("uid", f"uid-{kind}-{next(self._uids)}")
-        meta["resourceVersion"] = str(next(self._versions))
+        meta["resourceVersion"] = self._bump()
+        existed = (kind, namespace, meta["name"]) in self.objects
         self.objects[kind, namespace, meta["name"]] = body
+        self.history.append((kind, copy.deepcopy(body)))
+        self.changes.append((kind, copy.deepcopy(body), "MODIFIED" if existed else "ADDED"))
         return copy.deepcopy(body)
+
+    def _deleted(self, kind: str, body: dict[str, Any]) -> None:
+        """A deletion as the watch sees it: the last body, at the deletion's version."""
+        gone = copy.deepcopy(body)
+        gone["metadata"]["resourceVersion"] = self._bump()
+        self.changes.append((kind, gone, "DELETED"))
 
 
 class FakeCheckpointStore:

@@ -25,7 +25,7 @@ import functools
 import json
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any, TypeVar
 
 import kubernetes.client
@@ -34,7 +34,9 @@ import urllib3.exceptions
 from kubernetes.client import exceptions as kube_exceptions
 
 from eventhub_balancer import errors
+from eventhub_balancer.adapters import listings
 from eventhub_balancer.contracts import configmaps, specs
+from eventhub_balancer.reconciling import conflicts
 
 logger = logging.getLogger(__name__)
 
@@ -225,8 +227,58 @@ class KubeAPI:
             )
         )
 
+    async def list_selected_pods(
+        self, *, namespace: str, selector: specs.Selector
+    ) -> listings.Listing:
+        """The pods ``selector`` matches, with the listing's own resourceVersion."""
+        return await self._listing(
+            f"pods in {namespace} ({selector.to_query()})",
+            self._core.list_namespaced_pod,
+            namespace=namespace,
+            label_selector=selector.to_query(),
+        )
+
+    async def list_consumer_configmaps(self, *, namespace: str, consumer: str) -> listings.Listing:
+        """One EventHubConsumer's ConfigMaps, with the listing's own resourceVersion."""
+        selector = configmaps.consumer_selector(consumer)
+        return await self._listing(
+            f"configmaps in {namespace} ({selector})",
+            self._core.list_namespaced_config_map,
+            namespace=namespace,
+            label_selector=selector,
+        )
+
+    async def _listing(
+        self, what: str, call: Callable[..., Any], **kwargs: Any
+    ) -> listings.Listing:
+        result = await self._call(what, call, **kwargs)
+        return listings.Listing(
+            items=tuple(result.get("items", [])), metadata=dict(result.get("metadata") or {})
+        )
+
+    async def read_configmap(self, *, namespace: str, name: str) -> dict[str, Any] | None:
+        """One ConfigMap as the API server has it now; None when it is gone."""
+        try:
+            body: dict[str, Any] = await self._call(
+                f"ConfigMap {namespace}/{name}",
+                self._core.read_namespaced_config_map,
+                namespace=namespace,
+                name=name,
+            )
+        except errors.NotFound:
+            return None
+        return body
+
     def forget_secret(self, *, namespace: str, name: str) -> None:
         """Nothing to forget: this adapter reads every Secret afresh (`caching` keeps them)."""
+
+    def stamp(self, *, namespace: str, name: str) -> Hashable | None:
+        """None: no watch tells this adapter what changed, so no decision is skipped."""
+        return None
+
+    def peers(self) -> tuple[conflicts.Peer, ...]:
+        """None known: the other EventHubConsumers come from the watch (`caching`)."""
+        return ()
 
     async def read_secret_key(self, *, namespace: str, name: str, key: str) -> str:
         """One value of a Secret. It goes to the SDK only; never log or store it."""
@@ -315,8 +367,19 @@ class KubeAPI:
         return None
 
     async def patch_consumer_status(
-        self, *, namespace: str, name: str, status: Mapping[str, Any]
+        self,
+        *,
+        namespace: str,
+        name: str,
+        status: Mapping[str, Any],
+        resource_version: str | None,
     ) -> specs.ConsumerBody:
+        """Merge-patch the status; with ``resource_version`` the write fails (Conflict) if the
+        CR changed since it was read: the status carries the epochs, which must never be
+        written from a stale read."""
+        patch: dict[str, Any] = {"status": dict(status)}
+        if resource_version:
+            patch["metadata"] = {"resourceVersion": resource_version}
         self._count("status")
         body: specs.ConsumerBody = await self._call(
             f"patch EventHubConsumer {namespace}/{name} status",
@@ -326,7 +389,7 @@ class KubeAPI:
             namespace=namespace,
             plural=specs.PLURAL,
             name=name,
-            body={"status": dict(status)},
+            body=patch,
             _content_type=MERGE_PATCH,
         )
         return body

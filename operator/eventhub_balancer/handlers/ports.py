@@ -12,10 +12,12 @@ handlers show.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from typing import Any, Protocol
 
+from eventhub_balancer.adapters import listings
 from eventhub_balancer.contracts import specs
+from eventhub_balancer.reconciling import conflicts
 
 
 class KubePort(Protocol):
@@ -33,8 +35,19 @@ class KubePort(Protocol):
 
     async def read_secret_key(self, *, namespace: str, name: str, key: str) -> str: ...
 
+    def stamp(self, *, namespace: str, name: str) -> Hashable | None:
+        """What changes whenever the pods or ConfigMaps the consumer's cycle reads may have
+        changed; None: no watch tells (a cycle then never skips a decision)."""
+
+    def peers(self) -> tuple[conflicts.Peer, ...]:
+        """Every EventHubConsumer the operator sees, summed up; empty: none known (a port
+        without a watch of them finds no conflict)."""
+
     def forget_secret(self, *, namespace: str, name: str) -> None:
         """Read the Secret afresh next time: what it held was rejected (or failed)."""
+
+    async def read_configmap(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """One ConfigMap as the API server has it now (None: gone), after a write conflicted."""
 
     async def create_configmap(
         self, *, namespace: str, body: Mapping[str, Any]
@@ -51,10 +64,29 @@ class KubePort(Protocol):
     ) -> Mapping[str, Any] | None: ...
 
     async def patch_consumer_status(
-        self, *, namespace: str, name: str, status: Mapping[str, Any]
-    ) -> specs.ConsumerBody: ...
+        self,
+        *,
+        namespace: str,
+        name: str,
+        status: Mapping[str, Any],
+        resource_version: str | None,
+    ) -> specs.ConsumerBody:
+        """Merge-patch the status; with ``resource_version`` it fails (`errors.Conflict`)
+        unless the CR is still at that version."""
 
     async def create_event(self, *, namespace: str, body: Mapping[str, Any]) -> None: ...
+
+
+class ListingPort(KubePort, Protocol):
+    """What the cache needs of the adapter beyond `KubePort`: listings with their version."""
+
+    async def list_selected_pods(
+        self, *, namespace: str, selector: specs.Selector
+    ) -> listings.Listing: ...
+
+    async def list_consumer_configmaps(
+        self, *, namespace: str, consumer: str
+    ) -> listings.Listing: ...
 
 
 class HubPort(Protocol):

@@ -9,8 +9,19 @@ The order of writes is what makes a crash at any point safe:
 3. pod annotations and deletion of stale ConfigMaps, then Events and the rest of the status.
 
 The writes within one step are independent and go out concurrently; a step starts only
-once the step before it succeeded. Nothing is decided here: `reconciling.writes` orders the
-ConfigMaps (gaining first) and `reconciling.deciding` computes every body and patch.
+once the step before it succeeded.
+
+Every write that depends on what was read carries a precondition, so that a stale read costs
+a retry, never a wrong result: the status patches carry the CR's resourceVersion the decision
+was taken from (`deciding.Decision.resource_version`; the second one the version the first
+answered), the ConfigMap patches the ConfigMap's, and a new ConfigMap is create-only. A 409 on
+the status fails the cycle, and the daemon reads the consumer afresh and decides again. A 409
+on one ConfigMap costs that write a retry when only the pod's annotations moved (its
+acknowledgement): the data, which only the operator writes and whose generation goes up at
+every write, is still the one the decision read.
+
+Nothing is decided here: `reconciling.writes` orders the ConfigMaps (gaining first) and
+`reconciling.deciding` computes every body and patch.
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any
 
 from eventhub_balancer import errors
+from eventhub_balancer.contracts import configmaps
 from eventhub_balancer.handlers import ports
 from eventhub_balancer.reconciling import deciding, writes
 
@@ -33,11 +45,15 @@ async def apply(
     """Carry out ``decision`` step by step; the number of writes."""
     count = 0
     bodies = list(decision.event_bodies)
+    version = decision.resource_version
     if decision.epochs is not None:
         first: dict[str, Any] = {"epochs": dict(decision.epochs)}
         if decision.record is not None:
             first["assignment"] = [dict(entry) for entry in decision.record]
-        await kube.patch_consumer_status(namespace=namespace, name=name, status=first)
+        written = await kube.patch_consumer_status(
+            namespace=namespace, name=name, status=first, resource_version=version
+        )
+        version = (written.get("metadata") or {}).get("resourceVersion") or version
         # The record now holds this cycle's moves, and the next cycle will not make them
         # again: say so now, so that a later failure of this cycle (a ConfigMap write that
         # conflicts with a pod's acknowledgement) does not lose their Events.
@@ -50,7 +66,9 @@ async def apply(
     calls: list[Awaitable[Any]] = [post_event(kube, body) for body in bodies]
     if decision.status:
         calls.append(
-            kube.patch_consumer_status(namespace=namespace, name=name, status=decision.status)
+            kube.patch_consumer_status(
+                namespace=namespace, name=name, status=decision.status, resource_version=version
+            )
         )
     await _together(calls)
     return count + len(calls)
@@ -69,9 +87,7 @@ async def apply_writes(*, kube: ports.KubePort, namespace: str, planned: writes.
         await _together(
             kube.create_configmap(namespace=namespace, body=w.body)
             if w.create
-            else kube.patch_configmap(
-                namespace=namespace, name=w.name, patch=w.body, resource_version=w.resource_version
-            )
+            else patch_configmap(kube, namespace=namespace, write=w)
             for w in step
         )
     await _together(
@@ -89,6 +105,42 @@ async def apply_writes(*, kube: ports.KubePort, namespace: str, planned: writes.
         ]
     )
     return planned.count
+
+
+async def patch_configmap(
+    kube: ports.KubePort, *, namespace: str, write: writes.MapWrite
+) -> Mapping[str, Any]:
+    """One ConfigMap patch; on a conflict, retried once on the version the API server has
+    now, if only the pod's annotations moved since the read (see the module's docstring)."""
+    try:
+        return await kube.patch_configmap(
+            namespace=namespace,
+            name=write.name,
+            patch=write.body,
+            resource_version=write.resource_version,
+        )
+    except errors.Conflict:
+        fresh = await kube.read_configmap(namespace=namespace, name=write.name)
+        if fresh is None or not _data_as_read(fresh, write):
+            raise
+        logger.debug(
+            "ConfigMap %s/%s: acknowledged meanwhile; patching again", namespace, write.name
+        )
+        version = (fresh.get("metadata") or {}).get("resourceVersion")
+        return await kube.patch_configmap(
+            namespace=namespace, name=write.name, patch=write.body, resource_version=version
+        )
+
+
+def _data_as_read(fresh: Mapping[str, Any], write: writes.MapWrite) -> bool:
+    """Whether ``fresh`` still has the data generation ``write`` was derived from (the patch
+    sets the next one)."""
+    wanted = (write.body.get("data") or {}).get(configmaps.KEY_GENERATION)
+    held = (fresh.get("data") or {}).get(configmaps.KEY_GENERATION)
+    try:
+        return wanted is not None and held is not None and int(held) + 1 == int(wanted)
+    except (TypeError, ValueError):
+        return False
 
 
 async def _together(calls: Iterable[Awaitable[Any]]) -> None:
