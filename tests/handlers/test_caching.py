@@ -1,59 +1,27 @@
-"""`caching.CachedKube`: a cycle's reads from the watch streams, its own writes seen at once.
+"""The operator's view of the cluster (`caching`, `rosters`): stale reads are harmless.
 
-kopf's indexes are played by plain dicts filled from the fake API's objects (`Watch.deliver`
-is the watch catching up); the fake API's read methods fail the test when a read goes to it.
+Each test drives one or two operator replicas (`watches.Replica`) over the fake API, with the
+watch delivered when the test says, and checks the safety invariants over the API server's
+own record of every write (`ledgers`): no (partition, epoch) is given to two pods, and
+``status.epochs`` never goes down. The first four tests are the failures found at the seams
+of the cache this one replaced.
 """
 
 from __future__ import annotations
 
-import copy
-from collections import defaultdict
 from typing import Any
 
 import pytest
 
 from eventhub_balancer import errors
+from eventhub_balancer.adapters import listings
 from eventhub_balancer.contracts import specs
-from eventhub_balancer.handlers import caching, indexkeys, memories
+from eventhub_balancer.handlers import rosters
 from tests.handlers import test_cycles
-from tests.support import fakes
+from tests.support import fakes, ledgers, watches
 
 NS, NAME = test_cycles.NS, test_cycles.NAME
-
-
-class Watch:
-    """kopf's three indexes over the fake API, delivered when the test says so."""
-
-    def __init__(self, kube: fakes.FakeKube) -> None:
-        self.kube = kube
-        self.indexes: dict[str, dict[Any, list[dict[str, Any]]]] = {
-            indexkeys.CONSUMERS: {},
-            indexkeys.PODS: {},
-            indexkeys.CONFIGMAPS: {},
-        }
-        self.deliver()
-
-    def deliver(self) -> None:
-        filed: dict[str, defaultdict[Any, list[dict[str, Any]]]] = {
-            kind: defaultdict(list) for kind in self.indexes
-        }
-        for (kind, ns, name), body in self.kube.objects.items():
-            labels = body["metadata"].get("labels") or {}
-            if kind == "consumer":
-                filed[indexkeys.CONSUMERS][indexkeys.consumer_key(ns, name)].append(
-                    copy.deepcopy(body)
-                )
-            elif kind == "pod":
-                copied = copy.deepcopy(body)
-                for key in indexkeys.pod_keys(ns, labels, name):
-                    filed[indexkeys.PODS][key].append(copied)
-            elif kind == "configmap":
-                copied = copy.deepcopy(body)
-                for key in indexkeys.configmap_keys(ns, labels, name):
-                    filed[indexkeys.CONFIGMAPS][key].append(copied)
-        for kind, index in self.indexes.items():
-            index.clear()
-            index.update(filed[kind])
+at = test_cycles.at
 
 
 class Clock:
@@ -80,157 +48,261 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def watch(kube: fakes.FakeKube) -> Watch:
-    return Watch(kube)
+def replica(kube: fakes.FakeKube, hubs: fakes.FakeHubs, clock: Clock) -> watches.Replica:
+    return watches.Replica(kube, hubs, clock=clock)
 
 
-@pytest.fixture
-def cache(kube: fakes.FakeKube, watch: Watch, clock: Clock) -> caching.CachedKube:
-    cache = caching.CachedKube(kube, clock=clock)
-    cache.attach(watch.indexes)
-    return cache
+def assert_safe(kube: fakes.FakeKube) -> None:
+    assert ledgers.epoch_reuse(kube.history) == {}
+    assert ledgers.epochs_decreased(kube.history) == []
 
 
-def no_reads(kube: fakes.FakeKube, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Record every read that reaches the API."""
-    reads: list[str] = []
-    for method in ("get_consumer", "list_pods", "list_configmaps", "read_secret_key"):
-        original = getattr(kube, method)
-
-        async def read(
-            *args: Any, _method: str = method, _original: Any = original, **kw: Any
-        ) -> Any:
-            reads.append(_method)
-            return await _original(*args, **kw)
-
-        monkeypatch.setattr(kube, method, read)
-    return reads
-
-
-async def cycle(
-    cache: caching.CachedKube, hubs: fakes.FakeHubs, memory: memories.Memory, *, now: float
-) -> int:
-    result = await test_cycles.cycles.run_cycle(
-        kube=cache, hubs=hubs, namespace=NS, name=NAME, memory=memory, now=test_cycles.at(now)
-    )
-    return result.writes
-
-
-async def test_cycles_read_the_indexes_and_see_their_own_writes_before_the_watch(
-    kube: fakes.FakeKube,
-    hubs: fakes.FakeHubs,
-    cache: caching.CachedKube,
-    watch: Watch,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    reads = no_reads(kube, monkeypatch)
-    memory = memories.Memory()
-    assert await cycle(cache, hubs, memory, now=0) > 0
-    assert reads == ["read_secret_key", "read_secret_key"]  # Event Hubs and the store, once
-    # The watch has delivered nothing yet: the writes' responses stand in for it.
-    assert await cycle(cache, hubs, memory, now=1) == 0
-    watch.deliver()
-    assert await cycle(cache, hubs, memory, now=2) == 0
-    assert reads == ["read_secret_key", "read_secret_key"]
-
-
-async def test_a_newer_version_from_the_watch_wins_over_the_kept_write(
-    kube: fakes.FakeKube, cache: caching.CachedKube, hubs: fakes.FakeHubs, watch: Watch
-) -> None:
-    memory = memories.Memory()
-    await cycle(cache, hubs, memory, now=0)
-    (name,) = [n for (k, _, n) in kube.objects if k == "configmap" and n.startswith("ehb-orders-a")]
-    await kube.patch_configmap(
-        namespace=NS,
-        name=name,
-        patch={"metadata": {"annotations": {"acked": "yes"}}},
-        resource_version=None,
-    )
-    watch.deliver()
-    maps = await cache.consumer_configmaps(namespace=NS, consumer=NAME)
-    (mine,) = [m for m in maps if m["metadata"]["name"] == name]
-    assert mine["metadata"]["annotations"]["acked"] == "yes"
-
-
-async def test_a_configmap_deleted_by_the_operator_is_gone_before_the_watch_says_so(
-    kube: fakes.FakeKube, cache: caching.CachedKube, hubs: fakes.FakeHubs, watch: Watch
-) -> None:
-    await cycle(cache, hubs, memories.Memory(), now=0)
-    watch.deliver()
-    maps = await cache.consumer_configmaps(namespace=NS, consumer=NAME)
-    victim = maps[0]["metadata"]
-    await cache.delete_configmap(namespace=NS, name=victim["name"], uid=victim["uid"])
-    names = {
-        m["metadata"]["name"] for m in await cache.consumer_configmaps(namespace=NS, consumer=NAME)
+def owners(kube: fakes.FakeKube) -> dict[str, str]:
+    """partition -> the pod that owns it (revoking ones excluded)."""
+    return {
+        p: pod
+        for pod, held in kube.assignment(NS).items()
+        for p, (_epoch, state) in held.items()
+        if state == "owned"
     }
-    assert victim["name"] not in names
-    assert len(names) == len(maps) - 1
 
 
-async def test_after_a_relist_each_scope_is_listed_once_and_what_was_deleted_is_hidden(
-    kube: fakes.FakeKube,
-    cache: caching.CachedKube,
-    watch: Watch,
-    monkeypatch: pytest.MonkeyPatch,
+async def settle(
+    replica: watches.Replica, kube: fakes.FakeKube, clock: Clock, *, start: float, rounds: int = 8
+) -> float:
+    """Cycles with the watch in step and every pod acknowledging, until nothing is written."""
+    t = start
+    for _ in range(rounds):
+        replica.watch.deliver()
+        result = await replica.cycle(NS, NAME, now=at(t))
+        for pod in list(kube.assignment(NS)):
+            if ("pod", NS, pod) in kube.objects:
+                kube.acknowledge(NS, pod)
+        t += 1
+        clock.now = t
+        if result is not None and result.writes == 0:
+            break
+    return t
+
+
+async def test_a_watch_lagging_past_a_minute_never_hands_an_epoch_out_twice(
+    replica: watches.Replica, kube: fakes.FakeKube, clock: Clock
 ) -> None:
-    selector = specs.parse_spec(test_cycles.SPEC).selector
-    cache.observed(indexkeys.PODS, None)  # the first listing
-    cache.observed(indexkeys.PODS, "MODIFIED")
-    del kube.objects["pod", NS, "a"]  # deleted while the watch was down: no DELETED event
-    reads = no_reads(kube, monkeypatch)
-    assert len(await cache.select_pods(namespace=NS, selector=selector)) == 2
-    cache.observed(indexkeys.PODS, None)  # kopf lists again after a watch error
-    cache.observed(indexkeys.PODS, None)
-    pods = await cache.select_pods(namespace=NS, selector=selector)
-    assert [p["metadata"]["name"] for p in pods] == ["b"]
-    await cache.select_pods(namespace=NS, selector=selector)
-    assert reads == ["list_pods"]
+    """Scenario 1: the CR and ConfigMap watches lag for minutes while writes succeed. No
+    older body of the index ever replaces the operator's own write, and the status patch
+    carries the CR's resourceVersion: epochs never go down nor are handed out twice."""
+    t = await settle(replica, kube, clock, start=0)
+    for step, pod in enumerate(("c", "d", "e")):
+        kube.add_pod(NS, pod, labels={"app": "c"}, since=at(t))
+        for _ in range(12):  # a minute of 5 s cycles, the CR and ConfigMap watches behind
+            replica.watch.deliver("pod")
+            replica.watch.deliver("consumer", "configmap", count=1)
+            await replica.cycle(NS, NAME, now=at(t))
+            for held in list(kube.assignment(NS)):
+                if ("pod", NS, held) in kube.objects:
+                    kube.acknowledge(NS, held)
+            t += 5
+            clock.now = t
+        if step == 1:
+            kube.remove_pod(NS, "c")
+    assert_safe(kube)
+    t = await settle(replica, kube, clock, start=t)
+    assert set(owners(kube).values()) == {"a", "b", "d", "e"}
+    assert_safe(kube)
 
 
-async def test_a_secret_is_kept_until_rejected_or_old(
+async def test_a_configmap_deleted_and_recreated_under_its_name_is_written_again(
+    replica: watches.Replica, kube: fakes.FakeKube, clock: Clock
+) -> None:
+    """Scenario 2: the echo of a ConfigMap write and the ConfigMap's deletion (its pod was
+    deleted) are both delivered before the next read; the pod comes back under its name.
+    The deleted ConfigMap is never served again: the next cycles create it anew."""
+    t = await settle(replica, kube, clock, start=0)
+    kube.remove_pod(NS, "b")
+    replica.watch.deliver()
+    kube.add_pod(NS, "b", labels={"app": "c"}, since=at(t))
+    replica.failures.clear()
+    t = await settle(replica, kube, clock, start=t)
+    assert replica.failures == []
+    cm = kube.configmap_of(NS, "b")
+    pod_uid = kube.objects["pod", NS, "b"]["metadata"]["uid"]
+    assert pod_uid in cm["metadata"]["annotations"].values()
+    assert set(owners(kube).values()) == {"a", "b"}
+    assert_safe(kube)
+
+
+async def test_a_deletion_the_watch_never_delivered_costs_one_fresh_read(
+    replica: watches.Replica, kube: fakes.FakeKube, clock: Clock
+) -> None:
+    """The same without the DELETED event: the patch of the ConfigMap gone answers 404,
+    and the consumer is read afresh instead of failing every cycle from then on."""
+    t = await settle(replica, kube, clock, start=0)
+    kube.remove_pod(NS, "b")
+    replica.watch.skip("configmap")  # its deletion is never delivered
+    kube.add_pod(NS, "b", labels={"app": "c"}, since=at(t))
+    t = await settle(replica, kube, clock, start=t)
+    assert len(replica.failures) <= 1
+    assert set(owners(kube).values()) == {"a", "b"}
+    assert_safe(kube)
+
+
+async def test_a_relist_hides_only_what_is_no_newer_than_its_listing(
+    replica: watches.Replica,
     kube: fakes.FakeKube,
-    cache: caching.CachedKube,
     clock: Clock,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    reads = no_reads(kube, monkeypatch)
+    """Scenario 3: after a re-list, the consumer's fresh listing was answered before pod c
+    was created, but c's event arrived before the answer. c is newer than the listing: it
+    stays. Pod b, deleted while the watch was down, is older: it goes. One LIST, of pods."""
+    t = await settle(replica, kube, clock, start=0)
+    kube.remove_pod(NS, "b")
+    replica.watch.skip("pod", "configmap")  # b's deletion is lost with the stream
+    replica.watch.relist("pod")
+    selector = specs.parse_spec(test_cycles.SPEC).selector
+    answered = await kube.list_selected_pods(namespace=NS, selector=selector)
+    kube.add_pod(NS, "c", labels={"app": "c"}, since=at(t))
+    replica.watch.deliver("pod")
+    lists: list[str] = []
 
-    async def value() -> str:
-        return await cache.read_secret_key(namespace=NS, name="eh", key="cs")
+    async def late(**_: Any) -> listings.Listing:
+        lists.append("pods")
+        return answered
 
-    first = await value()
-    kube.add_secret(NS, "eh", {"cs": "rotated"})
-    assert await value() == first
-    cache.forget_secret(namespace=NS, name="eh")
-    assert await value() == "rotated"
-    kube.add_secret(NS, "eh", {"cs": "again"})
-    clock.now += caching.SECRET_REFRESH_SECONDS
-    assert await value() == "again"
-    assert reads == ["read_secret_key"] * 3
+    monkeypatch.setattr(kube, "list_selected_pods", late)
+    await replica.cycle(NS, NAME, now=at(t))
+    assert lists == ["pods"]
+    roster = replica.cache.roster(namespace=NS, name=NAME)
+    assert roster is not None
+    assert roster.holds(rosters.PODS, "c")
+    assert not roster.holds(rosters.PODS, "b")
+    monkeypatch.undo()
+    await settle(replica, kube, clock, start=t + 1)
+    assert lists == ["pods"]  # read afresh once
+    assert set(owners(kube).values()) == {"a", "c"}
+    assert_safe(kube)
 
 
-async def test_a_rejected_connection_string_is_read_again_at_the_next_attempt(
+async def test_a_pod_relabelled_away_mid_cycle_leaves_its_consumer_at_once(
+    replica: watches.Replica,
     kube: fakes.FakeKube,
-    cache: caching.CachedKube,
-    hubs: fakes.FakeHubs,
+    clock: Clock,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    memory = memories.Memory()
-    await cycle(cache, hubs, memory, now=0)
-    reads = no_reads(kube, monkeypatch)
-    hubs.failure = errors.EventHubAuthenticationFailed("rejected")
-    await cycle(cache, hubs, memory, now=1)
-    assert reads == []  # the failing attempt used the kept value
-    hubs.failure = None
-    await cycle(cache, hubs, memory, now=1000)  # after the backoff
-    assert reads == ["read_secret_key"]
+    """Scenario 4: pod c joins while a cycle runs and is relabelled away before that cycle
+    ends. The relabel event removes c from the roster whenever it comes, so c is given
+    nothing, whether the cycle that saw it succeeded or failed."""
+    t = await settle(replica, kube, clock, start=0)
+    kube.add_pod(NS, "c", labels={"app": "c"}, since=at(t))
+    replica.watch.deliver("pod")
+    real = kube.create_configmap
+
+    async def relabel_meanwhile(**kwargs: Any) -> dict[str, Any]:
+        pod = kube.objects["pod", NS, "c"]
+        pod["metadata"]["labels"] = {"app": "moved"}
+        kube._store("pod", NS, pod)
+        replica.watch.deliver("pod")
+        return await real(**kwargs)
+
+    monkeypatch.setattr(kube, "create_configmap", relabel_meanwhile)
+    await replica.cycle(NS, NAME, now=at(t))
+    monkeypatch.undo()
+    roster = replica.cache.roster(namespace=NS, name=NAME)
+    assert roster is not None
+    assert not roster.holds(rosters.PODS, "c")
+    await settle(replica, kube, clock, start=t + 1)
+    assert "c" not in set(owners(kube).values())
+    assert_safe(kube)
 
 
-async def test_without_indexes_every_read_goes_to_the_api(
-    kube: fakes.FakeKube, monkeypatch: pytest.MonkeyPatch
+async def test_a_write_the_watch_does_not_echo_in_time_reads_that_kind_afresh(
+    replica: watches.Replica, kube: fakes.FakeKube, clock: Clock
 ) -> None:
-    cache = caching.CachedKube(kube)
-    reads = no_reads(kube, monkeypatch)
-    await cache.get_consumer(namespace=NS, name=NAME)
-    assert reads == ["get_consumer"]
-    assert cache.writes is kube.writes
+    t = await settle(replica, kube, clock, start=0)
+    reads = replica.cache.reads
+    await replica.cycle(NS, NAME, now=at(t))
+    assert replica.cache.reads == reads  # a steady cycle reads nothing
+    kube.add_pod(NS, "c", labels={"app": "c"}, since=at(t))
+    replica.watch.deliver("pod")
+    await replica.cycle(NS, NAME, now=at(t))  # writes the status and ConfigMaps
+    reads = replica.cache.reads
+    clock.now += rosters.ECHO_SECONDS + 1  # the CR and ConfigMap watches stay silent
+    await replica.cycle(NS, NAME, now=at(t + 6))
+    assert replica.cache.reads - reads == 2  # the CR and the consumer's ConfigMaps, once
+    reads = replica.cache.reads
+    await replica.cycle(NS, NAME, now=at(t + 7))
+    assert replica.cache.reads == reads  # not again until another bound has passed
+    assert_safe(kube)
+
+
+async def test_a_status_write_from_a_stale_read_is_refused_and_read_afresh(
+    replica: watches.Replica, kube: fakes.FakeKube, clock: Clock
+) -> None:
+    """Another writer (a second replica) moved the CR on; this replica's roster does not
+    know it yet. Its status patch carries the version it read: 409, a fresh read, and the
+    next cycle decides over what the other one wrote."""
+    t = await settle(replica, kube, clock, start=0)
+    body = kube.objects["consumer", NS, NAME]
+    kube._store("consumer", NS, body)  # e.g. kopf's own annotation patch: a new version
+    kube.add_pod(NS, "c", labels={"app": "c"}, since=at(t))
+    replica.watch.deliver("pod")
+    replica.failures.clear()
+    assert await replica.cycle(NS, NAME, now=at(t)) is None
+    assert isinstance(replica.failures[0], errors.Conflict)
+    await settle(replica, kube, clock, start=t + 1)
+    assert set(owners(kube).values()) == {"a", "b", "c"}
+    assert_safe(kube)
+
+
+async def test_two_replicas_active_at_once_never_hand_an_epoch_out_twice(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs, clock: Clock
+) -> None:
+    """kopf's peering is no strict leader election: two replicas may both run cycles. The
+    preconditions make the one that read stale lose its write, whatever its watch says."""
+    one = watches.Replica(kube, hubs, clock=clock)
+    two = watches.Replica(kube, hubs, clock=clock)
+    t = 0.0
+    for step in range(30):
+        if step == 3:
+            kube.add_pod(NS, "c", labels={"app": "c"}, since=at(t))
+        if step == 12:
+            kube.remove_pod(NS, "a")
+        if step == 18:
+            kube.add_pod(NS, "d", labels={"app": "c"}, since=at(t))
+        one.watch.deliver()
+        two.watch.deliver(count=1)  # the second replica's watch lags: one change per step
+        await one.cycle(NS, NAME, now=at(t))
+        await two.cycle(NS, NAME, now=at(t))
+        for pod in list(kube.assignment(NS)):
+            if ("pod", NS, pod) in kube.objects:
+                kube.acknowledge(NS, pod)
+        t += 2
+        clock.now = t
+    assert_safe(kube)
+    assert two.failures  # the lagging replica did lose writes
+    t = await settle(one, kube, clock, start=t)
+    assert set(owners(kube).values()) == {"b", "c", "d"}
+    assert_safe(kube)
+
+
+async def test_without_a_roster_every_read_goes_to_the_api(kube: fakes.FakeKube) -> None:
+    cache = watches.caching.CachedKube(kube)
+    assert (await cache.get_consumer(namespace=NS, name=NAME))["metadata"]["name"] == NAME
+    selector = specs.parse_spec(test_cycles.SPEC).selector
+    assert {
+        p["metadata"]["name"] for p in await cache.select_pods(namespace=NS, selector=selector)
+    } == {"a", "b"}
+    assert cache.reads == 2
+    assert cache.stamp(namespace=NS, name=NAME) is None
+
+
+async def test_a_secret_is_kept_until_rejected_or_old(kube: fakes.FakeKube, clock: Clock) -> None:
+    cache = watches.caching.CachedKube(kube, clock=clock)
+    assert await cache.read_secret_key(namespace=NS, name="eh", key="cs")
+    kube.add_secret(NS, "eh", {"cs": "Endpoint=sb://rotated/;SharedAccessKey=y"})
+    assert "rotated" not in await cache.read_secret_key(namespace=NS, name="eh", key="cs")
+    cache.forget_secret(namespace=NS, name="eh")
+    assert "rotated" in await cache.read_secret_key(namespace=NS, name="eh", key="cs")
+    kube.add_secret(NS, "eh", {"cs": "Endpoint=sb://again/;SharedAccessKey=z"})
+    clock.now += watches.caching.SECRET_REFRESH_SECONDS + 1
+    assert "again" in await cache.read_secret_key(namespace=NS, name="eh", key="cs")

@@ -9,7 +9,7 @@ from typing import Any
 from eventhub_balancer.contracts import configmaps, specs
 from eventhub_balancer.handlers import caching, cycles, indexkeys, memories, registering
 from tests.handlers import test_caching, test_cycles
-from tests.support import fakes
+from tests.support import fakes, watches
 
 NS = test_cycles.NS
 OLDER, NEWER = "orders", "orders-copy"
@@ -25,15 +25,15 @@ def peers_index(kube: fakes.FakeKube) -> dict[Any, list[Any]]:
     return index
 
 
-def two_consumers() -> tuple[fakes.FakeKube, test_caching.Watch, caching.CachedKube]:
+def two_consumers() -> tuple[fakes.FakeKube, watches.Watch, caching.CachedKube]:
     """`orders` (created first) and `orders-copy`, both selecting the pods ``app=c``."""
     kube = test_cycles.make_kube()
     kube.add_consumer(NS, NEWER, test_cycles.SPEC)
     for name, seconds in ((OLDER, 0), (NEWER, 60)):
         meta = kube.objects["consumer", NS, name]["metadata"]
         meta["creationTimestamp"] = specs.format_time(test_cycles.at(seconds))
-    watch = test_caching.Watch(kube)
     cache = caching.CachedKube(kube, clock=test_caching.Clock())
+    watch = watches.Watch(kube, cache)
     cache.attach({**watch.indexes, indexkeys.PEERS: peers_index(kube)})
     return kube, watch, cache
 
@@ -41,6 +41,7 @@ def two_consumers() -> tuple[fakes.FakeKube, test_caching.Watch, caching.CachedK
 async def cycle(
     cache: caching.CachedKube, hubs: fakes.FakeHubs, name: str, memory: memories.Memory, now: float
 ) -> cycles.Result:
+    cache.follow(namespace=NS, name=name, selector=specs.parse_spec(test_cycles.SPEC).selector)
     return await cycles.run_cycle(
         kube=cache,
         hubs=hubs,
@@ -92,7 +93,7 @@ async def test_once_the_older_one_is_gone_the_later_one_takes_over() -> None:
     hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
     await cycle(cache, hubs, NEWER, memories.Memory(), 0)
     assert kube.assignment(NS) == {}
-    del kube.objects["consumer", NS, OLDER]
+    kube._deleted("consumer", kube.objects.pop(("consumer", NS, OLDER)))
     watch.deliver()
     cache.attach({**watch.indexes, indexkeys.PEERS: peers_index(kube)})
     await cycle(cache, hubs, NEWER, memories.Memory(), 5)

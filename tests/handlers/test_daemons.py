@@ -17,7 +17,7 @@ import pytest
 from eventhub_balancer import errors
 from eventhub_balancer.handlers import cycles, registering
 from eventhub_balancer.reconciling import deciding
-from tests.support import fakes
+from tests.support import fakes, watches
 
 pytestmark = pytest.mark.looptime
 
@@ -73,6 +73,7 @@ class Daemon:
             self.kube.add_pod(NS, pod, labels={"app": "c"}, since=T0)
         self.hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
         self.operator = registering.Operator(kube=self.kube, hubs=self.hubs, clock=clock)
+        self.watch = watches.Watch(self.kube, self.operator.cache, operator=self.operator)
         self.stopped = Stopped()
         self.spec = spec
 
@@ -89,6 +90,10 @@ class Daemon:
 
     def owned(self, pod: str) -> dict[str, tuple[int, str]]:
         return self.kube.assignment(NS).get(pod, {})
+
+    def deliver(self, *kinds: str) -> None:
+        """The watch catches up with the fake API: its events reach the handlers."""
+        self.watch.deliver(*kinds)
 
 
 @pytest.fixture
@@ -113,7 +118,7 @@ async def test_a_notready_pod_loses_its_partitions_when_its_grace_ends(
     await daemon.until(1)
     assert set(daemon.owned("a")) == {"0", "1"}
     daemon.kube.set_ready(NS, "a", ready=False, since=clock())
-    daemon.operator.pod_changed(namespace=NS, name="a", labels={"app": "c"})
+    daemon.deliver("pod")
     await daemon.until(20.9)  # podGraceSeconds 20 from the NotReady at 1
     assert set(daemon.owned("a")) == {"0", "1"}
     await daemon.until(21.5)
@@ -128,7 +133,7 @@ async def test_an_unacknowledged_handoff_ends_at_its_timeout(
     daemon = running("a")
     await daemon.until(1)
     daemon.kube.add_pod(NS, "b", labels={"app": "c"}, since=clock())
-    daemon.operator.pod_changed(namespace=NS, name="b", labels={"app": "c"})
+    daemon.deliver("pod")
     await daemon.until(2)
     revoking = {p: state for p, (_epoch, state) in daemon.owned("a").items()}
     assert revoking == {"0": "owned", "1": "owned", "2": "revoking", "3": "revoking"}
@@ -143,10 +148,10 @@ async def test_an_acknowledgement_hands_off_at_once(running: Callable[..., Daemo
     daemon = running("a")
     await daemon.until(1)
     daemon.kube.add_pod(NS, "b", labels={"app": "c"}, since=clock())
-    daemon.operator.pod_changed(namespace=NS, name="b", labels={"app": "c"})
+    daemon.deliver("pod")
     await daemon.until(2)
     daemon.kube.acknowledge(NS, "a")
-    daemon.operator.wake(KEY)  # what the ConfigMap event does
+    daemon.deliver("configmap")  # the acknowledgement reaches the handlers
     await daemon.until(2.1)  # the debounce, then one cycle
     assert daemon.owned("b") == {"2": (2, "owned"), "3": (2, "owned")}
 
@@ -157,23 +162,31 @@ async def test_wakeups_within_the_debounce_fold_into_one_cycle(
     daemon = running("a")
     await daemon.until(1)
     assert daemon.operator.cycles_run == 1
-    for _ in range(5):
-        daemon.operator.pod_changed(namespace=NS, name="a", labels={"app": "c"})
+    for i in range(5):
+        daemon.kube.set_ready(NS, "a", ready=i % 2 == 0, since=clock())
+        daemon.deliver("pod")
         await asyncio.sleep(registering.DEBOUNCE_SECONDS / 10)
     await daemon.until(2)
     assert daemon.operator.cycles_run == 2
 
 
-async def test_wakeups_are_routed_by_the_last_decision(running: Callable[..., Daemon]) -> None:
+async def test_wakeups_are_routed_by_the_rosters(running: Callable[..., Daemon]) -> None:
     daemon = running("a")
     await daemon.until(1)
-    assert daemon.operator.routes[KEY] == registering.Route(generation=1, pods=frozenset({"a"}))
-    # Relabelled away, "a" still owns partitions: its events concern the consumer.
-    daemon.operator.pod_changed(namespace=NS, name="a", labels={"app": "moved"})
+    assert daemon.operator.cycles_run == 1
+    # Relabelled away, "a" leaves the consumer's roster at this event: it wakes the consumer.
+    pod = daemon.kube.objects["pod", NS, "a"]
+    pod["metadata"]["labels"] = {"app": "moved"}
+    daemon.kube._store("pod", NS, pod)
+    daemon.deliver("pod")
     await daemon.until(2)
     assert daemon.operator.cycles_run == 2
-    daemon.operator.pod_changed(namespace=NS, name="z", labels={"app": "other"})
-    daemon.operator.pod_changed(namespace="elsewhere", name="a", labels={"app": "c"})
+    assert daemon.owned("a") == {}
+    # Events of pods it neither selects nor holds, and a status write, do not.
+    daemon.kube.add_pod(NS, "z", labels={"app": "other"}, since=T0)
+    daemon.deliver("pod")
+    daemon.kube.add_pod("elsewhere", "a", labels={"app": "c"}, since=T0)
+    daemon.deliver("pod")
     daemon.operator.consumer_changed(KEY, generation=1)  # a status write: same generation
     await daemon.until(3)
     assert daemon.operator.cycles_run == 2
@@ -243,7 +256,8 @@ async def run_failing(monkeypatch: pytest.MonkeyPatch, *, consumer_exists: bool)
     hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
     operator = registering.Operator(kube=kube, hubs=hubs, clock=clock)
     await registering.run_daemon(operator, namespace=NS, name=NAME, spec=SPEC, stopped=stopped)
-    assert operator.routes == {}  # a stopped daemon leaves nothing to route to
+    assert operator.generations == {}  # a stopped daemon leaves nothing behind
+    assert operator.cache.following() == []
     return calls
 
 

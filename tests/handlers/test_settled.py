@@ -1,7 +1,7 @@
 """A cycle whose inputs did not change decides nothing, and a deadline still comes on time.
 
-The cycles read from kopf's indexes (played by `test_caching.Watch`) and the event handlers'
-`registering.Operator.pod_changed` and ``wake`` say what changed. A steady cycle reads no pod,
+The cycles read the consumer's roster, kept by the watch (played by `watches.Watch`), whose
+events say what changed. A steady cycle reads no pod,
 however many there are; an event, or a deadline the last decision named (a grace period
 ending), makes the next cycle read and decide again.
 """
@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from eventhub_balancer.contracts import podstates
-from eventhub_balancer.handlers import caching, memories, registering
-from tests.handlers import test_caching, test_cycles, test_daemons
-from tests.support import fakes
+from eventhub_balancer.handlers import registering
+from tests.handlers import test_cycles, test_daemons
+from tests.support import fakes, watches
 
 NS, NAME = test_cycles.NS, test_cycles.NAME
 
@@ -32,30 +32,32 @@ def fleet(pods: int) -> fakes.FakeKube:
 def counted(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     """Every pod read for its member state (the per-pod work of a cycle that decides)."""
     seen: list[object] = []
-    original = podstates.state_inputs
+    original = podstates.pod_state
 
-    def count(body: Any) -> tuple[object, ...]:
+    def count(body: Any) -> podstates.PodState:
         seen.append(body)
         return original(body)
 
-    monkeypatch.setattr(podstates, "state_inputs", count)
+    monkeypatch.setattr(podstates, "pod_state", count)
     return seen
 
 
-async def settle(
-    kube: fakes.FakeKube, cache: caching.CachedKube, hubs: fakes.FakeHubs, memory: memories.Memory
-) -> None:
-    """Cycles until one writes nothing, the watch delivering (and saying so) after each."""
-    watch = test_caching.Watch(kube)
-    cache.attach(watch.indexes)
+async def settle(replica: watches.Replica) -> None:
+    """Cycles until one writes nothing, the watch delivering after each; then one more,
+    which finds the decision settled."""
     for second in range(10):
-        writes = await test_caching.cycle(cache, hubs, memory, now=second)
-        watch.deliver()
-        cache.touch(NS, NAME)
-        if not writes:
+        result = await replica.cycle(NS, NAME, now=test_cycles.at(second))
+        replica.watch.deliver()
+        if result is not None and not result.writes:
             break
-    await test_caching.cycle(cache, hubs, memory, now=10)
-    assert memory.settled is not None
+    await replica.cycle(NS, NAME, now=test_cycles.at(10))
+    assert replica.memories[NS, NAME].settled is not None
+
+
+async def writes(replica: watches.Replica, second: float) -> int:
+    result = await replica.cycle(NS, NAME, now=test_cycles.at(second))
+    assert result is not None
+    return result.writes
 
 
 @pytest.mark.parametrize("pods", [2, 200])
@@ -63,13 +65,12 @@ async def test_a_steady_cycle_reads_no_pod_however_many_there_are(
     pods: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     kube = fleet(pods)
-    cache = caching.CachedKube(kube, clock=lambda: 0.0)
     hubs = fakes.FakeHubs([str(p) for p in range(2 * pods)], store=fakes.FakeCheckpointStore())
-    memory = memories.Memory()
-    await settle(kube, cache, hubs, memory)
+    replica = watches.Replica(kube, hubs, clock=lambda: 0.0)
+    await settle(replica)
     seen = counted(monkeypatch)
     for second in (11, 20, 30):
-        assert await test_caching.cycle(cache, hubs, memory, now=second) == 0
+        assert await writes(replica, second) == 0
     assert seen == []
 
 
@@ -77,26 +78,20 @@ async def test_an_event_makes_the_next_cycle_read_and_decide_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     kube = fleet(2)
-    cache = caching.CachedKube(kube, clock=lambda: 0.0)
     hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
-    memory = memories.Memory()
-    await settle(kube, cache, hubs, memory)
+    replica = watches.Replica(kube, hubs, clock=lambda: 0.0)
+    await settle(replica)
     seen = counted(monkeypatch)
-    kube.remove_pod(NS, "p-0")
-    cache.attach(test_caching.Watch(kube).indexes)
-    cache.touch(NS, NAME)
-    assert await test_caching.cycle(cache, hubs, memory, now=11) > 0
-    assert seen
-    assert "p-0" not in kube.assignment(NS)
+    kube.set_ready(NS, "p-0", ready=False, since=test_cycles.at(11))
+    replica.watch.deliver()
+    assert await writes(replica, 11) > 0  # the status's pods and conditions
+    assert seen  # the pod the event replaced was read again
 
 
 @pytest.fixture
 async def daemon() -> AsyncIterator[test_daemons.Daemon]:
     spec = {**test_daemons.SPEC, "balancing": {"intervalSeconds": 5}}
     daemon = test_daemons.Daemon(spec, "a", "b")
-    watch = test_caching.Watch(daemon.kube)
-    daemon.operator.cache.attach(watch.indexes)
-    daemon.watch = watch  # type: ignore[attr-defined]
     task = daemon.start()
     yield daemon
     daemon.stopped.event.set()
@@ -105,7 +100,7 @@ async def daemon() -> AsyncIterator[test_daemons.Daemon]:
 
 def deliver(daemon: test_daemons.Daemon) -> None:
     """The watch catches up with the API; its events wake the consumer."""
-    daemon.watch.deliver()  # type: ignore[attr-defined]
+    daemon.deliver()
     registering.Operator.wake(daemon.operator, test_daemons.KEY)
 
 
@@ -118,8 +113,7 @@ async def test_a_grace_period_ends_on_time_when_nothing_else_changes(
     await daemon.until(2)
     assert set(daemon.owned("a")) == {"0", "1"}
     daemon.kube.set_ready(NS, "a", ready=False, since=test_daemons.clock())
-    daemon.watch.deliver()  # type: ignore[attr-defined]
-    daemon.operator.pod_changed(namespace=NS, name="a", labels={"app": "c"})
+    deliver(daemon)
     await daemon.until(3)
     deliver(daemon)  # the echo of that cycle's status write
     await daemon.until(4)

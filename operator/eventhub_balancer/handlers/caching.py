@@ -1,37 +1,31 @@
-"""The operator's view of the cluster, served from kopf's watch streams: no read per cycle.
+"""The operator's view of the cluster: each consumer's roster, kept by the watch handlers.
 
-kopf already watches EventHubConsumers, pods and the assignment ConfigMaps (their events wake
-the daemons). Its indexes (`kopf.index`, registered in `registering`) keep the bodies those
-streams deliver, and kopf starts no handler, daemons included, before every index holds its
-first listing. `CachedKube` serves a cycle's reads from them, so that a steady state costs
-the API server nothing and a cycle's reads cost a lookup, not a listing of the fleet: kopf
-lists again only after a watch error.
+kopf watches EventHubConsumers, pods and the assignment ConfigMaps. Their event handlers
+(`registering`) hand every event to `CachedKube`, which offers the body to the roster of each
+consumer it may concern (`rosters.Roster`: the one cache mechanism, newest version wins), and
+says which rosters changed, so that exactly those consumers are woken. A cycle reads its
+consumer's roster: a steady state costs the API server nothing, and a cycle's reads cost a
+copy of what its roster holds.
 
-Three gaps of a view fed by watches are closed here:
+kopf's indexes (`kopf.index`, registered in `registering`) are only where a roster starts:
+kopf starts no daemon before every index holds its first listing, and a consumer's daemon
+fills its roster from them (`follow`), synchronously, so no event falls between the two.
 
-- the operator's own writes: a cycle that starts before the watch delivered them would see
-  the old ConfigMaps and write again with a stale resourceVersion (a Conflict, a retry). The
-  response of each write is kept (`_pending`) until the index holds that version or a newer
-  one; only writes still in flight are kept, so this costs what changed, not the fleet;
-- a re-list after a watch error drops nothing from kopf's indexes: an object deleted while the
-  watch was down gets no DELETED event. The event handlers report every event (`observed`);
-  a listing event after watch events is a re-list, and the next read of each scope lists it
-  once through the adapter and hides what that listing lacks (by uid);
-- Secrets are not watched (that would need list/watch on every Secret of the namespace): a
-  value is kept until a dependency rejects what it was used for (`forget_secret`) or for
-  `SECRET_REFRESH_SECONDS`.
+Safety does not rest on this view being right. Every write that depends on it carries a
+precondition (the CR's resourceVersion for the status, the ConfigMap's for its patch, create
+only for a new one), so a stale view costs a 409, and a 409 makes the consumer read afresh
+(`refresh`). The view is also read afresh, per consumer and per kind, when it may be stale:
 
-Before kopf hands the indexes over (`attach`), and in tests without kopf, every read goes to
-the adapter, as it did before the cache.
+- after kopf lists a kind again (a watch error, a 410): the next read of each roster lists its
+  scope once (`rosters.Roster.resync` removes only what the listing lacks and is no newer);
+- when the watch does not echo one of the operator's own writes within
+  `rosters.ECHO_SECONDS`: that watch lags or stalled (`follow`).
 
-What a consumer's cycle reads changes only through events, and the event handlers say which
-consumers each event concerns (`touch`) and which pod or ConfigMap changed for them
-(`feeds.Feeds`, which the operator's own writes tell too). `stamp` sums the first up, so that
-a cycle can tell that nothing it reads changed without reading it (`cycles`); `changed` hands
-a consumer's reader the names alone, which it reads by name (`pods_by_name`,
-`configmaps_by_name`, through the same kept writes and hidden uids as a listing), so that a
-cycle reads what changed, not the fleet. `mark` says when that is not enough (a re-list, a
-kept write given up): the reader then lists whole.
+Secrets are not watched (that would need list/watch on every Secret of the namespace): a
+value is kept until a dependency rejects what it was used for (`forget_secret`) or for
+`SECRET_REFRESH_SECONDS`.
+
+A port used without `follow` (a tool, a test over the bare API) reads through to the adapter.
 """
 
 from __future__ import annotations
@@ -39,12 +33,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps, specs
-from eventhub_balancer.handlers import feeds, indexkeys, ports
+from eventhub_balancer.handlers import indexkeys, ports, rosters
 from eventhub_balancer.handlers.indexkeys import CONFIGMAPS, CONSUMERS, PEERS, PODS
 from eventhub_balancer.reconciling import conflicts
 
@@ -53,13 +47,13 @@ logger = logging.getLogger(__name__)
 #: How long a Secret's value is used unless rejected: a rotated key is picked up within it.
 SECRET_REFRESH_SECONDS = 600.0
 
-#: A write's response is served at most this long: the watch delivers within seconds, and what
-#: it never delivers (a pod deleted right after it was annotated) is not kept for ever.
-PENDING_SECONDS = 60.0
-
 Body = Mapping[str, Any]
+Key = tuple[str, str]  # (namespace, consumer)
 #: A kopf index as the daemons receive it: key -> the bodies (or summaries) filed under it.
 Index = Mapping[Any, Iterable[Any]]
+
+#: The watch's kind names (`indexkeys`) as the rosters name them.
+_KINDS = {CONSUMERS: rosters.CONSUMER, PODS: rosters.PODS, CONFIGMAPS: rosters.CONFIGMAPS}
 
 
 def _meta(body: Body) -> Mapping[str, Any]:
@@ -67,18 +61,23 @@ def _meta(body: Body) -> Mapping[str, Any]:
     return meta
 
 
-def _newer(a: Body, b: Body) -> bool:
-    """Whether ``a`` is a later version of the object than ``b``. Resource versions are
-    opaque by contract but integers on every API server we know; if not, the watch wins."""
-    try:
-        return int(_meta(a).get("resourceVersion") or 0) > int(_meta(b).get("resourceVersion") or 0)
-    except ValueError:
-        return False
+def _labelled(consumer: str) -> Callable[[Body], bool]:
+    """Whether a ConfigMap carries ``consumer``'s label (what its listing selects)."""
+    label = configmaps.label_value(consumer)
+
+    def labelled(body: Body) -> bool:
+        return bool((_meta(body).get("labels") or {}).get(configmaps.LABEL_CONSUMER) == label)
+
+    return labelled
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class _Deleted:
-    uid: str
+def _selects(selector: specs.Selector | None) -> Callable[[Body], bool]:
+    """Whether the selector matches a pod (no selector, an invalid spec: none)."""
+
+    def selects(body: Body) -> bool:
+        return selector is not None and selector.matches(_meta(body).get("labels") or {})
+
+    return selects
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -88,157 +87,221 @@ class _Secret:
 
 
 class CachedKube:
-    """`ports.KubePort` with reads from kopf's indexes and writes through to the adapter."""
+    """`ports.KubePort` with reads from the consumers' rosters, writes through the adapter."""
 
-    def __init__(self, api: ports.KubePort, *, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, api: ports.ListingPort, *, clock: Callable[[], float] = time.monotonic):
         self.api = api
         #: the adapter's counters, shared: writes go through it
         self.writes = api.writes
         self.clock = clock
         self._indexes: dict[str, Index] = {}
-        #: writes the watch has not delivered yet: (kind, namespace, name) -> body or deletion
-        self._pending: dict[tuple[str, str, str], Body | _Deleted] = {}
-        self._pending_at: dict[tuple[str, str, str], float] = {}
+        self._rosters: dict[Key, rosters.Roster] = {}
         self._secrets: dict[tuple[str, str, str], _Secret] = {}
-        #: re-lists seen per kind, and per scope the count it was last listed at
-        self._relists: dict[str, int] = {}
+        #: per kind, whether its watch is streaming (an event after the listing)
         self._streaming: dict[str, bool] = {}
-        self._synced: dict[tuple[str, str, str], int] = {}
-        self._hidden: set[str] = set()
-        #: reads that went to the API server (the fallbacks), for the benchmark
+        #: reads that went to the API server, for the benchmark
         self.reads = 0
-        #: events per consumer that concerned it (`touch`), and kept writes given up
-        self._touched: dict[tuple[str, str], int] = {}
-        self._given_up = 0
-        #: per consumer, the pods and ConfigMaps whose served body may have changed since its
-        #: reader last asked (`changed`)
-        self.feeds = feeds.Feeds(kinds=(PODS, CONFIGMAPS))
 
     def attach(self, indexes: Mapping[str, Index]) -> None:
-        """Serve reads from kopf's indexes from now on (called by each daemon at start)."""
+        """The indexes rosters start from (called by each daemon at start)."""
         self._indexes = dict(indexes)
 
-    def observed(self, kind: str, event_type: str | None) -> None:
-        """An event of the watch of ``kind``: None is a listing; one after watch events
-        starts a re-list, and every scope of the kind is listed once more at its next read."""
-        if event_type is None:
-            if self._streaming.get(kind):
-                self._relists[kind] = self._relists.get(kind, 0) + 1
-                logger.info("the watch of %s listed again; re-reading each scope once", kind)
-            self._streaming[kind] = False
-        else:
-            self._streaming[kind] = True
+    # --- the rosters: one per running consumer ---
 
-    def touch(self, namespace: str, name: str, *, told: bool = False) -> None:
-        """An event concerned the consumer: what its cycle reads may have changed. ``told``:
-        the feed was told which object; otherwise its reader reads whole."""
+    def follow(self, *, namespace: str, name: str, selector: specs.Selector | None) -> None:
+        """Keep the consumer's roster for ``selector``: start it (from kopf's indexes) on the
+        first call and when the selector changes, and mark what must be read afresh because
+        the watch did not echo a write in time. Called by the daemon before each cycle."""
         key = (namespace, name)
-        self._touched[key] = self._touched.get(key, 0) + 1
-        if not told:
-            self.feeds.whole(key)
+        roster = self._rosters.get(key)
+        scope = selector.to_query() if selector is not None else None
+        if roster is None:
+            roster = rosters.Roster(
+                namespace=namespace,
+                name=name,
+                selects=_selects(selector),
+                labelled=_labelled(name),
+                scope=scope,
+            )
+            self._rosters[key] = roster
+            self._fill(roster, rosters.CONSUMER, self._indexed_consumer(namespace, name))
+            self._fill(roster, rosters.CONFIGMAPS, self._indexed_configmaps(namespace, name))
+            self._fill(roster, rosters.PODS, self._indexed_pods(namespace, selector))
+        elif roster.scope != scope:
+            # Another selector: the pods start afresh; the CR and ConfigMaps carry on.
+            roster.scope = scope
+            roster.shelves[rosters.PODS] = rosters.Shelf(_selects(selector))
+            roster.version += 1
+            self._fill(roster, rosters.PODS, self._indexed_pods(namespace, selector))
+        overdue = roster.overdue(now=self.clock())
+        if overdue:
+            logger.warning(
+                "%s/%s: the watch of %s did not deliver the operator's own write within %.0f s;"
+                " reading them afresh",
+                namespace,
+                name,
+                ", ".join(sorted(overdue)),
+                rosters.ECHO_SECONDS,
+            )
+            roster.stale |= overdue
 
-    def stamp(self, *, namespace: str, name: str) -> tuple[int, int, tuple[int, ...]] | None:
-        """What changes whenever the pods or ConfigMaps a consumer's cycle reads may have
-        changed (events, re-lists, kept writes given up); None before the indexes are attached."""
-        if not self._indexes:
+    def _fill(self, roster: rosters.Roster, kind: str, bodies: Iterable[Body] | None) -> None:
+        """A new shelf from what the index holds; without indexes, read it at first use."""
+        if bodies is None:
+            roster.stale.add(kind)
+            return
+        for body in bodies:
+            roster.offer(kind, body)
+
+    def _indexed_consumer(self, namespace: str, name: str) -> Iterable[Body] | None:
+        index = self._indexes.get(CONSUMERS)
+        return None if index is None else index.get(indexkeys.consumer_key(namespace, name), ())
+
+    def _indexed_pods(
+        self, namespace: str, selector: specs.Selector | None
+    ) -> Iterable[Body] | None:
+        index = self._indexes.get(PODS)
+        if selector is None:
+            return ()
+        if index is None:
             return None
-        relists = tuple(self._relists.get(kind, 0) for kind in (CONSUMERS, PODS, CONFIGMAPS))
-        return (self._touched.get((namespace, name), 0), self._given_up, relists)
+        return index.get(indexkeys.pod_lookup(namespace, selector), ())
+
+    def _indexed_configmaps(self, namespace: str, consumer: str) -> Iterable[Body] | None:
+        index = self._indexes.get(CONFIGMAPS)
+        if index is None:
+            return None
+        return index.get((namespace, configmaps.label_value(consumer)), ())
+
+    def refresh(self, *, namespace: str, name: str) -> None:
+        """A write was refused for a stale read (409): everything the consumer's cycle reads
+        is read afresh from the API server by its next cycle (three requests)."""
+        roster = self._rosters.get((namespace, name))
+        if roster is not None:
+            roster.stale |= set(rosters.KINDS)
 
     def forget(self, *, namespace: str, name: str) -> None:
-        """The consumer's daemon stopped: its count of events and its feed are dropped."""
-        self._touched.pop((namespace, name), None)
-        self.feeds.forget((namespace, name))
+        """The consumer's daemon stopped: its roster goes."""
+        self._rosters.pop((namespace, name), None)
 
-    # --- the change feed: what a consumer's reader reads again (`observing.observe_pods`) ---
-
-    def mark(self) -> Hashable:
-        """What changes the view unnamed (a re-list, a kept write given up): read whole."""
-        return (self._given_up, self._relists.get(PODS, 0), self._relists.get(CONFIGMAPS, 0))
-
-    def changed(self, *, namespace: str, name: str) -> feeds.Changed | None:
-        """The names told since the reader last asked (`feeds.Feeds.take`); None: read whole."""
-        if not self._indexes:
+    def stamp(self, *, namespace: str, name: str) -> Hashable | None:
+        """What changes whenever what the consumer's cycle reads may have changed; None
+        when that is not known (no roster, or something to read afresh first)."""
+        roster = self._rosters.get((namespace, name))
+        if roster is None or roster.stale:
             return None
-        return self.feeds.take((namespace, name))
+        return (id(roster), roster.version)
 
-    def pods_by_name(
-        self, *, namespace: str, names: Iterable[str], selector: specs.Selector
-    ) -> dict[str, Body | None]:
-        """Each named pod as `select_pods` serves it now, or None (gone, or not selected)."""
-        index = self._indexes[PODS]
-        found: dict[str, Body | None] = {}
-        for name in names:
-            filed = _lookup(index, indexkeys.ByName(namespace, name))
-            bodies = self._merge(PODS, namespace, list(filed))
-            body = next((b for b in bodies if _meta(b).get("name") == name), None)
-            selected = body is not None and selector.matches(_meta(body).get("labels") or {})
-            found[name] = body if selected else None
-        return found
+    def following(self) -> list[Key]:
+        """The consumers whose rosters are kept."""
+        return list(self._rosters)
 
-    def configmaps_by_name(
-        self, *, namespace: str, consumer: str, names: Iterable[str]
-    ) -> dict[str, Body | None]:
-        """Each named ConfigMap as `consumer_configmaps` serves it now, or None."""
-        index = self._indexes[CONFIGMAPS]
-        mine = _ours(consumer)
-        found: dict[str, Body | None] = {}
-        for name in names:
-            filed = _lookup(index, indexkeys.ByName(namespace, name))
-            bodies = self._merge(CONFIGMAPS, namespace, list(filed), created=mine)
-            body = next((b for b in bodies if _meta(b).get("name") == name), None)
-            found[name] = body if body is not None and mine(body) else None
-        return found
+    def roster(self, *, namespace: str, name: str) -> rosters.Roster | None:
+        return self._rosters.get((namespace, name))
+
+    # --- the watch: each event offered to the rosters it may concern ---
+
+    def observed(self, kind: str, event_type: str | None) -> bool:
+        """An event of the watch of ``kind``. None is a listing; one after watch events is a
+        re-list: every roster reads that kind afresh once (what vanished while the watch was
+        down gets no DELETED event). Whether a re-list started."""
+        relist = event_type is None and bool(self._streaming.get(kind))
+        self._streaming[kind] = event_type is not None
+        if relist:
+            logger.info("the watch of %s listed again; each consumer reads it afresh once", kind)
+            for roster in self._rosters.values():
+                roster.stale.add(_KINDS[kind])
+        return relist
+
+    def event(self, kind: str, body: Body, event_type: str | None) -> list[Key]:
+        """A watch event's body, offered to every roster of its namespace that selects it or
+        holds its name; the consumers whose roster changed."""
+        namespace = str(_meta(body).get("namespace") or "")
+        name = str(_meta(body).get("name") or "")
+        deleted = event_type == "DELETED"
+        shelf = _KINDS[kind]
+        if kind == CONSUMERS:
+            roster = self._rosters.get((namespace, name))
+            candidates = [] if roster is None else [roster]
+        else:
+            candidates = [r for r in self._rosters.values() if r.namespace == namespace]
+        return [
+            (r.namespace, r.name)
+            for r in candidates
+            if r.offer(shelf, body, deleted=deleted, echo=True)
+        ]
 
     # --- reads ---
 
     async def get_consumer(self, *, namespace: str, name: str) -> specs.ConsumerBody:
-        index = self._indexes.get(CONSUMERS)
-        if index is None:
+        roster = self._rosters.get((namespace, name))
+        if roster is None:
             self.reads += 1
             return await self.api.get_consumer(namespace=namespace, name=name)
-        bodies = list(_lookup(index, indexkeys.consumer_key(namespace, name)))
-        served = self._merge(CONSUMERS, namespace, bodies, created=lambda _: False)
-        if not served:
+        if rosters.CONSUMER in roster.stale:
+            self.reads += 1
+            try:
+                roster.fresh(
+                    rosters.CONSUMER, await self.api.get_consumer(namespace=namespace, name=name)
+                )
+            except errors.NotFound:
+                roster.resync(rosters.CONSUMER, (), at=None)
+        body: Any = roster.consumer
+        if body is None:
             raise errors.NotFound(f"EventHubConsumer {namespace}/{name}: not found")
-        body: Any = served[0]
-        return dict(body)  # type: ignore[return-value]
+        return body  # type: ignore[no-any-return]
+
+    def _roster_of_pods(self, namespace: str, selector: specs.Selector) -> rosters.Roster | None:
+        scope = selector.to_query()
+        for roster in self._rosters.values():
+            if roster.namespace == namespace and roster.scope == scope:
+                return roster
+        return None
 
     async def select_pods(
         self, *, namespace: str, selector: specs.Selector
     ) -> list[Mapping[str, Any]]:
-        index = self._indexes.get(PODS)
-        if index is None:
+        roster = self._roster_of_pods(namespace, selector)
+        if roster is None:
             self.reads += 1
             return list(await self.api.select_pods(namespace=namespace, selector=selector))
-        labels = sorted(selector.match_labels.items())
-        key = (namespace, *labels[0]) if labels else (namespace,)
-        scope = (PODS, namespace, selector.to_query())
-        await self._resync(
-            scope,
-            lambda: self.api.select_pods(namespace=namespace, selector=selector),
-            lambda b: selector.matches(_meta(b).get("labels") or {}),
-        )
-        bodies = [b for b in _lookup(index, key) if selector.matches(_meta(b).get("labels") or {})]
-        return self._merge(PODS, namespace, bodies, created=lambda _: False)
+        if rosters.PODS in roster.stale:
+            self.reads += 1
+            listing = await self.api.list_selected_pods(namespace=namespace, selector=selector)
+            roster.resync(
+                rosters.PODS,
+                listing.items,
+                at=rosters.number(listing.metadata.get("resourceVersion")),
+            )
+        return roster.items(rosters.PODS)
 
     async def consumer_configmaps(
         self, *, namespace: str, consumer: str
     ) -> list[Mapping[str, Any]]:
-        index = self._indexes.get(CONFIGMAPS)
-        if index is None:
+        roster = self._rosters.get((namespace, consumer))
+        if roster is None:
             self.reads += 1
             return list(await self.api.consumer_configmaps(namespace=namespace, consumer=consumer))
-        label = configmaps.label_value(consumer)
-        scope = (CONFIGMAPS, namespace, label)
-        mine = _ours(consumer)
-        await self._resync(
-            scope,
-            lambda: self.api.consumer_configmaps(namespace=namespace, consumer=consumer),
-            mine,
-        )
-        bodies = list(_lookup(index, (namespace, label)))
-        return self._merge(CONFIGMAPS, namespace, bodies, created=mine)
+        if rosters.CONFIGMAPS in roster.stale:
+            self.reads += 1
+            listing = await self.api.list_consumer_configmaps(
+                namespace=namespace, consumer=consumer
+            )
+            roster.resync(
+                rosters.CONFIGMAPS,
+                listing.items,
+                at=rosters.number(listing.metadata.get("resourceVersion")),
+            )
+        return roster.items(rosters.CONFIGMAPS)
+
+    async def read_configmap(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """One ConfigMap afresh from the API server (a write conflicted); the rosters that
+        hold or select it take it too."""
+        self.reads += 1
+        body = await self.api.read_configmap(namespace=namespace, name=name)
+        if body is not None:
+            self._offer(rosters.CONFIGMAPS, namespace, body)
+        return body
 
     def peers(self) -> tuple[conflicts.Peer, ...]:
         """Every EventHubConsumer the watch delivered, summed up (one pass over the index);
@@ -247,10 +310,7 @@ class CachedKube:
         if index is None:
             return ()
         return tuple(
-            peer
-            for filed in index.values()
-            for peer in filed
-            if isinstance(peer, conflicts.Peer) and peer.uid not in self._hidden
+            peer for filed in index.values() for peer in filed if isinstance(peer, conflicts.Peer)
         )
 
     async def read_secret_key(self, *, namespace: str, name: str, key: str) -> str:
@@ -269,82 +329,23 @@ class CachedKube:
         for cached in [k for k in self._secrets if k[:2] == (namespace, name)]:
             del self._secrets[cached]
 
-    async def _resync(
-        self,
-        scope: tuple[str, str, str],
-        listing: Callable[[], Awaitable[Iterable[Body]]],
-        belongs: Callable[[Body], bool],
-    ) -> None:
-        """After a re-list of the scope's kind, list the scope once: what the listing lacks
-        was deleted while the watch was down, and is hidden from then on (uids are unique).
-        Costs one listing and a pass over the index, after a watch error only."""
-        relists = self._relists.get(scope[0], 0)
-        if self._synced.get(scope, 0) >= relists:
-            return
-        self.reads += 1
-        present = {str(_meta(b).get("uid", "")) for b in await listing()}
-        for bodies in self._indexes[scope[0]].values():
-            for body in bodies:
-                meta = _meta(body)
-                uid = str(meta.get("uid", ""))
-                if meta.get("namespace") == scope[1] and uid not in present and belongs(body):
-                    self._hidden.add(uid)
-        self._synced[scope] = relists
+    # --- writes: through to the adapter, each response served at once ---
 
-    def _merge(
-        self,
-        kind: str,
-        namespace: str,
-        bodies: Iterable[Body],
-        *,
-        created: Callable[[Body], bool] = lambda _: False,
-    ) -> list[Mapping[str, Any]]:
-        """The index's bodies with the operator's own writes the watch has not delivered."""
-        served: dict[str, Body] = {}
-        for body in bodies:
-            meta = _meta(body)
-            if str(meta.get("uid", "")) in self._hidden:
+    def _offer(self, kind: str, namespace: str, body: Body, *, wrote: bool = False) -> None:
+        name = str(_meta(body).get("name") or "")
+        for roster in self._rosters.values():
+            if roster.namespace != namespace:
                 continue
-            name = str(meta.get("name", ""))
-            key = (kind, namespace, name)
-            pending = self._pending.get(key)
-            if isinstance(pending, _Deleted):
-                if pending.uid and pending.uid == meta.get("uid"):
-                    continue  # deleted by us; the watch has not said so yet
-                del self._pending[key]
-            elif pending is not None:
-                if _newer(pending, body):
-                    served[name] = pending
-                    continue
-                del self._pending[key]
-            served[name] = body
-        for (k, ns, name), pending in list(self._pending.items()):
-            if k != kind or ns != namespace or name in served or isinstance(pending, _Deleted):
-                continue
-            if created(pending):  # created by us, not delivered yet
-                served[name] = pending
-        return list(served.values())
-
-    # --- writes: through to the adapter, the responses kept until the watch has them ---
-
-    def _wrote(self, kind: str, namespace: str, body: Body | None) -> None:
-        if body is not None and self._indexes:
-            name = str(_meta(body).get("name", ""))
-            self._keep((kind, namespace, name), body)
-            self.feeds.note_all(namespace, kind=kind, object_name=name)
-
-    def _keep(self, key: tuple[str, str, str], pending: Body | _Deleted) -> None:
-        now = self.clock()
-        for old in [k for k, at in self._pending_at.items() if now - at > PENDING_SECONDS]:
-            if self._pending.pop(old, None) is not None:
-                self._given_up += 1
-            del self._pending_at[old]
-        self._pending[key] = pending
-        self._pending_at[key] = now
+            shelf = roster.shelves[kind]
+            if shelf.belongs(body) or roster.holds(kind, name):
+                if wrote:
+                    roster.wrote(kind, body, now=self.clock())
+                else:
+                    roster.offer(kind, body)
 
     async def create_configmap(self, *, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         result = await self.api.create_configmap(namespace=namespace, body=body)
-        self._wrote(CONFIGMAPS, namespace, result)
+        self._offer(rosters.CONFIGMAPS, namespace, result, wrote=True)
         return result
 
     async def patch_configmap(
@@ -353,14 +354,14 @@ class CachedKube:
         result = await self.api.patch_configmap(
             namespace=namespace, name=name, patch=patch, resource_version=resource_version
         )
-        self._wrote(CONFIGMAPS, namespace, result)
+        self._offer(rosters.CONFIGMAPS, namespace, result, wrote=True)
         return result
 
     async def delete_configmap(self, *, namespace: str, name: str, uid: str | None) -> None:
         await self.api.delete_configmap(namespace=namespace, name=name, uid=uid)
-        if self._indexes and uid:
-            self._keep((CONFIGMAPS, namespace, name), _Deleted(uid=uid))
-            self.feeds.note_all(namespace, kind=CONFIGMAPS, object_name=name)
+        for roster in self._rosters.values():
+            if roster.namespace == namespace and roster.holds(rosters.CONFIGMAPS, name):
+                roster.deleted(rosters.CONFIGMAPS, name=name, uid=uid or "", now=self.clock())
 
     async def patch_pod_annotations(
         self, *, namespace: str, name: str, annotations: Mapping[str, str | None]
@@ -368,29 +369,25 @@ class CachedKube:
         result = await self.api.patch_pod_annotations(
             namespace=namespace, name=name, annotations=annotations
         )
-        self._wrote(PODS, namespace, result)
+        if result is not None:
+            self._offer(rosters.PODS, namespace, result, wrote=True)
         return result
 
     async def patch_consumer_status(
-        self, *, namespace: str, name: str, status: Mapping[str, Any]
+        self,
+        *,
+        namespace: str,
+        name: str,
+        status: Mapping[str, Any],
+        resource_version: str | None,
     ) -> specs.ConsumerBody:
-        result = await self.api.patch_consumer_status(namespace=namespace, name=name, status=status)
-        self._wrote(CONSUMERS, namespace, result)
+        result = await self.api.patch_consumer_status(
+            namespace=namespace, name=name, status=status, resource_version=resource_version
+        )
+        roster = self._rosters.get((namespace, name))
+        if roster is not None:
+            roster.wrote(rosters.CONSUMER, result, now=self.clock())
         return result
 
     async def create_event(self, *, namespace: str, body: Mapping[str, Any]) -> None:
         await self.api.create_event(namespace=namespace, body=body)
-
-
-def _lookup(index: Index, key: Any) -> Iterable[Body]:
-    return index.get(key, ())
-
-
-def _ours(consumer: str) -> Callable[[Body], bool]:
-    """Whether a ConfigMap carries ``consumer``'s label (what its listing selects)."""
-    label = configmaps.label_value(consumer)
-
-    def mine(body: Body) -> bool:
-        return bool((_meta(body).get("labels") or {}).get(configmaps.LABEL_CONSUMER) == label)
-
-    return mine

@@ -1,18 +1,17 @@
-"""The keys kopf's indexes file bodies under (`registering`), and that `caching` looks up.
+"""The keys kopf's indexes file bodies under (`registering`), where a roster starts (`caching`).
 
-A listing looks up one key (a consumer's ConfigMaps by its label, a selector's pods by one of
-its labels, or a namespace); a read by name (`caching.CachedKube.pods_by_name`) looks up a
-`ByName`, which every pod and ConfigMap is also filed under.
+A new roster looks up one key per kind: its CR by name, its pods by one of its selector's
+labels (or the namespace), its ConfigMaps by its label. From then on the watch handlers keep
+the roster, and the indexes are not read again until a selector changes.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Hashable, Mapping
 
-from eventhub_balancer.contracts import configmaps
+from eventhub_balancer.contracts import configmaps, specs
 
-#: The kinds the cache serves, as `observed` names them.
+#: The kinds the watch delivers, as the event handlers name them.
 CONSUMERS, PODS, CONFIGMAPS = "consumers", "pods", "configmaps"
 #: The index of every EventHubConsumer summed up for the conflict check (`conflicts.Peer`):
 #: a cycle compares summaries, it parses no other consumer's spec.
@@ -29,27 +28,19 @@ def peer_key(namespace: str) -> str:
     return namespace
 
 
-@dataclasses.dataclass(frozen=True)
-class ByName:
-    """The key every pod and ConfigMap is also filed under, to be read by name (`changed`):
-    of a type of its own, so that it is never one of the tuples a listing looks up."""
-
-    namespace: str
-    name: str
-
-
-def pod_keys(namespace: str, labels: Mapping[str, str], name: str) -> list[Hashable]:
+def pod_keys(namespace: str, labels: Mapping[str, str]) -> list[Hashable]:
     """A pod is filed under its namespace and under each of its labels: a selector with
-    matchLabels looks up one label, not the whole namespace; and under its name."""
-    return [(namespace,), *((namespace, k, v) for k, v in labels.items()), ByName(namespace, name)]
+    matchLabels looks up one label, not the whole namespace."""
+    return [(namespace,), *((namespace, k, v) for k, v in labels.items())]
+
+
+def pod_lookup(namespace: str, selector: specs.Selector) -> Hashable:
+    """The key under which every pod ``selector`` may match is filed (a superset)."""
+    labels = sorted(selector.match_labels.items())
+    return (namespace, *labels[0]) if labels else (namespace,)
 
 
 def configmap_key(namespace: str, labels: Mapping[str, str]) -> tuple[str, str] | None:
+    """A ConfigMap is filed under its consumer's label, when it has one."""
     consumer = labels.get(configmaps.LABEL_CONSUMER)
     return (namespace, consumer) if consumer else None
-
-
-def configmap_keys(namespace: str, labels: Mapping[str, str], name: str) -> list[Hashable]:
-    """A ConfigMap is filed under its consumer's label (when it has one) and its name."""
-    key = configmap_key(namespace, labels)
-    return [*([key] if key is not None else []), ByName(namespace, name)]

@@ -2,16 +2,16 @@
 
 Every EventHubConsumer gets one daemon that runs `cycles.run_cycle` whenever it is woken and
 at least every ``spec.balancing.intervalSeconds`` (the safety net), sooner when the last
-decision names a deadline (a hand-off timeout, a grace period). Pod events (add, delete,
-readiness) and ConfigMap events (a pod's acknowledgement) wake the daemons of the consumers
-they concern at once; wake-ups within `DEBOUNCE_SECONDS` are folded into one cycle. Which
-consumers a pod or a spec change concerns is routed from what the daemon kept of its last
-decision (`Route`: the generation and the pods it saw), not from the readers' state.
+decision names a deadline (a hand-off timeout, a grace period). Every pod, ConfigMap and CR
+event is offered to the consumers' rosters (`caching.CachedKube.event`); the consumers whose
+roster it changed are woken at once: membership and routing are the same structure, so a pod
+relabelled away leaves its consumer at the event that says so. Wake-ups within
+`DEBOUNCE_SECONDS` are folded into one cycle.
 
-The same watch streams feed kopf's indexes of EventHubConsumers, pods and assignment
-ConfigMaps; the cycles read from them through `caching.CachedKube` (`Operator.cache`), so a
-steady state makes no API request. The event handlers tell the cache each event's type, from
-which it notices kopf listing again after a watch error.
+The cycles read from the rosters (`Operator.cache`), so a steady state makes no API request.
+A write refused for a stale read (409) makes the consumer read afresh and retry at once
+(`caching.CachedKube.refresh`). kopf reconnects a watch that has been silent for
+`WATCH_INACTIVITY_SECONDS`, so a stalled stream is noticed within seconds.
 
 kopf's bookkeeping stays out of the status: progress and diff-base go to annotations with our
 prefix, kopf posts no Events of its own (ours have specific reasons), and the registry is
@@ -39,6 +39,10 @@ logger = logging.getLogger(__name__)
 
 #: Wake-ups this close together become one cycle (a rollout changes many pods at once).
 DEBOUNCE_SECONDS = 0.05
+#: A watch stream silent this long is reconnected (resuming where it was, or re-listing on a
+#: 410): a stalled stream costs seconds, not kopf's default 70 s. A quiet healthy stream
+#: between the API server's bookmarks (about one a minute) costs one reconnection each time.
+WATCH_INACTIVITY_SECONDS = 10.0
 #: The names of kopf's indexes (`caching` serves the cycle's reads from them).
 INDEXES = {
     indexkeys.CONSUMERS: "ehb_consumers",
@@ -69,21 +73,13 @@ class ConnectionPort(Protocol):
 Key = tuple[str, str]  # (namespace, name)
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Route:
-    """What the daemon kept of a consumer's last decision, to route wake-ups to it."""
-
-    generation: int
-    pods: frozenset[str]  # the pods it concerns (matched, or named by its ConfigMaps)
-
-
 @dataclasses.dataclass
 class Operator:
     """Everything the handlers share in one operator instance: the ports, the metrics, and
-    per consumer its daemon's wake-up, memory, route and heartbeat. The cycles read through
-    ``cache`` (the watch streams), the rest through ``kube``."""
+    per consumer its daemon's wake-up, memory, last generation and heartbeat. The cycles read
+    through ``cache`` (the rosters), the rest through ``kube``."""
 
-    kube: ports.KubePort
+    kube: ports.ListingPort
     hubs: ports.HubPort
     metrics: Metrics = dataclasses.field(default_factory=Metrics)
     connection: Callable[[], ConnectionPort] | None = None
@@ -93,8 +89,8 @@ class Operator:
     annotate_pods: bool = False
     wakes: dict[Key, asyncio.Event] = dataclasses.field(default_factory=dict)
     memories: dict[Key, memories.Memory] = dataclasses.field(default_factory=dict)
-    routes: dict[Key, Route] = dataclasses.field(default_factory=dict)
-    selectors: dict[Key, specs.Selector] = dataclasses.field(default_factory=dict)
+    #: the generation each consumer's last cycle decided: a CR event of another one re-plans
+    generations: dict[Key, int] = dataclasses.field(default_factory=dict)
     heartbeats: dict[Key, float] = dataclasses.field(default_factory=dict)
     intervals: dict[Key, float] = dataclasses.field(default_factory=dict)
     cycles_run: int = 0
@@ -103,18 +99,15 @@ class Operator:
     def __post_init__(self) -> None:
         self.cache = caching.CachedKube(self.kube)
 
-    def wake(self, key: Key, *, told: bool = False) -> None:
-        """An event concerns the consumer: its next cycle reads and decides (`caching.touch`),
-        and starts now; ``told``: its reader's feed was told what changed."""
-        self.cache.touch(*key, told=told)
+    def wake(self, key: Key) -> None:
+        """Something the consumer's cycle reads changed: its next cycle starts now."""
         event = self.wakes.get(key)
         if event is not None:
             event.set()
 
     def consumer_changed(self, key: Key, *, generation: int | None) -> None:
         """A spec change (a new generation) re-plans now, not at the next tick."""
-        route = self.routes.get(key)
-        if route is None or generation != route.generation:
+        if generation != self.generations.get(key):
             self.wake(key)
 
     def consumer_deleted(self, key: Key) -> None:
@@ -124,17 +117,15 @@ class Operator:
             if other != key:
                 self.wake(other)
 
-    def pod_changed(self, *, namespace: str, name: str, labels: Mapping[str, str]) -> None:
-        """Wake the consumers whose selector matches the pod, or whose last decision saw it
-        (a pod relabelled away still owns partitions until the next cycle moves them), and
-        tell their readers to read it again."""
-        for key, selector in list(self.selectors.items()):
-            route = self.routes.get(key)
-            if key[0] == namespace and (
-                selector.matches(labels) or (route is not None and name in route.pods)
-            ):
-                self.cache.feeds.note(key, kind=indexkeys.PODS, object_name=name)
-                self.wake(key, told=True)
+    def observed(self, kind: str, body: Mapping[str, Any], event_type: str | None) -> None:
+        """A watch event: offered to the rosters; the consumers whose roster changed, and
+        after a re-list every consumer (each reads the kind afresh once), are woken."""
+        relist = self.cache.observed(kind, event_type)
+        changed = self.cache.event(kind, body, event_type)
+        if relist:
+            changed = list(self.wakes)
+        for key in changed:
+            self.wake(key)
 
     def stuck(self, *, now: float) -> list[Key]:
         """Daemons whose loop has not come round for far longer than their interval."""
@@ -168,6 +159,7 @@ def configure(
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = 10
+    settings.watching.inactivity_timeout = WATCH_INACTIVITY_SECONDS
     settings.networking.request_timeout = 30
 
 
@@ -223,7 +215,7 @@ def build_registry(runtime: Operator) -> kopf.OperatorRegistry:
     @kopf.index("", "v1", "pods", registry=registry, id=INDEXES[indexkeys.PODS])
     def index_pod(**kwargs: Any) -> dict[Any, Any]:
         body = dict(kwargs["body"])
-        keys = indexkeys.pod_keys(kwargs["namespace"], kwargs["labels"], kwargs["name"])
+        keys = indexkeys.pod_keys(kwargs["namespace"], kwargs["labels"])
         return {key: body for key in keys}  # one object under every key
 
     @kopf.index(
@@ -235,26 +227,23 @@ def build_registry(runtime: Operator) -> kopf.OperatorRegistry:
         labels={configmaps.LABEL_MANAGED_BY: configmaps.MANAGED_BY},
     )
     def index_configmap(**kwargs: Any) -> dict[Any, Any]:
-        keys = indexkeys.configmap_keys(kwargs["namespace"], kwargs["labels"], kwargs["name"])
-        body = dict(kwargs["body"])  # one object under every key: a reader compares identities
-        return {key: body for key in keys}
+        key = indexkeys.configmap_key(kwargs["namespace"], kwargs["labels"])
+        return {} if key is None else {key: dict(kwargs["body"])}
 
     @kopf.on.event(specs.GROUP, specs.VERSION, specs.PLURAL, registry=registry)
     def consumer_changed(**kwargs: Any) -> None:
-        runtime.cache.observed(indexkeys.CONSUMERS, kwargs["type"])
-        generation = (kwargs["body"].get("metadata") or {}).get("generation")
+        body = kwargs["body"]
+        runtime.observed(indexkeys.CONSUMERS, body, kwargs["type"])
         key = (kwargs["namespace"], kwargs["name"])
         if kwargs["type"] == "DELETED":
             runtime.consumer_deleted(key)
         else:
+            generation = (body.get("metadata") or {}).get("generation")
             runtime.consumer_changed(key, generation=generation)
 
     @kopf.on.event("", "v1", "pods", registry=registry)
     def pod_changed(**kwargs: Any) -> None:
-        runtime.cache.observed(indexkeys.PODS, kwargs["type"])
-        runtime.pod_changed(
-            namespace=kwargs["namespace"], name=kwargs["name"], labels=kwargs["labels"]
-        )
+        runtime.observed(indexkeys.PODS, kwargs["body"], kwargs["type"])
 
     @kopf.on.event(
         "",
@@ -264,23 +253,13 @@ def build_registry(runtime: Operator) -> kopf.OperatorRegistry:
         labels={configmaps.LABEL_MANAGED_BY: configmaps.MANAGED_BY},
     )
     def configmap_changed(**kwargs: Any) -> None:
-        runtime.cache.observed(indexkeys.CONFIGMAPS, kwargs["type"])
-        namespace, body = kwargs["namespace"], kwargs["body"]
-        # Every reader of the namespace looks again: the event does not show a label it lost.
-        runtime.cache.feeds.note_all(
-            namespace, kind=indexkeys.CONFIGMAPS, object_name=kwargs["name"]
-        )
+        body = kwargs["body"]
+        runtime.observed(indexkeys.CONFIGMAPS, body, kwargs["type"])
+        # The consumer its data names looks too, whatever its label says (a ConfigMap whose
+        # label was tampered with is repaired by the consumer whose label it carries).
         consumer = (body.get("data") or {}).get(configmaps.KEY_CONSUMER)
         if consumer:
-            runtime.wake((namespace, consumer), told=True)
-        # The consumer its label points at reads it too (a corrupt one is repaired by it).
-        label = (body.get("metadata", {}).get("labels") or {}).get(configmaps.LABEL_CONSUMER)
-        for key in list(runtime.wakes):
-            if key[0] == namespace and configmaps.label_value(key[1]) == label:
-                if consumer:
-                    runtime.cache.touch(*key, told=True)
-                else:
-                    runtime.wake(key, told=True)
+            runtime.wake((kwargs["namespace"], consumer))
 
     return registry
 
@@ -302,12 +281,14 @@ async def run_daemon(
     stop_waiter = asyncio.ensure_future(stopped.wait())
     try:
         while not stopped:
+            selector: specs.Selector | None = None
             try:
                 parsed = specs.parse_spec(spec)
-                runtime.selectors[key] = parsed.selector
+                selector = parsed.selector
                 interval = float(parsed.balancing.interval_seconds)
             except errors.InvalidInput:
                 interval = float(specs.DEFAULT_INTERVAL_SECONDS)
+            runtime.cache.follow(namespace=namespace, name=name, selector=selector)
             runtime.intervals[key] = interval
             wake.clear()
             delay = interval
@@ -336,14 +317,7 @@ async def run_daemon(
                 )
                 runtime.metrics.cycles.labels(namespace, name, "ok").inc()
                 retry = 0.0
-                route = runtime.routes.get(key)
-                runtime.routes[key] = Route(
-                    generation=decision.generation,
-                    # An invalid spec reads no pods: keep routing the ones seen before.
-                    pods=route.pods
-                    if decision.spec_error is not None and route is not None
-                    else decision.pods,
-                )
+                runtime.generations[key] = decision.generation
                 if decision.next_in is not None:
                     delay = min(delay, decision.next_in)
             except errors.EventHubBalancerError as e:
@@ -352,6 +326,10 @@ async def run_daemon(
                     runtime.kube, namespace=namespace, name=name
                 ):
                     return  # the EventHubConsumer is gone; kopf stops us anyway
+                if isinstance(e, errors.Conflict | errors.NotFound):
+                    # A write refused for a stale read (409), or of an object gone since
+                    # (404): the consumer is read afresh before it decides again.
+                    runtime.cache.refresh(namespace=namespace, name=name)
                 # Anything else that vanished mid-cycle (a ConfigMap garbage-collected with its
                 # pod) is read afresh by the next cycle: retry soon, never stop balancing.
                 retry = min(MAX_RETRY_SECONDS, max(RETRY_SECONDS, retry * 2))
@@ -373,10 +351,9 @@ async def run_daemon(
     finally:
         stop_waiter.cancel()
         runtime.wakes.pop(key, None)
-        runtime.selectors.pop(key, None)
         runtime.heartbeats.pop(key, None)
         runtime.memories.pop(key, None)
-        runtime.routes.pop(key, None)
+        runtime.generations.pop(key, None)
         runtime.cache.forget(namespace=namespace, name=name)
         runtime.metrics.forget(namespace=namespace, consumer=name)
 

@@ -1,0 +1,250 @@
+"""One roster per consumer: its CR, its pods and its ConfigMaps, newest version first.
+
+The one cache mechanism of the operator (docs/architecture.md, "The roster"). Every body the
+operator learns of enters through `Roster.offer`, whatever brought it: a watch event, the
+response of one of the operator's own writes, or a fresh read from the API server. One rule
+decides, per object name: **the highest resourceVersion wins**, and a name remembers the
+version at which it was last removed (deleted, or gone from the selector), so that nothing
+older brings it back. From that rule:
+
+- the operator's own writes are served at once and never replaced by an older body from a
+  lagging watch (the write's response has the higher version), and an object deleted since
+  is never served again (the deletion has the higher version);
+- a pod relabelled away leaves the roster at the event that says so, and a pod relabelled in
+  joins it: membership and routing are the same structure (`registering` wakes the consumers
+  whose roster an event changed);
+- after a re-list, `Roster.resync` removes only what a fresh listing lacks *and* is no newer
+  than that listing: an object created after the listing was answered stays.
+
+A roster also keeps the echoes it waits for: each write's (uid, version) until the watch
+delivers that version or a newer one. An echo that does not come within `ECHO_SECONDS` means
+the watch is stale, and the consumer is read afresh (`stale`).
+
+Resource versions are opaque by contract but integers on every API server we know (etcd
+revisions); a version that is not an integer counts as newer, so the watch still wins.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+Body = Mapping[str, Any]
+
+#: How long the watch may take to deliver one of the operator's own writes before the
+#: consumer is read afresh: a healthy watch delivers within a second.
+ECHO_SECONDS = 5.0
+#: Names remembered after they left a roster (their removal's version), per roster and kind:
+#: a late event older than the removal is ignored. Beyond the bound the oldest are forgotten
+#: (an event that late is also older than any re-list that followed it).
+MAX_FLOORS = 4096
+
+#: The kinds a roster keeps.
+CONSUMER, PODS, CONFIGMAPS = "consumer", "pods", "configmaps"
+KINDS = (CONSUMER, PODS, CONFIGMAPS)
+
+
+def version(body: Body) -> int | None:
+    """The body's resourceVersion as a number; None when it is absent or not a number."""
+    return number((body.get("metadata") or {}).get("resourceVersion"))
+
+
+def number(raw: object) -> int | None:
+    """A resourceVersion as a number; None when it is absent or not a number."""
+    try:
+        return int(str(raw)) if raw not in (None, "") else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _newer(candidate: int | None, known: int | None) -> bool:
+    """Whether a version is later than the one known (unknowns count as later)."""
+    return candidate is None or known is None or candidate > known
+
+
+def _meta(body: Body) -> Mapping[str, Any]:
+    meta: Mapping[str, Any] = body.get("metadata") or {}
+    return meta
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Echo:
+    """A write of the operator's that the watch has not delivered yet."""
+
+    uid: str
+    version: int | None  # None: a deletion
+    since: float
+
+
+class Shelf:
+    """The bodies of one kind in one roster, by name, with the floors of names removed."""
+
+    def __init__(self, belongs: Callable[[Body], bool]) -> None:
+        self.belongs = belongs
+        self.items: dict[str, Body] = {}
+        self.floors: collections.OrderedDict[str, int | None] = collections.OrderedDict()
+
+    def offer(self, body: Body, *, deleted: bool = False) -> bool:
+        """Take ``body`` if it is newer than what is known of its name; whether that changed
+        what the shelf serves."""
+        meta = _meta(body)
+        name = str(meta.get("name") or "")
+        if not name:
+            return False
+        seen = version(body)
+        current = self.items.get(name)
+        known = version(current) if current is not None else self.floors.get(name)
+        if (current is not None or name in self.floors) and not _newer(seen, known):
+            return False
+        if deleted or not self.belongs(body):
+            self._remove(name, at=seen)
+            return current is not None
+        self.items[name] = body
+        self.floors.pop(name, None)
+        return True
+
+    def remove(self, name: str, *, at: int | None, uid: str = "") -> bool:
+        """Remove ``name`` (of ``uid``, when given) as of version ``at``."""
+        current = self.items.get(name)
+        if current is None or (uid and str(_meta(current).get("uid") or "") != uid):
+            return False
+        self._remove(name, at=at)
+        return True
+
+    def _remove(self, name: str, *, at: int | None) -> None:
+        self.items.pop(name, None)
+        self.floors[name] = at
+        self.floors.move_to_end(name)
+        while len(self.floors) > MAX_FLOORS:
+            self.floors.popitem(last=False)
+
+    def resync(self, listed: Iterable[Body], *, at: int | None) -> bool:
+        """A fresh listing of the shelf's scope, answered at version ``at``: take what it has,
+        and remove what it lacks unless that is newer than the listing."""
+        changed = False
+        names: set[str] = set()
+        for body in listed:
+            names.add(str(_meta(body).get("name") or ""))
+            changed |= self.offer(body)
+        for name in [n for n in self.items if n not in names]:
+            if at is None or not _newer(version(self.items[name]), at):
+                self._remove(name, at=at)
+                changed = True
+        return changed
+
+
+class Roster:
+    """What one consumer's cycles read: its CR, pods and ConfigMaps, and the echoes due.
+
+    ``version`` goes up whenever what the roster serves changes: the cycle compares it to
+    tell that nothing it reads changed (`cycles`). ``stale`` holds the kinds to read afresh
+    from the API server before they are served again (after a re-list, a missing echo, or a
+    conflict that showed a read was stale)."""
+
+    def __init__(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        selects: Callable[[Body], bool],
+        labelled: Callable[[Body], bool],
+        scope: Any,
+    ) -> None:
+        self.namespace = namespace
+        self.name = name
+        #: what the pods were selected by (the selector's query): another one starts afresh
+        self.scope = scope
+        self.shelves = {
+            CONSUMER: Shelf(lambda b: str(_meta(b).get("name") or "") == name),
+            PODS: Shelf(selects),
+            CONFIGMAPS: Shelf(labelled),
+        }
+        self.version = 0
+        self.stale: set[str] = set()
+        self.echoes: dict[tuple[str, str], Echo] = {}
+
+    @property
+    def consumer(self) -> Body | None:
+        return self.shelves[CONSUMER].items.get(self.name)
+
+    def items(self, kind: str) -> list[Body]:
+        return list(self.shelves[kind].items.values())
+
+    def holds(self, kind: str, name: str) -> bool:
+        return name in self.shelves[kind].items
+
+    def offer(self, kind: str, body: Body, *, deleted: bool = False, echo: bool = False) -> bool:
+        """A body from the watch (``echo``: it may be the echo of a write), a write or a read;
+        whether the roster changed."""
+        if echo:
+            self._echoed(kind, body, deleted=deleted)
+        changed = self.shelves[kind].offer(body, deleted=deleted)
+        self.version += changed
+        return changed
+
+    def wrote(self, kind: str, body: Body, *, now: float) -> bool:
+        """The response of the operator's own write: served at once, its echo awaited."""
+        meta = _meta(body)
+        uid = str(meta.get("uid") or "")
+        if uid:
+            self.echoes[kind, uid] = Echo(uid=uid, version=version(body), since=now)
+        return self.offer(kind, body)
+
+    def deleted(self, kind: str, *, name: str, uid: str, now: float) -> bool:
+        """The operator deleted ``name`` (of ``uid``): gone at once, its DELETED awaited."""
+        if uid:
+            self.echoes[kind, uid] = Echo(uid=uid, version=None, since=now)
+        changed = self.shelves[kind].remove(name, at=None, uid=uid)
+        self.version += changed
+        return changed
+
+    def resync(self, kind: str, listed: Iterable[Body], *, at: int | None) -> bool:
+        """A fresh listing of the kind's scope at version ``at`` (`Shelf.resync`)."""
+        listed = list(listed)
+        self._confirmed(kind, {str(_meta(b).get("uid") or ""): version(b) for b in listed})
+        self.stale.discard(kind)
+        changed = self.shelves[kind].resync(listed, at=at)
+        self.version += changed
+        return changed
+
+    def fresh(self, kind: str, body: Body) -> bool:
+        """One object read afresh from the API server (the CR after a conflict)."""
+        meta = _meta(body)
+        uid = str(meta.get("uid") or "")
+        echo = self.echoes.get((kind, uid))
+        if echo is not None and (echo.version is None or not _newer(echo.version, version(body))):
+            del self.echoes[kind, uid]
+        self.stale.discard(kind)
+        return self.offer(kind, body)
+
+    def _confirmed(self, kind: str, listed: Mapping[str, int | None]) -> None:
+        """Echoes a fresh listing settles: what it shows at that version or later, and the
+        deletions (or objects) it no longer has, need no echo from the watch to be known."""
+        for key, echo in list(self.echoes.items()):
+            if key[0] != kind:
+                continue
+            shown = echo.uid in listed
+            if not shown or (
+                echo.version is not None and not _newer(echo.version, listed[echo.uid])
+            ):
+                del self.echoes[key]
+
+    def overdue(self, *, now: float) -> set[str]:
+        """The kinds whose echoes are later than `ECHO_SECONDS`: their watch is stale. Each
+        such echo waits anew, so a watch that stays stale costs one fresh read per bound."""
+        kinds: set[str] = set()
+        for key, echo in list(self.echoes.items()):
+            if now - echo.since > ECHO_SECONDS:
+                kinds.add(key[0])
+                self.echoes[key] = dataclasses.replace(echo, since=now)
+        return kinds
+
+    def _echoed(self, kind: str, body: Body, *, deleted: bool) -> None:
+        uid = str(_meta(body).get("uid") or "")
+        echo = self.echoes.get((kind, uid))
+        if echo is None:
+            return
+        if deleted or (echo.version is not None and not _newer(echo.version, version(body))):
+            del self.echoes[kind, uid]
