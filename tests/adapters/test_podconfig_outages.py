@@ -23,6 +23,7 @@ from kubernetes.client import exceptions as k8s_errors
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import podconfig
+from eventhub_balancer.contracts import configmaps
 
 pytestmark = pytest.mark.looptime
 
@@ -35,7 +36,14 @@ contexts: [{name: x, context: {cluster: c, user: u}}]
 current-context: x
 """
 
-CONFIGMAP = {"metadata": {"name": "ehb-orders-pod-a"}, "data": {"generation": "1"}}
+#: As the operator writes it: the pod refuses any other (``configmaps.refusal``).
+CONFIGMAP = {
+    "metadata": {
+        "name": configmaps.configmap_name(consumer="orders", pod="pod-a"),
+        "labels": configmaps.labels(consumer="orders", pod="pod-a"),
+    },
+    "data": {"consumer": "orders", "pod": "pod-a", "generation": "1"},
+}
 
 
 class FakeApi:

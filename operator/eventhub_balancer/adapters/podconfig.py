@@ -7,6 +7,12 @@ synchronous: each watch session runs in a daemon thread (so that a blocked long 
 holds up the process's exit) and hands objects to the event loop; short calls run in worker
 threads, each with a request timeout.
 
+Only the operator's ConfigMap for this very pod is applied (`configmaps.refusal`): the
+pinned name, the managed-by label, this pod's labels, data naming this pod and consumer, and
+this pod's uid. Anyone who may write ConfigMaps in the namespace can label one with our
+selector, so whatever else matches is ignored, logged and counted (``refused``), never
+applied, and never taken for the deletion of ours either.
+
 An unreachable API server is not a reason to stop: fencing at the checkpoint blobs keeps a
 pod that goes on with its last assignment safe, so the watch reconnects with backoff for as
 long as the outage lasts and the pod keeps processing meanwhile. Only refused credentials
@@ -57,6 +63,9 @@ RECONNECT_BACKOFF_MAX_S: Final = 30.0
 AUTH_FAILURES_LIMIT: Final = 3
 #: During an outage, one warning per this long (with the count since the last one).
 OUTAGE_LOG_EVERY_S: Final = 60.0
+#: Refused ConfigMaps are named in a warning once each, up to this many names (then at debug
+#: level): whoever forges them must not be able to flood the pod's log.
+REFUSALS_LOGGED: Final = 64
 
 
 @dataclasses.dataclass
@@ -138,7 +147,8 @@ def api_client(kubeconfig: str | None = None) -> k8s.ApiClient:
 
 
 class PodConfigMaps:
-    """The assignment ConfigMap of one (EventHubConsumer, pod), found by its labels."""
+    """The assignment ConfigMap of one (EventHubConsumer, pod): listed and watched by its
+    labels, applied only under its pinned name and after `configmaps.refusal` passes."""
 
     def __init__(
         self,
@@ -146,24 +156,56 @@ class PodConfigMaps:
         namespace: str,
         consumer: str,
         pod: str,
+        pod_uid: str = "",
         kubeconfig: str | None = None,
         spawn: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
         self.namespace = namespace
         self.consumer = consumer
         self.pod = pod
+        #: The pod's uid (Downward API ``POD_UID``); without it the uid is not checked.
+        self.pod_uid = pod_uid
         self._api_client = api_client(kubeconfig)
         self._core = k8s.CoreV1Api(self._api_client)
-        labels = configmaps.labels(consumer=consumer, pod=pod)
-        self.selector = ",".join(
-            f"{k}={labels[k]}" for k in (configmaps.LABEL_CONSUMER, configmaps.LABEL_POD)
-        )
-        #: The name as last seen (the operator may cut long names); the contract's otherwise.
+        self.selector = configmaps.pod_selector(consumer=consumer, pod=pod)
+        #: Pinned: the operator writes this name (cut and hashed to fit) and no other.
         self.name = configmaps.configmap_name(consumer=consumer, pod=pod)
         #: Runs one watch session; a daemon thread unless a test runs it inline.
         self._spawn = spawn or _daemon_thread
         self.reconnects = Reconnects()
         self._annotate_after = 0.0
+        #: ConfigMaps refused so far, by `configmaps.refusal` reason (for /metrics).
+        self.refused: dict[str, int] = {}
+        self._logged: set[tuple[str, str]] = set()
+        if not pod_uid:
+            logger.warning(
+                "POD_UID is not set: the assignment ConfigMap's pod uid is not checked; add "
+                "POD_UID (fieldRef metadata.uid) to the container's env"
+            )
+
+    def accept(self, body: Mapping[str, Any]) -> bool:
+        """True when ``body`` is this pod's own assignment; else logged, counted, False."""
+        refused = configmaps.refusal(
+            body, consumer=self.consumer, pod=self.pod, pod_uid=self.pod_uid
+        )
+        if refused is None:
+            return True
+        reason, message = refused
+        self.refused[reason] = self.refused.get(reason, 0) + 1
+        name = str((body.get("metadata") or {}).get("name", ""))[:253]
+        first = (reason, name) not in self._logged and len(self._logged) < REFUSALS_LOGGED
+        if first:
+            self._logged.add((reason, name))
+        logger.log(
+            logging.WARNING if first else logging.DEBUG,
+            "ignoring a ConfigMap that matches this pod's labels in %s (%s): %s; it is not "
+            "applied (ehb_consumer_assignment_refusals_total{reason=%r})",
+            self.namespace,
+            reason,
+            message,
+            reason,
+        )
+        return False
 
     def close(self) -> None:
         self._api_client.close()  # type: ignore[no-untyped-call]
@@ -182,15 +224,11 @@ class PodConfigMaps:
         return items, str(version or "")
 
     def _pick(self, items: list[dict[str, Any]]) -> dict[str, Any] | None:
-        if not items:
-            return None
-        if len(items) > 1:
-            logger.warning("%d ConfigMaps match %s; using %s", len(items), self.selector, self.name)
-            for item in items:
-                if item.get("metadata", {}).get("name") == self.name:
-                    return item
-        chosen = items[0]
-        self.name = str(chosen.get("metadata", {}).get("name", self.name))
+        """This pod's own ConfigMap among those listed, or None (every other one refused)."""
+        chosen = None
+        for item in items:
+            if self.accept(item):
+                chosen = item
         return chosen
 
     async def get(self) -> dict[str, Any] | None:
@@ -301,10 +339,13 @@ class PodConfigMaps:
                     # 410 Gone: our version is too old; the session lists again.
                     raise k8s_errors.ApiException(status=int(raw.get("code", 500)), reason="watch")
                 version = str(raw.get("metadata", {}).get("resourceVersion", version))
+                ours = raw.get("metadata", {}).get("name") == self.name
                 if kind in ("ADDED", "MODIFIED"):
-                    self.name = str(raw.get("metadata", {}).get("name", self.name))
-                    put("object", raw)
-                elif kind == "DELETED":
+                    if self.accept(raw):
+                        put("object", raw)
+                    elif ours:
+                        put("object", {})  # ours, but another pod uid or data: as if absent
+                elif kind == "DELETED" and ours:
                     put("object", {})
         finally:
             watcher.stop()  # type: ignore[no-untyped-call]

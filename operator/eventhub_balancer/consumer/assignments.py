@@ -5,7 +5,8 @@ writes back three annotations: the generation it applied, the partitions it rele
 its reports of partitions in trouble (``contracts.partitionreports``). The
 runtime only sees this module's :class:`AssignmentSource`, with three implementations:
 
-- :class:`ConfigMapSource`: the pod's own ConfigMap, watched through the Kubernetes API;
+- :class:`ConfigMapSource`: the pod's own ConfigMap, watched through the Kubernetes API (only
+  the operator's ConfigMap for this very pod: ``adapters.podconfig`` refuses the others);
 - :class:`FileSource`: a ConfigMap-shaped JSON file, for running without Kubernetes (a
   static assignment, a demo, a test that edits the file);
 - :class:`MemorySource`: assignments handed over in-process (tests, the Python API).
@@ -14,6 +15,7 @@ runtime only sees this module's :class:`AssignmentSource`, with three implementa
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 from collections.abc import AsyncIterator, Mapping
@@ -22,7 +24,7 @@ from typing import Any, Protocol
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import podconfig
-from eventhub_balancer.contracts import configmaps, partitionreports
+from eventhub_balancer.contracts import bounds, configmaps, partitionreports
 
 logger = logging.getLogger(__name__)
 
@@ -69,9 +71,24 @@ def acknowledgement_annotations(
 
 
 def from_configmap(body: Mapping[str, Any]) -> Assignment:
-    """The assignment in a ConfigMap object (``{"data": {...}}``) or in its bare data."""
+    """The assignment in a ConfigMap object (``{"data": {...}}``) or in its bare data.
+
+    Epochs are bounded as the operator bounds the ones it hands out (`bounds.is_floor`): an
+    epoch with no successor, fenced into a checkpoint blob, would lock every later owner out
+    of the partition, so such a partition is not applied.
+    """
     data = body.get("data") if "data" in body or "metadata" in body else body
     parsed = configmaps.parse_data(data or {})
+    unbounded = [p for p, e in parsed.partitions.items() if not bounds.is_floor(e.epoch)]
+    if unbounded:
+        parsed = dataclasses.replace(
+            parsed,
+            partitions={p: e for p, e in parsed.partitions.items() if p not in unbounded},
+            problems=(
+                *parsed.problems,
+                *(f"partition {p}: epoch above {bounds.MAX_FLOOR}, not applied" for p in unbounded),
+            ),
+        )
     for problem in parsed.problems:
         logger.warning("assignment ConfigMap: %s", problem)
     return parsed
@@ -197,6 +214,11 @@ class ConfigMapSource:
 
     def __init__(self, client: podconfig.PodConfigMaps) -> None:
         self.client = client
+
+    @property
+    def refused(self) -> Mapping[str, int]:
+        """ConfigMaps refused as not this pod's own, by reason (``configmaps.refusal``)."""
+        return self.client.refused
 
     async def updates(self) -> AsyncIterator[Assignment]:
         # Our own annotation patches change the object too: only new data is news.

@@ -25,7 +25,12 @@ HEARTBEAT_LIMIT_S: Final = 5.0
 
 
 def application(consumer: runtime.Runtime) -> web.Application:
-    registry = metrics.registry_for(lambda: consumer.stats, triggers=consumer.trigger_stats)
+    registry = metrics.registry_for(
+        lambda: consumer.stats,
+        triggers=consumer.trigger_stats,
+        # Only a ConfigMap source refuses anything (a file or memory source has no `refused`).
+        refusals=lambda: getattr(consumer.source, "refused", {}),
+    )
 
     async def healthz(request: web.Request) -> web.Response:
         age = consumer.heartbeat_age()

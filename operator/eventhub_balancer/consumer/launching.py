@@ -100,6 +100,7 @@ def build_source(config: settings.ConsumerSettings) -> assignments.AssignmentSou
         namespace=config.namespace,
         consumer=config.consumer,
         pod=config.pod,
+        pod_uid=config.credentials.pod_uid,
         kubeconfig=config.kubeconfig,
     )
     return assignments.ConfigMapSource(client)

@@ -199,11 +199,34 @@ class TriggerCollector(Collector):
             yield last
 
 
+class RefusalCollector(Collector):
+    """ConfigMaps the pod refused as not its own (forged, another pod's, unmanaged), by
+    reason: a count above zero means someone writes ConfigMaps that mimic the operator's."""
+
+    def __init__(self, refused: Callable[[], Mapping[str, int]]) -> None:
+        self._refused = refused
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            PREFIX + "assignment_refusals",
+            "ConfigMaps matching this pod's labels that were not applied, by reason.",
+            labels=["reason"],
+        )
+        for reason, count in sorted(self._refused().items()):
+            family.add_metric([reason], count)
+        yield family
+
+
 def registry_for(
-    stats: Callable[[], Mapping[str, PartitionStats]], *, triggers: TriggerStats | None = None
+    stats: Callable[[], Mapping[str, PartitionStats]],
+    *,
+    triggers: TriggerStats | None = None,
+    refusals: Callable[[], Mapping[str, int]] | None = None,
 ) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(RuntimeCollector(stats))
     if triggers is not None:
         registry.register(TriggerCollector(triggers))
+    if refusals is not None:
+        registry.register(RefusalCollector(refusals))
     return registry

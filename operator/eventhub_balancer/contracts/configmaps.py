@@ -132,6 +132,67 @@ def labels(*, consumer: str, pod: str) -> dict[str, str]:
     }
 
 
+def pod_selector(*, consumer: str, pod: str) -> str:
+    """The label selector of one pod's ConfigMap: its two labels and the managed-by label."""
+    wanted = labels(consumer=consumer, pod=pod)
+    return ",".join(f"{k}={wanted[k]}" for k in (LABEL_CONSUMER, LABEL_POD, LABEL_MANAGED_BY))
+
+
+#: Why a pod refuses a ConfigMap that matched its labels (the metric's ``reason`` label).
+REFUSED_NAME = "name"
+REFUSED_UNMANAGED = "unmanaged"
+REFUSED_LABELS = "labels"
+REFUSED_DATA = "data"
+REFUSED_POD_UID = "pod-uid"
+
+
+def refusal(
+    body: Mapping[str, Any], *, consumer: str, pod: str, pod_uid: str
+) -> tuple[str, str] | None:
+    """Why the pod (``consumer``, ``pod``, ``pod_uid``) must not apply ``body``, or None.
+
+    ``(reason, message)``: only the operator's ConfigMap for this very pod counts. Its name is
+    pinned (`configmap_name`), it carries the managed-by label and this pod's two labels, its
+    data names this pod and consumer, and its pod-uid annotation is this pod's uid (a
+    StatefulSet pod re-created under the same name must not apply its predecessor's
+    partitions). Any ConfigMap can carry labels; only the operator's passes all of these, and
+    the admission policy keeps service accounts from forging the managed ones.
+    """
+    metadata = body.get("metadata")
+    metadata = metadata if isinstance(metadata, Mapping) else {}
+    name = str(metadata.get("name", ""))[:MAX_NAME]
+    expected = configmap_name(consumer=consumer, pod=pod)
+    if name != expected:
+        return REFUSED_NAME, f"ConfigMap {name!r} is not {expected!r}, this pod's"
+    found = metadata.get("labels")
+    found = found if isinstance(found, Mapping) else {}
+    if found.get(LABEL_MANAGED_BY) != MANAGED_BY:
+        return (
+            REFUSED_UNMANAGED,
+            f"ConfigMap {name} lacks the label {LABEL_MANAGED_BY}={MANAGED_BY}",
+        )
+    wanted = labels(consumer=consumer, pod=pod)
+    if any(found.get(k) != wanted[k] for k in (LABEL_CONSUMER, LABEL_POD)):
+        return REFUSED_LABELS, f"ConfigMap {name}'s labels name another consumer or pod"
+    data = body.get("data")
+    data = data if isinstance(data, Mapping) else {}
+    if data.get(KEY_CONSUMER) != consumer or data.get(KEY_POD) != pod:
+        return (
+            REFUSED_DATA,
+            f"ConfigMap {name}'s data is for consumer {str(data.get(KEY_CONSUMER))[:80]!r}, pod "
+            f"{str(data.get(KEY_POD))[:80]!r}",
+        )
+    annotations = metadata.get("annotations")
+    annotations = annotations if isinstance(annotations, Mapping) else {}
+    uid = annotations.get(ANNOTATION_POD_UID)
+    if pod_uid and uid != pod_uid:
+        return (
+            REFUSED_POD_UID,
+            f"ConfigMap {name} is for pod uid {str(uid)[:40]!r}, not this pod's {pod_uid!r}",
+        )
+    return None
+
+
 def consumer_selector(consumer: str) -> str:
     """The label selector of all ConfigMaps of one EventHubConsumer (in its namespace)."""
     return f"{LABEL_CONSUMER}={label_value(consumer)}"

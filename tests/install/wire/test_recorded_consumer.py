@@ -36,6 +36,8 @@ from tests.support.rbac.recording import RecordingProxy
 EXAMPLES = loading.MANIFESTS_DIR / "examples"
 #: Every wait for the consumer is bounded by this (seconds).
 WAIT_S = 30.0
+#: The consumer pod's uid (its Downward API env and the ConfigMap's annotation).
+POD_UID = "uid-orders-consumer-0"
 
 
 def consumer_subject() -> tuple[Subject, str]:
@@ -75,7 +77,12 @@ def test_consumer_calls_are_allowed_by_the_example_role(
     subject, namespace = consumer_subject()
     pod = "orders-consumer-0"
     name = configmaps.configmap_name(consumer="orders", pod=pod)
-    metadata = {"name": name, "labels": configmaps.labels(consumer="orders", pod=pod)}
+    metadata = {
+        "name": name,
+        "labels": configmaps.labels(consumer="orders", pod=pod),
+        # As the operator writes it: the pod applies only a ConfigMap that carries its uid.
+        "annotations": {configmaps.ANNOTATION_POD_UID: POD_UID},
+    }
     container = blob_container.container_name
     body = configmap(1, {"0": (1, "owned"), "1": (1, "owned")}, checkpointContainer=container)
     # As the operator writes it: data names the consumer and the pod (the policy checks it).
@@ -87,7 +94,7 @@ def test_consumer_calls_are_allowed_by_the_example_role(
         **os.environ,
         "POD_NAME": pod,
         "POD_NAMESPACE": namespace,
-        "POD_UID": "uid-orders-consumer-0",
+        "POD_UID": POD_UID,
         # The local stack's emulators listen on loopback: allowed only when said so.
         "EHB_ALLOW_DEVELOPMENT_ENDPOINTS": "true",
         "EHB_CONSUMER": "orders",
@@ -177,9 +184,13 @@ def test_consumer_calls_are_allowed_by_the_example_role(
             request = admission.Request(
                 operation="UPDATE",
                 username=user,
-                extra={"authentication.kubernetes.io/pod-name": [pod]},
+                extra={
+                    "authentication.kubernetes.io/pod-name": [pod],
+                    "authentication.kubernetes.io/pod-uid": [POD_UID],
+                },
                 object=r.after,
                 old_object=r.before,
+                namespace=namespace,
             )
             assert policy.denials(request) == [], r.path_qs
 

@@ -24,6 +24,8 @@ class Request:
     extra: Mapping[str, list[str]]
     object: Mapping[str, Any] | None
     old_object: Mapping[str, Any] | None
+    #: The request's namespace (the object's), as ``request.namespace``.
+    namespace: str = ""
 
 
 class Policy:
@@ -35,8 +37,15 @@ class Policy:
         program = self.env.program(self.env.compile(expression))
         return program.evaluate(activation)
 
+    def matches_operation(self, request: Request) -> bool:
+        rules = self.spec["matchConstraints"]["resourceRules"]
+        return any(request.operation in rule.get("operations", []) for rule in rules)
+
     def matches_labels(self, request: Request) -> bool:
-        wanted = self.spec["matchConstraints"]["objectSelector"]["matchLabels"]
+        selector = self.spec["matchConstraints"].get("objectSelector")
+        if selector is None:
+            return True  # no objectSelector: every object
+        wanted = selector["matchLabels"]
         for obj in (request.object, request.old_object):
             labels = ((obj or {}).get("metadata") or {}).get("labels") or {}
             if all(labels.get(k) == v for k, v in wanted.items()):
@@ -45,12 +54,13 @@ class Policy:
 
     def denials(self, request: Request) -> list[str]:
         """The messages of the validations that fail (empty: admitted)."""
-        if not self.matches_labels(request):
+        if not self.matches_operation(request) or not self.matches_labels(request):
             return []
         activation: dict[str, Any] = {
             "request": celpy.json_to_cel(
                 {
                     "operation": request.operation,
+                    "namespace": request.namespace,
                     "userInfo": {"username": request.username, "extra": dict(request.extra)},
                 }
             ),
