@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 # PYTEST_WORKERS= runs in one process.
 PYTEST_WORKERS ?= -n 2 --dist loadfile
 
-.PHONY: all install test lint typecheck importlint pytest docs figures figures-balance figures-scale demo clean java-check node promtool-check
+.PHONY: all install test chart-versions lint typecheck importlint pytest docs figures figures-balance figures-scale demo clean java-check node promtool-check
 
 all: test
 
@@ -76,7 +76,13 @@ importlint: $(STAMP)
 pytest: install
 	$(BIN)/python -m pytest $(PYTEST_WORKERS) --durations=15 $(PYTEST_ARGS)
 
-test: install lint typecheck importlint docs pytest
+# The chart rendered by Helm's engine as `helm template --kube-version 1.N.0` for every minor
+# that Chart.yaml's kubeVersion admits (up to the newest schema kubernetes-validate ships), each
+# rendering validated against that minor's API.
+chart-versions: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/install/test_chart_kube_versions.py
+
+test: install lint typecheck importlint docs chart-versions pytest
 
 # The manual (docs/, mkdocs-material) into site/. --strict: a broken link or a missing page
 # fails the build (not --quiet: it hides the warnings that --strict counts). Its figures come

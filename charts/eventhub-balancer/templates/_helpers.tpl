@@ -119,3 +119,15 @@ The metrics Service's name: the full name cut so that the suffix still fits in 6
 {{- define "eventhub-balancer.metricsServiceName" -}}
 {{- printf "%s-metrics" (include "eventhub-balancer.fullname" . | trunc 55 | trimSuffix "-") }}
 {{- end }}
+
+{{/*
+"true" when the cluster serves ValidatingAdmissionPolicy as admissionregistration.k8s.io/v1
+(GA in 1.30), else empty. `helm install` sees the cluster's API; `helm template` sees only
+--kube-version and --api-versions. The chart installs from 1.27 on (Chart.yaml kubeVersion),
+so on 1.27-1.29 the policy is left out instead of failing the install.
+*/}}
+{{- define "eventhub-balancer.admissionPolicySupported" -}}
+{{- if or (.Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy") (semverCompare ">=1.30.0-0" .Capabilities.KubeVersion.Version) -}}
+true
+{{- end }}
+{{- end }}

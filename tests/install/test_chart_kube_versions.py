@@ -1,0 +1,158 @@
+"""The chart installs on every Kubernetes minor its Chart.yaml ``kubeVersion`` admits.
+
+Each minor from the declared floor to the newest schema kubernetes-validate ships is rendered
+as ``helm template --kube-version 1.N.0`` would (Helm's own engine, from the helm-python-sdk
+wheel), with every ci/ values file, and each built-in document is validated strictly against
+that minor's API schemas. The admission policy (admissionregistration.k8s.io/v1, 1.30+) is
+rendered exactly where that API exists, so a 1.27-1.29 install never fails on it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+from helm_python import _native
+
+from tests.support import loading
+
+#: The first minor whose admissionregistration.k8s.io/v1 serves ValidatingAdmissionPolicy.
+POLICY_MINOR = 30
+POLICY_KINDS = frozenset({"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"})
+#: Kinds without an offline schema (the Prometheus Operator's, KEDA's): checked elsewhere.
+THIRD_PARTY_GROUPS = frozenset({"monitoring.coreos.com", "keda.sh"})
+
+
+def declared_floor() -> tuple[int, int]:
+    """The lowest (major, minor) of Chart.yaml's kubeVersion (">=1.27.0-0")."""
+    chart = yaml.safe_load((loading.CHART_DIR / "Chart.yaml").read_text())
+    match = re.fullmatch(r">=\s*(\d+)\.(\d+)(?:\.\d+)?(?:-0)?", chart["kubeVersion"])
+    assert match, f"kubeVersion {chart['kubeVersion']!r} is not a >= floor this test reads"
+    return int(match.group(1)), int(match.group(2))
+
+
+def supported_minors() -> list[int]:
+    major, floor = declared_floor()
+    assert major == 1
+    newest = int(kubernetes_validate.utils.latest_version().split(".")[1])
+    return list(range(floor, newest + 1))
+
+
+MINORS = supported_minors()
+VALUES_FILES = [None, *loading.CI_VALUES]
+
+
+def render(
+    values_file: Path | None, *, kube_version: str, api_versions: tuple[str, ...] = ()
+) -> list[dict[str, Any]]:
+    """The chart's templates as ``helm template --kube-version`` renders them.
+
+    ``Chart.render`` of helm-python-sdk 0.2.2 does not take the kube version, but its native
+    render call reads ``kube_version`` and ``api_versions`` from the same options document;
+    ``test_the_kube_version_reaches_the_templates`` fails if that ever stops being true.
+    """
+    options: dict[str, Any] = {
+        "name": loading.RELEASE,
+        "namespace": loading.RELEASE_NAMESPACE,
+        "is_install": True,
+        "kube_version": kube_version,
+    }
+    if api_versions:
+        options["api_versions"] = list(api_versions)
+    values = loading.load_values(values_file)
+    with helm.Chart.load(loading.CHART_DIR) as chart:
+        rendered: dict[str, str] = json.loads(
+            _native.call_string(
+                "helm_render",
+                chart._raw(),
+                json.dumps(values) if values is not None else None,
+                json.dumps(options),
+            )
+        )
+    return [
+        body
+        for template, text in sorted(rendered.items())
+        if template.endswith(".yaml")
+        for body in yaml.safe_load_all(text)
+        if body
+    ]
+
+
+def kinds(docs: list[dict[str, Any]]) -> set[str]:
+    return {d["kind"] for d in docs}
+
+
+def test_the_supported_range_is_what_the_issue_promises() -> None:
+    assert MINORS[0] == 27
+    assert {28, 34} <= set(MINORS)
+
+
+def test_the_kube_version_reaches_the_templates() -> None:
+    notes_free = render(None, kube_version="1.28.0")
+    assert not kinds(notes_free) & POLICY_KINDS
+    assert kinds(render(None, kube_version="1.34.0")) >= POLICY_KINDS
+
+
+def test_a_cluster_that_serves_the_policy_api_gets_the_policy() -> None:
+    """`helm install` sees the cluster's API list: the API itself decides, not the number."""
+    served = ("admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",)
+    assert kinds(render(None, kube_version="1.29.5", api_versions=served)) >= POLICY_KINDS
+
+
+def test_the_policy_can_still_be_turned_off_on_a_new_cluster(tmp_path: Path) -> None:
+    values = tmp_path / "off-values.yaml"
+    values.write_text("admissionPolicy:\n  enabled: false\n")
+    assert not kinds(render(values, kube_version="1.34.0")) & POLICY_KINDS
+
+
+@pytest.mark.parametrize("minor", MINORS, ids=lambda m: f"1.{m}")
+def test_helm_lint_is_clean_for_every_supported_minor(minor: int) -> None:
+    report = helm.lint(
+        loading.CHART_DIR,
+        strict=True,
+        namespace=loading.RELEASE_NAMESPACE,
+        kube_version=f"v1.{minor}.0",
+    )
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+@pytest.mark.parametrize("values_file", VALUES_FILES, ids=lambda v: v.name if v else "defaults")
+@pytest.mark.parametrize("minor", MINORS, ids=lambda m: f"1.{m}")
+def test_every_rendering_validates_against_its_minor(minor: int, values_file: Path | None) -> None:
+    version = f"1.{minor}.0"
+    docs = render(values_file, kube_version=version)
+    has_policy = bool(kinds(docs) & POLICY_KINDS)
+    assert has_policy == (minor >= POLICY_MINOR)
+    for body in docs:
+        group = body["apiVersion"].split("/")[0] if "/" in body["apiVersion"] else ""
+        if group in THIRD_PARTY_GROUPS or group.endswith("kopf.dev"):
+            continue
+        try:
+            kubernetes_validate.validate(body, version, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            path = ".".join(map(str, e.path))
+            pytest.fail(f"{body['kind']} {body['metadata']['name']} on {version}: {path}: {e}")
+
+
+def test_the_operator_has_a_disruption_budget_that_never_blocks_a_drain_of_one() -> None:
+    docs = render(None, kube_version="1.34.0")
+    (budget,) = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    assert budget["spec"]["maxUnavailable"] == 1
+    selector = budget["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_the_log_format_is_a_value() -> None:
+    docs = render(loading.CHART_DIR / "ci" / "json-logs-values.yaml", kube_version="1.34.0")
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    args = container["args"]
+    assert args.index("--log-format=json") < args.index("operator")

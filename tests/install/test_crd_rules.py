@@ -1,0 +1,114 @@
+"""The CRD's CEL rules (x-kubernetes-validations), run by a real CEL implementation (cel-python).
+
+The API server runs these rules on every write of an EventHubConsumer; the local API server
+does not, so this walks the schema beside an object as the API server does (a rule runs with
+``self`` bound to the value of its node, when the value is there) and collects the messages.
+Each rule must carry a message that names the field to change: the API server's default
+("failed rule: ...") and its structural messages ("Too many: 2: must have at most 1 items")
+do not.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import celpy
+import pytest
+
+from tests.support import loading
+
+CRD = next(
+    d.body
+    for d in loading.file_documents(loading.CRDS_DIR)
+    if d.kind == "CustomResourceDefinition"
+    and d.body["spec"]["names"]["kind"] == "EventHubConsumer"
+)
+SCHEMA = CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+
+
+def rules(schema: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    for rule in schema.get("x-kubernetes-validations") or []:
+        yield path or "<root>", rule
+    for name, child in (schema.get("properties") or {}).items():
+        yield from rules(child, f"{path}.{name}" if path else name)
+    if isinstance(schema.get("items"), dict):
+        yield from rules(schema["items"], f"{path}[]")
+
+
+def failures(body: dict[str, Any]) -> list[str]:
+    """The messages of the rules ``body`` fails, as the API server would report them."""
+    env = celpy.Environment()
+    found = []
+
+    def walk(schema: dict[str, Any], value: Any, path: str) -> None:
+        for rule in schema.get("x-kubernetes-validations") or []:
+            program = env.program(env.compile(rule["rule"]))
+            try:
+                ok = bool(program.evaluate({"self": celpy.json_to_cel(value)}))
+            except celpy.CELEvalError:
+                ok = False
+            if not ok:
+                found.append(f"{path}: {rule['message']}")
+        if isinstance(value, dict):
+            for name, child in (schema.get("properties") or {}).items():
+                if name in value:
+                    walk(child, value[name], f"{path}.{name}")
+
+    walk(SCHEMA, body, "")
+    return found
+
+
+def example() -> dict[str, Any]:
+    (consumer,) = [
+        d.body
+        for d in loading.file_documents(loading.MANIFESTS_DIR / "examples")
+        if d.kind == "EventHubConsumer" and d.source.startswith("manifests/examples/20-")
+    ]
+    return copy.deepcopy(consumer)
+
+
+def test_every_rule_has_a_message_that_names_a_field() -> None:
+    found = list(rules(SCHEMA))
+    assert len(found) >= 3
+    for path, rule in found:
+        message = " ".join(str(rule.get("message", "")).split())
+        assert message, f"{path}: a rule without a message reports 'failed rule: ...'"
+        field = path.split(".")[-1]
+        assert field in message or "." in message, f"{path}: {message!r} names no field"
+
+
+def test_the_shipped_example_passes_every_rule() -> None:
+    assert failures(example()) == []
+
+
+@pytest.mark.parametrize("store", ["eventHub", "checkpointStore"])
+def test_both_credentials_say_which_to_keep(store: str) -> None:
+    body = example()
+    body["spec"][store]["credentials"] = {
+        "connectionStringSecretRef": {"name": "s", "key": "k"},
+        "workloadIdentity": {},
+    }
+    if store == "checkpointStore":
+        body["spec"][store]["accountUrl"] = "https://shop.blob.core.windows.net"
+    (message,) = failures(body)
+    assert message.startswith(f".spec.{store}.credentials: give exactly one of ")
+    assert f"{store}.credentials.connectionStringSecretRef" in message
+    assert f"{store}.credentials.workloadIdentity" in message
+
+
+@pytest.mark.parametrize("store", ["eventHub", "checkpointStore"])
+def test_no_credentials_say_what_to_give(store: str) -> None:
+    body = example()
+    body["spec"][store]["credentials"] = {}
+    (message,) = failures(body)
+    assert "give exactly one of" in message
+
+
+def test_one_credential_of_either_kind_passes() -> None:
+    body = example()
+    body["spec"]["eventHub"]["credentials"] = {"workloadIdentity": {}}
+    body["spec"]["checkpointStore"]["credentials"] = {"workloadIdentity": {}}
+    body["spec"]["checkpointStore"]["accountUrl"] = "https://shop.blob.core.windows.net"
+    assert failures(body) == []
