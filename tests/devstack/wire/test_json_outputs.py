@@ -81,6 +81,19 @@ COMMANDS: dict[str, list[str]] = {
         "1",
     ],
     "bench chaos": ["bench", "chaos", "--json", "--seconds", "1"],
+    "bench soak": [
+        "bench",
+        "soak",
+        "--json",
+        "--seconds",
+        "2",
+        "--rate",
+        "20",
+        "--partitions",
+        "1",
+        "--sample-seconds",
+        "1",
+    ],
 }
 #: The commands whose run takes minutes even at their smallest settings: their own tests run
 #: them with ``--json`` and parse the whole of stdout already (checked below), so they are not
@@ -160,3 +173,8 @@ def test_stdout_is_exactly_one_json_document(
         assert document["steady_state_requests_per_cycle"] == 0, document
         assert document["steady_state_writes_per_cycle"] == 0, document
         assert document["operator_rss_mb"] > 0, document
+    if name == "bench soak":
+        # Every event sent was processed once, and the consumer's process tree was sampled.
+        assert (document["lost"], document["duplicates"]) == (0, 0), document
+        assert document["processed"] == document["sent"] > 0, document
+        assert min(document["samples"]["rss_mb"]) > 0, document
