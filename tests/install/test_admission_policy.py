@@ -1,13 +1,16 @@
-"""The consumers' ValidatingAdmissionPolicy, run by a real CEL implementation (cel-python).
+"""The consumers' ValidatingAdmissionPolicies, run by a real CEL implementation (cel-python).
 
-Shipped twice (manifests/install/ and the chart): both copies are evaluated against an honest
-acknowledgement and against forged requests. The requests the consumer runtime really makes
-are checked in tests/install/wire/test_recorded_consumer.py with the same evaluator.
+Two policies, shipped twice (manifests/install/ and the chart): the acknowledgements policy
+(on managed ConfigMaps) and the labels policy (on every ConfigMap). Both copies are evaluated
+together, as the API server would, against an honest acknowledgement and forged requests.
+The requests the consumer runtime really makes are checked in
+tests/install/wire/test_recorded_consumer.py with the same evaluator.
 """
 
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,23 +20,37 @@ from tests.support import loading
 from tests.support.rbac import admission
 
 POD = "orders-consumer-0"
+UID = "uid-1"
 USER = "system:serviceaccount:shop:orders-consumer"
-EXTRA = {"authentication.kubernetes.io/pod-name": [POD]}
+EXTRA = {
+    "authentication.kubernetes.io/pod-name": [POD],
+    "authentication.kubernetes.io/pod-uid": [UID],
+}
 
 
-def policies() -> list[tuple[str, admission.Policy]]:
-    found = [
-        ("manifests", d.body)
+class Policies:
+    """One install's policies, evaluated together: a request passes only if all admit it."""
+
+    def __init__(self, bodies: list[dict[str, Any]]) -> None:
+        self.names = sorted(b["metadata"]["name"] for b in bodies)
+        self.policies = [admission.Policy(b) for b in bodies]
+
+    def denials(self, request: admission.Request) -> list[str]:
+        return [m for p in self.policies for m in p.denials(request)]
+
+
+def policies() -> list[tuple[str, Policies]]:
+    manifests = [
+        d.body
         for d in loading.file_documents(loading.MANIFESTS_DIR / "install")
         if d.body.get("kind") == "ValidatingAdmissionPolicy"
     ]
-    found += [
-        ("chart", d.body)
-        for d in loading.rendered(None)
-        if d.body.get("kind") == "ValidatingAdmissionPolicy"
+    chart = [
+        d.body for d in loading.rendered(None) if d.body.get("kind") == "ValidatingAdmissionPolicy"
     ]
-    assert [w for w, _ in found] == ["manifests", "chart"]
-    return [(w, admission.Policy(b)) for w, b in found]
+    found = [("manifests", Policies(manifests)), ("chart", Policies(chart))]
+    assert [len(p.policies) for _, p in found] == [2, 2]
+    return found
 
 
 def assignment(pod: str = POD, consumer: str = "orders") -> dict[str, Any]:
@@ -44,18 +61,60 @@ def assignment(pod: str = POD, consumer: str = "orders") -> dict[str, Any]:
             "name": configmaps.configmap_name(consumer=consumer, pod=pod),
             "namespace": "shop",
             "labels": configmaps.labels(consumer=consumer, pod=pod),
-            "annotations": {configmaps.ANNOTATION_POD_UID: "uid-1"},
-            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": "uid-1"}],
+            "annotations": {configmaps.ANNOTATION_POD_UID: UID},
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": UID}],
         },
         "data": {"consumer": consumer, "pod": pod, "generation": "1", "partitions": "{}"},
     }
 
 
-def update(old: dict[str, Any], change: Any, *, user: str = USER) -> admission.Request:
+def update(
+    old: dict[str, Any],
+    change: Any,
+    *,
+    user: str = USER,
+    extra: dict[str, list[str]] = EXTRA,
+    namespace: str = "shop",
+) -> admission.Request:
     new = copy.deepcopy(old)
     change(new)
     return admission.Request(
-        operation="UPDATE", username=user, extra=EXTRA, object=new, old_object=old
+        operation="UPDATE",
+        username=user,
+        extra=extra,
+        object=new,
+        old_object=old,
+        namespace=namespace,
+    )
+
+
+def unmanaged(name: str = "innocent-config") -> dict[str, Any]:
+    """A ConfigMap the pod may legitimately write (its own application's)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "shop", "labels": {"app": "orders"}},
+        "data": {"setting": "1"},
+    }
+
+
+def forge_labels(body: dict[str, Any]) -> None:
+    """Issue 25's attack: the victim's two labels on a ConfigMap the operator never wrote."""
+    wanted = configmaps.labels(consumer="orders", pod="orders-consumer-1")
+    body["metadata"]["labels"].update(
+        {k: wanted[k] for k in (configmaps.LABEL_CONSUMER, configmaps.LABEL_POD)}
+    )
+    body["data"] = {"consumer": "orders", "pod": "orders-consumer-1", "partitions": "{}"}
+
+
+def create(body: dict[str, Any]) -> admission.Request:
+    return admission.Request(
+        operation="CREATE",
+        username=USER,
+        extra=EXTRA,
+        object=body,
+        old_object=None,
+        namespace="shop",
     )
 
 
@@ -69,6 +128,12 @@ def acknowledge(body: dict[str, Any]) -> None:
 
 def steal(body: dict[str, Any]) -> None:
     body["data"]["partitions"] = '{"7":{"epoch":999,"state":"owned"}}'
+
+
+def unmanage(body: dict[str, Any]) -> None:
+    """Drop the managed-by label and steal in the same write (the old object still matches)."""
+    del body["metadata"]["labels"][configmaps.LABEL_MANAGED_BY]
+    steal(body)
 
 
 FORGED = {
@@ -105,20 +170,62 @@ FORGED = {
         extra={},
         object=assignment(),
         old_object=assignment(),
+        namespace="shop",
     ),
-    "a create": lambda: admission.Request(
-        operation="CREATE", username=USER, extra=EXTRA, object=assignment(), old_object=None
-    ),
+    "a create": lambda: create(assignment()),
     "a delete": lambda: admission.Request(
-        operation="DELETE", username=USER, extra=EXTRA, object=None, old_object=assignment()
+        operation="DELETE",
+        username=USER,
+        extra=EXTRA,
+        object=None,
+        old_object=assignment(),
+        namespace="shop",
+    ),
+    # Issue 25: an unmanaged ConfigMap labelled for another pod, by update or by create.
+    "the victim's labels on an unmanaged ConfigMap": lambda: update(unmanaged(), forge_labels),
+    "an unmanaged ConfigMap created with the victim's labels": lambda: create(
+        changed(unmanaged(), forge_labels)
+    ),
+    "the managed-by label on an unmanaged ConfigMap": lambda: update(
+        unmanaged(),
+        lambda b: b["metadata"]["labels"].update(
+            {configmaps.LABEL_MANAGED_BY: configmaps.MANAGED_BY}
+        ),
+    ),
+    "the managed-by label removed to write the data": lambda: update(assignment(), unmanage),
+    # Issue 25, low: the pod-name claim alone is not the pod.
+    "a pod of the same name in another namespace": lambda: update(
+        assignment(), acknowledge, user="system:serviceaccount:evil:orders-consumer"
+    ),
+    "the right pod name with another pod's uid": lambda: update(
+        assignment(),
+        acknowledge,
+        extra={**EXTRA, "authentication.kubernetes.io/pod-uid": ["uid-other"]},
+    ),
+    "a token without a pod-uid claim": lambda: update(
+        assignment(),
+        acknowledge,
+        extra={"authentication.kubernetes.io/pod-name": [POD]},
     ),
 }
+
+
+def changed(body: dict[str, Any], change: Any) -> dict[str, Any]:
+    change(body)
+    return body
 
 
 @pytest.mark.parametrize("where", ["manifests", "chart"])
 def test_a_consumer_may_acknowledge_on_its_own_configmap(where: str) -> None:
     policy = dict(policies())[where]
     assert policy.denials(update(assignment(), acknowledge)) == []
+
+
+@pytest.mark.parametrize("where", ["manifests", "chart"])
+def test_a_consumer_may_still_write_its_own_configmaps(where: str) -> None:
+    policy = dict(policies())[where]
+    assert policy.denials(create(unmanaged())) == []
+    assert policy.denials(update(unmanaged(), lambda b: b["data"].update(setting="2"))) == []
 
 
 @pytest.mark.parametrize("where", ["manifests", "chart"])
@@ -142,6 +249,59 @@ def test_the_operator_and_the_control_plane_are_not_restricted() -> None:
         assert policy.denials(update(assignment(), steal, user=operator)) == [], where
         collector = "system:serviceaccount:kube-system:generic-garbage-collector"
         delete = admission.Request(
-            operation="DELETE", username=collector, extra={}, object=None, old_object=assignment()
+            operation="DELETE",
+            username=collector,
+            extra={},
+            object=None,
+            old_object=assignment(),
+            namespace="shop",
         )
         assert policy.denials(delete) == [], where
+        # The operator creates ConfigMaps with its labels.
+        fresh = admission.Request(
+            operation="CREATE",
+            username=operator,
+            extra={},
+            object=assignment(),
+            old_object=None,
+            namespace="shop",
+        )
+        assert policy.denials(fresh) == [], where
+
+
+def test_both_copies_ship_the_same_rules() -> None:
+    (_, manifests), (_, chart) = policies()
+    for ours, theirs in zip(manifests.policies, chart.policies, strict=True):
+        assert ours.spec["validations"] == theirs.spec["validations"]
+        assert ours.spec.get("variables") == theirs.spec.get("variables")
+
+
+def test_the_threat_model_names_the_acknowledgement_annotations_the_policy_allows() -> None:
+    text = (loading.MANIFESTS_DIR.parent / "docs" / "threat-model.md").read_text()
+    for key in configmaps.POD_WRITTEN_ANNOTATIONS:
+        assert key.removeprefix(configmaps.PREFIX) in text, key
+    assert "two acknowledgement annotations" not in text
+
+
+def test_an_existing_service_account_must_be_named_never_the_default(tmp_path: Path) -> None:
+    """With serviceAccount.create=false and no name, the exemption would be the namespace's
+    default ServiceAccount: every pod that names none would be the operator to the policy."""
+    values = tmp_path / "values.yaml"
+    values.write_text("serviceAccount: {create: false}\n")
+    with pytest.raises(Exception, match=r"set serviceAccount\.name") as caught:
+        loading.rendered(values)
+    assert "not default" in str(caught.value)
+    values.write_text("serviceAccount: {create: false, name: default}\n")
+    with pytest.raises(Exception, match=r"serviceAccount\.name"):
+        loading.rendered(values)
+    values.write_text("serviceAccount: {create: false, name: ops-operator}\n")
+    bodies = [
+        d.body
+        for d in loading.rendered(values)
+        if d.body.get("kind") == "ValidatingAdmissionPolicy"
+    ]
+    assert len(bodies) == 2
+    for body in bodies:
+        condition = body["spec"]["matchConditions"][0]["expression"]
+        assert f"system:serviceaccount:{loading.RELEASE_NAMESPACE}:ops-operator" in condition
+        assert ":default'" not in condition
