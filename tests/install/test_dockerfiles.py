@@ -17,6 +17,7 @@ DOCKERFILES = {
     "operator": loading.ROOT / "docker" / "operator.Dockerfile",
     "consumer": loading.ROOT / "docker" / "consumer.Dockerfile",
     "consumer-connect": loading.ROOT / "docker" / "consumer-connect.Dockerfile",
+    "orders-example": loading.ROOT / "docker" / "orders-example.Dockerfile",
 }
 BUILD_TOOLS = ("build-essential", "gcc", "g++", "make ", "-dev ")
 
@@ -108,7 +109,12 @@ def test_runs_as_a_numeric_non_root_user(image: str) -> None:
 
 @pytest.mark.parametrize(
     ("image", "command"),
-    [("operator", "operator"), ("consumer", "consume"), ("consumer-connect", "consume")],
+    [
+        ("operator", "operator"),
+        ("consumer", "consume"),
+        ("consumer-connect", "consume"),
+        ("orders-example", "consume"),
+    ],
 )
 def test_entry_point_is_the_ehb_console_script(image: str, command: str) -> None:
     final = stages(DOCKERFILES[image])[-1]
@@ -164,26 +170,16 @@ def test_consumer_image_carries_java_and_pyspark() -> None:
     env = " ".join(rest for k, rest in final if k == "ENV")
     assert "PYSPARK_PYTHON=/opt/ehb/bin/python" in env
     assert "JAVA_HOME=/opt/java" in env
-    # Spark writes only below the emptyDir mounts of the example Deployment.
-    (deployment,) = [
-        d.body
-        for d in loading.file_documents(loading.MANIFESTS_DIR / "examples")
-        if d.kind == "Deployment"
-    ]
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    # Spark writes only below the emptyDir mounts the image's header asks for.
     for path in re.findall(r"(/var/lib/ehb|/tmp)(?:/[\w-]+)*", final_text):
-        assert path in mounts
+        assert path in documented_mounts("consumer")
 
 
-def example_deployment_mounts() -> set[str]:
-    (deployment,) = [
-        d.body
-        for d in loading.file_documents(loading.MANIFESTS_DIR / "examples")
-        if d.kind == "Deployment"
-    ]
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    return {m["mountPath"] for m in container["volumeMounts"]}
+def documented_mounts(image: str) -> set[str]:
+    """The emptyDir mounts a Dockerfile's header asks a Deployment for (read-only root)."""
+    header = DOCKERFILES[image].read_text().split("\nARG ", 1)[0]
+    (line,) = [x for x in header.splitlines() if "emptyDir" in x]
+    return set(re.findall(r"(/var/lib/ehb|/tmp)\b", header[header.index(line) :]))
 
 
 def test_connect_image_has_no_java_and_installs_pyspark_client() -> None:
@@ -208,7 +204,31 @@ def test_connect_image_has_no_java_and_installs_pyspark_client() -> None:
     env = " ".join(rest for k, rest in final if k == "ENV")
     assert "PYSPARK_PYTHON" not in env
     for path in re.findall(r"(/var/lib/ehb|/tmp)(?:/[\w-]+)*", final_text):
-        assert path in example_deployment_mounts()
+        assert path in documented_mounts("consumer-connect")
+
+
+def test_the_example_deployment_runs_the_example_image() -> None:
+    """manifests/examples/ works as shipped: its image is built by orders-example.Dockerfile
+    (the tag its header gives) and carries the handler module its args name."""
+    (deployment,) = [
+        d.body
+        for d in loading.file_documents(loading.MANIFESTS_DIR / "examples")
+        if d.kind == "Deployment"
+    ]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    dockerfile = DOCKERFILES["orders-example"].read_text()
+    (tag,) = re.findall(r"docker build -f docker/orders-example.Dockerfile -t (\S+) \.", dockerfile)
+    assert container["image"] == tag
+    (handler,) = [a.split("=", 1)[1] for a in container["args"] if a.startswith("--handler=")]
+    module = handler.split(":")[0]
+    assert module == "orders.pipeline"
+    copied = [rest for k, rest in instructions(DOCKERFILES["orders-example"]) if k == "COPY"]
+    assert any("examples/orders/pipeline.py /opt/ehb/handlers/orders/" in c for c in copied)
+    final = stages(DOCKERFILES["orders-example"])[-1]
+    env = " ".join(rest for k, rest in final if k == "ENV")
+    assert "PYTHONPATH=/opt/ehb/handlers" in env
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert documented_mounts("orders-example") <= mounts
 
 
 def test_ignored_follows_the_last_matching_pattern() -> None:

@@ -169,3 +169,12 @@ def test_container_args_parse_with_the_ehb_cli(where: str, args: list[str]) -> N
 
     parsed = cli.build_parser().parse_args(args)
     assert parsed.command in ("operator", "consume"), where
+
+
+def test_the_consumer_pdb_selects_the_consumer_pods() -> None:
+    (budget,) = find("PodDisruptionBudget")
+    (deployment,) = find("Deployment", "examples/40-consumer-deployment")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert budget["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert budget["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+    assert budget["spec"]["maxUnavailable"] == 1
