@@ -1,6 +1,9 @@
-"""`ehb bench decide` measures what it says: a settled fleet, one pod flipped per decision."""
+"""`ehb bench decide` measures what it says: a settled fleet decided cold, and with the carry
+of the decision before it with one pod flipped per decision."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
@@ -10,8 +13,8 @@ from eventhub_balancer_devstack.benchmarks import deciding as bench
 
 
 def test_the_fleet_settles_with_every_partition_owned_and_nothing_left_to_write() -> None:
-    observation, second = bench.settled(16, 4)
-    decision = deciding.decide(observation, now=bench.at(second))
+    observation, carry, second = bench.settled(16, 4)
+    decision, _ = deciding.decide(observation, carry, now=bench.at(second))
     assert decision.writes.count == 0
     assert not decision.status
     assert decision.balanced
@@ -19,20 +22,20 @@ def test_the_fleet_settles_with_every_partition_owned_and_nothing_left_to_write(
     assert owned == {str(p) for p in range(16)}
 
 
-def test_each_measured_decision_advances_the_fleet_by_the_flipped_pod_alone(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    advanced: list[set[str]] = []
-    advance_by = fleets.advance_by
+def test_each_warm_decision_reads_the_flipped_pod_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    read: list[str] = []
+    read_pod = fleets.read_pod
 
-    def counted(previous: fleets.Fleet, **kwargs: object) -> fleets.Fleet:
-        fleet = advance_by(previous, **kwargs)  # type: ignore[arg-type]
-        advanced.append(set(fleet.changed_pods))
-        return fleet
+    def counted(body: Any) -> fleets.PodRead:
+        read.append(body["metadata"]["name"])
+        return read_pod(body)
 
-    monkeypatch.setattr(fleets, "advance_by", counted)
+    monkeypatch.setattr(fleets, "read_pod", counted)
     figure = bench.measure(16, 4, repeat=3)
-    assert advanced[-3:] == [{"pod-1"}] * 3  # after the settling cycles
+    # The cold decisions read every pod; each warm one the flipped pod alone.
+    assert read[-3:] == ["pod-1"] * 3
+    assert read[-7:-3] == ["pod-0", "pod-1", "pod-2", "pod-3"]
+    assert figure["cold_ms"] > 0
     assert figure["partitions"] == 16
     assert figure["pods"] == 4
     assert figure["decide_ms"] >= figure["planner_ms"] > 0

@@ -14,19 +14,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer import errors
-from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import configmaps, specs
-from eventhub_balancer.reconciling import (
-    claims,
-    coordinates,
-    deciding,
-    fleets,
-    needs,
-    observations,
-    readbacks,
-    statuses,
-    writes,
-)
+from eventhub_balancer.reconciling import deciding, observations
 from tests.support import fakes
 
 T0 = datetime.datetime(2024, 5, 1, 12, 0, 0, tzinfo=datetime.UTC)
@@ -46,23 +35,10 @@ SPEC: dict[str, Any] = {
 IDS = ("0", "1", "2", "3")
 
 
-def forget() -> None:
-    """Every memo, cache and kept result a decision goes through, emptied: the next decision
-    is taken cold."""
-    for memo in (writes.BUILT, writes.SPECS):
-        memo.clear()
-    for cache in (
-        readbacks.ENTRIES,
-        readbacks.FLOORS,
-        readbacks.RELEASED,
-        statuses.TIMES,
-        coordinates.MAPS,
-        coordinates.WANTED,
-    ):
-        cache.clear()
-    models.name_key.cache_clear()
-    for module in (fleets, needs, claims, coordinates, statuses):
-        module.forget()
+def decide(observation: observations.Observation, *, now: datetime.datetime) -> deciding.Decision:
+    """A cold decision: nothing carried from an earlier one."""
+    decision, _carry = deciding.decide(observation, None, now=now)
+    return decision
 
 
 def at(seconds: float) -> datetime.datetime:
@@ -136,10 +112,10 @@ def decide_fully(
     checkpoints: Mapping[str, tuple[int, int]] | None = None,
 ) -> tuple[observations.Observation, deciding.Decision]:
     """Decide as a cycle does: again with the blobs (default: none stored) when asked."""
-    decision = deciding.decide(observation, now=now)
+    decision = decide(observation, now=now)
     if decision.needs_checkpoints:
         observation = read_blobs(observation, checkpoints or {})
-        decision = deciding.decide(observation, now=now)
+        decision = decide(observation, now=now)
     return observation, decision
 
 

@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 from eventhub_balancer.contracts import specs
-from eventhub_balancer.reconciling import conflicts, deciding, observations
+from eventhub_balancer.reconciling import conflicts, observations
 from tests.reconciling import bodies
 from tests.reconciling.bodies import at, pod
 
@@ -73,7 +73,7 @@ def test_the_later_of_two_selecting_the_same_pods_writes_nothing_but_its_conflic
     assert "epochs" not in after.status
     assert "assignment" not in after.status
     # The next cycle says nothing new: no Event, no status write, still nothing else.
-    again = deciding.decide(after, now=at(25))
+    again = bodies.decide(after, now=at(25))
     assert (again.events, again.status, again.writes.count) == ((), {}, 0)
 
 

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from eventhub_balancer import errors
-from eventhub_balancer.reconciling import deciding, observations
+from eventhub_balancer.reconciling import observations
 from tests.reconciling import bodies
 from tests.reconciling.bodies import at, pod
 
@@ -19,9 +19,9 @@ def started(*pods: dict[str, Any]) -> observations.Observation:
 
 def test_a_fresh_start_reads_the_blobs_before_giving_partitions_out() -> None:
     observation = bodies.observe(pods=[pod("a"), pod("b")])
-    first = deciding.decide(observation, now=at(0))
+    first = bodies.decide(observation, now=at(0))
     assert first.needs_checkpoints
-    second = deciding.decide(bodies.read_blobs(observation, {}), now=at(0))
+    second = bodies.decide(bodies.read_blobs(observation, {}), now=at(0))
     assert not second.needs_checkpoints
     assert second.epochs == {"0": 1, "1": 1, "2": 1, "3": 1}
     assert [(w.pod, w.create, w.gains) for w in second.writes.maps] == [
@@ -45,7 +45,7 @@ def test_checkpoint_epochs_are_a_floor_for_the_new_owners() -> None:
 
 def test_a_steady_state_decides_no_write_and_no_second_read() -> None:
     observation = started(pod("a"), pod("b"))
-    decision = deciding.decide(observation, now=at(5))
+    decision = bodies.decide(observation, now=at(5))
     assert not decision.needs_checkpoints
     assert (decision.epochs, decision.writes.count, decision.status, decision.events) == (
         None,
@@ -55,13 +55,13 @@ def test_a_steady_state_decides_no_write_and_no_second_read() -> None:
     )
     assert decision.next_in is None
     assert decision.pods == {"a", "b"}
-    assert deciding.decide(observation, now=at(5)) == decision  # the same input, the same answer
+    assert bodies.decide(observation, now=at(5)) == decision  # the same input, the same answer
 
 
 def test_an_invalid_spec_is_reported_once_and_nothing_else_is_written() -> None:
     spec = {**bodies.SPEC, "checkpointStore": {"containerName": "X"}}
     observation = bodies.observe(pods=[pod("a")], spec=spec)
-    decision = deciding.decide(observation, now=at(0))
+    decision = bodies.decide(observation, now=at(0))
     assert decision.spec_error is not None
     assert "spec.checkpointStore" in decision.spec_error
     assert decision.writes.count == 0
@@ -69,14 +69,14 @@ def test_an_invalid_spec_is_reported_once_and_nothing_else_is_written() -> None:
     assert [(e.reason, e.type) for e in decision.events] == [("InvalidSpec", "Warning")]
     after = bodies.applied(observation, decision)
     assert bodies.condition(after, "Ready")["status"] == "False"
-    again = deciding.decide(after, now=at(5))
+    again = bodies.decide(after, now=at(5))
     assert (again.events, again.status) == ((), {})
 
 
 def test_a_notready_pod_keeps_its_partitions_for_the_grace_period() -> None:
     observation = started(pod("a"), pod("b"))
     observation = bodies.with_pods(observation, pod("a", ready=False, since=10))
-    held = deciding.decide(observation, now=at(29))
+    held = bodies.decide(observation, now=at(29))
     assert held.moves == ()
     assert held.next_in == 1.0  # podGraceSeconds 20 after the pod became NotReady at 10
     _, gone = bodies.decide_fully(observation, now=at(30))
@@ -94,7 +94,7 @@ def test_a_handoff_waits_for_the_release_until_its_timeout() -> None:
     assert revoke.next_in == 30.0  # handoffTimeoutSeconds
     observation = bodies.applied(observation, revoke)
     assert bodies.assignment(observation)["a"]["2"] == (1, "revoking")
-    waiting = deciding.decide(observation, now=at(129))
+    waiting = bodies.decide(observation, now=at(129))
     assert (waiting.moves, waiting.next_in) == ((), 1.0)
     _, timed_out = bodies.decide_fully(observation, now=at(130))
     assert [(m.reason, m.target, m.epoch) for m in timed_out.moves] == [
@@ -122,7 +122,7 @@ def test_a_hub_fault_keeps_the_assignment_and_is_reported_when_it_starts() -> No
     observation = started(pod("a"), pod("b"))
     fault = observations.Fault.of(errors.TransientError("AMQP connection refused"))
     failing = dataclasses.replace(observation, hub=observations.HubRead(ids=None, fault=fault))
-    decision = deciding.decide(failing, now=at(5))
+    decision = bodies.decide(failing, now=at(5))
     assert decision.moves == ()
     assert decision.writes.count == 0
     assert decision.partitions == ("0", "1", "2", "3")  # those already assigned
@@ -131,18 +131,16 @@ def test_a_hub_fault_keeps_the_assignment_and_is_reported_when_it_starts() -> No
     reachable = bodies.condition(failing, "EventHubReachable")
     assert reachable["status"] == "False"
     assert "over the partitions already assigned" in reachable["message"]
-    assert deciding.decide(failing, now=at(10)).events == ()
+    assert bodies.decide(failing, now=at(10)).events == ()
     recovered = dataclasses.replace(failing, hub=observations.HubRead(ids=bodies.IDS))
-    assert [e.reason for e in deciding.decide(recovered, now=at(15)).events] == [
-        "EventHubReachable"
-    ]
+    assert [e.reason for e in bodies.decide(recovered, now=at(15)).events] == ["EventHubReachable"]
 
 
 def test_a_misconfigured_hub_says_so() -> None:
     observation = bodies.observe(pods=[pod("a")], ids=None)
     fault = observations.Fault.of(errors.ConfigurationError("no such namespace"))
     failing = dataclasses.replace(observation, hub=observations.HubRead(ids=None, fault=fault))
-    decision = deciding.decide(failing, now=at(0))
+    decision = bodies.decide(failing, now=at(0))
     assert [e.reason for e in decision.events] == ["EventHubMisconfigured"]
     assert decision.partitions == ()  # never listed, nothing assigned: nothing to plan over
 
@@ -150,7 +148,7 @@ def test_a_misconfigured_hub_says_so() -> None:
 def test_partitions_assigned_but_not_listed_are_kept() -> None:
     observation = started(pod("a"), pod("b"))
     shorter = dataclasses.replace(observation, hub=observations.HubRead(ids=("0", "1")))
-    decision = deciding.decide(shorter, now=at(5))
+    decision = bodies.decide(shorter, now=at(5))
     assert decision.unlisted == ("2", "3")
     assert decision.moves == ()
 
@@ -158,7 +156,7 @@ def test_partitions_assigned_but_not_listed_are_kept() -> None:
 def test_lag_weighting_needs_both_ends_and_spreads_the_backlog() -> None:
     spec = {**bodies.SPEC, "balancing": {"weighting": "lag"}}
     observation = bodies.observe(pods=[pod("a"), pod("b")], spec=spec)
-    first = deciding.decide(observation, now=at(0))
+    first = bodies.decide(observation, now=at(0))
     assert first.needs_checkpoints
     assert first.needs_last_sequences
     # Partition 0 is 299 events behind, the others are up to date.
@@ -166,7 +164,7 @@ def test_lag_weighting_needs_both_ends_and_spreads_the_backlog() -> None:
         bodies.read_blobs(observation, {p: (0, 0) for p in bodies.IDS}),
         last_sequences={"0": 299, "1": 0, "2": 0, "3": 0},
     )
-    decision = deciding.decide(observation, now=at(0))
+    decision = bodies.decide(observation, now=at(0))
     owned = bodies.assignment(bodies.applied(observation, decision))
     # By count each pod would get two partitions; by lag the backlog has a pod to itself.
     assert owned == {
@@ -187,7 +185,7 @@ def test_lag_weighting_goes_on_from_the_last_checkpoints_while_the_store_is_down
         ),
         last_sequences={"0": 299, "1": 0, "2": 0, "3": 0},
     )
-    decision = deciding.decide(observation, now=at(0))
+    decision = bodies.decide(observation, now=at(0))
     owned = bodies.assignment(bodies.applied(observation, decision))
     # Still by lag (by count it would be two and two): the outage moves nothing by itself.
     assert owned == {
@@ -208,6 +206,6 @@ def test_the_store_condition_follows_what_is_known_of_the_store() -> None:
 
 
 def _store_condition(observation: observations.Observation) -> tuple[str, str]:
-    after = bodies.applied(observation, deciding.decide(observation, now=at(5)))
+    after = bodies.applied(observation, bodies.decide(observation, now=at(5)))
     found = bodies.condition(after, "CheckpointStoreReachable")
     return found["status"], found["reason"]

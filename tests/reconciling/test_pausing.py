@@ -58,7 +58,7 @@ def test_paused_is_parsed_with_a_default_and_a_clear_error() -> None:
 
 def test_a_pause_revokes_everything_then_leaves_it_unowned_once_released() -> None:
     observation = respec(started(pod("a"), pod("b")), PAUSED_SPEC)
-    pausing = deciding.decide(observation, now=at(10))
+    pausing = bodies.decide(observation, now=at(10))
     assert not pausing.needs_checkpoints
     assert [(m.kind, m.reason, m.target) for m in pausing.moves] == [("revoke", "drain", None)] * 4
     assert pausing.epochs is None  # nothing changes owner yet: epochs stay
@@ -85,7 +85,7 @@ def test_a_pause_revokes_everything_then_leaves_it_unowned_once_released() -> No
 
     # a releases: its partitions are left without an owner; b still holds two.
     observation = bodies.acknowledged(observation, "a")
-    half = deciding.decide(observation, now=at(11))
+    half = bodies.decide(observation, now=at(11))
     assert [(m.partition, m.source, m.target) for m in half.moves] == [
         ("0", "a", None),
         ("1", "a", None),
@@ -100,7 +100,7 @@ def test_a_pause_revokes_everything_then_leaves_it_unowned_once_released() -> No
     )
 
     observation = bodies.acknowledged(observation, "b")
-    done = deciding.decide(observation, now=at(12))
+    done = bodies.decide(observation, now=at(12))
     assert events(done) == [("PartitionReleased", "Normal"), ("Paused", "Normal")]
     observation = bodies.applied(observation, done)
     assert bodies.assignment(observation) == {"a": {}, "b": {}}
@@ -118,16 +118,16 @@ def test_a_pause_revokes_everything_then_leaves_it_unowned_once_released() -> No
     assert [c["partitions"] for c in status.get("consumers") or []] == [[], []]
 
     # A steady pause writes nothing and posts nothing.
-    steady = deciding.decide(observation, now=at(20))
+    steady = bodies.decide(observation, now=at(20))
     assert (steady.writes.count, steady.status, steady.events, steady.epochs) == (0, {}, (), None)
 
 
 def test_a_pod_that_does_not_release_is_left_behind_at_the_timeout() -> None:
     observation = respec(started(pod("a")), PAUSED_SPEC)
-    observation = bodies.applied(observation, deciding.decide(observation, now=at(10)))
-    waiting = deciding.decide(observation, now=at(39))
+    observation = bodies.applied(observation, bodies.decide(observation, now=at(10)))
+    waiting = bodies.decide(observation, now=at(39))
     assert (waiting.moves, waiting.next_in) == ((), 1.0)
-    timed_out = deciding.decide(observation, now=at(40))
+    timed_out = bodies.decide(observation, now=at(40))
     assert events(timed_out) == [("HandoffTimedOut", "Warning"), ("Paused", "Normal")]
     assert "fences a out" in timed_out.events[0].message
     observation = bodies.applied(observation, timed_out)
@@ -142,7 +142,7 @@ def test_pods_that_join_or_fail_while_paused_get_nothing_and_hold_nothing() -> N
     observation = bodies.with_pods(
         observation, pod("b", ready=False, since=5), pod("c", ready=False, since=-100), pod("d")
     )
-    decision = deciding.decide(observation, now=at(10))
+    decision = bodies.decide(observation, now=at(10))
     assert {(m.source, m.kind, m.target) for m in decision.moves} == {
         ("a", "revoke", None),
         ("b", "revoke", None),
@@ -153,7 +153,7 @@ def test_pods_that_join_or_fail_while_paused_get_nothing_and_hold_nothing() -> N
 
 def test_a_consumer_paused_from_the_start_assigns_nothing_and_is_paused_at_once() -> None:
     observation = bodies.observe(pods=[pod("a")], spec=PAUSED_SPEC)
-    decision = deciding.decide(observation, now=at(0))
+    decision = bodies.decide(observation, now=at(0))
     assert (decision.needs_checkpoints, decision.moves, decision.epochs) == (False, (), None)
     assert events(decision) == [("Paused", "Normal")]
     observation = bodies.applied(observation, decision)
@@ -164,16 +164,16 @@ def test_a_consumer_paused_from_the_start_assigns_nothing_and_is_paused_at_once(
 def test_a_pause_by_lag_weighting_drains_as_well() -> None:
     spec = {**bodies.SPEC, "balancing": {"weighting": "lag"}}
     observation = respec(started(pod("a"), pod("b"), spec=spec), {**spec, "paused": True})
-    decision = deciding.decide(observation, now=at(10))
+    decision = bodies.decide(observation, now=at(10))
     assert [(m.kind, m.target) for m in decision.moves] == [("revoke", None)] * 4
 
 
 def test_resuming_assigns_again_with_higher_epochs() -> None:
     observation = respec(started(pod("a"), pod("b")), PAUSED_SPEC)
-    observation = bodies.applied(observation, deciding.decide(observation, now=at(10)))
+    observation = bodies.applied(observation, bodies.decide(observation, now=at(10)))
     for name in ("a", "b"):
         observation = bodies.acknowledged(observation, name)
-    observation = bodies.applied(observation, deciding.decide(observation, now=at(11)))
+    observation = bodies.applied(observation, bodies.decide(observation, now=at(11)))
     assert conditions(observation)["Paused"] == ("True", "Paused")
 
     observation = respec(observation, bodies.SPEC)
@@ -187,7 +187,7 @@ def test_resuming_assigns_again_with_higher_epochs() -> None:
     }
     assert conditions(observation)["Paused"] == ("False", "Resumed")
     assert conditions(observation)["Ready"] == ("True", "AllPartitionsOwned")
-    assert deciding.decide(observation, now=at(25)).events == ()
+    assert bodies.decide(observation, now=at(25)).events == ()
 
 
 def test_a_consumer_never_paused_says_so_and_posts_nothing_about_it() -> None:

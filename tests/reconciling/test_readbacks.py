@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+from collections.abc import Mapping, Sequence
 
 from eventhub_balancer.balancing import models, planning
 from eventhub_balancer.contracts import configmaps, podstates, specs
@@ -74,6 +75,44 @@ def recorded(
     ]
     highest = {p: e for parts in owners.values() for p, e in parts.items()}
     return {"assignment": entries, "epochs": {**highest, **(epochs or {})}}
+
+
+def derive_writes(
+    *,
+    spec: specs.ConsumerSpec,
+    consumer: str,
+    namespace: str,
+    assignment: Mapping[models.PartitionId, models.Ownership],
+    maps: Sequence[observations.StoredMap],
+    pods: Mapping[str, podstates.PodState],
+    pod_annotations: Mapping[str, Mapping[str, str]],
+    problems: Mapping[str, tuple[str, ...]] | None = None,
+) -> writes.Writes:
+    """What `writes.derive` gives for a fleet, from ConfigMaps and pod states as a test has
+    them: every pod's need (`writes.pod_writes`), and the ConfigMaps nobody wants."""
+    by_name = {m.name: m for m in maps}
+    by_pod: dict[str, list[str]] = {}
+    for m in sorted(maps, key=lambda m: models.name_key(m.name)):
+        by_pod.setdefault(m.pod, []).append(m.name)
+    owners = writes.by_owner(assignment)
+    needs = []
+    for pod in pods.values():
+        found = writes.map_of(pod.name, consumer=consumer, by_name=by_name, by_pod=by_pod)
+        needs.append(
+            writes.pod_writes(
+                pod,
+                spec=spec,
+                consumer=consumer,
+                namespace=namespace,
+                partitions=owners.get(pod.name, {}),
+                cm=found,
+                annotations=pod_annotations.get(pod.name, {}),
+                problem=found is not None and found.name in (problems or {}),
+                annotate_pods=True,
+            )
+        )
+    wanted = {n.wanted for n in needs}
+    return writes.assemble(needs, [m for m in maps if m.name not in wanted])
 
 
 def test_ownership_comes_from_the_record_and_a_forged_claim_is_tampering() -> None:
@@ -148,7 +187,7 @@ def test_steady_state_derives_no_writes() -> None:
         )
         for n in pods
     }
-    planned = writes.derive_writes(
+    planned = derive_writes(
         spec=spec,
         consumer="orders",
         namespace="ns",
@@ -174,7 +213,7 @@ def test_configmap_under_an_older_name_is_kept_not_duplicated() -> None:
             now=T0.timestamp(),
         )
     )
-    planned = writes.derive_writes(
+    planned = derive_writes(
         spec=spec,
         consumer="orders",
         namespace="ns",
@@ -203,7 +242,7 @@ def test_gone_pod_taken_over_gaining_first_and_stale_deleted() -> None:
         )
     )
     assert [(m.kind, m.reason, m.epoch) for m in plan.moves] == [("takeover", "gone", 2)]
-    planned = writes.derive_writes(
+    planned = derive_writes(
         spec=spec,
         consumer="orders",
         namespace="ns",

@@ -133,7 +133,7 @@ def test_a_pod_reporting_trouble_is_no_assignment_tampering() -> None:
     )
     assert (dict(back.problems), dict(back.tampered)) == ({}, {})
     assert list(back.troubles) == ["2"]
-    decision = deciding.decide(observation, now=at(5))
+    decision = bodies.decide(observation, now=at(5))
     assert not [
         e for e in decision.events if e.reason in ("AssignmentTampered", "ConfigMapRepaired")
     ]

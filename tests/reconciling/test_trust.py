@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from eventhub_balancer.contracts import bounds, configmaps
-from eventhub_balancer.reconciling import deciding, observations
+from eventhub_balancer.reconciling import observations
 from tests.reconciling import bodies
 from tests.reconciling.bodies import at, pod
 
@@ -53,7 +53,7 @@ def test_a_pod_that_writes_a_higher_epoch_into_its_data_gets_nothing() -> None:
     after = bodies.applied(observation2, decision)
     assert bodies.assignment(after)["a"] == owned_by_a
     assert stolen not in bodies.assignment(after)["b"]
-    assert deciding.decide(after, now=at(6)).writes.count == 0
+    assert bodies.decide(after, now=at(6)).writes.count == 0
 
 
 def test_a_restarted_operator_resumes_from_the_status_even_without_the_configmaps() -> None:
@@ -88,7 +88,7 @@ def test_an_acknowledgement_above_the_assigned_epoch_or_oversized_is_ignored() -
         " " * (bounds.MAX_ANNOTATION_BYTES + 1) + configmaps.build_released(revoking),
     ):
         forged = edited(after, owner, annotations={configmaps.ANNOTATION_RELEASED: value})
-        decision = deciding.decide(forged, now=at(6))
+        decision = bodies.decide(forged, now=at(6))
         assert [m.kind for m in decision.moves] == [], value[:40]
     honest = edited(
         after,

@@ -1,4 +1,4 @@
-"""`ehb bench decide`: one decision's cost outside the planner as the fleet grows (figures)."""
+"""`ehb bench decide`: one decision's cost, cold and warm, as the fleet grows (figures)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,10 @@ import json
 from eventhub_balancer import errors
 
 COMMAND = ("bench", "decide")
-HELP = "Measure one decision (one pod flipped) and the planner inside it, for growing fleets."
+HELP = (
+    "Measure one decision cold (nothing carried) and warm (one pod flipped), and the planner "
+    "inside it, for growing fleets."
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,10 +43,13 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(figures, indent=2))
         return 0
-    print(f"{'partitions':>10}  {'pods':>5}  {'decide ms':>9}  {'planner ms':>10}  {'rest ms':>7}")
+    print(
+        f"{'partitions':>10}  {'pods':>5}  {'cold ms':>8}  {'decide ms':>9}  {'planner ms':>10}  "
+        f"{'rest ms':>7}"
+    )
     for f in figures:
         print(
-            f"{f['partitions']:>10}  {f['pods']:>5}  {f['decide_ms']:>9.3f}  "
+            f"{f['partitions']:>10}  {f['pods']:>5}  {f['cold_ms']:>8.3f}  {f['decide_ms']:>9.3f}  "
             f"{f['planner_ms']:>10.3f}  {f['outside_planner_ms']:>7.3f}"
         )
     return 0

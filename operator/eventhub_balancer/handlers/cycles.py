@@ -9,10 +9,13 @@ and then the cycle decides again with them.
 Reading the pods and deciding cost what the fleet costs; most wake-ups change nothing (the
 interval's safety net, the echo of the operator's own writes, another consumer's event). A
 decision that wrote and read nothing more is kept (`memories.Settled`) with its inputs: the
-watch's count of the events that concerned this consumer (`caching.CachedKube.stamp`), the
+watch's count of the events that concerned this consumer (`ports.KubePort.stamp`), the
 CR's resourceVersion, the partition list, the peers and the store's state. A cycle that finds
 the same inputs before the decision's next deadline (`deciding.Decision.settled_until`) or the
 store's next probe reads nothing more and decides nothing: the decision stands.
+
+Each decision takes the carry the last one handed on (`memories.Memory.carry`) and hands on
+its own: `deciding.decide` keeps nothing between calls, the caller does.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import time
 from collections.abc import Hashable
 
 from eventhub_balancer.contracts import podstates
-from eventhub_balancer.handlers import caching, memories, metrics, observing, ports, writing
+from eventhub_balancer.handlers import memories, metrics, observing, ports, writing
 from eventhub_balancer.reconciling import deciding, observations, retries
 
 logger = logging.getLogger(__name__)
@@ -103,9 +106,7 @@ async def _decide(
     The settled decision stands instead while nothing it was taken from changed."""
     wall = podstates.to_seconds(now)
     # Before any read: an event during the reads makes the next cycle decide again.
-    stamp = (
-        kube.stamp(namespace=namespace, name=name) if isinstance(kube, caching.CachedKube) else None
-    )
+    stamp = kube.stamp(namespace=namespace, name=name)
     observation = await observing.observe_consumer(
         kube=kube, hubs=hubs, namespace=namespace, name=name, memory=memory, wall=wall
     )
@@ -116,9 +117,10 @@ async def _decide(
         memory.settled = kept
         return _unlisted(namespace, name, _standing(kept, wall=wall))
     if observation.spec is None:
-        return deciding.decide(observation, now=now)
-    observation = await observing.observe_pods(kube=kube, observation=observation, memory=memory)
-    decision = deciding.decide(observation, now=now)
+        decision, memory.carry = deciding.decide(observation, memory.carry, now=now)
+        return decision
+    observation = await observing.observe_pods(kube=kube, observation=observation)
+    decision, memory.carry = deciding.decide(observation, memory.carry, now=now)
     if decision.spec_error is not None:
         return decision
     # The checkpoint blobs, when the decision needs their epochs (or the probe is due).
@@ -126,7 +128,7 @@ async def _decide(
         kube=kube, hubs=hubs, observation=observation, decision=decision, memory=memory, wall=wall
     )
     if more is not None:
-        decision = deciding.decide(more, now=now)
+        decision, memory.carry = deciding.decide(more, memory.carry, now=now)
     elif inputs is not None and decision.settled_until is not None:
         # Taken from what the next cycle reads too (no blobs): it stands until a deadline.
         until = min(

@@ -1,5 +1,5 @@
 """What the operator keeps about one consumer between cycles: the pacing of failed reads,
-and the last decision while it stands.
+the carry its decisions hand on, and the last decision while it stands.
 
 A module of its own so that the daemon in `registering` (which holds one `Memory` per
 consumer) and the readers in `observing` (which advance it) need not import each other.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Hashable
 
-from eventhub_balancer.reconciling import deciding, fleets, observations, retries
+from eventhub_balancer.reconciling import deciding, observations, retries
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -30,7 +30,8 @@ class Settled:
 
 @dataclasses.dataclass
 class Memory:
-    """The backoff of each dependency and the fault it backs off from, and `Settled`.
+    """The backoff of each dependency and the fault it backs off from, the decisions' carry,
+    and `Settled`.
 
     Why it is kept: a failing Event Hubs namespace or storage account is not asked again every
     cycle (`retries.Backoff`), and while the operator waits, the status goes on showing the
@@ -38,11 +39,12 @@ class Memory:
     probed only every `retries.CHECKPOINT_PROBE_SECONDS` when no decision needs it.
 
     None of it is needed for a correct decision (the last checkpoint positions only keep lag
-    weighting steady through a store outage, and `Settled` only spares a cycle whose inputs did
-    not change): the assignment, the epochs and the pods are read afresh whenever they may
-    have changed, so a restarted operator starts with an empty Memory and reaches the same
-    assignment. The readers in `observing` change it, and only after they asked; `cycles`
-    keeps ``settled``. The fleet is read whole whenever it is absent or in doubt.
+    weighting steady through a store outage, the carry only spares reading the bodies that did
+    not change, and `Settled` only spares a cycle whose inputs did not change): the
+    assignment, the epochs and the pods are read afresh whenever they may have changed, so a
+    restarted operator starts with an empty Memory and reaches the same assignment. The
+    readers in `observing` change it, and only after they asked; `cycles` keeps ``carry`` and
+    ``settled``.
     """
 
     hub: retries.Backoff = dataclasses.field(default_factory=retries.Backoff)
@@ -56,7 +58,5 @@ class Memory:
     store_sequences: dict[str, int] | None = None
     #: the last decision while it stands; None: decide in the next cycle
     settled: Settled | None = None
-    #: the consumer's pods and ConfigMaps as last read (`observing.observe_pods` advances it
-    #: by the watch's changes), and the cache's `mark` it was read at; None: read whole
-    fleet: fleets.Fleet | None = None
-    fleet_mark: Hashable = None
+    #: what the last decision handed on to the next (`deciding.Carry`: the fleet it read)
+    carry: deciding.Carry = deciding.COLD

@@ -13,12 +13,11 @@ import asyncio
 import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import specs
-from eventhub_balancer.handlers import caching, indexkeys, memories, ports
-from eventhub_balancer.reconciling import deciding, fleets, observations, retries
+from eventhub_balancer.handlers import memories, ports
+from eventhub_balancer.reconciling import deciding, observations, retries
 
 logger = logging.getLogger(__name__)
 
@@ -79,59 +78,24 @@ async def observe_consumer(
         ),
         # The other consumers come from the watch (kopf's index); a port without one (a test
         # or a tool over the bare API) knows of none, and finds no conflict.
-        peers=kube.peers() if isinstance(kube, caching.CachedKube) else (),
+        peers=kube.peers(),
     )
 
 
 async def observe_pods(
-    *,
-    kube: ports.KubePort,
-    observation: observations.Observation,
-    memory: memories.Memory | None = None,
+    *, kube: ports.KubePort, observation: observations.Observation
 ) -> observations.Observation:
     """``observation`` with the pods its selector matches and the consumer's ConfigMaps, as
-    the fleet kept in ``memory`` advanced: by the names the watch's cache says changed
-    (`caching.CachedKube.changed`), read one by one; or, when the fleet is absent or in doubt
-    (the first read, another selector, a re-list, a kept write given up), by a whole listing."""
+    the port lists them now. Reading them costs the decision little: the cache behind the port
+    hands out the same body objects until an event replaces them, and the decision's carry
+    reads again only what is new (`fleets.advance`)."""
     assert observation.spec is not None, "only a valid spec selects pods"
     namespace, name, selector = observation.namespace, observation.name, observation.spec.selector
-    memory = memory if memory is not None else memories.Memory()
-    scope = fleets.scope_of(namespace, name, selector)
-    cached = kube if isinstance(kube, caching.CachedKube) else None
-    mark = cached.mark() if cached is not None else None
-    changed = cached.changed(namespace=namespace, name=name) if cached is not None else None
-    fleet = memory.fleet
-    pods: tuple[Mapping[str, Any], ...] = ()
-    maps: tuple[Mapping[str, Any], ...] = ()
-    memory.fleet = None  # until this read stands: a failure leaves the next one whole
-    if (
-        cached is None
-        or changed is None
-        or fleet is None
-        or fleet.scope != scope
-        or memory.fleet_mark != mark
-    ):
-        listed_pods, listed_maps = await asyncio.gather(
-            kube.select_pods(namespace=namespace, selector=selector),
-            kube.consumer_configmaps(namespace=namespace, consumer=name),
-        )
-        pods, maps = tuple(listed_pods), tuple(listed_maps)
-        fleet = fleets.advance(
-            fleet, scope=scope, pods=pods, configmaps=maps, selector=selector, consumer=name
-        )
-    else:
-        fleet = fleets.advance_by(
-            fleet,
-            pods=cached.pods_by_name(
-                namespace=namespace, names=changed.of(indexkeys.PODS), selector=selector
-            ),
-            configmaps=cached.configmaps_by_name(
-                namespace=namespace, consumer=name, names=changed.of(indexkeys.CONFIGMAPS)
-            ),
-            selector=selector,
-        )
-    memory.fleet, memory.fleet_mark = fleet, mark
-    return dataclasses.replace(observation, pods=pods, configmaps=maps, fleet=fleet)
+    pods, maps = await asyncio.gather(
+        kube.select_pods(namespace=namespace, selector=selector),
+        kube.consumer_configmaps(namespace=namespace, consumer=name),
+    )
+    return dataclasses.replace(observation, pods=tuple(pods), configmaps=tuple(maps))
 
 
 async def _secret(kube: ports.KubePort, namespace: str, creds: specs.Credentials) -> str | None:

@@ -19,24 +19,20 @@ the ConfigMap.
 
 After a change of hub, a partition the new hub does not list is gone, not a wrong answer:
 it leaves the assignment and ``status.epochs`` (`prune`).
-
-A steady cycle compares the same ConfigMaps with the same spec as the one before: each
-ConfigMap's coordinates and their differences from the spec's are kept (`MAPS`) with the
-ConfigMap as read (`observations.stored_maps` gives the same object for an unchanged one)
-and the spec's coordinates, and used again only for those very objects.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer import errors
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import bounds, configmaps, podstates, specs, startpositions
-from eventhub_balancer.reconciling import fleets, kubeevents, memos, observations, readbacks
+from eventhub_balancer.reconciling import kubeevents, observations, readbacks
 
 #: The Event when pods are moved to new coordinates.
 REASON = "CoordinatesChanged"
@@ -64,15 +60,17 @@ class Coordinates:
 
 
 #: The spec field of each coordinate, for the Event's text.
-FIELDS = {
-    "fully_qualified_namespace": "eventHub.fullyQualifiedNamespace",
-    "event_hub_name": "eventHub.name",
-    "consumer_group": "eventHub.consumerGroup",
-    "checkpoint_account_url": "checkpointStore.accountUrl",
-    "checkpoint_credentials": "checkpointStore.credentials",
-    "checkpoint_container": "checkpointStore.containerName",
-    "start_position": "startPosition",
-}
+FIELDS: Mapping[str, str] = types.MappingProxyType(
+    {
+        "fully_qualified_namespace": "eventHub.fullyQualifiedNamespace",
+        "event_hub_name": "eventHub.name",
+        "consumer_group": "eventHub.consumerGroup",
+        "checkpoint_account_url": "checkpointStore.accountUrl",
+        "checkpoint_credentials": "checkpointStore.credentials",
+        "checkpoint_container": "checkpointStore.containerName",
+        "start_position": "startPosition",
+    }
+)
 
 
 def of_spec(spec: specs.ConsumerSpec) -> Coordinates:
@@ -126,46 +124,6 @@ def differences(old: Coordinates, new: Coordinates) -> tuple[str, ...]:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Compared:
-    """A ConfigMap's coordinates and how they differ from the spec's, as computed."""
-
-    map: observations.StoredMap
-    wanted: Coordinates
-    old: Coordinates | None
-    differ: tuple[str, ...]
-
-
-#: Each ConfigMap compared with the spec, by uid and resourceVersion; an entry is used only
-#: for the very ConfigMap object and spec coordinates it was computed from.
-MAPS: memos.Cache[tuple[str, str], Compared] = memos.Cache()
-#: The spec's coordinates as last seen, so that equal ones are the same object.
-WANTED: memos.Cache[Coordinates, Coordinates] = memos.Cache(max_entries=256)
-
-
-def _compare(cm: observations.StoredMap, wanted: Coordinates) -> Compared:
-    old = of_map(cm)
-    return Compared(
-        map=cm, wanted=wanted, old=old, differ=differences(old, wanted) if old is not None else ()
-    )
-
-
-def compared(cm: observations.StoredMap, wanted: Coordinates) -> Compared:
-    """`of_map` and `differences` of ``cm``, computed once for that ConfigMap and spec."""
-    return MAPS.get(
-        (cm.uid, cm.resource_version),
-        lambda _key: _compare(cm, wanted),
-        fits=lambda c: c.map is cm and c.wanted is wanted,
-    )
-
-
-def canonical(wanted: Coordinates) -> Coordinates:
-    try:
-        return WANTED.get(wanted, lambda w: w)
-    except TypeError:  # not hashable: compared by value, computed every time
-        return wanted
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
 class Change:
     """What moving to the spec's coordinates takes in this cycle."""
 
@@ -204,66 +162,26 @@ class Change:
         )
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class _Stale:
-    fleet: int
-    wanted: Coordinates
-    names: frozenset[str]
-
-
-#: The ConfigMaps whose coordinates differ from the spec's, per consumer, as its last
-#: decision found them: a decision over the next fleet compares only the changed ConfigMaps.
-_STALE: memos.Latest[_Stale] = memos.Latest()
-
-
-def forget() -> None:
-    _STALE.clear()
-
-
-def stale(fleet: fleets.Fleet, wanted: Coordinates) -> frozenset[str]:
-    """The names of the fleet's ConfigMaps whose coordinates differ from ``wanted``."""
-    kept = _STALE.get(fleet.scope)
-    if kept is not None and kept.wanted is wanted and kept.fleet == fleet.serial:
-        return kept.names
-    if kept is not None and kept.wanted is wanted and kept.fleet == fleet.parent:
-        names = set(kept.names)
-        for name in fleet.changed_maps:
-            cm = fleet.stored.get(name)
-            if cm is not None and compared(cm, wanted).differ:
-                names.add(name)
-            else:
-                names.discard(name)
-    else:
-        names = {n for n, cm in fleet.stored.items() if compared(cm, wanted).differ}
-    found = _Stale(fleet=fleet.serial, wanted=wanted, names=frozenset(names))
-    _STALE.put(fleet.scope, found)
-    return found.names
-
-
 def change(
     *,
     spec: specs.ConsumerSpec,
     maps: Sequence[observations.StoredMap],
     pods: Mapping[str, podstates.PodState],
     assignment: Mapping[models.PartitionId, models.Ownership],
-    fleet: fleets.Fleet | None = None,
 ) -> Change:
     """What moving to ``spec``'s coordinates takes, from the ConfigMaps and the record alone.
 
     Only partitions the record gives to the ConfigMap's pod are raised: a ConfigMap's data is
-    compared with the record, never believed (`readbacks`). ``fleet``: ``maps`` as a fleet,
-    whose ConfigMaps with other coordinates are kept from the last decision (`stale`).
+    compared with the record, never believed (`readbacks`).
     """
-    wanted = canonical(of_spec(spec))
-    if fleet is not None:
-        maps = [fleet.stored[name] for name in stale(fleet, wanted)]
+    wanted = of_spec(spec)
     fields: set[str] = set()
     stale_pods: list[str] = []
     raised: dict[models.PartitionId, int] = {}
     hub_changed = False
     for cm in maps:
-        seen = compared(cm, wanted)
-        old, differ = seen.old, seen.differ
+        old = of_map(cm)
+        differ = differences(old, wanted) if old is not None else ()
         if old is None or not differ:
             continue
         hub_changed = hub_changed or old.hub() != wanted.hub()

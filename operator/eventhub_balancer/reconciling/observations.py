@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps, specs
 from eventhub_balancer.reconciling import conflicts
-
-if TYPE_CHECKING:
-    from eventhub_balancer.reconciling import fleets
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -87,9 +84,6 @@ class Observation:
     #: every other EventHubConsumer the operator sees, summed up (`conflicts.Peer`): the
     #: later of two that overlap writes nothing; empty: none known (no conflict is found)
     peers: tuple[conflicts.Peer, ...] = ()
-    #: the pods and ConfigMaps as a `fleets.Fleet` the reader advanced by the watch's changes;
-    #: None: the decision advances its last fleet over ``pods`` and ``configmaps``
-    fleet: fleets.Fleet | None = None
 
     @property
     def generation(self) -> int:
@@ -112,8 +106,6 @@ class StoredMap:
     data: Mapping[str, str]
     annotations: Mapping[str, str]
     parsed: configmaps.ParsedData
-    #: the pod label as read (``pod`` when the data names none): what the memo checks
-    label_pod: str = ""
 
 
 def stored_map(body: Mapping[str, Any]) -> StoredMap:
@@ -131,17 +123,4 @@ def stored_map(body: Mapping[str, Any]) -> StoredMap:
         data=dict(data),
         annotations=dict(annotations),
         parsed=parsed,
-        label_pod=label_pod,
-    )
-
-
-def reads_as(stored: StoredMap, body: Mapping[str, Any]) -> bool:
-    """Whether ``stored`` is what `stored_map` gives for ``body``: everything it reads is equal
-    (equal strings compare by identity first, so an unchanged body costs no parse; `fleets`)."""
-    meta = body.get("metadata") or {}
-    return (
-        stored.data == (body.get("data") or {})
-        and stored.annotations == (meta.get("annotations") or {})
-        and stored.name == str(meta.get("name", ""))
-        and stored.label_pod == str((meta.get("labels") or {}).get(configmaps.LABEL_POD, ""))
     )

@@ -22,10 +22,6 @@ A pod's partition reports are its own annotation, like its acknowledgements, and
 tampering: they are read (`reports`) only for the partitions the record gives that pod, at
 the recorded epoch; a partition reported lost is unowned at its epoch, so it is given out
 again at the next one.
-
-A steady cycle reads the same record, epochs and acknowledgements as the one before: each
-record entry, the floors and each acknowledgement annotation are read once for their content
-(`memos.Cache`, keyed by all they are read from), so an unchanged one costs a lookup.
 """
 
 from __future__ import annotations
@@ -33,14 +29,13 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import math
-import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer import handoffs
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import bounds, configmaps, podstates, specs
-from eventhub_balancer.reconciling import claims, fleets, memos, observations, reports
+from eventhub_balancer.reconciling import claims, fleets, observations, reports
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -90,24 +85,18 @@ def ends_handoff(entry: configmaps.PartitionEntry, acknowledged: int | None) -> 
     return state == "released"
 
 
-#: What a record entry reads (partition, pod, podUid, epoch, its type, state, since): an
-#: epoch of another type that compares equal (``True``, ``1.0``) is another entry.
-EntryKey = tuple[Any, Any, str, Any, type, Any, Any]
-
-#: Each status record entry as read, by its content: an unchanged entry is not read again.
-ENTRIES: memos.Cache[EntryKey, tuple[models.PartitionId, Recorded] | None] = memos.Cache()
-
-
-def read_entry(key: EntryKey) -> tuple[models.PartitionId, Recorded] | None:
+def read_entry(item: Mapping[str, Any]) -> tuple[models.PartitionId, Recorded] | None:
     """One entry of ``status.assignment``; None when it is out of bounds."""
-    pid, pod, pod_uid, epoch, _type, state, raw_since = key
+    get = item.get
+    pid, pod, epoch, state = get("partition"), get("pod"), get("epoch"), get("state")
+    pod_uid = str(get("podUid") or "")
     if not (bounds.is_partition_id(pid) and isinstance(pod, str) and pod):
         return None
     if not bounds.is_epoch(epoch) or state not in models.OWNERSHIP_STATES:
         return None
     assert isinstance(pid, str)
     assert isinstance(epoch, int)
-    since = specs.parse_time(raw_since)
+    since = specs.parse_time(get("since"))
     return models.PartitionId(pid), Recorded(
         pod=pod,
         pod_uid=pod_uid,
@@ -127,21 +116,7 @@ def record(status: specs.StatusBody) -> dict[models.PartitionId, Recorded]:
     for item in items:
         if not isinstance(item, Mapping):
             continue
-        get = item.get
-        epoch = get("epoch")
-        key: EntryKey = (
-            get("partition"),
-            get("pod"),
-            str(get("podUid") or ""),
-            epoch,
-            type(epoch),
-            get("state"),
-            get("since"),
-        )
-        try:
-            read = ENTRIES.get(key, read_entry)
-        except TypeError:  # an unhashable value: out of bounds, but read it the long way
-            read = read_entry(key)
+        read = read_entry(item)
         if read is None:
             continue
         pid, entry = read
@@ -201,56 +176,6 @@ def floors_of(
     return floors
 
 
-#: The floors of each pair of epoch maps as read, with what they ignored, by their content.
-FLOORS: memos.Cache[
-    tuple[tuple[tuple[Any, Any], ...], tuple[tuple[Any, Any], ...]],
-    tuple[dict[models.PartitionId, int], tuple[str, ...]],
-] = memos.Cache(max_entries=256)
-
-
-def _floors(
-    status_epochs: Mapping[str, Any], stored_epochs: Mapping[str, int], ignored: list[str]
-) -> dict[models.PartitionId, int]:
-    """`floors_of` through `FLOORS` when every key is a string and every epoch an int (values
-    of other types may compare equal and still read otherwise)."""
-    if not (
-        set(map(type, status_epochs)) | set(map(type, stored_epochs)) <= {str}
-        and set(map(type, status_epochs.values())) | set(map(type, stored_epochs.values())) <= {int}
-    ):
-        return floors_of(status_epochs, stored_epochs, ignored)
-    kept = FLOORS.get(
-        (tuple(status_epochs.items()), tuple(stored_epochs.items())),
-        lambda _key: _floors_and_ignored(status_epochs, stored_epochs),
-    )
-    ignored.extend(kept[1])
-    return dict(kept[0])
-
-
-def _floors_and_ignored(
-    status_epochs: Mapping[str, Any], stored_epochs: Mapping[str, int]
-) -> tuple[dict[models.PartitionId, int], tuple[str, ...]]:
-    ignored: list[str] = []
-    found = floors_of(status_epochs, stored_epochs, ignored)
-    return found, tuple(ignored)
-
-
-#: Each acknowledgement annotation as read, by its text.
-RELEASED: memos.Cache[str, Mapping[models.PartitionId, int]] = memos.Cache()
-
-
-_NOTHING_RELEASED: Mapping[models.PartitionId, int] = types.MappingProxyType({})
-
-
-def released_of(cm: observations.StoredMap) -> Mapping[models.PartitionId, int]:
-    """`configmaps.parse_released` of ``cm``'s annotations, read once per text."""
-    raw = cm.annotations.get(configmaps.ANNOTATION_RELEASED)
-    if not raw or not isinstance(raw, str):
-        return _NOTHING_RELEASED  # what `configmaps.parse_released` reads of it
-    return RELEASED.get(
-        raw, lambda text: configmaps.parse_released({configmaps.ANNOTATION_RELEASED: text})
-    )
-
-
 def read_back(
     *,
     maps: Sequence[observations.StoredMap],
@@ -263,11 +188,10 @@ def read_back(
     """The assignment from the status record, the floors, and what the ConfigMaps got wrong.
 
     ``fleet``: ``maps`` and ``pods`` as a `fleets.Fleet`, whose sums (each pod's current
-    ConfigMap, the pods reporting trouble) stand for a pass over them, and whose changes
-    since the last decision are all the ConfigMaps checked against the record (`claims`)."""
+    ConfigMap, the pods reporting trouble) stand for a pass over them."""
     ignored: list[str] = []
     status_epochs: Mapping[str, Any] = status.get("epochs") or {}
-    floors = _floors(status_epochs, stored_epochs, ignored)
+    floors = floors_of(status_epochs, stored_epochs, ignored)
     recorded = record(status)
     seconds_now = podstates.to_seconds(now)
     if fleet is not None:
@@ -281,6 +205,8 @@ def read_back(
 
     assignment: dict[models.PartitionId, models.Ownership] = {}
     released: dict[models.PartitionId, int] = {}
+    # Each pod's acknowledgements, read once for all its partitions.
+    acknowledgements: dict[str, Mapping[models.PartitionId, int]] = {}
     for pid, entry in recorded.items():
         floor = floors.get(pid, 0)
         since = entry.since if entry.since is not None else seconds_now
@@ -300,7 +226,11 @@ def read_back(
             owner=models.MemberName(entry.pod), epoch=entry.epoch, state=entry.state, since=since
         )
         cm = current.get(entry.pod)
-        acknowledged = released_of(cm).get(pid) if cm else None
+        acknowledged = None
+        if cm is not None:
+            if entry.pod not in acknowledgements:
+                acknowledgements[entry.pod] = configmaps.parse_released(cm.annotations)
+            acknowledged = acknowledgements[entry.pod].get(pid)
         # An acknowledgement counts only for the very epoch assigned (never one above it).
         written = configmaps.PartitionEntry(epoch=entry.epoch, state=entry.state)
         if acknowledged is not None and ends_handoff(written, acknowledged):
@@ -317,10 +247,7 @@ def read_back(
     for pid, trouble in troubles.items():
         if trouble.state == "lost":
             released.pop(pid, None)
-    if fleet is not None:
-        found = claims.follow(fleet, recorded, status_epochs)
-    else:
-        found = claims.find(maps, recorded, status_epochs)
+    found = claims.find(maps, recorded, status_epochs)
     return ReadBack(
         assignment=assignment,
         released=released,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import types
 from collections.abc import Iterable, Mapping
 from typing import Any, TypedDict
 
@@ -44,12 +45,14 @@ MAX_NAMED = 8
 MAX_MESSAGE = 1000
 
 #: The Event reason per reported state.
-EVENT_REASONS: Mapping[str, str] = {
-    "failing": "PartitionFailing",
-    "parked": "PartitionParked",
-    "stuck": "PartitionStuck",
-    "lost": "PartitionLost",
-}
+EVENT_REASONS: Mapping[str, str] = types.MappingProxyType(
+    {
+        "failing": "PartitionFailing",
+        "parked": "PartitionParked",
+        "stuck": "PartitionStuck",
+        "lost": "PartitionLost",
+    }
+)
 
 
 class FailingEntryBody(TypedDict, total=False):

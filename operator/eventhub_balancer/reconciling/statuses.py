@@ -9,22 +9,19 @@ ConfigMaps and operator restarts, and is written before any ConfigMap that uses 
 ``failing`` lists the partitions their pods report in trouble (`reports`), always present
 (empty when none) so that a merge patch clears it.
 
-The status is built whole in every cycle (a merge patch of the fields that differ), but the
-times in it are formatted once per value (`TIMES`) and names sort by their cached keys
-(`models.name_key`): a steady cycle builds the same lists out of lookups.
+The status is built whole in every cycle, and the patch holds the fields that differ.
 """
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import datetime
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import bounds, conditions, podstates, specs
-from eventhub_balancer.reconciling import fleets, memos, reports
+from eventhub_balancer.reconciling import reports
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -42,21 +39,15 @@ class Outcome:
     conditions: tuple[conditions.Condition, ...]
     #: the partitions their owners report in trouble
     troubles: Mapping[models.PartitionId, reports.Trouble] = dataclasses.field(default_factory=dict)
-    #: ``consumers`` as `follow_consumers` keeps it, and the member count from the fleet's
-    #: sums; None: computed here over ``pods``
-    consumers: Sequence[specs.ConsumerStatusBody] | None = None
+    #: the member count from the fleet's sums; None: counted here over ``pods``
     member_count: int | None = None
     #: ``epochs`` as the cycle already concluded them (`epochs`); None: concluded here
     epochs: Mapping[str, int] | None = None
 
 
-#: Each time as the status writes it (`specs.format_time`), by its seconds.
-TIMES: memos.Cache[float, str] = memos.Cache()
-
-
 def time_text(seconds: float) -> str:
-    """``seconds`` as the status writes a time, formatted once per value."""
-    return TIMES.get(seconds, lambda s: specs.format_time(podstates.from_seconds(s)))
+    """``seconds`` as the status writes a time."""
+    return specs.format_time(podstates.from_seconds(seconds))
 
 
 def epochs(
@@ -106,11 +97,7 @@ def consumer_entries(
 def build_status(
     *, outcome: Outcome, previous: specs.StatusBody, now: datetime.datetime
 ) -> dict[str, Any]:
-    consumers = (
-        list(outcome.consumers)
-        if outcome.consumers is not None
-        else consumer_entries(outcome.pods, outcome.assignment)
-    )
+    consumers = consumer_entries(outcome.pods, outcome.assignment)
     ordered = sorted(outcome.assignment.items(), key=lambda kv: models.name_key(kv[0]))
     handoffs = [
         {
@@ -181,71 +168,6 @@ def member_count(
         notready = [name for name, p in pods.items() if p.state == "notready"]
     since = podstates.to_seconds
     return ready + sum(1 for name in notready if now - since(pods[name].since) < grace)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class _Listed:
-    fleet: int
-    #: partition -> (owner, state) the entries were made for
-    owned: Mapping[models.PartitionId, tuple[str, models.OwnershipState]]
-    entries: tuple[specs.ConsumerStatusBody, ...]
-    keys: tuple[models.NameKey, ...]
-
-
-_LISTED: memos.Latest[_Listed] = memos.Latest()
-
-
-def forget() -> None:
-    _LISTED.clear()
-
-
-def follow_consumers(
-    fleet: fleets.Fleet, assignment: Mapping[models.PartitionId, models.Ownership]
-) -> list[specs.ConsumerStatusBody]:
-    """`consumer_entries` over the fleet, made again only for the pods that changed or whose
-    partitions changed owner or state since the last decision over the fleet's parent (one
-    pass over the partitions); the rest of the list is the last one's."""
-    owned = {p: (o.owner, o.state) for p, o in assignment.items() if o.owner is not None}
-    kept = _LISTED.get(fleet.scope)
-    if kept is None or kept.fleet not in (fleet.serial, fleet.parent):
-        entries = consumer_entries(fleet.states, assignment)
-        listed = _Listed(
-            fleet=fleet.serial, owned=owned, entries=tuple(entries), keys=fleet.name_keys
-        )
-    else:
-        concerned = set(fleet.changed_pods) if fleet.serial != kept.fleet else set()
-        for pid, now in owned.items():
-            before = kept.owned.get(pid)
-            if before != now:
-                concerned.add(now[0])
-                if before is not None:
-                    concerned.add(before[0])
-        for pid in kept.owned.keys() - owned.keys():
-            concerned.add(kept.owned[pid][0])
-        by_owner: dict[str, list[tuple[str, models.OwnershipState]]] = {}
-        if concerned:
-            for pid, (owner, state) in owned.items():
-                if owner in concerned:
-                    by_owner.setdefault(owner, []).append((pid, state))
-        rows, keys = list(kept.entries), list(kept.keys)
-        for name in concerned:
-            key = models.name_key(name)
-            at = bisect.bisect_left(keys, key)
-            present = at < len(keys) and keys[at] == key
-            pod = fleet.states.get(name)
-            if pod is None:
-                if present:
-                    del rows[at], keys[at]
-                continue
-            entry = consumer_entry(pod, by_owner.get(name, ()))
-            if present:
-                rows[at] = entry
-            else:
-                rows.insert(at, entry)
-                keys.insert(at, key)
-        listed = _Listed(fleet=fleet.serial, owned=owned, entries=tuple(rows), keys=tuple(keys))
-    _LISTED.put(fleet.scope, listed)
-    return list(listed.entries)
 
 
 def status_patch(previous: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:

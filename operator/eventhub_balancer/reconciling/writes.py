@@ -7,26 +7,23 @@ sees its partition taken before its successor was told; `handlers.writing` keeps
 The pod annotations are informational and optional (``annotate_pods``): without them the
 operator needs no ``patch`` on pods.
 
-What one pod needs is `pod_writes`; `derive_writes` asks it of every pod, and
-`needs.derive` (what a decision uses) only of the pods something concerns, keeping the rest
-from the last decision. Each pod's data is built once for the inputs that determine it
-(`memos`): a pod whose partitions, generation and spec are those of the last cycle costs a
-lookup and a comparison of small values, not a JSON dump.
+What one pod needs is `pod_writes`; `derive` asks it of every pod of the fleet, and adds the
+ConfigMaps that no pod wants any more.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
+import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import configmaps, podstates, specs
-from eventhub_balancer.reconciling import memos, observations
+from eventhub_balancer.reconciling import fleets, observations
 
 #: The ownerReference's kind: Kubernetes collects a pod's ConfigMap with the pod.
-POD_KIND = {"apiVersion": "v1", "kind": "Pod"}
+POD_KIND: Mapping[str, str] = types.MappingProxyType({"apiVersion": "v1", "kind": "Pod"})
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -68,60 +65,6 @@ class Writes:
         return len(self.maps) + len(self.deletes) + len(self.pods)
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Built:
-    """A pod's ConfigMap data (`configmaps.build_data`) and the inputs it was built from."""
-
-    spec: specs.ConsumerSpec
-    consumer: str
-    generation: int
-    partitions: Mapping[models.PartitionId, configmaps.PartitionEntry]
-    data: Mapping[str, str]
-
-
-#: Each pod's data as built in its consumer's last cycle: an unchanged pod is not built again.
-BUILT: memos.Memo[str, Built] = memos.Memo()
-#: The spec of each consumer's last cycle: an equal spec is replaced by it, so that every
-#: pod's entry is checked by identity rather than by comparing specs field by field.
-SPECS: memos.Memo[str, specs.ConsumerSpec] = memos.Memo()
-#: Names are sorted and hashed for every pod in every cycle; both depend on the name alone.
-#: Sized for a fleet of 1,024 pods with their ConfigMaps, and the churn of a few cycles.
-NAMES_KEPT = 8192
-_name_key = functools.lru_cache(maxsize=NAMES_KEPT)(models.name_key)
-configmap_name = functools.lru_cache(maxsize=NAMES_KEPT)(configmaps.configmap_name)
-
-
-def _data(
-    memo: memos.Round[str, Built],
-    generation: int,
-    *,
-    spec: specs.ConsumerSpec,
-    consumer: str,
-    pod: str,
-    partitions: Mapping[models.PartitionId, configmaps.PartitionEntry],
-) -> Mapping[str, str]:
-    """`configmaps.build_data` through the memo: an unchanged pod's data is built once."""
-    kept = memo.get(
-        pod,
-        fits=lambda b: (
-            b.spec is spec
-            and b.generation == generation
-            and b.consumer == consumer
-            and b.partitions == partitions
-        ),
-        compute=lambda: Built(
-            spec=spec,
-            consumer=consumer,
-            generation=generation,
-            partitions=partitions,
-            data=configmaps.build_data(
-                spec=spec, consumer=consumer, pod=pod, generation=generation, partitions=partitions
-            ),
-        ),
-    )
-    return kept.data
-
-
 def by_owner(
     assignment: Mapping[models.PartitionId, models.Ownership],
 ) -> dict[str, dict[models.PartitionId, configmaps.PartitionEntry]]:
@@ -133,44 +76,13 @@ def by_owner(
     return grouped
 
 
-@functools.lru_cache(maxsize=NAMES_KEPT)
 def entry(epoch: int, state: models.OwnershipState, since: float) -> configmaps.PartitionEntry:
-    # The same entry object cycle after cycle: a pod's partitions compare by identity first.
     return configmaps.PartitionEntry(epoch=epoch, state=state, since=podstates.from_seconds(since))
 
 
 def _owner_reference(pod: podstates.PodState) -> dict[str, Any]:
     # Kubernetes collects the ConfigMap with the pod; no blockOwnerDeletion (no finalizer RBAC).
     return {**POD_KIND, "name": pod.name, "uid": pod.uid, "controller": False}
-
-
-def derive_writes(
-    *,
-    spec: specs.ConsumerSpec,
-    consumer: str,
-    namespace: str,
-    assignment: Mapping[models.PartitionId, models.Ownership],
-    maps: Sequence[observations.StoredMap],
-    pods: Mapping[str, podstates.PodState],
-    pod_annotations: Mapping[str, Mapping[str, str]],
-    problems: Mapping[str, tuple[str, ...]] = {},
-    annotate_pods: bool = True,
-) -> Writes:
-    """Only what differs: an unchanged assignment gives no writes at all."""
-    scope = (namespace, consumer)
-    with BUILT.round(scope) as built, SPECS.round(scope) as last_spec:
-        return _derive_writes(
-            spec=last_spec.get(consumer, fits=spec.__eq__, compute=lambda: spec),
-            consumer=consumer,
-            namespace=namespace,
-            assignment=assignment,
-            maps=maps,
-            pods=pods,
-            pod_annotations=pod_annotations,
-            problems=problems,
-            annotate_pods=annotate_pods,
-            built=built,
-        )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -196,7 +108,7 @@ def map_of(
     """The pod's ConfigMap: the one of its name, else the first (by name) that is for it, so
     that one written under an older naming scheme is updated in place rather than
     duplicated."""
-    cm = by_name.get(configmap_name(consumer=consumer, pod=pod))
+    cm = by_name.get(configmaps.configmap_name(consumer=consumer, pod=pod))
     if cm is None and (named := by_pod.get(pod)):
         cm = by_name[named[0]]
     return cm
@@ -213,12 +125,11 @@ def pod_writes(
     annotations: Mapping[str, str],
     problem: bool,
     annotate_pods: bool,
-    built: memos.Round[str, Built],
 ) -> PodWrites:
     """What ``pod`` needs written for ``partitions``, given its ConfigMap ``cm`` as read."""
     if pod.state is None:
         return NOTHING
-    name = cm.name if cm is not None else configmap_name(consumer=consumer, pod=pod.name)
+    name = cm.name if cm is not None else configmaps.configmap_name(consumer=consumer, pod=pod.name)
     if cm is None and not partitions and pod.state == "terminating":
         return NOTHING
     same_pod = cm is not None and (not cm.pod_uid or cm.pod_uid == pod.uid) and cm.pod == pod.name
@@ -232,9 +143,6 @@ def pod_writes(
         pod=pod.name,
         partitions=partitions,
         current=current,
-        build=functools.partial(
-            _data, built, spec=spec, consumer=consumer, pod=pod.name, partitions=partitions
-        ),
     )
     before = {pid: e.epoch for pid, e in (cm.parsed.partitions.items() if cm is not None else ())}
     gains = any(before.get(pid, -1) < e.epoch for pid, e in partitions.items())
@@ -304,52 +212,47 @@ def assemble(needs: Sequence[PodWrites], unwanted: Sequence[observations.StoredM
     """The cycle's writes from the pods that need one and the ConfigMaps nobody wants.
     Gaining ConfigMaps first: the record in the status, not these, says who owns what."""
     maps = sorted(
-        (n.map for n in needs if n.map is not None), key=lambda w: (not w.gains, _name_key(w.name))
+        (n.map for n in needs if n.map is not None),
+        key=lambda w: (not w.gains, models.name_key(w.name)),
     )
     deletes = [
         MapDelete(name=cm.name, uid=cm.uid, pod=cm.pod)
-        for cm in sorted(unwanted, key=lambda m: _name_key(m.name))
+        for cm in sorted(unwanted, key=lambda m: models.name_key(m.name))
     ]
     annotate = sorted(
-        (n.annotation for n in needs if n.annotation is not None), key=lambda a: _name_key(a.pod)
+        (n.annotation for n in needs if n.annotation is not None),
+        key=lambda a: models.name_key(a.pod),
     )
     return Writes(maps=tuple(maps), deletes=tuple(deletes), pods=tuple(annotate))
 
 
-def _derive_writes(
+def derive(
     *,
+    fleet: fleets.Fleet,
     spec: specs.ConsumerSpec,
     consumer: str,
     namespace: str,
     assignment: Mapping[models.PartitionId, models.Ownership],
-    maps: Sequence[observations.StoredMap],
-    pods: Mapping[str, podstates.PodState],
-    pod_annotations: Mapping[str, Mapping[str, str]],
     problems: Mapping[str, tuple[str, ...]],
     annotate_pods: bool,
-    built: memos.Round[str, Built],
 ) -> Writes:
-    by_name = {cm.name: cm for cm in maps}
-    by_pod: dict[str, list[str]] = {}
-    for stored in sorted(maps, key=lambda m: _name_key(m.name)):
-        by_pod.setdefault(stored.pod, []).append(stored.name)
+    """Only what differs: an unchanged assignment gives no writes at all."""
     owners = by_owner(assignment)
     needs: list[PodWrites] = []
-    for pod in pods.values():
-        cm = map_of(pod.name, consumer=consumer, by_name=by_name, by_pod=by_pod)
+    for name, pod in fleet.states.items():
+        cm = map_of(name, consumer=consumer, by_name=fleet.stored, by_pod=fleet.by_pod)
         needs.append(
             pod_writes(
                 pod,
                 spec=spec,
                 consumer=consumer,
                 namespace=namespace,
-                partitions=owners.get(pod.name, {}),
+                partitions=owners.get(name, {}),
                 cm=cm,
-                annotations=pod_annotations.get(pod.name, {}),
+                annotations=fleet.pods[name].annotations,
                 problem=cm is not None and cm.name in problems,
                 annotate_pods=annotate_pods,
-                built=built,
             )
         )
     wanted = {n.wanted for n in needs}
-    return assemble(needs, [cm for cm in maps if cm.name not in wanted])
+    return assemble(needs, [cm for name, cm in fleet.stored.items() if name not in wanted])
