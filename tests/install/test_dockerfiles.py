@@ -235,3 +235,14 @@ def test_ignored_follows_the_last_matching_pattern() -> None:
     assert ignored("a/b.py", ["*"])
     assert not ignored("a/b.py", ["*", "!a/"])
     assert ignored("a/__pycache__/x.pyc", ["*", "!a/", "a/**/__pycache__"])
+
+
+def test_the_e2e_workflow_builds_the_example_image_under_its_tag() -> None:
+    import yaml
+
+    workflow = yaml.safe_load((loading.ROOT / ".github" / "workflows" / "e2e.yaml").read_text())
+    (tag,) = re.findall(
+        r"docker build -f docker/orders-example.Dockerfile -t (\S+) \.",
+        DOCKERFILES["orders-example"].read_text(),
+    )
+    assert workflow["env"]["ORDERS_EXAMPLE_IMAGE"] == tag
