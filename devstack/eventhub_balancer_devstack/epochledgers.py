@@ -9,7 +9,8 @@ faults under test make watches lag, stall and re-list.
 
 - ``epoch_reuse``: the (partition, epoch) pairs of one EventHubConsumer that a committed
   ConfigMap write gave, as owned, to two different pods (the ConfigMap's data parsed with the
-  product's own contract, `contracts.configmaps`);
+  product's own contract, `contracts.configmaps`). Pods are told apart by name, which the
+  chaos run never reuses (a pod recreated under its old name would count as the same pod);
 - ``epochs_decreased``: committed status writes in which a partition's epoch is lower than an
   epoch committed earlier for it in the same EventHubConsumer (counted per partition).
 """
