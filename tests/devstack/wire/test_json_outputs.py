@@ -35,7 +35,7 @@ COMMANDS: dict[str, list[str]] = {
         "{blob}",
         "--container",
         CONTAINER,
-        "--namespace",
+        "--eventhub-namespace",
         "shop.servicebus.windows.net",
         "--hub",
         "orders",
