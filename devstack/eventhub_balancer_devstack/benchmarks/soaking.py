@@ -117,6 +117,9 @@ class Report(TypedDict):
     sample_seconds: float
     sent: int
     processed: int
+    #: Whether the consumer caught up with everything sent within `DRAIN_TIMEOUT_S` of the
+    #: traffic's end; if not, ``lost`` counts events that may only be late.
+    drained: bool
     lost: int
     duplicates: int
     #: Resident memory (MB) at the start of the second half and at the end.
@@ -347,12 +350,16 @@ async def _sample(process: subprocess.Popen[bytes], settings: Settings, series: 
         await asyncio.sleep(min(settings.sample_seconds, max(0.0, end - time.monotonic())))
 
 
-async def _drain(reader: recording.RecordReader, tally: recording.Tally, total: int) -> None:
+async def _drain(reader: recording.RecordReader, tally: recording.Tally, total: int) -> bool:
+    """Whether the consumer processed ``total`` events before `DRAIN_TIMEOUT_S`."""
     deadline = time.monotonic() + DRAIN_TIMEOUT_S
     while True:
         tally.add(reader.read_new())
-        if tally.processed >= total or time.monotonic() > deadline:
-            return
+        if tally.processed >= total:
+            return True
+        if time.monotonic() > deadline:
+            logger.warning("the consumer is %d events behind: gave up", total - tally.processed)
+            return False
         await asyncio.sleep(0.5)
 
 
@@ -393,9 +400,11 @@ async def _soak(settings: Settings, work: Path) -> Report:
                 await sending
             produced = await _produced(eventhubs, settings.partitions)
             reader, tally = recording.RecordReader(records), recording.Tally()
-            await _drain(reader, tally, sum(produced.values()))
+            drained = await _drain(reader, tally, sum(produced.values()))
     tally.add(reader.read_new())  # what the final checkpoints' batches recorded
-    return _report(settings, series, sent=producer.sent, tally=tally, produced=produced)
+    return _report(
+        settings, series, sent=producer.sent, tally=tally, produced=produced, drained=drained
+    )
 
 
 def _report(
@@ -405,6 +414,7 @@ def _report(
     sent: int,
     tally: recording.Tally,
     produced: dict[str, int],
+    drained: bool,
 ) -> Report:
     slopes = second_half_slopes(series, seconds=settings.seconds)
     target = TARGET_SPARK_RSS_MB_PER_MIN if settings.spark else TARGET_RSS_MB_PER_MIN
@@ -424,6 +434,7 @@ def _report(
         "sample_seconds": settings.sample_seconds,
         "sent": sent,
         "processed": tally.processed,
+        "drained": drained,
         "lost": lost,
         "duplicates": tally.duplicates,
         "rss_mb_mid": series["rss_mb"][half],
@@ -435,6 +446,7 @@ def _report(
             and rss <= target
             and flat(slopes["threads_per_min"])
             and flat(slopes["descriptors_per_min"])
+            and drained
             and lost == 0
             and tally.duplicates == 0
         ),

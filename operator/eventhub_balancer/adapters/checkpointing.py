@@ -66,6 +66,8 @@ class CheckpointStore:
         self.owner_id = owner_id
         self.retry = retry
         self._rng = random.Random(retry.seed)
+        #: Keyed by partition id, so bounded by the hub's partition count: the checkpoint we
+        #: hold, the lock serialising its writes, the leases we broke fencing it.
         self._owned: dict[str, Checkpoint] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._lease_breaks: dict[str, int] = {}

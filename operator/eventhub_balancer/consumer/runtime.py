@@ -92,16 +92,22 @@ class Runtime:
         self.settings = settings
         self.source = source
         self.processor = processor
+        #: Every partition this pod ever owned, kept for the life of the process (Prometheus
+        #: counters never reset): bounded by the hub's partition count, as are the maps below.
         self.stats: dict[str, metrics.PartitionStats] = {}
         #: Spark mode's triggers (None in plain mode), for /metrics.
         self.trigger_stats = trigger_stats
+        #: The partitions being processed now, one worker and task each.
         self.workers: dict[str, partitions.PartitionWorker] = {}
         self._tasks: dict[str, asyncio.Task[handoffs.Outcome]] = {}
         self.latest: assignments.Assignment | None = None
         self.applied_generation: int | None = None
+        #: What the pod acknowledges as released, {partition: epoch}: one entry per partition
+        #: id, dropped when the partition comes back with a newer epoch.
         self.released: dict[str, int] = {}
         #: Partitions lost at our own epoch: {partition: (epoch, error)}.
         self._lost: dict[str, tuple[int, str]] = {}
+        #: The backoff of partitions whose worker failed, until one starts again.
         self._restarts: dict[str, _Restart] = {}
         #: Called with a reason when a handler outlives its release (tests inject a recorder).
         self.exit_process = exit_process
