@@ -77,7 +77,10 @@ FATES: Mapping[tuple[PartitionState, Standing], tuple[Fate, FreeReason | None]] 
 
 #: How much a partition's epoch rises when it reaches a new owner. Every change of owner
 #: raises it, so that the new owner's ``owner_level`` and checkpoint epoch fence the old one
-#: out; revoking and keeping never change it.
+#: out; revoking and keeping never change it. The planner (`balancing.planning`) raises a
+#: freed partition's epoch by this step, and so does a change of coordinates
+#: (`reconciling.coordinates`), which moves a partition as if to a new owner: this table is
+#: the rule, not a description of it.
 EPOCH_STEP: Mapping[Fate, int] = {"keep": 0, "hold": 0, "drain": 0, "wait": 0, "free": 1}
 
 

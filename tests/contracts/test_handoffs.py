@@ -5,11 +5,14 @@ Plain functions over data, no fixtures (the table is the model: h11's state test
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
 
 from eventhub_balancer import handoffs
+from tests.reconciling import bodies
+from tests.reconciling.bodies import at, pod
 
 
 def test_every_state_and_standing_has_a_fate() -> None:
@@ -33,6 +36,30 @@ def test_only_a_free_partition_changes_epoch() -> None:
     fates = {fate for fate, _ in handoffs.FATES.values()}
     assert {f for f in fates if handoffs.EPOCH_STEP[f]} == {"free"}
     assert handoffs.EPOCH_STEP["free"] == 1
+
+
+@pytest.mark.parametrize("step", [1, 3])
+def test_the_epoch_step_is_what_a_decision_gives_out(
+    step: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The table is the rule: a partition given out new, taken over from a gone pod, or moved
+    to new coordinates rises by the table's step for ``free``, whatever that is."""
+    monkeypatch.setattr(handoffs, "EPOCH_STEP", {**handoffs.EPOCH_STEP, "free": step})
+    observation = bodies.observe(pods=[pod("a"), pod("b")], ids=("0", "1"))
+    observation, first = bodies.decide_fully(observation, now=at(0))
+    assert dict(first.epochs or {}) == {"0": step, "1": step}
+    observation = bodies.applied(observation, first)
+    owners = {o: p for o, parts in bodies.assignment(observation).items() for p in parts}
+    gone = dataclasses.replace(
+        observation, pods=tuple(p for p in observation.pods if p["metadata"]["name"] != "a")
+    )
+    _, takeover = bodies.decide_fully(gone, now=at(5))
+    assert [(m.partition, m.epoch) for m in takeover.moves] == [(owners["a"], 2 * step)]
+    moved = bodies.applied(observation, bodies.decide(observation, now=at(5)))
+    spec = {**bodies.SPEC, "eventHub": {**bodies.SPEC["eventHub"], "name": "orders-v2"}}
+    renamed = dataclasses.replace(moved, spec=bodies.observe(pods=[], spec=spec).spec)
+    raised = bodies.decide(renamed, now=at(6))
+    assert dict(raised.epochs or {}) == {"0": 2 * step, "1": 2 * step}
 
 
 def test_free_has_a_reason_and_nothing_else_has() -> None:

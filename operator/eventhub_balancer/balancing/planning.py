@@ -25,7 +25,7 @@ import dataclasses
 import heapq
 import math
 
-from eventhub_balancer import errors
+from eventhub_balancer import errors, handoffs
 from eventhub_balancer.balancing import censuses, lagging, models, targets
 
 
@@ -140,13 +140,15 @@ def _assemble(
         source = x.entry.owner if x.entry is not None else None
         target = decision.destinations[x.partition]
         if target is not None:
-            changes[x.partition] = models.Ownership(owner=target, epoch=epoch + 1, since=now)
+            # A loose partition's fate is "free": the hand-off table says how far it rises.
+            raised = epoch + handoffs.EPOCH_STEP["free"]
+            changes[x.partition] = models.Ownership(owner=target, epoch=raised, since=now)
             moves.append(
                 models.Move(
                     partition=x.partition,
                     source=source,
                     target=target,
-                    epoch=epoch + 1,
+                    epoch=raised,
                     kind="assign" if source is None else "takeover",
                     reason=x.reason,
                 )

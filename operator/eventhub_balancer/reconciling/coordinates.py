@@ -29,7 +29,7 @@ import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from eventhub_balancer import errors
+from eventhub_balancer import errors, handoffs
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import bounds, configmaps, podstates, specs, startpositions
 from eventhub_balancer.reconciling import kubeevents, observations, readbacks
@@ -194,7 +194,8 @@ def change(
             if o is None or o.owner != cm.pod or o.state != "owned":
                 continue
             if o.epoch <= entry.epoch and o.epoch < bounds.MAX_EPOCH:
-                raised[pid] = o.epoch + 1
+                # Onto new coordinates as onto a new owner: the hand-off table's rise.
+                raised[pid] = o.epoch + handoffs.EPOCH_STEP["free"]
     ordered = tuple(f for f in FIELDS.values() if f in fields)
     return Change(
         fields=ordered,
