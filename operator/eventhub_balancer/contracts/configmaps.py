@@ -3,8 +3,9 @@
 One ConfigMap per (EventHubConsumer, pod). Its ``data`` is written only by the operator: the
 Event Hub coordinates (never a secret), the checkpoint container, a ``generation`` that grows
 with every change of the data, and the partitions with epoch, state and since. The pod writes
-only two annotations on it: the generation it has applied and the partitions it has released
-(``{partition: epoch}``) after its final checkpoint. Both sides use this module, so the keys
+only three annotations on it (`POD_WRITTEN_ANNOTATIONS`): the generation it has applied, the
+partitions it has released (``{partition: epoch}``) after its final checkpoint, and its
+reports of partitions in trouble. Both sides use this module, so the keys
 and formats live here once.
 
 Reading is lenient on purpose: a hand-edited or half-written ConfigMap yields a `ParsedData`
@@ -108,7 +109,8 @@ def configmap_name(*, consumer: str, pod: str) -> str:
 
     The hash is always there: names may contain dashes, so ``ehb-a-b-c`` alone would be both
     (consumer ``a-b``, pod ``c``) and (``a``, ``b-c``). "/" is in neither name, so the hashed
-    text is unambiguous. Both sides find the ConfigMap by its labels, never by this name.
+    text is unambiguous. The operator finds ConfigMaps by their labels; a pod applies only the
+    one of this name (`refusal`).
     """
     suffix = _digest(f"{consumer}/{pod}")
     head = f"ehb-{consumer}-{pod}".lower()[: MAX_NAME - HASH_LENGTH - 1].rstrip("-.")
