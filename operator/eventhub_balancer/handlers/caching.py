@@ -96,9 +96,14 @@ class CachedKube:
         self.clock = clock
         self._indexes: dict[str, Index] = {}
         self._rosters: dict[Key, rosters.Roster] = {}
+        #: each roster by what selects its pods: a cycle's pod read finds it in one lookup
+        self._by_scope: dict[tuple[str, Any], rosters.Roster] = {}
         self._secrets: dict[tuple[str, str, str], _Secret] = {}
         #: per kind, whether its watch is streaming (an event after the listing)
         self._streaming: dict[str, bool] = {}
+        #: the kinds kopf has listed again since the start: their indexes may still hold
+        #: objects that vanished meanwhile, so a new roster lists those kinds once
+        self._relisted: set[str] = set()
         #: reads that went to the API server, for the benchmark
         self.reads = 0
 
@@ -124,12 +129,16 @@ class CachedKube:
                 scope=scope,
             )
             self._rosters[key] = roster
+            self._by_scope[namespace, scope] = roster
             self._fill(roster, rosters.CONSUMER, self._indexed_consumer(namespace, name))
             self._fill(roster, rosters.CONFIGMAPS, self._indexed_configmaps(namespace, name))
             self._fill(roster, rosters.PODS, self._indexed_pods(namespace, selector))
         elif roster.scope != scope:
             # Another selector: the pods start afresh; the CR and ConfigMaps carry on.
+            if self._by_scope.get((namespace, roster.scope)) is roster:
+                del self._by_scope[namespace, roster.scope]
             roster.scope = scope
+            self._by_scope[namespace, scope] = roster
             roster.shelves[rosters.PODS] = rosters.Shelf(_selects(selector))
             roster.version += 1
             self._fill(roster, rosters.PODS, self._indexed_pods(namespace, selector))
@@ -146,9 +155,11 @@ class CachedKube:
             roster.stale |= overdue
 
     def _fill(self, roster: rosters.Roster, kind: str, bodies: Iterable[Body] | None) -> None:
-        """A new shelf from what the index holds; without indexes, read it at first use."""
-        if bodies is None:
+        """A new shelf from what the index holds; without indexes, or when the index may hold
+        what a re-list no longer had, it is also read afresh at first use."""
+        if bodies is None or kind in self._relisted:
             roster.stale.add(kind)
+        if bodies is None:
             return
         for body in bodies:
             roster.offer(kind, body)
@@ -182,7 +193,9 @@ class CachedKube:
 
     def forget(self, *, namespace: str, name: str) -> None:
         """The consumer's daemon stopped: its roster goes."""
-        self._rosters.pop((namespace, name), None)
+        roster = self._rosters.pop((namespace, name), None)
+        if roster is not None and self._by_scope.get((namespace, roster.scope)) is roster:
+            del self._by_scope[namespace, roster.scope]
 
     def stamp(self, *, namespace: str, name: str) -> Hashable | None:
         """What changes whenever what the consumer's cycle reads may have changed; None
@@ -209,6 +222,7 @@ class CachedKube:
         self._streaming[kind] = event_type is not None
         if relist:
             logger.info("the watch of %s listed again; each consumer reads it afresh once", kind)
+            self._relisted.add(_KINDS[kind])
             for roster in self._rosters.values():
                 roster.stale.add(_KINDS[kind])
         return relist
@@ -251,17 +265,10 @@ class CachedKube:
             raise errors.NotFound(f"EventHubConsumer {namespace}/{name}: not found")
         return body  # type: ignore[no-any-return]
 
-    def _roster_of_pods(self, namespace: str, selector: specs.Selector) -> rosters.Roster | None:
-        scope = selector.to_query()
-        for roster in self._rosters.values():
-            if roster.namespace == namespace and roster.scope == scope:
-                return roster
-        return None
-
     async def select_pods(
         self, *, namespace: str, selector: specs.Selector
     ) -> list[Mapping[str, Any]]:
-        roster = self._roster_of_pods(namespace, selector)
+        roster = self._by_scope.get((namespace, selector.to_query()))
         if roster is None:
             self.reads += 1
             return list(await self.api.select_pods(namespace=namespace, selector=selector))
