@@ -9,8 +9,9 @@ faults under test make watches lag, stall and re-list.
 
 - ``epoch_reuse``: the (partition, epoch) pairs of one EventHubConsumer that a committed
   ConfigMap write gave, as owned, to two different pods (the ConfigMap's data parsed with the
-  product's own contract, `contracts.configmaps`). Pods are told apart by name, which the
-  chaos run never reuses (a pod recreated under its old name would count as the same pod);
+  product's own contract, `contracts.configmaps`). Pods are told apart by the uid the
+  ConfigMap's annotation names (by name where it names none), so a pod recreated under its
+  old name is another pod;
 - ``epochs_decreased``: committed status writes in which a partition's epoch is lower than an
   epoch committed earlier for it in the same EventHubConsumer (counted per partition).
 """
@@ -75,18 +76,21 @@ class EpochLedger:
             return  # not an assignment ConfigMap
         self.writes += 1
         parsed = configmaps.parse_data(data)
-        namespace = str((body.get("metadata") or {}).get("namespace") or "")
+        metadata = body.get("metadata") or {}
+        namespace = str(metadata.get("namespace") or "")
+        pod = str((metadata.get("annotations") or {}).get(configmaps.ANNOTATION_POD_UID) or "")
+        pod = pod or parsed.pod
         consumer = (namespace, parsed.consumer)
         for partition, entry in parsed.partitions.items():
             if entry.state != "owned":
                 continue
             key = (consumer, str(partition), entry.epoch)
-            first = self._given.setdefault(key, parsed.pod)
-            if first != parsed.pod and key not in self._reused:
+            first = self._given.setdefault(key, pod)
+            if first != pod and key not in self._reused:
                 self._reused.add(key)
                 self._note(
                     f"{namespace}/{parsed.consumer}: partition {partition} epoch {entry.epoch} "
-                    f"given to {first} and to {parsed.pod}"
+                    f"given to {first} and to {pod}"
                 )
 
     def _status(self, body: Mapping[str, Any]) -> None:

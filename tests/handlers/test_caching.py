@@ -53,8 +53,7 @@ def replica(kube: fakes.FakeKube, hubs: fakes.FakeHubs, clock: Clock) -> watches
 
 
 def assert_safe(kube: fakes.FakeKube) -> None:
-    assert ledgers.epoch_reuse(kube.history) == {}
-    assert ledgers.epochs_decreased(kube.history) == []
+    ledgers.assert_safe(kube.history)
 
 
 def owners(kube: fakes.FakeKube) -> dict[str, str]:
