@@ -196,8 +196,10 @@ def refusal(
 
 
 def consumer_selector(consumer: str) -> str:
-    """The label selector of all ConfigMaps of one EventHubConsumer (in its namespace)."""
-    return f"{LABEL_CONSUMER}={label_value(consumer)}"
+    """The label selector of all ConfigMaps of one EventHubConsumer (in its namespace): only
+    those the operator manages, as its watch selects them, so an unmanaged ConfigMap given the
+    consumer's label is never read as one of its own."""
+    return f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_CONSUMER}={label_value(consumer)}"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

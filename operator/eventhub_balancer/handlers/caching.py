@@ -62,11 +62,16 @@ def _meta(body: Body) -> Mapping[str, Any]:
 
 
 def _labelled(consumer: str) -> Callable[[Body], bool]:
-    """Whether a ConfigMap carries ``consumer``'s label (what its listing selects)."""
+    """Whether a ConfigMap is managed by the operator and carries ``consumer``'s label (what
+    its watch and its listing select)."""
     label = configmaps.label_value(consumer)
 
     def labelled(body: Body) -> bool:
-        return bool((_meta(body).get("labels") or {}).get(configmaps.LABEL_CONSUMER) == label)
+        labels = _meta(body).get("labels") or {}
+        return bool(
+            labels.get(configmaps.LABEL_CONSUMER) == label
+            and labels.get(configmaps.LABEL_MANAGED_BY) == configmaps.MANAGED_BY
+        )
 
     return labelled
 
