@@ -76,11 +76,12 @@ importlint: $(STAMP)
 pytest: install
 	$(BIN)/python -m pytest $(PYTEST_WORKERS) --durations=15 $(PYTEST_ARGS)
 
-# The chart rendered by Helm's engine as `helm template --kube-version 1.N.0` for every minor
-# that Chart.yaml's kubeVersion admits (up to the newest schema kubernetes-validate ships), each
+# The charts rendered by Helm's engine as `helm template --kube-version 1.N.0` for every minor
+# that their kubeVersion admits (up to the newest schema kubernetes-validate ships), each
 # rendering validated against that minor's API.
 chart-versions: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests/install/test_chart_kube_versions.py
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/install/test_chart_kube_versions.py \
+	  tests/install/test_consumer_chart.py
 
 test: install lint typecheck importlint docs chart-versions pytest
 

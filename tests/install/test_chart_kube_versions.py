@@ -29,9 +29,9 @@ POLICY_KINDS = frozenset({"ValidatingAdmissionPolicy", "ValidatingAdmissionPolic
 THIRD_PARTY_GROUPS = frozenset({"monitoring.coreos.com", "keda.sh"})
 
 
-def declared_floor() -> tuple[int, int]:
+def declared_floor(chart_dir: Path = loading.CHART_DIR) -> tuple[int, int]:
     """The lowest (major, minor) of Chart.yaml's kubeVersion (">=1.27.0-0")."""
-    chart = yaml.safe_load((loading.CHART_DIR / "Chart.yaml").read_text())
+    chart = yaml.safe_load((chart_dir / "Chart.yaml").read_text())
     match = re.fullmatch(r">=\s*(\d+)\.(\d+)(?:\.\d+)?(?:-0)?", chart["kubeVersion"])
     assert match, f"kubeVersion {chart['kubeVersion']!r} is not a >= floor this test reads"
     return int(match.group(1)), int(match.group(2))
@@ -49,7 +49,11 @@ VALUES_FILES = [None, *loading.CI_VALUES]
 
 
 def render(
-    values_file: Path | None, *, kube_version: str, api_versions: tuple[str, ...] = ()
+    values_file: Path | None,
+    *,
+    kube_version: str,
+    api_versions: tuple[str, ...] = (),
+    chart_dir: Path = loading.CHART_DIR,
 ) -> list[dict[str, Any]]:
     """The chart's templates as ``helm template --kube-version`` renders them.
 
@@ -66,7 +70,7 @@ def render(
     if api_versions:
         options["api_versions"] = list(api_versions)
     values = loading.load_values(values_file)
-    with helm.Chart.load(loading.CHART_DIR) as chart:
+    with helm.Chart.load(chart_dir) as chart:
         rendered: dict[str, str] = json.loads(
             _native.call_string(
                 "helm_render",

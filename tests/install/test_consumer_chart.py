@@ -1,0 +1,260 @@
+"""The consumer chart (charts/eventhub-consumer): a workload that runs as the runtime needs.
+
+Rendered by Helm's engine for every Kubernetes minor its kubeVersion admits, with its defaults
+and every ci/ values file: the built-in objects validate against that minor's schemas, the
+EventHubConsumer against the CRD (schema and CEL rules), and the Deployment carries what
+``ehb consume`` reads, with timeouts that let a release finish before Kubernetes or the
+operator moves on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import jsonschema
+import kubernetes_validate
+import pytest
+
+from eventhub_balancer import cli
+from tests.install import test_chart_kube_versions as versions
+from tests.install import test_crd_rules as crd_rules
+from tests.install.test_chart import undocumented_values
+from tests.support import loading
+
+CHART_DIR = loading.ROOT / "charts" / "eventhub-consumer"
+CI_VALUES = sorted((CHART_DIR / "ci").glob("*-values.yaml"))
+VALUES_FILES = [None, *CI_VALUES]
+MINORS = list(range(versions.declared_floor(CHART_DIR)[1], versions.MINORS[-1] + 1))
+NAMESPACE = "shop"
+
+
+def label(values_file: Path | None) -> str:
+    return values_file.name if values_file else "defaults"
+
+
+def render(values: dict[str, Any] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """kind -> documents, for ``values`` over the chart's defaults."""
+    import yaml
+
+    with helm.Chart.load(CHART_DIR) as chart:
+        rendered = chart.render(values, name="orders", namespace=NAMESPACE, is_install=True)
+    found: dict[str, list[dict[str, Any]]] = {}
+    for template, text in rendered.items():
+        if template.endswith(".yaml"):
+            for body in yaml.safe_load_all(text):
+                if body:
+                    found.setdefault(body["kind"], []).append(body)
+    return found
+
+
+def container(docs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    (deployment,) = docs["Deployment"]
+    (found,) = deployment["spec"]["template"]["spec"]["containers"]
+    return found  # type: ignore[no-any-return]
+
+
+def args_value(args: list[str], flag: str) -> str:
+    (value,) = [a.split("=", 1)[1] for a in args if a.startswith(f"{flag}=")]
+    return value
+
+
+@pytest.mark.parametrize("values_file", VALUES_FILES, ids=label)
+def test_helm_lint_is_clean(values_file: Path | None) -> None:
+    report = helm.lint(
+        CHART_DIR, loading.load_values(values_file), strict=True, namespace=NAMESPACE
+    )
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+def test_every_value_is_commented_and_typed() -> None:
+    assert undocumented_values((CHART_DIR / "values.yaml").read_text()) == []
+    with helm.Chart.load(CHART_DIR) as chart:
+        schema, values = chart.schema, chart.values
+    assert schema is not None
+    assert set(values) <= set(schema["properties"])
+    assert schema["additionalProperties"] is False
+
+
+def test_the_chart_is_versioned_with_the_product() -> None:
+    import yaml
+
+    from eventhub_balancer import __version__
+
+    chart = yaml.safe_load((CHART_DIR / "Chart.yaml").read_text())
+    assert (chart["version"], chart["appVersion"]) == (__version__, __version__)
+
+
+@pytest.mark.parametrize("values_file", VALUES_FILES, ids=label)
+@pytest.mark.parametrize("minor", MINORS, ids=lambda m: f"1.{m}")
+def test_every_rendering_validates_against_its_minor(minor: int, values_file: Path | None) -> None:
+    version = f"1.{minor}.0"
+    docs = versions.render(values_file, kube_version=version, chart_dir=CHART_DIR)
+    assert {d["kind"] for d in docs} >= {"Deployment", "Role", "PodDisruptionBudget"}
+    for body in docs:
+        if body["apiVersion"].split("/")[0] in ("keda.sh", "eventhub-balancer.dev"):
+            continue
+        try:
+            kubernetes_validate.validate(body, version, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            path = ".".join(map(str, e.path))
+            pytest.fail(f"{body['kind']} {body['metadata']['name']} on {version}: {path}: {e}")
+
+
+@pytest.mark.parametrize("values_file", VALUES_FILES, ids=label)
+def test_the_eventhubconsumer_passes_the_crd(values_file: Path | None) -> None:
+    (consumer,) = render(loading.load_values(values_file))["EventHubConsumer"]
+    problems = [
+        e.message for e in jsonschema.Draft7Validator(crd_rules.SCHEMA).iter_errors(consumer)
+    ]
+    assert problems == []
+    assert crd_rules.failures(consumer) == []
+
+
+@pytest.mark.parametrize("values_file", VALUES_FILES, ids=label)
+def test_the_pods_carry_what_the_runtime_reads(values_file: Path | None) -> None:
+    docs = render(loading.load_values(values_file))
+    (consumer,) = docs["EventHubConsumer"]
+    (deployment,) = docs["Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    found = container(docs)
+    env = {e["name"]: e for e in found["env"]}
+    assert env["EHB_CONSUMER"]["value"] == consumer["metadata"]["name"]
+    for name, path in (
+        ("POD_NAME", "metadata.name"),
+        ("POD_NAMESPACE", "metadata.namespace"),
+        ("POD_UID", "metadata.uid"),
+    ):
+        assert env[name]["valueFrom"]["fieldRef"]["fieldPath"] == path
+    # The EventHubConsumer selects exactly these pods, and so does the budget.
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert consumer["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    (budget,) = docs["PodDisruptionBudget"]
+    assert budget["spec"]["selector"]["matchLabels"] == consumer["spec"]["selector"]["matchLabels"]
+    # The pods read the same Secrets the EventHubConsumer names, and none with workload identity.
+    for part, variable in (
+        ("eventHub", "EHB_EVENTHUB_CONNECTION_STRING"),
+        ("checkpointStore", "EHB_BLOB_CONNECTION_STRING"),
+    ):
+        ref = consumer["spec"][part]["credentials"].get("connectionStringSecretRef")
+        if ref is None:
+            assert variable not in env
+        else:
+            assert env[variable]["valueFrom"]["secretKeyRef"] == ref
+    # The Role is bound to the pods' ServiceAccount and grants only what the runtime uses.
+    (role,) = docs["Role"]
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list", "watch", "patch"]}
+    ]
+    (binding,) = docs["RoleBinding"]
+    assert binding["subjects"][0]["name"] == pod["serviceAccountName"]
+    # The args are `ehb` arguments the CLI parses.
+    parsed = cli.build_parser().parse_args(found["args"])
+    assert parsed.command == "consume"
+    assert found["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert found["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+
+
+@pytest.mark.parametrize("values_file", VALUES_FILES, ids=label)
+def test_a_release_finishes_before_anyone_moves_on(values_file: Path | None) -> None:
+    docs = render(loading.load_values(values_file))
+    args = container(docs)["args"]
+    release = float(args_value(args, "--release-timeout"))
+    handler_exit = float(args_value(args, "--handler-exit-seconds"))
+    shutdown = float(args_value(args, "--shutdown-timeout"))
+    (deployment,) = docs["Deployment"]
+    grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    (consumer,) = docs["EventHubConsumer"]
+    handoff = consumer["spec"]["balancing"]["handoffTimeoutSeconds"]
+    assert release + handler_exit < shutdown < grace
+    assert release + handler_exit < handoff
+
+
+def test_a_handoff_timeout_below_the_release_is_refused() -> None:
+    with pytest.raises(helm.HelmError, match=r"must exceed timeouts\.releaseSeconds"):
+        render({"consumer": {"balancing": {"handoffTimeoutSeconds": 10}}})
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"consumer": {"eventHub": {"credentials": {"workloadIdentity": {}}}}},
+            "consumer.eventHub.credentials: give exactly one of",
+        ),
+        (
+            {"consumer": {"checkpointStore": {"credentials": {"connectionStringSecretRef": None}}}},
+            "consumer.checkpointStore.credentials: give exactly one of",
+        ),
+        (
+            {
+                "consumer": {
+                    "checkpointStore": {
+                        "credentials": {"connectionStringSecretRef": None, "workloadIdentity": {}}
+                    }
+                }
+            },
+            "accountUrl is required with workloadIdentity",
+        ),
+        ({"spark": {"remote": "sc://spark:15002"}}, "only go with spark.enabled=true"),
+    ],
+)
+def test_mistakes_fail_with_what_to_change(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(helm.HelmError, match=message.replace(".", r"\.")):
+        render(values)
+
+
+@pytest.mark.parametrize(
+    ("values", "complaint"),
+    [
+        ({"handler": "orders.pipeline"}, "/handler"),
+        ({"logFormat": "yaml"}, "/logFormat"),
+        ({"consumer": {"startPosition": "beginning"}}, "/consumer/startPosition"),
+        ({"timeouts": {"releaseSeconds": -1}}, "/timeouts/releaseSeconds"),
+    ],
+)
+def test_the_values_schema_rejects_mistakes(values: dict[str, Any], complaint: str) -> None:
+    with pytest.raises(helm.HelmValuesError) as e:
+        render(values)
+    assert complaint in str(e.value)
+
+
+def test_keda_owns_the_replicas_and_scales_on_the_operators_figure() -> None:
+    docs = render(loading.load_values(CHART_DIR / "ci" / "keda-values.yaml"))
+    (deployment,) = docs["Deployment"]
+    assert "replicas" not in deployment["spec"]
+    (scaled,) = docs["ScaledObject"]
+    (consumer,) = docs["EventHubConsumer"]
+    assert scaled["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+    (trigger,) = scaled["spec"]["triggers"]
+    assert trigger["metadata"]["query"] == (
+        f'max(ehb_recommended_replicas{{namespace="{NAMESPACE}", '
+        f'consumer="{consumer["metadata"]["name"]}"}})'
+    )
+    assert args_value(container(docs)["args"], "--log-format") == "json"
+
+
+def test_spark_mode_gets_its_flags_and_its_volume() -> None:
+    docs = render(loading.load_values(CHART_DIR / "ci" / "spark-values.yaml"))
+    found = container(docs)
+    assert "--spark" in found["args"]
+    assert "--spark-master=local[2]" in found["args"]
+    assert "--spark-conf=spark.sql.shuffle.partitions=4" in found["args"]
+    assert {m["mountPath"] for m in found["volumeMounts"]} == {"/tmp", "/var/lib/ehb"}
+
+
+def test_workload_identity_labels_the_pods_and_annotates_the_account() -> None:
+    docs = render(loading.load_values(CHART_DIR / "ci" / "workload-identity-values.yaml"))
+    (account,) = docs["ServiceAccount"]
+    assert "azure.workload.identity/client-id" in account["metadata"]["annotations"]
+    (deployment,) = docs["Deployment"]
+    assert (
+        deployment["spec"]["template"]["metadata"]["labels"]["azure.workload.identity/use"]
+        == "true"
+    )
+    (consumer,) = docs["EventHubConsumer"]
+    assert consumer["metadata"]["name"] == "orders"
+    assert consumer["spec"]["balancing"] == {"handoffTimeoutSeconds": 60, "weighting": "lag"}
