@@ -52,6 +52,9 @@ APP = clusters.APP
 CONTAINER = "checkpoints"
 #: Parallel calls of the harness's setup (hundreds of pods are created at once).
 SETUP_WORKERS = 8
+#: After a forced re-list, the operator's LISTs are counted until none came for this long
+#: (more than an interval: every consumer has had its cycle).
+RELIST_QUIET_SECONDS = 5.0
 
 
 class Figures(TypedDict):
@@ -65,6 +68,7 @@ class Figures(TypedDict):
     steady_state_requests_per_cycle: float
     cycle_cpu_ms: float
     operator_rss_mb: float
+    relist_lists_per_consumer: float
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -93,6 +97,8 @@ class Report:
     steady_cycles: int
     cycle_cpu_s: float
     rss_mb: float
+    #: the operator's LISTs after one forced re-list of the pod and ConfigMap watches
+    relist_lists: int
 
     def figures(self) -> Figures:
         s = self.settings
@@ -109,6 +115,7 @@ class Report:
             "steady_state_requests_per_cycle": round(self.steady_requests / self.steady_cycles, 3),
             "cycle_cpu_ms": round(self.cycle_cpu_s * 1000, 2),
             "operator_rss_mb": self.rss_mb,
+            "relist_lists_per_consumer": round(self.relist_lists / self.settings.consumers, 3),
         }
 
 
@@ -228,7 +235,7 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def _stack(settings: Settings) -> Iterator[tuple[Path, str, str]]:
+def _stack(settings: Settings) -> Iterator[tuple[Path, str, str, processes.Child]]:
     """The API server process, the emulator process (``ehb local eventhubs``) and Azurite
     (the checkpoint store the operator reads when it gives partitions out): the kubeconfig
     and the two connection strings; all stopped on exit."""
@@ -253,7 +260,12 @@ def _stack(settings: Settings) -> Iterator[tuple[Path, str, str]]:
             assert emulator.stdout is not None
             with azurite.Azurite() as blob_store:
                 asyncio.run(_create_container(blob_store.connection_string))
-                yield kubeconfig, emulator.stdout.readline().strip(), blob_store.connection_string
+                yield (
+                    kubeconfig,
+                    emulator.stdout.readline().strip(),
+                    blob_store.connection_string,
+                    server,
+                )
         finally:
             emulator.terminate()
             try:
@@ -302,7 +314,7 @@ def run(settings: Settings) -> Report:
         raise ValueError("need at least 2 pods and more partitions than pods + 1")
     ns, p = NAMESPACE, settings.partitions
     names = [consumer_name(i) for i in range(settings.consumers)]
-    with _stack(settings) as (kubeconfig, connection_string, store):
+    with _stack(settings) as (kubeconfig, connection_string, store, server):
         api = processes.client(kubeconfig)
         cluster = Cluster(api, ns)
         view, stopped = View(), threading.Event()
@@ -357,6 +369,7 @@ def run(settings: Settings) -> Report:
                 rounds.append(figures)
                 serial += 2
             end = operator.stats()
+            relist_lists = _forced_relist(server, operator, settings)
         finally:
             operator.stop()
             doubles.stop()
@@ -369,7 +382,26 @@ def run(settings: Settings) -> Report:
         steady_cycles=steady_cycles,
         cycle_cpu_s=(end["cpu_s"] - start["cpu_s"]) / max(1, end["cycles"] - start["cycles"]),
         rss_mb=float(end["rss_mb"]),
+        relist_lists=relist_lists,
     )
+
+
+def _forced_relist(server: processes.Child, operator: processes.Child, settings: Settings) -> int:
+    """The operator's LISTs after the API server breaks every pod and ConfigMap watch and
+    answers their resumes with 410 Gone: kopf lists both kinds again, and each consumer reads
+    what it may have missed. Counted until no LIST came for `RELIST_QUIET_SECONDS`."""
+    before = operator.stats()["lists"]
+    server.ask("relist")
+    deadline = time.monotonic() + clusters.WAIT_SECONDS + settings.consumers * 0.1
+    last, quiet_since = before, time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.25)
+        lists = operator.stats()["lists"]
+        if lists != last:
+            last, quiet_since = lists, time.monotonic()
+        elif lists > before and time.monotonic() - quiet_since >= RELIST_QUIET_SECONDS:
+            return int(lists - before)
+    raise TimeoutError("the operator's LISTs after a forced re-list did not settle")
 
 
 def _round(

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -40,6 +40,10 @@ logger = logging.getLogger(__name__)
 #: The longest wait for a child to say it is ready, and to end once told.
 START_SECONDS = 60.0
 STOP_SECONDS = 10.0
+#: The watches a forced re-list breaks (those a cycle reads), and for how long their resumes
+#: get 410 Gone: long enough for kopf's reconnection to meet it.
+RELIST_PLURALS = ("pods", "configmaps")
+RELIST_SECONDS = 2.0
 #: A watch is renewed this often (the server ends it after this many seconds).
 WATCH_SECONDS = 60
 #: The children's log level (default WARNING), e.g. EHB_BENCH_LOG=debug to see every cycle.
@@ -165,6 +169,7 @@ def serve_operator(kubeconfig: Path, namespaces: Sequence[str], stdin: IO[str]) 
         return {
             "cycles": runtime.cycles_run,
             "requests": api.requests,
+            "lists": api.lists,
             "writes": sum(api.writes.values()),
             "cpu_s": time.process_time(),
             "rss_mb": _rss_mb(),
@@ -182,7 +187,18 @@ def serve_apiserver(kubeconfig: Path, stdin: IO[str]) -> None:
 
     with LocalKubeAPI() as kube:
         kube.write_kubeconfig(kubeconfig)
-        _answer(stdin, lambda: {"url": kube.url})
+
+        def relist() -> dict[str, Any]:
+            """Every pod and ConfigMap watch ends, and its resume gets 410 Gone: the
+            operator's kopf lists both kinds again, as after a real API server's compaction."""
+            for plural in RELIST_PLURALS:
+                kube.inject_watch_fault(
+                    "close", seconds=RELIST_SECONDS, plural=plural, close_after_s=0.5
+                )
+                kube.inject_watch_fault("gone", seconds=RELIST_SECONDS, plural=plural)
+            return {"relist": list(RELIST_PLURALS)}
+
+        _answer(stdin, lambda: {"url": kube.url}, commands={"relist": relist})
 
 
 def _rss_mb() -> float:
@@ -192,12 +208,23 @@ def _rss_mb() -> float:
     return round(pages * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
 
 
-def _answer(stdin: IO[str], stats: Any) -> None:
-    """Say ready, then answer each ``stats`` line until stdin closes."""
+def _answer(
+    stdin: IO[str],
+    stats: Callable[[], dict[str, Any]],
+    *,
+    commands: Mapping[str, Callable[[], dict[str, Any]]] | None = None,
+) -> None:
+    """Say ready, then answer each ``stats`` line (or one of ``commands``) until stdin
+    closes; an unknown line gets an error, so the benchmark never waits for nothing."""
     print(json.dumps({"ready": True, **stats()}), flush=True)
     for line in stdin:
-        if line.strip() == "stats":
+        word = line.strip()
+        if word == "stats":
             print(json.dumps(stats()), flush=True)
+        elif commands is not None and word in commands:
+            print(json.dumps(commands[word]()), flush=True)
+        else:
+            print(json.dumps({"error": f"unknown command {word!r}"}), flush=True)
 
 
 class Child:
@@ -229,10 +256,17 @@ class Child:
         return answer
 
     def stats(self) -> dict[str, Any]:
+        return self.ask("stats")
+
+    def ask(self, command: str) -> dict[str, Any]:
+        """One command line, and the process's one-line answer."""
         assert self.process.stdin is not None
-        self.process.stdin.write("stats\n")
+        self.process.stdin.write(command + "\n")
         self.process.stdin.flush()
-        return self._line(STOP_SECONDS)
+        answer = self._line(STOP_SECONDS)
+        if "error" in answer:
+            raise RuntimeError(f"the {self.role} process: {answer['error']}")
+        return answer
 
     def stop(self) -> None:
         with contextlib.suppress(OSError):

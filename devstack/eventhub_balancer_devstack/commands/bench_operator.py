@@ -20,6 +20,8 @@ HELP = (
 TARGET_DELETED_S = 2.0
 TARGET_STEADY_WRITES = 0.0
 TARGET_STEADY_REQUESTS = 0.0
+#: After one forced re-list of the pod and ConfigMap watches: one LIST of each per consumer.
+TARGET_RELIST_LISTS = 2.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -102,6 +104,11 @@ def run(args: argparse.Namespace) -> int:
         ),
         ("operator CPU per cycle", f"{figures['cycle_cpu_ms']:.2f} ms", "-"),
         ("operator resident memory", f"{figures['operator_rss_mb']:.0f} MB", "-"),
+        (
+            "LISTs per consumer, re-list",
+            f"{figures['relist_lists_per_consumer']:g}",
+            f"<= {TARGET_RELIST_LISTS:g}",
+        ),
     ]
     print(f"{'figure':<28}  {'measured':>10}  target")
     for name, value, target in rows:

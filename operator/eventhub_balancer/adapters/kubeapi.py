@@ -102,6 +102,8 @@ class KubeAPI:
         self.writes: dict[str, int] = {}
         #: every request made (reads and writes), for the benchmark's requests per cycle
         self.requests = 0
+        #: the LISTs among them, for the benchmark's cost of a re-list
+        self.lists = 0
 
     @classmethod
     def from_environment(cls, kubeconfig: str | None = None) -> KubeAPI:
@@ -192,6 +194,7 @@ class KubeAPI:
         return items
 
     async def list_pods(self, *, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        self.lists += 1
         result = await self._call(
             f"pods in {namespace} ({label_selector})",
             self._core.list_namespaced_pod,
@@ -202,6 +205,7 @@ class KubeAPI:
         return items
 
     async def list_configmaps(self, *, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        self.lists += 1
         result = await self._call(
             f"configmaps in {namespace} ({label_selector})",
             self._core.list_namespaced_config_map,
@@ -251,6 +255,7 @@ class KubeAPI:
     async def _listing(
         self, what: str, call: Callable[..., Any], **kwargs: Any
     ) -> listings.Listing:
+        self.lists += 1
         result = await self._call(what, call, **kwargs)
         return listings.Listing(
             items=tuple(result.get("items", [])), metadata=dict(result.get("metadata") or {})
