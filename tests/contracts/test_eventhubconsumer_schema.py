@@ -55,10 +55,13 @@ def schema(crd: dict[str, Any]) -> dict[str, Any]:
 
 
 def errors_of(schema: dict[str, Any], body: dict[str, Any]) -> list[str]:
+    """The schema's errors and the CRD's CEL rules' messages, as the API server reports both."""
+    from tests.install import test_crd_rules
+
     validator = jsonschema.Draft7Validator(schema)
     return [
         f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(body)
-    ]
+    ] + [f.removeprefix(".") for f in test_crd_rules.failures(body, schema)]
 
 
 def with_(path: str, value: Any) -> dict[str, Any]:

@@ -53,6 +53,8 @@ def test_helm_lint_is_clean(values_file: Path | None) -> None:
         ({"imagePullPolicy": "Always"}, "imagePullPolicy"),
         ({"image": {"repository": "x", "digest": "latest"}}, "/image/digest"),
         ({"logVerbosity": 5}, "/logVerbosity"),
+        ({"logFormat": "yaml"}, "/logFormat"),
+        ({"podDisruptionBudget": {"maxUnavailable": "ten"}}, "/podDisruptionBudget/maxUnavailable"),
     ],
 )
 def test_the_values_schema_rejects_mistakes(values: dict[str, Any], complaint: str) -> None:

@@ -37,8 +37,9 @@ def rules(schema: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[st
         yield from rules(schema["items"], f"{path}[]")
 
 
-def failures(body: dict[str, Any]) -> list[str]:
-    """The messages of the rules ``body`` fails, as the API server would report them."""
+def failures(body: dict[str, Any], schema: dict[str, Any] = SCHEMA) -> list[str]:
+    """The messages of the rules ``body`` fails, as the API server would report them
+    (``.spec.eventHub.credentials: give exactly one of ...``)."""
     env = celpy.Environment()
     found = []
 
@@ -56,7 +57,7 @@ def failures(body: dict[str, Any]) -> list[str]:
                 if name in value:
                     walk(child, value[name], f"{path}.{name}")
 
-    walk(SCHEMA, body, "")
+    walk(schema, body, "")
     return found
 
 
