@@ -8,7 +8,7 @@ import pytest
 
 from eventhub_balancer.contracts import configmaps, partitionreports
 from eventhub_balancer.handlers import cycles, memories, metrics
-from eventhub_balancer.reconciling import figures
+from eventhub_balancer.reconciling import metrics as cyclemetrics
 from tests.handlers.test_cycles import NAME, NS, at, make_kube
 from tests.support import fakes
 
@@ -76,7 +76,7 @@ def test_a_paused_consumer_is_exported_so_alerts_can_skip_it() -> None:
         exported.record(
             namespace=NS,
             consumer=NAME,
-            values=figures.Figures(
+            values=cyclemetrics.Figures(
                 per_pod={},
                 partition_count=4,
                 members=2,

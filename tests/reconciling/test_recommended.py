@@ -1,4 +1,4 @@
-"""`figures.recommended_replicas`: what an autoscaler should run, from the backlog.
+"""`metrics.recommended_replicas`: what an autoscaler should run, from the backlog.
 
 Pure: numbers in, a number out; and the gauge that carries it keeps the last figure read
 from a backlog while cycles read none.
@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from eventhub_balancer.balancing import models
-from eventhub_balancer.handlers import metrics
-from eventhub_balancer.reconciling import figures, readbacks
+from eventhub_balancer.handlers import metrics as prometheus
+from eventhub_balancer.reconciling import metrics, readbacks
 
 P = models.PartitionId
 M = models.MemberName
@@ -39,18 +39,18 @@ def test_recommended_replicas(
     partitions: int, backlog: int | None, members: int, expected: int
 ) -> None:
     assert (
-        figures.recommended_replicas(partitions=partitions, backlog=backlog, members=members)
+        metrics.recommended_replicas(partitions=partitions, backlog=backlog, members=members)
         == expected
     )
 
 
 def test_the_lag_per_replica_sets_the_step() -> None:
     assert (
-        figures.recommended_replicas(partitions=32, backlog=250, members=1, lag_per_replica=100)
+        metrics.recommended_replicas(partitions=32, backlog=250, members=1, lag_per_replica=100)
         == 3
     )
     with pytest.raises(ValueError, match="lag_per_replica"):
-        figures.recommended_replicas(partitions=1, backlog=1, members=1, lag_per_replica=0)
+        metrics.recommended_replicas(partitions=1, backlog=1, members=1, lag_per_replica=0)
 
 
 @given(
@@ -62,7 +62,7 @@ def test_the_lag_per_replica_sets_the_step() -> None:
 def test_always_between_one_and_the_partition_count(
     partitions: int, backlog: int | None, members: int, lag_per_replica: int
 ) -> None:
-    n = figures.recommended_replicas(
+    n = metrics.recommended_replicas(
         partitions=partitions, backlog=backlog, members=members, lag_per_replica=lag_per_replica
     )
     assert (1 <= n <= partitions) if partitions else n == 0
@@ -73,18 +73,18 @@ def test_always_between_one_and_the_partition_count(
 @given(st.integers(0, 10**9), st.integers(0, 10**9))
 def test_more_backlog_never_recommends_fewer(a: int, b: int) -> None:
     low, high = sorted((a, b))
-    assert figures.recommended_replicas(
+    assert metrics.recommended_replicas(
         partitions=64, backlog=low, members=3
-    ) <= figures.recommended_replicas(partitions=64, backlog=high, members=3)
+    ) <= metrics.recommended_replicas(partitions=64, backlog=high, members=3)
 
 
-def _build(lag: dict[str, int] | None, *, members: int = 2) -> figures.Figures:
+def _build(lag: dict[str, int] | None, *, members: int = 2) -> metrics.Figures:
     ids = tuple(P(str(i)) for i in range(8))
     pods = [M(f"pod-{i}") for i in range(members)]
     assignment = {p: models.Ownership(owner=pods[i % members], epoch=1) for i, p in enumerate(ids)}
     plan = models.Plan(assignment=assignment, moves=(), balanced=True, targets={m: 4 for m in pods})
     before = readbacks.ReadBack(assignment=assignment, released={}, floors={}, problems={})
-    return figures.build(
+    return metrics.build(
         plan=plan,
         before=before,
         wall=0.0,
@@ -103,14 +103,14 @@ def test_a_cycles_figures_carry_the_backlog_and_the_recommendation() -> None:
         assert (unread.backlog, unread.recommended_replicas) == (None, 3)
 
 
-def _gauge(m: metrics.Metrics) -> float | None:
+def _gauge(m: prometheus.Metrics) -> float | None:
     return m.registry.get_sample_value(
         "ehb_recommended_replicas", {"namespace": "shop", "consumer": "orders"}
     )
 
 
 def test_the_gauge_keeps_the_last_figure_read_from_a_backlog() -> None:
-    m = metrics.Metrics()
+    m = prometheus.Metrics()
     unread = _build(None, members=3)
     m.record(namespace="shop", consumer="orders", values=unread)
     assert _gauge(m) == 3  # nothing read yet: hold the pods there are

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import prometheus_client
 
 from eventhub_balancer.contracts import partitionreports
-from eventhub_balancer.reconciling import figures
+from eventhub_balancer.reconciling import metrics
 
 #: Cycle durations: a cycle is a handful of API round trips, tens of milliseconds normally.
 CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -144,7 +144,7 @@ class Metrics:
             if count:
                 self.api_writes.labels(namespace, consumer, kind).inc(count)
 
-    def record(self, *, namespace: str, consumer: str, values: figures.Figures) -> None:
+    def record(self, *, namespace: str, consumer: str, values: metrics.Figures) -> None:
         """Set the gauges and count the moves of one cycle."""
         self.set_partitions(namespace=namespace, consumer=consumer, per_pod=values.per_pod)
         self.partition_count.labels(namespace, consumer).set(values.partition_count)
@@ -163,7 +163,7 @@ class Metrics:
         for outcome, seconds in values.handoffs:
             self.handoff_duration.labels(namespace, consumer, outcome).observe(seconds)
 
-    def set_recommended(self, *, namespace: str, consumer: str, values: figures.Figures) -> None:
+    def set_recommended(self, *, namespace: str, consumer: str, values: metrics.Figures) -> None:
         """The recommended replicas; a cycle that did not read the backlog (with weighting
         "count" most do not) keeps the last one that did, so an autoscaler does not swing."""
         key = (namespace, consumer)

@@ -7,7 +7,7 @@ epochs), or when they read the same hub and consumer group into the same checkpo
 creationTimestamp and then namespace/name, gets the condition ``Conflict`` naming the earlier
 one and writes nothing else: no epochs, no ConfigMaps, no pod annotations. The earlier one
 never looks at the later one, so it works as if alone; once the overlap is gone, the later
-one's next cycle works normally.
+one's next cycle works normally (`deciding` words the refusal).
 
 Every consumer is summed up once per watch event (`peer`, through a kopf index), so a cycle
 compares summaries: a tuple comparison per consumer, and a selector match per pod only for the
@@ -27,7 +27,6 @@ from typing import Any
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import conditions, labelselectors, specs
-from eventhub_balancer.reconciling import kubeevents, statuses, verdicts
 
 #: The condition type, True on the later of two overlapping consumers.
 CONFLICT = "Conflict"
@@ -165,34 +164,6 @@ def condition(overlap: Overlap) -> conditions.Condition:
             "delete one of them)"
         ),
     )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Refusal:
-    """What the refused consumer writes: its status and, once, an Event."""
-
-    status: dict[str, Any]
-    events: tuple[kubeevents.KubeEvent, ...]
-
-
-def refuse(
-    overlap: Overlap, *, previous: specs.StatusBody, generation: int, now: datetime.datetime
-) -> Refusal:
-    """Conflict True and Ready False, with the same message; an Event when it starts."""
-    conflict = condition(overlap)
-    ready = dataclasses.replace(conflict, type=conditions.READY, status="False")
-    desired = {
-        "observedGeneration": generation,
-        "conditions": conditions.apply(
-            previous.get("conditions"), [ready, conflict], observed_generation=generation, now=now
-        ),
-    }
-    events = (
-        (kubeevents.KubeEvent(reason=REASON, message=conflict.message, type="Warning"),)
-        if verdicts.changed(previous, conflict)
-        else ()
-    )
-    return Refusal(status=statuses.status_patch(previous, desired), events=events)
 
 
 def cleared(previous: specs.StatusBody) -> list[conditions.Condition]:

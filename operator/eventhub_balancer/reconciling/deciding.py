@@ -2,11 +2,11 @@
 
 From what was read (`observations.Observation`) to everything there is to write: the epochs
 for status (written first), the ConfigMap and pod writes (`writes`), the rest of the status
-(`statuses`), the Events (`kubeevents`), the metrics (`figures`) and when to come back
+(`statuses`), the Events (`kubeevents`), the metrics (`metrics`) and when to come back
 (``next_in``). The steps, in order: advance the consumer's fleet (`fleets`: the pods and
 ConfigMaps read again only where they are new objects), read the assignment back
 (`readbacks`), decide the partition list, plan (`balancing.planning`), derive the writes
-(`writes`), conclude the conditions (`verdicts`).
+(`writes`), conclude the conditions (`conditions`).
 
 What one decision hands the next of the same consumer is its `Carry`, a frozen value the
 caller keeps (`handlers.memories.Memory`) and passes back in: the fleet it read. Nothing here
@@ -37,20 +37,21 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer.balancing import models, planning
-from eventhub_balancer.contracts import bounds, conditions, podstates, specs
+from eventhub_balancer.contracts import bounds, podstates, specs
+from eventhub_balancer.contracts import conditions as conditiontypes
 from eventhub_balancer.reconciling import (
+    conditions,
     conflicts,
     coordinates,
     deadlines,
-    figures,
     fleets,
     kubeevents,
+    metrics,
     observations,
     pausing,
     readbacks,
     reports,
     statuses,
-    verdicts,
     writes,
 )
 
@@ -88,7 +89,7 @@ class Decision:
     balanced: bool = False
     #: partitions assigned but not listed by Event Hubs: kept (a wrong answer never revokes)
     unlisted: tuple[models.PartitionId, ...] = ()
-    figures: figures.Figures | None = None
+    figures: metrics.Figures | None = None
     #: seconds until something changes on its own (a hand-off times out, a grace ends)
     next_in: float | None = None
     #: the wall time (seconds) before which this observation decides the same, with nothing
@@ -211,12 +212,12 @@ def _decide(
         problems=back.problems,
         annotate_pods=observation.annotate_pods,
     )
-    concluded = verdicts.build(
+    concluded = conditions.build(
         plan=plan,
         pods=states,
         partitions=partitions,
-        hub=verdicts.hub(observation.hub, spec=spec),
-        store=verdicts.store(observation.store, spec=spec, ignored=back.ignored),
+        hub=conditions.hub(observation.hub, spec=spec),
+        store=conditions.store(observation.store, spec=spec, ignored=back.ignored),
         spec=spec,
         troubles=troubles,
         previous=previous,
@@ -276,7 +277,7 @@ def _decide(
         moves=plan.moves,
         balanced=plan.balanced,
         unlisted=unlisted,
-        figures=figures.build(
+        figures=metrics.build(
             plan=plan,
             before=back,
             wall=wall,
@@ -308,18 +309,18 @@ def _decide(
 def _invalid(observation: observations.Observation, *, now: datetime.datetime) -> Decision:
     """An invalid spec: say so in the Ready condition (and once in an Event), touch nothing."""
     assert observation.spec_error is not None, "an observation has a spec or a spec error"
-    bad = verdicts.invalid_spec(observation.spec_error)
+    bad = conditions.invalid_spec(observation.spec_error)
     previous = observation.status
     generation = observation.generation
     desired = {
         "observedGeneration": generation,
-        "conditions": conditions.apply(
+        "conditions": conditiontypes.apply(
             previous.get("conditions"), [bad], observed_generation=generation, now=now
         ),
     }
     events = (
         (kubeevents.KubeEvent(reason=bad.reason, message=bad.message, type="Warning"),)
-        if verdicts.changed(previous, bad)
+        if conditions.changed(previous, bad)
         else ()
     )
     return Decision(
@@ -339,16 +340,28 @@ def _refused(
     pods: frozenset[str],
     now: datetime.datetime,
 ) -> Decision:
-    """An older EventHubConsumer overlaps this one (`conflicts`): say so, write nothing else."""
-    refusal = conflicts.refuse(
-        overlap, previous=observation.status, generation=observation.generation, now=now
+    """An older EventHubConsumer overlaps this one (`conflicts`): Conflict True and Ready
+    False, with the same message, an Event when it starts, and nothing else written."""
+    previous, generation = observation.status, observation.generation
+    conflict = conflicts.condition(overlap)
+    ready = dataclasses.replace(conflict, type=conditiontypes.READY, status="False")
+    desired = {
+        "observedGeneration": generation,
+        "conditions": conditiontypes.apply(
+            previous.get("conditions"), [ready, conflict], observed_generation=generation, now=now
+        ),
+    }
+    events = (
+        (kubeevents.KubeEvent(reason=conflicts.REASON, message=conflict.message, type="Warning"),)
+        if conditions.changed(previous, conflict)
+        else ()
     )
     return Decision(
-        generation=observation.generation,
+        generation=generation,
         pods=pods,
-        status=refusal.status,
-        events=refusal.events,
-        event_bodies=tuple(kubeevents.body(observation.body, e, now=now) for e in refusal.events),
+        status=statuses.status_patch(previous, desired),
+        events=events,
+        event_bodies=tuple(kubeevents.body(observation.body, e, now=now) for e in events),
         resource_version=_version(observation),
     )
 

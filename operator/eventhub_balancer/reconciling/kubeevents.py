@@ -17,8 +17,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import conditions, specs
-from eventhub_balancer.reconciling import pausing, reports, verdicts, writes
+from eventhub_balancer.contracts import conditions as conditiontypes
+from eventhub_balancer.contracts import specs
+from eventhub_balancer.reconciling import conditions, pausing, reports, writes
 
 #: The Event's source component, as ``kubectl describe`` shows it.
 COMPONENT = "eventhub-balancer"
@@ -120,7 +121,7 @@ def build(
     plan: models.Plan,
     problems: Mapping[str, tuple[str, ...]],
     planned: writes.Writes,
-    concluded: Sequence[conditions.Condition],
+    concluded: Sequence[conditiontypes.Condition],
     previous: specs.StatusBody,
     tampered: Mapping[str, tuple[str, ...]] = {},
     troubles: Mapping[models.PartitionId, reports.Trouble] | None = None,
@@ -158,26 +159,27 @@ def build(
     for c in concluded:
         if (
             c.status == "False"
-            and verdicts.changed(previous, c)
-            and c.type in (conditions.EVENTHUB_REACHABLE, conditions.CHECKPOINT_STORE_REACHABLE)
+            and conditions.changed(previous, c)
+            and c.type
+            in (conditiontypes.EVENTHUB_REACHABLE, conditiontypes.CHECKPOINT_STORE_REACHABLE)
         ):
             events.append(KubeEvent(reason=c.reason, message=c.message, type="Warning"))
         elif (
             c.status == "True"
-            and c.type == conditions.EVENTHUB_REACHABLE
-            and verdicts.was_false(previous, c)
+            and c.type == conditiontypes.EVENTHUB_REACHABLE
+            and conditions.was_false(previous, c)
         ):
             events.append(KubeEvent(reason="EventHubReachable", message=c.message))
-        elif c.type == conditions.PAUSED and verdicts.changed(previous, c):
+        elif c.type == conditiontypes.PAUSED and conditions.changed(previous, c):
             events += pause_events(c, previous=previous)
     events += trouble_events(troubles or {}, previous=previous, assignment=plan.assignment)
     return events
 
 
-def pause_events(c: conditions.Condition, *, previous: specs.StatusBody) -> list[KubeEvent]:
+def pause_events(c: conditiontypes.Condition, *, previous: specs.StatusBody) -> list[KubeEvent]:
     """``Pausing`` when a pause starts, ``Paused`` when it is complete, ``Resumed`` when it
     ends; nothing for a consumer that was never paused."""
-    old = conditions.find(previous.get("conditions"), conditions.PAUSED)
+    old = conditiontypes.find(previous.get("conditions"), conditiontypes.PAUSED)
     was = old.get("reason") if old is not None else None
     if c.reason == pausing.PAUSING and was != pausing.PAUSED:
         return [KubeEvent(reason="Pausing", message=c.message)]

@@ -35,18 +35,7 @@ from typing import Any
 from eventhub_balancer import handoffs
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import bounds, configmaps, podstates, specs
-from eventhub_balancer.reconciling import claims, fleets, observations, reports
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Recorded:
-    """One partition as the status records it."""
-
-    pod: str
-    pod_uid: str  # empty: recorded by an older operator, any incarnation matches
-    epoch: int
-    state: models.OwnershipState
-    since: float | None
+from eventhub_balancer.reconciling import fleets, observations, records, reports, tampering
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -85,77 +74,6 @@ def ends_handoff(entry: configmaps.PartitionEntry, acknowledged: int | None) -> 
     return state == "released"
 
 
-def read_entry(item: Mapping[str, Any]) -> tuple[models.PartitionId, Recorded] | None:
-    """One entry of ``status.assignment``; None when it is out of bounds."""
-    get = item.get
-    pid, pod, epoch, state = get("partition"), get("pod"), get("epoch"), get("state")
-    pod_uid = str(get("podUid") or "")
-    if not (bounds.is_partition_id(pid) and isinstance(pod, str) and pod):
-        return None
-    if not bounds.is_epoch(epoch) or state not in models.OWNERSHIP_STATES:
-        return None
-    assert isinstance(pid, str)
-    assert isinstance(epoch, int)
-    since = specs.parse_time(get("since"))
-    return models.PartitionId(pid), Recorded(
-        pod=pod,
-        pod_uid=pod_uid,
-        epoch=epoch,
-        state=state,
-        since=podstates.to_seconds(since) if since else None,
-    )
-
-
-def record(status: specs.StatusBody) -> dict[models.PartitionId, Recorded]:
-    """The assignment the status records; entries out of bounds are skipped."""
-    raw = status.get("assignment")
-    if raw is None:
-        return _legacy_record(status)
-    result: dict[models.PartitionId, Recorded] = {}
-    items: list[Any] = list(raw) if isinstance(raw, list) else []
-    for item in items:
-        if not isinstance(item, Mapping):
-            continue
-        read = read_entry(item)
-        if read is None:
-            continue
-        pid, entry = read
-        if pid in result and result[pid].epoch >= entry.epoch:
-            continue
-        result[pid] = entry
-    return result
-
-
-def _legacy_record(status: specs.StatusBody) -> dict[models.PartitionId, Recorded]:
-    """The record of an older operator's status: owners from ``consumers``, the epoch of an
-    owned partition from ``epochs``, of a revoking one (and its since) from ``handoffs``."""
-    epochs: Mapping[str, Any] = status.get("epochs") or {}
-    handed: dict[str, Mapping[str, Any]] = {
-        str(h.get("partition")): h for h in status.get("handoffs") or [] if isinstance(h, Mapping)
-    }
-    result: dict[models.PartitionId, Recorded] = {}
-    for consumer in status.get("consumers") or []:
-        pod = consumer.get("pod")
-        revoking = set(consumer.get("revoking") or [])
-        for pid in consumer.get("partitions") or []:
-            if not (isinstance(pod, str) and pod and bounds.is_partition_id(pid)):
-                continue
-            handoff = handed.get(pid, {})
-            epoch = handoff.get("epoch") if pid in revoking else epochs.get(pid)
-            if not bounds.is_epoch(epoch):
-                continue
-            assert isinstance(epoch, int)
-            since = specs.parse_time(handoff.get("since")) if pid in revoking else None
-            result[models.PartitionId(pid)] = Recorded(
-                pod=pod,
-                pod_uid="",
-                epoch=epoch,
-                state="revoking" if pid in revoking else "owned",
-                since=podstates.to_seconds(since) if since else None,
-            )
-    return result
-
-
 def floors_of(
     status_epochs: Mapping[str, Any], stored_epochs: Mapping[str, int], ignored: list[str]
 ) -> dict[models.PartitionId, int]:
@@ -192,7 +110,7 @@ def read_back(
     ignored: list[str] = []
     status_epochs: Mapping[str, Any] = status.get("epochs") or {}
     floors = floors_of(status_epochs, stored_epochs, ignored)
-    recorded = record(status)
+    recorded = records.read(status)
     seconds_now = podstates.to_seconds(now)
     if fleet is not None:
         current: Mapping[str, observations.StoredMap] = fleet.current
@@ -247,7 +165,7 @@ def read_back(
     for pid, trouble in troubles.items():
         if trouble.state == "lost":
             released.pop(pid, None)
-    found = claims.find(maps, recorded, status_epochs)
+    found = tampering.find(maps, recorded, status_epochs)
     return ReadBack(
         assignment=assignment,
         released=released,

@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import configmaps
-from eventhub_balancer.reconciling import observations
+from eventhub_balancer.reconciling import observations, records
 
-if TYPE_CHECKING:
-    from eventhub_balancer.reconciling.readbacks import Recorded
-
-Record = Mapping[models.PartitionId, "Recorded"]
+Record = Mapping[models.PartitionId, records.Recorded]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
