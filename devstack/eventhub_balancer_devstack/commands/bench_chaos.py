@@ -34,8 +34,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "give them --seconds 150 or more)",
     )
     parser.add_argument(
+        "--gap",
+        default="1,3",
+        help="seconds between two faults, MIN,MAX (1,3); above 60 (--gap 62,68) a watchlag "
+        "run has the operator write, stay quiet past its 60 s wait for echoes, then write",
+    )
+    parser.add_argument(
         "--work-dir", type=Path, default=None, help="keep records and pod logs here"
     )
+
+
+def parse_gap(text: str) -> tuple[float, float]:
+    """``--gap 1,3`` -> (1.0, 3.0): the range of seconds between two faults."""
+    try:
+        low, high = (float(part) for part in text.split(","))
+    except ValueError:
+        raise errors.InvalidInput("--gap", f"{text!r} is not MIN,MAX in seconds") from None
+    if not 0 < low <= high:
+        raise errors.InvalidInput("--gap", f"{text!r}: need 0 < MIN <= MAX")
+    return low, high
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
         duration_s=args.seconds,
         seed=args.seed,
         faults=chaos.parse_faults(args.faults),
+        gap_s=parse_gap(args.gap),
         work_dir=args.work_dir,
     )
     view = terminalviews.LiveView(sys.stderr, tty=False)

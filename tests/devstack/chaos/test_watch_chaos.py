@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
+from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps
 from eventhub_balancer_devstack import chaos
+from eventhub_balancer_devstack.commands import bench_chaos
 from eventhub_balancer_devstack.kube import LocalKubeAPI
 from eventhub_balancer_devstack.scenarios import systems
 
@@ -121,3 +123,11 @@ def test_the_audit_counts_from_the_servers_write_record(api: LocalKubeAPI) -> No
     assert run.ledger.epoch_reuse == 1
     assert run.ledger.writes == 2
     assert run.unaudited == 0
+
+
+def test_the_gap_between_faults_is_a_range_of_seconds() -> None:
+    assert bench_chaos.parse_gap("62,68") == (62.0, 68.0)
+    assert bench_chaos.parse_gap("2,2") == (2.0, 2.0)
+    for wrong in ("5", "3,1", "0,1", "a,b"):
+        with pytest.raises(errors.InvalidInput, match="--gap"):
+            bench_chaos.parse_gap(wrong)
