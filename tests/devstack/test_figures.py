@@ -212,11 +212,12 @@ def test_refresh_rewrites_blocks_in_place_and_is_stable(tmp_path: Path) -> None:
     assert "| 1,024 | 64 | 3.6 | 0.97 |" in expanded
 
 
-def test_decide_figures_are_one_row_per_fleet_split_at_the_planner() -> None:
+def test_decide_figures_are_one_row_per_fleet_cold_and_split_at_the_planner() -> None:
     result = [
         {
             "partitions": 32,
             "pods": 31,
+            "cold_ms": 0.9,
             "decide_ms": 0.5,
             "planner_ms": 0.1,
             "outside_planner_ms": 0.4,
@@ -224,13 +225,16 @@ def test_decide_figures_are_one_row_per_fleet_split_at_the_planner() -> None:
         {
             "partitions": 1024,
             "pods": 64,
+            "cold_ms": 12.5,
             "decide_ms": 7.4,
             "planner_ms": 0.9,
             "outside_planner_ms": 6.5,
         },
     ]
     lines = records.decide(result).splitlines()
-    assert lines[0] == "| partitions | pods | decision (ms) | planner (ms) | the rest (ms) |"
+    assert lines[0] == (
+        "| partitions | pods | cold (ms) | decision (ms) | planner (ms) | the rest (ms) |"
+    )
     assert len(lines) == 4
-    assert lines[3] == "| 1,024 | 64 | 7.4 | 0.9 | 6.5 |"
+    assert lines[3] == "| 1,024 | 64 | 12.5 | 7.4 | 0.9 | 6.5 |"
     assert records.decide({"not": "a list"}) == records.generic({"not": "a list"})

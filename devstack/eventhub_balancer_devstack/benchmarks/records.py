@@ -407,6 +407,7 @@ def balance(result: object) -> str:
 DECIDE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("partitions", "partitions"),
     ("pods", "pods"),
+    ("cold_ms", "cold (ms)"),
     ("decide_ms", "decision (ms)"),
     ("planner_ms", "planner (ms)"),
     ("outside_planner_ms", "the rest (ms)"),
@@ -414,7 +415,8 @@ DECIDE_COLUMNS: tuple[tuple[str, str], ...] = (
 
 
 def decide(result: object) -> str:
-    """``ehb bench decide``: one row per fleet, the decision split at the planner."""
+    """``ehb bench decide``: one row per fleet, the decision cold, and warm split at the
+    planner."""
     if not (isinstance(result, list) and all(isinstance(r, Mapping) for r in result)):
         return generic(result)
     rows = [[number(_get(r, key)) for key, _ in DECIDE_COLUMNS] for r in result]
