@@ -32,6 +32,18 @@ HANDLERS = {
         async def process(df, context):
             return None
     """,
+    "ehb_bad_syntax.py": """
+        def process(events, context)
+            return None
+    """,
+    "ehb_bad_import.py": """
+        import os
+
+        TOPIC = os.environ["ORDERS_TOPIC"]
+
+        def process(events, context):
+            return None
+    """,
     "ehb_bad_dependency.py": """
         import ehb_no_such_dependency_xyz
 
@@ -153,6 +165,20 @@ ROWS = [
         "ehb: error: --handler: module 'ehb_bad_dependency' imports "
         "'ehb_no_such_dependency_xyz', which is not installed: add the package that provides "
         "'ehb_no_such_dependency_xyz' to the image (or to the handler's dependencies)",
+    ),
+    Row(
+        "a handler module with a syntax error",
+        (*LOCAL, "--handler-path", "{tmp}", "--handler", "ehb_bad_syntax:process"),
+        {},
+        "ehb: error: --handler: {tmp}/ehb_bad_syntax.py, line 2: expected ':': fix the handler "
+        "module's syntax",
+    ),
+    Row(
+        "a handler module that raises at import",
+        (*LOCAL, "--handler-path", "{tmp}", "--handler", "ehb_bad_import:process"),
+        {},
+        "ehb: error: --handler: importing 'ehb_bad_import' raised KeyError: 'ORDERS_TOPIC' "
+        "({tmp}/ehb_bad_import.py, line 4): fix what the module does at import",
     ),
     Row(
         "a handler module that is not there",

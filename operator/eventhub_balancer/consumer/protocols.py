@@ -5,7 +5,8 @@ function that takes one argument, or a Spark handler written ``async def``, used
 import and fail on the first batch, after partitions had been fenced and events received. So
 :func:`load` checks the function against the protocol of its mode before anything connects,
 and says which argument is missing; a module that fails to import because of *its own*
-missing dependency is named as such, so the user installs the right package.
+missing dependency is named as such, so the user installs the right package, and a module
+with a syntax error or one that raises at import is reported in one line with where.
 
 :class:`Handler` (``process(events, context)``, sync or async) and :class:`SparkHandler`
 (``process(df, context)``, sync: Spark calls block) are exported by the consumer package, so a
@@ -16,6 +17,8 @@ check it as ``ehb consume`` will.
 from __future__ import annotations
 
 import inspect
+import sysconfig
+import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -103,5 +106,32 @@ def load(reference: str, *, search_path: Sequence[str] = (), spark: bool) -> Cal
             f"module {module_name!r} imports {missing!r}, which is not installed: add the "
             f"package that provides {missing!r} to the image (or to the handler's dependencies)",
         ) from e
+    except SyntaxError as e:
+        raise errors.InvalidInput(
+            "--handler",
+            f"{e.filename}, line {e.lineno}: {e.msg}: fix the handler module's syntax",
+        ) from e
+    except Exception as e:
+        # The module's own code failed at import (a setting read from the environment, a
+        # connection opened at import): where, and what, in one line.
+        raise errors.InvalidInput(
+            "--handler",
+            f"importing {reference.partition(':')[0]!r} raised {type(e).__name__}: {e} "
+            f"({_where(e)}): fix what the module does at import",
+        ) from e
     check(function, reference=reference, spark=spark)
     return function
+
+
+def _where(error: BaseException) -> str:
+    """``file, line N`` of the innermost frame of ``error`` in the user's code: the standard
+    library's and the import machinery's frames say nothing about what to fix."""
+    stdlib = sysconfig.get_paths()["stdlib"]
+    frames = [
+        f
+        for f in traceback.extract_tb(error.__traceback__)
+        if not f.filename.startswith(("<", stdlib))
+    ]
+    if not frames:
+        return "no traceback"
+    return f"{frames[-1].filename}, line {frames[-1].lineno}"
