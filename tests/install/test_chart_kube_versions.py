@@ -88,6 +88,22 @@ def render(
     ]
 
 
+def notes(*, kube_version: str) -> str:
+    """NOTES.txt as `helm install` prints it on a cluster of ``kube_version``."""
+    options = {"name": loading.RELEASE, "is_install": True, "kube_version": kube_version}
+    with helm.Chart.load(loading.CHART_DIR) as chart:
+        rendered: dict[str, str] = json.loads(
+            _native.call_string("helm_render", chart._raw(), None, json.dumps(options))
+        )
+    (text,) = [t for name, t in rendered.items() if name.endswith("NOTES.txt")]
+    return text
+
+
+def test_the_release_notes_say_when_the_policies_were_left_out() -> None:
+    assert "are not installed" in notes(kube_version="1.29.0")
+    assert "are not installed" not in notes(kube_version="1.30.0")
+
+
 def kinds(docs: list[dict[str, Any]]) -> set[str]:
     return {d["kind"] for d in docs}
 
