@@ -119,3 +119,14 @@ def test_the_example_projects_tests_pass() -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "4 passed" in done.stdout
+
+
+def test_a_revoked_plain_handler_is_reported_revoked_once_its_thread_ends() -> None:
+    import time
+
+    def slow(events: Sequence[Event], context: BatchContext) -> None:
+        time.sleep(0.3)
+
+    outcome = testing.run(slow, testing.events(["a"]), revoke_after=0.05)
+    assert outcome.revoked
+    assert not outcome.checkpointed

@@ -181,7 +181,13 @@ def run(
     attempt: int = 1,
     revoke_after: float | None = None,
 ) -> Outcome:
-    """Call ``handler(batch, context)`` once as the runtime does, and say what it would do."""
+    """Call ``handler(batch, context)`` once as the runtime does, and say what it would do.
+
+    ``revoke_after`` cancels an ``async def`` handler after that many seconds, as a revocation
+    past the release timeout does. A plain handler's thread cannot be cancelled, in the
+    runtime as here: the outcome is ``revoked`` all the same, and ``run`` returns once the
+    thread has ended.
+    """
     return asyncio.run(
         run_async(
             handler,
