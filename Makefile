@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 # PYTEST_WORKERS= runs in one process.
 PYTEST_WORKERS ?= -n 2 --dist loadfile
 
-.PHONY: all install test chart-versions lint typecheck importlint pytest docs figures figures-balance figures-scale demo clean java-check node promtool-check
+.PHONY: all install test chart-versions lint typecheck importlint pytest docs figures figures-balance figures-scale figures-soak demo clean java-check node promtool-check
 
 all: test
 
@@ -116,6 +116,13 @@ figures-scale: install
 figures-balance: install
 	$(RECORD) balance -- ehb bench balance --json
 	$(RECORD) --refresh README.md
+
+# The soaks of docs/operations.md (a pod's steady-state memory): one consumer under steady
+# traffic for 10 minutes each, about 40 minutes in all; the slopes want a quiet machine.
+figures-soak: install
+	$(RECORD) soak-plain-200 -- ehb bench soak --json --seconds 600 --rate 200 --partitions 4
+	$(RECORD) soak-plain-1000 -- ehb bench soak --json --seconds 600 --rate 1000 --partitions 4
+	$(RECORD) soak-spark-1000 -- ehb bench soak --json --seconds 600 --rate 1000 --partitions 4 --spark
 
 demo: install
 	$(BIN)/ehb demo
