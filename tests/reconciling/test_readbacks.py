@@ -97,7 +97,8 @@ def derive_writes(
     owners = writes.by_owner(assignment)
     needs = []
     for pod in pods.values():
-        found = writes.map_of(pod.name, consumer=consumer, by_name=by_name, by_pod=by_pod)
+        own = configmaps.configmap_name(consumer=consumer, pod=pod.name)
+        found = writes.map_of(pod.name, own=own, by_name=by_name, by_pod=by_pod)
         needs.append(
             writes.pod_writes(
                 pod,

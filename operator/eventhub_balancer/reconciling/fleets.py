@@ -36,6 +36,8 @@ class PodRead:
     labels: Mapping[str, str]
     annotations: Mapping[str, str]
     state: podstates.PodState
+    #: the name the pod's ConfigMap gets (`configmaps.configmap_name`): a hash, made once
+    map_name: str
 
     @property
     def member(self) -> models.Member | None:
@@ -47,13 +49,15 @@ class PodRead:
         )
 
 
-def read_pod(body: Body) -> PodRead:
+def read_pod(body: Body, *, consumer: str) -> PodRead:
     meta = body.get("metadata") or {}
+    state = podstates.pod_state(body)
     return PodRead(
         body=body,
         labels=dict(meta.get("labels") or {}),
         annotations=dict(meta.get("annotations") or {}),
-        state=podstates.pod_state(body),
+        state=state,
+        map_name=configmaps.configmap_name(consumer=consumer, pod=str(meta.get("name") or "")),
     )
 
 
@@ -161,7 +165,7 @@ def advance(
             continue  # a list call may be looser than the selector
         read = kept_pods.get(name)
         if read is None or read.body is not body:
-            read, fresh = read_pod(body), True
+            read, fresh = read_pod(body, consumer=consumer), True
         pod_reads[name] = read
     ours: dict[str, MapRead] = {}
     others: dict[str, MapRead] = {}
@@ -217,7 +221,9 @@ def _summed(
     current: dict[str, observations.StoredMap] = {}
     reporting: set[str] = set()
     for pod, named in by_pod.items():
-        cm = _current(pod, states=states, stored=stored, named=named, consumer=consumer)
+        holder = pods.get(pod)
+        own = holder.map_name if holder is not None else ""
+        cm = _current(pod, states=states, stored=stored, named=named, own=own)
         if cm is not None:
             current[pod] = cm
             if cm.annotations.get(partitionreports.ANNOTATION):
@@ -247,13 +253,13 @@ def _current(
     states: Mapping[str, podstates.PodState],
     stored: Mapping[str, observations.StoredMap],
     named: list[str],
-    consumer: str,
+    own: str,
 ) -> observations.StoredMap | None:
-    """The pod's current ConfigMap (`Fleet.current`); None: it has none, or is gone."""
+    """The pod's current ConfigMap (`Fleet.current`); None: it has none, or is gone. ``own``:
+    the name the pod's ConfigMap gets."""
     state = states.get(pod)
     if state is None or state.state is None:
         return None
-    own = configmaps.configmap_name(consumer=consumer, pod=pod)
     for name in (own, *named) if own in named else named:
         cm = stored[name]
         if not cm.pod_uid or cm.pod_uid == state.uid:

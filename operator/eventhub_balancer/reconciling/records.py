@@ -29,8 +29,11 @@ class Recorded:
     since: float | None
 
 
-def read_entry(item: Mapping[str, Any]) -> tuple[models.PartitionId, Recorded] | None:
-    """One entry of ``status.assignment``; None when it is out of bounds."""
+def read_entry(
+    item: Mapping[str, Any], *, times: dict[Any, float | None] | None = None
+) -> tuple[models.PartitionId, Recorded] | None:
+    """One entry of ``status.assignment``; None when it is out of bounds. ``times``: the
+    seconds of each ``since`` text read so far in this record (most entries share a few)."""
     get = item.get
     pid, pod, epoch, state = get("partition"), get("pod"), get("epoch"), get("state")
     pod_uid = str(get("podUid") or "")
@@ -40,13 +43,16 @@ def read_entry(item: Mapping[str, Any]) -> tuple[models.PartitionId, Recorded] |
         return None
     assert isinstance(pid, str)
     assert isinstance(epoch, int)
-    since = specs.parse_time(get("since"))
+    raw = get("since")
+    if times is not None and isinstance(raw, str) and raw in times:
+        seconds = times[raw]
+    else:
+        since = specs.parse_time(raw)
+        seconds = podstates.to_seconds(since) if since else None
+        if times is not None and isinstance(raw, str):
+            times[raw] = seconds
     return models.PartitionId(pid), Recorded(
-        pod=pod,
-        pod_uid=pod_uid,
-        epoch=epoch,
-        state=state,
-        since=podstates.to_seconds(since) if since else None,
+        pod=pod, pod_uid=pod_uid, epoch=epoch, state=state, since=seconds
     )
 
 
@@ -57,10 +63,11 @@ def read(status: specs.StatusBody) -> dict[models.PartitionId, Recorded]:
         return _legacy_record(status)
     result: dict[models.PartitionId, Recorded] = {}
     items: list[Any] = list(raw) if isinstance(raw, list) else []
+    times: dict[Any, float | None] = {}
     for item in items:
         if not isinstance(item, Mapping):
             continue
-        read = read_entry(item)
+        read = read_entry(item, times=times)
         if read is None:
             continue
         pid, entry = read

@@ -99,12 +99,21 @@ def build_status(
 ) -> dict[str, Any]:
     consumers = consumer_entries(outcome.pods, outcome.assignment)
     ordered = sorted(outcome.assignment.items(), key=lambda kv: models.name_key(kv[0]))
+    # Most partitions share a few moments (those of the cycles that gave them out): each is
+    # formatted once per status.
+    texts: dict[float, str] = {}
+
+    def text(seconds: float) -> str:
+        if seconds not in texts:
+            texts[seconds] = time_text(seconds)
+        return texts[seconds]
+
     handoffs = [
         {
             "partition": pid,
             "from": o.owner,
             "epoch": o.epoch,
-            "since": time_text(o.since),
+            "since": text(o.since),
         }
         for pid, o in ordered
         if o.state == "revoking" and o.owner is not None
@@ -116,7 +125,7 @@ def build_status(
             "podUid": outcome.pods[o.owner].uid if o.owner in outcome.pods else "",
             "epoch": o.epoch,
             "state": o.state,
-            "since": time_text(o.since),
+            "since": text(o.since),
         }
         for pid, o in ordered
         if o.owner is not None

@@ -14,6 +14,7 @@ ConfigMaps that no pod wants any more.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import types
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -70,14 +71,16 @@ def by_owner(
 ) -> dict[str, dict[models.PartitionId, configmaps.PartitionEntry]]:
     """Each owner's partitions, in one pass (a cycle's cost stays linear in the fleet)."""
     grouped: dict[str, dict[models.PartitionId, configmaps.PartitionEntry]] = {}
+    # Most partitions share a few moments: each is made a datetime once per call.
+    moments: dict[float, datetime.datetime] = {}
     for pid, o in assignment.items():
         if o.owner is not None:
-            grouped.setdefault(o.owner, {})[pid] = entry(o.epoch, o.state, o.since)
+            if o.since not in moments:
+                moments[o.since] = podstates.from_seconds(o.since)
+            grouped.setdefault(o.owner, {})[pid] = configmaps.PartitionEntry(
+                epoch=o.epoch, state=o.state, since=moments[o.since]
+            )
     return grouped
-
-
-def entry(epoch: int, state: models.OwnershipState, since: float) -> configmaps.PartitionEntry:
-    return configmaps.PartitionEntry(epoch=epoch, state=state, since=podstates.from_seconds(since))
 
 
 def _owner_reference(pod: podstates.PodState) -> dict[str, Any]:
@@ -101,14 +104,14 @@ NOTHING = PodWrites()
 def map_of(
     pod: str,
     *,
-    consumer: str,
+    own: str,
     by_name: Mapping[str, observations.StoredMap],
     by_pod: Mapping[str, Sequence[str]],
 ) -> observations.StoredMap | None:
-    """The pod's ConfigMap: the one of its name, else the first (by name) that is for it, so
-    that one written under an older naming scheme is updated in place rather than
-    duplicated."""
-    cm = by_name.get(configmaps.configmap_name(consumer=consumer, pod=pod))
+    """The pod's ConfigMap: the one of its name (``own``, `configmaps.configmap_name`), else
+    the first (by name) that is for it, so that one written under an older naming scheme is
+    updated in place rather than duplicated."""
+    cm = by_name.get(own)
     if cm is None and (named := by_pod.get(pod)):
         cm = by_name[named[0]]
     return cm
@@ -240,7 +243,8 @@ def derive(
     owners = by_owner(assignment)
     needs: list[PodWrites] = []
     for name, pod in fleet.states.items():
-        cm = map_of(name, consumer=consumer, by_name=fleet.stored, by_pod=fleet.by_pod)
+        own = fleet.pods[name].map_name
+        cm = map_of(name, own=own, by_name=fleet.stored, by_pod=fleet.by_pod)
         needs.append(
             pod_writes(
                 pod,
