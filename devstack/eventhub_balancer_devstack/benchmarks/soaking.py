@@ -61,6 +61,9 @@ START_TIMEOUT_S = 60.0
 DRAIN_TIMEOUT_S = 120.0
 #: The consumer's graceful stop (its final checkpoints), then it is killed.
 STOP_TIMEOUT_S = 30.0
+#: Threads and descriptors are flat when their slope adds fewer than this over the second
+#: half (Spark's pools start a thread or open a file now and then, and keep them).
+FLAT_COUNT = 2
 #: Fewer samples in the second half than this give no slope worth reporting.
 MIN_SLOPE_SAMPLES = 3
 
@@ -422,8 +425,9 @@ def _report(
     half = next(i for i, t in enumerate(series["t_s"]) if t >= settings.seconds / 2)
 
     def flat(value: float | None) -> bool:
-        # Less than one thread or descriptor more every ten minutes.
-        return value is not None and abs(value) < 0.1
+        # The slope adds less than `FLAT_COUNT` over the second half: a pool that starts one
+        # more thread once is not a leak; a thread or descriptor per trigger adds hundreds.
+        return value is not None and abs(value) * settings.seconds / 120 < FLAT_COUNT
 
     rss = slopes["rss_mb_per_min"]
     return {
