@@ -227,7 +227,7 @@ async def test_a_write_the_watch_does_not_echo_in_time_reads_that_kind_afresh(
     reads = replica.cache.reads
     clock.now += rosters.ECHO_SECONDS + 1  # the CR and ConfigMap watches stay silent
     await replica.cycle(NS, NAME, now=at(t + 6))
-    assert replica.cache.reads - reads == 2  # the CR and the consumer's ConfigMaps, once
+    assert replica.cache.reads - reads == 3  # the CR, its ConfigMaps and its pods, once
     reads = replica.cache.reads
     await replica.cycle(NS, NAME, now=at(t + 7))
     assert replica.cache.reads == reads  # not again until another bound has passed

@@ -151,13 +151,15 @@ class CachedKube:
         if overdue:
             logger.warning(
                 "%s/%s: the watch of %s did not deliver the operator's own write within %.0f s;"
-                " reading them afresh",
+                " reading the consumer afresh",
                 namespace,
                 name,
                 ", ".join(sorted(overdue)),
                 rosters.ECHO_SECONDS,
             )
-            roster.stale |= overdue
+            # A watch cache that lags behind one kind's writes lags behind the pods too, and
+            # the operator never writes pods: they are read afresh with what was missed.
+            roster.stale |= overdue | {rosters.PODS}
 
     def _fill(self, roster: rosters.Roster, kind: str, bodies: Iterable[Body] | None) -> None:
         """A new shelf from what the index holds; without indexes, or when the index may hold
