@@ -158,6 +158,25 @@ class EndpointNotAllowed(ConfigurationError):
         self.host = host
 
 
+class IdentityNotAllowed(ConfigurationError):
+    """A consumer relies on the operator's own Azure identity (workload identity) in a
+    namespace the install does not lend it to: refused before any credential exists, so one
+    tenant cannot read another's hub or blobs through the operator."""
+
+    reason: ClassVar[str] = "IdentityNotAllowed"
+
+    def __init__(self, *, field: str, namespace: str) -> None:
+        super().__init__(
+            f"{field}: namespace {namespace!r} may not use the operator's own Azure identity "
+            "(it is lent only to the namespaces an admin lists: ehb operator "
+            "--identity-namespace, chart value operatorIdentity.namespaces); set "
+            f"{field}.connectionStringSecretRef to a Secret of this namespace, or ask an admin "
+            "to list the namespace"
+        )
+        self.field = field
+        self.namespace = namespace
+
+
 class AmbiguousConnectionString(EndpointNotAllowed):
     """A connection string that the SDKs could read differently from the endpoint check
     (a key twice, a key that is not plain ASCII letters, an empty part): refused as a whole,

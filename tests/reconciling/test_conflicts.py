@@ -85,24 +85,76 @@ def test_the_earlier_one_works_as_if_alone() -> None:
     assert decision.writes.count > 0
 
 
-def test_the_same_checkpoint_location_conflicts_across_namespaces() -> None:
-    # An account URL names the same account whatever namespace names it (a connection
-    # string's Secret is one per namespace: see the next test).
-    spec = copy.deepcopy(bodies.SPEC)
-    spec["checkpointStore"] = {
+ACCOUNT_SPEC: dict[str, Any] = copy.deepcopy(bodies.SPEC) | {
+    "checkpointStore": {
         "containerName": "checkpoints",
         "accountUrl": "https://acct.blob.core.windows.net",
         "credentials": {"workloadIdentity": {}},
     }
-    observation = created(bodies.observe(pods=[pod("a")], spec=spec), 10)
-    reader = spec | {"selector": {"matchLabels": {"app": "x"}}}
-    observation = dataclasses.replace(
-        observation, peers=(other("reader", seconds=0, namespace="audit", spec=reader),)
+}
+
+
+def squatted(*, bindings: conflicts.Bindings = conflicts.UNBOUND) -> observations.Observation:
+    """The victim (shop/orders, created at 10 s) and an older CR in namespace ``audit`` that
+    names the same location: an account URL names the same account whatever namespace names
+    it (a connection string's Secret is one per namespace: see the next test)."""
+    observation = created(bodies.observe(pods=[pod("a")], spec=ACCOUNT_SPEC), 10)
+    squatter = ACCOUNT_SPEC | {"selector": {"matchLabels": {"app": "x"}}}
+    return dataclasses.replace(
+        observation,
+        peers=(other("reader", seconds=0, namespace="audit", spec=squatter),),
+        bindings=bindings,
     )
-    _, decision = bodies.decide_fully(observation, now=at(20))
-    assert decision.writes.count == 0
-    assert decision.epochs is None
-    assert "audit/reader reads the same Event Hub and consumer group" in decision.events[0].message
+
+
+def test_an_older_consumer_in_another_namespace_does_not_stop_this_one() -> None:
+    observation, decision = bodies.decide_fully(squatted(), now=at(20))
+    assert decision.epochs == {"0": 1, "1": 1, "2": 1, "3": 1}
+    assert decision.writes.count > 0
+    after = bodies.applied(observation, decision)
+    assert bodies.condition(after, "Ready")["status"] == "True"
+    assert all(c["type"] != conflicts.CONFLICT for c in after.status.get("conditions") or [])
+    shared = bodies.condition(after, conflicts.SHARED)
+    assert (shared["status"], shared["reason"]) == ("True", "LocationShared")
+    assert "audit/reader" in shared["message"]
+    assert "--bind-location" in shared["message"]
+    assert [e.reason for e in decision.events if e.reason == "LocationShared"] == ["LocationShared"]
+    # Said once: the next cycle writes no Event for it.
+    again = bodies.decide(after, now=at(25))
+    assert all(e.reason != "LocationShared" for e in again.events)
+    # Once the other consumer is gone, the condition turns False.
+    gone, decision = bodies.decide_fully(dataclasses.replace(after, peers=()), now=at(30))
+    cleared = bodies.condition(bodies.applied(gone, decision), conflicts.SHARED)
+    assert (cleared["status"], cleared["reason"]) == ("False", "LocationNotShared")
+
+
+def test_a_location_bound_to_this_namespace_ignores_a_squatter() -> None:
+    bindings = conflicts.Bindings.of({"acct.blob.core.windows.net": bodies.NS})
+    observation, decision = bodies.decide_fully(squatted(bindings=bindings), now=at(20))
+    assert decision.epochs == {"0": 1, "1": 1, "2": 1, "3": 1}
+    after = bodies.applied(observation, decision)
+    assert bodies.condition(after, "Ready")["status"] == "True"
+    assert all(c["type"] != conflicts.SHARED for c in after.status.get("conditions") or [])
+
+
+def test_a_consumer_naming_a_host_bound_to_another_namespace_is_refused_whatever_its_age() -> None:
+    bindings = conflicts.Bindings.of({"acct.blob.core.windows.net": "audit"})
+    observation = dataclasses.replace(squatted(bindings=bindings), peers=())
+    observation = created(observation, 0)
+    observation, decision = bodies.decide_fully(observation, now=at(20))
+    assert (decision.epochs, decision.record, decision.writes.count) == (None, None, 0)
+    assert [(e.reason, e.type) for e in decision.events] == [("LocationBound", "Warning")]
+    conflict = bodies.condition(bodies.applied(observation, decision), conflicts.CONFLICT)
+    assert (conflict["status"], conflict["reason"]) == ("True", "LocationBound")
+    assert "acct.blob.core.windows.net" in conflict["message"]
+    assert "audit" not in conflict["message"]  # the owner's namespace is not told
+    # The hub's host binds as well.
+    hub = conflicts.Bindings.of({"shop.servicebus.windows.net": "audit"})
+    refused = conflicts.find(
+        conflicts.peer(observation.body, namespace=bodies.NS), (), pod_labels=(), bindings=hub
+    )
+    assert refused is not None
+    assert refused.reason == "LocationBound"
 
 
 def test_a_same_named_secret_in_another_namespace_is_another_location() -> None:

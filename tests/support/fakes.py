@@ -426,6 +426,7 @@ class FakeHubs:
         connection_string: str | None,
         client_id: str | None,
         now: float,
+        namespace: str | None = None,
     ) -> tuple[tuple[str, ...], bool]:
         self.listings.append(now)
         if self.failure is not None:
@@ -441,6 +442,7 @@ class FakeHubs:
         connection_string: str | None,
         client_id: str | None,
         partitions: list[str],
+        namespace: str | None = None,
     ) -> dict[str, int]:
         if self.failure is not None:
             raise self.failure
@@ -455,5 +457,6 @@ class FakeHubs:
         container_name: str,
         connection_string: str | None,
         account_url: str | None,
+        namespace: str | None = None,
     ) -> dict[str, tuple[int, int]]:
         return self.store.read()

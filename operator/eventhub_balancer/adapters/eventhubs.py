@@ -12,7 +12,10 @@ partition for ``weighting: lag``.
 
 Credentials come in as values (a connection string read from a Secret by the caller) or as
 workload identity (DefaultAzureCredential); they are never logged, and error messages
-describe the namespace, not the string.
+describe the namespace, not the string. Workload identity here is the operator's own: it is
+lent only to the Kubernetes namespaces the install lists (`IdentityPolicy`), so that a tenant
+cannot name another tenant's hub or store and read its partitions or epochs through it; the
+check comes before any client or token exists.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import fnmatch
 import logging
 import re
 from collections.abc import AsyncIterator, Mapping
@@ -43,8 +47,38 @@ TIMEOUT_SECONDS = 10.0
 #: emulators on loopback (tests, the local stack). ``ehb operator`` always passes the policy
 #: of its flags, whose default allows no development endpoint.
 DEFAULT_ENDPOINTS = endpoints.EndpointPolicy(allow_development=True)
+#: The spec fields a refusal of the operator's identity names.
+EVENTHUB_CREDENTIALS = "spec.eventHub.credentials"
+CHECKPOINT_CREDENTIALS = "spec.checkpointStore.credentials"
 #: The checkpoint store's budget for one listing in a cycle: short, the next cycle retries.
 CHECKPOINT_RETRY = retrying.RetryPolicy(attempts=2, budget_seconds=5.0, attempt_timeout_seconds=4.0)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class IdentityPolicy:
+    """The Kubernetes namespaces whose consumers may use the operator's own Azure identity
+    (``ehb operator --identity-namespace``, glob patterns as for ``--namespace``)."""
+
+    #: None: every namespace (tests and the local stack, where the identity is nobody's);
+    #: ``ehb operator`` always passes its list, by default empty: none
+    namespaces: tuple[str, ...] | None = None
+
+    def allows(self, namespace: str | None) -> bool:
+        if self.namespaces is None:
+            return True
+        if not namespace:
+            return False  # nobody says who asks: never lend the identity
+        return any(fnmatch.fnmatchcase(namespace, pattern) for pattern in self.namespaces)
+
+    def check(self, *, namespace: str | None, field: str, connection_string: str | None) -> None:
+        """Raise `errors.IdentityNotAllowed` when a consumer of ``namespace`` would use the
+        operator's identity (no connection string of its own) and may not."""
+        if connection_string is None and not self.allows(namespace):
+            raise errors.IdentityNotAllowed(field=field, namespace=namespace or "")
+
+
+#: Every namespace may use the operator's identity: what the tests and the local stack get.
+ANY_NAMESPACE = IdentityPolicy()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -304,10 +338,12 @@ class EventHubs:
         refresh_seconds: float = REFRESH_SECONDS,
         timeout: float = TIMEOUT_SECONDS,
         endpoint_policy: endpoints.EndpointPolicy = DEFAULT_ENDPOINTS,
+        identity_policy: IdentityPolicy = ANY_NAMESPACE,
     ) -> None:
         self.cache = PartitionCache(refresh_seconds=refresh_seconds, timeout=timeout)
         self.timeout = timeout
         self.endpoints = endpoint_policy
+        self.identities = identity_policy
 
     @staticmethod
     def _coordinates(
@@ -336,8 +372,13 @@ class EventHubs:
         connection_string: str | None,
         client_id: str | None,
         now: float,
+        namespace: str | None = None,
     ) -> tuple[tuple[str, ...], bool]:
-        """(ids, fresh): fresh is False when served from the cache."""
+        """(ids, fresh): fresh is False when served from the cache. ``namespace``: the
+        Kubernetes namespace of the consumer that asks (`IdentityPolicy`)."""
+        self.identities.check(
+            namespace=namespace, field=EVENTHUB_CREDENTIALS, connection_string=connection_string
+        )
         self.endpoints.check_eventhub(
             fully_qualified_namespace=fully_qualified_namespace,
             connection_string=connection_string,
@@ -359,7 +400,11 @@ class EventHubs:
         connection_string: str | None,
         client_id: str | None,
         partitions: list[str],
+        namespace: str | None = None,
     ) -> dict[str, int]:
+        self.identities.check(
+            namespace=namespace, field=EVENTHUB_CREDENTIALS, connection_string=connection_string
+        )
         self.endpoints.check_eventhub(
             fully_qualified_namespace=fully_qualified_namespace,
             connection_string=connection_string,
@@ -381,8 +426,12 @@ class EventHubs:
         container_name: str,
         connection_string: str | None,
         account_url: str | None,
+        namespace: str | None = None,
     ) -> dict[str, tuple[int, int]]:
         """{partition: (epoch, sequence number)} of the stored checkpoints."""
+        self.identities.check(
+            namespace=namespace, field=CHECKPOINT_CREDENTIALS, connection_string=connection_string
+        )
         self.endpoints.check_blob(account_url=account_url, connection_string=connection_string)
         stored = await read_checkpoints(
             fully_qualified_namespace=fully_qualified_namespace,

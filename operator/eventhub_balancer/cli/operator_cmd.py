@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import argparse
 import random
+from typing import TYPE_CHECKING
 
 from eventhub_balancer.contracts import endpoints
+from eventhub_balancer.reconciling import conflicts
+
+if TYPE_CHECKING:
+    from eventhub_balancer.adapters import eventhubs
 
 COMMAND = ("operator",)
 HELP = "run the operator: balance every EventHubConsumer's partitions over its pods"
@@ -79,6 +84,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also allow connection strings to the local emulators on loopback (local stack)",
     )
+    tenancy = parser.add_argument_group("what belongs to which namespace")
+    tenancy.add_argument(
+        "--identity-namespace",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="a namespace whose EventHubConsumers may use the operator's own Azure identity "
+        "(workload identity) to list partitions and read checkpoints (repeatable; glob "
+        "patterns as for --namespace; default: none, every consumer names a Secret)",
+    )
+    tenancy.add_argument(
+        "--bind-location",
+        action="append",
+        default=[],
+        metavar="NS=HOST",
+        help="bind an Event Hubs namespace's or a checkpoint account's host to one namespace: "
+        "an EventHubConsumer of any other namespace that names it is refused (repeatable)",
+    )
     parser.add_argument(
         "--annotate-pods",
         action="store_true",
@@ -103,6 +126,36 @@ def endpoint_policy(args: argparse.Namespace) -> endpoints.EndpointPolicy:
     )
 
 
+def identity_policy(args: argparse.Namespace) -> eventhubs.IdentityPolicy:
+    """The namespaces lent the operator's own identity: only those listed (none by default)."""
+    from eventhub_balancer.adapters import eventhubs  # the SDKs: only when the operator runs
+
+    return eventhubs.IdentityPolicy(namespaces=tuple(args.identity_namespace))
+
+
+def bindings(args: argparse.Namespace) -> conflicts.Bindings:
+    """The hosts bound to one namespace each, from ``--bind-location NS=HOST``."""
+    from eventhub_balancer import errors
+
+    hosts: dict[str, str] = {}
+    for item in args.bind_location:
+        namespace, sep, host = str(item).partition("=")
+        host = host.strip().lower()
+        if "://" in host:
+            host = host.split("://", 1)[1]
+        host = host.split("/", 1)[0].rstrip(".")
+        if not sep or not namespace.strip() or not host:
+            raise errors.InvalidInput(
+                "--bind-location", f"{item!r} is not NS=HOST (e.g. shop=shop.blob.core.windows.net)"
+            )
+        if hosts.get(host, namespace.strip()) != namespace.strip():
+            raise errors.InvalidInput(
+                "--bind-location", f"{host} is bound to two namespaces: bind it to one"
+            )
+        hosts[host] = namespace.strip()
+    return conflicts.Bindings.of(hosts)
+
+
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -121,9 +174,11 @@ def run(args: argparse.Namespace) -> int:
         hubs=eventhubs.EventHubs(
             refresh_seconds=args.partition_refresh_seconds,
             endpoint_policy=endpoint_policy(args),
+            identity_policy=identity_policy(args),
         ),
         connection=api.connection_info,
         annotate_pods=bool(args.annotate_pods),
+        bindings=bindings(args),
     )
     standalone = args.standalone or args.peering is None
     options = running.Options(

@@ -28,7 +28,7 @@ from collections.abc import Hashable
 
 from eventhub_balancer.contracts import podstates
 from eventhub_balancer.handlers import memories, metrics, observing, ports, writing
-from eventhub_balancer.reconciling import deciding, observations, retries
+from eventhub_balancer.reconciling import conflicts, deciding, observations, retries
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +49,7 @@ async def run_cycle(
     now: datetime.datetime,
     metrics: metrics.Metrics | None = None,
     annotate_pods: bool = False,
+    bindings: conflicts.Bindings = conflicts.UNBOUND,
 ) -> Result:
     """Reconcile one EventHubConsumer once. Raises only transient Kubernetes API errors.
 
@@ -65,6 +66,7 @@ async def run_cycle(
             memory=memory,
             now=now,
             annotate_pods=annotate_pods,
+            bindings=bindings,
         )
         writes = await writing.apply(kube=kube, namespace=namespace, name=name, decision=decision)
     finally:
@@ -101,6 +103,7 @@ async def _decide(
     memory: memories.Memory,
     now: datetime.datetime,
     annotate_pods: bool,
+    bindings: conflicts.Bindings = conflicts.UNBOUND,
 ) -> deciding.Decision:
     """Observe and decide; read the checkpoint blobs and decide again when that asks for them.
     The settled decision stands instead while nothing it was taken from changed."""
@@ -110,7 +113,7 @@ async def _decide(
     observation = await observing.observe_consumer(
         kube=kube, hubs=hubs, namespace=namespace, name=name, memory=memory, wall=wall
     )
-    observation = dataclasses.replace(observation, annotate_pods=annotate_pods)
+    observation = dataclasses.replace(observation, annotate_pods=annotate_pods, bindings=bindings)
     inputs = _inputs(stamp, observation, memory)
     kept, memory.settled = memory.settled, None
     if kept is not None and inputs is not None and kept.inputs == inputs and wall < kept.until:

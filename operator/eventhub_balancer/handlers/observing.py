@@ -140,6 +140,7 @@ async def read_partitions(
             connection_string=connection_string,
             client_id=spec.event_hub_credentials.client_id or None,
             now=wall,
+            namespace=namespace,
         )
     except KUBE_API_ERRORS:
         raise
@@ -227,6 +228,7 @@ async def read_store(
             container_name=spec.checkpoint_container,
             connection_string=connection_string,
             account_url=spec.checkpoint_account_url or None,
+            namespace=observation.namespace,
         )
     except KUBE_API_ERRORS:
         raise
@@ -264,6 +266,7 @@ async def read_last_sequences(
             connection_string=connection_string,
             client_id=spec.event_hub_credentials.client_id or None,
             partitions=list(partitions),
+            namespace=observation.namespace,
         )
     except DEPENDENCY_ERRORS as e:
         _forget(kube, observation.namespace, spec.event_hub_credentials, e)

@@ -101,6 +101,7 @@ class HubPort(Protocol):
         connection_string: str | None,
         client_id: str | None,
         now: float,
+        namespace: str | None = None,
     ) -> tuple[tuple[str, ...], bool]: ...
 
     async def last_sequence_numbers(
@@ -111,6 +112,7 @@ class HubPort(Protocol):
         connection_string: str | None,
         client_id: str | None,
         partitions: list[str],
+        namespace: str | None = None,
     ) -> dict[str, int]: ...
 
     async def checkpoints(
@@ -122,4 +124,5 @@ class HubPort(Protocol):
         container_name: str,
         connection_string: str | None,
         account_url: str | None,
+        namespace: str | None = None,
     ) -> dict[str, tuple[int, int]]: ...

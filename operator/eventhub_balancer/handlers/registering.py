@@ -87,6 +87,8 @@ class Operator:
     debounce: float = DEBOUNCE_SECONDS
     #: write the informational pod annotation (needs patch on pods: off unless installed so)
     annotate_pods: bool = False
+    #: the hosts the install binds to one namespace each (``--bind-location``)
+    bindings: conflicts.Bindings = conflicts.UNBOUND
     wakes: dict[Key, asyncio.Event] = dataclasses.field(default_factory=dict)
     memories: dict[Key, memories.Memory] = dataclasses.field(default_factory=dict)
     #: the generation each consumer's last cycle decided: a CR event of another one re-plans
@@ -304,6 +306,7 @@ async def run_daemon(
                     now=runtime.clock(),
                     metrics=runtime.metrics,
                     annotate_pods=runtime.annotate_pods,
+                    bindings=runtime.bindings,
                 )
                 decision = result.decision
                 runtime.cycles_run += 1

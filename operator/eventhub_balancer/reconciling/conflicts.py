@@ -1,13 +1,25 @@
 """Two EventHubConsumers that would fight: the later one is refused, never fought. Pure.
 
-Two consumers overlap when they select the same pod (same namespace, both selectors match
+Two consumers of one namespace overlap when they select the same pod (both selectors match
 it: each would rewrite the other's pod annotations and hand the pod partitions at its own
 epochs), or when they read the same hub and consumer group into the same checkpoint location
 (their epochs are counted apart, so each would fence the other out in turn). The later one, by
-creationTimestamp and then namespace/name, gets the condition ``Conflict`` naming the earlier
-one and writes nothing else: no epochs, no ConfigMaps, no pod annotations. The earlier one
-never looks at the later one, so it works as if alone; once the overlap is gone, the later
-one's next cycle works normally (`deciding` words the refusal).
+creationTimestamp and then name, gets the condition ``Conflict`` naming the earlier one and
+writes nothing else: no epochs, no ConfigMaps, no pod annotations. The earlier one never looks
+at the later one, so it works as if alone; once the overlap is gone, the later one's next cycle
+works normally (`deciding` words the refusal).
+
+Across namespaces age decides nothing: a location's account, container, hub and group are not
+secret, so "the older one wins" would let a tenant who creates a CR first (or squats while the
+victim recreates its own) stop another namespace's consumer. A location belongs to a namespace
+only by the install's word: an admin binds a host (a checkpoint account's or an Event Hubs
+namespace's) to one namespace (``ehb operator --bind-location NS=HOST``, chart value
+``locationBindings``), and a consumer in any other namespace that names that host is refused
+(`bound`), whatever its age. Two namespaces that share a location nobody bound both keep
+working; each gets ``LocationShared`` naming the other (`shared`) and an admin settles it with
+a binding. Sharing does not hand one tenant the other's data: what the pods read and write is
+decided by their own Azure identities, and whoever may write the container could fence its
+consumers anyway (docs/threat-model.md).
 
 Every consumer is summed up once per watch event (`peer`, through a kopf index), so a cycle
 compares summaries: a tuple comparison per consumer, and a selector match per pod only for the
@@ -22,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -33,6 +46,12 @@ CONFLICT = "Conflict"
 #: Its reason when True (and the Ready condition's), and when the overlap is gone.
 REASON = "Conflict"
 REASON_CLEARED = "NoConflict"
+#: Conflict's reason when the location is bound to another namespace by the install.
+REASON_BOUND = "LocationBound"
+#: The condition type, True while another namespace uses this location and nobody bound it.
+SHARED = "LocationShared"
+REASON_SHARED = "LocationShared"
+REASON_UNSHARED = "LocationNotShared"
 
 #: Sorts after any real creationTimestamp: a body without one is the later.
 _NEVER = datetime.datetime.max.replace(tzinfo=datetime.UTC)
@@ -79,6 +98,43 @@ def location(spec: specs.ConsumerSpec, *, namespace: str) -> tuple[str, ...]:
     )
 
 
+def hosts(location: tuple[str, ...]) -> tuple[str, ...]:
+    """The hosts a location names: the Event Hubs namespace and the checkpoint account's host
+    (none for a connection string's Secret, which belongs to its namespace already)."""
+    found = [location[0]] if location and location[0] else []
+    account = location[3] if len(location) > 3 else ""
+    if account and not account.startswith("secret:"):
+        host = urllib.parse.urlsplit(account if "//" in account else f"//{account}").hostname
+        if host:
+            found.append(host)
+    return tuple(found)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Bindings:
+    """The hosts an admin bound to one namespace each (``--bind-location NS=HOST``): only a
+    consumer in that namespace may name the host as its Event Hubs namespace or checkpoint
+    account. Empty: nothing is bound."""
+
+    #: (host in lower case, the namespace it belongs to), one pair per host
+    hosts: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, hosts: Mapping[str, str]) -> Bindings:
+        return cls(hosts=tuple(sorted((h.lower().rstrip("."), ns) for h, ns in hosts.items())))
+
+    def owners(self, location: tuple[str, ...] | None) -> dict[str, str]:
+        """{host: namespace} of the hosts of ``location`` that are bound."""
+        if location is None or not self.hosts:
+            return {}
+        bound = dict(self.hosts)
+        return {h: bound[h] for h in hosts(location) if h in bound}
+
+
+#: No binding: the default of an install that lists none.
+UNBOUND = Bindings()
+
+
 def peer(
     body: Mapping[str, Any],
     *,
@@ -120,50 +176,127 @@ def pod_labels(
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Overlap:
-    """The earlier consumer this one yields to, and why."""
+    """Why this consumer writes nothing: the earlier consumer it yields to (``other``), or
+    the namespace binding that keeps its location from it (``other`` None)."""
 
-    other: Peer
+    other: Peer | None
     why: str
+    reason: str = REASON
+
+
+def bound(me: Peer, bindings: Bindings) -> Overlap | None:
+    """The refusal of ``me`` when a host of its location is bound to another namespace."""
+    foreign = sorted(h for h, ns in bindings.owners(me.location).items() if ns != me.namespace)
+    if not foreign:
+        return None
+    return Overlap(
+        other=None,
+        why=(
+            f"the host {', '.join(foreign)} is bound to another namespace by the install "
+            "(ehb operator --bind-location, chart value locationBindings): this one writes "
+            "nothing; name a hub and checkpoint account of this namespace's own, or ask an "
+            "admin to bind the host to this namespace"
+        ),
+        reason=REASON_BOUND,
+    )
 
 
 def find(
-    me: Peer, peers: Iterable[Peer], *, pod_labels: Sequence[Mapping[str, str]]
+    me: Peer,
+    peers: Iterable[Peer],
+    *,
+    pod_labels: Sequence[Mapping[str, str]],
+    bindings: Bindings = UNBOUND,
 ) -> Overlap | None:
-    """The earliest consumer before ``me`` that overlaps it; None: ``me`` may work.
+    """Why ``me`` may not work: its location is bound to another namespace (`bound`), or the
+    earliest consumer of its namespace before it overlaps it; None: ``me`` may work.
 
-    ``pod_labels``: the labels of the pods ``me`` selects.
+    ``pod_labels``: the labels of the pods ``me`` selects. A consumer of another namespace
+    never stops ``me`` (`shared` says when one uses the same location).
     """
-    found: Overlap | None = None
+    refused = bound(me, bindings)
+    if refused is not None:
+        return refused
+    found: Peer | None = None
+    why = ""
     for other in peers:
-        if other.deleting or (other.namespace, other.name) == (me.namespace, me.name):
+        if other.deleting or other.namespace != me.namespace or other.name == me.name:
             continue
-        if other.order >= me.order or (found is not None and other.order >= found.other.order):
+        if other.order >= me.order or (found is not None and other.order >= found.order):
             continue
         if other.location is not None and other.location == me.location:
-            found = Overlap(
-                other=other,
-                why="reads the same Event Hub and consumer group into the same checkpoint location",
-            )
+            found = other
+            why = "reads the same Event Hub and consumer group into the same checkpoint location"
             continue
-        if other.namespace != me.namespace or other.selector is None:
+        if other.selector is None:
             continue
-        shared = next((labels for labels in pod_labels if other.selector.matches(labels)), None)
-        if shared is not None:
-            found = Overlap(other=other, why="selects the same pods")
-    return found
+        if any(other.selector.matches(labels) for labels in pod_labels):
+            found, why = other, "selects the same pods"
+    return Overlap(other=found, why=why) if found is not None else None
+
+
+def shared(me: Peer, peers: Iterable[Peer], *, bindings: Bindings = UNBOUND) -> list[Peer]:
+    """The consumers of other namespaces that name ``me``'s location while no binding says
+    whose it is (a bound location refuses them instead): in the order they were created."""
+    if me.location is None or bindings.owners(me.location):
+        return []
+    return sorted(
+        (
+            other
+            for other in peers
+            if not other.deleting
+            and other.namespace != me.namespace
+            and other.location == me.location
+        ),
+        key=lambda p: p.order,
+    )
 
 
 def condition(overlap: Overlap) -> conditions.Condition:
-    return conditions.Condition(
-        type=CONFLICT,
-        status="True",
-        reason=REASON,
-        message=(
+    if overlap.other is None:
+        message = f"this checkpoint location: {overlap.why}"
+    else:
+        message = (
             f"{overlap.other.title} {overlap.why} and is older: this one writes nothing "
             "until the overlap is gone (change its selector or checkpoint location, or "
             "delete one of them)"
-        ),
+        )
+    return conditions.Condition(
+        type=CONFLICT, status="True", reason=overlap.reason, message=message
     )
+
+
+def sharing(others: Sequence[Peer], previous: specs.StatusBody) -> list[conditions.Condition]:
+    """LocationShared: True while ``others`` name this location from other namespaces; False
+    once they are gone (nothing while it never was True)."""
+    if others:
+        named = ", ".join(o.title for o in others[:4])
+        more = f" and {len(others) - 4} more" if len(others) > 4 else ""
+        return [
+            conditions.Condition(
+                type=SHARED,
+                status="True",
+                reason=REASON_SHARED,
+                message=(
+                    f"{named}{more} in another namespace names the same Event Hub, consumer "
+                    "group and checkpoint location; each keeps working, and their epochs fence "
+                    "each other out where both may write the container: an admin binds the "
+                    "location to the namespace it belongs to (ehb operator --bind-location "
+                    "NS=HOST, chart value locationBindings)"
+                ),
+            )
+        ]
+    old = conditions.find(previous.get("conditions"), SHARED)
+    if old is None or old.get("status") == "False":
+        return []
+    return [
+        conditions.Condition(
+            type=SHARED,
+            status="False",
+            reason=REASON_UNSHARED,
+            message="no EventHubConsumer of another namespace names this checkpoint location",
+        )
+    ]
 
 
 def cleared(previous: specs.StatusBody) -> list[conditions.Condition]:

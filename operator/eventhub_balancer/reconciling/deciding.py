@@ -144,15 +144,18 @@ def _decide(
 ) -> Decision:
     wall = podstates.to_seconds(now)
     states = fleet.states
+    me = conflicts.peer(
+        observation.body, spec=spec, namespace=observation.namespace, name=observation.name
+    )
     overlap = conflicts.find(
-        conflicts.peer(
-            observation.body, spec=spec, namespace=observation.namespace, name=observation.name
-        ),
-        observation.peers,
-        pod_labels=fleet.pod_labels(),
+        me, observation.peers, pod_labels=fleet.pod_labels(), bindings=observation.bindings
     )
     if overlap is not None:
         return _refused(observation, overlap, pods=frozenset(states), now=now)
+    sharing = conflicts.sharing(
+        conflicts.shared(me, observation.peers, bindings=observation.bindings),
+        observation.status,
+    )
     maps = fleet.stored_maps()
     previous = observation.status
     status_epochs = {
@@ -224,6 +227,7 @@ def _decide(
         ready_count=fleet.ready,
     )
     concluded += conflicts.cleared(previous)
+    concluded += sharing
     events = kubeevents.build(
         plan=plan,
         problems=back.problems,
@@ -257,6 +261,11 @@ def _decide(
     desired = statuses.build_status(outcome=outcome, previous=previous, now=now)
     if (moved := moving.event()) is not None:
         events.append(moved)
+    events += [
+        kubeevents.KubeEvent(reason=c.reason, message=c.message, type="Warning")
+        for c in sharing
+        if c.status == "True" and conditions.changed(observation.status, c)
+    ]
     record = desired.get("assignment") if raises else None
     if record is not None:
         previous = {**previous, "assignment": record}
@@ -352,7 +361,7 @@ def _refused(
         ),
     }
     events = (
-        (kubeevents.KubeEvent(reason=conflicts.REASON, message=conflict.message, type="Warning"),)
+        (kubeevents.KubeEvent(reason=conflict.reason, message=conflict.message, type="Warning"),)
         if conditions.changed(previous, conflict)
         else ()
     )

@@ -84,6 +84,9 @@ class Observation:
     #: every other EventHubConsumer the operator sees, summed up (`conflicts.Peer`): the
     #: later of two that overlap writes nothing; empty: none known (no conflict is found)
     peers: tuple[conflicts.Peer, ...] = ()
+    #: the hosts the install binds to one namespace each (`conflicts.Bindings`): a consumer
+    #: of another namespace that names one is refused; empty: nothing bound
+    bindings: conflicts.Bindings = conflicts.UNBOUND
 
     @property
     def generation(self) -> int:
