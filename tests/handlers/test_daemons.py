@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import itertools
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -265,8 +266,39 @@ async def test_a_vanished_configmap_does_not_stop_balancing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     cycles_at = await run_failing(monkeypatch, consumer_exists=True)
-    assert cycles_at == pytest.approx([0, registering.RETRY_SECONDS])
+    # Read afresh and decided again at once: a 404 is what a stale read costs.
+    assert cycles_at == pytest.approx([0, registering.DEBOUNCE_SECONDS])
 
 
 async def test_a_deleted_consumer_stops_its_daemon(monkeypatch: pytest.MonkeyPatch) -> None:
     assert await run_failing(monkeypatch, consumer_exists=False) == [0]
+
+
+async def test_a_first_conflict_decides_again_at_once_and_repeated_ones_back_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[float] = []
+    stopped = Stopped()
+
+    async def run_cycle(**_: Any) -> Any:
+        calls.append(loop_time())
+        if len(calls) <= 3:
+            raise errors.Conflict("the object has been modified")
+        stopped.event.set()
+        return cycles.Result(writes=0, decision=deciding.Decision(generation=1))
+
+    monkeypatch.setattr(cycles, "run_cycle", run_cycle)
+    kube = fakes.FakeKube()
+    kube.add_consumer(NS, NAME, SPEC)
+    operator = registering.Operator(
+        kube=kube, hubs=fakes.FakeHubs(store=fakes.FakeCheckpointStore()), clock=clock
+    )
+    refreshed: list[tuple[str, str]] = []
+    monkeypatch.setattr(
+        operator.cache, "refresh", lambda *, namespace, name: refreshed.append((namespace, name))
+    )
+    await registering.run_daemon(operator, namespace=NS, name=NAME, spec=SPEC, stopped=stopped)
+    gaps = [b - a for a, b in itertools.pairwise(calls)]
+    debounce, retry = registering.DEBOUNCE_SECONDS, registering.RETRY_SECONDS
+    assert gaps == pytest.approx([debounce, retry, 2 * retry])
+    assert refreshed == [KEY] * 3  # each conflict reads the consumer afresh

@@ -329,17 +329,24 @@ async def run_daemon(
                     runtime.kube, namespace=namespace, name=name
                 ):
                     return  # the EventHubConsumer is gone; kopf stops us anyway
-                if isinstance(e, errors.Conflict | errors.NotFound):
+                stale = isinstance(e, errors.Conflict | errors.NotFound)
+                if stale:
                     # A write refused for a stale read (409), or of an object gone since
                     # (404): the consumer is read afresh before it decides again.
                     runtime.cache.refresh(namespace=namespace, name=name)
-                # Anything else that vanished mid-cycle (a ConfigMap garbage-collected with its
-                # pod) is read afresh by the next cycle: retry soon, never stop balancing.
-                retry = min(MAX_RETRY_SECONDS, max(RETRY_SECONDS, retry * 2))
-                delay = retry
-                logger.warning(
-                    "%s/%s: cycle failed (%s), retrying in %.1f s", namespace, name, e, delay
-                )
+                if stale and retry == 0.0:
+                    # The first one is what preconditions are for (kopf's own patch of the CR,
+                    # another replica's write): decide again at once, over a fresh read.
+                    retry = RETRY_SECONDS / 2
+                    delay = runtime.debounce
+                    logger.info("%s/%s: %s; reading afresh and deciding again", namespace, name, e)
+                else:
+                    # Anything else, or a conflict again: retry soon, never stop balancing.
+                    retry = min(MAX_RETRY_SECONDS, max(RETRY_SECONDS, retry * 2))
+                    delay = retry
+                    logger.warning(
+                        "%s/%s: cycle failed (%s), retrying in %.1f s", namespace, name, e, delay
+                    )
             # The loop's clock is time.monotonic (running.py's /healthz compares with it).
             runtime.heartbeats[key] = loop.time()
             wake_waiter = asyncio.ensure_future(wake.wait())
