@@ -24,14 +24,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from eventhub_balancer.adapters import checkpointdocuments, checkpointing, kubeapi
+    from eventhub_balancer.adapters import checkpointdocuments, kubeapi
 
     async def export() -> checkpointdocuments.ExportDocument:
         api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
         try:
             consumer = await checkpoints.read_consumer(
                 api,
-                namespace=args.namespace,
+                namespace=checkpoints.consumer_namespace(args),
                 name=args.name,
                 allowed=allowedendpoints.policy(args),
                 eventhub=False,  # only the checkpoint store is read
@@ -39,15 +39,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             api.close()
         spec = consumer.spec
-        async with checkpoints.open_store(consumer) as container:
-            store = checkpointing.CheckpointStore(
-                container,
-                fully_qualified_namespace=spec.fully_qualified_namespace,
-                eventhub_name=spec.event_hub_name,
-                consumer_group=spec.consumer_group,
-                owner_id="ehb-checkpoints-export",  # read-only: never used to write
-            )
-            listed = await store.list()
+        listed = await checkpoints.list_checkpoints(consumer, owner_id="ehb-checkpoints-export")
         return checkpointdocuments.export_document(
             listed,
             fully_qualified_namespace=spec.fully_qualified_namespace,

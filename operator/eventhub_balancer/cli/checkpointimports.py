@@ -67,7 +67,10 @@ async def _import(args: argparse.Namespace, positions: dict[str, checkpointblobs
     api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
     try:
         consumer = await checkpoints.read_consumer(
-            api, namespace=args.namespace, name=args.name, allowed=allowedendpoints.policy(args)
+            api,
+            namespace=checkpoints.consumer_namespace(args),
+            name=args.name,
+            allowed=allowedendpoints.policy(args),
         )
         checkpoints.require_paused(consumer.body)
         spec = consumer.spec

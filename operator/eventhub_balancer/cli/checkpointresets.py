@@ -103,7 +103,10 @@ async def _reset(args: argparse.Namespace, target: Any) -> int:
     api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
     try:
         consumer = await checkpoints.read_consumer(
-            api, namespace=args.namespace, name=args.name, allowed=allowedendpoints.policy(args)
+            api,
+            namespace=checkpoints.consumer_namespace(args),
+            name=args.name,
+            allowed=allowedendpoints.policy(args),
         )
         checkpoints.require_paused(consumer.body)
         spec = consumer.spec

@@ -2,7 +2,9 @@
 
 Operators look here first when a partition lags or a hand-off looks stuck: which owner and
 epoch hold each partition and how old the last checkpoint is. It reads only, and prints no
-credentials.
+credentials. ``ehb checkpoints list NAME`` reads where from the EventHubConsumer (in ``-n``, by
+default the kubeconfig context's namespace, as kubectl); without a NAME the flags say where,
+for a consumer group no EventHubConsumer manages.
 
 The rest of this module is shared by ``ehb checkpoints reset``, ``export`` and ``import``
 (``cli.checkpointresets``, ``cli.checkpointexports``, ``cli.checkpointimports``; the command
@@ -33,6 +35,17 @@ HELP = "list a consumer group's checkpoints: partition, sequence number, offset,
 
 #: Where the connection string comes from when the flag is absent (flags show up in `ps`).
 CONNECTION_STRING_ENV = "EHB_BLOB_CONNECTION_STRING"
+#: The consumer group listed without NAME when --consumer-group is not given (Event Hubs').
+DEFAULT_CONSUMER_GROUP = "$Default"
+#: What says where the checkpoints are without NAME; with NAME the EventHubConsumer says it.
+LOCATION_FLAGS = (
+    ("--container", "container"),
+    ("--eventhub-namespace", "eventhub_namespace"),
+    ("--hub", "hub"),
+    ("--consumer-group", "consumer_group"),
+    ("--connection-string", "connection_string"),
+    ("--account-url", "account_url"),
+)
 
 
 class CheckpointRow(TypedDict):
@@ -46,6 +59,19 @@ class CheckpointRow(TypedDict):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "name",
+        nargs="?",
+        metavar="NAME",
+        help="the EventHubConsumer whose checkpoints to list (default: give the flags below)",
+    )
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        default=None,
+        help="NAME's namespace (default: the kubeconfig context's, as kubectl)",
+    )
+    parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: $KUBECONFIG)")
     credentials = parser.add_mutually_exclusive_group()
     credentials.add_argument(
         "--connection-string",
@@ -55,15 +81,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--account-url",
         help="https://<account>.blob.core.windows.net, with DefaultAzureCredential",
     )
-    parser.add_argument("--container", required=True, help="the checkpoint container")
+    parser.add_argument("--container", help="the checkpoint container (required without NAME)")
     parser.add_argument(
         "--eventhub-namespace",
-        help="fully qualified Event Hubs namespace (x.servicebus.windows.net; required)",
+        help="fully qualified Event Hubs namespace (x.servicebus.windows.net; required without "
+        "NAME)",
     )
-    # The old spelling, refused with a pointer: elsewhere -n/--namespace is Kubernetes'.
-    parser.add_argument("--namespace", dest="old_namespace", help=argparse.SUPPRESS)
-    parser.add_argument("--hub", required=True, help="the event hub name")
-    parser.add_argument("--consumer-group", default="$Default", help="default: $Default")
+    parser.add_argument("--hub", help="the event hub name (required without NAME)")
+    parser.add_argument("--consumer-group", default=None, help=f"default: {DEFAULT_CONSUMER_GROUP}")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     allowedendpoints.add_arguments(parser)
 
@@ -116,18 +141,70 @@ def table(items: Sequence[CheckpointRow]) -> str:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
+    if args.name is not None:
+        listed = asyncio.run(_list_consumer(args))
+    else:
+        listed = asyncio.run(_list_by_flags(args))
+    items = rows(listed, now=datetime.datetime.now(datetime.UTC))
+    if args.json:
+        print(json.dumps(items, indent=2))
+    elif items:
+        print(table(items))
+    else:
+        print("no checkpoints")
+    return 0
+
+
+async def _list_consumer(args: argparse.Namespace) -> list[Checkpoint]:
+    """NAME's checkpoints: where its spec says, with the credentials its Secret holds."""
+    from eventhub_balancer import errors
+    from eventhub_balancer.adapters import kubeapi
+
+    for flag, dest in LOCATION_FLAGS:
+        if getattr(args, dest) is not None:
+            raise errors.InvalidInput(
+                flag,
+                f"EventHubConsumer {args.name} says where its checkpoints are: drop {flag}, "
+                "or drop NAME to list a consumer group by flags",
+            )
+    namespace = consumer_namespace(args)
+    api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
+    try:
+        consumer = await read_consumer(
+            api,
+            namespace=namespace,
+            name=args.name,
+            allowed=allowedendpoints.policy(args),
+            eventhub=False,  # only the checkpoint store is read
+        )
+    finally:
+        api.close()
+    return await list_checkpoints(consumer, owner_id="ehb-checkpoints-list")
+
+
+async def _list_by_flags(args: argparse.Namespace) -> list[Checkpoint]:
     from eventhub_balancer import errors
 
-    if args.old_namespace is not None:
+    if args.namespace is not None:
+        # The old spelling of --eventhub-namespace: without NAME it cannot be Kubernetes'.
         raise errors.InvalidInput(
             "--namespace",
             "is now --eventhub-namespace (the Event Hubs namespace, x.servicebus.windows.net): "
-            "-n/--namespace names a Kubernetes namespace in the other ehb commands",
+            "-n/--namespace names the Kubernetes namespace of an EventHubConsumer, as in "
+            "`ehb checkpoints list NAME -n NAMESPACE`",
         )
     if not args.eventhub_namespace:
         raise errors.InvalidInput(
             "--eventhub-namespace", "give the Event Hubs namespace, x.servicebus.windows.net"
         )
+    for flag, dest, what in (
+        ("--container", "container", "the checkpoint container"),
+        ("--hub", "hub", "the event hub's name"),
+    ):
+        if not getattr(args, dest):
+            raise errors.InvalidInput(
+                flag, f"give {what}, or an EventHubConsumer NAME to read it from"
+            )
     connection_string = args.connection_string
     if connection_string is None and args.account_url is None:
         connection_string = os.environ.get(CONNECTION_STRING_ENV) or None
@@ -141,24 +218,14 @@ def run(args: argparse.Namespace) -> int:
         account_url=None if connection_string else args.account_url,
         connection_string=connection_string,
     )
-    listed = asyncio.run(
-        _list(
-            connection_string=connection_string,
-            account_url=args.account_url,
-            container=args.container,
-            namespace=args.eventhub_namespace,
-            hub=args.hub,
-            consumer_group=args.consumer_group,
-        )
+    return await _list(
+        connection_string=connection_string,
+        account_url=args.account_url,
+        container=args.container,
+        namespace=args.eventhub_namespace,
+        hub=args.hub,
+        consumer_group=args.consumer_group or DEFAULT_CONSUMER_GROUP,
     )
-    items = rows(listed, now=datetime.datetime.now(datetime.UTC))
-    if args.json:
-        print(json.dumps(items, indent=2))
-    elif items:
-        print(table(items))
-    else:
-        print("no checkpoints")
-    return 0
 
 
 async def _list(
@@ -195,11 +262,24 @@ PAUSE_HINT = (
 
 
 def add_consumer_arguments(parser: argparse.ArgumentParser) -> None:
-    """NAME, -n and --kubeconfig: the EventHubConsumer whose checkpoints are meant."""
+    """NAME, -n and --kubeconfig: the EventHubConsumer whose checkpoints are meant (read its
+    namespace with `consumer_namespace`)."""
     parser.add_argument("name", help="the EventHubConsumer")
-    parser.add_argument("-n", "--namespace", default="default", help="its namespace")
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        default=None,
+        help="its namespace (default: the kubeconfig context's, as kubectl)",
+    )
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: $KUBECONFIG)")
     allowedendpoints.add_arguments(parser)
+
+
+def consumer_namespace(args: argparse.Namespace) -> str:
+    """The namespace of NAME: ``-n``, else the kubeconfig context's."""
+    from eventhub_balancer.cli import kubecontexts
+
+    return kubecontexts.namespace_of(namespace=args.namespace, kubeconfig=args.kubeconfig)
 
 
 def require_paused(body: Mapping[str, Any]) -> None:
@@ -298,6 +378,23 @@ async def read_consumer(
             connection_string=target.eventhub_connection_string,
         )
     return target
+
+
+async def list_checkpoints(target: ConsumerTarget, *, owner_id: str) -> list[Checkpoint]:
+    """``target``'s checkpoints as its store holds them (``owner_id`` only names the reader:
+    nothing is written)."""
+    from eventhub_balancer.adapters import checkpointing
+
+    spec = target.spec
+    async with open_store(target) as container:
+        store = checkpointing.CheckpointStore(
+            container,
+            fully_qualified_namespace=spec.fully_qualified_namespace,
+            eventhub_name=spec.event_hub_name,
+            consumer_group=spec.consumer_group,
+            owner_id=owner_id,
+        )
+        return await store.list()
 
 
 def open_store(target: ConsumerTarget) -> Any:

@@ -100,7 +100,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", metavar="NAME", help="the EventHubConsumer")
-    parser.add_argument("-n", "--namespace", default="default", help="default: default")
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        default=None,
+        help="NAME's namespace (default: the kubeconfig context's, as kubectl)",
+    )
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: $KUBECONFIG)")
     credentials = parser.add_mutually_exclusive_group()
     credentials.add_argument(
@@ -204,10 +209,10 @@ class Target:
     blob_account_url: str | None = None
 
 
-async def _read_target(args: argparse.Namespace, api: kubeapi.KubeAPI) -> Target:
+async def _read_target(args: argparse.Namespace, api: kubeapi.KubeAPI, *, namespace: str) -> Target:
     from eventhub_balancer.contracts import specs
 
-    body = await api.get_consumer(namespace=args.namespace, name=args.name)
+    body = await api.get_consumer(namespace=namespace, name=args.name)
     spec = specs.parse_spec(body.get("spec") or {})
     connection_string = args.connection_string
     account_url = args.account_url
@@ -217,13 +222,13 @@ async def _read_target(args: argparse.Namespace, api: kubeapi.KubeAPI) -> Target
         ref = spec.checkpoint_credentials.secret_ref
         if ref is not None:
             connection_string = await api.read_secret_key(
-                namespace=args.namespace, name=ref.name, key=ref.key
+                namespace=namespace, name=ref.name, key=ref.key
             )
         else:
             account_url = spec.checkpoint_account_url
     return Target(
         name=args.name,
-        namespace=args.namespace,
+        namespace=namespace,
         spec=spec,
         blob_connection_string=connection_string,
         blob_account_url=account_url,
@@ -231,17 +236,18 @@ async def _read_target(args: argparse.Namespace, api: kubeapi.KubeAPI) -> Target
 
 
 async def _eventhub_coordinates(
-    args: argparse.Namespace, api: kubeapi.KubeAPI, spec: specs.ConsumerSpec
+    args: argparse.Namespace, api: kubeapi.KubeAPI, target: Target
 ) -> eventhubs_adapter.Coordinates:
     from eventhub_balancer.adapters import eventhubs
 
     connection_string = (
         args.eventhub_connection_string or os.environ.get(EVENTHUB_CONNECTION_STRING_ENV) or None
     )
+    spec = target.spec
     ref = spec.event_hub_credentials.secret_ref
     if connection_string is None and ref is not None:
         connection_string = await api.read_secret_key(
-            namespace=args.namespace, name=ref.name, key=ref.key
+            namespace=target.namespace, name=ref.name, key=ref.key
         )
     # The operator's allow-list (not a default one): the CR is the tenant's, the token ours.
     allowedendpoints.policy(args).check_eventhub(
@@ -275,10 +281,12 @@ def run(args: argparse.Namespace) -> int:
 
 async def _run(args: argparse.Namespace) -> tuple[Any, str]:
     from eventhub_balancer.adapters import blobs, deadletterreplays, kubeapi
+    from eventhub_balancer.cli import kubecontexts
 
+    namespace = kubecontexts.namespace_of(namespace=args.namespace, kubeconfig=args.kubeconfig)
     api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
     try:
-        target = await _read_target(args, api)
+        target = await _read_target(args, api, namespace=namespace)
         spec = target.spec
         allowedendpoints.policy(args).check_blob(
             account_url=target.blob_account_url, connection_string=target.blob_connection_string
@@ -345,7 +353,7 @@ async def _replay(
             processing.load_handler(args.through_handler, search_path=args.handler_path)
         )
     elif not args.dry_run:
-        coordinates = await _eventhub_coordinates(args, api, target.spec)
+        coordinates = await _eventhub_coordinates(args, api, target)
 
     results = []
     for letter, events in loaded:

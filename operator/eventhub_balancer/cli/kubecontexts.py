@@ -94,3 +94,9 @@ def default_namespace(
         if context is not None:
             return str(context.get("namespace") or FALLBACK_NAMESPACE)
     return FALLBACK_NAMESPACE
+
+
+def namespace_of(*, namespace: str | None, kubeconfig: str | None) -> str:
+    """``-n`` when it was given, else the context's (`default_namespace`): what each command
+    that names one EventHubConsumer calls with its ``--namespace`` and ``--kubeconfig``."""
+    return namespace or default_namespace(kubeconfig)
