@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 from collections.abc import Mapping, Sequence
 
 from eventhub_balancer.balancing import models, planning
@@ -91,14 +92,11 @@ def derive_writes(
     """What `writes.derive` gives for a fleet, from ConfigMaps and pod states as a test has
     them: every pod's need (`writes.pod_writes`), and the ConfigMaps nobody wants."""
     by_name = {m.name: m for m in maps}
-    by_pod: dict[str, list[str]] = {}
-    for m in sorted(maps, key=lambda m: models.name_key(m.name)):
-        by_pod.setdefault(m.pod, []).append(m.name)
     owners = writes.by_owner(assignment)
     needs = []
     for pod in pods.values():
         own = configmaps.configmap_name(consumer=consumer, pod=pod.name)
-        found = writes.map_of(pod.name, own=own, by_name=by_name, by_pod=by_pod)
+        found = by_name.get(own)
         needs.append(
             writes.pod_writes(
                 pod,
@@ -200,7 +198,7 @@ def test_steady_state_derives_no_writes() -> None:
     assert planned.count == 0
 
 
-def test_configmap_under_an_older_name_is_kept_not_duplicated() -> None:
+def test_configmap_under_an_older_name_is_replaced_by_one_under_the_fixed_name() -> None:
     spec = specs.parse_spec(SPEC)
     pods = {"a": ready("a")}
     old = dataclasses.replace(cm("a", {"0": 1}), name="ehb-orders-a")  # before the hash suffix
@@ -223,9 +221,12 @@ def test_configmap_under_an_older_name_is_kept_not_duplicated() -> None:
         pods=pods,
         pod_annotations={},
     )
-    # Partition 1 is added to the existing ConfigMap; nothing is created or deleted.
-    assert [(w.name, w.create) for w in planned.maps] == [("ehb-orders-a", False)]
-    assert planned.deletes == ()
+    # Pods apply only the fixed name: the older one is never patched in place (the pod would
+    # refuse it), the pod's own is created and the older one deleted.
+    fixed = configmaps.configmap_name(consumer="orders", pod="a")
+    assert [(w.name, w.create) for w in planned.maps] == [(fixed, True)]
+    assert set(json.loads(planned.maps[0].body["data"][configmaps.KEY_PARTITIONS])) == {"0", "1"}
+    assert [(d.name, d.uid) for d in planned.deletes] == [("ehb-orders-a", old.uid)]
 
 
 def test_gone_pod_taken_over_gaining_first_and_stale_deleted() -> None:

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from eventhub_balancer.contracts import bounds, configmaps
-from eventhub_balancer.reconciling import observations
+from eventhub_balancer.reconciling import observations, writes
 from tests.reconciling import bodies
 from tests.reconciling.bodies import at, pod
 
@@ -140,3 +140,85 @@ def test_a_new_incarnation_under_the_same_name_gets_a_new_epoch() -> None:
     _, decision = bodies.decide_fully(bodies.with_pods(observation, reborn), now=at(5))
     assert decision.epochs is not None
     assert set(decision.epochs.values()) == {2}
+
+
+def released_everything(observation: observations.Observation, pod_name: str) -> Any:
+    """``pod_name`` writes ``released`` for every partition it owns, before any revocation."""
+    held = {p: e for p, (e, _s) in bodies.assignment(observation)[pod_name].items()}
+    return edited(
+        observation,
+        pod_name,
+        annotations={configmaps.ANNOTATION_RELEASED: configmaps.build_released(held)},
+    )
+
+
+def revoking_of(observation: observations.Observation) -> dict[str, int]:
+    return {
+        p: e
+        for parts in bodies.assignment(observation).values()
+        for p, (e, s) in parts.items()
+        if s == "revoking"
+    }
+
+
+def test_a_release_written_ahead_of_the_revocation_does_not_end_the_handoff() -> None:
+    observation = started(pod("a"), pod("b"))
+    ahead = released_everything(released_everything(observation, "a"), "b")
+    # c joins: a and b each revoke a partition for it.
+    grown = bodies.with_pods(ahead, pod("c"))
+    seen, decision = bodies.decide_fully(grown, now=at(5))
+    revoked = {m.partition for m in decision.moves if m.kind == "revoke"}
+    assert revoked
+    # The revocation drops the releases written before it (a patch, under the ConfigMap's
+    # resourceVersion as read).
+    for write in decision.writes.maps:
+        annotations = (write.body.get("metadata") or {}).get("annotations") or {}
+        if write.pod in ("a", "b") and configmaps.ANNOTATION_RELEASED in annotations:
+            kept = configmaps.parse_released(annotations)
+            assert not set(kept) & revoked
+            assert not write.create
+    after = bodies.applied(seen, decision)
+    assert set(revoking_of(after)) == revoked
+    # The next cycles wait for a release written after the revocation.
+    waiting, decision = bodies.decide_fully(after, now=at(6))
+    assert [m for m in decision.moves if m.target == "c"] == []
+    # Once the pods answer the revocation, the hand-off ends.
+    answered = bodies.acknowledged(bodies.acknowledged(waiting, "a"), "b")
+    _, decision = bodies.decide_fully(answered, now=at(7))
+    assert {(m.partition, m.reason) for m in decision.moves if m.target == "c"} == {
+        (p, "released") for p in revoked
+    }
+
+
+def test_a_release_ahead_does_not_count_while_the_revocation_is_only_in_the_record() -> None:
+    observation = started(pod("a"), pod("b"))
+    ahead = released_everything(released_everything(observation, "a"), "b")
+    grown = bodies.with_pods(ahead, pod("c"))
+    seen, decision = bodies.decide_fully(grown, now=at(5))
+    assert [m for m in decision.moves if m.kind == "revoke"]
+    # The record says revoking, the owner's ConfigMap does not (its data was put back by
+    # hand, or a write went missing): the release written ahead still does not count.
+    interrupted = bodies.applied(seen, dataclasses.replace(decision, writes=writes.Writes()))
+    _, decision = bodies.decide_fully(interrupted, now=at(6))
+    assert [m for m in decision.moves if m.target == "c" and m.reason == "released"] == []
+
+
+def test_a_configmap_under_an_older_name_is_never_updated_in_place() -> None:
+    observation = started(pod("a"), pod("b"))
+    fixed = configmaps.configmap_name(consumer=bodies.NAME, pod="a")
+    maps = []
+    for cm in observation.configmaps:
+        cm = copy.deepcopy(dict(cm))
+        if cm["metadata"]["name"] == fixed:
+            cm["metadata"]["name"] = f"ehb-{bodies.NAME}-a"  # before the hash suffix
+            cm["metadata"]["uid"] = "uid-older"
+        maps.append(cm)
+    older = dataclasses.replace(observation, configmaps=tuple(maps))
+    seen, decision = bodies.decide_fully(older, now=at(5))
+    assert [(w.name, w.create) for w in decision.writes.maps] == [(fixed, True)]
+    assert [(d.name, d.uid) for d in decision.writes.deletes] == [
+        (f"ehb-{bodies.NAME}-a", "uid-older")
+    ]
+    assert decision.epochs is None  # the record decides: a keeps its partitions and epochs
+    after = bodies.applied(seen, decision)
+    assert bodies.assignment(after)["a"] == bodies.assignment(observation)["a"]

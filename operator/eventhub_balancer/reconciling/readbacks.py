@@ -74,6 +74,12 @@ def ends_handoff(entry: configmaps.PartitionEntry, acknowledged: int | None) -> 
     return state == "released"
 
 
+def revokes(cm: observations.StoredMap, pid: models.PartitionId, *, epoch: int) -> bool:
+    """Whether ``cm``'s data (the operator's output) revokes ``pid`` at ``epoch``."""
+    entry = cm.parsed.partitions.get(pid)
+    return entry is not None and entry.state == "revoking" and entry.epoch == epoch
+
+
 def floors_of(
     status_epochs: Mapping[str, Any], stored_epochs: Mapping[str, int], ignored: list[str]
 ) -> dict[models.PartitionId, int]:
@@ -149,9 +155,17 @@ def read_back(
             if entry.pod not in acknowledgements:
                 acknowledgements[entry.pod] = configmaps.parse_released(cm.annotations)
             acknowledged = acknowledgements[entry.pod].get(pid)
-        # An acknowledgement counts only for the very epoch assigned (never one above it).
+        # An acknowledgement counts only for the very epoch assigned (never one above it),
+        # and only once the pod's ConfigMap revokes the partition at that epoch: a release
+        # written ahead of the revocation was dropped by the write that carries it
+        # (`writes.premature`), and until that write is done it does not count either.
         written = configmaps.PartitionEntry(epoch=entry.epoch, state=entry.state)
-        if acknowledged is not None and ends_handoff(written, acknowledged):
+        if (
+            acknowledged is not None
+            and cm is not None
+            and ends_handoff(written, acknowledged)
+            and revokes(cm, pid, epoch=entry.epoch)
+        ):
             released[pid] = acknowledged
     for pid, floor in floors.items():
         if pid not in assignment and floor > 0:

@@ -101,22 +101,6 @@ class PodWrites:
 NOTHING = PodWrites()
 
 
-def map_of(
-    pod: str,
-    *,
-    own: str,
-    by_name: Mapping[str, observations.StoredMap],
-    by_pod: Mapping[str, Sequence[str]],
-) -> observations.StoredMap | None:
-    """The pod's ConfigMap: the one of its name (``own``, `configmaps.configmap_name`), else
-    the first (by name) that is for it, so that one written under an older naming scheme is
-    updated in place rather than duplicated."""
-    cm = by_name.get(own)
-    if cm is None and (named := by_pod.get(pod)):
-        cm = by_name[named[0]]
-    return cm
-
-
 def pod_writes(
     pod: podstates.PodState,
     *,
@@ -182,6 +166,18 @@ def pod_writes(
                 partitions=partitions,
             )
         patch: dict[str, Any] = {"data": {**{k: None for k in cm.data if k not in data}, **data}}
+        early = premature(cm, partitions) if same_pod else None
+        if early is not None:
+            # Written before the revocation it would answer: it must not end the hand-off the
+            # moment the revocation lands. Dropped under the ConfigMap's resourceVersion, with
+            # the revocation itself; a pod writes its releases again once it applied them.
+            patch["metadata"] = {
+                "annotations": {
+                    configmaps.ANNOTATION_RELEASED: configmaps.build_released(early)
+                    if early
+                    else None
+                }
+            }
         if not same_pod:
             patch["metadata"] = {
                 "annotations": {
@@ -209,6 +205,29 @@ def pod_writes(
         if differs and (partitions or has_ours):
             annotation = PodAnnotation(pod=pod.name, annotations=desired)
     return PodWrites(wanted=name, map=write, annotation=annotation)
+
+
+def premature(
+    cm: observations.StoredMap,
+    partitions: Mapping[models.PartitionId, configmaps.PartitionEntry],
+) -> dict[str, int] | None:
+    """The pod's ``released`` annotation without the releases it wrote ahead of a revocation
+    that this write starts (``partitions`` revokes the partition at that epoch, ``cm``'s data
+    does not yet); None: there are none, the annotation stays as it is."""
+    released = configmaps.parse_released(cm.annotations)
+    if not released:
+        return None
+    early = set()
+    for pid, epoch in released.items():
+        new = partitions.get(pid)
+        if new is None or new.state != "revoking" or new.epoch != epoch:
+            continue
+        old = cm.parsed.partitions.get(pid)
+        if old is None or old.state != "revoking" or old.epoch != epoch:
+            early.add(pid)
+    if not early:
+        return None
+    return {str(pid): epoch for pid, epoch in released.items() if pid not in early}
 
 
 def assemble(needs: Sequence[PodWrites], unwanted: Sequence[observations.StoredMap]) -> Writes:
@@ -243,8 +262,10 @@ def derive(
     owners = by_owner(assignment)
     needs: list[PodWrites] = []
     for name, pod in fleet.states.items():
-        own = fleet.pods[name].map_name
-        cm = map_of(name, own=own, by_name=fleet.stored, by_pod=fleet.by_pod)
+        # Only the ConfigMap of the pod's fixed name, the only one a pod applies: one written
+        # for it under an older naming scheme is not updated in place but deleted as nobody's,
+        # and the pod's own is created.
+        cm = fleet.stored.get(fleet.pods[name].map_name)
         needs.append(
             pod_writes(
                 pod,
