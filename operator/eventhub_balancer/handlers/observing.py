@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 from eventhub_balancer import errors
-from eventhub_balancer.contracts import specs
+from eventhub_balancer.contracts import connectionstrings, specs
 from eventhub_balancer.handlers import memories, ports
 from eventhub_balancer.reconciling import deciding, observations, retries
 
@@ -26,6 +26,10 @@ logger = logging.getLogger(__name__)
 KUBE_API_ERRORS = (errors.Conflict, errors.ApiUnavailable)
 #: Failures of a dependency a spec points at: shown in a condition, retried with backoff.
 DEPENDENCY_ERRORS = (errors.ConfigurationError, errors.TransientError)
+#: Configuration errors that asking again cannot mend until the CR or its Secret changes: a
+#: host the install does not allow (a malformed connection string is found before the
+#: adapter is asked, by `_malformed`). Both wait `retries.after_misconfiguration`.
+MISCONFIGURED = (errors.EndpointNotAllowed,)
 
 
 async def observe(
@@ -106,6 +110,47 @@ async def _secret(kube: ports.KubePort, namespace: str, creds: specs.Credentials
     )
 
 
+def _malformed(
+    namespace: str,
+    creds: specs.Credentials,
+    connection_string: str | None,
+    problem_of: Callable[[str], str | None],
+) -> errors.ConfigurationError | None:
+    """The error to show for a connection string that can never work: which Secret, what is
+    wrong and what to give (never the value); None when its shape is right."""
+    problem = None if connection_string is None else problem_of(connection_string)
+    if problem is None or creds.secret_ref is None:
+        return None
+    ref = creds.secret_ref
+    return errors.ConfigurationError(f"Secret {namespace}/{ref.name}, key {ref.key!r}, {problem}")
+
+
+def _shown(
+    error: errors.EventHubBalancerError, namespace: str, creds: specs.Credentials
+) -> observations.Fault:
+    """The fault as the condition shows it: a refused host names the Secret it came from."""
+    fault = observations.Fault.of(error)
+    if isinstance(error, MISCONFIGURED) and creds.secret_ref is not None:
+        ref = creds.secret_ref
+        where = f"Secret {namespace}/{ref.name}, key {ref.key!r}"
+        return dataclasses.replace(fault, message=f"{where}: {fault.message}")
+    return fault
+
+
+def _paced(
+    backoff: retries.Backoff,
+    error: Exception,
+    *,
+    misconfigured: bool,
+    settings: Hashable,
+    spec: specs.ConsumerSpec,
+    wall: float,
+) -> retries.Backoff:
+    if misconfigured or isinstance(error, MISCONFIGURED):
+        return retries.after_misconfiguration(wall=wall, settings=settings)
+    return retries.after_failure(backoff, wall=wall, base=float(spec.balancing.interval_seconds))
+
+
 def _forget(
     kube: ports.KubePort, namespace: str, creds: specs.Credentials, error: Exception
 ) -> None:
@@ -129,10 +174,21 @@ async def read_partitions(
     """The partition ids; on a fault (or while backing off from one) the last known ones."""
     key = f"{namespace}/{name}"
     cached = hubs.cached(key)
-    if memory.hub_fault is not None and memory.hub.waiting(wall):
+    # What a configuration error is found under: a change of it ends the wait at once.
+    settings = (spec.fully_qualified_namespace, spec.event_hub_credentials)
+    if memory.hub_fault is not None and memory.hub.waiting(wall, settings=settings):
         return observations.HubRead(ids=cached or None, fault=memory.hub_fault)
+    malformed = None
     try:
         connection_string = await _secret(kube, namespace, spec.event_hub_credentials)
+        malformed = _malformed(
+            namespace,
+            spec.event_hub_credentials,
+            connection_string,
+            connectionstrings.eventhub_problem,
+        )
+        if malformed is not None:
+            raise malformed
         ids, _fresh = await hubs.partitions(
             consumer=key,
             fully_qualified_namespace=spec.fully_qualified_namespace,
@@ -146,10 +202,21 @@ async def read_partitions(
         raise
     except DEPENDENCY_ERRORS as e:
         _forget(kube, namespace, spec.event_hub_credentials, e)
-        base = float(spec.balancing.interval_seconds)
-        memory.hub = retries.after_failure(memory.hub, wall=wall, base=base)
-        memory.hub_fault = observations.Fault.of(e)
-        logger.warning("%s: Event Hubs: %s (retrying in %.0f s)", key, e, memory.hub.delay)
+        memory.hub = _paced(
+            memory.hub,
+            e,
+            misconfigured=e is malformed,
+            settings=settings,
+            spec=spec,
+            wall=wall,
+        )
+        memory.hub_fault = _shown(e, namespace, spec.event_hub_credentials)
+        logger.warning(
+            "%s: Event Hubs: %s (retrying in %.0f s)",
+            key,
+            memory.hub_fault.message,
+            memory.hub.delay,
+        )
         return observations.HubRead(ids=cached or None, fault=memory.hub_fault)
     memory.hub, memory.hub_fault = retries.Backoff(), None
     return observations.HubRead(ids=tuple(ids))
@@ -217,10 +284,21 @@ async def read_store(
     spec = observation.spec
     assert spec is not None, "only a valid spec names a checkpoint store"
     due = retries.probe_due(memory.store_checked_at, wall=wall)
-    if memory.store.waiting(wall) or not (needed or due):
+    # What a configuration error is found under: a change of it ends the wait at once.
+    settings = (spec.checkpoint_account_url, spec.checkpoint_credentials)
+    if memory.store.waiting(wall, settings=settings) or not (needed or due):
         return None
+    malformed = None
     try:
         connection_string = await _secret(kube, observation.namespace, spec.checkpoint_credentials)
+        malformed = _malformed(
+            observation.namespace,
+            spec.checkpoint_credentials,
+            connection_string,
+            connectionstrings.blob_problem,
+        )
+        if malformed is not None:
+            raise malformed
         stored = await hubs.checkpoints(
             fully_qualified_namespace=spec.fully_qualified_namespace,
             eventhub_name=spec.event_hub_name,
@@ -234,9 +312,15 @@ async def read_store(
         raise
     except DEPENDENCY_ERRORS as e:
         _forget(kube, observation.namespace, spec.checkpoint_credentials, e)
-        base = float(spec.balancing.interval_seconds)
-        memory.store = retries.after_failure(memory.store, wall=wall, base=base)
-        memory.store_fault = observations.Fault.of(e)
+        memory.store = _paced(
+            memory.store,
+            e,
+            misconfigured=e is malformed,
+            settings=settings,
+            spec=spec,
+            wall=wall,
+        )
+        memory.store_fault = _shown(e, observation.namespace, spec.checkpoint_credentials)
         return observations.StoreRead(
             fault=memory.store_fault, listed=False, known_sequences=memory.store_sequences
         )

@@ -3,12 +3,19 @@
 The operator's memory between cycles (`handlers.memories.Memory`) keeps one `Backoff` for
 Event Hubs and one for the checkpoint store; the readers in `handlers.observing` consult and
 advance them with ``wall`` (seconds) passed in, so the pacing is tested without a clock.
+
+A fault that may pass (an outage, a throttle) is asked again sooner, then later and later
+(`after_failure`). A configuration error (a connection string that can never work, a host the
+install does not allow) fails the same way until someone changes the CR or its Secret, so it
+waits the longest delay at once, and no longer than until the CR points elsewhere
+(`after_misconfiguration`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Hashable
 
 #: The longest backoff between attempts to reach Event Hubs or the checkpoint store: five
 #: minutes keeps a long outage cheap and still notices the recovery within minutes.
@@ -24,9 +31,15 @@ class Backoff:
 
     delay: float = 0.0
     retry_at: float = 0.0
+    #: after a configuration error, the spec's settings it was found under (no secret: the
+    #: references to them); None: a fault that may pass
+    refused: Hashable | None = None
 
-    def waiting(self, wall: float) -> bool:
-        """Whether an attempt at ``wall`` would come too soon after the last failure."""
+    def waiting(self, wall: float, *, settings: Hashable | None = None) -> bool:
+        """Whether an attempt at ``wall`` would come too soon after the last failure: never
+        once ``settings`` differ from those a configuration error was found under."""
+        if self.refused is not None and settings is not None and settings != self.refused:
+            return False
         return wall < self.retry_at
 
 
@@ -34,6 +47,12 @@ def after_failure(backoff: Backoff, *, wall: float, base: float) -> Backoff:
     """Double the delay (at least ``base``, the cycle interval; at most the maximum)."""
     delay = min(MAX_BACKOFF_SECONDS, max(base, backoff.delay * 2))
     return Backoff(delay=delay, retry_at=wall + delay)
+
+
+def after_misconfiguration(*, wall: float, settings: Hashable) -> Backoff:
+    """Wait the longest delay at once: asking again changes nothing until the CR's
+    ``settings`` change (`Backoff.waiting`) or its Secret does (read afresh at the retry)."""
+    return Backoff(delay=MAX_BACKOFF_SECONDS, retry_at=wall + MAX_BACKOFF_SECONDS, refused=settings)
 
 
 def probe_due(checked_at: float | None, *, wall: float) -> bool:

@@ -1,0 +1,220 @@
+"""A connection string in a CR's Secret that can never work is a configuration error: the
+condition says which Secret, what is wrong and what to write there (never the value), and the
+operator waits the longest backoff for it, or until the spec points elsewhere, instead of
+asking again at the transient pace.
+
+Over the in-memory ports; time is the ``now`` each cycle is given.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+from typing import Any
+
+import pytest
+
+from eventhub_balancer import errors
+from eventhub_balancer.contracts import endpoints
+from eventhub_balancer.handlers import cycles, memories
+from eventhub_balancer.reconciling import retries
+from tests.support import fakes
+
+T0 = datetime.datetime(2024, 5, 1, 12, 0, 0, tzinfo=datetime.UTC)
+NS, NAME = "shop", "orders"
+SPEC: dict[str, Any] = {
+    "eventHub": {
+        "fullyQualifiedNamespace": "shop.servicebus.windows.net",
+        "name": "orders",
+        "credentials": {"connectionStringSecretRef": {"name": "eh", "key": "cs"}},
+    },
+    "checkpointStore": {
+        "containerName": "checkpoints",
+        "credentials": {"connectionStringSecretRef": {"name": "blob", "key": "cs"}},
+    },
+    "selector": {"matchLabels": {"app": "c"}},
+    "balancing": {"intervalSeconds": 5},
+}
+SECRET_KEY = "c2VjcmV0LWtleQ"  # what must never be shown
+VALID_EVENTHUB = (
+    f"Endpoint=sb://shop.servicebus.windows.net/;SharedAccessKeyName=l;SharedAccessKey={SECRET_KEY}"
+)
+VALID_BLOB = f"AccountName=shop;AccountKey={SECRET_KEY};EndpointSuffix=core.windows.net"
+WAIT = retries.MAX_BACKOFF_SECONDS
+
+
+class PolicedHubs(fakes.FakeHubs):
+    """The fake behind the port, checking hosts as the real adapter does before it dials."""
+
+    policy = endpoints.EndpointPolicy()
+
+    async def partitions(self, **kwargs: Any) -> tuple[tuple[str, ...], bool]:
+        self.policy.check_eventhub(
+            fully_qualified_namespace=kwargs["fully_qualified_namespace"],
+            connection_string=kwargs["connection_string"],
+        )
+        return await super().partitions(**kwargs)
+
+    async def checkpoints(self, **kwargs: Any) -> dict[str, tuple[int, int]]:
+        self.policy.check_blob(
+            account_url=kwargs["account_url"], connection_string=kwargs["connection_string"]
+        )
+        return await super().checkpoints(**kwargs)
+
+
+def make_kube(*, eventhub: str = VALID_EVENTHUB, blob: str = VALID_BLOB) -> fakes.FakeKube:
+    kube = fakes.FakeKube()
+    kube.add_consumer(NS, NAME, SPEC)
+    kube.add_secret(NS, "eh", {"cs": eventhub})
+    kube.add_secret(NS, "blob", {"cs": blob})
+    for name in ("a", "b"):
+        kube.add_pod(NS, name, labels={"app": "c"}, since=T0)
+    return kube
+
+
+@pytest.fixture
+def hubs() -> PolicedHubs:
+    return PolicedHubs(store=fakes.FakeCheckpointStore())
+
+
+async def cycle(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs, memory: memories.Memory, *, now: float
+) -> cycles.Result:
+    return await cycles.run_cycle(
+        kube=kube,
+        hubs=hubs,
+        namespace=NS,
+        name=NAME,
+        memory=memory,
+        now=T0 + datetime.timedelta(seconds=now),
+    )
+
+
+def wall(seconds: float) -> float:
+    return (T0 + datetime.timedelta(seconds=seconds)).timestamp()
+
+
+def shown(kube: fakes.FakeKube, type_: str) -> dict[str, Any]:
+    condition = kube.condition(NS, NAME, type_)
+    assert "\n" not in condition["message"]
+    assert SECRET_KEY not in condition["message"]
+    assert all(SECRET_KEY not in str(e) for e in kube.events)
+    return condition
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("garbage", "part 1 of 1 is not Key=Value"),
+        (f"SharedAccessKeyName=l;SharedAccessKey={SECRET_KEY}", "it has no Endpoint"),
+        (
+            f"Endpoint=https://shop.servicebus.windows.net/;SharedAccessKey={SECRET_KEY}",
+            "its Endpoint is not an sb:// URL",
+        ),
+        (f"{SECRET_KEY}=;Endpoint=sb://shop.servicebus.windows.net/", "part 1 of 2"),
+    ],
+)
+async def test_a_malformed_eventhub_string_says_which_secret_and_what_to_write(
+    hubs: PolicedHubs, value: str, problem: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    kube = make_kube(eventhub=value)
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    condition = shown(kube, "EventHubReachable")
+    assert (condition["status"], condition["reason"]) == ("False", "EventHubMisconfigured")
+    assert condition["message"].startswith(
+        f"Secret shop/eh, key 'cs', is not an Event Hubs connection string ({problem}"
+    )
+    assert (
+        "write Endpoint=sb://<namespace>.servicebus.windows.net/;SharedAccessKeyName=<policy>;"
+        "SharedAccessKey=<key> there" in condition["message"]
+    )
+    assert hubs.listings == []  # never dialled
+    assert SECRET_KEY not in caplog.text
+    assert (memory.hub.delay, memory.hub.retry_at) == (WAIT, wall(0) + WAIT)
+
+
+async def test_a_malformed_store_string_says_which_secret_and_what_to_write(
+    hubs: PolicedHubs,
+) -> None:
+    kube = make_kube(blob=f"AccountKey={SECRET_KEY}")
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    condition = shown(kube, "CheckpointStoreReachable")
+    assert (condition["status"], condition["reason"]) == ("False", "CheckpointStoreMisconfigured")
+    assert condition["message"].startswith(
+        "Secret shop/blob, key 'cs', is not a storage connection string (it has neither a "
+        "BlobEndpoint nor an AccountName): write DefaultEndpointsProtocol=https;"
+        "AccountName=<account>;AccountKey=<key>;"
+    )
+    assert hubs.store.reads == []
+    assert (memory.store.delay, memory.store.retry_at) == (WAIT, wall(0) + WAIT)
+    assert kube.condition(NS, NAME, "EventHubReachable")["status"] == "True"
+
+
+async def test_a_host_the_install_refuses_names_the_secret_and_waits_as_long(
+    hubs: PolicedHubs,
+) -> None:
+    kube = make_kube(
+        eventhub=f"Endpoint=sb://hub.example.com/;SharedAccessKeyName=l;SharedAccessKey={SECRET_KEY}"
+    )
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    condition = shown(kube, "EventHubReachable")
+    assert (condition["status"], condition["reason"]) == ("False", "EndpointNotAllowed")
+    assert condition["message"].startswith(
+        "Secret shop/eh, key 'cs': the Event Hubs connection string's Endpoint: host "
+        "'hub.example.com' is not allowed (allowed DNS suffixes: .servicebus.windows.net); use "
+        "an endpoint under one of them"
+    )
+    assert memory.hub.delay == WAIT
+
+
+async def test_a_fixed_secret_is_used_at_the_long_bound_and_not_asked_before(
+    hubs: PolicedHubs,
+) -> None:
+    kube = make_kube(eventhub="garbage")
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    for now in range(5, int(WAIT), 5):  # every interval of the wait
+        await cycle(kube, hubs, memory, now=now)
+        assert memory.hub.retry_at == wall(0) + WAIT
+        if now == 100:
+            kube.add_secret(NS, "eh", {"cs": VALID_EVENTHUB})  # Secrets are not watched
+    assert hubs.listings == []
+    assert kube.condition(NS, NAME, "EventHubReachable")["status"] == "False"
+    await cycle(kube, hubs, memory, now=WAIT)
+    assert hubs.listings == [wall(WAIT)]
+    assert kube.condition(NS, NAME, "EventHubReachable")["status"] == "True"
+    assert memory.hub == retries.Backoff()
+
+
+async def test_a_spec_that_points_at_another_secret_is_tried_at_once(
+    hubs: PolicedHubs,
+) -> None:
+    kube = make_kube(eventhub="garbage")
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    await cycle(kube, hubs, memory, now=5)
+    assert hubs.listings == []
+    kube.add_secret(NS, "eh-fixed", {"connectionString": VALID_EVENTHUB})
+    spec = copy.deepcopy(SPEC)
+    spec["eventHub"]["credentials"] = {
+        "connectionStringSecretRef": {"name": "eh-fixed", "key": "connectionString"}
+    }
+    kube.set_spec(NS, NAME, spec)
+    await cycle(kube, hubs, memory, now=10)
+    assert hubs.listings == [wall(10)]
+    assert kube.condition(NS, NAME, "EventHubReachable")["status"] == "True"
+
+
+async def test_a_transient_fault_keeps_the_fast_pace(hubs: PolicedHubs) -> None:
+    """The long wait is for configuration errors only: an outage is asked again soon."""
+    kube = make_kube()
+    hubs.failure = errors.EventHubUnreachable("connection refused")
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    assert memory.hub.delay == 5.0
+    hubs.failure = None
+    await cycle(kube, hubs, memory, now=5)
+    assert kube.condition(NS, NAME, "EventHubReachable")["status"] == "True"
