@@ -30,6 +30,9 @@ SPEC: dict[str, Any] = {
     "selector": {"matchLabels": {"app": "orders"}},
 }
 BLOB_CONNECTION_STRING = "AccountName=shop;AccountKey=c2VjcmV0"
+EVENTHUB_CONNECTION_STRING = (
+    "Endpoint=sb://shop.servicebus.windows.net/;SharedAccessKeyName=l;SharedAccessKey=c2VjcmV0"
+)
 EXPORT = {
     "kind": "EventHubCheckpoints",
     "version": 1,
@@ -41,9 +44,12 @@ class FakeAPI:
     """The Kubernetes API as the commands use it: every namespace asked for is recorded, and
     the EventHubConsumer ``orders`` is in ``shop`` only when ``found`` holds it."""
 
-    def __init__(self, asked: list[str], found: set[tuple[str, str]]) -> None:
+    def __init__(
+        self, asked: list[str], found: set[tuple[str, str]], secrets: dict[str, str]
+    ) -> None:
         self.asked = asked
         self.found = found
+        self.secrets = secrets
 
     async def get_consumer(self, *, namespace: str, name: str) -> dict[str, Any]:
         self.asked.append(namespace)
@@ -52,7 +58,7 @@ class FakeAPI:
         return {"metadata": {"namespace": namespace, "name": name}, "spec": SPEC}
 
     async def read_secret_key(self, *, namespace: str, name: str, key: str) -> str:
-        return BLOB_CONNECTION_STRING
+        return self.secrets[name]
 
     def close(self) -> None:
         pass
@@ -64,12 +70,19 @@ def found() -> set[tuple[str, str]]:
 
 
 @pytest.fixture
-def asked(monkeypatch: pytest.MonkeyPatch, found: set[tuple[str, str]]) -> list[str]:
+def secrets() -> dict[str, str]:
+    return {"blob": BLOB_CONNECTION_STRING, "eh": EVENTHUB_CONNECTION_STRING}
+
+
+@pytest.fixture
+def asked(
+    monkeypatch: pytest.MonkeyPatch, found: set[tuple[str, str]], secrets: dict[str, str]
+) -> list[str]:
     seen: list[str] = []
     monkeypatch.setattr(
         kubeapi.KubeAPI,
         "from_environment",
-        classmethod(lambda cls, config: FakeAPI(seen, found)),
+        classmethod(lambda cls, config: FakeAPI(seen, found, secrets)),
     )
     for name in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", checkpoints.CONNECTION_STRING_ENV):
         monkeypatch.delenv(name, raising=False)
@@ -198,3 +211,59 @@ def test_checkpoints_list_without_a_name_still_refuses_namespace_for_the_eventhu
         "to read it from"
     ]
     assert asked == []
+
+
+BLOB_PROBLEM = (
+    "is not a storage connection string (it has neither a BlobEndpoint nor an AccountName): "
+    "write DefaultEndpointsProtocol=https;AccountName=<account>;AccountKey=<key>;"
+    "EndpointSuffix=core.windows.net (or BlobEndpoint=https://<account>.blob.core.windows.net/;"
+    "SharedAccessSignature=<sas>) there"
+)
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "source"),
+    [
+        (("--connection-string", "AccountKey=c2VjcmV0"), {}, "--connection-string"),
+        (
+            (),
+            {checkpoints.CONNECTION_STRING_ENV: "AccountKey=c2VjcmV0"},
+            "EHB_BLOB_CONNECTION_STRING",
+        ),
+    ],
+    ids=["flag", "environment"],
+)
+def test_a_malformed_connection_string_is_one_line_naming_where_it_came_from(
+    argv: tuple[str, ...],
+    env: dict[str, str],
+    source: str,
+    asked: list[str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    where = ["--container", "c", "--eventhub-namespace", "shop.servicebus.windows.net"]
+    assert cli.main(["checkpoints", "list", *where, "--hub", "h", *argv]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"ehb: error: {source}: {BLOB_PROBLEM}"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [("checkpoints", "list", "orders"), ("deadletters", "list", "orders")],
+    ids=lambda a: " ".join(a[:2]),
+)
+def test_a_malformed_connection_string_in_the_crs_secret_names_the_secret(
+    argv: tuple[str, ...],
+    asked: list[str],
+    found: set[tuple[str, str]],
+    secrets: dict[str, str],
+    kubeconfig: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    found.add(("shop", "orders"))
+    secrets["blob"] = "AccountKey=c2VjcmV0"
+    assert cli.main([*argv, "--kubeconfig", kubeconfig]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"ehb: error: Secret shop/blob, key 'cs': {BLOB_PROBLEM}"]
+    assert "c2VjcmV0" not in err

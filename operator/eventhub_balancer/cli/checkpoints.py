@@ -19,11 +19,11 @@ import dataclasses
 import datetime
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from eventhub_balancer.cli import allowedendpoints, tables
-from eventhub_balancer.contracts import specs
+from eventhub_balancer.contracts import connectionstrings, specs
 
 if TYPE_CHECKING:
     from eventhub_balancer.adapters import checkpointresets
@@ -213,6 +213,8 @@ async def _list_by_flags(args: argparse.Namespace) -> list[Checkpoint]:
                 "--connection-string",
                 f"give --connection-string, --account-url or ${CONNECTION_STRING_ENV}",
             )
+    source = "--connection-string" if args.connection_string else CONNECTION_STRING_ENV
+    refuse_malformed(connection_string, connectionstrings.blob_problem, source=source)
     # Before any client: --account-url builds the caller's own DefaultAzureCredential.
     allowedendpoints.policy(args).check_blob(
         account_url=None if connection_string else args.account_url,
@@ -273,6 +275,25 @@ def add_consumer_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: $KUBECONFIG)")
     allowedendpoints.add_arguments(parser)
+
+
+def refuse_malformed(
+    connection_string: str | None, problem_of: Callable[[str], str | None], *, source: str
+) -> None:
+    """Refuse a connection string that can never work, saying where it came from (a flag, a
+    variable, ``Secret ns/name, key 'k'``), what is wrong and what to write; never the value.
+
+    The endpoint check would refuse it too, but as ``host '' is not allowed``."""
+    from eventhub_balancer import errors
+
+    problem = None if connection_string is None else problem_of(connection_string)
+    if problem is not None:
+        raise errors.InvalidInput(source, problem)
+
+
+def secret_source(namespace: str, ref: specs.SecretKeyRef) -> str:
+    """How a message names the Secret key a connection string was read from."""
+    return f"Secret {namespace}/{ref.name}, key {ref.key!r}"
 
 
 def consumer_namespace(args: argparse.Namespace) -> str:
@@ -345,9 +366,11 @@ async def read_consumer(
 ) -> ConsumerTarget:
     """The CR and its Secrets' connection strings, read as the operator reads them.
 
-    Raises `errors.EndpointNotAllowed` unless the checkpoint store (and with ``eventhub`` the
-    Event Hub) is where ``allowed`` lets credentials go: checked on the very values that
-    `open_store` and the hub client get, before either builds a credential.
+    Raises `errors.InvalidInput` naming the Secret for a connection string that can never
+    work (`refuse_malformed`), and `errors.EndpointNotAllowed` unless the checkpoint store
+    (and with ``eventhub`` the Event Hub) is where ``allowed`` lets credentials go: checked on
+    the very values that `open_store` and the hub client get, before either builds a
+    credential.
     """
     body = dict(await api.get_consumer(namespace=namespace, name=name))
     spec = specs.parse_spec(body.get("spec") or {})
@@ -366,6 +389,20 @@ async def read_consumer(
         eventhub_connection_string=await secret(spec.event_hub_credentials),
         blob_connection_string=await secret(spec.checkpoint_credentials),
     )
+    shapes: list[tuple[specs.Credentials, str | None, Callable[[str], str | None]]] = [
+        (spec.checkpoint_credentials, target.blob_connection_string, connectionstrings.blob_problem)
+    ]
+    if eventhub:
+        shapes.append(
+            (
+                spec.event_hub_credentials,
+                target.eventhub_connection_string,
+                connectionstrings.eventhub_problem,
+            )
+        )
+    for creds, value, problem_of in shapes:
+        if creds.secret_ref is not None:
+            refuse_malformed(value, problem_of, source=secret_source(namespace, creds.secret_ref))
     allowed.check_blob(
         account_url=None
         if target.blob_connection_string

@@ -24,7 +24,8 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from eventhub_balancer.cli import allowedendpoints, tables
+from eventhub_balancer.cli import allowedendpoints, checkpoints, tables
+from eventhub_balancer.contracts import connectionstrings
 
 if TYPE_CHECKING:
     from eventhub_balancer.adapters import deadletterreplays, kubeapi
@@ -216,16 +217,20 @@ async def _read_target(args: argparse.Namespace, api: kubeapi.KubeAPI, *, namesp
     spec = specs.parse_spec(body.get("spec") or {})
     connection_string = args.connection_string
     account_url = args.account_url
+    source = "--connection-string"
     if connection_string is None and account_url is None:
         connection_string = os.environ.get(BLOB_CONNECTION_STRING_ENV) or None
+        source = BLOB_CONNECTION_STRING_ENV
     if connection_string is None and account_url is None:
         ref = spec.checkpoint_credentials.secret_ref
         if ref is not None:
             connection_string = await api.read_secret_key(
                 namespace=namespace, name=ref.name, key=ref.key
             )
+            source = checkpoints.secret_source(namespace, ref)
         else:
             account_url = spec.checkpoint_account_url
+    checkpoints.refuse_malformed(connection_string, connectionstrings.blob_problem, source=source)
     return Target(
         name=args.name,
         namespace=namespace,
@@ -243,12 +248,21 @@ async def _eventhub_coordinates(
     connection_string = (
         args.eventhub_connection_string or os.environ.get(EVENTHUB_CONNECTION_STRING_ENV) or None
     )
+    source = (
+        "--eventhub-connection-string"
+        if args.eventhub_connection_string
+        else EVENTHUB_CONNECTION_STRING_ENV
+    )
     spec = target.spec
     ref = spec.event_hub_credentials.secret_ref
     if connection_string is None and ref is not None:
         connection_string = await api.read_secret_key(
             namespace=target.namespace, name=ref.name, key=ref.key
         )
+        source = checkpoints.secret_source(target.namespace, ref)
+    checkpoints.refuse_malformed(
+        connection_string, connectionstrings.eventhub_problem, source=source
+    )
     # The operator's allow-list (not a default one): the CR is the tenant's, the token ours.
     allowedendpoints.policy(args).check_eventhub(
         fully_qualified_namespace=spec.fully_qualified_namespace,
