@@ -158,7 +158,7 @@ def test_a_lost_partition_is_given_out_again_at_the_next_epoch_once() -> None:
     observation = started(pod("a"), pod("b"))
     observation = reported(observation, "b", {"3": ("lost", 1, 0, "epoch 2 holds the blob")})
 
-    after, decision = next_cycle(observation, now=5)
+    after, decision = next_cycle(observation, now=35)
 
     assert decision.epochs is not None
     assert decision.epochs["3"] == 2
@@ -173,12 +173,12 @@ def test_a_lost_partition_is_given_out_again_at_the_next_epoch_once() -> None:
     assert (failing["status"], failing["reason"]) == ("True", "PartitionsLost")
 
     # The pod has not rewritten its report yet: at epoch 1 it no longer counts.
-    again, second = next_cycle(after, now=6)
+    again, second = next_cycle(after, now=36)
     assert (second.epochs, second.moves) == (None, ())
     assert [(e.reason, e.type) for e in second.events] == [("PartitionRecovered", "Normal")]
     assert bodies.condition(again, "PartitionsFailing")["status"] == "False"
     assert failing_of(again) == []
-    _, third = next_cycle(again, now=7)
+    _, third = next_cycle(again, now=37)
     assert (third.epochs, third.moves, third.events, third.status) == (None, (), (), {})
 
 
@@ -186,7 +186,7 @@ def test_a_lost_partition_fences_above_the_epoch_that_took_it() -> None:
     observation = started(pod("a"), pod("b"))
     observation = reported(observation, "a", {"0": ("lost", 1)})
     # Whoever took it wrote epoch 5 into the checkpoint blob.
-    after, decision = next_cycle(observation, now=5, checkpoints={"0": (5, 100)})
+    after, decision = next_cycle(observation, now=35, checkpoints={"0": (5, 100)})
     assert decision.epochs is not None
     assert decision.epochs["0"] == 6
     assert bodies.assignment(after)["a"]["0"] == (6, "owned")
@@ -293,3 +293,41 @@ def test_the_status_written_passes_the_crd_schema() -> None:
     problems = [e.message for e in jsonschema.Draft7Validator(schema).iter_errors(after.status)]
     assert problems == []
     assert [e["state"] for e in failing_of(after)] == ["parked", "stuck"]
+
+
+def test_a_pod_reporting_every_new_epoch_lost_raises_it_once_per_hold() -> None:
+    observation = started(pod("a"), pod("b"))
+    hold = reports.LOST_HOLD_SECONDS
+    epochs = []
+    now = 35.0
+    for _ in range(12):  # a report at the current epoch, every 5 s
+        current = bodies.assignment(observation)["b"].get("3")
+        if current is not None:
+            observation = reported(observation, "b", {"3": ("lost", current[0])})
+        observation, decision = next_cycle(observation, now=now)
+        if decision.epochs is not None:
+            epochs.append((now, decision.epochs["3"]))
+        else:
+            # Held: the cycle comes back when the report is due, not before.
+            assert decision.next_in is not None
+            assert decision.next_in <= hold
+        now += 5.0
+    # Once at the first report, then once per hold: not once per cycle.
+    assert [e for _t, e in epochs] == [2, 3]
+    assert epochs[1][0] - epochs[0][0] >= hold
+
+
+def test_a_held_lost_report_is_shown_and_a_quiet_decision_stands_only_until_it_is_due() -> None:
+    observation = started(pod("a"), pod("b"))
+    observation = reported(observation, "b", {"3": ("lost", 1)})
+    # Given at 0, reported at once: held until 30.
+    after, decision = next_cycle(observation, now=1)
+    assert decision.epochs is None
+    assert bodies.condition(after, "PartitionsFailing")["reason"] == "PartitionsLost"
+    quiet = bodies.decide(after, now=at(2))
+    assert quiet.epochs is None
+    assert quiet.settled_until is not None
+    assert quiet.settled_until <= bodies.at(reports.LOST_HOLD_SECONDS).timestamp()
+    _, due = next_cycle(after, now=reports.LOST_HOLD_SECONDS)
+    assert due.epochs is not None
+    assert due.epochs["3"] == 2

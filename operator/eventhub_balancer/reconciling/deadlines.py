@@ -1,6 +1,7 @@
 """When a decision changes on its own: the deadlines it names, pure.
 
-Nothing in a decision depends on the time but a hand-off's timeout and a NotReady pod's grace.
+Nothing in a decision depends on the time but a hand-off's timeout, a NotReady pod's grace
+and the hold of a partition reported lost right after it was given out (``held``).
 `next_in` says when the cycle should come back for the nearest one; `settled_until` says until
 when a decision that writes nothing stands over the same observation (the cycle skips reading
 and deciding until then: `handlers.cycles`). Both look at the hand-offs in the plan and at the
@@ -29,9 +30,11 @@ def next_in(
     spec: specs.ConsumerSpec,
     wall: float,
     notready: Iterable[str] | None = None,
+    held: Iterable[float] = (),
 ) -> float | None:
-    """The next moment something changes on its own: a hand-off times out, a grace ends.
-    ``notready``: the NotReady pods' names (`fleets.Fleet.notready`); None: any pod may be."""
+    """The next moment something changes on its own: a hand-off times out, a grace ends, a
+    held report of a lost partition is due. ``notready``: the NotReady pods' names
+    (`fleets.Fleet.notready`); None: any pod may be."""
     deadlines = [
         o.since + spec.balancing.handoff_timeout_seconds
         for o in plan.assignment.values()
@@ -43,6 +46,7 @@ def next_in(
         for p in _notready(pods, notready)
         if p.name in owners
     ]
+    deadlines += held
     future = [d - wall for d in deadlines if d - wall > -STALE_DEADLINE]
     return max(MIN_NEXT_IN, min(future)) if future else None
 
@@ -55,12 +59,15 @@ def settled_until(
     spec: specs.ConsumerSpec,
     wall: float,
     notready: Iterable[str] | None = None,
+    held: Iterable[float] = (),
 ) -> float | None:
     """Until when a decision stands over the same observation (`deciding.Decision`'s
     ``settled_until``); ``quiet``: it writes nothing and needs no further read."""
     if not quiet or spec.balancing.to_options().weighting == "lag":
         return None
-    return min(_deadlines(plan, _notready(pods, notready), spec, wall), default=math.inf)
+    deadlines = _deadlines(plan, _notready(pods, notready), spec, wall)
+    deadlines += [d for d in held if d > wall]
+    return min(deadlines, default=math.inf)
 
 
 def _notready(

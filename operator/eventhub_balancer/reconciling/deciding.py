@@ -296,7 +296,12 @@ def _decide(
             paused=spec.paused,
         ),
         next_in=deadlines.next_in(
-            plan=plan, pods=states, notready=fleet.notready, spec=spec, wall=wall
+            plan=plan,
+            pods=states,
+            notready=fleet.notready,
+            spec=spec,
+            wall=wall,
+            held=back.lost_held.values(),
         ),
     )
     quiet = (
@@ -308,7 +313,13 @@ def _decide(
         and not decision.needs_last_sequences
     )
     until = deadlines.settled_until(
-        quiet=quiet, plan=plan, pods=states, notready=fleet.notready, spec=spec, wall=wall
+        quiet=quiet,
+        plan=plan,
+        pods=states,
+        notready=fleet.notready,
+        spec=spec,
+        wall=wall,
+        held=back.lost_held.values(),
     )
     return dataclasses.replace(
         decision, settled_until=until, resource_version=_version(observation)

@@ -227,7 +227,12 @@ def trouble_events(
             text = (
                 f"{pod} lost partition{plural} {parts} at its own epoch (a higher epoch holds "
                 f"it in Event Hubs or the checkpoint blob)"
-                + (f"; given out again: {again}" if again else "; given out again when a pod can")
+                + (
+                    f"; given out again: {again}"
+                    if again
+                    else "; given out again when a pod can, once its epoch has stood "
+                    f"{reports.LOST_HOLD_SECONDS:.0f} s"
+                )
             )
         events.append(
             KubeEvent(

@@ -55,6 +55,9 @@ class ReadBack:
     #: the partitions their owners report in trouble, at the epoch recorded for them (those
     #: reported lost are unowned in ``assignment``: they are given out again)
     troubles: Mapping[models.PartitionId, reports.Trouble] = dataclasses.field(default_factory=dict)
+    #: partitions reported lost at an epoch given out too recently (`reports.LOST_HOLD_SECONDS`):
+    #: the moment each report is acted on
+    lost_held: Mapping[models.PartitionId, float] = dataclasses.field(default_factory=dict)
 
 
 def belongs(cm: observations.StoredMap, pods: Mapping[str, podstates.PodState]) -> bool:
@@ -175,9 +178,9 @@ def read_back(
         assignment=assignment,
         reporting=fleet.reporting if fleet is not None else None,
     )
-    assignment = reports.unassign_lost(assignment, troubles, now=seconds_now)
+    assignment, held = reports.unassign_lost(assignment, troubles, now=seconds_now)
     for pid, trouble in troubles.items():
-        if trouble.state == "lost":
+        if trouble.state == "lost" and pid not in held:
             released.pop(pid, None)
     found = tampering.find(maps, recorded, status_epochs)
     return ReadBack(
@@ -188,6 +191,7 @@ def read_back(
         tampered=found.tampered,
         ignored=tuple(ignored),
         troubles=troubles,
+        lost_held=held,
     )
 
 

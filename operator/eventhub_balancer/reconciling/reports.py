@@ -13,7 +13,10 @@ Nobody processes such a partition, and nothing else would ever say so; the read-
 it as unowned at its epoch (`unassign_lost`), so the planner gives it out again at epoch + 1
 in the same cycle (above the checkpoint blob's epoch too, which a new owner's decision reads).
 Once the epoch is raised, the report (written for the old epoch) no longer counts, so the
-report is acted on once.
+report is acted on once. A report about an epoch given out less than `LOST_HOLD_SECONDS`
+ago waits until then: a pod that reports every new epoch lost at once (it keeps finding the
+partition taken, or it lies) raises the epoch once per hold, not once per cycle, and each of
+those cycles writes the status and a ConfigMap and makes the pod fence again.
 
 A report is the pod's word, so it is read only for what the operator assigned to that pod, at
 that epoch (`partitionreports.parse` with ``current``): a pod cannot report on, or get moved,
@@ -43,6 +46,12 @@ MAX_NAMED = 8
 #: The condition's message is cut here: readable in ``kubectl get -o wide`` and far below
 #: the API's limit.
 MAX_MESSAGE = 1000
+
+#: How long an epoch given out stands before a report that it was lost gives the partition
+#: out again: long enough that a pod reporting every new epoch lost does not turn the cycle
+#: into a loop of epoch rises (each one woken by the pod's next report), short next to the
+#: time nobody processes a partition that was really taken.
+LOST_HOLD_SECONDS = 30.0
 
 #: The Event reason per reported state.
 EVENT_REASONS: Mapping[str, str] = types.MappingProxyType(
@@ -127,14 +136,23 @@ def unassign_lost(
     troubles: Mapping[models.PartitionId, Trouble],
     *,
     now: float,
-) -> dict[models.PartitionId, models.Ownership]:
+) -> tuple[dict[models.PartitionId, models.Ownership], dict[models.PartitionId, float]]:
     """``assignment`` with each partition reported lost made unowned at its epoch: the
-    planner places it again at epoch + 1, like the partition of a pod that is gone."""
+    planner places it again at epoch + 1, like the partition of a pod that is gone. A report
+    about an epoch given out less than `LOST_HOLD_SECONDS` before ``now`` waits: the second
+    value says, per such partition, the moment it is acted on."""
     result = dict(assignment)
+    held: dict[models.PartitionId, float] = {}
     for pid, trouble in troubles.items():
-        if trouble.state == "lost" and pid in result:
-            result[pid] = models.Ownership(owner=None, epoch=trouble.epoch, since=now)
-    return result
+        if trouble.state != "lost" or pid not in result:
+            continue
+        # Revoking, its ``since`` is when the hand-off began, not when the epoch was given.
+        due = result[pid].since + LOST_HOLD_SECONDS
+        if result[pid].state == "owned" and now < due:
+            held[pid] = due
+            continue
+        result[pid] = models.Ownership(owner=None, epoch=trouble.epoch, since=now)
+    return result, held
 
 
 def standing(
