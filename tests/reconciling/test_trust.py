@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from eventhub_balancer.contracts import bounds, configmaps
-from eventhub_balancer.reconciling import observations, writes
+from eventhub_balancer.reconciling import observations, readbacks, writes
 from tests.reconciling import bodies
 from tests.reconciling.bodies import at, pod
 
@@ -222,3 +222,45 @@ def test_a_configmap_under_an_older_name_is_never_updated_in_place() -> None:
     assert decision.epochs is None  # the record decides: a keeps its partitions and epochs
     after = bodies.applied(seen, decision)
     assert bodies.assignment(after)["a"] == bodies.assignment(observation)["a"]
+
+
+def store_condition(decision: Any) -> Any:
+    return next(c for c in decision.status["conditions"] if c["type"] == "CheckpointStoreReachable")
+
+
+def test_a_blob_epoch_far_above_the_record_is_reported_and_bounded() -> None:
+    near_top = bounds.MAX_FLOOR - 5  # in range, but the owners to come would have no room
+    far = 2**40
+    observation = bodies.observe(pods=[pod("a")])
+    _, decision = bodies.decide_fully(
+        observation, now=at(0), checkpoints={"0": (57, 1), "1": (far, 1), "2": (near_top, 1)}
+    )
+    assert decision.epochs is not None
+    # Ahead by a plausible count of hand-offs (a recreated CR): the floor, silently.
+    assert decision.epochs["0"] == 58
+    # Far ahead but with room left: adopted, so the partition goes on, and reported.
+    assert decision.epochs["1"] == far + 1
+    # Near the top: not adopted (bounded), reported with what clears it.
+    assert decision.epochs["2"] == 1
+    assert max(decision.epochs.values()) <= readbacks.MAX_ADOPTED + 1
+    store = store_condition(decision)
+    assert (store["status"], store["reason"]) == ("False", "CheckpointEpochTampered")
+    assert "partition 0" not in store["message"]
+    assert f"partition 1 holds epoch {far}" in store["message"]
+    assert f"partition 2 holds epoch {near_top}" in store["message"]
+    assert "lowered by hand while the consumer is paused" in store["message"]
+    warned = [e for e in decision.events if e.reason == "CheckpointEpochTampered"]
+    assert len(warned) == 1
+    assert warned[0].type == "Warning"
+
+
+def test_a_blob_epoch_ahead_of_an_existing_record_by_little_is_no_tampering() -> None:
+    observation = started(pod("a"), pod("b"))
+    # a leaves: its partitions are given out again above the blobs' epochs (a pod fenced 9).
+    gone = dataclasses.replace(
+        observation, pods=tuple(p for p in observation.pods if p["metadata"]["name"] == "b")
+    )
+    _, decision = bodies.decide_fully(gone, now=at(60), checkpoints={"0": (9, 1), "1": (9, 1)})
+    assert decision.epochs is not None
+    assert (decision.epochs["0"], decision.epochs["1"]) == (10, 10)
+    assert store_condition(decision)["status"] == "True"

@@ -60,10 +60,22 @@ def hub(read: observations.HubRead, *, spec: specs.ConsumerSpec) -> conditions.C
 
 
 def store(
-    read: observations.StoreRead, *, spec: specs.ConsumerSpec, ignored: tuple[str, ...] = ()
+    read: observations.StoreRead,
+    *,
+    spec: specs.ConsumerSpec,
+    ignored: tuple[str, ...] = (),
+    leaps: tuple[str, ...] = (),
 ) -> conditions.Condition:
-    """CheckpointStoreReachable: read (now or before), failing, or not read yet; epochs out of
-    range (a blob's, or the status's) make it False with ``EpochOutOfRange``, naming each."""
+    """CheckpointStoreReachable: read (now or before), failing, or not read yet; a blob epoch
+    too far above the record (``leaps``) makes it False with ``CheckpointEpochTampered``,
+    epochs out of range (a blob's, or the status's) with ``EpochOutOfRange``, naming each."""
+    if leaps:
+        return conditions.Condition(
+            type=conditions.CHECKPOINT_STORE_REACHABLE,
+            status="False",
+            reason="CheckpointEpochTampered",
+            message="; ".join((*leaps, *ignored))[:1000],
+        )
     if ignored:
         return conditions.Condition(
             type=conditions.CHECKPOINT_STORE_REACHABLE,

@@ -220,7 +220,9 @@ def _decide(
         pods=states,
         partitions=partitions,
         hub=conditions.hub(observation.hub, spec=spec),
-        store=conditions.store(observation.store, spec=spec, ignored=back.ignored),
+        store=conditions.store(
+            observation.store, spec=spec, ignored=back.ignored, leaps=back.epoch_leaps
+        ),
         spec=spec,
         troubles=troubles,
         previous=previous,

@@ -58,6 +58,9 @@ class ReadBack:
     #: partitions reported lost at an epoch given out too recently (`reports.LOST_HOLD_SECONDS`):
     #: the moment each report is acted on
     lost_held: Mapping[models.PartitionId, float] = dataclasses.field(default_factory=dict)
+    #: checkpoint blob epochs too far above the record to be adopted (`MAX_EPOCH_LEAP`), each
+    #: naming its partition and the reset that clears it
+    epoch_leaps: tuple[str, ...] = ()
 
 
 def belongs(cm: observations.StoredMap, pods: Mapping[str, podstates.PodState]) -> bool:
@@ -83,9 +86,30 @@ def revokes(cm: observations.StoredMap, pid: models.PartitionId, *, epoch: int) 
     return entry is not None and entry.state == "revoking" and entry.epoch == epoch
 
 
+#: How far above the operator's own record (``status.epochs``) a checkpoint blob's epoch may be
+#: without being reported. A blob is legitimately ahead when the status was lost (a recreated
+#: EventHubConsumer starts from the blobs alone), by as many hand-offs as the consumer group
+#: ever had: far fewer than 2^32. An epoch further ahead was written by someone who can write
+#: the container.
+MAX_EPOCH_LEAP = 2**32
+#: The highest blob epoch adopted as a floor: above it too little of the epochs' range is left
+#: for the owners to come (near 2^63 nobody can fence above it), so it is reported, not
+#: adopted, and the partition stays unowned until the blob's epoch is lowered.
+MAX_ADOPTED = bounds.MAX_FLOOR - MAX_EPOCH_LEAP
+
+
 def floors_of(
-    status_epochs: Mapping[str, Any], stored_epochs: Mapping[str, int], ignored: list[str]
+    status_epochs: Mapping[str, Any],
+    stored_epochs: Mapping[str, int],
+    ignored: list[str],
+    tampered: list[str] | None = None,
 ) -> dict[models.PartitionId, int]:
+    """The highest epoch known per partition: the status's, raised by the blobs'. A blob epoch
+    more than `MAX_EPOCH_LEAP` above the status's is reported in ``tampered`` (in ``ignored``
+    when None): still adopted while it leaves room (`MAX_ADOPTED`), so the partition goes on
+    being processed; above that not adopted. Out-of-range values go to ``ignored``. Each
+    finding names where it came from and what clears it."""
+    leaps = tampered if tampered is not None else ignored
     floors: dict[models.PartitionId, int] = {}
     for where, source in (("status.epochs", status_epochs), ("checkpoint blob", stored_epochs)):
         for pid, epoch in source.items():
@@ -99,7 +123,25 @@ def floors_of(
                 )
                 continue
             key = models.PartitionId(pid)
-            floors[key] = max(floors.get(key, 0), int(epoch))
+            known = floors.get(key, 0)
+            if where == "checkpoint blob" and int(epoch) - known > MAX_EPOCH_LEAP:
+                adopted = int(epoch) <= MAX_ADOPTED
+                leaps.append(
+                    f"the checkpoint blob of partition {pid} holds epoch {epoch}, more than "
+                    f"{MAX_EPOCH_LEAP} above the highest the operator gave out ({known}): "
+                    "only someone who can write the container puts it there, find out who; "
+                    + (
+                        "adopted, so the partition goes on being processed"
+                        if adopted
+                        else f"not adopted (above {MAX_ADOPTED} the owners to come would "
+                        "soon find no epoch left above it), so its owners are fenced out until "
+                        "the blob's epoch metadata is lowered by hand while the consumer is "
+                        "paused"
+                    )
+                )
+                if not adopted:
+                    continue
+            floors[key] = max(known, int(epoch))
     return floors
 
 
@@ -118,7 +160,8 @@ def read_back(
     ConfigMap, the pods reporting trouble) stand for a pass over them."""
     ignored: list[str] = []
     status_epochs: Mapping[str, Any] = status.get("epochs") or {}
-    floors = floors_of(status_epochs, stored_epochs, ignored)
+    leaps: list[str] = []
+    floors = floors_of(status_epochs, stored_epochs, ignored, leaps)
     recorded = records.read(status)
     seconds_now = podstates.to_seconds(now)
     if fleet is not None:
@@ -192,6 +235,7 @@ def read_back(
         ignored=tuple(ignored),
         troubles=troubles,
         lost_held=held,
+        epoch_leaps=tuple(leaps),
     )
 
 
