@@ -264,3 +264,18 @@ def test_a_blob_epoch_ahead_of_an_existing_record_by_little_is_no_tampering() ->
     assert decision.epochs is not None
     assert (decision.epochs["0"], decision.epochs["1"]) == (10, 10)
     assert store_condition(decision)["status"] == "True"
+
+
+def test_a_create_carries_the_event_of_a_squat_and_only_a_foreign_configmap_is_one() -> None:
+    decision = bodies.decide(bodies.observe(pods=[pod("a")]), now=at(0))
+    (create,) = [w for w in decision.writes.maps if w.create]
+    assert create.squat_event is not None
+    assert create.squat_event["reason"] == "AssignmentTampered"
+    assert create.squat_event["involvedObject"]["name"] == bodies.NAME
+    assert writes.squatter(copy.deepcopy(dict(create.body)), create) is None
+    unlabelled = copy.deepcopy(dict(create.body))
+    unlabelled["metadata"]["labels"] = {}
+    assert writes.squatter(unlabelled, create) == "it lacks the operator's labels"
+    other_pod = copy.deepcopy(dict(create.body))
+    other_pod["metadata"]["ownerReferences"] = []
+    assert writes.squatter(other_pod, create) == "the pod does not own it"

@@ -85,7 +85,7 @@ async def apply_writes(*, kube: ports.KubePort, namespace: str, planned: writes.
     rest = [w for w in planned.maps if not w.gains]
     for step in (gains, rest):
         await _together(
-            kube.create_configmap(namespace=namespace, body=w.body)
+            create_configmap(kube, namespace=namespace, write=w)
             if w.create
             else patch_configmap(kube, namespace=namespace, write=w)
             for w in step
@@ -105,6 +105,28 @@ async def apply_writes(*, kube: ports.KubePort, namespace: str, planned: writes.
         ]
     )
     return planned.count
+
+
+async def create_configmap(
+    kube: ports.KubePort, *, namespace: str, write: writes.MapWrite
+) -> Mapping[str, Any]:
+    """One ConfigMap create. On a conflict, a ConfigMap the operator did not write that holds
+    the name (`writes.squatter`) is reported and deleted (by its uid), never trusted; the
+    conflict still fails the cycle, whose next attempt creates the pod's own."""
+    try:
+        return await kube.create_configmap(namespace=namespace, body=write.body)
+    except errors.Conflict:
+        found = await kube.read_configmap(namespace=namespace, name=write.name)
+        why = writes.squatter(found, write) if found is not None else None
+        if why is None or write.squat_event is None:
+            raise
+        event = dict(write.squat_event)
+        event["message"] = f"{event.get('message', '')} ({why})"
+        logger.warning("ConfigMap %s/%s: %s", namespace, write.name, event["message"])
+        await post_event(kube, event)
+        uid = (found.get("metadata") or {}).get("uid") if found is not None else None
+        await kube.delete_configmap(namespace=namespace, name=write.name, uid=uid or None)
+        raise
 
 
 async def patch_configmap(

@@ -215,6 +215,7 @@ def _decide(
         problems=back.problems,
         annotate_pods=observation.annotate_pods,
     )
+    planned = _with_squat_events(planned, observation, now=now)
     concluded = conditions.build(
         plan=plan,
         pods=states,
@@ -386,6 +387,38 @@ def _refused(
         event_bodies=tuple(kubeevents.body(observation.body, e, now=now) for e in events),
         resource_version=_version(observation),
     )
+
+
+def _with_squat_events(
+    planned: writes.Writes, observation: observations.Observation, *, now: datetime.datetime
+) -> writes.Writes:
+    """``planned`` with the Event each create posts if a ConfigMap the operator did not write
+    holds its name already (`writes.squatter`): the cycle deletes that one, and creates the
+    pod's own at the next attempt."""
+    if not any(w.create for w in planned.maps):
+        return planned
+    maps = tuple(
+        dataclasses.replace(
+            w,
+            squat_event=kubeevents.body(
+                observation.body,
+                kubeevents.KubeEvent(
+                    reason="AssignmentTampered",
+                    message=(
+                        f"ConfigMap {w.name}, the assignment of pod {w.pod}, was created by "
+                        "someone else before the operator: not trusted, deleted, and created "
+                        "again by the operator"
+                    ),
+                    type="Warning",
+                ),
+                now=now,
+            ),
+        )
+        if w.create
+        else w
+        for w in planned.maps
+    )
+    return dataclasses.replace(planned, maps=maps)
 
 
 def _version(observation: observations.Observation) -> str | None:

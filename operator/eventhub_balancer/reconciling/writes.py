@@ -38,6 +38,9 @@ class MapWrite:
     body: Mapping[str, Any]  # the full object to create, or the merge patch
     resource_version: str | None
     gains: bool  # it receives a partition or a higher epoch: written before the others lose
+    #: a create only: the Event to post when the name is taken by a ConfigMap the operator did
+    #: not write (`squatter`); `deciding` fills it in (it knows the EventHubConsumer)
+    squat_event: Mapping[str, Any] | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -205,6 +208,36 @@ def pod_writes(
         if differs and (partitions or has_ours):
             annotation = PodAnnotation(pod=pod.name, annotations=desired)
     return PodWrites(wanted=name, map=write, annotation=annotation)
+
+
+def squatter(found: Mapping[str, Any], write: MapWrite) -> str | None:
+    """Why ``found``, the ConfigMap that already holds the name ``write`` was to create, is
+    not the operator's own write for that pod; None: it is (another replica's, or this one's
+    whose answer was lost), and the cycle only reads afresh and decides again.
+
+    Nobody but the operator should create a ConfigMap under a pod's fixed name: one that was
+    there first is not trusted, whatever it says."""
+    meta: Mapping[str, Any] = found.get("metadata") or {}
+    wanted: Mapping[str, Any] = write.body.get("metadata") or {}
+    labels: Mapping[str, Any] = meta.get("labels") or {}
+    wanted_labels: Mapping[str, Any] = wanted.get("labels") or {}
+    data: Mapping[str, Any] = found.get("data") or {}
+    owners = [
+        r
+        for r in meta.get("ownerReferences") or []
+        if isinstance(r, Mapping) and r.get("kind") == "Pod" and r.get("uid") == write.pod_uid
+    ]
+    if any(labels.get(k) != v for k, v in wanted_labels.items()):
+        return "it lacks the operator's labels"
+    if (meta.get("annotations") or {}).get(configmaps.ANNOTATION_POD_UID) != write.pod_uid:
+        return "its pod-uid annotation is not the pod's"
+    if not owners:
+        return "the pod does not own it"
+    if data.get(configmaps.KEY_POD) != write.pod or data.get(configmaps.KEY_CONSUMER) != (
+        write.body.get("data") or {}
+    ).get(configmaps.KEY_CONSUMER):
+        return "its data names another pod or consumer"
+    return None
 
 
 def premature(
