@@ -136,15 +136,14 @@ class TwoReplicas(RuleBasedStateMachine):
 
     @rule()
     def quiet(self) -> None:
-        """Quiet: the watches catch up, one replica cycles with the pods acknowledging, and
-        the fleet is back in balance and equal to a fresh listing."""
+        """Quiet: the watches catch up, both replicas cycle with the pods acknowledging, and
+        the fleet is back in balance and each roster equals a fresh listing."""
         for replica in self.replicas:
             replica.watch.deliver()
-        one = self.replicas[0]
         for _ in range(12):
-            for replica in self.replicas:
+            for replica in self.replicas:  # both replicas stay active
                 replica.watch.deliver()
-            self.loop.run_until_complete(one.cycle(NS, NAME, now=self.now))
+                self.loop.run_until_complete(replica.cycle(NS, NAME, now=self.now))
             self.acknowledge()
             self.clock.now += 31.0  # past any grace period or hand-off timeout
         for replica in self.replicas:

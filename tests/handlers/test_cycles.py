@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import copy
 import datetime
 from typing import Any
 
 import pytest
 
 from eventhub_balancer import errors
-from eventhub_balancer.handlers import cycles, memories, metrics
+from eventhub_balancer.contracts import configmaps
+from eventhub_balancer.handlers import cycles, memories, metrics, writing
+from eventhub_balancer.reconciling import writes
 from tests.support import fakes
 
 T0 = datetime.datetime(2024, 5, 1, 12, 0, 0, tzinfo=datetime.UTC)
@@ -301,3 +304,32 @@ async def test_a_configmap_another_writer_changed_fails_the_cycle_after_the_epoc
     assert kube.status(NS, NAME)["epochs"] == {p: 2 if p in moved else 1 for p in "0123"}
     reasons = [e["reason"] for e in kube.events]
     assert reasons.count("PartitionHandedOff") == 1  # posted once, by the cycle that failed
+
+
+async def test_a_configmap_recreated_under_its_name_is_never_patched_from_the_old_read(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+) -> None:
+    """A stale read of pod b's ConfigMap; b is recreated (a StatefulSet) and its new
+    ConfigMap carries the same data generation. The patch derived from the old one conflicts
+    and is not retried on the new object: another incarnation's epochs are never overwritten."""
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    cm = kube.configmap_of(NS, "b")
+    write = writes.MapWrite(
+        name=cm["metadata"]["name"],
+        pod="b",
+        pod_uid=cm["metadata"]["annotations"][configmaps.ANNOTATION_POD_UID],
+        create=False,
+        body={"data": {configmaps.KEY_GENERATION: str(int(cm["data"]["generation"]) + 1)}},
+        resource_version=cm["metadata"]["resourceVersion"],
+        uid=cm["metadata"]["uid"],
+        gains=False,
+    )
+    kube.remove_pod(NS, "b")
+    kube.add_pod(NS, "b", labels={"app": "c"}, since=T0)
+    recreated = copy.deepcopy(cm)
+    recreated["metadata"].pop("uid")
+    kube._store("configmap", NS, recreated)  # same name and generation, another object
+    with pytest.raises(errors.Conflict):
+        await writing.patch_configmap(kube, namespace=NS, write=write)
+    assert kube.configmap_of(NS, "b")["data"] == recreated["data"]

@@ -155,8 +155,11 @@ async def patch_configmap(
 
 
 def _data_as_read(fresh: Mapping[str, Any], write: writes.MapWrite) -> bool:
-    """Whether ``fresh`` still has the data generation ``write`` was derived from (the patch
-    sets the next one)."""
+    """Whether ``fresh`` is the very ConfigMap ``write`` was derived from (its uid: not one
+    recreated under the name since) and still has the data generation the write was derived
+    from (the patch sets the next one)."""
+    if not write.uid or (fresh.get("metadata") or {}).get("uid") != write.uid:
+        return False
     wanted = (write.body.get("data") or {}).get(configmaps.KEY_GENERATION)
     held = (fresh.get("data") or {}).get(configmaps.KEY_GENERATION)
     try:

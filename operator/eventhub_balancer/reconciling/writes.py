@@ -37,6 +37,9 @@ class MapWrite:
     create: bool
     body: Mapping[str, Any]  # the full object to create, or the merge patch
     resource_version: str | None
+    #: a patch only: the uid of the ConfigMap read, so that a retry never lands on another
+    #: object recreated under its name
+    uid: str = ""
     gains: bool  # it receives a partition or a higher epoch: written before the others lose
     #: a create only: the Event to post when the name is taken by a ConfigMap the operator did
     #: not write (`squatter`); `deciding` fills it in (it knows the EventHubConsumer)
@@ -197,6 +200,7 @@ def pod_writes(
             pod_uid=pod.uid,
             create=False,
             resource_version=cm.resource_version or None,
+            uid=cm.uid,
             gains=gains,
             body=patch,
         )
