@@ -3,7 +3,8 @@
 One session per consumer process, shared by every trigger (a session costs about 5 s to
 start; a trigger costs 0.1-0.3 s). The defaults suit small micro-batches on a pod's few
 cores: no UI (a port per pod for nothing), few shuffle partitions (the default 200 turns
-every small aggregation into 200 tasks), and Arrow for building DataFrames from Python.
+every small aggregation into 200 tasks), Arrow for building DataFrames from Python, and a
+short status history (a pod runs triggers for weeks).
 
 Three ways to run, by flag:
 
@@ -61,6 +62,15 @@ DEFAULT_CONF: Final[Mapping[str, str]] = {
     # Without it a conversion problem silently falls back to the slow path; we want to know.
     "spark.sql.execution.arrow.pyspark.fallback.enabled": "false",
     "spark.sql.session.timeZone": "UTC",
+    # The driver keeps the status of past jobs, stages, tasks and SQL executions for its UI
+    # and status API, with or without the UI: by default up to 1,000 jobs, 1,000 stages,
+    # 100,000 tasks and 1,000 executions, kept on the heap for the life of a pod that runs
+    # a trigger or more a second. Nothing in a consumer pod reads past triggers' status, so
+    # a few are kept.
+    "spark.ui.retainedJobs": "50",
+    "spark.ui.retainedStages": "50",
+    "spark.ui.retainedTasks": "500",
+    "spark.sql.ui.retainedExecutions": "50",
 }
 
 #: What a Spark Connect session gets of ``DEFAULT_CONF``: the runtime SQL settings. The rest
