@@ -21,16 +21,13 @@ only for a new one), so a stale view costs a 409, and a 409 makes the consumer r
 - when the watch does not echo one of the operator's own writes within
   `rosters.ECHO_SECONDS`: that watch lags or stalled (`follow`).
 
-Secrets are not watched (that would need list/watch on every Secret of the namespace): a
-value is kept until a dependency rejects what it was used for (`forget_secret`) or for
-`SECRET_REFRESH_SECONDS`.
+Secrets are not watched: their values are kept by `secretvalues.SecretValues`.
 
 A port used without `follow` (a tool, a test over the bare API) reads through to the adapter.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
@@ -38,14 +35,11 @@ from typing import Any
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps, specs
-from eventhub_balancer.handlers import indexkeys, ports, rosters
+from eventhub_balancer.handlers import indexkeys, ports, rosters, secretvalues
 from eventhub_balancer.handlers.indexkeys import CONFIGMAPS, CONSUMERS, PEERS, PODS
 from eventhub_balancer.reconciling import conflicts
 
 logger = logging.getLogger(__name__)
-
-#: How long a Secret's value is used unless rejected: a rotated key is picked up within it.
-SECRET_REFRESH_SECONDS = 600.0
 
 Body = Mapping[str, Any]
 Key = tuple[str, str]  # (namespace, consumer)
@@ -85,12 +79,6 @@ def _selects(selector: specs.Selector | None) -> Callable[[Body], bool]:
     return selects
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class _Secret:
-    value: str
-    read_at: float
-
-
 class CachedKube:
     """`ports.KubePort` with reads from the consumers' rosters, writes through the adapter."""
 
@@ -103,14 +91,19 @@ class CachedKube:
         self._rosters: dict[Key, rosters.Roster] = {}
         #: each roster by what selects its pods: a cycle's pod read finds it in one lookup
         self._by_scope: dict[tuple[str, Any], rosters.Roster] = {}
-        self._secrets: dict[tuple[str, str, str], _Secret] = {}
+        self._secrets = secretvalues.SecretValues(api.read_secret_key, clock=clock)
         #: per kind, whether its watch is streaming (an event after the listing)
         self._streaming: dict[str, bool] = {}
         #: the kinds kopf has listed again since the start: their indexes may still hold
         #: objects that vanished meanwhile, so a new roster lists those kinds once
         self._relisted: set[str] = set()
-        #: reads that went to the API server, for the benchmark
-        self.reads = 0
+        #: the roster reads that went to the API server (`reads` adds the Secrets')
+        self._reads = 0
+
+    @property
+    def reads(self) -> int:
+        """Every read that went to the API server, Secrets included."""
+        return self._reads + self._secrets.reads
 
     def attach(self, indexes: Mapping[str, Index]) -> None:
         """The indexes rosters start from (called by each daemon at start)."""
@@ -257,10 +250,10 @@ class CachedKube:
     async def get_consumer(self, *, namespace: str, name: str) -> specs.ConsumerBody:
         roster = self._rosters.get((namespace, name))
         if roster is None:
-            self.reads += 1
+            self._reads += 1
             return await self.api.get_consumer(namespace=namespace, name=name)
         if rosters.CONSUMER in roster.stale:
-            self.reads += 1
+            self._reads += 1
             try:
                 roster.fresh(
                     rosters.CONSUMER, await self.api.get_consumer(namespace=namespace, name=name)
@@ -277,10 +270,10 @@ class CachedKube:
     ) -> list[Mapping[str, Any]]:
         roster = self._by_scope.get((namespace, selector.to_query()))
         if roster is None:
-            self.reads += 1
+            self._reads += 1
             return list(await self.api.select_pods(namespace=namespace, selector=selector))
         if rosters.PODS in roster.stale:
-            self.reads += 1
+            self._reads += 1
             listing = await self.api.list_selected_pods(namespace=namespace, selector=selector)
             roster.resync(
                 rosters.PODS,
@@ -294,10 +287,10 @@ class CachedKube:
     ) -> list[Mapping[str, Any]]:
         roster = self._rosters.get((namespace, consumer))
         if roster is None:
-            self.reads += 1
+            self._reads += 1
             return list(await self.api.consumer_configmaps(namespace=namespace, consumer=consumer))
         if rosters.CONFIGMAPS in roster.stale:
-            self.reads += 1
+            self._reads += 1
             listing = await self.api.list_consumer_configmaps(
                 namespace=namespace, consumer=consumer
             )
@@ -311,7 +304,7 @@ class CachedKube:
     async def read_configmap(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
         """One ConfigMap afresh from the API server (a write conflicted); the rosters that
         hold or select it take it too."""
-        self.reads += 1
+        self._reads += 1
         body = await self.api.read_configmap(namespace=namespace, name=name)
         if body is not None:
             self._offer(rosters.CONFIGMAPS, namespace, body)
@@ -329,19 +322,10 @@ class CachedKube:
 
     async def read_secret_key(self, *, namespace: str, name: str, key: str) -> str:
         """The value kept since the last read, unless rejected or older than the refresh."""
-        now = self.clock()
-        kept = self._secrets.get((namespace, name, key))
-        if kept is not None and now - kept.read_at < SECRET_REFRESH_SECONDS:
-            return kept.value
-        self.reads += 1
-        value = await self.api.read_secret_key(namespace=namespace, name=name, key=key)
-        self._secrets[namespace, name, key] = _Secret(value=value, read_at=now)
-        return value
+        return await self._secrets.get(namespace=namespace, name=name, key=key)
 
     def forget_secret(self, *, namespace: str, name: str) -> None:
-        """What a dependency rejected (or failed with) is read afresh at the next attempt."""
-        for cached in [k for k in self._secrets if k[:2] == (namespace, name)]:
-            del self._secrets[cached]
+        self._secrets.forget(namespace=namespace, name=name)
 
     # --- writes: through to the adapter, each response served at once ---
 
