@@ -343,11 +343,11 @@ def forget_delivery_tags(consumer: Any) -> None:
     transfer's delivery tag (a bytes object) to a set and removes it only when it sends a
     disposition for it. An Event Hubs consumer never sends one (its position is the
     checkpoint, not a settlement per event), so the set held every tag the link ever
-    received: about 70 bytes per event for the life of the link, 2.7 MB per minute at 1,000
-    events/s (``ehb bench soak``), until the pod's memory limit. The set only guards a
-    disposition against an unknown tag, and none is ever sent on this link, so it is emptied
-    at each delivery: it holds at most one delivery's tags. Private SDK names, like
-    ``_create_consumer``: where they are missing nothing is done.
+    received: about 70 bytes per event for the life of the link (a pod grew 2.7 MB a minute
+    at 1,000 events/s; ``ehb bench soak`` measures it), until its memory limit. The set only
+    guards a disposition against an unknown tag, and none is ever sent on this link, so it
+    is emptied at each delivery: it holds at most one delivery's tags. Private SDK names,
+    like ``_create_consumer``: where they are missing nothing is done.
     """
     handler = getattr(consumer, "_handler", None)
     tags = getattr(getattr(handler, "_link", None), "_received_delivery_tags", None)
