@@ -88,9 +88,8 @@ class CachedKube:
         self.writes = api.writes
         self.clock = clock
         self._indexes: dict[str, Index] = {}
-        self._rosters: dict[Key, rosters.Roster] = {}
-        #: each roster by what selects its pods: a cycle's pod read finds it in one lookup
-        self._by_scope: dict[tuple[str, Any], rosters.Roster] = {}
+        #: the rosters, and which of them each object may concern
+        self._rosters = rosters.Rosters()
         self._secrets = secretvalues.SecretValues(api.read_secret_key, clock=clock)
         #: per kind, whether its watch is streaming (an event after the listing)
         self._streaming: dict[str, bool] = {}
@@ -115,9 +114,9 @@ class CachedKube:
         """Keep the consumer's roster for ``selector``: start it (from kopf's indexes) on the
         first call and when the selector changes, and mark what must be read afresh because
         the watch did not echo a write in time. Called by the daemon before each cycle."""
-        key = (namespace, name)
-        roster = self._rosters.get(key)
+        roster = self._rosters.by_key.get((namespace, name))
         scope = selector.to_query() if selector is not None else None
+        lookup = indexkeys.pod_lookup(namespace, selector) if selector is not None else None
         if roster is None:
             roster = rosters.Roster(
                 namespace=namespace,
@@ -126,19 +125,13 @@ class CachedKube:
                 labelled=_labelled(name),
                 scope=scope,
             )
-            self._rosters[key] = roster
-            self._by_scope[namespace, scope] = roster
+            self._rosters.add(roster, lookup=lookup, label=configmaps.label_value(name))
             self._fill(roster, rosters.CONSUMER, self._indexed_consumer(namespace, name))
             self._fill(roster, rosters.CONFIGMAPS, self._indexed_configmaps(namespace, name))
             self._fill(roster, rosters.PODS, self._indexed_pods(namespace, selector))
         elif roster.scope != scope:
             # Another selector: the pods start afresh; the CR and ConfigMaps carry on.
-            if self._by_scope.get((namespace, roster.scope)) is roster:
-                del self._by_scope[namespace, roster.scope]
-            roster.scope = scope
-            self._by_scope[namespace, scope] = roster
-            roster.shelves[rosters.PODS] = rosters.Shelf(_selects(selector))
-            roster.version += 1
+            self._rosters.rescope(roster, scope=scope, lookup=lookup, selects=_selects(selector))
             self._fill(roster, rosters.PODS, self._indexed_pods(namespace, selector))
         overdue = roster.overdue(now=self.clock())
         if overdue:
@@ -162,7 +155,7 @@ class CachedKube:
         if bodies is None:
             return
         for body in bodies:
-            roster.offer(kind, body)
+            self._rosters.offer(roster, kind, body)
 
     def _indexed_consumer(self, namespace: str, name: str) -> Iterable[Body] | None:
         index = self._indexes.get(CONSUMERS)
@@ -187,30 +180,28 @@ class CachedKube:
     def refresh(self, *, namespace: str, name: str) -> None:
         """A write was refused for a stale read (409): everything the consumer's cycle reads
         is read afresh from the API server by its next cycle (three requests)."""
-        roster = self._rosters.get((namespace, name))
+        roster = self._rosters.by_key.get((namespace, name))
         if roster is not None:
             roster.stale |= set(rosters.KINDS)
 
     def forget(self, *, namespace: str, name: str) -> None:
         """The consumer's daemon stopped: its roster goes."""
-        roster = self._rosters.pop((namespace, name), None)
-        if roster is not None and self._by_scope.get((namespace, roster.scope)) is roster:
-            del self._by_scope[namespace, roster.scope]
+        self._rosters.remove(namespace, name)
 
     def stamp(self, *, namespace: str, name: str) -> Hashable | None:
         """What changes whenever what the consumer's cycle reads may have changed; None
         when that is not known (no roster, or something to read afresh first)."""
-        roster = self._rosters.get((namespace, name))
+        roster = self._rosters.by_key.get((namespace, name))
         if roster is None or roster.stale:
             return None
         return (id(roster), roster.version)
 
     def following(self) -> list[Key]:
         """The consumers whose rosters are kept."""
-        return list(self._rosters)
+        return list(self._rosters.by_key)
 
     def roster(self, *, namespace: str, name: str) -> rosters.Roster | None:
-        return self._rosters.get((namespace, name))
+        return self._rosters.by_key.get((namespace, name))
 
     # --- the watch: each event offered to the rosters it may concern ---
 
@@ -223,32 +214,33 @@ class CachedKube:
         if relist:
             logger.info("the watch of %s listed again; each consumer reads it afresh once", kind)
             self._relisted.add(_KINDS[kind])
-            for roster in self._rosters.values():
+            for roster in self._rosters.by_key.values():
                 roster.stale.add(_KINDS[kind])
         return relist
 
     def event(self, kind: str, body: Body, event_type: str | None) -> list[Key]:
-        """A watch event's body, offered to every roster of its namespace that selects it or
-        holds its name; the consumers whose roster changed."""
-        namespace = str(_meta(body).get("namespace") or "")
-        name = str(_meta(body).get("name") or "")
+        """A watch event's body, offered to every roster it may concern (that selects it or
+        holds its name, `rosters.Rosters.candidates`); the consumers whose roster changed."""
+        meta = _meta(body)
+        namespace = str(meta.get("namespace") or "")
         deleted = event_type == "DELETED"
         shelf = _KINDS[kind]
         if kind == CONSUMERS:
-            roster = self._rosters.get((namespace, name))
+            roster = self._rosters.by_key.get((namespace, str(meta.get("name") or "")))
             candidates = [] if roster is None else [roster]
         else:
-            candidates = [r for r in self._rosters.values() if r.namespace == namespace]
+            keys = indexkeys.pod_keys(namespace, meta.get("labels") or {}) if kind == PODS else ()
+            candidates = self._rosters.candidates(shelf, namespace, body, keys=keys)
         return [
             (r.namespace, r.name)
             for r in candidates
-            if r.offer(shelf, body, deleted=deleted, echo=True)
+            if self._rosters.offer(r, shelf, body, deleted=deleted, echo=True)
         ]
 
     # --- reads ---
 
     async def get_consumer(self, *, namespace: str, name: str) -> specs.ConsumerBody:
-        roster = self._rosters.get((namespace, name))
+        roster = self._rosters.by_key.get((namespace, name))
         if roster is None:
             self._reads += 1
             return await self.api.get_consumer(namespace=namespace, name=name)
@@ -268,14 +260,15 @@ class CachedKube:
     async def select_pods(
         self, *, namespace: str, selector: specs.Selector
     ) -> list[Mapping[str, Any]]:
-        roster = self._by_scope.get((namespace, selector.to_query()))
+        roster = self._rosters.by_scope.get((namespace, selector.to_query()))
         if roster is None:
             self._reads += 1
             return list(await self.api.select_pods(namespace=namespace, selector=selector))
         if rosters.PODS in roster.stale:
             self._reads += 1
             listing = await self.api.list_selected_pods(namespace=namespace, selector=selector)
-            roster.resync(
+            self._rosters.resync(
+                roster,
                 rosters.PODS,
                 listing.items,
                 at=rosters.number(listing.metadata.get("resourceVersion")),
@@ -285,7 +278,7 @@ class CachedKube:
     async def consumer_configmaps(
         self, *, namespace: str, consumer: str
     ) -> list[Mapping[str, Any]]:
-        roster = self._rosters.get((namespace, consumer))
+        roster = self._rosters.by_key.get((namespace, consumer))
         if roster is None:
             self._reads += 1
             return list(await self.api.consumer_configmaps(namespace=namespace, consumer=consumer))
@@ -294,7 +287,8 @@ class CachedKube:
             listing = await self.api.list_consumer_configmaps(
                 namespace=namespace, consumer=consumer
             )
-            roster.resync(
+            self._rosters.resync(
+                roster,
                 rosters.CONFIGMAPS,
                 listing.items,
                 at=rosters.number(listing.metadata.get("resourceVersion")),
@@ -330,16 +324,17 @@ class CachedKube:
     # --- writes: through to the adapter, each response served at once ---
 
     def _offer(self, kind: str, namespace: str, body: Body, *, wrote: bool = False) -> None:
-        name = str(_meta(body).get("name") or "")
-        for roster in self._rosters.values():
-            if roster.namespace != namespace:
-                continue
-            shelf = roster.shelves[kind]
-            if shelf.belongs(body) or roster.holds(kind, name):
-                if wrote:
-                    roster.wrote(kind, body, now=self.clock())
-                else:
-                    roster.offer(kind, body)
+        """A write's response, or a body read afresh, to the rosters it may concern."""
+        keys = (
+            indexkeys.pod_keys(namespace, _meta(body).get("labels") or {})
+            if kind == rosters.PODS
+            else ()
+        )
+        for roster in self._rosters.candidates(kind, namespace, body, keys=keys):
+            if wrote:
+                self._rosters.wrote(roster, kind, body, now=self.clock())
+            else:
+                self._rosters.offer(roster, kind, body)
 
     async def create_configmap(self, *, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
         result = await self.api.create_configmap(namespace=namespace, body=body)
@@ -357,9 +352,11 @@ class CachedKube:
 
     async def delete_configmap(self, *, namespace: str, name: str, uid: str | None) -> None:
         await self.api.delete_configmap(namespace=namespace, name=name, uid=uid)
-        for roster in self._rosters.values():
-            if roster.namespace == namespace and roster.holds(rosters.CONFIGMAPS, name):
-                roster.deleted(rosters.CONFIGMAPS, name=name, uid=uid or "", now=self.clock())
+        gone = {"metadata": {"name": name}}
+        for roster in self._rosters.candidates(rosters.CONFIGMAPS, namespace, gone, keys=()):
+            self._rosters.deleted(
+                roster, rosters.CONFIGMAPS, name=name, uid=uid or "", now=self.clock()
+            )
 
     async def patch_pod_annotations(
         self, *, namespace: str, name: str, annotations: Mapping[str, str | None]
@@ -382,7 +379,7 @@ class CachedKube:
         result = await self.api.patch_consumer_status(
             namespace=namespace, name=name, status=status, resource_version=resource_version
         )
-        roster = self._rosters.get((namespace, name))
+        roster = self._rosters.by_key.get((namespace, name))
         if roster is not None:
             roster.wrote(rosters.CONSUMER, result, now=self.clock())
         return result

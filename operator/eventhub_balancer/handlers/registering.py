@@ -234,7 +234,7 @@ def build_registry(runtime: Operator) -> kopf.OperatorRegistry:
 
     @kopf.on.event(specs.GROUP, specs.VERSION, specs.PLURAL, registry=registry)
     def consumer_changed(**kwargs: Any) -> None:
-        body = kwargs["body"]
+        body = dict(kwargs["body"])
         runtime.observed(indexkeys.CONSUMERS, body, kwargs["type"])
         key = (kwargs["namespace"], kwargs["name"])
         if kwargs["type"] == "DELETED":
@@ -245,7 +245,9 @@ def build_registry(runtime: Operator) -> kopf.OperatorRegistry:
 
     @kopf.on.event("", "v1", "pods", registry=registry)
     def pod_changed(**kwargs: Any) -> None:
-        runtime.observed(indexkeys.PODS, kwargs["body"], kwargs["type"])
+        # A plain dict: kopf's body view resolves every key it is asked for, and the rosters
+        # ask a few keys of every event.
+        runtime.observed(indexkeys.PODS, dict(kwargs["body"]), kwargs["type"])
 
     @kopf.on.event(
         "",
@@ -255,7 +257,7 @@ def build_registry(runtime: Operator) -> kopf.OperatorRegistry:
         labels={configmaps.LABEL_MANAGED_BY: configmaps.MANAGED_BY},
     )
     def configmap_changed(**kwargs: Any) -> None:
-        body = kwargs["body"]
+        body = dict(kwargs["body"])
         runtime.observed(indexkeys.CONFIGMAPS, body, kwargs["type"])
         # The consumer its data names looks too, whatever its label says (a ConfigMap whose
         # label was tampered with is repaired by the consumer whose label it carries).
