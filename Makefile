@@ -110,6 +110,7 @@ figures-scale: install
 	$(RECORD) scale-1024x128 -- ehb bench operator --json --rounds 3 --partitions 1024 --pods 128
 	$(RECORD) scale-1024x512 -- ehb bench operator --json --rounds 3 --partitions 1024 --pods 512
 	$(RECORD) scale-100x10x32 -- ehb bench operator --json --rounds 3 --consumers 100 --pods 10 --partitions 32
+	$(RECORD) scale-300x4x8 -- ehb bench operator --json --rounds 1 --consumers 300 --pods 4 --partitions 8
 	$(RECORD) decide -- ehb bench decide --json
 
 # The side-by-side run against the SDK's balancer takes about 8 minutes.

@@ -441,6 +441,7 @@ OPERATOR_COLUMNS: tuple[tuple[str, str], ...] = (
     ("steady_state_requests_per_cycle", "requests / steady cycle"),
     ("cycle_cpu_ms", "CPU / cycle (ms)"),
     ("operator_rss_mb", "RSS (MB)"),
+    ("relist_lists_per_consumer", "LISTs / consumer after a re-list"),
 )
 
 
