@@ -18,23 +18,11 @@ from eventhub_balancer import errors
 from eventhub_balancer.contracts import endpoints
 from eventhub_balancer.handlers import cycles, memories
 from eventhub_balancer.reconciling import retries
+from tests.handlers import test_cycles
 from tests.support import fakes
 
-T0 = datetime.datetime(2024, 5, 1, 12, 0, 0, tzinfo=datetime.UTC)
-NS, NAME = "shop", "orders"
-SPEC: dict[str, Any] = {
-    "eventHub": {
-        "fullyQualifiedNamespace": "shop.servicebus.windows.net",
-        "name": "orders",
-        "credentials": {"connectionStringSecretRef": {"name": "eh", "key": "cs"}},
-    },
-    "checkpointStore": {
-        "containerName": "checkpoints",
-        "credentials": {"connectionStringSecretRef": {"name": "blob", "key": "cs"}},
-    },
-    "selector": {"matchLabels": {"app": "c"}},
-    "balancing": {"intervalSeconds": 5},
-}
+T0, NS, NAME = test_cycles.T0, test_cycles.NS, test_cycles.NAME
+SPEC: dict[str, Any] = {**test_cycles.SPEC, "balancing": {"intervalSeconds": 5}}
 SECRET_KEY = "c2VjcmV0LWtleQ"  # what must never be shown
 VALID_EVENTHUB = (
     f"Endpoint=sb://shop.servicebus.windows.net/;SharedAccessKeyName=l;SharedAccessKey={SECRET_KEY}"

@@ -5,26 +5,14 @@ lost raises it once per hold, not once per cycle."""
 from __future__ import annotations
 
 import datetime
-from typing import Any
 
 from eventhub_balancer.contracts import configmaps, partitionreports
 from eventhub_balancer.handlers import cycles, memories
+from tests.handlers import test_cycles
 from tests.support import fakes
 
-T0 = datetime.datetime(2024, 5, 1, 12, 0, 0, tzinfo=datetime.UTC)
-NS, NAME = "shop", "orders"
-SPEC: dict[str, Any] = {
-    "eventHub": {
-        "fullyQualifiedNamespace": "shop.servicebus.windows.net",
-        "name": "orders",
-        "credentials": {"connectionStringSecretRef": {"name": "eh", "key": "cs"}},
-    },
-    "checkpointStore": {
-        "containerName": "checkpoints",
-        "credentials": {"connectionStringSecretRef": {"name": "blob", "key": "cs"}},
-    },
-    "selector": {"matchLabels": {"app": "c"}},
-}
+T0, NS, NAME = test_cycles.T0, test_cycles.NS, test_cycles.NAME
+SPEC = test_cycles.SPEC
 
 
 def make_kube(*pods: str) -> fakes.FakeKube:
