@@ -48,7 +48,8 @@ def test_two_operators_at_once_never_hand_an_epoch_out_twice(
         stack.delete_pod(ns, "c-2")
         wait_for(lambda: shares(stack, ns) == [8, 8, 8, 8] and stack.balanced(ns), what="4 pods")
     audit()
-    assert one.runtime.cycles_run > 0
-    assert two.runtime.cycles_run > 0
+    # Which of the two completes cycles is a race: one may lose every write to the other's
+    # preconditions, which is the point. Together they balanced the consumer.
+    assert one.runtime.cycles_run + two.runtime.cycles_run > 0
     assert ledger.writes > 0
     assert (ledger.epoch_reuse, ledger.epochs_decreased) == (0, 0), ledger.examples
