@@ -1,10 +1,12 @@
 """Cycles over the cache with EventHubConsumers of two namespaces naming one checkpoint
-location: an older one elsewhere never stops this one, and the install's binding decides whose
-the location is (`registering.Operator.bindings` reaches the decision through the cycle)."""
+location: nobody bound it, so both are refused and the one that was working keeps what it
+handed out; the install's binding decides whose the location is
+(`registering.Operator.bindings` reaches the decision through the cycle)."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 from eventhub_balancer.contracts import specs
@@ -23,23 +25,57 @@ SPEC: dict[str, Any] = copy.deepcopy(test_cycles.SPEC) | {
 }
 
 
-def squatted() -> tuple[fakes.FakeKube, caching.CachedKube]:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Cluster:
+    kube: fakes.FakeKube
+    cache: caching.CachedKube
+    watch: watches.Watch
+    #: the peers index, which kopf files from the consumers' watch
+    index: dict[Any, list[Any]]
+
+    def deliver(self) -> None:
+        """The consumers' watch events delivered, and the peers index filed again."""
+        self.watch.deliver("consumer")
+        self.index.clear()
+        self.index.update(test_conflicts.peers_index(self.kube))
+
+
+SQUATTING = SPEC | {"selector": {"matchLabels": {"app": "x"}}}
+
+
+def squatted(*, squatter: bool = True) -> Cluster:
     """The victim's consumer (created at 60 s) and an older one in ``audit`` naming the same
-    account, container, hub and group."""
+    account, container, hub and group (or none yet: `squat` creates it)."""
     kube = test_cycles.make_kube()
     kube.set_spec(*VICTIM, SPEC)
-    kube.add_consumer(*SQUATTER, SPEC | {"selector": {"matchLabels": {"app": "x"}}})
-    for (ns, name), seconds in ((VICTIM, 60), (SQUATTER, 0)):
-        meta = kube.objects["consumer", ns, name]["metadata"]
-        meta["creationTimestamp"] = specs.format_time(test_cycles.at(seconds))
+    created(kube, VICTIM, 60)
     cache = caching.CachedKube(kube, clock=test_caching.Clock())
     watch = watches.Watch(kube, cache)
-    cache.attach({**watch.indexes, indexkeys.PEERS: test_conflicts.peers_index(kube)})
-    return kube, cache
+    index = test_conflicts.peers_index(kube)
+    cache.attach({**watch.indexes, indexkeys.PEERS: index})
+    cluster = Cluster(kube=kube, cache=cache, watch=watch, index=index)
+    if squatter:
+        squat(cluster)
+    return cluster
+
+
+def created(kube: fakes.FakeKube, consumer: tuple[str, str], seconds: float) -> None:
+    meta = kube.objects["consumer", *consumer]["metadata"]
+    meta["creationTimestamp"] = specs.format_time(test_cycles.at(seconds))
+
+
+def squat(cluster: Cluster) -> None:
+    cluster.kube.add_consumer(*SQUATTER, SQUATTING)
+    created(cluster.kube, SQUATTER, 0)
+    cluster.deliver()
 
 
 async def cycle(
-    cache: caching.CachedKube, consumer: tuple[str, str], bindings: conflicts.Bindings
+    cache: caching.CachedKube,
+    consumer: tuple[str, str],
+    bindings: conflicts.Bindings,
+    *,
+    now: float = 100,
 ) -> cycles.Result:
     namespace, name = consumer
     cache.follow(namespace=namespace, name=name, selector=specs.parse_spec(SPEC).selector)
@@ -49,27 +85,58 @@ async def cycle(
         namespace=namespace,
         name=name,
         memory=memories.Memory(),
-        now=test_cycles.at(100),
+        now=test_cycles.at(now),
         bindings=bindings,
     )
 
 
-async def test_an_older_consumer_in_another_namespace_does_not_stop_the_victim() -> None:
-    kube, cache = squatted()
-    result = await cycle(cache, VICTIM, conflicts.UNBOUND)
-    assert result.decision.epochs is not None
-    assert sorted(kube.assignment(VICTIM[0])) == ["a", "b"]
+async def test_a_shared_location_nobody_bound_refuses_both_and_the_working_one_keeps_its_pods() -> (
+    None
+):
+    cluster = squatted(squatter=False)
+    kube, cache = cluster.kube, cluster.cache
+    await cycle(cache, VICTIM, conflicts.UNBOUND)
+    held = kube.assignment(VICTIM[0])
+    assert sorted(held) == ["a", "b"]
+    record = kube.status(*VICTIM)["assignment"]
+    squat(cluster)
+    refused = await cycle(cache, VICTIM, conflicts.UNBOUND, now=110)
+    assert (refused.decision.epochs, refused.decision.writes.count) == (None, 0)
+    assert kube.assignment(VICTIM[0]) == held  # the pods go on with what they hold
+    assert kube.status(*VICTIM)["assignment"] == record
+    conflict = kube.condition(*VICTIM, conflicts.CONFLICT)
+    assert (conflict["status"], conflict["reason"]) == ("True", "LocationShared")
+    assert "audit/reader" in conflict["message"]
+    assert (
+        "NS=shopcheckpoints.blob.core.windows.net, chart value locationBindings"
+        in (conflict["message"])
+    )
+    assert kube.condition(*VICTIM, "Ready")["status"] == "False"
+    squatter = await cycle(cache, SQUATTER, conflicts.UNBOUND, now=110)
+    assert (squatter.decision.epochs, squatter.decision.writes.count) == (None, 0)
+    assert kube.assignment(SQUATTER[0]) == {}
+    conflict = kube.condition(*SQUATTER, conflicts.CONFLICT)
+    assert (conflict["status"], conflict["reason"]) == ("True", "LocationShared")
+    assert "shop/orders" in conflict["message"]
+    # The squatter names a container of its own: the victim works again, from its record.
+    own = copy.deepcopy(SQUATTING)
+    own["checkpointStore"]["containerName"] = "audit"
+    kube.set_spec(*SQUATTER, own)
+    cluster.deliver()
+    await cycle(cache, VICTIM, conflicts.UNBOUND, now=120)
+    assert kube.assignment(VICTIM[0]) == held
+    cleared = kube.condition(*VICTIM, conflicts.CONFLICT)
+    assert (cleared["status"], cleared["reason"]) == ("False", "NoConflict")
     assert kube.condition(*VICTIM, "Ready")["status"] == "True"
-    shared = kube.condition(*VICTIM, conflicts.SHARED)
-    assert shared["status"] == "True"
-    assert "audit/reader" in shared["message"]
 
 
 async def test_a_binding_refuses_the_squatter_and_not_the_victim() -> None:
-    kube, cache = squatted()
+    cluster = squatted()
+    kube, cache = cluster.kube, cluster.cache
     bindings = conflicts.Bindings.of({"shopcheckpoints.blob.core.windows.net": "shop"})
     await cycle(cache, VICTIM, bindings)
     assert sorted(kube.assignment(VICTIM[0])) == ["a", "b"]
+    assert kube.condition(*VICTIM, "Ready")["status"] == "True"
     refused = await cycle(cache, SQUATTER, bindings)
     assert refused.decision.epochs is None
     conflict = kube.condition(*SQUATTER, conflicts.CONFLICT)

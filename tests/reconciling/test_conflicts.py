@@ -107,25 +107,73 @@ def squatted(*, bindings: conflicts.Bindings = conflicts.UNBOUND) -> observation
     )
 
 
-def test_an_older_consumer_in_another_namespace_does_not_stop_this_one() -> None:
+def test_a_location_shared_across_namespaces_refuses_both_naming_each_other() -> None:
     observation, decision = bodies.decide_fully(squatted(), now=at(20))
-    assert decision.epochs == {"0": 1, "1": 1, "2": 1, "3": 1}
-    assert decision.writes.count > 0
+    # The victim is the newer of the two: age decides nothing across namespaces.
+    assert (decision.epochs, decision.record, decision.writes.count) == (None, None, 0)
+    assert [(e.reason, e.type) for e in decision.events] == [("LocationShared", "Warning")]
     after = bodies.applied(observation, decision)
-    assert bodies.condition(after, "Ready")["status"] == "True"
-    assert all(c["type"] != conflicts.CONFLICT for c in after.status.get("conditions") or [])
-    shared = bodies.condition(after, conflicts.SHARED)
-    assert (shared["status"], shared["reason"]) == ("True", "LocationShared")
-    assert "audit/reader" in shared["message"]
-    assert "--bind-location" in shared["message"]
-    assert [e.reason for e in decision.events if e.reason == "LocationShared"] == ["LocationShared"]
-    # Said once: the next cycle writes no Event for it.
+    conflict = bodies.condition(after, conflicts.CONFLICT)
+    assert (conflict["status"], conflict["reason"]) == ("True", "LocationShared")
+    assert "EventHubConsumer audit/reader in another namespace" in conflict["message"]
+    assert "--bind-location NS=shop.servicebus.windows.net" in conflict["message"]
+    assert "NS=acct.blob.core.windows.net" in conflict["message"]
+    assert "locationBindings" in conflict["message"]
+    assert "checkpoint container or consumer group" in conflict["message"]
+    ready = bodies.condition(after, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "LocationShared")
+    # Said once: the next cycle writes nothing.
     again = bodies.decide(after, now=at(25))
-    assert all(e.reason != "LocationShared" for e in again.events)
-    # Once the other consumer is gone, the condition turns False.
+    assert (again.events, again.status, again.writes.count) == ((), {}, 0)
+    # The older one, in audit, is refused too, naming the victim.
+    reader = dataclasses.replace(
+        created(squatted(), 0),
+        namespace="audit",
+        name="reader",
+        peers=(other(bodies.NAME, seconds=10, spec=ACCOUNT_SPEC),),
+    )
+    _, refused = bodies.decide_fully(reader, now=at(20))
+    assert (refused.epochs, refused.writes.count) == (None, 0)
+    assert [e.reason for e in refused.events] == ["LocationShared"]
+    assert "EventHubConsumer shop/orders in another namespace" in refused.events[0].message
+    # Once the other one is gone (or moved to another container), the victim works.
     gone, decision = bodies.decide_fully(dataclasses.replace(after, peers=()), now=at(30))
-    cleared = bodies.condition(bodies.applied(gone, decision), conflicts.SHARED)
-    assert (cleared["status"], cleared["reason"]) == ("False", "LocationNotShared")
+    assert decision.epochs == {"0": 1, "1": 1, "2": 1, "3": 1}
+    cleared = bodies.condition(bodies.applied(gone, decision), conflicts.CONFLICT)
+    assert (cleared["status"], cleared["reason"]) == ("False", "NoConflict")
+
+
+def test_a_consumer_that_works_when_the_location_becomes_shared_keeps_what_it_handed_out() -> None:
+    """Refused while working: its pods keep their partitions and epochs, nothing moves, no
+    epoch is given out; a pod that leaves keeps its partitions in the record until the overlap
+    ends, and the first cycle after it hands them on at new epochs."""
+    working = created(bodies.observe(pods=[pod("a"), pod("b")], spec=ACCOUNT_SPEC), 10)
+    working, decision = bodies.decide_fully(working, now=at(20))
+    working = bodies.applied(working, decision)
+    held = bodies.assignment(working)
+    assert sorted(held) == ["a", "b"]
+    record = working.status["assignment"]
+    shared = dataclasses.replace(working, peers=squatted().peers)
+    shared, decision = bodies.decide_fully(shared, now=at(30))
+    assert (decision.epochs, decision.record, decision.writes.count) == (None, None, 0)
+    shared = bodies.applied(shared, decision)
+    assert bodies.assignment(shared) == held
+    assert shared.status["assignment"] == record
+    # Pod b leaves while refused: nobody is handed its partitions, nor a new epoch.
+    left = dataclasses.replace(
+        shared, pods=tuple(p for p in shared.pods if p["metadata"]["name"] == "a")
+    )
+    left, decision = bodies.decide_fully(left, now=at(40))
+    assert (decision.epochs, decision.record, decision.writes.count) == (None, None, 0)
+    # The overlap ends: b's partitions go to a at higher epochs, a's own keep theirs.
+    freed, decision = bodies.decide_fully(dataclasses.replace(left, peers=()), now=at(50))
+    freed = bodies.applied(freed, decision)
+    now_held = bodies.assignment(freed)["a"]
+    assert sorted(now_held) == ["0", "1", "2", "3"]
+    for partition, (epoch, _state) in held["a"].items():
+        assert now_held[partition][0] == epoch
+    for partition, (epoch, _state) in held["b"].items():
+        assert now_held[partition][0] > epoch
 
 
 def test_a_location_bound_to_this_namespace_ignores_a_squatter() -> None:
@@ -134,7 +182,7 @@ def test_a_location_bound_to_this_namespace_ignores_a_squatter() -> None:
     assert decision.epochs == {"0": 1, "1": 1, "2": 1, "3": 1}
     after = bodies.applied(observation, decision)
     assert bodies.condition(after, "Ready")["status"] == "True"
-    assert all(c["type"] != conflicts.SHARED for c in after.status.get("conditions") or [])
+    assert all(c["type"] != conflicts.CONFLICT for c in after.status.get("conditions") or [])
 
 
 def test_a_consumer_naming_a_host_bound_to_another_namespace_is_refused_whatever_its_age() -> None:
@@ -220,4 +268,4 @@ def test_ties_are_broken_by_namespace_and_name() -> None:
     assert conflicts.find(me, [later], pod_labels=labels) is None
     found = conflicts.find(me, [later, earlier, me], pod_labels=labels)
     assert found is not None
-    assert found.other.name == "a"
+    assert [o.name for o in found.others] == ["a"]

@@ -15,11 +15,18 @@ victim recreates its own) stop another namespace's consumer. A location belongs 
 only by the install's word: an admin binds a host (a checkpoint account's or an Event Hubs
 namespace's) to one namespace (``ehb operator --bind-location NS=HOST``, chart value
 ``locationBindings``), and a consumer in any other namespace that names that host is refused
-(`bound`), whatever its age. Two namespaces that share a location nobody bound both keep
-working; each gets ``LocationShared`` naming the other (`shared`) and an admin settles it with
-a binding. Sharing does not hand one tenant the other's data: what the pods read and write is
-decided by their own Azure identities, and whoever may write the container could fence its
-consumers anyway (docs/threat-model.md).
+(`bound`), whatever its age, while the consumers of the bound namespace never look at the
+others. A location nobody bound that consumers of two namespaces name is refused to *both*
+(`shared`, reason ``LocationShared``), each naming the other: the operator cannot tell whose it
+is (the blobs name pods, not namespaces), and letting both work would have their epochs fence
+each other out wherever both may write the container. A binding, or another container or
+consumer group on either side, ends it.
+
+A refused consumer writes nothing, so a consumer that was working when the overlap appeared
+keeps what it handed out: its pods go on with the partitions and epochs their ConfigMaps hold,
+nothing moves and no epoch is given out, so no partition gets a second owner; a pod that
+leaves meanwhile keeps its partitions in the record until the overlap ends, and the first
+cycle after it hands them on at new epochs, from the record (docs/failures.md).
 
 Every consumer is summed up once per watch event (`peer`, through a kopf index), so a cycle
 compares summaries: a tuple comparison per consumer, and a selector match per pod only for the
@@ -48,10 +55,10 @@ REASON = "Conflict"
 REASON_CLEARED = "NoConflict"
 #: Conflict's reason when the location is bound to another namespace by the install.
 REASON_BOUND = "LocationBound"
-#: The condition type, True while another namespace uses this location and nobody bound it.
-SHARED = "LocationShared"
+#: Conflict's reason when another namespace names this location and nobody bound it.
 REASON_SHARED = "LocationShared"
-REASON_UNSHARED = "LocationNotShared"
+#: How many of the consumers sharing a location a message names (the rest are counted).
+NAMED = 4
 
 #: Sorts after any real creationTimestamp: a body without one is the later.
 _NEVER = datetime.datetime.max.replace(tzinfo=datetime.UTC)
@@ -176,12 +183,15 @@ def pod_labels(
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Overlap:
-    """Why this consumer writes nothing: the earlier consumer it yields to (``other``), or
-    the namespace binding that keeps its location from it (``other`` None)."""
+    """Why this consumer writes nothing: the earlier consumer of its namespace it yields to,
+    or the consumers of other namespaces that name its unbound location (``others``), or the
+    namespace binding that keeps its location from it (``others`` empty)."""
 
-    other: Peer | None
+    others: tuple[Peer, ...]
     why: str
     reason: str = REASON
+    #: the hosts of a shared location, either of which an admin may bind
+    hosts: tuple[str, ...] = ()
 
 
 def bound(me: Peer, bindings: Bindings) -> Overlap | None:
@@ -190,7 +200,7 @@ def bound(me: Peer, bindings: Bindings) -> Overlap | None:
     if not foreign:
         return None
     return Overlap(
-        other=None,
+        others=(),
         why=(
             f"the host {', '.join(foreign)} is bound to another namespace by the install "
             "(ehb operator --bind-location, chart value locationBindings): this one writes "
@@ -208,15 +218,23 @@ def find(
     pod_labels: Sequence[Mapping[str, str]],
     bindings: Bindings = UNBOUND,
 ) -> Overlap | None:
-    """Why ``me`` may not work: its location is bound to another namespace (`bound`), or the
-    earliest consumer of its namespace before it overlaps it; None: ``me`` may work.
+    """Why ``me`` may not work: its location is bound to another namespace (`bound`), or
+    consumers of other namespaces name it and nobody bound it (`shared`: whatever their age),
+    or the earliest consumer of its namespace before it overlaps it; None: ``me`` may work.
 
-    ``pod_labels``: the labels of the pods ``me`` selects. A consumer of another namespace
-    never stops ``me`` (`shared` says when one uses the same location).
+    ``pod_labels``: the labels of the pods ``me`` selects.
     """
     refused = bound(me, bindings)
     if refused is not None:
         return refused
+    across = shared(me, peers, bindings=bindings)
+    if across:
+        return Overlap(
+            others=tuple(across),
+            why="names the same Event Hub, consumer group and checkpoint location",
+            reason=REASON_SHARED,
+            hosts=hosts(me.location) if me.location is not None else (),
+        )
     found: Peer | None = None
     why = ""
     for other in peers:
@@ -232,12 +250,13 @@ def find(
             continue
         if any(other.selector.matches(labels) for labels in pod_labels):
             found, why = other, "selects the same pods"
-    return Overlap(other=found, why=why) if found is not None else None
+    return Overlap(others=(found,), why=why) if found is not None else None
 
 
 def shared(me: Peer, peers: Iterable[Peer], *, bindings: Bindings = UNBOUND) -> list[Peer]:
     """The consumers of other namespaces that name ``me``'s location while no binding says
-    whose it is (a bound location refuses them instead): in the order they were created."""
+    whose it is (a bound location refuses them instead, and never ``me`` when its namespace
+    holds the binding): in the order they were created."""
     if me.location is None or bindings.owners(me.location):
         return []
     return sorted(
@@ -253,50 +272,29 @@ def shared(me: Peer, peers: Iterable[Peer], *, bindings: Bindings = UNBOUND) -> 
 
 
 def condition(overlap: Overlap) -> conditions.Condition:
-    if overlap.other is None:
+    if not overlap.others:
         message = f"this checkpoint location: {overlap.why}"
+    elif overlap.reason == REASON_SHARED:
+        named = ", ".join(o.title for o in overlap.others[:NAMED])
+        more = overlap.others[NAMED:]
+        some = f"{named} and {len(more)} more" if more else named
+        host = " or NS=".join(overlap.hosts) or "HOST"
+        message = (
+            f"{some} in another namespace {overlap.why}, and no binding says whose it is: "
+            "both write nothing until one of them names another checkpoint container or "
+            "consumer group (or is deleted), or an admin binds the location to the namespace "
+            f"it belongs to (ehb operator --bind-location NS={host}, chart value "
+            "locationBindings)"
+        )
     else:
         message = (
-            f"{overlap.other.title} {overlap.why} and is older: this one writes nothing "
+            f"{overlap.others[0].title} {overlap.why} and is older: this one writes nothing "
             "until the overlap is gone (change its selector or checkpoint location, or "
             "delete one of them)"
         )
     return conditions.Condition(
         type=CONFLICT, status="True", reason=overlap.reason, message=message
     )
-
-
-def sharing(others: Sequence[Peer], previous: specs.StatusBody) -> list[conditions.Condition]:
-    """LocationShared: True while ``others`` name this location from other namespaces; False
-    once they are gone (nothing while it never was True)."""
-    if others:
-        named = ", ".join(o.title for o in others[:4])
-        more = f" and {len(others) - 4} more" if len(others) > 4 else ""
-        return [
-            conditions.Condition(
-                type=SHARED,
-                status="True",
-                reason=REASON_SHARED,
-                message=(
-                    f"{named}{more} in another namespace names the same Event Hub, consumer "
-                    "group and checkpoint location; each keeps working, and their epochs fence "
-                    "each other out where both may write the container: an admin binds the "
-                    "location to the namespace it belongs to (ehb operator --bind-location "
-                    "NS=HOST, chart value locationBindings)"
-                ),
-            )
-        ]
-    old = conditions.find(previous.get("conditions"), SHARED)
-    if old is None or old.get("status") == "False":
-        return []
-    return [
-        conditions.Condition(
-            type=SHARED,
-            status="False",
-            reason=REASON_UNSHARED,
-            message="no EventHubConsumer of another namespace names this checkpoint location",
-        )
-    ]
 
 
 def cleared(previous: specs.StatusBody) -> list[conditions.Condition]:

@@ -152,10 +152,6 @@ def _decide(
     )
     if overlap is not None:
         return _refused(observation, overlap, pods=frozenset(states), now=now)
-    sharing = conflicts.sharing(
-        conflicts.shared(me, observation.peers, bindings=observation.bindings),
-        observation.status,
-    )
     maps = fleet.stored_maps()
     previous = observation.status
     status_epochs = {
@@ -230,7 +226,6 @@ def _decide(
         ready_count=fleet.ready,
     )
     concluded += conflicts.cleared(previous)
-    concluded += sharing
     events = kubeevents.build(
         plan=plan,
         problems=back.problems,
@@ -264,11 +259,6 @@ def _decide(
     desired = statuses.build_status(outcome=outcome, previous=previous, now=now)
     if (moved := moving.event()) is not None:
         events.append(moved)
-    events += [
-        kubeevents.KubeEvent(reason=c.reason, message=c.message, type="Warning")
-        for c in sharing
-        if c.status == "True" and conditions.changed(observation.status, c)
-    ]
     record = desired.get("assignment") if raises else None
     if record is not None:
         previous = {**previous, "assignment": record}
@@ -363,8 +353,10 @@ def _refused(
     pods: frozenset[str],
     now: datetime.datetime,
 ) -> Decision:
-    """An older EventHubConsumer overlaps this one (`conflicts`): Conflict True and Ready
-    False, with the same message, an Event when it starts, and nothing else written."""
+    """An older EventHubConsumer of this namespace overlaps this one, or one of another
+    namespace shares its unbound location, or a binding keeps the location from it
+    (`conflicts`): Conflict True and Ready False, with the same message, an Event when it
+    starts, and nothing else written: the pods keep what they were last told."""
     previous, generation = observation.status, observation.generation
     conflict = conflicts.condition(overlap)
     ready = dataclasses.replace(conflict, type=conditiontypes.READY, status="False")
