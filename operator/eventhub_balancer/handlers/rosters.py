@@ -39,8 +39,9 @@ Body = Mapping[str, Any]
 #: consumer is read afresh: a healthy watch delivers within a second.
 ECHO_SECONDS = 5.0
 #: Names remembered after they left a roster (their removal's version), per roster and kind:
-#: a late event older than the removal is ignored. Beyond the bound the oldest are forgotten
-#: (an event that late is also older than any re-list that followed it).
+#: a late event older than the removal is ignored. A name is forgotten as soon as the watch
+#: delivers a later version of its kind (`Shelf.passed`), so a pod churned out leaves nothing
+#: behind; the bound only holds while the watch is silent or behind the operator's own reads.
 MAX_FLOORS = 4096
 
 #: The kinds a roster keeps.
@@ -88,9 +89,27 @@ class Shelf:
         self.items: dict[str, Body] = {}
         self.floors: collections.OrderedDict[str, int | None] = collections.OrderedDict()
 
-    def offer(self, body: Body, *, deleted: bool = False) -> bool:
+    def offer(self, body: Body, *, deleted: bool = False, watched: bool = False) -> bool:
         """Take ``body`` if it is newer than what is known of its name; whether that changed
-        what the shelf serves."""
+        what the shelf serves. ``watched``: the body came from the watch (`passed`)."""
+        changed = self._offer(body, deleted=deleted)
+        if watched:
+            self.passed(version(body))
+        return changed
+
+    def passed(self, at: int | None) -> None:
+        """The watch delivered version ``at``: what it delivers next is newer still (a stream
+        is in order, a re-list lists what exists), so a floor at or below ``at`` can refuse
+        nothing more. The floors go in the order they were set, up to the first newer one."""
+        if at is None:
+            return
+        while self.floors:
+            name, floor = next(iter(self.floors.items()))
+            if floor is not None and floor > at:
+                return
+            del self.floors[name]
+
+    def _offer(self, body: Body, *, deleted: bool) -> bool:
         meta = _meta(body)
         name = str(meta.get("name") or "")
         if not name:
@@ -187,7 +206,7 @@ class Roster:
         whether the roster changed."""
         if echo:
             self._echoed(kind, body, deleted=deleted)
-        changed = self.shelves[kind].offer(body, deleted=deleted)
+        changed = self.shelves[kind].offer(body, deleted=deleted, watched=echo)
         self.version += changed
         return changed
 
