@@ -1,0 +1,191 @@
+"""An operator that went through ten times more pod churn holds no more objects.
+
+An operator runs for months while Deployments roll: every pod it ever saw had a name and a uid
+that never come back. Anything kept per pod name or uid (a roster's removed names, echoes
+awaited, metric label sets, the decisions' carry) grows until the memory limit. Here one
+consumer's daemon (`registering.run_daemon`, the real cache, rosters and cycle) runs over the
+fake API and its watch on fake time (looptime) through 500 rounds of churn: a pod with a new
+name joins, an old one is drained and leaves, now and then an assignment ConfigMap is deleted
+under a live pod. After 50 rounds and after 500, at the same point of a round, the same
+objects are alive: as many of the project's own types, and as many objects reachable from
+the operator (its rosters, memories, metrics), the fake API server excepted. Objects are
+counted after a collection, never bytes or time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import datetime
+import gc
+import types
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+
+from eventhub_balancer.contracts import specs
+from eventhub_balancer.handlers import registering
+from tests.handlers import test_daemons
+from tests.support import fakes, watches
+
+pytestmark = pytest.mark.looptime
+
+NS, NAME = test_daemons.NS, test_daemons.NAME
+PARTITIONS = tuple(str(p) for p in range(8))
+#: Pods alive at once: each round one joins and the oldest leaves.
+PODS = 4
+SPEC: dict[str, Any] = {
+    **test_daemons.SPEC,
+    "balancing": {"intervalSeconds": 5, "podGraceSeconds": 20, "handoffTimeoutSeconds": 30},
+}
+#: Objects of these kinds are shared with the rest of the process (or are code): reachability
+#: stops at them.
+SHARED = (
+    types.ModuleType,
+    type,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.CodeType,
+    asyncio.AbstractEventLoop,
+)
+SCALARS = (int, float, str, bytes)
+
+
+def live_ours() -> collections.Counter[str]:
+    """Live objects (after a collection) of the product's own types, by type name."""
+    gc.collect()
+    found: collections.Counter[str] = collections.Counter()
+    for o in gc.get_objects():
+        module = getattr(type(o), "__module__", None)
+        if isinstance(module, str) and module.startswith("eventhub_balancer"):
+            found[f"{module}.{type(o).__qualname__}"] += 1
+    return found
+
+
+def reachable(roots: Iterable[object], *, outside: Iterable[object]) -> collections.Counter[str]:
+    """The objects reachable from ``roots`` by type name, not through ``outside`` nor what the
+    process shares (`SHARED`). A number or a string counts once per reference: whether two
+    references share one object is chance, how many references there are is what a leak
+    changes (a name kept in a dict is one more reference)."""
+    seen = {id(o) for o in outside}
+    found: collections.Counter[str] = collections.Counter()
+    stack = list(roots)
+    while stack:
+        item = stack.pop()
+        if isinstance(item, SHARED):
+            continue
+        if isinstance(item, SCALARS):
+            found[type(item).__name__] += 1
+            continue
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        found[f"{type(item).__module__}.{type(item).__qualname__}"] += 1
+        stack.extend(gc.get_referents(item))
+    return found
+
+
+class Churn:
+    """One consumer's daemon over the fakes, and the cluster around it: pods come and go."""
+
+    def __init__(self) -> None:
+        self.kube = fakes.FakeKube()
+        self.kube.add_consumer(NS, NAME, SPEC)
+        self.kube.add_secret(NS, "eh", {"cs": "Endpoint=sb://shop/;SharedAccessKey=x"})
+        self.kube.add_secret(NS, "b", {"cs": "UseDevelopmentStorage=true"})
+        self.serial = 0
+        self.pods: collections.deque[str] = collections.deque()
+        for _ in range(PODS):
+            self._join()
+        self.hubs = fakes.FakeHubs(PARTITIONS, store=fakes.FakeCheckpointStore())
+        self.operator = registering.Operator(
+            kube=self.kube, hubs=self.hubs, clock=test_daemons.clock
+        )
+        self.watch = watches.Watch(self.kube, self.operator.cache, operator=self.operator)
+        self.stopped = test_daemons.Stopped()
+        self.rounds = 0
+
+    def start(self) -> asyncio.Task[None]:
+        return asyncio.create_task(
+            registering.run_daemon(
+                self.operator, namespace=NS, name=NAME, spec=SPEC, stopped=self.stopped
+            )
+        )
+
+    def _join(self) -> None:
+        name = f"c-{self.serial}"  # a new name and, from the fake, a new uid
+        self.serial += 1
+        self.kube.add_pod(NS, name, labels={"app": "c"}, since=test_daemons.clock())
+        self.pods.append(name)
+
+    async def _settle(self) -> None:
+        """The pods acknowledge what they were told, the watch delivers, the daemon cycles."""
+        for _ in range(2):
+            told = self.kube.assignment(NS)
+            for pod in self.pods:
+                if ("pod", NS, pod) in self.kube.objects and pod in told:
+                    self.kube.acknowledge(NS, pod)
+            self.watch.deliver()
+            await asyncio.sleep(1.0)
+
+    async def round(self) -> None:
+        """A pod joins; the oldest is drained (deletionTimestamp set), then deleted; every
+        fifth round a live pod's ConfigMap is deleted under it and written anew."""
+        self._join()
+        await self._settle()
+        leaving = self.pods[0]
+        pod = self.kube.objects["pod", NS, leaving]
+        pod["metadata"]["deletionTimestamp"] = specs.format_time(test_daemons.clock())
+        self.kube._store("pod", NS, pod)
+        await self._settle()
+        self.kube.remove_pod(NS, self.pods.popleft())
+        await self._settle()
+        if self.rounds % 5 == 0:
+            cm = self.kube.configmap_of(NS, self.pods[-1])
+            await self.kube.delete_configmap(
+                namespace=NS, name=cm["metadata"]["name"], uid=cm["metadata"]["uid"]
+            )
+            await self._settle()
+        self.rounds += 1
+
+    def balanced(self) -> bool:
+        owned = collections.Counter(
+            pod
+            for pod, held in self.kube.assignment(NS).items()
+            for _epoch, state in held.values()
+            if state == "owned"
+        )
+        return sum(owned.values()) == len(PARTITIONS) and set(owned) == set(self.pods)
+
+    def held(self) -> collections.Counter[str]:
+        return reachable([self.operator], outside=[self.kube, self.hubs])
+
+
+async def test_the_operator_holds_as_many_objects_after_500_pods_as_after_50() -> None:
+    churn = Churn()
+    task = churn.start()
+    try:
+        while churn.rounds < 50:
+            await churn.round()
+        assert churn.balanced()
+        ours, held = live_ours(), churn.held()
+        while churn.rounds < 500:
+            await churn.round()
+        assert churn.balanced()  # the churn did what it says: the fleet is the last pods
+        assert churn.serial == PODS + 500
+        assert live_ours() == ours
+        assert churn.held() == held
+    finally:
+        churn.stopped.event.set()
+        async with asyncio.timeout(60):
+            await task
+
+
+def test_counting_sees_names_kept_forever() -> None:
+    """The counts above catch a dict that keeps every pod name it was told."""
+    kept: dict[str, datetime.datetime] = {}
+    root = types.SimpleNamespace(kept=kept)
+    before = reachable([root], outside=[])
+    kept["c-1"] = datetime.datetime.now(datetime.UTC)
+    assert reachable([root], outside=[]) != before
