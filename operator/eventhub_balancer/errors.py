@@ -170,11 +170,47 @@ class IdentityNotAllowed(ConfigurationError):
             f"{field}: namespace {namespace!r} may not use the operator's own Azure identity "
             "(it is lent only to the namespaces an admin lists: ehb operator "
             "--identity-namespace, chart value operatorIdentity.namespaces); set "
-            f"{field}.connectionStringSecretRef to a Secret of this namespace, or ask an admin "
-            "to list the namespace"
+            f"{field}.connectionStringSecretRef to a Secret of this namespace, or "
+            "spec.serviceAccountName to a ServiceAccount of this namespace annotated with its "
+            "own workload identity (azure.workload.identity/client-id), or ask an admin to list "
+            "the namespace"
         )
         self.field = field
         self.namespace = namespace
+
+
+class TenantIdentityUnavailable(ConfigurationError):
+    """``spec.serviceAccountName`` names a ServiceAccount whose identity the operator cannot
+    use: it is missing, lacks its workload-identity annotations, or the operator may not read
+    it or request its token. Raised before any Event Hubs or Blob client exists; the message
+    names the ServiceAccount and what to change."""
+
+    reason: ClassVar[str] = "ServiceAccountIdentityUnavailable"
+
+    def __init__(self, *, namespace: str, service_account: str, problem: str) -> None:
+        super().__init__(
+            f"spec.serviceAccountName: ServiceAccount {namespace}/{service_account} {problem}"
+        )
+        self.namespace = namespace
+        self.service_account = service_account
+
+
+class ServiceAccountNotFound(TenantIdentityUnavailable):
+    """The ServiceAccount ``spec.serviceAccountName`` names does not exist (yet)."""
+
+    reason: ClassVar[str] = "ServiceAccountNotFound"
+
+
+class ServiceAccountNotAnnotated(TenantIdentityUnavailable):
+    """The ServiceAccount lacks (or has a malformed) client-id or tenant-id annotation."""
+
+    reason: ClassVar[str] = "ServiceAccountNotAnnotated"
+
+
+class TokenRequestForbidden(TenantIdentityUnavailable):
+    """The operator may not read the ServiceAccount or request its token (403)."""
+
+    reason: ClassVar[str] = "TokenRequestForbidden"
 
 
 class AmbiguousConnectionString(EndpointNotAllowed):

@@ -6,7 +6,9 @@ server-set metadata (uid, resourceVersion, generation), merge patches, 404 as
 `errors.NotFound` (swallowed where the adapter swallows it), 409 as `errors.Conflict` (a
 create of an existing name, a stale resourceVersion, a delete whose uid precondition fails),
 a missing Secret as `errors.SecretNotFound`, and the same ``writes`` counters. Any call can be
-made to fail next with `FakeKube.fail`. `FakeHubs` and `FakeCheckpointStore` stand for Event
+made to fail next with `FakeKube.fail`. It also stands for the TokenRequest API of ServiceAccounts
+(`adapters.tenantidentities.TokenSource`): tokens are JWT-shaped, numbered, and recorded in
+``tokens``. `FakeHubs` and `FakeCheckpointStore` stand for Event
 Hubs and the blob container; they record when (loop time) they were asked, so tests on fake
 time (looptime) can assert the pacing of retries.
 
@@ -17,9 +19,11 @@ actors: the kubelet, the pods' runtime, the garbage collector.
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
 import datetime
 import itertools
+import json
 import re
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, cast
@@ -91,6 +95,8 @@ class FakeKube:
         #: every change in order, as a watch sees it: (kind, body, ADDED|MODIFIED|DELETED)
         self.changes: list[tuple[str, dict[str, Any], str]] = []
         self._uids = itertools.count(1)
+        #: every token given out: (namespace, ServiceAccount, audience, seconds, token)
+        self.tokens: list[tuple[str, str, str, int, str]] = []
 
     # --- the port ---
 
@@ -213,6 +219,30 @@ class FakeKube:
         self._write("create", "event", str(body.get("reason")))
         self.events.append(copy.deepcopy(dict(body)))
 
+    async def read_service_account(self, *, namespace: str, name: str) -> dict[str, Any]:
+        self._maybe_fail("read_service_account")
+        return self._get("serviceaccount", namespace, name)
+
+    async def request_service_account_token(
+        self, *, namespace: str, name: str, audience: str, expiration_seconds: int
+    ) -> dict[str, Any]:
+        """A TokenRequest's status: an unsigned JWT naming the ServiceAccount and audience."""
+        self._maybe_fail("request_service_account_token")
+        self._get("serviceaccount", namespace, name)  # NotFound, as the API server answers
+        expires = datetime.datetime.now(datetime.UTC) + datetime.timedelta(
+            seconds=expiration_seconds
+        )
+        claims = {
+            "aud": [audience],
+            "sub": f"system:serviceaccount:{namespace}:{name}",
+            "exp": int(expires.timestamp()),
+            "jti": str(len(self.tokens) + 1),
+        }
+        payload = base64.urlsafe_b64encode(json.dumps(claims).encode()).decode().rstrip("=")
+        token = f"eyJhbGciOiJub25lIn0.{payload}."
+        self.tokens.append((namespace, name, audience, expiration_seconds, token))
+        return {"token": token, "expirationTimestamp": specs.format_time(expires)}
+
     # --- the other actors ---
 
     def fail(self, method: str, error: errors.EventHubBalancerError, *, times: int = 1) -> None:
@@ -241,6 +271,12 @@ class FakeKube:
 
     def add_secret(self, namespace: str, name: str, data: Mapping[str, str]) -> None:
         self._store("secret", namespace, {"metadata": {"name": name}, "data": dict(data)})
+
+    def add_service_account(
+        self, namespace: str, name: str, *, annotations: Mapping[str, str] | None = None
+    ) -> None:
+        meta = {"name": name, "annotations": dict(annotations or {})}
+        self._store("serviceaccount", namespace, {"metadata": meta})
 
     def add_pod(
         self,
@@ -412,6 +448,8 @@ class FakeHubs:
         self.failure: errors.EventHubBalancerError | None = None
         #: the ``now`` (wall seconds) of every partition listing asked for
         self.listings: list[float] = []
+        #: the ServiceAccount (spec.serviceAccountName) every call was asked to act as
+        self.service_accounts: list[str | None] = []
         self._cache: dict[str, tuple[str, ...]] = {}
 
     def cached(self, consumer: str) -> tuple[str, ...] | None:
@@ -427,8 +465,10 @@ class FakeHubs:
         client_id: str | None,
         now: float,
         namespace: str | None = None,
+        service_account: str | None = None,
     ) -> tuple[tuple[str, ...], bool]:
         self.listings.append(now)
+        self.service_accounts.append(service_account)
         if self.failure is not None:
             raise self.failure
         self._cache[consumer] = self.ids
@@ -443,7 +483,9 @@ class FakeHubs:
         client_id: str | None,
         partitions: list[str],
         namespace: str | None = None,
+        service_account: str | None = None,
     ) -> dict[str, int]:
+        self.service_accounts.append(service_account)
         if self.failure is not None:
             raise self.failure
         return {p: self.last_sequences[p] for p in partitions if p in self.last_sequences}
@@ -458,5 +500,7 @@ class FakeHubs:
         connection_string: str | None,
         account_url: str | None,
         namespace: str | None = None,
+        service_account: str | None = None,
     ) -> dict[str, tuple[int, int]]:
+        self.service_accounts.append(service_account)
         return self.store.read()

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Final
 
 from azure.core import exceptions as azure_errors
+from azure.core.credentials_async import AsyncTokenCredential
 from azure.storage.blob.aio import ContainerClient
 
 from eventhub_balancer import errors
@@ -107,16 +108,21 @@ async def open_container(
     container_name: str,
     connection_string: str | None = None,
     account_url: str | None = None,
+    credential: AsyncTokenCredential | None = None,
 ) -> AsyncIterator[ContainerClient]:
     """An open container client; closes it (and the identity credential) on exit.
 
-    With ``account_url`` the credential is ``DefaultAzureCredential``: on AKS that is workload
-    identity (the federated token file and client id the webhook injects into the pod).
+    With ``account_url`` the credential is ``credential`` when given (a consumer's own
+    ServiceAccount identity, `tenantidentities`), else ``DefaultAzureCredential``: on AKS that
+    is workload identity (the federated token file and client id the webhook injects into the
+    pod). Either is closed on exit.
     """
-    if (connection_string is None) == (account_url is None):
+    if (connection_string is None) == (account_url is None) or (
+        credential is not None and account_url is None
+    ):
         raise errors.InvalidInput(
             "checkpointStore.credentials",
-            "give exactly one of a connection string or an account URL",
+            "give exactly one of a connection string or an account URL (with a credential)",
         )
     if not container_name:
         raise errors.InvalidInput("checkpointStore.containerName", "must not be empty")
@@ -128,10 +134,11 @@ async def open_container(
     assert account_url is not None
     if not account_url.startswith(("https://", "http://")):
         raise errors.InvalidInput("accountUrl", f"{account_url!r} is not an http(s) URL")
-    # Imported here: azure.identity is heavy and only needed for workload identity.
-    from azure.identity.aio import DefaultAzureCredential
+    if credential is None:
+        # Imported here: azure.identity is heavy and only needed for workload identity.
+        from azure.identity.aio import DefaultAzureCredential
 
-    credential = DefaultAzureCredential()
+        credential = DefaultAzureCredential()
     try:
         client = ContainerClient(
             account_url, container_name, credential=credential, **client_options(account_url)

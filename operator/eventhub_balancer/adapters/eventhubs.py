@@ -11,11 +11,13 @@ epochs when ConfigMaps and status were lost, and their sequence numbers give the
 partition for ``weighting: lag``.
 
 Credentials come in as values (a connection string read from a Secret by the caller) or as
-workload identity (DefaultAzureCredential); they are never logged, and error messages
-describe the namespace, not the string. Workload identity here is the operator's own: it is
-lent only to the Kubernetes namespaces the install lists (`IdentityPolicy`), so that a tenant
-cannot name another tenant's hub or store and read its partitions or epochs through it; the
-check comes before any client or token exists.
+workload identity; they are never logged, and error messages describe the namespace, not the
+string. Workload identity is the consumer's own when its spec names a ServiceAccount
+(``spec.serviceAccountName``: `tenantidentities`, a token of that ServiceAccount exchanged for
+its client id's identity), else the operator's own (DefaultAzureCredential), which is lent
+only to the Kubernetes namespaces the install lists (`IdentityPolicy`), so that a tenant
+cannot name another tenant's hub or store and read its partitions or epochs through it. Both
+checks, and the endpoint check, come before any client exists.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from azure.eventhub import exceptions as eh_exceptions
 from azure.eventhub.aio import EventHubProducerClient
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import blobs, checkpointing, retrying
+from eventhub_balancer.adapters import blobs, checkpointing, retrying, tenantidentities
 from eventhub_balancer.contracts import endpoints
 
 logger = logging.getLogger(__name__)
@@ -72,10 +74,18 @@ class IdentityPolicy:
             return False  # nobody says who asks: never lend the identity
         return any(fnmatch.fnmatchcase(namespace, pattern) for pattern in self.namespaces)
 
-    def check(self, *, namespace: str | None, field: str, connection_string: str | None) -> None:
+    def check(
+        self,
+        *,
+        namespace: str | None,
+        field: str,
+        connection_string: str | None,
+        service_account: str | None = None,
+    ) -> None:
         """Raise `errors.IdentityNotAllowed` when a consumer of ``namespace`` would use the
-        operator's identity (no connection string of its own) and may not."""
-        if connection_string is None and not self.allows(namespace):
+        operator's identity (no connection string and no ServiceAccount of its own) and may
+        not."""
+        if connection_string is None and not service_account and not self.allows(namespace):
             raise errors.IdentityNotAllowed(field=field, namespace=namespace or "")
 
 
@@ -91,15 +101,18 @@ class Coordinates:
     eventhub_name: str
     connection_string: str | None = dataclasses.field(default=None, repr=False)
     workload_identity_client_id: str | None = None
+    #: the consumer's own identity (spec.serviceAccountName); None: the operator's
+    identity: tenantidentities.TenantIdentity | None = None
 
     @property
-    def key(self) -> tuple[str, str, int, str | None]:
+    def key(self) -> tuple[object, ...]:
         # The string itself is not kept in the key, only whether it changed (its hash).
         return (
             self.fully_qualified_namespace,
             self.eventhub_name,
             hash(self.connection_string),
             self.workload_identity_client_id,
+            self.identity.key if self.identity is not None else None,
         )
 
 
@@ -149,11 +162,14 @@ async def producer(coordinates: Coordinates) -> AsyncIterator[EventHubProducerCl
                 "look like Endpoint=sb://<namespace>/;SharedAccessKeyName=...;SharedAccessKey=..."
             ) from e
     else:
-        from azure.identity.aio import DefaultAzureCredential  # heavy: only when used
+        if coordinates.identity is not None:
+            credential = coordinates.identity.credential()
+        else:
+            from azure.identity.aio import DefaultAzureCredential  # heavy: only when used
 
-        credential = DefaultAzureCredential(
-            managed_identity_client_id=coordinates.workload_identity_client_id or None
-        )
+            credential = DefaultAzureCredential(
+                managed_identity_client_id=coordinates.workload_identity_client_id or None
+            )
         client = EventHubProducerClient(
             fully_qualified_namespace=coordinates.fully_qualified_namespace,
             eventhub_name=coordinates.eventhub_name,
@@ -295,13 +311,20 @@ async def read_checkpoints(
     container_name: str,
     connection_string: str | None,
     account_url: str | None,
+    identity: tenantidentities.TenantIdentity | None = None,
 ) -> dict[str, StoredCheckpoint]:
-    """Every checkpoint blob of the consumer group (raises wrapped errors only)."""
+    """Every checkpoint blob of the consumer group (raises wrapped errors only). With
+    ``identity`` and no connection string, the blobs are read as that identity."""
     try:
         async with blobs.open_container(
             container_name=container_name,
             connection_string=connection_string,
             account_url=None if connection_string is not None else account_url,
+            credential=(
+                identity.credential()
+                if identity is not None and connection_string is None
+                else None
+            ),
         ) as container:
             store = checkpointing.CheckpointStore(
                 container,
@@ -351,11 +374,15 @@ class EventHubs:
         timeout: float = TIMEOUT_SECONDS,
         endpoint_policy: endpoints.EndpointPolicy = DEFAULT_ENDPOINTS,
         identity_policy: IdentityPolicy = ANY_NAMESPACE,
+        tenant_identities: tenantidentities.TenantIdentities | None = None,
     ) -> None:
         self.cache = PartitionCache(refresh_seconds=refresh_seconds, timeout=timeout)
         self.timeout = timeout
         self.endpoints = endpoint_policy
         self.identities = identity_policy
+        #: the consumers' own ServiceAccounts' identities; None: this process cannot act as
+        #: them (a consumer naming one gets a condition saying so)
+        self.tenant_identities = tenant_identities
 
     @staticmethod
     def _coordinates(
@@ -363,13 +390,44 @@ class EventHubs:
         eventhub_name: str,
         connection_string: str | None,
         client_id: str | None,
+        identity: tenantidentities.TenantIdentity | None = None,
     ) -> Coordinates:
         return Coordinates(
             fully_qualified_namespace=fully_qualified_namespace,
             eventhub_name=eventhub_name,
             connection_string=connection_string,
             workload_identity_client_id=client_id,
+            identity=identity,
         )
+
+    async def _tenant_identity(
+        self, *, namespace: str | None, service_account: str | None, connection_string: str | None
+    ) -> tenantidentities.TenantIdentity | None:
+        """The consumer's own identity when it names a ServiceAccount and no connection
+        string; None: a connection string, or the operator's identity (checked already)."""
+        if connection_string is not None or not service_account:
+            return None
+        if self.tenant_identities is None or not namespace:
+            raise errors.TenantIdentityUnavailable(
+                namespace=namespace or "",
+                service_account=service_account,
+                problem="cannot be used: this operator was started without access to "
+                "ServiceAccount tokens (ehb operator builds it; a tool or test may not)",
+            )
+        return await self.tenant_identities.identity(
+            namespace=namespace, service_account=service_account
+        )
+
+    def _failed(self, identity: tenantidentities.TenantIdentity | None, error: Exception) -> None:
+        """A rejected identity is looked up afresh next time (its annotation may be fixed)."""
+        if (
+            identity is not None
+            and self.tenant_identities is not None
+            and isinstance(error, errors.ConfigurationError)
+        ):
+            self.tenant_identities.forget(
+                namespace=identity.namespace, service_account=identity.service_account
+            )
 
     def cached(self, consumer: str) -> tuple[str, ...] | None:
         entry = self.cache.cached(consumer)
@@ -385,23 +443,38 @@ class EventHubs:
         client_id: str | None,
         now: float,
         namespace: str | None = None,
+        service_account: str | None = None,
     ) -> tuple[tuple[str, ...], bool]:
         """(ids, fresh): fresh is False when served from the cache. ``namespace``: the
-        Kubernetes namespace of the consumer that asks (`IdentityPolicy`)."""
+        Kubernetes namespace of the consumer that asks (`IdentityPolicy`);
+        ``service_account``: its spec.serviceAccountName, whose identity is used instead of
+        the operator's."""
         self.identities.check(
-            namespace=namespace, field=EVENTHUB_CREDENTIALS, connection_string=connection_string
+            namespace=namespace,
+            field=EVENTHUB_CREDENTIALS,
+            connection_string=connection_string,
+            service_account=service_account,
         )
         self.endpoints.check_eventhub(
             fully_qualified_namespace=fully_qualified_namespace,
             connection_string=connection_string,
         )
-        result = await self.cache.partition_ids(
-            consumer,
-            self._coordinates(
-                fully_qualified_namespace, eventhub_name, connection_string, client_id
-            ),
-            now=now,
+        identity = await self._tenant_identity(
+            namespace=namespace,
+            service_account=service_account,
+            connection_string=connection_string,
         )
+        try:
+            result = await self.cache.partition_ids(
+                consumer,
+                self._coordinates(
+                    fully_qualified_namespace, eventhub_name, connection_string, client_id, identity
+                ),
+                now=now,
+            )
+        except errors.EventHubBalancerError as e:
+            self._failed(identity, e)
+            raise
         return result.ids, result.fresh
 
     async def last_sequence_numbers(
@@ -413,21 +486,34 @@ class EventHubs:
         client_id: str | None,
         partitions: list[str],
         namespace: str | None = None,
+        service_account: str | None = None,
     ) -> dict[str, int]:
         self.identities.check(
-            namespace=namespace, field=EVENTHUB_CREDENTIALS, connection_string=connection_string
+            namespace=namespace,
+            field=EVENTHUB_CREDENTIALS,
+            connection_string=connection_string,
+            service_account=service_account,
         )
         self.endpoints.check_eventhub(
             fully_qualified_namespace=fully_qualified_namespace,
             connection_string=connection_string,
         )
-        return await fetch_last_sequence_numbers(
-            self._coordinates(
-                fully_qualified_namespace, eventhub_name, connection_string, client_id
-            ),
-            partitions,
-            limit_seconds=self.timeout,
+        identity = await self._tenant_identity(
+            namespace=namespace,
+            service_account=service_account,
+            connection_string=connection_string,
         )
+        try:
+            return await fetch_last_sequence_numbers(
+                self._coordinates(
+                    fully_qualified_namespace, eventhub_name, connection_string, client_id, identity
+                ),
+                partitions,
+                limit_seconds=self.timeout,
+            )
+        except errors.EventHubBalancerError as e:
+            self._failed(identity, e)
+            raise
 
     async def checkpoints(
         self,
@@ -439,18 +525,32 @@ class EventHubs:
         connection_string: str | None,
         account_url: str | None,
         namespace: str | None = None,
+        service_account: str | None = None,
     ) -> dict[str, tuple[int, int]]:
         """{partition: (epoch, sequence number)} of the stored checkpoints."""
         self.identities.check(
-            namespace=namespace, field=CHECKPOINT_CREDENTIALS, connection_string=connection_string
+            namespace=namespace,
+            field=CHECKPOINT_CREDENTIALS,
+            connection_string=connection_string,
+            service_account=service_account,
         )
         self.endpoints.check_blob(account_url=account_url, connection_string=connection_string)
-        stored = await read_checkpoints(
-            fully_qualified_namespace=fully_qualified_namespace,
-            eventhub_name=eventhub_name,
-            consumer_group=consumer_group,
-            container_name=container_name,
+        identity = await self._tenant_identity(
+            namespace=namespace,
+            service_account=service_account,
             connection_string=connection_string,
-            account_url=account_url,
         )
+        try:
+            stored = await read_checkpoints(
+                fully_qualified_namespace=fully_qualified_namespace,
+                eventhub_name=eventhub_name,
+                consumer_group=consumer_group,
+                container_name=container_name,
+                connection_string=connection_string,
+                account_url=account_url,
+                identity=identity,
+            )
+        except errors.EventHubBalancerError as e:
+            self._failed(identity, e)
+            raise
         return {p: (c.epoch, c.sequence_number) for p, c in stored.items()}

@@ -311,6 +311,37 @@ class KubeAPI:
             return str(string_data[key])
         raise errors.SecretNotFound(namespace=namespace, name=name, key=key, missing_key=True)
 
+    async def read_service_account(self, *, namespace: str, name: str) -> dict[str, Any]:
+        """A ServiceAccount, for its workload-identity annotations (`tenantidentities`)."""
+        body: dict[str, Any] = await self._call(
+            f"ServiceAccount {namespace}/{name}",
+            self._core.read_namespaced_service_account,
+            namespace=namespace,
+            name=name,
+        )
+        return body
+
+    async def request_service_account_token(
+        self, *, namespace: str, name: str, audience: str, expiration_seconds: int
+    ) -> dict[str, Any]:
+        """The ``status`` of a TokenRequest for the ServiceAccount: ``token`` and
+        ``expirationTimestamp``. The token is a credential: it goes to the identity provider
+        only; never log or store it. Not counted in ``writes``: nothing is stored."""
+        body = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"audiences": [audience], "expirationSeconds": expiration_seconds},
+        }
+        answer: dict[str, Any] = await self._call(
+            f"TokenRequest for ServiceAccount {namespace}/{name}",
+            self._core.create_namespaced_service_account_token,
+            namespace=namespace,
+            name=name,
+            body=body,
+        )
+        status: dict[str, Any] = answer.get("status") or {}
+        return status
+
     # --- writes (each counted) ---
 
     async def create_configmap(self, *, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:

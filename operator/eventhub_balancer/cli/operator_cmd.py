@@ -158,8 +158,9 @@ def bindings(args: argparse.Namespace) -> conflicts.Bindings:
 
 def run(args: argparse.Namespace) -> int:
     import asyncio
+    import os
 
-    from eventhub_balancer.adapters import eventhubs, kubeapi
+    from eventhub_balancer.adapters import eventhubs, kubeapi, tenantidentities
     from eventhub_balancer.handlers import registering, running
 
     if not args.namespace and not args.all_namespaces:
@@ -175,6 +176,11 @@ def run(args: argparse.Namespace) -> int:
             refresh_seconds=args.partition_refresh_seconds,
             endpoint_policy=endpoint_policy(args),
             identity_policy=identity_policy(args),
+            # spec.serviceAccountName: tokens of the consumers' own ServiceAccounts; the
+            # tenant of one without a tenant-id annotation is the operator's own.
+            tenant_identities=tenantidentities.TenantIdentities(
+                api, default_tenant_id=os.environ.get("AZURE_TENANT_ID")
+            ),
         ),
         connection=api.connection_info,
         annotate_pods=bool(args.annotate_pods),

@@ -4,7 +4,8 @@ The CRD's OpenAPI schema checks shapes and bounds at admission; this module turn
 (or, in tests and on clusters without CEL, a not-quite-admitted) ``spec`` into one frozen
 `ConsumerSpec` with the CRD's defaults filled in, and checks what a structural schema cannot
 express: the shape of ``startPosition`` (read by ``contracts.startpositions``), exactly one
-credentials kind, ``accountUrl`` with workload identity. Every problem is an
+credentials kind, ``accountUrl`` with workload identity, ``serviceAccountName`` as a
+ServiceAccount name. Every problem is an
 `errors.InvalidInput` naming the field to change. The selector, a concern of its own (parsed
 here, matched against pods and sent to list calls by the handlers), is in
 ``contracts.labelselectors``.
@@ -37,7 +38,8 @@ class SecretKeyRefBody(TypedDict):
 
 
 class WorkloadIdentityBody(TypedDict, total=False):
-    """Empty: the operator and the pods use their own ServiceAccounts' identities."""
+    """Empty: the pods use their own ServiceAccounts' identities, the operator the one of
+    ``spec.serviceAccountName`` (or its own, where an admin lends it)."""
 
 
 class CredentialsBody(TypedDict, total=False):
@@ -74,6 +76,7 @@ class SpecBody(TypedDict, total=False):
     startPosition: startpositions.StartPositionBody
     balancing: BalancingBody
     processing: failurepolicy.ProcessingBody
+    serviceAccountName: str
 
 
 class ConsumerStatusBody(TypedDict, total=False):
@@ -153,6 +156,11 @@ _CONTAINER_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*[a-z0-9]$")
 #: The blob endpoint: https and a host (and port), nothing else; the host's suffix is checked
 #: against the install's allowed list before any token is requested (`endpoints`).
 _ACCOUNT_URL = re.compile(r"^https://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?$")
+#: A ServiceAccount's name: a DNS-1123 subdomain, as the API server requires of it.
+_SERVICE_ACCOUNT_NAME = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+_SERVICE_ACCOUNT_NAME_MAX = 253
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -223,6 +231,9 @@ class ConsumerSpec:
     #: spec.paused: every partition is released by ordered hand-off and none is assigned,
     #: while the pods stay up (a checkpoint reset needs a consumer that holds nothing)
     paused: bool = False
+    #: spec.serviceAccountName: the ServiceAccount of the CR's namespace whose workload
+    #: identity the operator uses for ``workloadIdentity`` credentials; empty: its own
+    service_account_name: str = ""
 
 
 def format_time(value: datetime.datetime) -> str:
@@ -294,7 +305,27 @@ def parse_spec(spec: Mapping[str, Any]) -> ConsumerSpec:
         balancing=_balancing(spec.get("balancing")),
         processing=failurepolicy.parse(spec.get("processing")),
         paused=_paused(spec.get("paused", False)),
+        service_account_name=_service_account_name(spec.get("serviceAccountName")),
     )
+
+
+def _service_account_name(raw: object) -> str:
+    field = "spec.serviceAccountName"
+    if raw is None:
+        return ""
+    if (
+        not isinstance(raw, str)
+        or not raw
+        or len(raw) > _SERVICE_ACCOUNT_NAME_MAX
+        or not _SERVICE_ACCOUNT_NAME.match(raw)
+    ):
+        shown = raw[:80] if isinstance(raw, str) else raw
+        raise errors.InvalidInput(
+            field,
+            f"{shown!r} is not a ServiceAccount name: use the name of a ServiceAccount in this "
+            "namespace (lower-case letters, digits, '-' and '.', at most 253 characters)",
+        )
+    return raw
 
 
 def _paused(raw: object) -> bool:

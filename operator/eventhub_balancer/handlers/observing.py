@@ -175,7 +175,11 @@ async def read_partitions(
     key = f"{namespace}/{name}"
     cached = hubs.cached(key)
     # What a configuration error is found under: a change of it ends the wait at once.
-    settings = (spec.fully_qualified_namespace, spec.event_hub_credentials)
+    settings = (
+        spec.fully_qualified_namespace,
+        spec.event_hub_credentials,
+        spec.service_account_name,
+    )
     if memory.hub_fault is not None and memory.hub.waiting(wall, settings=settings):
         return observations.HubRead(ids=cached or None, fault=memory.hub_fault)
     malformed = None
@@ -197,6 +201,7 @@ async def read_partitions(
             client_id=spec.event_hub_credentials.client_id or None,
             now=wall,
             namespace=namespace,
+            service_account=spec.service_account_name or None,
         )
     except KUBE_API_ERRORS:
         raise
@@ -285,7 +290,11 @@ async def read_store(
     assert spec is not None, "only a valid spec names a checkpoint store"
     due = retries.probe_due(memory.store_checked_at, wall=wall)
     # What a configuration error is found under: a change of it ends the wait at once.
-    settings = (spec.checkpoint_account_url, spec.checkpoint_credentials)
+    settings = (
+        spec.checkpoint_account_url,
+        spec.checkpoint_credentials,
+        spec.service_account_name,
+    )
     if memory.store.waiting(wall, settings=settings) or not (needed or due):
         return None
     malformed = None
@@ -307,6 +316,7 @@ async def read_store(
             connection_string=connection_string,
             account_url=spec.checkpoint_account_url or None,
             namespace=observation.namespace,
+            service_account=spec.service_account_name or None,
         )
     except KUBE_API_ERRORS:
         raise
@@ -351,6 +361,7 @@ async def read_last_sequences(
             client_id=spec.event_hub_credentials.client_id or None,
             partitions=list(partitions),
             namespace=observation.namespace,
+            service_account=spec.service_account_name or None,
         )
     except DEPENDENCY_ERRORS as e:
         _forget(kube, observation.namespace, spec.event_hub_credentials, e)

@@ -90,6 +90,10 @@ class ListingPort(KubePort, Protocol):
 
 
 class HubPort(Protocol):
+    """Event Hubs and the checkpoint store. ``namespace`` is the Kubernetes namespace of the
+    consumer that asks, ``service_account`` its spec.serviceAccountName: the identity used for
+    ``workloadIdentity`` credentials (none: the operator's, where an admin lends it)."""
+
     def cached(self, consumer: str) -> tuple[str, ...] | None: ...
 
     async def partitions(
@@ -102,6 +106,7 @@ class HubPort(Protocol):
         client_id: str | None,
         now: float,
         namespace: str | None = None,
+        service_account: str | None = None,
     ) -> tuple[tuple[str, ...], bool]: ...
 
     async def last_sequence_numbers(
@@ -113,6 +118,7 @@ class HubPort(Protocol):
         client_id: str | None,
         partitions: list[str],
         namespace: str | None = None,
+        service_account: str | None = None,
     ) -> dict[str, int]: ...
 
     async def checkpoints(
@@ -125,4 +131,5 @@ class HubPort(Protocol):
         connection_string: str | None,
         account_url: str | None,
         namespace: str | None = None,
+        service_account: str | None = None,
     ) -> dict[str, tuple[int, int]]: ...
