@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from eventhub_balancer import runners
-from eventhub_balancer.adapters import eventhubs, kubeapi
+from eventhub_balancer.adapters import eventhubs, kubeapi, tenantidentities
 from eventhub_balancer.contracts import configmaps, specs
 from eventhub_balancer.handlers import registering, running
 from eventhub_balancer_devstack.kube import LocalKubeAPI
@@ -327,7 +327,11 @@ def start_operator(
     api = kubeapi.KubeAPI.from_environment(str(kubeconfig))
     runtime = registering.Operator(
         kube=api,
-        hubs=eventhubs.EventHubs(refresh_seconds=refresh_seconds, timeout=hub_timeout),
+        hubs=eventhubs.EventHubs(
+            refresh_seconds=refresh_seconds,
+            timeout=hub_timeout,
+            tenant_identities=tenantidentities.TenantIdentities(api),
+        ),
         connection=api.connection_info,
         annotate_pods=annotate_pods,
     )

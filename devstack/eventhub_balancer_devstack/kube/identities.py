@@ -8,6 +8,11 @@ server accepts the same claims in an unsigned JWT (``pod_token``): no key to man
 user comes out. Any other token is the local administrator (``system:masters``), as the dummy
 token of the default kubeconfig always was; no token is ``system:anonymous``.
 
+The TokenRequest API (``POST .../serviceaccounts/NAME/token``) mints the same kind of JWT
+for a ServiceAccount alone (`service_account_token`): with the audiences and expiry asked,
+as the operator asks for one to exchange at Microsoft Entra ID (``spec.serviceAccountName``).
+Presented back to this server, it is that ServiceAccount, with no pod claims.
+
 kubectl never sends a bearer token over plain HTTP, so a kubeconfig for a pod also carries the
 same identity as impersonation (``as``, ``as-user-extra``), which kubectl sends as
 ``Impersonate-*`` headers. The local server honours impersonation from anyone (it has no RBAC;
@@ -33,6 +38,12 @@ POD_UID_KEY = "authentication.kubernetes.io/pod-uid"
 
 #: The user of every request with a token that is not a pod identity (the default kubeconfig).
 ADMIN_USERNAME = "ehb-local-admin"
+
+#: TokenRequest bounds as a real API server has them: no token shorter than 10 minutes, an
+#: hour when none is asked, and the API server itself as the audience when none is named.
+TOKEN_MIN_SECONDS = 600
+TOKEN_DEFAULT_SECONDS = 3600
+DEFAULT_AUDIENCE = "https://kubernetes.default.svc.cluster.local"
 
 
 class UserInfo(TypedDict):
@@ -75,6 +86,33 @@ def pod_token(identity: PodIdentity) -> str:
         },
     }
     return f"{_b64({'alg': 'none', 'typ': 'JWT'})}.{_b64(claims)}."
+
+
+def service_account_token(
+    *,
+    namespace: str,
+    name: str,
+    uid: str,
+    audiences: Iterable[str],
+    issued_at: int,
+    expiration_seconds: int,
+) -> str:
+    """An unsigned JWT with a TokenRequest's claims for a ServiceAccount (no pod bound)."""
+    claims = {
+        "iss": ISSUER,
+        "sub": f"system:serviceaccount:{namespace}:{name}",
+        "aud": list(audiences),
+        "iat": issued_at,
+        "nbf": issued_at,
+        "exp": issued_at + expiration_seconds,
+        "kubernetes.io": {"namespace": namespace, "serviceaccount": {"name": name, "uid": uid}},
+    }
+    return f"{_b64({'alg': 'none', 'typ': 'JWT'})}.{_b64(claims)}."
+
+
+def token_claims(token: str) -> Mapping[str, Any] | None:
+    """The claims of a token this server minted; None for any other."""
+    return _claims(token)
 
 
 def _claims(token: str) -> Mapping[str, Any] | None:
@@ -158,6 +196,14 @@ def _authenticated(authorization: str | None) -> UserInfo:
             "extra": {},
         }
     identity = pod_identity(token.strip())
+    account = _service_account_of(token.strip()) if identity is None else None
+    if account is not None:
+        return {
+            "username": account,
+            "uid": "",
+            "groups": [*_service_account_groups(account), "system:authenticated"],
+            "extra": {},
+        }
     if identity is None:
         return {
             "username": ADMIN_USERNAME,
@@ -171,6 +217,18 @@ def _authenticated(authorization: str | None) -> UserInfo:
         "groups": [*_service_account_groups(identity.username), "system:authenticated"],
         "extra": {POD_NAME_KEY: [identity.pod_name], POD_UID_KEY: [identity.pod_uid]},
     }
+
+
+def _service_account_of(token: str) -> str | None:
+    """The user of a TokenRequest's token (a ServiceAccount, no pod), else None."""
+    claims = _claims(token)
+    k8s = claims.get("kubernetes.io") if claims else None
+    if not isinstance(k8s, dict):
+        return None
+    account = k8s.get("serviceaccount") or {}
+    if not (k8s.get("namespace") and isinstance(account, dict) and account.get("name")):
+        return None
+    return f"system:serviceaccount:{k8s['namespace']}:{account['name']}"
 
 
 def kubeconfig_user(identity: PodIdentity) -> dict[str, object]:

@@ -4,13 +4,15 @@ kmock 0.8 contributes the server, the request records and its DSL (a test can st
 or fault-inject any request: ``handler['patch', kmock.resource('v1/pods')] << 500``); this
 module replaces its in-memory emulator with :mod:`storage`, parses paths itself
 (:mod:`addressing`), serves discovery from the live resource table (CRDs appear and disappear
-as in a cluster) and streams watches with bookmarks, timeouts and resumption.
+as in a cluster) and streams watches with bookmarks, timeouts and resumption. ServiceAccounts
+answer the TokenRequest API with tokens minted by :mod:`identities`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import datetime
 import json
 import logging
 import re
@@ -385,6 +387,10 @@ class LocalKubeHandler(kmock.KubernetesScaffold):
 
         name = address.name
         subresource = address.subresource
+        if subresource == "token" and spec.group == "" and spec.plural == "serviceaccounts":
+            if method != "POST":
+                raise failures.method_not_allowed(f"{method} is not supported on a token")
+            return _response(self._token_request(spec, namespace, name, request.data), status=201)
         if subresource not in (None, "status") or (
             subresource == "status" and not spec.status_subresource
         ):
@@ -445,6 +451,50 @@ class LocalKubeHandler(kmock.KubernetesScaffold):
                 return _response(last)
             return _response(_status_success(spec, last))
         raise failures.method_not_allowed(f"{method} is not supported on {request.url.path}")
+
+    def _token_request(
+        self,
+        spec: resources.ResourceSpec,
+        namespace: str | None,
+        name: str,
+        body: Any,
+    ) -> dict[str, Any]:
+        """A TokenRequest for a ServiceAccount: 404 without it, 422 under 10 minutes."""
+        account = self.store.get(spec, namespace=namespace, name=name)
+        asked = (body or {}).get("spec") if isinstance(body, dict) else None
+        asked = asked if isinstance(asked, dict) else {}
+        seconds = asked.get("expirationSeconds") or identities.TOKEN_DEFAULT_SECONDS
+        if isinstance(seconds, bool) or not isinstance(seconds, int):
+            raise failures.bad_request("spec.expirationSeconds: must be an integer")
+        if seconds < identities.TOKEN_MIN_SECONDS:
+            raise failures.invalid(
+                plural="tokenrequests",
+                group="authentication.k8s.io",
+                name=name,
+                message="spec.expirationSeconds: Invalid value: may not specify a duration "
+                "less than 10 minutes",
+            )
+        audiences = [str(a) for a in asked.get("audiences") or [identities.DEFAULT_AUDIENCE]]
+        issued = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+        token = identities.service_account_token(
+            namespace=namespace or "",
+            name=name,
+            uid=str(account["metadata"].get("uid") or ""),
+            audiences=audiences,
+            issued_at=int(issued.timestamp()),
+            expiration_seconds=seconds,
+        )
+        expires = issued + datetime.timedelta(seconds=seconds)
+        return {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "metadata": {"name": name, "namespace": namespace, "creationTimestamp": None},
+            "spec": {"audiences": audiences, "expirationSeconds": seconds, "boundObjectRef": None},
+            "status": {
+                "token": token,
+                "expirationTimestamp": expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            },
+        }
 
     def _check_field_validation(self, request: Any, spec: resources.ResourceSpec) -> None:
         """``fieldValidation=Strict`` (kubectl's default): a field the schema lacks is a 400."""
