@@ -44,6 +44,9 @@ def operator_calls(
             request_info("DELETE", f"/api/v1/namespaces/{ns}/configmaps/ehb-orders-orders-0"),
             request_info("POST", f"/api/v1/namespaces/{ns}/events"),
             request_info("GET", f"/api/v1/namespaces/{ns}/secrets/orders-eh"),
+            # spec.serviceAccountName: its client-id annotation, then a token to exchange.
+            request_info("GET", f"/api/v1/namespaces/{ns}/serviceaccounts/orders-reader"),
+            request_info("POST", f"/api/v1/namespaces/{ns}/serviceaccounts/orders-reader/token"),
         ]
     if annotate_pods:
         calls += [
@@ -136,6 +139,10 @@ def test_namespaced_chart_refuses_other_namespaces() -> None:
     )
     assert not rbac.allowed(subject, request_info("GET", "/api/v1/namespaces"))
     assert not rbac.allowed(subject, request_info("GET", "/api/v1/pods"))
+    # ServiceAccount tokens only for the consumers' own namespaces, never kube-system's.
+    token = "/api/v1/namespaces/{}/serviceaccounts/reader/token"
+    assert rbac.allowed(subject, request_info("POST", token.format("shop")))
+    assert not rbac.allowed(subject, request_info("POST", token.format("kube-system")))
 
 
 def test_example_consumer_role_is_least_privilege() -> None:

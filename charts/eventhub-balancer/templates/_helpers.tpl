@@ -111,6 +111,17 @@ goes into the ClusterRole (cluster-wide) or into one Role per watched namespace.
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get]
+# spec.serviceAccountName: the operator acts as that ServiceAccount of the consumer's own
+# namespace towards Azure. It reads the ServiceAccount's azure.workload.identity/client-id
+# annotation (by name: never listed or watched; a TokenRequest's answer carries no
+# annotations) and requests a short-lived token for it with the audience
+# api://AzureADTokenExchange, which only Microsoft Entra ID accepts.
+- apiGroups: [""]
+  resources: [serviceaccounts]
+  verbs: [get]
+- apiGroups: [""]
+  resources: [serviceaccounts/token]
+  verbs: [create]
 {{- end }}
 
 {{/*

@@ -1,8 +1,9 @@
 """The operator's real API calls on the local stack against the install's RBAC.
 
 The recording proxy sits between the operator and the local API server; a short scenario
-(assign, scale up with hand-offs, a pod deleted) makes the operator do its work, and every
-recorded request must be allowed by the ClusterRole of manifests/install/ and of the chart.
+(assign, scale up with hand-offs, a pod deleted, a second consumer read with its own
+ServiceAccount's identity) makes the operator do its work, and every recorded request must be
+allowed by the ClusterRole of manifests/install/ and of the chart.
 Grants the scenario never exercised are reported against a list of those the code needs in
 situations the scenario does not reach.
 """
@@ -13,9 +14,13 @@ import asyncio
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from eventhub_balancer.adapters import tenantidentities
+from eventhub_balancer.contracts import specs
+from eventhub_balancer_devstack import clusters
 from eventhub_balancer_devstack.kube import kubeconfigs
 from tests.support import loading
 from tests.support.fixtures.operator import ConsumerDouble, Stack, wait_for
@@ -30,6 +35,53 @@ OPERATOR = Subject.service_account("eventhub-balancer-system", "eventhub-balance
 #: the watch cache) only after a cycle's NotFound, to tell whether the CR itself is gone.
 NOT_REACHED = {("delete", "configmaps"), ("get", "eventhubconsumers")}
 CHART_OPERATOR = Subject.service_account(loading.RELEASE_NAMESPACE, "ehb-eventhub-balancer")
+#: Where the tenant's token exchange goes: a closed port on loopback, so that it fails at once
+#: and nothing leaves the machine (the exchange itself is tests/adapters/wire/
+#: test_tenant_identity_exchange.py).
+NO_IDENTITY_ENDPOINT = "https://127.0.0.1:9"
+
+
+def tenant_consumer(stack: Stack, namespace: str) -> None:
+    """A consumer whose checkpoint store is read as its own ServiceAccount (``orders-reader``):
+    the operator reads the ServiceAccount and requests its token."""
+    stack.kube.create_object(
+        "v1/serviceaccounts",
+        {
+            "metadata": {
+                "name": "orders-reader",
+                "annotations": {
+                    tenantidentities.CLIENT_ID_ANNOTATION: "bbbbbbbb-0000-0000-0000-000000000001",
+                    tenantidentities.TENANT_ID_ANNOTATION: "11111111-2222-3333-4444-555555555555",
+                },
+            }
+        },
+        namespace=namespace,
+    )
+    spec: dict[str, Any] = {
+        "eventHub": {
+            "fullyQualifiedNamespace": "shop.servicebus.windows.net",
+            "name": "orders",
+            "consumerGroup": "audit",
+            "credentials": {"connectionStringSecretRef": {"name": "eh", "key": "cs"}},
+        },
+        "checkpointStore": {
+            "containerName": "checkpoints",
+            "accountUrl": "https://tenantb.blob.core.windows.net",
+            "credentials": {"workloadIdentity": {}},
+        },
+        "selector": {"matchLabels": {"app": "audit"}},
+        "serviceAccountName": "orders-reader",
+    }
+    stack.kube.create_object(
+        clusters.CR,
+        {
+            "apiVersion": f"{specs.GROUP}/{specs.VERSION}",
+            "kind": specs.KIND,
+            "metadata": {"name": "audit"},
+            "spec": spec,
+        },
+        namespace=namespace,
+    )
 
 
 class ProxyThread:
@@ -59,12 +111,14 @@ def recorded_stack(operator_stack: Stack, tmp_path: Path) -> Iterator[tuple[Stac
 
 
 def test_operator_calls_are_allowed_by_its_roles(
-    recorded_stack: tuple[Stack, RecordingProxy], namespace: str
+    recorded_stack: tuple[Stack, RecordingProxy], namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stack, proxy = recorded_stack
     ns = namespace
+    monkeypatch.setenv("AZURE_AUTHORITY_HOST", NO_IDENTITY_ENDPOINT)
     stack.secret(ns)
     stack.consumer(ns)
+    tenant_consumer(stack, ns)
     for i in range(2):
         stack.pod(ns, f"c-{i}")
     operator = stack.start_operator(clusterwide=True, refresh_seconds=1.0)
@@ -74,6 +128,10 @@ def test_operator_calls_are_allowed_by_its_roles(
         wait_for(lambda: stack.balanced(ns) and len(stack.counts(ns)) == 3, what="3 pods")
         stack.delete_pod(ns, "c-2")
         wait_for(lambda: stack.balanced(ns) and len(stack.counts(ns)) == 2, what="back to 2")
+        wait_for(
+            lambda: any(r.subresource == "token" for r in proxy.requests),
+            what="the tenant's token requested",
+        )
     stack.stop_operator(operator)
 
     requests = proxy.requests
