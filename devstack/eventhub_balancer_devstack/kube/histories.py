@@ -49,6 +49,9 @@ class WatchEvent:
     body: Body
     previous: Body | None
     resource_version: int
+    #: When the store committed it (the wall clock, seconds since the epoch): the benchmarks
+    #: time the stages of a hand-off from it (`benchmarks.stages`).
+    committed_at: float = 0.0
 
 
 @dataclasses.dataclass(eq=False, kw_only=True)
@@ -145,6 +148,7 @@ class History:
         previous: Body | None,
         *,
         resource_version: int,
+        committed_at: float = 0.0,
     ) -> None:
         """Keep one committed change and hand it to the watches on its kind."""
         if self._events.maxlen is not None and len(self._events) == self._events.maxlen:
@@ -155,6 +159,7 @@ class History:
             body=copy.deepcopy(body),
             previous=copy.deepcopy(previous),
             resource_version=resource_version,
+            committed_at=committed_at,
         )
         self._events.append(event)
         self.writes.add(event)

@@ -21,6 +21,7 @@ import collections
 import copy
 import datetime
 import functools
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -174,7 +175,12 @@ class Store:
         previous: Body | None,
     ) -> None:
         self._history.record(
-            event_type, spec.storage_key, body, previous, resource_version=self._resource_version
+            event_type,
+            spec.storage_key,
+            body,
+            previous,
+            resource_version=self._resource_version,
+            committed_at=time.time(),
         )
 
     def _next_version(self) -> str:

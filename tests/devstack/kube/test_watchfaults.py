@@ -7,6 +7,7 @@ fake clock, so a 90 s lag takes no real time.
 from __future__ import annotations
 
 import asyncio
+import time
 import types
 from collections.abc import AsyncIterator
 from typing import Any
@@ -99,6 +100,7 @@ def test_a_malformed_fault_is_refused(kind: str, kwargs: dict[str, Any], message
 def test_the_write_record_keeps_every_write_of_the_recorded_kinds_until_taken() -> None:
     store = storage.Store()
     store.record_writes(CONFIGMAPS)
+    began = time.time()
     store.create(CONFIGMAPS, namespace="ns", body={"metadata": {"name": "a"}})
     store.patch(
         CONFIGMAPS,
@@ -117,6 +119,9 @@ def test_the_write_record_keeps_every_write_of_the_recorded_kinds_until_taken() 
     ]
     assert taken.events[1].body["data"] == {"k": "v"}
     assert taken.dropped == 0
+    # Each with its commit time, on the wall clock the benchmarks' other records use.
+    times = [e.committed_at for e in taken.events]
+    assert began <= times[0] <= times[1] <= times[2] <= time.time()
     assert store.take_writes() == histories.Writes(events=(), dropped=0)
 
 
