@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import logging
 from typing import Any
 
 import pytest
@@ -333,3 +334,23 @@ async def test_a_configmap_recreated_under_its_name_is_never_patched_from_the_ol
     with pytest.raises(errors.Conflict):
         await writing.patch_configmap(kube, namespace=NS, write=write)
     assert kube.configmap_of(NS, "b")["data"] == recreated["data"]
+
+
+async def test_each_cycle_says_at_debug_when_it_woke_and_how_long_it_decided_and_wrote(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger=cycles.__name__)
+    before = datetime.datetime.now(datetime.UTC)
+    memory = memories.Memory()
+    first = await cycle(kube, hubs, memory, now=0)
+    await cycle(kube, hubs, memory, now=5)
+    lines: list[tuple[Any, ...]] = [
+        tuple(r.args) for r in caplog.records if r.msg == cycles.CYCLE_TIMES and r.args
+    ]
+    assert [line[:2] for line in lines] == [(NS, NAME), (NS, NAME)]
+    _, _, woke, decide_ms, wrote, write_ms = lines[0]
+    assert before <= datetime.datetime.fromisoformat(woke) <= datetime.datetime.now(datetime.UTC)
+    assert decide_ms >= 0
+    assert write_ms >= 0
+    assert wrote == first.writes == 6
+    assert lines[1][4] == 0  # the steady cycle wrote nothing

@@ -33,6 +33,13 @@ from eventhub_balancer.reconciling import conflicts, deciding, observations, ret
 logger = logging.getLogger(__name__)
 
 
+#: Each cycle's timing at DEBUG (``ehb -vv operator``): when it woke (UTC, to the
+#: microsecond), how long it took to decide, and how long its writes took. A slow rebalance
+#: shows here whether the operator waited to wake, thought, or wrote; the benchmarks time the
+#: stages of a hand-off from these lines (`benchmarks.stages` in the devstack).
+CYCLE_TIMES = "%s/%s: cycle woke at %s, decided in %.1f ms, %d writes in %.1f ms"
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Result:
     writes: int  # API writes made
@@ -57,6 +64,7 @@ async def run_cycle(
     humans; it needs patch on pods, which the install grants only when it is switched on).
     """
     started, writes_before = time.monotonic(), dict(kube.writes)
+    woke = time.time()
     try:
         decision = await _decide(
             kube=kube,
@@ -68,7 +76,17 @@ async def run_cycle(
             annotate_pods=annotate_pods,
             bindings=bindings,
         )
+        decided = time.monotonic()
         writes = await writing.apply(kube=kube, namespace=namespace, name=name, decision=decision)
+        logger.debug(
+            CYCLE_TIMES,
+            namespace,
+            name,
+            _utc(woke),
+            (decided - started) * 1000,
+            writes,
+            (time.monotonic() - decided) * 1000,
+        )
     finally:
         if metrics is not None:
             metrics.record_cycle(
@@ -183,3 +201,7 @@ def _unlisted(namespace: str, name: str, decision: deciding.Decision) -> decidin
             list(decision.unlisted),
         )
     return decision
+
+
+def _utc(wall: float) -> str:
+    return datetime.datetime.fromtimestamp(wall, datetime.UTC).isoformat(timespec="microseconds")
