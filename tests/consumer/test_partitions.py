@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -182,3 +183,34 @@ async def test_a_worker_refuses_moves_the_table_does_not_have() -> None:
             scene.worker.transition(event)
     assert scene.worker.state == "released"
     assert scene.worker.path == ["fencing", "running", "releasing", "released"]
+
+
+async def test_a_worker_logs_its_first_events_and_its_final_checkpoint_with_their_delays(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The take-up and the hand-over, each once, with the delay a slow rebalance is read from
+    (`benchmarks.stages` times the stages of a hand-off from these lines)."""
+    caplog.set_level(logging.INFO, logger=partitions.__name__)
+    scene = Scene()
+
+    async def drive(scene: Scene) -> None:
+        await asyncio.sleep(2)
+        scene.hub.append("0", 3)
+        await scene.processed(3)
+        scene.hub.append("0", 2)
+        await scene.processed(5)
+        scene.worker.release()
+
+    assert await scene.run(drive) == "released"
+    first: list[tuple[Any, ...]] = [
+        tuple(r.args) for r in caplog.records if r.msg == partitions.FIRST_EVENTS and r.args
+    ]
+    final: list[tuple[Any, ...]] = [
+        tuple(r.args) for r in caplog.records if r.msg == partitions.FINAL_CHECKPOINT and r.args
+    ]
+    assert len(first) == 1
+    partition, epoch, count, after_ms = first[0]
+    assert (partition, epoch, count) == ("0", 1, 3)
+    assert after_ms >= 2000  # the events came 2 s after the worker started
+    assert len(final) == 1
+    assert final[0][:3] == ("0", 1, 4)

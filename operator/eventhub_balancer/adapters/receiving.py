@@ -31,6 +31,7 @@ import functools
 import json
 import logging
 import ssl
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -59,6 +60,9 @@ REOPEN_ATTEMPTS = 6
 #: The backoff between reopen attempts, doubled each time up to the cap.
 REOPEN_BACKOFF_S = 0.5
 REOPEN_BACKOFF_MAX_S = 8.0
+
+#: Each receive link's opening at INFO, with how long it took.
+LINK_OPEN = "partition %s: receive link open with owner level %s in %.0f ms"
 
 #: A management call (partition properties) that takes longer has failed.
 BOUNDS_TIMEOUT_S = 15.0
@@ -274,6 +278,16 @@ class PartitionReceiver:
             self._consumer = consumer
             received_before = self._last_buffered
             try:
+                # Opened here rather than inside receive(), to say when the link is open: a
+                # take-up waits for it (the SDK polls each handshake step).
+                opening = time.monotonic()
+                await consumer._open()
+                logger.info(
+                    LINK_OPEN,
+                    self.partition,
+                    self.epoch,
+                    (time.monotonic() - opening) * 1000,
+                )
                 await consumer.receive(True, self._prefetch, None)
                 if self.closing():
                     return

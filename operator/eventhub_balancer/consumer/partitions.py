@@ -41,6 +41,15 @@ from eventhub_balancer.contracts import failurepolicy, partitionreports
 
 logger = logging.getLogger(__name__)
 
+#: A partition's take-up and hand-over at INFO, each with its delay: how long after the worker
+#: started its first events came (a slow take-up is the fence, the link or an empty
+#: partition), and how long after the release began its final checkpoint was written (the
+#: batch in flight, then the write). The benchmarks time the stages of a hand-off from them.
+FIRST_EVENTS = "partition %s: epoch %d: first %d events, %.0f ms after the worker started"
+FINAL_CHECKPOINT = (
+    "partition %s: epoch %d: final checkpoint at sequence number %s, %.0f ms after the release"
+)
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class BatchSettings:
@@ -124,6 +133,10 @@ class PartitionWorker:
         self.fenced = asyncio.Event()
         self._stop = asyncio.Event()
         self._hard_deadline: float | None = None
+        #: Loop times of the worker's start and of its release's start, for its log lines.
+        self._started_at = _now()
+        self._release_at: float | None = None
+        self._first_events = True
         #: The handler calls, their retries and the failure policy.
         self.batches = attempts.BatchAttempts(
             partition=partition,
@@ -152,7 +165,8 @@ class PartitionWorker:
         """Stop after the in-flight batch (within ``timeout``), checkpoint, and end "released"."""
         if not self._stop.is_set():
             limit = self.settings.release_timeout if timeout is None else timeout
-            self._hard_deadline = _now() + limit
+            self._release_at = _now()
+            self._hard_deadline = self._release_at + limit
             self._stop.set()
 
     @property
@@ -215,6 +229,15 @@ class PartitionWorker:
                     if self._writing is not None and self._writing.done():
                         await self._await_writing()  # an idle partition learns of a lost write
                     continue
+                if self._first_events:
+                    self._first_events = False
+                    logger.info(
+                        FIRST_EVENTS,
+                        self.partition,
+                        self.epoch,
+                        len(batch.events),
+                        (_now() - self._started_at) * 1000,
+                    )
                 # The crash bound: the previous checkpoint is durable before this handler runs
                 # (its error, OwnershipLost above all, surfaces here, before any work).
                 await self._await_writing()
@@ -229,6 +252,13 @@ class PartitionWorker:
             receiver = None
             await self._checkpoint()
             self.store.release(self.partition)
+            logger.info(
+                FINAL_CHECKPOINT,
+                self.partition,
+                self.epoch,
+                self._checkpointed_sequence,
+                (_now() - (self._release_at or self._started_at)) * 1000,
+            )
             return self._finish("checkpointed")
         except errors.OwnershipLost as e:
             self.error = e
