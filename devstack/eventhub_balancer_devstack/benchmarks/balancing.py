@@ -11,16 +11,23 @@ the time to balance, the partitions moved, duplicates and lost events.
 
 A step that does not balance within its timeout is reported with ``balanced_s: null`` and
 the timeout it hit; it is left out of the ratio rather than counted at the timeout.
+
+Each of our steps also says where its time went (``stages``): the median and maximum
+milliseconds of every stage of its hand-offs, from the local API server's record of each
+committed write, the operator's cycle lines and the pods' logs (`stages`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, TypedDict
 
 from eventhub_balancer_devstack import sdkbalancing
+from eventhub_balancer_devstack.benchmarks import stages
+from eventhub_balancer_devstack.kube import histories
 from eventhub_balancer_devstack.scenarios import runs, systems
 
 
@@ -77,6 +84,8 @@ class StepFigures(TypedDict):
     #: SDK over ours, ``balanced_s``; None when either did not balance in time.
     ratio: float | None
     ratio_end_to_end: float | None
+    #: Where our step's time went, stage by stage (`stages`): only the stages measured.
+    stages: stages.Stages
 
 
 class Target(TypedDict):
@@ -158,9 +167,15 @@ def targets(steps: list[StepFigures], ours: runs.Summary) -> dict[str, Target]:
     }
 
 
-def compare(sdk: runs.Summary, ours: runs.Summary, settings: Settings) -> Report:
+def compare(
+    sdk: runs.Summary,
+    ours: runs.Summary,
+    settings: Settings,
+    breakdown: list[stages.Stages] | None = None,
+) -> Report:
+    """The side-by-side report; ``breakdown`` holds our steps' stages, in step order."""
     steps: list[StepFigures] = []
-    for a, b in zip(sdk["steps"], ours["steps"], strict=True):
+    for i, (a, b) in enumerate(zip(sdk["steps"], ours["steps"], strict=True)):
         steps.append(
             {
                 "step": a["step"],
@@ -169,6 +184,7 @@ def compare(sdk: runs.Summary, ours: runs.Summary, settings: Settings) -> Report
                 "ours": _side(b),
                 "ratio": _ratio(a["balanced_s"], b["balanced_s"]),
                 "ratio_end_to_end": _ratio(a["end_to_end_s"], b["end_to_end_s"]),
+                "stages": breakdown[i] if breakdown is not None and i < len(breakdown) else {},
             }
         )
     return {
@@ -192,6 +208,7 @@ def compare(sdk: runs.Summary, ours: runs.Summary, settings: Settings) -> Report
 def run(settings: Settings, *, observer: Callable[[runs.Progress], None]) -> Report:
     hubs = {"bench-ours": settings.partitions, "bench-sdk": settings.partitions}
     summaries: dict[str, runs.Summary] = {}
+    breakdown: list[stages.Stages] = []
     with runs.local_stack(hubs=hubs, work_dir=settings.work_dir) as (stack, loop, root):
         for label in ("ours", "sdk"):
             site = runs.make_site(
@@ -218,5 +235,36 @@ def run(settings: Settings, *, observer: Callable[[runs.Progress], None]) -> Rep
             scenario = runs.ScenarioRun(
                 site=site, system=system, options=options, observer=observer
             )
-            summaries[label] = scenario.run()
-    return compare(summaries["sdk"], summaries["ours"], settings)
+            if label != "ours":
+                summaries[label] = scenario.run()
+                continue
+            stack.kube.record_writes("v1/pods", "v1/configmaps")
+            stack.kube.take_writes()
+            with stages.CycleRecords() as records:
+                summaries[label] = scenario.run()
+            breakdown = step_stages(scenario, site, records.take(), stack.kube.take_writes())
+    return compare(summaries["sdk"], summaries["ours"], settings, breakdown)
+
+
+def step_stages(
+    scenario: runs.ScenarioRun,
+    site: systems.Site,
+    cycles: list[stages.Cycle],
+    writes: histories.Writes,
+) -> list[stages.Stages]:
+    """Each step's stages, from the records of our run (`stages`)."""
+    pods, maps = stages.commits((e.type, e.body, e.previous, e.committed_at) for e in writes.events)
+    records = stages.Records(
+        pods=pods, maps=maps, cycles=cycles, pod_events=stages.read_pod_logs(site.log_dir)
+    )
+    scope = stages.Scope(
+        namespace=site.namespace, consumer=site.consumer, labels={"app": site.consumer}
+    )
+    # The steps are timed on the monotonic clock, the records on the wall clock.
+    offset = time.time() - time.monotonic()
+    return [
+        stages.figures(
+            stages.durations(records, scope, start=r.started + offset, end=r.ended + offset)
+        )
+        for r in scenario.results
+    ]

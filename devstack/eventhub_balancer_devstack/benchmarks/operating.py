@@ -17,6 +17,11 @@ the harness sets; the doubles acknowledge revocations as the consumer runtime do
 Times run from the moment the API server holds the change (the call returned) to the moment
 the ConfigMaps, which is what the pods act on, show the result. The rounds run on the first
 consumer; with several, the others are the fleet around it.
+
+``stages`` says where a join's, a planned leave's and a deletion's time went, over the rounds
+(`stages`: the API server's commit times and the operator's cycle lines). The doubles keep no
+checkpoints and open no links: those stages are the consumer benchmark's and `ehb bench
+balance`'s, and absent here.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
+import logging
 import statistics
 import subprocess
 import sys
@@ -42,7 +48,9 @@ import kubernetes.client
 from eventhub_balancer.adapters import blobs
 from eventhub_balancer.contracts import configmaps, specs
 from eventhub_balancer_devstack import azurite, clusters
-from eventhub_balancer_devstack.benchmarks import processes
+from eventhub_balancer_devstack.benchmarks import processes, stages
+
+logger = logging.getLogger(__name__)
 
 #: The bench's namespace, first EventHubConsumer (and hub) and its pods' ``app`` label.
 NAMESPACE = "bench"
@@ -69,6 +77,8 @@ class Figures(TypedDict):
     cycle_cpu_ms: float
     operator_rss_mb: float
     relist_lists_per_consumer: float
+    #: Per kind of step (join, planned_leave, deleted_pod), where its time went (`stages`).
+    stages: dict[str, stages.Stages]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -86,6 +96,8 @@ class Round:
     join_s: float
     leave_s: float
     deleted_s: float
+    #: Each step's (start, end) on the wall clock, the records' clock.
+    windows: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -99,6 +111,8 @@ class Report:
     rss_mb: float
     #: the operator's LISTs after one forced re-list of the pod and ConfigMap watches
     relist_lists: int
+    #: Per kind of step, each stage's durations over the rounds, in seconds.
+    stage_durations: dict[str, dict[str, list[float]]] = dataclasses.field(default_factory=dict)
 
     def figures(self) -> Figures:
         s = self.settings
@@ -116,6 +130,7 @@ class Report:
             "cycle_cpu_ms": round(self.cycle_cpu_s * 1000, 2),
             "operator_rss_mb": self.rss_mb,
             "relist_lists_per_consumer": round(self.relist_lists / self.settings.consumers, 3),
+            "stages": {step: stages.figures(found) for step, found in self.stage_durations.items()},
         }
 
 
@@ -363,12 +378,15 @@ def run(settings: Settings) -> Report:
             rounds = []
             serial = settings.pods
             pods = {f"{CONSUMER}-{m}" for m in members}
+            server.ask("writes")  # the records start with the rounds
+            operator.ask("cycles")
             start = operator.stats()
             for _ in range(settings.rounds):
                 figures, pods = _round(cluster, view, pods, p, serial)
                 rounds.append(figures)
                 serial += 2
             end = operator.stats()
+            stage_durations = _stages(server, operator, rounds)
             relist_lists = _forced_relist(server, operator, settings)
         finally:
             operator.stop()
@@ -383,7 +401,29 @@ def run(settings: Settings) -> Report:
         cycle_cpu_s=(end["cpu_s"] - start["cpu_s"]) / max(1, end["cycles"] - start["cycles"]),
         rss_mb=float(end["rss_mb"]),
         relist_lists=relist_lists,
+        stage_durations=stage_durations,
     )
+
+
+def _stages(
+    server: processes.Child, operator: processes.Child, rounds: list[Round]
+) -> dict[str, dict[str, list[float]]]:
+    """Each kind of step's stage durations over the rounds, from the API server's record of
+    its commits and the operator's cycle lines."""
+    taken = server.ask("writes")
+    if taken["dropped"]:
+        logger.warning("%d writes fell out of the API server's record", taken["dropped"])
+    pods, maps = stages.commits(tuple(w) for w in taken["writes"])
+    cycles = [stages.Cycle(**c) for c in operator.ask("cycles")["cycles"]]
+    records = stages.Records(pods=pods, maps=maps, cycles=cycles)
+    scope = stages.Scope(namespace=NAMESPACE, consumer=CONSUMER, labels={"app": f"{APP}-0"})
+    found: dict[str, dict[str, list[float]]] = {}
+    for r in rounds:
+        for step, (start, end) in r.windows.items():
+            found[step] = stages.merge(
+                found.get(step, {}), stages.durations(records, scope, start=start, end=end)
+            )
+    return found
 
 
 def _forced_relist(server: processes.Child, operator: processes.Child, settings: Settings) -> int:
@@ -411,22 +451,28 @@ def _round(
     refill: the members after the round are as many as before."""
     app = f"{APP}-0"
     joiner = f"{CONSUMER}-c-{serial}"
+    windows: dict[str, tuple[float, float]] = {}
+    wall = time.time()
     cluster.pod(joiner, app=app)
     started = time.monotonic()
     grown = members | {joiner}
     clusters.wait_for(lambda: view.balanced_over(CONSUMER, grown, p), what=f"{joiner} joined")
     join_s = time.monotonic() - started
+    windows["join"] = (wall, time.time())
 
+    wall = time.time()
     cluster.terminate(joiner)
     started = time.monotonic()
     clusters.wait_for(lambda: view.balanced_over(CONSUMER, members, p), what=f"{joiner} drained")
     leave_s = time.monotonic() - started
+    windows["planned_leave"] = (wall, time.time())
     cluster.delete_pod(joiner)
     clusters.wait_for(
         lambda: joiner not in view.pods(CONSUMER), what=f"{joiner}'s ConfigMap deleted"
     )
 
     victim = min(members)
+    wall = time.time()
     cluster.delete_pod(victim)
     started = time.monotonic()
     rest = members - {victim}
@@ -434,9 +480,10 @@ def _round(
         lambda: view.owned(CONSUMER, rest) == p, what=f"{victim}'s partitions reassigned"
     )
     deleted_s = time.monotonic() - started
+    windows["deleted_pod"] = (wall, time.time())
 
     refill = f"{CONSUMER}-c-{serial + 1}"
     cluster.pod(refill, app=app)
     after = rest | {refill}
     clusters.wait_for(lambda: view.balanced_over(CONSUMER, after, p), what=f"{refill} joined")
-    return Round(join_s=join_s, leave_s=leave_s, deleted_s=deleted_s), after
+    return Round(join_s=join_s, leave_s=leave_s, deleted_s=deleted_s, windows=windows), after

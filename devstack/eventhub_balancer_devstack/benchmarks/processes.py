@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -34,6 +35,7 @@ import kubernetes.watch
 from eventhub_balancer.adapters import eventhubs, kubeapi
 from eventhub_balancer.contracts import configmaps
 from eventhub_balancer.handlers import registering, running
+from eventhub_balancer_devstack.benchmarks import stages
 
 logger = logging.getLogger(__name__)
 
@@ -155,7 +157,9 @@ def serve_doubles(kubeconfig: Path, namespace: str, stdin: IO[str]) -> None:
 
 
 def serve_operator(kubeconfig: Path, namespaces: Sequence[str], stdin: IO[str]) -> None:
-    """The real operator (kopf, adapters, handlers), as ``ehb operator`` builds it."""
+    """The real operator (kopf, adapters, handlers), as ``ehb operator`` builds it; ``cycles``
+    answers its cycle lines since the last asking (`stages.CycleRecords`)."""
+    records = stages.CycleRecords().__enter__()
     api = kubeapi.KubeAPI.from_environment(str(kubeconfig))
     runtime = registering.Operator(
         kube=api,
@@ -175,11 +179,15 @@ def serve_operator(kubeconfig: Path, namespaces: Sequence[str], stdin: IO[str]) 
             "rss_mb": _rss_mb(),
         }
 
+    def cycles() -> dict[str, Any]:
+        return {"cycles": [dataclasses.asdict(c) for c in records.take()]}
+
     try:
-        _answer(stdin, stats)
+        _answer(stdin, stats, commands={"cycles": cycles})
     finally:
         operator.stop(timeout=STOP_SECONDS)
         api.close()
+        records.__exit__()
 
 
 def serve_apiserver(kubeconfig: Path, stdin: IO[str]) -> None:
@@ -187,6 +195,16 @@ def serve_apiserver(kubeconfig: Path, stdin: IO[str]) -> None:
 
     with LocalKubeAPI() as kube:
         kube.write_kubeconfig(kubeconfig)
+        kube.record_writes("v1/pods", "v1/configmaps")
+
+        def writes() -> dict[str, Any]:
+            """The Pod and ConfigMap writes committed since the last asking, with their commit
+            times: what `stages` reads of the API server."""
+            taken = kube.take_writes()
+            return {
+                "dropped": taken.dropped,
+                "writes": [[e.type, e.body, e.previous, e.committed_at] for e in taken.events],
+            }
 
         def relist() -> dict[str, Any]:
             """Every pod and ConfigMap watch ends, and its resume gets 410 Gone: the
@@ -198,7 +216,7 @@ def serve_apiserver(kubeconfig: Path, stdin: IO[str]) -> None:
                 kube.inject_watch_fault("gone", seconds=RELIST_SECONDS, plural=plural)
             return {"relist": list(RELIST_PLURALS)}
 
-        _answer(stdin, lambda: {"url": kube.url}, commands={"relist": relist})
+        _answer(stdin, lambda: {"url": kube.url}, commands={"relist": relist, "writes": writes})
 
 
 def _rss_mb() -> float:

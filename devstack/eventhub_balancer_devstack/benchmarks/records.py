@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from eventhub_balancer import errors
+from eventhub_balancer_devstack.benchmarks import stages
 
 logger = logging.getLogger(__name__)
 
@@ -423,11 +424,61 @@ def decide(result: object) -> str:
     return table([title for _, title in DECIDE_COLUMNS], rows, numeric=0)
 
 
+def _stage_table(steps: Sequence[tuple[str, object]]) -> str:
+    """One row per stage, one column per step: median / max milliseconds (count)."""
+    rows = []
+    for key, title in stages.STAGES:
+        cells = []
+        for _, found in steps:
+            figure = _get(found, key)
+            cells.append(
+                "-"
+                if not isinstance(figure, Mapping)
+                else f"{number(figure.get('median_ms'))} / {number(figure.get('max_ms'))} "
+                f"({number(figure.get('count'))})"
+            )
+        if any(c != "-" for c in cells):
+            rows.append([title, *cells])
+    return table(["stage", *(name for name, _ in steps)], rows, numeric=1)
+
+
+def balance_stages(result: object) -> str:
+    """``ehb bench balance``: where each of our steps' time went (`stages`)."""
+    steps = _get(result, "steps")
+    if not isinstance(steps, list) or not any(
+        isinstance(_get(s, "stages"), Mapping) for s in steps
+    ):
+        return "This record was taken before the benchmark timed the stages."
+    return _stage_table([(str(_get(s, "step")), _get(s, "stages")) for s in steps])
+
+
+def operator_stages(result: object) -> str:
+    """``ehb bench operator``: where a join's, a planned leave's and a deletion's time went."""
+    found = _get(result, "stages")
+    if not isinstance(found, Mapping) or not found:
+        return "This record was taken before the benchmark timed the stages."
+    return _stage_table([(str(step).replace("_", " "), s) for step, s in found.items()])
+
+
+def operator(result: object) -> str:
+    """``ehb bench operator``: its figures; the stages go to their own marker."""
+    if isinstance(result, Mapping):
+        result = {k: v for k, v in result.items() if k != "stages"}
+    return generic(result)
+
+
 #: Benchmarks whose figures read better in a shape of their own; the rest are ``generic``.
 VIEWS: Mapping[str, Callable[[object], str]] = {
     "planner": planner,
     "balance": balance,
     "decide": decide,
+    "operator": operator,
+}
+
+#: Markers that show another view of a record, ``NAME-stages`` for the stages of ``NAME``.
+ASPECTS: Mapping[str, tuple[str, Callable[[object], str]]] = {
+    "balance-stages": ("balance", balance_stages),
+    "operator-stages": ("operator", operator_stages),
 }
 
 #: The columns of a series of ``ehb bench operator --json`` records (`operator_series`).
@@ -483,6 +534,10 @@ def render_name(name: str, *, directory: Path = DIRECTORY) -> str:
     """The Markdown for a marker: a series' table, or one record's tables."""
     if name in SERIES:
         return SERIES[name](read_series(name, directory=directory))
+    if name in ASPECTS:
+        record_name, view = ASPECTS[name]
+        record = read(record_name, directory=directory)
+        return f"{view(record.result)}\n\n{caption(record)}\n"
     return render(read(name, directory=directory))
 
 

@@ -103,6 +103,10 @@ def format_report(report: balancing.Report) -> list[str]:
             f"target {name}: {target['target']}, measured {target['measured']}: "
             f"{'met' if target['met'] else 'MISSED'}"
         )
+    from eventhub_balancer_devstack.benchmarks import stages
+
+    lines.append("ours, stage by stage (median / max):")
+    lines += stages.format_table([(s["step"], s["stages"]) for s in report["steps"]])
     return lines
 
 

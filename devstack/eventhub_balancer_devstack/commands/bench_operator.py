@@ -118,4 +118,9 @@ def run(args: argparse.Namespace) -> int:
             f"  round {i}: join {r.join_s:.3f} s, leave {r.leave_s:.3f} s, "
             f"deleted {r.deleted_s:.3f} s"
         )
+    from eventhub_balancer_devstack.benchmarks import stages
+
+    print("stage by stage, over the rounds (median / max):")
+    for line in stages.format_table(list(figures["stages"].items())):
+        print(line)
     return 0
