@@ -152,13 +152,15 @@ DEFAULT_INTERVAL_SECONDS = 5
 DEFAULT_POD_GRACE_SECONDS = 20
 DEFAULT_HANDOFF_TIMEOUT_SECONDS = 30
 
-_CONTAINER_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*[a-z0-9]$")
+#: The names' patterns end in ``\Z``: Python's ``$`` also matches before a final newline, so
+#: "checkpoints\n" would pass here and fail at the API server and Blob Storage.
+_CONTAINER_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*[a-z0-9]\Z")
 #: The blob endpoint: https and a host (and port), nothing else; the host's suffix is checked
 #: against the install's allowed list before any token is requested (`endpoints`).
-_ACCOUNT_URL = re.compile(r"^https://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?$")
+_ACCOUNT_URL = re.compile(r"^https://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?\Z")
 #: A ServiceAccount's name: a DNS-1123 subdomain, as the API server requires of it.
 _SERVICE_ACCOUNT_NAME = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z"
 )
 _SERVICE_ACCOUNT_NAME_MAX = 253
 
@@ -238,12 +240,16 @@ class ConsumerSpec:
 
 def format_time(value: datetime.datetime) -> str:
     """RFC 3339 in UTC with a Z, as Kubernetes writes times (second precision)."""
-    utc = value.astimezone(datetime.UTC).replace(microsecond=0)
-    return utc.strftime("%Y-%m-%dT%H:%M:%SZ")
+    utc = value.astimezone(datetime.UTC).replace(microsecond=0, tzinfo=None)
+    # isoformat, not strftime: "%Y" writes year 1 as "1", which no parser reads back.
+    return utc.isoformat() + "Z"
 
 
 def parse_time(value: object) -> datetime.datetime | None:
-    """An RFC 3339 time, or None when it is missing or unreadable (callers pick a fallback)."""
+    """An RFC 3339 time in UTC, or None when it is missing or unreadable (callers pick a
+    fallback). A time whose offset moves it past year 1 or 9999 in UTC
+    (0001-01-01T00:00:00+01:00) is unreadable: it could be neither compared with now nor
+    written back."""
     if not isinstance(value, str) or not value:
         return None
     try:
@@ -251,8 +257,11 @@ def parse_time(value: object) -> datetime.datetime | None:
     except ValueError:
         return None
     if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=datetime.UTC)
-    return parsed
+        return parsed.replace(tzinfo=datetime.UTC)
+    try:
+        return parsed.astimezone(datetime.UTC)
+    except OverflowError:
+        return None
 
 
 def parse_spec(spec: Mapping[str, Any]) -> ConsumerSpec:

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Final, Literal, TypedDict
 
 from eventhub_balancer import errors
-from eventhub_balancer.contracts import checkpointblobs
+from eventhub_balancer.contracts import bounds, checkpointblobs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,8 +87,11 @@ def parse_start_position(value: object, *, field: str = "startPosition") -> Star
         )
     ((key, raw),) = value.items()
     if key == "sequenceNumber":
-        if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
-            raise errors.InvalidInput(f"{field}.sequenceNumber", f"{raw!r} is not an integer >= 0")
+        # An int64, as Event Hubs' sequence numbers (and the CRD's field) are.
+        if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw <= bounds.MAX_EPOCH:
+            raise errors.InvalidInput(
+                f"{field}.sequenceNumber", f"{raw!r} is not an integer from 0 to 2^63-1"
+            )
         return FromSequenceNumber(sequence_number=raw)
     if key == "enqueuedTime":
         return FromEnqueuedTime(enqueued_time=_parse_rfc3339(raw, field=f"{field}.enqueuedTime"))
@@ -112,7 +115,14 @@ def _parse_rfc3339(raw: object, *, field: str) -> datetime.datetime:
     # RFC 3339 demands an offset; guessing one would start hours early or late.
     if when.tzinfo is None:
         raise errors.InvalidInput(field, f"{raw!r} has no time zone (e.g. end it with Z)")
-    return when
+    # In UTC now: the ConfigMap carries it so, and a time whose offset moves it past year 1
+    # or 9999 (0001-01-01T00:00:00+01:00) has no UTC form to carry.
+    try:
+        return when.astimezone(datetime.UTC)
+    except OverflowError:
+        raise errors.InvalidInput(
+            field, f"{raw!r} is out of range in UTC: use a time between years 1 and 9999"
+        ) from None
 
 
 def to_body(position: StartPosition) -> StartPositionBody:
@@ -125,8 +135,9 @@ def to_body(position: StartPosition) -> StartPositionBody:
         case FromSequenceNumber(sequence_number=number):
             return {"sequenceNumber": number}
         case FromEnqueuedTime(enqueued_time=when):
-            utc = when.astimezone(datetime.UTC).replace(microsecond=0)
-            return {"enqueuedTime": utc.strftime("%Y-%m-%dT%H:%M:%SZ")}
+            utc = when.astimezone(datetime.UTC).replace(microsecond=0, tzinfo=None)
+            # isoformat, not strftime: "%Y" writes year 1 as "1", which no parser reads back.
+            return {"enqueuedTime": utc.isoformat() + "Z"}
 
 
 def to_json(position: StartPosition) -> str:
