@@ -40,20 +40,21 @@ def _type(schema: dict[str, Any]) -> str:
         return f"array of {_type(schema.get('items') or {})}"
     if kind == "object" and "additionalProperties" in schema:
         return f"map of {_type(schema['additionalProperties'])}"
-    if kind is None and "oneOf" in schema:
+    if kind is None and "anyOf" in schema:
         return "string or object"
     return str(kind or "any")
 
 
 def _bounds(schema: dict[str, Any]) -> str:
+    if schema.get("type") is None and "anyOf" in schema:
+        # startPosition: a string by its pattern, or an object with one of the required keys.
+        keys = [f"`{k}`" for branch in schema["anyOf"] for k in branch.get("required", [])]
+        return f"a string matching {_code(schema['pattern'])}, or an object with one key: " + (
+            " or ".join(keys)
+        )
     parts = []
     if "enum" in schema:
         parts.append("one of " + ", ".join(_code(v) for v in schema["enum"]))
-    for branch in schema.get("oneOf") or []:
-        if "enum" in branch:
-            parts.append("one of " + ", ".join(_code(v) for v in branch["enum"]))
-        elif "required" in branch:
-            parts.append("or an object with " + ", ".join(f"`{k}`" for k in branch["required"]))
     for key, label in (
         ("minimum", "≥"),
         ("maximum", "≤"),
@@ -62,7 +63,7 @@ def _bounds(schema: dict[str, Any]) -> str:
         ("minItems", "items ≥"),
         ("maxItems", "items ≤"),
     ):
-        if key in schema and not (key == "maxLength" and "oneOf" in schema):
+        if key in schema:
             parts.append(f"{label} {schema[key]}")
     if "pattern" in schema:
         parts.append(f"pattern {_code(schema['pattern'])}")
@@ -89,7 +90,7 @@ def _rows(
         needed = set(schema["items"].get("required") or [])
     else:
         needed = set(schema.get("required") or [])
-    if "oneOf" in schema:  # startPosition: its object forms' fields
+    if "anyOf" in schema:  # startPosition: its object forms' fields
         needed = set()
     for name, child in children.items():
         yield from _rows(child, f"{path}.{name}", name in needed)

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import celpy
+import jsonschema
 import pytest
 
 from tests.support import loading
@@ -113,3 +114,58 @@ def test_one_credential_of_either_kind_passes() -> None:
     body["spec"]["checkpointStore"]["credentials"] = {"workloadIdentity": {}}
     body["spec"]["checkpointStore"]["accountUrl"] = "https://shop.blob.core.windows.net"
     assert failures(body) == []
+
+
+#: spec.startPosition's mistakes and the API server's message for each, by the local API's
+#: validator (the schema's own checks, as kube-openapi words them): each names what to give,
+#: never "must validate one and only one schema (oneOf)".
+START_POSITION_MISTAKES = [
+    (
+        "beginning",
+        'spec.startPosition: Invalid value: "beginning": spec.startPosition in body should '
+        "match '^(earliest|latest)$'",
+    ),
+    (
+        {"sequenceNumber": 5, "enqueuedTime": "2026-01-01T00:00:00Z"},
+        "spec.startPosition: Too many: 2: must have at most 1 items",
+    ),
+    (
+        {"offset": "5"},
+        'spec.startPosition: Invalid value: "object": spec.startPosition in body must validate '
+        "at least one schema (anyOf)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("position", "message"), START_POSITION_MISTAKES, ids=str)
+def test_a_wrong_start_position_gets_a_message_that_says_what_to_give(
+    position: Any, message: str
+) -> None:
+    from eventhub_balancer_devstack.kube import validating
+
+    body = example()
+    body["spec"]["startPosition"] = position
+    assert validating.summary(validating.validate(body, SCHEMA)) == message
+
+
+@pytest.mark.parametrize(
+    "position",
+    ["earliest", "latest", {"sequenceNumber": 0}, {"enqueuedTime": "2026-01-01T00:00:00Z"}],
+    ids=str,
+)
+def test_every_documented_start_position_passes(position: Any) -> None:
+    from eventhub_balancer_devstack.kube import validating
+
+    body = example()
+    body["spec"]["startPosition"] = position
+    assert validating.validate(body, SCHEMA) == []
+
+
+@pytest.mark.parametrize("position", [5, True, "", {}], ids=repr)
+def test_neither_a_string_nor_an_object_with_one_key_is_refused(position: Any) -> None:
+    from eventhub_balancer_devstack.kube import validating
+
+    body = example()
+    body["spec"]["startPosition"] = position
+    assert validating.validate(body, SCHEMA) != []
+    assert list(jsonschema.Draft7Validator(SCHEMA).iter_errors(body)) != []
