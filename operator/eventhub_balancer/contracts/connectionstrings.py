@@ -30,7 +30,7 @@ BLOB_SHAPE: Final = (
     "SharedAccessSignature=<sas>)"
 )
 #: A key as the SDKs fold it without surprises (see `endpoints`): plain ASCII letters.
-_KEY: Final = re.compile(r"^[A-Za-z]+$")
+_KEY: Final = re.compile(r"^[A-Za-z]+\Z")
 #: The development switches' values that the SDKs and the endpoint check read alike.
 _SWITCH_VALUES: Final = ("true", "false")
 

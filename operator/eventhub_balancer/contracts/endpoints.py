@@ -39,13 +39,13 @@ STORAGE_DEFAULT_SUFFIX = "core.windows.net"
 #: A connection string key: the SDKs fold case with ``str.lower``/``str.upper``, which map some
 #: non-ASCII letters onto ASCII ones (dotless i U+0131 -> ``I``, Kelvin sign
 #: U+212A -> ``k``).
-_KEY = re.compile(r"^[A-Za-z]+$")
+_KEY = re.compile(r"^[A-Za-z]+\Z")
 #: The only values of the development switches that both this check and the SDKs agree on
 #: (the SDKs compare with ``== "true"``: ``True`` is not the emulator to them).
 _SWITCH_VALUES = ("true", "false")
 #: A host name as the check accepts it: ASCII letters, digits, dashes and dots only (IDNA maps
 #: fullwidth punctuation onto "/" or ".", and "@" splits user info from the host).
-_DNS_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$")
+_DNS_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*\Z")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

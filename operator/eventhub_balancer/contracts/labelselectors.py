@@ -19,9 +19,10 @@ OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
 #: A label name (a key's last part, or a value): what the API server accepts, so that a
 #: selector the CRD lets through can never make every list call fail (a value with a space).
-_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+#: ``\Z``, not ``$``: Python's ``$`` also matches before a final newline, the API server's not.
+_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?\Z")
 #: A key's optional prefix: a DNS subdomain.
-_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
 #: The API server's limits: 63 characters for a name or value, 253 for a key's prefix.
 MAX_NAME = 63
 MAX_PREFIX = 253
