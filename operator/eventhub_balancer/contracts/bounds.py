@@ -8,16 +8,18 @@ a write that the API server would then reject in every later cycle.
 
 from __future__ import annotations
 
+import json
 import re
-from typing import Final
+from typing import Any, Final
 
 #: Epochs are int64 everywhere: Event Hubs' ``owner_level``, the CRD's ``status.epochs``.
 MAX_EPOCH: Final = 2**63 - 1
 #: The highest epoch accepted as a floor: the successor (epoch + 1) must still fit in int64.
 MAX_FLOOR: Final = MAX_EPOCH - 1
 #: Event Hubs partition ids are "0".."N-1" and a hub has at most a few thousand partitions;
-#: five digits leave ample room without letting a forged key grow without bound.
-_PARTITION_ID: Final = re.compile(r"^(0|[1-9][0-9]{0,4})$")
+#: five digits leave ample room without letting a forged key grow without bound. ``\Z``, as
+#: ``$`` would let "7\n" through.
+_PARTITION_ID: Final = re.compile(r"^(0|[1-9][0-9]{0,4})\Z")
 #: The most a pod's acknowledgement annotation may hold. A ``released`` value for 4,096
 #: partitions at 19-digit epochs is about 110 KB; anything longer is not an acknowledgement.
 MAX_ANNOTATION_BYTES: Final = 128 * 1024
@@ -35,3 +37,13 @@ def is_floor(value: object) -> bool:
 
 def is_partition_id(value: object) -> bool:
     return isinstance(value, str) and _PARTITION_ID.match(value) is not None
+
+
+def loads(text: str) -> Any:
+    """``json.loads`` for untrusted text: nesting deeper than the decoder's recursion (128 KiB
+    of ``[`` is 130,000 levels) is a ValueError like any other malformed JSON, not the
+    RecursionError the decoder raises."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None

@@ -97,7 +97,7 @@ MAX_LABEL_VALUE = 63
 #: Hex digits of the hash suffix that keeps cut names unique.
 HASH_LENGTH = 10
 
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?)?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?)?\Z")
 
 
 def _digest(text: str) -> str:
@@ -344,7 +344,7 @@ def parse_data(data: object) -> ParsedData:
     raw_start = data.get(KEY_START_POSITION)
     if raw_start is not None:
         try:
-            start_position = json.loads(str(raw_start))
+            start_position = bounds.loads(str(raw_start))
         except ValueError:
             problems.append(f"{KEY_START_POSITION} is not JSON")
 
@@ -352,7 +352,7 @@ def parse_data(data: object) -> ParsedData:
     raw_processing = data.get(KEY_PROCESSING)
     if raw_processing is not None:
         try:
-            processing = failurepolicy.parse(json.loads(str(raw_processing)))
+            processing = failurepolicy.parse(bounds.loads(str(raw_processing)))
         except ValueError as e:  # JSONDecodeError and errors.InvalidInput alike
             problems.append(f"{KEY_PROCESSING} is unreadable: {str(e)[:80]}")
 
@@ -362,7 +362,7 @@ def parse_data(data: object) -> ParsedData:
         problems.append(f"{KEY_PARTITIONS} is missing")
     else:
         try:
-            decoded = json.loads(str(raw_partitions))
+            decoded = bounds.loads(str(raw_partitions))
         except ValueError:
             decoded = None
             problems.append(f"{KEY_PARTITIONS} is not JSON")
@@ -425,7 +425,7 @@ def parse_released(annotations: Mapping[str, str] | None) -> dict[models.Partiti
     if not raw or not isinstance(raw, str) or len(raw) > bounds.MAX_ANNOTATION_BYTES:
         return {}
     try:
-        decoded = json.loads(raw)
+        decoded = bounds.loads(raw)
     except ValueError:
         return {}
     if not isinstance(decoded, dict):

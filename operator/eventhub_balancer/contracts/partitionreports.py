@@ -99,10 +99,10 @@ def parse(
     values) is ignored: a pod can only speak for what it was given.
     """
     raw = (annotations or {}).get(ANNOTATION)
-    if not raw or len(raw) > MAX_ANNOTATION_BYTES:
+    if not raw or not isinstance(raw, str) or len(raw) > MAX_ANNOTATION_BYTES:
         return {}
     try:
-        body = json.loads(raw)
+        body = bounds.loads(raw)
     except ValueError:
         return {}
     if not isinstance(body, dict):
@@ -126,7 +126,7 @@ def _entry(partition: object, item: object) -> PartitionReport | None:
         return None
     if state not in REPORT_STATES:
         return None
-    if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 0:
+    if not bounds.is_epoch(attempts):  # the status field is an int64, as epochs are
         attempts = 0
     if not isinstance(error, str):
         error = ""
