@@ -301,6 +301,12 @@ async def test_the_cache_is_bounded_and_forgets_a_failed_identity() -> None:
     tenants.forget(namespace="tenant-b", service_account="sa-4")
     await tenants.identity(namespace="tenant-b", service_account="sa-4")
     assert len(kube.tokens) == 6
+    # Names that never resolve (a tenant trying ever new ones) keep nothing either.
+    for i in range(50):
+        with pytest.raises(errors.ServiceAccountNotFound):
+            await tenants.identity(namespace="tenant-b", service_account=f"absent-{i}")
+    assert len(tenants._entries) == 3
+    assert len(tenants._locks) <= 3 + 1  # the kept ones and the last one looked up
 
 
 def test_the_spec_takes_a_service_account_name() -> None:

@@ -133,6 +133,8 @@ class TenantIdentities:
     async def identity(self, *, namespace: str, service_account: str) -> TenantIdentity:
         """The ServiceAccount's identity with a token that has at least half its life left."""
         key = (namespace, service_account)
+        if key not in self._locks and len(self._locks) >= self.max_service_accounts:
+            self._prune_locks()
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
             now = asyncio.get_running_loop().time()
@@ -150,6 +152,13 @@ class TenantIdentities:
             lock = self._locks.get(old)
             if lock is not None and not lock.locked():
                 del self._locks[old]
+
+    def _prune_locks(self) -> None:
+        """Drop the idle locks of ServiceAccounts no longer kept (their lookups failed, or
+        they were dropped): a tenant naming ever new ones must not grow the operator."""
+        for key in [k for k, lock in self._locks.items() if not lock.locked()]:
+            if key not in self._entries:
+                del self._locks[key]
 
     def _current(self, key: tuple[str, str], fallback: str) -> Callable[[], str]:
         def assertion() -> str:
