@@ -59,6 +59,9 @@ API_TIMEOUT_S = 10
 #: The longest wait for the probe loop to end on stop (a round of probes in flight finishes).
 PROBE_STOP_S = 5.0
 
+#: The pod fields a ``downward`` variable may name (what the runtime reads).
+DOWNWARD_FIELDS = frozenset({"metadata.name", "metadata.namespace", "metadata.uid"})
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -73,13 +76,16 @@ class PodTemplate:
 
     ``command`` receives the pod's name and the port its probes and metrics are served on and
     returns the argv; the process gets ``POD_NAME``, ``POD_NAMESPACE`` and ``POD_UID`` as the
-    Downward API would give them, plus ``env``.
+    Downward API would give them, plus ``env``, plus ``downward`` (variable -> field path,
+    ``metadata.name``, ``metadata.namespace`` or ``metadata.uid``) as a pod spec's
+    ``fieldRef`` entries name them.
     """
 
     name_prefix: str
     labels: Mapping[str, str]
     command: Callable[[str, int], Sequence[str]]
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    downward: Mapping[str, str] = dataclasses.field(default_factory=dict)
     readiness_path: str = "/readyz"
     termination_grace_s: float = 30.0
     log_dir: Path | None = None
@@ -275,7 +281,9 @@ class LocalKubelet:
     def _spawn(self, name: str, uid: str, port: int) -> subprocess.Popen[bytes]:
         env = dict(os.environ)
         env.update(self._template.env)
+        fields = {"metadata.name": name, "metadata.namespace": self._namespace, "metadata.uid": uid}
         env.update({"POD_NAME": name, "POD_NAMESPACE": self._namespace, "POD_UID": uid})
+        env.update({variable: fields[path] for variable, path in self._template.downward.items()})
         argv = list(self._template.command(name, port))
         out: Any = subprocess.DEVNULL
         if self._template.log_dir is not None:

@@ -92,6 +92,18 @@ BUILTINS: tuple[ResourceSpec, ...] = (
     _builtin("", "v1", "events", "Event", namespaced=True, short_names=("ev",)),
     _builtin("", "v1", "serviceaccounts", "ServiceAccount", namespaced=True, short_names=("sa",)),
     _builtin("events.k8s.io", "v1", "events", "Event", namespaced=True, short_names=("ev",)),
+    # What a consumer chart's release holds (``kubectl apply`` of its rendering); the local
+    # kubelet runs a Deployment's pods (``deployments.py``), the others are only stored.
+    _builtin(
+        "apps", "v1", "deployments", "Deployment", namespaced=True, short_names=("deploy",),
+        status=True, generation=True, returns_object=True,
+    ),
+    _builtin(
+        "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True,
+        short_names=("pdb",), status=True, generation=True, returns_object=True,
+    ),
+    _builtin("rbac.authorization.k8s.io", "v1", "roles", "Role", namespaced=True),
+    _builtin("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", namespaced=True),
     _builtin("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True),
     _builtin(
         "admissionregistration.k8s.io", "v1", "validatingadmissionpolicies",

@@ -1,0 +1,168 @@
+"""A Deployment's pods as local processes: what the local stack runs a rendered chart with.
+
+`kubelet.LocalKubelet` runs the pods of one workload from a `kubelet.PodTemplate`; this module
+derives that template from a Deployment as the API server holds it (after ``kubectl apply`` of
+a chart's rendering, say), so that what runs is what the manifests say: the container's args,
+its environment (values, Downward API fields, Secret keys read from the API as the kubelet
+reads them), its readiness probe, its termination grace period and its pod labels.
+
+Two things a cluster gives and this machine does not are supplied by the caller: what an
+image runs (`LocalImage`: the entry point's argv and the environment the image sets, e.g. a
+virtualenv with the handler's wheel installed), and what a node gives every container (the
+in-cluster API credentials: here a ``KUBECONFIG``). All pods share this machine's network, so
+each listens on a port of its own: the container's port, wherever the args give it as
+``--port=N``, becomes the pod's port.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+
+from eventhub_balancer_devstack import kubelet
+
+#: The longest wait for the API in any single call.
+API_TIMEOUT_S = 10
+
+
+class UnrunnableSpec(ValueError):
+    """A Deployment this module cannot run as it says; the message names the field."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LocalImage:
+    """What a container image runs here: its entry point's argv and the environment it sets."""
+
+    entrypoint: tuple[str, ...]
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+def _readiness(container: Mapping[str, Any]) -> tuple[str, int]:
+    """The readiness probe's path and the container port it probes."""
+    probe = (container.get("readinessProbe") or {}).get("httpGet")
+    if not probe:
+        raise UnrunnableSpec("containers[0].readinessProbe: an httpGet probe is needed")
+    port = probe.get("port")
+    if isinstance(port, str):
+        named = {p.get("name"): p["containerPort"] for p in container.get("ports") or []}
+        if port not in named:
+            raise UnrunnableSpec(f"readinessProbe.httpGet.port: no container port named {port}")
+        port = named[port]
+    return str(probe.get("path") or "/"), int(port)
+
+
+def _environment(
+    container: Mapping[str, Any], secret_value: Callable[[str, str], str]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """(variables, Downward API variables -> field path) of the container's ``env``."""
+    values: dict[str, str] = {}
+    downward: dict[str, str] = {}
+    for entry in container.get("env") or []:
+        name = entry["name"]
+        source = entry.get("valueFrom")
+        if source is None:
+            values[name] = str(entry.get("value", ""))
+        elif "fieldRef" in source:
+            path = source["fieldRef"]["fieldPath"]
+            if path not in kubelet.DOWNWARD_FIELDS:
+                raise UnrunnableSpec(f"env {name}: fieldRef {path} is not served locally")
+            downward[name] = path
+        elif "secretKeyRef" in source:
+            ref = source["secretKeyRef"]
+            values[name] = secret_value(ref["name"], ref["key"])
+        else:
+            raise UnrunnableSpec(f"env {name}: only value, fieldRef and secretKeyRef are served")
+    return values, downward
+
+
+def pod_template(
+    deployment: Mapping[str, Any],
+    *,
+    images: Mapping[str, LocalImage],
+    secret_value: Callable[[str, str], str],
+    node_env: Mapping[str, str],
+    log_dir: Path | None = None,
+) -> kubelet.PodTemplate:
+    """The local kubelet's template for a Deployment's pods (pure but for ``secret_value``)."""
+    template = deployment["spec"]["template"]
+    spec = template["spec"]
+    containers = spec["containers"]
+    if len(containers) != 1 or spec.get("initContainers"):
+        raise UnrunnableSpec("spec.template.spec: one container and no init containers")
+    (container,) = containers
+    image = images.get(container["image"])
+    if image is None:
+        raise UnrunnableSpec(f"containers[0].image: no local image for {container['image']}")
+    if container.get("command"):
+        raise UnrunnableSpec("containers[0].command: the image's entry point is what runs here")
+    args = [str(a) for a in container.get("args") or []]
+    path, container_port = _readiness(container)
+    values, downward = _environment(container, secret_value)
+
+    def command(name: str, port: int) -> list[str]:
+        own = [f"--port={port}" if a == f"--port={container_port}" else a for a in args]
+        return [*image.entrypoint, *own]
+
+    return kubelet.PodTemplate(
+        name_prefix=deployment["metadata"]["name"],
+        labels=dict(template["metadata"].get("labels") or {}),
+        command=command,
+        env={**image.env, **node_env, **values},
+        downward=downward,
+        readiness_path=path,
+        termination_grace_s=float(spec.get("terminationGracePeriodSeconds", 30)),
+        log_dir=log_dir,
+    )
+
+
+def _json(response: Any) -> dict[str, Any]:
+    """The body of a call made with ``_preload_content=False`` (the API's JSON as is)."""
+    body: dict[str, Any] = json.loads(response.data)
+    return body
+
+
+def start(
+    api_client: k8s.ApiClient,
+    namespace: str,
+    name: str,
+    *,
+    images: Mapping[str, LocalImage],
+    node_env: Mapping[str, str],
+    log_dir: Path | None = None,
+) -> kubelet.LocalKubelet:
+    """Read Deployment ``name`` and start its ``spec.replicas`` pods; the caller stops them."""
+    deployment = _json(
+        k8s.AppsV1Api(api_client).read_namespaced_deployment(
+            name, namespace, _preload_content=False, _request_timeout=API_TIMEOUT_S
+        )
+    )
+    core = k8s.CoreV1Api(api_client)
+
+    def secret_value(secret: str, key: str) -> str:
+        body = _json(
+            core.read_namespaced_secret(
+                secret, namespace, _preload_content=False, _request_timeout=API_TIMEOUT_S
+            )
+        )
+        data = body.get("data") or {}
+        if key not in data:
+            raise UnrunnableSpec(f"Secret {secret} has no key {key}")
+        return base64.b64decode(data[key]).decode()
+
+    template = pod_template(
+        deployment, images=images, secret_value=secret_value, node_env=node_env, log_dir=log_dir
+    )
+    pods = kubelet.LocalKubelet(api_client=api_client, namespace=namespace, template=template)
+    pods.start()
+    try:
+        pods.scale(int(deployment["spec"].get("replicas", 1)))
+    except BaseException:
+        pods.stop()
+        raise
+    return pods

@@ -1,0 +1,104 @@
+"""What the local kubelet runs for a Deployment: its args, environment, probe and grace period.
+
+Pure: a Deployment body in (the consumer chart's rendering), a `kubelet.PodTemplate` out; Secret
+values come from a dict instead of the API.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+import pytest
+
+from eventhub_balancer_devstack import deployments
+from tests.install import test_consumer_chart as consumer_chart
+
+IMAGE = deployments.LocalImage(entrypoint=("python", "-m", "eventhub_balancer"), env={"A": "1"})
+SECRETS = {
+    ("orders-eh", "connectionString"): "Endpoint=eh",
+    ("orders-blob", "connectionString"): "blob",
+}
+
+
+def chart_deployment() -> dict[str, Any]:
+    (deployment,) = consumer_chart.render(
+        {"extraEnv": [{"name": "ORDERS_CURRENCY", "value": "EUR"}]}
+    )["Deployment"]
+    return copy.deepcopy(deployment)
+
+
+def template(deployment: dict[str, Any]) -> Any:
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return deployments.pod_template(
+        deployment,
+        images={container["image"]: IMAGE},
+        secret_value=lambda name, key: SECRETS[(name, key)],
+        node_env={"KUBECONFIG": "/k"},
+    )
+
+
+def test_the_pods_run_the_images_entry_point_with_the_containers_args_on_their_own_port() -> None:
+    deployment = chart_deployment()
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    argv = template(deployment).command("orders-abc", 41234)
+    assert argv[:3] == ["python", "-m", "eventhub_balancer"]
+    expected = [
+        "--port=41234" if a == f"--port={container['ports'][0]['containerPort']}" else a
+        for a in container["args"]
+    ]
+    assert argv[3:] == expected
+    assert "--port=41234" in argv
+
+
+def test_the_environment_is_the_images_the_nodes_and_the_containers() -> None:
+    built = template(chart_deployment())
+    assert built.env["A"] == "1"
+    assert built.env["KUBECONFIG"] == "/k"
+    assert built.env["ORDERS_CURRENCY"] == "EUR"
+    assert built.env["EHB_EVENTHUB_CONNECTION_STRING"] == "Endpoint=eh"
+    assert built.env["EHB_BLOB_CONNECTION_STRING"] == "blob"
+    assert built.downward == {
+        "POD_NAME": "metadata.name",
+        "POD_NAMESPACE": "metadata.namespace",
+        "POD_UID": "metadata.uid",
+    }
+
+
+def test_labels_probe_and_grace_period_come_from_the_pod_template() -> None:
+    deployment = chart_deployment()
+    pod = deployment["spec"]["template"]
+    built = template(deployment)
+    assert built.labels == pod["metadata"]["labels"]
+    assert built.readiness_path == "/readyz"
+    assert built.termination_grace_s == pod["spec"]["terminationGracePeriodSeconds"]
+    assert built.name_prefix == deployment["metadata"]["name"]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda c: c.update(image="elsewhere:1"), "no local image for elsewhere:1"),
+        (lambda c: c.update(command=["sh"]), "containers[0].command"),
+        (
+            lambda c: c["env"].append(
+                {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+            ),
+            "fieldRef spec.nodeName is not served locally",
+        ),
+        (lambda c: c.pop("readinessProbe"), "readinessProbe"),
+    ],
+)
+def test_what_cannot_run_here_is_refused_by_name(change: Any, message: str) -> None:
+    deployment = chart_deployment()
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    image = container["image"]
+    change(container)
+    with pytest.raises(deployments.UnrunnableSpec, match=re.escape(message)):
+        deployments.pod_template(
+            deployment,
+            images={image: IMAGE},
+            secret_value=lambda name, key: SECRETS[(name, key)],
+            node_env={},
+        )
