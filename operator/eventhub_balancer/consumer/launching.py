@@ -2,10 +2,10 @@
 
 ``ehb consume`` and the Python API (:func:`run`) both end here. The handler is imported and its
 signature checked first (a mistake fails fast, before any connection). In Spark mode the
-SparkSession starts in a thread beside the runtime: the receivers open and fill at once, and
-the first trigger waits for the session, instead of the whole pod waiting seconds for the JVM
-before it reads a single event.
-A session that cannot start ends the pod with the reason, after a release of its partitions.
+SparkSession starts and warms up in a thread beside the runtime, and the pod is NotReady
+until it is warm: the operator gives it partitions only then (`sessionkeeping`), and again
+while a lost session is replaced. A session that cannot start ends the pod with the reason,
+after a release of its partitions.
 SIGTERM turns into a graceful release of every partition.
 """
 
@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import logging
 import signal
-from collections.abc import Callable
 from typing import Any
 
 from eventhub_balancer.adapters import podconfig
@@ -28,6 +26,7 @@ from eventhub_balancer.consumer import (
     processing,
     protocols,
     runtime,
+    sessionkeeping,
     settings,
     triggers,
 )
@@ -35,35 +34,11 @@ from eventhub_balancer.consumer import (
 logger = logging.getLogger(__name__)
 
 
-class SessionStart:
-    """The SparkSession, built in a thread; `get` waits for it (and raises why it failed)."""
-
-    def __init__(self, build: Callable[[], Any]) -> None:
-        self.build = build
-        self.task: asyncio.Task[Any] | None = None
-
-    def start(self) -> asyncio.Task[Any]:
-        if self.task is None:
-            self.task = asyncio.create_task(asyncio.to_thread(self.build), name="spark-session")
-        return self.task
-
-    async def get(self) -> Any:
-        return await asyncio.shield(self.start())
-
-    async def stop(self) -> None:
-        """Stop the session once it has started (a start in flight is waited for)."""
-        if self.task is None:
-            return
-        with contextlib.suppress(Exception):
-            session = await self.task
-            await asyncio.to_thread(session.stop)
-
-
 def build_processor(
     config: settings.ConsumerSettings,
     executor: concurrent.futures.Executor,
     trigger_stats: metrics.TriggerStats,
-) -> tuple[processing.BatchProcessor, SessionStart | None]:
+) -> tuple[processing.BatchProcessor, sessionkeeping.SessionKeeper | None]:
     """The user's handler as a processor, and in Spark mode the session it waits for."""
     function = protocols.load(config.handler, search_path=config.handler_path, spark=config.spark)
     if not config.spark:
@@ -80,17 +55,26 @@ def build_processor(
         frames.warm_up(session)
         return session
 
-    start = SessionStart(build)
+    async def alive(session: Any) -> bool:
+        return await asyncio.to_thread(sessions.is_alive, session)
+
+    async def discard(session: Any) -> None:
+        await asyncio.to_thread(sessions.discard, session)
+
+    keeper = sessionkeeping.SessionKeeper(
+        lambda: asyncio.to_thread(build), alive=alive, discard=discard
+    )
     processor = triggers.SparkTriggers(
         function,
-        session=start.get,
+        session=keeper.get,
         consumer=config.consumer,
         pod=config.pod,
         settings=config.trigger,
         executor=executor,
         stats=trigger_stats,
+        session_lost=keeper.lost,
     )
-    return processing.traced(processor), start
+    return processing.traced(processor), keeper
 
 
 def build_source(config: settings.ConsumerSettings) -> assignments.AssignmentSource:
@@ -124,13 +108,15 @@ async def run(config: settings.ConsumerSettings) -> int:
         ),
         processor=processor,
         trigger_stats=trigger_stats if config.spark else None,
+        readiness=None if session is None else session.ready,
     )
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, consumer.request_shutdown)
-    starting = None if session is None else session.start()
-    if starting is not None:
-        starting.add_done_callback(lambda task: _session_started(task, consumer))
+    if session is not None:
+        # A session that cannot start (first or again) stops the pod, its partitions released.
+        session.on_failed = lambda _: consumer.request_shutdown()
+        session.start()
     server = await endpoints.serve(consumer, host=config.host, port=config.port)
     try:
         await consumer.run()
@@ -139,18 +125,10 @@ async def run(config: settings.ConsumerSettings) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
         if session is not None:
-            await session.stop()
+            await session.stop(lambda s: asyncio.to_thread(s.stop))
         executor.shutdown(wait=False, cancel_futures=True)
-    if starting is not None and not starting.cancelled() and starting.exception() is not None:
-        raise starting.exception()  # type: ignore[misc]
+    failed = None if session is None else session.task
+    if failed is not None and failed.done() and not failed.cancelled() and failed.exception():
+        raise failed.exception()  # type: ignore[misc]
     logger.info("consumer %s stopped", config.pod)
     return 0
-
-
-def _session_started(task: asyncio.Task[Any], consumer: runtime.Runtime) -> None:
-    """A session that cannot start stops the pod (its partitions are released first)."""
-    if task.cancelled() or task.exception() is None:
-        logger.info("the SparkSession is ready")
-        return
-    logger.error("the SparkSession did not start: %s", task.exception())
-    consumer.request_shutdown()

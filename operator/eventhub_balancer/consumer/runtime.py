@@ -12,9 +12,10 @@ pod reads other coordinates than it names.
 
 A failure stays with its partition: a partition failing, parked, stuck, lost or failing to
 start is reported to the operator with the acknowledgement (`acknowledgements`) and does not
-make the pod NotReady. The pod is Ready once its current
-generation is applied, and not while shutting down. On shutdown (SIGTERM) it releases
-everything within a bounded time, acknowledges, and returns.
+make the pod NotReady. The pod is Ready once its current generation is applied and what it
+processes with is ready (Spark mode: its SparkSession started and warmed, `sessionkeeping`),
+and not while shutting down. On shutdown (SIGTERM) it releases everything within a bounded
+time, acknowledges, and returns.
 """
 
 from __future__ import annotations
@@ -88,8 +89,12 @@ class Runtime:
         processor: processing.BatchProcessor,
         exit_process: Callable[[str], None] = exit_now,
         trigger_stats: metrics.TriggerStats | None = None,
+        readiness: Callable[[], tuple[bool, str]] | None = None,
     ) -> None:
+        """``readiness`` says whether what the handler needs besides the assignment is ready,
+        and why not (Spark mode: `sessionkeeping.SessionKeeper.ready`)."""
         self.settings = settings
+        self.readiness = readiness
         self.source = source
         self.processor = processor
         #: Every partition this pod ever owned, kept for the life of the process (Prometheus
@@ -133,6 +138,10 @@ class Runtime:
             return False, "shutting down"
         if self.latest is None:
             return False, "no assignment read yet"
+        if self.readiness is not None:
+            ready, reason = self.readiness()
+            if not ready:
+                return False, reason
         if self.applied_generation != self.latest.generation:
             return False, (
                 f"generation {self.latest.generation} not applied yet "

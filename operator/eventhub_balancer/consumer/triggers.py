@@ -25,8 +25,11 @@ their next batch: they do so only once their checkpoint is written, and a trigge
 them behind would make the next one small, then the next one without them, and so on: a
 pod's partitions would split into two half-size triggers for good.
 
-The SparkSession may still be starting when the first batches arrive (it takes seconds, and
-the receivers do not wait for it): the first trigger waits for it instead.
+The SparkSession may still be starting when the first batches arrive (the pod is NotReady
+until it is warm, but a pod restarted in its grace period still holds partitions): the first
+trigger waits for it. A trigger that fails because the session is gone (``session_lost``, see
+`sessionkeeping`) hands its batches to the next trigger, on the new session, without counting
+a failed attempt.
 """
 
 from __future__ import annotations
@@ -118,6 +121,7 @@ class SparkTriggers:
         settings: TriggerSettings = TriggerSettings(),
         executor: concurrent.futures.Executor | None = None,
         stats: metrics.TriggerStats | None = None,
+        session_lost: Callable[[Any, BaseException], Awaitable[bool]] | None = None,
     ) -> None:
         if inspect.iscoroutinefunction(function):
             raise errors.InvalidInput(
@@ -126,6 +130,8 @@ class SparkTriggers:
         self.function = function
         #: Returns the SparkSession once it has started (raises why it cannot).
         self.session = session
+        #: Asked after a failed trigger whether its session was lost (and is being replaced).
+        self.session_lost = session_lost
         self.consumer = consumer
         self.pod = pod
         self.settings = settings
@@ -290,6 +296,9 @@ class SparkTriggers:
             self._timed(began)
             self.stats.failed += 1
             self._recent = set()
+            if self.session_lost is not None and await self.session_lost(session, e):
+                self._requeue(taken)
+                return
             self._failed(taken, e)
             return
         self._timed(began)
@@ -309,6 +318,18 @@ class SparkTriggers:
             session, events, batch_id=context.batch_id, ranges=context.partitions
         )
         self.function(df, context)
+
+    def _requeue(self, taken: list[_Batch]) -> None:
+        """Hand every batch of a trigger whose session was lost to the next trigger, as it
+        was: no attempt counted, not retried alone."""
+        requeued = []
+        for batch in taken:
+            if batch.future.done():
+                continue
+            handed_on, batch.future = batch.future, asyncio.get_running_loop().create_future()
+            handed_on.set_result(None)  # its waiter now waits for the new future
+            requeued.append(batch)
+        self._queue[:0] = requeued
 
     def _failed(self, taken: list[_Batch], error: Exception) -> None:
         """Fail the batches the error can be pinned on; hand the others to a later trigger."""

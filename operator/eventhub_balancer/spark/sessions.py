@@ -362,3 +362,43 @@ def _masters(master: str) -> list[tuple[str, int]]:
         host, _, port = item.rpartition(":")
         pairs.append((host, int(port)))
     return pairs
+
+
+def _is_connect(session: Any) -> bool:
+    return type(session).__module__.startswith("pyspark.sql.connect")
+
+
+def is_alive(session: Any) -> bool:
+    """Whether ``session`` still answers: its JVM (or Spark Connect server) is there and it
+    was not stopped. A short call each, no job; asked after a trigger failed."""
+    try:
+        if _is_connect(session):
+            return not session.is_stopped and bool(session.version)
+        context = session.sparkContext
+        jsc = context._jsc
+        return jsc is not None and not jsc.sc().isStopped()
+    except Exception as e:  # the gateway's socket is gone: so is the JVM
+        logger.debug("the SparkSession does not answer: %s", _first_line(e))
+        return False
+
+
+def discard(session: Any) -> None:
+    """Let go of a lost session, so that `build_session` starts a new one: stopped if it
+    still can be, and for a classic session the dead JVM's gateway forgotten (pyspark keeps
+    it for the process, and would hand the next session the same dead socket)."""
+    with contextlib.suppress(Exception):
+        session.stop()
+    if _is_connect(session):
+        return
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    gateway = SparkContext._gateway
+    if gateway is not None:
+        with contextlib.suppress(Exception):
+            gateway.shutdown()
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    SparkContext._active_spark_context = None
+    SparkSession._instantiatedSession = None
+    SparkSession._activeSession = None

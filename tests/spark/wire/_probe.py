@@ -1,9 +1,10 @@
 """A child process for the session tests: build a session, run a trigger-shaped query.
 
-``python -m tests.spark.wire._probe --out FILE [--master M | --remote R] [--log-marker]``
-writes one JSON document to FILE and prints nothing, so that whatever appears on its stdout
-is Spark's (the JVM's, log4j's) and a leak. ``--log-marker`` logs one WARN and one INFO line through
-the JVM's log4j, to show where Spark's own logs go and at what level.
+``python -m tests.spark.wire._probe --out FILE [--master M | --remote R] [--log-marker]
+[--lose]`` writes one JSON document to FILE and prints nothing, so that whatever appears on
+its stdout is Spark's (the JVM's, log4j's) and a leak. ``--log-marker`` logs one WARN and one
+INFO line through the JVM's log4j, to show where Spark's own logs go and at what level.
+``--lose`` then kills the JVM and runs the query again on a new session (`lose`).
 """
 
 from __future__ import annotations
@@ -73,12 +74,31 @@ def run(session: Any) -> dict[str, Any]:
     }
 
 
+def lose(session: Any, master: str) -> Any:
+    """Kill the session's JVM, as the out-of-memory killer would; then what a pod does: see
+    it lost, let it go, start a new one. Raises if any step does not do what it should."""
+    from pyspark import SparkContext
+
+    assert sessions.is_alive(session)
+    gateway = SparkContext._gateway
+    assert gateway is not None
+    gateway.proc.kill()
+    gateway.proc.wait(timeout=30)
+    assert not sessions.is_alive(session)
+    sessions.discard(session)
+    again = sessions.build_session(master=master)
+    assert again is not session
+    assert sessions.is_alive(again)
+    return again
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--master", default=sessions.DEFAULT_MASTER)
     parser.add_argument("--remote")
     parser.add_argument("--conf", action="append", default=[])
     parser.add_argument("--log-marker", action="store_true")
+    parser.add_argument("--lose", action="store_true")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     session = sessions.build_session(
@@ -93,6 +113,9 @@ def main() -> None:
         result = run(session)
         if args.remote is None:
             result["master"] = session.sparkContext.master
+        if args.lose:
+            session = lose(session, args.master)
+            result["after_loss"] = run(session)
     finally:
         session.stop()
     with open(args.out, "w") as out:

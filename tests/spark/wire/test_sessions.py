@@ -158,8 +158,11 @@ def test_unreachable_master_names_the_address() -> None:
 def test_local_session_keeps_stdout_clean_and_logs_in_sparks_format(tmp_path: Path) -> None:
     if spark_unavailable():
         pytest.skip(str(spark_unavailable()))
-    result, stderr = probe("--master", "local[1]", "--log-marker", tmp_path=tmp_path)
+    result, stderr = probe("--master", "local[1]", "--log-marker", "--lose", tmp_path=tmp_path)
+    after = result.pop("after_loss")
     assert result == {**EXPECTED, "master": "local[1]", "version": result["version"]}
+    # A killed JVM is seen as lost, and a new session starts in the same process and works.
+    assert after == {**EXPECTED, "version": result["version"]}
     # Spark's own profile is loaded (not log4j's bare default, which prints to stdout)...
     assert "log4j2-defaults.properties" in stderr
     # ...so its warnings are on stderr in its format, and INFO is below its level.

@@ -1,0 +1,126 @@
+"""Spark mode's SparkSession over the pod's life: started and warmed, replaced when lost.
+
+A pod is Ready, and so given partitions, only once its session is warm. A session takes
+seconds to start (10-12 s measured on a loaded two-core machine) and its first triggers run
+5-10 times slower until the JVM has compiled their path; a pod that turned Ready before that
+would take partitions over from a running owner and leave them idle meanwhile. So the
+build (`spark.sessions.build_session`, then `spark.frames.warm_up`: a few tiny jobs) runs
+first, and the pod reports NotReady (`SessionKeeper.ready`) until it has returned.
+
+A session can be lost later: its JVM killed (out of memory), a cluster's driver or a Spark
+Connect server gone. A trigger that fails asks `SessionKeeper.lost` whether the session
+still answers; if it does not, the keeper starts a new one, the pod goes NotReady while it
+starts, and the trigger's batches wait for it (they count no failed attempt: the events did
+nothing wrong). The operator keeps a NotReady pod's partitions for ``podGraceSeconds``, so a
+session back within the grace period costs no move; a longer one moves them, by the ordinary
+hand-off. A session that cannot start, first or again, ends the pod (`on_failed`).
+
+Nothing here imports pyspark: the build, the liveness check and the disposal of a lost
+session are given (`consumer.launching` wires `spark.sessions`'), so the keeper runs on fakes
+and fake time in tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+class SessionKeeper:
+    """The pod's one session: `get` waits for the current one, `ready` says whether it is
+    warm, `lost` replaces it when it no longer answers."""
+
+    def __init__(
+        self,
+        build: Callable[[], Awaitable[Any]],
+        *,
+        alive: Callable[[Any], Awaitable[bool]],
+        discard: Callable[[Any], Awaitable[None]],
+        on_failed: Callable[[BaseException], None] = lambda _: None,
+    ) -> None:
+        """``build`` starts and warms a session; ``alive`` asks a session whether it still
+        answers; ``discard`` lets go of a lost one; ``on_failed`` hears a build that failed."""
+        self.build = build
+        self.alive = alive
+        self.discard = discard
+        self.on_failed = on_failed
+        self.task: asyncio.Task[Any] | None = None
+        #: Sessions started after one was lost.
+        self.restarts = 0
+        self._since = 0.0
+
+    def start(self) -> asyncio.Task[Any]:
+        """The current session's build, begun now if none is."""
+        if self.task is None:
+            self._since = asyncio.get_running_loop().time()
+            self.task = asyncio.create_task(self._build(), name="spark-session")
+        return self.task
+
+    async def _build(self) -> Any:
+        try:
+            session = await self.build()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            logger.error("the SparkSession did not start: %s", e)
+            self.on_failed(e)
+            raise
+        took = asyncio.get_running_loop().time() - self._since
+        logger.info("the SparkSession is ready, started and warmed in %.1f s", took)
+        return session
+
+    async def get(self) -> Any:
+        """The session once it is warm; raises why it could not start."""
+        return await asyncio.shield(self.start())
+
+    def ready(self) -> tuple[bool, str]:
+        """Whether the session is warm, and why not (the pod's readiness says it)."""
+        task = self.task
+        if task is None or not task.done():
+            took = asyncio.get_running_loop().time() - self._since if task is not None else 0.0
+            doing = "starting again after it was lost" if self.restarts else "starting"
+            return False, f"SparkSession {doing} ({took:.1f} s)"
+        if task.cancelled():
+            return False, "SparkSession start cancelled"
+        error = task.exception()
+        if error is not None:
+            return False, f"SparkSession did not start: {error}"
+        return True, "SparkSession warm"
+
+    async def lost(self, session: Any, error: BaseException) -> bool:
+        """Whether a trigger on ``session`` failed because the session is gone (``error`` is
+        what the trigger raised); if so, a new session is starting when this returns."""
+        task = self.task
+        if task is None or not task.done() or task.cancelled() or task.exception() is not None:
+            return True  # being replaced already: the trigger goes to the new one
+        if task.result() is not session:
+            return True  # replaced already, by another trigger's report
+        try:
+            if await self.alive(session):
+                return False
+        except Exception as e:  # a check that fails is an answer too
+            logger.debug("the SparkSession's liveness check failed: %r", e)
+        self.restarts += 1
+        logger.warning(
+            "the SparkSession was lost (%s: %s); starting a new one, NotReady until it is warm",
+            type(error).__name__,
+            error,
+        )
+        self.task = None
+        with contextlib.suppress(Exception):
+            await self.discard(session)
+        self.start()
+        return True
+
+    async def stop(self, stop_session: Callable[[Any], Awaitable[None]]) -> None:
+        """Stop the session once it has started (a start in flight is waited for)."""
+        if self.task is None:
+            return
+        with contextlib.suppress(Exception):
+            session = await self.task
+            await stop_session(session)

@@ -1,0 +1,195 @@
+"""Spark mode's readiness on fake time: a pod is Ready only once its SparkSession is started
+and warmed, and NotReady again while a lost session is replaced (`sessionkeeping`).
+
+The session factory is a fake that takes 12 fake seconds, as a session and its warm-up take
+on a loaded two-core machine; the handler is `tests.consumer.test_triggers.Handler` on a
+session that the test can declare dead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from eventhub_balancer.consumer import (
+    assignments,
+    contexts,
+    partitions,
+    runtime,
+    sessionkeeping,
+    triggers,
+)
+from tests.consumer.test_triggers import FakeSession, Handler, SteppedExecutor
+from tests.support import consumerfakes
+
+pytestmark = pytest.mark.looptime
+
+START_S = 12.0
+
+
+class DyingSession(FakeSession):
+    """A fake session that can die: its DataFrames fail, as a dead JVM's calls do."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.dead = False
+
+    def createDataFrame(self, table: Any, schema: Any = None) -> Any:
+        if self.dead:
+            raise ConnectionError("Answer from Java side is empty")
+        return table
+
+
+class Factory:
+    """Builds `DyingSession`s, each taking `START_S` of the loop's (fake) time."""
+
+    def __init__(self) -> None:
+        self.built: list[DyingSession] = []
+        self.discarded: list[DyingSession] = []
+
+    async def build(self) -> DyingSession:
+        await asyncio.sleep(START_S)
+        session = DyingSession(len(self.built) + 1)
+        self.built.append(session)
+        return session
+
+    async def alive(self, session: DyingSession) -> bool:
+        return not session.dead
+
+    async def discard(self, session: DyingSession) -> None:
+        self.discarded.append(session)
+
+    def keeper(self) -> sessionkeeping.SessionKeeper:
+        return sessionkeeping.SessionKeeper(self.build, alive=self.alive, discard=self.discard)
+
+
+@contextlib.asynccontextmanager
+async def spark_pod(
+    hub: consumerfakes.FakeHub,
+    store: consumerfakes.FakeStore,
+    keeper: sessionkeeping.SessionKeeper,
+    handler: Handler,
+) -> AsyncIterator[tuple[runtime.Runtime, assignments.MemorySource]]:
+    source = assignments.MemorySource()
+    processor = triggers.SparkTriggers(
+        handler,
+        session=keeper.get,
+        consumer="orders",
+        pod="pod-a",
+        executor=SteppedExecutor(),
+        session_lost=keeper.lost,
+    )
+    consumer = runtime.Runtime(
+        settings=runtime.RuntimeSettings(
+            consumer="orders",
+            pod="pod-a",
+            batch=partitions.BatchSettings(batch_size=10, max_wait=0.05, release_timeout=20),
+            shutdown_timeout=2.0,
+        ),
+        source=source,
+        backends=consumerfakes.fake_backends(hub, store.handle("pod-a")),
+        processor=processor,
+        readiness=keeper.ready,
+    )
+    keeper.start()
+    task = asyncio.create_task(consumer.run())
+    try:
+        yield consumer, source
+    finally:
+        consumer.request_shutdown()
+        async with asyncio.timeout(10):
+            await task
+
+
+def sequences(handler: Handler, partition: str) -> list[int]:
+    return [n for _, rows in handler.triggers for p, n in rows if p == partition]
+
+
+async def test_a_spark_pod_is_ready_only_once_its_session_is_started_and_warmed(
+    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
+) -> None:
+    factory, handler = Factory(), Handler()
+    keeper = factory.keeper()
+    async with spark_pod(fake_hub, fake_store, keeper, handler) as (consumer, source):
+        # A new pod is given no partitions yet: it applies an empty assignment at once.
+        source.put(consumerfakes.configmap(1, {}))
+        await consumerfakes.eventually(
+            lambda: consumer.applied_generation == 1, what="the empty assignment applied"
+        )
+        ready, reason = consumer.ready()
+        assert not ready
+        assert reason.startswith("SparkSession starting")
+        await asyncio.sleep(START_S / 2)
+        assert not consumer.ready()[0]
+        await consumerfakes.eventually(lambda: consumer.ready()[0], what="Ready")
+        assert asyncio.get_running_loop().time() >= START_S
+        assert consumer.ready()[1] == "generation 1 applied"
+        assert len(factory.built) == 1
+
+
+async def test_a_lost_session_makes_the_pod_not_ready_until_a_new_one_is_warm(
+    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
+) -> None:
+    factory, handler = Factory(), Handler()
+    keeper = factory.keeper()
+    fake_hub.append("0", 5)
+    async with spark_pod(fake_hub, fake_store, keeper, handler) as (consumer, source):
+        await consumerfakes.eventually(
+            lambda: keeper.ready()[0], within=2 * START_S, what="the first session"
+        )
+        source.put(consumerfakes.configmap(1, {"0": (1, "owned")}))
+        await consumerfakes.eventually(
+            lambda: sequences(handler, "0") == [0, 1, 2, 3, 4], what="the first events"
+        )
+        assert consumer.ready()[0]
+
+        factory.built[0].dead = True
+        fake_hub.append("0", 5)
+        await consumerfakes.eventually(lambda: not consumer.ready()[0], what="NotReady")
+        assert consumer.ready()[1].startswith("SparkSession starting again after it was lost")
+        lost_at = asyncio.get_running_loop().time()
+        # The partition stays with the pod (the operator's grace period keeps it), its
+        # batches waiting for the new session.
+        assert consumer.owned() == {"0": 1}
+        await consumerfakes.eventually(
+            lambda: consumer.ready()[0], within=2 * START_S, what="Ready again"
+        )
+        assert asyncio.get_running_loop().time() - lost_at >= START_S - 1
+        await consumerfakes.eventually(
+            lambda: sequences(handler, "0")[-5:] == [5, 6, 7, 8, 9], what="the later events"
+        )
+        assert factory.discarded == [factory.built[0]]
+        assert len(factory.built) == 2
+        # The events did nothing wrong: no failed attempt counted, the checkpoint went on.
+        retried: list[contexts.TriggerContext] = [c for c, _ in handler.triggers]
+        assert all(c.attempt == 1 for c in retried)
+        assert consumer.stats["0"].handler_errors == 0
+        await consumerfakes.eventually(
+            lambda: fake_store.blobs["0"].sequence_number == 9, what="the checkpoint"
+        )
+
+
+async def test_a_failing_trigger_on_a_live_session_counts_as_before(
+    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
+) -> None:
+    factory, handler = Factory(), Handler()
+    keeper = factory.keeper()
+    handler.fail["0"] = 1
+    fake_hub.append("0", 5)
+    async with spark_pod(fake_hub, fake_store, keeper, handler) as (consumer, source):
+        source.put(consumerfakes.configmap(1, {"0": (1, "owned")}))
+        await consumerfakes.eventually(
+            lambda: (
+                fake_store.blobs.get("0") is not None and fake_store.blobs["0"].sequence_number == 4
+            ),
+            within=3 * START_S,
+            what="the events processed after a retry",
+        )
+        assert len(factory.built) == 1
+        assert keeper.restarts == 0
+        assert consumer.ready()[0]
+        assert [c.attempt for c, _ in handler.triggers] == [1, 2]
