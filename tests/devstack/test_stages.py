@@ -217,3 +217,34 @@ def test_the_stage_tables_render_from_a_record() -> None:
     operator = {"join_balanced_s": 1.0, "stages": {"join": {"wake_to_decision": figure}}}
     assert "| join |" in records.operator_stages(operator).splitlines()[0] + " |"
     assert "stages" not in records.operator(operator)
+
+
+def test_a_release_at_shutdown_is_timed_from_its_final_checkpoint_to_the_operator() -> None:
+    """A deleted pod releases on SIGTERM, with no revocation written: its acknowledgement
+    still counts, from its final checkpoint and to the operator's next wake."""
+    owned = cm("p-1", 4, {"3": (1, "owned")}, applied=4)
+    released = cm("p-1", 4, {"3": (1, "owned")}, applied=4, released={"3": 1})
+    deleting = pod("p-1", ready=True)
+    deleting["metadata"]["deletionTimestamp"] = "2027-01-15T08:00:00Z"
+    pods, maps = stages.commits(
+        [
+            ("MODIFIED", deleting, pod("p-1", ready=True), T),
+            ("MODIFIED", released, owned, T + 0.200),
+        ]
+    )
+    events = list(
+        stages.pod_events("p-1", [pod_line(T + 0.150, partitions.FINAL_CHECKPOINT, "3", 1, 9, 140)])
+    )
+    cycles_ = [stages.cycle_of(cycle_line(T + 0.260, 5.0, 0, 0.0))]
+    found = stages.durations(
+        stages.Records(pods=pods, maps=maps, cycles=[c for c in cycles_ if c], pod_events=events),
+        SCOPE,
+        start=T - 1,
+        end=T + 1,
+    )
+    got = {k: [round(v * 1000) for v in values] for k, values in found.items()}
+    assert got == {
+        "pod_change_to_wake": [260],
+        "final_checkpoint_to_acknowledgement": [50],
+        "acknowledgement_to_seen": [60],
+    }

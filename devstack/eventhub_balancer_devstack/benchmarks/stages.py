@@ -425,14 +425,8 @@ def durations(
             )
             if final is not None:
                 found["revocation_to_final_checkpoint"].append(final - write.at)
-            if ack is None:
-                continue
-            found["revocation_to_acknowledgement"].append(ack.at - write.at)
-            if final is not None and final <= ack.at:
-                found["final_checkpoint_to_acknowledgement"].append(ack.at - final)
-            seen = _first_after(wakes, ack.at)
-            if seen is not None:
-                found["acknowledgement_to_seen"].append(seen - ack.at)
+            if ack is not None:
+                found["revocation_to_acknowledgement"].append(ack.at - write.at)
         for partition, epoch in write.assigned.items():
             opened = _first_after(
                 events.get((write.pod, partition, epoch, "link_open"), []), write.at
@@ -448,6 +442,19 @@ def durations(
             )
             if first is not None:
                 found["receiver_open_to_first_event"].append(first - opened)
+    # Every release the step's pods acknowledged: on revocation, and on their own at shutdown
+    # (a deleted or scaled-in pod releases everything when it gets SIGTERM).
+    for ack in maps:
+        if not ack.released_added or not start <= ack.at <= end:
+            continue
+        for partition, epoch in ack.released_added.items():
+            finals = events.get((ack.pod, partition, epoch, "final_checkpoint"), [])
+            final = max((t for t in finals if t <= ack.at), default=None)
+            if final is not None:
+                found["final_checkpoint_to_acknowledgement"].append(ack.at - final)
+        seen = _first_after(wakes, ack.at)
+        if seen is not None:
+            found["acknowledgement_to_seen"].append(seen - ack.at)
     return {key: values for key, values in found.items() if values}
 
 
