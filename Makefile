@@ -61,13 +61,15 @@ install: $(STAMP) $(NODE_STAMP) java-check promtool-check
 node: $(NODE_STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check operator devstack tests
-	$(BIN)/ruff format --check operator devstack tests
-	$(BIN)/hadolint --no-color docker/*.Dockerfile
+	$(BIN)/ruff check operator devstack tests examples
+	$(BIN)/ruff format --check operator devstack tests examples
+	$(BIN)/hadolint --no-color docker/*.Dockerfile examples/*/Dockerfile
 	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yaml
 
+# The example project is checked as its own project would be (its tests too).
 typecheck: $(STAMP)
 	$(BIN)/mypy
+	cd examples/orders && $(abspath $(BIN))/mypy --strict orders tests
 
 importlint: $(STAMP)
 	$(BIN)/lint-imports

@@ -109,7 +109,7 @@ def test_a_spark_handler_gets_a_trigger_over_its_partitions() -> None:
 
 
 def test_the_example_projects_tests_pass() -> None:
-    """examples/orders/test_pipeline.py, run as its docstring says."""
+    """examples/orders/tests/test_pipeline.py, run as its docstring says."""
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "examples/orders"],
         cwd=paths.REPOSITORY,

@@ -25,13 +25,15 @@ from tests.support import loading
 
 CHART_DIR = loading.ROOT / "charts" / "eventhub-consumer"
 CI_VALUES = sorted((CHART_DIR / "ci").glob("*-values.yaml"))
-VALUES_FILES = [None, *CI_VALUES]
+#: The values the example project installs with (docs/first-consumer.md).
+EXAMPLE_VALUES = loading.ROOT / "examples" / "orders" / "values.yaml"
+VALUES_FILES = [None, *CI_VALUES, EXAMPLE_VALUES]
 MINORS = list(range(versions.declared_floor(CHART_DIR)[1], versions.MINORS[-1] + 1))
 NAMESPACE = "shop"
 
 
 def label(values_file: Path | None) -> str:
-    return values_file.name if values_file else "defaults"
+    return str(values_file.relative_to(loading.ROOT)) if values_file else "defaults"
 
 
 def render(values: dict[str, Any] | None = None) -> dict[str, list[dict[str, Any]]]:
@@ -214,6 +216,7 @@ def test_mistakes_fail_with_what_to_change(values: dict[str, Any], message: str)
         ({"logFormat": "yaml"}, "/logFormat"),
         ({"consumer": {"startPosition": "beginning"}}, "/consumer/startPosition"),
         ({"timeouts": {"releaseSeconds": -1}}, "/timeouts/releaseSeconds"),
+        ({"verbosity": 3}, "/verbosity"),
     ],
 )
 def test_the_values_schema_rejects_mistakes(values: dict[str, Any], complaint: str) -> None:
@@ -258,3 +261,9 @@ def test_workload_identity_labels_the_pods_and_annotates_the_account() -> None:
     (consumer,) = docs["EventHubConsumer"]
     assert consumer["metadata"]["name"] == "orders"
     assert consumer["spec"]["balancing"] == {"handoffTimeoutSeconds": 60, "weighting": "lag"}
+
+
+@pytest.mark.parametrize("verbosity", [0, 1, 2])
+def test_verbosity_is_ehbs_verbose_flag(verbosity: int) -> None:
+    args = container(render({"verbosity": verbosity}))["args"]
+    assert cli.build_parser().parse_args(args).verbose == verbosity

@@ -17,8 +17,10 @@ DOCKERFILES = {
     "operator": loading.ROOT / "docker" / "operator.Dockerfile",
     "consumer": loading.ROOT / "docker" / "consumer.Dockerfile",
     "consumer-connect": loading.ROOT / "docker" / "consumer-connect.Dockerfile",
-    "orders-example": loading.ROOT / "docker" / "orders-example.Dockerfile",
+    "orders-example": loading.ROOT / "examples" / "orders" / "Dockerfile",
 }
+#: The build command in the example Dockerfile's header; its tag is the one the manifests use.
+BUILD_EXAMPLE = r"docker build -f examples/orders/Dockerfile -t (\S+) \."
 BUILD_TOOLS = ("build-essential", "gcc", "g++", "make ", "-dev ")
 
 
@@ -208,8 +210,9 @@ def test_connect_image_has_no_java_and_installs_pyspark_client() -> None:
 
 
 def test_the_example_deployment_runs_the_example_image() -> None:
-    """manifests/examples/ works as shipped: its image is built by orders-example.Dockerfile
-    (the tag its header gives) and carries the handler module its args name."""
+    """manifests/examples/ works as shipped: its image is built by examples/orders/Dockerfile
+    (the tag its header gives), which installs the example project's wheel, whose package has
+    the handler module the Deployment's args name."""
     (deployment,) = [
         d.body
         for d in loading.file_documents(loading.MANIFESTS_DIR / "examples")
@@ -217,16 +220,21 @@ def test_the_example_deployment_runs_the_example_image() -> None:
     ]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     dockerfile = DOCKERFILES["orders-example"].read_text()
-    (tag,) = re.findall(r"docker build -f docker/orders-example.Dockerfile -t (\S+) \.", dockerfile)
+    (tag,) = re.findall(BUILD_EXAMPLE, dockerfile)
     assert container["image"] == tag
     (handler,) = [a.split("=", 1)[1] for a in container["args"] if a.startswith("--handler=")]
     module = handler.split(":")[0]
-    assert module == "orders.pipeline"
+    project = loading.ROOT / "examples" / "orders"
+    packages = tomllib.loads((project / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "packages"
+    ]
+    assert module.split(".")[0] in packages
+    assert (project / (module.replace(".", "/") + ".py")).is_file()
     copied = [rest for k, rest in instructions(DOCKERFILES["orders-example"]) if k == "COPY"]
-    assert any("examples/orders/pipeline.py /opt/ehb/handlers/orders/" in c for c in copied)
-    final = stages(DOCKERFILES["orders-example"])[-1]
-    env = " ".join(rest for k, rest in final if k == "ENV")
-    assert "PYTHONPATH=/opt/ehb/handlers" in env
+    assert "examples/orders/orders/ examples/orders/orders/" in copied
+    (built,) = [rest for k, rest in stages(DOCKERFILES["orders-example"])[0] if "pip wheel" in rest]
+    assert "./examples/orders" in built
+    assert "orders-example" in built.split("pip install --no-index", 1)[1]
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
     assert documented_mounts("orders-example") <= mounts
 
@@ -242,7 +250,7 @@ def test_the_e2e_workflow_builds_the_example_image_under_its_tag() -> None:
 
     workflow = yaml.safe_load((loading.ROOT / ".github" / "workflows" / "e2e.yaml").read_text())
     (tag,) = re.findall(
-        r"docker build -f docker/orders-example.Dockerfile -t (\S+) \.",
+        BUILD_EXAMPLE,
         DOCKERFILES["orders-example"].read_text(),
     )
     assert workflow["env"]["ORDERS_EXAMPLE_IMAGE"] == tag

@@ -24,7 +24,13 @@ from tests.e2e import test_demo_scenario as scenario
 from tests.support import loading, paths
 
 BIN = Path(sys.executable).parent
-DOCKERFILES = sorted((paths.REPOSITORY / "docker").glob("*Dockerfile"))
+#: The images' Dockerfiles, and the example projects' (examples/NAME/Dockerfile).
+DOCKERFILES = sorted(
+    [
+        *(paths.REPOSITORY / "docker").glob("*Dockerfile"),
+        *(paths.REPOSITORY / "examples").glob("*/Dockerfile"),
+    ]
+)
 WORKFLOWS = sorted((paths.REPOSITORY / ".github" / "workflows").glob("*.y*ml"))
 E2E_WORKFLOW = paths.REPOSITORY / ".github" / "workflows" / "e2e.yaml"
 #: The subprocess runs of pytest below import the product's test tree: seconds, not minutes.
@@ -60,7 +66,9 @@ def test_hadolint_fails_a_careless_dockerfile(tmp_path: Path) -> None:
     assert "DL3003" in result.stdout
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "dockerfile", DOCKERFILES, ids=lambda p: str(p.relative_to(paths.REPOSITORY))
+)
 def test_every_hadolint_ignore_gives_its_reason(dockerfile: Path) -> None:
     """An inline ignore names rules that a comment in the same file explains."""
     text = dockerfile.read_text()
@@ -106,7 +114,7 @@ def test_the_e2e_workflow_runs_the_cluster_tests_on_kind() -> None:
     commands = e2e_commands()
     assert "make install" in commands
     for dockerfile in DOCKERFILES:
-        assert f"docker build -f docker/{dockerfile.name}" in commands
+        assert f"docker build -f {dockerfile.relative_to(paths.REPOSITORY)}" in commands
     assert commands.count("kind load docker-image") == len(DOCKERFILES)
     assert "kubectl apply -f crds/" in commands
     assert "helm install ehb charts/eventhub-balancer" in commands

@@ -48,13 +48,19 @@ def records(path: Path) -> list[tuple[str, int]]:
     return [(p, int(n)) for p, n in (line.split() for line in path.read_text().splitlines())]
 
 
-async def final_checkpoints(azurite: Any, container: str) -> dict[str, int]:
+async def final_checkpoints(
+    azurite: Any,
+    container: str,
+    *,
+    fully_qualified_namespace: str = "local.servicebus.windows.net",
+) -> dict[str, int]:
+    """partition -> the sequence number of its checkpoint, for hub ``orders``."""
     async with blobs.open_container(
         container_name=container, connection_string=azurite.connection_string
     ) as client:
         store = checkpointing.CheckpointStore(
             client,
-            fully_qualified_namespace="local.servicebus.windows.net",
+            fully_qualified_namespace=fully_qualified_namespace,
             eventhub_name="orders",
             consumer_group="$Default",
             owner_id="reader",

@@ -2,17 +2,19 @@
 
 Run it in a consumer pod with::
 
-    ehb consume --handler orders.pipeline:process --handler-path examples
+    ehb consume --handler orders.pipeline:process
 
-(the image built by docker/orders-example.Dockerfile has it on its path already). Each call
+(the image built by examples/orders/Dockerfile installs this project's wheel beside the
+runtime; from a checkout, ``--handler-path examples/orders`` finds it instead). Each call
 hands over one micro-batch of one partition; the runtime checkpoints after ``process``
 returns, so a batch is only ever done once it is logged. An event that is not an order (not
 JSON, or without ``id`` and a numeric ``amount``) raises :class:`NotAnOrder`: the batch is
 retried, then parked or dead-lettered by the EventHubConsumer's failure policy, and the
 partition's other batches wait for it (order within a partition is kept).
 
-Its tests (``test_pipeline.py``) run it with ``eventhub_balancer.consumer.testing``, without
-Event Hubs or Kubernetes: ``python -m pytest examples/orders``.
+Its tests (``examples/orders/tests/test_pipeline.py``) run it with
+``eventhub_balancer.consumer.testing``, without Event Hubs or Kubernetes: ``python -m pytest
+examples/orders``.
 """
 
 from __future__ import annotations
