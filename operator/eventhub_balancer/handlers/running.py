@@ -20,7 +20,7 @@ import kopf
 from aiohttp import web
 
 from eventhub_balancer import runners
-from eventhub_balancer.handlers import registering
+from eventhub_balancer.handlers import kopftoggles, registering
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +76,7 @@ async def serve(
     ready_flag: threading.Event | None = None,
     bound_port: list[int] | None = None,
 ) -> None:
+    kopftoggles.install()
     settings = kopf.OperatorSettings()
     registering.configure(
         settings,
