@@ -211,7 +211,7 @@ def test_the_stage_tables_render_from_a_record() -> None:
     figure = {"median_ms": 12.5, "max_ms": 40.0, "count": 3}
     balance = {"steps": [{"step": "scale 2 -> 6", "stages": {"wake_to_decision": figure}}]}
     text = records.balance_stages(balance)
-    assert "| wake -> decision | 12.5 / 40 (3) |" in text
+    assert "| wake -> decision | 12 / 40 (3) |" in text
     assert "pod change" not in text  # not measured: no row
     assert "before the benchmark timed" in records.balance_stages({"steps": [{"step": "x"}]})
     operator = {"join_balanced_s": 1.0, "stages": {"join": {"wake_to_decision": figure}}}

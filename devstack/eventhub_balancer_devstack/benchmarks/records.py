@@ -424,6 +424,11 @@ def decide(result: object) -> str:
     return table([title for _, title in DECIDE_COLUMNS], rows, numeric=0)
 
 
+def _ms(value: object) -> str:
+    """Milliseconds to the millisecond: the records' clocks say no more."""
+    return f"{value:,.0f}" if isinstance(value, int | float) else number(value)
+
+
 def _stage_table(steps: Sequence[tuple[str, object]]) -> str:
     """One row per stage, one column per step: median / max milliseconds (count)."""
     rows = []
@@ -434,7 +439,7 @@ def _stage_table(steps: Sequence[tuple[str, object]]) -> str:
             cells.append(
                 "-"
                 if not isinstance(figure, Mapping)
-                else f"{number(figure.get('median_ms'))} / {number(figure.get('max_ms'))} "
+                else f"{_ms(figure.get('median_ms'))} / {_ms(figure.get('max_ms'))} "
                 f"({number(figure.get('count'))})"
             )
         if any(c != "-" for c in cells):
