@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from eventhub_balancer.adapters import blobs, checkpointing
 from eventhub_balancer.contracts import configmaps
-from tests.support import paths
+from tests.support import consumerprocesses
 from tests.support.consumerfakes import configmap
 from tests.support.fixtures.consumer import send_events
 from tests.support.fixtures.operator import wait_for
@@ -48,26 +45,6 @@ def records(path: Path) -> list[tuple[str, int]]:
     return [(p, int(n)) for p, n in (line.split() for line in path.read_text().splitlines())]
 
 
-async def final_checkpoints(
-    azurite: Any,
-    container: str,
-    *,
-    fully_qualified_namespace: str = "local.servicebus.windows.net",
-) -> dict[str, int]:
-    """partition -> the sequence number of its checkpoint, for hub ``orders``."""
-    async with blobs.open_container(
-        container_name=container, connection_string=azurite.connection_string
-    ) as client:
-        store = checkpointing.CheckpointStore(
-            client,
-            fully_qualified_namespace=fully_qualified_namespace,
-            eventhub_name="orders",
-            consumer_group="$Default",
-            owner_id="reader",
-        )
-        return {c.partition: c.sequence_number for c in await store.list()}
-
-
 def test_assignment_file_applies_revokes_and_releases_on_sigterm(
     consumer_emulator: Any, azurite: Any, blob_container: Any, tmp_path: Path
 ) -> None:
@@ -80,27 +57,14 @@ def test_assignment_file_applies_revokes_and_releases_on_sigterm(
         assignment,
         configmap(1, {"0": (1, "owned"), "1": (1, "owned")}, checkpointContainer=container),
     )
-    env = {
-        k: v for k, v in os.environ.items() if k not in ("POD_NAME", "POD_NAMESPACE", "KUBECONFIG")
-    }
-    env.update(
-        {
-            "KUBECONFIG": str(tmp_path / "no-such-kubeconfig"),
-            "EHB_ALLOW_DEVELOPMENT_ENDPOINTS": "true",
-            "EHB_EVENTHUB_CONNECTION_STRING": cs,
-            "EHB_BLOB_CONNECTION_STRING": azurite.connection_string,
-            "EHB_TEST_RECORD_DIR": str(tmp_path),
-        }
+    env = consumerprocesses.file_consumer_env(
+        tmp_path,
+        eventhub=cs,
+        blob=azurite.connection_string,
+        extra={"EHB_TEST_RECORD_DIR": str(tmp_path)},
     )
-    command = [
-        sys.executable,
-        "-m",
-        "eventhub_balancer",
-        "consume",
-        "--handler",
+    command = consumerprocesses.consume_command(
         "recording:process",
-        "--handler-path",
-        str(paths.HANDLERS),
         "--pod-name",
         "pod-a",
         "--assignment-file",
@@ -109,15 +73,7 @@ def test_assignment_file_applies_revokes_and_releases_on_sigterm(
         str(acks),
         "--batch-size",
         "100",
-        "--max-wait",
-        "0.2",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-        "--shutdown-timeout",
-        "10",
-    ]
+    )
     done = tmp_path / "pod-a.log"
     log = tmp_path / "consumer.stderr"
     with open(log, "wb") as out:
@@ -151,4 +107,5 @@ def test_assignment_file_applies_revokes_and_releases_on_sigterm(
     # Partition 1 was given up before its news arrived; partition 0 was processed to the end.
     assert sorted(records(done)) == [("0", n) for n in range(350)] + [("1", n) for n in range(200)]
     assert configmaps.parse_released(acknowledged(acks)) == {"0": 1, "1": 1}
-    assert asyncio.run(final_checkpoints(azurite, container)) == {"0": 349, "1": 199}
+    positions = consumerprocesses.checkpoint_positions(azurite.connection_string, container)
+    assert asyncio.run(positions) == {"0": 349, "1": 199}

@@ -20,18 +20,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
-import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from eventhub_balancer.adapters import blobs, checkpointing
-from tests.support import paths
+from tests.support import consumerprocesses, paths
 from tests.support.consumerfakes import configmap
 from tests.support.fixtures.consumer import send_events
 from tests.support.fixtures.operator import wait_for
@@ -73,33 +70,18 @@ class Run:
         temporary.replace(self.assignment)
 
     def start(self, name: str, handler: str, *flags: str) -> subprocess.Popen[bytes]:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if k not in ("POD_NAME", "POD_NAMESPACE", "KUBECONFIG") and not k.startswith("SPARK_")
-        }
-        env.update(
-            {
-                "KUBECONFIG": str(self.tmp_path / "no-such-kubeconfig"),
-                "EHB_ALLOW_DEVELOPMENT_ENDPOINTS": "true",
-                "EHB_EVENTHUB_CONNECTION_STRING": self.cs,
-                "EHB_BLOB_CONNECTION_STRING": self.azurite.connection_string,
+        env = consumerprocesses.file_consumer_env(
+            self.tmp_path,
+            eventhub=self.cs,
+            blob=self.azurite.connection_string,
+            extra={
                 "EHB_TEST_RECORD_DIR": str(self.records),
                 "EHB_TEST_MARKER": str(self.marker),
                 "EXACTLY_ONCE_OUTPUT": str(self.table),
-            }
+            },
         )
-        command = [
-            sys.executable,
-            "-m",
-            "eventhub_balancer",
-            "consume",
-            "--handler",
+        command = consumerprocesses.consume_command(
             handler,
-            "--handler-path",
-            str(paths.HANDLERS),
-            "--handler-path",
-            str(paths.EXAMPLES),
             *SPARK_ARGS,
             "--pod-name",
             "pod-a",
@@ -107,16 +89,10 @@ class Run:
             str(self.assignment),
             "--ack-file",
             str(self.tmp_path / f"{name}.acks.json"),
-            "--max-wait",
-            "0.2",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--shutdown-timeout",
-            "20",
             *flags,
-        ]
+            handler_paths=(paths.HANDLERS, paths.EXAMPLES),
+            shutdown_timeout=20,
+        )
         with open(self.tmp_path / f"{name}.log", "wb") as out:
             return subprocess.Popen(command, env=env, stdout=out, stderr=out)
 
@@ -145,20 +121,9 @@ class Run:
         )
 
     def checkpoints(self) -> dict[str, int]:
-        return asyncio.run(self._checkpoints())
-
-    async def _checkpoints(self) -> dict[str, int]:
-        async with blobs.open_container(
-            container_name=self.container, connection_string=self.azurite.connection_string
-        ) as client:
-            store = checkpointing.CheckpointStore(
-                client,
-                fully_qualified_namespace="local.servicebus.windows.net",
-                eventhub_name="orders",
-                consumer_group="$Default",
-                owner_id="reader",
-            )
-            return {c.partition: c.sequence_number for c in await store.list()}
+        return asyncio.run(
+            consumerprocesses.checkpoint_positions(self.azurite.connection_string, self.container)
+        )
 
     def logs(self) -> Iterator[str]:
         for log in sorted(self.tmp_path.glob("*.log")):

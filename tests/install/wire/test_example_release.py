@@ -30,9 +30,8 @@ from packaging.requirements import Requirement
 
 from eventhub_balancer_devstack import clusters, deployments
 from eventhub_balancer_devstack.kube import LocalKubeAPI
-from tests.consumer.wire.test_assignment_file import final_checkpoints
 from tests.install import test_consumer_chart as consumer_chart
-from tests.support import loading, paths
+from tests.support import consumerprocesses, loading, paths
 from tests.support.fixtures.consumer import send_events
 from tests.support.fixtures.operator import wait_for
 
@@ -186,10 +185,11 @@ def test_the_example_installs_with_one_release_and_consumes(
         wait_for(
             lambda: (
                 asyncio.run(
-                    final_checkpoints(
-                        azurite,
+                    consumerprocesses.checkpoint_positions(
+                        azurite.connection_string,
                         store["containerName"],
                         fully_qualified_namespace=eventhub["fullyQualifiedNamespace"],
+                        hub=eventhub["name"],
                     )
                 )
                 == dict.fromkeys(["0", "1", "2", "3"], last)

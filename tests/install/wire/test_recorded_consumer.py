@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,10 +24,9 @@ import pytest
 from eventhub_balancer.contracts import configmaps
 from eventhub_balancer_devstack.kube import LocalKubeAPI, kubeconfigs
 from tests.install.wire.test_recorded_operator import ProxyThread
-from tests.support import loading
+from tests.support import consumerprocesses, loading
 from tests.support.consumerfakes import configmap
 from tests.support.fixtures.operator import wait_for
-from tests.support.handlers import recording
 from tests.support.rbac import admission
 from tests.support.rbac.authorizing import Authorizer, Subject
 from tests.support.rbac.recording import RecordingProxy
@@ -103,24 +101,7 @@ def test_consumer_calls_are_allowed_by_the_example_role(
         "EHB_BLOB_CONNECTION_STRING": azurite.connection_string,
         "EHB_TEST_RECORD_DIR": str(records),
     }
-    command = [
-        sys.executable,
-        "-m",
-        "eventhub_balancer",
-        "consume",
-        "--handler",
-        "recording:process",
-        "--handler-path",
-        str(Path(recording.__file__).parent),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-        "--max-wait",
-        "0.2",
-        "--shutdown-timeout",
-        "10",
-    ]
+    command = consumerprocesses.consume_command("recording:process")
     log = tmp_path / "consumer.stderr"
     with open(log, "wb") as out:
         process = subprocess.Popen(command, env=env, stdout=out, stderr=out)

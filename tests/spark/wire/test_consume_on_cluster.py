@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from eventhub_balancer.adapters import blobs, checkpointing
-from tests.support import paths
+from tests.support import consumerprocesses
 from tests.support.consumerfakes import configmap
 from tests.support.fixtures.consumer import send_events
 from tests.support.fixtures.operator import wait_for
@@ -55,20 +52,6 @@ def processed(directory: Path) -> list[tuple[str, int]]:
     return [(p, n) for t in triggers(directory) for p, n in t["events"]]
 
 
-async def checkpoints(azurite: Any, container: str) -> dict[str, int]:
-    async with blobs.open_container(
-        container_name=container, connection_string=azurite.connection_string
-    ) as client:
-        store = checkpointing.CheckpointStore(
-            client,
-            fully_qualified_namespace="local.servicebus.windows.net",
-            eventhub_name="orders",
-            consumer_group="$Default",
-            owner_id="reader",
-        )
-        return {c.partition: c.sequence_number for c in await store.list()}
-
-
 def consume(
     spark_flags: list[str],
     *,
@@ -83,30 +66,14 @@ def consume(
     assignment = tmp_path / "assignment.json"
     owned = {p: (1, "owned") for p in ("0", "1", "2", "3")}
     assignment.write_text(json.dumps(configmap(1, owned, checkpointContainer=container)))
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("POD_NAME", "POD_NAMESPACE", "KUBECONFIG") and not k.startswith("SPARK_")
-    }
-    env.update(
-        {
-            "KUBECONFIG": str(tmp_path / "no-such-kubeconfig"),
-            "EHB_ALLOW_DEVELOPMENT_ENDPOINTS": "true",
-            "EHB_EVENTHUB_CONNECTION_STRING": cs,
-            "EHB_BLOB_CONNECTION_STRING": azurite.connection_string,
-            "EHB_TEST_RECORD_DIR": str(tmp_path),
-        }
+    env = consumerprocesses.file_consumer_env(
+        tmp_path,
+        eventhub=cs,
+        blob=azurite.connection_string,
+        extra={"EHB_TEST_RECORD_DIR": str(tmp_path)},
     )
-    command = [
-        sys.executable,
-        "-m",
-        "eventhub_balancer",
-        "-v",
-        "consume",
-        "--handler",
+    command = consumerprocesses.consume_command(
         "spark_counting:process",
-        "--handler-path",
-        str(paths.HANDLERS),
         "--spark",
         *spark_flags,
         "--pod-name",
@@ -117,15 +84,9 @@ def consume(
         str(tmp_path / "acks.json"),
         "--batch-size",
         "50",
-        "--max-wait",
-        "0.2",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-        "--shutdown-timeout",
-        "20",
-    ]
+        verbose=True,
+        shutdown_timeout=20,
+    )
     log = tmp_path / "consumer.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(command, env=env, stdout=out, stderr=out)
@@ -161,7 +122,9 @@ def check(seen: list[dict[str, Any]], *, session: str, azurite: Any, container: 
             mine = [n for p, n in t["events"] if p == partition]
             assert (min(mine), max(mine)) == (first, last)
     # Each partition's checkpoint is its last event (partition 3 never had one).
-    written = asyncio.run(checkpoints(azurite, container))
+    written = asyncio.run(
+        consumerprocesses.checkpoint_positions(azurite.connection_string, container)
+    )
     assert {p: n for p, n in written.items() if p in SENT} == {p: c - 1 for p, c in SENT.items()}
 
 
