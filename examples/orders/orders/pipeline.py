@@ -12,9 +12,8 @@ JSON, or without ``id`` and a numeric ``amount``) raises :class:`NotAnOrder`: th
 retried, then parked or dead-lettered by the EventHubConsumer's failure policy, and the
 partition's other batches wait for it (order within a partition is kept).
 
-Its tests (``examples/orders/tests/test_pipeline.py``) run it with
-``eventhub_balancer.consumer.testing``, without Event Hubs or Kubernetes: ``python -m pytest
-examples/orders``.
+Its tests (``examples/orders/tests/test_pipeline.py``) run it with ``eventhub_balancer.testing``,
+without Event Hubs or Kubernetes: ``python -m pytest examples/orders``.
 """
 
 from __future__ import annotations

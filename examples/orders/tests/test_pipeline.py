@@ -1,5 +1,5 @@
-"""Tests of the example handler with eventhub_balancer.consumer.testing: no Event Hubs, no
-Kubernetes. Run them with ``python -m pytest examples/orders``."""
+"""Tests of the example handler with eventhub_balancer.testing: no Event Hubs, no Kubernetes.
+Run them with ``python -m pytest examples/orders`` (or ``python -m pytest`` in this project)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from eventhub_balancer.consumer import BatchContext, Event, Handler, testing
+from eventhub_balancer import testing
+from eventhub_balancer.consumer import BatchContext, Event, Handler
 from orders import pipeline
 
 ORDERS: list[dict[str, object]] = [
