@@ -47,6 +47,12 @@ logger = logging.getLogger(__name__)
 REFRESH_SECONDS = 60.0
 #: The longest one management call may take before Event Hubs counts as unreachable.
 TIMEOUT_SECONDS = 10.0
+#: Calls to Event Hubs and the checkpoint stores in flight at once, per operator. Each opens a
+#: connection: a thousand consumers starting together would otherwise open a thousand at
+#: once, and those queued behind a server's accept backlog (or the operator's own CPU) ran
+#: out of their `TIMEOUT_SECONDS` before they were served, so none of them converged. The time
+#: a call waits for its turn does not count against its timeout.
+CONCURRENT_CALLS = 32
 #: Where credentials may go when the caller says nothing: the public cloud, and the local
 #: emulators on loopback (tests, the local stack). ``ehb operator`` always passes the policy
 #: of its flags, whose default allows no development endpoint.
@@ -263,10 +269,16 @@ class PartitionCache:
     """Partition ids per consumer, re-read when older than `REFRESH_SECONDS` or the hub changed."""
 
     def __init__(
-        self, *, refresh_seconds: float = REFRESH_SECONDS, timeout: float = TIMEOUT_SECONDS
+        self,
+        *,
+        refresh_seconds: float = REFRESH_SECONDS,
+        timeout: float = TIMEOUT_SECONDS,
+        gate: asyncio.Semaphore | None = None,
     ) -> None:
         self.refresh_seconds = refresh_seconds
         self.timeout = timeout
+        #: the turns of the calls in flight (`CONCURRENT_CALLS`)
+        self.gate = gate or asyncio.Semaphore(CONCURRENT_CALLS)
         self._entries: dict[str, tuple[Any, PartitionList]] = {}
 
     def cached(self, consumer: str) -> PartitionList | None:
@@ -288,7 +300,8 @@ class PartitionCache:
             and now - entry[1].fetched_at < self.refresh_seconds
         ):
             return dataclasses.replace(entry[1], fresh=False)
-        ids = await fetch_partition_ids(coordinates, limit_seconds=self.timeout)
+        async with self.gate:
+            ids = await fetch_partition_ids(coordinates, limit_seconds=self.timeout)
         result = PartitionList(ids=tuple(ids), fetched_at=now, fresh=True)
         self._entries[consumer] = (coordinates.key, result)
         return result
@@ -375,8 +388,13 @@ class EventHubs:
         endpoint_policy: endpoints.EndpointPolicy = DEFAULT_ENDPOINTS,
         identity_policy: IdentityPolicy = ANY_NAMESPACE,
         tenant_identities: tenantidentities.TenantIdentities | None = None,
+        concurrent_calls: int = CONCURRENT_CALLS,
     ) -> None:
-        self.cache = PartitionCache(refresh_seconds=refresh_seconds, timeout=timeout)
+        #: one turn per call in flight, shared by every consumer (`CONCURRENT_CALLS`)
+        self.gate = asyncio.Semaphore(concurrent_calls)
+        self.cache = PartitionCache(
+            refresh_seconds=refresh_seconds, timeout=timeout, gate=self.gate
+        )
         self.timeout = timeout
         self.endpoints = endpoint_policy
         self.identities = identity_policy
@@ -504,13 +522,18 @@ class EventHubs:
             connection_string=connection_string,
         )
         try:
-            return await fetch_last_sequence_numbers(
-                self._coordinates(
-                    fully_qualified_namespace, eventhub_name, connection_string, client_id, identity
-                ),
-                partitions,
-                limit_seconds=self.timeout,
-            )
+            async with self.gate:
+                return await fetch_last_sequence_numbers(
+                    self._coordinates(
+                        fully_qualified_namespace,
+                        eventhub_name,
+                        connection_string,
+                        client_id,
+                        identity,
+                    ),
+                    partitions,
+                    limit_seconds=self.timeout,
+                )
         except errors.EventHubBalancerError as e:
             self._failed(identity, e)
             raise
@@ -541,15 +564,16 @@ class EventHubs:
             connection_string=connection_string,
         )
         try:
-            stored = await read_checkpoints(
-                fully_qualified_namespace=fully_qualified_namespace,
-                eventhub_name=eventhub_name,
-                consumer_group=consumer_group,
-                container_name=container_name,
-                connection_string=connection_string,
-                account_url=account_url,
-                identity=identity,
-            )
+            async with self.gate:
+                stored = await read_checkpoints(
+                    fully_qualified_namespace=fully_qualified_namespace,
+                    eventhub_name=eventhub_name,
+                    consumer_group=consumer_group,
+                    container_name=container_name,
+                    connection_string=connection_string,
+                    account_url=account_url,
+                    identity=identity,
+                )
         except errors.EventHubBalancerError as e:
             self._failed(identity, e)
             raise
