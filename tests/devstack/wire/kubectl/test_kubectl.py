@@ -32,6 +32,7 @@ spec:
     credentials: {connectionStringSecretRef: {name: orders-blob, key: connectionString}}
   selector: {matchLabels: {app: orders}}
   balancing: {intervalSeconds: -5, weighting: nonsense}
+  startPosition: beginning
 """
 
 
@@ -89,6 +90,12 @@ def test_a_bad_resource_is_refused_with_its_fields_named(
     assert "* spec.eventHub: Required value" in result.stderr
     assert "* spec.balancing.intervalSeconds: Invalid value: -5" in result.stderr
     assert '* spec.balancing.weighting: Unsupported value: "nonsense"' in result.stderr
+    # The start position names the words it takes, not "one and only one schema (oneOf)".
+    assert (
+        '* spec.startPosition: Invalid value: "beginning": spec.startPosition in body should '
+        "match '^(earliest|latest)$'" in result.stderr
+    )
+    assert "oneOf" not in result.stderr
     assert local_kube.get_object(EHC, "bad", namespace="shop") is None
 
 
