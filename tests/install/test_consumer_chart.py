@@ -214,7 +214,15 @@ def test_mistakes_fail_with_what_to_change(values: dict[str, Any], message: str)
     [
         ({"handler": "orders.pipeline"}, "/handler"),
         ({"logFormat": "yaml"}, "/logFormat"),
-        ({"consumer": {"startPosition": "beginning"}}, "/consumer/startPosition"),
+        # What to give, not "'oneOf' failed, none matched" and one line per branch.
+        (
+            {"consumer": {"startPosition": "beginning"}},
+            "at '/consumer/startPosition': value must be one of 'earliest', 'latest'",
+        ),
+        (
+            {"consumer": {"startPosition": {"sequenceNumber": 1, "enqueuedTime": "2026-01-01"}}},
+            "at '/consumer/startPosition': maxProperties: got 2, want 1",
+        ),
         ({"timeouts": {"releaseSeconds": -1}}, "/timeouts/releaseSeconds"),
         ({"verbosity": 3}, "/verbosity"),
     ],
