@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import IO, Any, TypedDict
 
 import kubernetes.client
 
@@ -273,14 +273,11 @@ def _stack(settings: Settings) -> Iterator[tuple[Path, str, str, processes.Child
         )
         try:
             assert emulator.stdout is not None
+            connection_string = emulator.stdout.readline().strip()
+            _drain(emulator.stdout)
             with azurite.Azurite() as blob_store:
                 asyncio.run(_create_container(blob_store.connection_string))
-                yield (
-                    kubeconfig,
-                    emulator.stdout.readline().strip(),
-                    blob_store.connection_string,
-                    server,
-                )
+                yield (kubeconfig, connection_string, blob_store.connection_string, server)
         finally:
             emulator.terminate()
             try:
@@ -289,6 +286,14 @@ def _stack(settings: Settings) -> Iterator[tuple[Path, str, str, processes.Child
                 emulator.kill()
                 emulator.wait(processes.STOP_SECONDS)
             server.stop()
+
+
+def _drain(stream: IO[str]) -> None:
+    """Read what the emulator prints after its connection string (one line per hub) until it
+    exits: nobody needs it, and a full pipe blocks the emulator's loop in ``print``. At 1,000
+    hubs the listing outgrew the pipe, the emulator stopped accepting connections, and every
+    partition listing of the operator timed out."""
+    threading.Thread(target=lambda: all(True for _ in stream), daemon=True).start()
 
 
 async def _create_container(connection_string: str) -> None:
