@@ -364,6 +364,7 @@ async def run_daemon(
         stop_waiter.cancel()
         runtime.wakes.pop(key, None)
         runtime.heartbeats.pop(key, None)
+        runtime.intervals.pop(key, None)
         runtime.memories.pop(key, None)
         runtime.generations.pop(key, None)
         runtime.cache.forget(namespace=namespace, name=name)
