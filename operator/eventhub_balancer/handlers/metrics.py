@@ -10,8 +10,8 @@ import contextlib
 from collections.abc import Mapping
 
 import prometheus_client
+import prometheus_client.metrics
 
-from eventhub_balancer.contracts import partitionreports
 from eventhub_balancer.reconciling import metrics
 
 #: Cycle durations: a cycle is a handful of API round trips, tens of milliseconds normally.
@@ -104,9 +104,11 @@ class Metrics:
             labels,
             registry=self.registry,
         )
-        #: each consumer's partitions per pod as last set: a cycle sets only what changed
+        #: each consumer's partitions per pod as last set: a cycle sets only what changed (the
+        #: pods of the running consumers: a consumer's go when its daemon stops, `forget`)
         self._pods: dict[tuple[str, str], dict[str, int]] = {}
-        #: consumers whose recommendation came from a backlog: kept while none is read
+        #: consumers whose recommendation came from a backlog: kept while none is read (the
+        #: running consumers at most)
         self._from_backlog: set[tuple[str, str]] = set()
 
     def set_partitions(self, *, namespace: str, consumer: str, per_pod: Mapping[str, int]) -> None:
@@ -121,16 +123,27 @@ class Metrics:
         self._pods[key] = dict(per_pod)
 
     def forget(self, *, namespace: str, consumer: str) -> None:
+        """The consumer's daemon stopped: every series labelled with it goes. A deleted
+        consumer's troubles must not keep an alert firing, and an operator that saw consumers
+        come and go for months must not export (and hold) a series set for each of them."""
         self.set_partitions(namespace=namespace, consumer=consumer, per_pod={})
+        self._pods.pop((namespace, consumer), None)
         self._from_backlog.discard((namespace, consumer))
-        with contextlib.suppress(KeyError):
-            self.recommended_replicas.remove(namespace, consumer)
-        with contextlib.suppress(KeyError):
-            self.paused.remove(namespace, consumer)
-        # A deleted consumer's troubles must not keep an alert firing.
-        for state in partitionreports.REPORT_STATES:
-            with contextlib.suppress(KeyError):
-                self.partitions_troubled.remove(namespace, consumer, state)
+        for metric in self._labelled():
+            # The series of a metric by label values; prometheus_client removes one series
+            # at a time, so those of the consumer (its first two labels) are found here.
+            for values in list(metric._metrics):
+                if tuple(values[:2]) == (namespace, consumer):
+                    with contextlib.suppress(KeyError):
+                        metric.remove(*values)
+
+    def _labelled(self) -> list[prometheus_client.metrics.MetricWrapperBase]:
+        """Every metric of the instance (each labelled namespace and consumer first)."""
+        return [
+            m
+            for m in vars(self).values()
+            if isinstance(m, prometheus_client.metrics.MetricWrapperBase)
+        ]
 
     def exposition(self) -> bytes:
         return prometheus_client.generate_latest(self.registry)
