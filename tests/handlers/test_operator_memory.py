@@ -182,6 +182,69 @@ async def test_the_operator_holds_as_many_objects_after_500_pods_as_after_50() -
             await task
 
 
+class Passing:
+    """EventHubConsumers that come and go on one operator, each with pods of its own, as a
+    team's short-lived pipelines do: each has a new name, its daemon starts, balances its
+    pods, and stops when the consumer is deleted (as kopf stops it)."""
+
+    def __init__(self) -> None:
+        self.kube = fakes.FakeKube()
+        self.kube.add_secret(NS, "eh", {"cs": "Endpoint=sb://shop/;SharedAccessKey=x"})
+        self.kube.add_secret(NS, "b", {"cs": "UseDevelopmentStorage=true"})
+        self.hubs = fakes.FakeHubs(PARTITIONS, store=fakes.FakeCheckpointStore())
+        self.operator = registering.Operator(
+            kube=self.kube, hubs=self.hubs, clock=test_daemons.clock
+        )
+        self.watch = watches.Watch(self.kube, self.operator.cache, operator=self.operator)
+        self.passed = 0
+
+    async def one(self) -> None:
+        name, app = f"passing-{self.passed}", f"app-{self.passed}"
+        self.kube.add_consumer(NS, name, {**SPEC, "selector": {"matchLabels": {"app": app}}})
+        pods = [f"{name}-{i}" for i in range(2)]
+        for pod in pods:
+            self.kube.add_pod(NS, pod, labels={"app": app}, since=test_daemons.clock())
+        self.watch.deliver()
+        stopped = test_daemons.Stopped()
+        task = asyncio.create_task(
+            registering.run_daemon(
+                self.operator,
+                namespace=NS,
+                name=name,
+                spec=self.kube.objects["consumer", NS, name]["spec"],
+                stopped=stopped,
+            )
+        )
+        await asyncio.sleep(1.0)
+        self.watch.deliver()
+        await asyncio.sleep(1.0)
+        assert set(self.kube.assignment(NS)) >= set(pods)
+        body = self.kube.objects.pop(("consumer", NS, name))
+        self.kube._deleted("consumer", body)
+        self.watch.deliver()
+        stopped.event.set()  # kopf stops the daemon of a deleted object
+        async with asyncio.timeout(60):
+            await task
+        for pod in pods:
+            self.kube.remove_pod(NS, pod)
+        self.watch.deliver()
+        self.passed += 1
+
+    def held(self) -> collections.Counter[str]:
+        return reachable([self.operator], outside=[self.kube, self.hubs])
+
+
+async def test_the_operator_holds_as_many_objects_after_500_consumers_as_after_50() -> None:
+    passing = Passing()
+    while passing.passed < 50:
+        await passing.one()
+    ours, held = live_ours(), passing.held()
+    while passing.passed < 500:
+        await passing.one()
+    assert live_ours() == ours
+    assert passing.held() == held
+
+
 def test_counting_sees_names_kept_forever() -> None:
     """The counts above catch a dict that keeps every pod name it was told."""
     kept: dict[str, datetime.datetime] = {}
