@@ -4,6 +4,10 @@ Secrets are not watched: that would take list/watch on every Secret of each name
 value is kept until a dependency rejects what it was used for (`SecretValues.forget`: the
 next attempt reads it afresh, so a rotated or fixed key is used as soon as the backoff
 allows) or for `REFRESH_SECONDS`. A value is never logged or shown.
+
+Bound: the keys read within the last `REFRESH_SECONDS`. A value older than that is never used
+again, so each read afresh drops every such value: the Secrets of consumers deleted (or
+edited to name others) do not stay for the life of the operator.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ class _Value:
 
 class SecretValues:
     """Secret values by (namespace, name, key), each read through ``read`` when absent,
-    rejected or older than `REFRESH_SECONDS`; at most one per key the consumers name."""
+    rejected or older than `REFRESH_SECONDS`; at most one per key read in that time."""
 
     def __init__(self, read: Callable[..., Awaitable[str]], *, clock: Callable[[], float]) -> None:
         self._read = read
@@ -39,6 +43,8 @@ class SecretValues:
             return kept.value
         self.reads += 1
         value = await self._read(namespace=namespace, name=name, key=key)
+        for old in [k for k, v in self._values.items() if now - v.read_at >= REFRESH_SECONDS]:
+            del self._values[old]
         self._values[namespace, name, key] = _Value(value=value, read_at=now)
         return value
 
