@@ -118,3 +118,19 @@ async def test_a_selector_the_api_would_reject_is_an_invalid_spec_through_a_cycl
     ready = kube.condition(NS, OLDER, "Ready")
     assert ready["reason"] == "InvalidSpec"
     assert "spec.selector" in ready["message"]
+
+
+async def test_the_peers_are_one_value_until_a_consumer_event_says_they_changed() -> None:
+    """A cycle reads the peers without a pass over the index (at 1,000 consumers that pass,
+    in every cycle, was an eighth of the operator's CPU); the CR event kopf filed in the
+    index makes the next read see it."""
+    kube, watch, cache = two_consumers()
+    index = peers_index(kube)
+    cache.attach({**watch.indexes, indexkeys.PEERS: index})
+    first = cache.peers()
+    assert {p.name for p in first} == {OLDER, NEWER}
+    assert cache.peers() is first
+    kube.add_consumer(NS, "third", test_cycles.SPEC)
+    index.update(peers_index(kube))  # kopf files the event in its index first ...
+    watch.deliver()  # ... then hands it to the event handler
+    assert {p.name for p in cache.peers()} == {OLDER, NEWER, "third"}
