@@ -38,7 +38,9 @@ def test_every_key_is_read() -> None:
     s = scenarios.parse(
         {
             "partitions": ["0", "1"],
-            "members": [{"name": "a", "state": "notready", "since": 5, "weight": 2.5}],
+            "members": [
+                {"name": "a", "state": "notready", "since": 5, "weight": 2.5, "starting": True}
+            ],
             "assignment": {
                 "0": {"owner": "a", "epoch": 3, "state": "revoking", "since": 7.5},
                 "1": {"owner": None, "epoch": 2},
@@ -56,7 +58,9 @@ def test_every_key_is_read() -> None:
         }
     )
     assert s.members == (
-        models.Member(name=models.MemberName("a"), state="notready", since=5.0, weight=2.5),
+        models.Member(
+            name=models.MemberName("a"), state="notready", since=5.0, weight=2.5, starting=True
+        ),
     )
     assert s.assignment == {
         "0": models.Ownership(owner=models.MemberName("a"), epoch=3, state="revoking", since=7.5),
@@ -96,8 +100,12 @@ def test_every_key_is_read() -> None:
         (with_(members=[{"name": ""}]), "members[0].name: must not be empty"),
         (with_(members=[{"name": "a", "weight": 0}]), "members[0].weight: must be positive, got 0"),
         (
+            with_(members=[{"name": "a", "starting": "yes"}]),
+            "members[0].starting: expected true or false, got the string 'yes'",
+        ),
+        (
             with_(members=[{"name": "a", "wieght": 2}]),
-            "members[0].wieght: unknown key (expected one of name, state, since, weight)",
+            "members[0].wieght: unknown key (expected one of name, state, since, weight, starting)",
         ),
         (
             with_(assignment={"1": {"owner": "a", "epoch": -1}}),

@@ -34,9 +34,11 @@ def scenarios(
     equal_weights: bool = False,
     weighting: models.Weighting = "count",
     max_partitions: int = 40,
+    starting: bool = False,
 ) -> models.Scenario:
     """Any scenario the operator may meet: members in every state, owners gone, revokes
-    in flight, vanished and new partitions, caps."""
+    in flight, vanished and new partitions, caps; with ``starting``, NotReady members that
+    may be starting (`models.Member.starting`)."""
     count = draw(st.integers(0, max_partitions))
     partitions = [models.PartitionId(str(p)) for p in range(count)]
     names = draw(st.lists(st.sampled_from(NAMES), unique=True, max_size=8))
@@ -47,6 +49,7 @@ def scenarios(
             state=draw(st.sampled_from(["ready", "ready", "ready", "notready", "terminating"])),
             since=draw(st.sampled_from([0.0, 70.0, 95.0, NOW])),
             weight=draw(st.sampled_from(weight_choices)),
+            starting=starting and draw(st.booleans()),
         )
         for name in names
     )

@@ -61,6 +61,10 @@ class Census:
     drains: list[Revoke] = dataclasses.field(default_factory=list)
     held: list[models.PartitionId] = dataclasses.field(default_factory=list)
     vanished: list[models.Move] = dataclasses.field(default_factory=list)
+    #: NotReady members that are starting (`models.Member.starting`), hold nothing and are
+    #: within their grace, by name: weighting by count gives them a share they do not get
+    #: yet, so that the partitions they will take stay where they are until they are Ready
+    starting: list[models.Member] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -71,6 +75,8 @@ class Decision:
     revokes: list[Revoke]
     #: loose and revoked partitions -> their (intended) next owner; None: no live member
     destinations: dict[models.PartitionId, models.MemberName | None]
+    #: the starting members counted in the targets (weighting by count only)
+    starting: tuple[models.MemberName, ...] = ()
 
 
 def take_census(scenario: models.Scenario) -> Census:
@@ -89,6 +95,18 @@ def take_census(scenario: models.Scenario) -> Census:
         kept={m.name: [] for m in live},
     )
     present = set(scenario.partitions)
+    owners = {entry.owner for entry in scenario.assignment.values()}
+    census.starting = sorted(
+        (
+            m
+            for m in scenario.members
+            if m.starting
+            and m.state == "notready"
+            and standings[m.name] == "held"
+            and m.name not in owners
+        ),
+        key=lambda m: models.name_key(m.name),
+    )
 
     for p, old in scenario.assignment.items():
         if (

@@ -69,6 +69,12 @@ class Member:
     state: MemberState
     since: float = 0.0  # when it entered `state`; only NotReady members' grace depends on it
     weight: float = 1.0  # its share relative to the others; must be positive
+    #: NotReady only: the pod is on a node and its containers are starting or running, so it
+    #: may turn Ready at any moment (a Pending pod no node took is not). While it holds
+    #: nothing and is within ``podGraceSeconds`` of ``since``, its share counts in the targets
+    #: and stays with the current owners, so that a burst of joins is planned once
+    #: (`censuses.Census.starting`).
+    starting: bool = False
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -136,6 +142,8 @@ class Plan:
     balanced: bool
     #: live member -> its target: a partition count, or with weighting "lag" load units
     targets: Mapping[MemberName, int]
+    #: the starting members whose shares the targets left with the current owners
+    starting: tuple[MemberName, ...] = ()
 
 
 _RUNS = re.compile(r"(\d+)")

@@ -10,10 +10,17 @@ from the ConfigMaps, acknowledgements, `now`) and writes what changed. The rules
    still waiting for its owner's acknowledgement (in flight); owned by a draining member (to
    be revoked now); or loose (no owner, owner gone, revoke acknowledged or timed out), to be
    placed now. Partitions no longer listed are dropped.
-3. Targets are computed over the live members for every partition not held by a held member.
+3. Targets are computed over the live members for every partition not held by a held member,
+   and (weighting by count) over the *starting* members: NotReady pods that are on a node,
+   hold nothing and are within ``podGraceSeconds``, which may turn Ready at any moment.
 4. Live members above their target revoke their surplus (capped by ``maxMovesPerCycle``,
-   after the drains); loose partitions go at once to live members below their target, with
-   epoch + 1. A revoked partition changes owner in a later cycle, once it is loose.
+   after the drains) as far as live members below their target lack it; loose partitions go
+   at once to live members below their target, with epoch + 1. A revoked partition changes
+   owner in a later cycle, once it is loose. A starting member's share stays with the
+   current owners until it is Ready, so a burst of joins is planned once: each partition
+   moves straight to its final owner, never through a pod that joined a moment earlier.
+   Loose partitions never wait for a starting member: what the live members have no room for
+   goes to those holding the least.
 
 With ``weighting: lag`` the unit is load, and moves are damped: see `lagging`. Where every
 partition stands at the start of the cycle (rules 1 and 2) is taken in `censuses`.
@@ -66,12 +73,16 @@ def _check(scenario: models.Scenario) -> None:
 
 def _decide_by_count(scenario: models.Scenario, census: censuses.Census) -> censuses.Decision:
     available = len(scenario.partitions) - len(census.held)
+    # Starting members claim their share as well: what the live members give up now goes
+    # straight to its final owner, and a starting member's share stays with its current owners
+    # until it is Ready (nothing is revoked for it, nothing is given to it before).
     quota = targets.quotas(
         total=available,
         claims=[
             targets.Claim(name=m.name, weight=m.weight, current=len(census.kept[m.name]))
             for m in census.live
-        ],
+        ]
+        + [targets.Claim(name=m.name, weight=m.weight, current=0) for m in census.starting],
     )
     # Each member's surplus: the last partitions in order, revoked from the end.
     surplus = {
@@ -79,7 +90,13 @@ def _decide_by_count(scenario: models.Scenario, census: censuses.Census) -> cens
         for m in census.live
         if len(census.kept[m.name]) > quota[m.name]
     }
-    picked = _pick_surplus(surplus, budget=censuses.budget(scenario, census))
+    holding = {m.name: len(census.kept[m.name]) for m in census.live}
+    # The surpluses fill what the live members lack beyond the loose, in-flight and drained
+    # partitions; with nobody starting that is every surplus, else the starting members'
+    # shares are what is left of them.
+    lacking = sum(max(0, quota[name] - held) for name, held in holding.items())
+    wanted = lacking - len(census.loose) - len(census.in_flight) - len(census.drains)
+    picked = _pick_surplus(surplus, budget=min(censuses.budget(scenario, census), max(0, wanted)))
     entries = scenario.assignment
     revokes = census.drains + [
         censuses.Revoke(partition=p, entry=entries[p], reason="rebalance")
@@ -88,7 +105,6 @@ def _decide_by_count(scenario: models.Scenario, census: censuses.Census) -> cens
 
     # Fill each member up to its target, in name order: loose partitions for real, then the
     # in-flight and revoked ones to name the intended next owner of each revoke.
-    holding = {m.name: len(census.kept[m.name]) for m in census.live}
     for source in picked.values():
         holding[source] -= 1
     openings = (
@@ -102,12 +118,37 @@ def _decide_by_count(scenario: models.Scenario, census: censuses.Census) -> cens
     for name, room in openings:
         for p in queue[position : position + room]:
             destinations[p] = name
+            holding[name] += 1
         position += room
         if position >= len(queue):
             break
-    for p in queue[position:]:
-        destinations[p] = None  # only when there is no live member at all
-    return censuses.Decision(targets=quota, revokes=revokes, destinations=destinations)
+    _overflow(queue[position:], holding, destinations)
+    return censuses.Decision(
+        targets={m.name: quota[m.name] for m in census.live},
+        revokes=revokes,
+        destinations=destinations,
+        starting=tuple(m.name for m in census.starting),
+    )
+
+
+def _overflow(
+    rest: list[models.PartitionId],
+    holding: dict[models.MemberName, int],
+    destinations: dict[models.PartitionId, models.MemberName | None],
+) -> None:
+    """Place what no live member has room for: the starting members' shares of what must move
+    now (loose partitions, and those leaving a terminating or revoking owner). They never wait
+    for a pod that is not Ready yet (it may never be): they go to the live members that hold
+    the least, and move once more when that pod is Ready. With no live member, nobody."""
+    heap = [(count, models.name_key(name), name) for name, count in holding.items()]
+    heapq.heapify(heap)
+    for p in rest:
+        if not heap:
+            destinations[p] = None
+            continue
+        count, key, name = heapq.heappop(heap)
+        destinations[p] = name
+        heapq.heappush(heap, (count + 1, key, name))
 
 
 def _pick_surplus(
@@ -191,6 +232,7 @@ def _assemble(
         moves=(*moves, *census.vanished),
         balanced=_is_balanced(scenario, census, decision, assignment),
         targets=decision.targets,
+        starting=decision.starting,
     )
 
 

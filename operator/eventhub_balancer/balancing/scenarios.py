@@ -23,6 +23,7 @@ class MemberBody(TypedDict):
     state: NotRequired[str]  # default "ready"
     since: NotRequired[float]  # default 0
     weight: NotRequired[float]  # default 1
+    starting: NotRequired[bool]  # default false
 
 
 class OwnershipBody(TypedDict):
@@ -66,7 +67,7 @@ class PlanBody(TypedDict):
 _Choice = TypeVar("_Choice", bound=str)
 
 _SCENARIO_KEYS = ("partitions", "members", "assignment", "released", "lag", "now", "options")
-_MEMBER_KEYS = ("name", "state", "since", "weight")
+_MEMBER_KEYS = ("name", "state", "since", "weight", "starting")
 _OWNERSHIP_KEYS = ("owner", "epoch", "state", "since")
 _OPTION_KEYS = (
     "podGraceSeconds",
@@ -202,7 +203,13 @@ def dump_scenario(scenario: models.Scenario) -> ScenarioBody:
     return {
         "partitions": list(scenario.partitions),
         "members": [
-            {"name": m.name, "state": m.state, "since": _plain(m.since), "weight": _plain(m.weight)}
+            {
+                "name": m.name,
+                "state": m.state,
+                "since": _plain(m.since),
+                "weight": _plain(m.weight),
+                "starting": m.starting,
+            }
             for m in scenario.members
         ],
         "assignment": {p: dump_ownership(e) for p, e in scenario.assignment.items()},
@@ -290,11 +297,17 @@ def _member(raw: object, field: str) -> models.Member:
     weight = _number(body.get("weight", 1), f"{field}.weight")
     if weight <= 0:
         raise errors.InvalidInput(f"{field}.weight", f"must be positive, got {body['weight']}")
+    starting = body.get("starting", False)
+    if not isinstance(starting, bool):
+        raise errors.InvalidInput(
+            f"{field}.starting", f"expected true or false, got {_describe(starting)}"
+        )
     return models.Member(
         name=models.MemberName(_name(body["name"], f"{field}.name")),
         state=_choice(body.get("state", "ready"), f"{field}.state", models.MEMBER_STATES, "state"),
         since=_number(body.get("since", 0), f"{field}.since"),
         weight=weight,
+        starting=starting,
     )
 
 

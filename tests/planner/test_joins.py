@@ -1,0 +1,168 @@
+"""A burst of joins is planned once: the pods known to be starting count in the targets.
+
+Pods of a scale-out turn Ready a few tenths of a second apart, each in a cycle of its own. If
+each cycle planned over the Ready pods alone, the first new pod would get a share of the old
+pods' partitions that the next ones then take from it again. Counted as starting, each new
+pod's share stays with the old owners until it is Ready, and every partition moves once,
+straight to its final owner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Iterable
+
+from eventhub_balancer.balancing import models, planning
+
+P = models.PartitionId
+M = models.MemberName
+PARTITIONS = tuple(P(str(i)) for i in range(32))
+GRACE = 20.0
+
+
+def _held_by(owners: dict[str, Iterable[int]]) -> dict[models.PartitionId, models.Ownership]:
+    return {
+        P(str(p)): models.Ownership(owner=M(o), epoch=1) for o, ps in owners.items() for p in ps
+    }
+
+
+def _member(name: str, *, ready: bool, since: float = 0.0) -> models.Member:
+    if ready:
+        return models.Member(name=M(name), state="ready", since=since)
+    return models.Member(name=M(name), state="notready", since=since, starting=True)
+
+
+@dataclasses.dataclass
+class Walk:
+    """A consumer walked through cycles: each plan applied, each revoke acknowledged at once."""
+
+    assignment: dict[models.PartitionId, models.Ownership]
+    #: partition -> how many times it changed from one pod to another
+    moved: Counter[models.PartitionId] = dataclasses.field(default_factory=Counter)
+    plans: list[models.Plan] = dataclasses.field(default_factory=list)
+
+    def cycle(
+        self,
+        members: Iterable[models.Member],
+        *,
+        now: float,
+        partitions: tuple[models.PartitionId, ...] = PARTITIONS,
+    ) -> models.Plan:
+        released = {p: o.epoch for p, o in self.assignment.items() if o.state == "revoking"}
+        plan = planning.plan(
+            models.Scenario(
+                partitions=partitions,
+                members=tuple(members),
+                assignment=self.assignment,
+                released=released,
+                now=now,
+                options=models.Options(pod_grace_seconds=GRACE),
+            )
+        )
+        for m in plan.moves:
+            if m.kind != "revoke" and m.source is not None and m.target is not None:
+                self.moved[m.partition] += 1
+        self.assignment = dict(plan.assignment)
+        self.plans.append(plan)
+        return plan
+
+    def holdings(self) -> dict[str, list[int]]:
+        result: dict[str, list[int]] = {}
+        for p, o in self.assignment.items():
+            assert o.owner is not None
+            assert o.state == "owned"
+            result.setdefault(o.owner, []).append(int(p))
+        return {name: sorted(ps) for name, ps in sorted(result.items())}
+
+
+def test_a_scale_out_whose_pods_turn_ready_one_by_one_moves_each_partition_once() -> None:
+    walk = Walk(_held_by({"a": range(16), "b": range(16, 32)}))
+    new = ["c", "d", "e", "f"]
+    ready: set[str] = set()
+    now = 100.0
+
+    def members() -> list[models.Member]:
+        return [
+            _member("a", ready=True),
+            _member("b", ready=True),
+            *(_member(n, ready=n in ready, since=100.0) for n in new),
+        ]
+
+    # Created and starting: nobody is Ready to take anything, so nothing moves yet.
+    assert walk.cycle(members(), now=now).moves == ()
+    for name in new:
+        now += 0.3
+        ready.add(name)
+        walk.cycle(members(), now=now)  # the pod turned Ready: revokes
+        now += 0.1
+        walk.cycle(members(), now=now)  # the acknowledgements: takeovers
+    assert walk.plans[-1].balanced
+    # 32 over 6: the old pods keep 6 each, the new ones take 5 each, and 20 moves suffice.
+    assert sum(walk.moved.values()) == 20
+    assert max(walk.moved.values()) == 1
+    counts = {name: len(ps) for name, ps in walk.holdings().items()}
+    assert counts == {"a": 6, "b": 6, "c": 5, "d": 5, "e": 5, "f": 5}
+    # The old pods keep what one plan over all six would have left them.
+    at_once = Walk(_held_by({"a": range(16), "b": range(16, 32)}))
+    everyone = [_member(n, ready=True) for n in ("a", "b", *new)]
+    for step in range(3):
+        at_once.cycle(everyone, now=100.0 + step)
+    assert walk.holdings()["a"] == at_once.holdings()["a"] == list(range(6))
+    assert walk.holdings()["b"] == at_once.holdings()["b"] == list(range(16, 22))
+
+
+def test_a_starting_pod_holds_nothing_and_its_share_waits_only_for_the_grace_period() -> None:
+    walk = Walk(_held_by({"a": range(16), "b": range(16, 32)}))
+    members = [_member("a", ready=True), _member("b", ready=True), _member("c", ready=True)]
+    stuck = _member("d", ready=False, since=100.0)
+    # NotReady and holding nothing, but on no node yet (unschedulable): not counted.
+    members.append(models.Member(name=M("e"), state="notready", since=100.0))
+    plan = walk.cycle([*members, stuck], now=100.0)
+    # c gets its share of four (32 over a, b, c and d: 8 each); d's share stays with a and b.
+    assert [(m.kind, m.target) for m in plan.moves] == [("revoke", "c")] * 8
+    assert plan.starting == ("d",)
+    assert not plan.balanced
+    walk.cycle([*members, stuck], now=100.5)
+    assert walk.holdings() == {
+        "a": list(range(12)),
+        "b": list(range(16, 28)),
+        "c": [12, 13, 14, 15, 28, 29, 30, 31],
+    }
+    # Never Ready within podGraceSeconds: d no longer counts, and the Ready pods share all.
+    late = walk.cycle([*members, stuck], now=100.0 + GRACE)
+    assert late.starting == ()
+    assert {m.target for m in late.moves} == {"c"}
+    walk.cycle([*members, stuck], now=100.5 + GRACE)
+    counts = {name: len(ps) for name, ps in walk.holdings().items()}
+    assert counts == {"a": 11, "b": 11, "c": 10}
+    assert "d" not in {o.owner for o in walk.assignment.values()}
+
+
+def test_partitions_listed_during_a_burst_are_given_out_at_once_and_moved_at_most_once() -> None:
+    # c turns Ready in the cycle that first lists 40 partitions instead of 32, while d starts.
+    walk = Walk(_held_by({"a": range(16), "b": range(16, 32)}))
+    grown = tuple(P(str(i)) for i in range(40))
+    ready: set[str] = set()
+
+    def members() -> list[models.Member]:
+        return [
+            _member("a", ready=True),
+            _member("b", ready=True),
+            *(_member(n, ready=n in ready, since=0.5) for n in ("c", "d")),
+        ]
+
+    walk.cycle(members(), now=1.0)
+    ready.add("c")
+    plan = walk.cycle(members(), now=1.3, partitions=grown)
+    # Loose partitions never wait for a pod that is not Ready: all 40 have an owner now.
+    assert all(plan.assignment[p].owner is not None for p in grown)
+    walk.cycle(members(), now=1.4, partitions=grown)
+    ready.add("d")
+    walk.cycle(members(), now=1.6, partitions=grown)
+    walk.cycle(members(), now=1.7, partitions=grown)
+    assert walk.plans[-1].balanced
+    # 40 over 4: a and b give up 6 each, the lower bound; none moves twice.
+    assert sum(walk.moved.values()) == 12
+    assert max(walk.moved.values()) == 1
+    assert [len(ps) for ps in walk.holdings().values()] == [10, 10, 10, 10]
