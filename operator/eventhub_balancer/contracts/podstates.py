@@ -40,8 +40,13 @@ class PodMetadataBody(TypedDict, total=False):
     resourceVersion: str
 
 
+class PodSpecBody(TypedDict, total=False):
+    nodeName: str
+
+
 class PodBody(TypedDict, total=False):
     metadata: PodMetadataBody
+    spec: PodSpecBody
     status: PodStatusBody
 
 
@@ -53,6 +58,8 @@ class PodState:
     uid: str
     state: models.MemberState | None
     since: datetime.datetime
+    #: NotReady only: on a node, its containers starting or running (`models.Member.starting`)
+    starting: bool = False
 
     @property
     def ready(self) -> bool:
@@ -83,7 +90,19 @@ def pod_state(pod: Mapping[str, Any]) -> PodState:
     since = specs.parse_time(ready_condition.get("lastTransitionTime")) or created
     if phase == "Running" and ready_condition.get("status") == "True":
         return PodState(name=name, uid=uid, state="ready", since=since)
-    return PodState(name=name, uid=uid, state="notready", since=since)
+    # A pod the scheduler has not placed may wait for a node indefinitely; one on a node is
+    # pulling its images, starting its containers or waiting for its readiness probe.
+    starting = phase == "Running" or (phase == "Pending" and _scheduled(pod))
+    return PodState(name=name, uid=uid, state="notready", since=since, starting=starting)
+
+
+def _scheduled(pod: Mapping[str, Any]) -> bool:
+    if (pod.get("spec") or {}).get("nodeName"):
+        return True
+    return any(
+        isinstance(c, Mapping) and c.get("type") == "PodScheduled" and c.get("status") == "True"
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
 
 
 def state_inputs(pod: Mapping[str, Any]) -> tuple[object, ...]:
@@ -98,6 +117,7 @@ def state_inputs(pod: Mapping[str, Any]) -> tuple[object, ...]:
         meta.get("deletionTimestamp"),
         status.get("phase", "Pending"),
         status.get("conditions"),
+        (pod.get("spec") or {}).get("nodeName"),
     )
 
 

@@ -197,6 +197,16 @@ def build(
             reason="HandoffsInFlight",
             message=f"{in_flight} partitions are being handed off",
         )
+    elif plan.starting:
+        balanced = conditions.Condition(
+            type=conditions.BALANCED,
+            status="False",
+            reason="PodsStarting",
+            message=(
+                f"{len(plan.starting)} pods are starting: their shares stay with the current "
+                "owners until they are Ready, for at most podGraceSeconds"
+            ),
+        )
     else:
         balanced = conditions.Condition(
             type=conditions.BALANCED,

@@ -32,20 +32,22 @@ def next_in(
     notready: Iterable[str] | None = None,
     held: Iterable[float] = (),
 ) -> float | None:
-    """The next moment something changes on its own: a hand-off times out, a grace ends, a
-    held report of a lost partition is due. ``notready``: the NotReady pods' names
-    (`fleets.Fleet.notready`); None: any pod may be."""
+    """The next moment something changes on its own: a hand-off times out, a NotReady owner's
+    or a starting pod's grace ends, a held report of a lost partition is due. ``notready``:
+    the NotReady pods' names (`fleets.Fleet.notready`); None: any pod may be."""
     deadlines = [
         o.since + spec.balancing.handoff_timeout_seconds
         for o in plan.assignment.values()
         if o.state == "revoking"
     ]
     owners = {o.owner for o in plan.assignment.values() if o.owner}
-    deadlines += [
-        podstates.to_seconds(p.since) + spec.balancing.pod_grace_seconds
-        for p in _notready(pods, notready)
-        if p.name in owners
-    ]
+    # A held owner's partitions are taken over when its grace ends, and a starting pod's share
+    # stops being kept for it (a decision at or after that moment already plans without it).
+    grace = spec.balancing.pod_grace_seconds
+    for p in _notready(pods, notready):
+        end = podstates.to_seconds(p.since) + grace
+        if p.name in owners or (p.starting and end > wall):
+            deadlines.append(end)
     deadlines += held
     future = [d - wall for d in deadlines if d - wall > -STALE_DEADLINE]
     return max(MIN_NEXT_IN, min(future)) if future else None

@@ -45,7 +45,10 @@ class PodRead:
         if s.state is None:
             return None
         return models.Member(
-            name=models.MemberName(s.name), state=s.state, since=podstates.to_seconds(s.since)
+            name=models.MemberName(s.name),
+            state=s.state,
+            since=podstates.to_seconds(s.since),
+            starting=s.starting,
         )
 
 

@@ -1,0 +1,95 @@
+"""A burst of joins over whole cycles: pods that exist but are not Ready yet count in the plan.
+
+Walked with plain bodies (`bodies`): the pods of a scale-out are created NotReady and turn
+Ready one per cycle, and each pod acknowledges its revocations before the next cycle.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from eventhub_balancer.reconciling import deciding, observations
+from tests.reconciling import bodies
+from tests.reconciling.bodies import at, pod
+
+IDS = tuple(str(i) for i in range(12))
+
+
+def _cycle(
+    observation: observations.Observation, *, now: float, moved: Counter[str]
+) -> tuple[observations.Observation, deciding.Decision]:
+    """One cycle: decide (with the blobs when asked), write, and let every pod acknowledge."""
+    observation, decision = bodies.decide_fully(observation, now=at(now))
+    for m in decision.moves:
+        if m.kind != "revoke" and m.source is not None and m.target is not None:
+            moved[m.partition] += 1
+    observation = bodies.applied(observation, decision)
+    for name in {p["metadata"]["name"] for p in observation.pods}:
+        observation = bodies.acknowledged(observation, name)
+    return observation, decision
+
+
+def _pending(name: str, *, node: str | None) -> dict[str, Any]:
+    """A pod the scheduler has placed on ``node`` (None: not yet), its containers not started."""
+    body = pod(name, ready=False)
+    body["status"] = {"phase": "Pending"}
+    if node is not None:
+        body["spec"] = {"nodeName": node}
+    return body
+
+
+def test_pods_that_turn_ready_one_per_cycle_get_one_plan_and_no_partition_moves_twice() -> None:
+    moved: Counter[str] = Counter()
+    observation = bodies.observe(pods=[pod("a"), pod("b")], ids=IDS)
+    observation, _ = _cycle(observation, now=0, moved=moved)
+    assert bodies.assignment(observation) == {
+        "a": {str(p): (1, "owned") for p in range(6)},
+        "b": {str(p): (1, "owned") for p in range(6, 12)},
+    }
+    joining = ["c", "d", "e"]
+    observation = bodies.with_pods(observation, *(pod(n, ready=False, since=10) for n in joining))
+    observation, created = _cycle(observation, now=10, moved=moved)
+    assert created.moves == ()
+    assert bodies.condition(observation, "Balanced")["reason"] == "PodsStarting"
+    # The starting pods' grace ends at 30: the cycle comes back then, whatever happens.
+    assert created.next_in == 20.0
+    now = 10.0
+    for name in joining:
+        now += 0.3
+        observation = bodies.with_pods(observation, pod(name, since=now))
+        observation, _ = _cycle(observation, now=now, moved=moved)
+        observation, _ = _cycle(observation, now=now + 0.1, moved=moved)
+    _, last = _cycle(observation, now=now + 0.2, moved=moved)
+    assert last.balanced
+    # 12 over 5: a and b keep 3 each, and 6 moves, the lower bound, each partition once.
+    assert sum(moved.values()) == 6
+    assert max(moved.values()) == 1
+    held = {name: len(ps) for name, ps in bodies.assignment(observation).items()}
+    assert held == {"a": 3, "b": 3, "c": 2, "d": 2, "e": 2}
+
+
+def test_only_pods_on_a_node_count_as_starting_and_only_for_the_grace_period() -> None:
+    moved: Counter[str] = Counter()
+    observation = bodies.observe(pods=[pod("a")], ids=IDS)
+    observation, _ = _cycle(observation, now=0, moved=moved)
+    observation = bodies.with_pods(
+        observation,
+        pod("b", since=10),
+        _pending("c", node="node-1"),
+        _pending("unschedulable", node=None),
+    )
+    # b is Ready; c is on a node and counts (created at 0, bodies.T0); the pod no node took
+    # does not: 12 over a, b and c, so b gets 4 and c's 4 stay with a.
+    observation, revoking = _cycle(observation, now=10, moved=moved)
+    assert [(m.kind, m.target) for m in revoking.moves] == [("revoke", "b")] * 4
+    assert not revoking.balanced
+    observation, _ = _cycle(observation, now=10.1, moved=moved)
+    held = {name: len(ps) for name, ps in bodies.assignment(observation).items()}
+    assert held == {"a": 8, "b": 4, "c": 0, "unschedulable": 0}
+    # c was created at 0 and is still not Ready at podGraceSeconds: a and b share everything.
+    observation, late = _cycle(observation, now=20, moved=moved)
+    assert [(m.kind, m.target) for m in late.moves] == [("revoke", "b")] * 2
+    observation, _ = _cycle(observation, now=20.1, moved=moved)
+    held = {name: len(ps) for name, ps in bodies.assignment(observation).items()}
+    assert held == {"a": 6, "b": 6, "c": 0, "unschedulable": 0}
