@@ -67,6 +67,25 @@ def test_a_scenario_file_prints_revokes_and_the_revoking_partitions(
     )
 
 
+def test_a_starting_pod_is_shown_and_keeps_its_share_with_the_others(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, out, _ = run(["plan", str(SCENARIOS / "join-with-a-pod-starting.json")], capsys)
+    assert status == 0
+    assert out == (
+        "member  state                weight  target  owns  partitions\n"
+        "pod-a   ready                1       3       6     0-3 revoking 4-5\n"
+        "pod-b   ready                1       3       6     6-10 revoking 11\n"
+        "pod-c   ready                1       3       0     -\n"
+        "pod-d   notready (starting)  1       -       0     -\n"
+        "\n"
+        "moves: 3\n"
+        "  revoke  4-5  pod-a -> pod-c  epoch 1  (rebalance)\n"
+        "  revoke  11   pod-b -> pod-c  epoch 1  (rebalance)\n"
+        "balanced: no\n"
+    )
+
+
 @pytest.mark.parametrize("argv", [["plan", "--json"], ["plan", "--json", "-"]])
 def test_stdin_is_read_without_a_file_or_with_a_dash(
     argv: list[str], capsys: pytest.CaptureFixture[str]

@@ -90,7 +90,7 @@ def render(scenario: models.Scenario, plan: models.Plan) -> str:
         owns = holdings.pop(m.name, [])
         row = [
             m.name,
-            _state(scenario, m),
+            _state(scenario, m, plan),
             f"{m.weight:g}",
             str(plan.targets[m.name]) if m.name in plan.targets else "-",
             str(len(owns)),
@@ -146,8 +146,10 @@ def _epochs(epochs: Iterable[int]) -> str:
     return "epochs " + compact(models.PartitionId(str(e)) for e in distinct)
 
 
-def _state(scenario: models.Scenario, member: models.Member) -> str:
+def _state(scenario: models.Scenario, member: models.Member, plan: models.Plan) -> str:
     standing = planning.standing(member, now=scenario.now, options=scenario.options)
+    if member.name in plan.starting:
+        return "notready (starting)"
     if member.state == "notready":
         return "notready (grace)" if standing == "held" else "notready (gone)"
     return member.state
