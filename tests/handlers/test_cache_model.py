@@ -157,7 +157,7 @@ class TwoReplicas(RuleBasedStateMachine):
         )
         fresh = {b["metadata"]["name"]: b["metadata"]["resourceVersion"] for b in listed.items}
         for replica in self.replicas:
-            roster = replica.cache.roster(namespace=NS, name=NAME)
+            roster = replica.cache.rosters.roster(namespace=NS, name=NAME)
             if roster is None:
                 continue
             held = {

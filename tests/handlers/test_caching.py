@@ -171,7 +171,7 @@ async def test_a_relist_hides_only_what_is_no_newer_than_its_listing(
     monkeypatch.setattr(kube, "list_selected_pods", late)
     await replica.cycle(NS, NAME, now=at(t))
     assert lists == ["pods"]
-    roster = replica.cache.roster(namespace=NS, name=NAME)
+    roster = replica.cache.rosters.roster(namespace=NS, name=NAME)
     assert roster is not None
     assert roster.holds(rosters.PODS, "c")
     assert not roster.holds(rosters.PODS, "b")
@@ -206,7 +206,7 @@ async def test_a_pod_relabelled_away_mid_cycle_leaves_its_consumer_at_once(
     monkeypatch.setattr(kube, "create_configmap", relabel_meanwhile)
     await replica.cycle(NS, NAME, now=at(t))
     monkeypatch.undo()
-    roster = replica.cache.roster(namespace=NS, name=NAME)
+    roster = replica.cache.rosters.roster(namespace=NS, name=NAME)
     assert roster is not None
     assert not roster.holds(rosters.PODS, "c")
     await settle(replica, kube, clock, start=t + 1)
@@ -218,19 +218,19 @@ async def test_a_write_the_watch_does_not_echo_in_time_reads_that_kind_afresh(
     replica: watches.Replica, kube: fakes.FakeKube, clock: Clock
 ) -> None:
     t = await settle(replica, kube, clock, start=0)
-    reads = replica.cache.reads
+    reads = replica.cache.kube.reads
     await replica.cycle(NS, NAME, now=at(t))
-    assert replica.cache.reads == reads  # a steady cycle reads nothing
+    assert replica.cache.kube.reads == reads  # a steady cycle reads nothing
     kube.add_pod(NS, "c", labels={"app": "c"}, since=at(t))
     replica.watch.deliver("pod")
     await replica.cycle(NS, NAME, now=at(t))  # writes the status and ConfigMaps
-    reads = replica.cache.reads
+    reads = replica.cache.kube.reads
     clock.now += rosters.ECHO_SECONDS + 1  # the CR and ConfigMap watches stay silent
     await replica.cycle(NS, NAME, now=at(t + 6))
-    assert replica.cache.reads - reads == 3  # the CR, its ConfigMaps and its pods, once
-    reads = replica.cache.reads
+    assert replica.cache.kube.reads - reads == 3  # the CR, its ConfigMaps and its pods, once
+    reads = replica.cache.kube.reads
     await replica.cycle(NS, NAME, now=at(t + 7))
-    assert replica.cache.reads == reads  # not again until another bound has passed
+    assert replica.cache.kube.reads == reads  # not again until another bound has passed
     assert_safe(kube)
 
 

@@ -25,25 +25,27 @@ def peers_index(kube: fakes.FakeKube) -> dict[Any, list[Any]]:
     return index
 
 
-def two_consumers() -> tuple[fakes.FakeKube, watches.Watch, caching.CachedKube]:
+def two_consumers() -> tuple[fakes.FakeKube, watches.Watch, caching.Cache]:
     """`orders` (created first) and `orders-copy`, both selecting the pods ``app=c``."""
     kube = test_cycles.make_kube()
     kube.add_consumer(NS, NEWER, test_cycles.SPEC)
     for name, seconds in ((OLDER, 0), (NEWER, 60)):
         meta = kube.objects["consumer", NS, name]["metadata"]
         meta["creationTimestamp"] = specs.format_time(test_cycles.at(seconds))
-    cache = caching.CachedKube(kube, clock=test_caching.Clock())
+    cache = caching.Cache(kube, clock=test_caching.Clock())
     watch = watches.Watch(kube, cache)
-    cache.attach({**watch.indexes, indexkeys.PEERS: peers_index(kube)})
+    cache.rosters.attach({**watch.indexes, indexkeys.PEERS: peers_index(kube)})
     return kube, watch, cache
 
 
 async def cycle(
-    cache: caching.CachedKube, hubs: fakes.FakeHubs, name: str, memory: memories.Memory, now: float
+    cache: caching.Cache, hubs: fakes.FakeHubs, name: str, memory: memories.Memory, now: float
 ) -> cycles.Result:
-    cache.follow(namespace=NS, name=name, selector=specs.parse_spec(test_cycles.SPEC).selector)
+    cache.rosters.follow(
+        namespace=NS, name=name, selector=specs.parse_spec(test_cycles.SPEC).selector
+    )
     return await cycles.run_cycle(
-        kube=cache,
+        kube=cache.kube,
         hubs=hubs,
         namespace=NS,
         name=name,
@@ -80,7 +82,7 @@ async def test_the_later_consumer_writes_nothing_and_nobody_rewrites_the_pods_fo
     assert {m["annotations"][configmaps.POD_ANNOTATION_CONSUMER] for m in pods.values()} == {OLDER}
     # Each wakes the other's pods no more: both steady, with no write at all.
     watch.deliver()
-    cache.attach({**watch.indexes, indexkeys.PEERS: peers_index(kube)})
+    cache.rosters.attach({**watch.indexes, indexkeys.PEERS: peers_index(kube)})
     calls = len(kube.calls)
     for now in (2, 3, 4):
         await cycle(cache, hubs, OLDER, older, now)
@@ -95,7 +97,7 @@ async def test_once_the_older_one_is_gone_the_later_one_takes_over() -> None:
     assert kube.assignment(NS) == {}
     kube._deleted("consumer", kube.objects.pop(("consumer", NS, OLDER)))
     watch.deliver()
-    cache.attach({**watch.indexes, indexkeys.PEERS: peers_index(kube)})
+    cache.rosters.attach({**watch.indexes, indexkeys.PEERS: peers_index(kube)})
     await cycle(cache, hubs, NEWER, memories.Memory(), 5)
     assert kube.condition(NS, NEWER, "Conflict")["status"] == "False"
     assert sorted(kube.assignment(NS)) == ["a", "b"]
@@ -126,11 +128,11 @@ async def test_the_peers_are_one_value_until_a_consumer_event_says_they_changed(
     index makes the next read see it."""
     kube, watch, cache = two_consumers()
     index = peers_index(kube)
-    cache.attach({**watch.indexes, indexkeys.PEERS: index})
-    first = cache.peers()
+    cache.rosters.attach({**watch.indexes, indexkeys.PEERS: index})
+    first = cache.kube.peers()
     assert {p.name for p in first} == {OLDER, NEWER}
-    assert cache.peers() is first
+    assert cache.kube.peers() is first
     kube.add_consumer(NS, "third", test_cycles.SPEC)
     index.update(peers_index(kube))  # kopf files the event in its index first ...
     watch.deliver()  # ... then hands it to the event handler
-    assert {p.name for p in cache.peers()} == {OLDER, NEWER, "third"}
+    assert {p.name for p in cache.kube.peers()} == {OLDER, NEWER, "third"}

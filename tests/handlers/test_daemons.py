@@ -258,7 +258,7 @@ async def run_failing(monkeypatch: pytest.MonkeyPatch, *, consumer_exists: bool)
     operator = registering.Operator(kube=kube, hubs=hubs, clock=clock)
     await registering.run_daemon(operator, namespace=NS, name=NAME, spec=SPEC, stopped=stopped)
     assert operator.generations == {}  # a stopped daemon leaves nothing behind
-    assert operator.cache.following() == []
+    assert operator.rosters.following() == []
     return calls
 
 
@@ -295,7 +295,7 @@ async def test_a_first_conflict_decides_again_at_once_and_repeated_ones_back_off
     )
     refreshed: list[tuple[str, str]] = []
     monkeypatch.setattr(
-        operator.cache, "refresh", lambda *, namespace, name: refreshed.append((namespace, name))
+        operator.rosters, "refresh", lambda *, namespace, name: refreshed.append((namespace, name))
     )
     await registering.run_daemon(operator, namespace=NS, name=NAME, spec=SPEC, stopped=stopped)
     gaps = [b - a for a, b in itertools.pairwise(calls)]

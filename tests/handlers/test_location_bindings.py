@@ -28,7 +28,7 @@ SPEC: dict[str, Any] = copy.deepcopy(test_cycles.SPEC) | {
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Cluster:
     kube: fakes.FakeKube
-    cache: caching.CachedKube
+    cache: caching.Cache
     watch: watches.Watch
     #: the peers index, which kopf files from the consumers' watch
     index: dict[Any, list[Any]]
@@ -49,10 +49,10 @@ def squatted(*, squatter: bool = True) -> Cluster:
     kube = test_cycles.make_kube()
     kube.set_spec(*VICTIM, SPEC)
     created(kube, VICTIM, 60)
-    cache = caching.CachedKube(kube, clock=test_caching.Clock())
+    cache = caching.Cache(kube, clock=test_caching.Clock())
     watch = watches.Watch(kube, cache)
     index = test_conflicts.peers_index(kube)
-    cache.attach({**watch.indexes, indexkeys.PEERS: index})
+    cache.rosters.attach({**watch.indexes, indexkeys.PEERS: index})
     cluster = Cluster(kube=kube, cache=cache, watch=watch, index=index)
     if squatter:
         squat(cluster)
@@ -71,16 +71,16 @@ def squat(cluster: Cluster) -> None:
 
 
 async def cycle(
-    cache: caching.CachedKube,
+    cache: caching.Cache,
     consumer: tuple[str, str],
     bindings: conflicts.Bindings,
     *,
     now: float = 100,
 ) -> cycles.Result:
     namespace, name = consumer
-    cache.follow(namespace=namespace, name=name, selector=specs.parse_spec(SPEC).selector)
+    cache.rosters.follow(namespace=namespace, name=name, selector=specs.parse_spec(SPEC).selector)
     return await cycles.run_cycle(
-        kube=cache,
+        kube=cache.kube,
         hubs=fakes.FakeHubs(store=fakes.FakeCheckpointStore()),
         namespace=namespace,
         name=name,

@@ -2,7 +2,7 @@
 
 `Watch` plays what kopf does for the operator: it replays the fake API server's ordered
 record of changes (`fakes.FakeKube.changes`), one stream per kind, files each body in kopf's
-indexes, and hands it to the handlers' cache (`caching.CachedKube.observed` and `.event`). A
+indexes, and hands it to the handlers' cache (`caching.Tracking.observed` and `.event`). A
 test decides when each stream is delivered and how far, so it can make a stream lag (deliver
 old versions later, in order, after the operator's own newer writes), drop events (`skip`: a
 silent reconnection that lost them), and re-list (`relist`: listing events of what exists,
@@ -42,7 +42,7 @@ class Watch:
     def __init__(
         self,
         kube: fakes.FakeKube,
-        cache: caching.CachedKube,
+        cache: caching.Cache,
         *,
         operator: registering.Operator | None = None,
     ) -> None:
@@ -60,7 +60,7 @@ class Watch:
         self.woken: list[tuple[str, str]] = []
         for kind in KINDS:
             self.relist(kind)  # the first listing, before any daemon starts
-        cache.attach(self.indexes)
+        cache.rosters.attach(self.indexes)
 
     def behind(self, kind: str) -> int:
         """How many changes of ``kind`` the stream has not delivered yet."""
@@ -95,8 +95,8 @@ class Watch:
         """kopf lists ``kind`` again: every object as a listing event (type None); an object
         gone meanwhile stays in kopf's index and gets no event."""
         woken: list[tuple[str, str]] = []
-        if self.cache.observed(KINDS[kind], None):
-            woken += self.cache.following()
+        if self.cache.watch.observed(KINDS[kind], None):
+            woken += self.cache.rosters.following()
         current = [
             copy.deepcopy(body)
             for (k, _, _), body in self.kube.objects.items()
@@ -105,7 +105,7 @@ class Watch:
         self.cursors[kind] = len(self.kube.changes)
         for body in current:
             woken += self._event(kind, body, None, listing=True)
-        self.cache.observed(KINDS[kind], "MODIFIED")  # the stream goes on after the listing
+        self.cache.watch.observed(KINDS[kind], "MODIFIED")  # the stream goes on after the listing
         self.woken += woken
         return woken
 
@@ -120,8 +120,8 @@ class Watch:
             self.operator.observed(KINDS[kind], delivered, event_type)
             return []
         if not listing:
-            self.cache.observed(KINDS[kind], event_type)
-        return self.cache.event(KINDS[kind], delivered, event_type)
+            self.cache.watch.observed(KINDS[kind], event_type)
+        return self.cache.watch.event(KINDS[kind], delivered, event_type)
 
     def _index(self, kind: str, body: Body, *, deleted: bool) -> None:
         index = self.indexes[KINDS[kind]]
@@ -160,7 +160,7 @@ class Replica:
     def __init__(
         self, kube: fakes.FakeKube, hubs: fakes.FakeHubs, *, clock: Callable[[], float]
     ) -> None:
-        self.cache = caching.CachedKube(kube, clock=clock)
+        self.cache = caching.Cache(kube, clock=clock)
         self.watch = Watch(kube, self.cache)
         self.hubs = hubs
         self.memories: dict[tuple[str, str], memories.Memory] = {}
@@ -170,7 +170,7 @@ class Replica:
         self, namespace: str, name: str, *, now: datetime.datetime
     ) -> cycles.Result | None:
         """One cycle; None when it failed (the failure is kept in ``failures``)."""
-        body = self.cache.roster(namespace=namespace, name=name)
+        body = self.cache.rosters.roster(namespace=namespace, name=name)
         spec = (body.consumer if body is not None else None) or self.watch.kube.objects[
             "consumer", namespace, name
         ]
@@ -178,11 +178,11 @@ class Replica:
             selector: specs.Selector | None = specs.parse_spec(spec.get("spec") or {}).selector
         except errors.InvalidInput:
             selector = None
-        self.cache.follow(namespace=namespace, name=name, selector=selector)
+        self.cache.rosters.follow(namespace=namespace, name=name, selector=selector)
         memory = self.memories.setdefault((namespace, name), memories.Memory())
         try:
             return await cycles.run_cycle(
-                kube=self.cache,
+                kube=self.cache.kube,
                 hubs=self.hubs,
                 namespace=namespace,
                 name=name,
@@ -190,6 +190,6 @@ class Replica:
                 now=now,
             )
         except (errors.Conflict, errors.NotFound) as e:
-            self.cache.refresh(namespace=namespace, name=name)
+            self.cache.rosters.refresh(namespace=namespace, name=name)
             self.failures.append(e)
             return None

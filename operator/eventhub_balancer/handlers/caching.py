@@ -21,6 +21,19 @@ only for a new one), so a stale view costs a 409, and a 409 makes the consumer r
 - when the watch does not echo one of the operator's own writes within
   `rosters.ECHO_SECONDS`: that watch lags or stalled (`follow`).
 
+Three parts share the rosters, each with one job and reached through its own port
+(`ports`):
+
+- `Tracking` (`ports.WatchPort`): the change tracking. The watch handlers hand it every
+  event; it offers the body to the rosters it may concern and says whom to wake.
+- `Following` (`ports.RosterPort`): the rosters' lifecycle. A daemon starts its roster from
+  kopf's indexes, keeps its selector current, and marks what must be read afresh.
+- `CachedKube` (`ports.KubePort`): the cycle's reads, from the rosters, and its writes,
+  through to the API server with each response entered at once (the overlay of the
+  operator's own writes is each roster's newest-version rule).
+
+`Cache` builds the three over one `Seen` for an operator.
+
 Secrets are not watched: their values are kept by `secretvalues.SecretValues`.
 
 A port used without `follow` (a tool, a test over the bare API) reads through to the adapter.
@@ -28,6 +41,7 @@ A port used without `follow` (a tool, a test over the bare API) reads through to
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
@@ -79,46 +93,85 @@ def _selects(selector: specs.Selector | None) -> Callable[[Body], bool]:
     return selects
 
 
-class CachedKube:
-    """`ports.KubePort` with reads from the consumers' rosters, writes through the adapter."""
+@dataclasses.dataclass(eq=False)
+class Seen:
+    """What the three parts share: the rosters, the indexes they start from, the kinds kopf
+    has listed again, and the peers' summaries."""
 
-    def __init__(self, api: ports.ListingPort, *, clock: Callable[[], float] = time.monotonic):
-        self.api = api
-        #: the adapter's counters, shared: writes go through it
-        self.writes = api.writes
-        self.clock = clock
-        self._indexes: dict[str, Index] = {}
-        #: the rosters, and which of them each object may concern
-        self._rosters = rosters.Rosters()
-        self._secrets = secretvalues.SecretValues(api.read_secret_key, clock=clock)
+    #: the rosters, and which of them each object may concern
+    rosters: rosters.Rosters = dataclasses.field(default_factory=rosters.Rosters)
+    #: kopf's indexes, handed over by each daemon at start (`Following.attach`)
+    indexes: dict[str, Index] = dataclasses.field(default_factory=dict)
+    #: the kinds kopf has listed again since the start: their indexes may still hold
+    #: objects that vanished meanwhile, so a new roster lists those kinds once
+    relisted: set[str] = dataclasses.field(default_factory=set)
+    #: every EventHubConsumer summed up, as of the last CR event (`CachedKube.peers`); None:
+    #: build it again from the index at the next ask
+    peers: tuple[conflicts.Peer, ...] | None = None
+
+
+class Tracking:
+    """`ports.WatchPort`: every watch event, offered to the rosters it may concern."""
+
+    def __init__(self, seen: Seen) -> None:
+        self.seen = seen
         #: per kind, whether its watch is streaming (an event after the listing)
         self._streaming: dict[str, bool] = {}
-        #: the kinds kopf has listed again since the start: their indexes may still hold
-        #: objects that vanished meanwhile, so a new roster lists those kinds once
-        self._relisted: set[str] = set()
-        #: the roster reads that went to the API server (`reads` adds the Secrets')
-        self._reads = 0
-        #: every EventHubConsumer summed up, as of the last CR event (`peers`); None: build
-        #: it again from the index at the next ask
-        self._peers: tuple[conflicts.Peer, ...] | None = None
 
-    @property
-    def reads(self) -> int:
-        """Every read that went to the API server, Secrets included."""
-        return self._reads + self._secrets.reads
+    def observed(self, kind: str, event_type: str | None) -> bool:
+        """An event of the watch of ``kind``. None is a listing; one after watch events is a
+        re-list: every roster reads that kind afresh once (what vanished while the watch was
+        down gets no DELETED event). Whether a re-list started."""
+        relist = event_type is None and bool(self._streaming.get(kind))
+        self._streaming[kind] = event_type is not None
+        if kind == CONSUMERS:
+            self.seen.peers = None  # kopf filed the event in the peers index before this
+        if relist:
+            logger.info("the watch of %s listed again; each consumer reads it afresh once", kind)
+            self.seen.relisted.add(_KINDS[kind])
+            for roster in self.seen.rosters.by_key.values():
+                roster.stale.add(_KINDS[kind])
+        return relist
+
+    def event(self, kind: str, body: Body, event_type: str | None) -> list[Key]:
+        """A watch event's body, offered to every roster it may concern (that selects it or
+        holds its name, `rosters.Rosters.candidates`); the consumers whose roster changed."""
+        meta = _meta(body)
+        namespace = str(meta.get("namespace") or "")
+        deleted = event_type == "DELETED"
+        shelf = _KINDS[kind]
+        kept = self.seen.rosters
+        if kind == CONSUMERS:
+            roster = kept.by_key.get((namespace, str(meta.get("name") or "")))
+            candidates = [] if roster is None else [roster]
+        else:
+            keys = indexkeys.pod_keys(namespace, meta.get("labels") or {}) if kind == PODS else ()
+            candidates = kept.candidates(shelf, namespace, body, keys=keys)
+        return [
+            (r.namespace, r.name)
+            for r in candidates
+            if kept.offer(r, shelf, body, deleted=deleted, echo=True)
+        ]
+
+
+class Following:
+    """`ports.RosterPort`: one roster per running consumer, started and kept by its daemon."""
+
+    def __init__(self, seen: Seen, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.seen = seen
+        self.clock = clock
 
     def attach(self, indexes: Mapping[str, Index]) -> None:
         """The indexes rosters start from (called by each daemon at start)."""
-        self._indexes = dict(indexes)
-        self._peers = None
-
-    # --- the rosters: one per running consumer ---
+        self.seen.indexes = dict(indexes)
+        self.seen.peers = None
 
     def follow(self, *, namespace: str, name: str, selector: specs.Selector | None) -> None:
         """Keep the consumer's roster for ``selector``: start it (from kopf's indexes) on the
         first call and when the selector changes, and mark what must be read afresh because
         the watch did not echo a write in time. Called by the daemon before each cycle."""
-        roster = self._rosters.by_key.get((namespace, name))
+        kept = self.seen.rosters
+        roster = kept.by_key.get((namespace, name))
         scope = selector.to_query() if selector is not None else None
         lookup = indexkeys.pod_lookup(namespace, selector) if selector is not None else None
         if roster is None:
@@ -129,13 +182,13 @@ class CachedKube:
                 labelled=_labelled(name),
                 scope=scope,
             )
-            self._rosters.add(roster, lookup=lookup, label=configmaps.label_value(name))
+            kept.add(roster, lookup=lookup, label=configmaps.label_value(name))
             self._fill(roster, rosters.CONSUMER, self._indexed_consumer(namespace, name))
             self._fill(roster, rosters.CONFIGMAPS, self._indexed_configmaps(namespace, name))
             self._fill(roster, rosters.PODS, self._indexed_pods(namespace, selector))
         elif roster.scope != scope:
             # Another selector: the pods start afresh; the CR and ConfigMaps carry on.
-            self._rosters.rescope(roster, scope=scope, lookup=lookup, selects=_selects(selector))
+            kept.rescope(roster, scope=scope, lookup=lookup, selects=_selects(selector))
             self._fill(roster, rosters.PODS, self._indexed_pods(namespace, selector))
         overdue = roster.overdue(now=self.clock())
         if overdue:
@@ -154,21 +207,21 @@ class CachedKube:
     def _fill(self, roster: rosters.Roster, kind: str, bodies: Iterable[Body] | None) -> None:
         """A new shelf from what the index holds; without indexes, or when the index may hold
         what a re-list no longer had, it is also read afresh at first use."""
-        if bodies is None or kind in self._relisted:
+        if bodies is None or kind in self.seen.relisted:
             roster.stale.add(kind)
         if bodies is None:
             return
         for body in bodies:
-            self._rosters.offer(roster, kind, body)
+            self.seen.rosters.offer(roster, kind, body)
 
     def _indexed_consumer(self, namespace: str, name: str) -> Iterable[Body] | None:
-        index = self._indexes.get(CONSUMERS)
+        index = self.seen.indexes.get(CONSUMERS)
         return None if index is None else index.get(indexkeys.consumer_key(namespace, name), ())
 
     def _indexed_pods(
         self, namespace: str, selector: specs.Selector | None
     ) -> Iterable[Body] | None:
-        index = self._indexes.get(PODS)
+        index = self.seen.indexes.get(PODS)
         if selector is None:
             return ()
         if index is None:
@@ -176,7 +229,7 @@ class CachedKube:
         return index.get(indexkeys.pod_lookup(namespace, selector), ())
 
     def _indexed_configmaps(self, namespace: str, consumer: str) -> Iterable[Body] | None:
-        index = self._indexes.get(CONFIGMAPS)
+        index = self.seen.indexes.get(CONFIGMAPS)
         if index is None:
             return None
         return index.get((namespace, configmaps.label_value(consumer)), ())
@@ -184,13 +237,46 @@ class CachedKube:
     def refresh(self, *, namespace: str, name: str) -> None:
         """A write was refused for a stale read (409): everything the consumer's cycle reads
         is read afresh from the API server by its next cycle (three requests)."""
-        roster = self._rosters.by_key.get((namespace, name))
+        roster = self.seen.rosters.by_key.get((namespace, name))
         if roster is not None:
             roster.stale |= set(rosters.KINDS)
 
     def forget(self, *, namespace: str, name: str) -> None:
         """The consumer's daemon stopped: its roster goes."""
-        self._rosters.remove(namespace, name)
+        self.seen.rosters.remove(namespace, name)
+
+    def following(self) -> list[Key]:
+        """The consumers whose rosters are kept."""
+        return list(self.seen.rosters.by_key)
+
+    def roster(self, *, namespace: str, name: str) -> rosters.Roster | None:
+        return self.seen.rosters.by_key.get((namespace, name))
+
+
+class CachedKube:
+    """`ports.KubePort` with reads from the consumers' rosters, writes through the adapter."""
+
+    def __init__(
+        self,
+        api: ports.ListingPort,
+        *,
+        seen: Seen | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.api = api
+        #: the adapter's counters, shared: writes go through it
+        self.writes = api.writes
+        self.clock = clock
+        self.seen = seen if seen is not None else Seen()
+        self._rosters = self.seen.rosters
+        self._secrets = secretvalues.SecretValues(api.read_secret_key, clock=clock)
+        #: the roster reads that went to the API server (`reads` adds the Secrets')
+        self._reads = 0
+
+    @property
+    def reads(self) -> int:
+        """Every read that went to the API server, Secrets included."""
+        return self._reads + self._secrets.reads
 
     def stamp(self, *, namespace: str, name: str) -> Hashable | None:
         """What changes whenever what the consumer's cycle reads may have changed; None
@@ -199,49 +285,6 @@ class CachedKube:
         if roster is None or roster.stale:
             return None
         return (id(roster), roster.version)
-
-    def following(self) -> list[Key]:
-        """The consumers whose rosters are kept."""
-        return list(self._rosters.by_key)
-
-    def roster(self, *, namespace: str, name: str) -> rosters.Roster | None:
-        return self._rosters.by_key.get((namespace, name))
-
-    # --- the watch: each event offered to the rosters it may concern ---
-
-    def observed(self, kind: str, event_type: str | None) -> bool:
-        """An event of the watch of ``kind``. None is a listing; one after watch events is a
-        re-list: every roster reads that kind afresh once (what vanished while the watch was
-        down gets no DELETED event). Whether a re-list started."""
-        relist = event_type is None and bool(self._streaming.get(kind))
-        self._streaming[kind] = event_type is not None
-        if kind == CONSUMERS:
-            self._peers = None  # kopf filed the event in the peers index before this handler
-        if relist:
-            logger.info("the watch of %s listed again; each consumer reads it afresh once", kind)
-            self._relisted.add(_KINDS[kind])
-            for roster in self._rosters.by_key.values():
-                roster.stale.add(_KINDS[kind])
-        return relist
-
-    def event(self, kind: str, body: Body, event_type: str | None) -> list[Key]:
-        """A watch event's body, offered to every roster it may concern (that selects it or
-        holds its name, `rosters.Rosters.candidates`); the consumers whose roster changed."""
-        meta = _meta(body)
-        namespace = str(meta.get("namespace") or "")
-        deleted = event_type == "DELETED"
-        shelf = _KINDS[kind]
-        if kind == CONSUMERS:
-            roster = self._rosters.by_key.get((namespace, str(meta.get("name") or "")))
-            candidates = [] if roster is None else [roster]
-        else:
-            keys = indexkeys.pod_keys(namespace, meta.get("labels") or {}) if kind == PODS else ()
-            candidates = self._rosters.candidates(shelf, namespace, body, keys=keys)
-        return [
-            (r.namespace, r.name)
-            for r in candidates
-            if self._rosters.offer(r, shelf, body, deleted=deleted, echo=True)
-        ]
 
     # --- reads ---
 
@@ -312,15 +355,15 @@ class CachedKube:
 
     def peers(self) -> tuple[conflicts.Peer, ...]:
         """Every EventHubConsumer the watch delivered, summed up; none before kopf hands the
-        indexes over. One value, built again only after a CR event (`observed`): at 1,000
-        consumers a pass over the index in every cycle was an eighth of the operator's CPU,
-        and the same value lets a settled decision compare its peers at the cost of identity."""
-        if self._peers is None:
-            index = self._indexes.get(PEERS)
+        indexes over. One value, built again only after a CR event (`Tracking.observed`): at
+        1,000 consumers a pass over the index in every cycle was an eighth of the operator's
+        CPU, and the same value lets a settled decision compare its peers by identity."""
+        if self.seen.peers is None:
+            index = self.seen.indexes.get(PEERS)
             if index is None:
                 return ()
-            self._peers = tuple(peer for filed in index.values() for peer in filed)
-        return self._peers
+            self.seen.peers = tuple(peer for filed in index.values() for peer in filed)
+        return self.seen.peers
 
     async def read_secret_key(self, *, namespace: str, name: str, key: str) -> str:
         """The value kept since the last read, unless rejected or older than the refresh."""
@@ -394,3 +437,17 @@ class CachedKube:
 
     async def create_event(self, *, namespace: str, body: Mapping[str, Any]) -> None:
         await self.api.create_event(namespace=namespace, body=body)
+
+
+class Cache:
+    """The three parts over one `Seen`, as an operator (or a test) holds them; the handlers
+    reach each through its port: ``watch`` the watch handlers, ``rosters`` the daemons,
+    ``kube`` the cycles."""
+
+    def __init__(
+        self, api: ports.ListingPort, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.seen = Seen()
+        self.watch = Tracking(self.seen)
+        self.rosters = Following(self.seen, clock=clock)
+        self.kube = CachedKube(api, seen=self.seen, clock=clock)

@@ -4,7 +4,9 @@ The adapters are built by the entry points (``ehb operator``, the benchmarks, th
 handed in, so that a cycle runs against in-memory fakes in unit tests
 (``tests/support/fakes.py``) and against a second operator's own clients in peering tests.
 The reads a cycle makes every time (the CR, its pods, its ConfigMaps, Secrets) are served from
-the watch streams by `caching.CachedKube`, which satisfies `KubePort` over the adapter.
+the watch streams by `caching.CachedKube`, which satisfies `KubePort` over the adapter; the
+watch handlers hand events in through `WatchPort` and the daemons keep their rosters through
+`RosterPort` (`caching.Tracking`, `caching.Following`).
 These Protocols are the seams: ``adapters.kubeapi.KubeAPI`` and ``adapters.eventhubs.EventHubs``
 satisfy them. Errors cross the seam as `eventhub_balancer.errors` types, whose ``reason`` the
 handlers show.
@@ -12,12 +14,43 @@ handlers show.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any, Protocol
 
 from eventhub_balancer.adapters import listings
 from eventhub_balancer.contracts import specs
 from eventhub_balancer.reconciling import conflicts
+
+
+#: (namespace, name) of an EventHubConsumer
+Key = tuple[str, str]
+
+
+class WatchPort(Protocol):
+    """Change tracking: the watch handlers hand in every event; out come the consumers to
+    wake."""
+
+    def observed(self, kind: str, event_type: str | None) -> bool:
+        """An event of the watch of ``kind`` (None: a listing); whether it starts a re-list."""
+
+    def event(self, kind: str, body: Mapping[str, Any], event_type: str | None) -> list[Key]:
+        """The consumers whose view ``body`` changed."""
+
+
+class RosterPort(Protocol):
+    """The daemons' side: one roster per running consumer, started from kopf's indexes."""
+
+    def attach(self, indexes: Mapping[str, Mapping[Any, Iterable[Any]]]) -> None: ...
+
+    def follow(self, *, namespace: str, name: str, selector: specs.Selector | None) -> None:
+        """Before each cycle: start or keep the roster for ``selector``."""
+
+    def refresh(self, *, namespace: str, name: str) -> None:
+        """A write was refused for a stale read: read the consumer afresh next cycle."""
+
+    def forget(self, *, namespace: str, name: str) -> None: ...
+
+    def following(self) -> list[Key]: ...
 
 
 class KubePort(Protocol):

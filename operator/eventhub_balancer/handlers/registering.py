@@ -8,7 +8,9 @@ roster it changed are woken at once: membership and routing are the same structu
 relabelled away leaves its consumer at the event that says so. Wake-ups within
 `DEBOUNCE_SECONDS` are folded into one cycle.
 
-The cycles read from the rosters (`Operator.cache`), so a steady state makes no API request.
+The cycles read from the rosters (`Operator.cache`: the watch handlers reach it through
+`ports.WatchPort`, the daemons through `ports.RosterPort`, the cycles through
+`ports.KubePort`), so a steady state makes no API request.
 A write refused for a stale read (409) makes the consumer read afresh and retry at once
 (`caching.CachedKube.refresh`). kopf reconnects a watch that has been silent for
 `WATCH_INACTIVITY_SECONDS`, so a stalled stream is noticed within seconds.
@@ -96,10 +98,15 @@ class Operator:
     heartbeats: dict[Key, float] = dataclasses.field(default_factory=dict)
     intervals: dict[Key, float] = dataclasses.field(default_factory=dict)
     cycles_run: int = 0
-    cache: caching.CachedKube = dataclasses.field(init=False)
+    cache: caching.Cache = dataclasses.field(init=False)
+    #: the cache's three parts, each through its port
+    watch: ports.WatchPort = dataclasses.field(init=False)
+    rosters: ports.RosterPort = dataclasses.field(init=False)
+    view: ports.KubePort = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
-        self.cache = caching.CachedKube(self.kube)
+        self.cache = caching.Cache(self.kube)
+        self.watch, self.rosters, self.view = self.cache.watch, self.cache.rosters, self.cache.kube
 
     def wake(self, key: Key) -> None:
         """Something the consumer's cycle reads changed: its next cycle starts now."""
@@ -122,8 +129,8 @@ class Operator:
     def observed(self, kind: str, body: Mapping[str, Any], event_type: str | None) -> None:
         """A watch event: offered to the rosters; the consumers whose roster changed, and
         after a re-list every consumer (each reads the kind afresh once), are woken."""
-        relist = self.cache.observed(kind, event_type)
-        changed = self.cache.event(kind, body, event_type)
+        relist = self.watch.observed(kind, event_type)
+        changed = self.watch.event(kind, body, event_type)
         if relist:
             changed = list(self.wakes)
         for key in changed:
@@ -192,7 +199,7 @@ def build_registry(runtime: Operator) -> kopf.OperatorRegistry:
         id="balance",
     )
     async def balance(**kwargs: Any) -> None:
-        runtime.cache.attach({kind: kwargs[index] for kind, index in INDEXES.items()})
+        runtime.rosters.attach({kind: kwargs[index] for kind, index in INDEXES.items()})
         await run_daemon(
             runtime,
             namespace=kwargs["namespace"],
@@ -292,7 +299,7 @@ async def run_daemon(
                 interval = float(parsed.balancing.interval_seconds)
             except errors.InvalidInput:
                 interval = float(specs.DEFAULT_INTERVAL_SECONDS)
-            runtime.cache.follow(namespace=namespace, name=name, selector=selector)
+            runtime.rosters.follow(namespace=namespace, name=name, selector=selector)
             runtime.intervals[key] = interval
             wake.clear()
             delay = interval
@@ -300,7 +307,7 @@ async def run_daemon(
             started = loop.time()
             try:
                 result = await cycles.run_cycle(
-                    kube=runtime.cache,
+                    kube=runtime.view,
                     hubs=runtime.hubs,
                     namespace=namespace,
                     name=name,
@@ -335,7 +342,7 @@ async def run_daemon(
                 if stale:
                     # A write refused for a stale read (409), or of an object gone since
                     # (404): the consumer is read afresh before it decides again.
-                    runtime.cache.refresh(namespace=namespace, name=name)
+                    runtime.rosters.refresh(namespace=namespace, name=name)
                 if stale and retry == 0.0:
                     # The first one is what preconditions are for (kopf's own patch of the CR,
                     # another replica's write): decide again at once, over a fresh read.
@@ -367,7 +374,7 @@ async def run_daemon(
         runtime.intervals.pop(key, None)
         runtime.memories.pop(key, None)
         runtime.generations.pop(key, None)
-        runtime.cache.forget(namespace=namespace, name=name)
+        runtime.rosters.forget(namespace=namespace, name=name)
         runtime.metrics.forget(namespace=namespace, consumer=name)
 
 
