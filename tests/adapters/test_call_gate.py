@@ -35,12 +35,17 @@ class Hub:
             self.in_flight -= 1
 
     async def partition_ids(
-        self, coordinates: eventhubs.Coordinates, *, limit_seconds: float
+        self, coordinates: eventhubs.Coordinates, *, limit_seconds: float, **_: Any
     ) -> list[str]:
         return list(await asyncio.wait_for(self.call(["0", "1"]), timeout=limit_seconds))
 
     async def sequences(
-        self, coordinates: eventhubs.Coordinates, partitions: list[str], *, limit_seconds: float
+        self,
+        coordinates: eventhubs.Coordinates,
+        partitions: list[str],
+        *,
+        limit_seconds: float,
+        **_: Any,
     ) -> dict[str, int]:
         return dict(await asyncio.wait_for(self.call({"0": 5}), timeout=limit_seconds))
 

@@ -452,6 +452,9 @@ class FakeHubs:
         self.service_accounts: list[str | None] = []
         self._cache: dict[str, tuple[str, ...]] = {}
 
+    async def close(self) -> None:
+        """Nothing kept open here."""
+
     def cached(self, consumer: str) -> tuple[str, ...] | None:
         return self._cache.get(consumer)
 

@@ -23,6 +23,7 @@ checks, and the endpoint check, come before any client exists.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import fnmatch
@@ -30,8 +31,8 @@ import functools
 import logging
 import re
 import ssl
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping
+from typing import Any, TypeVar
 
 from azure.core import exceptions as azure_errors
 from azure.eventhub import exceptions as eh_exceptions
@@ -43,6 +44,8 @@ from eventhub_balancer.contracts import endpoints
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 #: The partition list is re-read at least this often: docs/operator.md's "at least every 60 s".
 REFRESH_SECONDS = 60.0
 #: The longest one management call may take before Event Hubs counts as unreachable.
@@ -53,6 +56,9 @@ TIMEOUT_SECONDS = 10.0
 #: out of their `TIMEOUT_SECONDS` before they were served, so none of them converged. The time
 #: a call waits for its turn does not count against its timeout.
 CONCURRENT_CALLS = 32
+#: Event Hubs clients the operator keeps open between cycles (`Clients`): one per hub and
+#: credentials, each one connection.
+CLIENTS_KEPT = 2048
 #: Where credentials may go when the caller says nothing: the public cloud, and the local
 #: emulators on loopback (tests, the local stack). ``ehb operator`` always passes the policy
 #: of its flags, whose default allows no development endpoint.
@@ -140,9 +146,9 @@ def tls_context() -> ssl.SSLContext:
     return ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
 
 
-@contextlib.asynccontextmanager
-async def producer(coordinates: Coordinates) -> AsyncIterator[EventHubProducerClient]:
-    """A producer client for ``coordinates``, its credentials checked against the hub's name.
+def _open(coordinates: Coordinates) -> tuple[EventHubProducerClient, Any]:
+    """A new producer client for ``coordinates`` (and its credential, None for a connection
+    string), its credentials checked against the hub's name. It connects on its first call.
 
     ``retry_total=0``: the caller is the retry loop (the operator's cycle, with its own
     backoff and cached fallback; a replay, with its own time limit)."""
@@ -182,21 +188,96 @@ async def producer(coordinates: Coordinates) -> AsyncIterator[EventHubProducerCl
             credential=credential,
             **options,
         )
+    return client, credential
+
+
+async def _close(client: EventHubProducerClient, credential: Any) -> None:
+    with contextlib.suppress(Exception):
+        await client.close()
+    if credential is not None:
+        with contextlib.suppress(Exception):
+            await credential.close()
+
+
+@contextlib.asynccontextmanager
+async def producer(coordinates: Coordinates) -> AsyncIterator[EventHubProducerClient]:
+    """A producer client for ``coordinates`` for the block, closed after it (`_open`)."""
+    client, credential = _open(coordinates)
     try:
         yield client
     finally:
-        with contextlib.suppress(Exception):
-            await client.close()
-        if credential is not None:
-            with contextlib.suppress(Exception):
-                await credential.close()
+        await _close(client, credential)
+
+
+class Clients:
+    """Open producer clients, one per hub and credentials, kept between cycles.
+
+    A cycle that lists a hub's partitions or reads its ends then makes a request on an open
+    connection instead of opening one (TCP, TLS, the AMQP open and its authorization). At
+    1,000 consumers the operator opened three connections per consumer a minute, and opening
+    them was most of its CPU (docs/scale.md).
+
+    Bounded: at most ``kept`` clients, the least recently used closed first; a consumer
+    deleted or changed leaves its client to age out. A client whose call fails is closed and
+    dropped; a kept one (whose connection the service may have closed while idle) is tried
+    once more on a new client, except after a timeout, which already took the call's time."""
+
+    def __init__(self, *, kept: int = CLIENTS_KEPT) -> None:
+        self.kept = kept
+        self._open: collections.OrderedDict[Hashable, tuple[EventHubProducerClient, Any]] = (
+            collections.OrderedDict()
+        )
+        #: connections opened, for the tests and the benchmark
+        self.opened = 0
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    async def call(
+        self,
+        coordinates: Coordinates,
+        request: Callable[[EventHubProducerClient], Awaitable[T]],
+    ) -> T:
+        """``request`` on the kept client for ``coordinates`` (a new one if none is kept)."""
+        key = coordinates.key
+        while True:
+            entry = self._open.pop(key, None)
+            reused = entry is not None
+            if entry is None:
+                entry = _open(coordinates)
+                self.opened += 1
+            try:
+                result = await request(entry[0])
+            except BaseException as e:
+                await _close(*entry)
+                if reused and isinstance(e, Exception) and not isinstance(e, TimeoutError):
+                    continue
+                raise
+            await self._keep(key, entry)
+            return result
+
+    async def _keep(self, key: Hashable, entry: tuple[EventHubProducerClient, Any]) -> None:
+        other = self._open.pop(key, None)
+        self._open[key] = entry
+        if other is not None and other is not entry:
+            await _close(*other)  # two calls for one hub at once opened two
+        while len(self._open) > self.kept:
+            _key, oldest = self._open.popitem(last=False)
+            await _close(*oldest)
+
+    async def close(self) -> None:
+        while self._open:
+            _key, entry = self._open.popitem()
+            await _close(*entry)
 
 
 #: A 404 status in an error's text; not digits of a port or an address ("127.0.0.1:40413").
 _STATUS_404 = re.compile(r"(?<![\w.:])404(?![\w.:])")
 
 
-def _wrap(e: BaseException, coordinates: Coordinates) -> errors.EventHubBalancerError:
+def _wrap(
+    e: BaseException, coordinates: Coordinates, *, limit_seconds: float = TIMEOUT_SECONDS
+) -> errors.EventHubBalancerError:
     where = f"Event Hub {coordinates.eventhub_name!r} in {coordinates.fully_qualified_namespace}"
     text = str(e)
     lowered = text.lower()
@@ -212,7 +293,7 @@ def _wrap(e: BaseException, coordinates: Coordinates) -> errors.EventHubBalancer
             "existing Event Hub"
         )
     if isinstance(e, asyncio.TimeoutError | TimeoutError):
-        return errors.EventHubUnreachable(f"{where}: no answer within {TIMEOUT_SECONDS:g} s")
+        return errors.EventHubUnreachable(f"{where}: no answer within {limit_seconds:g} s")
     return errors.EventHubUnreachable(
         f"{where}: unreachable ({type(e).__name__}: {_first_line(text)})"
     )
@@ -223,37 +304,60 @@ def _first_line(text: str) -> str:
     return line[:300]
 
 
-async def fetch_partition_ids(
-    coordinates: Coordinates, *, limit_seconds: float = TIMEOUT_SECONDS
-) -> list[str]:
-    """The Event Hub's partition ids, in Event Hubs' order. Raises wrapped errors only."""
+async def _request(
+    coordinates: Coordinates,
+    request: Callable[[EventHubProducerClient], Awaitable[T]],
+    *,
+    clients: Clients | None,
+    limit_seconds: float,
+) -> T:
+    """``request`` on a kept client (``clients``) or on one for this call alone. Raises
+    wrapped errors only."""
     try:
+        if clients is not None:
+            return await clients.call(coordinates, request)
         async with producer(coordinates) as client:
-            ids = await asyncio.wait_for(client.get_partition_ids(), timeout=limit_seconds)
+            return await request(client)
     except errors.EventHubBalancerError:
         raise
     except (eh_exceptions.EventHubError, azure_errors.AzureError, OSError, TimeoutError) as e:
-        raise _wrap(e, coordinates) from e
-    return [str(i) for i in ids]
+        raise _wrap(e, coordinates, limit_seconds=limit_seconds) from e
+
+
+async def fetch_partition_ids(
+    coordinates: Coordinates,
+    *,
+    limit_seconds: float = TIMEOUT_SECONDS,
+    clients: Clients | None = None,
+) -> list[str]:
+    """The Event Hub's partition ids, in Event Hubs' order. Raises wrapped errors only."""
+
+    async def request(client: EventHubProducerClient) -> list[str]:
+        ids = await asyncio.wait_for(client.get_partition_ids(), timeout=limit_seconds)
+        return [str(i) for i in ids]
+
+    return await _request(coordinates, request, clients=clients, limit_seconds=limit_seconds)
 
 
 async def fetch_last_sequence_numbers(
-    coordinates: Coordinates, partitions: list[str], *, limit_seconds: float = TIMEOUT_SECONDS
+    coordinates: Coordinates,
+    partitions: list[str],
+    *,
+    limit_seconds: float = TIMEOUT_SECONDS,
+    clients: Clients | None = None,
 ) -> dict[str, int]:
     """The last enqueued sequence number per partition (for lag = last - checkpointed)."""
-    result: dict[str, int] = {}
-    try:
-        async with producer(coordinates) as client:
-            for pid in partitions:
-                props = await asyncio.wait_for(
-                    client.get_partition_properties(pid), timeout=limit_seconds
-                )
-                result[pid] = int(props.get("last_enqueued_sequence_number", -1))
-    except errors.EventHubBalancerError:
-        raise
-    except (eh_exceptions.EventHubError, azure_errors.AzureError, OSError, TimeoutError) as e:
-        raise _wrap(e, coordinates) from e
-    return result
+
+    async def request(client: EventHubProducerClient) -> dict[str, int]:
+        result: dict[str, int] = {}
+        for pid in partitions:
+            props = await asyncio.wait_for(
+                client.get_partition_properties(pid), timeout=limit_seconds
+            )
+            result[pid] = int(props.get("last_enqueued_sequence_number", -1))
+        return result
+
+    return await _request(coordinates, request, clients=clients, limit_seconds=limit_seconds)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -274,8 +378,11 @@ class PartitionCache:
         refresh_seconds: float = REFRESH_SECONDS,
         timeout: float = TIMEOUT_SECONDS,
         gate: asyncio.Semaphore | None = None,
+        clients: Clients | None = None,
     ) -> None:
         self.refresh_seconds = refresh_seconds
+        #: the kept clients the listings go through; None: a client per listing
+        self.clients = clients
         self.timeout = timeout
         #: the turns of the calls in flight (`CONCURRENT_CALLS`)
         self.gate = gate or asyncio.Semaphore(CONCURRENT_CALLS)
@@ -301,7 +408,9 @@ class PartitionCache:
         ):
             return dataclasses.replace(entry[1], fresh=False)
         async with self.gate:
-            ids = await fetch_partition_ids(coordinates, limit_seconds=self.timeout)
+            ids = await fetch_partition_ids(
+                coordinates, limit_seconds=self.timeout, clients=self.clients
+            )
         result = PartitionList(ids=tuple(ids), fetched_at=now, fresh=True)
         self._entries[consumer] = (coordinates.key, result)
         return result
@@ -392,8 +501,10 @@ class EventHubs:
     ) -> None:
         #: one turn per call in flight, shared by every consumer (`CONCURRENT_CALLS`)
         self.gate = asyncio.Semaphore(concurrent_calls)
+        #: the Event Hubs clients kept open between cycles
+        self.clients = Clients()
         self.cache = PartitionCache(
-            refresh_seconds=refresh_seconds, timeout=timeout, gate=self.gate
+            refresh_seconds=refresh_seconds, timeout=timeout, gate=self.gate, clients=self.clients
         )
         self.timeout = timeout
         self.endpoints = endpoint_policy
@@ -446,6 +557,10 @@ class EventHubs:
             self.tenant_identities.forget(
                 namespace=identity.namespace, service_account=identity.service_account
             )
+
+    async def close(self) -> None:
+        """Close the kept clients (the operator stops)."""
+        await self.clients.close()
 
     def cached(self, consumer: str) -> tuple[str, ...] | None:
         entry = self.cache.cached(consumer)
@@ -533,6 +648,7 @@ class EventHubs:
                     ),
                     partitions,
                     limit_seconds=self.timeout,
+                    clients=self.clients,
                 )
         except errors.EventHubBalancerError as e:
             self._failed(identity, e)

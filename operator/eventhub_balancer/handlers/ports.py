@@ -21,7 +21,6 @@ from eventhub_balancer.adapters import listings
 from eventhub_balancer.contracts import specs
 from eventhub_balancer.reconciling import conflicts
 
-
 #: (namespace, name) of an EventHubConsumer
 Key = tuple[str, str]
 
@@ -128,6 +127,9 @@ class HubPort(Protocol):
     ``workloadIdentity`` credentials (none: the operator's, where an admin lends it)."""
 
     def cached(self, consumer: str) -> tuple[str, ...] | None: ...
+
+    async def close(self) -> None:
+        """Close what is kept open between cycles (the operator stops)."""
 
     async def partitions(
         self,

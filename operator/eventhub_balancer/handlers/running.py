@@ -118,6 +118,7 @@ async def serve(
         )
     finally:
         watcher.cancel()
+        await runtime.hubs.close()
         if runner is not None:
             await runner.cleanup()
 

@@ -115,3 +115,37 @@ async def test_stopped_emulator_is_unreachable_within_the_timeout(
     assert e.value.reason == "EventHubUnreachable"
     assert isinstance(e.value, errors.TransientError)
     assert SECRET not in str(e.value)
+
+
+async def test_kept_clients_serve_every_listing_of_a_hub_over_one_connection(
+    eventhubs_hub: EventHubTarget,
+) -> None:
+    emu, hub = eventhubs_hub.emulator, eventhubs_hub.name
+    clients = eventhubs.Clients()
+    where = coordinates(emu, hub)
+    try:
+        for _ in range(3):
+            assert await eventhubs.fetch_partition_ids(where, clients=clients) == [
+                "0",
+                "1",
+                "2",
+                "3",
+            ]
+        last = await eventhubs.fetch_last_sequence_numbers(where, ["0"], clients=clients)
+        assert last == {"0": -1}
+        assert (clients.opened, len(clients)) == (1, 1)
+        # The emulator drops every connection (a service closing idle ones): the listing is
+        # still served (the SDK reconnects the kept client, or `Clients` replaces it).
+        for connection in list(emu._connections):
+            connection.abort()
+        assert await eventhubs.fetch_partition_ids(where, clients=clients) == [
+            "0",
+            "1",
+            "2",
+            "3",
+        ]
+        assert clients.opened <= 2
+        assert len(clients) == 1
+    finally:
+        await clients.close()
+    assert len(clients) == 0
