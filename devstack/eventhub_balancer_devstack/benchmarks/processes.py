@@ -163,7 +163,7 @@ def serve_operator(kubeconfig: Path, namespaces: Sequence[str], stdin: IO[str]) 
     api = kubeapi.KubeAPI.from_environment(str(kubeconfig))
     runtime = registering.Operator(
         kube=api,
-        hubs=eventhubs.EventHubs(refresh_seconds=60.0, timeout=3.0),
+        hubs=eventhubs.EventHubs(refresh_seconds=60.0),
         connection=api.connection_info,
     )
     options = running.Options(namespaces=tuple(namespaces), metrics_port=None)
