@@ -76,7 +76,8 @@ def live_ours() -> collections.Counter[str]:
 #: else memoized (`memoized`) must hold as many entries after the churn as before.
 BOUNDED_MEMOS: dict[str, int] = {
     # A sort key per pod, partition and ConfigMap name (docs/scale.md: computed again in every
-    # cycle of a fleet of thousands); about 0.35 KiB each, 6 MiB at most.
+    # cycle of a fleet of thousands): about 1.3 KiB each for names with a Deployment's hashes
+    # (a tuple per run of digits), 21 MiB at most.
     "eventhub_balancer.balancing.models.name_key": models.NAME_KEYS_KEPT,
 }
 
