@@ -59,6 +59,8 @@ CONCURRENT_CALLS = 32
 #: Event Hubs clients the operator keeps open between cycles (`Clients`): one per hub and
 #: credentials, each one connection.
 CLIENTS_KEPT = 2048
+#: Partition properties requested at once on one connection (a hub's ends, for the backlog).
+PROPERTIES_AT_ONCE = 16
 #: Where credentials may go when the caller says nothing: the public cloud, and the local
 #: emulators on loopback (tests, the local stack). ``ehb operator`` always passes the policy
 #: of its flags, whose default allows no development endpoint.
@@ -348,13 +350,19 @@ async def fetch_last_sequence_numbers(
 ) -> dict[str, int]:
     """The last enqueued sequence number per partition (for lag = last - checkpointed)."""
 
+    async def one(client: EventHubProducerClient, pid: str) -> int:
+        props = await client.get_partition_properties(pid)
+        return int(props.get("last_enqueued_sequence_number", -1))
+
     async def request(client: EventHubProducerClient) -> dict[str, int]:
+        # One request per partition, up to `PROPERTIES_AT_ONCE` at a time on the one
+        # connection: a hub's ends cost a round trip per batch, not per partition.
         result: dict[str, int] = {}
-        for pid in partitions:
-            props = await asyncio.wait_for(
-                client.get_partition_properties(pid), timeout=limit_seconds
-            )
-            result[pid] = int(props.get("last_enqueued_sequence_number", -1))
+        async with asyncio.timeout(limit_seconds):
+            for at in range(0, len(partitions), PROPERTIES_AT_ONCE):
+                batch = partitions[at : at + PROPERTIES_AT_ONCE]
+                ends = await asyncio.gather(*(one(client, pid) for pid in batch))
+                result.update(zip(batch, ends, strict=True))
         return result
 
     return await _request(coordinates, request, clients=clients, limit_seconds=limit_seconds)

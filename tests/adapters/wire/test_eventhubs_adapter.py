@@ -149,3 +149,21 @@ async def test_kept_clients_serve_every_listing_of_a_hub_over_one_connection(
     finally:
         await clients.close()
     assert len(clients) == 0
+
+
+async def test_a_hubs_ends_are_read_in_batches_on_one_connection(
+    eventhubs_hub: EventHubTarget,
+) -> None:
+    emu = eventhubs_hub.emulator
+    hub = f"{eventhubs_hub.name}-wide"
+    emu.create_hub(hub, 40)  # more than two batches of `PROPERTIES_AT_ONCE`
+    clients = eventhubs.Clients()
+    try:
+        ids = [str(i) for i in range(40)]
+        last = await eventhubs.fetch_last_sequence_numbers(
+            coordinates(emu, hub), ids, clients=clients
+        )
+    finally:
+        await clients.close()
+    assert last == dict.fromkeys(ids, -1)
+    assert clients.opened == 1
