@@ -276,3 +276,25 @@ def test_pod_states() -> None:
     assert podstates.pod_state(pod(phase="Failed")).state is None
     terminating = {**ready, "metadata": {"name": "p", "deletionTimestamp": "2024-05-01T12:00:00Z"}}
     assert podstates.pod_state(terminating).state == "terminating"
+
+
+def test_a_notready_pod_on_a_node_is_starting_and_one_no_node_took_is_not() -> None:
+    running = pod(
+        phase="Running",
+        conditions=[
+            {"type": "Ready", "status": "False", "lastTransitionTime": "2024-05-01T12:00:00Z"}
+        ],
+    )
+    assert podstates.pod_state(running).starting
+    placed = {**pod(phase="Pending"), "spec": {"nodeName": "node-1"}}
+    assert podstates.pod_state(placed).starting
+    bound = pod(phase="Pending", conditions=[{"type": "PodScheduled", "status": "True"}])
+    assert podstates.pod_state(bound).starting
+    unschedulable = pod(
+        phase="Pending",
+        conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+    )
+    assert not podstates.pod_state(unschedulable).starting
+    assert not podstates.pod_state(pod(phase="Pending")).starting
+    # What pod_state reads includes the node, so a kept state is not reused across binding.
+    assert podstates.state_inputs(placed) != podstates.state_inputs(pod(phase="Pending"))
