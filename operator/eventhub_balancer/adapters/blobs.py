@@ -102,20 +102,20 @@ def container_from_connection_string(
         ) from e
 
 
-@contextlib.asynccontextmanager
-async def open_container(
+def build_container(
     *,
     container_name: str,
     connection_string: str | None = None,
     account_url: str | None = None,
     credential: AsyncTokenCredential | None = None,
-) -> AsyncIterator[ContainerClient]:
-    """An open container client; closes it (and the identity credential) on exit.
+) -> tuple[ContainerClient, AsyncTokenCredential | None]:
+    """A container client (it connects on its first request) and the credential it owns
+    (None for a connection string); `close_container` closes both.
 
     With ``account_url`` the credential is ``credential`` when given (a consumer's own
     ServiceAccount identity, `tenantidentities`), else ``DefaultAzureCredential``: on AKS that
     is workload identity (the federated token file and client id the webhook injects into the
-    pod). Either is closed on exit.
+    pod).
     """
     if (connection_string is None) == (account_url is None) or (
         credential is not None and account_url is None
@@ -127,10 +127,7 @@ async def open_container(
     if not container_name:
         raise errors.InvalidInput("checkpointStore.containerName", "must not be empty")
     if connection_string is not None:
-        client = container_from_connection_string(connection_string, container_name)
-        async with client:
-            yield client
-        return
+        return container_from_connection_string(connection_string, container_name), None
     assert account_url is not None
     if not account_url.startswith(("https://", "http://")):
         raise errors.InvalidInput("accountUrl", f"{account_url!r} is not an http(s) URL")
@@ -139,14 +136,43 @@ async def open_container(
         from azure.identity.aio import DefaultAzureCredential
 
         credential = DefaultAzureCredential()
+    client = ContainerClient(
+        account_url, container_name, credential=credential, **client_options(account_url)
+    )
+    return client, credential
+
+
+async def close_container(entry: tuple[ContainerClient, AsyncTokenCredential | None]) -> None:
+    client, credential = entry
+    with contextlib.suppress(Exception):
+        await client.close()
+    if credential is not None:
+        with contextlib.suppress(Exception):
+            await credential.close()
+
+
+@contextlib.asynccontextmanager
+async def open_container(
+    *,
+    container_name: str,
+    connection_string: str | None = None,
+    account_url: str | None = None,
+    credential: AsyncTokenCredential | None = None,
+) -> AsyncIterator[ContainerClient]:
+    """An open container client (`build_container`); closes it (and the identity
+    credential) on exit."""
+    entry = build_container(
+        container_name=container_name,
+        connection_string=connection_string,
+        account_url=account_url,
+        credential=credential,
+    )
     try:
-        client = ContainerClient(
-            account_url, container_name, credential=credential, **client_options(account_url)
-        )
-        async with client:
-            yield client
+        async with entry[0]:
+            yield entry[0]
     finally:
-        await credential.close()
+        if entry[1] is not None:
+            await entry[1].close()
 
 
 async def ensure_container(container: ContainerClient) -> bool:

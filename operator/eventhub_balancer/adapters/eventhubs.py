@@ -23,7 +23,6 @@ checks, and the endpoint check, come before any client exists.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import dataclasses
 import fnmatch
@@ -31,15 +30,22 @@ import functools
 import logging
 import re
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from azure.core import exceptions as azure_errors
 from azure.eventhub import exceptions as eh_exceptions
 from azure.eventhub.aio import EventHubProducerClient
+from azure.storage.blob.aio import ContainerClient
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import blobs, checkpointing, retrying, tenantidentities
+from eventhub_balancer.adapters import (
+    blobs,
+    checkpointing,
+    keptclients,
+    retrying,
+    tenantidentities,
+)
 from eventhub_balancer.contracts import endpoints
 
 logger = logging.getLogger(__name__)
@@ -212,28 +218,22 @@ async def producer(coordinates: Coordinates) -> AsyncIterator[EventHubProducerCl
 
 
 class Clients:
-    """Open producer clients, one per hub and credentials, kept between cycles.
-
-    A cycle that lists a hub's partitions or reads its ends then makes a request on an open
-    connection instead of opening one (TCP, TLS, the AMQP open and its authorization). At
-    1,000 consumers the operator opened three connections per consumer a minute, and opening
-    them was most of its CPU (docs/scale.md).
-
-    Bounded: at most ``kept`` clients, the least recently used closed first; a consumer
-    deleted or changed leaves its client to age out. A client whose call fails is closed and
-    dropped; a kept one (whose connection the service may have closed while idle) is tried
-    once more on a new client, except after a timeout, which already took the call's time."""
+    """The Event Hubs clients the operator keeps open between cycles, one per hub and
+    credentials (`keptclients`: bounded, least recently used closed first, a failed one
+    replaced once)."""
 
     def __init__(self, *, kept: int = CLIENTS_KEPT) -> None:
-        self.kept = kept
-        self._open: collections.OrderedDict[Hashable, tuple[EventHubProducerClient, Any]] = (
-            collections.OrderedDict()
+        self._kept: keptclients.Kept[tuple[EventHubProducerClient, Any]] = keptclients.Kept(
+            kept=kept, close=lambda entry: _close(*entry)
         )
-        #: connections opened, for the tests and the benchmark
-        self.opened = 0
+
+    @property
+    def opened(self) -> int:
+        """Connections opened, for the tests and the benchmark."""
+        return self._kept.opened
 
     def __len__(self) -> int:
-        return len(self._open)
+        return len(self._kept)
 
     async def call(
         self,
@@ -241,36 +241,12 @@ class Clients:
         request: Callable[[EventHubProducerClient], Awaitable[T]],
     ) -> T:
         """``request`` on the kept client for ``coordinates`` (a new one if none is kept)."""
-        key = coordinates.key
-        while True:
-            entry = self._open.pop(key, None)
-            reused = entry is not None
-            if entry is None:
-                entry = _open(coordinates)
-                self.opened += 1
-            try:
-                result = await request(entry[0])
-            except BaseException as e:
-                await _close(*entry)
-                if reused and isinstance(e, Exception) and not isinstance(e, TimeoutError):
-                    continue
-                raise
-            await self._keep(key, entry)
-            return result
-
-    async def _keep(self, key: Hashable, entry: tuple[EventHubProducerClient, Any]) -> None:
-        other = self._open.pop(key, None)
-        self._open[key] = entry
-        if other is not None and other is not entry:
-            await _close(*other)  # two calls for one hub at once opened two
-        while len(self._open) > self.kept:
-            _key, oldest = self._open.popitem(last=False)
-            await _close(*oldest)
+        return await self._kept.call(
+            coordinates.key, lambda: _open(coordinates), lambda entry: request(entry[0])
+        )
 
     async def close(self) -> None:
-        while self._open:
-            _key, entry = self._open.popitem()
-            await _close(*entry)
+        await self._kept.close()
 
 
 #: A 404 status in an error's text; not digits of a port or an address ("127.0.0.1:40413").
@@ -433,6 +409,16 @@ class StoredCheckpoint:
     sequence_number: int
 
 
+#: Checkpoint containers the operator keeps open between cycles (`keptclients`).
+CONTAINERS_KEPT = 2048
+Container = tuple[ContainerClient, Any]
+
+
+def checkpoint_containers(*, kept: int = CONTAINERS_KEPT) -> keptclients.Kept[Container]:
+    """The checkpoint containers an operator keeps open between its probes."""
+    return keptclients.Kept(kept=kept, close=blobs.close_container)
+
+
 async def read_checkpoints(
     *,
     fully_qualified_namespace: str,
@@ -442,29 +428,47 @@ async def read_checkpoints(
     connection_string: str | None,
     account_url: str | None,
     identity: tenantidentities.TenantIdentity | None = None,
+    containers: keptclients.Kept[Container] | None = None,
 ) -> dict[str, StoredCheckpoint]:
     """Every checkpoint blob of the consumer group (raises wrapped errors only). With
-    ``identity`` and no connection string, the blobs are read as that identity."""
-    try:
-        async with blobs.open_container(
+    ``identity`` and no connection string, the blobs are read as that identity; with
+    ``containers``, over a container client kept between calls."""
+    own = identity is not None and connection_string is None
+
+    def build() -> Container:
+        return blobs.build_container(
             container_name=container_name,
             connection_string=connection_string,
             account_url=None if connection_string is not None else account_url,
-            credential=(
-                identity.credential()
-                if identity is not None and connection_string is None
-                else None
-            ),
-        ) as container:
-            store = checkpointing.CheckpointStore(
-                container,
-                fully_qualified_namespace=fully_qualified_namespace,
-                eventhub_name=eventhub_name,
-                consumer_group=consumer_group,
-                owner_id="eventhub-balancer-operator",  # reads only; never writes
-                retry=CHECKPOINT_RETRY,
+            credential=identity.credential() if own and identity is not None else None,
+        )
+
+    async def request(entry: Container) -> list[checkpointing.Checkpoint]:
+        store = checkpointing.CheckpointStore(
+            entry[0],
+            fully_qualified_namespace=fully_qualified_namespace,
+            eventhub_name=eventhub_name,
+            consumer_group=consumer_group,
+            owner_id="eventhub-balancer-operator",  # reads only; never writes
+            retry=CHECKPOINT_RETRY,
+        )
+        return await store.list()
+
+    try:
+        if containers is not None:
+            key = (
+                container_name,
+                hash(connection_string),
+                account_url,
+                identity.key if own and identity is not None else None,
             )
-            listed = await store.list()
+            listed = await containers.call(key, build, request)
+        else:
+            entry = build()
+            try:
+                listed = await request(entry)
+            finally:
+                await blobs.close_container(entry)
     except errors.InvalidInput as e:
         raise errors.ConfigurationError(f"checkpoint store: {e}") from e
     except errors.EventHubBalancerError:
@@ -509,8 +513,9 @@ class EventHubs:
     ) -> None:
         #: one turn per call in flight, shared by every consumer (`CONCURRENT_CALLS`)
         self.gate = asyncio.Semaphore(concurrent_calls)
-        #: the Event Hubs clients kept open between cycles
+        #: the Event Hubs clients and checkpoint containers kept open between cycles
         self.clients = Clients()
+        self.containers = checkpoint_containers()
         self.cache = PartitionCache(
             refresh_seconds=refresh_seconds, timeout=timeout, gate=self.gate, clients=self.clients
         )
@@ -569,6 +574,7 @@ class EventHubs:
     async def close(self) -> None:
         """Close the kept clients (the operator stops)."""
         await self.clients.close()
+        await self.containers.close()
 
     def cached(self, consumer: str) -> tuple[str, ...] | None:
         entry = self.cache.cached(consumer)
@@ -697,6 +703,7 @@ class EventHubs:
                     connection_string=connection_string,
                     account_url=account_url,
                     identity=identity,
+                    containers=self.containers,
                 )
         except errors.EventHubBalancerError as e:
             self._failed(identity, e)
