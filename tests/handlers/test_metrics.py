@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from eventhub_balancer.contracts import configmaps, partitionreports
-from eventhub_balancer.handlers import cycles, memories, metrics
+from eventhub_balancer.handlers import backlogs, cycles, memories, metrics
 from eventhub_balancer.reconciling import metrics as cyclemetrics
 from tests.handlers.test_cycles import NAME, NS, at, make_kube
 from tests.support import fakes
@@ -186,3 +186,57 @@ def test_partition_counts_touch_only_the_pods_whose_count_changed(
         if line.startswith("ehb_partitions{")
     }
     assert owned == {pod: float(count) for pod, count in moved.items()}
+
+
+async def test_backlog_probes_share_the_operators_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hub's ends cost a request (and a connection) per partition, so the probes of every
+    consumer draw on one budget (`backlogs.Budget`): a probe that finds it spent is skipped
+    and tried again at the consumer's next probe, once the budget has refilled."""
+    kube = make_kube()
+    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    asked: list[list[str]] = []
+    original = hubs.last_sequence_numbers
+
+    async def last_sequence_numbers(**kw: Any) -> dict[str, int]:
+        asked.append(kw["partitions"])
+        return await original(**kw)
+
+    monkeypatch.setattr(hubs, "last_sequence_numbers", last_sequence_numbers)
+    clock = [0.0]
+    budget = backlogs.Budget(per_second=0.01, clock=lambda: clock[0])  # a 0.1-partition bucket
+    budget.take(1)  # another consumer's probe spent it
+    memory = memories.Memory()
+    for now in (0, 65, 130, 195):
+        clock[0] = now
+        await cycles.run_cycle(
+            kube=kube,
+            hubs=hubs,
+            namespace=NS,
+            name=NAME,
+            memory=memory,
+            now=at(now),
+            backlog=budget,
+        )
+        if now == 65:
+            assert asked == []  # due, but the budget is spent
+    # Refilled (a hub larger than the bucket reads once it is full): read at the probe after.
+    assert asked == [list(hubs.ids)]
+    assert budget.skipped >= 1
+
+
+def test_a_budget_refills_at_its_rate_and_lets_a_large_hub_read_when_full() -> None:
+    clock = [0.0]
+    budget = backlogs.Budget(per_second=2.0, clock=lambda: clock[0])  # 20 in the bucket
+    assert budget.take(15)
+    assert not budget.take(8)  # 5 left
+    clock[0] = 1.5  # +3
+    assert budget.take(8)
+    assert not budget.take(1)
+    clock[0] = 100.0  # full again: 20
+    assert budget.take(1024)  # larger than the bucket: it reads, and the bucket owes
+    clock[0] = 600.0
+    assert not budget.take(1)  # 20 - 1024 + 1000 < 1
+    clock[0] = 700.0
+    assert budget.take(1)  # refilled, to the bucket's 20 at most

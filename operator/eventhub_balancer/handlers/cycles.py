@@ -27,7 +27,7 @@ import time
 from collections.abc import Hashable
 
 from eventhub_balancer.contracts import podstates
-from eventhub_balancer.handlers import memories, metrics, observing, ports, writing
+from eventhub_balancer.handlers import backlogs, memories, metrics, observing, ports, writing
 from eventhub_balancer.reconciling import conflicts, deciding, observations, retries
 
 logger = logging.getLogger(__name__)
@@ -57,6 +57,7 @@ async def run_cycle(
     metrics: metrics.Metrics | None = None,
     annotate_pods: bool = False,
     bindings: conflicts.Bindings = conflicts.UNBOUND,
+    backlog: backlogs.Budget | None = None,
 ) -> Result:
     """Reconcile one EventHubConsumer once. Raises only transient Kubernetes API errors.
 
@@ -75,6 +76,7 @@ async def run_cycle(
             now=now,
             annotate_pods=annotate_pods,
             bindings=bindings,
+            backlog=backlog,
         )
         decided = time.monotonic()
         writes = await writing.apply(kube=kube, namespace=namespace, name=name, decision=decision)
@@ -122,6 +124,7 @@ async def _decide(
     now: datetime.datetime,
     annotate_pods: bool,
     bindings: conflicts.Bindings = conflicts.UNBOUND,
+    backlog: backlogs.Budget | None = None,
 ) -> deciding.Decision:
     """Observe and decide; read the checkpoint blobs and decide again when that asks for them.
     The settled decision stands instead while nothing it was taken from changed."""
@@ -146,7 +149,13 @@ async def _decide(
         return decision
     # The checkpoint blobs, when the decision needs their epochs (or the probe is due).
     more = await observing.read_checkpoints(
-        kube=kube, hubs=hubs, observation=observation, decision=decision, memory=memory, wall=wall
+        kube=kube,
+        hubs=hubs,
+        observation=observation,
+        decision=decision,
+        memory=memory,
+        wall=wall,
+        backlog=backlog,
     )
     if more is not None:
         decision, memory.carry = deciding.decide(more, memory.carry, now=now)

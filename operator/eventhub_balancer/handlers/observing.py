@@ -16,7 +16,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import connectionstrings, specs
-from eventhub_balancer.handlers import memories, ports
+from eventhub_balancer.handlers import backlogs, memories, ports
 from eventhub_balancer.reconciling import deciding, observations, retries
 
 logger = logging.getLogger(__name__)
@@ -235,10 +235,11 @@ async def read_checkpoints(
     decision: deciding.Decision,
     memory: memories.Memory,
     wall: float,
+    backlog: backlogs.Budget | None = None,
 ) -> observations.Observation | None:
     """``observation`` with the checkpoint blobs (and the last sequence numbers when the
-    decision weighs by lag, or beside the store's probe), for a second decision; None when
-    the store was not asked."""
+    decision weighs by lag, or beside the store's probe while ``backlog`` allows), for a
+    second decision; None when the store was not asked."""
     # The backlog behind ehb_recommended_replicas is read beside the store's probe, but never
     # by a cycle that gives partitions out (it would wait on a call per partition) and not on
     # the first probe (every consumer's first cycle, all at once after an operator start).
@@ -262,7 +263,11 @@ async def read_checkpoints(
     # partition), so that the backlog behind ehb_recommended_replicas is known whatever the
     # weighting.
     backlog_due = (
-        backlog_probe and store is not None and store.listed and observation.hub.fault is None
+        backlog_probe
+        and store is not None
+        and store.listed
+        and observation.hub.fault is None
+        and (backlog is None or backlog.take(len(decision.partitions)))
     )
     if (decision.needs_last_sequences or backlog_due) and (
         known.checkpoints is not None or known.known_sequences is not None

@@ -33,7 +33,7 @@ import kopf
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps, specs
-from eventhub_balancer.handlers import caching, cycles, indexkeys, memories, ports
+from eventhub_balancer.handlers import backlogs, caching, cycles, indexkeys, memories, ports
 from eventhub_balancer.handlers.metrics import Metrics
 from eventhub_balancer.reconciling import conflicts
 
@@ -91,6 +91,8 @@ class Operator:
     annotate_pods: bool = False
     #: the hosts the install binds to one namespace each (``--bind-location``)
     bindings: conflicts.Bindings = conflicts.UNBOUND
+    #: the partition ends every consumer's backlog probe may read, shared (`backlogs`)
+    backlog: backlogs.Budget = dataclasses.field(default_factory=backlogs.Budget)
     wakes: dict[Key, asyncio.Event] = dataclasses.field(default_factory=dict)
     memories: dict[Key, memories.Memory] = dataclasses.field(default_factory=dict)
     #: the generation each consumer's last cycle decided: a CR event of another one re-plans
@@ -316,6 +318,7 @@ async def run_daemon(
                     metrics=runtime.metrics,
                     annotate_pods=runtime.annotate_pods,
                     bindings=runtime.bindings,
+                    backlog=runtime.backlog,
                 )
                 decision = result.decision
                 runtime.cycles_run += 1
