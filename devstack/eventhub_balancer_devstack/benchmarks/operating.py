@@ -386,7 +386,7 @@ def run(settings: Settings) -> Report:
             rounds = []
             serial = settings.pods
             pods = {f"{CONSUMER}-{m}" for m in members}
-            server.ask("writes")  # the records start with the rounds
+            server.ask("record")  # the records start with the rounds
             operator.ask("cycles")
             start = operator.stats()
             for _ in range(settings.rounds):

@@ -195,7 +195,12 @@ def serve_apiserver(kubeconfig: Path, stdin: IO[str]) -> None:
 
     with LocalKubeAPI() as kube:
         kube.write_kubeconfig(kubeconfig)
-        kube.record_writes("v1/pods", "v1/configmaps")
+
+        def record() -> dict[str, Any]:
+            """Keep the Pod and ConfigMap writes from now on (not the set-up's: at a thousand
+            consumers they would be tens of thousands)."""
+            kube.record_writes("v1/pods", "v1/configmaps")
+            return {"recording": ["pods", "configmaps"]}
 
         def writes() -> dict[str, Any]:
             """The Pod and ConfigMap writes committed since the last asking, with their commit
@@ -216,7 +221,11 @@ def serve_apiserver(kubeconfig: Path, stdin: IO[str]) -> None:
                 kube.inject_watch_fault("gone", seconds=RELIST_SECONDS, plural=plural)
             return {"relist": list(RELIST_PLURALS)}
 
-        _answer(stdin, lambda: {"url": kube.url}, commands={"relist": relist, "writes": writes})
+        _answer(
+            stdin,
+            lambda: {"url": kube.url},
+            commands={"relist": relist, "record": record, "writes": writes},
+        )
 
 
 def _rss_mb() -> float:
