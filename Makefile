@@ -120,12 +120,14 @@ figures-balance: install
 	$(RECORD) balance -- ehb bench balance --json
 	$(RECORD) --refresh README.md
 
-# The soaks of docs/operations.md (a pod's steady-state memory): one consumer under steady
-# traffic for 10 minutes each, about 40 minutes in all; the slopes want a quiet machine.
+# The soaks of docs/operations.md (a pod's and the operator's steady-state memory): one
+# consumer under steady traffic for 10 minutes each, then the operator under 10 minutes of
+# churn, about 50 minutes in all; the slopes want a quiet machine.
 figures-soak: install
 	$(RECORD) soak-plain-200 -- ehb bench soak --json --seconds 600 --rate 200 --partitions 4
 	$(RECORD) soak-plain-1000 -- ehb bench soak --json --seconds 600 --rate 1000 --partitions 4
 	$(RECORD) soak-spark-1000 -- ehb bench soak --json --seconds 600 --rate 1000 --partitions 4 --spark
+	$(RECORD) soak-operator -- ehb bench soak --operator --json --seconds 600 --partitions 32 --pods 8
 
 demo: install
 	$(BIN)/ehb demo
