@@ -255,10 +255,12 @@ async def run_failing(monkeypatch: pytest.MonkeyPatch, *, consumer_exists: bool)
     if consumer_exists:
         kube.add_consumer(NS, NAME, SPEC)
     hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    hubs._cache[f"{NS}/{NAME}"] = hubs.ids  # the partition list a cycle kept
     operator = registering.Operator(kube=kube, hubs=hubs, clock=clock)
     await registering.run_daemon(operator, namespace=NS, name=NAME, spec=SPEC, stopped=stopped)
     assert operator.generations == {}  # a stopped daemon leaves nothing behind
     assert operator.rosters.following() == []
+    assert hubs.cached(f"{NS}/{NAME}") is None
     return calls
 
 

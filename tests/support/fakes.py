@@ -455,6 +455,9 @@ class FakeHubs:
     async def close(self) -> None:
         """Nothing kept open here."""
 
+    def forget(self, consumer: str) -> None:
+        self._cache.pop(consumer, None)
+
     def cached(self, consumer: str) -> tuple[str, ...] | None:
         return self._cache.get(consumer)
 

@@ -576,6 +576,9 @@ class EventHubs:
         await self.clients.close()
         await self.containers.close()
 
+    def forget(self, consumer: str) -> None:
+        self.cache.forget(consumer)
+
     def cached(self, consumer: str) -> tuple[str, ...] | None:
         entry = self.cache.cached(consumer)
         return entry.ids if entry else None

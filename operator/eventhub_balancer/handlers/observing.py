@@ -161,6 +161,11 @@ def _forget(
         kube.forget_secret(namespace=namespace, name=creds.secret_ref.name)
 
 
+def hub_key(namespace: str, name: str) -> str:
+    """What the Event Hubs side keeps a consumer's partition list under."""
+    return f"{namespace}/{name}"
+
+
 async def read_partitions(
     *,
     kube: ports.KubePort,
@@ -172,7 +177,7 @@ async def read_partitions(
     wall: float,
 ) -> observations.HubRead:
     """The partition ids; on a fault (or while backing off from one) the last known ones."""
-    key = f"{namespace}/{name}"
+    key = hub_key(namespace, name)
     cached = hubs.cached(key)
     # What a configuration error is found under: a change of it ends the wait at once.
     settings = (

@@ -131,6 +131,9 @@ class HubPort(Protocol):
     async def close(self) -> None:
         """Close what is kept open between cycles (the operator stops)."""
 
+    def forget(self, consumer: str) -> None:
+        """The consumer's daemon stopped: drop what is kept for it (its partition list)."""
+
     async def partitions(
         self,
         *,

@@ -33,7 +33,15 @@ import kopf
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps, specs
-from eventhub_balancer.handlers import backlogs, caching, cycles, indexkeys, memories, ports
+from eventhub_balancer.handlers import (
+    backlogs,
+    caching,
+    cycles,
+    indexkeys,
+    memories,
+    observing,
+    ports,
+)
 from eventhub_balancer.handlers.metrics import Metrics
 from eventhub_balancer.reconciling import conflicts
 
@@ -379,6 +387,7 @@ async def run_daemon(
         runtime.generations.pop(key, None)
         runtime.rosters.forget(namespace=namespace, name=name)
         runtime.metrics.forget(namespace=namespace, consumer=name)
+        runtime.hubs.forget(observing.hub_key(namespace, name))
 
 
 async def _consumer_gone(kube: ports.KubePort, *, namespace: str, name: str) -> bool:
