@@ -31,7 +31,7 @@ async def test_reads_of_one_container_share_one_client(
             assert await eventhubs.read_checkpoints(**where) == {}
         assert (containers.opened, len(containers)) == (1, 1)
         await blob_container.delete_container()
-        with pytest.raises(errors.ConfigurationError, match="does not exist|not exist|container"):
+        with pytest.raises(errors.ConfigurationError, match="container"):
             await eventhubs.read_checkpoints(**where)
         assert len(containers) == 0  # the failed client was closed, not kept
     finally:
