@@ -147,6 +147,9 @@ class WireConsumer:
         # handle, delivery id, tag, format, settled, more, ..., payload (index 11)
         return (0, self.delivery_id, tag, 0, True, False, None, None, None, None, None, payload)
 
+    async def _open(self) -> None:
+        """The link exists from the start here (the receive adapter opens before receiving)."""
+
     async def receive(self, batch: bool, max_batch_size: int, max_wait_time: Any) -> None:
         link = self._handler._link
         while True:

@@ -2,7 +2,8 @@
 
 adapters/receiving.py opens each partition link with ``EventHubConsumerClient._create_consumer``
 (the aio client's private factory: the public ``receive_batch`` runs the SDK's own load
-balancer, which this project replaces) and drives it with ``EventHubConsumer.receive``.
+balancer, which this project replaces), opens its link with ``EventHubConsumer._open`` and
+drives it with ``EventHubConsumer.receive``.
 pyproject.toml pins azure-eventhub to the minor this was measured on; if a new release
 changes the private names or the keyword arguments read from ``**kwargs``, this test fails
 before a pod does.
@@ -46,6 +47,12 @@ def test_create_consumer_takes_what_the_receiver_passes() -> None:
 def test_the_consumer_receives_in_batches() -> None:
     parameters = list(inspect.signature(EventHubConsumer.receive).parameters)
     assert parameters == ["self", "batch", "max_batch_size", "max_wait_time"]
+
+
+def test_the_consumer_opens_its_link_before_receiving() -> None:
+    """receiving.py awaits ``EventHubConsumer._open()`` to log when the link is open."""
+    assert inspect.iscoroutinefunction(EventHubConsumer._open)
+    assert list(inspect.signature(EventHubConsumer._open).parameters) == ["self"]
 
 
 def test_the_pin_allows_only_the_proven_minor() -> None:
