@@ -26,10 +26,8 @@ import asyncio
 import contextlib
 import dataclasses
 import fnmatch
-import functools
 import logging
 import re
-import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -45,6 +43,7 @@ from eventhub_balancer.adapters import (
     keptclients,
     retrying,
     tenantidentities,
+    tlscontexts,
 )
 from eventhub_balancer.contracts import endpoints
 
@@ -144,23 +143,13 @@ def _entity_path(connection_string: str) -> str | None:
     return None
 
 
-@functools.cache
-def tls_context() -> ssl.SSLContext:
-    """One TLS context for every Event Hubs connection of the process. Without it the SDK
-    builds one per connection, loading the system's CA certificates each time: at 1,000
-    consumers that was a third of the operator's CPU (docs/scale.md). It verifies as the
-    SDK's own default does: the server's certificate against the system roots, and its host
-    name. A connection without TLS (the local emulator) does not use it."""
-    return ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
-
-
 def _open(coordinates: Coordinates) -> tuple[EventHubProducerClient, Any]:
     """A new producer client for ``coordinates`` (and its credential, None for a connection
     string), its credentials checked against the hub's name. It connects on its first call.
 
     ``retry_total=0``: the caller is the retry loop (the operator's cycle, with its own
     backoff and cached fallback; a replay, with its own time limit)."""
-    options: dict[str, Any] = {"retry_total": 0, "ssl_context": tls_context()}
+    options: dict[str, Any] = {"retry_total": 0, "ssl_context": tlscontexts.eventhub_context()}
     credential: Any = None
     if coordinates.connection_string is not None:
         entity = _entity_path(coordinates.connection_string)

@@ -27,21 +27,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
-import functools
 import json
 import logging
-import ssl
 import time
 from collections.abc import Mapping
 from typing import Any
 
-import certifi
 from azure.eventhub import EventData
 from azure.eventhub import _utils as sdk_utils
 from azure.eventhub.aio import EventHubConsumerClient
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import batching, deliveries
+from eventhub_balancer.adapters import batching, deliveries, tlscontexts
 from eventhub_balancer.contracts import startpositions
 
 logger = logging.getLogger(__name__)
@@ -79,27 +76,13 @@ class EventHubAddress:
     connection_string: str | None = dataclasses.field(default=None, repr=False)
 
 
-@functools.cache
-def tls_context() -> ssl.SSLContext:
-    """One TLS context for every link of the process.
-
-    Without one the SDK builds a context (and loads a CA bundle: about 40 ms of CPU) on the
-    event loop for every connection it opens, once per partition: a pod taking over five
-    partitions stalls its loop, and so the fencing of its other partitions, for a fifth of a
-    second or more. This is the context the SDK builds by default (certifi's CA bundle).
-    """
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.load_verify_locations(certifi.where())
-    return context
-
-
 def make_client(address: EventHubAddress) -> EventHubConsumerClient:
     """An aio consumer client for one partition's link (the caller closes it)."""
     common: dict[str, Any] = {
         "retry_total": SDK_RETRY_TOTAL,
         # Never used by the per-partition consumer; kept low in case a code path waits on it.
         "load_balancing_interval": 1.0,
-        "ssl_context": tls_context(),
+        "ssl_context": tlscontexts.eventhub_context(),
     }
     if address.connection_string:
         return EventHubConsumerClient.from_connection_string(
