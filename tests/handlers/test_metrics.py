@@ -132,12 +132,8 @@ async def test_the_backlog_is_read_beside_the_store_probe_whatever_the_weighting
     assert recommended() == len(hubs.ids)
 
 
-async def test_a_cycle_that_gives_partitions_out_does_not_read_the_backlog(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The hub's end costs a call per partition: read beside a later probe in a quiet cycle,
-    never by a cycle that moves partitions."""
-    kube = make_kube()
+def asking_hubs(monkeypatch: pytest.MonkeyPatch) -> tuple[fakes.FakeHubs, list[list[str]]]:
+    """Fake hubs, and the partitions of every read of their ends, in order."""
     hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
     asked: list[list[str]] = []
     original = hubs.last_sequence_numbers
@@ -147,6 +143,16 @@ async def test_a_cycle_that_gives_partitions_out_does_not_read_the_backlog(
         return await original(**kw)
 
     monkeypatch.setattr(hubs, "last_sequence_numbers", last_sequence_numbers)
+    return hubs, asked
+
+
+async def test_a_cycle_that_gives_partitions_out_does_not_read_the_backlog(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hub's end costs a call per partition: read beside a later probe in a quiet cycle,
+    never by a cycle that moves partitions."""
+    kube = make_kube()
+    hubs, asked = asking_hubs(monkeypatch)
     memory = memories.Memory()
     for now in (0, 5, 65, 70):
         await cycles.run_cycle(
@@ -195,15 +201,7 @@ async def test_backlog_probes_share_the_operators_budget(
     consumer draw on one budget (`backlogs.Budget`): a probe that finds it spent is skipped
     and tried again at the consumer's next probe, once the budget has refilled."""
     kube = make_kube()
-    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
-    asked: list[list[str]] = []
-    original = hubs.last_sequence_numbers
-
-    async def last_sequence_numbers(**kw: Any) -> dict[str, int]:
-        asked.append(kw["partitions"])
-        return await original(**kw)
-
-    monkeypatch.setattr(hubs, "last_sequence_numbers", last_sequence_numbers)
+    hubs, asked = asking_hubs(monkeypatch)
     clock = [0.0]
     budget = backlogs.Budget(per_second=0.01, clock=lambda: clock[0])  # a 0.1-partition bucket
     budget.take(1)  # another consumer's probe spent it

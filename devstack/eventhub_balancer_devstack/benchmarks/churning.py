@@ -47,7 +47,7 @@ from typing import Any, TypedDict
 import kubernetes.client
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import blobs, eventhubs, kubeapi
+from eventhub_balancer.adapters import eventhubs, kubeapi
 from eventhub_balancer.contracts import configmaps, specs
 from eventhub_balancer.handlers import registering, running
 from eventhub_balancer_devstack import azurite, clusters
@@ -64,7 +64,6 @@ PASSING_HUB = "soak-passing"
 PASSING_APP = "soak-passing"
 PASSING_PARTITIONS = 4
 PASSING_PODS = 2
-CONTAINER = "checkpoints"
 #: spec.balancing.intervalSeconds, as ``ehb bench operator`` runs it: more cycles per minute.
 INTERVAL_SECONDS = 2
 #: The project's target (docs/benchmarks.md): MB of resident memory per minute, second half.
@@ -265,7 +264,7 @@ def _stack(settings: Settings) -> Iterator[tuple[Path, str, str, processes.Child
         try:
             assert emulator.stdout is not None
             with azurite.Azurite() as blob_store:
-                asyncio.run(_create_container(blob_store.connection_string))
+                asyncio.run(operating.create_container(blob_store.connection_string))
                 yield (
                     kubeconfig,
                     emulator.stdout.readline().strip(),
@@ -282,36 +281,10 @@ def _stack(settings: Settings) -> Iterator[tuple[Path, str, str, processes.Child
             server.stop()
 
 
-async def _create_container(connection_string: str) -> None:
-    async with blobs.open_container(
-        container_name=CONTAINER, connection_string=connection_string
-    ) as container:
-        await blobs.ensure_container(container)
-
-
 def consumer_body(name: str, *, hub: str, app: str) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{specs.GROUP}/{specs.VERSION}",
-        "kind": specs.KIND,
-        "metadata": {"name": name},
-        "spec": {
-            "eventHub": {
-                "fullyQualifiedNamespace": "soak.servicebus.windows.net",
-                "name": hub,
-                "credentials": {"connectionStringSecretRef": {"name": "eh", "key": "cs"}},
-            },
-            "checkpointStore": {
-                "containerName": CONTAINER,
-                "credentials": {"connectionStringSecretRef": {"name": "blob", "key": "cs"}},
-            },
-            "selector": {"matchLabels": {"app": app}},
-            "balancing": {
-                "intervalSeconds": INTERVAL_SECONDS,
-                "podGraceSeconds": 20,
-                "handoffTimeoutSeconds": 30,
-            },
-        },
-    }
+    return operating.consumer_body(
+        name, hub=hub, app=app, interval=INTERVAL_SECONDS, host="soak.servicebus.windows.net"
+    )
 
 
 def _wait(predicate: Callable[[], Any], what: str) -> None:

@@ -173,6 +173,41 @@ class View:
         return sum(owned) == partitions and all(low <= n <= high for n in owned)
 
 
+def consumer_body(
+    name: str,
+    *,
+    hub: str,
+    app: str,
+    interval: int,
+    secret: str = "eh",
+    host: str = "shop.servicebus.windows.net",
+) -> dict[str, Any]:
+    """A bench's EventHubConsumer: ``hub`` on ``host`` through the Secret ``secret``, its
+    checkpoints in `CONTAINER` through the Secret ``blob``, the pods labelled ``app=app``."""
+    return {
+        "apiVersion": f"{specs.GROUP}/{specs.VERSION}",
+        "kind": specs.KIND,
+        "metadata": {"name": name},
+        "spec": {
+            "eventHub": {
+                "fullyQualifiedNamespace": host,
+                "name": hub,
+                "credentials": {"connectionStringSecretRef": {"name": secret, "key": "cs"}},
+            },
+            "checkpointStore": {
+                "containerName": CONTAINER,
+                "credentials": {"connectionStringSecretRef": {"name": "blob", "key": "cs"}},
+            },
+            "selector": {"matchLabels": {"app": app}},
+            "balancing": {
+                "intervalSeconds": interval,
+                "podGraceSeconds": 20,
+                "handoffTimeoutSeconds": 30,
+            },
+        },
+    }
+
+
 class Cluster:
     """The API server process seen over HTTP: what the kubelet and a user would do."""
 
@@ -189,29 +224,7 @@ class Cluster:
         self.core.create_namespaced_secret(self.namespace, body, _preload_content=False)
 
     def consumer(self, name: str, *, app: str, secret: str, interval: int) -> None:
-        spec: dict[str, Any] = {
-            "eventHub": {
-                "fullyQualifiedNamespace": "shop.servicebus.windows.net",
-                "name": name,
-                "credentials": {"connectionStringSecretRef": {"name": secret, "key": "cs"}},
-            },
-            "checkpointStore": {
-                "containerName": CONTAINER,
-                "credentials": {"connectionStringSecretRef": {"name": "blob", "key": "cs"}},
-            },
-            "selector": {"matchLabels": {"app": app}},
-            "balancing": {
-                "intervalSeconds": interval,
-                "podGraceSeconds": 20,
-                "handoffTimeoutSeconds": 30,
-            },
-        }
-        body = {
-            "apiVersion": f"{specs.GROUP}/{specs.VERSION}",
-            "kind": specs.KIND,
-            "metadata": {"name": name},
-            "spec": spec,
-        }
+        body = consumer_body(name, hub=name, app=app, secret=secret, interval=interval)
         self.custom.create_namespaced_custom_object(
             specs.GROUP, specs.VERSION, self.namespace, specs.PLURAL, body, _preload_content=False
         )
@@ -276,7 +289,7 @@ def _stack(settings: Settings) -> Iterator[tuple[Path, str, str, processes.Child
             connection_string = emulator.stdout.readline().strip()
             _drain(emulator.stdout)
             with azurite.Azurite() as blob_store:
-                asyncio.run(_create_container(blob_store.connection_string))
+                asyncio.run(create_container(blob_store.connection_string))
                 yield (kubeconfig, connection_string, blob_store.connection_string, server)
         finally:
             emulator.terminate()
@@ -296,7 +309,7 @@ def _drain(stream: IO[str]) -> None:
     threading.Thread(target=lambda: all(True for _ in stream), daemon=True).start()
 
 
-async def _create_container(connection_string: str) -> None:
+async def create_container(connection_string: str) -> None:
     async with blobs.open_container(
         container_name=CONTAINER, connection_string=connection_string
     ) as container:

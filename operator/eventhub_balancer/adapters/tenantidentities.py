@@ -105,6 +105,16 @@ class _Entry:
     renew_at: float
 
 
+def _missing(namespace: str, name: str) -> errors.ServiceAccountNotFound:
+    """The consumer names a ServiceAccount its namespace lacks."""
+    return errors.ServiceAccountNotFound(
+        namespace=namespace,
+        service_account=name,
+        problem="does not exist: create it (annotated "
+        f"{CLIENT_ID_ANNOTATION}) or set spec.serviceAccountName to one that does",
+    )
+
+
 class TenantIdentities:
     """Tokens of the consumers' ServiceAccounts, requested, kept and renewed (bounded)."""
 
@@ -218,12 +228,7 @@ class TenantIdentities:
         try:
             return await self.source.read_service_account(namespace=namespace, name=name)
         except errors.NotFound as e:
-            raise errors.ServiceAccountNotFound(
-                namespace=namespace,
-                service_account=name,
-                problem="does not exist: create it (annotated "
-                f"{CLIENT_ID_ANNOTATION}) or set spec.serviceAccountName to one that does",
-            ) from e
+            raise _missing(namespace, name) from e
         except errors.Forbidden as e:
             raise errors.TokenRequestForbidden(
                 namespace=namespace,
@@ -244,12 +249,7 @@ class TenantIdentities:
                 expiration_seconds=TOKEN_SECONDS,
             )
         except errors.NotFound as e:
-            raise errors.ServiceAccountNotFound(
-                namespace=namespace,
-                service_account=name,
-                problem="does not exist: create it (annotated "
-                f"{CLIENT_ID_ANNOTATION}) or set spec.serviceAccountName to one that does",
-            ) from e
+            raise _missing(namespace, name) from e
         except errors.Forbidden as e:
             raise errors.TokenRequestForbidden(
                 namespace=namespace,

@@ -152,7 +152,9 @@ _RUNS = re.compile(r"(\d+)")
 NameKey = tuple[tuple[int, int, str], ...]
 
 #: Names are sorted in every cycle (partitions, pods, ConfigMaps) and their keys depend on the
-#: name alone: kept for a fleet of thousands of partitions and pods with some churn.
+#: name alone, so `name_key` is a bounded memo of a pure function, not state between cycles:
+#: it never changes what a cycle decides, only what the sort costs. Kept for a fleet of
+#: thousands of partitions and pods with some churn (least recently used names drop out).
 NAME_KEYS_KEPT = 16_384
 
 
