@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import Counter
 from typing import Any
 
+import hypothesis
 import pytest
+from hypothesis import strategies as st
 
 from eventhub_balancer import errors
 from eventhub_balancer.balancing import models, planning, scenarios
@@ -316,6 +319,37 @@ def test_partitions_are_ordered_numerically_and_members_naturally() -> None:
         "9": "pod-10",
         "10": "pod-10",
     }
+
+
+NAMES = st.text(alphabet="ab-.09", max_size=12)
+
+
+def nested_key(name: str) -> tuple[tuple[int, int, str], ...]:
+    """The sort key as it was before it was laid flat: one (kind, number, run) per run."""
+    runs = re.split(r"(\d+)", name)
+    return tuple((0, int(r), r) if r.isdecimal() else (1, 0, r) for r in runs if r)
+
+
+@hypothesis.settings(derandomize=True, max_examples=300, deadline=None)
+@hypothesis.given(NAMES, NAMES)
+def test_the_flat_name_key_orders_as_the_nested_one_did(a: str, b: str) -> None:
+    flat = (models.name_key(a) > models.name_key(b)) - (models.name_key(a) < models.name_key(b))
+    nested = (nested_key(a) > nested_key(b)) - (nested_key(a) < nested_key(b))
+    assert flat == nested
+    assert (models.name_key(a) == models.name_key(b)) == (a == b)
+
+
+def test_natural_order_keeps_leading_zeros_apart() -> None:
+    names = ["pod-10", "pod-9", "pod-09", "pod", "pod-9a", "7", "07"]
+    assert sorted(names, key=models.name_key) == [
+        "07",
+        "7",
+        "pod",
+        "pod-09",
+        "pod-9",
+        "pod-9a",
+        "pod-10",
+    ]
 
 
 def test_weights_give_proportional_shares_by_largest_remainder() -> None:
