@@ -153,22 +153,41 @@ async def test_an_acknowledgement_hands_off_at_once(running: Callable[..., Daemo
     await daemon.until(2)
     daemon.kube.acknowledge(NS, "a")
     daemon.deliver("configmap")  # the acknowledgement reaches the handlers
-    await daemon.until(2.1)  # the debounce, then one cycle
+    await daemon.until(2.01)  # one cycle, at once
     assert daemon.owned("b") == {"2": (2, "owned"), "3": (2, "owned")}
 
 
 async def test_wakeups_within_the_debounce_fold_into_one_cycle(
     running: Callable[..., Daemon],
 ) -> None:
+    """The first wake-up of a burst runs a cycle at once; the rest, within the debounce of
+    it, become one more cycle a debounce after it."""
     daemon = running("a")
     await daemon.until(1)
     assert daemon.operator.cycles_run == 1
+    started = loop_time()
     for i in range(5):
         daemon.kube.set_ready(NS, "a", ready=i % 2 == 0, since=clock())
         daemon.deliver("pod")
         await asyncio.sleep(registering.DEBOUNCE_SECONDS / 10)
-    await daemon.until(2)
+        assert daemon.operator.cycles_run == 2
+    await daemon.until(started + registering.DEBOUNCE_SECONDS * 0.99)
     assert daemon.operator.cycles_run == 2
+    await daemon.until(2)
+    assert daemon.operator.cycles_run == 3
+
+
+async def test_a_wakeup_after_a_quiet_spell_waits_for_nothing(
+    running: Callable[..., Daemon],
+) -> None:
+    """An acknowledgement (or any single change) is decided on at the loop time it arrives."""
+    daemon = running("a")
+    await daemon.until(1)
+    cycles_before = daemon.operator.cycles_run
+    daemon.kube.set_ready(NS, "a", ready=False, since=clock())
+    daemon.deliver("pod")
+    await asyncio.sleep(0.001)
+    assert daemon.operator.cycles_run == cycles_before + 1
 
 
 async def test_wakeups_are_routed_by_the_rosters(running: Callable[..., Daemon]) -> None:

@@ -5,8 +5,9 @@ at least every ``spec.balancing.intervalSeconds`` (the safety net), sooner when 
 decision names a deadline (a hand-off timeout, a grace period). Every pod, ConfigMap and CR
 event is offered to the consumers' rosters (`caching.CachedKube.event`); the consumers whose
 roster it changed are woken at once: membership and routing are the same structure, so a pod
-relabelled away leaves its consumer at the event that says so. Wake-ups within
-`DEBOUNCE_SECONDS` are folded into one cycle.
+relabelled away leaves its consumer at the event that says so. A wake-up runs a cycle at once,
+but cycles start at least `DEBOUNCE_SECONDS` apart: the wake-ups that come sooner are folded
+into one cycle at that distance.
 
 The cycles read from the rosters (`Operator.cache`: the watch handlers reach it through
 `ports.WatchPort`, the daemons through `ports.RosterPort`, the cycles through
@@ -47,7 +48,8 @@ from eventhub_balancer.reconciling import conflicts
 
 logger = logging.getLogger(__name__)
 
-#: Wake-ups this close together become one cycle (a rollout changes many pods at once).
+#: Cycles start at least this far apart; the wake-ups in between become one cycle (a rollout
+#: changes many pods at once).
 DEBOUNCE_SECONDS = 0.05
 #: A watch stream silent this long is reconnected (resuming where it was, or re-listing on a
 #: 410): a stalled stream costs seconds, not kopf's default 70 s. A quiet healthy stream
@@ -377,7 +379,13 @@ async def run_daemon(
             finally:
                 wake_waiter.cancel()
             if wake.is_set() and not stopped:
-                await asyncio.sleep(runtime.debounce)
+                # A wake-up after a quiet spell runs a cycle at once; those that come sooner
+                # than `DEBOUNCE_SECONDS` after a cycle started are folded into one cycle at
+                # that distance (a rollout's burst of pod changes becomes two cycles, not one
+                # a change, and a single change, such as an acknowledgement, waits for nothing).
+                pause = min(runtime.debounce, started + runtime.debounce - loop.time())
+                if pause > 0:
+                    await asyncio.sleep(pause)
     finally:
         stop_waiter.cancel()
         runtime.wakes.pop(key, None)
