@@ -248,3 +248,18 @@ def test_a_release_at_shutdown_is_timed_from_its_final_checkpoint_to_the_operato
         "final_checkpoint_to_acknowledgement": [50],
         "acknowledgement_to_seen": [60],
     }
+
+
+def test_cycle_records_keep_the_newest_when_never_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A benchmark's operator process that is never asked for its cycle lines keeps a bounded
+    number of them, the newest."""
+    monkeypatch.setattr(stages, "CYCLES_KEPT", 3)
+    logger = logging.getLogger(cycles.__name__)
+    with stages.CycleRecords() as records:
+        for i in range(5):
+            logger.debug(
+                cycles.CYCLE_TIMES, "shop", f"c{i}", "2026-11-27T12:00:00+00:00", 1.0, 0, 0.0
+            )
+        taken = records.take()
+        assert [c.consumer for c in taken] == ["c2", "c3", "c4"]
+        assert records.take() == []

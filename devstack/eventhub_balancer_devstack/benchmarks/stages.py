@@ -22,6 +22,7 @@ seconds since the epoch throughout; all the parts run on one machine, so on one 
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime
 import logging
@@ -261,6 +262,11 @@ def cycle_of(record: logging.LogRecord) -> Cycle | None:
     )
 
 
+#: The cycle lines kept between two askings (`CycleRecords.take`): a benchmark asks after each
+#: step; one that never asks keeps the newest.
+CYCLES_KEPT = 100_000
+
+
 class CycleRecords(logging.Handler):
     """Keeps the operator's cycle lines of this process (the operator runs in a thread or a
     child process of the benchmark); other records go on to the root logger's handlers as
@@ -268,7 +274,7 @@ class CycleRecords(logging.Handler):
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
-        self.cycles: list[Cycle] = []
+        self.cycles: collections.deque[Cycle] = collections.deque(maxlen=CYCLES_KEPT)
         self._logger = logging.getLogger(cycles.__name__)
         self._saved = (self._logger.level, self._logger.propagate)
 
@@ -281,7 +287,8 @@ class CycleRecords(logging.Handler):
             root.handle(record)
 
     def take(self) -> list[Cycle]:
-        taken, self.cycles = self.cycles, []
+        taken = list(self.cycles)
+        self.cycles.clear()
         return taken
 
     def __enter__(self) -> CycleRecords:
