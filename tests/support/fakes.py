@@ -435,31 +435,69 @@ class FakeCheckpointStore:
         return dict(self.blobs)
 
 
+#: A hub as the fake keys it: (namespace, name, hash of the connection string, client id), as
+#: `adapters.eventhubs.Coordinates.key` does without the identity.
+HubKey = tuple[str, str, int, str | None]
+
+
 class FakeHubs:
-    """Event Hubs and the checkpoint store behind `ports.HubPort`."""
+    """Event Hubs and the checkpoint store behind `ports.HubPort`.
+
+    Every hub has the partitions ``ids`` unless ``hub_ids`` names it (by spec.eventHub.name):
+    a test grows a hub by setting its entry. ``partitions`` lists afresh every time and keeps
+    the list per consumer, with its hub, for the growth watch's calls (``hubs``, ``consumers``,
+    ``list_hub``, ``grow``, which keep to the real adapter's rules)."""
 
     def __init__(
         self, partitions: Sequence[str] = ("0", "1", "2", "3"), *, store: FakeCheckpointStore
     ) -> None:
         self.ids = tuple(partitions)
+        #: per hub name, its partitions when they are not ``ids``
+        self.hub_ids: dict[str, tuple[str, ...]] = {}
         self.store = store
         self.last_sequences: dict[str, int] = {}
         #: raised by every Event Hubs call while set
         self.failure: errors.EventHubBalancerError | None = None
         #: the ``now`` (wall seconds) of every partition listing asked for
         self.listings: list[float] = []
+        #: (loop time, hub name) of every listing the growth watch asked for (`list_hub`)
+        self.hub_listings: list[tuple[float, str]] = []
         #: the ServiceAccount (spec.serviceAccountName) every call was asked to act as
         self.service_accounts: list[str | None] = []
         self._cache: dict[str, tuple[str, ...]] = {}
+        self._hub_of: dict[str, HubKey] = {}
 
     async def close(self) -> None:
         """Nothing kept open here."""
 
     def forget(self, consumer: str) -> None:
         self._cache.pop(consumer, None)
+        self._hub_of.pop(consumer, None)
 
     def cached(self, consumer: str) -> tuple[str, ...] | None:
         return self._cache.get(consumer)
+
+    def hubs(self) -> list[Hashable]:
+        return list(dict.fromkeys(self._hub_of.values()))
+
+    def consumers(self, hub: Hashable) -> dict[str, tuple[str, ...]]:
+        return {c: self._cache[c] for c, of in self._hub_of.items() if of == hub}
+
+    async def list_hub(self, hub: Hashable) -> tuple[str, ...] | None:
+        known = [of for of in self._hub_of.values() if of == hub]
+        name = known[0][1] if known else "?"
+        self.hub_listings.append((asyncio.get_running_loop().time(), name))
+        if not known:
+            return None
+        if self.failure is not None:
+            raise self.failure
+        return self.hub_ids.get(name, self.ids)
+
+    def grow(self, consumer: str, hub: Hashable, ids: tuple[str, ...]) -> bool:
+        if self._hub_of.get(consumer) != hub or len(ids) <= len(self._cache[consumer]):
+            return False
+        self._cache[consumer] = tuple(ids)
+        return True
 
     async def partitions(
         self,
@@ -477,8 +515,15 @@ class FakeHubs:
         self.service_accounts.append(service_account)
         if self.failure is not None:
             raise self.failure
-        self._cache[consumer] = self.ids
-        return self.ids, True
+        ids = self.hub_ids.get(eventhub_name, self.ids)
+        self._cache[consumer] = ids
+        self._hub_of[consumer] = (
+            fully_qualified_namespace,
+            eventhub_name,
+            hash(connection_string),
+            client_id,
+        )
+        return ids, True
 
     async def last_sequence_numbers(
         self,

@@ -4,7 +4,9 @@ The operator needs the partition ids of each consumer's Event Hub every cycle. A
 Hubs every few seconds would open an AMQP connection per cycle, so ids are cached per consumer
 and refreshed at least every `REFRESH_SECONDS` (partition counts can grow, never shrink). A
 failure raises; the caller keeps the last good list (never revoke everything because Event
-Hubs is briefly unreachable).
+Hubs is briefly unreachable). Between refreshes the operator's growth watch
+(`handlers.growth`) lists each hub about once a second, once for all the consumers that share
+it, and hands a longer list to each of them (`PartitionCache.grow`).
 
 The checkpoint blobs are read here too, for two reasons: their epochs are the last floor for
 epochs when ConfigMaps and status were lost, and their sequence numbers give the lag per
@@ -28,7 +30,7 @@ import dataclasses
 import fnmatch
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping
 from typing import Any, TypeVar
 
 from azure.core import exceptions as azure_errors
@@ -343,7 +345,13 @@ class PartitionList:
 
 
 class PartitionCache:
-    """Partition ids per consumer, re-read when older than `REFRESH_SECONDS` or the hub changed."""
+    """Partition ids per consumer, re-read when older than `REFRESH_SECONDS` or the hub changed.
+
+    Each entry keeps the `Coordinates` it was listed with (in memory only: their repr leaves
+    the connection string out), so that the operator's growth watch (`handlers.growth`) can
+    list a hub again between refreshes: once per hub (`Coordinates.key`), however many
+    consumers share it, and hand a longer list to each of them (`grow`).
+    """
 
     def __init__(
         self,
@@ -359,34 +367,94 @@ class PartitionCache:
         self.timeout = timeout
         #: the turns of the calls in flight (`CONCURRENT_CALLS`)
         self.gate = gate or asyncio.Semaphore(CONCURRENT_CALLS)
-        self._entries: dict[str, tuple[Any, PartitionList]] = {}
+        self._entries: dict[str, tuple[Coordinates, PartitionList]] = {}
+        #: the consumers of each hub (`Coordinates.key`), as an ordered set
+        self._consumers: dict[Hashable, dict[str, None]] = {}
+        #: the consumers whose list `grow` lengthened since their last read
+        self._grown: set[str] = set()
 
     def cached(self, consumer: str) -> PartitionList | None:
         entry = self._entries.get(consumer)
         return entry[1] if entry else None
 
     def forget(self, consumer: str) -> None:
-        self._entries.pop(consumer, None)
+        entry = self._entries.pop(consumer, None)
+        self._grown.discard(consumer)
+        if entry is not None:
+            self._unlink(consumer, entry[0].key)
+
+    def _unlink(self, consumer: str, hub: Hashable) -> None:
+        consumers = self._consumers.get(hub)
+        if consumers is not None:
+            consumers.pop(consumer, None)
+            if not consumers:
+                del self._consumers[hub]
+
+    def _keep(self, consumer: str, coordinates: Coordinates, listed: PartitionList) -> None:
+        entry = self._entries.get(consumer)
+        if entry is not None and entry[0].key != coordinates.key:
+            self._unlink(consumer, entry[0].key)
+        self._entries[consumer] = (coordinates, listed)
+        self._consumers.setdefault(coordinates.key, {})[consumer] = None
 
     async def partition_ids(
         self, consumer: str, coordinates: Coordinates, *, now: float, force: bool = False
     ) -> PartitionList:
-        """The cached list while young and for the same hub; else a fresh one (or it raises)."""
+        """The cached list while young and for the same hub; else a fresh one (or it raises).
+        A list the growth watch lengthened (`grow`) is served fresh once."""
         entry = self._entries.get(consumer)
         if (
             entry is not None
             and not force
-            and entry[0] == coordinates.key
+            and entry[0].key == coordinates.key
             and now - entry[1].fetched_at < self.refresh_seconds
         ):
-            return dataclasses.replace(entry[1], fresh=False)
+            grown = consumer in self._grown
+            self._grown.discard(consumer)
+            return dataclasses.replace(entry[1], fresh=grown)
         async with self.gate:
             ids = await fetch_partition_ids(
                 coordinates, limit_seconds=self.timeout, clients=self.clients
             )
         result = PartitionList(ids=tuple(ids), fetched_at=now, fresh=True)
-        self._entries[consumer] = (coordinates.key, result)
+        self._keep(consumer, coordinates, result)
+        self._grown.discard(consumer)
         return result
+
+    def hubs(self) -> list[Hashable]:
+        """Every hub a cached list came from, once (its `Coordinates.key`: no secret in it)."""
+        return list(self._consumers)
+
+    def consumers(self, hub: Hashable) -> dict[str, tuple[str, ...]]:
+        """The cached list of each consumer of ``hub``."""
+        return {
+            consumer: self._entries[consumer][1].ids for consumer in self._consumers.get(hub, ())
+        }
+
+    async def list_hub(self, hub: Hashable) -> tuple[str, ...] | None:
+        """``hub``'s partition ids, listed now with its consumers' credentials (raises wrapped
+        errors only); None: no consumer of it is cached any more. The cache is left as it
+        is: `grow` hands a longer list on."""
+        consumers = self._consumers.get(hub)
+        if not consumers:
+            return None
+        coordinates = self._entries[next(iter(consumers))][0]
+        async with self.gate:
+            ids = await fetch_partition_ids(
+                coordinates, limit_seconds=self.timeout, clients=self.clients
+            )
+        return tuple(ids)
+
+    def grow(self, consumer: str, hub: Hashable, ids: tuple[str, ...]) -> bool:
+        """Take ``ids`` as ``consumer``'s list, served fresh at its next read, if its list is
+        still of ``hub`` and shorter: partition counts only grow, and a list never goes
+        backwards. Its age stays (the refresh still comes when it is due). Whether it did."""
+        entry = self._entries.get(consumer)
+        if entry is None or entry[0].key != hub or len(ids) <= len(entry[1].ids):
+            return False
+        self._entries[consumer] = (entry[0], dataclasses.replace(entry[1], ids=tuple(ids)))
+        self._grown.add(consumer)
+        return True
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -571,6 +639,18 @@ class EventHubs:
     def cached(self, consumer: str) -> tuple[str, ...] | None:
         entry = self.cache.cached(consumer)
         return entry.ids if entry else None
+
+    def hubs(self) -> list[Hashable]:
+        return self.cache.hubs()
+
+    def consumers(self, hub: Hashable) -> dict[str, tuple[str, ...]]:
+        return self.cache.consumers(hub)
+
+    async def list_hub(self, hub: Hashable) -> tuple[str, ...] | None:
+        return await self.cache.list_hub(hub)
+
+    def grow(self, consumer: str, hub: Hashable, ids: tuple[str, ...]) -> bool:
+        return self.cache.grow(consumer, hub, ids)
 
     async def partitions(
         self,

@@ -134,6 +134,22 @@ class HubPort(Protocol):
     def forget(self, consumer: str) -> None:
         """The consumer's daemon stopped: drop what is kept for it (its partition list)."""
 
+    def hubs(self) -> list[Hashable]:
+        """Every hub a cached partition list came from, once, as an opaque key (its
+        namespace, name and credentials: consumers that share it share one listing). No
+        secret is in it."""
+
+    def consumers(self, hub: Hashable) -> dict[str, tuple[str, ...]]:
+        """The cached partition list of each consumer of ``hub``."""
+
+    async def list_hub(self, hub: Hashable) -> tuple[str, ...] | None:
+        """``hub``'s partition ids, listed now, the cache left as it is (raises
+        `errors.EventHubBalancerError`); None: no consumer of it is cached any more."""
+
+    def grow(self, consumer: str, hub: Hashable, ids: tuple[str, ...]) -> bool:
+        """``ids`` become ``consumer``'s cached list (fresh at its next read) if that list is
+        still of ``hub`` and shorter; whether they did. A list never goes backwards."""
+
     async def partitions(
         self,
         *,
