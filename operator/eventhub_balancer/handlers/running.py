@@ -1,8 +1,10 @@
-"""Running the operator: kopf plus the /metrics and /healthz endpoint on one port.
+"""Running the operator: kopf, the growth watch, and /metrics and /healthz on one port.
 
 ``ehb operator`` calls `serve` on the main thread; tests and benchmarks use `OperatorThread`
 to run a whole operator (its own event loop, its own registry) in the background and stop it
-cleanly, as a second replica or after a simulated crash.
+cleanly, as a second replica or after a simulated crash. Beside kopf, `serve` runs the
+operator's growth watch (`growth.Watch`: it wakes the consumers whose hub grew) and stops it
+before the Event Hubs clients its listings use are closed.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import kopf
 from aiohttp import web
 
 from eventhub_balancer import runners
-from eventhub_balancer.handlers import kopftoggles, registering
+from eventhub_balancer.handlers import growth, kopftoggles, registering
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +106,9 @@ async def serve(
             ready_flag.set()
 
     watcher = asyncio.ensure_future(watch_ready())
+    # Partitions added to a hub are seen within about a second (`growth`), not at the refresh.
+    growing = growth.Watch(runtime.hubs, wake=runtime.wake)
+    growing.start()
     try:
         await kopf.operator(
             registry=registry,
@@ -118,6 +123,7 @@ async def serve(
         )
     finally:
         watcher.cancel()
+        await growing.stop()  # before the clients its listings go through are closed
         await runtime.hubs.close()
         if runner is not None:
             await runner.cleanup()
