@@ -214,18 +214,48 @@ async def test_a_failed_listing_changes_nothing(
     watching(hubs, woken)
     hubs.hub_ids["orders"] = SIX
     hubs.failure = errors.EventHubUnreachable(f"Event Hub 'orders' in {FQN}: no answer")
-    await asyncio.sleep(4.5)
-    assert times(hubs, "orders") == pytest.approx([1, 2, 3, 4])  # each at its turn, no sooner
+    await asyncio.sleep(7.5)
+    # After each failure in a row the hub rests twice as long: 2 s, then 4 s.
+    assert times(hubs, "orders") == pytest.approx([1, 3, 7])
     assert woken.calls == []
     assert hubs.cached("shop/a") == FOUR
     failed = [r for r in caplog.records if "listing failed" in r.getMessage()]
-    assert len(failed) == 4
+    assert len(failed) == 3
     assert {r.levelno for r in failed} == {logging.DEBUG}
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
     hubs.failure = None
-    await asyncio.sleep(1)
+    await asyncio.sleep(8)  # its next turn, after a rest of 8 s
+    assert times(hubs, "orders")[3] == pytest.approx(15)
     assert [key for _, key in woken.calls] == [(NS, "a")]
     assert SECRET_KEY not in caplog.text
+    await asyncio.sleep(2.5)  # a success ends the rests: once a second again
+    assert times(hubs, "orders")[4:6] == pytest.approx([16, 17])
+
+
+class OneHubFails(fakes.FakeHubs):
+    """A port whose listings of the hub named ``failing`` fail (its credentials rotated)."""
+
+    failing = "orders"
+
+    async def list_hub(self, hub: Any) -> tuple[str, ...] | None:
+        listed = await super().list_hub(hub)
+        if self.hub_listings[-1][1] == self.failing:
+            raise errors.EventHubUnreachable(f"Event Hub {self.failing!r}: unauthorized")
+        return listed
+
+
+async def test_a_failing_hub_rests_at_most_a_minute_and_others_keep_their_turns(
+    watching: Callable[..., growth.Watch],
+) -> None:
+    hubs, woken = OneHubFails(FOUR, store=fakes.FakeCheckpointStore()), Woken()
+    await cached_by_a_cycle(hubs, "a", "orders")
+    await cached_by_a_cycle(hubs, "b", "payments")
+    watching(hubs, woken)
+    await asyncio.sleep(300.5)
+    gaps = [b - a for a, b in itertools.pairwise(times(hubs, "orders"))]
+    assert gaps[:5] == pytest.approx([2, 4, 8, 16, 32])
+    assert max(gaps) == pytest.approx(growth.FAILED_REST_MAX_SECONDS)
+    assert len(times(hubs, "payments")) == 300  # once a second, never held up by the other
 
 
 async def test_a_shrinking_listing_is_ignored(watching: Callable[..., growth.Watch]) -> None:

@@ -15,10 +15,12 @@ more hubs than a second's budget, each hub is listed less often, in proportion: 
 and 20 listings a second, every 50 s. Never more often than the budget, whatever the fleet.
 
 A failed listing is no fault to report: the cycle's own read reports faults and backs off. The
-watch logs it at DEBUG and lists that hub again at its next turn; the cached list stays as it
-was. The watch makes no Kubernetes request. It keeps nothing per consumer: the hubs come from
-the partition cache, so a hub whose consumers are all forgotten (`ports.HubPort.forget`, when
-a daemon stops) is dropped at the watch's next look at the hubs, within a second.
+watch logs it at DEBUG and lets that hub rest, twice as long after each failure in a row (2 s,
+4 s, ... up to `FAILED_REST_MAX_SECONDS`), so that a hub whose credentials were rotated costs a
+failed request a minute, not one a second; the cached list stays as it was. The watch makes no
+Kubernetes request. It keeps nothing per consumer: the hubs come from the partition cache, so a
+hub whose consumers are all forgotten (`ports.HubPort.forget`, when a daemon stops) is dropped
+at the watch's next look at the hubs, within a second.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ LISTINGS_PER_SECOND = 20.0
 #: (`adapters.eventhubs.CONCURRENT_CALLS`), so that unreachable hubs, each waiting out its
 #: timeout, never take the cycles' turns.
 LISTINGS_AT_ONCE = 8
+#: A hub whose listings keep failing is listed at most this rarely (it rests ``GROWTH_POLL_SECONDS
+#: * 2**failures`` after each failure in a row, up to this).
+FAILED_REST_MAX_SECONDS = 60.0
 #: A listing not done by then (the wait for a turn among the calls in flight, then the call's
 #: own timeout) is given up: the hub is listed again at its next turn.
 LISTING_LIMIT_SECONDS = 30.0
@@ -103,6 +108,8 @@ class Polls:
         self._last: dict[Hashable, float] = {}
         #: the hubs whose listing has not ended
         self._listing: set[Hashable] = set()
+        #: the hubs whose last listings failed: how many in a row, and until when they rest
+        self._failed: dict[Hashable, tuple[int, float]] = {}
         #: when the next listing may start
         self._turn = -math.inf
         #: listings started, for the tests
@@ -118,22 +125,26 @@ class Polls:
         present = set(hubs)
         for hub in [hub for hub in self._last if hub not in present]:
             del self._last[hub]
+            self._failed.pop(hub, None)
         for hub in hubs:
             self._last.setdefault(hub, now)
 
     def take(self) -> Hashable | None:
         """The hub to list now, charged to the budget; None: the budget's next turn has not
-        come, or no hub is due. A hub whose last listing has not ended skips its turn."""
+        come, or no hub is due. A hub whose last listing has not ended, or that rests after
+        failed listings, skips its turn."""
         now = self.clock()
         if now + SAME_TIME_SECONDS < self._turn:
             return None
-        for _ in range(len(self._listing) + 1):  # each skip sends a listing hub to the back
+        # Each skip sends a listing or resting hub to the back.
+        for _ in range(len(self._listing) + len(self._failed) + 1):
             hub = next(iter(self._last), None)
             if hub is None or now + SAME_TIME_SECONDS < self._last[hub] + self.every:
                 return None
             del self._last[hub]
             self._last[hub] = now
-            if hub in self._listing:
+            failed = self._failed.get(hub)
+            if hub in self._listing or (failed is not None and now + SAME_TIME_SECONDS < failed[1]):
                 continue
             self._listing.add(hub)
             self._turn = now + 1.0 / self.per_second
@@ -141,9 +152,17 @@ class Polls:
             return hub
         return None
 
-    def done(self, hub: Hashable) -> None:
-        """``hub``'s listing ended (whatever its outcome)."""
+    def done(self, hub: Hashable, *, failed: bool = False) -> None:
+        """``hub``'s listing ended; after a failure it rests (`FAILED_REST_MAX_SECONDS`)."""
         self._listing.discard(hub)
+        if not failed:
+            self._failed.pop(hub, None)
+            return
+        if hub not in self._last:
+            return  # forgotten meanwhile
+        count = self._failed.get(hub, (0, 0.0))[0] + 1
+        rest = min(FAILED_REST_MAX_SECONDS, self.every * 2**count)
+        self._failed[hub] = (count, self.clock() + rest)
 
     def wait(self) -> float:
         """Seconds until `take` may give a hub: the budget's next turn or the oldest hub's,
@@ -226,18 +245,20 @@ class Watch:
                 await asyncio.sleep(wait)
 
     async def _list(self, hub: Hashable) -> None:
+        failed = True
         try:
             async with asyncio.timeout(LISTING_LIMIT_SECONDS):
                 listed = await self.hubs.list_hub(hub)
+            failed = False
         except (errors.EventHubBalancerError, TimeoutError) as e:
-            # The cycle's own read reports faults, with its backoff; this hub waits its turn.
+            # The cycle's own read reports faults, with its backoff; this hub rests.
             logger.debug(
-                "growth watch: a listing failed; the hub is listed at its next turn: %s",
+                "growth watch: a listing failed; the hub rests before its next: %s",
                 e or f"no answer within {LISTING_LIMIT_SECONDS:g} s",
             )
             return
         finally:
-            self.polls.done(hub)
+            self.polls.done(hub, failed=failed)
         if listed is None:
             return  # its consumers were forgotten meanwhile
         woken = [
