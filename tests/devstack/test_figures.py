@@ -166,6 +166,27 @@ def test_balance_figures_compare_the_sdk_and_ours_step_by_step() -> None:
     assert "| `lost` | 0 | 0 | met |" in text
 
 
+def test_the_balance_stages_name_the_partitions_moved_twice() -> None:
+    stage = {"median_ms": 40.0, "max_ms": 90.0, "count": 3}
+    steps = [
+        {
+            **BALANCE["steps"][0],  # type: ignore[index]
+            "stages": {"wake_to_decision": stage},
+            "owner_changes": {"count": 21, "moved_twice": ["27"]},
+        },
+        {
+            **BALANCE["steps"][1],  # type: ignore[index]
+            "stages": {"wake_to_decision": stage},
+            "owner_changes": {"count": 11, "moved_twice": []},
+        },
+    ]
+    text = records.balance_stages({**BALANCE, "steps": steps})
+    assert text.endswith(
+        "(a partition moved twice counts twice): scale 2 -> 6: 21 (moved twice: 27); "
+        "delete a pod: 11."
+    )
+
+
 def test_other_figures_are_a_figure_value_table() -> None:
     text = records.generic({"send_events_per_s": 77395.2, "clients": 1, "ok": True})
     assert text.splitlines() == [

@@ -263,3 +263,31 @@ def test_cycle_records_keep_the_newest_when_never_asked(monkeypatch: pytest.Monk
         taken = records.take()
         assert [c.consumer for c in taken] == ["c2", "c3", "c4"]
         assert records.take() == []
+
+
+def test_owner_changes_count_each_new_epoch_and_name_the_partitions_moved_twice() -> None:
+    """Partition 3 goes to p-2 (one change); partition 4 goes to p-2 and then on to p-3
+    within the same step (moved twice); a ConfigMap rewritten without a new epoch counts
+    nothing."""
+    b1 = cm("p-2", 1, {}, applied=1)
+    b2 = cm("p-2", 2, {"3": (2, "owned"), "4": (2, "owned")}, applied=1)
+    b3 = cm("p-2", 3, {"3": (2, "owned")}, applied=2)
+    c1 = cm("p-3", 1, {}, applied=1)
+    c2 = cm("p-3", 2, {"4": (3, "owned")}, applied=1)
+    c3 = cm("p-3", 2, {"4": (3, "owned")}, applied=2)
+    writes = [
+        ("MODIFIED", b2, b1, T + 0.1),
+        ("MODIFIED", b3, b2, T + 0.2),
+        ("MODIFIED", c2, c1, T + 0.3),
+        ("MODIFIED", c3, c2, T + 0.4),
+    ]
+    pods, maps = stages.commits(writes)
+    records = stages.Records(pods=pods, maps=maps, cycles=[])
+    assert stages.owner_changes(records, SCOPE, start=T, end=T + 1) == {
+        "count": 3,
+        "moved_twice": ["4"],
+    }
+    assert stages.owner_changes(records, SCOPE, start=T + 0.25, end=T + 1) == {
+        "count": 1,
+        "moved_twice": [],
+    }

@@ -26,9 +26,13 @@ from pathlib import Path
 from typing import Literal, TypedDict
 
 from eventhub_balancer_devstack import sdkbalancing
-from eventhub_balancer_devstack.benchmarks import stages
+from eventhub_balancer_devstack.benchmarks import processes, stages
 from eventhub_balancer_devstack.kube import histories
 from eventhub_balancer_devstack.scenarios import runs, systems
+
+#: The operator's limit on one Event Hubs call in this benchmark (a local emulator: a call
+#: that takes longer is broken, not slow).
+HUB_TIMEOUT_S = 3.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -86,6 +90,8 @@ class StepFigures(TypedDict):
     ratio_end_to_end: float | None
     #: Where our step's time went, stage by stage (`stages`): only the stages measured.
     stages: stages.Stages
+    #: Our partitions given out at a new epoch in the step, and those given out twice.
+    owner_changes: stages.OwnerChanges | None
 
 
 class Target(TypedDict):
@@ -171,11 +177,13 @@ def compare(
     sdk: runs.Summary,
     ours: runs.Summary,
     settings: Settings,
-    breakdown: list[stages.Stages] | None = None,
+    breakdown: list[tuple[stages.Stages, stages.OwnerChanges]] | None = None,
 ) -> Report:
-    """The side-by-side report; ``breakdown`` holds our steps' stages, in step order."""
+    """The side-by-side report; ``breakdown`` holds our steps' stages and owner changes, in
+    step order."""
     steps: list[StepFigures] = []
     for i, (a, b) in enumerate(zip(sdk["steps"], ours["steps"], strict=True)):
+        found = breakdown[i] if breakdown is not None and i < len(breakdown) else None
         steps.append(
             {
                 "step": a["step"],
@@ -184,7 +192,8 @@ def compare(
                 "ours": _side(b),
                 "ratio": _ratio(a["balanced_s"], b["balanced_s"]),
                 "ratio_end_to_end": _ratio(a["end_to_end_s"], b["end_to_end_s"]),
-                "stages": breakdown[i] if breakdown is not None and i < len(breakdown) else {},
+                "stages": found[0] if found is not None else {},
+                "owner_changes": found[1] if found is not None else None,
             }
         )
     return {
@@ -205,10 +214,53 @@ def compare(
     }
 
 
+class OursApart(systems.OursSystem):
+    """Ours with the operator in a process of its own, as it runs in a cluster: in the
+    benchmark's process it would share one interpreter lock with the local API server, the
+    emulator, the producer and the harness's polling, and every stage on the operator's side
+    would measure them too. Its cycle lines are asked for before it stops (`cycles`)."""
+
+    def __init__(self, site: systems.Site) -> None:
+        super().__init__(site)
+        self._child: processes.Child | None = None
+        self._cycles: list[stages.Cycle] = []
+
+    def start_operator(self) -> None:
+        self._child = processes.Child(
+            "operator",
+            "--kubeconfig",
+            str(self.site.kubeconfig),
+            "--namespace",
+            self.site.namespace,
+            # The hub grows during the scenario: re-read its partitions every interval.
+            "--refresh-seconds",
+            str(self.site.interval_seconds),
+            "--hub-timeout",
+            str(HUB_TIMEOUT_S),
+        )
+
+    def stop_operator(self) -> None:
+        child, self._child = self._child, None
+        if child is None:
+            return
+        try:
+            answer = child.ask("cycles")
+            self._cycles.extend(stages.Cycle(**c) for c in answer["cycles"])
+        finally:
+            child.stop()
+
+    def cycles(self) -> list[stages.Cycle]:
+        """The operator's cycle lines so far (of every operator process it ran)."""
+        if self._child is not None:
+            answer = self._child.ask("cycles")
+            self._cycles.extend(stages.Cycle(**c) for c in answer["cycles"])
+        return list(self._cycles)
+
+
 def run(settings: Settings, *, observer: Callable[[runs.Progress], None]) -> Report:
     hubs = {"bench-ours": settings.partitions, "bench-sdk": settings.partitions}
     summaries: dict[str, runs.Summary] = {}
-    breakdown: list[stages.Stages] = []
+    breakdown: list[tuple[stages.Stages, stages.OwnerChanges]] = []
     with runs.local_stack(hubs=hubs, work_dir=settings.work_dir) as (stack, loop, root):
         for label in ("ours", "sdk"):
             site = runs.make_site(
@@ -220,7 +272,7 @@ def run(settings: Settings, *, observer: Callable[[runs.Progress], None]) -> Rep
                 interval_seconds=settings.interval_seconds,
             )
             system: systems.System = (
-                systems.OursSystem(site) if label == "ours" else sdkbalancing.SdkSystem(site)
+                OursApart(site) if label == "ours" else sdkbalancing.SdkSystem(site)
             )
             options = runs.ScenarioOptions(
                 partitions=settings.partitions,
@@ -240,9 +292,9 @@ def run(settings: Settings, *, observer: Callable[[runs.Progress], None]) -> Rep
                 continue
             stack.kube.record_writes("v1/pods", "v1/configmaps")
             stack.kube.take_writes()
-            with stages.CycleRecords() as records:
-                summaries[label] = scenario.run()
-            breakdown = step_stages(scenario, site, records.take(), stack.kube.take_writes())
+            summaries[label] = scenario.run()
+            assert isinstance(system, OursApart)
+            breakdown = step_stages(scenario, site, system.cycles(), stack.kube.take_writes())
     return compare(summaries["sdk"], summaries["ours"], settings, breakdown)
 
 
@@ -251,8 +303,8 @@ def step_stages(
     site: systems.Site,
     cycles: list[stages.Cycle],
     writes: histories.Writes,
-) -> list[stages.Stages]:
-    """Each step's stages, from the records of our run (`stages`)."""
+) -> list[tuple[stages.Stages, stages.OwnerChanges]]:
+    """Each step's stages and owner changes, from the records of our run (`stages`)."""
     pods, maps = stages.commits((e.type, e.body, e.previous, e.committed_at) for e in writes.events)
     records = stages.Records(
         pods=pods, maps=maps, cycles=cycles, pod_events=stages.read_pod_logs(site.log_dir)
@@ -262,9 +314,13 @@ def step_stages(
     )
     # The steps are timed on the monotonic clock, the records on the wall clock.
     offset = time.time() - time.monotonic()
-    return [
-        stages.figures(
-            stages.durations(records, scope, start=r.started + offset, end=r.ended + offset)
+    found = []
+    for result in scenario.results:
+        start, end = result.started + offset, result.ended + offset
+        found.append(
+            (
+                stages.figures(stages.durations(records, scope, start=start, end=end)),
+                stages.owner_changes(records, scope, start=start, end=end),
+            )
         )
-        for r in scenario.results
-    ]
+    return found

@@ -156,14 +156,22 @@ def serve_doubles(kubeconfig: Path, namespace: str, stdin: IO[str]) -> None:
     pool.shutdown(wait=False, cancel_futures=True)
 
 
-def serve_operator(kubeconfig: Path, namespaces: Sequence[str], stdin: IO[str]) -> None:
+def serve_operator(
+    kubeconfig: Path,
+    namespaces: Sequence[str],
+    stdin: IO[str],
+    *,
+    refresh_seconds: float = eventhubs.REFRESH_SECONDS,
+    hub_timeout: float = eventhubs.TIMEOUT_SECONDS,
+) -> None:
     """The real operator (kopf, adapters, handlers), as ``ehb operator`` builds it; ``cycles``
-    answers its cycle lines since the last asking (`stages.CycleRecords`)."""
+    answers its cycle lines since the last asking (`stages.CycleRecords`). A scenario whose
+    hub grows re-reads its partitions more often (``refresh_seconds``)."""
     records = stages.CycleRecords().__enter__()
     api = kubeapi.KubeAPI.from_environment(str(kubeconfig))
     runtime = registering.Operator(
         kube=api,
-        hubs=eventhubs.EventHubs(refresh_seconds=60.0),
+        hubs=eventhubs.EventHubs(refresh_seconds=refresh_seconds, timeout=hub_timeout),
         connection=api.connection_info,
     )
     options = running.Options(namespaces=tuple(namespaces), metrics_port=None)
@@ -311,6 +319,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("role", choices=("apiserver", "operator", "doubles"))
     parser.add_argument("--kubeconfig", type=Path, required=True)
     parser.add_argument("--namespace", action="append", default=[])
+    parser.add_argument("--refresh-seconds", type=float, default=eventhubs.REFRESH_SECONDS)
+    parser.add_argument("--hub-timeout", type=float, default=eventhubs.TIMEOUT_SECONDS)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=os.environ.get(LOG_LEVEL_ENV, "WARNING").upper(),
@@ -320,7 +330,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.role == "apiserver":
         serve_apiserver(args.kubeconfig, sys.stdin)
     elif args.role == "operator":
-        serve_operator(args.kubeconfig, args.namespace, sys.stdin)
+        serve_operator(
+            args.kubeconfig,
+            args.namespace,
+            sys.stdin,
+            refresh_seconds=args.refresh_seconds,
+            hub_timeout=args.hub_timeout,
+        )
     else:
         serve_doubles(args.kubeconfig, args.namespace[0], sys.stdin)
     return 0

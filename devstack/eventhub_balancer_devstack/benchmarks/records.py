@@ -454,7 +454,21 @@ def balance_stages(result: object) -> str:
         isinstance(_get(s, "stages"), Mapping) for s in steps
     ):
         return "This record was taken before the benchmark timed the stages."
-    return _stage_table([(str(_get(s, "step")), _get(s, "stages")) for s in steps])
+    parts = [_stage_table([(str(_get(s, "step")), _get(s, "stages")) for s in steps])]
+    counted = []
+    for step in steps:
+        changes = _get(step, "owner_changes")
+        if not isinstance(changes, Mapping):
+            continue
+        twice = changes.get("moved_twice") or []
+        shown = f" (moved twice: {', '.join(map(str, twice))})" if twice else ""
+        counted.append(f"{_get(step, 'step')}: {number(changes.get('count'))}{shown}")
+    if counted:
+        parts.append(
+            "Partitions given to a pod at a new epoch, from the operator's committed ConfigMap "
+            "writes (a partition moved twice counts twice): " + "; ".join(counted) + "."
+        )
+    return "\n\n".join(parts)
 
 
 def operator_stages(result: object) -> str:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Literal, TypedDict
 
 from eventhub_balancer.adapters import receiving
+from eventhub_balancer.balancing import models
 from eventhub_balancer.consumer import partitions
 from eventhub_balancer.contracts import configmaps
 from eventhub_balancer.handlers import cycles
@@ -463,6 +464,30 @@ def durations(
         if seen is not None:
             found["acknowledgement_to_seen"].append(seen - ack.at)
     return {key: values for key, values in found.items() if values}
+
+
+class OwnerChanges(TypedDict):
+    """The partitions given out in a step, from the operator's committed ConfigMap writes."""
+
+    #: Partitions given to a pod at a new epoch (a partition given out twice counts twice).
+    count: int
+    #: The partitions given out more than once in the step: moved twice.
+    moved_twice: list[str]
+
+
+def owner_changes(records: Records, scope: Scope, *, start: float, end: float) -> OwnerChanges:
+    """How many times the step [start, end] gave a partition to a pod at a new epoch, and
+    which partitions it gave out more than once (a plan made in stages moves some twice)."""
+    epochs: dict[str, set[int]] = {}
+    for commit in records.maps:
+        if scope.map(commit) and start <= commit.at <= end:
+            for partition, epoch in commit.assigned.items():
+                epochs.setdefault(partition, set()).add(epoch)
+    twice = [p for p, given in epochs.items() if len(given) > 1]
+    return {
+        "count": sum(len(given) for given in epochs.values()),
+        "moved_twice": sorted(twice, key=models.name_key),
+    }
 
 
 def figures(found: Mapping[str, Sequence[float]]) -> Stages:
