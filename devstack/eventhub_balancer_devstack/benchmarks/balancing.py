@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, TypedDict
 
+from eventhub_balancer.balancing import models
 from eventhub_balancer_devstack import sdkbalancing
 from eventhub_balancer_devstack.benchmarks import processes, stages
 from eventhub_balancer_devstack.kube import histories
@@ -62,9 +63,16 @@ QUICK = Settings(
     sdk_timeout_s=40.0,
 )
 
-#: The issue's targets the figures are judged against (reported, not enforced).
-TARGET_SCALE_OUT_RATIO = 10.0
+#: The targets the figures are judged against (reported, not enforced): the scale-out at
+#: least 40 times the SDK's speed, every planned step (start, scale-out, scale-in, deletion)
+#: balanced within 0.5 s, the grown hub within 1 s, a deleted pod's partitions taken over
+#: within 2 s, and no partition moved twice in a step.
+TARGET_SCALE_OUT_RATIO = 40.0
+TARGET_PLANNED_STEP_S = 0.5
+TARGET_GROW_S = 1.0
 TARGET_FAILOVER_S = 2.0
+#: The steps whose ``balanced_s`` the planned-step target reads.
+PLANNED_STEPS: frozenset[runs.Kind] = frozenset({"start", "scale-out", "scale-in", "delete"})
 
 
 class Side(TypedDict):
@@ -141,6 +149,13 @@ def _total_ratio(
     return round(sum(a for a, _ in both) / total, 1) if total > 0 else None
 
 
+def _worst(values: list[float | None]) -> float | None:
+    """The largest of ``values``; None when there is none or one step did not finish."""
+    if not values or None in values:
+        return None
+    return max(v for v in values if v is not None)
+
+
 def targets(steps: list[StepFigures], ours: runs.Summary) -> dict[str, Target]:
     """The issue's targets, each with what this run measured (None: not measured)."""
     # The worst step of each kind counts; a step that did not finish leaves it unmeasured.
@@ -153,7 +168,28 @@ def targets(steps: list[StepFigures], ours: runs.Summary) -> dict[str, Target]:
     if None in failovers:
         failover = None
     planned = sum(s["ours"]["duplicates"] for s in steps if s["kind"] in runs.PLANNED)
+    slowest = _worst([s["ours"]["balanced_s"] for s in steps if s["kind"] in PLANNED_STEPS])
+    grow = _worst([s["ours"]["balanced_s"] for s in steps if s["kind"] == "grow"])
+    changes = [s.get("owner_changes") for s in steps]
+    twice = sorted(
+        {p for c in changes if c is not None for p in c["moved_twice"]}, key=models.name_key
+    )
     return {
+        "planned_step_balanced_s": {
+            "target": f"<= {TARGET_PLANNED_STEP_S:g}",
+            "measured": slowest,
+            "met": slowest is not None and slowest <= TARGET_PLANNED_STEP_S,
+        },
+        "grow_balanced_s": {
+            "target": f"<= {TARGET_GROW_S:g}",
+            "measured": grow,
+            "met": grow is not None and grow <= TARGET_GROW_S,
+        },
+        "partitions_moved_twice": {
+            "target": "0",
+            "measured": None if all(c is None for c in changes) else len(twice),
+            "met": not any(c is None for c in changes) and not twice,
+        },
         "scale_out_ratio": {
             "target": f">= {TARGET_SCALE_OUT_RATIO:g}",
             "measured": ratio,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from eventhub_balancer_devstack import recording, terminalviews
-from eventhub_balancer_devstack.benchmarks import balancing
+from eventhub_balancer_devstack.benchmarks import balancing, stages
 from eventhub_balancer_devstack.scenarios import runs, systems
 
 
@@ -222,11 +222,37 @@ def test_the_report_judges_the_targets_on_the_headline_figures() -> None:
     # Summed over the steps both balanced: (30 + 3) / (2 + 1.5).
     assert report["ratio_balanced_s"] == pytest.approx(33 / 3.5, abs=0.1)
     targets = report["targets"]
-    assert targets["scale_out_ratio"] == {"target": ">= 10", "measured": 15.0, "met": True}
+    assert targets["scale_out_ratio"] == {"target": ">= 40", "measured": 15.0, "met": False}
     assert targets["failover_after_deletion_s"]["measured"] == 1.2
     assert targets["failover_after_deletion_s"]["met"]
+    # The slowest planned step (a SIGKILL is not one), against 0.5 s.
+    assert targets["planned_step_balanced_s"] == {
+        "target": "<= 0.5",
+        "measured": 2.0,
+        "met": False,
+    }
+    # No grow step, no owner changes counted: unmeasured, never met by default.
+    assert targets["grow_balanced_s"] == {"target": "<= 1", "measured": None, "met": False}
+    assert targets["partitions_moved_twice"]["measured"] is None
     # A SIGKILL is not a planned move: its duplicates do not count against the target.
     assert targets["duplicates_on_planned_moves"]["met"]
+    fast = _summary(
+        _summary_step("scale-out", balanced_s=0.5),
+        _summary_step("delete", balanced_s=0.4, failover_s=0.4, pod="o-1"),
+        _summary_step("kill", balanced_s=1.0),
+    )
+    changes: list[tuple[stages.Stages, stages.OwnerChanges]] = [
+        ({}, {"count": 20, "moved_twice": []}),
+        ({}, {"count": 10, "moved_twice": []}),
+        ({}, {"count": 0, "moved_twice": []}),
+    ]
+    quick = balancing.compare(sdk, fast, balancing.QUICK, changes)["targets"]
+    assert quick["scale_out_ratio"] == {"target": ">= 40", "measured": 60.0, "met": True}
+    assert quick["planned_step_balanced_s"]["met"]
+    assert quick["partitions_moved_twice"] == {"target": "0", "measured": 0, "met": True}
+    changes[0] = ({}, {"count": 21, "moved_twice": ["27"]})
+    twice = balancing.compare(sdk, fast, balancing.QUICK, changes)["targets"]
+    assert twice["partitions_moved_twice"] == {"target": "0", "measured": 1, "met": False}
     slow = _summary(
         _summary_step("scale-out", balanced_s=5.0),
         _summary_step("delete", balanced_s=2.5, failover_s=2.5, duplicates=1),
