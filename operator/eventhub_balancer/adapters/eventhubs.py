@@ -40,6 +40,7 @@ from azure.storage.blob.aio import ContainerClient
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import (
+    amqphandshakes,
     blobs,
     checkpointing,
     keptclients,
@@ -187,6 +188,7 @@ def _open(coordinates: Coordinates) -> tuple[EventHubProducerClient, Any]:
             credential=credential,
             **options,
         )
+    amqphandshakes.quick_management(client)
     return client, credential
 
 

@@ -20,9 +20,9 @@ against azure-eventhub 5.15 (see ``ehb bench consumer``):
   out whatever arrived, one event at a time when the stream is slow.
 - After each delivery, the delivery tags the SDK's link keeps are dropped
   (`forget_delivery_tags`): kept, they grow by every event for the life of the link.
-- The link's handshake frames are read back to back (`read_handshake_back_to_back`): the
-  SDK reads one frame per 50 ms, so every take-up of a partition waited about 0.5 s for a
-  handshake the emulator answers in 5 ms.
+- The link's handshake frames are read back to back (`amqphandshakes`): the SDK reads one
+  frame per 50 ms, so every take-up of a partition waited about 0.5 s for a handshake the
+  emulator answers in 5 ms. So do the management calls (`partition_bounds`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from azure.eventhub import _utils as sdk_utils
 from azure.eventhub.aio import EventHubConsumerClient
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import batching, deliveries, tlscontexts
+from eventhub_balancer.adapters import amqphandshakes, batching, deliveries, tlscontexts
 from eventhub_balancer.contracts import startpositions
 
 logger = logging.getLogger(__name__)
@@ -67,13 +67,6 @@ LINK_OPEN = "partition %s: receive link open with owner level %s in %.0f ms"
 #: A receive link whose handshake takes longer has failed (the pump reopens it, then reports
 #: the partition unreachable): the SDK itself bounds only the authentication.
 LINK_OPEN_TIMEOUT_S = 30.0
-
-#: How many of the handshake's frames one readiness check of the SDK may read back to back
-#: before it answers "not yet" and the SDK sleeps its 50 ms. A handshake is about ten frames
-#: (open, begin, two CBS attaches, the token's put and answer, the link's attach and flow);
-#: the cap keeps a peer that closed the socket (each read then returns at once) from
-#: turning the SDK's poll into a busy loop.
-HANDSHAKE_READS = 32
 
 #: A management call (partition properties) that takes longer has failed.
 BOUNDS_TIMEOUT_S = 15.0
@@ -273,7 +266,7 @@ class PartitionReceiver:
                 track_last_enqueued_event_properties=True,
             )
             self._consumer = consumer
-            read_handshake_back_to_back(consumer)
+            amqphandshakes.read_handshake_back_to_back(consumer)
             received_before = self._last_buffered
             try:
                 # Opened here rather than inside receive(), to say when the link is open and to
@@ -349,45 +342,6 @@ class PartitionReceiver:
         self._buffer.fail(failure)
 
 
-def read_handshake_back_to_back(consumer: Any) -> None:
-    """Make the SDK read a link's handshake frames as they arrive, not one per 50 ms.
-
-    azure-eventhub 5.15's ``EventHubConsumer._open`` creates its AMQP handler
-    (``_create_handler``) and then loops ``while not await handler.client_ready_async():
-    await asyncio.sleep(0.05)``. Each readiness check reads at most one frame (waiting for it
-    up to the socket timeout), and a handshake is about ten frames, so opening a link took
-    about 0.5 s however fast the service answered: every partition a pod took up waited that
-    long before its first event. Here each handler the consumer creates gets a readiness
-    check that reads up to `HANDSHAKE_READS` frames back to back, so the SDK's loop ends at
-    the frame that completes the handshake. The checks themselves are the SDK's: nothing is
-    skipped, only the sleeps between frames that had already arrived. Private SDK names,
-    like ``_create_consumer``: where they are missing nothing is done and the SDK opens at
-    its own pace.
-    """
-    create = getattr(consumer, "_create_handler", None)
-    if not callable(create):
-        return
-
-    def create_handler(auth: Any) -> None:
-        create(auth)
-        handler = getattr(consumer, "_handler", None)
-        ready = getattr(handler, "client_ready_async", None)
-        if ready is not None:
-            handler.client_ready_async = _reading_back_to_back(ready)  # type: ignore[union-attr]
-
-    consumer._create_handler = create_handler
-
-
-def _reading_back_to_back(ready: Any) -> Any:
-    async def client_ready_async() -> bool:
-        for _ in range(HANDSHAKE_READS):
-            if await ready():
-                return True
-        return False
-
-    return client_ready_async
-
-
 def forget_delivery_tags(consumer: Any) -> None:
     """Empty the set of delivery tags the SDK's receive link keeps of every transfer.
 
@@ -429,6 +383,7 @@ async def partition_bounds(
 ) -> startpositions.PartitionBounds:
     """What Event Hubs says about a partition now (to seed a ``latest`` checkpoint)."""
     client = make_client(address)
+    amqphandshakes.quick_management(client)
     try:
         async with asyncio.timeout(BOUNDS_TIMEOUT_S):
             props = await client.get_partition_properties(partition)

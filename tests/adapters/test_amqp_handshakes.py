@@ -3,7 +3,7 @@
 azure-eventhub's ``EventHubConsumer._open`` polls its AMQP handler's readiness and sleeps
 50 ms between checks, each of which reads at most one frame; a handshake is about ten
 frames, so every take-up of a partition waited about 0.5 s for answers that had arrived.
-`receiving.read_handshake_back_to_back` makes each check read the frames that are there.
+`amqphandshakes.read_handshake_back_to_back` makes each check read the frames that are there.
 Here on fake loop time (looptime): a fake consumer with the SDK's ``_open`` loop, the real
 SDK consumer's handler (no connection made), and the receiver's bound on an open that never
 completes.
@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 from azure.eventhub.aio import EventHubConsumerClient
-from azure.eventhub.aio._client_base_async import ConsumerProducerMixin
+from azure.eventhub.aio._client_base_async import ClientBaseAsync, ConsumerProducerMixin
+from azure.eventhub.aio._transport._pyamqp_transport_async import PyamqpTransportAsync
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import deliveries, receiving
+from eventhub_balancer.adapters import amqphandshakes, deliveries, eventhubs, receiving
 
 pytestmark = pytest.mark.looptime
 
@@ -74,7 +75,7 @@ class SdkShapedConsumer:
 
 async def test_the_handshake_is_read_as_its_frames_arrive() -> None:
     consumer = SdkShapedConsumer(Handshake())
-    receiving.read_handshake_back_to_back(consumer)
+    amqphandshakes.read_handshake_back_to_back(consumer)
     loop = asyncio.get_running_loop()
     started = loop.time()
     await consumer._open()
@@ -97,13 +98,13 @@ async def test_a_closed_peer_does_not_become_a_busy_loop() -> None:
     """Each check returns at once when the peer closed the socket: the checks come in runs
     of at most `HANDSHAKE_READS`, each followed by the SDK's sleep."""
     consumer = SdkShapedConsumer(Handshake(closed=True))
-    receiving.read_handshake_back_to_back(consumer)
+    amqphandshakes.read_handshake_back_to_back(consumer)
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(1.0):
             await consumer._open()
     polls = consumer.sleeps
     assert polls == pytest.approx(1.0 / SDK_POLL_S, abs=1)
-    assert consumer.handshake.checks <= (polls + 1) * receiving.HANDSHAKE_READS
+    assert consumer.handshake.checks <= (polls + 1) * amqphandshakes.HANDSHAKE_READS
 
 
 async def test_a_consumer_without_the_private_names_is_left_alone() -> None:
@@ -111,7 +112,7 @@ async def test_a_consumer_without_the_private_names_is_left_alone() -> None:
         pass
 
     other = Other()
-    receiving.read_handshake_back_to_back(other)
+    amqphandshakes.read_handshake_back_to_back(other)
     assert vars(other) == {}
 
 
@@ -131,13 +132,68 @@ async def test_the_real_consumers_handler_reads_back_to_back() -> None:
             None,  # type: ignore[arg-type]  # never called: nothing is received
             owner_level=1,
         )
-        receiving.read_handshake_back_to_back(consumer)
+        amqphandshakes.read_handshake_back_to_back(consumer)
         auth = await client._create_auth_async(auth_uri=client._auth_uri)
         consumer._create_handler(auth)
         ready = consumer._handler.client_ready_async
         assert ready.__qualname__.startswith("_reading_back_to_back")
     finally:
         await client.close()
+
+
+async def test_the_real_clients_management_clients_read_back_to_back() -> None:
+    """A management request creates its own AMQP client through the client's transport: the
+    one `amqphandshakes.quick_management` wraps builds them with the back-to-back check, for
+    this client alone and once however often it is asked."""
+    client = EventHubConsumerClient.from_connection_string(
+        "Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true",
+        "$Default",
+        eventhub_name="orders",
+    )
+    other = EventHubConsumerClient.from_connection_string(
+        "Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=k;SharedAccessKey=v;UseDevelopmentEmulator=true",
+        "$Default",
+        eventhub_name="orders",
+    )
+    try:
+        amqphandshakes.quick_management(client)
+        wrapped = client._amqp_transport
+        amqphandshakes.quick_management(client)
+        assert client._amqp_transport is wrapped
+        auth = await client._create_auth_async()
+        made: Any = client._amqp_transport.create_mgmt_client(
+            client._address, mgmt_auth=auth, config=client._config
+        )
+        assert made.client_ready_async.__qualname__.startswith("_reading_back_to_back")
+        # The rest of the transport is the SDK's own, and other clients keep theirs as is.
+        assert wrapped.MAX_MESSAGE_LENGTH_BYTES == other._amqp_transport.MAX_MESSAGE_LENGTH_BYTES
+        assert other._amqp_transport is PyamqpTransportAsync
+    finally:
+        await client.close()
+        await other.close()
+
+
+def test_the_operators_hub_clients_make_quick_management_calls() -> None:
+    client, _credential = eventhubs._open(
+        eventhubs.Coordinates(
+            fully_qualified_namespace="127.0.0.1:1",
+            eventhub_name="orders",
+            connection_string=(
+                "Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=k;SharedAccessKey=v;"
+                "UseDevelopmentEmulator=true"
+            ),
+        )
+    )
+    assert type(client._amqp_transport).__name__ == "_QuickManagement"
+
+
+def test_the_sdk_makes_management_calls_as_the_wrapper_expects() -> None:
+    """Each management request creates its client through ``self._amqp_transport`` and polls
+    its readiness with a sleep."""
+    source = inspect.getsource(ClientBaseAsync._management_request_async)
+    assert "self._amqp_transport.create_mgmt_client(" in source
+    assert "while not await mgmt_client.client_ready_async():" in source
+    assert "await asyncio.sleep(0.05)" in source
 
 
 def test_the_sdk_opens_as_the_fake_does() -> None:
