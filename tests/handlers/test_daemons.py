@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from eventhub_balancer import errors
+from eventhub_balancer.contracts import configmaps
 from eventhub_balancer.handlers import cycles, registering
 from eventhub_balancer.reconciling import deciding
 from tests.support import fakes, watches
@@ -188,6 +189,55 @@ async def test_a_wakeup_after_a_quiet_spell_waits_for_nothing(
     daemon.deliver("pod")
     await asyncio.sleep(0.001)
     assert daemon.operator.cycles_run == cycles_before + 1
+
+
+async def test_the_echo_of_the_operators_own_writes_runs_no_cycle(
+    running: Callable[..., Daemon],
+) -> None:
+    """The watch delivering the ConfigMaps the first cycle wrote changes nothing the consumer
+    did not know from its writes' answers: no cycle runs for it."""
+    daemon = running("a", "b")
+    await daemon.until(1)
+    assert daemon.owned("a")
+    assert daemon.operator.cycles_run == 1
+    daemon.deliver("configmap")
+    await daemon.until(2)
+    assert daemon.operator.cycles_run == 1
+    daemon.kube.acknowledge(NS, "a")  # a pod's write is news: it wakes the consumer
+    daemon.deliver("configmap")
+    await daemon.until(2.01)
+    assert daemon.operator.cycles_run == 2
+
+
+async def test_a_configmap_relabelled_away_wakes_the_consumer_its_data_names(
+    running: Callable[..., Daemon],
+) -> None:
+    daemon = running("a")
+    await daemon.until(1)
+    daemon.deliver("configmap")
+    await daemon.until(2)
+    cm = daemon.kube.configmap_of(NS, "a")
+    cm["metadata"]["labels"][configmaps.LABEL_CONSUMER] = "someone-else"
+    daemon.kube._store("configmap", NS, cm)
+    daemon.deliver("configmap")
+    await daemon.until(2.01)  # well before the interval (100 s): the event woke it
+    labels = [
+        body["metadata"].get("labels", {}).get(configmaps.LABEL_CONSUMER)
+        for (kind, _, _), body in daemon.kube.objects.items()
+        if kind == "configmap"
+    ]
+    assert "someone-else" not in labels  # not trusted: deleted, to be written again
+
+
+def test_only_a_label_that_disagrees_with_the_data_names_a_consumer() -> None:
+    body: dict[str, Any] = {
+        "metadata": {"namespace": NS, "labels": {configmaps.LABEL_CONSUMER: NAME}},
+        "data": {configmaps.KEY_CONSUMER: NAME},
+    }
+    assert registering.relabelled_from(body) is None
+    body["metadata"]["labels"] = {}
+    assert registering.relabelled_from(body) == KEY
+    assert registering.relabelled_from({"metadata": {"namespace": NS}, "data": {}}) is None
 
 
 async def test_wakeups_are_routed_by_the_rosters(running: Callable[..., Daemon]) -> None:

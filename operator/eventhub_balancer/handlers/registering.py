@@ -145,6 +145,10 @@ class Operator:
         changed = self.watch.event(kind, body, event_type)
         if relist:
             changed = list(self.wakes)
+        if kind == indexkeys.CONFIGMAPS:
+            named = relabelled_from(body)
+            if named is not None and named not in changed:
+                changed.append(named)
         for key in changed:
             self.wake(key)
 
@@ -276,15 +280,23 @@ def build_registry(runtime: Operator) -> kopf.OperatorRegistry:
         labels={configmaps.LABEL_MANAGED_BY: configmaps.MANAGED_BY},
     )
     def configmap_changed(**kwargs: Any) -> None:
-        body = dict(kwargs["body"])
-        runtime.observed(indexkeys.CONFIGMAPS, body, kwargs["type"])
-        # The consumer its data names looks too, whatever its label says (a ConfigMap whose
-        # label was tampered with is repaired by the consumer whose label it carries).
-        consumer = (body.get("data") or {}).get(configmaps.KEY_CONSUMER)
-        if consumer:
-            runtime.wake((kwargs["namespace"], consumer))
+        runtime.observed(indexkeys.CONFIGMAPS, dict(kwargs["body"]), kwargs["type"])
 
     return registry
+
+
+def relabelled_from(body: Mapping[str, Any]) -> Key | None:
+    """The consumer an assignment ConfigMap's data names, when its consumer label names
+    another one (or none): that consumer looks too, whatever the label says, and repairs it.
+    When the label agrees, the event reaches that consumer's roster, which wakes it only if
+    the event changed what it knows: the echo of the operator's own write wakes nobody (it
+    cost a cycle after every cycle that wrote, 115 ms of CPU at 1,024 partitions over 512
+    pods)."""
+    meta = body.get("metadata") or {}
+    consumer = (body.get("data") or {}).get(configmaps.KEY_CONSUMER)
+    if not consumer or (meta.get("labels") or {}).get(configmaps.LABEL_CONSUMER) == consumer:
+        return None
+    return str(meta.get("namespace") or ""), str(consumer)
 
 
 def peer_entry(namespace: str, name: str, body: Mapping[str, Any]) -> dict[Any, Any]:
