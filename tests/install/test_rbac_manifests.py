@@ -41,6 +41,8 @@ def operator_calls(
             request_info("GET", f"/api/v1/namespaces/{ns}/configmaps", {"watch": "true"}),
             request_info("POST", f"/api/v1/namespaces/{ns}/configmaps"),
             request_info("PATCH", f"/api/v1/namespaces/{ns}/configmaps/ehb-orders-orders-1"),
+            # Read again by name after a write of it conflicted with a pod's acknowledgement.
+            request_info("GET", f"/api/v1/namespaces/{ns}/configmaps/ehb-orders-orders-1"),
             request_info("DELETE", f"/api/v1/namespaces/{ns}/configmaps/ehb-orders-orders-0"),
             request_info("POST", f"/api/v1/namespaces/{ns}/events"),
             request_info("GET", f"/api/v1/namespaces/{ns}/secrets/orders-eh"),

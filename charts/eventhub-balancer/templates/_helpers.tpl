@@ -99,10 +99,11 @@ goes into the ClusterRole (cluster-wide) or into one Role per watched namespace.
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch{{ if .Values.annotatePods }}, patch{{ end }}]
-# One assignment ConfigMap per (EventHubConsumer, pod): written by patch, stale ones deleted.
+# One assignment ConfigMap per (EventHubConsumer, pod): written by patch, stale ones deleted,
+# one read again by name when a write of it conflicted (a pod's acknowledgement meanwhile).
 - apiGroups: [""]
   resources: [configmaps]
-  verbs: [list, watch, create, patch, delete]
+  verbs: [get, list, watch, create, patch, delete]
 # Kubernetes Events with specific reasons (PartitionAssigned, HandoffTimedOut, ...).
 - apiGroups: [""]
   resources: [events]

@@ -28,12 +28,12 @@ from tests.support.rbac.authorizing import Authorizer, Subject
 from tests.support.rbac.recording import RecordingProxy
 
 OPERATOR = Subject.service_account("eventhub-balancer-system", "eventhub-balancer")
-#: Grants the code needs where this scenario does not go: stale ConfigMaps are deleted by the
-#: operator only when Kubernetes' garbage collector (absent here) has not removed them with the pod.
-#: Granted for what a short recording does not reach: stale ConfigMaps are deleted only when a
-#: pod disappears without its ConfigMap being collected, and the CR is read directly (not from
-#: the watch cache) only after a cycle's NotFound, to tell whether the CR itself is gone.
-NOT_REACHED = {("delete", "configmaps"), ("get", "eventhubconsumers")}
+#: Granted for what a short recording may not reach: stale ConfigMaps are deleted only when a
+#: pod disappears without its ConfigMap being collected; a ConfigMap is read again by name only
+#: after a write of it conflicted (a pod acknowledged meanwhile: a race this run meets now and
+#: then); and the CR is read directly (not from the watch cache) only after a cycle's NotFound,
+#: to tell whether the CR itself is gone.
+NOT_REACHED = {("delete", "configmaps"), ("get", "configmaps"), ("get", "eventhubconsumers")}
 CHART_OPERATOR = Subject.service_account(loading.RELEASE_NAMESPACE, "ehb-eventhub-balancer")
 #: Where the tenant's token exchange goes: a closed port on loopback, so that it fails at once
 #: and nothing leaves the machine (the exchange itself is tests/adapters/wire/
