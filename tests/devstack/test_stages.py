@@ -16,7 +16,7 @@ from eventhub_balancer.cli import logformats
 from eventhub_balancer.consumer import partitions
 from eventhub_balancer.contracts import configmaps, specs
 from eventhub_balancer.handlers import cycles
-from eventhub_balancer_devstack.benchmarks import records, stages
+from eventhub_balancer_devstack.benchmarks import records, stagerecords, stages
 
 T = 1_800_000_000.0
 SPEC = specs.parse_spec(
@@ -124,10 +124,10 @@ def scenario() -> stages.Records:
             T + 0.010,
         ),
     ]
-    pods, maps = stages.commits(writes)
+    pods, maps = stagerecords.commits(writes)
     found = [
-        stages.cycle_of(cycle_line(T + 0.100, 20.0, 3, 80.0)),
-        stages.cycle_of(cycle_line(T + 0.350, 10.0, 2, 40.0)),
+        stagerecords.cycle_of(cycle_line(T + 0.100, 20.0, 3, 80.0)),
+        stagerecords.cycle_of(cycle_line(T + 0.350, 10.0, 2, 40.0)),
     ]
     lines = [
         pod_line(T + 0.250, partitions.FINAL_CHECKPOINT, "3", 1, 41, 95.0),
@@ -135,7 +135,9 @@ def scenario() -> stages.Records:
         pod_line(T + 0.950, partitions.FIRST_EVENTS, "3", 2, 12, 600.0),
         pod_line(T + 0.960, "partition %s: processing with epoch %d", "3", 2),
     ]
-    events = list(stages.pod_events("p-1", lines[:1])) + list(stages.pod_events("p-2", lines[1:]))
+    events = list(stagerecords.pod_events("p-1", lines[:1])) + list(
+        stagerecords.pod_events("p-2", lines[1:])
+    )
     return stages.Records(
         pods=pods, maps=maps, cycles=[c for c in found if c is not None], pod_events=events
     )
@@ -182,7 +184,9 @@ def test_only_the_changes_of_the_step_count() -> None:
 def test_a_pod_that_applied_nothing_yet_is_starting_not_waiting() -> None:
     first = cm("p-9", 1, {"5": (1, "owned")})
     applied = cm("p-9", 1, {"5": (1, "owned")}, applied=1)
-    pods, maps = stages.commits([("ADDED", first, None, T), ("MODIFIED", applied, first, T + 9)])
+    pods, maps = stagerecords.commits(
+        [("ADDED", first, None, T), ("MODIFIED", applied, first, T + 9)]
+    )
     found = stages.durations(
         stages.Records(pods=pods, maps=maps, cycles=[]), SCOPE, start=T - 1, end=T + 10
     )
@@ -191,7 +195,7 @@ def test_a_pod_that_applied_nothing_yet_is_starting_not_waiting() -> None:
 
 def test_other_log_lines_and_other_loggers_are_not_cycles() -> None:
     record = logging.LogRecord("x", logging.INFO, "x.py", 1, "%s/%s: hello", ("a", "b"), None)
-    assert stages.cycle_of(record) is None
+    assert stagerecords.cycle_of(record) is None
 
 
 def test_cycle_lines_are_kept_and_the_rest_goes_on_as_before(
@@ -199,7 +203,7 @@ def test_cycle_lines_are_kept_and_the_rest_goes_on_as_before(
 ) -> None:
     logger = logging.getLogger(cycles.__name__)
     level = logger.level
-    with stages.CycleRecords() as kept:
+    with stagerecords.CycleRecords() as kept:
         logger.debug(cycles.CYCLE_TIMES, "shop", "orders", "2027-01-15T08:00:00+00:00", 1, 0, 2)
         logger.warning("something else")
     assert [c.consumer for c in kept.take()] == ["orders"]
@@ -226,16 +230,18 @@ def test_a_release_at_shutdown_is_timed_from_its_final_checkpoint_to_the_operato
     released = cm("p-1", 4, {"3": (1, "owned")}, applied=4, released={"3": 1})
     deleting = pod("p-1", ready=True)
     deleting["metadata"]["deletionTimestamp"] = "2027-01-15T08:00:00Z"
-    pods, maps = stages.commits(
+    pods, maps = stagerecords.commits(
         [
             ("MODIFIED", deleting, pod("p-1", ready=True), T),
             ("MODIFIED", released, owned, T + 0.200),
         ]
     )
     events = list(
-        stages.pod_events("p-1", [pod_line(T + 0.150, partitions.FINAL_CHECKPOINT, "3", 1, 9, 140)])
+        stagerecords.pod_events(
+            "p-1", [pod_line(T + 0.150, partitions.FINAL_CHECKPOINT, "3", 1, 9, 140)]
+        )
     )
-    cycles_ = [stages.cycle_of(cycle_line(T + 0.260, 5.0, 0, 0.0))]
+    cycles_ = [stagerecords.cycle_of(cycle_line(T + 0.260, 5.0, 0, 0.0))]
     found = stages.durations(
         stages.Records(pods=pods, maps=maps, cycles=[c for c in cycles_ if c], pod_events=events),
         SCOPE,
@@ -253,9 +259,9 @@ def test_a_release_at_shutdown_is_timed_from_its_final_checkpoint_to_the_operato
 def test_cycle_records_keep_the_newest_when_never_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     """A benchmark's operator process that is never asked for its cycle lines keeps a bounded
     number of them, the newest."""
-    monkeypatch.setattr(stages, "CYCLES_KEPT", 3)
+    monkeypatch.setattr(stagerecords, "CYCLES_KEPT", 3)
     logger = logging.getLogger(cycles.__name__)
-    with stages.CycleRecords() as records:
+    with stagerecords.CycleRecords() as records:
         for i in range(5):
             logger.debug(
                 cycles.CYCLE_TIMES, "shop", f"c{i}", "2026-11-27T12:00:00+00:00", 1.0, 0, 0.0
@@ -281,7 +287,7 @@ def test_owner_changes_count_each_new_epoch_and_name_the_partitions_moved_twice(
         ("MODIFIED", c2, c1, T + 0.3),
         ("MODIFIED", c3, c2, T + 0.4),
     ]
-    pods, maps = stages.commits(writes)
+    pods, maps = stagerecords.commits(writes)
     records = stages.Records(pods=pods, maps=maps, cycles=[])
     assert stages.owner_changes(records, SCOPE, start=T, end=T + 1) == {
         "count": 3,

@@ -27,7 +27,7 @@ from typing import Literal, TypedDict
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer_devstack import sdkbalancing
-from eventhub_balancer_devstack.benchmarks import processes, stages
+from eventhub_balancer_devstack.benchmarks import processes, stagerecords, stages
 from eventhub_balancer_devstack.kube import histories
 from eventhub_balancer_devstack.scenarios import runs, systems
 
@@ -259,7 +259,7 @@ class OursApart(systems.OursSystem):
     def __init__(self, site: systems.Site) -> None:
         super().__init__(site)
         self._child: processes.Child | None = None
-        self._cycles: list[stages.Cycle] = []
+        self._cycles: list[stagerecords.Cycle] = []
 
     def start_operator(self) -> None:
         self._child = processes.Child(
@@ -281,15 +281,15 @@ class OursApart(systems.OursSystem):
             return
         try:
             answer = child.ask("cycles")
-            self._cycles.extend(stages.Cycle(**c) for c in answer["cycles"])
+            self._cycles.extend(stagerecords.Cycle(**c) for c in answer["cycles"])
         finally:
             child.stop()
 
-    def cycles(self) -> list[stages.Cycle]:
+    def cycles(self) -> list[stagerecords.Cycle]:
         """The operator's cycle lines so far (of every operator process it ran)."""
         if self._child is not None:
             answer = self._child.ask("cycles")
-            self._cycles.extend(stages.Cycle(**c) for c in answer["cycles"])
+            self._cycles.extend(stagerecords.Cycle(**c) for c in answer["cycles"])
         return list(self._cycles)
 
 
@@ -337,13 +337,15 @@ def run(settings: Settings, *, observer: Callable[[runs.Progress], None]) -> Rep
 def step_stages(
     scenario: runs.ScenarioRun,
     site: systems.Site,
-    cycles: list[stages.Cycle],
+    cycles: list[stagerecords.Cycle],
     writes: histories.Writes,
 ) -> list[tuple[stages.Stages, stages.OwnerChanges]]:
     """Each step's stages and owner changes, from the records of our run (`stages`)."""
-    pods, maps = stages.commits((e.type, e.body, e.previous, e.committed_at) for e in writes.events)
+    pods, maps = stagerecords.commits(
+        (e.type, e.body, e.previous, e.committed_at) for e in writes.events
+    )
     records = stages.Records(
-        pods=pods, maps=maps, cycles=cycles, pod_events=stages.read_pod_logs(site.log_dir)
+        pods=pods, maps=maps, cycles=cycles, pod_events=stagerecords.read_pod_logs(site.log_dir)
     )
     scope = stages.Scope(
         namespace=site.namespace, consumer=site.consumer, labels={"app": site.consumer}

@@ -48,7 +48,7 @@ import kubernetes.client
 from eventhub_balancer.adapters import blobs
 from eventhub_balancer.contracts import configmaps, specs
 from eventhub_balancer_devstack import azurite, clusters
-from eventhub_balancer_devstack.benchmarks import processes, stages
+from eventhub_balancer_devstack.benchmarks import processes, stagerecords, stages
 
 logger = logging.getLogger(__name__)
 
@@ -434,8 +434,8 @@ def _stages(
     taken = server.ask("writes")
     if taken["dropped"]:
         logger.warning("%d writes fell out of the API server's record", taken["dropped"])
-    pods, maps = stages.commits(tuple(w) for w in taken["writes"])
-    cycles = [stages.Cycle(**c) for c in operator.ask("cycles")["cycles"]]
+    pods, maps = stagerecords.commits(tuple(w) for w in taken["writes"])
+    cycles = [stagerecords.Cycle(**c) for c in operator.ask("cycles")["cycles"]]
     records = stages.Records(pods=pods, maps=maps, cycles=cycles)
     scope = stages.Scope(namespace=NAMESPACE, consumer=CONSUMER, labels={"app": f"{APP}-0"})
     found: dict[str, dict[str, list[float]]] = {}

@@ -35,7 +35,7 @@ import kubernetes.watch
 from eventhub_balancer.adapters import eventhubs, kubeapi
 from eventhub_balancer.contracts import configmaps
 from eventhub_balancer.handlers import registering, running
-from eventhub_balancer_devstack.benchmarks import stages
+from eventhub_balancer_devstack.benchmarks import stagerecords
 
 logger = logging.getLogger(__name__)
 
@@ -165,9 +165,9 @@ def serve_operator(
     hub_timeout: float = eventhubs.TIMEOUT_SECONDS,
 ) -> None:
     """The real operator (kopf, adapters, handlers), as ``ehb operator`` builds it; ``cycles``
-    answers its cycle lines since the last asking (`stages.CycleRecords`). A scenario whose
+    answers its cycle lines since the last asking (`stagerecords.CycleRecords`). A scenario whose
     hub grows re-reads its partitions more often (``refresh_seconds``)."""
-    records = stages.CycleRecords().__enter__()
+    records = stagerecords.CycleRecords().__enter__()
     api = kubeapi.KubeAPI.from_environment(str(kubeconfig))
     runtime = registering.Operator(
         kube=api,
