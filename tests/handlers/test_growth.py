@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import datetime
 import itertools
 import logging
@@ -20,6 +21,7 @@ import pytest
 
 from eventhub_balancer import errors
 from eventhub_balancer.handlers import growth, observing, registering
+from tests.handlers import test_daemons
 from tests.support import fakes
 
 pytestmark = pytest.mark.looptime
@@ -299,52 +301,32 @@ async def test_listings_in_flight_are_bounded_and_end_with_the_watch(
 
 # --- with the operator's daemons ---------------------------------------------------------------
 
-SPEC: dict[str, Any] = {
-    "eventHub": {
-        "fullyQualifiedNamespace": FQN,
-        "name": "orders",
-        "credentials": {"connectionStringSecretRef": {"name": "eh", "key": "cs"}},
-    },
-    "checkpointStore": {
-        "containerName": "checkpoints",
-        "credentials": {"connectionStringSecretRef": {"name": "b", "key": "cs"}},
-    },
-    "selector": {"matchLabels": {"app": "c"}},
-    "balancing": {"intervalSeconds": 100},  # long: only wake-ups run cycles
-}
-
-
-def clock() -> datetime.datetime:
-    return T0 + datetime.timedelta(seconds=loop_time())
-
-
-class Stopped:
-    """What kopf hands a daemon: falsy until stopped, with an awaitable wait()."""
-
-    def __init__(self) -> None:
-        self.event = asyncio.Event()
-
-    def __bool__(self) -> bool:
-        return self.event.is_set()
-
-    async def wait(self) -> None:
-        await self.event.wait()
-
 
 def operator_over(hubs: fakes.FakeHubs) -> tuple[fakes.FakeKube, registering.Operator]:
+    """test_daemons' consumer (interval 100 s: only wake-ups run cycles) over ``hubs``."""
     kube = fakes.FakeKube()
-    kube.add_consumer(NS, "orders", SPEC)
+    kube.add_consumer(NS, "orders", test_daemons.SPEC)
     kube.add_secret(NS, "eh", {"cs": CONNECTION})
     kube.add_secret(NS, "b", {"cs": "UseDevelopmentStorage=true"})
     for pod in ("a", "b"):
         kube.add_pod(NS, pod, labels={"app": "c"}, since=T0)
-    return kube, registering.Operator(kube=kube, hubs=hubs, clock=clock)
+    return kube, registering.Operator(kube=kube, hubs=hubs, clock=test_daemons.clock)
 
 
-def daemon(operator: registering.Operator, stopped: Stopped) -> asyncio.Task[None]:
-    return asyncio.create_task(
-        registering.run_daemon(operator, namespace=NS, name="orders", spec=SPEC, stopped=stopped)
+@contextlib.asynccontextmanager
+async def daemon_running(operator: registering.Operator) -> AsyncIterator[None]:
+    """The consumer's daemon, started now and stopped (within 10 s) at the end."""
+    stopped = test_daemons.Stopped()
+    task = asyncio.create_task(
+        registering.run_daemon(
+            operator, namespace=NS, name="orders", spec=test_daemons.SPEC, stopped=stopped
+        )
     )
+    try:
+        yield
+    finally:
+        stopped.event.set()
+        await asyncio.wait_for(task, timeout=10)
 
 
 async def test_a_grown_hub_is_given_out_by_the_cycle_it_wakes(
@@ -352,35 +334,30 @@ async def test_a_grown_hub_is_given_out_by_the_cycle_it_wakes(
 ) -> None:
     hubs = new_hubs()
     kube, operator = operator_over(hubs)
-    stopped = Stopped()
-    task = daemon(operator, stopped)
-    watch = watching(hubs, operator.wake)
-    await asyncio.sleep(2.5)
-    assert operator.cycles_run == 1
-    owned = {p for partitions in kube.assignment(NS).values() for p in partitions}
-    assert owned == set(FOUR)
-    hubs.hub_ids["orders"] = SIX
-    await asyncio.sleep(growth.GROWTH_POLL_SECONDS + 0.1)
-    assert operator.cycles_run == 2  # the one it woke: the interval is 100 s
-    assert watch.woken == 1
-    given = {p: epoch for owned in kube.assignment(NS).values() for p, (epoch, _) in owned.items()}
-    assert set(given) == set(SIX)
-    assert (given["4"], given["5"]) == (1, 1)  # no owner before: given out without a hand-off
-    stopped.event.set()
-    await asyncio.wait_for(task, timeout=10)
+    async with daemon_running(operator):
+        watch = watching(hubs, operator.wake)
+        await asyncio.sleep(2.5)
+        assert operator.cycles_run == 1
+        owned = {p for partitions in kube.assignment(NS).values() for p in partitions}
+        assert owned == set(FOUR)
+        hubs.hub_ids["orders"] = SIX
+        await asyncio.sleep(growth.GROWTH_POLL_SECONDS + 0.1)
+        assert operator.cycles_run == 2  # the one it woke: the interval is 100 s
+        assert watch.woken == 1
+        assignment = kube.assignment(NS).values()
+        given = {p: epoch for owned in assignment for p, (epoch, _) in owned.items()}
+        assert set(given) == set(SIX)
+        assert (given["4"], given["5"]) == (1, 1)  # no owner before: given out without a hand-off
 
 
 async def test_a_stopped_consumer_is_forgotten(watching: Callable[..., growth.Watch]) -> None:
     hubs = new_hubs()
     _, operator = operator_over(hubs)
-    stopped = Stopped()
-    task = daemon(operator, stopped)
-    watch = watching(hubs, operator.wake)
-    await asyncio.sleep(2.5)
-    assert len(watch.polls) == 1
-    assert times(hubs, "orders")  # listed while its consumer ran
-    stopped.event.set()
-    await asyncio.wait_for(task, timeout=10)
+    async with daemon_running(operator):
+        watch = watching(hubs, operator.wake)
+        await asyncio.sleep(2.5)
+        assert len(watch.polls) == 1
+        assert times(hubs, "orders")  # listed while its consumer ran
     await asyncio.sleep(1)  # the watch's next look at the hubs
     assert hubs.hubs() == []
     assert len(watch.polls) == 0
