@@ -33,7 +33,7 @@ import datetime
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from azure.eventhub import EventData
@@ -70,6 +70,16 @@ LINK_OPEN_TIMEOUT_S = 30.0
 
 #: A management call (partition properties) that takes longer has failed.
 BOUNDS_TIMEOUT_S = 15.0
+
+#: A receive task that has not ended this long after it was cancelled is cancelled again. The
+#: SDK reads every frame under ``asyncio.wait_for``, which in Python 3.11 drops a cancellation
+#: that arrives in the same turn of the loop as the frame it waited for: the task then goes
+#: on receiving, as if never cancelled, until its link is stolen (a released partition's
+#: final checkpoint waited 15 s for that in a benchmark, and its pod turned NotReady).
+RECANCEL_S = 0.05
+#: The longest a close waits for its receive task to end (it is cancelled again every
+#: `RECANCEL_S` meanwhile); past it the task is left to end on its own, and logged.
+CLOSE_TIMEOUT_S = 15.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,10 +233,14 @@ class PartitionReceiver:
     async def close(self) -> None:
         self._closing = True
         self._buffer.close()
-        if self._task is not None:
-            self._task.cancel()
-            # The SDK's close runs in the task's finally; shield it from a caller's cancel.
-            await asyncio.gather(self._task, return_exceptions=True)
+        if self._task is not None and not await cancel_until_done(
+            self._task, again=lambda: self._consumer is not None
+        ):
+            logger.warning(
+                "partition %s: the receive task did not end within %g s of its cancellation",
+                self.partition,
+                CLOSE_TIMEOUT_S,
+            )
 
     async def next_batch(self, *, max_size: int, max_wait: float) -> deliveries.ReceivedBatch:
         """Up to ``max_size`` events: returns when full, or ``max_wait`` after the first
@@ -280,6 +294,8 @@ class PartitionReceiver:
                     self.epoch,
                     (time.monotonic() - opening) * 1000,
                 )
+                if self.closing():
+                    return  # closed while opening, its cancellation lost (`RECANCEL_S`)
                 await consumer.receive(True, self._prefetch, None)
                 if self.closing():
                     return
@@ -340,6 +356,30 @@ class PartitionReceiver:
 
     def _fail(self, failure: errors.EventHubBalancerError) -> None:
         self._buffer.fail(failure)
+
+
+async def cancel_until_done(
+    task: asyncio.Task[Any],
+    *,
+    again: Callable[[], bool],
+    every: float = RECANCEL_S,
+    limit: float = CLOSE_TIMEOUT_S,
+) -> bool:
+    """Cancel ``task`` and wait for it to end; while it goes on and ``again()`` says it is
+    still in the SDK's receiving (not in its own cleanup, which a cancellation must not cut
+    short), cancel it again every ``every`` seconds (a cancellation the SDK dropped, see
+    `RECANCEL_S`). False when it has not ended within ``limit``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    task.cancel()
+    while not task.done():
+        left = deadline - loop.time()
+        if left <= 0:
+            return False
+        await asyncio.wait({task}, timeout=min(every, left))
+        if not task.done() and again():
+            task.cancel()
+    return True
 
 
 def forget_delivery_tags(consumer: Any) -> None:
