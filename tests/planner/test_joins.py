@@ -166,3 +166,60 @@ def test_partitions_listed_during_a_burst_are_given_out_at_once_and_moved_at_mos
     assert sum(walk.moved.values()) == 12
     assert max(walk.moved.values()) == 1
     assert [len(ps) for ps in walk.holdings().values()] == [10, 10, 10, 10]
+
+
+def test_a_fresh_start_gives_each_pod_its_share_once() -> None:
+    # Two pods of a new consumer turn Ready 0.3 s apart: the first takes up only its share, and
+    # the second's share waits for it rather than passing through the first.
+    walk = Walk({})
+    members = [_member("a", ready=True), _member("b", ready=False, since=100.0)]
+    first = walk.cycle(members, now=100.3)
+    assert {m.target for m in first.moves} == {"a"}
+    assert len(first.assignment) == 16
+    assert first.starting == ("b",)
+    assert not first.balanced
+    plan = walk.cycle([_member("a", ready=True), _member("b", ready=True)], now=100.6)
+    assert {m.target for m in plan.moves} == {"b"}
+    assert plan.balanced
+    assert not walk.moved, "a partition changed pod"
+    assert walk.holdings() == {"a": list(range(16)), "b": list(range(16, 32))}
+
+
+def test_a_fresh_starts_waiting_share_goes_to_the_ready_pods_after_the_grace_period() -> None:
+    walk = Walk({})
+    members = [_member("a", ready=True), _member("b", ready=False, since=100.0)]
+    walk.cycle(members, now=100.3)
+    walk.cycle(members, now=100.0 + GRACE - 0.1)
+    assert len(walk.assignment) == 16
+    # b never turned Ready: it no longer counts, and a takes everything.
+    late = walk.cycle(members, now=100.0 + GRACE)
+    assert late.starting == ()
+    assert late.balanced
+    assert walk.holdings() == {"a": list(range(32))}
+
+
+def test_a_gone_pods_partitions_do_not_wait_for_its_replacement() -> None:
+    # b was killed; its replacement c is starting. b's partitions were processed a moment
+    # ago and are falling behind: they go to a at once, and c takes its share when Ready.
+    walk = Walk(_held_by({"a": range(16), "b": range(16, 32)}))
+    members = [_member("a", ready=True), _member("c", ready=False, since=100.0)]
+    plan = walk.cycle(members, now=100.2)
+    assert all(o.owner == "a" for o in plan.assignment.values())
+    assert len(plan.assignment) == 32
+
+
+def test_new_partitions_wait_for_a_starting_pod_when_the_ready_pods_are_full() -> None:
+    # The hub grows from 32 to 40 while c starts: a and b already hold their shares of 40 over
+    # three (14, 13) and more, so the 8 new partitions are c's to take when it is Ready.
+    walk = Walk(_held_by({"a": range(16), "b": range(16, 32)}))
+    grown = tuple(P(str(i)) for i in range(40))
+    members = [_member("a", ready=True), _member("b", ready=True)]
+    plan = walk.cycle(
+        [*members, _member("c", ready=False, since=100.0)], now=100.1, partitions=grown
+    )
+    assert [p for p in grown if p not in plan.assignment] == [P(str(i)) for i in range(32, 40)]
+    walk.cycle([*members, _member("c", ready=True)], now=100.4, partitions=grown)
+    walk.cycle([*members, _member("c", ready=True)], now=100.5, partitions=grown)
+    assert walk.plans[-1].balanced
+    assert max(walk.moved.values(), default=0) == 1
+    assert sorted(len(ps) for ps in walk.holdings().values()) == [13, 13, 14]

@@ -33,7 +33,7 @@ def check_cycle(cycle: Cycle) -> None:
         old_epoch = old.epoch if old is not None else 0
         if new is None:
             assert old is None, f"{p}: an entry disappeared"
-            assert not simulation.live_members(s), f"{p}: left without owner"
+            assert not simulation.live_members(s) or plan.starting, f"{p}: left without owner"
             continue
         assert new.epoch >= old_epoch, f"{p}: epoch went back"
         if new == old:
@@ -82,11 +82,20 @@ def check_cycle(cycle: Cycle) -> None:
             assert (move.kind, move.source, move.target) == ("revoke", entry.owner, None)
             assert simulation.standing(s, entry.owner) != "gone"
     if simulation.live_members(s):
-        # Nothing waits for a pod that is not Ready (a starting one may never be).
+        # Only partitions nobody ever owned wait, and only for the starting members' shares
+        # (what the live members' targets leave); nothing else waits for a pod that is not
+        # Ready (it may never be).
         unowned = [
             p for p in s.partitions if p not in plan.assignment or not plan.assignment[p].owner
         ]
-        assert not unowned, f"{unowned}: left without an owner while a member is live"
+        never_owned = [
+            p for p in unowned if p not in s.assignment or s.assignment[p].epoch == 0
+        ]
+        assert unowned == never_owned, f"{unowned}: left without an owner while a member is live"
+        if unowned:
+            assert plan.starting, f"{unowned}: waiting for nobody"
+            shares = len(s.partitions) - sum(plan.targets.values())
+            assert len(unowned) <= shares, f"{unowned}: more than the starting pods' shares"
     cap = s.options.max_moves_per_cycle
     rebalancing = [m for m in plan.moves if m.kind == "revoke" and m.reason == "rebalance"]
     draining = [m for m in plan.moves if m.kind == "revoke" and m.reason == "drain"]

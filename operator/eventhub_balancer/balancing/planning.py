@@ -19,8 +19,11 @@ from the ConfigMaps, acknowledgements, `now`) and writes what changed. The rules
    owner in a later cycle, once it is loose. A starting member's share stays with the
    current owners until it is Ready, so a burst of joins is planned once: each partition
    moves straight to its final owner, never through a pod that joined a moment earlier.
-   Loose partitions never wait for a starting member: what the live members have no room for
-   goes to those holding the least.
+   Loose partitions that no member ever owned (a fresh start, a grown hub) wait for the
+   starting members' shares as well, so that the first pod of a fresh start does not take up
+   every partition only to hand most of them on. Every other loose partition (a gone or
+   released owner's: behind, and processed a moment ago) never waits: what the live members
+   have no room for goes to those holding the least.
 
 With ``weighting: lag`` the unit is load, and moves are damped: see `lagging`. Where every
 partition stands at the start of the cycle (rules 1 and 2) is taken in `censuses`.
@@ -122,7 +125,8 @@ def _decide_by_count(scenario: models.Scenario, census: censuses.Census) -> cens
         position += room
         if position >= len(queue):
             break
-    _overflow(queue[position:], holding, destinations)
+    waiting = sum(quota[m.name] for m in census.starting)
+    _overflow(queue[position:], holding, destinations, waiting=waiting, new=census.never_owned)
     return censuses.Decision(
         targets={m.name: quota[m.name] for m in census.live},
         revokes=revokes,
@@ -135,14 +139,26 @@ def _overflow(
     rest: list[models.PartitionId],
     holding: dict[models.MemberName, int],
     destinations: dict[models.PartitionId, models.MemberName | None],
+    *,
+    waiting: int,
+    new: frozenset[models.PartitionId],
 ) -> None:
     """Place what no live member has room for: the starting members' shares of what must move
-    now (loose partitions, and those leaving a terminating or revoking owner). They never wait
-    for a pod that is not Ready yet (it may never be): they go to the live members that hold
-    the least, and move once more when that pod is Ready. With no live member, nobody."""
+    now (loose partitions, and those leaving a terminating or revoking owner).
+
+    Partitions no member ever owned (``new``) wait for the starting members, up to their
+    shares (``waiting``): nothing processed them yet, and a fresh start's first Ready pod
+    would otherwise take up all of them and hand most on. The wait ends when the starting
+    pods are Ready or their grace is over. Everything else never waits for a pod that is not
+    Ready yet (it may never be): it goes to the live members that hold the least, and moves
+    once more when that pod is Ready. With no live member, nobody."""
     heap = [(count, models.name_key(name), name) for name, count in holding.items()]
     heapq.heapify(heap)
     for p in rest:
+        if waiting > 0 and p in new:
+            destinations[p] = None
+            waiting -= 1
+            continue
         if not heap:
             destinations[p] = None
             continue

@@ -166,7 +166,15 @@ def build(
             type=conditions.READY,
             status="False",
             reason="PartitionsWithoutReadyOwner",
-            message=f"{len(unowned)} of {len(partitions)} partitions have no Ready owner yet",
+            message=(
+                f"{len(unowned)} of {len(partitions)} partitions have no Ready owner yet"
+                + (
+                    f"; new partitions wait for {len(plan.starting)} starting pods, for at "
+                    "most podGraceSeconds"
+                    if plan.starting
+                    else ""
+                )
+            ),
         )
     else:
         ready = conditions.Condition(
