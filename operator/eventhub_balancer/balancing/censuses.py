@@ -70,9 +70,7 @@ class Census:
     def never_owned(self) -> frozenset[models.PartitionId]:
         """The loose partitions no member ever owned (no entry, or an ownerless one at epoch
         0): a fresh start's or a grown hub's, which may wait for the starting members."""
-        return frozenset(
-            x.partition for x in self.loose if x.entry is None or x.entry.epoch == 0
-        )
+        return frozenset(x.partition for x in self.loose if x.entry is None or x.entry.epoch == 0)
 
 
 @dataclasses.dataclass(kw_only=True)
