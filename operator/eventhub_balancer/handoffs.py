@@ -26,9 +26,10 @@ WrittenState = Literal["owned", "revoking"]
 WRITTEN_STATES: tuple[WrittenState, ...] = get_args(WrittenState)
 
 #: A partition as the operator reads it at the start of a cycle: the written state together
-#: with what was observed since. ``released``: revoking, and the owner acknowledged the
-#: release of this very epoch; ``expired``: revoking for ``handoffTimeoutSeconds`` or longer
-#: without that acknowledgement; ``unowned``: nobody owns it (new, or no live pod), its epoch
+#: with what was observed since. ``released``: the owner acknowledged the release of this
+#: very epoch (revoking; or owned, by a terminating owner that let go of its own accord);
+#: ``expired``: revoking for ``handoffTimeoutSeconds`` or longer without that
+#: acknowledgement; ``unowned``: nobody owns it (new, or no live pod), its epoch
 #: kept so that epochs never go back.
 PartitionState = Literal["unowned", "owned", "revoking", "released", "expired"]
 PARTITION_STATES: tuple[PartitionState, ...] = get_args(PartitionState)
@@ -99,10 +100,12 @@ def partition_state(
     """
     if written is None:
         return "unowned"
+    if acknowledged == epoch:
+        # Asked (revoking), or of its own accord (a terminating pod releases everything):
+        # the owner has written its final checkpoint of this epoch and stopped.
+        return "released"
     if written == "owned":
         return "owned"
-    if acknowledged == epoch:
-        return "released"
     if waited >= timeout:
         return "expired"
     return "revoking"

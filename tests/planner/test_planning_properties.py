@@ -47,6 +47,8 @@ def check_cycle(cycle: Cycle) -> None:
                 or old_owner is None
                 or (
                     simulation.standing(s, old_owner) == "gone"
+                    # It let go of this epoch (asked, or terminating of its own accord).
+                    or s.released.get(p) == old.epoch
                     or (
                         old.state == "revoking"
                         and (
@@ -88,9 +90,7 @@ def check_cycle(cycle: Cycle) -> None:
         unowned = [
             p for p in s.partitions if p not in plan.assignment or not plan.assignment[p].owner
         ]
-        never_owned = [
-            p for p in unowned if p not in s.assignment or s.assignment[p].epoch == 0
-        ]
+        never_owned = [p for p in unowned if p not in s.assignment or s.assignment[p].epoch == 0]
         assert unowned == never_owned, f"{unowned}: left without an owner while a member is live"
         if unowned:
             assert plan.starting, f"{unowned}: waiting for nobody"

@@ -291,6 +291,40 @@ def test_an_acknowledgement_counts_only_for_the_epoch_being_revoked() -> None:
     assert back.released == {}
 
 
+def test_a_terminating_pods_own_release_of_an_owned_partition_ends_its_ownership() -> None:
+    # On SIGTERM the pod released everything and said so before the operator revoked
+    # anything: the partition is free in this cycle, without a revocation to wait on.
+    maps = [cm("a", {"0": 4, "1": 4}, released={"0": 4, "1": 3})]
+    status = recorded({"a": {"0": 4, "1": 4}})
+    for pod, expected in (
+        (dataclasses.replace(ready("a"), state="terminating"), {P("0"): 4}),
+        # Not terminating (a live pod that let go to switch coordinates runs it again, a
+        # NotReady one may restart): its release of an owned partition does not count.
+        (ready("a"), {}),
+        (dataclasses.replace(ready("a"), state="notready"), {}),
+    ):
+        back = readbacks.read_back(
+            maps=maps, pods={"a": pod}, status=status, stored_epochs={}, now=T0
+        )
+        assert back.released == expected, pod.state
+    terminating = {"a": dataclasses.replace(ready("a"), state="terminating"), "b": ready("b")}
+    back = readbacks.read_back(maps=maps, pods=terminating, status=status, stored_epochs={}, now=T0)
+    plan = planning.plan(
+        models.Scenario(
+            partitions=(P("0"), P("1")),
+            members=readbacks.members(terminating),
+            assignment=back.assignment,
+            released=back.released,
+            now=T0.timestamp(),
+        )
+    )
+    # Partition 0 goes to b at once; 1 (an older epoch's release) is revoked as before.
+    assert sorted((m.partition, m.kind, m.target, m.epoch) for m in plan.moves) == [
+        (P("0"), "takeover", "b", 5),
+        (P("1"), "revoke", "b", 4),
+    ]
+
+
 def test_status_epochs_never_go_back() -> None:
     assignment = {P("0"): models.Ownership(owner=None, epoch=2)}
     assert statuses.epochs(assignment, {}, {"0": 5, "9": 1}) == {"0": 5, "9": 1}

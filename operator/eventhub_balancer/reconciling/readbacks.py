@@ -86,6 +86,26 @@ def revokes(cm: observations.StoredMap, pid: models.PartitionId, *, epoch: int) 
     return entry is not None and entry.state == "revoking" and entry.epoch == epoch
 
 
+def let_go(
+    cm: observations.StoredMap,
+    pod: podstates.PodState | None,
+    pid: models.PartitionId,
+    *,
+    epoch: int,
+) -> bool:
+    """Whether ``pod`` is terminating and ``cm`` (its current ConfigMap) gives it ``pid`` at
+    ``epoch``: then its release of that epoch is final. A terminating pod's containers are
+    never started again, and its runtime releases every partition on SIGTERM and runs none
+    after (`consumer.runtime`). One release is not final: one written to switch coordinates
+    moments before the deletion, while the pod had not yet said that it runs the partition
+    again. Then the next owner's epoch fences that worker out, and its batch in flight may be
+    processed twice: a failure's cost, not a planned move's."""
+    if pod is None or pod.state != "terminating":
+        return False
+    entry = cm.parsed.partitions.get(pid)
+    return entry is not None and entry.state == "owned" and entry.epoch == epoch
+
+
 #: How far above the operator's own record (``status.epochs``) a checkpoint blob's epoch may be
 #: without being reported. A blob is legitimately ahead when the status was lost (a recreated
 #: EventHubConsumer starts from the blobs alone), by as many hand-offs as the consumer group
@@ -204,13 +224,16 @@ def read_back(
         # An acknowledgement counts only for the very epoch assigned (never one above it),
         # and only once the pod's ConfigMap revokes the partition at that epoch: a release
         # written ahead of the revocation was dropped by the write that carries it
-        # (`writes.premature`), and until that write is done it does not count either.
+        # (`writes.premature`), and until that write is done it does not count either. The
+        # exception is a terminating pod (`let_go`): it released everything on its SIGTERM
+        # and never runs a partition again, so its release ends the partition's ownership
+        # without a revocation and a second cycle that waits for the pod to answer it.
         written = configmaps.PartitionEntry(epoch=entry.epoch, state=entry.state)
         if (
             acknowledged is not None
             and cm is not None
             and ends_handoff(written, acknowledged)
-            and revokes(cm, pid, epoch=entry.epoch)
+            and (revokes(cm, pid, epoch=entry.epoch) or let_go(cm, pod, pid, epoch=entry.epoch))
         ):
             released[pid] = acknowledged
     for pid, floor in floors.items():
