@@ -86,13 +86,13 @@ async def test_writes_go_out_in_the_crash_safe_order_and_a_steady_state_writes_n
     kinds = [(verb, kind) for verb, kind, _ in kube.calls]
     assert kinds == [
         ("patch", "status"),  # the epochs and the record, before any ConfigMap uses them
-        ("create", "event"),  # the moves, now that the record holds them
+        ("create", "configmap"),  # the ConfigMaps that gain, together with...
+        ("create", "configmap"),
+        ("create", "event"),  # ...the moves' Events, now that the record holds them
         ("create", "event"),
-        ("create", "configmap"),
-        ("create", "configmap"),
+        ("annotate", "pod"),  # then, together, the pods' annotations...
         ("annotate", "pod"),
-        ("annotate", "pod"),
-        ("patch", "status"),  # the rest of the status
+        ("patch", "status"),  # ...and the rest of the status
     ]
     assert result.writes == len(kube.calls) == 8
     assert kube.assignment(NS) == {

@@ -4,12 +4,15 @@ The order of writes is what makes a crash at any point safe:
 1. status.epochs first, when the decision gives out a higher epoch, together with the
    operator's record of the assignment (status.assignment): epochs never go back even if
    every ConfigMap is lost right after, and the record always agrees with them;
-2. the ConfigMaps that gain a partition, then those that lose one (a crash in between leaves a
-   duplicate claim that the higher epoch resolves);
-3. pod annotations and deletion of stale ConfigMaps, then Events and the rest of the status.
+2. the ConfigMaps that gain a partition (with the Events of the moves the record now holds),
+   then those that lose one (a crash in between leaves a duplicate claim that the higher
+   epoch resolves);
+3. pod annotations, deletion of stale ConfigMaps, the other Events and the rest of the status.
 
 The writes within one step are independent and go out concurrently; a step starts only
-once the step before it succeeded.
+once the step before it succeeded. Only the ConfigMaps' order and the status record before
+them are for safety; the Events and the pod annotations are for people, and go with the
+step they can share, so that the hand-off's path waits for as few round trips as it can.
 
 Every write that depends on what was read carries a precondition, so that a stale read costs
 a retry, never a wrong result: the status patches carry the CR's resourceVersion the decision
@@ -28,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer import errors
@@ -54,57 +57,96 @@ async def apply(
             namespace=namespace, name=name, status=first, resource_version=version
         )
         version = (written.get("metadata") or {}).get("resourceVersion") or version
-        # The record now holds this cycle's moves, and the next cycle will not make them
-        # again: say so now, so that a later failure of this cycle (a ConfigMap write that
-        # conflicts with a pod's acknowledgement) does not lose their Events.
-        await _together(post_event(kube, body) for body in bodies)
-        count += 1 + len(bodies)
-        bodies = []
-    count += await apply_writes(kube=kube, namespace=namespace, planned=decision.writes)
-    # The Events and the rest of the status go out together (an Event's failure is only
-    # logged), so that the next cycle (a hand-off waiting on an acknowledgement) starts sooner.
-    calls: list[Awaitable[Any]] = [post_event(kube, body) for body in bodies]
-    if decision.status:
-        calls.append(
-            kube.patch_consumer_status(
-                namespace=namespace, name=name, status=decision.status, resource_version=version
-            )
-        )
-    await _together(calls)
-    return count + len(calls)
+        count += 1
+    # Once the record holds this cycle's moves the next cycle will not make them again: their
+    # Events go out with the first ConfigMaps, so that a later failure of this cycle (a
+    # ConfigMap write that conflicts with a pod's acknowledgement) does not lose them.
+    early = bodies if decision.epochs is not None else []
+    late = [] if decision.epochs is not None else bodies
+    count += await apply_writes(
+        kube=kube,
+        namespace=namespace,
+        planned=decision.writes,
+        with_gains=[post_event(kube, body) for body in early],
+        with_last=[post_event(kube, body) for body in late]
+        + (
+            [
+                kube.patch_consumer_status(
+                    namespace=namespace,
+                    name=name,
+                    status=decision.status,
+                    resource_version=version,
+                )
+            ]
+            if decision.status
+            else []
+        ),
+    )
+    return count + len(bodies) + (1 if decision.status else 0)
 
 
-async def apply_writes(*, kube: ports.KubePort, namespace: str, planned: writes.Writes) -> int:
-    """ConfigMaps, then pod annotations and deletions; the number of writes.
+async def apply_writes(
+    *,
+    kube: ports.KubePort,
+    namespace: str,
+    planned: writes.Writes,
+    with_gains: Sequence[Awaitable[Any]] = (),
+    with_last: Sequence[Awaitable[Any]] = (),
+) -> int:
+    """ConfigMaps, then pod annotations and deletions; the number of ConfigMap and pod writes.
 
     The writes of one step do not depend on each other and go out together (a hand-off waits
     for them); a step starts only once every write of the step before it succeeded, so the
     ConfigMaps that lose a partition are written only after all those that gain one.
+    ``with_gains`` go out with the first step and ``with_last`` with the last (Events and the
+    status, which no ConfigMap depends on); a failed step closes those it did not start.
     """
     gains = [w for w in planned.maps if w.gains]
     rest = [w for w in planned.maps if not w.gains]
-    for step in (gains, rest):
+    pending = list(with_last)
+    try:
         await _together(
-            create_configmap(kube, namespace=namespace, write=w)
-            if w.create
-            else patch_configmap(kube, namespace=namespace, write=w)
-            for w in step
+            [
+                *(_write_map(kube, namespace=namespace, write=w) for w in gains),
+                *with_gains,
+            ]
         )
-    await _together(
-        [
-            *(
-                kube.patch_pod_annotations(
-                    namespace=namespace, name=a.pod, annotations=a.annotations
-                )
-                for a in planned.pods
-            ),
-            *(
-                kube.delete_configmap(namespace=namespace, name=d.name, uid=d.uid or None)
-                for d in planned.deletes
-            ),
-        ]
-    )
+        await _together(_write_map(kube, namespace=namespace, write=w) for w in rest)
+        pending = []
+        await _together(
+            [
+                *(
+                    kube.patch_pod_annotations(
+                        namespace=namespace, name=a.pod, annotations=a.annotations
+                    )
+                    for a in planned.pods
+                ),
+                *(
+                    kube.delete_configmap(namespace=namespace, name=d.name, uid=d.uid or None)
+                    for d in planned.deletes
+                ),
+                *with_last,
+            ]
+        )
+    finally:
+        for call in pending:
+            _close(call)
     return planned.count
+
+
+def _write_map(
+    kube: ports.KubePort, *, namespace: str, write: writes.MapWrite
+) -> Awaitable[Mapping[str, Any]]:
+    if write.create:
+        return create_configmap(kube, namespace=namespace, write=write)
+    return patch_configmap(kube, namespace=namespace, write=write)
+
+
+def _close(call: Awaitable[Any]) -> None:
+    """Close a coroutine that will not be awaited (its step was never reached)."""
+    close = getattr(call, "close", None)
+    if callable(close):
+        close()
 
 
 async def create_configmap(
