@@ -139,6 +139,30 @@ async def test_a_crash_after_the_epochs_never_hands_an_epoch_out_twice(
     assert kube.status(NS, NAME)["epochs"] == {"0": 1, "1": 1, "2": 1, "3": 1}
 
 
+async def test_a_revocation_recorded_but_not_written_is_written_by_the_next_cycle(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+) -> None:
+    # A cycle that only revokes writes its ConfigMaps and its status (the record of the
+    # revocations) in one step: a failure may leave the record written and a ConfigMap not.
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    kube.add_pod(NS, "c", labels={"app": "c"}, since=at(1))
+    kube.fail("patch_configmap", errors.ApiUnavailable("the API server went away"))
+    with pytest.raises(errors.ApiUnavailable):
+        await cycle(kube, hubs, memory, now=2)
+    recorded = {e["partition"]: e["state"] for e in kube.status(NS, NAME)["assignment"]}
+    assert [p for p, state in recorded.items() if state == "revoking"] == ["3"]
+    assert kube.assignment(NS)["b"] == {"2": (1, "owned"), "3": (1, "owned")}
+    # A restarted operator trusts the record: it writes the revocation, and once it is
+    # acknowledged gives the partition to c at one new epoch.
+    await cycle(kube, hubs, memories.Memory(), now=3)
+    assert kube.assignment(NS)["b"] == {"2": (1, "owned"), "3": (1, "revoking")}
+    kube.acknowledge(NS, "b")
+    await cycle(kube, hubs, memories.Memory(), now=4)
+    assert kube.assignment(NS)["c"] == {"3": (2, "owned")}
+    assert kube.status(NS, NAME)["epochs"] == {"0": 1, "1": 1, "2": 1, "3": 2}
+
+
 async def test_a_kube_api_failure_fails_the_cycle_before_any_write(
     kube: fakes.FakeKube, hubs: fakes.FakeHubs
 ) -> None:

@@ -4,15 +4,19 @@ The order of writes is what makes a crash at any point safe:
 1. status.epochs first, when the decision gives out a higher epoch, together with the
    operator's record of the assignment (status.assignment): epochs never go back even if
    every ConfigMap is lost right after, and the record always agrees with them;
-2. the ConfigMaps that gain a partition (with the Events of the moves the record now holds),
-   then those that lose one (a crash in between leaves a duplicate claim that the higher
-   epoch resolves);
-3. pod annotations, deletion of stale ConfigMaps, the other Events and the rest of the status.
+2. the ConfigMaps that gain a partition (with the Events of the moves the record now holds);
+3. then, together, those that lose one (a crash in between leaves a duplicate claim that the
+   higher epoch resolves), pod annotations, deletion of stale ConfigMaps, the other Events
+   and the rest of the status.
 
 The writes within one step are independent and go out concurrently; a step starts only
-once the step before it succeeded. Only the ConfigMaps' order and the status record before
-them are for safety; the Events and the pod annotations are for people, and go with the
-step they can share, so that the hand-off's path waits for as few round trips as it can.
+once the step before it succeeded. Only the status record before the ConfigMaps that gain,
+and those before the ConfigMaps that lose and the deletions, are for safety. The rest of the
+status goes with the last step: a crash may leave its record (a revocation) written and a
+ConfigMap not, which the next cycle's read-back puts right (the record is what it trusts), or
+the reverse, as before. So a cycle that only revokes takes one round trip to the API server,
+and one that gives out epochs three, and the next cycle (a hand-off's second half, woken by
+the acknowledgement) starts that much sooner.
 
 Every write that depends on what was read carries a precondition, so that a stale read costs
 a retry, never a wrong result: the status patches carry the CR's resourceVersion the decision
@@ -93,28 +97,30 @@ async def apply_writes(
     with_gains: Sequence[Awaitable[Any]] = (),
     with_last: Sequence[Awaitable[Any]] = (),
 ) -> int:
-    """ConfigMaps, then pod annotations and deletions; the number of ConfigMap and pod writes.
+    """The ConfigMaps that gain, then together those that lose, pod annotations and
+    deletions; the number of ConfigMap and pod writes.
 
     The writes of one step do not depend on each other and go out together (a hand-off waits
-    for them); a step starts only once every write of the step before it succeeded, so the
+    for them); the second step starts only once every write of the first succeeded, so the
     ConfigMaps that lose a partition are written only after all those that gain one.
-    ``with_gains`` go out with the first step and ``with_last`` with the last (Events and the
-    status, which no ConfigMap depends on); a failed step closes those it did not start.
+    ``with_gains`` go out with the first step and ``with_last`` with the second (Events and
+    the status); a failed first step closes those it did not start.
     """
     gains = [w for w in planned.maps if w.gains]
     rest = [w for w in planned.maps if not w.gains]
     pending = list(with_last)
     try:
-        await _together(
-            [
-                *(_write_map(kube, namespace=namespace, write=w) for w in gains),
-                *with_gains,
-            ]
-        )
-        await _together(_write_map(kube, namespace=namespace, write=w) for w in rest)
+        if gains or with_gains:
+            await _together(
+                [
+                    *(_write_map(kube, namespace=namespace, write=w) for w in gains),
+                    *with_gains,
+                ]
+            )
         pending = []
         await _together(
             [
+                *(_write_map(kube, namespace=namespace, write=w) for w in rest),
                 *(
                     kube.patch_pod_annotations(
                         namespace=namespace, name=a.pod, annotations=a.annotations
