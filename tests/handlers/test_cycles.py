@@ -269,7 +269,7 @@ async def test_a_store_outage_under_lag_weighting_moves_nothing(
     assert kube.assignment(NS) == before
 
 
-async def test_a_configmap_acknowledged_mid_write_costs_that_write_a_retry(
+async def test_a_configmap_acknowledged_mid_write_is_written_without_a_retry(
     kube: fakes.FakeKube, hubs: fakes.FakeHubs
 ) -> None:
     memory = memories.Memory()
@@ -278,13 +278,28 @@ async def test_a_configmap_acknowledged_mid_write_costs_that_write_a_retry(
     await cycle(kube, hubs, memory, now=1)  # c joins: one partition is revoked for it
     kube.acknowledge(NS, "a")
     kube.acknowledge(NS, "b")
-    # The hand-off's first ConfigMap write conflicts (the pod wrote its acknowledgement between
-    # the read and the write): the data is still the one read, so that write alone goes again.
-    kube.fail("patch_configmap", errors.Conflict("the object has been modified"))
+    real = kube.replace_configmap_data
+    raced: list[str] = []
+
+    async def acknowledged_meanwhile(**kwargs: Any) -> dict[str, Any]:
+        # The pod wrote its acknowledgement again between the read and this write: its
+        # annotations and the resourceVersion moved, the data did not.
+        cm = kube.objects["configmap", NS, kwargs["name"]]
+        cm["metadata"].setdefault("annotations", {})[configmaps.ANNOTATION_APPLIED_GENERATION] = cm[
+            "data"
+        ]["generation"]
+        kube._store("configmap", NS, cm)
+        raced.append(kwargs["name"])
+        return await real(**kwargs)
+
+    kube.replace_configmap_data = acknowledged_meanwhile  # type: ignore[method-assign]
     calls = len(kube.calls)
     await cycle(kube, hubs, memory, now=2)
+    assert raced
+    # The data's generation is the precondition, not the resourceVersion: no conflict, and
+    # each ConfigMap is written once.
     patches = [c for c in kube.calls[calls:] if c[:2] == ("patch", "configmap")]
-    assert len(patches) == len({c[2] for c in patches}) + 1  # one write, twice
+    assert len(patches) == len({c[2] for c in patches})
     moved = {p for p, e in kube.status(NS, NAME)["epochs"].items() if e == 2}
     assert len(moved) == 1
     owned = kube.assignment(NS)
@@ -293,6 +308,38 @@ async def test_a_configmap_acknowledged_mid_write_costs_that_write_a_retry(
     reasons = [e["reason"] for e in kube.events]
     assert reasons.count("PartitionHandedOff") == 1
     assert "AssignmentTampered" not in reasons
+
+
+async def test_a_patch_beyond_the_data_acknowledged_mid_write_costs_that_write_a_retry(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+) -> None:
+    # A patch that also changes annotations (it drops releases written ahead of the revocation
+    # it carries) is conditional on the resourceVersion: an acknowledgement written meanwhile
+    # costs it one retry on the fresh version, the data being still the one read.
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    cm = kube.configmap_of(NS, "b")
+    generation = str(int(cm["data"]["generation"]) + 1)
+    write = writes.MapWrite(
+        name=cm["metadata"]["name"],
+        pod="b",
+        pod_uid=cm["metadata"]["annotations"][configmaps.ANNOTATION_POD_UID],
+        create=False,
+        body={
+            "data": {configmaps.KEY_GENERATION: generation},
+            "metadata": {"annotations": {configmaps.ANNOTATION_RELEASED: None}},
+        },
+        resource_version=cm["metadata"]["resourceVersion"],
+        uid=cm["metadata"]["uid"],
+        gains=False,
+        generation=cm["data"]["generation"],
+    )
+    assert not write.data_only
+    kube.acknowledge(NS, "b")  # the resourceVersion moves, the data does not
+    calls = len(kube.calls)
+    await writing.patch_configmap(kube, namespace=NS, write=write)
+    assert [c[:2] for c in kube.calls[calls:]] == [("patch", "configmap")] * 2
+    assert kube.configmap_of(NS, "b")["data"]["generation"] == generation
 
 
 async def test_a_configmap_another_writer_changed_fails_the_cycle_after_the_epochs(
@@ -304,7 +351,7 @@ async def test_a_configmap_another_writer_changed_fails_the_cycle_after_the_epoc
     await cycle(kube, hubs, memory, now=1)
     kube.acknowledge(NS, "a")
     kube.acknowledge(NS, "b")
-    real = kube.patch_configmap
+    real = kube.replace_configmap_data
     bumped: list[str] = []
 
     async def raced(**kwargs: Any) -> dict[str, Any]:
@@ -316,10 +363,10 @@ async def test_a_configmap_another_writer_changed_fails_the_cycle_after_the_epoc
             bumped.append(kwargs["name"])
         return await real(**kwargs)
 
-    kube.patch_configmap = raced  # type: ignore[method-assign]
+    kube.replace_configmap_data = raced  # type: ignore[method-assign]
     with pytest.raises(errors.Conflict):
         await cycle(kube, hubs, memory, now=2)
-    kube.patch_configmap = real  # type: ignore[method-assign]
+    kube.replace_configmap_data = real  # type: ignore[method-assign]
     moved = {p for p, e in kube.status(NS, NAME)["epochs"].items() if e == 2}
     assert len(moved) == 1
     await cycle(kube, hubs, memory, now=3)  # the next cycle carries the record out
@@ -331,8 +378,9 @@ async def test_a_configmap_another_writer_changed_fails_the_cycle_after_the_epoc
     assert reasons.count("PartitionHandedOff") == 1  # posted once, by the cycle that failed
 
 
+@pytest.mark.parametrize("data_only", [False, True])
 async def test_a_configmap_recreated_under_its_name_is_never_patched_from_the_old_read(
-    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs, data_only: bool
 ) -> None:
     """A stale read of pod b's ConfigMap; b is recreated (a StatefulSet) and its new
     ConfigMap carries the same data generation. The patch derived from the old one conflicts
@@ -349,7 +397,10 @@ async def test_a_configmap_recreated_under_its_name_is_never_patched_from_the_ol
         resource_version=cm["metadata"]["resourceVersion"],
         uid=cm["metadata"]["uid"],
         gains=False,
+        # With the data generation read, the patch is conditional on it and on the uid.
+        generation=cm["data"]["generation"] if data_only else None,
     )
+    assert write.data_only is data_only
     kube.remove_pod(NS, "b")
     kube.add_pod(NS, "b", labels={"app": "c"}, since=T0)
     recreated = copy.deepcopy(cm)

@@ -180,6 +180,27 @@ class FakeKube:
             raise errors.Conflict(f"patch ConfigMap {namespace}/{name}: conflict (Conflict)")
         return self._store("configmap", namespace, merge_patch(current, patch))
 
+    async def replace_configmap_data(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        uid: str,
+        generation: str,
+        data: Mapping[str, str],
+    ) -> dict[str, Any]:
+        # A patch as the API server counts it, and fails it (`fail("patch_configmap", ...)`).
+        self._write("patch", "configmap", name)
+        current = self.objects.get(("configmap", namespace, name))
+        if current is None:
+            raise errors.NotFound(f"patch ConfigMap {namespace}/{name}: not found")
+        held = (current.get("data") or {}).get(configmaps.KEY_GENERATION)
+        if current["metadata"]["uid"] != uid or held != generation:
+            raise errors.Conflict(f"patch ConfigMap {namespace}/{name}: conflict (test failed)")
+        body = copy.deepcopy(current)
+        body["data"] = dict(data)
+        return self._store("configmap", namespace, body)
+
     async def delete_configmap(self, *, namespace: str, name: str, uid: str | None) -> None:
         self._write("delete", "configmap", name)
         current = self.objects.get(("configmap", namespace, name))

@@ -43,6 +43,7 @@ logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
 #: Seconds for one API request; a hung API server must not hang a cycle.
 REQUEST_TIMEOUT = 15.0
 #: Threads for blocking API calls: cycles of several consumers run concurrently.
@@ -370,6 +371,38 @@ class KubeAPI:
             body=body,
             _content_type=MERGE_PATCH,
         )
+        return result
+
+    async def replace_configmap_data(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        uid: str,
+        generation: str,
+        data: Mapping[str, str],
+    ) -> dict[str, Any]:
+        """A JSON patch whose ``test`` operations are the precondition: the ConfigMap is still
+        ``uid`` and its data still at ``generation``; then its data is replaced. A failed test
+        (the API server answers 422) is a Conflict."""
+        operations = [
+            {"op": "test", "path": "/metadata/uid", "value": uid},
+            {"op": "test", "path": f"/data/{configmaps.KEY_GENERATION}", "value": generation},
+            {"op": "add", "path": "/data", "value": dict(data)},
+        ]
+        self._count("configmap")
+        what = f"patch ConfigMap {namespace}/{name}"
+        try:
+            result: dict[str, Any] = await self._call(
+                what,
+                self._core.patch_namespaced_config_map,
+                namespace=namespace,
+                name=name,
+                body=operations,
+                _content_type=JSON_PATCH,
+            )
+        except errors.ApiRejected as e:
+            raise errors.Conflict(f"{what}: conflict (changed since read: {e})") from e
         return result
 
     async def delete_configmap(self, *, namespace: str, name: str, uid: str | None) -> None:

@@ -401,6 +401,21 @@ class CachedKube:
         self._offer(rosters.CONFIGMAPS, namespace, result, wrote=True)
         return result
 
+    async def replace_configmap_data(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        uid: str,
+        generation: str,
+        data: Mapping[str, str],
+    ) -> dict[str, Any]:
+        result = await self.api.replace_configmap_data(
+            namespace=namespace, name=name, uid=uid, generation=generation, data=data
+        )
+        self._offer(rosters.CONFIGMAPS, namespace, result, wrote=True)
+        return result
+
     async def delete_configmap(self, *, namespace: str, name: str, uid: str | None) -> None:
         await self.api.delete_configmap(namespace=namespace, name=name, uid=uid)
         gone = {"metadata": {"name": name}}

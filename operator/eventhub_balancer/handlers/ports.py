@@ -89,6 +89,19 @@ class KubePort(Protocol):
         self, *, namespace: str, name: str, patch: Mapping[str, Any], resource_version: str | None
     ) -> dict[str, Any]: ...
 
+    async def replace_configmap_data(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        uid: str,
+        generation: str,
+        data: Mapping[str, str],
+    ) -> dict[str, Any]:
+        """Replace the data of the ConfigMap ``uid`` whose data ``generation`` is still the
+        one given (Conflict otherwise), whatever its annotations did meanwhile."""
+        ...
+
     async def delete_configmap(self, *, namespace: str, name: str, uid: str | None) -> None: ...
 
     async def patch_pod_annotations(

@@ -21,7 +21,9 @@ the acknowledgement) starts that much sooner.
 Every write that depends on what was read carries a precondition, so that a stale read costs
 a retry, never a wrong result: the status patches carry the CR's resourceVersion the decision
 was taken from (`deciding.Decision.resource_version`; the second one the version the first
-answered), the ConfigMap patches the ConfigMap's, and a new ConfigMap is create-only. A 409 on
+answered); a ConfigMap patch that changes the data alone carries the ConfigMap's uid and data
+generation (the pod writes only annotations, so its acknowledgements never make such a write
+conflict), any other the ConfigMap's resourceVersion; and a new ConfigMap is create-only. A 409 on
 the status fails the cycle, and the daemon reads the consumer afresh and decides again. A 409
 on one ConfigMap costs that write a retry when only the pod's annotations moved (its
 acknowledgement): the data, which only the operator writes and whose generation goes up at
@@ -180,8 +182,20 @@ async def create_configmap(
 async def patch_configmap(
     kube: ports.KubePort, *, namespace: str, write: writes.MapWrite
 ) -> Mapping[str, Any]:
-    """One ConfigMap patch; on a conflict, retried once on the version the API server has
-    now, if only the pod's annotations moved since the read (see the module's docstring)."""
+    """One ConfigMap patch. One that changes the data alone is conditional on the ConfigMap's
+    uid and data generation (`writes.MapWrite.data_only`), which a pod's acknowledgement
+    never changes; any other is conditional on the resourceVersion and, on a conflict, retried
+    once on the version the API server has now, if only the pod's annotations moved since the
+    read (see the module's docstring)."""
+    if write.data_only:
+        assert write.generation is not None
+        return await kube.replace_configmap_data(
+            namespace=namespace,
+            name=write.name,
+            uid=write.uid,
+            generation=write.generation,
+            data={k: v for k, v in write.body["data"].items() if v is not None},
+        )
     try:
         return await kube.patch_configmap(
             namespace=namespace,

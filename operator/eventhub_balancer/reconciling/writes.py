@@ -44,6 +44,22 @@ class MapWrite:
     #: a create only: the Event to post when the name is taken by a ConfigMap the operator did
     #: not write (`squatter`); `deciding` fills it in (it knows the EventHubConsumer)
     squat_event: Mapping[str, Any] | None = None
+    #: a patch only: the data's generation as read (its exact text); with ``uid``, the
+    #: precondition of a patch that changes the data alone (`data_only`)
+    generation: str | None = None
+
+    @property
+    def data_only(self) -> bool:
+        """A patch of the data and nothing else, of a ConfigMap read with a generation: its
+        precondition can be the ConfigMap's uid and data generation instead of its
+        resourceVersion, so that a pod's acknowledgement written meanwhile (its annotations,
+        never its data) does not make it conflict."""
+        return (
+            not self.create
+            and bool(self.uid)
+            and self.generation is not None
+            and set(self.body) == {"data"}
+        )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -203,6 +219,7 @@ def pod_writes(
             uid=cm.uid,
             gains=gains,
             body=patch,
+            generation=cm.data.get(configmaps.KEY_GENERATION),
         )
     annotation = None
     if annotate_pods and pod.state != "terminating":

@@ -75,6 +75,45 @@ async def test_stale_resource_version_is_a_conflict(
     assert stored["data"] == {"a": "operator"}
 
 
+async def test_data_replaced_under_its_uid_and_generation_whatever_the_annotations_did(
+    api: kubeapi.KubeAPI, local_kube: LocalKubeAPI
+) -> None:
+    created = await api.create_configmap(
+        namespace=NS, body=configmap("m", {"generation": "3", "partitions": "old", "x": "1"})
+    )
+    uid = created["metadata"]["uid"]
+    # A pod's acknowledgement moves the resourceVersion, not the data: no conflict.
+    local_kube.patch_object(
+        "v1/configmaps", "m", {"metadata": {"annotations": {"ack": "3"}}}, namespace=NS
+    )
+    replaced = await api.replace_configmap_data(
+        namespace=NS,
+        name="m",
+        uid=uid,
+        generation="3",
+        data={"generation": "4", "partitions": "new"},
+    )
+    assert replaced["data"] == {"generation": "4", "partitions": "new"}  # "x" is gone
+    assert replaced["metadata"]["annotations"] == {"ack": "3"}
+    # Another writer's data (a higher generation), or another object under the name: Conflict,
+    # and nothing written.
+    for generation, wanted_uid in (("3", uid), ("4", "another-uid")):
+        with pytest.raises(errors.Conflict):
+            await api.replace_configmap_data(
+                namespace=NS,
+                name="m",
+                uid=wanted_uid,
+                generation=generation,
+                data={"generation": "5", "partitions": "lost"},
+            )
+    stored = local_kube.get_object("v1/configmaps", "m", namespace=NS) or {}
+    assert stored["data"] == {"generation": "4", "partitions": "new"}
+    with pytest.raises(errors.NotFound):
+        await api.replace_configmap_data(
+            namespace=NS, name="absent", uid=uid, generation="1", data={"generation": "2"}
+        )
+
+
 async def test_not_found_and_secrets(api: kubeapi.KubeAPI, local_kube: LocalKubeAPI) -> None:
     with pytest.raises(errors.NotFound) as missing:
         await api.get_consumer(namespace=NS, name="nobody")
