@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -192,8 +193,9 @@ async def test_triggers_start_an_interval_apart_unless_a_full_one_waits() -> Non
     # the first 6 go at once, the other 6 an interval later.
     await asyncio.gather(spark(*batch("1", 0, 6)), spark(*batch("2", 0, 6)))
     third = loop.time() - t0
-    assert second == pytest.approx(2.0, abs=0.01)
-    assert third == pytest.approx(4.0, abs=0.01)
+    # The first trigger started once no other batch came for SETTLE_S.
+    assert second == pytest.approx(triggers.SETTLE_S + 2.0, abs=0.01)
+    assert third == pytest.approx(triggers.SETTLE_S + 4.0, abs=0.01)
     assert handler.sizes()[2:] == [{"1": 6}, {"2": 6}]
 
 
@@ -229,6 +231,68 @@ async def test_a_trigger_waits_a_moment_for_the_last_triggers_partitions() -> No
     assert loop.time() - t0 == pytest.approx(0.1 + triggers.GATHER_S, abs=0.01)
 
 
+async def test_the_first_trigger_waits_until_the_batches_stop_coming() -> None:
+    """The partitions' first batches come a few milliseconds apart: without the wait, the
+    first would make a trigger alone and the others the next one."""
+    handler = Handler()
+    spark = spark_triggers(handler)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+
+    async def handed_in(partition: str, after: float) -> float:
+        await asyncio.sleep(after)
+        await spark(*batch(partition, 0, 2))
+        return loop.time() - t0
+
+    step = triggers.SETTLE_S / 2
+    late = 3 * step + 2 * triggers.SETTLE_S  # after the trigger started
+    done = await asyncio.gather(
+        *(handed_in(p, n * step) for n, p in enumerate("0123")), handed_in("4", late)
+    )
+    assert handler.sizes() == [{"0": 2, "1": 2, "2": 2, "3": 2}, {"4": 2}]
+    assert done[:4] == [pytest.approx(3 * step + triggers.SETTLE_S, abs=0.01)] * 4
+
+
+async def test_the_first_trigger_waits_gather_s_at_most_for_batches_that_keep_coming() -> None:
+    handler = Handler()
+    spark = spark_triggers(handler)
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    step = triggers.SETTLE_S * 0.8
+    count = int(2 * triggers.GATHER_S / step)
+
+    async def handed_in(n: int) -> float:
+        await asyncio.sleep(n * step)
+        await spark(*batch(str(n), 0, 1))
+        return loop.time() - t0
+
+    done = await asyncio.gather(*(handed_in(n) for n in range(count)))
+    first = len(handler.sizes()[0])
+    assert first == int(triggers.GATHER_S / step) + 1  # those handed in by GATHER_S
+    assert done[0] == pytest.approx(triggers.GATHER_S, abs=0.01)
+
+
+async def test_the_gil_changes_hands_often_while_a_trigger_runs() -> None:
+    """The handler thread's py4j calls each need the GIL back: while a trigger runs the
+    event loop gives it up every TRIGGER_SWITCH_INTERVAL_S, then as before."""
+    before = sys.getswitchinterval()
+    seen: list[float] = []
+
+    class Recording(Handler):
+        def __call__(self, df: Any, context: contexts.TriggerContext) -> None:
+            seen.append(sys.getswitchinterval())
+            super().__call__(df, context)
+
+    handler = Recording()
+    handler.fail = {"1": 1}
+    spark = spark_triggers(handler)
+    await spark(*batch("0", 0, 2))
+    with pytest.raises(RuntimeError, match="poison in 1"):
+        await spark(*batch("1", 0, 2))
+    assert seen == [triggers.TRIGGER_SWITCH_INTERVAL_S] * 2
+    assert sys.getswitchinterval() == before
+
+
 async def queued_behind_a_trigger(
     handler: Handler, partitions: str
 ) -> tuple[triggers.SparkTriggers, dict[str, asyncio.Future[None]]]:
@@ -239,7 +303,9 @@ async def queued_behind_a_trigger(
     spark = spark_triggers(handler, executor=executor)
     blocker = asyncio.ensure_future(spark(*batch("9", 0, 1)))
     await consumerfakes.eventually(lambda: bool(executor.waiting))
-    calls = {p: asyncio.ensure_future(spark(*batch(p, 0, 2))) for p in partitions}
+    calls: dict[str, asyncio.Future[None]] = {
+        p: asyncio.ensure_future(spark(*batch(p, 0, 2))) for p in partitions
+    }
     await asyncio.sleep(0.1)
     executor.hold = False
     executor.step()
