@@ -5,6 +5,14 @@ type depend on the batch), and the rows go through Arrow: one columnar copy inst
 Python object per cell. Application properties become strings (a map<string,string>):
 Event Hubs allows any AMQP type there, and one column needs one type.
 
+On a classic session the table reaches the JVM by ``createDataFrame``'s own route for Arrow
+(a stream file the JVM reads, one Arrow batch per partition) without that call's per-call
+overhead (`ArrowLoader`): it reads eight SQL settings from the JVM, converts the schema and
+looks JVM classes up again, 76 py4j round trips a call where this makes 3 (and a few more
+when the JVM references it made are let go). Each round trip needs the GIL back for its
+answer, which an event loop busy receiving gives up only every switch interval
+(`consumer.triggers.prompt_gil`), and costs the JVM's side CPU of its own.
+
 Beside each event's own fields, every row carries what a sink needs to be idempotent: the
 pod's trigger number, and its partition's epoch and sequence range in this trigger.
 """
@@ -14,6 +22,8 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import threading
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol
 
@@ -142,9 +152,71 @@ def to_dataframe(
     ranges: Mapping[str, Range],
 ) -> Any:
     """A Spark DataFrame of the trigger (built from Arrow, never inferred)."""
-    return session.createDataFrame(
-        to_arrow(events, batch_id=batch_id, ranges=ranges), schema=spark_schema()
-    )
+    table = to_arrow(events, batch_id=batch_id, ranges=ranges)
+    loader = arrow_loader(session)
+    if loader is not None and table.num_rows > 0:
+        return loader.load(session, table)
+    return session.createDataFrame(table, schema=spark_schema())
+
+
+class ArrowLoader:
+    """A classic session's DataFrame from a table with the batch schema, the way
+    ``createDataFrame(table, schema)`` makes it (pyspark's ``_create_from_arrow_table``), with
+    what that call looks up every time looked up once: the JVM methods, the schema as JSON,
+    the Arrow batch size. Three py4j calls a DataFrame: the session made active for the
+    calling thread (as ``createDataFrame`` does), the stream read, the DataFrame made.
+
+    The table must have `arrow_schema` exactly: that is what ``createDataFrame`` would cast
+    it to (timestamps in UTC, no large types), so nothing is converted here. Holds no
+    reference to its session (`arrow_loader` keeps it while the session lives).
+    """
+
+    def __init__(self, session: Any) -> None:
+        from pyspark.sql import SparkSession
+
+        self._jvm = session._jvm
+        self._jsession = session._jsparkSession
+        utils = self._jvm.PythonSQLUtils
+        self._read_stream = utils.readArrowStreamFromFile
+        self._to_dataframe = utils.toDataFrame
+        self._set_active = SparkSession._get_j_spark_session_class(self._jvm).setActiveSession
+        self._schema = spark_schema()
+        self._schema_json = self._schema.json()
+        self._batch_rows = int(session.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch"))
+
+    def load(self, session: Any, table: Any) -> Any:
+        from pyspark.sql import DataFrame, SparkSession
+        from pyspark.sql.pandas.serializers import ArrowStreamSerializer
+
+        SparkSession._activeSession = session
+        self._set_active(self._jsession)
+        batches = table.to_batches(max_chunksize=self._batch_rows if self._batch_rows > 0 else None)
+        # A file the JVM reads (or, with I/O encryption on, a socket): pyspark's own route.
+        jbatches = session._sc._serialize_to_jvm(
+            batches, ArrowStreamSerializer(), self._read_stream, self._stream_server
+        )
+        df = DataFrame(self._to_dataframe(jbatches, self._schema_json, self._jsession), session)
+        df._schema = self._schema
+        return df
+
+    def _stream_server(self) -> Any:
+        return self._jvm.ArrowIteratorServer()
+
+
+_loaders: weakref.WeakKeyDictionary[Any, ArrowLoader] = weakref.WeakKeyDictionary()
+_loaders_lock = threading.Lock()
+
+
+def arrow_loader(session: Any) -> ArrowLoader | None:
+    """The session's `ArrowLoader`; None for a session that is not a classic pyspark one
+    (Spark Connect sends the table over gRPC in one call: ``createDataFrame`` it is)."""
+    if type(session).__module__ != "pyspark.sql.session" or not hasattr(session, "_jsparkSession"):
+        return None
+    with _loaders_lock:
+        loader = _loaders.get(session)
+        if loader is None:
+            loader = _loaders[session] = ArrowLoader(session)
+        return loader
 
 
 #: Rounds of `warm_up`: measured on local[2], a trigger's job takes 5-10x its steady time at
