@@ -89,6 +89,76 @@ def test_dataframe_of_a_batch(spark_session: Any) -> None:
 
 
 @pytest.mark.spark
+def test_a_classic_session_loads_the_table_as_createdataframe_would(
+    spark_session: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trigger's DataFrame skips createDataFrame's per-call lookups (about 75 py4j round
+    trips, each waiting for the GIL beside a busy event loop), and is the same DataFrame."""
+    import gc
+
+    from py4j.clientserver import ClientServerConnection  # type: ignore[import-untyped]
+    from py4j.java_gateway import GatewayConnection  # type: ignore[import-untyped]
+
+    batch = [*events(40), *events(30, partition="5")]
+    ranges = ranges_of(batch)
+    loader = frames.arrow_loader(spark_session)
+    assert loader is frames.arrow_loader(spark_session)
+    # Kept per session by a weak reference to it: the loader must not hold the session.
+    assert all(value is not spark_session for value in vars(loader).values())
+    round_trips = 0
+    # Pinned threads (pyspark's default) talk through the first, else through the second.
+    for connection in (ClientServerConnection, GatewayConnection):
+
+        def counted(self: Any, command: str, *, send: Any = connection.send_command) -> Any:
+            nonlocal round_trips
+            round_trips += 1
+            return send(self, command)
+
+        monkeypatch.setattr(connection, "send_command", counted)
+    gc.disable()  # a collected JVM reference is a round trip of its own
+    try:
+        df = frames.to_dataframe(spark_session, batch, batch_id=4, ranges=ranges)
+        ours = round_trips
+        round_trips = 0
+        table = frames.to_arrow(batch, batch_id=4, ranges=ranges)
+        public = spark_session.createDataFrame(table, schema=frames.spark_schema())
+        theirs = round_trips
+    finally:
+        gc.enable()
+    assert ours <= 6 < 30 < theirs
+    assert df.schema == public.schema == frames.spark_schema()
+    assert df.rdd.getNumPartitions() == public.rdd.getNumPartitions()
+    order = ["partition", "sequence_number"]
+    assert df.orderBy(*order).collect() == public.orderBy(*order).collect()
+
+
+def test_other_sessions_get_createdataframe() -> None:
+    """A Spark Connect session (or a test's fake) has no JVM here: the public call it is."""
+
+    class Fake:
+        def createDataFrame(self, table: Any, schema: Any = None) -> Any:
+            return ("created", table.num_rows, schema)
+
+    batch = events(2)
+    assert frames.arrow_loader(Fake()) is None
+    assert frames.to_dataframe(Fake(), batch, batch_id=1, ranges=ranges_of(batch)) == (
+        "created",
+        2,
+        frames.spark_schema(),
+    )
+
+
+@pytest.mark.spark
+def test_a_local_driver_compiles_with_c1_only(spark_session: Any) -> None:
+    jvm = spark_session.sparkContext._jvm
+    arguments = list(
+        jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()
+    )
+    assert sessions.LOCAL_JAVA_OPTIONS in arguments
+    assert sessions.LOCAL_CONF["spark.driver.extraJavaOptions"] == sessions.LOCAL_JAVA_OPTIONS
+
+
+@pytest.mark.spark
 def test_example_pipeline_writes_minute_counts(
     spark_session: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
