@@ -67,7 +67,7 @@ logger = logging.getLogger(__name__)
 #: (a partition whose events ran out costs it once).
 GATHER_S = 0.25
 #: With no previous trigger to go by, a trigger starts once no batch came for this long.
-SETTLE_S = 0.05
+SETTLE_S = 0.1
 #: The interpreter's switch interval while a trigger runs (`prompt_gil`); Python's is 5 ms.
 TRIGGER_SWITCH_INTERVAL_S = 0.0005
 
