@@ -21,6 +21,7 @@ from prometheus_client import generate_latest
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import deliveries
 from eventhub_balancer.consumer import contexts, metrics, processing, triggers
+from eventhub_balancer.spark import frames
 from tests.support import consumerfakes
 
 pytestmark = pytest.mark.looptime
@@ -397,3 +398,36 @@ def test_settings_say_what_to_change() -> None:
         spark_triggers(process)  # type: ignore[arg-type]
     with pytest.raises(errors.InvalidInput, match="--handler-concurrency"):
         processing.handler_threads(0)
+
+
+async def test_each_session_gets_one_arrow_loader(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trigger's DataFrame goes through a loader made once per session (`frames`), and a
+    session that replaced a lost one gets a loader of its own."""
+    made: list[Any] = []
+    used: list[Any] = []
+
+    def arrow_loader(session: Any) -> Any:
+        made.append(session)
+        return ("loader", len(made))
+
+    real = frames.to_dataframe
+
+    def to_dataframe(session: Any, events: Any, **kwargs: Any) -> Any:
+        used.append(kwargs.pop("loader"))
+        return real(session, events, **kwargs)
+
+    monkeypatch.setattr(frames, "arrow_loader", arrow_loader)
+    monkeypatch.setattr(frames, "to_dataframe", to_dataframe)
+    sessions = [FakeSession(), FakeSession()]
+    current = sessions[0]
+
+    async def session() -> Any:
+        return current
+
+    spark = spark_triggers(Handler(), session=session)
+    await spark(*batch("0", 0, 5))
+    await spark(*batch("0", 5, 5))
+    current = sessions[1]
+    await spark(*batch("0", 10, 5))
+    assert made == sessions
+    assert used == [("loader", 1), ("loader", 1), ("loader", 2)]

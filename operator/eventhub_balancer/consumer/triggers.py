@@ -176,6 +176,10 @@ class SparkTriggers:
         self.function = function
         #: Returns the SparkSession once it has started (raises why it cannot).
         self.session = session
+        #: The `frames.ArrowLoader` of the session triggers last ran on (None: not a classic
+        #: session), made on the handler's thread at its first trigger.
+        self._loader: frames.ArrowLoader | None = None
+        self._loader_session: Any = None
         #: Asked after a failed trigger whether its session was lost (and is being replaced).
         self.session_lost = session_lost
         self.consumer = consumer
@@ -382,8 +386,15 @@ class SparkTriggers:
         self.stats.seconds += self.stats.last_seconds
 
     def _call(self, session: Any, events: Sequence[Any], context: contexts.TriggerContext) -> None:
+        if self._loader_session is not session:
+            # A new session (the first, or one that replaced a lost one): its own loader.
+            self._loader, self._loader_session = frames.arrow_loader(session), session
         df = frames.to_dataframe(
-            session, events, batch_id=context.batch_id, ranges=context.partitions
+            session,
+            events,
+            batch_id=context.batch_id,
+            ranges=context.partitions,
+            loader=self._loader,
         )
         self.function(df, context)
 

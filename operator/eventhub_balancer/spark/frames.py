@@ -22,8 +22,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-import threading
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol
 
@@ -150,10 +148,11 @@ def to_dataframe(
     *,
     batch_id: int,
     ranges: Mapping[str, Range],
+    loader: ArrowLoader | None = None,
 ) -> Any:
-    """A Spark DataFrame of the trigger (built from Arrow, never inferred)."""
+    """A Spark DataFrame of the trigger (built from Arrow, never inferred); through
+    ``loader`` (the session's `ArrowLoader`) when given, else by ``createDataFrame``."""
     table = to_arrow(events, batch_id=batch_id, ranges=ranges)
-    loader = arrow_loader(session)
     if loader is not None and table.num_rows > 0:
         return loader.load(session, table)
     return session.createDataFrame(table, schema=spark_schema())
@@ -168,7 +167,8 @@ class ArrowLoader:
 
     The table must have `arrow_schema` exactly: that is what ``createDataFrame`` would cast
     it to (timestamps in UTC, no large types), so nothing is converted here. Holds no
-    reference to its session (`arrow_loader` keeps it while the session lives).
+    reference to its session: its owner (`consumer.triggers.SparkTriggers`) keeps one per
+    session it triggers on.
     """
 
     def __init__(self, session: Any) -> None:
@@ -203,20 +203,13 @@ class ArrowLoader:
         return self._jvm.ArrowIteratorServer()
 
 
-_loaders: weakref.WeakKeyDictionary[Any, ArrowLoader] = weakref.WeakKeyDictionary()
-_loaders_lock = threading.Lock()
-
-
 def arrow_loader(session: Any) -> ArrowLoader | None:
-    """The session's `ArrowLoader`; None for a session that is not a classic pyspark one
-    (Spark Connect sends the table over gRPC in one call: ``createDataFrame`` it is)."""
+    """A new `ArrowLoader` for ``session`` (it looks up what it needs once); None for a
+    session that is not a classic pyspark one (Spark Connect sends the table over gRPC in one
+    call: ``createDataFrame`` it is)."""
     if type(session).__module__ != "pyspark.sql.session" or not hasattr(session, "_jsparkSession"):
         return None
-    with _loaders_lock:
-        loader = _loaders.get(session)
-        if loader is None:
-            loader = _loaders[session] = ArrowLoader(session)
-        return loader
+    return ArrowLoader(session)
 
 
 #: Rounds of `warm_up`: measured on local[2], a trigger's job takes 5-10x its steady time at
