@@ -11,7 +11,6 @@ from eventhub_balancer.consumer import contexts
 from eventhub_balancer_devstack.benchmarks import sparkdrains
 
 
-@pytest.mark.spark
 async def test_the_trigger_figure_times_one_trigger_per_round(spark_session: Any) -> None:
     seen: list[contexts.TriggerContext] = []
     counting = sparkdrains._spark_count
