@@ -43,7 +43,11 @@ class StackOptions:
 class LocalStack:
     """Starts the three local services (each in its own thread or process) and stops them."""
 
-    def __init__(self, options: StackOptions | None = None) -> None:
+    def __init__(
+        self, options: StackOptions | None = None, *, kube: LocalKubeAPI | None = None
+    ) -> None:
+        """``kube``: the Kubernetes API server to start instead of one on
+        ``options.kube_port`` in this process (a benchmark runs it in a process of its own)."""
         self.options = options or StackOptions()
         self.eventhubs = EventHubsEmulator(
             port=self.options.eventhubs_port,
@@ -53,7 +57,7 @@ class LocalStack:
         self.azurite = azurite_module.Azurite(
             port=self.options.blob_port, location=self.options.blob_location
         )
-        self.kube = LocalKubeAPI(port=self.options.kube_port)
+        self.kube = kube if kube is not None else LocalKubeAPI(port=self.options.kube_port)
         self.kubeconfig: Path | None = None
         self._exit = contextlib.ExitStack()
 

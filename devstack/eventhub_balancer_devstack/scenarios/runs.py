@@ -30,7 +30,7 @@ from typing import Any, Literal, TypedDict
 
 from eventhub_balancer import errors, runners
 from eventhub_balancer_devstack import kubelet, recording
-from eventhub_balancer_devstack.kube import kubeconfigs
+from eventhub_balancer_devstack.kube import LocalKubeAPI, kubeconfigs
 from eventhub_balancer_devstack.scenarios import producing, systems
 from eventhub_balancer_devstack.stacks import LocalStack, StackOptions
 
@@ -573,9 +573,14 @@ def _partition_key(partition: str) -> tuple[int, str]:
 
 @contextlib.contextmanager
 def local_stack(
-    *, hubs: dict[str, int], work_dir: Path | None = None
+    *,
+    hubs: dict[str, int],
+    work_dir: Path | None = None,
+    kube: Callable[[Path], LocalKubeAPI] | None = None,
 ) -> Iterator[tuple[LocalStack, runners.BackgroundLoop, Path]]:
-    """The local stack on free ports, an I/O loop, and a work directory; stopped on exit."""
+    """The local stack on free ports, an I/O loop, and a work directory; stopped on exit.
+    ``kube``: makes the Kubernetes API server from the work directory, instead of one in
+    this process."""
     temporary = work_dir is None
     root = Path(tempfile.mkdtemp(prefix="ehb-demo-")) if work_dir is None else work_dir
     root.mkdir(parents=True, exist_ok=True)
@@ -586,7 +591,8 @@ def local_stack(
             blob_port=0,
             kube_port=0,
             state_dir=root,
-        )
+        ),
+        kube=kube(root) if kube is not None else None,
     )
     loop = runners.BackgroundLoop(name="scenario-io", timeout=CALL_TIMEOUT_S).start()
     try:
