@@ -212,8 +212,14 @@ class LocalKubelet:
             name = self.create()
             current.append(name)
             changed.append(name)
-        for name in reversed(current[replicas:]):
-            self.delete(name, wait_s=0)
+        # As a ReplicaSet's controller does, every surplus Pod is deleted at once (its deletes
+        # go out together), and each kubelet then stops its container: one pod's SIGTERM does
+        # not wait for the next pod's deletion.
+        leaving = list(reversed(current[replicas:]))
+        for name in leaving:
+            self._delete_object(name)
+        for name in leaving:
+            self._terminate(name)
             changed.append(name)
         return changed
 
@@ -249,17 +255,28 @@ class LocalKubelet:
 
         With ``wait_s`` > 0, wait that long for the Pod object to disappear.
         """
-        with self._lock:
-            pod = self._pods[name]
-            pod.deleting = True
-        self._core.delete_namespaced_pod(name, self._namespace, _request_timeout=API_TIMEOUT_S)
-        if pod.process.poll() is None:
-            pod.process.send_signal(signal.SIGTERM)
-        threading.Thread(target=self._reap, args=(pod,), name=f"reap-{name}", daemon=True).start()
+        self._delete_object(name)
+        pod = self._terminate(name)
         if wait_s > 0:
             deadline = time.monotonic() + wait_s
             while time.monotonic() < deadline and not pod.gone:
                 time.sleep(PROBE_INTERVAL_S / 2)
+
+    def _delete_object(self, name: str) -> None:
+        """The API's side of a deletion: the Pod gets its deletionTimestamp (our finalizer
+        holds it until the process is gone)."""
+        with self._lock:
+            self._pods[name].deleting = True
+        self._core.delete_namespaced_pod(name, self._namespace, _request_timeout=API_TIMEOUT_S)
+
+    def _terminate(self, name: str) -> _Pod:
+        """The kubelet's side: SIGTERM, then the grace period and SIGKILL (`_reap`)."""
+        with self._lock:
+            pod = self._pods[name]
+        if pod.process.poll() is None:
+            pod.process.send_signal(signal.SIGTERM)
+        threading.Thread(target=self._reap, args=(pod,), name=f"reap-{name}", daemon=True).start()
+        return pod
 
     def kill(self, name: str) -> None:
         """SIGKILL the pod's process, as an OOM kill or a crash would.
