@@ -27,7 +27,7 @@ from typing import Literal, TypedDict
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer_devstack import sdkbalancing
-from eventhub_balancer_devstack.benchmarks import processes, stagerecords, stages
+from eventhub_balancer_devstack.benchmarks import apartservers, processes, stagerecords, stages
 from eventhub_balancer_devstack.kube import histories
 from eventhub_balancer_devstack.scenarios import runs, systems
 
@@ -303,7 +303,7 @@ def run(settings: Settings, *, observer: Callable[[runs.Progress], None]) -> Rep
     with runs.local_stack(
         hubs=hubs,
         work_dir=settings.work_dir,
-        kube=lambda root: processes.ApiServerApart(directory=root),
+        kube=lambda root: apartservers.ApiServerApart(directory=root),
     ) as (stack, loop, root):
         for label in ("ours", "sdk"):
             site = runs.make_site(

@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, Self, cast
+from typing import IO, Any
 
 import kubernetes.client
 import kubernetes.config
@@ -36,7 +36,7 @@ from eventhub_balancer.adapters import eventhubs, kubeapi
 from eventhub_balancer.contracts import configmaps
 from eventhub_balancer.handlers import registering, running
 from eventhub_balancer_devstack.benchmarks import stagerecords
-from eventhub_balancer_devstack.kube import LocalKubeAPI, histories
+from eventhub_balancer_devstack.kube import LocalKubeAPI
 
 logger = logging.getLogger(__name__)
 
@@ -230,7 +230,7 @@ def serve_apiserver(kubeconfig: Path, stdin: IO[str]) -> None:
 
         def direct(request: Mapping[str, Any]) -> dict[str, Any]:
             """The store calls a harness makes of an API server in its own process
-            (`ApiServerApart`)."""
+            (`apartservers.ApiServerApart`)."""
             call, args = str(request.get("call")), dict(request.get("args") or {})
             if call == "create_object":
                 return {
@@ -337,105 +337,6 @@ class Child:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(STOP_SECONDS)
-
-
-class ApiServerApart(LocalKubeAPI):
-    """The local Kubernetes API server in a process of its own (``apiserver`` above), for a
-    harness that would otherwise share one interpreter lock with it: in the balance
-    benchmark's process the emulator, the producer and the harness's polling made every API
-    round trip tens of milliseconds where an idle server answers in 5. The harness's direct
-    store calls (create, get, list, and the write record) go to the child over its pipe; a
-    kubeconfig points at the child. The other direct calls of `LocalKubeAPI` (pauses, watch
-    faults) are the chaos harness's, which keeps its server in its own process."""
-
-    def __init__(self, *, directory: Path) -> None:
-        super().__init__()
-        self._directory = directory
-        self._child: Child | None = None
-        self._lock = threading.Lock()
-        self._served_url: str | None = None
-
-    @property
-    def url(self) -> str:
-        if self._served_url is None:
-            raise RuntimeError("the local Kubernetes API is not running: call start() first")
-        return self._served_url
-
-    def start(self) -> Self:
-        if self._child is not None:
-            raise RuntimeError("the local Kubernetes API is already started")
-        self._directory.mkdir(parents=True, exist_ok=True)
-        self._child = Child("apiserver", "--kubeconfig", str(self._directory / "apart-kubeconfig"))
-        self._served_url = str(self._child.ready["url"])
-        return self
-
-    def stop(self) -> None:
-        child, self._child = self._child, None
-        self._served_url = None
-        if child is not None:
-            child.stop()
-
-    def _ask(self, call: str, **args: Any) -> Any:
-        with self._lock:
-            if self._child is None:
-                raise RuntimeError("the local Kubernetes API is not running: call start() first")
-            return self._child.ask(json.dumps({"call": call, "args": args}))["result"]
-
-    def create_object(
-        self, resource: str, body: dict[str, Any], *, namespace: str | None = None
-    ) -> dict[str, Any]:
-        result: dict[str, Any] = self._ask(
-            "create_object", resource=resource, body=body, namespace=namespace
-        )
-        return result
-
-    def get_object(
-        self, resource: str, name: str, *, namespace: str | None = None
-    ) -> dict[str, Any] | None:
-        result: dict[str, Any] | None = self._ask(
-            "get_object", resource=resource, name=name, namespace=namespace
-        )
-        return result
-
-    def list_objects(
-        self,
-        resource: str,
-        *,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self._ask(
-            "list_objects",
-            resource=resource,
-            namespace=namespace,
-            label_selector=label_selector,
-            field_selector=field_selector,
-        )
-        return result
-
-    def record_writes(self, *resources_: str) -> None:
-        self._ask("record_writes", resources=list(resources_))
-
-    def take_writes(self) -> histories.Writes:
-        with self._lock:
-            if self._child is None:
-                raise RuntimeError("the local Kubernetes API is not running: call start() first")
-            answer = self._child.ask("writes")
-        return histories.Writes(
-            events=tuple(
-                histories.WatchEvent(
-                    type=cast(histories.EventType, kind),
-                    storage_key=("", ""),
-                    body=body,
-                    previous=previous,
-                    resource_version=0,
-                    committed_at=committed_at,
-                )
-                for kind, body, previous, committed_at in answer["writes"]
-            ),
-            dropped=int(answer["dropped"]),
-        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

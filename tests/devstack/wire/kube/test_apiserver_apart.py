@@ -10,13 +10,13 @@ import kubernetes.client
 import kubernetes.config
 import pytest
 
-from eventhub_balancer_devstack.benchmarks import processes
+from eventhub_balancer_devstack.benchmarks import apartservers
 
 NS = "apart"
 
 
 def test_direct_calls_clients_and_the_write_record(tmp_path: Path) -> None:
-    api = processes.ApiServerApart(directory=tmp_path)
+    api = apartservers.ApiServerApart(directory=tmp_path)
     with pytest.raises(RuntimeError, match="not running"):
         api.list_objects("v1/configmaps", namespace=NS)
     with api:
