@@ -72,8 +72,9 @@ def belongs(cm: observations.StoredMap, pods: Mapping[str, podstates.PodState]) 
 
 
 def ends_handoff(entry: configmaps.PartitionEntry, acknowledged: int | None) -> bool:
-    """Whether the owner's acknowledgement ends the hand-off of ``entry`` (the hand-off table
-    in `handoffs` decides: only a release of the very epoch being revoked counts)."""
+    """Whether the owner's acknowledgement ends its ownership of ``entry`` (the hand-off table
+    in `handoffs` decides: only a release of the very epoch written counts; `read_back` says
+    when an owned partition's release is trusted)."""
     state = handoffs.partition_state(
         entry.state, epoch=entry.epoch, acknowledged=acknowledged, waited=0.0, timeout=math.inf
     )
