@@ -106,6 +106,77 @@ async def test_writes_go_out_in_the_crash_safe_order_and_a_steady_state_writes_n
     assert len(kube.calls) == 8
 
 
+async def test_a_cycle_that_gives_out_and_revokes_asks_for_the_releases_with_the_gains(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+) -> None:
+    # Pods that turn Ready one after another: c's share is revoked and released, then d turns
+    # Ready as c's partition is given out. The release d waits for is asked in the same round
+    # trip that gives c its partition, not in one after it.
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    kube.add_pod(NS, "c", labels={"app": "c"}, since=at(1))
+    await cycle(kube, hubs, memory, now=1)
+    assert kube.assignment(NS)["b"] == {"2": (1, "owned"), "3": (1, "revoking")}
+    kube.acknowledge(NS, "b")
+    kube.add_pod(NS, "d", labels={"app": "c"}, since=at(2))
+    del kube.calls[:]
+    await cycle(kube, hubs, memory, now=2)
+    assert kube.assignment(NS) == {
+        "a": {"0": (1, "owned"), "1": (1, "revoking")},
+        "b": {"2": (1, "owned")},
+        "c": {"3": (2, "owned")},
+        "d": {},
+    }
+    cm = {pod: configmaps.configmap_name(consumer=NAME, pod=pod) for pod in "abcd"}
+    # Each step's writes go out together, in name order, the gains' Events after its maps.
+    first_event = next(i for i, (_, kind, _) in enumerate(kube.calls) if kind == "event")
+    last_event = max(i for i, (_, kind, _) in enumerate(kube.calls) if kind == "event")
+    assert kube.calls[0] == ("patch", "status", NAME)  # the epochs and the record
+    assert set(kube.calls[1:first_event]) == {
+        ("patch", "configmap", cm["c"]),  # c gains 3
+        ("patch", "configmap", cm["a"]),  # a is asked to release 1, for d
+    }
+    assert set(kube.calls[last_event + 1 :]) == {
+        ("patch", "configmap", cm["b"]),  # b loses 3, once c was told
+        ("create", "configmap", cm["d"]),  # d's empty ConfigMap
+        ("patch", "status", NAME),  # the rest of the status
+    }
+
+
+async def test_a_revocation_goes_with_the_gains_only_once_the_record_holds_it(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+) -> None:
+    # A crash after the first ConfigMap step leaves the revocation written and recorded: the
+    # next cycle, by a restarted operator, finds the release it asked for and hands over once.
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    kube.add_pod(NS, "c", labels={"app": "c"}, since=at(1))
+    await cycle(kube, hubs, memory, now=1)
+    kube.acknowledge(NS, "b")
+    kube.add_pod(NS, "d", labels={"app": "c"}, since=at(2))
+    original = kube.patch_consumer_status
+    patched = 0
+
+    async def status_then_crash(**kwargs: Any) -> Any:
+        nonlocal patched
+        patched += 1
+        if patched == 2:  # the rest of the status, in the last step
+            raise errors.ApiUnavailable("the API server went away")
+        return await original(**kwargs)
+
+    kube.patch_consumer_status = status_then_crash  # type: ignore[method-assign]
+    with pytest.raises(errors.ApiUnavailable):
+        await cycle(kube, hubs, memory, now=2)
+    kube.patch_consumer_status = original  # type: ignore[method-assign]
+    recorded = {e["partition"]: (e["pod"], e["state"]) for e in kube.status(NS, NAME)["assignment"]}
+    assert recorded["1"] == ("a", "revoking")
+    assert kube.assignment(NS)["a"] == {"0": (1, "owned"), "1": (1, "revoking")}
+    kube.acknowledge(NS, "a")
+    await cycle(kube, hubs, memories.Memory(), now=3)
+    assert kube.assignment(NS)["d"] == {"1": (2, "owned")}
+    assert kube.status(NS, NAME)["epochs"] == {"0": 1, "1": 2, "2": 1, "3": 2}
+
+
 async def test_pods_are_not_annotated_unless_switched_on(
     kube: fakes.FakeKube, hubs: fakes.FakeHubs
 ) -> None:

@@ -4,7 +4,9 @@ The order of writes is what makes a crash at any point safe:
 1. status.epochs first, when the decision gives out a higher epoch, together with the
    operator's record of the assignment (status.assignment): epochs never go back even if
    every ConfigMap is lost right after, and the record always agrees with them;
-2. the ConfigMaps that gain a partition (with the Events of the moves the record now holds);
+2. the ConfigMaps that gain a partition (with the Events of the moves the record now holds),
+   and, when that record holds this cycle's revocations, the ConfigMaps that only revoke
+   (they take nothing away yet: the old owner releases, and the next cycle gives out);
 3. then, together, those that lose one (a crash in between leaves a duplicate claim that the
    higher epoch resolves), pod annotations, deletion of stale ConfigMaps, the other Events
    and the rest of the status.
@@ -16,7 +18,9 @@ status goes with the last step: a crash may leave its record (a revocation) writ
 ConfigMap not, which the next cycle's read-back puts right (the record is what it trusts), or
 the reverse, as before. So a cycle that only revokes takes one round trip to the API server,
 and one that gives out epochs three, and the next cycle (a hand-off's second half, woken by
-the acknowledgement) starts that much sooner.
+the acknowledgement) starts that much sooner. A cycle that gives out and revokes at once (pods
+that turn Ready one after another) asks for its releases in its second round trip, not its
+third: the hand-off they start is the one the step is waiting for.
 
 Every write that depends on what was read carries a precondition, so that a stale read costs
 a retry, never a wrong result: the status patches carry the CR's resourceVersion the decision
@@ -73,6 +77,9 @@ async def apply(
         kube=kube,
         namespace=namespace,
         planned=decision.writes,
+        # A revocation goes out with the gains only once the record holds it, so that a crash
+        # never leaves a pod releasing what the record still says it owns.
+        revokes_with_gains=decision.epochs is not None and decision.record is not None,
         with_gains=[post_event(kube, body) for body in early],
         with_last=[post_event(kube, body) for body in late]
         + (
@@ -98,6 +105,7 @@ async def apply_writes(
     planned: writes.Writes,
     with_gains: Sequence[Awaitable[Any]] = (),
     with_last: Sequence[Awaitable[Any]] = (),
+    revokes_with_gains: bool = False,
 ) -> int:
     """The ConfigMaps that gain, then together those that lose, pod annotations and
     deletions; the number of ConfigMap and pod writes.
@@ -106,16 +114,20 @@ async def apply_writes(
     for them); the second step starts only once every write of the first succeeded, so the
     ConfigMaps that lose a partition are written only after all those that gain one.
     ``with_gains`` go out with the first step and ``with_last`` with the second (Events and
-    the status); a failed first step closes those it did not start.
+    the status); a failed first step closes those it did not start. With
+    ``revokes_with_gains`` (the status already records the revocations), the ConfigMaps that
+    only revoke (`writes.MapWrite.revokes`) go out in the first step too.
     """
-    gains = [w for w in planned.maps if w.gains]
-    rest = [w for w in planned.maps if not w.gains]
+    first: list[writes.MapWrite] = []
+    rest: list[writes.MapWrite] = []
+    for w in planned.maps:
+        (first if w.gains or (revokes_with_gains and w.revokes) else rest).append(w)
     pending = list(with_last)
     try:
-        if gains or with_gains:
+        if first or with_gains:
             await _together(
                 [
-                    *(_write_map(kube, namespace=namespace, write=w) for w in gains),
+                    *(_write_map(kube, namespace=namespace, write=w) for w in first),
                     *with_gains,
                 ]
             )

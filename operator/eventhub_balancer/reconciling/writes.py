@@ -4,6 +4,9 @@ An unchanged assignment gives no write at all (a steady state costs no API call)
 ConfigMap whose data differs from what the plan gives its pod is written back, whoever changed
 it. The ConfigMaps that gain a partition (or a higher epoch) come first, so that a pod never
 sees its partition taken before its successor was told; `handlers.writing` keeps that order.
+Those that only start a hand-off (a revocation, nothing taken away) go with them: the next
+owner waits for the old owner's release, and the sooner the old owner is asked, the sooner
+it comes.
 The pod annotations are informational and optional (``annotate_pods``): without them the
 operator needs no ``patch`` on pods.
 
@@ -41,6 +44,10 @@ class MapWrite:
     #: object recreated under its name
     uid: str = ""
     gains: bool  # it receives a partition or a higher epoch: written before the others lose
+    #: it starts a hand-off (marks revoking a partition it held and did not mark so yet) and
+    #: takes nothing away: written with the gains, since the old owner's release, not this
+    #: cycle's other writes, is what the next owner waits for
+    revokes: bool = False
     #: a create only: the Event to post when the name is taken by a ConfigMap the operator did
     #: not write (`squatter`); `deciding` fills it in (it knows the EventHubConsumer)
     squat_event: Mapping[str, Any] | None = None
@@ -155,6 +162,7 @@ def pod_writes(
     )
     before = {pid: e.epoch for pid, e in (cm.parsed.partitions.items() if cm is not None else ())}
     gains = any(before.get(pid, -1) < e.epoch for pid, e in partitions.items())
+    revokes = cm is not None and same_pod and starts_handoff(cm.parsed.partitions, partitions)
     write: MapWrite | None = None
     if cm is None:
         assert data is not None
@@ -218,6 +226,7 @@ def pod_writes(
             resource_version=cm.resource_version or None,
             uid=cm.uid,
             gains=gains,
+            revokes=revokes,
             body=patch,
             generation=cm.data.get(configmaps.KEY_GENERATION),
         )
@@ -284,12 +293,30 @@ def premature(
     return {str(pid): epoch for pid, epoch in released.items() if pid not in early}
 
 
+def starts_handoff(
+    before: Mapping[models.PartitionId, configmaps.PartitionEntry],
+    after: Mapping[models.PartitionId, configmaps.PartitionEntry],
+) -> bool:
+    """Whether a ConfigMap going from ``before`` to ``after`` marks a partition revoking that it
+    held owned, and drops none: it asks for a release and takes nothing away yet."""
+    if any(pid not in after for pid in before):
+        return False
+    return any(
+        entry.state == "revoking"
+        and (old := before.get(pid)) is not None
+        and old.state != "revoking"
+        and old.epoch == entry.epoch
+        for pid, entry in after.items()
+    )
+
+
 def assemble(needs: Sequence[PodWrites], unwanted: Sequence[observations.StoredMap]) -> Writes:
     """The cycle's writes from the pods that need one and the ConfigMaps nobody wants.
-    Gaining ConfigMaps first: the record in the status, not these, says who owns what."""
+    Gaining ConfigMaps first, with those that only revoke: the record in the status, not
+    these, says who owns what."""
     maps = sorted(
         (n.map for n in needs if n.map is not None),
-        key=lambda w: (not w.gains, models.name_key(w.name)),
+        key=lambda w: (not (w.gains or w.revokes), models.name_key(w.name)),
     )
     deletes = [
         MapDelete(name=cm.name, uid=cm.uid, pod=cm.pod)

@@ -1,0 +1,30 @@
+"""`writes.starts_handoff`: which ConfigMap changes only ask for a release (written early)."""
+
+from __future__ import annotations
+
+from eventhub_balancer.contracts.configmaps import PartitionEntry
+from eventhub_balancer.reconciling import writes
+
+OWNED = PartitionEntry(epoch=3)
+REVOKING = PartitionEntry(epoch=3, state="revoking")
+
+
+def test_marking_an_owned_partition_revoking_starts_a_handoff() -> None:
+    assert writes.starts_handoff({"0": OWNED, "1": OWNED}, {"0": OWNED, "1": REVOKING})
+
+
+def test_a_revocation_that_was_already_written_starts_nothing() -> None:
+    assert not writes.starts_handoff({"1": REVOKING}, {"1": REVOKING})
+
+
+def test_a_change_that_takes_a_partition_away_waits_for_the_gains() -> None:
+    # The pod would stop 0 before its next owner was told: not with the gains.
+    assert not writes.starts_handoff({"0": OWNED, "1": OWNED}, {"1": REVOKING})
+
+
+def test_a_revocation_at_another_epoch_is_no_plain_release_request() -> None:
+    assert not writes.starts_handoff({"1": OWNED}, {"1": PartitionEntry(epoch=4, state="revoking")})
+
+
+def test_gaining_alone_is_not_a_revocation() -> None:
+    assert not writes.starts_handoff({"0": OWNED}, {"0": OWNED, "1": PartitionEntry(epoch=1)})
