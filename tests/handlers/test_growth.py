@@ -74,6 +74,8 @@ async def watching() -> AsyncIterator[Callable[..., growth.Watch]]:
     started: list[growth.Watch] = []
 
     def start(hubs: fakes.FakeHubs, wake: Callable[[tuple[str, str]], None], **kw: Any) -> Any:
+        # A period of 1 s unless a test says otherwise: round figures to count listings by.
+        kw.setdefault("polls", growth.Polls(every=1.0))
         watch = growth.Watch(hubs, wake=wake, **kw)
         watch.start()
         started.append(watch)
@@ -156,7 +158,7 @@ async def test_a_hub_that_grows_wakes_its_consumers_within_one_poll(
     await cached_by_a_cycle(hubs, "a", "orders")
     await cached_by_a_cycle(hubs, "b", "orders")
     await cached_by_a_cycle(hubs, "c", "payments")
-    watching(hubs, woken)
+    watching(hubs, woken, polls=growth.Polls())  # the default period
     await asyncio.sleep(2.5)
     assert woken.calls == []
     hubs.hub_ids["orders"] = SIX
@@ -188,13 +190,31 @@ async def test_consumers_of_one_hub_make_one_listing_per_poll(
     assert [b - a for a, b in itertools.pairwise(orders)] == pytest.approx([1.0] * 9)
 
 
+async def test_by_default_a_few_hubs_are_listed_four_times_a_second_and_many_share_the_budget(
+    watching: Callable[..., growth.Watch],
+) -> None:
+    few, many = new_hubs(), new_hubs()
+    for i in range(2):
+        await cached_by_a_cycle(few, f"c{i}", f"hub-{i}")
+    for i in range(30):
+        await cached_by_a_cycle(many, f"c{i}", f"hub-{i}")
+    watching(few, Woken(), polls=growth.Polls())
+    watching(many, Woken(), polls=growth.Polls())
+    await asyncio.sleep(10.1)
+    # Two hubs: each every quarter second, so growth waits a quarter second at most.
+    assert [len(times(few, f"hub-{i}")) for i in range(2)] == [40, 40]
+    # Thirty: never more than the operator's budget, each in turn (every 1.5 s).
+    assert 190 <= len(many.hub_listings) <= 10.1 * growth.LISTINGS_PER_SECOND
+    assert all(6 <= len(times(many, f"hub-{i}")) <= 7 for i in range(30))
+
+
 async def test_a_hundred_hubs_at_twenty_a_second_are_each_listed_every_five_seconds(
     watching: Callable[..., growth.Watch],
 ) -> None:
     hubs = new_hubs()
     for i in range(100):
         await cached_by_a_cycle(hubs, f"c{i}", f"hub-{i}")
-    watching(hubs, Woken(), polls=growth.Polls(per_second=20.0))
+    watching(hubs, Woken(), polls=growth.Polls(per_second=20.0, every=1.0))
     await asyncio.sleep(31)
     for i in range(100):
         at = times(hubs, f"hub-{i}")
@@ -335,7 +355,7 @@ async def test_a_grown_hub_is_given_out_by_the_cycle_it_wakes(
     hubs = new_hubs()
     kube, operator = operator_over(hubs)
     async with daemon_running(operator):
-        watch = watching(hubs, operator.wake)
+        watch = watching(hubs, operator.wake, polls=growth.Polls())  # the default period
         await asyncio.sleep(2.5)
         assert operator.cycles_run == 1
         owned = {p for partitions in kube.assignment(NS).values() for p in partitions}

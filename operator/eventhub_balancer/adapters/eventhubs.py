@@ -5,7 +5,7 @@ Hubs every few seconds would open an AMQP connection per cycle, so ids are cache
 and refreshed at least every `REFRESH_SECONDS` (partition counts can grow, never shrink). A
 failure raises; the caller keeps the last good list (never revoke everything because Event
 Hubs is briefly unreachable). Between refreshes the operator's growth watch
-(`handlers.growth`) lists each hub about once a second, once for all the consumers that share
+(`handlers.growth`) lists each hub four times a second, once for all the consumers that share
 it, and hands a longer list to each of them (`PartitionCache.grow`).
 
 The checkpoint blobs are read here too, for two reasons: their epochs are the last floor for

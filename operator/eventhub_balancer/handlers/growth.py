@@ -1,26 +1,27 @@
-"""Partitions added to an Event Hub are given out within about a second.
+"""Partitions added to an Event Hub are given out within about a quarter second.
 
 Event Hubs tells nobody that a hub grew: the SDK's own processors list the partition ids every
 10 s, from every pod. A cycle re-reads its consumer's list only when that list is older than
 `adapters.eventhubs.REFRESH_SECONDS` (60 s), so growth waited up to a minute to be noticed,
 although the cycle that notices it gives the new partitions out at once. So each operator runs
-one watch that lists the hubs it serves about once a second (`GROWTH_POLL_SECONDS`): one
+one watch that lists the hubs it serves four times a second (`GROWTH_POLL_SECONDS`): one
 listing per hub (namespace, name and credentials) however many consumers share it. A listing
 longer than a consumer's cached list becomes that list (`ports.HubPort.grow`) and wakes the
 consumer, whose next cycle, at once, gives the new partitions out.
 
 The listings of the whole operator share one budget, `LISTINGS_PER_SECOND`, spaced evenly
 (`Polls`). The hubs are listed oldest first, each at most once per `GROWTH_POLL_SECONDS`; with
-more hubs than a second's budget, each hub is listed less often, in proportion: at 1,000 hubs
-and 20 listings a second, every 50 s. Never more often than the budget, whatever the fleet.
+more hubs than the budget allows at that period (five, at 20 listings a second), each hub is
+listed less often, in proportion: at 1,000 hubs, every 50 s. Never more often than the
+budget, whatever the fleet.
 
 A failed listing is no fault to report: the cycle's own read reports faults and backs off. The
 watch logs it at DEBUG and lets that hub rest, twice as long after each failure in a row (2 s,
 4 s, ... up to `FAILED_REST_MAX_SECONDS`), so that a hub whose credentials were rotated costs a
-failed request a minute, not one a second; the cached list stays as it was. The watch makes no
+failed request a minute, not four a second; the cached list stays as it was. The watch makes no
 Kubernetes request. It keeps nothing per consumer: the hubs come from the partition cache, so a
 hub whose consumers are all forgotten (`ports.HubPort.forget`, when a daemon stops) is dropped
-at the watch's next look at the hubs, within a second.
+at the watch's next look at the hubs, within a quarter second.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ from eventhub_balancer.handlers import ports
 logger = logging.getLogger(__name__)
 
 #: A hub is listed at most this often: growth is seen within about this, plus the listing.
-GROWTH_POLL_SECONDS = 1.0
+#: Four listings a second for one hub are a small load beside its pods' own requests, and with
+#: more than five hubs the budget (`LISTINGS_PER_SECOND`) spaces them out anyway.
+GROWTH_POLL_SECONDS = 0.25
 #: Listings a second for the whole operator, one management request each (on the client the
 #: operator keeps for that hub anyway). 20 keep 20 hubs at one a second: more than most
 #: operators serve, and a small load beside what the pods ask of Event Hubs themselves.
@@ -45,8 +48,10 @@ LISTINGS_PER_SECOND = 20.0
 #: (`adapters.eventhubs.CONCURRENT_CALLS`), so that unreachable hubs, each waiting out its
 #: timeout, never take the cycles' turns.
 LISTINGS_AT_ONCE = 8
-#: A hub whose listings keep failing is listed at most this rarely (it rests ``GROWTH_POLL_SECONDS
-#: * 2**failures`` after each failure in a row, up to this).
+#: A hub whose listings keep failing rests this long after its first failure, twice as long
+#: after each further one in a row...
+FAILED_REST_FIRST_SECONDS = 2.0
+#: ...up to this: it is listed at most this rarely.
 FAILED_REST_MAX_SECONDS = 60.0
 #: A listing not done by then (the wait for a turn among the calls in flight, then the call's
 #: own timeout) is given up: the hub is listed again at its next turn.
@@ -161,7 +166,7 @@ class Polls:
         if hub not in self._last:
             return  # forgotten meanwhile
         count = self._failed.get(hub, (0, 0.0))[0] + 1
-        rest = min(FAILED_REST_MAX_SECONDS, self.every * 2**count)
+        rest = min(FAILED_REST_MAX_SECONDS, FAILED_REST_FIRST_SECONDS * 2 ** (count - 1))
         self._failed[hub] = (count, self.clock() + rest)
 
     def wait(self) -> float:
@@ -221,7 +226,7 @@ class Watch:
         polls = self.polls
         looked_at = -math.inf
         while True:
-            # One round: a look at the hubs once a second, one listing at most, one wait.
+            # One round: a look at the hubs once a period, one listing at most, one wait.
             now = polls.clock()
             if now - looked_at >= polls.every:
                 polls.sync(self.hubs.hubs())

@@ -106,7 +106,7 @@ async def serve(
             ready_flag.set()
 
     watcher = asyncio.ensure_future(watch_ready())
-    # Partitions added to a hub are seen within about a second (`growth`), not at the refresh.
+    # Partitions added to a hub are seen within a quarter second (`growth`), not at the refresh.
     growing = growth.Watch(runtime.hubs, wake=runtime.wake)
     growing.start()
     try:
