@@ -51,7 +51,7 @@ from eventhub_balancer.adapters import eventhubs, kubeapi
 from eventhub_balancer.contracts import configmaps, specs
 from eventhub_balancer.handlers import registering, running
 from eventhub_balancer_devstack import azurite, clusters
-from eventhub_balancer_devstack.benchmarks import operating, processes, soaking
+from eventhub_balancer_devstack.benchmarks import operating, processes, soaking, watching
 
 logger = logging.getLogger(__name__)
 
@@ -505,11 +505,11 @@ def _run(settings: Settings) -> Report:
         tempfile.TemporaryDirectory(prefix="ehb-soak-snapshots-") as snapshots,
         _stack(settings) as (kubeconfig, hubs, store, _server),
     ):
-        api = processes.client(kubeconfig)
+        api = watching.client(kubeconfig)
         world = World(api, settings)
         stopped = threading.Event()
         watcher = threading.Thread(
-            target=processes.watch_configmaps,
+            target=watching.watch_configmaps,
             args=(api, NAMESPACE, stopped, world.view.on_body),
             daemon=True,
         )

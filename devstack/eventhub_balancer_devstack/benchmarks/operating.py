@@ -48,7 +48,7 @@ import kubernetes.client
 from eventhub_balancer.adapters import blobs
 from eventhub_balancer.contracts import configmaps, specs
 from eventhub_balancer_devstack import azurite, clusters
-from eventhub_balancer_devstack.benchmarks import processes, stagerecords, stages
+from eventhub_balancer_devstack.benchmarks import processes, stagerecords, stages, watching
 
 logger = logging.getLogger(__name__)
 
@@ -348,11 +348,11 @@ def run(settings: Settings) -> Report:
     ns, p = NAMESPACE, settings.partitions
     names = [consumer_name(i) for i in range(settings.consumers)]
     with _stack(settings) as (kubeconfig, connection_string, store, server):
-        api = processes.client(kubeconfig)
+        api = watching.client(kubeconfig)
         cluster = Cluster(api, ns)
         view, stopped = View(), threading.Event()
         watcher = threading.Thread(
-            target=processes.watch_configmaps, args=(api, ns, stopped, view.on_body), daemon=True
+            target=watching.watch_configmaps, args=(api, ns, stopped, view.on_body), daemon=True
         )
         watcher.start()
         cluster.secret("eh", "cs", connection_string)

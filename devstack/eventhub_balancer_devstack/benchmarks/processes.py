@@ -14,7 +14,6 @@ Their logs go to stderr.
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import contextlib
 import dataclasses
 import json
@@ -28,14 +27,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-import kubernetes.client
-import kubernetes.config
-import kubernetes.watch
-
 from eventhub_balancer.adapters import eventhubs, kubeapi
-from eventhub_balancer.contracts import configmaps
 from eventhub_balancer.handlers import registering, running
-from eventhub_balancer_devstack.benchmarks import stagerecords
+from eventhub_balancer_devstack.benchmarks import doubles, stagerecords
 from eventhub_balancer_devstack.kube import LocalKubeAPI
 
 logger = logging.getLogger(__name__)
@@ -47,114 +41,8 @@ STOP_SECONDS = 10.0
 #: get 410 Gone: long enough for kopf's reconnection to meet it.
 RELIST_PLURALS = ("pods", "configmaps")
 RELIST_SECONDS = 2.0
-#: A watch is renewed this often (the server ends it after this many seconds).
-WATCH_SECONDS = 60
 #: The children's log level (default WARNING), e.g. EHB_BENCH_LOG=debug to see every cycle.
 LOG_LEVEL_ENV = "EHB_BENCH_LOG"
-#: Concurrent acknowledgements: pods acknowledge independently of each other.
-ACK_WORKERS = 8
-
-
-def client(kubeconfig: Path) -> kubernetes.client.ApiClient:
-    configuration = kubernetes.client.Configuration()
-    kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
-        config_file=str(kubeconfig), client_configuration=configuration
-    )
-    configuration.connection_pool_maxsize = 4 * ACK_WORKERS
-    return kubernetes.client.ApiClient(configuration)
-
-
-def watch_configmaps(
-    api: kubernetes.client.ApiClient,
-    namespace: str,
-    stopped: threading.Event,
-    on_body: Any,
-) -> None:
-    """Call ``on_body(type, body)`` for every assignment ConfigMap event until ``stopped``;
-    listed again only when a watch fails."""
-    core = kubernetes.client.CoreV1Api(api)
-    while not stopped.is_set():
-        try:
-            listing: Any = core.list_namespaced_config_map(
-                namespace, label_selector=configmaps.LABEL_POD, _preload_content=False
-            )
-            body = json.loads(listing.data)
-            for item in body.get("items", []):
-                on_body("ADDED", item)
-            version = body["metadata"]["resourceVersion"]
-            while not stopped.is_set():
-                watch = kubernetes.watch.Watch()  # type: ignore[no-untyped-call]
-                for event in watch.stream(  # type: ignore[no-untyped-call]
-                    core.list_namespaced_config_map,
-                    namespace,
-                    label_selector=configmaps.LABEL_POD,
-                    resource_version=version,
-                    timeout_seconds=WATCH_SECONDS,
-                    _preload_content=False,
-                ):
-                    raw = event["raw_object"]
-                    version = raw["metadata"]["resourceVersion"]
-                    on_body(event["type"], raw)
-                    if stopped.is_set():
-                        break
-        except Exception as e:  # a failed watch is listed again
-            if not stopped.is_set():
-                logger.warning("the ConfigMap watch failed, listing again: %s", e)
-                time.sleep(0.1)
-
-
-def acknowledgement(body: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The annotations a consumer writes for this ConfigMap (its revoked partitions released,
-    its generation applied), or None when it has written them already."""
-    parsed = configmaps.parse_data(body.get("data") or {})
-    annotations = (body.get("metadata") or {}).get("annotations") or {}
-    released = configmaps.parse_released(annotations)
-    wanted = {pid: e.epoch for pid, e in parsed.partitions.items() if e.state == "revoking"}
-    merged = {str(p): e for p, e in {**released, **wanted}.items()}
-    if merged == released and configmaps.parse_applied_generation(annotations) == parsed.generation:
-        return None
-    return {
-        configmaps.ANNOTATION_RELEASED: configmaps.build_released(merged),
-        configmaps.ANNOTATION_APPLIED_GENERATION: configmaps.build_applied_generation(
-            parsed.generation
-        ),
-    }
-
-
-def serve_doubles(kubeconfig: Path, namespace: str, stdin: IO[str]) -> None:
-    """Every pod's consumer runtime, for the hand-off only: watch the ConfigMaps and
-    acknowledge what each one revokes."""
-    api = client(kubeconfig)
-    core = kubernetes.client.CoreV1Api(api)
-    stopped = threading.Event()
-    acknowledged = 0
-    pool = concurrent.futures.ThreadPoolExecutor(ACK_WORKERS, thread_name_prefix="ack")
-
-    def patch(name: str, annotations: dict[str, Any]) -> None:
-        with contextlib.suppress(Exception):  # gone or changed meanwhile: its next event retries
-            core.patch_namespaced_config_map(
-                name,
-                namespace,
-                {"metadata": {"annotations": annotations}},
-                _preload_content=False,
-            )
-
-    def on_body(event_type: str, body: Mapping[str, Any]) -> None:
-        nonlocal acknowledged
-        if event_type == "DELETED":
-            return
-        annotations = acknowledgement(body)
-        if annotations is not None:
-            acknowledged += 1
-            pool.submit(patch, body["metadata"]["name"], annotations)
-
-    watcher = threading.Thread(
-        target=watch_configmaps, args=(api, namespace, stopped, on_body), daemon=True
-    )
-    watcher.start()
-    _answer(stdin, lambda: {"acknowledged": acknowledged})
-    stopped.set()
-    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def serve_operator(
@@ -363,7 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             hub_timeout=args.hub_timeout,
         )
     else:
-        serve_doubles(args.kubeconfig, args.namespace[0], sys.stdin)
+        doubles.serve(args.kubeconfig, args.namespace[0], sys.stdin, answer=_answer)
     return 0
 
 
