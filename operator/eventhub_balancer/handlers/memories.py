@@ -58,5 +58,6 @@ class Memory:
     store_sequences: dict[str, int] | None = None
     #: the last decision while it stands; None: decide in the next cycle
     settled: Settled | None = None
-    #: what the last decision handed on to the next (`deciding.Carry`: the fleet it read)
+    #: what the last decision handed on to the next (`deciding.Carry`: the fleet and the
+    #: record it read, the writes a second decision over the same bodies takes again)
     carry: deciding.Carry = deciding.COLD

@@ -8,13 +8,13 @@ ConfigMaps read again only where they are new objects), read the assignment back
 (`readbacks`), decide the partition list, plan (`balancing.planning`), derive the writes
 (`writes`), conclude the conditions (`conditions`).
 
-What one decision hands the next of the same consumer is its `Carry`, a frozen value the
-caller keeps (`handlers.memories.Memory`) and passes back in: the fleet it read. Nothing here
-keeps anything between calls, so the same observation, carry and time give the same decision
-and carry; an empty carry (None) is a cold decision, which gives the same decision as a warm
-one. Only the fleet is carried: every other step works over the whole observation, which at
-1,024 partitions over 512 pods costs less than reading the fleet's bodies again
-(``ehb bench decide``).
+What one decision hands the next of the same consumer is its `Carry` (`carries`), a frozen
+value the caller keeps (`handlers.memories.Memory`) and passes back in: the fleet it read, the
+record it read from the status, and the writes of a decision the cycle takes again with the
+blobs. Nothing here keeps anything between calls, so the same observation, carry and time give
+the same decision and carry; an empty carry (None) is a cold decision, which gives the same
+decision as a warm one. Every other step works over the whole observation (``ehb bench
+decide``).
 
 Reading the checkpoint blobs costs a listing of the container, so the first decision is
 taken without them; when it gives a partition a new owner (the blobs' epochs are a floor for
@@ -40,6 +40,7 @@ from eventhub_balancer.balancing import models, planning
 from eventhub_balancer.contracts import bounds, podstates, specs
 from eventhub_balancer.contracts import conditions as conditiontypes
 from eventhub_balancer.reconciling import (
+    carries,
     conditions,
     conflicts,
     coordinates,
@@ -101,17 +102,9 @@ class Decision:
     resource_version: str | None = None
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Carry:
-    """What a decision hands the next decision of the same consumer; the empty one is cold."""
-
-    #: the pods and ConfigMaps as the decision read them (`fleets.advance` carries each read
-    #: over while its body is the very same object); None: read every body
-    fleet: fleets.Fleet | None = None
-
-
-#: The carry of a first decision: nothing read yet.
-COLD = Carry()
+#: What a decision hands the next of the same consumer, and the empty one (`carries`).
+Carry = carries.Carry
+COLD = carries.COLD
 
 
 def decide(
@@ -131,8 +124,15 @@ def decide(
         selector=spec.selector,
         consumer=observation.name,
     )
-    carried = carry if fleet is carry.fleet else Carry(fleet=fleet)
-    return _decide(observation, spec=spec, fleet=fleet, now=now), carried
+    recorded = carries.read_record(carry.record, observation.body)
+    decision, derived = _decide(
+        observation, spec=spec, fleet=fleet, recorded=recorded, derived=carry.derived, now=now
+    )
+    if not (decision.needs_checkpoints or decision.needs_last_sequences):
+        derived = None  # only the first of a cycle's two decisions hands its writes on
+    if fleet is carry.fleet and recorded is carry.record and derived is carry.derived:
+        return decision, carry
+    return decision, Carry(fleet=fleet, record=recorded, derived=derived)
 
 
 def _decide(
@@ -140,8 +140,12 @@ def _decide(
     *,
     spec: specs.ConsumerSpec,
     fleet: fleets.Fleet,
+    recorded: carries.RecordRead,
+    derived: carries.Derived | None,
     now: datetime.datetime,
-) -> Decision:
+) -> tuple[Decision, carries.Derived | None]:
+    """The decision, and the writes to carry on: those it derived, or ``derived`` as it came
+    when it derived none."""
     wall = podstates.to_seconds(now)
     states = fleet.states
     me = conflicts.peer(
@@ -151,7 +155,7 @@ def _decide(
         me, observation.peers, pod_labels=fleet.pod_labels(), bindings=observation.bindings
     )
     if overlap is not None:
-        return _refused(observation, overlap, pods=frozenset(states), now=now)
+        return _refused(observation, overlap, pods=frozenset(states), now=now), derived
     maps = fleet.stored_maps()
     previous = observation.status
     status_epochs = {
@@ -165,20 +169,21 @@ def _decide(
         stored_epochs={p: epoch for p, (epoch, _seq) in checkpoints.items()},
         now=now,
         fleet=fleet,
+        recorded=recorded.recorded,
     )
     # New coordinates: the pods' partitions get higher epochs, in the record first.
     moving = coordinates.change(spec=spec, maps=maps, pods=states, assignment=back.assignment)
     if moving.raised:
         back = dataclasses.replace(back, assignment=moving.apply(back.assignment))
     listed = observation.hub.ids if observation.hub.fault is None else None
-    partitions, unlisted = _partitions(
+    partitions, unlisted = readbacks.planned_partitions(
         observation.hub.ids, back, gone=moving.hub_changed and listed is not None
     )
     options = spec.balancing.to_options()
     members = fleet.members
     if spec.paused:
         members = pausing.members(members, now=wall, options=options)
-    lag = _lag(observation)
+    lag = observation.lag()
     plan = planning.plan(
         models.Scenario(
             partitions=partitions,
@@ -202,7 +207,8 @@ def _decide(
     raises = any(new_epochs.get(p, 0) > status_epochs.get(p, 0) for p in new_epochs)
     if raises:
         previous = {**previous, "epochs": new_epochs}
-    planned = writes.derive(
+    derived = carries.derive(
+        derived,
         fleet=fleet,
         spec=spec,
         consumer=observation.name,
@@ -211,7 +217,7 @@ def _decide(
         problems=back.problems,
         annotate_pods=observation.annotate_pods,
     )
-    planned = _with_squat_events(planned, observation, now=now)
+    planned = kubeevents.with_squat_events(derived.writes, observation.body, now=now)
     concluded = conditions.build(
         plan=plan,
         pods=states,
@@ -316,7 +322,7 @@ def _decide(
     )
     return dataclasses.replace(
         decision, settled_until=until, resource_version=_version(observation)
-    )
+    ), derived
 
 
 def _invalid(observation: observations.Observation, *, now: datetime.datetime) -> Decision:
@@ -381,38 +387,6 @@ def _refused(
     )
 
 
-def _with_squat_events(
-    planned: writes.Writes, observation: observations.Observation, *, now: datetime.datetime
-) -> writes.Writes:
-    """``planned`` with the Event each create posts if a ConfigMap the operator did not write
-    holds its name already (`writes.squatter`): the cycle deletes that one, and creates the
-    pod's own at the next attempt."""
-    if not any(w.create for w in planned.maps):
-        return planned
-    maps = tuple(
-        dataclasses.replace(
-            w,
-            squat_event=kubeevents.body(
-                observation.body,
-                kubeevents.KubeEvent(
-                    reason="AssignmentTampered",
-                    message=(
-                        f"ConfigMap {w.name}, the assignment of pod {w.pod}, was created by "
-                        "someone else before the operator: not trusted, deleted, and created "
-                        "again by the operator"
-                    ),
-                    type="Warning",
-                ),
-                now=now,
-            ),
-        )
-        if w.create
-        else w
-        for w in planned.maps
-    )
-    return dataclasses.replace(planned, maps=maps)
-
-
 def _version(observation: observations.Observation) -> str | None:
     return (observation.body.get("metadata") or {}).get("resourceVersion") or None
 
@@ -423,40 +397,3 @@ def _with_removed_epochs(
     """``patch`` that also removes the partitions that left ``status.epochs``."""
     removal = coordinates.epochs_patch(stored.get("epochs"), desired.get("epochs") or {})
     return patch if removal is None else {**patch, "epochs": removal}
-
-
-def _partitions(
-    listed: tuple[str, ...] | None, back: readbacks.ReadBack, *, gone: bool = False
-) -> tuple[tuple[models.PartitionId, ...], tuple[models.PartitionId, ...]]:
-    """The partitions to plan over, and those kept although Event Hubs did not list them.
-
-    ``gone``: the list is the answer of a hub other than the one some pods still read (a
-    change of coordinates): what it does not list does not exist there, and is dropped."""
-    if listed is None:
-        # Never seen the Event Hub: plan only over what is assigned, so that failover works.
-        known = set(back.floors) | set(back.assignment)
-        return tuple(planning.ordered_partitions(known)), ()
-    ids = [models.PartitionId(p) for p in listed]
-    # Event Hubs partitions never go away; a shorter list from the same hub is a wrong answer,
-    # not a reason to revoke what is owned (an unowned one waits for a list that has it).
-    owned = {p for p, o in back.assignment.items() if o.owner is not None}
-    missing = set() if gone else owned - set(ids)
-    if not missing:
-        return tuple(ids), ()
-    return (
-        tuple(planning.ordered_partitions([*ids, *missing])),
-        tuple(planning.ordered_partitions(missing)),
-    )
-
-
-def _lag(observation: observations.Observation) -> dict[models.PartitionId, int]:
-    """Events not yet checkpointed per partition; empty unless the hub's end was read now and
-    the checkpoints are known (read now, or the last read while the store is unreachable)."""
-    store, last = observation.store, observation.last_sequences
-    if store.checkpoints is not None:
-        done: Mapping[str, int] | None = {p: seq for p, (_e, seq) in store.checkpoints.items()}
-    else:
-        done = store.known_sequences
-    if done is None or last is None:
-        return {}
-    return {models.PartitionId(p): max(0, seq - done.get(p, -1)) for p, seq in last.items()}

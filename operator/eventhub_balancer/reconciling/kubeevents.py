@@ -286,3 +286,35 @@ def body(
         "lastTimestamp": stamp,
         "count": 1,
     }
+
+
+def with_squat_events(
+    planned: writes.Writes, consumer: specs.ConsumerBody, *, now: datetime.datetime
+) -> writes.Writes:
+    """``planned`` with the Event each create posts if a ConfigMap the operator did not write
+    holds its name already (`writes.squatter`): the cycle deletes that one, and creates the
+    pod's own at the next attempt."""
+    if not any(w.create for w in planned.maps):
+        return planned
+    maps = tuple(
+        dataclasses.replace(
+            w,
+            squat_event=body(
+                consumer,
+                KubeEvent(
+                    reason="AssignmentTampered",
+                    message=(
+                        f"ConfigMap {w.name}, the assignment of pod {w.pod}, was created by "
+                        "someone else before the operator: not trusted, deleted, and created "
+                        "again by the operator"
+                    ),
+                    type="Warning",
+                ),
+                now=now,
+            ),
+        )
+        if w.create
+        else w
+        for w in planned.maps
+    )
+    return dataclasses.replace(planned, maps=maps)

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from eventhub_balancer import errors
+from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import configmaps, specs
 from eventhub_balancer.reconciling import conflicts
 
@@ -95,6 +96,19 @@ class Observation:
     @property
     def status(self) -> specs.StatusBody:
         return self.body.get("status") or {}
+
+    def lag(self) -> dict[models.PartitionId, int]:
+        """Events not yet checkpointed per partition; empty unless the hub's end was read now
+        and the checkpoints are known (read now, or the last read while the store is
+        unreachable)."""
+        store, last = self.store, self.last_sequences
+        if store.checkpoints is not None:
+            done: Mapping[str, int] | None = {p: s for p, (_e, s) in store.checkpoints.items()}
+        else:
+            done = store.known_sequences
+        if done is None or last is None:
+            return {}
+        return {models.PartitionId(p): max(0, seq - done.get(p, -1)) for p, seq in last.items()}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer import handoffs
-from eventhub_balancer.balancing import models
+from eventhub_balancer.balancing import models, planning
 from eventhub_balancer.contracts import bounds, configmaps, podstates, specs
 from eventhub_balancer.reconciling import fleets, observations, records, reports, tampering
 
@@ -174,16 +174,19 @@ def read_back(
     stored_epochs: Mapping[str, int],
     now: datetime.datetime,
     fleet: fleets.Fleet | None = None,
+    recorded: Mapping[models.PartitionId, records.Recorded] | None = None,
 ) -> ReadBack:
     """The assignment from the status record, the floors, and what the ConfigMaps got wrong.
 
     ``fleet``: ``maps`` and ``pods`` as a `fleets.Fleet`, whose sums (each pod's current
-    ConfigMap, the pods reporting trouble) stand for a pass over them."""
+    ConfigMap, the pods reporting trouble) stand for a pass over them. ``recorded``:
+    `records.read` of ``status``, when the caller has it already."""
     ignored: list[str] = []
     status_epochs: Mapping[str, Any] = status.get("epochs") or {}
     leaps: list[str] = []
     floors = floors_of(status_epochs, stored_epochs, ignored, leaps)
-    recorded = records.read(status)
+    if recorded is None:
+        recorded = records.read(status)
     seconds_now = podstates.to_seconds(now)
     if fleet is not None:
         current: Mapping[str, observations.StoredMap] = fleet.current
@@ -270,4 +273,28 @@ def members(pods: Mapping[str, podstates.PodState]) -> tuple[models.Member, ...]
         )
         for p in sorted(pods.values(), key=lambda p: models.name_key(p.name))
         if p.state is not None
+    )
+
+
+def planned_partitions(
+    listed: tuple[str, ...] | None, back: ReadBack, *, gone: bool = False
+) -> tuple[tuple[models.PartitionId, ...], tuple[models.PartitionId, ...]]:
+    """The partitions to plan over, and those kept although Event Hubs did not list them.
+
+    ``gone``: the list is the answer of a hub other than the one some pods still read (a
+    change of coordinates): what it does not list does not exist there, and is dropped."""
+    if listed is None:
+        # Never seen the Event Hub: plan only over what is assigned, so that failover works.
+        known = set(back.floors) | set(back.assignment)
+        return tuple(planning.ordered_partitions(known)), ()
+    ids = [models.PartitionId(p) for p in listed]
+    # Event Hubs partitions never go away; a shorter list from the same hub is a wrong answer,
+    # not a reason to revoke what is owned (an unowned one waits for a list that has it).
+    owned = {p for p, o in back.assignment.items() if o.owner is not None}
+    missing = set() if gone else owned - set(ids)
+    if not missing:
+        return tuple(ids), ()
+    return (
+        tuple(planning.ordered_partitions([*ids, *missing])),
+        tuple(planning.ordered_partitions(missing)),
     )
