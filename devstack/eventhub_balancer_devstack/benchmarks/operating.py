@@ -15,8 +15,10 @@ harness watch the ConfigMaps; nobody polls the API server. Pods are Pod objects 
 the harness sets; the doubles acknowledge revocations as the consumer runtime does.
 
 Times run from the moment the API server holds the change (the call returned) to the moment
-the ConfigMaps, which is what the pods act on, show the result. The rounds run on the first
-consumer; with several, the others are the fleet around it.
+the ConfigMaps, which is what the pods act on, show the result. A joining pod is created
+NotReady and turned Ready once the operator wrote its empty ConfigMap, as a real pod's start-up
+leaves it time to: the join counts from the readiness. The rounds run on the first consumer;
+with several, the others are the fleet around it.
 
 ``stages`` says where a join's, a planned leave's and a deletion's time went, over the rounds
 (`stages`: the API server's commit times and the operator's cycle lines). The doubles keep no
@@ -229,12 +231,18 @@ class Cluster:
             specs.GROUP, specs.VERSION, self.namespace, specs.PLURAL, body, _preload_content=False
         )
 
-    def pod(self, name: str, *, app: str) -> None:
+    def pod(self, name: str, *, app: str, ready: bool = True) -> None:
+        """A pod of the consumer's Deployment: Running and Ready, or (``ready=False``) still
+        starting, until `make_ready`."""
         body: Any = {
             "metadata": {"name": name, "labels": {"app": app}},
             "spec": {"containers": [{"name": "c", "image": "consumer"}]},
         }
         self.core.create_namespaced_pod(self.namespace, body, _preload_content=False)
+        if ready:
+            self.make_ready(name)
+
+    def make_ready(self, name: str) -> None:
         status = {
             "status": {
                 "phase": "Running",
@@ -473,8 +481,13 @@ def _round(
     app = f"{APP}-0"
     joiner = f"{CONSUMER}-c-{serial}"
     windows: dict[str, tuple[float, float]] = {}
+    # A real pod takes a second or more from its creation to Ready, and the operator writes
+    # its empty ConfigMap meanwhile: the join is timed from the readiness, as `ehb bench
+    # balance` times it from every pod being up.
+    cluster.pod(joiner, app=app, ready=False)
+    clusters.wait_for(lambda: joiner in view.pods(CONSUMER), what=f"{joiner}'s ConfigMap")
     wall = time.time()
-    cluster.pod(joiner, app=app)
+    cluster.make_ready(joiner)
     started = time.monotonic()
     grown = members | {joiner}
     clusters.wait_for(lambda: view.balanced_over(CONSUMER, grown, p), what=f"{joiner} joined")
