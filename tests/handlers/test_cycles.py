@@ -11,7 +11,7 @@ import pytest
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps
-from eventhub_balancer.handlers import cycles, memories, metrics, writing
+from eventhub_balancer.handlers import cycles, memories, metrics, observing, writing
 from eventhub_balancer.reconciling import writes
 from tests.support import fakes
 
@@ -296,6 +296,66 @@ async def test_the_checkpoint_epochs_are_read_only_when_partitions_move(
     await cycle(kube, hubs, memory, now=15)
     assert len(hubs.store.reads) == 2  # a partition gets a new owner: its blob is a floor
     assert kube.assignment(NS)["b"]["0"] == (6, "owned")
+
+
+async def test_a_handoff_lists_the_blobs_ahead_while_the_old_owner_releases(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+) -> None:
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    assert len(hubs.store.reads) == 1  # the first assignment's floors
+    kube.add_pod(NS, "c", labels={"app": "c"}, since=at(1))
+    await cycle(kube, hubs, memory, now=1)  # revokes 3 from b...
+    assert len(hubs.store.reads) == 2  # ...and lists the blobs once its writes are done
+    hubs.store.fence("3", 1, sequence_number=40)  # b's final checkpoint, at its own epoch
+    kube.acknowledge(NS, "b")
+    await cycle(kube, hubs, memory, now=2)  # gives 3 to c on the listing made ahead
+    assert len(hubs.store.reads) == 2
+    assert kube.assignment(NS)["c"] == {"3": (2, "owned")}
+    assert memory.store_ahead is None  # taken once
+
+
+async def test_a_listing_made_ahead_too_long_ago_is_not_taken(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+) -> None:
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    kube.add_pod(NS, "c", labels={"app": "c"}, since=at(1))
+    await cycle(kube, hubs, memory, now=1)
+    hubs.store.fence("3", 7)  # written by someone else after that listing
+    kube.acknowledge(NS, "b")
+    await cycle(kube, hubs, memory, now=2 + observing.AHEAD_SECONDS)
+    assert len(hubs.store.reads) == 3  # listed again: the floor is the blob's 7
+    assert kube.assignment(NS)["c"] == {"3": (8, "owned")}
+
+
+async def test_a_listing_made_ahead_for_another_store_is_not_taken(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+) -> None:
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    kube.add_pod(NS, "c", labels={"app": "c"}, since=at(1))
+    await cycle(kube, hubs, memory, now=1)
+    moved = copy.deepcopy(SPEC)
+    moved["checkpointStore"]["containerName"] = "checkpoints-2"
+    kube.set_spec(NS, NAME, moved)
+    kube.acknowledge(NS, "b")
+    await cycle(kube, hubs, memory, now=2)
+    assert len(hubs.store.reads) > 2  # the new container is listed for itself
+
+
+async def test_a_failed_listing_ahead_is_shown_and_never_fails_the_cycle(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+) -> None:
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    kube.add_pod(NS, "c", labels={"app": "c"}, since=at(1))
+    hubs.store.failure = errors.TransientError("the storage account went away")
+    result = await cycle(kube, hubs, memory, now=1)
+    assert result.writes > 0  # the revocation went out
+    assert kube.assignment(NS)["b"]["3"] == (1, "revoking")
+    assert memory.store_ahead is None
+    assert memory.store_fault is not None  # paced and shown as any failed read
 
 
 async def test_an_invalid_spec_writes_only_the_condition(

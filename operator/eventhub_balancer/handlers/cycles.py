@@ -4,7 +4,8 @@ A plain async function over two ports (`ports.KubePort`, `ports.HubPort`), so it
 tested without kopf; the daemon in `registering` only decides *when* to call it. `observing`
 reads, `reconciling.deciding` decides (pure), `writing` writes in the order that makes a crash
 at any point safe. The checkpoint blobs are read only when the first decision asks for them,
-and then the cycle decides again with them.
+and then the cycle decides again with them; a cycle that revokes lists them after its writes,
+for the cycle its releases wake (`observing.read_ahead`).
 
 Reading the pods and deciding cost what the fleet costs; most wake-ups change nothing (the
 interval's safety net, the echo of the operator's own writes, another consumer's event). A
@@ -67,7 +68,7 @@ async def run_cycle(
     started, writes_before = time.monotonic(), dict(kube.writes)
     woke = time.time()
     try:
-        decision = await _decide(
+        decision, observation = await _decide(
             kube=kube,
             hubs=hubs,
             namespace=namespace,
@@ -80,6 +81,16 @@ async def run_cycle(
         )
         decided = time.monotonic()
         writes = await writing.apply(kube=kube, namespace=namespace, name=name, decision=decision)
+        if any(m.kind == "revoke" for m in decision.moves):
+            # The releases wake the cycle that gives these partitions out: it finds the blobs
+            # listed (`observing.read_ahead`), while the old owners checkpoint.
+            await observing.read_ahead(
+                kube=kube,
+                hubs=hubs,
+                observation=observation,
+                memory=memory,
+                wall=podstates.to_seconds(now),
+            )
         logger.debug(
             CYCLE_TIMES,
             namespace,
@@ -125,9 +136,10 @@ async def _decide(
     annotate_pods: bool,
     bindings: conflicts.Bindings = conflicts.UNBOUND,
     backlog: backlogs.Budget | None = None,
-) -> deciding.Decision:
+) -> tuple[deciding.Decision, observations.Observation]:
     """Observe and decide; read the checkpoint blobs and decide again when that asks for them.
-    The settled decision stands instead while nothing it was taken from changed."""
+    The settled decision stands instead while nothing it was taken from changed. With the
+    decision, the observation it was taken from."""
     wall = podstates.to_seconds(now)
     # Before any read: an event during the reads makes the next cycle decide again.
     stamp = kube.stamp(namespace=namespace, name=name)
@@ -139,14 +151,14 @@ async def _decide(
     kept, memory.settled = memory.settled, None
     if kept is not None and inputs is not None and kept.inputs == inputs and wall < kept.until:
         memory.settled = kept
-        return _unlisted(namespace, name, _standing(kept, wall=wall))
+        return _unlisted(namespace, name, _standing(kept, wall=wall)), observation
     if observation.spec is None:
         decision, memory.carry = deciding.decide(observation, memory.carry, now=now)
-        return decision
+        return decision, observation
     observation = await observing.observe_pods(kube=kube, observation=observation)
     decision, memory.carry = deciding.decide(observation, memory.carry, now=now)
     if decision.spec_error is not None:
-        return decision
+        return decision, observation
     # The checkpoint blobs, when the decision needs their epochs (or the probe is due).
     more = await observing.read_checkpoints(
         kube=kube,
@@ -167,7 +179,7 @@ async def _decide(
         memory.settled = memories.Settled(
             inputs=inputs, until=until, decided_at=wall, decision=decision
         )
-    return _unlisted(namespace, name, decision)
+    return _unlisted(namespace, name, decision), observation
 
 
 def _inputs(

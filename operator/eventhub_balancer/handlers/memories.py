@@ -8,7 +8,7 @@ consumer) and the readers in `observing` (which advance it) need not import each
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 
 from eventhub_balancer.reconciling import deciding, observations, retries
 
@@ -26,6 +26,18 @@ class Settled:
     until: float
     decided_at: float
     decision: deciding.Decision
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StoreAhead:
+    """The checkpoint blobs listed right after a cycle that started hand-offs, for the cycle
+    that completes them (`observing.read_ahead`)."""
+
+    #: the store they were listed from (`observing.store_key`)
+    key: Hashable
+    #: the wall seconds of the cycle that listed them
+    at: float
+    checkpoints: Mapping[str, tuple[int, int]]
 
 
 @dataclasses.dataclass
@@ -56,6 +68,9 @@ class Memory:
     #: the checkpoint sequence numbers of that read: weighting "lag" goes on from them while
     #: the store is backing off, instead of falling back to count and reshuffling
     store_sequences: dict[str, int] | None = None
+    #: the blobs listed ahead by a cycle that revoked; taken, once, by the next read that
+    #: needs them within `observing.AHEAD_SECONDS`
+    store_ahead: StoreAhead | None = None
     #: the last decision while it stands; None: decide in the next cycle
     settled: Settled | None = None
     #: what the last decision handed on to the next (`deciding.Carry`: the fleet and the

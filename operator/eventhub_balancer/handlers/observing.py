@@ -26,6 +26,9 @@ logger = logging.getLogger(__name__)
 KUBE_API_ERRORS = (errors.Conflict, errors.ApiUnavailable)
 #: Failures of a dependency a spec points at: shown in a condition, retried with backoff.
 DEPENDENCY_ERRORS = (errors.ConfigurationError, errors.TransientError)
+#: How old a listing of the blobs made ahead (`read_ahead`) may be and still stand for the
+#: listing a cycle that gives partitions out makes: a release comes within this in practice.
+AHEAD_SECONDS = 10.0
 #: Configuration errors that asking again cannot mend until the CR or its Secret changes: a
 #: host the install does not allow (a malformed connection string is found before the
 #: adapter is asked, by `_malformed`). Both wait `retries.after_misconfiguration`.
@@ -298,6 +301,16 @@ async def read_store(
     not asked (not needed, or backing off from a failure)."""
     spec = observation.spec
     assert spec is not None, "only a valid spec names a checkpoint store"
+    ahead, memory.store_ahead = memory.store_ahead, None
+    if (
+        needed
+        and ahead is not None
+        and ahead.key == store_key(spec)
+        and 0 <= wall - ahead.at <= AHEAD_SECONDS
+    ):
+        return observations.StoreRead(
+            checkpoints=ahead.checkpoints, listed=True, known_sequences=memory.store_sequences
+        )
     due = retries.probe_due(memory.store_checked_at, wall=wall)
     # What a configuration error is found under: a change of it ends the wait at once.
     settings = (
@@ -349,6 +362,58 @@ async def read_store(
     return observations.StoreRead(
         checkpoints=stored, listed=True, known_sequences=memory.store_sequences
     )
+
+
+def store_key(spec: specs.ConsumerSpec) -> Hashable:
+    """What names a consumer's checkpoint blobs and the credentials they are read with: a
+    listing made ahead stands only for the very same store."""
+    return (
+        spec.fully_qualified_namespace,
+        spec.event_hub_name,
+        spec.consumer_group,
+        spec.checkpoint_container,
+        spec.checkpoint_account_url,
+        spec.checkpoint_credentials,
+        spec.service_account_name,
+    )
+
+
+async def read_ahead(
+    *,
+    kube: ports.KubePort,
+    hubs: ports.HubPort,
+    observation: observations.Observation,
+    memory: memories.Memory,
+    wall: float,
+) -> None:
+    """List the blobs after a cycle that started hand-offs, for the cycle that completes them.
+
+    That cycle, woken by the old owners' releases, gives the partitions out and needs the
+    blobs' epochs as floors: listed here, while the pods write their final checkpoints, they
+    are not listed again on its way (`read_store` takes them, once, within `AHEAD_SECONDS`).
+    A floor read a moment early is as good as one read then: between the two only the owners
+    this operator recorded write the blobs, at epochs its record holds, which are floors too.
+    Anyone else's higher epoch would make the next owner's fence fail (the blob's conditional
+    write), and its report of a lost partition get it a higher epoch: a retry, never two
+    owners. A failed listing is paced and shown as any other; the cycle never fails for it."""
+    if observation.spec is None:
+        return
+    try:
+        stored = await read_store(
+            kube=kube,
+            hubs=hubs,
+            observation=observation,
+            memory=memory,
+            wall=wall,
+            needed=True,
+        )
+    except KUBE_API_ERRORS as e:
+        logger.debug("the checkpoint blobs were not listed ahead: %s", e)
+        return
+    if stored is not None and stored.checkpoints is not None:
+        memory.store_ahead = memories.StoreAhead(
+            key=store_key(observation.spec), at=wall, checkpoints=stored.checkpoints
+        )
 
 
 async def read_last_sequences(
