@@ -143,6 +143,50 @@ async def test_a_cycle_that_gives_out_and_revokes_asks_for_the_releases_with_the
     }
 
 
+async def test_within_a_step_the_revocations_are_sent_before_the_gains() -> None:
+    # The API server answers one request after another: what starts a hand-off goes first,
+    # whatever the pods' names.
+    sent: list[str] = []
+
+    class Recording:
+        async def create_configmap(self, *, namespace: str, body: Any) -> dict[str, Any]:
+            sent.append(body["metadata"]["name"])
+            return {}
+
+        async def replace_configmap_data(self, *, name: str, **_: Any) -> dict[str, Any]:
+            sent.append(name)
+            return {}
+
+    def write(name: str, *, gains: bool = False, revokes: bool = False) -> writes.MapWrite:
+        return writes.MapWrite(
+            name=name,
+            pod=name,
+            pod_uid="u",
+            create=gains,
+            resource_version="1",
+            uid="" if gains else "cm-uid",
+            gains=gains,
+            revokes=revokes,
+            body={"metadata": {"name": name}, "data": {}} if gains else {"data": {}},
+            generation=None if gains else "3",
+        )
+
+    planned = writes.Writes(
+        maps=(
+            write("a-gains", gains=True),
+            write("b-gains", gains=True),
+            write("z-revokes", revokes=True),
+        )
+    )
+    await writing.apply_writes(
+        kube=Recording(),  # type: ignore[arg-type]
+        namespace=NS,
+        planned=planned,
+        revokes_with_gains=True,
+    )
+    assert sent == ["z-revokes", "a-gains", "b-gains"]
+
+
 async def test_a_revocation_goes_with_the_gains_only_once_the_record_holds_it(
     kube: fakes.FakeKube, hubs: fakes.FakeHubs
 ) -> None:

@@ -61,8 +61,8 @@ async def test_a_parked_partition_is_counted_shown_and_forgotten_with_its_consum
     assert (condition["status"], condition["reason"]) == ("True", "PartitionsParked")
     assert kube.status(NS, NAME)["failing"][0]["partition"] == "1"
     assert [(e["reason"], e["type"]) for e in kube.events[-1:]] == [("PartitionParked", "Warning")]
-    # Shown, not moved: the Event and the status, no ConfigMap write.
-    assert [kind for _, kind, _ in kube.calls[before:]] == ["event", "status"]
+    # Shown, not moved: the status and the Event, no ConfigMap write.
+    assert [kind for _, kind, _ in kube.calls[before:]] == ["status", "event"]
     assert kube.assignment(NS)["a"] == {"0": (1, "owned"), "1": (1, "owned")}
 
     registry.forget(namespace=NS, consumer=NAME)

@@ -11,8 +11,10 @@ The order of writes is what makes a crash at any point safe:
    higher epoch resolves), pod annotations, deletion of stale ConfigMaps, the other Events
    and the rest of the status.
 
-The writes within one step are independent and go out concurrently; a step starts only
-once the step before it succeeded. Only the status record before the ConfigMaps that gain,
+The writes within one step are independent and go out concurrently, sent in the order that
+matters to a server that answers one request after another: revocations first (a release, an
+acknowledgement and another cycle still follow them), then gains, then the status, Events
+last (nobody waits on them). A step starts only once the step before it succeeded. Only the status record before the ConfigMaps that gain,
 and those before the ConfigMaps that lose and the deletions, are for safety. The rest of the
 status goes with the last step: a crash may leave its record (a revocation) written and a
 ConfigMap not, which the next cycle's read-back puts right (the record is what it trusts), or
@@ -81,8 +83,8 @@ async def apply(
         # never leaves a pod releasing what the record still says it owns.
         revokes_with_gains=decision.epochs is not None and decision.record is not None,
         with_gains=[post_event(kube, body) for body in early],
-        with_last=[post_event(kube, body) for body in late]
-        + (
+        # The status before the Events: the next cycle reads it, while nobody waits on these.
+        with_last=(
             [
                 kube.patch_consumer_status(
                     namespace=namespace,
@@ -93,7 +95,8 @@ async def apply(
             ]
             if decision.status
             else []
-        ),
+        )
+        + [post_event(kube, body) for body in late],
     )
     return count + len(bodies) + (1 if decision.status else 0)
 
@@ -118,10 +121,17 @@ async def apply_writes(
     ``revokes_with_gains`` (the status already records the revocations), the ConfigMaps that
     only revoke (`writes.MapWrite.revokes`) go out in the first step too.
     """
-    first: list[writes.MapWrite] = []
+    asks: list[writes.MapWrite] = []
+    gains: list[writes.MapWrite] = []
     rest: list[writes.MapWrite] = []
     for w in planned.maps:
-        (first if w.gains or (revokes_with_gains and w.revokes) else rest).append(w)
+        if revokes_with_gains and w.revokes and not w.gains:
+            asks.append(w)
+        else:
+            (gains if w.gains else rest).append(w)
+    # The revocations are sent first: a release, its acknowledgement and another cycle are
+    # still to come after them, while a gain ends its hand-off once the pod reads it.
+    first = asks + gains
     pending = list(with_last)
     try:
         if first or with_gains:
