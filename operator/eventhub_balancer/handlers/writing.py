@@ -14,8 +14,9 @@ The order of writes is what makes a crash at any point safe:
 The writes within one step are independent and go out concurrently, sent in the order that
 matters to a server that answers one request after another: revocations first (a release, an
 acknowledgement and another cycle still follow them), then gains, then the status, Events
-last (nobody waits on them). A step starts only once the step before it succeeded. Only the status record before the ConfigMaps that gain,
-and those before the ConfigMaps that lose and the deletions, are for safety. The rest of the
+last (nobody waits on them). A step starts only once the step before it succeeded. Only the
+status record before the ConfigMaps that gain, and those before the ConfigMaps that lose and
+the deletions, are for safety. The rest of the
 status goes with the last step: a crash may leave its record (a revocation) written and a
 ConfigMap not, which the next cycle's read-back puts right (the record is what it trusts), or
 the reverse, as before. So a cycle that only revokes takes one round trip to the API server,
