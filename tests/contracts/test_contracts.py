@@ -276,6 +276,17 @@ def test_pod_states() -> None:
     assert podstates.pod_state(pod(phase="Failed")).state is None
     terminating = {**ready, "metadata": {"name": "p", "deletionTimestamp": "2024-05-01T12:00:00Z"}}
     assert podstates.pod_state(terminating).state == "terminating"
+    assert podstates.pod_state(terminating).since == T0
+
+
+def test_a_terminating_pod_is_terminating_since_its_grace_period_began() -> None:
+    # The API server writes when the grace period ends; the SIGTERM came that much earlier.
+    meta = {"name": "p", "deletionTimestamp": "2024-05-01T12:00:30Z"}
+    graceful = {"metadata": {**meta, "deletionGracePeriodSeconds": 30}}
+    assert podstates.pod_state(graceful).since == T0
+    for odd in (-1, "30", True, 10**12):
+        body = {"metadata": {**meta, "deletionGracePeriodSeconds": odd}}
+        assert podstates.pod_state(body).since == T0 + datetime.timedelta(seconds=30), odd
 
 
 def test_a_notready_pod_on_a_node_is_starting_and_one_no_node_took_is_not() -> None:

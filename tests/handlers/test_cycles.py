@@ -402,6 +402,45 @@ async def test_a_failed_listing_ahead_is_shown_and_never_fails_the_cycle(
     assert memory.store_fault is not None  # paced and shown as any failed read
 
 
+async def test_a_terminating_pods_own_release_hands_its_partitions_on_without_a_revocation(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+) -> None:
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)  # a: 0, 1; b: 2, 3
+    kube.terminate(NS, "b", at=at(5))
+    quiet = await cycle(kube, hubs, memory, now=5.1)
+    # Nothing revoked: the pod releases everything on its SIGTERM. The cycle comes back when
+    # the wait ends, in case it does not.
+    assert kube.assignment(NS)["b"] == {"2": (1, "owned"), "3": (1, "owned")}
+    assert quiet.decision.next_in == pytest.approx(1.9)
+    kube.release_all(NS, "b")
+    await cycle(kube, hubs, memory, now=5.2)
+    assert kube.assignment(NS)["a"] == {
+        "0": (1, "owned"),
+        "1": (1, "owned"),
+        "2": (2, "owned"),
+        "3": (2, "owned"),
+    }
+    assert all(state != "revoking" for _, state in kube.assignment(NS)["b"].values())
+
+
+async def test_a_terminating_pod_that_does_not_let_go_is_revoked_after_a_moment(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+) -> None:
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    kube.terminate(NS, "b", at=at(5))  # a preStop hook holds its SIGTERM back
+    await cycle(kube, hubs, memory, now=5.1)
+    await cycle(kube, hubs, memory, now=7)
+    assert kube.assignment(NS)["b"] == {"2": (1, "revoking"), "3": (1, "revoking")}
+    kube.acknowledge(NS, "b")
+    await cycle(kube, hubs, memory, now=7.1)
+    assert {p: e for p, e in kube.assignment(NS)["a"].items() if p in "23"} == {
+        "2": (2, "owned"),
+        "3": (2, "owned"),
+    }
+
+
 async def test_an_invalid_spec_writes_only_the_condition(
     kube: fakes.FakeKube, hubs: fakes.FakeHubs
 ) -> None:

@@ -226,9 +226,10 @@ def test_a_notready_member_beyond_its_grace_is_gone() -> None:
 
 
 def test_a_terminating_member_is_drained_by_handoffs_first_even_under_a_cap() -> None:
+    # Terminating for two seconds: it did not let go of its own accord (a preStop hook, say).
     s = scenario(
         6,
-        [member("a"), member("b", "terminating", since=100.0), member("c")],
+        [member("a"), member("b", "terminating", since=98.0), member("c")],
         {**spread(4, ["a"]), "4": owned("b"), "5": owned("b")},
         now=100.0,
         options=models.Options(max_moves_per_cycle=1),
@@ -242,6 +243,29 @@ def test_a_terminating_member_is_drained_by_handoffs_first_even_under_a_cap() ->
     assert plan.targets == {"a": 3, "c": 3}
     done = settle(s)
     assert counts(done) == {"a": 3, "c": 3}
+
+
+def test_a_terminating_member_is_given_a_moment_to_release_on_its_own() -> None:
+    members = [member("a"), member("b", "terminating", since=100.0), member("c")]
+    s = scenario(6, members, {**spread(4, ["a", "c"]), "4": owned("b"), "5": owned("b")}, now=100.4)
+    plan = planning.plan(s)
+    # No revocation yet: the pod releases everything on its SIGTERM, and says so.
+    assert plan.moves == ()
+    assert plan.release_deadlines == (102.0,)
+    assert not plan.balanced
+    released = planning.plan(dataclasses.replace(s, released={"4": 1, "5": 1}))
+    assert [(m.partition, m.kind, m.source, m.reason) for m in released.moves] == [
+        ("4", "takeover", "b", "released"),
+        ("5", "takeover", "b", "released"),
+    ]
+    assert {released.assignment[p].epoch for p in ("4", "5")} == {2}
+    # Not released by the end of the wait: revoked, as any hand-off.
+    late = planning.plan(dataclasses.replace(s, now=102.0))
+    assert [(m.partition, m.kind, m.reason) for m in late.moves] == [
+        ("4", "revoke", "drain"),
+        ("5", "revoke", "drain"),
+    ]
+    assert late.release_deadlines == ()
 
 
 def test_a_cap_limits_rebalancing_revokes_per_cycle_but_not_failover() -> None:

@@ -137,7 +137,7 @@ def test_every_key_is_read() -> None:
         (
             with_(options={"podGraceSecond": 3}),
             "options.podGraceSecond: unknown key (expected one of podGraceSeconds, "
-            "handoffTimeoutSeconds, maxMovesPerCycle, weighting, lagTolerance)",
+            "handoffTimeoutSeconds, releaseWaitSeconds, maxMovesPerCycle, weighting, lagTolerance)",
         ),
         (
             with_(options={"lagTolerance": -0.1}),

@@ -309,17 +309,21 @@ def test_a_terminating_pods_own_release_of_an_owned_partition_ends_its_ownership
         assert back.released == expected, pod.state
     terminating = {"a": dataclasses.replace(ready("a"), state="terminating"), "b": ready("b")}
     back = readbacks.read_back(maps=maps, pods=terminating, status=status, stored_epochs={}, now=T0)
-    plan = planning.plan(
-        models.Scenario(
-            partitions=(P("0"), P("1")),
-            members=readbacks.members(terminating),
-            assignment=back.assignment,
-            released=back.released,
-            now=T0.timestamp(),
-        )
+    scenario = models.Scenario(
+        partitions=(P("0"), P("1")),
+        members=readbacks.members(terminating),
+        assignment=back.assignment,
+        released=back.released,
+        now=T0.timestamp(),
     )
-    # Partition 0 goes to b at once; 1 (an older epoch's release) is revoked as before.
-    assert sorted((m.partition, m.kind, m.target, m.epoch) for m in plan.moves) == [
+    # Partition 0 goes to b at once; 1 (an older epoch's release) waits a moment for the
+    # pod's own release of its epoch, then is revoked as any hand-off.
+    plan = planning.plan(scenario)
+    assert [(m.partition, m.kind, m.target, m.epoch) for m in plan.moves] == [
+        (P("0"), "takeover", "b", 5)
+    ]
+    later = dataclasses.replace(scenario, now=T0.timestamp() + 2)
+    assert sorted((m.partition, m.kind, m.target, m.epoch) for m in planning.plan(later).moves) == [
         (P("0"), "takeover", "b", 5),
         (P("1"), "revoke", "b", 4),
     ]

@@ -332,6 +332,22 @@ class FakeKube:
         ]
         self._store("pod", namespace, pod)
 
+    def terminate(self, namespace: str, name: str, *, at: datetime.datetime) -> None:
+        """A graceful deletion: the pod stays, with its deletionTimestamp, while it stops."""
+        pod = self._get("pod", namespace, name)
+        pod["metadata"]["deletionTimestamp"] = specs.format_time(at)
+        self._store("pod", namespace, pod)
+
+    def release_all(self, namespace: str, pod: str) -> None:
+        """What a pod's runtime does on SIGTERM: release every partition it holds."""
+        cm = self.configmap_of(namespace, pod)
+        parsed = configmaps.parse_data(cm["data"])
+        released = {str(p): e.epoch for p, e in parsed.partitions.items()}
+        cm["metadata"].setdefault("annotations", {})[configmaps.ANNOTATION_RELEASED] = (
+            configmaps.build_released(released)
+        )
+        self._store("configmap", namespace, cm)
+
     def remove_pod(self, namespace: str, name: str) -> None:
         """The pod is gone, and the garbage collector takes the ConfigMaps it owns."""
         pod = self.objects.pop(("pod", namespace, name))

@@ -92,19 +92,22 @@ def scenarios(
 
 
 def replay(scenario: models.Scenario) -> list[Cycle]:
-    """Plan, write back, acknowledge every revoke, plan again, until nothing changes."""
+    """Plan, write back, acknowledge every revoke, plan again, until nothing changes. A
+    terminating member releases everything it owns, as the consumer runtime does on SIGTERM."""
     cycles: list[Cycle] = []
+    terminating = {m.name for m in scenario.members if m.state == "terminating"}
     # Every rebalancing revoke costs at most two cycles, and at least one starts per cycle.
     for _ in range(2 * len(scenario.partitions) + 6):
         plan = planning.plan(scenario)
         cycles.append(Cycle(scenario=scenario, plan=plan))
-        if not plan.moves and not any(e.state == "revoking" for e in plan.assignment.values()):
+        letting_go = {
+            p: e.epoch
+            for p, e in plan.assignment.items()
+            if e.state == "revoking" or (e.owner in terminating and e.owner is not None)
+        }
+        if not plan.moves and not letting_go:
             return cycles
-        scenario = dataclasses.replace(
-            scenario,
-            assignment=plan.assignment,
-            released={p: e.epoch for p, e in plan.assignment.items() if e.state == "revoking"},
-        )
+        scenario = dataclasses.replace(scenario, assignment=plan.assignment, released=letting_go)
     raise AssertionError(f"no steady state after {len(cycles)} cycles")
 
 

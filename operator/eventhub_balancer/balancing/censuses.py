@@ -65,6 +65,8 @@ class Census:
     #: within their grace, by name: weighting by count gives them a share they do not get
     #: yet, so that the partitions they will take stay where they are until they are Ready
     starting: list[models.Member] = dataclasses.field(default_factory=list)
+    #: when the terminating owners whose own releases are waited for stop being waited for
+    release_deadlines: set[float] = dataclasses.field(default_factory=set)
 
     @property
     def never_owned(self) -> frozenset[models.PartitionId]:
@@ -157,6 +159,12 @@ def take_census(scenario: models.Scenario) -> Census:
             census.kept[owner].append(p)
         elif fate == "hold":
             census.held.append(p)
+        elif now - members[owner].since < options.release_wait_seconds:
+            # Terminating a moment ago: it releases everything on its SIGTERM. Leaving in any
+            # case, so in flight like a revoked partition, and revoked if it has not let go
+            # by the end of the wait (a preStop hook delays the SIGTERM, say).
+            census.in_flight.append(p)
+            census.release_deadlines.add(members[owner].since + options.release_wait_seconds)
         else:
             census.drains.append(Revoke(partition=p, entry=entry, reason="drain"))
     return census

@@ -67,7 +67,9 @@ class Member:
 
     name: MemberName
     state: MemberState
-    since: float = 0.0  # when it entered `state`; only NotReady members' grace depends on it
+    #: when it entered `state`: a NotReady member's grace and a terminating member's wait for
+    #: its own release (`Options.release_wait_seconds`) count from it
+    since: float = 0.0
     weight: float = 1.0  # its share relative to the others; must be positive
     #: NotReady only: the pod is on a node and its containers are starting or running, so it
     #: may turn Ready at any moment (a Pending pod no node took is not). While it holds
@@ -97,6 +99,11 @@ class Options:
 
     pod_grace_seconds: float = 20.0
     handoff_timeout_seconds: float = 30.0
+    #: how long a terminating member's partitions wait for its own release (the consumer
+    #: runtime releases everything on its SIGTERM, within milliseconds) before they are
+    #: revoked: the revocation would cost a cycle of writes to say what the pod is doing anyway.
+    #: Counted from the deletion as the API server writes it, to the second: 1-2 s in fact.
+    release_wait_seconds: float = 2.0
     max_moves_per_cycle: int = 0  # 0 = no cap
     weighting: Weighting = "count"
     #: weighting "lag" only: how much imbalance, as a fraction of the mean load, is tolerated
@@ -144,6 +151,9 @@ class Plan:
     targets: Mapping[MemberName, int]
     #: the starting members whose shares the targets left with the current owners
     starting: tuple[MemberName, ...] = ()
+    #: when the terminating owners' waits for their own releases end: the partitions they
+    #: still hold are revoked then (`Options.release_wait_seconds`)
+    release_deadlines: tuple[float, ...] = ()
 
 
 _RUNS = re.compile(r"(\d+)")

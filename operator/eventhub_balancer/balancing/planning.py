@@ -7,9 +7,10 @@ from the ConfigMaps, acknowledgements, `now`) and writes what changed. The rules
    keep what they own, get nothing new) until ``podGraceSeconds`` passed, then gone;
    terminating members are draining; members absent from the list are gone.
 2. Every partition is then one of: kept by its live owner; held by a held owner; revoking and
-   still waiting for its owner's acknowledgement (in flight); owned by a draining member (to
-   be revoked now); or loose (no owner, owner gone, revoke acknowledged or timed out), to be
-   placed now. Partitions no longer listed are dropped.
+   still waiting for its owner's acknowledgement (in flight); owned by a draining member (in
+   flight for ``release_wait_seconds`` after its deletion, waiting for the release the pod
+   makes on its SIGTERM; revoked after that); or loose (no owner, owner gone, revoke
+   acknowledged or timed out), to be placed now. Partitions no longer listed are dropped.
 3. Targets are computed over the live members for every partition not held by a held member,
    and (weighting by count) over the *starting* members: NotReady pods that are on a node,
    hold nothing and are within ``podGraceSeconds``, which may turn Ready at any moment.
@@ -249,6 +250,7 @@ def _assemble(
         balanced=_is_balanced(scenario, census, decision, assignment),
         targets=decision.targets,
         starting=decision.starting,
+        release_deadlines=tuple(sorted(census.release_deadlines)),
     )
 
 

@@ -36,6 +36,7 @@ class OwnershipBody(TypedDict):
 class OptionsBody(TypedDict, total=False):
     podGraceSeconds: float
     handoffTimeoutSeconds: float
+    releaseWaitSeconds: float
     maxMovesPerCycle: int
     weighting: str
     lagTolerance: float
@@ -72,6 +73,7 @@ _OWNERSHIP_KEYS = ("owner", "epoch", "state", "since")
 _OPTION_KEYS = (
     "podGraceSeconds",
     "handoffTimeoutSeconds",
+    "releaseWaitSeconds",
     "maxMovesPerCycle",
     "weighting",
     "lagTolerance",
@@ -219,6 +221,7 @@ def dump_scenario(scenario: models.Scenario) -> ScenarioBody:
         "options": {
             "podGraceSeconds": _plain(options.pod_grace_seconds),
             "handoffTimeoutSeconds": _plain(options.handoff_timeout_seconds),
+            "releaseWaitSeconds": _plain(options.release_wait_seconds),
             "maxMovesPerCycle": options.max_moves_per_cycle,
             "weighting": options.weighting,
             "lagTolerance": _plain(options.lag_tolerance),
@@ -340,6 +343,10 @@ def _options(raw: object) -> models.Options:
         handoff_timeout_seconds=_seconds(
             body.get("handoffTimeoutSeconds", defaults.handoff_timeout_seconds),
             "options.handoffTimeoutSeconds",
+        ),
+        release_wait_seconds=_seconds(
+            body.get("releaseWaitSeconds", defaults.release_wait_seconds),
+            "options.releaseWaitSeconds",
         ),
         max_moves_per_cycle=_count(
             body.get("maxMovesPerCycle", defaults.max_moves_per_cycle), "options.maxMovesPerCycle"

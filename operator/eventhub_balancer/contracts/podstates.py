@@ -67,6 +67,9 @@ class PodState:
 
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+#: The longest termination grace period taken at its word (a year): beyond it, the
+#: deletionTimestamp alone is the moment the pod began terminating.
+MAX_GRACE = 365 * 24 * 3600
 
 
 def pod_state(pod: Mapping[str, Any]) -> PodState:
@@ -78,6 +81,11 @@ def pod_state(pod: Mapping[str, Any]) -> PodState:
     created = specs.parse_time(meta.get("creationTimestamp")) or _EPOCH
     deleted = specs.parse_time(meta.get("deletionTimestamp"))
     if deleted is not None:
+        # The deletionTimestamp is when the grace period ends; it began, with the pod's
+        # SIGTERM, that many seconds before (to the second, as the API server writes it).
+        grace = meta.get("deletionGracePeriodSeconds")
+        if isinstance(grace, int) and not isinstance(grace, bool) and 0 <= grace <= MAX_GRACE:
+            deleted -= datetime.timedelta(seconds=grace)
         return PodState(name=name, uid=uid, state="terminating", since=deleted)
     phase = status.get("phase", "Pending")
     if phase in ("Succeeded", "Failed"):

@@ -1,7 +1,8 @@
 """When a decision changes on its own: the deadlines it names, pure.
 
-Nothing in a decision depends on the time but a hand-off's timeout, a NotReady pod's grace
-and the hold of a partition reported lost right after it was given out (``held``).
+Nothing in a decision depends on the time but a hand-off's timeout, a NotReady pod's grace,
+a terminating owner's wait for its own release (the plan's ``release_deadlines``) and the
+hold of a partition reported lost right after it was given out (``held``).
 `next_in` says when the cycle should come back for the nearest one; `settled_until` says until
 when a decision that writes nothing stands over the same observation (the cycle skips reading
 and deciding until then: `handlers.cycles`). Both look at the hand-offs in the plan and at the
@@ -49,6 +50,7 @@ def next_in(
         if p.name in owners or (p.starting and end > wall):
             deadlines.append(end)
     deadlines += held
+    deadlines += plan.release_deadlines
     future = [d - wall for d in deadlines if d - wall > -STALE_DEADLINE]
     return max(MIN_NEXT_IN, min(future)) if future else None
 
@@ -100,4 +102,5 @@ def _deadlines(
         since = podstates.to_seconds(p.since)
         if wall - since < grace:
             deadlines.append(since + grace)
+    deadlines += [d for d in plan.release_deadlines if d > wall]
     return deadlines
