@@ -122,6 +122,14 @@ def test_a_pause_revokes_everything_then_leaves_it_unowned_once_released() -> No
     assert (steady.writes.count, steady.status, steady.events, steady.epochs) == (0, {}, (), None)
 
 
+def test_a_pause_revokes_at_once_from_a_pod_ready_a_moment_ago() -> None:
+    # A paused pod is not terminating: nothing of its own releases its partitions, so they
+    # get no wait for such a release (a pod that is deleted does).
+    observation = respec(started(pod("a", since=9.5), pod("b", since=9.9)), PAUSED_SPEC)
+    pausing = bodies.decide(observation, now=at(10))
+    assert [(m.kind, m.reason) for m in pausing.moves] == [("revoke", "drain")] * 4
+
+
 def test_a_pod_that_does_not_release_is_left_behind_at_the_timeout() -> None:
     observation = respec(started(pod("a")), PAUSED_SPEC)
     observation = bodies.applied(observation, bodies.decide(observation, now=at(10)))

@@ -34,9 +34,12 @@ def members(
 ) -> tuple[models.Member, ...]:
     """The members as the planner sees them while paused: those that would keep or get
     partitions (live, or NotReady within the grace) drain them by hand-off; a gone member
-    stays gone, so its partitions are freed at once (nothing waits on a dead process)."""
+    stays gone, so its partitions are freed at once (nothing waits on a dead process). A
+    paused pod is not stopping, so nothing of its own will release its partitions: they are
+    revoked at once, without the wait a terminating pod gets (`Options.release_wait_seconds`)."""
+    revoked_at_once = now - options.release_wait_seconds
     return tuple(
-        dataclasses.replace(m, state="terminating")
+        dataclasses.replace(m, state="terminating", since=revoked_at_once)
         if planning.standing(m, now=now, options=options) in ("live", "held")
         else m
         for m in members
