@@ -359,6 +359,22 @@ async def test_a_handoff_lists_the_blobs_ahead_while_the_old_owner_releases(
     assert memory.store_ahead is None  # taken once
 
 
+async def test_a_cycle_between_that_needs_no_blobs_leaves_the_listing_made_ahead(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+) -> None:
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    kube.add_pod(NS, "c", labels={"app": "c"}, since=at(1))
+    await cycle(kube, hubs, memory, now=1)
+    kube.set_ready(NS, "a", ready=True, since=at(1.5))  # another pod's event, no move
+    quiet = await cycle(kube, hubs, memory, now=1.5)
+    assert quiet.decision.moves == ()
+    kube.acknowledge(NS, "b")
+    await cycle(kube, hubs, memory, now=2)
+    assert len(hubs.store.reads) == 2  # the first assignment's, and the one made ahead
+    assert kube.assignment(NS)["c"] == {"3": (2, "owned")}
+
+
 async def test_a_listing_made_ahead_too_long_ago_is_not_taken(
     kube: fakes.FakeKube, hubs: fakes.FakeHubs
 ) -> None:

@@ -301,16 +301,15 @@ async def read_store(
     not asked (not needed, or backing off from a failure)."""
     spec = observation.spec
     assert spec is not None, "only a valid spec names a checkpoint store"
-    ahead, memory.store_ahead = memory.store_ahead, None
-    if (
-        needed
-        and ahead is not None
-        and ahead.key == store_key(spec)
-        and 0 <= wall - ahead.at <= AHEAD_SECONDS
-    ):
-        return observations.StoreRead(
-            checkpoints=ahead.checkpoints, listed=True, known_sequences=memory.store_sequences
-        )
+    ahead = memory.store_ahead
+    if needed and ahead is not None:
+        # Taken once, by the first read that needs the blobs; a read that does not (a cycle
+        # woken by another pod's event meanwhile) leaves it for the one that will.
+        memory.store_ahead = None
+        if ahead.key == store_key(spec) and 0 <= wall - ahead.at <= AHEAD_SECONDS:
+            return observations.StoreRead(
+                checkpoints=ahead.checkpoints, listed=True, known_sequences=memory.store_sequences
+            )
     due = retries.probe_due(memory.store_checked_at, wall=wall)
     # What a configuration error is found under: a change of it ends the wait at once.
     settings = (
