@@ -375,6 +375,24 @@ async def test_a_cycle_between_that_needs_no_blobs_leaves_the_listing_made_ahead
     assert kube.assignment(NS)["c"] == {"3": (2, "owned")}
 
 
+async def test_each_cycle_that_revokes_lists_the_blobs_itself(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+) -> None:
+    # A listing made ahead is never passed on as a younger one's.
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    kube.add_pod(NS, "c", labels={"app": "c"}, since=at(1))
+    await cycle(kube, hubs, memory, now=1)
+    assert memory.store_ahead is not None
+    first = memory.store_ahead
+    kube.terminate(NS, "a", at=at(1))  # its wait is over at 3: a's partitions are revoked
+    await cycle(kube, hubs, memory, now=3)
+    assert len(hubs.store.reads) == 3
+    assert memory.store_ahead is not None
+    assert memory.store_ahead is not first
+    assert memory.store_ahead.at == at(3).timestamp()
+
+
 async def test_a_listing_made_ahead_too_long_ago_is_not_taken(
     kube: fakes.FakeKube, hubs: fakes.FakeHubs
 ) -> None:

@@ -397,6 +397,8 @@ async def read_ahead(
     owners. A failed listing is paced and shown as any other; the cycle never fails for it."""
     if observation.spec is None:
         return
+    # A listing of its own: one made ahead before must not pass for this one's, younger.
+    memory.store_ahead = None
     try:
         stored = await read_store(
             kube=kube,
