@@ -7,21 +7,9 @@ from typing import Any
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import configmaps, specs
 from eventhub_balancer_devstack.benchmarks import doubles
+from tests.reconciling import bodies
 
-SPEC = specs.parse_spec(
-    {
-        "eventHub": {
-            "fullyQualifiedNamespace": "shop.servicebus.windows.net",
-            "name": "orders",
-            "credentials": {"connectionStringSecretRef": {"name": "eh", "key": "cs"}},
-        },
-        "checkpointStore": {
-            "containerName": "checkpoints",
-            "credentials": {"connectionStringSecretRef": {"name": "blob", "key": "cs"}},
-        },
-        "selector": {"matchLabels": {"app": "c"}},
-    }
-)
+SPEC = specs.parse_spec(bodies.SPEC)
 
 
 def body(

@@ -78,6 +78,15 @@ async def cycle(
     )
 
 
+async def c_joined(kube: fakes.FakeKube, hubs: fakes.FakeHubs) -> memories.Memory:
+    """a: 0, 1 and b: 2, 3 at epoch 1; then c joins, and b's 3 is revoked for it."""
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    kube.add_pod(NS, "c", labels={"app": "c"}, since=at(1))
+    await cycle(kube, hubs, memory, now=1)
+    return memory
+
+
 async def test_writes_go_out_in_the_crash_safe_order_and_a_steady_state_writes_nothing(
     kube: fakes.FakeKube, hubs: fakes.FakeHubs
 ) -> None:
@@ -112,10 +121,7 @@ async def test_a_cycle_that_gives_out_and_revokes_asks_for_the_releases_with_the
     # Pods that turn Ready one after another: c's share is revoked and released, then d turns
     # Ready as c's partition is given out. The release d waits for is asked in the same round
     # trip that gives c its partition, not in one after it.
-    memory = memories.Memory()
-    await cycle(kube, hubs, memory, now=0)
-    kube.add_pod(NS, "c", labels={"app": "c"}, since=at(1))
-    await cycle(kube, hubs, memory, now=1)
+    memory = await c_joined(kube, hubs)
     assert kube.assignment(NS)["b"] == {"2": (1, "owned"), "3": (1, "revoking")}
     kube.acknowledge(NS, "b")
     kube.add_pod(NS, "d", labels={"app": "c"}, since=at(2))
@@ -192,10 +198,7 @@ async def test_a_revocation_goes_with_the_gains_only_once_the_record_holds_it(
 ) -> None:
     # A crash after the first ConfigMap step leaves the revocation written and recorded: the
     # next cycle, by a restarted operator, finds the release it asked for and hands over once.
-    memory = memories.Memory()
-    await cycle(kube, hubs, memory, now=0)
-    kube.add_pod(NS, "c", labels={"app": "c"}, since=at(1))
-    await cycle(kube, hubs, memory, now=1)
+    memory = await c_joined(kube, hubs)
     kube.acknowledge(NS, "b")
     kube.add_pod(NS, "d", labels={"app": "c"}, since=at(2))
     original = kube.patch_consumer_status
@@ -362,10 +365,7 @@ async def test_a_handoff_lists_the_blobs_ahead_while_the_old_owner_releases(
 async def test_a_cycle_between_that_needs_no_blobs_leaves_the_listing_made_ahead(
     kube: fakes.FakeKube, hubs: fakes.FakeHubs
 ) -> None:
-    memory = memories.Memory()
-    await cycle(kube, hubs, memory, now=0)
-    kube.add_pod(NS, "c", labels={"app": "c"}, since=at(1))
-    await cycle(kube, hubs, memory, now=1)
+    memory = await c_joined(kube, hubs)
     kube.set_ready(NS, "a", ready=True, since=at(1.5))  # another pod's event, no move
     quiet = await cycle(kube, hubs, memory, now=1.5)
     assert quiet.decision.moves == ()
@@ -379,10 +379,7 @@ async def test_each_cycle_that_revokes_lists_the_blobs_itself(
     kube: fakes.FakeKube, hubs: fakes.FakeHubs
 ) -> None:
     # A listing made ahead is never passed on as a younger one's.
-    memory = memories.Memory()
-    await cycle(kube, hubs, memory, now=0)
-    kube.add_pod(NS, "c", labels={"app": "c"}, since=at(1))
-    await cycle(kube, hubs, memory, now=1)
+    memory = await c_joined(kube, hubs)
     assert memory.store_ahead is not None
     first = memory.store_ahead
     kube.terminate(NS, "a", at=at(1))  # its wait is over at 3: a's partitions are revoked
@@ -396,10 +393,7 @@ async def test_each_cycle_that_revokes_lists_the_blobs_itself(
 async def test_a_listing_made_ahead_too_long_ago_is_not_taken(
     kube: fakes.FakeKube, hubs: fakes.FakeHubs
 ) -> None:
-    memory = memories.Memory()
-    await cycle(kube, hubs, memory, now=0)
-    kube.add_pod(NS, "c", labels={"app": "c"}, since=at(1))
-    await cycle(kube, hubs, memory, now=1)
+    memory = await c_joined(kube, hubs)
     hubs.store.fence("3", 7)  # written by someone else after that listing
     kube.acknowledge(NS, "b")
     await cycle(kube, hubs, memory, now=2 + observing.AHEAD_SECONDS)
@@ -410,10 +404,7 @@ async def test_a_listing_made_ahead_too_long_ago_is_not_taken(
 async def test_a_listing_made_ahead_for_another_store_is_not_taken(
     kube: fakes.FakeKube, hubs: fakes.FakeHubs
 ) -> None:
-    memory = memories.Memory()
-    await cycle(kube, hubs, memory, now=0)
-    kube.add_pod(NS, "c", labels={"app": "c"}, since=at(1))
-    await cycle(kube, hubs, memory, now=1)
+    memory = await c_joined(kube, hubs)
     moved = copy.deepcopy(SPEC)
     moved["checkpointStore"]["containerName"] = "checkpoints-2"
     kube.set_spec(NS, NAME, moved)

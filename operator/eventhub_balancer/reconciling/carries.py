@@ -65,8 +65,8 @@ def read_record(previous: RecordRead | None, body: specs.ConsumerBody) -> Record
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class Derived:
-    """The writes `writes.derive` gave for these very arguments."""
+class Arguments:
+    """What `writes.derive` is given."""
 
     fleet: fleets.Fleet
     spec: specs.ConsumerSpec
@@ -75,29 +75,27 @@ class Derived:
     assignment: Mapping[models.PartitionId, models.Ownership]
     problems: Mapping[str, tuple[str, ...]]
     annotate_pods: bool
-    writes: writes.Writes
 
-    def serves(
-        self,
-        *,
-        fleet: fleets.Fleet,
-        spec: specs.ConsumerSpec,
-        consumer: str,
-        namespace: str,
-        assignment: Mapping[models.PartitionId, models.Ownership],
-        problems: Mapping[str, tuple[str, ...]],
-        annotate_pods: bool,
-    ) -> bool:
-        """Whether these are the arguments it was derived from (the cheap checks first)."""
+    def same_as(self, other: Arguments) -> bool:
+        """Whether ``other`` is these: the very fleet, the rest equal (the cheap checks
+        first)."""
         return (
-            self.fleet is fleet
-            and self.consumer == consumer
-            and self.namespace == namespace
-            and self.annotate_pods == annotate_pods
-            and (self.spec is spec or self.spec == spec)
-            and self.problems == problems
-            and self.assignment == assignment
+            self.fleet is other.fleet
+            and self.consumer == other.consumer
+            and self.namespace == other.namespace
+            and self.annotate_pods == other.annotate_pods
+            and (self.spec is other.spec or self.spec == other.spec)
+            and self.problems == other.problems
+            and self.assignment == other.assignment
         )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Derived:
+    """The writes `writes.derive` gave for these very arguments."""
+
+    arguments: Arguments
+    writes: writes.Writes
 
 
 def derive(
@@ -113,25 +111,20 @@ def derive(
 ) -> Derived:
     """`writes.derive` of these arguments: ``previous`` when it was derived from the same
     ones, else derived afresh."""
-    if previous is not None and previous.serves(
+    arguments = Arguments(
         fleet=fleet,
         spec=spec,
         consumer=consumer,
         namespace=namespace,
-        assignment=assignment,
-        problems=problems,
-        annotate_pods=annotate_pods,
-    ):
-        return previous
-    # Copies, so that what a later decision compares with cannot change under it.
-    return Derived(
-        fleet=fleet,
-        spec=spec,
-        consumer=consumer,
-        namespace=namespace,
+        # Copies, so that what a later decision compares with cannot change under it.
         assignment=types.MappingProxyType(dict(assignment)),
         problems=types.MappingProxyType(dict(problems)),
         annotate_pods=annotate_pods,
+    )
+    if previous is not None and previous.arguments.same_as(arguments):
+        return previous
+    return Derived(
+        arguments=arguments,
         writes=writes.derive(
             fleet=fleet,
             spec=spec,
