@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from eventhub_balancer import errors
-from eventhub_balancer_devstack.benchmarks import records
+from eventhub_balancer_devstack.benchmarks import records, recordviews
 
 PLANNER = [
     {"partitions": 32, "pods": 4, "case": "fresh", "ms": 0.131},
@@ -146,7 +146,7 @@ def test_the_caption_says_when_and_under_what_load_not_who() -> None:
 
 
 def test_planner_figures_are_one_row_per_fleet_one_column_per_case() -> None:
-    assert records.planner(PLANNER).splitlines() == [
+    assert recordviews.planner(PLANNER).splitlines() == [
         "| partitions | pods | fresh ms | join ms |",
         "| --- | --- | ---: | ---: |",
         "| 32 | 4 | 0.131 | 0.07 |",
@@ -155,7 +155,7 @@ def test_planner_figures_are_one_row_per_fleet_one_column_per_case() -> None:
 
 
 def test_balance_figures_compare_the_sdk_and_ours_step_by_step() -> None:
-    text = records.balance(BALANCE)
+    text = recordviews.balance(BALANCE)
     lines = text.splitlines()
     assert lines[2] == (
         "| scale 2 -> 6 | not within 120 s | 1.5 | > 80x | not within 120 s | 2.5 | - / - "
@@ -180,7 +180,7 @@ def test_the_balance_stages_name_the_partitions_moved_twice() -> None:
             "owner_changes": {"count": 11, "moved_twice": []},
         },
     ]
-    text = records.balance_stages({**BALANCE, "steps": steps})
+    text = recordviews.balance_stages({**BALANCE, "steps": steps})
     assert text.endswith(
         "(a partition moved twice counts twice): scale 2 -> 6: 21 (moved twice: 27); "
         "delete a pod: 11."
@@ -188,7 +188,7 @@ def test_the_balance_stages_name_the_partitions_moved_twice() -> None:
 
 
 def test_other_figures_are_a_figure_value_table() -> None:
-    text = records.generic({"send_events_per_s": 77395.2, "clients": 1, "ok": True})
+    text = recordviews.generic({"send_events_per_s": 77395.2, "clients": 1, "ok": True})
     assert text.splitlines() == [
         "| figure | value |",
         "| --- | ---: |",
@@ -252,10 +252,10 @@ def test_decide_figures_are_one_row_per_fleet_cold_and_split_at_the_planner() ->
             "outside_planner_ms": 6.5,
         },
     ]
-    lines = records.decide(result).splitlines()
+    lines = recordviews.decide(result).splitlines()
     assert lines[0] == (
         "| partitions | pods | cold (ms) | decision (ms) | planner (ms) | the rest (ms) |"
     )
     assert len(lines) == 4
     assert lines[3] == "| 1,024 | 64 | 12.5 | 7.4 | 0.9 | 6.5 |"
-    assert records.decide({"not": "a list"}) == records.generic({"not": "a list"})
+    assert recordviews.decide({"not": "a list"}) == recordviews.generic({"not": "a list"})

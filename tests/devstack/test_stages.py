@@ -16,7 +16,7 @@ from eventhub_balancer.cli import logformats
 from eventhub_balancer.consumer import partitions
 from eventhub_balancer.contracts import configmaps, specs
 from eventhub_balancer.handlers import cycles
-from eventhub_balancer_devstack.benchmarks import records, stagerecords, stages
+from eventhub_balancer_devstack.benchmarks import recordviews, stagerecords, stages
 
 T = 1_800_000_000.0
 SPEC = specs.parse_spec(
@@ -214,13 +214,13 @@ def test_cycle_lines_are_kept_and_the_rest_goes_on_as_before(
 def test_the_stage_tables_render_from_a_record() -> None:
     figure = {"median_ms": 12.5, "max_ms": 40.0, "count": 3}
     balance = {"steps": [{"step": "scale 2 -> 6", "stages": {"wake_to_decision": figure}}]}
-    text = records.balance_stages(balance)
+    text = recordviews.balance_stages(balance)
     assert "| wake -> decision | 12 / 40 (3) |" in text
     assert "pod change" not in text  # not measured: no row
-    assert "before the benchmark timed" in records.balance_stages({"steps": [{"step": "x"}]})
+    assert "before the benchmark timed" in recordviews.balance_stages({"steps": [{"step": "x"}]})
     operator = {"join_balanced_s": 1.0, "stages": {"join": {"wake_to_decision": figure}}}
-    assert "| join |" in records.operator_stages(operator).splitlines()[0] + " |"
-    assert "stages" not in records.operator(operator)
+    assert "| join |" in recordviews.operator_stages(operator).splitlines()[0] + " |"
+    assert "stages" not in recordviews.operator(operator)
 
 
 def test_a_release_at_shutdown_is_timed_from_its_final_checkpoint_to_the_operator() -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from eventhub_balancer import handoffs
-from eventhub_balancer_devstack.benchmarks import records
+from eventhub_balancer_devstack.benchmarks import records, recordviews
 from tests.support import paths
 
 ROOT = paths.REPOSITORY
@@ -192,8 +192,8 @@ def test_every_marker_names_a_record() -> None:
     def recorded(name: str) -> bool:
         if name in records.SERIES:  # a series: NAME-*.json, rendered as one table
             return any((DOCS / "benchmarks").glob(f"{name}-*.json"))
-        if name in records.ASPECTS:  # another view of a record: NAME-stages of NAME.json
-            name = records.ASPECTS[name][0]
+        if name in recordviews.ASPECTS:  # another view of a record: NAME-stages of NAME.json
+            name = recordviews.ASPECTS[name][0]
         return (DOCS / "benchmarks" / f"{name}.json").exists()
 
     assert sorted(n for n in names if not recorded(n)) == []

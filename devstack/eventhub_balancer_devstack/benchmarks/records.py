@@ -9,7 +9,7 @@ The docs site renders the records: its hook (``docs/hooks/figures.py``) replaces
 ``<!-- figures: NAME -->`` marker in a page with the tables of ``NAME.json`` (``expand``).
 The README, which no hook reads, carries the rendered tables between ``<!-- figures: NAME -->``
 and ``<!-- /figures -->``; ``refresh`` rewrites them in place, and a test fails when they
-differ from the records.
+differ from the records. How each benchmark's record reads as tables is `recordviews`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from eventhub_balancer import errors
-from eventhub_balancer_devstack.benchmarks import stages
+from eventhub_balancer_devstack.benchmarks import recordviews
 
 logger = logging.getLogger(__name__)
 
@@ -225,27 +225,6 @@ def read(name: str, *, directory: Path = DIRECTORY) -> Record:
 # -- rendering ---------------------------------------------------------------------------------
 
 
-def number(value: object) -> str:
-    """A figure as a table cell: thousands separated, at most six significant digits."""
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        return f"{value:,.6g}" if abs(value) >= 1 else f"{value:.3g}"
-    return str(value).replace("|", "\\|")
-
-
-def table(header: Sequence[str], rows: Sequence[Sequence[str]], *, numeric: int = 0) -> str:
-    """A Markdown table; the columns from ``numeric`` on hold figures and are right-aligned."""
-    align = ["---" if i < numeric else "---:" for i in range(len(header))]
-    lines = [f"| {' | '.join(header)} |", f"| {' | '.join(align)} |"]
-    lines += [f"| {' | '.join(row)} |" for row in rows]
-    return "\n".join(lines)
-
-
 def caption(record: Record) -> str:
     date = datetime.datetime.fromisoformat(record.date).astimezone(datetime.UTC)
     one, five, fifteen = record.load_average
@@ -254,251 +233,6 @@ def caption(record: Record) -> str:
         f"{one:.2f} / {five:.2f} / {fifteen:.2f} (1 / 5 / 15 min) at the end of the run."
     )
 
-
-def _flat(result: Mapping[str, object], prefix: str = "") -> list[tuple[str, object]]:
-    found: list[tuple[str, object]] = []
-    for key, value in result.items():
-        if isinstance(value, Mapping):
-            found += _flat(value, f"{prefix}{key}.")
-        elif not isinstance(value, list):
-            found.append((f"{prefix}{key}", value))
-    return found
-
-
-def _rows_table(rows: Sequence[Mapping[str, object]]) -> str:
-    header: list[str] = []
-    for row in rows:
-        header += [k for k in row if k not in header]
-    # Text columns (names, cases) first, so that the figures line up on the right.
-    header.sort(key=lambda k: all(isinstance(r.get(k), int | float | None) for r in rows))
-    figures = sum(all(isinstance(r.get(k), int | float | None) for r in rows) for k in header)
-    cells = [[number(row.get(k)) for k in header] for row in rows]
-    return table(header, cells, numeric=len(header) - figures)
-
-
-def generic(result: object) -> str:
-    """Any result: its scalars as a figure/value table, each list of objects as a table."""
-    if isinstance(result, list) and all(isinstance(r, Mapping) for r in result):
-        return _rows_table(result)
-    if not isinstance(result, Mapping):
-        return f"`{json.dumps(result)}`"
-    parts = []
-    scalars = _flat(result)
-    if scalars:
-        rows = [[f"`{k}`", number(v)] for k, v in scalars]
-        parts.append(table(["figure", "value"], rows, numeric=1))
-    for key, value in result.items():
-        if isinstance(value, list) and value and all(isinstance(r, Mapping) for r in value):
-            parts.append(f"`{key}`:\n\n{_rows_table(value)}")
-    return "\n\n".join(parts)
-
-
-def planner(result: object) -> str:
-    """``ehb bench planner``: one row per fleet, one column per case (ms per plan)."""
-    if not isinstance(result, list):
-        return generic(result)
-    cases: list[str] = []
-    fleets: dict[tuple[object, object], dict[str, object]] = {}
-    for figure in result:
-        if not isinstance(figure, Mapping):
-            return generic(result)
-        case = str(figure.get("case"))
-        cases += [case] if case not in cases else []
-        fleets.setdefault((figure.get("partitions"), figure.get("pods")), {})[case] = figure.get(
-            "ms"
-        )
-    header = ["partitions", "pods", *(f"{c} ms" for c in cases)]
-    rows = [
-        [number(p), number(n), *(number(times.get(c)) for c in cases)]
-        for (p, n), times in fleets.items()
-    ]
-    return table(header, rows, numeric=2)
-
-
-def _get(mapping: object, *keys: str) -> object:
-    for key in keys:
-        if not isinstance(mapping, Mapping):
-            return None
-        mapping = mapping.get(key)
-    return mapping
-
-
-def _seconds(value: object, *, timeout: object) -> str:
-    if value is None:
-        return f"not within {number(timeout)} s" if timeout is not None else "-"
-    return number(value)
-
-
-def _pair(step: object, key: str) -> str:
-    return f"{number(_get(step, 'sdk', key))} / {number(_get(step, 'ours', key))}"
-
-
-def balance(result: object) -> str:
-    """``ehb bench balance``: the SDK's balancer and ours, step by step, and the targets."""
-    steps = _get(result, "steps")
-    if not isinstance(steps, list):
-        return generic(result)
-    sdk_timeout = _get(result, "settings", "sdk_timeout_s")
-    ours_timeout = _get(result, "settings", "ours_timeout_s")
-    rows = []
-    for step in steps:
-        sdk = _get(step, "sdk", "balanced_s")
-        ours = _get(step, "ours", "balanced_s")
-        ratio = _get(step, "ratio")
-        if ratio is not None:
-            shown = f"{number(ratio)}x"
-        elif sdk is None and isinstance(ours, int | float) and isinstance(sdk_timeout, int | float):
-            # The SDK did not balance within its timeout: the ratio is at least this.
-            shown = f"> {sdk_timeout / ours:.0f}x" if ours > 0 else "-"
-        else:
-            shown = "-"
-        rows.append(
-            [
-                str(_get(step, "step")),
-                _seconds(sdk, timeout=sdk_timeout),
-                _seconds(ours, timeout=ours_timeout),
-                shown,
-                _seconds(_get(step, "sdk", "end_to_end_s"), timeout=sdk_timeout),
-                _seconds(_get(step, "ours", "end_to_end_s"), timeout=ours_timeout),
-                _pair(step, "failover_s"),
-                _pair(step, "moved"),
-                _pair(step, "duplicates"),
-                _pair(step, "lost"),
-            ]
-        )
-    header = [
-        "step",
-        "SDK balanced s",
-        "ours balanced s",
-        "ratio",
-        "SDK end to end s",
-        "ours end to end s",
-        "failover s SDK / ours",
-        "moved SDK / ours",
-        "duplicates SDK / ours",
-        "lost SDK / ours",
-    ]
-    parts = [table(header, rows, numeric=1)]
-    settings = _get(result, "settings")
-    parts.append(
-        f"{number(_get(settings, 'partitions'))} -> {number(_get(settings, 'grow_to'))} "
-        f"partitions, {number(_get(settings, 'rate'))} events/s, a "
-        f"{number(_get(settings, 'interval_seconds'))} s cycle for both. In all: produced "
-        f"{_pair(result, 'produced')}, duplicates {_pair(result, 'duplicates')}, lost "
-        f"{_pair(result, 'lost')} (SDK / ours). Ratio SDK / ours over the steps both balanced: "
-        f"{number(_get(result, 'ratio_balanced_s'))} (balanced), "
-        f"{number(_get(result, 'ratio_end_to_end_s'))} (end to end)."
-    )
-    targets = _get(result, "targets")
-    if isinstance(targets, Mapping) and targets:
-        target_rows = [
-            [
-                f"`{name}`",
-                str(_get(t, "target")),
-                number(_get(t, "measured")),
-                "met" if _get(t, "met") else "not met",
-            ]
-            for name, t in targets.items()
-        ]
-        parts.append(table(["target", "wanted", "measured (ours)", ""], target_rows, numeric=2))
-    return "\n\n".join(parts)
-
-
-#: The columns of ``ehb bench decide --json`` (`decide`).
-DECIDE_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("partitions", "partitions"),
-    ("pods", "pods"),
-    ("cold_ms", "cold (ms)"),
-    ("decide_ms", "decision (ms)"),
-    ("planner_ms", "planner (ms)"),
-    ("outside_planner_ms", "the rest (ms)"),
-)
-
-
-def decide(result: object) -> str:
-    """``ehb bench decide``: one row per fleet, the decision cold, and warm split at the
-    planner."""
-    if not (isinstance(result, list) and all(isinstance(r, Mapping) for r in result)):
-        return generic(result)
-    rows = [[number(_get(r, key)) for key, _ in DECIDE_COLUMNS] for r in result]
-    return table([title for _, title in DECIDE_COLUMNS], rows, numeric=0)
-
-
-def _ms(value: object) -> str:
-    """Milliseconds to the millisecond: the records' clocks say no more."""
-    return f"{value:,.0f}" if isinstance(value, int | float) else number(value)
-
-
-def _stage_table(steps: Sequence[tuple[str, object]]) -> str:
-    """One row per stage, one column per step: median / max milliseconds (count)."""
-    rows = []
-    for key, title in stages.STAGES:
-        cells = []
-        for _, found in steps:
-            figure = _get(found, key)
-            cells.append(
-                "-"
-                if not isinstance(figure, Mapping)
-                else f"{_ms(figure.get('median_ms'))} / {_ms(figure.get('max_ms'))} "
-                f"({number(figure.get('count'))})"
-            )
-        if any(c != "-" for c in cells):
-            rows.append([title, *cells])
-    return table(["stage", *(name for name, _ in steps)], rows, numeric=1)
-
-
-def balance_stages(result: object) -> str:
-    """``ehb bench balance``: where each of our steps' time went (`stages`)."""
-    steps = _get(result, "steps")
-    if not isinstance(steps, list) or not any(
-        isinstance(_get(s, "stages"), Mapping) for s in steps
-    ):
-        return "This record was taken before the benchmark timed the stages."
-    parts = [_stage_table([(str(_get(s, "step")), _get(s, "stages")) for s in steps])]
-    counted = []
-    for step in steps:
-        changes = _get(step, "owner_changes")
-        if not isinstance(changes, Mapping):
-            continue
-        twice = changes.get("moved_twice") or []
-        shown = f" (moved twice: {', '.join(map(str, twice))})" if twice else ""
-        counted.append(f"{_get(step, 'step')}: {number(changes.get('count'))}{shown}")
-    if counted:
-        parts.append(
-            "Partitions given to a pod at a new epoch, from the operator's committed ConfigMap "
-            "writes (a partition moved twice counts twice): " + "; ".join(counted) + "."
-        )
-    return "\n\n".join(parts)
-
-
-def operator_stages(result: object) -> str:
-    """``ehb bench operator``: where a join's, a planned leave's and a deletion's time went."""
-    found = _get(result, "stages")
-    if not isinstance(found, Mapping) or not found:
-        return "This record was taken before the benchmark timed the stages."
-    return _stage_table([(str(step).replace("_", " "), s) for step, s in found.items()])
-
-
-def operator(result: object) -> str:
-    """``ehb bench operator``: its figures; the stages go to their own marker."""
-    if isinstance(result, Mapping):
-        result = {k: v for k, v in result.items() if k != "stages"}
-    return generic(result)
-
-
-#: Benchmarks whose figures read better in a shape of their own; the rest are ``generic``.
-VIEWS: Mapping[str, Callable[[object], str]] = {
-    "planner": planner,
-    "balance": balance,
-    "decide": decide,
-    "operator": operator,
-}
-
-#: Markers that show another view of a record, ``NAME-stages`` for the stages of ``NAME``.
-ASPECTS: Mapping[str, tuple[str, Callable[[object], str]]] = {
-    "balance-stages": ("balance", balance_stages),
-    "operator-stages": ("operator", operator_stages),
-}
 
 #: The columns of a series of ``ehb bench operator --json`` records (`operator_series`).
 OPERATOR_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -521,13 +255,17 @@ def operator_series(records: Sequence[Record]) -> str:
     ordered = sorted(
         records,
         key=lambda r: tuple(
-            float(str(_get(r.result, key) or 0)) for key in ("consumers", "partitions", "pods")
+            float(str(recordviews.value_at(r.result, key) or 0))
+            for key in ("consumers", "partitions", "pods")
         ),
     )
-    rows = [[number(_get(r.result, key)) for key, _ in OPERATOR_COLUMNS] for r in ordered]
+    rows = [
+        [recordviews.number(recordviews.value_at(r.result, key)) for key, _ in OPERATOR_COLUMNS]
+        for r in ordered
+    ]
     header = [title for _, title in OPERATOR_COLUMNS]
     notes = "\n".join(f"- {caption(r)}" for r in ordered)
-    return f"{table(header, rows, numeric=0)}\n\n{notes}\n"
+    return f"{recordviews.table(header, rows, numeric=0)}\n\n{notes}\n"
 
 
 #: Markers that name a series: every record ``NAME-*.json``, rendered together as one table.
@@ -545,7 +283,7 @@ def read_series(name: str, *, directory: Path = DIRECTORY) -> list[Record]:
 
 def render(record: Record) -> str:
     """The Markdown for a record: its tables, then where and under what load it was taken."""
-    view = VIEWS.get(record.benchmark, generic)
+    view = recordviews.VIEWS.get(record.benchmark, recordviews.generic)
     return f"{view(record.result)}\n\n{caption(record)}\n"
 
 
@@ -553,8 +291,8 @@ def render_name(name: str, *, directory: Path = DIRECTORY) -> str:
     """The Markdown for a marker: a series' table, or one record's tables."""
     if name in SERIES:
         return SERIES[name](read_series(name, directory=directory))
-    if name in ASPECTS:
-        record_name, view = ASPECTS[name]
+    if name in recordviews.ASPECTS:
+        record_name, view = recordviews.ASPECTS[name]
         record = read(record_name, directory=directory)
         return f"{view(record.result)}\n\n{caption(record)}\n"
     return render(read(name, directory=directory))
