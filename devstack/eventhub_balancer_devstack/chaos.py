@@ -66,125 +66,30 @@ The checkpoints are sampled directly from Azurite (not through the proxy) every
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import dataclasses
-import json
 import logging
-import random
 import time
-from collections.abc import Iterable, Mapping
-from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
-from eventhub_balancer import errors, runners
-from eventhub_balancer.adapters import blobs, checkpointing
-from eventhub_balancer.contracts import configmaps
-from eventhub_balancer_devstack import azurite, chaoshandlers, epochledgers, faultproxy
+from eventhub_balancer_devstack import (
+    azurite,
+    chaosfaults,
+    chaoshandlers,
+    chaoswatches,
+    faultproxy,
+)
 from eventhub_balancer_devstack.scenarios import runs, systems
 
 logger = logging.getLogger(__name__)
 
 #: How often the checkpoint blobs are read for the invariants.
-SAMPLE_S = 0.2
+SAMPLE_S = chaoswatches.SAMPLE_S
 #: The longest wait for recovery after the faults stop. Far above the strict bound
 #: (``ChaosOptions.recovery_bound_s``, what the report's ``ok`` checks) so that a slow machine
 #: still measures how long recovery took instead of reporting that it never came.
 RECOVERY_TIMEOUT_S = 60.0
-#: The longest outage of the Kubernetes API; a run also never pauses for more than half of
-#: its fault time, nor beyond its end.
-APIPAUSE_MAX_S = 60.0
-#: The longest wait for a fence to catch after a ``midfence`` fault armed the lease trap.
-MIDFENCE_WAIT_S = 10.0
-#: The pods' ``--stuck-seconds``, and how long a ``hang`` fault's handler call sleeps.
-STUCK_SECONDS = 3.0
-HANG_SECONDS = STUCK_SECONDS + 2.0
-#: How late a ``watchlag`` fault delivers watch events: above the operator's 60 s wait for
-#: the echo of its own writes, as in the failure that issue 24 of this project replays.
-WATCHLAG_S = 75.0
-#: The longest a ``watchlag`` fault lasts (it also ends with the run's faults).
-WATCHLAG_MAX_S = 150.0
-#: The resources whose watches a ``watchlag`` fault delays: the operator's record (the CR)
-#: and what it told the pods (their ConfigMaps).
-WATCHLAG_PLURALS = ("eventhubconsumers", "configmaps")
-#: How long a ``relist`` fault ends streams and answers resumes with 410 Gone; a stream
-#: opened meanwhile (after its client listed again) lives `RELIST_STREAM_S` first.
-RELIST_S = 2.0
-RELIST_STREAM_S = 1.0
-#: How long a ``watchstall`` fault keeps the pod watches silent: beyond kopf's 70 s
-#: inactivity timeout, so that kopf's reconnection meets the same silence.
-WATCHSTALL_S = 80.0
 #: The failure policy of the chaos run's CR: a poison batch is dead-lettered after this many
 #: attempts.
 MAX_ATTEMPTS = 3
-
-FAULTS = (
-    "kill",
-    "delete",
-    "operator",
-    "blob",
-    "amqp",
-    "poison",
-    "hang",
-    "apipause",
-    "midfence",
-    "specchange",
-    "watchlag",
-    "relist",
-    "watchstall",
-)
-#: Faults committed at most once per run (each is long, or moves every partition).
-ONCE = frozenset({"apipause", "specchange", "watchlag", "watchstall"})
-#: Faults that need the Kubernetes API answering (skipped while it is paused).
-NEED_API = frozenset({"operator", "midfence", "apipause"})
-
-
-def parse_faults(text: str) -> tuple[str, ...]:
-    """``--faults kill,poison`` -> the kinds, in `FAULTS` order; ``all`` (or empty) is all."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if not names or names == ["all"]:
-        return FAULTS
-    unknown = sorted(set(names) - set(FAULTS))
-    if unknown:
-        raise errors.InvalidInput(
-            "--faults",
-            f"unknown fault kind(s) {', '.join(unknown)}: use 'all' or a comma-separated "
-            f"list of {', '.join(FAULTS)}",
-        )
-    return tuple(f for f in FAULTS if f in names)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ChaosOptions:
-    duration_s: float = 30.0
-    pods: int = 3
-    partitions: int = 8
-    rate: float = 100.0
-    interval_seconds: int = 2
-    pod_grace_seconds: int = 3
-    handoff_timeout_seconds: int = 5
-    #: Seconds between two faults: uniform in this range.
-    gap_s: tuple[float, float] = (1.0, 3.0)
-    seed: int = 0
-    faults: tuple[str, ...] = FAULTS
-    drain_timeout_s: float = 90.0
-    work_dir: Path | None = None
-
-    def __post_init__(self) -> None:
-        if self.duration_s <= 0:
-            raise errors.InvalidInput("--seconds", f"{self.duration_s} is not above 0")
-        if not self.faults:
-            raise errors.InvalidInput("--faults", f"name at least one of {', '.join(FAULTS)}")
-        parse_faults(",".join(self.faults))
-
-    @property
-    def recovery_bound_s(self) -> float:
-        """One cycle plus 2 s: the issue's bound on recovery after the last fault."""
-        return float(self.interval_seconds + 2)
-
-    @property
-    def apipause_s(self) -> float:
-        return min(APIPAUSE_MAX_S, self.duration_s / 2)
 
 
 class ChaosReport(TypedDict):
@@ -226,405 +131,6 @@ class ChaosReport(TypedDict):
     ok: bool
 
 
-# -- dead letters
-
-
-def deadletter_prefix(*, hub: str, consumer_group: str) -> str:
-    """Where a pod dead-letters batches, next to the checkpoints (lower-cased, as they are)."""
-    return f"{systems.FULLY_QUALIFIED_NAMESPACE}/{hub}/{consumer_group}/deadletter/".lower()
-
-
-def parse_deadletter(data: bytes) -> list[tuple[str, int]]:
-    """The ``(partition, sequence number)`` of each event in a dead-letter blob.
-
-    Raises ValueError when the blob is not JSON with an ``events`` list of objects with a
-    ``partition`` and an integer ``sequenceNumber``.
-    """
-    body = json.loads(data)
-    events = body.get("events") if isinstance(body, dict) else None
-    if not isinstance(events, list):
-        raise ValueError("no 'events' list")
-    result = []
-    for event in events:
-        if not isinstance(event, dict):
-            raise ValueError(f"an event is not an object: {event!r:.80}")
-        partition, sequence = event.get("partition"), event.get("sequenceNumber")
-        if partition is None or isinstance(sequence, bool) or not isinstance(sequence, int):
-            raise ValueError(f"an event without partition and sequenceNumber: {event!r:.80}")
-        result.append((str(partition), sequence))
-    return result
-
-
-def account(
-    missing: Iterable[tuple[str, int]], dead_lettered: Iterable[tuple[str, int]]
-) -> list[tuple[str, int]]:
-    """The events still lost once the dead-lettered ones count as accounted for."""
-    accounted = set(dead_lettered)
-    return [event for event in missing if event not in accounted]
-
-
-def progressing(
-    targets: Mapping[str, int],
-    *,
-    checkpoints: Mapping[str, int],
-    processed: Mapping[str, int],
-) -> bool:
-    """Every partition took up its work again: its checkpoint (sequence number) or the
-    highest sequence number processed is at or past ``targets[partition]`` (the last event
-    produced before the faults ended; -1 when there was none)."""
-    return all(
-        target < 0 or max(checkpoints.get(p, -1), processed.get(p, -1)) >= target
-        for p, target in targets.items()
-    )
-
-
-# -- the checkpoint watch
-
-
-class CheckpointWatch:
-    """Samples every checkpoint blob of every location the run used, on the scenario's loop,
-    and keeps the violations. `follow` adds a location (after a spec change)."""
-
-    def __init__(self, *, site: systems.Site) -> None:
-        self.site = site
-        self.regressions: list[str] = []
-        self.conflicts: list[str] = []
-        self.samples = 0
-        self.containers = [site.container]
-        #: (container, partition) -> (sequence number, epoch, owner) last seen.
-        self.last: dict[tuple[str, str], tuple[int, int, str]] = {}
-        self._owners: dict[tuple[str, str, int], str] = {}
-        self._stop = asyncio.Event()
-        self._done: Any = None
-
-    @property
-    def current(self) -> str:
-        return self.containers[-1]
-
-    def follow(self, container: str) -> None:
-        self.containers = [*self.containers, container]
-
-    def positions(self) -> dict[str, int]:
-        """partition -> checkpoint sequence number in the current location."""
-        current = self.current
-        return {p: last[0] for (c, p), last in self.last.items() if c == current}
-
-    def start(self, loop: runners.BackgroundLoop) -> None:
-        self._done = loop.submit(self._run())
-
-    def stop(self, loop: runners.BackgroundLoop) -> None:
-        loop.call_soon(self._stop.set)
-        done = self._done
-        if done is not None:
-            with contextlib.suppress(Exception):
-                done.result(timeout=10)
-
-    def check(self, checkpoints: list[checkpointing.Checkpoint], *, container: str = "") -> None:
-        container = container or self.site.container
-        for cp in checkpoints:
-            where = f"{container}: partition {cp.partition}"
-            before = self.last.get((container, cp.partition))
-            if before is not None:
-                sequence, epoch, owner = before
-                if cp.sequence_number < sequence:
-                    self.regressions.append(f"{where}: sequence {sequence} -> {cp.sequence_number}")
-                if cp.epoch < epoch:
-                    self.conflicts.append(
-                        f"{where}: epoch {epoch} ({owner}) -> {cp.epoch} ({cp.owner_id})"
-                    )
-            known = self._owners.setdefault((container, cp.partition, cp.epoch), cp.owner_id)
-            if known != cp.owner_id:
-                self.conflicts.append(
-                    f"{where}: epoch {cp.epoch} written by {known} and {cp.owner_id}"
-                )
-            self.last[(container, cp.partition)] = (cp.sequence_number, cp.epoch, cp.owner_id)
-
-    async def _run(self) -> None:
-        stores: dict[str, checkpointing.CheckpointStore] = {}
-        async with contextlib.AsyncExitStack() as opened:
-            while not self._stop.is_set():
-                for container in list(self.containers):
-                    try:
-                        if container not in stores:
-                            stores[container] = await self._open(opened, container)
-                        checkpoints = await stores[container].list()
-                    except Exception as e:  # Azurite itself is never faulted; log and go on
-                        logger.warning("checkpoint sample of %s failed: %s", container, e)
-                        continue
-                    self.check(checkpoints, container=container)
-                self.samples += 1
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), timeout=SAMPLE_S)
-
-    async def _open(
-        self, opened: contextlib.AsyncExitStack, container_name: str
-    ) -> checkpointing.CheckpointStore:
-        container = await opened.enter_async_context(
-            blobs.open_container(
-                container_name=container_name,
-                connection_string=self.site.stack.blob_connection_string,
-            )
-        )
-        return checkpointing.CheckpointStore(
-            container,
-            fully_qualified_namespace=systems.FULLY_QUALIFIED_NAMESPACE,
-            eventhub_name=self.site.hub,
-            consumer_group=systems.CONSUMER_GROUP,
-            owner_id="chaos-watch",
-        )
-
-
-async def read_deadletters(
-    *, connection_string: str, containers: Iterable[str], prefix: str
-) -> tuple[list[tuple[str, int]], list[str]]:
-    """Every dead-lettered event in ``containers`` under ``prefix``, and the unreadable blobs."""
-    events: list[tuple[str, int]] = []
-    unreadable: list[str] = []
-    for name in containers:
-        async with blobs.open_container(
-            container_name=name, connection_string=connection_string
-        ) as container:
-            async for item in container.list_blobs(name_starts_with=prefix):
-                data = await (await container.download_blob(item.name)).readall()
-                try:
-                    events.extend(parse_deadletter(data))
-                except ValueError as e:
-                    unreadable.append(f"{name}/{item.name}: {e}")
-    return events, unreadable
-
-
-# -- the faults
-
-
-class Chaos:
-    """Commits the faults against a started scenario, on the caller's thread."""
-
-    def __init__(
-        self,
-        *,
-        scenario: runs.ScenarioRun,
-        system: systems.OursSystem,
-        proxy: faultproxy.FaultProxy,
-        watch: CheckpointWatch,
-        options: ChaosOptions,
-    ) -> None:
-        self.scenario = scenario
-        self.system = system
-        self.proxy = proxy
-        self.watch = watch
-        self.options = options
-        self.rng = random.Random(options.seed)
-        self.faults = dict.fromkeys(options.faults, 0)
-        self._blob_faults_on = False
-        self._resume_at: float | None = None
-        self._hang_tickets = 0
-        self._tried: set[str] = set()
-        self.ledger = epochledgers.EpochLedger()
-        #: Writes that fell out of the API server's write record unread (the audit missed them).
-        self.unaudited = 0
-
-    @property
-    def kubelet(self) -> Any:
-        assert self.scenario.kubelet is not None
-        return self.scenario.kubelet
-
-    def choices(self) -> list[str]:
-        """The kinds that may come next: not used up, and not needing a paused API; the
-        kinds not tried yet first (the API pause last of them), so that a run covers every
-        kind it has time for."""
-        paused = self._resume_at is not None
-        allowed = [
-            f
-            for f in self.options.faults
-            if not (f in ONCE and self.faults[f]) and not (paused and f in NEED_API)
-        ]
-        pending = [f for f in allowed if f not in self._tried]
-        if len(pending) > 1 and "apipause" in pending:
-            pending.remove("apipause")  # the pause holds back the kinds that need the API
-        return pending or allowed
-
-    def act(self, fault: str, *, deadline: float) -> None:
-        self._tried.add(fault)
-        names = self.kubelet.names()
-        logger.info("chaos: %s", fault)
-        if fault == "kill" and names:
-            self.kubelet.kill(self.rng.choice(names))
-        elif fault == "delete" and names:
-            self.kubelet.delete(self.rng.choice(names))
-            self.kubelet.create()
-        elif fault == "operator":
-            self.system.stop_operator()
-            self.system.start_operator()
-        elif fault == "blob":
-            if self._blob_faults_on:
-                self.proxy.faults.clear()
-            else:
-                self.proxy.faults.set(
-                    delay=0.05,
-                    delay_rate=0.3,
-                    status_5xx_rate=0.15,
-                    drop_rate=0.05,
-                    drop_response_rate=0.05,
-                    burst_412=3,
-                    seed=self.rng.randrange(1 << 30),
-                )
-            self._blob_faults_on = not self._blob_faults_on
-        elif fault == "amqp":
-            self.scenario.site.stack.eventhubs.disconnect_all()
-        elif fault == "poison":
-            assert self.scenario.producer is not None
-            self.scenario.producer.poison(self.rng.choice(self.scenario.site.partitions()))
-        elif fault == "hang":
-            self._hang_tickets += 1
-            ticket = (
-                self.scenario.site.record_dir / f"{chaoshandlers.HANG_TICKET}{self._hang_tickets}"
-            )
-            ticket.touch()
-        elif fault == "apipause":
-            pause_s = min(self.options.apipause_s, max(0.0, deadline - time.monotonic()))
-            self.scenario.site.stack.kube.pause(exempt_tokens=[runs.KUBELET_TOKEN])
-            self._resume_at = time.monotonic() + pause_s
-            logger.info("chaos: the Kubernetes API is paused for %.1f s", pause_s)
-        elif fault == "midfence":
-            if not self.midfence(names):
-                return
-        elif fault == "specchange":
-            self.change_container()
-        elif fault == "watchlag":
-            if not self.lag_watches(deadline=deadline):
-                return
-        elif fault == "watchstall":
-            stall_s = min(WATCHSTALL_S, deadline - time.monotonic())
-            if stall_s < 1.0:
-                return
-            self.scenario.site.stack.kube.inject_watch_fault(
-                "stall", seconds=stall_s, plural="pods"
-            )
-            logger.info("chaos: the pod watches are silent for %.1f s", stall_s)
-        elif fault == "relist":
-            kube = self.scenario.site.stack.kube
-            kube.inject_watch_fault("close", seconds=RELIST_S, close_after_s=RELIST_STREAM_S)
-            kube.inject_watch_fault("gone", seconds=RELIST_S)
-        self.faults[fault] += 1
-
-    def lag_watches(self, *, deadline: float) -> bool:
-        """Delay the CR and ConfigMap watches until the faults stop; False with no time left."""
-        window = min(WATCHLAG_MAX_S, deadline - time.monotonic())
-        if window < 1.0:
-            return False
-        kube = self.scenario.site.stack.kube
-        for plural in WATCHLAG_PLURALS:
-            kube.inject_watch_fault("lag", seconds=window, plural=plural, lag_s=WATCHLAG_S)
-        logger.info(
-            "chaos: the %s watches lag %g s for %.1f s",
-            "/".join(WATCHLAG_PLURALS),
-            WATCHLAG_S,
-            window,
-        )
-        return True
-
-    def audit(self) -> None:
-        """Feed the epoch ledger the writes the API server committed since the last call."""
-        taken = self.scenario.site.stack.kube.take_writes()
-        self.unaudited += taken.dropped
-        self.ledger.feed(epochledgers.Write(type=e.type, body=e.body) for e in taken.events)
-
-    def midfence(self, names: list[str]) -> bool:
-        """Catch the next fence's lease and SIGKILL its pod; False when none came in time."""
-        if not names:
-            return False
-        faults = self.proxy.faults
-        faults.arm_lease_trap()
-        try:
-            # A replacement makes the operator move partitions, so fences follow.
-            self.kubelet.delete(self.rng.choice(names))
-            self.kubelet.create()
-            deadline = time.monotonic() + MIDFENCE_WAIT_S
-            while (path := faults.lease_trapped()) is None and time.monotonic() < deadline:
-                time.sleep(runs.POLL_S / 5)
-                self.scenario.observe()
-            if path is None:
-                logger.info("chaos: midfence: no fence came within %g s", MIDFENCE_WAIT_S)
-                return False
-            partition = path.rstrip("/").rsplit("/", 1)[-1]
-            pod = self.assignee(partition)
-            if pod is None or pod not in self.kubelet.names():
-                logger.info("chaos: midfence: partition %s has no live assignee", partition)
-                return False
-            logger.info("chaos: midfence: SIGKILL %s fencing partition %s", pod, partition)
-            self.kubelet.kill(pod)
-            return True
-        finally:
-            faults.release_lease_trap()
-
-    def assignee(self, partition: str) -> str | None:
-        """The pod whose ConfigMap assigns ``partition`` (owned), read from the store."""
-        site = self.scenario.site
-        for cm in site.stack.kube.list_objects(
-            "v1/configmaps", namespace=site.namespace, label_selector=configmaps.LABEL_POD
-        ):
-            parsed = configmaps.parse_data(cm.get("data") or {})
-            if parsed.consumer != site.consumer:
-                continue
-            for p, entry in parsed.partitions.items():
-                if str(p) == partition and entry.state == "owned":
-                    return parsed.pod
-        return None
-
-    def change_container(self) -> None:
-        site = self.scenario.site
-        name = f"{site.container}-b"
-        site.loop.run(systems.ensure_container(site.stack.blob_connection_string, name))
-        self.watch.follow(name)
-        site.stack.kube.patch_object(
-            systems.CR,
-            site.consumer,
-            {"spec": {"checkpointStore": {"containerName": name}}},
-            namespace=site.namespace,
-        )
-        logger.info("chaos: checkpoint container %s -> %s", site.container, name)
-
-    def resume_if_due(self, *, force: bool = False) -> None:
-        if self._resume_at is not None and (force or time.monotonic() >= self._resume_at):
-            self.scenario.site.stack.kube.resume()
-            self._resume_at = None
-            logger.info("chaos: the Kubernetes API answers again")
-
-    def run_faults(self, duration_s: float) -> None:
-        deadline = time.monotonic() + duration_s
-        while time.monotonic() < deadline:
-            self.resume_if_due()
-            choices = self.choices()
-            if choices:
-                self.act(self.rng.choice(choices), deadline=deadline)
-            wait = self.rng.uniform(*self.options.gap_s)
-            until = min(deadline, time.monotonic() + wait)
-            while time.monotonic() < until:
-                time.sleep(runs.POLL_S)
-                self.resume_if_due()
-                self.scenario.observe()
-                self.audit()
-
-    def hang_ends(self) -> float:
-        """When the last hang that began ends (monotonic; 0 without one): a hanging
-        handler's partition cannot progress before, so the fault lasts until then."""
-        began = chaoshandlers.hangs_began(self.scenario.site.record_dir)
-        if not began:
-            return 0.0
-        offset = time.time() - time.monotonic()
-        return max(began) + HANG_SECONDS - offset
-
-    def stop_faults(self) -> None:
-        chaoshandlers.cancel_hangs(self.scenario.site.record_dir)
-        self.resume_if_due(force=True)
-        self.scenario.site.stack.kube.clear_watch_faults()
-        self.proxy.faults.clear()
-        self._blob_faults_on = False
-        if self.system.operator is None:
-            self.system.start_operator()
-        self.kubelet.scale(self.options.pods)
-
-
 def _partition_key(partition: str) -> tuple[int, str]:
     return (int(partition), partition) if partition.isdigit() else (1 << 30, partition)
 
@@ -633,7 +139,7 @@ def _elapsed(since: float) -> float:
     return round(time.monotonic() - since, 3)
 
 
-def run(options: ChaosOptions, *, observer: runs.Observer) -> ChaosReport:
+def run(options: chaosfaults.ChaosOptions, *, observer: runs.Observer) -> ChaosReport:
     hub = "chaos"
     with (
         runs.local_stack(hubs={hub: options.partitions}, work_dir=options.work_dir) as (
@@ -657,8 +163,8 @@ def run(options: ChaosOptions, *, observer: runs.Observer) -> ChaosReport:
             pod_grace_seconds=options.pod_grace_seconds,
             handoff_timeout_seconds=options.handoff_timeout_seconds,
             handler=f"{chaoshandlers.__name__}:process",
-            consume_args=("--stuck-seconds", str(STUCK_SECONDS)),
-            env={chaoshandlers.ENV_HANG_SECONDS: str(HANG_SECONDS)},
+            consume_args=("--stuck-seconds", str(chaosfaults.STUCK_SECONDS)),
+            env={chaoshandlers.ENV_HANG_SECONDS: str(chaosfaults.HANG_SECONDS)},
             processing={"maxAttempts": MAX_ATTEMPTS, "onFailure": "deadLetter"},
         )
         scenario = runs.ScenarioRun(
@@ -677,8 +183,10 @@ def run(options: ChaosOptions, *, observer: runs.Observer) -> ChaosReport:
             ),
             observer=observer,
         )
-        watch = CheckpointWatch(site=site)
-        chaos = Chaos(scenario=scenario, system=system, proxy=proxy, watch=watch, options=options)
+        watch = chaoswatches.CheckpointWatch(site=site)
+        chaos = chaosfaults.Chaos(
+            scenario=scenario, system=system, proxy=proxy, watch=watch, options=options
+        )
         # Before the operator starts: the epoch audit must see every assignment.
         stack.kube.record_writes("v1/configmaps", systems.CR)
         scenario.start()
@@ -707,7 +215,7 @@ def run(options: ChaosOptions, *, observer: runs.Observer) -> ChaosReport:
                 if (
                     ready_s is not None
                     and snapshot.balanced
-                    and progressing(
+                    and chaoswatches.progressing(
                         targets, checkpoints=watch.positions(), processed=scenario.tally.highest
                     )
                 ):
@@ -719,7 +227,7 @@ def run(options: ChaosOptions, *, observer: runs.Observer) -> ChaosReport:
                 time.sleep(runs.POLL_S)
                 chaos.audit()
             scenario.drain(
-                lambda produced: progressing(
+                lambda produced: chaoswatches.progressing(
                     {p: n - 1 for p, n in produced.items()},
                     checkpoints=watch.positions(),
                     processed=scenario.tally.highest,
@@ -735,10 +243,12 @@ def run(options: ChaosOptions, *, observer: runs.Observer) -> ChaosReport:
                 else []
             )
             dead, unreadable = loop.run(
-                read_deadletters(
+                chaoswatches.read_deadletters(
                     connection_string=stack.blob_connection_string,
                     containers=watch.containers,
-                    prefix=deadletter_prefix(hub=hub, consumer_group=systems.CONSUMER_GROUP),
+                    prefix=chaoswatches.deadletter_prefix(
+                        hub=hub, consumer_group=systems.CONSUMER_GROUP
+                    ),
                 )
             )
         finally:
@@ -746,7 +256,7 @@ def run(options: ChaosOptions, *, observer: runs.Observer) -> ChaosReport:
             scenario.stop()
         summary = scenario.summary()
         produced = scenario.produced_by_partition()
-        lost = account(scenario.tally.missing(produced), dead)
+        lost = chaoswatches.account(scenario.tally.missing(produced), dead)
     dead_lettered = len(set(dead))
     problems = []
     if lost:

@@ -56,14 +56,14 @@ def parse_gap(text: str) -> tuple[float, float]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from eventhub_balancer_devstack import chaos, terminalviews
+    from eventhub_balancer_devstack import chaos, chaosfaults, terminalviews
 
     if args.seconds <= 0:
         raise errors.InvalidInput("--seconds", "must be above 0")
-    options = chaos.ChaosOptions(
+    options = chaosfaults.ChaosOptions(
         duration_s=args.seconds,
         seed=args.seed,
-        faults=chaos.parse_faults(args.faults),
+        faults=chaosfaults.parse_faults(args.faults),
         gap_s=parse_gap(args.gap),
         work_dir=args.work_dir,
     )

@@ -1,4 +1,4 @@
-"""Chaos: every fault kind of `chaos.FAULTS` (pod kills and replacements, operator restarts,
+"""Chaos: every fault kind of `chaosfaults.FAULTS` (pod kills and replacements, operator restarts,
 Blob Storage faults, dropped Event Hubs connections, poison events, a hanging handler, a
 paused Kubernetes API, a pod killed mid-fence, a spec change, lagging, re-listed and
 silent watches) under bounded load for a bounded time.
@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from eventhub_balancer_devstack import chaos
+from eventhub_balancer_devstack import chaos, chaosfaults
 
 #: Long enough for every kind to come up once on most schedules (the run takes about 45 s).
 SECONDS = float(os.environ.get("EHB_CHAOS_SECONDS", "30"))
 SEED = int(os.environ.get("EHB_CHAOS_SEED", "1"))
-FAULTS = chaos.parse_faults(os.environ.get("EHB_CHAOS_FAULTS", "all"))
+FAULTS = chaosfaults.parse_faults(os.environ.get("EHB_CHAOS_FAULTS", "all"))
 #: Start-up, recovery and the drain on top of the faults themselves (a bound, not a target:
 #: the run takes about 60-90 s on 2 shared cores).
 OVERHEAD_S = 240
@@ -32,7 +32,7 @@ OVERHEAD_S = 240
 @pytest.mark.timeout(SECONDS + OVERHEAD_S)
 def test_invariants_hold_under_faults(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="eventhub_balancer_devstack.chaos")
-    options = chaos.ChaosOptions(
+    options = chaosfaults.ChaosOptions(
         duration_s=SECONDS, seed=SEED, faults=FAULTS, work_dir=tmp_path / "chaos"
     )
     report = chaos.run(options, observer=lambda _: None)

@@ -13,32 +13,32 @@ import pytest
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import checkpointing
-from eventhub_balancer_devstack import chaos, chaoshandlers, recording
+from eventhub_balancer_devstack import chaosfaults, chaoshandlers, chaoswatches, recording
 from eventhub_balancer_devstack.scenarios import producing
 
 
 def test_faults_default_to_all_and_keep_their_order() -> None:
-    assert chaos.parse_faults("all") == chaos.FAULTS
-    assert chaos.parse_faults("") == chaos.FAULTS
-    assert chaos.parse_faults("poison, kill") == ("kill", "poison")
-    assert {"poison", "hang", "apipause", "midfence", "specchange"} <= set(chaos.FAULTS)
+    assert chaosfaults.parse_faults("all") == chaosfaults.FAULTS
+    assert chaosfaults.parse_faults("") == chaosfaults.FAULTS
+    assert chaosfaults.parse_faults("poison, kill") == ("kill", "poison")
+    assert {"poison", "hang", "apipause", "midfence", "specchange"} <= set(chaosfaults.FAULTS)
 
 
 def test_an_unknown_fault_names_the_known_ones() -> None:
     with pytest.raises(errors.InvalidInput, match=r"--faults.*unknown fault kind.*kil.*midfence"):
-        chaos.parse_faults("kil,poison")
+        chaosfaults.parse_faults("kil,poison")
     with pytest.raises(errors.InvalidInput, match="--faults"):
-        chaos.ChaosOptions(faults=())
+        chaosfaults.ChaosOptions(faults=())
 
 
 def test_the_recovery_bound_is_one_cycle_plus_two_seconds() -> None:
-    options = chaos.ChaosOptions(interval_seconds=2, handoff_timeout_seconds=5)
+    options = chaosfaults.ChaosOptions(interval_seconds=2, handoff_timeout_seconds=5)
     assert options.recovery_bound_s == 4.0
 
 
 def test_an_api_pause_is_bounded_by_the_run() -> None:
-    assert chaos.ChaosOptions(duration_s=40).apipause_s == 20
-    assert chaos.ChaosOptions(duration_s=600).apipause_s == chaos.APIPAUSE_MAX_S
+    assert chaosfaults.ChaosOptions(duration_s=40).apipause_s == 20
+    assert chaosfaults.ChaosOptions(duration_s=600).apipause_s == chaosfaults.APIPAUSE_MAX_S
 
 
 def test_dead_letter_blobs_account_for_their_events() -> None:
@@ -51,10 +51,10 @@ def test_dead_letter_blobs_account_for_their_events() -> None:
             ],
         }
     ).encode()
-    dead = chaos.parse_deadletter(blob)
+    dead = chaoswatches.parse_deadletter(blob)
     assert dead == [("3", 7), ("3", 8)]
     missing = [("3", 7), ("3", 8), ("3", 9), ("1", 7)]
-    assert chaos.account(missing, dead) == [("3", 9), ("1", 7)]
+    assert chaoswatches.account(missing, dead) == [("3", 9), ("1", 7)]
 
 
 @pytest.mark.parametrize(
@@ -63,20 +63,20 @@ def test_dead_letter_blobs_account_for_their_events() -> None:
 )
 def test_an_unreadable_dead_letter_blob_is_an_error(data: bytes) -> None:
     with pytest.raises(ValueError):  # noqa: PT011 - any ValueError: the run lists the blob
-        chaos.parse_deadletter(data)
+        chaoswatches.parse_deadletter(data)
 
 
 def test_the_dead_letter_prefix_sits_next_to_the_checkpoints() -> None:
-    prefix = chaos.deadletter_prefix(hub="Chaos", consumer_group="$Default")
+    prefix = chaoswatches.deadletter_prefix(hub="Chaos", consumer_group="$Default")
     assert prefix == "demo.servicebus.windows.net/chaos/$default/deadletter/"
 
 
 def test_progress_needs_every_partition_past_its_target() -> None:
     targets = {"0": 10, "1": 5, "2": -1}
-    assert not chaos.progressing(targets, checkpoints={"0": 10}, processed={"1": 4})
-    assert chaos.progressing(targets, checkpoints={"0": 10}, processed={"1": 5})
+    assert not chaoswatches.progressing(targets, checkpoints={"0": 10}, processed={"1": 4})
+    assert chaoswatches.progressing(targets, checkpoints={"0": 10}, processed={"1": 5})
     # A dead-lettered last event is never processed, but the checkpoint passes it.
-    assert chaos.progressing(targets, checkpoints={"0": 10, "1": 6}, processed={})
+    assert chaoswatches.progressing(targets, checkpoints={"0": 10, "1": 6}, processed={})
 
 
 @dataclasses.dataclass
@@ -97,7 +97,7 @@ def _cp(partition: str, sequence: int, epoch: int, owner: str) -> checkpointing.
 
 
 def test_the_watch_checks_each_location_on_its_own() -> None:
-    watch = chaos.CheckpointWatch(site=_Site())  # type: ignore[arg-type]
+    watch = chaoswatches.CheckpointWatch(site=_Site())  # type: ignore[arg-type]
     watch.check([_cp("0", 50, 2, "a")], container="checkpoints")
     watch.follow("checkpoints-b")
     # The new location starts from the start position: not a regression of the old one.
@@ -112,8 +112,8 @@ def test_the_watch_checks_each_location_on_its_own() -> None:
 
 
 def test_one_shot_faults_and_api_faults_are_skipped_when_they_cannot_come() -> None:
-    options = chaos.ChaosOptions(faults=("kill", "operator", "apipause", "specchange"))
-    runner = chaos.Chaos(
+    options = chaosfaults.ChaosOptions(faults=("kill", "operator", "apipause", "specchange"))
+    runner = chaosfaults.Chaos(
         scenario=None,  # type: ignore[arg-type]
         system=None,  # type: ignore[arg-type]
         proxy=None,  # type: ignore[arg-type]

@@ -14,7 +14,7 @@ import pytest
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps
-from eventhub_balancer_devstack import chaos
+from eventhub_balancer_devstack import chaosfaults
 from eventhub_balancer_devstack.commands import bench_chaos
 from eventhub_balancer_devstack.kube import LocalKubeAPI
 from eventhub_balancer_devstack.scenarios import systems
@@ -27,18 +27,18 @@ def api() -> Iterator[LocalKubeAPI]:
         yield running
 
 
-def _chaos(api: LocalKubeAPI, **options: Any) -> chaos.Chaos:
+def _chaos(api: LocalKubeAPI, **options: Any) -> chaosfaults.Chaos:
     """A Chaos whose scenario is only the API and a kubelet with no pods."""
     scenario: Any = types.SimpleNamespace(
         site=types.SimpleNamespace(stack=types.SimpleNamespace(kube=api)),
         kubelet=types.SimpleNamespace(names=list),
     )
-    return chaos.Chaos(
+    return chaosfaults.Chaos(
         scenario=scenario,
         system=None,  # type: ignore[arg-type]  # the watch faults do not touch the system
         proxy=None,  # type: ignore[arg-type]
         watch=None,  # type: ignore[arg-type]
-        options=chaos.ChaosOptions(**options),
+        options=chaosfaults.ChaosOptions(**options),
     )
 
 
@@ -47,11 +47,11 @@ def _faults(api: LocalKubeAPI) -> list[tuple[str, str | None]]:
 
 
 def test_the_watch_kinds_are_fault_kinds_and_the_lag_comes_once() -> None:
-    assert chaos.parse_faults("relist,watchlag") == ("watchlag", "relist")
-    assert "watchlag" in chaos.ONCE
-    assert "relist" not in chaos.ONCE
+    assert chaosfaults.parse_faults("relist,watchlag") == ("watchlag", "relist")
+    assert "watchlag" in chaosfaults.ONCE
+    assert "relist" not in chaosfaults.ONCE
     # Longer than the operator's 60 s wait for the echo of its own writes.
-    assert chaos.WATCHLAG_S > 60
+    assert chaosfaults.WATCHLAG_S > 60
 
 
 def test_watchlag_delays_the_cr_and_configmap_watches_until_the_run_ends(
@@ -61,7 +61,7 @@ def test_watchlag_delays_the_cr_and_configmap_watches_until_the_run_ends(
     run.act("watchlag", deadline=time.monotonic() + 100.0)
     assert sorted(_faults(api)) == [("lag", "configmaps"), ("lag", "eventhubconsumers")]
     fault = api.handler.watch_faults[0]
-    assert fault.lag_s == chaos.WATCHLAG_S
+    assert fault.lag_s == chaosfaults.WATCHLAG_S
     assert fault.ends - fault.starts <= 100.0
     assert run.faults["watchlag"] == 1
     assert run.choices() == []  # once per run
@@ -82,8 +82,8 @@ def test_watchstall_silences_the_pod_watches_within_the_run(api: LocalKubeAPI) -
     assert _faults(api) == [("stall", "pods")]
     fault = api.handler.watch_faults[0]
     assert fault.ends - fault.starts <= 30.0
-    assert "watchstall" in chaos.ONCE
-    assert chaos.WATCHSTALL_S > 70  # beyond kopf's inactivity timeout
+    assert "watchstall" in chaosfaults.ONCE
+    assert chaosfaults.WATCHSTALL_S > 70  # beyond kopf's inactivity timeout
     run.act("watchstall", deadline=time.monotonic())  # no time left: skipped
     assert run.faults["watchstall"] == 1
 
@@ -93,8 +93,8 @@ def test_relist_ends_every_stream_and_expires_resumes(api: LocalKubeAPI) -> None
     run.act("relist", deadline=time.monotonic() + 100.0)
     assert sorted(_faults(api)) == [("close", None), ("gone", None)]
     close = next(f for f in api.handler.watch_faults if f.kind == "close")
-    assert close.close_after_s == chaos.RELIST_STREAM_S
-    assert close.ends - close.starts == pytest.approx(chaos.RELIST_S)
+    assert close.close_after_s == chaosfaults.RELIST_STREAM_S
+    assert close.ends - close.starts == pytest.approx(chaosfaults.RELIST_S)
     assert run.choices() == ["relist"]  # it may come again
 
 
