@@ -12,9 +12,9 @@ after round for ``seconds`` (`churnedworlds`): a pod with a new name joins; the 
 leaves, drained (a graceful delete) in one round and deleted outright in the next; every few
 rounds a pod's ConfigMap is deleted under it or overwritten, and the operator writes it
 again, and an EventHubConsumer with pods of its own is created, balanced and deleted. Every
-few seconds it samples the operator's process (`soaking.usage`): resident memory, threads,
+few seconds it samples the operator's process (`processsamples.usage`): resident memory, threads,
 open descriptors. Growth is the least-squares slope over the second half
-(`soaking.second_half_slopes`), as for the consumer soak.
+(`processsamples.second_half_slopes`), as for the consumer soak.
 
 With ``tracemalloc`` the operator traces its allocations (`tracedoperators`) from the initial
 balance on, and dumps a snapshot at a fifth of the run and at its end; the report lists what
@@ -44,6 +44,7 @@ from eventhub_balancer_devstack.benchmarks import (
     churnedworlds,
     operating,
     processes,
+    processsamples,
     soaking,
     tracedoperators,
     watching,
@@ -86,14 +87,14 @@ class Report(TypedDict):
     rss_mb_start: float
     rss_mb_mid: float
     rss_mb_end: float
-    slopes: soaking.Slopes
+    slopes: processsamples.Slopes
     target_rss_mb_per_min: float
     #: The slope within the target, and flat threads and descriptors.
     ok: bool
     #: With tracemalloc: its slopes are not the figures (the tracing costs memory).
     traced: bool
     growths: list[tracedoperators.Growth]
-    samples: soaking.Series
+    samples: processsamples.Series
 
 
 # -- the stack and the world around the operator
@@ -144,7 +145,7 @@ class Sampler:
     def __init__(self, pid: int, *, every: float) -> None:
         self.pid = pid
         self.every = every
-        self.series: soaking.Series = {
+        self.series: processsamples.Series = {
             "t_s": [],
             "rss_mb": [],
             "threads": [],
@@ -171,7 +172,7 @@ class Sampler:
             self._stopped.wait(self.every)
 
     def _sample(self) -> None:
-        held = soaking.usage(soaking.process_tree(self.pid))
+        held = processsamples.usage(processsamples.process_tree(self.pid))
         series, t = self.series, time.monotonic() - self.began
         series["t_s"].append(round(t, 1))
         series["rss_mb"].append(round(held.rss_bytes / 2**20, 2))
@@ -254,17 +255,17 @@ def _run(settings: Settings) -> Report:
 
 def _report(
     settings: Settings,
-    series: soaking.Series,
+    series: processsamples.Series,
     *,
     churned: churnedworlds.Churned,
     growths: list[tracedoperators.Growth],
 ) -> Report:
     seconds = series["t_s"][-1]
-    slopes = soaking.second_half_slopes(series, seconds=seconds)
+    slopes = processsamples.second_half_slopes(series, seconds=seconds)
     half = next(i for i, t in enumerate(series["t_s"]) if t >= seconds / 2)
 
     def flat(value: float | None) -> bool:
-        return value is not None and abs(value) * seconds / 120 < soaking.FLAT_COUNT
+        return value is not None and abs(value) * seconds / 120 < processsamples.FLAT_COUNT
 
     rss = slopes["rss_mb_per_min"]
     return {

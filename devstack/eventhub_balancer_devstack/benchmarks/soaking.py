@@ -40,7 +40,7 @@ from eventhub_balancer import errors
 from eventhub_balancer.adapters import receiving
 from eventhub_balancer.consumer import contexts
 from eventhub_balancer_devstack import azurite, recording
-from eventhub_balancer_devstack.benchmarks import emulator
+from eventhub_balancer_devstack.benchmarks import emulator, processsamples
 from eventhub_balancer_devstack.scenarios import producing
 
 logger = logging.getLogger(__name__)
@@ -61,11 +61,6 @@ START_TIMEOUT_S = 60.0
 DRAIN_TIMEOUT_S = 120.0
 #: The consumer's graceful stop (its final checkpoints), then it is killed.
 STOP_TIMEOUT_S = 30.0
-#: Threads and descriptors are flat when their slope adds fewer than this over the second
-#: half (Spark's pools start a thread or open a file now and then, and keep them).
-FLAT_COUNT = 2
-#: Fewer samples in the second half than this give no slope worth reporting.
-MIN_SLOPE_SAMPLES = 3
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -84,34 +79,6 @@ class Settings:
             raise errors.InvalidInput("--partitions", "must be at least 1")
 
 
-@dataclasses.dataclass(frozen=True)
-class Usage:
-    """What a process tree holds at one moment."""
-
-    rss_bytes: int
-    threads: int
-    descriptors: int
-    processes: int
-
-
-class Series(TypedDict):
-    """The samples, one list per quantity (columns: what a plot reads)."""
-
-    t_s: list[float]
-    rss_mb: list[float]
-    threads: list[int]
-    descriptors: list[int]
-    processes: list[int]
-
-
-class Slopes(TypedDict):
-    """Least-squares slopes over the second half, per minute."""
-
-    rss_mb_per_min: float | None
-    threads_per_min: float | None
-    descriptors_per_min: float | None
-
-
 class Report(TypedDict):
     mode: str
     seconds: float
@@ -128,88 +95,11 @@ class Report(TypedDict):
     #: Resident memory (MB) at the start of the second half and at the end.
     rss_mb_mid: float
     rss_mb_end: float
-    slopes: Slopes
+    slopes: processsamples.Slopes
     target_rss_mb_per_min: float
     #: The slope within the target, flat threads and descriptors, nothing lost or duplicated.
     ok: bool
-    samples: Series
-
-
-# -- the process tree
-
-
-def _children() -> dict[int, list[int]]:
-    found: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue  # ended meanwhile
-        # The command name may hold spaces and parentheses: the fields follow its last ")".
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        found.setdefault(parent, []).append(int(entry))
-    return found
-
-
-def process_tree(root: int) -> list[int]:
-    """``root`` and every descendant now alive."""
-    children = _children()
-    tree, queue = [], [root]
-    while queue:
-        pid = queue.pop()
-        tree.append(pid)
-        queue.extend(children.get(pid, []))
-    return tree
-
-
-def usage(pids: Sequence[int]) -> Usage:
-    """Resident memory, threads and descriptors summed over ``pids`` (gone ones count 0)."""
-    page = os.sysconf("SC_PAGE_SIZE")
-    rss = threads = descriptors = processes = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/statm") as f:
-                pages = int(f.read().split()[1])
-            threads_now = len(os.listdir(f"/proc/{pid}/task"))
-            descriptors_now = len(os.listdir(f"/proc/{pid}/fd"))
-        except OSError:
-            continue
-        rss += pages * page
-        threads += threads_now
-        descriptors += descriptors_now
-        processes += 1
-    return Usage(rss_bytes=rss, threads=threads, descriptors=descriptors, processes=processes)
-
-
-def slope_per_min(times: Sequence[float], values: Sequence[float]) -> float | None:
-    """The least-squares slope of ``values`` over ``times`` (seconds), per minute."""
-    if len(times) < MIN_SLOPE_SAMPLES:
-        return None
-    mean_t = sum(times) / len(times)
-    mean_v = sum(values) / len(values)
-    spread = sum((t - mean_t) ** 2 for t in times)
-    if spread == 0:
-        return None
-    slope = sum((t - mean_t) * (v - mean_v) for t, v in zip(times, values, strict=True)) / spread
-    return 60.0 * slope
-
-
-def second_half_slopes(series: Series, *, seconds: float) -> Slopes:
-    half = [i for i, t in enumerate(series["t_s"]) if t >= seconds / 2]
-    times = [series["t_s"][i] for i in half]
-
-    def slope(values: Sequence[float]) -> float | None:
-        found = slope_per_min(times, [values[i] for i in half])
-        return None if found is None else round(found, 4)
-
-    return {
-        "rss_mb_per_min": slope(series["rss_mb"]),
-        "threads_per_min": slope(series["threads"]),
-        "descriptors_per_min": slope(series["descriptors"]),
-    }
+    samples: processsamples.Series
 
 
 # -- the Spark handler
@@ -327,12 +217,14 @@ async def _wait_ready(port: int, *, process: subprocess.Popen[bytes]) -> None:
         await asyncio.sleep(0.2)
 
 
-async def _sample(process: subprocess.Popen[bytes], settings: Settings, series: Series) -> None:
+async def _sample(
+    process: subprocess.Popen[bytes], settings: Settings, series: processsamples.Series
+) -> None:
     began = time.monotonic()
     end = began + settings.seconds
     while True:
         now = time.monotonic()
-        held = usage(process_tree(process.pid))
+        held = processsamples.usage(processsamples.process_tree(process.pid))
         if process.poll() is not None:
             raise errors.TransientError("the consumer ended during the soak")
         series["t_s"].append(round(now - began, 1))
@@ -369,7 +261,13 @@ async def _drain(reader: recording.RecordReader, tally: recording.Tally, total: 
 async def _soak(settings: Settings, work: Path) -> Report:
     from eventhub_balancer_devstack.scenarios import systems
 
-    series: Series = {"t_s": [], "rss_mb": [], "threads": [], "descriptors": [], "processes": []}
+    series: processsamples.Series = {
+        "t_s": [],
+        "rss_mb": [],
+        "threads": [],
+        "descriptors": [],
+        "processes": [],
+    }
     records = work / "records"
     records.mkdir()
     assignment_file = work / "assignment.json"
@@ -412,22 +310,23 @@ async def _soak(settings: Settings, work: Path) -> Report:
 
 def _report(
     settings: Settings,
-    series: Series,
+    series: processsamples.Series,
     *,
     sent: int,
     tally: recording.Tally,
     produced: dict[str, int],
     drained: bool,
 ) -> Report:
-    slopes = second_half_slopes(series, seconds=settings.seconds)
+    slopes = processsamples.second_half_slopes(series, seconds=settings.seconds)
     target = TARGET_SPARK_RSS_MB_PER_MIN if settings.spark else TARGET_RSS_MB_PER_MIN
     lost = len(tally.missing(produced))
     half = next(i for i, t in enumerate(series["t_s"]) if t >= settings.seconds / 2)
 
     def flat(value: float | None) -> bool:
-        # The slope adds less than `FLAT_COUNT` over the second half: a pool that starts one
-        # more thread once is not a leak; a thread or descriptor per trigger adds hundreds.
-        return value is not None and abs(value) * settings.seconds / 120 < FLAT_COUNT
+        # The slope adds less than `processsamples.FLAT_COUNT` over the second half: a pool
+        # that starts one more thread once is not a leak; a thread or descriptor per trigger
+        # adds hundreds.
+        return value is not None and abs(value) * settings.seconds / 120 < processsamples.FLAT_COUNT
 
     rss = slopes["rss_mb_per_min"]
     return {
