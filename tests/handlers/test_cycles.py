@@ -11,7 +11,7 @@ import pytest
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps
-from eventhub_balancer.handlers import cycles, memories, metrics, observing, writing
+from eventhub_balancer.handlers import checkpointreads, cycles, memories, metrics, writing
 from eventhub_balancer.reconciling import writes
 from tests.support import fakes
 
@@ -396,7 +396,7 @@ async def test_a_listing_made_ahead_too_long_ago_is_not_taken(
     memory = await c_joined(kube, hubs)
     hubs.store.fence("3", 7)  # written by someone else after that listing
     kube.acknowledge(NS, "b")
-    await cycle(kube, hubs, memory, now=2 + observing.AHEAD_SECONDS)
+    await cycle(kube, hubs, memory, now=2 + checkpointreads.AHEAD_SECONDS)
     assert len(hubs.store.reads) == 3  # listed again: the floor is the blob's 7
     assert kube.assignment(NS)["c"] == {"3": (8, "owned")}
 

@@ -2,10 +2,10 @@
 
 A plain async function over two ports (`ports.KubePort`, `ports.HubPort`), so it runs and is
 tested without kopf; the daemon in `registering` only decides *when* to call it. `observing`
-reads, `reconciling.deciding` decides (pure), `writing` writes in the order that makes a crash
-at any point safe. The checkpoint blobs are read only when the first decision asks for them,
-and then the cycle decides again with them; a cycle that revokes lists them after its writes,
-for the cycle its releases wake (`observing.read_ahead`).
+and `checkpointreads` read, `reconciling.deciding` decides (pure), `writing` writes in the
+order that makes a crash at any point safe. The checkpoint blobs are read only when the first
+decision asks for them, and then the cycle decides again with them; a cycle that revokes lists
+them after its writes, for the cycle its releases wake (`checkpointreads.read_ahead`).
 
 Reading the pods and deciding cost what the fleet costs; most wake-ups change nothing (the
 interval's safety net, the echo of the operator's own writes, another consumer's event). A
@@ -28,7 +28,15 @@ import time
 from collections.abc import Hashable
 
 from eventhub_balancer.contracts import podstates
-from eventhub_balancer.handlers import backlogs, memories, metrics, observing, ports, writing
+from eventhub_balancer.handlers import (
+    backlogs,
+    checkpointreads,
+    memories,
+    metrics,
+    observing,
+    ports,
+    writing,
+)
 from eventhub_balancer.reconciling import conflicts, deciding, observations, retries
 
 logger = logging.getLogger(__name__)
@@ -83,8 +91,8 @@ async def run_cycle(
         writes = await writing.apply(kube=kube, namespace=namespace, name=name, decision=decision)
         if any(m.kind == "revoke" for m in decision.moves):
             # The releases wake the cycle that gives these partitions out: it finds the blobs
-            # listed (`observing.read_ahead`), while the old owners checkpoint.
-            await observing.read_ahead(
+            # listed (`checkpointreads.read_ahead`), while the old owners checkpoint.
+            await checkpointreads.read_ahead(
                 kube=kube,
                 hubs=hubs,
                 observation=observation,
@@ -160,7 +168,7 @@ async def _decide(
     if decision.spec_error is not None:
         return decision, observation
     # The checkpoint blobs, when the decision needs their epochs (or the probe is due).
-    more = await observing.read_checkpoints(
+    more = await checkpointreads.read_checkpoints(
         kube=kube,
         hubs=hubs,
         observation=observation,

@@ -31,9 +31,9 @@ class Settled:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class StoreAhead:
     """The checkpoint blobs listed right after a cycle that started hand-offs, for the cycle
-    that completes them (`observing.read_ahead`)."""
+    that completes them (`checkpointreads.read_ahead`)."""
 
-    #: the store they were listed from (`observing.store_key`)
+    #: the store they were listed from (`checkpointreads.store_key`)
     key: Hashable
     #: the wall seconds of the cycle that listed them
     at: float
@@ -69,7 +69,7 @@ class Memory:
     #: the store is backing off, instead of falling back to count and reshuffling
     store_sequences: dict[str, int] | None = None
     #: the blobs listed ahead by a cycle that revoked; taken, once, by the next read that
-    #: needs them within `observing.AHEAD_SECONDS`
+    #: needs them within `checkpointreads.AHEAD_SECONDS`
     store_ahead: StoreAhead | None = None
     #: the last decision while it stands; None: decide in the next cycle
     settled: Settled | None = None

@@ -18,7 +18,7 @@ from azure.eventhub.aio import EventHubProducerClient
 
 from eventhub_balancer.adapters import checkpointing, eventhubs, kubeapi
 from eventhub_balancer.contracts import checkpointblobs, specs
-from eventhub_balancer.handlers import cycles, memories, observing
+from eventhub_balancer.handlers import checkpointreads, cycles, memories, observing
 from eventhub_balancer_devstack import clusters
 from eventhub_balancer_devstack.azurite import Azurite
 from eventhub_balancer_devstack.kube import LocalKubeAPI
@@ -101,7 +101,7 @@ async def read_blobs(api: kubeapi.KubeAPI, hubs: eventhubs.EventHubs) -> dict[st
     observation = await observing.observe(
         kube=api, hubs=hubs, namespace=NS, name="orders", memory=memory, wall=wall
     )
-    store = await observing.read_store(
+    store = await checkpointreads.read_store(
         kube=api, hubs=hubs, observation=observation, memory=memory, wall=wall, needed=True
     )
     assert store is not None
