@@ -149,6 +149,31 @@ async def test_a_cycle_that_gives_out_and_revokes_asks_for_the_releases_with_the
     }
 
 
+async def test_a_revocation_that_drops_a_released_partition_goes_with_the_gains() -> None:
+    # b released 7 and is asked for 6 in the write that drops 7: b runs neither, so that write
+    # starts d's hand-off in the gains' round trip, not after it.
+    kube = make_kube()
+    hubs = fakes.FakeHubs([str(p) for p in range(8)], store=fakes.FakeCheckpointStore())
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    kube.add_pod(NS, "c", labels={"app": "c"}, since=at(1))
+    await cycle(kube, hubs, memory, now=1)
+    assert kube.assignment(NS)["b"]["7"] == (1, "revoking")
+    kube.acknowledge(NS, "b")
+    kube.add_pod(NS, "d", labels={"app": "c"}, since=at(2))
+    del kube.calls[:]
+    await cycle(kube, hubs, memory, now=2)
+    after = kube.assignment(NS)
+    assert "7" not in after["b"]
+    assert after["b"]["6"] == (1, "revoking")
+    assert after["c"]["7"] == (2, "owned")
+    cm = {pod: configmaps.configmap_name(consumer=NAME, pod=pod) for pod in "abcd"}
+    first_event = next(i for i, (_, kind, _) in enumerate(kube.calls) if kind == "event")
+    assert kube.calls[0] == ("patch", "status", NAME)
+    assert ("patch", "configmap", cm["b"]) in kube.calls[1:first_event]
+    assert ("patch", "configmap", cm["c"]) in kube.calls[1:first_event]
+
+
 async def test_within_a_step_the_revocations_are_sent_before_the_gains() -> None:
     # The API server answers one request after another: what starts a hand-off goes first,
     # whatever the pods' names.

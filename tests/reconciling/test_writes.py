@@ -28,3 +28,22 @@ def test_a_revocation_at_another_epoch_is_no_plain_release_request() -> None:
 
 def test_gaining_alone_is_not_a_revocation() -> None:
     assert not writes.starts_handoff({"0": OWNED}, {"0": OWNED, "1": PartitionEntry(epoch=1)})
+
+
+def test_dropping_what_the_pod_released_still_starts_a_handoff() -> None:
+    # b released 7 (its acknowledgement) and is asked for 6 in the same write: it takes away
+    # nothing b still runs, so it goes with the gains.
+    before = {"6": OWNED, "7": REVOKING}
+    assert writes.starts_handoff(before, {"6": REVOKING}, released={"7": 3})
+
+
+def test_dropping_what_the_pod_did_not_release_waits_for_the_gains() -> None:
+    before = {"6": OWNED, "7": REVOKING}
+    assert not writes.starts_handoff(before, {"6": REVOKING})
+    # A release of another epoch is not a release of what the write drops.
+    assert not writes.starts_handoff(before, {"6": REVOKING}, released={"7": 2})
+    assert not writes.starts_handoff(before, {"6": REVOKING}, released={"6": 3})
+
+
+def test_dropping_released_partitions_alone_starts_nothing() -> None:
+    assert not writes.starts_handoff({"6": OWNED, "7": REVOKING}, {"6": OWNED}, released={"7": 3})

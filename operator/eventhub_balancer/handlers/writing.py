@@ -5,8 +5,9 @@ The order of writes is what makes a crash at any point safe:
    operator's record of the assignment (status.assignment): epochs never go back even if
    every ConfigMap is lost right after, and the record always agrees with them;
 2. the ConfigMaps that gain a partition (with the Events of the moves the record now holds),
-   and, when that record holds this cycle's revocations, the ConfigMaps that only revoke
-   (they take nothing away yet: the old owner releases, and the next cycle gives out);
+   and, when that record holds this cycle's revocations, the ConfigMaps that start a hand-off
+   (they take away nothing the pod still runs: the old owner releases, and the next cycle
+   gives out);
 3. then, together, those that lose one (a crash in between leaves a duplicate claim that the
    higher epoch resolves), pod annotations, deletion of stale ConfigMaps, the other Events
    and the rest of the status.
@@ -120,7 +121,7 @@ async def apply_writes(
     ``with_gains`` go out with the first step and ``with_last`` with the second (Events and
     the status); a failed first step closes those it did not start. With
     ``revokes_with_gains`` (the status already records the revocations), the ConfigMaps that
-    only revoke (`writes.MapWrite.revokes`) go out in the first step too.
+    start a hand-off (`writes.MapWrite.revokes`) go out in the first step too.
     """
     asks: list[writes.MapWrite] = []
     gains: list[writes.MapWrite] = []

@@ -4,9 +4,9 @@ An unchanged assignment gives no write at all (a steady state costs no API call)
 ConfigMap whose data differs from what the plan gives its pod is written back, whoever changed
 it. The ConfigMaps that gain a partition (or a higher epoch) come first, so that a pod never
 sees its partition taken before its successor was told; `handlers.writing` keeps that order.
-Those that only start a hand-off (a revocation, nothing taken away) go with them: the next
-owner waits for the old owner's release, and the sooner the old owner is asked, the sooner
-it comes.
+Those that start a hand-off (a revocation, nothing taken away that the pod still runs) go
+with them: the next owner waits for the old owner's release, and the sooner the old owner is
+asked, the sooner it comes.
 The pod annotations are informational and optional (``annotate_pods``): without them the
 operator needs no ``patch`` on pods.
 
@@ -45,8 +45,9 @@ class MapWrite:
     uid: str = ""
     gains: bool  # it receives a partition or a higher epoch: written before the others lose
     #: it starts a hand-off (marks revoking a partition it held and did not mark so yet) and
-    #: takes nothing away: written with the gains, since the old owner's release, not this
-    #: cycle's other writes, is what the next owner waits for
+    #: takes away nothing but what the pod released (`starts_handoff`): written with the gains,
+    #: since the old owner's release, not this cycle's other writes, is what the next owner
+    #: waits for
     revokes: bool = False
     #: a create only: the Event to post when the name is taken by a ConfigMap the operator did
     #: not write (`squatter`); `deciding` fills it in (it knows the EventHubConsumer)
@@ -162,7 +163,6 @@ def pod_writes(
     )
     before = {pid: e.epoch for pid, e in (cm.parsed.partitions.items() if cm is not None else ())}
     gains = any(before.get(pid, -1) < e.epoch for pid, e in partitions.items())
-    revokes = cm is not None and same_pod and starts_handoff(cm.parsed.partitions, partitions)
     write: MapWrite | None = None
     if cm is None:
         assert data is not None
@@ -218,6 +218,9 @@ def pod_writes(
                 "labels": configmaps.labels(consumer=consumer, pod=pod.name),
                 "ownerReferences": [_owner_reference(pod)],
             }
+        revokes = same_pod and starts_handoff(
+            cm.parsed.partitions, partitions, released=configmaps.parse_released(cm.annotations)
+        )
         write = MapWrite(
             name=name,
             pod=pod.name,
@@ -296,10 +299,18 @@ def premature(
 def starts_handoff(
     before: Mapping[models.PartitionId, configmaps.PartitionEntry],
     after: Mapping[models.PartitionId, configmaps.PartitionEntry],
+    *,
+    released: Mapping[models.PartitionId, int] | None = None,
 ) -> bool:
     """Whether a ConfigMap going from ``before`` to ``after`` marks a partition revoking that it
-    held owned, and drops none: it asks for a release and takes nothing away yet."""
-    if any(pid not in after for pid in before):
+    held owned, and drops only partitions the pod said it released (``released``, its
+    acknowledgement: partition -> epoch) at the epoch it held them: it asks for a release and
+    takes away nothing the pod still runs. A pod that turns Ready while an old owner's
+    acknowledged hand-off completes gets that owner's next revocation in the same write that
+    drops what it let go of; the pod stopped those partitions, so dropping them early changes
+    nothing it does."""
+    let_go = released or {}
+    if any(pid not in after and let_go.get(pid) != old.epoch for pid, old in before.items()):
         return False
     return any(
         entry.state == "revoking"
