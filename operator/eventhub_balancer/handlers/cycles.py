@@ -67,11 +67,14 @@ async def run_cycle(
     annotate_pods: bool = False,
     bindings: conflicts.Bindings = conflicts.UNBOUND,
     backlog: backlogs.Budget | None = None,
+    events: writing.Handover | None = None,
 ) -> Result:
     """Reconcile one EventHubConsumer once. Raises only transient Kubernetes API errors.
 
     ``annotate_pods``: also write each pod's partitions into an annotation on the Pod (for
     humans; it needs patch on pods, which the install grants only when it is switched on).
+    ``events``: where the cycle hands its Kubernetes Events over instead of posting them
+    itself (`eventposts.Poster.post`): the next cycle does not wait for them.
     """
     started, writes_before = time.monotonic(), dict(kube.writes)
     woke = time.time()
@@ -88,7 +91,9 @@ async def run_cycle(
             backlog=backlog,
         )
         decided = time.monotonic()
-        writes = await writing.apply(kube=kube, namespace=namespace, name=name, decision=decision)
+        writes = await writing.apply(
+            kube=kube, namespace=namespace, name=name, decision=decision, events=events
+        )
         if any(m.kind == "revoke" for m in decision.moves):
             # The releases wake the cycle that gives these partitions out: it finds the blobs
             # listed (`checkpointreads.read_ahead`), while the old owners checkpoint.

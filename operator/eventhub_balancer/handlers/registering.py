@@ -38,6 +38,7 @@ from eventhub_balancer.handlers import (
     backlogs,
     caching,
     cycles,
+    eventposts,
     indexkeys,
     memories,
     observing,
@@ -115,10 +116,13 @@ class Operator:
     watch: ports.WatchPort = dataclasses.field(init=False)
     rosters: ports.RosterPort = dataclasses.field(init=False)
     view: ports.KubePort = dataclasses.field(init=False)
+    #: posts the cycles' Kubernetes Events beside them, not inside them (`eventposts`)
+    events: eventposts.Poster = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
         self.cache = caching.Cache(self.kube)
         self.watch, self.rosters, self.view = self.cache.watch, self.cache.rosters, self.cache.kube
+        self.events = eventposts.Poster(self.view)
 
     def wake(self, key: Key) -> None:
         """Something the consumer's cycle reads changed: its next cycle starts now."""
@@ -341,6 +345,7 @@ async def run_daemon(
                     annotate_pods=runtime.annotate_pods,
                     bindings=runtime.bindings,
                     backlog=runtime.backlog,
+                    events=runtime.events.post,
                 )
                 decision = result.decision
                 runtime.cycles_run += 1

@@ -124,6 +124,7 @@ async def serve(
     finally:
         watcher.cancel()
         await growing.stop()  # before the clients its listings go through are closed
+        await runtime.events.stop()  # what the last cycles handed over, within its limit
         await runtime.hubs.close()
         if runner is not None:
             await runner.cleanup()

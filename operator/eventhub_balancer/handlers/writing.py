@@ -15,10 +15,12 @@ The order of writes is what makes a crash at any point safe:
 The writes within one step are independent and go out concurrently, sent in the order that
 matters to a server that answers one request after another: revocations first (a release, an
 acknowledgement and another cycle still follow them), then gains, then the status, Events
-last (nobody waits on them). A step starts only once the step before it succeeded. Only the
-status record before the ConfigMaps that gain, and those before the ConfigMaps that lose and
-the deletions, are for safety. The rest of the
-status goes with the last step: a crash may leave its record (a revocation) written and a
+last (nobody waits on them). The operator's cycles hand their Events to a poster instead
+(`eventposts`), at the same points: posted beside the cycles one at a time, they no longer
+hold a cycle's last step, and with it the next cycle, up. A step starts only once the step
+before it succeeded. Only the status record before the ConfigMaps that gain, and those before
+the ConfigMaps that lose and the deletions, are for safety. The rest of the status goes with
+the last step: a crash may leave its record (a revocation) written and a
 ConfigMap not, which the next cycle's read-back puts right (the record is what it trusts), or
 the reverse, as before. So a cycle that only revokes takes one round trip to the API server,
 and one that gives out epochs three, and the next cycle (a hand-off's second half, woken by
@@ -45,7 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer import errors
@@ -56,10 +58,22 @@ from eventhub_balancer.reconciling import deciding, writes
 logger = logging.getLogger(__name__)
 
 
+#: Takes an Event's body and posts it later, without waiting (`eventposts.Poster.post`).
+Handover = Callable[[Mapping[str, Any]], None]
+
+
 async def apply(
-    *, kube: ports.KubePort, namespace: str, name: str, decision: deciding.Decision
+    *,
+    kube: ports.KubePort,
+    namespace: str,
+    name: str,
+    decision: deciding.Decision,
+    events: Handover | None = None,
 ) -> int:
-    """Carry out ``decision`` step by step; the number of writes."""
+    """Carry out ``decision`` step by step; the number of writes (its Events counted).
+
+    With ``events``, the Events are handed over where they would be posted, and the cycle
+    does not wait for them (`eventposts`); without, they are posted in the steps."""
     count = 0
     bodies = list(decision.event_bodies)
     version = decision.resource_version
@@ -84,7 +98,7 @@ async def apply(
         # A revocation goes out with the gains only once the record holds it, so that a crash
         # never leaves a pod releasing what the record still says it owns.
         revokes_with_gains=decision.epochs is not None and decision.record is not None,
-        with_gains=[post_event(kube, body) for body in early],
+        with_gains=[_event(kube, body, events) for body in early],
         # The status before the Events: the next cycle reads it, while nobody waits on these.
         with_last=(
             [
@@ -98,9 +112,18 @@ async def apply(
             if decision.status
             else []
         )
-        + [post_event(kube, body) for body in late],
+        + [_event(kube, body, events) for body in late],
     )
     return count + len(bodies) + (1 if decision.status else 0)
+
+
+async def _event(kube: ports.KubePort, body: Mapping[str, Any], events: Handover | None) -> None:
+    """Post one Event in its step, or hand it over there: either way only once the step before
+    succeeded, and, handed over, after the step's ConfigMap writes were sent."""
+    if events is None:
+        await post_event(kube, body)
+    else:
+        events(body)
 
 
 async def apply_writes(

@@ -1,0 +1,105 @@
+"""Kubernetes Events posted beside the cycles, not inside them.
+
+An Event is for a person reading ``kubectl describe``: nobody waits on it. Posted inside a
+cycle, the Events of its moves (one per group of moves: two to six in a hand-off's cycle, as
+many requests as its ConfigMaps) took turns with its ConfigMap writes at an API server that
+answers one request after another, and the next cycle, the hand-off's second half, waited for
+them. A cycle hands them to a `Poster` once its record holds the moves (`writing.apply`) and
+goes on; the poster posts them one at a time, in the order handed, so that they never take more
+than one turn of the server from a cycle.
+
+The queue is bounded: at most `MAX_QUEUED` Events wait, and the ones handed beyond that are
+dropped, counted and logged once per burst. When the operator stops, what is queued is posted
+within `STOP_SECONDS`. An Event lost to a crash is what a failed post always was: lost, and
+logged where it could be.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from eventhub_balancer.handlers import ports, writing
+
+logger = logging.getLogger(__name__)
+
+#: The Events that may wait to be posted; a thousand consumers' hand-offs at once fit.
+MAX_QUEUED = 1000
+#: How long a stopping operator keeps posting what is queued.
+STOP_SECONDS = 5.0
+
+
+class Poster:
+    """The operator's Events, posted one at a time in the order handed (`post`)."""
+
+    def __init__(self, kube: ports.KubePort, *, limit: int = MAX_QUEUED) -> None:
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, got {limit}")
+        self._kube = kube
+        self._limit = limit
+        self._queue: collections.deque[Mapping[str, Any]] = collections.deque()
+        self._task: asyncio.Task[None] | None = None
+        #: Events dropped because the queue was full, since the start
+        self.dropped = 0
+        self._dropping = False
+        self._posting = False
+
+    @property
+    def pending(self) -> int:
+        """The Events handed and not posted yet (the one being posted included)."""
+        return len(self._queue) + (1 if self._posting else 0)
+
+    def post(self, body: Mapping[str, Any]) -> None:
+        """Hand one Event over; it is posted after those handed before it. Never waits."""
+        if len(self._queue) >= self._limit:
+            self.dropped += 1
+            if not self._dropping:
+                self._dropping = True
+                logger.warning(
+                    "%d Kubernetes Events wait to be posted: dropping %s and the ones after it "
+                    "until the API server takes them again",
+                    len(self._queue),
+                    body.get("reason"),
+                )
+            return
+        self._queue.append(body)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="ehb-event-posts")
+
+    async def _run(self) -> None:
+        while self._queue:
+            body = self._queue.popleft()
+            self._posting = True
+            try:
+                await writing.post_event(self._kube, body)
+            except Exception as e:  # an Event must never stop the ones after it
+                logger.warning("could not post Event %s: %s", body.get("reason"), e)
+            finally:
+                self._posting = False
+        self._dropping = False
+
+    async def flushed(self, *, limit_seconds: float) -> bool:
+        """Wait until every Event handed was posted (or failed), at most ``limit_seconds``;
+        whether it was."""
+        task = self._task
+        if task is None or task.done():
+            return True
+        done, _ = await asyncio.wait({task}, timeout=limit_seconds)
+        return bool(done)
+
+    async def stop(self, *, limit_seconds: float = STOP_SECONDS) -> None:
+        """Post what is queued within ``limit_seconds``, then give up on the rest."""
+        if await self.flushed(limit_seconds=limit_seconds):
+            return
+        left = self.pending
+        task, self._task = self._task, None
+        self._queue.clear()
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        logger.warning(
+            "stopping: %d Kubernetes Events were not posted in %g s", left, limit_seconds
+        )

@@ -1,0 +1,185 @@
+"""The Events poster (`handlers.eventposts`) on fake time (looptime): the cycles hand their
+Events over and go on; the poster posts them one at a time, in order, within its bounds."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from eventhub_balancer import errors
+from eventhub_balancer.handlers import cycles, eventposts, memories
+from tests.handlers.test_cycles import NAME, NS, at, make_kube
+from tests.support import fakes
+
+pytestmark = pytest.mark.looptime
+
+
+class SlowEvents:
+    """An API server that takes a second per Event, or until ``gate`` opens; ``fail`` names
+    the reasons it refuses."""
+
+    def __init__(self, *, gate: asyncio.Event | None = None, fail: frozenset[str] = frozenset()):
+        self.gate = gate
+        self.fail = fail
+        self.posted: list[str] = []
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+    async def create_event(self, *, namespace: str, body: Mapping[str, Any]) -> None:
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            if self.gate is not None:
+                await self.gate.wait()
+            else:
+                await asyncio.sleep(1)
+            if body["reason"] in self.fail:
+                raise errors.ApiUnavailable("the API server went away")
+            self.posted.append(str(body["reason"]))
+        finally:
+            self.in_flight -= 1
+
+
+def event(reason: str) -> dict[str, Any]:
+    return {"metadata": {"namespace": NS}, "reason": reason}
+
+
+async def test_events_are_posted_in_the_order_handed_one_at_a_time() -> None:
+    api = SlowEvents()
+    poster = eventposts.Poster(api)  # type: ignore[arg-type]
+    for reason in ("A", "B", "C"):
+        poster.post(event(reason))
+    assert poster.pending == 3
+    assert await poster.flushed(limit_seconds=10)
+    assert api.posted == ["A", "B", "C"]
+    assert api.most_in_flight == 1
+    assert asyncio.get_running_loop().time() == pytest.approx(3)
+    poster.post(event("D"))  # a new burst starts posting again
+    assert await poster.flushed(limit_seconds=10)
+    assert api.posted[-1] == "D"
+
+
+async def test_a_failed_post_does_not_stop_the_events_after_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    api = SlowEvents(fail=frozenset({"A"}))
+    poster = eventposts.Poster(api)  # type: ignore[arg-type]
+    poster.post(event("A"))
+    poster.post(event("B"))
+    with caplog.at_level(logging.WARNING):
+        assert await poster.flushed(limit_seconds=10)
+    assert api.posted == ["B"]
+    assert "could not post Event A" in caplog.text
+
+
+async def test_a_full_queue_drops_what_comes_after_and_says_so_once_a_burst(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    gate = asyncio.Event()
+    api = SlowEvents(gate=gate)
+    poster = eventposts.Poster(api, limit=2)  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING):
+        for reason in ("A", "B", "C", "D"):
+            poster.post(event(reason))
+    assert poster.dropped == 2
+    assert caplog.text.count("dropping") == 1
+    gate.set()
+    assert await poster.flushed(limit_seconds=10)
+    assert api.posted == ["A", "B"]
+    # Posted again: the next overflow is said again.
+    gate.clear()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        for reason in ("E", "F", "G"):
+            poster.post(event(reason))
+    assert caplog.text.count("dropping G") == 1
+    gate.set()
+    assert await poster.flushed(limit_seconds=10)
+    assert api.posted == ["A", "B", "E", "F"]
+
+
+async def test_stopping_posts_what_is_queued_within_its_limit_and_then_gives_up(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    api = SlowEvents()
+    poster = eventposts.Poster(api)  # type: ignore[arg-type]
+    for reason in ("A", "B"):
+        poster.post(event(reason))
+    await poster.stop(limit_seconds=5)
+    assert api.posted == ["A", "B"]
+    stuck = eventposts.Poster(SlowEvents(gate=asyncio.Event()))  # type: ignore[arg-type]
+    stuck.post(event("C"))
+    stuck.post(event("D"))
+    started = asyncio.get_running_loop().time()
+    with caplog.at_level(logging.WARNING):
+        await stuck.stop(limit_seconds=5)
+    assert asyncio.get_running_loop().time() - started == pytest.approx(5)
+    assert stuck.pending == 0
+    assert "2 Kubernetes Events were not posted in 5 s" in caplog.text
+
+
+async def test_a_poster_needs_room_for_one_event() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        eventposts.Poster(fakes.FakeKube(), limit=0)
+
+
+async def test_a_cycle_hands_its_events_over_and_does_not_wait_for_them() -> None:
+    kube = make_kube()
+    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    gate = asyncio.Event()
+    posted = kube.create_event
+
+    async def held(*, namespace: str, body: Mapping[str, Any]) -> None:
+        await gate.wait()
+        await posted(namespace=namespace, body=body)
+
+    kube.create_event = held  # type: ignore[method-assign]
+    poster = eventposts.Poster(kube)
+    # Bounded: a cycle that waited for its Events would wait for the gate forever.
+    result = await asyncio.wait_for(
+        cycles.run_cycle(
+            kube=kube,
+            hubs=hubs,
+            namespace=NS,
+            name=NAME,
+            memory=memories.Memory(),
+            now=at(0),
+            events=poster.post,
+        ),
+        timeout=10,
+    )
+    # The cycle gave both pods their partitions and ended with its Events still waiting.
+    assert kube.assignment(NS) == {
+        "a": {"0": (1, "owned"), "1": (1, "owned")},
+        "b": {"2": (1, "owned"), "3": (1, "owned")},
+    }
+    assert result.writes == 6  # its two Events counted
+    assert kube.events == []
+    assert poster.pending == 2
+    gate.set()
+    assert await poster.flushed(limit_seconds=1)
+    assert [e["reason"] for e in kube.events] == ["PartitionAssigned", "PartitionAssigned"]
+
+
+async def test_a_failed_cycle_still_hands_over_the_events_of_the_moves_it_recorded() -> None:
+    # As when it posts them itself: the next cycle will not make these moves again.
+    kube = make_kube()
+    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    kube.fail("create_configmap", errors.ApiUnavailable("the API server went away"))
+    handed: list[Mapping[str, Any]] = []
+    with pytest.raises(errors.ApiUnavailable):
+        await cycles.run_cycle(
+            kube=kube,
+            hubs=hubs,
+            namespace=NS,
+            name=NAME,
+            memory=memories.Memory(),
+            now=at(0),
+            events=handed.append,
+        )
+    assert [e["reason"] for e in handed] == ["PartitionAssigned", "PartitionAssigned"]
+    assert kube.events == []
