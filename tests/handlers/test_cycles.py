@@ -415,6 +415,46 @@ async def test_each_cycle_that_revokes_lists_the_blobs_itself(
     assert memory.store_ahead.at == at(3).timestamp()
 
 
+async def test_a_terminating_pods_release_finds_the_blobs_listed_ahead(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+) -> None:
+    # No revocation: the pod releases on its SIGTERM. The cycle that sees the deletion lists
+    # the blobs for the one the release wakes, and a cycle between lists nothing more.
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)  # a: 0, 1; b: 2, 3
+    assert len(hubs.store.reads) == 1
+    kube.terminate(NS, "b", at=at(5))
+    waiting = await cycle(kube, hubs, memory, now=5)
+    assert waiting.decision.awaits_release
+    assert len(hubs.store.reads) == 2
+    kube.set_ready(NS, "a", ready=True, since=at(5.1))  # another pod's event, no move
+    await cycle(kube, hubs, memory, now=5.1)
+    assert len(hubs.store.reads) == 2  # the listing made ahead stands
+    kube.release_all(NS, "b")
+    given = await cycle(kube, hubs, memory, now=5.2)
+    assert len(hubs.store.reads) == 2  # given out on the listing made ahead
+    assert kube.assignment(NS)["a"] == {
+        "0": (1, "owned"),
+        "1": (1, "owned"),
+        "2": (2, "owned"),
+        "3": (2, "owned"),
+    }
+    assert not given.decision.awaits_release
+
+
+async def test_a_cycle_that_only_waits_for_releases_lists_again_once_the_listing_is_old(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+) -> None:
+    memory = await c_joined(kube, hubs)  # b's 3 revoked at 1, listed ahead
+    assert len(hubs.store.reads) == 2
+    later = 1 + checkpointreads.AHEAD_SECONDS + 1
+    kube.set_ready(NS, "a", ready=True, since=at(later))
+    await cycle(kube, hubs, memory, now=later)
+    assert len(hubs.store.reads) == 3
+    assert memory.store_ahead is not None
+    assert memory.store_ahead.at == at(later).timestamp()
+
+
 async def test_a_listing_made_ahead_too_long_ago_is_not_taken(
     kube: fakes.FakeKube, hubs: fakes.FakeHubs
 ) -> None:

@@ -92,7 +92,7 @@ async def read_store(
         # Taken once, by the first read that needs the blobs; a read that does not (a cycle
         # woken by another pod's event meanwhile) leaves it for the one that will.
         memory.store_ahead = None
-        if ahead.key == store_key(spec) and 0 <= wall - ahead.at <= AHEAD_SECONDS:
+        if ahead.key == store_key(spec) and stands(ahead, wall=wall):
             return observations.StoreRead(
                 checkpoints=ahead.checkpoints, listed=True, known_sequences=memory.store_sequences
             )
@@ -165,6 +165,11 @@ def store_key(spec: specs.ConsumerSpec) -> Hashable:
         spec.checkpoint_credentials,
         spec.service_account_name,
     )
+
+
+def stands(ahead: memories.StoreAhead | None, *, wall: float) -> bool:
+    """Whether a listing made ahead stands for a read at ``wall`` (`AHEAD_SECONDS`)."""
+    return ahead is not None and 0 <= wall - ahead.at <= AHEAD_SECONDS
 
 
 async def read_ahead(

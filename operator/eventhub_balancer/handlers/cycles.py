@@ -4,8 +4,9 @@ A plain async function over two ports (`ports.KubePort`, `ports.HubPort`), so it
 tested without kopf; the daemon in `registering` only decides *when* to call it. `observing`
 and `checkpointreads` read, `reconciling.deciding` decides (pure), `writing` writes in the
 order that makes a crash at any point safe. The checkpoint blobs are read only when the first
-decision asks for them, and then the cycle decides again with them; a cycle that revokes lists
-them after its writes, for the cycle its releases wake (`checkpointreads.read_ahead`).
+decision asks for them, and then the cycle decides again with them; a cycle after which a
+partition waits for its owner's release (it revoked, or a pod is terminating) lists them after
+its writes, for the cycle the release wakes (`checkpointreads.read_ahead`).
 
 Reading the pods and deciding cost what the fleet costs; most wake-ups change nothing (the
 interval's safety net, the echo of the operator's own writes, another consumer's event). A
@@ -94,15 +95,20 @@ async def run_cycle(
         writes = await writing.apply(
             kube=kube, namespace=namespace, name=name, decision=decision, events=events
         )
-        if any(m.kind == "revoke" for m in decision.moves):
+        wall = podstates.to_seconds(now)
+        if any(m.kind == "revoke" for m in decision.moves) or (
+            decision.awaits_release and not checkpointreads.stands(memory.store_ahead, wall=wall)
+        ):
             # The releases wake the cycle that gives these partitions out: it finds the blobs
-            # listed (`checkpointreads.read_ahead`), while the old owners checkpoint.
+            # listed (`checkpointreads.read_ahead`), while the old owners checkpoint. A cycle
+            # that revokes lists for itself; one that only waits for releases (a terminating
+            # pod's, or hand-offs started before) lists unless a listing ahead stands.
             await checkpointreads.read_ahead(
                 kube=kube,
                 hubs=hubs,
                 observation=observation,
                 memory=memory,
-                wall=podstates.to_seconds(now),
+                wall=wall,
             )
         logger.debug(
             CYCLE_TIMES,

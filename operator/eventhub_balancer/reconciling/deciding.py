@@ -11,10 +11,8 @@ ConfigMaps read again only where they are new objects), read the assignment back
 What one decision hands the next of the same consumer is its `Carry` (`carries`), a frozen
 value the caller keeps (`handlers.memories.Memory`) and passes back in: the fleet it read, the
 record it read from the status, and the writes of a decision the cycle takes again with the
-blobs. Nothing here keeps anything between calls, so the same observation, carry and time give
-the same decision and carry; an empty carry (None) is a cold decision, which gives the same
-decision as a warm one. Every other step works over the whole observation (``ehb bench
-decide``).
+blobs. Nothing here keeps anything between calls: the same observation, carry and time give
+the same decision and carry, and an empty carry (None) the same decision as a warm one.
 
 Reading the checkpoint blobs costs a listing of the container, so the first decision is
 taken without them; when it gives a partition a new owner (the blobs' epochs are a floor for
@@ -23,10 +21,8 @@ with the blobs in the observation. Deciding twice is safe: the same observation 
 the same decision.
 
 A decision that writes nothing and reads nothing more says until when it stands
-(``settled_until``): deciding again over the same observation before then gives the same
-decision, since nothing in it depends on the time but the deadlines it names (a hand-off times
-out, a grace period ends). The cycle skips deciding, and reading the pods, while its inputs
-have not changed and that moment has not come.
+(``settled_until``): over the same observation, nothing but the deadlines it names changes it.
+The cycle skips deciding while its inputs have not changed and that moment has not come.
 """
 
 from __future__ import annotations
@@ -88,6 +84,9 @@ class Decision:
     partitions: tuple[models.PartitionId, ...] = ()
     moves: tuple[models.Move, ...] = ()
     balanced: bool = False
+    #: a partition waits for its owner's release (revoked, or its pod terminating): the
+    #: cycle its release wakes gives it out and reads the blobs for it (`handlers.cycles`)
+    awaits_release: bool = False
     #: partitions assigned but not listed by Event Hubs: kept (a wrong answer never revokes)
     unlisted: tuple[models.PartitionId, ...] = ()
     figures: metrics.Figures | None = None
@@ -284,6 +283,8 @@ def _decide(
         partitions=partitions,
         moves=plan.moves,
         balanced=plan.balanced,
+        awaits_release=bool(plan.release_deadlines)
+        or any(o.state == "revoking" for o in plan.assignment.values()),
         unlisted=unlisted,
         figures=metrics.build(
             plan=plan,
