@@ -223,3 +223,31 @@ def test_new_partitions_wait_for_a_starting_pod_when_the_ready_pods_are_full() -
     assert walk.plans[-1].balanced
     assert max(walk.moved.values(), default=0) == 1
     assert sorted(len(ps) for ps in walk.holdings().values()) == [13, 13, 14]
+
+
+def test_what_is_released_goes_to_the_pod_that_turned_ready_first_whatever_its_name() -> None:
+    # z turned Ready first and its share was revoked for it (3 and 7, released now); a turned
+    # Ready after. z takes 3 and 7; a's share is revoked in the same cycle.
+    eight = tuple(P(str(i)) for i in range(8))
+    assignment = _held_by({"x": [0, 1, 2], "y": [4, 5, 6]})
+    for p, owner in (("3", "x"), ("7", "y")):
+        assignment[P(p)] = models.Ownership(owner=M(owner), epoch=1, state="revoking", since=100.0)
+    plan = planning.plan(
+        models.Scenario(
+            partitions=eight,
+            members=(
+                _member("x", ready=True),
+                _member("y", ready=True),
+                _member("z", ready=True, since=100.0),
+                _member("a", ready=True, since=101.0),
+            ),
+            assignment=assignment,
+            released={P("3"): 1, P("7"): 1},
+            now=101.5,
+            options=models.Options(pod_grace_seconds=GRACE),
+        )
+    )
+    given = {m.partition: m.target for m in plan.moves if m.kind == "takeover"}
+    assert given == {"3": "z", "7": "z"}
+    revoked = {m.partition: m.target for m in plan.moves if m.kind == "revoke"}
+    assert revoked == {"2": "a", "6": "a"}

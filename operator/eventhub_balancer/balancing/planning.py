@@ -16,10 +16,11 @@ from the ConfigMaps, acknowledgements, `now`) and writes what changed. The rules
    hold nothing and are within ``podGraceSeconds``, which may turn Ready at any moment.
 4. Live members above their target revoke their surplus (capped by ``maxMovesPerCycle``,
    after the drains) as far as live members below their target lack it; loose partitions go
-   at once to live members below their target, with epoch + 1. A revoked partition changes
-   owner in a later cycle, once it is loose. A starting member's share stays with the
-   current owners until it is Ready, so a burst of joins is planned once: each partition
-   moves straight to its final owner, never through a pod that joined a moment earlier.
+   at once to live members below their target (the longest Ready first), with epoch + 1. A
+   revoked partition changes owner in a later cycle, once it is loose. A starting member's
+   share stays with the current owners until it is Ready, so a burst of joins is planned
+   once: each partition moves straight to its final owner, never through a pod that joined a
+   moment earlier.
    Loose partitions that no member ever owned (a fresh start, a grown hub) wait for the
    starting members' shares as well, so that the first pod of a fresh start does not take up
    every partition only to hand most of them on. Every other loose partition (a gone or
@@ -107,13 +108,15 @@ def _decide_by_count(scenario: models.Scenario, census: censuses.Census) -> cens
         for p in sorted(picked, key=census.rank.__getitem__)
     ]
 
-    # Fill each member up to its target, in name order: loose partitions for real, then the
-    # in-flight and revoked ones to name the intended next owner of each revoke.
+    # Fill each member up to its target, the longest Ready first (then by name): loose
+    # partitions for real, then the in-flight and revoked ones to name the intended next owner
+    # of each revoke. Pods that turn Ready one after another get their shares in that order:
+    # what the first one's revocations free goes to it, not to one that sorts before it.
     for source in picked.values():
         holding[source] -= 1
     openings = (
         (m.name, quota[m.name] - holding[m.name])
-        for m in census.live
+        for m in sorted(census.live, key=lambda m: m.since)
         if quota[m.name] > holding[m.name]
     )
     queue = [x.partition for x in census.loose] + census.in_flight + [r.partition for r in revokes]
