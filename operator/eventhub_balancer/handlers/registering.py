@@ -228,21 +228,24 @@ def build_registry(runtime: Operator) -> kopf.OperatorRegistry:
             stopped=kwargs["stopped"],
         )
 
+    # Every handler below is a coroutine function: kopf runs a plain function in a thread of
+    # its executor, where the rosters would change under a cycle reading them and a wake-up
+    # (an asyncio.Event set off the loop's thread) would wait for the loop's next other wake.
     # The indexes: the bodies the watch streams delivered, filed for the cycles' lookups.
     @kopf.index(
         specs.GROUP, specs.VERSION, specs.PLURAL, registry=registry, id=INDEXES[indexkeys.CONSUMERS]
     )
-    def index_consumer(**kwargs: Any) -> dict[Any, Any]:
+    async def index_consumer(**kwargs: Any) -> dict[Any, Any]:
         return {indexkeys.consumer_key(kwargs["namespace"], kwargs["name"]): dict(kwargs["body"])}
 
     @kopf.index(
         specs.GROUP, specs.VERSION, specs.PLURAL, registry=registry, id=INDEXES[indexkeys.PEERS]
     )
-    def index_peer(**kwargs: Any) -> dict[Any, Any]:
+    async def index_peer(**kwargs: Any) -> dict[Any, Any]:
         return peer_entry(kwargs["namespace"], kwargs["name"], kwargs["body"])
 
     @kopf.index("", "v1", "pods", registry=registry, id=INDEXES[indexkeys.PODS])
-    def index_pod(**kwargs: Any) -> dict[Any, Any]:
+    async def index_pod(**kwargs: Any) -> dict[Any, Any]:
         body = dict(kwargs["body"])
         keys = indexkeys.pod_keys(kwargs["namespace"], kwargs["labels"])
         return {key: body for key in keys}  # one object under every key
@@ -255,12 +258,12 @@ def build_registry(runtime: Operator) -> kopf.OperatorRegistry:
         id=INDEXES[indexkeys.CONFIGMAPS],
         labels={configmaps.LABEL_MANAGED_BY: configmaps.MANAGED_BY},
     )
-    def index_configmap(**kwargs: Any) -> dict[Any, Any]:
+    async def index_configmap(**kwargs: Any) -> dict[Any, Any]:
         key = indexkeys.configmap_key(kwargs["namespace"], kwargs["labels"])
         return {} if key is None else {key: dict(kwargs["body"])}
 
     @kopf.on.event(specs.GROUP, specs.VERSION, specs.PLURAL, registry=registry)
-    def consumer_changed(**kwargs: Any) -> None:
+    async def consumer_changed(**kwargs: Any) -> None:
         body = dict(kwargs["body"])
         runtime.observed(indexkeys.CONSUMERS, body, kwargs["type"])
         key = (kwargs["namespace"], kwargs["name"])
@@ -271,7 +274,7 @@ def build_registry(runtime: Operator) -> kopf.OperatorRegistry:
             runtime.consumer_changed(key, generation=generation)
 
     @kopf.on.event("", "v1", "pods", registry=registry)
-    def pod_changed(**kwargs: Any) -> None:
+    async def pod_changed(**kwargs: Any) -> None:
         # A plain dict: kopf's body view resolves every key it is asked for, and the rosters
         # ask a few keys of every event.
         runtime.observed(indexkeys.PODS, dict(kwargs["body"]), kwargs["type"])
@@ -283,7 +286,7 @@ def build_registry(runtime: Operator) -> kopf.OperatorRegistry:
         registry=registry,
         labels={configmaps.LABEL_MANAGED_BY: configmaps.MANAGED_BY},
     )
-    def configmap_changed(**kwargs: Any) -> None:
+    async def configmap_changed(**kwargs: Any) -> None:
         runtime.observed(indexkeys.CONFIGMAPS, dict(kwargs["body"]), kwargs["type"])
 
     return registry

@@ -1,0 +1,24 @@
+"""The kopf registry the operator runs (`registering.build_registry`)."""
+
+from __future__ import annotations
+
+import inspect
+
+from eventhub_balancer.handlers import registering
+from tests.support import fakes
+
+
+def test_the_watch_handlers_run_on_the_event_loop() -> None:
+    # kopf runs a plain function in a thread of its executor: the rosters would change under
+    # a cycle reading them, and a wake-up set off the loop's thread would not wake the loop.
+    operator = registering.Operator(
+        kube=fakes.FakeKube(), hubs=fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    )
+    registry = registering.build_registry(operator)
+    handlers = [
+        *registry._indexing.get_all_handlers(),
+        *registry._watching.get_all_handlers(),
+        *registry._spawning.get_all_handlers(),
+    ]
+    assert len(handlers) == 8  # four indexes, three watches, the daemon
+    assert [h.id for h in handlers if not inspect.iscoroutinefunction(h.fn)] == []
