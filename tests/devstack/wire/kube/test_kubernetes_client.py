@@ -258,3 +258,30 @@ def test_faults_can_be_injected_through_kmock(local_kube: Any, kube_client: Any)
     with pytest.raises(ApiException) as e:
         v1.read_namespaced_pod("flaky", "default")  # the injected fault is used up
     assert e.value.status == 404
+
+
+def test_resource_requests_skip_the_reaction_scan_until_a_reaction_is_added(
+    local_kube: Any, kube_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import kmock
+
+    scanned: list[str] = []
+    scan = kmock.KubernetesScaffold._handle
+
+    async def counted(self: Any, request: Any) -> Any:
+        scanned.append(str(request.url.path))
+        return await scan(self, request)
+
+    monkeypatch.setattr(kmock.KubernetesScaffold, "_handle", counted)
+    v1 = kubernetes.client.CoreV1Api(kube_client)
+    v1.create_namespaced_pod("shop", _pod("a", app="orders"))
+    assert [p.metadata.name for p in v1.list_namespaced_pod("shop").items] == ["a"]
+    assert scanned == []  # served directly, as the scan would have
+    kubernetes.client.VersionApi(kube_client).get_code()
+    assert scanned == ["/version/"]  # discovery goes through the scan
+    local_kube.handler["get", kmock.resource("v1/pods"), kmock.name("flaky")][:1] << 503
+    with pytest.raises(ApiException) as e:
+        v1.read_namespaced_pod("flaky", "shop")
+    assert e.value.status == 503  # with a reaction added, every request is scanned
+    assert v1.read_namespaced_pod("a", "shop").metadata.name == "a"
+    assert scanned[1:] == ["/api/v1/namespaces/shop/pods/flaky", "/api/v1/namespaces/shop/pods/a"]
