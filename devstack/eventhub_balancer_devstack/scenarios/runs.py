@@ -58,6 +58,9 @@ Action = Literal["scale", "delete", "kill", "grow"]
 Kind = Literal["start", "scale-out", "scale-in", "delete", "kill", "grow"]
 #: Steps that a user or an autoscaler plans; only a crash (``kill``) is not.
 PLANNED: frozenset[Kind] = frozenset({"start", "scale-out", "scale-in", "delete", "grow"})
+#: Steps that start a pod's process (a new pod, or a killed one restarted); the others start
+#: none, and their time to balance counts from the action.
+STARTING: frozenset[Kind] = frozenset({"start", "scale-out", "kill"})
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -111,8 +114,9 @@ class StepResult:
     #: Partitions that changed pod between the balanced states before and after the step.
     moved: int
     #: Seconds until every pod's process was up (started and in touch with what coordinates
-    #: it: `systems.System.up`); about 0 when the step started no process. New or restarted
-    #: processes take seconds to start on a loaded machine, whichever balancer they run.
+    #: it: `systems.System.up`); 0 when the step starts no process (`STARTING`). New or
+    #: restarted processes take seconds to start on a loaded machine, whichever balancer they
+    #: run.
     pods_up_s: float | None = None
     #: For a deletion or a SIGKILL: seconds until every partition the pod held was held and
     #: taken up by a Ready pod again (another pod, after a deletion); None: not in time.
@@ -351,7 +355,9 @@ class ScenarioRun:
         gone = victim if step.action == "delete" else None
         deadline = started + self.options.balance_timeout_s
         snapshot = self.observe()
-        up_s: float | None = None
+        # A step that starts no process counts from its action: the first poll's time (the
+        # action itself and a listing, 10-110 ms) is the balancer's, not a pod's start-up.
+        up_s: float | None = None if kind in STARTING else 0.0
         failover_s: float | None = None
         while True:
             now = time.monotonic()
