@@ -210,13 +210,14 @@ def _reachable(cluster: clusterviews.Cluster) -> bool:
 
 
 def _wait_stats(operator: processes.Child, cycles: int, timeout: float) -> dict[str, Any]:
-    """The operator's counters once it has run ``cycles`` more cycles."""
+    """The operator's counters once it has run ``cycles`` more cycles and posted every Event
+    its cycles handed over (`eventposts`: they are the requests of the cycles before)."""
     start = operator.stats()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         time.sleep(0.1)
         now = operator.stats()
-        if now["cycles"] >= start["cycles"] + cycles:
+        if now["cycles"] >= start["cycles"] + cycles and not now["events_pending"]:
             return now
     raise TimeoutError(f"timed out after {timeout} s waiting for {cycles} operator cycles")
 
@@ -271,7 +272,8 @@ def run(settings: Settings) -> Report:
             # Every consumer's cycle also reads its hub's ends and its blobs once a minute: on
             # 2 cores a thousand consumers take longer than an interval to come round.
             slack = clusters.WAIT_SECONDS + settings.consumers * 0.1
-            # Let the last status writes of the initial cycles land before counting.
+            # Let the last status writes of the initial cycles land before counting, and the
+            # Events they handed over be posted (a start of 128 pods hands over 128).
             before = _wait_stats(operator, settings.consumers, interval * 2 + slack)
             after = _wait_stats(operator, cycles, settings.steady_cycles * interval * 2 + slack)
             steady_cycles = after["cycles"] - before["cycles"]

@@ -72,6 +72,8 @@ def serve_operator(
             "requests": api.requests,
             "lists": api.lists,
             "writes": sum(api.writes.values()),
+            # The Events the cycles handed over and the poster has not posted yet.
+            "events_pending": runtime.events.pending,
             "cpu_s": time.process_time(),
             "rss_mb": _rss_mb(),
         }
