@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -46,6 +46,25 @@ class SlowEvents:
 
 def event(reason: str) -> dict[str, Any]:
     return {"metadata": {"namespace": NS}, "reason": reason}
+
+
+async def first_cycle(
+    kube: fakes.FakeKube, events: Callable[[Mapping[str, Any]], None]
+) -> cycles.Result:
+    """The consumer's first cycle (it gives a and b their partitions), its Events handed to
+    ``events``; bounded: a cycle that waited for its Events could wait forever."""
+    return await asyncio.wait_for(
+        cycles.run_cycle(
+            kube=kube,
+            hubs=fakes.FakeHubs(store=fakes.FakeCheckpointStore()),
+            namespace=NS,
+            name=NAME,
+            memory=memories.Memory(),
+            now=at(0),
+            events=events,
+        ),
+        timeout=10,
+    )
 
 
 async def test_events_are_posted_in_the_order_handed_one_at_a_time() -> None:
@@ -129,7 +148,6 @@ async def test_a_poster_needs_room_for_one_event() -> None:
 
 async def test_a_cycle_hands_its_events_over_and_does_not_wait_for_them() -> None:
     kube = make_kube()
-    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
     gate = asyncio.Event()
     posted = kube.create_event
 
@@ -139,19 +157,7 @@ async def test_a_cycle_hands_its_events_over_and_does_not_wait_for_them() -> Non
 
     kube.create_event = held  # type: ignore[method-assign]
     poster = eventposts.Poster(kube)
-    # Bounded: a cycle that waited for its Events would wait for the gate forever.
-    result = await asyncio.wait_for(
-        cycles.run_cycle(
-            kube=kube,
-            hubs=hubs,
-            namespace=NS,
-            name=NAME,
-            memory=memories.Memory(),
-            now=at(0),
-            events=poster.post,
-        ),
-        timeout=10,
-    )
+    result = await first_cycle(kube, poster.post)
     # The cycle gave both pods their partitions and ended with its Events still waiting.
     assert kube.assignment(NS) == {
         "a": {"0": (1, "owned"), "1": (1, "owned")},
@@ -168,18 +174,9 @@ async def test_a_cycle_hands_its_events_over_and_does_not_wait_for_them() -> Non
 async def test_a_failed_cycle_still_hands_over_the_events_of_the_moves_it_recorded() -> None:
     # As when it posts them itself: the next cycle will not make these moves again.
     kube = make_kube()
-    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
     kube.fail("create_configmap", errors.ApiUnavailable("the API server went away"))
     handed: list[Mapping[str, Any]] = []
     with pytest.raises(errors.ApiUnavailable):
-        await cycles.run_cycle(
-            kube=kube,
-            hubs=hubs,
-            namespace=NS,
-            name=NAME,
-            memory=memories.Memory(),
-            now=at(0),
-            events=handed.append,
-        )
+        await first_cycle(kube, handed.append)
     assert [e["reason"] for e in handed] == ["PartitionAssigned", "PartitionAssigned"]
     assert kube.events == []
