@@ -66,6 +66,9 @@ class LeasedBlob:
         self.lease_until = 0.0
         self.broken: set[str] = set()
         self.breaks = 0
+        #: Leases acquired, and requests answered, since the start.
+        self.leases = 0
+        self.requests = 0
         self.writes: list[dict[str, str]] = []
         #: Extra latency of every request, to play a slow store.
         self.latency = 0.0
@@ -79,6 +82,7 @@ class LeasedBlob:
         return self.lease_id
 
     async def _delay(self) -> None:
+        self.requests += 1
         await asyncio.sleep(self.latency)
 
     def _missing(self) -> azure_errors.HttpResponseError:
@@ -137,6 +141,7 @@ class LeasedBlob:
             raise http_error(409, "LeaseAlreadyPresent", azure_errors.ResourceExistsError)
         self.lease_id = lease_id or f"lease-{next(_etags)}"
         self.lease_until = self._now() + lease_duration
+        self.leases += 1
         return Lease(self, self.lease_id)
 
     async def break_lease(
@@ -290,7 +295,47 @@ async def test_a_live_fencer_is_waited_for_and_wins() -> None:
     epoch, owner_id, _ = blob.stored()
     assert (epoch, owner_id) == (5, "pod-next")
     assert blob.breaks == 0
+    assert blob.leases >= 1  # its unleased write lost to an update: then under a lease
     assert last < 50
+
+
+async def test_a_handoff_takes_the_blob_over_with_one_read_and_one_write() -> None:
+    # The old owner wrote its final checkpoint and released: nobody races the next owner, which
+    # needs no lease (three more round trips on every take-up of a partition).
+    container = Container()
+    old, new = store(container, "pod-old"), store(container, "pod-new")
+    await old.fence("0", 4)
+    await old.update("0", offset="10", sequence_number=1)
+    old.release("0")
+    blob = container.get_blob_client(old.blob_name("0"))
+    before, leases = blob.requests, blob.leases
+
+    taken = await new.fence("0", 5)
+
+    assert blob.requests - before == 2
+    assert blob.leases == leases
+    assert (taken.epoch, taken.sequence_number) == (5, 1)
+    assert blob.stored() == (5, "pod-new", 1)
+    with pytest.raises(errors.OwnershipLost):
+        await old.fence("0", 4)
+
+
+async def test_a_lease_held_on_the_blob_sends_the_fence_under_a_lease_of_its_own() -> None:
+    # A fencer of a lower epoch died holding the lease: the unleased write is refused
+    # (LeaseIdMissing), and the takeover breaks that lease at once, as before.
+    container = Container()
+    owner, fencer = store(container, "pod-old"), store(container, "pod-next")
+    await owner.fence("0", 4)
+    blob = container.get_blob_client(owner.blob_name("0"))
+    await killed_mid_fence(blob)
+    started = now()
+
+    taken = await fencer.fence("0", 5)
+
+    assert now() - started < 1.0
+    assert taken.epoch == 5
+    assert blob.stored()[:2] == (5, "pod-next")
+    assert blob.breaks == 1
 
 
 async def test_conflicts_are_retried_for_the_budgets_time_not_a_count() -> None:

@@ -146,7 +146,12 @@ class CheckpointStore:
         """Take the partition over with ``epoch``; raises OwnershipLost if a higher epoch holds it.
 
         A missing checkpoint is created at ``start``; an existing one keeps its position and
-        gets our owner id and epoch, written with If-Match on the ETag we read.
+        gets our owner id and epoch, written with If-Match on the ETag we read. The first such
+        write goes without a lease: in a hand-off the old owner released the partition after
+        its final checkpoint, and nobody else writes the blob, so one read and one write take
+        it over (a lease costs three more round trips). Only when that write loses (the blob
+        changed since the read, or a fencer holds its lease) does the takeover go under a lease
+        (`_take_over`), as every later attempt does.
         """
         if epoch < 1:
             raise errors.InvalidInput("epoch", f"{epoch} is not positive: epochs start at 1")
@@ -159,6 +164,7 @@ class CheckpointStore:
             self._owned.pop(partition, None)
             self._lease_breaks.pop(partition, None)
             budget = self._budget(f"fence with epoch {epoch}", partition)
+            unleased = True
             while True:
                 current = await self._blobs.get(partition, budget)
                 if current is None:
@@ -170,6 +176,13 @@ class CheckpointStore:
                     raise errors.OwnershipLost(partition, epoch, current.epoch, current.owner_id)
                 elif current.epoch == epoch and current.owner_id == self.owner_id:
                     taken = current  # already ours: a repeated fence, or one whose answer was lost
+                elif unleased:
+                    unleased = False
+                    taken = await self._blobs.write(
+                        partition, current.position, epoch, current.etag, budget
+                    )
+                    if taken is None:
+                        continue  # changed or leased since the read: read it again, and lease
                 else:
                     taken = await self._take_over(partition, epoch, current, budget)
                     if taken is None:
@@ -273,8 +286,9 @@ class CheckpointStore:
         """Write our epoch under a short blob lease (None when the race was lost: re-read).
 
         An owner that checkpoints back to back would otherwise win every race between our read
-        and our conditional write; under the lease its writes fail (412 LeaseIdMissing) until
-        our epoch is in place, and then it sees the higher epoch. A lease held while the blob
+        and our conditional write (the first, unleased, attempt of `fence` lost one already);
+        under the lease its writes fail (412 LeaseIdMissing) until our epoch is in place, and
+        then it sees the higher epoch. A lease held while the blob
         (as ``read``) has a lower epoch than ours is broken at once: it is a fencer's that died
         mid-fence or is racing us, and waiting out its 15 s would stall the takeover.
         """
