@@ -19,7 +19,8 @@ For a bounded time, at random (seeded) moments, it commits faults of the kinds s
 - ``midfence``: a pod is SIGKILLed right after it took a checkpoint blob's lease to fence a
   partition newly assigned to it (the fault proxy holds the answer to its lease request
   meanwhile), so that the lease stays held for its full duration; a pod replacement gives
-  the operator something to assign;
+  the operator something to assign. A fence takes a lease only when its first, unleased,
+  write is refused, so the proxy refuses it, as a race would;
 - ``specchange``: the CR's checkpoint container changes, once per run: every partition must
   move to the new location by ordered hand-off; the invariants follow the new location;
 - ``watchlag``: the watches of the EventHubConsumers and of the ConfigMaps deliver every

@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
-import random
 import socket
-import threading
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Final
@@ -27,6 +24,7 @@ import yarl
 from aiohttp import web
 
 from eventhub_balancer import runners
+from eventhub_balancer_devstack.faultplans import Faults
 
 logger = logging.getLogger(__name__)
 
@@ -46,186 +44,8 @@ HOP_BY_HOP: Final = frozenset(
     }
 )
 
-#: The longest a sprung lease trap holds its answer before dropping it (the harness normally
-#: lets go within a second, once it killed the writer).
-TRAP_HOLD_S = 30.0
-
 #: The storage service's error codes for the statuses we inject, so SDKs map them as usual.
 ERROR_CODES: Final = {500: "InternalError", 503: "ServerBusy", 412: "ConditionNotMet"}
-
-
-@dataclasses.dataclass(frozen=True)
-class FaultPlan:
-    """What to do to the requests from now on (rates are fractions of requests, 0..1)."""
-
-    #: Seconds to hold a request before handling it; applied to ``delay_rate`` of requests.
-    delay: float = 0.0
-    delay_rate: float = 1.0
-    #: Answer 500 or 503 (half each) without forwarding.
-    status_5xx_rate: float = 0.0
-    #: Close the connection without forwarding: the request never reached the upstream.
-    drop_rate: float = 0.0
-    #: Forward, then close the connection: the request took effect but its answer is lost.
-    drop_response_rate: float = 0.0
-    #: Answer 412 ConditionNotMet to the next n conditional writes (with If-Match).
-    burst_412: int = 0
-    seed: int | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("delay_rate", "status_5xx_rate", "drop_rate", "drop_response_rate"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name}={value} is not a fraction between 0 and 1")
-        if self.delay < 0 or self.burst_412 < 0:
-            raise ValueError("delay and burst_412 must not be negative")
-
-
-@dataclasses.dataclass(frozen=True)
-class FaultStats:
-    """What the proxy did so far."""
-
-    requests: int = 0
-    forwarded: int = 0
-    delayed: int = 0
-    injected_5xx: int = 0
-    dropped: int = 0
-    dropped_responses: int = 0
-    injected_412: int = 0
-
-
-@dataclasses.dataclass(frozen=True)
-class _Decision:
-    delay: float
-    status: int | None  # an injected status, or None to forward
-    drop_request: bool
-    drop_response: bool
-
-
-class Faults:
-    """The plan in force and the counters; safe to change from any thread while serving."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._plan = FaultPlan()
-        self._rng = random.Random(0)
-        self._burst_left = 0
-        self._stats = FaultStats()
-        self._trap_armed = False
-        self._trapped: str | None = None
-        self._trap_released = threading.Event()
-
-    @property
-    def plan(self) -> FaultPlan:
-        return self._plan
-
-    @property
-    def stats(self) -> FaultStats:
-        return self._stats
-
-    def set(
-        self,
-        *,
-        delay: float = 0.0,
-        delay_rate: float = 1.0,
-        status_5xx_rate: float = 0.0,
-        drop_rate: float = 0.0,
-        drop_response_rate: float = 0.0,
-        burst_412: int = 0,
-        seed: int | None = None,
-    ) -> FaultPlan:
-        """Replace the plan (unspecified faults are off)."""
-        plan = FaultPlan(
-            delay=delay,
-            delay_rate=delay_rate,
-            status_5xx_rate=status_5xx_rate,
-            drop_rate=drop_rate,
-            drop_response_rate=drop_response_rate,
-            burst_412=burst_412,
-            seed=seed,
-        )
-        with self._lock:
-            self._plan = plan
-            self._rng = random.Random(seed)
-            self._burst_left = burst_412
-        logger.info("fault plan: %s", plan)
-        return plan
-
-    def clear(self) -> None:
-        """No faults: forward everything as is (a lease trap is released too)."""
-        self.set()
-        self.release_lease_trap()
-
-    # -- the lease trap: a writer that dies holding a checkpoint blob's lease
-
-    def arm_lease_trap(self) -> None:
-        """Catch the next lease acquisition on a checkpoint blob: forward it (the lease is
-        taken), then hold its answer until `release_lease_trap` and drop it, so that the
-        writer never learns its lease id. The harness kills the writer meanwhile: a pod
-        killed mid-fence, its lease left held."""
-        with self._lock:
-            self._trap_armed = True
-            self._trapped = None
-            self._trap_released.clear()
-
-    def lease_trapped(self) -> str | None:
-        """The path of the blob whose lease the sprung trap holds, None before it sprang."""
-        with self._lock:
-            return self._trapped
-
-    def release_lease_trap(self) -> None:
-        """Let the held answer go (dropped) and disarm the trap."""
-        with self._lock:
-            self._trap_armed = False
-        self._trap_released.set()
-
-    def _spring(self, *, method: str, path: str, lease_action: str | None) -> bool:
-        with self._lock:
-            if not self._trap_armed or self._trapped is not None:
-                return False
-            if method != "PUT" or (lease_action or "").lower() != "acquire":
-                return False
-            if "/checkpoint/" not in path:
-                return False
-            self._trapped = path
-            return True
-
-    async def _hold(self) -> None:
-        # A threading event: the harness releases from its own thread.
-        await asyncio.to_thread(self._trap_released.wait, TRAP_HOLD_S)
-
-    def reset_stats(self) -> None:
-        with self._lock:
-            self._stats = FaultStats()
-
-    def _count(self, **increments: int) -> None:
-        # Called with the lock held.
-        self._stats = dataclasses.replace(
-            self._stats,
-            **{k: getattr(self._stats, k) + v for k, v in increments.items()},
-        )
-
-    def decide(self, *, method: str, conditional: bool) -> _Decision:
-        with self._lock:
-            plan, rng = self._plan, self._rng
-            self._count(requests=1)
-            delay = plan.delay if plan.delay and rng.random() < plan.delay_rate else 0.0
-            if delay:
-                self._count(delayed=1)
-            if conditional and method in ("PUT", "POST", "DELETE") and self._burst_left > 0:
-                self._burst_left -= 1
-                self._count(injected_412=1)
-                return _Decision(delay, 412, False, False)
-            if plan.drop_rate and rng.random() < plan.drop_rate:
-                self._count(dropped=1)
-                return _Decision(delay, None, True, False)
-            if plan.status_5xx_rate and rng.random() < plan.status_5xx_rate:
-                self._count(injected_5xx=1)
-                return _Decision(delay, rng.choice((500, 503)), False, False)
-            drop_response = bool(plan.drop_response_rate and rng.random() < plan.drop_response_rate)
-            if drop_response:
-                self._count(dropped_responses=1)
-            self._count(forwarded=1)
-            return _Decision(delay, None, False, drop_response)
 
 
 def _error_response(status: int, *, method: str) -> web.Response:
@@ -297,6 +117,11 @@ class FaultProxy:
             self._drop(request)
         if decision.status is not None:
             return _error_response(decision.status, method=request.method)
+        if self.faults.refuse_fence(
+            method=request.method, path=request.path, headers=request.headers
+        ):
+            logger.info("lease trap: refusing the unleased fence of %s", request.path)
+            return _error_response(412, method=request.method)
         assert self._session is not None
         body = await request.read()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
@@ -315,15 +140,18 @@ class FaultProxy:
                 (k, v) for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP
             ]
             length = upstream.headers.get("Content-Length")
+        self.faults.forwarded(
+            method=request.method, path=request.path, headers=request.headers, status=status
+        )
         if decision.drop_response:
             self._drop(request)
-        if self.faults._spring(
+        if self.faults.spring_trap(
             method=request.method,
             path=request.path,
             lease_action=request.headers.get("x-ms-lease-action"),
         ):
             logger.info("lease trap sprung on %s", request.path)
-            await self.faults._hold()
+            await self.faults.hold_trap()
             self._drop(request)
         response = web.Response(status=status, body=payload if request.method != "HEAD" else None)
         for key, value in answer_headers:
