@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from eventhub_balancer import errors
-from eventhub_balancer.handlers import cycles, eventposts, memories
+from eventhub_balancer.handlers import cycles, eventposts, memories, metrics, registering
 from tests.handlers.test_cycles import NAME, NS, at, make_kube
 from tests.support import fakes
 
@@ -45,7 +45,7 @@ class SlowEvents:
 
 
 def event(reason: str) -> dict[str, Any]:
-    return {"metadata": {"namespace": NS}, "reason": reason}
+    return {"metadata": {"namespace": NS}, "involvedObject": {"name": NAME}, "reason": reason}
 
 
 async def first_cycle(
@@ -180,3 +180,36 @@ async def test_a_failed_cycle_still_hands_over_the_events_of_the_moves_it_record
         await first_cycle(kube, handed.append)
     assert [e["reason"] for e in handed] == ["PartitionAssigned", "PartitionAssigned"]
     assert kube.events == []
+
+
+async def test_handed_over_events_are_counted_once_as_they_are_posted() -> None:
+    # A cycle counts the writes it makes; the Events it hands over are counted by the poster,
+    # whenever it posts them, for the consumer they are about.
+    kube = make_kube()
+    registry = metrics.Metrics()
+    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    operator = registering.Operator(kube=kube, hubs=hubs)
+    operator.metrics = registry
+    operator.memories[(NS, NAME)] = memories.Memory()  # its daemon runs
+    sample = 'ehb_api_writes_total{consumer="orders",kind="event",namespace="shop"}'
+    await asyncio.wait_for(
+        cycles.run_cycle(
+            kube=kube,
+            hubs=hubs,
+            namespace=NS,
+            name=NAME,
+            memory=memories.Memory(),
+            now=at(0),
+            metrics=registry,
+            events=operator.events.post,
+        ),
+        timeout=10,
+    )
+    assert await operator.events.flushed(limit_seconds=10)
+    assert f"{sample} 2.0" in registry.exposition().decode()  # not 4: the cycle left them out
+    assert len(kube.events) == 2
+    # A consumer whose daemon stopped gets no series back from a late Event.
+    del operator.memories[(NS, NAME)]
+    operator.events.post(event("Late"))
+    assert await operator.events.flushed(limit_seconds=10)
+    assert f"{sample} 2.0" in registry.exposition().decode()

@@ -92,3 +92,21 @@ async def test_the_operators_own_configmap_under_the_name_is_no_squat() -> None:
         await cycle(kube, memories.Memory(), now=0)
     assert [e for e in kube.events if e["reason"] == "AssignmentTampered"] == []
     assert not [c for c in kube.calls if c[:2] == ("delete", "configmap")]
+
+
+async def test_the_squat_event_is_handed_over_with_the_cycles_other_events() -> None:
+    kube = make_kube()
+    squat(kube, {"data": {"pod": "a", "consumer": NAME}})
+    handed: list[Any] = []
+    with pytest.raises(errors.Conflict):
+        await cycles.run_cycle(
+            kube=kube,
+            hubs=fakes.FakeHubs(store=fakes.FakeCheckpointStore()),
+            namespace=NS,
+            name=NAME,
+            memory=memories.Memory(),
+            now=T0,
+            events=handed.append,
+        )
+    assert [e["reason"] for e in handed].count("AssignmentTampered") == 1
+    assert kube.events == []  # posted by the poster, never by the cycle itself

@@ -125,7 +125,12 @@ async def run_cycle(
                 namespace=namespace,
                 consumer=name,
                 seconds=time.monotonic() - started,
-                writes={k: n - writes_before.get(k, 0) for k, n in kube.writes.items()},
+                # The Events handed over are counted as the poster posts them (`eventposts`).
+                writes={
+                    k: n - writes_before.get(k, 0)
+                    for k, n in kube.writes.items()
+                    if events is None or k != "event"
+                },
             )
     if metrics is not None and decision.figures is not None:
         metrics.record(namespace=namespace, consumer=name, values=decision.figures)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from eventhub_balancer.handlers import ports, writing
@@ -35,22 +35,31 @@ STOP_SECONDS = 5.0
 class Poster:
     """The operator's Events, posted one at a time in the order handed (`post`)."""
 
-    def __init__(self, kube: ports.KubePort, *, limit: int = MAX_QUEUED) -> None:
+    def __init__(
+        self,
+        kube: ports.KubePort,
+        *,
+        limit: int = MAX_QUEUED,
+        posting: Callable[[Mapping[str, Any]], None] | None = None,
+    ) -> None:
+        """``posting`` is told of every Event as it is posted (the operator counts them in its
+        metrics: a cycle's own count of its writes leaves out what is posted after it)."""
         if limit < 1:
             raise ValueError(f"limit must be at least 1, got {limit}")
         self._kube = kube
         self._limit = limit
+        self._posting = posting
         self._queue: collections.deque[Mapping[str, Any]] = collections.deque()
         self._task: asyncio.Task[None] | None = None
         #: Events dropped because the queue was full, since the start
         self.dropped = 0
         self._dropping = False
-        self._posting = False
+        self._in_flight = False
 
     @property
     def pending(self) -> int:
         """The Events handed and not posted yet (the one being posted included)."""
-        return len(self._queue) + (1 if self._posting else 0)
+        return len(self._queue) + (1 if self._in_flight else 0)
 
     def post(self, body: Mapping[str, Any]) -> None:
         """Hand one Event over; it is posted after those handed before it. Never waits."""
@@ -72,13 +81,15 @@ class Poster:
     async def _run(self) -> None:
         while self._queue:
             body = self._queue.popleft()
-            self._posting = True
+            self._in_flight = True
             try:
+                if self._posting is not None:
+                    self._posting(body)
                 await writing.post_event(self._kube, body)
             except Exception as e:  # an Event must never stop the ones after it
                 logger.warning("could not post Event %s: %s", body.get("reason"), e)
             finally:
-                self._posting = False
+                self._in_flight = False
         self._dropping = False
 
     async def flushed(self, *, limit_seconds: float) -> bool:

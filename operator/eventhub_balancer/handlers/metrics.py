@@ -157,6 +157,10 @@ class Metrics:
             if count:
                 self.api_writes.labels(namespace, consumer, kind).inc(count)
 
+    def count_write(self, *, namespace: str, consumer: str, kind: str) -> None:
+        """One API write made outside a cycle (an Event the poster posts)."""
+        self.api_writes.labels(namespace, consumer, kind).inc()
+
     def record(self, *, namespace: str, consumer: str, values: metrics.Figures) -> None:
         """Set the gauges and count the moves of one cycle."""
         self.set_partitions(namespace=namespace, consumer=consumer, per_pod=values.per_pod)

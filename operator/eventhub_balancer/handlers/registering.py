@@ -122,7 +122,15 @@ class Operator:
     def __post_init__(self) -> None:
         self.cache = caching.Cache(self.kube)
         self.watch, self.rosters, self.view = self.cache.watch, self.cache.rosters, self.cache.kube
-        self.events = eventposts.Poster(self.view)
+        self.events = eventposts.Poster(self.view, posting=self._count_event)
+
+    def _count_event(self, body: Mapping[str, Any]) -> None:
+        """An Event the poster posts, counted for its consumer while that one runs (a cycle
+        counts only the writes it makes itself: `cycles.run_cycle`)."""
+        namespace = str((body.get("metadata") or {}).get("namespace", ""))
+        consumer = str((body.get("involvedObject") or {}).get("name", ""))
+        if (namespace, consumer) in self.memories:
+            self.metrics.count_write(namespace=namespace, consumer=consumer, kind="event")
 
     def wake(self, key: Key) -> None:
         """Something the consumer's cycle reads changed: its next cycle starts now."""

@@ -98,6 +98,7 @@ async def apply(
         # A revocation goes out with the gains only once the record holds it, so that a crash
         # never leaves a pod releasing what the record still says it owns.
         revokes_with_gains=decision.epochs is not None and decision.record is not None,
+        events=events,
         with_gains=[_event(kube, body, events) for body in early],
         # The status before the Events: the next cycle reads it, while nobody waits on these.
         with_last=(
@@ -134,6 +135,7 @@ async def apply_writes(
     with_gains: Sequence[Awaitable[Any]] = (),
     with_last: Sequence[Awaitable[Any]] = (),
     revokes_with_gains: bool = False,
+    events: Handover | None = None,
 ) -> int:
     """The ConfigMaps that gain, then together those that lose, pod annotations and
     deletions; the number of ConfigMap and pod writes.
@@ -144,7 +146,8 @@ async def apply_writes(
     ``with_gains`` go out with the first step and ``with_last`` with the second (Events and
     the status); a failed first step closes those it did not start. With
     ``revokes_with_gains`` (the status already records the revocations), the ConfigMaps that
-    start a hand-off (`writes.MapWrite.revokes`) go out in the first step too.
+    start a hand-off (`writes.MapWrite.revokes`) go out in the first step too. ``events``
+    takes the Event of a squatted ConfigMap name, as `apply`'s take the moves'.
     """
     asks: list[writes.MapWrite] = []
     gains: list[writes.MapWrite] = []
@@ -162,14 +165,14 @@ async def apply_writes(
         if first or with_gains:
             await _together(
                 [
-                    *(_write_map(kube, namespace=namespace, write=w) for w in first),
+                    *(_write_map(kube, namespace=namespace, write=w, events=events) for w in first),
                     *with_gains,
                 ]
             )
         pending = []
         await _together(
             [
-                *(_write_map(kube, namespace=namespace, write=w) for w in rest),
+                *(_write_map(kube, namespace=namespace, write=w, events=events) for w in rest),
                 *(
                     kube.patch_pod_annotations(
                         namespace=namespace, name=a.pod, annotations=a.annotations
@@ -190,10 +193,10 @@ async def apply_writes(
 
 
 def _write_map(
-    kube: ports.KubePort, *, namespace: str, write: writes.MapWrite
+    kube: ports.KubePort, *, namespace: str, write: writes.MapWrite, events: Handover | None
 ) -> Awaitable[Mapping[str, Any]]:
     if write.create:
-        return create_configmap(kube, namespace=namespace, write=write)
+        return create_configmap(kube, namespace=namespace, write=write, events=events)
     return patch_configmap(kube, namespace=namespace, write=write)
 
 
@@ -205,11 +208,16 @@ def _close(call: Awaitable[Any]) -> None:
 
 
 async def create_configmap(
-    kube: ports.KubePort, *, namespace: str, write: writes.MapWrite
+    kube: ports.KubePort,
+    *,
+    namespace: str,
+    write: writes.MapWrite,
+    events: Handover | None = None,
 ) -> Mapping[str, Any]:
     """One ConfigMap create. On a conflict, a ConfigMap the operator did not write that holds
-    the name (`writes.squatter`) is reported and deleted (by its uid), never trusted; the
-    conflict still fails the cycle, whose next attempt creates the pod's own."""
+    the name (`writes.squatter`) is reported (its Event posted, or handed to ``events``) and
+    deleted (by its uid), never trusted; the conflict still fails the cycle, whose next
+    attempt creates the pod's own."""
     try:
         return await kube.create_configmap(namespace=namespace, body=write.body)
     except errors.Conflict:
@@ -220,7 +228,7 @@ async def create_configmap(
         event = dict(write.squat_event)
         event["message"] = f"{event.get('message', '')} ({why})"
         logger.warning("ConfigMap %s/%s: %s", namespace, write.name, event["message"])
-        await post_event(kube, event)
+        await _event(kube, event, events)
         uid = (found.get("metadata") or {}).get("uid") if found is not None else None
         await kube.delete_configmap(namespace=namespace, name=write.name, uid=uid or None)
         raise
