@@ -7,7 +7,7 @@ import copy
 from typing import Any
 
 from eventhub_balancer.contracts import configmaps, specs
-from eventhub_balancer.handlers import caching, cycles, indexkeys, memories, registering
+from eventhub_balancer.handlers import caching, cycles, indexkeys, kopfwiring, memories
 from tests.handlers import test_caching, test_cycles
 from tests.support import fakes, watches
 
@@ -16,11 +16,11 @@ OLDER, NEWER = "orders", "orders-copy"
 
 
 def peers_index(kube: fakes.FakeKube) -> dict[Any, list[Any]]:
-    """The peers index as kopf files it: every consumer through `registering.peer_entry`."""
+    """The peers index as kopf files it: every consumer through `kopfwiring.peer_entry`."""
     index: dict[Any, list[Any]] = {}
     for (kind, ns, name), body in kube.objects.items():
         if kind == "consumer":
-            for key, value in registering.peer_entry(ns, name, copy.deepcopy(body)).items():
+            for key, value in kopfwiring.peer_entry(ns, name, copy.deepcopy(body)).items():
                 index.setdefault(key, []).append(value)
     return index
 
@@ -57,12 +57,12 @@ async def cycle(
 
 def test_the_index_sums_up_each_consumer_once() -> None:
     body = {"metadata": {"uid": "u1", "creationTimestamp": "2024-05-01T12:00:00Z"}}
-    [(key, peer)] = registering.peer_entry(NS, "x", {**body, "spec": test_cycles.SPEC}).items()
+    [(key, peer)] = kopfwiring.peer_entry(NS, "x", {**body, "spec": test_cycles.SPEC}).items()
     assert key == indexkeys.peer_key(NS)
     assert (peer.namespace, peer.name, peer.uid) == (NS, "x", "u1")
     assert peer.selector is not None
     assert peer.selector.matches({"app": "c"})
-    [(_, broken)] = registering.peer_entry(NS, "y", {**body, "spec": {}}).items()
+    [(_, broken)] = kopfwiring.peer_entry(NS, "y", {**body, "spec": {}}).items()
     assert (broken.selector, broken.location) == (None, None)  # an invalid spec claims nothing
 
 

@@ -1,10 +1,10 @@
-"""The kopf registry the operator runs (`registering.build_registry`)."""
+"""The kopf registry the operator runs (`kopfwiring.build_registry`)."""
 
 from __future__ import annotations
 
 import inspect
 
-from eventhub_balancer.handlers import registering
+from eventhub_balancer.handlers import kopfwiring, registering
 from tests.support import fakes
 
 
@@ -14,7 +14,7 @@ def test_the_watch_handlers_run_on_the_event_loop() -> None:
     operator = registering.Operator(
         kube=fakes.FakeKube(), hubs=fakes.FakeHubs(store=fakes.FakeCheckpointStore())
     )
-    registry = registering.build_registry(operator)
+    registry = kopfwiring.build_registry(operator)
     handlers = [
         *registry._indexing.get_all_handlers(),
         *registry._watching.get_all_handlers(),

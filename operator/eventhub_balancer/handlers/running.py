@@ -22,7 +22,7 @@ import kopf
 from aiohttp import web
 
 from eventhub_balancer import runners
-from eventhub_balancer.handlers import growth, kopftoggles, registering
+from eventhub_balancer.handlers import growth, kopftoggles, kopfwiring, registering
 
 logger = logging.getLogger(__name__)
 
@@ -80,14 +80,14 @@ async def serve(
 ) -> None:
     kopftoggles.install()
     settings = kopf.OperatorSettings()
-    registering.configure(
+    kopfwiring.configure(
         settings,
         peering_name=options.peering_name,
         standalone=options.standalone,
         clusterwide=options.clusterwide,
         priority=options.priority,
     )
-    registry = registering.build_registry(runtime)
+    registry = kopfwiring.build_registry(runtime)
     kopf_ready = asyncio.Event()
     runner: web.AppRunner | None = None
     if options.metrics_port is not None:

@@ -1,0 +1,170 @@
+"""kopf's side of the operator: its settings and the registry of its handlers.
+
+`build_registry` wires one `registering.Operator` into kopf: the daemon per EventHubConsumer
+(`registering.run_daemon`), the four indexes the rosters start from, and the three watch
+handlers that offer every event to the rosters (`registering.Operator.observed`). Every one is
+a coroutine: kopf runs a plain function in a thread of its executor, where an event would
+change a roster under a cycle reading it and its wake-up would not wake the loop. kopf
+reconnects a watch that has been silent for `WATCH_INACTIVITY_SECONDS`, so a stalled stream is
+noticed within seconds.
+
+kopf's bookkeeping stays out of the status: progress and diff-base go to annotations with our
+prefix, kopf posts no Events of its own (ours have specific reasons), and the registry is
+built per operator instance, so that two operators (peering tests) can share a process.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from eventhub_balancer.contracts import configmaps, specs
+from eventhub_balancer.handlers import indexkeys, registering
+from eventhub_balancer.reconciling import conflicts
+
+#: A watch stream silent this long is reconnected (resuming where it was, or re-listing on a
+#: 410): a stalled stream costs seconds, not kopf's default 70 s. A quiet healthy stream
+#: between the API server's bookmarks (about one a minute) costs one reconnection each time.
+WATCH_INACTIVITY_SECONDS = 10.0
+#: The names of kopf's indexes (`caching` serves the cycle's reads from them).
+INDEXES = {
+    indexkeys.CONSUMERS: "ehb_consumers",
+    indexkeys.PODS: "ehb_pods",
+    indexkeys.CONFIGMAPS: "ehb_configmaps",
+    indexkeys.PEERS: "ehb_peers",
+}
+
+
+def configure(
+    settings: kopf.OperatorSettings,
+    *,
+    peering_name: str | None,
+    standalone: bool,
+    clusterwide: bool,
+    priority: int,
+) -> None:
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=specs.GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=specs.GROUP, key="last-handled-configuration"
+    )
+    settings.persistence.finalizer = f"{specs.GROUP}/finalizer"
+    settings.posting.enabled = False
+    settings.peering.standalone = standalone
+    settings.peering.clusterwide = clusterwide
+    settings.peering.priority = priority
+    settings.peering.mandatory = not standalone
+    if peering_name:
+        settings.peering.name = peering_name
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 10
+    settings.watching.inactivity_timeout = WATCH_INACTIVITY_SECONDS
+    settings.networking.request_timeout = 30
+
+
+def build_registry(runtime: registering.Operator) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+
+    if runtime.connection is not None:
+        connection = runtime.connection
+
+        @kopf.on.login(registry=registry)
+        def login(**_: Any) -> kopf.ConnectionInfo:
+            info = connection()
+            return kopf.ConnectionInfo(
+                server=info.server,
+                ca_path=info.ca_path,
+                insecure=info.insecure,
+                token=info.token,
+                certificate_path=info.certificate_path,
+                private_key_path=info.private_key_path,
+            )
+
+    @kopf.daemon(
+        specs.GROUP,
+        specs.VERSION,
+        specs.PLURAL,
+        registry=registry,
+        cancellation_timeout=10.0,
+        id="balance",
+    )
+    async def balance(**kwargs: Any) -> None:
+        runtime.rosters.attach({kind: kwargs[index] for kind, index in INDEXES.items()})
+        await registering.run_daemon(
+            runtime,
+            namespace=kwargs["namespace"],
+            name=kwargs["name"],
+            spec=kwargs["spec"],
+            stopped=kwargs["stopped"],
+        )
+
+    # Every handler below is a coroutine function: kopf runs a plain function in a thread of
+    # its executor, where the rosters would change under a cycle reading them and a wake-up
+    # (an asyncio.Event set off the loop's thread) would wait for the loop's next other wake.
+    # The indexes: the bodies the watch streams delivered, filed for the cycles' lookups.
+    @kopf.index(
+        specs.GROUP, specs.VERSION, specs.PLURAL, registry=registry, id=INDEXES[indexkeys.CONSUMERS]
+    )
+    async def index_consumer(**kwargs: Any) -> dict[Any, Any]:
+        return {indexkeys.consumer_key(kwargs["namespace"], kwargs["name"]): dict(kwargs["body"])}
+
+    @kopf.index(
+        specs.GROUP, specs.VERSION, specs.PLURAL, registry=registry, id=INDEXES[indexkeys.PEERS]
+    )
+    async def index_peer(**kwargs: Any) -> dict[Any, Any]:
+        return peer_entry(kwargs["namespace"], kwargs["name"], kwargs["body"])
+
+    @kopf.index("", "v1", "pods", registry=registry, id=INDEXES[indexkeys.PODS])
+    async def index_pod(**kwargs: Any) -> dict[Any, Any]:
+        body = dict(kwargs["body"])
+        keys = indexkeys.pod_keys(kwargs["namespace"], kwargs["labels"])
+        return {key: body for key in keys}  # one object under every key
+
+    @kopf.index(
+        "",
+        "v1",
+        "configmaps",
+        registry=registry,
+        id=INDEXES[indexkeys.CONFIGMAPS],
+        labels={configmaps.LABEL_MANAGED_BY: configmaps.MANAGED_BY},
+    )
+    async def index_configmap(**kwargs: Any) -> dict[Any, Any]:
+        key = indexkeys.configmap_key(kwargs["namespace"], kwargs["labels"])
+        return {} if key is None else {key: dict(kwargs["body"])}
+
+    @kopf.on.event(specs.GROUP, specs.VERSION, specs.PLURAL, registry=registry)
+    async def consumer_changed(**kwargs: Any) -> None:
+        body = dict(kwargs["body"])
+        runtime.observed(indexkeys.CONSUMERS, body, kwargs["type"])
+        key = (kwargs["namespace"], kwargs["name"])
+        if kwargs["type"] == "DELETED":
+            runtime.consumer_deleted(key)
+        else:
+            generation = (body.get("metadata") or {}).get("generation")
+            runtime.consumer_changed(key, generation=generation)
+
+    @kopf.on.event("", "v1", "pods", registry=registry)
+    async def pod_changed(**kwargs: Any) -> None:
+        # A plain dict: kopf's body view resolves every key it is asked for, and the rosters
+        # ask a few keys of every event.
+        runtime.observed(indexkeys.PODS, dict(kwargs["body"]), kwargs["type"])
+
+    @kopf.on.event(
+        "",
+        "v1",
+        "configmaps",
+        registry=registry,
+        labels={configmaps.LABEL_MANAGED_BY: configmaps.MANAGED_BY},
+    )
+    async def configmap_changed(**kwargs: Any) -> None:
+        runtime.observed(indexkeys.CONFIGMAPS, dict(kwargs["body"]), kwargs["type"])
+
+    return registry
+
+
+def peer_entry(namespace: str, name: str, body: Mapping[str, Any]) -> dict[Any, Any]:
+    """The peers index's entry of one EventHubConsumer: its summary, parsed once per watch
+    event rather than once per other consumer's cycle."""
+    return {indexkeys.peer_key(namespace): conflicts.peer(body, namespace=namespace, name=name)}
