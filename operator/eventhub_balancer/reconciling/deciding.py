@@ -267,6 +267,15 @@ def _decide(
     record = desired.get("assignment") if raises else None
     if record is not None:
         previous = {**previous, "assignment": record}
+    figures = metrics.build(
+        plan=plan,
+        before=back,
+        wall=wall,
+        partitions=partitions,
+        hub_ok=hub_ok,
+        lag=lag,
+        paused=spec.paused,
+    )
     decision = Decision(
         generation=observation.generation,
         pods=fleet.concerned(),
@@ -283,18 +292,9 @@ def _decide(
         partitions=partitions,
         moves=plan.moves,
         balanced=plan.balanced,
-        awaits_release=bool(plan.release_deadlines)
-        or any(o.state == "revoking" for o in plan.assignment.values()),
+        awaits_release=bool(plan.release_deadlines) or figures.handoffs_in_flight > 0,
         unlisted=unlisted,
-        figures=metrics.build(
-            plan=plan,
-            before=back,
-            wall=wall,
-            partitions=partitions,
-            hub_ok=hub_ok,
-            lag=lag,
-            paused=spec.paused,
-        ),
+        figures=figures,
         next_in=deadlines.next_in(
             plan=plan,
             pods=states,
