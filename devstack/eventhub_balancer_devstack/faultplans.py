@@ -12,7 +12,12 @@ import random
 import threading
 from collections.abc import Mapping
 
+from eventhub_balancer.contracts import checkpointblobs
+
 logger = logging.getLogger(__name__)
+
+#: What a checkpoint blob's path holds (`checkpointblobs.blob_prefix`), as the proxy sees it.
+_CHECKPOINTS = f"/{checkpointblobs.CHECKPOINT}/"
 
 #: The longest a sprung lease trap holds its answer before dropping it (the harness normally
 #: lets go within a second, once it killed the writer).
@@ -157,7 +162,7 @@ class Faults:
                 return False
             if method != "PUT" or (lease_action or "").lower() != "acquire":
                 return False
-            if "/checkpoint/" not in path:
+            if _CHECKPOINTS not in path:
                 return False
             self._trapped = path
             return True
@@ -223,9 +228,9 @@ class Faults:
 
 def epoch_written(*, method: str, path: str, headers: Mapping[str, str]) -> int | None:
     """The epoch a write to a checkpoint blob sets (its ``epoch`` metadata), if it is one."""
-    if method != "PUT" or "/checkpoint/" not in path:
+    if method != "PUT" or _CHECKPOINTS not in path:
         return None
     try:
-        return int(headers.get("x-ms-meta-epoch", ""))
+        return int(headers.get(f"x-ms-meta-{checkpointblobs.EPOCH_KEY}", ""))
     except ValueError:
         return None
