@@ -1,0 +1,83 @@
+"""What a write must pass before the store keeps it, for `serving`: strict field validation
+(checked on the request) and the ValidatingAdmissionPolicies of its user (run by the store).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eventhub_balancer_devstack.kube import (
+    failures,
+    identities,
+    policies,
+    resources,
+    schemas,
+    storage,
+)
+from eventhub_balancer_devstack.kube import selectors as selecting
+
+
+def check_field_validation(request: Any, spec: resources.ResourceSpec) -> None:
+    """``fieldValidation=Strict`` (kubectl's default): a field the schema lacks is a 400."""
+    if request.params.get("fieldValidation") != "Strict" or spec.schema is None:
+        return
+    content_type = str(request.headers.get("Content-Type", "")).split(";")[0].strip()
+    if content_type == "application/json-patch+json":
+        return  # a list of operations, not an object to check field by field
+    unknown = schemas.unknown_fields(request.data, spec.schema)
+    if unknown:
+        fields = ", ".join(f'unknown field "{path}"' for path in unknown)
+        raise failures.bad_request(
+            f'{spec.kind} in version "{spec.version}" cannot be handled as a {spec.kind}: '
+            f"strict decoding error: {fields}"
+        )
+
+
+def admission(
+    store: storage.Store,
+    request: Any,
+    spec: resources.ResourceSpec,
+    namespace: str | None,
+    name: str | None,
+    subresource: str | None,
+) -> storage.Admit | None:
+    """The ValidatingAdmissionPolicies of this request's user, run by the store on write."""
+    raw = request._raw_request
+    user = identities.user_of(
+        request.headers.get("Authorization"),
+        list(raw.headers.items()) if raw is not None else list(request.headers.items()),
+    )
+
+    def admit(operation: str, new: dict[str, Any] | None, old: dict[str, Any] | None) -> None:
+        bindings = store.select(resources.POLICY_BINDINGS, namespace=None)
+        if not bindings:
+            return
+        body = new if new is not None else old
+        meta = (body or {}).get("metadata") or {}
+        ns = str(meta.get("namespace") or namespace or "")
+        namespace_object = None
+        if ns and spec.namespaced:
+            found = store.select(
+                resources.NAMESPACES,
+                namespace=None,
+                selector=selecting.parse(labels=None, fields=f"metadata.name={ns}"),
+            )
+            namespace_object = found[0] if found else None
+        attrs = policies.Attributes(
+            spec=spec,
+            operation=operation,  # type: ignore[arg-type]
+            name=str(meta.get("name") or name or ""),
+            namespace=ns,
+            subresource=subresource,
+            new=new,
+            old=old,
+            user=user,
+            namespace_object=namespace_object,
+        )
+        policies.admit(
+            attrs,
+            policies=store.select(resources.POLICIES, namespace=None),
+            bindings=bindings,
+        )
+
+    return admit
