@@ -10,6 +10,8 @@ with one process per pod.
 A finalizer of ours holds each Pod object until its process has exited, as the real kubelet
 holds a terminating pod, so that the operator sees `deletionTimestamp` first and the pod
 disappear only after the consumer released its partitions.
+
+What a pod runs and how its process is started (`PodTemplate`) are in `podprocesses`.
 """
 
 from __future__ import annotations
@@ -19,16 +21,13 @@ import contextlib
 import dataclasses
 import datetime
 import logging
-import os
 import signal
-import socket
 import subprocess
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import urllib3
@@ -36,6 +35,10 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from eventhub_balancer import runners
+from eventhub_balancer_devstack.podprocesses import DOWNWARD_FIELDS as DOWNWARD_FIELDS
+from eventhub_balancer_devstack.podprocesses import PodTemplate as PodTemplate
+from eventhub_balancer_devstack.podprocesses import free_port as free_port
+from eventhub_balancer_devstack.podprocesses import spawn
 
 logger = logging.getLogger(__name__)
 
@@ -58,37 +61,6 @@ API_TIMEOUT_S = 10
 
 #: The longest wait for the probe loop to end on stop (a round of probes in flight finishes).
 PROBE_STOP_S = 5.0
-
-#: The pod fields a ``downward`` variable may name (what the runtime reads).
-DOWNWARD_FIELDS = frozenset({"metadata.name", "metadata.namespace", "metadata.uid"})
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class PodTemplate:
-    """What every pod of the workload runs.
-
-    ``command`` receives the pod's name and the port its probes and metrics are served on and
-    returns the argv; the process gets ``POD_NAME``, ``POD_NAMESPACE`` and ``POD_UID`` as the
-    Downward API would give them, plus ``env``, plus ``downward`` (variable -> field path,
-    ``metadata.name``, ``metadata.namespace`` or ``metadata.uid``) as a pod spec's
-    ``fieldRef`` entries name them.
-    """
-
-    name_prefix: str
-    labels: Mapping[str, str]
-    command: Callable[[str, int], Sequence[str]]
-    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    downward: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    readiness_path: str = "/readyz"
-    termination_grace_s: float = 30.0
-    log_dir: Path | None = None
 
 
 @dataclasses.dataclass
@@ -243,7 +215,8 @@ class LocalKubelet:
         name: str = created.metadata.name  # type: ignore[union-attr,assignment]
         uid: str = created.metadata.uid or ""  # type: ignore[union-attr]
         port = free_port()
-        pod = _Pod(name=name, uid=uid, port=port, process=self._spawn(name, uid, port))
+        process = spawn(self._template, name=name, namespace=self._namespace, uid=uid, port=port)
+        pod = _Pod(name=name, uid=uid, port=port, process=process)
         with self._lock:
             self._pods[name] = pod
         self._patch_status(pod, phase="Running", ready=False)
@@ -295,28 +268,18 @@ class LocalKubelet:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _spawn(self, name: str, uid: str, port: int) -> subprocess.Popen[bytes]:
-        env = dict(os.environ)
-        env.update(self._template.env)
-        fields = {"metadata.name": name, "metadata.namespace": self._namespace, "metadata.uid": uid}
-        env.update({"POD_NAME": name, "POD_NAMESPACE": self._namespace, "POD_UID": uid})
-        env.update({variable: fields[path] for variable, path in self._template.downward.items()})
-        argv = list(self._template.command(name, port))
-        out: Any = subprocess.DEVNULL
-        if self._template.log_dir is not None:
-            self._template.log_dir.mkdir(parents=True, exist_ok=True)
-            out = (self._template.log_dir / f"{name}.log").open("ab")
-        process = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
-        if out is not subprocess.DEVNULL:
-            out.close()
-        return process
-
     def _restart(self, pod: _Pod) -> None:
         with self._lock:
             if pod.deleting:
                 return
             pod.restarts += 1
-            pod.process = self._spawn(pod.name, pod.uid, pod.port)
+            pod.process = spawn(
+                self._template,
+                name=pod.name,
+                namespace=self._namespace,
+                uid=pod.uid,
+                port=pod.port,
+            )
         logger.info("pod %s restarted (%d) as pid %d", pod.name, pod.restarts, pod.process.pid)
 
     def _reap(self, pod: _Pod) -> None:

@@ -8,16 +8,14 @@ HTTP like to any cluster.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from collections.abc import AsyncIterator, Callable, Collection
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
 import aiohttp.test_utils
-import aiohttp.web
 import kmock
 
 from eventhub_balancer import runners
@@ -25,6 +23,7 @@ from eventhub_balancer_devstack.kube import (
     histories,
     identities,
     kubeconfigs,
+    pausegates,
     resources,
     serving,
     storage,
@@ -51,60 +50,6 @@ def _repository_crds() -> Path | None:
 
 #: The repository's crds/ when running from a checkout, else None.
 REPOSITORY_CRDS = _repository_crds()
-
-
-RawHandler = Callable[[aiohttp.web.BaseRequest], Awaitable[aiohttp.web.StreamResponse]]
-
-
-class PauseGate:
-    """Holds the server's requests while it is paused: a control-plane outage, on demand.
-
-    While paused, every request hangs until ``resume()`` (as behind a partition: clients see
-    their own timeouts), and the connections of requests in flight, watch streams included,
-    are dropped at once. Requests whose bearer token is in ``exempt`` pass: the local
-    kubelet's, whose pod processes must go on restarting as a node's would. Used only on
-    the server's own loop.
-    """
-
-    def __init__(self) -> None:
-        self._resumed = asyncio.Event()
-        self._resumed.set()
-        self._exempt: frozenset[str] = frozenset()
-        #: id() -> request: requests do not hash.
-        self._in_flight: dict[int, aiohttp.web.BaseRequest] = {}
-        self.held = 0
-        self.dropped = 0
-
-    @property
-    def paused(self) -> bool:
-        return not self._resumed.is_set()
-
-    def pause(self, *, exempt: Collection[str] = ()) -> None:
-        self._exempt = frozenset(f"Bearer {token}" for token in exempt)
-        self._resumed.clear()
-        for request in list(self._in_flight.values()):
-            if not self._passes(request) and request.transport is not None:
-                request.transport.abort()
-                self.dropped += 1
-
-    def resume(self) -> None:
-        self._resumed.set()
-
-    def _passes(self, request: aiohttp.web.BaseRequest) -> bool:
-        return request.headers.get("Authorization", "") in self._exempt
-
-    def wrap(self, handler: RawHandler) -> RawHandler:
-        async def gated(request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
-            if self.paused and not self._passes(request):
-                self.held += 1
-                await self._resumed.wait()
-            self._in_flight[id(request)] = request
-            try:
-                return await handler(request)
-            finally:
-                self._in_flight.pop(id(request), None)
-
-        return gated
 
 
 def _split_resource(resource: str) -> tuple[str, str, str]:
@@ -143,7 +88,7 @@ class LocalKubeAPI:
         self._loop: runners.BackgroundLoop | None = None
         self._url: str | None = None
         self._handler: serving.LocalKubeHandler | None = None
-        self._gate: PauseGate | None = None
+        self._gate: pausegates.PauseGate | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -213,10 +158,10 @@ class LocalKubeAPI:
         store.install_crds(crds)
         handler = serving.LocalKubeHandler(store=store, bookmark_interval=self._bookmark_interval)
         self._handler = handler
-        gate = self._gate = PauseGate()
+        gate = self._gate = pausegates.PauseGate()
 
         def gated_server(
-            raw: RawHandler, *, host: str, port: int | None
+            raw: pausegates.RawHandler, *, host: str, port: int | None
         ) -> aiohttp.test_utils.RawTestServer:
             return aiohttp.test_utils.RawTestServer(gate.wrap(raw), host=host, port=port)
 

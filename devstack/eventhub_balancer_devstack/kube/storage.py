@@ -8,7 +8,9 @@ changes so that watches can resume from a resource version (410 Gone once it is 
 
 The store keeps the objects and orders the changes; the rules live next to it: `admitting`
 (what a write may contain and what the server sets), `histories` (the change log and the
-watches), `collecting` (garbage collection), `definitions` (CRDs becoming resources).
+watches), `collecting` (garbage collection), `definitions` (CRDs becoming resources). The
+resource version counter, the history and the watches on it are the store's base class, in
+`versioning`.
 
 All methods are synchronous and must be called on the server's event loop only: every
 operation is atomic because nothing in it awaits, which is what makes the resource versions
@@ -21,7 +23,6 @@ import collections
 import copy
 import datetime
 import functools
-import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -32,6 +33,7 @@ from eventhub_balancer_devstack.kube import (
     failures,
     histories,
     resources,
+    versioning,
 )
 from eventhub_balancer_devstack.kube import selectors as selecting
 
@@ -52,7 +54,7 @@ def _utc_now() -> datetime.datetime:
     return datetime.datetime.now(tz=datetime.UTC)
 
 
-class Store:
+class Store(versioning.VersionedHistory):
     """Objects of all resources, their history, and the live watches on them."""
 
     def __init__(
@@ -65,8 +67,7 @@ class Store:
     ) -> None:
         self._clock = clock
         self._auto_namespaces = auto_namespaces
-        self._resource_version = 0
-        self._history = histories.History(size=history_size, write_record_size=write_record_size)
+        super().__init__(history_size=history_size, write_record_size=write_record_size)
         self._objects: dict[tuple[str, str], dict[ObjectKey, Body]] = collections.defaultdict(dict)
         self.resources: dict[tuple[str, str, str], resources.ResourceSpec] = {}
         for spec in resources.BUILTINS:
@@ -89,10 +90,6 @@ class Store:
     def now(self) -> datetime.datetime:
         """The store's clock (creation and deletion times are on it)."""
         return self._clock()
-
-    @property
-    def resource_version(self) -> str:
-        return str(self._resource_version)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -124,68 +121,6 @@ class Store:
         rendered["apiVersion"] = spec.api_version
         rendered["kind"] = spec.kind
         return rendered
-
-    # -- watching ----------------------------------------------------------------------------
-
-    def subscribe(self, spec: resources.ResourceSpec) -> histories.Subscription:
-        return self._history.subscribe(spec.storage_key)
-
-    def unsubscribe(self, subscription: histories.Subscription) -> None:
-        self._history.unsubscribe(subscription)
-
-    def changes_since(
-        self, spec: resources.ResourceSpec, resource_version: int
-    ) -> list[histories.WatchEvent]:
-        """The history of one kind after a version; 410 Gone if that part is compacted."""
-        return self._history.since(spec.storage_key, resource_version)
-
-    def close_subscriptions(self) -> None:
-        """End every watch (the server is stopping)."""
-        self._history.close()
-
-    def wake_watches(self) -> None:
-        """Make every watch look at its faults again (`watchfaults`: they changed)."""
-        self._history.wake()
-
-    def advance_version(self) -> int:
-        """Move the resource version on without a change, and return it.
-
-        Resource versions are opaque to clients and need not be contiguous (etcd's revision
-        moves with every write of every kind). A fault that compacts the watch history
-        (410 Gone below a version) needs a version that no watch resumes from yet, so that a
-        client's fresh LIST gets a version the fault lets through.
-        """
-        return int(self._next_version())
-
-    # -- the write record --------------------------------------------------------------------
-
-    def record_writes(self, spec: resources.ResourceSpec) -> None:
-        """Keep every committed change of ``spec``'s kind from now on, until `take_writes`."""
-        self._history.writes.record_kind(spec.storage_key)
-
-    def take_writes(self) -> histories.Writes:
-        """The committed changes recorded since the last call, oldest first."""
-        return self._history.writes.take()
-
-    def _emit(
-        self,
-        event_type: histories.EventType,
-        spec: resources.ResourceSpec,
-        body: Body,
-        previous: Body | None,
-    ) -> None:
-        self._history.record(
-            event_type,
-            spec.storage_key,
-            body,
-            previous,
-            resource_version=self._resource_version,
-            committed_at=time.time(),
-        )
-
-    def _next_version(self) -> str:
-        self._resource_version += 1
-        return str(self._resource_version)
 
     # -- writing -----------------------------------------------------------------------------
 
