@@ -12,27 +12,39 @@ during which the repeat happened.
 Everything is bounded: each step waits at most ``balance_timeout_s`` (a step that does not
 balance in time is reported with ``balanced_s = None``, never hidden), the drain at most
 ``drain_timeout_s``.
+
+The steps, their results and the live view are in `models`, the summary's counting in
+`summaries`, the stack and a site on it in `sites`, the per-step table in `tables`; the names
+that callers use are imported here under their old names too.
 """
 
 from __future__ import annotations
 
-import bisect
 import contextlib
-import dataclasses
 import logging
-import shutil
-import tempfile
 import time
-import uuid
-from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
-from typing import Any, Literal, TypedDict
+from collections.abc import Callable
+from typing import Any
 
-from eventhub_balancer import errors, runners
+from eventhub_balancer import errors
 from eventhub_balancer_devstack import kubelet, recording
-from eventhub_balancer_devstack.kube import LocalKubeAPI, kubeconfigs
-from eventhub_balancer_devstack.scenarios import producing, systems
-from eventhub_balancer_devstack.stacks import LocalStack, StackOptions
+from eventhub_balancer_devstack.kube import kubeconfigs
+from eventhub_balancer_devstack.scenarios import liveviews, producing, summaries, systems
+from eventhub_balancer_devstack.scenarios.models import PLANNED as PLANNED
+from eventhub_balancer_devstack.scenarios.models import STARTING as STARTING
+from eventhub_balancer_devstack.scenarios.models import Kind as Kind
+from eventhub_balancer_devstack.scenarios.models import Observer as Observer
+from eventhub_balancer_devstack.scenarios.models import PodView as PodView
+from eventhub_balancer_devstack.scenarios.models import Progress as Progress
+from eventhub_balancer_devstack.scenarios.models import ScenarioOptions as ScenarioOptions
+from eventhub_balancer_devstack.scenarios.models import Step as Step
+from eventhub_balancer_devstack.scenarios.models import StepResult as StepResult
+from eventhub_balancer_devstack.scenarios.models import StepSummary as StepSummary
+from eventhub_balancer_devstack.scenarios.models import Summary as Summary
+from eventhub_balancer_devstack.scenarios.models import standard_steps as standard_steps
+from eventhub_balancer_devstack.scenarios.sites import local_stack as local_stack
+from eventhub_balancer_devstack.scenarios.sites import make_site as make_site
+from eventhub_balancer_devstack.scenarios.tables import format_steps as format_steps
 
 logger = logging.getLogger(__name__)
 
@@ -48,147 +60,6 @@ KILL_NOTICED_S = 3.0
 #: The bearer token of the local kubelet's kubeconfig: a chaos run's API outage
 #: (`LocalKubeAPI.pause`) spares it, as a node goes on restarting its containers.
 KUBELET_TOKEN = "ehb-local-kubelet"
-#: The longest any single call onto the I/O loop (the producer, checkpoint reads) may take
-#: before the caller gives up, and the longest wait for that loop to stop.
-CALL_TIMEOUT_S = 30.0
-LOOP_STOP_S = 10.0
-
-Action = Literal["scale", "delete", "kill", "grow"]
-#: What a step did, for the figures: a ``scale`` from zero pods is the start.
-Kind = Literal["start", "scale-out", "scale-in", "delete", "kill", "grow"]
-#: Steps that a user or an autoscaler plans; only a crash (``kill``) is not.
-PLANNED: frozenset[Kind] = frozenset({"start", "scale-out", "scale-in", "delete", "grow"})
-#: Steps that start a pod's process (a new pod, or a killed one restarted); the others start
-#: none, and their time to balance counts from the action.
-STARTING: frozenset[Kind] = frozenset({"start", "scale-out", "kill"})
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Step:
-    name: str
-    action: Action
-    #: replicas for ``scale``, the partition count for ``grow``.
-    value: int = 0
-
-
-def standard_steps(*, partitions: int, grow_to: int) -> tuple[Step, ...]:
-    """The demo's scenario: 2 -> 6 -> 3 pods, a deletion, a SIGKILL, a grown hub."""
-    return (
-        Step(name="start 2 pods", action="scale", value=2),
-        Step(name="scale 2 -> 6", action="scale", value=6),
-        Step(name="scale 6 -> 3", action="scale", value=3),
-        Step(name="delete a pod", action="delete"),
-        Step(name="SIGKILL a pod", action="kill"),
-        Step(name=f"grow {partitions} -> {grow_to} partitions", action="grow", value=grow_to),
-    )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ScenarioOptions:
-    partitions: int = 32
-    grow_to: int = 40
-    #: Events per second over the whole hub.
-    rate: float = 300.0
-    interval_seconds: int = 5
-    steps: tuple[Step, ...] | None = None
-    #: Time to watch the steady state after a step balanced, before the next one.
-    settle_s: float = 3.0
-    balance_timeout_s: float = 60.0
-    drain_timeout_s: float = 60.0
-    #: Where the records and pod logs go (a temporary directory when None; kept when given).
-    work_dir: Path | None = None
-
-    def scenario(self) -> tuple[Step, ...]:
-        if self.steps is not None:
-            return self.steps
-        return standard_steps(partitions=self.partitions, grow_to=self.grow_to)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class StepResult:
-    step: Step
-    started: float
-    ended: float
-    #: Seconds from the action to the first balanced snapshot; None: not within the timeout.
-    end_to_end_s: float | None
-    #: Partitions that changed pod between the balanced states before and after the step.
-    moved: int
-    #: Seconds until every pod's process was up (started and in touch with what coordinates
-    #: it: `systems.System.up`); 0 when the step starts no process (`STARTING`). New or
-    #: restarted processes take seconds to start on a loaded machine, whichever balancer they
-    #: run.
-    pods_up_s: float | None = None
-    #: For a deletion or a SIGKILL: seconds until every partition the pod held was held and
-    #: taken up by a Ready pod again (another pod, after a deletion); None: not in time.
-    failover_s: float | None = None
-    #: The pod deleted or killed by the step.
-    pod: str | None = None
-    kind: Kind = "start"
-    reason: str = ""
-
-    @property
-    def balanced_s(self) -> float | None:
-        """The balancer's own time to balance: from every pod being up to balanced."""
-        if self.end_to_end_s is None or self.pods_up_s is None:
-            return None
-        return round(max(0.0, self.end_to_end_s - self.pods_up_s), 3)
-
-
-class StepSummary(TypedDict):
-    step: str
-    kind: Kind
-    #: From every pod of the step being up (`StepResult.pods_up_s`) to balanced: the headline.
-    balanced_s: float | None
-    #: From the step's action to balanced, the pods' start-up included.
-    end_to_end_s: float | None
-    pods_up_s: float | None
-    failover_s: float | None
-    pod: str | None
-    moved: int
-    duplicates: int
-    #: Events produced during the step (by their enqueued time) that were never processed.
-    lost: int
-
-
-class Summary(TypedDict):
-    produced: int
-    processed: int
-    lost: int
-    duplicates: int
-    steps: list[StepSummary]
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class PodView:
-    name: str
-    ready: bool
-    restarts: int
-    partitions: tuple[str, ...]
-    lag: int
-    events_per_s: float
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Progress:
-    """What the live view shows; produced on every poll."""
-
-    label: str
-    step_index: int  # 0-based; == len(steps) when draining
-    steps: tuple[Step, ...]
-    phase: str  # "balancing", "steady", "draining", "done"
-    elapsed_s: float
-    step_elapsed_s: float
-    snapshot: systems.Snapshot | None
-    pods: tuple[PodView, ...]
-    produced: int
-    processed: int
-    duplicates: int
-    lag: int
-    events_per_s: float
-    results: tuple[StepResult, ...]
-
-
-Observer = Callable[[Progress], None]
 
 
 def _quiet(_: Progress) -> None:
@@ -471,47 +342,12 @@ class ScenarioRun:
             self._last_sequence = {p: n - 1 for p, n in self.produced_by_partition().items()}
 
     def summary(self) -> Summary:
-        produced = self.produced_by_partition()
-        starts = [r.started for r in self.results]
-        # Repeats are stamped with the wall clock; steps with the monotonic one.
-        offset = time.time() - time.monotonic()
-        per_step = [0] * len(self.results)
-        for at, _, _ in self.tally.repeats if self.results else ():
-            index = bisect.bisect_right(starts, at - offset) - 1
-            per_step[max(0, index)] += 1
-        missing = self.tally.missing(produced)
-        lost_per_step = [0] * len(self.results)
-        enqueued: dict[str, dict[int, float]] = {}
-        for partition, n in missing if self.results else ():
-            if partition not in enqueued:
-                enqueued[partition] = {
-                    e.sequence_number: e.enqueued_ms / 1000
-                    for e in self.site.stack.eventhubs.event_positions(self.site.hub, partition)
-                }
-            at = enqueued[partition].get(n, 0.0)
-            index = bisect.bisect_right(starts, at - offset) - 1
-            lost_per_step[max(0, index)] += 1
-        return {
-            "produced": sum(produced.values()),
-            "processed": self.tally.processed,
-            "lost": len(missing),
-            "duplicates": self.tally.duplicates,
-            "steps": [
-                {
-                    "step": r.step.name,
-                    "kind": r.kind,
-                    "balanced_s": r.balanced_s,
-                    "end_to_end_s": r.end_to_end_s,
-                    "pods_up_s": r.pods_up_s,
-                    "failover_s": r.failover_s,
-                    "pod": r.pod,
-                    "moved": r.moved,
-                    "duplicates": per_step[i],
-                    "lost": lost_per_step[i],
-                }
-                for i, r in enumerate(self.results)
-            ],
-        }
+        return summaries.summarize(
+            results=self.results,
+            tally=self.tally,
+            produced=self.produced_by_partition(),
+            site=self.site,
+        )
 
     # -- the live view
 
@@ -532,21 +368,15 @@ class ScenarioRun:
         }
         pods: list[PodView] = list(self._final_pods or ())
         if self.kubelet is not None and self._final_pods is None:
-            for name in self.kubelet.names():
-                mine = tuple(sorted(held.get(name, []), key=_partition_key))
-                restarts = 0
-                with contextlib.suppress(KeyError):
-                    restarts = self.kubelet.restarts(name)
-                pods.append(
-                    PodView(
-                        name=name,
-                        ready=self._ready(name),
-                        restarts=restarts,
-                        partitions=mine,
-                        lag=sum(lag_of.get(p, 0) for p in mine),
-                        events_per_s=round(rates.get(name, 0.0), 1),
-                    )
-                )
+            kubelet = self.kubelet
+            pods = liveviews.pod_views(
+                names=kubelet.names(),
+                held=held,
+                lag_of=lag_of,
+                rates=rates,
+                ready=self._ready,
+                restarts=kubelet.restarts,
+            )
         return Progress(
             label=self.system.label,
             step_index=self._step_index,
@@ -568,96 +398,3 @@ class ScenarioRun:
 
     def _notify(self) -> None:
         self.observer(self.progress())
-
-
-def _partition_key(partition: str) -> tuple[int, str]:
-    return (int(partition), partition) if partition.isdigit() else (1 << 30, partition)
-
-
-# -- the stack and a site on it
-
-
-@contextlib.contextmanager
-def local_stack(
-    *,
-    hubs: dict[str, int],
-    work_dir: Path | None = None,
-    kube: Callable[[Path], LocalKubeAPI] | None = None,
-) -> Iterator[tuple[LocalStack, runners.BackgroundLoop, Path]]:
-    """The local stack on free ports, an I/O loop, and a work directory; stopped on exit.
-    ``kube``: makes the Kubernetes API server from the work directory, instead of one in
-    this process."""
-    temporary = work_dir is None
-    root = Path(tempfile.mkdtemp(prefix="ehb-demo-")) if work_dir is None else work_dir
-    root.mkdir(parents=True, exist_ok=True)
-    stack = LocalStack(
-        StackOptions(
-            hubs=hubs,
-            eventhubs_port=0,
-            blob_port=0,
-            kube_port=0,
-            state_dir=root,
-        ),
-        kube=kube(root) if kube is not None else None,
-    )
-    loop = runners.BackgroundLoop(name="scenario-io", timeout=CALL_TIMEOUT_S).start()
-    try:
-        with stack:
-            yield stack, loop, root
-    finally:
-        try:
-            loop.stop(timeout=LOOP_STOP_S)
-        except TimeoutError:
-            logger.warning("the scenario's I/O loop did not stop in %g s", LOOP_STOP_S)
-        if temporary:
-            shutil.rmtree(root, ignore_errors=True)
-
-
-def make_site(
-    *,
-    stack: LocalStack,
-    loop: runners.BackgroundLoop,
-    root: Path,
-    label: str,
-    hub: str,
-    interval_seconds: int,
-    blob_connection_string: str | None = None,
-) -> systems.Site:
-    """A namespace, record and log directories, and a checkpoint container of its own."""
-    suffix = uuid.uuid4().hex[:6]
-    record_dir = root / label / "records"
-    log_dir = root / label / "logs"
-    record_dir.mkdir(parents=True, exist_ok=True)
-    log_dir.mkdir(parents=True, exist_ok=True)
-    return systems.Site(
-        stack=stack,
-        loop=loop,
-        namespace=f"{label}-{suffix}",
-        hub=hub,
-        consumer=hub,
-        container=f"checkpoints-{label}-{suffix}",
-        record_dir=record_dir,
-        log_dir=log_dir,
-        blob_connection_string=blob_connection_string or stack.blob_connection_string,
-        interval_seconds=interval_seconds,
-    )
-
-
-def format_steps(results: Sequence[StepSummary]) -> list[str]:
-    """The per-step table of a summary, for terminals."""
-
-    def seconds(value: float | None, missing: str) -> str:
-        return missing if value is None else f"{value:.2f} s"
-
-    lines = [
-        f"{'step':<28} {'pods up':>8} {'balanced':>9} {'end to end':>10} {'failover':>9} "
-        f"{'moved':>6} {'dup':>5} {'lost':>5}"
-    ]
-    for r in results:
-        failover = "-" if r["pod"] is None else seconds(r["failover_s"], "timeout")
-        lines.append(
-            f"{r['step']:<28} {seconds(r['pods_up_s'], 'timeout'):>8} "
-            f"{seconds(r['balanced_s'], 'timeout'):>9} {seconds(r['end_to_end_s'], 'timeout'):>10} "
-            f"{failover:>9} {r['moved']:>6} {r['duplicates']:>5} {r['lost']:>5}"
-        )
-    return lines
