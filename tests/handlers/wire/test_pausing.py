@@ -41,8 +41,12 @@ def test_a_paused_consumer_releases_everything_and_its_pods_stay_ready(
     assert owned_counts(stack) == []
     assert set(stack.assignment(NAMESPACE)) == {"c1", "c2"}  # each pod keeps an empty ConfigMap
     assert stack.condition(NAMESPACE, "Ready")["reason"] == "Paused"
+    # The Events are posted beside the cycles, a moment after the status they are about.
+    wait_for(
+        lambda: {"Pausing", "Paused", "PartitionReleased"} <= stack.reasons(NAMESPACE),
+        what="the pause events",
+    )
     reasons = stack.reasons(NAMESPACE)
-    assert {"Pausing", "Paused", "PartitionReleased"} <= reasons
     assert "HandoffTimedOut" not in reasons  # every pod acknowledged its releases
     assert stack.status(NAMESPACE)["epochs"] == before  # kept while nothing is assigned
     assert all(p.poll() is None for p in consumers.processes.values())

@@ -39,7 +39,8 @@ def test_scale_fail_and_grow(operator_stack: Stack, namespace: str) -> None:
         assert status["memberCount"] == 4
         assert status["movesTotal"] == 32
         assert len(status["epochs"]) == 32
-        assert "PartitionAssigned" in stack.reasons(ns)
+        # The Events are posted beside the cycles, a moment after the writes they are about.
+        wait_for(lambda: "PartitionAssigned" in stack.reasons(ns), what="the assign event")
         cm = stack.maps(ns)["c-0"]
         assert (
             cm["metadata"]["annotations"][configmaps.ANNOTATION_POD_UID] == pod["metadata"]["uid"]
@@ -55,7 +56,10 @@ def test_scale_fail_and_grow(operator_stack: Stack, namespace: str) -> None:
         assert sorted(epochs.values()).count(1) == 16
         assert {p for p, _, _ in double.acknowledged} == {"c-0", "c-1", "c-2", "c-3"}
         assert len(double.acknowledged) == 16
-        assert {"PartitionRevoked", "PartitionHandedOff"} <= stack.reasons(ns)
+        wait_for(
+            lambda: {"PartitionRevoked", "PartitionHandedOff"} <= stack.reasons(ns),
+            what="the hand-off events",
+        )
         assert stack.status(ns)["handoffs"] == []
 
         # 8 -> 3: five pods terminate (graceful), their partitions are drained by hand-off.
