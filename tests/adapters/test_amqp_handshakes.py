@@ -21,7 +21,7 @@ from azure.eventhub.aio._client_base_async import ClientBaseAsync, ConsumerProdu
 from azure.eventhub.aio._transport._pyamqp_transport_async import PyamqpTransportAsync
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import amqphandshakes, deliveries, eventhubs, receiving
+from eventhub_balancer.adapters import amqphandshakes, deliveries, eventhubs, hubclients, receiving
 
 pytestmark = pytest.mark.looptime
 
@@ -174,7 +174,7 @@ async def test_the_real_clients_management_clients_read_back_to_back() -> None:
 
 
 def test_the_operators_hub_clients_make_quick_management_calls() -> None:
-    client, _credential = eventhubs._open(
+    client, _credential = hubclients._open(
         eventhubs.Coordinates(
             fully_qualified_namespace="127.0.0.1:1",
             eventhub_name="orders",

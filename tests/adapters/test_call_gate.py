@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from eventhub_balancer.adapters import eventhubs
+from eventhub_balancer.adapters import checkpointlistings, eventhubs, hubclients
 
 pytestmark = pytest.mark.looptime
 
@@ -57,9 +57,9 @@ class Hub:
 @pytest.fixture
 def hub(monkeypatch: pytest.MonkeyPatch) -> Hub:
     fake = Hub(seconds=4.0)
-    monkeypatch.setattr(eventhubs, "fetch_partition_ids", fake.partition_ids)
-    monkeypatch.setattr(eventhubs, "fetch_last_sequence_numbers", fake.sequences)
-    monkeypatch.setattr(eventhubs, "read_checkpoints", fake.checkpoints)
+    monkeypatch.setattr(hubclients, "fetch_partition_ids", fake.partition_ids)
+    monkeypatch.setattr(hubclients, "fetch_last_sequence_numbers", fake.sequences)
+    monkeypatch.setattr(checkpointlistings, "read_checkpoints", fake.checkpoints)
     return fake
 
 

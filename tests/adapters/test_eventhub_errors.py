@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import eventhubs
+from eventhub_balancer.adapters import hubclients
 
-WHERE = eventhubs.Coordinates(
+WHERE = hubclients.Coordinates(
     fully_qualified_namespace="shop.servicebus.windows.net",
     eventhub_name="orders",
     connection_string=None,
@@ -24,7 +24,7 @@ WHERE = eventhubs.Coordinates(
     ],
 )
 def test_a_refused_connection_is_unreachable_whatever_its_port(text: str) -> None:
-    assert isinstance(eventhubs._wrap(OSError(text), WHERE), errors.EventHubUnreachable)
+    assert isinstance(hubclients._wrap(OSError(text), WHERE), errors.EventHubUnreachable)
 
 
 @pytest.mark.parametrize(
@@ -32,6 +32,6 @@ def test_a_refused_connection_is_unreachable_whatever_its_port(text: str) -> Non
     ["amqp:not-found: The messaging entity could not be found", "status 404", "(404) Not Found"],
 )
 def test_a_missing_hub_is_not_found(text: str) -> None:
-    wrapped = eventhubs._wrap(OSError(text), WHERE)
+    wrapped = hubclients._wrap(OSError(text), WHERE)
     assert isinstance(wrapped, errors.EventHubNotFound)
     assert "does not exist" in str(wrapped)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from eventhub_balancer.adapters import eventhubs
+from eventhub_balancer.adapters import eventhubs, hubclients
 
 pytestmark = pytest.mark.looptime
 
@@ -37,7 +37,7 @@ class Client:
 @pytest.fixture
 def made(monkeypatch: pytest.MonkeyPatch) -> list[Client]:
     log: list[Client] = []
-    monkeypatch.setattr(eventhubs, "_open", lambda coordinates: (Client(log), None))
+    monkeypatch.setattr(hubclients, "_open", lambda coordinates: (Client(log), None))
     return log
 
 
@@ -77,19 +77,19 @@ async def test_a_new_client_that_fails_fails_the_call_and_is_closed(made: list[C
     clients = eventhubs.Clients()
     await ids(clients, "a")
     made[0].fail = ConnectionResetError("gone")
-    original = eventhubs._open
+    original = hubclients._open
 
     def failing(coordinates: eventhubs.Coordinates) -> Any:
         client, credential = original(coordinates)
         client.fail = ConnectionRefusedError("still gone")
         return client, credential
 
-    eventhubs._open = failing  # type: ignore[assignment]
+    hubclients._open = failing  # type: ignore[assignment]
     try:
         with pytest.raises(Exception, match="unreachable"):
             await ids(clients, "a")
     finally:
-        eventhubs._open = original  # type: ignore[assignment]
+        hubclients._open = original  # type: ignore[assignment]
     assert len(made) == 2
     assert all(c.closed for c in made)
     assert len(clients) == 0

@@ -1,7 +1,7 @@
 """What the partition cache offers the growth watch (`handlers.growth`): its hubs, one per
 namespace, name and credentials however many consumers share them; one listing of a hub that
 leaves the cache alone; and a longer list handed to a consumer, served fresh at its next read,
-never a shorter one or another hub's. Event Hubs is faked at `eventhubs.fetch_partition_ids`.
+never a shorter one or another hub's. Event Hubs is faked at `hubclients.fetch_partition_ids`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import eventhubs
+from eventhub_balancer.adapters import eventhubs, hubclients
 
 FQN = "shop.servicebus.windows.net"
 SECRET_KEY = "c2VjcmV0LWtleQ"  # what must never be shown
@@ -38,7 +38,7 @@ class Hub:
 @pytest.fixture
 def hub(monkeypatch: pytest.MonkeyPatch) -> Hub:
     fake = Hub()
-    monkeypatch.setattr(eventhubs, "fetch_partition_ids", fake.partition_ids)
+    monkeypatch.setattr(hubclients, "fetch_partition_ids", fake.partition_ids)
     return fake
 
 

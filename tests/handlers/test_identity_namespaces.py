@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import blobs, eventhubs
+from eventhub_balancer.adapters import blobs, eventhubs, hubclients
 from eventhub_balancer.handlers import cycles, memories
 from tests.support import fakes
 
@@ -41,7 +41,7 @@ def no_client(*_args: Any, **_kwargs: Any) -> Any:
 @pytest.fixture
 def dialled(monkeypatch: pytest.MonkeyPatch) -> None:
     """Any client the adapter would build fails the test."""
-    monkeypatch.setattr(eventhubs, "producer", no_client)
+    monkeypatch.setattr(hubclients, "_open", no_client)
     monkeypatch.setattr(blobs, "open_container", no_client)
 
 

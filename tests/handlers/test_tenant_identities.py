@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import blobs, eventhubs, tenantidentities
+from eventhub_balancer.adapters import blobs, eventhubs, hubclients, tenantidentities
 from eventhub_balancer.handlers import cycles, memories
 from tests.support import fakes
 
@@ -105,7 +105,7 @@ def exchanges(monkeypatch: pytest.MonkeyPatch) -> Exchanges:
 
     monkeypatch.setattr(azure.identity.aio, "ClientAssertionCredential", TenantCredential)
     monkeypatch.setattr(azure.identity.aio, "DefaultAzureCredential", OperatorCredential)
-    monkeypatch.setattr(eventhubs, "EventHubProducerClient", Producer)
+    monkeypatch.setattr(hubclients, "EventHubProducerClient", Producer)
     monkeypatch.setattr(blobs, "ContainerClient", Container)
     return seen
 
@@ -243,7 +243,7 @@ async def test_an_unusable_service_account_is_a_condition_before_any_client(
     reason: str,
     says: str,
 ) -> None:
-    monkeypatch.setattr(eventhubs, "producer", no_client)
+    monkeypatch.setattr(hubclients, "_open", no_client)
     monkeypatch.setattr(blobs, "open_container", no_client)
     kube = fakes.FakeKube()
     setup(kube)

@@ -2,7 +2,7 @@
 
 Event Hubs tells nobody that a hub grew: the SDK's own processors list the partition ids every
 10 s, from every pod. A cycle re-reads its consumer's list only when that list is older than
-`adapters.eventhubs.REFRESH_SECONDS` (60 s), so growth waited up to a minute to be noticed,
+`adapters.partitionlists.REFRESH_SECONDS` (60 s), so growth waited up to a minute to be noticed,
 although the cycle that notices it gives the new partitions out at once. So each operator runs
 one watch that lists the hubs it serves four times a second (`GROWTH_POLL_SECONDS`): one
 listing per hub (namespace, name and credentials) however many consumers share it. A listing
@@ -45,7 +45,7 @@ GROWTH_POLL_SECONDS = 0.25
 #: operators serve, and a small load beside what the pods ask of Event Hubs themselves.
 LISTINGS_PER_SECOND = 20.0
 #: Listings in flight at once: a quarter of the Event Hubs calls an operator makes at once
-#: (`adapters.eventhubs.CONCURRENT_CALLS`), so that unreachable hubs, each waiting out its
+#: (`adapters.hubclients.CONCURRENT_CALLS`), so that unreachable hubs, each waiting out its
 #: timeout, never take the cycles' turns.
 LISTINGS_AT_ONCE = 8
 #: A hub whose listings keep failing rests this long after its first failure, twice as long

@@ -1,0 +1,146 @@
+"""Each consumer's partition ids, kept between cycles and listed again when they are old.
+
+The operator needs the partition ids of each consumer's Event Hub every cycle. Asking Event
+Hubs every few seconds would open an AMQP connection per cycle, so ids are cached per consumer
+and refreshed at least every `REFRESH_SECONDS` (partition counts can grow, never shrink). A
+failure raises; the caller keeps the last good list (never revoke everything because Event
+Hubs is briefly unreachable). Between refreshes the operator's growth watch
+(`handlers.growth`) lists each hub four times a second, once for all the consumers that share
+it, and hands a longer list to each of them (`PartitionCache.grow`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Hashable
+
+from eventhub_balancer.adapters import hubclients
+
+#: The partition list is re-read at least this often: docs/operator.md's "at least every 60 s".
+REFRESH_SECONDS = 60.0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PartitionList:
+    """Partition ids and whether they came fresh from Event Hubs in this call."""
+
+    ids: tuple[str, ...]
+    fetched_at: float  # the caller's clock (seconds)
+    fresh: bool
+
+
+class PartitionCache:
+    """Partition ids per consumer, re-read when older than `REFRESH_SECONDS` or the hub changed.
+
+    Each entry keeps the `hubclients.Coordinates` it was listed with (in memory only: their
+    repr leaves the connection string out), so that the operator's growth watch
+    (`handlers.growth`) can list a hub again between refreshes: once per hub (their ``key``),
+    however many consumers share it, and hand a longer list to each of them (`grow`).
+    """
+
+    def __init__(
+        self,
+        *,
+        refresh_seconds: float = REFRESH_SECONDS,
+        timeout: float = hubclients.TIMEOUT_SECONDS,
+        gate: asyncio.Semaphore | None = None,
+        clients: hubclients.Clients | None = None,
+    ) -> None:
+        self.refresh_seconds = refresh_seconds
+        #: the kept clients the listings go through; None: a client per listing
+        self.clients = clients
+        self.timeout = timeout
+        #: the turns of the calls in flight (`CONCURRENT_CALLS`)
+        self.gate = gate or asyncio.Semaphore(hubclients.CONCURRENT_CALLS)
+        self._entries: dict[str, tuple[hubclients.Coordinates, PartitionList]] = {}
+        #: the consumers of each hub (`hubclients.Coordinates.key`), as an ordered set
+        self._consumers: dict[Hashable, dict[str, None]] = {}
+        #: the consumers whose list `grow` lengthened since their last read
+        self._grown: set[str] = set()
+
+    def cached(self, consumer: str) -> PartitionList | None:
+        entry = self._entries.get(consumer)
+        return entry[1] if entry else None
+
+    def forget(self, consumer: str) -> None:
+        entry = self._entries.pop(consumer, None)
+        self._grown.discard(consumer)
+        if entry is not None:
+            self._unlink(consumer, entry[0].key)
+
+    def _unlink(self, consumer: str, hub: Hashable) -> None:
+        consumers = self._consumers.get(hub)
+        if consumers is not None:
+            consumers.pop(consumer, None)
+            if not consumers:
+                del self._consumers[hub]
+
+    def _keep(
+        self, consumer: str, coordinates: hubclients.Coordinates, listed: PartitionList
+    ) -> None:
+        entry = self._entries.get(consumer)
+        if entry is not None and entry[0].key != coordinates.key:
+            self._unlink(consumer, entry[0].key)
+        self._entries[consumer] = (coordinates, listed)
+        self._consumers.setdefault(coordinates.key, {})[consumer] = None
+
+    async def partition_ids(
+        self, consumer: str, coordinates: hubclients.Coordinates, *, now: float, force: bool = False
+    ) -> PartitionList:
+        """The cached list while young and for the same hub; else a fresh one (or it raises).
+        A list the growth watch lengthened (`grow`) is served fresh once."""
+        entry = self._entries.get(consumer)
+        if (
+            entry is not None
+            and not force
+            and entry[0].key == coordinates.key
+            and now - entry[1].fetched_at < self.refresh_seconds
+        ):
+            grown = consumer in self._grown
+            self._grown.discard(consumer)
+            return dataclasses.replace(entry[1], fresh=grown)
+        async with self.gate:
+            ids = await hubclients.fetch_partition_ids(
+                coordinates, limit_seconds=self.timeout, clients=self.clients
+            )
+        result = PartitionList(ids=tuple(ids), fetched_at=now, fresh=True)
+        self._keep(consumer, coordinates, result)
+        self._grown.discard(consumer)
+        return result
+
+    def hubs(self) -> list[Hashable]:
+        """Every hub a cached list came from, once (its coordinates' ``key``: no secret in
+        it)."""
+        return list(self._consumers)
+
+    def consumers(self, hub: Hashable) -> dict[str, tuple[str, ...]]:
+        """The cached list of each consumer of ``hub``."""
+        return {
+            consumer: self._entries[consumer][1].ids for consumer in self._consumers.get(hub, ())
+        }
+
+    async def list_hub(self, hub: Hashable) -> tuple[str, ...] | None:
+        """``hub``'s partition ids, listed now with its consumers' credentials (raises wrapped
+        errors only); None: no consumer of it is cached any more. The cache is left as it
+        is: `grow` hands a longer list on."""
+        consumers = self._consumers.get(hub)
+        if not consumers:
+            return None
+        coordinates = self._entries[next(iter(consumers))][0]
+        async with self.gate:
+            ids = await hubclients.fetch_partition_ids(
+                coordinates, limit_seconds=self.timeout, clients=self.clients
+            )
+        return tuple(ids)
+
+    def grow(self, consumer: str, hub: Hashable, ids: tuple[str, ...]) -> bool:
+        """Take ``ids`` as ``consumer``'s list, served fresh at its next read, if its list is
+        still of ``hub`` and shorter: partition counts only grow, and a list never goes
+        backwards. Its age stays (the refresh still comes when it is due). Whether it did."""
+        entry = self._entries.get(consumer)
+        if entry is None or entry[0].key != hub or len(ids) <= len(entry[1].ids):
+            return False
+        self._entries[consumer] = (entry[0], dataclasses.replace(entry[1], ids=tuple(ids)))
+        self._grown.add(consumer)
+        return True
