@@ -1,7 +1,8 @@
 """Cycles over the cache with EventHubConsumers of two namespaces naming one checkpoint
-location: nobody bound it, so both are refused and the one that was working keeps what it
-handed out; the install's binding decides whose the location is
-(`registering.Operator.bindings` reaches the decision through the cycle)."""
+location: the one that holds it (created first) keeps working and only the newcomer is
+refused, naming the holder; an older squatter holds it until the install's binding decides
+whose the location is (`registering.Operator.bindings` reaches the decision through the
+cycle)."""
 
 from __future__ import annotations
 
@@ -60,13 +61,15 @@ def squatted(*, squatter: bool = True) -> Cluster:
 
 
 def created(kube: fakes.FakeKube, consumer: tuple[str, str], seconds: float) -> None:
-    meta = kube.objects["consumer", *consumer]["metadata"]
-    meta["creationTimestamp"] = specs.format_time(test_cycles.at(seconds))
+    """Its creationTimestamp, stored again so that the watch delivers it too."""
+    body = kube.objects["consumer", *consumer]
+    body["metadata"]["creationTimestamp"] = specs.format_time(test_cycles.at(seconds))
+    kube.set_spec(*consumer, body["spec"])
 
 
-def squat(cluster: Cluster) -> None:
+def squat(cluster: Cluster, *, seconds: float = 0) -> None:
     cluster.kube.add_consumer(*SQUATTER, SQUATTING)
-    created(cluster.kube, SQUATTER, 0)
+    created(cluster.kube, SQUATTER, seconds)
     cluster.deliver()
 
 
@@ -90,16 +93,41 @@ async def cycle(
     )
 
 
-async def test_a_shared_location_nobody_bound_refuses_both_and_the_working_one_keeps_its_pods() -> (
-    None
-):
+async def test_a_newcomer_naming_a_held_location_is_refused_and_the_holder_fails_over() -> None:
+    """The attack: tenant B creates one CR naming A's location and selects no pods. A keeps
+    balancing: when one of its pods dies, its partitions move at once."""
     cluster = squatted(squatter=False)
     kube, cache = cluster.kube, cluster.cache
     await cycle(cache, VICTIM, conflicts.UNBOUND)
     held = kube.assignment(VICTIM[0])
     assert sorted(held) == ["a", "b"]
+    squat(cluster, seconds=90)
+    refused = await cycle(cache, SQUATTER, conflicts.UNBOUND, now=110)
+    assert (refused.decision.epochs, refused.decision.writes.count) == (None, 0)
+    conflict = kube.condition(*SQUATTER, conflicts.CONFLICT)
+    assert (conflict["status"], conflict["reason"]) == ("True", "LocationShared")
+    assert "EventHubConsumer shop/orders in another namespace" in conflict["message"]
+    assert "holds it" in conflict["message"]
+    assert "--bind-location NS=shop.servicebus.windows.net" in conflict["message"]
+    # Pod b dies; the holder hands its partitions to a at once.
+    kube.remove_pod(VICTIM[0], "b")
+    cluster.watch.deliver("pod")
+    moved = await cycle(cache, VICTIM, conflicts.UNBOUND, now=120)
+    assert moved.decision.writes.count > 0
+    assert sorted(kube.assignment(VICTIM[0])) == ["a"]
+    assert kube.condition(*VICTIM, "Ready")["status"] == "True"
+    assert all(
+        c["type"] != conflicts.CONFLICT for c in kube.status(*VICTIM).get("conditions") or []
+    )
+
+
+async def test_an_older_squatter_holds_until_it_moves_and_the_victim_keeps_its_pods() -> None:
+    cluster = squatted(squatter=False)
+    kube, cache = cluster.kube, cluster.cache
+    await cycle(cache, VICTIM, conflicts.UNBOUND)
+    held = kube.assignment(VICTIM[0])
     record = kube.status(*VICTIM)["assignment"]
-    squat(cluster)
+    squat(cluster)  # created before the victim: an older CR edited to name the location
     refused = await cycle(cache, VICTIM, conflicts.UNBOUND, now=110)
     assert (refused.decision.epochs, refused.decision.writes.count) == (None, 0)
     assert kube.assignment(VICTIM[0]) == held  # the pods go on with what they hold
@@ -112,12 +140,8 @@ async def test_a_shared_location_nobody_bound_refuses_both_and_the_working_one_k
         in (conflict["message"])
     )
     assert kube.condition(*VICTIM, "Ready")["status"] == "False"
-    squatter = await cycle(cache, SQUATTER, conflicts.UNBOUND, now=110)
-    assert (squatter.decision.epochs, squatter.decision.writes.count) == (None, 0)
-    assert kube.assignment(SQUATTER[0]) == {}
-    conflict = kube.condition(*SQUATTER, conflicts.CONFLICT)
-    assert (conflict["status"], conflict["reason"]) == ("True", "LocationShared")
-    assert "shop/orders" in conflict["message"]
+    holder = await cycle(cache, SQUATTER, conflicts.UNBOUND, now=110)
+    assert all(e.reason != conflicts.REASON_SHARED for e in holder.decision.events)
     # The squatter names a container of its own: the victim works again, from its record.
     own = copy.deepcopy(SQUATTING)
     own["checkpointStore"]["containerName"] = "audit"
@@ -130,8 +154,8 @@ async def test_a_shared_location_nobody_bound_refuses_both_and_the_working_one_k
     assert kube.condition(*VICTIM, "Ready")["status"] == "True"
 
 
-async def test_a_binding_refuses_the_squatter_and_not_the_victim() -> None:
-    cluster = squatted()
+async def test_a_binding_decides_over_age() -> None:
+    cluster = squatted()  # the squatter is the older
     kube, cache = cluster.kube, cluster.cache
     bindings = conflicts.Bindings.of({"shopcheckpoints.blob.core.windows.net": "shop"})
     await cycle(cache, VICTIM, bindings)

@@ -1,4 +1,4 @@
-"""Two EventHubConsumers that overlap: the later one says `Conflict` and writes nothing else."""
+"""Two EventHubConsumers that overlap: the newcomer says `Conflict` and writes nothing else."""
 
 from __future__ import annotations
 
@@ -107,15 +107,16 @@ def squatted(*, bindings: conflicts.Bindings = conflicts.UNBOUND) -> observation
     )
 
 
-def test_a_location_shared_across_namespaces_refuses_both_naming_each_other() -> None:
+def test_a_location_held_in_another_namespace_refuses_only_the_newcomer() -> None:
     observation, decision = bodies.decide_fully(squatted(), now=at(20))
-    # The victim is the newer of the two: age decides nothing across namespaces.
+    # shop/orders came after audit/reader: it is the newcomer, and writes nothing.
     assert (decision.epochs, decision.record, decision.writes.count) == (None, None, 0)
     assert [(e.reason, e.type) for e in decision.events] == [("LocationShared", "Warning")]
     after = bodies.applied(observation, decision)
     conflict = bodies.condition(after, conflicts.CONFLICT)
     assert (conflict["status"], conflict["reason"]) == ("True", "LocationShared")
     assert "EventHubConsumer audit/reader in another namespace" in conflict["message"]
+    assert "holds it" in conflict["message"]
     assert "--bind-location NS=shop.servicebus.windows.net" in conflict["message"]
     assert "NS=acct.blob.core.windows.net" in conflict["message"]
     assert "locationBindings" in conflict["message"]
@@ -125,22 +126,71 @@ def test_a_location_shared_across_namespaces_refuses_both_naming_each_other() ->
     # Said once: the next cycle writes nothing.
     again = bodies.decide(after, now=at(25))
     assert (again.events, again.status, again.writes.count) == ((), {}, 0)
-    # The older one, in audit, is refused too, naming the victim.
+    # The holder, in audit, goes on working as if alone.
     reader = dataclasses.replace(
         created(squatted(), 0),
         namespace="audit",
         name="reader",
         peers=(other(bodies.NAME, seconds=10, spec=ACCOUNT_SPEC),),
     )
-    _, refused = bodies.decide_fully(reader, now=at(20))
-    assert (refused.epochs, refused.writes.count) == (None, 0)
-    assert [e.reason for e in refused.events] == ["LocationShared"]
-    assert "EventHubConsumer shop/orders in another namespace" in refused.events[0].message
-    # Once the other one is gone (or moved to another container), the victim works.
+    _, working = bodies.decide_fully(reader, now=at(20))
+    assert working.epochs == {"0": 1, "1": 1, "2": 1, "3": 1}
+    assert all(e.reason != "LocationShared" for e in working.events)
+    # Once the holder is gone (or moved to another container), the newcomer works.
     gone, decision = bodies.decide_fully(dataclasses.replace(after, peers=()), now=at(30))
     assert decision.epochs == {"0": 1, "1": 1, "2": 1, "3": 1}
     cleared = bodies.condition(bodies.applied(gone, decision), conflicts.CONFLICT)
     assert (cleared["status"], cleared["reason"]) == ("False", "NoConflict")
+
+
+def test_a_newcomer_in_another_namespace_does_not_stop_the_holder() -> None:
+    """The attack: tenant B creates one CR naming A's location. A, which came first, keeps
+    balancing (its failover goes on); only B is refused."""
+    victim = created(bodies.observe(pods=[pod("a"), pod("b")], spec=ACCOUNT_SPEC), 0)
+    victim, decision = bodies.decide_fully(victim, now=at(5))
+    victim = bodies.applied(victim, decision)
+    squatter = ACCOUNT_SPEC | {"selector": {"matchLabels": {"app": "x"}}}
+    victim = dataclasses.replace(
+        victim, peers=(other("mirror", seconds=10, namespace="tenant-b", spec=squatter),)
+    )
+    # Pod b dies: its partitions go to a at once, at new epochs.
+    left = dataclasses.replace(
+        victim, pods=tuple(p for p in victim.pods if p["metadata"]["name"] == "a")
+    )
+    left, decision = bodies.decide_fully(left, now=at(20))
+    assert decision.epochs is not None
+    assert decision.writes.count > 0
+    assert all(e.reason not in ("LocationShared", "Conflict") for e in decision.events)
+    moved = bodies.assignment(bodies.applied(left, decision))
+    assert sorted(moved["a"]) == ["0", "1", "2", "3"]
+
+
+def test_creation_ties_are_broken_by_uid() -> None:
+    me = other("b", seconds=0, namespace="tenant-b", spec=ACCOUNT_SPEC)
+    them = other("a", seconds=0, namespace="tenant-a", spec=ACCOUNT_SPEC)
+    assert (me.uid, them.uid) == ("uid-b", "uid-a")
+    assert conflicts.holder(me, [them]) == them
+    assert conflicts.holder(them, [me]) is None
+
+
+def test_host_spellings_are_one_location_and_one_binding() -> None:
+    """A port, a trailing dot or upper case passes the CRD, the spec parser and the allow-list;
+    it must not dodge a binding or the holder's claim either."""
+    variant = copy.deepcopy(ACCOUNT_SPEC)
+    variant["eventHub"]["fullyQualifiedNamespace"] = "Shop.servicebus.windows.net.:5671"
+    variant["checkpointStore"]["accountUrl"] = "https://ACCT.blob.core.windows.net.:443/"
+    variant["selector"] = {"matchLabels": {"app": "x"}}
+    holder = other("orders", seconds=0, namespace="tenant-a", spec=ACCOUNT_SPEC)
+    newcomer = other("mirror", seconds=10, namespace="tenant-b", spec=variant)
+    assert newcomer.location == holder.location
+    refused = conflicts.find(newcomer, [holder], pod_labels=())
+    assert refused is not None
+    assert refused.reason == "LocationShared"
+    for host in ("shop.servicebus.windows.net:5671", "acct.blob.core.windows.net."):
+        bindings = conflicts.Bindings.of({host: "tenant-a"})
+        refused = conflicts.find(newcomer, [], pod_labels=(), bindings=bindings)
+        assert refused is not None
+        assert refused.reason == "LocationBound"
 
 
 def test_a_consumer_that_works_when_the_location_becomes_shared_keeps_what_it_handed_out() -> None:
@@ -251,7 +301,7 @@ def test_once_the_overlap_is_gone_the_later_one_works_and_clears_its_condition()
     assert bodies.condition(done, "Ready")["status"] == "True"
 
 
-def test_ties_are_broken_by_namespace_and_name() -> None:
+def test_ties_without_uids_are_broken_by_namespace_and_name() -> None:
     me = conflicts.peer(
         {
             "metadata": {

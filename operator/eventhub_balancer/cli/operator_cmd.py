@@ -139,11 +139,9 @@ def bindings(args: argparse.Namespace) -> conflicts.Bindings:
 
     hosts: dict[str, str] = {}
     for item in args.bind_location:
-        namespace, sep, host = str(item).partition("=")
-        host = host.strip().lower()
-        if "://" in host:
-            host = host.split("://", 1)[1]
-        host = host.split("/", 1)[0].rstrip(".")
+        namespace, sep, written = str(item).partition("=")
+        # The one normalisation the allow-list and the conflict check use too (port, dot, case).
+        host = endpoints.host(written)
         if not sep or not namespace.strip() or not host:
             raise errors.InvalidInput(
                 "--bind-location", f"{item!r} is not NS=HOST (e.g. shop=shop.blob.core.windows.net)"

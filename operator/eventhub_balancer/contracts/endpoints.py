@@ -18,6 +18,11 @@ check that kept the last would check the wrong host), a key that is not plain AS
 (``str.upper`` turns a dotless i, U+0131, into ``I``, so ``BlobEndpo\u0131nt`` is
 ``BLOBENDPOINT`` to azure-storage), spaces around a key or value, an empty part. Hosts are
 plain ASCII without user info: IDNA would map fullwidth punctuation onto ``/`` or ``.``.
+
+`host` is the one place a host is normalised (scheme, path and port dropped, a trailing dot
+dropped, lower case): the allow-list here, the location bindings and the shared-location check
+(``reconciling.conflicts``) and the admin's commands all compare hosts through it, so that
+``Shop.servicebus.windows.net.:5671`` is the same host to each of them.
 """
 
 from __future__ import annotations
@@ -65,14 +70,14 @@ class EndpointPolicy:
             field = "the Event Hubs connection string's Endpoint"
             fields = connection_string_fields(connection_string, field=field)
             # azure-eventhub: ``endpoint or hostname``, then the URL's netloc is the host.
-            host = _url_host(fields.get("endpoint") or fields.get("hostname") or "")
+            dialled = _url_host(fields.get("endpoint") or fields.get("hostname") or "")
             if _switch(fields, "usedevelopmentemulator", field=field):
-                self._development(field, host)
+                self._development(field, dialled)
                 return
         else:
-            host = _host(fully_qualified_namespace)
+            dialled = host(fully_qualified_namespace)
             field = "spec.eventHub.fullyQualifiedNamespace"
-        self._suffix(field, host, self.eventhub_suffixes)
+        self._suffix(field, dialled, self.eventhub_suffixes)
 
     def check_blob(self, *, account_url: str | None, connection_string: str | None) -> None:
         """Raise `errors.EndpointNotAllowed` unless the Blob endpoint is allowed."""
@@ -83,11 +88,11 @@ class EndpointPolicy:
                 self._development(field, "127.0.0.1")
                 return
             for url in blob_urls(fields):
-                host = _url_host(url)
-                if _is_loopback(host):
-                    self._development(field, host)
+                dialled = _url_host(url)
+                if _is_loopback(dialled):
+                    self._development(field, dialled)
                 else:
-                    self._suffix(field, host, self.blob_suffixes)
+                    self._suffix(field, dialled, self.blob_suffixes)
             return
         parsed = urllib.parse.urlsplit(account_url or "")
         field = "spec.checkpointStore.accountUrl"
@@ -100,21 +105,21 @@ class EndpointPolicy:
             )
         self._suffix(field, _url_host(account_url or ""), self.blob_suffixes)
 
-    def _suffix(self, field: str, host: str, suffixes: tuple[str, ...]) -> None:
-        label = host.removesuffix(next((s for s in suffixes if host.endswith(s.lower())), ""))
+    def _suffix(self, field: str, dialled: str, suffixes: tuple[str, ...]) -> None:
+        label = dialled.removesuffix(next((s for s in suffixes if dialled.endswith(s.lower())), ""))
         # One DNS label before the suffix: "a.b.servicebus.windows.net" is someone's subdomain.
-        if _DNS_NAME.match(host) and label != host and label and "." not in label:
+        if _DNS_NAME.match(dialled) and label != dialled and label and "." not in label:
             return
         raise errors.EndpointNotAllowed(
-            field=field, host=host, allowed=suffixes, setting=self.setting
+            field=field, host=dialled, allowed=suffixes, setting=self.setting
         )
 
-    def _development(self, field: str, host: str) -> None:
-        if self.allow_development and _is_loopback(host):
+    def _development(self, field: str, dialled: str) -> None:
+        if self.allow_development and _is_loopback(dialled):
             return
         raise errors.EndpointNotAllowed(
             field=field,
-            host=host,
+            host=dialled,
             allowed=("development emulators on loopback",) if self.allow_development else (),
             setting="--allow-development-endpoints, for the local stack only",
         )
@@ -192,11 +197,13 @@ def _url_host(url: str) -> str:
         return ""
     if not parsed.scheme or not parsed.netloc:
         return ""
-    return _host(url)
+    return host(url)
 
 
-def _host(endpoint: str) -> str:
-    """The host of an endpoint given as a URL (``sb://h/``, ``https://h``) or a bare name.
+def host(endpoint: str) -> str:
+    """The host of an endpoint given as a URL (``sb://h/``, ``https://h``) or a bare name,
+    normalised: lower case, without scheme, path, port or a trailing dot ("" when there is
+    none).
 
     With user info (``a@b``) the whole netloc is returned, and `_DNS_NAME` refuses it: which
     side of the ``@`` a client dials is not worth guessing."""

@@ -1,26 +1,30 @@
-"""Two EventHubConsumers that would fight: the later one is refused, never fought. Pure.
+"""Two EventHubConsumers that would fight: the newcomer is refused, never fought. Pure.
 
 Two consumers of one namespace overlap when they select the same pod (both selectors match
 it: each would rewrite the other's pod annotations and hand the pod partitions at its own
 epochs), or when they read the same hub and consumer group into the same checkpoint location
-(their epochs are counted apart, so each would fence the other out in turn). The later one, by
-creationTimestamp and then name, gets the condition ``Conflict`` naming the earlier one and
-writes nothing else: no epochs, no ConfigMaps, no pod annotations. The earlier one never looks
-at the later one, so it works as if alone; once the overlap is gone, the later one's next cycle
-works normally (`deciding` words the refusal).
+(their epochs are counted apart, so each would fence the other out in turn).
 
-Across namespaces age decides nothing: a location's account, container, hub and group are not
-secret, so "the older one wins" would let a tenant who creates a CR first (or squats while the
-victim recreates its own) stop another namespace's consumer. A location belongs to a namespace
-only by the install's word: an admin binds a host (a checkpoint account's or an Event Hubs
-namespace's) to one namespace (``ehb operator --bind-location NS=HOST``, chart value
-``locationBindings``), and a consumer in any other namespace that names that host is refused
-(`bound`), whatever its age, while the consumers of the bound namespace never look at the
-others. A location nobody bound that consumers of two namespaces name is refused to *both*
-(`shared`, reason ``LocationShared``), each naming the other: the operator cannot tell whose it
-is (the blobs name pods, not namespaces), and letting both work would have their epochs fence
-each other out wherever both may write the container. A binding, or another container or
-consumer group on either side, ends it.
+A location belongs to whoever holds it: of the consumers that name it, the oldest (by
+creationTimestamp, then uid) keeps working as if alone, and only a newcomer is refused, with
+the condition ``Conflict`` naming the holder and writing nothing else: no epochs, no
+ConfigMaps, no pod annotations. The same holds across namespaces (reason ``LocationShared``):
+a consumer that works is never stopped by a CR someone creates later, in any namespace, so a
+tenant who names another's location stops nobody but itself. Once the overlap is gone, the
+newcomer's next cycle works normally (`deciding` words the refusal).
+
+Age is a weak title across namespaces, since a location's account, container, hub and group
+are not secret: a tenant who creates a CR first (or while the victim recreates its own) holds
+the location. So the install's word decides over age: an admin binds a host (a checkpoint
+account's or an Event Hubs namespace's) to one namespace (``ehb operator --bind-location
+NS=HOST``, chart value ``locationBindings``); a consumer in any other namespace that names that
+host is refused (`bound`, reason ``LocationBound``) whatever its age, while the consumers of the
+bound namespace never look at the others. The refusal of a newcomer names that binding as the
+way out.
+
+Hosts are compared as `endpoints.host` normalises them (case, a trailing dot, a port, a
+scheme), the same function the allow-list runs, so ``shop.servicebus.windows.net:5671`` is the
+host a binding of ``shop.servicebus.windows.net`` binds.
 
 A refused consumer writes nothing, so a consumer that was working when the overlap appeared
 keeps what it handed out: its pods go on with the partitions and epochs their ConfigMaps hold,
@@ -33,32 +37,30 @@ compares summaries: a tuple comparison per consumer, and a selector match per po
 earlier consumers of the same namespace.
 
 Limits: a checkpoint location named by a connection string is known only by the Secret's
-reference (two Secrets holding the same account are not seen as one); a consumer whose spec is
-invalid claims nothing.
+reference (two Secrets holding the same account are not seen as one; the admin's commands act
+only with the identity a CR declares, so naming another's account gains a newcomer nothing);
+a consumer whose spec is invalid claims nothing.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
-import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer import errors
-from eventhub_balancer.contracts import conditions, labelselectors, specs
+from eventhub_balancer.contracts import conditions, endpoints, labelselectors, specs
 
-#: The condition type, True on the later of two overlapping consumers.
+#: The condition type, True on the newcomer of two overlapping consumers.
 CONFLICT = "Conflict"
 #: Its reason when True (and the Ready condition's), and when the overlap is gone.
 REASON = "Conflict"
 REASON_CLEARED = "NoConflict"
 #: Conflict's reason when the location is bound to another namespace by the install.
 REASON_BOUND = "LocationBound"
-#: Conflict's reason when another namespace names this location and nobody bound it.
+#: Conflict's reason when a consumer of another namespace holds this location, unbound.
 REASON_SHARED = "LocationShared"
-#: How many of the consumers sharing a location a message names (the rest are counted).
-NAMED = 4
 
 #: Sorts after any real creationTimestamp: a body without one is the later.
 _NEVER = datetime.datetime.max.replace(tzinfo=datetime.UTC)
@@ -79,8 +81,9 @@ class Peer:
     deleting: bool = False
 
     @property
-    def order(self) -> tuple[datetime.datetime, str, str]:
-        return (self.created, self.namespace, self.name)
+    def order(self) -> tuple[datetime.datetime, str, str, str]:
+        """Who came first: creation time, then uid (the names only where both are unknown)."""
+        return (self.created, self.uid, self.namespace, self.name)
 
     @property
     def title(self) -> str:
@@ -88,16 +91,16 @@ class Peer:
 
 
 def location(spec: specs.ConsumerSpec, *, namespace: str) -> tuple[str, ...]:
-    """The checkpoint location: the blob path's parts (lower-cased, as the blob names are) and
-    the account, by URL, or by the Secret (in its namespace) that holds its connection
-    string."""
+    """The checkpoint location: the blob path's parts (lower-cased, as the blob names are; the
+    Event Hubs namespace as `endpoints.host` normalises it) and the account, by its host, or by
+    the Secret (in its namespace) that holds its connection string."""
     creds = spec.checkpoint_credentials
     if creds.secret_ref is not None:
         account = f"secret:{namespace}/{creds.secret_ref.name}/{creds.secret_ref.key}"
     else:
-        account = spec.checkpoint_account_url.lower().rstrip("/")
+        account = endpoints.host(spec.checkpoint_account_url)
     return (
-        spec.fully_qualified_namespace.lower(),
+        endpoints.host(spec.fully_qualified_namespace),
         spec.event_hub_name.lower(),
         spec.consumer_group.lower(),
         account,
@@ -106,12 +109,13 @@ def location(spec: specs.ConsumerSpec, *, namespace: str) -> tuple[str, ...]:
 
 
 def hosts(location: tuple[str, ...]) -> tuple[str, ...]:
-    """The hosts a location names: the Event Hubs namespace and the checkpoint account's host
-    (none for a connection string's Secret, which belongs to its namespace already)."""
-    found = [location[0]] if location and location[0] else []
+    """The hosts a location names, normalised: the Event Hubs namespace and the checkpoint
+    account's host (none for a connection string's Secret, which belongs to its namespace
+    already)."""
+    found = [endpoints.host(location[0])] if location and location[0] else []
     account = location[3] if len(location) > 3 else ""
     if account and not account.startswith("secret:"):
-        host = urllib.parse.urlsplit(account if "//" in account else f"//{account}").hostname
+        host = endpoints.host(account)
         if host:
             found.append(host)
     return tuple(found)
@@ -123,12 +127,16 @@ class Bindings:
     consumer in that namespace may name the host as its Event Hubs namespace or checkpoint
     account. Empty: nothing is bound."""
 
-    #: (host in lower case, the namespace it belongs to), one pair per host
+    #: (host as `endpoints.host` normalises it, the namespace it belongs to), one per host
     hosts: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def of(cls, hosts: Mapping[str, str]) -> Bindings:
-        return cls(hosts=tuple(sorted((h.lower().rstrip("."), ns) for h, ns in hosts.items())))
+        return cls(hosts=tuple(sorted((endpoints.host(h), ns) for h, ns in hosts.items())))
+
+    def owner(self, host: str) -> str | None:
+        """The namespace ``host`` (any spelling of it) is bound to, if any."""
+        return dict(self.hosts).get(endpoints.host(host))
 
     def owners(self, location: tuple[str, ...] | None) -> dict[str, str]:
         """{host: namespace} of the hosts of ``location`` that are bound."""
@@ -184,13 +192,13 @@ def pod_labels(
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Overlap:
     """Why this consumer writes nothing: the earlier consumer of its namespace it yields to,
-    or the consumers of other namespaces that name its unbound location (``others``), or the
+    or the consumer of another namespace that holds its unbound location (``others``), or the
     namespace binding that keeps its location from it (``others`` empty)."""
 
     others: tuple[Peer, ...]
     why: str
     reason: str = REASON
-    #: the hosts of a shared location, either of which an admin may bind
+    #: the hosts of a held location, either of which an admin may bind to the newcomer
     hosts: tuple[str, ...] = ()
 
 
@@ -218,19 +226,20 @@ def find(
     pod_labels: Sequence[Mapping[str, str]],
     bindings: Bindings = UNBOUND,
 ) -> Overlap | None:
-    """Why ``me`` may not work: its location is bound to another namespace (`bound`), or
-    consumers of other namespaces name it and nobody bound it (`shared`: whatever their age),
-    or the earliest consumer of its namespace before it overlaps it; None: ``me`` may work.
+    """Why ``me`` may not work: its location is bound to another namespace (`bound`), or a
+    consumer of another namespace holds it (`holder`: it came first and nobody bound the
+    location), or the earliest consumer of its namespace before it overlaps it; None: ``me``
+    may work (it holds whatever it names).
 
     ``pod_labels``: the labels of the pods ``me`` selects.
     """
     refused = bound(me, bindings)
     if refused is not None:
         return refused
-    across = shared(me, peers, bindings=bindings)
-    if across:
+    held = holder(me, peers, bindings=bindings)
+    if held is not None:
         return Overlap(
-            others=tuple(across),
+            others=(held,),
             why="names the same Event Hub, consumer group and checkpoint location",
             reason=REASON_SHARED,
             hosts=hosts(me.location) if me.location is not None else (),
@@ -253,38 +262,34 @@ def find(
     return Overlap(others=(found,), why=why) if found is not None else None
 
 
-def shared(me: Peer, peers: Iterable[Peer], *, bindings: Bindings = UNBOUND) -> list[Peer]:
-    """The consumers of other namespaces that name ``me``'s location while no binding says
-    whose it is (a bound location refuses them instead, and never ``me`` when its namespace
-    holds the binding): in the order they were created."""
+def holder(me: Peer, peers: Iterable[Peer], *, bindings: Bindings = UNBOUND) -> Peer | None:
+    """The consumer of another namespace that holds ``me``'s location: the oldest that names
+    it, when it came before ``me`` and no binding says whose the location is (a bound location
+    refuses the others instead, and never ``me`` when its namespace holds the binding)."""
     if me.location is None or bindings.owners(me.location):
-        return []
-    return sorted(
-        (
-            other
-            for other in peers
-            if not other.deleting
-            and other.namespace != me.namespace
-            and other.location == me.location
-        ),
-        key=lambda p: p.order,
-    )
+        return None
+    earlier = [
+        other
+        for other in peers
+        if not other.deleting
+        and other.namespace != me.namespace
+        and other.location == me.location
+        and other.order < me.order
+    ]
+    return min(earlier, key=lambda p: p.order) if earlier else None
 
 
 def condition(overlap: Overlap) -> conditions.Condition:
     if not overlap.others:
         message = f"this checkpoint location: {overlap.why}"
     elif overlap.reason == REASON_SHARED:
-        named = ", ".join(o.title for o in overlap.others[:NAMED])
-        more = overlap.others[NAMED:]
-        some = f"{named} and {len(more)} more" if more else named
         host = " or NS=".join(overlap.hosts) or "HOST"
         message = (
-            f"{some} in another namespace {overlap.why}, and no binding says whose it is: "
-            "both write nothing until one of them names another checkpoint container or "
-            "consumer group (or is deleted), or an admin binds the location to the namespace "
-            f"it belongs to (ehb operator --bind-location NS={host}, chart value "
-            "locationBindings)"
+            f"{overlap.others[0].title} in another namespace {overlap.why} and holds it (it "
+            "came first): this one writes nothing until it names another checkpoint "
+            "container or consumer group, or the holder is deleted or moves, or an admin "
+            "binds the location to the namespace it belongs to (ehb operator --bind-location "
+            f"NS={host}, chart value locationBindings); the holder goes on working"
         )
     else:
         message = (
