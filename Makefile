@@ -12,6 +12,8 @@ PYTEST_ARGS ?=
 # PYTEST_WORKERS= runs in one process.
 PYTEST_WORKERS ?= -n 2 --dist loadfile
 
+
+.PHONY: controlplane
 .PHONY: all install test chart-versions lint typecheck importlint pytest docs figures figures-balance figures-scale figures-soak demo clean java-check node promtool-check
 
 all: test
@@ -56,6 +58,13 @@ promtool-check:
 	  fi; \
 	fi
 
+# The real control plane (kube-apiserver, kube-controller-manager, etcd), built from source with
+# Go into devstack/controlplane/bin/ once, and skipped while the pins in its go.mod/go.sum match:
+# about 8 minutes cold on 2 cores, under a second warm (docs/local-stack.md).
+controlplane:
+	@command -v go >/dev/null || { echo "the real control plane is built with Go 1.26+: install Go"; exit 1; }
+	devstack/controlplane/build.sh
+
 # helm (the charts' lint, template and install tests; the docs' commands) and kstatus (Flux's
 # readiness check, for the GitOps tests), built from their pinned Go modules of devstack/tools/
 # into the venv's bin. The script skips a tool whose pins match: after the first build (about
@@ -64,7 +73,7 @@ promtool-check:
 go-tools: $(STAMP)
 	devstack/tools/build.sh $(BIN) helm kstatus
 
-install: $(STAMP) $(NODE_STAMP) java-check promtool-check go-tools
+install: $(STAMP) $(NODE_STAMP) java-check promtool-check controlplane go-tools
 
 node: $(NODE_STAMP)
 

@@ -78,6 +78,7 @@ from eventhub_balancer_devstack import (
     chaoswatches,
     faultproxy,
 )
+from eventhub_balancer_devstack.kube import LocalKubeAPI
 from eventhub_balancer_devstack.scenarios import runs, systems
 
 logger = logging.getLogger(__name__)
@@ -236,7 +237,9 @@ def run(options: chaosfaults.ChaosOptions, *, observer: runs.Observer) -> ChaosR
             )
             watch.stop(loop)
             chaos.audit()
-            watch_effects = stack.kube.watch_fault_effects()
+            watch_effects = (
+                stack.kube.watch_fault_effects() if isinstance(stack.kube, LocalKubeAPI) else {}
+            )
             # After a spec change, every partition's checkpoint must be in the new location.
             unmoved = (
                 sorted(set(site.partitions()) - set(watch.positions()), key=_partition_key)

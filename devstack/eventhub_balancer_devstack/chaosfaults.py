@@ -16,6 +16,7 @@ from typing import Any
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps
 from eventhub_balancer_devstack import chaoshandlers, chaoswatches, epochledgers, faultproxy
+from eventhub_balancer_devstack.kube import LocalKubeAPI
 from eventhub_balancer_devstack.scenarios import runs, systems
 
 logger = logging.getLogger(__name__)
@@ -62,6 +63,9 @@ FAULTS = (
 ONCE = frozenset({"apipause", "specchange", "watchlag", "watchstall"})
 #: Faults that need the Kubernetes API answering (skipped while it is paused).
 NEED_API = frozenset({"operator", "midfence", "apipause"})
+#: Faults that only the local API commits on demand: a real API server has no door to pause
+#: it or to delay, silence or end its watches (``--kube real`` runs the others).
+LOCAL_API_ONLY = frozenset({"apipause", "watchlag", "relist", "watchstall"})
 
 
 def parse_faults(text: str) -> tuple[str, ...]:
@@ -142,6 +146,15 @@ class Chaos:
         #: Writes that fell out of the API server's write record unread (the audit missed them).
         self.unaudited = 0
 
+    def local_api(self) -> LocalKubeAPI:
+        """The local API, for the faults only it can commit (`LOCAL_API_ONLY`)."""
+        kube = self.scenario.site.stack.kube
+        if not isinstance(kube, LocalKubeAPI):
+            raise errors.InvalidInput(
+                "--faults", f"{', '.join(sorted(LOCAL_API_ONLY))} need --kube local"
+            )
+        return kube
+
     @property
     def kubelet(self) -> Any:
         assert self.scenario.kubelet is not None
@@ -201,7 +214,7 @@ class Chaos:
             ticket.touch()
         elif fault == "apipause":
             pause_s = min(self.options.apipause_s, max(0.0, deadline - time.monotonic()))
-            self.scenario.site.stack.kube.pause(exempt_tokens=[runs.KUBELET_TOKEN])
+            self.local_api().pause(exempt_tokens=[runs.KUBELET_TOKEN])
             self._resume_at = time.monotonic() + pause_s
             logger.info("chaos: the Kubernetes API is paused for %.1f s", pause_s)
         elif fault == "midfence":
@@ -216,12 +229,10 @@ class Chaos:
             stall_s = min(WATCHSTALL_S, deadline - time.monotonic())
             if stall_s < 1.0:
                 return
-            self.scenario.site.stack.kube.inject_watch_fault(
-                "stall", seconds=stall_s, plural="pods"
-            )
+            self.local_api().inject_watch_fault("stall", seconds=stall_s, plural="pods")
             logger.info("chaos: the pod watches are silent for %.1f s", stall_s)
         elif fault == "relist":
-            kube = self.scenario.site.stack.kube
+            kube = self.local_api()
             kube.inject_watch_fault("close", seconds=RELIST_S, close_after_s=RELIST_STREAM_S)
             kube.inject_watch_fault("gone", seconds=RELIST_S)
         self.faults[fault] += 1
@@ -231,7 +242,7 @@ class Chaos:
         window = min(WATCHLAG_MAX_S, deadline - time.monotonic())
         if window < 1.0:
             return False
-        kube = self.scenario.site.stack.kube
+        kube = self.local_api()
         for plural in WATCHLAG_PLURALS:
             kube.inject_watch_fault("lag", seconds=window, plural=plural, lag_s=WATCHLAG_S)
         logger.info(
@@ -305,7 +316,7 @@ class Chaos:
 
     def resume_if_due(self, *, force: bool = False) -> None:
         if self._resume_at is not None and (force or time.monotonic() >= self._resume_at):
-            self.scenario.site.stack.kube.resume()
+            self.local_api().resume()
             self._resume_at = None
             logger.info("chaos: the Kubernetes API answers again")
 
@@ -336,7 +347,9 @@ class Chaos:
     def stop_faults(self) -> None:
         chaoshandlers.cancel_hangs(self.scenario.site.record_dir)
         self.resume_if_due(force=True)
-        self.scenario.site.stack.kube.clear_watch_faults()
+        kube = self.scenario.site.stack.kube
+        if isinstance(kube, LocalKubeAPI):
+            kube.clear_watch_faults()
         self.proxy.faults.clear()
         self._blob_faults_on = False
         if self.system.operator is None:

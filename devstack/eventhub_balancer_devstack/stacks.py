@@ -1,5 +1,8 @@
 """The whole local stack in one object: Event Hubs emulator, Azurite and the Kubernetes API.
 
+The Kubernetes API is the local one (in this process) or the real control plane
+(``StackOptions.kube = "real"``), whichever the caller asks for.
+
 `ehb local up`, the demo and the benchmarks all need the three together, started in the right
 order and stopped whatever happens; this is that one place. Ports are fixed by default (5672,
 10000, 16443) so that the Event Hubs namespace name, and with it the checkpoint blob names,
@@ -16,8 +19,8 @@ from pathlib import Path
 from types import TracebackType
 
 from eventhub_balancer_devstack import azurite as azurite_module
+from eventhub_balancer_devstack import kubeservers
 from eventhub_balancer_devstack.eventhubs import EventHubsEmulator
-from eventhub_balancer_devstack.kube import LocalKubeAPI
 
 logger = logging.getLogger(__name__)
 
@@ -38,13 +41,16 @@ class StackOptions:
     blob_location: Path | None = None
     state_dir: Path = Path(".ehb")
     namespace: str = "default"
+    #: ``local``: the local API in this process; ``real``: the real control plane (etcd,
+    #: kube-apiserver, kube-controller-manager as processes; `make controlplane` builds it).
+    kube: kubeservers.Kind = "local"
 
 
 class LocalStack:
     """Starts the three local services (each in its own thread or process) and stops them."""
 
     def __init__(
-        self, options: StackOptions | None = None, *, kube: LocalKubeAPI | None = None
+        self, options: StackOptions | None = None, *, kube: kubeservers.KubeServer | None = None
     ) -> None:
         """``kube``: the Kubernetes API server to start instead of one on
         ``options.kube_port`` in this process (a benchmark runs it in a process of its own)."""
@@ -57,7 +63,11 @@ class LocalStack:
         self.azurite = azurite_module.Azurite(
             port=self.options.blob_port, location=self.options.blob_location
         )
-        self.kube = kube if kube is not None else LocalKubeAPI(port=self.options.kube_port)
+        self.kube = (
+            kube
+            if kube is not None
+            else kubeservers.server(self.options.kube, port=self.options.kube_port)
+        )
         self.kubeconfig: Path | None = None
         self._exit = contextlib.ExitStack()
 

@@ -1,7 +1,9 @@
 """``ehb local kube``: a local Kubernetes API server for kopf, the operator and the client.
 
-Prints the path of a kubeconfig for it on the first line (scripts read that line), then a
-hint for the shell, and serves until Ctrl-C or SIGTERM.
+``--real`` starts the real control plane instead (etcd, kube-apiserver and
+kube-controller-manager as processes, built by ``make controlplane``). Prints the path of a
+kubeconfig for it on the first line (scripts read that line), then a hint for the shell, and
+serves until Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ from types import FrameType
 COMMAND = ("local", "kube")
 HELP = "run a local Kubernetes API server (no cluster needed) and write a kubeconfig for it"
 
+#: Where ``--real`` writes its kubeconfig unless --kubeconfig says otherwise.
+DEFAULT_REAL_KUBECONFIG = Path(".ehb") / "real-kube" / "kubeconfig"
+
 #: Where the kubeconfig goes unless --kubeconfig says otherwise (never ~/.kube/config: a
 #: user's real cluster configuration must not be overwritten by a demo).
 DEFAULT_KUBECONFIG = Path(".ehb") / "local-kube" / "kubeconfig"
@@ -28,8 +33,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kubeconfig",
         type=Path,
-        default=DEFAULT_KUBECONFIG,
-        help=f"where to write the kubeconfig (default: {DEFAULT_KUBECONFIG})",
+        default=None,
+        help=f"where to write the kubeconfig (default: {DEFAULT_KUBECONFIG}, "
+        f"with --real {DEFAULT_REAL_KUBECONFIG})",
+    )
+    parser.add_argument(
+        "--real",
+        action="store_true",
+        help="start the real control plane (etcd, kube-apiserver, kube-controller-manager; "
+        "`make controlplane` builds it) instead of the local API",
     )
     parser.add_argument(
         "--crds",
@@ -42,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from eventhub_balancer import errors
-    from eventhub_balancer_devstack.kube import LocalKubeAPI
+    from eventhub_balancer_devstack import kubeservers
 
     if not 0 <= args.port <= 65535:
         raise errors.InvalidInput("--port", f"{args.port} is not a port number (0-65535)")
@@ -57,16 +69,17 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
 
-    api = (
-        LocalKubeAPI(port=args.port)
-        if args.crds is None
-        else LocalKubeAPI(port=args.port, crds_dir=args.crds)
-    )
-    with api:
-        path = api.write_kubeconfig(args.kubeconfig, namespace=args.namespace).resolve()
+    kind: kubeservers.Kind = "real" if args.real else "local"
+    kubeconfig = args.kubeconfig or (DEFAULT_REAL_KUBECONFIG if args.real else DEFAULT_KUBECONFIG)
+    api = kubeservers.server(kind, port=args.port, crds_dir=args.crds)
+    api.start()
+    try:
+        path = api.write_kubeconfig(kubeconfig, namespace=args.namespace).resolve()
         print(path, flush=True)
         print(f"export KUBECONFIG={path}", flush=True)
         print(f"# serving {api.url}; Ctrl-C to stop", file=sys.stderr, flush=True)
         while not stop.wait(1.0):
             pass
+    finally:
+        api.stop()
     return 0

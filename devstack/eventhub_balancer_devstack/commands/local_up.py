@@ -36,6 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="keep blobs in this directory across restarts (default: in memory)",
     )
     parser.add_argument(
+        "--kube",
+        default="local",
+        choices=("local", "real"),
+        help="local: the local API in this process (default); real: the real control plane "
+        "(etcd, kube-apiserver, kube-controller-manager; `make controlplane` builds it)",
+    )
+    parser.add_argument(
         "--state-dir",
         type=Path,
         default=Path(".ehb"),
@@ -59,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         kube_port=args.kube_port,
         blob_location=args.blob_location,
         state_dir=args.state_dir,
+        kube=args.kube,
     )
     stop = threading.Event()
 

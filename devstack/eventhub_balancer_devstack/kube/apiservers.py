@@ -71,6 +71,9 @@ class LocalKubeAPI:
     from any thread except the server's own.
     """
 
+    #: It injects watch faults and pauses on demand (the real control plane does not).
+    supports_faults = True
+
     def __init__(
         self,
         *,

@@ -1,0 +1,462 @@
+"""A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager.
+
+The reference the local API (`kube.LocalKubeAPI`) is checked against, and a second server
+for every scenario, benchmark and the demo (``--kube real``). It is started as
+controller-runtime's envtest starts one, from binaries built by ``make controlplane``, with
+fresh keys (`certificates`) in a temporary folder that `stop` removes. It offers what the
+harness uses of the local API (``url``, ``write_kubeconfig``, ``create_object`` & co., the
+write record), over HTTPS as the administrator; what only the local API can do on demand
+(pausing, injected watch faults) it has not, and callers check `supports_faults`.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import logging
+import shutil
+import ssl
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import yaml
+from kubernetes.client.exceptions import ApiException
+
+from eventhub_balancer import errors
+from eventhub_balancer_devstack.kube import histories, identities, kubeconfigs
+from eventhub_balancer_devstack.realkube import certificates, processes, resourcecalls, writerecords
+
+logger = logging.getLogger(__name__)
+
+#: The repository's crds/, installed at start as the local API installs them.
+REPOSITORY_CRDS: Path | None = (
+    processes.REPOSITORY / "crds" if (processes.REPOSITORY / "crds").is_dir() else None
+)
+
+#: From the first process to a ready API server with its controllers: about 6-10 s on an idle
+#: 2-core machine; a loaded one (a test suite beside it) takes longer.
+START_TIMEOUT_S = 120.0
+
+#: How often a start polls what it waits for.
+POLL_S = 0.2
+
+#: What a pod's token is valid for: a kubelet asks for an hour and renews; a test or demo
+#: never runs that long without a new pod.
+POD_TOKEN_SECONDS = 3600
+
+
+class RealControlPlane:
+    """etcd, kube-apiserver and kube-controller-manager as child processes on 127.0.0.1.
+
+    ``start()``/``stop()`` or ``with RealControlPlane() as kube:``. ``port=0`` picks a free
+    port for the API server; etcd and the controller manager always get free ones.
+    """
+
+    #: The local API injects watch faults and pauses; a real server does neither on demand.
+    supports_faults = False
+    kind = "real"
+
+    def __init__(
+        self,
+        *,
+        port: int = 0,
+        crds_dir: Path | None = REPOSITORY_CRDS,
+        start_timeout: float = START_TIMEOUT_S,
+        folder: Path | None = None,
+    ) -> None:
+        self._port = port
+        self._crds_dir = crds_dir
+        self._start_timeout = start_timeout
+        self._given_folder = folder
+        self._folder: Path | None = None
+        self._processes: list[processes.ChildProcess] = []
+        self._credentials: certificates.ControlPlaneCredentials | None = None
+        self._url: str | None = None
+        self._calls: resourcecalls.ResourceCalls | None = None
+        self._record: writerecords.WatchWriteRecord | None = None
+        self._ports: processes.Ports | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        if self._url is None:
+            raise RuntimeError("the control plane is not running: call start() first")
+        return self._url
+
+    @property
+    def folder(self) -> Path:
+        """Its keys, logs and etcd's data (removed by `stop`)."""
+        if self._folder is None:
+            raise RuntimeError("the control plane is not running: call start() first")
+        return self._folder
+
+    @property
+    def pids(self) -> dict[str, int]:
+        return {p.name: p.pid for p in self._processes if p.pid is not None}
+
+    def start(self) -> Self:
+        if self._url is not None:
+            raise RuntimeError("the control plane is already started")
+        binaries = processes.find_binaries()
+        ports = processes.Ports(
+            apiserver=processes.claim_port(self._port, flag="--kube-port"),
+            etcd_client=processes.free_port(),
+            etcd_peer=processes.free_port(),
+            controller_manager=processes.free_port(),
+        )
+        self._ports = ports
+        if self._given_folder is not None:
+            self._given_folder.mkdir(parents=True, exist_ok=True)
+        folder = self._folder = Path(
+            tempfile.mkdtemp(prefix="ehb-controlplane-", dir=self._given_folder)
+        )
+        deadline = time.monotonic() + self._start_timeout
+        try:
+            credentials = self._credentials = certificates.generate(folder / "pki")
+            self._url = f"https://127.0.0.1:{ports.apiserver}"
+            admin_kubeconfig = self._write_admin_kubeconfig(folder / "admin.kubeconfig")
+            etcd = self._spawn(
+                "etcd",
+                processes.etcd_args(binaries["etcd"], data=folder / "etcd", ports=ports),
+            )
+            self._wait("etcd", etcd, deadline, self._etcd_healthy)
+            apiserver = self._spawn(
+                "kube-apiserver",
+                processes.apiserver_args(
+                    binaries["kube-apiserver"],
+                    folder=folder,
+                    ports=ports,
+                    credentials=credentials,
+                ),
+            )
+            self._wait("kube-apiserver", apiserver, deadline, self._apiserver_ready)
+            manager = self._spawn(
+                "kube-controller-manager",
+                processes.controller_manager_args(
+                    binaries["kube-controller-manager"], kubeconfig=admin_kubeconfig, ports=ports
+                ),
+            )
+            self._calls = resourcecalls.ResourceCalls(
+                server=self._url, ssl_context=self._ssl_context()
+            )
+            # Pods are refused until their namespace has its default ServiceAccount: the
+            # serviceaccount controller making one is the sign the controllers run.
+            self._wait(
+                "kube-controller-manager",
+                manager,
+                deadline,
+                lambda: (
+                    self.get_object("v1/serviceaccounts", "default", namespace="default")
+                    is not None
+                ),
+            )
+            if self._crds_dir is not None:
+                self._install_crds(self._crds_dir, deadline)
+        except BaseException:
+            self.stop()
+            raise
+        logger.info("real control plane serving at %s (%s)", self._url, folder)
+        return self
+
+    def stop(self) -> None:
+        """Stop every process by its pid (the controllers first, etcd last); remove the folder."""
+        record, self._record = self._record, None
+        if record is not None:
+            record.stop()
+        for process in reversed(self._processes):
+            process.stop()
+        self._processes = []
+        if self._calls is not None:
+            self._calls.close()
+        self._calls = None
+        self._url = None
+        folder, self._folder = self._folder, None
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _spawn(self, name: str, args: list[str]) -> processes.ChildProcess:
+        process = processes.ChildProcess(name, args, log=self.folder / f"{name}.log")
+        process.start()
+        self._processes.append(process)
+        return process
+
+    def _wait(
+        self,
+        name: str,
+        process: processes.ChildProcess,
+        deadline: float,
+        ready: Callable[[], bool],
+    ) -> None:
+        while True:
+            code = process.exited()
+            if code is not None:
+                raise errors.ConfigurationError(
+                    f"{name} exited with code {code} while starting; its log ends:\n"
+                    f"{process.tail()}"
+                )
+            with contextlib.suppress(OSError, ApiException, ssl.SSLError):
+                if ready():
+                    return
+            if time.monotonic() > deadline:
+                raise errors.ConfigurationError(
+                    f"{name} was not ready within {self._start_timeout:g} s; its log ends:\n"
+                    f"{process.tail()}"
+                )
+            time.sleep(POLL_S)
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        assert self._credentials is not None
+        context = ssl.create_default_context(cafile=str(self._credentials.ca_certificate))
+        context.load_cert_chain(
+            str(self._credentials.admin.certificate), str(self._credentials.admin.key)
+        )
+        return context
+
+    def _etcd_healthy(self) -> bool:
+        assert self._ports is not None
+        url = f"http://127.0.0.1:{self._ports.etcd_client}/health"
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return bool(json.loads(answer.read()).get("health") == "true")
+
+    def readyz(self) -> bool:
+        """The API server's own readiness (``/readyz``: etcd, the post-start hooks...)."""
+        try:
+            with urllib.request.urlopen(
+                f"{self.url}/readyz", timeout=2, context=self._ssl_context()
+            ) as answer:
+                return bool(answer.status == 200)
+        except urllib.error.HTTPError:
+            return False
+
+    def _apiserver_ready(self) -> bool:
+        return self.readyz()
+
+    def _install_crds(self, folder: Path, deadline: float) -> None:
+        names = []
+        for path in sorted(folder.glob("*.yaml")):
+            for document in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+                if document and document.get("kind") == "CustomResourceDefinition":
+                    self.apply_object("apiextensions.k8s.io/v1/customresourcedefinitions", document)
+                    names.append(document["metadata"]["name"])
+        for name in names:
+            while not self._established(name):
+                if time.monotonic() > deadline:
+                    raise errors.ConfigurationError(f"the CRD {name} was not Established")
+                time.sleep(POLL_S)
+
+    def _established(self, name: str) -> bool:
+        crd = self.get_object("apiextensions.k8s.io/v1/customresourcedefinitions", name)
+        conditions = ((crd or {}).get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    # -- kubeconfigs ----------------------------------------------------------------------------
+
+    def _write_admin_kubeconfig(self, path: Path) -> Path:
+        assert self._credentials is not None
+        return self._write(path, namespace="default", user=self._admin_user())
+
+    def _admin_user(self) -> dict[str, object]:
+        assert self._credentials is not None
+        return {
+            "client-certificate": str(self._credentials.admin.certificate),
+            "client-key": str(self._credentials.admin.key),
+        }
+
+    def _write(self, path: Path, *, namespace: str, user: dict[str, object]) -> Path:
+        assert self._credentials is not None
+        document = kubeconfigs.build(server=self.url, namespace=namespace, user=user)
+        cluster = document["clusters"][0]["cluster"]  # type: ignore[index]
+        cluster["certificate-authority-data"] = base64.b64encode(
+            self._credentials.ca_certificate.read_bytes()
+        ).decode()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
+        path.chmod(0o600)
+        return path
+
+    def write_kubeconfig(
+        self,
+        path: Path,
+        *,
+        namespace: str = "default",
+        identity: identities.PodIdentity | None = None,
+    ) -> Path:
+        """A kubeconfig for this server: the administrator's, or a pod's when ``identity``
+        names one (a bound service-account token from TokenRequest, as a kubelet mounts)."""
+        if identity is None:
+            return self._write(Path(path), namespace=namespace, user=self._admin_user())
+        token = self.pod_token(identity)
+        return self._write(Path(path), namespace=namespace, user={"token": token})
+
+    def pod_token(self, identity: identities.PodIdentity) -> str:
+        """A token bound to the pod, as the kubelet asks for one (TokenRequest)."""
+        answer = self.calls.call(
+            "POST",
+            resourcecalls.path(
+                "v1/serviceaccounts",
+                namespace=identity.namespace,
+                name=identity.service_account,
+            )
+            + "/token",
+            body={
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {
+                    "audiences": [],
+                    "expirationSeconds": POD_TOKEN_SECONDS,
+                    "boundObjectRef": {
+                        "kind": "Pod",
+                        "apiVersion": "v1",
+                        "name": identity.pod_name,
+                        "uid": identity.pod_uid,
+                    },
+                },
+            },
+        )
+        return str(answer["status"]["token"])
+
+    def client_kubeconfig(self, path: Path, *, user: str, groups: tuple[str, ...] = ()) -> Path:
+        """A kubeconfig with a client certificate for ``user`` in ``groups``: a person's."""
+        assert self._credentials is not None
+        client = certificates.client_certificate(
+            self.folder / "pki",
+            ca_certificate=self._credentials.ca_certificate,
+            ca_key=certificates.ca_key_path(self._credentials),
+            user=user,
+            groups=groups,
+        )
+        return self._write(
+            Path(path),
+            namespace="default",
+            user={"client-certificate": str(client.certificate), "client-key": str(client.key)},
+        )
+
+    # -- direct calls, as the local API offers them ----------------------------------------------
+
+    @property
+    def calls(self) -> resourcecalls.ResourceCalls:
+        if self._calls is None:
+            raise RuntimeError("the control plane is not running: call start() first")
+        return self._calls
+
+    def create_object(
+        self, resource: str, body: dict[str, Any], *, namespace: str | None = None
+    ) -> dict[str, Any]:
+        """Create it (its namespace too, when missing, as the local API does)."""
+        return self.calls.create(resource, body, namespace=namespace)
+
+    def apply_object(self, resource: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Create it, or replace what is there (as ``kubectl apply`` converges)."""
+        metadata = body.get("metadata") or {}
+        namespace = metadata.get("namespace")
+        try:
+            return self.create_object(resource, body, namespace=namespace)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+        current = self.get_object(resource, metadata["name"], namespace=namespace) or {}
+        replaced = dict(body)
+        replaced["metadata"] = dict(metadata)
+        replaced["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        result: dict[str, Any] = self.calls.call(
+            "PUT",
+            resourcecalls.path(resource, namespace=namespace, name=metadata["name"]),
+            body=replaced,
+        )
+        return result
+
+    def get_object(
+        self, resource: str, name: str, *, namespace: str | None = None
+    ) -> dict[str, Any] | None:
+        return self.calls.get(resource, name, namespace=namespace)
+
+    def list_objects(
+        self,
+        resource: str,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> list[dict[str, Any]]:
+        return self.calls.list(
+            resource,
+            namespace=namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+        )
+
+    def patch_object(
+        self,
+        resource: str,
+        name: str,
+        patch: dict[str, Any],
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        return self.calls.patch(resource, name, patch, namespace=namespace, subresource=subresource)
+
+    def delete_object(
+        self, resource: str, name: str, *, namespace: str | None = None
+    ) -> dict[str, Any]:
+        return self.calls.delete(resource, name, namespace=namespace)
+
+    # -- the write record ----------------------------------------------------------------------
+
+    def record_writes(self, *resources_: str) -> None:
+        """Keep every committed write of these resources (``v1/configmaps``...) until read."""
+        if self._record is None:
+            self._record = writerecords.WatchWriteRecord(self.calls)
+        for resource in resources_:
+            self._record.record(resource)
+
+    def take_writes(self) -> histories.Writes:
+        if self._record is None:
+            return histories.Writes(events=(), dropped=0)
+        return self._record.take()
+
+    # -- etcd ----------------------------------------------------------------------------------
+
+    def _etcd(self, method: str, body: dict[str, Any]) -> dict[str, Any]:
+        assert self._ports is not None
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{self._ports.etcd_client}/v3/{method}",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            result: dict[str, Any] = json.loads(answer.read())
+        return result
+
+    def etcd_revision(self) -> int:
+        """etcd's current revision (what the API server's resourceVersions are)."""
+        answer = self._etcd("kv/range", {"key": base64.b64encode(b"\0").decode()})
+        return int(answer["header"]["revision"])
+
+    def compact(self) -> int:
+        """Compact etcd's history up to now, through etcd's own API; returns the revision.
+
+        A watch that resumes from a resourceVersion older than this, and older than what the
+        API server's watch cache holds, is answered 410 Gone."""
+        revision = self.etcd_revision()
+        self._etcd("kv/compaction", {"revision": str(revision), "physical": True})
+        return revision

@@ -1,0 +1,567 @@
+"""This machine as a node of the real control plane: a kubelet for process-backed pods.
+
+With the real control plane, pods come from where they come from on a cluster: Deployments
+through the real kube-controller-manager's ReplicaSets, or ``kubectl``. There is no scheduler
+and no kubelet, so `LocalNode` is both, as far as the local stack needs:
+
+- it registers a Node and keeps it Ready by renewing its Lease in ``kube-node-lease`` (as a
+  kubelet does every 10 s), so that the node lifecycle controller never evicts its pods;
+- it binds each pending pod to itself through the ``binding`` subresource (the scheduler's
+  part), and runs each pod bound to it as a process (`deployments.pod_template` reads the
+  container's args, environment, readiness probe and grace period from the pod);
+- it reports the pod's status (Running, Ready from the readiness probe, restarts after a
+  crash) and, on deletion, sends SIGTERM, waits the pod's grace period, sends SIGKILL, then
+  deletes the Pod object with a grace period of 0, which is how a kubelet tells the API server
+  that the containers are gone. Finalizers of others keep the object as on a cluster.
+
+Each pod gets a kubeconfig with a token bound to it (TokenRequest with the pod as the bound
+object), as a kubelet mounts one; the pod's own ServiceAccount is who it is.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import datetime
+import logging
+import signal
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from eventhub_balancer_devstack import deployments, podprocesses
+from eventhub_balancer_devstack.kube import identities
+from eventhub_balancer_devstack.realkube import controlplanes, podwatches
+
+logger = logging.getLogger(__name__)
+
+#: The node's name, as `kubectl get nodes` shows it.
+NODE_NAME = "ehb-local-node"
+
+#: A kubelet renews its Lease every quarter of its 40 s duration.
+LEASE_DURATION_S = 40
+LEASE_RENEW_S = 10.0
+
+#: How often the node's Ready condition is written again (a kubelet: every 5 minutes when
+#: nothing changed; the Lease is the heartbeat the lifecycle controller reads).
+STATUS_REPORT_S = 60.0
+
+#: How often processes are checked and readiness probed: fast enough that the operator sees a
+#: death or a readiness change well inside one cycle.
+PROBE_INTERVAL_S = 0.2
+
+#: A readiness probe slower than this counts as a failure (a kubelet's timeoutSeconds).
+PROBE_TIMEOUT_S = 3.0
+
+#: Failed probes in a row before a Ready pod turns NotReady (a kubelet's failureThreshold).
+FAILURE_THRESHOLD = 3
+
+#: The longest a crashed container waits before its restart (a kubelet's back-off caps at
+#: 5 minutes; a local stack wants a crash looped quickly, but never in a tight loop).
+RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
+
+#: The container name of the pods' status when the pod names none.
+CONTAINER = "consumer"
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _micro_now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclasses.dataclass
+class _Pod:
+    namespace: str
+    name: str
+    uid: str
+    container: str
+    image: str
+    port: int
+    template: podprocesses.PodTemplate
+    process: subprocess.Popen[bytes]
+    started_at: str
+    ready: bool = False
+    failures: int = 0
+    restarts: int = 0
+    next_restart: float = 0.0
+    deleting: bool = False
+    gone: bool = False
+
+
+class LocalNode:
+    """Binds, runs, probes and stops the control plane's pods on this machine.
+
+    ``images`` says what each container image runs here (`deployments.LocalImage`); a pod whose
+    image is not among them stays Pending with a waiting reason that says so.
+    """
+
+    def __init__(
+        self,
+        control_plane: controlplanes.RealControlPlane,
+        *,
+        images: Mapping[str, deployments.LocalImage],
+        state_dir: Path,
+        name: str = NODE_NAME,
+        node_env: Mapping[str, str] | None = None,
+    ) -> None:
+        self._plane = control_plane
+        self._calls = control_plane.calls
+        self._images = dict(images)
+        self._state = state_dir
+        self._name = name
+        self._node_env = dict(node_env or {})
+        self._lock = threading.RLock()
+        self._pods: dict[str, _Pod] = {}
+        self._refused: set[str] = set()
+        self._stop = threading.Event()
+        self._watch = podwatches.PodWatch(self._calls, self._on_change)
+        self._threads = [
+            threading.Thread(target=self._heartbeats, name="local-node lease", daemon=True),
+            threading.Thread(target=self._probing, name="local-node probes", daemon=True),
+        ]
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def __enter__(self) -> LocalNode:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self._state.mkdir(parents=True, exist_ok=True)
+        self._register()
+        self._renew_lease()
+        for thread in self._threads:
+            thread.start()
+        self._watch.start()
+
+    def stop(self, *, grace_s: float = 10.0) -> None:
+        """Stop every process (SIGTERM, SIGKILL after ``grace_s``); the objects stay, as
+        when a node goes down."""
+        self._stop.set()
+        self._watch.stop()
+        for thread in self._threads:
+            thread.join(timeout=PROBE_TIMEOUT_S + 5)
+        with self._lock:
+            pods = list(self._pods.values())
+        for pod in pods:
+            if pod.process.poll() is None:
+                pod.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for pod in pods:
+            try:
+                pod.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pod.process.kill()
+                pod.process.wait(timeout=5)
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def running(self) -> dict[str, int]:
+        """``namespace/name`` -> pid of every pod process this node runs."""
+        with self._lock:
+            return {
+                f"{p.namespace}/{p.name}": p.process.pid
+                for p in self._pods.values()
+                if not p.gone and p.process.poll() is None
+            }
+
+    def port(self, namespace: str, name: str) -> int:
+        with self._lock:
+            for pod in self._pods.values():
+                if (pod.namespace, pod.name) == (namespace, name):
+                    return pod.port
+        raise KeyError(f"{namespace}/{name} does not run on this node")
+
+    def kill(self, namespace: str, name: str) -> None:
+        """SIGKILL the pod's process, as an OOM kill would; it restarts (restartPolicy Always)."""
+        with self._lock:
+            pods = [p for p in self._pods.values() if (p.namespace, p.name) == (namespace, name)]
+        for pod in pods:
+            pod.process.kill()
+            pod.process.wait(timeout=10)
+
+    # -- the Node and its Lease ---------------------------------------------------------------
+
+    def _register(self) -> None:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": self._name,
+                "labels": {
+                    "kubernetes.io/hostname": self._name,
+                    "kubernetes.io/os": "linux",
+                    "node.kubernetes.io/instance-type": "ehb-local",
+                },
+            },
+        }
+        try:
+            self._calls.call("POST", "/api/v1/nodes", body=body)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+        self._report_status()
+
+    def _report_status(self) -> None:
+        now = _now()
+        status = {
+            "status": {
+                "capacity": {"cpu": "2", "memory": "24Gi", "pods": "1000"},
+                "allocatable": {"cpu": "2", "memory": "24Gi", "pods": "1000"},
+                "addresses": [
+                    {"type": "InternalIP", "address": "127.0.0.1"},
+                    {"type": "Hostname", "address": self._name},
+                ],
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "True",
+                        "reason": "KubeletReady",
+                        "message": "the local node runs pods as processes",
+                        "lastHeartbeatTime": now,
+                        "lastTransitionTime": now,
+                    }
+                ],
+                "nodeInfo": {
+                    "kubeletVersion": "ehb-local",
+                    "kubeProxyVersion": "",
+                    "operatingSystem": "linux",
+                    "architecture": "amd64",
+                    "containerRuntimeVersion": "process://local",
+                    "osImage": "",
+                    "kernelVersion": "",
+                    "machineID": "",
+                    "systemUUID": "",
+                    "bootID": "",
+                },
+            }
+        }
+        self._calls.patch("v1/nodes", self._name, status, subresource="status")
+
+    def _renew_lease(self) -> None:
+        path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{self._name}"
+        spec = {
+            "holderIdentity": self._name,
+            "leaseDurationSeconds": LEASE_DURATION_S,
+            "renewTime": _micro_now(),
+        }
+        try:
+            self._calls.call(
+                "PATCH", path, body={"spec": spec}, content_type="application/merge-patch+json"
+            )
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            self._calls.call(
+                "POST",
+                "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+                body={"metadata": {"name": self._name}, "spec": spec},
+            )
+
+    def _heartbeats(self) -> None:
+        last_status = time.monotonic()
+        while not self._stop.wait(LEASE_RENEW_S):
+            try:
+                self._renew_lease()
+                if time.monotonic() - last_status >= STATUS_REPORT_S:
+                    self._report_status()
+                    last_status = time.monotonic()
+            except Exception as e:  # the API away: the next beat tries again
+                logger.warning("node heartbeat failed: %r", e)
+
+    # -- pods: the watch's side ---------------------------------------------------------------
+
+    def _on_change(self, kind: str, pod: dict[str, Any]) -> None:
+        metadata, spec = pod["metadata"], pod.get("spec") or {}
+        uid = metadata["uid"]
+        if kind == "DELETED":
+            self._forget(uid, pod)
+            return
+        node = spec.get("nodeName")
+        if not node:
+            if not metadata.get("deletionTimestamp"):
+                self._bind(pod)
+            return
+        if node != self._name:
+            return
+        with self._lock:
+            known = self._pods.get(uid)
+        if metadata.get("deletionTimestamp"):
+            if known is not None:
+                self._terminate(known, pod)
+            elif uid not in self._refused:
+                self._confirm_deletion(pod)
+            return
+        if known is None and uid not in self._refused:
+            self._run(pod)
+
+    def _bind(self, pod: dict[str, Any]) -> None:
+        metadata = pod["metadata"]
+        try:
+            self._calls.call(
+                "POST",
+                f"/api/v1/namespaces/{metadata['namespace']}/pods/{metadata['name']}/binding",
+                body={
+                    "apiVersion": "v1",
+                    "kind": "Binding",
+                    "metadata": {"name": metadata["name"], "uid": metadata["uid"]},
+                    "target": {"apiVersion": "v1", "kind": "Node", "name": self._name},
+                },
+            )
+            logger.info("bound %s/%s to %s", metadata["namespace"], metadata["name"], self._name)
+        except ApiException as e:
+            if e.status not in (404, 409):
+                logger.warning("binding %s failed: %s", metadata["name"], e.reason)
+
+    def _secret_value(self, namespace: str) -> Any:
+        def value(secret: str, key: str) -> str:
+            body = self._calls.get("v1/secrets", secret, namespace=namespace)
+            data = (body or {}).get("data") or {}
+            if key not in data:
+                raise deployments.UnrunnableSpec(f"Secret {secret} has no key {key}")
+            return base64.b64decode(data[key]).decode()
+
+        return value
+
+    def _run(self, pod: dict[str, Any]) -> None:
+        metadata, spec = pod["metadata"], pod["spec"]
+        namespace, name, uid = metadata["namespace"], metadata["name"], metadata["uid"]
+        container = spec["containers"][0]
+        identity = identities.PodIdentity(
+            namespace=namespace,
+            service_account=spec.get("serviceAccountName") or "default",
+            pod_name=name,
+            pod_uid=uid,
+        )
+        try:
+            kubeconfig = self._plane.write_kubeconfig(
+                self._state / namespace / name / "kubeconfig",
+                namespace=namespace,
+                identity=identity,
+            )
+            template = deployments.pod_template(
+                {
+                    "metadata": {"name": name},
+                    "spec": {"template": {"metadata": metadata, "spec": spec}},
+                },
+                images=self._images,
+                secret_value=self._secret_value(namespace),
+                node_env={**self._node_env, "KUBECONFIG": str(kubeconfig)},
+                log_dir=self._state / "logs",
+            )
+        except (deployments.UnrunnableSpec, ApiException) as e:
+            self._refused.add(uid)
+            logger.warning("pod %s/%s cannot run here: %s", namespace, name, e)
+            self._patch_status(
+                namespace,
+                name,
+                {
+                    "phase": "Pending",
+                    "conditions": [
+                        {"type": "PodScheduled", "status": "True", "lastTransitionTime": _now()}
+                    ],
+                    "containerStatuses": [
+                        {
+                            "name": container["name"],
+                            "image": container.get("image", ""),
+                            "imageID": "",
+                            "ready": False,
+                            "restartCount": 0,
+                            "state": {
+                                "waiting": {
+                                    "reason": "CreateContainerConfigError",
+                                    "message": str(e),
+                                }
+                            },
+                        }
+                    ],
+                },
+            )
+            return
+        port = podprocesses.free_port()
+        process = podprocesses.spawn(template, name=name, namespace=namespace, uid=uid, port=port)
+        running = _Pod(
+            namespace=namespace,
+            name=name,
+            uid=uid,
+            container=container["name"],
+            image=container.get("image", ""),
+            port=port,
+            template=template,
+            process=process,
+            started_at=_now(),
+        )
+        with self._lock:
+            self._pods[uid] = running
+        logger.info("pod %s/%s started as pid %d (port %d)", namespace, name, process.pid, port)
+        self._write_pod_status(running)
+
+    def _terminate(self, pod: _Pod, body: dict[str, Any]) -> None:
+        with self._lock:
+            if pod.deleting:
+                return
+            pod.deleting = True
+        grace = body["metadata"].get("deletionGracePeriodSeconds")
+        grace_s = float(grace if grace is not None else pod.template.termination_grace_s)
+        if pod.process.poll() is None:
+            pod.process.send_signal(signal.SIGTERM)
+        threading.Thread(
+            target=self._reap, args=(pod, grace_s), name=f"reap {pod.name}", daemon=True
+        ).start()
+
+    def _reap(self, pod: _Pod, grace_s: float) -> None:
+        try:
+            pod.process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            logger.warning("pod %s ignored SIGTERM for its grace period: SIGKILL", pod.name)
+            pod.process.kill()
+            pod.process.wait(timeout=10)
+        self._confirm_deletion(
+            {"metadata": {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid}}
+        )
+
+    def _confirm_deletion(self, body: dict[str, Any]) -> None:
+        """The containers are gone: delete with grace 0, on this uid only."""
+        metadata = body["metadata"]
+        with contextlib.suppress(ApiException):
+            self._calls.call(
+                "DELETE",
+                f"/api/v1/namespaces/{metadata['namespace']}/pods/{metadata['name']}",
+                body={
+                    "kind": "DeleteOptions",
+                    "apiVersion": "v1",
+                    "gracePeriodSeconds": 0,
+                    "preconditions": {"uid": metadata["uid"]},
+                },
+            )
+
+    def _forget(self, uid: str, body: dict[str, Any]) -> None:
+        self._refused.discard(uid)
+        with self._lock:
+            pod = self._pods.pop(uid, None)
+        if pod is None:
+            return
+        pod.gone = True
+        if pod.process.poll() is None:  # deleted with grace 0 by someone else: stop at once
+            pod.process.kill()
+            pod.process.wait(timeout=10)
+
+    # -- pods: the probes' side ---------------------------------------------------------------
+
+    def _probing(self) -> None:
+        while not self._stop.wait(PROBE_INTERVAL_S):
+            with self._lock:
+                pods = [p for p in self._pods.values() if not p.gone and not p.deleting]
+            for pod in pods:
+                try:
+                    self._check(pod)
+                except Exception as e:  # the API away: the next round writes it again
+                    logger.warning("pod %s: status update failed: %r", pod.name, e)
+
+    def _probe(self, pod: _Pod) -> bool:
+        if pod.process.poll() is not None:
+            return False
+        url = f"http://127.0.0.1:{pod.port}{pod.template.readiness_path}"
+        try:
+            with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_S) as response:
+                return 200 <= int(response.status) < 300
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def _check(self, pod: _Pod) -> None:
+        if pod.process.poll() is not None:
+            now = time.monotonic()
+            if pod.ready:
+                pod.ready = False
+                pod.failures = FAILURE_THRESHOLD
+                self._write_pod_status(pod)
+            if pod.next_restart == 0.0:
+                delay = RESTART_BACKOFF_S[min(pod.restarts, len(RESTART_BACKOFF_S) - 1)]
+                pod.next_restart = now + delay
+            if now >= pod.next_restart and not pod.deleting:
+                pod.restarts += 1
+                pod.next_restart = 0.0
+                pod.process = podprocesses.spawn(
+                    pod.template, name=pod.name, namespace=pod.namespace, uid=pod.uid, port=pod.port
+                )
+                pod.started_at = _now()
+                logger.info(
+                    "pod %s restarted (%d) as pid %d", pod.name, pod.restarts, pod.process.pid
+                )
+                self._write_pod_status(pod)
+            return
+        ready = self._probe(pod) and not pod.deleting
+        if ready:
+            pod.failures = 0
+        elif pod.ready:
+            pod.failures += 1
+            if pod.failures < FAILURE_THRESHOLD:
+                return
+        if ready != pod.ready:
+            pod.ready = ready
+            self._write_pod_status(pod)
+
+    def _write_pod_status(self, pod: _Pod) -> None:
+        ready = "True" if pod.ready else "False"
+        now = _now()
+        alive = pod.process.poll() is None
+        state: dict[str, Any] = (
+            {"running": {"startedAt": pod.started_at}}
+            if alive
+            else {"waiting": {"reason": "CrashLoopBackOff", "message": "the process exited"}}
+        )
+        self._patch_status(
+            pod.namespace,
+            pod.name,
+            {
+                "phase": "Running",
+                "hostIP": "127.0.0.1",
+                "podIP": "127.0.0.1",
+                "podIPs": [{"ip": "127.0.0.1"}],
+                "startTime": pod.started_at,
+                "conditions": [
+                    {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+                    {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+                    {"type": "ContainersReady", "status": ready, "lastTransitionTime": now},
+                    {"type": "Ready", "status": ready, "lastTransitionTime": now},
+                ],
+                "containerStatuses": [
+                    {
+                        "name": pod.container,
+                        "image": pod.image,
+                        "imageID": "",
+                        "ready": pod.ready,
+                        "started": alive,
+                        "restartCount": pod.restarts,
+                        "state": state,
+                    }
+                ],
+            },
+        )
+
+    def _patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        try:
+            self._calls.patch(
+                "v1/pods", name, {"status": status}, namespace=namespace, subresource="status"
+            )
+        except ApiException as e:
+            if e.status != 404:
+                raise
