@@ -14,7 +14,8 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 [[ $# -ge 2 ]] || { echo "usage: $0 BIN_DIR TOOL..." >&2; exit 2; }
-bin="$1"; shift
+mkdir -p "$1"
+bin="$(cd "$1" && pwd)"; shift
 export CGO_ENABLED=0 GOFLAGS=-buildvcs=false GOTOOLCHAIN=local
 
 command -v go >/dev/null || {
@@ -26,27 +27,24 @@ command -v go >/dev/null || {
 # direct or // indirect).
 module_version() { sed -n "s#^\(require\|\t\) *$1 \(v[^ ]*\).*#\2#p" "$2" | head -1; }
 
-# Helm's release ldflags (its Makefile's): the version `helm version` shows, the module's content
-# hash from go.sum in place of a git commit (a module carries no commit), and the Kubernetes
+# Helm's release ldflags (its Makefile's): the version `helm version` shows, and the Kubernetes
 # version `helm template` assumes without --kube-version, from the client-go it is built with
-# (Helm's default would otherwise be 1.20, below the charts' kubeVersion).
+# (Helm's default would otherwise be 1.20, below the charts' kubeVersion). GitCommit stays
+# empty: a module carries no commit, and `helm version --short` would print any other hash as one.
 helm_ldflags() {
-  local dir="$here/helm" version hash client minor
+  local dir="$here/helm" version client minor
   version="$(module_version helm.sh/helm/v3 "$dir/go.mod")"
-  hash="$(grep "^helm.sh/helm/v3 $version h1:" "$dir/go.sum" | cut -d' ' -f3)"
   client="$(module_version k8s.io/client-go "$dir/go.mod")"
   minor="${client#v0.}"; minor="${minor%%.*}"
-  [[ -n "$version" && -n "$hash" && -n "$minor" ]] || { echo "cannot read Helm's pins" >&2; return 1; }
+  [[ -n "$version" && -n "$minor" ]] || { echo "cannot read Helm's pins" >&2; return 1; }
   local ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$version"
-  ldflags+=" -X helm.sh/helm/v3/internal/version.metadata= -X helm.sh/helm/v3/internal/version.gitCommit=$hash"
-  ldflags+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+  ldflags+=" -X helm.sh/helm/v3/internal/version.metadata= -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
   for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
     ldflags+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$minor"
   done
   echo "$ldflags"
 }
 
-mkdir -p "$bin"
 staging=""
 trap 'rm -f "$staging"' EXIT
 for tool in "$@"; do
