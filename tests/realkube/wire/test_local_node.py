@@ -1,0 +1,176 @@
+"""This machine as a node of the real control plane: Deployments become running pods.
+
+The real kube-controller-manager makes a Deployment's ReplicaSet and Pods; the local node
+binds them to itself, runs each as a process and reports it Ready from its readiness probe.
+``kubectl scale`` and ``kubectl delete pod`` then work as on a cluster, the node stays Ready on
+its Lease, and a pod's dependents are collected through their ownerReference.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pytest
+import yaml
+
+from eventhub_balancer_devstack import deployments
+from eventhub_balancer_devstack.realkube import RealControlPlane, nodes
+from tests.support.fixtures.realkube import READY_SERVER, Kubectl
+
+NAMESPACE = "node-test"
+IMAGE = "local/ready-server"
+#: Pods start in about a second (the controllers, the binding, a Python process); the bound is
+#: generous for a loaded 2-core machine.
+WAIT_S = 60.0
+
+
+def deployment(replicas: int) -> dict[str, Any]:
+    labels = {"app": "ready"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "ready", "namespace": NAMESPACE},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "terminationGracePeriodSeconds": 5,
+                    "containers": [
+                        {
+                            "name": "server",
+                            "image": IMAGE,
+                            "args": ["--port=8080"],
+                            "ports": [{"name": "http", "containerPort": 8080}],
+                            "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def wait_for(what: str, predicate: Callable[[], Any], timeout: float = WAIT_S) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = predicate()
+        if last:
+            return last
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
+
+
+def ready_pods(kube: RealControlPlane) -> list[str]:
+    pods = kube.list_objects("v1/pods", namespace=NAMESPACE, label_selector="app=ready")
+    return sorted(
+        p["metadata"]["name"]
+        for p in pods
+        if not p["metadata"].get("deletionTimestamp")
+        and any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in (p.get("status") or {}).get("conditions") or []
+        )
+    )
+
+
+@pytest.fixture(scope="module")
+def node(
+    real_kube: RealControlPlane,
+    local_node_factory: Callable[[Mapping[str, deployments.LocalImage]], nodes.LocalNode],
+) -> nodes.LocalNode:
+    return local_node_factory({IMAGE: READY_SERVER})
+
+
+def test_a_deployment_runs_on_the_node_and_scales(
+    real_kube: RealControlPlane, real_kubectl: Kubectl, node: nodes.LocalNode
+) -> None:
+    real_kubectl("create", "namespace", NAMESPACE)
+    real_kubectl("apply", "-f", "-", input=yaml.safe_dump(deployment(2)))
+    two = wait_for(
+        "two Ready pods", lambda: len(ready_pods(real_kube)) == 2 and ready_pods(real_kube)
+    )
+    for name in two:
+        pod = real_kube.get_object("v1/pods", name, namespace=NAMESPACE)
+        assert pod is not None
+        assert pod["spec"]["nodeName"] == node.name
+        assert pod["metadata"]["ownerReferences"][0]["kind"] == "ReplicaSet"
+    assert len(node.running()) == 2
+
+    real_kubectl("-n", NAMESPACE, "scale", "deployment/ready", "--replicas=3")
+    wait_for("three Ready pods", lambda: len(ready_pods(real_kube)) == 3)
+
+    real_kubectl("-n", NAMESPACE, "scale", "deployment/ready", "--replicas=1")
+    wait_for(
+        "one pod left", lambda: len(real_kube.list_objects("v1/pods", namespace=NAMESPACE)) == 1
+    )
+    wait_for("one process left", lambda: len(node.running()) == 1)
+
+
+def test_a_deleted_pod_stops_and_is_replaced_and_its_dependents_collected(
+    real_kube: RealControlPlane, real_kubectl: Kubectl, node: nodes.LocalNode
+) -> None:
+    (pod,) = wait_for("one Ready pod", lambda: ready_pods(real_kube))
+    body = real_kube.get_object("v1/pods", pod, namespace=NAMESPACE)
+    assert body is not None
+    real_kube.create_object(
+        "v1/configmaps",
+        {
+            "metadata": {
+                "name": f"{pod}-assignment",
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": body["metadata"]["uid"]}
+                ],
+            },
+            "data": {"partitions": "0,1"},
+        },
+        namespace=NAMESPACE,
+    )
+    pid = node.running()[f"{NAMESPACE}/{pod}"]
+
+    real_kubectl("-n", NAMESPACE, "delete", "pod", pod, "--wait=false")
+    wait_for(
+        "the old pod gone",
+        lambda: real_kube.get_object("v1/pods", pod, namespace=NAMESPACE) is None,
+    )
+    assert f"{NAMESPACE}/{pod}" not in node.running()
+    assert pid not in node.running().values()
+    (replacement,) = wait_for("a Ready replacement", lambda: ready_pods(real_kube))
+    assert replacement != pod
+    wait_for(
+        "the garbage collector to delete the pod's ConfigMap",
+        lambda: (
+            real_kube.get_object("v1/configmaps", f"{pod}-assignment", namespace=NAMESPACE) is None
+        ),
+    )
+
+
+def test_the_node_is_ready_on_its_lease(real_kube: RealControlPlane, node: nodes.LocalNode) -> None:
+    body = real_kube.get_object("v1/nodes", node.name)
+    assert body is not None
+    ready = [c for c in body["status"]["conditions"] if c["type"] == "Ready"]
+    assert ready
+    assert ready[0]["status"] == "True"
+    lease = real_kube.get_object(
+        "coordination.k8s.io/v1/leases", node.name, namespace="kube-node-lease"
+    )
+    assert lease is not None
+    assert lease["spec"]["holderIdentity"] == node.name
+
+
+def test_a_crashed_process_restarts_in_its_pod(
+    real_kube: RealControlPlane, node: nodes.LocalNode
+) -> None:
+    (pod,) = wait_for("one Ready pod", lambda: ready_pods(real_kube))
+    node.kill(NAMESPACE, pod)
+
+    def restarted() -> bool:
+        body = real_kube.get_object("v1/pods", pod, namespace=NAMESPACE) or {}
+        statuses = (body.get("status") or {}).get("containerStatuses") or [{}]
+        return bool(statuses[0].get("restartCount", 0) >= 1 and pod in ready_pods(real_kube))
+
+    wait_for("the pod Ready again after one restart", restarted)
