@@ -12,9 +12,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import jsonschema
+import pytest
 import yaml
 
-from eventhub_balancer.contracts import configmaps, partitionreports
+from eventhub_balancer.balancing import models
+from eventhub_balancer.contracts import conditions, configmaps, partitionreports
 from eventhub_balancer.reconciling import deciding, fleets, observations, readbacks, reports
 from tests.reconciling import bodies
 from tests.reconciling.bodies import at, pod
@@ -262,7 +264,10 @@ def test_what_the_status_shows_is_bounded() -> None:
     observation = reported(observation, "a", {p: ("stuck", 1, 0, long_error) for p in ids})
     after, decision = next_cycle(observation, now=5)
     failing = bodies.condition(after, "PartitionsFailing")
-    assert failing["message"].startswith("40 partitions in trouble (40 stuck): 0 on a stuck: ")
+    assert failing["message"] == (
+        "40 partitions in trouble (40 stuck): 0, 1, 2, 3, 4, 5, 6, 7 and 32 more on a stuck: "
+        f"{long_error[: partitionreports.MAX_ERROR_CHARS]}"
+    )
     assert len(failing["message"]) <= reports.MAX_MESSAGE
     entries = failing_of(after)
     assert [e["partition"] for e in entries] == list(ids)
@@ -272,6 +277,73 @@ def test_what_the_status_shows_is_bounded() -> None:
     assert event.reason == "PartitionStuck"
     assert "and 24 more" in event.message
     assert len(event.message) < 2 * reports.MAX_MESSAGE
+
+
+def trouble(partition: str, pod_name: str, error: str, attempts: int = 3) -> reports.Trouble:
+    return reports.Trouble(
+        partition=models.PartitionId(partition),
+        pod=pod_name,
+        epoch=1,
+        state="failing",
+        attempts=attempts,
+        error=error,
+    )
+
+
+def test_one_error_on_every_partition_is_said_once_naming_the_first_partitions() -> None:
+    error = (
+        "EventHubNotFound: consumer group 'analytics' of Event Hub 'orders' in "
+        "shop.servicebus.windows.net does not exist: create it, or fix spec.eventHub.consumerGroup"
+    )
+    troubles = {
+        models.PartitionId(str(i)): trouble(str(i), f"orders-{i % 4}", error, attempts=2 + i % 2)
+        for i in range(32)
+    }
+    condition = reports.condition(troubles)
+    assert (condition.status, condition.reason) == ("True", "PartitionsFailing")
+    assert condition.message == (
+        "32 partitions in trouble (32 failing): 0, 1, 2, 3, 4, 5, 6, 7 and 24 more on "
+        "orders-0, orders-1, orders-2 and 1 more pods failing after up to 3 attempts: "
+        f"{error}"
+    )
+
+
+def test_many_different_errors_fit_the_message_whole_words_and_the_rest_counted() -> None:
+    words = " ".join(f"word{n}" for n in range(40))
+    troubles = {
+        models.PartitionId(str(i)): trouble(str(i), "a", f"Error{i}: {words}") for i in range(40)
+    }
+    text = reports.condition(troubles).message
+    assert len(text) <= reports.MAX_MESSAGE
+    assert text.startswith("40 partitions in trouble (40 failing): 0 on a failing after 3 ")
+    assert text.endswith(" more partitions")
+    listed = text.split("; ")[:-1]
+    assert all(part.endswith("word39") for part in listed)  # each group whole
+    left = int(text.rsplit("; and ", 1)[1].split()[0])
+    assert left == 40 - len(listed)
+
+
+def test_a_message_too_long_for_one_group_is_cut_between_words() -> None:
+    error = "E: " + " ".join("abcdefghi" for _ in range(150))  # longer than a message
+    assert len(error) > reports.MAX_MESSAGE
+    text = reports.message({models.PartitionId("0"): trouble("0", "a", error)})
+    assert len(text) <= reports.MAX_MESSAGE
+    assert text.endswith(" abcdefghi" + conditions.CUT)
+
+
+@pytest.mark.parametrize(
+    ("text", "limit", "expected"),
+    [
+        ("short enough", 20, "short enough"),
+        ("one two three four", 12, "one two …"),
+        ("one two three four", 9, "one two …"),
+        ("one two; three", 11, "one two …"),
+        ("unbreakable", 6, "unbr …"),
+    ],
+)
+def test_shorten_cuts_between_words(text: str, limit: int, expected: str) -> None:
+    assert conditions.shorten(text, limit) == expected
+    assert len(conditions.shorten(text, limit)) <= limit
 
 
 def test_a_malformed_previous_status_entry_is_skipped() -> None:

@@ -28,6 +28,25 @@ PARTITIONS_FAILING = "PartitionsFailing"
 #: checkpoints be reset (nothing can write them but the reset). False while hand-offs of a
 #: pause are in flight (reason Pausing) and after a resume (reason Resumed).
 PAUSED = "Paused"
+#: The reasons of a dependency's fault (EventHubReachable, CheckpointStoreReachable) that
+#: stop the pods as well as the operator: what the spec names does not exist, or its Secret
+#: holds nothing that can work. Ready is False while one stands; a fault that may pass (an
+#: unreachable endpoint) leaves Ready to the pods, which keep processing meanwhile.
+CANNOT_PROCESS = frozenset(
+    {
+        "ConsumerGroupNotFound",
+        "EventHubNotFound",
+        "EventHubAuthenticationFailed",
+        "EventHubMisconfigured",
+        "SecretNotFound",
+        "CheckpointStoreMisconfigured",
+    }
+)
+#: The longest message a condition carries: readable in ``kubectl describe`` and far below
+#: the API's limit (32 KiB).
+MAX_MESSAGE = 1000
+#: What ends a message `shorten` had to cut.
+CUT = " …"
 #: The order in the status: Ready first, as the conventions ask.
 ORDER = (
     READY,
@@ -47,6 +66,19 @@ class Condition:
     status: Status
     reason: str
     message: str
+
+
+def shorten(text: str, limit: int = MAX_MESSAGE) -> str:
+    """``text`` in at most ``limit`` characters, cut between words (never inside one, unless
+    a single word is longer than the limit) and marked as cut."""
+    if len(text) <= limit:
+        return text
+    room = max(0, limit - len(CUT))
+    head = text[:room]
+    space = head.rfind(" ")
+    if space > 0 and not text[room].isspace():
+        head = head[:space]
+    return head.rstrip(" ;,:(") + CUT
 
 
 def apply(

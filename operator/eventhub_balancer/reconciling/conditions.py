@@ -74,14 +74,14 @@ def store(
             type=conditions.CHECKPOINT_STORE_REACHABLE,
             status="False",
             reason="CheckpointEpochTampered",
-            message="; ".join((*leaps, *ignored))[:1000],
+            message=conditions.shorten("; ".join((*leaps, *ignored))),
         )
     if ignored:
         return conditions.Condition(
             type=conditions.CHECKPOINT_STORE_REACHABLE,
             status="False",
             reason="EpochOutOfRange",
-            message=f"ignored: {'; '.join(ignored)[:900]}",
+            message=conditions.shorten(f"ignored: {'; '.join(ignored)}"),
         )
     if read.fault is not None:
         return conditions.Condition(
@@ -138,6 +138,7 @@ def build(
         or not (pods.get(o.owner) is not None and pods[o.owner].ready)
     ]
     selector = spec.selector.to_query()
+    stopped = cannot_process(hub=hub, store=store, partitions=partitions, troubles=troubles or {})
     if not partitions:
         ready = conditions.Condition(
             type=conditions.READY,
@@ -145,6 +146,8 @@ def build(
             reason="PartitionsUnknown",
             message="the partition list could not be read yet: see EventHubReachable",
         )
+    elif stopped is not None:
+        ready = stopped
     elif not pods:
         ready = conditions.Condition(
             type=conditions.READY,
@@ -184,7 +187,15 @@ def build(
             message=f"all {len(partitions)} partitions are owned by Ready pods",
         )
     in_flight = sum(1 for o in plan.assignment.values() if o.state == "revoking")
-    if plan.balanced:
+    if not partitions:
+        # Nothing is spread over nothing: Balanced waits for a partition list, as Ready does.
+        balanced = conditions.Condition(
+            type=conditions.BALANCED,
+            status="False",
+            reason="PartitionsUnknown",
+            message="no partitions to balance: see EventHubReachable",
+        )
+    elif plan.balanced:
         balanced = conditions.Condition(
             type=conditions.BALANCED,
             status="True",
@@ -222,7 +233,7 @@ def build(
             reason="Rebalancing",
             message="some pods are above or below their share",
         )
-    if spec.paused:
+    if spec.paused and partitions:
         ready, balanced = pausing.ready_and_balanced(
             assignment=plan.assignment, partitions=partitions
         )
@@ -230,6 +241,45 @@ def build(
         paused=spec.paused, assignment=plan.assignment, previous=previous or {}
     )
     return [ready, balanced, hub, store, reports.condition(troubles or {}), paused]
+
+
+def cannot_process(
+    *,
+    hub: conditions.Condition,
+    store: conditions.Condition,
+    partitions: tuple[models.PartitionId, ...],
+    troubles: Mapping[models.PartitionId, reports.Trouble],
+) -> conditions.Condition | None:
+    """Ready False when the pods cannot process whatever the operator assigns: a fault of
+    Event Hubs or of the checkpoint store that stops them too (`conditions.CANNOT_PROCESS`:
+    a missing consumer group, hub or Secret key), or every partition reported failing,
+    parked or stuck. None: nothing says so."""
+    for dependency, reason, name in (
+        (hub, "EventHubUnusable", "Event Hubs"),
+        (store, "CheckpointStoreUnusable", "the checkpoint store"),
+    ):
+        if dependency.status == "False" and dependency.reason in conditions.CANNOT_PROCESS:
+            return conditions.Condition(
+                type=conditions.READY,
+                status="False",
+                reason=reason,
+                message=conditions.shorten(
+                    f"the pods cannot use {name} ({dependency.reason}, see {dependency.type}): "
+                    f"{dependency.message}"
+                ),
+            )
+    stuck = [t for t in troubles.values() if t.state != "lost"]
+    if partitions and len(stuck) >= len(partitions):
+        return conditions.Condition(
+            type=conditions.READY,
+            status="False",
+            reason="AllPartitionsFailing",
+            message=(
+                f"all {len(partitions)} partitions are reported failing, parked or stuck: "
+                "nothing is processed (see PartitionsFailing)"
+            ),
+        )
+    return None
 
 
 def changed(previous: specs.StatusBody, c: conditions.Condition) -> bool:

@@ -35,17 +35,19 @@ from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import bounds, conditions, partitionreports, specs
 from eventhub_balancer.reconciling import observations
 
-#: The status field that lists the troubled partitions.
+#: The status field that lists the troubled partitions, and the one that counts them.
 STATUS_FIELD = "failing"
+COUNT_FIELD = "failingCount"
 #: Entries of ``status.failing`` that keep their error text: enough to see what broke; a fleet
 #: with every partition failing (a bad deployment) would otherwise carry a thousand copies of
 #: the same message in the status.
 MAX_ERRORS_LISTED = 32
 #: Partitions named in the condition's message and in one Event; the rest are counted.
 MAX_NAMED = 8
-#: The condition's message is cut here: readable in ``kubectl get -o wide`` and far below
-#: the API's limit.
-MAX_MESSAGE = 1000
+#: Pods named per group of troubles in the condition's message; the rest are counted.
+MAX_PODS_NAMED = 3
+#: The condition's message is never longer (`conditions.shorten`).
+MAX_MESSAGE = conditions.MAX_MESSAGE
 
 #: How long an epoch given out stands before a report that it was lost gives the partition
 #: out again: long enough that a pod reporting every new epoch lost does not turn the cycle
@@ -226,10 +228,57 @@ def describe(t: Trouble) -> str:
     return f"{t.partition} on {t.pod} {t.state}{attempts}{error}"
 
 
-def _listing(items: list[str]) -> str:
-    text = "; ".join(items[:MAX_NAMED])
-    more = len(items) - MAX_NAMED
-    return text + (f"; and {more} more" if more > 0 else "")
+def _named(names: list[str], limit: int, noun: str = "") -> str:
+    """The first ``limit`` of ``names``, and how many more."""
+    text = ", ".join(names[:limit])
+    more = len(names) - limit
+    return text + (f" and {more} more{noun}" if more > 0 else "")
+
+
+def _group(group: list[Trouble]) -> str:
+    """Troubles that share a state and an error, in one part of a sentence: the first
+    partitions and their count, the pods, the state and the error once."""
+    first = group[0]
+    if len(group) == 1:
+        return describe(first)
+    pods = sorted({t.pod for t in group}, key=models.name_key)
+    most = max(t.attempts for t in group)
+    attempts = ""
+    if most:
+        same = all(t.attempts == most for t in group)
+        attempts = f" after {'' if same else 'up to '}{most} attempts"
+    error = f": {first.error}" if first.error else ""
+    where = _named(pods, MAX_PODS_NAMED, " pods")
+    partitions = _named([t.partition for t in group], MAX_NAMED)
+    return f"{partitions} on {where} {first.state}{attempts}{error}"
+
+
+def message(troubles: Mapping[models.PartitionId, Trouble]) -> str:
+    """PartitionsFailing's message: how many partitions, per state, then the troubles grouped
+    by state and error (a missing consumer group fails every partition the same way: one
+    group, its first partitions named and the rest counted), as many groups as fit in
+    `MAX_MESSAGE`; never cut inside a word."""
+    by_state = counts(troubles)
+    summary = ", ".join(f"{n} {state}" for state, n in by_state.items() if n)
+    plural = "s" if len(troubles) > 1 else ""
+    head = f"{len(troubles)} partition{plural} in trouble ({summary}): "
+    groups: dict[tuple[str, str], list[Trouble]] = {}
+    for t in troubles.values():
+        groups.setdefault((t.state, t.error), []).append(t)
+    parts: list[str] = []
+    shown = 0
+    for group in groups.values():
+        part = _group(group)
+        left = len(troubles) - shown - len(group)
+        tail = f"; and {left} more partitions" if left > 0 else ""
+        if parts and len(head) + len("; ".join([*parts, part])) + len(tail) > MAX_MESSAGE:
+            break
+        parts.append(part)
+        shown += len(group)
+    left = len(troubles) - shown
+    tail = f"; and {left} more partitions" if left > 0 else ""
+    body = conditions.shorten("; ".join(parts), MAX_MESSAGE - len(head) - len(tail))
+    return head + body + tail
 
 
 def condition(troubles: Mapping[models.PartitionId, Trouble]) -> conditions.Condition:
@@ -241,18 +290,11 @@ def condition(troubles: Mapping[models.PartitionId, Trouble]) -> conditions.Cond
             reason="AllPartitionsProcessing",
             message="no pod reports a failing, parked, stuck or lost partition",
         )
-    by_state = counts(troubles)
-    summary = ", ".join(f"{n} {state}" for state, n in by_state.items() if n)
-    plural = "s" if len(troubles) > 1 else ""
-    text = (
-        f"{len(troubles)} partition{plural} in trouble ({summary}): "
-        f"{_listing([describe(t) for t in troubles.values()])}"
-    )
     return conditions.Condition(
         type=conditions.PARTITIONS_FAILING,
         status="True",
-        reason=_reason(by_state),
-        message=text[:MAX_MESSAGE],
+        reason=_reason(counts(troubles)),
+        message=message(troubles),
     )
 
 

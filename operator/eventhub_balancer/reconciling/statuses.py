@@ -7,7 +7,8 @@ kept in the status because consumer pods cannot write it.
 ``epochs`` never go down (`epochs`): the highest epoch given out per partition survives lost
 ConfigMaps and operator restarts, and is written before any ConfigMap that uses it.
 ``failing`` lists the partitions their pods report in trouble (`reports`), always present
-(empty when none) so that a merge patch clears it.
+(empty when none) so that a merge patch clears it; ``failingCount`` is its length, for the
+FAILING column of ``kubectl get`` (a printer column cannot count a list).
 
 The status is built whole in every cycle, and the patch holds the fields that differ.
 """
@@ -156,9 +157,9 @@ def build_status(
         status["lastRebalanceTime"] = specs.format_time(now)
     elif previous.get("lastRebalanceTime"):
         status["lastRebalanceTime"] = previous["lastRebalanceTime"]
-    # Not a key of `specs.StatusBody` (a shared contract): added beside it.
+    # Not keys of `specs.StatusBody` (a shared contract): added beside it.
     failing = reports.status_entries(outcome.troubles, previous=previous, now=now)
-    return {**status, reports.STATUS_FIELD: failing}
+    return {**status, reports.STATUS_FIELD: failing, reports.COUNT_FIELD: len(failing)}
 
 
 def member_count(

@@ -61,14 +61,19 @@ def test_apply_the_examples_then_get_wide_and_wait(
     assert "unchanged" in again.stdout
 
     header = kubectl("-n", "shop", "get", "ehc", "-o", "wide").stdout.splitlines()[0].split()
-    assert header == ["NAME", "PARTITIONS", "PODS", "BALANCED", "READY", "AGE"]
+    assert header == ["NAME", "PARTITIONS", "PODS", "FAILING", "BALANCED", "READY", "AGE"]
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         waiting = pool.submit(
             kubectl, "-n", "shop", "wait", "--for=condition=Ready", "ehc/orders", "--timeout=30s"
         )
         conditions = [_condition("Ready", "True"), _condition("Balanced", "False")]
-        status = {"partitionCount": 32, "memberCount": 4, "conditions": conditions}
+        status = {
+            "partitionCount": 32,
+            "memberCount": 4,
+            "failingCount": 0,
+            "conditions": conditions,
+        }
         local_kube.patch_object(
             EHC, "orders", {"status": status}, namespace="shop", subresource="status"
         )
@@ -77,7 +82,7 @@ def test_apply_the_examples_then_get_wide_and_wait(
     assert "eventhubconsumer.eventhub-balancer.dev/orders condition met" in waited.stdout
 
     row = kubectl("-n", "shop", "get", "ehc", "orders", "-o", "wide").stdout.splitlines()[1]
-    assert row.split()[:5] == ["orders", "32", "4", "False", "True"]
+    assert row.split()[:6] == ["orders", "32", "4", "0", "False", "True"]
 
 
 def test_a_bad_resource_is_refused_with_its_fields_named(

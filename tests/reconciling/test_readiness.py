@@ -1,0 +1,127 @@
+"""Ready and Balanced follow the data path: they are False while the pods cannot process
+whatever the operator assigns (a consumer group or hub that does not exist, a Secret without
+its key, every partition failing), and Balanced is never True over no partitions.
+
+Pure: observations built from bodies, decided with a fixed ``now``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from eventhub_balancer.reconciling import observations
+from tests.reconciling import bodies, test_reports
+from tests.reconciling.bodies import at, pod
+
+GROUP_MISSING = observations.Fault(
+    reason="ConsumerGroupNotFound",
+    message=(
+        "consumer group 'analytics' of Event Hub 'orders' in shop.servicebus.windows.net does "
+        "not exist: create it, or fix spec.eventHub.consumerGroup"
+    ),
+)
+KEY_MISSING = observations.Fault(
+    reason="SecretNotFound",
+    message=(
+        "Secret shop/b has no key 'cs': create it with the connection string under that key, "
+        "or fix the connectionStringSecretRef in the spec that names it"
+    ),
+)
+
+
+def conditions_of(
+    observation: observations.Observation, *, blobs: bool = True
+) -> dict[str, tuple[str, str]]:
+    """{type: (status, reason)} after one decision (with the blobs read when it asks for them,
+    unless ``blobs`` is false: they cannot be read), written back."""
+    if blobs:
+        seen, decision = bodies.decide_fully(observation, now=at(5))
+    else:
+        seen, decision = observation, bodies.decide(observation, now=at(5))
+    after = bodies.applied(seen, decision)
+    return {c["type"]: (c["status"], c["reason"]) for c in after.status["conditions"]}
+
+
+def test_a_missing_consumer_group_makes_ready_false_and_is_said_in_one_condition() -> None:
+    observation = bodies.observe(pods=[pod("a"), pod("b")])
+    observation = dataclasses.replace(
+        observation, hub=observations.HubRead(ids=bodies.IDS, fault=GROUP_MISSING)
+    )
+    seen, decision = bodies.decide_fully(observation, now=at(5))
+    after = bodies.applied(seen, decision)
+    found = {c["type"]: c for c in after.status["conditions"]}
+    assert (found["EventHubReachable"]["status"], found["EventHubReachable"]["reason"]) == (
+        "False",
+        "ConsumerGroupNotFound",
+    )
+    assert found["EventHubReachable"]["message"].startswith(GROUP_MISSING.message)
+    assert (found["Ready"]["status"], found["Ready"]["reason"]) == ("False", "EventHubUnusable")
+    assert found["Ready"]["message"].startswith(
+        "the pods cannot use Event Hubs (ConsumerGroupNotFound, see EventHubReachable): "
+        "consumer group 'analytics'"
+    )
+    reasons = [c["reason"] for c in after.status["conditions"]]
+    assert reasons.count("ConsumerGroupNotFound") == 1
+    # One Warning, named for what is wrong.
+    assert [(e.reason, e.type) for e in decision.events if e.type == "Warning"] == [
+        ("ConsumerGroupNotFound", "Warning")
+    ]
+
+
+def test_a_secret_without_its_key_is_neither_ready_nor_balanced_over_no_partitions() -> None:
+    observation = bodies.observe(pods=[pod("a"), pod("b")], ids=None)
+    observation = dataclasses.replace(
+        observation, hub=observations.HubRead(ids=None, fault=KEY_MISSING)
+    )
+    found = conditions_of(observation)
+    assert found["Ready"] == ("False", "PartitionsUnknown")
+    assert found["Balanced"] == ("False", "PartitionsUnknown")
+    assert found["EventHubReachable"] == ("False", "SecretNotFound")
+
+
+def test_a_store_secret_without_its_key_makes_ready_false() -> None:
+    observation = bodies.observe(pods=[pod("a"), pod("b")])
+    observation = dataclasses.replace(observation, store=observations.StoreRead(fault=KEY_MISSING))
+    found = conditions_of(observation, blobs=False)
+    assert found["CheckpointStoreReachable"] == ("False", "SecretNotFound")
+    assert found["Ready"] == ("False", "CheckpointStoreUnusable")
+    assert found["Balanced"] == ("True", "Balanced")  # the spread itself is right
+
+
+def test_a_fault_that_may_pass_leaves_ready_to_the_pods() -> None:
+    observation = bodies.observe(pods=[pod("a"), pod("b")])
+    unreachable = observations.Fault(reason="EventHubUnreachable", message="no answer in 15 s")
+    observation = dataclasses.replace(
+        observation, hub=observations.HubRead(ids=bodies.IDS, fault=unreachable)
+    )
+    found = conditions_of(observation)
+    assert found["EventHubReachable"] == ("False", "EventHubUnreachable")
+    assert found["Ready"] == ("True", "AllPartitionsOwned")
+
+
+def test_every_partition_failing_makes_ready_false_and_one_recovering_makes_it_true() -> None:
+    observation = test_reports.started(pod("a"), pod("b"))
+    error = "ValueError: cannot decode"
+    failing: dict[str, dict[str, tuple[Any, ...]]] = {
+        "a": {"0": ("failing", 1, 3, error), "1": ("parked", 1, 10, error)},
+        "b": {"2": ("stuck", 1), "3": ("failing", 1, 2, error)},
+    }
+    for name, reported in failing.items():
+        observation = test_reports.reported(observation, name, reported)
+    observation, _ = test_reports.next_cycle(observation, now=5)
+    ready = bodies.condition(observation, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "AllPartitionsFailing")
+    assert ready["message"].startswith("all 4 partitions are reported failing, parked or stuck")
+
+    observation = test_reports.reported(observation, "b", {"2": ("stuck", 1)})
+    observation, _ = test_reports.next_cycle(observation, now=10)
+    assert bodies.condition(observation, "Ready")["status"] == "True"
+
+
+def test_partitions_lost_are_not_counted_as_failing_everything() -> None:
+    observation = test_reports.started(pod("a"))
+    lost: dict[str, tuple[Any, ...]] = {p: ("lost", 1) for p in bodies.IDS}
+    observation = test_reports.reported(observation, "a", lost)
+    observation, _ = test_reports.next_cycle(observation, now=5)
+    assert bodies.condition(observation, "Ready")["reason"] != "AllPartitionsFailing"
