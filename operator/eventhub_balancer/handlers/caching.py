@@ -41,10 +41,11 @@ A port used without `follow` (a tool, a test over the bare API) reads through to
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
 from eventhub_balancer import errors
@@ -295,12 +296,14 @@ class CachedKube:
             return await self.api.get_consumer(namespace=namespace, name=name)
         if rosters.CONSUMER in roster.stale:
             self._reads += 1
-            try:
-                roster.fresh(
-                    rosters.CONSUMER, await self.api.get_consumer(namespace=namespace, name=name)
-                )
-            except errors.NotFound:
-                roster.resync(rosters.CONSUMER, (), at=None)
+            with roster.asking(rosters.CONSUMER):
+                try:
+                    roster.fresh(
+                        rosters.CONSUMER,
+                        await self.api.get_consumer(namespace=namespace, name=name),
+                    )
+                except errors.NotFound:
+                    roster.resync(rosters.CONSUMER, (), at=None)
         body: Any = roster.consumer
         if body is None:
             raise errors.NotFound(f"EventHubConsumer {namespace}/{name}: not found")
@@ -315,13 +318,14 @@ class CachedKube:
             return list(await self.api.select_pods(namespace=namespace, selector=selector))
         if rosters.PODS in roster.stale:
             self._reads += 1
-            listing = await self.api.list_selected_pods(namespace=namespace, selector=selector)
-            self._rosters.resync(
-                roster,
-                rosters.PODS,
-                listing.items,
-                at=rosters.number(listing.metadata.get("resourceVersion")),
-            )
+            with roster.asking(rosters.PODS):
+                listing = await self.api.list_selected_pods(namespace=namespace, selector=selector)
+                self._rosters.resync(
+                    roster,
+                    rosters.PODS,
+                    listing.items,
+                    at=rosters.number(listing.metadata.get("resourceVersion")),
+                )
         return roster.items(rosters.PODS)
 
     async def consumer_configmaps(
@@ -333,24 +337,26 @@ class CachedKube:
             return list(await self.api.consumer_configmaps(namespace=namespace, consumer=consumer))
         if rosters.CONFIGMAPS in roster.stale:
             self._reads += 1
-            listing = await self.api.list_consumer_configmaps(
-                namespace=namespace, consumer=consumer
-            )
-            self._rosters.resync(
-                roster,
-                rosters.CONFIGMAPS,
-                listing.items,
-                at=rosters.number(listing.metadata.get("resourceVersion")),
-            )
+            with roster.asking(rosters.CONFIGMAPS):
+                listing = await self.api.list_consumer_configmaps(
+                    namespace=namespace, consumer=consumer
+                )
+                self._rosters.resync(
+                    roster,
+                    rosters.CONFIGMAPS,
+                    listing.items,
+                    at=rosters.number(listing.metadata.get("resourceVersion")),
+                )
         return roster.items(rosters.CONFIGMAPS)
 
     async def read_configmap(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
         """One ConfigMap afresh from the API server (a write conflicted); the rosters that
         hold or select it take it too."""
         self._reads += 1
-        body = await self.api.read_configmap(namespace=namespace, name=name)
-        if body is not None:
-            self._offer(rosters.CONFIGMAPS, namespace, body)
+        with self._asking(rosters.CONFIGMAPS, namespace, {"metadata": {"name": name}}):
+            body = await self.api.read_configmap(namespace=namespace, name=name)
+            if body is not None:
+                self._offer(rosters.CONFIGMAPS, namespace, body)
         return body
 
     def peers(self) -> tuple[conflicts.Peer, ...]:
@@ -374,6 +380,15 @@ class CachedKube:
 
     # --- writes: through to the adapter, each response served at once ---
 
+    @contextlib.contextmanager
+    def _asking(self, kind: str, namespace: str, body: Body) -> Iterator[None]:
+        """Around a request whose answer enters the rosters that hold or select ``body``
+        (`rosters.Roster.asking`)."""
+        with contextlib.ExitStack() as stack:
+            for roster in self._rosters.candidates(kind, namespace, body, keys=()):
+                stack.enter_context(roster.asking(kind))
+            yield
+
     def _offer(self, kind: str, namespace: str, body: Body, *, wrote: bool = False) -> None:
         """A write's response, or a body read afresh, to the rosters it may concern."""
         keys = (
@@ -388,17 +403,19 @@ class CachedKube:
                 self._rosters.offer(roster, kind, body)
 
     async def create_configmap(self, *, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        result = await self.api.create_configmap(namespace=namespace, body=body)
-        self._offer(rosters.CONFIGMAPS, namespace, result, wrote=True)
+        with self._asking(rosters.CONFIGMAPS, namespace, body):
+            result = await self.api.create_configmap(namespace=namespace, body=body)
+            self._offer(rosters.CONFIGMAPS, namespace, result, wrote=True)
         return result
 
     async def patch_configmap(
         self, *, namespace: str, name: str, patch: Mapping[str, Any], resource_version: str | None
     ) -> dict[str, Any]:
-        result = await self.api.patch_configmap(
-            namespace=namespace, name=name, patch=patch, resource_version=resource_version
-        )
-        self._offer(rosters.CONFIGMAPS, namespace, result, wrote=True)
+        with self._asking(rosters.CONFIGMAPS, namespace, {"metadata": {"name": name}}):
+            result = await self.api.patch_configmap(
+                namespace=namespace, name=name, patch=patch, resource_version=resource_version
+            )
+            self._offer(rosters.CONFIGMAPS, namespace, result, wrote=True)
         return result
 
     async def replace_configmap_data(
@@ -410,10 +427,11 @@ class CachedKube:
         generation: str,
         data: Mapping[str, str],
     ) -> dict[str, Any]:
-        result = await self.api.replace_configmap_data(
-            namespace=namespace, name=name, uid=uid, generation=generation, data=data
-        )
-        self._offer(rosters.CONFIGMAPS, namespace, result, wrote=True)
+        with self._asking(rosters.CONFIGMAPS, namespace, {"metadata": {"name": name}}):
+            result = await self.api.replace_configmap_data(
+                namespace=namespace, name=name, uid=uid, generation=generation, data=data
+            )
+            self._offer(rosters.CONFIGMAPS, namespace, result, wrote=True)
         return result
 
     async def delete_configmap(self, *, namespace: str, name: str, uid: str | None) -> None:
@@ -427,11 +445,12 @@ class CachedKube:
     async def patch_pod_annotations(
         self, *, namespace: str, name: str, annotations: Mapping[str, str | None]
     ) -> Mapping[str, Any] | None:
-        result = await self.api.patch_pod_annotations(
-            namespace=namespace, name=name, annotations=annotations
-        )
-        if result is not None:
-            self._offer(rosters.PODS, namespace, result, wrote=True)
+        with self._asking(rosters.PODS, namespace, {"metadata": {"name": name}}):
+            result = await self.api.patch_pod_annotations(
+                namespace=namespace, name=name, annotations=annotations
+            )
+            if result is not None:
+                self._offer(rosters.PODS, namespace, result, wrote=True)
         return result
 
     async def patch_consumer_status(
@@ -442,12 +461,13 @@ class CachedKube:
         status: Mapping[str, Any],
         resource_version: str | None,
     ) -> specs.ConsumerBody:
-        result = await self.api.patch_consumer_status(
-            namespace=namespace, name=name, status=status, resource_version=resource_version
-        )
         roster = self._rosters.by_key.get((namespace, name))
-        if roster is not None:
-            roster.wrote(rosters.CONSUMER, result, now=self.clock())
+        with roster.asking(rosters.CONSUMER) if roster is not None else contextlib.nullcontext():
+            result = await self.api.patch_consumer_status(
+                namespace=namespace, name=name, status=status, resource_version=resource_version
+            )
+            if roster is not None:
+                roster.wrote(rosters.CONSUMER, result, now=self.clock())
         return result
 
     async def create_event(self, *, namespace: str, body: Mapping[str, Any]) -> None:

@@ -27,8 +27,9 @@ revisions); a version that is not an integer counts as newer, so the watch still
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from eventhub_balancer.contracts import configmaps
@@ -88,6 +89,10 @@ class Shelf:
         self.belongs = belongs
         self.items: dict[str, Body] = {}
         self.floors: collections.OrderedDict[str, int | None] = collections.OrderedDict()
+        #: the highest version the watch delivered
+        self.watermark: int | None = None
+        #: requests in flight whose answers enter this shelf (`Roster.asking`)
+        self.pending = 0
 
     def offer(self, body: Body, *, deleted: bool = False, watched: bool = False) -> bool:
         """Take ``body`` if it is newer than what is known of its name; whether that changed
@@ -100,8 +105,15 @@ class Shelf:
     def passed(self, at: int | None) -> None:
         """The watch delivered version ``at``: what it delivers next is newer still (a stream
         is in order, a re-list lists what exists), so a floor at or below ``at`` can refuse
-        nothing more. The floors go in the order they were set, up to the first newer one."""
+        nothing more from the watch. The floors go in the order they were set, up to the
+        first newer one. While a request is in flight (`pending`) they all stay: its answer
+        may be older than the watch, and a floor is what keeps a name removed since from
+        coming back with it."""
         if at is None:
+            return
+        if self.watermark is None or at > self.watermark:
+            self.watermark = at
+        if self.pending:
             return
         while self.floors:
             name, floor = next(iter(self.floors.items()))
@@ -200,6 +212,19 @@ class Roster:
 
     def holds(self, kind: str, name: str) -> bool:
         return name in self.shelves[kind].items
+
+    @contextlib.contextmanager
+    def asking(self, kind: str) -> Iterator[None]:
+        """Around a request whose answer enters the shelf of ``kind`` (a fresh read, a write):
+        the names removed meanwhile stay removed when the answer is older (`Shelf.passed`)."""
+        shelf = self.shelves[kind]
+        shelf.pending += 1
+        try:
+            yield
+        finally:
+            shelf.pending -= 1
+            if not shelf.pending:
+                shelf.passed(shelf.watermark)
 
     def offer(self, kind: str, body: Body, *, deleted: bool = False, echo: bool = False) -> bool:
         """A body from the watch (``echo``: it may be the echo of a write), a write or a read;

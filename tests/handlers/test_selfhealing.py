@@ -1,0 +1,85 @@
+"""Self-healing: no mistake of the cache strands a partition or gives it to two owners.
+
+Each test replays one failure found at the seams of the cache (issue 38's six), on the fake
+API server (`fakes.FakeKube`) with the watch delivered when the test says
+(`watches.Replica`), and checks the outcome over the API server's own record of writes
+(`ledgers`) as well as the assignment the pods read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from eventhub_balancer.adapters import listings
+from eventhub_balancer.handlers import rosters
+from tests.handlers import test_caching, test_cycles
+from tests.support import fakes, ledgers, watches
+
+NS, NAME = test_cycles.NS, test_cycles.NAME
+at = test_cycles.at
+Clock = test_caching.Clock
+settle = test_caching.settle
+owners = test_caching.owners
+
+
+@pytest.fixture
+def kube() -> fakes.FakeKube:
+    return test_cycles.make_kube()
+
+
+@pytest.fixture
+def hubs() -> fakes.FakeHubs:
+    return fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def replica(kube: fakes.FakeKube, hubs: fakes.FakeHubs, clock: Clock) -> watches.Replica:
+    return watches.Replica(kube, hubs, clock=clock)
+
+
+def existing(kube: fakes.FakeKube) -> set[str]:
+    return {name for (kind, ns, name) in kube.objects if kind == "pod" and ns == NS}
+
+
+def assigned(kube: fakes.FakeKube) -> set[str]:
+    """The pods the ConfigMaps give a partition, in any state."""
+    return {pod for pod, held in kube.assignment(NS).items() if held}
+
+
+async def test_a_pod_deleted_while_its_pods_are_read_afresh_does_not_come_back(
+    replica: watches.Replica,
+    kube: fakes.FakeKube,
+    clock: Clock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Failure 1: the pods' LIST is answered with b in it; b's deletion reaches the watch
+    while that answer is on its way. The deletion is remembered until the answer is in, so
+    the older listing does not bring b back, and b's partitions go to a pod that exists."""
+    t = await settle(replica, kube, clock, start=0)
+    replica.cache.rosters.refresh(namespace=NS, name=NAME)  # e.g. after a 409
+    real = kube.list_selected_pods
+
+    async def deleted_meanwhile(**kwargs: Any) -> listings.Listing:
+        answered = await real(**kwargs)
+        kube.remove_pod(NS, "b")
+        replica.watch.deliver()
+        return answered
+
+    monkeypatch.setattr(kube, "list_selected_pods", deleted_meanwhile)
+    await replica.cycle(NS, NAME, now=at(t))
+    monkeypatch.undo()
+    for _ in range(5):
+        t = await settle(replica, kube, clock, start=t + 600)
+    roster = replica.cache.rosters.roster(namespace=NS, name=NAME)
+    assert roster is not None
+    assert not roster.holds(rosters.PODS, "b")
+    assert assigned(kube) <= existing(kube)
+    assert set(owners(kube).values()) == {"a"}
+    ledgers.assert_safe(kube.history)
