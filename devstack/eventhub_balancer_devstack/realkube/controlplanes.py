@@ -334,6 +334,24 @@ class RealControlPlane:
         )
         return str(answer["status"]["token"])
 
+    def service_account_kubeconfig(
+        self, path: Path, *, namespace: str, name: str, seconds: int = POD_TOKEN_SECONDS
+    ) -> Path:
+        """A kubeconfig that is ServiceAccount ``namespace/name`` (a TokenRequest's token):
+        what a pod of that account presents, without the pod."""
+        answer = self.calls.call(
+            "POST",
+            resourcecalls.path("v1/serviceaccounts", namespace=namespace, name=name) + "/token",
+            body={
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"audiences": [], "expirationSeconds": seconds},
+            },
+        )
+        return self._write(
+            Path(path), namespace=namespace, user={"token": str(answer["status"]["token"])}
+        )
+
     def client_kubeconfig(self, path: Path, *, user: str, groups: tuple[str, ...] = ()) -> Path:
         """A kubeconfig with a client certificate for ``user`` in ``groups``: a person's."""
         assert self._credentials is not None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import ssl
+import time
 import urllib.parse
 from collections.abc import Mapping
 from typing import Any
@@ -21,6 +22,9 @@ from kubernetes.client.exceptions import ApiException
 
 #: The longest wait for one request: a loaded 2-core machine answers well inside it.
 REQUEST_TIMEOUT_S = 15.0
+
+#: How long a new namespace may take to get its default ServiceAccount (well under a second).
+NAMESPACE_READY_S = 30.0
 
 #: Resources served cluster-wide; every other resource the harness names is namespaced.
 CLUSTER_SCOPED = frozenset(
@@ -116,12 +120,22 @@ class ResourceCalls:
         return json.loads(response.data) if response.data else None
 
     def ensure_namespace(self, namespace: str) -> None:
-        """Create the namespace unless it exists (the local API makes them on first use)."""
+        """Create the namespace unless it exists (the local API makes them on first use), and
+        wait for its ``default`` ServiceAccount: pods are refused until the serviceaccount
+        controller has made it."""
         try:
             self.call("POST", "/api/v1/namespaces", body={"metadata": {"name": namespace}})
         except ApiException as e:
             if e.status != 409:
                 raise
+        deadline = time.monotonic() + NAMESPACE_READY_S
+        while self.get("v1/serviceaccounts", "default", namespace=namespace) is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"namespace {namespace} has no default ServiceAccount after "
+                    f"{NAMESPACE_READY_S:g} s: is kube-controller-manager running?"
+                )
+            time.sleep(0.05)
 
     def create(
         self, resource: str, body: Mapping[str, Any], *, namespace: str | None = None

@@ -1,0 +1,164 @@
+"""The operator on the real control plane, under its own ServiceAccount and the chart's RBAC.
+
+The chart is rendered with its defaults; its ServiceAccount, roles, bindings and admission
+policies are applied with the real kubectl, and the operator runs with a token of that
+ServiceAccount and no other right. Through join, scale-out, scale-in, a deletion and the
+partition count's growth, every request it makes must be allowed by the real RBAC
+authorizer, and every write must pass the real admission chain: a forbidden request or a
+refused write would stall the scenario.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from eventhub_balancer_devstack.eventhubs import EventHubsEmulator
+from eventhub_balancer_devstack.realkube import RealControlPlane
+from tests.support import loading
+from tests.support.fixtures.operator import HUB, ConsumerDouble, Stack, wait_for
+from tests.support.fixtures.realkube import Kubectl
+
+#: What of the chart is applied here: who the operator is, what it may do, and the policies
+#: that keep tenants' pods to their own acknowledgements. Its Deployment is not: the operator
+#: runs in this process, with the same identity.
+APPLIED_KINDS = (
+    "Namespace",
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+)
+#: The waits here: a cycle is 2 s; the real server and the operator share 2 cores.
+WAIT_S = 30.0
+
+
+def operator_identity(kube: RealControlPlane, kubectl: Kubectl, folder: Path) -> Path:
+    """Apply the chart's identity and policies; a kubeconfig that is its ServiceAccount."""
+    documents = [d.body for d in loading.rendered(None) if d.kind in APPLIED_KINDS]
+    accounts = [d for d in documents if d["kind"] == "ServiceAccount"]
+    assert len(accounts) == 1, accounts
+    namespace = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": loading.RELEASE_NAMESPACE},
+    }
+    kubectl("apply", "-f", "-", input=yaml.safe_dump(namespace))
+    kubectl(
+        "-n",
+        loading.RELEASE_NAMESPACE,
+        "apply",
+        "-f",
+        "-",
+        input=yaml.safe_dump_all([d for d in documents if d["kind"] != "Namespace"]),
+    )
+    return kube.service_account_kubeconfig(
+        folder / "operator.kubeconfig",
+        namespace=loading.RELEASE_NAMESPACE,
+        name=accounts[0]["metadata"]["name"],
+    )
+
+
+@pytest.fixture
+def real_stack(
+    real_kube: RealControlPlane, real_kubectl: Kubectl, tmp_path: Path
+) -> Iterator[Stack]:
+    kubeconfig = operator_identity(real_kube, real_kubectl, tmp_path)
+    emulator = EventHubsEmulator(hubs={HUB: 32})
+    emulator.start_in_thread()
+    stack = Stack(real_kube, emulator, kubeconfig)  # type: ignore[arg-type]
+    try:
+        yield stack
+    finally:
+        for operator in list(stack.operators):
+            operator.stop()
+        emulator.stop_in_thread()
+
+
+def shares(stack: Stack, ns: str) -> list[int]:
+    return sorted(stack.counts(ns).values())
+
+
+def test_join_scale_out_scale_in_deletion_and_growth(
+    real_stack: Stack, real_kubectl: Kubectl
+) -> None:
+    stack, ns = real_stack, "shop"
+    stack.secret(ns)
+    stack.consumer(ns)
+    for i in range(4):
+        stack.pod(ns, f"c-{i}")
+    # As the chart's defaults run it: every namespace, no pod annotations (annotatePods).
+    stack.start_operator(clusterwide=True, refresh_seconds=1.0)
+
+    with ConsumerDouble(stack.kube, ns) as double:  # type: ignore[arg-type]
+        wait_for(
+            lambda: shares(stack, ns) == [8, 8, 8, 8] and stack.balanced(ns),
+            timeout=WAIT_S,
+            what="join: 4 x 8",
+        )
+        assert set(stack.epochs(ns).values()) == {1}
+
+        for i in range(4, 8):
+            stack.pod(ns, f"c-{i}")
+        wait_for(
+            lambda: shares(stack, ns) == [4] * 8 and stack.balanced(ns),
+            timeout=WAIT_S,
+            what="scale-out: 8 x 4",
+        )
+        assert sorted(stack.epochs(ns).values()).count(2) == 16
+        assert len(double.acknowledged) == 16
+
+        for i in range(3, 8):
+            stack.terminate(ns, f"c-{i}")
+        wait_for(
+            lambda: sorted(stack.counts(ns).get(f"c-{i}", 0) for i in range(3)) == [10, 11, 11],
+            timeout=WAIT_S,
+            what="scale-in: 3 pods own all",
+        )
+        for i in range(3, 8):
+            stack.delete_pod(ns, f"c-{i}")
+        wait_for(
+            lambda: set(stack.maps(ns)) == {"c-0", "c-1", "c-2"} and stack.balanced(ns),
+            timeout=WAIT_S,
+            what="the leavers' ConfigMaps gone",
+        )
+
+        before = stack.epochs(ns)
+        victim = set(stack.assignment(ns)["c-2"])
+        stack.delete_pod(ns, "c-2")
+        wait_for(
+            lambda: set(stack.maps(ns)) == {"c-0", "c-1"} and sum(stack.counts(ns).values()) == 32,
+            timeout=WAIT_S,
+            what="deletion: taken over",
+        )
+        after = stack.epochs(ns)
+        assert all(after[p] == before[p] + 1 for p in victim)
+
+        stack.emulator.add_partitions(HUB, 40)
+        wait_for(
+            lambda: sum(stack.counts(ns).values()) == 40 and stack.balanced(ns),
+            timeout=WAIT_S,
+            what="growth: 40 partitions",
+        )
+        assert shares(stack, ns) == [20, 20]
+        assert all(stack.epochs(ns)[str(p)] == 1 for p in range(32, 40))
+        wait_for(lambda: "PartitionTakenOver" in stack.reasons(ns), what="the take-over Event")
+
+
+def test_the_operator_has_no_admin_rights(real_stack: Stack, real_kubectl: Kubectl) -> None:
+    done = real_kubectl(
+        "--kubeconfig",
+        str(real_stack.kubeconfig),
+        "auth",
+        "can-i",
+        "delete",
+        "namespaces",
+        check=False,
+    )
+    assert done.stdout.strip() == "no"
