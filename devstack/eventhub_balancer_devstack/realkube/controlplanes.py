@@ -21,7 +21,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -70,8 +70,11 @@ class RealControlPlane:
         crds_dir: Path | None = REPOSITORY_CRDS,
         start_timeout: float = START_TIMEOUT_S,
         folder: Path | None = None,
+        apiserver_flags: Sequence[str] = (),
     ) -> None:
+        """``apiserver_flags``: more kube-apiserver flags (a test that needs a setting)."""
         self._port = port
+        self._apiserver_flags = tuple(apiserver_flags)
         self._crds_dir = crds_dir
         self._start_timeout = start_timeout
         self._given_folder = folder
@@ -135,7 +138,8 @@ class RealControlPlane:
                     folder=folder,
                     ports=ports,
                     credentials=credentials,
-                ),
+                )
+                + list(self._apiserver_flags),
             )
             self._wait("kube-apiserver", apiserver, deadline, self._apiserver_ready)
             manager = self._spawn(
