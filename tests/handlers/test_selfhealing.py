@@ -83,3 +83,34 @@ async def test_a_pod_deleted_while_its_pods_are_read_afresh_does_not_come_back(
     assert assigned(kube) <= existing(kube)
     assert set(owners(kube).values()) == {"a"}
     ledgers.assert_safe(kube.history)
+
+
+def epochs_of(kube: fakes.FakeKube, pod: str) -> dict[str, int]:
+    return {p: epoch for p, (epoch, _state) in kube.assignment(NS).get(pod, {}).items()}
+
+
+async def test_a_replica_whose_pod_watch_lags_leaves_a_pod_it_does_not_know_alone(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs, clock: Clock
+) -> None:
+    """Failure 2: replica one gives pod c partitions; replica two's pod watch has not shown
+    c yet, while its watches of the CR and the ConfigMaps are in step. A recorded owner it
+    does not know is not taken for gone: it reads the pods afresh, finds c, and neither
+    takes c's partitions nor deletes c's ConfigMap."""
+    one = watches.Replica(kube, hubs, clock=clock)
+    two = watches.Replica(kube, hubs, clock=clock)
+    t = await settle(one, kube, clock, start=0)
+    two.watch.deliver()
+    kube.add_pod(NS, "c", labels={"app": "c"}, since=at(t))
+    t = await settle(one, kube, clock, start=t)
+    held = epochs_of(kube, "c")
+    assert held
+    map_name = kube.configmap_of(NS, "c")["metadata"]["name"]
+    two.watch.deliver("consumer", "configmap")  # its pod watch lags: c is not delivered
+    for _ in range(3):
+        await two.cycle(NS, NAME, now=at(t))
+        two.watch.deliver("consumer", "configmap")
+        t += 1
+        clock.now = t
+    assert ("delete", "configmap", map_name) not in kube.calls
+    assert epochs_of(kube, "c") == held
+    ledgers.assert_safe(kube.history)

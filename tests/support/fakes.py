@@ -31,7 +31,7 @@ from typing import Any, cast
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import listings
 from eventhub_balancer.contracts import configmaps, specs
-from eventhub_balancer.reconciling import conflicts
+from eventhub_balancer.reconciling import conflicts, observations
 
 #: The objects a fake holds, by (kind, namespace, name).
 Key = tuple[str, str, str]
@@ -150,6 +150,13 @@ class FakeKube:
     def stamp(self, *, namespace: str, name: str) -> Hashable | None:
         """None: no watch here, so no decision is skipped."""
         return None
+
+    def departures(self, *, namespace: str, name: str) -> observations.Departures:
+        """Every read is fresh here: a pod a read lacks is gone."""
+        return observations.UNCACHED
+
+    def forget_pods(self, *, namespace: str, name: str) -> None:
+        """Nothing kept here: every read is fresh."""
 
     def peers(self) -> tuple[conflicts.Peer, ...]:
         """None known: there is no watch of the other EventHubConsumers here."""

@@ -52,7 +52,7 @@ from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps, specs
 from eventhub_balancer.handlers import indexkeys, ports, rosters, secretvalues
 from eventhub_balancer.handlers.indexkeys import CONFIGMAPS, CONSUMERS, PEERS, PODS
-from eventhub_balancer.reconciling import conflicts
+from eventhub_balancer.reconciling import conflicts, observations
 
 logger = logging.getLogger(__name__)
 
@@ -348,6 +348,21 @@ class CachedKube:
                     at=rosters.number(listing.metadata.get("resourceVersion")),
                 )
         return roster.items(rosters.CONFIGMAPS)
+
+    def departures(self, *, namespace: str, name: str) -> observations.Departures:
+        """What the consumer's pods as last read say of the pods they lack."""
+        roster = self._rosters.by_key.get((namespace, name))
+        if roster is None:
+            return observations.UNCACHED  # read through: what they lack is gone
+        return observations.Departures(
+            listed=roster.shelves[rosters.PODS].listed, departed=roster.departed()
+        )
+
+    def forget_pods(self, *, namespace: str, name: str) -> None:
+        """The consumer's pods are listed afresh at their next read."""
+        roster = self._rosters.by_key.get((namespace, name))
+        if roster is not None:
+            roster.stale.add(rosters.PODS)
 
     async def read_configmap(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
         """One ConfigMap afresh from the API server (a write conflicted); the rosters that

@@ -181,7 +181,12 @@ async def _decide(
         return decision, observation
     observation = await observing.observe_pods(kube=kube, observation=observation)
     decision, memory.carry = deciding.decide(observation, memory.carry, now=now)
-    if decision.spec_error is not None:
+    if decision.needs_pods:
+        # A pod the record names may be gone or not yet shown: the pods are listed afresh.
+        kube.forget_pods(namespace=namespace, name=name)
+        observation = await observing.observe_pods(kube=kube, observation=observation)
+        decision, memory.carry = deciding.decide(observation, memory.carry, now=now)
+    if decision.spec_error is not None or decision.needs_pods:
         return decision, observation
     # The checkpoint blobs, when the decision needs their epochs (or the probe is due).
     more = await checkpointreads.read_checkpoints(

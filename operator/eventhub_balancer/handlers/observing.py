@@ -89,7 +89,12 @@ async def observe_pods(
         kube.select_pods(namespace=namespace, selector=selector),
         kube.consumer_configmaps(namespace=namespace, consumer=name),
     )
-    return dataclasses.replace(observation, pods=tuple(pods), configmaps=tuple(maps))
+    return dataclasses.replace(
+        observation,
+        pods=tuple(pods),
+        configmaps=tuple(maps),
+        departures=kube.departures(namespace=namespace, name=name),
+    )
 
 
 def hub_key(namespace: str, name: str) -> str:

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from eventhub_balancer.adapters import listings
 from eventhub_balancer.contracts import specs
-from eventhub_balancer.reconciling import conflicts
+from eventhub_balancer.reconciling import conflicts, observations
 
 #: (namespace, name) of an EventHubConsumer
 Key = tuple[str, str]
@@ -52,7 +52,9 @@ class RosterPort(Protocol):
     def following(self) -> list[Key]: ...
 
 
-class KubePort(Protocol):
+class ApiPort(Protocol):
+    """The Kubernetes API as the cycle uses it: reads and writes, each a request."""
+
     writes: dict[str, int]
 
     async def get_consumer(self, *, namespace: str, name: str) -> specs.ConsumerBody: ...
@@ -66,17 +68,6 @@ class KubePort(Protocol):
     ) -> list[Mapping[str, Any]]: ...
 
     async def read_secret_key(self, *, namespace: str, name: str, key: str) -> str: ...
-
-    def stamp(self, *, namespace: str, name: str) -> Hashable | None:
-        """What changes whenever the pods or ConfigMaps the consumer's cycle reads may have
-        changed; None: no watch tells (a cycle then never skips a decision)."""
-
-    def peers(self) -> tuple[conflicts.Peer, ...]:
-        """Every EventHubConsumer the operator sees, summed up; empty: none known (a port
-        without a watch of them finds no conflict)."""
-
-    def forget_secret(self, *, namespace: str, name: str) -> None:
-        """Read the Secret afresh next time: what it held was rejected (or failed)."""
 
     async def read_configmap(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
         """One ConfigMap as the API server has it now (None: gone), after a write conflicted."""
@@ -122,8 +113,31 @@ class KubePort(Protocol):
     async def create_event(self, *, namespace: str, body: Mapping[str, Any]) -> None: ...
 
 
-class ListingPort(KubePort, Protocol):
-    """What the cache needs of the adapter beyond `KubePort`: listings with their version."""
+class KubePort(ApiPort, Protocol):
+    """What a cycle reads and writes through: the API, with what a cache in front of it
+    knows (`caching.CachedKube`; a port without a cache answers for the bare API)."""
+
+    def stamp(self, *, namespace: str, name: str) -> Hashable | None:
+        """What changes whenever the pods or ConfigMaps the consumer's cycle reads may have
+        changed; None: no watch tells (a cycle then never skips a decision)."""
+
+    def peers(self) -> tuple[conflicts.Peer, ...]:
+        """Every EventHubConsumer the operator sees, summed up; empty: none known (a port
+        without a watch of them finds no conflict)."""
+
+    def forget_secret(self, *, namespace: str, name: str) -> None:
+        """Read the Secret afresh next time: what it held was rejected (or failed)."""
+
+    def departures(self, *, namespace: str, name: str) -> observations.Departures:
+        """What the consumer's pods as last read say of the pods they lack (whether each is
+        known to be gone); `observations.UNCACHED` when every read goes to the API server."""
+
+    def forget_pods(self, *, namespace: str, name: str) -> None:
+        """List the consumer's pods afresh at their next read."""
+
+
+class ListingPort(ApiPort, Protocol):
+    """What the cache needs of the adapter beyond `ApiPort`: listings with their version."""
 
     async def list_selected_pods(
         self, *, namespace: str, selector: specs.Selector

@@ -276,7 +276,7 @@ async def run_daemon(
         runtime.hubs.forget(observing.hub_key(namespace, name))
 
 
-async def _consumer_gone(kube: ports.KubePort, *, namespace: str, name: str) -> bool:
+async def _consumer_gone(kube: ports.ApiPort, *, namespace: str, name: str) -> bool:
     """Whether the EventHubConsumer itself is gone (not merely an object a cycle touched)."""
     try:
         await kube.get_consumer(namespace=namespace, name=name)

@@ -85,10 +85,16 @@ class Echo:
 class Shelf:
     """The bodies of one kind in one roster, by name, with the floors of names removed."""
 
-    def __init__(self, belongs: Callable[[Body], bool]) -> None:
+    def __init__(self, belongs: Callable[[Body], bool], *, departures: bool = False) -> None:
         self.belongs = belongs
+        #: whether the names removed are kept in ``departed`` (the pods' shelf)
+        self.departures = departures
         self.items: dict[str, Body] = {}
         self.floors: collections.OrderedDict[str, int | None] = collections.OrderedDict()
+        #: the names removed (deleted, or gone from the scope), newest last: known gone
+        self.departed: collections.OrderedDict[str, None] = collections.OrderedDict()
+        #: the version of the last fresh listing of the shelf's scope; None: never listed
+        self.listed: int | None = None
         #: the highest version the watch delivered
         self.watermark: int | None = None
         #: requests in flight whose answers enter this shelf (`Roster.asking`)
@@ -139,6 +145,7 @@ class Shelf:
             return current is not None
         self.items[name] = body
         self.floors.pop(name, None)
+        self.departed.pop(name, None)
         return True
 
     def remove(self, name: str, *, at: int | None, uid: str = "") -> bool:
@@ -155,6 +162,11 @@ class Shelf:
         self.floors.move_to_end(name)
         while len(self.floors) > MAX_FLOORS:
             self.floors.popitem(last=False)
+        if self.departures:
+            self.departed[name] = None
+            self.departed.move_to_end(name)
+            while len(self.departed) > MAX_FLOORS:
+                self.departed.popitem(last=False)
 
     def resync(self, listed: Iterable[Body], *, at: int | None) -> bool:
         """A fresh listing of the shelf's scope, answered at version ``at``: take what it has,
@@ -168,6 +180,8 @@ class Shelf:
             if at is None or not _newer(version(self.items[name]), at):
                 self._remove(name, at=at)
                 changed = True
+        if at is not None and (self.listed is None or at > self.listed):
+            self.listed = at
         return changed
 
 
@@ -194,7 +208,7 @@ class Roster:
         self.scope = scope
         self.shelves = {
             CONSUMER: Shelf(lambda b: str(_meta(b).get("name") or "") == name),
-            PODS: Shelf(selects),
+            PODS: Shelf(selects, departures=True),
             CONFIGMAPS: Shelf(labelled),
         }
         self.version = 0
@@ -212,6 +226,25 @@ class Roster:
 
     def holds(self, kind: str, name: str) -> bool:
         return name in self.shelves[kind].items
+
+    def departed(self) -> frozenset[str]:
+        """The pods seen leaving that the record or a ConfigMap still names: a decision takes
+        them for gone. The others are forgotten here: nothing asks about them any more."""
+        departed = self.shelves[PODS].departed
+        if not departed:
+            return frozenset()
+        named: set[str] = set()
+        status = (self.consumer or {}).get("status") or {}
+        for entry in status.get("assignment") or ():
+            if isinstance(entry, Mapping):
+                named.add(str(entry.get("pod") or ""))
+        for cm in self.shelves[CONFIGMAPS].items.values():
+            meta = _meta(cm)
+            named.add(str((cm.get("data") or {}).get(configmaps.KEY_POD) or ""))
+            named.add(str((meta.get("labels") or {}).get(configmaps.LABEL_POD) or ""))
+        for name in [n for n in departed if n not in named]:
+            del departed[name]
+        return frozenset(departed)
 
     @contextlib.contextmanager
     def asking(self, kind: str) -> Iterator[None]:
@@ -341,7 +374,7 @@ class Rosters:
         self.by_scope[roster.namespace, scope] = roster
         if lookup is not None:
             self._selecting.setdefault(lookup, set()).add(key)
-        roster.shelves[PODS] = Shelf(selects)
+        roster.shelves[PODS] = Shelf(selects, departures=True)
         roster.version += 1
 
     def remove(self, namespace: str, name: str) -> Roster | None:

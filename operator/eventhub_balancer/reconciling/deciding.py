@@ -63,6 +63,10 @@ class Decision:
     generation: int
     #: the pods this consumer concerns (matched, or named by a ConfigMap): their events wake it
     pods: frozenset[str] = frozenset()
+    #: list the pods afresh, then decide again: the record or a ConfigMap names a pod that
+    #: the pods as read lack and that is not known to be gone (`readbacks.unconfirmed`);
+    #: such a decision writes nothing
+    needs_pods: bool = False
     #: read the checkpoint blobs (and with weighting "lag" the last sequence numbers), then
     #: decide again: a partition gets a new owner, or the plan weighs by lag
     needs_checkpoints: bool = False
@@ -124,6 +128,24 @@ def decide(
         consumer=observation.name,
     )
     recorded = carries.read_record(carry.record, observation.body)
+    unknown = readbacks.unconfirmed(
+        fleet,
+        recorded.recorded,
+        observation.departures,
+        record_version=int(recorded.resource_version)
+        if recorded.resource_version.isdigit()
+        else None,
+    )
+    if unknown:
+        # Nothing is written until the pods say whether those are gone.
+        held = Decision(
+            generation=observation.generation,
+            pods=fleet.concerned() | unknown,
+            needs_pods=True,
+            next_in=readbacks.CONFIRM_SECONDS,
+            resource_version=_version(observation),
+        )
+        return held, Carry(fleet=fleet, record=recorded, derived=carry.derived)
     decision, derived = _decide(
         observation, spec=spec, fleet=fleet, recorded=recorded, derived=carry.derived, now=now
     )

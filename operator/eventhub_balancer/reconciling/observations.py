@@ -61,6 +61,35 @@ class StoreRead:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class Departures:
+    """What the pods as read say of a pod they lack: whether it is known to be gone.
+
+    A pod a cache lacks may be gone, or may be one that cache has not been shown yet (its
+    watch lags). A pod is known gone when the cache saw it leave (``departed``: a deletion,
+    a relabel, a listing without it), or when the pods were listed afresh at a version at or
+    after the evidence that it existed (the record that names it, the ConfigMap written for
+    it): what a listing lacks does not exist as of that listing."""
+
+    #: every read goes to the API server (no cache): whatever the pods lack is gone
+    uncached: bool = False
+    #: the resourceVersion the pods were last listed afresh at; None: never
+    listed: int | None = None
+    #: the pods the cache saw leave (bounded, newest last)
+    departed: frozenset[str] = frozenset()
+
+    def gone(self, pod: str, *, seen_at: int | None) -> bool:
+        """Whether ``pod``, which the pods as read lack, is known to be gone; ``seen_at``:
+        the version of the evidence that it existed (None: unknown)."""
+        if self.uncached or pod in self.departed:
+            return True
+        return self.listed is not None and seen_at is not None and self.listed >= seen_at
+
+
+#: Pods read with no cache in between: whatever they lack is gone.
+UNCACHED = Departures(uncached=True)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Observation:
     """Everything one cycle read about one EventHubConsumer."""
 
@@ -75,6 +104,8 @@ class Observation:
     #: the pods as listed by spec.selector, and this consumer's ConfigMaps, as raw bodies
     pods: tuple[Mapping[str, Any], ...] = ()
     configmaps: tuple[Mapping[str, Any], ...] = ()
+    #: what the pods as read say of the pods they lack (`Departures`)
+    departures: Departures = UNCACHED
     store: StoreRead = StoreRead()
     #: partition -> last enqueued sequence number (weighting "lag"); None: not read
     last_sequences: Mapping[str, int] | None = None

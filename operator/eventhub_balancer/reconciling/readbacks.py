@@ -266,6 +266,38 @@ def read_back(
     )
 
 
+#: How soon a decision that could not tell whether a pod is gone asks again for the pods to be
+#: listed afresh, when the listing it was given could not tell either (`unconfirmed`).
+CONFIRM_SECONDS = 5.0
+
+
+def unconfirmed(
+    fleet: fleets.Fleet,
+    recorded: Mapping[models.PartitionId, records.Recorded],
+    departures: observations.Departures,
+    *,
+    record_version: int | None,
+) -> frozenset[str]:
+    """The pods the record gives a partition, or a ConfigMap is written for, that the pods as
+    read lack and that are not known to be gone (`observations.Departures`): a cache that has
+    not been shown them yet (its pod watch lags) must not make them gone. ``record_version``:
+    the version of the CR the record was read from."""
+    if departures.uncached:
+        return frozenset()
+    present = fleet.states
+    unknown = {
+        entry.pod
+        for entry in recorded.values()
+        if entry.pod not in present and not departures.gone(entry.pod, seen_at=record_version)
+    }
+    for cm in fleet.stored.values():
+        if cm.pod and cm.pod not in present and cm.pod not in unknown:
+            version = int(cm.resource_version) if cm.resource_version.isdigit() else None
+            if not departures.gone(cm.pod, seen_at=version):
+                unknown.add(cm.pod)
+    return frozenset(unknown)
+
+
 def members(pods: Mapping[str, podstates.PodState]) -> tuple[models.Member, ...]:
     return tuple(
         models.Member(
