@@ -44,7 +44,8 @@ SERVICE_CIDR = "10.96.0.0/24"
 #: The controllers the local stack needs of kube-controller-manager: Deployments make
 #: ReplicaSets make Pods, deleted owners' dependents are collected, deleted namespaces are
 #: emptied, every namespace gets its ``default`` ServiceAccount, and a node that stops renewing
-#: its Lease is noticed (the local kubelet keeps renewing, so its pods are never evicted).
+#: its Lease is noticed (the local kubelet keeps renewing, so its pods are never evicted), and
+#: admission policies' CEL is type-checked into their status.
 CONTROLLERS = (
     "garbage-collector-controller",
     "namespace-controller",
@@ -52,6 +53,7 @@ CONTROLLERS = (
     "replicaset-controller",
     "serviceaccount-controller",
     "node-lifecycle-controller",
+    "validatingadmissionpolicy-status-controller",
 )
 
 
