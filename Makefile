@@ -95,10 +95,10 @@ importlint: $(STAMP)
 pytest: install
 	$(BIN)/python -m pytest $(PYTEST_WORKERS) --durations=15 $(PYTEST_ARGS)
 
-# The charts rendered by Helm's engine as `helm template --kube-version 1.N.0` for every minor
-# that their kubeVersion admits (up to the newest schema kubernetes-validate ships), each
-# rendering validated against that minor's API.
-chart-versions: $(STAMP)
+# The charts rendered by `helm template --kube-version 1.N.0` (the venv's helm, from go-tools) for
+# every minor that their kubeVersion admits (up to the newest schema kubernetes-validate ships),
+# each rendering validated against that minor's API.
+chart-versions: $(STAMP) go-tools
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/install/test_chart_kube_versions.py \
 	  tests/install/test_consumer_chart.py
 

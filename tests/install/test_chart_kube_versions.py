@@ -1,26 +1,23 @@
 """The chart installs on every Kubernetes minor its Chart.yaml ``kubeVersion`` admits.
 
 Each minor from the declared floor to the newest schema kubernetes-validate ships is rendered
-as ``helm template --kube-version 1.N.0`` would (Helm's own engine, from the helm-python-sdk
-wheel), with every ci/ values file, and each built-in document is validated strictly against
+by ``helm template --kube-version 1.N.0`` (the `helm` binary `make install` builds), with every
+ci/ values file, and each built-in document is validated strictly against
 that minor's API schemas. The admission policy (admissionregistration.k8s.io/v1, 1.30+) is
 rendered exactly where that API exists, so a 1.27-1.29 install never fails on it.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
-import helm_python as helm
 import kubernetes_validate
 import pytest
 import yaml
-from helm_python import _native
 
-from tests.support import loading
+from tests.support import charts, loading
 
 #: The first minor whose admissionregistration.k8s.io/v1 serves ValidatingAdmissionPolicy.
 POLICY_MINOR = 30
@@ -55,53 +52,32 @@ def render(
     api_versions: tuple[str, ...] = (),
     chart_dir: Path = loading.CHART_DIR,
 ) -> list[dict[str, Any]]:
-    """The chart's templates as ``helm template --kube-version`` renders them.
-
-    ``Chart.render`` of helm-python-sdk 0.2.2 does not take the kube version, but its native
-    render call reads ``kube_version`` and ``api_versions`` from the same options document;
-    ``test_the_kube_version_reaches_the_templates`` fails if that ever stops being true.
-    """
-    options: dict[str, Any] = {
-        "name": loading.RELEASE,
-        "namespace": loading.RELEASE_NAMESPACE,
-        "is_install": True,
-        "kube_version": kube_version,
-    }
-    if api_versions:
-        options["api_versions"] = list(api_versions)
-    values = loading.load_values(values_file)
-    with helm.Chart.load(chart_dir) as chart:
-        rendered: dict[str, str] = json.loads(
-            _native.call_string(
-                "helm_render",
-                chart._raw(),
-                json.dumps(values) if values is not None else None,
-                json.dumps(options),
-            )
-        )
-    return [
-        body
-        for template, text in sorted(rendered.items())
-        if template.endswith(".yaml")
-        for body in yaml.safe_load_all(text)
-        if body
-    ]
+    """The chart's templates as ``helm template --kube-version`` renders them."""
+    rendered = charts.render(
+        chart_dir,
+        loading.load_values(values_file),
+        name=loading.RELEASE,
+        namespace=loading.RELEASE_NAMESPACE,
+        kube_version=kube_version,
+        api_versions=api_versions,
+    )
+    return charts.documents(rendered)
 
 
-def notes(*, kube_version: str) -> str:
+def notes(*, kube_version: str, scratch: Path) -> str:
     """NOTES.txt as `helm install` prints it on a cluster of ``kube_version``."""
-    options = {"name": loading.RELEASE, "is_install": True, "kube_version": kube_version}
-    with helm.Chart.load(loading.CHART_DIR) as chart:
-        rendered: dict[str, str] = json.loads(
-            _native.call_string("helm_render", chart._raw(), None, json.dumps(options))
-        )
-    (text,) = [t for name, t in rendered.items() if name.endswith("NOTES.txt")]
-    return text
+    return charts.notes(
+        loading.CHART_DIR,
+        name=loading.RELEASE,
+        namespace=loading.RELEASE_NAMESPACE,
+        kube_version=kube_version,
+        scratch=scratch,
+    )
 
 
-def test_the_release_notes_say_when_the_policies_were_left_out() -> None:
-    assert "are not installed" in notes(kube_version="1.29.0")
-    assert "are not installed" not in notes(kube_version="1.30.0")
+def test_the_release_notes_say_when_the_policies_were_left_out(tmp_path: Path) -> None:
+    assert "are not installed" in notes(kube_version="1.29.0", scratch=tmp_path / "old")
+    assert "are not installed" not in notes(kube_version="1.30.0", scratch=tmp_path / "new")
 
 
 def kinds(docs: list[dict[str, Any]]) -> set[str]:
@@ -133,14 +109,11 @@ def test_the_policy_can_still_be_turned_off_on_a_new_cluster(tmp_path: Path) -> 
 
 @pytest.mark.parametrize("minor", MINORS, ids=lambda m: f"1.{m}")
 def test_helm_lint_is_clean_for_every_supported_minor(minor: int) -> None:
-    report = helm.lint(
-        loading.CHART_DIR,
-        strict=True,
-        namespace=loading.RELEASE_NAMESPACE,
-        kube_version=f"v1.{minor}.0",
+    report = charts.lint(
+        loading.CHART_DIR, namespace=loading.RELEASE_NAMESPACE, kube_version=f"v1.{minor}.0"
     )
-    assert report["errors"] == []
-    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+    assert report.problems == ()
+    assert report.passed
 
 
 @pytest.mark.parametrize("values_file", VALUES_FILES, ids=lambda v: v.name if v else "defaults")

@@ -1,7 +1,7 @@
 """The consumer chart (charts/eventhub-consumer): a workload that runs as the runtime needs.
 
-Rendered by Helm's engine for every Kubernetes minor its kubeVersion admits, with its defaults
-and every ci/ values file: the built-in objects validate against that minor's schemas, the
+Rendered by `helm template` for every Kubernetes minor its kubeVersion admits, with the values it
+requires and every ci/ values file: the built-in objects validate against that minor's schemas, the
 EventHubConsumer against the CRD (schema and CEL rules), and the Deployment carries what
 ``ehb consume`` reads, with timeouts that let a release finish before Kubernetes or the
 operator moves on.
@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import helm_python as helm
 import jsonschema
 import kubernetes_validate
 import pytest
@@ -21,12 +20,18 @@ from eventhub_balancer import cli
 from tests.install import test_chart_kube_versions as versions
 from tests.install import test_crd_rules as crd_rules
 from tests.install.test_chart import undocumented_values
-from tests.support import loading
+from tests.support import charts, loading
 
 CHART_DIR = loading.ROOT / "charts" / "eventhub-consumer"
 CI_VALUES = sorted((CHART_DIR / "ci").glob("*-values.yaml"))
 #: The values the example project installs with (docs/first-consumer.md).
 EXAMPLE_VALUES = loading.ROOT / "examples" / "orders" / "values.yaml"
+#: What the chart requires (it has no default hub): the ci/ files and the example give it too.
+REQUIRED: dict[str, Any] = {
+    "consumer": {
+        "eventHub": {"fullyQualifiedNamespace": "shop.servicebus.windows.net", "name": "orders"}
+    }
+}
 VALUES_FILES = [None, *CI_VALUES, EXAMPLE_VALUES]
 MINORS = list(range(versions.declared_floor(CHART_DIR)[1], versions.MINORS[-1] + 1))
 NAMESPACE = "shop"
@@ -36,18 +41,35 @@ def label(values_file: Path | None) -> str:
     return str(values_file.relative_to(loading.ROOT)) if values_file else "defaults"
 
 
-def render(values: dict[str, Any] | None = None) -> dict[str, list[dict[str, Any]]]:
-    """kind -> documents, for ``values`` over the chart's defaults."""
-    import yaml
+def merged(base: dict[str, Any], over: dict[str, Any] | None) -> dict[str, Any]:
+    """``over`` on ``base``, maps merged key by key, as Helm merges two values files."""
+    result = dict(base)
+    for key, value in (over or {}).items():
+        if isinstance(value, dict) and isinstance(result.get(key), dict):
+            result[key] = merged(result[key], value)
+        else:
+            result[key] = value
+    return result
 
-    with helm.Chart.load(CHART_DIR) as chart:
-        rendered = chart.render(values, name="orders", namespace=NAMESPACE, is_install=True)
+
+def with_required(values_file: Path | None) -> dict[str, Any]:
+    """A values file's values, over what the chart requires."""
+    return merged(REQUIRED, loading.load_values(values_file))
+
+
+def render(
+    values: dict[str, Any] | None = None, *, required: bool = True
+) -> dict[str, list[dict[str, Any]]]:
+    """kind -> documents, for ``values`` over the chart's defaults (and ``REQUIRED``)."""
+    rendered = charts.render(
+        CHART_DIR,
+        merged(REQUIRED, values) if required else values,
+        name="orders",
+        namespace=NAMESPACE,
+    )
     found: dict[str, list[dict[str, Any]]] = {}
-    for template, text in rendered.items():
-        if template.endswith(".yaml"):
-            for body in yaml.safe_load_all(text):
-                if body:
-                    found.setdefault(body["kind"], []).append(body)
+    for body in charts.documents(rendered):
+        found.setdefault(body["kind"], []).append(body)
     return found
 
 
@@ -64,18 +86,41 @@ def args_value(args: list[str], flag: str) -> str:
 
 @pytest.mark.parametrize("values_file", VALUES_FILES, ids=label)
 def test_helm_lint_is_clean(values_file: Path | None) -> None:
-    report = helm.lint(
-        CHART_DIR, loading.load_values(values_file), strict=True, namespace=NAMESPACE
-    )
-    assert report["errors"] == []
-    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+    report = charts.lint(CHART_DIR, with_required(values_file), namespace=NAMESPACE)
+    assert report.problems == ()
+    assert report.missing == ()
+    assert report.passed
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({}, "consumer.eventHub.fullyQualifiedNamespace is required"),
+        (
+            {"consumer": {"eventHub": {"fullyQualifiedNamespace": "shop.servicebus.windows.net"}}},
+            "consumer.eventHub.name is required",
+        ),
+    ],
+)
+def test_an_install_without_its_hub_fails_and_names_the_value(
+    values: dict[str, Any], named: str
+) -> None:
+    """No default hub: forgetting --set fails, rather than reading someone else's hub."""
+    with pytest.raises(charts.HelmError, match=named):
+        render(values, required=False)
+    report = charts.lint(CHART_DIR, values, namespace=NAMESPACE)
+    assert any(missing.startswith(named) for missing in report.missing)
+
+
+def test_a_chart_that_joins_pods_to_a_consumer_made_elsewhere_needs_no_hub() -> None:
+    docs = render({"consumer": {"create": False, "name": "orders"}}, required=False)
+    assert "EventHubConsumer" not in docs
+    assert {e.get("value") for e in container(docs)["env"]} >= {"orders"}
 
 
 def test_every_value_is_commented_and_typed() -> None:
     assert undocumented_values((CHART_DIR / "values.yaml").read_text()) == []
-    with helm.Chart.load(CHART_DIR) as chart:
-        schema, values = chart.schema, chart.values
-    assert schema is not None
+    schema, values = charts.chart_schema(CHART_DIR), charts.chart_values(CHART_DIR)
     assert set(values) <= set(schema["properties"])
     assert schema["additionalProperties"] is False
 
@@ -93,10 +138,19 @@ def test_the_chart_is_versioned_with_the_product() -> None:
 @pytest.mark.parametrize("minor", MINORS, ids=lambda m: f"1.{m}")
 def test_every_rendering_validates_against_its_minor(minor: int, values_file: Path | None) -> None:
     version = f"1.{minor}.0"
-    docs = versions.render(values_file, kube_version=version, chart_dir=CHART_DIR)
+    rendered = charts.render(
+        CHART_DIR,
+        with_required(values_file),
+        name="orders",
+        namespace=NAMESPACE,
+        kube_version=version,
+    )
+    docs = charts.documents(rendered)
     assert {d["kind"] for d in docs} >= {"Deployment", "Role", "PodDisruptionBudget"}
     for body in docs:
-        if body["apiVersion"].split("/")[0] in ("keda.sh", "eventhub-balancer.dev"):
+        if body["apiVersion"].split("/")[0] in versions.THIRD_PARTY_GROUPS | {
+            "eventhub-balancer.dev"
+        }:
             continue
         try:
             kubernetes_validate.validate(body, version, strict=True)
@@ -176,7 +230,7 @@ def test_a_release_finishes_before_anyone_moves_on(values_file: Path | None) -> 
 
 
 def test_a_handoff_timeout_below_the_release_is_refused() -> None:
-    with pytest.raises(helm.HelmError, match=r"must exceed timeouts\.releaseSeconds"):
+    with pytest.raises(charts.HelmError, match=r"must exceed timeouts\.releaseSeconds"):
         render({"consumer": {"balancing": {"handoffTimeoutSeconds": 10}}})
 
 
@@ -205,7 +259,7 @@ def test_a_handoff_timeout_below_the_release_is_refused() -> None:
     ],
 )
 def test_mistakes_fail_with_what_to_change(values: dict[str, Any], message: str) -> None:
-    with pytest.raises(helm.HelmError, match=message.replace(".", r"\.")):
+    with pytest.raises(charts.HelmError, match=message.replace(".", r"\.")):
         render(values)
 
 
@@ -224,11 +278,15 @@ def test_mistakes_fail_with_what_to_change(values: dict[str, Any], message: str)
             "at '/consumer/startPosition': maxProperties: got 2, want 1",
         ),
         ({"timeouts": {"releaseSeconds": -1}}, "/timeouts/releaseSeconds"),
-        ({"verbosity": 3}, "/verbosity"),
+        ({"logVerbosity": 3}, "/logVerbosity"),
+        (
+            {"consumer": {"eventHub": {"fullyQualifiedNamespace": "https://shop"}}},
+            "/consumer/eventHub/fullyQualifiedNamespace",
+        ),
     ],
 )
 def test_the_values_schema_rejects_mistakes(values: dict[str, Any], complaint: str) -> None:
-    with pytest.raises(helm.HelmValuesError) as e:
+    with pytest.raises(charts.HelmError, match="don't meet the specifications") as e:
         render(values)
     assert complaint in str(e.value)
 
@@ -272,6 +330,28 @@ def test_workload_identity_labels_the_pods_and_annotates_the_account() -> None:
 
 
 @pytest.mark.parametrize("verbosity", [0, 1, 2])
-def test_verbosity_is_ehbs_verbose_flag(verbosity: int) -> None:
-    args = container(render({"verbosity": verbosity}))["args"]
+def test_log_verbosity_is_ehbs_verbose_flag(verbosity: int) -> None:
+    args = container(render({"logVerbosity": verbosity}))["args"]
     assert cli.build_parser().parse_args(args).verbose == verbosity
+
+
+def test_the_old_name_verbosity_fails_with_the_new_one() -> None:
+    """The operator chart says logVerbosity; the consumer chart says the same, and a values
+    file written for the old name gets told, rather than logging quietly at 0."""
+    with pytest.raises(charts.HelmError, match="verbosity was renamed logVerbosity"):
+        render({"verbosity": 1})
+
+
+def test_the_podmonitor_scrapes_the_pods_metrics_port() -> None:
+    docs = render(loading.load_values(CHART_DIR / "ci" / "podmonitor-values.yaml"))
+    (monitor,) = docs["PodMonitor"]
+    (deployment,) = docs["Deployment"]
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    ports = {p["name"] for p in container(docs)["ports"]}
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] in ports
+    assert endpoint["path"] == "/metrics"
+    assert monitor["spec"]["namespaceSelector"]["matchNames"] == [NAMESPACE]
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert "PodMonitor" not in render()

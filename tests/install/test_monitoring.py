@@ -16,7 +16,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import helm_python as helm
 import pytest
 import yaml
 from prometheus_client import CollectorRegistry, generate_latest, parser
@@ -25,7 +24,7 @@ from eventhub_balancer.adapters import deliveries
 from eventhub_balancer.consumer import metrics as consumer_metrics
 from eventhub_balancer.handlers import cycles, memories
 from eventhub_balancer.handlers import metrics as operator_metrics
-from tests.support import fakes, loading
+from tests.support import charts, fakes, loading
 
 MONITORING = loading.ROOT / "monitoring"
 RULES = MONITORING / "prometheus" / "rules.yaml"
@@ -292,25 +291,16 @@ def test_the_chart_leaves_monitoring_out_by_default() -> None:
 
 
 def rendered_with_monitoring(release: str = loading.RELEASE) -> list[dict[str, Any]]:
-    with helm.Chart.load(loading.CHART_DIR) as chart:
-        manifests = chart.render(
-            MONITORING_VALUES, name=release, namespace=loading.RELEASE_NAMESPACE
-        )
-    return [
-        doc
-        for template, text in manifests.items()
-        if template.endswith(".yaml")
-        for doc in yaml.safe_load_all(text)
-        if doc
-    ]
+    manifests = charts.render(
+        loading.CHART_DIR, MONITORING_VALUES, name=release, namespace=loading.RELEASE_NAMESPACE
+    )
+    return charts.documents(manifests)
 
 
 def test_helm_lint_is_clean_with_monitoring_on() -> None:
-    report = helm.lint(
-        loading.CHART_DIR, MONITORING_VALUES, strict=True, namespace=loading.RELEASE_NAMESPACE
-    )
-    assert report["errors"] == []
-    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+    report = charts.lint(loading.CHART_DIR, MONITORING_VALUES, namespace=loading.RELEASE_NAMESPACE)
+    assert report.problems == ()
+    assert report.passed
 
 
 def test_the_chart_renders_the_dashboard_and_the_rules_behind_values() -> None:
@@ -336,8 +326,9 @@ def test_long_release_names_keep_the_monitoring_names_within_63_characters() -> 
 
 
 def test_the_values_schema_refuses_a_misspelt_monitoring_key() -> None:
-    with helm.Chart.load(loading.CHART_DIR) as chart, pytest.raises(helm.HelmValuesError) as e:
-        chart.render(
+    with pytest.raises(charts.HelmError, match="don't meet the specifications") as e:
+        charts.render(
+            loading.CHART_DIR,
             {"monitoring": {"dashbaord": {"enabled": True}}},
             name=loading.RELEASE,
             namespace=loading.RELEASE_NAMESPACE,

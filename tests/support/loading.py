@@ -71,21 +71,21 @@ def load_values(path: Path | None) -> dict[str, Any] | None:
 
 @functools.cache
 def rendered(values_file: Path | None) -> tuple[Document, ...]:
-    """The chart rendered by Helm's engine with its defaults or one ci/ values file."""
-    import helm_python as helm
+    """The chart as `helm template --include-crds` renders it, with its defaults or one ci/
+    values file."""
+    from tests.support import charts
 
     label = values_file.name if values_file else "defaults"
-    with helm.Chart.load(CHART_DIR) as chart:
-        manifests = chart.render(
-            load_values(values_file), name=RELEASE, namespace=RELEASE_NAMESPACE, is_install=True
-        )
-        docs: list[Document] = []
-        for crd in chart.crds:
-            docs.extend(_documents_of(crd["data"], f"chart[{label}]/{crd['filename']}"))
-    for template, text in sorted(manifests.items()):
-        if template.endswith(".txt"):  # NOTES.txt is shown, never applied
-            continue
-        docs.extend(_documents_of(text, f"chart[{label}]/{template.split('/', 1)[1]}"))
+    manifests = charts.render(
+        CHART_DIR,
+        load_values(values_file),
+        name=RELEASE,
+        namespace=RELEASE_NAMESPACE,
+        include_crds=True,
+    )
+    docs: list[Document] = []
+    for template, text in sorted(manifests.items(), key=lambda kv: not kv[0].startswith("crds/")):
+        docs.extend(_documents_of(text, f"chart[{label}]/{template}"))
     return tuple(docs)
 
 

@@ -2,8 +2,8 @@
 
 examples/orders is built into a wheel (offline, with this virtualenv's setuptools) and the wheel
 is installed into a directory of its own, which stands for the image: examples/orders/Dockerfile
-installs the same wheel beside the runtime. charts/eventhub-consumer is rendered by Helm's
-engine with the example's values (examples/orders/values.yaml), the Secrets are created and the
+installs the same wheel beside the runtime. charts/eventhub-consumer is rendered by `helm
+template` with the example's values (examples/orders/values.yaml), the Secrets are created and the
 rendering applied with the real kubectl against the local Kubernetes API, and the operator runs
 on it. The local kubelet runs the pods that the applied Deployment describes
 (eventhub_balancer_devstack.deployments): its args, Downward API and Secret variables, probe and
