@@ -23,6 +23,9 @@ from kubernetes.client.exceptions import ApiException
 #: The longest wait for one request: a loaded 2-core machine answers well inside it.
 REQUEST_TIMEOUT_S = 15.0
 
+#: How often a 429 Too Many Requests is waited out before it is the answer (client-go: 10).
+RETRIES_429 = 10
+
 #: How long a new namespace may take to get its default ServiceAccount (well under a second).
 NAMESPACE_READY_S = 30.0
 
@@ -90,15 +93,22 @@ class ResourceCalls:
         url = self.server + resource_path
         if query:
             url += "?" + urllib.parse.urlencode(dict(query))
-        response = self.pool.request(
-            method,
-            url,
-            body=None if body is None else json.dumps(body).encode(),
-            headers={"Accept": "application/json", "Content-Type": content_type},
-            timeout=timeout,
-            preload_content=not stream,
-            retries=False,
-        )
+        for attempt in range(RETRIES_429 + 1):
+            response = self.pool.request(
+                method,
+                url,
+                body=None if body is None else json.dumps(body).encode(),
+                headers={"Accept": "application/json", "Content-Type": content_type},
+                timeout=timeout,
+                preload_content=not stream,
+                retries=False,
+            )
+            # As client-go does: a 429 (a cache still initialising, priority and fairness)
+            # is waited out for its Retry-After, a bounded number of times.
+            if response.status != 429 or attempt == RETRIES_429:
+                break
+            response.drain_conn()
+            time.sleep(min(float(response.headers.get("Retry-After") or 1), 1.0))
         if not 200 <= response.status <= 299:
             text = response.data.decode("utf-8", "replace")
             response.release_conn()
