@@ -114,3 +114,30 @@ async def test_a_replica_whose_pod_watch_lags_leaves_a_pod_it_does_not_know_alon
     assert ("delete", "configmap", map_name) not in kube.calls
     assert epochs_of(kube, "c") == held
     ledgers.assert_safe(kube.history)
+
+
+async def test_a_replica_whose_cr_watch_lags_writes_nothing_from_its_stale_record(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs, clock: Clock
+) -> None:
+    """Failure 3: replica one hands a partition to pod c; replica two's CR watch still shows
+    the record from before, its pod and ConfigMap watches are in step. Two's decision is
+    taken from a stale record: its status write is refused (409), and nothing of that
+    decision reaches a ConfigMap before it: c keeps its partition, and no false
+    AssignmentTampered is posted."""
+    one = watches.Replica(kube, hubs, clock=clock)
+    two = watches.Replica(kube, hubs, clock=clock)
+    t = await settle(one, kube, clock, start=0)
+    two.watch.deliver()
+    await two.cycle(NS, NAME, now=at(t))
+    kube.add_pod(NS, "c", labels={"app": "c"}, since=at(t))
+    t = await settle(one, kube, clock, start=t)
+    held = epochs_of(kube, "c")
+    assert held
+    events = len(kube.events)
+    two.watch.deliver("pod", "configmap")  # its CR watch lags: the old record
+    writes = len(kube.calls)
+    await two.cycle(NS, NAME, now=at(t))
+    assert [call for call in kube.calls[writes:] if call[1] != "status"] == []
+    assert epochs_of(kube, "c") == held
+    assert [e["reason"] for e in kube.events[events:]] == []
+    ledgers.assert_safe(kube.history)

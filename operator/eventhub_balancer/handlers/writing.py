@@ -1,41 +1,36 @@
 """The writing half of a cycle: what a `deciding.Decision` says, in the order that is safe.
 
-The order of writes is what makes a crash at any point safe:
-1. status.epochs first, when the decision gives out a higher epoch, together with the
-   operator's record of the assignment (status.assignment): epochs never go back even if
-   every ConfigMap is lost right after, and the record always agrees with them;
-2. the ConfigMaps that gain a partition (with the Events of the moves the record now holds),
-   and, when that record holds this cycle's revocations, the ConfigMaps that start a hand-off
-   (they take away nothing the pod still runs: the old owner releases, and the next cycle
-   gives out);
+The order of writes is what makes a crash at any point safe, and a stale read harmless:
+1. the status, whole, whenever the decision writes anything: conditioned on the CR's
+   resourceVersion the decision was read from, it carries status.epochs when an epoch goes
+   up and the operator's record of the assignment (status.assignment), so epochs never go
+   back even if every ConfigMap is lost right after and the record always agrees with them;
+   and a decision taken from a stale record is refused here (409), before anything else of
+   it goes out. A decision that writes ConfigMaps and leaves the status as it is sends an
+   empty status patch, for that precondition alone;
+2. the ConfigMaps that gain a partition and those that start a hand-off (they take away
+   nothing the pod still runs: the old owner releases, and the next cycle gives out), with
+   the Events of the moves the record now holds;
 3. then, together, those that lose one (a crash in between leaves a duplicate claim that the
-   higher epoch resolves), pod annotations, deletion of stale ConfigMaps, the other Events
-   and the rest of the status.
+   higher epoch resolves), pod annotations and the deletion of stale ConfigMaps.
 
 The writes within one step are independent and go out concurrently, sent in the order that
 matters to a server that answers one request after another: revocations first (a release, an
-acknowledgement and another cycle still follow them), then gains, then the status, Events
-last (nobody waits on them). The operator's cycles hand their Events to a poster instead
-(`eventposts`), at the same points: posted beside the cycles one at a time, they no longer
-hold a cycle's last step, and with it the next cycle, up. A step starts only once the step
-before it succeeded. Only the status record before the ConfigMaps that gain, and those before
-the ConfigMaps that lose and the deletions, are for safety. The rest of the status goes with
-the last step: a crash may leave its record (a revocation) written and a
-ConfigMap not, which the next cycle's read-back puts right (the record is what it trusts), or
-the reverse, as before. So a cycle that only revokes takes one round trip to the API server,
-and one that gives out epochs three, and the next cycle (a hand-off's second half, woken by
-the acknowledgement) starts that much sooner. A cycle that gives out and revokes at once (pods
-that turn Ready one after another) asks for its releases in its second round trip, not its
-third: the hand-off they start is the one the step is waiting for.
+acknowledgement and another cycle still follow them), then gains, Events last (nobody waits
+on them). The operator's cycles hand their Events to a poster instead (`eventposts`), at the
+same point: posted beside the cycles one at a time, they no longer hold a cycle's step, and
+with it the next cycle, up. A step starts only once the step before it succeeded, so a
+conflict stops the rest of the decision. A cycle that only revokes takes two round trips to
+the API server (the status, then its revocations), one that gives out epochs three.
 
 Every write that depends on what was read carries a precondition, so that a stale read costs
-a retry, never a wrong result: the status patches carry the CR's resourceVersion the decision
-was taken from (`deciding.Decision.resource_version`; the second one the version the first
-answered); a ConfigMap patch that changes the data alone carries the ConfigMap's uid and data
-generation (the pod writes only annotations, so its acknowledgements never make such a write
-conflict), any other the ConfigMap's resourceVersion; and a new ConfigMap is create-only. A 409 on
-the status fails the cycle, and the daemon reads the consumer afresh and decides again. A 409
-on one ConfigMap costs that write a retry when only the pod's annotations moved (its
+a retry, never a wrong result: the status patch carries the CR's resourceVersion the decision
+was taken from (`deciding.Decision.resource_version`), and every other write goes after it; a
+ConfigMap patch that changes the data alone carries the ConfigMap's uid and data generation
+(the pod writes only annotations, so its acknowledgements never make such a write conflict),
+any other the ConfigMap's resourceVersion; and a new ConfigMap is create-only. A 409 on the
+status fails the cycle, and the daemon reads the consumer afresh and decides again. A 409 on
+one ConfigMap costs that write a retry when only the pod's annotations moved (its
 acknowledgement): the data, which only the operator writes and whose generation goes up at
 every write, is still the one the decision read.
 
@@ -72,50 +67,38 @@ async def apply(
 ) -> int:
     """Carry out ``decision`` step by step; the number of writes (its Events counted).
 
+    The status goes first, conditioned on the CR's resourceVersion the decision was read
+    from, whenever the decision writes anything: a decision taken from a stale record is
+    refused there (409), before any ConfigMap, pod annotation or Event of it goes out. A
+    decision that writes ConfigMaps and leaves the status as it is sends an empty status
+    patch for that precondition alone (it changes nothing, so the API server stores nothing).
+
     With ``events``, the Events are handed over where they would be posted, and the cycle
     does not wait for them (`eventposts`); without, they are posted in the steps."""
-    count = 0
-    bodies = list(decision.event_bodies)
-    version = decision.resource_version
+    status = dict(decision.status)
     if decision.epochs is not None:
+        # The epochs and the record of who holds them, and the rest of the status, at once.
         first: dict[str, Any] = {"epochs": dict(decision.epochs)}
         if decision.record is not None:
             first["assignment"] = [dict(entry) for entry in decision.record]
-        written = await kube.patch_consumer_status(
-            namespace=namespace, name=name, status=first, resource_version=version
-        )
-        version = (written.get("metadata") or {}).get("resourceVersion") or version
-        count += 1
-    # Once the record holds this cycle's moves the next cycle will not make them again: their
-    # Events go out with the first ConfigMaps, so that a later failure of this cycle (a
-    # ConfigMap write that conflicts with a pod's acknowledgement) does not lose them.
-    early = bodies if decision.epochs is not None else []
-    late = [] if decision.epochs is not None else bodies
-    count += await apply_writes(
+        status = {**first, **status}
+    bodies = list(decision.event_bodies)
+    if not (status or bodies or decision.writes.count):
+        return 0
+    await kube.patch_consumer_status(
+        namespace=namespace, name=name, status=status, resource_version=decision.resource_version
+    )
+    count = 1 + await apply_writes(
         kube=kube,
         namespace=namespace,
         planned=decision.writes,
-        # A revocation goes out with the gains only once the record holds it, so that a crash
-        # never leaves a pod releasing what the record still says it owns.
-        revokes_with_gains=decision.epochs is not None and decision.record is not None,
         events=events,
-        with_gains=[_event(kube, body, events) for body in early],
-        # The status before the Events: the next cycle reads it, while nobody waits on these.
-        with_last=(
-            [
-                kube.patch_consumer_status(
-                    namespace=namespace,
-                    name=name,
-                    status=decision.status,
-                    resource_version=version,
-                )
-            ]
-            if decision.status
-            else []
-        )
-        + [_event(kube, body, events) for body in late],
+        # The record holds the moves now: their Events go out with the first ConfigMaps, so
+        # that a later failure of this cycle (a ConfigMap write that conflicts with a pod's
+        # acknowledgement) does not lose them.
+        with_gains=[_event(kube, body, events) for body in bodies],
     )
-    return count + len(bodies) + (1 if decision.status else 0)
+    return count + len(bodies)
 
 
 async def _event(kube: ports.KubePort, body: Mapping[str, Any], events: Handover | None) -> None:
@@ -133,62 +116,52 @@ async def apply_writes(
     namespace: str,
     planned: writes.Writes,
     with_gains: Sequence[Awaitable[Any]] = (),
-    with_last: Sequence[Awaitable[Any]] = (),
-    revokes_with_gains: bool = False,
     events: Handover | None = None,
 ) -> int:
-    """The ConfigMaps that gain, then together those that lose, pod annotations and
-    deletions; the number of ConfigMap and pod writes.
+    """The ConfigMaps that gain or start a hand-off, then together those that lose, pod
+    annotations and deletions; the number of ConfigMap and pod writes. The status that
+    records what they carry out is written before (`apply`).
 
     The writes of one step do not depend on each other and go out together (a hand-off waits
     for them); the second step starts only once every write of the first succeeded, so the
-    ConfigMaps that lose a partition are written only after all those that gain one.
-    ``with_gains`` go out with the first step and ``with_last`` with the second (Events and
-    the status); a failed first step closes those it did not start. With
-    ``revokes_with_gains`` (the status already records the revocations), the ConfigMaps that
-    start a hand-off (`writes.MapWrite.revokes`) go out in the first step too. ``events``
-    takes the Event of a squatted ConfigMap name, as `apply`'s take the moves'.
+    ConfigMaps that lose a partition are written only after all those that gain one, and a
+    conflict in the first step stops the second. ``with_gains`` (the Events) go out with the
+    first step.
+    ``events`` takes the Event of a squatted ConfigMap name, as `apply`'s take the moves'.
     """
     asks: list[writes.MapWrite] = []
     gains: list[writes.MapWrite] = []
     rest: list[writes.MapWrite] = []
     for w in planned.maps:
-        if revokes_with_gains and w.revokes and not w.gains:
+        if w.revokes and not w.gains:
             asks.append(w)
         else:
             (gains if w.gains else rest).append(w)
     # The revocations are sent first: a release, its acknowledgement and another cycle are
     # still to come after them, while a gain ends its hand-off once the pod reads it.
     first = asks + gains
-    pending = list(with_last)
-    try:
-        if first or with_gains:
-            await _together(
-                [
-                    *(_write_map(kube, namespace=namespace, write=w, events=events) for w in first),
-                    *with_gains,
-                ]
-            )
-        pending = []
+    if first or with_gains:
         await _together(
             [
-                *(_write_map(kube, namespace=namespace, write=w, events=events) for w in rest),
-                *(
-                    kube.patch_pod_annotations(
-                        namespace=namespace, name=a.pod, annotations=a.annotations
-                    )
-                    for a in planned.pods
-                ),
-                *(
-                    kube.delete_configmap(namespace=namespace, name=d.name, uid=d.uid or None)
-                    for d in planned.deletes
-                ),
-                *with_last,
+                *(_write_map(kube, namespace=namespace, write=w, events=events) for w in first),
+                *with_gains,
             ]
         )
-    finally:
-        for call in pending:
-            _close(call)
+    await _together(
+        [
+            *(_write_map(kube, namespace=namespace, write=w, events=events) for w in rest),
+            *(
+                kube.patch_pod_annotations(
+                    namespace=namespace, name=a.pod, annotations=a.annotations
+                )
+                for a in planned.pods
+            ),
+            *(
+                kube.delete_configmap(namespace=namespace, name=d.name, uid=d.uid or None)
+                for d in planned.deletes
+            ),
+        ]
+    )
     return planned.count
 
 
@@ -198,13 +171,6 @@ def _write_map(
     if write.create:
         return create_configmap(kube, namespace=namespace, write=write, events=events)
     return patch_configmap(kube, namespace=namespace, write=write)
-
-
-def _close(call: Awaitable[Any]) -> None:
-    """Close a coroutine that will not be awaited (its step was never reached)."""
-    close = getattr(call, "close", None)
-    if callable(close):
-        close()
 
 
 async def create_configmap(
