@@ -11,7 +11,7 @@ image runs (`LocalImage`: the entry point's argv and the environment the image s
 virtualenv with the handler's wheel installed), and what a node gives every container (the
 in-cluster API credentials: here a ``KUBECONFIG``). All pods share this machine's network, so
 each listens on a port of its own: the container's port, wherever the args give it as
-``--port=N``, becomes the pod's port.
+``--port=N`` or ``--NAME-port=N``, becomes the pod's port.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -81,6 +82,18 @@ def _environment(
     return values, downward
 
 
+#: An argument that sets a listening port: ``--port=8080``, ``--metrics-port=8080``.
+_PORT_FLAG = re.compile(r"(--(?:[a-z0-9]+-)*port)=(\d+)")
+
+
+def _own_port(arg: str, container_port: int, port: int) -> str:
+    """The pod's own port where ``arg`` sets the probed container port (pods share a host)."""
+    match = _PORT_FLAG.fullmatch(arg)
+    if match is not None and int(match.group(2)) == container_port:
+        return f"{match.group(1)}={port}"
+    return arg
+
+
 def pod_template(
     deployment: Mapping[str, Any],
     *,
@@ -106,7 +119,7 @@ def pod_template(
     values, downward = _environment(container, secret_value)
 
     def command(name: str, port: int) -> list[str]:
-        own = [f"--port={port}" if a == f"--port={container_port}" else a for a in args]
+        own = [_own_port(a, container_port, port) for a in args]
         return [*image.entrypoint, *own]
 
     return kubelet.PodTemplate(

@@ -135,6 +135,11 @@ class LocalNode:
     def name(self) -> str:
         return self._name
 
+    @property
+    def log_dir(self) -> Path:
+        """Where each pod's output goes (``NAME.log``), as ``kubectl logs`` would show it."""
+        return self._state / "logs"
+
     # -- lifecycle ----------------------------------------------------------------------------
 
     def __enter__(self) -> LocalNode:
@@ -365,7 +370,7 @@ class LocalNode:
                 images=self._images,
                 secret_value=self._secret_value(namespace),
                 node_env={**self._node_env, "KUBECONFIG": str(kubeconfig)},
-                log_dir=self._state / "logs",
+                log_dir=self.log_dir,
             )
         except (deployments.UnrunnableSpec, ApiException) as e:
             self._refused.add(uid)
