@@ -8,13 +8,14 @@ API server (`fakes.FakeKube`) with the watch delivered when the test says
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from eventhub_balancer.adapters import listings
 from eventhub_balancer.handlers import rosters
-from tests.handlers import test_caching, test_cycles
+from tests.handlers import test_caching, test_cycles, test_daemons
 from tests.support import fakes, ledgers, watches
 
 NS, NAME = test_cycles.NS, test_cycles.NAME
@@ -37,6 +38,10 @@ def hubs() -> fakes.FakeHubs:
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
+
+
+#: Daemons over the fakes on fake time (the fixture of `test_daemons`).
+running = test_daemons.running
 
 
 @pytest.fixture
@@ -141,3 +146,30 @@ async def test_a_replica_whose_cr_watch_lags_writes_nothing_from_its_stale_recor
     assert epochs_of(kube, "c") == held
     assert [e["reason"] for e in kube.events[events:]] == []
     ledgers.assert_safe(kube.history)
+
+
+@pytest.mark.looptime
+async def test_an_acknowledgement_in_a_writes_answer_wakes_the_next_cycle(
+    running: Callable[..., test_daemons.Daemon],
+) -> None:
+    """Failure 4: pod b acknowledges a revocation; before the watch shows it, the operator
+    writes b's ConfigMap again (d joined), and that write's answer carries the
+    acknowledgement. The watch's own event of it is then older than what the roster holds,
+    and changes nothing: the answer itself wakes the cycle that gives the partition out, not
+    the hand-off timeout."""
+    daemon = running("a", "b")
+    daemon.hubs.ids = tuple(str(p) for p in range(8))
+    await daemon.until(1)
+    daemon.deliver()
+    daemon.kube.add_pod(NS, "c", labels={"app": "c"}, since=test_daemons.clock())
+    daemon.deliver()
+    await daemon.until(2)
+    asked = [p for p, (_e, state) in daemon.owned("b").items() if state == "revoking"]
+    assert len(asked) == 1
+    daemon.kube.acknowledge(NS, "b")
+    daemon.kube.add_pod(NS, "d", labels={"app": "c"}, since=test_daemons.clock())
+    daemon.deliver("pod")  # the acknowledgement is not delivered yet
+    await daemon.until(3)
+    daemon.deliver()
+    await daemon.until(5)
+    assert daemon.owned("c").get(asked[0], (0, ""))[1] == "owned"

@@ -263,8 +263,11 @@ class CachedKube:
         *,
         seen: Seen | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wake: Callable[[Key], None] = lambda key: None,
     ):
         self.api = api
+        #: wakes a consumer whose roster a write's answer told something new (`rosters.news`)
+        self.wake = wake
         #: the adapter's counters, shared: writes go through it
         self.writes = api.writes
         self.clock = clock
@@ -404,16 +407,33 @@ class CachedKube:
                 stack.enter_context(roster.asking(kind))
             yield
 
-    def _offer(self, kind: str, namespace: str, body: Body, *, wrote: bool = False) -> None:
-        """A write's response, or a body read afresh, to the rosters it may concern."""
+    def _offer(
+        self,
+        kind: str,
+        namespace: str,
+        body: Body,
+        *,
+        wrote: bool = False,
+        touched: Iterable[str] = (),
+    ) -> None:
+        """A write's response (``touched``: the annotations the write set), or a body read
+        afresh, to the rosters it may concern."""
         keys = (
             indexkeys.pod_keys(namespace, _meta(body).get("labels") or {})
             if kind == rosters.PODS
             else ()
         )
+        name = str(_meta(body).get("name") or "")
         for roster in self._rosters.candidates(kind, namespace, body, keys=keys):
             if wrote:
-                self._rosters.wrote(roster, kind, body, now=self.clock())
+                before = roster.shelves[kind].items.get(name)
+                taken = self._rosters.wrote(roster, kind, body, now=self.clock())
+                if (
+                    taken
+                    and before is not None
+                    and rosters.news(kind, before, body, touched=touched)
+                ):
+                    self.wake((roster.namespace, roster.name))
             else:
                 self._rosters.offer(roster, kind, body)
 
@@ -430,7 +450,8 @@ class CachedKube:
             result = await self.api.patch_configmap(
                 namespace=namespace, name=name, patch=patch, resource_version=resource_version
             )
-            self._offer(rosters.CONFIGMAPS, namespace, result, wrote=True)
+            touched = ((patch.get("metadata") or {}).get("annotations") or {}).keys()
+            self._offer(rosters.CONFIGMAPS, namespace, result, wrote=True, touched=touched)
         return result
 
     async def replace_configmap_data(
@@ -482,7 +503,11 @@ class CachedKube:
                 namespace=namespace, name=name, status=status, resource_version=resource_version
             )
             if roster is not None:
-                roster.wrote(rosters.CONSUMER, result, now=self.clock())
+                before = roster.consumer
+                if roster.wrote(rosters.CONSUMER, result, now=self.clock()) and (
+                    before is not None and rosters.news(rosters.CONSUMER, before, result)
+                ):
+                    self.wake((namespace, name))
         return result
 
     async def create_event(self, *, namespace: str, body: Mapping[str, Any]) -> None:
@@ -495,9 +520,13 @@ class Cache:
     ``kube`` the cycles."""
 
     def __init__(
-        self, api: ports.ListingPort, *, clock: Callable[[], float] = time.monotonic
+        self,
+        api: ports.ListingPort,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wake: Callable[[Key], None] = lambda key: None,
     ) -> None:
         self.seen = Seen()
         self.watch = Tracking(self.seen)
         self.rosters = Following(self.seen, clock=clock)
-        self.kube = CachedKube(api, seen=self.seen, clock=clock)
+        self.kube = CachedKube(api, seen=self.seen, clock=clock, wake=wake)

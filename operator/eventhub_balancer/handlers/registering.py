@@ -103,7 +103,7 @@ class Operator:
     events: eventposts.Poster = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
-        self.cache = caching.Cache(self.kube)
+        self.cache = caching.Cache(self.kube, wake=self.wake)
         self.watch, self.rosters, self.view = self.cache.watch, self.cache.rosters, self.cache.kube
         self.events = eventposts.Poster(self.view, posting=self._count_event)
 

@@ -73,6 +73,24 @@ def _meta(body: Body) -> Mapping[str, Any]:
     return meta
 
 
+def news(kind: str, before: Body, after: Body, *, touched: Iterable[str] = ()) -> bool:
+    """Whether the answer ``after`` of one of the operator's writes carries a change someone
+    else made to ``before`` meanwhile: what the operator does not write (a pod's
+    acknowledgements on its ConfigMap, beyond the annotations ``touched``; a pod's labels,
+    status and deletion; a CR's spec). Its watch event then comes older than the answer and
+    changes nothing: only the answer can tell the consumer to look."""
+    old, new = _meta(before), _meta(after)
+    if kind == CONFIGMAPS:
+        mine = {configmaps.ANNOTATION_POD_UID, *touched}
+        theirs, ours = old.get("annotations") or {}, new.get("annotations") or {}
+        return any(theirs.get(k) != ours.get(k) for k in (theirs.keys() | ours.keys()) - mine)
+    fields = ("labels", "deletionTimestamp") if kind == PODS else ("generation", "labels")
+    if any(old.get(f) != new.get(f) for f in fields):
+        return True
+    part = "status" if kind == PODS else "spec"
+    return before.get(part) != after.get(part)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Echo:
     """A write of the operator's that the watch has not delivered yet."""
@@ -416,11 +434,12 @@ class Rosters:
         self._track(roster, kind, name, before)
         return changed
 
-    def wrote(self, roster: Roster, kind: str, body: Body, *, now: float) -> None:
+    def wrote(self, roster: Roster, kind: str, body: Body, *, now: float) -> bool:
         name = str(_meta(body).get("name") or "")
         before = roster.holds(kind, name)
-        roster.wrote(kind, body, now=now)
+        changed = roster.wrote(kind, body, now=now)
         self._track(roster, kind, name, before)
+        return changed
 
     def deleted(self, roster: Roster, kind: str, *, name: str, uid: str, now: float) -> None:
         before = roster.holds(kind, name)
