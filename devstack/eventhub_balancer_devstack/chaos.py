@@ -144,7 +144,9 @@ def _elapsed(since: float) -> float:
 def run(options: chaosfaults.ChaosOptions, *, observer: runs.Observer) -> ChaosReport:
     hub = "chaos"
     with (
-        runs.local_stack(hubs={hub: options.partitions}, work_dir=options.work_dir) as (
+        runs.local_stack(
+            hubs={hub: options.partitions}, work_dir=options.work_dir, kube_kind=options.kube
+        ) as (
             stack,
             loop,
             root,

@@ -15,7 +15,13 @@ from typing import Any
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps
-from eventhub_balancer_devstack import chaoshandlers, chaoswatches, epochledgers, faultproxy
+from eventhub_balancer_devstack import (
+    chaoshandlers,
+    chaoswatches,
+    epochledgers,
+    faultproxy,
+    kubeservers,
+)
 from eventhub_balancer_devstack.kube import LocalKubeAPI
 from eventhub_balancer_devstack.scenarios import runs, systems
 
@@ -68,11 +74,18 @@ NEED_API = frozenset({"operator", "midfence", "apipause"})
 LOCAL_API_ONLY = frozenset({"apipause", "watchlag", "relist", "watchstall"})
 
 
-def parse_faults(text: str) -> tuple[str, ...]:
-    """``--faults kill,poison`` -> the kinds, in `FAULTS` order; ``all`` (or empty) is all."""
+def parse_faults(text: str, *, kube: kubeservers.Kind = "local") -> tuple[str, ...]:
+    """``--faults kill,poison`` -> the kinds, in `FAULTS` order; ``all`` (or empty) is all
+    that the server can take (on a real one, all but `LOCAL_API_ONLY`)."""
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names or names == ["all"]:
-        return FAULTS
+        return FAULTS if kube == "local" else tuple(f for f in FAULTS if f not in LOCAL_API_ONLY)
+    local_only = sorted(set(names) & LOCAL_API_ONLY)
+    if kube == "real" and local_only:
+        raise errors.InvalidInput(
+            "--faults",
+            f"{', '.join(local_only)} need the local API: leave them out or use --kube local",
+        )
     unknown = sorted(set(names) - set(FAULTS))
     if unknown:
         raise errors.InvalidInput(
@@ -98,13 +111,14 @@ class ChaosOptions:
     faults: tuple[str, ...] = FAULTS
     drain_timeout_s: float = 90.0
     work_dir: Path | None = None
+    kube: kubeservers.Kind = "local"
 
     def __post_init__(self) -> None:
         if self.duration_s <= 0:
             raise errors.InvalidInput("--seconds", f"{self.duration_s} is not above 0")
         if not self.faults:
             raise errors.InvalidInput("--faults", f"name at least one of {', '.join(FAULTS)}")
-        parse_faults(",".join(self.faults))
+        parse_faults(",".join(self.faults), kube=self.kube)
 
     @property
     def recovery_bound_s(self) -> float:

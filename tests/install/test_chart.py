@@ -24,6 +24,20 @@ def by_kind(docs: tuple[loading.Document, ...], kind: str) -> list[dict[str, Any
     return [d.body for d in docs if d.kind == kind]
 
 
+#: The labels by which Kubernetes' built-in view, edit and admin roles gather ClusterRoles.
+AGGREGATE_TO = "rbac.authorization.k8s.io/aggregate-to-"
+
+
+def aggregated(body: dict[str, Any]) -> bool:
+    """Whether a ClusterRole is one the built-in roles gather (for users, not the operator)."""
+    labels = body["metadata"].get("labels") or {}
+    return any(key.startswith(AGGREGATE_TO) for key in labels)
+
+
+def operator_cluster_roles(docs: tuple[loading.Document, ...]) -> list[dict[str, Any]]:
+    return [d for d in by_kind(docs, "ClusterRole") if not aggregated(d)]
+
+
 def operator_args(docs: tuple[loading.Document, ...]) -> list[str]:
     (deployment,) = by_kind(docs, "Deployment")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
@@ -121,7 +135,7 @@ def test_default_install_is_cluster_wide_and_standalone() -> None:
         "--allowed-blob-suffix=.blob.core.windows.net",
     ]
     assert by_kind(docs, "Role") == []
-    (cluster_role,) = by_kind(docs, "ClusterRole")
+    (cluster_role,) = operator_cluster_roles(docs)
     resources = {r for rule in cluster_role["rules"] for r in rule["resources"]}
     assert "namespaces" not in resources  # kopf lists namespaces only for glob patterns
     assert "eventhubconsumers" in resources
@@ -144,7 +158,7 @@ def test_namespaced_install_grants_only_in_the_watched_namespaces() -> None:
     bindings = by_kind(docs, "RoleBinding")
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["billing", "shop"]
     # Cluster-wide, only what kopf needs to discover its resources.
-    (cluster_role,) = by_kind(docs, "ClusterRole")
+    (cluster_role,) = operator_cluster_roles(docs)
     assert cluster_role["rules"] == [
         {
             "apiGroups": ["apiextensions.k8s.io"],
@@ -178,7 +192,7 @@ def test_peering_runs_replicas_with_a_peering_object(
     plural = kind.lower() + "s"
     granted = {
         r
-        for role in by_kind(docs, "ClusterRole") + by_kind(docs, "Role")
+        for role in operator_cluster_roles(docs) + by_kind(docs, "Role")
         for rule in role["rules"]
         for r in rule["resources"]
     }
@@ -211,3 +225,55 @@ def test_long_release_names_are_cut_to_63_characters() -> None:
     assert all(len(n) <= 63 for n in names), names
     labels = [v for d in docs if d for v in d["metadata"]["labels"].values()]
     assert all(len(v) <= 63 for v in labels)
+
+
+def test_the_aggregated_roles_give_users_the_resource_and_never_its_status() -> None:
+    docs = loading.rendered(None)
+    roles = {d["metadata"]["name"]: d for d in by_kind(docs, "ClusterRole") if aggregated(d)}
+    view, edit = roles["ehb-eventhub-balancer-view"], roles["ehb-eventhub-balancer-edit"]
+    # view is gathered into edit and admin too (as Kubernetes' own view rules are).
+    assert {k for k, v in view["metadata"]["labels"].items() if k.startswith(AGGREGATE_TO)} == {
+        f"{AGGREGATE_TO}view",
+        f"{AGGREGATE_TO}edit",
+        f"{AGGREGATE_TO}admin",
+    }
+    assert {k for k, v in edit["metadata"]["labels"].items() if k.startswith(AGGREGATE_TO)} == {
+        f"{AGGREGATE_TO}edit",
+        f"{AGGREGATE_TO}admin",
+    }
+    for role in (view, edit):
+        assert [r["resources"] for r in role["rules"]] == [["eventhubconsumers"]]
+    assert set(view["rules"][0]["verbs"]) == {"get", "list", "watch"}
+    assert "get" not in edit["rules"][0]["verbs"]
+    assert {"create", "patch", "delete"} <= set(edit["rules"][0]["verbs"])
+    # Nobody's ClusterRoleBinding names them: Kubernetes folds them into its own roles.
+    bound = {b["roleRef"]["name"] for b in by_kind(docs, "ClusterRoleBinding")}
+    assert not bound & set(roles)
+
+
+def test_the_aggregated_roles_are_a_value_and_match_the_plain_manifests() -> None:
+    off = charts.render(
+        loading.CHART_DIR,
+        {"rbac": {"aggregatedRoles": False}},
+        name=loading.RELEASE,
+        namespace=loading.RELEASE_NAMESPACE,
+    )
+    assert not [d for d in charts.documents(off) if d["kind"] == "ClusterRole" and aggregated(d)]
+    plain = [
+        d.body
+        for d in loading.file_documents(loading.MANIFESTS_DIR / "install")
+        if d.kind == "ClusterRole" and aggregated(d.body)
+    ]
+    chart = [d for d in by_kind(loading.rendered(None), "ClusterRole") if aggregated(d)]
+
+    def essence(roles: list[dict[str, Any]]) -> list[tuple[object, ...]]:
+        return sorted(
+            (
+                r["metadata"]["name"].rsplit("-", 1)[1],
+                sorted(k for k in r["metadata"]["labels"] if k.startswith(AGGREGATE_TO)),
+                r["rules"],
+            )
+            for r in roles
+        )
+
+    assert essence(plain) == essence(chart)

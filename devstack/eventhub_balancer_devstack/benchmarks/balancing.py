@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Literal, TypedDict
 
 from eventhub_balancer.balancing import models
-from eventhub_balancer_devstack import sdkbalancing
+from eventhub_balancer_devstack import kubeservers, sdkbalancing
 from eventhub_balancer_devstack.benchmarks import apartservers, processes, stagerecords, stages
 from eventhub_balancer_devstack.kube import histories
 from eventhub_balancer_devstack.scenarios import runs, systems
@@ -50,6 +50,8 @@ class Settings:
     #: worker per cycle: 16 cycles for half of 32 partitions at start, 80 s at 5 s.
     sdk_timeout_s: float = 120.0
     work_dir: Path | None = None
+    #: The Kubernetes API: ours in a process of its own, or the real control plane.
+    kube: kubeservers.Kind = "local"
 
 
 #: For tests and quick looks: a small hub and a short cycle (the SDK's expiry is 6 cycles).
@@ -116,7 +118,7 @@ class Report(TypedDict):
     targets: dict[str, Target]
     sdk: runs.Summary
     ours: runs.Summary
-    settings: dict[str, float | int]
+    settings: dict[str, float | int | str]
 
 
 def _side(step: runs.StepSummary) -> Side:
@@ -246,6 +248,7 @@ def compare(
             "interval_seconds": settings.interval_seconds,
             "sdk_timeout_s": settings.sdk_timeout_s,
             "ours_timeout_s": settings.ours_timeout_s,
+            "kube": settings.kube,
         },
     }
 
@@ -304,6 +307,7 @@ def run(settings: Settings, *, observer: Callable[[runs.Progress], None]) -> Rep
         hubs=hubs,
         work_dir=settings.work_dir,
         kube=lambda root: apartservers.ApiServerApart(directory=root),
+        kube_kind=settings.kube,
     ) as (stack, loop, root):
         for label in ("ours", "sdk"):
             site = runs.make_site(

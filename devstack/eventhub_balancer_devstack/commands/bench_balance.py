@@ -40,6 +40,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--work-dir", type=Path, default=None, help="keep records and pod logs here"
     )
+    parser.add_argument(
+        "--kube",
+        choices=("local", "real"),
+        default="local",
+        help="the Kubernetes API: local (this project's, the default) or real (kube-apiserver, "
+        "kube-controller-manager and etcd; `make controlplane` builds them)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from eventhub_balancer_devstack.commands import demo
 
     base = balancing.QUICK if args.quick else balancing.Settings()
-    changes: dict[str, object] = {"work_dir": args.work_dir}
+    changes: dict[str, object] = {"work_dir": args.work_dir, "kube": args.kube}
     for flag, field in (
         ("partitions", "partitions"),
         ("grow_to", "grow_to"),

@@ -42,6 +42,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--work-dir", type=Path, default=None, help="keep records and pod logs here"
     )
+    parser.add_argument(
+        "--kube",
+        choices=("local", "real"),
+        default="local",
+        help="the Kubernetes API: local (the default) or real (kube-apiserver, "
+        "kube-controller-manager and etcd). A real server has no pause or watch faults on "
+        "demand: with real, 'all' leaves out apipause, watchlag, relist and watchstall",
+    )
 
 
 def parse_gap(text: str) -> tuple[float, float]:
@@ -63,9 +71,10 @@ def run(args: argparse.Namespace) -> int:
     options = chaosfaults.ChaosOptions(
         duration_s=args.seconds,
         seed=args.seed,
-        faults=chaosfaults.parse_faults(args.faults),
+        faults=chaosfaults.parse_faults(args.faults, kube=args.kube),
         gap_s=parse_gap(args.gap),
         work_dir=args.work_dir,
+        kube=args.kube,
     )
     view = terminalviews.LiveView(sys.stderr, tty=False)
     report = chaos.run(options, observer=view)

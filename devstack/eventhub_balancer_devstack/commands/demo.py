@@ -46,6 +46,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="keep records and pod logs here (default: a temporary directory, removed)",
     )
+    parser.add_argument(
+        "--kube",
+        choices=("local", "real"),
+        default="local",
+        help="the Kubernetes API: local (this project's, the default) or real (kube-apiserver, "
+        "kube-controller-manager and etcd; `make controlplane` builds them)",
+    )
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -93,7 +100,9 @@ def run(args: argparse.Namespace) -> int:
     )
     out = sys.stderr if args.json else sys.stdout
     hub = "orders"
-    with runs.local_stack(hubs={hub: args.partitions}, work_dir=args.work_dir) as (
+    with runs.local_stack(
+        hubs={hub: args.partitions}, work_dir=args.work_dir, kube_kind=args.kube
+    ) as (
         stack,
         loop,
         root,

@@ -44,8 +44,9 @@ SERVICE_CIDR = "10.96.0.0/24"
 #: The controllers the local stack needs of kube-controller-manager: Deployments make
 #: ReplicaSets make Pods, deleted owners' dependents are collected, deleted namespaces are
 #: emptied, every namespace gets its ``default`` ServiceAccount, and a node that stops renewing
-#: its Lease is noticed (the local kubelet keeps renewing, so its pods are never evicted), and
-#: admission policies' CEL is type-checked into their status.
+#: its Lease is noticed (the local kubelet keeps renewing, so its pods are never evicted),
+#: admission policies' CEL is type-checked into their status, and the built-in view, edit and
+#: admin roles gather the ClusterRoles labelled for them (the charts' aggregated roles).
 CONTROLLERS = (
     "garbage-collector-controller",
     "namespace-controller",
@@ -54,6 +55,7 @@ CONTROLLERS = (
     "serviceaccount-controller",
     "node-lifecycle-controller",
     "validatingadmissionpolicy-status-controller",
+    "clusterrole-aggregation-controller",
 )
 
 

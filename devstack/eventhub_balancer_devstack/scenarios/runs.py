@@ -28,7 +28,7 @@ from typing import Any
 
 from eventhub_balancer import errors
 from eventhub_balancer_devstack import kubelet, recording
-from eventhub_balancer_devstack.kube import kubeconfigs
+from eventhub_balancer_devstack.kube import LocalKubeAPI, kubeconfigs
 from eventhub_balancer_devstack.scenarios import liveviews, producing, summaries, systems
 from eventhub_balancer_devstack.scenarios.models import PLANNED as PLANNED
 from eventhub_balancer_devstack.scenarios.models import STARTING as STARTING
@@ -125,11 +125,15 @@ class ScenarioRun:
 
         self.system.start()
         configuration = k8s.Configuration()
-        kubeconfig = kubeconfigs.write(
-            self.site.kubeconfig.with_name(f"{self.site.namespace}-kubelet.kubeconfig"),
-            server=self.site.stack.kube.url,
-            namespace=self.site.namespace,
-            user={"token": KUBELET_TOKEN},
+        kube = self.site.stack.kube
+        path = self.site.kubeconfig.with_name(f"{self.site.namespace}-kubelet.kubeconfig")
+        kubeconfig = (
+            kubeconfigs.write(
+                path, server=kube.url, namespace=self.site.namespace, user={"token": KUBELET_TOKEN}
+            )
+            if isinstance(kube, LocalKubeAPI)
+            # A real server has no pause to spare the kubelet from; it is the administrator.
+            else kube.write_kubeconfig(path, namespace=self.site.namespace)
         )
         k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
             config_file=str(kubeconfig), client_configuration=configuration

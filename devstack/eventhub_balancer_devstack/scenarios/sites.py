@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from eventhub_balancer import runners
-from eventhub_balancer_devstack.kube import LocalKubeAPI
+from eventhub_balancer_devstack import kubeservers
 from eventhub_balancer_devstack.scenarios import systems
 from eventhub_balancer_devstack.stacks import LocalStack, StackOptions
 
@@ -33,11 +33,12 @@ def local_stack(
     *,
     hubs: dict[str, int],
     work_dir: Path | None = None,
-    kube: Callable[[Path], LocalKubeAPI] | None = None,
+    kube: Callable[[Path], kubeservers.KubeServer] | None = None,
+    kube_kind: kubeservers.Kind = "local",
 ) -> Iterator[tuple[LocalStack, runners.BackgroundLoop, Path]]:
     """The local stack on free ports, an I/O loop, and a work directory; stopped on exit.
     ``kube``: makes the Kubernetes API server from the work directory, instead of one in
-    this process."""
+    this process; ``kube_kind="real"``: the real control plane (``kube`` then unused)."""
     temporary = work_dir is None
     root = Path(tempfile.mkdtemp(prefix="ehb-demo-")) if work_dir is None else work_dir
     root.mkdir(parents=True, exist_ok=True)
@@ -48,8 +49,9 @@ def local_stack(
             blob_port=0,
             kube_port=0,
             state_dir=root,
+            kube=kube_kind,
         ),
-        kube=kube(root) if kube is not None else None,
+        kube=kube(root) if kube is not None and kube_kind == "local" else None,
     )
     loop = runners.BackgroundLoop(name="scenario-io", timeout=CALL_TIMEOUT_S).start()
     try:
