@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from eventhub_balancer.adapters import listings
-from eventhub_balancer.handlers import rosters
+from eventhub_balancer.handlers import memories, rosters
 from tests.handlers import test_caching, test_cycles, test_daemons
 from tests.support import fakes, ledgers, watches
 
@@ -173,3 +173,26 @@ async def test_an_acknowledgement_in_a_writes_answer_wakes_the_next_cycle(
     daemon.deliver()
     await daemon.until(5)
     assert daemon.owned("c").get(asked[0], (0, ""))[1] == "owned"
+
+
+async def test_a_short_partition_listing_forgets_no_epoch(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+) -> None:
+    """Failure 5: with no pod left, every partition is unowned at its epoch. One listing
+    from Event Hubs lacks partition 3 (a fault: a hub's partition count never shrinks); its
+    epoch stays in the status, so when 3 is listed again its next owner gets a new epoch,
+    not the one its last owner had."""
+    memory = memories.Memory()
+    await test_cycles.cycle(kube, hubs, memory, now=0)
+    assert kube.status(NS, NAME)["epochs"]["3"] == 1
+    kube.remove_pod(NS, "a")
+    kube.remove_pod(NS, "b")
+    await test_cycles.cycle(kube, hubs, memory, now=1)
+    hubs.ids = ("0", "1", "2")
+    await test_cycles.cycle(kube, hubs, memory, now=2)
+    assert kube.status(NS, NAME)["epochs"]["3"] == 1
+    hubs.ids = ("0", "1", "2", "3")
+    kube.add_pod(NS, "c", labels={"app": "c"}, since=at(3))
+    await test_cycles.cycle(kube, hubs, memory, now=3)
+    assert kube.assignment(NS)["c"]["3"] == (2, "owned")
+    ledgers.assert_safe(kube.history)

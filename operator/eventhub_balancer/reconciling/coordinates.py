@@ -18,7 +18,8 @@ then holds the higher epoch, so a later cycle finds nothing more to raise and on
 the ConfigMap.
 
 After a change of hub, a partition the new hub does not list is gone, not a wrong answer:
-it leaves the assignment and ``status.epochs`` (`prune`).
+it leaves the assignment; its epoch stays in ``status.epochs``, as every epoch given out
+does, so that the partition, if the old hub comes back, is never given an epoch again.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import dataclasses
 import json
 import types
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from eventhub_balancer import errors, handoffs
 from eventhub_balancer.balancing import models
@@ -203,31 +203,3 @@ def change(
         raised=raised,
         hub_changed=hub_changed,
     )
-
-
-def prune(
-    epochs: Mapping[str, int],
-    *,
-    listed: Sequence[str],
-    assignment: Mapping[models.PartitionId, models.Ownership],
-) -> dict[str, int]:
-    """``epochs`` without the partitions that are neither listed nor owned: only ever called
-    with a partition list Event Hubs gave in answer (partitions that vanished with a change of
-    hub must not be handed out again). A partition that comes back (the old hub again) fences
-    above its checkpoint blob's epoch, which is read before it is given out."""
-    keep = set(listed) | {p for p, o in assignment.items() if o.owner is not None}
-    return {p: e for p, e in epochs.items() if p in keep}
-
-
-def epochs_patch(
-    stored: Mapping[str, Any] | None, desired: Mapping[str, int]
-) -> dict[str, int | None] | None:
-    """The merge patch that takes ``status.epochs`` from ``stored`` to ``desired`` when
-    partitions left it (a merge patch only adds keys unless it names the removed ones as
-    null); None when none left."""
-    removed = [p for p in (stored or {}) if p not in desired]
-    if not removed:
-        return None
-    patch: dict[str, int | None] = dict(desired)
-    patch.update(dict.fromkeys(removed))
-    return patch

@@ -222,9 +222,9 @@ def _decide(
     unread = observation.store.checkpoints is None
     hub_ok = observation.hub.fault is None
 
+    # Every epoch ever given out stays, whatever a listing says (a partition count never
+    # shrinks, and a partition left behind by another hub may come back).
     new_epochs = statuses.epochs(plan.assignment, back.floors, status_epochs)
-    if listed is not None:
-        new_epochs = coordinates.prune(new_epochs, listed=listed, assignment=plan.assignment)
     raises = any(new_epochs.get(p, 0) > status_epochs.get(p, 0) for p in new_epochs)
     if raises:
         previous = {**previous, "epochs": new_epochs}
@@ -306,9 +306,7 @@ def _decide(
         epochs=new_epochs if raises else None,
         record=record,
         writes=planned,
-        status=_with_removed_epochs(
-            statuses.status_patch(previous, desired), observation.status, desired
-        ),
+        status=statuses.status_patch(previous, desired),
         events=tuple(events),
         event_bodies=tuple(kubeevents.body(observation.body, e, now=now) for e in events),
         partitions=partitions,
@@ -412,11 +410,3 @@ def _refused(
 
 def _version(observation: observations.Observation) -> str | None:
     return (observation.body.get("metadata") or {}).get("resourceVersion") or None
-
-
-def _with_removed_epochs(
-    patch: dict[str, Any], stored: specs.StatusBody, desired: Mapping[str, Any]
-) -> dict[str, Any]:
-    """``patch`` that also removes the partitions that left ``status.epochs``."""
-    removal = coordinates.epochs_patch(stored.get("epochs"), desired.get("epochs") or {})
-    return patch if removal is None else {**patch, "epochs": removal}
