@@ -81,6 +81,13 @@ class EventHubNotFound(ConfigurationError):
     reason: ClassVar[str] = "EventHubNotFound"
 
 
+class ConsumerGroupNotFound(EventHubNotFound):
+    """The Event Hub exists, but not the consumer group the spec names: nobody can receive
+    until it is created (Azure creates none on demand) or the spec names another."""
+
+    reason: ClassVar[str] = "ConsumerGroupNotFound"
+
+
 class EventHubAuthenticationFailed(ConfigurationError):
     """Event Hubs rejected the credentials."""
 
@@ -211,6 +218,23 @@ class TokenRequestForbidden(TenantIdentityUnavailable):
     """The operator may not read the ServiceAccount or request its token (403)."""
 
     reason: ClassVar[str] = "TokenRequestForbidden"
+
+
+class ServiceAccountNotOptedIn(TenantIdentityUnavailable):
+    """The ServiceAccount has not opted in to lending its identity (the label
+    ``eventhub-balancer.dev/token-requests: allowed``, which whoever may use the ServiceAccount
+    sets): a CR's author alone may not borrow it."""
+
+    reason: ClassVar[str] = "ServiceAccountNotOptedIn"
+
+
+class IdentityRefused(ConfigurationError):
+    """An admin's command would act with a credential the EventHubConsumer does not declare
+    (the runner's own identity or connection string) on a host not bound to the CR's
+    namespace: refused before any credential exists, naming the flag and the binding that
+    would allow it."""
+
+    reason: ClassVar[str] = "IdentityRefused"
 
 
 class AmbiguousConnectionString(EndpointNotAllowed):

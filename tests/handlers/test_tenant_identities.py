@@ -47,6 +47,8 @@ ANNOTATED = {
     tenantidentities.CLIENT_ID_ANNOTATION: B_CLIENT,
     tenantidentities.TENANT_ID_ANNOTATION: TENANT,
 }
+#: The ServiceAccount's own consent to lend its identity.
+OPTED_IN = {tenantidentities.OPT_IN_LABEL: tenantidentities.OPT_IN_VALUE}
 
 
 class Exchanges:
@@ -136,12 +138,13 @@ async def test_the_tenants_clients_use_its_own_service_accounts_client_id_and_to
     exchanges: Exchanges,
 ) -> None:
     kube = fakes.FakeKube()
-    kube.add_service_account("tenant-b", "payments-reader", annotations=ANNOTATED)
+    kube.add_service_account("tenant-b", "payments-reader", annotations=ANNOTATED, labels=OPTED_IN)
     # Another tenant's ServiceAccount of the same name: never the one used.
     kube.add_service_account(
         "tenant-a",
         "payments-reader",
         annotations={**ANNOTATED, tenantidentities.CLIENT_ID_ANNOTATION: A_CLIENT},
+        labels=OPTED_IN,
     )
     kube.add_consumer("tenant-b", "payments", SPEC)
     kube.add_pod("tenant-b", "c-0", labels={"app": "c"}, since=T0)
@@ -171,6 +174,7 @@ async def test_the_tenant_id_falls_back_to_the_operators(exchanges: Exchanges) -
         "tenant-b",
         "payments-reader",
         annotations={tenantidentities.CLIENT_ID_ANNOTATION: B_CLIENT},
+        labels=OPTED_IN,
     )
     hubs = eventhubs.EventHubs(
         identity_policy=eventhubs.IdentityPolicy(namespaces=()),
@@ -199,7 +203,16 @@ def no_client(*_args: Any, **_kwargs: Any) -> Any:
     [
         (lambda kube: None, "ServiceAccountNotFound", "does not exist: create it"),
         (
-            lambda kube: kube.add_service_account("tenant-b", "payments-reader"),
+            # A CR's author names a ServiceAccount that did not opt in: nothing is borrowed.
+            lambda kube: kube.add_service_account(
+                "tenant-b", "payments-reader", annotations=ANNOTATED
+            ),
+            "ServiceAccountNotOptedIn",
+            "has not opted in to lending its identity: whoever may change it labels it "
+            "eventhub-balancer.dev/token-requests=allowed",
+        ),
+        (
+            lambda kube: kube.add_service_account("tenant-b", "payments-reader", labels=OPTED_IN),
             "ServiceAccountNotAnnotated",
             "has no azure.workload.identity/client-id annotation: annotate it",
         ),
@@ -208,6 +221,7 @@ def no_client(*_args: Any, **_kwargs: Any) -> Any:
                 "tenant-b",
                 "payments-reader",
                 annotations={tenantidentities.CLIENT_ID_ANNOTATION: B_CLIENT},
+                labels=OPTED_IN,
             ),
             "ServiceAccountNotAnnotated",
             "no azure.workload.identity/tenant-id annotation and the operator has no "
@@ -215,7 +229,9 @@ def no_client(*_args: Any, **_kwargs: Any) -> Any:
         ),
         (
             lambda kube: (
-                kube.add_service_account("tenant-b", "payments-reader", annotations=ANNOTATED),
+                kube.add_service_account(
+                    "tenant-b", "payments-reader", annotations=ANNOTATED, labels=OPTED_IN
+                ),
                 kube.fail(
                     "request_service_account_token",
                     errors.Forbidden("TokenRequest: forbidden"),
@@ -223,17 +239,20 @@ def no_client(*_args: Any, **_kwargs: Any) -> Any:
                 ),
             ),
             "TokenRequestForbidden",
-            "create on serviceaccounts/token in namespace tenant-b",
+            "either namespace tenant-b has not opted in (a RoleBinding there to the ClusterRole "
+            "eventhub-balancer-tenant",
         ),
         (
             lambda kube: (
-                kube.add_service_account("tenant-b", "payments-reader", annotations=ANNOTATED),
+                kube.add_service_account(
+                    "tenant-b", "payments-reader", annotations=ANNOTATED, labels=OPTED_IN
+                ),
                 kube.fail(
                     "read_service_account", errors.Forbidden("ServiceAccount: forbidden"), times=2
                 ),
             ),
             "TokenRequestForbidden",
-            "get on serviceaccounts in namespace tenant-b",
+            "cannot be read (403): namespace tenant-b has not opted in",
         ),
     ],
 )
@@ -259,12 +278,13 @@ async def test_an_unusable_service_account_is_a_condition_before_any_client(
         assert says in condition["message"]
         assert "Traceback" not in condition["message"]
     assert kube.status("tenant-b", "payments")["partitionCount"] == 0
+    assert kube.tokens == []  # no token was minted for a ServiceAccount that cannot lend it
 
 
 @pytest.mark.looptime
 async def test_the_token_is_renewed_before_it_expires() -> None:
     kube = fakes.FakeKube()
-    kube.add_service_account("tenant-b", "payments-reader", annotations=ANNOTATED)
+    kube.add_service_account("tenant-b", "payments-reader", annotations=ANNOTATED, labels=OPTED_IN)
     tenants = tenantidentities.TenantIdentities(kube)
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -292,7 +312,7 @@ async def test_the_token_is_renewed_before_it_expires() -> None:
 async def test_the_cache_is_bounded_and_forgets_a_failed_identity() -> None:
     kube = fakes.FakeKube()
     for i in range(5):
-        kube.add_service_account("tenant-b", f"sa-{i}", annotations=ANNOTATED)
+        kube.add_service_account("tenant-b", f"sa-{i}", annotations=ANNOTATED, labels=OPTED_IN)
     tenants = tenantidentities.TenantIdentities(kube, max_service_accounts=3)
     for i in range(5):
         await tenants.identity(namespace="tenant-b", service_account=f"sa-{i}")

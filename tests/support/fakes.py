@@ -301,9 +301,14 @@ class FakeKube:
         self._store("secret", namespace, {"metadata": {"name": name}, "data": dict(data)})
 
     def add_service_account(
-        self, namespace: str, name: str, *, annotations: Mapping[str, str] | None = None
+        self,
+        namespace: str,
+        name: str,
+        *,
+        annotations: Mapping[str, str] | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> None:
-        meta = {"name": name, "annotations": dict(annotations or {})}
+        meta = {"name": name, "annotations": dict(annotations or {}), "labels": dict(labels or {})}
         self._store("serviceaccount", namespace, {"metadata": meta})
 
     def add_pod(
@@ -465,6 +470,8 @@ class FakeCheckpointStore:
     def __init__(self) -> None:
         self.blobs: dict[str, tuple[int, int]] = {}
         self.failure: errors.EventHubBalancerError | None = None
+        #: consumer groups that do not exist: listing for one raises, the ids cached
+        self.missing_groups: set[str] = set()
         #: the loop time of every read
         self.reads: list[float] = []
 
@@ -502,6 +509,8 @@ class FakeHubs:
         self.last_sequences: dict[str, int] = {}
         #: raised by every Event Hubs call while set
         self.failure: errors.EventHubBalancerError | None = None
+        #: consumer groups that do not exist: listing for one raises, the ids cached
+        self.missing_groups: set[str] = set()
         #: the ``now`` (wall seconds) of every partition listing asked for
         self.listings: list[float] = []
         #: (loop time, hub name) of every listing the growth watch asked for (`list_hub`)
@@ -554,6 +563,7 @@ class FakeHubs:
         now: float,
         namespace: str | None = None,
         service_account: str | None = None,
+        consumer_group: str | None = None,
     ) -> tuple[tuple[str, ...], bool]:
         self.listings.append(now)
         self.service_accounts.append(service_account)
@@ -567,6 +577,12 @@ class FakeHubs:
             hash(connection_string),
             client_id,
         )
+        if consumer_group in self.missing_groups:
+            raise errors.ConsumerGroupNotFound(
+                f"consumer group {consumer_group!r} of Event Hub {eventhub_name!r} in "
+                f"{fully_qualified_namespace} does not exist: create it, or fix "
+                "spec.eventHub.consumerGroup"
+            )
         return ids, True
 
     async def last_sequence_numbers(

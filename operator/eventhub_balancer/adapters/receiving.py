@@ -15,7 +15,9 @@ against azure-eventhub 5.15 (see ``ehb bench consumer``):
   second. The per-partition consumer is what ``receive_batch`` runs underneath, so the
   per-event cost is the same.
 - ``owner_level`` = our epoch, so that Event Hubs disconnects an older owner
-  (``amqp:link:stolen``), which we translate into :class:`errors.OwnershipLost` at once.
+  (``amqp:link:stolen``), which we translate into :class:`errors.OwnershipLost` at once; a hub
+  or consumer group that does not exist (``amqp:not-found``) fails the partition at once with
+  :class:`errors.EventHubNotFound` (`linkrefusals`), never a loop of reopens.
 - Our own micro-batching on top of the SDK's buffer (``adapters.batching``): the SDK hands
   out whatever arrived, one event at a time when the stream is slow.
 - After each delivery, the delivery tags the SDK's link keeps are dropped
@@ -41,13 +43,16 @@ from azure.eventhub import _utils as sdk_utils
 from azure.eventhub.aio import EventHubConsumerClient
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import amqphandshakes, batching, deliveries, tlscontexts
+from eventhub_balancer.adapters import (
+    amqphandshakes,
+    batching,
+    deliveries,
+    linkrefusals,
+    tlscontexts,
+)
 from eventhub_balancer.contracts import startpositions
 
 logger = logging.getLogger(__name__)
-
-#: The condition Event Hubs puts on a link that a receiver with a higher owner level took over.
-LINK_STOLEN = "link:stolen"
 
 #: The SDK's own retries of a broken link (exponential, 0.8 s factor) before it raises; our
 #: loop reopens after that, so each layer keeps its budget small.
@@ -89,8 +94,12 @@ class EventHubAddress:
     fully_qualified_namespace: str
     eventhub_name: str
     consumer_group: str = "$Default"
-    #: A connection string; without one, workload identity (DefaultAzureCredential) is used.
+    #: A connection string; without one, ``credential``, else workload identity
+    #: (DefaultAzureCredential, the pod's own).
     connection_string: str | None = dataclasses.field(default=None, repr=False)
+    #: A token credential its owner closes (the admin's commands pass the identity the
+    #: consumer declares, so that nothing falls back to the runner's own by omission).
+    credential: Any = dataclasses.field(default=None, repr=False, compare=False)
 
 
 def make_client(address: EventHubAddress) -> EventHubConsumerClient:
@@ -108,33 +117,22 @@ def make_client(address: EventHubAddress) -> EventHubConsumerClient:
             eventhub_name=address.eventhub_name,
             **common,
         )
-    from azure.identity.aio import DefaultAzureCredential
+    credential = address.credential
+    if credential is None:
+        from azure.identity.aio import DefaultAzureCredential
 
+        credential = DefaultAzureCredential()
     return EventHubConsumerClient(
         address.fully_qualified_namespace,
         address.eventhub_name,
         address.consumer_group,
-        DefaultAzureCredential(),
+        credential,
         **common,
     )
 
 
-def is_link_stolen(error: BaseException) -> bool:
-    """Whether an SDK error means a receiver with a higher owner level took the partition."""
-    seen: BaseException | None = error
-    for _ in range(5):  # the SDK wraps at most a couple of levels
-        if seen is None:
-            return False
-        if getattr(seen, "error", None) == LINK_STOLEN:
-            return True
-        condition = getattr(seen, "condition", None)
-        if isinstance(condition, bytes) and condition.endswith(LINK_STOLEN.encode()):
-            return True
-        if LINK_STOLEN in str(seen):
-            return True
-        details = getattr(seen, "details", None)
-        seen = details if isinstance(details, BaseException) else seen.__cause__
-    return False
+#: Kept importable from here, where it was first defined.
+is_link_stolen = linkrefusals.is_link_stolen
 
 
 def _body_bytes(event: EventData) -> bytes:
@@ -192,8 +190,9 @@ class PartitionReceiver:
     """One partition's exclusive receive link (owner level = epoch), batched for the runtime.
 
     ``start()`` opens it in a background task; ``next_batch()`` hands out micro-batches and
-    raises :class:`errors.OwnershipLost` (link stolen) or :class:`errors.EventHubUnreachable`
-    (reopening failed repeatedly). ``next_batch()`` may be cancelled at any time without
+    raises :class:`errors.OwnershipLost` (link stolen), :class:`errors.EventHubNotFound` (no
+    such hub or consumer group) or :class:`errors.EventHubUnreachable` (reopening failed
+    repeatedly). ``next_batch()`` may be cancelled at any time without
     losing events. ``close()`` stops receiving; buffered events are dropped (they were never
     handed out, so no checkpoint passed them).
     """
@@ -319,6 +318,20 @@ class PartitionReceiver:
                         errors.OwnershipLost(self.partition, epoch, epoch, owner="a newer receiver")
                     )
                     return
+                described = linkrefusals.not_found(e)
+                if described is not None:
+                    # A hub or consumer group that does not exist: reopening cannot mend it.
+                    # The partition fails at once, and the runtime paces its restarts and says
+                    # it once for every partition (`consumer.restarts`).
+                    self._fail(
+                        linkrefusals.missing(
+                            described,
+                            fully_qualified_namespace=self.address.fully_qualified_namespace,
+                            eventhub_name=self.address.eventhub_name,
+                            consumer_group=self.address.consumer_group,
+                        )
+                    )
+                    return
                 if self._last_buffered != received_before:
                     attempts, backoff = 0, REOPEN_BACKOFF_S  # it made progress: a new failure
                 attempts += 1
@@ -347,7 +360,7 @@ class PartitionReceiver:
                 await asyncio.shield(self._close_quietly(consumer, client))
 
     async def _close_quietly(self, consumer: Any, client: EventHubConsumerClient) -> None:
-        await _stop_keep_alive(consumer)
+        await stop_keep_alive(consumer)
         for closable in (consumer, client):
             try:
                 await asyncio.wait_for(closable.close(), timeout=5.0)
@@ -401,7 +414,7 @@ def forget_delivery_tags(consumer: Any) -> None:
         tags.clear()
 
 
-async def _stop_keep_alive(consumer: Any) -> None:
+async def stop_keep_alive(consumer: Any) -> None:
     """Cancel the SDK's keep-alive task of a link we are about to close.
 
     The aio handler's keep-alive task looks at its shutdown flag once a second, and the

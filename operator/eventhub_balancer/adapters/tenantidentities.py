@@ -9,6 +9,14 @@ ID for the identity named by the ServiceAccount's ``azure.workload.identity/clie
 annotation, exactly as the workload identity webhook's pods do with their projected token.
 So a tenant reaches only what an identity that trusts its own ServiceAccount may reach.
 
+A ServiceAccount lends its identity only when it opts in: the label `OPT_IN_LABEL` set to
+`OPT_IN_VALUE`, which whoever may change the ServiceAccount sets (in the default roles, those
+who may also run pods as it). Without it, someone who may only write EventHubConsumers would
+borrow an identity they could not use themselves. The install's admission policy
+(``eventhub-balancer-token-requests``) makes the API server refuse the operator a token of a
+ServiceAccount without the label, whatever the operator's code does; the check here says so
+first, as a condition naming the label.
+
 Why ``ClientAssertionCredential`` rather than ``WorkloadIdentityCredential``: the latter is
 the same exchange (it subclasses the former) but reads the token from a file; the operator
 serves many tenants, and writing their tokens to disk would leave credentials in files to
@@ -54,6 +62,16 @@ MAX_SERVICE_ACCOUNTS = 1024
 #: The annotations of the Azure workload identity webhook, read from the ServiceAccount.
 CLIENT_ID_ANNOTATION = "azure.workload.identity/client-id"
 TENANT_ID_ANNOTATION = "azure.workload.identity/tenant-id"
+#: The ServiceAccount's opt-in: a label (not an annotation) so that the admission policy can
+#: select the ServiceAccounts without it.
+OPT_IN_LABEL = "eventhub-balancer.dev/token-requests"
+OPT_IN_VALUE = "allowed"
+#: How a namespace opts in, for the messages: the operator reads ServiceAccounts and Secrets
+#: and requests tokens only where the install binds this ClusterRole to it.
+TENANT_OPT_IN = (
+    "a RoleBinding there to the ClusterRole eventhub-balancer-tenant: chart value "
+    "tenantNamespaces, or kubectl create rolebinding as docs/install.md shows"
+)
 
 _GUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 #: A tenant is a GUID or a domain name (contoso.onmicrosoft.com), as azure-identity allows.
@@ -179,6 +197,15 @@ class TenantIdentities:
 
     async def _renew(self, namespace: str, name: str, *, now: float) -> _Entry:
         account = await self._read(namespace, name)
+        labels = (account.get("metadata") or {}).get("labels") or {}
+        if labels.get(OPT_IN_LABEL) != OPT_IN_VALUE:
+            raise errors.ServiceAccountNotOptedIn(
+                namespace=namespace,
+                service_account=name,
+                problem=f"has not opted in to lending its identity: whoever may change it "
+                f"labels it {OPT_IN_LABEL}={OPT_IN_VALUE} (kubectl label serviceaccount {name} "
+                f"-n {namespace} {OPT_IN_LABEL}={OPT_IN_VALUE})",
+            )
         annotations = (account.get("metadata") or {}).get("annotations") or {}
         client_id = str(annotations.get(CLIENT_ID_ANNOTATION) or "").strip()
         if not _GUID.match(client_id):
@@ -233,9 +260,8 @@ class TenantIdentities:
             raise errors.TokenRequestForbidden(
                 namespace=namespace,
                 service_account=name,
-                problem="cannot be read by the operator (403): its role needs get on "
-                f"serviceaccounts in namespace {namespace} (the chart and manifests/install "
-                "grant it wherever the operator serves)",
+                problem=f"cannot be read (403): namespace {namespace} has not opted in "
+                f"({TENANT_OPT_IN})",
             ) from e
 
     async def _request(self, namespace: str, name: str) -> tuple[str, float]:
@@ -254,9 +280,10 @@ class TenantIdentities:
             raise errors.TokenRequestForbidden(
                 namespace=namespace,
                 service_account=name,
-                problem="is refused a token (403): the operator's role needs create on "
-                f"serviceaccounts/token in namespace {namespace} (the chart and "
-                "manifests/install grant it wherever the operator serves)",
+                problem=f"is refused a token ({e}): either namespace {namespace} has not "
+                f"opted in ({TENANT_OPT_IN}), or the admission policy "
+                "eventhub-balancer-token-requests refused the request (the API server's "
+                "message says why)",
             ) from e
         token = status.get("token")
         if not isinstance(token, str) or not token:

@@ -2,7 +2,8 @@
 
 Before a reset, a migration to another hub or consumer group, or an experiment, the positions
 are saved in a file that ``ehb checkpoints import`` reads back. It reads only, so it needs no
-pause; the file holds positions, owners and epochs, never a credential.
+pause; the file holds positions, owners and epochs, never a credential. It reads with the
+identity the EventHubConsumer declares (`actingidentities`).
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ import argparse
 import datetime
 import json
 
-from eventhub_balancer.cli import allowedendpoints, checkpoints
+from eventhub_balancer.cli import checkpoints, consumertargets
 
 COMMAND = ("checkpoints", "export")
 HELP = "print an EventHubConsumer's checkpoints as JSON (for `ehb checkpoints import`)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    checkpoints.add_consumer_arguments(parser)
+    consumertargets.add_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -29,11 +30,11 @@ def run(args: argparse.Namespace) -> int:
     async def export() -> checkpointdocuments.ExportDocument:
         api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
         try:
-            consumer = await checkpoints.read_consumer(
+            consumer = await consumertargets.read_consumer(
                 api,
-                namespace=checkpoints.consumer_namespace(args),
+                args,
+                namespace=consumertargets.consumer_namespace(args),
                 name=args.name,
-                allowed=allowedendpoints.policy(args),
                 eventhub=False,  # only the checkpoint store is read
             )
         finally:

@@ -3,7 +3,8 @@
 Restores a backup or carries positions over to another hub or consumer group. It moves
 checkpoints as a reset does, so it has the same guards: the consumer must be paused, the file
 is validated before anything is written (every problem names its place), partitions the hub
-does not have are refused, and every blob is written with an epoch above every owner's.
+does not have are refused, and every blob is written with an epoch above every owner's. It
+acts with the identity the EventHubConsumer declares (`actingidentities`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from eventhub_balancer.cli import allowedendpoints, checkpoints
+from eventhub_balancer.cli import checkpoints, consumertargets
 
 if TYPE_CHECKING:
     from eventhub_balancer.contracts import checkpointblobs
@@ -26,7 +27,7 @@ REASON = "CheckpointsImported"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    checkpoints.add_consumer_arguments(parser)
+    consumertargets.add_arguments(parser)
     parser.add_argument("file", help="a JSON file written by `ehb checkpoints export` (- = stdin)")
     parser.add_argument("--dry-run", action="store_true", help="print the changes, write nothing")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
@@ -62,26 +63,21 @@ def run(args: argparse.Namespace) -> int:
 async def _import(args: argparse.Namespace, positions: dict[str, checkpointblobs.Position]) -> int:
     from eventhub_balancer import errors
     from eventhub_balancer.adapters import checkpointresets as resets
-    from eventhub_balancer.adapters import kubeapi, receiving
+    from eventhub_balancer.adapters import kubeapi
 
     api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
     try:
-        consumer = await checkpoints.read_consumer(
-            api,
-            namespace=checkpoints.consumer_namespace(args),
-            name=args.name,
-            allowed=allowedendpoints.policy(args),
+        consumer = await consumertargets.read_consumer(
+            api, args, namespace=consumertargets.consumer_namespace(args), name=args.name
         )
-        checkpoints.require_paused(consumer.body)
+        consumertargets.require_paused(consumer.body)
         spec = consumer.spec
-        address = receiving.EventHubAddress(
-            fully_qualified_namespace=spec.fully_qualified_namespace,
-            eventhub_name=spec.event_hub_name,
-            consumer_group=spec.consumer_group,
-            connection_string=consumer.eventhub_connection_string,
-        )
-        async with resets.hub_client(address) as client:
-            known = await resets.partition_ids(client, address)
+        address = consumertargets.hub_address(consumer)
+        try:
+            async with resets.hub_client(address) as client:
+                known = await resets.partition_ids(client, address)
+        finally:
+            await consumertargets.close_credential(address)
         unknown = [p for p in positions if p not in known]
         if unknown:
             raise errors.InvalidInput(
@@ -89,7 +85,7 @@ async def _import(args: argparse.Namespace, positions: dict[str, checkpointblobs
                 f"partition(s) {', '.join(unknown)} are not in Event Hub {spec.event_hub_name!r} "
                 f"(it has {', '.join(known)}): remove them from the file",
             )
-        async with checkpoints.open_store(consumer) as container:
+        async with consumertargets.open_store(consumer) as container:
             blobs = resets.store_blobs(
                 container,
                 fully_qualified_namespace=spec.fully_qualified_namespace,

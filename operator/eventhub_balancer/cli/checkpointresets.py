@@ -4,7 +4,8 @@ The standing request of Event Hubs users (replay since an incident, skip a poiso
 answered as Kafka's ``kafka-consumer-groups --reset-offsets`` answers it: only while the
 consumer is paused, with a dry run, printing old -> new per partition. Every blob is written
 with an epoch above every owner's (``adapters.checkpointresets``), so no stale pod undoes it,
-and an Event on the CR records who moved what.
+and an Event on the CR records who moved what. It acts with the identity the EventHubConsumer
+declares (`actingidentities`), never the runner's own by default.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import argparse
 import datetime
 from typing import Any
 
-from eventhub_balancer.cli import allowedendpoints, checkpoints
+from eventhub_balancer.cli import checkpoints, consumertargets
 
 COMMAND = ("checkpoints", "reset")
 HELP = "move a paused EventHubConsumer's checkpoints (earliest, latest, a time, a shift)"
@@ -23,7 +24,7 @@ REASON = "CheckpointsReset"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    checkpoints.add_consumer_arguments(parser)
+    consumertargets.add_arguments(parser)
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--to-earliest", action="store_true", help="replay all retained events")
     target.add_argument("--to-latest", action="store_true", help="skip every event so far")
@@ -98,27 +99,20 @@ def run(args: argparse.Namespace) -> int:
 
 async def _reset(args: argparse.Namespace, target: Any) -> int:
     from eventhub_balancer.adapters import checkpointresets as resets
-    from eventhub_balancer.adapters import kubeapi, receiving
+    from eventhub_balancer.adapters import kubeapi
 
     api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
+    address = None
     try:
-        consumer = await checkpoints.read_consumer(
-            api,
-            namespace=checkpoints.consumer_namespace(args),
-            name=args.name,
-            allowed=allowedendpoints.policy(args),
+        consumer = await consumertargets.read_consumer(
+            api, args, namespace=consumertargets.consumer_namespace(args), name=args.name
         )
-        checkpoints.require_paused(consumer.body)
+        consumertargets.require_paused(consumer.body)
         spec = consumer.spec
-        address = receiving.EventHubAddress(
-            fully_qualified_namespace=spec.fully_qualified_namespace,
-            eventhub_name=spec.event_hub_name,
-            consumer_group=spec.consumer_group,
-            connection_string=consumer.eventhub_connection_string,
-        )
+        address = consumertargets.hub_address(consumer)
         async with (
             resets.hub_client(address) as client,
-            checkpoints.open_store(consumer) as container,
+            consumertargets.open_store(consumer) as container,
         ):
             partitions = chosen_partitions(
                 args.partitions, await resets.partition_ids(client, address)
@@ -143,6 +137,8 @@ async def _reset(args: argparse.Namespace, target: Any) -> int:
                 )
     finally:
         api.close()
+        if address is not None:
+            await consumertargets.close_credential(address)
     checkpoints.print_changes(
         changes,
         as_json=args.json,

@@ -6,29 +6,31 @@ credentials. ``ehb checkpoints list NAME`` reads where from the EventHubConsumer
 default the kubeconfig context's namespace, as kubectl); without a NAME the flags say where,
 for a consumer group no EventHubConsumer manages.
 
-The rest of this module is shared by ``ehb checkpoints reset``, ``export`` and ``import``
-(``cli.checkpointresets``, ``cli.checkpointexports``, ``cli.checkpointimports``; the command
-tree takes one command a module): reading the EventHubConsumer and its Secrets, the refusal
-unless it is paused, the old -> new table, and the Event on the CR.
+With NAME it acts with the identity the EventHubConsumer declares (its Secret, or its
+ServiceAccount's), never the runner's own unless ``--use-my-identity`` says so and the host is
+bound to the CR's namespace (`actingidentities`).
+
+The rest of this module is shared by ``ehb checkpoints reset`` and ``import``
+(``cli.checkpointresets``, ``cli.checkpointimports``; the command tree takes one command a
+module): the old -> new table and the Event on the CR. Reading the EventHubConsumer is
+`consumertargets`.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
-from eventhub_balancer.cli import allowedendpoints, tables
-from eventhub_balancer.contracts import connectionstrings, specs
+from eventhub_balancer.cli import actingidentities, allowedendpoints, consumertargets, tables
+from eventhub_balancer.contracts import connectionstrings
 
 if TYPE_CHECKING:
     from eventhub_balancer.adapters import checkpointresets
     from eventhub_balancer.adapters.checkpointing import Checkpoint
-    from eventhub_balancer.contracts import endpoints
 
 COMMAND = ("checkpoints", "list")
 HELP = "list a consumer group's checkpoints: partition, sequence number, offset, owner, epoch, age"
@@ -79,7 +81,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     credentials.add_argument(
         "--account-url",
-        help="https://<account>.blob.core.windows.net, with DefaultAzureCredential",
+        help="https://<account>.blob.core.windows.net, with DefaultAzureCredential (without "
+        "NAME only)",
     )
     parser.add_argument("--container", help="the checkpoint container (required without NAME)")
     parser.add_argument(
@@ -90,6 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hub", help="the event hub name (required without NAME)")
     parser.add_argument("--consumer-group", default=None, help=f"default: {DEFAULT_CONSUMER_GROUP}")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    actingidentities.add_arguments(parser)
     allowedendpoints.add_arguments(parser)
 
 
@@ -167,14 +171,14 @@ async def _list_consumer(args: argparse.Namespace) -> list[Checkpoint]:
                 f"EventHubConsumer {args.name} says where its checkpoints are: drop {flag}, "
                 "or drop NAME to list a consumer group by flags",
             )
-    namespace = consumer_namespace(args)
+    namespace = consumertargets.consumer_namespace(args)
     api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
     try:
-        consumer = await read_consumer(
+        consumer = await consumertargets.read_consumer(
             api,
+            args,
             namespace=namespace,
             name=args.name,
-            allowed=allowedendpoints.policy(args),
             eventhub=False,  # only the checkpoint store is read
         )
     finally:
@@ -214,7 +218,9 @@ async def _list_by_flags(args: argparse.Namespace) -> list[Checkpoint]:
                 f"give --connection-string, --account-url or ${CONNECTION_STRING_ENV}",
             )
     source = "--connection-string" if args.connection_string else CONNECTION_STRING_ENV
-    refuse_malformed(connection_string, connectionstrings.blob_problem, source=source)
+    consumertargets.refuse_malformed(
+        connection_string, connectionstrings.blob_problem, source=source
+    )
     # Before any client: --account-url builds the caller's own DefaultAzureCredential.
     allowedendpoints.policy(args).check_blob(
         account_url=None if connection_string else args.account_url,
@@ -254,176 +260,18 @@ async def _list(
         return await store.list()
 
 
-# -- shared by ``ehb checkpoints reset | export | import`` (one command a module: see cli/)
-
-#: How to pause, in the refusal of a reset or import (like Kafka's, which needs an idle group).
-PAUSE_HINT = (
-    "kubectl patch eventhubconsumer {name} -n {namespace} --type merge "
-    """-p '{{"spec":{{"paused":true}}}}'"""
-)
+# -- shared by ``ehb checkpoints list NAME``, ``export``, ``reset`` and ``import``
 
 
-def add_consumer_arguments(parser: argparse.ArgumentParser) -> None:
-    """NAME, -n and --kubeconfig: the EventHubConsumer whose checkpoints are meant (read its
-    namespace with `consumer_namespace`)."""
-    parser.add_argument("name", help="the EventHubConsumer")
-    parser.add_argument(
-        "-n",
-        "--namespace",
-        default=None,
-        help="its namespace (default: the kubeconfig context's, as kubectl)",
-    )
-    parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: $KUBECONFIG)")
-    allowedendpoints.add_arguments(parser)
-
-
-def refuse_malformed(
-    connection_string: str | None, problem_of: Callable[[str], str | None], *, source: str
-) -> None:
-    """Refuse a connection string that can never work, saying where it came from (a flag, a
-    variable, ``Secret ns/name, key 'k'``), what is wrong and what to write; never the value.
-
-    The endpoint check would refuse it too, but as ``host '' is not allowed``."""
-    from eventhub_balancer import errors
-
-    problem = None if connection_string is None else problem_of(connection_string)
-    if problem is not None:
-        raise errors.InvalidInput(source, problem)
-
-
-def secret_source(namespace: str, ref: specs.SecretKeyRef) -> str:
-    """How a message names the Secret key a connection string was read from."""
-    return f"Secret {namespace}/{ref.name}, key {ref.key!r}"
-
-
-def consumer_namespace(args: argparse.Namespace) -> str:
-    """The namespace of NAME: ``-n``, else the kubeconfig context's."""
-    from eventhub_balancer.cli import kubecontexts
-
-    return kubecontexts.namespace_of(namespace=args.namespace, kubeconfig=args.kubeconfig)
-
-
-def require_paused(body: Mapping[str, Any]) -> None:
-    """Refuse unless the consumer is paused and the operator says every partition is released.
-
-    ``spec.paused`` alone is not enough: until the operator has revoked every partition by
-    hand-off, pods still checkpoint, and one of them could write after the reset.
-    """
-    from eventhub_balancer import errors
-    from eventhub_balancer.contracts import conditions
-
-    meta = body.get("metadata") or {}
-    name, namespace = meta.get("name", "NAME"), meta.get("namespace", "default")
-    how = PAUSE_HINT.format(name=name, namespace=namespace)
-    if (body.get("spec") or {}).get("paused") is not True:
-        raise errors.InvalidInput(
-            "spec.paused",
-            f"EventHubConsumer {namespace}/{name} is not paused; checkpoints are only moved "
-            f"while no pod consumes. Pause it first: {how}",
-        )
-    found = conditions.find((body.get("status") or {}).get("conditions"), conditions.PAUSED)
-    generation, observed = meta.get("generation"), (found or {}).get("observedGeneration")
-    if found is not None and None not in (generation, observed) and generation != observed:
-        found = None  # said of an older spec: the operator has not seen this one yet
-    if found is None or found.get("status") != "True":
-        state = "missing" if found is None else f"{found.get('status')} ({found.get('reason')})"
-        raise errors.InvalidInput(
-            "status.conditions[Paused]",
-            f"EventHubConsumer {namespace}/{name} has spec.paused but its Paused condition is "
-            f"{state}: the operator has not yet released every partition. Wait until "
-            f"`kubectl get ehc {name} -n {namespace}` shows it Paused, then run this again",
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class ConsumerTarget:
-    """An EventHubConsumer read from the cluster, with what its checkpoints need (no logging:
-    the connection strings are secrets)."""
-
-    body: dict[str, Any]
-    spec: specs.ConsumerSpec
-    eventhub_connection_string: str | None = dataclasses.field(repr=False)
-    blob_connection_string: str | None = dataclasses.field(repr=False)
-
-    @property
-    def qualified_name(self) -> str:
-        meta = self.body.get("metadata") or {}
-        return f"{meta.get('namespace')}/{meta.get('name')}"
-
-    @property
-    def status_epochs(self) -> Mapping[str, Any]:
-        epochs = (self.body.get("status") or {}).get("epochs")
-        return epochs if isinstance(epochs, Mapping) else {}
-
-
-async def read_consumer(
-    api: Any,
-    *,
-    namespace: str,
-    name: str,
-    allowed: endpoints.EndpointPolicy,
-    eventhub: bool = True,
-) -> ConsumerTarget:
-    """The CR and its Secrets' connection strings, read as the operator reads them.
-
-    Raises `errors.InvalidInput` naming the Secret for a connection string that can never
-    work (`refuse_malformed`), and `errors.EndpointNotAllowed` unless the checkpoint store
-    (and with ``eventhub`` the Event Hub) is where ``allowed`` lets credentials go: checked on
-    the very values that `open_store` and the hub client get, before either builds a
-    credential.
-    """
-    body = dict(await api.get_consumer(namespace=namespace, name=name))
-    spec = specs.parse_spec(body.get("spec") or {})
-
-    async def secret(creds: specs.Credentials) -> str | None:
-        if creds.secret_ref is None:
-            return None
-        value: str = await api.read_secret_key(
-            namespace=namespace, name=creds.secret_ref.name, key=creds.secret_ref.key
-        )
-        return value
-
-    target = ConsumerTarget(
-        body=body,
-        spec=spec,
-        eventhub_connection_string=await secret(spec.event_hub_credentials),
-        blob_connection_string=await secret(spec.checkpoint_credentials),
-    )
-    shapes: list[tuple[specs.Credentials, str | None, Callable[[str], str | None]]] = [
-        (spec.checkpoint_credentials, target.blob_connection_string, connectionstrings.blob_problem)
-    ]
-    if eventhub:
-        shapes.append(
-            (
-                spec.event_hub_credentials,
-                target.eventhub_connection_string,
-                connectionstrings.eventhub_problem,
-            )
-        )
-    for creds, value, problem_of in shapes:
-        if creds.secret_ref is not None:
-            refuse_malformed(value, problem_of, source=secret_source(namespace, creds.secret_ref))
-    allowed.check_blob(
-        account_url=None
-        if target.blob_connection_string
-        else (spec.checkpoint_account_url or None),
-        connection_string=target.blob_connection_string,
-    )
-    if eventhub:
-        allowed.check_eventhub(
-            fully_qualified_namespace=spec.fully_qualified_namespace,
-            connection_string=target.eventhub_connection_string,
-        )
-    return target
-
-
-async def list_checkpoints(target: ConsumerTarget, *, owner_id: str) -> list[Checkpoint]:
+async def list_checkpoints(
+    target: consumertargets.ConsumerTarget, *, owner_id: str
+) -> list[Checkpoint]:
     """``target``'s checkpoints as its store holds them (``owner_id`` only names the reader:
     nothing is written)."""
     from eventhub_balancer.adapters import checkpointing
 
     spec = target.spec
-    async with open_store(target) as container:
+    async with consumertargets.open_store(target) as container:
         store = checkpointing.CheckpointStore(
             container,
             fully_qualified_namespace=spec.fully_qualified_namespace,
@@ -432,19 +280,6 @@ async def list_checkpoints(target: ConsumerTarget, *, owner_id: str) -> list[Che
             owner_id=owner_id,
         )
         return await store.list()
-
-
-def open_store(target: ConsumerTarget) -> Any:
-    """The checkpoint container of ``target`` (an async context manager)."""
-    from eventhub_balancer.adapters import blobs
-
-    return blobs.open_container(
-        container_name=target.spec.checkpoint_container,
-        connection_string=target.blob_connection_string,
-        account_url=None
-        if target.blob_connection_string
-        else (target.spec.checkpoint_account_url or None),
-    )
 
 
 class ChangeRow(TypedDict):
@@ -499,7 +334,7 @@ def change_table(items: Sequence[ChangeRow]) -> str:
 
 async def apply_changes(
     api: Any,
-    target: ConsumerTarget,
+    target: consumertargets.ConsumerTarget,
     blobs: Any,
     changes: Sequence[checkpointresets.Change],
     *,

@@ -9,28 +9,28 @@ handler here (``--through-handler``: nothing else sees them). A replayed blob is
 its metadata, so a second replay of the same batch needs ``--force``.
 
 The coordinates (namespace, hub, consumer group, container) come from the EventHubConsumer,
-read through the Kubernetes API, so that nobody retypes them. Credentials come from flags or
-the environment as ``ehb checkpoints list`` takes them, else from the Secrets the CR names
-(when the caller may read them), else workload identity. Nothing here prints a credential.
+read through the Kubernetes API, so that nobody retypes them. So does the identity: the CR's
+Secrets, or its ServiceAccount's federated identity (`actingidentities`). The runner's own
+credentials (``--connection-string``, ``--account-url``, ``--eventhub-connection-string``,
+their variables, or ``--use-my-identity``) are used only for a host bound to the CR's
+namespace: otherwise a tenant's CR could send the runner's token, and the tenant's events,
+to another tenant's hub. Nothing here prints a credential.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import json
 import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from eventhub_balancer.cli import allowedendpoints, checkpoints, tables
+from eventhub_balancer.cli import actingidentities, consumertargets, tables
 from eventhub_balancer.contracts import connectionstrings
 
 if TYPE_CHECKING:
-    from eventhub_balancer.adapters import deadletterreplays, kubeapi
-    from eventhub_balancer.adapters import eventhubs as eventhubs_adapter
-    from eventhub_balancer.contracts import specs
+    from eventhub_balancer.adapters import deadletterreplays
 
 COMMAND = ("deadletters",)
 HELP = "list, show and replay the batches a consumer dead-lettered"
@@ -94,32 +94,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     replaying.add_argument(
         "--eventhub-connection-string",
-        help=f"Event Hubs connection string with Send rights (default: "
-        f"${EVENTHUB_CONNECTION_STRING_ENV}, else the CR's Secret)",
+        help=f"Event Hubs connection string with Send rights, yours (default: "
+        f"${EVENTHUB_CONNECTION_STRING_ENV}, else the identity the CR declares); only for a "
+        "host bound to the CR's namespace (--bind-location)",
     )
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", metavar="NAME", help="the EventHubConsumer")
-    parser.add_argument(
-        "-n",
-        "--namespace",
-        default=None,
-        help="NAME's namespace (default: the kubeconfig context's, as kubectl)",
-    )
-    parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: $KUBECONFIG)")
+    consumertargets.add_arguments(parser, name=False)
     credentials = parser.add_mutually_exclusive_group()
     credentials.add_argument(
         "--connection-string",
-        help=f"storage connection string (default: ${BLOB_CONNECTION_STRING_ENV}, else the "
-        "CR's Secret)",
+        help=f"storage connection string, yours (default: ${BLOB_CONNECTION_STRING_ENV}, else "
+        "the identity the CR declares); only for a host bound to the CR's namespace",
     )
     credentials.add_argument(
         "--account-url",
-        help="https://<account>.blob.core.windows.net, with DefaultAzureCredential",
+        help="https://<account>.blob.core.windows.net, with your DefaultAzureCredential; only "
+        "for a host bound to the CR's namespace",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
-    allowedendpoints.add_arguments(parser)
 
 
 # --- output ---
@@ -196,83 +191,34 @@ def show_text(letter: deadletterreplays.DeadLetter, body: dict[str, Any]) -> str
     return "\n".join(lines)
 
 
-# --- the CR and the credentials ---
+# --- the runner's own credentials ---
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Target:
-    """What the command works on: the CR's coordinates with credentials resolved."""
-
-    name: str
-    namespace: str
-    spec: specs.ConsumerSpec
-    blob_connection_string: str | None = dataclasses.field(default=None, repr=False)
-    blob_account_url: str | None = None
-
-
-async def _read_target(args: argparse.Namespace, api: kubeapi.KubeAPI, *, namespace: str) -> Target:
-    from eventhub_balancer.contracts import specs
-
-    body = await api.get_consumer(namespace=namespace, name=args.name)
-    spec = specs.parse_spec(body.get("spec") or {})
-    connection_string = args.connection_string
-    account_url = args.account_url
-    source = "--connection-string"
-    if connection_string is None and account_url is None:
-        connection_string = os.environ.get(BLOB_CONNECTION_STRING_ENV) or None
-        source = BLOB_CONNECTION_STRING_ENV
-    if connection_string is None and account_url is None:
-        ref = spec.checkpoint_credentials.secret_ref
-        if ref is not None:
-            connection_string = await api.read_secret_key(
-                namespace=namespace, name=ref.name, key=ref.key
-            )
-            source = checkpoints.secret_source(namespace, ref)
-        else:
-            account_url = spec.checkpoint_account_url
-    checkpoints.refuse_malformed(connection_string, connectionstrings.blob_problem, source=source)
-    return Target(
-        name=args.name,
-        namespace=namespace,
-        spec=spec,
-        blob_connection_string=connection_string,
-        blob_account_url=account_url,
-    )
-
-
-async def _eventhub_coordinates(
-    args: argparse.Namespace, api: kubeapi.KubeAPI, target: Target
-) -> eventhubs_adapter.Coordinates:
-    from eventhub_balancer.adapters import eventhubs
-
-    connection_string = (
-        args.eventhub_connection_string or os.environ.get(EVENTHUB_CONNECTION_STRING_ENV) or None
-    )
-    source = (
-        "--eventhub-connection-string"
-        if args.eventhub_connection_string
-        else EVENTHUB_CONNECTION_STRING_ENV
-    )
-    spec = target.spec
-    ref = spec.event_hub_credentials.secret_ref
-    if connection_string is None and ref is not None:
-        connection_string = await api.read_secret_key(
-            namespace=target.namespace, name=ref.name, key=ref.key
+def _runner_store(args: argparse.Namespace) -> actingidentities.RunnerCredential | None:
+    """The checkpoint store's credential the runner gave (a flag, else the variable)."""
+    if args.account_url is not None:
+        return actingidentities.RunnerCredential(
+            source="--account-url", account_url=args.account_url
         )
-        source = checkpoints.secret_source(target.namespace, ref)
-    checkpoints.refuse_malformed(
-        connection_string, connectionstrings.eventhub_problem, source=source
-    )
-    # The operator's allow-list (not a default one): the CR is the tenant's, the token ours.
-    allowedendpoints.policy(args).check_eventhub(
-        fully_qualified_namespace=spec.fully_qualified_namespace,
-        connection_string=connection_string,
-    )
-    return eventhubs.Coordinates(
-        fully_qualified_namespace=spec.fully_qualified_namespace,
-        eventhub_name=spec.event_hub_name,
-        connection_string=connection_string,
-    )
+    source, value = "--connection-string", args.connection_string
+    if value is None:
+        source, value = BLOB_CONNECTION_STRING_ENV, os.environ.get(BLOB_CONNECTION_STRING_ENV)
+    if not value:
+        return None
+    consumertargets.refuse_malformed(value, connectionstrings.blob_problem, source=source)
+    return actingidentities.RunnerCredential(source=source, connection_string=value)
+
+
+def _runner_hub(args: argparse.Namespace) -> actingidentities.RunnerCredential | None:
+    """The Event Hub's credential the runner gave (a flag, else the variable)."""
+    source, value = "--eventhub-connection-string", args.eventhub_connection_string
+    if value is None:
+        source = EVENTHUB_CONNECTION_STRING_ENV
+        value = os.environ.get(EVENTHUB_CONNECTION_STRING_ENV)
+    if not value:
+        return None
+    consumertargets.refuse_malformed(value, connectionstrings.eventhub_problem, source=source)
+    return actingidentities.RunnerCredential(source=source, connection_string=value)
 
 
 # --- the commands ---
@@ -294,22 +240,25 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> tuple[Any, str]:
-    from eventhub_balancer.adapters import blobs, deadletterreplays, kubeapi
-    from eventhub_balancer.cli import kubecontexts
+    from eventhub_balancer.adapters import deadletterreplays, kubeapi
 
-    namespace = kubecontexts.namespace_of(namespace=args.namespace, kubeconfig=args.kubeconfig)
+    namespace = consumertargets.consumer_namespace(args)
     api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
+    # The hub is reached only by a replay into it: its identity is settled (or refused) now,
+    # before any blob is read or marked.
+    sends = args.action == "replay" and bool(args.to_hub) and not args.dry_run
     try:
-        target = await _read_target(args, api, namespace=namespace)
-        spec = target.spec
-        allowedendpoints.policy(args).check_blob(
-            account_url=target.blob_account_url, connection_string=target.blob_connection_string
+        target = await consumertargets.read_consumer(
+            api,
+            args,
+            namespace=namespace,
+            name=args.name,
+            eventhub=sends,
+            runner_store=_runner_store(args),
+            runner_hub=_runner_hub(args) if sends else None,
         )
-        async with blobs.open_container(
-            container_name=spec.checkpoint_container,
-            connection_string=target.blob_connection_string,
-            account_url=target.blob_account_url,
-        ) as container:
+        spec = target.spec
+        async with consumertargets.open_store(target) as container:
             reader = deadletterreplays.DeadLetterReader(
                 container,
                 fully_qualified_namespace=spec.fully_qualified_namespace,
@@ -326,15 +275,14 @@ async def _run(args: argparse.Namespace) -> tuple[Any, str]:
                 letter = reader.summary(name, body, metadata)
                 document = {**row(letter), "error": letter.error, "body": body}
                 return document, show_text(letter, dict(body))
-            return await _replay(args, api, target, reader)
+            return await _replay(args, target, reader)
     finally:
         api.close()
 
 
 async def _replay(
     args: argparse.Namespace,
-    api: kubeapi.KubeAPI,
-    target: Target,
+    target: consumertargets.ConsumerTarget,
     reader: deadletterreplays.DeadLetterReader,
 ) -> tuple[Any, str]:
     from eventhub_balancer import errors
@@ -360,14 +308,11 @@ async def _replay(
         loaded.append((letter, deadletters.decode_events(body)))
     destination = "hub"
     processor: processing.PlainProcessor | None = None
-    coordinates: eventhubs_adapter.Coordinates | None = None
     if args.through_handler:
         destination = f"handler:{args.through_handler}"
         processor = processing.PlainProcessor(
             processing.load_handler(args.through_handler, search_path=args.handler_path)
         )
-    elif not args.dry_run:
-        coordinates = await _eventhub_coordinates(args, api, target)
 
     results = []
     for letter, events in loaded:
@@ -380,7 +325,7 @@ async def _replay(
             context = contexts.BatchContext(
                 partition=letter.partition,
                 epoch=letter.epoch,
-                consumer=target.name,
+                consumer=args.name,
                 pod=REPLAY_POD,
                 first_sequence_number=letter.first_sequence_number,
                 last_sequence_number=letter.last_sequence_number,
@@ -394,7 +339,7 @@ async def _replay(
                     "stays a dead letter, unmarked: fix the handler and replay it again"
                 ) from e
         else:
-            assert coordinates is not None  # read above unless --dry-run
+            coordinates = consumertargets.hub_coordinates(target)  # read unless --dry-run
             await deadletterreplays.replay_to_hub(coordinates, events, replay_of=letter.name)
         if outcome == "replayed":
             if args.delete_after:

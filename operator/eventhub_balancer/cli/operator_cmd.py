@@ -10,7 +10,8 @@ from eventhub_balancer.contracts import endpoints
 from eventhub_balancer.reconciling import conflicts
 
 if TYPE_CHECKING:
-    from eventhub_balancer.adapters import eventhubs
+    from eventhub_balancer.adapters import eventhubs, kubeapi
+    from eventhub_balancer.handlers import registering, running
 
 COMMAND = ("operator",)
 HELP = "run the operator: balance every EventHubConsumer's partitions over its pods"
@@ -135,40 +136,17 @@ def identity_policy(args: argparse.Namespace) -> eventhubs.IdentityPolicy:
 
 def bindings(args: argparse.Namespace) -> conflicts.Bindings:
     """The hosts bound to one namespace each, from ``--bind-location NS=HOST``."""
-    from eventhub_balancer import errors
-
-    hosts: dict[str, str] = {}
-    for item in args.bind_location:
-        namespace, sep, written = str(item).partition("=")
-        # The one normalisation the allow-list and the conflict check use too (port, dot, case).
-        host = endpoints.host(written)
-        if not sep or not namespace.strip() or not host:
-            raise errors.InvalidInput(
-                "--bind-location", f"{item!r} is not NS=HOST (e.g. shop=shop.blob.core.windows.net)"
-            )
-        if hosts.get(host, namespace.strip()) != namespace.strip():
-            raise errors.InvalidInput(
-                "--bind-location", f"{host} is bound to two namespaces: bind it to one"
-            )
-        hosts[host] = namespace.strip()
-    return conflicts.Bindings.of(hosts)
+    return conflicts.Bindings.parse(args.bind_location, field="--bind-location")
 
 
-def run(args: argparse.Namespace) -> int:
-    import asyncio
+def operator_runtime(args: argparse.Namespace, api: kubeapi.KubeAPI) -> registering.Operator:
+    """The operator as the flags configure it, on ``api`` (tests start the same one)."""
     import os
 
-    from eventhub_balancer.adapters import eventhubs, kubeapi, tenantidentities
-    from eventhub_balancer.handlers import registering, running
+    from eventhub_balancer.adapters import eventhubs, tenantidentities
+    from eventhub_balancer.handlers import registering
 
-    if not args.namespace and not args.all_namespaces:
-        from eventhub_balancer import errors
-
-        raise errors.InvalidInput(
-            "--namespace", "give --namespace NS (repeatable) or --all-namespaces"
-        )
-    api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
-    runtime = registering.Operator(
+    return registering.Operator(
         kube=api,
         hubs=eventhubs.EventHubs(
             refresh_seconds=args.partition_refresh_seconds,
@@ -184,18 +162,38 @@ def run(args: argparse.Namespace) -> int:
         annotate_pods=bool(args.annotate_pods),
         bindings=bindings(args),
     )
-    standalone = args.standalone or args.peering is None
-    options = running.Options(
+
+
+def serving_options(args: argparse.Namespace) -> running.Options:
+    """What the operator serves and where its metrics and liveness listen, from the flags."""
+    from eventhub_balancer import errors
+    from eventhub_balancer.handlers import running
+
+    if not args.namespace and not args.all_namespaces:
+        raise errors.InvalidInput(
+            "--namespace", "give --namespace NS (repeatable) or --all-namespaces"
+        )
+    return running.Options(
         namespaces=tuple(args.namespace),
         clusterwide=bool(args.all_namespaces),
-        standalone=standalone,
+        standalone=args.standalone or args.peering is None,
         peering_name=args.peering,
         priority=args.priority if args.priority is not None else random.randint(1, 2**31 - 1),
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port,
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from eventhub_balancer.adapters import kubeapi
+    from eventhub_balancer.handlers import running
+
+    options = serving_options(args)
+    api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
     try:
-        asyncio.run(running.serve(runtime, options))
+        asyncio.run(running.serve(operator_runtime(args, api), options))
     finally:
         api.close()
     return 0

@@ -134,6 +134,25 @@ class Bindings:
     def of(cls, hosts: Mapping[str, str]) -> Bindings:
         return cls(hosts=tuple(sorted((endpoints.host(h), ns) for h, ns in hosts.items())))
 
+    @classmethod
+    def parse(cls, items: Iterable[str], *, field: str) -> Bindings:
+        """``NS=HOST`` items (a host or a URL), as ``--bind-location`` takes them; a malformed
+        one, or a host bound to two namespaces, raises `errors.InvalidInput` naming ``field``."""
+        bound: dict[str, str] = {}
+        for item in items:
+            namespace, sep, written = str(item).partition("=")
+            namespace, host = namespace.strip(), endpoints.host(written)
+            if not sep or not namespace or not host:
+                raise errors.InvalidInput(
+                    field, f"{item!r} is not NS=HOST (e.g. shop=shop.blob.core.windows.net)"
+                )
+            if bound.get(host, namespace) != namespace:
+                raise errors.InvalidInput(
+                    field, f"{host} is bound to two namespaces: bind it to one"
+                )
+            bound[host] = namespace
+        return cls.of(bound)
+
     def owner(self, host: str) -> str | None:
         """The namespace ``host`` (any spelling of it) is bound to, if any."""
         return dict(self.hosts).get(endpoints.host(host))

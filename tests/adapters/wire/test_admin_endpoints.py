@@ -231,7 +231,11 @@ def test_a_tenants_eventhub_namespace_gets_no_admin_token(
         account_url="https://shop.blob.core.windows.net",
         fqns="tenant.example",
     )
-    status = run_bounded(commands(tmp_path, kubeconfig)[command], tenant_host)
+    # The admin lends their identity to the account the CR names (bound to its namespace): the
+    # hub the CR names must still pass the allow-list before that identity goes near it.
+    argv = commands(tmp_path, kubeconfig)[command]
+    argv += ["--use-my-identity", "--bind-location", f"{NAMESPACE}=shop.blob.core.windows.net"]
+    status = run_bounded(argv, tenant_host)
     assert admin_identity.built == 0, "the admin's credential was built"
     assert status == 1
     err = capsys.readouterr().err

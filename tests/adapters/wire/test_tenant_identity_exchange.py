@@ -139,6 +139,7 @@ async def test_the_exchange_receives_the_service_accounts_token_and_client_id(
         {
             "metadata": {
                 "name": ACCOUNT,
+                "labels": {tenantidentities.OPT_IN_LABEL: tenantidentities.OPT_IN_VALUE},
                 "annotations": {
                     tenantidentities.CLIENT_ID_ANNOTATION: CLIENT_ID,
                     tenantidentities.TENANT_ID_ANNOTATION: TENANT_ID,

@@ -14,7 +14,7 @@ import yaml
 
 from eventhub_balancer import cli, errors
 from eventhub_balancer.adapters import checkpointing, kubeapi
-from eventhub_balancer.cli import checkpoints
+from eventhub_balancer.cli import checkpoints, consumertargets
 
 SPEC: dict[str, Any] = {
     "eventHub": {
@@ -148,7 +148,7 @@ def test_checkpoints_list_takes_the_consumers_name(
     read: list[tuple[str, str, str, str | None]] = []
 
     async def list_checkpoints(
-        target: checkpoints.ConsumerTarget, *, owner_id: str
+        target: consumertargets.ConsumerTarget, *, owner_id: str
     ) -> list[checkpointing.Checkpoint]:
         spec = target.spec
         read.append(
@@ -156,7 +156,7 @@ def test_checkpoints_list_takes_the_consumers_name(
                 target.qualified_name,
                 spec.checkpoint_container,
                 spec.consumer_group,
-                target.blob_connection_string,
+                target.store.connection_string,
             )
         )
         return [

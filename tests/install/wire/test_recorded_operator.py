@@ -49,6 +49,7 @@ def tenant_consumer(stack: Stack, namespace: str) -> None:
         {
             "metadata": {
                 "name": "orders-reader",
+                "labels": {tenantidentities.OPT_IN_LABEL: tenantidentities.OPT_IN_VALUE},
                 "annotations": {
                     tenantidentities.CLIENT_ID_ANNOTATION: "bbbbbbbb-0000-0000-0000-000000000001",
                     tenantidentities.TENANT_ID_ANNOTATION: "11111111-2222-3333-4444-555555555555",
