@@ -109,6 +109,8 @@ class FakeHub:
         self.events: dict[str, list[deliveries.ReceivedEvent]] = {}
         self.owner_levels: dict[str, int] = {}
         self.receivers: list[FakeReceiver] = []
+        #: While set, every receiver fails with it as it starts (no such hub or consumer group).
+        self.missing: errors.EventHubNotFound | None = None
 
     def append(self, partition: str, count: int, *, key: str = "k") -> None:
         """Enqueue ``count`` events; open receivers of the partition get them at once."""
@@ -172,6 +174,9 @@ class FakeReceiver:
 
     def start(self) -> None:
         self.started = True
+        if self.hub.missing is not None:
+            self.buffer.fail(self.hub.missing)
+            return
         if self.hub.owner_levels.get(self.partition, 0) > self.epoch:
             self.steal(self.hub.owner_levels[self.partition])
             return

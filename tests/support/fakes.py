@@ -470,8 +470,6 @@ class FakeCheckpointStore:
     def __init__(self) -> None:
         self.blobs: dict[str, tuple[int, int]] = {}
         self.failure: errors.EventHubBalancerError | None = None
-        #: consumer groups that do not exist: listing for one raises, the ids cached
-        self.missing_groups: set[str] = set()
         #: the loop time of every read
         self.reads: list[float] = []
 

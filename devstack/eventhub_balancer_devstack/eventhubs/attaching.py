@@ -87,9 +87,24 @@ def _refuse(
     condition: str,
     text: str,
 ) -> None:
-    """Attach, then detach at once with an error: how a broker refuses a link."""
+    """Attach, then detach at once with an error: how a broker refuses a link. As Event Hubs
+    does (and AMQP 1.0 asks of a refusal, 2.6.3), the attach carries no source and no target:
+    the SDK sees a link that never opened, then the detach's error."""
     handle = int(frames.field(frame.fields, 1, 0))
-    _reply_attach(connection, frame, session, role=role, snd_settle_mode=2, rcv_settle_mode=0)
+    connection.write(
+        perf.attach(
+            channel=session.channel,
+            name=str(frames.field(frame.fields, 0, "")),
+            handle=handle,
+            role=role,
+            snd_settle_mode=2,
+            rcv_settle_mode=0,
+            source=None,
+            target=None,
+            initial_delivery_count=None,
+            max_message_size=None,
+        )
+    )
     refused = links.Link(connection=connection, session=session, handle=handle, name="refused")
     refused.detached = True
     session.links[handle] = refused

@@ -271,10 +271,11 @@ class Hub:
         try:
             group = self.consumer_groups[consumer_group]
         except KeyError:
+            # Event Hubs' own words, its entity name ending in "|<group>" (the emulator's
+            # consumer groups: --consumer-group, or create_consumer_group).
             raise EntityNotFound(
-                f"the messaging entity '{self.name}/ConsumerGroups/{consumer_group}' could not "
-                "be found: create the consumer group (emulator: --consumer-group or "
-                "create_consumer_group)"
+                f"The messaging entity 'emulator:eventhub:{self.name}~32766|{consumer_group}' "
+                "could not be found. To know more visit https://aka.ms/sbResourceMgrExceptions."
             ) from None
         return group.setdefault(partition_id, Readers())
 

@@ -23,6 +23,7 @@ from eventhub_balancer import errors
 from eventhub_balancer.adapters import (
     admissions,
     checkpointlistings,
+    consumergroups,
     hubclients,
     partitionlists,
     tenantidentities,
@@ -76,6 +77,8 @@ class EventHubs:
             refresh_seconds=refresh_seconds, timeout=timeout, gate=self.gate, clients=self.clients
         )
         self.timeout = timeout
+        #: whether each consumer's group exists, asked with its partition listing
+        self.groups = consumergroups.ConsumerGroups(timeout=timeout)
         #: what every call passes before any client exists
         self.admission = admissions.Admission(
             endpoints=endpoint_policy,
@@ -117,6 +120,7 @@ class EventHubs:
 
     def forget(self, consumer: str) -> None:
         self.cache.forget(consumer)
+        self.groups.forget(consumer)
 
     def cached(self, consumer: str) -> tuple[str, ...] | None:
         entry = self.cache.cached(consumer)
@@ -145,11 +149,13 @@ class EventHubs:
         now: float,
         namespace: str | None = None,
         service_account: str | None = None,
+        consumer_group: str | None = None,
     ) -> tuple[tuple[str, ...], bool]:
         """(ids, fresh): fresh is False when served from the cache. ``namespace``: the
         Kubernetes namespace of the consumer that asks (`admissions.IdentityPolicy`);
         ``service_account``: its spec.serviceAccountName, whose identity is used instead of
-        the operator's."""
+        the operator's; ``consumer_group``: checked to exist with a fresh listing
+        (`consumergroups`), raising `errors.ConsumerGroupNotFound` with the ids cached."""
 
         async def listed(
             identity: tenantidentities.TenantIdentity | None,
@@ -161,7 +167,13 @@ class EventHubs:
                 workload_identity_client_id=client_id,
                 identity=identity,
             )
-            return await self.cache.partition_ids(consumer, coordinates, now=now)
+            found = await self.cache.partition_ids(consumer, coordinates, now=now)
+            if consumer_group is not None:
+                async with self.gate:
+                    await self.groups.check(
+                        consumer, coordinates, consumer_group, found.ids, fresh=found.fresh
+                    )
+            return found
 
         result = await self._admitted(
             admissions.Service.EVENTHUB,

@@ -36,7 +36,7 @@ from collections.abc import Callable
 
 from eventhub_balancer import errors, handoffs
 from eventhub_balancer.adapters import deliveries
-from eventhub_balancer.consumer import attempts, metrics, ports, processing
+from eventhub_balancer.consumer import attempts, metrics, ports, processing, restarts
 from eventhub_balancer.contracts import failurepolicy, partitionreports
 
 logger = logging.getLogger(__name__)
@@ -266,7 +266,9 @@ class PartitionWorker:
             return self._finish("ownership_lost")
         except (errors.TransientError, errors.ConfigurationError, errors.InvalidInput) as e:
             self.error = e
-            logger.error("partition %s: epoch %d failed: %s", self.partition, self.epoch, e)
+            # A failure every partition shares is said once for all of them (`restarts`).
+            level = logging.DEBUG if restarts.shared(e) else logging.ERROR
+            logger.log(level, "partition %s: epoch %d failed: %s", self.partition, self.epoch, e)
             return self._finish("error")
         finally:
             self.fenced.set()

@@ -38,6 +38,7 @@ from eventhub_balancer.consumer import (
     metrics,
     partitions,
     processing,
+    restarts,
 )
 from eventhub_balancer.contracts import partitionreports
 
@@ -68,13 +69,6 @@ class RuntimeSettings:
     #: The whole graceful shutdown (release of every partition) takes at most this long; keep
     #: it below the pod's terminationGracePeriodSeconds (30 s by default).
     shutdown_timeout: float = 25.0
-
-
-@dataclasses.dataclass
-class _Restart:
-    failures: int
-    not_before: float
-    error: str = ""
 
 
 class Runtime:
@@ -113,7 +107,7 @@ class Runtime:
         #: Partitions lost at our own epoch: {partition: (epoch, error)}.
         self._lost: dict[str, tuple[int, str]] = {}
         #: The backoff of partitions whose worker failed, until one starts again.
-        self._restarts: dict[str, _Restart] = {}
+        self.restarts = restarts.Restarts()
         #: Called with a reason when a handler outlives its release (tests inject a recorder).
         self.exit_process = exit_process
         #: Why the process was asked to exit (None: it was not).
@@ -161,16 +155,14 @@ class Runtime:
             wanted=self._wanted(),
             workers=self.workers,
             lost=self._lost,
-            restarts=self._restarts,
+            restarts=self.restarts.entries,
             unopened=failure if failure is not None and failure.key == current else None,
             now=_now() if now is None else now,
         )
 
     def heartbeat_age(self) -> float:
         """Seconds since the reconcile loop last turned (0 before its first turn)."""
-        if self.heartbeat is None:
-            return 0.0
-        return _now() - self.heartbeat
+        return 0.0 if self.heartbeat is None else _now() - self.heartbeat
 
     def owned(self) -> dict[str, int]:
         return {p: w.epoch for p, w in self.workers.items() if not w.releasing}
@@ -222,9 +214,8 @@ class Runtime:
     # -- reconciling
 
     def _wanted(self) -> dict[str, int]:
-        if self.latest is None:
-            return {}
-        return {p: e.epoch for p, e in self.latest.partitions.items() if e.state == "owned"}
+        entries = self.latest.partitions.items() if self.latest is not None else ()
+        return {p: e.epoch for p, e in entries if e.state == "owned"}
 
     async def _reconcile(self) -> None:
         assignment = self.latest
@@ -248,7 +239,7 @@ class Runtime:
             await self.clients.close()
             # What was lost or failing there says nothing about the new coordinates.
             self._lost.clear()
-            self._restarts.clear()
+            self.restarts.clear()
             moving = False
         if wanted and not moving:
             backend = await self.clients.get(assignment, key)
@@ -304,8 +295,7 @@ class Runtime:
             lost = self._lost.get(partition)
             if lost is not None and lost[0] >= epoch:
                 continue  # a newer owner holds this epoch's partition: wait for a new epoch
-            restart = self._restarts.get(partition)
-            if restart is not None and now < restart.not_before:
+            if not self.restarts.due(partition, now=now):
                 continue
             stats = self.stats.setdefault(partition, metrics.PartitionStats())
             stats.owned = True
@@ -354,17 +344,12 @@ class Runtime:
             outcome = task.result()
         if outcome == "released":
             self.released[partition] = worker.epoch
-            self._restarts.pop(partition, None)
+            self.restarts.ended(partition)
         elif outcome == "lost":
             self._lost[partition] = (worker.epoch, str(worker.error or "ownership lost"))
-            self._restarts.pop(partition, None)
+            self.restarts.ended(partition)
         elif outcome == "failed":
-            previous = self._restarts.get(partition)
-            failures = (previous.failures if previous else 0) + 1
-            delay = clients.backoff_delay(failures)
-            error = str(worker.error) if worker.error is not None else "the worker crashed"
-            self._restarts[partition] = _Restart(failures, _now() + delay, error)
-            logger.info("partition %s: restarting in %.1f s", partition, delay)
+            self.restarts.failed(partition, worker.error, now=_now())
         self._wake.set()
 
     def _hung(self, reason: str) -> None:

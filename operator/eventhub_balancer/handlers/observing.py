@@ -120,6 +120,7 @@ async def read_partitions(
         spec.fully_qualified_namespace,
         spec.event_hub_credentials,
         spec.service_account_name,
+        spec.consumer_group,
     )
     if memory.hub_fault is not None and memory.hub.waiting(wall, settings=settings):
         return observations.HubRead(ids=cached or None, fault=memory.hub_fault)
@@ -145,6 +146,8 @@ async def read_partitions(
             now=wall,
             namespace=namespace,
             service_account=spec.service_account_name or None,
+            # What the pods receive on: a missing group fails them all (`consumergroups`).
+            consumer_group=spec.consumer_group,
         )
     except dependencies.KUBE_API_ERRORS:
         raise
@@ -165,6 +168,7 @@ async def read_partitions(
             memory.hub_fault.message,
             memory.hub.delay,
         )
-        return observations.HubRead(ids=cached or None, fault=memory.hub_fault)
+        # Read again: a listing that succeeded before the consumer-group check failed is kept.
+        return observations.HubRead(ids=hubs.cached(key) or None, fault=memory.hub_fault)
     memory.hub, memory.hub_fault = retries.Backoff(), None
     return observations.HubRead(ids=tuple(ids))

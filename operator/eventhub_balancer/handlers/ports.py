@@ -188,7 +188,10 @@ class HubPort(Protocol):
         now: float,
         namespace: str | None = None,
         service_account: str | None = None,
-    ) -> tuple[tuple[str, ...], bool]: ...
+        consumer_group: str | None = None,
+    ) -> tuple[tuple[str, ...], bool]:
+        """(ids, fresh); with ``consumer_group``, raises `errors.ConsumerGroupNotFound` (the
+        ids kept for `cached`) when Event Hubs has no such group."""
 
     async def last_sequence_numbers(
         self,

@@ -7,6 +7,7 @@ import datetime
 import pytest
 from azure.eventhub import EventData, EventHubProducerClient
 from azure.eventhub import exceptions as eh_exceptions
+from azure.eventhub._pyamqp import error as pyamqp_errors
 from azure.eventhub.aio import EventHubConsumerClient as AioConsumer
 from azure.eventhub.aio import EventHubProducerClient as AioProducer
 
@@ -70,32 +71,35 @@ async def test_unknown_partition_is_refused_aio(eventhubs_hub: EventHubTarget) -
             await p.send_batch([EventData("x")], partition_id="9")
 
 
-async def test_unknown_consumer_group_is_not_found(eventhubs_hub: EventHubTarget) -> None:
+async def test_unknown_consumer_group_is_refused_as_event_hubs_refuses_it(
+    eventhubs_hub: EventHubTarget,
+) -> None:
+    """Event Hubs refuses a receiver on a consumer group that does not exist with an attach
+    that has no source or target (the link never opens), then a detach with
+    ``amqp:not-found`` whose description names the entity ``<ns>:eventhub:<hub>~<n>|<group>``.
+    The SDK's per-partition consumer raises it from its open."""
     client = AioConsumer.from_connection_string(
-        eventhubs_hub.connection_string,
-        consumer_group="nobody",
-        retry_total=0,
-        load_balancing_interval=0.5,
+        eventhubs_hub.connection_string, consumer_group="nobody", retry_total=0
     )
-    errors: list[Exception] = []
 
-    async def on_error(context: object, error: Exception) -> None:
-        errors.append(error)
-
-    async def on_event(context: object, event: object) -> None:
+    async def on_event(events: object) -> None:
         raise AssertionError("no event expected")
 
-    import asyncio
-
-    task = asyncio.create_task(client.receive(on_event, partition_id="0", on_error=on_error))
-    for _ in range(100):
-        if errors:
-            break
-        await asyncio.sleep(0.1)
-    await client.close()
-    await asyncio.wait_for(task, 10)
-    assert errors
-    assert "could not be found" in str(errors[0]) or "not-found" in str(errors[0])
+    consumer = client._create_consumer("nobody", "0", "-1", on_event)
+    try:
+        with pytest.raises(pyamqp_errors.AMQPLinkError) as refused:
+            await consumer._open()
+    finally:
+        await consumer.close()
+        await client.close()
+    assert refused.value.condition == pyamqp_errors.ErrorCondition.NotFound
+    assert (
+        refused.value.description
+        == (
+            f"The messaging entity 'emulator:eventhub:{eventhubs_hub.name}~32766|nobody' could not "
+            "be found. To know more visit https://aka.ms/sbResourceMgrExceptions."
+        ).encode()
+    )
 
 
 async def test_several_hubs_are_independent(eventhubs_emulator: object) -> None:

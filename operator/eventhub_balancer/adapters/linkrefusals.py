@@ -1,0 +1,106 @@
+"""What Event Hubs means when it will not give a receiver a partition, read from the SDK's
+errors: a receiver with a higher owner level holds it (``amqp:link:stolen``), or the hub or
+the consumer group does not exist (``amqp:not-found``).
+
+Event Hubs refuses a receive link by attaching it with no source and detaching it at once
+with the error; it closes an open one the same way when a newer owner takes the partition. The
+SDK hands the error on from its own AMQP layer, or wraps it (a ``ConnectionLostError`` around
+an ``AMQPLinkError``), so each reader here walks the chain of causes. A stolen link is news
+about ownership (`errors.OwnershipLost`); a missing entity is a configuration error that
+reopening cannot mend (`missing`): the receiver and the operator's consumer-group check say
+it in one line instead of retrying it as a lost connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from eventhub_balancer import errors
+
+#: The condition Event Hubs puts on a link that a receiver with a higher owner level took over.
+LINK_STOLEN = "link:stolen"
+#: The condition of a refusal for an entity (hub, consumer group) that does not exist.
+NOT_FOUND = "amqp:not-found"
+#: The SDK wraps an error in at most a couple of levels.
+_DEPTH = 5
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+    seen: BaseException | None = error
+    for _ in range(_DEPTH):
+        if seen is None:
+            return
+        yield seen
+        details = getattr(seen, "details", None)
+        seen = details if isinstance(details, BaseException) else seen.__cause__
+
+
+def _text(value: object) -> str:
+    value = getattr(value, "value", value)  # the SDK's ErrorCondition enum
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return "" if value is None else str(value)
+
+
+def is_link_stolen(error: BaseException) -> bool:
+    """Whether an SDK error means a receiver with a higher owner level took the partition."""
+    for seen in _chain(error):
+        if getattr(seen, "error", None) == LINK_STOLEN:
+            return True
+        if _text(getattr(seen, "condition", None)).endswith(LINK_STOLEN):
+            return True
+        if LINK_STOLEN in str(seen):
+            return True
+    return False
+
+
+def not_found(error: BaseException) -> str | None:
+    """What Event Hubs said with ``amqp:not-found`` (its description), or None when
+    ``error`` is not such a refusal. The AMQP error itself is read first; the text of a
+    wrapper that lost it, second."""
+    chain = list(_chain(error))
+    for seen in chain:
+        if _text(getattr(seen, "condition", None)) == NOT_FOUND:
+            return _first_sentence(_text(getattr(seen, "description", None)) or str(seen))
+    for seen in chain:
+        if NOT_FOUND in str(seen):
+            return _first_sentence(str(seen))
+    return None
+
+
+#: Where the SDK's text of an AMQP error puts the service's own words.
+_DESCRIPTION = "Error Description:"
+
+
+def _first_sentence(text: str) -> str:
+    """Event Hubs' answer without its tracking ids and links: its first line, up to the
+    first full stop that ends a sentence."""
+    if _DESCRIPTION in text:
+        text = text.split(_DESCRIPTION, 1)[1]
+    line = text.strip().splitlines()[0].strip() if text.strip() else ""
+    end = line.find(". ")
+    return (line[: end + 1] if end >= 0 else line)[:300]
+
+
+def names_group(description: str, consumer_group: str) -> bool:
+    """Whether a not-found answer names the consumer group rather than the hub: Event Hubs
+    names a group's entity ``<namespace>:eventhub:<hub>~<n>|<group>``, and a path to one
+    ends in ``/consumergroups/<group>``."""
+    lowered, group = description.lower(), consumer_group.lower()
+    return f"|{group}'" in lowered or f"/consumergroups/{group}" in lowered
+
+
+def missing(
+    description: str, *, fully_qualified_namespace: str, eventhub_name: str, consumer_group: str
+) -> errors.EventHubNotFound:
+    """The error a not-found answer means, saying what to create or fix."""
+    hub = f"Event Hub {eventhub_name!r} in {fully_qualified_namespace}"
+    if names_group(description, consumer_group):
+        return errors.ConsumerGroupNotFound(
+            f"consumer group {consumer_group!r} of {hub} does not exist: create it, or fix "
+            "spec.eventHub.consumerGroup"
+        )
+    return errors.EventHubNotFound(
+        f"{hub}, or its consumer group {consumer_group!r}, does not exist (Event Hubs: "
+        f"{description}): fix spec.eventHub.name or spec.eventHub.consumerGroup"
+    )

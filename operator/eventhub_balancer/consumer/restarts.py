@@ -1,0 +1,85 @@
+"""The partitions whose worker failed, each waiting out its backoff before it starts again,
+and the one log line for a failure that every partition shares.
+
+A failed worker starts again after `clients.backoff_delay` (1 s, doubled per failure in a row,
+up to 30 s). Most failures belong to their partition. A hub or consumer group that does not
+exist (`errors.EventHubNotFound`) belongs to all of them: every partition fails with it within
+a second, and logged per partition it made a 32-partition pod write 32 ERROR lines every round.
+Such a failure is logged here once, when it first appears and again every `REPEAT_SECONDS`
+while it stands, with how many partitions wait on it; the lines per partition go to DEBUG.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+from eventhub_balancer import errors
+from eventhub_balancer.consumer import clients
+
+logger = logging.getLogger(__name__)
+
+#: How often a failure shared by every partition is logged again while it stands: rare enough
+#: to stay one line in a screenful of logs, often enough that whoever reads them later sees it.
+REPEAT_SECONDS = 300.0
+
+
+def shared(error: BaseException | None) -> bool:
+    """Whether ``error`` is a failure of what every partition reads, not of one partition."""
+    return isinstance(error, errors.EventHubNotFound)
+
+
+@dataclasses.dataclass
+class Restart:
+    """A failed partition: how often in a row, when it may start again, the last error."""
+
+    failures: int
+    not_before: float
+    error: str = ""
+
+
+class Restarts:
+    """The failed partitions of one pod's current coordinates, by partition id."""
+
+    def __init__(self) -> None:
+        #: Bounded by the hub's partition count, as the runtime's other maps are.
+        self.entries: dict[str, Restart] = {}
+        #: Each shared failure's text, and when it was last logged.
+        self._said: dict[str, float] = {}
+
+    def failed(self, partition: str, error: BaseException | None, *, now: float) -> Restart:
+        """Record a failure of ``partition``'s worker; its restart waits the backoff."""
+        previous = self.entries.get(partition)
+        failures = (previous.failures if previous else 0) + 1
+        delay = clients.backoff_delay(failures)
+        text = str(error) if error is not None else "the worker crashed"
+        restart = self.entries[partition] = Restart(failures, now + delay, text)
+        if not shared(error):
+            logger.info("partition %s: restarting in %.1f s", partition, delay)
+            return restart
+        logger.debug("partition %s: restarting in %.1f s", partition, delay)
+        said = self._said.get(text)
+        if said is None or now - said >= REPEAT_SECONDS:
+            self._said = {text: now}  # only the failure that stands now is remembered
+            logger.error(
+                "%s (every partition waits on it, each tried again with backoff up to %.0f s "
+                "apart; said again every %.0f s while it lasts)",
+                text,
+                clients.RESTART_BACKOFF_MAX_S,
+                REPEAT_SECONDS,
+            )
+        return restart
+
+    def due(self, partition: str, *, now: float) -> bool:
+        """Whether ``partition`` may start (it never failed, or its backoff is over)."""
+        restart = self.entries.get(partition)
+        return restart is None or now >= restart.not_before
+
+    def ended(self, partition: str) -> None:
+        """``partition``'s worker ended well (released or lost): its failures are over."""
+        self.entries.pop(partition, None)
+
+    def clear(self) -> None:
+        """New coordinates: what failed on the old ones says nothing about them."""
+        self.entries.clear()
+        self._said.clear()

@@ -1,0 +1,73 @@
+"""A consumer group that does not exist, as the operator's cycles see it over the in-memory
+ports: one condition says so (EventHubReachable, reason ConsumerGroupNotFound), Ready is
+False, one Warning is posted, the next attempts wait for the backoff, and everything turns
+True once the group exists.
+
+Time is the ``now`` each cycle is given.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eventhub_balancer.handlers import memories
+from tests.handlers import test_cycles
+from tests.support import fakes
+
+NS, NAME = test_cycles.NS, test_cycles.NAME
+
+
+def columns(kube: fakes.FakeKube) -> dict[str, Any]:
+    """What ``kubectl get ehc -o wide`` shows (the CRD's printer columns)."""
+    status = kube.status(NS, NAME)
+    by_type = {c["type"]: c["status"] for c in status["conditions"]}
+    return {
+        "PARTITIONS": status.get("partitionCount"),
+        "PODS": status.get("memberCount"),
+        "FAILING": status.get("failingCount"),
+        "BALANCED": by_type["Balanced"],
+        "READY": by_type["Ready"],
+    }
+
+
+async def test_a_missing_consumer_group_is_said_in_one_condition_and_ready_is_false() -> None:
+    kube = test_cycles.make_kube()
+    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    hubs.missing_groups.add("$Default")
+    memory = memories.Memory()
+
+    await test_cycles.cycle(kube, hubs, memory, now=0)
+
+    reachable = kube.condition(NS, NAME, "EventHubReachable")
+    assert (reachable["status"], reachable["reason"]) == ("False", "ConsumerGroupNotFound")
+    assert reachable["message"].startswith(
+        "consumer group '$Default' of Event Hub 'orders' in shop.servicebus.windows.net does "
+        "not exist: create it, or fix spec.eventHub.consumerGroup"
+    )
+    ready = kube.condition(NS, NAME, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "EventHubUnusable")
+    assert columns(kube) == {
+        "PARTITIONS": 4,
+        "PODS": 2,
+        "FAILING": 0,
+        "BALANCED": "True",
+        "READY": "False",
+    }
+    reasons = [c["reason"] for c in kube.status(NS, NAME)["conditions"]]
+    assert reasons.count("ConsumerGroupNotFound") == 1
+    warnings = [(e["reason"], e["type"]) for e in kube.events if e["type"] == "Warning"]
+    assert warnings == [("ConsumerGroupNotFound", "Warning")]
+
+    # The next cycles wait for the backoff before they ask again, and post nothing new.
+    listed = len(hubs.listings)
+    await test_cycles.cycle(kube, hubs, memory, now=1)
+    assert len(hubs.listings) == listed
+    assert [e["type"] for e in kube.events].count("Warning") == 1
+
+    hubs.missing_groups.clear()  # someone created the group
+    await test_cycles.cycle(
+        kube, hubs, memory, now=memory.hub.retry_at - test_cycles.T0.timestamp()
+    )
+    assert kube.condition(NS, NAME, "EventHubReachable")["status"] == "True"
+    assert kube.condition(NS, NAME, "Ready")["status"] == "True"
+    assert ("EventHubReachable", "Normal") in [(e["reason"], e["type"]) for e in kube.events]
