@@ -9,13 +9,19 @@ from __future__ import annotations
 import base64
 import copy
 import datetime
-import re
 import secrets
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from eventhub_balancer_devstack.kube import failures, patching, resources, schemas, validating
+from eventhub_balancer_devstack.kube import (
+    failures,
+    objectmetas,
+    patching,
+    resources,
+    schemas,
+    validating,
+)
 
 Body = dict[str, Any]
 PatchType = Literal["merge", "strategic", "json"]
@@ -24,10 +30,9 @@ PatchType = Literal["merge", "strategic", "json"]
 _SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _SUFFIX_LENGTH = 5
 
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+#: What a real server puts on every namespace: a label with its name, a spec finalizer.
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+NAMESPACE_FINALIZER = "kubernetes"
 
 
 def timestamp(moment: datetime.datetime) -> str:
@@ -72,33 +77,35 @@ def generate_name(prefix: str, *, taken: Callable[[str], bool]) -> str:
 
 
 def validate_metadata(spec: resources.ResourceSpec, metadata: Mapping[str, Any]) -> None:
-    name = str(metadata.get("name"))
-    pattern, limit = (_DNS_LABEL, 63) if spec == resources.NAMESPACES else (_DNS_SUBDOMAIN, 253)
-    problems = []
-    if len(name) > limit or not pattern.match(name):
-        problems.append(
-            f"metadata.name: Invalid value: {name!r}: must be a lowercase RFC 1123 "
-            f"{'label' if limit == 63 else 'subdomain'} of at most {limit} characters"
-        )
-    for key, value in (metadata.get("labels") or {}).items():
-        prefix, _, label_name = str(key).rpartition("/")
-        if len(label_name) > 63 or not _LABEL_NAME.match(label_name) or len(prefix) > 253:
-            problems.append(f"metadata.labels: Invalid value: {key!r}: not a valid label key")
-        if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
-            problems.append(
-                f"metadata.labels: Invalid value: {value!r}: a label value must be 63 "
-                "characters or less, alphanumeric, '-', '_' or '.'"
-            )
-    for key, value in (metadata.get("annotations") or {}).items():
-        if not isinstance(value, str):
-            problems.append(f"metadata.annotations: Invalid value: {key!r}: not a string")
-    if problems:
-        raise failures.invalid(
-            plural=spec.plural,
+    """422 naming each field of ``metadata`` a real API server refuses (`objectmetas`)."""
+    for field in ("labels", "annotations"):
+        values = metadata.get(field) or {}
+        for value in values.values() if isinstance(values, Mapping) else ():
+            if not isinstance(value, str):
+                # A real server cannot even decode such a body into its types.
+                raise failures.bad_request(
+                    f'{spec.kind} in version "{spec.version}" cannot be handled as a '
+                    f"{spec.kind}: json: cannot unmarshal {_json_kind(value)} into Go struct "
+                    f"field ObjectMeta.metadata.{field} of type string"
+                )
+    causes = objectmetas.check(metadata, dns_label=spec == resources.NAMESPACES)
+    if causes:
+        raise failures.invalid_fields(
+            kind=spec.kind,
             group=spec.group,
-            name=name,
-            message=f'{spec.kind} "{name}" is invalid: ' + ", ".join(problems),
+            name=str(metadata.get("name") or ""),
+            causes=list(causes),
+            message=validating.summary(causes),
         )
+
+
+def _json_kind(value: Any) -> str:
+    """How Go's JSON decoder names a value it cannot put into a string."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    return "object" if isinstance(value, dict) else "array" if isinstance(value, list) else "null"
 
 
 def conform(spec: resources.ResourceSpec, body: Body, *, old: Body | None) -> None:
@@ -131,11 +138,31 @@ def prepare(
         data = body.setdefault("data", {})
         for key, value in body.pop("stringData").items():
             data[key] = base64.b64encode(value.encode()).decode()
-    if created and spec == resources.NAMESPACES:
-        body["status"] = {"phase": "Active"}
+    if spec == resources.NAMESPACES:
+        _prepare_namespace(body, old=None if created else old)
     if created and spec.group == "" and spec.plural == "pods":
         body["status"] = {"phase": "Pending"}
     conform(spec, body, old=old)
+
+
+def _prepare_namespace(body: Body, *, old: Body | None) -> None:
+    """A namespace carries its name as a label (selectors pick namespaces by it) and, from
+    its creation, the ``kubernetes`` finalizer in its spec, which only ``/finalize`` changes."""
+    metadata = body["metadata"]
+    metadata["labels"] = {**(metadata.get("labels") or {}), NAMESPACE_NAME_LABEL: metadata["name"]}
+    if old is not None:
+        if "spec" in old:
+            body["spec"] = copy.deepcopy(old["spec"])
+        else:
+            body.pop("spec", None)
+        return
+    given = body.get("spec")
+    spec: dict[str, Any] = given if isinstance(given, dict) else {}
+    finalizers = list(spec.get("finalizers") or [])
+    if NAMESPACE_FINALIZER not in finalizers:
+        finalizers.append(NAMESPACE_FINALIZER)
+    body["spec"] = {**spec, "finalizers": finalizers}
+    body["status"] = {"phase": "Active"}
 
 
 def admit_create(
@@ -200,22 +227,21 @@ def admit_update(
 def apply_patch(
     spec: resources.ResourceSpec, current: Body, patch: Any, patch_type: PatchType, *, name: str
 ) -> Body:
-    """The object a patch asks for; 422 if the patch is malformed or its test fails."""
-    try:
-        if patch_type == "json":
+    """The object a patch asks for: 400 for a patch that is no patch, 422 for a JSON patch
+    that cannot be applied (a failed ``test`` among them), as a real server answers."""
+    if patch_type == "json":
+        if not isinstance(patch, list):
+            raise failures.bad_request(
+                f"json: cannot unmarshal {_json_kind(patch)} into Go value of type jsonpatch.Patch"
+            )
+        try:
             new = patching.apply_json_patch(current, patch)
-        else:
-            if not isinstance(patch, dict):
-                raise patching.PatchError("a merge patch must be a JSON object")
-            new = patching.merge(current, patch)
-    except patching.PatchTestFailed as e:
-        raise failures.invalid(
-            plural=spec.plural, group=spec.group, name=name, message=str(e)
-        ) from e
-    except patching.PatchError as e:
-        raise failures.invalid(
-            plural=spec.plural, group=spec.group, name=name, message=f"invalid patch: {e}"
-        ) from e
+        except patching.PatchError as e:
+            raise failures.patch_unprocessable() from e
+    elif not isinstance(patch, dict):
+        raise failures.bad_request("Invalid JSON Patch")
+    else:
+        new = patching.merge(current, patch)
     if not isinstance(new, dict):
         raise failures.bad_request("the patch turned the object into a non-object")
     return new

@@ -74,7 +74,7 @@ class DiscoveryServing:
         address = addressing.parse(request.url.path)
         versions = self._groups().get(address.group if address else "")
         if not versions:
-            raise failures.no_such_path(request.url.path)
+            raise failures.page_not_found(request.url.path)
         body = self._group_body(address.group, versions)  # type: ignore[union-attr]
         return {"kind": "APIGroup", "apiVersion": "v1", **body}
 
@@ -88,7 +88,7 @@ class DiscoveryServing:
             if group == address.group and version == address.version
         ]
         if not served:
-            raise failures.no_such_path(request.url.path)
+            raise failures.page_not_found(request.url.path)
         entries: list[dict[str, Any]] = []
         for spec in served:
             entries.append(

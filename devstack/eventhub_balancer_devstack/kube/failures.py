@@ -7,6 +7,7 @@ the shape of the real API server's ``metav1.Status``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 
@@ -20,12 +21,15 @@ class APIFailure(Exception):
         reason: str,
         message: str,
         details: dict[str, Any] | None = None,
+        plain_text: bool = False,
     ) -> None:
         super().__init__(message)
         self.code = code
         self.reason = reason
         self.message = message
         self.details = details or {}
+        #: Answered as plain text, not a Status: a path outside every served group version.
+        self.plain_text = plain_text
 
     def as_status(self) -> dict[str, Any]:
         return {
@@ -58,9 +62,15 @@ def not_found(*, plural: str, group: str, name: str | None) -> APIFailure:
 
 
 def no_such_path(path: str) -> APIFailure:
+    """A path in a served group version that names no resource (or no subresource of it)."""
     return APIFailure(
-        code=404, reason="NotFound", message=f"the server could not find the requested path {path}"
+        code=404, reason="NotFound", message="the server could not find the requested resource"
     )
+
+
+def page_not_found(path: str) -> APIFailure:
+    """A path outside every served group version: a real server's mux answers in plain text."""
+    return APIFailure(code=404, reason="NotFound", message="404 page not found", plain_text=True)
 
 
 def already_exists(*, plural: str, group: str, name: str) -> APIFailure:
@@ -83,6 +93,40 @@ def conflict(*, plural: str, group: str, name: str) -> APIFailure:
             "please apply your changes to the latest version and try again"
         ),
         details=_details(plural, name, group),
+    )
+
+
+def precondition_failed(
+    *, kind: str, group: str, name: str, field: str, wanted: str, stored: str
+) -> APIFailure:
+    """409 for a delete whose ``preconditions`` (``uid`` or ``resourceVersion``) do not hold;
+    the real server names the kind here, not the resource."""
+    if field == "uid":
+        detail = (
+            f"the UID in the precondition ({wanted}) does not match the UID in record ({stored})."
+            " The object might have been deleted and then recreated"
+        )
+    else:
+        detail = (
+            f"the ResourceVersion in the precondition ({wanted}) does not match the "
+            f"ResourceVersion in record ({stored}). The object might have been modified"
+        )
+    what = f"{kind}.{group}" if group else kind
+    return APIFailure(
+        code=409,
+        reason="Conflict",
+        message=f'Operation cannot be fulfilled on {what} "{name}": {detail}',
+        details=_details(kind, name, group),
+    )
+
+
+def patch_unprocessable() -> APIFailure:
+    """422 for a JSON patch that cannot be applied (a failed ``test``, a missing path): the
+    real server keeps the reason to itself and answers with a generic message."""
+    return APIFailure(
+        code=422,
+        reason="Invalid",
+        message="the server rejected our request due to an error in our request",
     )
 
 
@@ -115,12 +159,13 @@ def method_not_allowed(message: str) -> APIFailure:
     return APIFailure(code=405, reason="MethodNotAllowed", message=message)
 
 
-def unsupported_media_type(content_type: str) -> APIFailure:
+def unsupported_media_type(accepted: Iterable[str]) -> APIFailure:
+    """415, listing the media types this request may use (in the real server's words)."""
     return APIFailure(
         code=415,
         reason="UnsupportedMediaType",
-        message=f"the body of the request was in an unknown format - accepted media types "
-        f"are JSON, merge-patch and JSON-patch, not {content_type!r}",
+        message="the body of the request was in an unknown format - accepted media types "
+        f"include: {', '.join(accepted)}",
     )
 
 

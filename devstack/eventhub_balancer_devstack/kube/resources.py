@@ -37,6 +37,8 @@ class ResourceSpec:
     generation: bool = False
     #: Real clients expect the deleted object back for these, a ``Status`` for the others.
     delete_returns_object: bool = False
+    #: Served from a CustomResourceDefinition (not built in).
+    custom: bool = False
     #: A CRD version's OpenAPI v3 schema: defaulting, pruning, validation; None for built-ins.
     schema: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False)
     #: A CRD version's ``additionalPrinterColumns``, for Table responses (``kubectl get``).
@@ -188,6 +190,7 @@ def from_crd(crd: Mapping[str, Any]) -> list[ResourceSpec]:
                 status_subresource="status" in (version.get("subresources") or {}),
                 generation=True,
                 delete_returns_object=True,
+                custom=True,
                 schema=schema,
                 printer_columns=tuple(version.get("additionalPrinterColumns") or ()),
             )

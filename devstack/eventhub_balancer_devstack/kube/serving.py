@@ -57,6 +57,15 @@ _PATCH_TYPES: dict[str, admitting.PatchType] = {
     "application/strategic-merge-patch+json": "strategic",
 }
 
+
+def _patch_types(spec: resources.ResourceSpec) -> dict[str, admitting.PatchType]:
+    """The patches a resource takes: strategic merge patches only for built-in kinds (a
+    custom resource has no schema of merge keys, and a real server refuses them with 415)."""
+    if not spec.custom:
+        return _PATCH_TYPES
+    return {t: p for t, p in _PATCH_TYPES.items() if p != "strategic"}
+
+
 #: Everything below a group version: resources, objects, subresources.
 _RESOURCE_PATH = re.compile(r"/api/[^/]+/.+|/apis/[^/]+/[^/]+/.+")
 
@@ -232,6 +241,8 @@ class LocalKubeHandler(
 
     def _render_failure(self, exc: BaseException) -> aiohttp.web.StreamResponse:
         failure = self._as_failure(exc)
+        if failure.plain_text:
+            return aiohttp.web.Response(text=failure.message + "\n", status=failure.code)
         return aiohttp.web.json_response(failure.as_status(), status=failure.code)
 
     # -- watch faults --------------------------------------------------------------------------
@@ -359,9 +370,10 @@ class LocalKubeHandler(
             return _response(replaced)
         if method == "PATCH":
             content_type = str(request.headers.get("Content-Type", "")).split(";")[0].strip()
-            patch_type = _PATCH_TYPES.get(content_type)
+            accepted = _patch_types(spec)
+            patch_type = accepted.get(content_type)
             if patch_type is None:
-                raise failures.unsupported_media_type(content_type)
+                raise failures.unsupported_media_type(accepted)
             patched = self.store.patch(
                 spec,
                 namespace=namespace,

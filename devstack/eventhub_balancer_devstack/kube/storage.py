@@ -83,9 +83,10 @@ class Store(versioning.VersionedHistory):
         try:
             return self.resources[(group, version, plural)]
         except KeyError:
-            raise failures.no_such_path(
-                f"/{'apis/' + group if group else 'api'}/{version}/{plural}"
-            ) from None
+            path = f"/{'apis/' + group if group else 'api'}/{version}/{plural}"
+            if any(g == group and v == version for g, v, _ in self.resources):
+                raise failures.no_such_path(path) from None
+            raise failures.page_not_found(path) from None
 
     def now(self) -> datetime.datetime:
         """The store's clock (creation and deletion times are on it)."""
@@ -142,14 +143,9 @@ class Store(versioning.VersionedHistory):
         objects = self._objects[spec.storage_key]
         name = str(metadata.get("name") or "")
         if not name:
-            prefix = metadata.get("generateName")
+            prefix = str(metadata.get("generateName") or "")
             if not prefix:
-                raise failures.invalid(
-                    plural=spec.plural,
-                    group=spec.group,
-                    name=None,
-                    message="metadata.name: Required value: name or generateName is required",
-                )
+                admitting.validate_metadata(spec, metadata)  # refuses it: no name at all
             name = admitting.generate_name(prefix, taken=lambda n: (ns, n) in objects)
             metadata["name"] = name
         admitting.validate_metadata(spec, metadata)
@@ -226,7 +222,14 @@ class Store(versioning.VersionedHistory):
         for field in ("uid", "resourceVersion"):
             wanted = preconditions.get(field)
             if wanted is not None and wanted != meta.get(field):
-                raise failures.conflict(plural=spec.plural, group=spec.group, name=name)
+                raise failures.precondition_failed(
+                    kind=spec.kind,
+                    group=spec.group,
+                    name=name,
+                    field=field,
+                    wanted=str(wanted),
+                    stored=str(meta.get(field)),
+                )
         if admit is not None:
             admit("DELETE", None, current)
         orphan = options.get("propagationPolicy") == "Orphan" or options.get("orphanDependents")
