@@ -196,3 +196,23 @@ async def test_a_short_partition_listing_forgets_no_epoch(
     await test_cycles.cycle(kube, hubs, memory, now=3)
     assert kube.assignment(NS)["c"]["3"] == (2, "owned")
     ledgers.assert_safe(kube.history)
+
+
+@pytest.mark.looptime
+async def test_a_pod_deleted_behind_a_late_watch_leaves_within_the_relisting_bound(
+    running: Callable[..., test_daemons.Daemon],
+) -> None:
+    """Failure 6: every watch stream is 65 s late (here: not delivered at all) when pod b is
+    deleted. Nothing the operator writes tells it, and nothing else happens; the pods listed
+    afresh every `relisting.RELIST_SECONDS` show b gone, and b's partitions move to a
+    within 20 s."""
+    daemon = running("a", "b")
+    await daemon.until(1)
+    daemon.deliver()
+    await daemon.until(3)
+    assert daemon.owned("b")
+    daemon.kube.remove_pod(NS, "b")  # the watch delivers nothing from here on
+    deleted = test_daemons.loop_time()
+    await daemon.until(deleted + 20)
+    assert set(daemon.owned("a")) == {"0", "1", "2", "3"}
+    assert all(state == "owned" for _e, state in daemon.owned("a").values())

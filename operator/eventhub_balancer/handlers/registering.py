@@ -37,6 +37,7 @@ from eventhub_balancer.handlers import (
     memories,
     observing,
     ports,
+    relisting,
 )
 from eventhub_balancer.handlers.metrics import Metrics
 from eventhub_balancer.reconciling import conflicts
@@ -101,11 +102,14 @@ class Operator:
     view: ports.KubePort = dataclasses.field(init=False)
     #: posts the cycles' Kubernetes Events beside them, not inside them (`eventposts`)
     events: eventposts.Poster = dataclasses.field(init=False)
+    #: lists the pods afresh while there are consumers, for a pod watch that lags
+    relisting: relisting.Relisting = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
         self.cache = caching.Cache(self.kube, wake=self.wake)
         self.watch, self.rosters, self.view = self.cache.watch, self.cache.rosters, self.cache.kube
         self.events = eventposts.Poster(self.view, posting=self._count_event)
+        self.relisting = relisting.Relisting(self.kube, self.cache.seen.rosters, wake=self.wake)
 
     def _count_event(self, body: Mapping[str, Any]) -> None:
         """An Event the poster posts, counted for its consumer while that one runs (a cycle
@@ -177,6 +181,7 @@ async def run_daemon(
     key = (namespace, name)
     wake = runtime.wakes.setdefault(key, asyncio.Event())
     memory = runtime.memories.setdefault(key, memories.Memory())
+    runtime.relisting.start()
     retry = 0.0
     stop_waiter = asyncio.ensure_future(stopped.wait())
     try:
@@ -274,6 +279,8 @@ async def run_daemon(
         runtime.rosters.forget(namespace=namespace, name=name)
         runtime.metrics.forget(namespace=namespace, consumer=name)
         runtime.hubs.forget(observing.hub_key(namespace, name))
+        if not runtime.wakes:
+            runtime.relisting.stop()
 
 
 async def _consumer_gone(kube: ports.ApiPort, *, namespace: str, name: str) -> bool:

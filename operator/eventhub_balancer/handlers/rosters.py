@@ -186,14 +186,19 @@ class Shelf:
             while len(self.departed) > MAX_FLOORS:
                 self.departed.popitem(last=False)
 
-    def resync(self, listed: Iterable[Body], *, at: int | None) -> bool:
+    def resync(
+        self, listed: Iterable[Body], *, at: int | None, present: set[str] | None = None
+    ) -> bool:
         """A fresh listing of the shelf's scope, answered at version ``at``: take what it has,
-        and remove what it lacks unless that is newer than the listing."""
+        and remove what it lacks unless that is newer than the listing. ``present``: every
+        name the listing holds, when ``listed`` is only the part of it for this shelf."""
         changed = False
         names: set[str] = set()
         for body in listed:
             names.add(str(_meta(body).get("name") or ""))
             changed |= self.offer(body)
+        if present is not None:
+            names = present
         for name in [n for n in self.items if n not in names]:
             if at is None or not _newer(version(self.items[name]), at):
                 self._remove(name, at=at)
@@ -302,12 +307,19 @@ class Roster:
         self.version += changed
         return changed
 
-    def resync(self, kind: str, listed: Iterable[Body], *, at: int | None) -> bool:
+    def resync(
+        self,
+        kind: str,
+        listed: Iterable[Body],
+        *,
+        at: int | None,
+        present: set[str] | None = None,
+    ) -> bool:
         """A fresh listing of the kind's scope at version ``at`` (`Shelf.resync`)."""
         listed = list(listed)
         self._confirmed(kind, {str(_meta(b).get("uid") or ""): version(b) for b in listed})
         self.stale.discard(kind)
-        changed = self.shelves[kind].resync(listed, at=at)
+        changed = self.shelves[kind].resync(listed, at=at, present=present)
         self.version += changed
         return changed
 
@@ -446,15 +458,50 @@ class Rosters:
         roster.deleted(kind, name=name, uid=uid, now=now)
         self._track(roster, kind, name, before)
 
-    def resync(self, roster: Roster, kind: str, listed: Iterable[Body], *, at: int | None) -> None:
+    def resync(
+        self,
+        roster: Roster,
+        kind: str,
+        listed: Iterable[Body],
+        *,
+        at: int | None,
+        present: set[str] | None = None,
+    ) -> bool:
         before = set(roster.shelves[kind].items)
-        roster.resync(kind, listed, at=at)
+        changed = roster.resync(kind, listed, at=at, present=present)
         after = set(roster.shelves[kind].items)
         self._release(roster, kind, before - after)
         for name in after - before:
             self._holders.setdefault((kind, roster.namespace, name), set()).add(
                 (roster.namespace, roster.name)
             )
+        return changed
+
+    def relisted(
+        self,
+        namespace: str,
+        kind: str,
+        listed: Iterable[Body],
+        *,
+        at: int | None,
+        keys: Callable[[Body], Iterable[Any]],
+    ) -> list[tuple[str, str]]:
+        """A fresh listing of ``kind`` in the whole of ``namespace``, answered at ``at``: each
+        roster there takes the bodies it holds or selects (``keys``: a body's pod index keys)
+        and loses what the listing lacks and is no newer; the rosters that changed."""
+        listed = list(listed)
+        present = {str(_meta(b).get("name") or "") for b in listed}
+        routed: dict[tuple[str, str], list[Body]] = {
+            key: [] for key in self.by_key if key[0] == namespace
+        }
+        for body in listed:
+            for roster in self.candidates(kind, namespace, body, keys=keys(body)):
+                routed[roster.namespace, roster.name].append(body)
+        return [
+            key
+            for key, bodies in routed.items()
+            if self.resync(self.by_key[key], kind, bodies, at=at, present=present)
+        ]
 
     def _track(self, roster: Roster, kind: str, name: str, before: bool) -> None:
         if kind == CONSUMER or roster.holds(kind, name) == before:

@@ -1,0 +1,111 @@
+"""What a pod watch that lags has not delivered yet, found within `RELIST_SECONDS`.
+
+A watch that goes silent is noticed: kopf reconnects it (`kopfwiring.WATCH_INACTIVITY_SECONDS`).
+A watch whose events come late is not, unless something tells: the operator's own writes do
+for the CRs and the ConfigMaps (their echoes are due within `rosters.ECHO_SECONDS`), but the
+operator never writes pods, and a pod deleted while nothing else happens gives no sign at all.
+Behind a watch 65 s late, a deleted pod's partitions waited more than 100 s.
+
+So every `RELIST_SECONDS` the operator lists the pods afresh, one LIST per namespace it has
+consumers in, whatever their number, and offers each pod to the rosters that hold or select
+it (`rosters.Rosters.relisted`): what the listing lacks and is no newer leaves, what it has
+newer replaces the older body, and each consumer whose roster changed is woken. A pod
+deleted or relabelled under a lagging watch leaves its consumer within that bound, and the
+listing is also what tells a decision that a pod the record names is gone
+(`observations.Departures`).
+
+The cost, documented in docs/operator.md: one LIST of a namespace's pods per namespace and
+`RELIST_SECONDS`, beside the cycles; a steady cycle still makes no request. A failed listing
+is logged and tried again at the next turn: the rosters stay as they were.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from eventhub_balancer import errors
+from eventhub_balancer.contracts import labelselectors
+from eventhub_balancer.handlers import indexkeys, ports, rosters
+
+logger = logging.getLogger(__name__)
+
+#: How often each namespace's pods are listed afresh: a pod watch that lags, however late,
+#: holds a change back at most this long (plus the listing and a cycle).
+RELIST_SECONDS = 10.0
+#: Every pod of a namespace: the rosters pick what their selectors match.
+EVERY_POD = labelselectors.Selector()
+
+Key = tuple[str, str]
+
+
+class Relisting:
+    """The pods of every namespace with consumers, listed afresh every `RELIST_SECONDS`."""
+
+    def __init__(
+        self,
+        api: ports.ListingPort,
+        kept: rosters.Rosters,
+        *,
+        wake: Callable[[Key], None],
+        seconds: float = RELIST_SECONDS,
+    ) -> None:
+        self.api = api
+        self.kept = kept
+        self.wake = wake
+        self.seconds = seconds
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Relist from now on, if not yet (each daemon asks as it starts)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name="ehb-relisting")
+
+    def stop(self) -> None:
+        """No more relisting (the last daemon stopped): a listing in flight is cancelled."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.seconds)
+            await self.relist()
+
+    async def relist(self) -> list[Key]:
+        """List every namespace's pods once; the consumers woken."""
+        woken: list[Key] = []
+        for namespace in sorted({ns for ns, _ in self.kept.by_key}):
+            try:
+                woken += await self.relist_namespace(namespace)
+            except errors.EventHubBalancerError as e:
+                logger.warning("pods in %s were not listed afresh: %s", namespace, e)
+        return woken
+
+    async def relist_namespace(self, namespace: str) -> list[Key]:
+        """List ``namespace``'s pods and offer them to its rosters; the consumers woken."""
+        held = [r for (ns, _), r in self.kept.by_key.items() if ns == namespace]
+        with contextlib.ExitStack() as asking:
+            for roster in held:
+                asking.enter_context(roster.asking(rosters.PODS))
+            listing = await self.api.list_selected_pods(namespace=namespace, selector=EVERY_POD)
+            changed = self.kept.relisted(
+                namespace,
+                rosters.PODS,
+                listing.items,
+                at=rosters.number(listing.metadata.get("resourceVersion")),
+                keys=lambda body: indexkeys.pod_keys(
+                    namespace, (body.get("metadata") or {}).get("labels") or {}
+                ),
+            )
+        if changed:
+            logger.info(
+                "%s: pods listed afresh showed what the pod watch had not delivered yet: %s",
+                namespace,
+                ", ".join(name for _, name in changed),
+            )
+        for key in changed:
+            self.wake(key)
+        return changed
