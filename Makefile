@@ -149,5 +149,14 @@ figures-soak: install
 demo: install
 	$(BIN)/ehb demo
 
+# The operator and consumer images, built from docker/'s Dockerfiles without a Docker daemon
+# (docs/images.md): a Debian root filesystem from Debian's packages, the project's wheels, umoci.
+# Needs root. The Debian layers are cached in .images/; IMAGES_ARGS=--refresh takes Debian's
+# packages afresh, IMAGES_ARGS="consumer-connect orders-example" builds the other two.
+.PHONY: images
+IMAGES_ARGS ?=
+images: $(STAMP)
+	$(BIN)/python -m eventhub_balancer_devstack.images $(IMAGES_ARGS)
+
 clean:
 	rm -rf $(VENV) node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis site
