@@ -65,6 +65,7 @@ class World:
 
     def __init__(self, api: kubernetes.client.ApiClient, *, partitions: int) -> None:
         self.cluster = clusterviews.Cluster(api, NAMESPACE)
+        self.cluster.ensure_namespace()
         self.view = clusterviews.View()
         self.partitions = partitions
         self.members: list[str] = []

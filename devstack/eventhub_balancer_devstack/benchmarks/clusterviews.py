@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import threading
+import time
 from typing import Any
 
 import kubernetes.client
@@ -89,6 +90,10 @@ def consumer_body(
     }
 
 
+#: How long a new namespace may take to get its default ServiceAccount on a real server.
+NAMESPACE_READY_S = 30.0
+
+
 class Cluster:
     """The API server process seen over HTTP: what the kubelet and a user would do."""
 
@@ -96,6 +101,28 @@ class Cluster:
         self.core = kubernetes.client.CoreV1Api(api)
         self.custom = kubernetes.client.CustomObjectsApi(api)
         self.namespace = namespace
+
+    def ensure_namespace(self) -> None:
+        """Create the namespace unless it exists (the local API makes them on first use; a
+        real one does not), and wait for its default ServiceAccount, which pods need."""
+        try:
+            body: Any = {"metadata": {"name": self.namespace}}
+            self.core.create_namespace(body, _preload_content=False)
+        except kubernetes.client.ApiException as e:
+            if e.status != 409:
+                raise
+        deadline = time.monotonic() + NAMESPACE_READY_S
+        while time.monotonic() < deadline:
+            try:
+                self.core.read_namespaced_service_account(
+                    "default", self.namespace, _preload_content=False
+                )
+                return
+            except kubernetes.client.ApiException as e:
+                if e.status != 404:
+                    raise
+            time.sleep(0.05)
+        raise TimeoutError(f"namespace {self.namespace} got no default ServiceAccount")
 
     def secret(self, name: str, key: str, value: str) -> None:
         body: Any = {

@@ -70,6 +70,8 @@ RELIST_QUIET_SECONDS = 5.0
 
 class Figures(TypedDict):
     consumers: int
+    #: The Kubernetes API the run measured: local or real.
+    kube: str
     partitions: int
     pods: int
     join_balanced_s: float
@@ -92,6 +94,8 @@ class Settings:
     rounds: int = 3
     interval_seconds: int = 2
     steady_cycles: int = 3  # per consumer
+    #: The Kubernetes API: the local one, or the real control plane.
+    kube: str = "local"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -120,6 +124,7 @@ class Report:
     def figures(self) -> Figures:
         s = self.settings
         return {
+            "kube": s.kube,
             "consumers": s.consumers,
             "partitions": s.partitions,
             "pods": s.pods,
@@ -149,7 +154,9 @@ def _stack(settings: Settings) -> Iterator[tuple[Path, str, str, processes.Child
     hubs = [f"{consumer_name(i)}={settings.partitions}" for i in range(settings.consumers)]
     with tempfile.TemporaryDirectory(prefix="ehb-bench-") as tmp:
         kubeconfig = Path(tmp) / "kubeconfig"
-        server = processes.Child("apiserver", "--kubeconfig", str(kubeconfig))
+        server = processes.Child(
+            "apiserver", "--kubeconfig", str(kubeconfig), "--kube", settings.kube
+        )
         emulator = subprocess.Popen(
             [
                 str(Path(sys.executable).with_name("ehb")),
@@ -230,6 +237,7 @@ def run(settings: Settings) -> Report:
     with _stack(settings) as (kubeconfig, connection_string, store, server):
         api = watching.client(kubeconfig)
         cluster = clusterviews.Cluster(api, ns)
+        cluster.ensure_namespace()
         view, stopped = clusterviews.View(), threading.Event()
         watcher = threading.Thread(
             target=watching.watch_configmaps, args=(api, ns, stopped, view.on_body), daemon=True
@@ -333,7 +341,8 @@ def _forced_relist(server: processes.Child, operator: processes.Child, settings:
     answers their resumes with 410 Gone: kopf lists both kinds again, and each consumer reads
     what it may have missed. Counted until no LIST came for `RELIST_QUIET_SECONDS`."""
     before = operator.stats()["lists"]
-    server.ask("relist")
+    # On the real control plane this restarts kube-apiserver: seconds, not a fault's instant.
+    server.ask("relist", timeout=processes.START_SECONDS)
     deadline = time.monotonic() + clusters.WAIT_SECONDS + settings.consumers * 0.1
     last, quiet_since = before, time.monotonic()
     while time.monotonic() < deadline:

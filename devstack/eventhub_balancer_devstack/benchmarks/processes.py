@@ -29,8 +29,10 @@ from typing import IO, Any
 
 from eventhub_balancer.adapters import eventhubs, kubeapi
 from eventhub_balancer.handlers import registering, running
+from eventhub_balancer_devstack import kubeservers
 from eventhub_balancer_devstack.benchmarks import doubles, stagerecords
 from eventhub_balancer_devstack.kube import LocalKubeAPI
+from eventhub_balancer_devstack.realkube import RealControlPlane
 
 logger = logging.getLogger(__name__)
 
@@ -89,58 +91,71 @@ def serve_operator(
         records.__exit__()
 
 
-def serve_apiserver(kubeconfig: Path, stdin: IO[str]) -> None:
-    with LocalKubeAPI() as kube:
-        kube.write_kubeconfig(kubeconfig)
+def serve_apiserver(kubeconfig: Path, stdin: IO[str], *, kind: kubeservers.Kind = "local") -> None:
+    """The local API (or, with ``kind="real"``, the real control plane) until stdin closes."""
+    kube = kubeservers.server(kind)
+    kube.start()
+    try:
+        _serve_apiserver(kube, kubeconfig, stdin)
+    finally:
+        kube.stop()
 
-        def record() -> dict[str, Any]:
-            """Keep the Pod and ConfigMap writes from now on (not the set-up's: at a thousand
-            consumers they would be tens of thousands)."""
-            kube.record_writes("v1/pods", "v1/configmaps")
-            return {"recording": ["pods", "configmaps"]}
 
-        def writes() -> dict[str, Any]:
-            """The Pod and ConfigMap writes committed since the last asking, with their commit
-            times: what `stages` reads of the API server."""
-            taken = kube.take_writes()
-            return {
-                "dropped": taken.dropped,
-                "writes": [[e.type, e.body, e.previous, e.committed_at] for e in taken.events],
-            }
+def _serve_apiserver(kube: kubeservers.KubeServer, kubeconfig: Path, stdin: IO[str]) -> None:
+    kube.write_kubeconfig(kubeconfig)
 
-        def relist() -> dict[str, Any]:
-            """Every pod and ConfigMap watch ends, and its resume gets 410 Gone: the
-            operator's kopf lists both kinds again, as after a real API server's compaction."""
-            for plural in RELIST_PLURALS:
-                kube.inject_watch_fault(
-                    "close", seconds=RELIST_SECONDS, plural=plural, close_after_s=0.5
-                )
-                kube.inject_watch_fault("gone", seconds=RELIST_SECONDS, plural=plural)
-            return {"relist": list(RELIST_PLURALS)}
+    def record() -> dict[str, Any]:
+        """Keep the Pod and ConfigMap writes from now on (not the set-up's: at a thousand
+        consumers they would be tens of thousands)."""
+        kube.record_writes("v1/pods", "v1/configmaps")
+        return {"recording": ["pods", "configmaps"]}
 
-        def direct(request: Mapping[str, Any]) -> dict[str, Any]:
-            """The store calls a harness makes of an API server in its own process
-            (`apartservers.ApiServerApart`)."""
-            call, args = str(request.get("call")), dict(request.get("args") or {})
-            if call == "create_object":
-                return {
-                    "result": kube.create_object(args.pop("resource"), args.pop("body"), **args)
-                }
-            if call == "get_object":
-                return {"result": kube.get_object(args.pop("resource"), args.pop("name"), **args)}
-            if call == "list_objects":
-                return {"result": kube.list_objects(args.pop("resource"), **args)}
-            if call == "record_writes":
-                kube.record_writes(*args["resources"])
-                return {"result": None}
-            return {"error": f"unknown call {call!r}"}
+    def writes() -> dict[str, Any]:
+        """The Pod and ConfigMap writes committed since the last asking, with their commit
+        times: what `stages` reads of the API server."""
+        taken = kube.take_writes()
+        return {
+            "dropped": taken.dropped,
+            "writes": [[e.type, e.body, e.previous, e.committed_at] for e in taken.events],
+        }
 
-        _answer(
-            stdin,
-            lambda: {"url": kube.url},
-            commands={"relist": relist, "record": record, "writes": writes},
-            requests=direct,
-        )
+    def relist() -> dict[str, Any]:
+        """Every pod and ConfigMap watch ends, and its resume gets 410 Gone: the
+        operator's kopf lists both kinds again, as after a real API server's compaction.
+        On the real control plane, kube-apiserver restarts (a rollout): its new watch
+        cache answers the resumes 410 Gone itself."""
+        if isinstance(kube, RealControlPlane):
+            kube.restart_apiserver()
+            return {"relist": ["*"]}
+        assert isinstance(kube, LocalKubeAPI)
+        for plural in RELIST_PLURALS:
+            kube.inject_watch_fault(
+                "close", seconds=RELIST_SECONDS, plural=plural, close_after_s=0.5
+            )
+            kube.inject_watch_fault("gone", seconds=RELIST_SECONDS, plural=plural)
+        return {"relist": list(RELIST_PLURALS)}
+
+    def direct(request: Mapping[str, Any]) -> dict[str, Any]:
+        """The store calls a harness makes of an API server in its own process
+        (`apartservers.ApiServerApart`)."""
+        call, args = str(request.get("call")), dict(request.get("args") or {})
+        if call == "create_object":
+            return {"result": kube.create_object(args.pop("resource"), args.pop("body"), **args)}
+        if call == "get_object":
+            return {"result": kube.get_object(args.pop("resource"), args.pop("name"), **args)}
+        if call == "list_objects":
+            return {"result": kube.list_objects(args.pop("resource"), **args)}
+        if call == "record_writes":
+            kube.record_writes(*args["resources"])
+            return {"result": None}
+        return {"error": f"unknown call {call!r}"}
+
+    _answer(
+        stdin,
+        lambda: {"url": kube.url},
+        commands={"relist": relist, "record": record, "writes": writes},
+        requests=direct,
+    )
 
 
 def _rss_mb() -> float:
@@ -208,12 +223,12 @@ class Child:
     def stats(self) -> dict[str, Any]:
         return self.ask("stats")
 
-    def ask(self, command: str) -> dict[str, Any]:
-        """One command line, and the process's one-line answer."""
+    def ask(self, command: str, *, timeout: float = STOP_SECONDS) -> dict[str, Any]:
+        """One command line, and the process's one-line answer within ``timeout``."""
         assert self.process.stdin is not None
         self.process.stdin.write(command + "\n")
         self.process.stdin.flush()
-        answer = self._line(STOP_SECONDS)
+        answer = self._line(timeout)
         if "error" in answer:
             raise RuntimeError(f"the {self.role} process: {answer['error']}")
         return answer
@@ -236,6 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--namespace", action="append", default=[])
     parser.add_argument("--refresh-seconds", type=float, default=eventhubs.REFRESH_SECONDS)
     parser.add_argument("--hub-timeout", type=float, default=eventhubs.TIMEOUT_SECONDS)
+    parser.add_argument("--kube", choices=kubeservers.KINDS, default="local")
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=os.environ.get(LOG_LEVEL_ENV, "WARNING").upper(),
@@ -243,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(name)s: %(message)s",
     )
     if args.role == "apiserver":
-        serve_apiserver(args.kubeconfig, sys.stdin)
+        serve_apiserver(args.kubeconfig, sys.stdin, kind=args.kube)
     elif args.role == "operator":
         serve_operator(
             args.kubeconfig,

@@ -45,6 +45,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--steady-cycles", type=int, default=3, help="cycles over which steady writes count (3)"
     )
+    parser.add_argument(
+        "--kube",
+        choices=("local", "real"),
+        default="local",
+        help="the Kubernetes API: local (the default) or real (kube-apiserver, "
+        "kube-controller-manager and etcd; the re-list is then a restart of kube-apiserver)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -69,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
         rounds=args.rounds,
         interval_seconds=args.interval,
         steady_cycles=args.steady_cycles,
+        kube=args.kube,
     )
     try:
         report = operating.run(settings)

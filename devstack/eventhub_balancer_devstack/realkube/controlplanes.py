@@ -170,6 +170,15 @@ class RealControlPlane:
         logger.info("real control plane serving at %s (%s)", self._url, folder)
         return self
 
+    def restart_apiserver(self) -> None:
+        """Stop kube-apiserver and start it again, as a rollout of the control plane does:
+        every connection and watch ends, and the new server's watch cache starts at etcd's
+        current revision, so a watch resumed from before answers 410 Gone."""
+        (apiserver,) = [p for p in self._processes if p.name == "kube-apiserver"]
+        apiserver.stop()
+        apiserver.start()
+        self._wait("kube-apiserver", apiserver, time.monotonic() + self._start_timeout, self.readyz)
+
     def stop(self) -> None:
         """Stop every process by its pid (the controllers first, etcd last); remove the folder."""
         record, self._record = self._record, None
