@@ -216,3 +216,27 @@ async def test_a_pod_deleted_behind_a_late_watch_leaves_within_the_relisting_bou
     await daemon.until(deleted + 20)
     assert set(daemon.owned("a")) == {"0", "1", "2", "3"}
     assert all(state == "owned" for _e, state in daemon.owned("a").values())
+
+
+async def test_a_pod_that_does_not_apply_its_partitions_is_confirmed_by_a_listing(
+    replica: watches.Replica, kube: fakes.FakeKube, clock: Clock
+) -> None:
+    """No ghost owner: pod c is deleted while its ConfigMap stays for a moment (the garbage
+    collector is behind) and the pod watch has not shown the deletion. A pod given partitions
+    that does not say it applied them within `readbacks.ACK_CONFIRM_SECONDS` is confirmed by
+    listing the pods afresh: c is found gone, and what was released for it goes to a pod
+    that exists."""
+    t = await settle(replica, kube, clock, start=0)
+    kube.add_pod(NS, "c", labels={"app": "c"}, since=at(t))
+    replica.watch.deliver()
+    await replica.cycle(NS, NAME, now=at(t))  # revokes a share for c
+    for pod in ("a", "b"):
+        kube.acknowledge(NS, pod)
+    replica.watch.deliver()
+    kube._deleted("pod", kube.objects.pop(("pod", NS, "c")))  # its ConfigMap stays
+    for step in range(1, 6):
+        replica.watch.deliver("consumer", "configmap")  # the pod watch lags
+        await replica.cycle(NS, NAME, now=at(t + step))
+    assert not epochs_of(kube, "c")
+    assert assigned(kube) <= existing(kube)
+    ledgers.assert_safe(kube.history)

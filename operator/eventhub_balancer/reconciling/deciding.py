@@ -136,7 +136,10 @@ def decide(
         if recorded.resource_version.isdigit()
         else None,
     )
-    if unknown:
+    owing, confirm_at = readbacks.unacknowledged(
+        fleet, observation.departures, wall=podstates.to_seconds(now)
+    )
+    if unknown or owing:
         # Nothing is written until the pods say whether those are gone.
         held = Decision(
             generation=observation.generation,
@@ -147,7 +150,13 @@ def decide(
         )
         return held, Carry(fleet=fleet, record=recorded, derived=carry.derived)
     decision, derived = _decide(
-        observation, spec=spec, fleet=fleet, recorded=recorded, derived=carry.derived, now=now
+        observation,
+        spec=spec,
+        fleet=fleet,
+        recorded=recorded,
+        derived=carry.derived,
+        now=now,
+        confirm_at=confirm_at,
     )
     if not (decision.needs_checkpoints or decision.needs_last_sequences):
         derived = None  # only the first of a cycle's two decisions hands its writes on
@@ -164,9 +173,11 @@ def _decide(
     recorded: carries.RecordRead,
     derived: carries.Derived | None,
     now: datetime.datetime,
+    confirm_at: tuple[float, ...] = (),
 ) -> tuple[Decision, carries.Derived | None]:
     """The decision, and the writes to carry on: those it derived, or ``derived`` as it came
-    when it derived none."""
+    when it derived none. ``confirm_at``: when a pod's silence about its ConfigMap comes due
+    (`readbacks.unacknowledged`): the decision comes back then."""
     wall = podstates.to_seconds(now)
     states = fleet.states
     me = conflicts.peer(
@@ -321,7 +332,7 @@ def _decide(
             notready=fleet.notready,
             spec=spec,
             wall=wall,
-            held=back.lost_held.values(),
+            held=(*back.lost_held.values(), *confirm_at),
         ),
     )
     quiet = (
@@ -339,7 +350,7 @@ def _decide(
         notready=fleet.notready,
         spec=spec,
         wall=wall,
-        held=back.lost_held.values(),
+        held=(*back.lost_held.values(), *confirm_at),
     )
     return dataclasses.replace(
         decision, settled_until=until, resource_version=_version(observation)

@@ -298,6 +298,39 @@ def unconfirmed(
     return frozenset(unknown)
 
 
+#: How long a pod may take to say it applied what its ConfigMap gives it before the pods are
+#: listed afresh to confirm that it exists: a live pod applies within a second, a pod the
+#: cache still shows after it left never does (`unacknowledged`).
+ACK_CONFIRM_SECONDS = 3.0
+
+
+def unacknowledged(
+    fleet: fleets.Fleet, departures: observations.Departures, *, wall: float
+) -> tuple[frozenset[str], tuple[float, ...]]:
+    """The pods given partitions that have not said they applied their ConfigMap for
+    `ACK_CONFIRM_SECONDS` and were not listed since it was written: each may be a pod that
+    left while the cache still shows it, and is confirmed by listing the pods afresh. With
+    them, the moments at which the others' silence comes due."""
+    if departures.uncached:
+        return frozenset(), ()
+    due: list[float] = []
+    owing: set[str] = set()
+    for pod, cm in fleet.current.items():
+        times = [e.since for e in cm.parsed.partitions.values() if e.since is not None]
+        applied = configmaps.parse_applied_generation(cm.annotations)
+        if not times or (applied is not None and applied >= cm.parsed.generation):
+            continue
+        written = int(cm.resource_version) if cm.resource_version.isdigit() else None
+        if written is not None and departures.listed is not None and departures.listed >= written:
+            continue  # listed since it was written: the pod exists
+        deadline = max(podstates.to_seconds(t) for t in times) + ACK_CONFIRM_SECONDS
+        if wall >= deadline:
+            owing.add(pod)
+        else:
+            due.append(deadline)
+    return frozenset(owing), tuple(due)
+
+
 def members(pods: Mapping[str, podstates.PodState]) -> tuple[models.Member, ...]:
     return tuple(
         models.Member(
