@@ -14,15 +14,37 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from eventhub_balancer_devstack import azurite as azurite_module
-from eventhub_balancer_devstack import kubeservers
+from eventhub_balancer_devstack import deployments, kubeservers
 from eventhub_balancer_devstack.eventhubs import EventHubsEmulator
 
+if TYPE_CHECKING:
+    from eventhub_balancer_devstack.realkube.nodes import LocalNode
+
 logger = logging.getLogger(__name__)
+
+#: The repository root (devstack/eventhub_balancer_devstack/stacks.py).
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+
+def project_images() -> dict[str, deployments.LocalImage]:
+    """What the project's own images run on the local node: the operator's and the consumer's
+    entry point, and the example project's handler beside it (examples/orders)."""
+    runtime = (sys.executable, "-m", "eventhub_balancer")
+    return {
+        "eventhub-balancer-operator": deployments.LocalImage(entrypoint=runtime),
+        "eventhub-balancer-consumer": deployments.LocalImage(entrypoint=runtime),
+        "eventhub-balancer-orders-example": deployments.LocalImage(
+            entrypoint=runtime, env={"PYTHONPATH": str(REPOSITORY / "examples" / "orders")}
+        ),
+    }
+
 
 #: The ports Event Hubs (AMQP without TLS), Azurite's blob service and a kind/minikube-like API
 #: server conventionally use; 0 picks a free port (tests).
@@ -44,6 +66,9 @@ class StackOptions:
     #: ``local``: the local API in this process; ``real``: the real control plane (etcd,
     #: kube-apiserver, kube-controller-manager as processes; `make controlplane` builds it).
     kube: kubeservers.Kind = "local"
+    #: With the real control plane, run its pods on this machine (`realkube.nodes.LocalNode`)
+    #: with these images; None: no node (a scenario's own kubelet runs the pods).
+    node_images: Mapping[str, deployments.LocalImage] | None = None
 
 
 class LocalStack:
@@ -69,6 +94,7 @@ class LocalStack:
             else kubeservers.server(self.options.kube, port=self.options.kube_port)
         )
         self.kubeconfig: Path | None = None
+        self.node: LocalNode | None = None
         self._exit = contextlib.ExitStack()
 
     def start(self) -> LocalStack:
@@ -82,10 +108,27 @@ class LocalStack:
             self.kubeconfig = self.kube.write_kubeconfig(
                 self.options.state_dir / "kubeconfig", namespace=self.options.namespace
             )
+            if self.options.node_images is not None:
+                self._start_node(self.options.node_images)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _start_node(self, images: Mapping[str, deployments.LocalImage]) -> None:
+        from eventhub_balancer_devstack.realkube import RealControlPlane, nodes
+
+        if not isinstance(self.kube, RealControlPlane):
+            raise ValueError("a local node needs the real control plane (kube='real')")
+        self.node = nodes.LocalNode(
+            self.kube,
+            images=images,
+            state_dir=self.options.state_dir / "node",
+            # Every service of the local stack is a development endpoint on loopback.
+            node_env={"EHB_ALLOW_DEVELOPMENT_ENDPOINTS": "true"},
+        )
+        self.node.start()
+        self._exit.callback(self.node.stop)
 
     def stop(self) -> None:
         """Stop whatever was started, in reverse order; safe to call more than once."""
@@ -124,4 +167,7 @@ class LocalStack:
             f"Kubernetes API       {self.kube.url}",
             f"  export KUBECONFIG={self.kubeconfig}",
         ]
+        if self.node is not None and self.options.node_images is not None:
+            images = ", ".join(sorted(self.options.node_images))
+            lines.append(f"Node {self.node.name} runs the pods of: {images}")
         return lines

@@ -67,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         blob_location=args.blob_location,
         state_dir=args.state_dir,
         kube=args.kube,
+        node_images=stacks.project_images() if args.kube == "real" else None,
     )
     stop = threading.Event()
 

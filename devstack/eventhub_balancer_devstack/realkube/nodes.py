@@ -179,6 +179,23 @@ class LocalNode:
 
     # -- queries ------------------------------------------------------------------------------
 
+    def image_for(self, reference: str) -> deployments.LocalImage:
+        """What ``reference`` runs here: its exact entry in ``images``, else its repository's
+        (``registry/name:tag`` or ``name@sha256:...`` -> ``name``, with or without the
+        registry), else `UnrunnableSpec` naming the images this node has."""
+        if reference in self._images:
+            return self._images[reference]
+        repository = reference.split("@", 1)[0]
+        if ":" in repository.rsplit("/", 1)[-1]:
+            repository = repository.rsplit(":", 1)[0]
+        for candidate in (repository, repository.rsplit("/", 1)[-1]):
+            if candidate in self._images:
+                return self._images[candidate]
+        raise deployments.UnrunnableSpec(
+            f"containers[0].image: this node runs only {', '.join(sorted(self._images))}, "
+            f"not {reference}"
+        )
+
     def running(self) -> dict[str, int]:
         """``namespace/name`` -> pid of every pod process this node runs."""
         with self._lock:
@@ -367,7 +384,7 @@ class LocalNode:
                     "metadata": {"name": name},
                     "spec": {"template": {"metadata": metadata, "spec": spec}},
                 },
-                images=self._images,
+                images={container.get("image", ""): self.image_for(container.get("image", ""))},
                 secret_value=self._secret_value(namespace),
                 node_env={**self._node_env, "KUBECONFIG": str(kubeconfig)},
                 log_dir=self.log_dir,
