@@ -111,6 +111,9 @@ def test_a_pause_revokes_everything_then_leaves_it_unowned_once_released() -> No
         "CheckpointStoreReachable": ("True", "CheckpointsListed"),
         "PartitionsFailing": ("False", "AllPartitionsProcessing"),
         "Paused": ("True", "Paused"),
+        # A paused consumer is as its spec asks: kstatus reads it as Current.
+        "Reconciling": ("False", "Settled"),
+        "Stalled": ("False", "NoStandingFault"),
     }
     status = observation.status
     assert status.get("assignment") == []

@@ -46,6 +46,7 @@ from eventhub_balancer.reconciling import (
     metrics,
     observations,
     pausing,
+    progress,
     readbacks,
     reports,
     statuses,
@@ -365,7 +366,7 @@ def _invalid(observation: observations.Observation, *, now: datetime.datetime) -
     generation = observation.generation
     desired = {
         "observedGeneration": generation,
-        "conditions": conditiontypes.apply(
+        "conditions": progress.applied(
             previous.get("conditions"), [bad], observed_generation=generation, now=now
         ),
     }
@@ -400,7 +401,7 @@ def _refused(
     ready = dataclasses.replace(conflict, type=conditiontypes.READY, status="False")
     desired = {
         "observedGeneration": generation,
-        "conditions": conditiontypes.apply(
+        "conditions": progress.applied(
             previous.get("conditions"), [ready, conflict], observed_generation=generation, now=now
         ),
     }

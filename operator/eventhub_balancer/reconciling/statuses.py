@@ -22,7 +22,7 @@ from typing import Any
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import bounds, conditions, podstates, specs
-from eventhub_balancer.reconciling import reports
+from eventhub_balancer.reconciling import progress, reports
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -146,7 +146,7 @@ def build_status(
         else epochs(outcome.assignment, outcome.floors, previous.get("epochs") or {}),
         "assignment": record,
         "movesTotal": int(previous.get("movesTotal") or 0) + outcome.owner_changes,
-        "conditions": conditions.apply(
+        "conditions": progress.applied(
             previous.get("conditions"),
             outcome.conditions,
             observed_generation=outcome.generation,
