@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from eventhub_balancer import errors
 from eventhub_balancer.handlers import memories
 from tests.handlers import test_cycles
 from tests.support import fakes
@@ -71,3 +74,31 @@ async def test_a_missing_consumer_group_is_said_in_one_condition_and_ready_is_fa
     assert kube.condition(NS, NAME, "EventHubReachable")["status"] == "True"
     assert kube.condition(NS, NAME, "Ready")["status"] == "True"
     assert ("EventHubReachable", "Normal") in [(e["reason"], e["type"]) for e in kube.events]
+
+
+class ConflictingOnce(fakes.FakeKube):
+    """Someone else (kopf's own patch of the CR, say) writes the CR between the cycle's read
+    and its status write, once: the write conflicts (409)."""
+
+    conflicted = False
+
+    async def patch_consumer_status(self, **kwargs: Any) -> Any:
+        if not self.conflicted:
+            self.conflicted = True
+            raise errors.Conflict("patch EventHubConsumer shop/orders status: conflict")
+        return await super().patch_consumer_status(**kwargs)
+
+
+async def test_a_warning_is_posted_once_when_the_status_write_conflicts() -> None:
+    kube = ConflictingOnce()
+    fresh = test_cycles.make_kube()
+    kube.objects = fresh.objects
+    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    hubs.missing_groups.add("$Default")
+    memory = memories.Memory()
+    with pytest.raises(errors.Conflict):
+        await test_cycles.cycle(kube, hubs, memory, now=0)
+    assert kube.events == []  # nothing of a refused decision goes out
+    await test_cycles.cycle(kube, hubs, memory, now=0.5)  # the daemon decides again
+    warnings = [e["reason"] for e in kube.events if e["type"] == "Warning"]
+    assert warnings == ["ConsumerGroupNotFound"]

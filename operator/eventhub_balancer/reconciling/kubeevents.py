@@ -269,7 +269,12 @@ def body(
     return {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"generateName": f"{meta.get('name', 'ehc')}.", "namespace": namespace},
+        # A prefix the API server accepts: it checks generateName as a name whose trailing '-'
+        # stands for a letter ("orders." is refused, 422); long names leave room for it.
+        "metadata": {
+            "generateName": f"{str(meta.get('name', 'ehc'))[:200]}-",
+            "namespace": namespace,
+        },
         "involvedObject": {
             "apiVersion": f"{specs.GROUP}/{specs.VERSION}",
             "kind": specs.KIND,

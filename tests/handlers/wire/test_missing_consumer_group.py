@@ -1,0 +1,70 @@
+"""A consumer whose consumer group does not exist, with the operator on the local stack: the
+status says so in one condition and Ready is False (as ``kubectl get`` shows it), one Warning
+is posted, and all turns True once the group is created."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+from tests.support.fixtures import kube as kubefixtures
+from tests.support.fixtures.operator import CR, Stack, wait_for
+
+
+def kubectl_get(stack: Stack, ns: str) -> list[list[str]]:
+    """``kubectl -n NS get ehc -o wide``, split into words per line."""
+    binary = kubefixtures.kubectl_binary()
+    assert binary is not None, "no kubectl"
+    env = {**os.environ, "KUBECONFIG": str(stack.kubeconfig), "HOME": str(stack.kubeconfig.parent)}
+    shown = subprocess.run(
+        [binary, "-n", ns, "get", "ehc", "-o", "wide"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+        check=True,
+    )
+    print(shown.stdout)  # the sample the docs and the issue quote
+    return [line.split() for line in shown.stdout.splitlines()]
+
+
+def test_a_missing_group_is_one_condition_one_warning_and_ready_false(
+    operator_stack: Stack, namespace: str
+) -> None:
+    stack, ns = operator_stack, namespace
+    stack.secret(ns)
+    stack.consumer(ns)
+    stack.kube.patch_object(
+        CR, "orders", {"spec": {"eventHub": {"consumerGroup": "analytics"}}}, namespace=ns
+    )
+    for name in ("c-0", "c-1"):
+        stack.pod(ns, name)
+    stack.start_operator(namespaces=(ns,))
+
+    wait_for(
+        lambda: stack.condition(ns, "EventHubReachable").get("reason") == "ConsumerGroupNotFound",
+        what="EventHubReachable: ConsumerGroupNotFound",
+    )
+    reachable = stack.condition(ns, "EventHubReachable")
+    assert reachable["status"] == "False"
+    assert reachable["message"].startswith(
+        "consumer group 'analytics' of Event Hub 'orders' in shop.servicebus.windows.net does "
+        "not exist: create it, or fix spec.eventHub.consumerGroup"
+    )
+    wait_for(lambda: stack.condition(ns, "Ready").get("reason") == "EventHubUnusable")
+    time.sleep(5)  # a few cycles and retries: nothing is said twice
+    warnings = [e["reason"] for e in stack.events(ns) if e.get("type") == "Warning"]
+    assert warnings.count("ConsumerGroupNotFound") == 1, warnings
+    assert len(warnings) == len(set(warnings)), warnings  # each Warning posted once
+    header, row = kubectl_get(stack, ns)
+    assert header == ["NAME", "PARTITIONS", "PODS", "FAILING", "BALANCED", "READY", "AGE"]
+    assert row[:6] == ["orders", "32", "2", "0", "True", "False"]
+
+    stack.emulator.create_consumer_group("orders", "analytics")
+    wait_for(
+        lambda: stack.condition(ns, "EventHubReachable").get("status") == "True",
+        timeout=30,
+        what="the group found",
+    )
+    assert "EventHubReachable" in stack.reasons(ns)
