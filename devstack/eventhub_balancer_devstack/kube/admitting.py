@@ -9,12 +9,14 @@ from __future__ import annotations
 import base64
 import copy
 import datetime
+import json
 import secrets
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from eventhub_balancer_devstack.kube import (
+    builtinfields,
     failures,
     objectmetas,
     patching,
@@ -85,9 +87,18 @@ def validate_metadata(spec: resources.ResourceSpec, metadata: Mapping[str, Any])
                 # A real server cannot even decode such a body into its types.
                 raise failures.bad_request(
                     f'{spec.kind} in version "{spec.version}" cannot be handled as a '
-                    f"{spec.kind}: json: cannot unmarshal {_json_kind(value)} into Go struct "
+                    f"{spec.kind}: json: cannot unmarshal {json_kind(value)} into Go struct "
                     f"field ObjectMeta.metadata.{field} of type string"
                 )
+    if spec.group == "" and spec.plural == "events":
+        return  # core/v1 Events keep their legacy rules: no checks of names or labels
+    if spec == resources.NAMESPACES:
+        # The server labels a namespace with its name before it checks the labels.
+        labels = {
+            **(metadata.get("labels") or {}),
+            NAMESPACE_NAME_LABEL: metadata.get("name") or "",
+        }
+        metadata = {**metadata, "labels": labels}
     causes = objectmetas.check(metadata, dns_label=spec == resources.NAMESPACES)
     if causes:
         raise failures.invalid_fields(
@@ -99,8 +110,8 @@ def validate_metadata(spec: resources.ResourceSpec, metadata: Mapping[str, Any])
         )
 
 
-def _json_kind(value: Any) -> str:
-    """How Go's JSON decoder names a value it cannot put into a string."""
+def json_kind(value: Any) -> str:
+    """How Go's JSON decoder names a value of the wrong type in its errors."""
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, int | float):
@@ -129,11 +140,14 @@ def prepare(
     spec: resources.ResourceSpec, body: Body, *, created: bool, old: Body | None = None
 ) -> None:
     """Kind-specific server behaviour on every write (defaults, conversions, status)."""
+    builtinfields.prune(spec, body)
     if spec.group == "" and spec.plural in ("configmaps", "secrets"):
         for field in ("data", "stringData"):
             values = body.get(field) or {}
             if not isinstance(values, dict) or not all(isinstance(v, str) for v in values.values()):
                 raise failures.bad_request(f"{spec.kind}.{field} values must be strings")
+    if spec.group == "" and spec.plural == "secrets":
+        body.setdefault("type", "Opaque")
     if spec.group == "" and spec.plural == "secrets" and body.get("stringData"):
         data = body.setdefault("data", {})
         for key, value in body.pop("stringData").items():
@@ -220,8 +234,53 @@ def admit_update(
             else:
                 new_meta.pop(key, None)
         validate_metadata(spec, new_meta)
+        _check_finalizers_while_deleting(spec, old_meta, new_meta)
         prepare(spec, new, created=False, old=old)
     return new
+
+
+def _check_finalizers_while_deleting(
+    spec: resources.ResourceSpec, old_meta: Mapping[str, Any], new_meta: Mapping[str, Any]
+) -> None:
+    """An object being deleted may lose finalizers, never gain one (it would never go)."""
+    if not old_meta.get("deletionTimestamp"):
+        return
+    before = set(old_meta.get("finalizers") or ())
+    added = [f for f in new_meta.get("finalizers") or () if f not in before]
+    if not added:
+        return
+    shown = ", ".join(json.dumps(f) for f in added)
+    cause: validating.Cause = {
+        "reason": "FieldValueForbidden",
+        "message": "Forbidden: no new finalizers can be added if the object is being deleted, "
+        f"found new finalizers []string{{{shown}}}",
+        "field": "metadata.finalizers",
+    }
+    raise failures.invalid_fields(
+        kind=spec.kind,
+        group=spec.group,
+        name=str(new_meta.get("name") or ""),
+        causes=[cause],
+        message=validating.summary([cause]),
+    )
+
+
+def check_preconditions(
+    spec: resources.ResourceSpec, current: Body, preconditions: Mapping[str, Any]
+) -> None:
+    """A delete's ``preconditions`` (``uid``, ``resourceVersion``) hold, or 409."""
+    meta = current["metadata"]
+    for field in ("uid", "resourceVersion"):
+        wanted = preconditions.get(field)
+        if wanted is not None and wanted != meta.get(field):
+            raise failures.precondition_failed(
+                kind=spec.kind,
+                group=spec.group,
+                name=meta["name"],
+                field=field,
+                wanted=str(wanted),
+                stored=str(meta.get(field)),
+            )
 
 
 def apply_patch(
@@ -232,7 +291,7 @@ def apply_patch(
     if patch_type == "json":
         if not isinstance(patch, list):
             raise failures.bad_request(
-                f"json: cannot unmarshal {_json_kind(patch)} into Go value of type jsonpatch.Patch"
+                f"json: cannot unmarshal {json_kind(patch)} into Go value of type jsonpatch.Patch"
             )
         try:
             new = patching.apply_json_patch(current, patch)

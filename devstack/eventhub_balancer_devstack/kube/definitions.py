@@ -8,19 +8,80 @@ general and this about the one kind of object that changes what the server serve
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable
 from typing import Any
 
-from eventhub_balancer_devstack.kube import failures, resources
+from eventhub_balancer_devstack.kube import failures, resources, validating
 
 Body = dict[str, Any]
 ObjectKey = tuple[str, str]  # (namespace or "", name)
+
+
+#: What a CRD's schema may say of ``metadata`` besides ``type: object``: a default, and
+#: properties for ``name`` and ``generateName`` only (apiextensions'
+#: validateStructuralMetadataInvariants); the server validates metadata itself.
+_METADATA_ALLOWED = frozenset({"type", "default", "properties"})
+_METADATA_PROPERTIES = frozenset({"name", "generateName"})
+
+
+def metadata_schema_causes(crd: Body) -> list[validating.Cause]:
+    """What a real API server says of the ``metadata`` schemas of a CRD's versions."""
+    spec = crd.get("spec") or {}
+    versions = [v for v in spec.get("versions") or [] if isinstance(v, dict)]
+    schemas = [(v.get("schema") or {}).get("openAPIV3Schema") for v in versions]
+    causes: list[validating.Cause] = []
+    for index, schema in enumerate(schemas):
+        if not isinstance(schema, dict):
+            continue
+        metadata = (schema.get("properties") or {}).get("metadata")
+        if not isinstance(metadata, dict):
+            continue
+        # The server checks one schema for all versions when they are all the same, under
+        # the field name it has kept for that since apiextensions/v1beta1.
+        if all(other == schemas[0] for other in schemas):
+            if index:
+                break
+            where = "spec.validation.openAPIV3Schema.properties[metadata]"
+        else:
+            where = f"spec.versions[{index}].schema.openAPIV3Schema.properties[metadata]"
+        kind = metadata.get("type")
+        if kind is not None and kind != "object":
+            causes.append(
+                {
+                    "reason": "FieldValueInvalid",
+                    "message": f"Invalid value: {json.dumps(kind)}: must be object",
+                    "field": f"{where}.type",
+                }
+            )
+        properties = metadata.get("properties")
+        if set(metadata) - _METADATA_ALLOWED or (
+            properties is not None and (not properties or set(properties) - _METADATA_PROPERTIES)
+        ):
+            causes.append(
+                {
+                    "reason": "FieldValueForbidden",
+                    "message": "Forbidden: must not specify anything other than name and "
+                    "generateName, but metadata is implicitly specified",
+                    "field": where,
+                }
+            )
+    return causes
 
 
 def register(
     served_resources: dict[tuple[str, str, str], resources.ResourceSpec], crd: Body, *, now: str
 ) -> None:
     """Serve a CRD's versions (replacing what it served before) and mark it established."""
+    causes = metadata_schema_causes(crd)
+    if causes:
+        raise failures.invalid_fields(
+            kind=resources.CRDS.kind,
+            group=resources.CRDS.group,
+            name=crd["metadata"].get("name"),
+            causes=list(causes),
+            message=validating.summary(causes),
+        )
     try:
         served = resources.from_crd(crd)
     except ValueError as e:

@@ -151,6 +151,20 @@ def invalid_fields(
     )
 
 
+def version_required(*, plural: str, group: str, name: str) -> APIFailure:
+    """422 for an update without ``metadata.resourceVersion`` of a kind that needs one; the
+    real server names the resource (``eventhubconsumers.eventhub-balancer.dev``) as its kind."""
+    message = "Invalid value: 0: must be specified for an update"
+    cause = {"reason": "FieldValueInvalid", "message": message, "field": "metadata.resourceVersion"}
+    return invalid_fields(
+        kind=plural,
+        group=group,
+        name=name,
+        causes=[cause],
+        message=f"metadata.resourceVersion: {message}",
+    )
+
+
 def bad_request(message: str) -> APIFailure:
     return APIFailure(code=400, reason="BadRequest", message=message)
 

@@ -144,8 +144,9 @@ def check(metadata: Mapping[str, Any], *, dns_label: bool) -> list[validating.Ca
     causes: list[validating.Cause] = []
     prefix = metadata.get("generateName")
     if isinstance(prefix, str) and prefix:
-        # A prefix may end in '-': the server checks it as if a letter followed.
-        masked = prefix[:-1] + "a" if prefix.endswith("-") else prefix
+        # A prefix may end in '-': the server checks it with its last two characters
+        # replaced by a letter (apimachinery's maskTrailingDash, to the letter).
+        masked = prefix[:-2] + "a" if len(prefix) > 1 and prefix.endswith("-") else prefix
         causes += [_invalid("metadata.generateName", prefix, p) for p in name_rule(masked)]
     name = str(metadata.get("name") or "")
     if not name:

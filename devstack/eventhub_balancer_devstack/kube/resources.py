@@ -39,6 +39,9 @@ class ResourceSpec:
     delete_returns_object: bool = False
     #: Served from a CustomResourceDefinition (not built in).
     custom: bool = False
+    #: A PUT may leave out ``metadata.resourceVersion`` (most built-in kinds); for the others
+    #: (custom resources, CRDs, PodDisruptionBudgets) the real server demands it (422).
+    unconditional_update: bool = True
     #: A CRD version's OpenAPI v3 schema: defaulting, pruning, validation; None for built-ins.
     schema: Mapping[str, Any] | None = dataclasses.field(default=None, compare=False)
     #: A CRD version's ``additionalPrinterColumns``, for Table responses (``kubectl get``).
@@ -65,6 +68,7 @@ def _builtin(
     status: bool = False,
     generation: bool = False,
     returns_object: bool = False,
+    unconditional_update: bool = True,
 ) -> ResourceSpec:
     return ResourceSpec(
         group=group,
@@ -77,6 +81,7 @@ def _builtin(
         status_subresource=status,
         generation=generation,
         delete_returns_object=returns_object,
+        unconditional_update=unconditional_update,
     )
 
 
@@ -103,6 +108,7 @@ BUILTINS: tuple[ResourceSpec, ...] = (
     _builtin(
         "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True,
         short_names=("pdb",), status=True, generation=True, returns_object=True,
+        unconditional_update=False,
     ),
     _builtin("rbac.authorization.k8s.io", "v1", "roles", "Role", namespaced=True),
     _builtin("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", namespaced=True),
@@ -120,7 +126,7 @@ BUILTINS: tuple[ResourceSpec, ...] = (
     _builtin(
         "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
         namespaced=False, short_names=("crd", "crds"), status=True, generation=True,
-        returns_object=True,
+        returns_object=True, unconditional_update=False,
     ),
 )  # fmt: skip
 
@@ -191,6 +197,7 @@ def from_crd(crd: Mapping[str, Any]) -> list[ResourceSpec]:
                 generation=True,
                 delete_returns_object=True,
                 custom=True,
+                unconditional_update=False,
                 schema=schema,
                 printer_columns=tuple(version.get("additionalPrinterColumns") or ()),
             )

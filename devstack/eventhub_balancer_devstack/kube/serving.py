@@ -30,6 +30,7 @@ from eventhub_balancer_devstack.kube import (
     admitting,
     discovery,
     failures,
+    incoming,
     listings,
     resources,
     storage,
@@ -95,24 +96,6 @@ def _status_success(spec: resources.ResourceSpec, body: Mapping[str, Any]) -> di
     }
 
 
-def _guess_action(method: str, address: addressing.Address | None, watch: bool) -> Any:
-    if address is None or address.plural is None:
-        return None
-    if method == "GET":
-        return (
-            kmock.action.WATCH
-            if watch
-            else (kmock.action.FETCH if address.name else kmock.action.LIST)
-        )
-    if method == "POST":
-        return kmock.action.CREATE
-    if method == "PATCH":
-        return kmock.action.UPDATE
-    if method == "DELETE" and address.name:
-        return kmock.action.DELETE
-    return None
-
-
 @attrs.define(kw_only=True)
 class LocalKubeHandler(
     discovery.DiscoveryServing, watchstreams.WatchStreams, kmock.KubernetesScaffold
@@ -168,7 +151,7 @@ class LocalKubeHandler(
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         body = await raw_request.read()
-        request = self._parse_request(raw_request, body)
+        request = incoming.parse(raw_request, body)
         self._requests.append(request)
         if len(self._requests) > 2 * REQUESTS_KEPT:
             del self._requests[:-REQUESTS_KEPT]
@@ -190,38 +173,6 @@ class LocalKubeHandler(
             return raw_response
         except Exception as e:
             return self._render_failure(e)
-
-    def _parse_request(self, raw_request: aiohttp.web.BaseRequest, body: bytes) -> Any:
-        address = addressing.parse(raw_request.path)
-        text = body.decode("utf-8", errors="replace")
-        try:
-            data = json.loads(text) if text.strip() else None
-        except ValueError:
-            data = None
-        resource = None
-        if address is not None and address.version is not None:
-            resource = kmock.resource(
-                group=address.group, version=address.version, plural=address.plural
-            )
-        elif address is not None and address.group:
-            resource = kmock.resource(group=address.group)
-        watch = raw_request.query.get("watch") in ("true", "1")
-        return kmock.Request(
-            raw_request=raw_request,
-            url=raw_request.url,
-            method=raw_request.method,
-            params=dict(raw_request.query),
-            headers=dict(raw_request.headers),
-            cookies=dict(raw_request.cookies),
-            body=body,
-            text=text,
-            data=data,
-            action=_guess_action(raw_request.method, address, watch),
-            resource=resource,
-            namespace=address.namespace if address else None,
-            name=address.name if address else None,
-            subresource=address.subresource if address else None,
-        )
 
     def _as_failure(self, exc: BaseException) -> failures.APIFailure:
         if isinstance(exc, failures.APIFailure):
@@ -374,6 +325,7 @@ class LocalKubeHandler(
             patch_type = accepted.get(content_type)
             if patch_type is None:
                 raise failures.unsupported_media_type(accepted)
+            writechecks.check_patch_shape(request, patch_type)
             patched = self.store.patch(
                 spec,
                 namespace=namespace,

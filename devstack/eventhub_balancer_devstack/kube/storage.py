@@ -184,6 +184,8 @@ class Store(versioning.VersionedHistory):
                 f"the name of the object ({metadata.get('name')}) does not match the name "
                 f"on the URL ({name})"
             )
+        if metadata.get("resourceVersion") in (None, "") and not spec.unconditional_update:
+            raise failures.version_required(plural=spec.plural, group=spec.group, name=name)
         return self._update(
             spec, namespace=namespace, name=name, new=body, subresource=subresource, admit=admit
         )
@@ -217,19 +219,7 @@ class Store(versioning.VersionedHistory):
         """Delete now, or mark for deletion while finalizers remain; returns the last state."""
         options = options or {}
         current = self._stored(spec, namespace, name)
-        preconditions = options.get("preconditions") or {}
-        meta = current["metadata"]
-        for field in ("uid", "resourceVersion"):
-            wanted = preconditions.get(field)
-            if wanted is not None and wanted != meta.get(field):
-                raise failures.precondition_failed(
-                    kind=spec.kind,
-                    group=spec.group,
-                    name=name,
-                    field=field,
-                    wanted=str(wanted),
-                    stored=str(meta.get(field)),
-                )
+        admitting.check_preconditions(spec, current, options.get("preconditions") or {})
         if admit is not None:
             admit("DELETE", None, current)
         orphan = options.get("propagationPolicy") == "Orphan" or options.get("orphanDependents")
@@ -332,6 +322,8 @@ class Store(versioning.VersionedHistory):
             marked = copy.deepcopy(current)
             marked["metadata"]["deletionTimestamp"] = admitting.timestamp(self._clock())
             marked["metadata"]["deletionGracePeriodSeconds"] = 0
+            if spec.generation:  # a real server counts the mark as a change of the object
+                marked["metadata"]["generation"] = int(meta.get("generation") or 0) + 1
             marked["metadata"]["resourceVersion"] = self._next_version()
             ns = self._ns(spec, meta.get("namespace"))
             self._objects[spec.storage_key][(ns, meta["name"])] = marked
@@ -392,10 +384,12 @@ class Store(versioning.VersionedHistory):
     def install_crds(self, crds: Iterable[Mapping[str, Any]]) -> None:
         """Create (or replace) CRDs as ``kubectl apply`` of the files would."""
         for crd in crds:
-            name = (crd.get("metadata") or {}).get("name")
-            if name and ("", name) in self._objects[resources.CRDS.storage_key]:
+            name = str((crd.get("metadata") or {}).get("name") or "")
+            stored = self._objects[resources.CRDS.storage_key].get(("", name))
+            if name and stored is not None:
                 body = copy.deepcopy(dict(crd))
-                body.get("metadata", {}).pop("resourceVersion", None)
+                version = stored["metadata"]["resourceVersion"]
+                body["metadata"] = {**body.get("metadata", {}), "resourceVersion": version}
                 self.replace(resources.CRDS, namespace=None, name=name, body=body)
             else:
                 self.create(resources.CRDS, namespace=None, body=dict(crd))

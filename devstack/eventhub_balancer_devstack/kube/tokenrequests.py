@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from eventhub_balancer_devstack.kube import failures, identities, resources, storage
+from eventhub_balancer_devstack.kube import failures, identities, resources, storage, validating
 
 
 def token_request(
@@ -23,12 +23,18 @@ def token_request(
     if isinstance(seconds, bool) or not isinstance(seconds, int):
         raise failures.bad_request("spec.expirationSeconds: must be an integer")
     if seconds < identities.TOKEN_MIN_SECONDS:
-        raise failures.invalid(
-            plural="tokenrequests",
+        cause: validating.Cause = {
+            "reason": "FieldValueInvalid",
+            "message": f"Invalid value: {seconds}: may not specify a duration less than 10 minutes",
+            "field": "spec.expirationSeconds",
+        }
+        # The real server names no object here: the request itself is what is invalid.
+        raise failures.invalid_fields(
+            kind="TokenRequest",
             group="authentication.k8s.io",
-            name=name,
-            message="spec.expirationSeconds: Invalid value: may not specify a duration "
-            "less than 10 minutes",
+            name="",
+            causes=[cause],
+            message=validating.summary([cause]),
         )
     audiences = [str(a) for a in asked.get("audiences") or [identities.DEFAULT_AUDIENCE]]
     issued = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
@@ -44,7 +50,12 @@ def token_request(
     return {
         "apiVersion": "authentication.k8s.io/v1",
         "kind": "TokenRequest",
-        "metadata": {"name": name, "namespace": namespace, "creationTimestamp": None},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": account["metadata"].get("uid"),
+            "creationTimestamp": account["metadata"].get("creationTimestamp"),
+        },
         "spec": {"audiences": audiences, "expirationSeconds": seconds, "boundObjectRef": None},
         "status": {
             "token": token,

@@ -31,6 +31,7 @@ CauseReason = Literal[
     "FieldValueDuplicate",
     "FieldValueTooMany",
     "FieldValueTooLong",
+    "FieldValueForbidden",
 ]
 
 
@@ -97,6 +98,8 @@ def _valid_date_time(text: str) -> bool:
 class _Validator:
     def __init__(self) -> None:
         self.causes: list[Cause] = []
+        #: What the CEL rules say, apart: they count only when the schema's errors let them.
+        self.rule_causes: list[Cause] = []
 
     def add(self, reason: CauseReason, field: str, message: str) -> None:
         self.causes.append({"reason": reason, "message": message, "field": field})
@@ -133,7 +136,6 @@ class _Validator:
                 f"{_json_type(value)}",
             )
             return
-        before = len(self.causes)
         self.values(value, schema, path)
         if isinstance(value, dict):
             self.properties(value, schema, path, old, root=root)
@@ -142,8 +144,7 @@ class _Validator:
         for combinator in ("allOf", "anyOf", "oneOf", "not"):
             if combinator in schema:
                 self.combine(combinator, value, schema[combinator], path)
-        if len(self.causes) == before:  # CEL rules run on values their schema accepts
-            self.rules(value, schema, path, old)
+        self.rules(value, schema, path, old)
 
     def values(self, value: Any, schema: Mapping[str, Any], path: str) -> None:
         enum = schema.get("enum")
@@ -303,6 +304,7 @@ class _Validator:
             )
 
     def rules(self, value: Any, schema: Mapping[str, Any], path: str, old: Any) -> None:
+        found = _Validator()
         for rule in schema.get("x-kubernetes-validations") or ():
             if not isinstance(rule, Mapping) or not isinstance(rule.get("rule"), str):
                 continue
@@ -318,7 +320,7 @@ class _Validator:
             try:
                 passed = expressions.evaluate(text, variables) is True
             except expressions.ExpressionError as e:
-                self.invalid(field, value, f"evaluation of rule {text!r} failed: {e}")
+                found.invalid(field, value, f"evaluation of rule {text!r} failed: {e}")
                 continue
             if passed:
                 continue
@@ -328,9 +330,13 @@ class _Validator:
                 with contextlib.suppress(expressions.ExpressionError):
                     message = str(expressions.evaluate(rule["messageExpression"], variables))
             if rule.get("reason") == "FieldValueRequired":
-                self.add("FieldValueRequired", field, f"Required value: {message}")
+                found.add("FieldValueRequired", field, f"Required value: {message}")
+            elif isinstance(value, dict | list):
+                # The real server shows no value for an object or a list that fails a rule.
+                found.add("FieldValueInvalid", field, f"Invalid value: {message}")
             else:
-                self.invalid(field, value, str(message))
+                found.invalid(field, value, str(message))
+        self.rule_causes.extend(found.causes)
 
 
 def validate(
@@ -343,7 +349,40 @@ def validate(
     """
     validator = _Validator()
     validator.walk(dict(body), schema, "", _ABSENT if old is None else dict(old), root=True)
+    if not any(c["reason"] in _BLOCKING for c in validator.causes):
+        return validator.causes + validator.rule_causes
+    # As the real server: a wrong type, a missing field, a value out of an enum or a size
+    # limit stops the rules of the whole object, and says so when there were rules to run.
+    if _has_rules(schema):
+        return [*validator.causes, _RULES_NOT_CHECKED]
     return validator.causes
+
+
+#: Schema errors after which no CEL rule of the object runs (apiextensions' hasBlockingErr).
+_BLOCKING = frozenset(
+    {
+        "FieldValueNotSupported",
+        "FieldValueRequired",
+        "FieldValueTooLong",
+        "FieldValueTooMany",
+        "FieldValueTypeInvalid",
+    }
+)
+
+_RULES_NOT_CHECKED: Cause = {
+    "reason": "FieldValueInvalid",
+    "message": "Invalid value: null: some validation rules were not checked because the object "
+    "was invalid; correct the existing errors to complete validation",
+    "field": "<nil>",
+}
+
+
+def _has_rules(schema: Any) -> bool:
+    if isinstance(schema, Mapping):
+        return "x-kubernetes-validations" in schema or any(_has_rules(v) for v in schema.values())
+    if isinstance(schema, list):
+        return any(_has_rules(v) for v in schema)
+    return False
 
 
 def summary(causes: Sequence[Cause]) -> str:

@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from eventhub_balancer_devstack.kube import (
+    admitting,
+    builtinfields,
     failures,
     identities,
     policies,
@@ -19,18 +21,37 @@ from eventhub_balancer_devstack.kube import selectors as selecting
 
 def check_field_validation(request: Any, spec: resources.ResourceSpec) -> None:
     """``fieldValidation=Strict`` (kubectl's default): a field the schema lacks is a 400."""
-    if request.params.get("fieldValidation") != "Strict" or spec.schema is None:
+    if request.params.get("fieldValidation") != "Strict":
         return
     content_type = str(request.headers.get("Content-Type", "")).split(";")[0].strip()
     if content_type == "application/json-patch+json":
         return  # a list of operations, not an object to check field by field
-    unknown = schemas.unknown_fields(request.data, spec.schema)
+    if spec.schema is not None:
+        unknown = schemas.unknown_fields(request.data, spec.schema)
+    else:
+        unknown = builtinfields.unknown(spec, request.data)
     if unknown:
         fields = ", ".join(f'unknown field "{path}"' for path in unknown)
         raise failures.bad_request(
             f'{spec.kind} in version "{spec.version}" cannot be handled as a {spec.kind}: '
             f"strict decoding error: {fields}"
         )
+
+
+def check_patch_shape(request: Any, patch_type: admitting.PatchType) -> None:
+    """A JSON patch is a list of operations; anything else is a 400, worded as the real server
+    words it for the ``fieldValidation`` asked (``Warn`` when none is)."""
+    if patch_type != "json" or isinstance(request.data, list):
+        return
+    kind = admitting.json_kind(request.data)
+    if request.params.get("fieldValidation") == "Ignore":
+        raise failures.bad_request(
+            f"json: cannot unmarshal {kind} into Go value of type jsonpatch.Patch"
+        )
+    raise failures.bad_request(
+        f"error decoding patch: json: cannot unmarshal {kind} into Go value of type "
+        "[]handlers.jsonPatchOp"
+    )
 
 
 def admission(

@@ -46,6 +46,8 @@ def test_the_issue_s_bad_resource_is_refused_field_by_field(
         "spec.eventHub": "FieldValueRequired",
         "spec.balancing.intervalSeconds": "FieldValueInvalid",
         "spec.balancing.weighting": "FieldValueNotSupported",
+        # As a real server says when such errors keep the CRD's CEL rules from running.
+        "<nil>": "FieldValueInvalid",
     }
     summary = validating.summary(causes)
     assert "spec.balancing.intervalSeconds: Invalid value: -5" in summary
@@ -54,15 +56,22 @@ def test_the_issue_s_bad_resource_is_refused_field_by_field(
 
 def test_types_patterns_and_rules(schema: dict[str, Any], example: dict[str, Any]) -> None:
     spec = example["spec"]
-    spec["balancing"]["podGraceSeconds"] = "20"
     spec["checkpointStore"]["containerName"] = "Not_Valid"
     spec["eventHub"]["credentials"]["workloadIdentity"] = {}
     causes = _fields(validating.validate(example, schema))
     assert causes == {
+        "spec.checkpointStore.containerName": "FieldValueInvalid",
+        # One credential, not two: a CEL rule with a message (was maxProperties: 1). A
+        # pattern's error does not keep the rules from running.
+        "spec.eventHub.credentials": "FieldValueInvalid",
+    }
+    spec["balancing"]["podGraceSeconds"] = "20"
+    causes = _fields(validating.validate(example, schema))
+    assert causes == {
         "spec.balancing.podGraceSeconds": "FieldValueTypeInvalid",
         "spec.checkpointStore.containerName": "FieldValueInvalid",
-        # One credential, not two: a CEL rule with a message (was maxProperties: 1).
-        "spec.eventHub.credentials": "FieldValueInvalid",
+        # A wrong type does: no rule runs, and the server says so.
+        "<nil>": "FieldValueInvalid",
     }
 
 
@@ -108,6 +117,7 @@ def test_status_conditions_are_checked_and_keyed_by_type(
     assert _fields(validating.validate(example, schema)) == {
         "status.conditions[1]": "FieldValueDuplicate",
         "status.conditions[1].status": "FieldValueNotSupported",
+        "<nil>": "FieldValueInvalid",
     }
 
 

@@ -10,6 +10,8 @@ shows it) and the fields the callers read. Where the two servers keep differing 
 from __future__ import annotations
 
 import copy
+import datetime
+import re
 from typing import Any
 
 from eventhub_balancer.contracts import configmaps
@@ -56,7 +58,7 @@ def _causes(answer: exchanges.Answer) -> set[tuple[str, str, str]]:
     return {(c["field"], c["reason"], c["message"]) for c in details.get("causes") or []}
 
 
-# -- namespaces ---------------------------------------------------------------------------------
+# -- namespaces -----------------------------------------------------------------------------------
 
 
 def test_a_namespace_carries_its_name_label_and_the_kubernetes_finalizer(
@@ -70,7 +72,7 @@ def test_a_namespace_carries_its_name_label_and_the_kubernetes_finalizer(
     assert pair.local.body["status"] == pair.real.body["status"] == {"phase": "Active"}
 
 
-# -- ConfigMaps, as the operator writes them -------------------------------------------------------
+# -- ConfigMaps, as the operator writes them ------------------------------------------------------
 
 
 def _assignment(name: str, owner: exchanges.Answer) -> dict[str, Any]:
@@ -222,3 +224,415 @@ def test_precondition_messages_name_the_kind_and_both_values(
             f"precondition (1) does not match the ResourceVersion in record ({made.version}). "
             "The object might have been modified"
         )
+
+
+# -- pods, as the operator and the kubelet write them ---------------------------------------------
+
+
+def test_pod_annotations_and_status_are_patched_apart(
+    servers: exchanges.Servers, namespace: str
+) -> None:
+    created = servers.request("POST", _core(namespace, "pods"), body=_pod("p", app="orders"))
+    created.agree(201)
+    for answer in created:
+        assert answer.metadata["generation"] == 1
+        assert answer.body["status"]["phase"] == "Pending"
+    path = _core(namespace, "pods", "p")
+    # patch_pod_annotations: a merge patch of the annotations; None removes one.
+    annotate = {"metadata": {"annotations": {"eventhub-balancer.dev/a": "1", "b": "2"}}}
+    annotated = servers.request("PATCH", path, body=annotate, content_type=MERGE).agree(200)
+    remove = {"metadata": {"annotations": {"b": None}}}
+    removed = servers.request("PATCH", path, body=remove, content_type=MERGE).agree(200)
+    for answer, before in zip(removed, annotated, strict=True):
+        assert answer.metadata["annotations"] == {"eventhub-balancer.dev/a": "1"}
+        assert answer.metadata["generation"] == 1  # metadata is not the spec
+        assert answer.version > before.version
+    ready = {
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "podIP": "10.0.0.7",
+        }
+    }
+    running = servers.request("PATCH", path + "/status", body=ready, content_type=MERGE)
+    running.agree(200)
+    for answer in running:
+        status = answer.body["status"]
+        assert status["phase"] == "Running"
+        assert [(c["type"], c["status"]) for c in status["conditions"]] == [("Ready", "True")]
+        assert answer.metadata["generation"] == 1
+    # The main endpoint leaves the status alone.
+    lost = {"status": {"phase": "Failed"}, "metadata": {"labels": {"app": "orders", "x": "y"}}}
+    kept = servers.request("PATCH", path, body=lost, content_type=MERGE).agree(200)
+    assert kept.local.body["status"]["phase"] == kept.real.body["status"]["phase"] == "Running"
+    gone = servers.request(
+        "PATCH", _core(namespace, "pods", "nobody"), body=annotate, content_type=MERGE
+    )
+    gone.agree(404, "NotFound").same_message()
+
+
+# -- the EventHubConsumer, as the operator and kopf write it --------------------------------------
+
+
+def test_consumer_status_patches_hold_to_the_resource_version(
+    servers: exchanges.Servers, namespace: str, ehc_spec: dict[str, Any]
+) -> None:
+    created = servers.request("POST", _ehcs(namespace), body=_consumer("o", ehc_spec)).agree(201)
+    for answer in created:
+        assert answer.metadata["generation"] == 1
+        assert "status" not in answer.body  # the main endpoint never sets it
+    assert created.local.body["spec"] == created.real.body["spec"]  # with the schema's defaults
+    path = _ehcs(namespace, "o") + "/status"
+
+    def status(version: int) -> dict[str, Any]:
+        condition = {
+            "type": "Ready",
+            "status": "True",
+            "reason": "AllPartitionsOwned",
+            "message": "ok",
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+            "observedGeneration": 1,
+        }
+        return {
+            "metadata": {"resourceVersion": str(version)},
+            "status": {"movesTotal": 1, "conditions": [condition], "unknownField": 1},
+            "spec": {"paused": True},
+        }
+
+    stale = servers.each(
+        lambda w: w.request(
+            "PATCH", path, body=status(created.of(w).version - 1), content_type=MERGE
+        )
+    )
+    stale.agree(409, "Conflict").same_message()
+    patched = servers.each(
+        lambda w: w.request("PATCH", path, body=status(created.of(w).version), content_type=MERGE)
+    ).agree(200)
+    assert patched.local.body["status"] == patched.real.body["status"]  # unknownField pruned
+    for answer, before in zip(patched, created, strict=True):
+        assert "unknownField" not in answer.body["status"]
+        assert answer.body["spec"] == before.body["spec"]  # /status changes the status only
+        assert answer.metadata["generation"] == 1
+        assert answer.version > before.version
+    spec = {"spec": {"balancing": {"intervalSeconds": 7}}, "status": {"movesTotal": 9}}
+    changed = servers.request("PATCH", _ehcs(namespace, "o"), body=spec, content_type=MERGE)
+    changed.agree(200)
+    for answer, before in zip(changed, patched, strict=True):
+        assert answer.metadata["generation"] == 2
+        assert answer.body["status"] == before.body["status"]  # the main endpoint keeps it
+
+
+def test_kopf_json_patches_test_the_resource_version(
+    servers: exchanges.Servers, namespace: str, ehc_spec: dict[str, Any]
+) -> None:
+    created = servers.request("POST", _ehcs(namespace), body=_consumer("k", ehc_spec)).agree(201)
+    path = _ehcs(namespace, "k")
+
+    def finalize(version: int) -> list[dict[str, Any]]:
+        return [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": str(version)},
+            {
+                "op": "add",
+                "path": "/metadata/finalizers",
+                "value": ["eventhub-balancer.dev/finalizer"],
+            },
+        ]
+
+    stale = servers.each(
+        lambda w: w.request(
+            "PATCH", path, body=finalize(created.of(w).version + 1000), content_type=JSON_PATCH
+        )
+    )
+    stale.agree(422, "Invalid").same_message()  # kopf retries on 422
+    added = servers.each(
+        lambda w: w.request(
+            "PATCH", path, body=finalize(created.of(w).version), content_type=JSON_PATCH
+        )
+    ).agree(200)
+    for answer in added:
+        assert answer.metadata["finalizers"] == ["eventhub-balancer.dev/finalizer"]
+        assert answer.metadata["generation"] == 1
+    # kopf's status through /status, tested the same way.
+    progress = servers.each(
+        lambda w: w.request(
+            "PATCH",
+            path + "/status",
+            body=[
+                {
+                    "op": "test",
+                    "path": "/metadata/resourceVersion",
+                    "value": added.of(w).metadata["resourceVersion"],
+                },
+                {"op": "add", "path": "/status", "value": {"movesTotal": 4}},
+            ],
+            content_type=JSON_PATCH,
+        )
+    ).agree(200)
+    assert progress.local.body["status"] == progress.real.body["status"] == {"movesTotal": 4}
+    # kopf's own annotations (progress, last-handled configuration) go as merge patches.
+    note = {"metadata": {"annotations": {"eventhub-balancer.dev/last-handled-configuration": "{}"}}}
+    servers.request("PATCH", path, body=note, content_type=MERGE).agree(200)
+
+
+def test_deleting_an_object_that_has_finalizers(
+    servers: exchanges.Servers, namespace: str, ehc_spec: dict[str, Any]
+) -> None:
+    body = _consumer("d", ehc_spec, finalizers=["eventhub-balancer.dev/finalizer"])
+    servers.request("POST", _ehcs(namespace), body=body).agree(201)
+    path = _ehcs(namespace, "d")
+    marked = servers.request("DELETE", path, body={}).agree(200)
+    for answer in marked:
+        assert answer.body["kind"] == "EventHubConsumer"  # the object, not a Status
+        assert answer.metadata["deletionTimestamp"]
+        assert answer.metadata["deletionGracePeriodSeconds"] == 0
+        assert answer.metadata["generation"] == 2  # marking it for deletion is a change
+    again = servers.request("DELETE", path, body={}).agree(200)
+    for answer, before in zip(again, marked, strict=True):
+        assert answer.version == before.version  # nothing more to do
+    more = {"metadata": {"finalizers": ["eventhub-balancer.dev/finalizer", "other/x"]}}
+    refused = servers.request("PATCH", path, body=more, content_type=MERGE)
+    refused.agree(422, "Invalid").same_message()
+    released = servers.each(
+        lambda w: w.request(
+            "PATCH",
+            path,
+            body=[
+                {
+                    "op": "test",
+                    "path": "/metadata/resourceVersion",
+                    "value": marked.of(w).metadata["resourceVersion"],
+                },
+                {"op": "remove", "path": "/metadata/finalizers"},
+            ],
+            content_type=JSON_PATCH,
+        )
+    ).agree(200)
+    for answer in released:
+        assert "finalizers" not in answer.metadata
+    servers.request("GET", path).agree(404, "NotFound").same_message()
+
+
+# -- patch types ----------------------------------------------------------------------------------
+
+
+def test_strategic_merge_patches_are_for_built_in_kinds_only(
+    servers: exchanges.Servers, namespace: str, ehc_spec: dict[str, Any]
+) -> None:
+    servers.request("POST", _core(namespace, "configmaps"), body={"metadata": {"name": "s"}}).agree(
+        201
+    )
+    patch = {"data": {"a": "1"}}
+    path = _core(namespace, "configmaps", "s")
+    patched = servers.request("PATCH", path, body=patch, content_type=STRATEGIC).agree(200)
+    assert patched.local.body["data"] == patched.real.body["data"] == {"a": "1"}
+    servers.request("POST", _ehcs(namespace), body=_consumer("s", ehc_spec)).agree(201)
+    spec = {"spec": {"paused": True}}
+    refused = servers.request("PATCH", _ehcs(namespace, "s"), body=spec, content_type=STRATEGIC)
+    refused.agree(415, "UnsupportedMediaType")
+    for answer in refused:
+        assert answer.message.startswith(
+            "the body of the request was in an unknown format - accepted media types include: "
+            "application/json-patch+json, application/merge-patch+json"
+        ), refused.shown()
+    malformed = servers.request("PATCH", path, body={"op": "add"}, content_type=JSON_PATCH)
+    malformed.agree(400, "BadRequest").same_message()
+
+
+# -- refusals of what a write contains ------------------------------------------------------------
+
+
+def test_schema_violations_name_each_field(
+    servers: exchanges.Servers, namespace: str, ehc_spec: dict[str, Any]
+) -> None:
+    bad = copy.deepcopy(ehc_spec)
+    bad["balancing"] = {"intervalSeconds": -7, "weighting": "nonsense"}
+    refused = servers.request("POST", _ehcs(namespace), body=_consumer("bad", bad))
+    refused.agree(422, "Invalid")
+    # A real server visits fields in no fixed order: the causes are compared as a set.
+    assert _causes(refused.local) == _causes(refused.real), refused.shown()
+    assert refused.local.body["details"]["kind"] == refused.real.body["details"]["kind"]
+
+    # Schema errors that are not blocking leave the CEL rules to run (and to fail).
+    both = copy.deepcopy(ehc_spec)
+    both["eventHub"]["credentials"]["workloadIdentity"] = {}
+    both["balancing"] = {"intervalSeconds": -7}
+    refused = servers.request("POST", _ehcs(namespace), body=_consumer("rules", both))
+    refused.agree(422, "Invalid")
+    assert _causes(refused.local) == _causes(refused.real), refused.shown()
+
+    missing = copy.deepcopy(ehc_spec)
+    del missing["eventHub"]
+    refused = servers.request("POST", _ehcs(namespace), body=_consumer("missing", missing))
+    refused.agree(422, "Invalid").same_message()
+    assert _causes(refused.local) == _causes(refused.real)
+
+    unknown = copy.deepcopy(ehc_spec)
+    unknown["balancing"] = {"intervalSecond": 5}
+    strict = {"fieldValidation": "Strict"}
+    refused = servers.request(
+        "POST", _ehcs(namespace), body=_consumer("typo", unknown), query=strict
+    )
+    refused.agree(400, "BadRequest").same_message()
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "typo"}, "dta": {}}
+    refused = servers.request("POST", _core(namespace, "configmaps"), body=cm, query=strict)
+    refused.agree(400, "BadRequest").same_message()
+    # Without Strict, an unknown field is dropped.
+    pruned = servers.request("POST", _core(namespace, "configmaps"), body=cm).agree(201)
+    assert "dta" not in pruned.local.body
+    assert "dta" not in pruned.real.body
+
+
+def test_names_and_labels_are_refused_in_the_same_words(
+    servers: exchanges.Servers, namespace: str, ehc_spec: dict[str, Any]
+) -> None:
+    cases: list[tuple[str, dict[str, Any]]] = [
+        (_core(namespace, "configmaps"), {"metadata": {"name": "Bad_Name"}}),
+        (_core(namespace, "configmaps"), {"metadata": {"generateName": "Bad-"}}),
+        (_core(namespace, "configmaps"), {"metadata": {"name": "x", "labels": {"a": "b c"}}}),
+        (_core(namespace, "configmaps"), {"metadata": {"name": "x", "labels": {"a b": "c"}}}),
+        (_core(namespace, "configmaps"), {"metadata": {"name": "x", "labels": {"k": "v" * 64}}}),
+        (_core(namespace, "configmaps"), {"metadata": {"name": "x", "annotations": {"/x": "1"}}}),
+        (_core(namespace, "configmaps"), {"metadata": {}}),
+        ("/api/v1/namespaces", {"metadata": {"name": "a.b"}}),
+        ("/api/v1/namespaces", {"metadata": {"name": "-a"}}),
+        (_ehcs(namespace), _consumer("Orders", ehc_spec)),
+    ]
+    for path, body in cases:
+        refused = servers.request("POST", path, body=body)
+        refused.agree(422, "Invalid")
+        if "generateName" in body["metadata"]:
+            # The names generated differ: compare what they were made from.
+            for answer in refused:
+                generated = answer.body["details"]["name"]
+                assert re.fullmatch("Bad-[a-z0-9]{5}", generated), refused.shown()
+            local = refused.local.message.replace(refused.local.body["details"]["name"], "N")
+            real = refused.real.message.replace(refused.real.body["details"]["name"], "N")
+            assert local == real, refused.shown()
+            continue
+        refused.same_message()
+        assert refused.local.body["details"] == refused.real.body["details"], refused.shown()
+
+
+def test_a_crd_may_give_metadata_no_schema_but_its_type(servers: exchanges.Servers) -> None:
+    def crd(metadata_schema: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": "things.conformance.dev"},
+            "spec": {
+                "group": "conformance.dev",
+                "scope": "Namespaced",
+                "names": {"plural": "things", "singular": "thing", "kind": "Thing"},
+                "versions": [
+                    {
+                        "name": "v1",
+                        "served": True,
+                        "storage": True,
+                        "schema": {
+                            "openAPIV3Schema": {
+                                "type": "object",
+                                "properties": {"metadata": metadata_schema},
+                            }
+                        },
+                    }
+                ],
+            },
+        }
+
+    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    for refused_schema in (
+        {"type": "object", "description": "the object's metadata"},
+        {"type": "object", "properties": {"labels": {"type": "object"}}},
+        {"type": "string"},
+    ):
+        refused = servers.request("POST", path, body=crd(refused_schema))
+        refused.agree(422, "Invalid").same_message()
+        assert _causes(refused.local) == _causes(refused.real)
+    names = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 20}}}
+    servers.request("POST", path, body=crd(names)).agree(201)
+    servers.request("DELETE", path + "/things.conformance.dev", body={}).agree(200)
+
+
+def test_an_update_of_a_custom_resource_names_its_version(
+    servers: exchanges.Servers, namespace: str, ehc_spec: dict[str, Any]
+) -> None:
+    created = servers.request("POST", _ehcs(namespace), body=_consumer("u", ehc_spec)).agree(201)
+    path = _ehcs(namespace, "u")
+
+    def put(w: exchanges.Wire, version: str | None) -> exchanges.Answer:
+        body = copy.deepcopy(created.of(w).body)
+        body["metadata"].pop("resourceVersion")
+        if version is not None:
+            body["metadata"]["resourceVersion"] = version
+        return w.request("PUT", path, body=body)
+
+    servers.each(lambda w: put(w, None)).agree(422, "Invalid").same_message()
+    servers.each(lambda w: put(w, "1")).agree(409, "Conflict").same_message()
+    servers.each(lambda w: put(w, created.of(w).metadata["resourceVersion"])).agree(200)
+    # Built-in kinds take an update without a version (kubectl replace --force does not need it).
+    servers.request("POST", _core(namespace, "configmaps"), body={"metadata": {"name": "u"}})
+    unconditional = {"metadata": {"name": "u"}, "data": {"a": "b"}}
+    servers.request("PUT", _core(namespace, "configmaps", "u"), body=unconditional).agree(200)
+
+
+# -- what the operator posts and asks for ---------------------------------------------------------
+
+
+def test_events_are_created_with_generated_names(
+    servers: exchanges.Servers, namespace: str, ehc_spec: dict[str, Any]
+) -> None:
+    from eventhub_balancer.reconciling import kubeevents
+
+    created = servers.request("POST", _ehcs(namespace), body=_consumer("o", ehc_spec)).agree(201)
+    moment = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    event = kubeevents.KubeEvent(reason="Rebalanced", message="moved 2 partitions")
+    posted = servers.each(
+        lambda w: w.request(
+            "POST",
+            _core(namespace, "events"),
+            body=kubeevents.body(created.of(w).body, event, now=moment),
+        )
+    ).agree(201)
+    fields = ("involvedObject", "reason", "message", "type", "source", "count", "firstTimestamp")
+    for answer in posted:
+        prefix = answer.metadata["generateName"]
+        assert answer.metadata["name"].startswith(prefix)
+        assert len(answer.metadata["name"]) == len(prefix) + 5
+    for field in fields:
+        local, real = posted.local.body.get(field), posted.real.body.get(field)
+        if field == "involvedObject":
+            local, real = dict(local, uid=None), dict(real, uid=None)
+        assert local == real, posted.shown()
+
+
+def test_token_requests(servers: exchanges.Servers, namespace: str) -> None:
+    accounts = _core(namespace, "serviceaccounts")
+    servers.request("POST", accounts, body={"metadata": {"name": "tenant"}}).agree(201)
+
+    def ask(seconds: int) -> dict[str, Any]:
+        spec = {"audiences": ["api://AzureADTokenExchange"], "expirationSeconds": seconds}
+        return {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
+
+    granted = servers.request("POST", accounts + "/tenant/token", body=ask(3600)).agree(201)
+    for answer in granted:
+        assert answer.body["status"]["token"].count(".") == 2  # a JWT
+        assert answer.body["status"]["expirationTimestamp"].endswith("Z")
+        assert answer.body["spec"]["audiences"] == ["api://AzureADTokenExchange"]
+        assert answer.body["spec"]["expirationSeconds"] == 3600
+    servers.request("POST", accounts + "/tenant/token", body=ask(60)).agree(
+        422, "Invalid"
+    ).same_message()
+    servers.request("POST", accounts + "/nobody/token", body=ask(3600)).agree(
+        404, "NotFound"
+    ).same_message()
+
+
+def test_secrets_keep_string_data_as_base64_data(
+    servers: exchanges.Servers, namespace: str
+) -> None:
+    body = {"metadata": {"name": "conn"}, "stringData": {"connectionString": "Endpoint=sb://x/"}}
+    created = servers.request("POST", _core(namespace, "secrets"), body=body).agree(201)
+    assert created.local.body["data"] == created.real.body["data"]
+    assert created.local.body["type"] == created.real.body["type"] == "Opaque"
+    assert "stringData" not in created.local.body
+    assert "stringData" not in created.real.body
