@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Iterator
 
+import pytest
+
+from eventhub_balancer import cli
 from eventhub_balancer.cli import logformats
 
 
@@ -70,3 +74,43 @@ def test_exceptions_stay_inside_the_one_line() -> None:
 def test_a_percent_sign_does_not_shift_the_fields() -> None:
     body = formatted(record("100%% of partition %s", "4"))
     assert body["partition"] == "4"
+
+
+@pytest.fixture
+def sdk_levels() -> Iterator[None]:
+    """The SDKs' loggers' levels put back after the test."""
+    kept = {name: logging.getLogger(name).level for name in logformats.SDK_LOGGERS}
+    yield
+    for name, level in kept.items():
+        logging.getLogger(name).setLevel(level)
+
+
+#: Loggers the SDKs write their AMQP chatter to (azure-eventhub 5.15's own AMQP layer).
+CHATTY = ("azure.eventhub._pyamqp.link", "azure.eventhub._pyamqp.aio._connection_async")
+
+
+@pytest.mark.parametrize("verbosity", [[], ["-v"]])
+@pytest.mark.usefixtures("sdk_levels")
+def test_ehb_operator_leaves_the_sdks_info_out_below_vv(
+    verbosity: list[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)  # the root lets everything through: the SDKs' own level decides
+    # The operator stops at once (no kubeconfig, no namespace), after logging is set up.
+    assert cli.main([*verbosity, "operator", "--kubeconfig", "/nonexistent"]) in (1, 2)
+    for name in CHATTY:
+        assert not logging.getLogger(name).isEnabledFor(logging.INFO)
+        assert logging.getLogger(name).isEnabledFor(logging.WARNING)
+
+
+@pytest.mark.usefixtures("sdk_levels")
+def test_ehb_operator_and_consume_show_the_sdks_debug_at_vv(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    assert cli.main(["-vv", "operator", "--kubeconfig", "/nonexistent"]) in (1, 2)
+    for name in CHATTY:
+        assert logging.getLogger(name).isEnabledFor(logging.DEBUG)
+    logformats.quiet_sdk_loggers(logging.INFO)  # ehb consume -v: the same helper
+    assert not logging.getLogger(CHATTY[0]).isEnabledFor(logging.INFO)
+    logformats.quiet_sdk_loggers(logging.DEBUG)
+    assert all(logging.getLogger(n).level == logging.NOTSET for n in logformats.SDK_LOGGERS)

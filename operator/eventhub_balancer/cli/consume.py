@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -217,10 +216,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from eventhub_balancer.consumer import launching, partitions, settings, tracing, triggers
-
-    if getattr(args, "verbose", 0) < 2:
-        # The SDK logs every AMQP state change at INFO: only -vv shows it.
-        logging.getLogger("azure").setLevel(logging.WARNING)
 
     in_kubernetes = args.assignment_file is None
     pod, namespace = settings.pod_identity(

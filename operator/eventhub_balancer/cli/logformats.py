@@ -27,6 +27,11 @@ FORMATS: Final = (TEXT, JSON)
 #: The text format: one line, time first, as `ehb` always printed it.
 TEXT_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
+#: The loggers of the SDKs the product drives. The Event Hubs SDK logs every AMQP state change
+#: at INFO ("Link state changed", on every link's keep-alive): one idle 32-partition consumer
+#: made ``ehb -v operator`` (the chart's default verbosity) write about 180 lines a second.
+SDK_LOGGERS: Final = ("azure", "uamqp", "pyamqp")
+
 #: The context fields a JSON record may carry, in output order.
 CONTEXT_FIELDS: Final = ("consumer", "namespace", "pod", "partition")
 
@@ -111,12 +116,24 @@ class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
     """The handler :func:`configure` installs, so that a second call replaces only its own."""
 
 
+def quiet_sdk_loggers(level: int) -> None:
+    """The SDKs' loggers (`SDK_LOGGERS`) at WARNING unless ``level`` is DEBUG or lower
+    (``-vv``): ``-v`` is for what ehb does, not for every AMQP frame under it."""
+    for name in SDK_LOGGERS:
+        logging.getLogger(name).setLevel(
+            logging.NOTSET if level <= logging.DEBUG else logging.WARNING
+        )
+
+
 def configure(*, level: int, log_format: str, identity: Mapping[str, str] | None = None) -> None:
-    """Send the root logger's records to stderr in ``log_format`` at ``level``.
+    """Send the root logger's records to stderr in ``log_format`` at ``level``, the SDKs'
+    below ``-vv`` left out (`quiet_sdk_loggers`): every command, ``ehb operator`` and
+    ``ehb consume`` alike.
 
     As ``logging.basicConfig``: a process whose logging is set up already (an embedding
     program, pytest's capture) keeps its handlers and level.
     """
+    quiet_sdk_loggers(level)
     root = logging.getLogger()
     if any(not isinstance(h, _Handler) for h in root.handlers):
         return
