@@ -75,6 +75,20 @@ go-tools: $(STAMP)
 
 install: $(STAMP) $(NODE_STAMP) java-check promtool-check controlplane go-tools
 
+# Both charts linted and rendered by the venv's helm into build/charts/, as `helm install` would
+# apply them: the operator chart with its defaults and CRDs, the consumer chart with the example
+# project's values. For a reader with no cluster (docs/install.md, "Without a cluster").
+.PHONY: charts
+charts: go-tools
+	$(BIN)/helm lint --strict charts/eventhub-balancer
+	$(BIN)/helm lint --strict charts/eventhub-consumer -f examples/orders/values.yaml
+	@mkdir -p build/charts
+	$(BIN)/helm template eventhub-balancer charts/eventhub-balancer \
+	  --namespace eventhub-balancer-system --include-crds > build/charts/eventhub-balancer.yaml
+	$(BIN)/helm template orders charts/eventhub-consumer --namespace shop \
+	  -f examples/orders/values.yaml > build/charts/eventhub-consumer.yaml
+	@echo "rendered into build/charts/: eventhub-balancer.yaml, eventhub-consumer.yaml"
+
 node: $(NODE_STAMP)
 
 lint: $(STAMP)

@@ -277,3 +277,37 @@ def test_the_aggregated_roles_are_a_value_and_match_the_plain_manifests() -> Non
         )
 
     assert essence(plain) == essence(chart)
+
+
+def test_the_readme_names_every_value() -> None:
+    """The chart's README keeps in step with values.yaml: each top-level value is in its table."""
+    readme = (loading.CHART_DIR / "README.md").read_text()
+    missing = [k for k in charts.chart_values(loading.CHART_DIR) if f"`{k}`" not in readme]
+    assert missing == []
+
+
+def documented_helm_commands(page: Path) -> list[list[str]]:
+    """The `.venv/bin/helm ...` commands of a page's sh blocks, continuation lines joined."""
+    import shlex
+
+    commands = []
+    for block in re.findall(r"```sh\n(.*?)```", page.read_text(), flags=re.DOTALL):
+        for line in block.replace("\\\n", " ").splitlines():
+            if line.startswith(".venv/bin/helm "):
+                commands.append(shlex.split(line))
+    return commands
+
+
+def test_the_docs_render_the_charts_without_a_cluster() -> None:
+    """docs/install.md's `helm template` commands, run as written from the repository."""
+    commands = documented_helm_commands(loading.ROOT / "docs" / "install.md")
+    assert len(commands) == 2
+    kinds = []
+    for command in commands:
+        assert command[1] == "template"
+        rendered = charts.helm(*command[1:], cwd=loading.ROOT)
+        kinds.append({d["kind"] for d in charts.documents(charts.split_sources(rendered))})
+    operator, consumer = kinds
+    assert {"CustomResourceDefinition", "Deployment", "ClusterRole"} <= operator
+    assert "ValidatingAdmissionPolicy" not in operator  # --kube-version 1.29.0
+    assert {"EventHubConsumer", "Deployment"} <= consumer

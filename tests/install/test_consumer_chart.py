@@ -355,3 +355,10 @@ def test_the_podmonitor_scrapes_the_pods_metrics_port() -> None:
     assert monitor["spec"]["namespaceSelector"]["matchNames"] == [NAMESPACE]
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert "PodMonitor" not in render()
+
+
+def test_the_readme_names_every_value() -> None:
+    """The chart's README keeps in step with values.yaml: each top-level value is in its table."""
+    readme = (CHART_DIR / "README.md").read_text()
+    missing = [k for k in charts.chart_values(CHART_DIR) if f"`{k}`" not in readme]
+    assert missing == []

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -179,6 +180,8 @@ def test_argo_cd_reads_failing_partitions_as_degraded_and_lost_ones_as_a_hand_of
         if entry["type"] == "PartitionsFailing":
             entry.update(status="True", reason="PartitionsParked", message="partition 2 parked")
     assert argo_health(obj)["status"] == "Degraded"
+    # Flux gates on it: the consumer runs as its spec asks; its handler needs fixing.
+    assert kstatus(obj)["status"] == "Current"
     for entry in obj["status"]["conditions"]:
         if entry["type"] == "PartitionsFailing":
             entry.update(reason="PartitionsLost")
@@ -226,3 +229,16 @@ def test_kstatus_reads_yaml_too_and_refuses_what_is_not_an_object() -> None:
     )
     assert refused.returncode == 1
     assert "not a Kubernetes object" in refused.stderr
+
+
+def lua_blocks(markdown: Path) -> list[str]:
+    return re.findall(r"```lua\n(.*?)```", markdown.read_text(), flags=re.DOTALL)
+
+
+@pytest.mark.parametrize(
+    "page",
+    [loading.ROOT / "docs" / "gitops.md", loading.CHART_DIR / "README.md"],
+    ids=lambda p: str(p.relative_to(loading.ROOT)),
+)
+def test_the_docs_show_the_health_check_the_chart_ships(page: Path) -> None:
+    assert lua_blocks(page) == [HEALTH_LUA.read_text()]

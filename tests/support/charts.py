@@ -32,7 +32,10 @@ class HelmError(Exception):
 
 
 def run(
-    *args: str, values: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
+    *args: str,
+    values: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run helm with ``args`` (and ``values`` on stdin as ``-f -``), whatever its exit code."""
     if not HELM.exists():
@@ -47,15 +50,19 @@ def run(
         text=True,
         timeout=TIMEOUT_SECONDS,
         env=dict(env) if env is not None else None,
+        cwd=cwd,
         check=False,
     )
 
 
 def helm(
-    *args: str, values: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
+    *args: str,
+    values: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> str:
     """Run helm; its stdout, or `HelmError` with its message when it fails."""
-    done = run(*args, values=values, env=env)
+    done = run(*args, values=values, env=env, cwd=cwd)
     if done.returncode != 0:
         raise HelmError(done.stderr.strip() or done.stdout.strip())
     return done.stdout
