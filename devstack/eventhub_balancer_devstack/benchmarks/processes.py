@@ -237,8 +237,10 @@ class Child:
         with contextlib.suppress(OSError):
             if self.process.stdin is not None:
                 self.process.stdin.close()
+        # The real control plane's processes take up to their own stop bound to end.
+        bound = STOP_SECONDS * 3 if self.role == "apiserver" else STOP_SECONDS
         try:
-            self.process.wait(STOP_SECONDS)
+            self.process.wait(bound)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(STOP_SECONDS)

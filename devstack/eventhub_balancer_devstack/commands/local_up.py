@@ -43,6 +43,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(etcd, kube-apiserver, kube-controller-manager; `make controlplane` builds it)",
     )
     parser.add_argument(
+        "--consumer",
+        action="append",
+        default=[],
+        metavar="NAMESPACE/NAME",
+        help="prepare a consumer (repeatable): its namespace, the Secrets NAME-eh and "
+        "NAME-blob with the emulators' connection strings, the checkpoint container; prints "
+        "the EventHubConsumer to apply and the operator's command line",
+    )
+    parser.add_argument(
         "--state-dir",
         type=Path,
         default=Path(".ehb"),
@@ -51,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from eventhub_balancer_devstack import stacks
+    from eventhub_balancer_devstack import consumersetups, stacks
     from eventhub_balancer_devstack.commands import local_eventhubs
 
     for flag in ("eventhubs_port", "blob_port", "kube_port"):
@@ -59,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
         if not 0 <= port <= 65535:
             raise errors.InvalidInput("--" + flag.replace("_", "-"), f"{port} is not a TCP port")
     hubs = local_eventhubs.parse_hubs(args.hub) or {"orders": 32}
+    setups = [consumersetups.parse(value, dict(hubs)) for value in args.consumer]
     options = stacks.StackOptions(
         hubs=hubs,
         eventhubs_port=args.eventhubs_port,
@@ -86,6 +96,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         for line in stack.describe():
             print(line, flush=True)
+        for setup in setups:
+            consumersetups.prepare(stack, setup)
+            for line in consumersetups.describe(stack, setup):
+                print(line, flush=True)
         print("Ctrl-C or SIGTERM stops everything.", flush=True)
         while not stop.wait(0.5):
             if not stack.azurite.running:

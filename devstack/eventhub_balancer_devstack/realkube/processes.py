@@ -11,6 +11,7 @@ controllers that make Deployments into pods and collect what a deleted owner lea
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import logging
 import os
@@ -182,6 +183,19 @@ def controller_manager_args(binary: Path, *, kubeconfig: Path, ports: Ports) -> 
     ]
 
 
+#: prctl(2)'s option that sends the child a signal when its parent ends.
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the process that started it ends, so that a
+    harness killed outright (a benchmark's child past its stop bound) leaves no etcd or API
+    server behind. Linux only; elsewhere the control plane is stopped by `stop` alone."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 class ChildProcess:
     """One binary, started in its own session, its output in ``log``, stopped by pid."""
 
@@ -204,6 +218,7 @@ class ChildProcess:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         logger.debug("%s started (pid %d)", self.name, self._process.pid)
 
@@ -218,11 +233,17 @@ class ChildProcess:
             return "\n".join(text.strip().splitlines()[-lines:])
         return ""
 
-    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
-        process, self._process = self._process, None
-        if process is not None and process.poll() is None:
+    def terminate(self) -> None:
+        """SIGTERM, without waiting (`stop` waits)."""
+        if self._process is not None and self._process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signal.SIGTERM)
+                self._process.send_signal(signal.SIGTERM)
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        process = self._process
+        self.terminate()
+        self._process = None
+        if process is not None and process.poll() is None:
             try:
                 process.wait(timeout=timeout)
             except subprocess.TimeoutExpired:

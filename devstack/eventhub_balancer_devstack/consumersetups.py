@@ -1,0 +1,136 @@
+"""What a consumer needs from the local stack before it can run: `ehb local up --consumer`.
+
+A newcomer pointing the operator at the local stack had to work out the Secrets holding the
+emulator's and Azurite's connection strings, the emulator's ``host:port`` as the Event Hubs
+namespace, ``--allow-development-endpoints``, and the checkpoint container, which no ``ehb``
+command created. `prepare` does all of it for ``NAMESPACE/NAME``: the namespace, the two
+Secrets under the names `examples/orders/values.yaml` and the manifests use, and the
+container; `custom_resource` and `operator_command` are what to apply and run next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import shlex
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from eventhub_balancer import errors
+from eventhub_balancer.contracts import specs
+from eventhub_balancer_devstack import stacks
+from eventhub_balancer_devstack.scenarios import systems
+
+#: The Secrets' names and key, as the example's values and manifests/examples/ name them.
+EVENTHUB_SECRET = "{name}-eh"
+BLOB_SECRET = "{name}-blob"
+SECRET_KEY = "connectionString"
+#: The checkpoint container the example's values name.
+CONTAINER = "checkpoints"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ConsumerSetup:
+    namespace: str
+    name: str
+    hub: str
+
+    @property
+    def eventhub_secret(self) -> str:
+        return EVENTHUB_SECRET.format(name=self.name)
+
+    @property
+    def blob_secret(self) -> str:
+        return BLOB_SECRET.format(name=self.name)
+
+
+def parse(value: str, hubs: dict[str, int]) -> ConsumerSetup:
+    """``--consumer shop/orders`` -> the setup; its hub is NAME when the stack has one of that
+    name, else the first hub."""
+    namespace, slash, name = value.partition("/")
+    if not slash or not namespace or not name:
+        raise errors.InvalidInput("--consumer", f"{value!r}: give NAMESPACE/NAME, e.g. shop/orders")
+    hub = name if name in hubs else next(iter(hubs))
+    return ConsumerSetup(namespace=namespace, name=name, hub=hub)
+
+
+def _secret(name: str, value: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name},
+        "type": "Opaque",
+        "data": {SECRET_KEY: base64.b64encode(value.encode()).decode()},
+    }
+
+
+def prepare(stack: stacks.LocalStack, setup: ConsumerSetup) -> None:
+    """The namespace, both Secrets (replaced if they exist) and the checkpoint container."""
+    kube = stack.kube
+    for name, value in (
+        (setup.eventhub_secret, stack.eventhubs_connection_string),
+        (setup.blob_secret, stack.blob_connection_string),
+    ):
+        if kube.get_object("v1/secrets", name, namespace=setup.namespace) is not None:
+            kube.delete_object("v1/secrets", name, namespace=setup.namespace)
+        kube.create_object("v1/secrets", _secret(name, value), namespace=setup.namespace)
+    asyncio.run(systems.ensure_container(stack.blob_connection_string, CONTAINER))
+
+
+def custom_resource(stack: stacks.LocalStack, setup: ConsumerSetup) -> dict[str, Any]:
+    """An EventHubConsumer over the prepared Secrets, selecting pods ``app=NAME``."""
+    return {
+        "apiVersion": f"{specs.GROUP}/{specs.VERSION}",
+        "kind": specs.KIND,
+        "metadata": {"name": setup.name, "namespace": setup.namespace},
+        "spec": {
+            "eventHub": {
+                "fullyQualifiedNamespace": stack.fully_qualified_namespace,
+                "name": setup.hub,
+                "credentials": {
+                    "connectionStringSecretRef": {"name": setup.eventhub_secret, "key": SECRET_KEY}
+                },
+            },
+            "checkpointStore": {
+                "containerName": CONTAINER,
+                "credentials": {
+                    "connectionStringSecretRef": {"name": setup.blob_secret, "key": SECRET_KEY}
+                },
+            },
+            "selector": {"matchLabels": {"app": setup.name}},
+            "startPosition": "earliest",
+        },
+    }
+
+
+def operator_command(kubeconfig: Path, setup: ConsumerSetup) -> str:
+    """How to run the operator for it from this shell (the emulators are development
+    endpoints on loopback, which the operator refuses unless told)."""
+    return (
+        f"KUBECONFIG={shlex.quote(str(kubeconfig))} ehb operator "
+        f"--namespace {shlex.quote(setup.namespace)} --standalone --allow-development-endpoints"
+    )
+
+
+def write_custom_resource(stack: stacks.LocalStack, setup: ConsumerSetup) -> Path:
+    """The CR as a file in the stack's state folder, for ``kubectl apply -f``."""
+    path = stack.options.state_dir / f"{setup.namespace}-{setup.name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(custom_resource(stack, setup), sort_keys=False))
+    return path
+
+
+def describe(stack: stacks.LocalStack, setup: ConsumerSetup) -> list[str]:
+    """What was prepared and what to do next, a line each."""
+    assert stack.kubeconfig is not None
+    path = write_custom_resource(stack, setup)
+    return [
+        f"Consumer {setup.namespace}/{setup.name}: Secrets {setup.eventhub_secret} and "
+        f"{setup.blob_secret} (key {SECRET_KEY}), checkpoint container {CONTAINER}, hub "
+        f"{setup.hub}",
+        f"  kubectl apply -f {path}",
+        f"  {operator_command(stack.kubeconfig, setup)}",
+    ]
