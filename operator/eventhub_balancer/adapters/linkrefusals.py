@@ -13,6 +13,7 @@ it in one line instead of retrying it as a lost connection.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from eventhub_balancer import errors
@@ -21,6 +22,8 @@ from eventhub_balancer import errors
 LINK_STOLEN = "link:stolen"
 #: The condition of a refusal for an entity (hub, consumer group) that does not exist.
 NOT_FOUND = "amqp:not-found"
+#: How the SDK's own errors (`EventHubError.error`) name it: the condition after "amqp:".
+_SDK_NOT_FOUND = NOT_FOUND.partition(":")[2]
 #: The SDK wraps an error in at most a couple of levels.
 _DEPTH = 5
 
@@ -62,6 +65,8 @@ def not_found(error: BaseException) -> str | None:
     for seen in chain:
         if _text(getattr(seen, "condition", None)) == NOT_FOUND:
             return _first_sentence(_text(getattr(seen, "description", None)) or str(seen))
+        if getattr(seen, "error", None) == _SDK_NOT_FOUND:  # the SDK's EventHubError
+            return _first_sentence(str(getattr(seen, "message", None) or seen))
     for seen in chain:
         if NOT_FOUND in str(seen):
             return _first_sentence(str(seen))
@@ -86,8 +91,11 @@ def names_group(description: str, consumer_group: str) -> bool:
     """Whether a not-found answer names the consumer group rather than the hub: Event Hubs
     names a group's entity ``<namespace>:eventhub:<hub>~<n>|<group>``, and a path to one
     ends in ``/consumergroups/<group>``."""
-    lowered, group = description.lower(), consumer_group.lower()
-    return f"|{group}'" in lowered or f"/consumergroups/{group}" in lowered
+    group = re.escape(consumer_group.lower())
+    return (
+        re.search(rf"\|{group}'|/consumergroups/{group}(?![^'/\s])", description.lower())
+        is not None
+    )
 
 
 def missing(
