@@ -29,12 +29,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: $KUBECONFIG)")
 
 
+def unserved(body: dict[str, Any]) -> str | None:
+    """What to look at when no operator has concluded anything about the consumer's current
+    spec (no status, or one of an older generation); None: its status is current."""
+    meta = body.get("metadata", {})
+    namespace, name = meta.get("namespace"), meta.get("name")
+    status = body.get("status") or {}
+    seen, generation = status.get("observedGeneration"), meta.get("generation")
+    serve = (
+        f"is an operator running that serves namespace {namespace}? (`ehb operator -n "
+        f"{namespace}`, or the chart's watchNamespaces; kubectl -n <its namespace> logs "
+        "deploy/<its release> says why it does not)"
+    )
+    if not isinstance(seen, int):
+        return f"{namespace}/{name}: no status yet: no operator has reconciled it; {serve}"
+    if isinstance(generation, int) and seen < generation:
+        return (
+            f"{namespace}/{name}: the status is of generation {seen}, the spec is at "
+            f"{generation}: no operator has reconciled the change; {serve}"
+        )
+    return None
+
+
 def render(body: dict[str, Any]) -> str:
-    """One consumer's table, from its status (what the operator last concluded)."""
+    """One consumer's table, from its status (what the operator last concluded), after a hint
+    when no operator concluded anything about its current spec (`unserved`)."""
     meta = body.get("metadata", {})
     status = body.get("status") or {}
     epochs = status.get("epochs") or {}
-    lines = [
+    hint = unserved(body)
+    if hint is not None and not status:
+        return hint
+    lines = [] if hint is None else [hint]
+    lines += [
         f"{meta.get('namespace')}/{meta.get('name')}: "
         f"{status.get('partitionCount', '?')} partitions, "
         f"{status.get('memberCount', '?')} members, "
