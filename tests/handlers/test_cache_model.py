@@ -3,25 +3,35 @@ server, on fake time: two operator replicas over one fake API server.
 
 Hypothesis drives pods (join, leave, relabel, recreate under the same name, readiness), the
 pods' acknowledgements, the two replicas' watch streams (delivered late and partly, so kinds
-arrive reordered against each other; events lost with a 410 re-list), their cycles, and the
-clock. After every step, over the API server's own record of writes (`ledgers`):
-- epochs strictly rise per partition: ``status.epochs`` never goes down, and
-- no two pods hold one partition at one epoch.
-At the end, after a quiet spell with the watches in step: each replica's roster equals a fresh
-listing, every partition is owned, and the assignment is balanced again.
+arrive reordered against each other, one kind may lag alone; events lost with a 410 re-list),
+a fresh read of the pods in flight while a pod is deleted or relabelled, partition listings
+that lack partitions, the replicas' cycles, and the clock. Time passes as it does for the
+daemons: each replica cycles every `INTERVAL` seconds and lists the pods afresh every
+`relisting.RELIST_SECONDS`, whatever its watch delivered. After every step, over the API
+server's own record of writes (`ledgers`) and what the pods are told:
+- epochs strictly rise per partition: ``status.epochs`` never goes down;
+- no two pods hold one partition at one epoch;
+- no partition stays with a pod that does not exist, or that left the selector, for more
+  than `BOUND` seconds.
+After a quiet spell with the watches in step, within `BOUND`: no deleted or relabelled pod is
+left in a roster or holds a partition; then each replica's roster equals a fresh listing,
+every partition is owned, and the assignment is balanced again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from eventhub_balancer.contracts import specs
-from eventhub_balancer.handlers import rosters
+from eventhub_balancer.adapters import listings
+from eventhub_balancer.contracts import configmaps, specs
+from eventhub_balancer.handlers import relisting, rosters
+from eventhub_balancer.reconciling import readbacks
 from tests.handlers import test_cycles
 from tests.support import fakes, ledgers, watches
 
@@ -29,6 +39,13 @@ NS, NAME = test_cycles.NS, test_cycles.NAME
 PODS = ("a", "b", "c", "d", "e")
 STREAMS = ("consumer", "pod", "configmap")
 PARTITIONS = 4  # FakeHubs' hub
+#: Each replica's daemon cycles at least this often (the consumer's interval).
+INTERVAL = 5.0
+#: The longest a partition may stay with a pod that is gone or left the selector: the pods
+#: are listed afresh within `relisting.RELIST_SECONDS`, a pod silent about what it was given
+#: is confirmed within `readbacks.ACK_CONFIRM_SECONDS`, and a cycle follows within an
+#: interval; a conflict with the other replica costs one more interval.
+BOUND = relisting.RELIST_SECONDS + readbacks.ACK_CONFIRM_SECONDS + 2 * INTERVAL
 
 
 class Clock:
@@ -50,6 +67,12 @@ class TwoReplicas(RuleBasedStateMachine):
             watches.Replica(self.kube, self.hubs, clock=self.clock),
             watches.Replica(self.kube, self.hubs, clock=self.clock),
         )
+        self.relistings = tuple(
+            relisting.Relisting(self.kube, r.cache.seen.rosters, wake=lambda key: None)
+            for r in self.replicas
+        )
+        #: pod -> since when (clock) a partition is with it while it is gone or unselected
+        self.ghosts: dict[str, float] = {}
 
     def teardown(self) -> None:
         self.loop.close()
@@ -60,6 +83,21 @@ class TwoReplicas(RuleBasedStateMachine):
 
     def _pods(self) -> set[str]:
         return {name for (kind, ns, name) in self.kube.objects if kind == "pod" and ns == NS}
+
+    def _selected(self) -> set[str]:
+        """The pods that exist and match the consumer's selector."""
+        return {
+            name
+            for (kind, ns, name), body in self.kube.objects.items()
+            if kind == "pod" and ns == NS and body["metadata"]["labels"].get("app") == "c"
+        }
+
+    def _holding(self) -> set[str]:
+        """The pods whose ConfigMaps give them a partition (in any state)."""
+        return {pod for pod, held in self.kube.assignment(NS).items() if held}
+
+    def _run(self, replica: int) -> None:
+        self.loop.run_until_complete(self.replicas[replica].cycle(NS, NAME, now=self.now))
 
     # --- the pods ---
 
@@ -111,9 +149,55 @@ class TwoReplicas(RuleBasedStateMachine):
         watch.skip(kind)
         watch.relist(kind)
 
+    @rule(replica=st.sampled_from((0, 1)), kind=st.sampled_from(STREAMS))
+    def lag_one_kind(self, replica: int, kind: str) -> None:
+        """Every stream but one catches up; that one stays behind, and the replica cycles."""
+        self.replicas[replica].watch.deliver(*(k for k in STREAMS if k != kind))
+        self._run(replica)
+
+    @rule(
+        replica=st.sampled_from((0, 1)),
+        pod=st.sampled_from(PODS),
+        relabel=st.booleans(),
+    )
+    def reread_across(self, replica: int, pod: str, relabel: bool) -> None:
+        """The replica reads its pods afresh (after a 409, a 404, a re-list); while that
+        LIST is on its way, ``pod`` is deleted or relabelled away and the pod stream shows it."""
+        if pod not in self._pods():
+            return
+        chosen = self.replicas[replica]
+        chosen.cache.rosters.refresh(namespace=NS, name=NAME)
+        real = self.kube.list_selected_pods
+
+        async def changed_meanwhile(**kwargs: Any) -> listings.Listing:
+            answered = await real(**kwargs)
+            self.kube.list_selected_pods = real  # type: ignore[method-assign]
+            if relabel:
+                self.relabel(pod, "moved")
+            else:
+                self.kube.remove_pod(NS, pod)
+            chosen.watch.deliver("pod")
+            return answered
+
+        self.kube.list_selected_pods = changed_meanwhile  # type: ignore[method-assign]
+        try:
+            self._run(replica)
+        finally:
+            self.kube.list_selected_pods = real  # type: ignore[method-assign]
+
+    @rule(replica=st.sampled_from((0, 1)), listed=st.integers(0, PARTITIONS - 1))
+    def short_listing(self, replica: int, listed: int) -> None:
+        """Event Hubs answers one listing with fewer partitions than the hub has."""
+        whole = self.hubs.ids
+        self.hubs.ids = whole[:listed]
+        try:
+            self._run(replica)
+        finally:
+            self.hubs.ids = whole
+
     @rule(replica=st.sampled_from((0, 1)))
     def cycle(self, replica: int) -> None:
-        self.loop.run_until_complete(self.replicas[replica].cycle(NS, NAME, now=self.now))
+        self._run(replica)
 
     @rule(first=st.sampled_from((0, 1)))
     def race(self, first: int) -> None:
@@ -126,7 +210,30 @@ class TwoReplicas(RuleBasedStateMachine):
 
     @rule(seconds=st.sampled_from((0.5, 2.0, 6.0, 31.0)))
     def wait(self, seconds: float) -> None:
-        self.clock.now += seconds
+        """Time passes as the daemons see it, with no watch event delivered: each replica
+        cycles every `INTERVAL` and lists the pods afresh every `relisting.RELIST_SECONDS`."""
+        self._pass(seconds)
+
+    def _pass(self, seconds: float) -> None:
+        end = self.clock.now + seconds
+        while self.clock.now < end:
+            step = min(INTERVAL - self.clock.now % INTERVAL, end - self.clock.now)
+            before = self.clock.now
+            self.clock.now += step
+            relist = before // relisting.RELIST_SECONDS < self.clock.now // relisting.RELIST_SECONDS
+            for index in (0, 1):
+                if relist:
+                    self.loop.run_until_complete(self.relistings[index].relist())
+                if before // INTERVAL < self.clock.now // INTERVAL:
+                    self._run(index)
+            self._watch_ghosts()
+
+    def _watch_ghosts(self) -> None:
+        """No partition stays with a pod that is gone or left the selector beyond `BOUND`."""
+        ghosts = self._holding() - self._selected()
+        self.ghosts = {pod: self.ghosts.get(pod, self.clock.now) for pod in ghosts}
+        for pod, since in self.ghosts.items():
+            assert self.clock.now - since <= BOUND, (pod, since, self.clock.now)
 
     # --- what must always hold ---
 
@@ -134,21 +241,43 @@ class TwoReplicas(RuleBasedStateMachine):
     def no_epoch_twice_and_none_lower(self) -> None:
         ledgers.assert_safe(self.kube.history)
 
+    @invariant()
+    def no_ghost_beyond_the_bound(self) -> None:
+        self._watch_ghosts()
+
     @rule()
     def quiet(self) -> None:
         """Quiet: the watches catch up, both replicas cycle with the pods acknowledging, and
         the fleet is back in balance and each roster equals a fresh listing."""
         for replica in self.replicas:
             replica.watch.deliver()
+        quiet_since = self.clock.now
         for _ in range(12):
             for replica in self.replicas:  # both replicas stay active
                 replica.watch.deliver()
                 self.loop.run_until_complete(replica.cycle(NS, NAME, now=self.now))
             self.acknowledge()
+            if self.clock.now - quiet_since < BOUND:
+                self._check_left(quiet_since)
             self.clock.now += 31.0  # past any grace period or hand-off timeout
         for replica in self.replicas:
             replica.watch.deliver()
         self._check_quiet()
+
+    def _check_left(self, quiet_since: float) -> None:
+        """Within `BOUND` of quiet, a deleted or relabelled pod is in no roster and holds no
+        partition."""
+        selected = self._selected()
+        for replica in self.replicas:
+            roster = replica.cache.rosters.roster(namespace=NS, name=NAME)
+            if roster is not None:
+                held = {b["metadata"]["name"] for b in roster.items(rosters.PODS)}
+                assert held <= selected, (held - selected, self.clock.now - quiet_since)
+        assert self._holding() <= selected, self._holding() - selected
+        for (kind, ns, _), body in self.kube.objects.items():
+            if kind == "configmap" and ns == NS:
+                pod = (body.get("data") or {}).get(configmaps.KEY_POD)
+                assert pod in selected or not configmaps.parse_data(body["data"]).partitions
 
     def _check_quiet(self) -> None:
         selector = specs.parse_spec(test_cycles.SPEC).selector
