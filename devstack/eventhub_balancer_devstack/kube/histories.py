@@ -105,6 +105,8 @@ class History:
         self, *, size: int = HISTORY_SIZE, write_record_size: int = WRITE_RECORD_SIZE
     ) -> None:
         self._compacted = 0  # the highest resource version that fell out of the history
+        #: The version of each kind's latest change: what a bookmark of that kind may say.
+        self._latest: dict[tuple[str, str], int] = {}
         self._events: collections.deque[WatchEvent] = collections.deque(maxlen=size)
         self._subscriptions: set[Subscription] = set()
         self.writes = WriteRecord(size=write_record_size)
@@ -117,17 +119,23 @@ class History:
     def unsubscribe(self, subscription: Subscription) -> None:
         self._subscriptions.discard(subscription)
 
-    def since(self, storage_key: tuple[str, str], resource_version: int) -> list[WatchEvent]:
-        """The history of one kind after a version; 410 Gone if that part is compacted."""
-        if resource_version < self._compacted:
-            raise failures.expired(
-                f"too old resource version: {resource_version} ({self._compacted + 1})"
-            )
+    def since(
+        self, storage_key: tuple[str, str], resource_version: int, *, floor: int = 0
+    ) -> list[WatchEvent]:
+        """The history of one kind after a version; 410 Gone if that part is compacted, or
+        older than ``floor`` (when the kind began to be served)."""
+        oldest = max(self._compacted, floor)
+        if resource_version < oldest:
+            raise failures.expired(f"too old resource version: {resource_version} ({oldest})")
         return [
             event
             for event in self._events
             if event.resource_version > resource_version and event.storage_key == storage_key
         ]
+
+    def latest(self, storage_key: tuple[str, str]) -> int:
+        """The version of the latest change of one kind (0 before its first)."""
+        return self._latest.get(storage_key, 0)
 
     def wake(self) -> None:
         """Make every watch look at its faults again (they changed)."""
@@ -162,6 +170,7 @@ class History:
             committed_at=committed_at,
         )
         self._events.append(event)
+        self._latest[storage_key] = resource_version
         self.writes.add(event)
         for subscription in self._subscriptions:
             if subscription.storage_key == storage_key:

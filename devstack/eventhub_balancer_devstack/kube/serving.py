@@ -30,6 +30,7 @@ from eventhub_balancer_devstack.kube import (
     admitting,
     discovery,
     failures,
+    fieldlabels,
     incoming,
     listings,
     resources,
@@ -244,11 +245,16 @@ class LocalKubeHandler(
         namespace = address.namespace if spec.namespaced else None
         if method in ("POST", "PUT", "PATCH"):
             writechecks.check_field_validation(request, spec)
+        if method in ("POST", "PUT") and address.subresource is None:
+            writechecks.check_type_meta(request, spec, request.data)
         try:
-            selector = selecting.parse(
-                labels=params.get("labelSelector"), fields=params.get("fieldSelector")
+            selector = fieldlabels.check(
+                spec,
+                selecting.parse(
+                    labels=params.get("labelSelector"), fields=params.get("fieldSelector")
+                ),
             )
-        except selecting.SelectorError as e:
+        except (selecting.SelectorError, fieldlabels.FieldLabelError) as e:
             raise failures.bad_request(str(e)) from e
 
         if address.name is None:

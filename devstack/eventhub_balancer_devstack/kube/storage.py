@@ -372,8 +372,12 @@ class Store(versioning.VersionedHistory):
 
     def _register_crd(self, crd: Body) -> None:
         definitions.register(self.resources, crd, now=admitting.timestamp(self._clock()))
+        names = crd["spec"]["names"]
+        self._begin_serving((crd["spec"]["group"], names["plural"]))
 
     def _unregister_crd(self, crd: Body) -> None:
+        spec = crd.get("spec") or {}
+        self._end_serving((spec.get("group", ""), (spec.get("names") or {}).get("plural", "")))
         definitions.unregister(
             crd,
             served_resources=self.resources,

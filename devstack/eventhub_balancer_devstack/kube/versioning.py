@@ -27,6 +27,9 @@ class VersionedHistory:
     ) -> None:
         self._resource_version = 0
         self._history = histories.History(size=history_size, write_record_size=write_record_size)
+        #: The version each custom resource began to be served at: a real server's watch
+        #: cache for it starts then, and a watch cannot resume from before (410).
+        self._served_since: dict[tuple[str, str], int] = {}
 
     @property
     def resource_version(self) -> str:
@@ -44,7 +47,19 @@ class VersionedHistory:
         self, spec: resources.ResourceSpec, resource_version: int
     ) -> list[histories.WatchEvent]:
         """The history of one kind after a version; 410 Gone if that part is compacted."""
-        return self._history.since(spec.storage_key, resource_version)
+        floor = self._served_since.get(spec.storage_key, 0)
+        return self._history.since(spec.storage_key, resource_version, floor=floor)
+
+    def latest_version(self, spec: resources.ResourceSpec) -> int:
+        """The version of the latest change of ``spec``'s kind: what a bookmark may say (a real
+        server's watch cache of a kind knows that kind's changes only)."""
+        return self._history.latest(spec.storage_key)
+
+    def _begin_serving(self, storage_key: tuple[str, str]) -> None:
+        self._served_since.setdefault(storage_key, self._resource_version)
+
+    def _end_serving(self, storage_key: tuple[str, str]) -> None:
+        self._served_since.pop(storage_key, None)
 
     def close_subscriptions(self) -> None:
         """End every watch (the server is stopping)."""

@@ -30,6 +30,18 @@ DISCONNECT_POLL = 2.0
 #: The shortest wait of an idle watch: a moment due now is handled at the top of its loop.
 MIN_WAIT = 0.001
 
+#: A real server sends a watch's last bookmark this long before its timeout ends it, so that
+#: the client resumes from as new a version as it can.
+BOOKMARK_BEFORE_TIMEOUT = 2.0
+
+
+def _next_bookmark(now: float, interval: float, deadline: float | None) -> float:
+    """When a watch may next send a bookmark: after the interval, or just before its end."""
+    due = now + interval
+    if deadline is not None and deadline - BOOKMARK_BEFORE_TIMEOUT > now:
+        due = min(due, deadline - BOOKMARK_BEFORE_TIMEOUT)
+    return due
+
 
 class WatchStreams:
     """The watches of `serving.LocalKubeHandler`, over its store, bookmark interval and faults."""
@@ -73,9 +85,13 @@ class WatchStreams:
     ) -> AsyncIterator[Any]:
         params: Mapping[str, str] = request.params
         bookmarks = params.get("allowWatchBookmarks") in ("true", "1")
-        initial_events = params.get("sendInitialEvents") in ("true", "1")
+        since_text = params.get("resourceVersion") or ""
+        initial_events = params.get("sendInitialEvents") in ("true", "1") or (
+            # A watch from no version (or "0") starts with what there is, as one that asks for
+            # initial events (a real server defaults it so), bookmark at the end included.
+            since_text in ("", "0") and "sendInitialEvents" not in params
+        )
         try:
-            since_text = params.get("resourceVersion") or ""
             since = int(since_text) if since_text else 0
             timeout = float(params["timeoutSeconds"]) if params.get("timeoutSeconds") else None
         except ValueError as e:
@@ -102,9 +118,11 @@ class WatchStreams:
             #: without faults each goes out at once, with `watchfaults` it may wait.
             held: collections.deque[tuple[float, int, dict[str, Any]]] = collections.deque()
             delivered = since  # the version of the last event sent (what a bookmark may say)
+            announced = since  # the newest version the client was told of, by event or bookmark
             if since == 0 or initial_events:
                 initial = self.store.select(spec, namespace=namespace, selector=selector)
                 seen = int(self.store.resource_version)
+                announced = seen  # the snapshot is of that version: newer news only after it
                 for body in initial:
                     version = int(body["metadata"].get("resourceVersion") or 0)
                     held.append((opened, version, {"type": "ADDED", "object": body}))
@@ -113,13 +131,16 @@ class WatchStreams:
             else:
                 seen = since
                 for event in self.store.changes_since(spec, since):
+                    # As a real server's watch cache: the history replayed counts as told,
+                    # the changes this watch does not select included.
+                    announced = max(announced, event.resource_version)
                     rendered = self._for_watcher(event, spec, namespace, selector)
                     if rendered is not None:
                         held.append((opened, event.resource_version, rendered))
             yield b""  # send the headers now: clients wait for them before reading events
 
             deadline = opened + timeout if timeout is not None else None
-            next_bookmark = opened + self.bookmark_interval
+            next_bookmark = _next_bookmark(opened, self.bookmark_interval, deadline)
             raw_request = request._raw_request
             while True:
                 faults = self.watch_faults
@@ -129,6 +150,7 @@ class WatchStreams:
                 ):
                     _, version, item = held.popleft()
                     delivered = max(delivered, version)
+                    announced = max(announced, version)
                     yield item
                 now = loop.time()
                 if deadline is not None and now >= deadline:
@@ -142,14 +164,19 @@ class WatchStreams:
                 ):
                     return
                 if now >= next_bookmark:
-                    next_bookmark = now + self.bookmark_interval
+                    next_bookmark = _next_bookmark(now, self.bookmark_interval, deadline)
                     if bookmarks and not watchfaults.stalled(faults, plural=plural, now=now):
                         behind = held or watchfaults.lagging(faults, plural=plural, now=now)
-                        if not behind:
-                            yield self._bookmark(spec)
-                        elif delivered:
-                            # A lagging watch never claims a version it has not delivered.
+                        latest = self.store.latest_version(spec)
+                        if behind and delivered:
+                            # A lagging watch (a fault) keeps its stream alive with bookmarks
+                            # that never claim a version it has not delivered.
                             yield self._bookmark(spec, resource_version=delivered)
+                        elif not behind and latest > announced:
+                            # A prompt one tells of its kind's changes it did not select; as
+                            # on a real server, only when that is news.
+                            announced = latest
+                            yield self._bookmark(spec, resource_version=latest)
                 wake = [next_bookmark, now + DISCONNECT_POLL]
                 for moment in (
                     deadline,

@@ -38,6 +38,19 @@ def check_field_validation(request: Any, spec: resources.ResourceSpec) -> None:
         )
 
 
+def check_type_meta(request: Any, spec: resources.ResourceSpec, body: Any) -> None:
+    """A custom resource's body names its ``kind`` and ``apiVersion``: without a Go type to
+    decode it into, a real server cannot tell what it is (400); built-in kinds may omit them."""
+    if not spec.custom or not isinstance(body, dict):
+        return
+    for field, shown in (("kind", "Kind"), ("apiVersion", "apiVersion")):
+        if not body.get(field):
+            raise failures.bad_request(
+                f"the object provided is unrecognized (must be of type {spec.kind}): "
+                f"Object '{shown}' is missing in '{request.text}'"
+            )
+
+
 def check_patch_shape(request: Any, patch_type: admitting.PatchType) -> None:
     """A JSON patch is a list of operations; anything else is a 400, worded as the real server
     words it for the ``fieldValidation`` asked (``Warn`` when none is)."""

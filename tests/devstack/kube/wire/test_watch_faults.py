@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -74,12 +75,11 @@ async def _watch(
 
 
 def _version(api: LocalKubeAPI) -> str:
-    """The current resourceVersion, as a LIST gives it."""
-    version = 0
-    for plural in ("configmaps", "pods"):
-        for body in api.list_objects(f"v1/{plural}"):
-            version = max(version, int(body["metadata"]["resourceVersion"]))
-    return str(version)
+    """The current resourceVersion, as a LIST gives it (never "0": a watch from "0" starts
+    with the objects there are, as a real server's does)."""
+    with urllib.request.urlopen(f"{api.url}/api/v1/configmaps", timeout=WAIT_S) as answer:
+        version: str = json.loads(answer.read())["metadata"]["resourceVersion"]
+    return version
 
 
 async def test_lag_delivers_events_late_while_writes_succeed_at_once(
@@ -118,7 +118,9 @@ async def test_a_stalled_stream_sends_nothing_until_the_stall_ends(
     api: LocalKubeAPI, session: aiohttp.ClientSession
 ) -> None:
     stream = await _watch(session, api, "configmaps", resourceVersion=_version(api))
-    assert (await stream.next())["type"] == "BOOKMARK"  # type: ignore[index]  # alive first
+    # Alive first: a change of its kind elsewhere is news, which a bookmark tells.
+    api.create_object("v1/configmaps", {"metadata": {"name": "elsewhere"}}, namespace="other")
+    assert (await stream.next())["type"] == "BOOKMARK"  # type: ignore[index]
     stall_s = 2.0
     # Read before the fault starts its own clock: the stall ends stall_s after that.
     stalled = time.monotonic()

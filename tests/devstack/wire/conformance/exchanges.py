@@ -153,9 +153,11 @@ class Wire:
         *,
         until: Callable[[list[dict[str, Any]]], bool],
         timeout: float = WATCH_TIMEOUT_S,
+        during: Callable[[], object] | None = None,
     ) -> tuple[int, list[dict[str, Any]]]:
-        """Open a watch; read its events until ``until(events)`` holds, the stream ends, or
-        ``timeout`` passes. Returns the HTTP status and the events read."""
+        """Open a watch; once it is open, call ``during`` (a write the watch should see);
+        read its events until ``until(events)`` holds, the stream ends, or ``timeout``
+        passes. Returns the HTTP status and the events read."""
         response = self.pool.request(
             "GET",
             self._url(path, {"watch": "true", **query}),
@@ -170,6 +172,8 @@ class Wire:
             response.release_conn()
             events.append({"type": "HTTP", "object": json.loads(body) if body else None})
             return response.status, events
+        if during is not None:
+            during()
         deadline = time.monotonic() + timeout
         pending = b""
         try:

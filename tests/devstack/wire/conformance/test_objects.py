@@ -636,3 +636,63 @@ def test_secrets_keep_string_data_as_base64_data(
     assert created.local.body["type"] == created.real.body["type"] == "Opaque"
     assert "stringData" not in created.local.body
     assert "stringData" not in created.real.body
+
+
+# -- lists and selectors ---------------------------------------------------------------------------
+
+
+def test_lists_select_by_labels_and_by_the_fields_each_kind_has(
+    servers: exchanges.Servers, namespace: str
+) -> None:
+    for name, labels in (("a", {"app": "orders", "tier": "web"}), ("b", {"app": "orders"})):
+        body = {"metadata": {"name": name, "labels": labels}}
+        servers.request("POST", _core(namespace, "configmaps"), body=body).agree(201)
+        servers.request("POST", _core(namespace, "pods"), body=_pod(name, **labels)).agree(201)
+    running = {"status": {"phase": "Running"}}
+    path = _core(namespace, "pods", "b") + "/status"
+    servers.request("PATCH", path, body=running, content_type=MERGE).agree(200)
+
+    def names(plural: str, **query: str) -> list[str]:
+        pair = servers.request("GET", _core(namespace, plural), query=query).agree(200)
+        found = [[i["metadata"]["name"] for i in answer.body["items"]] for answer in pair]
+        assert found[0] == found[1], pair.shown()
+        assert pair.local.body["kind"] == pair.real.body["kind"]
+        return found[0]
+
+    assert names("configmaps", labelSelector="app=orders,tier!=web") == ["b"]
+    assert names("configmaps", labelSelector="tier in (web, batch)") == ["a"]
+    assert names("configmaps", labelSelector="app,!tier") == ["b"]
+    assert names("configmaps", labelSelector="app notin (orders)") == []
+    assert names("configmaps", fieldSelector="metadata.name=a") == ["a"]
+    assert names("configmaps", fieldSelector=f"metadata.namespace={namespace}") == ["a", "b"]
+    assert names("pods", fieldSelector="status.phase=Running") == ["b"]
+    assert names("pods", fieldSelector="spec.nodeName=") == ["a", "b"]
+    assert names("pods", labelSelector="app=orders", fieldSelector="metadata.name!=a") == ["b"]
+
+    for plural, field in (
+        ("configmaps", "data.x"),
+        ("configmaps", "status.phase"),
+        ("pods", "metadata.labels.app"),
+        ("secrets", "status.phase"),
+        ("events", "status.phase"),
+        ("serviceaccounts", "type"),
+    ):
+        query = {"fieldSelector": f"{field}=1"}
+        pair = servers.request("GET", _core(namespace, plural), query=query)
+        pair.agree(400, "BadRequest").same_message()
+    pair = servers.request("GET", _ehcs(namespace), query={"fieldSelector": "spec.paused=true"})
+    pair.agree(400, "BadRequest").same_message()
+    # A malformed label selector: both refuse it (each in its own words).
+    pair = servers.request("GET", _core(namespace, "pods"), query={"labelSelector": "a b"})
+    pair.agree(400, "BadRequest")
+
+
+def test_paths_that_name_nothing(servers: exchanges.Servers, namespace: str) -> None:
+    servers.request("GET", _core(namespace, "things")).agree(404, "NotFound").same_message()
+    servers.request("POST", _core(namespace, "configmaps"), body={"metadata": {"name": "c"}})
+    status = _core(namespace, "configmaps", "c") + "/status"
+    servers.request("GET", status).agree(404, "NotFound").same_message()
+    unknown = servers.request("GET", "/apis/nope.dev/v1/namespaces/x/things")
+    unknown.agree(404)  # no Status at all: the server's mux answers in plain text
+    assert unknown.local.raw == unknown.real.raw == b"404 page not found\n"
+    assert unknown.local.content_type == unknown.real.content_type == "text/plain"

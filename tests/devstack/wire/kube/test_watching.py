@@ -9,7 +9,7 @@ import aiohttp
 import kmock
 import pytest
 
-from eventhub_balancer_devstack.kube import serving, storage
+from eventhub_balancer_devstack.kube import resources, serving, storage
 
 CONFIGMAPS = "/api/v1/namespaces/ns/configmaps"
 
@@ -32,6 +32,10 @@ async def _watch(url: str, params: dict[str, str]) -> list[dict[str, Any]]:
         return [json.loads(line) async for line in response.content if line.strip()]
 
 
+def storage_spec(store: storage.Store) -> resources.ResourceSpec:
+    return store.resolve(group="", version="v1", plural="configmaps")
+
+
 async def _create(base: str, name: str) -> dict[str, Any]:
     async with (
         aiohttp.ClientSession() as session,
@@ -51,9 +55,33 @@ async def test_initial_events_end_with_a_bookmark(server: tuple[str, storage.Sto
     end = events[1]
     assert end["type"] == "BOOKMARK"
     assert end["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
-    # Idle watches get periodic bookmarks (every 0.2 s here) until the timeout ends them.
-    assert all(event["type"] == "BOOKMARK" for event in events[2:])
-    assert len(events) >= 3
+    # An idle watch gets no more bookmarks than that: as on a real server, one goes out when
+    # its kind's version moves on, not on a timer alone.
+    assert events[2:] == []
+
+
+async def test_a_bookmark_tells_of_changes_the_watch_does_not_select(
+    server: tuple[str, storage.Store],
+) -> None:
+    base, store = server
+    created = await _create(base, "a")
+    elsewhere = {"metadata": {"name": "b"}}
+
+    async def write_elsewhere() -> None:
+        await asyncio.sleep(0.3)
+        store.create(storage_spec(store), namespace="other", body=elsewhere)
+
+    writing = asyncio.create_task(write_elsewhere())
+    params = {
+        "resourceVersion": created["metadata"]["resourceVersion"],
+        "allowWatchBookmarks": "true",
+        "timeoutSeconds": "1",
+    }
+    events = await _watch(base + CONFIGMAPS, params)
+    await writing
+    assert [e["type"] for e in events] == ["BOOKMARK"]
+    version = int(events[0]["object"]["metadata"]["resourceVersion"])
+    assert version == int(store.resource_version)  # the write in the other namespace
 
 
 async def test_compacted_versions_are_gone(server: tuple[str, storage.Store]) -> None:
