@@ -5,4 +5,12 @@ Layers, from pure to I/O (checked by the import-linter contract in `.importlinte
 `handlers` (kopf) and `consumer` (the pod runtime) <- `local` (the local stack) <- `cli`.
 """
 
+import platform
+
 __version__ = "0.1.0"
+
+
+def build_labels() -> dict[str, str]:
+    """The labels of the operator's and the consumer's ``build_info`` metric: which release
+    runs, on which Python (a fleet mid-upgrade shows both)."""
+    return {"version": __version__, "python": platform.python_version()}

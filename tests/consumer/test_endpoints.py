@@ -87,3 +87,18 @@ def test_metrics_show_failing_parked_and_dead_lettered_partitions() -> None:
     assert 'ehb_consumer_partition_parked{partition="1"} 0.0' in text
     assert 'ehb_consumer_partition_failing{partition="1"} 1.0' in text
     assert 'ehb_consumer_dead_lettered_events_total{partition="1"} 7.0' in text
+
+
+def test_metrics_say_which_release_and_python_the_pod_runs() -> None:
+    import platform
+
+    from prometheus_client import generate_latest
+
+    import eventhub_balancer
+    from eventhub_balancer.consumer import metrics
+
+    text = generate_latest(metrics.registry_for(dict)).decode()
+    assert (
+        f'ehb_consumer_build_info{{python="{platform.python_version()}",'
+        f'version="{eventhub_balancer.__version__}"}} 1.0'
+    ) in text.splitlines()

@@ -238,3 +238,15 @@ def test_a_budget_refills_at_its_rate_and_lets_a_large_hub_read_when_full() -> N
     assert not budget.take(1)  # 20 - 1024 + 1000 < 1
     clock[0] = 700.0
     assert budget.take(1)  # refilled, to the bucket's 20 at most
+
+
+def test_the_operator_says_which_release_and_python_it_runs() -> None:
+    import platform
+
+    import eventhub_balancer
+
+    text = metrics.Metrics().exposition().decode()
+    assert (
+        f'ehb_build_info{{python="{platform.python_version()}",'
+        f'version="{eventhub_balancer.__version__}"}} 1.0'
+    ) in text.splitlines()

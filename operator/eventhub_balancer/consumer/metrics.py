@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+import eventhub_balancer
 from eventhub_balancer.adapters import deliveries
 
 PREFIX: Final = "ehb_consumer_"
@@ -217,6 +218,20 @@ class RefusalCollector(Collector):
         yield family
 
 
+class BuildCollector(Collector):
+    """``ehb_consumer_build_info{version, python} 1``: which release the pod runs."""
+
+    def collect(self) -> Iterator[Metric]:
+        labels = eventhub_balancer.build_labels()
+        family = GaugeMetricFamily(
+            PREFIX + "build_info",
+            "The consumer runtime's release and Python version.",
+            labels=sorted(labels),
+        )
+        family.add_metric([labels[k] for k in sorted(labels)], 1.0)
+        yield family
+
+
 def registry_for(
     stats: Callable[[], Mapping[str, PartitionStats]],
     *,
@@ -224,6 +239,7 @@ def registry_for(
     refusals: Callable[[], Mapping[str, int]] | None = None,
 ) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
+    registry.register(BuildCollector())
     registry.register(RuntimeCollector(stats))
     if triggers is not None:
         registry.register(TriggerCollector(triggers))

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 import prometheus_client
 import prometheus_client.metrics
 
+import eventhub_balancer
 from eventhub_balancer.reconciling import metrics
 
 #: Cycle durations: a cycle is a handful of API round trips, tens of milliseconds normally.
@@ -23,6 +24,10 @@ HANDOFF_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0)
 class Metrics:
     def __init__(self) -> None:
         self.registry = prometheus_client.CollectorRegistry()
+        # ehb_build_info{version, python} 1: which release each replica runs.
+        prometheus_client.Info(
+            "ehb_build", "The operator's release and Python version.", registry=self.registry
+        ).info(eventhub_balancer.build_labels())
         labels = ["namespace", "consumer"]
         self.partitions = prometheus_client.Gauge(
             "ehb_partitions",
