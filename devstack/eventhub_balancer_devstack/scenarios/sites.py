@@ -17,6 +17,7 @@ from pathlib import Path
 
 from eventhub_balancer import runners
 from eventhub_balancer_devstack import kubeservers
+from eventhub_balancer_devstack.realkube import RealControlPlane
 from eventhub_balancer_devstack.scenarios import systems
 from eventhub_balancer_devstack.stacks import LocalStack, StackOptions
 
@@ -82,10 +83,15 @@ def make_site(
     log_dir = root / label / "logs"
     record_dir.mkdir(parents=True, exist_ok=True)
     log_dir.mkdir(parents=True, exist_ok=True)
+    namespace = f"{label}-{suffix}"
+    if isinstance(stack.kube, RealControlPlane):
+        # The local API makes namespaces on first use; a real one needs them, with their
+        # default ServiceAccount, before the kubelet's first pod.
+        stack.kube.calls.ensure_namespace(namespace)
     return systems.Site(
         stack=stack,
         loop=loop,
-        namespace=f"{label}-{suffix}",
+        namespace=namespace,
         hub=hub,
         consumer=hub,
         container=f"checkpoints-{label}-{suffix}",
