@@ -119,6 +119,8 @@ def test_the_example_projects_tests_pass() -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "4 passed" in done.stdout
+    # A newcomer's first run prints no warning (pytest-asyncio's, once).
+    assert "Warning" not in done.stdout + done.stderr, done.stdout + done.stderr
 
 
 def test_a_revoked_plain_handler_is_reported_revoked_once_its_thread_ends() -> None:

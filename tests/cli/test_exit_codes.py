@@ -1,0 +1,47 @@
+"""The exit codes docs/exit-codes.md lists, one command of each kind."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from eventhub_balancer import cli
+from eventhub_balancer.cli import status
+from eventhub_balancer.consumer import runtime
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "exit-codes.md"
+
+
+def exit_code(argv: list[str]) -> int:
+    try:
+        return cli.main(argv)
+    except SystemExit as e:  # argparse's own refusals
+        return int(e.code or 0)
+
+
+def test_a_dependency_that_says_no_is_1() -> None:
+    assert exit_code(["operator", "--kubeconfig", "/nonexistent", "-n", "shop"]) == 1
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--no-such-flag"], ["consume"], ["status", "-A", "orders"], ["plan", "--partitions", "x"]],
+)
+def test_usage_mistakes_are_2(argv: list[str]) -> None:
+    assert exit_code(argv) == cli.EXIT_USAGE == 2
+
+
+def test_an_interrupt_is_130(monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupted(args: argparse.Namespace) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(status, "run", interrupted)
+    assert exit_code(["status", "-n", "shop"]) == 130
+
+
+def test_the_page_lists_every_code_the_product_uses() -> None:
+    listed = DOC.read_text()
+    for code in (0, 1, cli.EXIT_USAGE, runtime.EXIT_HANDLER_HUNG, 130):
+        assert f"| {code} |" in listed
