@@ -93,3 +93,15 @@ def test_the_version_lives_in_one_place() -> None:
     released = re.findall(r"^## \[(\d+\.\d+\.\d+)\]", changelog, flags=re.MULTILINE)
     assert released
     assert released[0] == __version__
+
+
+def test_the_consumer_group_probe_reads_the_refusal_with_the_handlers_own_step() -> None:
+    """adapters/consumergroups.py, after ``_open``, reads the frames that may follow the
+    attach with one ``do_work_async`` of the link's AMQP client, and reads a refusal's
+    ``condition`` and ``description`` (adapters/linkrefusals.py)."""
+    from azure.eventhub._pyamqp.aio import ReceiveClientAsync
+    from azure.eventhub._pyamqp.error import AMQPLinkError
+
+    assert inspect.iscoroutinefunction(ReceiveClientAsync.do_work_async)
+    refused = AMQPLinkError(condition=b"amqp:not-found", description=b"gone")
+    assert (refused.condition, refused.description) == (b"amqp:not-found", b"gone")
