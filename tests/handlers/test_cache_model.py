@@ -30,7 +30,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from eventhub_balancer.adapters import listings
 from eventhub_balancer.contracts import configmaps, specs
-from eventhub_balancer.handlers import relisting, rosters
+from eventhub_balancer.handlers.cache import relisting, shelves
 from eventhub_balancer.reconciling import readbacks
 from tests.handlers import test_cycles
 from tests.support import fakes, ledgers, watches
@@ -66,10 +66,6 @@ class TwoReplicas(RuleBasedStateMachine):
         self.replicas = (
             watches.Replica(self.kube, self.hubs, clock=self.clock),
             watches.Replica(self.kube, self.hubs, clock=self.clock),
-        )
-        self.relistings = tuple(
-            relisting.Relisting(self.kube, r.cache.seen.rosters, wake=lambda key: None)
-            for r in self.replicas
         )
         #: pod -> since when (clock) a partition is with it while it is gone or unselected
         self.ghosts: dict[str, float] = {}
@@ -166,7 +162,7 @@ class TwoReplicas(RuleBasedStateMachine):
         if pod not in self._pods():
             return
         chosen = self.replicas[replica]
-        chosen.cache.rosters.refresh(namespace=NS, name=NAME)
+        chosen.cache.following.refresh(namespace=NS, name=NAME)
         real = self.kube.list_selected_pods
 
         async def changed_meanwhile(**kwargs: Any) -> listings.Listing:
@@ -223,7 +219,7 @@ class TwoReplicas(RuleBasedStateMachine):
             relist = before // relisting.RELIST_SECONDS < self.clock.now // relisting.RELIST_SECONDS
             for index in (0, 1):
                 if relist:
-                    self.loop.run_until_complete(self.relistings[index].relist())
+                    self.loop.run_until_complete(self.replicas[index].cache.relisting.relist())
                 if before // INTERVAL < self.clock.now // INTERVAL:
                     self._run(index)
             self._watch_ghosts()
@@ -269,9 +265,9 @@ class TwoReplicas(RuleBasedStateMachine):
         partition."""
         selected = self._selected()
         for replica in self.replicas:
-            roster = replica.cache.rosters.roster(namespace=NS, name=NAME)
+            roster = replica.cache.following.roster(namespace=NS, name=NAME)
             if roster is not None:
-                held = {b["metadata"]["name"] for b in roster.items(rosters.PODS)}
+                held = {b["metadata"]["name"] for b in roster.items(shelves.PODS)}
                 assert held <= selected, (held - selected, self.clock.now - quiet_since)
         assert self._holding() <= selected, self._holding() - selected
         for (kind, ns, _), body in self.kube.objects.items():
@@ -286,12 +282,12 @@ class TwoReplicas(RuleBasedStateMachine):
         )
         fresh = {b["metadata"]["name"]: b["metadata"]["resourceVersion"] for b in listed.items}
         for replica in self.replicas:
-            roster = replica.cache.rosters.roster(namespace=NS, name=NAME)
+            roster = replica.cache.following.roster(namespace=NS, name=NAME)
             if roster is None:
                 continue
             held = {
                 b["metadata"]["name"]: b["metadata"]["resourceVersion"]
-                for b in roster.items(rosters.PODS)
+                for b in roster.items(shelves.PODS)
             }
             assert held == fresh
         ready = {

@@ -16,7 +16,7 @@ import pytest
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import listings
 from eventhub_balancer.contracts import specs
-from eventhub_balancer.handlers import rosters, secretvalues
+from eventhub_balancer.handlers.cache import rosters, secretvalues, serving, shelves
 from tests.handlers import test_cycles
 from tests.support import fakes, ledgers, watches
 
@@ -171,10 +171,10 @@ async def test_a_relist_hides_only_what_is_no_newer_than_its_listing(
     monkeypatch.setattr(kube, "list_selected_pods", late)
     await replica.cycle(NS, NAME, now=at(t))
     assert lists == ["pods"]
-    roster = replica.cache.rosters.roster(namespace=NS, name=NAME)
+    roster = replica.cache.following.roster(namespace=NS, name=NAME)
     assert roster is not None
-    assert roster.holds(rosters.PODS, "c")
-    assert not roster.holds(rosters.PODS, "b")
+    assert roster.holds(shelves.PODS, "c")
+    assert not roster.holds(shelves.PODS, "b")
     monkeypatch.undo()
     await settle(replica, kube, clock, start=t + 1)
     assert lists == ["pods"]  # read afresh once
@@ -206,9 +206,9 @@ async def test_a_pod_relabelled_away_mid_cycle_leaves_its_consumer_at_once(
     monkeypatch.setattr(kube, "create_configmap", relabel_meanwhile)
     await replica.cycle(NS, NAME, now=at(t))
     monkeypatch.undo()
-    roster = replica.cache.rosters.roster(namespace=NS, name=NAME)
+    roster = replica.cache.following.roster(namespace=NS, name=NAME)
     assert roster is not None
-    assert not roster.holds(rosters.PODS, "c")
+    assert not roster.holds(shelves.PODS, "c")
     await settle(replica, kube, clock, start=t + 1)
     assert "c" not in set(owners(kube).values())
     assert_safe(kube)
@@ -218,19 +218,19 @@ async def test_a_write_the_watch_does_not_echo_in_time_reads_that_kind_afresh(
     replica: watches.Replica, kube: fakes.FakeKube, clock: Clock
 ) -> None:
     t = await settle(replica, kube, clock, start=0)
-    reads = replica.cache.kube.reads
+    reads = replica.cache.view.reads
     await replica.cycle(NS, NAME, now=at(t))
-    assert replica.cache.kube.reads == reads  # a steady cycle reads nothing
+    assert replica.cache.view.reads == reads  # a steady cycle reads nothing
     kube.add_pod(NS, "c", labels={"app": "c"}, since=at(t))
     replica.watch.deliver("pod")
     await replica.cycle(NS, NAME, now=at(t))  # writes the status and ConfigMaps
-    reads = replica.cache.kube.reads
+    reads = replica.cache.view.reads
     clock.now += rosters.ECHO_SECONDS + 1  # the CR and ConfigMap watches stay silent
     await replica.cycle(NS, NAME, now=at(t + 6))
-    assert replica.cache.kube.reads - reads == 3  # the CR, its ConfigMaps and its pods, once
-    reads = replica.cache.kube.reads
+    assert replica.cache.view.reads - reads == 3  # the CR, its ConfigMaps and its pods, once
+    reads = replica.cache.view.reads
     await replica.cycle(NS, NAME, now=at(t + 7))
-    assert replica.cache.kube.reads == reads  # not again until another bound has passed
+    assert replica.cache.view.reads == reads  # not again until another bound has passed
     assert_safe(kube)
 
 
@@ -285,7 +285,7 @@ async def test_two_replicas_active_at_once_never_hand_an_epoch_out_twice(
 
 
 async def test_without_a_roster_every_read_goes_to_the_api(kube: fakes.FakeKube) -> None:
-    cache = watches.caching.CachedKube(kube)
+    cache = serving.CachedKube(kube)
     assert (await cache.get_consumer(namespace=NS, name=NAME))["metadata"]["name"] == NAME
     selector = specs.parse_spec(test_cycles.SPEC).selector
     assert {
@@ -296,7 +296,7 @@ async def test_without_a_roster_every_read_goes_to_the_api(kube: fakes.FakeKube)
 
 
 async def test_a_secret_is_kept_until_rejected_or_old(kube: fakes.FakeKube, clock: Clock) -> None:
-    cache = watches.caching.CachedKube(kube, clock=clock)
+    cache = serving.CachedKube(kube, clock=clock)
     assert await cache.read_secret_key(namespace=NS, name="eh", key="cs")
     kube.add_secret(NS, "eh", {"cs": "Endpoint=sb://rotated/;SharedAccessKey=y"})
     assert "rotated" not in await cache.read_secret_key(namespace=NS, name="eh", key="cs")

@@ -7,7 +7,8 @@ import copy
 from typing import Any
 
 from eventhub_balancer.contracts import configmaps, specs
-from eventhub_balancer.handlers import caching, cycles, indexkeys, kopfwiring, memories
+from eventhub_balancer.handlers import cycles, kopfwiring, memories
+from eventhub_balancer.handlers.cache import caches, indexkeys, serving
 from tests.handlers import test_caching, test_cycles
 from tests.support import fakes, watches
 
@@ -25,27 +26,27 @@ def peers_index(kube: fakes.FakeKube) -> dict[Any, list[Any]]:
     return index
 
 
-def two_consumers() -> tuple[fakes.FakeKube, watches.Watch, caching.Cache]:
+def two_consumers() -> tuple[fakes.FakeKube, watches.Watch, caches.Cache]:
     """`orders` (created first) and `orders-copy`, both selecting the pods ``app=c``."""
     kube = test_cycles.make_kube()
     kube.add_consumer(NS, NEWER, test_cycles.SPEC)
     for name, seconds in ((OLDER, 0), (NEWER, 60)):
         meta = kube.objects["consumer", NS, name]["metadata"]
         meta["creationTimestamp"] = specs.format_time(test_cycles.at(seconds))
-    cache = caching.Cache(kube, clock=test_caching.Clock())
+    cache = caches.Cache(kube, clock=test_caching.Clock())
     watch = watches.Watch(kube, cache)
-    cache.rosters.attach({**watch.indexes, indexkeys.PEERS: peers_index(kube)})
+    cache.following.attach({**watch.indexes, indexkeys.PEERS: peers_index(kube)})
     return kube, watch, cache
 
 
 async def cycle(
-    cache: caching.Cache, hubs: fakes.FakeHubs, name: str, memory: memories.Memory, now: float
+    cache: caches.Cache, hubs: fakes.FakeHubs, name: str, memory: memories.Memory, now: float
 ) -> cycles.Result:
-    cache.rosters.follow(
+    cache.following.follow(
         namespace=NS, name=name, selector=specs.parse_spec(test_cycles.SPEC).selector
     )
     return await cycles.run_cycle(
-        kube=cache.kube,
+        kube=cache.view,
         hubs=hubs,
         namespace=NS,
         name=name,
@@ -82,7 +83,7 @@ async def test_the_later_consumer_writes_nothing_and_nobody_rewrites_the_pods_fo
     assert {m["annotations"][configmaps.POD_ANNOTATION_CONSUMER] for m in pods.values()} == {OLDER}
     # Each wakes the other's pods no more: both steady, with no write at all.
     watch.deliver()
-    cache.rosters.attach({**watch.indexes, indexkeys.PEERS: peers_index(kube)})
+    cache.following.attach({**watch.indexes, indexkeys.PEERS: peers_index(kube)})
     calls = len(kube.calls)
     for now in (2, 3, 4):
         await cycle(cache, hubs, OLDER, older, now)
@@ -97,7 +98,7 @@ async def test_once_the_older_one_is_gone_the_later_one_takes_over() -> None:
     assert kube.assignment(NS) == {}
     kube._deleted("consumer", kube.objects.pop(("consumer", NS, OLDER)))
     watch.deliver()
-    cache.rosters.attach({**watch.indexes, indexkeys.PEERS: peers_index(kube)})
+    cache.following.attach({**watch.indexes, indexkeys.PEERS: peers_index(kube)})
     await cycle(cache, hubs, NEWER, memories.Memory(), 5)
     assert kube.condition(NS, NEWER, "Conflict")["status"] == "False"
     assert sorted(kube.assignment(NS)) == ["a", "b"]
@@ -105,7 +106,7 @@ async def test_once_the_older_one_is_gone_the_later_one_takes_over() -> None:
 
 async def test_without_the_index_no_peer_is_known() -> None:
     kube = test_cycles.make_kube()
-    cache = caching.CachedKube(kube)
+    cache = serving.CachedKube(kube)
     assert cache.peers() == ()
 
 
@@ -128,11 +129,11 @@ async def test_the_peers_are_one_value_until_a_consumer_event_says_they_changed(
     index makes the next read see it."""
     kube, watch, cache = two_consumers()
     index = peers_index(kube)
-    cache.rosters.attach({**watch.indexes, indexkeys.PEERS: index})
-    first = cache.kube.peers()
+    cache.following.attach({**watch.indexes, indexkeys.PEERS: index})
+    first = cache.view.peers()
     assert {p.name for p in first} == {OLDER, NEWER}
-    assert cache.kube.peers() is first
+    assert cache.view.peers() is first
     kube.add_consumer(NS, "third", test_cycles.SPEC)
     index.update(peers_index(kube))  # kopf files the event in its index first ...
     watch.deliver()  # ... then hands it to the event handler
-    assert {p.name for p in cache.kube.peers()} == {OLDER, NEWER, "third"}
+    assert {p.name for p in cache.view.peers()} == {OLDER, NEWER, "third"}

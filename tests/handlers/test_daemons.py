@@ -328,7 +328,7 @@ async def run_failing(monkeypatch: pytest.MonkeyPatch, *, consumer_exists: bool)
     operator = registering.Operator(kube=kube, hubs=hubs, clock=clock)
     await registering.run_daemon(operator, namespace=NS, name=NAME, spec=SPEC, stopped=stopped)
     assert operator.generations == {}  # a stopped daemon leaves nothing behind
-    assert operator.rosters.following() == []
+    assert operator.following.following() == []
     assert hubs.cached(f"{NS}/{NAME}") is None
     return calls
 
@@ -366,7 +366,9 @@ async def test_a_first_conflict_decides_again_at_once_and_repeated_ones_back_off
     )
     refreshed: list[tuple[str, str]] = []
     monkeypatch.setattr(
-        operator.rosters, "refresh", lambda *, namespace, name: refreshed.append((namespace, name))
+        operator.following,
+        "refresh",
+        lambda *, namespace, name: refreshed.append((namespace, name)),
     )
     await registering.run_daemon(operator, namespace=NS, name=NAME, spec=SPEC, stopped=stopped)
     gaps = [b - a for a, b in itertools.pairwise(calls)]

@@ -11,7 +11,8 @@ import dataclasses
 from typing import Any
 
 from eventhub_balancer.contracts import specs
-from eventhub_balancer.handlers import caching, cycles, indexkeys, memories
+from eventhub_balancer.handlers import cycles, memories
+from eventhub_balancer.handlers.cache import caches, indexkeys
 from eventhub_balancer.reconciling import conflicts
 from tests.handlers import test_caching, test_conflicts, test_cycles
 from tests.support import fakes, watches
@@ -29,7 +30,7 @@ SPEC: dict[str, Any] = copy.deepcopy(test_cycles.SPEC) | {
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Cluster:
     kube: fakes.FakeKube
-    cache: caching.Cache
+    cache: caches.Cache
     watch: watches.Watch
     #: the peers index, which kopf files from the consumers' watch
     index: dict[Any, list[Any]]
@@ -50,10 +51,10 @@ def squatted(*, squatter: bool = True) -> Cluster:
     kube = test_cycles.make_kube()
     kube.set_spec(*VICTIM, SPEC)
     created(kube, VICTIM, 60)
-    cache = caching.Cache(kube, clock=test_caching.Clock())
+    cache = caches.Cache(kube, clock=test_caching.Clock())
     watch = watches.Watch(kube, cache)
     index = test_conflicts.peers_index(kube)
-    cache.rosters.attach({**watch.indexes, indexkeys.PEERS: index})
+    cache.following.attach({**watch.indexes, indexkeys.PEERS: index})
     cluster = Cluster(kube=kube, cache=cache, watch=watch, index=index)
     if squatter:
         squat(cluster)
@@ -74,16 +75,16 @@ def squat(cluster: Cluster, *, seconds: float = 0) -> None:
 
 
 async def cycle(
-    cache: caching.Cache,
+    cache: caches.Cache,
     consumer: tuple[str, str],
     bindings: conflicts.Bindings,
     *,
     now: float = 100,
 ) -> cycles.Result:
     namespace, name = consumer
-    cache.rosters.follow(namespace=namespace, name=name, selector=specs.parse_spec(SPEC).selector)
+    cache.following.follow(namespace=namespace, name=name, selector=specs.parse_spec(SPEC).selector)
     return await cycles.run_cycle(
-        kube=cache.kube,
+        kube=cache.view,
         hubs=fakes.FakeHubs(store=fakes.FakeCheckpointStore()),
         namespace=namespace,
         name=name,

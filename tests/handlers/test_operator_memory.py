@@ -33,7 +33,8 @@ import pytest
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import specs
-from eventhub_balancer.handlers import registering, secretvalues
+from eventhub_balancer.handlers import registering
+from eventhub_balancer.handlers.cache import secretvalues
 from tests.handlers import test_daemons
 from tests.support import fakes, watches
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from eventhub_balancer.handlers import rosters
+from eventhub_balancer.handlers.cache import rosters, shelves
 
 
 def body(name: str, version: int, *, uid: str = "", app: str = "c") -> dict[str, Any]:
@@ -35,77 +35,77 @@ def roster() -> rosters.Roster:
 
 def test_an_older_body_never_replaces_a_newer_one() -> None:
     r = roster()
-    assert r.wrote(rosters.PODS, body("a", 7), now=0)
-    assert not r.offer(rosters.PODS, body("a", 5), echo=True)  # the lagging watch's older one
-    assert not r.offer(rosters.PODS, body("a", 7), echo=True)  # the echo: nothing new
-    assert r.items(rosters.PODS)[0]["metadata"]["resourceVersion"] == "7"
-    assert r.offer(rosters.PODS, body("a", 9), echo=True)
+    assert r.wrote(shelves.PODS, body("a", 7), now=0)
+    assert not r.offer(shelves.PODS, body("a", 5), echo=True)  # the lagging watch's older one
+    assert not r.offer(shelves.PODS, body("a", 7), echo=True)  # the echo: nothing new
+    assert r.items(shelves.PODS)[0]["metadata"]["resourceVersion"] == "7"
+    assert r.offer(shelves.PODS, body("a", 9), echo=True)
 
 
 def test_a_deleted_object_stays_deleted_until_something_newer_comes() -> None:
     r = roster()
-    r.offer(rosters.PODS, body("a", 3))
-    assert r.offer(rosters.PODS, body("a", 6), deleted=True)
-    assert not r.offer(rosters.PODS, body("a", 5))  # a late event of the deleted one
-    assert not r.holds(rosters.PODS, "a")
-    assert r.offer(rosters.PODS, body("a", 8, uid="other"))  # recreated under its name
-    assert r.items(rosters.PODS)[0]["metadata"]["uid"] == "other"
+    r.offer(shelves.PODS, body("a", 3))
+    assert r.offer(shelves.PODS, body("a", 6), deleted=True)
+    assert not r.offer(shelves.PODS, body("a", 5))  # a late event of the deleted one
+    assert not r.holds(shelves.PODS, "a")
+    assert r.offer(shelves.PODS, body("a", 8, uid="other"))  # recreated under its name
+    assert r.items(shelves.PODS)[0]["metadata"]["uid"] == "other"
 
 
 def test_a_pod_relabelled_away_leaves_and_an_older_match_does_not_bring_it_back() -> None:
     r = roster()
-    r.offer(rosters.PODS, body("a", 3))
-    assert r.offer(rosters.PODS, body("a", 4, app="moved"))
-    assert not r.holds(rosters.PODS, "a")
-    assert not r.offer(rosters.PODS, body("a", 3))
-    assert r.offer(rosters.PODS, body("a", 5))  # relabelled back
+    r.offer(shelves.PODS, body("a", 3))
+    assert r.offer(shelves.PODS, body("a", 4, app="moved"))
+    assert not r.holds(shelves.PODS, "a")
+    assert not r.offer(shelves.PODS, body("a", 3))
+    assert r.offer(shelves.PODS, body("a", 5))  # relabelled back
 
 
 def test_a_resync_removes_only_what_is_no_newer_than_the_listing() -> None:
     r = roster()
     for name, version in (("old", 3), ("kept", 4), ("born-after", 12)):
-        r.offer(rosters.PODS, body(name, version))
-    r.stale.add(rosters.PODS)
-    assert r.resync(rosters.PODS, [body("kept", 4)], at=10)
-    assert sorted(b["metadata"]["name"] for b in r.items(rosters.PODS)) == ["born-after", "kept"]
-    assert rosters.PODS not in r.stale
-    assert not r.offer(rosters.PODS, body("old", 9))  # older than its removal by the listing
+        r.offer(shelves.PODS, body(name, version))
+    r.stale.add(shelves.PODS)
+    assert r.resync(shelves.PODS, [body("kept", 4)], at=10)
+    assert sorted(b["metadata"]["name"] for b in r.items(shelves.PODS)) == ["born-after", "kept"]
+    assert shelves.PODS not in r.stale
+    assert not r.offer(shelves.PODS, body("old", 9))  # older than its removal by the listing
 
 
 def test_the_version_goes_up_only_when_what_is_served_changes() -> None:
     r = roster()
     before = r.version
-    r.offer(rosters.PODS, body("a", 3))
-    r.offer(rosters.PODS, body("a", 3))
-    r.offer(rosters.PODS, body("a", 2))
-    r.offer(rosters.PODS, body("z", 4, app="other"))  # never selected
+    r.offer(shelves.PODS, body("a", 3))
+    r.offer(shelves.PODS, body("a", 3))
+    r.offer(shelves.PODS, body("a", 2))
+    r.offer(shelves.PODS, body("z", 4, app="other"))  # never selected
     assert r.version == before + 1
 
 
 def test_an_echo_that_does_not_come_in_time_makes_the_kind_stale_once_per_bound() -> None:
     r = roster()
-    r.wrote(rosters.CONFIGMAPS, body("cm", 5), now=0)
+    r.wrote(shelves.CONFIGMAPS, body("cm", 5), now=0)
     assert r.overdue(now=rosters.ECHO_SECONDS - 1) == set()
-    assert r.overdue(now=rosters.ECHO_SECONDS + 1) == {rosters.CONFIGMAPS}
+    assert r.overdue(now=rosters.ECHO_SECONDS + 1) == {shelves.CONFIGMAPS}
     assert r.overdue(now=rosters.ECHO_SECONDS + 2) == set()  # it waits anew
-    r.offer(rosters.CONFIGMAPS, body("cm", 5), echo=True)
+    r.offer(shelves.CONFIGMAPS, body("cm", 5), echo=True)
     assert r.overdue(now=100) == set()
 
 
 def test_a_listing_settles_the_echoes_it_shows() -> None:
     r = roster()
-    r.wrote(rosters.CONFIGMAPS, body("cm", 5), now=0)
-    r.deleted(rosters.CONFIGMAPS, name="cm", uid="uid-cm", now=0)
-    r.wrote(rosters.CONFIGMAPS, body("new", 7), now=0)
-    r.resync(rosters.CONFIGMAPS, [body("new", 7)], at=8)  # shows the write, lacks the deleted
+    r.wrote(shelves.CONFIGMAPS, body("cm", 5), now=0)
+    r.deleted(shelves.CONFIGMAPS, name="cm", uid="uid-cm", now=0)
+    r.wrote(shelves.CONFIGMAPS, body("new", 7), now=0)
+    r.resync(shelves.CONFIGMAPS, [body("new", 7)], at=8)  # shows the write, lacks the deleted
     assert r.overdue(now=100) == set()
 
 
 def test_versions_that_are_not_numbers_count_as_newer() -> None:
     r = roster()
-    r.offer(rosters.PODS, body("a", 3))
+    r.offer(shelves.PODS, body("a", 3))
     odd = body("a", 0)
     odd["metadata"]["resourceVersion"] = "opaque"
-    assert r.offer(rosters.PODS, odd)
-    assert rosters.number("opaque") is None
-    assert rosters.number("42") == 42
+    assert r.offer(shelves.PODS, odd)
+    assert shelves.number("opaque") is None
+    assert shelves.number("42") == 42

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from eventhub_balancer.adapters import listings
-from eventhub_balancer.handlers import memories, rosters
+from eventhub_balancer.handlers import memories
+from eventhub_balancer.handlers.cache import shelves
 from tests.handlers import test_caching, test_cycles, test_daemons
 from tests.support import fakes, ledgers, watches
 
@@ -68,7 +69,7 @@ async def test_a_pod_deleted_while_its_pods_are_read_afresh_does_not_come_back(
     while that answer is on its way. The deletion is remembered until the answer is in, so
     the older listing does not bring b back, and b's partitions go to a pod that exists."""
     t = await settle(replica, kube, clock, start=0)
-    replica.cache.rosters.refresh(namespace=NS, name=NAME)  # e.g. after a 409
+    replica.cache.following.refresh(namespace=NS, name=NAME)  # e.g. after a 409
     real = kube.list_selected_pods
 
     async def deleted_meanwhile(**kwargs: Any) -> listings.Listing:
@@ -82,9 +83,9 @@ async def test_a_pod_deleted_while_its_pods_are_read_afresh_does_not_come_back(
     monkeypatch.undo()
     for _ in range(5):
         t = await settle(replica, kube, clock, start=t + 600)
-    roster = replica.cache.rosters.roster(namespace=NS, name=NAME)
+    roster = replica.cache.following.roster(namespace=NS, name=NAME)
     assert roster is not None
-    assert not roster.holds(rosters.PODS, "b")
+    assert not roster.holds(shelves.PODS, "b")
     assert assigned(kube) <= existing(kube)
     assert set(owners(kube).values()) == {"a"}
     ledgers.assert_safe(kube.history)

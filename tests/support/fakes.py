@@ -145,7 +145,7 @@ class FakeKube:
         return copy.deepcopy(body) if body is not None else None
 
     def forget_secret(self, *, namespace: str, name: str) -> None:
-        """Nothing kept here: every read is fresh (`caching.CachedKube` keeps them)."""
+        """Nothing kept here: every read is fresh (`cache.serving.CachedKube` keeps them)."""
 
     def stamp(self, *, namespace: str, name: str) -> Hashable | None:
         """None: no watch here, so no decision is skipped."""

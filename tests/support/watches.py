@@ -2,7 +2,7 @@
 
 `Watch` plays what kopf does for the operator: it replays the fake API server's ordered
 record of changes (`fakes.FakeKube.changes`), one stream per kind, files each body in kopf's
-indexes, and hands it to the handlers' cache (`caching.Tracking.observed` and `.event`). A
+indexes, and hands it to the handlers' cache (`cache.tracking.Tracking.observed` and `.event`). A
 test decides when each stream is delivered and how far, so it can make a stream lag (deliver
 old versions later, in order, after the operator's own newer writes), drop events (`skip`: a
 silent reconnection that lost them), and re-list (`relist`: listing events of what exists,
@@ -19,7 +19,8 @@ from typing import Any
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps, specs
-from eventhub_balancer.handlers import caching, cycles, indexkeys, memories, registering
+from eventhub_balancer.handlers import cycles, memories, registering
+from eventhub_balancer.handlers.cache import caches, indexkeys
 from tests.support import fakes
 
 #: The fake's kinds and the watch's names for them.
@@ -42,7 +43,7 @@ class Watch:
     def __init__(
         self,
         kube: fakes.FakeKube,
-        cache: caching.Cache,
+        cache: caches.Cache,
         *,
         operator: registering.Operator | None = None,
     ) -> None:
@@ -60,7 +61,7 @@ class Watch:
         self.woken: list[tuple[str, str]] = []
         for kind in KINDS:
             self.relist(kind)  # the first listing, before any daemon starts
-        cache.rosters.attach(self.indexes)
+        cache.following.attach(self.indexes)
 
     def behind(self, kind: str) -> int:
         """How many changes of ``kind`` the stream has not delivered yet."""
@@ -96,7 +97,7 @@ class Watch:
         gone meanwhile stays in kopf's index and gets no event."""
         woken: list[tuple[str, str]] = []
         if self.cache.watch.observed(KINDS[kind], None):
-            woken += self.cache.rosters.following()
+            woken += self.cache.following.following()
         current = [
             copy.deepcopy(body)
             for (k, _, _), body in self.kube.objects.items()
@@ -160,7 +161,7 @@ class Replica:
     def __init__(
         self, kube: fakes.FakeKube, hubs: fakes.FakeHubs, *, clock: Callable[[], float]
     ) -> None:
-        self.cache = caching.Cache(kube, clock=clock)
+        self.cache = caches.Cache(kube, clock=clock)
         self.watch = Watch(kube, self.cache)
         self.hubs = hubs
         self.memories: dict[tuple[str, str], memories.Memory] = {}
@@ -170,7 +171,7 @@ class Replica:
         self, namespace: str, name: str, *, now: datetime.datetime
     ) -> cycles.Result | None:
         """One cycle; None when it failed (the failure is kept in ``failures``)."""
-        body = self.cache.rosters.roster(namespace=namespace, name=name)
+        body = self.cache.following.roster(namespace=namespace, name=name)
         spec = (body.consumer if body is not None else None) or self.watch.kube.objects[
             "consumer", namespace, name
         ]
@@ -178,11 +179,11 @@ class Replica:
             selector: specs.Selector | None = specs.parse_spec(spec.get("spec") or {}).selector
         except errors.InvalidInput:
             selector = None
-        self.cache.rosters.follow(namespace=namespace, name=name, selector=selector)
+        self.cache.following.follow(namespace=namespace, name=name, selector=selector)
         memory = self.memories.setdefault((namespace, name), memories.Memory())
         try:
             return await cycles.run_cycle(
-                kube=self.cache.kube,
+                kube=self.cache.view,
                 hubs=self.hubs,
                 namespace=namespace,
                 name=name,
@@ -190,6 +191,6 @@ class Replica:
                 now=now,
             )
         except (errors.Conflict, errors.NotFound) as e:
-            self.cache.rosters.refresh(namespace=namespace, name=name)
+            self.cache.following.refresh(namespace=namespace, name=name)
             self.failures.append(e)
             return None

@@ -14,7 +14,7 @@ from typing import Any
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Listing:
     """A LIST's items and its own metadata: its resourceVersion says as of when the items
-    are complete, so a re-list removes nothing newer (`handlers.rosters.Shelf.resync`)."""
+    are complete, so a re-list removes nothing newer (`handlers.cache.shelves.Shelf.resync`)."""
 
     items: tuple[Mapping[str, Any], ...]
     metadata: Mapping[str, Any]

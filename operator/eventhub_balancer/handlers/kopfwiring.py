@@ -21,14 +21,15 @@ from typing import Any
 import kopf
 
 from eventhub_balancer.contracts import configmaps, specs
-from eventhub_balancer.handlers import indexkeys, registering
+from eventhub_balancer.handlers import registering
+from eventhub_balancer.handlers.cache import indexkeys
 from eventhub_balancer.reconciling import conflicts
 
 #: A watch stream silent this long is reconnected (resuming where it was, or re-listing on a
 #: 410): a stalled stream costs seconds, not kopf's default 70 s. A quiet healthy stream
 #: between the API server's bookmarks (about one a minute) costs one reconnection each time.
 WATCH_INACTIVITY_SECONDS = 10.0
-#: The names of kopf's indexes (`caching` serves the cycle's reads from them).
+#: The names of kopf's indexes (the rosters start from them: `cache.following`).
 INDEXES = {
     indexkeys.CONSUMERS: "ehb_consumers",
     indexkeys.PODS: "ehb_pods",
@@ -91,7 +92,7 @@ def build_registry(runtime: registering.Operator) -> kopf.OperatorRegistry:
         id="balance",
     )
     async def balance(**kwargs: Any) -> None:
-        runtime.rosters.attach({kind: kwargs[index] for kind, index in INDEXES.items()})
+        runtime.following.attach({kind: kwargs[index] for kind, index in INDEXES.items()})
         await registering.run_daemon(
             runtime,
             namespace=kwargs["namespace"],

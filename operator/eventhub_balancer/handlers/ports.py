@@ -4,9 +4,9 @@ The adapters are built by the entry points (``ehb operator``, the benchmarks, th
 handed in, so that a cycle runs against in-memory fakes in unit tests
 (``tests/support/fakes.py``) and against a second operator's own clients in peering tests.
 The reads a cycle makes every time (the CR, its pods, its ConfigMaps, Secrets) are served from
-the watch streams by `caching.CachedKube`, which satisfies `KubePort` over the adapter; the
+the watch streams by `cache.serving.CachedKube`, which satisfies `KubePort` over the adapter; the
 watch handlers hand events in through `WatchPort` and the daemons keep their rosters through
-`RosterPort` (`caching.Tracking`, `caching.Following`).
+`RosterPort` (`cache.tracking.Tracking`, `cache.following.Following`).
 These Protocols are the seams: ``adapters.kubeapi.KubeAPI`` and ``adapters.eventhubs.EventHubs``
 satisfy them. Errors cross the seam as `eventhub_balancer.errors` types, whose ``reason`` the
 handlers show.
@@ -115,7 +115,7 @@ class ApiPort(Protocol):
 
 class KubePort(ApiPort, Protocol):
     """What a cycle reads and writes through: the API, with what a cache in front of it
-    knows (`caching.CachedKube`; a port without a cache answers for the bare API)."""
+    knows (`cache.serving.CachedKube`; a port without a cache answers for the bare API)."""
 
     def stamp(self, *, namespace: str, name: str) -> Hashable | None:
         """What changes whenever the pods or ConfigMaps the consumer's cycle reads may have

@@ -30,15 +30,13 @@ from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps, specs
 from eventhub_balancer.handlers import (
     backlogs,
-    caching,
     cycles,
     eventposts,
-    indexkeys,
     memories,
     observing,
     ports,
-    relisting,
 )
+from eventhub_balancer.handlers.cache import caches, indexkeys
 from eventhub_balancer.handlers.metrics import Metrics
 from eventhub_balancer.reconciling import conflicts
 
@@ -95,21 +93,22 @@ class Operator:
     heartbeats: dict[Key, float] = dataclasses.field(default_factory=dict)
     intervals: dict[Key, float] = dataclasses.field(default_factory=dict)
     cycles_run: int = 0
-    cache: caching.Cache = dataclasses.field(init=False)
+    cache: caches.Cache = dataclasses.field(init=False)
     #: the cache's three parts, each through its port
     watch: ports.WatchPort = dataclasses.field(init=False)
-    rosters: ports.RosterPort = dataclasses.field(init=False)
+    following: ports.RosterPort = dataclasses.field(init=False)
     view: ports.KubePort = dataclasses.field(init=False)
     #: posts the cycles' Kubernetes Events beside them, not inside them (`eventposts`)
     events: eventposts.Poster = dataclasses.field(init=False)
-    #: lists the pods afresh while there are consumers, for a pod watch that lags
-    relisting: relisting.Relisting = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
-        self.cache = caching.Cache(self.kube, wake=self.wake)
-        self.watch, self.rosters, self.view = self.cache.watch, self.cache.rosters, self.cache.kube
+        self.cache = caches.Cache(self.kube, wake=self.wake)
+        self.watch, self.following, self.view = (
+            self.cache.watch,
+            self.cache.following,
+            self.cache.view,
+        )
         self.events = eventposts.Poster(self.view, posting=self._count_event)
-        self.relisting = relisting.Relisting(self.kube, self.cache.seen.rosters, wake=self.wake)
 
     def _count_event(self, body: Mapping[str, Any]) -> None:
         """An Event the poster posts, counted for its consumer while that one runs (a cycle
@@ -181,7 +180,7 @@ async def run_daemon(
     key = (namespace, name)
     wake = runtime.wakes.setdefault(key, asyncio.Event())
     memory = runtime.memories.setdefault(key, memories.Memory())
-    runtime.relisting.start()
+    runtime.cache.relisting.start()
     retry = 0.0
     stop_waiter = asyncio.ensure_future(stopped.wait())
     try:
@@ -193,7 +192,7 @@ async def run_daemon(
                 interval = float(parsed.balancing.interval_seconds)
             except errors.InvalidInput:
                 interval = float(specs.DEFAULT_INTERVAL_SECONDS)
-            runtime.rosters.follow(namespace=namespace, name=name, selector=selector)
+            runtime.following.follow(namespace=namespace, name=name, selector=selector)
             runtime.intervals[key] = interval
             wake.clear()
             delay = interval
@@ -238,7 +237,7 @@ async def run_daemon(
                 if stale:
                     # A write refused for a stale read (409), or of an object gone since
                     # (404): the consumer is read afresh before it decides again.
-                    runtime.rosters.refresh(namespace=namespace, name=name)
+                    runtime.following.refresh(namespace=namespace, name=name)
                 if stale and retry == 0.0:
                     # The first one is what preconditions are for (kopf's own patch of the CR,
                     # another replica's write): decide again at once, over a fresh read.
@@ -276,11 +275,11 @@ async def run_daemon(
         runtime.intervals.pop(key, None)
         runtime.memories.pop(key, None)
         runtime.generations.pop(key, None)
-        runtime.rosters.forget(namespace=namespace, name=name)
+        runtime.following.forget(namespace=namespace, name=name)
         runtime.metrics.forget(namespace=namespace, consumer=name)
         runtime.hubs.forget(observing.hub_key(namespace, name))
         if not runtime.wakes:
-            runtime.relisting.stop()
+            runtime.cache.relisting.stop()
 
 
 async def _consumer_gone(kube: ports.ApiPort, *, namespace: str, name: str) -> bool:

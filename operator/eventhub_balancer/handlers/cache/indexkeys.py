@@ -1,4 +1,4 @@
-"""The keys kopf's indexes file bodies under (`registering`), where a roster starts (`caching`).
+"""The keys kopf's indexes file bodies under (`kopfwiring`), where a roster starts (`following`).
 
 A new roster looks up one key per kind: its CR by name, its pods by one of its selector's
 labels (or the namespace), its ConfigMaps by its label. From then on the watch handlers keep

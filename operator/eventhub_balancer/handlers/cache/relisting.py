@@ -8,7 +8,7 @@ Behind a watch 65 s late, a deleted pod's partitions waited more than 100 s.
 
 So every `RELIST_SECONDS` the operator lists the pods afresh, one LIST per namespace it has
 consumers in, whatever their number, and offers each pod to the rosters that hold or select
-it (`rosters.Rosters.relisted`): what the listing lacks and is no newer leaves, what it has
+it (`routing.Rosters.relisted`): what the listing lacks and is no newer leaves, what it has
 newer replaces the older body, and each consumer whose roster changed is woken. A pod
 deleted or relabelled under a lagging watch leaves its consumer within that bound, and the
 listing is also what tells a decision that a pod the record names is gone
@@ -28,7 +28,8 @@ from collections.abc import Callable
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import labelselectors
-from eventhub_balancer.handlers import indexkeys, ports, rosters
+from eventhub_balancer.handlers import ports
+from eventhub_balancer.handlers.cache import indexkeys, routing, shelves
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ class Relisting:
     def __init__(
         self,
         api: ports.ListingPort,
-        kept: rosters.Rosters,
+        kept: routing.Rosters,
         *,
         wake: Callable[[Key], None],
         seconds: float = RELIST_SECONDS,
@@ -89,13 +90,13 @@ class Relisting:
         held = [r for (ns, _), r in self.kept.by_key.items() if ns == namespace]
         with contextlib.ExitStack() as asking:
             for roster in held:
-                asking.enter_context(roster.asking(rosters.PODS))
+                asking.enter_context(roster.asking(shelves.PODS))
             listing = await self.api.list_selected_pods(namespace=namespace, selector=EVERY_POD)
             changed = self.kept.relisted(
                 namespace,
-                rosters.PODS,
+                shelves.PODS,
                 listing.items,
-                at=rosters.number(listing.metadata.get("resourceVersion")),
+                at=shelves.number(listing.metadata.get("resourceVersion")),
                 keys=lambda body: indexkeys.pod_keys(
                     namespace, (body.get("metadata") or {}).get("labels") or {}
                 ),

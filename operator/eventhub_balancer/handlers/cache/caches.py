@@ -1,0 +1,31 @@
+"""The cache's parts over one `seen.Seen`, as an operator (or a test) holds them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from eventhub_balancer.handlers import ports
+from eventhub_balancer.handlers.cache import following, relisting, seen, serving, tracking
+
+Key = seen.Key
+
+
+class Cache:
+    """The parts over one `seen.Seen`: ``watch`` (`tracking.Tracking`, `ports.WatchPort`) for
+    the watch handlers, ``following`` (`following.Following`, `ports.RosterPort`) for the
+    daemons, ``view`` (`serving.CachedKube`, `ports.KubePort`) for the cycles, and
+    ``relisting`` (`relisting.Relisting`), which the daemons run while any consumer runs."""
+
+    def __init__(
+        self,
+        api: ports.ListingPort,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wake: Callable[[Key], None] = lambda key: None,
+    ) -> None:
+        self.seen = seen.Seen()
+        self.watch = tracking.Tracking(self.seen)
+        self.following = following.Following(self.seen, clock=clock)
+        self.view = serving.CachedKube(api, shared=self.seen, clock=clock, wake=wake)
+        self.relisting = relisting.Relisting(api, self.seen.rosters, wake=wake)

@@ -1,0 +1,291 @@
+"""The cycle's reads and writes (`ports.KubePort`): reads from the consumer's roster, writes
+through to the API server with each answer entered at once.
+
+A steady state costs the API server nothing, and a cycle's reads cost a copy of what its
+roster holds. A kind marked stale (after a re-list, a missing echo, a conflict) is read afresh
+from the API server at its next read, for that consumer alone. The operator's own writes are
+served from their answers (the overlay of the operator's own writes is each roster's
+newest-version rule), and an answer that carries someone else's change wakes the consumer
+(`shelves.news`). Secrets are not watched: their values are kept by
+`secretvalues.SecretValues`.
+
+A port used without a roster (a tool, a test over the bare API) reads through to the adapter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from typing import Any
+
+from eventhub_balancer import errors
+from eventhub_balancer.contracts import specs
+from eventhub_balancer.handlers import ports
+from eventhub_balancer.handlers.cache import indexkeys, secretvalues, seen, shelves
+from eventhub_balancer.handlers.cache.indexkeys import PEERS
+from eventhub_balancer.handlers.cache.shelves import Body
+from eventhub_balancer.reconciling import conflicts, observations
+
+Key = seen.Key
+
+
+class CachedKube:
+    """`ports.KubePort` with reads from the consumers' rosters, writes through the adapter."""
+
+    def __init__(
+        self,
+        api: ports.ListingPort,
+        *,
+        shared: seen.Seen | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wake: Callable[[Key], None] = lambda key: None,
+    ):
+        self.api = api
+        #: wakes a consumer whose roster a write's answer told something new (`shelves.news`)
+        self.wake = wake
+        #: the adapter's counters, shared: writes go through it
+        self.writes = api.writes
+        self.clock = clock
+        self.seen = shared if shared is not None else seen.Seen()
+        self._rosters = self.seen.rosters
+        self._secrets = secretvalues.SecretValues(api.read_secret_key, clock=clock)
+        #: the roster reads that went to the API server (`reads` adds the Secrets')
+        self._reads = 0
+
+    @property
+    def reads(self) -> int:
+        """Every read that went to the API server, Secrets included."""
+        return self._reads + self._secrets.reads
+
+    def stamp(self, *, namespace: str, name: str) -> Hashable | None:
+        """What changes whenever what the consumer's cycle reads may have changed; None
+        when that is not known (no roster, or something to read afresh first)."""
+        roster = self._rosters.by_key.get((namespace, name))
+        if roster is None or roster.stale:
+            return None
+        return (id(roster), roster.version)
+
+    # --- reads ---
+
+    async def get_consumer(self, *, namespace: str, name: str) -> specs.ConsumerBody:
+        roster = self._rosters.by_key.get((namespace, name))
+        if roster is None:
+            self._reads += 1
+            return await self.api.get_consumer(namespace=namespace, name=name)
+        if shelves.CONSUMER in roster.stale:
+            self._reads += 1
+            with roster.asking(shelves.CONSUMER):
+                try:
+                    roster.fresh(
+                        shelves.CONSUMER,
+                        await self.api.get_consumer(namespace=namespace, name=name),
+                    )
+                except errors.NotFound:
+                    roster.resync(shelves.CONSUMER, (), at=None)
+        body: Any = roster.consumer
+        if body is None:
+            raise errors.NotFound(f"EventHubConsumer {namespace}/{name}: not found")
+        return body  # type: ignore[no-any-return]
+
+    async def select_pods(
+        self, *, namespace: str, selector: specs.Selector
+    ) -> list[Mapping[str, Any]]:
+        roster = self._rosters.by_scope.get((namespace, selector.to_query()))
+        if roster is None:
+            self._reads += 1
+            return list(await self.api.select_pods(namespace=namespace, selector=selector))
+        if shelves.PODS in roster.stale:
+            self._reads += 1
+            with roster.asking(shelves.PODS):
+                listing = await self.api.list_selected_pods(namespace=namespace, selector=selector)
+                self._rosters.resync(
+                    roster,
+                    shelves.PODS,
+                    listing.items,
+                    at=shelves.number(listing.metadata.get("resourceVersion")),
+                )
+        return roster.items(shelves.PODS)
+
+    async def consumer_configmaps(
+        self, *, namespace: str, consumer: str
+    ) -> list[Mapping[str, Any]]:
+        roster = self._rosters.by_key.get((namespace, consumer))
+        if roster is None:
+            self._reads += 1
+            return list(await self.api.consumer_configmaps(namespace=namespace, consumer=consumer))
+        if shelves.CONFIGMAPS in roster.stale:
+            self._reads += 1
+            with roster.asking(shelves.CONFIGMAPS):
+                listing = await self.api.list_consumer_configmaps(
+                    namespace=namespace, consumer=consumer
+                )
+                self._rosters.resync(
+                    roster,
+                    shelves.CONFIGMAPS,
+                    listing.items,
+                    at=shelves.number(listing.metadata.get("resourceVersion")),
+                )
+        return roster.items(shelves.CONFIGMAPS)
+
+    def departures(self, *, namespace: str, name: str) -> observations.Departures:
+        """What the consumer's pods as last read say of the pods they lack."""
+        roster = self._rosters.by_key.get((namespace, name))
+        if roster is None:
+            return observations.UNCACHED  # read through: what they lack is gone
+        return observations.Departures(
+            listed=roster.shelves[shelves.PODS].listed, departed=roster.departed()
+        )
+
+    def forget_pods(self, *, namespace: str, name: str) -> None:
+        """The consumer's pods are listed afresh at their next read."""
+        roster = self._rosters.by_key.get((namespace, name))
+        if roster is not None:
+            roster.stale.add(shelves.PODS)
+
+    async def read_configmap(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """One ConfigMap afresh from the API server (a write conflicted); the rosters that
+        hold or select it take it too."""
+        self._reads += 1
+        with self._asking(shelves.CONFIGMAPS, namespace, {"metadata": {"name": name}}):
+            body = await self.api.read_configmap(namespace=namespace, name=name)
+            if body is not None:
+                self._offer(shelves.CONFIGMAPS, namespace, body)
+        return body
+
+    def peers(self) -> tuple[conflicts.Peer, ...]:
+        """Every EventHubConsumer the watch delivered, summed up; none before kopf hands the
+        indexes over. One value, built again only after a CR event
+        (`tracking.Tracking.observed`): at 1,000 consumers a pass over the index in every
+        cycle was an eighth of the operator's CPU, and the same value lets a settled decision
+        compare its peers by identity."""
+        if self.seen.peers is None:
+            index = self.seen.indexes.get(PEERS)
+            if index is None:
+                return ()
+            self.seen.peers = tuple(peer for filed in index.values() for peer in filed)
+        return self.seen.peers
+
+    async def read_secret_key(self, *, namespace: str, name: str, key: str) -> str:
+        """The value kept since the last read, unless rejected or older than the refresh."""
+        return await self._secrets.get(namespace=namespace, name=name, key=key)
+
+    def forget_secret(self, *, namespace: str, name: str) -> None:
+        self._secrets.forget(namespace=namespace, name=name)
+
+    # --- writes: through to the adapter, each response served at once ---
+
+    @contextlib.contextmanager
+    def _asking(self, kind: str, namespace: str, body: Body) -> Iterator[None]:
+        """Around a request whose answer enters the rosters that hold or select ``body``
+        (`rosters.Roster.asking`)."""
+        with contextlib.ExitStack() as stack:
+            for roster in self._rosters.candidates(kind, namespace, body, keys=()):
+                stack.enter_context(roster.asking(kind))
+            yield
+
+    def _offer(
+        self,
+        kind: str,
+        namespace: str,
+        body: Body,
+        *,
+        wrote: bool = False,
+        touched: Iterable[str] = (),
+    ) -> None:
+        """A write's response (``touched``: the annotations the write set), or a body read
+        afresh, to the rosters it may concern."""
+        keys = (
+            indexkeys.pod_keys(namespace, shelves.meta(body).get("labels") or {})
+            if kind == shelves.PODS
+            else ()
+        )
+        name = str(shelves.meta(body).get("name") or "")
+        for roster in self._rosters.candidates(kind, namespace, body, keys=keys):
+            if wrote:
+                before = roster.shelves[kind].items.get(name)
+                taken = self._rosters.wrote(roster, kind, body, now=self.clock())
+                if (
+                    taken
+                    and before is not None
+                    and shelves.news(kind, before, body, touched=touched)
+                ):
+                    self.wake((roster.namespace, roster.name))
+            else:
+                self._rosters.offer(roster, kind, body)
+
+    async def create_configmap(self, *, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        with self._asking(shelves.CONFIGMAPS, namespace, body):
+            result = await self.api.create_configmap(namespace=namespace, body=body)
+            self._offer(shelves.CONFIGMAPS, namespace, result, wrote=True)
+        return result
+
+    async def patch_configmap(
+        self, *, namespace: str, name: str, patch: Mapping[str, Any], resource_version: str | None
+    ) -> dict[str, Any]:
+        with self._asking(shelves.CONFIGMAPS, namespace, {"metadata": {"name": name}}):
+            result = await self.api.patch_configmap(
+                namespace=namespace, name=name, patch=patch, resource_version=resource_version
+            )
+            touched = ((patch.get("metadata") or {}).get("annotations") or {}).keys()
+            self._offer(shelves.CONFIGMAPS, namespace, result, wrote=True, touched=touched)
+        return result
+
+    async def replace_configmap_data(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        uid: str,
+        generation: str,
+        data: Mapping[str, str],
+    ) -> dict[str, Any]:
+        with self._asking(shelves.CONFIGMAPS, namespace, {"metadata": {"name": name}}):
+            result = await self.api.replace_configmap_data(
+                namespace=namespace, name=name, uid=uid, generation=generation, data=data
+            )
+            self._offer(shelves.CONFIGMAPS, namespace, result, wrote=True)
+        return result
+
+    async def delete_configmap(self, *, namespace: str, name: str, uid: str | None) -> None:
+        await self.api.delete_configmap(namespace=namespace, name=name, uid=uid)
+        gone = {"metadata": {"name": name}}
+        for roster in self._rosters.candidates(shelves.CONFIGMAPS, namespace, gone, keys=()):
+            self._rosters.deleted(
+                roster, shelves.CONFIGMAPS, name=name, uid=uid or "", now=self.clock()
+            )
+
+    async def patch_pod_annotations(
+        self, *, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> Mapping[str, Any] | None:
+        with self._asking(shelves.PODS, namespace, {"metadata": {"name": name}}):
+            result = await self.api.patch_pod_annotations(
+                namespace=namespace, name=name, annotations=annotations
+            )
+            if result is not None:
+                self._offer(shelves.PODS, namespace, result, wrote=True)
+        return result
+
+    async def patch_consumer_status(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        status: Mapping[str, Any],
+        resource_version: str | None,
+    ) -> specs.ConsumerBody:
+        roster = self._rosters.by_key.get((namespace, name))
+        with roster.asking(shelves.CONSUMER) if roster is not None else contextlib.nullcontext():
+            result = await self.api.patch_consumer_status(
+                namespace=namespace, name=name, status=status, resource_version=resource_version
+            )
+            if roster is not None:
+                before = roster.consumer
+                if roster.wrote(shelves.CONSUMER, result, now=self.clock()) and (
+                    before is not None and shelves.news(shelves.CONSUMER, before, result)
+                ):
+                    self.wake((namespace, name))
+        return result
+
+    async def create_event(self, *, namespace: str, body: Mapping[str, Any]) -> None:
+        await self.api.create_event(namespace=namespace, body=body)

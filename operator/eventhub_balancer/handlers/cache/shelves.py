@@ -1,0 +1,191 @@
+"""The one rule of the cache: per object name, the highest resourceVersion wins.
+
+Every body the operator learns of enters a roster's shelf (`Shelf.offer`: one shelf per kind
+in each consumer's roster, `rosters.Roster`), whatever brought it: a watch event, the answer
+of one of the operator's own writes, or a fresh read from the API server. A name remembers
+the version at which it was last removed (deleted, or gone from the selector), its floor, so
+that nothing older brings it back. From that rule:
+
+- the operator's own writes are served at once and never replaced by an older body from a
+  lagging watch (the write's answer has the higher version), and an object deleted since is
+  never served again (the deletion has the higher version);
+- a pod relabelled away leaves the shelf at the event that says so, and a pod relabelled in
+  joins it: membership and routing are the same structure;
+- a fresh listing (`Shelf.resync`) removes only what it lacks *and* is no newer than itself:
+  an object created after the listing was answered stays;
+- while a request whose answer enters the shelf is in flight, every floor stays: the answer
+  may be older than what the watch delivered meanwhile (`Shelf.passed`).
+
+Resource versions are opaque by contract but integers on every API server we know (etcd
+revisions); a version that is not an integer counts as newer, so the watch still wins.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from eventhub_balancer.contracts import configmaps
+
+Body = Mapping[str, Any]
+
+#: Names remembered after they left a shelf (their removal's version), per roster and kind:
+#: a late event older than the removal is ignored. A name is forgotten as soon as the watch
+#: delivers a later version of its kind and no request is in flight (`Shelf.passed`), so a
+#: pod churned out leaves nothing behind; the bound only holds while the watch is silent or
+#: behind the operator's own reads.
+MAX_FLOORS = 4096
+
+#: The kinds a roster keeps.
+CONSUMER, PODS, CONFIGMAPS = "consumer", "pods", "configmaps"
+KINDS = (CONSUMER, PODS, CONFIGMAPS)
+
+
+def version(body: Body) -> int | None:
+    """The body's resourceVersion as a number; None when it is absent or not a number."""
+    return number((body.get("metadata") or {}).get("resourceVersion"))
+
+
+def number(raw: object) -> int | None:
+    """A resourceVersion as a number; None when it is absent or not a number."""
+    try:
+        return int(str(raw)) if raw not in (None, "") else None
+    except (TypeError, ValueError):
+        return None
+
+
+def newer(candidate: int | None, known: int | None) -> bool:
+    """Whether a version is later than the one known (unknowns count as later)."""
+    return candidate is None or known is None or candidate > known
+
+
+def meta(body: Body) -> Mapping[str, Any]:
+    """The body's metadata (empty when it has none)."""
+    found: Mapping[str, Any] = body.get("metadata") or {}
+    return found
+
+
+def news(kind: str, before: Body, after: Body, *, touched: Iterable[str] = ()) -> bool:
+    """Whether the answer ``after`` of one of the operator's writes carries a change someone
+    else made to ``before`` meanwhile: what the operator does not write (a pod's
+    acknowledgements on its ConfigMap, beyond the annotations ``touched``; a pod's labels,
+    status and deletion; a CR's spec). Its watch event then comes older than the answer and
+    changes nothing: only the answer can tell the consumer to look."""
+    old, new = meta(before), meta(after)
+    if kind == CONFIGMAPS:
+        mine = {configmaps.ANNOTATION_POD_UID, *touched}
+        theirs, ours = old.get("annotations") or {}, new.get("annotations") or {}
+        return any(theirs.get(k) != ours.get(k) for k in (theirs.keys() | ours.keys()) - mine)
+    fields = ("labels", "deletionTimestamp") if kind == PODS else ("generation", "labels")
+    if any(old.get(f) != new.get(f) for f in fields):
+        return True
+    part = "status" if kind == PODS else "spec"
+    return before.get(part) != after.get(part)
+
+
+class Shelf:
+    """The bodies of one kind in one roster, by name, with the floors of names removed."""
+
+    def __init__(self, belongs: Callable[[Body], bool], *, departures: bool = False) -> None:
+        self.belongs = belongs
+        #: whether the names removed are kept in ``departed`` (the pods' shelf)
+        self.departures = departures
+        self.items: dict[str, Body] = {}
+        self.floors: collections.OrderedDict[str, int | None] = collections.OrderedDict()
+        #: the names removed (deleted, or gone from the scope), newest last: known gone
+        self.departed: collections.OrderedDict[str, None] = collections.OrderedDict()
+        #: the version of the last fresh listing of the shelf's scope; None: never listed
+        self.listed: int | None = None
+        #: the highest version the watch delivered
+        self.watermark: int | None = None
+        #: requests in flight whose answers enter this shelf (`rosters.Roster.asking`)
+        self.pending = 0
+
+    def offer(self, body: Body, *, deleted: bool = False, watched: bool = False) -> bool:
+        """Take ``body`` if it is newer than what is known of its name; whether that changed
+        what the shelf serves. ``watched``: the body came from the watch (`passed`)."""
+        changed = self._offer(body, deleted=deleted)
+        if watched:
+            self.passed(version(body))
+        return changed
+
+    def passed(self, at: int | None) -> None:
+        """The watch delivered version ``at``: what it delivers next is newer still (a stream
+        is in order, a re-list lists what exists), so a floor at or below ``at`` can refuse
+        nothing more from the watch. The floors go in the order they were set, up to the
+        first newer one. While a request is in flight (`pending`) they all stay: its answer
+        may be older than the watch, and a floor is what keeps a name removed since from
+        coming back with it."""
+        if at is None:
+            return
+        if self.watermark is None or at > self.watermark:
+            self.watermark = at
+        if self.pending:
+            return
+        while self.floors:
+            name, floor = next(iter(self.floors.items()))
+            if floor is not None and floor > at:
+                return
+            del self.floors[name]
+
+    def _offer(self, body: Body, *, deleted: bool) -> bool:
+        name = str(meta(body).get("name") or "")
+        if not name:
+            return False
+        seen = version(body)
+        current = self.items.get(name)
+        known = version(current) if current is not None else self.floors.get(name)
+        if (current is not None or name in self.floors) and not newer(seen, known):
+            return False
+        if deleted or not self.belongs(body):
+            # Only a name the shelf held, or the deletion of one it selects, is remembered:
+            # what concerns another consumer leaves no trace here.
+            if current is not None or name in self.floors or (deleted and self.belongs(body)):
+                self._remove(name, at=seen)
+            return current is not None
+        self.items[name] = body
+        self.floors.pop(name, None)
+        self.departed.pop(name, None)
+        return True
+
+    def remove(self, name: str, *, at: int | None, uid: str = "") -> bool:
+        """Remove ``name`` (of ``uid``, when given) as of version ``at``."""
+        current = self.items.get(name)
+        if current is None or (uid and str(meta(current).get("uid") or "") != uid):
+            return False
+        self._remove(name, at=at)
+        return True
+
+    def _remove(self, name: str, *, at: int | None) -> None:
+        self.items.pop(name, None)
+        self.floors[name] = at
+        self.floors.move_to_end(name)
+        while len(self.floors) > MAX_FLOORS:
+            self.floors.popitem(last=False)
+        if self.departures:
+            self.departed[name] = None
+            self.departed.move_to_end(name)
+            while len(self.departed) > MAX_FLOORS:
+                self.departed.popitem(last=False)
+
+    def resync(
+        self, listed: Iterable[Body], *, at: int | None, present: set[str] | None = None
+    ) -> bool:
+        """A fresh listing of the shelf's scope, answered at version ``at``: take what it has,
+        and remove what it lacks unless that is newer than the listing. ``present``: every
+        name the listing holds, when ``listed`` is only the part of it for this shelf."""
+        changed = False
+        names: set[str] = set()
+        for body in listed:
+            names.add(str(meta(body).get("name") or ""))
+            changed |= self.offer(body)
+        if present is not None:
+            names = present
+        for name in [n for n in self.items if n not in names]:
+            if at is None or not newer(version(self.items[name]), at):
+                self._remove(name, at=at)
+                changed = True
+        if at is not None and (self.listed is None or at > self.listed):
+            self.listed = at
+        return changed
