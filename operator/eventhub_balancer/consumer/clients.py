@@ -2,9 +2,11 @@
 
 They are opened once per set of coordinates (`connections.Coordinates`) and switched only
 when no worker runs on the old ones any more: the runtime releases every partition into the
-old store first. Clients that cannot be opened (a wrong credential, a consumer group that does
-not exist, an unreachable endpoint) are tried again with backoff, and the failure is kept so
-that the runtime can report the partitions waiting for them.
+old store first. Clients that cannot be opened (a missing credential, a host the pod may not
+reach, an unreachable checkpoint store) are tried again with backoff, and the failure is kept
+so that the runtime can report the partitions waiting for them. What only a receive link finds
+out (a consumer group or hub that does not exist) fails each partition instead, and
+`restarts` paces those restarts and says it once.
 """
 
 from __future__ import annotations
