@@ -183,5 +183,17 @@ def unsupported_media_type(accepted: Iterable[str]) -> APIFailure:
     )
 
 
+def unreadable_protobuf(detail: str) -> APIFailure:
+    """415 for a protobuf body of a kind or field the local API does not decode (`protobufs`):
+    refused whole, never stored with a part silently missing."""
+    return APIFailure(
+        code=415,
+        reason="UnsupportedMediaType",
+        message="the body of the request was in an unknown format - the local API reads "
+        f"protobuf for the kinds kubectl creates only, and not {detail}: send it as JSON "
+        "(kubectl create -f, or -o json | kubectl apply -f -)",
+    )
+
+
 def expired(message: str) -> APIFailure:
     return APIFailure(code=410, reason="Expired", message=message)

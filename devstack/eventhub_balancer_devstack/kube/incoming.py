@@ -1,5 +1,5 @@
 """Incoming requests, recorded as kmock records them: where they point, what they do, and
-their bodies decoded.
+their bodies decoded (JSON, or the protobuf kubectl sends: `protobufs`).
 
 kmock matches its reactions (a test's injected faults) against these records, and the
 handler (`serving`) serves them; the path is parsed here as the API server routes it
@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp.web
 import kmock
 
-from eventhub_balancer_devstack.kube import addressing
+from eventhub_balancer_devstack.kube import addressing, failures, protobufs
 
 
 def _action(method: str, address: addressing.Address | None, watch: bool) -> Any:
@@ -36,13 +36,20 @@ def _action(method: str, address: addressing.Address | None, watch: bool) -> Any
 
 
 def parse(raw_request: aiohttp.web.BaseRequest, body: bytes) -> Any:
-    """kmock's record of one request: where it points, what it does, its body decoded."""
+    """kmock's record of one request: where it points, what it does, its body decoded (JSON,
+    or kubectl's protobuf); an `failures.APIFailure` for a body it cannot read."""
     address = addressing.parse(raw_request.path)
-    text = body.decode("utf-8", errors="replace")
-    try:
-        data = json.loads(text) if text.strip() else None
-    except ValueError:
-        data = None
+    content_type = str(raw_request.headers.get("Content-Type", "")).split(";")[0].strip()
+    data: Any
+    if content_type == protobufs.CONTENT_TYPE and body:
+        data = _protobuf(body)
+        text = json.dumps(data)
+    else:
+        text = body.decode("utf-8", errors="replace")
+        try:
+            data = json.loads(text) if text.strip() else None
+        except ValueError:
+            data = None
     resource = None
     if address is not None and address.version is not None:
         resource = kmock.resource(
@@ -67,3 +74,12 @@ def parse(raw_request: aiohttp.web.BaseRequest, body: bytes) -> Any:
         name=address.name if address else None,
         subresource=address.subresource if address else None,
     )
+
+
+def _protobuf(body: bytes) -> dict[str, Any]:
+    try:
+        return protobufs.decode(body)
+    except protobufs.Unreadable as e:
+        raise failures.unreadable_protobuf(str(e)) from e
+    except protobufs.ProtobufError as e:
+        raise failures.bad_request(f"the protobuf body cannot be decoded: {e}") from e

@@ -152,7 +152,10 @@ class LocalKubeHandler(
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
         body = await raw_request.read()
-        request = incoming.parse(raw_request, body)
+        try:
+            request = incoming.parse(raw_request, body)
+        except failures.APIFailure as e:
+            return self._render_failure(e)
         self._requests.append(request)
         if len(self._requests) > 2 * REQUESTS_KEPT:
             del self._requests[:-REQUESTS_KEPT]

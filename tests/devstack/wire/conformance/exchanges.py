@@ -130,14 +130,27 @@ class Wire:
         headers = {**self.headers, "Accept": accept}
         if payload is not None:
             headers["Content-Type"] = content_type
-        response = self.pool.request(
-            method,
-            self._url(path, query),
-            body=payload,
-            headers=headers,
-            timeout=REQUEST_TIMEOUT_S,
-            retries=False,
-        )
+        try:
+            response = self.pool.request(
+                method,
+                self._url(path, query),
+                body=payload,
+                headers=headers,
+                timeout=REQUEST_TIMEOUT_S,
+                retries=False,
+            )
+        except urllib3.exceptions.ProtocolError:
+            # A kept-alive connection the server closed while idle: it never saw this
+            # request, so it is sent again once, on a new connection.
+            self.pool.clear()
+            response = self.pool.request(
+                method,
+                self._url(path, query),
+                body=payload,
+                headers=headers,
+                timeout=REQUEST_TIMEOUT_S,
+                retries=False,
+            )
         raw = bytes(response.data)
         answer_type = str(response.headers.get("Content-Type", "")).split(";")[0].strip()
         try:
