@@ -11,8 +11,8 @@ import pytest
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps
-from eventhub_balancer.handlers import checkpointreads, cycles, memories, metrics, writing
-from eventhub_balancer.reconciling import writes
+from eventhub_balancer.handlers import cycles, memories, metrics, writing
+from eventhub_balancer.reconciling import retries, writes
 from tests.support import fakes
 
 T0 = datetime.datetime(2024, 5, 1, 12, 0, 0, tzinfo=datetime.UTC)
@@ -320,7 +320,7 @@ async def test_a_missing_secret_is_shown_and_the_pods_are_still_balanced(
     ]
     assert set(kube.assignment(NS)["b"]) == {"0", "1", "2", "3"}
     assert {e["reason"] for e in kube.events} >= {"SecretNotFound", "PartitionTakenOver"}
-    assert memory.hub.retry_at == at(5).timestamp() + 5.0  # the interval, then doubling
+    assert memory.hub.backoff.retry_at == at(5).timestamp() + 5.0  # the interval, then doubling
 
 
 async def test_an_unreachable_store_is_shown_and_backed_off(
@@ -372,7 +372,7 @@ async def test_a_handoff_lists_the_blobs_ahead_while_the_old_owner_releases(
     await cycle(kube, hubs, memory, now=2)  # gives 3 to c on the listing made ahead
     assert len(hubs.store.reads) == 2
     assert kube.assignment(NS)["c"] == {"3": (2, "owned")}
-    assert memory.store_ahead is None  # taken once
+    assert memory.store.ahead is None  # taken once
 
 
 async def test_a_cycle_between_that_needs_no_blobs_leaves_the_listing_made_ahead(
@@ -393,14 +393,14 @@ async def test_each_cycle_that_revokes_lists_the_blobs_itself(
 ) -> None:
     # A listing made ahead is never passed on as a younger one's.
     memory = await c_joined(kube, hubs)
-    assert memory.store_ahead is not None
-    first = memory.store_ahead
+    assert memory.store.ahead is not None
+    first = memory.store.ahead
     kube.terminate(NS, "a", at=at(1))  # its wait is over at 3: a's partitions are revoked
     await cycle(kube, hubs, memory, now=3)
     assert len(hubs.store.reads) == 3
-    assert memory.store_ahead is not None
-    assert memory.store_ahead is not first
-    assert memory.store_ahead.at == at(3).timestamp()
+    assert memory.store.ahead is not None
+    assert memory.store.ahead is not first
+    assert memory.store.ahead.at == at(3).timestamp()
 
 
 async def test_a_terminating_pods_release_finds_the_blobs_listed_ahead(
@@ -435,12 +435,12 @@ async def test_a_cycle_that_only_waits_for_releases_lists_again_once_the_listing
 ) -> None:
     memory = await c_joined(kube, hubs)  # b's 3 revoked at 1, listed ahead
     assert len(hubs.store.reads) == 2
-    later = 1 + checkpointreads.AHEAD_SECONDS + 1
+    later = 1 + retries.AHEAD_SECONDS + 1
     kube.set_ready(NS, "a", ready=True, since=at(later))
     await cycle(kube, hubs, memory, now=later)
     assert len(hubs.store.reads) == 3
-    assert memory.store_ahead is not None
-    assert memory.store_ahead.at == at(later).timestamp()
+    assert memory.store.ahead is not None
+    assert memory.store.ahead.at == at(later).timestamp()
 
 
 async def test_a_listing_made_ahead_too_long_ago_is_not_taken(
@@ -449,7 +449,7 @@ async def test_a_listing_made_ahead_too_long_ago_is_not_taken(
     memory = await c_joined(kube, hubs)
     hubs.store.fence("3", 7)  # written by someone else after that listing
     kube.acknowledge(NS, "b")
-    await cycle(kube, hubs, memory, now=2 + checkpointreads.AHEAD_SECONDS)
+    await cycle(kube, hubs, memory, now=2 + retries.AHEAD_SECONDS)
     assert len(hubs.store.reads) == 3  # listed again: the floor is the blob's 7
     assert kube.assignment(NS)["c"] == {"3": (8, "owned")}
 
@@ -476,8 +476,8 @@ async def test_a_failed_listing_ahead_is_shown_and_never_fails_the_cycle(
     result = await cycle(kube, hubs, memory, now=1)
     assert result.writes > 0  # the revocation went out
     assert kube.assignment(NS)["b"]["3"] == (1, "revoking")
-    assert memory.store_ahead is None
-    assert memory.store_fault is not None  # paced and shown as any failed read
+    assert memory.store.ahead is None
+    assert memory.store.fault is not None  # paced and shown as any failed read
 
 
 async def test_a_terminating_pods_own_release_hands_its_partitions_on_without_a_revocation(

@@ -327,7 +327,7 @@ async def run_failing(monkeypatch: pytest.MonkeyPatch, *, consumer_exists: bool)
     hubs._cache[f"{NS}/{NAME}"] = hubs.ids  # the partition list a cycle kept
     operator = registering.Operator(kube=kube, hubs=hubs, clock=clock)
     await registering.run_daemon(operator, namespace=NS, name=NAME, spec=SPEC, stopped=stopped)
-    assert operator.generations == {}  # a stopped daemon leaves nothing behind
+    assert operator.consumers == {}  # a stopped daemon leaves nothing behind
     assert operator.following.following() == []
     assert hubs.cached(f"{NS}/{NAME}") is None
     return calls

@@ -190,7 +190,7 @@ async def test_handed_over_events_are_counted_once_as_they_are_posted() -> None:
     hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
     operator = registering.Operator(kube=kube, hubs=hubs)
     operator.metrics = registry
-    operator.memories[(NS, NAME)] = memories.Memory()  # its daemon runs
+    operator.consumers[(NS, NAME)] = memories.Memory()  # its daemon runs
     sample = 'ehb_api_writes_total{consumer="orders",kind="event",namespace="shop"}'
     await asyncio.wait_for(
         cycles.run_cycle(
@@ -209,7 +209,7 @@ async def test_handed_over_events_are_counted_once_as_they_are_posted() -> None:
     assert f"{sample} 2.0" in registry.exposition().decode()  # not 4: the cycle left them out
     assert len(kube.events) == 2
     # A consumer whose daemon stopped gets no series back from a late Event.
-    del operator.memories[(NS, NAME)]
+    del operator.consumers[(NS, NAME)]
     operator.events.post(event("Late"))
     assert await operator.events.flushed(limit_seconds=10)
     assert f"{sample} 2.0" in registry.exposition().decode()

@@ -119,7 +119,7 @@ async def test_a_malformed_eventhub_string_says_which_secret_and_what_to_write(
     )
     assert hubs.listings == []  # never dialled
     assert SECRET_KEY not in caplog.text
-    assert (memory.hub.delay, memory.hub.retry_at) == (WAIT, wall(0) + WAIT)
+    assert (memory.hub.backoff.delay, memory.hub.backoff.retry_at) == (WAIT, wall(0) + WAIT)
 
 
 async def test_a_malformed_store_string_says_which_secret_and_what_to_write(
@@ -136,7 +136,7 @@ async def test_a_malformed_store_string_says_which_secret_and_what_to_write(
         "AccountName=<account>;AccountKey=<key>;"
     )
     assert hubs.store.reads == []
-    assert (memory.store.delay, memory.store.retry_at) == (WAIT, wall(0) + WAIT)
+    assert (memory.store.backoff.delay, memory.store.backoff.retry_at) == (WAIT, wall(0) + WAIT)
     assert kube.condition(NS, NAME, "EventHubReachable")["status"] == "True"
 
 
@@ -155,7 +155,7 @@ async def test_a_host_the_install_refuses_names_the_secret_and_waits_as_long(
         "'hub.example.com' is not allowed (allowed DNS suffixes: .servicebus.windows.net); use "
         "an endpoint under one of them"
     )
-    assert memory.hub.delay == WAIT
+    assert memory.hub.backoff.delay == WAIT
 
 
 async def test_a_fixed_secret_is_used_at_the_long_bound_and_not_asked_before(
@@ -166,7 +166,7 @@ async def test_a_fixed_secret_is_used_at_the_long_bound_and_not_asked_before(
     await cycle(kube, hubs, memory, now=0)
     for now in range(5, int(WAIT), 5):  # every interval of the wait
         await cycle(kube, hubs, memory, now=now)
-        assert memory.hub.retry_at == wall(0) + WAIT
+        assert memory.hub.backoff.retry_at == wall(0) + WAIT
         if now == 100:
             kube.add_secret(NS, "eh", {"cs": VALID_EVENTHUB})  # Secrets are not watched
     assert hubs.listings == []
@@ -174,7 +174,7 @@ async def test_a_fixed_secret_is_used_at_the_long_bound_and_not_asked_before(
     await cycle(kube, hubs, memory, now=WAIT)
     assert hubs.listings == [wall(WAIT)]
     assert kube.condition(NS, NAME, "EventHubReachable")["status"] == "True"
-    assert memory.hub == retries.Backoff()
+    assert memory.hub.backoff == retries.Backoff()
 
 
 async def test_a_spec_that_points_at_another_secret_is_tried_at_once(
@@ -202,7 +202,7 @@ async def test_a_transient_fault_keeps_the_fast_pace(hubs: PolicedHubs) -> None:
     hubs.failure = errors.EventHubUnreachable("connection refused")
     memory = memories.Memory()
     await cycle(kube, hubs, memory, now=0)
-    assert memory.hub.delay == 5.0
+    assert memory.hub.backoff.delay == 5.0
     hubs.failure = None
     await cycle(kube, hubs, memory, now=5)
     assert kube.condition(NS, NAME, "EventHubReachable")["status"] == "True"

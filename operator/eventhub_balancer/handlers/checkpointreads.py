@@ -2,7 +2,9 @@
 when a decision needs them (or the store's probe is due), listed ahead by a cycle that starts
 hand-offs for the one that completes them (`read_ahead`), and the hub's last sequence numbers
 for weighting by lag. A fault of the store becomes part of the observation, paced by the
-backoff kept in `memories.Memory`; a failure of the Kubernetes API itself is raised."""
+backoff kept in the consumer's `memories.Memory`: the readers here return the store's pacing
+after their read (`memories.StorePacing`), and the cycle keeps it. A failure of the
+Kubernetes API itself is raised."""
 
 from __future__ import annotations
 
@@ -16,10 +18,6 @@ from eventhub_balancer.reconciling import deciding, observations, retries
 
 logger = logging.getLogger(__name__)
 
-#: How old a listing of the blobs made ahead (`read_ahead`) may be and still stand for the
-#: listing a cycle that gives partitions out makes: a release comes within this in practice.
-AHEAD_SECONDS = 10.0
-
 
 async def read_checkpoints(
     *,
@@ -27,30 +25,34 @@ async def read_checkpoints(
     hubs: ports.HubPort,
     observation: observations.Observation,
     decision: deciding.Decision,
-    memory: memories.Memory,
+    store: memories.StorePacing,
     wall: float,
     backlog: backlogs.Budget | None = None,
-) -> observations.Observation | None:
+) -> tuple[observations.Observation | None, memories.StorePacing]:
     """``observation`` with the checkpoint blobs (and the last sequence numbers when the
     decision weighs by lag, or beside the store's probe while ``backlog`` allows), for a
-    second decision; None when the store was not asked."""
+    second decision, None when the store was not asked; and the store's pacing after."""
     # The backlog behind ehb_recommended_replicas is read beside the store's probe, but never
     # by a cycle that gives partitions out (it would wait on a call per partition) and not on
     # the first probe (every consumer's first cycle, all at once after an operator start).
     backlog_probe = (
-        memory.store_checked_at is not None
-        and retries.probe_due(memory.store_checked_at, wall=wall)
+        store.checked_at is not None
+        and retries.probe_due(store.checked_at, wall=wall)
         and not decision.needs_checkpoints
     )
-    store = await read_store(
+    read, store = await read_store(
         kube=kube,
         hubs=hubs,
         observation=observation,
-        memory=memory,
+        store=store,
         wall=wall,
         needed=decision.needs_checkpoints,
     )
-    known = store or observation.store
+    if read is not None:
+        # A listing made ahead that this read left (it did not need it) still stands.
+        ahead_at = observation.store.ahead_at if store.ahead is not None else None
+        read = dataclasses.replace(read, ahead_at=ahead_at)
+    known = read or observation.store
     last = None
     # Weighting "lag" needs the hub's end every time it plans; otherwise it is read beside the
     # store's probe (once a minute, not whenever a move needs the blobs: that is one call per
@@ -58,8 +60,8 @@ async def read_checkpoints(
     # weighting.
     backlog_due = (
         backlog_probe
-        and store is not None
-        and store.listed
+        and read is not None
+        and read.listed
         and observation.hub.fault is None
         and (backlog is None or backlog.take(len(decision.partitions)))
     )
@@ -69,9 +71,9 @@ async def read_checkpoints(
         last = await read_last_sequences(
             kube=kube, hubs=hubs, observation=observation, partitions=decision.partitions
         )
-    if store is None and last is None:
-        return None
-    return dataclasses.replace(observation, store=known, last_sequences=last)
+    if read is None and last is None:
+        return None, store
+    return dataclasses.replace(observation, store=known, last_sequences=last), store
 
 
 async def read_store(
@@ -79,32 +81,36 @@ async def read_store(
     kube: ports.KubePort,
     hubs: ports.HubPort,
     observation: observations.Observation,
-    memory: memories.Memory,
+    store: memories.StorePacing,
     wall: float,
     needed: bool,
-) -> observations.StoreRead | None:
-    """The checkpoint blobs when a decision ``needed`` them or the probe is due; None when
-    not asked (not needed, or backing off from a failure)."""
+) -> tuple[observations.StoreRead | None, memories.StorePacing]:
+    """The checkpoint blobs when a decision ``needed`` them or the probe is due, None when
+    not asked (not needed, or backing off from a failure); and the store's pacing after."""
     spec = observation.spec
     assert spec is not None, "only a valid spec names a checkpoint store"
-    ahead = memory.store_ahead
+    ahead = store.ahead
     if needed and ahead is not None:
         # Taken once, by the first read that needs the blobs; a read that does not (a cycle
         # woken by another pod's event meanwhile) leaves it for the one that will.
-        memory.store_ahead = None
-        if ahead.key == store_key(spec) and stands(ahead, wall=wall):
-            return observations.StoreRead(
-                checkpoints=ahead.checkpoints, listed=True, known_sequences=memory.store_sequences
+        store = dataclasses.replace(store, ahead=None)
+        if ahead.key == store_key(spec) and retries.ahead_stands(ahead.at, wall=wall):
+            read = observations.StoreRead(
+                checkpoints=ahead.checkpoints,
+                listed=True,
+                known_sequences=store.sequences,
+                checked_at=store.checked_at,
             )
-    due = retries.probe_due(memory.store_checked_at, wall=wall)
+            return read, store
+    due = retries.probe_due(store.checked_at, wall=wall)
     # What a configuration error is found under: a change of it ends the wait at once.
     settings = (
         spec.checkpoint_account_url,
         spec.checkpoint_credentials,
         spec.service_account_name,
     )
-    if memory.store.waiting(wall, settings=settings) or not (needed or due):
-        return None
+    if store.backoff.waiting(wall, settings=settings) or not (needed or due):
+        return None, store
     malformed = None
     try:
         connection_string = await dependencies.secret_value(
@@ -132,25 +138,36 @@ async def read_store(
         raise
     except dependencies.DEPENDENCY_ERRORS as e:
         dependencies.forget(kube, observation.namespace, spec.checkpoint_credentials, e)
-        memory.store = dependencies.paced(
-            memory.store,
-            e,
-            misconfigured=e is malformed,
-            settings=settings,
-            spec=spec,
-            wall=wall,
+        store = dataclasses.replace(
+            store,
+            backoff=dependencies.paced(
+                store.backoff,
+                e,
+                misconfigured=e is malformed,
+                settings=settings,
+                spec=spec,
+                wall=wall,
+            ),
+            fault=dependencies.shown(e, observation.namespace, spec.checkpoint_credentials),
         )
-        memory.store_fault = dependencies.shown(
-            e, observation.namespace, spec.checkpoint_credentials
+        read = observations.StoreRead(
+            fault=store.fault,
+            listed=False,
+            known_sequences=store.sequences,
+            checked_at=store.checked_at,
         )
-        return observations.StoreRead(
-            fault=memory.store_fault, listed=False, known_sequences=memory.store_sequences
-        )
-    memory.store, memory.store_fault, memory.store_checked_at = retries.Backoff(), None, wall
-    memory.store_sequences = {p: sequence for p, (_epoch, sequence) in stored.items()}
-    return observations.StoreRead(
-        checkpoints=stored, listed=True, known_sequences=memory.store_sequences
+        return read, store
+    store = dataclasses.replace(
+        store,
+        backoff=retries.Backoff(),
+        fault=None,
+        checked_at=wall,
+        sequences={p: sequence for p, (_epoch, sequence) in stored.items()},
     )
+    read = observations.StoreRead(
+        checkpoints=stored, listed=True, known_sequences=store.sequences, checked_at=wall
+    )
+    return read, store
 
 
 def store_key(spec: specs.ConsumerSpec) -> Hashable:
@@ -167,49 +184,48 @@ def store_key(spec: specs.ConsumerSpec) -> Hashable:
     )
 
 
-def stands(ahead: memories.StoreAhead | None, *, wall: float) -> bool:
-    """Whether a listing made ahead stands for a read at ``wall`` (`AHEAD_SECONDS`)."""
-    return ahead is not None and 0 <= wall - ahead.at <= AHEAD_SECONDS
-
-
 async def read_ahead(
     *,
     kube: ports.KubePort,
     hubs: ports.HubPort,
     observation: observations.Observation,
-    memory: memories.Memory,
+    store: memories.StorePacing,
     wall: float,
-) -> None:
-    """List the blobs after a cycle that started hand-offs, for the cycle that completes them.
+) -> memories.StorePacing:
+    """List the blobs after a cycle that started hand-offs, for the cycle that completes
+    them (`settling.lists_ahead` says when); the store's pacing after, with the listing.
 
     That cycle, woken by the old owners' releases, gives the partitions out and needs the
     blobs' epochs as floors: listed here, while the pods write their final checkpoints, they
-    are not listed again on its way (`read_store` takes them, once, within `AHEAD_SECONDS`).
-    A floor read a moment early is as good as one read then: between the two only the owners
-    this operator recorded write the blobs, at epochs its record holds, which are floors too.
-    Anyone else's higher epoch would make the next owner's fence fail (the blob's conditional
-    write), and its report of a lost partition get it a higher epoch: a retry, never two
-    owners. A failed listing is paced and shown as any other; the cycle never fails for it."""
+    are not listed again on its way (`read_store` takes them, once, within
+    `retries.AHEAD_SECONDS`). A floor read a moment early is as good as one read then:
+    between the two only the owners this operator recorded write the blobs, at epochs its
+    record holds, which are floors too. Anyone else's higher epoch would make the next
+    owner's fence fail (the blob's conditional write), and its report of a lost partition get
+    it a higher epoch: a retry, never two owners. A failed listing is paced and shown as any
+    other; the cycle never fails for it."""
     if observation.spec is None:
-        return
+        return store
     # A listing of its own: one made ahead before must not pass for this one's, younger.
-    memory.store_ahead = None
+    store = dataclasses.replace(store, ahead=None)
     try:
-        stored = await read_store(
+        read, store = await read_store(
             kube=kube,
             hubs=hubs,
             observation=observation,
-            memory=memory,
+            store=store,
             wall=wall,
             needed=True,
         )
     except dependencies.KUBE_API_ERRORS as e:
         logger.debug("the checkpoint blobs were not listed ahead: %s", e)
-        return
-    if stored is not None and stored.checkpoints is not None:
-        memory.store_ahead = memories.StoreAhead(
-            key=store_key(observation.spec), at=wall, checkpoints=stored.checkpoints
-        )
+        return store
+    if read is None or read.checkpoints is None:
+        return store
+    ahead = memories.StoreAhead(
+        key=store_key(observation.spec), at=wall, checkpoints=read.checkpoints
+    )
+    return dataclasses.replace(store, ahead=ahead)
 
 
 async def read_last_sequences(

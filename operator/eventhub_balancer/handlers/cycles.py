@@ -3,21 +3,17 @@
 A plain async function over two ports (`ports.KubePort`, `ports.HubPort`), so it runs and is
 tested without kopf; the daemon in `registering` only decides *when* to call it. `observing`
 and `checkpointreads` read, `reconciling.deciding` decides (pure), `writing` writes in the
-order that makes a crash at any point safe. The checkpoint blobs are read only when the first
-decision asks for them, and then the cycle decides again with them; a cycle after which a
-partition waits for its owner's release (it revoked, or a pod is terminating) lists them after
-its writes, for the cycle the release wakes (`checkpointreads.read_ahead`).
+order that makes a crash at any point safe.
 
-Reading the pods and deciding cost what the fleet costs; most wake-ups change nothing (the
-interval's safety net, the echo of the operator's own writes, another consumer's event). A
-decision that wrote and read nothing more is kept (`memories.Settled`) with its inputs: the
-watch's count of the events that concerned this consumer (`ports.KubePort.stamp`), the
-CR's resourceVersion, the partition list, the peers and the store's state. A cycle that finds
-the same inputs before the decision's next deadline (`deciding.Decision.settled_until`) or the
-store's next probe reads nothing more and decides nothing: the decision stands.
-
-Each decision takes the carry the last one handed on (`memories.Memory.carry`) and hands on
-its own: `deciding.decide` keeps nothing between calls, the caller does.
+The cycle keeps no rules of its own. It reads what a decision needs to be taken at all (the
+CR, the partition list, the pods and ConfigMaps), decides, and reads what the decision says
+it still needs (h11's ``NEED_DATA``: `deciding.Decision.needs_pods`, ``needs_checkpoints``,
+``needs_last_sequences``), then decides again over the same bodies, each read at most once a
+cycle. A decision that wrote and read nothing more stands while its inputs do
+(`reconciling.settling`), and one that starts hand-offs has the blobs listed after its writes
+(`settling.lists_ahead`). It is the one writer of the consumer's record
+(`memories.Memory`): the readers return what they learnt, and it keeps that and what the
+decision hands on.
 """
 
 from __future__ import annotations
@@ -26,7 +22,6 @@ import dataclasses
 import datetime
 import logging
 import time
-from collections.abc import Hashable
 
 from eventhub_balancer.contracts import podstates
 from eventhub_balancer.handlers import (
@@ -38,7 +33,7 @@ from eventhub_balancer.handlers import (
     ports,
     writing,
 )
-from eventhub_balancer.reconciling import conflicts, deciding, observations, retries
+from eventhub_balancer.reconciling import conflicts, deciding, observations, settling
 
 logger = logging.getLogger(__name__)
 
@@ -96,19 +91,11 @@ async def run_cycle(
             kube=kube, namespace=namespace, name=name, decision=decision, events=events
         )
         wall = podstates.to_seconds(now)
-        if any(m.kind == "revoke" for m in decision.moves) or (
-            decision.awaits_release and not checkpointreads.stands(memory.store_ahead, wall=wall)
-        ):
+        if settling.lists_ahead(decision, observation, wall=wall):
             # The releases wake the cycle that gives these partitions out: it finds the blobs
-            # listed (`checkpointreads.read_ahead`), while the old owners checkpoint. A cycle
-            # that revokes lists for itself; one that only waits for releases (a terminating
-            # pod's, or hand-offs started before) lists unless a listing ahead stands.
-            await checkpointreads.read_ahead(
-                kube=kube,
-                hubs=hubs,
-                observation=observation,
-                memory=memory,
-                wall=wall,
+            # listed (`checkpointreads.read_ahead`) while the old owners checkpoint.
+            memory.store = await checkpointreads.read_ahead(
+                kube=kube, hubs=hubs, observation=observation, store=memory.store, wall=wall
             )
         logger.debug(
             CYCLE_TIMES,
@@ -161,85 +148,54 @@ async def _decide(
     bindings: conflicts.Bindings = conflicts.UNBOUND,
     backlog: backlogs.Budget | None = None,
 ) -> tuple[deciding.Decision, observations.Observation]:
-    """Observe and decide; read the checkpoint blobs and decide again when that asks for them.
-    The settled decision stands instead while nothing it was taken from changed. With the
-    decision, the observation it was taken from."""
+    """Observe and decide, then read what the decision still needs and decide again; or the
+    settled decision, while nothing it was taken from changed. With the decision, the
+    observation it was taken from."""
     wall = podstates.to_seconds(now)
     # Before any read: an event during the reads makes the next cycle decide again.
     stamp = kube.stamp(namespace=namespace, name=name)
-    observation = await observing.observe_consumer(
+    observation, memory.hub = await observing.observe_consumer(
         kube=kube, hubs=hubs, namespace=namespace, name=name, memory=memory, wall=wall
     )
     observation = dataclasses.replace(observation, annotate_pods=annotate_pods, bindings=bindings)
-    inputs = _inputs(stamp, observation, memory)
+    taken_from = settling.inputs(stamp, observation)
     kept, memory.settled = memory.settled, None
-    if kept is not None and inputs is not None and kept.inputs == inputs and wall < kept.until:
+    if kept is not None and settling.stands(kept, taken_from, wall=wall):
         memory.settled = kept
-        return _unlisted(namespace, name, _standing(kept, wall=wall)), observation
-    if observation.spec is None:
-        decision, memory.carry = deciding.decide(observation, memory.carry, now=now)
-        return decision, observation
-    observation = await observing.observe_pods(kube=kube, observation=observation)
+        return _unlisted(namespace, name, settling.standing(kept, wall=wall)), observation
+    if observation.spec is not None:
+        observation = await observing.observe_pods(kube=kube, observation=observation)
     decision, memory.carry = deciding.decide(observation, memory.carry, now=now)
     if decision.needs_pods:
-        # A pod the record names may be gone or not yet shown: the pods are listed afresh.
+        # The pods as read could not say whether a pod is gone: they are listed afresh.
         kube.forget_pods(namespace=namespace, name=name)
         observation = await observing.observe_pods(kube=kube, observation=observation)
         decision, memory.carry = deciding.decide(observation, memory.carry, now=now)
     if decision.spec_error is not None or decision.needs_pods:
         return decision, observation
-    # The checkpoint blobs, when the decision needs their epochs (or the probe is due).
-    more = await checkpointreads.read_checkpoints(
+    # The checkpoint blobs, when the decision needs their epochs (or the store's probe is due).
+    more, memory.store = await checkpointreads.read_checkpoints(
         kube=kube,
         hubs=hubs,
         observation=observation,
         decision=decision,
-        memory=memory,
+        store=memory.store,
         wall=wall,
         backlog=backlog,
     )
     if more is not None:
-        decision, memory.carry = deciding.decide(more, memory.carry, now=now)
-    elif inputs is not None and decision.settled_until is not None:
+        observation = more
+        decision, memory.carry = deciding.decide(observation, memory.carry, now=now)
+    else:
         # Taken from what the next cycle reads too (no blobs): it stands until a deadline.
-        until = min(
-            decision.settled_until, retries.next_probe(memory.store_checked_at, memory.store)
-        )
-        memory.settled = memories.Settled(
-            inputs=inputs, until=until, decided_at=wall, decision=decision
+        memory.settled = settling.settle(
+            decision,
+            taken_from,
+            wall=wall,
+            store_backoff=memory.store.backoff,
+            store_checked_at=memory.store.checked_at,
         )
     return _unlisted(namespace, name, decision), observation
-
-
-def _inputs(
-    stamp: Hashable | None, observation: observations.Observation, memory: memories.Memory
-) -> Hashable | None:
-    """What a settled decision was taken from, short of the pods and ConfigMaps (``stamp``
-    stands for them); None when a change could go unnoticed (no watch, no resourceVersion)."""
-    meta = observation.body.get("metadata") or {}
-    version = meta.get("resourceVersion")
-    if stamp is None or not version or observation.spec is None:
-        return None
-    return (
-        stamp,
-        meta.get("uid"),
-        version,
-        observation.hub,
-        observation.peers,
-        observation.annotate_pods,
-        memory.store_fault,
-        memory.store_checked_at,
-    )
-
-
-def _standing(kept: memories.Settled, *, wall: float) -> deciding.Decision:
-    """The settled decision again at ``wall``: nothing to write, no figures to record again,
-    its deadline (if any) as far away as it is now."""
-    decision = kept.decision
-    next_in = decision.next_in
-    if next_in is not None:
-        next_in = max(deciding.MIN_NEXT_IN, kept.decided_at + next_in - wall)
-    return dataclasses.replace(decision, figures=None, next_in=next_in)
 
 
 def _unlisted(namespace: str, name: str, decision: deciding.Decision) -> deciding.Decision:

@@ -1,31 +1,33 @@
-"""What the operator keeps about one consumer between cycles: the pacing of failed reads,
-the carry its decisions hand on, and the last decision while it stands.
+"""One record per consumer, owned by its daemon: all the operator keeps about it between cycles.
 
-A module of its own so that the daemon in `registering` (which holds one `Memory` per
-consumer) and the readers in `observing` (which advance it) need not import each other.
+kopf keeps everything it knows about one object in one record (``ResourceMemory``), and
+forgetting the object is one ``del``. The operator does the same for each EventHubConsumer:
+`registering.Operator.consumers` maps its key to its `Memory`, which its daemon makes when it
+starts and pops when it stops. Others only set its ``wake`` (the watch handlers, the answer of a
+write, the growth watch); every field is written by its daemon alone. The readers in
+`observing` and `checkpointreads` read it and return what they learnt (`Pacing`,
+`StorePacing`, the listing made ahead); the cycle (`cycles`) keeps what they return and what
+the decision hands on.
+
+Why it is kept: a failing Event Hubs namespace or storage account is not asked again every
+cycle (`retries.Backoff`), and while the operator waits, the status goes on showing the fault
+that started the wait; the checkpoint store is probed only every
+`retries.CHECKPOINT_PROBE_SECONDS` when no decision needs it. None of it is needed for a
+correct decision (the last checkpoint positions only keep lag weighting steady through a store
+outage, the carry only spares reading the bodies that did not change, and `settling.Settled` only
+spares a cycle whose inputs did not change): the assignment, the epochs and the pods are read
+afresh whenever they may have changed, so a restarted operator starts with empty records and
+reaches the same assignment.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Hashable, Mapping
 
-from eventhub_balancer.reconciling import deciding, observations, retries
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Settled:
-    """A decision that wrote nothing, the inputs it was taken from, and until when it stands.
-
-    A cycle whose inputs (`cycles` builds them from the watch's change counts, the CR's
-    resourceVersion, the partition list, the peers and the store's state) equal ``inputs``
-    before ``until`` (wall seconds) would decide the same again: it skips reading the pods and
-    deciding, the two steps whose cost grows with the fleet."""
-
-    inputs: Hashable
-    until: float
-    decided_at: float
-    decision: deciding.Decision
+from eventhub_balancer.contracts import specs
+from eventhub_balancer.reconciling import deciding, observations, retries, settling
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -40,39 +42,46 @@ class StoreAhead:
     checkpoints: Mapping[str, tuple[int, int]]
 
 
-@dataclasses.dataclass
-class Memory:
-    """The backoff of each dependency and the fault it backs off from, the decisions' carry,
-    and `Settled`.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Pacing:
+    """A dependency's backoff and the fault it backs off from (None: it answered)."""
 
-    Why it is kept: a failing Event Hubs namespace or storage account is not asked again every
-    cycle (`retries.Backoff`), and while the operator waits, the status goes on showing the
-    fault that started the wait (the cached `observations.Fault`), and the checkpoint store is
-    probed only every `retries.CHECKPOINT_PROBE_SECONDS` when no decision needs it.
+    backoff: retries.Backoff = dataclasses.field(default_factory=retries.Backoff)
+    fault: observations.Fault | None = None
 
-    None of it is needed for a correct decision (the last checkpoint positions only keep lag
-    weighting steady through a store outage, the carry only spares reading the bodies that did
-    not change, and `Settled` only spares a cycle whose inputs did not change): the
-    assignment, the epochs and the pods are read afresh whenever they may have changed, so a
-    restarted operator starts with an empty Memory and reaches the same assignment. The
-    readers in `observing` change it, and only after they asked; `cycles` keeps ``carry`` and
-    ``settled``.
-    """
 
-    hub: retries.Backoff = dataclasses.field(default_factory=retries.Backoff)
-    hub_fault: observations.Fault | None = None
-    store: retries.Backoff = dataclasses.field(default_factory=retries.Backoff)
-    store_fault: observations.Fault | None = None
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StorePacing(Pacing):
+    """The checkpoint store's `Pacing`, when it was last read and what it held then."""
+
     #: when the checkpoint store was last read successfully (seconds); None: never
-    store_checked_at: float | None = None
+    checked_at: float | None = None
     #: the checkpoint sequence numbers of that read: weighting "lag" goes on from them while
     #: the store is backing off, instead of falling back to count and reshuffling
-    store_sequences: dict[str, int] | None = None
-    #: the blobs listed ahead by a cycle that revoked; taken, once, by the next read that
-    #: needs them within `checkpointreads.AHEAD_SECONDS`
-    store_ahead: StoreAhead | None = None
+    sequences: Mapping[str, int] | None = None
+    #: the blobs listed ahead by a cycle that started hand-offs; taken, once, by the next
+    #: read that needs them (`checkpointreads.read_store`)
+    ahead: StoreAhead | None = None
+
+
+@dataclasses.dataclass(eq=False)
+class Memory:
+    """Everything the operator keeps about one consumer (`memories`), its daemon's alone."""
+
+    #: set to make the daemon cycle now: a watch event that changed its roster, a write's
+    #: answer that showed someone else's change, a hub that grew
+    wake: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    #: the generation the last cycle decided: a CR event of another one re-plans at once
+    generation: int | None = None
+    #: when the daemon's loop last came round (the loop's clock), and its interval: a loop
+    #: that has not come round for ten intervals is stuck (`registering.Operator.stuck`)
+    heartbeat: float | None = None
+    interval: float = float(specs.DEFAULT_INTERVAL_SECONDS)
+    #: Event Hubs' and the checkpoint store's pacing, as the last reads left them
+    hub: Pacing = dataclasses.field(default_factory=Pacing)
+    store: StorePacing = dataclasses.field(default_factory=StorePacing)
     #: the last decision while it stands; None: decide in the next cycle
-    settled: Settled | None = None
+    settled: settling.Settled | None = None
     #: what the last decision handed on to the next (`deciding.Carry`: the fleet and the
     #: record it read, the writes a second decision over the same bodies takes again)
     carry: deciding.Carry = deciding.COLD

@@ -4,7 +4,8 @@ checkpoints: `checkpointreads`).
 Everything it reads goes into one `observations.Observation` for `reconciling.deciding`;
 what the bodies mean is decided there. Reads may fail soft: a fault of Event Hubs or of the
 checkpoint store becomes part of the observation (and of the status), and the next attempt
-waits for the backoff kept in `memories.Memory`, the only thing these readers change. A
+waits for the backoff kept in the consumer's `memories.Memory`. The readers only read that
+record: they return the pacing they leave (`memories.Pacing`), and the cycle keeps it. A
 failure of the Kubernetes API itself is raised: the whole cycle is retried.
 """
 
@@ -16,7 +17,7 @@ import logging
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import connectionstrings, specs
-from eventhub_balancer.handlers import dependencies, memories, ports
+from eventhub_balancer.handlers import checkpointreads, dependencies, memories, ports
 from eventhub_balancer.reconciling import observations, retries
 
 logger = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ async def observe(
     wall: float,
 ) -> observations.Observation:
     """The CR, the partition list and the cluster; the checkpoints come later (`read_store`)."""
-    observation = await observe_consumer(
+    observation, _pacing = await observe_consumer(
         kube=kube, hubs=hubs, namespace=namespace, name=name, memory=memory, wall=wall
     )
     if observation.spec is None:
@@ -48,32 +49,43 @@ async def observe_consumer(
     name: str,
     memory: memories.Memory,
     wall: float,
-) -> observations.Observation:
+) -> tuple[observations.Observation, memories.Pacing]:
     """What costs the same whatever the fleet: the CR, the partition list, the store's state
-    and the peers; no pods or ConfigMaps yet (`observe_pods`)."""
+    and the peers, no pods or ConfigMaps yet (`observe_pods`); with Event Hubs' pacing after
+    this read."""
     body = await kube.get_consumer(namespace=namespace, name=name)
     try:
         spec = specs.parse_spec(body.get("spec") or {})
     except errors.InvalidInput as e:
-        return observations.Observation(namespace=namespace, name=name, body=body, spec_error=e)
-    hub = await read_partitions(
+        invalid = observations.Observation(namespace=namespace, name=name, body=body, spec_error=e)
+        return invalid, memory.hub
+    hub, pacing = await read_partitions(
         kube=kube, hubs=hubs, namespace=namespace, name=name, spec=spec, memory=memory, wall=wall
     )
-    return observations.Observation(
+    store = memory.store
+    ahead = store.ahead
+    observation = observations.Observation(
         namespace=namespace,
         name=name,
         body=body,
         spec=spec,
         hub=hub,
         store=observations.StoreRead(
-            fault=memory.store_fault,
-            listed=memory.store_checked_at is not None,
-            known_sequences=memory.store_sequences,
+            fault=store.fault,
+            listed=store.checked_at is not None,
+            known_sequences=store.sequences,
+            checked_at=store.checked_at,
+            ahead_at=(
+                ahead.at
+                if ahead is not None and ahead.key == checkpointreads.store_key(spec)
+                else None
+            ),
         ),
         # The other consumers come from the watch (kopf's index); a port without one (a test
         # or a tool over the bare API) knows of none, and finds no conflict.
         peers=kube.peers(),
     )
+    return observation, pacing
 
 
 async def observe_pods(
@@ -111,10 +123,12 @@ async def read_partitions(
     spec: specs.ConsumerSpec,
     memory: memories.Memory,
     wall: float,
-) -> observations.HubRead:
-    """The partition ids; on a fault (or while backing off from one) the last known ones."""
+) -> tuple[observations.HubRead, memories.Pacing]:
+    """The partition ids, and Event Hubs' pacing after this read; on a fault (or while
+    backing off from one) the last known ids."""
     key = hub_key(namespace, name)
     cached = hubs.cached(key)
+    pacing = memory.hub
     # What a configuration error is found under: a change of it ends the wait at once.
     settings = (
         spec.fully_qualified_namespace,
@@ -122,8 +136,8 @@ async def read_partitions(
         spec.service_account_name,
         spec.consumer_group,
     )
-    if memory.hub_fault is not None and memory.hub.waiting(wall, settings=settings):
-        return observations.HubRead(ids=cached or None, fault=memory.hub_fault)
+    if pacing.fault is not None and pacing.backoff.waiting(wall, settings=settings):
+        return observations.HubRead(ids=cached or None, fault=pacing.fault), pacing
     malformed = None
     try:
         connection_string = await dependencies.secret_value(
@@ -153,22 +167,24 @@ async def read_partitions(
         raise
     except dependencies.DEPENDENCY_ERRORS as e:
         dependencies.forget(kube, namespace, spec.event_hub_credentials, e)
-        memory.hub = dependencies.paced(
-            memory.hub,
-            e,
-            misconfigured=e is malformed,
-            settings=settings,
-            spec=spec,
-            wall=wall,
+        pacing = memories.Pacing(
+            backoff=dependencies.paced(
+                pacing.backoff,
+                e,
+                misconfigured=e is malformed,
+                settings=settings,
+                spec=spec,
+                wall=wall,
+            ),
+            fault=dependencies.shown(e, namespace, spec.event_hub_credentials),
         )
-        memory.hub_fault = dependencies.shown(e, namespace, spec.event_hub_credentials)
+        assert pacing.fault is not None
         logger.warning(
             "%s: Event Hubs: %s (retrying in %.0f s)",
             key,
-            memory.hub_fault.message,
-            memory.hub.delay,
+            pacing.fault.message,
+            pacing.backoff.delay,
         )
         # Read again: a listing that succeeded before the consumer-group check failed is kept.
-        return observations.HubRead(ids=hubs.cached(key) or None, fault=memory.hub_fault)
-    memory.hub, memory.hub_fault = retries.Backoff(), None
-    return observations.HubRead(ids=tuple(ids))
+        return observations.HubRead(ids=hubs.cached(key) or None, fault=pacing.fault), pacing
+    return observations.HubRead(ids=tuple(ids)), memories.Pacing(backoff=retries.Backoff())

@@ -70,9 +70,10 @@ Key = tuple[str, str]  # (namespace, name)
 
 @dataclasses.dataclass
 class Operator:
-    """Everything the handlers share in one operator instance: the ports, the metrics, and
-    per consumer its daemon's wake-up, memory, last generation and heartbeat. The cycles read
-    through ``cache`` (the rosters), the rest through ``kube``."""
+    """Everything the handlers share in one operator instance: the ports, the metrics, the
+    cache, and one record per running consumer (``consumers``: `memories.Memory`, made and
+    popped by its daemon). The cycles read through ``view`` (the rosters), the rest through
+    ``kube``, the adapter itself."""
 
     kube: ports.ListingPort
     hubs: ports.HubPort
@@ -86,15 +87,11 @@ class Operator:
     bindings: conflicts.Bindings = conflicts.UNBOUND
     #: the partition ends every consumer's backlog probe may read, shared (`backlogs`)
     backlog: backlogs.Budget = dataclasses.field(default_factory=backlogs.Budget)
-    wakes: dict[Key, asyncio.Event] = dataclasses.field(default_factory=dict)
-    memories: dict[Key, memories.Memory] = dataclasses.field(default_factory=dict)
-    #: the generation each consumer's last cycle decided: a CR event of another one re-plans
-    generations: dict[Key, int] = dataclasses.field(default_factory=dict)
-    heartbeats: dict[Key, float] = dataclasses.field(default_factory=dict)
-    intervals: dict[Key, float] = dataclasses.field(default_factory=dict)
+    #: each running consumer's record, its daemon's alone (others only set its ``wake``)
+    consumers: dict[Key, memories.Memory] = dataclasses.field(default_factory=dict)
     cycles_run: int = 0
     cache: caches.Cache = dataclasses.field(init=False)
-    #: the cache's three parts, each through its port
+    #: the cache's parts, each through its port
     watch: ports.WatchPort = dataclasses.field(init=False)
     following: ports.RosterPort = dataclasses.field(init=False)
     view: ports.KubePort = dataclasses.field(init=False)
@@ -115,24 +112,25 @@ class Operator:
         counts only the writes it makes itself: `cycles.run_cycle`)."""
         namespace = str((body.get("metadata") or {}).get("namespace", ""))
         consumer = str((body.get("involvedObject") or {}).get("name", ""))
-        if (namespace, consumer) in self.memories:
+        if (namespace, consumer) in self.consumers:
             self.metrics.count_write(namespace=namespace, consumer=consumer, kind="event")
 
     def wake(self, key: Key) -> None:
         """Something the consumer's cycle reads changed: its next cycle starts now."""
-        event = self.wakes.get(key)
-        if event is not None:
-            event.set()
+        memory = self.consumers.get(key)
+        if memory is not None:
+            memory.wake.set()
 
     def consumer_changed(self, key: Key, *, generation: int | None) -> None:
         """A spec change (a new generation) re-plans now, not at the next tick."""
-        if generation != self.generations.get(key):
-            self.wake(key)
+        memory = self.consumers.get(key)
+        if memory is not None and generation != memory.generation:
+            memory.wake.set()
 
     def consumer_deleted(self, key: Key) -> None:
         """Another consumer may have been refused (`Conflict`) for overlapping this one: every
         other consumer looks again now, not at its next interval (deletions are rare)."""
-        for other in list(self.wakes):
+        for other in list(self.consumers):
             if other != key:
                 self.wake(other)
 
@@ -142,7 +140,7 @@ class Operator:
         relist = self.watch.observed(kind, event_type)
         changed = self.watch.event(kind, body, event_type)
         if relist:
-            changed = list(self.wakes)
+            changed = list(self.consumers)
         if kind == indexkeys.CONFIGMAPS:
             named = relabelled_from(body)
             if named is not None and named not in changed:
@@ -154,9 +152,21 @@ class Operator:
         """Daemons whose loop has not come round for far longer than their interval."""
         return [
             key
-            for key, beat in self.heartbeats.items()
-            if now - beat > max(120.0, 10 * self.intervals.get(key, 5.0))
+            for key, memory in self.consumers.items()
+            if memory.heartbeat is not None
+            and now - memory.heartbeat > max(120.0, 10 * memory.interval)
         ]
+
+    def forget(self, key: Key) -> None:
+        """The consumer's daemon stopped: its record goes, and what the cache, the Event Hubs
+        side and the metrics keep by its key with it."""
+        self.consumers.pop(key, None)
+        namespace, name = key
+        self.following.forget(namespace=namespace, name=name)
+        self.hubs.forget(observing.hub_key(namespace, name))
+        self.metrics.forget(namespace=namespace, consumer=name)
+        if not self.consumers:
+            self.cache.relisting.stop()
 
 
 def relabelled_from(body: Mapping[str, Any]) -> Key | None:
@@ -176,10 +186,11 @@ def relabelled_from(body: Mapping[str, Any]) -> Key | None:
 async def run_daemon(
     runtime: Operator, *, namespace: str, name: str, spec: Any, stopped: Any
 ) -> None:
-    """The per-consumer loop: cycle, then sleep until woken, a deadline or the interval."""
+    """The per-consumer loop: cycle, then sleep until woken, a deadline or the interval. It
+    makes the consumer's record (`memories.Memory`) and is its one writer; stopping, it
+    forgets the consumer (`Operator.forget`)."""
     key = (namespace, name)
-    wake = runtime.wakes.setdefault(key, asyncio.Event())
-    memory = runtime.memories.setdefault(key, memories.Memory())
+    memory = runtime.consumers.setdefault(key, memories.Memory())
     runtime.cache.relisting.start()
     retry = 0.0
     stop_waiter = asyncio.ensure_future(stopped.wait())
@@ -189,13 +200,12 @@ async def run_daemon(
             try:
                 parsed = specs.parse_spec(spec)
                 selector = parsed.selector
-                interval = float(parsed.balancing.interval_seconds)
+                memory.interval = float(parsed.balancing.interval_seconds)
             except errors.InvalidInput:
-                interval = float(specs.DEFAULT_INTERVAL_SECONDS)
+                memory.interval = float(specs.DEFAULT_INTERVAL_SECONDS)
             runtime.following.follow(namespace=namespace, name=name, selector=selector)
-            runtime.intervals[key] = interval
-            wake.clear()
-            delay = interval
+            memory.wake.clear()
+            delay = memory.interval
             loop = asyncio.get_running_loop()
             started = loop.time()
             try:
@@ -224,7 +234,7 @@ async def run_daemon(
                 )
                 runtime.metrics.cycles.labels(namespace, name, "ok").inc()
                 retry = 0.0
-                runtime.generations[key] = decision.generation
+                memory.generation = decision.generation
                 if decision.next_in is not None:
                     delay = min(delay, decision.next_in)
             except errors.EventHubBalancerError as e:
@@ -252,15 +262,15 @@ async def run_daemon(
                         "%s/%s: cycle failed (%s), retrying in %.1f s", namespace, name, e, delay
                     )
             # The loop's clock is time.monotonic (running.py's /healthz compares with it).
-            runtime.heartbeats[key] = loop.time()
-            wake_waiter = asyncio.ensure_future(wake.wait())
+            memory.heartbeat = loop.time()
+            wake_waiter = asyncio.ensure_future(memory.wake.wait())
             try:
                 await asyncio.wait(
                     {wake_waiter, stop_waiter}, timeout=delay, return_when=asyncio.FIRST_COMPLETED
                 )
             finally:
                 wake_waiter.cancel()
-            if wake.is_set() and not stopped:
+            if memory.wake.is_set() and not stopped:
                 # A wake-up after a quiet spell runs a cycle at once; those that come sooner
                 # than `DEBOUNCE_SECONDS` after a cycle started are folded into one cycle at
                 # that distance (a rollout's burst of pod changes becomes two cycles, not one
@@ -270,16 +280,7 @@ async def run_daemon(
                     await asyncio.sleep(pause)
     finally:
         stop_waiter.cancel()
-        runtime.wakes.pop(key, None)
-        runtime.heartbeats.pop(key, None)
-        runtime.intervals.pop(key, None)
-        runtime.memories.pop(key, None)
-        runtime.generations.pop(key, None)
-        runtime.following.forget(namespace=namespace, name=name)
-        runtime.metrics.forget(namespace=namespace, consumer=name)
-        runtime.hubs.forget(observing.hub_key(namespace, name))
-        if not runtime.wakes:
-            runtime.cache.relisting.stop()
+        runtime.forget(key)
 
 
 async def _consumer_gone(kube: ports.ApiPort, *, namespace: str, name: str) -> bool:

@@ -51,7 +51,7 @@ async def _start_http(
         stuck = runtime.stuck(now=time.monotonic())
         body = {
             "ready": ready.is_set(),
-            "consumers": len(runtime.heartbeats),
+            "consumers": len(runtime.consumers),
             "cycles": runtime.cycles_run,
             "stuck": [f"{ns}/{name}" for ns, name in stuck],
         }

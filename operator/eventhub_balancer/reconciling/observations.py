@@ -58,6 +58,11 @@ class StoreRead:
     #: an earlier one: weighting "lag" goes on from it while the store cannot be read (a slow
     #: store is no reason to weigh by count and reshuffle); None: never read
     known_sequences: Mapping[str, int] | None = None
+    #: when it was last read successfully (wall seconds); None: never
+    checked_at: float | None = None
+    #: when the blobs that a cycle listed after its writes, for this one, were listed (wall
+    #: seconds); None: none was (`settling.lists_ahead`)
+    ahead_at: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -23,6 +23,10 @@ MAX_BACKOFF_SECONDS = 300.0
 #: How often the checkpoint store is probed when nothing needs its epochs, only so that the
 #: CheckpointStoreReachable condition stays true to the facts (a minute is cheap: one listing).
 CHECKPOINT_PROBE_SECONDS = 60.0
+#: How old a listing of the blobs made ahead (after a cycle that started hand-offs) may be and
+#: still stand for the listing a cycle that gives partitions out makes: a release comes within
+#: this in practice.
+AHEAD_SECONDS = 10.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -64,3 +68,8 @@ def next_probe(checked_at: float | None, backoff: Backoff) -> float:
     """When the store is next read for its condition alone (`probe_due`, past the backoff)."""
     due = -math.inf if checked_at is None else checked_at + CHECKPOINT_PROBE_SECONDS
     return max(backoff.retry_at, due)
+
+
+def ahead_stands(at: float | None, *, wall: float) -> bool:
+    """Whether a listing of the blobs made ahead at ``at`` stands for a read at ``wall``."""
+    return at is not None and 0 <= wall - at <= AHEAD_SECONDS

@@ -19,6 +19,7 @@ from azure.eventhub.aio import EventHubProducerClient
 from eventhub_balancer.adapters import checkpointing, eventhubs, kubeapi
 from eventhub_balancer.contracts import checkpointblobs, specs
 from eventhub_balancer.handlers import checkpointreads, cycles, memories, observing
+from eventhub_balancer.handlers.cache import serving
 from eventhub_balancer_devstack import clusters
 from eventhub_balancer_devstack.azurite import Azurite
 from eventhub_balancer_devstack.kube import LocalKubeAPI
@@ -86,7 +87,7 @@ def store(container: Any, hub: EventHubTarget, owner: str) -> checkpointing.Chec
 
 async def cycle(api: kubeapi.KubeAPI, hubs: eventhubs.EventHubs, memory: memories.Memory) -> None:
     await cycles.run_cycle(
-        kube=api,
+        kube=serving.CachedKube(api),  # no roster: every read goes to the API server
         hubs=hubs,
         namespace=NS,
         name="orders",
@@ -98,11 +99,12 @@ async def cycle(api: kubeapi.KubeAPI, hubs: eventhubs.EventHubs, memory: memorie
 async def read_blobs(api: kubeapi.KubeAPI, hubs: eventhubs.EventHubs) -> dict[str, tuple[int, int]]:
     """{partition: (epoch, sequence number)} as a cycle reads the blobs when it needs them."""
     memory, wall = memories.Memory(), datetime.datetime.now(datetime.UTC).timestamp()
+    view = serving.CachedKube(api)  # no roster: every read goes to the API server
     observation = await observing.observe(
-        kube=api, hubs=hubs, namespace=NS, name="orders", memory=memory, wall=wall
+        kube=view, hubs=hubs, namespace=NS, name="orders", memory=memory, wall=wall
     )
-    store = await checkpointreads.read_store(
-        kube=api, hubs=hubs, observation=observation, memory=memory, wall=wall, needed=True
+    store, _pacing = await checkpointreads.read_store(
+        kube=view, hubs=hubs, observation=observation, store=memory.store, wall=wall, needed=True
     )
     assert store is not None
     assert store.checkpoints is not None
