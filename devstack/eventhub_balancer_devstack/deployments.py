@@ -44,8 +44,8 @@ class LocalImage:
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
-def _readiness(container: Mapping[str, Any]) -> tuple[str, int]:
-    """The readiness probe's path and the container port it probes."""
+def _readiness(container: Mapping[str, Any]) -> tuple[str, int, str]:
+    """The readiness probe's path, the container port it probes, and its scheme."""
     probe = (container.get("readinessProbe") or {}).get("httpGet")
     if not probe:
         raise UnrunnableSpec("containers[0].readinessProbe: an httpGet probe is needed")
@@ -55,7 +55,12 @@ def _readiness(container: Mapping[str, Any]) -> tuple[str, int]:
         if port not in named:
             raise UnrunnableSpec(f"readinessProbe.httpGet.port: no container port named {port}")
         port = named[port]
-    return str(probe.get("path") or "/"), int(port)
+    scheme = str(probe.get("scheme") or "HTTP").lower()
+    if scheme not in ("http", "https"):
+        raise UnrunnableSpec(
+            f"readinessProbe.httpGet.scheme: {probe.get('scheme')} is not HTTP or HTTPS"
+        )
+    return str(probe.get("path") or "/"), int(port), scheme
 
 
 def _environment(
@@ -115,7 +120,7 @@ def pod_template(
     if container.get("command"):
         raise UnrunnableSpec("containers[0].command: the image's entry point is what runs here")
     args = [str(a) for a in container.get("args") or []]
-    path, container_port = _readiness(container)
+    path, container_port, scheme = _readiness(container)
     values, downward = _environment(container, secret_value)
 
     def command(name: str, port: int) -> list[str]:
@@ -129,6 +134,7 @@ def pod_template(
         env={**image.env, **node_env, **values},
         downward=downward,
         readiness_path=path,
+        readiness_scheme=scheme,
         termination_grace_s=float(spec.get("terminationGracePeriodSeconds", 30)),
         log_dir=log_dir,
     )

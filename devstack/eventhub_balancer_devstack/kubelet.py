@@ -25,8 +25,6 @@ import signal
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,6 +33,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from eventhub_balancer import runners
+from eventhub_balancer_devstack import podprocesses
 from eventhub_balancer_devstack.podprocesses import DOWNWARD_FIELDS as DOWNWARD_FIELDS
 from eventhub_balancer_devstack.podprocesses import PodTemplate as PodTemplate
 from eventhub_balancer_devstack.podprocesses import free_port as free_port
@@ -307,12 +306,7 @@ class LocalKubelet:
     def _probe(self, pod: _Pod) -> bool:
         if pod.process.poll() is not None:
             return False
-        url = f"http://127.0.0.1:{pod.port}{self._template.readiness_path}"
-        try:
-            with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_S) as response:
-                return 200 <= int(response.status) < 300
-        except (urllib.error.URLError, OSError, ValueError):
-            return False
+        return podprocesses.probe(self._template, pod.port, timeout=PROBE_TIMEOUT_S)
 
     async def _probe_loop(self) -> None:
         # The probes and API calls block: this loop's thread is theirs alone, and stop()

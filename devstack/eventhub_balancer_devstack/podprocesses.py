@@ -10,7 +10,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+import ssl
 import subprocess
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,6 +46,8 @@ class PodTemplate:
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
     downward: Mapping[str, str] = dataclasses.field(default_factory=dict)
     readiness_path: str = "/readyz"
+    #: ``https`` probes as a kubelet does: TLS, with the certificate not verified.
+    readiness_scheme: str = "http"
     termination_grace_s: float = 30.0
     log_dir: Path | None = None
 
@@ -65,3 +70,19 @@ def spawn(
     if out is not subprocess.DEVNULL:
         out.close()
     return process
+
+
+def probe(template: PodTemplate, port: int, *, timeout: float) -> bool:
+    """The readiness probe: a 2xx from ``readiness_path`` on ``port`` within ``timeout``."""
+    url = f"{template.readiness_scheme}://127.0.0.1:{port}{template.readiness_path}"
+    context = None
+    if template.readiness_scheme == "https":
+        # As a kubelet's HTTPS probe: encrypted, the serving certificate not checked.
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as response:
+            return 200 <= int(response.status) < 300
+    except (urllib.error.URLError, OSError, ValueError):
+        return False

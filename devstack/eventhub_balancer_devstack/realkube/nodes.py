@@ -29,8 +29,6 @@ import signal
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -501,12 +499,7 @@ class LocalNode:
     def _probe(self, pod: _Pod) -> bool:
         if pod.process.poll() is not None:
             return False
-        url = f"http://127.0.0.1:{pod.port}{pod.template.readiness_path}"
-        try:
-            with urllib.request.urlopen(url, timeout=PROBE_TIMEOUT_S) as response:
-                return 200 <= int(response.status) < 300
-        except (urllib.error.URLError, OSError, ValueError):
-            return False
+        return podprocesses.probe(pod.template, pod.port, timeout=PROBE_TIMEOUT_S)
 
     def _check(self, pod: _Pod) -> None:
         if pod.process.poll() is not None:
