@@ -56,3 +56,19 @@ def test_a_host_bound_to_two_namespaces_is_refused() -> None:
                 "b=x.blob.core.windows.net",
             )
         )
+
+
+def test_metrics_are_https_behind_reviews_unless_plain_on_loopback() -> None:
+    class NoReviews:
+        """Never asked here: only the options are built."""
+
+    secure = operator_cmd.serving_options(parsed(), reviews=NoReviews())  # type: ignore[arg-type]
+    assert (secure.metrics_host, secure.metrics_port) == ("0.0.0.0", 8443)
+    assert secure.metrics_tls is not None
+    assert len(secure.metrics_middlewares) == 1
+    with pytest.raises(errors.InvalidInput, match=r"give --metrics-host 127\.0\.0\.1"):
+        operator_cmd.serving_options(parsed("--metrics-insecure"), reviews=None)
+    plain = operator_cmd.serving_options(
+        parsed("--metrics-insecure", "--metrics-host", "127.0.0.1"), reviews=None
+    )
+    assert (plain.metrics_tls, tuple(plain.metrics_middlewares)) == (None, ())

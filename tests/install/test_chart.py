@@ -35,7 +35,13 @@ def aggregated(body: dict[str, Any]) -> bool:
 
 
 def operator_cluster_roles(docs: tuple[loading.Document, ...]) -> list[dict[str, Any]]:
-    return [d for d in by_kind(docs, "ClusterRole") if not aggregated(d)]
+    """The operator's own ClusterRole (not the users' aggregated ones, nor the tenant and
+    metrics-reader roles that are bound elsewhere)."""
+    return [
+        d
+        for d in by_kind(docs, "ClusterRole")
+        if not aggregated(d) and not d["metadata"]["name"].endswith(("-tenant", "-metrics-reader"))
+    ]
 
 
 def operator_args(docs: tuple[loading.Document, ...]) -> list[str]:
@@ -130,7 +136,7 @@ def test_default_install_is_cluster_wide_and_standalone() -> None:
         "operator",
         "--all-namespaces",
         "--standalone",
-        "--metrics-port=8080",
+        "--metrics-port=8443",
         "--allowed-eventhub-suffix=.servicebus.windows.net",
         "--allowed-blob-suffix=.blob.core.windows.net",
     ]
@@ -139,6 +145,9 @@ def test_default_install_is_cluster_wide_and_standalone() -> None:
     resources = {r for rule in cluster_role["rules"] for r in rule["resources"]}
     assert "namespaces" not in resources  # kopf lists namespaces only for glob patterns
     assert "eventhubconsumers" in resources
+    # No Secret and no token anywhere until a namespace opts in (tenantNamespaces).
+    assert not {"secrets", "serviceaccounts", "serviceaccounts/token"} & resources
+    assert by_kind(docs, "RoleBinding") == []
     assert not by_kind(docs, "ClusterKopfPeering") + by_kind(docs, "KopfPeering")
     (deployment,) = by_kind(docs, "Deployment")
     assert deployment["spec"]["replicas"] == 1
@@ -156,15 +165,19 @@ def test_namespaced_install_grants_only_in_the_watched_namespaces() -> None:
     roles = by_kind(docs, "Role")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["billing", "shop"]
     bindings = by_kind(docs, "RoleBinding")
-    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["billing", "shop"]
-    # Cluster-wide, only what kopf needs to discover its resources.
+    # The Role, and the tenant ClusterRole (Secrets, tokens): the watched namespaces opted in.
+    assert sorted((b["metadata"]["namespace"], b["roleRef"]["kind"]) for b in bindings) == [
+        ("billing", "ClusterRole"),
+        ("billing", "Role"),
+        ("shop", "ClusterRole"),
+        ("shop", "Role"),
+    ]
+    # Cluster-wide, only what kopf needs to discover its resources and the metrics' reviews.
     (cluster_role,) = operator_cluster_roles(docs)
-    assert cluster_role["rules"] == [
-        {
-            "apiGroups": ["apiextensions.k8s.io"],
-            "resources": ["customresourcedefinitions"],
-            "verbs": ["list", "watch"],
-        }
+    assert [(r["resources"], r["verbs"]) for r in cluster_role["rules"]] == [
+        (["customresourcedefinitions"], ["list", "watch"]),
+        (["tokenreviews"], ["create"]),
+        (["subjectaccessreviews"], ["create"]),
     ]
 
 

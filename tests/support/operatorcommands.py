@@ -10,9 +10,10 @@ to no namespace, no binding, the public cloud's endpoints (plus what the flags a
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
-from eventhub_balancer.adapters import kubeapi
+from eventhub_balancer.adapters import accessreviews, kubeapi
 from eventhub_balancer.cli import operator_cmd
 from eventhub_balancer.handlers import running
 
@@ -23,14 +24,43 @@ def parse(*flags: str) -> argparse.Namespace:
     return parser.parse_args(list(flags))
 
 
-def start(kubeconfig: Path, *flags: str) -> running.OperatorThread:
-    """``ehb operator FLAGS`` on the API server of ``kubeconfig``, with metrics on a free port
-    of loopback unless the flags say otherwise."""
-    args = parse("--metrics-host=127.0.0.1", "--metrics-port=0", *flags)
-    options = operator_cmd.serving_options(args)
+@dataclasses.dataclass(frozen=True)
+class StartedOperator:
+    """A running ``ehb operator`` and the clients it was given."""
+
+    thread: running.OperatorThread
+    api: kubeapi.KubeAPI
+    reviews: accessreviews.AccessReviews | None
+
+    @property
+    def metrics_port(self) -> int | None:
+        return self.thread.metrics_port
+
+    def stop(self) -> None:
+        try:
+            self.thread.stop()
+        finally:
+            if self.reviews is not None:
+                self.reviews.close()
+            self.api.close()
+
+
+def start(kubeconfig: Path, *flags: str, secure_metrics: bool = False) -> StartedOperator:
+    """``ehb operator FLAGS`` on the API server of ``kubeconfig``, its metrics on a free port
+    of loopback: plain HTTP unless ``secure_metrics`` (HTTPS, TokenReview and
+    SubjectAccessReview, as installed)."""
+    defaults = ["--metrics-host=127.0.0.1", "--metrics-port=0"]
+    if not secure_metrics:
+        defaults.append("--metrics-insecure")
+    args = parse(*defaults, *flags)
     api = kubeapi.KubeAPI.from_environment(str(kubeconfig))
+    reviews = accessreviews.AccessReviews(api.configuration) if secure_metrics else None
     try:
-        return running.OperatorThread(operator_cmd.operator_runtime(args, api), options).start()
+        options = operator_cmd.serving_options(args, reviews=reviews)
+        thread = running.OperatorThread(operator_cmd.operator_runtime(args, api), options)
+        return StartedOperator(thread=thread.start(), api=api, reviews=reviews)
     except BaseException:
+        if reviews is not None:
+            reviews.close()
         api.close()
         raise

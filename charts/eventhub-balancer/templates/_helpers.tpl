@@ -108,21 +108,33 @@ goes into the ClusterRole (cluster-wide) or into one Role per watched namespace.
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
-# Connection strings referenced by EventHubConsumers, read by name: never listed or watched.
+{{- end }}
+
+{{/*
+What the operator needs in a tenant's namespace, bound there only (eventhub-balancer.tenantNamespaces):
+the connection strings its EventHubConsumers name (read by name, never listed or watched), and
+for spec.serviceAccountName the ServiceAccount's client-id annotation (read by name) and a
+short-lived token of it (audience api://AzureADTokenExchange, which only Microsoft Entra ID
+accepts; the admission policies narrow it further).
+*/}}
+{{- define "eventhub-balancer.tenantRules" -}}
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get]
-# spec.serviceAccountName: the operator acts as that ServiceAccount of the consumer's own
-# namespace towards Azure. It reads the ServiceAccount's azure.workload.identity/client-id
-# annotation (by name: never listed or watched; a TokenRequest's answer carries no
-# annotations) and requests a short-lived token for it with the audience
-# api://AzureADTokenExchange, which only Microsoft Entra ID accepts.
 - apiGroups: [""]
   resources: [serviceaccounts]
   verbs: [get]
 - apiGroups: [""]
   resources: [serviceaccounts/token]
   verbs: [create]
+{{- end }}
+
+{{/*
+The namespaces that opted in to the tenant rules: tenantNamespaces, else (namespaced install)
+the watched namespaces. Cluster-wide with no tenantNamespaces: none.
+*/}}
+{{- define "eventhub-balancer.tenantNamespaces" -}}
+{{- toJson (.Values.tenantNamespaces | default .Values.watchNamespaces) }}
 {{- end }}
 
 {{/*

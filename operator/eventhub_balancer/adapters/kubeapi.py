@@ -127,6 +127,11 @@ class KubeAPI:
                 ) from e
         return cls(configuration)
 
+    @property
+    def configuration(self) -> kubernetes.client.Configuration:
+        """How this client reaches the API server (another client of the same identity)."""
+        return self._configuration
+
     def connection_info(self) -> ConnectionInfo:
         c = self._configuration
         header = c.api_key.get("authorization") or c.api_key.get("BearerToken")
@@ -298,6 +303,14 @@ class KubeAPI:
         except errors.NotFound as e:
             raise errors.SecretNotFound(
                 namespace=namespace, name=name, key=key, missing_key=False
+            ) from e
+        except errors.Forbidden as e:
+            # The install grants Secrets only in namespaces that opted in (docs/install.md).
+            raise errors.Forbidden(
+                f"Secret {namespace}/{name}: reading it is forbidden (403); the operator reads "
+                f"Secrets only in namespaces that opted in: bind the ClusterRole "
+                f"eventhub-balancer-tenant to it in {namespace} (chart value "
+                "tenantNamespaces, or kubectl create rolebinding as docs/install.md shows)"
             ) from e
         data = secret.get("data") or {}
         string_data = secret.get("stringData") or {}

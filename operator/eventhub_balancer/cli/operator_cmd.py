@@ -1,4 +1,9 @@
-"""``ehb operator``: run the operator (kopf) with its metrics and liveness endpoint."""
+"""``ehb operator``: run the operator (kopf) with its metrics and liveness endpoint.
+
+The metrics name every tenant's consumers, pods and backlogs, so by default they are served
+over HTTPS to callers the cluster's RBAC allows ``get`` on ``/metrics`` (TokenReview and
+SubjectAccessReview, `adapters.metricsaccess`); plain HTTP only on loopback, behind a proxy.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from eventhub_balancer.contracts import endpoints
 from eventhub_balancer.reconciling import conflicts
 
 if TYPE_CHECKING:
-    from eventhub_balancer.adapters import eventhubs, kubeapi
+    from eventhub_balancer.adapters import accessreviews, eventhubs, kubeapi
     from eventhub_balancer.handlers import registering, running
 
 COMMAND = ("operator",)
@@ -47,13 +52,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="peering priority (default: random, so replicas never tie and freeze)",
     )
-    parser.add_argument(
+    metrics = parser.add_argument_group(
+        "metrics and liveness (/metrics for whom RBAC allows get on it, /healthz for probes)"
+    )
+    metrics.add_argument(
         "--metrics-port",
         type=int,
-        default=8080,
-        help="port of /metrics and /healthz (0: any free port)",
+        default=8443,
+        help="port of /metrics and /healthz (0: any free port; default 8443)",
     )
-    parser.add_argument("--metrics-host", default="0.0.0.0", help="address to serve metrics on")
+    metrics.add_argument("--metrics-host", default="0.0.0.0", help="address to serve them on")
+    metrics.add_argument(
+        "--metrics-cert-dir",
+        default=None,
+        metavar="DIR",
+        help="tls.crt and tls.key for the metrics port (default: a self-signed certificate)",
+    )
+    metrics.add_argument(
+        "--metrics-insecure",
+        action="store_true",
+        help="plain HTTP and no TokenReview/SubjectAccessReview: only on a loopback "
+        "--metrics-host, behind an authenticating proxy (or the local stack)",
+    )
     parser.add_argument(
         "--kubeconfig", default=None, help="kubeconfig (default: in-cluster or $KUBECONFIG)"
     )
@@ -164,15 +184,40 @@ def operator_runtime(args: argparse.Namespace, api: kubeapi.KubeAPI) -> register
     )
 
 
-def serving_options(args: argparse.Namespace) -> running.Options:
-    """What the operator serves and where its metrics and liveness listen, from the flags."""
+def serving_options(
+    args: argparse.Namespace, *, reviews: accessreviews.AccessReviews | None
+) -> running.Options:
+    """What the operator serves, and where and to whom its metrics and liveness listen.
+
+    ``reviews`` (None only with ``--metrics-insecure``) answers who may read /metrics."""
+    import ipaddress
+
     from eventhub_balancer import errors
+    from eventhub_balancer.adapters import metricsaccess
     from eventhub_balancer.handlers import running
 
     if not args.namespace and not args.all_namespaces:
         raise errors.InvalidInput(
             "--namespace", "give --namespace NS (repeatable) or --all-namespaces"
         )
+    middlewares = []
+    tls = None
+    if args.metrics_insecure:
+        try:
+            loopback = ipaddress.ip_address(args.metrics_host).is_loopback
+        except ValueError:
+            loopback = args.metrics_host == "localhost"
+        if not loopback:
+            raise errors.InvalidInput(
+                "--metrics-insecure",
+                f"serves every tenant's metrics to anyone who reaches {args.metrics_host}: "
+                "give --metrics-host 127.0.0.1 and an authenticating proxy in front, or drop "
+                "the flag (HTTPS, TokenReview and SubjectAccessReview)",
+            )
+    else:
+        assert reviews is not None, "the secure metrics port needs the access reviews"
+        middlewares.append(metricsaccess.guard(reviews))
+        tls = metricsaccess.server_context(args.metrics_cert_dir)
     return running.Options(
         namespaces=tuple(args.namespace),
         clusterwide=bool(args.all_namespaces),
@@ -181,19 +226,24 @@ def serving_options(args: argparse.Namespace) -> running.Options:
         priority=args.priority if args.priority is not None else random.randint(1, 2**31 - 1),
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port,
+        metrics_middlewares=tuple(middlewares),
+        metrics_tls=tls,
     )
 
 
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from eventhub_balancer.adapters import kubeapi
+    from eventhub_balancer.adapters import accessreviews, kubeapi
     from eventhub_balancer.handlers import running
 
-    options = serving_options(args)
     api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
+    reviews = None if args.metrics_insecure else accessreviews.AccessReviews(api.configuration)
     try:
+        options = serving_options(args, reviews=reviews)
         asyncio.run(running.serve(operator_runtime(args, api), options))
     finally:
+        if reviews is not None:
+            reviews.close()
         api.close()
     return 0

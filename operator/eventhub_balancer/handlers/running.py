@@ -14,9 +14,11 @@ import concurrent.futures
 import dataclasses
 import json
 import logging
+import ssl
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
+from typing import Any
 
 import kopf
 from aiohttp import web
@@ -36,10 +38,14 @@ class Options:
     priority: int = 0
     metrics_host: str = "0.0.0.0"
     metrics_port: int | None = 8080  # None: no endpoint; 0: any free port
+    #: aiohttp middlewares in front of the endpoint (``ehb operator``: who may read /metrics)
+    metrics_middlewares: Sequence[Any] = ()
+    #: TLS for the endpoint; None: plain HTTP
+    metrics_tls: ssl.SSLContext | None = None
 
 
 async def _start_http(
-    runtime: registering.Operator, ready: asyncio.Event, *, host: str, port: int
+    runtime: registering.Operator, ready: asyncio.Event, options: Options, *, port: int
 ) -> tuple[web.AppRunner, int]:
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(
@@ -58,12 +64,12 @@ async def _start_http(
         status = 200 if ready.is_set() and not stuck else 503
         return web.Response(status=status, text=json.dumps(body), content_type="application/json")
 
-    app = web.Application()
+    app = web.Application(middlewares=list(options.metrics_middlewares))
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.TCPSite(runner, options.metrics_host, port, ssl_context=options.metrics_tls)
     await site.start()
     sockets = getattr(site._server, "sockets", None) or []
     bound = sockets[0].getsockname()[1] if sockets else port
@@ -91,13 +97,14 @@ async def serve(
     kopf_ready = asyncio.Event()
     runner: web.AppRunner | None = None
     if options.metrics_port is not None:
-        runner, port = await _start_http(
-            runtime, kopf_ready, host=options.metrics_host, port=options.metrics_port
-        )
+        runner, port = await _start_http(runtime, kopf_ready, options, port=options.metrics_port)
         if bound_port is not None:
             bound_port.append(port)
         logger.info(
-            "metrics and liveness on %s:%d (/metrics, /healthz)", options.metrics_host, port
+            "metrics and liveness on %s://%s:%d (/metrics, /healthz)",
+            "https" if options.metrics_tls is not None else "http",
+            options.metrics_host,
+            port,
         )
 
     async def watch_ready() -> None:

@@ -3,7 +3,7 @@
 End to end: the real ``ehb operator`` (the install's defaults) serves two tenants on the local
 Kubernetes API; tenant A's hub
 is the local Event Hubs emulator, the dead letters and checkpoints live in Azurite, and the
-admin's own identity is a fake managed-identity endpoint (`identityendpoints.TokenEndpoint`,
+admin's own identity is a fake managed-identity endpoint (fixture ``managed_identity``,
 reached by ``DefaultAzureCredential`` through ``IDENTITY_ENDPOINT``) that records every token
 asked of it. Tenant B writes CRs naming A's hub and A's checkpoint account; an admin runs
 ``ehb deadletters replay`` and ``ehb checkpoints reset | import | export | list`` on them. The
@@ -34,7 +34,6 @@ from eventhub_balancer.adapters import (
     deliveries,
     tenantidentities,
 )
-from eventhub_balancer.cli import actingidentities
 from eventhub_balancer_devstack import azurite as azurite_launcher
 from eventhub_balancer_devstack import clusters
 from tests.support import identityendpoints, operatorcommands
@@ -49,63 +48,6 @@ A_ACCOUNT = "tenanta.blob.core.windows.net"
 A_HUB = "small"
 B_CLIENT = "bbbbbbbb-0000-0000-0000-000000000001"
 B_TENANT = "11111111-2222-3333-4444-555555555555"
-
-
-@pytest.fixture
-def admin(monkeypatch: pytest.MonkeyPatch) -> Iterator[identityendpoints.TokenEndpoint]:
-    """The admin's own identity: a managed-identity endpoint that ``DefaultAzureCredential``
-    finds in the environment. Nothing else of the admin's environment leaks in, and whatever
-    is dialled beyond loopback goes to a closed port."""
-    # It records who asks and refuses: a test needs to know only whether it was asked.
-    endpoint = identityendpoints.TokenEndpoint(token="admin-token", refuse=True)
-    for name in (
-        "AZURE_CLIENT_ID",
-        "AZURE_TENANT_ID",
-        "AZURE_CLIENT_SECRET",
-        "AZURE_FEDERATED_TOKEN_FILE",
-        "AZURE_AUTHORITY_HOST",
-        "MSI_ENDPOINT",
-        "IMDS_ENDPOINT",
-        "EHB_ALLOWED_EVENTHUB_SUFFIXES",
-        "EHB_ALLOWED_BLOB_SUFFIXES",
-        "EHB_ALLOW_DEVELOPMENT_ENDPOINTS",
-        "EHB_BLOB_CONNECTION_STRING",
-        "EHB_EVENTHUB_CONNECTION_STRING",
-        actingidentities.ENV_LOCATION_BINDINGS,
-    ):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("IDENTITY_ENDPOINT", f"{endpoint.url}/msi/token")
-    monkeypatch.setenv("IDENTITY_HEADER", "admin-secret")
-    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    try:
-        yield endpoint
-    finally:
-        endpoint.close()
-
-
-@pytest.fixture
-def entra(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[identityendpoints.TokenEndpoint]:
-    """Microsoft Entra ID's token endpoint, behind TLS on loopback, for the exchange of a
-    ServiceAccount's token."""
-    certificate = identityendpoints.self_signed(tmp_path)
-    endpoint = identityendpoints.TokenEndpoint(
-        token="tenant-b-token", certificate=certificate, refuse=True
-    )
-    monkeypatch.setenv("AZURE_AUTHORITY_HOST", endpoint.url)
-
-    def trusting(api: Any) -> tenantidentities.TenantIdentities:
-        return tenantidentities.TenantIdentities(
-            api, credential_options={"connection_verify": str(certificate[0])}
-        )
-
-    monkeypatch.setattr(actingidentities, "tenant_identities", trusting)
-    try:
-        yield endpoint
-    finally:
-        endpoint.close()
 
 
 @pytest.fixture
@@ -230,7 +172,7 @@ def ehb(capsys: pytest.CaptureFixture[str], stack: Stack, *argv: str) -> tuple[i
 def test_replay_refuses_the_admins_identity_for_a_cr_naming_another_tenants_hub(
     serving: Stack,
     azurite: azurite_launcher.Azurite,
-    admin: identityendpoints.TokenEndpoint,
+    managed_identity: identityendpoints.TokenEndpoint,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     stack = serving
@@ -242,14 +184,14 @@ def test_replay_refuses_the_admins_identity_for_a_cr_naming_another_tenants_hub(
     assert status == 1
     assert "declares workload identity for the Event Hub without spec.serviceAccountName" in err
     assert f"--use-my-identity --bind-location {B}={A_NAMESPACE}" in err
-    assert admin.asked == [], "the admin's identity was asked for a token"
+    assert managed_identity.asked == [], "the admin's identity was asked for a token"
     # With the flag but no binding: still refused, naming the binding.
     status, err = ehb(
         capsys, stack, "deadletters", "replay", "mirror", "--all", "--to-hub", "--use-my-identity"
     )
     assert status == 1
     assert f"{A_NAMESPACE}, which is bound to no namespace" in err
-    assert admin.asked == []
+    assert managed_identity.asked == []
     # A binding of A's host to A's namespace (the operator's) does not lend it to B either.
     status, err = ehb(
         capsys,
@@ -265,7 +207,7 @@ def test_replay_refuses_the_admins_identity_for_a_cr_naming_another_tenants_hub(
     )
     assert status == 1
     assert "is bound to another namespace" in err
-    assert admin.asked == []
+    assert managed_identity.asked == []
     assert hub_counts(stack) == before
     status, err = ehb(capsys, stack, "deadletters", "list", "mirror", "--json")
     assert status == 0, err
@@ -274,7 +216,7 @@ def test_replay_refuses_the_admins_identity_for_a_cr_naming_another_tenants_hub(
 def test_replay_refuses_the_admins_own_connection_string_for_another_tenants_hub(
     operator_stack: Stack,
     azurite: azurite_launcher.Azurite,
-    admin: identityendpoints.TokenEndpoint,
+    managed_identity: identityendpoints.TokenEndpoint,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -308,7 +250,7 @@ def test_replay_refuses_the_admins_own_connection_string_for_another_tenants_hub
     )
     assert status == 0, err
     assert sum(hub_counts(stack).values()) == sum(before.values()) + 1
-    assert admin.asked == []
+    assert managed_identity.asked == []
 
 
 def ehb_out(capsys: pytest.CaptureFixture[str], stack: Stack, *argv: str) -> str:
@@ -358,7 +300,7 @@ def checkpoint_commands(tmp_path: Path) -> dict[str, list[str]]:
 def test_checkpoint_commands_never_act_on_another_tenants_account_as_the_admin(
     serving: Stack,
     azurite: azurite_launcher.Azurite,
-    admin: identityendpoints.TokenEndpoint,
+    managed_identity: identityendpoints.TokenEndpoint,
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
 ) -> None:
@@ -376,7 +318,7 @@ def test_checkpoint_commands_never_act_on_another_tenants_account_as_the_admin(
         assert "declares workload identity for the checkpoint store" in err, command
         assert f"--use-my-identity --bind-location {B}={A_ACCOUNT}" in err, command
         assert "spec.serviceAccountName" in err, command
-    assert admin.asked == [], "the admin's identity was asked for a token"
+    assert managed_identity.asked == [], "the admin's identity was asked for a token"
     # Named by flag, for a host bound to B's namespace, the admin's own identity is used: the
     # endpoint sees it.
     status, err = ehb(
@@ -390,13 +332,15 @@ def test_checkpoint_commands_never_act_on_another_tenants_account_as_the_admin(
         f"{B}={A_ACCOUNT}",
     )
     assert status == 1
-    assert [a.query.get("resource") for a in admin.asked] == ["https://storage.azure.com"]
+    assert [a.query.get("resource") for a in managed_identity.asked] == [
+        "https://storage.azure.com"
+    ]
 
 
 def test_a_cr_with_a_service_account_is_read_as_that_service_account(
     operator_stack: Stack,
-    admin: identityendpoints.TokenEndpoint,
-    entra: identityendpoints.TokenEndpoint,
+    managed_identity: identityendpoints.TokenEndpoint,
+    entra_endpoint: identityendpoints.TokenEndpoint,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     stack = operator_stack
@@ -417,8 +361,8 @@ def test_a_cr_with_a_service_account_is_read_as_that_service_account(
     mirror_of_checkpoints(stack, serviceAccountName="mirror-reader")
     status, _ = ehb(capsys, stack, "checkpoints", "export", "mirror")
     assert status == 1  # the fake endpoint refuses: only who asked counts
-    assert admin.asked == []
-    (asked,) = entra.asked
+    assert managed_identity.asked == []
+    (asked,) = entra_endpoint.asked
     assert asked.path == f"/{B_TENANT}/oauth2/v2.0/token"
     assert asked.form["client_id"] == B_CLIENT
     payload = asked.form["client_assertion"].split(".")[1]
@@ -435,4 +379,4 @@ def test_a_cr_with_a_service_account_is_read_as_that_service_account(
     status, err = ehb(capsys, stack, "checkpoints", "export", "mirror")
     assert status == 1
     assert "has not opted in to lending its identity" in err
-    assert len(entra.asked) == 1
+    assert len(entra_endpoint.asked) == 1

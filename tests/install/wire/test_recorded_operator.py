@@ -22,6 +22,7 @@ from eventhub_balancer.adapters import tenantidentities
 from eventhub_balancer.contracts import specs
 from eventhub_balancer_devstack import clusters
 from eventhub_balancer_devstack.kube import kubeconfigs
+from tests.install import test_rbac_manifests
 from tests.support import loading
 from tests.support.fixtures.operator import ConsumerDouble, Stack, wait_for
 from tests.support.rbac.authorizing import Authorizer, Subject
@@ -34,6 +35,8 @@ OPERATOR = Subject.service_account("eventhub-balancer-system", "eventhub-balance
 #: then); and the CR is read directly (not from the watch cache) only after a cycle's NotFound,
 #: to tell whether the CR itself is gone.
 NOT_REACHED = {("delete", "configmaps"), ("get", "configmaps"), ("get", "eventhubconsumers")}
+#: The metrics' reviews are made only when someone scrapes /metrics (test_metrics_access.py).
+NOT_REACHED |= {("create", "tokenreviews"), ("create", "subjectaccessreviews")}
 CHART_OPERATOR = Subject.service_account(loading.RELEASE_NAMESPACE, "ehb-eventhub-balancer")
 #: Where the tenant's token exchange goes: a closed port on loopback, so that it fails at once
 #: and nothing leaves the machine (the exchange itself is tests/adapters/wire/
@@ -137,8 +140,23 @@ def test_operator_calls_are_allowed_by_its_roles(
 
     requests = proxy.requests
     assert requests, "the operator made no request through the proxy"
-    install = Authorizer(d.body for d in loading.file_documents(loading.MANIFESTS_DIR / "install"))
-    chart = Authorizer(d.body for d in loading.rendered(None))
+    # The consumers' namespace opted in, as docs/install.md shows: its Secrets and tokens.
+    install = Authorizer(
+        [
+            *(d.body for d in loading.file_documents(loading.MANIFESTS_DIR / "install")),
+            test_rbac_manifests.tenant_opt_in(
+                ns, role="eventhub-balancer-tenant", account=test_rbac_manifests.INSTALL_OPERATOR
+            ),
+        ]
+    )
+    chart = Authorizer(
+        [
+            *(d.body for d in loading.rendered(None)),
+            test_rbac_manifests.tenant_opt_in(
+                ns, role="ehb-eventhub-balancer-tenant", account=test_rbac_manifests.CHART_OPERATOR
+            ),
+        ]
+    )
     assert [r.describe() for r in install.denied(OPERATOR, requests)] == []
     assert [r.describe() for r in chart.denied(CHART_OPERATOR, requests)] == []
     unused = {(a.verb, a.resource) for a in install.unexercised(OPERATOR, requests)}

@@ -26,6 +26,8 @@ class Request:
     old_object: Mapping[str, Any] | None
     #: The request's namespace (the object's), as ``request.namespace``.
     namespace: str = ""
+    #: The name in the request's path, as ``request.name`` (a subresource's parent's).
+    name: str = ""
 
 
 class Policy:
@@ -52,8 +54,9 @@ class Policy:
                 return True
         return False
 
-    def denials(self, request: Request) -> list[str]:
-        """The messages of the validations that fail (empty: admitted)."""
+    def denials(self, request: Request, params: Mapping[str, Any] | None = None) -> list[str]:
+        """The messages of the validations that fail (empty: admitted), for one param object
+        (``params``; a binding with a selector runs the policy once per param)."""
         if not self.matches_operation(request) or not self.matches_labels(request):
             return []
         activation: dict[str, Any] = {
@@ -61,6 +64,7 @@ class Policy:
                 {
                     "operation": request.operation,
                     "namespace": request.namespace,
+                    "name": request.name,
                     "userInfo": {"username": request.username, "extra": dict(request.extra)},
                 }
             ),
@@ -68,6 +72,7 @@ class Policy:
             "oldObject": (
                 celpy.json_to_cel(request.old_object) if request.old_object is not None else None
             ),
+            "params": celpy.json_to_cel(params) if params is not None else None,
         }
         for condition in self.spec.get("matchConditions") or []:
             if not bool(self._evaluate(condition["expression"], activation)):
@@ -84,8 +89,14 @@ class Policy:
             except celpy.CELEvalError:
                 ok = False  # an evaluation error denies (failurePolicy: Fail)
             if not ok:
-                failed.append(str(validation["message"]))
+                failed.append(self._message(validation, activation))
         return failed
+
+    def _message(self, validation: Mapping[str, Any], activation: dict[str, Any]) -> str:
+        expression = validation.get("messageExpression")
+        if expression is None:
+            return str(validation["message"])
+        return str(self._evaluate(expression, activation))
 
 
 def _map(values: Mapping[str, Any]) -> Any:
