@@ -29,81 +29,33 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Mapping, Sequence
-from typing import Any
 
 from eventhub_balancer.balancing import models, planning
 from eventhub_balancer.contracts import bounds, podstates, specs
-from eventhub_balancer.contracts import conditions as conditiontypes
 from eventhub_balancer.reconciling import (
     carries,
     conditions,
     conflicts,
     coordinates,
     deadlines,
+    decisions,
     fleets,
     kubeevents,
     metrics,
     observations,
     pausing,
-    progress,
     readbacks,
+    refusals,
     reports,
     statuses,
-    writes,
 )
 
 #: The soonest a cycle comes back for a deadline (`deadlines.MIN_NEXT_IN`).
 MIN_NEXT_IN = deadlines.MIN_NEXT_IN
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Decision:
-    """Everything a cycle writes, and what it still has to read before it is final."""
-
-    generation: int
-    #: the pods this consumer concerns (matched, or named by a ConfigMap): their events wake it
-    pods: frozenset[str] = frozenset()
-    #: list the pods afresh, then decide again: the record or a ConfigMap names a pod that
-    #: the pods as read lack and that is not known to be gone (`readbacks.unconfirmed`);
-    #: such a decision writes nothing
-    needs_pods: bool = False
-    #: read the checkpoint blobs (and with weighting "lag" the last sequence numbers), then
-    #: decide again: a partition gets a new owner, or the plan weighs by lag
-    needs_checkpoints: bool = False
-    needs_last_sequences: bool = False
-    #: status.epochs to write before anything else; None: no epoch goes up
-    epochs: Mapping[str, int] | None = None
-    #: status.assignment (the operator's record), written together with ``epochs``: a cycle
-    #: that fails after that write (a ConfigMap conflict with a pod's acknowledgement) leaves
-    #: a record that agrees with the epochs, so the next cycle carries it on instead of taking
-    #: every partition it gave out over once more
-    record: Sequence[Mapping[str, Any]] | None = None
-    writes: writes.Writes = dataclasses.field(default_factory=writes.Writes)
-    #: the merge patch of the status after the epochs (top-level fields); empty: no write
-    status: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    events: tuple[kubeevents.KubeEvent, ...] = ()
-    #: the Events as the API takes them, in the order of ``events``
-    event_bodies: tuple[Mapping[str, Any], ...] = ()
-    #: the partitions planned over (listed, or the last known, or those assigned)
-    partitions: tuple[models.PartitionId, ...] = ()
-    moves: tuple[models.Move, ...] = ()
-    balanced: bool = False
-    #: a partition waits for its owner's release (revoked, or its pod terminating): the
-    #: cycle its release wakes gives it out and reads the blobs for it (`handlers.cycles`)
-    awaits_release: bool = False
-    #: partitions assigned but not listed by Event Hubs: kept (a wrong answer never revokes)
-    unlisted: tuple[models.PartitionId, ...] = ()
-    figures: metrics.Figures | None = None
-    #: seconds until something changes on its own (a hand-off times out, a grace ends)
-    next_in: float | None = None
-    #: the wall time (seconds) before which this observation decides the same, with nothing
-    #: to write or read (math.inf: no deadline); None: it writes, reads more or weighs by lag
-    settled_until: float | None = None
-    spec_error: str | None = None
-    #: the CR's resourceVersion this decision was taken from: the precondition of its status
-    #: writes, so that a decision over a stale read is refused (409) instead of applied
-    resource_version: str | None = None
+#: The decision's value (`decisions`).
+Decision = decisions.Decision
 
 
 #: What a decision hands the next of the same consumer, and the empty one (`carries`).
@@ -118,7 +70,7 @@ def decide(
     of this consumer takes as its ``carry`` (None or `COLD`: nothing carried)."""
     carry = carry if carry is not None else COLD
     if observation.spec is None:
-        return _invalid(observation, now=now), carry
+        return refusals.invalid(observation, now=now), carry
     spec = observation.spec
     fleet = fleets.advance(
         carry.fleet,
@@ -147,7 +99,7 @@ def decide(
             pods=fleet.concerned() | unknown,
             needs_pods=True,
             next_in=readbacks.CONFIRM_SECONDS,
-            resource_version=_version(observation),
+            resource_version=decisions.version(observation),
         )
         return held, Carry(fleet=fleet, record=recorded, derived=carry.derived)
     decision, derived = _decide(
@@ -188,7 +140,7 @@ def _decide(
         me, observation.peers, pod_labels=fleet.pod_labels(), bindings=observation.bindings
     )
     if overlap is not None:
-        return _refused(observation, overlap, pods=frozenset(states), now=now), derived
+        return refusals.refused(observation, overlap, pods=frozenset(states), now=now), derived
     maps = fleet.stored_maps()
     previous = observation.status
     status_epochs = {
@@ -354,71 +306,5 @@ def _decide(
         held=(*back.lost_held.values(), *confirm_at),
     )
     return dataclasses.replace(
-        decision, settled_until=until, resource_version=_version(observation)
+        decision, settled_until=until, resource_version=decisions.version(observation)
     ), derived
-
-
-def _invalid(observation: observations.Observation, *, now: datetime.datetime) -> Decision:
-    """An invalid spec: say so in the Ready condition (and once in an Event), touch nothing."""
-    assert observation.spec_error is not None, "an observation has a spec or a spec error"
-    bad = conditions.invalid_spec(observation.spec_error)
-    previous = observation.status
-    generation = observation.generation
-    desired = {
-        "observedGeneration": generation,
-        "conditions": progress.applied(
-            previous.get("conditions"), [bad], observed_generation=generation, now=now
-        ),
-    }
-    events = (
-        (kubeevents.KubeEvent(reason=bad.reason, message=bad.message, type="Warning"),)
-        if conditions.changed(previous, bad)
-        else ()
-    )
-    return Decision(
-        generation=generation,
-        status=statuses.status_patch(previous, desired),
-        events=events,
-        event_bodies=tuple(kubeevents.body(observation.body, e, now=now) for e in events),
-        spec_error=bad.message,
-        resource_version=_version(observation),
-    )
-
-
-def _refused(
-    observation: observations.Observation,
-    overlap: conflicts.Overlap,
-    *,
-    pods: frozenset[str],
-    now: datetime.datetime,
-) -> Decision:
-    """An older EventHubConsumer of this namespace overlaps this one, or one of another
-    namespace shares its unbound location, or a binding keeps the location from it
-    (`conflicts`): Conflict True and Ready False, with the same message, an Event when it
-    starts, and nothing else written: the pods keep what they were last told."""
-    previous, generation = observation.status, observation.generation
-    conflict = conflicts.condition(overlap)
-    ready = dataclasses.replace(conflict, type=conditiontypes.READY, status="False")
-    desired = {
-        "observedGeneration": generation,
-        "conditions": progress.applied(
-            previous.get("conditions"), [ready, conflict], observed_generation=generation, now=now
-        ),
-    }
-    events = (
-        (kubeevents.KubeEvent(reason=conflict.reason, message=conflict.message, type="Warning"),)
-        if conditions.changed(previous, conflict)
-        else ()
-    )
-    return Decision(
-        generation=generation,
-        pods=pods,
-        status=statuses.status_patch(previous, desired),
-        events=events,
-        event_bodies=tuple(kubeevents.body(observation.body, e, now=now) for e in events),
-        resource_version=_version(observation),
-    )
-
-
-def _version(observation: observations.Observation) -> str | None:
-    return (observation.body.get("metadata") or {}).get("resourceVersion") or None

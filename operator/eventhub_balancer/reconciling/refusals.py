@@ -1,0 +1,81 @@
+"""The decisions that touch nothing but the status: an invalid spec, and a consumer refused
+for overlapping another (`conflicts`). Pure; the pods keep what they were last told.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+
+from eventhub_balancer.contracts import conditions as conditiontypes
+from eventhub_balancer.reconciling import (
+    conditions,
+    conflicts,
+    decisions,
+    kubeevents,
+    observations,
+    progress,
+    statuses,
+)
+
+
+def invalid(observation: observations.Observation, *, now: datetime.datetime) -> decisions.Decision:
+    """An invalid spec: say so in the Ready condition (and once in an Event), touch nothing."""
+    assert observation.spec_error is not None, "an observation has a spec or a spec error"
+    bad = conditions.invalid_spec(observation.spec_error)
+    previous = observation.status
+    generation = observation.generation
+    desired = {
+        "observedGeneration": generation,
+        "conditions": progress.applied(
+            previous.get("conditions"), [bad], observed_generation=generation, now=now
+        ),
+    }
+    events = (
+        (kubeevents.KubeEvent(reason=bad.reason, message=bad.message, type="Warning"),)
+        if conditions.changed(previous, bad)
+        else ()
+    )
+    return decisions.Decision(
+        generation=generation,
+        status=statuses.status_patch(previous, desired),
+        events=events,
+        event_bodies=tuple(kubeevents.body(observation.body, e, now=now) for e in events),
+        spec_error=bad.message,
+        resource_version=decisions.version(observation),
+    )
+
+
+def refused(
+    observation: observations.Observation,
+    overlap: conflicts.Overlap,
+    *,
+    pods: frozenset[str],
+    now: datetime.datetime,
+) -> decisions.Decision:
+    """An older EventHubConsumer of this namespace overlaps this one, or one of another
+    namespace shares its unbound location, or a binding keeps the location from it
+    (`conflicts`): Conflict True and Ready False, with the same message, an Event when it
+    starts, and nothing else written: the pods keep what they were last told."""
+    previous, generation = observation.status, observation.generation
+    conflict = conflicts.condition(overlap)
+    ready = dataclasses.replace(conflict, type=conditiontypes.READY, status="False")
+    desired = {
+        "observedGeneration": generation,
+        "conditions": progress.applied(
+            previous.get("conditions"), [ready, conflict], observed_generation=generation, now=now
+        ),
+    }
+    events = (
+        (kubeevents.KubeEvent(reason=conflict.reason, message=conflict.message, type="Warning"),)
+        if conditions.changed(previous, conflict)
+        else ()
+    )
+    return decisions.Decision(
+        generation=generation,
+        pods=pods,
+        status=statuses.status_patch(previous, desired),
+        events=events,
+        event_bodies=tuple(kubeevents.body(observation.body, e, now=now) for e in events),
+        resource_version=decisions.version(observation),
+    )
