@@ -696,3 +696,37 @@ def test_paths_that_name_nothing(servers: exchanges.Servers, namespace: str) -> 
     unknown.agree(404)  # no Status at all: the server's mux answers in plain text
     assert unknown.local.raw == unknown.real.raw == b"404 page not found\n"
     assert unknown.local.content_type == unknown.real.content_type == "text/plain"
+
+
+# -- what stays different -------------------------------------------------------------------------
+
+
+def test_documented_differences(servers: exchanges.Servers, namespace: str) -> None:
+    """What docs/local-stack.md says stays different ("Where the local API differs from a
+    real one"): if one of these starts to agree, the page must say so."""
+    body = {"metadata": {"name": "m"}, "data": {"k": "v"}}
+    created = servers.request("POST", _core(namespace, "configmaps"), body=body)
+    # No managedFields, no server-side apply.
+    assert "managedFields" in created.real.metadata
+    assert "managedFields" not in created.local.metadata
+    applied = servers.request(
+        "PATCH", _core(namespace, "configmaps", "m"), body={}, content_type=APPLY
+    )
+    assert applied.local.status == 415
+    assert applied.real.status == 422  # it would apply, given a fieldManager
+    # Built-in kinds are not defaulted.
+    scheduled = _pod("p")
+    scheduled["spec"]["nodeName"] = "somewhere"
+    pods = servers.request("POST", _core(namespace, "pods"), body=scheduled).agree(201)
+    assert pods.real.body["spec"]["restartPolicy"] == "Always"
+    assert "restartPolicy" not in pods.local.body["spec"]
+    # A pod bound to a node is deleted at once, not after its kubelet confirms.
+    deleted = servers.request("DELETE", _core(namespace, "pods", "p"), body={}).agree(200)
+    assert deleted.real.metadata["deletionGracePeriodSeconds"] == 30
+    assert "deletionTimestamp" not in deleted.local.metadata
+    after = servers.request("GET", _core(namespace, "pods", "p"))
+    assert (after.local.status, after.real.status) == (404, 200)
+    # A namespace is deleted at once, without a Terminating phase.
+    gone = servers.request("DELETE", f"/api/v1/namespaces/{namespace}", body={}).agree(200)
+    assert gone.real.body["status"]["phase"] == "Terminating"
+    assert "deletionTimestamp" not in gone.local.metadata
