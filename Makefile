@@ -171,6 +171,8 @@ demo: install
 IMAGES_ARGS ?=
 images: $(STAMP)
 	$(BIN)/python -m eventhub_balancer_devstack.images $(IMAGES_ARGS)
+# make test builds them (warm, about a minute): tests/install/test_images.py inspects and runs them.
+pytest: images
 
 clean:
 	rm -rf $(VENV) node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis site

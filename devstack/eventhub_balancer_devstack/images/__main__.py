@@ -80,6 +80,7 @@ def _build(names: list[str], workspace: building.Workspace, *, refresh: bool, sm
             f"{one.unpacked_bytes / 1e6:.1f} MB unpacked  ({one.seconds:.0f} s)"
         )
     workspace.layout.collect_garbage()
+    workspace.prune(workspace.layout.tags())
     building.record(workspace, built)
     print(f"in {workspace.layout.path} ({time.monotonic() - started:.0f} s); to push one:")
     print(

@@ -89,6 +89,14 @@ class Layout:
             str(bundle),
         )
 
+    def add_layer(self, tag: str, new_tag: str, layer: Path, *, created_by: str) -> None:
+        """`tag` with the (uncompressed) tar `layer` on top, saved as `new_tag`."""
+        self.remove(new_tag)
+        history = ["--history.created_by", created_by]
+        _umoci(
+            "raw", "add-layer", *history, "--image", self.image(tag), "--tag", new_tag, str(layer)
+        )
+
     def configure(self, tag: str, new_tag: str, config: recipes.ImageConfig) -> None:
         """The image configuration of `tag`, replaced by `config`, saved as `new_tag`."""
         self.remove(new_tag)
