@@ -8,12 +8,13 @@ lacks the label (its binding's selector); with none, the binding admits.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from eventhub_balancer.adapters import tenantidentities
-from tests.support import loading
+from tests.support import charts, loading
 from tests.support.rbac import admission
 
 OPERATORS = {
@@ -142,3 +143,20 @@ def test_no_token_of_a_service_account_that_did_not_opt_in(where: str) -> None:
 def test_only_the_operator_is_held_to_them(where: str) -> None:
     kubelet = "system:node:aks-nodepool1-0"
     assert verdict(where, request(where, "deployer", user=kubelet, audiences=[]), ACCOUNTS) == []
+
+
+def test_the_release_notes_say_which_namespaces_opted_in(tmp_path: Path) -> None:
+    def notes(values: dict[str, Any], scratch: str) -> str:
+        return charts.notes(
+            loading.CHART_DIR,
+            values,
+            name=loading.RELEASE,
+            namespace=loading.RELEASE_NAMESPACE,
+            kube_version="1.30.0",
+            scratch=tmp_path / scratch,
+        )
+
+    assert "No namespace has opted in yet" in notes({}, "none")
+    opted = notes({"tenantNamespaces": ["shop", "billing"]}, "two")
+    assert "requests ServiceAccount tokens" in opted
+    assert "only in: shop, billing." in " ".join(opted.split())
