@@ -602,35 +602,38 @@ async def test_a_configmap_acknowledged_mid_write_is_written_without_a_retry(
     assert "AssignmentTampered" not in reasons
 
 
-async def test_a_patch_beyond_the_data_acknowledged_mid_write_costs_that_write_a_retry(
+async def test_a_patch_beyond_the_data_acknowledged_mid_write_stops_the_decision(
     kube: fakes.FakeKube, hubs: fakes.FakeHubs
 ) -> None:
     # A patch that also changes annotations (it drops releases written ahead of the revocation
     # it carries) is conditional on the resourceVersion: an acknowledgement written meanwhile
-    # costs it one retry on the fresh version, the data being still the one read.
+    # makes it conflict, and the conflict stops the decision (it is not patched again over
+    # annotations it did not read: that would drop the pod's new release). The next decision
+    # reads the pod's annotations afresh.
     memory = memories.Memory()
     await cycle(kube, hubs, memory, now=0)
     cm = kube.configmap_of(NS, "b")
-    generation = str(int(cm["data"]["generation"]) + 1)
+    generation = cm["data"]["generation"]
     write = writes.MapWrite(
         name=cm["metadata"]["name"],
         pod="b",
         pod_uid=cm["metadata"]["annotations"][configmaps.ANNOTATION_POD_UID],
         create=False,
         body={
-            "data": {configmaps.KEY_GENERATION: generation},
+            "data": {configmaps.KEY_GENERATION: str(int(generation) + 1)},
             "metadata": {"annotations": {configmaps.ANNOTATION_RELEASED: None}},
         },
         resource_version=cm["metadata"]["resourceVersion"],
         uid=cm["metadata"]["uid"],
         gains=False,
-        generation=cm["data"]["generation"],
+        generation=generation,
     )
     assert not write.data_only
     kube.acknowledge(NS, "b")  # the resourceVersion moves, the data does not
     calls = len(kube.calls)
-    await writing.patch_configmap(kube, namespace=NS, write=write)
-    assert [c[:2] for c in kube.calls[calls:]] == [("patch", "configmap")] * 2
+    with pytest.raises(errors.Conflict):
+        await writing.patch_configmap(kube, namespace=NS, write=write)
+    assert [c[:2] for c in kube.calls[calls:]] == [("patch", "configmap")]
     assert kube.configmap_of(NS, "b")["data"]["generation"] == generation
 
 

@@ -28,11 +28,9 @@ a retry, never a wrong result: the status patch carries the CR's resourceVersion
 was taken from (`deciding.Decision.resource_version`), and every other write goes after it; a
 ConfigMap patch that changes the data alone carries the ConfigMap's uid and data generation
 (the pod writes only annotations, so its acknowledgements never make such a write conflict),
-any other the ConfigMap's resourceVersion; and a new ConfigMap is create-only. A 409 on the
-status fails the cycle, and the daemon reads the consumer afresh and decides again. A 409 on
-one ConfigMap costs that write a retry when only the pod's annotations moved (its
-acknowledgement): the data, which only the operator writes and whose generation goes up at
-every write, is still the one the decision read.
+any other the ConfigMap's resourceVersion; and a new ConfigMap is create-only. A 409 anywhere
+fails the cycle before its next step, and the daemon reads the consumer afresh and decides
+again.
 
 Nothing is decided here: `reconciling.writes` orders the ConfigMaps (gaining first) and
 `reconciling.deciding` computes every body and patch.
@@ -46,7 +44,6 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer import errors
-from eventhub_balancer.contracts import configmaps
 from eventhub_balancer.handlers import ports
 from eventhub_balancer.reconciling import deciding, writes
 
@@ -205,9 +202,8 @@ async def patch_configmap(
 ) -> Mapping[str, Any]:
     """One ConfigMap patch. One that changes the data alone is conditional on the ConfigMap's
     uid and data generation (`writes.MapWrite.data_only`), which a pod's acknowledgement
-    never changes; any other is conditional on the resourceVersion and, on a conflict, retried
-    once on the version the API server has now, if only the pod's annotations moved since the
-    read (see the module's docstring)."""
+    never changes; any other is conditional on the resourceVersion, and a conflict stops the
+    decision: patched again, it would set annotations over a pod's that it never read."""
     if write.data_only:
         assert write.generation is not None
         return await kube.replace_configmap_data(
@@ -217,38 +213,12 @@ async def patch_configmap(
             generation=write.generation,
             data={k: v for k, v in write.body["data"].items() if v is not None},
         )
-    try:
-        return await kube.patch_configmap(
-            namespace=namespace,
-            name=write.name,
-            patch=write.body,
-            resource_version=write.resource_version,
-        )
-    except errors.Conflict:
-        fresh = await kube.read_configmap(namespace=namespace, name=write.name)
-        if fresh is None or not _data_as_read(fresh, write):
-            raise
-        logger.debug(
-            "ConfigMap %s/%s: acknowledged meanwhile; patching again", namespace, write.name
-        )
-        version = (fresh.get("metadata") or {}).get("resourceVersion")
-        return await kube.patch_configmap(
-            namespace=namespace, name=write.name, patch=write.body, resource_version=version
-        )
-
-
-def _data_as_read(fresh: Mapping[str, Any], write: writes.MapWrite) -> bool:
-    """Whether ``fresh`` is the very ConfigMap ``write`` was derived from (its uid: not one
-    recreated under the name since) and still has the data generation the write was derived
-    from (the patch sets the next one)."""
-    if not write.uid or (fresh.get("metadata") or {}).get("uid") != write.uid:
-        return False
-    wanted = (write.body.get("data") or {}).get(configmaps.KEY_GENERATION)
-    held = (fresh.get("data") or {}).get(configmaps.KEY_GENERATION)
-    try:
-        return wanted is not None and held is not None and int(held) + 1 == int(wanted)
-    except (TypeError, ValueError):
-        return False
+    return await kube.patch_configmap(
+        namespace=namespace,
+        name=write.name,
+        patch=write.body,
+        resource_version=write.resource_version,
+    )
 
 
 async def _together(calls: Iterable[Awaitable[Any]]) -> None:
