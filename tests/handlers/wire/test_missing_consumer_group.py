@@ -8,6 +8,7 @@ import os
 import subprocess
 import time
 
+from eventhub_balancer.contracts import configmaps, partitionreports
 from tests.support.fixtures import kube as kubefixtures
 from tests.support.fixtures.operator import CR, Stack, wait_for
 
@@ -61,10 +62,41 @@ def test_a_missing_group_is_one_condition_one_warning_and_ready_false(
     assert header == ["NAME", "PARTITIONS", "PODS", "FAILING", "BALANCED", "READY", "AGE"]
     assert row[:6] == ["orders", "32", "2", "0", "True", "False"]
 
+    # The pods report what their receivers meet, as the consumer runtime does.
+    error = reachable["message"].split(" (keeping")[0]
+    for cm in stack.maps(ns).values():
+        owned = configmaps.parse_data(cm["data"]).partitions
+        reports = {
+            p: partitionreports.PartitionReport(
+                partition=p, epoch=e.epoch, state="failing", attempts=3, error=error
+            )
+            for p, e in owned.items()
+        }
+        stack.kube.patch_object(
+            "v1/configmaps",
+            cm["metadata"]["name"],
+            {
+                "metadata": {
+                    "annotations": {partitionreports.ANNOTATION: partitionreports.build(reports)}
+                }
+            },
+            namespace=ns,
+        )
+    wait_for(lambda: stack.status(ns).get("failingCount") == 32, what="32 partitions failing")
+    failing = stack.condition(ns, "PartitionsFailing")
+    print(failing["message"])
+    assert failing["message"].startswith(
+        "32 partitions in trouble (32 failing): 0, 1, 2, 3, 4, 5, 6, 7 and 24 more on c-0, c-1 "
+        "failing after 3 attempts: consumer group 'analytics'"
+    )
+    assert len(failing["message"]) <= 1000
+    _, row = kubectl_get(stack, ns)
+    assert row[:6] == ["orders", "32", "2", "32", "True", "False"]
+
     stack.emulator.create_consumer_group("orders", "analytics")
     wait_for(
         lambda: stack.condition(ns, "EventHubReachable").get("status") == "True",
         timeout=30,
         what="the group found",
     )
-    assert "EventHubReachable" in stack.reasons(ns)
+    wait_for(lambda: "EventHubReachable" in stack.reasons(ns), what="the Normal Event")
