@@ -66,7 +66,7 @@ def test_a_missing_group_is_one_condition_one_warning_and_ready_false(
     error = reachable["message"].split(" (keeping")[0]
     for cm in stack.maps(ns).values():
         owned = configmaps.parse_data(cm["data"]).partitions
-        reports = {
+        reports: dict[str, partitionreports.PartitionReport] = {
             p: partitionreports.PartitionReport(
                 partition=p, epoch=e.epoch, state="failing", attempts=3, error=error
             )
