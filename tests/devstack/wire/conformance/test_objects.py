@@ -314,6 +314,15 @@ def test_consumer_status_patches_hold_to_the_resource_version(
         assert answer.body["spec"] == before.body["spec"]  # /status changes the status only
         assert answer.metadata["generation"] == 1
         assert answer.version > before.version
+    # get_consumer, and list_consumers across namespaces (ehb status).
+    read = servers.request("GET", _ehcs(namespace, "o")).agree(200)
+    assert read.local.body["status"] == read.real.body["status"]
+    everywhere = servers.request("GET", f"/apis/{EHC_API}/eventhubconsumers").agree(200)
+    for answer in everywhere:
+        assert answer.body["kind"] == "EventHubConsumerList"
+        assert (namespace, "o") in {
+            (i["metadata"]["namespace"], i["metadata"]["name"]) for i in answer.body["items"]
+        }
     spec = {"spec": {"balancing": {"intervalSeconds": 7}}, "status": {"movesTotal": 9}}
     changed = servers.request("PATCH", _ehcs(namespace, "o"), body=spec, content_type=MERGE)
     changed.agree(200)
@@ -631,7 +640,8 @@ def test_secrets_keep_string_data_as_base64_data(
     servers: exchanges.Servers, namespace: str
 ) -> None:
     body = {"metadata": {"name": "conn"}, "stringData": {"connectionString": "Endpoint=sb://x/"}}
-    created = servers.request("POST", _core(namespace, "secrets"), body=body).agree(201)
+    servers.request("POST", _core(namespace, "secrets"), body=body).agree(201)
+    created = servers.request("GET", _core(namespace, "secrets", "conn")).agree(200)
     assert created.local.body["data"] == created.real.body["data"]
     assert created.local.body["type"] == created.real.body["type"] == "Opaque"
     assert "stringData" not in created.local.body

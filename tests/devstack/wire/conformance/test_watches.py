@@ -19,6 +19,9 @@ from tests.devstack.wire.conformance import exchanges
 MERGE = "application/merge-patch+json"
 Events = list[dict[str, Any]]
 
+#: The server's own end of a watch that asks for none: longer than any test reads one.
+SERVER_TIMEOUT_S = 15
+
 
 def _configmaps(namespace: str, name: str = "") -> str:
     return f"/api/v1/namespaces/{namespace}/configmaps" + (f"/{name}" if name else "")
@@ -46,10 +49,12 @@ def _watch(
     during: Callable[[exchanges.Wire], object] | None = None,
 ) -> tuple[Events, Events]:
     """The events each server sends on the same watch: (local, real). ``during(wire)`` is
-    sent to that server once its watch is open."""
+    sent to that server once its watch is open. A watch that asks for no timeout gets one,
+    so that no stream outlives its test on either server."""
     found = []
     for wire in servers:
-        asked = query(wire) if callable(query) else query
+        asked = {"timeoutSeconds": str(SERVER_TIMEOUT_S)}
+        asked.update(query(wire) if callable(query) else query)
         status, events = wire.watch(
             path,
             asked,
