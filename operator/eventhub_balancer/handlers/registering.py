@@ -3,18 +3,20 @@
 Every EventHubConsumer gets one daemon that runs `cycles.run_cycle` whenever it is woken and
 at least every ``spec.balancing.intervalSeconds`` (the safety net), sooner when the last
 decision names a deadline (a hand-off timeout, a grace period). Every pod, ConfigMap and CR
-event is offered to the consumers' rosters (`caching.CachedKube.event`); the consumers whose
-roster it changed are woken at once: membership and routing are the same structure, so a pod
-relabelled away leaves its consumer at the event that says so. A wake-up runs a cycle at once,
-but cycles start at least `DEBOUNCE_SECONDS` apart: the wake-ups that come sooner are folded
-into one cycle at that distance.
+event is offered to the consumers' rosters (`Operator.observed`, through
+`cache.tracking.Tracking`); the consumers whose roster it changed are woken at once:
+membership and routing are the same structure, so a pod relabelled away leaves its consumer
+at the event that says so. A wake-up runs a cycle at once, but cycles start at least
+`DEBOUNCE_SECONDS` apart: the wake-ups that come sooner are folded into one cycle at that
+distance.
 
-The cycles read from the rosters (`Operator.cache`: the watch handlers reach it through
-`ports.WatchPort`, the daemons through `ports.RosterPort`, the cycles through
-`ports.KubePort`), so a steady state makes no API request.
-A write refused for a stale read (409) makes the consumer read afresh and retry at once
-(`caching.CachedKube.refresh`). kopf's settings and the registry of handlers that wires an
-`Operator` into kopf are `kopfwiring`'s.
+Each consumer has one record (`memories.Memory`, in `Operator.consumers`), which its daemon
+makes, writes and forgets (`Operator.forget`). The cycles read from the rosters
+(`Operator.cache`: the watch handlers reach it through `ports.WatchPort`, the daemons through
+`ports.RosterPort`, the cycles through `ports.KubePort`), so a steady cycle makes no API
+request. A write refused for a stale read (409) makes the consumer read afresh and retry at
+once (`cache.following.Following.refresh`). kopf's settings and the registry of handlers that
+wires an `Operator` into kopf are `kopfwiring`'s.
 """
 
 from __future__ import annotations
