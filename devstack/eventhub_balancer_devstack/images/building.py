@@ -78,6 +78,8 @@ class Workspace:
     def scratch(self, name: str) -> Path:
         """An empty folder for one build's bundle, context and wheels."""
         path = self.folder / "work" / name
+        if os.path.ismount(path / "merged"):  # an earlier build was stopped inside its overlay
+            subprocess.run(["umount", str(path / "merged")], check=True)
         shutil.rmtree(path, ignore_errors=True)
         path.mkdir(parents=True)
         return path
