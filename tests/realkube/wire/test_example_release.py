@@ -38,8 +38,11 @@ NAMESPACE = consumer_chart.NAMESPACE
 #: small events; a loaded 2-core machine needs the margin.
 WAIT_S = 90.0
 #: The operator's release: its chart's defaults, plus the development endpoints the local
-#: emulators are.
-OPERATOR_VALUES: dict[str, Any] = {"allowedEndpoints": {"development": True}}
+#: emulators are, and the consumer's namespace opted in for its Secret reads.
+OPERATOR_VALUES: dict[str, Any] = {
+    "allowedEndpoints": {"development": True},
+    "tenantNamespaces": [NAMESPACE],
+}
 
 
 def image_of(rendered: Mapping[str, str]) -> str:
@@ -85,12 +88,13 @@ def test_the_example_releases_with_helm_onto_the_real_control_plane(
     )
     env = {"KUBECONFIG": str(real_kubeconfig), "HOME": str(tmp_path)}
 
+    # The tenant's namespace first: the operator's release binds its tenant role there.
+    real_kubectl("create", "namespace", NAMESPACE)
     charts.helm(
         "install", loading.RELEASE, str(loading.CHART_DIR),
         "--namespace", loading.RELEASE_NAMESPACE, "--create-namespace", "--wait=false",
         values=OPERATOR_VALUES, env=env,
     )  # fmt: skip
-    real_kubectl("create", "namespace", NAMESPACE)
     for ref, value in (
         (
             eventhub["credentials"]["connectionStringSecretRef"],

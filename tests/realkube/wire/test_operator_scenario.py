@@ -1,6 +1,7 @@
 """The operator on the real control plane, under its own ServiceAccount and the chart's RBAC.
 
-The chart is rendered with its defaults; its ServiceAccount, roles, bindings and admission
+The chart is rendered with its defaults (the consumer's namespace opted in, as its users
+opt in theirs); its ServiceAccount, roles, bindings and admission
 policies are applied with the real kubectl, and the operator runs with a token of that
 ServiceAccount and no other right. Through join, scale-out, scale-in, a deletion and the
 partition count's growth, every request it makes must be allowed by the real RBAC
@@ -10,15 +11,16 @@ refused write would stall the scenario.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from eventhub_balancer_devstack.eventhubs import EventHubsEmulator
 from eventhub_balancer_devstack.realkube import RealControlPlane
-from tests.support import loading
+from tests.support import charts, loading
 from tests.support.fixtures.operator import HUB, ConsumerDouble, Stack, wait_for
 from tests.support.fixtures.realkube import Kubectl
 
@@ -35,41 +37,59 @@ APPLIED_KINDS = (
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
 )
+#: The consumer's namespace, opted in for the operator's Secret reads.
+NAMESPACE = "shop"
 #: The waits here: a cycle is 2 s; the real server and the operator share 2 cores.
 WAIT_S = 30.0
 
 
-def operator_identity(kube: RealControlPlane, kubectl: Kubectl, folder: Path) -> Path:
-    """Apply the chart's identity and policies; a kubeconfig that is its ServiceAccount."""
-    documents = [d.body for d in loading.rendered(None) if d.kind in APPLIED_KINDS]
-    accounts = [d for d in documents if d["kind"] == "ServiceAccount"]
-    assert len(accounts) == 1, accounts
-    namespace = {
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {"name": loading.RELEASE_NAMESPACE},
-    }
-    kubectl("apply", "-f", "-", input=yaml.safe_dump(namespace))
+def operator_identity(
+    kube: RealControlPlane,
+    kubectl: Kubectl,
+    folder: Path,
+    *,
+    tenants: tuple[str, ...],
+    values: Mapping[str, Any] | None = None,
+    kinds: tuple[str, ...] = APPLIED_KINDS,
+) -> tuple[Path, list[dict[str, Any]]]:
+    """Render the chart (its defaults, ``values`` over them, and ``tenants`` opted in, as
+    its users opt in the namespaces whose Secrets the operator reads), apply its identity and
+    policies, and return a kubeconfig that is its ServiceAccount, and what was applied."""
+    rendered = charts.render(
+        loading.CHART_DIR,
+        {**(values or {}), "tenantNamespaces": list(tenants)},
+        name=loading.RELEASE,
+        namespace=loading.RELEASE_NAMESPACE,
+    )
+    documents = [d for d in charts.documents(rendered) if d["kind"] in kinds]
+    (account,) = [d for d in documents if d["kind"] == "ServiceAccount"]
+    namespaces = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        for name in (loading.RELEASE_NAMESPACE, *tenants)
+    ]
+    kubectl("apply", "-f", "-", input=yaml.safe_dump_all(namespaces))
+    for document in documents:
+        # As helm install does: the release's namespace where a template names none.
+        document.setdefault("metadata", {}).setdefault("namespace", loading.RELEASE_NAMESPACE)
     kubectl(
-        "-n",
-        loading.RELEASE_NAMESPACE,
         "apply",
         "-f",
         "-",
         input=yaml.safe_dump_all([d for d in documents if d["kind"] != "Namespace"]),
     )
-    return kube.service_account_kubeconfig(
+    kubeconfig = kube.service_account_kubeconfig(
         folder / "operator.kubeconfig",
         namespace=loading.RELEASE_NAMESPACE,
-        name=accounts[0]["metadata"]["name"],
+        name=account["metadata"]["name"],
     )
+    return kubeconfig, documents
 
 
 @pytest.fixture
 def real_stack(
     real_kube: RealControlPlane, real_kubectl: Kubectl, tmp_path: Path
 ) -> Iterator[Stack]:
-    kubeconfig = operator_identity(real_kube, real_kubectl, tmp_path)
+    kubeconfig, _ = operator_identity(real_kube, real_kubectl, tmp_path, tenants=(NAMESPACE,))
     emulator = EventHubsEmulator(hubs={HUB: 32})
     emulator.start_in_thread()
     stack = Stack(real_kube, emulator, kubeconfig)  # type: ignore[arg-type]
@@ -88,7 +108,7 @@ def shares(stack: Stack, ns: str) -> list[int]:
 def test_join_scale_out_scale_in_deletion_and_growth(
     real_stack: Stack, real_kubectl: Kubectl
 ) -> None:
-    stack, ns = real_stack, "shop"
+    stack, ns = real_stack, NAMESPACE
     stack.secret(ns)
     stack.consumer(ns)
     for i in range(4):

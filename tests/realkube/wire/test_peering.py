@@ -13,18 +13,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from eventhub_balancer_devstack import epochledgers
 from eventhub_balancer_devstack.eventhubs import EventHubsEmulator
 from eventhub_balancer_devstack.realkube import RealControlPlane
-from tests.realkube.wire.test_operator_scenario import APPLIED_KINDS
+from tests.realkube.wire.test_operator_scenario import APPLIED_KINDS, operator_identity
 from tests.support import loading
 from tests.support.fixtures.operator import CR, HUB, ConsumerDouble, Stack, wait_for
 from tests.support.fixtures.realkube import Kubectl
 
 PEERING_VALUES = loading.CHART_DIR / "ci" / "peering-values.yaml"
 WAIT_S = 30.0
+#: The consumer's namespace, opted in for the operator's Secret reads.
+NAMESPACE = "peered"
 
 
 @pytest.fixture
@@ -32,27 +33,15 @@ def peered_stack(
     real_kube: RealControlPlane, real_kubectl: Kubectl, tmp_path: Path
 ) -> Iterator[Stack]:
     real_kubectl("apply", "-f", str(loading.MANIFESTS_DIR / "peering" / "kopf-peering-crds.yaml"))
-    documents = [
-        d.body
-        for d in loading.rendered(PEERING_VALUES)
-        if d.kind in (*APPLIED_KINDS, "ClusterKopfPeering")
-    ]
-    namespace = {
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {"name": loading.RELEASE_NAMESPACE},
-    }
-    real_kubectl("apply", "-f", "-", input=yaml.safe_dump(namespace))
-    real_kubectl(
-        "-n", loading.RELEASE_NAMESPACE, "apply", "-f", "-", input=yaml.safe_dump_all(documents)
+    kubeconfig, documents = operator_identity(
+        real_kube,
+        real_kubectl,
+        tmp_path,
+        tenants=(NAMESPACE,),
+        values=loading.load_values(PEERING_VALUES),
+        kinds=(*APPLIED_KINDS, "ClusterKopfPeering"),
     )
-    (account,) = [d for d in documents if d["kind"] == "ServiceAccount"]
     (peering,) = [d for d in documents if d["kind"] == "ClusterKopfPeering"]
-    kubeconfig = real_kube.service_account_kubeconfig(
-        tmp_path / "operator.kubeconfig",
-        namespace=loading.RELEASE_NAMESPACE,
-        name=account["metadata"]["name"],
-    )
     emulator = EventHubsEmulator(hubs={HUB: 32})
     emulator.start_in_thread()
     stack = Stack(real_kube, emulator, kubeconfig)  # type: ignore[arg-type]
@@ -70,7 +59,7 @@ def shares(stack: Stack, ns: str) -> list[int]:
 
 
 def test_two_peered_replicas_hand_no_epoch_out_twice(peered_stack: Stack) -> None:
-    stack, ns = peered_stack, "peered"
+    stack, ns = peered_stack, NAMESPACE
     peering = stack.peering  # type: ignore[attr-defined]
     stack.kube.record_writes("v1/configmaps", CR)
     stack.secret(ns)
