@@ -56,7 +56,8 @@ def installed(local_kube: LocalKubeAPI, kube_client: Any) -> LocalKubeAPI:
         "ValidatingAdmissionPolicyBinding": api.create_validating_admission_policy_binding,
     }
     created = [kinds[d.body["kind"]](d.body) for d in documents if d.body.get("kind") in kinds]
-    assert len(created) == 4
+    # The consumers' two policies and the operator's tokens' two, each with its binding.
+    assert len(created) == 8
     for pod, uid in ((ATTACKER.pod_name, ATTACKER.pod_uid), (VICTIM, "uid-1")):
         local_kube.create_object("v1/configmaps", assignment(pod, uid), namespace=NAMESPACE)
     local_kube.create_object(
