@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from eventhub_balancer import errors
-from eventhub_balancer_devstack.benchmarks import recordviews
+from eventhub_balancer_devstack.benchmarks import recordviews, servercomparisons
 
 logger = logging.getLogger(__name__)
 
@@ -269,7 +269,10 @@ def operator_series(records: Sequence[Record]) -> str:
 
 
 #: Markers that name a series: every record ``NAME-*.json``, rendered together as one table.
-SERIES: Mapping[str, Callable[[Sequence[Record]], str]] = {"scale": operator_series}
+SERIES: Mapping[str, Callable[[Sequence[Record]], str]] = {
+    "scale": operator_series,
+    "real-scale": operator_series,
+}
 
 
 def read_series(name: str, *, directory: Path = DIRECTORY) -> list[Record]:
@@ -289,6 +292,12 @@ def render(record: Record) -> str:
 
 def render_name(name: str, *, directory: Path = DIRECTORY) -> str:
     """The Markdown for a marker: a series' table, or one record's tables."""
+    if name == servercomparisons.MARKER:
+        return servercomparisons.render(
+            directory,
+            read=lambda record: read(record, directory=directory).result,
+            caption=lambda record: caption(read(record, directory=directory)),
+        )
     if name in SERIES:
         return SERIES[name](read_series(name, directory=directory))
     if name in recordviews.ASPECTS:

@@ -1,0 +1,133 @@
+"""The same benchmarks on both Kubernetes API servers, side by side: the ``servers`` marker.
+
+Every benchmark runs on the local API and, with ``--kube real``, on the real control plane;
+each run is its own record (``NAME`` and ``real-NAME``). This table puts the figures a user
+reads first next to each other, a row each, so that a difference between the servers shows
+where it is. A row whose real-server record is missing is left out; a local record that is
+missing shows as "not recorded".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from eventhub_balancer_devstack.benchmarks import recordviews
+
+#: A record's result by name, and a record's caption by name (`records` passes its own).
+ReadResult = Callable[[str], object]
+Caption = Callable[[str], str]
+
+
+#: The marker that renders this table: ``<!-- figures: servers -->``.
+MARKER = "servers"
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    label: str
+    record: str
+    keys: tuple[str, ...]
+
+
+#: The figures compared, in the order a user asks about them.
+ROWS: tuple[Row, ...] = (
+    Row(
+        "balance: slowest planned step balanced (s)",
+        "balance",
+        ("targets", "planned_step_balanced_s", "measured"),
+    ),
+    Row(
+        "balance: scale-out, times faster than the SDK",
+        "balance",
+        ("targets", "scale_out_ratio", "measured"),
+    ),
+    Row(
+        "balance: duplicates on planned moves",
+        "balance",
+        ("targets", "duplicates_on_planned_moves", "measured"),
+    ),
+    Row("balance: lost events", "balance", ("targets", "lost", "measured")),
+    Row("32 x 4: join balanced (s)", "operator", ("join_balanced_s",)),
+    Row("32 x 4: deleted pod reassigned (s)", "operator", ("deleted_pod_reassigned_s",)),
+    Row("1,024 x 512: join balanced (s)", "scale-1024x512", ("join_balanced_s",)),
+    Row("1,024 x 512: planned leave balanced (s)", "scale-1024x512", ("planned_leave_balanced_s",)),
+    Row("1,024 x 512: deleted pod reassigned (s)", "scale-1024x512", ("deleted_pod_reassigned_s",)),
+    Row(
+        "1,024 x 512: requests per steady cycle",
+        "scale-1024x512",
+        ("steady_state_requests_per_cycle",),
+    ),
+    Row("1,000 consumers: join balanced (s)", "scale-1000x4x8", ("join_balanced_s",)),
+    Row(
+        "1,000 consumers: planned leave balanced (s)",
+        "scale-1000x4x8",
+        ("planned_leave_balanced_s",),
+    ),
+    Row(
+        "1,000 consumers: deleted pod reassigned (s)",
+        "scale-1000x4x8",
+        ("deleted_pod_reassigned_s",),
+    ),
+    Row("demo: lost / duplicates", "demo", ()),
+)
+
+
+def _exists(name: str, directory: Path) -> bool:
+    return (directory / f"{name}.json").is_file()
+
+
+def _value(name: str, keys: tuple[str, ...], directory: Path, read: ReadResult) -> str:
+    if not _exists(name, directory):
+        return "not recorded"
+    result = read(name)
+    if not keys:  # the demo's summary
+        lost = recordviews.value_at(result, "lost")
+        duplicates = recordviews.value_at(result, "duplicates")
+        return f"{recordviews.number(lost)} / {recordviews.number(duplicates)}"
+    return recordviews.number(recordviews.value_at(result, *keys))
+
+
+def _chaos(directory: Path, read: ReadResult) -> list[str] | None:
+    """One row over every ``real-chaos-*`` record: epochs reused and decreased, all seeds."""
+    found = sorted(directory.glob("real-chaos-*.json"))
+    if not found:
+        return None
+    reuse = decreased = 0
+    for path in found:
+        result = read(path.stem)
+        reuse += int(str(recordviews.value_at(result, "epoch_reuse") or 0))
+        decreased += int(str(recordviews.value_at(result, "epochs_decreased") or 0))
+    local = sorted(p for p in directory.glob("chaos-*.json"))
+    return [
+        f"chaos: epochs reused / decreased ({len(found)} seeds)",
+        "not recorded" if not local else "see the chaos records",
+        f"{reuse} / {decreased}",
+    ]
+
+
+def render(directory: Path, *, read: ReadResult, caption: Caption) -> str:
+    rows: list[Sequence[str]] = []
+    used: list[str] = []
+    for row in ROWS:
+        real = f"real-{row.record}"
+        if not _exists(real, directory):
+            continue
+        rows.append(
+            [
+                row.label,
+                _value(row.record, row.keys, directory, read),
+                _value(real, row.keys, directory, read),
+            ]
+        )
+        for name in (row.record, real):
+            if _exists(name, directory) and name not in used:
+                used.append(name)
+    chaos = _chaos(directory, read)
+    if chaos is not None:
+        rows.append(chaos)
+        used += [p.stem for p in sorted(directory.glob("real-chaos-*.json"))]
+    table = recordviews.table(["figure", "local API", "real control plane"], rows, numeric=1)
+    notes = "\n".join(f"- `{name}`: {caption(name)}" for name in used)
+    return f"{table}\n\n{notes}\n"
