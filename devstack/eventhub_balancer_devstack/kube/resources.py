@@ -132,6 +132,7 @@ BUILTINS: tuple[ResourceSpec, ...] = (
 
 CRDS = next(r for r in BUILTINS if r.plural == "customresourcedefinitions")
 NAMESPACES = next(r for r in BUILTINS if r.plural == "namespaces")
+SERVICE_ACCOUNTS = next(r for r in BUILTINS if r.plural == "serviceaccounts")
 POLICIES = next(r for r in BUILTINS if r.plural == "validatingadmissionpolicies")
 POLICY_BINDINGS = next(r for r in BUILTINS if r.plural == "validatingadmissionpolicybindings")
 

@@ -164,6 +164,11 @@ class Store(versioning.VersionedHistory):
             self._register_crd(new)  # first: a malformed CRD is refused before it is stored
         objects[(ns, name)] = new
         self._emit("ADDED", spec, new, None)
+        if spec == resources.NAMESPACES:
+            # What a real control plane's serviceaccount controller does at once: pods, and
+            # clients that wait for it before they make any, need it.
+            account = {"metadata": {"name": "default"}}
+            self.create(resources.SERVICE_ACCOUNTS, namespace=name, body=account)
         return self.render(spec, new)
 
     def replace(
