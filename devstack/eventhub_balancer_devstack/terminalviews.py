@@ -47,7 +47,15 @@ def compact(partitions: Sequence[str]) -> str:
     return ",".join(spans + others) or "-"
 
 
-def progress_line(progress: runs.Progress) -> str:
+def _stamp(progress: runs.Progress, *, labelled: bool) -> str:
+    """``[ours  3.8 s]`` where two systems share the output (the benchmark), ``[  3.8 s]``
+    where there is one (the demo)."""
+    if labelled:
+        return f"[{progress.label} {progress.elapsed_s:5.1f} s]"
+    return f"[{progress.elapsed_s:5.1f} s]"
+
+
+def progress_line(progress: runs.Progress, *, labelled: bool = True) -> str:
     total = len(progress.steps)
     if progress.phase == "draining":
         where = f"draining the backlog ({progress.step_elapsed_s:.1f} s)"
@@ -64,7 +72,7 @@ def progress_line(progress: runs.Progress) -> str:
         where = f"step {progress.step_index + 1}/{total} {step.name}: {state}"
     else:
         where = progress.phase
-    return f"[{progress.label} {progress.elapsed_s:5.1f} s] {where}"
+    return f"{_stamp(progress, labelled=labelled)} {where}"
 
 
 def _last_balanced(progress: runs.Progress) -> str:
@@ -125,8 +133,12 @@ def frame(progress: runs.Progress, *, width: int = 100) -> list[str]:
 class LiveView:
     """Redraws `frame` in place on a terminal; prints a line per step elsewhere."""
 
-    def __init__(self, out: TextIO = sys.stdout, *, tty: bool | None = None) -> None:
+    def __init__(
+        self, out: TextIO = sys.stdout, *, tty: bool | None = None, labelled: bool = True
+    ) -> None:
+        """``labelled``: name the system in each line (off for the demo, which has one)."""
         self.out = out
+        self.labelled = labelled
         self.tty = out.isatty() if tty is None else tty
         self._drawn = 0.0
         self._results = 0
@@ -160,12 +172,12 @@ class LiveView:
             self._results = len(progress.results)
             result = progress.results[-1]
             self._print(
-                f"[{progress.label} {progress.elapsed_s:5.1f} s] {result.step.name}: balanced in "
+                f"{_stamp(progress, labelled=self.labelled)} {result.step.name}: balanced in "
                 f"{describe(result)}, {result.moved} moved; {len(progress.pods)} pods, "
                 f"{progress.processed} processed, lag {progress.lag}"
             )
         if progress.phase != self._phase and progress.phase in ("balancing", "draining"):
-            self._print(progress_line(progress))
+            self._print(progress_line(progress, labelled=self.labelled))
         self._phase = progress.phase
 
     def _print(self, line: str) -> None:

@@ -14,8 +14,12 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from eventhub_balancer import errors
+
+if TYPE_CHECKING:
+    from eventhub_balancer_devstack.scenarios import models
 
 COMMAND = ("demo",)
 HELP = "run the operator and consumer pods locally through scale-out/in, deletion, kill, growth"
@@ -111,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         site = runs.make_site(
             stack=stack, loop=loop, root=root, label="demo", hub=hub, interval_seconds=args.interval
         )
-        with terminalviews.LiveView(out, tty=False if args.json else None) as view:
+        with terminalviews.LiveView(out, tty=False if args.json else None, labelled=False) as view:
             scenario = runs.ScenarioRun(
                 site=site, system=systems.OursSystem(site), options=options, observer=view
             )
@@ -128,5 +132,26 @@ def run(args: argparse.Namespace) -> int:
             print(line)
         if args.work_dir is not None:
             print(f"records and pod logs: {args.work_dir}")
-    balanced = all(s["balanced_s"] is not None for s in summary["steps"])
-    return 0 if summary["lost"] == 0 and balanced else 1
+    problems = verdict(summary)
+    print(
+        ("FAILED: " + "; ".join(problems))
+        if problems
+        else "PASSED: every step balanced, no event lost, no duplicate on a planned step",
+        file=out,
+    )
+    return 1 if problems else 0
+
+
+def verdict(summary: models.Summary) -> list[str]:
+    """What went wrong, a phrase each; empty when the demo did what it shows."""
+    from eventhub_balancer_devstack.scenarios import models
+
+    problems = [
+        f"{s['step']} was not balanced in time" for s in summary["steps"] if s["balanced_s"] is None
+    ]
+    if summary["lost"]:
+        problems.append(f"{summary['lost']} events lost")
+    planned = sum(s["duplicates"] for s in summary["steps"] if s["kind"] in models.PLANNED)
+    if planned:
+        problems.append(f"{planned} duplicates on planned steps")
+    return problems

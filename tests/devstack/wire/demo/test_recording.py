@@ -274,3 +274,13 @@ def test_the_step_table_shows_the_headline_and_the_end_to_end_figure() -> None:
     assert lines[0].split()[:6] == ["step", "pods", "up", "balanced", "end", "to"]
     assert lines[1].split()[1:7] == ["6.50", "s", "2.50", "s", "9.00", "s"]
     assert lines[2].count("timeout") == 3  # balanced, end to end, failover
+
+
+def test_the_demos_lines_name_no_system_and_the_benchmarks_do() -> None:
+    demo, bench = io.StringIO(), io.StringIO()
+    terminalviews.LiveView(demo, tty=False, labelled=False)(_progress("balancing"))
+    terminalviews.LiveView(bench, tty=False)(_progress("balancing"))
+    label = _progress("balancing").label
+    assert demo.getvalue().startswith("[")
+    assert f"[{label} " not in demo.getvalue()
+    assert bench.getvalue().startswith(f"[{label} ")
