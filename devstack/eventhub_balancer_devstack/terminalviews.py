@@ -93,7 +93,7 @@ def describe(result: runs.StepResult) -> str:
     return text
 
 
-def frame(progress: runs.Progress, *, width: int = 100) -> list[str]:
+def frame(progress: runs.Progress, *, width: int = 100, labelled: bool = True) -> list[str]:
     """The view as lines (no escapes other than colour)."""
     snapshot = progress.snapshot
     in_flight = snapshot.in_flight if snapshot is not None else 0
@@ -126,7 +126,7 @@ def frame(progress: runs.Progress, *, width: int = 100) -> list[str]:
             f"{DIM}done{RESET}  {result.step.name:<28} balanced in {describe(result)}, "
             f"{result.moved} moved"
         )
-    lines.append(f"{BOLD}{progress_line(progress)}{RESET}")
+    lines.append(f"{BOLD}{progress_line(progress, labelled=labelled)}{RESET}")
     return lines
 
 
@@ -162,7 +162,11 @@ class LiveView:
                 return
             self._drawn = now
             width = shutil.get_terminal_size((100, 30)).columns
-            self.out.write(HOME_AND_CLEAR + "\n".join(frame(progress, width=width)) + "\n")
+            self.out.write(
+                HOME_AND_CLEAR
+                + "\n".join(frame(progress, width=width, labelled=self.labelled))
+                + "\n"
+            )
             self.out.flush()
             return
         # Plain: one line when a step starts balancing, finishes, and when draining.
