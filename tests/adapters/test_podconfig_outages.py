@@ -2,8 +2,8 @@
 
 ``PodConfigMaps.watch`` must never give up because the API server is unreachable: fencing
 makes it safe for a pod to go on with its last assignment, so the watch yields nothing during
-an outage and reconnects with backoff capped at ``RECONNECT_BACKOFF_MAX_S``. Only refused
-credentials end it. The API calls (``_list``, ``_watch_once``) are faked on the loop's clock
+an outage and reconnects with backoff capped at ``podreconnects.RECONNECT_BACKOFF_MAX_S``. Only
+refused credentials end it. The API calls (``_list``, ``_watch_once``) are faked on the loop's clock
 and each watch session runs inline instead of in a thread, so that a ten-minute outage takes
 milliseconds.
 """
@@ -22,7 +22,7 @@ import pytest
 from kubernetes.client import exceptions as k8s_errors
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import podconfig
+from eventhub_balancer.adapters import podconfig, podreconnects
 from eventhub_balancer.contracts import configmaps
 
 pytestmark = pytest.mark.looptime
@@ -122,23 +122,23 @@ async def test_a_ten_minute_outage_never_ends_the_watch(
                 break
 
     assert seen[0] == 0  # the assignment at once
-    assert 601 <= seen[-1] <= 601 + podconfig.RECONNECT_BACKOFF_MAX_S
+    assert 601 <= seen[-1] <= 601 + podreconnects.RECONNECT_BACKOFF_MAX_S
     times = [t for t, _ in api.requests if start + 1 <= t < start + 601]
     pauses = [b - a for a, b in itertools.pairwise(times)]
-    assert max(pauses) <= podconfig.RECONNECT_BACKOFF_MAX_S
-    assert len(times) <= 600 / podconfig.RECONNECT_BACKOFF_MAX_S + 10  # backed off, bounded
+    assert max(pauses) <= podreconnects.RECONNECT_BACKOFF_MAX_S
+    assert len(times) <= 600 / podreconnects.RECONNECT_BACKOFF_MAX_S + 10  # backed off, bounded
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) <= 600 / podconfig.OUTAGE_LOG_EVERY_S + 2  # a bounded log rate
+    assert len(warnings) <= 600 / podreconnects.OUTAGE_LOG_EVERY_S + 2  # a bounded log rate
     assert any("again after" in r.getMessage() for r in caplog.records)
     maps.close()
 
 
 async def test_the_backoff_starts_short_and_is_capped() -> None:
-    reconnects = podconfig.Reconnects()
+    reconnects = podreconnects.Reconnects()
     pauses = [reconnects.after_failure(ConnectionRefusedError(), now=0.0) for _ in range(20)]
-    assert pauses[0] == podconfig.RECONNECT_BACKOFF_S
+    assert pauses[0] == podreconnects.RECONNECT_BACKOFF_S
     assert pauses == sorted(pauses)
-    assert pauses[-1] == podconfig.RECONNECT_BACKOFF_MAX_S
+    assert pauses[-1] == podreconnects.RECONNECT_BACKOFF_MAX_S
     assert reconnects.reachable(now=42.0) == 42.0
     assert not reconnects.down
     # Answering a list is not enough: a server that drops every watch is still backed off.
@@ -146,7 +146,7 @@ async def test_the_backoff_starts_short_and_is_capped() -> None:
     reconnects.healthy()
     assert (
         reconnects.after_failure(ConnectionRefusedError(), now=50.0)
-        == podconfig.RECONNECT_BACKOFF_S
+        == podreconnects.RECONNECT_BACKOFF_S
     )
 
 
@@ -162,7 +162,7 @@ async def test_refused_credentials_end_the_watch_with_a_clear_error(
     with pytest.raises(errors.ConfigurationError, match="ServiceAccount needs list, watch"):
         await follow(maps, seconds=600)
     refusals = [t for t, _ in api.requests if t >= 1]
-    assert len(refusals) == podconfig.AUTH_FAILURES_LIMIT
+    assert len(refusals) == podreconnects.AUTH_FAILURES_LIMIT
     maps.close()
 
 
@@ -202,7 +202,7 @@ async def test_a_gone_watch_lists_again_without_counting_a_failure(tmp_path: Pat
             if len(lists) == 2:
                 break
     # The 410 came after a healthy watch: listed again at once, no backoff.
-    assert lists[1] - lists[0] < podconfig.RECONNECT_BACKOFF_S
+    assert lists[1] - lists[0] < podreconnects.RECONNECT_BACKOFF_S
     assert maps.reconnects.failures == 0
     maps.close()
 

@@ -16,13 +16,13 @@ applied, and never taken for the deletion of ours either.
 An unreachable API server is not a reason to stop: fencing at the checkpoint blobs keeps a
 pod that goes on with its last assignment safe, so the watch reconnects with backoff for as
 long as the outage lasts and the pod keeps processing meanwhile. Only refused credentials
-(401/403), which waiting never fixes, end the watch with an error.
+(401/403), which waiting never fixes, end the watch with an error. That policy lives in
+``adapters.podreconnects``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import logging
 import os
@@ -36,6 +36,7 @@ from kubernetes import watch as k8s_watch
 from kubernetes.client import exceptions as k8s_errors
 
 from eventhub_balancer import errors
+from eventhub_balancer.adapters import podreconnects
 from eventhub_balancer.contracts import configmaps
 
 logger = logging.getLogger(__name__)
@@ -53,80 +54,9 @@ ANNOTATE_TIMEOUT_S: Final = 2.0
 #: this long; the others fail at once (the runtime writes them again on a later turn).
 ANNOTATE_RETRY_DOWN_S: Final = 5.0
 
-#: The first pause before reconnecting; doubled per failure in a row, up to the cap.
-RECONNECT_BACKOFF_S: Final = 0.5
-#: The longest pause between reconnects: an outage costs at most this much after it ends,
-#: and a fleet of pods costs the recovering API server one request per pod per this long.
-RECONNECT_BACKOFF_MAX_S: Final = 30.0
-#: 401/403 answers in a row before the watch gives up: a few, since a token being rotated
-#: may be refused once, but waiting never grants a missing RBAC rule.
-AUTH_FAILURES_LIMIT: Final = 3
-#: During an outage, one warning per this long (with the count since the last one).
-OUTAGE_LOG_EVERY_S: Final = 60.0
 #: Refused ConfigMaps are named in a warning once each, up to this many names (then at debug
 #: level): whoever forges them must not be able to flood the pod's log.
 REFUSALS_LOGGED: Final = 64
-
-
-@dataclasses.dataclass
-class Reconnects:
-    """The watch's reconnect policy and its state through one outage.
-
-    Pure bookkeeping on a clock the caller passes, so that it can be read (and tested)
-    without threads: how long to pause after a failure, when to say so in the log, and
-    when refused credentials end the watch.
-    """
-
-    failures: int = 0
-    auth_failures: int = 0
-    since: float | None = None
-    logged_at: float | None = None
-    unlogged: int = 0
-
-    @property
-    def down(self) -> bool:
-        return self.since is not None
-
-    def after_failure(self, error: BaseException, *, now: float) -> float:
-        """The pause before the next attempt; raises ConfigurationError on refused credentials."""
-        self.failures += 1
-        if self.since is None:
-            self.since = now
-        if _refused(error):
-            self.auth_failures += 1
-            if self.auth_failures >= AUTH_FAILURES_LIMIT:
-                raise _wrap(error, f"gave up after {self.auth_failures} refusals")
-        else:
-            self.auth_failures = 0
-        doubled = RECONNECT_BACKOFF_S * float(2 ** min(self.failures - 1, 16))
-        return min(doubled, RECONNECT_BACKOFF_MAX_S)
-
-    def should_log(self, *, now: float) -> bool:
-        """The first failure and then one in ``OUTAGE_LOG_EVERY_S``: a bounded log rate."""
-        if self.logged_at is None or now - self.logged_at >= OUTAGE_LOG_EVERY_S:
-            self.logged_at = now
-            return True
-        self.unlogged += 1
-        return False
-
-    def outage(self, *, now: float) -> float:
-        """Seconds since the first failure in a row (0 when none)."""
-        return 0.0 if self.since is None else now - self.since
-
-    def reachable(self, *, now: float) -> float | None:
-        """The API answered again: the outage's length, if there was one, and its log reset.
-
-        The backoff is kept until a watch works too (``healthy``): a server that answers
-        lists but drops every watch is still backed off from.
-        """
-        outage = None if self.since is None else now - self.since
-        self.unlogged = 0
-        self.since = self.logged_at = None
-        return outage
-
-    def healthy(self) -> None:
-        """A watch worked: the next failure starts the backoff and the counts afresh."""
-        self.failures = self.auth_failures = 0
 
 
 def api_client(kubeconfig: str | None = None) -> k8s.ApiClient:
@@ -172,7 +102,7 @@ class PodConfigMaps:
         self.name = configmaps.configmap_name(consumer=consumer, pod=pod)
         #: Runs one watch session; a daemon thread unless a test runs it inline.
         self._spawn = spawn or _daemon_thread
-        self.reconnects = Reconnects()
+        self.reconnects = podreconnects.Reconnects()
         self._annotate_after = 0.0
         #: ConfigMaps refused so far, by `configmaps.refusal` reason (for /metrics).
         self.refused: dict[str, int] = {}
@@ -236,16 +166,19 @@ class PodConfigMaps:
         try:
             items, _ = await asyncio.to_thread(self._list)
         except Exception as e:
-            raise _wrap(e, f"cannot list ConfigMaps {self.selector} in {self.namespace}") from e
+            raise podreconnects.wrap(
+                e, f"cannot list ConfigMaps {self.selector} in {self.namespace}"
+            ) from e
         return self._pick(items)
 
     async def watch(self) -> AsyncIterator[dict[str, Any]]:
         """The ConfigMap now and after every change; ``{}`` when it is deleted or absent.
 
-        Reconnects with backoff (``RECONNECT_BACKOFF_S`` doubling up to
-        ``RECONNECT_BACKOFF_MAX_S``) for as long as the API server is unreachable, yielding
-        nothing meanwhile, so that the pod goes on with what it was last given. Raises
-        :class:`errors.ConfigurationError` after ``AUTH_FAILURES_LIMIT`` refusals in a row.
+        Reconnects with backoff (``podreconnects.RECONNECT_BACKOFF_S`` doubling up to
+        ``podreconnects.RECONNECT_BACKOFF_MAX_S``) for as long as the API server is
+        unreachable, yielding nothing meanwhile, so that the pod goes on with what it was last
+        given. Raises :class:`errors.ConfigurationError` after
+        ``podreconnects.AUTH_FAILURES_LIMIT`` refusals in a row.
         """
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
@@ -280,14 +213,14 @@ class PodConfigMaps:
                         self.name,
                         reconnects.failures,
                         reconnects.outage(now=loop.time()),
-                        _describe(item),
+                        podreconnects.describe(item),
                         delay,
                     )
                 await asyncio.sleep(delay)
         finally:
             stop.set()
 
-    def _recovered(self, reconnects: Reconnects, now: float) -> None:
+    def _recovered(self, reconnects: podreconnects.Reconnects, now: float) -> None:
         failures = reconnects.failures
         outage = reconnects.reachable(now=now)
         if outage is not None:
@@ -384,33 +317,15 @@ class PodConfigMaps:
                 )
                 return
             self._annotate_after = now + ANNOTATE_RETRY_DOWN_S
-            raise _wrap(e, f"cannot annotate ConfigMap {self.namespace}/{self.name}") from e
+            raise podreconnects.wrap(
+                e, f"cannot annotate ConfigMap {self.namespace}/{self.name}"
+            ) from e
         except Exception as e:
             self._annotate_after = now + ANNOTATE_RETRY_DOWN_S
-            raise _wrap(e, f"cannot annotate ConfigMap {self.namespace}/{self.name}") from e
+            raise podreconnects.wrap(
+                e, f"cannot annotate ConfigMap {self.namespace}/{self.name}"
+            ) from e
 
 
 def _daemon_thread(target: Callable[[], None]) -> None:
     threading.Thread(target=target, name="configmap-watch", daemon=True).start()
-
-
-def _refused(error: BaseException) -> bool:
-    return isinstance(error, k8s_errors.ApiException) and error.status in (401, 403)
-
-
-def _describe(error: BaseException) -> str:
-    status = getattr(error, "status", None)
-    return f"HTTP {status}" if status else type(error).__name__
-
-
-def _wrap(error: BaseException, what: str) -> errors.EventHubBalancerError:
-    if isinstance(error, errors.EventHubBalancerError):
-        return error
-    if isinstance(error, k8s_errors.ApiException) and error.status in (401, 403):
-        return errors.ConfigurationError(
-            f"{what}: HTTP {error.status}: the pod's ServiceAccount needs list, watch and "
-            "patch on configmaps in its namespace (see manifests/examples/30-consumer-rbac.yaml)"
-        )
-    status = getattr(error, "status", None)
-    detail = f"HTTP {status}" if status else type(error).__name__
-    return errors.TransientError(f"{what}: {detail}")
