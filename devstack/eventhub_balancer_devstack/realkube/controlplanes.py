@@ -11,9 +11,7 @@ write record), over HTTPS as the administrator; what only the local API can do o
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import json
 import logging
 import shutil
 import ssl
@@ -30,8 +28,15 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from eventhub_balancer import errors
-from eventhub_balancer_devstack.kube import histories, identities, kubeconfigs
-from eventhub_balancer_devstack.realkube import certificates, processes, resourcecalls, writerecords
+from eventhub_balancer_devstack.kube import histories, identities
+from eventhub_balancer_devstack.realkube import (
+    certificates,
+    etcdcalls,
+    processes,
+    resourcecalls,
+    tokens,
+    writerecords,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -44,12 +49,11 @@ REPOSITORY_CRDS: Path | None = (
 #: 2-core machine; a loaded one (a test suite beside it) takes longer.
 START_TIMEOUT_S = 120.0
 
+#: Where CRDs are served.
+CRDS = "apiextensions.k8s.io/v1/customresourcedefinitions"
+
 #: How often a start polls what it waits for.
 POLL_S = 0.2
-
-#: What a pod's token is valid for: a kubelet asks for an hour and renews; a test or demo
-#: never runs that long without a new pod.
-POD_TOKEN_SECONDS = 3600
 
 
 class RealControlPlane:
@@ -249,10 +253,7 @@ class RealControlPlane:
         return context
 
     def _etcd_healthy(self) -> bool:
-        assert self._ports is not None
-        url = f"http://127.0.0.1:{self._ports.etcd_client}/health"
-        with urllib.request.urlopen(url, timeout=2) as answer:
-            return bool(json.loads(answer.read()).get("health") == "true")
+        return etcdcalls.healthy(self._etcd_port())
 
     def readyz(self) -> bool:
         """The API server's own readiness (``/readyz``: etcd, the post-start hooks...)."""
@@ -272,18 +273,13 @@ class RealControlPlane:
         for path in sorted(folder.glob("*.yaml")):
             for document in yaml.safe_load_all(path.read_text(encoding="utf-8")):
                 if document and document.get("kind") == "CustomResourceDefinition":
-                    self.apply_object("apiextensions.k8s.io/v1/customresourcedefinitions", document)
+                    self.calls.apply(CRDS, document)
                     names.append(document["metadata"]["name"])
         for name in names:
-            while not self._established(name):
+            while not self.calls.established(name):
                 if time.monotonic() > deadline:
                     raise errors.ConfigurationError(f"the CRD {name} was not Established")
                 time.sleep(POLL_S)
-
-    def _established(self, name: str) -> bool:
-        crd = self.get_object("apiextensions.k8s.io/v1/customresourcedefinitions", name)
-        conditions = ((crd or {}).get("status") or {}).get("conditions") or []
-        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
     # -- kubeconfigs ----------------------------------------------------------------------------
 
@@ -300,15 +296,13 @@ class RealControlPlane:
 
     def _write(self, path: Path, *, namespace: str, user: dict[str, object]) -> Path:
         assert self._credentials is not None
-        document = kubeconfigs.build(server=self.url, namespace=namespace, user=user)
-        cluster = document["clusters"][0]["cluster"]  # type: ignore[index]
-        cluster["certificate-authority-data"] = base64.b64encode(
-            self._credentials.ca_certificate.read_bytes()
-        ).decode()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
-        path.chmod(0o600)
-        return path
+        return tokens.write_kubeconfig(
+            path,
+            server=self.url,
+            ca_certificate=self._credentials.ca_certificate,
+            namespace=namespace,
+            user=user,
+        )
 
     def write_kubeconfig(
         self,
@@ -326,48 +320,17 @@ class RealControlPlane:
 
     def pod_token(self, identity: identities.PodIdentity) -> str:
         """A token bound to the pod, as the kubelet asks for one (TokenRequest)."""
-        answer = self.calls.call(
-            "POST",
-            resourcecalls.path(
-                "v1/serviceaccounts",
-                namespace=identity.namespace,
-                name=identity.service_account,
-            )
-            + "/token",
-            body={
-                "apiVersion": "authentication.k8s.io/v1",
-                "kind": "TokenRequest",
-                "spec": {
-                    "audiences": [],
-                    "expirationSeconds": POD_TOKEN_SECONDS,
-                    "boundObjectRef": {
-                        "kind": "Pod",
-                        "apiVersion": "v1",
-                        "name": identity.pod_name,
-                        "uid": identity.pod_uid,
-                    },
-                },
-            },
-        )
-        return str(answer["status"]["token"])
+        return tokens.pod_token(self.calls, identity)
 
     def service_account_kubeconfig(
-        self, path: Path, *, namespace: str, name: str, seconds: int = POD_TOKEN_SECONDS
+        self, path: Path, *, namespace: str, name: str, seconds: int = tokens.POD_TOKEN_SECONDS
     ) -> Path:
         """A kubeconfig that is ServiceAccount ``namespace/name`` (a TokenRequest's token):
         what a pod of that account presents, without the pod."""
-        answer = self.calls.call(
-            "POST",
-            resourcecalls.path("v1/serviceaccounts", namespace=namespace, name=name) + "/token",
-            body={
-                "apiVersion": "authentication.k8s.io/v1",
-                "kind": "TokenRequest",
-                "spec": {"audiences": [], "expirationSeconds": seconds},
-            },
+        token = tokens.service_account_token(
+            self.calls, namespace=namespace, name=name, seconds=seconds
         )
-        return self._write(
-            Path(path), namespace=namespace, user={"token": str(answer["status"]["token"])}
-        )
+        return self._write(Path(path), namespace=namespace, user={"token": token})
 
     def client_kubeconfig(self, path: Path, *, user: str, groups: tuple[str, ...] = ()) -> Path:
         """A kubeconfig with a client certificate for ``user`` in ``groups``: a person's."""
@@ -401,23 +364,7 @@ class RealControlPlane:
 
     def apply_object(self, resource: str, body: dict[str, Any]) -> dict[str, Any]:
         """Create it, or replace what is there (as ``kubectl apply`` converges)."""
-        metadata = body.get("metadata") or {}
-        namespace = metadata.get("namespace")
-        try:
-            return self.create_object(resource, body, namespace=namespace)
-        except ApiException as e:
-            if e.status != 409:
-                raise
-        current = self.get_object(resource, metadata["name"], namespace=namespace) or {}
-        replaced = dict(body)
-        replaced["metadata"] = dict(metadata)
-        replaced["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-        result: dict[str, Any] = self.calls.call(
-            "PUT",
-            resourcecalls.path(resource, namespace=namespace, name=metadata["name"]),
-            body=replaced,
-        )
-        return result
+        return self.calls.apply(resource, body)
 
     def get_object(
         self, resource: str, name: str, *, namespace: str | None = None
@@ -471,27 +418,18 @@ class RealControlPlane:
 
     # -- etcd ----------------------------------------------------------------------------------
 
-    def _etcd(self, method: str, body: dict[str, Any]) -> dict[str, Any]:
-        assert self._ports is not None
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{self._ports.etcd_client}/v3/{method}",
-            data=json.dumps(body).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            result: dict[str, Any] = json.loads(answer.read())
-        return result
+    def _etcd_port(self) -> int:
+        if self._ports is None:
+            raise RuntimeError("the control plane is not running: call start() first")
+        return self._ports.etcd_client
 
     def etcd_revision(self) -> int:
         """etcd's current revision (what the API server's resourceVersions are)."""
-        answer = self._etcd("kv/range", {"key": base64.b64encode(b"\0").decode()})
-        return int(answer["header"]["revision"])
+        return etcdcalls.revision(self._etcd_port())
 
     def compact(self) -> int:
         """Compact etcd's history up to now, through etcd's own API; returns the revision.
 
         A watch that resumes from a resourceVersion older than this, and older than what the
         API server's watch cache holds, is answered 410 Gone."""
-        revision = self.etcd_revision()
-        self._etcd("kv/compaction", {"revision": str(revision), "physical": True})
-        return revision
+        return etcdcalls.compact(self._etcd_port())

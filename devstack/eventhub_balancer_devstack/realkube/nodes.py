@@ -23,7 +23,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
-import datetime
 import logging
 import signal
 import subprocess
@@ -37,20 +36,12 @@ from kubernetes.client.exceptions import ApiException
 
 from eventhub_balancer_devstack import deployments, podprocesses
 from eventhub_balancer_devstack.kube import identities
-from eventhub_balancer_devstack.realkube import controlplanes, podwatches
+from eventhub_balancer_devstack.realkube import controlplanes, nodeleases, podstatuses, podwatches
 
 logger = logging.getLogger(__name__)
 
 #: The node's name, as `kubectl get nodes` shows it.
 NODE_NAME = "ehb-local-node"
-
-#: A kubelet renews its Lease every quarter of its 40 s duration.
-LEASE_DURATION_S = 40
-LEASE_RENEW_S = 10.0
-
-#: How often the node's Ready condition is written again (a kubelet: every 5 minutes when
-#: nothing changed; the Lease is the heartbeat the lifecycle controller reads).
-STATUS_REPORT_S = 60.0
 
 #: How often processes are checked and readiness probed: fast enough that the operator sees a
 #: death or a readiness change well inside one cycle.
@@ -65,17 +56,6 @@ FAILURE_THRESHOLD = 3
 #: The longest a crashed container waits before its restart (a kubelet's back-off caps at
 #: 5 minutes; a local stack wants a crash looped quickly, but never in a tight loop).
 RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
-
-#: The container name of the pods' status when the pod names none.
-CONTAINER = "consumer"
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _micro_now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclasses.dataclass
@@ -149,8 +129,8 @@ class LocalNode:
 
     def start(self) -> None:
         self._state.mkdir(parents=True, exist_ok=True)
-        self._register()
-        self._renew_lease()
+        nodeleases.register(self._calls, self._name)
+        nodeleases.renew_lease(self._calls, self._name)
         for thread in self._threads:
             thread.start()
         self._watch.start()
@@ -220,89 +200,13 @@ class LocalNode:
 
     # -- the Node and its Lease ---------------------------------------------------------------
 
-    def _register(self) -> None:
-        body = {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": self._name,
-                "labels": {
-                    "kubernetes.io/hostname": self._name,
-                    "kubernetes.io/os": "linux",
-                    "node.kubernetes.io/instance-type": "ehb-local",
-                },
-            },
-        }
-        try:
-            self._calls.call("POST", "/api/v1/nodes", body=body)
-        except ApiException as e:
-            if e.status != 409:
-                raise
-        self._report_status()
-
-    def _report_status(self) -> None:
-        now = _now()
-        status = {
-            "status": {
-                "capacity": {"cpu": "2", "memory": "24Gi", "pods": "1000"},
-                "allocatable": {"cpu": "2", "memory": "24Gi", "pods": "1000"},
-                "addresses": [
-                    {"type": "InternalIP", "address": "127.0.0.1"},
-                    {"type": "Hostname", "address": self._name},
-                ],
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": "True",
-                        "reason": "KubeletReady",
-                        "message": "the local node runs pods as processes",
-                        "lastHeartbeatTime": now,
-                        "lastTransitionTime": now,
-                    }
-                ],
-                "nodeInfo": {
-                    "kubeletVersion": "ehb-local",
-                    "kubeProxyVersion": "",
-                    "operatingSystem": "linux",
-                    "architecture": "amd64",
-                    "containerRuntimeVersion": "process://local",
-                    "osImage": "",
-                    "kernelVersion": "",
-                    "machineID": "",
-                    "systemUUID": "",
-                    "bootID": "",
-                },
-            }
-        }
-        self._calls.patch("v1/nodes", self._name, status, subresource="status")
-
-    def _renew_lease(self) -> None:
-        path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{self._name}"
-        spec = {
-            "holderIdentity": self._name,
-            "leaseDurationSeconds": LEASE_DURATION_S,
-            "renewTime": _micro_now(),
-        }
-        try:
-            self._calls.call(
-                "PATCH", path, body={"spec": spec}, content_type="application/merge-patch+json"
-            )
-        except ApiException as e:
-            if e.status != 404:
-                raise
-            self._calls.call(
-                "POST",
-                "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
-                body={"metadata": {"name": self._name}, "spec": spec},
-            )
-
     def _heartbeats(self) -> None:
         last_status = time.monotonic()
-        while not self._stop.wait(LEASE_RENEW_S):
+        while not self._stop.wait(nodeleases.LEASE_RENEW_S):
             try:
-                self._renew_lease()
-                if time.monotonic() - last_status >= STATUS_REPORT_S:
-                    self._report_status()
+                nodeleases.renew_lease(self._calls, self._name)
+                if time.monotonic() - last_status >= nodeleases.STATUS_REPORT_S:
+                    nodeleases.report_status(self._calls, self._name)
                     last_status = time.monotonic()
             except Exception as e:  # the API away: the next beat tries again
                 logger.warning("node heartbeat failed: %r", e)
@@ -390,30 +294,13 @@ class LocalNode:
         except (deployments.UnrunnableSpec, ApiException) as e:
             self._refused.add(uid)
             logger.warning("pod %s/%s cannot run here: %s", namespace, name, e)
-            self._patch_status(
+            podstatuses.patch(
+                self._calls,
                 namespace,
                 name,
-                {
-                    "phase": "Pending",
-                    "conditions": [
-                        {"type": "PodScheduled", "status": "True", "lastTransitionTime": _now()}
-                    ],
-                    "containerStatuses": [
-                        {
-                            "name": container["name"],
-                            "image": container.get("image", ""),
-                            "imageID": "",
-                            "ready": False,
-                            "restartCount": 0,
-                            "state": {
-                                "waiting": {
-                                    "reason": "CreateContainerConfigError",
-                                    "message": str(e),
-                                }
-                            },
-                        }
-                    ],
-                },
+                podstatuses.refused(
+                    container=container["name"], image=container.get("image", ""), message=str(e)
+                ),
             )
             return
         port = podprocesses.free_port()
@@ -427,7 +314,7 @@ class LocalNode:
             port=port,
             template=template,
             process=process,
-            started_at=_now(),
+            started_at=nodeleases.now(),
         )
         with self._lock:
             self._pods[uid] = running
@@ -517,7 +404,7 @@ class LocalNode:
                 pod.process = podprocesses.spawn(
                     pod.template, name=pod.name, namespace=pod.namespace, uid=pod.uid, port=pod.port
                 )
-                pod.started_at = _now()
+                pod.started_at = nodeleases.now()
                 logger.info(
                     "pod %s restarted (%d) as pid %d", pod.name, pod.restarts, pod.process.pid
                 )
@@ -535,48 +422,16 @@ class LocalNode:
             self._write_pod_status(pod)
 
     def _write_pod_status(self, pod: _Pod) -> None:
-        ready = "True" if pod.ready else "False"
-        now = _now()
-        alive = pod.process.poll() is None
-        state: dict[str, Any] = (
-            {"running": {"startedAt": pod.started_at}}
-            if alive
-            else {"waiting": {"reason": "CrashLoopBackOff", "message": "the process exited"}}
-        )
-        self._patch_status(
+        podstatuses.patch(
+            self._calls,
             pod.namespace,
             pod.name,
-            {
-                "phase": "Running",
-                "hostIP": "127.0.0.1",
-                "podIP": "127.0.0.1",
-                "podIPs": [{"ip": "127.0.0.1"}],
-                "startTime": pod.started_at,
-                "conditions": [
-                    {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
-                    {"type": "Initialized", "status": "True", "lastTransitionTime": now},
-                    {"type": "ContainersReady", "status": ready, "lastTransitionTime": now},
-                    {"type": "Ready", "status": ready, "lastTransitionTime": now},
-                ],
-                "containerStatuses": [
-                    {
-                        "name": pod.container,
-                        "image": pod.image,
-                        "imageID": "",
-                        "ready": pod.ready,
-                        "started": alive,
-                        "restartCount": pod.restarts,
-                        "state": state,
-                    }
-                ],
-            },
+            podstatuses.running(
+                container=pod.container,
+                image=pod.image,
+                started_at=pod.started_at,
+                alive=pod.process.poll() is None,
+                ready=pod.ready,
+                restarts=pod.restarts,
+            ),
         )
-
-    def _patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        try:
-            self._calls.patch(
-                "v1/pods", name, {"status": status}, namespace=namespace, subresource="status"
-            )
-        except ApiException as e:
-            if e.status != 404:
-                raise

@@ -223,6 +223,32 @@ class ResourceCalls:
         )
         return result
 
+    def apply(self, resource: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create it, or replace what is there (as ``kubectl apply`` converges)."""
+        metadata = body.get("metadata") or {}
+        namespace = metadata.get("namespace")
+        try:
+            return self.create(resource, body, namespace=namespace)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+        current = self.get(resource, metadata["name"], namespace=namespace) or {}
+        replaced = dict(body)
+        replaced["metadata"] = {
+            **metadata,
+            "resourceVersion": current["metadata"]["resourceVersion"],
+        }
+        result: dict[str, Any] = self.call(
+            "PUT", path(resource, namespace=namespace, name=metadata["name"]), body=replaced
+        )
+        return result
+
+    def established(self, crd: str) -> bool:
+        """Whether the CRD named ``crd`` serves its resource yet."""
+        body = self.get("apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+        conditions = ((body or {}).get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
 
 def _reason(text: str) -> str | None:
     """A Status body's message (what kubectl prints), else None."""

@@ -1,0 +1,88 @@
+"""The status a local node writes for its pods, as a kubelet reports them.
+
+Running with Ready from the readiness probe (or waiting in CrashLoopBackOff between restarts),
+and Pending with ``CreateContainerConfigError`` and the reason for a pod the node cannot run
+(an image it has no entry point for, a field it does not serve).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from eventhub_balancer_devstack.realkube import nodeleases, resourcecalls
+
+
+def running(
+    *,
+    container: str,
+    image: str,
+    started_at: str,
+    alive: bool,
+    ready: bool,
+    restarts: int,
+) -> dict[str, Any]:
+    """A pod whose process runs (``alive``) or waits for its restart."""
+    flag = "True" if ready else "False"
+    now = nodeleases.now()
+    state: dict[str, Any] = (
+        {"running": {"startedAt": started_at}}
+        if alive
+        else {"waiting": {"reason": "CrashLoopBackOff", "message": "the process exited"}}
+    )
+    return {
+        "phase": "Running",
+        "hostIP": "127.0.0.1",
+        "podIP": "127.0.0.1",
+        "podIPs": [{"ip": "127.0.0.1"}],
+        "startTime": started_at,
+        "conditions": [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+            {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+            {"type": "ContainersReady", "status": flag, "lastTransitionTime": now},
+            {"type": "Ready", "status": flag, "lastTransitionTime": now},
+        ],
+        "containerStatuses": [
+            {
+                "name": container,
+                "image": image,
+                "imageID": "",
+                "ready": ready,
+                "started": alive,
+                "restartCount": restarts,
+                "state": state,
+            }
+        ],
+    }
+
+
+def refused(*, container: str, image: str, message: str) -> dict[str, Any]:
+    """A pod bound here that cannot run: why, where ``kubectl describe`` shows it."""
+    return {
+        "phase": "Pending",
+        "conditions": [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": nodeleases.now()}
+        ],
+        "containerStatuses": [
+            {
+                "name": container,
+                "image": image,
+                "imageID": "",
+                "ready": False,
+                "restartCount": 0,
+                "state": {"waiting": {"reason": "CreateContainerConfigError", "message": message}},
+            }
+        ],
+    }
+
+
+def patch(
+    calls: resourcecalls.ResourceCalls, namespace: str, name: str, status: dict[str, Any]
+) -> None:
+    """Write it; a pod that is gone meanwhile is no error."""
+    try:
+        calls.patch("v1/pods", name, {"status": status}, namespace=namespace, subresource="status")
+    except ApiException as e:
+        if e.status != 404:
+            raise
