@@ -14,7 +14,7 @@ PYTEST_WORKERS ?= -n 2 --dist loadfile
 
 
 .PHONY: controlplane
-.PHONY: all install test chart-versions lint typecheck importlint pytest docs figures figures-balance figures-scale figures-soak demo clean java-check node promtool-check
+.PHONY: all install test chart-versions lint typecheck importlint pytest docs figures figures-balance figures-scale figures-real figures-soak demo clean java-check node promtool-check
 
 all: test
 
@@ -149,6 +149,19 @@ figures-scale: install
 # The side-by-side run against the SDK's balancer takes about 8 minutes.
 figures-balance: install
 	$(RECORD) balance -- ehb bench balance --json
+	$(RECORD) --refresh README.md
+
+# The same benchmarks on the real control plane (`--kube real`; docs/benchmarks.md, "On the
+# real control plane"): each record is real-NAME beside the local NAME; about 45 minutes.
+figures-real: install
+	$(RECORD) real-balance -- ehb bench balance --json --kube real
+	$(RECORD) real-operator -- ehb bench operator --json --kube real
+	$(RECORD) real-scale-1024x512 -- ehb bench operator --json --rounds 3 --partitions 1024 --pods 512 --kube real
+	$(RECORD) real-scale-1000x4x8 -- ehb bench operator --json --consumers 1000 --pods 4 --partitions 8 --rounds 1 --interval 10 --kube real
+	$(RECORD) real-demo -- ehb demo --json --kube real
+	for seed in 1 2 3 4 5 6 7 8; do \
+	  $(RECORD) real-chaos-seed$$seed -- ehb bench chaos --json --seconds 40 --seed $$seed --kube real || exit 1; \
+	done
 	$(RECORD) --refresh README.md
 
 # The soaks of docs/operations.md (a pod's and the operator's steady-state memory): one

@@ -10,7 +10,7 @@ from eventhub_balancer_devstack.benchmarks import records
 
 def record(directory: Path, name: str, result: object, *, command: str = "ehb bench x") -> None:
     body = {
-        "benchmark": name.removeprefix("real-").split("-")[0],
+        "benchmark": name,
         "command": command,
         "date": "2026-11-29T05:00:00+00:00",
         "load_average": [1.0, 1.5, 2.0],
@@ -61,3 +61,23 @@ def test_a_real_chaos_run_that_reused_an_epoch_shows(tmp_path: Path) -> None:
     record(tmp_path, "real-chaos-seed2", {"epoch_reuse": 3, "epochs_decreased": 1})
     text = records.render_name("servers", directory=tmp_path)
     assert "| chaos: epochs reused / decreased (2 seeds) | not recorded | 3 / 1 |" in text
+
+
+def test_a_real_server_record_reads_as_its_local_counterpart(tmp_path: Path) -> None:
+    result = {
+        "join_balanced_s": 0.5,
+        "planned_leave_balanced_s": 0.2,
+        "deleted_pod_reassigned_s": 0.3,
+        "steady_state_requests_per_cycle": 0.0,
+        "stages": {"join": {"wake_to_decision": {"median_ms": 5.0, "max_ms": 9.0, "count": 3}}},
+    }
+    for name in ("operator", "real-operator"):
+        record(tmp_path, name, result)
+    local = records.render_name("operator-stages", directory=tmp_path)
+    real = records.render_name("real-operator-stages", directory=tmp_path)
+    assert local.split("\n\n")[0] == real.split("\n\n")[0]
+    # The whole record too: the operator's view, not the generic one.
+    assert (
+        records.render_name("real-operator", directory=tmp_path).split("\n\n")[0]
+        == (records.render_name("operator", directory=tmp_path).split("\n\n")[0])
+    )

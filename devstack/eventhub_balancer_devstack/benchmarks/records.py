@@ -34,6 +34,9 @@ logger = logging.getLogger(__name__)
 #: Where the records live, relative to the repository root (the docs site reads them there).
 DIRECTORY = Path("docs") / "benchmarks"
 
+#: The records of runs on the real control plane (``--kube real``): ``real-NAME``.
+REAL_PREFIX = "real-"
+
 #: A record's name is also its file name: no path separators, nothing hidden. (Lower case
 #: only, so that a page can show the marker's form, ``<!-- figures: NAME -->``, as text.)
 _NAME = r"[a-z0-9][a-z0-9_-]*"
@@ -286,7 +289,8 @@ def read_series(name: str, *, directory: Path = DIRECTORY) -> list[Record]:
 
 def render(record: Record) -> str:
     """The Markdown for a record: its tables, then where and under what load it was taken."""
-    view = recordviews.VIEWS.get(record.benchmark, recordviews.generic)
+    # A run on the real control plane (``real-NAME``) reads as its local counterpart.
+    view = recordviews.VIEWS.get(record.benchmark.removeprefix(REAL_PREFIX), recordviews.generic)
     return f"{view(record.result)}\n\n{caption(record)}\n"
 
 
@@ -300,8 +304,10 @@ def render_name(name: str, *, directory: Path = DIRECTORY) -> str:
         )
     if name in SERIES:
         return SERIES[name](read_series(name, directory=directory))
-    if name in recordviews.ASPECTS:
-        record_name, view = recordviews.ASPECTS[name]
+    aspect = name.removeprefix(REAL_PREFIX)
+    if aspect in recordviews.ASPECTS:
+        record_name, view = recordviews.ASPECTS[aspect]
+        record_name = name[: len(name) - len(aspect)] + record_name
         record = read(record_name, directory=directory)
         return f"{view(record.result)}\n\n{caption(record)}\n"
     return render(read(name, directory=directory))
