@@ -12,7 +12,7 @@ import pytest
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import deliveries
 from eventhub_balancer.consumer import contexts
-from eventhub_balancer.spark import frames, sessions
+from eventhub_balancer.spark import flags, frames, sessions
 from tests.support import paths
 
 EXAMPLES = paths.EXAMPLES
@@ -35,9 +35,9 @@ def events(count: int, *, partition: str = "3") -> list[deliveries.ReceivedEvent
 
 
 def test_spark_conf_flags() -> None:
-    assert sessions.parse_conf(["a.b=1", "c = x=y"]) == {"a.b": "1", "c": "x=y"}
+    assert flags.parse_conf(["a.b=1", "c = x=y"]) == {"a.b": "1", "c": "x=y"}
     with pytest.raises(errors.InvalidInput, match="--spark-conf"):
-        sessions.parse_conf(["novalue"])
+        flags.parse_conf(["novalue"])
 
 
 def ranges_of(

@@ -227,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.ack_file is not None and args.assignment_file is None:
         raise errors.InvalidInput("--ack-file", "only goes with --assignment-file")
-    from eventhub_balancer.spark import sessions
+    from eventhub_balancer.spark import flags
 
     config = settings.ConsumerSettings(
         pod=pod,
@@ -238,7 +238,7 @@ def run(args: argparse.Namespace) -> int:
         spark=args.spark,
         spark_master=args.spark_master,
         spark_remote=args.spark_remote,
-        spark_conf=sessions.parse_conf(args.spark_conf),
+        spark_conf=flags.parse_conf(args.spark_conf),
         trigger=triggers.TriggerSettings(
             interval=args.trigger_interval, max_events=args.max_events_per_trigger
         ),

@@ -97,12 +97,12 @@ class ConsumerSettings:
                 f"give one of them (env {ENV_SPARK_MASTER} / {ENV_SPARK_REMOTE})",
             )
         # A mistyped URL fails here, before anything connects, not in the session's thread.
-        from eventhub_balancer.spark import sessions
+        from eventhub_balancer.spark import flags
 
         if self.spark_master:
-            sessions.validate_master(self.spark_master)
+            flags.validate_master(self.spark_master)
         if self.spark_remote:
-            sessions.parse_remote(self.spark_remote)
+            flags.parse_remote(self.spark_remote)
         if self.handler_concurrency < 1:
             raise errors.InvalidInput(
                 "--handler-concurrency", f"{self.handler_concurrency} is less than 1"

@@ -16,6 +16,8 @@ Three ways to run, by flag:
   The server owns the driver, so its settings (memory, master, UI, ...) are the server's;
   only runtime SQL settings can be set from here, with ``session.conf.set``.
 
+The flags are checked in ``spark.flags``, before anything starts.
+
 Spark's own logs stay Spark's: its log4j2 defaults profile (loaded because nothing here
 configures log4j) writes WARN and above to stderr in Spark's format, and the JVM is started
 with our stderr as its stdout, so that stdout carries only what the process itself prints.
@@ -26,23 +28,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import socket
 import sys
 import time
-import urllib.parse
 from collections.abc import Iterator, Mapping
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 from eventhub_balancer import errors
+from eventhub_balancer.spark import flags
 
 logger = logging.getLogger(__name__)
 
 #: Two local cores: a pod usually has a couple; Spark's work per micro-batch is small.
 DEFAULT_MASTER: Final = "local[2]"
-
-#: Spark Connect's port when a ``sc://`` URL names none.
-DEFAULT_CONNECT_PORT: Final = 15002
 
 #: How long a Spark Connect server or a standalone master may take to accept a connection
 #: (it may be starting beside the pod).
@@ -98,111 +96,6 @@ LOCAL_CONF: Final[Mapping[str, str]] = {
     "spark.driver.extraJavaOptions": LOCAL_JAVA_OPTIONS,
 }
 
-#: Masters that run in this process: ``local``, ``local[4]``, ``local[*]``, ``local[4,2]``
-#: (with task retries), ``local-cluster[2,1,1024]`` (Spark's own test cluster).
-_LOCAL_MASTER = re.compile(
-    r"local(\[(\*|[1-9]\d*)(,\s*[1-9]\d*)?\])?|local-cluster\[\d+,\s*\d+,\s*\d+\]"
-)
-#: ``spark://host:port``, or several for a standby master: ``spark://a:7077,b:7077``.
-_STANDALONE_MASTER = re.compile(r"spark://[^\s:/,]+:\d{1,5}(,[^\s:/,]+:\d{1,5})*")
-#: A scheme: ``yarn``, ``k8s://https://...``, a cluster manager of someone's own.
-_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*(://\S+)?")
-
-
-class ConnectAddress(NamedTuple):
-    """Where a ``sc://`` URL points, and the URL to show (any token in it hidden)."""
-
-    host: str
-    port: int
-    shown: str
-
-
-def parse_conf(pairs: list[str] | None) -> dict[str, str]:
-    """``--spark-conf key=value`` flags as a mapping; a malformed one names itself."""
-    conf: dict[str, str] = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise errors.InvalidInput("--spark-conf", f"{pair!r} is not key=value")
-        conf[key.strip()] = value.strip()
-    return conf
-
-
-def validate_master(master: str) -> str:
-    """The master, checked for the mistakes a flag can make; unknown schemes pass through."""
-    master = master.strip()
-    field = "--spark-master"
-    if not master:
-        raise errors.InvalidInput(field, "is empty: write local[2], spark://HOST:PORT or yarn")
-    if master.startswith("sc://"):
-        raise errors.InvalidInput(
-            field, f"{master!r} is a Spark Connect URL: pass it as --spark-remote instead"
-        )
-    if master.startswith("local"):
-        if not _LOCAL_MASTER.fullmatch(master):
-            raise errors.InvalidInput(
-                field, f"{master!r} is not a local master: write local, local[N] or local[*]"
-            )
-        return master
-    if master.startswith("spark:"):
-        if not _STANDALONE_MASTER.fullmatch(master):
-            raise errors.InvalidInput(
-                field,
-                f"{master!r} is not a standalone master URL: write spark://HOST:PORT "
-                "(the master's port, 7077 unless changed)",
-            )
-        return master
-    if re.fullmatch(r"[^\s:/]+:\d+", master):
-        raise errors.InvalidInput(
-            field, f"{master!r} has no scheme: write spark://{master} for a standalone master"
-        )
-    if not _SCHEME.fullmatch(master):
-        raise errors.InvalidInput(
-            field, f"{master!r} is not a master URL: write local[2], spark://HOST:PORT or yarn"
-        )
-    return master
-
-
-def _shown(remote: str) -> str:
-    """The URL without the values of its parameters that may be secrets (``;token=...``)."""
-    head, sep, params = remote.partition(";")
-    if not sep:
-        return remote
-    kept = []
-    for param in params.split(";"):
-        key, eq, _ = param.partition("=")
-        kept.append(f"{key}=***" if eq and "token" in key.lower() else param)
-    return head + sep + ";".join(kept)
-
-
-def parse_remote(remote: str) -> ConnectAddress:
-    """Host and port of a Spark Connect URL, ``sc://host[:port][/;param=value...]``."""
-    remote = remote.strip()
-    shown = _shown(remote)
-    field = "--spark-remote"
-    hint = "write sc://HOST:PORT, e.g. sc://spark-connect:15002"
-    if not remote.startswith("sc://"):
-        extra = (
-            "; a spark:// or local master goes to --spark-master"
-            if remote.startswith(("spark://", "local"))
-            else ""
-        )
-        raise errors.InvalidInput(field, f"{shown!r} is not a Spark Connect URL: {hint}{extra}")
-    parsed = urllib.parse.urlparse(remote.partition(";")[0])
-    try:
-        port = parsed.port
-    except ValueError:
-        raise errors.InvalidInput(field, f"{shown!r} has a bad port: {hint}") from None
-    if not parsed.hostname:
-        raise errors.InvalidInput(field, f"{shown!r} names no host: {hint}")
-    if parsed.path not in ("", "/") or parsed.query or parsed.fragment:
-        raise errors.InvalidInput(
-            field,
-            f"{shown!r} has a path: {hint}, with parameters after '/;' "
-            "(sc://HOST:PORT/;use_ssl=true;token=...)",
-        )
-    return ConnectAddress(parsed.hostname, port or DEFAULT_CONNECT_PORT, shown)
-
 
 @contextlib.contextmanager
 def _jvm_output_to_stderr() -> Iterator[None]:
@@ -249,7 +142,7 @@ def _wait_reachable(what: str, addresses: list[tuple[str, int]], timeout: float)
 
 def _connect_session(remote: str, *, conf: Mapping[str, str], timeout: float) -> Any:
     """A Spark Connect session: the driver is the server's; settings go through conf.set."""
-    address = parse_remote(remote)
+    address = flags.parse_remote(remote)
     try:
         from pyspark.sql.connect.session import SparkSession as ConnectSession
     except ImportError as e:
@@ -331,7 +224,7 @@ def build_session(
                 master,
             )
         return _connect_session(remote, conf=conf, timeout=connect_timeout)
-    master = validate_master(master)
+    master = flags.validate_master(master)
     try:
         from pyspark.sql import SparkSession
     except ImportError as e:

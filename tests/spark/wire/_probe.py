@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from eventhub_balancer.adapters import deliveries
-from eventhub_balancer.spark import frames, sessions
+from eventhub_balancer.spark import flags, frames, sessions
 
 T0 = datetime.datetime(2026, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
 
@@ -102,7 +102,7 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     session = sessions.build_session(
-        master=args.master, remote=args.remote, conf=sessions.parse_conf(args.conf)
+        master=args.master, remote=args.remote, conf=flags.parse_conf(args.conf)
     )
     try:
         if args.log_marker:

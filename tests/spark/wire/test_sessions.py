@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from eventhub_balancer import errors
-from eventhub_balancer.spark import sessions
+from eventhub_balancer.spark import flags, sessions
 from tests.support import paths
 from tests.support.fixtures.spark import spark_unavailable
 
@@ -86,7 +86,7 @@ def closed_port() -> int:
     ],
 )
 def test_masters_that_pass(master: str) -> None:
-    assert sessions.validate_master(master) == master
+    assert flags.validate_master(master) == master
 
 
 @pytest.mark.parametrize(
@@ -104,17 +104,17 @@ def test_masters_that_pass(master: str) -> None:
 )
 def test_masters_that_fail_say_what_to_write(master: str, says: str) -> None:
     with pytest.raises(errors.InvalidInput, match="--spark-master") as caught:
-        sessions.validate_master(master)
+        flags.validate_master(master)
     assert says in str(caught.value)
 
 
 def test_remote_urls_parse_with_the_default_port_and_hide_tokens() -> None:
-    assert sessions.parse_remote("sc://spark-connect") == (
+    assert flags.parse_remote("sc://spark-connect") == (
         "spark-connect",
         15002,
         "sc://spark-connect",
     )
-    address = sessions.parse_remote("sc://h:443/;use_ssl=true;token=s3cret")
+    address = flags.parse_remote("sc://h:443/;use_ssl=true;token=s3cret")
     assert (address.host, address.port) == ("h", 443)
     assert "s3cret" not in address.shown
     assert "use_ssl=true" in address.shown
