@@ -23,7 +23,7 @@ from typing import Any
 
 from eventhub_balancer import runners
 from eventhub_balancer.adapters import eventhubs, kubeapi, tenantidentities
-from eventhub_balancer.contracts import configmaps, specs
+from eventhub_balancer.contracts import configmaps, specs, timestamps
 from eventhub_balancer.handlers import registering, running
 from eventhub_balancer_devstack.kube import LocalKubeAPI
 
@@ -45,7 +45,7 @@ DOUBLE_STOP_SECONDS = 5.0
 
 
 def stamp(value: datetime.datetime | None = None) -> str:
-    return specs.format_time(value or datetime.datetime.now(datetime.UTC))
+    return timestamps.format_time(value or datetime.datetime.now(datetime.UTC))
 
 
 def wait_for(

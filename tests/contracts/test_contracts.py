@@ -16,6 +16,7 @@ from eventhub_balancer.contracts import (
     podstates,
     specs,
     startpositions,
+    timestamps,
 )
 
 T0 = datetime.datetime(2024, 5, 1, 12, 0, 0, tzinfo=datetime.UTC)
@@ -246,7 +247,7 @@ def test_condition_transition_time_moves_only_with_status() -> None:
         observed_generation=2,
         now=later,
     )
-    assert flipped[0]["lastTransitionTime"] == specs.format_time(later)
+    assert flipped[0]["lastTransitionTime"] == timestamps.format_time(later)
 
 
 def pod(**status: object) -> dict[str, object]:

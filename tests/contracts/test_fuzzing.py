@@ -40,6 +40,7 @@ from eventhub_balancer.contracts import (
     podstates,
     specs,
     startpositions,
+    timestamps,
 )
 
 FUZZ = settings(
@@ -365,7 +366,7 @@ def test_configmap_data_reads_as_an_assignment_with_its_problems_never_an_except
             assert entry.epoch in INT64
             if entry.since is not None:
                 # Written back by the operator, compared with now by both.
-                specs.format_time(entry.since)
+                timestamps.format_time(entry.since)
                 podstates.to_seconds(entry.since)
     assert all(e.epoch <= bounds.MAX_FLOOR for e in assignment.partitions.values())
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from eventhub_balancer.contracts import configmaps, specs
+from eventhub_balancer.contracts import configmaps, specs, timestamps
 from eventhub_balancer.handlers import cycles, kopfwiring, memories
 from eventhub_balancer.handlers.cache import caches, indexkeys, serving
 from tests.handlers import test_caching, test_cycles
@@ -32,7 +32,7 @@ def two_consumers() -> tuple[fakes.FakeKube, watches.Watch, caches.Cache]:
     kube.add_consumer(NS, NEWER, test_cycles.SPEC)
     for name, seconds in ((OLDER, 0), (NEWER, 60)):
         meta = kube.objects["consumer", NS, name]["metadata"]
-        meta["creationTimestamp"] = specs.format_time(test_cycles.at(seconds))
+        meta["creationTimestamp"] = timestamps.format_time(test_cycles.at(seconds))
     cache = caches.Cache(kube, clock=test_caching.Clock())
     watch = watches.Watch(kube, cache)
     cache.following.attach({**watch.indexes, indexkeys.PEERS: peers_index(kube)})

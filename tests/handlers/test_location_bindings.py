@@ -10,7 +10,7 @@ import copy
 import dataclasses
 from typing import Any
 
-from eventhub_balancer.contracts import specs
+from eventhub_balancer.contracts import specs, timestamps
 from eventhub_balancer.handlers import cycles, memories
 from eventhub_balancer.handlers.cache import caches, indexkeys
 from eventhub_balancer.reconciling import conflicts
@@ -64,7 +64,7 @@ def squatted(*, squatter: bool = True) -> Cluster:
 def created(kube: fakes.FakeKube, consumer: tuple[str, str], seconds: float) -> None:
     """Its creationTimestamp, stored again so that the watch delivers it too."""
     body = kube.objects["consumer", *consumer]
-    body["metadata"]["creationTimestamp"] = specs.format_time(test_cycles.at(seconds))
+    body["metadata"]["creationTimestamp"] = timestamps.format_time(test_cycles.at(seconds))
     kube.set_spec(*consumer, body["spec"])
 
 

@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import specs
+from eventhub_balancer.contracts import timestamps
 from eventhub_balancer.handlers import registering
 from eventhub_balancer.handlers.cache import secretvalues
 from tests.handlers import test_daemons
@@ -180,7 +180,7 @@ class Churn:
         await self._settle()
         leaving = self.pods[0]
         pod = self.kube.objects["pod", NS, leaving]
-        pod["metadata"]["deletionTimestamp"] = specs.format_time(test_daemons.clock())
+        pod["metadata"]["deletionTimestamp"] = timestamps.format_time(test_daemons.clock())
         self.kube._store("pod", NS, pod)
         await self._settle()
         self.kube.remove_pod(NS, self.pods.popleft())

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer import errors
-from eventhub_balancer.contracts import configmaps, specs
+from eventhub_balancer.contracts import configmaps, specs, timestamps
 from eventhub_balancer.reconciling import deciding, observations
 from tests.support import fakes
 
@@ -53,7 +53,7 @@ def pod(
             "name": name,
             "uid": f"uid-{name}",
             "labels": dict(labels if labels is not None else {"app": "c"}),
-            "creationTimestamp": specs.format_time(T0),
+            "creationTimestamp": timestamps.format_time(T0),
         },
         "status": {
             "phase": "Running",
@@ -61,7 +61,7 @@ def pod(
                 {
                     "type": "Ready",
                     "status": "True" if ready else "False",
-                    "lastTransitionTime": specs.format_time(at(since)),
+                    "lastTransitionTime": timestamps.format_time(at(since)),
                 }
             ],
         },

@@ -6,7 +6,7 @@ import copy
 import dataclasses
 from typing import Any
 
-from eventhub_balancer.contracts import specs
+from eventhub_balancer.contracts import timestamps
 from eventhub_balancer.reconciling import conflicts, observations
 from tests.reconciling import bodies
 from tests.reconciling.bodies import at, pod
@@ -14,7 +14,7 @@ from tests.reconciling.bodies import at, pod
 
 def created(observation: observations.Observation, seconds: float) -> observations.Observation:
     body: Any = copy.deepcopy(observation.body)
-    body["metadata"]["creationTimestamp"] = specs.format_time(at(seconds))
+    body["metadata"]["creationTimestamp"] = timestamps.format_time(at(seconds))
     return dataclasses.replace(observation, body=body)
 
 
@@ -31,10 +31,10 @@ def other(
         "name": name,
         "namespace": namespace,
         "uid": f"uid-{name}",
-        "creationTimestamp": specs.format_time(at(seconds)),
+        "creationTimestamp": timestamps.format_time(at(seconds)),
     }
     if deleting:
-        meta["deletionTimestamp"] = specs.format_time(at(seconds + 1))
+        meta["deletionTimestamp"] = timestamps.format_time(at(seconds + 1))
     return conflicts.peer({"metadata": meta, "spec": spec or bodies.SPEC})
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from eventhub_balancer.contracts import conditions, specs
+from eventhub_balancer.contracts import conditions, statusbodies
 from eventhub_balancer.reconciling import progress
 from tests.reconciling.bodies import T0
 
 
-def written(**by_type: tuple[str, str]) -> list[specs.ConditionBody]:
+def written(**by_type: tuple[str, str]) -> list[statusbodies.ConditionBody]:
     """A conditions list: type -> (status, reason)."""
     return conditions.apply(
         None,
@@ -22,7 +22,7 @@ def written(**by_type: tuple[str, str]) -> list[specs.ConditionBody]:
     )
 
 
-def summary(current: list[specs.ConditionBody]) -> dict[str, tuple[str, str, str]]:
+def summary(current: list[statusbodies.ConditionBody]) -> dict[str, tuple[str, str, str]]:
     return {c.type: (c.status, c.reason, c.message) for c in progress.concluded(current)}
 
 

@@ -8,7 +8,7 @@ import json
 from collections.abc import Mapping, Sequence
 
 from eventhub_balancer.balancing import models, planning
-from eventhub_balancer.contracts import configmaps, podstates, specs
+from eventhub_balancer.contracts import configmaps, podstates, specs, statusbodies, timestamps
 from eventhub_balancer.reconciling import kubeevents, observations, readbacks, statuses, writes
 from tests.contracts.test_contracts import SPEC
 
@@ -60,16 +60,16 @@ def recorded(
     epochs: dict[str, int] | None = None,
     state: models.OwnershipState = "owned",
     uid: str | None = None,
-) -> specs.StatusBody:
+) -> statusbodies.StatusBody:
     """A status whose record gives ``{pod: {partition: epoch}}`` (epochs: the highest)."""
-    entries: list[specs.AssignmentEntryBody] = [
+    entries: list[statusbodies.AssignmentEntryBody] = [
         {
             "partition": p,
             "pod": pod,
             "podUid": uid or f"uid-{pod}",
             "epoch": e,
             "state": state,
-            "since": specs.format_time(T0),
+            "since": timestamps.format_time(T0),
         }
         for pod, parts in owners.items()
         for p, e in parts.items()

@@ -63,7 +63,7 @@ def reported(
 
 
 def failing_of(observation: observations.Observation) -> Any:
-    """``status.failing`` (not a key of the shared `specs.StatusBody`)."""
+    """``status.failing`` (not a key of the shared `statusbodies.StatusBody`)."""
     status: Mapping[str, Any] = observation.status
     return status.get("failing")
 

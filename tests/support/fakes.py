@@ -30,7 +30,7 @@ from typing import Any, cast
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import listings
-from eventhub_balancer.contracts import configmaps, specs
+from eventhub_balancer.contracts import configmaps, specs, timestamps
 from eventhub_balancer.reconciling import conflicts, observations
 
 #: The objects a fake holds, by (kind, namespace, name).
@@ -269,7 +269,7 @@ class FakeKube:
         payload = base64.urlsafe_b64encode(json.dumps(claims).encode()).decode().rstrip("=")
         token = f"eyJhbGciOiJub25lIn0.{payload}."
         self.tokens.append((namespace, name, audience, expiration_seconds, token))
-        return {"token": token, "expirationTimestamp": specs.format_time(expires)}
+        return {"token": token, "expirationTimestamp": timestamps.format_time(expires)}
 
     # --- the other actors ---
 
@@ -324,7 +324,7 @@ class FakeKube:
             "metadata": {
                 "name": name,
                 "labels": dict(labels),
-                "creationTimestamp": specs.format_time(since),
+                "creationTimestamp": timestamps.format_time(since),
             },
             "status": {"phase": "Running"},
         }
@@ -339,7 +339,7 @@ class FakeKube:
             {
                 "type": "Ready",
                 "status": "True" if ready else "False",
-                "lastTransitionTime": specs.format_time(since),
+                "lastTransitionTime": timestamps.format_time(since),
             }
         ]
         self._store("pod", namespace, pod)
@@ -347,7 +347,7 @@ class FakeKube:
     def terminate(self, namespace: str, name: str, *, at: datetime.datetime) -> None:
         """A graceful deletion: the pod stays, with its deletionTimestamp, while it stops."""
         pod = self._get("pod", namespace, name)
-        pod["metadata"]["deletionTimestamp"] = specs.format_time(at)
+        pod["metadata"]["deletionTimestamp"] = timestamps.format_time(at)
         self._store("pod", namespace, pod)
 
     def release_all(self, namespace: str, pod: str) -> None:

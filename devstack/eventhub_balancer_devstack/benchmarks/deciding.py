@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypedDict
 
 from eventhub_balancer.balancing import models, planning
-from eventhub_balancer.contracts import specs
+from eventhub_balancer.contracts import specs, timestamps
 from eventhub_balancer.reconciling import deciding, observations
 from eventhub_balancer_devstack.kube import patching
 
@@ -75,7 +75,7 @@ def pod(name: str, *, ready: bool = True, since: float = 0.0) -> dict[str, Any]:
             "namespace": NAMESPACE,
             "uid": f"uid-{name}",
             "labels": {"app": "orders"},
-            "creationTimestamp": specs.format_time(T0),
+            "creationTimestamp": timestamps.format_time(T0),
         },
         "status": {
             "phase": "Running",
@@ -83,7 +83,7 @@ def pod(name: str, *, ready: bool = True, since: float = 0.0) -> dict[str, Any]:
                 {
                     "type": "Ready",
                     "status": "True" if ready else "False",
-                    "lastTransitionTime": specs.format_time(at(since)),
+                    "lastTransitionTime": timestamps.format_time(at(since)),
                 }
             ],
         },

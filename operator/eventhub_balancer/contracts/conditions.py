@@ -13,7 +13,7 @@ import datetime
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
-from eventhub_balancer.contracts import specs
+from eventhub_balancer.contracts import statusbodies, timestamps
 
 Status = Literal["True", "False", "Unknown"]
 
@@ -82,19 +82,19 @@ def shorten(text: str, limit: int = MAX_MESSAGE) -> str:
 
 
 def apply(
-    current: Sequence[specs.ConditionBody] | None,
+    current: Sequence[statusbodies.ConditionBody] | None,
     updates: Iterable[Condition],
     *,
     observed_generation: int,
     now: datetime.datetime,
-) -> list[specs.ConditionBody]:
+) -> list[statusbodies.ConditionBody]:
     """The conditions list after ``updates``; types not updated are kept as they were."""
-    by_type: dict[str, specs.ConditionBody] = {
+    by_type: dict[str, statusbodies.ConditionBody] = {
         c["type"]: c for c in (current or []) if isinstance(c, dict) and "type" in c
     }
     for update in updates:
         old = by_type.get(update.type)
-        transition = specs.format_time(now)
+        transition = timestamps.format_time(now)
         if old is not None and old.get("status") == update.status and old.get("lastTransitionTime"):
             transition = old["lastTransitionTime"]
         by_type[update.type] = {
@@ -110,8 +110,8 @@ def apply(
 
 
 def find(
-    conditions: Sequence[specs.ConditionBody] | None, type_: str
-) -> specs.ConditionBody | None:
+    conditions: Sequence[statusbodies.ConditionBody] | None, type_: str
+) -> statusbodies.ConditionBody | None:
     for condition in conditions or []:
         if isinstance(condition, dict) and condition.get("type") == type_:
             return condition

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import bounds, failurepolicy, specs, startpositions
+from eventhub_balancer.contracts import bounds, failurepolicy, specs, startpositions, timestamps
 
 PREFIX = "eventhub-balancer.dev/"
 
@@ -244,7 +244,7 @@ def _partitions_json(partitions: Mapping[models.PartitionId, PartitionEntry]) ->
         entry = partitions[pid]
         item: dict[str, Any] = {"epoch": entry.epoch, "state": entry.state}
         if entry.since is not None:
-            item["since"] = specs.format_time(entry.since)
+            item["since"] = timestamps.format_time(entry.since)
         body[pid] = item
     return json.dumps(body, separators=(",", ":"))
 
@@ -401,7 +401,7 @@ def _parse_entry(item: Any) -> PartitionEntry | None:
         return None
     if state not in models.OWNERSHIP_STATES:
         return None
-    since = specs.parse_time(item.get("since"))
+    since = timestamps.parse_time(item.get("since"))
     if "since" in item and since is None:
         return None
     return PartitionEntry(epoch=epoch, state=state, since=since)

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any, TypedDict
 
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import specs
+from eventhub_balancer.contracts import timestamps
 
 
 class PodConditionBody(TypedDict, total=False):
@@ -78,8 +78,8 @@ def pod_state(pod: Mapping[str, Any]) -> PodState:
     status = pod.get("status") or {}
     name = str(meta.get("name", ""))
     uid = str(meta.get("uid", ""))
-    created = specs.parse_time(meta.get("creationTimestamp")) or _EPOCH
-    deleted = specs.parse_time(meta.get("deletionTimestamp"))
+    created = timestamps.parse_time(meta.get("creationTimestamp")) or _EPOCH
+    deleted = timestamps.parse_time(meta.get("deletionTimestamp"))
     if deleted is not None:
         # The deletionTimestamp is when the grace period ends; it began, with the pod's
         # SIGTERM, that many seconds before (to the second, as the API server writes it).
@@ -95,7 +95,7 @@ def pod_state(pod: Mapping[str, Any]) -> PodState:
     for condition in status.get("conditions") or []:
         if isinstance(condition, Mapping) and condition.get("type") == "Ready":
             ready_condition = condition
-    since = specs.parse_time(ready_condition.get("lastTransitionTime")) or created
+    since = timestamps.parse_time(ready_condition.get("lastTransitionTime")) or created
     if phase == "Running" and ready_condition.get("status") == "True":
         return PodState(name=name, uid=uid, state="ready", since=since)
     # A pod the scheduler has not placed may wait for a node indefinitely; one on a node is

@@ -8,20 +8,21 @@ credentials kind, ``accountUrl`` with workload identity, ``serviceAccountName`` 
 ServiceAccount name. Every problem is an
 `errors.InvalidInput` naming the field to change. The selector, a concern of its own (parsed
 here, matched against pods and sent to list calls by the handlers), is in
-``contracts.labelselectors``.
+``contracts.labelselectors``; the status's shape, which the operator writes and nobody
+validates, in ``contracts.statusbodies``; times as Kubernetes writes them in
+``contracts.timestamps``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import re
 from collections.abc import Mapping
 from typing import Any, TypedDict, cast
 
 from eventhub_balancer import errors
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import failurepolicy, labelselectors, startpositions
+from eventhub_balancer.contracts import failurepolicy, labelselectors, startpositions, statusbodies
 
 GROUP = "eventhub-balancer.dev"
 VERSION = "v1alpha1"
@@ -79,54 +80,6 @@ class SpecBody(TypedDict, total=False):
     serviceAccountName: str
 
 
-class ConsumerStatusBody(TypedDict, total=False):
-    pod: str
-    ready: bool
-    state: str
-    partitions: list[str]
-    revoking: list[str]
-
-
-class HandoffBody(TypedDict, total=False):
-    partition: str
-    # "from" is a keyword: the status uses the key "from", built with a dict literal.
-    epoch: int
-    since: str
-
-
-class ConditionBody(TypedDict, total=False):
-    type: str
-    status: str
-    observedGeneration: int
-    lastTransitionTime: str
-    reason: str
-    message: str
-
-
-class AssignmentEntryBody(TypedDict, total=False):
-    """One partition in ``status.assignment``: the operator's own record of who owns it."""
-
-    partition: str
-    pod: str
-    podUid: str
-    epoch: int
-    state: str
-    since: str
-
-
-class StatusBody(TypedDict, total=False):
-    observedGeneration: int
-    partitionCount: int
-    memberCount: int
-    consumers: list[ConsumerStatusBody]
-    handoffs: list[dict[str, Any]]
-    epochs: dict[str, int]
-    assignment: list[AssignmentEntryBody]
-    movesTotal: int
-    lastRebalanceTime: str
-    conditions: list[ConditionBody]
-
-
 class MetadataBody(TypedDict, total=False):
     name: str
     namespace: str
@@ -143,7 +96,7 @@ class ConsumerBody(TypedDict, total=False):
     kind: str
     metadata: MetadataBody
     spec: SpecBody
-    status: StatusBody
+    status: statusbodies.StatusBody
 
 
 # The CRD's defaults, repeated here for specs that bypassed admission (tests, old API servers).
@@ -236,32 +189,6 @@ class ConsumerSpec:
     #: spec.serviceAccountName: the ServiceAccount of the CR's namespace whose workload
     #: identity the operator uses for ``workloadIdentity`` credentials; empty: its own
     service_account_name: str = ""
-
-
-def format_time(value: datetime.datetime) -> str:
-    """RFC 3339 in UTC with a Z, as Kubernetes writes times (second precision)."""
-    utc = value.astimezone(datetime.UTC).replace(microsecond=0, tzinfo=None)
-    # isoformat, not strftime: "%Y" writes year 1 as "1", which no parser reads back.
-    return utc.isoformat() + "Z"
-
-
-def parse_time(value: object) -> datetime.datetime | None:
-    """An RFC 3339 time in UTC, or None when it is missing or unreadable (callers pick a
-    fallback). A time whose offset moves it past year 1 or 9999 in UTC
-    (0001-01-01T00:00:00+01:00) is unreadable: it could be neither compared with now nor
-    written back."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = datetime.datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        return parsed.replace(tzinfo=datetime.UTC)
-    try:
-        return parsed.astimezone(datetime.UTC)
-    except OverflowError:
-        return None
 
 
 def parse_spec(spec: Mapping[str, Any]) -> ConsumerSpec:

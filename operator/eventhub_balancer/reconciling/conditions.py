@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from eventhub_balancer import errors
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import conditions, podstates, specs
+from eventhub_balancer.contracts import conditions, podstates, specs, statusbodies
 from eventhub_balancer.reconciling import observations, pausing, reports
 
 
@@ -118,7 +118,7 @@ def build(
     store: conditions.Condition,
     spec: specs.ConsumerSpec,
     troubles: Mapping[models.PartitionId, reports.Trouble] | None = None,
-    previous: specs.StatusBody | None = None,
+    previous: statusbodies.StatusBody | None = None,
     ready_count: int | None = None,
 ) -> list[conditions.Condition]:
     """All six conditions, Ready first (Paused last: `pausing`, which words Ready and
@@ -282,12 +282,12 @@ def cannot_process(
     return None
 
 
-def changed(previous: specs.StatusBody, c: conditions.Condition) -> bool:
+def changed(previous: statusbodies.StatusBody, c: conditions.Condition) -> bool:
     """Whether ``c`` differs in status or reason from the same condition in ``previous``."""
     old = conditions.find(previous.get("conditions"), c.type)
     return old is None or old.get("status") != c.status or old.get("reason") != c.reason
 
 
-def was_false(previous: specs.StatusBody, c: conditions.Condition) -> bool:
+def was_false(previous: statusbodies.StatusBody, c: conditions.Condition) -> bool:
     old = conditions.find(previous.get("conditions"), c.type)
     return old is not None and old.get("status") == "False"

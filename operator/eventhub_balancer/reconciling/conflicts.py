@@ -50,7 +50,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer import errors
-from eventhub_balancer.contracts import conditions, endpoints, labelselectors, specs
+from eventhub_balancer.contracts import (
+    conditions,
+    endpoints,
+    labelselectors,
+    specs,
+    statusbodies,
+    timestamps,
+)
 
 #: The condition type, True on the newcomer of two overlapping consumers.
 CONFLICT = "Conflict"
@@ -189,7 +196,7 @@ def peer(
         namespace=namespace,
         name=name or str(meta.get("name") or ""),
         uid=str(meta.get("uid") or ""),
-        created=specs.parse_time(meta.get("creationTimestamp")) or _NEVER,
+        created=timestamps.parse_time(meta.get("creationTimestamp")) or _NEVER,
         selector=spec.selector if spec is not None else None,
         location=location(spec, namespace=namespace) if spec is not None else None,
         deleting=bool(meta.get("deletionTimestamp")),
@@ -321,7 +328,7 @@ def condition(overlap: Overlap) -> conditions.Condition:
     )
 
 
-def cleared(previous: specs.StatusBody) -> list[conditions.Condition]:
+def cleared(previous: statusbodies.StatusBody) -> list[conditions.Condition]:
     """Conflict False once the overlap is gone (nothing while there never was one)."""
     old = conditions.find(previous.get("conditions"), CONFLICT)
     if old is None or old.get("status") == "False":

@@ -18,7 +18,7 @@ from typing import Any
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import conditions as conditiontypes
-from eventhub_balancer.contracts import specs
+from eventhub_balancer.contracts import specs, statusbodies, timestamps
 from eventhub_balancer.reconciling import conditions, pausing, reports, writes
 
 #: The Event's source component, as ``kubectl describe`` shows it.
@@ -122,7 +122,7 @@ def build(
     problems: Mapping[str, tuple[str, ...]],
     planned: writes.Writes,
     concluded: Sequence[conditiontypes.Condition],
-    previous: specs.StatusBody,
+    previous: statusbodies.StatusBody,
     tampered: Mapping[str, tuple[str, ...]] = {},
     troubles: Mapping[models.PartitionId, reports.Trouble] | None = None,
     paused: bool = False,
@@ -176,7 +176,9 @@ def build(
     return events
 
 
-def pause_events(c: conditiontypes.Condition, *, previous: specs.StatusBody) -> list[KubeEvent]:
+def pause_events(
+    c: conditiontypes.Condition, *, previous: statusbodies.StatusBody
+) -> list[KubeEvent]:
     """``Pausing`` when a pause starts, ``Paused`` when it is complete, ``Resumed`` when it
     ends; nothing for a consumer that was never paused."""
     old = conditiontypes.find(previous.get("conditions"), conditiontypes.PAUSED)
@@ -193,7 +195,7 @@ def pause_events(c: conditiontypes.Condition, *, previous: specs.StatusBody) -> 
 def trouble_events(
     troubles: Mapping[models.PartitionId, reports.Trouble],
     *,
-    previous: specs.StatusBody,
+    previous: statusbodies.StatusBody,
     assignment: Mapping[models.PartitionId, models.Ownership],
 ) -> list[KubeEvent]:
     """One Warning per (state, pod) for troubles new since ``previous``, one Normal per pod
@@ -265,7 +267,7 @@ def body(
     """The Event object about the EventHubConsumer ``consumer``, as the API takes it."""
     meta = consumer.get("metadata") or {}
     namespace = meta.get("namespace", "default")
-    stamp = specs.format_time(now)
+    stamp = timestamps.format_time(now)
     return {
         "apiVersion": "v1",
         "kind": "Event",

@@ -18,7 +18,7 @@ from typing import Any
 
 from eventhub_balancer import errors
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import configmaps, specs
+from eventhub_balancer.contracts import configmaps, specs, statusbodies
 from eventhub_balancer.reconciling import conflicts
 
 
@@ -130,7 +130,7 @@ class Observation:
         return int((self.body.get("metadata") or {}).get("generation") or 0)
 
     @property
-    def status(self) -> specs.StatusBody:
+    def status(self) -> statusbodies.StatusBody:
         return self.body.get("status") or {}
 
     def lag(self) -> dict[models.PartitionId, int]:

@@ -20,7 +20,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from eventhub_balancer.balancing import models, planning
-from eventhub_balancer.contracts import conditions, specs
+from eventhub_balancer.contracts import conditions, statusbodies
 
 #: The reasons of the Paused condition.
 PAUSED = "Paused"
@@ -55,7 +55,7 @@ def condition(
     *,
     paused: bool,
     assignment: Mapping[models.PartitionId, models.Ownership],
-    previous: specs.StatusBody,
+    previous: statusbodies.StatusBody,
 ) -> conditions.Condition:
     """The Paused condition: True only when paused and no pod holds or releases anything."""
     if paused:

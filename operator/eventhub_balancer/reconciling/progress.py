@@ -17,7 +17,7 @@ import datetime
 from collections.abc import Iterable, Sequence
 
 from eventhub_balancer import errors
-from eventhub_balancer.contracts import conditions, specs
+from eventhub_balancer.contracts import conditions, statusbodies
 from eventhub_balancer.reconciling import conflicts
 
 RECONCILING = "Reconciling"
@@ -49,7 +49,7 @@ TRANSIENT_REASONS = frozenset(
 )
 
 
-def _stall(current: Sequence[specs.ConditionBody]) -> specs.ConditionBody | None:
+def _stall(current: Sequence[statusbodies.ConditionBody]) -> statusbodies.ConditionBody | None:
     """The condition that says what waits for a person, if one does."""
     ready = conditions.find(current, conditions.READY)
     if ready is None or ready.get("status") != "False":
@@ -68,7 +68,7 @@ def _stall(current: Sequence[specs.ConditionBody]) -> specs.ConditionBody | None
     return None
 
 
-def _under_way(current: Sequence[specs.ConditionBody]) -> specs.ConditionBody | None:
+def _under_way(current: Sequence[statusbodies.ConditionBody]) -> statusbodies.ConditionBody | None:
     """The condition that says what settles by itself (hand-offs, starting pods), if any."""
     for type_ in (conditions.READY, conditions.BALANCED):
         found = conditions.find(current, type_)
@@ -77,7 +77,7 @@ def _under_way(current: Sequence[specs.ConditionBody]) -> specs.ConditionBody | 
     return None
 
 
-def concluded(current: Sequence[specs.ConditionBody]) -> list[conditions.Condition]:
+def concluded(current: Sequence[statusbodies.ConditionBody]) -> list[conditions.Condition]:
     """Reconciling and Stalled as ``current`` (the conditions just written) implies them."""
     stall = _stall(current)
     if stall is not None:
@@ -124,12 +124,12 @@ def concluded(current: Sequence[specs.ConditionBody]) -> list[conditions.Conditi
 
 
 def applied(
-    current: Sequence[specs.ConditionBody] | None,
+    current: Sequence[statusbodies.ConditionBody] | None,
     updates: Iterable[conditions.Condition],
     *,
     observed_generation: int,
     now: datetime.datetime,
-) -> list[specs.ConditionBody]:
+) -> list[statusbodies.ConditionBody]:
     """`conditions.apply` of ``updates``, then Reconciling and Stalled as the result implies."""
     written = conditions.apply(current, updates, observed_generation=observed_generation, now=now)
     return conditions.apply(

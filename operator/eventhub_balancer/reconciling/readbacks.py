@@ -34,7 +34,7 @@ from typing import Any
 
 from eventhub_balancer import handoffs
 from eventhub_balancer.balancing import models, planning
-from eventhub_balancer.contracts import bounds, configmaps, podstates, specs
+from eventhub_balancer.contracts import bounds, configmaps, podstates, statusbodies
 from eventhub_balancer.reconciling import fleets, observations, records, reports, tampering
 
 
@@ -170,7 +170,7 @@ def read_back(
     *,
     maps: Sequence[observations.StoredMap],
     pods: Mapping[str, podstates.PodState],
-    status: specs.StatusBody,
+    status: statusbodies.StatusBody,
     stored_epochs: Mapping[str, int],
     now: datetime.datetime,
     fleet: fleets.Fleet | None = None,

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import bounds, podstates, specs
+from eventhub_balancer.contracts import bounds, podstates, statusbodies, timestamps
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -47,7 +47,7 @@ def read_entry(
     if times is not None and isinstance(raw, str) and raw in times:
         seconds = times[raw]
     else:
-        since = specs.parse_time(raw)
+        since = timestamps.parse_time(raw)
         seconds = podstates.to_seconds(since) if since else None
         if times is not None and isinstance(raw, str):
             times[raw] = seconds
@@ -56,7 +56,7 @@ def read_entry(
     )
 
 
-def read(status: specs.StatusBody) -> dict[models.PartitionId, Recorded]:
+def read(status: statusbodies.StatusBody) -> dict[models.PartitionId, Recorded]:
     """The assignment the status records; entries out of bounds are skipped."""
     raw = status.get("assignment")
     if raw is None:
@@ -77,7 +77,7 @@ def read(status: specs.StatusBody) -> dict[models.PartitionId, Recorded]:
     return result
 
 
-def _legacy_record(status: specs.StatusBody) -> dict[models.PartitionId, Recorded]:
+def _legacy_record(status: statusbodies.StatusBody) -> dict[models.PartitionId, Recorded]:
     """The record of an older operator's status: owners from ``consumers``, the epoch of an
     owned partition from ``epochs``, of a revoking one (and its since) from ``handoffs``."""
     epochs: Mapping[str, Any] = status.get("epochs") or {}
@@ -96,7 +96,7 @@ def _legacy_record(status: specs.StatusBody) -> dict[models.PartitionId, Recorde
             if not bounds.is_epoch(epoch):
                 continue
             assert isinstance(epoch, int)
-            since = specs.parse_time(handoff.get("since")) if pid in revoking else None
+            since = timestamps.parse_time(handoff.get("since")) if pid in revoking else None
             result[models.PartitionId(pid)] = Recorded(
                 pod=pod,
                 pod_uid="",

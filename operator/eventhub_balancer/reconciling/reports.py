@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, TypedDict
 
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import bounds, conditions, partitionreports, specs
+from eventhub_balancer.contracts import bounds, conditions, partitionreports, timestamps
 from eventhub_balancer.reconciling import observations
 
 #: The status field that lists the troubled partitions, and the one that counts them.
@@ -205,8 +205,8 @@ def status_entries(
     for index, t in enumerate(troubles.values()):
         old = before.get(t.key)
         since = old.get("since") if old is not None else None
-        if not (isinstance(since, str) and specs.parse_time(since) is not None):
-            since = specs.format_time(now)
+        if not (isinstance(since, str) and timestamps.parse_time(since) is not None):
+            since = timestamps.format_time(now)
         entries.append(
             {
                 "partition": t.partition,

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import bounds, conditions, podstates, specs
+from eventhub_balancer.contracts import bounds, conditions, podstates, statusbodies, timestamps
 from eventhub_balancer.reconciling import progress, reports
 
 
@@ -48,7 +48,7 @@ class Outcome:
 
 def time_text(seconds: float) -> str:
     """``seconds`` as the status writes a time."""
-    return specs.format_time(podstates.from_seconds(seconds))
+    return timestamps.format_time(podstates.from_seconds(seconds))
 
 
 def epochs(
@@ -67,7 +67,7 @@ def epochs(
 
 def consumer_entry(
     pod: podstates.PodState, owned: Iterable[tuple[str, models.OwnershipState]]
-) -> specs.ConsumerStatusBody:
+) -> statusbodies.ConsumerStatusBody:
     """One pod's entry of ``status.consumers``, from its partitions and their states."""
     ordered = sorted(owned, key=lambda po: models.name_key(po[0]))
     return {
@@ -82,7 +82,7 @@ def consumer_entry(
 def consumer_entries(
     pods: Mapping[str, podstates.PodState],
     assignment: Mapping[models.PartitionId, models.Ownership],
-) -> list[specs.ConsumerStatusBody]:
+) -> list[statusbodies.ConsumerStatusBody]:
     """``status.consumers``: every pod's entry, by name."""
     # Each owner's partitions in one pass: a cycle's cost stays linear in the fleet.
     by_owner: dict[str, list[tuple[str, models.OwnershipState]]] = {}
@@ -96,7 +96,7 @@ def consumer_entries(
 
 
 def build_status(
-    *, outcome: Outcome, previous: specs.StatusBody, now: datetime.datetime
+    *, outcome: Outcome, previous: statusbodies.StatusBody, now: datetime.datetime
 ) -> dict[str, Any]:
     consumers = consumer_entries(outcome.pods, outcome.assignment)
     ordered = sorted(outcome.assignment.items(), key=lambda kv: models.name_key(kv[0]))
@@ -119,7 +119,7 @@ def build_status(
         for pid, o in ordered
         if o.state == "revoking" and o.owner is not None
     ]
-    record: list[specs.AssignmentEntryBody] = [
+    record: list[statusbodies.AssignmentEntryBody] = [
         {
             "partition": pid,
             "pod": o.owner,
@@ -135,7 +135,7 @@ def build_status(
     members = outcome.member_count
     if members is None:
         members = member_count(outcome.pods, now=now_seconds, grace=outcome.grace_seconds)
-    status: specs.StatusBody = {
+    status: statusbodies.StatusBody = {
         "observedGeneration": outcome.generation,
         "partitionCount": len(outcome.partitions),
         "memberCount": members,
@@ -154,10 +154,10 @@ def build_status(
         ),
     }
     if outcome.owner_changes:
-        status["lastRebalanceTime"] = specs.format_time(now)
+        status["lastRebalanceTime"] = timestamps.format_time(now)
     elif previous.get("lastRebalanceTime"):
         status["lastRebalanceTime"] = previous["lastRebalanceTime"]
-    # Not keys of `specs.StatusBody` (a shared contract): added beside it.
+    # Not keys of `statusbodies.StatusBody` (a shared contract): added beside it.
     failing = reports.status_entries(outcome.troubles, previous=previous, now=now)
     return {**status, reports.STATUS_FIELD: failing, reports.COUNT_FIELD: len(failing)}
 
