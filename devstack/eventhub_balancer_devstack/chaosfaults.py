@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from eventhub_balancer import errors
-from eventhub_balancer.contracts import configmaps
+from eventhub_balancer.contracts import configmaps, podassignments
 from eventhub_balancer_devstack import (
     chaoshandlers,
     chaoswatches,
@@ -307,7 +307,7 @@ class Chaos:
         for cm in site.stack.kube.list_objects(
             "v1/configmaps", namespace=site.namespace, label_selector=configmaps.LABEL_POD
         ):
-            parsed = configmaps.parse_data(cm.get("data") or {})
+            parsed = podassignments.parse_data(cm.get("data") or {})
             if parsed.consumer != site.consumer:
                 continue
             for p, entry in parsed.partitions.items():

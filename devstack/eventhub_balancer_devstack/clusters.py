@@ -23,7 +23,7 @@ from typing import Any
 
 from eventhub_balancer import runners
 from eventhub_balancer.adapters import eventhubs, kubeapi, tenantidentities
-from eventhub_balancer.contracts import configmaps, specs, timestamps
+from eventhub_balancer.contracts import configmaps, podassignments, specs, timestamps
 from eventhub_balancer.handlers import registering, running
 from eventhub_balancer_devstack.kube import LocalKubeAPI
 
@@ -177,11 +177,11 @@ class LocalCluster:
             result[(cm.get("data") or {}).get("pod", cm["metadata"]["name"])] = cm
         return result
 
-    def assignment(self, namespace: str) -> dict[str, dict[str, configmaps.PartitionEntry]]:
+    def assignment(self, namespace: str) -> dict[str, dict[str, podassignments.PartitionEntry]]:
         return {
             pod: {
                 str(pid): entry
-                for pid, entry in configmaps.parse_data(cm.get("data") or {}).partitions.items()
+                for pid, entry in podassignments.parse_data(cm.get("data") or {}).partitions.items()
             }
             for pod, cm in self.maps(namespace).items()
         }
@@ -279,7 +279,7 @@ class ConsumerDouble:
         for cm in self.kube.list_objects(
             "v1/configmaps", namespace=self.namespace, label_selector=configmaps.LABEL_POD
         ):
-            parsed = configmaps.parse_data(cm.get("data") or {})
+            parsed = podassignments.parse_data(cm.get("data") or {})
             if self.pods is not None and parsed.pod not in self.pods:
                 continue
             annotations = cm["metadata"].get("annotations") or {}

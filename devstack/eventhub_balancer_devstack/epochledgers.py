@@ -22,7 +22,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from eventhub_balancer.contracts import bounds, configmaps, specs
+from eventhub_balancer.contracts import bounds, configmaps, podassignments, specs
 
 #: How many findings of each kind the report lists in words (the counts are complete).
 EXAMPLES_KEPT = 5
@@ -75,7 +75,7 @@ class EpochLedger:
         if not isinstance(data, Mapping) or configmaps.KEY_PARTITIONS not in data:
             return  # not an assignment ConfigMap
         self.writes += 1
-        parsed = configmaps.parse_data(data)
+        parsed = podassignments.parse_data(data)
         metadata = body.get("metadata") or {}
         namespace = str(metadata.get("namespace") or "")
         pod = str((metadata.get("annotations") or {}).get(configmaps.ANNOTATION_POD_UID) or "")

@@ -13,6 +13,7 @@ from eventhub_balancer.contracts import (
     conditions,
     configmaps,
     failurepolicy,
+    podassignments,
     podstates,
     specs,
     startpositions,
@@ -100,7 +101,7 @@ def test_lag_tolerance_reaches_the_planner() -> None:
 )
 def test_start_position_reaches_the_configmap_as_json(start: object, encoded: str) -> None:
     spec = specs.parse_spec({**SPEC, "startPosition": start})
-    data = configmaps.build_data(
+    data = podassignments.build_data(
         spec=spec, consumer="orders", pod="c-0", generation=1, partitions={}
     )
     assert data[configmaps.KEY_START_POSITION] == encoded
@@ -160,25 +161,25 @@ def test_configmap_names_of_different_pairs_differ(
 def test_data_round_trip_has_no_secret_and_steady_generation() -> None:
     spec = specs.parse_spec(SPEC)
     parts = {
-        models.PartitionId("1"): configmaps.PartitionEntry(epoch=3, state="revoking", since=T0)
+        models.PartitionId("1"): podassignments.PartitionEntry(epoch=3, state="revoking", since=T0)
     }
-    data = configmaps.desired_data(
+    data = podassignments.desired_data(
         spec=spec, consumer="orders", pod="c-0", partitions=parts, current=None
     )
     assert data is not None
     assert data["generation"] == "1"
     assert "SharedAccessKey" not in str(data)
-    parsed = configmaps.parse_data(data)
+    parsed = podassignments.parse_data(data)
     assert parsed.partitions == parts
     assert not parsed.problems
     assert parsed.start_position == "earliest"
     assert (
-        configmaps.desired_data(
+        podassignments.desired_data(
             spec=spec, consumer="orders", pod="c-0", partitions=parts, current=data
         )
         is None
     )
-    changed = configmaps.desired_data(
+    changed = podassignments.desired_data(
         spec=spec, consumer="orders", pod="c-0", partitions={}, current=data
     )
     assert changed is not None
@@ -187,17 +188,17 @@ def test_data_round_trip_has_no_secret_and_steady_generation() -> None:
 
 def test_the_failure_policy_reaches_the_pod_through_its_configmap() -> None:
     spec = specs.parse_spec({**SPEC, "processing": {"maxAttempts": 3, "onFailure": "deadLetter"}})
-    data = configmaps.build_data(
+    data = podassignments.build_data(
         spec=spec, consumer="orders", pod="c-0", generation=1, partitions={}
     )
-    assert configmaps.parse_data(data).processing == failurepolicy.Processing(
+    assert podassignments.parse_data(data).processing == failurepolicy.Processing(
         max_attempts=3, on_failure="deadLetter"
     )
     # An operator from before the policy existed writes no key: the pod takes the default.
     older = {k: v for k, v in data.items() if k != configmaps.KEY_PROCESSING}
-    assert configmaps.parse_data(older).processing == failurepolicy.Processing()
-    assert not configmaps.parse_data(older).problems
-    broken = configmaps.parse_data({**data, configmaps.KEY_PROCESSING: '{"onFailure":"x"}'})
+    assert podassignments.parse_data(older).processing == failurepolicy.Processing()
+    assert not podassignments.parse_data(older).problems
+    broken = podassignments.parse_data({**data, configmaps.KEY_PROCESSING: '{"onFailure":"x"}'})
     assert broken.processing == failurepolicy.Processing()
     assert broken.problems
     assert "processing" in broken.problems[0]
@@ -214,7 +215,7 @@ def test_the_failure_policy_reaches_the_pod_through_its_configmap() -> None:
     ],
 )
 def test_corrupt_data_needs_repair(data: object) -> None:
-    assert configmaps.parse_data(data).needs_repair
+    assert podassignments.parse_data(data).needs_repair
 
 
 def test_pod_annotations_both_sides() -> None:

@@ -37,6 +37,7 @@ from eventhub_balancer.contracts import (
     endpoints,
     failurepolicy,
     partitionreports,
+    podassignments,
     podstates,
     specs,
     startpositions,
@@ -247,8 +248,10 @@ def test_parse_spec_gives_a_spec_the_api_server_and_the_pods_accept_or_invalid_i
     if isinstance(parsed.start_position, startpositions.FromSequenceNumber):
         assert parsed.start_position.sequence_number in INT64
     # What the operator writes into each pod's ConfigMap, the pod reads back unchanged.
-    data = configmaps.build_data(spec=parsed, consumer="c", pod="p", generation=1, partitions={})
-    read = configmaps.parse_data(data)
+    data = podassignments.build_data(
+        spec=parsed, consumer="c", pod="p", generation=1, partitions={}
+    )
+    read = podassignments.parse_data(data)
     assert read.problems == ()
     assert read.checkpoint_container == parsed.checkpoint_container
     assert startpositions.parse_start_position(read.start_position) == (
@@ -306,14 +309,14 @@ def test_a_connection_string_is_allowed_or_refused_by_the_projects_errors(text: 
 
 # -- the pod's ConfigMap, as the pod reads it and as the operator reads it back
 
-VALID_DATA = configmaps.build_data(
+VALID_DATA = podassignments.build_data(
     spec=specs.parse_spec(SPEC),
     consumer="orders",
     pod="orders-0",
     generation=3,
     partitions={
-        models.PartitionId("0"): configmaps.PartitionEntry(epoch=2),
-        models.PartitionId("1"): configmaps.PartitionEntry(
+        models.PartitionId("0"): podassignments.PartitionEntry(epoch=2),
+        models.PartitionId("1"): podassignments.PartitionEntry(
             epoch=5, state="revoking", since=datetime.datetime(2024, 5, 1, tzinfo=datetime.UTC)
         ),
     },
@@ -357,7 +360,7 @@ def test_configmap_data_reads_as_an_assignment_with_its_problems_never_an_except
     body = {"metadata": metadata, "data": data}
     configmaps.refusal(body, consumer="orders", pod="orders-0", pod_uid="u")
     assignment = assignments.from_configmap(body)  # the pod
-    operator = configmaps.parse_data(data)  # the operator, reading it back
+    operator = podassignments.parse_data(data)  # the operator, reading it back
     for parsed in (assignment, operator):
         assert isinstance(parsed.processing, failurepolicy.Processing)
         assert parsed.generation in INT64

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import configmaps, specs
+from eventhub_balancer.contracts import configmaps, podassignments, specs
 from eventhub_balancer_devstack.benchmarks import doubles
 from tests.reconciling import bodies
 
@@ -18,13 +18,13 @@ def body(
     pod: str = "p-1",
     annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    data = configmaps.build_data(
+    data = podassignments.build_data(
         spec=SPEC,
         consumer="orders",
         pod=pod,
         generation=4,
         partitions={
-            models.PartitionId(pid): configmaps.PartitionEntry(
+            models.PartitionId(pid): podassignments.PartitionEntry(
                 epoch=epoch,
                 state="revoking" if state == "revoking" else "owned",
             )

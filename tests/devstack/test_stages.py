@@ -14,7 +14,7 @@ from eventhub_balancer.adapters import receiving
 from eventhub_balancer.balancing import models
 from eventhub_balancer.cli import logformats
 from eventhub_balancer.consumer import partitions
-from eventhub_balancer.contracts import configmaps, specs
+from eventhub_balancer.contracts import configmaps, podassignments, specs
 from eventhub_balancer.handlers import cycles
 from eventhub_balancer_devstack.benchmarks import recordviews, stagerecords, stages
 
@@ -52,13 +52,13 @@ def cm(
     applied: int | None = None,
     released: dict[str, int] | None = None,
 ) -> dict[str, Any]:
-    data = configmaps.build_data(
+    data = podassignments.build_data(
         spec=SPEC,
         consumer="orders",
         pod=pod_name,
         generation=generation,
         partitions={
-            models.PartitionId(p): configmaps.PartitionEntry(
+            models.PartitionId(p): podassignments.PartitionEntry(
                 epoch=e,
                 state="owned" if s == "owned" else "revoking",
             )

@@ -281,7 +281,7 @@ def assignments(api_client: Any, namespace: str) -> dict[str, list[str]] | None:
     Ready or not up to date (a balanced plan counts only once the pods applied it)."""
     from kubernetes import client
 
-    from eventhub_balancer.contracts import configmaps
+    from eventhub_balancer.contracts import configmaps, podassignments
 
     core = client.CoreV1Api(api_client)
     selector = ",".join(f"{k}={v}" for k, v in APP_LABEL.items())
@@ -302,7 +302,7 @@ def assignments(api_client: Any, namespace: str) -> dict[str, list[str]] | None:
         namespace, label_selector=configmaps.consumer_selector(CONSUMER)
     ).items
     for item in maps:
-        parsed = configmaps.parse_data(item.data or {})
+        parsed = podassignments.parse_data(item.data or {})
         applied = configmaps.parse_applied_generation(item.metadata.annotations)
         pod = (item.data or {}).get(configmaps.KEY_POD, "")
         if pod in ready:

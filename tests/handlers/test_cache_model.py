@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from eventhub_balancer.adapters import listings
-from eventhub_balancer.contracts import configmaps, specs
+from eventhub_balancer.contracts import configmaps, podassignments, specs
 from eventhub_balancer.handlers.cache import relisting, shelves
 from eventhub_balancer.reconciling import readbacks
 from tests.handlers import test_cycles
@@ -273,7 +273,7 @@ class TwoReplicas(RuleBasedStateMachine):
         for (kind, ns, _), body in self.kube.objects.items():
             if kind == "configmap" and ns == NS:
                 pod = (body.get("data") or {}).get(configmaps.KEY_POD)
-                assert pod in selected or not configmaps.parse_data(body["data"]).partitions
+                assert pod in selected or not podassignments.parse_data(body["data"]).partitions
 
     def _check_quiet(self) -> None:
         selector = specs.parse_spec(test_cycles.SPEC).selector

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from eventhub_balancer import errors
-from eventhub_balancer.contracts import configmaps
+from eventhub_balancer.contracts import configmaps, podassignments
 from eventhub_balancer.handlers import cycles, memories
 from tests.handlers import test_cycles
 from tests.support import fakes
@@ -74,7 +74,7 @@ async def test_a_configmap_squatting_the_pods_name_is_reported_deleted_and_repla
     cm = kube.configmap_of(NS, "a")
     assert cm["metadata"]["uid"] != squatter
     assert cm["metadata"]["labels"][configmaps.LABEL_MANAGED_BY] == configmaps.MANAGED_BY
-    assert all(e.epoch == 1 for e in configmaps.parse_data(cm["data"]).partitions.values())
+    assert all(e.epoch == 1 for e in podassignments.parse_data(cm["data"]).partitions.values())
 
 
 async def test_the_operators_own_configmap_under_the_name_is_no_squat() -> None:

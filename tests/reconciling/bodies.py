@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer import errors
-from eventhub_balancer.contracts import configmaps, specs, timestamps
+from eventhub_balancer.contracts import configmaps, podassignments, specs, timestamps
 from eventhub_balancer.reconciling import deciding, observations
 from tests.support import fakes
 
@@ -175,7 +175,7 @@ def acknowledged(observation: observations.Observation, pod: str) -> observation
     for cm in observation.configmaps:
         cm = copy.deepcopy(dict(cm))
         if cm["data"].get(configmaps.KEY_POD) == pod:
-            parsed = configmaps.parse_data(cm["data"])
+            parsed = podassignments.parse_data(cm["data"])
             released = {
                 str(p): e.epoch for p, e in parsed.partitions.items() if e.state == "revoking"
             }
@@ -190,7 +190,7 @@ def assignment(observation: observations.Observation) -> dict[str, dict[str, tup
     """pod -> {partition: (epoch, state)} as the observed ConfigMaps say."""
     result: dict[str, dict[str, tuple[int, str]]] = {}
     for cm in observation.configmaps:
-        parsed = configmaps.parse_data(cm["data"])
+        parsed = podassignments.parse_data(cm["data"])
         result[parsed.pod] = {p: (e.epoch, e.state) for p, e in parsed.partitions.items()}
     return result
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import configmaps, partitionreports, podstates
+from eventhub_balancer.contracts import configmaps, partitionreports, podassignments, podstates
 from eventhub_balancer.reconciling import deciding, observations
 from tests.reconciling import bodies
 from tests.reconciling.bodies import at, pod
@@ -67,13 +67,13 @@ def change(rng: random.Random, observation: observations.Observation, t: float) 
     maps = [copy.deepcopy(dict(cm)) for cm in observation.configmaps]
     if maps:
         cm = rng.choice(maps)
-        parsed = configmaps.parse_data(cm["data"])
+        parsed = podassignments.parse_data(cm["data"])
         if rng.random() < 0.5:
             claimed = {
                 **parsed.partitions,
-                models.PartitionId("0"): configmaps.PartitionEntry(epoch=99, state="owned"),
+                models.PartitionId("0"): podassignments.PartitionEntry(epoch=99, state="owned"),
             }
-            cm["data"][configmaps.KEY_PARTITIONS] = configmaps.build_data(
+            cm["data"][configmaps.KEY_PARTITIONS] = podassignments.build_data(
                 spec=observation.spec,  # type: ignore[arg-type]
                 consumer=bodies.NAME,
                 pod=parsed.pod,

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import configmaps, partitionreports, podstates
+from eventhub_balancer.contracts import configmaps, partitionreports, podassignments, podstates
 from eventhub_balancer.reconciling import fleets, observations
 from tests.reconciling import bodies
 from tests.reconciling.bodies import pod
@@ -29,7 +29,7 @@ def configmap(
     *, pod_name: str = "a", rv: str = "1", partitions: str = '{"0":{"epoch":1,"state":"owned"}}'
 ) -> Any:
     assert SPEC is not None
-    data = configmaps.build_data(
+    data = podassignments.build_data(
         spec=SPEC, consumer=bodies.NAME, pod=pod_name, generation=1, partitions={}
     )
     data[configmaps.KEY_PARTITIONS] = partitions
@@ -116,13 +116,13 @@ def read(previous: fleets.Fleet | None, body: Any) -> tuple[fleets.Fleet, observ
 
 def counting_parses(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     calls: list[object] = []
-    parse = configmaps.parse_data
+    parse = podassignments.parse_data
 
-    def counted(data: object) -> configmaps.ParsedData:
+    def counted(data: object) -> podassignments.ParsedData:
         calls.append(data)
         return parse(data)
 
-    monkeypatch.setattr(configmaps, "parse_data", counted)
+    monkeypatch.setattr(podassignments, "parse_data", counted)
     return calls
 
 

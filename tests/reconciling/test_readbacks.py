@@ -8,7 +8,14 @@ import json
 from collections.abc import Mapping, Sequence
 
 from eventhub_balancer.balancing import models, planning
-from eventhub_balancer.contracts import configmaps, podstates, specs, statusbodies, timestamps
+from eventhub_balancer.contracts import (
+    configmaps,
+    podassignments,
+    podstates,
+    specs,
+    statusbodies,
+    timestamps,
+)
 from eventhub_balancer.reconciling import kubeevents, observations, readbacks, statuses, writes
 from tests.contracts.test_contracts import SPEC
 
@@ -29,13 +36,13 @@ def cm(
     state: models.OwnershipState = "owned",
 ) -> observations.StoredMap:
     spec = specs.parse_spec(SPEC)
-    data = configmaps.build_data(
+    data = podassignments.build_data(
         spec=spec,
         consumer="orders",
         pod=pod,
         generation=1,
         partitions={
-            P(p): configmaps.PartitionEntry(epoch=e, state=state, since=T0)
+            P(p): podassignments.PartitionEntry(epoch=e, state=state, since=T0)
             for p, e in parts.items()
         },
     )

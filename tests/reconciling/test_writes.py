@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from eventhub_balancer.contracts.configmaps import PartitionEntry
+from eventhub_balancer.contracts import podassignments
 from eventhub_balancer.reconciling import writes
 
-OWNED = PartitionEntry(epoch=3)
-REVOKING = PartitionEntry(epoch=3, state="revoking")
+OWNED = podassignments.PartitionEntry(epoch=3)
+REVOKING = podassignments.PartitionEntry(epoch=3, state="revoking")
 
 
 def test_marking_an_owned_partition_revoking_starts_a_handoff() -> None:
@@ -23,11 +23,15 @@ def test_a_change_that_takes_a_partition_away_waits_for_the_gains() -> None:
 
 
 def test_a_revocation_at_another_epoch_is_no_plain_release_request() -> None:
-    assert not writes.starts_handoff({"1": OWNED}, {"1": PartitionEntry(epoch=4, state="revoking")})
+    assert not writes.starts_handoff(
+        {"1": OWNED}, {"1": podassignments.PartitionEntry(epoch=4, state="revoking")}
+    )
 
 
 def test_gaining_alone_is_not_a_revocation() -> None:
-    assert not writes.starts_handoff({"0": OWNED}, {"0": OWNED, "1": PartitionEntry(epoch=1)})
+    assert not writes.starts_handoff(
+        {"0": OWNED}, {"0": OWNED, "1": podassignments.PartitionEntry(epoch=1)}
+    )
 
 
 def test_dropping_what_the_pod_released_still_starts_a_handoff() -> None:

@@ -30,7 +30,7 @@ from typing import Any, cast
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import listings
-from eventhub_balancer.contracts import configmaps, specs, timestamps
+from eventhub_balancer.contracts import configmaps, podassignments, specs, timestamps
 from eventhub_balancer.reconciling import conflicts, observations
 
 #: The objects a fake holds, by (kind, namespace, name).
@@ -353,7 +353,7 @@ class FakeKube:
     def release_all(self, namespace: str, pod: str) -> None:
         """What a pod's runtime does on SIGTERM: release every partition it holds."""
         cm = self.configmap_of(namespace, pod)
-        parsed = configmaps.parse_data(cm["data"])
+        parsed = podassignments.parse_data(cm["data"])
         released = {str(p): e.epoch for p, e in parsed.partitions.items()}
         cm["metadata"].setdefault("annotations", {})[configmaps.ANNOTATION_RELEASED] = (
             configmaps.build_released(released)
@@ -381,7 +381,7 @@ class FakeKube:
     def acknowledge(self, namespace: str, pod: str) -> None:
         """What a pod's runtime does: release every revoking partition at its epoch."""
         cm = self.configmap_of(namespace, pod)
-        parsed = configmaps.parse_data(cm["data"])
+        parsed = podassignments.parse_data(cm["data"])
         released = {str(p): e.epoch for p, e in parsed.partitions.items() if e.state == "revoking"}
         cm["metadata"].setdefault("annotations", {})[configmaps.ANNOTATION_RELEASED] = (
             configmaps.build_released(released)
@@ -393,7 +393,7 @@ class FakeKube:
         result: dict[str, dict[str, tuple[int, str]]] = {}
         for (kind, ns, _), body in sorted(self.objects.items()):
             if kind == "configmap" and ns == namespace:
-                parsed = configmaps.parse_data(body.get("data") or {})
+                parsed = podassignments.parse_data(body.get("data") or {})
                 result[parsed.pod] = {p: (e.epoch, e.state) for p, e in parsed.partitions.items()}
         return result
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import kubernetes.client
 
-from eventhub_balancer.contracts import configmaps, specs
+from eventhub_balancer.contracts import podassignments, specs
 from eventhub_balancer_devstack import clusters
 
 #: The checkpoint container on Azurite.
@@ -29,7 +29,7 @@ class View:
         self._maps: dict[str, dict[str, tuple[int, int]]] = {}
 
     def on_body(self, event_type: str, body: Any) -> None:
-        parsed = configmaps.parse_data(body.get("data") or {})
+        parsed = podassignments.parse_data(body.get("data") or {})
         states = [e.state for e in parsed.partitions.values()]
         with self._lock:
             pods = self._maps.setdefault(parsed.consumer, {})

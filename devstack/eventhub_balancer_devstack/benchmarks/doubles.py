@@ -24,7 +24,7 @@ from typing import IO, Any
 
 import kubernetes.client
 
-from eventhub_balancer.contracts import configmaps
+from eventhub_balancer.contracts import configmaps, podassignments
 from eventhub_balancer_devstack.benchmarks import watching
 
 #: Concurrent acknowledgements: pods acknowledge independently of each other.
@@ -34,7 +34,7 @@ ACK_WORKERS = 8
 def acknowledgement(body: Mapping[str, Any]) -> dict[str, Any] | None:
     """The annotations a consumer writes for this ConfigMap (its revoked partitions released,
     its generation applied), or None when it has written them already."""
-    parsed = configmaps.parse_data(body.get("data") or {})
+    parsed = podassignments.parse_data(body.get("data") or {})
     annotations = (body.get("metadata") or {}).get("annotations") or {}
     released = configmaps.parse_released(annotations)
     wanted = {pid: e.epoch for pid, e in parsed.partitions.items() if e.state == "revoking"}
@@ -53,7 +53,7 @@ def shutdown_release(body: Mapping[str, Any]) -> dict[str, Any] | None:
     """The annotation a consumer on SIGTERM writes for this ConfigMap: every partition it
     holds released at its epoch, owned or revoking (the generation applied stays: a stopping
     runtime applies nothing more). None when it has written that already."""
-    parsed = configmaps.parse_data(body.get("data") or {})
+    parsed = podassignments.parse_data(body.get("data") or {})
     annotations = (body.get("metadata") or {}).get("annotations") or {}
     released = configmaps.parse_released(annotations)
     held = {pid: e.epoch for pid, e in parsed.partitions.items()}
@@ -77,7 +77,7 @@ class Doubles:
         self.released_on_shutdown = 0
 
     def on_map(self, event_type: str, body: Mapping[str, Any]) -> None:
-        pod = configmaps.parse_data(body.get("data") or {}).pod
+        pod = podassignments.parse_data(body.get("data") or {}).pod
         name = (body.get("metadata") or {}).get("name", "")
         with self._lock:
             if event_type == "DELETED":

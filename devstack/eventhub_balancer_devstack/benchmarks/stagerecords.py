@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from eventhub_balancer.adapters import receiving
 from eventhub_balancer.consumer import partitions
-from eventhub_balancer.contracts import configmaps
+from eventhub_balancer.contracts import configmaps, podassignments
 from eventhub_balancer.handlers import cycles
 
 
@@ -136,8 +136,8 @@ def map_commit(
     if not isinstance(data, Mapping) or configmaps.KEY_PARTITIONS not in data:
         return None
     metadata = body.get("metadata") or {}
-    parsed = configmaps.parse_data(data)
-    before = configmaps.parse_data((previous or {}).get("data") or {})
+    parsed = podassignments.parse_data(data)
+    before = podassignments.parse_data((previous or {}).get("data") or {})
     now = {str(p): (e.epoch, e.state) for p, e in parsed.partitions.items()}
     was = {str(p): (e.epoch, e.state) for p, e in before.partitions.items()} if previous else {}
     annotations = metadata.get("annotations") or {}

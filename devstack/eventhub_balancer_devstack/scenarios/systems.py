@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from eventhub_balancer import runners
 from eventhub_balancer.adapters import blobs, eventhubs, kubeapi
-from eventhub_balancer.contracts import configmaps, specs
+from eventhub_balancer.contracts import configmaps, podassignments, specs
 from eventhub_balancer.handlers import registering, running
 from eventhub_balancer_devstack import kubelet, recording
 from eventhub_balancer_devstack.stacks import LocalStack
@@ -382,7 +382,7 @@ class OursSystem:
         for cm in self.site.stack.kube.list_objects(
             "v1/configmaps", namespace=self.site.namespace, label_selector=configmaps.LABEL_POD
         ):
-            parsed = configmaps.parse_data(cm.get("data") or {})
+            parsed = podassignments.parse_data(cm.get("data") or {})
             if parsed.consumer != self.site.consumer:
                 continue
             annotations = cm["metadata"].get("annotations") or {}

@@ -24,11 +24,11 @@ from typing import Any, Protocol
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import podconfig
-from eventhub_balancer.contracts import bounds, configmaps, partitionreports
+from eventhub_balancer.contracts import bounds, configmaps, partitionreports, podassignments
 
 logger = logging.getLogger(__name__)
 
-Assignment = configmaps.ParsedData
+Assignment = podassignments.ParsedData
 Reports = Mapping[str, partitionreports.PartitionReport]
 
 
@@ -78,7 +78,7 @@ def from_configmap(body: Mapping[str, Any]) -> Assignment:
     of the partition, so such a partition is not applied.
     """
     data = body.get("data") if "data" in body or "metadata" in body else body
-    parsed = configmaps.parse_data(data or {})
+    parsed = podassignments.parse_data(data or {})
     unbounded = [p for p, e in parsed.partitions.items() if not bounds.is_floor(e.epoch)]
     if unbounded:
         parsed = dataclasses.replace(
@@ -107,7 +107,7 @@ class MemorySource:
         self.acknowledged = asyncio.Condition()
 
     def put(self, assignment: Assignment | Mapping[str, Any]) -> None:
-        if not isinstance(assignment, configmaps.ParsedData):
+        if not isinstance(assignment, podassignments.ParsedData):
             assignment = from_configmap(assignment)
         self._queue.put_nowait(assignment)
 

@@ -3,7 +3,7 @@
 The coordinates are what a pod reads and where it checkpoints: the Event Hubs namespace, the
 hub, the consumer group, the checkpoint account (its URL, or with a connection string the
 Secret that holds it) and container, and the start position. Each pod's ConfigMap carries
-them (`configmaps.ParsedData`). When the spec names others, every partition a pod owns on the
+them (`podassignments.ParsedData`). When the spec names others, every partition a pod owns on the
 old ones gets a higher epoch in the ConfigMap that carries the new ones: the pod stops its
 workers on the old coordinates (final checkpoint) before it starts on the new ones, and a
 worker that outlived its release is fenced out, at the checkpoint blob and at Event Hubs, by
@@ -31,7 +31,13 @@ from collections.abc import Mapping, Sequence
 
 from eventhub_balancer import errors, handoffs
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import bounds, configmaps, podstates, specs, startpositions
+from eventhub_balancer.contracts import (
+    bounds,
+    configmaps,
+    podstates,
+    specs,
+    startpositions,
+)
 from eventhub_balancer.reconciling import kubeevents, observations, readbacks
 
 #: The Event when pods are moved to new coordinates.
@@ -79,7 +85,7 @@ def of_spec(spec: specs.ConsumerSpec) -> Coordinates:
         event_hub_name=spec.event_hub_name,
         consumer_group=spec.consumer_group,
         checkpoint_account_url=spec.checkpoint_account_url,
-        # The same text `configmaps.build_data` writes, so that equal means unchanged.
+        # The same text `podassignments.build_data` writes, so that equal means unchanged.
         checkpoint_credentials=json.dumps(
             spec.checkpoint_credentials.describe(), separators=(",", ":")
         ),

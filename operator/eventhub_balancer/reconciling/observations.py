@@ -18,7 +18,7 @@ from typing import Any
 
 from eventhub_balancer import errors
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import configmaps, specs, statusbodies
+from eventhub_balancer.contracts import configmaps, podassignments, specs, statusbodies
 from eventhub_balancer.reconciling import conflicts
 
 
@@ -158,14 +158,14 @@ class StoredMap:
     pod_uid: str
     data: Mapping[str, str]
     annotations: Mapping[str, str]
-    parsed: configmaps.ParsedData
+    parsed: podassignments.ParsedData
 
 
 def stored_map(body: Mapping[str, Any]) -> StoredMap:
     meta = body.get("metadata") or {}
     data = body.get("data") or {}
     annotations = meta.get("annotations") or {}
-    parsed = configmaps.parse_data(data)
+    parsed = podassignments.parse_data(data)
     label_pod = str((meta.get("labels") or {}).get(configmaps.LABEL_POD, ""))
     return StoredMap(
         name=str(meta.get("name", "")),

@@ -34,7 +34,7 @@ from typing import Any
 
 from eventhub_balancer import handoffs
 from eventhub_balancer.balancing import models, planning
-from eventhub_balancer.contracts import bounds, configmaps, podstates, statusbodies
+from eventhub_balancer.contracts import bounds, configmaps, podassignments, podstates, statusbodies
 from eventhub_balancer.reconciling import fleets, observations, records, reports, tampering
 
 
@@ -71,7 +71,7 @@ def belongs(cm: observations.StoredMap, pods: Mapping[str, podstates.PodState]) 
     return not cm.pod_uid or cm.pod_uid == pod.uid
 
 
-def ends_handoff(entry: configmaps.PartitionEntry, acknowledged: int | None) -> bool:
+def ends_handoff(entry: podassignments.PartitionEntry, acknowledged: int | None) -> bool:
     """Whether the owner's acknowledgement ends its ownership of ``entry`` (the hand-off table
     in `handoffs` decides: only a release of the very epoch written counts; `read_back` says
     when an owned partition's release is trusted)."""
@@ -232,7 +232,7 @@ def read_back(
         # exception is a terminating pod (`let_go`): it released everything on its SIGTERM
         # and never runs a partition again, so its release ends the partition's ownership
         # without a revocation and a second cycle that waits for the pod to answer it.
-        written = configmaps.PartitionEntry(epoch=entry.epoch, state=entry.state)
+        written = podassignments.PartitionEntry(epoch=entry.epoch, state=entry.state)
         if (
             acknowledged is not None
             and cm is not None

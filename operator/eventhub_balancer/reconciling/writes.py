@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import configmaps, podstates, specs
+from eventhub_balancer.contracts import configmaps, podassignments, podstates, specs
 from eventhub_balancer.reconciling import fleets, observations
 
 #: The ownerReference's kind: Kubernetes collects a pod's ConfigMap with the pod.
@@ -98,16 +98,16 @@ class Writes:
 
 def by_owner(
     assignment: Mapping[models.PartitionId, models.Ownership],
-) -> dict[str, dict[models.PartitionId, configmaps.PartitionEntry]]:
+) -> dict[str, dict[models.PartitionId, podassignments.PartitionEntry]]:
     """Each owner's partitions, in one pass (a cycle's cost stays linear in the fleet)."""
-    grouped: dict[str, dict[models.PartitionId, configmaps.PartitionEntry]] = {}
+    grouped: dict[str, dict[models.PartitionId, podassignments.PartitionEntry]] = {}
     # Most partitions share a few moments: each is made a datetime once per call.
     moments: dict[float, datetime.datetime] = {}
     for pid, o in assignment.items():
         if o.owner is not None:
             if o.since not in moments:
                 moments[o.since] = podstates.from_seconds(o.since)
-            grouped.setdefault(o.owner, {})[pid] = configmaps.PartitionEntry(
+            grouped.setdefault(o.owner, {})[pid] = podassignments.PartitionEntry(
                 epoch=o.epoch, state=o.state, since=moments[o.since]
             )
     return grouped
@@ -137,7 +137,7 @@ def pod_writes(
     spec: specs.ConsumerSpec,
     consumer: str,
     namespace: str,
-    partitions: Mapping[models.PartitionId, configmaps.PartitionEntry],
+    partitions: Mapping[models.PartitionId, podassignments.PartitionEntry],
     cm: observations.StoredMap | None,
     annotations: Mapping[str, str],
     problem: bool,
@@ -154,7 +154,7 @@ def pod_writes(
     if cm is not None and not same_pod:
         # Keep counting generations up: the pod may compare them across incarnations.
         current = {configmaps.KEY_GENERATION: str(cm.parsed.generation)}
-    data = configmaps.desired_data(
+    data = podassignments.desired_data(
         spec=spec,
         consumer=consumer,
         pod=pod.name,
@@ -188,7 +188,7 @@ def pod_writes(
         )
     elif data is not None or not same_pod or problem:
         if data is None:  # parsed cleanly but flagged (e.g. a claim it lost): rewrite
-            data = configmaps.build_data(
+            data = podassignments.build_data(
                 spec=spec,
                 consumer=consumer,
                 pod=pod.name,
@@ -275,7 +275,7 @@ def squatter(found: Mapping[str, Any], write: MapWrite) -> str | None:
 
 def premature(
     cm: observations.StoredMap,
-    partitions: Mapping[models.PartitionId, configmaps.PartitionEntry],
+    partitions: Mapping[models.PartitionId, podassignments.PartitionEntry],
 ) -> dict[str, int] | None:
     """The pod's ``released`` annotation without the releases it wrote ahead of a revocation
     that this write starts (``partitions`` revokes the partition at that epoch, ``cm``'s data
@@ -297,8 +297,8 @@ def premature(
 
 
 def starts_handoff(
-    before: Mapping[models.PartitionId, configmaps.PartitionEntry],
-    after: Mapping[models.PartitionId, configmaps.PartitionEntry],
+    before: Mapping[models.PartitionId, podassignments.PartitionEntry],
+    after: Mapping[models.PartitionId, podassignments.PartitionEntry],
     *,
     released: Mapping[models.PartitionId, int] | None = None,
 ) -> bool:

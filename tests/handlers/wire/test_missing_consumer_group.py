@@ -8,7 +8,7 @@ import os
 import subprocess
 import time
 
-from eventhub_balancer.contracts import configmaps, partitionreports
+from eventhub_balancer.contracts import partitionreports, podassignments
 from tests.support.fixtures import kube as kubefixtures
 from tests.support.fixtures.operator import CR, Stack, wait_for
 
@@ -65,7 +65,7 @@ def test_a_missing_group_is_one_condition_one_warning_and_ready_false(
     # The pods report what their receivers meet, as the consumer runtime does.
     error = reachable["message"].split(" (keeping")[0]
     for cm in stack.maps(ns).values():
-        owned = configmaps.parse_data(cm["data"]).partitions
+        owned = podassignments.parse_data(cm["data"]).partitions
         reports: dict[str, partitionreports.PartitionReport] = {
             p: partitionreports.PartitionReport(
                 partition=p, epoch=e.epoch, state="failing", attempts=3, error=error

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from eventhub_balancer.contracts import configmaps
+from eventhub_balancer.contracts import configmaps, podassignments
 from tests.support.fixtures.operator import CR, ConsumerDouble, Stack, wait_for
 
 
@@ -64,7 +64,7 @@ def test_corrupt_configmap_is_repaired(operator_stack: Stack, namespace: str) ->
     wait_for(lambda: sorted(stack.counts(ns).values()) == [16, 16] and stack.balanced(ns))
     data = stack.maps(ns)["c-0"]["data"]
     assert "extra" not in data
-    assert not configmaps.parse_data(data).problems
+    assert not podassignments.parse_data(data).problems
 
 
 def test_faults_set_conditions_and_keep_the_assignment(
