@@ -20,7 +20,14 @@ from prometheus_client import generate_latest
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import deliveries
-from eventhub_balancer.consumer import contexts, metrics, processing, triggers
+from eventhub_balancer.consumer import (
+    contexts,
+    metrics,
+    partitionfailures,
+    processing,
+    switchintervals,
+    triggers,
+)
 from eventhub_balancer.spark import frames
 from tests.support import consumerfakes
 
@@ -78,7 +85,7 @@ class Handler:
         for p in named:
             self.name[p] -= 1
         if named:
-            raise triggers.PartitionsFailed(named)
+            raise partitionfailures.PartitionsFailed(named)
         for p in context.partitions:
             if self.fail.get(p, 0) > 0:
                 self.fail[p] -= 1
@@ -275,7 +282,7 @@ async def test_the_first_trigger_waits_gather_s_at_most_for_batches_that_keep_co
 
 async def test_the_gil_changes_hands_often_while_a_trigger_runs() -> None:
     """The handler thread's py4j calls each need the GIL back: while a trigger runs the
-    event loop gives it up every TRIGGER_SWITCH_INTERVAL_S, then as before."""
+    event loop gives it up every `switchintervals.TRIGGER_SWITCH_INTERVAL_S`, then as before."""
     before = sys.getswitchinterval()
     seen: list[float] = []
 
@@ -290,7 +297,7 @@ async def test_the_gil_changes_hands_often_while_a_trigger_runs() -> None:
     await spark(*batch("0", 0, 2))
     with pytest.raises(RuntimeError, match="poison in 1"):
         await spark(*batch("1", 0, 2))
-    assert seen == [triggers.TRIGGER_SWITCH_INTERVAL_S] * 2
+    assert seen == [switchintervals.TRIGGER_SWITCH_INTERVAL_S] * 2
     assert sys.getswitchinterval() == before
 
 
@@ -318,7 +325,7 @@ async def test_a_named_failure_fails_only_its_partition() -> None:
     handler = Handler()
     handler.name = {"1": 1}
     _, calls = await queued_behind_a_trigger(handler, "012")
-    with pytest.raises(triggers.PartitionFailed, match="bad event in 1"):
+    with pytest.raises(partitionfailures.PartitionFailed, match="bad event in 1"):
         await calls["1"]
     await asyncio.gather(calls["0"], calls["2"])
     # The others went to the next trigger again, without counting a failure.

@@ -17,8 +17,8 @@ from eventhub_balancer.consumer.contexts import (
     ReceivedEvent,
     TriggerContext,
 )
+from eventhub_balancer.consumer.partitionfailures import PartitionsFailed
 from eventhub_balancer.consumer.protocols import Handler, SparkHandler
-from eventhub_balancer.consumer.triggers import PartitionsFailed
 
 __all__ = [
     "BatchContext",

@@ -111,9 +111,9 @@ class TriggerOutcome:
         the others to the next trigger, uncounted)."""
         if self.error is None:
             return frozenset()
-        from eventhub_balancer.consumer import triggers
+        from eventhub_balancer.consumer import partitionfailures
 
-        if isinstance(self.error, triggers.PartitionsFailed):
+        if isinstance(self.error, partitionfailures.PartitionsFailed):
             return frozenset(self.error.failures) & frozenset(self.context.partitions)
         return frozenset(self.context.partitions)
 

@@ -12,8 +12,8 @@ checkpoints its own batch. So:
 - a release waits for the trigger in flight, as it waits for any handler call: planned moves
   make no duplicates; a batch still queued when the release's deadline passes is withdrawn;
 - a failing trigger follows the failure policy per partition when the failing partition can be
-  told: the handler raised :class:`PartitionsFailed` naming it, or the trigger held one
-  partition only. A trigger over several partitions that failed otherwise is retried with
+  told: the handler raised `partitionfailures.PartitionsFailed` naming it, or the trigger held
+  one partition only. A trigger over several partitions that failed otherwise is retried with
   each of its partitions alone, which tells them apart; only a partition that fails alone
   counts an attempt.
 
@@ -30,12 +30,8 @@ batches, cut at the same time, come within a few milliseconds of each other, and
 of them alone would otherwise make a trigger of its own, paying a job's fixed cost for one
 batch while the others wait.
 
-While a trigger runs, the interpreter hands the GIL over every `TRIGGER_SWITCH_INTERVAL_S`
-instead of every 5 ms (`prompt_gil`): the handler thread talks to the JVM in dozens of py4j
-round trips per trigger (the handler's own included), and each needs the GIL back for its
-answer, which an event loop busy receiving gives up only at its switch interval. Measured on
-the 2-core development machine, a trigger of 1,000 events beside a busy Python thread took
-580-670 ms instead of 120-140 ms; with the interval at 0.5 ms, 170-250 ms.
+While a trigger runs, the interpreter hands the GIL over more often
+(`switchintervals.prompt_gil`): the handler thread's py4j round trips need it back.
 
 The SparkSession may still be starting when the first batches arrive (the pod is NotReady
 until it is warm, but a pod restarted in its grace period still holds partitions): the first
@@ -48,17 +44,21 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import dataclasses
 import inspect
 import logging
-import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from eventhub_balancer import errors
-from eventhub_balancer.consumer import contexts, metrics, processing
+from eventhub_balancer.consumer import (
+    contexts,
+    metrics,
+    partitionfailures,
+    processing,
+    switchintervals,
+)
 from eventhub_balancer.spark import frames
 
 logger = logging.getLogger(__name__)
@@ -68,34 +68,6 @@ logger = logging.getLogger(__name__)
 GATHER_S = 0.25
 #: With no previous trigger to go by, a trigger starts once no batch came for this long.
 SETTLE_S = 0.1
-#: The interpreter's switch interval while a trigger runs (`prompt_gil`); Python's is 5 ms.
-TRIGGER_SWITCH_INTERVAL_S = 0.0005
-
-
-class _PromptGil:
-    """Lowers ``sys.setswitchinterval`` while at least one trigger runs, and puts back the
-    interval it found once none does."""
-
-    def __init__(self) -> None:
-        self._running = 0
-        self._saved = 0.0
-
-    @contextlib.contextmanager
-    def __call__(self) -> Iterator[None]:
-        if self._running == 0:
-            self._saved = sys.getswitchinterval()
-            sys.setswitchinterval(min(self._saved, TRIGGER_SWITCH_INTERVAL_S))
-        self._running += 1
-        try:
-            yield
-        finally:
-            self._running -= 1
-            if self._running == 0:
-                sys.setswitchinterval(self._saved)
-
-
-#: Entered around every trigger's handler call (from the event loop's thread only).
-prompt_gil = _PromptGil()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -114,25 +86,6 @@ class TriggerSettings:
             raise errors.InvalidInput(
                 "--max-events-per-trigger", f"{self.max_events} is less than 1"
             )
-
-
-class PartitionFailed(Exception):
-    """A partition's events failed in a trigger; raised to its worker for a named failure
-    given as text."""
-
-
-class PartitionsFailed(Exception):
-    """Raise it from a Spark handler to say which partitions' events failed.
-
-    ``failures`` maps a partition id to the error (an exception or its text). Those
-    partitions' batches count a failed attempt under the failure policy; the trigger's other
-    batches are handed to the next trigger again, without counting one.
-    """
-
-    def __init__(self, failures: Mapping[str, BaseException | str]) -> None:
-        self.failures = dict(failures)
-        named = ", ".join(f"{p}: {e}" for p, e in sorted(self.failures.items()))
-        super().__init__(f"partitions failed: {named}")
 
 
 @dataclasses.dataclass(eq=False)
@@ -356,7 +309,7 @@ class SparkTriggers:
         )
         began = time.monotonic()
         try:
-            with prompt_gil():
+            with switchintervals.prompt_gil():
                 await processing.run_in_thread(
                     self._call, session, events, context, executor=self.executor
                 )
@@ -412,7 +365,7 @@ class SparkTriggers:
 
     def _failed(self, taken: list[_Batch], error: Exception) -> None:
         """Fail the batches the error can be pinned on; hand the others to a later trigger."""
-        named = error.failures if isinstance(error, PartitionsFailed) else {}
+        named = error.failures if isinstance(error, partitionfailures.PartitionsFailed) else {}
         pinned = {b.partition for b in taken} & set(named)
         requeued: list[_Batch] = []
         for batch in taken:
@@ -421,7 +374,9 @@ class SparkTriggers:
             if batch.partition in pinned:
                 cause = named[batch.partition]
                 batch.future.set_exception(
-                    cause if isinstance(cause, Exception) else PartitionFailed(str(cause))
+                    cause
+                    if isinstance(cause, Exception)
+                    else partitionfailures.PartitionFailed(str(cause))
                 )
             elif not pinned and len(taken) == 1:
                 batch.future.set_exception(error)

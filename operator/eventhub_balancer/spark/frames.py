@@ -11,7 +11,7 @@ overhead (`ArrowLoader`): it reads eight SQL settings from the JVM, converts the
 looks JVM classes up again, 76 py4j round trips a call where this makes 3 (and a few more
 when the JVM references it made are let go). Each round trip needs the GIL back for its
 answer, which an event loop busy receiving gives up only every switch interval
-(`consumer.triggers.prompt_gil`), and costs the JVM's side CPU of its own.
+(`consumer.switchintervals.prompt_gil`), and costs the JVM's side CPU of its own.
 
 Beside each event's own fields, every row carries what a sink needs to be idempotent: the
 pod's trigger number, and its partition's epoch and sequence range in this trigger.
