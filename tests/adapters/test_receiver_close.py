@@ -3,7 +3,7 @@
 The SDK reads every AMQP frame under ``asyncio.wait_for``; in Python 3.11 that drops a
 cancellation arriving in the same turn of the loop as the frame, and the receive task goes on
 as if never cancelled. A released partition's close then waited until its link was stolen
-(15 s in a benchmark, with the pod NotReady meanwhile). `receiving.cancel_until_done` cancels
+(15 s in a benchmark, with the pod NotReady meanwhile). `linkrepairs.cancel_until_done` cancels
 again while the task is still in the SDK's receiving. On fake loop time (looptime).
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from eventhub_balancer.adapters import deliveries, receiving
+from eventhub_balancer.adapters import deliveries, linkrepairs, receiving
 
 pytestmark = pytest.mark.looptime
 
@@ -85,7 +85,7 @@ async def test_a_dropped_cancellation_while_receiving_is_repeated(
     assert receiver._task is not None
     assert receiver._task.done()
     # One cancellation, then one more every RECANCEL_S for each one dropped.
-    assert loop.time() - started <= (drops + 1) * receiving.RECANCEL_S
+    assert loop.time() - started <= (drops + 1) * linkrepairs.RECANCEL_S
     assert client.closed == 2  # the consumer and its client, each once
 
 
@@ -116,7 +116,7 @@ async def test_a_task_that_never_ends_is_given_up_within_the_limit() -> None:
     await asyncio.sleep(0)
     loop = asyncio.get_running_loop()
     started = loop.time()
-    assert not await receiving.cancel_until_done(task, again=lambda: True, limit=2.0)
+    assert not await linkrepairs.cancel_until_done(task, again=lambda: True, limit=2.0)
     assert loop.time() - started == pytest.approx(2.0)
     done.set()
     await task
@@ -134,7 +134,7 @@ async def test_cleanup_is_not_cut_short_by_cancelling_again() -> None:
 
     task = asyncio.create_task(cleaning())
     await asyncio.sleep(0)
-    assert await receiving.cancel_until_done(task, again=lambda: False)
+    assert await linkrepairs.cancel_until_done(task, again=lambda: False)
     assert finished == [True]
 
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import receiving
+from eventhub_balancer.adapters import partitionbounds, receiving
 from eventhub_balancer.consumer import contexts
 from eventhub_balancer_devstack import azurite, recording
 from eventhub_balancer_devstack.benchmarks import emulator, processsamples
@@ -198,7 +198,7 @@ async def _produced(connection_string: str, partitions: int) -> dict[str, int]:
     )
     produced = {}
     for p in range(partitions):
-        bounds = await receiving.partition_bounds(address, str(p))
+        bounds = await partitionbounds.partition_bounds(address, str(p))
         produced[str(p)] = 0 if bounds.empty else bounds.last_sequence_number + 1
     return produced
 

@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Final
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import checkpointrequests, receiving, retrying
+from eventhub_balancer.adapters import checkpointrequests, partitionbounds, receiving, retrying
 from eventhub_balancer.contracts import bounds, checkpointblobs, startpositions
 
 logger = logging.getLogger(__name__)
@@ -241,7 +241,7 @@ def _unreachable(address: receiving.EventHubAddress, what: str, e: BaseException
 async def partition_ids(client: Any, address: receiving.EventHubAddress) -> list[str]:
     """The hub's partition ids, in Event Hubs' order."""
     try:
-        async with asyncio.timeout(receiving.BOUNDS_TIMEOUT_S):
+        async with asyncio.timeout(partitionbounds.BOUNDS_TIMEOUT_S):
             ids = await client.get_partition_ids()
     except Exception as e:
         raise _unreachable(address, "its partition ids", e) from e
@@ -253,11 +253,11 @@ async def bounds_of(
 ) -> startpositions.PartitionBounds:
     """What Event Hubs retains of a partition now: where earliest and latest are."""
     try:
-        async with asyncio.timeout(receiving.BOUNDS_TIMEOUT_S):
+        async with asyncio.timeout(partitionbounds.BOUNDS_TIMEOUT_S):
             props = await client.get_partition_properties(partition)
     except Exception as e:
         raise _unreachable(address, f"the properties of partition {partition}", e) from e
-    return receiving.bounds_from(props)
+    return partitionbounds.bounds_from(props)
 
 
 def _budget(what: str, policy: retrying.RetryPolicy) -> retrying.Budget:
@@ -290,7 +290,7 @@ async def plan(
             limits = await bounds_of(client, address, partition)
             first_at = None
             if isinstance(target, ToDatetime) and not limits.empty:
-                first_at = await receiving.first_sequence_at(
+                first_at = await partitionbounds.first_sequence_at(
                     address, partition, target.when, wait=wait
                 )
         return Change(

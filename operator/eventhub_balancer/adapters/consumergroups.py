@@ -34,7 +34,7 @@ from eventhub_balancer.adapters import (
     amqphandshakes,
     hubclients,
     linkrefusals,
-    receiving,
+    linkrepairs,
     tlscontexts,
 )
 
@@ -137,7 +137,7 @@ def _open(coordinates: hubclients.Coordinates, consumer_group: str) -> tuple[Any
 async def _close(consumer: Any, client: Any, credential: Any) -> None:
     # The SDK's close waits up to a second for its keep-alive task: stopped first, as a
     # released partition's receiver does.
-    await receiving.stop_keep_alive(consumer)
+    await linkrepairs.stop_keep_alive(consumer)
     for closable in (consumer, client, credential):
         if closable is None:
             continue

@@ -21,10 +21,10 @@ against azure-eventhub 5.15 (see ``ehb bench consumer``):
 - Our own micro-batching on top of the SDK's buffer (``adapters.batching``): the SDK hands
   out whatever arrived, one event at a time when the stream is slow.
 - After each delivery, the delivery tags the SDK's link keeps are dropped
-  (`forget_delivery_tags`): kept, they grow by every event for the life of the link.
+  (`linkrepairs.forget_delivery_tags`): kept, they grow by every event for the life of the link.
 - The link's handshake frames are read back to back (`amqphandshakes`): the SDK reads one
   frame per 50 ms, so every take-up of a partition waited about 0.5 s for a handshake the
-  emulator answers in 5 ms. So do the management calls (`partition_bounds`).
+  emulator answers in 5 ms. So do the management calls (`partitionbounds.partition_bounds`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ import datetime
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
 from typing import Any
 
 from azure.eventhub import EventData
@@ -48,9 +47,9 @@ from eventhub_balancer.adapters import (
     batching,
     deliveries,
     linkrefusals,
+    linkrepairs,
     tlscontexts,
 )
-from eventhub_balancer.contracts import startpositions
 
 logger = logging.getLogger(__name__)
 
@@ -72,19 +71,6 @@ LINK_OPEN = "partition %s: receive link open with owner level %s in %.0f ms"
 #: A receive link whose handshake takes longer has failed (the pump reopens it, then reports
 #: the partition unreachable): the SDK itself bounds only the authentication.
 LINK_OPEN_TIMEOUT_S = 30.0
-
-#: A management call (partition properties) that takes longer has failed.
-BOUNDS_TIMEOUT_S = 15.0
-
-#: A receive task that has not ended this long after it was cancelled is cancelled again. The
-#: SDK reads every frame under ``asyncio.wait_for``, which in Python 3.11 drops a cancellation
-#: that arrives in the same turn of the loop as the frame it waited for: the task then goes
-#: on receiving, as if never cancelled, until its link is stolen (a released partition's
-#: final checkpoint waited 15 s for that in a benchmark, and its pod turned NotReady).
-RECANCEL_S = 0.05
-#: The longest a close waits for its receive task to end (it is cancelled again every
-#: `RECANCEL_S` meanwhile); past it the task is left to end on its own, and logged.
-CLOSE_TIMEOUT_S = 15.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,13 +218,13 @@ class PartitionReceiver:
     async def close(self) -> None:
         self._closing = True
         self._buffer.close()
-        if self._task is not None and not await cancel_until_done(
+        if self._task is not None and not await linkrepairs.cancel_until_done(
             self._task, again=lambda: self._consumer is not None
         ):
             logger.warning(
                 "partition %s: the receive task did not end within %g s of its cancellation",
                 self.partition,
-                CLOSE_TIMEOUT_S,
+                linkrepairs.CLOSE_TIMEOUT_S,
             )
 
     async def next_batch(self, *, max_size: int, max_wait: float) -> deliveries.ReceivedBatch:
@@ -255,7 +241,7 @@ class PartitionReceiver:
         enqueued = last_enqueued_of(received[-1])
         if enqueued is not None:
             self.last_enqueued = enqueued
-        forget_delivery_tags(self._consumer)
+        linkrepairs.forget_delivery_tags(self._consumer)
         self._buffer.add(events)
         # Backpressure: while the runtime is behind, stop taking from the SDK, whose own
         # buffer then stops crediting the link.
@@ -294,7 +280,8 @@ class PartitionReceiver:
                     (time.monotonic() - opening) * 1000,
                 )
                 if self.closing():
-                    return  # closed while opening, its cancellation lost (`RECANCEL_S`)
+                    # Closed while opening, its cancellation lost (`linkrepairs.RECANCEL_S`).
+                    return
                 await consumer.receive(True, self._prefetch, None)
                 if self.closing():
                     return
@@ -360,7 +347,7 @@ class PartitionReceiver:
                 await asyncio.shield(self._close_quietly(consumer, client))
 
     async def _close_quietly(self, consumer: Any, client: EventHubConsumerClient) -> None:
-        await stop_keep_alive(consumer)
+        await linkrepairs.stop_keep_alive(consumer)
         for closable in (consumer, client):
             try:
                 await asyncio.wait_for(closable.close(), timeout=5.0)
@@ -369,112 +356,3 @@ class PartitionReceiver:
 
     def _fail(self, failure: errors.EventHubBalancerError) -> None:
         self._buffer.fail(failure)
-
-
-async def cancel_until_done(
-    task: asyncio.Task[Any],
-    *,
-    again: Callable[[], bool],
-    every: float = RECANCEL_S,
-    limit: float = CLOSE_TIMEOUT_S,
-) -> bool:
-    """Cancel ``task`` and wait for it to end; while it goes on and ``again()`` says it is
-    still in the SDK's receiving (not in its own cleanup, which a cancellation must not cut
-    short), cancel it again every ``every`` seconds (a cancellation the SDK dropped, see
-    `RECANCEL_S`). False when it has not ended within ``limit``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit
-    task.cancel()
-    while not task.done():
-        left = deadline - loop.time()
-        if left <= 0:
-            return False
-        await asyncio.wait({task}, timeout=min(every, left))
-        if not task.done() and again():
-            task.cancel()
-    return True
-
-
-def forget_delivery_tags(consumer: Any) -> None:
-    """Empty the set of delivery tags the SDK's receive link keeps of every transfer.
-
-    azure-eventhub 5.15's AMQP receiver link (``_pyamqp``'s ``ReceiverLink``) adds each
-    transfer's delivery tag (a bytes object) to a set and removes it only when it sends a
-    disposition for it. An Event Hubs consumer never sends one (its position is the
-    checkpoint, not a settlement per event), so the set held every tag the link ever
-    received: about 70 bytes per event for the life of the link (a pod grew 2.7 MB a minute
-    at 1,000 events/s; ``ehb bench soak`` measures it), until its memory limit. The set only
-    guards a disposition against an unknown tag, and none is ever sent on this link, so it
-    is emptied at each delivery: it holds at most one delivery's tags. Private SDK names,
-    like ``_create_consumer``: where they are missing nothing is done.
-    """
-    handler = getattr(consumer, "_handler", None)
-    tags = getattr(getattr(handler, "_link", None), "_received_delivery_tags", None)
-    if isinstance(tags, set):
-        tags.clear()
-
-
-async def stop_keep_alive(consumer: Any) -> None:
-    """Cancel the SDK's keep-alive task of a link we are about to close.
-
-    The aio handler's keep-alive task looks at its shutdown flag once a second, and the
-    handler's ``close_async`` waits for that task: every receiver close (so every release of a
-    partition) took up to a second. Nothing is left to keep alive once we close, so the task
-    is cancelled and awaited first (private SDK names, like ``_create_consumer``; where they
-    are missing nothing is done and the SDK's own close waits as before).
-    """
-    handler = getattr(consumer, "_handler", None)
-    task = getattr(handler, "_keep_alive_thread", None)
-    if isinstance(task, asyncio.Future):
-        handler._keep_alive_thread = None  # type: ignore[union-attr]
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-
-
-async def partition_bounds(
-    address: EventHubAddress, partition: str
-) -> startpositions.PartitionBounds:
-    """What Event Hubs says about a partition now (to seed a ``latest`` checkpoint)."""
-    client = make_client(address)
-    amqphandshakes.quick_management(client)
-    try:
-        async with asyncio.timeout(BOUNDS_TIMEOUT_S):
-            props = await client.get_partition_properties(partition)
-    except (TimeoutError, Exception) as e:
-        raise errors.EventHubUnreachable(
-            f"partition {partition}: cannot read its properties: {type(e).__name__}"
-        ) from e
-    finally:
-        await client.close()
-    return bounds_from(props)
-
-
-def bounds_from(props: Mapping[str, Any]) -> startpositions.PartitionBounds:
-    """A partition's bounds from the SDK's ``get_partition_properties`` answer."""
-    return startpositions.PartitionBounds(
-        beginning_sequence_number=int(props["beginning_sequence_number"]),
-        last_sequence_number=int(props["last_enqueued_sequence_number"]),
-        last_offset=str(props["last_enqueued_offset"]),
-        empty=bool(props["is_empty"]),
-    )
-
-
-async def first_sequence_at(
-    address: EventHubAddress, partition: str, when: datetime.datetime, *, wait: float = 5.0
-) -> int | None:
-    """The sequence number of the first event enqueued at or after ``when``, or None when no
-    such event arrives within ``wait`` (then every event so far is older)."""
-    # Without an owner level: this peek must not steal the partition from anyone.
-    receiver = PartitionReceiver(
-        address=address,
-        partition=partition,
-        epoch=None,
-        position=deliveries.ReceivePosition.since(when),
-        prefetch=1,
-    )
-    receiver.start()
-    try:
-        batch = await receiver.next_batch(max_size=1, max_wait=wait)
-    finally:
-        await receiver.close()
-    return batch.events[0].sequence_number if batch.events else None

@@ -21,6 +21,7 @@ from eventhub_balancer.adapters import (
     checkpointing,
     deadletters,
     deliveries,
+    partitionbounds,
     receiving,
     retrying,
 )
@@ -195,12 +196,12 @@ async def _resolve_start(
         return checkpointblobs.NOTHING_PROCESSED_POSITION
     match start:
         case startpositions.Latest():
-            bounds = await receiving.partition_bounds(address, partition)
+            bounds = await partitionbounds.partition_bounds(address, partition)
             return startpositions.seed_position(start, bounds=bounds)
         case startpositions.FromEnqueuedTime(enqueued_time=when):
-            first = await receiving.first_sequence_at(address, partition, when)
+            first = await partitionbounds.first_sequence_at(address, partition, when)
             if first is None:
-                bounds = await receiving.partition_bounds(address, partition)
+                bounds = await partitionbounds.partition_bounds(address, partition)
                 return startpositions.seed_position(startpositions.LATEST, bounds=bounds)
             return startpositions.seed_position(
                 startpositions.FromSequenceNumber(sequence_number=first)

@@ -1,0 +1,90 @@
+"""Three flaws of the SDK's aio receive link (azure-eventhub 5.15), mended from outside.
+
+- A cancellation can be dropped (`RECANCEL_S`): `cancel_until_done` cancels a receive task
+  again until it ends, within a bound.
+- The link keeps the delivery tag of every transfer it ever received
+  (`forget_delivery_tags`): about 70 bytes per event for the life of the link.
+- A close waits up to a second for the link's keep-alive task (`stop_keep_alive`).
+
+Kept apart from ``adapters.receiving``, which drives the link, because each of these works
+on the SDK's private names (like ``_create_consumer``, whose use ``tests/install`` holds to
+the pinned minor) or on its behaviour under cancellation, and must be read, and dropped,
+when the SDK changes. Where a private name is missing, nothing is done and the SDK behaves as
+it does on its own. ``adapters.consumergroups`` closes its probe's link the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+#: A receive task that has not ended this long after it was cancelled is cancelled again. The
+#: SDK reads every frame under ``asyncio.wait_for``, which in Python 3.11 drops a cancellation
+#: that arrives in the same turn of the loop as the frame it waited for: the task then goes
+#: on receiving, as if never cancelled, until its link is stolen (a released partition's
+#: final checkpoint waited 15 s for that in a benchmark, and its pod turned NotReady).
+RECANCEL_S = 0.05
+#: The longest a close waits for its receive task to end (it is cancelled again every
+#: `RECANCEL_S` meanwhile); past it the task is left to end on its own, and logged.
+CLOSE_TIMEOUT_S = 15.0
+
+
+async def cancel_until_done(
+    task: asyncio.Task[Any],
+    *,
+    again: Callable[[], bool],
+    every: float = RECANCEL_S,
+    limit: float = CLOSE_TIMEOUT_S,
+) -> bool:
+    """Cancel ``task`` and wait for it to end; while it goes on and ``again()`` says it is
+    still in the SDK's receiving (not in its own cleanup, which a cancellation must not cut
+    short), cancel it again every ``every`` seconds (a cancellation the SDK dropped, see
+    `RECANCEL_S`). False when it has not ended within ``limit``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    task.cancel()
+    while not task.done():
+        left = deadline - loop.time()
+        if left <= 0:
+            return False
+        await asyncio.wait({task}, timeout=min(every, left))
+        if not task.done() and again():
+            task.cancel()
+    return True
+
+
+def forget_delivery_tags(consumer: Any) -> None:
+    """Empty the set of delivery tags the SDK's receive link keeps of every transfer.
+
+    azure-eventhub 5.15's AMQP receiver link (``_pyamqp``'s ``ReceiverLink``) adds each
+    transfer's delivery tag (a bytes object) to a set and removes it only when it sends a
+    disposition for it. An Event Hubs consumer never sends one (its position is the
+    checkpoint, not a settlement per event), so the set held every tag the link ever
+    received: about 70 bytes per event for the life of the link (a pod grew 2.7 MB a minute
+    at 1,000 events/s; ``ehb bench soak`` measures it), until its memory limit. The set only
+    guards a disposition against an unknown tag, and none is ever sent on this link, so it
+    is emptied at each delivery: it holds at most one delivery's tags. Private SDK names,
+    like ``_create_consumer``: where they are missing nothing is done.
+    """
+    handler = getattr(consumer, "_handler", None)
+    tags = getattr(getattr(handler, "_link", None), "_received_delivery_tags", None)
+    if isinstance(tags, set):
+        tags.clear()
+
+
+async def stop_keep_alive(consumer: Any) -> None:
+    """Cancel the SDK's keep-alive task of a link we are about to close.
+
+    The aio handler's keep-alive task looks at its shutdown flag once a second, and the
+    handler's ``close_async`` waits for that task: every receiver close (so every release of a
+    partition) took up to a second. Nothing is left to keep alive once we close, so the task
+    is cancelled and awaited first (private SDK names, like ``_create_consumer``; where they
+    are missing nothing is done and the SDK's own close waits as before).
+    """
+    handler = getattr(consumer, "_handler", None)
+    task = getattr(handler, "_keep_alive_thread", None)
+    if isinstance(task, asyncio.Future):
+        handler._keep_alive_thread = None  # type: ignore[union-attr]
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
