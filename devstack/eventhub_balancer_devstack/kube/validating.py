@@ -83,6 +83,11 @@ def _type_matches(value: Any, wanted: str) -> bool:
     return True
 
 
+def _items(count: int) -> str:
+    """Go's field.TooMany: "item" for one, "items" otherwise."""
+    return "item" if count == 1 else "items"
+
+
 def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
@@ -186,7 +191,7 @@ class _Validator:
                 self.add(
                     "FieldValueTooMany",
                     path,
-                    f"Too many: {len(value)}: must have at most {highest} items",
+                    f"Too many: {len(value)}: must have at most {highest} {_items(highest)}",
                 )
         if isinstance(value, list):
             lowest, highest = schema.get("minItems"), schema.get("maxItems")
@@ -198,7 +203,7 @@ class _Validator:
                 self.add(
                     "FieldValueTooMany",
                     path,
-                    f"Too many: {len(value)}: must have at most {highest} items",
+                    f"Too many: {len(value)}: must have at most {highest} {_items(highest)}",
                 )
 
     def bounds(self, value: float, schema: Mapping[str, Any], path: str) -> None:

@@ -469,6 +469,12 @@ def test_schema_violations_name_each_field(
     refused.agree(422, "Invalid")
     assert _causes(refused.local) == _causes(refused.real), refused.shown()
 
+    # Too many properties (a blocking error): no rule runs, and the answer says so.
+    both_positions = copy.deepcopy(ehc_spec)
+    both_positions["startPosition"] = {"sequenceNumber": 5, "enqueuedTime": "2026-01-01T00:00:00Z"}
+    refused = servers.request("POST", _ehcs(namespace), body=_consumer("two", both_positions))
+    refused.agree(422, "Invalid").same_message()
+
     missing = copy.deepcopy(ehc_spec)
     del missing["eventHub"]
     refused = servers.request("POST", _ehcs(namespace), body=_consumer("missing", missing))
