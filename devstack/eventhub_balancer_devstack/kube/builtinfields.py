@@ -50,6 +50,7 @@ TOP_LEVEL_FIELDS: Final[Mapping[tuple[str, str], frozenset[str]]] = {
     ),
     ("apps", "deployments"): _SPEC_AND_STATUS,
     ("policy", "poddisruptionbudgets"): _SPEC_AND_STATUS,
+    ("networking.k8s.io", "networkpolicies"): frozenset({"spec"}),
     ("rbac.authorization.k8s.io", "roles"): frozenset({"rules"}),
     ("rbac.authorization.k8s.io", "rolebindings"): frozenset({"subjects", "roleRef"}),
     ("coordination.k8s.io", "leases"): frozenset({"spec"}),

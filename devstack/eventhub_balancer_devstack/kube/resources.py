@@ -100,7 +100,8 @@ BUILTINS: tuple[ResourceSpec, ...] = (
     _builtin("", "v1", "serviceaccounts", "ServiceAccount", namespaced=True, short_names=("sa",)),
     _builtin("events.k8s.io", "v1", "events", "Event", namespaced=True, short_names=("ev",)),
     # What a consumer chart's release holds (``kubectl apply`` of its rendering); the local
-    # kubelet runs a Deployment's pods (``deployments.py``), the others are only stored.
+    # kubelet runs a Deployment's pods (``deployments.py``), the others are only stored (a
+    # NetworkPolicy too: nothing here enforces it).
     _builtin(
         "apps", "v1", "deployments", "Deployment", namespaced=True, short_names=("deploy",),
         status=True, generation=True, returns_object=True,
@@ -109,6 +110,10 @@ BUILTINS: tuple[ResourceSpec, ...] = (
         "policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True,
         short_names=("pdb",), status=True, generation=True, returns_object=True,
         unconditional_update=False,
+    ),
+    _builtin(
+        "networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", namespaced=True,
+        short_names=("netpol",), generation=True, returns_object=True,
     ),
     _builtin("rbac.authorization.k8s.io", "v1", "roles", "Role", namespaced=True),
     _builtin("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", namespaced=True),
