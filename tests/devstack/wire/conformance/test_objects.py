@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import datetime
 import re
+import time
 from typing import Any
 
 from eventhub_balancer.contracts import configmaps
@@ -23,6 +24,9 @@ STRATEGIC = "application/strategic-merge-patch+json"
 APPLY = "application/apply-patch+yaml"
 
 EHC_API = "eventhub-balancer.dev/v1alpha1"
+
+#: How long a real server may take to serve a new CRD; it takes well under a second.
+ESTABLISHED_TIMEOUT_S = 15.0
 
 
 def _core(namespace: str, plural: str, name: str = "") -> str:
@@ -746,3 +750,37 @@ def test_documented_differences(servers: exchanges.Servers, namespace: str) -> N
     gone = servers.request("DELETE", f"/api/v1/namespaces/{namespace}", body={}).agree(200)
     assert gone.real.body["status"]["phase"] == "Terminating"
     assert "deletionTimestamp" not in gone.local.metadata
+
+
+def test_kopf_peerings_as_the_local_api_installs_them(
+    servers: exchanges.Servers, namespace: str
+) -> None:
+    """kopf's peering CRDs, as the local API installs them, are taken by a real server too
+    (which has them only when applied), and kopf's peering writes land the same."""
+    from eventhub_balancer_devstack.kube import resources
+
+    crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    for crd in resources.KOPF_PEERING_CRDS:
+        servers.real.request("POST", crds, body=crd)
+        _wait_established(servers.real, f"{crds}/{crd['metadata']['name']}")
+    path = f"/apis/kopf.dev/v1/namespaces/{namespace}/kopfpeerings"
+    body = {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": "ehb"}}
+    servers.request("POST", path, body=body).agree(201)
+    peer = {
+        "status": {"host-1": {"priority": 100, "lifetime": 60, "lastseen": "2026-01-01T00:00:00"}}
+    }
+    patched = servers.request("PATCH", f"{path}/ehb", body=peer, content_type=MERGE).agree(200)
+    assert patched.local.body["status"] == patched.real.body["status"] == peer["status"]
+    gone = {"status": {"host-1": None}}
+    cleared = servers.request("PATCH", f"{path}/ehb", body=gone, content_type=MERGE).agree(200)
+    assert cleared.local.body.get("status") == cleared.real.body.get("status")
+
+
+def _wait_established(wire: exchanges.Wire, path: str) -> None:
+    deadline = time.monotonic() + ESTABLISHED_TIMEOUT_S
+    while True:
+        conditions = (wire.request("GET", path).body.get("status") or {}).get("conditions") or []
+        if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+            return
+        assert time.monotonic() < deadline, f"{path} not Established"
+        time.sleep(0.05)
