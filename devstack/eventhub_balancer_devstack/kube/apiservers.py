@@ -20,6 +20,7 @@ import kmock
 
 from eventhub_balancer import runners
 from eventhub_balancer_devstack.kube import (
+    failures,
     histories,
     identities,
     kubeconfigs,
@@ -50,6 +51,21 @@ def _repository_crds() -> Path | None:
 
 #: The repository's crds/ when running from a checkout, else None.
 REPOSITORY_CRDS = _repository_crds()
+
+
+def _install_crds(store: storage.Store, crds: list[dict[str, Any]]) -> None:
+    """Create (or replace) CRDs as ``kubectl apply`` of the files would."""
+    for crd in crds:
+        try:
+            store.create(resources.CRDS, namespace=None, body=crd)
+        except failures.APIFailure as e:
+            if e.reason != "AlreadyExists":
+                raise
+            name = str(crd["metadata"]["name"])
+            current = store.get(resources.CRDS, namespace=None, name=name)
+            version = current["metadata"]["resourceVersion"]
+            body = {**crd, "metadata": {**crd["metadata"], "resourceVersion": version}}
+            store.replace(resources.CRDS, namespace=None, name=name, body=body)
 
 
 def _split_resource(resource: str) -> tuple[str, str, str]:
@@ -158,7 +174,7 @@ class LocalKubeAPI:
     async def _serving(self, crds: list[dict[str, Any]]) -> AsyncIterator[str]:
         """The server, entered on the background loop until stop(); yields its URL."""
         store = storage.Store(auto_namespaces=self._auto_namespaces)
-        store.install_crds(crds)
+        _install_crds(store, crds)
         handler = serving.LocalKubeHandler(store=store, bookmark_interval=self._bookmark_interval)
         self._handler = handler
         gate = self._gate = pausegates.PauseGate()

@@ -23,7 +23,7 @@ import collections
 import copy
 import datetime
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from eventhub_balancer_devstack.kube import (
@@ -389,16 +389,3 @@ class Store(versioning.VersionedHistory):
             objects=self._objects,
             remove=functools.partial(self._remove, cascade=True),
         )
-
-    def install_crds(self, crds: Iterable[Mapping[str, Any]]) -> None:
-        """Create (or replace) CRDs as ``kubectl apply`` of the files would."""
-        for crd in crds:
-            name = str((crd.get("metadata") or {}).get("name") or "")
-            stored = self._objects[resources.CRDS.storage_key].get(("", name))
-            if name and stored is not None:
-                body = copy.deepcopy(dict(crd))
-                version = stored["metadata"]["resourceVersion"]
-                body["metadata"] = {**body.get("metadata", {}), "resourceVersion": version}
-                self.replace(resources.CRDS, namespace=None, name=name, body=body)
-            else:
-                self.create(resources.CRDS, namespace=None, body=dict(crd))

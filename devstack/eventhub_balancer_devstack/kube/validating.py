@@ -12,13 +12,12 @@ Pure: a body and a schema in, a list of causes out.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypedDict
 
-from eventhub_balancer_devstack.kube import expressions
+from eventhub_balancer_devstack.kube import expressions, jsonvalues
 
 #: Root fields the schema does not govern (metadata is validated as for every kind).
 _ROOT_FIELDS = ("apiVersion", "kind", "metadata")
@@ -46,43 +45,6 @@ class Cause(TypedDict):
 _ABSENT = object()
 
 
-def _shown(value: Any) -> str:
-    """A value as Go's field errors print it: scalars as JSON, containers by their type."""
-    if isinstance(value, dict):
-        return '"object"'
-    if isinstance(value, list):
-        return '"array"'
-    return json.dumps(value)
-
-
-def _json_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return '"boolean"'
-    if isinstance(value, int):
-        return '"integer"'
-    if isinstance(value, float):
-        return '"number"'
-    return '"string"' if isinstance(value, str) else _shown(value)
-
-
-def _type_matches(value: Any, wanted: str) -> bool:
-    if wanted == "object":
-        return isinstance(value, dict)
-    if wanted == "array":
-        return isinstance(value, list)
-    if wanted == "string":
-        return isinstance(value, str)
-    if wanted == "boolean":
-        return isinstance(value, bool)
-    if wanted == "integer":
-        return (isinstance(value, int) and not isinstance(value, bool)) or (
-            isinstance(value, float) and value.is_integer()
-        )
-    if wanted == "number":
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    return True
-
-
 def _items(count: int) -> str:
     """Go's field.TooMany: "item" for one, "items" otherwise."""
     return "item" if count == 1 else "items"
@@ -90,14 +52,6 @@ def _items(count: int) -> str:
 
 def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
-
-
-def _valid_date_time(text: str) -> bool:
-    try:
-        datetime.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        return False
-    return "T" in text.upper()
 
 
 class _Validator:
@@ -110,7 +64,7 @@ class _Validator:
         self.causes.append({"reason": reason, "message": message, "field": field})
 
     def invalid(self, field: str, value: Any, detail: str) -> None:
-        self.add("FieldValueInvalid", field, f"Invalid value: {_shown(value)}: {detail}")
+        self.add("FieldValueInvalid", field, f"Invalid value: {jsonvalues.shown(value)}: {detail}")
 
     # -- the walk ------------------------------------------------------------------------------
 
@@ -125,20 +79,20 @@ class _Validator:
             return
         wanted = schema.get("type")
         if schema.get("x-kubernetes-int-or-string"):
-            if not (isinstance(value, str) or _type_matches(value, "integer")):
+            if not (isinstance(value, str) or jsonvalues.type_matches(value, "integer")):
                 self.add(
                     "FieldValueTypeInvalid",
                     path,
-                    f"Invalid value: {_shown(value)}: {path} in body must be of type "
+                    f"Invalid value: {jsonvalues.shown(value)}: {path} in body must be of type "
                     "integer-or-string",
                 )
                 return
-        elif isinstance(wanted, str) and not _type_matches(value, wanted):
+        elif isinstance(wanted, str) and not jsonvalues.type_matches(value, wanted):
             self.add(
                 "FieldValueTypeInvalid",
                 path,
-                f"Invalid value: {_shown(value)}: {path} in body must be of type {wanted}: "
-                f"{_json_type(value)}",
+                f"Invalid value: {jsonvalues.shown(value)}: {path} in body must be of type "
+                f"{wanted}: {jsonvalues.json_type(value)}",
             )
             return
         self.values(value, schema, path)
@@ -154,11 +108,11 @@ class _Validator:
     def values(self, value: Any, schema: Mapping[str, Any], path: str) -> None:
         enum = schema.get("enum")
         if isinstance(enum, list) and value not in enum:
-            supported = ", ".join(_shown(v) for v in enum)
+            supported = ", ".join(jsonvalues.shown(v) for v in enum)
             self.add(
                 "FieldValueNotSupported",
                 path,
-                f"Unsupported value: {_shown(value)}: supported values: {supported}",
+                f"Unsupported value: {jsonvalues.shown(value)}: supported values: {supported}",
             )
         if isinstance(value, int | float) and not isinstance(value, bool):
             self.bounds(value, schema, path)
@@ -177,9 +131,11 @@ class _Validator:
             pattern = schema.get("pattern")
             if isinstance(pattern, str) and not re.search(pattern, value):
                 self.invalid(path, value, f"{path} in body should match '{pattern}'")
-            if schema.get("format") == "date-time" and not _valid_date_time(value):
+            if schema.get("format") == "date-time" and not jsonvalues.valid_date_time(value):
                 self.invalid(
-                    path, value, f"{path} in body must be of type date-time: {_shown(value)}"
+                    path,
+                    value,
+                    f"{path} in body must be of type date-time: {jsonvalues.shown(value)}",
                 )
         if isinstance(value, dict):
             lowest, highest = schema.get("minProperties"), schema.get("maxProperties")
@@ -283,7 +239,9 @@ class _Validator:
             elif list_type == "set":
                 key = json.dumps(item, sort_keys=True)
                 if key in seen:
-                    self.add("FieldValueDuplicate", field, f"Duplicate value: {_shown(item)}")
+                    self.add(
+                        "FieldValueDuplicate", field, f"Duplicate value: {jsonvalues.shown(item)}"
+                    )
                 seen.add(key)
             if isinstance(item_schema, Mapping):
                 self.walk(item, item_schema, field, old_item)
