@@ -128,6 +128,30 @@ def test_every_field_has_a_type_unless_it_preserves_unknown_fields(
     assert untyped == []
 
 
+#: The status's one collection kept per entry: the conditions, a handful that other tools
+#: (kstatus, Flux) read by type, as the Kubernetes API conventions have them.
+PER_ENTRY_STATUS = {"conditions"}
+
+
+def test_the_status_collections_the_operator_rewrites_whole_are_atomic(
+    schema: dict[str, Any],
+) -> None:
+    # Kept per entry, they made managedFields as large as the status, and every status patch
+    # on a real API server paid for it (tests/realkube/wire/test_status_record.py).
+    status = schema["properties"]["status"]["properties"]
+    collections = {n for n, node in status.items() if node["type"] in ("array", "object")}
+    whole = collections - PER_ENTRY_STATUS
+    assert whole == {"epochs", "assignment", "consumers", "handoffs", "failing"}
+    kinds = {
+        name: status[name].get(
+            "x-kubernetes-list-type" if status[name]["type"] == "array" else "x-kubernetes-map-type"
+        )
+        for name in whole
+    }
+    assert kinds == dict.fromkeys(whole, "atomic")
+    assert status["conditions"]["x-kubernetes-list-type"] == "map"
+
+
 @pytest.mark.parametrize(
     ("path", "value"),
     [

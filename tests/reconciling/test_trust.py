@@ -123,6 +123,27 @@ def test_a_status_epoch_out_of_range_does_not_block_the_cycle() -> None:
     assert all(bounds.is_epoch(e) for e in decision.status.get("epochs", {}).values())
 
 
+def test_a_record_that_lists_a_partition_twice_is_read_at_its_highest_epoch() -> None:
+    # status.assignment is an atomic list (crds/): the API server no longer refuses a hand
+    # edit that lists a partition twice, so the reader settles it, and the next write
+    # lists each partition once.
+    observation = started(pod("a"), pod("b"))
+    body: Any = copy.deepcopy(observation.body)
+    (owned,) = [e for e in body["status"]["assignment"] if e["partition"] == "0"]
+    assert (owned["pod"], owned["epoch"]) == ("a", 1)
+    body["status"]["assignment"].append({**owned, "pod": "b", "podUid": "uid-b", "epoch": 0})
+    observation2, decision = bodies.decide_fully(
+        dataclasses.replace(observation, body=body), now=at(5)
+    )
+    assert decision.moves == ()
+    assert decision.epochs is None
+    assert decision.writes.maps == ()
+    after = bodies.applied(observation2, decision)
+    listed = [(e["partition"], e["pod"]) for e in after.body["status"]["assignment"]]
+    assert listed == [("0", "a"), ("1", "a"), ("2", "b"), ("3", "b")]
+    assert bodies.decide(after, now=at(6)).writes.count == 0
+
+
 def test_pod_annotations_are_written_only_when_switched_on() -> None:
     # Off by default: the default install grants no patch on pods (it allows image changes).
     _, decision = bodies.decide_fully(bodies.observe(pods=[pod("a")]), now=at(0))
