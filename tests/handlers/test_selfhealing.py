@@ -214,9 +214,12 @@ async def test_a_pod_deleted_behind_a_late_watch_leaves_within_the_relisting_bou
     assert daemon.owned("b")
     daemon.kube.remove_pod(NS, "b")  # the watch delivers nothing from here on
     deleted = test_daemons.loop_time()
+    listed = daemon.operator.cache.relisting.listings
     await daemon.until(deleted + 20)
     assert set(daemon.owned("a")) == {"0", "1", "2", "3"}
     assert all(state == "owned" for _e, state in daemon.owned("a").values())
+    # Its cost, as documented: one LIST of the namespace's pods per `RELIST_SECONDS`.
+    assert daemon.operator.cache.relisting.listings - listed == 2
 
 
 async def test_a_pod_that_does_not_apply_its_partitions_is_confirmed_by_a_listing(

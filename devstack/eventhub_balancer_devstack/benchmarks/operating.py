@@ -79,6 +79,8 @@ class Figures(TypedDict):
     deleted_pod_reassigned_s: float
     steady_state_writes_per_cycle: float
     steady_state_requests_per_cycle: float
+    #: The pods LISTs that the periodic relisting makes beside the cycles, per minute.
+    relisting_lists_per_minute: float
     cycle_cpu_ms: float
     operator_rss_mb: float
     relist_lists_per_consumer: float
@@ -113,6 +115,9 @@ class Report:
     rounds: tuple[Round, ...]
     steady_writes: int
     steady_requests: int
+    #: The pods LISTs of the periodic relisting during the steady window, and its length.
+    steady_relistings: int = 0
+    steady_seconds: float = 0.0
     steady_cycles: int
     cycle_cpu_s: float
     rss_mb: float
@@ -135,6 +140,11 @@ class Report:
             ),
             "steady_state_writes_per_cycle": round(self.steady_writes / self.steady_cycles, 3),
             "steady_state_requests_per_cycle": round(self.steady_requests / self.steady_cycles, 3),
+            "relisting_lists_per_minute": round(
+                60 * self.steady_relistings / self.steady_seconds, 2
+            )
+            if self.steady_seconds
+            else 0.0,
             "cycle_cpu_ms": round(self.cycle_cpu_s * 1000, 2),
             "operator_rss_mb": self.rss_mb,
             "relist_lists_per_consumer": round(self.relist_lists / self.settings.consumers, 3),
@@ -283,7 +293,9 @@ def run(settings: Settings) -> Report:
             # Let the last status writes of the initial cycles land before counting, and the
             # Events they handed over be posted (a start of 128 pods hands over 128).
             before = _wait_stats(operator, settings.consumers, interval * 2 + slack)
+            before_at = time.monotonic()
             after = _wait_stats(operator, cycles, settings.steady_cycles * interval * 2 + slack)
+            after_at = time.monotonic()
             steady_cycles = after["cycles"] - before["cycles"]
             rounds = []
             serial = settings.pods
@@ -306,7 +318,12 @@ def run(settings: Settings) -> Report:
         settings=settings,
         rounds=tuple(rounds),
         steady_writes=after["writes"] - before["writes"],
-        steady_requests=after["requests"] - before["requests"],
+        # The cycles' requests; the periodic relisting of pods runs beside them and is
+        # counted on its own.
+        steady_requests=(after["requests"] - before["requests"])
+        - (after["relistings"] - before["relistings"]),
+        steady_relistings=after["relistings"] - before["relistings"],
+        steady_seconds=after_at - before_at,
         steady_cycles=steady_cycles,
         cycle_cpu_s=(end["cpu_s"] - start["cpu_s"]) / max(1, end["cycles"] - start["cycles"]),
         rss_mb=float(end["rss_mb"]),

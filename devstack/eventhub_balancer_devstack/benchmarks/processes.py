@@ -73,6 +73,8 @@ def serve_operator(
             "cycles": runtime.cycles_run,
             "requests": api.requests,
             "lists": api.lists,
+            # The pods listed afresh every 10 s, beside the cycles (handlers/cache/relisting).
+            "relistings": runtime.cache.relisting.listings,
             "writes": sum(api.writes.values()),
             # The Events the cycles handed over and the poster has not posted yet.
             "events_pending": runtime.events.pending,

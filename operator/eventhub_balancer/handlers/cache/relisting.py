@@ -57,6 +57,8 @@ class Relisting:
         self.kept = kept
         self.wake = wake
         self.seconds = seconds
+        #: LISTs made so far: what the relisting costs, counted apart from the cycles'.
+        self.listings = 0
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -91,6 +93,7 @@ class Relisting:
         with contextlib.ExitStack() as asking:
             for roster in held:
                 asking.enter_context(roster.asking(shelves.PODS))
+            self.listings += 1
             listing = await self.api.list_selected_pods(namespace=namespace, selector=EVERY_POD)
             changed = self.kept.relisted(
                 namespace,
