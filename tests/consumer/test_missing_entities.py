@@ -13,7 +13,7 @@ import logging
 import pytest
 
 from eventhub_balancer import errors
-from eventhub_balancer.consumer import clients, restarts
+from eventhub_balancer.consumer import restarts
 from tests.consumer import test_runtime
 from tests.support import consumerfakes
 
@@ -67,7 +67,7 @@ async def test_a_missing_consumer_group_is_one_error_line_and_a_paced_backoff(
         fake_hub.missing = None  # someone created the group
         await consumerfakes.eventually(
             lambda: len(recorder.done) == 2 * len(PARTITIONS),
-            within=clients.RESTART_BACKOFF_MAX_S + 2,
+            within=restarts.RESTART_BACKOFF_MAX_S + 2,
             what="every partition processing",
         )
         await consumerfakes.eventually(lambda: not source.reports, what="the reports cleared")

@@ -224,7 +224,7 @@ async def test_a_failing_partition_is_restarted_with_backoff(
         )
         times = store.fence_times
         gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
-        # 1 s doubling (clients.RESTART_BACKOFF_S), seen at the next reconcile tick.
+        # 1 s doubling (restarts.RESTART_BACKOFF_S), seen at the next reconcile tick.
         assert len(gaps) == 3
         for gap, delay in zip(gaps, (1.0, 2.0, 4.0), strict=True):
             assert delay <= gap <= delay + runtime.TICK_S + 0.01

@@ -17,19 +17,9 @@ import dataclasses
 import logging
 
 from eventhub_balancer import errors
-from eventhub_balancer.consumer import assignments, connections
+from eventhub_balancer.consumer import assignments, connections, restarts
 
 logger = logging.getLogger(__name__)
-
-#: A failed worker or clients that cannot be opened are tried again after this delay,
-#: doubled on every failure in a row, up to the cap.
-RESTART_BACKOFF_S = 1.0
-RESTART_BACKOFF_MAX_S = 30.0
-
-
-def backoff_delay(failures: int) -> float:
-    """The pause after ``failures`` failures in a row (1 or more)."""
-    return float(min(RESTART_BACKOFF_S * 2.0 ** (failures - 1), RESTART_BACKOFF_MAX_S))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +65,7 @@ class Clients:
             backend = await self._open(assignment, key)
         except (errors.TransientError, errors.ConfigurationError, errors.InvalidInput) as e:
             failures = (failure.failures if failure is not None and failure.key == key else 0) + 1
-            delay = backoff_delay(failures)
+            delay = restarts.backoff_delay(failures)
             self.failure = OpenFailure(key, failures, _now() + delay, str(e))
             logger.error(
                 "cannot open the Event Hub or checkpoint store (retrying in %.1f s): %s", delay, e

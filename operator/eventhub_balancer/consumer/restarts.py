@@ -1,7 +1,7 @@
 """The partitions whose worker failed, each waiting out its backoff before it starts again,
 and the one log line for a failure that every partition shares.
 
-A failed worker starts again after `clients.backoff_delay` (1 s, doubled per failure in a row,
+A failed worker starts again after `backoff_delay` (1 s, doubled per failure in a row,
 up to 30 s). Most failures belong to their partition. A hub or consumer group that does not
 exist (`errors.EventHubNotFound`) belongs to all of them: every partition fails with it within
 a second, and logged per partition it made a 32-partition pod write 32 ERROR lines every round.
@@ -15,9 +15,19 @@ import dataclasses
 import logging
 
 from eventhub_balancer import errors
-from eventhub_balancer.consumer import clients
 
 logger = logging.getLogger(__name__)
+
+#: A failed worker or clients that cannot be opened are tried again after this delay,
+#: doubled on every failure in a row, up to the cap.
+RESTART_BACKOFF_S = 1.0
+RESTART_BACKOFF_MAX_S = 30.0
+
+
+def backoff_delay(failures: int) -> float:
+    """The pause after ``failures`` failures in a row (1 or more)."""
+    return float(min(RESTART_BACKOFF_S * 2.0 ** (failures - 1), RESTART_BACKOFF_MAX_S))
+
 
 #: How often a failure shared by every partition is logged again while it stands: rare enough
 #: to stay one line in a screenful of logs, often enough that whoever reads them later sees it.
@@ -51,7 +61,7 @@ class Restarts:
         """Record a failure of ``partition``'s worker; its restart waits the backoff."""
         previous = self.entries.get(partition)
         failures = (previous.failures if previous else 0) + 1
-        delay = clients.backoff_delay(failures)
+        delay = backoff_delay(failures)
         text = str(error) if error is not None else "the worker crashed"
         restart = self.entries[partition] = Restart(failures, now + delay, text)
         if not shared(error):
@@ -65,7 +75,7 @@ class Restarts:
                 "%s (every partition waits on it, each tried again with backoff up to %.0f s "
                 "apart; said again every %.0f s while it lasts)",
                 text,
-                clients.RESTART_BACKOFF_MAX_S,
+                RESTART_BACKOFF_MAX_S,
                 REPEAT_SECONDS,
             )
         return restart
