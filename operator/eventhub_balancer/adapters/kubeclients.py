@@ -1,0 +1,153 @@
+"""How the operator reaches the Kubernetes API: the client, its construction, its errors.
+
+Split from `kubeapi` so that the one place that runs a blocking client call, counts it and
+wraps its failure stays apart from the calls themselves (`kubereads`, `kubeapi`).
+
+Why the official ``kubernetes`` client, run in a thread pool, rather than aiohttp by hand: it
+already handles every way a cluster authenticates (kubeconfig with exec plugins and token
+files, in-cluster ServiceAccount tokens that rotate, client certificates), and that is where
+home-grown clients break. It is synchronous, so every call runs in a small private executor;
+the API server never runs on the operator's loop (the local one has its own thread), so the
+client cannot deadlock on it. Bodies come back as plain dicts (``_preload_content=False``), the
+same shape as kopf's bodies, so the pure code sees one format. ``ApiException`` is wrapped
+into `errors` types here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import functools
+import json
+import os
+from collections.abc import Callable
+from typing import Any, Self
+
+import kubernetes.client
+import kubernetes.config
+import urllib3.exceptions
+from kubernetes.client import exceptions as kube_exceptions
+
+from eventhub_balancer import errors
+
+#: Seconds for one API request; a hung API server must not hang a cycle.
+REQUEST_TIMEOUT = 15.0
+#: Threads for blocking API calls: cycles of several consumers run concurrently.
+WORKERS = 8
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ConnectionInfo:
+    """How to reach the API server, for kopf's login handler (same source as this adapter)."""
+
+    server: str
+    ca_path: str | None
+    insecure: bool
+    token: str | None
+    certificate_path: str | None
+    private_key_path: str | None
+
+
+def _wrap(e: BaseException, what: str) -> errors.EventHubBalancerError:
+    if isinstance(e, kube_exceptions.ApiException):
+        status = e.status or 0
+        reason = _reason(e)
+        if status == 404:
+            return errors.NotFound(f"{what}: not found")
+        if status == 409:
+            return errors.Conflict(f"{what}: conflict ({reason})")
+        if status == 403:
+            return errors.Forbidden(
+                f"{what}: forbidden ({reason}); grant the operator's ServiceAccount access"
+            )
+        if status == 422 or status == 400:
+            return errors.ApiRejected(f"{what}: rejected ({status}: {reason})")
+        return errors.ApiUnavailable(f"{what}: API server answered {status} ({reason})")
+    return errors.ApiUnavailable(f"{what}: {type(e).__name__}: {e}")
+
+
+def _reason(e: kube_exceptions.ApiException) -> str:
+    try:
+        body = json.loads(e.body or "{}")
+        return str(body.get("message") or e.reason)
+    except (ValueError, AttributeError):
+        return str(e.reason)
+
+
+class KubeClient:
+    """The sync client behind an async door, with its request and write counts; the reads
+    (`kubereads`) and writes (`kubeapi`) are built on it."""
+
+    def __init__(self, configuration: kubernetes.client.Configuration) -> None:
+        self._configuration = configuration
+        self._client = kubernetes.client.ApiClient(configuration)
+        self._core = kubernetes.client.CoreV1Api(self._client)
+        self._custom = kubernetes.client.CustomObjectsApi(self._client)
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=WORKERS, thread_name_prefix="kubeapi"
+        )
+        #: API writes by kind, counted for metrics and for the steady-state benchmark.
+        self.writes: dict[str, int] = {}
+        #: every request made (reads and writes), for the benchmark's requests per cycle
+        self.requests = 0
+        #: the LISTs among them, for the benchmark's cost of a re-list
+        self.lists = 0
+
+    @classmethod
+    def from_environment(cls, kubeconfig: str | None = None) -> Self:
+        """In-cluster when there is a ServiceAccount token, else the kubeconfig (or $KUBECONFIG)."""
+        configuration = kubernetes.client.Configuration()
+        path = kubeconfig or os.environ.get("KUBECONFIG")
+        if path is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+            kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration
+            )
+        else:
+            # The path is passed explicitly: the client reads $KUBECONFIG only at import.
+            try:
+                kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+                    config_file=path, client_configuration=configuration
+                )
+            except (kubernetes.config.ConfigException, OSError) as e:
+                raise errors.ConfigurationError(
+                    f"cannot load the kubeconfig {path or '~/.kube/config'}: {e}"
+                ) from e
+        return cls(configuration)
+
+    @property
+    def configuration(self) -> kubernetes.client.Configuration:
+        """How this client reaches the API server (another client of the same identity)."""
+        return self._configuration
+
+    def connection_info(self) -> ConnectionInfo:
+        c = self._configuration
+        header = c.api_key.get("authorization") or c.api_key.get("BearerToken")
+        token = header.removeprefix("Bearer ").strip() if header else None
+        return ConnectionInfo(
+            server=c.host,
+            ca_path=c.ssl_ca_cert,
+            insecure=not c.verify_ssl,
+            token=token,
+            certificate_path=c.cert_file,
+            private_key_path=c.key_file,
+        )
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._client.close()  # type: ignore[no-untyped-call]
+
+    async def _call(self, what: str, fn: Callable[..., Any], /, **kwargs: Any) -> Any:
+        kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
+        call = functools.partial(fn, _preload_content=False, **kwargs)
+        self.requests += 1
+        loop = asyncio.get_running_loop()
+        try:
+            response = await loop.run_in_executor(self._executor, call)
+        except (kube_exceptions.ApiException, urllib3.exceptions.HTTPError, OSError) as e:
+            raise _wrap(e, what) from e
+        raw = response.data
+        return json.loads(raw) if raw else {}
+
+    def _count(self, kind: str) -> None:
+        self.writes[kind] = self.writes.get(kind, 0) + 1
