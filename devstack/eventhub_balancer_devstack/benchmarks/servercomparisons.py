@@ -124,10 +124,14 @@ def render(directory: Path, *, read: ReadResult, caption: Caption) -> str:
         for name in (row.record, real):
             if _exists(name, directory) and name not in used:
                 used.append(name)
+    notes = [f"- `{name}`: {caption(name)}" for name in used]
     chaos = _chaos(directory, read)
     if chaos is not None:
         rows.append(chaos)
-        used += [p.stem for p in sorted(directory.glob("real-chaos-*.json"))]
+        seeds = [p.stem for p in sorted(directory.glob("real-chaos-*.json"))]
+        # One line for the seeds: the first's caption stands for how they were taken.
+        notes.append(
+            f"- `{seeds[0]}` to `{seeds[-1]}` ({len(seeds)} runs), the first: {caption(seeds[0])}"
+        )
     table = recordviews.table(["figure", "local API", "real control plane"], rows, numeric=1)
-    notes = "\n".join(f"- `{name}`: {caption(name)}" for name in used)
-    return f"{table}\n\n{notes}\n"
+    return f"{table}\n\n{chr(10).join(notes)}\n"
