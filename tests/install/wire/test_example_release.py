@@ -81,6 +81,28 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return site
 
 
+def wait_for_last_checkpoints(
+    azurite: Any, store: dict[str, Any], eventhub: dict[str, Any], *, timeout: float
+) -> None:
+    """Every partition of the example's hub checkpointed at its last order."""
+    last = ORDERS_PER_PARTITION - 1
+    wait_for(
+        lambda: (
+            asyncio.run(
+                consumerprocesses.checkpoint_positions(
+                    azurite.connection_string,
+                    store["containerName"],
+                    fully_qualified_namespace=eventhub["fullyQualifiedNamespace"],
+                    hub=eventhub["name"],
+                )
+            )
+            == dict.fromkeys(["0", "1", "2", "3"], last)
+        ),
+        timeout=timeout,
+        what="every partition checkpointed at its last order",
+    )
+
+
 def order(partition: str, n: int) -> str:
     return json.dumps({"id": f"{partition}-{n}", "amount": 2.0, "status": "paid"})
 
@@ -181,22 +203,7 @@ def test_the_example_installs_with_one_release_and_consumes(
     try:
         names = set(pods.names())
         assert len(names) == deployment["spec"]["replicas"] == 2
-        last = ORDERS_PER_PARTITION - 1
-        wait_for(
-            lambda: (
-                asyncio.run(
-                    consumerprocesses.checkpoint_positions(
-                        azurite.connection_string,
-                        store["containerName"],
-                        fully_qualified_namespace=eventhub["fullyQualifiedNamespace"],
-                        hub=eventhub["name"],
-                    )
-                )
-                == dict.fromkeys(["0", "1", "2", "3"], last)
-            ),
-            timeout=WAIT_S,
-            what="every partition checkpointed at its last order",
-        )
+        wait_for_last_checkpoints(azurite, store, eventhub, timeout=WAIT_S)
         wait_for(
             lambda: cluster.balanced_over(NAMESPACE, names, 4),
             timeout=WAIT_S,

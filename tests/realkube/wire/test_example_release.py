@@ -26,11 +26,11 @@ from tests.install.wire.test_example_release import (
     handler_records,
     order,
     orders_processed,
+    wait_for_last_checkpoints,
 )
 from tests.install.wire.test_example_release import image as image  # the fixture
-from tests.support import charts, consumerprocesses, loading
+from tests.support import charts, loading
 from tests.support.fixtures.consumer import send_events
-from tests.support.fixtures.operator import wait_for
 from tests.support.fixtures.realkube import Kubectl
 
 NAMESPACE = consumer_chart.NAMESPACE
@@ -119,22 +119,7 @@ def test_the_example_releases_with_helm_onto_the_real_control_plane(
             body=order,
         )
     )
-    last = ORDERS_PER_PARTITION - 1
-    wait_for(
-        lambda: (
-            asyncio.run(
-                consumerprocesses.checkpoint_positions(
-                    azurite.connection_string,
-                    store["containerName"],
-                    fully_qualified_namespace=eventhub["fullyQualifiedNamespace"],
-                    hub=eventhub["name"],
-                )
-            )
-            == dict.fromkeys(["0", "1", "2", "3"], last)
-        ),
-        timeout=WAIT_S,
-        what="every partition checkpointed at its last order",
-    )
+    wait_for_last_checkpoints(azurite, store, eventhub, timeout=WAIT_S)
     pods = real_kube.list_objects("v1/pods", namespace=NAMESPACE)
     names = {p["metadata"]["name"] for p in pods}
     assert len(names) == values["replicaCount"] == 2
