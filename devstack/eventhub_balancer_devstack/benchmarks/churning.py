@@ -24,13 +24,10 @@ its slopes are not the figures, only where to look.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import logging
 import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -39,10 +36,9 @@ from pathlib import Path
 from typing import TypedDict
 
 from eventhub_balancer import errors
-from eventhub_balancer_devstack import azurite
 from eventhub_balancer_devstack.benchmarks import (
+    benchstacks,
     churnedworlds,
-    operating,
     processes,
     processsamples,
     soaking,
@@ -102,41 +98,14 @@ class Report(TypedDict):
 
 @contextlib.contextmanager
 def _stack(settings: Settings) -> Iterator[tuple[Path, str, str, processes.Child]]:
-    """The API server process, the emulator process (``ehb local eventhubs``, the churned
-    consumer's hub and the passing consumers' hub) and Azurite: the kubeconfig and the two
-    connection strings; all stopped on exit."""
+    """The API server, the emulator (the churned consumer's hub and the passing consumers'
+    hub) and Azurite (`benchstacks`): the kubeconfig and the two connection strings."""
     hubs = [
         f"{churnedworlds.CONSUMER}={settings.partitions}",
         f"{churnedworlds.PASSING_HUB}={churnedworlds.PASSING_PARTITIONS}",
     ]
-    with tempfile.TemporaryDirectory(prefix="ehb-soak-operator-") as tmp:
-        kubeconfig = Path(tmp) / "kubeconfig"
-        server = processes.Child("apiserver", "--kubeconfig", str(kubeconfig))
-        emulator = subprocess.Popen(
-            [str(Path(sys.executable).with_name("ehb")), "local", "eventhubs", "--port", "0"]
-            + [f"--hub={hub}" for hub in hubs],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        try:
-            assert emulator.stdout is not None
-            with azurite.Azurite() as blob_store:
-                asyncio.run(operating.create_container(blob_store.connection_string))
-                yield (
-                    kubeconfig,
-                    emulator.stdout.readline().strip(),
-                    blob_store.connection_string,
-                    server,
-                )
-        finally:
-            emulator.terminate()
-            try:
-                emulator.wait(processes.STOP_SECONDS)
-            except subprocess.TimeoutExpired:
-                emulator.kill()
-                emulator.wait(processes.STOP_SECONDS)
-            server.stop()
+    with benchstacks.started(hubs=hubs, kube="local") as stack:
+        yield stack
 
 
 class Sampler:

@@ -28,26 +28,19 @@ balance`'s, and absent here.
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
-import contextlib
 import dataclasses
 import functools
 import logging
 import statistics
-import subprocess
-import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
-from typing import IO, Any, TypedDict
+from typing import Any, TypedDict
 
-from eventhub_balancer.adapters import blobs
 from eventhub_balancer.contracts import specs
-from eventhub_balancer_devstack import azurite, clusters
+from eventhub_balancer_devstack import clusters
 from eventhub_balancer_devstack.benchmarks import (
+    benchstacks,
     clusterviews,
     processes,
     stagerecords,
@@ -156,62 +149,6 @@ def consumer_name(i: int) -> str:
     return CONSUMER if i == 0 else f"{CONSUMER}-{i}"
 
 
-@contextlib.contextmanager
-def _stack(settings: Settings) -> Iterator[tuple[Path, str, str, processes.Child]]:
-    """The API server process, the emulator process (``ehb local eventhubs``) and Azurite
-    (the checkpoint store the operator reads when it gives partitions out): the kubeconfig
-    and the two connection strings; all stopped on exit."""
-    hubs = [f"{consumer_name(i)}={settings.partitions}" for i in range(settings.consumers)]
-    with tempfile.TemporaryDirectory(prefix="ehb-bench-") as tmp:
-        kubeconfig = Path(tmp) / "kubeconfig"
-        server = processes.Child(
-            "apiserver", "--kubeconfig", str(kubeconfig), "--kube", settings.kube
-        )
-        emulator = subprocess.Popen(
-            [
-                str(Path(sys.executable).with_name("ehb")),
-                "local",
-                "eventhubs",
-                "--port",
-                "0",
-                *(f"--hub={hub}" for hub in hubs),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        try:
-            assert emulator.stdout is not None
-            connection_string = emulator.stdout.readline().strip()
-            _drain(emulator.stdout)
-            with azurite.Azurite() as blob_store:
-                asyncio.run(create_container(blob_store.connection_string))
-                yield (kubeconfig, connection_string, blob_store.connection_string, server)
-        finally:
-            emulator.terminate()
-            try:
-                emulator.wait(processes.STOP_SECONDS)
-            except subprocess.TimeoutExpired:
-                emulator.kill()
-                emulator.wait(processes.STOP_SECONDS)
-            server.stop()
-
-
-def _drain(stream: IO[str]) -> None:
-    """Read what the emulator prints after its connection string (one line per hub) until it
-    exits: nobody needs it, and a full pipe blocks the emulator's loop in ``print``. At 1,000
-    hubs the listing outgrew the pipe, the emulator stopped accepting connections, and every
-    partition listing of the operator timed out."""
-    threading.Thread(target=lambda: all(True for _ in stream), daemon=True).start()
-
-
-async def create_container(connection_string: str) -> None:
-    async with blobs.open_container(
-        container_name=clusterviews.CONTAINER, connection_string=connection_string
-    ) as container:
-        await blobs.ensure_container(container)
-
-
 def _reachable(cluster: clusterviews.Cluster) -> bool:
     """Every EventHubConsumer has listed its partitions (a steady state has no fault left)."""
     listing: Any = cluster.custom.list_namespaced_custom_object(
@@ -244,7 +181,13 @@ def run(settings: Settings) -> Report:
         raise ValueError("need at least 2 pods and more partitions than pods + 1")
     ns, p = NAMESPACE, settings.partitions
     names = [consumer_name(i) for i in range(settings.consumers)]
-    with _stack(settings) as (kubeconfig, connection_string, store, server):
+    hubs = [f"{consumer_name(i)}={settings.partitions}" for i in range(settings.consumers)]
+    with benchstacks.started(hubs=hubs, kube=settings.kube) as (
+        kubeconfig,
+        connection_string,
+        store,
+        server,
+    ):
         api = watching.client(kubeconfig)
         cluster = clusterviews.Cluster(api, ns)
         cluster.ensure_namespace()
