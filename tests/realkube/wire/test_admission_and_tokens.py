@@ -171,6 +171,21 @@ def test_a_pod_forges_no_assignment_and_acknowledges_only_as_itself(
         namespace=NAMESPACE,
     )
     core = as_pod(attacker)
+    # The real server enforces a policy once its admission plugin has loaded it, a moment
+    # after it was written: wait for a dry run (checked, never stored) to be refused.
+    deadline = time.monotonic() + TYPECHECK_WAIT_S
+    while True:
+        try:
+            core.patch_namespaced_config_map(
+                "innocent-config",
+                NAMESPACE,
+                {"metadata": {"labels": victim_labels()}},
+                dry_run="All",
+            )
+        except kubernetes.client.ApiException:
+            break
+        assert time.monotonic() < deadline, "the admission policies were never enforced"
+        time.sleep(0.2)
     # A user's ConfigMap cannot be made into another pod's assignment, nor one forged.
     message = refused(
         lambda: core.patch_namespaced_config_map(
