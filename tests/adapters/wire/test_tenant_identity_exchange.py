@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import datetime
-import ipaddress
 import json
 import ssl
 from collections.abc import AsyncIterator
@@ -25,49 +24,13 @@ from aiohttp import web
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import kubeapi, tenantidentities
 from eventhub_balancer_devstack.kube import LocalKubeAPI
+from tests.support import identityendpoints
 
 NAMESPACE = "tenant-b"
 ACCOUNT = "payments-reader"
 CLIENT_ID = "bbbbbbbb-0000-0000-0000-000000000001"
 TENANT_ID = "11111111-2222-3333-4444-555555555555"
 JWT_BEARER = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
-
-
-def self_signed(directory: Path) -> tuple[Path, Path]:
-    """A certificate for 127.0.0.1 and its key, valid for a day."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fake identity endpoint")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / "endpoint.pem", directory / "endpoint.key"
-    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
 
 
 class IdentityEndpoint:
@@ -93,7 +56,7 @@ class IdentityEndpoint:
 
 @pytest.fixture
 async def identity_endpoint(tmp_path: Path) -> AsyncIterator[tuple[IdentityEndpoint, Path]]:
-    cert, key = self_signed(tmp_path)
+    cert, key = identityendpoints.self_signed(tmp_path)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
     endpoint = IdentityEndpoint()
