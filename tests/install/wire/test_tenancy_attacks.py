@@ -10,6 +10,8 @@ writes CRs that name it, spelt as the CRD and the allow-list accept.
 
 from __future__ import annotations
 
+import datetime
+import time
 from typing import Any
 
 import pytest
@@ -105,6 +107,14 @@ def test_one_cr_of_another_tenant_halts_nothing(tenants: Stack) -> None:
     try:
         with ConsumerDouble(stack.kube, A):
             wait_for(lambda: balanced_over(stack, {"a-0", "a-1"}), what="A balanced")
+            # creationTimestamp has whole seconds: B made in A's second would tie on age and
+            # be ordered by uid, by chance. A newcomer comes at least a second later here.
+            created = stack.kube.get_object(clusters.CR, "orders", namespace=A) or {}
+            made = datetime.datetime.fromisoformat(
+                created["metadata"]["creationTimestamp"].replace("Z", "+00:00")
+            )
+            while datetime.datetime.now(datetime.UTC) < made + datetime.timedelta(seconds=1.1):
+                time.sleep(0.1)
             consumer(stack, B, "mirror", app="nothing")
             # B's first cycle waits for its hub's identity, which fails here (no Entra ID):
             # on a loaded machine that alone has taken more than 15 s.
