@@ -133,18 +133,36 @@ async def test_a_cycle_that_gives_out_and_revokes_asks_for_the_releases_with_the
         "d": {},
     }
     cm = {pod: configmaps.configmap_name(consumer=NAME, pod=pod) for pod in "abcd"}
-    # Each step's writes go out together, in name order, the gains' Events after its maps.
+    # One step after the status: nothing here takes away what a pod still runs.
     first_event = next(i for i, (_, kind, _) in enumerate(kube.calls) if kind == "event")
-    last_event = max(i for i, (_, kind, _) in enumerate(kube.calls) if kind == "event")
     assert kube.calls[0] == ("patch", "status", NAME)  # the epochs and the record
     assert set(kube.calls[1:first_event]) == {
         ("patch", "configmap", cm["c"]),  # c gains 3
         ("patch", "configmap", cm["a"]),  # a is asked to release 1, for d
-    }
-    assert set(kube.calls[last_event + 1 :]) == {
-        ("patch", "configmap", cm["b"]),  # b loses 3, once c was told
+        ("patch", "configmap", cm["b"]),  # b drops 3, which it released
         ("create", "configmap", cm["d"]),  # d's empty ConfigMap
     }
+    assert all(kind == "event" for _, kind, _ in kube.calls[first_event:])
+
+
+async def test_a_partition_taken_from_a_pod_that_may_run_it_goes_after_the_gains(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+) -> None:
+    # b is NotReady beyond its grace without releasing 3: c gains 3 first, and only then is
+    # 3 taken from b, so that nobody is left without it if the cycle stops in between.
+    memory = await c_joined(kube, hubs)
+    assert kube.assignment(NS)["b"]["3"] == (1, "revoking")
+    kube.set_ready(NS, "b", ready=False, since=at(2))
+    del kube.calls[:]
+    await cycle(kube, hubs, memory, now=600)
+    after = kube.assignment(NS)
+    assert after["c"]["3"][1] == "owned"
+    assert "3" not in after["b"]
+    cm = {pod: configmaps.configmap_name(consumer=NAME, pod=pod) for pod in "abc"}
+    maps = [(verb, name) for verb, kind, name in kube.calls if kind == "configmap"]
+    assert maps.index(("patch", cm["b"])) > maps.index(("patch", cm["c"]))
+    first_event = next(i for i, (_, kind, _) in enumerate(kube.calls) if kind == "event")
+    assert ("patch", "configmap", cm["b"]) not in kube.calls[:first_event]
 
 
 async def test_a_revocation_that_drops_a_released_partition_goes_with_the_gains() -> None:
@@ -223,7 +241,7 @@ async def test_a_revocation_goes_with_the_gains_only_once_the_record_holds_it(
     memory = await c_joined(kube, hubs)
     kube.acknowledge(NS, "b")
     kube.add_pod(NS, "d", labels={"app": "c"}, since=at(2))
-    # d's empty ConfigMap goes out in the last step: the operator stops before it is written.
+    # d's empty ConfigMap goes out with the revocation, and fails: the operator stops there.
     kube.fail("create_configmap", errors.ApiUnavailable("the API server went away"))
     with pytest.raises(errors.ApiUnavailable):
         await cycle(kube, hubs, memory, now=2)

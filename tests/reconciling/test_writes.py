@@ -1,4 +1,5 @@
-"""`writes.starts_handoff`: which ConfigMap changes only ask for a release (written early)."""
+"""`writes.starts_handoff` and `writes.takes_nothing`: which ConfigMap changes only ask for a
+release, or only let go of what the pod released (both written with the gains)."""
 
 from __future__ import annotations
 
@@ -51,3 +52,19 @@ def test_dropping_what_the_pod_did_not_release_waits_for_the_gains() -> None:
 
 def test_dropping_released_partitions_alone_starts_nothing() -> None:
     assert not writes.starts_handoff({"6": OWNED, "7": REVOKING}, {"6": OWNED}, released={"7": 3})
+
+
+def test_dropping_released_partitions_alone_takes_nothing() -> None:
+    # A terminating pod's own release, or an acknowledged hand-off: the pod stopped 7.
+    assert writes.takes_nothing({"6": OWNED, "7": REVOKING}, {"6": OWNED}, released={"7": 3})
+    assert writes.takes_nothing({"7": OWNED}, {}, released={"7": 3})
+
+
+def test_dropping_what_the_pod_may_still_run_takes_something() -> None:
+    assert not writes.takes_nothing({"6": OWNED, "7": REVOKING}, {"6": OWNED})
+    assert not writes.takes_nothing({"7": REVOKING}, {}, released={"7": 2})
+    assert not writes.takes_nothing({"6": OWNED, "7": OWNED}, {}, released={"7": 3})
+
+
+def test_a_change_that_drops_nothing_is_no_letting_go() -> None:
+    assert not writes.takes_nothing({"6": OWNED}, {"6": OWNED, "7": OWNED})

@@ -8,11 +8,13 @@ The order of writes is what makes a crash at any point safe, and a stale read ha
    and a decision taken from a stale record is refused here (409), before anything else of
    it goes out. A decision that writes ConfigMaps and leaves the status as it is sends an
    empty status patch, for that precondition alone;
-2. the ConfigMaps that gain a partition and those that start a hand-off (they take away
-   nothing the pod still runs: the old owner releases, and the next cycle gives out), with
-   the Events of the moves the record now holds;
-3. then, together, those that lose one (a crash in between leaves a duplicate claim that the
-   higher epoch resolves), pod annotations and the deletion of stale ConfigMaps.
+2. the ConfigMaps that gain a partition, those that start a hand-off and those that drop
+   only what their pod released (none takes away what a pod still runs: the old owner
+   releases, and the next cycle gives out), with the Events of the moves the record now
+   holds;
+3. then, together, those that take a partition from a pod that may still run it (a crash in
+   between leaves a duplicate claim that the higher epoch resolves), pod annotations and the
+   deletion of stale ConfigMaps.
 
 The writes within one step are independent and go out concurrently, sent in the order that
 matters to a server that answers one request after another: revocations first (a release, an
@@ -21,7 +23,8 @@ on them). The operator's cycles hand their Events to a poster instead (`eventpos
 same point: posted beside the cycles one at a time, they no longer hold a cycle's step, and
 with it the next cycle, up. A step starts only once the step before it succeeded, so a
 conflict stops the rest of the decision. A cycle that only revokes takes two round trips to
-the API server (the status, then its revocations), one that gives out epochs three.
+the API server (the status, then its revocations), and so does one that gives out epochs
+from released partitions; one that takes a partition from a pod still running it takes three.
 
 Every write that depends on what was read carries a precondition, so that a stale read costs
 a retry, never a wrong result: the status patch carries the CR's resourceVersion the decision
@@ -115,8 +118,9 @@ async def apply_writes(
     with_gains: Sequence[Awaitable[Any]] = (),
     events: Handover | None = None,
 ) -> int:
-    """The ConfigMaps that gain or start a hand-off, then together those that lose, pod
-    annotations and deletions; the number of ConfigMap and pod writes. The status that
+    """The ConfigMaps that gain, start a hand-off or let go of what their pod released, then
+    together those that lose, pod annotations and deletions; the number of ConfigMap and pod
+    writes. The status that
     records what they carry out is written before (`apply`).
 
     The writes of one step do not depend on each other and go out together (a hand-off waits
@@ -133,7 +137,7 @@ async def apply_writes(
         if w.revokes and not w.gains:
             asks.append(w)
         else:
-            (gains if w.gains else rest).append(w)
+            (gains if w.gains or w.lets_go else rest).append(w)
     # The revocations are sent first: a release, its acknowledgement and another cycle are
     # still to come after them, while a gain ends its hand-off once the pod reads it.
     first = asks + gains

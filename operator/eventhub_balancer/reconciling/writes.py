@@ -6,7 +6,10 @@ it. The ConfigMaps that gain a partition (or a higher epoch) come first, so that
 sees its partition taken before its successor was told; `handlers.writing` keeps that order.
 Those that start a hand-off (a revocation, nothing taken away that the pod still runs) go
 with them: the next owner waits for the old owner's release, and the sooner the old owner is
-asked, the sooner it comes.
+asked, the sooner it comes. So do those that take nothing away that the pod still runs: they
+drop only partitions the pod released, at the epoch it held them, or create a new pod's empty
+ConfigMap (`takes_nothing`). Only a write that takes a partition from a pod that may still run
+it waits for the gains.
 The pod annotations are informational and optional (``annotate_pods``): without them the
 operator needs no ``patch`` on pods.
 
@@ -49,6 +52,9 @@ class MapWrite:
     #: since the old owner's release, not this cycle's other writes, is what the next owner
     #: waits for
     revokes: bool = False
+    #: it starts no hand-off and takes away nothing the pod still runs (`takes_nothing`):
+    #: written with the gains, since waiting for them would protect nothing
+    lets_go: bool = False
     #: a create only: the Event to post when the name is taken by a ConfigMap the operator did
     #: not write (`squatter`); `deciding` fills it in (it knows the EventHubConsumer)
     squat_event: Mapping[str, Any] | None = None
@@ -173,6 +179,7 @@ def pod_writes(
             create=True,
             resource_version=None,
             gains=gains,
+            lets_go=not partitions,
             body={
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
@@ -218,8 +225,12 @@ def pod_writes(
                 "labels": configmaps.labels(consumer=consumer, pod=pod.name),
                 "ownerReferences": [_owner_reference(pod)],
             }
-        revokes = same_pod and starts_handoff(
-            cm.parsed.partitions, partitions, released=configmaps.parse_released(cm.annotations)
+        released = configmaps.parse_released(cm.annotations)
+        revokes = same_pod and starts_handoff(cm.parsed.partitions, partitions, released=released)
+        lets_go = (
+            same_pod
+            and not revokes
+            and takes_nothing(cm.parsed.partitions, partitions, released=released)
         )
         write = MapWrite(
             name=name,
@@ -230,6 +241,7 @@ def pod_writes(
             uid=cm.uid,
             gains=gains,
             revokes=revokes,
+            lets_go=lets_go,
             body=patch,
             generation=cm.data.get(configmaps.KEY_GENERATION),
         )
@@ -296,6 +308,19 @@ def premature(
     return {str(pid): epoch for pid, epoch in released.items() if pid not in early}
 
 
+def takes_nothing(
+    before: Mapping[models.PartitionId, podassignments.PartitionEntry],
+    after: Mapping[models.PartitionId, podassignments.PartitionEntry],
+    *,
+    released: Mapping[models.PartitionId, int] | None = None,
+) -> bool:
+    """Whether ``before`` to ``after`` drops a partition, and only those the pod released
+    (``released``) at the epoch it held: the pod stopped them, whenever the write lands."""
+    let_go = released or {}
+    dropped = [(pid, old) for pid, old in before.items() if pid not in after]
+    return bool(dropped) and all(let_go.get(pid) == old.epoch for pid, old in dropped)
+
+
 def starts_handoff(
     before: Mapping[models.PartitionId, podassignments.PartitionEntry],
     after: Mapping[models.PartitionId, podassignments.PartitionEntry],
@@ -323,11 +348,11 @@ def starts_handoff(
 
 def assemble(needs: Sequence[PodWrites], unwanted: Sequence[observations.StoredMap]) -> Writes:
     """The cycle's writes from the pods that need one and the ConfigMaps nobody wants.
-    Gaining ConfigMaps first, with those that only revoke: the record in the status, not
-    these, says who owns what."""
+    Gaining ConfigMaps first, with those that revoke or let go: the record in the status,
+    not these, says who owns what."""
     maps = sorted(
         (n.map for n in needs if n.map is not None),
-        key=lambda w: (not (w.gains or w.revokes), models.name_key(w.name)),
+        key=lambda w: (not (w.gains or w.revokes or w.lets_go), models.name_key(w.name)),
     )
     deletes = [
         MapDelete(name=cm.name, uid=cm.uid, pod=cm.pod)
