@@ -17,6 +17,7 @@ What a pod runs and how its process is started (`PodTemplate`) are in `podproces
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import datetime
@@ -187,8 +188,11 @@ class LocalKubelet:
         # go out together), and each kubelet then stops its container: one pod's SIGTERM does
         # not wait for the next pod's deletion.
         leaving = list(reversed(current[replicas:]))
-        for name in leaving:
-            self._delete_object(name)
+        if leaving:
+            with concurrent.futures.ThreadPoolExecutor(len(leaving), "delete") as deleting:
+                # .result() raises a deletion's failure here, as a sequential delete would.
+                for done in [deleting.submit(self._delete_object, n) for n in leaving]:
+                    done.result()
         for name in leaving:
             self._terminate(name)
             changed.append(name)

@@ -1,13 +1,14 @@
 """Running a scenario: steps against a system under load, timed, and every event counted.
 
 A scenario is a list of `Step`s (scale the consumer workload, delete a pod, SIGKILL one, grow
-the hub). After each step the runner polls the system's `Snapshot` until it is balanced over
-the pods that should now share the partitions, and records how long that took and how many
-partitions changed pod. Meanwhile a producer sends at a bounded rate and every pod records
-each batch it finished (`recording`). At the end the producer stops, the backlog drains, and
-the records are held against what the emulator holds: events lost (produced, never
-processed) and duplicates (processed more than once), the latter attributed to the step
-during which the repeat happened.
+the hub). After each step the runner looks at the system's `Snapshot` until it is balanced over
+the pods that should now share the partitions (again at every change of the namespace's Pods
+and ConfigMaps, `changes`, and at least every `POLL_S`), and records how long that took, up to
+the look that found it balanced, and how many partitions changed pod. Meanwhile a producer
+sends at a bounded rate and every pod records each batch it finished (`recording`). At the
+end the producer stops, the backlog drains, and the records are held against what the
+emulator holds: events lost (produced, never processed) and duplicates (processed more than
+once), the latter attributed to the step during which the repeat happened.
 
 Everything is bounded: each step waits at most ``balance_timeout_s`` (a step that does not
 balance in time is reported with ``balanced_s = None``, never hidden), the drain at most
@@ -28,8 +29,14 @@ from typing import Any
 
 from eventhub_balancer import errors
 from eventhub_balancer_devstack import kubelet, recording
-from eventhub_balancer_devstack.kube import LocalKubeAPI, kubeconfigs
-from eventhub_balancer_devstack.scenarios import liveviews, producing, summaries, systems
+from eventhub_balancer_devstack.scenarios import (
+    changes,
+    liveviews,
+    producing,
+    sites,
+    summaries,
+    systems,
+)
 from eventhub_balancer_devstack.scenarios.models import PLANNED as PLANNED
 from eventhub_balancer_devstack.scenarios.models import STARTING as STARTING
 from eventhub_balancer_devstack.scenarios.models import Kind as Kind
@@ -48,7 +55,8 @@ from eventhub_balancer_devstack.scenarios.tables import format_steps as format_s
 
 logger = logging.getLogger(__name__)
 
-#: How often the runner looks at the system and the records: the resolution of the figures.
+#: How often the runner looks at the system and the records at least; it also looks at every
+#: change of the namespace's Pods and ConfigMaps (`changes`).
 POLL_S = 0.1
 #: How often the partition properties are read for the lag (each read hops onto the
 #: emulator's loop, so not on every poll).
@@ -97,6 +105,8 @@ class ScenarioRun:
         self._phase = "starting"
         self._snapshot: systems.Snapshot | None = None
         self._api_client: Any = None
+        self._changes: changes.NamespaceChanges | None = None
+        self._observed_at = self._started
         #: The pods as last seen before they were stopped, for the closing frame.
         self._final_pods: tuple[PodView, ...] | None = None
 
@@ -120,25 +130,8 @@ class ScenarioRun:
         return self.summary()
 
     def start(self) -> None:
-        from kubernetes import client as k8s
-        from kubernetes import config as k8s_config
-
         self.system.start()
-        configuration = k8s.Configuration()
-        kube = self.site.stack.kube
-        path = self.site.kubeconfig.with_name(f"{self.site.namespace}-kubelet.kubeconfig")
-        kubeconfig = (
-            kubeconfigs.write(
-                path, server=kube.url, namespace=self.site.namespace, user={"token": KUBELET_TOKEN}
-            )
-            if isinstance(kube, LocalKubeAPI)
-            # A real server has no pause to spare the kubelet from; it is the administrator.
-            else kube.write_kubeconfig(path, namespace=self.site.namespace)
-        )
-        k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=str(kubeconfig), client_configuration=configuration
-        )
-        self._api_client = k8s.ApiClient(configuration)
+        self._api_client = sites.kubelet_client(self.site, token=KUBELET_TOKEN)
         self.kubelet = kubelet.LocalKubelet(
             api_client=self._api_client,
             namespace=self.site.namespace,
@@ -146,6 +139,8 @@ class ScenarioRun:
         )
         self.system.attach(self.kubelet)
         self.kubelet.start()
+        self._changes = changes.NamespaceChanges(self._api_client, self.site.namespace)
+        self._changes.start()
         self.producer = producing.Producer(
             connection_string=self.site.eventhubs_connection_string,
             hub=self.site.hub,
@@ -156,6 +151,8 @@ class ScenarioRun:
 
     def stop(self) -> None:
         self.stop_producer()
+        if self._changes is not None:
+            self._changes.stop()
         if self.kubelet is not None:
             self.kubelet.stop(grace_s=systems.TERMINATION_GRACE_S)
         self.system.stop()
@@ -188,6 +185,7 @@ class ScenarioRun:
             return False
 
     def observe(self) -> systems.Snapshot:
+        self._observed_at = time.monotonic()  # what it finds held at least from then on
         names, ready = self.members()
         self._snapshot = self.system.snapshot(members=names, ready=ready)
         self._read_records()
@@ -238,16 +236,22 @@ class ScenarioRun:
             now = time.monotonic()
             if up_s is None and self._all_up():
                 up_s = round(now - started, 3)
+            # The snapshot holds from the moment it was read on, not from when it is judged.
+            seen = max(self._observed_at, started + (up_s or 0.0))
             if victim and failover_s is None and systems.taken_over(snapshot, held, gone=gone):
-                failover_s = round(now - started, 3)
+                failover_s = round(seen - started, 3)
             done = snapshot.balanced and up_s is not None
             if done and (not victim or failover_s is not None):
+                ended = seen
                 break
             if now >= deadline:
+                ended = now
                 break
-            time.sleep(POLL_S)
+            if self._changes is None:
+                time.sleep(POLL_S)
+            else:
+                self._changes.wait(POLL_S)
             snapshot = self.observe()
-        ended = time.monotonic()
         end_to_end_s = round(ended - started, 3) if snapshot.balanced else None
         moved = sum(1 for p, pod in before.items() if snapshot.owners.get(p, pod) != pod)
         result = StepResult(

@@ -15,8 +15,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
 from eventhub_balancer import runners
 from eventhub_balancer_devstack import kubeservers
+from eventhub_balancer_devstack.kube import LocalKubeAPI, kubeconfigs
 from eventhub_balancer_devstack.realkube import RealControlPlane
 from eventhub_balancer_devstack.scenarios import systems
 from eventhub_balancer_devstack.stacks import LocalStack, StackOptions
@@ -100,3 +104,21 @@ def make_site(
         blob_connection_string=blob_connection_string or stack.blob_connection_string,
         interval_seconds=interval_seconds,
     )
+
+
+def kubelet_client(site: systems.Site, *, token: str) -> k8s.ApiClient:
+    """The API client of the site's local kubelet (and of the runner's watches): on the local
+    API server with the kubelet's ``token``, which an API outage spares; on a real server as
+    the administrator (it has no pause to spare the kubelet from)."""
+    kube = site.stack.kube
+    path = site.kubeconfig.with_name(f"{site.namespace}-kubelet.kubeconfig")
+    kubeconfig = (
+        kubeconfigs.write(path, server=kube.url, namespace=site.namespace, user={"token": token})
+        if isinstance(kube, LocalKubeAPI)
+        else kube.write_kubeconfig(path, namespace=site.namespace)
+    )
+    configuration = k8s.Configuration()
+    k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+        config_file=str(kubeconfig), client_configuration=configuration
+    )
+    return k8s.ApiClient(configuration)
