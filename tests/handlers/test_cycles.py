@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import datetime
 import logging
@@ -384,13 +385,42 @@ async def test_a_handoff_lists_the_blobs_ahead_while_the_old_owner_releases(
     assert len(hubs.store.reads) == 1  # the first assignment's floors
     kube.add_pod(NS, "c", labels={"app": "c"}, since=at(1))
     await cycle(kube, hubs, memory, now=1)  # revokes 3 from b...
-    assert len(hubs.store.reads) == 2  # ...and lists the blobs once its writes are done
+    assert len(hubs.store.reads) == 2  # ...and lists the blobs beside its writes
     hubs.store.fence("3", 1, sequence_number=40)  # b's final checkpoint, at its own epoch
     kube.acknowledge(NS, "b")
     await cycle(kube, hubs, memory, now=2)  # gives 3 to c on the listing made ahead
     assert len(hubs.store.reads) == 2
     assert kube.assignment(NS)["c"] == {"3": (2, "owned")}
     assert memory.store.ahead is None  # taken once
+
+
+@pytest.mark.looptime
+async def test_the_listing_made_ahead_goes_out_beside_the_writes(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The status takes a second to write and the blobs a second to list: the cycle that
+    # revokes takes one second, not two, and the release that follows it finds the listing.
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    kube.add_pod(NS, "c", labels={"app": "c"}, since=at(1))
+    write, listing = kube.patch_consumer_status, hubs.checkpoints
+
+    async def slow_write(**kwargs: Any) -> Any:
+        await asyncio.sleep(1)
+        return await write(**kwargs)
+
+    async def slow_listing(**kwargs: Any) -> Any:
+        await asyncio.sleep(1)
+        return await listing(**kwargs)
+
+    monkeypatch.setattr(kube, "patch_consumer_status", slow_write)
+    monkeypatch.setattr(hubs, "checkpoints", slow_listing)
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    await cycle(kube, hubs, memory, now=1)  # revokes 3 from b, and lists ahead
+    assert loop.time() - began == pytest.approx(1.0)
+    assert kube.assignment(NS)["b"]["3"] == (1, "revoking")
+    assert memory.store.ahead is not None
 
 
 async def test_a_cycle_between_that_needs_no_blobs_leaves_the_listing_made_ahead(

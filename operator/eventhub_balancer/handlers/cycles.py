@@ -10,7 +10,7 @@ CR, the partition list, the pods and ConfigMaps), decides, and reads what the de
 it still needs (h11's ``NEED_DATA``: `deciding.Decision.needs_pods`, ``needs_checkpoints``,
 ``needs_last_sequences``), then decides again over the same bodies, each read at most once a
 cycle. A decision that wrote and read nothing more stands while its inputs do
-(`reconciling.settling`), and one that starts hand-offs has the blobs listed after its writes
+(`reconciling.settling`), and one that starts hand-offs has the blobs listed beside its writes
 (`settling.lists_ahead`). It is the one writer of the consumer's record
 (`memories.Memory`): the readers return what they learnt, and it keeps that and what the
 decision hands on.
@@ -18,6 +18,7 @@ decision hands on.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime
 import logging
@@ -87,16 +88,29 @@ async def run_cycle(
             backlog=backlog,
         )
         decided = time.monotonic()
-        writes = await writing.apply(
-            kube=kube, namespace=namespace, name=name, decision=decision, events=events
-        )
         wall = podstates.to_seconds(now)
+        ahead: asyncio.Future[memories.StorePacing] | None = None
         if settling.lists_ahead(decision, observation, wall=wall):
             # The releases wake the cycle that gives these partitions out: it finds the blobs
-            # listed (`checkpointreads.read_ahead`) while the old owners checkpoint.
-            memory.store = await checkpointreads.read_ahead(
-                kube=kube, hubs=hubs, observation=observation, store=memory.store, wall=wall
+            # listed (`checkpointreads.read_ahead`) while the old owners checkpoint. Listed
+            # beside the writes, not after them: a release that comes before the listing is
+            # done holds that cycle up until it is.
+            ahead = asyncio.ensure_future(
+                checkpointreads.read_ahead(
+                    kube=kube, hubs=hubs, observation=observation, store=memory.store, wall=wall
+                )
             )
+        try:
+            writes = await writing.apply(
+                kube=kube, namespace=namespace, name=name, decision=decision, events=events
+            )
+        except BaseException:
+            if ahead is not None:
+                ahead.cancel()
+                await asyncio.gather(ahead, return_exceptions=True)
+            raise
+        if ahead is not None:
+            memory.store = await ahead
         logger.debug(
             CYCLE_TIMES,
             namespace,
