@@ -1,0 +1,108 @@
+"""The files one pod deletion visits, from its watch event to the first ConfigMap write.
+
+The operator runs on the local API server as in the other wire tests. Once it is steady, a pod
+is deleted, and a profiler on the operator's thread records every function of the product
+that runs from the moment the pod's DELETED event reaches the operator's handler
+(`kopfwiring`'s ``pod_changed``) until the first ConfigMap write leaves the Kubernetes
+adapter. Calls of the other watch streams' workers are left out (they run beside the path, not
+on it).
+
+This is the measure of issue 38's target ("following one pod deletion visits at most 15
+files", counted over ``handlers/`` and ``reconciling/``, as that issue counted them). Run with
+``-s`` to see the files; the test fails when the path grows beyond what it visits today, so a
+change that lengthens it says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+import pytest
+
+from tests.support.fixtures.operator import ConsumerDouble, Stack, wait_for
+
+pytestmark = pytest.mark.slow
+
+PACKAGE = "/eventhub_balancer/"
+WRITES = frozenset(
+    {"create_configmap", "patch_configmap", "replace_configmap_data", "delete_configmap"}
+)
+#: The shell and the decision, as issue 38 counts the path.
+COUNTED = ("handlers/", "reconciling/")
+#: What the path visits today (handlers/ and reconciling/): it must not grow unnoticed.
+CEILING = 35
+
+
+class PathTrace:
+    """A profiler for the operator's thread: the product's files in the order first entered."""
+
+    def __init__(self, victim: str) -> None:
+        self.victim = victim
+        self.armed = False
+        self.started = False
+        self.done = threading.Event()
+        self.files: dict[str, list[str]] = {}
+
+    def __call__(self, frame: FrameType, event: str, arg: Any) -> None:
+        if event != "call" or self.done.is_set() or not self.armed:
+            return
+        path = frame.f_code.co_filename
+        if PACKAGE not in path or "eventhub_balancer_devstack" in path:
+            return
+        name = frame.f_code.co_name
+        if not self.started:
+            kwargs = frame.f_locals.get("kwargs") or {}
+            if name == "pod_changed" and kwargs.get("type") == "DELETED":
+                self.started = kwargs.get("name") == self.victim
+            if not self.started:
+                return
+        task = _task_name()
+        if task.startswith("worker for (configmaps") or task.startswith("worker for (eventhub"):
+            return
+        relative = path.split(PACKAGE, 1)[1]
+        self.files.setdefault(relative, []).append(name)
+        if name in WRITES and relative == "adapters/kubeapi.py":
+            self.done.set()
+
+
+def _task_name() -> str:
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:
+        return ""
+    return task.get_name() if task is not None else ""
+
+
+def test_a_pod_deletion_reaches_the_configmap_write_through_few_files(
+    operator_stack: Stack, namespace: str
+) -> None:
+    stack, ns = operator_stack, namespace
+    stack.secret(ns)
+    stack.consumer(ns)
+    for i in range(4):
+        stack.pod(ns, f"c-{i}")
+    trace = PathTrace("c-3")
+    threading.setprofile(trace)  # the operator's thread, started next, runs under it
+    try:
+        # The hub is listed afresh only once a minute: no listing falls on the path by chance.
+        stack.start_operator(namespaces=(ns,), refresh_seconds=60.0)
+    finally:
+        threading.setprofile(None)  # type: ignore[arg-type]
+    with ConsumerDouble(stack.kube, ns):
+        wait_for(lambda: sorted(stack.counts(ns).values()) == [8] * 4, what="4 x 8")
+        wait_for(lambda: stack.balanced(ns), what="balanced")
+        time.sleep(1.0)  # steady: nothing in flight
+        trace.armed = True
+        stack.delete_pod(ns, "c-3")
+        assert trace.done.wait(15.0), "no ConfigMap write after the deletion"
+    counted = [f for f in trace.files if f.startswith(COUNTED)]
+    print(f"\n{len(trace.files)} product files, {len(counted)} of handlers/ and reconciling/:")
+    for path, names in trace.files.items():
+        print(f"  {path}: {', '.join(dict.fromkeys(names))}")
+    assert trace.files, "the trace saw nothing"
+    assert "handlers/kopfwiring.py" in trace.files
+    assert len(counted) <= CEILING, counted
