@@ -4,8 +4,7 @@ The operator runs on the local API server as in the other wire tests. Once it is
 is deleted, and a profiler on the operator's thread records every function of the product
 that runs from the moment the pod's DELETED event reaches the operator's handler
 (`kopfwiring`'s ``pod_changed``) until the first ConfigMap write leaves the Kubernetes
-adapter. Calls of the other watch streams' workers are left out (they run beside the path, not
-on it).
+adapter. Calls of the tasks that run beside the path (`BESIDE`) are left out.
 
 This is the measure of issue 38's target ("following one pod deletion visits at most 15
 files", counted over ``handlers/`` and ``reconciling/``, as that issue counted them). Run with
@@ -30,6 +29,15 @@ pytestmark = pytest.mark.slow
 PACKAGE = "/eventhub_balancer/"
 WRITES = frozenset(
     {"create_configmap", "patch_configmap", "replace_configmap_data", "delete_configmap"}
+)
+#: The tasks that run beside the path, not on it: the other watch streams' workers, the
+#: Events poster, the pods' re-listing and the growth watch.
+BESIDE = (
+    "worker for (configmaps",
+    "worker for (eventhub",
+    "ehb-event-posts",
+    "ehb-relisting",
+    "ehb-growth",
 )
 #: The shell and the decision, as issue 38 counts the path.
 COUNTED = ("handlers/", "reconciling/")
@@ -60,8 +68,7 @@ class PathTrace:
                 self.started = kwargs.get("name") == self.victim
             if not self.started:
                 return
-        task = _task_name()
-        if task.startswith("worker for (configmaps") or task.startswith("worker for (eventhub"):
+        if _task_name().startswith(BESIDE):
             return
         relative = path.split(PACKAGE, 1)[1]
         self.files.setdefault(relative, []).append(name)
@@ -91,7 +98,7 @@ def test_a_pod_deletion_reaches_the_configmap_write_through_few_files(
         # The hub is listed afresh only once a minute: no listing falls on the path by chance.
         stack.start_operator(namespaces=(ns,), refresh_seconds=60.0)
     finally:
-        threading.setprofile(None)  # type: ignore[arg-type]
+        threading.setprofile(None)
     with ConsumerDouble(stack.kube, ns):
         wait_for(lambda: sorted(stack.counts(ns).values()) == [8] * 4, what="4 x 8")
         wait_for(lambda: stack.balanced(ns), what="balanced")
