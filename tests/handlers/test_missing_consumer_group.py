@@ -67,8 +67,17 @@ async def test_a_missing_consumer_group_is_said_in_one_condition_and_ready_is_fa
     assert len(hubs.listings) == listed
     assert [e["type"] for e in kube.events].count("Warning") == 1
 
+    # However long it lasts, each attempt comes at most 30 s after the one before.
+    t = 0.0
+    for _ in range(8):
+        asked = len(hubs.listings)
+        due = memory.hub.backoff.retry_at - test_cycles.T0.timestamp()
+        assert due - t <= 30
+        t = due
+        await test_cycles.cycle(kube, hubs, memory, now=t)
+        assert len(hubs.listings) == asked + 1
     hubs.missing_groups.clear()  # someone created the group
-    await test_cycles.cycle(kube, hubs, memory, now=400)  # past the longest backoff
+    await test_cycles.cycle(kube, hubs, memory, now=t + 30)  # the next attempt, 30 s on
     assert kube.condition(NS, NAME, "EventHubReachable")["status"] == "True"
     assert kube.condition(NS, NAME, "Ready")["status"] == "True"
     assert ("EventHubReachable", "Normal") in [(e["reason"], e["type"]) for e in kube.events]

@@ -14,6 +14,16 @@ def test_the_backoff_doubles_from_the_interval_up_to_its_maximum() -> None:
     assert set(delays[7:]) == {retries.MAX_BACKOFF_SECONDS}
 
 
+def test_a_shorter_longest_delay_caps_the_doubling() -> None:
+    backoff, delays = retries.Backoff(), []
+    for attempt in range(6):
+        backoff = retries.after_failure(
+            backoff, wall=1000.0 + attempt, base=5.0, longest=retries.MISSING_BACKOFF_SECONDS
+        )
+        delays.append(backoff.delay)
+    assert delays == [5.0, 10.0, 20.0, 30.0, 30.0, 30.0]
+
+
 def test_an_attempt_waits_until_the_retry_time() -> None:
     backoff = retries.after_failure(retries.Backoff(), wall=100.0, base=5.0)
     assert backoff.waiting(104.9)

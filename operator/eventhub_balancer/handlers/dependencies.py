@@ -72,7 +72,14 @@ def paced(
 ) -> retries.Backoff:
     if misconfigured or isinstance(error, MISCONFIGURED):
         return retries.after_misconfiguration(wall=wall, settings=settings)
-    return retries.after_failure(backoff, wall=wall, base=float(spec.balancing.interval_seconds))
+    # A hub or group that does not exist is created outside the cluster, then waited for.
+    missing = isinstance(error, errors.EventHubNotFound)
+    return retries.after_failure(
+        backoff,
+        wall=wall,
+        base=float(spec.balancing.interval_seconds),
+        longest=retries.MISSING_BACKOFF_SECONDS if missing else retries.MAX_BACKOFF_SECONDS,
+    )
 
 
 def forget(

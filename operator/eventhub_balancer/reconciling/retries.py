@@ -20,6 +20,10 @@ from collections.abc import Hashable
 #: The longest backoff between attempts to reach Event Hubs or the checkpoint store: five
 #: minutes keeps a long outage cheap and still notices the recovery within minutes.
 MAX_BACKOFF_SECONDS = 300.0
+#: The longest backoff while an Event Hub or consumer group does not exist: someone creates it
+#: outside the cluster and then waits for the consumer to take it up, and asking again costs
+#: one listing and one link (`adapters.consumergroups`), so it is asked at most every 30 s.
+MISSING_BACKOFF_SECONDS = 30.0
 #: How often the checkpoint store is probed when nothing needs its epochs, only so that the
 #: CheckpointStoreReachable condition stays true to the facts (a minute is cheap: one listing).
 CHECKPOINT_PROBE_SECONDS = 60.0
@@ -47,9 +51,11 @@ class Backoff:
         return wall < self.retry_at
 
 
-def after_failure(backoff: Backoff, *, wall: float, base: float) -> Backoff:
-    """Double the delay (at least ``base``, the cycle interval; at most the maximum)."""
-    delay = min(MAX_BACKOFF_SECONDS, max(base, backoff.delay * 2))
+def after_failure(
+    backoff: Backoff, *, wall: float, base: float, longest: float = MAX_BACKOFF_SECONDS
+) -> Backoff:
+    """Double the delay (at least ``base``, the cycle interval; at most ``longest``)."""
+    delay = min(longest, max(base, backoff.delay * 2))
     return Backoff(delay=delay, retry_at=wall + delay)
 
 
