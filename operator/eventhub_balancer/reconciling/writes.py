@@ -4,12 +4,10 @@ An unchanged assignment gives no write at all (a steady state costs no API call)
 ConfigMap whose data differs from what the plan gives its pod is written back, whoever changed
 it. The ConfigMaps that gain a partition (or a higher epoch) come first, so that a pod never
 sees its partition taken before its successor was told; `handlers.writing` keeps that order.
-Those that start a hand-off (a revocation, nothing taken away that the pod still runs) go
-with them: the next owner waits for the old owner's release, and the sooner the old owner is
-asked, the sooner it comes. So do those that take nothing away that the pod still runs: they
-drop only partitions the pod released, at the epoch it held them, or create a new pod's empty
-ConfigMap (`takes_nothing`). Only a write that takes a partition from a pod that may still run
-it waits for the gains.
+Those that start a hand-off (a revocation) go with them: the next owner waits for the old
+owner's release, and the sooner it is asked, the sooner it comes. So do those that drop only
+partitions their pod released, or create a new pod's empty ConfigMap (`takes_nothing`). Only
+a write that takes a partition from a pod that may still run it waits for the gains.
 The pod annotations are informational and optional (``annotate_pods``): without them the
 operator needs no ``patch`` on pods.
 
