@@ -10,9 +10,10 @@ and no kubelet, so `LocalNode` is both, as far as the local stack needs:
   part), and runs each pod bound to it as a process (`deployments.pod_template` reads the
   container's args, environment, readiness probe and grace period from the pod);
 - it reports the pod's status (Running, Ready from the readiness probe, restarts after a
-  crash) and, on deletion, sends SIGTERM, waits the pod's grace period, sends SIGKILL, then
-  deletes the Pod object with a grace period of 0, which is how a kubelet tells the API server
-  that the containers are gone. Finalizers of others keep the object as on a cluster.
+  crash: one probe round per pod is `runningpods.check`) and, on deletion, sends SIGTERM,
+  waits the pod's grace period, sends SIGKILL, then deletes the Pod object with a grace
+  period of 0, which is how a kubelet tells the API server that the containers are gone.
+  Finalizers of others keep the object as on a cluster.
 
 Each pod gets a kubeconfig with a token bound to it (TokenRequest with the pod as the bound
 object), as a kubelet mounts one; the pod's own ServiceAccount is who it is.
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import dataclasses
 import logging
 import signal
 import subprocess
@@ -36,7 +36,13 @@ from kubernetes.client.exceptions import ApiException
 
 from eventhub_balancer_devstack import deployments, podprocesses
 from eventhub_balancer_devstack.kube import identities
-from eventhub_balancer_devstack.realkube import controlplanes, nodeleases, podstatuses, podwatches
+from eventhub_balancer_devstack.realkube import (
+    controlplanes,
+    nodeleases,
+    podstatuses,
+    podwatches,
+    runningpods,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -46,35 +52,6 @@ NODE_NAME = "ehb-local-node"
 #: How often processes are checked and readiness probed: fast enough that the operator sees a
 #: death or a readiness change well inside one cycle.
 PROBE_INTERVAL_S = 0.2
-
-#: A readiness probe slower than this counts as a failure (a kubelet's timeoutSeconds).
-PROBE_TIMEOUT_S = 3.0
-
-#: Failed probes in a row before a Ready pod turns NotReady (a kubelet's failureThreshold).
-FAILURE_THRESHOLD = 3
-
-#: The longest a crashed container waits before its restart (a kubelet's back-off caps at
-#: 5 minutes; a local stack wants a crash looped quickly, but never in a tight loop).
-RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
-
-
-@dataclasses.dataclass
-class _Pod:
-    namespace: str
-    name: str
-    uid: str
-    container: str
-    image: str
-    port: int
-    template: podprocesses.PodTemplate
-    process: subprocess.Popen[bytes]
-    started_at: str
-    ready: bool = False
-    failures: int = 0
-    restarts: int = 0
-    next_restart: float = 0.0
-    deleting: bool = False
-    gone: bool = False
 
 
 class LocalNode:
@@ -100,7 +77,7 @@ class LocalNode:
         self._name = name
         self._node_env = dict(node_env or {})
         self._lock = threading.RLock()
-        self._pods: dict[str, _Pod] = {}
+        self._pods: dict[str, runningpods.RunningPod] = {}
         self._refused: set[str] = set()
         self._stop = threading.Event()
         self._watch = podwatches.PodWatch(self._calls, self._on_change)
@@ -141,7 +118,7 @@ class LocalNode:
         self._stop.set()
         self._watch.stop()
         for thread in self._threads:
-            thread.join(timeout=PROBE_TIMEOUT_S + 5)
+            thread.join(timeout=runningpods.PROBE_TIMEOUT_S + 5)
         with self._lock:
             pods = list(self._pods.values())
         for pod in pods:
@@ -305,7 +282,7 @@ class LocalNode:
             return
         port = podprocesses.free_port()
         process = podprocesses.spawn(template, name=name, namespace=namespace, uid=uid, port=port)
-        running = _Pod(
+        running = runningpods.RunningPod(
             namespace=namespace,
             name=name,
             uid=uid,
@@ -319,9 +296,9 @@ class LocalNode:
         with self._lock:
             self._pods[uid] = running
         logger.info("pod %s/%s started as pid %d (port %d)", namespace, name, process.pid, port)
-        self._write_pod_status(running)
+        runningpods.write_status(self._calls, running)
 
-    def _terminate(self, pod: _Pod, body: dict[str, Any]) -> None:
+    def _terminate(self, pod: runningpods.RunningPod, body: dict[str, Any]) -> None:
         with self._lock:
             if pod.deleting:
                 return
@@ -334,7 +311,7 @@ class LocalNode:
             target=self._reap, args=(pod, grace_s), name=f"reap {pod.name}", daemon=True
         ).start()
 
-    def _reap(self, pod: _Pod, grace_s: float) -> None:
+    def _reap(self, pod: runningpods.RunningPod, grace_s: float) -> None:
         try:
             pod.process.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
@@ -379,59 +356,6 @@ class LocalNode:
                 pods = [p for p in self._pods.values() if not p.gone and not p.deleting]
             for pod in pods:
                 try:
-                    self._check(pod)
+                    runningpods.check(self._calls, pod)
                 except Exception as e:  # the API away: the next round writes it again
                     logger.warning("pod %s: status update failed: %r", pod.name, e)
-
-    def _probe(self, pod: _Pod) -> bool:
-        if pod.process.poll() is not None:
-            return False
-        return podprocesses.probe(pod.template, pod.port, timeout=PROBE_TIMEOUT_S)
-
-    def _check(self, pod: _Pod) -> None:
-        if pod.process.poll() is not None:
-            now = time.monotonic()
-            if pod.ready:
-                pod.ready = False
-                pod.failures = FAILURE_THRESHOLD
-                self._write_pod_status(pod)
-            if pod.next_restart == 0.0:
-                delay = RESTART_BACKOFF_S[min(pod.restarts, len(RESTART_BACKOFF_S) - 1)]
-                pod.next_restart = now + delay
-            if now >= pod.next_restart and not pod.deleting:
-                pod.restarts += 1
-                pod.next_restart = 0.0
-                pod.process = podprocesses.spawn(
-                    pod.template, name=pod.name, namespace=pod.namespace, uid=pod.uid, port=pod.port
-                )
-                pod.started_at = nodeleases.now()
-                logger.info(
-                    "pod %s restarted (%d) as pid %d", pod.name, pod.restarts, pod.process.pid
-                )
-                self._write_pod_status(pod)
-            return
-        ready = self._probe(pod) and not pod.deleting
-        if ready:
-            pod.failures = 0
-        elif pod.ready:
-            pod.failures += 1
-            if pod.failures < FAILURE_THRESHOLD:
-                return
-        if ready != pod.ready:
-            pod.ready = ready
-            self._write_pod_status(pod)
-
-    def _write_pod_status(self, pod: _Pod) -> None:
-        podstatuses.patch(
-            self._calls,
-            pod.namespace,
-            pod.name,
-            podstatuses.running(
-                container=pod.container,
-                image=pod.image,
-                started_at=pod.started_at,
-                alive=pod.process.poll() is None,
-                ready=pod.ready,
-                restarts=pod.restarts,
-            ),
-        )

@@ -1,0 +1,106 @@
+"""One pod that the local node runs as a process: its readiness probe and its restarts.
+
+`LocalNode` (in ``nodes.py``) binds pods, starts their processes and deletes them; what
+happens to a pod while it runs is here, one `check` per probe round: a failed readiness probe
+counted against a kubelet's failureThreshold, a crashed process restarted with back-off (as
+restartPolicy Always does), and each change written as the pod's status (``podstatuses.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import subprocess
+import time
+
+from eventhub_balancer_devstack import podprocesses
+from eventhub_balancer_devstack.realkube import nodeleases, podstatuses, resourcecalls
+
+logger = logging.getLogger(__name__)
+
+#: A readiness probe slower than this counts as a failure (a kubelet's timeoutSeconds).
+PROBE_TIMEOUT_S = 3.0
+
+#: Failed probes in a row before a Ready pod turns NotReady (a kubelet's failureThreshold).
+FAILURE_THRESHOLD = 3
+
+#: The longest a crashed container waits before its restart (a kubelet's back-off caps at
+#: 5 minutes; a local stack wants a crash looped quickly, but never in a tight loop).
+RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
+
+
+@dataclasses.dataclass
+class RunningPod:
+    """What the node knows of one pod it runs: its process, readiness, restarts, deletion."""
+
+    namespace: str
+    name: str
+    uid: str
+    container: str
+    image: str
+    port: int
+    template: podprocesses.PodTemplate
+    process: subprocess.Popen[bytes]
+    started_at: str
+    ready: bool = False
+    failures: int = 0
+    restarts: int = 0
+    next_restart: float = 0.0
+    deleting: bool = False
+    gone: bool = False
+
+
+def _probe(pod: RunningPod) -> bool:
+    if pod.process.poll() is not None:
+        return False
+    return podprocesses.probe(pod.template, pod.port, timeout=PROBE_TIMEOUT_S)
+
+
+def check(calls: resourcecalls.ResourceCalls, pod: RunningPod) -> None:
+    """One probe round: restart a dead process when its back-off is over, else probe it, and
+    write the status when Ready or the process changed."""
+    if pod.process.poll() is not None:
+        now = time.monotonic()
+        if pod.ready:
+            pod.ready = False
+            pod.failures = FAILURE_THRESHOLD
+            write_status(calls, pod)
+        if pod.next_restart == 0.0:
+            delay = RESTART_BACKOFF_S[min(pod.restarts, len(RESTART_BACKOFF_S) - 1)]
+            pod.next_restart = now + delay
+        if now >= pod.next_restart and not pod.deleting:
+            pod.restarts += 1
+            pod.next_restart = 0.0
+            pod.process = podprocesses.spawn(
+                pod.template, name=pod.name, namespace=pod.namespace, uid=pod.uid, port=pod.port
+            )
+            pod.started_at = nodeleases.now()
+            logger.info("pod %s restarted (%d) as pid %d", pod.name, pod.restarts, pod.process.pid)
+            write_status(calls, pod)
+        return
+    ready = _probe(pod) and not pod.deleting
+    if ready:
+        pod.failures = 0
+    elif pod.ready:
+        pod.failures += 1
+        if pod.failures < FAILURE_THRESHOLD:
+            return
+    if ready != pod.ready:
+        pod.ready = ready
+        write_status(calls, pod)
+
+
+def write_status(calls: resourcecalls.ResourceCalls, pod: RunningPod) -> None:
+    podstatuses.patch(
+        calls,
+        pod.namespace,
+        pod.name,
+        podstatuses.running(
+            container=pod.container,
+            image=pod.image,
+            started_at=pod.started_at,
+            alive=pod.process.poll() is None,
+            ready=pod.ready,
+            restarts=pod.restarts,
+        ),
+    )
