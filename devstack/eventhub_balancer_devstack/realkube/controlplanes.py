@@ -4,9 +4,10 @@ The reference the local API (`kube.LocalKubeAPI`) is checked against, and a seco
 for every scenario, benchmark and the demo (``--kube real``). It is started as
 controller-runtime's envtest starts one, from binaries built by ``make controlplane``, with
 fresh keys (`certificates`) in a temporary folder that `stop` removes. It offers what the
-harness uses of the local API (``url``, ``write_kubeconfig``, ``create_object`` & co., the
-write record), over HTTPS as the administrator; what only the local API can do on demand
-(pausing, injected watch faults) it has not, and callers check `supports_faults`.
+harness uses of the local API (``url``, ``write_kubeconfig``, and from `objectcalls.ObjectCalls`
+``create_object`` & co. and the write record), over HTTPS as the administrator; what only the
+local API can do on demand (pausing, injected watch faults) it has not, and callers check
+`supports_faults`.
 """
 
 from __future__ import annotations
@@ -22,16 +23,17 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 import yaml
 from kubernetes.client.exceptions import ApiException
 
 from eventhub_balancer import errors
-from eventhub_balancer_devstack.kube import histories, identities
+from eventhub_balancer_devstack.kube import identities
 from eventhub_balancer_devstack.realkube import (
     certificates,
     etcdcalls,
+    objectcalls,
     processes,
     resourcecalls,
     tokens,
@@ -56,7 +58,7 @@ CRDS = "apiextensions.k8s.io/v1/customresourcedefinitions"
 POLL_S = 0.2
 
 
-class RealControlPlane:
+class RealControlPlane(objectcalls.ObjectCalls):
     """etcd, kube-apiserver and kube-controller-manager as child processes on 127.0.0.1.
 
     ``start()``/``stop()`` or ``with RealControlPlane() as kube:``. ``port=0`` picks a free
@@ -347,74 +349,6 @@ class RealControlPlane:
             namespace="default",
             user={"client-certificate": str(client.certificate), "client-key": str(client.key)},
         )
-
-    # -- direct calls, as the local API offers them ----------------------------------------------
-
-    @property
-    def calls(self) -> resourcecalls.ResourceCalls:
-        if self._calls is None:
-            raise RuntimeError("the control plane is not running: call start() first")
-        return self._calls
-
-    def create_object(
-        self, resource: str, body: dict[str, Any], *, namespace: str | None = None
-    ) -> dict[str, Any]:
-        """Create it (its namespace too, when missing, as the local API does)."""
-        return self.calls.create(resource, body, namespace=namespace)
-
-    def apply_object(self, resource: str, body: dict[str, Any]) -> dict[str, Any]:
-        """Create it, or replace what is there (as ``kubectl apply`` converges)."""
-        return self.calls.apply(resource, body)
-
-    def get_object(
-        self, resource: str, name: str, *, namespace: str | None = None
-    ) -> dict[str, Any] | None:
-        return self.calls.get(resource, name, namespace=namespace)
-
-    def list_objects(
-        self,
-        resource: str,
-        *,
-        namespace: str | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-    ) -> list[dict[str, Any]]:
-        return self.calls.list(
-            resource,
-            namespace=namespace,
-            label_selector=label_selector,
-            field_selector=field_selector,
-        )
-
-    def patch_object(
-        self,
-        resource: str,
-        name: str,
-        patch: dict[str, Any],
-        *,
-        namespace: str | None = None,
-        subresource: str | None = None,
-    ) -> dict[str, Any]:
-        return self.calls.patch(resource, name, patch, namespace=namespace, subresource=subresource)
-
-    def delete_object(
-        self, resource: str, name: str, *, namespace: str | None = None
-    ) -> dict[str, Any]:
-        return self.calls.delete(resource, name, namespace=namespace)
-
-    # -- the write record ----------------------------------------------------------------------
-
-    def record_writes(self, *resources_: str) -> None:
-        """Keep every committed write of these resources (``v1/configmaps``...) until read."""
-        if self._record is None:
-            self._record = writerecords.WatchWriteRecord(self.calls)
-        for resource in resources_:
-            self._record.record(resource)
-
-    def take_writes(self) -> histories.Writes:
-        if self._record is None:
-            return histories.Writes(events=(), dropped=0)
-        return self._record.take()
 
     # -- etcd ----------------------------------------------------------------------------------
 
