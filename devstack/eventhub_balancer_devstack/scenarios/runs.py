@@ -14,9 +14,10 @@ Everything is bounded: each step waits at most ``balance_timeout_s`` (a step tha
 balance in time is reported with ``balanced_s = None``, never hidden), the drain at most
 ``drain_timeout_s``.
 
-The steps, their results and the live view are in `models`, the summary's counting in
-`summaries`, the stack and a site on it in `sites`, the per-step table in `tables`; the names
-that callers use are imported here under their old names too.
+The steps, their results and the live view are in `models` (the view is built in
+`liveviews`), the summary's counting in `summaries`, the stack and a site on it in `sites`,
+the per-step table in `tables`; the names that callers use are imported here under their old
+names too.
 """
 
 from __future__ import annotations
@@ -61,8 +62,6 @@ POLL_S = 0.1
 #: How often the partition properties are read for the lag (each read hops onto the
 #: emulator's loop, so not on every poll).
 LAG_EVERY_S = 1.0
-#: Events/s per pod are averaged over this window.
-RATE_WINDOW_S = 3.0
 #: The longest wait for the kubelet to see a killed process (it probes every 0.2 s).
 KILL_NOTICED_S = 3.0
 #: The bearer token of the local kubelet's kubeconfig: a chaos run's API outage
@@ -344,7 +343,7 @@ class ScenarioRun:
         batches = self.reader.read_new()
         self.tally.add(batches)
         now = time.time()
-        self._recent = [b for b in self._recent if b.at > now - RATE_WINDOW_S] + batches
+        self._recent = [b for b in self._recent if b.at > now - liveviews.RATE_WINDOW_S] + batches
         if time.monotonic() - self._lag_at > LAG_EVERY_S:
             self._lag_at = time.monotonic()
             self._last_sequence = {p: n - 1 for p, n in self.produced_by_partition().items()}
@@ -360,48 +359,21 @@ class ScenarioRun:
     # -- the live view
 
     def progress(self) -> Progress:
-        snapshot = self._snapshot
-        now = time.time()
-        window = [b for b in self._recent if b.at > now - RATE_WINDOW_S]
-        rates: dict[str, float] = {}
-        for batch in window:
-            rates[batch.pod] = rates.get(batch.pod, 0.0) + batch.size / RATE_WINDOW_S
-        held: dict[str, list[str]] = {}
-        if snapshot is not None:
-            for partition, pod in snapshot.owners.items():
-                held.setdefault(pod, []).append(partition)
-        lag_of = {
-            p: max(0, last - self.tally.highest.get(p, -1))
-            for p, last in self._last_sequence.items()
-        }
-        pods: list[PodView] = list(self._final_pods or ())
-        if self.kubelet is not None and self._final_pods is None:
-            kubelet = self.kubelet
-            pods = liveviews.pod_views(
-                names=kubelet.names(),
-                held=held,
-                lag_of=lag_of,
-                rates=rates,
-                ready=self._ready,
-                restarts=kubelet.restarts,
-            )
-        return Progress(
+        return liveviews.progress(
             label=self.system.label,
-            step_index=self._step_index,
             steps=self.steps,
+            step_index=self._step_index,
             phase=self._phase,
             elapsed_s=time.monotonic() - self._started,
             step_elapsed_s=time.monotonic() - self._step_started,
-            snapshot=snapshot,
-            pods=tuple(pods),
-            # The hub's counts are read once a second, the records on every poll: what was
-            # processed was produced, so the larger figure is the closer one.
-            produced=max(sum(n + 1 for n in self._last_sequence.values()), self.tally.processed),
-            processed=self.tally.processed,
-            duplicates=self.tally.duplicates,
-            lag=sum(lag_of.values()),
-            events_per_s=round(sum(rates.values()), 1),
-            results=tuple(self.results),
+            snapshot=self._snapshot,
+            recent=self._recent,
+            tally=self.tally,
+            last_sequence=self._last_sequence,
+            results=self.results,
+            final_pods=self._final_pods,
+            local_kubelet=self.kubelet,
+            ready=self._ready,
         )
 
     def _notify(self) -> None:
