@@ -79,7 +79,7 @@ from eventhub_balancer_devstack import (
     faultproxy,
 )
 from eventhub_balancer_devstack.kube import LocalKubeAPI
-from eventhub_balancer_devstack.scenarios import runs, systems
+from eventhub_balancer_devstack.scenarios import operatorsystems, runs, systems
 
 logger = logging.getLogger(__name__)
 
@@ -162,7 +162,7 @@ def run(options: chaosfaults.ChaosOptions, *, observer: runs.Observer) -> ChaosR
             interval_seconds=options.interval_seconds,
             blob_connection_string=azurite.connection_string(host=proxy.host, port=proxy.port),
         )
-        system = systems.OursSystem(
+        system = operatorsystems.OursSystem(
             site,
             pod_grace_seconds=options.pod_grace_seconds,
             handoff_timeout_seconds=options.handoff_timeout_seconds,

@@ -23,7 +23,7 @@ from eventhub_balancer_devstack import (
     kubeservers,
 )
 from eventhub_balancer_devstack.kube import LocalKubeAPI
-from eventhub_balancer_devstack.scenarios import runs, systems
+from eventhub_balancer_devstack.scenarios import operatorsystems, runs, systems
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ class Chaos:
         self,
         *,
         scenario: runs.ScenarioRun,
-        system: systems.OursSystem,
+        system: operatorsystems.OursSystem,
         proxy: faultproxy.FaultProxy,
         watch: chaoswatches.CheckpointWatch,
         options: ChaosOptions,

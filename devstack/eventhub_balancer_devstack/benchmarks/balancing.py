@@ -29,7 +29,7 @@ from eventhub_balancer.balancing import models
 from eventhub_balancer_devstack import kubeservers, sdkbalancing
 from eventhub_balancer_devstack.benchmarks import apartservers, processes, stagerecords, stages
 from eventhub_balancer_devstack.kube import histories
-from eventhub_balancer_devstack.scenarios import runs, systems
+from eventhub_balancer_devstack.scenarios import operatorsystems, runs, systems
 
 #: The operator's limit on one Event Hubs call in this benchmark (a local emulator: a call
 #: that takes longer is broken, not slow).
@@ -253,7 +253,7 @@ def compare(
     }
 
 
-class OursApart(systems.OursSystem):
+class OursApart(operatorsystems.OursSystem):
     """Ours with the operator in a process of its own, as it runs in a cluster: in the
     benchmark's process it would share one interpreter lock with the local API server, the
     emulator, the producer and the harness's polling, and every stage on the operator's side

@@ -91,7 +91,7 @@ def _log_to_file(path: Path) -> None:
 def run(args: argparse.Namespace) -> int:
     _check(args)
     from eventhub_balancer_devstack import terminalviews
-    from eventhub_balancer_devstack.scenarios import runs, systems
+    from eventhub_balancer_devstack.scenarios import operatorsystems, runs
 
     options = runs.ScenarioOptions(
         partitions=args.partitions,
@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         )
         with terminalviews.LiveView(out, tty=False if args.json else None, labelled=False) as view:
             scenario = runs.ScenarioRun(
-                site=site, system=systems.OursSystem(site), options=options, observer=view
+                site=site, system=operatorsystems.OursSystem(site), options=options, observer=view
             )
             summary = scenario.run()
     if args.json:

@@ -3,6 +3,7 @@
 All three need the same thing: the local stack, consumer processes as pods, a producer at a
 bounded rate, a record of every processed event, and a way to tell when the partitions are
 balanced again after something happened. The balancing system under test is pluggable
-(`systems.OursSystem`: the operator and ``ehb consume`` pods; `sdkbalancing.SdkSystem`: the
-SDK's EventProcessorClient workers), so that both face exactly the same steps.
+(`operatorsystems.OursSystem`: the operator and ``ehb consume`` pods;
+`sdkbalancing.SdkSystem`: the SDK's EventProcessorClient workers), so that both face exactly
+the same steps; `systems` says what "balanced" means for both.
 """
