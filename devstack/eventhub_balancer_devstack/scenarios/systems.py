@@ -16,13 +16,12 @@ is the SDK's EventProcessorClient workers. What both share is here: the `Site`, 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import urllib.error
 import urllib.request
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from eventhub_balancer import runners
 from eventhub_balancer.adapters import blobs
@@ -208,9 +207,3 @@ def record_env(site: Site) -> dict[str, str]:
 async def ensure_container(connection_string: str, name: str) -> None:
     async with blobs.open_container(container_name=name, connection_string=connection_string) as c:
         await blobs.ensure_container(c)
-
-
-def describe_status(status: Mapping[str, Any]) -> str:
-    """The CR's conditions in one line, for logs."""
-    conditions = status.get("conditions") or []
-    return json.dumps({c.get("type"): c.get("status") for c in conditions})
