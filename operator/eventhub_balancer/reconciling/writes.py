@@ -8,8 +8,7 @@ Those that start a hand-off (a revocation) go with them: the next owner waits fo
 owner's release, and the sooner it is asked, the sooner it comes. So do those that drop only
 partitions their pod released, or create a new pod's empty ConfigMap (`takes_nothing`). Only
 a write that takes a partition from a pod that may still run it waits for the gains.
-The pod annotations are informational and optional (``annotate_pods``): without them the
-operator needs no ``patch`` on pods.
+The pod annotations are optional (``annotate_pods``): without them, no ``patch`` on pods.
 
 What one pod needs is `pod_writes`; `derive` asks it of every pod of the fleet, and adds the
 ConfigMaps that no pod wants any more.
@@ -314,9 +313,17 @@ def takes_nothing(
 ) -> bool:
     """Whether ``before`` to ``after`` drops a partition, and only those the pod released
     (``released``) at the epoch it held: the pod stopped them, whenever the write lands."""
+    return bool(before.keys() - after.keys()) and _drops_only_released(before, after, released)
+
+
+def _drops_only_released(
+    before: Mapping[models.PartitionId, podassignments.PartitionEntry],
+    after: Mapping[models.PartitionId, podassignments.PartitionEntry],
+    released: Mapping[models.PartitionId, int] | None,
+) -> bool:
+    """Whether every partition dropped was released (partition -> epoch) at the epoch held."""
     let_go = released or {}
-    dropped = [(pid, old) for pid, old in before.items() if pid not in after]
-    return bool(dropped) and all(let_go.get(pid) == old.epoch for pid, old in dropped)
+    return all(let_go.get(pid) == old.epoch for pid, old in before.items() if pid not in after)
 
 
 def starts_handoff(
@@ -325,15 +332,10 @@ def starts_handoff(
     *,
     released: Mapping[models.PartitionId, int] | None = None,
 ) -> bool:
-    """Whether a ConfigMap going from ``before`` to ``after`` marks a partition revoking that it
-    held owned, and drops only partitions the pod said it released (``released``, its
-    acknowledgement: partition -> epoch) at the epoch it held them: it asks for a release and
-    takes away nothing the pod still runs. A pod that turns Ready while an old owner's
-    acknowledged hand-off completes gets that owner's next revocation in the same write that
-    drops what it let go of; the pod stopped those partitions, so dropping them early changes
-    nothing it does."""
-    let_go = released or {}
-    if any(pid not in after and let_go.get(pid) != old.epoch for pid, old in before.items()):
+    """Whether ``before`` to ``after`` marks a partition revoking that it held owned, and drops
+    only what the pod released: it asks for a release and takes away nothing the pod runs (an
+    old owner's next revocation goes in the write that drops what it let go of)."""
+    if not _drops_only_released(before, after, released):
         return False
     return any(
         entry.state == "revoking"

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator, Mapping
 from typing import Any
 
 from eventhub_balancer import errors
+from eventhub_balancer.adapters import listings
 from eventhub_balancer.contracts import specs
 from eventhub_balancer.handlers import ports
-from eventhub_balancer.handlers.cache import indexkeys, secretvalues, seen, shelves
+from eventhub_balancer.handlers.cache import indexkeys, rosters, secretvalues, seen, shelves
 from eventhub_balancer.handlers.cache.indexkeys import PEERS
 from eventhub_balancer.handlers.cache.shelves import Body
 from eventhub_balancer.reconciling import conflicts, observations
@@ -96,15 +97,11 @@ class CachedKube:
             self._reads += 1
             return list(await self.api.select_pods(namespace=namespace, selector=selector))
         if shelves.PODS in roster.stale:
-            self._reads += 1
-            with roster.asking(shelves.PODS):
-                listing = await self.api.list_selected_pods(namespace=namespace, selector=selector)
-                self._rosters.resync(
-                    roster,
-                    shelves.PODS,
-                    listing.items,
-                    at=shelves.number(listing.metadata.get("resourceVersion")),
-                )
+            await self._relist(
+                roster,
+                shelves.PODS,
+                self.api.list_selected_pods(namespace=namespace, selector=selector),
+            )
         return roster.items(shelves.PODS)
 
     async def consumer_configmaps(
@@ -115,18 +112,27 @@ class CachedKube:
             self._reads += 1
             return list(await self.api.consumer_configmaps(namespace=namespace, consumer=consumer))
         if shelves.CONFIGMAPS in roster.stale:
-            self._reads += 1
-            with roster.asking(shelves.CONFIGMAPS):
-                listing = await self.api.list_consumer_configmaps(
-                    namespace=namespace, consumer=consumer
-                )
-                self._rosters.resync(
-                    roster,
-                    shelves.CONFIGMAPS,
-                    listing.items,
-                    at=shelves.number(listing.metadata.get("resourceVersion")),
-                )
+            await self._relist(
+                roster,
+                shelves.CONFIGMAPS,
+                self.api.list_consumer_configmaps(namespace=namespace, consumer=consumer),
+            )
         return roster.items(shelves.CONFIGMAPS)
+
+    async def _relist(
+        self, roster: rosters.Roster, shelf: str, listed: Awaitable[listings.Listing]
+    ) -> None:
+        """Read a stale ``shelf`` of ``roster`` afresh: the listing is entered as of its
+        resourceVersion, and a removal seen while it was asked stays removed."""
+        self._reads += 1
+        with roster.asking(shelf):
+            listing = await listed
+            self._rosters.resync(
+                roster,
+                shelf,
+                listing.items,
+                at=shelves.number(listing.metadata.get("resourceVersion")),
+            )
 
     def departures(self, *, namespace: str, name: str) -> observations.Departures:
         """What the consumer's pods as last read say of the pods they lack."""
