@@ -15,6 +15,7 @@ from typing import Any
 
 from eventhub_balancer.contracts import specs
 from eventhub_balancer_devstack.realkube import RealControlPlane
+from tests.handlers import test_cycles
 
 CONSUMERS = f"{specs.GROUP}/{specs.VERSION}/{specs.PLURAL}"
 PARTITIONS = 1024
@@ -71,18 +72,7 @@ def test_the_fields_rewritten_whole_are_one_field_each_in_managed_fields(
             "apiVersion": f"{specs.GROUP}/{specs.VERSION}",
             "kind": specs.KIND,
             "metadata": {"name": "orders"},
-            "spec": {
-                "eventHub": {
-                    "fullyQualifiedNamespace": "shop.servicebus.windows.net",
-                    "name": "orders",
-                    "credentials": {"connectionStringSecretRef": {"name": "eh", "key": "cs"}},
-                },
-                "checkpointStore": {
-                    "containerName": "checkpoints",
-                    "credentials": {"connectionStringSecretRef": {"name": "blob", "key": "cs"}},
-                },
-                "selector": {"matchLabels": {"app": "orders"}},
-            },
+            "spec": test_cycles.SPEC,
         },
         namespace="shop",
     )
