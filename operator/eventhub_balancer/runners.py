@@ -30,6 +30,8 @@ T = TypeVar("T")
 #: The bound of every wait whose caller gives none: ample for work on 127.0.0.1, short
 #: enough that a stuck loop fails a test or a benchmark instead of hanging it.
 DEFAULT_TIMEOUT: Final = 10.0
+#: How long the tasks left on a loop that stopped late get to end once cancelled.
+LEFTOVER_SECONDS: Final = 1.0
 
 
 class BackgroundLoop:
@@ -205,6 +207,16 @@ class BackgroundLoop:
         loop.call_soon(ready.set)
         try:
             loop.run_forever()
+            # A loop that was blocked when `stop` gave up runs `stop`'s callbacks late, and
+            # stops before the tasks they made (the shutdown, work handed over meanwhile)
+            # take a step: cancel them and let them end, so that no caller's future stays
+            # pending and no coroutine is dropped unrun. Bounded: a task that ignores its
+            # cancellation is left to die with the loop.
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.wait(pending, timeout=LEFTOVER_SECONDS))
         finally:
             loop.close()
 

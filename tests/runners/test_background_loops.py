@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import threading
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -234,3 +236,35 @@ def test_a_thread_that_does_not_end_in_time_is_reported(name: str) -> None:
     if thread is not None:
         thread.join(WAIT)
     assert name not in thread_names()
+
+
+def test_work_a_blocked_loop_never_started_is_cancelled_when_it_ends(
+    name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Work handed over while the loop was blocked, and the shutdown that could not run in
+    time, are cancelled once the loop is free, before it closes: dropped unrun, they would
+    leave the caller's future pending for ever and warn at garbage collection, blaming
+    whatever test runs then."""
+    blocker = threading.Event()
+    background = runners.BackgroundLoop(name=name, timeout=WAIT).start()
+    background.call_soon(lambda: blocker.wait(WAIT))  # blocks the loop outside any task
+
+    async def work() -> None:
+        await asyncio.sleep(0)
+
+    handed = background.submit(work())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with pytest.raises(TimeoutError):
+                background.stop(timeout=0.05)
+        finally:
+            blocker.set()
+        thread = next((t for t in threading.enumerate() if t.name == name), None)
+        if thread is not None:
+            thread.join(WAIT)
+        gc.collect()
+    assert name not in thread_names()
+    assert handed.cancelled()
+    assert not [w for w in caught if "never awaited" in str(w.message)]
+    assert "destroyed but it is pending" not in caplog.text
