@@ -16,7 +16,7 @@ import pytest
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import listings
 from eventhub_balancer.contracts import specs
-from eventhub_balancer.handlers.cache import rosters, secretvalues, serving, shelves
+from eventhub_balancer.handlers.cache import rosters, serving, shelves
 from tests.handlers import test_cycles
 from tests.support import fakes, ledgers, watches
 
@@ -303,5 +303,5 @@ async def test_a_secret_is_kept_until_rejected_or_old(kube: fakes.FakeKube, cloc
     cache.forget_secret(namespace=NS, name="eh")
     assert "rotated" in await cache.read_secret_key(namespace=NS, name="eh", key="cs")
     kube.add_secret(NS, "eh", {"cs": "Endpoint=sb://again/;SharedAccessKey=z"})
-    clock.now += secretvalues.REFRESH_SECONDS + 1
+    clock.now += serving.REFRESH_SECONDS + 1
     assert "again" in await cache.read_secret_key(namespace=NS, name="eh", key="cs")

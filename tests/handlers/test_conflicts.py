@@ -8,7 +8,7 @@ from typing import Any
 
 from eventhub_balancer.contracts import configmaps, specs, timestamps
 from eventhub_balancer.handlers import cycles, kopfwiring, memories
-from eventhub_balancer.handlers.cache import caches, indexkeys, serving
+from eventhub_balancer.handlers.cache import caches, serving, shelves
 from tests.handlers import test_caching, test_cycles
 from tests.support import fakes, watches
 
@@ -35,7 +35,7 @@ def two_consumers() -> tuple[fakes.FakeKube, watches.Watch, caches.Cache]:
         meta["creationTimestamp"] = timestamps.format_time(test_cycles.at(seconds))
     cache = caches.Cache(kube, clock=test_caching.Clock())
     watch = watches.Watch(kube, cache)
-    cache.following.attach({**watch.indexes, indexkeys.PEERS: peers_index(kube)})
+    cache.following.attach({**watch.indexes, shelves.PEERS: peers_index(kube)})
     return kube, watch, cache
 
 
@@ -59,7 +59,7 @@ async def cycle(
 def test_the_index_sums_up_each_consumer_once() -> None:
     body = {"metadata": {"uid": "u1", "creationTimestamp": "2024-05-01T12:00:00Z"}}
     [(key, peer)] = kopfwiring.peer_entry(NS, "x", {**body, "spec": test_cycles.SPEC}).items()
-    assert key == indexkeys.peer_key(NS)
+    assert key == shelves.peer_key(NS)
     assert (peer.namespace, peer.name, peer.uid) == (NS, "x", "u1")
     assert peer.selector is not None
     assert peer.selector.matches({"app": "c"})
@@ -83,7 +83,7 @@ async def test_the_later_consumer_writes_nothing_and_nobody_rewrites_the_pods_fo
     assert {m["annotations"][configmaps.POD_ANNOTATION_CONSUMER] for m in pods.values()} == {OLDER}
     # Each wakes the other's pods no more: both steady, with no write at all.
     watch.deliver()
-    cache.following.attach({**watch.indexes, indexkeys.PEERS: peers_index(kube)})
+    cache.following.attach({**watch.indexes, shelves.PEERS: peers_index(kube)})
     calls = len(kube.calls)
     for now in (2, 3, 4):
         await cycle(cache, hubs, OLDER, older, now)
@@ -98,7 +98,7 @@ async def test_once_the_older_one_is_gone_the_later_one_takes_over() -> None:
     assert kube.assignment(NS) == {}
     kube._deleted("consumer", kube.objects.pop(("consumer", NS, OLDER)))
     watch.deliver()
-    cache.following.attach({**watch.indexes, indexkeys.PEERS: peers_index(kube)})
+    cache.following.attach({**watch.indexes, shelves.PEERS: peers_index(kube)})
     await cycle(cache, hubs, NEWER, memories.Memory(), 5)
     assert kube.condition(NS, NEWER, "Conflict")["status"] == "False"
     assert sorted(kube.assignment(NS)) == ["a", "b"]
@@ -129,7 +129,7 @@ async def test_the_peers_are_one_value_until_a_consumer_event_says_they_changed(
     index makes the next read see it."""
     kube, watch, cache = two_consumers()
     index = peers_index(kube)
-    cache.following.attach({**watch.indexes, indexkeys.PEERS: index})
+    cache.following.attach({**watch.indexes, shelves.PEERS: index})
     first = cache.view.peers()
     assert {p.name for p in first} == {OLDER, NEWER}
     assert cache.view.peers() is first

@@ -12,7 +12,7 @@ from typing import Any
 
 from eventhub_balancer.contracts import specs, timestamps
 from eventhub_balancer.handlers import cycles, memories
-from eventhub_balancer.handlers.cache import caches, indexkeys
+from eventhub_balancer.handlers.cache import caches, shelves
 from eventhub_balancer.reconciling import conflicts
 from tests.handlers import test_caching, test_conflicts, test_cycles
 from tests.support import fakes, watches
@@ -54,7 +54,7 @@ def squatted(*, squatter: bool = True) -> Cluster:
     cache = caches.Cache(kube, clock=test_caching.Clock())
     watch = watches.Watch(kube, cache)
     index = test_conflicts.peers_index(kube)
-    cache.following.attach({**watch.indexes, indexkeys.PEERS: index})
+    cache.following.attach({**watch.indexes, shelves.PEERS: index})
     cluster = Cluster(kube=kube, cache=cache, watch=watch, index=index)
     if squatter:
         squat(cluster)

@@ -34,7 +34,7 @@ import pytest
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import timestamps
 from eventhub_balancer.handlers import registering
-from eventhub_balancer.handlers.cache import secretvalues
+from eventhub_balancer.handlers.cache import serving
 from tests.handlers import test_daemons
 from tests.support import fakes, watches
 
@@ -301,18 +301,18 @@ def test_counting_sees_names_kept_forever() -> None:
 
 
 async def test_the_secrets_of_consumers_gone_are_not_kept() -> None:
-    """A Secret's value is kept for `secretvalues.REFRESH_SECONDS`: after that, a read of
+    """A Secret's value is kept for `serving.REFRESH_SECONDS`: after that, a read of
     another drops it, so values named by consumers long deleted do not pile up."""
     kube = fakes.FakeKube()
     now = [0.0]
-    values = secretvalues.SecretValues(kube.read_secret_key, clock=lambda: now[0])
+    values = serving.SecretValues(kube.read_secret_key, clock=lambda: now[0])
     for i in range(50):
         kube.add_secret(NS, f"s-{i}", {"cs": f"value {i}"})
         assert await values.get(namespace=NS, name=f"s-{i}", key="cs") == f"value {i}"
-        now[0] += secretvalues.REFRESH_SECONDS / 10
+        now[0] += serving.REFRESH_SECONDS / 10
     kept = reachable([values], outside=[kube])
     for i in range(50, 500):
         kube.add_secret(NS, f"s-{i}", {"cs": f"value {i}"})
         assert await values.get(namespace=NS, name=f"s-{i}", key="cs") == f"value {i}"
-        now[0] += secretvalues.REFRESH_SECONDS / 10
+        now[0] += serving.REFRESH_SECONDS / 10
     assert reachable([values], outside=[kube]) == kept

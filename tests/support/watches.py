@@ -20,11 +20,11 @@ from typing import Any
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps, specs
 from eventhub_balancer.handlers import cycles, memories, registering
-from eventhub_balancer.handlers.cache import caches, indexkeys
+from eventhub_balancer.handlers.cache import caches, shelves
 from tests.support import fakes
 
 #: The fake's kinds and the watch's names for them.
-KINDS = {"consumer": indexkeys.CONSUMERS, "pod": indexkeys.PODS, "configmap": indexkeys.CONFIGMAPS}
+KINDS = {"consumer": shelves.CONSUMERS, "pod": shelves.PODS, "configmap": shelves.CONFIGMAPS}
 
 Body = dict[str, Any]
 
@@ -145,10 +145,10 @@ class Watch:
         meta = body["metadata"]
         namespace, labels = meta.get("namespace", ""), meta.get("labels") or {}
         if kind == "consumer":
-            return [indexkeys.consumer_key(namespace, meta["name"])]
+            return [shelves.consumer_key(namespace, meta["name"])]
         if kind == "pod":
-            return indexkeys.pod_keys(namespace, labels)
-        key = indexkeys.configmap_key(namespace, labels)
+            return shelves.pod_keys(namespace, labels)
+        key = shelves.configmap_key(namespace, labels)
         return [] if key is None else [key]
 
 

@@ -22,19 +22,19 @@ import kopf
 
 from eventhub_balancer.contracts import configmaps, specs
 from eventhub_balancer.handlers import registering
-from eventhub_balancer.handlers.cache import indexkeys
+from eventhub_balancer.handlers.cache import shelves
 from eventhub_balancer.reconciling import conflicts
 
 #: A watch stream silent this long is reconnected (resuming where it was, or re-listing on a
 #: 410): a stalled stream costs seconds, not kopf's default 70 s. A quiet healthy stream
 #: between the API server's bookmarks (about one a minute) costs one reconnection each time.
 WATCH_INACTIVITY_SECONDS = 10.0
-#: The names of kopf's indexes (the rosters start from them: `cache.following`).
+#: The names of kopf's indexes (the rosters start from them: `cache.tracking.Following`).
 INDEXES = {
-    indexkeys.CONSUMERS: "ehb_consumers",
-    indexkeys.PODS: "ehb_pods",
-    indexkeys.CONFIGMAPS: "ehb_configmaps",
-    indexkeys.PEERS: "ehb_peers",
+    shelves.CONSUMERS: "ehb_consumers",
+    shelves.PODS: "ehb_pods",
+    shelves.CONFIGMAPS: "ehb_configmaps",
+    shelves.PEERS: "ehb_peers",
 }
 
 
@@ -106,21 +106,21 @@ def build_registry(runtime: registering.Operator) -> kopf.OperatorRegistry:
     # (an asyncio.Event set off the loop's thread) would wait for the loop's next other wake.
     # The indexes: the bodies the watch streams delivered, filed for the cycles' lookups.
     @kopf.index(
-        specs.GROUP, specs.VERSION, specs.PLURAL, registry=registry, id=INDEXES[indexkeys.CONSUMERS]
+        specs.GROUP, specs.VERSION, specs.PLURAL, registry=registry, id=INDEXES[shelves.CONSUMERS]
     )
     async def index_consumer(**kwargs: Any) -> dict[Any, Any]:
-        return {indexkeys.consumer_key(kwargs["namespace"], kwargs["name"]): dict(kwargs["body"])}
+        return {shelves.consumer_key(kwargs["namespace"], kwargs["name"]): dict(kwargs["body"])}
 
     @kopf.index(
-        specs.GROUP, specs.VERSION, specs.PLURAL, registry=registry, id=INDEXES[indexkeys.PEERS]
+        specs.GROUP, specs.VERSION, specs.PLURAL, registry=registry, id=INDEXES[shelves.PEERS]
     )
     async def index_peer(**kwargs: Any) -> dict[Any, Any]:
         return peer_entry(kwargs["namespace"], kwargs["name"], kwargs["body"])
 
-    @kopf.index("", "v1", "pods", registry=registry, id=INDEXES[indexkeys.PODS])
+    @kopf.index("", "v1", "pods", registry=registry, id=INDEXES[shelves.PODS])
     async def index_pod(**kwargs: Any) -> dict[Any, Any]:
         body = dict(kwargs["body"])
-        keys = indexkeys.pod_keys(kwargs["namespace"], kwargs["labels"])
+        keys = shelves.pod_keys(kwargs["namespace"], kwargs["labels"])
         return {key: body for key in keys}  # one object under every key
 
     @kopf.index(
@@ -128,17 +128,17 @@ def build_registry(runtime: registering.Operator) -> kopf.OperatorRegistry:
         "v1",
         "configmaps",
         registry=registry,
-        id=INDEXES[indexkeys.CONFIGMAPS],
+        id=INDEXES[shelves.CONFIGMAPS],
         labels={configmaps.LABEL_MANAGED_BY: configmaps.MANAGED_BY},
     )
     async def index_configmap(**kwargs: Any) -> dict[Any, Any]:
-        key = indexkeys.configmap_key(kwargs["namespace"], kwargs["labels"])
+        key = shelves.configmap_key(kwargs["namespace"], kwargs["labels"])
         return {} if key is None else {key: dict(kwargs["body"])}
 
     @kopf.on.event(specs.GROUP, specs.VERSION, specs.PLURAL, registry=registry)
     async def consumer_changed(**kwargs: Any) -> None:
         body = dict(kwargs["body"])
-        runtime.observed(indexkeys.CONSUMERS, body, kwargs["type"])
+        runtime.observed(shelves.CONSUMERS, body, kwargs["type"])
         key = (kwargs["namespace"], kwargs["name"])
         if kwargs["type"] == "DELETED":
             runtime.consumer_deleted(key)
@@ -150,7 +150,7 @@ def build_registry(runtime: registering.Operator) -> kopf.OperatorRegistry:
     async def pod_changed(**kwargs: Any) -> None:
         # A plain dict: kopf's body view resolves every key it is asked for, and the rosters
         # ask a few keys of every event.
-        runtime.observed(indexkeys.PODS, dict(kwargs["body"]), kwargs["type"])
+        runtime.observed(shelves.PODS, dict(kwargs["body"]), kwargs["type"])
 
     @kopf.on.event(
         "",
@@ -160,7 +160,7 @@ def build_registry(runtime: registering.Operator) -> kopf.OperatorRegistry:
         labels={configmaps.LABEL_MANAGED_BY: configmaps.MANAGED_BY},
     )
     async def configmap_changed(**kwargs: Any) -> None:
-        runtime.observed(indexkeys.CONFIGMAPS, dict(kwargs["body"]), kwargs["type"])
+        runtime.observed(shelves.CONFIGMAPS, dict(kwargs["body"]), kwargs["type"])
 
     return registry
 
@@ -168,4 +168,4 @@ def build_registry(runtime: registering.Operator) -> kopf.OperatorRegistry:
 def peer_entry(namespace: str, name: str, body: Mapping[str, Any]) -> dict[Any, Any]:
     """The peers index's entry of one EventHubConsumer: its summary, parsed once per watch
     event rather than once per other consumer's cycle."""
-    return {indexkeys.peer_key(namespace): conflicts.peer(body, namespace=namespace, name=name)}
+    return {shelves.peer_key(namespace): conflicts.peer(body, namespace=namespace, name=name)}

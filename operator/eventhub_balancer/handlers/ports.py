@@ -6,7 +6,7 @@ handed in, so that a cycle runs against in-memory fakes in unit tests
 The reads a cycle makes every time (the CR, its pods, its ConfigMaps, Secrets) are served from
 the watch streams by `cache.serving.CachedKube`, which satisfies `KubePort` over the adapter; the
 watch handlers hand events in through `WatchPort` and the daemons keep their rosters through
-`RosterPort` (`cache.tracking.Tracking`, `cache.following.Following`).
+`RosterPort` (`cache.tracking.Tracking`, `cache.tracking.Following`).
 These Protocols are the seams: ``adapters.kubeapi.KubeAPI`` and ``adapters.eventhubs.EventHubs``
 satisfy them. Errors cross the seam as `eventhub_balancer.errors` types, whose ``reason`` the
 handlers show.

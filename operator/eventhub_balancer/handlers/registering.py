@@ -15,7 +15,7 @@ makes, writes and forgets (`Operator.forget`). The cycles read from the rosters
 (`Operator.cache`: the watch handlers reach it through `ports.WatchPort`, the daemons through
 `ports.RosterPort`, the cycles through `ports.KubePort`), so a steady cycle makes no API
 request. A write refused for a stale read (409) makes the consumer read afresh and retry at
-once (`cache.following.Following.refresh`). kopf's settings and the registry of handlers that
+once (`cache.tracking.Following.refresh`). kopf's settings and the registry of handlers that
 wires an `Operator` into kopf are `kopfwiring`'s.
 """
 
@@ -38,7 +38,7 @@ from eventhub_balancer.handlers import (
     observing,
     ports,
 )
-from eventhub_balancer.handlers.cache import caches, indexkeys
+from eventhub_balancer.handlers.cache import caches, shelves
 from eventhub_balancer.handlers.metrics import Metrics
 from eventhub_balancer.reconciling import conflicts
 
@@ -143,7 +143,7 @@ class Operator:
         changed = self.watch.event(kind, body, event_type)
         if relist:
             changed = list(self.consumers)
-        if kind == indexkeys.CONFIGMAPS:
+        if kind == shelves.CONFIGMAPS:
             named = relabelled_from(body)
             if named is not None and named not in changed:
                 changed.append(named)

@@ -3,27 +3,27 @@
 kopf watches EventHubConsumers, pods and the assignment ConfigMaps. Their event handlers
 (`kopfwiring`, through `registering.Operator.observed`) hand every event to `tracking`, which
 offers the body to the roster of each consumer it may concern (`rosters.Roster`, one shelf per
-kind: `shelves`, the one cache mechanism, newest version wins; `routing` finds the rosters a
-body concerns) and says which rosters changed, so that exactly those consumers are woken. A
-cycle reads its consumer's roster through `serving.CachedKube`: a steady state costs the API
-server nothing.
+kind: `shelves`, the one cache mechanism, newest version wins; `rosters.Rosters` finds the
+rosters a body concerns) and says which rosters changed, so that exactly those consumers are
+woken. A cycle reads its consumer's roster through `serving.CachedKube`: a steady state costs
+the API server nothing.
 
 Safety does not rest on this view being right. Every write a decision makes goes after the
 status write conditioned on the CR's resourceVersion the decision was read from (or carries a
 precondition of its own: a ConfigMap's version, create only), so a stale view costs a 409,
-and a 409 makes the consumer read afresh (`following.Following.refresh`). The view is also
+and a 409 makes the consumer read afresh (`tracking.Following.refresh`). The view is also
 read afresh, per consumer and per kind, when it may be stale:
 
 - after kopf lists a kind again (a watch error, a 410): the next read of each roster lists its
   scope once (`shelves.Shelf.resync` removes only what the listing lacks and is no newer);
 - when the watch does not echo one of the operator's own writes within
-  `rosters.ECHO_SECONDS`: that watch lags or stalled (`following.Following.follow`);
+  `rosters.ECHO_SECONDS`: that watch lags or stalled (`tracking.Following.follow`);
 - every `relisting.RELIST_SECONDS`, the pods of each namespace: the operator never writes
   pods, so nothing else tells it that a pod watch lags (`relisting`).
 
 The modules, from the whole down to its parts (an import-linter contract holds the order):
-`caches` builds the parts over one `seen.Seen`; `tracking` (`ports.WatchPort`), `following`
-(`ports.RosterPort`), `serving` (`ports.KubePort`) and `relisting` act on it; `seen` is what
-they share; `routing`, `rosters` and `shelves` hold the bodies; `indexkeys` and
-`secretvalues` are kopf's index keys and the kept Secret values.
+`caches` builds the parts over one `seen.Seen`; `tracking` (`ports.WatchPort` and
+`ports.RosterPort`), `serving` (`ports.KubePort`, and the kept Secret values) and `relisting`
+act on it; `seen` is what they share; `rosters` (each consumer's roster, and which rosters a
+body concerns) and `shelves` (the newest-version rule, and kopf's index keys) hold the bodies.
 """

@@ -6,14 +6,14 @@ import time
 from collections.abc import Callable
 
 from eventhub_balancer.handlers import ports
-from eventhub_balancer.handlers.cache import following, relisting, seen, serving, tracking
+from eventhub_balancer.handlers.cache import relisting, seen, serving, tracking
 
 Key = seen.Key
 
 
 class Cache:
     """The parts over one `seen.Seen`: ``watch`` (`tracking.Tracking`, `ports.WatchPort`) for
-    the watch handlers, ``following`` (`following.Following`, `ports.RosterPort`) for the
+    the watch handlers, ``following`` (`tracking.Following`, `ports.RosterPort`) for the
     daemons, ``view`` (`serving.CachedKube`, `ports.KubePort`) for the cycles, and
     ``relisting`` (`relisting.Relisting`), which the daemons run while any consumer runs."""
 
@@ -26,6 +26,6 @@ class Cache:
     ) -> None:
         self.seen = seen.Seen()
         self.watch = tracking.Tracking(self.seen)
-        self.following = following.Following(self.seen, clock=clock)
+        self.following = tracking.Following(self.seen, clock=clock)
         self.view = serving.CachedKube(api, shared=self.seen, clock=clock, wake=wake)
         self.relisting = relisting.Relisting(api, self.seen.rosters, wake=wake)

@@ -8,7 +8,7 @@ Behind a watch 65 s late, a deleted pod's partitions waited more than 100 s.
 
 So every `RELIST_SECONDS` the operator lists the pods afresh, one LIST per namespace it has
 consumers in, whatever their number, and offers each pod to the rosters that hold or select
-it (`routing.Rosters.relisted`): what the listing lacks and is no newer leaves, what it has
+it (`rosters.Rosters.relisted`): what the listing lacks and is no newer leaves, what it has
 newer replaces the older body, and each consumer whose roster changed is woken. A pod
 deleted or relabelled under a lagging watch leaves its consumer within that bound, and the
 listing is also what tells a decision that a pod the record names is gone
@@ -29,7 +29,7 @@ from collections.abc import Callable
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import labelselectors
 from eventhub_balancer.handlers import ports
-from eventhub_balancer.handlers.cache import indexkeys, routing, shelves
+from eventhub_balancer.handlers.cache import rosters, shelves
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ class Relisting:
     def __init__(
         self,
         api: ports.ListingPort,
-        kept: routing.Rosters,
+        kept: rosters.Rosters,
         *,
         wake: Callable[[Key], None],
         seconds: float = RELIST_SECONDS,
@@ -100,7 +100,7 @@ class Relisting:
                 shelves.PODS,
                 listing.items,
                 at=shelves.number(listing.metadata.get("resourceVersion")),
-                keys=lambda body: indexkeys.pod_keys(
+                keys=lambda body: shelves.pod_keys(
                     namespace, (body.get("metadata") or {}).get("labels") or {}
                 ),
             )

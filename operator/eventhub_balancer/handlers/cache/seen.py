@@ -9,7 +9,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from eventhub_balancer.contracts import configmaps, specs
-from eventhub_balancer.handlers.cache import indexkeys, routing, shelves
+from eventhub_balancer.handlers.cache import shelves
+from eventhub_balancer.handlers.cache.rosters import Rosters
 from eventhub_balancer.reconciling import conflicts
 
 Body = Mapping[str, Any]
@@ -17,11 +18,11 @@ Key = tuple[str, str]  # (namespace, consumer)
 #: A kopf index as the daemons receive it: key -> the bodies (or summaries) filed under it.
 Index = Mapping[Any, Iterable[Any]]
 
-#: The watch's kind names (`indexkeys`) as the rosters name them.
+#: The watch's kind names as the rosters name them.
 WATCHED = {
-    indexkeys.CONSUMERS: shelves.CONSUMER,
-    indexkeys.PODS: shelves.PODS,
-    indexkeys.CONFIGMAPS: shelves.CONFIGMAPS,
+    shelves.CONSUMERS: shelves.CONSUMER,
+    shelves.PODS: shelves.PODS,
+    shelves.CONFIGMAPS: shelves.CONFIGMAPS,
 }
 
 
@@ -55,8 +56,8 @@ class Seen:
     has listed again, and the peers' summaries."""
 
     #: the rosters, and which of them each object may concern
-    rosters: routing.Rosters = dataclasses.field(default_factory=routing.Rosters)
-    #: kopf's indexes, handed over by each daemon at start (`following.Following.attach`)
+    rosters: Rosters = dataclasses.field(default_factory=Rosters)
+    #: kopf's indexes, handed over by each daemon at start (`tracking.Following.attach`)
     indexes: dict[str, Index] = dataclasses.field(default_factory=dict)
     #: the kinds kopf has listed again since the start: their indexes may still hold
     #: objects that vanished meanwhile, so a new roster lists those kinds once

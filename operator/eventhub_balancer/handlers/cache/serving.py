@@ -1,13 +1,21 @@
 """The cycle's reads and writes (`ports.KubePort`): reads from the consumer's roster, writes
-through to the API server with each answer entered at once.
+through to the API server with each answer entered at once; and the Secret values kept
+between cycles.
 
 A steady state costs the API server nothing, and a cycle's reads cost a copy of what its
 roster holds. A kind marked stale (after a re-list, a missing echo, a conflict) is read afresh
 from the API server at its next read, for that consumer alone. The operator's own writes are
 served from their answers (the overlay of the operator's own writes is each roster's
 newest-version rule), and an answer that carries someone else's change wakes the consumer
-(`shelves.news`). Secrets are not watched: their values are kept by
-`secretvalues.SecretValues`.
+(`shelves.news`).
+
+Secrets are not watched: that would take list/watch on every Secret of each namespace. A
+value is kept (`SecretValues`) until a dependency rejects what it was used for
+(`SecretValues.forget`: the next attempt reads it afresh, so a rotated or fixed key is used as
+soon as the backoff allows) or for `REFRESH_SECONDS`. A value is never logged or shown.
+Bound: the keys read within the last `REFRESH_SECONDS`. A value older than that is never used
+again, so each read afresh drops every such value: the Secrets of consumers deleted (or
+edited to name others) do not stay for the life of the operator.
 
 A port used without a roster (a tool, a test over the bare API) reads through to the adapter.
 """
@@ -15,6 +23,7 @@ A port used without a roster (a tool, a test over the bare API) reads through to
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Iterator, Mapping
 from typing import Any
@@ -23,12 +32,49 @@ from eventhub_balancer import errors
 from eventhub_balancer.adapters import listings
 from eventhub_balancer.contracts import specs
 from eventhub_balancer.handlers import ports
-from eventhub_balancer.handlers.cache import indexkeys, rosters, secretvalues, seen, shelves
-from eventhub_balancer.handlers.cache.indexkeys import PEERS
-from eventhub_balancer.handlers.cache.shelves import Body
+from eventhub_balancer.handlers.cache import rosters, seen, shelves
+from eventhub_balancer.handlers.cache.shelves import PEERS, Body
 from eventhub_balancer.reconciling import conflicts, observations
 
 Key = seen.Key
+
+#: How long a Secret's value is used unless rejected: a rotated key is picked up within it.
+REFRESH_SECONDS = 600.0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Value:
+    value: str
+    read_at: float
+
+
+class SecretValues:
+    """Secret values by (namespace, name, key), each read through ``read`` when absent,
+    rejected or older than `REFRESH_SECONDS`; at most one per key read in that time."""
+
+    def __init__(self, read: Callable[..., Awaitable[str]], *, clock: Callable[[], float]) -> None:
+        self._read = read
+        self._clock = clock
+        self._values: dict[tuple[str, str, str], _Value] = {}
+        #: reads that went to the API server, for the benchmark
+        self.reads = 0
+
+    async def get(self, *, namespace: str, name: str, key: str) -> str:
+        now = self._clock()
+        kept = self._values.get((namespace, name, key))
+        if kept is not None and now - kept.read_at < REFRESH_SECONDS:
+            return kept.value
+        self.reads += 1
+        value = await self._read(namespace=namespace, name=name, key=key)
+        for old in [k for k, v in self._values.items() if now - v.read_at >= REFRESH_SECONDS]:
+            del self._values[old]
+        self._values[namespace, name, key] = _Value(value=value, read_at=now)
+        return value
+
+    def forget(self, *, namespace: str, name: str) -> None:
+        """What a dependency rejected (or failed with) is read afresh at the next attempt."""
+        for kept in [k for k in self._values if k[:2] == (namespace, name)]:
+            del self._values[kept]
 
 
 class CachedKube:
@@ -50,7 +96,7 @@ class CachedKube:
         self.clock = clock
         self.seen = shared if shared is not None else seen.Seen()
         self._rosters = self.seen.rosters
-        self._secrets = secretvalues.SecretValues(api.read_secret_key, clock=clock)
+        self._secrets = SecretValues(api.read_secret_key, clock=clock)
         #: the roster reads that went to the API server (`reads` adds the Secrets')
         self._reads = 0
 
@@ -202,7 +248,7 @@ class CachedKube:
         """A write's response (``touched``: the annotations the write set), or a body read
         afresh, to the rosters it may concern."""
         keys = (
-            indexkeys.pod_keys(namespace, shelves.meta(body).get("labels") or {})
+            shelves.pod_keys(namespace, shelves.meta(body).get("labels") or {})
             if kind == shelves.PODS
             else ()
         )

@@ -1,4 +1,5 @@
-"""The one rule of the cache: per object name, the highest resourceVersion wins.
+"""The one rule of the cache (per object name, the highest resourceVersion wins), and the
+keys kopf's indexes file bodies under, where a roster starts.
 
 Every body the operator learns of enters a roster's shelf (`Shelf.offer`: one shelf per kind
 in each consumer's roster, `rosters.Roster`), whatever brought it: a watch event, the answer
@@ -18,15 +19,22 @@ that nothing older brings it back. From that rule:
 
 Resource versions are opaque by contract but integers on every API server we know (etcd
 revisions); a version that is not an integer counts as newer, so the watch still wins.
+
+A new roster fills its shelves from kopf's indexes (`kopfwiring` files each body under the
+keys below; `tracking.Following` looks one key up per kind: its CR by name, its pods by one
+of its selector's labels or the namespace, its ConfigMaps by its label). From then on the
+watch handlers keep the roster, and the indexes are not read again until a selector changes.
+The same pod keys route a pod event to the rosters that select it
+(`rosters.Rosters.candidates`), so the keys live beside the shelves they fill.
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
-from eventhub_balancer.contracts import configmaps
+from eventhub_balancer.contracts import configmaps, specs
 
 Body = Mapping[str, Any]
 
@@ -37,9 +45,15 @@ Body = Mapping[str, Any]
 #: behind the operator's own reads.
 MAX_FLOORS = 4096
 
-#: The kinds a roster keeps.
+#: The kinds a roster keeps, one shelf each.
 CONSUMER, PODS, CONFIGMAPS = "consumer", "pods", "configmaps"
 KINDS = (CONSUMER, PODS, CONFIGMAPS)
+#: The kinds the watch delivers, as the event handlers and kopf's indexes name them: pods and
+#: ConfigMaps go by their shelves' names (`PODS`, `CONFIGMAPS`); the CRs are every consumer's.
+CONSUMERS = "consumers"
+#: The index of every EventHubConsumer summed up for the conflict check (`conflicts.Peer`):
+#: a cycle compares summaries, it parses no other consumer's spec.
+PEERS = "peers"
 
 
 def version(body: Body) -> int | None:
@@ -189,3 +203,34 @@ class Shelf:
         if at is not None and (self.listed is None or at > self.listed):
             self.listed = at
         return changed
+
+
+# --- the keys kopf's indexes file bodies under (`kopfwiring`) ---
+
+
+def consumer_key(namespace: str, name: str) -> tuple[str, str]:
+    return (namespace, name)
+
+
+def peer_key(namespace: str) -> str:
+    """Summaries are filed by namespace; the conflict check reads them all (a checkpoint
+    location is shared across namespaces)."""
+    return namespace
+
+
+def pod_keys(namespace: str, labels: Mapping[str, str]) -> list[Hashable]:
+    """A pod is filed under its namespace and under each of its labels: a selector with
+    matchLabels looks up one label, not the whole namespace."""
+    return [(namespace,), *((namespace, k, v) for k, v in labels.items())]
+
+
+def pod_lookup(namespace: str, selector: specs.Selector) -> Hashable:
+    """The key under which every pod ``selector`` may match is filed (a superset)."""
+    labels = sorted(selector.match_labels.items())
+    return (namespace, *labels[0]) if labels else (namespace,)
+
+
+def configmap_key(namespace: str, labels: Mapping[str, str]) -> tuple[str, str] | None:
+    """A ConfigMap is filed under its consumer's label, when it has one."""
+    consumer = labels.get(configmaps.LABEL_CONSUMER)
+    return (namespace, consumer) if consumer else None
