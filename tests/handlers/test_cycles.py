@@ -13,7 +13,7 @@ import pytest
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps
 from eventhub_balancer.handlers import cycles, memories, metrics, writing
-from eventhub_balancer.reconciling import retries, writes
+from eventhub_balancer.reconciling import deadlines, writes
 from tests.support import fakes
 
 T0 = datetime.datetime(2024, 5, 1, 12, 0, 0, tzinfo=datetime.UTC)
@@ -483,7 +483,7 @@ async def test_a_cycle_that_only_waits_for_releases_lists_again_once_the_listing
 ) -> None:
     memory = await c_joined(kube, hubs)  # b's 3 revoked at 1, listed ahead
     assert len(hubs.store.reads) == 2
-    later = 1 + retries.AHEAD_SECONDS + 1
+    later = 1 + deadlines.AHEAD_SECONDS + 1
     kube.set_ready(NS, "a", ready=True, since=at(later))
     await cycle(kube, hubs, memory, now=later)
     assert len(hubs.store.reads) == 3
@@ -497,7 +497,7 @@ async def test_a_listing_made_ahead_too_long_ago_is_not_taken(
     memory = await c_joined(kube, hubs)
     hubs.store.fence("3", 7)  # written by someone else after that listing
     kube.acknowledge(NS, "b")
-    await cycle(kube, hubs, memory, now=2 + retries.AHEAD_SECONDS)
+    await cycle(kube, hubs, memory, now=2 + deadlines.AHEAD_SECONDS)
     assert len(hubs.store.reads) == 3  # listed again: the floor is the blob's 7
     assert kube.assignment(NS)["c"] == {"3": (8, "owned")}
 

@@ -18,7 +18,7 @@ import pytest
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps
 from eventhub_balancer.handlers import cycles, registering
-from eventhub_balancer.reconciling import deciding
+from eventhub_balancer.reconciling import decisions
 from tests.support import fakes, watches
 
 pytestmark = pytest.mark.looptime
@@ -317,7 +317,7 @@ async def run_failing(monkeypatch: pytest.MonkeyPatch, *, consumer_exists: bool)
         if len(calls) == 1:
             raise errors.NotFound("configmap ehb-orders-pod-a: gone with its pod")
         stopped.event.set()
-        return cycles.Result(writes=0, decision=deciding.Decision(generation=1))
+        return cycles.Result(writes=0, decision=decisions.Decision(generation=1))
 
     monkeypatch.setattr(cycles, "run_cycle", run_cycle)
     kube = fakes.FakeKube()
@@ -356,7 +356,7 @@ async def test_a_first_conflict_decides_again_at_once_and_repeated_ones_back_off
         if len(calls) <= 3:
             raise errors.Conflict("the object has been modified")
         stopped.event.set()
-        return cycles.Result(writes=0, decision=deciding.Decision(generation=1))
+        return cycles.Result(writes=0, decision=decisions.Decision(generation=1))
 
     monkeypatch.setattr(cycles, "run_cycle", run_cycle)
     kube = fakes.FakeKube()

@@ -8,7 +8,7 @@ import pytest
 
 from eventhub_balancer.contracts import configmaps, partitionreports
 from eventhub_balancer.handlers import backlogs, cycles, memories, metrics
-from eventhub_balancer.reconciling import metrics as cyclemetrics
+from eventhub_balancer.reconciling import statuses
 from tests.handlers.test_cycles import NAME, NS, at, make_kube
 from tests.support import fakes
 
@@ -76,7 +76,7 @@ def test_a_paused_consumer_is_exported_so_alerts_can_skip_it() -> None:
         exported.record(
             namespace=NS,
             consumer=NAME,
-            values=cyclemetrics.Figures(
+            values=statuses.Figures(
                 per_pod={},
                 partition_count=4,
                 members=2,

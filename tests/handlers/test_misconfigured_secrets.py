@@ -17,7 +17,7 @@ import pytest
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import endpoints
 from eventhub_balancer.handlers import cycles, memories
-from eventhub_balancer.reconciling import retries
+from eventhub_balancer.reconciling import deadlines
 from tests.handlers import test_cycles
 from tests.support import fakes
 
@@ -28,7 +28,7 @@ VALID_EVENTHUB = (
     f"Endpoint=sb://shop.servicebus.windows.net/;SharedAccessKeyName=l;SharedAccessKey={SECRET_KEY}"
 )
 VALID_BLOB = f"AccountName=shop;AccountKey={SECRET_KEY};EndpointSuffix=core.windows.net"
-WAIT = retries.MAX_BACKOFF_SECONDS
+WAIT = deadlines.MAX_BACKOFF_SECONDS
 
 
 class PolicedHubs(fakes.FakeHubs):
@@ -174,7 +174,7 @@ async def test_a_fixed_secret_is_used_at_the_long_bound_and_not_asked_before(
     await cycle(kube, hubs, memory, now=WAIT)
     assert hubs.listings == [wall(WAIT)]
     assert kube.condition(NS, NAME, "EventHubReachable")["status"] == "True"
-    assert memory.hub.backoff == retries.Backoff()
+    assert memory.hub.backoff == deadlines.Backoff()
 
 
 async def test_a_spec_that_points_at_another_secret_is_tried_at_once(

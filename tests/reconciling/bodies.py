@@ -15,7 +15,7 @@ from typing import Any
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps, podassignments, specs, timestamps
-from eventhub_balancer.reconciling import deciding, observations
+from eventhub_balancer.reconciling import deciding, decisions, observations
 from tests.support import fakes
 
 T0 = datetime.datetime(2024, 5, 1, 12, 0, 0, tzinfo=datetime.UTC)
@@ -35,7 +35,7 @@ SPEC: dict[str, Any] = {
 IDS = ("0", "1", "2", "3")
 
 
-def decide(observation: observations.Observation, *, now: datetime.datetime) -> deciding.Decision:
+def decide(observation: observations.Observation, *, now: datetime.datetime) -> decisions.Decision:
     """A cold decision: nothing carried from an earlier one."""
     decision, _carry = deciding.decide(observation, None, now=now)
     return decision
@@ -110,7 +110,7 @@ def decide_fully(
     *,
     now: datetime.datetime,
     checkpoints: Mapping[str, tuple[int, int]] | None = None,
-) -> tuple[observations.Observation, deciding.Decision]:
+) -> tuple[observations.Observation, decisions.Decision]:
     """Decide as a cycle does: again with the blobs (default: none stored) when asked."""
     decision = decide(observation, now=now)
     if decision.needs_checkpoints:
@@ -120,7 +120,7 @@ def decide_fully(
 
 
 def applied(
-    observation: observations.Observation, decision: deciding.Decision
+    observation: observations.Observation, decision: decisions.Decision
 ) -> observations.Observation:
     """The next cycle's observation once ``decision`` was written (and nothing else moved)."""
     body: Any = copy.deepcopy(observation.body)

@@ -1,7 +1,7 @@
 """The record and the writes a decision carries are taken again only for the same inputs.
 
-`carries.read_record` serves the record read from the very CR body at the same uid and
-resourceVersion, and reads any other body afresh; `carries.derive` serves the writes derived
+`decisions.read_record` serves the record read from the very CR body at the same uid and
+resourceVersion, and reads any other body afresh; `decisions.derive` serves the writes derived
 from the very same fleet and equal arguments, and derives afresh otherwise. Through
 `deciding.decide`, a cycle's second decision (with the blobs) takes the first one's writes,
 and every decision equals the one taken cold.
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from eventhub_balancer.balancing import models
-from eventhub_balancer.reconciling import carries, deciding, records, writes
+from eventhub_balancer.reconciling import deciding, decisions, records, writes
 from tests.reconciling import bodies
 from tests.reconciling.bodies import at, pod
 
@@ -48,28 +48,28 @@ def recorded_body(*, version: str, epoch: int = 3) -> Any:
 def test_the_same_body_at_the_same_version_is_read_once(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = counting(monkeypatch, records, "read")
     body = recorded_body(version="7")
-    first = carries.read_record(None, body)
-    assert carries.read_record(first, body) is first
+    first = decisions.read_record(None, body)
+    assert decisions.read_record(first, body) is first
     assert len(calls) == 1
     assert dict(first.recorded) == records.read(body["status"])
 
 
 def test_a_new_resource_version_reads_the_record_again() -> None:
     body = recorded_body(version="7")
-    first = carries.read_record(None, body)
+    first = decisions.read_record(None, body)
     # Even the same object: a body changed in place at a new version is not the one read.
     body["metadata"]["resourceVersion"] = "8"
     body["status"]["assignment"][0]["epoch"] = 4
-    again = carries.read_record(first, body)
+    again = decisions.read_record(first, body)
     assert again is not first
     assert again.recorded[models.PartitionId("0")].epoch == 4
 
 
 def test_an_equal_copy_is_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
     body = recorded_body(version="7")
-    first = carries.read_record(None, body)
+    first = decisions.read_record(None, body)
     calls = counting(monkeypatch, records, "read")
-    again = carries.read_record(first, copy.deepcopy(body))
+    again = decisions.read_record(first, copy.deepcopy(body))
     assert again is not first
     assert len(calls) == 1
     assert again.recorded == first.recorded
@@ -77,9 +77,9 @@ def test_an_equal_copy_is_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_another_consumer_under_the_same_version_is_read_again() -> None:
     body = recorded_body(version="7")
-    first = carries.read_record(None, body)
+    first = decisions.read_record(None, body)
     body["metadata"]["uid"] = "uid-other"
-    assert carries.read_record(first, body) is not first
+    assert decisions.read_record(first, body) is not first
 
 
 def derived_arguments() -> dict[str, Any]:
@@ -105,9 +105,9 @@ def derived_arguments() -> dict[str, Any]:
 def test_the_same_arguments_are_derived_once(monkeypatch: pytest.MonkeyPatch) -> None:
     arguments = derived_arguments()
     calls = counting(monkeypatch, writes, "derive")
-    first = carries.derive(None, **arguments)
+    first = decisions.derive(None, **arguments)
     equal = {**arguments, "assignment": dict(arguments["assignment"])}
-    assert carries.derive(first, **equal) is first
+    assert decisions.derive(first, **equal) is first
     assert len(calls) == 1
     assert first.writes == writes.derive(**arguments)
 
@@ -138,9 +138,9 @@ def test_the_same_arguments_are_derived_once(monkeypatch: pytest.MonkeyPatch) ->
 )
 def test_other_arguments_are_derived_afresh(change: Any) -> None:
     arguments = derived_arguments()
-    first = carries.derive(None, **arguments)
+    first = decisions.derive(None, **arguments)
     changed = change(arguments)
-    again = carries.derive(first, **changed)
+    again = decisions.derive(first, **changed)
     assert again is not first
     assert again.writes == writes.derive(**changed)
 

@@ -18,7 +18,7 @@ import pytest
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import configmaps, partitionreports, podassignments, podstates
-from eventhub_balancer.reconciling import deciding, observations
+from eventhub_balancer.reconciling import deciding, decisions, observations
 from tests.reconciling import bodies
 from tests.reconciling.bodies import at, pod
 
@@ -89,8 +89,8 @@ def change(rng: random.Random, observation: observations.Observation, t: float) 
 
 
 def decide_fully(
-    observation: observations.Observation, carry: deciding.Carry, *, t: float
-) -> tuple[observations.Observation, deciding.Decision, deciding.Carry]:
+    observation: observations.Observation, carry: decisions.Carry, *, t: float
+) -> tuple[observations.Observation, decisions.Decision, decisions.Carry]:
     """As a cycle decides: again with the blobs (none stored) when asked, carrying on."""
     decision, carry = deciding.decide(observation, carry, now=at(t))
     if decision.needs_checkpoints:
@@ -106,7 +106,7 @@ def test_decisions_with_the_carry_through_random_cycles_are_the_cold_ones(seed: 
         pods=[pod(f"p-{i}") for i in range(rng.randrange(2, 8))],
         ids=tuple(map(str, range(rng.randrange(4, 16)))),
     )
-    carry = deciding.COLD
+    carry = decisions.COLD
     for step in range(25):
         t = float(step * 3)
         observation, warm, carry = decide_fully(observation, carry, t=t)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from eventhub_balancer.reconciling import deciding, observations
+from eventhub_balancer.reconciling import decisions, observations
 from tests.reconciling import bodies
 from tests.reconciling.bodies import at, pod
 
@@ -18,7 +18,7 @@ IDS = tuple(str(i) for i in range(12))
 
 def _cycle(
     observation: observations.Observation, *, now: float, moved: Counter[str]
-) -> tuple[observations.Observation, deciding.Decision]:
+) -> tuple[observations.Observation, decisions.Decision]:
     """One cycle: decide (with the blobs when asked), write, and let every pod acknowledge."""
     observation, decision = bodies.decide_fully(observation, now=at(now))
     for m in decision.moves:

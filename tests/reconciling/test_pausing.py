@@ -11,7 +11,7 @@ import pytest
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import specs
-from eventhub_balancer.reconciling import deciding, observations
+from eventhub_balancer.reconciling import decisions, observations
 from tests.reconciling import bodies
 from tests.reconciling.bodies import at, pod
 
@@ -43,7 +43,7 @@ def conditions(observation: observations.Observation) -> dict[str, tuple[str, st
     }
 
 
-def events(decision: deciding.Decision) -> list[tuple[str, str]]:
+def events(decision: decisions.Decision) -> list[tuple[str, str]]:
     return [(e.reason, e.type) for e in decision.events]
 
 

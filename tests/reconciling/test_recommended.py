@@ -1,4 +1,4 @@
-"""`metrics.recommended_replicas`: what an autoscaler should run, from the backlog.
+"""`statuses.recommended_replicas`: what an autoscaler should run, from the backlog.
 
 Pure: numbers in, a number out; and the gauge that carries it keeps the last figure read
 from a backlog while cycles read none.
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.handlers import metrics as prometheus
-from eventhub_balancer.reconciling import metrics, readbacks
+from eventhub_balancer.reconciling import readbacks, statuses
 
 P = models.PartitionId
 M = models.MemberName
@@ -39,18 +39,18 @@ def test_recommended_replicas(
     partitions: int, backlog: int | None, members: int, expected: int
 ) -> None:
     assert (
-        metrics.recommended_replicas(partitions=partitions, backlog=backlog, members=members)
+        statuses.recommended_replicas(partitions=partitions, backlog=backlog, members=members)
         == expected
     )
 
 
 def test_the_lag_per_replica_sets_the_step() -> None:
     assert (
-        metrics.recommended_replicas(partitions=32, backlog=250, members=1, lag_per_replica=100)
+        statuses.recommended_replicas(partitions=32, backlog=250, members=1, lag_per_replica=100)
         == 3
     )
     with pytest.raises(ValueError, match="lag_per_replica"):
-        metrics.recommended_replicas(partitions=1, backlog=1, members=1, lag_per_replica=0)
+        statuses.recommended_replicas(partitions=1, backlog=1, members=1, lag_per_replica=0)
 
 
 @given(
@@ -62,7 +62,7 @@ def test_the_lag_per_replica_sets_the_step() -> None:
 def test_always_between_one_and_the_partition_count(
     partitions: int, backlog: int | None, members: int, lag_per_replica: int
 ) -> None:
-    n = metrics.recommended_replicas(
+    n = statuses.recommended_replicas(
         partitions=partitions, backlog=backlog, members=members, lag_per_replica=lag_per_replica
     )
     assert (1 <= n <= partitions) if partitions else n == 0
@@ -73,18 +73,18 @@ def test_always_between_one_and_the_partition_count(
 @given(st.integers(0, 10**9), st.integers(0, 10**9))
 def test_more_backlog_never_recommends_fewer(a: int, b: int) -> None:
     low, high = sorted((a, b))
-    assert metrics.recommended_replicas(
+    assert statuses.recommended_replicas(
         partitions=64, backlog=low, members=3
-    ) <= metrics.recommended_replicas(partitions=64, backlog=high, members=3)
+    ) <= statuses.recommended_replicas(partitions=64, backlog=high, members=3)
 
 
-def _build(lag: dict[str, int] | None, *, members: int = 2) -> metrics.Figures:
+def _build(lag: dict[str, int] | None, *, members: int = 2) -> statuses.Figures:
     ids = tuple(P(str(i)) for i in range(8))
     pods = [M(f"pod-{i}") for i in range(members)]
     assignment = {p: models.Ownership(owner=pods[i % members], epoch=1) for i, p in enumerate(ids)}
     plan = models.Plan(assignment=assignment, moves=(), balanced=True, targets={m: 4 for m in pods})
     before = readbacks.ReadBack(assignment=assignment, released={}, floors={}, problems={})
-    return metrics.build(
+    return statuses.build_figures(
         plan=plan,
         before=before,
         wall=0.0,

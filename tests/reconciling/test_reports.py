@@ -17,7 +17,7 @@ import yaml
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import conditions, configmaps, partitionreports
-from eventhub_balancer.reconciling import deciding, fleets, observations, readbacks, reports
+from eventhub_balancer.reconciling import decisions, fleets, observations, readbacks, reports
 from tests.reconciling import bodies
 from tests.reconciling.bodies import at, pod
 from tests.support import paths
@@ -70,7 +70,7 @@ def failing_of(observation: observations.Observation) -> Any:
 
 def next_cycle(
     observation: observations.Observation, *, now: float, checkpoints: Any = None
-) -> tuple[observations.Observation, deciding.Decision]:
+) -> tuple[observations.Observation, decisions.Decision]:
     """Decide as a cycle does, and the observation once the decision is written."""
     seen, decision = bodies.decide_fully(observation, now=at(now), checkpoints=checkpoints)
     return bodies.applied(seen, decision), decision

@@ -8,7 +8,7 @@ two figures are taken, each a median:
   a restarted operator's first decision costs;
 - warm: each decision sees one pod flip its readiness (a new body object for that pod, the
   very same objects for the rest, as the watch's cache hands them out) and takes the carry
-  of the decision before it (`deciding.Carry`), so only the flipped pod is read again.
+  of the decision before it (`decisions.Carry`), so only the flipped pod is read again.
 
 For the warm decisions the planner inside (`planning.plan`, timed on the way) and the
 difference, what the rest of a decision costs, are given too. Nothing of the API, kopf or the
@@ -31,7 +31,7 @@ from typing import Any, TypedDict
 
 from eventhub_balancer.balancing import models, planning
 from eventhub_balancer.contracts import specs, timestamps
-from eventhub_balancer.reconciling import deciding, observations
+from eventhub_balancer.reconciling import deciding, decisions, observations
 from eventhub_balancer_devstack.kube import patching
 
 #: (partitions, pods): 1,024 partitions (a dedicated hub) over a growing fleet, and a small hub.
@@ -107,7 +107,7 @@ def observe(partitions: int, pods: int) -> observations.Observation:
 
 
 def applied(
-    observation: observations.Observation, decision: deciding.Decision
+    observation: observations.Observation, decision: decisions.Decision
 ) -> observations.Observation:
     """The next observation once the decision was written: the status merged, the
     ConfigMaps created, patched or deleted (new objects only for what was written)."""
@@ -131,10 +131,10 @@ def applied(
     return dataclasses.replace(observation, body=body, configmaps=tuple(maps.values()))
 
 
-def settled(partitions: int, pods: int) -> tuple[observations.Observation, deciding.Carry, float]:
+def settled(partitions: int, pods: int) -> tuple[observations.Observation, decisions.Carry, float]:
     """The consumer decided until nothing is left to write, the carry of its last decision,
     and the time it got there."""
-    observation, carry, second = observe(partitions, pods), deciding.COLD, 0.0
+    observation, carry, second = observe(partitions, pods), decisions.COLD, 0.0
     for _ in range(MAX_SETTLE_CYCLES):
         decision, carry = deciding.decide(observation, carry, now=at(second))
         second += 1.0

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-from eventhub_balancer.contracts import connectionstrings, specs
-from eventhub_balancer.handlers import backlogs, dependencies, memories, ports
-from eventhub_balancer.reconciling import deciding, observations, retries
+from eventhub_balancer.contracts import connectionstrings
+from eventhub_balancer.handlers import backlogs, memories, observing, ports
+from eventhub_balancer.reconciling import deadlines, decisions, observations
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +24,7 @@ async def read_checkpoints(
     kube: ports.KubePort,
     hubs: ports.HubPort,
     observation: observations.Observation,
-    decision: deciding.Decision,
+    decision: decisions.Decision,
     store: memories.StorePacing,
     wall: float,
     backlog: backlogs.Budget | None = None,
@@ -37,7 +37,7 @@ async def read_checkpoints(
     # the first probe (every consumer's first cycle, all at once after an operator start).
     backlog_probe = (
         store.checked_at is not None
-        and retries.probe_due(store.checked_at, wall=wall)
+        and deadlines.probe_due(store.checked_at, wall=wall)
         and not decision.needs_checkpoints
     )
     read, store = await read_store(
@@ -94,7 +94,7 @@ async def read_store(
         # Taken once, by the first read that needs the blobs; a read that does not (a cycle
         # woken by another pod's event meanwhile) leaves it for the one that will.
         store = dataclasses.replace(store, ahead=None)
-        if ahead.key == store_key(spec) and retries.ahead_stands(ahead.at, wall=wall):
+        if ahead.key == observing.store_key(spec) and deadlines.ahead_stands(ahead.at, wall=wall):
             read = observations.StoreRead(
                 checkpoints=ahead.checkpoints,
                 listed=True,
@@ -102,7 +102,7 @@ async def read_store(
                 checked_at=store.checked_at,
             )
             return read, store
-    due = retries.probe_due(store.checked_at, wall=wall)
+    due = deadlines.probe_due(store.checked_at, wall=wall)
     # What a configuration error is found under: a change of it ends the wait at once.
     settings = (
         spec.checkpoint_account_url,
@@ -113,10 +113,10 @@ async def read_store(
         return None, store
     malformed = None
     try:
-        connection_string = await dependencies.secret_value(
+        connection_string = await observing.secret_value(
             kube, observation.namespace, spec.checkpoint_credentials
         )
-        malformed = dependencies.malformed(
+        malformed = observing.malformed(
             observation.namespace,
             spec.checkpoint_credentials,
             connection_string,
@@ -134,13 +134,13 @@ async def read_store(
             namespace=observation.namespace,
             service_account=spec.service_account_name or None,
         )
-    except dependencies.KUBE_API_ERRORS:
+    except observing.KUBE_API_ERRORS:
         raise
-    except dependencies.DEPENDENCY_ERRORS as e:
-        dependencies.forget(kube, observation.namespace, spec.checkpoint_credentials, e)
+    except observing.DEPENDENCY_ERRORS as e:
+        observing.forget(kube, observation.namespace, spec.checkpoint_credentials, e)
         store = dataclasses.replace(
             store,
-            backoff=dependencies.paced(
+            backoff=observing.paced(
                 store.backoff,
                 e,
                 misconfigured=e is malformed,
@@ -148,7 +148,7 @@ async def read_store(
                 spec=spec,
                 wall=wall,
             ),
-            fault=dependencies.shown(e, observation.namespace, spec.checkpoint_credentials),
+            fault=observing.shown(e, observation.namespace, spec.checkpoint_credentials),
         )
         read = observations.StoreRead(
             fault=store.fault,
@@ -159,7 +159,7 @@ async def read_store(
         return read, store
     store = dataclasses.replace(
         store,
-        backoff=retries.Backoff(),
+        backoff=deadlines.Backoff(),
         fault=None,
         checked_at=wall,
         sequences={p: sequence for p, (_epoch, sequence) in stored.items()},
@@ -168,20 +168,6 @@ async def read_store(
         checkpoints=stored, listed=True, known_sequences=store.sequences, checked_at=wall
     )
     return read, store
-
-
-def store_key(spec: specs.ConsumerSpec) -> Hashable:
-    """What names a consumer's checkpoint blobs and the credentials they are read with: a
-    listing made ahead stands only for the very same store."""
-    return (
-        spec.fully_qualified_namespace,
-        spec.event_hub_name,
-        spec.consumer_group,
-        spec.checkpoint_container,
-        spec.checkpoint_account_url,
-        spec.checkpoint_credentials,
-        spec.service_account_name,
-    )
 
 
 async def read_ahead(
@@ -193,12 +179,12 @@ async def read_ahead(
     wall: float,
 ) -> memories.StorePacing:
     """List the blobs after a cycle that started hand-offs, for the cycle that completes
-    them (`settling.lists_ahead` says when); the store's pacing after, with the listing.
+    them (`deadlines.lists_ahead` says when); the store's pacing after, with the listing.
 
     That cycle, woken by the old owners' releases, gives the partitions out and needs the
     blobs' epochs as floors: listed here, while the pods write their final checkpoints, they
     are not listed again on its way (`read_store` takes them, once, within
-    `retries.AHEAD_SECONDS`). A floor read a moment early is as good as one read then:
+    `deadlines.AHEAD_SECONDS`). A floor read a moment early is as good as one read then:
     between the two only the owners this operator recorded write the blobs, at epochs its
     record holds, which are floors too. Anyone else's higher epoch would make the next
     owner's fence fail (the blob's conditional write), and its report of a lost partition get
@@ -217,13 +203,13 @@ async def read_ahead(
             wall=wall,
             needed=True,
         )
-    except dependencies.KUBE_API_ERRORS as e:
+    except observing.KUBE_API_ERRORS as e:
         logger.debug("the checkpoint blobs were not listed ahead: %s", e)
         return store
     if read is None or read.checkpoints is None:
         return store
     ahead = memories.StoreAhead(
-        key=store_key(observation.spec), at=wall, checkpoints=read.checkpoints
+        key=observing.store_key(observation.spec), at=wall, checkpoints=read.checkpoints
     )
     return dataclasses.replace(store, ahead=ahead)
 
@@ -240,7 +226,7 @@ async def read_last_sequences(
     spec = observation.spec
     assert spec is not None, "only a valid spec names an Event Hub"
     try:
-        connection_string = await dependencies.secret_value(
+        connection_string = await observing.secret_value(
             kube, observation.namespace, spec.event_hub_credentials
         )
         return await hubs.last_sequence_numbers(
@@ -252,7 +238,7 @@ async def read_last_sequences(
             namespace=observation.namespace,
             service_account=spec.service_account_name or None,
         )
-    except dependencies.DEPENDENCY_ERRORS as e:
-        dependencies.forget(kube, observation.namespace, spec.event_hub_credentials, e)
+    except observing.DEPENDENCY_ERRORS as e:
+        observing.forget(kube, observation.namespace, spec.event_hub_credentials, e)
         logger.warning("lag unavailable, weighting by count this cycle: %s", e)
         return None

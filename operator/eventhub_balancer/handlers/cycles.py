@@ -7,11 +7,11 @@ order that makes a crash at any point safe.
 
 The cycle keeps no rules of its own. It reads what a decision needs to be taken at all (the
 CR, the partition list, the pods and ConfigMaps), decides, and reads what the decision says
-it still needs (h11's ``NEED_DATA``: `deciding.Decision.needs_pods`, ``needs_checkpoints``,
+it still needs (h11's ``NEED_DATA``: `decisions.Decision.needs_pods`, ``needs_checkpoints``,
 ``needs_last_sequences``), then decides again over the same bodies, each read at most once a
 cycle. A decision that wrote and read nothing more stands while its inputs do
-(`reconciling.settling`), and one that starts hand-offs has the blobs listed beside its writes
-(`settling.lists_ahead`). It is the one writer of the consumer's record
+(`reconciling.deadlines`), and one that starts hand-offs has the blobs listed beside its writes
+(`deadlines.lists_ahead`). It is the one writer of the consumer's record
 (`memories.Memory`): the readers return what they learnt, and it keeps that and what the
 decision hands on.
 """
@@ -34,7 +34,7 @@ from eventhub_balancer.handlers import (
     ports,
     writing,
 )
-from eventhub_balancer.reconciling import conflicts, deciding, observations, settling
+from eventhub_balancer.reconciling import conflicts, deadlines, deciding, decisions, observations
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ CYCLE_TIMES = "%s/%s: cycle woke at %s, decided in %.1f ms, %d writes in %.1f ms
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Result:
     writes: int  # API writes made
-    decision: deciding.Decision
+    decision: decisions.Decision
 
 
 async def run_cycle(
@@ -90,7 +90,7 @@ async def run_cycle(
         decided = time.monotonic()
         wall = podstates.to_seconds(now)
         ahead: asyncio.Future[memories.StorePacing] | None = None
-        if settling.lists_ahead(decision, observation, wall=wall):
+        if deadlines.lists_ahead(decision, observation, wall=wall):
             # The releases wake the cycle that gives these partitions out: it finds the blobs
             # listed (`checkpointreads.read_ahead`) while the old owners checkpoint. Listed
             # beside the writes, not after them: a release that comes before the listing is
@@ -161,7 +161,7 @@ async def _decide(
     annotate_pods: bool,
     bindings: conflicts.Bindings = conflicts.UNBOUND,
     backlog: backlogs.Budget | None = None,
-) -> tuple[deciding.Decision, observations.Observation]:
+) -> tuple[decisions.Decision, observations.Observation]:
     """Observe and decide, then read what the decision still needs and decide again; or the
     settled decision, while nothing it was taken from changed. With the decision, the
     observation it was taken from."""
@@ -172,11 +172,11 @@ async def _decide(
         kube=kube, hubs=hubs, namespace=namespace, name=name, memory=memory, wall=wall
     )
     observation = dataclasses.replace(observation, annotate_pods=annotate_pods, bindings=bindings)
-    taken_from = settling.inputs(stamp, observation)
+    taken_from = deadlines.inputs(stamp, observation)
     kept, memory.settled = memory.settled, None
-    if kept is not None and settling.stands(kept, taken_from, wall=wall):
+    if kept is not None and deadlines.stands(kept, taken_from, wall=wall):
         memory.settled = kept
-        return _unlisted(namespace, name, settling.standing(kept, wall=wall)), observation
+        return _unlisted(namespace, name, deadlines.standing(kept, wall=wall)), observation
     if observation.spec is not None:
         observation = await observing.observe_pods(kube=kube, observation=observation)
     decision, memory.carry = deciding.decide(observation, memory.carry, now=now)
@@ -202,7 +202,7 @@ async def _decide(
         decision, memory.carry = deciding.decide(observation, memory.carry, now=now)
     else:
         # Taken from what the next cycle reads too (no blobs): it stands until a deadline.
-        memory.settled = settling.settle(
+        memory.settled = deadlines.settle(
             decision,
             taken_from,
             wall=wall,
@@ -212,7 +212,7 @@ async def _decide(
     return _unlisted(namespace, name, decision), observation
 
 
-def _unlisted(namespace: str, name: str, decision: deciding.Decision) -> deciding.Decision:
+def _unlisted(namespace: str, name: str, decision: decisions.Decision) -> decisions.Decision:
     if decision.unlisted:
         logger.warning(
             "%s/%s: partitions %s are assigned but not listed by Event Hubs; keeping them",

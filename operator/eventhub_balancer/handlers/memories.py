@@ -10,11 +10,11 @@ write, the growth watch); every field is written by its daemon alone. The reader
 the decision hands on.
 
 Why it is kept: a failing Event Hubs namespace or storage account is not asked again every
-cycle (`retries.Backoff`), and while the operator waits, the status goes on showing the fault
+cycle (`deadlines.Backoff`), and while the operator waits, the status goes on showing the fault
 that started the wait; the checkpoint store is probed only every
-`retries.CHECKPOINT_PROBE_SECONDS` when no decision needs it. None of it is needed for a
+`deadlines.CHECKPOINT_PROBE_SECONDS` when no decision needs it. None of it is needed for a
 correct decision (the last checkpoint positions only keep lag weighting steady through a store
-outage, the carry only spares reading the bodies that did not change, and `settling.Settled` only
+outage, the carry only spares reading the bodies that did not change, and `deadlines.Settled` only
 spares a cycle whose inputs did not change): the assignment, the epochs and the pods are read
 afresh whenever they may have changed, so a restarted operator starts with empty records and
 reaches the same assignment.
@@ -27,7 +27,7 @@ import dataclasses
 from collections.abc import Hashable, Mapping
 
 from eventhub_balancer.contracts import specs
-from eventhub_balancer.reconciling import deciding, observations, retries, settling
+from eventhub_balancer.reconciling import deadlines, decisions, observations
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -35,7 +35,7 @@ class StoreAhead:
     """The checkpoint blobs listed right after a cycle that started hand-offs, for the cycle
     that completes them (`checkpointreads.read_ahead`)."""
 
-    #: the store they were listed from (`checkpointreads.store_key`)
+    #: the store they were listed from (`observing.store_key`)
     key: Hashable
     #: the wall seconds of the cycle that listed them
     at: float
@@ -46,7 +46,7 @@ class StoreAhead:
 class Pacing:
     """A dependency's backoff and the fault it backs off from (None: it answered)."""
 
-    backoff: retries.Backoff = dataclasses.field(default_factory=retries.Backoff)
+    backoff: deadlines.Backoff = dataclasses.field(default_factory=deadlines.Backoff)
     fault: observations.Fault | None = None
 
 
@@ -81,7 +81,7 @@ class Memory:
     hub: Pacing = dataclasses.field(default_factory=Pacing)
     store: StorePacing = dataclasses.field(default_factory=StorePacing)
     #: the last decision while it stands; None: decide in the next cycle
-    settled: settling.Settled | None = None
-    #: what the last decision handed on to the next (`deciding.Carry`: the fleet and the
+    settled: deadlines.Settled | None = None
+    #: what the last decision handed on to the next (`decisions.Carry`: the fleet and the
     #: record it read, the writes a second decision over the same bodies takes again)
-    carry: deciding.Carry = deciding.COLD
+    carry: decisions.Carry = decisions.COLD

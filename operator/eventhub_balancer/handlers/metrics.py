@@ -13,7 +13,7 @@ import prometheus_client
 import prometheus_client.metrics
 
 import eventhub_balancer
-from eventhub_balancer.reconciling import metrics
+from eventhub_balancer.reconciling import statuses
 
 #: Cycle durations: a cycle is a handful of API round trips, tens of milliseconds normally.
 CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -166,7 +166,7 @@ class Metrics:
         """One API write made outside a cycle (an Event the poster posts)."""
         self.api_writes.labels(namespace, consumer, kind).inc()
 
-    def record(self, *, namespace: str, consumer: str, values: metrics.Figures) -> None:
+    def record(self, *, namespace: str, consumer: str, values: statuses.Figures) -> None:
         """Set the gauges and count the moves of one cycle."""
         self.set_partitions(namespace=namespace, consumer=consumer, per_pod=values.per_pod)
         self.partition_count.labels(namespace, consumer).set(values.partition_count)
@@ -185,7 +185,7 @@ class Metrics:
         for outcome, seconds in values.handoffs:
             self.handoff_duration.labels(namespace, consumer, outcome).observe(seconds)
 
-    def set_recommended(self, *, namespace: str, consumer: str, values: metrics.Figures) -> None:
+    def set_recommended(self, *, namespace: str, consumer: str, values: statuses.Figures) -> None:
         """The recommended replicas; a cycle that did not read the backlog (with weighting
         "count" most do not) keeps the last one that did, so an autoscaler does not swing."""
         key = (namespace, consumer)

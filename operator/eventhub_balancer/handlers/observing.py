@@ -1,5 +1,6 @@
 """The reading half of a cycle: the CR, the partition list, the pods and ConfigMaps (the
-checkpoints: `checkpointreads`).
+checkpoints: `checkpointreads`), and what reading a dependency a spec points at (Event Hubs,
+the checkpoint store) shares.
 
 Everything it reads goes into one `observations.Observation` for `reconciling.deciding`;
 what the bodies mean is decided there. Reads may fail soft: a fault of Event Hubs or of the
@@ -7,6 +8,11 @@ checkpoint store becomes part of the observation (and of the status), and the ne
 waits for the backoff kept in the consumer's `memories.Memory`. The readers only read that
 record: they return the pacing they leave (`memories.Pacing`), and the cycle keeps it. A
 failure of the Kubernetes API itself is raised: the whole cycle is retried.
+
+Both readers of a dependency (here and `checkpointreads`) share the same steps: the value of
+its Secret (`secret_value`), the error a connection string that can never work gets
+(`malformed`), the fault as the condition shows it (`shown`), the pace of the next attempt
+(`paced`), and forgetting a Secret the dependency rejected (`forget`).
 """
 
 from __future__ import annotations
@@ -14,11 +20,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Callable, Hashable
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import connectionstrings, specs
-from eventhub_balancer.handlers import checkpointreads, dependencies, memories, ports
-from eventhub_balancer.reconciling import observations, retries
+from eventhub_balancer.handlers import memories, ports
+from eventhub_balancer.reconciling import deadlines, observations
 
 logger = logging.getLogger(__name__)
 
@@ -75,11 +82,7 @@ async def observe_consumer(
             listed=store.checked_at is not None,
             known_sequences=store.sequences,
             checked_at=store.checked_at,
-            ahead_at=(
-                ahead.at
-                if ahead is not None and ahead.key == checkpointreads.store_key(spec)
-                else None
-            ),
+            ahead_at=(ahead.at if ahead is not None and ahead.key == store_key(spec) else None),
         ),
         # The other consumers come from the watch (kopf's index); a port without one (a test
         # or a tool over the bare API) knows of none, and finds no conflict.
@@ -138,19 +141,17 @@ async def read_partitions(
     )
     if pacing.fault is not None and pacing.backoff.waiting(wall, settings=settings):
         return observations.HubRead(ids=cached or None, fault=pacing.fault), pacing
-    malformed = None
+    refused = None
     try:
-        connection_string = await dependencies.secret_value(
-            kube, namespace, spec.event_hub_credentials
-        )
-        malformed = dependencies.malformed(
+        connection_string = await secret_value(kube, namespace, spec.event_hub_credentials)
+        refused = malformed(
             namespace,
             spec.event_hub_credentials,
             connection_string,
             connectionstrings.eventhub_problem,
         )
-        if malformed is not None:
-            raise malformed
+        if refused is not None:
+            raise refused
         ids, _fresh = await hubs.partitions(
             consumer=key,
             fully_qualified_namespace=spec.fully_qualified_namespace,
@@ -163,20 +164,20 @@ async def read_partitions(
             # What the pods receive on: a missing group fails them all (`consumergroups`).
             consumer_group=spec.consumer_group,
         )
-    except dependencies.KUBE_API_ERRORS:
+    except KUBE_API_ERRORS:
         raise
-    except dependencies.DEPENDENCY_ERRORS as e:
-        dependencies.forget(kube, namespace, spec.event_hub_credentials, e)
+    except DEPENDENCY_ERRORS as e:
+        forget(kube, namespace, spec.event_hub_credentials, e)
         pacing = memories.Pacing(
-            backoff=dependencies.paced(
+            backoff=paced(
                 pacing.backoff,
                 e,
-                misconfigured=e is malformed,
+                misconfigured=e is refused,
                 settings=settings,
                 spec=spec,
                 wall=wall,
             ),
-            fault=dependencies.shown(e, namespace, spec.event_hub_credentials),
+            fault=shown(e, namespace, spec.event_hub_credentials),
         )
         assert pacing.fault is not None
         logger.warning(
@@ -187,4 +188,97 @@ async def read_partitions(
         )
         # Read again: a listing that succeeded before the consumer-group check failed is kept.
         return observations.HubRead(ids=hubs.cached(key) or None, fault=pacing.fault), pacing
-    return observations.HubRead(ids=tuple(ids)), memories.Pacing(backoff=retries.Backoff())
+    return observations.HubRead(ids=tuple(ids)), memories.Pacing(backoff=deadlines.Backoff())
+
+
+def store_key(spec: specs.ConsumerSpec) -> Hashable:
+    """What names a consumer's checkpoint blobs and the credentials they are read with: a
+    listing made ahead stands only for the very same store."""
+    return (
+        spec.fully_qualified_namespace,
+        spec.event_hub_name,
+        spec.consumer_group,
+        spec.checkpoint_container,
+        spec.checkpoint_account_url,
+        spec.checkpoint_credentials,
+        spec.service_account_name,
+    )
+
+
+#: Failures of the Kubernetes API itself (not of what a spec points at): no condition can
+#: describe them, since the status cannot be written either; the whole cycle is retried.
+KUBE_API_ERRORS = (errors.Conflict, errors.ApiUnavailable)
+#: Failures of a dependency a spec points at: shown in a condition, retried with backoff.
+DEPENDENCY_ERRORS = (errors.ConfigurationError, errors.TransientError)
+#: Configuration errors that asking again cannot mend until the CR or its Secret changes: a
+#: host the install does not allow (a malformed connection string is found before the
+#: adapter is asked, by `malformed`). Both wait `deadlines.after_misconfiguration`.
+MISCONFIGURED = (errors.EndpointNotAllowed,)
+
+
+async def secret_value(
+    kube: ports.KubePort, namespace: str, creds: specs.Credentials
+) -> str | None:
+    if creds.secret_ref is None:
+        return None
+    return await kube.read_secret_key(
+        namespace=namespace, name=creds.secret_ref.name, key=creds.secret_ref.key
+    )
+
+
+def malformed(
+    namespace: str,
+    creds: specs.Credentials,
+    connection_string: str | None,
+    problem_of: Callable[[str], str | None],
+) -> errors.ConfigurationError | None:
+    """The error to show for a connection string that can never work: which Secret, what is
+    wrong and what to give (never the value); None when its shape is right."""
+    problem = None if connection_string is None else problem_of(connection_string)
+    if problem is None or creds.secret_ref is None:
+        return None
+    ref = creds.secret_ref
+    return errors.ConfigurationError(f"Secret {namespace}/{ref.name}, key {ref.key!r}, {problem}")
+
+
+def shown(
+    error: errors.EventHubBalancerError, namespace: str, creds: specs.Credentials
+) -> observations.Fault:
+    """The fault as the condition shows it: a refused host names the Secret it came from."""
+    fault = observations.Fault.of(error)
+    if isinstance(error, MISCONFIGURED) and creds.secret_ref is not None:
+        ref = creds.secret_ref
+        where = f"Secret {namespace}/{ref.name}, key {ref.key!r}"
+        return dataclasses.replace(fault, message=f"{where}: {fault.message}")
+    return fault
+
+
+def paced(
+    backoff: deadlines.Backoff,
+    error: Exception,
+    *,
+    misconfigured: bool,
+    settings: Hashable,
+    spec: specs.ConsumerSpec,
+    wall: float,
+) -> deadlines.Backoff:
+    if misconfigured or isinstance(error, MISCONFIGURED):
+        return deadlines.after_misconfiguration(wall=wall, settings=settings)
+    # A hub or group that does not exist is created outside the cluster, then waited for.
+    missing = isinstance(error, errors.EventHubNotFound)
+    return deadlines.after_failure(
+        backoff,
+        wall=wall,
+        base=float(spec.balancing.interval_seconds),
+        longest=deadlines.MISSING_BACKOFF_SECONDS if missing else deadlines.MAX_BACKOFF_SECONDS,
+    )
+
+
+def forget(
+    kube: ports.KubePort, namespace: str, creds: specs.Credentials, error: Exception
+) -> None:
+    """A dependency rejected what the Secret held (credentials, a wrong endpoint: anything
+    but a transient fault): the next attempt reads it again, so a rotated or fixed key is used
+    as soon as the backoff allows, without watching Secrets."""
+    if creds.secret_ref is not None and isinstance(error, errors.ConfigurationError):
+        kube.forget_secret(namespace=namespace, name=creds.secret_ref.name)

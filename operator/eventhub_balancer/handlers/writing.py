@@ -1,4 +1,4 @@
-"""The writing half of a cycle: what a `deciding.Decision` says, in the order that is safe.
+"""The writing half of a cycle: what a `decisions.Decision` says, in the order that is safe.
 
 The order of writes is what makes a crash at any point safe, and a stale read harmless:
 1. the status, whole, whenever the decision writes anything: conditioned on the CR's
@@ -28,7 +28,7 @@ from released partitions; one that takes a partition from a pod still running it
 
 Every write that depends on what was read carries a precondition, so that a stale read costs
 a retry, never a wrong result: the status patch carries the CR's resourceVersion the decision
-was taken from (`deciding.Decision.resource_version`), and every other write goes after it; a
+was taken from (`decisions.Decision.resource_version`), and every other write goes after it; a
 ConfigMap patch that changes the data alone carries the ConfigMap's uid and data generation
 (the pod writes only annotations, so its acknowledgements never make such a write conflict),
 any other the ConfigMap's resourceVersion; and a new ConfigMap is create-only. A 409 anywhere
@@ -48,7 +48,7 @@ from typing import Any
 
 from eventhub_balancer import errors
 from eventhub_balancer.handlers import ports
-from eventhub_balancer.reconciling import deciding, writes
+from eventhub_balancer.reconciling import decisions, writes
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ async def apply(
     kube: ports.KubePort,
     namespace: str,
     name: str,
-    decision: deciding.Decision,
+    decision: decisions.Decision,
     events: Handover | None = None,
 ) -> int:
     """Carry out ``decision`` step by step; the number of writes (its Events counted).

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from eventhub_balancer import errors
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import conditions, podstates, specs, statusbodies
-from eventhub_balancer.reconciling import observations, pausing, reports
+from eventhub_balancer.reconciling import observations, progress, reports
 
 
 def _reason(fault: observations.Fault, *, misconfigured: str, unreachable: str) -> str:
@@ -121,7 +121,7 @@ def build(
     previous: statusbodies.StatusBody | None = None,
     ready_count: int | None = None,
 ) -> list[conditions.Condition]:
-    """All six conditions, Ready first (Paused last: `pausing`, which words Ready and
+    """All six conditions, Ready first (Paused last: `progress`, which words Ready and
     Balanced while ``spec.paused`` is true).
 
     A partition its pod reports in trouble still counts as owned for Ready and Balanced:
@@ -234,10 +234,10 @@ def build(
             message="some pods are above or below their share",
         )
     if spec.paused and partitions:
-        ready, balanced = pausing.ready_and_balanced(
+        ready, balanced = progress.ready_and_balanced(
             assignment=plan.assignment, partitions=partitions
         )
-    paused = pausing.condition(
+    paused = progress.paused_condition(
         paused=spec.paused, assignment=plan.assignment, previous=previous or {}
     )
     return [ready, balanced, hub, store, reports.condition(troubles or {}), paused]

@@ -1,21 +1,46 @@
-"""When a decision changes on its own: the deadlines it names, pure.
+"""Time in a decision, pure: the deadlines it names, whether the last one still stands, and
+the pace of retries and probes. Nothing here reads a clock: the time comes in as ``wall``
+(seconds), so all of it is tested without one.
 
-Nothing in a decision depends on the time but a hand-off's timeout, a NotReady pod's grace,
-a terminating owner's wait for its own release (the plan's ``release_deadlines``) and the
-hold of a partition reported lost right after it was given out (``held``).
-`next_in` says when the cycle should come back for the nearest one; `settled_until` says until
-when a decision that writes nothing stands over the same observation (the cycle skips reading
-and deciding until then: `handlers.cycles`). Both look at the hand-offs in the plan and at the
-NotReady pods alone, which the fleet keeps as a sum (`fleets.Fleet.notready`).
+Deadlines. Nothing in a decision depends on the time but a hand-off's timeout, a NotReady
+pod's grace, a terminating owner's wait for its own release (the plan's
+``release_deadlines``) and the hold of a partition reported lost right after it was given out
+(``held``). `next_in` says when the cycle should come back for the nearest one;
+`settled_until` says until when a decision that writes nothing stands over the same
+observation. Both look at the hand-offs in the plan and at the NotReady pods alone, which the
+fleet keeps as a sum (`fleets.Fleet.notready`).
+
+Standing. Reading the pods and deciding cost what the fleet costs, and most wake-ups change
+nothing (the interval's safety net, the echo of the operator's own writes, another consumer's
+event). A decision that wrote and read nothing more is kept (`Settled`) with the inputs it was
+taken from (`inputs`): the watch's stamp of what concerns the consumer, the CR's uid and
+resourceVersion, the partition list, the peers and the store's state. A cycle that finds the
+same inputs before the decision's next deadline or the store's next probe reads nothing more
+and decides nothing: the decision stands (`stands`; the cycle that skips is
+`handlers.cycles`). A cycle that starts hand-offs lists the checkpoint blobs once its writes
+are done, for the cycle the releases wake (`lists_ahead`): that one gives the partitions out
+and needs the blobs' epochs, and finds them listed if the listing is at most `AHEAD_SECONDS`
+old.
+
+Retries. The operator's memory between cycles (`handlers.memories.Memory`) keeps one
+`Backoff` for Event Hubs and one for the checkpoint store; the readers in `handlers.observing`
+consult and advance them. A fault that may pass (an outage, a throttle) is asked again sooner,
+then later and later (`after_failure`). A configuration error (a connection string that can
+never work, a host the install does not allow) fails the same way until someone changes the
+CR or its Secret, so it waits the longest delay at once, and no longer than until the CR
+points elsewhere (`after_misconfiguration`). The checkpoint store is also probed now and then
+for its condition alone (`probe_due`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import podstates, specs
+from eventhub_balancer.reconciling import decisions, observations
 
 #: The soonest a cycle comes back for a deadline (a hand-off timeout, a grace period): a
 #: deadline just passed is acted on without a busy loop.
@@ -65,7 +90,7 @@ def settled_until(
     notready: Iterable[str] | None = None,
     held: Iterable[float] = (),
 ) -> float | None:
-    """Until when a decision stands over the same observation (`deciding.Decision`'s
+    """Until when a decision stands over the same observation (`decisions.Decision`'s
     ``settled_until``); ``quiet``: it writes nothing and needs no further read."""
     if not quiet or spec.balancing.to_options().weighting == "lag":
         return None
@@ -104,3 +129,148 @@ def _deadlines(
             deadlines.append(since + grace)
     deadlines += [d for d in plan.release_deadlines if d > wall]
     return deadlines
+
+
+#: The longest backoff between attempts to reach Event Hubs or the checkpoint store: five
+#: minutes keeps a long outage cheap and still notices the recovery within minutes.
+MAX_BACKOFF_SECONDS = 300.0
+#: The longest backoff while an Event Hub or consumer group does not exist: someone creates it
+#: outside the cluster and then waits for the consumer to take it up, and asking again costs
+#: one listing and one link (`adapters.consumergroups`), so it is asked at most every 30 s.
+MISSING_BACKOFF_SECONDS = 30.0
+#: How often the checkpoint store is probed when nothing needs its epochs, only so that the
+#: CheckpointStoreReachable condition stays true to the facts (a minute is cheap: one listing).
+CHECKPOINT_PROBE_SECONDS = 60.0
+#: How old a listing of the blobs made ahead (after a cycle that started hand-offs) may be and
+#: still stand for the listing a cycle that gives partitions out makes: a release comes within
+#: this in practice.
+AHEAD_SECONDS = 10.0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Backoff:
+    """The last delay and when the next attempt is due; the zero value: not backing off."""
+
+    delay: float = 0.0
+    retry_at: float = 0.0
+    #: after a configuration error, the spec's settings it was found under (no secret: the
+    #: references to them); None: a fault that may pass
+    refused: Hashable | None = None
+
+    def waiting(self, wall: float, *, settings: Hashable | None = None) -> bool:
+        """Whether an attempt at ``wall`` would come too soon after the last failure: never
+        once ``settings`` differ from those a configuration error was found under."""
+        if self.refused is not None and settings is not None and settings != self.refused:
+            return False
+        return wall < self.retry_at
+
+
+def after_failure(
+    backoff: Backoff, *, wall: float, base: float, longest: float = MAX_BACKOFF_SECONDS
+) -> Backoff:
+    """Double the delay (at least ``base``, the cycle interval; at most ``longest``)."""
+    delay = min(longest, max(base, backoff.delay * 2))
+    return Backoff(delay=delay, retry_at=wall + delay)
+
+
+def after_misconfiguration(*, wall: float, settings: Hashable) -> Backoff:
+    """Wait the longest delay at once: asking again changes nothing until the CR's
+    ``settings`` change (`Backoff.waiting`) or its Secret does (read afresh at the retry)."""
+    return Backoff(delay=MAX_BACKOFF_SECONDS, retry_at=wall + MAX_BACKOFF_SECONDS, refused=settings)
+
+
+def probe_due(checked_at: float | None, *, wall: float) -> bool:
+    """Whether the checkpoint store should be read for its condition alone."""
+    return checked_at is None or wall - checked_at >= CHECKPOINT_PROBE_SECONDS
+
+
+def next_probe(checked_at: float | None, backoff: Backoff) -> float:
+    """When the store is next read for its condition alone (`probe_due`, past the backoff)."""
+    due = -math.inf if checked_at is None else checked_at + CHECKPOINT_PROBE_SECONDS
+    return max(backoff.retry_at, due)
+
+
+def ahead_stands(at: float | None, *, wall: float) -> bool:
+    """Whether a listing of the blobs made ahead at ``at`` stands for a read at ``wall``."""
+    return at is not None and 0 <= wall - at <= AHEAD_SECONDS
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Settled:
+    """A decision that wrote nothing, the inputs it was taken from, and until when (wall
+    seconds) it stands over them."""
+
+    inputs: Hashable
+    until: float
+    decided_at: float
+    decision: decisions.Decision
+
+
+def inputs(stamp: Hashable | None, observation: observations.Observation) -> Hashable | None:
+    """What a settled decision is taken from, short of the pods and ConfigMaps (``stamp``, the
+    cache's, stands for them); None when a change could go unnoticed (no watch, no
+    resourceVersion, no valid spec)."""
+    meta = observation.body.get("metadata") or {}
+    version = meta.get("resourceVersion")
+    if stamp is None or not version or observation.spec is None:
+        return None
+    return (
+        stamp,
+        meta.get("uid"),
+        version,
+        observation.hub,
+        observation.peers,
+        observation.annotate_pods,
+        observation.store.fault,
+        observation.store.checked_at,
+    )
+
+
+def settle(
+    decision: decisions.Decision,
+    taken_from: Hashable | None,
+    *,
+    wall: float,
+    store_backoff: Backoff,
+    store_checked_at: float | None,
+) -> Settled | None:
+    """``decision`` kept with what it was taken from, when it stands until a deadline (it
+    writes nothing and reads nothing more); None otherwise."""
+    if taken_from is None or decision.settled_until is None:
+        return None
+    until = min(decision.settled_until, next_probe(store_checked_at, store_backoff))
+    return Settled(inputs=taken_from, until=until, decided_at=wall, decision=decision)
+
+
+def stands(kept: Settled | None, taken_from: Hashable | None, *, wall: float) -> bool:
+    """Whether ``kept`` stands for a cycle at ``wall`` whose inputs are ``taken_from``."""
+    return (
+        kept is not None
+        and taken_from is not None
+        and kept.inputs == taken_from
+        and (wall < kept.until)
+    )
+
+
+def standing(kept: Settled, *, wall: float) -> decisions.Decision:
+    """The settled decision again at ``wall``: nothing to write, no figures to record again,
+    its deadline (if any) as far away as it is now."""
+    decision = kept.decision
+    due = decision.next_in
+    if due is not None:
+        due = max(MIN_NEXT_IN, kept.decided_at + due - wall)
+    return dataclasses.replace(decision, figures=None, next_in=due)
+
+
+def lists_ahead(
+    decision: decisions.Decision, observation: observations.Observation, *, wall: float
+) -> bool:
+    """Whether the blobs are to be listed after this decision's writes: it revokes (the
+    releases wake the cycle that gives out), or a partition waits for a release (a
+    terminating pod's, or hand-offs started before) and no listing made ahead stands."""
+    if observation.spec is None:
+        return False
+    if any(m.kind == "revoke" for m in decision.moves):
+        return True
+    ahead = observation.store.ahead_at
+    return decision.awaits_release and not ahead_stands(ahead, wall=wall)

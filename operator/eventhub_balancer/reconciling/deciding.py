@@ -1,14 +1,15 @@
-"""One cycle's whole decision: `decide(observation, carry, now=...)` -> (`Decision`, `Carry`).
+"""One cycle's whole decision: `decide(observation, carry, now=...)` -> (`decisions.Decision`,
+`decisions.Carry`).
 
 From what was read (`observations.Observation`) to everything there is to write: the epochs
 for status (written first), the ConfigMap and pod writes (`writes`), the rest of the status
-(`statuses`), the Events (`kubeevents`), the metrics (`metrics`) and when to come back
-(``next_in``). The steps, in order: advance the consumer's fleet (`fleets`: the pods and
+and the metrics (`statuses`), the Events (`kubeevents`) and when to come back (``next_in``,
+`deadlines`). The steps, in order: advance the consumer's fleet (`fleets`: the pods and
 ConfigMaps read again only where they are new objects), read the assignment back
 (`readbacks`), decide the partition list, plan (`balancing.planning`), derive the writes
 (`writes`), conclude the conditions (`conditions`).
 
-What one decision hands the next of the same consumer is its `Carry` (`carries`), a frozen
+What one decision hands the next of the same consumer is its `decisions.Carry`, a frozen
 value the caller keeps (`handlers.memories.Memory`) and passes back in: the fleet it read, the
 record it read from the status, and the writes of a decision the cycle takes again with the
 blobs. Nothing here keeps anything between calls: the same observation, carry and time give
@@ -22,7 +23,8 @@ the same decision.
 
 A decision that writes nothing and reads nothing more says until when it stands
 (``settled_until``): over the same observation, nothing but the deadlines it names changes it.
-The cycle skips deciding while its inputs have not changed and that moment has not come.
+The cycle skips deciding while its inputs have not changed and that moment has not come
+(`deadlines.stands`).
 """
 
 from __future__ import annotations
@@ -33,7 +35,6 @@ import datetime
 from eventhub_balancer.balancing import models, planning
 from eventhub_balancer.contracts import bounds, podstates, specs
 from eventhub_balancer.reconciling import (
-    carries,
     conditions,
     conflicts,
     coordinates,
@@ -41,34 +42,21 @@ from eventhub_balancer.reconciling import (
     decisions,
     fleets,
     kubeevents,
-    metrics,
     observations,
-    pausing,
+    progress,
     readbacks,
     refusals,
     reports,
     statuses,
 )
 
-#: The soonest a cycle comes back for a deadline (`deadlines.MIN_NEXT_IN`).
-MIN_NEXT_IN = deadlines.MIN_NEXT_IN
-
-
-#: The decision's value (`decisions`).
-Decision = decisions.Decision
-
-
-#: What a decision hands the next of the same consumer, and the empty one (`carries`).
-Carry = carries.Carry
-COLD = carries.COLD
-
 
 def decide(
-    observation: observations.Observation, carry: Carry | None, *, now: datetime.datetime
-) -> tuple[Decision, Carry]:
+    observation: observations.Observation, carry: decisions.Carry | None, *, now: datetime.datetime
+) -> tuple[decisions.Decision, decisions.Carry]:
     """The decision of one cycle over ``observation`` at ``now``, and what the next decision
-    of this consumer takes as its ``carry`` (None or `COLD`: nothing carried)."""
-    carry = carry if carry is not None else COLD
+    of this consumer takes as its ``carry`` (None or `decisions.COLD`: nothing carried)."""
+    carry = carry if carry is not None else decisions.COLD
     if observation.spec is None:
         return refusals.invalid(observation, now=now), carry
     spec = observation.spec
@@ -80,7 +68,7 @@ def decide(
         selector=spec.selector,
         consumer=observation.name,
     )
-    recorded = carries.read_record(carry.record, observation.body)
+    recorded = decisions.read_record(carry.record, observation.body)
     unknown = readbacks.unconfirmed(
         fleet,
         recorded.recorded,
@@ -94,14 +82,14 @@ def decide(
     )
     if unknown or owing:
         # Nothing is written until the pods say whether those are gone.
-        held = Decision(
+        held = decisions.Decision(
             generation=observation.generation,
             pods=fleet.concerned() | unknown,
             needs_pods=True,
             next_in=readbacks.CONFIRM_SECONDS,
             resource_version=decisions.version(observation),
         )
-        return held, Carry(fleet=fleet, record=recorded, derived=carry.derived)
+        return held, decisions.Carry(fleet=fleet, record=recorded, derived=carry.derived)
     decision, derived = _decide(
         observation,
         spec=spec,
@@ -115,7 +103,7 @@ def decide(
         derived = None  # only the first of a cycle's two decisions hands its writes on
     if fleet is carry.fleet and recorded is carry.record and derived is carry.derived:
         return decision, carry
-    return decision, Carry(fleet=fleet, record=recorded, derived=derived)
+    return decision, decisions.Carry(fleet=fleet, record=recorded, derived=derived)
 
 
 def _decide(
@@ -123,11 +111,11 @@ def _decide(
     *,
     spec: specs.ConsumerSpec,
     fleet: fleets.Fleet,
-    recorded: carries.RecordRead,
-    derived: carries.Derived | None,
+    recorded: decisions.RecordRead,
+    derived: decisions.Derived | None,
     now: datetime.datetime,
     confirm_at: tuple[float, ...] = (),
-) -> tuple[Decision, carries.Derived | None]:
+) -> tuple[decisions.Decision, decisions.Derived | None]:
     """The decision, and the writes to carry on: those it derived, or ``derived`` as it came
     when it derived none. ``confirm_at``: when a pod's silence about its ConfigMap comes due
     (`readbacks.unacknowledged`): the decision comes back then."""
@@ -167,7 +155,7 @@ def _decide(
     options = spec.balancing.to_options()
     members = fleet.members
     if spec.paused:
-        members = pausing.members(members, now=wall, options=options)
+        members = progress.paused_members(members, now=wall, options=options)
     lag = observation.lag()
     plan = planning.plan(
         models.Scenario(
@@ -192,7 +180,7 @@ def _decide(
     raises = any(new_epochs.get(p, 0) > status_epochs.get(p, 0) for p in new_epochs)
     if raises:
         previous = {**previous, "epochs": new_epochs}
-    derived = carries.derive(
+    derived = decisions.derive(
         derived,
         fleet=fleet,
         spec=spec,
@@ -253,7 +241,7 @@ def _decide(
     record = desired.get("assignment") if raises else None
     if record is not None:
         previous = {**previous, "assignment": record}
-    figures = metrics.build(
+    figures = statuses.build_figures(
         plan=plan,
         before=back,
         wall=wall,
@@ -262,7 +250,7 @@ def _decide(
         lag=lag,
         paused=spec.paused,
     )
-    decision = Decision(
+    decision = decisions.Decision(
         generation=observation.generation,
         pods=fleet.concerned(),
         needs_checkpoints=unread and (gives_out or by_lag or bool(moving.raised)),

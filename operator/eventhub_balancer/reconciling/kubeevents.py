@@ -19,7 +19,7 @@ from typing import Any
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import conditions as conditiontypes
 from eventhub_balancer.contracts import specs, statusbodies, timestamps
-from eventhub_balancer.reconciling import conditions, pausing, reports, writes
+from eventhub_balancer.reconciling import conditions, progress, reports, writes
 
 #: The Event's source component, as ``kubectl describe`` shows it.
 COMPONENT = "eventhub-balancer"
@@ -45,8 +45,9 @@ def _join(partitions: Sequence[str]) -> str:
 def move_events(moves: Sequence[models.Move], *, paused: bool = False) -> list[KubeEvent]:
     """One Event per (reason, from, to), listing its partitions: few writes, readable history.
 
-    While ``paused``, the planner drains every pod (`pausing`): those revokes say ``paused``,
-    and a partition left without an owner is what the spec asks for, not a warning."""
+    While ``paused``, the planner drains every pod (`progress.paused_members`): those revokes say
+    ``paused``, and a partition left without an owner is what the spec asks for, not a
+    warning."""
     groups: dict[tuple[str, str, str | None, str | None], list[models.Move]] = {}
     for m in moves:
         why: str = m.reason
@@ -183,11 +184,11 @@ def pause_events(
     ends; nothing for a consumer that was never paused."""
     old = conditiontypes.find(previous.get("conditions"), conditiontypes.PAUSED)
     was = old.get("reason") if old is not None else None
-    if c.reason == pausing.PAUSING and was != pausing.PAUSED:
+    if c.reason == progress.PAUSING and was != progress.PAUSED:
         return [KubeEvent(reason="Pausing", message=c.message)]
-    if c.reason == pausing.PAUSED:
+    if c.reason == progress.PAUSED:
         return [KubeEvent(reason="Paused", message=c.message)]
-    if c.reason == pausing.RESUMED and was in (pausing.PAUSED, pausing.PAUSING):
+    if c.reason == progress.RESUMED and was in (progress.PAUSED, progress.PAUSING):
         return [KubeEvent(reason="Resumed", message=c.message)]
     return []
 

@@ -61,7 +61,7 @@ class StoreRead:
     #: when it was last read successfully (wall seconds); None: never
     checked_at: float | None = None
     #: when the blobs that a cycle listed after its writes, for this one, were listed (wall
-    #: seconds); None: none was (`settling.lists_ahead`)
+    #: seconds); None: none was (`deadlines.lists_ahead`)
     ahead_at: float | None = None
 
 

@@ -1,22 +1,37 @@
-"""Reconciling and Stalled: the two conditions generic tools read, concluded from ours, pure.
+"""The conditions of progress, pure: Reconciling and Stalled, which generic tools read, and
+Paused, with how a pause drains the consumer.
 
 kstatus (sigs.k8s.io/cli-utils), which Flux's health checks and ``kubectl wait``-like tools
 use, knows nothing of Ready and Balanced beyond "Ready False means in progress": it reads the
 "abnormal-true" pair ``Reconciling`` (work under way that settles by itself) and ``Stalled``
 (nothing moves until a person changes the spec, a Secret or Azure). Without them a consumer
-mid-hand-off would read as Current and one that cannot process as InProgress forever.
-
-They follow from the conditions a cycle wrote, so every path that writes conditions (a cycle,
-an invalid spec, a refusal) adds them the same way, and the Argo CD health check
+mid-hand-off would read as Current and one that cannot process as InProgress forever. They
+follow from the conditions a cycle wrote (`applied`), so every path that writes conditions (a
+cycle, an invalid spec, a refusal) adds them the same way, and the Argo CD health check
 (charts/eventhub-balancer/argocd/health.lua) reads the same truth.
+
+``spec.paused`` releases every partition by ordered hand-off and assigns none. A pause is not
+a special path through the cycle: the planner is told that no member may own anything, by
+seeing every member that would keep or get partitions as draining, as if it were terminating
+(`paused_members`). The hand-off then runs as for any drain: each partition is marked revoking, its
+pod stops, checkpoints and acknowledges, and the partition is left without an owner at its
+epoch (`planning` keeps the epoch of a partition nobody can take); a pod that does not
+acknowledge within ``handoffTimeoutSeconds`` is fenced out by the next owner's higher epoch.
+The pods themselves stay up and Ready: their ConfigMaps list no partitions. The ``Paused``
+condition is True only once no pod holds or is releasing a partition (`paused_condition`), because
+``ehb checkpoints reset`` trusts it: while hand-offs are in flight a pod may still write a
+checkpoint. Ready and Balanced say ``Paused`` rather than raise an alarm about partitions
+without an owner (`ready_and_balanced`): nothing is owned because the spec asks for it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from eventhub_balancer import errors
+from eventhub_balancer.balancing import models, planning
 from eventhub_balancer.contracts import conditions, statusbodies
 from eventhub_balancer.reconciling import conflicts
 
@@ -134,4 +149,104 @@ def applied(
     written = conditions.apply(current, updates, observed_generation=observed_generation, now=now)
     return conditions.apply(
         written, concluded(written), observed_generation=observed_generation, now=now
+    )
+
+
+#: The reasons of the Paused condition.
+PAUSED = "Paused"
+PAUSING = "Pausing"
+RESUMED = "Resumed"
+NOT_PAUSED = "NotPaused"
+
+
+def paused_members(
+    members: Sequence[models.Member], *, now: float, options: models.Options
+) -> tuple[models.Member, ...]:
+    """The members as the planner sees them while paused: those that would keep or get
+    partitions (live, or NotReady within the grace) drain them by hand-off; a gone member
+    stays gone, so its partitions are freed at once (nothing waits on a dead process). A
+    paused pod is not stopping, so nothing of its own will release its partitions: they are
+    revoked at once, without the wait a terminating pod gets (`Options.release_wait_seconds`)."""
+    revoked_at_once = now - options.release_wait_seconds
+    return tuple(
+        dataclasses.replace(m, state="terminating", since=revoked_at_once)
+        if planning.standing(m, now=now, options=options) in ("live", "held")
+        else m
+        for m in members
+    )
+
+
+def holding(assignment: Mapping[models.PartitionId, models.Ownership]) -> int:
+    """How many partitions a pod still holds or is releasing."""
+    return sum(1 for o in assignment.values() if o.owner is not None)
+
+
+def paused_condition(
+    *,
+    paused: bool,
+    assignment: Mapping[models.PartitionId, models.Ownership],
+    previous: statusbodies.StatusBody,
+) -> conditions.Condition:
+    """The Paused condition: True only when paused and no pod holds or releases anything."""
+    if paused:
+        held = holding(assignment)
+        if held:
+            return conditions.Condition(
+                type=conditions.PAUSED,
+                status="False",
+                reason=PAUSING,
+                message=(
+                    f"spec.paused is true: {held} partitions are still being released by "
+                    "ordered hand-off"
+                ),
+            )
+        return conditions.Condition(
+            type=conditions.PAUSED,
+            status="True",
+            reason=PAUSED,
+            message=(
+                "spec.paused is true: no pod holds a partition and none is assigned; "
+                "checkpoints can be reset"
+            ),
+        )
+    old = conditions.find(previous.get("conditions"), conditions.PAUSED)
+    if old is not None and old.get("reason") in (PAUSED, PAUSING, RESUMED):
+        return conditions.Condition(
+            type=conditions.PAUSED,
+            status="False",
+            reason=RESUMED,
+            message="spec.paused is false: partitions are assigned again, with higher epochs",
+        )
+    return conditions.Condition(
+        type=conditions.PAUSED, status="False", reason=NOT_PAUSED, message="spec.paused is false"
+    )
+
+
+def ready_and_balanced(
+    *,
+    assignment: Mapping[models.PartitionId, models.Ownership],
+    partitions: Sequence[models.PartitionId],
+) -> tuple[conditions.Condition, conditions.Condition]:
+    """Ready and Balanced while paused: True with reason Paused once everything is released
+    (the consumer is as its spec asks), False with reason Pausing while hand-offs run."""
+    held = holding(assignment)
+    if held:
+        message = f"spec.paused is true: {held} of {len(partitions)} partitions are being released"
+        return (
+            conditions.Condition(
+                type=conditions.READY, status="False", reason=PAUSING, message=message
+            ),
+            conditions.Condition(
+                type=conditions.BALANCED, status="False", reason=PAUSING, message=message
+            ),
+        )
+    message = (
+        f"spec.paused is true: all {len(partitions)} partitions are released and none is "
+        "assigned; set spec.paused to false to resume"
+    )
+    return (
+        conditions.Condition(type=conditions.READY, status="True", reason=PAUSED, message=message),
+        conditions.Condition(
+            type=conditions.BALANCED, status="True", reason=PAUSED, message=message
+        ),
     )

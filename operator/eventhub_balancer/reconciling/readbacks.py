@@ -35,7 +35,7 @@ from typing import Any
 from eventhub_balancer import handoffs
 from eventhub_balancer.balancing import models, planning
 from eventhub_balancer.contracts import bounds, configmaps, podassignments, podstates, statusbodies
-from eventhub_balancer.reconciling import fleets, observations, records, reports, tampering
+from eventhub_balancer.reconciling import fleets, observations, records, reports
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -252,7 +252,7 @@ def read_back(
     for pid, trouble in troubles.items():
         if trouble.state == "lost" and pid not in held:
             released.pop(pid, None)
-    found = tampering.find(maps, recorded, status_epochs)
+    found = fleets.configmap_faults(maps, recorded, status_epochs)
     return ReadBack(
         assignment=assignment,
         released=released,

@@ -4,8 +4,9 @@
 ownership the operator trusts (`readbacks`); the record is the operator's own write, but a
 user may edit the status by hand, so an entry out of bounds is skipped, never believed. A
 status written by an older operator (no ``assignment``) is read from ``consumers[].partitions``,
-``handoffs`` and ``epochs``. Kept apart from `readbacks` so that `tampering` can compare the
-ConfigMaps with the record without importing the step that reads them back.
+``handoffs`` and ``epochs``. Kept apart from `readbacks` so that `fleets` can compare the
+ConfigMaps with the record (`fleets.configmap_faults`) without importing the step that reads
+them back.
 """
 
 from __future__ import annotations
