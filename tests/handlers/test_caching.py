@@ -1,4 +1,4 @@
-"""The operator's view of the cluster (`caching`, `rosters`): stale reads are harmless.
+"""The operator's view of the cluster (`handlers.cache`): stale reads are harmless.
 
 Each test drives one or two operator replicas (`watches.Replica`) over the fake API, with the
 watch delivered when the test says, and checks the safety invariants over the API server's

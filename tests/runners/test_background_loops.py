@@ -227,15 +227,21 @@ def test_a_thread_that_does_not_end_in_time_is_reported(name: str) -> None:
 
     background = runners.BackgroundLoop(name=name, timeout=WAIT).start()
     background.submit(blocks_the_loop())
+    stop_while_blocked(background, blocker)
+    assert name not in thread_names()
+
+
+def stop_while_blocked(background: runners.BackgroundLoop, blocker: threading.Event) -> None:
+    """`stop` gives up on a loop that ``blocker`` holds; then the loop is let go, and its
+    thread ends (within the bound)."""
     try:
         with pytest.raises(TimeoutError, match="did not stop within"):
             background.stop(timeout=0.05)
     finally:
         blocker.set()
-    thread = next((t for t in threading.enumerate() if t.name == name), None)
+    thread = next((t for t in threading.enumerate() if t.name == background.name), None)
     if thread is not None:
         thread.join(WAIT)
-    assert name not in thread_names()
 
 
 def test_work_a_blocked_loop_never_started_is_cancelled_when_it_ends(
@@ -255,14 +261,7 @@ def test_work_a_blocked_loop_never_started_is_cancelled_when_it_ends(
     handed = background.submit(work())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        try:
-            with pytest.raises(TimeoutError):
-                background.stop(timeout=0.05)
-        finally:
-            blocker.set()
-        thread = next((t for t in threading.enumerate() if t.name == name), None)
-        if thread is not None:
-            thread.join(WAIT)
+        stop_while_blocked(background, blocker)
         gc.collect()
     assert name not in thread_names()
     assert handed.cancelled()

@@ -135,14 +135,15 @@ class KubeReads(kubeclients.KubeClient):
         return body
 
     def forget_secret(self, *, namespace: str, name: str) -> None:
-        """Nothing to forget: this adapter reads every Secret afresh (`caching` keeps them)."""
+        """Nothing to forget: this adapter reads every Secret afresh (the cache keeps them:
+        `handlers.cache.serving`)."""
 
     def stamp(self, *, namespace: str, name: str) -> Hashable | None:
         """None: no watch tells this adapter what changed, so no decision is skipped."""
         return None
 
     def peers(self) -> tuple[conflicts.Peer, ...]:
-        """None known: the other EventHubConsumers come from the watch (`caching`)."""
+        """None known: the other EventHubConsumers come from the watch (`handlers.cache`)."""
         return ()
 
     async def read_secret_key(self, *, namespace: str, name: str, key: str) -> str:
