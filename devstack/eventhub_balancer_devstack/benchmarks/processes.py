@@ -43,6 +43,8 @@ STOP_SECONDS = 10.0
 #: get 410 Gone: long enough for kopf's reconnection to meet it.
 RELIST_PLURALS = ("pods", "configmaps")
 RELIST_SECONDS = 2.0
+#: The calls on the local API's watch faults (`lagging`); a real server has no such switch.
+WATCH_FAULT_CALLS = ("inject_watch_fault", "clear_watch_faults", "watch_fault_effects")
 #: The children's log level (default WARNING), e.g. EHB_BENCH_LOG=debug to see every cycle.
 LOG_LEVEL_ENV = "EHB_BENCH_LOG"
 
@@ -139,7 +141,7 @@ def _serve_apiserver(kube: kubeservers.KubeServer, kubeconfig: Path, stdin: IO[s
 
     def direct(request: Mapping[str, Any]) -> dict[str, Any]:
         """The store calls a harness makes of an API server in its own process
-        (`apartservers.ApiServerApart`)."""
+        (`apartservers.ApiServerApart`), and the local API's watch faults (`lagging`)."""
         call, args = str(request.get("call")), dict(request.get("args") or {})
         if call == "create_object":
             return {"result": kube.create_object(args.pop("resource"), args.pop("body"), **args)}
@@ -150,6 +152,10 @@ def _serve_apiserver(kube: kubeservers.KubeServer, kubeconfig: Path, stdin: IO[s
         if call == "record_writes":
             kube.record_writes(*args["resources"])
             return {"result": None}
+        if call in WATCH_FAULT_CALLS:
+            if not isinstance(kube, LocalKubeAPI):
+                raise ValueError(f"{call}: watch faults exist only on the local API")
+            return {"result": _watch_fault_call(kube, call, args)}
         return {"error": f"unknown call {call!r}"}
 
     _answer(
@@ -158,6 +164,18 @@ def _serve_apiserver(kube: kubeservers.KubeServer, kubeconfig: Path, stdin: IO[s
         commands={"relist": relist, "record": record, "writes": writes},
         requests=direct,
     )
+
+
+def _watch_fault_call(kube: LocalKubeAPI, call: str, args: dict[str, Any]) -> Any:
+    """One of `WATCH_FAULT_CALLS` on the local API: begin a fault (``args``: its kind and
+    `LocalKubeAPI.inject_watch_fault`'s keywords), end them all, or say what they did."""
+    if call == "inject_watch_fault":
+        kube.inject_watch_fault(args.pop("kind"), **args)
+        return None
+    if call == "clear_watch_faults":
+        kube.clear_watch_faults()
+        return None
+    return kube.watch_fault_effects()
 
 
 def _rss_mb() -> float:
