@@ -109,3 +109,25 @@ def test_versions_that_are_not_numbers_count_as_newer() -> None:
     assert r.offer(shelves.PODS, odd)
     assert shelves.number("opaque") is None
     assert shelves.number("42") == 42
+
+
+def test_a_configmap_seen_deleted_is_kept_with_its_version_until_the_pods_are_listed() -> None:
+    r = roster()
+    r.offer(shelves.CONFIGMAPS, body("cm-b", 3))
+    assert r.offer(shelves.CONFIGMAPS, body("cm-b", 6), deleted=True)  # the garbage collector
+    assert r.vanished() == {"cm-b": 6}
+    r.resync(shelves.PODS, [body("b", 2)], at=5)  # listed before the deletion: b may be gone
+    assert r.vanished() == {"cm-b": 6}
+    r.resync(shelves.PODS, [body("b", 2)], at=7)  # listed since: b stands, or is gone now
+    assert r.vanished() == {}
+
+
+def test_a_configmap_the_operator_deleted_or_that_came_back_has_not_vanished() -> None:
+    r = roster()
+    r.offer(shelves.CONFIGMAPS, body("cm-a", 3))
+    r.deleted(shelves.CONFIGMAPS, name="cm-a", uid="uid-cm-a", now=0)  # its own delete
+    r.offer(shelves.CONFIGMAPS, body("cm-a", 5), deleted=True, echo=True)  # and its echo
+    r.offer(shelves.CONFIGMAPS, body("cm-b", 3))
+    r.offer(shelves.CONFIGMAPS, body("cm-b", 6), deleted=True)
+    assert r.offer(shelves.CONFIGMAPS, body("cm-b", 8, uid="again"))  # written again
+    assert r.vanished() == {}

@@ -244,3 +244,25 @@ async def test_a_pod_that_does_not_apply_its_partitions_is_confirmed_by_a_listin
     assert not epochs_of(kube, "c")
     assert assigned(kube) <= existing(kube)
     ledgers.assert_safe(kube.history)
+
+
+async def test_a_pod_whose_configmap_goes_is_confirmed_before_its_configmap_is_written_again(
+    replica: watches.Replica, kube: fakes.FakeKube, clock: Clock
+) -> None:
+    """Pod b is deleted and the garbage collector takes its ConfigMap (b owns it): the
+    ConfigMap watch delivers that at once, the pod watch lags. The ConfigMap's deletion is the
+    first sign: the pods are listed afresh before anything is written, b is found gone, and
+    its partitions go to a in that very cycle, without b's ConfigMap being written again nor
+    waiting for the relisting (`readbacks.unconfirmed`, `observations.Departures.confirmed`)."""
+    t = await settle(replica, kube, clock, start=0)
+    assert set(owners(kube).values()) == {"a", "b"}
+    map_name = kube.configmap_of(NS, "b")["metadata"]["name"]
+    kube.calls.clear()
+    kube.remove_pod(NS, "b")
+    replica.watch.deliver("consumer", "configmap")  # the pod watch lags: b is still there
+    await replica.cycle(NS, NAME, now=at(t))
+    assert set(owners(kube)) == {"0", "1", "2", "3"}
+    assert set(owners(kube).values()) == {"a"}
+    assert ("create", "configmap", map_name) not in kube.calls
+    assert existing(kube) >= assigned(kube)
+    ledgers.assert_safe(kube.history)

@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 from eventhub_balancer import errors
+from eventhub_balancer.contracts import configmaps
 from eventhub_balancer.reconciling import observations
 from tests.reconciling import bodies
 from tests.reconciling.bodies import at, pod
@@ -209,3 +210,42 @@ def _store_condition(observation: observations.Observation) -> tuple[str, str]:
     after = bodies.applied(observation, bodies.decide(observation, now=at(5)))
     found = bodies.condition(after, "CheckpointStoreReachable")
     return found["status"], found["reason"]
+
+
+def test_a_pod_whose_configmap_vanished_is_confirmed_by_a_listing_before_any_write() -> None:
+    """The pods as read still show b, but its ConfigMap was seen deleted: the garbage
+    collector takes a pod's ConfigMap once the pod is gone, and the pod watch may lag. Nothing
+    is written until the pods are listed at or after that deletion. Listed since, b stands,
+    and its ConfigMap is written again."""
+    first, decision = bodies.decide_fully(bodies.observe(pods=[pod("a"), pod("b")]), now=at(0))
+    settled = bodies.applied(first, decision)
+    gone = configmaps.configmap_name(consumer=bodies.NAME, pod="b")
+    without = dataclasses.replace(
+        settled, configmaps=tuple(m for m in settled.configmaps if m["metadata"]["name"] != gone)
+    )
+
+    def seen(listed: int) -> observations.Observation:
+        departures = observations.Departures(listed=listed, vanished={gone: 9})
+        return dataclasses.replace(without, departures=departures)
+
+    held = bodies.decide(seen(5), now=at(1))
+    assert held.needs_pods
+    assert not held.writes.maps
+    assert held.epochs is None
+    assert not held.status
+    _, confirmed = bodies.decide_fully(seen(9), now=at(1))
+    assert not confirmed.needs_pods
+    assert [w.name for w in confirmed.writes.maps if w.create] == [gone]
+    # Another pod's ConfigMap gone is no reason to doubt the pods that still have theirs.
+    other = observations.Departures(listed=5, vanished={"ehb-orders-x-0123456789": 9})
+    assert not bodies.decide(dataclasses.replace(settled, departures=other), now=at(1)).needs_pods
+
+
+def test_only_a_listing_after_a_configmap_vanished_confirms_its_pod() -> None:
+    d = observations.Departures(listed=5, vanished={"cm-b": 6, "cm-c": None})
+    assert not d.confirmed("b", map_name="cm-b")
+    assert d.confirmed("a", map_name="cm-a")  # its ConfigMap was not seen going
+    assert d.confirmed("c", map_name="cm-c")  # no version to order the listing after
+    assert observations.Departures(listed=6, vanished={"cm-b": 6}).confirmed("b", map_name="cm-b")
+    assert not observations.Departures(vanished={"cm-b": 6}).confirmed("b", map_name="cm-b")
+    assert observations.UNCACHED.confirmed("b", map_name="cm-b")

@@ -13,6 +13,7 @@ channel.
 from __future__ import annotations
 
 import dataclasses
+import types
 from collections.abc import Mapping
 from typing import Any
 
@@ -65,15 +66,22 @@ class StoreRead:
     ahead_at: float | None = None
 
 
+#: No ConfigMap seen deleted (an immutable default: `Departures.vanished`).
+NOTHING_VANISHED: Mapping[str, int | None] = types.MappingProxyType({})
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Departures:
-    """What the pods as read say of a pod they lack: whether it is known to be gone.
+    """What the pods as read say of a pod they lack (whether it is known to be gone), and of
+    a pod they have whose ConfigMap was deleted (whether it stands).
 
     A pod a cache lacks may be gone, or may be one that cache has not been shown yet (its
     watch lags). A pod is known gone when the cache saw it leave (``departed``: a deletion,
     a relabel, a listing without it), or when the pods were listed afresh at a version at or
     after the evidence that it existed (the record that names it, the ConfigMap written for
-    it): what a listing lacks does not exist as of that listing."""
+    it): what a listing lacks does not exist as of that listing. The other way round, a pod
+    the cache has may be gone: its ConfigMap going (``vanished``) is the garbage collector
+    following the pod, seen before the late pod watch shows the pod leave."""
 
     #: every read goes to the API server (no cache): whatever the pods lack is gone
     uncached: bool = False
@@ -81,6 +89,9 @@ class Departures:
     listed: int | None = None
     #: the pods the cache saw leave (bounded, newest last)
     departed: frozenset[str] = frozenset()
+    #: the ConfigMaps the cache saw deleted (bounded), by name, with the version of their
+    #: deletion: each may have gone with its pod (`confirmed`)
+    vanished: Mapping[str, int | None] = dataclasses.field(default_factory=lambda: NOTHING_VANISHED)
 
     def gone(self, pod: str, *, seen_at: int | None) -> bool:
         """Whether ``pod``, which the pods as read lack, is known to be gone; ``seen_at``:
@@ -88,6 +99,15 @@ class Departures:
         if self.uncached or pod in self.departed:
             return True
         return self.listed is not None and seen_at is not None and self.listed >= seen_at
+
+    def confirmed(self, pod: str, *, map_name: str) -> bool:
+        """Whether ``pod``, which the pods as read have, stands: a pod's ConfigMap is deleted
+        with the pod (its owner), so a pod whose ConfigMap ``map_name`` the cache saw
+        deleted stands only once the pods were listed afresh at or after that deletion."""
+        if self.uncached or map_name not in self.vanished:
+            return True
+        at = self.vanished[map_name]
+        return at is None or (self.listed is not None and self.listed >= at)
 
 
 #: Pods read with no cache in between: whatever they lack is gone.

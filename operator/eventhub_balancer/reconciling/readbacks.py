@@ -280,16 +280,22 @@ def unconfirmed(
 ) -> frozenset[str]:
     """The pods the record gives a partition, or a ConfigMap is written for, that the pods as
     read lack and that are not known to be gone (`observations.Departures`): a cache that has
-    not been shown them yet (its pod watch lags) must not make them gone. ``record_version``:
-    the version of the CR the record was read from."""
+    not been shown them yet (its pod watch lags) must not make them gone. With them, the pods
+    the record gives a partition that the pods as read have but whose ConfigMap was deleted
+    since the pods were last listed: it went with its pod, most likely, and a pod watch that
+    lags must not keep the partitions on a pod that is gone, nor have its ConfigMap written
+    again. ``record_version``: the version of the CR the record was read from."""
     if departures.uncached:
         return frozenset()
     present = fleet.states
-    unknown = {
-        entry.pod
-        for entry in recorded.values()
-        if entry.pod not in present and not departures.gone(entry.pod, seen_at=record_version)
-    }
+    unknown: set[str] = set()
+    for pod in {entry.pod for entry in recorded.values()}:
+        read = fleet.pods.get(pod)
+        if read is None:
+            if not departures.gone(pod, seen_at=record_version):
+                unknown.add(pod)
+        elif pod not in fleet.by_pod and not departures.confirmed(pod, map_name=read.map_name):
+            unknown.add(pod)
     for cm in fleet.stored.values():
         if cm.pod and cm.pod not in present and cm.pod not in unknown:
             version = int(cm.resource_version) if cm.resource_version.isdigit() else None

@@ -5,7 +5,8 @@ A roster is what one consumer's cycles read. Besides its shelves it keeps the ec
 for: each write's (uid, version) until the watch delivers that version or a newer one. An
 echo that does not come within `ECHO_SECONDS` means the watch lags or stalled, and the
 consumer is read afresh (``stale``). It also says which pods it saw leave that its record or
-ConfigMaps still name (`Roster.departed`), for the decision to take them for gone.
+ConfigMaps still name (`Roster.departed`), for the decision to take them for gone, and which
+ConfigMaps it saw deleted (`Roster.vanished`), for the decision to confirm their pods.
 
 An object is offered only to the rosters it may concern (`Rosters.candidates`): those whose
 selector's lookup key (`shelves.pod_lookup`) or consumer label the object carries, and those
@@ -64,7 +65,7 @@ class Roster:
         self.shelves = {
             CONSUMER: shelves.Shelf(lambda b: str(shelves.meta(b).get("name") or "") == name),
             PODS: shelves.Shelf(selects, departures=True),
-            CONFIGMAPS: shelves.Shelf(labelled),
+            CONFIGMAPS: shelves.Shelf(labelled, departures=True),
         }
         self.version = 0
         #: the pod index key its selector looks up (`shelves.pod_lookup`; `Rosters`)
@@ -101,6 +102,19 @@ class Roster:
             del departed[name]
         return frozenset(departed)
 
+    def vanished(self) -> Mapping[str, int | None]:
+        """The ConfigMaps seen deleted, by name, each with the version of its deletion. A
+        pod's ConfigMap goes with the pod (its owner), so a vanished one may be the only sign
+        of a pod the pod watch has not shown leaving yet (`readbacks.unconfirmed`). Those no
+        later than the last fresh listing of the pods are forgotten here: it confirmed their
+        pods, or showed them gone."""
+        vanished = self.shelves[CONFIGMAPS].departed
+        listed = self.shelves[PODS].listed
+        settled = [n for n, at in vanished.items() if at is None or (listed or 0) >= at]
+        for name in settled:
+            del vanished[name]
+        return dict(vanished)
+
     @contextlib.contextmanager
     def asking(self, kind: str) -> Iterator[None]:
         """Around a request whose answer enters the shelf of ``kind`` (a fresh read, a write):
@@ -118,9 +132,12 @@ class Roster:
     def offer(self, kind: str, body: Body, *, deleted: bool = False, echo: bool = False) -> bool:
         """A body from the watch (``echo``: it may be the echo of a write), a write or a read;
         whether the roster changed."""
+        own = deleted and echo and self._deleting(kind, body)
         if echo:
             self._echoed(kind, body, deleted=deleted)
         changed = self.shelves[kind].offer(body, deleted=deleted, watched=echo)
+        if own:  # the operator's own deletion says nothing of the pod (`vanished`)
+            self.shelves[kind].departed[str(shelves.meta(body).get("name") or "")] = None
         self.version += changed
         return changed
 
@@ -191,6 +208,11 @@ class Roster:
                 kinds.add(key[0])
                 self.echoes[key] = dataclasses.replace(echo, since=now)
         return kinds
+
+    def _deleting(self, kind: str, body: Body) -> bool:
+        """Whether ``body``'s deletion is one the operator made and awaits the echo of."""
+        echo = self.echoes.get((kind, str(shelves.meta(body).get("uid") or "")))
+        return echo is not None and echo.version is None
 
     def _echoed(self, kind: str, body: Body, *, deleted: bool) -> None:
         uid = str(shelves.meta(body).get("uid") or "")

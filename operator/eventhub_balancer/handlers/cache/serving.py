@@ -186,7 +186,9 @@ class CachedKube:
         if roster is None:
             return observations.UNCACHED  # read through: what they lack is gone
         return observations.Departures(
-            listed=roster.shelves[shelves.PODS].listed, departed=roster.departed()
+            listed=roster.shelves[shelves.PODS].listed,
+            departed=roster.departed(),
+            vanished=roster.vanished(),
         )
 
     def forget_pods(self, *, namespace: str, name: str) -> None:

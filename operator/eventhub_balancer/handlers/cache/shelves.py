@@ -103,12 +103,13 @@ class Shelf:
 
     def __init__(self, belongs: Callable[[Body], bool], *, departures: bool = False) -> None:
         self.belongs = belongs
-        #: whether the names removed are kept in ``departed`` (the pods' shelf)
+        #: whether the names removed are kept in ``departed`` (the pods' and ConfigMaps' shelves)
         self.departures = departures
         self.items: dict[str, Body] = {}
         self.floors: collections.OrderedDict[str, int | None] = collections.OrderedDict()
-        #: the names removed (deleted, or gone from the scope), newest last: known gone
-        self.departed: collections.OrderedDict[str, None] = collections.OrderedDict()
+        #: the names removed (deleted, or gone from the scope), newest last, each with the
+        #: version it was removed at: known gone
+        self.departed: collections.OrderedDict[str, int | None] = collections.OrderedDict()
         #: the version of the last fresh listing of the shelf's scope; None: never listed
         self.listed: int | None = None
         #: the highest version the watch delivered
@@ -178,7 +179,7 @@ class Shelf:
         while len(self.floors) > MAX_FLOORS:
             self.floors.popitem(last=False)
         if self.departures:
-            self.departed[name] = None
+            self.departed[name] = at
             self.departed.move_to_end(name)
             while len(self.departed) > MAX_FLOORS:
                 self.departed.popitem(last=False)
