@@ -131,3 +131,22 @@ def test_a_configmap_the_operator_deleted_or_that_came_back_has_not_vanished() -
     r.offer(shelves.CONFIGMAPS, body("cm-b", 6), deleted=True)
     assert r.offer(shelves.CONFIGMAPS, body("cm-b", 8, uid="again"))  # written again
     assert r.vanished() == {}
+
+
+def test_a_write_that_changed_nothing_awaits_no_echo() -> None:
+    """The status a decision writes first, as its precondition, often changes nothing: the
+    API server answers with the version the watch already delivered, and no event follows.
+    Awaiting one took a healthy watch for a late one 5 s later, and read everything afresh."""
+    r = roster()
+    r.offer(shelves.CONSUMER, body("orders", 21), echo=True)  # the watch is at 21
+    r.wrote(shelves.CONSUMER, body("orders", 21), now=0)  # a patch that changed nothing
+    assert r.overdue(now=100) == set()
+
+
+def test_a_write_whose_echo_came_before_its_answer_awaits_nothing_more() -> None:
+    r = roster()
+    r.offer(shelves.CONFIGMAPS, body("cm", 7), echo=True)  # the event, ahead of the answer
+    r.wrote(shelves.CONFIGMAPS, body("cm", 7), now=0)
+    assert r.overdue(now=100) == set()
+    r.wrote(shelves.CONFIGMAPS, body("cm", 9), now=0)  # a change the watch has not shown
+    assert r.overdue(now=100) == {shelves.CONFIGMAPS}

@@ -142,11 +142,14 @@ class Roster:
         return changed
 
     def wrote(self, kind: str, body: Body, *, now: float) -> bool:
-        """The response of the operator's own write: served at once, its echo awaited."""
-        meta = shelves.meta(body)
-        uid = str(meta.get("uid") or "")
-        if uid:
-            self.echoes[kind, uid] = Echo(uid=uid, version=shelves.version(body), since=now)
+        """The response of the operator's own write: served at once, its echo awaited, unless
+        the watch already delivered that version: a write that changed nothing (such as the
+        status a decision writes first, as its precondition) keeps the object's version, and
+        no event follows it; and a stream is in order, so an event at or past it came."""
+        uid = str(shelves.meta(body).get("uid") or "")
+        version = shelves.version(body)
+        if uid and shelves.newer(version, self.shelves[kind].watermark):
+            self.echoes[kind, uid] = Echo(uid=uid, version=version, since=now)
         return self.offer(kind, body)
 
     def deleted(self, kind: str, *, name: str, uid: str, now: float) -> bool:
