@@ -184,8 +184,7 @@ def _run(settings: Settings) -> Report:
             daemon=True,
         )
         watcher.start()
-        world.cluster.secret("eh", "cs", hubs)
-        world.cluster.secret("blob", "cs", store)
+        world.cluster.credentials(hubs=hubs, store=store)
         doubles = processes.Child(
             "doubles", "--kubeconfig", str(kubeconfig), "--namespace", churnedworlds.NAMESPACE
         )

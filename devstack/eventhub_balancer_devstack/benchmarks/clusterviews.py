@@ -131,6 +131,12 @@ class Cluster:
         }
         self.core.create_namespaced_secret(self.namespace, body, _preload_content=False)
 
+    def credentials(self, *, hubs: str, store: str) -> None:
+        """The Secrets `consumer_body` names: ``eh`` (the Event Hubs connection string) and
+        ``blob`` (the checkpoint store's)."""
+        self.secret("eh", "cs", hubs)
+        self.secret("blob", "cs", store)
+
     def consumer(self, name: str, *, app: str, secret: str, interval: int) -> None:
         body = consumer_body(name, hub=name, app=app, secret=secret, interval=interval)
         self.custom.create_namespaced_custom_object(

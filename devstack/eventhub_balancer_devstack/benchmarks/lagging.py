@@ -192,8 +192,7 @@ def run(settings: Settings) -> Report:
         api = watching.client(kubeconfig)
         cluster = clusterviews.Cluster(api, ns)
         cluster.ensure_namespace()
-        cluster.secret("eh", "cs", connection_string)
-        cluster.secret("blob", "cs", store)
+        cluster.credentials(hubs=connection_string, store=store)
         cluster.consumer(CONSUMER, app=APP, secret="eh", interval=settings.interval_seconds)
         members = {f"{CONSUMER}-c-{i}" for i in range(settings.pods)}
         for name in sorted(members):

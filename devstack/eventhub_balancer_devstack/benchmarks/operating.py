@@ -196,8 +196,7 @@ def run(settings: Settings) -> Report:
             target=watching.watch_configmaps, args=(api, ns, stopped, view.on_body), daemon=True
         )
         watcher.start()
-        cluster.secret("eh", "cs", connection_string)
-        cluster.secret("blob", "cs", store)
+        cluster.credentials(hubs=connection_string, store=store)
         members = {f"c-{i}" for i in range(settings.pods)}
         with concurrent.futures.ThreadPoolExecutor(SETUP_WORKERS) as pool:
             for i, name in enumerate(names):
