@@ -1,16 +1,16 @@
 """The files one pod deletion visits, from its watch event to the first ConfigMap write.
 
 The operator runs on the local API server as in the other wire tests. Once it is steady, a pod
-is deleted, and a profiler on the operator's thread records every function of the product
-that runs from the moment the pod's DELETED event reaches the operator's handler
+is deleted, and a tracer on the operator's thread records every function and line of the
+product that runs from the moment the pod's DELETED event reaches the operator's handler
 (`kopfwiring`'s ``pod_changed``) until the first ConfigMap write leaves the Kubernetes
 adapter. Calls of the tasks that run beside the path (`BESIDE`), and of loop callbacks that
 run outside every task, are left out.
 
 This is the measure of issue 38's target ("following one pod deletion visits at most 15
 files", counted over ``handlers/`` and ``reconciling/``, as that issue counted them). Run with
-``-s`` to see the files; the test fails when the path grows beyond what it visits today, so a
-change that lengthens it says so.
+``-s`` to see the files, and how many of their lines the deletion runs; the test fails when
+the path grows beyond what it visits today, so a change that lengthens it says so.
 """
 
 from __future__ import annotations
@@ -18,11 +18,13 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import pytest
 
+import eventhub_balancer
 from tests.support.fixtures.operator import ConsumerDouble, Stack, wait_for
 
 pytestmark = pytest.mark.slow
@@ -47,7 +49,8 @@ CEILING = 24
 
 
 class PathTrace:
-    """A profiler for the operator's thread: the product's files in the order first entered."""
+    """A tracer for the operator's thread: the product's files in the order first entered,
+    each with the functions it ran and the lines it ran."""
 
     def __init__(self, victim: str) -> None:
         self.victim = victim
@@ -55,30 +58,40 @@ class PathTrace:
         self.started = False
         self.done = threading.Event()
         self.files: dict[str, list[str]] = {}
+        self.lines: dict[str, set[int]] = {}
 
-    def __call__(self, frame: FrameType, event: str, arg: Any) -> None:
+    def __call__(self, frame: FrameType, event: str, arg: Any) -> Any:
         if event != "call" or self.done.is_set() or not self.armed:
-            return
+            return None
         path = frame.f_code.co_filename
         if PACKAGE not in path or "eventhub_balancer_devstack" in path:
-            return
+            return None
         name = frame.f_code.co_name
         if not self.started:
             kwargs = frame.f_locals.get("kwargs") or {}
             if name == "pod_changed" and kwargs.get("type") == "DELETED":
                 self.started = kwargs.get("name") == self.victim
             if not self.started:
-                return
+                return None
         task = _task_name()
         # Outside every task runs a loop callback, such as the done callback of a task beside
         # the path (a growth listing ending): the path's steps all run in the pod watch's
         # worker and the consumer's daemon.
         if task is None or task.startswith(BESIDE):
-            return
+            return None
         relative = path.split(PACKAGE, 1)[1]
         self.files.setdefault(relative, []).append(name)
+        ran = self.lines.setdefault(relative, set())
+        ran.add(frame.f_code.co_firstlineno)
         if name in WRITES and relative == "adapters/kubeapi.py":
             self.done.set()
+
+        def line(frame: FrameType, event: str, arg: Any) -> Any:
+            if event == "line" and not self.done.is_set():
+                ran.add(frame.f_lineno)
+            return line
+
+        return line
 
 
 def _task_name() -> str | None:
@@ -99,12 +112,12 @@ def test_a_pod_deletion_reaches_the_configmap_write_through_few_files(
     for i in range(4):
         stack.pod(ns, f"c-{i}")
     trace = PathTrace("c-3")
-    threading.setprofile(trace)  # the operator's thread, started next, runs under it
+    threading.settrace(trace)  # the operator's thread, started next, runs under it
     try:
         # The hub is listed afresh only once a minute: no listing falls on the path by chance.
         stack.start_operator(namespaces=(ns,), refresh_seconds=60.0)
     finally:
-        threading.setprofile(None)
+        threading.settrace(None)
     with ConsumerDouble(stack.kube, ns):
         wait_for(lambda: sorted(stack.counts(ns).values()) == [8] * 4, what="4 x 8")
         wait_for(lambda: stack.balanced(ns), what="balanced")
@@ -113,7 +126,11 @@ def test_a_pod_deletion_reaches_the_configmap_write_through_few_files(
         stack.delete_pod(ns, "c-3")
         assert trace.done.wait(15.0), "no ConfigMap write after the deletion"
     counted = [f for f in trace.files if f.startswith(COUNTED)]
-    print(f"\n{len(trace.files)} product files, {len(counted)} of handlers/ and reconciling/:")
+    root = Path(eventhub_balancer.__file__).parent
+    held = sum(len((root / f).read_text().splitlines()) for f in counted)
+    ran = sum(len(trace.lines[f]) for f in counted)
+    print(f"\n{len(trace.files)} product files, {len(counted)} of handlers/ and reconciling/")
+    print(f"(the deletion ran {ran} of the {held} lines those {len(counted)} hold):")
     for path, names in trace.files.items():
         print(f"  {path}: {', '.join(dict.fromkeys(names))}")
     assert trace.files, "the trace saw nothing"
