@@ -46,7 +46,7 @@ def test_rows_pair_local_and_real_records(tmp_path: Path) -> None:
     assert "| 1,024 x 512: requests per steady cycle | 0 | 0 |" in lines
     # A local record that is missing is said so, not left blank.
     assert "| demo: lost / duplicates | not recorded | 0 / 0 |" in lines
-    assert "| chaos: epochs reused / decreased (2 seeds) | not recorded | 0 / 0 |" in lines
+    assert "| chaos: epochs reused / decreased | not recorded | 0 / 0 (2 seeds) |" in lines
     # Rows with no real-server record are left out.
     assert not [line for line in lines if line.startswith("| balance:")]
     # Every record shown is named with when and under what load it was taken.
@@ -60,7 +60,18 @@ def test_a_real_chaos_run_that_reused_an_epoch_shows(tmp_path: Path) -> None:
     record(tmp_path, "real-chaos-seed1", {"epoch_reuse": 0, "epochs_decreased": 0})
     record(tmp_path, "real-chaos-seed2", {"epoch_reuse": 3, "epochs_decreased": 1})
     text = records.render_name("servers", directory=tmp_path)
-    assert "| chaos: epochs reused / decreased (2 seeds) | not recorded | 3 / 1 |" in text
+    assert "| chaos: epochs reused / decreased | not recorded | 3 / 1 (2 seeds) |" in text
+
+
+def test_the_local_chaos_runs_are_summed_beside_the_real_ones(tmp_path: Path) -> None:
+    """The watch faults run only on the local API: its chaos records count as much."""
+    record(tmp_path, "real-chaos-seed1", {"epoch_reuse": 0, "epochs_decreased": 0})
+    for seed, reuse in ((1, 0), (2, 2), (3, 0)):
+        record(tmp_path, f"chaos-seed{seed}", {"epoch_reuse": reuse, "epochs_decreased": 0})
+    text = records.render_name("servers", directory=tmp_path)
+    assert "| chaos: epochs reused / decreased | 2 / 0 (3 seeds) | 0 / 0 (1 seed) |" in text
+    assert "- `chaos-seed1` to `chaos-seed3` (3 runs), the first: Recorded" in text
+    assert "- `real-chaos-seed1` to `real-chaos-seed1` (1 run), the first: Recorded" in text
 
 
 def test_a_real_server_record_reads_as_its_local_counterpart(tmp_path: Path) -> None:

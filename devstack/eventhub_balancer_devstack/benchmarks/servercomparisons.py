@@ -89,22 +89,38 @@ def _value(name: str, keys: tuple[str, ...], directory: Path, read: ReadResult) 
     return recordviews.number(recordviews.value_at(result, *keys))
 
 
-def _chaos(directory: Path, read: ReadResult) -> list[str] | None:
-    """One row over every ``real-chaos-*`` record: epochs reused and decreased, all seeds."""
-    found = sorted(directory.glob("real-chaos-*.json"))
-    if not found:
-        return None
+def _chaos_sums(paths: Sequence[Path], read: ReadResult) -> str:
+    """Epochs reused and decreased over the chaos records ``paths``, and how many seeds."""
     reuse = decreased = 0
-    for path in found:
+    for path in paths:
         result = read(path.stem)
         reuse += int(str(recordviews.value_at(result, "epoch_reuse") or 0))
         decreased += int(str(recordviews.value_at(result, "epochs_decreased") or 0))
-    local = sorted(p for p in directory.glob("chaos-*.json"))
+    return f"{reuse} / {decreased} ({_count(len(paths), 'seed')})"
+
+
+def _chaos(directory: Path, read: ReadResult) -> list[str] | None:
+    """One row over every chaos record, ``chaos-*`` (local, where the watch faults run too)
+    and ``real-chaos-*``: epochs reused and decreased, summed over the seeds."""
+    real = sorted(directory.glob("real-chaos-*.json"))
+    if not real:
+        return None
+    local = sorted(directory.glob("chaos-*.json"))
     return [
-        f"chaos: epochs reused / decreased ({len(found)} seeds)",
-        "not recorded" if not local else "see the chaos records",
-        f"{reuse} / {decreased}",
+        "chaos: epochs reused / decreased",
+        _chaos_sums(local, read) if local else "not recorded",
+        _chaos_sums(real, read),
     ]
+
+
+def _seeds_note(paths: Sequence[Path], caption: Caption) -> str:
+    """One line for a series of chaos seeds: the first's caption stands for how they ran."""
+    first, last = paths[0].stem, paths[-1].stem
+    return f"- `{first}` to `{last}` ({_count(len(paths), 'run')}), the first: {caption(first)}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def render(directory: Path, *, read: ReadResult, caption: Caption) -> str:
@@ -128,10 +144,9 @@ def render(directory: Path, *, read: ReadResult, caption: Caption) -> str:
     chaos = _chaos(directory, read)
     if chaos is not None:
         rows.append(chaos)
-        seeds = [p.stem for p in sorted(directory.glob("real-chaos-*.json"))]
-        # One line for the seeds: the first's caption stands for how they were taken.
-        notes.append(
-            f"- `{seeds[0]}` to `{seeds[-1]}` ({len(seeds)} runs), the first: {caption(seeds[0])}"
-        )
+        for pattern in ("chaos-*.json", "real-chaos-*.json"):
+            seeds = sorted(directory.glob(pattern))
+            if seeds:
+                notes.append(_seeds_note(seeds, caption))
     table = recordviews.table(["figure", "local API", "real control plane"], rows, numeric=1)
     return f"{table}\n\n{chr(10).join(notes)}\n"
