@@ -182,9 +182,9 @@ def test_stdout_is_exactly_one_json_document(
     if name == "bench lag":  # exits 1 when a round is over its target, with the figures
         document = json.loads(completed.stdout)
         assert completed.returncode == (0 if document["ok"] else 1), completed.stderr[-2000:]
-        # The deleted pod's partitions moved before its late DELETED event could arrive: the
-        # operator found the deletion itself, not through the lagging watch.
-        assert max(document["rounds_s"]) < document["lag_s"], document
+        # The lag took effect: the API server held watch events back. (That the operator
+        # finds a deletion behind it is held on fake time: tests/handlers/test_selfhealing.py.)
+        assert len(document["rounds_s"]) == 1, document
         assert document["watch_fault_effects"]["delayed"] > 0, document
         return
     assert completed.returncode == 0, completed.stderr[-2000:]
