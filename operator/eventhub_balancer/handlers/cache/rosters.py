@@ -132,12 +132,9 @@ class Roster:
     def offer(self, kind: str, body: Body, *, deleted: bool = False, echo: bool = False) -> bool:
         """A body from the watch (``echo``: it may be the echo of a write), a write or a read;
         whether the roster changed."""
-        own = deleted and echo and self._deleting(kind, body)
         if echo:
             self._echoed(kind, body, deleted=deleted)
         changed = self.shelves[kind].offer(body, deleted=deleted, watched=echo)
-        if own:  # the operator's own deletion says nothing of the pod (`vanished`)
-            self.shelves[kind].departed[str(shelves.meta(body).get("name") or "")] = None
         self.version += changed
         return changed
 
@@ -211,11 +208,6 @@ class Roster:
                 kinds.add(key[0])
                 self.echoes[key] = dataclasses.replace(echo, since=now)
         return kinds
-
-    def _deleting(self, kind: str, body: Body) -> bool:
-        """Whether ``body``'s deletion is one the operator made and awaits the echo of."""
-        echo = self.echoes.get((kind, str(shelves.meta(body).get("uid") or "")))
-        return echo is not None and echo.version is None
 
     def _echoed(self, kind: str, body: Body, *, deleted: bool) -> None:
         uid = str(shelves.meta(body).get("uid") or "")

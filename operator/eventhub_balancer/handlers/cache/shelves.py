@@ -179,7 +179,9 @@ class Shelf:
         while len(self.floors) > MAX_FLOORS:
             self.floors.popitem(last=False)
         if self.departures:
-            self.departed[name] = at
+            # A name removed again keeps the version of its first removal: the operator's own
+            # deletion (at None) stays its own when the watch brings its DELETED later.
+            self.departed.setdefault(name, at)
             self.departed.move_to_end(name)
             while len(self.departed) > MAX_FLOORS:
                 self.departed.popitem(last=False)
