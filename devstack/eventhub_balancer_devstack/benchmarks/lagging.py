@@ -39,6 +39,7 @@ from typing import Any, TypedDict
 
 import kubernetes.client
 
+from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps, specs
 from eventhub_balancer_devstack import clusters
 from eventhub_balancer_devstack.benchmarks import benchstacks, clusterviews, processes, watching
@@ -104,15 +105,24 @@ class Settings:
     seed: int = 1
 
     def __post_init__(self) -> None:
+        """`errors.InvalidInput` naming the ``ehb bench lag`` flag to change."""
         unknown = sorted(set(self.kinds) - set(KINDS))
         if unknown or not self.kinds:
-            raise ValueError(f"kinds: {unknown or 'none'}; one or more of {', '.join(KINDS)}")
-        if self.pods < 2 or self.partitions <= self.pods:
-            raise ValueError("need at least 2 pods and more partitions than pods")
-        if self.replicas < 1 or self.rounds < 1 or self.interval_seconds < 1:
-            raise ValueError("replicas, rounds and interval_seconds are at least 1")
+            given = ", ".join(unknown) or "none given"
+            raise errors.InvalidInput("--kinds", f"{given}: name one or more of {', '.join(KINDS)}")
         if not self.lag_seconds > 0:
-            raise ValueError("lag_seconds must be above 0")
+            raise errors.InvalidInput("--lag", "must be above 0 seconds")
+        if self.pods < 2:
+            raise errors.InvalidInput("--pods", "must be at least 2 (one is deleted in each round)")
+        if self.partitions <= self.pods:
+            raise errors.InvalidInput("--partitions", "must be more than --pods")
+        for flag, value in (
+            ("--replicas", self.replicas),
+            ("--rounds", self.rounds),
+            ("--interval", self.interval_seconds),
+        ):
+            if value < 1:
+                raise errors.InvalidInput(flag, "must be at least 1")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
