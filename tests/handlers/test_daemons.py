@@ -10,14 +10,16 @@ from __future__ import annotations
 import asyncio
 import datetime
 import itertools
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import kopf
 import pytest
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps
-from eventhub_balancer.handlers import cycles, registering
+from eventhub_balancer.handlers import cycles, kopfwiring, registering
 from eventhub_balancer.reconciling import decisions
 from tests.support import fakes, watches
 
@@ -375,3 +377,45 @@ async def test_a_first_conflict_decides_again_at_once_and_repeated_ones_back_off
     debounce, retry = registering.DEBOUNCE_SECONDS, registering.RETRY_SECONDS
     assert gaps == pytest.approx([debounce, retry, 2 * retry])
     assert refreshed == [KEY] * 3  # each conflict reads the consumer afresh
+
+
+async def test_a_stopping_operator_lets_the_cycle_in_flight_finish(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # kopf's own stop of a daemon on the operator's exit, with the daemon handler as
+    # `kopfwiring` registers it, while a cycle waits 2 s on a status write.
+    from kopf._core.engines import daemons as kopf_daemons
+    from kopf._core.intents import stoppers
+
+    daemon = Daemon(SPEC, "p-0")
+    written = daemon.kube.patch_consumer_status
+    writes: list[float] = []
+
+    async def slow_status_write(**kwargs: Any) -> Any:
+        await asyncio.sleep(2.0)
+        writes.append(loop_time())
+        return await written(**kwargs)
+
+    daemon.kube.patch_consumer_status = slow_status_write  # type: ignore[method-assign]
+    registry = kopfwiring.build_registry(daemon.operator)
+    [handler] = [h for h in registry._spawning.get_all_handlers() if h.id == "balance"]
+    stopper = stoppers.DaemonStopper()
+    task = asyncio.create_task(
+        registering.run_daemon(
+            daemon.operator, namespace=NS, name=NAME, spec=SPEC, stopped=stopper.async_waiter
+        )
+    )
+    await asyncio.sleep(1.0)  # the first cycle is in its status write
+    assert writes == []
+    await kopf_daemons.stop_daemon(
+        settings=kopf.OperatorSettings(),
+        daemon=kopf_daemons.Daemon(
+            task=task, logger=logging.getLogger("kopf.objects"), handler=handler, stopper=stopper
+        ),
+        reason=stoppers.DaemonStoppingReason.OPERATOR_EXITING,
+    )
+    assert task.done()
+    assert not task.cancelled()
+    assert writes == [pytest.approx(2.0)]  # the write went out, and the daemon ended after it
+    assert loop_time() == pytest.approx(2.0)
+    assert "cancelled" not in caplog.text
