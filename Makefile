@@ -136,7 +136,7 @@ figures: install
 	$(RECORD) --refresh README.md
 
 # The scale series (docs/scale.md): the operator from 32 partitions to 1,024 x 512 pods, and 100
-# consumers on one operator; a few minutes.
+# to 1,000 consumers on one operator; a few minutes, and about 4 more for the 1,000.
 figures-scale: install
 	$(RECORD) scale-32x31 -- ehb bench operator --json --rounds 3 --partitions 32 --pods 31
 	$(RECORD) scale-256x255 -- ehb bench operator --json --rounds 3 --partitions 256 --pods 255
@@ -144,6 +144,7 @@ figures-scale: install
 	$(RECORD) scale-1024x512 -- ehb bench operator --json --rounds 3 --partitions 1024 --pods 512
 	$(RECORD) scale-100x10x32 -- ehb bench operator --json --rounds 3 --consumers 100 --pods 10 --partitions 32
 	$(RECORD) scale-300x4x8 -- ehb bench operator --json --rounds 1 --consumers 300 --pods 4 --partitions 8
+	$(RECORD) scale-1000x4x8 -- ehb bench operator --json --rounds 1 --consumers 1000 --pods 4 --partitions 8 --interval 10
 	$(RECORD) decide -- ehb bench decide --json
 
 # The side-by-side run against the SDK's balancer takes about 8 minutes.
