@@ -32,8 +32,9 @@ WATCH_INACTIVITY_SECONDS = 10.0
 #: When the operator stops (or pauses for a peer, or the CR goes), a daemon whose cycle is in
 #: flight gets this long to finish it before kopf cancels it: a cycle takes milliseconds, and one
 #: waiting on a dependency ends within its calls' own 10 s bound. Cancelling is safe too (the
-#: writes are ordered for a crash at any point), but it makes kopf log a warning per daemon, and
-#: on a busy operator that was most of them: 635 of 1,000 consumers on one stop.
+#: writes are ordered for a crash at any point), but it makes kopf log a warning per daemon:
+#: 635 of 1,000 consumers at the end of a bench run without this, 159 with it (an operator
+#: short of CPU has more cycles in flight than it can finish in 5 s).
 CYCLE_FINISH_SECONDS = 5.0
 #: The names of kopf's indexes (the rosters start from them: `cache.tracking.Following`).
 INDEXES = {
