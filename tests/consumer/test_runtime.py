@@ -368,6 +368,28 @@ async def test_a_handler_that_never_returns_is_abandoned_after_the_release_timeo
     assert recorder.done == []
 
 
+async def test_a_handler_that_returns_at_the_release_deadline_is_not_abandoned(
+    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
+) -> None:
+    # The call ends in the loop turn of the release deadline: it finished, so its batch is
+    # checkpointed before the release is acknowledged, and the next owner repeats nothing.
+    # (Found by tests/consumer/test_handoff_model.py: the timeout used to win the tie.)
+    fake_hub.append("0", 4)
+    recorder = consumerfakes.Recorder()
+    recorder.duration = 25.0
+    batch = partitions.BatchSettings(batch_size=10, max_wait=0.05, release_timeout=20)
+    async with running(fake_hub, fake_store, recorder, batch=batch) as (_, source):
+        source.put(consumerfakes.configmap(1, {"0": (1, "owned")}))
+        await consumerfakes.eventually(lambda: recorder.calls == 1)
+        [(started, _)] = recorder.starts
+        await asyncio.sleep(started + 5.0 - now())
+        source.put(consumerfakes.configmap(2, {"0": (1, "revoking")}))  # deadline: started + 25
+        async with asyncio.timeout(30):
+            await source.wait_for(generation=2, released={"0": 1})
+    assert recorder.done == [("0", n) for n in range(4)]
+    assert fake_store.blobs["0"].sequence_number == 3
+
+
 async def test_shutdown_abandons_a_handler_that_never_returns_within_its_budget(
     fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
 ) -> None:

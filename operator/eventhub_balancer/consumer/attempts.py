@@ -284,6 +284,10 @@ class BatchAttempts:
                     async with asyncio.timeout_at(deadline):
                         await asyncio.wait({call})
                 except TimeoutError:
+                    if call.done() and not call.cancelled():
+                        # It ended in the loop turn of the deadline, before the timeout
+                        # could cancel it: it finished (or failed) and was not abandoned.
+                        break
                     await self._abandon(call, deadline=deadline)
                     return False
             else:
