@@ -272,9 +272,13 @@ class PartitionWorker:
             return self._finish("error")
         finally:
             self.fenced.set()
-            if self._writing is not None and not self._writing.done():
-                self._writing.cancel()
-                await asyncio.gather(self._writing, return_exceptions=True)
+            writing, self._writing = self._writing, None
+            if writing is not None:
+                # One in flight is cancelled. One that ended (with OwnershipLost, when the link
+                # was stolen first) is collected too, so asyncio does not report its error as
+                # never retrieved: the worker already ended for the same reason.
+                writing.cancel()
+                await asyncio.gather(writing, return_exceptions=True)
             if receiver is not None:
                 await receiver.close()
 
