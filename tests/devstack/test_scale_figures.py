@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from eventhub_balancer import errors
-from eventhub_balancer_devstack.benchmarks import records
+from eventhub_balancer_devstack.benchmarks import operating, records
 
 
 def write(directory: Path, name: str, result: dict[str, object]) -> None:
@@ -51,3 +51,22 @@ def test_a_series_without_records_names_what_to_record(tmp_path: Path) -> None:
 def test_the_recorded_scale_runs_render() -> None:
     page = records.expand("<!-- figures: scale -->", directory=records.DIRECTORY)
     assert "requests / steady cycle" in page
+
+
+def test_the_steady_cpu_is_the_operators_cpu_per_second_of_the_steady_window() -> None:
+    report = operating.Report(
+        settings=operating.Settings(),
+        rounds=(operating.Round(join_s=0.1, leave_s=0.1, deleted_s=0.1),),
+        steady_writes=0,
+        steady_requests=0,
+        steady_seconds=40.0,
+        steady_cpu_s=10.0,
+        steady_cycles=60,
+        cycle_cpu_s=0.002,
+        rss_mb=100.0,
+        relist_lists=2,
+    )
+    figures = report.figures()
+    assert figures["steady_cpu_cores"] == 0.25
+    # A cycle's share is measured over the rounds, apart from it.
+    assert figures["cycle_cpu_ms"] == 2.0

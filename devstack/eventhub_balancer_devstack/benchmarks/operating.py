@@ -74,7 +74,12 @@ class Figures(TypedDict):
     steady_state_requests_per_cycle: float
     #: The pods LISTs that the periodic relisting makes beside the cycles, per minute.
     relisting_lists_per_minute: float
+    #: The operator's CPU time over the rounds divided by the cycles in them: with a long
+    #: interval few cycles run, so it carries more of what runs beside them.
     cycle_cpu_ms: float
+    #: The operator's CPU seconds per second while nothing changes (every consumer's cycles,
+    #: the relisting, the probes, kopf): what its CPU request is sized from.
+    steady_cpu_cores: float
     operator_rss_mb: float
     relist_lists_per_consumer: float
     #: Per kind of step (join, planned_leave, deleted_pod), where its time went (`stages`).
@@ -111,6 +116,8 @@ class Report:
     #: The pods LISTs of the periodic relisting during the steady window, and its length.
     steady_relistings: int = 0
     steady_seconds: float = 0.0
+    #: The operator's CPU time over the steady window.
+    steady_cpu_s: float = 0.0
     steady_cycles: int
     cycle_cpu_s: float
     rss_mb: float
@@ -139,6 +146,9 @@ class Report:
             if self.steady_seconds
             else 0.0,
             "cycle_cpu_ms": round(self.cycle_cpu_s * 1000, 2),
+            "steady_cpu_cores": round(self.steady_cpu_s / self.steady_seconds, 3)
+            if self.steady_seconds
+            else 0.0,
             "operator_rss_mb": self.rss_mb,
             "relist_lists_per_consumer": round(self.relist_lists / self.settings.consumers, 3),
             "stages": {step: stages.figures(found) for step, found in self.stage_durations.items()},
@@ -266,6 +276,7 @@ def run(settings: Settings) -> Report:
         - (after["relistings"] - before["relistings"]),
         steady_relistings=after["relistings"] - before["relistings"],
         steady_seconds=after_at - before_at,
+        steady_cpu_s=after["cpu_s"] - before["cpu_s"],
         steady_cycles=steady_cycles,
         cycle_cpu_s=(end["cpu_s"] - start["cpu_s"]) / max(1, end["cycles"] - start["cycles"]),
         rss_mb=float(end["rss_mb"]),

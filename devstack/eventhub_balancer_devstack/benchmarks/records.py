@@ -247,6 +247,7 @@ OPERATOR_COLUMNS: tuple[tuple[str, str], ...] = (
     ("deleted_pod_reassigned_s", "deleted pod (s)"),
     ("steady_state_requests_per_cycle", "requests / steady cycle"),
     ("cycle_cpu_ms", "CPU / cycle (ms)"),
+    ("steady_cpu_cores", "CPU, steady (cores)"),
     ("operator_rss_mb", "RSS (MB)"),
     ("relist_lists_per_consumer", "LISTs / consumer after a re-list"),
 )

@@ -111,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
             f"{TARGET_STEADY_REQUESTS:g}",
         ),
         ("operator CPU per cycle", f"{figures['cycle_cpu_ms']:.2f} ms", "-"),
+        ("operator CPU, steady", f"{figures['steady_cpu_cores']:.2f} cores", "-"),
         ("operator resident memory", f"{figures['operator_rss_mb']:.0f} MB", "-"),
         (
             "LISTs per consumer, re-list",

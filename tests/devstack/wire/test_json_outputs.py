@@ -194,6 +194,7 @@ def test_stdout_is_exactly_one_json_document(
         assert document["steady_state_requests_per_cycle"] == 0, document
         assert document["steady_state_writes_per_cycle"] == 0, document
         assert document["operator_rss_mb"] > 0, document
+        assert document["steady_cpu_cores"] > 0, document
     if name == "bench soak":
         # Every event sent was processed once, and the consumer's process tree was sampled.
         assert (document["lost"], document["duplicates"]) == (0, 0), document
