@@ -150,3 +150,23 @@ def test_a_write_whose_echo_came_before_its_answer_awaits_nothing_more() -> None
     assert r.overdue(now=100) == set()
     r.wrote(shelves.CONFIGMAPS, body("cm", 9), now=0)  # a change the watch has not shown
     assert r.overdue(now=100) == {shelves.CONFIGMAPS}
+
+
+def test_the_cache_keeps_no_managed_fields() -> None:
+    # A real API server lists one field tree per writer of an object; nothing reads them, and
+    # parsed they are many small dicts per pod, ConfigMap and CR (the operator's memory at
+    # 1,000 consumers was twice the local API's, which sends none).
+    r = roster()
+    managed = body("a", 7)
+    managed["metadata"]["managedFields"] = [
+        {"manager": "kubelet", "operation": "Update", "fieldsV1": {"f:status": {}}}
+    ]
+    managed["status"] = {"phase": "Running"}
+    assert r.offer(shelves.PODS, managed)
+    [kept] = r.items(shelves.PODS)
+    assert "managedFields" not in kept["metadata"]
+    assert kept["metadata"]["labels"] == {"app": "c"}
+    assert kept["status"] == {"phase": "Running"}
+    assert "managedFields" in managed["metadata"]  # what was offered is left as it was
+    plain = body("b", 8)
+    assert shelves.kept(plain) is plain  # a body without them is kept as it is

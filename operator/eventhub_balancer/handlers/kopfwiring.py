@@ -117,7 +117,7 @@ def build_registry(runtime: registering.Operator) -> kopf.OperatorRegistry:
         specs.GROUP, specs.VERSION, specs.PLURAL, registry=registry, id=INDEXES[shelves.CONSUMERS]
     )
     async def index_consumer(**kwargs: Any) -> dict[Any, Any]:
-        return {shelves.consumer_key(kwargs["namespace"], kwargs["name"]): dict(kwargs["body"])}
+        return {shelves.consumer_key(kwargs["namespace"], kwargs["name"]): kept(kwargs["body"])}
 
     @kopf.index(
         specs.GROUP, specs.VERSION, specs.PLURAL, registry=registry, id=INDEXES[shelves.PEERS]
@@ -127,7 +127,7 @@ def build_registry(runtime: registering.Operator) -> kopf.OperatorRegistry:
 
     @kopf.index("", "v1", "pods", registry=registry, id=INDEXES[shelves.PODS])
     async def index_pod(**kwargs: Any) -> dict[Any, Any]:
-        body = dict(kwargs["body"])
+        body = kept(kwargs["body"])
         keys = shelves.pod_keys(kwargs["namespace"], kwargs["labels"])
         return {key: body for key in keys}  # one object under every key
 
@@ -141,11 +141,11 @@ def build_registry(runtime: registering.Operator) -> kopf.OperatorRegistry:
     )
     async def index_configmap(**kwargs: Any) -> dict[Any, Any]:
         key = shelves.configmap_key(kwargs["namespace"], kwargs["labels"])
-        return {} if key is None else {key: dict(kwargs["body"])}
+        return {} if key is None else {key: kept(kwargs["body"])}
 
     @kopf.on.event(specs.GROUP, specs.VERSION, specs.PLURAL, registry=registry)
     async def consumer_changed(**kwargs: Any) -> None:
-        body = dict(kwargs["body"])
+        body = kept(kwargs["body"])
         runtime.observed(shelves.CONSUMERS, body, kwargs["type"])
         key = (kwargs["namespace"], kwargs["name"])
         if kwargs["type"] == "DELETED":
@@ -156,9 +156,7 @@ def build_registry(runtime: registering.Operator) -> kopf.OperatorRegistry:
 
     @kopf.on.event("", "v1", "pods", registry=registry)
     async def pod_changed(**kwargs: Any) -> None:
-        # A plain dict: kopf's body view resolves every key it is asked for, and the rosters
-        # ask a few keys of every event.
-        runtime.observed(shelves.PODS, dict(kwargs["body"]), kwargs["type"])
+        runtime.observed(shelves.PODS, kept(kwargs["body"]), kwargs["type"])
 
     @kopf.on.event(
         "",
@@ -168,9 +166,17 @@ def build_registry(runtime: registering.Operator) -> kopf.OperatorRegistry:
         labels={configmaps.LABEL_MANAGED_BY: configmaps.MANAGED_BY},
     )
     async def configmap_changed(**kwargs: Any) -> None:
-        runtime.observed(shelves.CONFIGMAPS, dict(kwargs["body"]), kwargs["type"])
+        runtime.observed(shelves.CONFIGMAPS, kept(kwargs["body"]), kwargs["type"])
 
     return registry
+
+
+def kept(body: Mapping[str, Any]) -> dict[str, Any]:
+    """A plain dict of kopf's body (its view resolves every key it is asked for, and the
+    rosters ask a few keys of every event), as the cache keeps it (`shelves.kept`)."""
+    plain = dict(body)
+    trimmed = shelves.kept(plain)
+    return trimmed if isinstance(trimmed, dict) else plain
 
 
 def peer_entry(namespace: str, name: str, body: Mapping[str, Any]) -> dict[Any, Any]:

@@ -56,6 +56,19 @@ CONSUMERS = "consumers"
 PEERS = "peers"
 
 
+def kept(body: Body) -> Body:
+    """``body`` as the cache keeps it: without ``metadata.managedFields``, which the operator
+    never reads and a real API server fills with one field tree per writer of the object (a
+    pod's kubelet, a ConfigMap's pod and operator), parsed into many small dicts. A body
+    without them is kept as it is."""
+    metadata = body.get("metadata")
+    if not isinstance(metadata, Mapping) or "managedFields" not in metadata:
+        return body
+    trimmed = dict(body)
+    trimmed["metadata"] = {k: v for k, v in metadata.items() if k != "managedFields"}
+    return trimmed
+
+
 def version(body: Body) -> int | None:
     """The body's resourceVersion as a number; None when it is absent or not a number."""
     return number((body.get("metadata") or {}).get("resourceVersion"))
@@ -159,7 +172,7 @@ class Shelf:
             if current is not None or name in self.floors or (deleted and self.belongs(body)):
                 self._remove(name, at=seen)
             return current is not None
-        self.items[name] = body
+        self.items[name] = kept(body)
         self.floors.pop(name, None)
         self.departed.pop(name, None)
         return True
