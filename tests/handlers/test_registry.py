@@ -37,10 +37,12 @@ async def test_the_indexes_file_bodies_without_managed_fields() -> None:
             "labels": {"app": "c"},
             "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}],
         },
+        "spec": {"nodeName": "node-1", "containers": [{"name": "consumer"}]},
         "status": {"phase": "Running"},
     }
     filed = await index_pod.fn(body=pod, namespace="shop", labels=pod["metadata"]["labels"])
     assert filed
     for body in filed.values():
         assert "managedFields" not in body["metadata"]
+        assert body["spec"] == {"nodeName": "node-1"}  # all the operator reads of a pod's spec
         assert body["status"] == {"phase": "Running"}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from eventhub_balancer.contracts import podstates
 from eventhub_balancer.handlers.cache import rosters, shelves
 
 
@@ -170,3 +171,58 @@ def test_the_cache_keeps_no_managed_fields() -> None:
     assert "managedFields" in managed["metadata"]  # what was offered is left as it was
     plain = body("b", 8)
     assert shelves.kept(plain) is plain  # a body without them is kept as it is
+
+
+#: A pod as a real API server serves it (trimmed of its managed fields by the cache first).
+REAL_POD: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {
+        "name": "orders-7d9f8c6b5-x2k4q",
+        "namespace": "shop",
+        "uid": "0b7c",
+        "resourceVersion": "811",
+        "creationTimestamp": "2026-11-29T10:00:00Z",
+        "labels": {"app": "c", "pod-template-hash": "7d9f8c6b5"},
+        "ownerReferences": [{"kind": "ReplicaSet", "name": "orders-7d9f8c6b5", "uid": "r1"}],
+        "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}],
+    },
+    "spec": {
+        "nodeName": "node-1",
+        "serviceAccountName": "orders",
+        "containers": [
+            {
+                "name": "consumer",
+                "image": "consumer:1",
+                "env": [{"name": "EHB_CONSUMER", "value": "orders"}],
+                "volumeMounts": [{"name": "kube-api-access-abcde", "mountPath": "/var/run"}],
+            }
+        ],
+        "volumes": [{"name": "kube-api-access-abcde", "projected": {"sources": []}}],
+        "tolerations": [{"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}],
+    },
+    "status": {
+        "phase": "Running",
+        "conditions": [
+            {"type": "PodScheduled", "status": "True"},
+            {"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-29T10:00:05Z"},
+        ],
+        "containerStatuses": [{"name": "consumer", "ready": True, "restartCount": 0}],
+    },
+}
+
+
+def test_a_pod_is_kept_with_all_the_operator_reads_of_it_and_no_more() -> None:
+    kept = shelves.kept_pod(REAL_POD)
+    assert kept["spec"] == {"nodeName": "node-1"}
+    assert "managedFields" not in kept["metadata"]
+    assert kept["status"] == REAL_POD["status"]
+    assert podstates.state_inputs(kept) == podstates.state_inputs(REAL_POD)
+    assert podstates.pod_state(kept) == podstates.pod_state(REAL_POD)
+    unscheduled = {**REAL_POD, "spec": {}, "status": {"phase": "Pending"}}
+    assert podstates.pod_state(shelves.kept_pod(unscheduled)) == podstates.pod_state(unscheduled)
+    # The pods' shelf keeps them so; what was offered is left as it was.
+    r = roster()
+    assert r.offer(shelves.PODS, REAL_POD)
+    assert r.items(shelves.PODS) == [kept]
+    assert "containers" in REAL_POD["spec"]

@@ -15,7 +15,7 @@ built per operator instance, so that two operators (peering tests) can share a p
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
@@ -127,7 +127,7 @@ def build_registry(runtime: registering.Operator) -> kopf.OperatorRegistry:
 
     @kopf.index("", "v1", "pods", registry=registry, id=INDEXES[shelves.PODS])
     async def index_pod(**kwargs: Any) -> dict[Any, Any]:
-        body = kept(kwargs["body"])
+        body = kept(kwargs["body"], keep=shelves.kept_pod)
         keys = shelves.pod_keys(kwargs["namespace"], kwargs["labels"])
         return {key: body for key in keys}  # one object under every key
 
@@ -156,7 +156,7 @@ def build_registry(runtime: registering.Operator) -> kopf.OperatorRegistry:
 
     @kopf.on.event("", "v1", "pods", registry=registry)
     async def pod_changed(**kwargs: Any) -> None:
-        runtime.observed(shelves.PODS, kept(kwargs["body"]), kwargs["type"])
+        runtime.observed(shelves.PODS, kept(kwargs["body"], keep=shelves.kept_pod), kwargs["type"])
 
     @kopf.on.event(
         "",
@@ -171,11 +171,14 @@ def build_registry(runtime: registering.Operator) -> kopf.OperatorRegistry:
     return registry
 
 
-def kept(body: Mapping[str, Any]) -> dict[str, Any]:
+def kept(
+    body: Mapping[str, Any], *, keep: Callable[[shelves.Body], shelves.Body] = shelves.kept
+) -> dict[str, Any]:
     """A plain dict of kopf's body (its view resolves every key it is asked for, and the
-    rosters ask a few keys of every event), as the cache keeps it (`shelves.kept`)."""
+    rosters ask a few keys of every event), as the cache keeps it (`shelves.kept`,
+    `shelves.kept_pod`)."""
     plain = dict(body)
-    trimmed = shelves.kept(plain)
+    trimmed = keep(plain)
     return trimmed if isinstance(trimmed, dict) else plain
 
 

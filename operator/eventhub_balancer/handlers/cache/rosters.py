@@ -64,7 +64,7 @@ class Roster:
         self.scope = scope
         self.shelves = {
             CONSUMER: shelves.Shelf(lambda b: str(shelves.meta(b).get("name") or "") == name),
-            PODS: shelves.Shelf(selects, departures=True),
+            PODS: shelves.Shelf(selects, departures=True, keep=shelves.kept_pod),
             CONFIGMAPS: shelves.Shelf(labelled, departures=True),
         }
         self.version = 0

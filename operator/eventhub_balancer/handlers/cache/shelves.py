@@ -69,6 +69,22 @@ def kept(body: Body) -> Body:
     return trimmed
 
 
+#: What of a pod's spec the operator reads: the node it is scheduled on
+#: (`contracts.podstates`). The rest of a real pod's spec (containers, volumes, tolerations,
+#: the service account token's projection) is most of its body, and the cache holds one body
+#: per pod in kopf's index and one in each roster that selects it.
+POD_SPEC_READ = ("nodeName",)
+
+
+def kept_pod(body: Body) -> Body:
+    """A pod as the cache keeps it: `kept`, and of its spec only `POD_SPEC_READ`."""
+    trimmed = dict(kept(body))
+    spec = body.get("spec")
+    if isinstance(spec, Mapping):
+        trimmed["spec"] = {k: spec[k] for k in POD_SPEC_READ if k in spec}
+    return trimmed
+
+
 def version(body: Body) -> int | None:
     """The body's resourceVersion as a number; None when it is absent or not a number."""
     return number((body.get("metadata") or {}).get("resourceVersion"))
@@ -114,8 +130,16 @@ def news(kind: str, before: Body, after: Body, *, touched: Iterable[str] = ()) -
 class Shelf:
     """The bodies of one kind in one roster, by name, with the floors of names removed."""
 
-    def __init__(self, belongs: Callable[[Body], bool], *, departures: bool = False) -> None:
+    def __init__(
+        self,
+        belongs: Callable[[Body], bool],
+        *,
+        departures: bool = False,
+        keep: Callable[[Body], Body] = kept,
+    ) -> None:
         self.belongs = belongs
+        #: what of a body the shelf keeps (`kept`, `kept_pod`)
+        self.keep = keep
         #: whether the names removed are kept in ``departed`` (the pods' and ConfigMaps' shelves)
         self.departures = departures
         self.items: dict[str, Body] = {}
@@ -172,7 +196,7 @@ class Shelf:
             if current is not None or name in self.floors or (deleted and self.belongs(body)):
                 self._remove(name, at=seen)
             return current is not None
-        self.items[name] = kept(body)
+        self.items[name] = self.keep(body)
         self.floors.pop(name, None)
         self.departed.pop(name, None)
         return True
