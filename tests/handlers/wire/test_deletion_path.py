@@ -47,7 +47,7 @@ BESIDE = (
 COUNTED = ("handlers/", "reconciling/")
 #: What the path visits today (handlers/ and reconciling/): it must not grow unnoticed.
 CEILING = 24
-#: The lines of those files a deletion runs: about 1,490 today, and a run may take a branch
+#: The lines of those files a deletion runs: about 1,500 today, and a run may take a branch
 #: more or less (a re-list or an echo falling on the path), so the bound leaves a little room.
 #: Merging modules cannot hide growth from this bound, as it can from the file count.
 LINES_CEILING = 1_600
