@@ -42,7 +42,13 @@ import kubernetes.client
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps, specs
 from eventhub_balancer_devstack import clusters
-from eventhub_balancer_devstack.benchmarks import benchstacks, clusterviews, processes, watching
+from eventhub_balancer_devstack.benchmarks import (
+    benchstacks,
+    clusterviews,
+    operating,
+    processes,
+    watching,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -112,17 +118,15 @@ class Settings:
             raise errors.InvalidInput("--kinds", f"{given}: name one or more of {', '.join(KINDS)}")
         if not self.lag_seconds > 0:
             raise errors.InvalidInput("--lag", "must be above 0 seconds")
-        if self.pods < 2:
-            raise errors.InvalidInput("--pods", "must be at least 2 (one is deleted in each round)")
-        if self.partitions <= self.pods:
-            raise errors.InvalidInput("--partitions", "must be more than --pods")
-        for flag, value in (
-            ("--replicas", self.replicas),
-            ("--rounds", self.rounds),
-            ("--interval", self.interval_seconds),
-        ):
-            if value < 1:
-                raise errors.InvalidInput(flag, "must be at least 1")
+        operating.check_fleet(
+            pods=self.pods,
+            partitions=self.partitions,
+            counts=(
+                ("--replicas", self.replicas),
+                ("--rounds", self.rounds),
+                ("--interval", self.interval_seconds),
+            ),
+        )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -35,8 +35,10 @@ import logging
 import statistics
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any, TypedDict
 
+from eventhub_balancer import errors
 from eventhub_balancer.contracts import specs
 from eventhub_balancer_devstack import clusters
 from eventhub_balancer_devstack.benchmarks import (
@@ -84,6 +86,19 @@ class Figures(TypedDict):
     relist_lists_per_consumer: float
     #: Per kind of step (join, planned_leave, deleted_pod), where its time went (`stages`).
     stages: dict[str, stages.Stages]
+
+
+def check_fleet(*, pods: int, partitions: int, counts: Iterable[tuple[str, int]]) -> None:
+    """`errors.InvalidInput` naming the flag to change, for a bench that deletes a pod each
+    round (``ehb bench operator``, ``ehb bench lag``): ``counts`` are (flag, value) pairs that
+    must be at least 1."""
+    if pods < 2:
+        raise errors.InvalidInput("--pods", "must be at least 2 (one is deleted in each round)")
+    if partitions <= pods:
+        raise errors.InvalidInput("--partitions", "must be more than --pods")
+    for flag, value in counts:
+        if value < 1:
+            raise errors.InvalidInput(flag, "must be at least 1")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

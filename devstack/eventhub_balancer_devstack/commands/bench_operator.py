@@ -7,8 +7,6 @@ import argparse
 import json
 import sys
 
-from eventhub_balancer import errors
-
 COMMAND = ("bench", "operator")
 HELP = (
     "Run the operator on the local stack (API server, operator and consumer doubles as "
@@ -57,18 +55,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from eventhub_balancer_devstack.benchmarks import operating
 
-    if args.pods < 2:
-        raise errors.InvalidInput("--pods", "must be at least 2 (one is deleted in each round)")
-    if args.partitions <= args.pods:
-        raise errors.InvalidInput("--partitions", "must be more than --pods")
-    for flag, value in (
-        ("--rounds", args.rounds),
-        ("--consumers", args.consumers),
-        ("--interval", args.interval),
-        ("--steady-cycles", args.steady_cycles),
-    ):
-        if value < 1:
-            raise errors.InvalidInput(flag, "must be at least 1")
+    operating.check_fleet(
+        pods=args.pods,
+        partitions=args.partitions,
+        counts=(
+            ("--rounds", args.rounds),
+            ("--consumers", args.consumers),
+            ("--interval", args.interval),
+            ("--steady-cycles", args.steady_cycles),
+        ),
+    )
     settings = operating.Settings(
         partitions=args.partitions,
         pods=args.pods,
