@@ -177,9 +177,8 @@ def kept(
     """A plain dict of kopf's body (its view resolves every key it is asked for, and the
     rosters ask a few keys of every event), as the cache keeps it (`shelves.kept`,
     `shelves.kept_pod`)."""
-    plain = dict(body)
-    trimmed = keep(plain)
-    return trimmed if isinstance(trimmed, dict) else plain
+    trimmed = keep(dict(body))
+    return trimmed if isinstance(trimmed, dict) else dict(trimmed)
 
 
 def peer_entry(namespace: str, name: str, body: Mapping[str, Any]) -> dict[Any, Any]:

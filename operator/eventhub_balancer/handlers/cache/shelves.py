@@ -77,11 +77,14 @@ POD_SPEC_READ = ("nodeName",)
 
 
 def kept_pod(body: Body) -> Body:
-    """A pod as the cache keeps it: `kept`, and of its spec only `POD_SPEC_READ`."""
-    trimmed = dict(kept(body))
+    """A pod as the cache keeps it: `kept`, and of its spec only `POD_SPEC_READ`. A pod kept
+    so already (the watch handler trims it before the shelves see it) is not copied again."""
+    body = kept(body)
     spec = body.get("spec")
-    if isinstance(spec, Mapping):
-        trimmed["spec"] = {k: spec[k] for k in POD_SPEC_READ if k in spec}
+    if not isinstance(spec, Mapping) or spec.keys() <= set(POD_SPEC_READ):
+        return body
+    trimmed = dict(body)
+    trimmed["spec"] = {k: spec[k] for k in POD_SPEC_READ if k in spec}
     return trimmed
 
 
