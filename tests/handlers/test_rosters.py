@@ -226,3 +226,13 @@ def test_a_pod_is_kept_with_all_the_operator_reads_of_it_and_no_more() -> None:
     assert r.offer(shelves.PODS, REAL_POD)
     assert r.items(shelves.PODS) == [kept]
     assert "containers" in REAL_POD["spec"]
+
+
+def test_a_pod_is_kept_so_under_a_new_selector_too() -> None:
+    # A consumer's selector changed: its pods start afresh on a new shelf, kept the same way.
+    kept = rosters.Rosters()
+    r = roster()
+    kept.add(r, lookup=None, label="orders")
+    kept.rescope(r, scope="app=c,tier=1", lookup=None, selects=lambda b: True)
+    assert kept.offer(r, shelves.PODS, REAL_POD)
+    assert r.items(shelves.PODS) == [shelves.kept_pod(REAL_POD)]

@@ -41,6 +41,12 @@ class Echo:
     since: float
 
 
+def pod_shelf(selects: Callable[[Body], bool]) -> shelves.Shelf:
+    """A roster's pods: those its selector selects, each kept with what the operator reads of
+    a pod (`shelves.kept_pod`), and the names seen leaving."""
+    return shelves.Shelf(selects, departures=True, keep=shelves.kept_pod)
+
+
 class Roster:
     """What one consumer's cycles read: its CR, pods and ConfigMaps, and the echoes due.
 
@@ -64,7 +70,7 @@ class Roster:
         self.scope = scope
         self.shelves = {
             CONSUMER: shelves.Shelf(lambda b: str(shelves.meta(b).get("name") or "") == name),
-            PODS: shelves.Shelf(selects, departures=True, keep=shelves.kept_pod),
+            PODS: pod_shelf(selects),
             CONFIGMAPS: shelves.Shelf(labelled, departures=True),
         }
         self.version = 0
@@ -257,7 +263,7 @@ class Rosters:
         self.by_scope[roster.namespace, scope] = roster
         if lookup is not None:
             self._selecting.setdefault(lookup, set()).add(key)
-        roster.shelves[PODS] = shelves.Shelf(selects, departures=True)
+        roster.shelves[PODS] = pod_shelf(selects)
         roster.version += 1
 
     def remove(self, namespace: str, name: str) -> Roster | None:
