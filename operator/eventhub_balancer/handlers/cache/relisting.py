@@ -12,7 +12,9 @@ it (`rosters.Rosters.relisted`): what the listing lacks and is no newer leaves, 
 newer replaces the older body, and each consumer whose roster changed is woken. A pod
 deleted or relabelled under a lagging watch leaves its consumer within that bound, and the
 listing is also what tells a decision that a pod the record names is gone
-(`observations.Departures`).
+(`observations.Departures`). The LIST asks only for the pods some consumer there may select
+(`covering`): in a namespace shared with other workloads, their pods are neither sent nor
+parsed every 10 s.
 
 The cost, documented in docs/operator.md: one LIST of a namespace's pods per namespace and
 `RELIST_SECONDS`, beside the cycles; a steady cycle still makes no request. A failed listing
@@ -24,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterable
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import labelselectors
@@ -38,6 +40,9 @@ logger = logging.getLogger(__name__)
 RELIST_SECONDS = 10.0
 #: Every pod of a namespace: the rosters pick what their selectors match.
 EVERY_POD = labelselectors.Selector()
+#: The most values one ``key in (...)`` covering selector names; beyond, every pod is listed
+#: (a query string stays a few KB long).
+MAX_COVERED = 100
 
 Key = tuple[str, str]
 
@@ -90,11 +95,12 @@ class Relisting:
     async def relist_namespace(self, namespace: str) -> list[Key]:
         """List ``namespace``'s pods and offer them to its rosters; the consumers woken."""
         held = [r for (ns, _), r in self.kept.by_key.items() if ns == namespace]
+        selector = covering([r.lookup for r in held])
         with contextlib.ExitStack() as asking:
             for roster in held:
                 asking.enter_context(roster.asking(shelves.PODS))
             self.listings += 1
-            listing = await self.api.list_selected_pods(namespace=namespace, selector=EVERY_POD)
+            listing = await self.api.list_selected_pods(namespace=namespace, selector=selector)
             changed = self.kept.relisted(
                 namespace,
                 shelves.PODS,
@@ -113,3 +119,28 @@ class Relisting:
         for key in changed:
             self.wake(key)
         return changed
+
+
+def covering(lookups: Iterable[Hashable]) -> labelselectors.Selector:
+    """One selector that matches every pod the rosters of one namespace may select, given each
+    one's lookup key (`shelves.pod_lookup`: a label its selector requires, or the namespace
+    alone): ``key in (their values)`` when they all require a value of the same label key,
+    else every pod. A pod a roster holds matches its selector, so it matches this one: what
+    the listing lacks has left every roster that held it."""
+    values: set[str] = set()
+    keys: set[str] = set()
+    for lookup in lookups:
+        if lookup is None:
+            continue  # a consumer without a selector holds no pods
+        if not isinstance(lookup, tuple) or len(lookup) != 3:
+            return EVERY_POD
+        _namespace, key, value = lookup
+        keys.add(key)
+        values.add(value)
+    if len(keys) != 1 or len(values) > MAX_COVERED:
+        return EVERY_POD
+    [key] = keys
+    requirement = labelselectors.LabelRequirement(
+        key=key, operator="In", values=tuple(sorted(values))
+    )
+    return labelselectors.Selector(match_expressions=(requirement,))
