@@ -67,6 +67,19 @@ def _wrap(e: BaseException, what: str) -> errors.EventHubBalancerError:
     return errors.ApiUnavailable(f"{what}: {type(e).__name__}: {e}")
 
 
+def _body(fn: Callable[..., Any], /, **kwargs: Any) -> bytes:
+    """Make the call and read its whole body, in the worker thread, then give the connection
+    back: read on the loop, a LIST's body of megabytes blocked every consumer's cycle, its
+    connection stayed out of the pool meanwhile (the next call opened another, which the pool
+    then discarded with a warning), and a connection broken mid-body escaped unwrapped."""
+    response = fn(**kwargs)
+    try:
+        data: bytes = response.data
+        return data
+    finally:
+        response.release_conn()
+
+
 def _reason(e: kube_exceptions.ApiException) -> str:
     try:
         body = json.loads(e.body or "{}")
@@ -139,14 +152,13 @@ class KubeClient:
 
     async def _call(self, what: str, fn: Callable[..., Any], /, **kwargs: Any) -> Any:
         kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
-        call = functools.partial(fn, _preload_content=False, **kwargs)
+        call = functools.partial(_body, fn, _preload_content=False, **kwargs)
         self.requests += 1
         loop = asyncio.get_running_loop()
         try:
-            response = await loop.run_in_executor(self._executor, call)
+            raw = await loop.run_in_executor(self._executor, call)
         except (kube_exceptions.ApiException, urllib3.exceptions.HTTPError, OSError) as e:
             raise _wrap(e, what) from e
-        raw = response.data
         return json.loads(raw) if raw else {}
 
     def _count(self, kind: str) -> None:
