@@ -9,6 +9,7 @@ of the cache this one replaced.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ import pytest
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import listings
 from eventhub_balancer.contracts import specs
-from eventhub_balancer.handlers.cache import rosters, serving, shelves
+from eventhub_balancer.handlers.cache import rosters, serving, shelves, tracking
 from tests.handlers import test_cycles
 from tests.support import fakes, ledgers, watches
 
@@ -215,7 +216,10 @@ async def test_a_pod_relabelled_away_mid_cycle_leaves_its_consumer_at_once(
 
 
 async def test_a_write_the_watch_does_not_echo_in_time_reads_that_kind_afresh(
-    replica: watches.Replica, kube: fakes.FakeKube, clock: Clock
+    replica: watches.Replica,
+    kube: fakes.FakeKube,
+    clock: Clock,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     t = await settle(replica, kube, clock, start=0)
     reads = replica.cache.view.reads
@@ -226,8 +230,13 @@ async def test_a_write_the_watch_does_not_echo_in_time_reads_that_kind_afresh(
     await replica.cycle(NS, NAME, now=at(t))  # writes the status and ConfigMaps
     reads = replica.cache.view.reads
     clock.now += rosters.ECHO_SECONDS + 1  # the CR and ConfigMap watches stay silent
-    await replica.cycle(NS, NAME, now=at(t + 6))
+    with caplog.at_level(logging.WARNING, logger=tracking.__name__):
+        await replica.cycle(NS, NAME, now=at(t + 6))
     assert replica.cache.view.reads - reads == 3  # the CR, its ConfigMaps and its pods, once
+    assert [r.getMessage().split(":")[0] for r in caplog.records] == [
+        "the watch of configmaps did not deliver the operator's own writes within 5 s",
+        "the watch of consumer did not deliver the operator's own writes within 5 s",
+    ]
     reads = replica.cache.view.reads
     await replica.cycle(NS, NAME, now=at(t + 7))
     assert replica.cache.view.reads == reads  # not again until another bound has passed

@@ -26,6 +26,55 @@ logger = logging.getLogger(__name__)
 Key = seen.Key
 Index = seen.Index
 
+#: The shortest time between two warnings that a kind's watch lags: a watch lags for every
+#: consumer at once, and each of them notices it on its own.
+LAG_WARNING_SECONDS = 60.0
+
+
+class LagWarnings:
+    """One warning for a watch that lags, not one per consumer that notices it: at most one
+    per kind and `LAG_WARNING_SECONDS`, each counting the consumers read afresh since the
+    last (each one is logged at DEBUG)."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        #: kind -> when its last warning was logged
+        self.warned: dict[str, float] = {}
+        #: kind -> the consumers read afresh since its last warning
+        self.unreported: dict[str, int] = {}
+
+    def noticed(self, key: Key, kinds: Iterable[str]) -> None:
+        """The consumer ``key`` found the watches of ``kinds`` late with its own writes."""
+        for kind in sorted(kinds):
+            logger.debug(
+                "%s/%s: the watch of %s did not deliver the operator's own write within %.0f s",
+                *key,
+                kind,
+                rosters.ECHO_SECONDS,
+            )
+            self.unreported[kind] = self.unreported.get(kind, 0) + 1
+        self.report()
+
+    def report(self) -> None:
+        """Log what is due: each kind noticed late whose last warning is old enough."""
+        now = self.clock()
+        for kind, count in sorted(self.unreported.items()):
+            last = self.warned.get(kind)
+            if last is not None and now - last < LAG_WARNING_SECONDS:
+                continue
+            del self.unreported[kind]
+            self.warned[kind] = now
+            logger.warning(
+                "the watch of %s did not deliver the operator's own writes within %.0f s: "
+                "%d consumer%s read afresh%s (a watch that lags is warned of at most once "
+                "a minute)",
+                kind,
+                rosters.ECHO_SECONDS,
+                count,
+                "" if count == 1 else "s",
+                "" if last is None else f" in the last {now - last:.0f} s",
+            )
+
 
 class Tracking:
     """`ports.WatchPort`: every watch event, offered to the rosters it may concern."""
@@ -77,6 +126,7 @@ class Following:
     def __init__(self, shared: seen.Seen, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.seen = shared
         self.clock = clock
+        self.lag_warnings = LagWarnings(clock)
 
     def attach(self, indexes: Mapping[str, Index]) -> None:
         """The indexes rosters start from (called by each daemon at start)."""
@@ -109,17 +159,12 @@ class Following:
             self._fill(roster, shelves.PODS, self._indexed_pods(namespace, selector))
         overdue = roster.overdue(now=self.clock())
         if overdue:
-            logger.warning(
-                "%s/%s: the watch of %s did not deliver the operator's own write within %.0f s;"
-                " reading the consumer afresh",
-                namespace,
-                name,
-                ", ".join(sorted(overdue)),
-                rosters.ECHO_SECONDS,
-            )
+            self.lag_warnings.noticed((namespace, name), overdue)
             # A watch cache that lags behind one kind's writes lags behind the pods too, and
             # the operator never writes pods: they are read afresh with what was missed.
             roster.stale |= overdue | {shelves.PODS}
+        elif self.lag_warnings.unreported:
+            self.lag_warnings.report()  # what was held back, once its minute is over
 
     def _fill(self, roster: rosters.Roster, kind: str, bodies: Iterable[Body] | None) -> None:
         """A new shelf from what the index holds; without indexes, or when the index may hold
