@@ -107,8 +107,11 @@ async def test_a_full_queue_drops_what_comes_after_and_says_so_once_a_burst(
     assert poster.dropped == 2
     assert caplog.text.count("dropping") == 1
     gate.set()
-    assert await poster.flushed(limit_seconds=10)
+    with caplog.at_level(logging.WARNING):
+        assert await poster.flushed(limit_seconds=10)
     assert api.posted == ["A", "B"]
+    # Once the queue is posted, the burst's count is said.
+    assert "the Kubernetes Events that waited are posted; dropped meanwhile: 2" in caplog.text
     # Posted again: the next overflow is said again.
     gate.clear()
     caplog.clear()
@@ -117,8 +120,10 @@ async def test_a_full_queue_drops_what_comes_after_and_says_so_once_a_burst(
             poster.post(event(reason))
     assert caplog.text.count("dropping G") == 1
     gate.set()
-    assert await poster.flushed(limit_seconds=10)
+    with caplog.at_level(logging.WARNING):
+        assert await poster.flushed(limit_seconds=10)
     assert api.posted == ["A", "B", "E", "F"]
+    assert "dropped meanwhile: 1" in caplog.text  # this burst's own count
 
 
 async def test_stopping_posts_what_is_queued_within_its_limit_and_then_gives_up(

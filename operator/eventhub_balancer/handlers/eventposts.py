@@ -9,7 +9,8 @@ goes on; the poster posts them one at a time, in the order handed, so that they 
 than one turn of the server from a cycle.
 
 The queue is bounded: at most `MAX_QUEUED` Events wait, and the ones handed beyond that are
-dropped, counted and logged once per burst. When the operator stops, what is queued is posted
+dropped, counted and logged once per burst: when the burst begins, and with how many were
+dropped once the queue is posted. When the operator stops, what is queued is posted
 within `STOP_SECONDS`. An Event lost to a crash is what a failed post always was: lost, and
 logged where it could be.
 """
@@ -53,6 +54,8 @@ class Poster:
         self._task: asyncio.Task[None] | None = None
         #: Events dropped because the queue was full, since the start
         self.dropped = 0
+        #: the dropped of the burst under way (the queue full since it last emptied)
+        self._burst = 0
         self._dropping = False
         self._in_flight = False
 
@@ -65,6 +68,7 @@ class Poster:
         """Hand one Event over; it is posted after those handed before it. Never waits."""
         if len(self._queue) >= self._limit:
             self.dropped += 1
+            self._burst += 1
             if not self._dropping:
                 self._dropping = True
                 logger.warning(
@@ -90,7 +94,13 @@ class Poster:
                 logger.warning("could not post Event %s: %s", body.get("reason"), e)
             finally:
                 self._in_flight = False
+        if self._dropping:
+            logger.warning(
+                "the Kubernetes Events that waited are posted; dropped meanwhile: %d",
+                self._burst,
+            )
         self._dropping = False
+        self._burst = 0
 
     async def flushed(self, *, limit_seconds: float) -> bool:
         """Wait until every Event handed was posted (or failed), at most ``limit_seconds``;
