@@ -1,7 +1,7 @@
 """The Event Hubs clients the operator asks: where a hub is, a client for it, and its answers.
 
 A hub is named by `Coordinates` (its namespace, name and credentials). A management call (the
-partition ids, the partitions' ends) goes through a client kept open between cycles
+partition ids, the partitions' ends) goes through a client kept between cycles
 (`Clients`) or one built for the call alone (`producer`); every SDK error leaves as one of
 `eventhub_balancer.errors` (`_wrap`), with the namespace and the hub named and never the
 connection string. Whether a caller may use the credentials at all is checked before any
@@ -34,10 +34,10 @@ TIMEOUT_SECONDS = 10.0
 #: out of their `TIMEOUT_SECONDS` before they were served, so none of them converged. The time
 #: a call waits for its turn does not count against its timeout.
 CONCURRENT_CALLS = 32
-#: Event Hubs clients the operator keeps open between cycles (`Clients`): one per hub and
-#: credentials, each one connection.
+#: Event Hubs clients the operator keeps between cycles (`Clients`): one per hub and
+#: credentials. The SDK still opens a connection for each of their management requests.
 CLIENTS_KEPT = 2048
-#: Partition properties requested at once on one connection (a hub's ends, for the backlog).
+#: Partition properties requested at once on one client (a hub's ends, for the backlog).
 PROPERTIES_AT_ONCE = 16
 
 
@@ -251,7 +251,7 @@ async def fetch_last_sequence_numbers(
 
     async def request(client: EventHubProducerClient) -> dict[str, int]:
         # One request per partition, up to `PROPERTIES_AT_ONCE` at a time on the one
-        # connection: a hub's ends cost a round trip per batch, not per partition.
+        # client: a hub's ends cost a round trip per batch, not per partition.
         result: dict[str, int] = {}
         async with asyncio.timeout(limit_seconds):
             for at in range(0, len(partitions), PROPERTIES_AT_ONCE):

@@ -1,10 +1,12 @@
 """Clients kept open between the operator's cycles, by what they connect to.
 
-A cycle that lists a hub's partitions, reads its ends or lists its checkpoint blobs then makes
-a request on an open connection instead of building a client and opening one (TCP, TLS, the
-AMQP open and its authorization, or the HTTP pipeline and its session). At 1,000 consumers the
-operator built three clients per consumer a minute, and building them was most of what its
-cycles cost (docs/scale.md).
+A cycle that lists a hub's partitions, reads its ends or lists its checkpoint blobs then uses
+a client already built (its configuration, credentials and TLS context) instead of building
+one. A checkpoint container's requests also go over the kept HTTP session; an Event Hub's do
+not keep a connection: azure-eventhub opens an AMQP connection of its own for every
+management request, kept client or not (`amqphandshakes`). At 1,000 consumers the operator
+built three clients per consumer a minute, and building them was most of what its cycles
+cost (docs/scale.md).
 
 Bounded: at most ``kept`` clients, the least recently used closed first; a consumer deleted or
 changed leaves its client to age out. A client whose request fails is closed and dropped; a
