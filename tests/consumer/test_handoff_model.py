@@ -499,8 +499,9 @@ class HandOffs(RuleBasedStateMachine):
 
         With a checkpoint interval the checkpoint is written after a batch at most that often
         and "the release writes the rest" (docs/consumer.md, ``--checkpoint-interval``): an
-        idle partition keeps its last batches uncheckpointed until it is released. So there
-        every partition is then moved once, as in a rolling update, before the check.
+        idle partition keeps its last batches uncheckpointed until the interval is over or it
+        is released. So there every partition is then moved once, as in a rolling update,
+        before the check.
         """
         for pod in PODS:
             self.handlers[pod].fail_next = 0

@@ -228,6 +228,12 @@ class PartitionWorker:
                 if not batch.events:
                     if self._writing is not None and self._writing.done():
                         await self._await_writing()  # an idle partition learns of a lost write
+                    if self._writing is None and self._checkpoint_due():
+                        # An idle partition's last batches, held back by the checkpoint
+                        # interval: written once it is over, not left behind until more
+                        # events or the release come (a crash would repeat them, and the
+                        # backlog would never read zero).
+                        self._checkpoint_in_background()
                     continue
                 if self._first_events:
                     self._first_events = False
