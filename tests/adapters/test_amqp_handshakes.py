@@ -184,7 +184,10 @@ def test_the_operators_hub_clients_make_quick_management_calls() -> None:
             ),
         )
     )
-    assert type(client._amqp_transport).__name__ == "_QuickManagement"
+    # Both wrappers: the kept connection's (`mgmtconnections`) around the quick handshake's.
+    assert type(client._amqp_transport).__name__ == "_LinksFirst"
+    assert type(client._amqp_transport._transport).__name__ == "_QuickManagement"
+    assert type(client._conn_manager_async).__name__ == "KeptConnection"
 
 
 def test_the_sdk_makes_management_calls_as_the_wrapper_expects() -> None:

@@ -64,6 +64,8 @@ class EventHubsEmulator:
         for name, count in (hubs or {}).items():
             self._namespace.create_hub(name, count, now_ms=_now_ms())
         self._connections: set[connections.Connection] = set()
+        #: connections accepted since the start (a client that reuses one opens no more)
+        self._accepted = 0
         self._server: asyncio.Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._background: runners.BackgroundLoop | None = None
@@ -76,13 +78,18 @@ class EventHubsEmulator:
             raise RuntimeError("the emulator is running already")
         self._loop = asyncio.get_running_loop()
         container = f"eventhubs-emulator-{self.namespace_name}"
-        self._server = await self._loop.create_server(
-            lambda: connections.Connection(
+
+        def accept() -> connections.Connection:
+            self._accepted += 1
+            return connections.Connection(
                 namespace=self._namespace,
                 registry=self._connections,
                 clock=_now_ms,
                 container_id=container,
-            ),
+            )
+
+        self._server = await self._loop.create_server(
+            accept,
             host=self.host,
             port=self._requested_port,
             reuse_address=True,
@@ -219,6 +226,10 @@ class EventHubsEmulator:
 
     def connection_count(self) -> int:
         return self._call(lambda: len(self._connections))
+
+    def connections_accepted(self) -> int:
+        """Connections accepted since the start, closed ones included."""
+        return self._call(lambda: self._accepted)
 
     def disconnect_all(self) -> int:
         """Drop every client connection abruptly (chaos); returns how many were dropped."""

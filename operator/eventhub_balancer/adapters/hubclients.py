@@ -22,7 +22,13 @@ from azure.eventhub import exceptions as eh_exceptions
 from azure.eventhub.aio import EventHubProducerClient
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import amqphandshakes, keptclients, tenantidentities, tlscontexts
+from eventhub_balancer.adapters import (
+    amqphandshakes,
+    keptclients,
+    mgmtconnections,
+    tenantidentities,
+    tlscontexts,
+)
 
 T = TypeVar("T")
 
@@ -35,7 +41,7 @@ TIMEOUT_SECONDS = 10.0
 #: a call waits for its turn does not count against its timeout.
 CONCURRENT_CALLS = 32
 #: Event Hubs clients the operator keeps between cycles (`Clients`): one per hub and
-#: credentials. The SDK still opens a connection for each of their management requests.
+#: credentials, each with one AMQP connection for its management requests (`mgmtconnections`).
 CLIENTS_KEPT = 2048
 #: Partition properties requested at once on one client (a hub's ends, for the backlog).
 PROPERTIES_AT_ONCE = 16
@@ -115,6 +121,7 @@ def _open(coordinates: Coordinates) -> tuple[EventHubProducerClient, Any]:
             **options,
         )
     amqphandshakes.quick_management(client)
+    mgmtconnections.share(client)
     return client, credential
 
 

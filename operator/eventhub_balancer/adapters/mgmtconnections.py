@@ -1,0 +1,186 @@
+"""One AMQP connection for the management requests of a kept Event Hubs client.
+
+azure-eventhub 5.15 opens a connection of its own for every management request (partition
+ids, a partition's properties): its clients default to "separate connections", whose manager
+hands a request no connection, so each one costs TCP, TLS, the AMQP open and SASL before its
+session, token and link. The operator keeps its clients between cycles (`hubclients`), but
+that kept no connection: its growth watch lists each hub up to four times a second and its
+backlog reads take 20 partition ends a second, each opening a connection. At 300 consumers,
+steady, those requests were 72 % of what the operator's event loop ran.
+
+Here a kept client's requests share one connection (`share`), one request at a time: the
+first opens it, and leaves it open; each request after it opens only its session, token and
+link on it. A request made while another one holds it gets no connection, so the SDK opens
+one for it as before: the reads of a hub's ends run side by side as they did, and no two
+sessions ever share the connection (two at once hung against the local emulator). A
+connection idle for `REUSE_SECONDS`, or no longer open, is replaced: Event Hubs closes
+connections nobody talks on, and a request on one it closed fails (the kept client is then
+replaced once, `keptclients`).
+
+The SDK's management client, when it closes, ends its session and only then detaches its
+``$management`` links, on the ended channel: a protocol error that makes the service close
+the connection. Harmless on a connection of its own, closed next; so on every management
+client this module's transport detaches those links first (`_LinksFirst`).
+
+These are private SDK names, like those `amqphandshakes` wraps (tests/install/test_sdk_pins.py
+holds the SDK to them): where they are missing nothing is done, and every request opens its
+own connection, as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+#: A connection unused for this long is replaced rather than reused: nothing talks on a kept
+#: connection between requests, and Event Hubs closes one that stays silent past its idle
+#: timeout (a minute or more).
+REUSE_SECONDS = 30.0
+
+
+def share(client: Any, *, clock: Callable[[], float] = time.monotonic) -> KeptConnection | None:
+    """The management requests of the SDK client ``client`` share one connection, one at a
+    time; the manager put in place, or None where the SDK lacks what this needs."""
+    transport = getattr(client, "_amqp_transport", None)
+    if (
+        transport is None
+        or not callable(getattr(transport, "create_mgmt_client", None))
+        or not all(hasattr(client, n) for n in ("_conn_manager_async", "_address", "_config"))
+    ):
+        return None
+    kept = KeptConnection(client, clock=clock)
+    client._conn_manager_async = kept
+    client._amqp_transport = _LinksFirst(transport, kept)
+    return kept
+
+
+class KeptConnection:
+    """The SDK's connection manager (``get_connection``, ``reset_connection_if_broken``,
+    ``close_connection``) over one connection, lent to one request at a time."""
+
+    def __init__(self, client: Any, *, clock: Callable[[], float]) -> None:
+        self._client = client
+        self.clock = clock
+        self._lock = asyncio.Lock()
+        self.connection: Any = None
+        self._lent = False
+        self._returned = 0.0
+        #: connections this manager opened, and requests it lent one to (for the tests)
+        self.opened = 0
+        self.lent = 0
+
+    async def get_connection(self, *, endpoint: str, auth: Any) -> Any:
+        """The kept connection for this request (opened or replaced first if need be), or
+        None while another request holds it: the SDK then opens one for this request."""
+        # One turn of the loop first: a close of the socket that has arrived is taken in.
+        await asyncio.sleep(0)
+        async with self._lock:
+            if self._lent:
+                return None
+            if self.connection is not None and (
+                not _is_open(self.connection) or self.clock() - self._returned >= REUSE_SECONDS
+            ):
+                await self._drop()
+            if self.connection is None:
+                self.connection = await self._open(auth)
+                self.opened += 1
+            self._lent = True
+            self.lent += 1
+            return self.connection
+
+    def returned(self, connection: Any) -> None:
+        """A management client that held ``connection`` closed: it may be lent again."""
+        if connection is not None and connection is self.connection:
+            self._lent = False
+            self._returned = self.clock()
+
+    async def reset_connection_if_broken(self) -> None:
+        async with self._lock:
+            if self.connection is not None and not _is_open(self.connection):
+                await self._drop()
+
+    async def close_connection(self) -> None:
+        async with self._lock:
+            await self._drop()
+
+    async def _open(self, auth: Any) -> Any:
+        # A management client of the SDK's own making opens it, with everything the SDK opens
+        # one with (TLS context, endpoint, SASL), and is then told it is not its own to close.
+        client = self._client
+        opener = client._amqp_transport.create_mgmt_client(
+            client._address, mgmt_auth=auth, config=client._config
+        )
+        try:
+            await opener.open_async()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await opener.close_async()
+            raise
+        connection = opener._connection
+        opener._external_connection = True
+        await opener.close_async()
+        return connection
+
+    async def _drop(self) -> None:
+        connection, self.connection = self.connection, None
+        self._lent = False
+        if connection is not None:
+            with contextlib.suppress(Exception):
+                await connection.close()
+
+
+class _LinksFirst:
+    """The client's AMQP transport, whose management clients detach their ``$management``
+    links before their session ends, and give the kept connection back when they close."""
+
+    def __init__(self, transport: Any, kept: KeptConnection) -> None:
+        self._transport = transport
+        self._kept = kept
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+    def create_mgmt_client(self, *args: Any, **kwargs: Any) -> Any:
+        client = self._transport.create_mgmt_client(*args, **kwargs)
+        close = client.close_async
+        kept = self._kept
+
+        async def close_async() -> None:
+            try:
+                operations = getattr(client, "_mgmt_links", None)
+                if isinstance(operations, dict):
+                    for operation in list(operations.values()):
+                        with contextlib.suppress(Exception):
+                            await operation.close()
+                    operations.clear()
+                await close()
+            finally:
+                kept.returned(getattr(client, "_connection", None))
+
+        client.close_async = close_async
+        return client
+
+
+def _is_open(connection: Any) -> bool:
+    """Whether ``connection`` is open, as far as can be told without a round trip: its AMQP
+    state says so, and its socket has not been closed under it. A request on a connection
+    whose peer went away waits its whole timeout (the SDK's reads of a closed stream do not
+    fail), so the socket's end, which the event loop sees as soon as it arrives, is looked at
+    too."""
+    state = getattr(connection, "state", None)
+    if getattr(state, "name", None) != "OPENED":
+        return False
+    transport = getattr(connection, "_transport", None)
+    for _ in range(3):  # the SASL transport wraps the socket's
+        reader = getattr(transport, "reader", None)
+        if reader is not None:
+            writer = getattr(transport, "writer", None)
+            # ``_eof``: the peer's end arrived, with frames still unread before it (asyncio's
+            # own flag; ``at_eof`` waits for the buffer to be read).
+            ended = reader.at_eof() or bool(getattr(reader, "_eof", False))
+            return not ended and not (writer is not None and writer.is_closing())
+        transport = getattr(transport, "_transport", None)
+    return True

@@ -1,0 +1,96 @@
+"""`mgmtconnections`: a kept Event Hubs client's management requests share one connection.
+
+Against the Event Hubs emulator, with the operator's clients (`hubclients`); the clock of the
+reuse bound is a fake one. `test_eventhubs_adapter.py` shows the kept clients' listings on one
+connection and a connection the service closed replaced.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from azure.eventhub._pyamqp.aio import AMQPClientAsync
+from azure.eventhub.aio._client_base_async import ClientBaseAsync
+
+from eventhub_balancer.adapters import hubclients, mgmtconnections
+from eventhub_balancer_devstack.eventhubs import EventHubsEmulator
+from tests.support.fixtures.eventhubs import EventHubTarget
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def client_for(target: EventHubTarget, clock: Clock) -> tuple[Any, mgmtconnections.KeptConnection]:
+    """A producer client as the operator builds it, its connection kept on ``clock``."""
+    emu: EventHubsEmulator = target.emulator
+    client, _credential = hubclients._open(
+        hubclients.Coordinates(
+            fully_qualified_namespace=emu.fully_qualified_namespace,
+            eventhub_name=target.name,
+            connection_string=emu.connection_string(),
+        )
+    )
+    kept = client._conn_manager_async
+    assert isinstance(kept, mgmtconnections.KeptConnection)
+    kept.clock = clock  # `share` gave it the monotonic clock
+    return client, kept
+
+
+async def test_a_connection_idle_past_the_reuse_bound_is_replaced(
+    eventhubs_hub: EventHubTarget,
+) -> None:
+    clock = Clock()
+    client, kept = client_for(eventhubs_hub, clock)
+    try:
+        for _ in range(3):
+            assert await client.get_partition_ids() == ["0", "1", "2", "3"]
+            clock.now += mgmtconnections.REUSE_SECONDS - 1
+        assert (kept.opened, kept.lent) == (1, 3)
+        first = kept.connection
+        clock.now += mgmtconnections.REUSE_SECONDS  # nothing talked on it for that long
+        assert await client.get_partition_ids() == ["0", "1", "2", "3"]
+        assert (kept.opened, kept.lent) == (2, 4)
+        assert kept.connection is not first
+        assert first.state.name == "END"  # the idle one was closed, not left open
+    finally:
+        await client.close()
+    assert kept.connection is None
+
+
+async def test_a_request_made_while_another_holds_the_connection_opens_its_own(
+    eventhubs_hub: EventHubTarget,
+) -> None:
+    clock = Clock()
+    client, kept = client_for(eventhubs_hub, clock)
+    try:
+        assert await client.get_partition_ids() == ["0", "1", "2", "3"]
+        lent = await kept.get_connection(endpoint="", auth=None)
+        assert lent is kept.connection
+        # Held: the next request gets none, so the SDK opens one for it, as it always did.
+        assert await kept.get_connection(endpoint="", auth=None) is None
+        assert await client.get_partition_properties("0")
+        kept.returned(lent)
+        assert await kept.get_connection(endpoint="", auth=None) is lent
+        kept.returned(lent)
+        assert kept.opened == 1
+    finally:
+        await client.close()
+
+
+def test_the_sdk_makes_management_requests_as_the_kept_connection_expects() -> None:
+    """Each request asks the client's connection manager for a connection, opens its
+    management client on it, and closes that client when done; a management client keeps its
+    operations by node and leaves an external connection open when it closes."""
+    request = inspect.getsource(ClientBaseAsync._management_request_async)
+    assert "await self._conn_manager_async.get_connection(" in request
+    assert "await mgmt_client.open_async(connection=conn)" in request
+    assert "finally:\n                await mgmt_client.close_async()" in request
+    close = inspect.getsource(AMQPClientAsync.close_async)
+    assert "if not self._external_connection:" in close
+    assert "self._mgmt_links" in inspect.getsource(AMQPClientAsync.mgmt_request_async)
