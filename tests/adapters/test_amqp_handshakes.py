@@ -174,20 +174,21 @@ async def test_the_real_clients_management_clients_read_back_to_back() -> None:
 
 
 def test_the_operators_hub_clients_make_quick_management_calls() -> None:
-    client, _credential = hubclients._open(
-        eventhubs.Coordinates(
-            fully_qualified_namespace="127.0.0.1:1",
-            eventhub_name="orders",
-            connection_string=(
-                "Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=k;SharedAccessKey=v;"
-                "UseDevelopmentEmulator=true"
-            ),
-        )
+    where = eventhubs.Coordinates(
+        fully_qualified_namespace="127.0.0.1:1",
+        eventhub_name="orders",
+        connection_string=(
+            "Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=k;SharedAccessKey=v;"
+            "UseDevelopmentEmulator=true"
+        ),
     )
-    # Both wrappers: the kept connection's (`mgmtconnections`) around the quick handshake's.
-    assert type(client._amqp_transport).__name__ == "_LinksFirst"
-    assert type(client._amqp_transport._transport).__name__ == "_QuickManagement"
-    assert type(client._conn_manager_async).__name__ == "KeptConnection"
+    client, _credential = hubclients._open(where)
+    assert type(client._amqp_transport).__name__ == "_QuickManagement"
+    # A kept client: the kept connection's wrapper (`mgmtconnections`) around the quick one.
+    kept, _credential = hubclients._open(where, keep_connection=True)
+    assert type(kept._amqp_transport).__name__ == "_LinksFirst"
+    assert type(kept._amqp_transport._transport).__name__ == "_QuickManagement"
+    assert type(kept._conn_manager_async).__name__ == "KeptConnection"
 
 
 def test_the_sdk_makes_management_calls_as_the_wrapper_expects() -> None:

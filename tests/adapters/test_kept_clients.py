@@ -37,7 +37,7 @@ class Client:
 @pytest.fixture
 def made(monkeypatch: pytest.MonkeyPatch) -> list[Client]:
     log: list[Client] = []
-    monkeypatch.setattr(hubclients, "_open", lambda coordinates: (Client(log), None))
+    monkeypatch.setattr(hubclients, "_open", lambda coordinates, **_: (Client(log), None))
     return log
 
 
@@ -79,8 +79,8 @@ async def test_a_new_client_that_fails_fails_the_call_and_is_closed(made: list[C
     made[0].fail = ConnectionResetError("gone")
     original = hubclients._open
 
-    def failing(coordinates: eventhubs.Coordinates) -> Any:
-        client, credential = original(coordinates)
+    def failing(coordinates: eventhubs.Coordinates, **how: Any) -> Any:
+        client, credential = original(coordinates, **how)
         client.fail = ConnectionRefusedError("still gone")
         return client, credential
 

@@ -78,9 +78,14 @@ def _entity_path(connection_string: str) -> str | None:
     return None
 
 
-def _open(coordinates: Coordinates) -> tuple[EventHubProducerClient, Any]:
+def _open(
+    coordinates: Coordinates, *, keep_connection: bool = False
+) -> tuple[EventHubProducerClient, Any]:
     """A new producer client for ``coordinates`` (and its credential, None for a connection
-    string), its credentials checked against the hub's name. It connects on its first call.
+    string), its credentials checked against the hub's name. It connects on its first call;
+    ``keep_connection``: its management requests share one connection (`mgmtconnections`),
+    for a client kept between cycles (a client built for one call, which may also send, is
+    left as the SDK makes it).
 
     ``retry_total=0``: the caller is the retry loop (the operator's cycle, with its own
     backoff and cached fallback; a replay, with its own time limit)."""
@@ -121,7 +126,8 @@ def _open(coordinates: Coordinates) -> tuple[EventHubProducerClient, Any]:
             **options,
         )
     amqphandshakes.quick_management(client)
-    mgmtconnections.share(client)
+    if keep_connection:
+        mgmtconnections.share(client)
     return client, credential
 
 
@@ -168,7 +174,9 @@ class Clients:
     ) -> T:
         """``request`` on the kept client for ``coordinates`` (a new one if none is kept)."""
         return await self._kept.call(
-            coordinates.key, lambda: _open(coordinates), lambda entry: request(entry[0])
+            coordinates.key,
+            lambda: _open(coordinates, keep_connection=True),
+            lambda entry: request(entry[0]),
         )
 
     async def close(self) -> None:

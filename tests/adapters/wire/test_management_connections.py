@@ -34,7 +34,8 @@ def client_for(target: EventHubTarget, clock: Clock) -> tuple[Any, mgmtconnectio
             fully_qualified_namespace=emu.fully_qualified_namespace,
             eventhub_name=target.name,
             connection_string=emu.connection_string(),
-        )
+        ),
+        keep_connection=True,
     )
     kept = client._conn_manager_async
     assert isinstance(kept, mgmtconnections.KeptConnection)
