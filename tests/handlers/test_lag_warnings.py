@@ -12,14 +12,7 @@ import logging
 import pytest
 
 from eventhub_balancer.handlers.cache import shelves, tracking
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.handlers.test_caching import Clock
 
 
 def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:

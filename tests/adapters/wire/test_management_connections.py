@@ -8,80 +8,76 @@ connection and a connection the service closed replaced.
 from __future__ import annotations
 
 import inspect
+from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 from azure.eventhub._pyamqp.aio import AMQPClientAsync
 from azure.eventhub.aio._client_base_async import ClientBaseAsync
 
 from eventhub_balancer.adapters import hubclients, mgmtconnections
 from eventhub_balancer_devstack.eventhubs import EventHubsEmulator
+from tests.handlers.test_caching import Clock
 from tests.support.fixtures.eventhubs import EventHubTarget
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def client_for(target: EventHubTarget, clock: Clock) -> tuple[Any, mgmtconnections.KeptConnection]:
-    """A producer client as the operator builds it, its connection kept on ``clock``."""
-    emu: EventHubsEmulator = target.emulator
+@pytest.fixture
+async def kept_client(
+    eventhubs_hub: EventHubTarget,
+) -> AsyncIterator[tuple[Any, mgmtconnections.KeptConnection, Clock]]:
+    """A producer client as the operator keeps one, its connection kept on a fake clock;
+    closed after the test."""
+    emu: EventHubsEmulator = eventhubs_hub.emulator
     client, _credential = hubclients._open(
         hubclients.Coordinates(
             fully_qualified_namespace=emu.fully_qualified_namespace,
-            eventhub_name=target.name,
+            eventhub_name=eventhubs_hub.name,
             connection_string=emu.connection_string(),
         ),
         keep_connection=True,
     )
     kept = client._conn_manager_async
     assert isinstance(kept, mgmtconnections.KeptConnection)
+    clock = Clock()
     kept.clock = clock  # `share` gave it the monotonic clock
-    return client, kept
+    try:
+        yield client, kept, clock
+    finally:
+        await client.close()
 
 
 async def test_a_connection_idle_past_the_reuse_bound_is_replaced(
-    eventhubs_hub: EventHubTarget,
+    kept_client: tuple[Any, mgmtconnections.KeptConnection, Clock],
 ) -> None:
-    clock = Clock()
-    client, kept = client_for(eventhubs_hub, clock)
-    try:
-        for _ in range(3):
-            assert await client.get_partition_ids() == ["0", "1", "2", "3"]
-            clock.now += mgmtconnections.REUSE_SECONDS - 1
-        assert (kept.opened, kept.lent) == (1, 3)
-        first = kept.connection
-        clock.now += mgmtconnections.REUSE_SECONDS  # nothing talked on it for that long
+    client, kept, clock = kept_client
+    for _ in range(3):
         assert await client.get_partition_ids() == ["0", "1", "2", "3"]
-        assert (kept.opened, kept.lent) == (2, 4)
-        assert kept.connection is not first
-        assert first.state.name == "END"  # the idle one was closed, not left open
-    finally:
-        await client.close()
-    assert kept.connection is None
+        clock.now += mgmtconnections.REUSE_SECONDS - 1
+    assert (kept.opened, kept.lent) == (1, 3)
+    first = kept.connection
+    clock.now += mgmtconnections.REUSE_SECONDS  # nothing talked on it for that long
+    assert await client.get_partition_ids() == ["0", "1", "2", "3"]
+    assert (kept.opened, kept.lent) == (2, 4)
+    assert kept.connection is not first
+    assert first.state.name == "END"  # the idle one was closed, not left open
+    await client.close()
+    assert kept.connection is None  # closing the client closes its kept connection
 
 
 async def test_a_request_made_while_another_holds_the_connection_opens_its_own(
-    eventhubs_hub: EventHubTarget,
+    kept_client: tuple[Any, mgmtconnections.KeptConnection, Clock],
 ) -> None:
-    clock = Clock()
-    client, kept = client_for(eventhubs_hub, clock)
-    try:
-        assert await client.get_partition_ids() == ["0", "1", "2", "3"]
-        lent = await kept.get_connection(endpoint="", auth=None)
-        assert lent is kept.connection
-        # Held: the next request gets none, so the SDK opens one for it, as it always did.
-        assert await kept.get_connection(endpoint="", auth=None) is None
-        assert await client.get_partition_properties("0")
-        kept.returned(lent)
-        assert await kept.get_connection(endpoint="", auth=None) is lent
-        kept.returned(lent)
-        assert kept.opened == 1
-    finally:
-        await client.close()
+    client, kept, _clock = kept_client
+    assert await client.get_partition_ids() == ["0", "1", "2", "3"]
+    lent = await kept.get_connection(endpoint="", auth=None)
+    assert lent is kept.connection
+    # Held: the next request gets none, so the SDK opens one for it, as it always did.
+    assert await kept.get_connection(endpoint="", auth=None) is None
+    assert await client.get_partition_properties("0")
+    kept.returned(lent)
+    assert await kept.get_connection(endpoint="", auth=None) is lent
+    kept.returned(lent)
+    assert kept.opened == 1
 
 
 def test_the_sdk_makes_management_requests_as_the_kept_connection_expects() -> None:
