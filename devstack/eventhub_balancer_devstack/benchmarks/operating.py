@@ -112,6 +112,19 @@ class Settings:
     #: The Kubernetes API: the local one, or the real control plane.
     kube: str = "local"
 
+    def __post_init__(self) -> None:
+        """`errors.InvalidInput` naming the ``ehb bench operator`` flag to change."""
+        check_fleet(
+            pods=self.pods,
+            partitions=self.partitions,
+            counts=(
+                ("--rounds", self.rounds),
+                ("--consumers", self.consumers),
+                ("--interval", self.interval_seconds),
+                ("--steady-cycles", self.steady_cycles),
+            ),
+        )
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Round:

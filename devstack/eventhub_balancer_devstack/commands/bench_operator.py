@@ -55,16 +55,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from eventhub_balancer_devstack.benchmarks import operating
 
-    operating.check_fleet(
-        pods=args.pods,
-        partitions=args.partitions,
-        counts=(
-            ("--rounds", args.rounds),
-            ("--consumers", args.consumers),
-            ("--interval", args.interval),
-            ("--steady-cycles", args.steady_cycles),
-        ),
-    )
     settings = operating.Settings(
         partitions=args.partitions,
         pods=args.pods,

@@ -29,6 +29,7 @@ import urllib3.exceptions
 from kubernetes.client import exceptions as kube_exceptions
 
 from eventhub_balancer import errors
+from eventhub_balancer.adapters import kubeclients
 
 #: How long a token's review is kept, authenticated or not (controller-runtime's CacheTTL).
 TOKEN_SECONDS: Final = 60.0
@@ -163,8 +164,10 @@ class AccessReviews:
         self.reviews += 1
 
         def call() -> Any:
-            response = fn(body=body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
-            return json.loads(response.data) if response.data else {}
+            raw = kubeclients.read_body(
+                fn, body=body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+            )
+            return json.loads(raw) if raw else {}
 
         try:
             return await asyncio.to_thread(call)

@@ -67,7 +67,7 @@ def _wrap(e: BaseException, what: str) -> errors.EventHubBalancerError:
     return errors.ApiUnavailable(f"{what}: {type(e).__name__}: {e}")
 
 
-def _body(fn: Callable[..., Any], /, **kwargs: Any) -> bytes:
+def read_body(fn: Callable[..., Any], /, **kwargs: Any) -> bytes:
     """Make the call and read its whole body, in the worker thread, then give the connection
     back: read on the loop, a LIST's body of megabytes blocked every consumer's cycle, its
     connection stayed out of the pool meanwhile (the next call opened another, which the pool
@@ -152,7 +152,7 @@ class KubeClient:
 
     async def _call(self, what: str, fn: Callable[..., Any], /, **kwargs: Any) -> Any:
         kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
-        call = functools.partial(_body, fn, _preload_content=False, **kwargs)
+        call = functools.partial(read_body, fn, _preload_content=False, **kwargs)
         self.requests += 1
         loop = asyncio.get_running_loop()
         try:

@@ -56,7 +56,6 @@ class Poster:
         self.dropped = 0
         #: the dropped of the burst under way (the queue full since it last emptied)
         self._burst = 0
-        self._dropping = False
         self._in_flight = False
 
     @property
@@ -69,8 +68,7 @@ class Poster:
         if len(self._queue) >= self._limit:
             self.dropped += 1
             self._burst += 1
-            if not self._dropping:
-                self._dropping = True
+            if self._burst == 1:
                 logger.warning(
                     "%d Kubernetes Events wait to be posted: dropping %s and the ones after it "
                     "until the API server takes them again",
@@ -94,12 +92,11 @@ class Poster:
                 logger.warning("could not post Event %s: %s", body.get("reason"), e)
             finally:
                 self._in_flight = False
-        if self._dropping:
+        if self._burst:
             logger.warning(
                 "the Kubernetes Events that waited are posted; dropped meanwhile: %d",
                 self._burst,
             )
-        self._dropping = False
         self._burst = 0
 
     async def flushed(self, *, limit_seconds: float) -> bool:
