@@ -70,3 +70,29 @@ def test_the_steady_cpu_is_the_operators_cpu_per_second_of_the_steady_window() -
     assert figures["steady_cpu_cores"] == 0.25
     # A cycle's share is measured over the rounds, apart from it.
     assert figures["cycle_cpu_ms"] == 2.0
+
+
+def test_each_round_is_reported_beside_the_medians() -> None:
+    """A median of three hides one slow round; the JSON names every round's steps."""
+    rounds = (
+        operating.Round(join_s=0.1, leave_s=0.05, deleted_s=0.07),
+        operating.Round(join_s=12.4321, leave_s=0.06, deleted_s=0.08),
+        operating.Round(join_s=0.2, leave_s=0.04, deleted_s=0.09),
+    )
+    report = operating.Report(
+        settings=operating.Settings(rounds=3),
+        rounds=rounds,
+        steady_writes=0,
+        steady_requests=0,
+        steady_cycles=3,
+        cycle_cpu_s=0.002,
+        rss_mb=100.0,
+        relist_lists=2,
+    )
+    figures = report.figures()
+    assert figures["join_balanced_s"] == 0.2
+    assert figures["rounds"] == [
+        {"join_s": 0.1, "leave_s": 0.05, "deleted_s": 0.07},
+        {"join_s": 12.432, "leave_s": 0.06, "deleted_s": 0.08},
+        {"join_s": 0.2, "leave_s": 0.04, "deleted_s": 0.09},
+    ]

@@ -63,6 +63,14 @@ SETUP_WORKERS = 8
 RELIST_QUIET_SECONDS = 5.0
 
 
+class RoundFigures(TypedDict):
+    """One round's three steps, in seconds: the medians hide a slow one, this shows it."""
+
+    join_s: float
+    leave_s: float
+    deleted_s: float
+
+
 class Figures(TypedDict):
     consumers: int
     #: The Kubernetes API the run measured: local or real.
@@ -86,6 +94,8 @@ class Figures(TypedDict):
     relist_lists_per_consumer: float
     #: Per kind of step (join, planned_leave, deleted_pod), where its time went (`stages`).
     stages: dict[str, stages.Stages]
+    #: Each round's steps, in the order run: the figures above are their medians.
+    rounds: list[RoundFigures]
 
 
 def check_fleet(*, pods: int, partitions: int, counts: Iterable[tuple[str, int]]) -> None:
@@ -180,6 +190,14 @@ class Report:
             "operator_rss_mb": self.rss_mb,
             "relist_lists_per_consumer": round(self.relist_lists / self.settings.consumers, 3),
             "stages": {step: stages.figures(found) for step, found in self.stage_durations.items()},
+            "rounds": [
+                {
+                    "join_s": round(r.join_s, 3),
+                    "leave_s": round(r.leave_s, 3),
+                    "deleted_s": round(r.deleted_s, 3),
+                }
+                for r in self.rounds
+            ],
         }
 
 
