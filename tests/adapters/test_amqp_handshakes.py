@@ -186,7 +186,7 @@ def test_the_operators_hub_clients_make_quick_management_calls() -> None:
     assert type(client._amqp_transport).__name__ == "_QuickManagement"
     # A kept client: the kept connection's wrapper (`mgmtconnections`) around the quick one.
     kept, _credential = hubclients._open(where, keep_connection=True)
-    assert type(kept._amqp_transport).__name__ == "_LinksFirst"
+    assert type(kept._amqp_transport).__name__ == "_KeptManagement"
     assert type(kept._amqp_transport._transport).__name__ == "_QuickManagement"
     assert type(kept._conn_manager_async).__name__ == "KeptConnection"
 

@@ -224,6 +224,8 @@ def _attach_incoming(
         link: links.IncomingLink
         if parsed.kind in ("cbs", "management"):
             link = requestlinks.RequestLink(kind=parsed.kind, **base)
+            counts = connection.namespace.request_links
+            counts[parsed.kind] = counts.get(parsed.kind, 0) + 1
         elif parsed.kind == "hub":
             link = eventlinks.ProducerLink(
                 hub=connection.namespace.hub(parsed.hub), partition=None, **base

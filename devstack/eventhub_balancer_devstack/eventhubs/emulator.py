@@ -231,6 +231,11 @@ class EventHubsEmulator:
         """Connections accepted since the start, closed ones included."""
         return self._call(lambda: self._accepted)
 
+    def request_links_attached(self, kind: str) -> int:
+        """``$cbs`` (``kind`` "cbs") or ``$management`` ("management") request links attached
+        since the start, closed ones included."""
+        return self._call(lambda: self._namespace.request_links.get(kind, 0))
+
     def disconnect_all(self) -> int:
         """Drop every client connection abruptly (chaos); returns how many were dropped."""
 

@@ -309,6 +309,9 @@ class Namespace:
         self.default_consumer_groups = tuple(consumer_groups)
         self.retention_events = retention_events
         self.hubs: dict[str, Hub] = {}
+        #: The ``$cbs`` and ``$management`` request links attached since the start, by kind
+        #: (a client that keeps its link open attaches no more).
+        self.request_links: dict[str, int] = {}
 
     def create_hub(self, name: str, partitions: int, *, now_ms: int) -> Hub:
         if not name or "/" in name:

@@ -9,9 +9,10 @@ so every opening took about 0.5 s however fast the service answered:
 - a receive link (``EventHubConsumer._open``): every partition a pod took up waited that long
   before its first event;
 - a management call (``_management_request_async``: partition ids, partition properties),
-  which the SDK opens a connection for every time (the operator's kept clients lend one,
-  `mgmtconnections`, but a session, a token and a link are still opened): every listing of a
-  hub's partitions, every backlog read of a partition's end, every ``latest`` start position.
+  which the SDK opens a connection, a session, a token and a link for every time (the
+  operator's kept clients keep one of each open, `mgmtconnections`, but open them anew when
+  they are replaced): every listing of a hub's partitions, every backlog read of a
+  partition's end, every ``latest`` start position.
 
 Here the clients the SDK creates get a readiness check that reads up to `HANDSHAKE_READS`
 frames back to back, so the SDK's loop ends at the frame that completes the handshake. The

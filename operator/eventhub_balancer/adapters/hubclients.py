@@ -83,7 +83,8 @@ def _open(
 ) -> tuple[EventHubProducerClient, Any]:
     """A new producer client for ``coordinates`` (and its credential, None for a connection
     string), its credentials checked against the hub's name. It connects on its first call;
-    ``keep_connection``: its management requests share one connection (`mgmtconnections`),
+    ``keep_connection``: its management requests share one connection, and one session,
+    token and ``$management`` link on it (`mgmtconnections`),
     for a client kept between cycles (a client built for one call, which may also send, is
     left as the SDK makes it).
 

@@ -8,19 +8,25 @@ that kept no connection: its growth watch lists each hub up to four times a seco
 backlog reads take 20 partition ends a second, each opening a connection. At 300 consumers,
 steady, those requests were 72 % of what the operator's event loop ran.
 
-Here a kept client's requests share one connection (`share`), one request at a time: the
-first opens it, and leaves it open; each request after it opens only its session, token and
-link on it. A request made while another one holds it gets no connection, so the SDK opens
-one for it as before: the reads of a hub's ends run side by side as they did, and no two
-sessions ever share the connection (two at once hung against the local emulator). A
-connection idle for `REUSE_SECONDS`, or no longer open, is replaced: Event Hubs closes
-connections nobody talks on, and a request on one it closed fails (the kept client is then
-replaced once, `keptclients`).
+Here a kept client's requests share one connection (`share`), one request at a time, and
+one management client on it: the first request opens the connection, its session, its token
+(CBS) and its ``$management`` link, and leaves them open; each request after it sends only
+its request and reads its answer on them. Before, the session, the token exchange and the
+link were opened and closed again for every request, and were most of what the operator's
+loop ran while steady. A request made while another one holds the connection gets no
+connection, so the SDK opens one for it as before: the reads of a hub's ends run side by side
+as they did, and no two sessions ever share the connection (two at once hung against the
+local emulator). A connection idle for `REUSE_SECONDS`, or no longer open, is replaced: Event
+Hubs closes connections nobody talks on, and a request on one it closed fails (the kept
+client is then replaced once, `keptclients`). The management client goes with it, with a
+request that got no answer on it, and after `CLIENT_SECONDS` in any case, so that its token
+and link are renewed however busy it is (its token is refreshed on the way too, as the SDK
+does before every request).
 
 The SDK's management client, when it closes, ends its session and only then detaches its
 ``$management`` links, on the ended channel: a protocol error that makes the service close
 the connection. Harmless on a connection of its own, closed next; so on every management
-client this module's transport detaches those links first (`_LinksFirst`).
+client this module's transport detaches those links first (`_KeptManagement`).
 
 These are private SDK names, like those `amqphandshakes` wraps (tests/install/test_sdk_pins.py
 holds the SDK to them): where they are missing nothing is done, and every request opens its
@@ -39,11 +45,15 @@ from typing import Any
 #: connection between requests, and Event Hubs closes one that stays silent past its idle
 #: timeout (a minute or more).
 REUSE_SECONDS = 30.0
+#: A management client kept open on the kept connection is opened anew after this long, however
+#: busy: its session, token and link are renewed well within a token's lifetime (an hour).
+CLIENT_SECONDS = 600.0
 
 
 def share(client: Any, *, clock: Callable[[], float] = time.monotonic) -> KeptConnection | None:
-    """The management requests of the SDK client ``client`` share one connection, one at a
-    time; the manager put in place, or None where the SDK lacks what this needs."""
+    """The management requests of the SDK client ``client`` share one connection, and one
+    management client on it, one request at a time; the manager put in place, or None where
+    the SDK lacks what this needs."""
     transport = getattr(client, "_amqp_transport", None)
     if (
         transport is None
@@ -51,26 +61,35 @@ def share(client: Any, *, clock: Callable[[], float] = time.monotonic) -> KeptCo
         or not all(hasattr(client, n) for n in ("_conn_manager_async", "_address", "_config"))
     ):
         return None
-    kept = KeptConnection(client, clock=clock)
+    kept = KeptConnection(client, transport=transport, clock=clock)
     client._conn_manager_async = kept
-    client._amqp_transport = _LinksFirst(transport, kept)
+    client._amqp_transport = _KeptManagement(transport, kept)
     return kept
 
 
 class KeptConnection:
     """The SDK's connection manager (``get_connection``, ``reset_connection_if_broken``,
-    ``close_connection``) over one connection, lent to one request at a time."""
+    ``close_connection``) over one connection, lent to one request at a time, with the
+    management client kept open on it (`client`)."""
 
-    def __init__(self, client: Any, *, clock: Callable[[], float]) -> None:
+    def __init__(self, client: Any, *, transport: Any, clock: Callable[[], float]) -> None:
         self._client = client
+        #: The SDK's transport, which makes its own management clients (`_KeptManagement`
+        #: wraps it).
+        self._transport = transport
         self.clock = clock
         self._lock = asyncio.Lock()
         self.connection: Any = None
         self._lent = False
         self._returned = 0.0
-        #: connections this manager opened, and requests it lent one to (for the tests)
+        #: The management client kept open on `connection`, and when it was opened.
+        self.client: Any = None
+        self._client_opened = 0.0
+        #: connections this manager opened, requests it lent one to, and management clients
+        #: it kept (for the tests)
         self.opened = 0
         self.lent = 0
+        self.clients_kept = 0
 
     async def get_connection(self, *, endpoint: str, auth: Any) -> Any:
         """The kept connection for this request (opened or replaced first if need be), or
@@ -91,6 +110,34 @@ class KeptConnection:
             self.lent += 1
             return self.connection
 
+    def kept_client(self, connection: Any) -> Any:
+        """The management client kept open on ``connection``, when it is the kept connection
+        and the client is still open on it and younger than `CLIENT_SECONDS`; else None."""
+        client = self.client
+        if (
+            client is None
+            or connection is None
+            or connection is not self.connection
+            or getattr(client, "_session", None) is None
+            or getattr(client, "_connection", None) is not connection
+            or self.clock() - self._client_opened >= CLIENT_SECONDS
+        ):
+            return None
+        return client
+
+    def keep_client(self, client: Any) -> None:
+        """``client`` was opened on the kept connection: it stays open for the next request."""
+        self.client = client
+        self._client_opened = self.clock()
+        self.clients_kept += 1
+
+    async def close_client(self) -> None:
+        """The kept management client closes (links first); the connection stays."""
+        client, self.client = self.client, None
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await _close_links_first(client)
+
     def returned(self, connection: Any) -> None:
         """A management client that held ``connection`` closed: it may be lent again."""
         if connection is not None and connection is self.connection:
@@ -109,8 +156,9 @@ class KeptConnection:
     async def _open(self, auth: Any) -> Any:
         # A management client of the SDK's own making opens it, with everything the SDK opens
         # one with (TLS context, endpoint, SASL), and is then told it is not its own to close.
+        # That client, its session and token open, is the one kept for the requests.
         client = self._client
-        opener = client._amqp_transport.create_mgmt_client(
+        opener = self._transport.create_mgmt_client(
             client._address, mgmt_auth=auth, config=client._config
         )
         try:
@@ -119,22 +167,24 @@ class KeptConnection:
             with contextlib.suppress(Exception):
                 await opener.close_async()
             raise
-        connection = opener._connection
         opener._external_connection = True
-        await opener.close_async()
-        return connection
+        self.keep_client(opener)
+        return opener._connection
 
     async def _drop(self) -> None:
         connection, self.connection = self.connection, None
+        # Closing the connection ends the kept client's session and links with it.
+        self.client = None
         self._lent = False
         if connection is not None:
             with contextlib.suppress(Exception):
                 await connection.close()
 
 
-class _LinksFirst:
-    """The client's AMQP transport, whose management clients detach their ``$management``
-    links before their session ends, and give the kept connection back when they close."""
+class _KeptManagement:
+    """The client's AMQP transport, whose management clients are `_ManagementClient`: kept
+    open on the kept connection, and detaching their ``$management`` links before their
+    session ends."""
 
     def __init__(self, transport: Any, kept: KeptConnection) -> None:
         self._transport = transport
@@ -143,25 +193,79 @@ class _LinksFirst:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
 
-    def create_mgmt_client(self, *args: Any, **kwargs: Any) -> Any:
-        client = self._transport.create_mgmt_client(*args, **kwargs)
-        close = client.close_async
+    def create_mgmt_client(self, *args: Any, **kwargs: Any) -> _ManagementClient:
+        transport = self._transport
+        return _ManagementClient(
+            lambda: transport.create_mgmt_client(*args, **kwargs), kept=self._kept
+        )
+
+
+class _ManagementClient:
+    """The management client of one request, as the SDK uses it (``open_async``,
+    ``client_ready_async``, ``mgmt_request_async``, ``close_async``): on the kept connection,
+    the management client kept open there, else one of its own, made as the SDK makes it.
+
+    Made before the request is lent a connection, so which one it is is settled when it is
+    opened. On the kept connection, a client that got its answer stays open for the next
+    request; one that did not is closed, as every other one is, and gives the connection back.
+    """
+
+    def __init__(self, make: Callable[[], Any], *, kept: KeptConnection) -> None:
+        self._make = make
+        self._kept = kept
+        self._client: Any = None
+        self._answered = False
+
+    def __getattr__(self, name: str) -> Any:
+        client = self.__dict__.get("_client")
+        if client is None:
+            raise AttributeError(name)
+        return getattr(client, name)
+
+    async def open_async(self, connection: Any = None) -> None:
         kept = self._kept
+        on_kept = connection is not None and connection is kept.connection
+        if on_kept:
+            self._client = kept.kept_client(connection)
+            if self._client is not None:
+                return
+            await kept.close_client()  # too old, or gone with a request that failed on it
+        self._client = self._make()
+        await self._client.open_async(connection=connection)
+        if on_kept:
+            kept.keep_client(self._client)
 
-        async def close_async() -> None:
-            try:
-                operations = getattr(client, "_mgmt_links", None)
-                if isinstance(operations, dict):
-                    for operation in list(operations.values()):
-                        with contextlib.suppress(Exception):
-                            await operation.close()
-                    operations.clear()
-                await close()
-            finally:
-                kept.returned(getattr(client, "_connection", None))
+    async def mgmt_request_async(self, *args: Any, **kwargs: Any) -> Any:
+        answer = await self._client.mgmt_request_async(*args, **kwargs)
+        self._answered = True
+        return answer
 
-        client.close_async = close_async
-        return client
+    async def close_async(self) -> None:
+        client, self._client = self._client, None
+        kept = self._kept
+        if client is None:
+            return
+        connection = getattr(client, "_connection", None)
+        try:
+            if client is kept.client:
+                if self._answered:
+                    return  # open for the next request
+                kept.client = None
+            await _close_links_first(client)
+        finally:
+            kept.returned(connection)
+
+
+async def _close_links_first(client: Any) -> None:
+    """Close the SDK management client ``client``, its ``$management`` links detached before
+    its session ends (the SDK does it the other way round)."""
+    operations = getattr(client, "_mgmt_links", None)
+    if isinstance(operations, dict):
+        for operation in list(operations.values()):
+            with contextlib.suppress(Exception):
+                await operation.close()
+        operations.clear()
+    await client.close_async()
 
 
 def _is_open(connection: Any) -> bool:

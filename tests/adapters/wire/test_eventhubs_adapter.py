@@ -120,8 +120,9 @@ async def test_stopped_emulator_is_unreachable_within_the_timeout(
 async def test_kept_clients_list_a_hub_over_one_connection_and_replace_it_once_closed(
     private_eventhubs_emulator: EventHubsEmulator,
 ) -> None:
-    """A kept client's listings share one AMQP connection (`mgmtconnections`): before, each
-    listing opened one, so the growth watch opened up to 20 a second."""
+    """A kept client's listings share one AMQP connection and one ``$management`` link
+    (`mgmtconnections`): before, each listing opened a connection, so the growth watch opened
+    up to 20 a second, and then each still opened a session, a token and a link."""
     emu = private_eventhubs_emulator
     emu.create_hub("orders", 4)
     clients = eventhubs.Clients()
@@ -129,9 +130,11 @@ async def test_kept_clients_list_a_hub_over_one_connection_and_replace_it_once_c
     ids = ["0", "1", "2", "3"]
     try:
         accepted = emu.connections_accepted()
+        links = emu.request_links_attached("management")
         for _ in range(10):
             assert await eventhubs.fetch_partition_ids(where, clients=clients) == ids
         assert emu.connections_accepted() - accepted == 1
+        assert emu.request_links_attached("management") - links == 1
         # The ends of a hub are read side by side: the first read on the kept connection,
         # the others each on one of their own (the SDK's way), all answered.
         last = await eventhubs.fetch_last_sequence_numbers(where, ids, clients=clients)

@@ -1,4 +1,5 @@
-"""`mgmtconnections`: a kept Event Hubs client's management requests share one connection.
+"""`mgmtconnections`: a kept Event Hubs client's management requests share one connection,
+and one management client (session, token, ``$management`` link) on it.
 
 Against the Event Hubs emulator, with the operator's clients (`hubclients`); the clock of the
 reuse bound is a fake one. `test_eventhubs_adapter.py` shows the kept clients' listings on one
@@ -14,6 +15,7 @@ from typing import Any
 import pytest
 from azure.eventhub._pyamqp.aio import AMQPClientAsync
 from azure.eventhub.aio._client_base_async import ClientBaseAsync
+from azure.eventhub.exceptions import EventHubError
 
 from eventhub_balancer.adapters import hubclients, mgmtconnections
 from eventhub_balancer_devstack.eventhubs import EventHubsEmulator
@@ -80,6 +82,57 @@ async def test_a_request_made_while_another_holds_the_connection_opens_its_own(
     assert kept.opened == 1
 
 
+async def test_requests_share_one_management_link_until_one_gets_no_answer(
+    kept_client: tuple[Any, mgmtconnections.KeptConnection, Clock],
+    eventhubs_hub: EventHubTarget,
+) -> None:
+    client, kept, _clock = kept_client
+    emu: EventHubsEmulator = eventhubs_hub.emulator
+    links = emu.request_links_attached("management")
+    for _ in range(5):
+        assert await client.get_partition_ids() == ["0", "1", "2", "3"]
+    assert await client.get_partition_properties("2")
+    # One session, token and link for all six: before, each request attached its own.
+    assert emu.request_links_attached("management") - links == 1
+    assert (kept.opened, kept.clients_kept, kept.lent) == (1, 1, 6)
+    # A request that gets no answer on the kept client fails (the operator's clients do not
+    # retry: `keptclients`) and closes it; the next one opens a new one on the same
+    # connection, and that one is kept.
+    failing = kept.client
+    assert failing is not None
+
+    async def no_answer(*args: Any, **kwargs: Any) -> Any:
+        raise TimeoutError("no answer")
+
+    failing.mgmt_request_async = no_answer
+    with pytest.raises(EventHubError, match="no answer"):
+        await client.get_partition_ids()
+    assert await client.get_partition_ids() == ["0", "1", "2", "3"]
+    assert failing._session is None  # closed, not left open on the connection
+    assert kept.client is not failing
+    assert kept.client is not None
+    assert (kept.opened, kept.clients_kept) == (1, 2)
+    assert emu.request_links_attached("management") - links == 2
+
+
+async def test_a_busy_management_client_is_renewed_after_its_age_bound(
+    kept_client: tuple[Any, mgmtconnections.KeptConnection, Clock],
+) -> None:
+    client, kept, clock = kept_client
+    assert await client.get_partition_ids() == ["0", "1", "2", "3"]
+    first = kept.client
+    # Busy: a request within every reuse bound, so the connection stays, for longer than a
+    # management client is kept.
+    step = mgmtconnections.REUSE_SECONDS - 1
+    for _ in range(int(mgmtconnections.CLIENT_SECONDS // step) + 1):
+        clock.now += step
+        assert await client.get_partition_ids() == ["0", "1", "2", "3"]
+    assert kept.opened == 1
+    assert kept.clients_kept == 2
+    assert kept.client is not first
+    assert first._session is None  # the old one was closed, links first
+
+
 def test_the_sdk_makes_management_requests_as_the_kept_connection_expects() -> None:
     """Each request asks the client's connection manager for a connection, opens its
     management client on it, and closes that client when done; a management client keeps its
@@ -91,3 +144,8 @@ def test_the_sdk_makes_management_requests_as_the_kept_connection_expects() -> N
     close = inspect.getsource(AMQPClientAsync.close_async)
     assert "if not self._external_connection:" in close
     assert "self._mgmt_links" in inspect.getsource(AMQPClientAsync.mgmt_request_async)
+    # A kept management client's token is looked at, and refreshed when due, before every
+    # request: the request waits for the client to be ready, which completes its token.
+    assert "while not await mgmt_client.client_ready_async():" in request
+    assert "auth_complete_async()" in inspect.getsource(AMQPClientAsync.client_ready_async)
+    assert "handle_token()" in inspect.getsource(AMQPClientAsync.auth_complete_async)
