@@ -267,7 +267,8 @@ async def fetch_last_sequence_numbers(
 
     async def request(client: EventHubProducerClient) -> dict[str, int]:
         # One request per partition, up to `PROPERTIES_AT_ONCE` at a time on the one
-        # client: a hub's ends cost a round trip per batch, not per partition.
+        # client. A kept client's take turns on its one connection and link, a round trip
+        # each (`mgmtconnections`); a client built for this call opens one per request.
         result: dict[str, int] = {}
         async with asyncio.timeout(limit_seconds):
             for at in range(0, len(partitions), PROPERTIES_AT_ONCE):

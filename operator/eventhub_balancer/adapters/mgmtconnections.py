@@ -13,10 +13,13 @@ one management client on it: the first request opens the connection, its session
 (CBS) and its ``$management`` link, and leaves them open; each request after it sends only
 its request and reads its answer on them. Before, the session, the token exchange and the
 link were opened and closed again for every request, and were most of what the operator's
-loop ran while steady. A request made while another one holds the connection gets no
-connection, so the SDK opens one for it as before: the reads of a hub's ends run side by side
-as they did, and no two sessions ever share the connection (two at once hung against the
-local emulator). A connection idle for `REUSE_SECONDS`, or no longer open, is replaced: Event
+loop ran while steady. A request made while another one holds the connection waits for its
+turn (a request on the kept client is one round trip; a connection of its own, eight), up to
+`TURN_SECONDS`; after that the SDK opens one for it, as it always did. So the reads of a hub's
+ends, up to 16 side by side, go over the kept connection one after another, and no two
+sessions ever share it at once (two at once hung against the local emulator; the SDK's reads
+of one connection from two requests at once are not safe either). A connection idle for
+`REUSE_SECONDS`, or no longer open, is replaced: Event
 Hubs closes connections nobody talks on, and a request on one it closed fails (the kept
 client is then replaced once, `keptclients`). The management client goes with it, with a
 request that got no answer on it, and after `CLIENT_SECONDS` in any case, so that its token
@@ -48,6 +51,8 @@ REUSE_SECONDS = 30.0
 #: A management client kept open on the kept connection is opened anew after this long, however
 #: busy: its session, token and link are renewed well within a token's lifetime (an hour).
 CLIENT_SECONDS = 600.0
+#: A request waits this long at most for the kept connection while another request holds it.
+TURN_SECONDS = 5.0
 
 
 def share(client: Any, *, clock: Callable[[], float] = time.monotonic) -> KeptConnection | None:
@@ -78,27 +83,38 @@ class KeptConnection:
         #: wraps it).
         self._transport = transport
         self.clock = clock
-        self._lock = asyncio.Lock()
+        #: Held while the lend is looked at or changed; requests wait on it for their turn.
+        self._turn = asyncio.Condition()
+        #: How long a request waits for the connection another one holds, before the SDK
+        #: opens one for it: a request on it takes a round trip, a connection of its own eight.
+        self.turn_seconds = TURN_SECONDS
         self.connection: Any = None
         self._lent = False
         self._returned = 0.0
         #: The management client kept open on `connection`, and when it was opened.
         self.client: Any = None
         self._client_opened = 0.0
-        #: connections this manager opened, requests it lent one to, and management clients
-        #: it kept (for the tests)
+        #: connections this manager opened, requests it lent one to, management clients it
+        #: kept, and requests that waited `turn_seconds` in vain (for the tests)
         self.opened = 0
         self.lent = 0
         self.clients_kept = 0
+        self.waited_out = 0
 
     async def get_connection(self, *, endpoint: str, auth: Any) -> Any:
-        """The kept connection for this request (opened or replaced first if need be), or
-        None while another request holds it: the SDK then opens one for this request."""
+        """The kept connection for this request (opened or replaced first if need be), once
+        no other request holds it; None when another one still holds it after
+        `turn_seconds`: the SDK then opens one for this request."""
         # One turn of the loop first: a close of the socket that has arrived is taken in.
         await asyncio.sleep(0)
-        async with self._lock:
+        async with self._turn:
             if self._lent:
-                return None
+                try:
+                    async with asyncio.timeout(self.turn_seconds):
+                        await self._turn.wait_for(lambda: not self._lent)
+                except TimeoutError:
+                    self.waited_out += 1
+                    return None
             if self.connection is not None and (
                 not _is_open(self.connection) or self.clock() - self._returned >= REUSE_SECONDS
             ):
@@ -138,19 +154,21 @@ class KeptConnection:
             with contextlib.suppress(Exception):
                 await _close_links_first(client)
 
-    def returned(self, connection: Any) -> None:
-        """A management client that held ``connection`` closed: it may be lent again."""
+    async def returned(self, connection: Any) -> None:
+        """A management client that held ``connection`` closed: the next request's turn."""
         if connection is not None and connection is self.connection:
-            self._lent = False
-            self._returned = self.clock()
+            async with self._turn:
+                self._lent = False
+                self._returned = self.clock()
+                self._turn.notify()
 
     async def reset_connection_if_broken(self) -> None:
-        async with self._lock:
+        async with self._turn:
             if self.connection is not None and not _is_open(self.connection):
                 await self._drop()
 
     async def close_connection(self) -> None:
-        async with self._lock:
+        async with self._turn:
             await self._drop()
 
     async def _open(self, auth: Any) -> Any:
@@ -176,6 +194,7 @@ class KeptConnection:
         # Closing the connection ends the kept client's session and links with it.
         self.client = None
         self._lent = False
+        self._turn.notify_all()  # whoever waits for it opens the next one
         if connection is not None:
             with contextlib.suppress(Exception):
                 await connection.close()
@@ -253,7 +272,7 @@ class _ManagementClient:
                 kept.client = None
             await _close_links_first(client)
         finally:
-            kept.returned(connection)
+            await kept.returned(connection)
 
 
 async def _close_links_first(client: Any) -> None:

@@ -135,10 +135,12 @@ async def test_kept_clients_list_a_hub_over_one_connection_and_replace_it_once_c
             assert await eventhubs.fetch_partition_ids(where, clients=clients) == ids
         assert emu.connections_accepted() - accepted == 1
         assert emu.request_links_attached("management") - links == 1
-        # The ends of a hub are read side by side: the first read on the kept connection,
-        # the others each on one of their own (the SDK's way), all answered.
+        # The ends of a hub are asked for side by side, and read one after another on the
+        # kept connection and link: no connection more.
         last = await eventhubs.fetch_last_sequence_numbers(where, ids, clients=clients)
         assert last == dict.fromkeys(ids, -1)
+        assert emu.connections_accepted() - accepted == 1
+        assert emu.request_links_attached("management") - links == 1
         accepted = emu.connections_accepted()
         assert await eventhubs.fetch_partition_ids(where, clients=clients) == ids
         assert emu.connections_accepted() == accepted  # the kept one is lent again

@@ -8,6 +8,7 @@ connection and a connection the service closed replaced.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import AsyncIterator
 from typing import Any
@@ -66,19 +67,30 @@ async def test_a_connection_idle_past_the_reuse_bound_is_replaced(
     assert kept.connection is None  # closing the client closes its kept connection
 
 
-async def test_a_request_made_while_another_holds_the_connection_opens_its_own(
+async def test_a_request_waits_its_turn_for_the_connection_and_then_opens_its_own(
     kept_client: tuple[Any, mgmtconnections.KeptConnection, Clock],
+    eventhubs_hub: EventHubTarget,
 ) -> None:
     client, kept, _clock = kept_client
+    emu: EventHubsEmulator = eventhubs_hub.emulator
     assert await client.get_partition_ids() == ["0", "1", "2", "3"]
+    accepted = emu.connections_accepted()
+    # Requests side by side take their turns on the kept connection: no connection more.
+    ends = await asyncio.gather(*(client.get_partition_properties(p) for p in "0123"))
+    assert [e["id"] for e in ends] == ["0", "1", "2", "3"]
+    assert emu.connections_accepted() == accepted
+    assert (kept.opened, kept.lent, kept.waited_out) == (1, 5, 0)
+    # Held past the turn's bound (a request hanging on it): the next request opens one of
+    # its own, as the SDK always did, and is answered.
+    kept.turn_seconds = 0.2
     lent = await kept.get_connection(endpoint="", auth=None)
     assert lent is kept.connection
-    # Held: the next request gets none, so the SDK opens one for it, as it always did.
-    assert await kept.get_connection(endpoint="", auth=None) is None
     assert await client.get_partition_properties("0")
-    kept.returned(lent)
+    assert kept.waited_out == 1
+    assert emu.connections_accepted() == accepted + 1
+    await kept.returned(lent)
     assert await kept.get_connection(endpoint="", auth=None) is lent
-    kept.returned(lent)
+    await kept.returned(lent)
     assert kept.opened == 1
 
 
