@@ -53,20 +53,30 @@ def test_the_recorded_scale_runs_render() -> None:
     assert "requests / steady cycle" in page
 
 
-def test_the_steady_cpu_is_the_operators_cpu_per_second_of_the_steady_window() -> None:
-    report = operating.Report(
-        settings=operating.Settings(),
-        rounds=(operating.Round(join_s=0.1, leave_s=0.1, deleted_s=0.1),),
+def report(
+    rounds: tuple[operating.Round, ...] = (
+        operating.Round(join_s=0.1, leave_s=0.1, deleted_s=0.1),
+    ),
+    *,
+    steady_cpu_s: float = 0.0,
+) -> operating.Report:
+    """A report of ``rounds`` with a steady window of 60 cycles in 40 s."""
+    return operating.Report(
+        settings=operating.Settings(rounds=len(rounds)),
+        rounds=rounds,
         steady_writes=0,
         steady_requests=0,
         steady_seconds=40.0,
-        steady_cpu_s=10.0,
         steady_cycles=60,
         cycle_cpu_s=0.002,
         rss_mb=100.0,
         relist_lists=2,
+        steady_cpu_s=steady_cpu_s,
     )
-    figures = report.figures()
+
+
+def test_the_steady_cpu_is_the_operators_cpu_per_second_of_the_steady_window() -> None:
+    figures = report(steady_cpu_s=10.0).figures()
     assert figures["steady_cpu_cores"] == 0.25
     # A cycle's share is measured over the rounds, apart from it.
     assert figures["cycle_cpu_ms"] == 2.0
@@ -79,17 +89,7 @@ def test_each_round_is_reported_beside_the_medians() -> None:
         operating.Round(join_s=12.4321, leave_s=0.06, deleted_s=0.08),
         operating.Round(join_s=0.2, leave_s=0.04, deleted_s=0.09),
     )
-    report = operating.Report(
-        settings=operating.Settings(rounds=3),
-        rounds=rounds,
-        steady_writes=0,
-        steady_requests=0,
-        steady_cycles=3,
-        cycle_cpu_s=0.002,
-        rss_mb=100.0,
-        relist_lists=2,
-    )
-    figures = report.figures()
+    figures = report(rounds).figures()
     assert figures["join_balanced_s"] == 0.2
     assert figures["rounds"] == [
         {"join_s": 0.1, "leave_s": 0.05, "deleted_s": 0.07},
