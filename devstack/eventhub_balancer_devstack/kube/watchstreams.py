@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import copy
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -248,11 +249,16 @@ class WatchStreams:
         matches_now = selector.matches(event.body)
         matched_before = event.previous is not None and selector.matches(event.previous)
         event_type: str = event.type
+        body = event.body
         if event.type == "MODIFIED":
             if matches_now and not matched_before:
                 event_type = "ADDED"
-            elif matched_before and not matches_now:
+            elif matched_before and not matches_now and event.previous is not None:
+                # As kube-apiserver does: the object leaves with what it was while it matched
+                # (the labels that put it in the selection), at the change's version.
                 event_type = "DELETED"
+                body = copy.deepcopy(dict(event.previous))
+                body["metadata"]["resourceVersion"] = str(event.resource_version)
             elif not matches_now:
                 return None
         elif event.type == "DELETED":
@@ -260,4 +266,4 @@ class WatchStreams:
                 return None
         elif not matches_now:
             return None
-        return {"type": event_type, "object": self.store.render(spec, event.body)}
+        return {"type": event_type, "object": self.store.render(spec, body)}

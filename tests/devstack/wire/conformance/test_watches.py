@@ -92,6 +92,11 @@ def test_a_resumed_watch_sees_objects_enter_and_leave_its_selection(
     for events in (local, real):
         assert _versions(events) == sorted(set(_versions(events)))  # strictly increasing
     assert local[-1]["object"]["data"] == real[-1]["object"]["data"] == {"k": "v"}
+    # An object that leaves the selection leaves as it was while it matched (kube-apiserver's
+    # cache sends the previous object at the change's version): a client that keys what it
+    # keeps by the selected labels finds what to drop.
+    for events in (local, real):
+        assert events[1]["object"]["metadata"]["labels"] == {"app": "x"}
 
 
 def test_a_watch_without_a_version_starts_with_what_there_is_and_a_bookmark(
