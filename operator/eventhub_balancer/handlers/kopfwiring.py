@@ -36,6 +36,8 @@ WATCH_INACTIVITY_SECONDS = 10.0
 #: 635 of 1,000 consumers at the end of a bench run without this, 159 with it (an operator
 #: short of CPU has more cycles in flight than it can finish in 5 s).
 CYCLE_FINISH_SECONDS = 5.0
+#: The ConfigMaps the operator watches: those it writes (the API server filters the rest out).
+CONFIGMAPS_SELECTOR = f"{configmaps.LABEL_MANAGED_BY}={configmaps.MANAGED_BY}"
 #: The names of kopf's indexes (the rosters start from them: `cache.tracking.Following`).
 INDEXES = {
     shelves.CONSUMERS: "ehb_consumers",
@@ -69,6 +71,12 @@ def configure(
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = 10
     settings.watching.inactivity_timeout = WATCH_INACTIVITY_SECONDS
+    # Only the assignment ConfigMaps, filtered by the API server: the handlers' own label
+    # filter is kopf's, applied after every ConfigMap of the namespaces served (cluster-wide
+    # by default) was listed and streamed to the operator, megabytes of dashboards and
+    # settings included. A ConfigMap that loses the label leaves the watch as a deletion,
+    # with the labels it had (as it leaves the index under kopf's own filter).
+    settings.watching.label_selectors["", "v1", "configmaps"] = CONFIGMAPS_SELECTOR
     settings.networking.request_timeout = 30
 
 

@@ -67,6 +67,41 @@ def test_corrupt_configmap_is_repaired(operator_stack: Stack, namespace: str) ->
     assert not podassignments.parse_data(data).problems
 
 
+def test_a_configmap_that_loses_the_operators_label_is_written_anew(
+    operator_stack: Stack, namespace: str
+) -> None:
+    """The ConfigMap watch selects the operator's own by label on the API server: one that
+    loses the label leaves it as a deletion, with the labels it had. The pod's ConfigMap is
+    written anew: the relabelled one under its name is reported and deleted, not trusted."""
+    stack, ns = operator_stack, namespace
+    stack.secret(ns)
+    stack.consumer(ns)
+    settle(stack, ns, 2)
+    stack.start_operator(namespaces=(ns,))
+    wait_for(lambda: sorted(stack.counts(ns).values()) == [16, 16] and stack.balanced(ns))
+    name = configmaps.configmap_name(consumer="orders", pod="c-0")
+    before = stack.kube.get_object("v1/configmaps", name, namespace=ns)
+    assert before is not None
+    stack.kube.patch_object(
+        "v1/configmaps",
+        name,
+        {"metadata": {"labels": {configmaps.LABEL_MANAGED_BY: "someone-else"}}},
+        namespace=ns,
+    )
+    wait_for(lambda: "AssignmentTampered" in stack.reasons(ns), what="tamper event")
+
+    def rewritten() -> bool:
+        now = stack.kube.get_object("v1/configmaps", name, namespace=ns)
+        return (
+            now is not None
+            and now["metadata"]["uid"] != before["metadata"]["uid"]
+            and now["metadata"]["labels"].get(configmaps.LABEL_MANAGED_BY) == configmaps.MANAGED_BY
+        )
+
+    wait_for(rewritten, what="c-0's ConfigMap written anew")
+    wait_for(lambda: sorted(stack.counts(ns).values()) == [16, 16] and stack.balanced(ns))
+
+
 def test_faults_set_conditions_and_keep_the_assignment(
     operator_stack: Stack, namespace: str
 ) -> None:

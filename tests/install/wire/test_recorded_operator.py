@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import pytest
 
 from eventhub_balancer.adapters import tenantidentities
 from eventhub_balancer.contracts import specs
+from eventhub_balancer.handlers import kopfwiring
 from eventhub_balancer_devstack import clusters
 from eventhub_balancer_devstack.kube import kubeconfigs
 from tests.install import test_rbac_manifests
@@ -37,6 +39,8 @@ OPERATOR = Subject.service_account("eventhub-balancer-system", "eventhub-balance
 NOT_REACHED = {("delete", "configmaps"), ("get", "configmaps"), ("get", "eventhubconsumers")}
 #: The metrics' reviews are made only when someone scrapes /metrics (test_metrics_access.py).
 NOT_REACHED |= {("create", "tokenreviews"), ("create", "subjectaccessreviews")}
+#: The verbs that read a collection.
+READS = ("list", "watch")
 CHART_OPERATOR = Subject.service_account(loading.RELEASE_NAMESPACE, "ehb-eventhub-balancer")
 #: Where the tenant's token exchange goes: a closed port on loopback, so that it fails at once
 #: and nothing leaves the machine (the exchange itself is tests/adapters/wire/
@@ -140,6 +144,16 @@ def test_operator_calls_are_allowed_by_its_roles(
 
     requests = proxy.requests
     assert requests, "the operator made no request through the proxy"
+    # Every listing and watch of ConfigMaps asks the API server for the operator's own only
+    # (kopf's watch included): the namespaces' other ConfigMaps never reach it.
+    configmap_reads = [
+        r for r in proxy.recorded if r.info.resource == "configmaps" and r.info.verb in READS
+    ]
+    assert any(r.info.verb == "watch" for r in configmap_reads)
+    for read in configmap_reads:
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(read.path_qs).query)
+        asked = ",".join(query.get("labelSelector", [])).split(",")
+        assert kopfwiring.CONFIGMAPS_SELECTOR in asked, read.path_qs
     # The consumers' namespace opted in, as docs/install.md shows: its Secrets and tokens.
     install = Authorizer(
         [
