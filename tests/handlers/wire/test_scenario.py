@@ -29,11 +29,17 @@ def test_scale_fail_and_grow(operator_stack: Stack, namespace: str) -> None:
         # 4 pods: 8 each, epoch 1 everywhere, annotations on the pods, status and events.
         wait_for(lambda: shares(stack, ns) == [8, 8, 8, 8] and stack.balanced(ns), what="4 x 8")
         assert set(stack.epochs(ns).values()) == {1}
+        owned = ",".join(sorted(stack.assignment(ns)["c-0"], key=int))
+
+        def annotated() -> str | None:
+            pod = stack.kube.get_object("v1/pods", "c-0", namespace=ns) or {}
+            annotations = (pod.get("metadata") or {}).get("annotations") or {}
+            return annotations.get(configmaps.POD_ANNOTATION_PARTITIONS)
+
+        # The pods' annotations go out with the cycle's second step of writes, after the
+        # ConfigMaps that gain: balanced may come a moment before them.
+        wait_for(lambda: annotated() == owned, what="c-0's partitions in its annotation")
         pod = stack.kube.get_object("v1/pods", "c-0", namespace=ns) or {}
-        owned = sorted(stack.assignment(ns)["c-0"], key=int)
-        assert pod["metadata"]["annotations"][configmaps.POD_ANNOTATION_PARTITIONS] == ",".join(
-            owned
-        )
         status = stack.status(ns)
         assert status["partitionCount"] == 32
         assert status["memberCount"] == 4
