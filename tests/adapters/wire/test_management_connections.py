@@ -9,6 +9,7 @@ connection and a connection the service closed replaced.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 from collections.abc import AsyncIterator
 from typing import Any
@@ -24,10 +25,18 @@ from tests.handlers.test_caching import Clock
 from tests.support.fixtures.eventhubs import EventHubTarget
 
 
+@dataclasses.dataclass(frozen=True)
+class KeptClient:
+    """A kept client, its connection manager, the manager's fake clock and the emulator."""
+
+    client: Any
+    kept: mgmtconnections.KeptConnection
+    clock: Clock
+    emulator: EventHubsEmulator
+
+
 @pytest.fixture
-async def kept_client(
-    eventhubs_hub: EventHubTarget,
-) -> AsyncIterator[tuple[Any, mgmtconnections.KeptConnection, Clock]]:
+async def kept_client(eventhubs_hub: EventHubTarget) -> AsyncIterator[KeptClient]:
     """A producer client as the operator keeps one, its connection kept on a fake clock;
     closed after the test."""
     emu: EventHubsEmulator = eventhubs_hub.emulator
@@ -44,15 +53,15 @@ async def kept_client(
     clock = Clock()
     kept.clock = clock  # `share` gave it the monotonic clock
     try:
-        yield client, kept, clock
+        yield KeptClient(client, kept, clock, emu)
     finally:
         await client.close()
 
 
 async def test_a_connection_idle_past_the_reuse_bound_is_replaced(
-    kept_client: tuple[Any, mgmtconnections.KeptConnection, Clock],
+    kept_client: KeptClient,
 ) -> None:
-    client, kept, clock = kept_client
+    client, kept, clock = kept_client.client, kept_client.kept, kept_client.clock
     for _ in range(3):
         assert await client.get_partition_ids() == ["0", "1", "2", "3"]
         clock.now += mgmtconnections.REUSE_SECONDS - 1
@@ -68,11 +77,9 @@ async def test_a_connection_idle_past_the_reuse_bound_is_replaced(
 
 
 async def test_a_request_waits_its_turn_for_the_connection_and_then_opens_its_own(
-    kept_client: tuple[Any, mgmtconnections.KeptConnection, Clock],
-    eventhubs_hub: EventHubTarget,
+    kept_client: KeptClient,
 ) -> None:
-    client, kept, _clock = kept_client
-    emu: EventHubsEmulator = eventhubs_hub.emulator
+    client, kept, emu = kept_client.client, kept_client.kept, kept_client.emulator
     assert await client.get_partition_ids() == ["0", "1", "2", "3"]
     accepted = emu.connections_accepted()
     # Requests side by side take their turns on the kept connection: no connection more.
@@ -95,11 +102,9 @@ async def test_a_request_waits_its_turn_for_the_connection_and_then_opens_its_ow
 
 
 async def test_requests_share_one_management_link_until_one_gets_no_answer(
-    kept_client: tuple[Any, mgmtconnections.KeptConnection, Clock],
-    eventhubs_hub: EventHubTarget,
+    kept_client: KeptClient,
 ) -> None:
-    client, kept, _clock = kept_client
-    emu: EventHubsEmulator = eventhubs_hub.emulator
+    client, kept, emu = kept_client.client, kept_client.kept, kept_client.emulator
     links = emu.request_links_attached("management")
     for _ in range(5):
         assert await client.get_partition_ids() == ["0", "1", "2", "3"]
@@ -128,9 +133,9 @@ async def test_requests_share_one_management_link_until_one_gets_no_answer(
 
 
 async def test_a_busy_management_client_is_renewed_after_its_age_bound(
-    kept_client: tuple[Any, mgmtconnections.KeptConnection, Clock],
+    kept_client: KeptClient,
 ) -> None:
-    client, kept, clock = kept_client
+    client, kept, clock = kept_client.client, kept_client.kept, kept_client.clock
     assert await client.get_partition_ids() == ["0", "1", "2", "3"]
     first = kept.client
     # Busy: a request within every reuse bound, so the connection stays, for longer than a
