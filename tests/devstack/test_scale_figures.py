@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from eventhub_balancer import errors
-from eventhub_balancer_devstack.benchmarks import operating, records
+from eventhub_balancer_devstack.benchmarks import operatorreports, records
 
 
 def write(directory: Path, name: str, result: dict[str, object]) -> None:
@@ -54,15 +54,15 @@ def test_the_recorded_scale_runs_render() -> None:
 
 
 def report(
-    rounds: tuple[operating.Round, ...] = (
-        operating.Round(join_s=0.1, leave_s=0.1, deleted_s=0.1),
+    rounds: tuple[operatorreports.Round, ...] = (
+        operatorreports.Round(join_s=0.1, leave_s=0.1, deleted_s=0.1),
     ),
     *,
     steady_cpu_s: float = 0.0,
-) -> operating.Report:
+) -> operatorreports.Report:
     """A report of ``rounds`` with a steady window of 60 cycles in 40 s."""
-    return operating.Report(
-        settings=operating.Settings(rounds=len(rounds)),
+    return operatorreports.Report(
+        settings=operatorreports.Settings(rounds=len(rounds)),
         rounds=rounds,
         steady_writes=0,
         steady_requests=0,
@@ -85,9 +85,9 @@ def test_the_steady_cpu_is_the_operators_cpu_per_second_of_the_steady_window() -
 def test_each_round_is_reported_beside_the_medians() -> None:
     """A median of three hides one slow round; the JSON names every round's steps."""
     rounds = (
-        operating.Round(join_s=0.1, leave_s=0.05, deleted_s=0.07),
-        operating.Round(join_s=12.4321, leave_s=0.06, deleted_s=0.08),
-        operating.Round(join_s=0.2, leave_s=0.04, deleted_s=0.09),
+        operatorreports.Round(join_s=0.1, leave_s=0.05, deleted_s=0.07),
+        operatorreports.Round(join_s=12.4321, leave_s=0.06, deleted_s=0.08),
+        operatorreports.Round(join_s=0.2, leave_s=0.04, deleted_s=0.09),
     )
     figures = report(rounds).figures()
     assert figures["join_balanced_s"] == 0.2

@@ -45,7 +45,7 @@ from eventhub_balancer_devstack import clusters
 from eventhub_balancer_devstack.benchmarks import (
     benchstacks,
     clusterviews,
-    operating,
+    operatorreports,
     processes,
     watching,
 )
@@ -118,7 +118,7 @@ class Settings:
             raise errors.InvalidInput("--kinds", f"{given}: name one or more of {', '.join(KINDS)}")
         if not self.lag_seconds > 0:
             raise errors.InvalidInput("--lag", "must be above 0 seconds")
-        operating.check_fleet(
+        operatorreports.check_fleet(
             pods=self.pods,
             partitions=self.partitions,
             counts=(

@@ -53,9 +53,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from eventhub_balancer_devstack.benchmarks import operating
+    from eventhub_balancer_devstack.benchmarks import operating, operatorreports
 
-    settings = operating.Settings(
+    settings = operatorreports.Settings(
         partitions=args.partitions,
         pods=args.pods,
         consumers=args.consumers,
