@@ -84,9 +84,8 @@ def _open(
     """A new producer client for ``coordinates`` (and its credential, None for a connection
     string), its credentials checked against the hub's name. It connects on its first call;
     ``keep_connection``: its management requests share one connection, and one session,
-    token and ``$management`` link on it (`mgmtconnections`),
-    for a client kept between cycles (a client built for one call, which may also send, is
-    left as the SDK makes it).
+    token and ``$management`` link on it (`mgmtconnections`), for a client kept between
+    cycles (a client built for one call, which may also send, is left as the SDK makes it).
 
     ``retry_total=0``: the caller is the retry loop (the operator's cycle, with its own
     backoff and cached fallback; a replay, with its own time limit)."""

@@ -4,9 +4,9 @@ A cycle that lists a hub's partitions, reads its ends or lists its checkpoint bl
 a client already built (its configuration, credentials and TLS context) instead of building
 one. A checkpoint container's requests also go over the kept HTTP session, and an Event Hub's
 management requests over one AMQP connection, session and link the client keeps
-(`mgmtconnections`; the SDK alone opens each of them per request). At 1,000 consumers the operator
-built three clients per consumer a minute, and building them was most of what its cycles
-cost (docs/scale.md).
+(`mgmtconnections`; the SDK alone opens each of them per request). At 1,000 consumers the
+operator built three clients per consumer a minute, and building them was most of what its
+cycles cost (docs/scale.md).
 
 Bounded: at most ``kept`` clients, the least recently used closed first; a consumer deleted or
 changed leaves its client to age out. A client whose request fails is closed and dropped; a

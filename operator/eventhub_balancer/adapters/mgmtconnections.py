@@ -18,13 +18,14 @@ turn (a request on the kept client is one round trip; a connection of its own, e
 `TURN_SECONDS`; after that the SDK opens one for it, as it always did. So the reads of a hub's
 ends, up to 16 side by side, go over the kept connection one after another, and no two
 sessions ever share it at once (two at once hung against the local emulator; the SDK's reads
-of one connection from two requests at once are not safe either). A connection idle for
-`REUSE_SECONDS`, or no longer open, is replaced: Event
-Hubs closes connections nobody talks on, and a request on one it closed fails (the kept
-client is then replaced once, `keptclients`). The management client goes with it, with a
-request that got no answer on it, and after `CLIENT_SECONDS` in any case, so that its token
-and link are renewed however busy it is (its token is refreshed on the way too, as the SDK
-does before every request).
+of one connection from two requests at once are not safe either).
+
+A connection idle for `REUSE_SECONDS`, or no longer open, is replaced: Event Hubs closes
+connections nobody talks on, and a request on one it closed fails (the kept client is then
+replaced once, `keptclients`). The management client goes with it, with a request that got
+no answer on it, and after `CLIENT_SECONDS` in any case, so that its token and link are
+renewed however busy it is (its token is refreshed on the way too, as the SDK does before
+every request).
 
 The SDK's management client, when it closes, ends its session and only then detaches its
 ``$management`` links, on the ended channel: a protocol error that makes the service close
