@@ -17,13 +17,19 @@ import contextlib
 import datetime
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from eventhub_balancer import runners
 from eventhub_balancer.adapters import eventhubs, kubeapi, tenantidentities
-from eventhub_balancer.contracts import configmaps, podassignments, specs, timestamps
+from eventhub_balancer.contracts import (
+    configmaps,
+    labelselectors,
+    podassignments,
+    specs,
+    timestamps,
+)
 from eventhub_balancer.handlers import registering, running
 from eventhub_balancer_devstack.kube import LocalKubeAPI
 
@@ -115,11 +121,19 @@ class LocalCluster:
             namespace=namespace,
         )
 
-    def pod(self, namespace: str, name: str, *, app: str = APP, ready: bool = True) -> None:
+    def pod(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        app: str = APP,
+        ready: bool = True,
+        labels: Mapping[str, str] | None = None,
+    ) -> None:
         self.kube.create_object(
             "v1/pods",
             {
-                "metadata": {"name": name, "labels": {"app": app}},
+                "metadata": {"name": name, "labels": {"app": app, **(labels or {})}},
                 "spec": {"containers": [{"name": "c", "image": "consumer"}]},
             },
             namespace=namespace,
@@ -322,6 +336,7 @@ def start_operator(
     refresh_seconds: float = 60.0,
     hub_timeout: float = 3.0,
     annotate_pods: bool = False,
+    pod_scope: labelselectors.Selector | None = None,
 ) -> running.OperatorThread:
     """The real operator (kopf, adapters, handlers) in a thread, on the given API server."""
     api = kubeapi.KubeAPI.from_environment(str(kubeconfig))
@@ -334,6 +349,7 @@ def start_operator(
         ),
         connection=api.connection_info,
         annotate_pods=annotate_pods,
+        pod_scope=pod_scope,
     )
     options = running.Options(
         namespaces=namespaces,

@@ -125,3 +125,22 @@ def test_partitions_lost_are_not_counted_as_failing_everything() -> None:
     observation = test_reports.reported(observation, "a", lost)
     observation, _ = test_reports.next_cycle(observation, now=5)
     assert bodies.condition(observation, "Ready")["reason"] != "AllPartitionsFailing"
+
+
+def test_no_pod_names_the_operators_pod_selector_when_it_has_one() -> None:
+    """A consumer's pods that lack the label the operator watches (``--pod-selector``) are
+    not found: the condition says where it looked, or the selector would look right."""
+
+    def ready_message(pod_scope: str) -> str:
+        observation = dataclasses.replace(bodies.observe(pods=[]), pod_scope=pod_scope)
+        seen, decision = bodies.decide_fully(observation, now=at(5))
+        after = bodies.applied(seen, decision)
+        found = {c["type"]: c for c in after.status["conditions"]}
+        assert found["Ready"]["reason"] == "NoPods"
+        return str(found["Ready"]["message"])
+
+    scoped = ready_message("app.kubernetes.io/part-of=eventhub-balancer")
+    assert "among the pods the operator watches (app.kubernetes.io/part-of=eventhub-balancer)" in (
+        scoped
+    )
+    assert "operator watches" not in ready_message("")

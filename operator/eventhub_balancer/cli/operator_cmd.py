@@ -11,7 +11,7 @@ import argparse
 import random
 from typing import TYPE_CHECKING
 
-from eventhub_balancer.contracts import endpoints
+from eventhub_balancer.contracts import endpoints, labelselectors
 from eventhub_balancer.reconciling import conflicts
 
 if TYPE_CHECKING:
@@ -34,6 +34,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     scope.add_argument(
         "-A", "--all-namespaces", action="store_true", help="serve every namespace (cluster-wide)"
+    )
+    parser.add_argument(
+        "--pod-selector",
+        default="",
+        metavar="SELECTOR",
+        help="watch only the pods this label selector matches, as kubectl -l writes it "
+        "(e.g. app.kubernetes.io/part-of=eventhub-balancer, which the consumer chart's pods "
+        "carry); a consumer's pods outside it are not its members (default: every pod)",
     )
     parser.add_argument(
         "--peering",
@@ -154,6 +162,12 @@ def identity_policy(args: argparse.Namespace) -> eventhubs.IdentityPolicy:
     return eventhubs.IdentityPolicy(namespaces=tuple(args.identity_namespace))
 
 
+def pod_scope(args: argparse.Namespace) -> labelselectors.Selector | None:
+    """The pods the operator watches at all, from ``--pod-selector`` (None: every pod)."""
+    selector = labelselectors.parse_query(args.pod_selector, field="--pod-selector")
+    return selector if selector.to_query() else None
+
+
 def bindings(args: argparse.Namespace) -> conflicts.Bindings:
     """The hosts bound to one namespace each, from ``--bind-location NS=HOST``."""
     return conflicts.Bindings.parse(args.bind_location, field="--bind-location")
@@ -181,6 +195,7 @@ def operator_runtime(args: argparse.Namespace, api: kubeapi.KubeAPI) -> register
         connection=api.connection_info,
         annotate_pods=bool(args.annotate_pods),
         bindings=bindings(args),
+        pod_scope=pod_scope(args),
     )
 
 
@@ -237,6 +252,9 @@ def run(args: argparse.Namespace) -> int:
     from eventhub_balancer.adapters import accessreviews, kubeapi
     from eventhub_balancer.handlers import running
 
+    # The flags that need no cluster are checked before anything connects.
+    for check in (endpoint_policy, bindings, pod_scope):
+        check(args)
     api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
     reviews = None if args.metrics_insecure else accessreviews.AccessReviews(api.configuration)
     try:

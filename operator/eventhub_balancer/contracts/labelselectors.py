@@ -69,6 +69,19 @@ class Selector:
                 return False
         return True
 
+    def both(self, other: Selector | None) -> Selector:
+        """The pods that both select (``other`` None: every pod), as one selector: the
+        requirements of both, as the API server ANDs those of a query."""
+        if other is None:
+            return self
+        labels = dict(self.match_labels)
+        expressions = list(self.match_expressions)
+        for key, value in other.match_labels.items():
+            if labels.setdefault(key, value) != value:
+                expressions.append(LabelRequirement(key=key, operator="In", values=(value,)))
+        expressions += [e for e in other.match_expressions if e not in expressions]
+        return Selector(match_labels=labels, match_expressions=tuple(expressions))
+
     def to_query(self) -> str:
         """The selector as a ``labelSelector`` query string for list calls."""
         parts = [f"{k}={v}" for k, v in sorted(self.match_labels.items())]
@@ -129,6 +142,70 @@ def parse_selector(value: Any, *, field: str) -> Selector:
             field, "selects every pod in the namespace: set matchLabels or matchExpressions"
         )
     return Selector(match_labels=dict(labels), match_expressions=tuple(requirements))
+
+
+def parse_query(text: str, *, field: str) -> Selector:
+    """A selector written as ``kubectl -l`` takes it (``app=orders,tier in (a,b),!legacy``),
+    validated; every problem is an InvalidInput naming ``field``. The empty text selects
+    every pod."""
+    requirements: list[LabelRequirement] = []
+    labels: dict[str, str] = {}
+    for part in _split(text, field=field):
+        match = _QUERY_PART.match(part)
+        if match is None or (match["not"] and (match["op"] or match["set_op"])):
+            raise errors.InvalidInput(
+                field,
+                f"{part!r} is not a requirement: use key=value, key!=value, key in (a,b), "
+                "key notin (a,b), key or !key, separated by commas",
+            )
+        key = match["key"]
+        check_key(key, field=field)
+        if match["set_op"]:
+            values = tuple(v.strip() for v in match["set"].split(","))
+            if values == ("",):
+                raise errors.InvalidInput(field, f"{part!r}: name at least one value")
+            operator = "In" if match["set_op"] == "in" else "NotIn"
+        elif match["op"]:
+            values = (match["value"],)
+            operator = "NotIn" if match["op"] == "!=" else "In"
+        else:
+            values, operator = (), "DoesNotExist" if match["not"] else "Exists"
+        for value in values:
+            check_value(value, field=field)
+        if (
+            operator == "In"
+            and not match["set_op"]
+            and labels.setdefault(key, values[0]) == values[0]
+        ):
+            continue  # key=value, as matchLabels holds it
+        requirements.append(LabelRequirement(key=key, operator=operator, values=values))
+    return Selector(match_labels=labels, match_expressions=tuple(requirements))
+
+
+#: One requirement of a written selector: ``!key``, ``key``, ``key=v``, ``key==v``,
+#: ``key!=v``, ``key in (a,b)``, ``key notin (a,b)``.
+_QUERY_PART = re.compile(
+    r"^(?P<not>!)?\s*(?P<key>[^\s=!(),]+)\s*"
+    r"(?:(?P<op>==|=|!=)\s*(?P<value>[^\s=!(),]*)|\s(?P<set_op>in|notin)\s*\((?P<set>[^()]*)\))?"
+    r"\s*\Z"
+)
+
+
+def _split(text: str, *, field: str) -> list[str]:
+    """The requirements of a written selector: split at the commas outside parentheses."""
+    parts: list[str] = []
+    depth = start = 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth not in (0, 1):
+            raise errors.InvalidInput(field, f"{text!r}: unbalanced parentheses")
+        if char == "," and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    if depth:
+        raise errors.InvalidInput(field, f"{text!r}: unbalanced parentheses")
+    parts.append(text[start:].strip())
+    return [] if parts == [""] else parts
 
 
 def _key(raw: Mapping[str, Any], field: str) -> str:

@@ -63,6 +63,7 @@ async def run_cycle(
     metrics: metrics.Metrics | None = None,
     annotate_pods: bool = False,
     bindings: conflicts.Bindings = conflicts.UNBOUND,
+    pod_scope: str = "",
     backlog: backlogs.Budget | None = None,
     events: writing.Handover | None = None,
 ) -> Result:
@@ -85,6 +86,7 @@ async def run_cycle(
             now=now,
             annotate_pods=annotate_pods,
             bindings=bindings,
+            pod_scope=pod_scope,
             backlog=backlog,
         )
         decided = time.monotonic()
@@ -160,6 +162,7 @@ async def _decide(
     now: datetime.datetime,
     annotate_pods: bool,
     bindings: conflicts.Bindings = conflicts.UNBOUND,
+    pod_scope: str = "",
     backlog: backlogs.Budget | None = None,
 ) -> tuple[decisions.Decision, observations.Observation]:
     """Observe and decide, then read what the decision still needs and decide again; or the
@@ -171,7 +174,9 @@ async def _decide(
     observation, memory.hub = await observing.observe_consumer(
         kube=kube, hubs=hubs, namespace=namespace, name=name, memory=memory, wall=wall
     )
-    observation = dataclasses.replace(observation, annotate_pods=annotate_pods, bindings=bindings)
+    observation = dataclasses.replace(
+        observation, annotate_pods=annotate_pods, bindings=bindings, pod_scope=pod_scope
+    )
     taken_from = deadlines.inputs(stamp, observation)
     kept, memory.settled = memory.settled, None
     if kept is not None and deadlines.stands(kept, taken_from, wall=wall):

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from eventhub_balancer import errors
-from eventhub_balancer.contracts import configmaps, specs
+from eventhub_balancer.contracts import configmaps, labelselectors, specs
 from eventhub_balancer.handlers import (
     backlogs,
     cycles,
@@ -87,6 +87,8 @@ class Operator:
     annotate_pods: bool = False
     #: the hosts the install binds to one namespace each (``--bind-location``)
     bindings: conflicts.Bindings = conflicts.UNBOUND
+    #: the pods the operator watches at all (``--pod-selector``); None: every pod
+    pod_scope: labelselectors.Selector | None = None
     #: the partition ends every consumer's backlog probe may read, shared (`backlogs`)
     backlog: backlogs.Budget = dataclasses.field(default_factory=backlogs.Budget)
     #: each running consumer's record, its daemon's alone (others only set its ``wake``)
@@ -101,7 +103,7 @@ class Operator:
     events: eventposts.Poster = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
-        self.cache = caches.Cache(self.kube, wake=self.wake)
+        self.cache = caches.Cache(self.kube, wake=self.wake, pod_scope=self.pod_scope)
         self.watch, self.following, self.view = (
             self.cache.watch,
             self.cache.following,
@@ -221,6 +223,7 @@ async def run_daemon(
                     metrics=runtime.metrics,
                     annotate_pods=runtime.annotate_pods,
                     bindings=runtime.bindings,
+                    pod_scope=runtime.pod_scope.to_query() if runtime.pod_scope else "",
                     backlog=runtime.backlog,
                     events=runtime.events.post,
                 )

@@ -92,6 +92,7 @@ async def serve(
         standalone=options.standalone,
         clusterwide=options.clusterwide,
         priority=options.priority,
+        pod_scope=runtime.pod_scope,
     )
     registry = kopfwiring.build_registry(runtime)
     kopf_ready = asyncio.Event()

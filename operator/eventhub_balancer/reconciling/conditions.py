@@ -120,13 +120,15 @@ def build(
     troubles: Mapping[models.PartitionId, reports.Trouble] | None = None,
     previous: statusbodies.StatusBody | None = None,
     ready_count: int | None = None,
+    pod_scope: str = "",
 ) -> list[conditions.Condition]:
     """All six conditions, Ready first (Paused last: `progress`, which words Ready and
     Balanced while ``spec.paused`` is true).
 
     A partition its pod reports in trouble still counts as owned for Ready and Balanced:
     the pod is alive and holds it (moving it would carry the fault along); PartitionsFailing
-    says what is wrong with it.
+    says what is wrong with it. ``pod_scope`` (the operator's ``--pod-selector``) is named
+    where no pod is found.
     """
     # ``ready_count``: the fleet's count of Ready pods (`fleets.Fleet.ready`); else counted here.
     ready_pods = sum(1 for p in pods.values() if p.ready) if ready_count is None else ready_count
@@ -138,6 +140,8 @@ def build(
         or not (pods.get(o.owner) is not None and pods[o.owner].ready)
     ]
     selector = spec.selector.to_query()
+    # Pods the operator does not watch match nothing: say so, or the selector looks right.
+    watched = f" among the pods the operator watches ({pod_scope})" if pod_scope else ""
     stopped = cannot_process(hub=hub, store=store, partitions=partitions, troubles=troubles or {})
     if not partitions:
         ready = conditions.Condition(
@@ -154,7 +158,8 @@ def build(
             status="False",
             reason="NoPods",
             message=(
-                f"no pod matches spec.selector ({selector}): fix the selector or the pods' labels"
+                f"no pod matches spec.selector ({selector}){watched}: fix the selector or the "
+                "pods' labels"
             ),
         )
     elif not ready_pods:
@@ -162,7 +167,7 @@ def build(
             type=conditions.READY,
             status="False",
             reason="NoReadyPods",
-            message=f"{len(pods)} pods match spec.selector but none is Running and Ready",
+            message=f"{len(pods)} pods match spec.selector{watched} but none is Running and Ready",
         )
     elif unowned:
         ready = conditions.Condition(

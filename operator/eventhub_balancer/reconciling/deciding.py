@@ -203,6 +203,7 @@ def _decide(
         troubles=troubles,
         previous=previous,
         ready_count=fleet.ready,
+        pod_scope=observation.pod_scope,
     )
     concluded += conflicts.cleared(previous)
     events = kubeevents.build(

@@ -144,6 +144,8 @@ class Observation:
     #: the hosts the install binds to one namespace each (`conflicts.Bindings`): a consumer
     #: of another namespace that names one is refused; empty: nothing bound
     bindings: conflicts.Bindings = conflicts.UNBOUND
+    #: the pods the operator watches at all, as its ``--pod-selector`` reads; empty: every pod
+    pod_scope: str = ""
 
     @property
     def generation(self) -> int:

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from eventhub_balancer.adapters import tenantidentities
-from eventhub_balancer.contracts import specs
+from eventhub_balancer.contracts import labelselectors, specs
 from eventhub_balancer.handlers import kopfwiring
 from eventhub_balancer_devstack import clusters
 from eventhub_balancer_devstack.kube import kubeconfigs
@@ -41,6 +41,8 @@ NOT_REACHED = {("delete", "configmaps"), ("get", "configmaps"), ("get", "eventhu
 NOT_REACHED |= {("create", "tokenreviews"), ("create", "subjectaccessreviews")}
 #: The verbs that read a collection.
 READS = ("list", "watch")
+#: The label the consumer chart's pods carry, which ``--pod-selector`` may require.
+PART_OF = "app.kubernetes.io/part-of"
 CHART_OPERATOR = Subject.service_account(loading.RELEASE_NAMESPACE, "ehb-eventhub-balancer")
 #: Where the tenant's token exchange goes: a closed port on loopback, so that it fails at once
 #: and nothing leaves the machine (the exchange itself is tests/adapters/wire/
@@ -175,3 +177,33 @@ def test_operator_calls_are_allowed_by_its_roles(
     assert [r.describe() for r in chart.denied(CHART_OPERATOR, requests)] == []
     unused = {(a.verb, a.resource) for a in install.unexercised(OPERATOR, requests)}
     assert unused <= NOT_REACHED, f"granted but never used: {sorted(unused - NOT_REACHED)}"
+
+
+def test_with_a_pod_selector_the_operator_reads_no_other_pod(
+    recorded_stack: tuple[Stack, RecordingProxy], namespace: str
+) -> None:
+    """``ehb operator --pod-selector``: every listing and watch of pods asks the API server
+    for the selected pods alone (kopf's watch, the relisting, a cycle's reads), and a
+    consumer's pod without the label is no member."""
+    stack, proxy = recorded_stack
+    ns, scope = namespace, f"{PART_OF}=eventhub-balancer"
+    stack.secret(ns)
+    stack.consumer(ns)
+    for i in range(2):
+        stack.pod(ns, f"c-{i}", labels={PART_OF: "eventhub-balancer"})
+    stack.pod(ns, "c-unlabelled")
+    stack.pod(ns, "web-0", app="web")
+    operator = stack.start_operator(
+        namespaces=(ns,), pod_scope=labelselectors.parse_query(scope, field="--pod-selector")
+    )
+    with ConsumerDouble(stack.kube, ns):
+        wait_for(lambda: stack.balanced(ns) and len(stack.counts(ns)) == 2, what="2 pods")
+        stack.delete_pod(ns, "c-1")
+        wait_for(lambda: stack.balanced(ns) and sorted(stack.counts(ns)) == ["c-0"], what="c-0")
+    stack.stop_operator(operator)
+    pod_reads = [r for r in proxy.recorded if r.info.resource == "pods" and r.info.verb in READS]
+    assert {r.info.verb for r in pod_reads} >= {"list", "watch"}
+    for read in pod_reads:
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(read.path_qs).query)
+        asked = ",".join(query.get("labelSelector", [])).split(",")
+        assert scope in asked, read.path_qs

@@ -57,9 +57,12 @@ class Relisting:
         *,
         wake: Callable[[Key], None],
         seconds: float = RELIST_SECONDS,
+        pod_scope: labelselectors.Selector | None = None,
     ) -> None:
         self.api = api
         self.kept = kept
+        #: the pods the operator watches at all (``--pod-selector``; None: every pod)
+        self.pod_scope = pod_scope
         self.wake = wake
         self.seconds = seconds
         #: LISTs made so far: what the relisting costs, counted apart from the cycles'.
@@ -95,7 +98,7 @@ class Relisting:
     async def relist_namespace(self, namespace: str) -> list[Key]:
         """List ``namespace``'s pods and offer them to its rosters; the consumers woken."""
         held = [r for (ns, _), r in self.kept.by_key.items() if ns == namespace]
-        selector = covering([r.lookup for r in held])
+        selector = covering([r.lookup for r in held]).both(self.pod_scope)
         with contextlib.ExitStack() as asking:
             for roster in held:
                 asking.enter_context(roster.asking(shelves.PODS))

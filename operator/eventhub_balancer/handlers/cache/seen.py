@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from eventhub_balancer.contracts import configmaps, specs
+from eventhub_balancer.contracts import configmaps, labelselectors, specs
 from eventhub_balancer.handlers.cache import shelves
 from eventhub_balancer.handlers.cache.rosters import Rosters
 from eventhub_balancer.reconciling import conflicts
@@ -65,3 +65,7 @@ class Seen:
     #: every EventHubConsumer summed up, as of the last CR event (`serving.CachedKube.peers`); None:
     #: build it again from the index at the next ask
     peers: tuple[conflicts.Peer, ...] | None = None
+    #: the pods the operator watches at all (``ehb operator --pod-selector``); None: every
+    #: pod. A consumer's roster keeps, and its reads list, what its selector selects among
+    #: them: a pod outside never reaches the watch, so a listing must not bring it in either.
+    pod_scope: labelselectors.Selector | None = None

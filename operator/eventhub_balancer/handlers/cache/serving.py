@@ -138,6 +138,7 @@ class CachedKube:
     async def select_pods(
         self, *, namespace: str, selector: specs.Selector
     ) -> list[Mapping[str, Any]]:
+        selector = selector.both(self.seen.pod_scope)  # the pods the operator watches at all
         roster = self._rosters.by_scope.get((namespace, selector.to_query()))
         if roster is None:
             self._reads += 1

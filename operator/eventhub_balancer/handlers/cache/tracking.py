@@ -139,13 +139,16 @@ class Following:
         the watch did not echo a write in time. Called by the daemon before each cycle."""
         kept = self.seen.rosters
         roster = kept.by_key.get((namespace, name))
-        scope = selector.to_query() if selector is not None else None
+        # The consumer's own selector finds its pods in the index (a superset); the one scoped
+        # to what the operator watches keeps them.
         lookup = shelves.pod_lookup(namespace, selector) if selector is not None else None
+        scoped = selector.both(self.seen.pod_scope) if selector is not None else None
+        scope = scoped.to_query() if scoped is not None else None
         if roster is None:
             roster = rosters.Roster(
                 namespace=namespace,
                 name=name,
-                selects=seen.selects(selector),
+                selects=seen.selects(scoped),
                 labelled=seen.labelled(name),
                 scope=scope,
             )
@@ -155,7 +158,7 @@ class Following:
             self._fill(roster, shelves.PODS, self._indexed_pods(namespace, selector))
         elif roster.scope != scope:
             # Another selector: the pods start afresh; the CR and ConfigMaps carry on.
-            kept.rescope(roster, scope=scope, lookup=lookup, selects=seen.selects(selector))
+            kept.rescope(roster, scope=scope, lookup=lookup, selects=seen.selects(scoped))
             self._fill(roster, shelves.PODS, self._indexed_pods(namespace, selector))
         overdue = roster.overdue(now=self.clock())
         if overdue:
