@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -59,10 +60,11 @@ def report(
     ),
     *,
     steady_cpu_s: float = 0.0,
+    settings: operatorreports.Settings | None = None,
 ) -> operatorreports.Report:
     """A report of ``rounds`` with a steady window of 60 cycles in 40 s."""
     return operatorreports.Report(
-        settings=operatorreports.Settings(rounds=len(rounds)),
+        settings=settings or operatorreports.Settings(rounds=len(rounds)),
         rounds=rounds,
         steady_writes=0,
         steady_requests=0,
@@ -70,6 +72,10 @@ def report(
         steady_cycles=60,
         cycle_cpu_s=0.002,
         rss_mb=100.0,
+        peak_rss_mb=180.25,
+        first_balance_s=2.91234,
+        other_pod_bytes=None,
+        pods_list_bytes=4_000,
         relist_lists=2,
         steady_cpu_s=steady_cpu_s,
     )
@@ -96,3 +102,24 @@ def test_each_round_is_reported_beside_the_medians() -> None:
         {"join_s": 12.432, "leave_s": 0.06, "deleted_s": 0.08},
         {"join_s": 0.2, "leave_s": 0.04, "deleted_s": 0.09},
     ]
+
+
+def test_a_run_without_other_pods_says_so_and_its_operator_watched_every_pod() -> None:
+    figures = report().figures()
+    assert (figures["other_pods"], figures["other_pod_bytes"]) == (0, None)
+    assert figures["pod_selector"] is None
+    assert figures["first_balance_s"] == 2.912
+    assert (figures["operator_rss_mb"], figures["operator_peak_rss_mb"]) == (100.0, 180.25)
+    assert json.loads(json.dumps(figures))["pod_selector"] is None  # null in the JSON
+
+
+def test_the_other_pods_and_the_selector_are_reported_as_given() -> None:
+    settings = operatorreports.Settings(
+        rounds=1, other_pods=5000, pod_selector="app.kubernetes.io/part-of=eventhub-balancer"
+    )
+    figures = dataclasses.replace(
+        report(settings=settings), other_pod_bytes=16_384, pods_list_bytes=80_000_000
+    ).figures()
+    assert figures["other_pods"] == 5000
+    assert figures["pod_selector"] == "app.kubernetes.io/part-of=eventhub-balancer"
+    assert (figures["other_pod_bytes"], figures["pods_list_bytes"]) == (16_384, 80_000_000)

@@ -1,7 +1,8 @@
 """The operator benchmarks' side of the local API server (`operating`, `churning`): a
 `Cluster` to act on it as a kubelet and a user would, a `View` of the assignment as the
 harness's watch of the ConfigMaps delivers it, and the EventHubConsumer they create
-(`consumer_body`)."""
+(`consumer_body`). Their consumer pods carry the label the consumer chart's pods carry
+(`PART_OF`), so that ``--pod-selector`` can select them apart from other workloads' pods."""
 
 from __future__ import annotations
 
@@ -15,9 +16,19 @@ import kubernetes.client
 
 from eventhub_balancer.contracts import podassignments, specs
 from eventhub_balancer_devstack import clusters
+from eventhub_balancer_devstack.benchmarks import otherworkloads
 
 #: The checkpoint container on Azurite.
 CONTAINER = "checkpoints"
+#: The label every pod of the consumer chart carries (charts/eventhub-consumer), as key and
+#: value, and as the label selector that selects exactly the benchmarks' consumer pods.
+PART_OF = ("app.kubernetes.io/part-of", "eventhub-balancer")
+CONSUMER_PODS = "=".join(PART_OF)
+
+
+def consumer_pod_labels(app: str) -> dict[str, str]:
+    """A bench's consumer pod's labels: its consumer's ``app`` and `PART_OF`."""
+    return {"app": app, PART_OF[0]: PART_OF[1]}
 
 
 class View:
@@ -147,12 +158,31 @@ class Cluster:
         """A pod of the consumer's Deployment: Running and Ready, or (``ready=False``) still
         starting, until `make_ready`."""
         body: Any = {
-            "metadata": {"name": name, "labels": {"app": app}},
+            "metadata": {"name": name, "labels": consumer_pod_labels(app)},
             "spec": {"containers": [{"name": "c", "image": "consumer"}]},
         }
         self.core.create_namespaced_pod(self.namespace, body, _preload_content=False)
         if ready:
             self.make_ready(name)
+
+    def other_pod(self, i: int) -> None:
+        """The ``i``-th pod of another workload (`otherworkloads`): created, never started."""
+        body: Any = otherworkloads.body(i)
+        self.core.create_namespaced_pod(self.namespace, body, _preload_content=False)
+
+    def pod_bytes(self, name: str) -> int:
+        """The bytes of one pod's JSON as the API server returns it."""
+        response: Any = self.core.read_namespaced_pod(name, self.namespace, _preload_content=False)
+        return len(response.data)
+
+    def pods_list_bytes(self) -> int:
+        """The bytes of the namespace's pods LIST as the API server returns it (what a pod
+        watch without a selector reads when it starts), counted as they stream in."""
+        response: Any = self.core.list_namespaced_pod(self.namespace, _preload_content=False)
+        try:
+            return sum(len(chunk) for chunk in response.stream(2**16))
+        finally:
+            response.release_conn()
 
     def make_ready(self, name: str) -> None:
         status = {

@@ -20,6 +20,11 @@ NotReady and turned Ready once the operator wrote its empty ConfigMap, as a real
 leaves it time to: the join counts from the readiness. The rounds run on the first consumer;
 with several, the others are the fleet around it.
 
+The namespace may hold the pods of other workloads too (``other_pods``, `otherworkloads`),
+created before the operator starts, which watches them all unless ``pod_selector`` narrows
+its pod watch to the consumer pods (`clusterviews.PART_OF`). What they cost shows in the
+operator's peak memory and in its first balance, timed from the start of its process.
+
 ``stages`` says where a join's, a planned leave's and a deletion's time went, over the rounds
 (`stages`: the API server's commit times and the operator's cycle lines). The doubles keep no
 checkpoints and open no links: those stages are the consumer benchmark's and `ehb bench
@@ -41,6 +46,7 @@ from eventhub_balancer_devstack.benchmarks import (
     benchstacks,
     clusterviews,
     operatorreports,
+    otherworkloads,
     processes,
     stagerecords,
     stages,
@@ -49,10 +55,9 @@ from eventhub_balancer_devstack.benchmarks import (
 
 logger = logging.getLogger(__name__)
 
-#: The bench's namespace, first EventHubConsumer (and hub) and its pods' ``app`` label.
+#: The bench's namespace and first EventHubConsumer (and hub).
 NAMESPACE = "bench"
 CONSUMER = clusters.CONSUMER
-APP = clusters.APP
 #: Parallel calls of the harness's setup (hundreds of pods are created at once).
 SETUP_WORKERS = 8
 #: After a forced re-list, the operator's LISTs are counted until none came for this long
@@ -116,24 +121,40 @@ def run(settings: operatorreports.Settings) -> operatorreports.Report:
         with concurrent.futures.ThreadPoolExecutor(SETUP_WORKERS) as pool:
             for i, name in enumerate(names):
                 cluster.consumer(
-                    name, app=f"{APP}-{i}", secret="eh", interval=settings.interval_seconds
+                    name,
+                    app=operatorreports.consumer_app(i),
+                    secret="eh",
+                    interval=settings.interval_seconds,
                 )
+            list(pool.map(cluster.other_pod, range(settings.other_pods)))
             list(
                 pool.map(
                     lambda job: cluster.pod(job[1], app=job[0]),
-                    [(f"{APP}-{i}", f"{n}-{m}") for i, n in enumerate(names) for m in members],
+                    [
+                        (operatorreports.consumer_app(i), f"{n}-{m}")
+                        for i, n in enumerate(names)
+                        for m in members
+                    ],
                 )
             )
+        other_pod_bytes = cluster.pod_bytes(otherworkloads.name(0)) if settings.other_pods else None
+        pods_list_bytes = cluster.pods_list_bytes()
         doubles = processes.Child("doubles", "--kubeconfig", str(kubeconfig), "--namespace", ns)
-        operator = processes.Child("operator", "--kubeconfig", str(kubeconfig), "--namespace", ns)
+        selecting = ("--pod-selector", settings.pod_selector) if settings.pod_selector else ()
+        started = time.monotonic()
+        operator = processes.Child(
+            "operator", "--kubeconfig", str(kubeconfig), "--namespace", ns, *selecting
+        )
         try:
             for name in names:
                 pods = {f"{name}-{m}" for m in members}
                 clusters.wait_for(
                     functools.partial(view.balanced_over, name, pods, p),
-                    timeout=clusters.WAIT_SECONDS + settings.consumers,
+                    # An operator that watches every pod reads them all before its first cycle.
+                    timeout=clusters.WAIT_SECONDS + settings.consumers + settings.other_pods / 200,
                     what=f"initial balance of {name}",
                 )
+            first_balance_s = time.monotonic() - started
             interval = settings.interval_seconds
             clusters.wait_for(
                 lambda: _reachable(cluster),
@@ -167,6 +188,8 @@ def run(settings: operatorreports.Settings) -> operatorreports.Report:
             end = operator.stats()
             stage_durations = _stages(server, operator, rounds)
             relist_lists = _forced_relist(server, operator, settings)
+            # After the re-list: kopf's LIST of every pod it watches is a peak of its own.
+            peak_rss_mb = float(operator.stats()["peak_rss_mb"])
         finally:
             operator.stop()
             doubles.stop()
@@ -185,6 +208,10 @@ def run(settings: operatorreports.Settings) -> operatorreports.Report:
         steady_cycles=steady_cycles,
         cycle_cpu_s=(end["cpu_s"] - start["cpu_s"]) / max(1, end["cycles"] - start["cycles"]),
         rss_mb=float(end["rss_mb"]),
+        peak_rss_mb=peak_rss_mb,
+        first_balance_s=first_balance_s,
+        other_pod_bytes=other_pod_bytes,
+        pods_list_bytes=pods_list_bytes,
         relist_lists=relist_lists,
         stage_durations=stage_durations,
     )
@@ -201,7 +228,9 @@ def _stages(
     pods, maps = stagerecords.commits(tuple(w) for w in taken["writes"])
     cycles = [stagerecords.Cycle(**c) for c in operator.ask("cycles")["cycles"]]
     records = stages.Records(pods=pods, maps=maps, cycles=cycles)
-    scope = stages.Scope(namespace=NAMESPACE, consumer=CONSUMER, labels={"app": f"{APP}-0"})
+    scope = stages.Scope(
+        namespace=NAMESPACE, consumer=CONSUMER, labels={"app": operatorreports.consumer_app(0)}
+    )
     found: dict[str, dict[str, list[float]]] = {}
     for r in rounds:
         for step, (start, end) in r.windows.items():
@@ -237,7 +266,7 @@ def _round(
 ) -> tuple[operatorreports.Round, set[str]]:
     """On the first consumer: join one pod, let it leave gracefully, delete another outright,
     refill: the members after the round are as many as before."""
-    app = f"{APP}-0"
+    app = operatorreports.consumer_app(0)
     joiner = f"{CONSUMER}-c-{serial}"
     windows: dict[str, tuple[float, float]] = {}
     # A real pod takes a second or more from its creation to Ready, and the operator writes

@@ -1,6 +1,7 @@
 """What ``ehb bench operator`` is asked and what it reports: its settings, checked with the flag
 to change, each round's times, and the figures of a run (medians of the rounds beside each
-round, the requests and CPU of the steady window, memory, the re-list, the stages).
+round, the requests and CPU of the steady window, memory, the first balance, the re-list, the
+stages).
 
 The harness that measures them is `operating`; `lagging` checks its fleet with
 `check_fleet` too.
@@ -14,7 +15,9 @@ from collections.abc import Iterable
 from typing import TypedDict
 
 from eventhub_balancer import errors
-from eventhub_balancer_devstack.benchmarks import stages
+from eventhub_balancer.contracts import labelselectors
+from eventhub_balancer_devstack import clusters
+from eventhub_balancer_devstack.benchmarks import clusterviews, stages
 
 
 class RoundFigures(TypedDict):
@@ -31,6 +34,17 @@ class Figures(TypedDict):
     kube: str
     partitions: int
     pods: int
+    #: The pods of other workloads in the namespace (`otherworkloads`), and the bytes of one
+    #: as the API server returns it (None without them).
+    other_pods: int
+    other_pod_bytes: int | None
+    #: The bytes of the namespace's pods LIST before the operator started: what a pod watch
+    #: without a selector reads when it starts.
+    pods_list_bytes: int
+    #: ``ehb operator --pod-selector``: the only pods the operator watches (None: every pod).
+    pod_selector: str | None
+    #: From the operator process's start to every consumer balanced (the ConfigMaps show it).
+    first_balance_s: float
     join_balanced_s: float
     planned_leave_balanced_s: float
     deleted_pod_reassigned_s: float
@@ -45,6 +59,9 @@ class Figures(TypedDict):
     #: the relisting, the probes, kopf): what its CPU request is sized from.
     steady_cpu_cores: float
     operator_rss_mb: float
+    #: The operator process's most resident memory over the whole run (VmHWM), the forced
+    #: re-list included: what its memory limit must hold.
+    operator_peak_rss_mb: float
     relist_lists_per_consumer: float
     #: Per kind of step (join, planned_leave, deleted_pod), where its time went (`stages`).
     stages: dict[str, stages.Stages]
@@ -75,9 +92,17 @@ class Settings:
     steady_cycles: int = 3  # per consumer
     #: The Kubernetes API: the local one, or the real control plane.
     kube: str = "local"
+    #: Pods of other workloads created in the namespace before the operator starts.
+    other_pods: int = 0
+    #: The operator's ``--pod-selector`` (None: it watches every pod).
+    pod_selector: str | None = None
 
     def __post_init__(self) -> None:
         """`errors.InvalidInput` naming the ``ehb bench operator`` flag to change."""
+        if self.other_pods < 0:
+            raise errors.InvalidInput("--other-pods", "must be at least 0")
+        if self.pod_selector is not None:
+            self._check_selector(self.pod_selector)
         check_fleet(
             pods=self.pods,
             partitions=self.partitions,
@@ -88,6 +113,25 @@ class Settings:
                 ("--steady-cycles", self.steady_cycles),
             ),
         )
+
+    def _check_selector(self, text: str) -> None:
+        """The selector parses, and selects every consumer's pods: a pod outside it is no
+        member of its consumer, and the run would wait for a balance that never comes."""
+        selector = labelselectors.parse_query(text, field="--pod-selector")
+        for i in range(self.consumers):
+            labels = clusterviews.consumer_pod_labels(consumer_app(i))
+            if not selector.matches(labels):
+                shown = ",".join(f"{k}={v}" for k, v in labels.items())
+                raise errors.InvalidInput(
+                    "--pod-selector",
+                    f"{text!r} does not select the consumer pods ({shown}): "
+                    f"try {clusterviews.CONSUMER_PODS}",
+                )
+
+
+def consumer_app(i: int) -> str:
+    """The ``app`` label of the ``i``-th consumer's pods (its selector's)."""
+    return f"{clusters.APP}-{i}"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -113,6 +157,14 @@ class Report:
     steady_cycles: int
     cycle_cpu_s: float
     rss_mb: float
+    #: The operator's VmHWM at the end of the run.
+    peak_rss_mb: float
+    #: From the operator process's start to every consumer balanced.
+    first_balance_s: float
+    #: One other pod's bytes (None without them), and the pods LIST's, as the API server
+    #: returned them before the operator started.
+    other_pod_bytes: int | None
+    pods_list_bytes: int
     #: the operator's LISTs after one forced re-list of the pod and ConfigMap watches
     relist_lists: int
     #: Per kind of step, each stage's durations over the rounds, in seconds.
@@ -125,6 +177,11 @@ class Report:
             "consumers": s.consumers,
             "partitions": s.partitions,
             "pods": s.pods,
+            "other_pods": s.other_pods,
+            "other_pod_bytes": self.other_pod_bytes,
+            "pods_list_bytes": self.pods_list_bytes,
+            "pod_selector": s.pod_selector,
+            "first_balance_s": round(self.first_balance_s, 3),
             "join_balanced_s": round(statistics.median(r.join_s for r in self.rounds), 3),
             "planned_leave_balanced_s": round(statistics.median(r.leave_s for r in self.rounds), 3),
             "deleted_pod_reassigned_s": round(
@@ -142,6 +199,7 @@ class Report:
             if self.steady_seconds
             else 0.0,
             "operator_rss_mb": self.rss_mb,
+            "operator_peak_rss_mb": self.peak_rss_mb,
             "relist_lists_per_consumer": round(self.relist_lists / self.settings.consumers, 3),
             "stages": {step: stages.figures(found) for step, found in self.stage_durations.items()},
             "rounds": [

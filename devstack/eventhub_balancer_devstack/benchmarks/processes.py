@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from eventhub_balancer.adapters import eventhubs, kubeapi
+from eventhub_balancer.contracts import labelselectors
 from eventhub_balancer.handlers import registering, running
 from eventhub_balancer_devstack import kubeservers
 from eventhub_balancer_devstack.benchmarks import doubles, stagerecords
@@ -56,16 +57,22 @@ def serve_operator(
     *,
     refresh_seconds: float = eventhubs.REFRESH_SECONDS,
     hub_timeout: float = eventhubs.TIMEOUT_SECONDS,
+    pod_selector: str | None = None,
 ) -> None:
     """The real operator (kopf, adapters, handlers), as ``ehb operator`` builds it; ``cycles``
     answers its cycle lines since the last asking (`stagerecords.CycleRecords`). A scenario whose
-    hub grows re-reads its partitions more often (``refresh_seconds``)."""
+    hub grows re-reads its partitions more often (``refresh_seconds``); ``pod_selector`` is
+    ``ehb operator --pod-selector``'s, the only pods it watches."""
     records = stagerecords.CycleRecords().__enter__()
     api = kubeapi.KubeAPI.from_environment(str(kubeconfig))
+    scope = (
+        labelselectors.parse_query(pod_selector, field="--pod-selector") if pod_selector else None
+    )
     runtime = registering.Operator(
         kube=api,
         hubs=eventhubs.EventHubs(refresh_seconds=refresh_seconds, timeout=hub_timeout),
         connection=api.connection_info,
+        pod_scope=scope,
     )
     options = running.Options(namespaces=tuple(namespaces), metrics_port=None)
     operator = running.OperatorThread(runtime, options).start(timeout=START_SECONDS)
@@ -82,6 +89,7 @@ def serve_operator(
             "events_pending": runtime.events.pending,
             "cpu_s": time.process_time(),
             "rss_mb": _rss_mb(),
+            "peak_rss_mb": _peak_rss_mb(),
         }
 
     def cycles() -> dict[str, Any]:
@@ -185,6 +193,14 @@ def _rss_mb() -> float:
     return round(pages * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
 
 
+def _peak_rss_mb() -> float:
+    """The most resident memory the process has had (its high-water mark): /proc/self/status's
+    VmHWM, in kB."""
+    with open("/proc/self/status") as f:
+        line = next(x for x in f if x.startswith("VmHWM:"))
+    return round(int(line.split()[1]) / 1024, 1)
+
+
 def _answer(
     stdin: IO[str],
     stats: Callable[[], dict[str, Any]],
@@ -274,6 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--refresh-seconds", type=float, default=eventhubs.REFRESH_SECONDS)
     parser.add_argument("--hub-timeout", type=float, default=eventhubs.TIMEOUT_SECONDS)
     parser.add_argument("--kube", choices=kubeservers.KINDS, default="local")
+    parser.add_argument("--pod-selector")
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=os.environ.get(LOG_LEVEL_ENV, "WARNING").upper(),
@@ -289,6 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdin,
             refresh_seconds=args.refresh_seconds,
             hub_timeout=args.hub_timeout,
+            pod_selector=args.pod_selector,
         )
     else:
         doubles.serve(args.kubeconfig, args.namespace[0], sys.stdin, answer=_answer)

@@ -20,6 +20,7 @@ import kubernetes.config
 import kubernetes.watch
 
 from eventhub_balancer.contracts import configmaps
+from eventhub_balancer_devstack.benchmarks import clusterviews
 
 logger = logging.getLogger(__name__)
 
@@ -58,9 +59,18 @@ def watch_configmaps(
 def watch_pods(
     api: kubernetes.client.ApiClient, namespace: str, stopped: threading.Event, on_body: OnBody
 ) -> None:
-    """Call ``on_body(type, body)`` for every Pod event in ``namespace`` until ``stopped``."""
+    """Call ``on_body(type, body)`` for every consumer pod's event in ``namespace`` until
+    ``stopped``: the other workloads' pods beside them (``--other-pods``) are not the doubles'
+    concern, and listing thousands of them would take the operator's CPU."""
     core = kubernetes.client.CoreV1Api(api)
-    follow(core.list_namespaced_pod, namespace, stopped, on_body, label_selector="", what="Pod")
+    follow(
+        core.list_namespaced_pod,
+        namespace,
+        stopped,
+        on_body,
+        label_selector=clusterviews.CONSUMER_PODS,
+        what="Pod",
+    )
 
 
 def follow(

@@ -6,6 +6,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from eventhub_balancer_devstack.benchmarks.operatorreports import Settings
 
 COMMAND = ("bench", "operator")
 HELP = (
@@ -50,12 +54,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the Kubernetes API: local (the default) or real (kube-apiserver, "
         "kube-controller-manager and etcd; the re-list is then a restart of kube-apiserver)",
     )
+    parser.add_argument(
+        "--other-pods",
+        type=int,
+        default=0,
+        metavar="N",
+        help="pods of other workloads in the namespace, created before the operator starts "
+        "(three containers each, with env, ports, probes and mounts; no consumer selects "
+        "them) (0)",
+    )
+    parser.add_argument(
+        "--pod-selector",
+        metavar="SELECTOR",
+        help="the operator's --pod-selector, as kubectl -l writes it: the only pods it "
+        "watches; the consumer pods carry app.kubernetes.io/part-of=eventhub-balancer "
+        "(default: every pod)",
+    )
 
 
-def run(args: argparse.Namespace) -> int:
-    from eventhub_balancer_devstack.benchmarks import operating, operatorreports
+def settings_of(args: argparse.Namespace) -> Settings:
+    """The run's settings; `errors.InvalidInput` naming the flag to change."""
+    from eventhub_balancer_devstack.benchmarks import operatorreports
 
-    settings = operatorreports.Settings(
+    return operatorreports.Settings(
         partitions=args.partitions,
         pods=args.pods,
         consumers=args.consumers,
@@ -63,7 +84,16 @@ def run(args: argparse.Namespace) -> int:
         interval_seconds=args.interval,
         steady_cycles=args.steady_cycles,
         kube=args.kube,
+        other_pods=args.other_pods,
+        # As ``ehb operator``'s: an empty selector selects every pod.
+        pod_selector=args.pod_selector or None,
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    from eventhub_balancer_devstack.benchmarks import operating
+
+    settings = settings_of(args)
     try:
         report = operating.run(settings)
     except TimeoutError as e:
@@ -77,6 +107,11 @@ def run(args: argparse.Namespace) -> int:
         f"{settings.consumers} consumer(s) x {settings.partitions} partitions x "
         f"{settings.pods} pods, interval "
         f"{settings.interval_seconds} s, {settings.rounds} rounds (medians)"
+    )
+    print(
+        f"{settings.other_pods} pods of other workloads beside them "
+        f"({figures['pods_list_bytes'] / 1e6:.1f} MB of pods LIST); the operator watches "
+        + (f"the pods of {settings.pod_selector}" if settings.pod_selector else "every pod")
     )
     rows = [
         ("join balanced", f"{figures['join_balanced_s']:.3f} s", "one cycle + the hand-off"),
@@ -98,7 +133,9 @@ def run(args: argparse.Namespace) -> int:
         ),
         ("operator CPU per cycle", f"{figures['cycle_cpu_ms']:.2f} ms", "-"),
         ("operator CPU, steady", f"{figures['steady_cpu_cores']:.2f} cores", "-"),
+        ("first balance", f"{figures['first_balance_s']:.3f} s", "-"),
         ("operator resident memory", f"{figures['operator_rss_mb']:.0f} MB", "-"),
+        ("operator peak memory", f"{figures['operator_peak_rss_mb']:.0f} MB", "-"),
         (
             "LISTs per consumer, re-list",
             f"{figures['relist_lists_per_consumer']:g}",

@@ -66,6 +66,12 @@ COMMANDS: dict[str, list[str]] = {
         "1",
         "--steady-cycles",
         "1",
+        # Other workloads' pods beside the consumers, and an operator that watches only the
+        # consumer pods: the flags of a shared namespace, at a size that costs seconds.
+        "--other-pods",
+        "20",
+        "--pod-selector",
+        "app.kubernetes.io/part-of=eventhub-balancer",
     ],
     "bench lag": [
         "bench",
@@ -195,6 +201,13 @@ def test_stdout_is_exactly_one_json_document(
         assert document["steady_state_writes_per_cycle"] == 0, document
         assert document["operator_rss_mb"] > 0, document
         assert document["steady_cpu_cores"] > 0, document
+        # Balanced with the selector, and the other pods were there, each several kB.
+        assert document["pod_selector"] == "app.kubernetes.io/part-of=eventhub-balancer"
+        assert document["other_pods"] == 20, document
+        assert document["other_pod_bytes"] > 5_000, document
+        assert document["pods_list_bytes"] > 20 * document["other_pod_bytes"], document
+        assert 0 < document["first_balance_s"] < 60, document
+        assert document["operator_peak_rss_mb"] >= document["operator_rss_mb"], document
     if name == "bench soak":
         # Every event sent was processed once, and the consumer's process tree was sampled.
         assert (document["lost"], document["duplicates"]) == (0, 0), document
