@@ -3,17 +3,11 @@ before anything connects, with what to write."""
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 
 from eventhub_balancer.cli import operator_cmd
-
-
-def parsed(*flags: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    operator_cmd.add_arguments(parser)
-    return parser.parse_args(["-A", *flags])
+from tests.cli.test_operator_tenancy_flags import parsed
 
 
 def test_the_pod_selector_scopes_the_operator_and_none_means_every_pod() -> None:
