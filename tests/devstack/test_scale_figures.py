@@ -73,6 +73,7 @@ def report(
         cycle_cpu_s=0.002,
         rss_mb=100.0,
         peak_rss_mb=180.25,
+        relist_peak_rss_mb=210.5,
         first_balance_s=2.91234,
         other_pod_bytes=None,
         pods_list_bytes=4_000,
@@ -110,6 +111,7 @@ def test_a_run_without_other_pods_says_so_and_its_operator_watched_every_pod() -
     assert figures["pod_selector"] is None
     assert figures["first_balance_s"] == 2.912
     assert (figures["operator_rss_mb"], figures["operator_peak_rss_mb"]) == (100.0, 180.25)
+    assert figures["relist_peak_rss_mb"] == 210.5
     assert json.loads(json.dumps(figures))["pod_selector"] is None  # null in the JSON
 
 

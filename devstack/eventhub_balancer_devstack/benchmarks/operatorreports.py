@@ -59,9 +59,12 @@ class Figures(TypedDict):
     #: the relisting, the probes, kopf): what its CPU request is sized from.
     steady_cpu_cores: float
     operator_rss_mb: float
-    #: The operator process's most resident memory over the whole run (VmHWM), the forced
-    #: re-list included: what its memory limit must hold.
+    #: The operator process's most resident memory (VmHWM) from its start to the end of the
+    #: rounds, when ``operator_rss_mb`` is read: its start-up is in it.
     operator_peak_rss_mb: float
+    #: The same after the forced re-list, which lists every pod watched again: its memory
+    #: limit must hold the larger of the two.
+    relist_peak_rss_mb: float
     relist_lists_per_consumer: float
     #: Per kind of step (join, planned_leave, deleted_pod), where its time went (`stages`).
     stages: dict[str, stages.Stages]
@@ -157,8 +160,9 @@ class Report:
     steady_cycles: int
     cycle_cpu_s: float
     rss_mb: float
-    #: The operator's VmHWM at the end of the run.
+    #: The operator's VmHWM at the end of the rounds, and after the forced re-list.
     peak_rss_mb: float
+    relist_peak_rss_mb: float
     #: From the operator process's start to every consumer balanced.
     first_balance_s: float
     #: One other pod's bytes (None without them), and the pods LIST's, as the API server
@@ -200,6 +204,7 @@ class Report:
             else 0.0,
             "operator_rss_mb": self.rss_mb,
             "operator_peak_rss_mb": self.peak_rss_mb,
+            "relist_peak_rss_mb": self.relist_peak_rss_mb,
             "relist_lists_per_consumer": round(self.relist_lists / self.settings.consumers, 3),
             "stages": {step: stages.figures(found) for step, found in self.stage_durations.items()},
             "rounds": [

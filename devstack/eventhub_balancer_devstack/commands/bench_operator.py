@@ -136,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
         ("first balance", f"{figures['first_balance_s']:.3f} s", "-"),
         ("operator resident memory", f"{figures['operator_rss_mb']:.0f} MB", "-"),
         ("operator peak memory", f"{figures['operator_peak_rss_mb']:.0f} MB", "-"),
+        ("peak memory after re-list", f"{figures['relist_peak_rss_mb']:.0f} MB", "-"),
         (
             "LISTs per consumer, re-list",
             f"{figures['relist_lists_per_consumer']:g}",

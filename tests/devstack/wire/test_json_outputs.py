@@ -208,6 +208,7 @@ def test_stdout_is_exactly_one_json_document(
         assert document["pods_list_bytes"] > 20 * document["other_pod_bytes"], document
         assert 0 < document["first_balance_s"] < 60, document
         assert document["operator_peak_rss_mb"] >= document["operator_rss_mb"], document
+        assert document["relist_peak_rss_mb"] >= document["operator_peak_rss_mb"], document
     if name == "bench soak":
         # Every event sent was processed once, and the consumer's process tree was sampled.
         assert (document["lost"], document["duplicates"]) == (0, 0), document
