@@ -1,4 +1,5 @@
-"""The scale page's table: every ``scale-*`` record of ``ehb bench operator`` as one row."""
+"""The operator benchmark's series tables (every ``scale-*`` record as one row, and the runs in
+a shared namespace, ``real-shared-*``) and the figures of its report."""
 
 from __future__ import annotations
 
@@ -125,3 +126,28 @@ def test_the_other_pods_and_the_selector_are_reported_as_given() -> None:
     assert figures["other_pods"] == 5000
     assert figures["pod_selector"] == "app.kubernetes.io/part-of=eventhub-balancer"
     assert (figures["other_pod_bytes"], figures["pods_list_bytes"]) == (16_384, 80_000_000)
+
+
+def test_the_shared_namespace_series_orders_the_runs_by_their_other_pods(tmp_path: Path) -> None:
+    """Without other pods first, and for each count the operator watching every pod before
+    the one with a selector (shown as -, none)."""
+    selector = "app.kubernetes.io/part-of=eventhub-balancer"
+    for name, others, chosen, peak in (
+        ("real-shared-5000-selected", 5000, selector, 124.0),
+        ("real-shared-0", 0, None, 123.0),
+        ("real-shared-5000", 5000, None, 1110.0),
+        ("real-shared-0-selected", 0, selector, 122.0),
+    ):
+        write(
+            tmp_path,
+            name,
+            {"other_pods": others, "pod_selector": chosen, "operator_peak_rss_mb": peak},
+        )
+    page = records.expand("<!-- figures: real-shared -->", directory=tmp_path)
+    rows = [line.split(" | ") for line in page.splitlines() if line.startswith("| ")][2:]
+    assert [(row[0], row[1], row[4]) for row in rows] == [
+        ("| -", "0", "123"),
+        (f"| {selector}", "0", "122"),
+        ("| -", "5,000", "1,110"),
+        (f"| {selector}", "5,000", "124"),
+    ]

@@ -263,19 +263,55 @@ def operator_series(records: Sequence[Record]) -> str:
             for key in ("consumers", "partitions", "pods")
         ),
     )
+    return _series_table(ordered, OPERATOR_COLUMNS, numeric=0)
+
+
+#: The columns of a series of ``ehb bench operator --json --other-pods N [--pod-selector S]``
+#: records (`shared_series`): the text column first.
+SHARED_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("pod_selector", "--pod-selector"),
+    ("other_pods", "other pods"),
+    ("pods_list_bytes", "pods LIST (bytes)"),
+    ("first_balance_s", "first balance (s)"),
+    ("operator_peak_rss_mb", "peak RSS (MB)"),
+    ("relist_peak_rss_mb", "peak RSS, re-list (MB)"),
+    ("operator_rss_mb", "RSS (MB)"),
+    ("join_balanced_s", "join (s)"),
+    ("planned_leave_balanced_s", "planned leave (s)"),
+    ("deleted_pod_reassigned_s", "deleted pod (s)"),
+)
+
+
+def shared_series(records: Sequence[Record]) -> str:
+    """``ehb bench operator`` runs in a namespace shared with other workloads, a row per run:
+    by the other pods, the operator watching every pod before the one with a selector."""
+    ordered = sorted(
+        records,
+        key=lambda r: (
+            float(str(recordviews.value_at(r.result, "other_pods") or 0)),
+            recordviews.value_at(r.result, "pod_selector") is not None,
+        ),
+    )
+    return _series_table(ordered, SHARED_COLUMNS, numeric=1)
+
+
+def _series_table(
+    ordered: Sequence[Record], columns: Sequence[tuple[str, str]], *, numeric: int
+) -> str:
     rows = [
-        [recordviews.number(recordviews.value_at(r.result, key)) for key, _ in OPERATOR_COLUMNS]
+        [recordviews.number(recordviews.value_at(r.result, key)) for key, _ in columns]
         for r in ordered
     ]
-    header = [title for _, title in OPERATOR_COLUMNS]
+    header = [title for _, title in columns]
     notes = "\n".join(f"- {caption(r)}" for r in ordered)
-    return f"{recordviews.table(header, rows, numeric=0)}\n\n{notes}\n"
+    return f"{recordviews.table(header, rows, numeric=numeric)}\n\n{notes}\n"
 
 
 #: Markers that name a series: every record ``NAME-*.json``, rendered together as one table.
 SERIES: Mapping[str, Callable[[Sequence[Record]], str]] = {
     "scale": operator_series,
     "real-scale": operator_series,
+    "real-shared": shared_series,
 }
 
 
