@@ -153,12 +153,16 @@ figures-balance: install
 	$(RECORD) --refresh README.md
 
 # The same benchmarks on the real control plane (`--kube real`; docs/benchmarks.md, "On the
-# real control plane"): each record is real-NAME beside the local NAME; about 45 minutes.
+# real control plane"): each record is real-NAME beside the local NAME; about 55 minutes.
 figures-real: install
 	$(RECORD) real-balance -- ehb bench balance --json --kube real
 	$(RECORD) real-operator -- ehb bench operator --json --kube real
 	$(RECORD) real-scale-1024x512 -- ehb bench operator --json --rounds 3 --partitions 1024 --pods 512 --kube real
 	$(RECORD) real-scale-1000x4x8 -- ehb bench operator --json --consumers 1000 --pods 4 --partitions 8 --rounds 1 --interval 10 --kube real
+	$(RECORD) real-shared-0 -- ehb bench operator --json --rounds 1 --consumers 1 --pods 4 --partitions 8 --interval 10 --kube real --other-pods 0
+	$(RECORD) real-shared-0-selected -- ehb bench operator --json --rounds 1 --consumers 1 --pods 4 --partitions 8 --interval 10 --kube real --other-pods 0 --pod-selector app.kubernetes.io/part-of=eventhub-balancer
+	$(RECORD) real-shared-5000 -- ehb bench operator --json --rounds 1 --consumers 1 --pods 4 --partitions 8 --interval 10 --kube real --other-pods 5000
+	$(RECORD) real-shared-5000-selected -- ehb bench operator --json --rounds 1 --consumers 1 --pods 4 --partitions 8 --interval 10 --kube real --other-pods 5000 --pod-selector app.kubernetes.io/part-of=eventhub-balancer
 	$(RECORD) real-demo -- ehb demo --json --kube real
 	for seed in 1 2 3 4 5 6 7 8; do \
 	  $(RECORD) real-chaos-seed$$seed -- ehb bench chaos --json --seconds 40 --seed $$seed --kube real || exit 1; \
