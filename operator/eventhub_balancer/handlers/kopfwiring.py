@@ -80,7 +80,8 @@ def configure(
     settings.watching.label_selectors["", "v1", "configmaps"] = CONFIGMAPS_SELECTOR
     # The pods: every pod of the namespaces served, unless the install says which
     # (``--pod-selector``). kopf lists each kind whole at start, and a pod of another workload
-    # is mostly a spec the operator never reads: 5,000 of them took it to 800 MB.
+    # is mostly a spec the operator never reads: 5,000 of them took it past 1 GB
+    # (docs/benchmarks.md, "In a namespace shared with other workloads").
     if pod_scope is not None and pod_scope.to_query():
         settings.watching.label_selectors["", "v1", "pods"] = pod_scope.to_query()
     settings.networking.request_timeout = 30
