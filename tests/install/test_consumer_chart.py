@@ -187,6 +187,8 @@ def test_the_pods_carry_what_the_runtime_reads(values_file: Path | None) -> None
     # The EventHubConsumer selects exactly these pods, and so does the budget.
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert consumer["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    # And an operator whose --pod-selector is the documented one watches them.
+    assert labels["app.kubernetes.io/part-of"] == "eventhub-balancer"
     (budget,) = docs["PodDisruptionBudget"]
     assert budget["spec"]["selector"]["matchLabels"] == consumer["spec"]["selector"]["matchLabels"]
     # The pods read the same Secrets the EventHubConsumer names, and none with workload identity.

@@ -78,6 +78,9 @@ def test_consumer_deployment_has_what_the_runtime_reads() -> None:
     assert env["EHB_CONSUMER"]["value"] == consumer["metadata"]["name"]
     assert container["args"][0] == "consume"
     assert any(a.startswith("--handler=") and ":" in a for a in container["args"])
+    # The label an operator's --pod-selector is documented to select (docs/operator.md).
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert labels["app.kubernetes.io/part-of"] == "eventhub-balancer"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     # Room for the final checkpoint on revocation and SIGTERM.
     assert pod["terminationGracePeriodSeconds"] >= 60
