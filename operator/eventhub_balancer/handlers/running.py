@@ -95,6 +95,13 @@ async def serve(
         pod_scope=runtime.pod_scope,
     )
     registry = kopfwiring.build_registry(runtime)
+    scope = runtime.pod_scope.to_query() if runtime.pod_scope is not None else ""
+    logger.info(
+        "pods watched: %s",
+        f"those matching {scope}"
+        if scope
+        else "every pod of the namespaces served (--pod-selector narrows it to your consumers')",
+    )
     kopf_ready = asyncio.Event()
     runner: web.AppRunner | None = None
     if options.metrics_port is not None:

@@ -11,6 +11,7 @@ situations the scenario does not reach.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import urllib.parse
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ import pytest
 
 from eventhub_balancer.adapters import tenantidentities
 from eventhub_balancer.contracts import labelselectors, specs
-from eventhub_balancer.handlers import kopfwiring
+from eventhub_balancer.handlers import kopfwiring, running
 from eventhub_balancer_devstack import clusters
 from eventhub_balancer_devstack.kube import kubeconfigs
 from tests.install import test_rbac_manifests
@@ -180,13 +181,14 @@ def test_operator_calls_are_allowed_by_its_roles(
 
 
 def test_with_a_pod_selector_the_operator_reads_no_other_pod(
-    recorded_stack: tuple[Stack, RecordingProxy], namespace: str
+    recorded_stack: tuple[Stack, RecordingProxy], namespace: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """``ehb operator --pod-selector``: every listing and watch of pods asks the API server
     for the selected pods alone (kopf's watch, the relisting, a cycle's reads), and a
     consumer's pod without the label is no member."""
     stack, proxy = recorded_stack
     ns, scope = namespace, f"{PART_OF}=eventhub-balancer"
+    caplog.set_level(logging.INFO, logger=running.__name__)
     stack.secret(ns)
     stack.consumer(ns)
     for i in range(2):
@@ -207,3 +209,5 @@ def test_with_a_pod_selector_the_operator_reads_no_other_pod(
         query = urllib.parse.parse_qs(urllib.parse.urlsplit(read.path_qs).query)
         asked = ",".join(query.get("labelSelector", [])).split(",")
         assert scope in asked, read.path_qs
+    # The start says which pods the operator watches.
+    assert f"pods watched: those matching {scope}" in caplog.messages
