@@ -71,6 +71,8 @@ async def run_cycle(
 
     ``annotate_pods``: also write each pod's partitions into an annotation on the Pod (for
     humans; it needs patch on pods, which the install grants only when it is switched on).
+    ``pod_scope``: the operator's ``--pod-selector`` as written, named where no pod is found
+    (the cache behind ``kube`` already reads only the pods it selects).
     ``events``: where the cycle hands its Kubernetes Events over instead of posting them
     itself (`eventposts.Poster.post`): the next cycle does not wait for them.
     """
