@@ -184,8 +184,9 @@ def test_with_a_pod_selector_the_operator_reads_no_other_pod(
     recorded_stack: tuple[Stack, RecordingProxy], namespace: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """``ehb operator --pod-selector``: every listing and watch of pods asks the API server
-    for the selected pods alone (kopf's watch, the relisting, a cycle's reads), and a
-    consumer's pod without the label is no member."""
+    for the selected pods alone (kopf's watch, the relisting, a cycle's reads), a consumer's
+    pod without the label is no member, and one that loses it leaves its consumer (the watch
+    sends it as deleted) and is back once it carries it again."""
     stack, proxy = recorded_stack
     ns, scope = namespace, f"{PART_OF}=eventhub-balancer"
     caplog.set_level(logging.INFO, logger=running.__name__)
@@ -200,8 +201,20 @@ def test_with_a_pod_selector_the_operator_reads_no_other_pod(
     )
     with ConsumerDouble(stack.kube, ns):
         wait_for(lambda: stack.balanced(ns) and len(stack.counts(ns)) == 2, what="2 pods")
+
+        def label_c1(value: str | None) -> None:
+            patch = {"metadata": {"labels": {PART_OF: value}}}
+            stack.kube.patch_object("v1/pods", "c-1", patch, namespace=ns)
+
+        def owners() -> list[str]:
+            return sorted(pod for pod, owned in stack.counts(ns).items() if owned)
+
+        label_c1(None)
+        wait_for(lambda: stack.balanced(ns) and owners() == ["c-0"], what="c-1 out")
+        label_c1("eventhub-balancer")
+        wait_for(lambda: stack.balanced(ns) and owners() == ["c-0", "c-1"], what="c-1 back")
         stack.delete_pod(ns, "c-1")
-        wait_for(lambda: stack.balanced(ns) and sorted(stack.counts(ns)) == ["c-0"], what="c-0")
+        wait_for(lambda: stack.balanced(ns) and owners() == ["c-0"], what="c-1 deleted")
     stack.stop_operator(operator)
     pod_reads = [r for r in proxy.recorded if r.info.resource == "pods" and r.info.verb in READS]
     assert {r.info.verb for r in pod_reads} >= {"list", "watch"}
