@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from eventhub_balancer.contracts import labelselectors
 from eventhub_balancer_devstack.eventhubs import EventHubsEmulator
 from eventhub_balancer_devstack.realkube import RealControlPlane
 from tests.support import charts, loading
@@ -41,6 +42,8 @@ APPLIED_KINDS = (
 NAMESPACE = "shop"
 #: The waits here: a cycle is 2 s; the real server and the operator share 2 cores.
 WAIT_S = 30.0
+#: The label the consumer chart's pods carry, which ``--pod-selector`` may require.
+PART_OF = "app.kubernetes.io/part-of"
 
 
 def operator_identity(
@@ -182,3 +185,39 @@ def test_the_operator_has_no_admin_rights(real_stack: Stack, real_kubectl: Kubec
         check=False,
     )
     assert done.stdout.strip() == "no"
+
+
+def test_a_pod_selector_on_the_real_server_keeps_the_other_pods_out(real_stack: Stack) -> None:
+    """``--pod-selector`` on kube-apiserver: an unlabelled pod of the consumer is no member,
+    and a pod that loses the label (the real watch sends it as deleted) leaves its consumer
+    and is back once it carries the label again."""
+    stack, ns = real_stack, NAMESPACE
+    stack.secret(ns)
+    stack.consumer(ns)
+    for i in range(2):
+        stack.pod(ns, f"c-{i}", labels={PART_OF: "eventhub-balancer"})
+    stack.pod(ns, "c-unlabelled")
+    scope = labelselectors.parse_query(f"{PART_OF}=eventhub-balancer", field="--pod-selector")
+    stack.start_operator(clusterwide=True, refresh_seconds=1.0, pod_scope=scope)
+
+    def owners() -> list[str]:
+        return sorted(pod for pod, owned in stack.counts(ns).items() if owned)
+
+    def label_c1(value: str | None) -> None:
+        patch = {"metadata": {"labels": {PART_OF: value}}}
+        stack.kube.patch_object("v1/pods", "c-1", patch, namespace=ns)
+
+    with ConsumerDouble(stack.kube, ns):  # type: ignore[arg-type]
+        wait_for(
+            lambda: shares(stack, ns) == [16, 16] and owners() == ["c-0", "c-1"],
+            timeout=WAIT_S,
+            what="2 x 16 over the labelled pods",
+        )
+        label_c1(None)
+        wait_for(lambda: owners() == ["c-0"] and stack.balanced(ns), timeout=WAIT_S, what="c-1 out")
+        label_c1("eventhub-balancer")
+        wait_for(
+            lambda: owners() == ["c-0", "c-1"] and stack.balanced(ns),
+            timeout=WAIT_S,
+            what="c-1 back",
+        )
