@@ -42,6 +42,8 @@ APPLIED_KINDS = (
 NAMESPACE = "shop"
 #: The waits here: a cycle is 2 s; the real server and the operator share 2 cores.
 WAIT_S = 30.0
+#: The namespace of the ``--pod-selector`` test, opted in as ``shop`` is.
+SCOPED_NAMESPACE = "shop-scoped"
 #: The label the consumer chart's pods carry, which ``--pod-selector`` may require.
 PART_OF = "app.kubernetes.io/part-of"
 
@@ -92,7 +94,22 @@ def operator_identity(
 def real_stack(
     real_kube: RealControlPlane, real_kubectl: Kubectl, tmp_path: Path
 ) -> Iterator[Stack]:
-    kubeconfig, _ = operator_identity(real_kube, real_kubectl, tmp_path, tenants=(NAMESPACE,))
+    yield from stack_in(real_kube, real_kubectl, tmp_path, NAMESPACE)
+
+
+@pytest.fixture
+def scoped_stack(
+    real_kube: RealControlPlane, real_kubectl: Kubectl, tmp_path: Path
+) -> Iterator[Stack]:
+    """A stack of its own namespace: the control plane is the session's, and the scenario
+    above leaves its objects in ``shop``."""
+    yield from stack_in(real_kube, real_kubectl, tmp_path, SCOPED_NAMESPACE)
+
+
+def stack_in(
+    real_kube: RealControlPlane, real_kubectl: Kubectl, tmp_path: Path, namespace: str
+) -> Iterator[Stack]:
+    kubeconfig, _ = operator_identity(real_kube, real_kubectl, tmp_path, tenants=(namespace,))
     emulator = EventHubsEmulator(hubs={HUB: 32})
     emulator.start_in_thread()
     stack = Stack(real_kube, emulator, kubeconfig)  # type: ignore[arg-type]
@@ -187,11 +204,11 @@ def test_the_operator_has_no_admin_rights(real_stack: Stack, real_kubectl: Kubec
     assert done.stdout.strip() == "no"
 
 
-def test_a_pod_selector_on_the_real_server_keeps_the_other_pods_out(real_stack: Stack) -> None:
+def test_a_pod_selector_on_the_real_server_keeps_the_other_pods_out(scoped_stack: Stack) -> None:
     """``--pod-selector`` on kube-apiserver: an unlabelled pod of the consumer is no member,
     and a pod that loses the label (the real watch sends it as deleted) leaves its consumer
     and is back once it carries the label again."""
-    stack, ns = real_stack, NAMESPACE
+    stack, ns = scoped_stack, SCOPED_NAMESPACE
     stack.secret(ns)
     stack.consumer(ns)
     for i in range(2):
