@@ -17,8 +17,8 @@ from eventhub_balancer.handlers.cache import caches, shelves
 from tests.handlers.test_relisting import NS, RecordingKube
 
 SINCE = datetime.datetime(2026, 11, 29, tzinfo=datetime.UTC)
-PART_OF = "app.kubernetes.io/part-of"
-SCOPE = labelselectors.parse_query(f"{PART_OF}=eventhub-balancer", field="--pod-selector")
+PART_OF, OURS = labelselectors.CONSUMER_POD_LABEL
+SCOPE = labelselectors.parse_query(labelselectors.CONSUMER_PODS, field="--pod-selector")
 ORDERS = labelselectors.Selector(match_labels={"app": "orders"})
 
 
@@ -26,9 +26,7 @@ def cluster() -> RecordingKube:
     """Two pods of the orders consumer, one of them without the label the operator watches,
     and a pod of another workload."""
     kube = RecordingKube()
-    kube.add_pod(
-        NS, "orders-0", labels={"app": "orders", PART_OF: "eventhub-balancer"}, since=SINCE
-    )
+    kube.add_pod(NS, "orders-0", labels={"app": "orders", PART_OF: OURS}, since=SINCE)
     kube.add_pod(NS, "orders-1", labels={"app": "orders"}, since=SINCE)
     kube.add_pod(NS, "web-0", labels={"app": "web"}, since=SINCE)
     return kube
@@ -44,10 +42,10 @@ async def test_a_consumers_pods_are_listed_and_kept_within_the_operators_scope()
     cache.following.follow(namespace=NS, name="orders", selector=ORDERS)
     # No index yet: the pods are listed, asking for those in the scope alone.
     assert names(await cache.view.select_pods(namespace=NS, selector=ORDERS)) == {"orders-0"}
-    assert kube.asked == [f"app=orders,{PART_OF}=eventhub-balancer"]
+    assert kube.asked == [f"app=orders,{labelselectors.CONSUMER_PODS}"]
     # The periodic relisting asks for no more, and brings no other pod in.
     assert await cache.relisting.relist() == []
-    assert kube.asked[-1] == f"{PART_OF}=eventhub-balancer,app in (orders)"
+    assert kube.asked[-1] == f"{labelselectors.CONSUMER_PODS},app in (orders)"
     # A pod outside the scope that a watch delivers all the same is not taken in either.
     cache.watch.event(shelves.PODS, kube.objects["pod", NS, "orders-1"], "MODIFIED")
     assert names(await cache.view.select_pods(namespace=NS, selector=ORDERS)) == {"orders-0"}

@@ -17,6 +17,7 @@ import kubernetes_validate
 import pytest
 
 from eventhub_balancer import cli
+from eventhub_balancer.contracts import labelselectors
 from tests.install import test_chart_kube_versions as versions
 from tests.install import test_crd_rules as crd_rules
 from tests.install.test_chart import undocumented_values
@@ -188,7 +189,8 @@ def test_the_pods_carry_what_the_runtime_reads(values_file: Path | None) -> None
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert consumer["spec"]["selector"]["matchLabels"].items() <= labels.items()
     # And an operator whose --pod-selector is the documented one watches them.
-    assert labels["app.kubernetes.io/part-of"] == "eventhub-balancer"
+    key, value = labelselectors.CONSUMER_POD_LABEL
+    assert labels[key] == value
     (budget,) = docs["PodDisruptionBudget"]
     assert budget["spec"]["selector"]["matchLabels"] == consumer["spec"]["selector"]["matchLabels"]
     # The pods read the same Secrets the EventHubConsumer names, and none with workload identity.

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from eventhub_balancer.contracts import labelselectors
 from tests.support import loading
 
 EXAMPLES = loading.file_documents(loading.MANIFESTS_DIR / "examples")
@@ -80,7 +81,8 @@ def test_consumer_deployment_has_what_the_runtime_reads() -> None:
     assert any(a.startswith("--handler=") and ":" in a for a in container["args"])
     # The label an operator's --pod-selector is documented to select (docs/operator.md).
     labels = deployment["spec"]["template"]["metadata"]["labels"]
-    assert labels["app.kubernetes.io/part-of"] == "eventhub-balancer"
+    key, value = labelselectors.CONSUMER_POD_LABEL
+    assert labels[key] == value
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     # Room for the final checkpoint on revocation and SIGTERM.
     assert pod["terminationGracePeriodSeconds"] >= 60

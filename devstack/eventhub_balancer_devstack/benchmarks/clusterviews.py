@@ -2,7 +2,8 @@
 `Cluster` to act on it as a kubelet and a user would, a `View` of the assignment as the
 harness's watch of the ConfigMaps delivers it, and the EventHubConsumer they create
 (`consumer_body`). Their consumer pods carry the label the consumer chart's pods carry
-(`PART_OF`), so that ``--pod-selector`` can select them apart from other workloads' pods."""
+(`labelselectors.CONSUMER_POD_LABEL`), so that ``--pod-selector`` can select them apart from
+other workloads' pods."""
 
 from __future__ import annotations
 
@@ -14,21 +15,21 @@ from typing import Any
 
 import kubernetes.client
 
-from eventhub_balancer.contracts import podassignments, specs
+from eventhub_balancer.contracts import labelselectors, podassignments, specs
 from eventhub_balancer_devstack import clusters
 from eventhub_balancer_devstack.benchmarks import otherworkloads
 
 #: The checkpoint container on Azurite.
 CONTAINER = "checkpoints"
-#: The label every pod of the consumer chart carries (charts/eventhub-consumer), as key and
-#: value, and as the label selector that selects exactly the benchmarks' consumer pods.
-PART_OF = ("app.kubernetes.io/part-of", "eventhub-balancer")
-CONSUMER_PODS = "=".join(PART_OF)
+#: The label selector that selects exactly the benchmarks' consumer pods: the consumer
+#: chart's label (`labelselectors.CONSUMER_POD_LABEL`), which they carry.
+CONSUMER_PODS = labelselectors.CONSUMER_PODS
 
 
 def consumer_pod_labels(app: str) -> dict[str, str]:
-    """A bench's consumer pod's labels: its consumer's ``app`` and `PART_OF`."""
-    return {"app": app, PART_OF[0]: PART_OF[1]}
+    """A bench's consumer pod's labels: its consumer's ``app`` and the consumer chart's."""
+    key, value = labelselectors.CONSUMER_POD_LABEL
+    return {"app": app, key: value}
 
 
 class View:

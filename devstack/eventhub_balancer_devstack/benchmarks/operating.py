@@ -22,7 +22,7 @@ with several, the others are the fleet around it.
 
 The namespace may hold the pods of other workloads too (``other_pods``, `otherworkloads`),
 created before the operator starts, which watches them all unless ``pod_selector`` narrows
-its pod watch to the consumer pods (`clusterviews.PART_OF`). What they cost shows in the
+its pod watch to the consumer pods (`clusterviews.CONSUMER_PODS`). What they cost shows in the
 operator's peak memory and in its first balance, timed from the start of its process.
 
 ``stages`` says where a join's, a planned leave's and a deletion's time went, over the rounds

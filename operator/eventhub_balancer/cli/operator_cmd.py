@@ -40,8 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="",
         metavar="SELECTOR",
         help="watch only the pods this label selector matches, as kubectl -l writes it "
-        "(e.g. app.kubernetes.io/part-of=eventhub-balancer, which the consumer chart's pods "
-        "carry); a consumer's pods outside it are not its members (default: every pod)",
+        f"(e.g. {labelselectors.CONSUMER_PODS}, which the consumer chart's pods carry); a "
+        "consumer's pods outside it are not its members (default: every pod)",
     )
     parser.add_argument(
         "--peering",

@@ -23,6 +23,11 @@ OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 _NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?\Z")
 #: A key's optional prefix: a DNS subdomain.
 _PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
+#: The label every pod of the consumer chart carries (key, value), and the selector on it that
+#: ``ehb operator --pod-selector`` is documented with (docs/operator.md): it selects the
+#: consumer pods apart from other workloads' pods.
+CONSUMER_POD_LABEL = ("app.kubernetes.io/part-of", "eventhub-balancer")
+CONSUMER_PODS = "=".join(CONSUMER_POD_LABEL)
 #: The API server's limits: 63 characters for a name or value, 253 for a key's prefix.
 MAX_NAME = 63
 MAX_PREFIX = 253

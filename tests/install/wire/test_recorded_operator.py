@@ -42,8 +42,8 @@ NOT_REACHED = {("delete", "configmaps"), ("get", "configmaps"), ("get", "eventhu
 NOT_REACHED |= {("create", "tokenreviews"), ("create", "subjectaccessreviews")}
 #: The verbs that read a collection.
 READS = ("list", "watch")
-#: The label the consumer chart's pods carry, which ``--pod-selector`` may require.
-PART_OF = "app.kubernetes.io/part-of"
+#: The label the consumer chart's pods carry, which ``--pod-selector`` is documented with.
+PART_OF, OURS = labelselectors.CONSUMER_POD_LABEL
 CHART_OPERATOR = Subject.service_account(loading.RELEASE_NAMESPACE, "ehb-eventhub-balancer")
 #: Where the tenant's token exchange goes: a closed port on loopback, so that it fails at once
 #: and nothing leaves the machine (the exchange itself is tests/adapters/wire/
@@ -188,12 +188,12 @@ def test_with_a_pod_selector_the_operator_reads_no_other_pod(
     pod without the label is no member, and one that loses it leaves its consumer (the watch
     sends it as deleted) and is back once it carries it again."""
     stack, proxy = recorded_stack
-    ns, scope = namespace, f"{PART_OF}=eventhub-balancer"
+    ns, scope = namespace, labelselectors.CONSUMER_PODS
     caplog.set_level(logging.INFO, logger=running.__name__)
     stack.secret(ns)
     stack.consumer(ns)
     for i in range(2):
-        stack.pod(ns, f"c-{i}", labels={PART_OF: "eventhub-balancer"})
+        stack.pod(ns, f"c-{i}", labels={PART_OF: OURS})
     stack.pod(ns, "c-unlabelled")
     stack.pod(ns, "web-0", app="web")
     operator = stack.start_operator(
@@ -211,7 +211,7 @@ def test_with_a_pod_selector_the_operator_reads_no_other_pod(
 
         label_c1(None)
         wait_for(lambda: stack.balanced(ns) and owners() == ["c-0"], what="c-1 out")
-        label_c1("eventhub-balancer")
+        label_c1(OURS)
         wait_for(lambda: stack.balanced(ns) and owners() == ["c-0", "c-1"], what="c-1 back")
         stack.delete_pod(ns, "c-1")
         wait_for(lambda: stack.balanced(ns) and owners() == ["c-0"], what="c-1 deleted")

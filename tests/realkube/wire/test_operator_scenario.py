@@ -44,8 +44,8 @@ NAMESPACE = "shop"
 WAIT_S = 30.0
 #: The namespace of the ``--pod-selector`` test, opted in as ``shop`` is.
 SCOPED_NAMESPACE = "shop-scoped"
-#: The label the consumer chart's pods carry, which ``--pod-selector`` may require.
-PART_OF = "app.kubernetes.io/part-of"
+#: The label the consumer chart's pods carry, which ``--pod-selector`` is documented with.
+PART_OF, OURS = labelselectors.CONSUMER_POD_LABEL
 
 
 def operator_identity(
@@ -212,9 +212,9 @@ def test_a_pod_selector_on_the_real_server_keeps_the_other_pods_out(scoped_stack
     stack.secret(ns)
     stack.consumer(ns)
     for i in range(2):
-        stack.pod(ns, f"c-{i}", labels={PART_OF: "eventhub-balancer"})
+        stack.pod(ns, f"c-{i}", labels={PART_OF: OURS})
     stack.pod(ns, "c-unlabelled")
-    scope = labelselectors.parse_query(f"{PART_OF}=eventhub-balancer", field="--pod-selector")
+    scope = labelselectors.parse_query(labelselectors.CONSUMER_PODS, field="--pod-selector")
     stack.start_operator(clusterwide=True, refresh_seconds=1.0, pod_scope=scope)
 
     def owners() -> list[str]:
@@ -232,7 +232,7 @@ def test_a_pod_selector_on_the_real_server_keeps_the_other_pods_out(scoped_stack
         )
         label_c1(None)
         wait_for(lambda: owners() == ["c-0"] and stack.balanced(ns), timeout=WAIT_S, what="c-1 out")
-        label_c1("eventhub-balancer")
+        label_c1(OURS)
         wait_for(
             lambda: owners() == ["c-0", "c-1"] and stack.balanced(ns),
             timeout=WAIT_S,
