@@ -177,13 +177,12 @@ def parse_query(text: str, *, field: str) -> Selector:
             values, operator = (), "DoesNotExist" if match["not"] else "Exists"
         for value in values:
             check_value(value, field=field)
-        if (
-            operator == "In"
-            and not match["set_op"]
-            and labels.setdefault(key, values[0]) == values[0]
-        ):
-            continue  # key=value, as matchLabels holds it
-        requirements.append(LabelRequirement(key=key, operator=operator, values=values))
+        # key=value goes where matchLabels holds it, unless the key has another value there.
+        equals = match["op"] in ("=", "==")
+        if equals and labels.get(key, values[0]) == values[0]:
+            labels[key] = values[0]
+        else:
+            requirements.append(LabelRequirement(key=key, operator=operator, values=values))
     return Selector(match_labels=labels, match_expressions=tuple(requirements))
 
 

@@ -196,6 +196,8 @@ async def run_daemon(
     key = (namespace, name)
     memory = runtime.consumers.setdefault(key, memories.Memory())
     runtime.cache.relisting.start()
+    # What the conditions name as the pods watched: the same for every cycle.
+    pod_scope = runtime.pod_scope.to_query() if runtime.pod_scope is not None else ""
     retry = 0.0
     stop_waiter = asyncio.ensure_future(stopped.wait())
     try:
@@ -223,7 +225,7 @@ async def run_daemon(
                     metrics=runtime.metrics,
                     annotate_pods=runtime.annotate_pods,
                     bindings=runtime.bindings,
-                    pod_scope=runtime.pod_scope.to_query() if runtime.pod_scope else "",
+                    pod_scope=pod_scope,
                     backlog=runtime.backlog,
                     events=runtime.events.post,
                 )
