@@ -54,7 +54,8 @@ def test_corrupt_configmap_is_repaired(operator_stack: Stack, namespace: str) ->
     stack.consumer(ns)
     settle(stack, ns, 2)
     stack.start_operator(namespaces=(ns,))
-    wait_for(lambda: stack.balanced(ns))
+    # Balanced is in the status, which a decision writes before its ConfigMaps: wait for those.
+    wait_for(lambda: sorted(stack.counts(ns).values()) == [16, 16] and stack.balanced(ns))
     name = configmaps.configmap_name(consumer="orders", pod="c-0")
     stack.kube.patch_object(
         "v1/configmaps", name, {"data": {"partitions": "{not json", "extra": "x"}}, namespace=ns
