@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import types
+from typing import Any
 
 import pytest
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import labelselectors
-from eventhub_balancer_devstack.benchmarks import clusterviews, otherworkloads
+from eventhub_balancer_devstack.benchmarks import clusterviews, operating, otherworkloads
 from eventhub_balancer_devstack.commands import bench_operator
 
 
@@ -88,3 +90,59 @@ def test_an_other_pod_is_mostly_spec_as_a_real_pod_is() -> None:
     # Several kilobytes before the API server adds its own fields (managedFields, defaults).
     assert len(json.dumps(body)) > 6_000
     assert len({otherworkloads.name(i) for i in range(1000)}) == 1000
+
+
+class ScriptedOperator:
+    """The operator process as `operating._forced_relist` asks it: its LIST counters, moving
+    on each time the (fake) clock passes the next step of a script."""
+
+    def __init__(self, clock: list[float], steps: list[tuple[float, int, int]]) -> None:
+        self.clock = clock
+        self.steps = steps  # (from this time on, lists, relistings)
+
+    def stats(self) -> dict[str, int]:
+        lists, relistings = 0, 0
+        for at, step_lists, step_relistings in self.steps:
+            if self.clock[0] >= at:
+                lists, relistings = step_lists, step_relistings
+        return {"lists": lists, "relistings": relistings}
+
+
+class RelistingServer:
+    def ask(self, command: str, timeout: float | None = None) -> dict[str, Any]:
+        assert command == "relist"
+        return {"relist": ["*"]}
+
+
+@pytest.fixture
+def fake_clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    clock = [0.0]
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    fake_time = types.SimpleNamespace(monotonic=lambda: clock[0], sleep=sleep)
+    monkeypatch.setattr(operating, "time", fake_time)
+    return clock
+
+
+def test_the_relist_count_leaves_out_the_periodic_relisting(fake_clock: list[float]) -> None:
+    # A kube-apiserver restart: the consumer re-reads its pods and ConfigMaps (2 LISTs), and
+    # the 10-second relisting of pods fires twice meanwhile, once failing against the
+    # stopped server: those two are the relisting's cost, not the re-list's.
+    operator = ScriptedOperator(
+        fake_clock, [(0.0, 10, 3), (1.0, 11, 4), (2.0, 13, 4), (3.0, 14, 5)]
+    )
+    settings = bench_operator.settings_of(parse())
+    counted = operating._forced_relist(RelistingServer(), operator, settings)  # type: ignore[arg-type]
+    assert counted == 2
+
+
+def test_the_relist_count_waits_for_the_lists_to_stop(fake_clock: list[float]) -> None:
+    # LISTs that come 4 s apart are one re-list still going on: counted to the end.
+    steps = [(0.0, 0, 0), (1.0, 1, 0), (5.0, 2, 0), (9.0, 3, 0)]
+    operator = ScriptedOperator(fake_clock, steps)
+    settings = bench_operator.settings_of(parse())
+    counted = operating._forced_relist(RelistingServer(), operator, settings)  # type: ignore[arg-type]
+    assert counted == 3
+    assert fake_clock[0] >= 9.0 + operating.RELIST_QUIET_SECONDS
