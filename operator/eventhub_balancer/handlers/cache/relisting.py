@@ -99,6 +99,7 @@ class Relisting:
         """List ``namespace``'s pods and offer them to its rosters; the consumers woken."""
         held = [r for (ns, _), r in self.kept.by_key.items() if ns == namespace]
         selector = covering([r.lookup for r in held]).both(self.pod_scope)
+        asked = {(r.namespace, r.name): r.shelves[shelves.PODS] for r in held}
         with contextlib.ExitStack() as asking:
             for roster in held:
                 asking.enter_context(roster.asking(shelves.PODS))
@@ -112,6 +113,7 @@ class Relisting:
                 keys=lambda body: shelves.pod_keys(
                     namespace, (body.get("metadata") or {}).get("labels") or {}
                 ),
+                asked=asked,
             )
         if changed:
             logger.info(

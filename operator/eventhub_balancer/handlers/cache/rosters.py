@@ -344,18 +344,27 @@ class Rosters:
         *,
         at: int | None,
         keys: Callable[[Body], Iterable[Any]],
+        asked: Mapping[tuple[str, str], shelves.Shelf],
     ) -> list[tuple[str, str]]:
         """A fresh listing of ``kind`` in the whole of ``namespace``, answered at ``at``: each
-        roster there takes the bodies it holds or selects (``keys``: a body's pod index keys)
-        and loses what the listing lacks and is no newer; the rosters that changed."""
+        roster it was asked for takes the bodies it holds or selects (``keys``: a body's pod
+        index keys) and loses what the listing lacks and is no newer; the rosters that changed.
+
+        ``asked``: the rosters of the namespace when the listing was asked, each with its shelf
+        of ``kind`` then. A roster added since (a daemon started or restarted), or whose shelf
+        was replaced (another selector), filled from kopf's index meanwhile; the listing's
+        selector may not cover its pods, and its shelf was not waiting for the answer."""
         listed = list(listed)
         present = {str(shelves.meta(b).get("name") or "") for b in listed}
         routed: dict[tuple[str, str], list[Body]] = {
-            key: [] for key in self.by_key if key[0] == namespace
+            key: []
+            for key, roster in self.by_key.items()
+            if key[0] == namespace and roster.shelves[kind] is asked.get(key)
         }
         for body in listed:
             for roster in self.candidates(kind, namespace, body, keys=keys(body)):
-                routed[roster.namespace, roster.name].append(body)
+                if (roster.namespace, roster.name) in routed:
+                    routed[roster.namespace, roster.name].append(body)
         return [
             key
             for key, bodies in routed.items()
