@@ -65,3 +65,30 @@ async def test_without_a_scope_every_pod_the_selector_matches_is_a_member() -> N
         "orders-1",
     }
     assert kube.asked == ["app=orders"]
+
+
+#: A selector that names the label the scope requires: among the watched pods it selects what
+#: ORDERS selects, but it is another consumer's selector.
+ORDERS_LABELLED = labelselectors.Selector(match_labels={"app": "orders", PART_OF: OURS})
+
+
+async def test_selectors_alike_within_the_scope_keep_their_own_rosters() -> None:
+    kube = cluster()
+    cache = caches.Cache(kube, pod_scope=SCOPE)
+    cache.following.follow(namespace=NS, name="a", selector=ORDERS)
+    cache.following.follow(namespace=NS, name="b", selector=ORDERS_LABELLED)
+    await cache.view.select_pods(namespace=NS, selector=ORDERS)  # a's first read fills it
+    asked = len(kube.asked)
+    # a's decision needs its pods read afresh: its own roster is listed, not b's.
+    cache.view.forget_pods(namespace=NS, name="a")
+    assert names(await cache.view.select_pods(namespace=NS, selector=ORDERS)) == {"orders-0"}
+    assert len(kube.asked) == asked + 1
+    a = cache.following.roster(namespace=NS, name="a")
+    assert a is not None
+    assert shelves.PODS not in a.stale
+    # b's daemon stops: a's pods are still served from its roster, with no LIST.
+    cache.following.forget(namespace=NS, name="b")
+    reads = cache.view.reads
+    for _ in range(3):
+        assert names(await cache.view.select_pods(namespace=NS, selector=ORDERS)) == {"orders-0"}
+    assert cache.view.reads == reads

@@ -138,8 +138,8 @@ class CachedKube:
     async def select_pods(
         self, *, namespace: str, selector: specs.Selector
     ) -> list[Mapping[str, Any]]:
+        roster = self._rosters.by_scope.get((namespace, self.seen.scope_of(selector)))
         selector = selector.both(self.seen.pod_scope)  # the pods the operator watches at all
-        roster = self._rosters.by_scope.get((namespace, selector.to_query()))
         if roster is None:
             self._reads += 1
             return list(await self.api.select_pods(namespace=namespace, selector=selector))
