@@ -66,7 +66,7 @@ class Roster:
     ) -> None:
         self.namespace = namespace
         self.name = name
-        #: what the pods were selected by (`seen.Seen.scope_of`): another one starts afresh
+        #: what the pods were selected by (`shelves.pod_scope`): another one starts afresh
         self.scope = scope
         self.shelves = {
             CONSUMER: shelves.Shelf(lambda b: str(shelves.meta(b).get("name") or "") == name),
@@ -232,7 +232,7 @@ class Rosters:
 
     def __init__(self) -> None:
         self.by_key: dict[tuple[str, str], Roster] = {}
-        #: (namespace, `seen.Seen.scope_of` its selector) -> the roster it selects pods for
+        #: (namespace, `shelves.pod_scope` its selector) -> the roster it selects pods for
         self.by_scope: dict[tuple[str, Any], Roster] = {}
         #: a pod index key (`shelves.pod_keys`) -> the rosters whose selector looks it up
         self._selecting: dict[Any, set[tuple[str, str]]] = {}

@@ -69,9 +69,3 @@ class Seen:
     #: pod. A consumer's roster keeps, and its reads list, what its selector selects among
     #: them: a pod outside never reaches the watch, so a listing must not bring it in either.
     pod_scope: labelselectors.Selector | None = None
-
-    def scope_of(self, selector: specs.Selector) -> tuple[str, str]:
-        """What a roster's pods are selected by, and found by: the consumer's own selector and
-        that selector among the pods the operator watches. The first keeps apart two consumers
-        whose selectors differ only by what ``pod_scope`` requires anyway."""
-        return selector.to_query(), selector.both(self.pod_scope).to_query()

@@ -138,7 +138,8 @@ class CachedKube:
     async def select_pods(
         self, *, namespace: str, selector: specs.Selector
     ) -> list[Mapping[str, Any]]:
-        roster = self._rosters.by_scope.get((namespace, self.seen.scope_of(selector)))
+        scope = shelves.pod_scope(selector, self.seen.pod_scope)
+        roster = self._rosters.by_scope.get((namespace, scope))
         selector = selector.both(self.seen.pod_scope)  # the pods the operator watches at all
         if roster is None:
             self._reads += 1

@@ -34,7 +34,7 @@ import collections
 from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
-from eventhub_balancer.contracts import configmaps, specs
+from eventhub_balancer.contracts import configmaps, labelselectors, specs
 
 Body = Mapping[str, Any]
 
@@ -271,6 +271,13 @@ def pod_lookup(namespace: str, selector: specs.Selector) -> Hashable:
     """The key under which every pod ``selector`` may match is filed (a superset)."""
     labels = sorted(selector.match_labels.items())
     return (namespace, *labels[0]) if labels else (namespace,)
+
+
+def pod_scope(selector: specs.Selector, scope: labelselectors.Selector | None) -> tuple[str, str]:
+    """What a roster's pods are selected by, and found by: a consumer's own selector, and that
+    selector among the pods the operator watches (``scope``, ``--pod-selector``). The first
+    keeps apart two consumers whose selectors differ only by what the scope requires anyway."""
+    return selector.to_query(), selector.both(scope).to_query()
 
 
 def configmap_key(namespace: str, labels: Mapping[str, str]) -> tuple[str, str] | None:

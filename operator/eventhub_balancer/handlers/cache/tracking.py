@@ -143,7 +143,7 @@ class Following:
         # to what the operator watches keeps them.
         lookup = shelves.pod_lookup(namespace, selector) if selector is not None else None
         scoped = selector.both(self.seen.pod_scope) if selector is not None else None
-        scope = self.seen.scope_of(selector) if selector is not None else None
+        scope = shelves.pod_scope(selector, self.seen.pod_scope) if selector is not None else None
         if roster is None:
             roster = rosters.Roster(
                 namespace=namespace,
