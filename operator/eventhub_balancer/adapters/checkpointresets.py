@@ -39,9 +39,10 @@ logger = logging.getLogger(__name__)
 
 #: The owner id written with a reset; ``ehb checkpoints list`` shows who moved the blob last.
 RESET_OWNER: Final = "ehb-checkpoints-reset"
-#: How long a datetime target waits for the first event at or after its time before it
-#: concludes that every retained event is older (then the partition goes to its end).
-FIRST_EVENT_WAIT_S: Final = 5.0
+#: How long a datetime target may wait for the first event at or after its time, which the
+#: partition's properties said exists; past it the reset fails (EventHubUnreachable), never
+#: moving the partition to its end on a silence.
+FIRST_EVENT_WAIT_S: Final = partitionbounds.FIRST_EVENT_TIMEOUT_S
 
 #: How many partitions are read at once: enough to hide round trips, few enough not to open
 #: dozens of links at a time on a hub with many partitions.
