@@ -188,7 +188,9 @@ async def _resolve_start(
     partition: str,
     start: startpositions.StartPosition,
 ) -> startpositions.StartPosition | checkpointblobs.Position:
-    """The seed for a missing checkpoint; asks Event Hubs only when one is needed."""
+    """The seed for a missing checkpoint; asks Event Hubs only when one is needed, and
+    raises `errors.EventHubUnreachable` (the worker fails and starts again after its
+    backoff) when Event Hubs cannot answer: never a guess, which would be written."""
     if isinstance(start, startpositions.Earliest | startpositions.FromSequenceNumber):
         return start
     if await store.read(partition) is not None:
@@ -199,10 +201,12 @@ async def _resolve_start(
             bounds = await partitionbounds.partition_bounds(address, partition)
             return startpositions.seed_position(start, bounds=bounds)
         case startpositions.FromEnqueuedTime(enqueued_time=when):
-            first = await partitionbounds.first_sequence_at(address, partition, when)
+            # Seeds the end only when Event Hubs said no event is that recent; a link that
+            # did not deliver raises EventHubUnreachable instead, and the worker retries.
+            located = await partitionbounds.locate_time(address, partition, when)
+            first = located.first_sequence_number
             if first is None:
-                bounds = await partitionbounds.partition_bounds(address, partition)
-                return startpositions.seed_position(startpositions.LATEST, bounds=bounds)
+                return startpositions.seed_position(startpositions.LATEST, bounds=located.bounds)
             return startpositions.seed_position(
                 startpositions.FromSequenceNumber(sequence_number=first)
             )
