@@ -4,10 +4,11 @@ server, on fake time: two operator replicas over one fake API server.
 Hypothesis drives pods (join, leave, relabel, recreate under the same name, readiness), the
 pods' acknowledgements, the two replicas' watch streams (delivered late and partly, so kinds
 arrive reordered against each other, one kind may lag alone; events lost with a 410 re-list),
-a fresh read of the pods in flight while a pod is deleted or relabelled, partition listings
-that lack partitions, the replicas' cycles, and the clock. Time passes as it does for the
-daemons: each replica cycles every `INTERVAL` seconds and lists the pods afresh every
-`relisting.RELIST_SECONDS`, whatever its watch delivered. After every step, over the API
+a fresh read of the pods in flight while a pod is deleted or relabelled, a daemon restarted
+while the pods relisting is in flight, partition listings that lack partitions, the replicas'
+cycles, and the clock. Time passes as it does for the daemons: each replica cycles every
+`INTERVAL` seconds and lists the pods afresh every `relisting.RELIST_SECONDS`, whatever its
+watch delivered. After every step, over the API
 server's own record of writes (`ledgers`) and what the pods are told:
 - epochs strictly rise per partition: ``status.epochs`` never goes down;
 - no two pods hold one partition at one epoch;
@@ -180,6 +181,40 @@ class TwoReplicas(RuleBasedStateMachine):
             self._run(replica)
         finally:
             self.kube.list_selected_pods = real  # type: ignore[method-assign]
+
+    @rule(replica=st.sampled_from((0, 1)), pod=st.sampled_from(PODS), relabel=st.booleans())
+    def restart_across_relisting(self, replica: int, pod: str, relabel: bool) -> None:
+        """kopf restarts the replica's daemon (a crash, a pause for a peer) as its pods
+        relisting asks; while that LIST is on its way, ``pod`` is deleted or relabelled away,
+        the pod stream shows it, and the daemon starts again from kopf's index."""
+        chosen = self.replicas[replica]
+        real = self.kube.list_selected_pods
+
+        async def restarted_meanwhile(**kwargs: Any) -> listings.Listing:
+            answered = await real(**kwargs)
+            self.kube.list_selected_pods = real  # type: ignore[method-assign]
+            chosen.cache.following.forget(namespace=NS, name=NAME)
+            chosen.memories.pop((NS, NAME), None)
+            if pod in self._pods():
+                if relabel:
+                    self.relabel(pod, "moved")
+                else:
+                    self.kube.remove_pod(NS, pod)
+            chosen.watch.deliver("pod")
+            await chosen.cycle(NS, NAME, now=self.now)
+            return answered
+
+        self.kube.list_selected_pods = restarted_meanwhile  # type: ignore[method-assign]
+        try:
+            self.loop.run_until_complete(chosen.cache.relisting.relist())
+        finally:
+            self.kube.list_selected_pods = real  # type: ignore[method-assign]
+        # The daemon started after the LIST was asked: the older answer is not its own, and
+        # its roster keeps what its watch has shown.
+        roster = chosen.cache.following.roster(namespace=NS, name=NAME)
+        if roster is not None:
+            held = {b["metadata"]["name"] for b in roster.items(shelves.PODS)}
+            assert held == self._selected(), (held, self._selected())
 
     @rule(replica=st.sampled_from((0, 1)), listed=st.integers(0, PARTITIONS - 1))
     def short_listing(self, replica: int, listed: int) -> None:
