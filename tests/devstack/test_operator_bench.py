@@ -93,19 +93,20 @@ def test_an_other_pod_is_mostly_spec_as_a_real_pod_is() -> None:
 
 
 class ScriptedOperator:
-    """The operator process as `operating._forced_relist` asks it: its LIST counters, moving
-    on each time the (fake) clock passes the next step of a script."""
+    """The operator process as `operating._forced_relist` asks it: its LIST counters and the
+    re-lists its watches saw, moving on each time the (fake) clock passes a step's time."""
 
-    def __init__(self, clock: list[float], steps: list[tuple[float, int, int]]) -> None:
+    def __init__(self, clock: list[float], steps: list[tuple[float, int, int, int]]) -> None:
         self.clock = clock
-        self.steps = steps  # (from this time on, lists, relistings)
+        self.steps = steps  # (from this time on, lists, relistings, re-lists of each kind)
 
-    def stats(self) -> dict[str, int]:
-        lists, relistings = 0, 0
-        for at, step_lists, step_relistings in self.steps:
+    def stats(self) -> dict[str, Any]:
+        lists, relistings, relists = 0, 0, 0
+        for at, step_lists, step_relistings, step_relists in self.steps:
             if self.clock[0] >= at:
-                lists, relistings = step_lists, step_relistings
-        return {"lists": lists, "relistings": relistings}
+                lists, relistings, relists = step_lists, step_relistings, step_relists
+        kinds = {kind: relists for kind in operating.RELISTED_KINDS}
+        return {"lists": lists, "relistings": relistings, "relists": kinds}
 
 
 class RelistingServer:
@@ -126,23 +127,30 @@ def fake_clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     return clock
 
 
+def forced_relist(steps: list[tuple[float, int, int, int]], clock: list[float]) -> int:
+    settings = bench_operator.settings_of(parse())
+    operator = ScriptedOperator(clock, steps)
+    return operating._forced_relist(RelistingServer(), operator, settings)  # type: ignore[arg-type]
+
+
 def test_the_relist_count_leaves_out_the_periodic_relisting(fake_clock: list[float]) -> None:
     # A kube-apiserver restart: the consumer re-reads its pods and ConfigMaps (2 LISTs), and
     # the 10-second relisting of pods fires twice meanwhile, once failing against the
     # stopped server: those two are the relisting's cost, not the re-list's.
-    operator = ScriptedOperator(
-        fake_clock, [(0.0, 10, 3), (1.0, 11, 4), (2.0, 13, 4), (3.0, 14, 5)]
-    )
-    settings = bench_operator.settings_of(parse())
-    counted = operating._forced_relist(RelistingServer(), operator, settings)  # type: ignore[arg-type]
-    assert counted == 2
+    steps = [(0.0, 10, 3, 0), (1.0, 11, 4, 1), (2.0, 13, 4, 1), (3.0, 14, 5, 1)]
+    assert forced_relist(steps, fake_clock) == 2
+
+
+def test_the_relist_count_waits_for_both_watches_to_list_again(fake_clock: list[float]) -> None:
+    # kopf lists thousands of pods for longer than the quiet: the ConfigMaps' re-list, and the
+    # consumer's LIST after it, come 8 s after the first. Both are counted.
+    steps = [(0.0, 0, 0, 0), (1.0, 1, 0, 0), (9.0, 1, 0, 1), (9.5, 2, 0, 1)]
+    assert forced_relist(steps, fake_clock) == 2
+    assert fake_clock[0] >= 9.5 + operating.RELIST_QUIET_SECONDS
 
 
 def test_the_relist_count_waits_for_the_lists_to_stop(fake_clock: list[float]) -> None:
     # LISTs that come 4 s apart are one re-list still going on: counted to the end.
-    steps = [(0.0, 0, 0), (1.0, 1, 0), (5.0, 2, 0), (9.0, 3, 0)]
-    operator = ScriptedOperator(fake_clock, steps)
-    settings = bench_operator.settings_of(parse())
-    counted = operating._forced_relist(RelistingServer(), operator, settings)  # type: ignore[arg-type]
-    assert counted == 3
+    steps = [(0.0, 0, 0, 0), (1.0, 1, 0, 1), (5.0, 2, 0, 1), (9.0, 3, 0, 1)]
+    assert forced_relist(steps, fake_clock) == 3
     assert fake_clock[0] >= 9.0 + operating.RELIST_QUIET_SECONDS

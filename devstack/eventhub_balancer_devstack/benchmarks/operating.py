@@ -63,6 +63,8 @@ SETUP_WORKERS = 8
 #: After a forced re-list, the operator's LISTs are counted until none came for this long
 #: (more than an interval: every consumer has had its cycle).
 RELIST_QUIET_SECONDS = 5.0
+#: The watches the forced re-list breaks (as `tracking.Tracking` names them).
+RELISTED_KINDS = ("pods", "configmaps")
 
 
 def consumer_name(i: int) -> str:
@@ -246,7 +248,9 @@ def _forced_relist(
 ) -> int:
     """The operator's LISTs after the API server breaks every pod and ConfigMap watch and
     answers their resumes with 410 Gone: kopf lists both kinds again, and each consumer reads
-    what it may have missed. Counted until no LIST came for `RELIST_QUIET_SECONDS`.
+    what it may have missed. Counted until both kinds' watches have listed again
+    (`RELISTED_KINDS`) and no LIST came for `RELIST_QUIET_SECONDS` after that: kopf's own
+    listing of thousands of pods takes longer than the quiet.
 
     The pods listed afresh every 10 s beside the cycles (``relistings``) are left out, as in
     the steady count: on the real control plane the re-list is a kube-apiserver restart of
@@ -256,14 +260,20 @@ def _forced_relist(
     # On the real control plane this restarts kube-apiserver: seconds, not a fault's instant.
     server.ask("relist", timeout=processes.START_SECONDS)
     deadline = time.monotonic() + clusters.WAIT_SECONDS + settings.consumers * 0.1
+    deadline += settings.other_pods / 200
     last, quiet_since = before, time.monotonic()
+    relisted = False
     while time.monotonic() < deadline:
         time.sleep(0.25)
         now = operator.stats()
         lists = now["lists"] - now["relistings"]
+        if not relisted and all(
+            now["relists"].get(kind, 0) > start["relists"].get(kind, 0) for kind in RELISTED_KINDS
+        ):
+            relisted, quiet_since = True, time.monotonic()
         if lists != last:
             last, quiet_since = lists, time.monotonic()
-        elif lists > before and time.monotonic() - quiet_since >= RELIST_QUIET_SECONDS:
+        elif relisted and lists > before and time.monotonic() - quiet_since >= RELIST_QUIET_SECONDS:
             logger.info(
                 "after the forced re-list: %d LISTs of the consumers, %d of the periodic"
                 " relisting (left out)",

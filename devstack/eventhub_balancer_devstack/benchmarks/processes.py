@@ -84,6 +84,8 @@ def serve_operator(
             "lists": api.lists,
             # The pods listed afresh every 10 s, beside the cycles (handlers/cache/relisting).
             "relistings": runtime.cache.relisting.listings,
+            # Per watched kind, the re-lists kopf's watches made (a 410, a restart).
+            "relists": dict(runtime.cache.watch.relists),
             "writes": sum(api.writes.values()),
             # The Events the cycles handed over and the poster has not posted yet.
             "events_pending": runtime.events.pending,

@@ -13,6 +13,7 @@ conflict (`Following.refresh`).
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -83,6 +84,8 @@ class Tracking:
         self.seen = shared
         #: per kind, whether its watch is streaming (an event after the listing)
         self._streaming: dict[str, bool] = {}
+        #: per kind, the re-lists seen since the start (what `ehb bench operator` waits for)
+        self.relists: collections.Counter[str] = collections.Counter()
 
     def observed(self, kind: str, event_type: str | None) -> bool:
         """An event of the watch of ``kind``. None is a listing; one after watch events is a
@@ -94,6 +97,7 @@ class Tracking:
             self.seen.peers = None  # kopf filed the event in the peers index before this
         if relist:
             logger.info("the watch of %s listed again; each consumer reads it afresh once", kind)
+            self.relists[kind] += 1
             self.seen.relisted.add(seen.WATCHED[kind])
             for roster in self.seen.rosters.by_key.values():
                 roster.stale.add(seen.WATCHED[kind])
