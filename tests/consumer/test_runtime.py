@@ -408,6 +408,34 @@ async def test_shutdown_abandons_a_handler_that_never_returns_within_its_budget(
     assert consumer.stopped
 
 
+async def test_shutdown_never_acknowledges_a_release_whose_final_checkpoint_is_not_durable(
+    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
+) -> None:
+    """SIGTERM during a hand-off whose final checkpoint write hangs: the worker is cancelled
+    at 90 % of the budget, and its release is not acknowledged, since the next owner would
+    otherwise start at the old checkpoint and repeat events 0..4 as if they were new."""
+    fake_hub.append("0", 5)
+    recorder = consumerfakes.Recorder()
+    store = fake_store.handle("pod-a")
+    batch = partitions.BatchSettings(batch_size=10, max_wait=0.05, checkpoint_interval=3600)
+    async with running(fake_hub, store, recorder, batch=batch, shutdown_timeout=10) as (
+        consumer,
+        source,
+    ):
+        source.put(consumerfakes.configmap(1, {"0": (1, "owned")}))
+        await consumerfakes.eventually(lambda: len(recorder.done) == 5, what="5 events")
+        store.gate = asyncio.Event()  # Blob Storage slow: the final checkpoint hangs
+        source.put(consumerfakes.configmap(2, {"0": (1, "revoking")}))
+        await consumerfakes.eventually(lambda: store.updates_begun == 1, what="final write")
+        asked = now()
+        consumer.request_shutdown()
+        await consumerfakes.eventually(lambda: consumer.stopped, within=15, what="the stop")
+        assert now() - asked == pytest.approx(9.0, abs=0.1)
+        assert fake_store.blobs["0"].sequence_number == -1
+        assert source.released == {}
+        assert source.applied_generation == 1
+
+
 async def test_the_next_handler_waits_for_the_previous_checkpoint(
     fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
 ) -> None:
@@ -766,6 +794,37 @@ async def test_a_handler_that_outlives_its_release_delays_the_ack_then_exits(
             await source.wait_for(generation=2, released={"0": 1})
         assert fake_store.blobs["0"].sequence_number == -1
     assert len(exits) == 1
+
+
+async def test_shutdown_during_a_hand_off_never_acknowledges_while_the_handler_runs(
+    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
+) -> None:
+    """Revoked, then SIGTERM a second later, with the default timeouts: the worker waiting for
+    its handler is cancelled at 90 % of the 25 s budget, and the release stays unacknowledged
+    (the operator hands on at its timeout, at a higher epoch) while the process exits."""
+    fake_hub.append("0", 3)
+    handler = Uncancellable()
+    exits: list[str] = []
+    async with running(
+        fake_hub,
+        fake_store,
+        handler,
+        batch=partitions.BatchSettings(batch_size=10, max_wait=0.05),
+        shutdown_timeout=25,
+        exits=exits,
+    ) as (consumer, source):
+        try:
+            source.put(consumerfakes.configmap(1, {"0": (1, "owned")}))
+            await consumerfakes.eventually(handler.started.is_set, what="the handler")
+            source.put(consumerfakes.configmap(2, {"0": (1, "revoking")}))
+            await asyncio.sleep(1)
+            consumer.request_shutdown()
+            await consumerfakes.eventually(lambda: consumer.stopped, within=30, what="the stop")
+            assert exits == ["shutdown: the handler of partitions ['0'] still runs"]
+            assert source.released == {}
+        finally:
+            handler.finish.set()  # else the call outlives the test, and its loop's teardown
+    assert fake_store.blobs["0"].sequence_number == -1
 
 
 async def test_an_async_handler_is_cancelled_at_the_release_timeout_without_an_exit(

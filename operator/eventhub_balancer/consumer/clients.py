@@ -46,7 +46,12 @@ class Clients:
 
     def reading(self, key: connections.Coordinates) -> bool:
         """The pod reads ``key``: its clients are open, or being tried (and reported)."""
-        return self.key == key or (self.failure is not None and self.failure.key == key)
+        return self.key == key or self.unopened(key) is not None
+
+    def unopened(self, key: connections.Coordinates | None) -> OpenFailure | None:
+        """Why the clients of ``key`` could not be opened, while they are tried again."""
+        failure = self.failure
+        return failure if failure is not None and failure.key == key else None
 
     async def get(
         self, assignment: assignments.Assignment, key: connections.Coordinates

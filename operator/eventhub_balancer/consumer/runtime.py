@@ -15,7 +15,7 @@ start is reported to the operator with the acknowledgement (`acknowledgements`) 
 make the pod NotReady. The pod is Ready once its current generation is applied and what it
 processes with is ready (Spark mode: its SparkSession started and warmed, `sessionkeeping`),
 and not while shutting down. On shutdown (SIGTERM) it releases everything within a bounded
-time, acknowledges, and returns.
+time, acknowledges the releases that finished (never one it had to cancel), and returns.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import dataclasses
 import functools
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Final
 
 from eventhub_balancer import handoffs
@@ -149,14 +149,13 @@ class Runtime:
 
     def reports(self, now: float | None = None) -> dict[str, partitionreports.PartitionReport]:
         """The partitions of the current assignment that are not processing normally."""
-        failure = self.clients.failure
         current = None if self.latest is None else connections.Coordinates.of(self.latest)
         return acknowledgements.collect_reports(
             wanted=self._wanted(),
             workers=self.workers,
             lost=self._lost,
             restarts=self.restarts.entries,
-            unopened=failure if failure is not None and failure.key == current else None,
+            unopened=self.clients.unopened(current),
             now=_now() if now is None else now,
         )
 
@@ -245,7 +244,7 @@ class Runtime:
             backend = await self.clients.get(assignment, key)
             if backend is not None:
                 self._start_workers(wanted, backend, assignment)
-        self._release_unrun(assignment)
+        self._release_unrun(assignment, self.workers.keys())
         for partition in list(self.released):
             if partition in wanted and wanted[partition] > self.released[partition]:
                 del self.released[partition]  # ours again, with a newer epoch
@@ -254,11 +253,11 @@ class Runtime:
             self.applied_generation = assignment.generation
         await self._acknowledge(reports)
 
-    def _release_unrun(self, assignment: assignments.Assignment) -> None:
-        """Acknowledge at once the releases of partitions no worker runs (after a restart, or
+    def _release_unrun(self, assignment: assignments.Assignment, running: Collection[str]) -> None:
+        """Acknowledge at once the releases of partitions not ``running`` (after a restart, or
         lost, or failed): there is nothing to finish."""
         for partition, entry in assignment.partitions.items():
-            if handoffs.released_at_once(entry.state, running=partition in self.workers):
+            if handoffs.released_at_once(entry.state, running=partition in running):
                 self.released[partition] = entry.epoch
 
     def _applied(
@@ -371,17 +370,19 @@ class Runtime:
         for worker in self.workers.values():
             worker.release(timeout=max(0.5, timeout * 0.6))
         drained = list(self.workers.values())
-        tasks = list(self._tasks.values())
+        tasks = dict(self._tasks)
         if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=timeout * 0.9)
-            for task in pending:
-                task.cancel()
-            if pending:
-                logger.warning("shutdown: %d partitions did not release in time", len(pending))
-                await asyncio.gather(*pending, return_exceptions=True)
+            await asyncio.wait(tasks.values(), timeout=timeout * 0.9)
+        # Cancelled mid-release, a worker leaves its handler or final checkpoint unfinished.
+        unfinished = {p for p, task in tasks.items() if not task.done()}
+        if unfinished:
+            logger.warning("shutdown: partitions %s did not release in time", sorted(unfinished))
+            for partition in unfinished:
+                tasks[partition].cancel()
+            await asyncio.gather(*(tasks[p] for p in unfinished), return_exceptions=True)
         await asyncio.sleep(0)  # let the done callbacks record the releases
-        if self.latest is not None:
-            self._release_unrun(self.latest)
+        if self.latest is not None:  # an unfinished release is never acknowledged
+            self._release_unrun(self.latest, self.workers.keys() | unfinished)
         try:
             async with asyncio.timeout(max(1.0, timeout * 0.1)):
                 await self._acknowledge(self.reports())
@@ -389,8 +390,7 @@ class Runtime:
             logger.warning("shutdown: the release acknowledgement timed out")
         hung = sorted(w.partition for w in drained if w.handler_running)
         if hung:
-            # Their releases were not acknowledged; a thread that cannot be stopped would keep
-            # the interpreter (and the handler) alive past the shutdown.
+            # A thread that cannot be stopped would keep the interpreter (and handler) alive.
             self._hung(f"shutdown: the handler of partitions {hung} still runs")
 
 
