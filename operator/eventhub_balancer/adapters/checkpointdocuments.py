@@ -18,6 +18,9 @@ from eventhub_balancer.contracts import bounds, checkpointblobs
 #: The ``kind`` and ``version`` of an export document, checked on import.
 EXPORT_KIND: Final = "EventHubCheckpoints"
 EXPORT_VERSION: Final = 1
+#: Event Hubs' sequence numbers and offsets are int64: the SDK and KEDA read a checkpoint's
+#: values as such, so a larger one would be written and then fail every reader.
+INT64_MAX: Final = 2**63 - 1
 
 
 class ExportedCheckpoint(TypedDict):
@@ -102,14 +105,42 @@ def parse_import(document: object, *, source: str) -> dict[str, checkpointblobs.
         if partition in result:
             raise errors.InvalidInput(f"{where}.partition", f"{partition!r} appears twice")
         sequence = item.get("sequenceNumber")
-        if isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < -1:
+        if (
+            isinstance(sequence, bool)
+            or not isinstance(sequence, int)
+            or not -1 <= sequence <= INT64_MAX
+        ):
             raise errors.InvalidInput(
-                f"{where}.sequenceNumber", f"{sequence!r} is not an integer >= -1"
+                f"{where}.sequenceNumber",
+                f"{sequence!r} is not an integer from -1 to {INT64_MAX} (an int64, as Event "
+                "Hubs numbers events)",
             )
         offset = item.get("offset", checkpointblobs.OFFSET_UNKNOWN)
-        if not isinstance(offset, str):
-            raise errors.InvalidInput(f"{where}.offset", f"{offset!r} is not a string")
+        if not isinstance(offset, str) or not is_offset(offset):
+            raise errors.InvalidInput(
+                f"{where}.offset",
+                f"{offset!r} is not an offset: give the decimal string the export wrote "
+                f'(e.g. "4096"), "-1" or "", or leave the field out',
+            )
         result[partition] = checkpointblobs.Position(offset=offset, sequence_number=sequence)
     if not result:
         raise errors.InvalidInput(f"{source}: checkpoints", "is empty: nothing to import")
     return result
+
+
+def is_offset(text: str) -> bool:
+    """What a checkpoint's offset may be: the decimal int64 the SDK writes, ``-1`` (before the
+    first event) or empty (not known: the consumer resumes from the sequence number).
+
+    Checked before anything is written: anything else (a newline, a letter) would be refused
+    by the HTTP layer or the SDK only while writing, with part of an import already applied.
+    """
+    if text in (checkpointblobs.OFFSET_UNKNOWN, checkpointblobs.OFFSET_BEFORE_FIRST):
+        return True
+    # len first: int() of thousands of digits is slow, and refused past 4300.
+    return (
+        text.isascii()
+        and text.isdigit()
+        and len(text) <= len(str(INT64_MAX))
+        and int(text) <= INT64_MAX
+    )

@@ -34,20 +34,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def read_file(name: str) -> object:
-    """The file's JSON; unreadable or not JSON is an error naming the file."""
+    """The file's JSON; unreadable, not UTF-8 or not JSON is an error naming the file."""
     import sys
 
     from eventhub_balancer import errors
+    from eventhub_balancer.contracts import bounds
 
     try:
         text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
     except OSError as e:
         raise errors.InvalidInput(name, f"cannot be read: {e.strerror}") from None
+    except UnicodeDecodeError:
+        # PowerShell 5's `>` writes UTF-16: the export is ASCII, so any re-encoding keeps it.
+        raise errors.InvalidInput(
+            name,
+            "is not UTF-8 text, as `ehb checkpoints export` writes: save the export as UTF-8 "
+            "(in PowerShell, `ehb checkpoints export NAME | Out-File -Encoding utf8 FILE`), "
+            "or convert the file (`iconv -f UTF-16 -t UTF-8`)",
+        ) from None
     try:
-        return json.loads(text)
+        return bounds.loads(text)
     except json.JSONDecodeError as e:
         raise errors.InvalidInput(
             name, f"is not JSON (line {e.lineno}, column {e.colno}: {e.msg})"
+        ) from None
+    except ValueError as e:
+        # Nested deeper than the decoder goes: no export is, whatever else the file holds.
+        raise errors.InvalidInput(
+            name, f"is not an export document ({e}): give a file `ehb checkpoints export` wrote"
         ) from None
 
 
