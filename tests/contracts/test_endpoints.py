@@ -46,6 +46,31 @@ def test_a_blob_endpoint_outside_the_suffixes_is_refused(url: str) -> None:
         STRICT.check_blob(account_url=url, connection_string=None)
 
 
+#: URLs that ``urllib.parse.urlsplit`` refuses with a ValueError ("Invalid IPv6 URL"), as a
+#: hand-edited ConfigMap or Secret may hold them: refused as any other host, never raised.
+UNPARSABLE = ("https://[orders.blob.core.windows.net", "https://orders].blob.core.windows.net")
+
+
+@pytest.mark.parametrize("url", UNPARSABLE)
+def test_a_url_that_does_not_parse_is_refused_as_not_allowed(url: str) -> None:
+    with pytest.raises(errors.EndpointNotAllowed) as caught:
+        STRICT.check_blob(account_url=url, connection_string=None)
+    assert "spec.checkpointStore.accountUrl" in str(caught.value)
+    with pytest.raises(errors.EndpointNotAllowed):
+        STRICT.check_blob(
+            account_url=None,
+            connection_string=f"AccountName=orders;AccountKey=k;BlobEndpoint={url}",
+        )
+    sb = url.replace("https://", "sb://").replace("blob.core", "servicebus")
+    with pytest.raises(errors.EndpointNotAllowed):
+        STRICT.check_eventhub(
+            fully_qualified_namespace="orders.servicebus.windows.net",
+            connection_string=f"Endpoint={sb};SharedAccessKeyName=k;SharedAccessKey=s",
+        )
+    with pytest.raises(errors.EndpointNotAllowed):
+        STRICT.check_eventhub(fully_qualified_namespace=sb, connection_string=None)
+
+
 def test_the_public_cloud_and_configured_sovereign_clouds_are_allowed() -> None:
     STRICT.check_eventhub(
         fully_qualified_namespace="shop.servicebus.windows.net", connection_string=None

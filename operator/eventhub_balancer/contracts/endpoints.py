@@ -94,9 +94,12 @@ class EndpointPolicy:
                 else:
                     self._suffix(field, dialled, self.blob_suffixes)
             return
-        parsed = urllib.parse.urlsplit(account_url or "")
         field = "spec.checkpointStore.accountUrl"
-        if parsed.scheme != "https":
+        try:
+            scheme = urllib.parse.urlsplit(account_url or "").scheme
+        except ValueError:  # "https://[x" (an unclosed IPv6 bracket): no URL, refused as such
+            scheme = ""
+        if scheme != "https":
             raise errors.EndpointNotAllowed(
                 field=field,
                 host=account_url or "",
