@@ -13,7 +13,6 @@ import asyncio
 import dataclasses
 import datetime
 import itertools
-import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
@@ -26,7 +25,7 @@ from eventhub_balancer import errors
 from eventhub_balancer.adapters import deliveries, eventhubs
 from eventhub_balancer.adapters.deadletters import KIND, DeadLetterBody, first_line
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import checkpointblobs
+from eventhub_balancer.contracts import bounds, checkpointblobs
 
 #: One read, listing, metadata change or delete: the command fails rather than hangs.
 READ_TIMEOUT_S: Final = 30.0
@@ -60,6 +59,52 @@ class DeadLetter:
     dead_lettered_time: str
     replayed_time: str | None
     replayed_to: str | None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DeadLetterListing:
+    """What ``ehb deadletters list`` found: the dead letters, and one message per blob in
+    their folder that a consumer pod did not write so (each names its blob)."""
+
+    letters: list[DeadLetter]
+    malformed: list[str]
+
+
+#: Said of a blob in the dead-letter folder that a consumer pod did not write as it is.
+_NOT_WRITTEN_BY_A_POD: Final = (
+    "it was not written by a consumer pod; delete it or move it out of the deadletter folder"
+)
+
+
+def _decoded(name: str, data: bytes) -> DeadLetterBody:
+    """A dead letter's content, checked for what `summary` and ``show`` read."""
+    try:
+        body = bounds.loads(data.decode("utf-8"))
+    except ValueError as e:  # not UTF-8, not JSON, or nested past the decoder
+        raise errors.ConfigurationError(
+            f"dead letter {name} is not JSON: {_NOT_WRITTEN_BY_A_POD}"
+        ) from e
+    events = body.get("events") if isinstance(body, dict) else None
+    if not isinstance(events, list):
+        raise errors.ConfigurationError(
+            f"dead letter {name} has no events list: {_NOT_WRITTEN_BY_A_POD}"
+        )
+    if not all(isinstance(e, dict) for e in events):
+        raise errors.ConfigurationError(
+            f"dead letter {name} has an event that is not an object: {_NOT_WRITTEN_BY_A_POD}"
+        )
+    return body  # type: ignore[no-any-return]
+
+
+def _integer(name: str, body: DeadLetterBody, field: str, default: int) -> int:
+    value = body.get(field, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        shown = repr(value)
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        raise errors.ConfigurationError(
+            f"dead letter {name}: {field} is {shown}, not an integer: {_NOT_WRITTEN_BY_A_POD}"
+        )
+    return value
 
 
 def _wrap_store_error(what: str, e: BaseException, timeout: float) -> errors.EventHubBalancerError:
@@ -140,7 +185,12 @@ class DeadLetterReader:
         return sorted(found, key=order)
 
     async def read(self, name: str) -> tuple[DeadLetterBody, dict[str, str]]:
-        """The blob's content and metadata; `errors.NotFound` when it is gone."""
+        """The blob's content and metadata; `errors.NotFound` when it is gone, and
+        `errors.ConfigurationError` naming the blob when a pod did not write it so."""
+        data, metadata = await self._download(name)
+        return _decoded(name, data), metadata
+
+    async def _download(self, name: str) -> tuple[bytes, dict[str, str]]:
         try:
             async with asyncio.timeout(self.timeout):
                 downloader = await self.container.download_blob(name)
@@ -148,47 +198,42 @@ class DeadLetterReader:
                 metadata = dict(downloader.properties.metadata or {})
         except (azure_errors.AzureError, OSError, TimeoutError) as e:
             raise _wrap_store_error(f"dead letter {name}", e, self.timeout) from e
-        try:
-            body = json.loads(data)
-        except ValueError as e:
-            raise errors.ConfigurationError(
-                f"dead letter {name} is not JSON: it was not written by a consumer pod; "
-                "delete it or move it out of the deadletter folder"
-            ) from e
-        if not isinstance(body, dict) or not isinstance(body.get("events"), list):
-            raise errors.ConfigurationError(
-                f"dead letter {name} has no events list: it was not written by a consumer pod; "
-                "delete it or move it out of the deadletter folder"
-            )
-        return body, metadata  # type: ignore[return-value]
+        return bytes(data), metadata
 
     def summary(self, name: str, body: DeadLetterBody, metadata: Mapping[str, str]) -> DeadLetter:
+        """What ``list`` shows of a dead letter; a field of the wrong type is an error naming
+        the blob (`read` checked only its shape)."""
         return DeadLetter(
             name=name,
             short_name=self.short_name(name),
             partition=str(body.get("partition", "")),
-            first_sequence_number=int(body.get("firstSequenceNumber", -1)),
-            last_sequence_number=int(body.get("lastSequenceNumber", -1)),
+            first_sequence_number=_integer(name, body, "firstSequenceNumber", -1),
+            last_sequence_number=_integer(name, body, "lastSequenceNumber", -1),
             events=len(body.get("events") or []),
             error=str(body.get("error", "")),
-            attempts=int(body.get("attempts", 0)),
+            attempts=_integer(name, body, "attempts", 0),
             pod=str(body.get("pod", "")),
-            epoch=int(body.get("epoch", 0)),
+            epoch=_integer(name, body, "epoch", 0),
             dead_lettered_time=str(body.get("deadLetteredTime", "")),
             replayed_time=metadata.get(REPLAYED_TIME),
             replayed_to=metadata.get(REPLAYED_TO),
         )
 
-    async def list(self, *, partition: str | None = None) -> list[DeadLetter]:
-        """Every dead letter (or one partition's), read whole: they are few by design."""
-        result = []
+    async def list(self, *, partition: str | None = None) -> DeadLetterListing:
+        """Every dead letter (or one partition's), read whole: they are few by design. A blob
+        a pod did not write so is reported and skipped: one such blob must not hide the rest."""
+        letters = []
+        malformed = []
         for name, _ in await self.names(partition=partition):
             try:
-                body, metadata = await self.read(name)
+                data, metadata = await self._download(name)
             except errors.NotFound:
                 continue  # deleted between the listing and the read
-            result.append(self.summary(name, body, metadata))
-        return result
+            try:
+                letters.append(self.summary(name, _decoded(name, data), metadata))
+            except errors.ConfigurationError as e:
+                malformed.append(str(e))
+        return DeadLetterListing(letters=letters, malformed=malformed)
 
     async def mark_replayed(self, name: str, *, to: str, now: datetime.datetime) -> None:
         """Record a replay in the blob's metadata (its content stays as written)."""

@@ -23,6 +23,7 @@ import argparse
 import datetime
 import json
 import os
+import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -234,12 +235,16 @@ def run(args: argparse.Namespace) -> int:
             raise errors.InvalidInput("--all", "give BLOB names or --all, not both")
         if not args.all and not args.blobs:
             raise errors.InvalidInput("BLOB", "name the dead letters to replay, or give --all")
-    document, text = asyncio.run(_run(args))
+    document, text, malformed = asyncio.run(_run(args))
     print(json.dumps(document, indent=2, ensure_ascii=False) if args.json else text)
-    return 0
+    # `list` shows the readable dead letters and names each blob it could not read: the
+    # status says the listing is not whole.
+    for problem in malformed:
+        print(f"ehb: error: {problem}", file=sys.stderr)
+    return 1 if malformed else 0
 
 
-async def _run(args: argparse.Namespace) -> tuple[Any, str]:
+async def _run(args: argparse.Namespace) -> tuple[Any, str, list[str]]:
     from eventhub_balancer.adapters import deadletterreplays, kubeapi
 
     namespace = consumertargets.consumer_namespace(args)
@@ -266,16 +271,17 @@ async def _run(args: argparse.Namespace) -> tuple[Any, str]:
                 consumer_group=spec.consumer_group,
             )
             if args.action == "list":
-                letters = await reader.list(partition=args.partition)
-                rows = [row(letter) for letter in letters]
-                return rows, list_table(rows) if rows else "no dead letters"
+                listing = await reader.list(partition=args.partition)
+                rows = [row(letter) for letter in listing.letters]
+                empty = "no readable dead letters" if listing.malformed else "no dead letters"
+                return rows, list_table(rows) if rows else empty, listing.malformed
             if args.action == "show":
                 name = reader.resolve(args.blob)
                 body, metadata = await reader.read(name)
                 letter = reader.summary(name, body, metadata)
                 document = {**row(letter), "error": letter.error, "body": body}
-                return document, show_text(letter, dict(body))
-            return await _replay(args, target, reader)
+                return document, show_text(letter, dict(body)), []
+            return (*await _replay(args, target, reader), [])
     finally:
         api.close()
 

@@ -88,26 +88,26 @@ async def test_dead_letters_are_listed_read_marked_and_deleted(blob_container: A
         "shop.servicebus.windows.net/orders/$default/deadletter/2/notes.txt", b""
     )
 
-    letters = await reader.list()
+    letters = (await reader.list()).letters
     # Partitions in numeric order, then by first sequence number.
     assert [(x.short_name, x.events, x.pod, x.replayed_time) for x in letters] == [
         ("2/4-6", 3, "pod-a", None),
         ("2/30-31", 2, "pod-a", None),
         ("10/1-1", 1, "pod-a", None),
     ]
-    assert [x.short_name for x in await reader.list(partition="10")] == ["10/1-1"]
+    assert [x.short_name for x in (await reader.list(partition="10")).letters] == ["10/1-1"]
 
     name = reader.resolve("2/4-6")
     body, _ = await reader.read(name)
     assert [e.body for e in deadletters.decode_events(body)] == [b"event 4", b"event 5", b"event 6"]
 
     await reader.mark_replayed(name, to="hub", now=T0)
-    (marked,) = [x for x in await reader.list(partition="2") if x.name == name]
+    (marked,) = [x for x in (await reader.list(partition="2")).letters if x.name == name]
     assert (marked.replayed_time, marked.replayed_to) == (T0.isoformat(), "hub")
     # The content stays as written: the mark is metadata only.
     assert (await reader.read(name))[0] == body
 
     await reader.delete(name)
-    assert [x.short_name for x in await reader.list()] == ["2/30-31", "10/1-1"]
+    assert [x.short_name for x in (await reader.list()).letters] == ["2/30-31", "10/1-1"]
     with pytest.raises(errors.NotFound, match="ehb deadletters list"):
         await reader.read(name)

@@ -1,0 +1,93 @@
+"""``ehb deadletters list | show``: a blob in the dead-letter folder that a consumer pod did
+not write as it is (edited by hand, written by another tool) is an error naming the blob, not
+a traceback, and ``list`` still shows every other dead letter.
+
+The consumer and its container are fakes (`pausedconsumers`); the blobs a real pod writes
+are read back from Azurite in tests/adapters/wire/test_deadletter_replay.py.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.support import pausedconsumers
+from tests.support.pausedconsumers import ehb
+
+#: A dead letter as a pod writes it (its events are not read by list or show's summary).
+GOOD: dict[str, Any] = {
+    "partition": "0",
+    "firstSequenceNumber": 1,
+    "lastSequenceNumber": 2,
+    "error": "ValueError: bad",
+    "attempts": 3,
+    "pod": "orders-a",
+    "epoch": 4,
+    "deadLetteredTime": "2026-01-01T00:00:00+00:00",
+    "events": [],
+}
+
+MALFORMED = [
+    pytest.param({**GOOD, "epoch": None}, "epoch is None, not an integer", id="epoch null"),
+    pytest.param(
+        {**GOOD, "firstSequenceNumber": "x"},
+        "firstSequenceNumber is 'x', not an integer",
+        id="sequence number text",
+    ),
+    pytest.param({**GOOD, "attempts": 1.5}, "attempts is 1.5, not an integer", id="fraction"),
+    pytest.param({**GOOD, "lastSequenceNumber": True}, "lastSequenceNumber is True", id="boolean"),
+    pytest.param({**GOOD, "events": [5]}, "has an event that is not an object", id="event"),
+]
+
+
+@pytest.fixture
+def consumer(monkeypatch: pytest.MonkeyPatch) -> pausedconsumers.PausedConsumer:
+    return pausedconsumers.install(monkeypatch)
+
+
+@pytest.mark.parametrize(("body", "problem"), MALFORMED)
+def test_show_names_the_blob_and_its_field(
+    consumer: pausedconsumers.PausedConsumer,
+    capsys: pytest.CaptureFixture[str],
+    body: dict[str, Any],
+    problem: str,
+) -> None:
+    consumer.container.add_dead_letter("0/5-6", body)
+    status, out, err = ehb(capsys, "deadletters", "show", "orders", "0/5-6", "-n", "shop")
+    assert (status, out) == (1, "")
+    assert err.startswith(f"ehb: error: dead letter {pausedconsumers.DEAD_LETTER_PREFIX}0/5-6")
+    assert problem in err
+    assert err.strip().endswith("delete it or move it out of the deadletter folder")
+
+
+@pytest.mark.parametrize(("body", "problem"), MALFORMED)
+def test_list_names_the_bad_blob_and_lists_the_others(
+    consumer: pausedconsumers.PausedConsumer,
+    capsys: pytest.CaptureFixture[str],
+    body: dict[str, Any],
+    problem: str,
+) -> None:
+    consumer.container.add_dead_letter("0/1-2", GOOD)
+    consumer.container.add_dead_letter("0/5-6", body)
+    consumer.container.add_dead_letter("1/7-7", {**GOOD, "partition": "1"})
+    status, out, err = ehb(capsys, "deadletters", "list", "orders", "-n", "shop", "--json")
+    assert status == 1
+    assert [r["blob"] for r in json.loads(out)] == ["0/1-2", "1/7-7"]
+    (line,) = err.splitlines()
+    assert line.startswith(f"ehb: error: dead letter {pausedconsumers.DEAD_LETTER_PREFIX}0/5-6")
+    assert problem in line
+
+
+def test_a_listing_of_only_bad_blobs_says_none_is_readable(
+    consumer: pausedconsumers.PausedConsumer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    consumer.container.add_dead_letter("0/5-6", {**GOOD, "epoch": None})
+    consumer.container.blobs[f"{pausedconsumers.DEAD_LETTER_PREFIX}1/1-1.json"] = b"[" * 100_000
+    status, out, err = ehb(capsys, "deadletters", "list", "orders", "-n", "shop")
+    assert (status, out) == (1, "no readable dead letters\n")
+    assert [line.split(" ")[4] for line in err.splitlines()] == [
+        f"{pausedconsumers.DEAD_LETTER_PREFIX}0/5-6.json:",
+        f"{pausedconsumers.DEAD_LETTER_PREFIX}1/1-1.json",
+    ]
