@@ -169,12 +169,11 @@ class FileSource:
 
     def _read(self) -> tuple[str, Assignment] | None:
         try:
-            text = self.path.read_text()
+            text = self.path.read_text(encoding="utf-8")
+            body = bounds.loads(text)
         except FileNotFoundError:
             return None
-        try:
-            body = json.loads(text)
-        except ValueError:
+        except ValueError:  # a file caught half-written, maybe inside a UTF-8 character
             logger.warning("assignment file %s is not JSON (yet): keeping the last one", self.path)
             return None
         if not isinstance(body, dict):
