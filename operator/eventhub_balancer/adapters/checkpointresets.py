@@ -107,8 +107,29 @@ def parse_duration(text: str, *, field: str = "--by-duration") -> datetime.timed
         raise errors.InvalidInput(
             field, f"{text!r} is not a duration: use e.g. 90s, 15m, 2h, 1d or 1h30m"
         )
-    days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
-    return datetime.timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    try:
+        days, hours, minutes, seconds = (int(g or 0) for g in match.groups())
+        return datetime.timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    except (OverflowError, ValueError):  # past timedelta's 999,999,999 days; or 4,300 digits
+        raise errors.InvalidInput(field, _too_long(text)) from None
+
+
+def time_before(
+    now: datetime.datetime, text: str, *, field: str = "--by-duration"
+) -> datetime.datetime:
+    """``now`` less the duration ``text``: the time ``--by-duration`` resets to."""
+    duration = parse_duration(text, field=field)
+    try:
+        return now - duration
+    except OverflowError:
+        raise errors.InvalidInput(field, _too_long(text)) from None
+
+
+def _too_long(text: str) -> str:
+    return (
+        f"{text!r} reaches back before the year 1: give a shorter duration, or --to-earliest "
+        "to replay everything the partition retains"
+    )
 
 
 def parse_datetime(text: str, *, field: str = "--to-datetime") -> datetime.datetime:
@@ -121,7 +142,13 @@ def parse_datetime(text: str, *, field: str = "--to-datetime") -> datetime.datet
         ) from None
     if when.tzinfo is None:
         raise errors.InvalidInput(field, f"{text!r} has no time zone: end it with Z or +HH:MM")
-    return when
+    try:
+        # Held in UTC from here on: 0001-01-01T00:00+01:00 is a time no datetime can hold there.
+        return when.astimezone(datetime.UTC)
+    except OverflowError:
+        raise errors.InvalidInput(
+            field, f"{text!r} is outside the years 1 to 9999 in UTC: give a time within them"
+        ) from None
 
 
 def clamped(stored: int, limits: startpositions.PartitionBounds) -> checkpointblobs.Position:

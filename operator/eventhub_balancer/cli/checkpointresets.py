@@ -62,7 +62,7 @@ def target_of(args: argparse.Namespace, *, now: datetime.datetime) -> Any:
     if args.to_datetime is not None:
         return resets.ToDatetime(when=resets.parse_datetime(args.to_datetime))
     if args.by_duration is not None:
-        return resets.ToDatetime(when=now - resets.parse_duration(args.by_duration))
+        return resets.ToDatetime(when=resets.time_before(now, args.by_duration))
     if args.shift_by is not None:
         return resets.ShiftBy(delta=args.shift_by)
     if args.to_sequence is not None:

@@ -1,0 +1,76 @@
+"""``ehb checkpoints reset``: a time target no datetime can hold is a usage error naming the
+flag, before the consumer is read, not an OverflowError.
+
+The consumer, its hub and its container are fakes (`pausedconsumers`); the resets against
+Azurite and the Event Hubs emulator are in tests/adapters/wire/test_checkpoint_reset.py.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+
+from eventhub_balancer import errors
+from eventhub_balancer.adapters import checkpointresets
+from tests.support import pausedconsumers
+from tests.support.pausedconsumers import ehb
+
+NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+
+
+@pytest.fixture
+def consumer(monkeypatch: pytest.MonkeyPatch) -> pausedconsumers.PausedConsumer:
+    return pausedconsumers.install(monkeypatch)
+
+
+def reset(capsys: pytest.CaptureFixture[str], *target: str) -> tuple[int, str, str]:
+    return ehb(capsys, "checkpoints", "reset", "orders", "-n", "shop", *target, "--dry-run")
+
+
+@pytest.mark.parametrize(
+    "duration",
+    [
+        "999999d",  # a timedelta, but now less it is before the year 1
+        "99999999999d",  # past timedelta's 999,999,999 days
+        "1" * 5000 + "d",  # past the digits int() reads
+    ],
+)
+def test_a_duration_reaching_before_the_year_1_is_a_usage_error(
+    consumer: pausedconsumers.PausedConsumer, capsys: pytest.CaptureFixture[str], duration: str
+) -> None:
+    status, out, err = reset(capsys, "--by-duration", duration)
+    assert (status, out) == (2, "")
+    assert err.startswith("ehb: error: --by-duration: ")
+    assert err.strip().endswith(
+        "reaches back before the year 1: give a shorter duration, or --to-earliest to replay "
+        "everything the partition retains"
+    )
+
+
+@pytest.mark.parametrize("when", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"])
+def test_a_time_outside_the_years_in_utc_is_a_usage_error(
+    consumer: pausedconsumers.PausedConsumer, capsys: pytest.CaptureFixture[str], when: str
+) -> None:
+    status, out, err = reset(capsys, "--to-datetime", when)
+    assert (status, out) == (2, "")
+    assert err == (
+        f"ehb: error: --to-datetime: {when!r} is outside the years 1 to 9999 in UTC: give a "
+        "time within them\n"
+    )
+
+
+def test_the_longest_duration_a_date_holds_is_taken() -> None:
+    longest = NOW - datetime.datetime.min.replace(tzinfo=datetime.UTC)
+    when = checkpointresets.time_before(NOW, f"{longest.days}d")
+    assert when.year == 1
+    with pytest.raises(errors.InvalidInput, match="--by-duration"):
+        checkpointresets.time_before(NOW, f"{longest.days + 1}d")
+
+
+def test_a_time_is_held_in_utc() -> None:
+    when = checkpointresets.parse_datetime("0001-01-01T00:30:00-01:00")
+    assert (when.tzinfo, when) == (
+        datetime.UTC,
+        datetime.datetime(1, 1, 1, 1, 30, tzinfo=datetime.UTC),
+    )
