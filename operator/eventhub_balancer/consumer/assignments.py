@@ -167,28 +167,35 @@ class FileSource:
         self.ack_path = ack_path
         self.poll_seconds = poll_seconds
 
-    def _read(self) -> tuple[str, Assignment] | None:
+    def _parse(self, raw: bytes) -> Assignment | None:
+        """The assignment ``raw`` holds; None while it is not JSON (yet)."""
         try:
-            text = self.path.read_text(encoding="utf-8")
-            body = bounds.loads(text)
-        except FileNotFoundError:
-            return None
+            body = bounds.loads(raw.decode("utf-8"))
         except ValueError:  # a file caught half-written, maybe inside a UTF-8 character
             logger.warning("assignment file %s is not JSON (yet): keeping the last one", self.path)
             return None
         if not isinstance(body, dict):
             raise errors.InvalidInput(str(self.path), "must hold a JSON object (a ConfigMap)")
-        return text, from_configmap(body)
+        return from_configmap(body)
 
     async def updates(self) -> AsyncIterator[Assignment]:
-        last_text: str | None = None
         if not self.path.exists():
             raise errors.InvalidInput("--assignment-file", f"{self.path} does not exist")
+        # What was last read, good or not (a file left unreadable is said so once, not at
+        # every poll), and the last assignment taken (a file put back as it was is no news).
+        last_raw: bytes | None = None
+        last_taken: bytes | None = None
         while True:
-            read = self._read()
-            if read is not None and read[0] != last_text:
-                last_text = read[0]
-                yield read[1]
+            try:
+                raw: bytes | None = self.path.read_bytes()
+            except FileNotFoundError:
+                raw = None
+            if raw is not None and raw != last_raw:
+                last_raw = raw
+                assignment = self._parse(raw) if raw != last_taken else None
+                if assignment is not None:
+                    last_taken = raw
+                    yield assignment
             await asyncio.sleep(self.poll_seconds)
 
     async def acknowledge(
