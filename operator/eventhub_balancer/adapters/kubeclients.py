@@ -126,6 +126,15 @@ class KubeClient:
                 raise errors.ConfigurationError(
                     f"cannot load the kubeconfig {path or '~/.kube/config'}: {e}"
                 ) from e
+            except (TypeError, KeyError, AttributeError, ValueError, RecursionError) as e:
+                # The client indexes the YAML as it expects it: a file of another shape
+                # (`clusters: 5`), or not UTF-8, fails inside it with a Python error.
+                raise errors.ConfigurationError(
+                    f"cannot load the kubeconfig {path or '~/.kube/config'}: it is not shaped "
+                    f"as a kubeconfig ({type(e).__name__}: {e}); check its clusters, contexts "
+                    "and users against `kubectl config view`, or point --kubeconfig / "
+                    "KUBECONFIG at another"
+                ) from e
         return cls(configuration)
 
     @property

@@ -39,15 +39,30 @@ def kubeconfig_paths(kubeconfig: str | None, env: Mapping[str, str]) -> list[Pat
 
 
 def _load(path: Path, *, flag: str) -> Mapping[str, object]:
+    elsewhere = "point --kubeconfig / KUBECONFIG at another"
     try:
-        loaded = yaml.safe_load(path.read_text())
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise errors.InvalidInput(
+            flag,
+            f"{path} is not UTF-8 text, as kubectl writes it: save it as UTF-8, or {elsewhere}",
+        ) from None
+    except OSError as e:
+        raise errors.InvalidInput(
+            flag, f"{path} cannot be read ({e.strerror}): {elsewhere}"
+        ) from None
+    try:
+        loaded = yaml.safe_load(text)
+    except RecursionError:  # the parser recurses once per level of nesting
+        raise errors.InvalidInput(
+            flag, f"{path} is nested too deeply to be a kubeconfig: {elsewhere}"
+        ) from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         raise errors.InvalidInput(
             flag,
-            f"{path} is not valid YAML ({where}{e.problem}): fix the file, or point "
-            "--kubeconfig / KUBECONFIG at another",
+            f"{path} is not valid YAML ({where}{e.problem}): fix the file, or {elsewhere}",
         ) from None
     except yaml.YAMLError as e:
         raise errors.InvalidInput(flag, f"{path} is not valid YAML ({e})") from None

@@ -1,0 +1,89 @@
+"""A kubeconfig ``ehb`` cannot use is one line naming the file and what to change, for every
+command that reads one, not a traceback from the YAML parser or the Kubernetes client.
+
+Two readers: `kubecontexts` (the namespace ``-n`` defaults to; exit 2, naming the flag) and
+the Kubernetes client (`kubeclients`, the rest of the file; exit 1, a configuration error).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eventhub_balancer import cli, errors
+from eventhub_balancer.cli import kubecontexts
+
+#: Valid YAML, and what kubectl would call a kubeconfig but for its clusters and users.
+WRONG_SHAPE = (
+    "current-context: c\ncontexts: [{name: c, context: {cluster: k, user: u}}]\n"
+    "clusters: 5\nusers: 5\n"
+)
+#: The commands that read a kubeconfig, with ``-n`` (so only the client reads it).
+COMMANDS = [
+    ("status",),
+    ("checkpoints", "list", "orders"),
+    ("deadletters", "list", "orders"),
+]
+
+
+def ehb(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    status = cli.main(list(argv))
+    return status, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (
+            b"current-context: \xff\n",
+            "is not UTF-8 text, as kubectl writes it: save it as UTF-8, or point --kubeconfig / "
+            "KUBECONFIG at another",
+        ),
+        (
+            b"[" * 10_000,
+            "is nested too deeply to be a kubeconfig: point --kubeconfig / KUBECONFIG at another",
+        ),
+    ],
+)
+def test_a_kubeconfig_the_namespace_cannot_be_read_from_names_the_flag(
+    tmp_path: Path, content: bytes, problem: str
+) -> None:
+    path = tmp_path / "config"
+    path.write_bytes(content)
+    with pytest.raises(errors.InvalidInput) as caught:
+        kubecontexts.default_namespace(str(path), {})
+    assert (caught.value.field, caught.value.problem) == ("--kubeconfig", f"{path} {problem}")
+
+
+def test_a_kubeconfig_that_is_not_utf8_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "config"
+    path.write_bytes(b"current-context: \xff\n")
+    status, err = ehb(capsys, "checkpoints", "list", "orders", "--kubeconfig", str(path))
+    assert status == 2
+    assert err.startswith(f"ehb: error: --kubeconfig: {path} is not UTF-8 text")
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+@pytest.mark.parametrize(
+    "content",
+    [WRONG_SHAPE.encode(), b"current-context: \xff\n", b"[" * 10_000],
+    ids=["clusters: 5", "not UTF-8", "nested"],
+)
+def test_a_kubeconfig_the_client_cannot_load_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: tuple[str, ...], content: bytes
+) -> None:
+    path = tmp_path / "config"
+    path.write_bytes(content)
+    status, err = ehb(capsys, *command, "-n", "shop", "--kubeconfig", str(path))
+    assert status == 1
+    (line,) = err.splitlines()
+    assert line.startswith(
+        f"ehb: error: cannot load the kubeconfig {path}: it is not shaped as a kubeconfig ("
+    )
+    assert line.endswith(
+        "check its clusters, contexts and users against `kubectl config view`, or point "
+        "--kubeconfig / KUBECONFIG at another"
+    )
