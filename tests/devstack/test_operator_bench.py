@@ -96,9 +96,16 @@ class ScriptedOperator:
     """The operator process as `operating._forced_relist` asks it: its LIST counters and the
     re-lists its watches saw, moving on each time the (fake) clock passes a step's time."""
 
-    def __init__(self, clock: list[float], steps: list[tuple[float, int, int, int]]) -> None:
+    def __init__(
+        self,
+        clock: list[float],
+        steps: list[tuple[float, int, int, int]],
+        *,
+        cycle_seconds: float = 1.0,
+    ) -> None:
         self.clock = clock
         self.steps = steps  # (from this time on, lists, relistings, re-lists of each kind)
+        self.cycle_seconds = cycle_seconds  # the one consumer's cycles
 
     def stats(self) -> dict[str, Any]:
         lists, relistings, relists = 0, 0, 0
@@ -106,7 +113,8 @@ class ScriptedOperator:
             if self.clock[0] >= at:
                 lists, relistings, relists = step_lists, step_relistings, step_relists
         kinds = {kind: relists for kind in operating.RELISTED_KINDS}
-        return {"lists": lists, "relistings": relistings, "relists": kinds}
+        cycles = int(self.clock[0] // self.cycle_seconds)
+        return {"lists": lists, "relistings": relistings, "relists": kinds, "cycles": cycles}
 
 
 class RelistingServer:
@@ -127,9 +135,11 @@ def fake_clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     return clock
 
 
-def forced_relist(steps: list[tuple[float, int, int, int]], clock: list[float]) -> int:
+def forced_relist(
+    steps: list[tuple[float, int, int, int]], clock: list[float], *, cycle_seconds: float = 1.0
+) -> int:
     settings = bench_operator.settings_of(parse())
-    operator = ScriptedOperator(clock, steps)
+    operator = ScriptedOperator(clock, steps, cycle_seconds=cycle_seconds)
     return operating._forced_relist(RelistingServer(), operator, settings)  # type: ignore[arg-type]
 
 
@@ -147,6 +157,14 @@ def test_the_relist_count_waits_for_both_watches_to_list_again(fake_clock: list[
     steps = [(0.0, 0, 0, 0), (1.0, 1, 0, 0), (9.0, 1, 0, 1), (9.5, 2, 0, 1)]
     assert forced_relist(steps, fake_clock) == 2
     assert fake_clock[0] >= 9.5 + operating.RELIST_QUIET_SECONDS
+
+
+def test_the_relist_count_waits_for_the_cycles_after_the_relists(fake_clock: list[float]) -> None:
+    # kopf hands over a listing of thousands of pods for longer than the quiet: the consumer's
+    # cycles stall meanwhile (one ends every 6 s here), and its second read comes 10 s after
+    # the first. Counted once it has cycled twice since both kinds listed again.
+    steps = [(0.0, 0, 0, 0), (1.0, 1, 0, 1), (11.0, 2, 0, 1)]
+    assert forced_relist(steps, fake_clock, cycle_seconds=6.0) == 2
 
 
 def test_the_relist_count_waits_for_the_lists_to_stop(fake_clock: list[float]) -> None:

@@ -249,8 +249,10 @@ def _forced_relist(
     """The operator's LISTs after the API server breaks every pod and ConfigMap watch and
     answers their resumes with 410 Gone: kopf lists both kinds again, and each consumer reads
     what it may have missed. Counted until both kinds' watches have listed again
-    (`RELISTED_KINDS`) and no LIST came for `RELIST_QUIET_SECONDS` after that: kopf's own
-    listing of thousands of pods takes longer than the quiet.
+    (`RELISTED_KINDS`), every consumer has cycled twice since on average (a cycle woken by
+    the first kind's re-list may have begun before the second's), and no LIST came for
+    `RELIST_QUIET_SECONDS`: kopf hands the operator a listing of thousands of pods for
+    longer than the quiet, and the cycles' reads come after it.
 
     The pods listed afresh every 10 s beside the cycles (``relistings``) are left out, as in
     the steady count: on the real control plane the re-list is a kube-apiserver restart of
@@ -262,18 +264,19 @@ def _forced_relist(
     deadline = time.monotonic() + clusters.WAIT_SECONDS + settings.consumers * 0.1
     deadline += settings.other_pods / 200
     last, quiet_since = before, time.monotonic()
-    relisted = False
+    cycled_from: int | None = None  # the cycles run when both kinds had listed again
     while time.monotonic() < deadline:
         time.sleep(0.25)
         now = operator.stats()
         lists = now["lists"] - now["relistings"]
-        if not relisted and all(
+        if cycled_from is None and all(
             now["relists"].get(kind, 0) > start["relists"].get(kind, 0) for kind in RELISTED_KINDS
         ):
-            relisted, quiet_since = True, time.monotonic()
+            cycled_from = now["cycles"]
+        cycled = cycled_from is not None and now["cycles"] - cycled_from >= 2 * settings.consumers
         if lists != last:
             last, quiet_since = lists, time.monotonic()
-        elif relisted and lists > before and time.monotonic() - quiet_since >= RELIST_QUIET_SECONDS:
+        elif cycled and lists > before and time.monotonic() - quiet_since >= RELIST_QUIET_SECONDS:
             logger.info(
                 "after the forced re-list: %d LISTs of the consumers, %d of the periodic"
                 " relisting (left out)",
