@@ -133,22 +133,9 @@ def _too_long(text: str) -> str:
 
 
 def parse_datetime(text: str, *, field: str = "--to-datetime") -> datetime.datetime:
-    """An RFC 3339 time with a zone: guessing the zone would replay hours too many or few."""
-    try:
-        when = datetime.datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise errors.InvalidInput(
-            field, f"{text!r} is not an RFC 3339 time, e.g. 2024-05-01T00:00:00Z"
-        ) from None
-    if when.tzinfo is None:
-        raise errors.InvalidInput(field, f"{text!r} has no time zone: end it with Z or +HH:MM")
-    try:
-        # Held in UTC from here on: 0001-01-01T00:00+01:00 is a time no datetime can hold there.
-        return when.astimezone(datetime.UTC)
-    except OverflowError:
-        raise errors.InvalidInput(
-            field, f"{text!r} is outside the years 1 to 9999 in UTC: give a time within them"
-        ) from None
+    """An RFC 3339 time with a zone, in UTC: guessing the zone would replay hours too many or
+    few (as a start position's ``enqueuedTime`` is read)."""
+    return startpositions.parse_rfc3339(text.strip(), field=field)
 
 
 def clamped(stored: int, limits: startpositions.PartitionBounds) -> checkpointblobs.Position:

@@ -94,11 +94,13 @@ def parse_start_position(value: object, *, field: str = "startPosition") -> Star
             )
         return FromSequenceNumber(sequence_number=raw)
     if key == "enqueuedTime":
-        return FromEnqueuedTime(enqueued_time=_parse_rfc3339(raw, field=f"{field}.enqueuedTime"))
+        return FromEnqueuedTime(enqueued_time=parse_rfc3339(raw, field=f"{field}.enqueuedTime"))
     raise errors.InvalidInput(field, f"unknown key {key!r}: use sequenceNumber or enqueuedTime")
 
 
-def _parse_rfc3339(raw: object, *, field: str) -> datetime.datetime:
+def parse_rfc3339(raw: object, *, field: str) -> datetime.datetime:
+    """An RFC 3339 time with a zone (a string, or a YAML loader's timestamp), in UTC; what
+    ``field`` holds is refused, saying what to write, when it is none."""
     if isinstance(raw, datetime.datetime):  # a YAML loader's timestamp
         when = raw
     elif isinstance(raw, str):
@@ -114,14 +116,14 @@ def _parse_rfc3339(raw: object, *, field: str) -> datetime.datetime:
         )
     # RFC 3339 demands an offset; guessing one would start hours early or late.
     if when.tzinfo is None:
-        raise errors.InvalidInput(field, f"{raw!r} has no time zone (e.g. end it with Z)")
+        raise errors.InvalidInput(field, f"{raw!r} has no time zone: end it with Z or +HH:MM")
     # In UTC now: the ConfigMap carries it so, and a time whose offset moves it past year 1
     # or 9999 (0001-01-01T00:00:00+01:00) has no UTC form to carry.
     try:
         return when.astimezone(datetime.UTC)
     except OverflowError:
         raise errors.InvalidInput(
-            field, f"{raw!r} is out of range in UTC: use a time between years 1 and 9999"
+            field, f"{raw!r} is outside the years 1 to 9999 in UTC: give a time within them"
         ) from None
 
 
