@@ -772,3 +772,28 @@ async def test_each_cycle_says_at_debug_when_it_woke_and_how_long_it_decided_and
     assert write_ms >= 0
     assert wrote == first.writes == 5
     assert lines[1][4] == 0  # the steady cycle wrote nothing
+
+
+async def test_partitions_the_hub_stops_listing_are_warned_of_once_not_every_cycle(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs, caplog: pytest.LogCaptureFixture
+) -> None:
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    for pod in ("a", "b"):
+        kube.acknowledge(NS, pod)
+    await cycle(kube, hubs, memory, now=5)
+    caplog.set_level(logging.WARNING, logger="eventhub_balancer")
+
+    def warned() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "not listed by Event Hubs" in r.message]
+
+    hubs.ids = ("0", "1", "2")  # the hub lists one partition less, and stays so
+    for t in range(10, 110, 10):
+        await cycle(kube, hubs, memory, now=t)
+    assert kube.assignment(NS)["b"]["3"][1] == "owned"  # kept, as documented
+    assert warned() == [
+        f"{NS}/{NAME}: partitions ['3'] are assigned but not listed by Event Hubs; keeping them"
+    ]
+    hubs.ids = ("0", "1")  # another set: said again
+    await cycle(kube, hubs, memory, now=120)
+    assert len(warned()) == 2

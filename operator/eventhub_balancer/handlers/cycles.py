@@ -183,7 +183,7 @@ async def _decide(
     kept, memory.settled = memory.settled, None
     if kept is not None and deadlines.stands(kept, taken_from, wall=wall):
         memory.settled = kept
-        return _unlisted(namespace, name, deadlines.standing(kept, wall=wall)), observation
+        return _unlisted(namespace, name, deadlines.standing(kept, wall=wall), memory), observation
     if observation.spec is not None:
         observation = await observing.observe_pods(kube=kube, observation=observation)
     decision, memory.carry = deciding.decide(observation, memory.carry, now=now)
@@ -216,17 +216,21 @@ async def _decide(
             store_backoff=memory.store.backoff,
             store_checked_at=memory.store.checked_at,
         )
-    return _unlisted(namespace, name, decision), observation
+    return _unlisted(namespace, name, decision, memory), observation
 
 
-def _unlisted(namespace: str, name: str, decision: decisions.Decision) -> decisions.Decision:
-    if decision.unlisted:
+def _unlisted(
+    namespace: str, name: str, decision: decisions.Decision, memory: memories.Memory
+) -> decisions.Decision:
+    unlisted = tuple(decision.unlisted)
+    if unlisted and unlisted != memory.unlisted:
         logger.warning(
             "%s/%s: partitions %s are assigned but not listed by Event Hubs; keeping them",
             namespace,
             name,
-            list(decision.unlisted),
+            list(unlisted),
         )
+    memory.unlisted = unlisted
     return decision
 
 

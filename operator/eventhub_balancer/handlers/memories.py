@@ -85,3 +85,6 @@ class Memory:
     #: what the last decision handed on to the next (`decisions.Carry`: the fleet and the
     #: record it read, the writes a second decision over the same bodies takes again)
     carry: decisions.Carry = decisions.COLD
+    #: the partitions assigned but not listed by Event Hubs, as last logged: a warning says
+    #: so once for each new set, not at every cycle
+    unlisted: tuple[str, ...] = ()
