@@ -95,7 +95,7 @@ class PartitionCache:
             entry is not None
             and not force
             and entry[0].key == coordinates.key
-            and now - entry[1].fetched_at < self.refresh_seconds
+            and self._young(entry[1], now)
         ):
             grown = consumer in self._grown
             self._grown.discard(consumer)
@@ -108,6 +108,12 @@ class PartitionCache:
         self._keep(consumer, coordinates, result)
         self._grown.discard(consumer)
         return result
+
+    def _young(self, listed: PartitionList, now: float) -> bool:
+        # ``now`` is the cycle's wall clock, which NTP may step back: a negative age is not
+        # young, or the list would not be read again until the clock caught up (an hour
+        # stepped back: an hour without a refresh).
+        return 0.0 <= now - listed.fetched_at < self.refresh_seconds
 
     def hubs(self) -> list[Hashable]:
         """Every hub a cached list came from, once (its coordinates' ``key``: no secret in
