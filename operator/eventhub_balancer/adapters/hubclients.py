@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import dataclasses
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from typing import Any, TypeVar
 
 from azure.core import exceptions as azure_errors
@@ -152,11 +152,11 @@ async def producer(coordinates: Coordinates) -> AsyncIterator[EventHubProducerCl
 class Clients:
     """The Event Hubs clients the operator keeps open between cycles, one per hub and
     credentials (`keptclients`: bounded, least recently used closed first, a failed one
-    replaced once)."""
+    replaced once, one nobody needs closed when released)."""
 
     def __init__(self, *, kept: int = CLIENTS_KEPT) -> None:
         self._kept: keptclients.Kept[tuple[EventHubProducerClient, Any]] = keptclients.Kept(
-            kept=kept, close=lambda entry: _close(*entry)
+            kept=kept, close=lambda entry: _close(*entry), close_seconds=TIMEOUT_SECONDS
         )
 
     @property
@@ -178,6 +178,11 @@ class Clients:
             lambda: _open(coordinates, keep_connection=True),
             lambda entry: request(entry[0]),
         )
+
+    def release(self, hub: Hashable) -> Awaitable[None] | None:
+        """Close the client of ``hub`` (a `Coordinates.key`): no consumer uses these
+        credentials for it any more (`keptclients.Kept.release`)."""
+        return self._kept.release(hub)
 
     async def close(self) -> None:
         await self._kept.close()

@@ -8,15 +8,19 @@ management requests over one AMQP connection, session and link the client keeps
 operator built three clients per consumer a minute, and building them was most of what its
 cycles cost (docs/scale.md).
 
-Bounded: at most ``kept`` clients, the least recently used closed first; a consumer deleted or
-changed leaves its client to age out. A client whose request fails is closed and dropped; a
-kept one (whose connection the service may have closed while idle) is tried once more on a
-new client, except after a timeout, which already took the request's time.
+Bounded: at most ``kept`` clients, the least recently used closed first. A client nobody
+needs any more (its consumers deleted, or their Secret rotated to another key) is closed when
+its owner says so (`Kept.release`), so that its credentials and its connection do not stay
+open for the operator's life. A client whose request fails is closed and dropped; a kept one
+(whose connection the service may have closed while idle) is tried once more on a new client,
+except after a timeout, which already took the request's time.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
+import contextlib
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
@@ -27,10 +31,20 @@ T = TypeVar("T")
 class Kept(Generic[C]):
     """Open clients by key (`keptclients`); ``close`` closes one."""
 
-    def __init__(self, *, kept: int, close: Callable[[C], Awaitable[None]]) -> None:
+    def __init__(
+        self, *, kept: int, close: Callable[[C], Awaitable[None]], close_seconds: float = 10.0
+    ) -> None:
         self.kept = kept
         self._close = close
+        #: the longest a released client's close is waited for (a dead peer must not hang it)
+        self.close_seconds = close_seconds
         self._open: collections.OrderedDict[Hashable, C] = collections.OrderedDict()
+        #: requests in flight per key: their client is out of ``_open`` until they end
+        self._busy: dict[Hashable, int] = {}
+        #: keys released while a request was in flight: its client is closed, not kept
+        self._released: set[Hashable] = set()
+        #: the closes `release` started, awaited by `close`
+        self._closing: set[asyncio.Task[None]] = set()
         #: clients built, for the tests and the benchmark
         self.opened = 0
 
@@ -41,21 +55,32 @@ class Kept(Generic[C]):
         self, key: Hashable, build: Callable[[], C], request: Callable[[C], Awaitable[T]]
     ) -> T:
         """``request`` on the kept client for ``key`` (built with ``build`` if none is)."""
-        while True:
-            client = self._open.pop(key, None)
-            reused = client is not None
-            if client is None:
-                client = build()
-                self.opened += 1
-            try:
-                result = await request(client)
-            except BaseException as e:
-                await self._close(client)
-                if reused and isinstance(e, Exception) and not isinstance(e, TimeoutError):
-                    continue
-                raise
-            await self._keep(key, client)
-            return result
+        self._busy[key] = self._busy.get(key, 0) + 1
+        try:
+            while True:
+                client = self._open.pop(key, None)
+                reused = client is not None
+                if client is None:
+                    client = build()
+                    self.opened += 1
+                try:
+                    result = await request(client)
+                except BaseException as e:
+                    await self._close(client)
+                    if reused and isinstance(e, Exception) and not isinstance(e, TimeoutError):
+                        continue
+                    raise
+                if key in self._released:
+                    self._released.discard(key)
+                    await self._close(client)
+                else:
+                    await self._keep(key, client)
+                return result
+        finally:
+            self._busy[key] -= 1
+            if not self._busy[key]:
+                del self._busy[key]
+                self._released.discard(key)
 
     async def _keep(self, key: Hashable, client: C) -> None:
         other = self._open.pop(key, None)
@@ -66,7 +91,30 @@ class Kept(Generic[C]):
             _key, oldest = self._open.popitem(last=False)
             await self._close(oldest)
 
+    def release(self, key: Hashable) -> Awaitable[None] | None:
+        """Stop keeping ``key``'s client: its close starts now (within ``close_seconds``),
+        returned to await or to leave to finish (None: none was kept); one in use by a
+        request in flight is closed when the request ends. The next call builds a new one."""
+        if key in self._busy:
+            self._released.add(key)
+        client = self._open.pop(key, None)
+        if client is None:
+            return None
+        task = asyncio.get_running_loop().create_task(self._close_within(client))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+        return task
+
+    async def _close_within(self, client: C) -> None:
+        # A close that does not end in time is abandoned: the client is no longer kept, and
+        # its socket goes with it.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.close_seconds):
+                await self._close(client)
+
     async def close(self) -> None:
         while self._open:
             _key, client = self._open.popitem()
             await self._close(client)
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Hashable
+from collections.abc import Awaitable, Hashable
 
 from eventhub_balancer.adapters import hubclients
 
@@ -63,27 +63,34 @@ class PartitionCache:
         entry = self._entries.get(consumer)
         return entry[1] if entry else None
 
-    def forget(self, consumer: str) -> None:
+    def forget(self, consumer: str) -> Awaitable[None] | None:
+        """Drop ``consumer``'s list; the close of its hub's client, if it was the last
+        consumer of that hub and credentials (under way: await it to wait for it)."""
         entry = self._entries.pop(consumer, None)
         self._grown.discard(consumer)
-        if entry is not None:
-            self._unlink(consumer, entry[0].key)
+        return self._unlink(consumer, entry[0].key) if entry is not None else None
 
-    def _unlink(self, consumer: str, hub: Hashable) -> None:
+    def _unlink(self, consumer: str, hub: Hashable) -> Awaitable[None] | None:
+        """Take ``consumer`` off ``hub``; the last one off releases the hub's kept client,
+        which holds its credentials (a rotated-out key, a deleted consumer's Secret)."""
         consumers = self._consumers.get(hub)
         if consumers is not None:
             consumers.pop(consumer, None)
             if not consumers:
                 del self._consumers[hub]
+        if hub in self._consumers or self.clients is None:
+            return None
+        return self.clients.release(hub)
 
     def _keep(
         self, consumer: str, coordinates: hubclients.Coordinates, listed: PartitionList
-    ) -> None:
+    ) -> Awaitable[None] | None:
         entry = self._entries.get(consumer)
-        if entry is not None and entry[0].key != coordinates.key:
-            self._unlink(consumer, entry[0].key)
         self._entries[consumer] = (coordinates, listed)
         self._consumers.setdefault(coordinates.key, {})[consumer] = None
+        if entry is not None and entry[0].key != coordinates.key:
+            return self._unlink(consumer, entry[0].key)
+        return None
 
     async def partition_ids(
         self, consumer: str, coordinates: hubclients.Coordinates, *, now: float, force: bool = False
@@ -105,8 +112,11 @@ class PartitionCache:
                 coordinates, limit_seconds=self.timeout, clients=self.clients
             )
         result = PartitionList(ids=tuple(ids), fetched_at=now, fresh=True)
-        self._keep(consumer, coordinates, result)
+        released = self._keep(consumer, coordinates, result)
         self._grown.discard(consumer)
+        if released is not None:
+            # Shielded: a cycle cancelled meanwhile leaves the close to finish on its own.
+            await asyncio.shield(released)
         return result
 
     def _young(self, listed: PartitionList, now: float) -> bool:
