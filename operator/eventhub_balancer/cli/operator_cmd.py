@@ -30,7 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NS",
-        help="serve this namespace (repeatable; glob patterns as in kopf)",
+        help="serve this namespace (repeatable); a kopf pattern (team-*, !kube-system) "
+        "needs the right to list and watch namespaces, a plain name does not",
     )
     scope.add_argument(
         "-A", "--all-namespaces", action="store_true", help="serve every namespace (cluster-wide)"

@@ -15,7 +15,7 @@ built per operator instance, so that two operators (peering tests) can share a p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import kopf
@@ -55,6 +55,7 @@ def configure(
     clusterwide: bool,
     priority: int,
     pod_scope: labelselectors.Selector | None = None,
+    namespaces: Collection[str] = (),
 ) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=specs.GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -85,6 +86,18 @@ def configure(
     if pod_scope is not None and pod_scope.to_query():
         settings.watching.label_selectors["", "v1", "pods"] = pod_scope.to_query()
     settings.networking.request_timeout = 30
+    # Served namespaces all named exactly: nothing to discover. kopf would otherwise list and
+    # watch every namespace to match them, which a namespaced install is not granted (the
+    # chart gives it no cluster-wide read): each start waited out kopf's retries of the 403,
+    # about a minute, before it fell back to the names. Patterns still need that listing.
+    if not clusterwide and namespaces and not any(map(is_pattern, namespaces)):
+        settings.scanning.disabled = True
+
+
+def is_pattern(namespace: str) -> bool:
+    """Whether ``--namespace`` is a kopf pattern (a glob, a negation, a list) rather than a
+    name: names are DNS labels, so any other character makes it one."""
+    return any(c in namespace for c in "*?[]!,")
 
 
 def build_registry(runtime: registering.Operator) -> kopf.OperatorRegistry:

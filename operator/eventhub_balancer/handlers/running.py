@@ -93,6 +93,7 @@ async def serve(
         clusterwide=options.clusterwide,
         priority=options.priority,
         pod_scope=runtime.pod_scope,
+        namespaces=options.namespaces,
     )
     registry = kopfwiring.build_registry(runtime)
     scope = runtime.pod_scope.to_query() if runtime.pod_scope is not None else ""
