@@ -96,17 +96,23 @@ class EventHubs:
         service_account: str | None,
         fully_qualified_namespace: str = "",
         account_url: str | None = None,
+        consumer: str | None = None,
     ) -> T:
         """``call`` as the identity `admissions.Admission.admit` hands out; a rejected one is
-        looked up afresh next time."""
-        identity = await self.admission.admit(
-            service,
-            namespace=namespace,
-            connection_string=connection_string,
-            service_account=service_account,
-            fully_qualified_namespace=fully_qualified_namespace,
-            account_url=account_url,
-        )
+        looked up afresh next time. A refused admission drops what is kept for ``consumer``
+        (`refused`)."""
+        try:
+            identity = await self.admission.admit(
+                service,
+                namespace=namespace,
+                connection_string=connection_string,
+                service_account=service_account,
+                fully_qualified_namespace=fully_qualified_namespace,
+                account_url=account_url,
+            )
+        except errors.ConfigurationError as e:
+            self.refused(e, consumer)
+            raise
         try:
             return await call(identity)
         except errors.EventHubBalancerError as e:
@@ -119,8 +125,22 @@ class EventHubs:
         await self.containers.close()
 
     def forget(self, consumer: str) -> None:
-        self.cache.forget(consumer)
+        self.cache.forget(consumer)  # its hub's client, if no other consumer uses it, closes
         self.groups.forget(consumer)
+
+    def refused(self, error: errors.ConfigurationError, consumer: str | None) -> None:
+        """Admission refused ``consumer``: its cached list goes, so that the growth watch,
+        which lists a hub with the coordinates of its last admitted read and is never
+        admitted again, no longer lists as it (its credentials, its endpoint, its identity).
+        A ServiceAccount that no longer lends its identity takes every consumer that acts as
+        it along, not only the one whose cycle found out. Transient errors keep the list."""
+        if consumer is not None:
+            self.forget(consumer)
+        if isinstance(error, errors.TenantIdentityUnavailable):
+            for other in self.cache.acting_as(
+                namespace=error.namespace, service_account=error.service_account
+            ):
+                self.forget(other)
 
     def cached(self, consumer: str) -> tuple[str, ...] | None:
         entry = self.cache.cached(consumer)
@@ -182,6 +202,7 @@ class EventHubs:
             connection_string=connection_string,
             service_account=service_account,
             fully_qualified_namespace=fully_qualified_namespace,
+            consumer=consumer,
         )
         return result.ids, result.fresh
 

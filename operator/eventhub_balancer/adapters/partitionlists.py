@@ -125,6 +125,16 @@ class PartitionCache:
         # stepped back: an hour without a refresh).
         return 0.0 <= now - listed.fetched_at < self.refresh_seconds
 
+    def acting_as(self, *, namespace: str, service_account: str) -> list[str]:
+        """The consumers whose cached list was read as that ServiceAccount's identity."""
+        return [
+            consumer
+            for consumer, (coordinates, _listed) in self._entries.items()
+            if coordinates.identity is not None
+            and coordinates.identity.namespace == namespace
+            and coordinates.identity.service_account == service_account
+        ]
+
     def hubs(self) -> list[Hashable]:
         """Every hub a cached list came from, once (its coordinates' ``key``: no secret in
         it)."""

@@ -24,7 +24,9 @@ protect and clean up. The assertion callable returns the token kept in memory he
 
 Tokens are kept per ServiceAccount (at most `MAX_SERVICE_ACCOUNTS`, least recently used
 first out) and renewed once half their lifetime has passed, so a credential built from one
-holds a token with minutes left, far more than an exchange takes. Every problem (no such
+holds a token with minutes left, far more than an exchange takes. A renewal refused (the
+opt-in withdrawn, the ServiceAccount deleted) drops the token: no credential built earlier is
+handed it again. Every problem (no such
 ServiceAccount, no annotation, a TokenRequest the operator may not make) is an
 `errors.TenantIdentityUnavailable` naming what to change, raised before any client exists.
 """
@@ -168,7 +170,13 @@ class TenantIdentities:
             now = asyncio.get_running_loop().time()
             entry = self._entries.get(key)
             if entry is None or now >= entry.renew_at:
-                entry = await self._renew(namespace, service_account, now=now)
+                try:
+                    entry = await self._renew(namespace, service_account, now=now)
+                except errors.TenantIdentityUnavailable:
+                    # Refused (the opt-in withdrawn, the ServiceAccount gone...): the token
+                    # kept from before is no longer handed to anyone (`_current`).
+                    self._entries.pop(key, None)
+                    raise
             self._entries[key] = entry
             self._entries.move_to_end(key)
             self._trim()
@@ -188,10 +196,20 @@ class TenantIdentities:
             if key not in self._entries:
                 del self._locks[key]
 
-    def _current(self, key: tuple[str, str], fallback: str) -> Callable[[], str]:
+    def _current(self, key: tuple[str, str]) -> Callable[[], str]:
         def assertion() -> str:
+            # Only a kept token is handed out: one whose renewal was refused, or forgotten,
+            # is not (a credential built earlier would go on exchanging it until it expired).
+            # A consumer still admitted has its ServiceAccount read again at its next cycle.
             entry = self._entries.get(key)
-            return entry.token if entry is not None else fallback
+            if entry is None:
+                raise errors.TenantIdentityUnavailable(
+                    namespace=key[0],
+                    service_account=key[1],
+                    problem="has no token kept: it is read again, and its opt-in checked, "
+                    "at the consumer's next cycle",
+                )
+            return entry.token
 
         return assertion
 
@@ -239,7 +257,7 @@ class TenantIdentities:
             service_account=name,
             client_id=client_id,
             tenant_id=tenant_id,
-            assertion=self._current((namespace, name), token),
+            assertion=self._current((namespace, name)),
             options=self.credential_options,
         )
         logger.info(
