@@ -23,7 +23,7 @@ from eventhub_balancer.consumer import (
     sessionkeeping,
     triggers,
 )
-from tests.consumer.test_triggers import FakeSession, Handler, SteppedExecutor
+from tests.consumer.test_triggers import FakeSession, Handler, SteppedExecutor, batch
 from tests.support import consumerfakes
 
 pytestmark = pytest.mark.looptime
@@ -193,3 +193,69 @@ async def test_a_failing_trigger_on_a_live_session_counts_as_before(
         assert keeper.restarts == 0
         assert consumer.ready()[0]
         assert [c.attempt for c, _ in handler.triggers] == [1, 2]
+
+
+class HangingFactory(Factory):
+    """A `Factory` whose liveness check or disposal of a session never answers."""
+
+    def __init__(self, *, alive_hangs: bool = False, discard_hangs: bool = False) -> None:
+        super().__init__()
+        self.alive_hangs = alive_hangs
+        self.discard_hangs = discard_hangs
+        self.never = asyncio.Event()
+
+    async def alive(self, session: DyingSession) -> bool:
+        if self.alive_hangs:
+            await self.never.wait()  # a JVM in a GC spiral, a server that never answers
+        return await super().alive(session)
+
+    async def discard(self, session: DyingSession) -> None:
+        if self.discard_hangs:
+            await self.never.wait()
+        await super().discard(session)
+
+
+@pytest.mark.parametrize(
+    ("alive_hangs", "discard_hangs", "lost_after"),
+    [
+        (True, False, sessionkeeping.ALIVE_TIMEOUT_S),
+        (False, True, sessionkeeping.DISCARD_TIMEOUT_S),
+        (True, True, sessionkeeping.ALIVE_TIMEOUT_S + sessionkeeping.DISCARD_TIMEOUT_S),
+    ],
+    ids=["liveness-check-hangs", "discard-hangs", "both-hang"],
+)
+async def test_a_session_that_hangs_instead_of_dying_is_replaced_all_the_same(
+    alive_hangs: bool, discard_hangs: bool, lost_after: float
+) -> None:
+    """The check and the disposal run inside the trigger loop: unbounded, a hung session
+    would stop every partition of the pod for good, the pod still Ready."""
+    factory, handler = (
+        HangingFactory(alive_hangs=alive_hangs, discard_hangs=discard_hangs),
+        Handler(),
+    )
+    keeper = factory.keeper()
+    spark = triggers.SparkTriggers(
+        handler,
+        session=keeper.get,
+        consumer="orders",
+        pod="pod-a",
+        executor=SteppedExecutor(),
+        session_lost=keeper.lost,
+    )
+    keeper.start()
+    await spark(*batch("0", 0, 3))
+    factory.built[0].dead = True
+    loop = asyncio.get_running_loop()
+    failed_at = loop.time()
+    call = asyncio.ensure_future(spark(*batch("0", 3, 3)))
+    await asyncio.wait({call}, timeout=lost_after + 2 * START_S)
+    ended, took = call.done(), loop.time() - failed_at
+    factory.never.set()  # whatever still hangs ends with the test
+    await asyncio.gather(call, return_exceptions=True)
+    assert ended, "the trigger loop still waits for the hung session"
+    # Lost once the bounds passed, then a new session's start: the batch ran on it.
+    assert took == pytest.approx(lost_after + START_S, abs=0.01)
+    assert len(factory.built) == 2
+    assert keeper.restarts == 1
+    assert keeper.ready() == (True, "SparkSession warm")
+    assert [rows for _, rows in handler.triggers][-1] == [("0", n) for n in range(3, 6)]

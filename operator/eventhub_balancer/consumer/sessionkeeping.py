@@ -15,6 +15,12 @@ nothing wrong). The operator keeps a NotReady pod's partitions for ``podGraceSec
 session back within the grace period costs no move; a longer one moves them, by the ordinary
 hand-off. A session that cannot start, first or again, ends the pod (`on_failed`).
 
+The liveness check and the disposal are calls into a session that may hang rather than die
+(a JVM in a garbage-collection spiral, a Connect server that accepts and never answers), and
+the trigger loop waits for them: each is bounded (`ALIVE_TIMEOUT_S`, `DISCARD_TIMEOUT_S`).
+A session that does not answer in time is lost; a disposal that does not end in time counts
+as done (its thread is left to end on its own) and the new session starts.
+
 Nothing here imports pyspark: the build, the liveness check and the disposal of a lost
 session are given (`consumer.launching` wires `spark.sessions`'), so the keeper runs on fakes
 and fake time in tests.
@@ -29,6 +35,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 logger = logging.getLogger(__name__)
+
+#: The longest wait for a session's answer to the liveness check (a live one answers in
+#: milliseconds: one py4j call, or one Connect round trip); past it the session is lost.
+ALIVE_TIMEOUT_S = 5.0
+#: The longest wait for a lost session to be let go before the new one starts.
+DISCARD_TIMEOUT_S = 10.0
 
 
 class SessionKeeper:
@@ -101,8 +113,13 @@ class SessionKeeper:
         if task.result() is not session:
             return True  # replaced already, by another trigger's report
         try:
-            if await self.alive(session):
-                return False
+            async with asyncio.timeout(ALIVE_TIMEOUT_S):
+                if await self.alive(session):
+                    return False
+        except TimeoutError:
+            logger.warning(
+                "the SparkSession did not answer its liveness check within %g s", ALIVE_TIMEOUT_S
+            )
         except Exception as e:  # a check that fails is an answer too
             logger.debug("the SparkSession's liveness check failed: %r", e)
         self.restarts += 1
@@ -112,8 +129,16 @@ class SessionKeeper:
             error,
         )
         self.task = None
-        with contextlib.suppress(Exception):
-            await self.discard(session)
+        try:
+            async with asyncio.timeout(DISCARD_TIMEOUT_S):
+                await self.discard(session)
+        except TimeoutError:
+            logger.warning(
+                "the lost SparkSession was not let go within %g s; starting the new one anyway",
+                DISCARD_TIMEOUT_S,
+            )
+        except Exception as e:  # it is gone either way
+            logger.debug("letting go of the lost SparkSession failed: %r", e)
         self.start()
         return True
 
