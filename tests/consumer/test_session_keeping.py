@@ -23,7 +23,13 @@ from eventhub_balancer.consumer import (
     sessionkeeping,
     triggers,
 )
-from tests.consumer.test_triggers import FakeSession, Handler, SteppedExecutor, batch
+from tests.consumer.test_triggers import (
+    FakeSession,
+    Handler,
+    SteppedExecutor,
+    batch,
+    released_call,
+)
 from tests.support import consumerfakes
 
 pytestmark = pytest.mark.looptime
@@ -259,3 +265,36 @@ async def test_a_session_that_hangs_instead_of_dying_is_replaced_all_the_same(
     assert keeper.restarts == 1
     assert keeper.ready() == (True, "SparkSession warm")
     assert [rows for _, rows in handler.triggers][-1] == [("0", n) for n in range(3, 6)]
+
+
+async def test_a_release_withdraws_a_failed_triggers_batch_while_its_session_is_checked() -> None:
+    """Between the failed trigger and its batches' next one, the session's liveness check
+    runs (up to `sessionkeeping.ALIVE_TIMEOUT_S`): nothing of the batch is done meanwhile, and
+    its release takes it back at once."""
+    factory, handler = HangingFactory(alive_hangs=True), Handler()
+    keeper = factory.keeper()
+    spark = triggers.SparkTriggers(
+        handler,
+        session=keeper.get,
+        consumer="orders",
+        pod="pod-a",
+        executor=SteppedExecutor(),
+        session_lost=keeper.lost,
+    )
+    keeper.start()
+    await spark(*batch("0", 0, 3))
+    factory.built[0].dead = True
+    release = asyncio.Event()
+    call = released_call(spark, release, "0", 3)
+    await asyncio.sleep(1.0)  # the trigger failed; its session's check hangs
+    assert spark.stats.failed == 1
+    release.set()
+    await asyncio.sleep(0.01)
+    withdrawn_at_once = call.cancelled()
+    factory.never.set()
+    await asyncio.gather(call, return_exceptions=True)
+    assert withdrawn_at_once
+    await asyncio.sleep(sessionkeeping.ALIVE_TIMEOUT_S + 2 * START_S)
+    assert len(factory.built) == 2  # lost, replaced: its batch did not come back
+    assert [rows for _, rows in handler.triggers] == [[("0", n) for n in range(3)]]
+    assert spark.stats.failed == 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -391,6 +392,69 @@ async def test_the_first_trigger_waits_for_the_session_and_its_failure_reaches_e
     broken = spark_triggers(handler, session=no_java)
     with pytest.raises(errors.ConfigurationError, match="no Java"):
         await broken(*batch("0", 3, 3))
+
+
+async def test_a_batch_waiting_with_its_trigger_for_the_session_leaves_when_cancelled() -> None:
+    """The trigger waits for the session before it takes its batches: until the session is
+    there (the first one, or a new one after a loss) they can still be withdrawn."""
+    handler = Handler()
+    started = asyncio.Event()
+
+    async def slow_session() -> Any:
+        await started.wait()
+        return FakeSession()
+
+    spark = spark_triggers(handler, session=slow_session)
+    withdrawn = asyncio.ensure_future(spark(*batch("0", 0, 3)))
+    kept = asyncio.ensure_future(spark(*batch("1", 0, 3)))
+    await asyncio.sleep(1.0)  # well past SETTLE_S: the trigger waits for the session
+    withdrawn.cancel()  # the release's deadline
+    await asyncio.sleep(0.01)
+    withdrawn_at_once = withdrawn.cancelled()
+    started.set()
+    assert withdrawn_at_once
+    await kept
+    assert handler.sizes() == [{"1": 3}]
+
+
+def released_call(
+    spark: triggers.SparkTriggers, release: asyncio.Event, partition: str, first: int
+) -> asyncio.Future[None]:
+    """A call as a partition's worker makes it: told of the partition's release."""
+    context = contextvars.copy_context()
+    context.run(processing.release_started.set, release)
+    return context.run(asyncio.ensure_future, spark(*batch(partition, first, 2)))
+
+
+async def test_a_release_withdraws_its_queued_batch_at_once_and_lets_a_running_one_finish() -> None:
+    handler = Handler()
+    executor = SteppedExecutor()
+    executor.hold = True
+    spark = spark_triggers(handler, executor=executor)
+    releases = {p: asyncio.Event() for p in "01"}
+    running = released_call(spark, releases["0"], "0", 0)
+    await consumerfakes.eventually(lambda: bool(executor.waiting), what="the first trigger")
+    queued = released_call(spark, releases["1"], "1", 0)
+    await asyncio.sleep(0.1)
+    for release in releases.values():
+        release.set()
+    await asyncio.sleep(0.01)
+    try:
+        # Queued: withdrawn at once, unprocessed (the next owner processes it).
+        assert queued.cancelled()
+        # Running: not interrupted, done when its trigger returns (its checkpoint follows).
+        assert not running.done()
+    finally:
+        executor.hold = False  # the held trigger ends: so does the test, passed or not
+        while executor.waiting:
+            executor.step()
+    await running
+    assert handler.sizes() == [{"0": 2}]
+    # A batch handed in after its release started never waits for a trigger.
+    with pytest.raises(asyncio.CancelledError):
+        await released_call(spark, releases["0"], "0", 2)
+    await asyncio.sleep(1.0)
+    assert handler.sizes() == [{"0": 2}]
 
 
 def test_settings_say_what_to_change() -> None:

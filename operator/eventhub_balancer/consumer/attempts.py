@@ -8,7 +8,9 @@ checkpoint may pass it:
   after the assignment's ``processing.maxAttempts`` the batch is parked (the partition stops
   at its checkpoint, before the batch, until the release) or dead-lettered (written beside
   the checkpoints; only once that write is durable may the checkpoint pass the batch);
-- a release abandons the batch: past the release deadline the handler call is cancelled, and
+- a release abandons the batch: a processor that has not started the handler on it yet may
+  withdraw it as soon as the release starts (`processing.release_started`); past the release
+  deadline the handler call is cancelled, and
   a call that does not end (a sync handler's thread cannot be stopped) holds the release
   back, so the next owner never overlaps it; past ``handler_exit_timeout`` more, ``on_hung``
   is called (the runtime exits the process);
@@ -18,6 +20,7 @@ checkpoint may pass it:
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -145,7 +148,7 @@ class BatchAttempts:
                 attempt=attempt,
             )
             self._call_started = _now()
-            call = self._call = asyncio.ensure_future(self.processor(events, context))
+            call = self._call = self._start_call(events, context)
             try:
                 done = await self._wait_unless_abandoned(call)
             except Exception as e:
@@ -187,6 +190,16 @@ class BatchAttempts:
                 backoff = min(backoff * 2, self.settings.retry_backoff_max)
                 continue
             self._call_started = None
+            if done is None:
+                logger.info(
+                    "partition %s: release: the batch %d-%d was withdrawn before its handler "
+                    "ran (the next owner processes it)",
+                    self.partition,
+                    context.first_sequence_number,
+                    context.last_sequence_number,
+                )
+                self._end_batch()
+                return False
             if not done:
                 logger.warning(
                     "partition %s: release timeout: abandoned the batch %d-%d (it will be "
@@ -201,6 +214,14 @@ class BatchAttempts:
             self.stats.events += len(events)
             self.stats.batches += 1
             return True
+
+    def _start_call(
+        self, events: Sequence[deliveries.ReceivedEvent], context: contexts.BatchContext
+    ) -> asyncio.Future[None]:
+        """The processor's call, in a context that tells it of the partition's release."""
+        call_context = contextvars.copy_context()
+        call_context.run(processing.release_started.set, self._stop)
+        return call_context.run(asyncio.ensure_future, self.processor(events, context))
 
     def _end_batch(self) -> None:
         self._batch_started = None
@@ -271,8 +292,9 @@ class BatchAttempts:
         self._done(events)
         return True
 
-    async def _wait_unless_abandoned(self, call: asyncio.Future[None]) -> bool:
-        """Wait for the handler; past the release deadline cancel it (False).
+    async def _wait_unless_abandoned(self, call: asyncio.Future[None]) -> bool | None:
+        """Wait for the handler; past the release deadline cancel it (False). None: the
+        processor withdrew the batch, unprocessed, once the release started.
 
         While no release is asked for, the handler may run as long as it needs (past
         ``stuck_seconds`` the partition is reported stuck; the pod stays Ready).
@@ -297,6 +319,8 @@ class BatchAttempts:
                 finally:
                     stop.cancel()
             self.stats.stuck = self.stuck()
+        if call.cancelled() and self._stop.is_set():
+            return None
         call.result()
         return True
 

@@ -35,6 +35,15 @@ T = TypeVar("T")
 #: Handler calls that may run at once in threads, unless ``--handler-concurrency`` says.
 DEFAULT_HANDLER_CONCURRENCY = 32
 
+#: In a processor's call from a partition's worker (`attempts.BatchAttempts`), that partition's
+#: release, set once it started (None outside a worker). A processor that holds batches back
+#: before their handler runs (Spark mode's trigger queue, `triggers`) withdraws a batch whose
+#: release started; a handler that already runs is never interrupted by it. A context variable,
+#: not an argument: it reaches the processor through any wrapper (`tracing`) unchanged.
+release_started: contextvars.ContextVar[asyncio.Event | None] = contextvars.ContextVar(
+    "release_started", default=None
+)
+
 
 def handler_threads(concurrency: int = DEFAULT_HANDLER_CONCURRENCY) -> concurrent.futures.Executor:
     """The pod's pool for sync handler calls: its own, so that its size is a setting and not

@@ -10,7 +10,11 @@ checkpoints its own batch. So:
 
 - a checkpoint passes a batch only after the trigger that held it returned;
 - a release waits for the trigger in flight, as it waits for any handler call: planned moves
-  make no duplicates; a batch still queued when the release's deadline passes is withdrawn;
+  make no duplicates. A batch whose trigger's handler has not started yet (queued, or
+  waiting with its trigger for the session) is withdrawn, unprocessed, as soon as its
+  partition's release starts (`processing.release_started`) or its call is cancelled (the
+  release's deadline, a shutdown): the next owner processes it, and the release waits for
+  no trigger that does not hold its batch;
 - a failing trigger follows the failure policy per partition when the failing partition can be
   told: the handler raised `partitionfailures.PartitionsFailed` naming it, or the trigger held
   one partition only. A trigger over several partitions that failed otherwise is retried with
@@ -35,9 +39,9 @@ While a trigger runs, the interpreter hands the GIL over more often
 
 The SparkSession may still be starting when the first batches arrive (the pod is NotReady
 until it is warm, but a pod restarted in its grace period still holds partitions): the first
-trigger waits for it. A trigger that fails because the session is gone (``session_lost``, see
-`sessionkeeping`) hands its batches to the next trigger, on the new session, without counting
-a failed attempt.
+trigger waits for it, its batches still in the queue (so still withdrawable). A trigger that
+fails because the session is gone (``session_lost``, see `sessionkeeping`) hands its batches
+to the next trigger, on the new session, without counting a failed attempt.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ from eventhub_balancer.consumer import (
     partitionfailures,
     processing,
     switchintervals,
+    triggerqueue,
 )
 from eventhub_balancer.spark import frames
 
@@ -86,25 +91,6 @@ class TriggerSettings:
             raise errors.InvalidInput(
                 "--max-events-per-trigger", f"{self.max_events} is less than 1"
             )
-
-
-@dataclasses.dataclass(eq=False)
-class _Batch:
-    """One partition's batch waiting for (or in) a trigger."""
-
-    events: Sequence[contexts.ReceivedEvent]
-    context: contexts.BatchContext
-    future: asyncio.Future[None]
-    #: When its worker handed it in (loop time).
-    queued_at: float
-    #: Retried alone: it was in a trigger over several partitions that failed unnamed.
-    alone: bool = False
-    #: Triggers it was in that failed without counting it an attempt.
-    retries: int = 0
-
-    @property
-    def partition(self) -> str:
-        return self.context.partition
 
 
 class SparkTriggers:
@@ -143,7 +129,7 @@ class SparkTriggers:
         self.batch_id = 0
         #: Triggers that returned and that raised, their events and their time (/metrics).
         self.stats = stats or metrics.TriggerStats()
-        self._queue: list[_Batch] = []
+        self._queue: list[triggerqueue.QueuedBatch] = []
         self._wake = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._last_start: float | None = None
@@ -161,33 +147,37 @@ class SparkTriggers:
     ) -> None:
         """Returns when a trigger that held the batch returned; raises what failed it.
 
-        Cancelled while queued, the batch leaves the queue at once; cancelled while its
-        trigger runs, the call ends only when the trigger's thread does (like
-        `processing.run_in_thread`), so a release never overlaps a running trigger.
+        Until its trigger's handler starts, the batch is withdrawn at once (the call raises
+        CancelledError, the batch unprocessed) when the call is cancelled or when its
+        partition's release starts (`processing.release_started`). Once the handler runs, a
+        release lets it finish (the batch is done and checkpointed), and a cancelled call ends
+        only when the trigger's thread does (like `processing.run_in_thread`): a release never
+        overlaps a running trigger.
         """
         loop = asyncio.get_running_loop()
+        release = processing.release_started.get()
         self._last_queued = loop.time()
-        batch = _Batch(events, context, loop.create_future(), self._last_queued)
+        batch = triggerqueue.QueuedBatch(events, context, loop.create_future(), self._last_queued)
         self._queue.append(batch)
         self._wake.set()
         self._ensure_loop()
         cancelled = False
-        while True:
-            future = batch.future
-            if cancelled and batch in self._queue:
-                self._queue.remove(batch)
+        # A batch handed to a later trigger (`_requeue`, `_failed`) gets a new future: the
+        # loop then waits for that one.
+        while not batch.future.done():
+            releasing = release is not None and release.is_set()
+            if not batch.running and (cancelled or releasing):
+                triggerqueue.withdraw(
+                    self._queue, batch, "its call was cancelled" if cancelled else "its release"
+                )
                 raise asyncio.CancelledError()
             try:
-                await asyncio.shield(future)
+                await triggerqueue.until_done(batch.future, None if releasing else release)
             except asyncio.CancelledError:
-                if future.cancelled():
-                    raise  # the trigger itself was cancelled
-                cancelled = True  # queued: leave the queue; in a running trigger: wait for it
-                continue
-            if future is batch.future:
-                break  # else handed to a later trigger (`_failed`): wait for that one
+                cancelled = True  # not running: withdrawn above; running: wait for its thread
         if cancelled:
             raise asyncio.CancelledError()
+        batch.future.result()  # what failed it, or CancelledError when the trigger was
 
     def _ensure_loop(self) -> None:
         if self._loop_task is None or self._loop_task.done():
@@ -201,9 +191,22 @@ class SparkTriggers:
         while self._queue:
             await self._wait_for_interval()
             await self._gather()
-            taken = self._take()
+            if not self._queue:
+                break  # all withdrawn meanwhile
+            # The session first, the batches after: while it starts (the first one, or a new
+            # one after a loss) they stay queued, and a release withdraws them.
+            try:
+                session = await self.session()
+            except Exception as e:
+                # No Spark: every waiting batch fails (and is retried by its worker, never lost).
+                for batch in self._queue:
+                    if not batch.future.done():
+                        batch.future.set_exception(e)
+                self._queue.clear()
+                return
+            taken = triggerqueue.take(self._queue, self.settings.max_events)
             if taken:
-                await self._trigger(taken)
+                await self._trigger(session, taken)
 
     async def _wait_for_interval(self) -> None:
         """Until ``interval`` after the last trigger's start, or until a full trigger waits."""
@@ -251,37 +254,8 @@ class SparkTriggers:
     def _full(self) -> bool:
         return sum(len(b.events) for b in self._queue) >= self.settings.max_events
 
-    def _take(self) -> list[_Batch]:
-        """Whole batches, oldest first, up to ``max_events``; a batch retried alone goes alone."""
-        if not self._queue:
-            return []
-        first = self._queue[0]
-        if first.alone:
-            taken = [first]
-        else:
-            taken, total = [], 0
-            for batch in self._queue:
-                if batch.alone:
-                    continue
-                if taken and total + len(batch.events) > self.settings.max_events:
-                    break
-                taken.append(batch)
-                total += len(batch.events)
-        for batch in taken:
-            self._queue.remove(batch)
-        return taken
-
-    async def _trigger(self, taken: list[_Batch]) -> None:
+    async def _trigger(self, session: Any, taken: list[triggerqueue.QueuedBatch]) -> None:
         loop = asyncio.get_running_loop()
-        try:
-            session = await self.session()
-        except Exception as e:
-            # No Spark: every waiting batch fails (and is retried by its worker, never lost).
-            for batch in [*taken, *self._queue]:
-                if not batch.future.done():
-                    batch.future.set_exception(e)
-            self._queue.clear()
-            return
         self._last_start = loop.time()
         self.batch_id += 1
         ranges = {
@@ -308,6 +282,10 @@ class SparkTriggers:
             "trigger %d: %d events from partitions %s", self.batch_id, len(events), sorted(ranges)
         )
         began = time.monotonic()
+        # From here on the handler may be writing the batches' output: none is withdrawn
+        # until it returned (nothing between `triggerqueue.take` and here awaits).
+        for batch in taken:
+            batch.running = True
         try:
             with switchintervals.prompt_gil():
                 await processing.run_in_thread(
@@ -321,6 +299,10 @@ class SparkTriggers:
             self._timed(began)
             self.stats.failed += 1
             self._recent = set()
+            # Nothing of them is done: while the session's liveness check runs, a release
+            # withdraws them (`_requeue` and `_failed` skip a withdrawn one).
+            for batch in taken:
+                batch.running = False
             if self.session_lost is not None and await self.session_lost(session, e):
                 self._requeue(taken)
                 return
@@ -328,6 +310,8 @@ class SparkTriggers:
             return
         self._timed(began)
         self.stats.succeeded += 1
+        for batch in taken:
+            batch.running = False
         self.stats.events += len(events)
         self._recent, self._last_end = set(ranges), loop.time()
         for batch in taken:
@@ -351,7 +335,7 @@ class SparkTriggers:
         )
         self.function(df, context)
 
-    def _requeue(self, taken: list[_Batch]) -> None:
+    def _requeue(self, taken: list[triggerqueue.QueuedBatch]) -> None:
         """Hand every batch of a trigger whose session was lost to the next trigger, as it
         was: no attempt counted, not retried alone."""
         requeued = []
@@ -363,11 +347,11 @@ class SparkTriggers:
             requeued.append(batch)
         self._queue[:0] = requeued
 
-    def _failed(self, taken: list[_Batch], error: Exception) -> None:
+    def _failed(self, taken: list[triggerqueue.QueuedBatch], error: Exception) -> None:
         """Fail the batches the error can be pinned on; hand the others to a later trigger."""
         named = error.failures if isinstance(error, partitionfailures.PartitionsFailed) else {}
         pinned = {b.partition for b in taken} & set(named)
-        requeued: list[_Batch] = []
+        requeued: list[triggerqueue.QueuedBatch] = []
         for batch in taken:
             if batch.future.done():
                 continue
