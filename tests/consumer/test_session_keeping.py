@@ -73,6 +73,18 @@ class Factory:
         return sessionkeeping.SessionKeeper(self.build, alive=self.alive, discard=self.discard)
 
 
+def triggers_on(keeper: sessionkeeping.SessionKeeper, handler: Handler) -> triggers.SparkTriggers:
+    """The Spark trigger loop of pod-a, on ``keeper``'s sessions, stepped by the test."""
+    return triggers.SparkTriggers(
+        handler,
+        session=keeper.get,
+        consumer="orders",
+        pod="pod-a",
+        executor=SteppedExecutor(),
+        session_lost=keeper.lost,
+    )
+
+
 @contextlib.asynccontextmanager
 async def spark_pod(
     hub: consumerfakes.FakeHub,
@@ -81,14 +93,7 @@ async def spark_pod(
     handler: Handler,
 ) -> AsyncIterator[tuple[runtime.Runtime, assignments.MemorySource]]:
     source = assignments.MemorySource()
-    processor = triggers.SparkTriggers(
-        handler,
-        session=keeper.get,
-        consumer="orders",
-        pod="pod-a",
-        executor=SteppedExecutor(),
-        session_lost=keeper.lost,
-    )
+    processor = triggers_on(keeper, handler)
     consumer = runtime.Runtime(
         settings=runtime.RuntimeSettings(
             consumer="orders",
@@ -240,14 +245,7 @@ async def test_a_session_that_hangs_instead_of_dying_is_replaced_all_the_same(
         Handler(),
     )
     keeper = factory.keeper()
-    spark = triggers.SparkTriggers(
-        handler,
-        session=keeper.get,
-        consumer="orders",
-        pod="pod-a",
-        executor=SteppedExecutor(),
-        session_lost=keeper.lost,
-    )
+    spark = triggers_on(keeper, handler)
     keeper.start()
     await spark(*batch("0", 0, 3))
     factory.built[0].dead = True
@@ -273,14 +271,7 @@ async def test_a_release_withdraws_a_failed_triggers_batch_while_its_session_is_
     its release takes it back at once."""
     factory, handler = HangingFactory(alive_hangs=True), Handler()
     keeper = factory.keeper()
-    spark = triggers.SparkTriggers(
-        handler,
-        session=keeper.get,
-        consumer="orders",
-        pod="pod-a",
-        executor=SteppedExecutor(),
-        session_lost=keeper.lost,
-    )
+    spark = triggers_on(keeper, handler)
     keeper.start()
     await spark(*batch("0", 0, 3))
     factory.built[0].dead = True

@@ -22,9 +22,8 @@ from eventhub_balancer.consumer import (
     processing,
     runtime,
     sessionkeeping,
-    triggers,
 )
-from tests.consumer.test_session_keeping import DyingSession, Factory
+from tests.consumer.test_session_keeping import DyingSession, Factory, triggers_on
 from tests.consumer.test_triggers import Handler, SteppedExecutor, spark_triggers
 from tests.support import consumerfakes
 
@@ -140,14 +139,7 @@ async def test_a_release_during_a_session_restart_withdraws_the_batch_waiting_fo
     the new session ran the revoked partition's batch past its deadline, unrecorded."""
     factory, handler, exits = RestartingFactory(1.0, restart_s), Handler(), list[str]()
     keeper = factory.keeper()
-    spark = triggers.SparkTriggers(
-        handler,
-        session=keeper.get,
-        consumer="orders",
-        pod="pod-a",
-        executor=SteppedExecutor(),
-        session_lost=keeper.lost,
-    )
+    spark = triggers_on(keeper, handler)
     fake_hub.append("0", 5)
     async with spark_runtime(fake_hub, fake_store, spark, exits, keeper) as source:
         await consumerfakes.eventually(lambda: keeper.ready()[0], what="the session")
