@@ -226,24 +226,11 @@ class HangingFactory(Factory):
         await super().discard(session)
 
 
-@pytest.mark.parametrize(
-    ("alive_hangs", "discard_hangs", "lost_after"),
-    [
-        (True, False, sessionkeeping.ALIVE_TIMEOUT_S),
-        (False, True, sessionkeeping.DISCARD_TIMEOUT_S),
-        (True, True, sessionkeeping.ALIVE_TIMEOUT_S + sessionkeeping.DISCARD_TIMEOUT_S),
-    ],
-    ids=["liveness-check-hangs", "discard-hangs", "both-hang"],
-)
-async def test_a_session_that_hangs_instead_of_dying_is_replaced_all_the_same(
-    alive_hangs: bool, discard_hangs: bool, lost_after: float
-) -> None:
-    """The check and the disposal run inside the trigger loop: unbounded, a hung session
-    would stop every partition of the pod for good, the pod still Ready."""
-    factory, handler = (
-        HangingFactory(alive_hangs=alive_hangs, discard_hangs=discard_hangs),
-        Handler(),
-    )
+async def test_a_session_that_hangs_instead_of_dying_is_replaced_all_the_same() -> None:
+    """The check runs inside the trigger loop: unbounded, a hung session would stop every
+    partition of the pod for good, the pod still Ready."""
+    lost_after = sessionkeeping.ALIVE_TIMEOUT_S
+    factory, handler = HangingFactory(alive_hangs=True), Handler()
     keeper = factory.keeper()
     spark = triggers_on(keeper, handler)
     keeper.start()
@@ -263,6 +250,44 @@ async def test_a_session_that_hangs_instead_of_dying_is_replaced_all_the_same(
     assert keeper.restarts == 1
     assert keeper.ready() == (True, "SparkSession warm")
     assert [rows for _, rows in handler.triggers][-1] == [("0", n) for n in range(3, 6)]
+
+
+@pytest.mark.parametrize(
+    ("alive_hangs", "lost_after"),
+    [
+        (False, sessionkeeping.DISCARD_TIMEOUT_S),
+        (True, sessionkeeping.ALIVE_TIMEOUT_S + sessionkeeping.DISCARD_TIMEOUT_S),
+    ],
+    ids=["discard-hangs", "both-hang"],
+)
+async def test_a_lost_session_that_will_not_let_go_stops_the_pod(
+    alive_hangs: bool, lost_after: float
+) -> None:
+    """A disposal that does not end goes on in its thread, and pyspark's stop, when it ends,
+    resets the process-wide state a new session would use: the pod stops, as when a session
+    cannot start (its partitions released), and no session is built beside the old one."""
+    factory, handler = HangingFactory(alive_hangs=alive_hangs, discard_hangs=True), Handler()
+    keeper = factory.keeper()
+    failures: list[BaseException] = []
+    keeper.on_failed = failures.append
+    spark = triggers_on(keeper, handler)
+    keeper.start()
+    await spark(*batch("0", 0, 3))
+    factory.built[0].dead = True
+    loop = asyncio.get_running_loop()
+    failed_at = loop.time()
+    call = asyncio.ensure_future(spark(*batch("0", 3, 3)))
+    await asyncio.wait({call}, timeout=lost_after + 2 * START_S)
+    ended, took = call.done(), loop.time() - failed_at
+    factory.never.set()
+    await asyncio.gather(call, return_exceptions=True)
+    assert ended, "the trigger loop still waits for the hung session"
+    assert took == pytest.approx(lost_after, abs=0.01)
+    said = "the lost SparkSession was not let go within 10 s"
+    assert [str(e) for e in failures] == [said]
+    assert len(factory.built) == 1
+    assert keeper.ready() == (False, f"SparkSession did not start: {said}")
+    assert [rows for _, rows in handler.triggers] == [[("0", n) for n in range(3)]]
 
 
 async def test_a_release_withdraws_a_failed_triggers_batch_while_its_session_is_checked() -> None:

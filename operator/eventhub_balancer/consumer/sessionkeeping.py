@@ -18,8 +18,10 @@ hand-off. A session that cannot start, first or again, ends the pod (`on_failed`
 The liveness check and the disposal are calls into a session that may hang rather than die
 (a JVM in a garbage-collection spiral, a Connect server that accepts and never answers), and
 the trigger loop waits for them: each is bounded (`ALIVE_TIMEOUT_S`, `DISCARD_TIMEOUT_S`).
-A session that does not answer in time is lost; a disposal that does not end in time counts
-as done (its thread is left to end on its own) and the new session starts.
+A session that does not answer in time is lost. A disposal that does not end in time ends
+the pod (`on_failed`), as a session that cannot start does: its thread goes on, and when
+pyspark's ``stop()`` returns at last it resets the process-wide state (the active context and
+session) that a new session in the same process would be using; a new process starts clean.
 
 Nothing here imports pyspark: the build, the liveness check and the disposal of a lost
 session are given (`consumer.launching` wires `spark.sessions`'), so the keeper runs on fakes
@@ -133,10 +135,13 @@ class SessionKeeper:
             async with asyncio.timeout(DISCARD_TIMEOUT_S):
                 await self.discard(session)
         except TimeoutError:
-            logger.warning(
-                "the lost SparkSession was not let go within %g s; starting the new one anyway",
-                DISCARD_TIMEOUT_S,
+            error = RuntimeError(
+                f"the lost SparkSession was not let go within {DISCARD_TIMEOUT_S:g} s"
             )
+            logger.error("%s: the pod stops, to start again in a clean process", error)
+            self.task = asyncio.create_task(_refused(error), name="spark-session")
+            self.on_failed(error)
+            return True
         except Exception as e:  # it is gone either way
             logger.debug("letting go of the lost SparkSession failed: %r", e)
         self.start()
@@ -149,3 +154,9 @@ class SessionKeeper:
         with contextlib.suppress(Exception):
             session = await self.task
             await stop_session(session)
+
+
+async def _refused(error: BaseException) -> Any:
+    """The session that will not come: what `SessionKeeper.get` and `ready` answer once a lost
+    one could not be let go."""
+    raise error
