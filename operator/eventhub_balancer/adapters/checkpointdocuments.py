@@ -18,9 +18,6 @@ from eventhub_balancer.contracts import bounds, checkpointblobs
 #: The ``kind`` and ``version`` of an export document, checked on import.
 EXPORT_KIND: Final = "EventHubCheckpoints"
 EXPORT_VERSION: Final = 1
-#: Event Hubs' sequence numbers and offsets are int64: the SDK and KEDA read a checkpoint's
-#: values as such, so a larger one would be written and then fail every reader.
-INT64_MAX: Final = 2**63 - 1
 
 
 class ExportedCheckpoint(TypedDict):
@@ -105,14 +102,16 @@ def parse_import(document: object, *, source: str) -> dict[str, checkpointblobs.
         if partition in result:
             raise errors.InvalidInput(f"{where}.partition", f"{partition!r} appears twice")
         sequence = item.get("sequenceNumber")
+        # int64, as the SDK and KEDA read a checkpoint's values: a larger one would be
+        # written and then fail every reader.
         if (
             isinstance(sequence, bool)
             or not isinstance(sequence, int)
-            or not -1 <= sequence <= INT64_MAX
+            or not -1 <= sequence <= bounds.INT64_MAX
         ):
             raise errors.InvalidInput(
                 f"{where}.sequenceNumber",
-                f"{sequence!r} is not an integer from -1 to {INT64_MAX} (an int64, as Event "
+                f"{sequence!r} is not an integer from -1 to {bounds.INT64_MAX} (an int64, as Event "
                 "Hubs numbers events)",
             )
         offset = item.get("offset", checkpointblobs.OFFSET_UNKNOWN)
@@ -141,6 +140,6 @@ def is_offset(text: str) -> bool:
     return (
         text.isascii()
         and text.isdigit()
-        and len(text) <= len(str(INT64_MAX))
-        and int(text) <= INT64_MAX
+        and len(text) <= len(str(bounds.INT64_MAX))
+        and int(text) <= bounds.INT64_MAX
     )

@@ -12,8 +12,11 @@ import json
 import re
 from typing import Any, Final
 
+#: The largest int64: what Event Hubs' numbers (sequence numbers, offsets, owner levels), the
+#: CRD's integers and the SDK's and KEDA's readers of a checkpoint all hold.
+INT64_MAX: Final = 2**63 - 1
 #: Epochs are int64 everywhere: Event Hubs' ``owner_level``, the CRD's ``status.epochs``.
-MAX_EPOCH: Final = 2**63 - 1
+MAX_EPOCH: Final = INT64_MAX
 #: The highest epoch accepted as a floor: the successor (epoch + 1) must still fit in int64.
 MAX_FLOOR: Final = MAX_EPOCH - 1
 #: Event Hubs partition ids are "0".."N-1" and a hub has at most a few thousand partitions;
