@@ -70,8 +70,7 @@ class Kept(Generic[C]):
                     if reused and isinstance(e, Exception) and not isinstance(e, TimeoutError):
                         continue
                     raise
-                if key in self._released:
-                    self._released.discard(key)
+                if key in self._released:  # every request in flight at the release
                     await self._close(client)
                 else:
                     await self._keep(key, client)
