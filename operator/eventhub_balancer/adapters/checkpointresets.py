@@ -211,6 +211,10 @@ class Change:
     new: checkpointblobs.Position
     epoch: int
     written: checkpointrequests.Checkpoint | None = None
+    #: a shift (``--shift-by``) is relative to the blob it lands on: the write derives ``new``
+    #: again from the blob as it finds it, within these bounds; None: ``new`` is absolute
+    shift: ShiftBy | None = None
+    limits: startpositions.PartitionBounds | None = None
 
 
 def store_blobs(
@@ -317,6 +321,8 @@ async def plan(
             epoch=next_epoch(
                 partition, stored=old.epoch if old else 0, status_epochs=status_epochs
             ),
+            shift=target if isinstance(target, ShiftBy) else None,
+            limits=limits,
         )
 
     return list(await asyncio.gather(*(one(p) for p in partitions)))
@@ -356,12 +362,20 @@ async def write(
     """Write one change, with an epoch above whatever the blob holds when it is written.
 
     Every write is conditional on the ETag just read; a blob that changed in between is read
-    again and gets an epoch above its new one. A lease still held (by a fencer that died
-    mid-fence: the consumer is paused) is broken, as a fencer with a higher epoch would.
+    again and gets an epoch above its new one. A shift moves the position it finds there,
+    not the one planned: two admins shifting by -100 at once replay 200 events, each one's
+    result showing what it moved from (``old`` is the blob the write replaced). A lease
+    still held (by a fencer that died mid-fence: the consumer is paused) is broken, as a
+    fencer with a higher epoch would.
     """
     budget = _budget(f"reset checkpoint of partition {change.partition}", retry)
     while True:
         current = await blobs.get(change.partition, budget)
+        new = change.new
+        if change.shift is not None and change.limits is not None:
+            new = new_position(
+                change.shift, old=current.position if current else None, limits=change.limits
+            )
         epoch = next_epoch(
             change.partition,
             stored=current.epoch if current else 0,
@@ -369,9 +383,9 @@ async def write(
         )
         epoch = max(epoch, change.epoch)
         if current is None:
-            written = await blobs.create(change.partition, change.new, epoch, budget)
+            written = await blobs.create(change.partition, new, epoch, budget)
         else:
-            written = await blobs.write(change.partition, change.new, epoch, current.etag, budget)
+            written = await blobs.write(change.partition, new, epoch, current.etag, budget)
             if written is None and current.leased:
                 await blobs.break_lease(change.partition, current.etag, budget)
                 continue
@@ -379,8 +393,8 @@ async def write(
             logger.info(
                 "partition %s: checkpoint reset to sequence number %d with epoch %d",
                 change.partition,
-                change.new.sequence_number,
+                new.sequence_number,
                 epoch,
             )
-            return dataclasses.replace(change, epoch=epoch, written=written)
+            return dataclasses.replace(change, old=current, new=new, epoch=epoch, written=written)
         await budget.after_conflict("412/409 (changed since read)")

@@ -236,6 +236,58 @@ async def test_a_write_breaks_a_dead_fencers_lease(blob_container: Any) -> None:
     assert (done.epoch, done.written.sequence_number) == (BLOB_EPOCH + 1, 2)
 
 
+async def test_a_shift_moves_the_position_it_finds_not_the_one_planned(
+    blob_container: Any,
+) -> None:
+    """Two admins shift the same paused partition by -2 at once: each write lands on the
+    blob as it finds it, so 4 events are replayed, and each says what it moved from."""
+    pod = _owner(blob_container)
+    await pod.fence("0", BLOB_EPOCH)
+    await pod.update("0", offset="1700", sequence_number=17)
+    planned = await pod.read("0")
+    limits = BOUNDS  # 10..19 retained
+    shift = checkpointresets.ShiftBy(delta=-2)
+    change = checkpointresets.Change(
+        partition="0",
+        old=planned,
+        new=checkpointresets.new_position(
+            shift, old=planned.position if planned else None, limits=limits
+        ),
+        epoch=BLOB_EPOCH + 1,
+        shift=shift,
+        limits=limits,
+    )
+    assert change.new.sequence_number == 15
+    async with asyncio.timeout(10):
+        first = await checkpointresets.write(_blobs(blob_container), change, status_epochs={})
+        second = await checkpointresets.write(_blobs(blob_container), change, status_epochs={})
+    assert first.written is not None
+    assert second.written is not None
+    assert first.old is not None
+    assert second.old is not None
+    assert (first.old.sequence_number, first.new.sequence_number) == (17, 15)
+    assert (second.old.sequence_number, second.new.sequence_number) == (15, 13)
+    stored = await pod.read("0")
+    assert stored is not None
+    assert (stored.sequence_number, stored.epoch) == (13, BLOB_EPOCH + 2)
+
+
+async def test_an_absolute_target_reports_the_blob_it_replaced(blob_container: Any) -> None:
+    pod = _owner(blob_container)
+    await pod.fence("0", BLOB_EPOCH)
+    await pod.update("0", offset="1700", sequence_number=17)
+    planned = await pod.read("0")
+    change = checkpointresets.Change(
+        partition="0", old=planned, new=checkpointblobs.Position("", 12), epoch=BLOB_EPOCH + 1
+    )
+    await pod.update("0", offset="1800", sequence_number=18)  # between the plan and the write
+    async with asyncio.timeout(10):
+        done = await checkpointresets.write(_blobs(blob_container), change, status_epochs={})
+    assert done.old is not None
+    assert done.written is not None
+    assert (done.old.sequence_number, done.written.sequence_number) == (18, 12)
+
+
 # -- against the services
 
 
