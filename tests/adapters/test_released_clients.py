@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from eventhub_balancer.adapters import eventhubs, hubclients
+from eventhub_balancer.adapters import blobs, checkpointing, eventhubs, hubclients
 from tests.adapters.test_kept_clients import Client, hub, ids
 
 pytestmark = pytest.mark.looptime
@@ -103,3 +103,74 @@ async def test_a_close_that_hangs_is_given_up_after_the_timeout(
     await closing
     assert loop.time() - start == pytest.approx(hubclients.TIMEOUT_SECONDS)
     assert len(clients) == 0
+
+
+class Container:
+    """A checkpoint container client: lists no blob, and says whether it was closed."""
+
+    def __init__(self, log: list[Container]) -> None:
+        self.closed = False
+        log.append(self)
+
+
+@pytest.fixture
+def containers(monkeypatch: pytest.MonkeyPatch) -> list[Container]:
+    log: list[Container] = []
+
+    async def close(entry: Any) -> None:
+        entry[0].closed = True
+
+    async def listed(store: Any) -> list[Any]:
+        assert not store.container.closed, "a closed container was used"
+        return []
+
+    monkeypatch.setattr(blobs, "build_container", lambda **_: (Container(log), None))
+    monkeypatch.setattr(blobs, "close_container", close)
+    monkeypatch.setattr(checkpointing.CheckpointStore, "list", listed)
+    return log
+
+
+async def probe(hubs: eventhubs.EventHubs, consumer: str, key: str) -> Any:
+    """A consumer's checkpoint probe, with the connection string its Secret holds now."""
+    return await hubs.checkpoints(
+        fully_qualified_namespace=FQN,
+        eventhub_name="orders",
+        consumer_group="$Default",
+        container_name="checkpoints",
+        connection_string=(
+            "DefaultEndpointsProtocol=https;AccountName=shop;"
+            f"AccountKey={key};EndpointSuffix=core.windows.net"
+        ),
+        account_url=None,
+        consumer=consumer,
+    )
+
+
+async def test_a_deleted_consumers_checkpoint_container_is_closed(
+    containers: list[Container],
+) -> None:
+    hubs = eventhubs.EventHubs()
+    await probe(hubs, "shop/a", "a-key")
+    await probe(hubs, "shop/a", "a-key")
+    assert len(containers) == 1
+    hubs.forget("shop/a")  # its daemon stopped: the consumer is deleted
+    assert len(hubs.containers) == 0, "the deleted consumer's container (and its key) is kept"
+    await asyncio.sleep(0)  # the close under way
+    assert containers[0].closed
+
+
+async def test_a_rotated_out_keys_container_closes_once_nobody_uses_it(
+    containers: list[Container],
+) -> None:
+    hubs = eventhubs.EventHubs()
+    await probe(hubs, "shop/a", "shared")
+    await probe(hubs, "shop/b", "shared")
+    await probe(hubs, "shop/a", "rotated")  # b still lists over the old key
+    await asyncio.sleep(0)
+    assert [c.closed for c in containers] == [False, False]
+    await probe(hubs, "shop/b", "rotated")  # now nobody does
+    await asyncio.sleep(0)
+    assert [c.closed for c in containers] == [True, False]
+    assert len(hubs.containers) == 1
+    await hubs.close()
+    assert all(c.closed for c in containers)

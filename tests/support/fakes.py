@@ -610,6 +610,7 @@ class FakeHubs:
         account_url: str | None,
         namespace: str | None = None,
         service_account: str | None = None,
+        consumer: str | None = None,
     ) -> dict[str, tuple[int, int]]:
         self.service_accounts.append(service_account)
         return self.store.read()

@@ -8,6 +8,7 @@ them; the consumer pods write them (`checkpointing`).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Hashable
 from typing import Any
 
 from azure.core import exceptions as azure_errors
@@ -37,6 +38,24 @@ Container = tuple[ContainerClient, Any]
 def checkpoint_containers(*, kept: int = CONTAINERS_KEPT) -> keptclients.Kept[Container]:
     """The checkpoint containers an operator keeps open between its probes."""
     return keptclients.Kept(kept=kept, close=blobs.close_container)
+
+
+def container_key(
+    *,
+    container_name: str,
+    connection_string: str | None,
+    account_url: str | None,
+    identity: tenantidentities.TenantIdentity | None,
+) -> Hashable:
+    """What a kept container client is kept by: the container and how it is reached (the
+    connection string only hashed, so the key holds no secret)."""
+    own = identity is not None and connection_string is None
+    return (
+        container_name,
+        hash(connection_string),
+        account_url,
+        identity.key if own and identity is not None else None,
+    )
 
 
 async def read_checkpoints(
@@ -76,11 +95,11 @@ async def read_checkpoints(
 
     try:
         if containers is not None:
-            key = (
-                container_name,
-                hash(connection_string),
-                account_url,
-                identity.key if own and identity is not None else None,
+            key = container_key(
+                container_name=container_name,
+                connection_string=connection_string,
+                account_url=account_url,
+                identity=identity,
             )
             listed = await containers.call(key, build, request)
         else:

@@ -25,6 +25,7 @@ from eventhub_balancer.adapters import (
     checkpointlistings,
     consumergroups,
     hubclients,
+    keptclients,
     partitionlists,
     tenantidentities,
 )
@@ -73,6 +74,8 @@ class EventHubs:
         #: the Event Hubs clients and checkpoint containers kept open between cycles
         self.clients = hubclients.Clients()
         self.containers = checkpointlistings.checkpoint_containers()
+        #: which consumer lists its checkpoints over which kept container
+        self.container_users = keptclients.Users(self.containers)
         self.cache = partitionlists.PartitionCache(
             refresh_seconds=refresh_seconds, timeout=timeout, gate=self.gate, clients=self.clients
         )
@@ -125,7 +128,10 @@ class EventHubs:
         await self.containers.close()
 
     def forget(self, consumer: str) -> None:
-        self.cache.forget(consumer)  # its hub's client, if no other consumer uses it, closes
+        # Its hub's client and its checkpoint container, if no other consumer uses them,
+        # close, and with them the credentials they hold.
+        self.cache.forget(consumer)
+        self.container_users.forget(consumer)
         self.groups.forget(consumer)
 
     def refused(self, error: errors.ConfigurationError, consumer: str | None) -> None:
@@ -250,12 +256,25 @@ class EventHubs:
         account_url: str | None,
         namespace: str | None = None,
         service_account: str | None = None,
+        consumer: str | None = None,
     ) -> dict[str, tuple[int, int]]:
-        """{partition: (epoch, sequence number)} of the stored checkpoints."""
+        """{partition: (epoch, sequence number)} of the stored checkpoints. ``consumer``: who
+        asks, so that the container client it leaves (its Secret rotated, or it is deleted:
+        `forget`) is closed once nobody else uses it."""
 
         async def listed(
             identity: tenantidentities.TenantIdentity | None,
         ) -> dict[str, checkpointlistings.StoredCheckpoint]:
+            if consumer is not None:
+                self.container_users.use(
+                    consumer,
+                    checkpointlistings.container_key(
+                        container_name=container_name,
+                        connection_string=connection_string,
+                        account_url=account_url,
+                        identity=identity,
+                    ),
+                )
             async with self.gate:
                 return await checkpointlistings.read_checkpoints(
                     fully_qualified_namespace=fully_qualified_namespace,

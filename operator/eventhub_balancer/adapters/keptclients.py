@@ -22,7 +22,7 @@ import asyncio
 import collections
 import contextlib
 from collections.abc import Awaitable, Callable, Hashable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 C = TypeVar("C")
 T = TypeVar("T")
@@ -117,3 +117,35 @@ class Kept(Generic[C]):
             await self._close(client)
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
+
+
+class Users:
+    """Which consumer uses which of a `Kept`'s clients: the last one to leave a client (its
+    consumer deleted, or its Secret rotated to other credentials) releases it."""
+
+    def __init__(self, kept: Kept[Any]) -> None:
+        self._kept = kept
+        self._key: dict[str, Hashable] = {}
+        self._users: dict[Hashable, set[str]] = {}
+
+    def use(self, consumer: str, key: Hashable) -> Awaitable[None] | None:
+        """``consumer`` now uses ``key``'s client; the close of the one it left, if nobody
+        else uses that (under way: await it to wait for it)."""
+        before = self._key.get(consumer)
+        self._key[consumer] = key
+        self._users.setdefault(key, set()).add(consumer)
+        return self._leave(consumer, before) if before is not None and before != key else None
+
+    def forget(self, consumer: str) -> Awaitable[None] | None:
+        """``consumer`` is gone: the close of its client, if nobody else uses it."""
+        before = self._key.pop(consumer, None)
+        return self._leave(consumer, before) if before is not None else None
+
+    def _leave(self, consumer: str, key: Hashable) -> Awaitable[None] | None:
+        users = self._users.get(key)
+        if users is not None:
+            users.discard(consumer)
+            if users:
+                return None
+            del self._users[key]
+        return self._kept.release(key)

@@ -133,6 +133,7 @@ async def read_store(
             account_url=spec.checkpoint_account_url or None,
             namespace=observation.namespace,
             service_account=spec.service_account_name or None,
+            consumer=observing.hub_key(observation.namespace, observation.name),
         )
     except observing.KUBE_API_ERRORS:
         raise

@@ -216,4 +216,5 @@ class HubPort(Protocol):
         account_url: str | None,
         namespace: str | None = None,
         service_account: str | None = None,
+        consumer: str | None = None,
     ) -> dict[str, tuple[int, int]]: ...
