@@ -107,10 +107,13 @@ class BatchAttempts:
         if self.parked:
             state = "parked"
         elif self.stuck(now):
-            assert self._call_started is not None
             state = "stuck"
-            running = (_now() if now is None else now) - self._call_started
-            error = f"handler call running for {running:.0f} s (attempt {self.attempts + 1})"
+            # No running time in the text: a report that changes by itself every second is a
+            # ConfigMap write and a status write a second for as long as the call hangs.
+            error = (
+                f"handler call running past the stuck limit of "
+                f"{self.settings.stuck_seconds:g} s (attempt {self.attempts + 1})"
+            )
         elif self.attempts > 0 and self._batch_started is not None:
             state = "failing"
         else:
