@@ -23,6 +23,13 @@ from eventhub_balancer.contracts import checkpointblobs, startpositions
                 enqueued_time=datetime.datetime(2024, 5, 1, 10, tzinfo=datetime.UTC)
             ),
         ),
+        # RFC 3339 allows a lower-case t and z, and the API server admits them.
+        (
+            {"enqueuedTime": "2024-05-01t10:00:00z"},
+            startpositions.FromEnqueuedTime(
+                enqueued_time=datetime.datetime(2024, 5, 1, 10, tzinfo=datetime.UTC)
+            ),
+        ),
     ],
 )
 def test_start_positions_parse(value: object, expected: startpositions.StartPosition) -> None:

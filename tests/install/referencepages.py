@@ -62,6 +62,8 @@ def _bounds(schema: dict[str, Any]) -> str:
         ("maxLength", "length ≤"),
         ("minItems", "items ≥"),
         ("maxItems", "items ≤"),
+        ("minProperties", "keys ≥"),
+        ("maxProperties", "keys ≤"),
     ):
         if key in schema:
             parts.append(f"{label} {schema[key]}")
@@ -69,6 +71,10 @@ def _bounds(schema: dict[str, Any]) -> str:
         parts.append(f"pattern {_code(schema['pattern'])}")
     if "format" in schema:
         parts.append(f"format {schema['format']}")
+    for key, label in (("additionalProperties", "each value"), ("items", "each item")):
+        inner = schema.get(key)
+        if isinstance(inner, dict) and not inner.get("properties") and _bounds(inner):
+            parts.append(f"{label}: {_bounds(inner)}")
     return "; ".join(parts)
 
 
@@ -101,6 +107,8 @@ def _rules(schema: dict[str, Any], path: str) -> Iterator[tuple[str, str, str]]:
         yield path, rule["rule"], _text(rule.get("message", ""))
     for name, child in (schema.get("properties") or {}).items():
         yield from _rules(child, f"{path}.{name}")
+    if isinstance(schema.get("items"), dict):
+        yield from _rules(schema["items"], f"{path}[]")
 
 
 def render(crd: dict[str, Any]) -> str:

@@ -105,7 +105,9 @@ def parse_rfc3339(raw: object, *, field: str) -> datetime.datetime:
         when = raw
     elif isinstance(raw, str):
         try:
-            when = datetime.datetime.fromisoformat(raw)
+            # RFC 3339 allows a lower-case "t" and "z", and the API server admits them;
+            # fromisoformat does not read them.
+            when = datetime.datetime.fromisoformat(raw.upper())
         except ValueError:
             raise errors.InvalidInput(
                 field, f"{raw!r} is not an RFC 3339 time, e.g. 2024-05-01T00:00:00Z"
