@@ -43,6 +43,16 @@ class FakeContainer:
         assert options["overwrite"] is True
         self.blobs[name] = data
 
+    def get_blob_client(self, name: str) -> Any:
+        """The partition's checkpoint blob, read before a dead letter: none here (the
+        fencing of dead letters is tested on Azurite, wire/test_deadletter_fencing.py)."""
+        return self
+
+    async def get_blob_properties(self) -> Any:
+        if self.failure is not None:
+            raise self.failure
+        raise azure_errors.ResourceNotFoundError("BlobNotFound")
+
 
 def writer(container: FakeContainer) -> deadletters.DeadLetterWriter:
     return deadletters.DeadLetterWriter(

@@ -6,7 +6,8 @@ the checkpoint container, beside the checkpoints and named after the batch:
 as the checkpoint blobs are, ``contracts.checkpointblobs``). Only once the blob is durable
 does the checkpoint pass the batch, so a batch is never both skipped and missing: the worker
 retries a failed write (``consumer.partitions``). The same batch always gets the same name,
-so a write repeated by the next owner replaces the blob rather than adding a copy.
+so a write repeated by the next owner replaces the blob rather than adding a copy. A pod
+whose epoch the checkpoint blob has superseded writes none: the batch is the new owner's.
 
 The blob carries what is needed to replay or inspect the batch without Event Hubs: each event
 with its partition, sequence number, offset, enqueued time, partition key, properties and body
@@ -186,10 +187,13 @@ class DeadLetterWriter:
     ) -> str:
         """Store the batch; returns the blob's name once it is durable.
 
-        `errors.ConfigurationError` when the credentials are refused (the container's
-        permissions must allow writes), `errors.CheckpointStoreUnreachable` otherwise.
+        `errors.OwnershipLost` (nothing written) when the partition's checkpoint blob holds
+        a higher epoch than ``epoch``; `errors.ConfigurationError` when the credentials are
+        refused (the container's permissions must allow writes),
+        `errors.CheckpointStoreUnreachable` otherwise.
         """
         name = self.name_of(events)
+        partition = events[0].partition
         data = encode(
             build(
                 events,
@@ -202,6 +206,7 @@ class DeadLetterWriter:
         )
         try:
             async with asyncio.timeout(self.write_timeout):
+                await self._refuse_if_superseded(partition, epoch)
                 await self.container.upload_blob(
                     name,
                     data,
@@ -224,6 +229,31 @@ class DeadLetterWriter:
                 f"{f'HTTP {status} ' if status else ''}{type(e).__name__}"
             ) from e
         return name
+
+    async def _refuse_if_superseded(self, partition: str, epoch: int) -> None:
+        """`errors.OwnershipLost` when the partition's checkpoint blob holds a higher epoch.
+
+        A pod whose partition moved on (its link stolen while its handler was still retrying)
+        would otherwise dead-letter a batch that the new owner processes itself: listed as
+        failed, and processed twice once replayed. A blob that is missing or unreadable
+        proves no other owner: the checkpoint write after the dead letter deals with it.
+        """
+        name = checkpointblobs.blob_name(
+            fully_qualified_namespace=self.fully_qualified_namespace,
+            eventhub_name=self.eventhub_name,
+            consumer_group=self.consumer_group,
+            partition=partition,
+        )
+        try:
+            properties = await self.container.get_blob_client(name).get_blob_properties()
+        except azure_errors.ResourceNotFoundError:
+            return
+        try:
+            stored = checkpointblobs.decode_metadata(properties.metadata or {})
+        except errors.InvalidInput:
+            return
+        if stored.epoch > epoch:
+            raise errors.OwnershipLost(partition, epoch, stored.epoch, stored.owner_id)
 
 
 # --- the read side: ``ehb deadletters`` ---
