@@ -9,6 +9,7 @@ operator moves on.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -287,12 +288,61 @@ def test_mistakes_fail_with_what_to_change(values: dict[str, Any], message: str)
             {"consumer": {"eventHub": {"fullyQualifiedNamespace": "https://shop"}}},
             "/consumer/eventHub/fullyQualifiedNamespace",
         ),
+        # Helm applies without strict field validation: the API server would drop a misspelt
+        # field without a word, and a GitOps tool would show it out of sync for ever.
+        (
+            {"consumer": {"balancing": {"intervalSecond": 10}}},
+            "at '/consumer/balancing': additional properties 'intervalSecond' not allowed",
+        ),
+        (
+            {"consumer": {"processing": {"maxAttempt": 3}}},
+            "at '/consumer/processing': additional properties 'maxAttempt' not allowed",
+        ),
+        (
+            {"consumer": {"balancing": {"intervalSeconds": 0}}},
+            "/consumer/balancing/intervalSeconds",
+        ),
+        ({"consumer": {"balancing": {"weighting": "lags"}}}, "/consumer/balancing/weighting"),
+        ({"consumer": {"processing": {"onFailure": "retry"}}}, "/consumer/processing/onFailure"),
+        (
+            {"consumer": {"checkpointStore": {"containerName": "order--checkpoints"}}},
+            "/consumer/checkpointStore/containerName",
+        ),
     ],
 )
 def test_the_values_schema_rejects_mistakes(values: dict[str, Any], complaint: str) -> None:
     with pytest.raises(charts.HelmError, match="don't meet the specifications") as e:
         render(values)
     assert complaint in str(e.value)
+
+
+def crd_spec_property(name: str) -> dict[str, Any]:
+    schema: dict[str, Any] = crd_rules.SCHEMA["properties"]["spec"]["properties"][name]
+    return schema
+
+
+@pytest.mark.parametrize("section", ["balancing", "processing"])
+def test_the_values_schema_holds_the_crds_fields_and_bounds(section: str) -> None:
+    """consumer.balancing and consumer.processing become the spec's as they are: the values
+    schema knows the CRD's fields, types, bounds and words, and no other field."""
+    chart = json.loads((CHART_DIR / "values.schema.json").read_text())
+    given = chart["properties"]["consumer"]["properties"][section]
+    crd = crd_spec_property(section)
+    assert given["additionalProperties"] is False
+    assert given["properties"].keys() == crd["properties"].keys()
+    for name, field in crd["properties"].items():
+        for key in ("type", "minimum", "maximum", "enum"):
+            assert given["properties"][name].get(key) == field.get(key), f"{section}.{name}.{key}"
+
+
+@pytest.mark.parametrize(
+    "name", ["checkpoints", "order-checkpoints", "abc", "a" * 63, "0-9"], ids=str
+)
+def test_a_container_name_the_crd_takes_renders(name: str) -> None:
+    (consumer,) = render({"consumer": {"checkpointStore": {"containerName": name}}})[
+        "EventHubConsumer"
+    ]
+    assert crd_rules.failures(consumer) == []
 
 
 def test_keda_owns_the_replicas_and_scales_on_the_operators_figure() -> None:
