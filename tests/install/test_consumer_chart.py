@@ -10,12 +10,14 @@ operator moves on.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import kubernetes_validate
 import pytest
+import yaml
 
 from eventhub_balancer import cli
 from eventhub_balancer.contracts import labelselectors
@@ -416,3 +418,23 @@ def test_the_readme_names_every_value() -> None:
     readme = (CHART_DIR / "README.md").read_text()
     missing = [k for k in charts.chart_values(CHART_DIR) if f"`{k}`" not in readme]
     assert missing == []
+
+
+def test_a_new_chart_version_alone_restarts_no_consumer_pod(tmp_path: Path) -> None:
+    """A chart upgrade that changes nothing a pod runs leaves the pod template as it was: a
+    changed template rolls every consumer pod, and every partition moves by hand-off once."""
+    bumped = tmp_path / "eventhub-consumer"
+    shutil.copytree(CHART_DIR, bumped)
+    chart_yaml = bumped / "Chart.yaml"
+    chart = yaml.safe_load(chart_yaml.read_text())
+    chart["version"] = chart["appVersion"] = "99.0.0"
+    chart_yaml.write_text(yaml.safe_dump(chart))
+    pinned = merged(REQUIRED, {"image": {"tag": "1.0.0"}})
+
+    def pod_template(chart_dir: Path) -> dict[str, Any]:
+        rendered = charts.render(chart_dir, pinned, name="orders", namespace=NAMESPACE)
+        (deployment,) = [d for d in charts.documents(rendered) if d["kind"] == "Deployment"]
+        template: dict[str, Any] = deployment["spec"]["template"]
+        return template
+
+    assert pod_template(bumped) == pod_template(CHART_DIR)

@@ -37,6 +37,21 @@ app.kubernetes.io/part-of: eventhub-balancer
 {{- end }}
 
 {{/*
+Labels on the consumer pods: those of every object but the chart's version. A label in the pod
+template that changes with the chart alone would roll every pod on a chart upgrade that
+changes nothing they run, and move every partition once.
+*/}}
+{{- define "eventhub-consumer.podLabels" -}}
+{{ include "eventhub-consumer.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: eventhub-balancer
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
 Labels that select the consumer pods (the EventHubConsumer's selector, the PDB's): stable
 across upgrades.
 */}}
