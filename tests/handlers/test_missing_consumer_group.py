@@ -40,6 +40,8 @@ async def test_a_missing_consumer_group_is_said_in_one_condition_and_ready_is_fa
     memory = memories.Memory()
 
     await test_cycles.cycle(kube, hubs, memory, now=0)
+    for pod in ("a", "b"):  # each applies its generation, and reports its partitions failing
+        kube.apply_generation(NS, pod)
 
     reachable = kube.condition(NS, NAME, "EventHubReachable")
     assert (reachable["status"], reachable["reason"]) == ("False", "ConsumerGroupNotFound")

@@ -186,6 +186,20 @@ def acknowledged(observation: observations.Observation, pod: str) -> observation
     return dataclasses.replace(observation, configmaps=tuple(maps))
 
 
+def applying(observation: observations.Observation, pod_name: str) -> observations.Observation:
+    """``pod_name`` applied the generation its ConfigMap gives it (what `ehb consume` writes)."""
+    maps = []
+    for cm in observation.configmaps:
+        cm = copy.deepcopy(dict(cm))
+        if cm["data"].get(configmaps.KEY_POD) == pod_name:
+            generation = podassignments.parse_data(cm["data"]).generation
+            cm["metadata"].setdefault("annotations", {})[
+                configmaps.ANNOTATION_APPLIED_GENERATION
+            ] = configmaps.build_applied_generation(generation)
+        maps.append(cm)
+    return dataclasses.replace(observation, configmaps=tuple(maps))
+
+
 def assignment(observation: observations.Observation) -> dict[str, dict[str, tuple[int, str]]]:
     """pod -> {partition: (epoch, state)} as the observed ConfigMaps say."""
     result: dict[str, dict[str, tuple[int, str]]] = {}

@@ -45,7 +45,9 @@ def test_checkpoint_epochs_are_a_floor_for_the_new_owners() -> None:
 
 
 def test_a_steady_state_decides_no_write_and_no_second_read() -> None:
-    observation = started(pod("a"), pod("b"))
+    # Steady: each pod applied what it was given (`ehb consume` says so within a second).
+    observation = bodies.applying(started(pod("a"), pod("b")), "a")
+    observation = bodies.applying(observation, "b")
     decision = bodies.decide(observation, now=at(5))
     assert not decision.needs_checkpoints
     assert (decision.epochs, decision.writes.count, decision.status, decision.events) == (

@@ -388,6 +388,15 @@ class FakeKube:
         )
         self._store("configmap", namespace, cm)
 
+    def apply_generation(self, namespace: str, pod: str) -> None:
+        """What a pod's runtime does once it runs what its ConfigMap gives it: say so."""
+        cm = self.configmap_of(namespace, pod)
+        generation = podassignments.parse_data(cm["data"]).generation
+        cm["metadata"].setdefault("annotations", {})[configmaps.ANNOTATION_APPLIED_GENERATION] = (
+            configmaps.build_applied_generation(generation)
+        )
+        self._store("configmap", namespace, cm)
+
     def assignment(self, namespace: str) -> dict[str, dict[str, tuple[int, str]]]:
         """pod -> {partition: (epoch, state)} as the ConfigMaps say."""
         result: dict[str, dict[str, tuple[int, str]]] = {}

@@ -191,6 +191,9 @@ def _decide(
         annotate_pods=observation.annotate_pods,
     )
     planned = kubeevents.with_squat_events(derived.writes, observation.body, now=now)
+    silent = conditions.unapplied(
+        current=fleet.current, assignment=plan.assignment, pods=states, wall=wall
+    )
     concluded = conditions.build(
         plan=plan,
         pods=states,
@@ -204,6 +207,7 @@ def _decide(
         previous=previous,
         ready_count=fleet.ready,
         pod_scope=observation.pod_scope,
+        unapplied=silent,
     )
     concluded += conflicts.cleared(previous)
     events = kubeevents.build(
@@ -274,7 +278,7 @@ def _decide(
             notready=fleet.notready,
             spec=spec,
             wall=wall,
-            held=(*back.lost_held.values(), *confirm_at),
+            held=(*back.lost_held.values(), *confirm_at, *silent.due),
         ),
     )
     quiet = (
@@ -292,7 +296,7 @@ def _decide(
         notready=fleet.notready,
         spec=spec,
         wall=wall,
-        held=(*back.lost_held.values(), *confirm_at),
+        held=(*back.lost_held.values(), *confirm_at, *silent.due),
     )
     return dataclasses.replace(
         decision, settled_until=until, resource_version=decisions.version(observation)

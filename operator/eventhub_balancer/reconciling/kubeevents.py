@@ -171,6 +171,12 @@ def build(
             and conditions.was_false(previous, c)
         ):
             events.append(KubeEvent(reason="EventHubReachable", message=c.message))
+        elif (
+            c.type == conditiontypes.READY
+            and c.reason == "AssignmentNotApplied"
+            and conditions.changed(previous, c)
+        ):
+            events.append(KubeEvent(reason=c.reason, message=c.message, type="Warning"))
         elif c.type == conditiontypes.PAUSED and conditions.changed(previous, c):
             events += pause_events(c, previous=previous)
     events += trouble_events(troubles or {}, previous=previous, assignment=plan.assignment)

@@ -39,14 +39,15 @@ RECONCILING = "Reconciling"
 STALLED = "Stalled"
 
 #: Ready reasons that wait for a person: the spec is invalid or overlaps another consumer's,
-#: Event Hubs or the checkpoint store cannot be used as the spec names them, or every partition
-#: fails in the handler.
+#: Event Hubs or the checkpoint store cannot be used as the spec names them, every partition
+#: fails in the handler, or pods that hold partitions never apply them (not consumers).
 STALLED_READY_REASONS = frozenset(
     {
         "InvalidSpec",
         "EventHubUnusable",
         "CheckpointStoreUnusable",
         "AllPartitionsFailing",
+        "AssignmentNotApplied",
         conflicts.REASON,
         conflicts.REASON_SHARED,
         conflicts.REASON_BOUND,

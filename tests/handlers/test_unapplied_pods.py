@@ -1,0 +1,43 @@
+"""A pod the selector matches that is not a consumer: through cycles over the in-memory API,
+Ready turns False a minute after it was given partitions it never applied, with one Warning,
+and the cycle comes back for that moment by itself."""
+
+from __future__ import annotations
+
+from eventhub_balancer.handlers import memories
+from eventhub_balancer.reconciling import conditions
+from tests.handlers import test_cycles
+from tests.handlers.test_cycles import NAME, NS
+from tests.support import fakes
+
+
+async def test_a_pod_that_never_applies_turns_ready_false_once_and_for_as_long_as_it_lasts() -> (
+    None
+):
+    kube = test_cycles.make_kube()
+    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    memory = memories.Memory()
+    await test_cycles.cycle(kube, hubs, memory, now=0)
+    kube.apply_generation(NS, "a")  # a runs `ehb consume`; b is the producer's pod
+    result = await test_cycles.cycle(kube, hubs, memory, now=5)
+    assert result.writes == 0
+    assert kube.condition(NS, NAME, "Ready")["reason"] == "AllPartitionsOwned"
+    # Nothing else will wake it: the decision names the moment b's silence comes due.
+    assert result.decision.next_in == conditions.UNAPPLIED_SECONDS - 5
+
+    await test_cycles.cycle(kube, hubs, memory, now=conditions.UNAPPLIED_SECONDS)
+    ready = kube.condition(NS, NAME, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "AssignmentNotApplied")
+    assert ready["message"].startswith("pod b holds 2 of 4 partitions")
+    warnings = [(e["reason"], e["type"]) for e in kube.events if e["type"] == "Warning"]
+    assert warnings == [("AssignmentNotApplied", "Warning")]
+
+    # It stands: no write, no Event, however many cycles.
+    calls = len(kube.calls)
+    for now in (65, 70, 300, 600):
+        assert (await test_cycles.cycle(kube, hubs, memory, now=now)).writes == 0
+    assert len(kube.calls) == calls
+
+    kube.apply_generation(NS, "b")  # the selector fixed, or the pod given its Role
+    await test_cycles.cycle(kube, hubs, memory, now=601)
+    assert kube.condition(NS, NAME, "Ready")["reason"] == "AllPartitionsOwned"

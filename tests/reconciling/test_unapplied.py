@@ -1,0 +1,93 @@
+"""A pod that holds partitions but never applies its assignment processes nothing: Ready
+must not say that every partition is owned.
+
+The selector matches a workload that is not a consumer (``app: orders`` on the producer's
+pods too), or the consumer pods cannot read or patch their ConfigMaps: those pods are Ready,
+the planner gives them partitions, and nothing reads them. A consumer pod applies its
+ConfigMap within a second (`ehb consume` acknowledges with the annotation
+``eventhub-balancer.dev/applied-generation``).
+
+Pure: observations built from bodies, decided with a fixed ``now``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+from eventhub_balancer.contracts import configmaps, podstates
+from eventhub_balancer.reconciling import conditions, observations
+from tests.reconciling import bodies
+from tests.reconciling.bodies import at, pod
+
+
+def ready_at(observation: observations.Observation, seconds: float) -> tuple[str, str, str]:
+    decision = bodies.decide(observation, now=at(seconds))
+    found = {c["type"]: c for c in bodies.applied(observation, decision).status["conditions"]}
+    return found["Ready"]["status"], found["Ready"]["reason"], found["Ready"]["message"]
+
+
+def given_out() -> observations.Observation:
+    """Pods a (a consumer) and b (not one) each given two partitions at 0; a applied its own."""
+    observation = bodies.observe(pods=[pod("a"), pod("b")])
+    seen, decision = bodies.decide_fully(observation, now=at(0))
+    after = bodies.applied(seen, decision)
+    assert bodies.assignment(after) == {
+        "a": {"0": (1, "owned"), "1": (1, "owned")},
+        "b": {"2": (1, "owned"), "3": (1, "owned")},
+    }
+    return bodies.applying(after, "a")
+
+
+def test_a_ready_pod_that_never_applies_its_assignment_makes_ready_false() -> None:
+    after = given_out()
+    # Within the limit, b may still be on its way: Ready as before.
+    assert ready_at(after, 5)[:2] == ("True", "AllPartitionsOwned")
+    status, reason, message = ready_at(after, conditions.UNAPPLIED_SECONDS + 1)
+    assert (status, reason) == ("False", "AssignmentNotApplied")
+    # What to change, with the pod named and what it holds.
+    assert message.startswith(
+        "pod b holds 2 of 4 partitions but has not applied its assignment ConfigMap within "
+        "60 s: nothing reads them."
+    )
+    assert "spec.selector (app=c)" in message
+    assert "list, watch and patch on configmaps" in message
+    # It waits for a person: Stalled, which kstatus and Argo CD read.
+    decision = bodies.decide(after, now=at(61))
+    found = {c["type"]: c for c in bodies.applied(after, decision).status["conditions"]}
+    assert (found["Stalled"]["status"], found["Stalled"]["reason"]) == (
+        "True",
+        "AssignmentNotApplied",
+    )
+    # One Warning when it starts, none while it stands.
+    assert [(e.reason, e.type) for e in decision.events] == [("AssignmentNotApplied", "Warning")]
+    again = bodies.decide(bodies.applied(after, decision), now=at(66))
+    assert again.events == ()
+    assert again.status == {}
+
+
+def test_the_decision_comes_back_when_the_silence_comes_due() -> None:
+    decision = bodies.decide(given_out(), now=at(5))
+    assert decision.next_in is not None
+    assert decision.next_in <= conditions.UNAPPLIED_SECONDS - 5
+    assert decision.settled_until == podstates.to_seconds(at(conditions.UNAPPLIED_SECONDS))
+
+
+def test_once_the_pod_applies_ready_is_true_again() -> None:
+    after = given_out()
+    decision = bodies.decide(after, now=at(61))
+    later = bodies.applying(bodies.applied(after, decision), "b")
+    assert ready_at(later, 62)[:2] == ("True", "AllPartitionsOwned")
+
+
+def test_a_pod_that_applied_an_earlier_generation_is_a_consumer_on_its_way() -> None:
+    # Applied once: it runs `ehb consume` and can patch; a new generation not yet applied is
+    # a hand-off under way, not a pod that reads nothing.
+    after = bodies.applying(given_out(), "b")
+    maps = []
+    for cm in after.configmaps:
+        cm = copy.deepcopy(dict(cm))
+        cm["data"][configmaps.KEY_GENERATION] = str(int(cm["data"][configmaps.KEY_GENERATION]) + 1)
+        maps.append(cm)
+    after = dataclasses.replace(after, configmaps=tuple(maps))
+    assert ready_at(after, 600)[:2] == ("True", "AllPartitionsOwned")
