@@ -190,6 +190,9 @@ class LastCheckpoint:
         )
         return self.checkpoint
 
+    async def keep(self, partition: str) -> consumerfakes.FakeCheckpoint | None:
+        return self.checkpoint
+
     def release(self, partition: str) -> None:
         return None
 

@@ -98,6 +98,12 @@ class FakeStoreHandle:
         self.store.history.setdefault(partition, []).append(sequence_number)
         return written
 
+    async def keep(self, partition: str) -> FakeCheckpoint | None:
+        """The stored checkpoint, if we fenced it (this fake's blobs are never deleted)."""
+        if (self.owner, partition) not in self.store.fenced:
+            return None
+        return self.store.blobs.get(partition)
+
     def release(self, partition: str) -> None:
         self.store.fenced.pop((self.owner, partition), None)
 

@@ -280,6 +280,31 @@ class CheckpointStore:
                     "412 ConditionNotMet (changed since our last write)", at_most=pause
                 )
 
+    async def keep(self, partition: str) -> Checkpoint | None:
+        """Our last checkpoint of a partition, written again when its blob is gone.
+
+        For a release with nothing new to write: a blob deleted since our last write (by
+        hand, or with its container) would send the next owner to the start position, though
+        we know where the partition stands. One read when the blob is there (it is returned,
+        whoever holds it); None when we hold no checkpoint of the partition.
+        """
+        mine = self._owned.get(partition)
+        if mine is None:
+            return None
+        current = await self.read(partition)
+        if current is not None:
+            return current
+        logger.warning(
+            "partition %s: checkpoint blob %s is gone; writing our last checkpoint (sequence "
+            "number %d) again",
+            partition,
+            self.blob_name(partition),
+            mine.sequence_number,
+        )
+        return await self.update(
+            partition, offset=mine.offset, sequence_number=mine.sequence_number
+        )
+
     async def _take_over(
         self, partition: str, epoch: int, read: Checkpoint, budget: retrying.Budget
     ) -> Checkpoint | None:

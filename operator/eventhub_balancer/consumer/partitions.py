@@ -157,7 +157,7 @@ class PartitionWorker:
         self._last_checkpoint = _now()
         #: The checkpoint write in flight: it overlaps waiting for the next batch, never the
         #: next batch's handler (that would let a crash repeat two batches).
-        self._writing: asyncio.Task[None] | None = None
+        self._writing: asyncio.Task[bool] | None = None
 
     # -- control
 
@@ -256,7 +256,10 @@ class PartitionWorker:
             # Stop receiving first: nothing new reaches the handler after the release started.
             await receiver.close()
             receiver = None
-            await self._checkpoint()
+            if not await self._checkpoint():
+                # Nothing new to write: the blob may have gone since our last write (deleted
+                # by hand, or with its container); the next owner would start over.
+                await self.store.keep(self.partition)
             self.store.release(self.partition)
             logger.info(
                 FINAL_CHECKPOINT,
@@ -337,13 +340,13 @@ class PartitionWorker:
         if writing is not None:
             await writing
 
-    async def _checkpoint(self, *, wait_previous: bool = True) -> None:
-        """Write the last processed event's position, unless it is written already."""
+    async def _checkpoint(self, *, wait_previous: bool = True) -> bool:
+        """Write the last processed event's position, unless it is written already (False)."""
         if wait_previous:
             await self._await_writing()
         event = self._processed
         if event is None or event.sequence_number == self._checkpointed_sequence:
-            return
+            return False
         await self.store.update(
             self.partition, offset=event.offset, sequence_number=event.sequence_number
         )
@@ -352,6 +355,7 @@ class PartitionWorker:
         self.stats.checkpoints += 1
         self.stats.checkpointed_sequence_number = event.sequence_number
         self.stats.checkpoint_time = time.time()
+        return True
 
 
 def _now() -> float:

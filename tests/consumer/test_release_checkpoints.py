@@ -1,0 +1,67 @@
+"""The final checkpoint of a release: written when it is new, else the stored one kept.
+
+A release with nothing new to write asks the store to keep the last checkpoint (one read,
+and a write only when the blob is gone: ``wire/test_deleted_checkpoints.py`` deletes it on
+Azurite); a release that writes its final checkpoint asks nothing more. Fake loop time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from eventhub_balancer.consumer import metrics, partitions
+from tests.support import consumerfakes
+
+pytestmark = pytest.mark.looptime
+
+
+class Keeping(consumerfakes.FakeStoreHandle):
+    """A store handle that counts the calls to `keep`."""
+
+    def __init__(self, store: consumerfakes.FakeStore, owner: str) -> None:
+        super().__init__(store, owner)
+        self.keeps = 0
+
+    async def keep(self, partition: str) -> consumerfakes.FakeCheckpoint | None:
+        self.keeps += 1
+        return await super().keep(partition)
+
+
+async def released_after_three_events(interval: float) -> tuple[Keeping, list[int]]:
+    hub = consumerfakes.FakeHub()
+    store = consumerfakes.FakeStore()
+    handle = Keeping(store, "pod-a")
+    recorder = consumerfakes.Recorder()
+    worker = partitions.PartitionWorker(
+        partition="0",
+        epoch=1,
+        consumer="orders",
+        pod="pod-a",
+        store=handle,
+        open_receiver=hub.open,
+        resolve_start=consumerfakes.resolve_nothing,
+        processor=recorder,
+        settings=partitions.BatchSettings(
+            batch_size=10, max_wait=0.05, checkpoint_interval=interval
+        ),
+        stats=metrics.PartitionStats(),
+    )
+    task = asyncio.create_task(worker.run())
+    hub.append("0", 3)
+    await consumerfakes.eventually(lambda: len(recorder.done) == 3)
+    await asyncio.sleep(1)  # an interval of 0 has written the batch's checkpoint by now
+    worker.release()
+    assert await task == "released"
+    return handle, store.history["0"]
+
+
+async def test_a_release_that_writes_its_final_checkpoint_reads_nothing_more() -> None:
+    handle, written = await released_after_three_events(interval=3600)
+    assert (written, handle.keeps) == ([2], 0)
+
+
+async def test_a_release_with_nothing_new_keeps_the_stored_checkpoint() -> None:
+    handle, written = await released_after_three_events(interval=0)
+    assert (written, handle.keeps) == ([2], 1)
