@@ -33,6 +33,10 @@ HELP = "run the operator: balance every EventHubConsumer's partitions over its p
 #: each waits out its timeout on every attempt the client makes (four of 15 s), and the
 #: operator outlived its SIGTERM by a minute instead of the seconds its daemons take.
 EXIT_SECONDS = 1.0
+#: kopf's logger of the objects it handles. Its INFO lines are one per watch event (each watch
+#: handler's success, ``Handler '...pod_changed' succeeded.``), for every pod of the namespaces
+#: served, other workloads' included: below -vv they are not shown, its warnings and errors are.
+KOPF_OBJECTS_LOGGER = "kopf.objects"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -269,6 +273,8 @@ def run(args: argparse.Namespace) -> int:
     # The flags that need no cluster are checked before anything connects.
     for check in (endpoint_policy, bindings, pod_scope):
         check(args)
+    if not logging.getLogger().isEnabledFor(logging.DEBUG):
+        logging.getLogger(KOPF_OBJECTS_LOGGER).setLevel(logging.WARNING)
     api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
     reviews = None if args.metrics_insecure else accessreviews.AccessReviews(api.configuration)
     try:

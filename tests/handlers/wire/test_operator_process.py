@@ -1,18 +1,20 @@
-"""``ehb operator`` as a process: SIGTERM ends it within its bound, whatever the API server does.
+"""``ehb -v operator`` as a process, as the chart runs it: how it stops, and what it logs.
 
-The operator runs as the command does (its own process, its own signal handling), against the
-local API server and the Event Hubs emulator. Kubernetes kills a pod that has not exited
-30 s after its SIGTERM (``terminationGracePeriodSeconds``), and a standalone operator is
+The operator runs as the command does (its own process, its own signal handling and logging),
+against the local API server and the Event Hubs emulator. Kubernetes kills a pod that has not
+exited 30 s after its SIGTERM (``terminationGracePeriodSeconds``), and a standalone operator is
 replaced with the ``Recreate`` strategy: each second the old one lingers, no consumer is
 balanced.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from tests.support.fixtures.operator import Stack, wait_for
@@ -22,19 +24,16 @@ from tests.support.fixtures.operator import Stack, wait_for
 EXIT_BOUND_SECONDS = 12.0
 
 
-def test_sigterm_while_the_api_server_hangs_exits_within_the_bound(
-    operator_stack: Stack, namespace: str, tmp_path: Path
-) -> None:
-    """A control plane that stops answering (an upgrade, a partition) while the operator is
-    rolled: the requests in flight wait out their timeouts, which the client retries (four
-    attempts of 15 s). The operator stopped 58 s after its SIGTERM, all of it waiting for
-    answers nobody would read."""
-    stack, ns = operator_stack, namespace
-    stack.secret(ns)
-    stack.consumer(ns)
+@contextlib.contextmanager
+def operator_process(
+    stack: Stack, namespace: str, log_path: Path
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``ehb -v operator -n NAMESPACE`` (the chart's ``logVerbosity: 1``), its output in
+    ``log_path``, balancing two pods of consumer ``orders``; killed at the end."""
+    stack.secret(namespace)
+    stack.consumer(namespace)
     for i in range(2):
-        stack.pod(ns, f"c-{i}")
-    log_path = tmp_path / "operator.log"
+        stack.pod(namespace, f"c-{i}")
     with log_path.open("w") as log:
         process = subprocess.Popen(
             [
@@ -44,7 +43,7 @@ def test_sigterm_while_the_api_server_hangs_exits_within_the_bound(
                 "-v",
                 "operator",
                 "-n",
-                ns,
+                namespace,
                 "--kubeconfig",
                 str(stack.kubeconfig),
                 "--metrics-insecure",
@@ -59,26 +58,65 @@ def test_sigterm_while_the_api_server_hangs_exits_within_the_bound(
         )
     try:
         wait_for(
-            lambda: sorted(stack.counts(ns).values()) == [16, 16] and stack.balanced(ns),
+            lambda: (
+                sorted(stack.counts(namespace).values()) == [16, 16] and stack.balanced(namespace)
+            ),
             timeout=60,
             what="balanced by the operator process",
         )
-        stack.kube.pause()
-        # The pods are listed afresh every 10 s: that LIST is in flight, unanswered.
-        time.sleep(11.0)
-        stopping = time.monotonic()
-        process.send_signal(signal.SIGTERM)
-        try:
-            code: int | None = process.wait(timeout=EXIT_BOUND_SECONDS)
-        except subprocess.TimeoutExpired:
-            code = None
-        took = time.monotonic() - stopping
+        yield process
     finally:
-        stack.kube.resume()
         process.kill()
         process.wait(timeout=60)
+
+
+def test_sigterm_while_the_api_server_hangs_exits_within_the_bound(
+    operator_stack: Stack, namespace: str, tmp_path: Path
+) -> None:
+    """A control plane that stops answering (an upgrade, a partition) while the operator is
+    rolled: the requests in flight wait out their timeouts, which the client retries (four
+    attempts of 15 s). The operator stopped 58 s after its SIGTERM, all of it waiting for
+    answers nobody would read."""
+    stack, log_path = operator_stack, tmp_path / "operator.log"
+    with operator_process(stack, namespace, log_path) as process:
+        stack.kube.pause()
+        try:
+            # The pods are listed afresh every 10 s: that LIST is in flight, unanswered.
+            time.sleep(11.0)
+            stopping = time.monotonic()
+            process.send_signal(signal.SIGTERM)
+            try:
+                code: int | None = process.wait(timeout=EXIT_BOUND_SECONDS)
+            except subprocess.TimeoutExpired:
+                code = None
+            took = time.monotonic() - stopping
+        finally:
+            stack.kube.resume()
     output = log_path.read_text()
     print(f"exited with {code} {took:.1f} s after SIGTERM")
     assert code == 0, f"still running {took:.1f} s after SIGTERM:\n{output[-3000:]}"
     assert took < EXIT_BOUND_SECONDS
     assert "requests still in flight" in output
+
+
+def test_watch_events_write_no_line_at_info(
+    operator_stack: Stack, namespace: str, tmp_path: Path
+) -> None:
+    """The operator watches every pod of the namespaces it serves (cluster-wide, with the
+    chart's defaults), and kopf logged each watch handler's success at INFO: one line per
+    event, ``Handler 'build_registry.<locals>.pod_changed' succeeded.``, for pods of other
+    workloads too, so that what the operator did drowned in what it was told. What it does
+    is still logged: a pod's partitions moving, one line each."""
+    stack, log_path = operator_stack, tmp_path / "operator.log"
+    with operator_process(stack, namespace, log_path):
+        before = len(log_path.read_text().splitlines())
+        for i in range(20):  # another workload's pods, which the operator watches and ignores
+            stack.pod(namespace, f"web-{i}", app="web")
+        stack.delete_pod(namespace, "c-1")
+        wait_for(lambda: stack.counts(namespace) == {"c-0": 32}, what="c-1's partitions moved")
+        time.sleep(1.0)  # the watch events of the last writes
+        lines = log_path.read_text().splitlines()[before:]
+    print("\n".join(lines[:40]))
+    told = [line for line in lines if " kopf.objects: " in line and "succeeded" in line]
+    assert told == [], f"{len(told)} lines of watch events, e.g. {told[:3]}"
+    assert sum("c-1 -> c-0" in line for line in lines) == 16
