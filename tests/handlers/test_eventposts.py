@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 
 from eventhub_balancer import errors
-from eventhub_balancer.handlers import cycles, eventposts, memories, metrics, registering
+from eventhub_balancer.handlers import (
+    cycles,
+    eventposts,
+    kopfwiring,
+    memories,
+    metrics,
+    registering,
+)
 from tests.handlers.test_cycles import NAME, NS, at, make_kube
 from tests.support import fakes
 
@@ -218,3 +225,37 @@ async def test_handed_over_events_are_counted_once_as_they_are_posted() -> None:
     operator.events.post(event("Late"))
     assert await operator.events.flushed(limit_seconds=10)
     assert f"{sample} 2.0" in registry.exposition().decode()
+
+
+async def test_the_events_of_a_consumer_deleted_meanwhile_are_not_posted() -> None:
+    """A consumer deleted while its Events wait (an API server slow to take them, a burst):
+    they were posted after it was gone, about an object nobody can describe any more, and
+    into a namespace being deleted each failed with a warning. The Event being posted goes
+    out; those of another consumer, or of a consumer made anew under the same name, stay."""
+    gate = asyncio.Event()
+    api = SlowEvents(gate=gate)
+    kube = make_kube()
+    kube.create_event = api.create_event  # type: ignore[method-assign]
+    operator = registering.Operator(
+        kube=kube, hubs=fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    )
+    registry = kopfwiring.build_registry(operator)
+    [watching] = [
+        h for h in registry._watching.get_all_handlers() if h.id.endswith("consumer_changed")
+    ]
+
+    def about(reason: str, name: str, uid: str) -> dict[str, Any]:
+        meta = {"namespace": NS, "name": name, "uid": uid}
+        return {"metadata": {"namespace": NS}, "involvedObject": meta, "reason": reason}
+
+    operator.events.post(about("InFlight", NAME, "u-1"))
+    await asyncio.sleep(0)  # the first post is under way
+    operator.events.post(about("Moved", NAME, "u-1"))
+    operator.events.post(about("Other", "billing", "u-2"))
+    operator.events.post(about("Revoked", NAME, "u-1"))
+    deleted = {"metadata": {"namespace": NS, "name": NAME, "uid": "u-1"}}
+    await watching.fn(body=deleted, type="DELETED", namespace=NS, name=NAME)
+    operator.events.post(about("Anew", NAME, "u-3"))  # a consumer made anew, same name
+    gate.set()
+    assert await operator.events.flushed(limit_seconds=10)
+    assert api.posted == ["InFlight", "Other", "Anew"]

@@ -11,7 +11,8 @@ than one turn of the server from a cycle.
 The queue is bounded: at most `MAX_QUEUED` Events wait, and the ones handed beyond that are
 dropped, counted and logged once per burst: when the burst begins, and with how many were
 dropped once the queue is posted. When the operator stops, what is queued is posted
-within `STOP_SECONDS`. An Event lost to a crash is what a failed post always was: lost, and
+within `STOP_SECONDS`. The Events waiting about an EventHubConsumer that was deleted are
+dropped (`Poster.withdraw`). An Event lost to a crash is what a failed post always was: lost, and
 logged where it could be.
 """
 
@@ -79,6 +80,15 @@ class Poster:
         self._queue.append(body)
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run(), name="ehb-event-posts")
+
+    def withdraw(self, uid: str) -> int:
+        """Drop the Events waiting about the object ``uid`` (an EventHubConsumer deleted:
+        nobody can describe it any more); the one being posted goes out. How many."""
+        waiting = len(self._queue)
+        self._queue = collections.deque(
+            body for body in self._queue if (body.get("involvedObject") or {}).get("uid") != uid
+        )
+        return waiting - len(self._queue)
 
     async def _run(self) -> None:
         while self._queue:

@@ -177,7 +177,7 @@ def build_registry(runtime: registering.Operator) -> kopf.OperatorRegistry:
         runtime.observed(shelves.CONSUMERS, body, kwargs["type"])
         key = (kwargs["namespace"], kwargs["name"])
         if kwargs["type"] == "DELETED":
-            runtime.consumer_deleted(key)
+            runtime.consumer_deleted(key, uid=(body.get("metadata") or {}).get("uid"))
         else:
             generation = (body.get("metadata") or {}).get("generation")
             runtime.consumer_changed(key, generation=generation)

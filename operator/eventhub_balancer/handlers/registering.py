@@ -131,9 +131,12 @@ class Operator:
         if memory is not None and generation != memory.generation:
             memory.wake.set()
 
-    def consumer_deleted(self, key: Key) -> None:
+    def consumer_deleted(self, key: Key, *, uid: str | None = None) -> None:
         """Another consumer may have been refused (`Conflict`) for overlapping this one: every
-        other consumer looks again now, not at its next interval (deletions are rare)."""
+        other consumer looks again now, not at its next interval (deletions are rare). The
+        Events still waiting about it (``uid``) are not posted."""
+        if uid:
+            self.events.withdraw(uid)
         for other in list(self.consumers):
             if other != key:
                 self.wake(other)
