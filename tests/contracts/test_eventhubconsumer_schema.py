@@ -87,7 +87,7 @@ def test_names_and_shape(crd: dict[str, Any]) -> None:
     assert version["name"] == "v1alpha1"
     assert version["subresources"] == {"status": {}}
     columns = [c["name"] for c in version["additionalPrinterColumns"]]
-    assert columns == ["Partitions", "Pods", "Failing", "Balanced", "Ready", "Age"]
+    assert columns == ["Partitions", "Pods", "Failing", "Balanced", "Ready", "Reason", "Age"]
 
 
 def _fields(node: dict[str, Any], path: str) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -59,7 +59,7 @@ def test_a_missing_group_is_one_condition_one_warning_and_ready_false(
     assert warnings.count("ConsumerGroupNotFound") == 1, warnings
     assert len(warnings) == len(set(warnings)), warnings  # each Warning posted once
     header, row = kubectl_get(stack, ns)
-    assert header == ["NAME", "PARTITIONS", "PODS", "FAILING", "BALANCED", "READY", "AGE"]
+    assert header == ["NAME", "PARTITIONS", "PODS", "FAILING", "BALANCED", "READY", "REASON", "AGE"]
     assert row[:6] == ["orders", "32", "2", "0", "True", "False"]
 
     # The pods report what their receivers meet, as the consumer runtime does.

@@ -80,7 +80,7 @@ def test_the_walkthrough_runs_as_written(tmp_path: Path) -> None:
         table = [
             line.split() for line in done.stdout.splitlines() if "orders-eventhub-consumer" in line
         ]
-        # NAME PARTITIONS PODS FAILING BALANCED READY AGE
+        # NAME PARTITIONS PODS FAILING BALANCED READY REASON AGE
         assert ["orders-eventhub-consumer", "32", "2", "0", "True", "True"] in [
             row[:6] for row in table
         ], done.stdout

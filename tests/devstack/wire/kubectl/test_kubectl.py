@@ -61,7 +61,7 @@ def test_apply_the_examples_then_get_wide_and_wait(
     assert "unchanged" in again.stdout
 
     header = kubectl("-n", "shop", "get", "ehc", "-o", "wide").stdout.splitlines()[0].split()
-    assert header == ["NAME", "PARTITIONS", "PODS", "FAILING", "BALANCED", "READY", "AGE"]
+    assert header == ["NAME", "PARTITIONS", "PODS", "FAILING", "BALANCED", "READY", "REASON", "AGE"]
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         waiting = pool.submit(
