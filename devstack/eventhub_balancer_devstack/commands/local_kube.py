@@ -9,6 +9,7 @@ serves until Ctrl-C or SIGTERM.
 from __future__ import annotations
 
 import argparse
+import errno
 import signal
 import sys
 import threading
@@ -72,7 +73,13 @@ def run(args: argparse.Namespace) -> int:
     kind: kubeservers.Kind = "real" if args.real else "local"
     kubeconfig = args.kubeconfig or (DEFAULT_REAL_KUBECONFIG if args.real else DEFAULT_KUBECONFIG)
     api = kubeservers.server(kind, port=args.port, crds_dir=args.crds)
-    api.start()
+    try:
+        api.start()
+    except OSError as e:
+        problem = "is taken" if e.errno == errno.EADDRINUSE else f"cannot be listened on ({e})"
+        raise errors.ConfigurationError(
+            f"--port: 127.0.0.1:{args.port} {problem}: choose another --port, or 0 for a free one"
+        ) from e
     try:
         path = api.write_kubeconfig(kubeconfig, namespace=args.namespace).resolve()
         print(path, flush=True)

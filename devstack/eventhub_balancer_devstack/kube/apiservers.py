@@ -138,6 +138,10 @@ class LocalKubeAPI:
             raise RuntimeError(
                 f"the local Kubernetes API did not start in {START_TIMEOUT} s"
             ) from e
+        except OSError:
+            # A taken port: the caller names the flag that chose it.
+            self._stop_loop(loop)
+            raise
         except BaseException as e:
             self._stop_loop(loop)
             raise RuntimeError("the local Kubernetes API failed to start") from e

@@ -45,3 +45,23 @@ def test_serves_until_sigterm(tmp_path: Path) -> None:
         if process.poll() is None:
             process.kill()
             process.wait(timeout=5)
+
+
+def test_a_taken_port_is_one_line_that_names_the_flag(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = [sys.executable, "-m", "eventhub_balancer", "local", "kube", "--port", str(port)]
+        result = subprocess.run(
+            [*argv, "--kubeconfig", str(tmp_path / "config")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"ehb: error: --port: 127.0.0.1:{port} is taken: choose another --port, or 0 for a free one"
+    ]

@@ -81,3 +81,21 @@ def test_bad_hub_is_a_usage_error() -> None:
     assert result.returncode == 2
     assert "--hub" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_taken_kube_port_names_the_flags(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = [sys.executable, "-m", "eventhub_balancer", "local", "up", "--hub", "orders=2"]
+        argv += ["--eventhubs-port=0", "--blob-port=0", f"--kube-port={port}"]
+        result = subprocess.run(
+            [*argv, f"--state-dir={tmp_path}"], capture_output=True, text=True, timeout=60
+        )
+    assert result.returncode == 1
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("ehb: error: cannot start the local stack: ")
+    assert "choose others with --eventhubs-port/--blob-port/--kube-port" in line
