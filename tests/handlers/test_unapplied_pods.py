@@ -4,8 +4,11 @@ and the cycle comes back for that moment by itself."""
 
 from __future__ import annotations
 
+import contextlib
+
+from eventhub_balancer import errors
 from eventhub_balancer.handlers import memories
-from eventhub_balancer.reconciling import conditions
+from eventhub_balancer.reconciling import silences
 from tests.handlers import test_cycles
 from tests.handlers.test_cycles import NAME, NS
 from tests.support import fakes
@@ -23,9 +26,9 @@ async def test_a_pod_that_never_applies_turns_ready_false_once_and_for_as_long_a
     assert result.writes == 0
     assert kube.condition(NS, NAME, "Ready")["reason"] == "AllPartitionsOwned"
     # Nothing else will wake it: the decision names the moment b's silence comes due.
-    assert result.decision.next_in == conditions.UNAPPLIED_SECONDS - 5
+    assert result.decision.next_in == silences.UNAPPLIED_SECONDS - 5
 
-    await test_cycles.cycle(kube, hubs, memory, now=conditions.UNAPPLIED_SECONDS)
+    await test_cycles.cycle(kube, hubs, memory, now=silences.UNAPPLIED_SECONDS)
     ready = kube.condition(NS, NAME, "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "AssignmentNotApplied")
     assert ready["message"].startswith("pod b holds 2 of 4 partitions")
@@ -41,3 +44,34 @@ async def test_a_pod_that_never_applies_turns_ready_false_once_and_for_as_long_a
     kube.apply_generation(NS, "b")  # the selector fixed, or the pod given its Role
     await test_cycles.cycle(kube, hubs, memory, now=601)
     assert kube.condition(NS, NAME, "Ready")["reason"] == "AllPartitionsOwned"
+
+
+async def test_a_pod_whose_configmap_the_api_refuses_turns_ready_false_not_all_owned() -> None:
+    """A pod joins, b releases a partition for it, and the API server refuses the new pod's
+    ConfigMap (a ResourceQuota on configmaps, say) on every attempt: the record gives the
+    partition to c, which is never told; nothing reads it."""
+    kube = test_cycles.make_kube()
+    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    memory = memories.Memory()
+    await test_cycles.cycle(kube, hubs, memory, now=0)
+    for pod in ("a", "b"):
+        kube.apply_generation(NS, pod)
+    kube.add_pod(NS, "c", labels={"app": "c"}, since=test_cycles.at(6))
+    refused = errors.Forbidden('configmaps "ehb-orders-c" is forbidden: exceeded quota: cms')
+    kube.fail("create_configmap", refused, times=1_000)
+    for now in range(10, 200, 10):
+        with contextlib.suppress(errors.Forbidden):
+            await test_cycles.cycle(kube, hubs, memory, now=now)
+        kube.acknowledge(NS, "b")
+        kube.apply_generation(NS, "b")
+    assert "c" not in kube.assignment(NS)
+    assert {e["pod"] for e in kube.status(NS, NAME)["assignment"] if e["partition"] == "3"} == {"c"}
+    ready = kube.condition(NS, NAME, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "AssignmentNotWritten")
+    assert ready["message"].startswith(
+        "pod c holds 1 of 4 partitions, but the operator has not written its assignment "
+        "ConfigMap within 60 s: nothing reads them."
+    )
+    assert kube.condition(NS, NAME, "Stalled")["status"] == "True"
+    reasons = [e["reason"] for e in kube.events]
+    assert reasons.count("AssignmentNotWritten") == 1

@@ -8,90 +8,12 @@ store keeps the error's own reason, or one naming the dependency for the generic
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 
 from eventhub_balancer import errors
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import conditions, configmaps, podstates, specs, statusbodies
-from eventhub_balancer.reconciling import observations, progress, reports
-
-#: How long a Ready pod may hold partitions without ever applying its assignment ConfigMap
-#: before Ready says that nothing reads them. A consumer pod applies within a second of the
-#: write (a Spark pod is NotReady until its session is warm, then applies); one that has not
-#: after a minute is not running `ehb consume`, or cannot read or patch its ConfigMap.
-UNAPPLIED_SECONDS = 60.0
-#: Pods named in the message; the rest are counted.
-UNAPPLIED_NAMED = 3
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Unapplied:
-    """The Ready owners that never applied their ConfigMap within `UNAPPLIED_SECONDS`, with
-    how many partitions each holds, and when the silence of the others comes due."""
-
-    pods: Mapping[str, int] = dataclasses.field(default_factory=dict)
-    due: tuple[float, ...] = ()
-
-
-def unapplied(
-    *,
-    current: Mapping[str, observations.StoredMap],
-    assignment: Mapping[models.PartitionId, models.Ownership],
-    pods: Mapping[str, podstates.PodState],
-    wall: float,
-) -> Unapplied:
-    """The owners that are Ready, were given partitions `UNAPPLIED_SECONDS` ago or more, and
-    have never said they applied any generation (``current``: each pod's ConfigMap). A pod
-    that applied an earlier generation runs a consumer: a later one on its way is a hand-off,
-    which Balanced and the hand-off timeout cover."""
-    held: dict[str, int] = {}
-    for o in assignment.values():
-        if o.owner is not None:
-            held[o.owner] = held.get(o.owner, 0) + 1
-    flagged: dict[str, int] = {}
-    due: list[float] = []
-    for pod, count in held.items():
-        cm = current.get(pod)
-        state = pods.get(pod)
-        if cm is None or state is None or not state.ready:
-            continue
-        if configmaps.parse_applied_generation(cm.annotations) is not None:
-            continue
-        times = [e.since for e in cm.parsed.partitions.values() if e.since is not None]
-        if not times:
-            continue
-        deadline = podstates.to_seconds(min(times)) + UNAPPLIED_SECONDS
-        if wall >= deadline:
-            flagged[pod] = count
-        else:
-            due.append(deadline)
-    return Unapplied(
-        pods={p: flagged[p] for p in sorted(flagged, key=models.name_key)}, due=tuple(due)
-    )
-
-
-def _unapplied_ready(found: Unapplied, *, partitions: int, selector: str) -> conditions.Condition:
-    """Ready False for pods that hold partitions and read none of them: what to change."""
-    names = list(found.pods)
-    held = sum(found.pods.values())
-    named = ", ".join(names[:UNAPPLIED_NAMED])
-    if len(names) > UNAPPLIED_NAMED:
-        named += f" and {len(names) - UNAPPLIED_NAMED} more"
-    who = f"pod {named} holds" if len(names) == 1 else f"pods {named} hold"
-    its = "its" if len(names) == 1 else "their"
-    return conditions.Condition(
-        type=conditions.READY,
-        status="False",
-        reason="AssignmentNotApplied",
-        message=conditions.shorten(
-            f"{who} {held} of {partitions} partitions but {'has' if len(names) == 1 else 'have'} "
-            f"not applied {its} assignment ConfigMap within {UNAPPLIED_SECONDS:g} s: nothing "
-            f"reads them. A pod that does not run `ehb consume` matches spec.selector "
-            f"({selector}): narrow the selector to the consumer pods; or the pods' "
-            "ServiceAccount lacks list, watch and patch on configmaps (see the pod's log)"
-        ),
-    )
+from eventhub_balancer.contracts import conditions, podstates, specs, statusbodies
+from eventhub_balancer.reconciling import observations, progress, reports, silences
 
 
 def _reason(fault: observations.Fault, *, misconfigured: str, unreachable: str) -> str:
@@ -199,7 +121,7 @@ def build(
     previous: statusbodies.StatusBody | None = None,
     ready_count: int | None = None,
     pod_scope: str = "",
-    unapplied: Unapplied | None = None,
+    silent: silences.Silences | None = None,
 ) -> list[conditions.Condition]:
     """All six conditions, Ready first (Paused last: `progress`, which words Ready and
     Balanced while ``spec.paused`` is true).
@@ -207,7 +129,7 @@ def build(
     A partition its pod reports in trouble still counts as owned for Ready and Balanced:
     the pod is alive and holds it (moving it would carry the fault along); PartitionsFailing
     says what is wrong with it. ``pod_scope`` (the operator's ``--pod-selector``) is named
-    where no pod is found; ``unapplied``: the owners that never applied their ConfigMap.
+    where no pod is found; ``silent``: the owners that say nothing of what they hold.
     """
     # ``ready_count``: the fleet's count of Ready pods (`fleets.Fleet.ready`); else counted here.
     ready_pods = sum(1 for p in pods.values() if p.ready) if ready_count is None else ready_count
@@ -248,8 +170,10 @@ def build(
             reason="NoReadyPods",
             message=f"{len(pods)} pods match spec.selector{watched} but none is Running and Ready",
         )
-    elif unapplied is not None and unapplied.pods:
-        ready = _unapplied_ready(unapplied, partitions=len(partitions), selector=selector)
+    elif (
+        quiet := silences.ready(silent, partitions=len(partitions), selector=selector)
+    ) is not None:
+        ready = quiet
     elif unowned:
         ready = conditions.Condition(
             type=conditions.READY,

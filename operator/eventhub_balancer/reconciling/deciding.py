@@ -47,6 +47,7 @@ from eventhub_balancer.reconciling import (
     readbacks,
     refusals,
     reports,
+    silences,
     statuses,
 )
 
@@ -191,7 +192,7 @@ def _decide(
         annotate_pods=observation.annotate_pods,
     )
     planned = kubeevents.with_squat_events(derived.writes, observation.body, now=now)
-    silent = conditions.unapplied(
+    silent = silences.find(
         current=fleet.current, assignment=plan.assignment, pods=states, wall=wall
     )
     concluded = conditions.build(
@@ -207,7 +208,7 @@ def _decide(
         previous=previous,
         ready_count=fleet.ready,
         pod_scope=observation.pod_scope,
-        unapplied=silent,
+        silent=silent,
     )
     concluded += conflicts.cleared(previous)
     events = kubeevents.build(

@@ -173,7 +173,7 @@ def build(
             events.append(KubeEvent(reason="EventHubReachable", message=c.message))
         elif (
             c.type == conditiontypes.READY
-            and c.reason == "AssignmentNotApplied"
+            and c.reason in ("AssignmentNotApplied", "AssignmentNotWritten")
             and conditions.changed(previous, c)
         ):
             events.append(KubeEvent(reason=c.reason, message=c.message, type="Warning"))

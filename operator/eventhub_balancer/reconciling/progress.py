@@ -40,7 +40,7 @@ STALLED = "Stalled"
 
 #: Ready reasons that wait for a person: the spec is invalid or overlaps another consumer's,
 #: Event Hubs or the checkpoint store cannot be used as the spec names them, every partition
-#: fails in the handler, or pods that hold partitions never apply them (not consumers).
+#: fails in the handler, or pods that hold partitions are never told them or never apply them.
 STALLED_READY_REASONS = frozenset(
     {
         "InvalidSpec",
@@ -48,6 +48,7 @@ STALLED_READY_REASONS = frozenset(
         "CheckpointStoreUnusable",
         "AllPartitionsFailing",
         "AssignmentNotApplied",
+        "AssignmentNotWritten",
         conflicts.REASON,
         conflicts.REASON_SHARED,
         conflicts.REASON_BOUND,
