@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 import sys
 import textwrap
 from collections.abc import Mapping
@@ -24,6 +25,10 @@ VALID_EVENTHUB = (
 )
 
 HANDLERS = {
+    "ehb_good.py": """
+        def process(events, context):
+            return None
+    """,
     "ehb_bad_one_arg.py": """
         def process(events):
             return None
@@ -78,6 +83,33 @@ ROWS = [
         {},
         "ehb consume: error: argument --max-events-per-trigger: '1.5' is not a whole number "
         "(from the flag or env EHB_MAX_EVENTS_PER_TRIGGER) (see ehb consume --help)",
+    ),
+    Row(
+        "seconds that are not a number",
+        (*LOCAL, "--handler", "x:y", "--max-wait", "nan"),
+        {},
+        "ehb consume: error: argument --max-wait: 'nan' is not a finite number (from the flag "
+        "or env EHB_MAX_WAIT) (see ehb consume --help)",
+    ),
+    Row(
+        "endless seconds from the environment",
+        (*LOCAL, "--handler", "x:y"),
+        {"EHB_RELEASE_TIMEOUT": "inf"},
+        "ehb consume: error: argument --release-timeout: 'inf' is not a finite number (from the "
+        "flag or env EHB_RELEASE_TIMEOUT) (see ehb consume --help)",
+    ),
+    Row(
+        "a port past 65535",
+        (*LOCAL, "--handler", "x:y", "--port", "70000"),
+        {},
+        "ehb consume: error: argument --port: '70000' is not a port, 0 to 65535 (from the flag "
+        "or env EHB_PORT) (see ehb consume --help)",
+    ),
+    Row(
+        "a shutdown timeout below zero",
+        (*LOCAL, "--handler", "x:y", "--shutdown-timeout", "-1"),
+        {},
+        "ehb: error: --shutdown-timeout: -1.0 is not positive",
     ),
     Row(
         "a broken kubeconfig",
@@ -236,3 +268,19 @@ def test_every_message_is_one_line_and_names_no_secret() -> None:
     for row in ROWS:
         assert "\n" not in row.message
         assert "SharedAccessKey=k" not in row.message
+
+
+def test_a_taken_port_is_one_line_that_names_the_flag(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = [*LOCAL, "--handler-path", str(workspace), "--handler", "ehb_good:process"]
+        status = cli.main([*argv, "--host", "127.0.0.1", "--port", str(port)])
+    assert capsys.readouterr().err.splitlines() == [
+        f"ehb: error: --port: 127.0.0.1:{port} is taken: give another --port (env EHB_PORT), "
+        "or 0 for a free one"
+    ]
+    assert status == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -12,24 +13,38 @@ from eventhub_balancer import errors
 
 COMMAND = ("consume",)
 HELP = "process the partitions the operator assigns to this pod with your handler"
+#: The highest TCP port.
+MAX_PORT = 65535
 
 
 def _number(kind: type[int] | type[float], env: str) -> Callable[[str], int | float]:
     """An argparse type that reads a flag's value, or its environment variable's: argparse
     parses a string default with the flag's type, so a bad variable fails as a bad flag does,
     in one line that names both (and only for the command that has the flag)."""
-    what = "a whole number" if kind is int else "a number"
+    what = "a whole number" if kind is int else "a finite number"
 
     def parse(raw: str) -> int | float:
         try:
-            return kind(raw)
+            value = kind(raw)
         except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{raw!r} is not {what} (from the flag or env {env})"
-            ) from None
+            value = math.nan
+        # float() takes "nan" and "inf": a wait of NaN or forever seconds is never meant.
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{raw!r} is not {what} (from the flag or env {env})")
+        return value
 
     parse.__name__ = kind.__name__  # argparse names the type in its own messages
     return parse
+
+
+def _port(raw: str) -> int:
+    """``--port``'s type: a whole number a socket can bind (0: a free one)."""
+    port = int(_number(int, "EHB_PORT")(raw))
+    if not 0 <= port <= MAX_PORT:
+        raise argparse.ArgumentTypeError(
+            f"{raw!r} is not a port, 0 to {MAX_PORT} (from the flag or env EHB_PORT)"
+        )
+    return port
 
 
 def _env(name: str, fallback: str) -> str:
@@ -208,7 +223,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     serving.add_argument(
         "--port",
-        type=_number(int, "EHB_PORT"),
+        type=_port,
         default=_env("EHB_PORT", "8080"),
         help="port for /healthz, /readyz, /metrics (env EHB_PORT; default 8080)",
     )
@@ -217,6 +232,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from eventhub_balancer.consumer import launching, partitions, settings, tracing, triggers
 
+    if args.shutdown_timeout <= 0:
+        raise errors.InvalidInput("--shutdown-timeout", f"{args.shutdown_timeout} is not positive")
     in_kubernetes = args.assignment_file is None
     pod, namespace = settings.pod_identity(
         os.environ, pod=args.pod_name, namespace=args.namespace, need_namespace=in_kubernetes

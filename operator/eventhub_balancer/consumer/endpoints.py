@@ -10,12 +10,14 @@ would move every partition it owns, and a poison event with them, through the fl
 
 from __future__ import annotations
 
+import errno
 import logging
 from typing import Final
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from eventhub_balancer import errors
 from eventhub_balancer.consumer import metrics, runtime
 
 logger = logging.getLogger(__name__)
@@ -58,9 +60,27 @@ async def serve(consumer: runtime.Runtime, *, host: str, port: int) -> web.AppRu
     runner = web.AppRunner(application(consumer), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as e:
+        await runner.cleanup()
+        raise errors.ConfigurationError(_unlistenable(host, port, e)) from e
     logger.info("serving /healthz /readyz /metrics on %s:%d", host, bound_port(runner))
     return runner
+
+
+def _unlistenable(host: str, port: int, e: OSError) -> str:
+    """What to change when the endpoints cannot listen: the port, or the address."""
+    if e.errno == errno.EADDRINUSE:
+        return (
+            f"--port: {host}:{port} is taken: give another --port (env EHB_PORT), or 0 for a "
+            "free one"
+        )
+    reason = e.strerror or str(e)
+    return (
+        f"--host: cannot listen on {host}:{port} ({reason}): give an address of this machine "
+        "(env EHB_HOST), or 0.0.0.0 for all of them"
+    )
 
 
 def bound_port(runner: web.AppRunner) -> int:

@@ -110,6 +110,9 @@ async def run(config: settings.ConsumerSettings) -> int:
         trigger_stats=trigger_stats if config.spark else None,
         readiness=None if session is None else session.ready,
     )
+    # Listen first: a taken port stops the pod before a Spark session or a signal handler
+    # is started that would have to be undone.
+    server = await endpoints.serve(consumer, host=config.host, port=config.port)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, consumer.request_shutdown)
@@ -117,7 +120,6 @@ async def run(config: settings.ConsumerSettings) -> int:
         # A session that cannot start (first or again) stops the pod, its partitions released.
         session.on_failed = lambda _: consumer.request_shutdown()
         session.start()
-    server = await endpoints.serve(consumer, host=config.host, port=config.port)
     try:
         await consumer.run()
     finally:
