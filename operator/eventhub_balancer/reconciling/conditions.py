@@ -1,6 +1,17 @@
 """The status conditions a cycle concludes: Ready, Balanced, the two dependencies and
 PartitionsFailing (worded in `reports`).
 
+Ready also says when partitions have owners that read none of them (`Silences`, found by
+`deciding.silences`). The record says who owns what; only the pods can say they read it. A
+consumer pod applies its ConfigMap within a second of the write and says so (the annotation
+``eventhub-balancer.dev/applied-generation``), so a Ready owner that has not, a minute after it
+was given its partitions, reads none of them: its ConfigMap is not there (the operator's
+writes of it are refused: a ResourceQuota on ConfigMaps, an admission policy, the operator's
+RBAC), or it is there and was never applied (the selector also matches another workload's
+pods, or the pods cannot read or patch their ConfigMaps). A pod that applied an earlier
+generation runs a consumer: a later generation on its way is a hand-off, which Balanced and
+the hand-off timeout cover.
+
 Kept apart from the writes so that the wording can change without touching what is written
 when. The reasons are specific (API conventions): a fault of Event Hubs or of the checkpoint
 store keeps the error's own reason, or one naming the dependency for the generic errors.
@@ -8,12 +19,30 @@ store keeps the error's own reason, or one naming the dependency for the generic
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 from eventhub_balancer import errors
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import conditions, podstates, specs, statusbodies
-from eventhub_balancer.reconciling import observations, progress, reports, silences
+from eventhub_balancer.reconciling import observations, progress, reports
+
+#: How long a Ready pod may hold partitions without a word before Ready says nothing reads
+#: them: far above the second a consumer pod takes (a Spark pod is NotReady until its session
+#: is warm, then applies), and above a few retries of a refused write.
+UNAPPLIED_SECONDS = 60.0
+#: Pods named in the message; the rest are counted.
+NAMED = 3
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Silences:
+    """The silent Ready owners past `UNAPPLIED_SECONDS`, each with the partitions it holds, and
+    the moments at which the others' silence comes due."""
+
+    unwritten: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    unapplied: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    due: tuple[float, ...] = ()
 
 
 def _reason(fault: observations.Fault, *, misconfigured: str, unreachable: str) -> str:
@@ -121,7 +150,7 @@ def build(
     previous: statusbodies.StatusBody | None = None,
     ready_count: int | None = None,
     pod_scope: str = "",
-    silent: silences.Silences | None = None,
+    silent: Silences | None = None,
 ) -> list[conditions.Condition]:
     """All six conditions, Ready first (Paused last: `progress`, which words Ready and
     Balanced while ``spec.paused`` is true).
@@ -170,9 +199,7 @@ def build(
             reason="NoReadyPods",
             message=f"{len(pods)} pods match spec.selector{watched} but none is Running and Ready",
         )
-    elif (
-        quiet := silences.ready(silent, partitions=len(partitions), selector=selector)
-    ) is not None:
+    elif (quiet := silent_ready(silent, partitions=len(partitions), selector=selector)) is not None:
         ready = quiet
     elif unowned:
         ready = conditions.Condition(
@@ -301,3 +328,53 @@ def changed(previous: statusbodies.StatusBody, c: conditions.Condition) -> bool:
 def was_false(previous: statusbodies.StatusBody, c: conditions.Condition) -> bool:
     old = conditions.find(previous.get("conditions"), c.type)
     return old is not None and old.get("status") == "False"
+
+
+def _who(found: Mapping[str, int], partitions: int) -> str:
+    """ "pod c holds 1 of 4 partitions", or "pods c, d and 2 more hold 6 of 32 partitions"."""
+    names = list(found)
+    named = ", ".join(names[:NAMED]) + (
+        f" and {len(names) - NAMED} more" if len(names) > NAMED else ""
+    )
+    who = f"pod {named} holds" if len(names) == 1 else f"pods {named} hold"
+    return f"{who} {sum(found.values())} of {partitions} partitions"
+
+
+def silent_ready(
+    found: Silences | None, *, partitions: int, selector: str
+) -> conditions.Condition | None:
+    """Ready False while a Ready owner is silent past `UNAPPLIED_SECONDS`, naming what to
+    change (the operator's writes first: no pod can apply what was never written); None:
+    none is."""
+    if found is None:
+        return None
+    if found.unwritten:
+        return conditions.Condition(
+            type=conditions.READY,
+            status="False",
+            reason="AssignmentNotWritten",
+            message=conditions.shorten(
+                f"{_who(found.unwritten, partitions)}, but the operator has not written "
+                f"{'its' if len(found.unwritten) == 1 else 'their'} assignment ConfigMap "
+                f"within {UNAPPLIED_SECONDS:g} s: nothing reads them. The API server refuses the "
+                "write (the operator's log and ehb_cycles_total{result} say why): a "
+                "ResourceQuota on configmaps, an admission policy or the operator's RBAC in "
+                "this namespace"
+            ),
+        )
+    if found.unapplied:
+        one = len(found.unapplied) == 1
+        return conditions.Condition(
+            type=conditions.READY,
+            status="False",
+            reason="AssignmentNotApplied",
+            message=conditions.shorten(
+                f"{_who(found.unapplied, partitions)} but {'has' if one else 'have'} not "
+                f"applied {'its' if one else 'their'} assignment ConfigMap within "
+                f"{UNAPPLIED_SECONDS:g} s: nothing reads them. A pod that does not run "
+                f"`ehb consume` matches spec.selector ({selector}): narrow the selector to the "
+                "consumer pods; or the pods' ServiceAccount lacks list, watch and patch on "
+                "configmaps (see the pod's log)"
+            ),
+        )
+    return None

@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+from collections.abc import Mapping
 
 from eventhub_balancer.balancing import models, planning
-from eventhub_balancer.contracts import bounds, podstates, specs
+from eventhub_balancer.contracts import bounds, configmaps, podstates, specs
 from eventhub_balancer.reconciling import (
     conditions,
     conflicts,
@@ -47,7 +48,6 @@ from eventhub_balancer.reconciling import (
     readbacks,
     refusals,
     reports,
-    silences,
     statuses,
 )
 
@@ -192,9 +192,7 @@ def _decide(
         annotate_pods=observation.annotate_pods,
     )
     planned = kubeevents.with_squat_events(derived.writes, observation.body, now=now)
-    silent = silences.find(
-        current=fleet.current, assignment=plan.assignment, pods=states, wall=wall
-    )
+    silent = silences(current=fleet.current, assignment=plan.assignment, pods=states, wall=wall)
     concluded = conditions.build(
         plan=plan,
         pods=states,
@@ -302,3 +300,42 @@ def _decide(
     return dataclasses.replace(
         decision, settled_until=until, resource_version=decisions.version(observation)
     ), derived
+
+
+def silences(
+    *,
+    current: Mapping[str, observations.StoredMap],
+    assignment: Mapping[models.PartitionId, models.Ownership],
+    pods: Mapping[str, podstates.PodState],
+    wall: float,
+) -> conditions.Silences:
+    """The Ready owners of ``assignment`` (the plan) that have no ConfigMap in ``current`` (each
+    pod's) since they were given their first partition, or never applied the one they have."""
+    held: dict[str, int] = {}
+    given: dict[str, float] = {}  # the earliest moment each owner was given what it holds
+    for o in assignment.values():
+        if o.owner is not None:
+            held[o.owner] = held.get(o.owner, 0) + 1
+            given[o.owner] = min(given.get(o.owner, o.since), o.since)
+    unwritten: dict[str, int] = {}
+    unapplied: dict[str, int] = {}
+    due: list[float] = []
+    for pod in sorted(held, key=models.name_key):
+        state = pods.get(pod)
+        if state is None or not state.ready:
+            continue
+        cm = current.get(pod)
+        if cm is None:
+            found, since = unwritten, given[pod]
+        elif configmaps.parse_applied_generation(cm.annotations) is None:
+            times = [e.since for e in cm.parsed.partitions.values() if e.since is not None]
+            if not times:
+                continue
+            found, since = unapplied, podstates.to_seconds(min(times))
+        else:
+            continue
+        if wall >= since + conditions.UNAPPLIED_SECONDS:
+            found[pod] = held[pod]
+        else:
+            due.append(since + conditions.UNAPPLIED_SECONDS)
+    return conditions.Silences(unwritten=unwritten, unapplied=unapplied, due=tuple(due))
