@@ -9,8 +9,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from eventhub_balancer import errors
-
 if TYPE_CHECKING:
     from eventhub_balancer_devstack.benchmarks import balancing
 
@@ -66,12 +64,12 @@ def run(args: argparse.Namespace) -> int:
         if value is not None:
             changes[field] = value
     settings = dataclasses.replace(base, **changes)  # type: ignore[arg-type]
-    if settings.partitions < 6 or settings.grow_to <= settings.partitions:
-        raise errors.InvalidInput(
-            "--partitions", "needs at least 6 partitions and --grow-to above it"
-        )
-    if settings.interval_seconds < 1:
-        raise errors.InvalidInput("--interval", "must be at least 1")
+    demo.check_scenario(
+        partitions=settings.partitions,
+        grow_to=settings.grow_to,
+        rate=settings.rate,
+        interval=settings.interval_seconds,
+    )
     if args.work_dir is not None:
         args.work_dir.mkdir(parents=True, exist_ok=True)
         demo._log_to_file(args.work_dir / "bench.log")

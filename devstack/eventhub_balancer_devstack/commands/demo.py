@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,6 +24,10 @@ if TYPE_CHECKING:
 
 COMMAND = ("demo",)
 HELP = "run the operator and consumer pods locally through scale-out/in, deletion, kill, growth"
+#: The most partitions an Event Hub (and so the local one) has.
+MAX_PARTITIONS = 1024
+#: The CRD's maximum of spec.balancing.intervalSeconds.
+MAX_INTERVAL_SECONDS = 3600
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,19 +64,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _check(args: argparse.Namespace) -> None:
-    if args.partitions < 6:
+def check_scenario(*, partitions: int, grow_to: int, rate: float, interval: int) -> None:
+    """The flags the demo shares with `ehb bench balance`, within what the local Event Hubs
+    (1 to 1024 partitions a hub) and the CRD (a cycle of 1 to 3600 s) take: past those, the
+    run would start the stack and fail in it. ``nan`` fails every comparison, so each check
+    says what is in range rather than what is out of it."""
+    if not partitions >= 6:
         raise errors.InvalidInput("--partitions", "must be at least 6 (the demo scales to 6)")
-    if args.grow_to <= args.partitions:
+    if not grow_to > partitions:
         raise errors.InvalidInput("--grow-to", "must be more than --partitions")
-    if not 1 <= args.rate <= 5000:
+    if not grow_to <= MAX_PARTITIONS:
+        raise errors.InvalidInput(
+            "--grow-to", f"must be at most {MAX_PARTITIONS}, the most partitions a hub has"
+        )
+    if not 1 <= rate <= 5000:
         raise errors.InvalidInput("--rate", "must be between 1 and 5000 events/s")
-    if args.interval < 1:
-        raise errors.InvalidInput("--interval", "must be at least 1")
-    if args.balance_timeout <= 0:
-        raise errors.InvalidInput("--balance-timeout", "must be positive")
-    if args.settle < 0:
-        raise errors.InvalidInput("--settle", "must not be negative")
+    if not 1 <= interval <= MAX_INTERVAL_SECONDS:
+        raise errors.InvalidInput(
+            "--interval",
+            f"must be 1 to {MAX_INTERVAL_SECONDS} (spec.balancing.intervalSeconds' bounds)",
+        )
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    check_scenario(
+        partitions=args.partitions, grow_to=args.grow_to, rate=args.rate, interval=args.interval
+    )
+    if not 0 < args.balance_timeout < math.inf:
+        raise errors.InvalidInput("--balance-timeout", "must be a positive number of seconds")
+    if not 0 <= args.settle < math.inf:
+        raise errors.InvalidInput("--settle", "must be 0 or more seconds")
 
 
 def _log_to_file(path: Path) -> None:
@@ -89,7 +111,7 @@ def _log_to_file(path: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    _check(args)
+    check_flags(args)
     from eventhub_balancer_devstack import terminalviews
     from eventhub_balancer_devstack.scenarios import operatorsystems, runs
 
