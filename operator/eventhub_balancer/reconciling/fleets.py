@@ -304,6 +304,11 @@ def beyond_record(
         if k not in configmaps.DATA_KEYS
     ]
     claims += [f"data: {p}" for p in cm.parsed.problems if "partition" in p]
+    if not recorded and not status_epochs:
+        # No record to hold the partitions against: a new EventHubConsumer, or one created
+        # again under the same name, whose pods' ConfigMaps outlived it (the pod owns its
+        # ConfigMap). Their partitions are read back and planned afresh, not someone's doing.
+        return tuple(claims)
     for pid, entry in cm.parsed.partitions.items():
         mine = recorded.get(pid)
         same = mine is not None and mine.pod == cm.pod and mine.epoch == entry.epoch
