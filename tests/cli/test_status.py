@@ -37,3 +37,43 @@ def test_a_current_status_has_no_hint() -> None:
     )
     assert shown.splitlines()[0] == "shop/orders: 4 partitions, 2 members, 4 moves"
     assert status.unserved(consumer(observedGeneration=1)) is None
+
+
+def test_a_pod_of_many_partitions_is_one_readable_row() -> None:
+    """Partitions in numeric runs, an epoch per run: 1,024 partitions over 4 pods listed every
+    partition and every epoch, rows of about 2,000 characters."""
+    pods = [
+        {
+            "pod": f"orders-{i}",
+            "ready": True,
+            "state": "ready",
+            "partitions": [str(p) for p in range(256 * i, 256 * (i + 1))],
+        }
+        for i in range(4)
+    ]
+    epochs = {str(p): 1 for p in range(1024)}
+    shown = status.render(
+        consumer(observedGeneration=1, partitionCount=1024, consumers=pods, epochs=epochs)
+    ).splitlines()
+    assert max(len(line) for line in shown) <= 100
+    assert shown[-4].split() == ["orders-0", "yes", "ready", "0-255", "1", "-"]
+
+
+def test_a_run_breaks_where_the_epoch_changes_so_each_epoch_stays_beside_its_partitions() -> None:
+    pod = {
+        "pod": "orders-0",
+        "ready": True,
+        "state": "ready",
+        "partitions": ["3", "0", "1", "2", "10", "11"],
+        "revoking": ["11", "10"],
+    }
+    shown = status.render(
+        consumer(
+            observedGeneration=1,
+            partitionCount=12,
+            consumers=[pod],
+            epochs={"0": 4, "1": 4, "2": 5, "3": 4, "10": 2, "11": 2},
+        )
+    ).splitlines()
+    assert shown[-2].split() == ["POD", "READY", "STATE", "PARTITIONS", "EPOCHS", "REVOKING"]
+    assert shown[-1].split() == ["orders-0", "yes", "ready", "0-1,2,3,10-11", "4,5,4,2", "10-11"]

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from eventhub_balancer.balancing import models
+from eventhub_balancer.cli import tables
 from eventhub_balancer.contracts import conditions
 
 COMMAND = ("status",)
@@ -75,15 +75,19 @@ def render(body: dict[str, Any]) -> str:
             )
     rows = [("POD", "READY", "STATE", "PARTITIONS", "EPOCHS", "REVOKING")]
     for consumer in status.get("consumers") or []:
-        parts = sorted(consumer.get("partitions") or [], key=models.name_key)
+        held = tables.partition_runs(
+            [str(p) for p in consumer.get("partitions") or []],
+            label=lambda p: str(epochs.get(p, "?")),
+        )
+        revoking = tables.partition_runs([str(p) for p in consumer.get("revoking") or []])
         rows.append(
             (
                 str(consumer.get("pod")),
                 "yes" if consumer.get("ready") else "no",
                 str(consumer.get("state", "")),
-                ",".join(parts) or "-",
-                ",".join(str(epochs.get(p, "?")) for p in parts) or "-",
-                ",".join(consumer.get("revoking") or []) or "-",
+                ",".join(run for run, _ in held) or "-",
+                ",".join(epoch for _, epoch in held) or "-",
+                ",".join(run for run, _ in revoking) or "-",
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
