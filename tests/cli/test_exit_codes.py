@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,3 +48,32 @@ def test_the_page_lists_every_code_the_product_uses() -> None:
     listed = DOC.read_text()
     for code in (0, 1, cli.EXIT_USAGE, runtime.EXIT_HANDLER_HUNG, 130):
         assert f"| {code} |" in listed
+
+
+def row(code: int) -> str:
+    (line,) = [line for line in DOC.read_text().splitlines() if line.startswith(f"| {code} |")]
+    return line
+
+
+def test_ctrl_c_stops_a_command_that_runs_until_stopped_with_0_as_the_page_says() -> None:
+    """Ctrl-C is how a server (the local stack, the operator, a consumer) is stopped: it stops
+    cleanly and exits 0, as on SIGTERM; only a command cut short is 130."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "eventhub_balancer", "local", "eventhubs", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline().startswith("Endpoint=sb://127.0.0.1:")
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=5)
+    assert "Ctrl-C" in row(0)
+    for command in ("`ehb operator`", "`ehb consume`", "`ehb local"):
+        assert command in row(0)
+    assert "cut short" in row(130)
