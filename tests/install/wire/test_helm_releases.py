@@ -15,7 +15,6 @@ EventHubConsumers.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ import pytest
 from eventhub_balancer_devstack.realkube import RealControlPlane
 from tests.support import charts, loading
 from tests.support.fixtures.operator import wait_for
-from tests.support.fixtures.realkube import Kubectl, make_kubectl
+from tests.support.fixtures.realkube import Kubectl, helm_environment, make_kubectl
 
 CONSUMER_CHART = loading.ROOT / "charts" / "eventhub-consumer"
 OPERATOR = "ehb"
@@ -45,18 +44,7 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealControlPlane]:
 
 @pytest.fixture(scope="module")
 def helm_env(api: RealControlPlane, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """helm's environment: the server's admin kubeconfig, and Helm's own folders in a
-    scratch home (no repositories, no plugins, nothing of the machine's)."""
-    home = tmp_path_factory.mktemp("helm-home")
-    kubeconfig = api.write_kubeconfig(home / "kubeconfig")
-    return {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(home),
-        "KUBECONFIG": str(kubeconfig),
-        "HELM_CACHE_HOME": str(home / "cache"),
-        "HELM_CONFIG_HOME": str(home / "config"),
-        "HELM_DATA_HOME": str(home / "data"),
-    }
+    return helm_environment(api, tmp_path_factory.mktemp("helm-home"))
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import re
 import shlex
 import shutil
@@ -31,7 +30,7 @@ import yaml
 
 from eventhub_balancer_devstack.realkube import RealControlPlane
 from tests.support import charts, loading
-from tests.support.fixtures.realkube import Kubectl, make_kubectl
+from tests.support.fixtures.realkube import Kubectl, helm_environment, make_kubectl
 
 RELEASE = "eventhub-balancer"
 #: What docs/install.md's install sets, and every upgrade must keep.
@@ -84,16 +83,7 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealControlPlane]:
 
 @pytest.fixture(scope="module")
 def helm_env(api: RealControlPlane, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    home = tmp_path_factory.mktemp("helm-home")
-    kubeconfig = api.write_kubeconfig(home / "kubeconfig")
-    return {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(home),
-        "KUBECONFIG": str(kubeconfig),
-        "HELM_CACHE_HOME": str(home / "cache"),
-        "HELM_CONFIG_HOME": str(home / "config"),
-        "HELM_DATA_HOME": str(home / "data"),
-    }
+    return helm_environment(api, tmp_path_factory.mktemp("helm-home"))
 
 
 @pytest.fixture(scope="module")
