@@ -68,8 +68,12 @@ async def read_checkpoints(
     if (decision.needs_last_sequences or backlog_due) and (
         known.checkpoints is not None or known.known_sequences is not None
     ):
-        last = await read_last_sequences(
-            kube=kube, hubs=hubs, observation=observation, partitions=decision.partitions
+        last, store = await read_last_sequences(
+            kube=kube,
+            hubs=hubs,
+            observation=observation,
+            partitions=decision.partitions,
+            store=store,
         )
     if read is None and last is None:
         return None, store
@@ -221,16 +225,19 @@ async def read_last_sequences(
     hubs: ports.HubPort,
     observation: observations.Observation,
     partitions: Sequence[str],
-) -> Mapping[str, int] | None:
+    store: memories.StorePacing,
+) -> tuple[Mapping[str, int] | None, memories.StorePacing]:
     """The last enqueued sequence number per partition (weighting "lag"); None on a fault,
-    which only costs this cycle its lag weighting."""
+    which only costs this cycle its lag weighting. With ``store`` as it records the fault: a
+    fault is warned of when it starts or changes, and its end said once."""
     spec = observation.spec
     assert spec is not None, "only a valid spec names an Event Hub"
+    key = observing.hub_key(observation.namespace, observation.name)
     try:
         connection_string = await observing.secret_value(
             kube, observation.namespace, spec.event_hub_credentials
         )
-        return await hubs.last_sequence_numbers(
+        last = await hubs.last_sequence_numbers(
             fully_qualified_namespace=spec.fully_qualified_namespace,
             eventhub_name=spec.event_hub_name,
             connection_string=connection_string,
@@ -241,5 +248,16 @@ async def read_last_sequences(
         )
     except observing.DEPENDENCY_ERRORS as e:
         observing.forget(kube, observation.namespace, spec.event_hub_credentials, e)
-        logger.warning("lag unavailable, weighting by count this cycle: %s", e)
-        return None
+        if str(e) != store.ends_fault:
+            logger.warning(
+                "%s: the hub's last sequence numbers cannot be read (%s): no lag to weigh "
+                "partitions by (weighting: lag plans by count meanwhile) and no backlog "
+                "for the recommended replicas, until they can",
+                key,
+                e,
+            )
+        return None, dataclasses.replace(store, ends_fault=str(e))
+    if store.ends_fault is not None:
+        logger.info("%s: the hub's last sequence numbers are read again", key)
+        store = dataclasses.replace(store, ends_fault=None)
+    return last, store

@@ -62,6 +62,9 @@ class StorePacing(Pacing):
     #: the blobs listed ahead by a cycle that started hand-offs; taken, once, by the next
     #: read that needs them (`checkpointreads.read_store`)
     ahead: StoreAhead | None = None
+    #: why the hub's last sequence numbers, read beside the blobs, could not be read, as last
+    #: logged: a standing fault is warned of once, not at every cycle; None: they were read
+    ends_fault: str | None = None
 
 
 @dataclasses.dataclass(eq=False)
