@@ -87,3 +87,40 @@ def test_a_kubeconfig_the_client_cannot_load_is_one_line(
         "check its clusters, contexts and users against `kubectl config view`, or point "
         "--kubeconfig / KUBECONFIG at another"
     )
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c))
+def test_an_api_server_that_is_down_is_one_line_that_says_where_to_look(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    """A process of its own, as a user runs it: the client's retries logged a WARNING each
+    (three lines) before an error that quoted urllib3's MaxRetryError."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # bound, never listening: connections are refused
+        path = tmp_path / "config"
+        path.write_text(
+            "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+            "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+            f"clusters: [{{name: k, cluster: {{server: 'http://127.0.0.1:{port}'}}}}]\n"
+            "users: [{name: u, user: {token: t}}]\n"
+        )
+        argv = [sys.executable, "-m", "eventhub_balancer", *command, "-n", "shop"]
+        result = subprocess.run(
+            [*argv, "--kubeconfig", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 1
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("ehb: error: ")
+    assert (
+        f"cannot reach the Kubernetes API server at http://127.0.0.1:{port} (connection "
+        "refused): is it running, and is the kubeconfig's current context the cluster you "
+        "mean?" in line
+    )

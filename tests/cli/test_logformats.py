@@ -79,7 +79,8 @@ def test_a_percent_sign_does_not_shift_the_fields() -> None:
 @pytest.fixture
 def sdk_levels() -> Iterator[None]:
     """The SDKs' loggers' levels put back after the test."""
-    kept = {name: logging.getLogger(name).level for name in logformats.SDK_LOGGERS}
+    names = (*logformats.SDK_LOGGERS, logformats.HTTP_LOGGER)
+    kept = {name: logging.getLogger(name).level for name in names}
     yield
     for name, level in kept.items():
         logging.getLogger(name).setLevel(level)
@@ -114,3 +115,13 @@ def test_ehb_operator_and_consume_show_the_sdks_debug_at_vv(
     assert not logging.getLogger(CHATTY[0]).isEnabledFor(logging.INFO)
     logformats.quiet_sdk_loggers(logging.DEBUG)
     assert all(logging.getLogger(n).level == logging.NOTSET for n in logformats.SDK_LOGGERS)
+
+
+@pytest.mark.usefixtures("sdk_levels")
+def test_the_http_librarys_retry_warnings_wait_for_vv() -> None:
+    retries = logging.getLogger("urllib3.connectionpool")
+    logformats.quiet_sdk_loggers(logging.INFO)
+    assert not retries.isEnabledFor(logging.WARNING)
+    assert retries.isEnabledFor(logging.ERROR)
+    logformats.quiet_sdk_loggers(logging.DEBUG)
+    assert retries.isEnabledFor(logging.WARNING)

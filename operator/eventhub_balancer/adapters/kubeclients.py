@@ -81,7 +81,25 @@ def _wrap(e: BaseException, what: str) -> errors.EventHubBalancerError:
         if status == 422 or status == 400:
             return errors.ApiRejected(f"{what}: rejected ({status}: {reason})")
         return errors.ApiUnavailable(f"{what}: API server answered {status} ({reason})")
+    if isinstance(e, urllib3.exceptions.MaxRetryError):
+        return errors.ApiUnavailable(f"{what}: {_unreachable(e)}")
     return errors.ApiUnavailable(f"{what}: {type(e).__name__}: {e}")
+
+
+def _unreachable(e: urllib3.exceptions.MaxRetryError) -> str:
+    """No answer at all (refused, no such host, TLS, a timeout): where the server was looked
+    for and what to check, rather than urllib3's repr of its pool and the URL."""
+    pool = e.pool
+    server = f"{pool.scheme}://{pool.host}:{pool.port}" if pool is not None else "its address"
+    cause = e.reason.__cause__ if e.reason is not None else None
+    if isinstance(cause, OSError) and cause.strerror:
+        why = cause.strerror[:1].lower() + cause.strerror[1:]
+    else:
+        why = str(e.reason or e)
+    return (
+        f"cannot reach the Kubernetes API server at {server} ({why}): is it running, and is "
+        "the kubeconfig's current context the cluster you mean?"
+    )
 
 
 def read_body(fn: Callable[..., Any], /, **kwargs: Any) -> bytes:

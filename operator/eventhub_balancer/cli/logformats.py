@@ -32,6 +32,11 @@ TEXT_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: made ``ehb -v operator`` (the chart's default verbosity) write about 180 lines a second.
 SDK_LOGGERS: Final = ("azure", "uamqp", "pyamqp")
 
+#: The HTTP library under the Kubernetes client. Its WARNING per retried request ("Retrying
+#: ... Connection refused") told three times, each a screen wide, what the one error after
+#: it says: below ``-vv`` it shows errors only.
+HTTP_LOGGER: Final = "urllib3"
+
 #: The context fields a JSON record may carry, in output order.
 CONTEXT_FIELDS: Final = ("consumer", "namespace", "pod", "partition")
 
@@ -117,12 +122,16 @@ class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
 
 
 def quiet_sdk_loggers(level: int) -> None:
-    """The SDKs' loggers (`SDK_LOGGERS`) at WARNING unless ``level`` is DEBUG or lower
-    (``-vv``): ``-v`` is for what ehb does, not for every AMQP frame under it."""
+    """The SDKs' loggers (`SDK_LOGGERS`) at WARNING, and the HTTP library's (`HTTP_LOGGER`)
+    at ERROR, unless ``level`` is DEBUG or lower (``-vv``): ``-v`` is for what ehb does, not
+    for every AMQP frame or retried request under it."""
     for name in SDK_LOGGERS:
         logging.getLogger(name).setLevel(
             logging.NOTSET if level <= logging.DEBUG else logging.WARNING
         )
+    logging.getLogger(HTTP_LOGGER).setLevel(
+        logging.NOTSET if level <= logging.DEBUG else logging.ERROR
+    )
 
 
 def configure(*, level: int, log_format: str, identity: Mapping[str, str] | None = None) -> None:
