@@ -46,27 +46,30 @@ def local_stack(
     this process; ``kube_kind="real"``: the real control plane (``kube`` then unused)."""
     temporary = work_dir is None
     root = Path(tempfile.mkdtemp(prefix="ehb-demo-")) if work_dir is None else work_dir
-    root.mkdir(parents=True, exist_ok=True)
-    stack = LocalStack(
-        StackOptions(
-            hubs=hubs,
-            eventhubs_port=0,
-            blob_port=0,
-            kube_port=0,
-            state_dir=root,
-            kube=kube_kind,
-        ),
-        kube=kube(root) if kube is not None and kube_kind == "local" else None,
-    )
-    loop = runners.BackgroundLoop(name="scenario-io", timeout=CALL_TIMEOUT_S).start()
     try:
-        with stack:
-            yield stack, loop, root
-    finally:
+        root.mkdir(parents=True, exist_ok=True)
+        # Made inside the try: a hub the emulator refuses fails here, and left the directory.
+        stack = LocalStack(
+            StackOptions(
+                hubs=hubs,
+                eventhubs_port=0,
+                blob_port=0,
+                kube_port=0,
+                state_dir=root,
+                kube=kube_kind,
+            ),
+            kube=kube(root) if kube is not None and kube_kind == "local" else None,
+        )
+        loop = runners.BackgroundLoop(name="scenario-io", timeout=CALL_TIMEOUT_S).start()
         try:
-            loop.stop(timeout=LOOP_STOP_S)
-        except TimeoutError:
-            logger.warning("the scenario's I/O loop did not stop in %g s", LOOP_STOP_S)
+            with stack:
+                yield stack, loop, root
+        finally:
+            try:
+                loop.stop(timeout=LOOP_STOP_S)
+            except TimeoutError:
+                logger.warning("the scenario's I/O loop did not stop in %g s", LOOP_STOP_S)
+    finally:
         if temporary:
             shutil.rmtree(root, ignore_errors=True)
 
