@@ -339,3 +339,20 @@ def test_a_terminating_pods_own_release_of_an_owned_partition_ends_its_ownership
 def test_status_epochs_never_go_back() -> None:
     assignment = {P("0"): models.Ownership(owner=None, epoch=2)}
     assert statuses.epochs(assignment, {}, {"0": 5, "9": 1}) == {"0": 5, "9": 1}
+
+
+def test_a_move_events_epoch_is_said_once_however_many_partitions_share_it() -> None:
+    def move(partition: str, epoch: int) -> models.Move:
+        return models.Move(
+            kind="assign",
+            partition=models.PartitionId(partition),
+            source=None,
+            target="c-0",
+            epoch=epoch,
+            reason="new",
+        )
+
+    (same,) = kubeevents.move_events([move(p, 1) for p in ("2", "0", "1")])
+    assert same.message == "Assigned partitions 0, 1, 2 to c-0 (epoch 1)"
+    (mixed,) = kubeevents.move_events([move("0", 3), move("1", 2), move("2", 3)])
+    assert mixed.message == "Assigned partitions 0, 1, 2 to c-0 (epochs 2, 3)"

@@ -34,7 +34,14 @@ from eventhub_balancer.handlers import (
     ports,
     writing,
 )
-from eventhub_balancer.reconciling import conflicts, deadlines, deciding, decisions, observations
+from eventhub_balancer.reconciling import (
+    conflicts,
+    deadlines,
+    deciding,
+    decisions,
+    kubeevents,
+    observations,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -139,8 +146,13 @@ async def run_cycle(
             )
     if metrics is not None and decision.figures is not None:
         metrics.record(namespace=namespace, consumer=name, values=decision.figures)
+    # The moves as their Events tell them, one line per (kind, from, to); each partition's
+    # at DEBUG: a rebalance of 1,024 partitions is a few lines, not a thousand.
+    for e in decision.events:
+        if e.reason in kubeevents.MOVES:
+            logger.info("%s/%s: %s", namespace, name, e.message)
     for m in decision.moves:
-        logger.info(
+        logger.debug(
             "%s/%s: %s partition %s %s -> %s (epoch %d, %s)",
             namespace,
             name,

@@ -263,7 +263,9 @@ async def run_daemon(
                     # another replica's write): decide again at once, over a fresh read.
                     retry = RETRY_SECONDS / 2
                     delay = runtime.debounce
-                    logger.info("%s/%s: %s; reading afresh and deciding again", namespace, name, e)
+                    # Ordinary (every consumer's first write after a start meets kopf's own
+                    # patch): not worth a line a consumer at INFO. A second one in a row warns.
+                    logger.debug("%s/%s: %s; reading afresh and deciding again", namespace, name, e)
                 else:
                     # Anything else, or a conflict again: retry soon, never stop balancing.
                     retry = min(MAX_RETRY_SECONDS, max(RETRY_SECONDS, retry * 2))

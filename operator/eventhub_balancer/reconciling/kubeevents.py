@@ -36,6 +36,20 @@ class KubeEvent:
     type: str = "Normal"  # Normal | Warning
 
 
+#: The reasons of the Events that `move_events` posts, one per (reason, from, to).
+MOVES = frozenset(
+    {
+        "PartitionAssigned",
+        "PartitionRevoked",
+        "PartitionUnassigned",
+        "PartitionReleased",
+        "HandoffTimedOut",
+        "PartitionHandedOff",
+        "PartitionTakenOver",
+    }
+)
+
+
 def _join(partitions: Sequence[str]) -> str:
     ordered = sorted(partitions, key=models.name_key)
     text = ", ".join(ordered[:16])
@@ -70,10 +84,16 @@ def move_events(moves: Sequence[models.Move], *, paused: bool = False) -> list[K
     events: list[KubeEvent] = []
     for (reason, why, source, target), group in groups.items():
         parts = _join([m.partition for m in group])
-        epochs_text = ", ".join(str(m.epoch) for m in group[:16])
+        epochs = sorted({m.epoch for m in group})
+        # One epoch for all (as almost always): said once, not once a partition.
+        epochs_text = (
+            "epochs " + ", ".join(str(e) for e in epochs[:16])
+            if len(epochs) > 1
+            else f"epoch {epochs[0]}"
+        )
         plural = "s" if len(group) > 1 else ""
         if reason == "PartitionAssigned":
-            text = f"Assigned partition{plural} {parts} to {target} (epoch {epochs_text})"
+            text = f"Assigned partition{plural} {parts} to {target} ({epochs_text})"
         elif reason == "PartitionRevoked":
             goal = f" for {target}" if target else ""
             text = (
@@ -93,22 +113,21 @@ def move_events(moves: Sequence[models.Move], *, paused: bool = False) -> list[K
         elif reason == "HandoffTimedOut" and target is None:
             text = (
                 f"{source} did not release partition{plural} {parts} in time; left without an "
-                f"owner at epoch {epochs_text}, the next owner's higher epoch fences {source} out"
+                f"owner at {epochs_text}, the next owner's higher epoch fences {source} out"
             )
         elif reason == "HandoffTimedOut":
             text = (
                 f"{source} did not release partition{plural} {parts} in time; assigned to "
-                f"{target} (epoch {epochs_text}), the new epoch fences {source} out"
+                f"{target} ({epochs_text}), the new epoch fences {source} out"
             )
         elif reason == "PartitionHandedOff":
             text = (
-                f"{source} released partition{plural} {parts}; "
-                f"assigned to {target} (epoch {epochs_text})"
+                f"{source} released partition{plural} {parts}; assigned to {target} ({epochs_text})"
             )
         else:
             text = (
                 f"Took over partition{plural} {parts} of {source} ({why}) "
-                f"for {target} (epoch {epochs_text})"
+                f"for {target} ({epochs_text})"
             )
         warning = reason in ("HandoffTimedOut", "PartitionUnassigned")
         events.append(

@@ -106,7 +106,7 @@ def test_watch_events_write_no_line_at_info(
     chart's defaults), and kopf logged each watch handler's success at INFO: one line per
     event, ``Handler 'build_registry.<locals>.pod_changed' succeeded.``, for pods of other
     workloads too, so that what the operator did drowned in what it was told. What it does
-    is still logged: a pod's partitions moving, one line each."""
+    is still logged: a pod's partitions moving, one line for those that go the same way."""
     stack, log_path = operator_stack, tmp_path / "operator.log"
     with operator_process(stack, namespace, log_path):
         before = len(log_path.read_text().splitlines())
@@ -119,4 +119,25 @@ def test_watch_events_write_no_line_at_info(
     print("\n".join(lines[:40]))
     told = [line for line in lines if " kopf.objects: " in line and "succeeded" in line]
     assert told == [], f"{len(told)} lines of watch events, e.g. {told[:3]}"
-    assert sum("c-1 -> c-0" in line for line in lines) == 16
+    # One line for the 16 partitions that moved (as their Event tells it), not one each.
+    moved = [line for line in lines if "of c-1 (" in line and "for c-0" in line]
+    assert len(moved) == 1, moved
+    assert all(f"{p}" in moved[0] for p in range(16, 32)), moved[0]
+    assert not any("c-1 -> c-0" in line for line in lines)
+
+
+def test_a_start_logs_what_the_operator_did_in_a_few_lines(
+    operator_stack: Stack, namespace: str, tmp_path: Path
+) -> None:
+    """A start over a consumer of 32 partitions and two pods: one line per pod for what it
+    was given (not one per partition), and nothing of the conflict every consumer's first
+    status write meets with kopf's own patch of the CR, which is retried at once."""
+    log_path = tmp_path / "operator.log"
+    with operator_process(operator_stack, namespace, log_path):
+        time.sleep(1.0)
+    lines = log_path.read_text().splitlines()
+    print("\n".join(lines))
+    assigned = [line for line in lines if "Assigned partitions" in line]
+    assert len(assigned) == 2, assigned
+    assert not [line for line in lines if "conflict" in line.lower()]
+    assert len(lines) < 20
