@@ -60,7 +60,7 @@ def test_a_missing_group_is_one_condition_one_warning_and_ready_false(
     assert len(warnings) == len(set(warnings)), warnings  # each Warning posted once
     header, row = kubectl_get(stack, ns)
     assert header == ["NAME", "PARTITIONS", "PODS", "FAILING", "BALANCED", "READY", "REASON", "AGE"]
-    assert row[:6] == ["orders", "32", "2", "0", "True", "False"]
+    assert row[:7] == ["orders", "32", "2", "0", "True", "False", "EventHubUnusable"]
 
     # The pods report what their receivers meet, as the consumer runtime does.
     error = reachable["message"].split(" (keeping")[0]
@@ -91,7 +91,7 @@ def test_a_missing_group_is_one_condition_one_warning_and_ready_false(
     )
     assert len(failing["message"]) <= 1000
     _, row = kubectl_get(stack, ns)
-    assert row[:6] == ["orders", "32", "2", "32", "True", "False"]
+    assert row[:7] == ["orders", "32", "2", "32", "True", "False", "EventHubUnusable"]
 
     stack.emulator.create_consumer_group("orders", "analytics")
     wait_for(
