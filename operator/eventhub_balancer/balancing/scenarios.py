@@ -156,12 +156,17 @@ def parse(raw: object) -> models.Scenario:
     )
 
 
+#: The most partitions, and pods, a fresh start is planned for: the operator takes partition
+#: ids of at most five digits (`contracts.bounds`). A typo with more zeros is refused at once
+#: instead of taking seconds and gigabytes to plan.
+FRESH_LIMIT = 100_000
+
+
 def fresh(*, partition_count: int, member_count: int) -> models.Scenario:
     """A fresh start: partitions "0".."P-1", ready members pod-0..pod-(N-1), nothing owned."""
-    if partition_count < 0:
-        raise errors.InvalidInput("--partitions", "must not be negative")
-    if member_count < 0:
-        raise errors.InvalidInput("--pods", "must not be negative")
+    for flag, count in (("--partitions", partition_count), ("--pods", member_count)):
+        if not 0 <= count <= FRESH_LIMIT:
+            raise errors.InvalidInput(flag, f"must be from 0 to {FRESH_LIMIT:,}, got {count:,}")
     return models.Scenario(
         partitions=tuple(models.PartitionId(str(p)) for p in range(partition_count)),
         members=tuple(
