@@ -43,7 +43,8 @@ class Acknowledgements:
         """Write unless nothing changed, or only the reports did within ``min_interval``
         (then the next call writes them); a failed write is logged and tried by the next."""
         state = (applied_generation, dict(released), dict(reports))
-        if state == self._acked:
+        lost = state == self._acked and self.source.acknowledgement_lost()
+        if state == self._acked and not lost:
             return
         now = asyncio.get_running_loop().time()
         if (
@@ -53,6 +54,13 @@ class Acknowledgements:
             and now - self._acked_at < self.min_interval
         ):
             return
+        if lost:
+            logger.warning(
+                "the acknowledgement written last is no longer on the assignment ConfigMap "
+                "(removed or edited by someone else): writing generation %s, released %s again",
+                state[0],
+                state[1],
+            )
         try:
             await self.source.acknowledge(
                 applied_generation=state[0], released=state[1], reports=state[2]

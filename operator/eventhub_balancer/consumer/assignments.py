@@ -31,6 +31,15 @@ logger = logging.getLogger(__name__)
 Assignment = podassignments.ParsedData
 Reports = Mapping[str, partitionreports.PartitionReport]
 
+#: The annotations a pod writes on its ConfigMap; every other one is the operator's.
+ACKNOWLEDGEMENT_KEYS = frozenset(
+    {
+        configmaps.ANNOTATION_APPLIED_GENERATION,
+        configmaps.ANNOTATION_RELEASED,
+        configmaps.ANNOTATION_PARTITION_REPORTS,
+    }
+)
+
 
 class AssignmentSource(Protocol):
     """A stream of assignments, and the channel for acknowledgements."""
@@ -48,6 +57,11 @@ class AssignmentSource(Protocol):
     ) -> None:
         """Publish the generation applied (None: not yet), the partitions released, and the
         reports of partitions failing, parked, stuck or lost (None or empty: none)."""
+        ...
+
+    def acknowledgement_lost(self) -> bool:
+        """The last acknowledgement no longer stands where it was written (removed or edited
+        by someone else): the runtime writes its current one again."""
         ...
 
 
@@ -135,6 +149,9 @@ class MemorySource:
             self.writes += 1
             self.acknowledged.notify_all()
 
+    def acknowledgement_lost(self) -> bool:
+        return False  # nobody else writes here
+
     async def wait_for(
         self,
         *,
@@ -214,12 +231,26 @@ class FileSource:
         temporary.write_text(json.dumps({"metadata": {"annotations": annotations}}, indent=1))
         temporary.replace(self.ack_path)  # atomic: a reader never sees half a file
 
+    def acknowledgement_lost(self) -> bool:
+        return False  # the ack file is ours alone
+
 
 class ConfigMapSource:
-    """The pod's own ConfigMap, watched through the Kubernetes API."""
+    """The pod's own ConfigMap, watched through the Kubernetes API.
+
+    The acknowledgement is written when it changes, and again when the watch shows that the
+    ConfigMap no longer carries it: someone removed or edited the annotations, or the
+    ConfigMap was deleted and created again. The operator would otherwise wait for an answer
+    that was given once and is gone (Ready says ``AssignmentNotApplied``, a hand-off waits
+    for its timeout), or act on a release the pod never made.
+    """
 
     def __init__(self, client: podconfig.PodConfigMaps) -> None:
         self.client = client
+        #: The annotations of the last acknowledgement written (None: none yet).
+        self._written: dict[str, str] | None = None
+        #: Those annotations on the ConfigMap as last seen (None: no ConfigMap of ours).
+        self._standing: dict[str, str] | None = None
 
     @property
     def refused(self) -> Mapping[str, int]:
@@ -230,6 +261,7 @@ class ConfigMapSource:
         # Our own annotation patches change the object too: only new data is news.
         last_data: Any = None
         async for body in self.client.watch():
+            self._standing = _acknowledgement_of(body) if body else None
             data = body.get("data") or {}
             if data == last_data:
                 continue
@@ -243,8 +275,21 @@ class ConfigMapSource:
         released: Mapping[str, int],
         reports: Reports | None = None,
     ) -> None:
-        await self.client.annotate(
-            acknowledgement_annotations(
-                applied_generation=applied_generation, released=released, reports=reports
-            )
+        annotations = acknowledgement_annotations(
+            applied_generation=applied_generation, released=released, reports=reports
         )
+        await self.client.annotate(annotations)
+        # What the server holds now, until the watch says otherwise: the echo of this very
+        # patch is no news, and is no reason to write again.
+        self._written, self._standing = annotations, dict(annotations)
+
+    def acknowledgement_lost(self) -> bool:
+        if self._written is None or self._standing is None:
+            return False
+        return any(self._standing.get(k) != v for k, v in self._written.items())
+
+
+def _acknowledgement_of(body: Mapping[str, Any]) -> dict[str, str]:
+    """The acknowledgement annotations on a ConfigMap object."""
+    annotations = (body.get("metadata") or {}).get("annotations") or {}
+    return {k: str(v) for k, v in annotations.items() if k in ACKNOWLEDGEMENT_KEYS}
