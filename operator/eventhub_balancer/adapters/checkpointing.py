@@ -280,6 +280,36 @@ class CheckpointStore:
                     "412 ConditionNotMet (changed since our last write)", at_most=pause
                 )
 
+    async def rewind(self, partition: str, position: checkpointblobs.Position) -> Checkpoint:
+        """Move our checkpoint back: the one write that may, for one past its partition's end
+        (`consumer.connections`). Conditional like `update`, and raises OwnershipLost as it."""
+        async with self._lock(partition):
+            mine = self._owned.get(partition)
+            if mine is None:
+                raise errors.InvalidInput("partition", f"{partition} is not fenced: fence() first")
+            budget = self._budget(f"rewind to {position.sequence_number}", partition)
+            etag: str | None = mine.etag
+            while True:
+                written = await (
+                    self._blobs.create(partition, position, mine.epoch, budget)
+                    if etag is None  # deleted since (by hand): recreated, as update does
+                    else self._blobs.write(partition, position, mine.epoch, etag, budget)
+                )
+                if written is not None:
+                    self._owned[partition] = written
+                    return written
+                current = await self._blobs.get(partition, budget)
+                if current is not None and (
+                    current.epoch > mine.epoch
+                    or (current.epoch == mine.epoch and current.owner_id != self.owner_id)
+                ):
+                    self._owned.pop(partition, None)
+                    raise errors.OwnershipLost(
+                        partition, mine.epoch, current.epoch, current.owner_id
+                    )
+                etag = None if current is None else current.etag
+                await budget.after_conflict("412/409 (changed since our last write)")
+
     async def keep(self, partition: str) -> Checkpoint | None:
         """Our last checkpoint of a partition, written again when its blob is gone.
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import logging
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
@@ -84,6 +85,8 @@ class Backend:
     resolve_start: ports.StartResolver
     #: Where ``onFailure: deadLetter`` writes (None: nowhere; such batches are parked).
     dead_letters: ports.DeadLetters | None = None
+    #: A fenced checkpoint against the partition's end (None: not checked).
+    check_position: ports.PositionCheck | None = None
 
 
 class BackendFactory(Protocol):
@@ -168,6 +171,11 @@ class AzureBackends:
             async def resolve_start(partition: str) -> Any:
                 return await _resolve_start(store, address, partition, start)
 
+            async def check_position(
+                partition: str, checkpoint: ports.Checkpoint
+            ) -> ports.Checkpoint | None:
+                return await _check_position(store, address, partition, start, checkpoint)
+
             dead_letters = deadletters.DeadLetterWriter(
                 container,
                 fully_qualified_namespace=where.fully_qualified_namespace,
@@ -179,6 +187,7 @@ class AzureBackends:
                 open_receiver=open_receiver,
                 resolve_start=resolve_start,
                 dead_letters=dead_letters,
+                check_position=check_position,
             )
 
 
@@ -201,12 +210,65 @@ async def _resolve_start(
             bounds = await partitionbounds.partition_bounds(address, partition)
             return startpositions.seed_position(start, bounds=bounds)
         case startpositions.FromEnqueuedTime(enqueued_time=when):
-            # Seeds the end only when Event Hubs said no event is that recent; a link that
-            # did not deliver raises EventHubUnreachable instead, and the worker retries.
-            located = await partitionbounds.locate_time(address, partition, when)
-            first = located.first_sequence_number
-            if first is None:
-                return startpositions.seed_position(startpositions.LATEST, bounds=located.bounds)
-            return startpositions.seed_position(
-                startpositions.FromSequenceNumber(sequence_number=first)
-            )
+            return await _seed_at(address, partition, when)
+
+
+async def _seed_at(
+    address: receiving.EventHubAddress, partition: str, when: datetime.datetime
+) -> checkpointblobs.Position:
+    """The seed of ``{enqueuedTime: when}``: the event before the first one enqueued at or
+    after it. It is the end only when Event Hubs said no event is that recent; a link that
+    did not deliver raises EventHubUnreachable instead, and the worker retries."""
+    located = await partitionbounds.locate_time(address, partition, when)
+    first = located.first_sequence_number
+    if first is None:
+        return startpositions.seed_position(startpositions.LATEST, bounds=located.bounds)
+    return startpositions.seed_position(startpositions.FromSequenceNumber(sequence_number=first))
+
+
+#: Said when a checkpoint names an event the partition does not have.
+PAST_THE_END = (
+    "partition %s: checkpoint at sequence number %d is past the partition's last event (%d): "
+    "the Event Hub was created again under its name, or the blob was edited. Starting again "
+    "from startPosition %s: checkpoint moved back to sequence number %d"
+)
+
+
+async def _check_position(
+    store: checkpointing.CheckpointStore,
+    address: receiving.EventHubAddress,
+    partition: str,
+    start: startpositions.StartPosition,
+    checkpoint: ports.Checkpoint,
+) -> checkpointing.Checkpoint | None:
+    """None when ``checkpoint`` names an event the partition has (or none yet). A checkpoint
+    past the partition's last event is no position in its stream: received from there, every
+    event below it would be skipped. It is moved back to the start position, as if there were
+    none, and said at WARNING. Raises `errors.EventHubUnreachable` when Event Hubs cannot say
+    (the worker starts again after its backoff), and `errors.InvalidInput` when the start
+    position is past the end too."""
+    if checkpoint.sequence_number < 0:
+        return None  # nothing processed: before every event
+    bounds = await partitionbounds.partition_bounds(address, partition)
+    if checkpoint.sequence_number <= bounds.last_sequence_number:
+        return None
+    if isinstance(start, startpositions.FromEnqueuedTime):
+        seed = await _seed_at(address, partition, start.enqueued_time)
+    else:
+        seed = startpositions.seed_position(start, bounds=bounds)
+    if seed.sequence_number > bounds.last_sequence_number:
+        raise errors.InvalidInput(
+            "startPosition",
+            f"{startpositions.to_json(start)} is past the last event of partition {partition} "
+            f"({bounds.last_sequence_number}), and so is its checkpoint "
+            f"({checkpoint.sequence_number}): the partition waits until it has that event",
+        )
+    logger.warning(
+        PAST_THE_END,
+        partition,
+        checkpoint.sequence_number,
+        bounds.last_sequence_number,
+        startpositions.to_json(start),
+        seed.sequence_number,
+    )
+    return await store.rewind(partition, seed)

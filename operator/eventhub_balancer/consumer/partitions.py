@@ -6,6 +6,9 @@ checkpoint only after the handler returned. The rules that make planned moves fr
 duplicates and failures free of loss:
 
 - the checkpoint never passes an event the handler did not finish;
+- a fenced checkpoint past the partition's end (the hub created again, or the blob edited)
+  is moved back to the start position (`connections`) before any event reaches the handler:
+  received from there, every event below it would be skipped;
 - the batch goes through the handler under the failure policy (`attempts.BatchAttempts`:
   retries with backoff, then park or dead-letter), and the checkpoint passes it only when it
   is done;
@@ -113,6 +116,7 @@ class PartitionWorker:
         processing_policy: failurepolicy.Processing | None = None,
         dead_letters: ports.DeadLetters | None = None,
         on_hung: Callable[[str], None] | None = None,
+        check_position: ports.PositionCheck | None = None,
     ) -> None:
         self.partition = partition
         self.epoch = epoch
@@ -121,6 +125,8 @@ class PartitionWorker:
         self.store = store
         self.open_receiver = open_receiver
         self.resolve_start = resolve_start
+        #: Checks the fenced checkpoint against the partition's end while the link opens.
+        self.check_position = check_position
         self.settings = settings
         self.stats = stats
         #: Called once the partition is fenced and receiving (the runtime acknowledges then).
@@ -199,17 +205,19 @@ class PartitionWorker:
         receiver: ports.Receiver | None = None
         try:
             checkpoint = await self._fence()
-            self._checkpointed_sequence = checkpoint.sequence_number
-            self.stats.checkpointed_sequence_number = checkpoint.sequence_number
-            self.stats.checkpoint_time = time.time()
+            self._stands_at(checkpoint)
             if self._stop.is_set():
                 return self._finish("revoked")  # the fence is the final checkpoint
-            receiver = self.open_receiver(
-                self.partition,
-                self.epoch,
-                deliveries.ReceivePosition.after(checkpoint.sequence_number),
-            )
-            receiver.start()
+            receiver = self._receive_after(checkpoint)
+            if self.check_position is not None:
+                # While the link opens: a checkpoint past the partition's end is moved back,
+                # and nothing received after it reaches the handler.
+                rewound = await self.check_position(self.partition, checkpoint)
+                if rewound is not None:
+                    await receiver.close()
+                    checkpoint = rewound
+                    self._stands_at(checkpoint)
+                    receiver = self._receive_after(checkpoint)
             self.transition("fenced")
             self.fenced.set()
             if self.on_fenced is not None:
@@ -299,6 +307,18 @@ class PartitionWorker:
                 return outcome
             case state:
                 raise handoffs.IllegalTransition(state, event)
+
+    def _stands_at(self, checkpoint: ports.Checkpoint) -> None:
+        self._checkpointed_sequence = checkpoint.sequence_number
+        self.stats.checkpointed_sequence_number = checkpoint.sequence_number
+        self.stats.checkpoint_time = time.time()
+
+    def _receive_after(self, checkpoint: ports.Checkpoint) -> ports.Receiver:
+        receiver = self.open_receiver(
+            self.partition, self.epoch, deliveries.ReceivePosition.after(checkpoint.sequence_number)
+        )
+        receiver.start()
+        return receiver
 
     async def _fence(self) -> ports.Checkpoint:
         start = await self.resolve_start(self.partition)

@@ -64,3 +64,6 @@ class Receiver(Protocol):
 ReceiverFactory = Callable[[str, int, deliveries.ReceivePosition], Receiver]
 #: The start position to seed a missing checkpoint with (resolved lazily: may ask Event Hubs).
 StartResolver = Callable[[str], Awaitable[Any]]
+#: Checks a fenced checkpoint against the partition's end: None when it names an event of the
+#: stream (or before it), else the checkpoint moved back to the start position.
+PositionCheck = Callable[[str, Checkpoint], Awaitable[Checkpoint | None]]

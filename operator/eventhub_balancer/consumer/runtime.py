@@ -306,6 +306,7 @@ class Runtime:
                 store=backend.store,
                 open_receiver=backend.open_receiver,
                 resolve_start=backend.resolve_start,
+                check_position=backend.check_position,
                 processor=self.processor,
                 settings=self.settings.batch,
                 stats=stats,
