@@ -263,6 +263,18 @@ def test_a_handoff_timeout_below_the_release_is_refused() -> None:
             "accountUrl is required with workloadIdentity",
         ),
         ({"spark": {"remote": "sc://spark:15002"}}, "only go with spark.enabled=true"),
+        (
+            {"autoscaling": {"keda": {"enabled": True, "minReplicas": 5, "maxReplicas": 3}}},
+            "KEDA could never scale within them; lower minReplicas or raise maxReplicas",
+        ),
+        (
+            {"podDisruptionBudget": {"enabled": True, "maxUnavailable": 0}},
+            "podDisruptionBudget.maxUnavailable: 0 lets no consumer pod be evicted",
+        ),
+        (
+            {"podDisruptionBudget": {"enabled": True, "maxUnavailable": "0%"}},
+            "podDisruptionBudget.maxUnavailable: 0 lets no consumer pod be evicted",
+        ),
     ],
 )
 def test_mistakes_fail_with_what_to_change(values: dict[str, Any], message: str) -> None:
