@@ -5,6 +5,12 @@ generation it applied, the partitions it released, and reports of the partitions
 not processing normally (``contracts.partitionreports``). `Acknowledgements` writes them only
 when they changed, and a change of the reports alone at most once per ``min_interval``: a
 partition that flips between failing and retrying must not turn into a stream of writes.
+A write that fails is tried again after a pause that doubles per failure in a row (`RETRY_S`
+up to `RETRY_MAX_S`), and said in the log once per `FAILURE_LOG_EVERY_S`: a Role without
+``patch``, an API server that throttles writes (429) or is away would otherwise get one
+request and one warning per turn of the runtime's loop, from every pod, for as long as it
+lasts. A new generation or release is tried at once all the same: it may be the last
+(SIGTERM).
 `collect_reports` says which partitions to report, from what the runtime knows of them.
 """
 
@@ -13,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Final, Protocol
 
 from eventhub_balancer import errors
 from eventhub_balancer.consumer import assignments
@@ -22,6 +28,15 @@ from eventhub_balancer.contracts import partitionreports
 logger = logging.getLogger(__name__)
 
 Reports = dict[str, partitionreports.PartitionReport]
+
+#: After a failed write, the pause before the same acknowledgement is tried again; doubled
+#: per failure in a row, up to `RETRY_MAX_S`: a blip costs one turn of the loop, a standing
+#: refusal one request per pod per 5 s instead of two per second.
+RETRY_S: Final = 0.5
+#: The longest pause: once the API takes writes again, the acknowledgement lands within it.
+RETRY_MAX_S: Final = 5.0
+#: While writes fail, one warning per this long (with the count), as the watch's outage log.
+FAILURE_LOG_EVERY_S: Final = 60.0
 
 
 class Acknowledgements:
@@ -32,6 +47,13 @@ class Acknowledgements:
         self.min_interval = min_interval
         self._acked: tuple[int | None, dict[str, int], Reports] | None = None
         self._acked_at: float | None = None
+        #: Failed writes in a row, since when, the hand-off part (generation, released) of
+        #: the last one tried, when to try it again, and when the failures were last logged.
+        self._failures = 0
+        self._failing_since = 0.0
+        self._tried: tuple[int | None, dict[str, int]] | None = None
+        self._retry_at = 0.0
+        self._logged_at: float | None = None
 
     async def write(
         self,
@@ -41,7 +63,8 @@ class Acknowledgements:
         reports: Mapping[str, partitionreports.PartitionReport],
     ) -> None:
         """Write unless nothing changed, or only the reports did within ``min_interval``
-        (then the next call writes them); a failed write is logged and tried by the next."""
+        (then the next call writes them); a failed write is tried again by a later call once
+        its pause has passed, or at once if the generation or the releases changed."""
         state = (applied_generation, dict(released), dict(reports))
         lost = state == self._acked and self.source.acknowledgement_lost()
         if state == self._acked and not lost:
@@ -54,7 +77,9 @@ class Acknowledgements:
             and now - self._acked_at < self.min_interval
         ):
             return
-        if lost:
+        if self._failures and now < self._retry_at and self._tried == state[:2]:
+            return
+        if lost and not self._failures:
             logger.warning(
                 "the acknowledgement written last is no longer on the assignment ConfigMap "
                 "(removed or edited by someone else): writing generation %s, released %s again",
@@ -66,8 +91,15 @@ class Acknowledgements:
                 applied_generation=state[0], released=state[1], reports=state[2]
             )
         except errors.EventHubBalancerError as e:
-            logger.warning("acknowledgement not written (retrying): %s", e)
+            self._failed(state[:2], e, now=now)
             return
+        if self._failures:
+            logger.info(
+                "acknowledgement written after %d failed attempt(s) over %.0f s",
+                self._failures,
+                now - self._failing_since,
+            )
+            self._failures, self._logged_at = 0, None
         if self._acked is None or state[:2] != self._acked[:2]:
             logger.info("acknowledged generation %s, released %s", state[0], state[1])
         if self._acked is None or state[2] != self._acked[2]:
@@ -76,6 +108,27 @@ class Acknowledgements:
                 {p: (r.state, r.epoch, r.attempts) for p, r in sorted(state[2].items())} or "none",
             )
         self._acked, self._acked_at = state, now
+
+    def _failed(
+        self, tried: tuple[int | None, dict[str, int]], error: Exception, *, now: float
+    ) -> None:
+        if not self._failures:
+            self._failing_since = now
+        self._failures += 1
+        self._tried = tried
+        pause = min(RETRY_S * 2.0 ** min(self._failures - 1, 16), RETRY_MAX_S)
+        self._retry_at = now + pause
+        first = self._logged_at is None or now - self._logged_at >= FAILURE_LOG_EVERY_S
+        if first:
+            self._logged_at = now
+        logger.log(
+            logging.WARNING if first else logging.DEBUG,
+            "acknowledgement not written (%d attempt(s) over %.0f s, the next in %.1f s): %s",
+            self._failures,
+            now - self._failing_since,
+            pause,
+            error,
+        )
 
 
 class Reporting(Protocol):
