@@ -250,3 +250,45 @@ def test_the_operator_says_which_release_and_python_it_runs() -> None:
         f'ehb_build_info{{python="{platform.python_version()}",'
         f'version="{eventhub_balancer.__version__}"}} 1.0'
     ) in text.splitlines()
+
+
+def ready_series(registry: metrics.Metrics) -> list[str]:
+    return [
+        line
+        for line in registry.exposition().decode().splitlines()
+        if line.startswith("ehb_ready{")
+    ]
+
+
+async def test_ready_is_exported_under_its_reason_one_series_a_consumer() -> None:
+    """``ehb_ready`` follows the Ready condition, reason and all, whatever path decided it (a
+    plan, an invalid spec), and goes with its consumer."""
+    kube = make_kube()
+    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    registry = metrics.Metrics()
+    memory = memories.Memory()
+
+    async def cycle(now: float) -> None:
+        await cycles.run_cycle(
+            kube=kube,
+            hubs=hubs,
+            namespace=NS,
+            name=NAME,
+            memory=memory,
+            now=at(now),
+            metrics=registry,
+        )
+
+    await cycle(0)
+    assert ready_series(registry) == [
+        'ehb_ready{consumer="orders",namespace="shop",reason="AllPartitionsOwned"} 1.0'
+    ]
+    await cycle(5)  # steady: the same series
+    assert len(ready_series(registry)) == 1
+    kube.set_spec(NS, NAME, {"eventHub": {"name": "orders"}})  # invalid: no credentials
+    await cycle(10)
+    assert ready_series(registry) == [
+        'ehb_ready{consumer="orders",namespace="shop",reason="InvalidSpec"} 0.0'
+    ]
+    registry.forget(namespace=NS, consumer=NAME)
+    assert ready_series(registry) == []

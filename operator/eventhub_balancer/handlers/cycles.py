@@ -146,6 +146,13 @@ async def run_cycle(
             )
     if metrics is not None and decision.figures is not None:
         metrics.record(namespace=namespace, consumer=name, values=decision.figures)
+    if metrics is not None and decision.ready is not None:
+        metrics.set_ready(
+            namespace=namespace,
+            consumer=name,
+            ready=decision.ready.status == "True",
+            reason=decision.ready.reason,
+        )
     # The moves as their Events tell them, one line per (kind, from, to); each partition's
     # at DEBUG: a rebalance of 1,024 partitions is a few lines, not a thousand.
     for e in decision.events:

@@ -109,6 +109,14 @@ class Metrics:
             labels,
             registry=self.registry,
         )
+        self.ready = prometheus_client.Gauge(
+            "ehb_ready",
+            "1 while the Ready condition is True; reason: its reason (one series a consumer).",
+            [*labels, "reason"],
+            registry=self.registry,
+        )
+        #: each consumer's Ready reason as last set: a new reason replaces its series
+        self._ready: dict[tuple[str, str], str] = {}
         #: each consumer's partitions per pod as last set: a cycle sets only what changed (the
         #: pods of the running consumers: a consumer's go when its daemon stops, `forget`)
         self._pods: dict[tuple[str, str], dict[str, int]] = {}
@@ -127,6 +135,16 @@ class Metrics:
             self.partitions.labels(namespace, consumer, pod).set(count)
         self._pods[key] = dict(per_pod)
 
+    def set_ready(self, *, namespace: str, consumer: str, ready: bool, reason: str) -> None:
+        """Ready as the last decision concluded it, under its reason alone."""
+        key = (namespace, consumer)
+        last = self._ready.get(key)
+        if last is not None and last != reason:
+            with contextlib.suppress(KeyError):
+                self.ready.remove(namespace, consumer, last)
+        self._ready[key] = reason
+        self.ready.labels(namespace, consumer, reason).set(1 if ready else 0)
+
     def forget(self, *, namespace: str, consumer: str) -> None:
         """The consumer's daemon stopped: every series labelled with it goes. A deleted
         consumer's troubles must not keep an alert firing, and an operator that saw consumers
@@ -134,6 +152,7 @@ class Metrics:
         self.set_partitions(namespace=namespace, consumer=consumer, per_pod={})
         self._pods.pop((namespace, consumer), None)
         self._from_backlog.discard((namespace, consumer))
+        self._ready.pop((namespace, consumer), None)
         for metric in self._labelled():
             # The series of a metric by label values; prometheus_client removes one series
             # at a time, so those of the consumer (its first two labels) are found here.

@@ -35,6 +35,7 @@ from collections.abc import Mapping
 
 from eventhub_balancer.balancing import models, planning
 from eventhub_balancer.contracts import bounds, configmaps, podstates, specs
+from eventhub_balancer.contracts import conditions as conditiontypes
 from eventhub_balancer.reconciling import (
     conditions,
     conflicts,
@@ -271,6 +272,7 @@ def _decide(
         awaits_release=bool(plan.release_deadlines) or figures.handoffs_in_flight > 0,
         unlisted=unlisted,
         figures=figures,
+        ready=next((c for c in concluded if c.type == conditiontypes.READY), None),
         next_in=deadlines.next_in(
             plan=plan,
             pods=states,

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import specs
+from eventhub_balancer.contracts import conditions, specs
 from eventhub_balancer.reconciling import (
     fleets,
     kubeevents,
@@ -80,6 +80,9 @@ class Decision:
     #: partitions assigned but not listed by Event Hubs: kept (a wrong answer never revokes)
     unlisted: tuple[models.PartitionId, ...] = ()
     figures: statuses.Figures | None = None
+    #: the Ready condition this decision concludes (``ehb_ready``); None: none (it only asks
+    #: for more reads)
+    ready: conditions.Condition | None = None
     #: seconds until something changes on its own (a hand-off times out, a grace ends)
     next_in: float | None = None
     #: the wall time (seconds) before which this observation decides the same, with nothing

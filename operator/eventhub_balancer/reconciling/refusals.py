@@ -42,6 +42,7 @@ def invalid(observation: observations.Observation, *, now: datetime.datetime) ->
         events=events,
         event_bodies=tuple(kubeevents.body(observation.body, e, now=now) for e in events),
         spec_error=bad.message,
+        ready=bad,
         resource_version=decisions.version(observation),
     )
 
@@ -77,5 +78,6 @@ def refused(
         status=statuses.status_patch(previous, desired),
         events=events,
         event_bodies=tuple(kubeevents.body(observation.body, e, now=now) for e in events),
+        ready=ready,
         resource_version=decisions.version(observation),
     )
