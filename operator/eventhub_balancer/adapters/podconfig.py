@@ -60,15 +60,17 @@ REFUSALS_LOGGED: Final = 64
 
 
 def api_client(kubeconfig: str | None = None) -> k8s.ApiClient:
-    """In-cluster credentials inside a pod, else the kubeconfig (``$KUBECONFIG`` by default)."""
+    """In-cluster credentials inside a pod, else the kubeconfig (``$KUBECONFIG`` by default);
+    a request that times out is not sent again (`podreconnects.Retries`)."""
+    configuration = k8s.Configuration()
+    configuration.retries = podreconnects.Retries(total=3)
     if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
-        configuration = k8s.Configuration()
         k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         return k8s.ApiClient(configuration)
     path = kubeconfig or os.environ.get("KUBECONFIG") or None
     try:
-        client: k8s.ApiClient = k8s_config.new_client_from_config(config_file=path)  # type: ignore[no-untyped-call]
-        return client
+        k8s_config.load_kube_config(config_file=path, client_configuration=configuration)  # type: ignore[no-untyped-call]
+        return k8s.ApiClient(configuration)
     except (k8s_config.ConfigException, OSError) as e:
         raise errors.ConfigurationError(
             f"no Kubernetes credentials: not in a cluster and the kubeconfig "
