@@ -1,16 +1,13 @@
 """The status conditions a cycle concludes: Ready, Balanced, the two dependencies and
 PartitionsFailing (worded in `reports`).
 
-Ready also says when partitions have owners that read none of them (`Silences`, found by
-`deciding.silences`). The record says who owns what; only the pods can say they read it. A
-consumer pod applies its ConfigMap within a second of the write and says so (the annotation
-``eventhub-balancer.dev/applied-generation``), so a Ready owner that has not, a minute after it
-was given its partitions, reads none of them: its ConfigMap is not there (the operator's
-writes of it are refused: a ResourceQuota on ConfigMaps, an admission policy, the operator's
-RBAC), or it is there and was never applied (the selector also matches another workload's
-pods, or the pods cannot read or patch their ConfigMaps). A pod that applied an earlier
-generation runs a consumer: a later generation on its way is a hand-off, which Balanced and
-the hand-off timeout cover.
+Ready also says when owners read none of what they hold (`Silences`, `deciding.silences`). A
+consumer pod applies its ConfigMap within a second and says so (annotation
+``eventhub-balancer.dev/applied-generation``): a Ready owner silent a minute after it was given
+partitions has no ConfigMap (its writes are refused: a ResourceQuota, an admission policy,
+RBAC) or never applied it (the selector matches another workload, or the pods cannot read or
+patch ConfigMaps). A pod that applied an earlier generation runs a consumer: a later one on
+its way is a hand-off, which Balanced and the hand-off timeout cover.
 
 Kept apart from the writes so that the wording can change without touching what is written
 when. The reasons are specific (API conventions): a fault of Event Hubs or of the checkpoint
@@ -252,6 +249,28 @@ def build(
             status="False",
             reason="HandoffsInFlight",
             message=f"{in_flight} partitions are being handed off",
+        )
+    elif plan.release_deadlines:
+        leaving = sorted(
+            {
+                o.owner
+                for o in plan.assignment.values()
+                if o.owner is not None
+                and (state := pods.get(o.owner)) is not None
+                and state.state == "terminating"
+            },
+            key=models.name_key,
+        )
+        held = sum(1 for o in plan.assignment.values() if o.owner in leaving)
+        balanced = conditions.Condition(
+            type=conditions.BALANCED,
+            status="False",
+            reason="PodsLeaving",
+            message=(
+                f"{held} partitions wait for their terminating pods "
+                f"({', '.join(leaving[:3])}{' and more' if len(leaving) > 3 else ''}) to "
+                "release them; whatever is not released soon is revoked and handed off"
+            ),
         )
     elif plan.starting:
         balanced = conditions.Condition(
