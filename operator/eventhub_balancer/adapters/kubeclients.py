@@ -27,31 +27,15 @@ from typing import Any, Self
 import kubernetes.client
 import kubernetes.config
 import urllib3.exceptions
-import urllib3.util
 from kubernetes.client import exceptions as kube_exceptions
 
 from eventhub_balancer import errors
+from eventhub_balancer.adapters import kuberetries
 
 #: Seconds for one API request; a hung API server must not hang a cycle.
 REQUEST_TIMEOUT = 15.0
 #: Threads for blocking API calls: cycles of several consumers run concurrently.
 WORKERS = 8
-
-
-class Retries(urllib3.util.Retry):
-    """urllib3's retries, less the retry of a request that timed out.
-
-    A connection refused, or a kept-alive one the server had closed, is retried as urllib3
-    does. A request that got no answer within ``REQUEST_TIMEOUT`` is not: the timeout already
-    took its time. Retried (urllib3 would, three times, for a GET, PUT or DELETE), one
-    request held its cycle up for a minute behind an API server that does not answer, four
-    times the bound it was given, and the next cycle's own retry is sooner anyway.
-    """
-
-    def increment(self, *args: Any, **kwargs: Any) -> Retries:
-        if isinstance(kwargs.get("error"), urllib3.exceptions.ReadTimeoutError):
-            return super(Retries, self.new(total=0)).increment(*args, **kwargs)
-        return super().increment(*args, **kwargs)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -129,7 +113,7 @@ class KubeClient:
 
     def __init__(self, configuration: kubernetes.client.Configuration) -> None:
         if configuration.retries is None:
-            configuration.retries = Retries(total=3)
+            configuration.retries = kuberetries.client_retries()
         self._configuration = configuration
         self._client = kubernetes.client.ApiClient(configuration)
         self._core = kubernetes.client.CoreV1Api(self._client)

@@ -36,7 +36,7 @@ from kubernetes import watch as k8s_watch
 from kubernetes.client import exceptions as k8s_errors
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import podreconnects
+from eventhub_balancer.adapters import kuberetries, podreconnects
 from eventhub_balancer.contracts import configmaps
 
 logger = logging.getLogger(__name__)
@@ -61,9 +61,9 @@ REFUSALS_LOGGED: Final = 64
 
 def api_client(kubeconfig: str | None = None) -> k8s.ApiClient:
     """In-cluster credentials inside a pod, else the kubeconfig (``$KUBECONFIG`` by default);
-    a request that times out is not sent again (`podreconnects.Retries`)."""
+    a request that times out is not sent again (`kuberetries.Retries`)."""
     configuration = k8s.Configuration()
-    configuration.retries = podreconnects.Retries(total=3)
+    configuration.retries = kuberetries.client_retries()
     if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
         k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         return k8s.ApiClient(configuration)

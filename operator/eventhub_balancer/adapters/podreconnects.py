@@ -6,16 +6,14 @@ clock the caller passes (how long to pause after a failure, when to say so in th
 refused credentials end the watch), and `wrap` turns a failed request into the project's
 errors: refused credentials (401/403), which waiting never fixes, are an
 `errors.ConfigurationError` that names the RBAC rule to add; anything else is transient.
-`Retries` is what the client itself may send again.
+What the client itself may send again is `kuberetries.Retries`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Final
+from typing import Final
 
-import urllib3.exceptions
-import urllib3.util
 from kubernetes.client import exceptions as k8s_errors
 
 from eventhub_balancer import errors
@@ -30,29 +28,6 @@ RECONNECT_BACKOFF_MAX_S: Final = 30.0
 AUTH_FAILURES_LIMIT: Final = 3
 #: During an outage, one warning per this long (with the count since the last one).
 OUTAGE_LOG_EVERY_S: Final = 60.0
-
-
-class Retries(urllib3.util.Retry):
-    """urllib3's retries, less those of a request that timed out.
-
-    A refused connection, or a kept-alive one the server had closed, is retried as urllib3
-    does. A request that got no answer (or no connection) within its timeout is not: the
-    timeout is the bound the caller was promised, and the watch's backoff or the runtime's
-    next acknowledgement tries again anyway. Sent again (three times, for a GET, and for any
-    request that could not connect), an acknowledgement patch bounded at 2 s kept its thread
-    8 s, and a pod stopped in such an outage exited only after it ended.
-    """
-
-    def increment(self, *args: Any, **kwargs: Any) -> Retries:
-        error = kwargs.get("error")
-        timed_out = isinstance(error, urllib3.exceptions.ReadTimeoutError) or (
-            # urllib3 makes a refused connection a kind of connect timeout too.
-            isinstance(error, urllib3.exceptions.ConnectTimeoutError)
-            and not isinstance(error, urllib3.exceptions.NewConnectionError)
-        )
-        if timed_out:
-            return super(Retries, self.new(total=0)).increment(*args, **kwargs)
-        return super().increment(*args, **kwargs)
 
 
 @dataclasses.dataclass

@@ -10,9 +10,10 @@ from collections.abc import Iterator
 
 import kubernetes.client
 import pytest
+import urllib3.exceptions
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import kubeapi, kubeclients
+from eventhub_balancer.adapters import kubeapi, kubeclients, kuberetries
 
 
 class Silent:
@@ -85,14 +86,14 @@ async def test_a_request_that_times_out_is_sent_once(
 async def test_a_refused_connection_is_still_retried(monkeypatch: pytest.MonkeyPatch) -> None:
     """The retries stay for what they are for: a connection that never opened."""
     attempts: list[object] = []
-    real = kubeclients.Retries.increment
+    real = kuberetries.Retries.increment
 
-    def counted(self: kubeclients.Retries, *args: object, **kwargs: object) -> kubeclients.Retries:
+    def counted(self: kuberetries.Retries, *args: object, **kwargs: object) -> kuberetries.Retries:
         attempts.append(kwargs.get("error"))
         return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(kubeclients.Retries, "increment", counted)
-    monkeypatch.setattr(kubeclients.Retries, "sleep", lambda self, response=None: None)
+    monkeypatch.setattr(kuberetries.Retries, "increment", counted)
+    monkeypatch.setattr(kuberetries.Retries, "sleep", lambda self, response=None: None)
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
     api = _api(port)  # nothing listens there now
@@ -103,3 +104,22 @@ async def test_a_refused_connection_is_still_retried(monkeypatch: pytest.MonkeyP
     finally:
         api.close()
     assert len(attempts) == 4  # three retries, as urllib3 makes them
+
+
+@pytest.mark.parametrize(
+    ("error", "retried"),
+    [
+        (urllib3.exceptions.ReadTimeoutError(None, "/", "read timed out"), False),  # type: ignore[arg-type]
+        (urllib3.exceptions.ConnectTimeoutError("connect timed out"), False),
+        (urllib3.exceptions.NewConnectionError(None, "refused"), True),  # type: ignore[arg-type]
+        (urllib3.exceptions.ProtocolError("connection closed"), True),
+    ],
+)
+def test_only_what_failed_at_once_is_sent_again(error: Exception, retried: bool) -> None:
+    """A timeout, connecting or reading, took the request's whole bound: not sent again."""
+    retries = kuberetries.client_retries()
+    if retried:
+        assert retries.increment(method="GET", url="/", error=error).total == 2
+    else:
+        with pytest.raises(urllib3.exceptions.MaxRetryError):
+            retries.increment(method="GET", url="/", error=error)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import podconfig, podreconnects
+from eventhub_balancer.adapters import kuberetries, podconfig
 from tests.adapters.wire.test_kube_request_timeouts import Silent
 
 KUBECONFIG = """\
@@ -107,14 +107,14 @@ async def test_a_refused_connection_is_still_retried(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     attempts: list[object] = []
-    real = podreconnects.Retries.increment
+    real = kuberetries.Retries.increment
 
-    def counted(self: podreconnects.Retries, *args: object, **kwargs: object) -> object:
+    def counted(self: kuberetries.Retries, *args: object, **kwargs: object) -> object:
         attempts.append(kwargs.get("error"))
         return real(self, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(podreconnects.Retries, "increment", counted)
-    monkeypatch.setattr(podreconnects.Retries, "sleep", lambda self, response=None: None)
+    monkeypatch.setattr(kuberetries.Retries, "increment", counted)
+    monkeypatch.setattr(kuberetries.Retries, "sleep", lambda self, response=None: None)
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
     maps = pod_client(tmp_path, port)  # nothing listens there now
