@@ -27,6 +27,7 @@ import functools
 import logging
 import os
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Final
 
@@ -45,6 +46,10 @@ logger = logging.getLogger(__name__)
 WATCH_SECONDS: Final = 60
 #: Every request, the watch's long poll included, gives up after this long.
 REQUEST_TIMEOUT_S: Final = WATCH_SECONDS + 10
+#: A watch that ends sooner than this with nothing delivered is asked again only after a pause
+#: (`podreconnects.backoff`): the server asks for no such thing, and a fleet of pods that asked
+#: again at once would flood it.
+QUICK_WATCH_S: Final = 1.0
 SHORT_REQUEST_TIMEOUT_S: Final = 10
 #: An acknowledgement patch gives up after this long: the runtime's loop awaits it, and a
 #: loop held longer than its heartbeat limit (5 s, ``consumer.endpoints``) fails /healthz,
@@ -241,11 +246,22 @@ class PodConfigMaps:
                 items, version = self._list()
                 put("listed", self._pick(items) or {})
                 watched = False
+                quick = 0  # watches in a row that ended at once with nothing
                 try:
                     while not stop.is_set():
-                        version = self._watch_once(put, stop, version)
+                        opened = time.monotonic()
+                        resumed = self._watch_once(put, stop, version)
                         watched = True
                         put("healthy", None)
+                        if resumed == version and time.monotonic() - opened < QUICK_WATCH_S:
+                            # Ended at once with nothing (a proxy or a server that closes
+                            # watches): asked again at once, a pod sent ten a second. Back off
+                            # as for a failure, until a watch lasts or delivers.
+                            quick += 1
+                            stop.wait(podreconnects.backoff(quick))
+                        else:
+                            quick = 0
+                        version = resumed
                 except k8s_errors.ApiException as e:
                     # 410 Gone: our version is too old (not an outage): list again at once,
                     # unless no watch worked since the last list (then back off).

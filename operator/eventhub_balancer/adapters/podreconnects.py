@@ -30,6 +30,13 @@ AUTH_FAILURES_LIMIT: Final = 3
 OUTAGE_LOG_EVERY_S: Final = 60.0
 
 
+def backoff(failures: int) -> float:
+    """The pause after ``failures`` (1 or more) in a row: `RECONNECT_BACKOFF_S` doubling up
+    to `RECONNECT_BACKOFF_MAX_S`."""
+    doubled = RECONNECT_BACKOFF_S * float(2 ** min(failures - 1, 16))
+    return min(doubled, RECONNECT_BACKOFF_MAX_S)
+
+
 @dataclasses.dataclass
 class Reconnects:
     """The watch's reconnect policy and its state through one outage.
@@ -60,8 +67,7 @@ class Reconnects:
                 raise wrap(error, f"gave up after {self.auth_failures} refusals")
         else:
             self.auth_failures = 0
-        doubled = RECONNECT_BACKOFF_S * float(2 ** min(self.failures - 1, 16))
-        return min(doubled, RECONNECT_BACKOFF_MAX_S)
+        return backoff(self.failures)
 
     def should_log(self, *, now: float) -> bool:
         """The first failure and then one in ``OUTAGE_LOG_EVERY_S``: a bounded log rate."""
