@@ -35,8 +35,8 @@ class EventBuffer:
 
     def add(self, events: Iterable[deliveries.ReceivedEvent]) -> None:
         """Buffer events the link delivered; a waiting `take` sees them at once."""
-        if self._closed:
-            return  # a delivery racing with close: nobody takes it any more
+        if self._closed or self._failure is not None:
+            return  # a delivery racing with close or failure: nobody takes it any more
         self._events.extend(events)
         self._arrived.set()
 
@@ -45,6 +45,11 @@ class EventBuffer:
         while len(self._events) >= self.limit and not self._closed:
             self._drained.clear()
             await self._drained.wait()
+
+    @property
+    def failed(self) -> bool:
+        """Receiving has ended for good (`fail`): what is delivered after is dropped."""
+        return self._failure is not None
 
     def fail(self, failure: errors.EventHubBalancerError) -> None:
         """Make every later `take` raise ``failure`` (receiving has ended for good)."""

@@ -18,6 +18,8 @@ against azure-eventhub 5.15 (see ``ehb bench consumer``):
   (``amqp:link:stolen``), which we translate into :class:`errors.OwnershipLost` at once; a hub
   or consumer group that does not exist (``amqp:not-found``) fails the partition at once with
   :class:`errors.EventHubNotFound` (`linkrefusals`), never a loop of reopens.
+- A stream that goes back (a delivery not above the last one received, or a reopen onto a
+  partition that ends below it: the hub created again) ends the receiver, never a silent wait.
 - Our own micro-batching on top of the SDK's buffer (``adapters.batching``): the SDK hands
   out whatever arrived, one event at a time when the stream is slow.
 - After each delivery, the delivery tags the SDK's link keeps are dropped
@@ -236,7 +238,18 @@ class PartitionReceiver:
     async def _on_events(self, received: list[EventData]) -> None:
         if not received:
             return
+        if self._buffer.failed:
+            return
         events = [to_event(self.partition, e) for e in received]
+        last = self._last_buffered
+        if last is not None and events[0].sequence_number <= last:
+            # Sequence numbers only grow within a partition: the link was reconnected (by the
+            # SDK's own retry) to another stream under the same name, a hub created again or
+            # an emulator restarted. Handed on, these events would be checkpointed below the
+            # old stream's checkpoint, which never moves back. The worker starts again, and
+            # its fence's check moves that checkpoint back (`consumer.connections`).
+            self._fail(self._replaced(f"received sequence number {events[0].sequence_number}"))
+            return
         self._last_buffered = events[-1].sequence_number
         enqueued = last_enqueued_of(received[-1])
         if enqueued is not None:
@@ -268,6 +281,13 @@ class PartitionReceiver:
             amqphandshakes.read_handshake_back_to_back(consumer)
             received_before = self._last_buffered
             try:
+                if received_before is not None:
+                    # A reopen after events: the stream it continues may have been replaced
+                    # meanwhile, and a link after the last event received would wait in silence.
+                    end = await self._stream_end(client)
+                    if end < received_before:
+                        self._fail(self._replaced(f"its last event is {end}"))
+                        return
                 # Opened here rather than inside receive(), to say when the link is open and to
                 # bound how long that may take.
                 opening = time.monotonic()
@@ -345,6 +365,20 @@ class PartitionReceiver:
             finally:
                 self._consumer = None
                 await asyncio.shield(self._close_quietly(consumer, client))
+
+    async def _stream_end(self, client: Any) -> int:
+        amqphandshakes.quick_management(client)
+        async with asyncio.timeout(LINK_OPEN_TIMEOUT_S):
+            props = await client.get_partition_properties(self.partition)
+        return int(props["last_enqueued_sequence_number"])
+
+    def _replaced(self, found: str) -> errors.EventHubUnreachable:
+        """Sequence numbers only grow: a stream below the last event received is another one."""
+        return errors.EventHubUnreachable(
+            f"partition {self.partition}: {found}, not above the last one received "
+            f"({self._last_buffered}): the partition's stream was replaced (the Event Hub "
+            "created again under its name, or the local emulator restarted)"
+        )
 
     async def _close_quietly(self, consumer: Any, client: EventHubConsumerClient) -> None:
         await linkrepairs.stop_keep_alive(consumer)

@@ -108,3 +108,63 @@ async def test_rewind_is_refused_once_a_higher_epoch_holds_the_blob(blob_contain
     stored = await store(blob_container, "reader").read("0")
     assert stored is not None
     assert (stored.sequence_number, stored.epoch, stored.owner_id) == (1000, 5, "pod-b")
+
+
+@pytest.mark.parametrize("down", [0.0, 5.0])
+async def test_an_emulator_restarted_under_a_running_pod_is_read_from_its_start(
+    azurite: Any, blob_container: Any, down: float
+) -> None:
+    """The local emulator keeps its events in memory: a restart gives every partition a new
+    stream from sequence number 0 (as a hub deleted and created again does on Azure), while
+    the pod's link reconnects after the last event it had received: by the SDK's own retry
+    (by offset) when the emulator is back at once, by the receiver's reopen (by sequence
+    number) when it is down longer."""
+    from eventhub_balancer_devstack.eventhubs import EventHubsEmulator
+
+    before = EventHubsEmulator(hubs={"orders": 4})
+    before.start_in_thread()
+    after = EventHubsEmulator(hubs={"orders": 4}, port=before.port)
+    cs = before.connection_string()
+    recorder = Recorder()
+    source = assignments.MemorySource()
+    consumer = runtime.Runtime(
+        settings=runtime.RuntimeSettings(
+            consumer="orders", pod="pod-a", batch=BATCH, shutdown_timeout=10
+        ),
+        source=source,
+        backends=azure_backends(
+            eventhub_connection_string=cs,
+            blob_connection_string=azurite.connection_string,
+            owner="pod-a",
+            batch=BATCH,
+        ),
+        processor=recorder,
+    )
+    task = asyncio.create_task(consumer.run())
+    try:
+        source.put(
+            configmap(
+                1,
+                {"0": (1, "owned")},
+                checkpointContainer=blob_container.container_name,
+                startPosition=json.dumps("earliest"),
+            )
+        )
+        await send_events(cs, "orders", {"0": 10})
+        await eventually(lambda: len(recorder.done) >= 10, within=20, what="events 0..9")
+        before.stop_in_thread()
+        # Down longer than the SDK's own reconnects: the receiver's reopen finds the new one.
+        await asyncio.sleep(down)
+        after.start_in_thread()
+        await send_events(cs, "orders", {"0": 5})  # the new stream's events 0..4
+        await eventually(lambda: len(recorder.done) >= 15, within=60, what="new events 0..4")
+    finally:
+        consumer.request_shutdown()
+        async with asyncio.timeout(20):
+            await task
+        after.stop_in_thread()
+        before.stop_in_thread()
+    assert recorder.done == [("0", n) for n in range(10)] + [("0", n) for n in range(5)]
+    stored = await store(blob_container, "reader").read("0")
+    assert stored is not None
+    assert stored.sequence_number == 4
