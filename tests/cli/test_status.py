@@ -77,3 +77,15 @@ def test_a_run_breaks_where_the_epoch_changes_so_each_epoch_stays_beside_its_par
     ).splitlines()
     assert shown[-2].split() == ["POD", "READY", "STATE", "PARTITIONS", "EPOCHS", "REVOKING"]
     assert shown[-1].split() == ["orders-0", "yes", "ready", "0-1,2,3,10-11", "4,5,4,2", "10-11"]
+
+
+def test_counts_agree_with_their_number_and_no_pods_is_said_not_an_empty_table() -> None:
+    ready = {"type": "Ready", "status": "False", "reason": "NoPods", "message": "no pod matches"}
+    shown = status.render(
+        consumer(
+            observedGeneration=1, partitionCount=1, memberCount=0, movesTotal=1, conditions=[ready]
+        )
+    ).splitlines()
+    assert shown[0] == "shop/orders: 1 partition, 0 members, 1 move"
+    assert shown[-1] == "  no pod holds a partition (see Ready above)"
+    assert not any(line.split()[:1] == ["POD"] for line in shown)

@@ -51,6 +51,13 @@ def unserved(body: dict[str, Any]) -> str | None:
     return None
 
 
+def _count(value: Any, word: str) -> str:
+    """``1 member``, ``2 members``; ``? members`` when the status does not say."""
+    if not isinstance(value, int):
+        return f"? {word}s"
+    return f"{value} {word}" + ("" if value == 1 else "s")
+
+
 def render(body: dict[str, Any]) -> str:
     """One consumer's table, from its status (what the operator last concluded), after a hint
     when no operator concluded anything about its current spec (`unserved`)."""
@@ -63,9 +70,14 @@ def render(body: dict[str, Any]) -> str:
     lines = [] if hint is None else [hint]
     lines += [
         f"{meta.get('namespace')}/{meta.get('name')}: "
-        f"{status.get('partitionCount', '?')} partitions, "
-        f"{status.get('memberCount', '?')} members, "
-        f"{status.get('movesTotal', 0)} moves"
+        + ", ".join(
+            _count(status.get(field), word)
+            for field, word in (
+                ("partitionCount", "partition"),
+                ("memberCount", "member"),
+                ("movesTotal", "move"),
+            )
+        )
     ]
     for c in conditions.ORDER:
         found = conditions.find(status.get("conditions"), c)
@@ -73,6 +85,9 @@ def render(body: dict[str, Any]) -> str:
             lines.append(
                 f"  {c:<25} {found.get('status'):<8} {found.get('reason')}: {found.get('message')}"
             )
+    if not status.get("consumers"):
+        lines.append("  no pod holds a partition (see Ready above)")
+        return "\n".join(lines)
     rows = [("POD", "READY", "STATE", "PARTITIONS", "EPOCHS", "REVOKING")]
     for consumer in status.get("consumers") or []:
         held = tables.partition_runs(
