@@ -15,6 +15,8 @@ from eventhub_balancer_devstack.eventhubs.amqp import performatives as perf
 
 RUNTIME_METRIC = "com.microsoft:enable-receiver-runtime-metric"
 EPOCH = "com.microsoft:epoch"
+#: How Event Hubs refuses a start past a partition's last event (`hubs.PositionPastEnd`).
+ARGUMENT_ERROR = "com.microsoft:argument-error"
 
 _SENDER_SETTLED = 1
 
@@ -163,6 +165,7 @@ def _attach_outgoing(
         source = frames.field(frame.fields, 5)
         filters = frames.field(_described_fields(source), 7)
         position = addresses.start_position(filters)
+        partition.check_start(position.field, position.value)
     except hubs.EntityNotFound as e:
         _refuse(connection, frame, session, role, "amqp:not-found", str(e))
         return
@@ -171,6 +174,9 @@ def _attach_outgoing(
         return
     except addresses.InvalidAddress as e:
         _refuse(connection, frame, session, role, "amqp:invalid-field", str(e))
+        return
+    except hubs.PositionPastEnd as e:
+        _refuse(connection, frame, session, role, ARGUMENT_ERROR, _tracked(str(e), hub, parsed))
         return
     properties = _map(frames.field(frame.fields, 13))
     owner_level = properties.get(EPOCH)
@@ -254,6 +260,15 @@ def _attach_incoming(
     )
     session.links[link.handle] = link
     connection.send_flow(session, link=link)
+
+
+def _tracked(description: str, hub: hubs.Hub, address: addresses.Address) -> str:
+    """A refusal's words followed by the tracking tail Event Hubs appends (clients must cut
+    it off, not show it)."""
+    return (
+        f"{description} TrackingId:emulator, SystemTracker:emulator:eventhub:{hub.name}~32766"
+        f"|{address.consumer_group}, Timestamp:emulator"
+    )
 
 
 def _described_fields(value: Any) -> list[Any]:

@@ -39,6 +39,11 @@ class OwnerLevelConflict(Exception):
     """A receiver may not open: a receiver with a higher owner level holds the partition."""
 
 
+class PositionPastEnd(ValueError):
+    """A receiver's start names an event after the partition's last (Event Hubs refuses the
+    link with ``com.microsoft:argument-error``, in the words this error carries)."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class PartitionInfo:
     """What a partition looks like now (what ``get_partition_properties`` reports)."""
@@ -142,6 +147,28 @@ class Partition:
         find = bisect.bisect_left if inclusive else bisect.bisect_right
         index = find(self._events, enqueued_ms, lo=self._start, key=_BY_TIME)
         return self._base + index
+
+    def check_start(self, field: str, value: int) -> None:
+        """Refuse a start past the last event, as Event Hubs does: a sequence number or an
+        offset above the last one, exclusive or inclusive (so the next event's number, which
+        does not exist yet, is refused too; the last one, exclusive, waits for the next).
+        An empty partition's last sequence number and offset are -1. Its words are the
+        service's, as clients have quoted them (docs/local-stack.md)."""
+        if field == "sequence":
+            last = self.next_sequence_number - 1
+            if value > last:
+                raise PositionPastEnd(
+                    f"The supplied sequence number '{value}' is invalid. "
+                    f"The last sequence number in the system is '{last}'"
+                )
+        elif field == "offset":
+            newest = self.last()
+            last = -1 if newest is None else newest.offset
+            if value > last:
+                raise PositionPastEnd(
+                    f"The supplied offset '{value}' is invalid. "
+                    f"The last offset in the system is '{last}'"
+                )
 
     def positions(self) -> list[EventPosition]:
         return [
