@@ -5,8 +5,10 @@ with `FakeEventHub.client`): partition properties from the management link, and 
 links (``_create_consumer``, ``_open``, ``receive``) that deliver the partition's events from
 their position, and that can be told to open slowly, to fail as a dropped connection does, or
 to be refused as Event Hubs refuses a link without an owner level while an owner's exclusive
-link is open. `NoCheckpoints` is a checkpoint container with no blob yet. Every wait is on
-the event loop's clock, so under ``@pytest.mark.looptime`` a 30-second link takes no time.
+link is open; a link whose sequence number is past the partition's last event is refused as
+Event Hubs refuses it. `NoCheckpoints` is a checkpoint container with no blob yet. Every wait
+is on the event loop's clock, so under ``@pytest.mark.looptime`` a 30-second link takes no
+time.
 """
 
 from __future__ import annotations
@@ -78,6 +80,21 @@ class FakePartition:
             props["last_enqueued_time_utc"] = enqueued_time(last) if self.count else T0
         return props
 
+    def refusal(self, position: Any) -> amqp.AMQPLinkError | None:
+        """How Event Hubs refuses a link whose sequence number is past the last event
+        (inclusive or not), in its words and with its tracking tail; None when it opens."""
+        last = self.count - 1
+        if not isinstance(position, int) or position <= last:
+            return None
+        return amqp.AMQPLinkError(
+            condition=b"com.microsoft:argument-error",
+            description=(
+                f"The supplied sequence number '{position}' is invalid. The last sequence "
+                f"number in the system is '{last}' TrackingId:7a1f, SystemTracker:shop:eventhub"
+                ":orders~32766|$default, Timestamp:2026-01-01T00:00:00"
+            ).encode(),
+        )
+
     def events_from(self, position: Any, *, inclusive: bool) -> list[Any]:
         """The events a link opened at the SDK's ``event_position`` receives."""
         events = [sdk_event(n) for n in range(self.count)]
@@ -119,6 +136,9 @@ class FakeReceiveLink:
                 condition=amqp.ErrorCondition.LinkStolen.value,
                 description=b"At least one receiver for the endpoint is created with an epoch",
             )
+        refused = partition.refusal(self.position)
+        if refused is not None:
+            raise refused
 
     async def receive(self, *args: Any) -> None:
         events = self.partition.events_from(self.position, inclusive=self.inclusive)

@@ -1,6 +1,7 @@
 """What Event Hubs means when it will not give a receiver a partition, read from the SDK's
-errors: a receiver with a higher owner level holds it (``amqp:link:stolen``), or the hub or
-the consumer group does not exist (``amqp:not-found``).
+errors: a receiver with a higher owner level holds it (``amqp:link:stolen``), the hub or
+the consumer group does not exist (``amqp:not-found``), or the start position is past the
+partition's last event (``com.microsoft:argument-error``).
 
 Event Hubs refuses a receive link by attaching it with no source and detaching it at once
 with the error; it closes an open one the same way when a newer owner takes the partition. The
@@ -8,7 +9,8 @@ SDK hands the error on from its own AMQP layer, or wraps it (a ``ConnectionLostE
 an ``AMQPLinkError``), so each reader here walks the chain of causes. A stolen link is news
 about ownership (`errors.OwnershipLost`); a missing entity is a configuration error that
 reopening cannot mend (`missing`): the receiver and the operator's consumer-group check say
-it in one line instead of retrying it as a lost connection.
+it in one line instead of retrying it as a lost connection. Neither can reopening mend a
+refused position (`position_refused`): the same position is refused again (`unmendable`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,14 @@ LINK_STOLEN = "link:stolen"
 NOT_FOUND = "amqp:not-found"
 #: How the SDK's own errors (`EventHubError.error`) name it: the condition after "amqp:".
 _SDK_NOT_FOUND = NOT_FOUND.partition(":")[2]
+#: How Event Hubs refuses a receive link whose sequence number or offset is past the
+#: partition's last event: ``The supplied sequence number '12' is invalid. The last sequence
+#: number in the system is '4'`` (clients have quoted the condition with offsets, and its
+#: words with both). The SDK's other argument condition, never retried by it either, is read
+#: the same way.
+POSITION_REFUSALS = ("com.microsoft:argument-error", "com.microsoft:argument-out-of-range")
+#: Where Event Hubs' words end and its tracking ids begin.
+_TRACKING = " TrackingId:"
 #: The SDK wraps an error in at most a couple of levels.
 _DEPTH = 5
 
@@ -112,3 +122,52 @@ def missing(
         f"{hub}, or its consumer group {consumer_group!r}, does not exist (Event Hubs: "
         f"{description}): fix spec.eventHub.name or spec.eventHub.consumerGroup"
     )
+
+
+def position_refused(error: BaseException) -> str | None:
+    """What Event Hubs said when it refused the receive link's start position (its words,
+    without its tracking ids), or None when ``error`` is not such a refusal."""
+    chain = list(_chain(error))
+    for seen in chain:
+        if _text(getattr(seen, "condition", None)) in POSITION_REFUSALS:
+            return _service_words(_text(getattr(seen, "description", None)) or str(seen))
+    for seen in chain:
+        if any(condition in str(seen) for condition in POSITION_REFUSALS):
+            return _service_words(str(seen))
+    return None
+
+
+def _service_words(text: str) -> str:
+    if _DESCRIPTION in text:
+        text = text.split(_DESCRIPTION, 1)[1]
+    line = text.strip().splitlines()[0].strip() if text.strip() else ""
+    return line.split(_TRACKING, 1)[0].strip()[:300]
+
+
+def unmendable(
+    error: BaseException,
+    *,
+    partition: str,
+    fully_qualified_namespace: str,
+    eventhub_name: str,
+    consumer_group: str,
+) -> errors.EventHubBalancerError | None:
+    """The error a receive link's refusal means when reopening it cannot mend it: a hub or
+    consumer group that does not exist (`missing`), or a position past the partition's end;
+    None for every other failure (a lost connection, a stolen link)."""
+    described = not_found(error)
+    if described is not None:
+        return missing(
+            described,
+            fully_qualified_namespace=fully_qualified_namespace,
+            eventhub_name=eventhub_name,
+            consumer_group=consumer_group,
+        )
+    refused = position_refused(error)
+    if refused is not None:
+        # Transient: the worker's restart moves a checkpoint past the end back, and a start
+        # position past the end waits until the partition has its event.
+        return errors.EventHubUnreachable(
+            f"partition {partition}: Event Hubs refused the receive position: {refused}"
+        )
+    return None

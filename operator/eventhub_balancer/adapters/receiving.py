@@ -17,7 +17,8 @@ against azure-eventhub 5.15 (see ``ehb bench consumer``):
 - ``owner_level`` = our epoch, so that Event Hubs disconnects an older owner
   (``amqp:link:stolen``), which we translate into :class:`errors.OwnershipLost` at once; a hub
   or consumer group that does not exist (``amqp:not-found``) fails the partition at once with
-  :class:`errors.EventHubNotFound` (`linkrefusals`), never a loop of reopens.
+  :class:`errors.EventHubNotFound`, and a position past its end with
+  :class:`errors.EventHubUnreachable` (`linkrefusals`), never a loop of reopens.
 - A stream that goes back (a delivery not above the last one received, or a reopen onto a
   partition that ends below it: the hub created again) ends the receiver, never a silent wait.
 - Our own micro-batching on top of the SDK's buffer (``adapters.batching``): the SDK hands
@@ -325,19 +326,20 @@ class PartitionReceiver:
                         errors.OwnershipLost(self.partition, epoch, epoch, owner="a newer receiver")
                     )
                     return
-                described = linkrefusals.not_found(e)
-                if described is not None:
-                    # A hub or consumer group that does not exist: reopening cannot mend it.
-                    # The partition fails at once, and the runtime paces its restarts and says
-                    # it once for every partition (`consumer.restarts`).
-                    self._fail(
-                        linkrefusals.missing(
-                            described,
-                            fully_qualified_namespace=self.address.fully_qualified_namespace,
-                            eventhub_name=self.address.eventhub_name,
-                            consumer_group=self.address.consumer_group,
-                        )
-                    )
+                final = linkrefusals.unmendable(
+                    e,
+                    partition=self.partition,
+                    fully_qualified_namespace=self.address.fully_qualified_namespace,
+                    eventhub_name=self.address.eventhub_name,
+                    consumer_group=self.address.consumer_group,
+                )
+                if final is not None:
+                    # A hub or consumer group that does not exist, or a position past the
+                    # partition's end: reopening cannot mend either. The partition fails at
+                    # once; the runtime paces its restarts, says a shared one once for every
+                    # partition (`consumer.restarts`), and a restart's take-up moves a
+                    # checkpoint past the end back (`consumer.connections`).
+                    self._fail(final)
                     return
                 if self._last_buffered != received_before:
                     attempts, backoff = 0, REOPEN_BACKOFF_S  # it made progress: a new failure
