@@ -74,6 +74,20 @@ def squat(cluster: Cluster, *, seconds: float = 0) -> None:
     cluster.deliver()
 
 
+async def at_work(cluster: Cluster, consumer: tuple[str, str]) -> None:
+    """The consumer's status says a decision over what it names now refused it nothing (it
+    worked there before the other's check, or before a binding was lifted): its age then
+    decides against another consumer at work (`conflicts.standing`)."""
+    body = cluster.kube.objects["consumer", *consumer]
+    await cluster.kube.patch_consumer_status(
+        namespace=consumer[0],
+        name=consumer[1],
+        status={"observedGeneration": body["metadata"]["generation"]},
+        resource_version=None,
+    )
+    cluster.deliver()
+
+
 async def cycle(
     cache: caches.Cache,
     consumer: tuple[str, str],
@@ -128,7 +142,8 @@ async def test_an_older_squatter_holds_until_it_moves_and_the_victim_keeps_its_p
     await cycle(cache, VICTIM, conflicts.UNBOUND)
     held = kube.assignment(VICTIM[0])
     record = kube.status(*VICTIM)["assignment"]
-    squat(cluster)  # created before the victim: an older CR edited to name the location
+    squat(cluster)  # created before the victim,
+    await at_work(cluster, SQUATTER)  # and at work there as well
     refused = await cycle(cache, VICTIM, conflicts.UNBOUND, now=110)
     assert (refused.decision.epochs, refused.decision.writes.count) == (None, 0)
     assert kube.assignment(VICTIM[0]) == held  # the pods go on with what they hold

@@ -203,7 +203,10 @@ def test_a_consumer_that_works_when_the_location_becomes_shared_keeps_what_it_ha
     held = bodies.assignment(working)
     assert sorted(held) == ["a", "b"]
     record = working.status["assignment"]
-    shared = dataclasses.replace(working, peers=squatted().peers)
+    # An older consumer whose own status says it works there too (both worked there before
+    # the check, or before a binding was lifted): the younger of two at work yields.
+    holders = tuple(dataclasses.replace(p, standing=conflicts.WORKING) for p in squatted().peers)
+    shared = dataclasses.replace(working, peers=holders)
     shared, decision = bodies.decide_fully(shared, now=at(30))
     assert (decision.epochs, decision.record, decision.writes.count) == (None, None, 0)
     shared = bodies.applied(shared, decision)

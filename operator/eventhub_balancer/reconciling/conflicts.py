@@ -13,6 +13,14 @@ a consumer that works is never stopped by a CR someone creates later, in any nam
 tenant who names another's location stops nobody but itself. Once the overlap is gone, the
 newcomer's next cycle works normally (`deciding` words the refusal).
 
+Across namespaces a newcomer is not only a CR created later: a tenant rarely lacks a CR older
+than its victim's, and editing it to name the victim's location made it the holder at once,
+stopping a consumer that worked. So the title there is first what the status, which only the
+operator writes, says of each consumer (`standing`): one decided at its current generation and
+not refused holds against one whose spec changed since its last decision (a location is named
+in the spec, so naming another one always changes the generation) or that is refused; only
+among equals does age decide (`Peer.title`).
+
 Age is a weak title across namespaces, since a location's account, container, hub and group
 are not secret: a tenant who creates a CR first (or while the victim recreates its own) holds
 the location. So the install's word decides over age: an admin binds a host (a checkpoint
@@ -72,6 +80,11 @@ REASON_SHARED = "LocationShared"
 #: Sorts after any real creationTimestamp: a body without one is the later.
 _NEVER = datetime.datetime.max.replace(tzinfo=datetime.UTC)
 
+#: What a consumer's status says of it, best title first (`standing`): decided at its current
+#: generation and not refused; not decided since its spec last changed (a new CR, an edited
+#: one), refused before; refused at what it names now; refused before and changed since.
+WORKING, UNDECIDED, REFUSED, REFUSED_THEN_CHANGED = 0, 1, 2, 3
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Peer:
@@ -86,6 +99,8 @@ class Peer:
     location: tuple[str, ...] | None = None
     #: being deleted: it gives up what it claimed
     deleting: bool = False
+    #: what its status says of it (`standing`): `WORKING` holds against the others
+    standing: int = UNDECIDED
 
     @property
     def order(self) -> tuple[datetime.datetime, str, str, str]:
@@ -93,7 +108,12 @@ class Peer:
         return (self.created, self.uid, self.namespace, self.name)
 
     @property
-    def title(self) -> str:
+    def title(self) -> tuple[int, datetime.datetime, str, str, str]:
+        """Whose a location of several namespaces is: its standing first, then `order`."""
+        return (self.standing, *self.order)
+
+    @property
+    def named(self) -> str:
         return f"EventHubConsumer {self.namespace}/{self.name}"
 
 
@@ -176,6 +196,23 @@ class Bindings:
 UNBOUND = Bindings()
 
 
+def standing(body: Mapping[str, Any]) -> int:
+    """What the status of a consumer's ``body`` says of it. The status is the operator's
+    alone (a CR's author cannot write it, nor set it on create), and a spec change, a new
+    location included, raises ``metadata.generation`` past the ``status.observedGeneration``
+    of its last decision: so a consumer is `WORKING` only once a decision over what it names
+    now refused it nothing."""
+    meta: Mapping[str, Any] = body.get("metadata") or {}
+    status: Mapping[str, Any] = body.get("status") or {}
+    generation, observed = meta.get("generation"), status.get("observedGeneration")
+    current = isinstance(generation, int) and generation == observed
+    found = conditions.find(status.get("conditions"), CONFLICT)
+    refused = found is not None and found.get("status") == "True"
+    if refused:
+        return REFUSED if current else REFUSED_THEN_CHANGED
+    return WORKING if current else UNDECIDED
+
+
 def peer(
     body: Mapping[str, Any],
     *,
@@ -200,6 +237,7 @@ def peer(
         selector=spec.selector if spec is not None else None,
         location=location(spec, namespace=namespace) if spec is not None else None,
         deleting=bool(meta.get("deletionTimestamp")),
+        standing=standing(body),
     )
 
 
@@ -289,9 +327,10 @@ def find(
 
 
 def holder(me: Peer, peers: Iterable[Peer], *, bindings: Bindings = UNBOUND) -> Peer | None:
-    """The consumer of another namespace that holds ``me``'s location: the oldest that names
-    it, when it came before ``me`` and no binding says whose the location is (a bound location
-    refuses the others instead, and never ``me`` when its namespace holds the binding)."""
+    """The consumer of another namespace that holds ``me``'s location: the first by `title`
+    (a consumer at work there before one that is not, then the oldest) that names it, when it
+    comes before ``me`` and no binding says whose the location is (a bound location refuses
+    the others instead, and never ``me`` when its namespace holds the binding)."""
     if me.location is None or bindings.owners(me.location):
         return None
     earlier = [
@@ -300,9 +339,9 @@ def holder(me: Peer, peers: Iterable[Peer], *, bindings: Bindings = UNBOUND) -> 
         if not other.deleting
         and other.namespace != me.namespace
         and other.location == me.location
-        and other.order < me.order
+        and other.title < me.title
     ]
-    return min(earlier, key=lambda p: p.order) if earlier else None
+    return min(earlier, key=lambda p: p.title) if earlier else None
 
 
 def condition(overlap: Overlap) -> conditions.Condition:
@@ -311,7 +350,7 @@ def condition(overlap: Overlap) -> conditions.Condition:
     elif overlap.reason == REASON_SHARED:
         host = " or NS=".join(overlap.hosts) or "HOST"
         message = (
-            f"{overlap.others[0].title} in another namespace {overlap.why} and holds it (it "
+            f"{overlap.others[0].named} in another namespace {overlap.why} and holds it (it "
             "came first): this one writes nothing until it names another checkpoint "
             "container or consumer group, or the holder is deleted or moves, or an admin "
             "binds the location to the namespace it belongs to (ehb operator --bind-location "
@@ -319,7 +358,7 @@ def condition(overlap: Overlap) -> conditions.Condition:
         )
     else:
         message = (
-            f"{overlap.others[0].title} {overlap.why} and is older: this one writes nothing "
+            f"{overlap.others[0].named} {overlap.why} and is older: this one writes nothing "
             "until the overlap is gone (change its selector or checkpoint location, or "
             "delete one of them)"
         )
