@@ -151,10 +151,14 @@ def unmendable(
     fully_qualified_namespace: str,
     eventhub_name: str,
     consumer_group: str,
+    after_events: bool = False,
 ) -> errors.EventHubBalancerError | None:
     """The error a receive link's refusal means when reopening it cannot mend it: a hub or
     consumer group that does not exist (`missing`), or a position past the partition's end;
-    None for every other failure (a lost connection, a stolen link)."""
+    None for every other failure (a lost connection, a stolen link). A position refused
+    ``after_events`` the link received is the SDK's own reconnect (by the last event's
+    offset) onto a stream that may have been replaced: a reopen after the last event, whose
+    check says whether it was (``receiving``), mends it or says why not."""
     described = not_found(error)
     if described is not None:
         return missing(
@@ -163,7 +167,7 @@ def unmendable(
             eventhub_name=eventhub_name,
             consumer_group=consumer_group,
         )
-    refused = position_refused(error)
+    refused = None if after_events else position_refused(error)
     if refused is not None:
         # Transient: the worker's restart moves a checkpoint past the end back, and a start
         # position past the end waits until the partition has its event.

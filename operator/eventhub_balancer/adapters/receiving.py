@@ -332,6 +332,7 @@ class PartitionReceiver:
                     fully_qualified_namespace=self.address.fully_qualified_namespace,
                     eventhub_name=self.address.eventhub_name,
                     consumer_group=self.address.consumer_group,
+                    after_events=self._last_buffered is not None,
                 )
                 if final is not None:
                     # A hub or consumer group that does not exist, or a position past the
