@@ -241,6 +241,19 @@ def peer(
     )
 
 
+def concerning(
+    peers: Iterable[Peer], *, namespace: str, location: tuple[str, ...] | None
+) -> tuple[Peer, ...]:
+    """The summaries a decision of a consumer of ``namespace`` at ``location`` reads (`find`):
+    those of its namespace, and those of other namespaces that name its location. What another
+    tenant does with consumers of its own elsewhere changes none of its decisions."""
+    return tuple(
+        p
+        for p in peers
+        if p.namespace == namespace or (location is not None and p.location == location)
+    )
+
+
 def pod_labels(
     bodies: Iterable[Mapping[str, Any]], *, selector: labelselectors.Selector
 ) -> list[Mapping[str, str]]:

@@ -14,7 +14,8 @@ Standing. Reading the pods and deciding cost what the fleet costs, and most wake
 nothing (the interval's safety net, the echo of the operator's own writes, another consumer's
 event). A decision that wrote and read nothing more is kept (`Settled`) with the inputs it was
 taken from (`inputs`): the watch's stamp of what concerns the consumer, the CR's uid and
-resourceVersion, the partition list, the peers and the store's state. A cycle that finds the
+resourceVersion, the partition list, the peers its decision reads (`Peers`) and the store's
+state. A cycle that finds the
 same inputs before the decision's next deadline or the store's next probe reads nothing more
 and decides nothing: the decision stands (`stands`; the cycle that skips is
 `handlers.cycles`). A cycle that starts hand-offs lists the checkpoint blobs once its writes
@@ -40,7 +41,7 @@ from collections.abc import Hashable, Iterable, Mapping
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import podstates, specs
-from eventhub_balancer.reconciling import decisions, observations
+from eventhub_balancer.reconciling import conflicts, decisions, observations
 
 #: The soonest a cycle comes back for a deadline (a hand-off timeout, a grace period): a
 #: deadline just passed is acted on without a busy loop.
@@ -206,6 +207,31 @@ class Settled:
     decision: decisions.Decision
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class Peers:
+    """The peers of a settled decision's inputs: equal when the peers its consumer's decision
+    reads are (`conflicts.concerning`), so that another tenant's consumers elsewhere, created,
+    edited or deleted, leave it standing. The very same peers (no CR event since) are equal at
+    once: a steady cycle passes over no summary."""
+
+    peers: tuple[conflicts.Peer, ...]
+    namespace: str
+    location: tuple[str, ...] | None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Peers):
+            return NotImplemented
+        if (self.namespace, self.location) != (other.namespace, other.location):
+            return False
+        return self.peers is other.peers or self.concerning() == other.concerning()
+
+    def __hash__(self) -> int:
+        return hash((self.namespace, self.location))
+
+    def concerning(self) -> tuple[conflicts.Peer, ...]:
+        return conflicts.concerning(self.peers, namespace=self.namespace, location=self.location)
+
+
 def inputs(stamp: Hashable | None, observation: observations.Observation) -> Hashable | None:
     """What a settled decision is taken from, short of the pods and ConfigMaps (``stamp``, the
     cache's, stands for them); None when a change could go unnoticed (no watch, no
@@ -214,12 +240,13 @@ def inputs(stamp: Hashable | None, observation: observations.Observation) -> Has
     version = meta.get("resourceVersion")
     if stamp is None or not version or observation.spec is None:
         return None
+    location = conflicts.location(observation.spec, namespace=observation.namespace)
     return (
         stamp,
         meta.get("uid"),
         version,
         observation.hub,
-        observation.peers,
+        Peers(peers=observation.peers, namespace=observation.namespace, location=location),
         observation.annotate_pods,
         observation.store.fault,
         observation.store.checked_at,
