@@ -150,11 +150,14 @@ class PartitionCache:
         """``hub``'s partition ids, listed now with its consumers' credentials (raises wrapped
         errors only); None: no consumer of it is cached any more. The cache is left as it
         is: `grow` hands a longer list on."""
-        consumers = self._consumers.get(hub)
-        if not consumers:
-            return None
-        coordinates = self._entries[next(iter(consumers))][0]
         async with self.gate:
+            # Looked up once the turn is taken, not before: a consumer forgotten meanwhile
+            # (deleted, or its Secret rotated to another key) released the hub's client, and a
+            # listing with its coordinates would build one that nobody releases again.
+            consumers = self._consumers.get(hub)
+            if not consumers:
+                return None
+            coordinates = self._entries[next(iter(consumers))][0]
             ids = await hubclients.fetch_partition_ids(
                 coordinates, limit_seconds=self.timeout, clients=self.clients
             )
