@@ -14,14 +14,16 @@ value is kept (`SecretValues`) until a dependency rejects what it was used for
 (`SecretValues.forget`: the next attempt reads it afresh, so a rotated or fixed key is used as
 soon as the backoff allows) or for `REFRESH_SECONDS`. A value is never logged or shown.
 Bound: the keys read within the last `REFRESH_SECONDS`. A value older than that is never used
-again, so each read afresh drops every such value: the Secrets of consumers deleted (or
-edited to name others) do not stay for the life of the operator.
+again, so it is dropped when its time is up, whether or not anything is read after it: the
+Secrets of consumers deleted (or edited to name others) do not stay for the life of the
+operator, also when they were the last to read one.
 
 A port used without a roster (a tool, a test over the bare API) reads through to the adapter.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import time
@@ -50,7 +52,8 @@ class _Value:
 
 class SecretValues:
     """Secret values by (namespace, name, key), each read through ``read`` when absent,
-    rejected or older than `REFRESH_SECONDS`; at most one per key read in that time."""
+    rejected or older than `REFRESH_SECONDS`, and dropped once it is that old; at most one
+    per key read in that time."""
 
     def __init__(self, read: Callable[..., Awaitable[str]], *, clock: Callable[[], float]) -> None:
         self._read = read
@@ -69,7 +72,20 @@ class SecretValues:
         for old in [k for k, v in self._values.items() if now - v.read_at >= REFRESH_SECONDS]:
             del self._values[old]
         self._values[namespace, name, key] = _Value(value=value, read_at=now)
+        # Dropped when its time is up even if nothing is read after it (the timer holds the
+        # key and the time of the read, never the value).
+        asyncio.get_running_loop().call_later(
+            REFRESH_SECONDS, self._expire, (namespace, name, key), now
+        )
         return value
+
+    def _expire(self, key: tuple[str, str, str], read_at: float) -> None:
+        kept = self._values.get(key)
+        if kept is not None and kept.read_at == read_at:
+            del self._values[key]
+
+    def __len__(self) -> int:
+        return len(self._values)
 
     def forget(self, *, namespace: str, name: str) -> None:
         """What a dependency rejected (or failed with) is read afresh at the next attempt."""
