@@ -9,10 +9,7 @@ write it again, not wait for its own state to change.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from eventhub_balancer.adapters import podconfig
 from eventhub_balancer.consumer import assignments, partitions, runtime
@@ -24,16 +21,6 @@ NAMESPACE, POD, UID = "shop", "pod-a", "uid-a"
 NAME = configmaps.configmap_name(consumer="orders", pod=POD)
 APPLIED = configmaps.ANNOTATION_APPLIED_GENERATION
 RELEASED = configmaps.ANNOTATION_RELEASED
-
-
-@pytest.fixture
-def kube_api(tmp_path: Path) -> Iterator[tuple[LocalKubeAPI, Path]]:
-    api = LocalKubeAPI()
-    api.start()
-    try:
-        yield api, api.write_kubeconfig(tmp_path / "kubeconfig")
-    finally:
-        api.stop()
 
 
 def annotations(api: LocalKubeAPI) -> dict[str, str]:

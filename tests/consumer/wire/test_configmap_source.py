@@ -3,27 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from eventhub_balancer.adapters import podconfig
 from eventhub_balancer.consumer import assignments
 from eventhub_balancer.contracts import configmaps, partitionreports
 from eventhub_balancer_devstack.kube import LocalKubeAPI
 from tests.support.consumerfakes import configmap
-
-
-@pytest.fixture
-def kube_api(tmp_path: Path) -> Iterator[tuple[LocalKubeAPI, Path]]:
-    api = LocalKubeAPI()
-    api.start()
-    try:
-        yield api, api.write_kubeconfig(tmp_path / "kubeconfig")
-    finally:
-        api.stop()
 
 
 def labelled(body: dict[str, Any], pod: str) -> dict[str, Any]:

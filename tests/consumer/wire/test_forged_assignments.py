@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,16 +25,6 @@ from eventhub_balancer_devstack.kube import LocalKubeAPI
 NAMESPACE, CONSUMER, POD, UID = "shop", "orders", "pod-a", "uid-a"
 #: Every wait for the watch is bounded by this (seconds).
 WAIT_S = 10.0
-
-
-@pytest.fixture
-def kube_api(tmp_path: Path) -> Iterator[tuple[LocalKubeAPI, Path]]:
-    api = LocalKubeAPI()
-    api.start()
-    try:
-        yield api, api.write_kubeconfig(tmp_path / "kubeconfig")
-    finally:
-        api.stop()
 
 
 def data(generation: int, partitions: dict[str, int], **extra: str) -> dict[str, str]:

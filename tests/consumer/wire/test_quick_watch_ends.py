@@ -7,11 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from eventhub_balancer.adapters import podconfig
 from eventhub_balancer.contracts import configmaps
@@ -19,16 +16,6 @@ from eventhub_balancer_devstack.kube import LocalKubeAPI
 from tests.support.consumerfakes import configmap
 
 FAULT_SECONDS = 4.0
-
-
-@pytest.fixture
-def kube_api(tmp_path: Path) -> Iterator[tuple[LocalKubeAPI, Path]]:
-    api = LocalKubeAPI()
-    api.start()
-    try:
-        yield api, api.write_kubeconfig(tmp_path / "kubeconfig")
-    finally:
-        api.stop()
 
 
 async def test_watches_that_end_at_once_are_asked_again_with_backoff(
