@@ -4,7 +4,8 @@ A partition's worker (`partitions.PartitionWorker`) hands each micro-batch to it
 `BatchAttempts`, which calls the handler until the batch is done, and says whether the
 checkpoint may pass it:
 
-- a handler error is retried on the same batch, with exponential backoff, never skipped;
+- a handler error is retried on the same batch, each call with a list of its own, with
+  exponential backoff, never skipped;
   after the assignment's ``processing.maxAttempts`` the batch is parked (the partition stops
   at its checkpoint, before the batch, until the release) or dead-lettered (written beside
   the checkpoints; only once that write is durable may the checkpoint pass the batch);
@@ -224,7 +225,10 @@ class BatchAttempts:
         """The processor's call, in a context that tells it of the partition's release."""
         call_context = contextvars.copy_context()
         call_context.run(processing.release_started.set, self._stop)
-        return call_context.run(asyncio.ensure_future, self.processor(events, context))
+        # A list of its own on every call: a handler that empties or sorts what it gets
+        # (``events.pop(0)``, ``events.sort(...)``) changes neither the batch that is retried
+        # nor the event the checkpoint names.
+        return call_context.run(asyncio.ensure_future, self.processor(list(events), context))
 
     def _end_batch(self) -> None:
         self._batch_started = None
