@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import itertools
+import json
+import sys
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import pytest
 
 from eventhub_balancer.consumer import (
     BatchContext,
+    Event,
     assignments,
     partitions,
     processing,
@@ -55,6 +59,10 @@ async def running(
 
 def _no_exit(reason: str) -> None:
     raise AssertionError(f"the runtime asked to exit: {reason}")
+
+
+def park_after(attempts: int) -> dict[str, str]:
+    return {"processing": json.dumps({"maxAttempts": attempts, "onFailure": "park"})}
 
 
 def checkpointed(store: consumerfakes.FakeStore, partition: str = "0") -> int | None:
@@ -109,3 +117,117 @@ async def test_a_handler_that_sorts_its_batch_does_not_move_the_checkpoint(
         async with asyncio.timeout(5):
             await source.wait_for(generation=2, released={"0": 1})
     assert fake_store.blobs["0"].sequence_number == 4
+
+
+class Abort(BaseException):
+    """What some libraries raise to unwind (gevent's ``GreenletExit``, trio's ``Cancelled``)."""
+
+
+def raising(error: BaseException) -> Any:
+    calls: list[float] = []
+
+    async def process(events: Sequence[Event], context: BatchContext) -> None:
+        calls.append(now())
+        raise error
+
+    process.calls = calls  # type: ignore[attr-defined]
+    return process
+
+
+@pytest.mark.parametrize(
+    ("error", "text"),
+    [
+        (asyncio.CancelledError(), "CancelledError: the handler raised it"),
+        (Abort("unwound"), "Abort: unwound"),
+        (SystemExit(3), "SystemExit: 3"),
+        (KeyboardInterrupt(), "KeyboardInterrupt"),
+    ],
+    ids=["CancelledError", "BaseException", "SystemExit", "KeyboardInterrupt"],
+)
+async def test_a_handler_raising_a_base_exception_counts_failed_attempts_then_parks(
+    fake_hub: consumerfakes.FakeHub,
+    fake_store: consumerfakes.FakeStore,
+    error: BaseException,
+    text: str,
+) -> None:
+    """A CancelledError nobody asked for used to end the worker as if the runtime had
+    cancelled it: started again at once, in a loop without backoff or report; another
+    BaseException crashed the worker past the failure policy; SystemExit and KeyboardInterrupt
+    stopped the whole pod's event loop. Each is a failed attempt of its batch now."""
+    fake_hub.append("0", 3)
+    fake_hub.append("1", 3)
+    process = raising(error)
+    ok: list[int] = []
+
+    async def by_partition(events: Sequence[Event], context: BatchContext) -> None:
+        if context.partition == "0":
+            await process(events, context)
+        ok.extend(e.sequence_number for e in events)
+
+    async with running(fake_hub, fake_store, by_partition) as (consumer, source):
+        source.put(
+            consumerfakes.configmap(1, {"0": (1, "owned"), "1": (1, "owned")}, **park_after(3))
+        )
+        await consumerfakes.eventually(
+            lambda: "0" in source.reports and source.reports["0"].state == "parked",
+            what="partition 0 parked",
+        )
+        gaps = [b - a for a, b in itertools.pairwise(process.calls)]
+        assert gaps == [pytest.approx(0.5, abs=0.01), pytest.approx(1.0, abs=0.01)]
+        assert source.reports["0"].attempts == 3
+        assert source.reports["0"].error.startswith(text)
+        assert consumer.stats["0"].handler_errors == 3
+        assert fake_store.blobs["0"].sequence_number == -1
+        assert fake_store.blobs["1"].sequence_number == 2
+        assert ok == [0, 1, 2]
+        assert consumer.ready()[0]
+
+
+async def test_a_sync_handler_raising_system_exit_in_its_thread_is_a_failed_attempt(
+    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
+) -> None:
+    fake_hub.append("0", 3)
+    calls: list[int] = []
+
+    def process(events: Sequence[Event], context: BatchContext) -> None:
+        calls.append(context.attempt)
+        sys.exit("no config for this tenant")
+
+    async with running(fake_hub, fake_store, process) as (consumer, source):
+        source.put(consumerfakes.configmap(1, {"0": (1, "owned")}, **park_after(2)))
+        await consumerfakes.eventually(
+            lambda: "0" in source.reports and source.reports["0"].state == "parked",
+            what="partition 0 parked",
+        )
+        assert calls == [1, 2]
+        assert source.reports["0"].error == "SystemExit: no config for this tenant"
+        assert not consumer.stopped
+
+
+def generator_handler(events: Sequence[Event], context: BatchContext) -> Iterator[None]:
+    for event in events:
+        HANDLED.append(event.sequence_number)
+        yield
+
+
+HANDLED: list[int] = []
+
+
+async def test_a_handler_that_returns_a_generator_never_passes_the_checkpoint(
+    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
+) -> None:
+    """A handler with a ``yield`` in it returns a generator and runs nothing: the batch used
+    to be checkpointed unhandled. (``ehb consume`` refuses such a function at start:
+    tests/consumer/test_protocols.py; here one that got past, as a callable object.)"""
+    fake_hub.append("0", 3)
+    HANDLED.clear()
+    async with running(fake_hub, fake_store, generator_handler) as (_, source):
+        source.put(consumerfakes.configmap(1, {"0": (1, "owned")}, **park_after(1)))
+        await consumerfakes.eventually(
+            lambda: "0" in source.reports and source.reports["0"].state == "parked",
+            what="partition 0 parked",
+        )
+        assert source.reports["0"].error.startswith("TypeError: ")
+        assert "generator" in source.reports["0"].error
+    assert fake_store.blobs["0"].sequence_number == -1
+    assert HANDLED == []

@@ -88,3 +88,32 @@ def test_a_missing_dependency_is_named(tmp_path: Path, monkeypatch: pytest.Monke
         protocols.load("ehb_absent:process", spark=False)
     with pytest.raises(errors.InvalidInput, match=r"cannot import module 'ehb_absent_pkg\.mod'"):
         protocols.load("ehb_absent_pkg.mod:process", spark=False)
+
+
+def generating(events: Sequence[consumer.Event], context: consumer.BatchContext) -> Any:
+    yield from events
+
+
+async def async_generating(events: Sequence[consumer.Event], context: consumer.BatchContext) -> Any:
+    for event in events:
+        yield event
+
+
+class Generating:
+    def __call__(self, events: object, context: object) -> Any:
+        yield events
+
+
+@pytest.mark.parametrize(
+    "function",
+    [generating, async_generating, Generating()],
+    ids=["generator", "async generator", "callable object"],
+)
+@pytest.mark.parametrize("spark", [False, True], ids=["plain", "spark"])
+def test_a_handler_with_a_yield_is_refused_at_start(function: Any, spark: bool) -> None:
+    """Called, it returns a generator and runs nothing: the runtime would checkpoint batches
+    that no code ever saw."""
+    with pytest.raises(errors.InvalidInput) as caught:
+        protocols.check(function, reference="m:f", spark=spark)
+    assert "m:f is a generator" in str(caught.value)
+    assert "remove the yield" in str(caught.value)

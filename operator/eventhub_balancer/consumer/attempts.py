@@ -4,8 +4,9 @@ A partition's worker (`partitions.PartitionWorker`) hands each micro-batch to it
 `BatchAttempts`, which calls the handler until the batch is done, and says whether the
 checkpoint may pass it:
 
-- a handler error is retried on the same batch, each call with a list of its own, with
-  exponential backoff, never skipped;
+- a handler error (anything it raises that is not the runtime's own cancellation:
+  `processing.HandlerRaised`) is retried on the same batch, each call with a list of its
+  own, with exponential backoff, never skipped;
   after the assignment's ``processing.maxAttempts`` the batch is parked (the partition stops
   at its checkpoint, before the batch, until the release) or dead-lettered (written beside
   the checkpoints; only once that write is durable may the checkpoint pass the batch);
@@ -155,7 +156,8 @@ class BatchAttempts:
             call = self._call = self._start_call(events, context)
             try:
                 done = await self._wait_unless_abandoned(call)
-            except Exception as e:
+            except Exception as raised:
+                e = raised.error if isinstance(raised, processing.HandlerRaised) else raised
                 self._call_started = None
                 self.stats.handler_errors += 1
                 self.stats.stuck = False
@@ -326,10 +328,19 @@ class BatchAttempts:
                 finally:
                     stop.cancel()
             self.stats.stuck = self.stuck()
-        if call.cancelled() and self._stop.is_set():
-            return None
-        call.result()
-        return True
+        if call.cancelled():
+            if self._stop.is_set():
+                return None
+            # Nothing here cancelled it (a release's deadline returns above): the processor
+            # raised CancelledError itself. Left to propagate, it ended the worker as if the
+            # runtime had cancelled it, and the worker started again at once, in a loop.
+            raise processing.HandlerRaised(asyncio.CancelledError("the handler raised it"))
+        error = call.exception()
+        if error is None:
+            return True
+        if isinstance(error, Exception):
+            raise error
+        raise processing.HandlerRaised(error) from error
 
     async def _abandon(self, call: asyncio.Future[None], *, deadline: float) -> None:
         """Cancel the handler call and wait until it has really ended.

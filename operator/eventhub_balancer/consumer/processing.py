@@ -11,6 +11,12 @@ to retry, and no checkpoint passes it.
 A thread cannot be stopped, so cancelling the call of a sync handler does not end the call
 before its thread ends (`run_in_thread`): whoever waits for the call knows the handler is
 still running, and a release is not acknowledged while it does.
+
+Whatever the handler raises is its batch's failure, `BaseException` subclasses included: a
+``SystemExit`` left to itself stops the pod's event loop (asyncio re-raises it out of the
+loop, from a thread's call too), and another one ends the partition's worker past the failure
+policy. They reach the caller as `HandlerRaised`. A handler that returns a generator (a
+``yield`` in its body) has run nothing: that is a failure too, not a batch done.
 """
 
 from __future__ import annotations
@@ -45,6 +51,16 @@ release_started: contextvars.ContextVar[asyncio.Event | None] = contextvars.Cont
 )
 
 
+class HandlerRaised(Exception):
+    """The handler raised ``error``, a `BaseException` that is not an `Exception`
+    (``SystemExit``, ``KeyboardInterrupt``, a library's own, or a ``CancelledError`` that
+    nothing asked for): a failed attempt of its batch like any other error."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+        super().__init__(f"{type(error).__name__}: {error}")
+
+
 def handler_threads(concurrency: int = DEFAULT_HANDLER_CONCURRENCY) -> concurrent.futures.Executor:
     """The pod's pool for sync handler calls: its own, so that its size is a setting and not
     the event loop's default pool (``min(32, cpus + 4)``, shared with everything else)."""
@@ -63,7 +79,7 @@ async def run_in_thread(
     unseen; here the call ends (cancelled) only once the thread is done, so that the caller
     can tell a handler that still runs from one that stopped.
     """
-    call = functools.partial(contextvars.copy_context().run, function, *args)
+    call = functools.partial(contextvars.copy_context().run, _contained, function, *args)
     future = asyncio.get_running_loop().run_in_executor(executor, call)
     cancelled = False
     while not future.done():
@@ -74,6 +90,18 @@ async def run_in_thread(
     if cancelled:
         raise asyncio.CancelledError()
     return future.result()
+
+
+def _contained(function: Callable[..., T], *args: Any) -> T:
+    """``function(*args)`` with a `BaseException` that is not an `Exception` turned into
+    `HandlerRaised` in the thread: carried over to the loop as it is, a ``SystemExit``
+    would stop the loop, and a ``CancelledError`` would read as the call's cancellation."""
+    try:
+        return function(*args)
+    except Exception:
+        raise
+    except BaseException as e:
+        raise HandlerRaised(e) from e
 
 
 class BatchProcessor(Protocol):
@@ -129,11 +157,24 @@ class PlainProcessor:
         self, events: Sequence[contexts.ReceivedEvent], context: contexts.BatchContext
     ) -> None:
         if self.is_async:
-            await self.function(events, context)
+            result = self.function(events, context)
+        else:
+            result = await run_in_thread(self.function, events, context, executor=self.executor)
+        if inspect.isgenerator(result) or inspect.isasyncgen(result):
+            raise TypeError(
+                f"the handler returned a {type(result).__name__} and ran nothing: a handler "
+                "does its work when called (remove the yield)"
+            )
+        if not inspect.isawaitable(result):
             return
-        result = await run_in_thread(self.function, events, context, executor=self.executor)
-        if inspect.isawaitable(result):  # a sync callable that returned a coroutine
+        try:
+            # A coroutine function's call, or a sync callable that returned one.
             await result
+        except (Exception, asyncio.CancelledError):
+            raise
+        except BaseException as e:
+            # Raised on the loop, a SystemExit or KeyboardInterrupt would stop it.
+            raise HandlerRaised(e) from e
 
 
 def wrap(function: Callable[..., Awaitable[None] | None]) -> BatchProcessor:

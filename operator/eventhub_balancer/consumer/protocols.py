@@ -4,7 +4,8 @@
 function that takes one argument, or a Spark handler written ``async def``, used to pass the
 import and fail on the first batch, after partitions had been fenced and events received. So
 :func:`load` checks the function against the protocol of its mode before anything connects,
-and says which argument is missing; a module that fails to import because of *its own*
+and says which argument is missing (a function with a ``yield`` in it, which returns a
+generator and runs nothing, is refused too); a module that fails to import because of *its own*
 missing dependency is named as such, so the user installs the right package, and a module
 with a syntax error or one that raises at import is reported in one line with where.
 
@@ -73,6 +74,19 @@ def check(function: Callable[..., Any], *, reference: str, spark: bool) -> None:
             f"{reference} takes ({given}), but a handler is called with two arguments: "
             f"{_shape(spark)}",
         ) from None
+    # A callable object's ``__call__`` is what runs (looked up on its class, as calls do).
+    call = (
+        function
+        if inspect.isroutine(function)
+        else inspect.getattr_static(type(function), "__call__", None)
+    )
+    if inspect.isgeneratorfunction(call) or inspect.isasyncgenfunction(call):
+        raise errors.InvalidInput(
+            "--handler",
+            f"{reference} is a generator function (it has a yield): called, it returns a "
+            "generator and runs nothing, so every batch would be checkpointed unhandled: "
+            "remove the yield and do the work in the call",
+        )
     if spark and inspect.iscoroutinefunction(function):
         raise errors.InvalidInput(
             "--handler",
