@@ -43,15 +43,22 @@ def events(
     partition_key: str | None = None,
 ) -> list[contexts.Event]:
     """Events of one partition in sequence order; a mapping body is sent as JSON, a string as
-    UTF-8, as producers usually send them."""
+    UTF-8, as producers usually send them, bytes as they are; anything else is a TypeError."""
     made = []
     for index, body in enumerate(bodies):
         if isinstance(body, Mapping):
             raw = json.dumps(body).encode()
         elif isinstance(body, str):
             raw = body.encode()
-        else:
+        elif isinstance(body, bytes | bytearray | memoryview):
             raw = bytes(body)
+        else:
+            # ``bytes(1)`` is a zero byte and ``bytes([1, 2])`` two raw bytes: a body no
+            # producer sent, that the handler under test would fail on for the wrong reason.
+            raise TypeError(
+                f"body {index} is a {type(body).__name__}: give bytes, a str (sent as UTF-8) "
+                "or a mapping (sent as JSON)"
+            )
         sequence_number = first_sequence_number + index
         made.append(
             contexts.Event(
@@ -86,8 +93,11 @@ class Outcome:
 
     @property
     def failed_partitions(self) -> frozenset[str]:
-        """The partition whose batch counts a failed attempt (none when it checkpointed)."""
-        return frozenset() if self.checkpointed else frozenset({self.context.partition})
+        """The partition whose batch counts a failed attempt: none when it checkpointed, nor
+        when it was revoked (the runtime abandons such a batch to the next owner, uncounted)."""
+        if self.error is None or self.revoked:
+            return frozenset()
+        return frozenset({self.context.partition})
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -161,14 +171,28 @@ async def run_async(
     """:func:`run` on the caller's event loop (for async tests)."""
     protocols.check(handler, reference=_name(handler), spark=False)
     context = batch_context(batch, epoch=epoch, consumer=consumer, pod=pod, attempt=attempt)
-    call = processing.PlainProcessor(handler)(batch, context)
+    # A list of its own, as the runtime hands each call (`attempts.BatchAttempts`).
+    call = asyncio.ensure_future(processing.PlainProcessor(handler)(list(batch), context))
     try:
-        await asyncio.wait_for(call, revoke_after)
-    except TimeoutError:
-        return Outcome(context=context, revoked=True)
-    except Exception as e:
-        return Outcome(context=context, error=e)
-    return Outcome(context=context)
+        done, _ = await asyncio.wait({call}, timeout=revoke_after)
+        if not done:
+            # The runtime past a release's deadline: cancel, wait until the call has really
+            # ended (a thread only ends by itself), and count nothing, however it ended.
+            call.cancel()
+            await asyncio.wait({call})
+            if not call.cancelled():
+                call.exception()  # retrieved: an abandoned call's error is not reported
+            return Outcome(context=context, revoked=True)
+    except asyncio.CancelledError:
+        call.cancel()  # the caller's test was cancelled: the call goes with it
+        raise
+    if call.cancelled():
+        # Nothing cancelled it: the handler raised CancelledError itself, a failed attempt.
+        return Outcome(context=context, error=asyncio.CancelledError("the handler raised it"))
+    error = call.exception()
+    if isinstance(error, processing.HandlerRaised):
+        error = error.error  # SystemExit and the like: what the handler raised
+    return Outcome(context=context, error=error)
 
 
 def run(
@@ -186,7 +210,12 @@ def run(
     ``revoke_after`` cancels an ``async def`` handler after that many seconds, as a revocation
     past the release timeout does. A plain handler's thread cannot be cancelled, in the
     runtime as here: the outcome is ``revoked`` all the same, and ``run`` returns once the
-    thread has ended.
+    thread has ended. A revoked call is revoked however it ended (returned after all, or
+    raised): the runtime never checkpoints it and counts no failed attempt.
+
+    Whatever the handler raises is the outcome's ``error``, `BaseException` subclasses
+    included (``SystemExit``, a ``CancelledError`` nothing asked for), as the runtime counts
+    each as a failed attempt. The handler gets a list of its own: ``batch`` stays as it is.
     """
     return asyncio.run(
         run_async(
@@ -243,6 +272,9 @@ def run_spark(
     df = frames.to_dataframe(spark, ordered, batch_id=batch_id, ranges=ranges)
     try:
         handler(df, context)
-    except Exception as e:
+    except KeyboardInterrupt:
+        raise  # here the handler runs in the test's own thread: that is Ctrl-C
+    except BaseException as e:
+        # The runtime counts any of these as a failed trigger (`processing.run_in_thread`).
         return TriggerOutcome(context=context, error=e)
     return TriggerOutcome(context=context)
