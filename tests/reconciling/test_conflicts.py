@@ -173,6 +173,16 @@ def test_creation_ties_are_broken_by_uid() -> None:
     assert conflicts.holder(them, [me]) is None
 
 
+def test_within_a_namespace_creation_ties_are_broken_by_uid_not_name() -> None:
+    """docs/failures.md: of two created in the same second, the later is the higher uid."""
+    a = dataclasses.replace(other("a", seconds=0), uid="uid-z")
+    b = dataclasses.replace(other("b", seconds=0), uid="uid-a")
+    found = conflicts.find(a, [b], pod_labels=[{"app": "c"}])
+    assert found is not None
+    assert [o.name for o in found.others] == ["b"]
+    assert conflicts.find(b, [a], pod_labels=[{"app": "c"}]) is None
+
+
 def test_host_spellings_are_one_location_and_one_binding() -> None:
     """A port, a trailing dot or upper case passes the CRD, the spec parser and the allow-list;
     it must not dodge a binding or the holder's claim either."""
