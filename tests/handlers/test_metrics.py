@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps, partitionreports
 from eventhub_balancer.handlers import backlogs, cycles, memories, metrics
 from eventhub_balancer.reconciling import statuses
@@ -129,6 +130,21 @@ async def test_the_backlog_is_read_beside_the_store_probe_whatever_the_weighting
         if now == 5:
             assert recommended() == 2  # no backlog known yet: the members
     # A backlog of 5,000 per partition asks for a pod per partition, not the 2 members.
+    assert recommended() == len(hubs.ids)
+    # docs/operations.md: once a backlog was read, Event Hubs failing keeps that figure, not
+    # the member count (an autoscaler would scale in during an outage).
+    hubs.failure = errors.EventHubUnreachable("the namespace does not answer")
+    for now in (130, 200):
+        await cycles.run_cycle(
+            kube=kube,
+            hubs=hubs,
+            namespace=NS,
+            name=NAME,
+            memory=memory,
+            now=at(now),
+            metrics=registry,
+            annotate_pods=False,
+        )
     assert recommended() == len(hubs.ids)
 
 
