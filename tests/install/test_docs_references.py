@@ -11,7 +11,8 @@ instead of misleading a reader:
 - every Event reason a page names is one the operator or the admin commands post, and the
   operator page lists every reason the event builders write literally;
 - every alert in monitoring/prometheus/rules.yaml has its runbook in docs/operations.md, with
-  the severity and the duration the rule has, and no runbook names an alert that is gone.
+  the severity and the duration the rule has, and no runbook names an alert that is gone;
+- every test a page names by node id (``tests/x.py::test_y``) is defined in that file.
 
 Repository paths are checked by tests/install/test_docs.py; flags, metric names and
 condition reasons by tests/install/test_docs_claims.py.
@@ -228,6 +229,52 @@ def test_a_switch_said_on_or_off_is_so_in_values_yaml(page: Path) -> None:
         if lookup(chart_values("eventhub-balancer"), value.split(".")) is not on
     ]
     assert wrong == []
+
+
+# -- test node ids ------------------------------------------------------------------------------
+
+#: ``tests/x/test_y.py::test_z`` (maybe ``::Class::test``), or ``::test_z`` after one in a line.
+NODE_ID = re.compile(r"(tests/[\w/]+\.py)?::(\w+)")
+
+
+def named_tests(text: str) -> Iterator[tuple[str, str]]:
+    """(file, test) of each node id a page names; a bare ``::name`` is in the file named last
+    on its line."""
+    for line in text.splitlines():
+        last = ""
+        for match in NODE_ID.finditer(line):
+            last = match.group(1) or last
+            if last:
+                yield last, match.group(2)
+
+
+def defined(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    return {
+        n.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    }
+
+
+def test_the_node_id_scanner_follows_a_line() -> None:
+    text = "`tests/a/test_b.py::test_c`, `::test_d`\n`::test_e` `tests/x.py::K::test_f`"
+    assert list(named_tests(text)) == [
+        ("tests/a/test_b.py", "test_c"),
+        ("tests/a/test_b.py", "test_d"),
+        ("tests/x.py", "K"),
+        ("tests/x.py", "test_f"),
+    ]
+
+
+@pytest.mark.parametrize("page", pages(), ids=page_id)
+def test_every_test_a_page_names_exists(page: Path) -> None:
+    missing = [
+        f"{path}::{name}"
+        for path, name in named_tests(page.read_text())
+        if (ROOT / path).is_file() and name not in defined(ROOT / path)
+    ]
+    assert missing == []
 
 
 # -- RBAC ---------------------------------------------------------------------------------------
