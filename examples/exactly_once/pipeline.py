@@ -170,7 +170,7 @@ class Sink:
 
     def write(self, df: DataFrame, context: TriggerContext) -> None:
         root = self.root or output_root()
-        spark = context.spark if context.spark is not None else df.sparkSession
+        spark = context.spark
         fresh = {
             partition: r
             for partition, r in context.partitions.items()
