@@ -12,7 +12,7 @@ instead of misleading a reader:
   operator page lists every reason the event builders write literally;
 - every alert in monitoring/prometheus/rules.yaml has its runbook in docs/operations.md, with
   the severity and the duration the rule has, and no runbook names an alert that is gone;
-- every test a page names by node id (``tests/x.py::test_y``) is defined in that file.
+- every test a page names by node id (``tests/FOLDER/FILE.py::TEST``) is defined in that file.
 
 Repository paths are checked by tests/install/test_docs.py; flags, metric names and
 condition reasons by tests/install/test_docs_claims.py.
@@ -233,7 +233,7 @@ def test_a_switch_said_on_or_off_is_so_in_values_yaml(page: Path) -> None:
 
 # -- test node ids ------------------------------------------------------------------------------
 
-#: ``tests/x/test_y.py::test_z`` (maybe ``::Class::test``), or ``::test_z`` after one in a line.
+#: ``tests/FOLDER/FILE.py::TEST`` (maybe ``::Class::test``), or ``::test_z`` after one in a line.
 NODE_ID = re.compile(r"(tests/[\w/]+\.py)?::(\w+)")
 
 
