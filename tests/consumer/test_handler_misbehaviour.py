@@ -231,3 +231,52 @@ async def test_a_handler_that_returns_a_generator_never_passes_the_checkpoint(
         assert "generator" in source.reports["0"].error
     assert fake_store.blobs["0"].sequence_number == -1
     assert HANDLED == []
+
+
+async def test_an_async_handler_that_returns_a_coroutine_has_it_awaited(
+    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
+) -> None:
+    """``return write(events)`` with the ``await`` forgotten: the coroutine was dropped (never
+    run) and the batch checkpointed as done. A sync handler's returned coroutine was already
+    awaited; an async handler's is now too."""
+    fake_hub.append("0", 3)
+    written: list[int] = []
+
+    async def write(events: Sequence[Event]) -> None:
+        await asyncio.sleep(0.1)
+        written.extend(e.sequence_number for e in events)
+
+    async def process(events: Sequence[Event], context: BatchContext) -> Any:
+        return write(events)
+
+    async with running(fake_hub, fake_store, process) as (_, source):
+        source.put(consumerfakes.configmap(1, {"0": (1, "owned")}))
+        await consumerfakes.eventually(lambda: checkpointed(fake_store) == 2)
+    assert written == [0, 1, 2]
+
+
+async def test_a_value_returned_by_a_handler_is_ignored_with_one_warning(
+    fake_hub: consumerfakes.FakeHub,
+    fake_store: consumerfakes.FakeStore,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``return False`` does not fail a batch (only raising does): the batch is checkpointed,
+    as documented, and the log says so once instead of never."""
+    fake_hub.append("0", 3)
+    calls: list[int] = []
+
+    def process(events: Sequence[Event], context: BatchContext) -> bool:
+        calls.append(len(events))
+        return False  # meant as "failed"
+
+    async with running(fake_hub, fake_store, process) as (_, source):
+        source.put(consumerfakes.configmap(1, {"0": (1, "owned")}))
+        await consumerfakes.eventually(lambda: checkpointed(fake_store) == 2)
+        fake_hub.append("0", 2)
+        await consumerfakes.eventually(lambda: checkpointed(fake_store) == 4)
+    assert calls == [3, 2]
+    warnings = [r.getMessage() for r in caplog.records if "returned" in r.getMessage()]
+    assert warnings == [
+        "the handler returned False, which the runtime ignores: a batch is done when its "
+        "handler returns, whatever it returns; raise to fail it (said once)"
+    ]

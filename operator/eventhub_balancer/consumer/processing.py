@@ -6,7 +6,9 @@ sequence of :class:`contexts.ReceivedEvent` (Spark mode gathers the batches into
 ``--handler-concurrency``: calls beyond it wait for a thread) so that the receive loops keep
 running; async handlers are awaited.
 A batch counts as done only when the handler returned: anything it raises is the caller's
-to retry, and no checkpoint passes it.
+to retry, and no checkpoint passes it. What it returns is awaited when awaitable (a sync
+callable's coroutine, or an async handler's ``return write(events)``), else ignored, with a
+warning once for a value that is not None: ``return False`` does not fail a batch.
 
 A thread cannot be stopped, so cancelling the call of a sync handler does not end the call
 before its thread ends (`run_in_thread`): whoever waits for the call knows the handler is
@@ -27,6 +29,8 @@ import contextvars
 import functools
 import importlib
 import inspect
+import logging
+import reprlib
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -36,6 +40,8 @@ from eventhub_balancer import errors
 from eventhub_balancer.consumer import contexts
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 
 #: Handler calls that may run at once in threads, unless ``--handler-concurrency`` says.
@@ -152,6 +158,9 @@ class PlainProcessor:
         self.function = function
         self.executor = executor
         self.is_async = inspect.iscoroutinefunction(function)
+        #: A returned value is logged once per processor: a handler returns the same kind of
+        #: value on every batch, and a line per batch would flood the log.
+        self._said_ignored = False
 
     async def __call__(
         self, events: Sequence[contexts.ReceivedEvent], context: contexts.BatchContext
@@ -165,16 +174,31 @@ class PlainProcessor:
                 f"the handler returned a {type(result).__name__} and ran nothing: a handler "
                 "does its work when called (remove the yield)"
             )
-        if not inspect.isawaitable(result):
-            return
-        try:
-            # A coroutine function's call, or a sync callable that returned one.
-            await result
-        except (Exception, asyncio.CancelledError):
-            raise
-        except BaseException as e:
-            # Raised on the loop, a SystemExit or KeyboardInterrupt would stop it.
-            raise HandlerRaised(e) from e
+        # A coroutine function's call, or a sync callable that returned one; then what an
+        # async handler returned with its ``await`` forgotten (``return write(events)``):
+        # dropped, that coroutine never ran, and its batch was checkpointed all the same.
+        for _ in range(2):
+            if not inspect.isawaitable(result):
+                break
+            result = await _on_the_loop(result)
+        if result is not None and not self._said_ignored:
+            self._said_ignored = True
+            logger.warning(
+                "the handler returned %s, which the runtime ignores: a batch is done when its "
+                "handler returns, whatever it returns; raise to fail it (said once)",
+                reprlib.repr(result),
+            )
+
+
+async def _on_the_loop(awaitable: Awaitable[T]) -> T:
+    """``await awaitable``, with a `BaseException` that is not an `Exception` as
+    `HandlerRaised`: raised on the loop, a SystemExit or KeyboardInterrupt would stop it."""
+    try:
+        return await awaitable
+    except (Exception, asyncio.CancelledError):
+        raise
+    except BaseException as e:
+        raise HandlerRaised(e) from e
 
 
 def wrap(function: Callable[..., Awaitable[None] | None]) -> BatchProcessor:
