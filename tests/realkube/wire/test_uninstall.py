@@ -1,0 +1,55 @@
+"""docs/operations.md, "Uninstalling", on a real kube-apiserver and controller-manager.
+
+Every EventHubConsumer the operator served carries kopf's finalizer (its daemon requires one:
+`kopfwiring` names it ``eventhub-balancer.dev/finalizer``), and only a running operator takes
+it off. One left behind when the operator is gone keeps ``kubectl delete -f crds/`` waiting
+for ever, with the CRD Terminating; the page's command that takes the finalizer off ends it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from eventhub_balancer.contracts import specs
+from tests.install.test_crd_rules import example
+from tests.support import paths
+from tests.support.fixtures.realkube import Kubectl
+
+NAMESPACE = "shop"
+FINALIZER = f"{specs.GROUP}/finalizer"
+CRD = f"{specs.PLURAL}.{specs.GROUP}"
+#: How long the CRD's deletion is given to go through on its own, and then after the
+#: finalizer went: the controller-manager deletes the custom resources, and then the CRD,
+#: within a second or two when nothing holds them.
+SETTLE_SECONDS = 5.0
+
+
+def exists(kubectl: Kubectl, *args: str) -> bool:
+    return kubectl("get", *args, "--ignore-not-found", "-o", "name").stdout.strip() != ""
+
+
+def test_a_consumer_left_after_the_operator_holds_the_crd_until_its_finalizer_goes(
+    real_kubectl: Kubectl,
+) -> None:
+    real_kubectl("create", "namespace", NAMESPACE)
+    body = example()
+    body["metadata"] = {"name": "orders", "namespace": NAMESPACE, "finalizers": [FINALIZER]}
+    real_kubectl("apply", "-f", "-", input=json.dumps(body))
+
+    # The operator is gone (helm uninstall); the page then deletes the CRD.
+    real_kubectl("delete", "-f", str(paths.CRDS), "--wait=false")
+    time.sleep(SETTLE_SECONDS)
+    crd = json.loads(real_kubectl("get", "crd", CRD, "-o", "json").stdout)
+    assert crd["metadata"].get("deletionTimestamp"), "the CRD is not being deleted"
+    assert exists(real_kubectl, "ehc", "orders", "-n", NAMESPACE), "the consumer went anyway"
+
+    # What the page says to run for a consumer left behind.
+    real_kubectl(
+        "patch", "ehc", "orders", "-n", NAMESPACE, "--type", "json",
+        "-p", '[{"op": "remove", "path": "/metadata/finalizers"}]',
+    )  # fmt: skip
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while exists(real_kubectl, "crd", CRD) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not exists(real_kubectl, "crd", CRD), "the CRD stayed after the finalizer went"
