@@ -11,8 +11,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from azure.eventhub import EventData
+from azure.eventhub._pyamqp import _decode as sdk_decode
+from azure.eventhub._pyamqp import _encode as sdk_encode
+from azure.eventhub._transport._pyamqp_transport import PyamqpTransport
 
 from eventhub_balancer import testing
+from eventhub_balancer.adapters import receiving
 from eventhub_balancer.consumer import BatchContext, Event
 
 
@@ -117,3 +122,32 @@ def test_a_body_that_is_not_bytes_text_or_a_mapping_is_refused(body: Any) -> Non
 def test_bytes_like_bodies_are_taken_as_they_are() -> None:
     made = testing.events([b"a", bytearray(b"b"), memoryview(b"c")])
     assert [e.body for e in made] == [b"a", b"b", b"c"]
+
+
+def as_the_runtime_receives(properties: dict[str, Any]) -> dict[str, Any]:
+    """What a handler in a pod gets for an event sent with ``properties``: the SDK's own AMQP
+    encoding and decoding, then the runtime's copy (`receiving.to_event`)."""
+    sent = EventData(b"body")
+    sent.properties = properties
+    message = PyamqpTransport().to_outgoing_amqp_message(sent.raw_amqp_message)
+    payload = sdk_encode.encode_payload(bytearray(), message)
+    received = EventData._from_message(sdk_decode.decode_payload(memoryview(payload)))
+    return dict(receiving.to_event("0", received).properties)
+
+
+def test_properties_are_what_a_handler_in_a_pod_gets() -> None:
+    """The SDK delivers an application property sent as text as bytes (its AMQP decoder
+    reads strings and binary alike): a handler tested with ``properties={"tenant": "acme"}``
+    passed on ``== "acme"`` and, in the pod, never matched ``b"acme"``."""
+    sent: dict[str, Any] = {
+        "tenant": "acme",
+        "count": 3,
+        "raw": b"\x00\x01",
+        "flag": True,
+        "ratio": 1.5,
+        "tags": ["a", 1],
+        "nested": {"k": "v"},
+    }
+    made = testing.events(["x"], properties=sent)[0]
+    assert dict(made.properties) == as_the_runtime_receives(sent)
+    assert made.properties["tenant"] == b"acme"

@@ -43,7 +43,12 @@ def events(
     partition_key: str | None = None,
 ) -> list[contexts.Event]:
     """Events of one partition in sequence order; a mapping body is sent as JSON, a string as
-    UTF-8, as producers usually send them, bytes as they are; anything else is a TypeError."""
+    UTF-8, as producers usually send them, bytes as they are; anything else is a TypeError.
+
+    ``properties`` are the application properties as sent; the events carry them as the
+    runtime hands them over, text values as UTF-8 bytes (``{"tenant": "acme"}`` reads
+    ``event.properties["tenant"] == b"acme"``), as the Event Hubs SDK delivers them."""
+    received = {_key(k): _as_received(v) for k, v in (properties or {}).items()}
     made = []
     for index, body in enumerate(bodies):
         if isinstance(body, Mapping):
@@ -68,11 +73,28 @@ def events(
                 offset=str(sequence_number * 1024),
                 enqueued_time=FIRST_ENQUEUED + datetime.timedelta(milliseconds=sequence_number),
                 partition_key=partition_key,
-                properties=dict(properties or {}),
+                properties=dict(received),
                 body=raw,
             )
         )
     return made
+
+
+def _key(key: Any) -> str:
+    """A property name as the runtime gives it (`adapters.receiving.to_event`): text."""
+    return key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
+
+
+def _as_received(value: Any) -> Any:
+    """A property value as a handler in a pod gets it: the SDK's AMQP decoder reads text and
+    binary alike, so text arrives as UTF-8 bytes, in lists and maps too (map keys included)."""
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, list | tuple):
+        return [_as_received(v) for v in value]
+    if isinstance(value, Mapping):
+        return {_as_received(k): _as_received(v) for k, v in value.items()}
+    return value
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
