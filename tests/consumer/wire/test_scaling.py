@@ -456,7 +456,9 @@ def test_spark_pipeline_scale_2_to_1_without_duplicates(spark_stack: Running) ->
     producer = produce(cs, total, rounds=4, partitions_=SPARK_PARTITIONS, pause=2.0)
     for pod in ("s1", "s2"):
         consumers.start(pod)
-    wait_for(lambda: owned_counts(stack) == [2, 2], timeout=60, what="2 pods with 2 partitions")
+    # Each pod is Ready once its SparkSession is warm: two JVMs starting at once on a busy
+    # 2-core machine took 62 s. The bound is for a session that never starts, not for speed.
+    wait_for(lambda: owned_counts(stack) == [2, 2], timeout=180, what="2 pods with 2 partitions")
     wait_for(lambda: len(consumers.processed()) >= 1_000, timeout=60, what="progress")
     moved = set(stack.assignment(NAMESPACE)["s2"])
     consumers.terminate("s2")
