@@ -24,14 +24,15 @@ For a bounded time, at random (seeded) moments, it commits faults of the kinds s
 - ``specchange``: the CR's checkpoint container changes, once per run: every partition must
   move to the new location by ordered hand-off; the invariants follow the new location;
 - ``watchlag``: the watches of the EventHubConsumers and of the ConfigMaps deliver every
-  event `WATCHLAG_S` late (longer than the 60 s after which the operator gives up waiting for
-  the echo of its own writes) while writes succeed at once, once per run, until the faults
-  stop (at most `WATCHLAG_MAX_S`); a run needs ``--seconds`` well above `WATCHLAG_S` for the
-  lag to show in full;
+  event `WATCHLAG_S` late (far longer than the 5 s after which the operator stops waiting
+  for the echo of its own writes and reads afresh) while writes succeed at once, once per
+  run, until the faults stop (at most `WATCHLAG_MAX_S`); a run needs ``--seconds`` well
+  above `WATCHLAG_S` for the lag to show in full;
 - ``relist``: every watch stream ends and its resume gets 410 Gone for `RELIST_S`, so that
   every watching client (kopf in the operator, the pods) lists again;
 - ``watchstall``: the pod watches go silent (open, no events, no bookmarks) for
-  `WATCHSTALL_S`, longer than kopf's 70 s inactivity timeout, once per run and never past the
+  `WATCHSTALL_S`, longer than the operator's 10 s watch inactivity timeout (and kopf's own
+  default of 70 s), once per run and never past the
   faults' end; pods that come and go meanwhile are seen only through other means.
 
 Faults that put the control plane away (``apipause``) make the run skip the faults that need

@@ -35,8 +35,9 @@ MIDFENCE_WAIT_S = 10.0
 #: The pods' ``--stuck-seconds``, and how long a ``hang`` fault's handler call sleeps.
 STUCK_SECONDS = 3.0
 HANG_SECONDS = STUCK_SECONDS + 2.0
-#: How late a ``watchlag`` fault delivers watch events: above the operator's 60 s wait for
-#: the echo of its own writes, as in the failure that issue 24 of this project replays.
+#: How late a ``watchlag`` fault delivers watch events: far above the operator's 5 s wait for
+#: the echo of its own writes (`rosters.ECHO_SECONDS`), and above the 60 s it once waited,
+#: as in the failure that issue 24 of this project replays.
 WATCHLAG_S = 75.0
 #: The longest a ``watchlag`` fault lasts (it also ends with the run's faults).
 WATCHLAG_MAX_S = 150.0
@@ -47,8 +48,9 @@ WATCHLAG_PLURALS = ("eventhubconsumers", "configmaps")
 #: opened meanwhile (after its client listed again) lives `RELIST_STREAM_S` first.
 RELIST_S = 2.0
 RELIST_STREAM_S = 1.0
-#: How long a ``watchstall`` fault keeps the pod watches silent: beyond kopf's 70 s
-#: inactivity timeout, so that kopf's reconnection meets the same silence.
+#: How long a ``watchstall`` fault keeps the pod watches silent: beyond the operator's 10 s
+#: watch inactivity timeout and kopf's own default of 70 s, so that every reconnection
+#: meets the same silence.
 WATCHSTALL_S = 80.0
 FAULTS = (
     "kill",

@@ -18,8 +18,9 @@ Here the clients the SDK creates get a readiness check that reads up to `HANDSHA
 frames back to back, so the SDK's loop ends at the frame that completes the handshake. The
 checks are the SDK's own: nothing is skipped, only the sleeps between frames that had already
 arrived. These are private SDK names, like ``_create_consumer`` in `receiving`
-(tests/install/test_sdk_pins.py holds the SDK to them): where they are missing nothing is
-done, and the SDK opens at its own pace.
+(the SDK is pinned to one minor in pyproject.toml, and docs/status.md lists every private
+name the product uses, `tests/install/test_docs_pages.py` keeping that list whole): where
+they are missing nothing is done, and the SDK opens at its own pace.
 """
 
 from __future__ import annotations

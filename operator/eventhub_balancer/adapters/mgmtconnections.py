@@ -32,9 +32,9 @@ The SDK's management client, when it closes, ends its session and only then deta
 the connection. Harmless on a connection of its own, closed next; so on every management
 client this module's transport detaches those links first (`_KeptManagement`).
 
-These are private SDK names, like those `amqphandshakes` wraps (tests/install/test_sdk_pins.py
-holds the SDK to them): where they are missing nothing is done, and every request opens its
-own connection, as before.
+These are private SDK names, like those `amqphandshakes` wraps (pinned and listed as it
+says): where they are missing nothing is done, and every request opens its own connection,
+as before.
 """
 
 from __future__ import annotations
