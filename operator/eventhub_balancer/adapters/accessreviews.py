@@ -9,7 +9,15 @@ the request's path and lower-cased method. Answers are kept as that filter keeps
 a minute; an allowed user five minutes, a denied one half a minute), so a scrape every 30 s
 costs the API server nothing most of the time; the caches are bounded.
 
-The calls run in a thread of their own (the ``kubernetes`` client is synchronous), with the
+What the caches do not answer is bounded too, because anyone who reaches the port can send a
+new token with each request: requests that need the same review at once share it, at most
+`REVIEWS_AT_ONCE` reviews run, `REVIEWS_WAITING` more wait, and past that a request is
+refused at once (`Busy`, 429) rather than queued. Without the bound, a flood of forged tokens
+sent the API server a TokenReview each and filled the loop's default thread pool, which
+kopf's and the Event Hubs clients' name lookups need, so the operator's own connections and
+Prometheus' scrapes waited behind the flood.
+
+The calls run in threads of their own (the ``kubernetes`` client is synchronous), with the
 operator's own credentials: its role needs ``create`` on ``tokenreviews`` and
 ``subjectaccessreviews``.
 """
@@ -18,10 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Awaitable, Callable, Hashable, Mapping
 from typing import Any, Final, Generic, TypeVar
 
 import kubernetes.client
@@ -41,6 +50,10 @@ DENIED_SECONDS: Final = 30.0
 CACHED: Final = 1024
 #: Seconds for one review: a slow API server fails the scrape, never hangs it.
 REQUEST_TIMEOUT: Final = 10.0
+#: Reviews sent to the API server at once (threads of their own, not the loop's default pool).
+REVIEWS_AT_ONCE: Final = 4
+#: Reviews that may wait for one of those threads; past that a request is answered 429 at once.
+REVIEWS_WAITING: Final = 60
 
 V = TypeVar("V")
 
@@ -63,6 +76,10 @@ class User:
             groups=tuple(str(g) for g in body.get("groups") or ()),
             extra=tuple(sorted((str(k), tuple(str(v) for v in vs)) for k, vs in extra.items())),
         )
+
+
+class Busy(errors.ApiUnavailable):
+    """Too many reviews are under way already: the caller should come back later (429)."""
 
 
 class _Kept(Generic[V]):
@@ -107,11 +124,36 @@ class AccessReviews:
         self._authorization = kubernetes.client.AuthorizationV1Api(self._client)
         self._tokens: _Kept[User | None] = _Kept(clock=clock)
         self._decisions: _Kept[bool] = _Kept(clock=clock)
+        self._threads = concurrent.futures.ThreadPoolExecutor(
+            max_workers=REVIEWS_AT_ONCE, thread_name_prefix="ehb-access-review"
+        )
+        #: the reviews under way, by what they review: a second asker awaits the first's
+        self._under_way: dict[Hashable, asyncio.Future[Any]] = {}
         #: reviews that went to the API server, for tests
         self.reviews = 0
 
     def close(self) -> None:
+        self._threads.shutdown(wait=False, cancel_futures=True)
         self._client.close()  # type: ignore[no-untyped-call]
+
+    async def _once(self, key: Hashable, review: Callable[[], Awaitable[V]]) -> V:
+        """``review()``, or the same review already under way; `Busy` past the bound."""
+        under_way = self._under_way.get(key)
+        if under_way is None:
+            if len(self._under_way) >= REVIEWS_AT_ONCE + REVIEWS_WAITING:
+                raise Busy(f"{len(self._under_way)} access reviews under way already")
+            under_way = asyncio.ensure_future(review())
+            self._under_way[key] = under_way
+
+            def done(future: asyncio.Future[Any]) -> None:
+                self._under_way.pop(key, None)
+                if not future.cancelled():
+                    future.exception()  # read, even when every asker has gone
+
+            under_way.add_done_callback(done)
+        # One asker hanging up must not cancel the review the others await.
+        result: V = await asyncio.shield(under_way)
+        return result
 
     async def user(self, token: str) -> User | None:
         """Who ``token`` is (None: not a valid token for the API server's audiences).
@@ -120,6 +162,9 @@ class AccessReviews:
         kept, found = self._tokens.get(token)
         if kept:
             return found
+        return await self._once(("token", token), lambda: self._review_token(token))
+
+    async def _review_token(self, token: str) -> User | None:
         body = {
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenReview",
@@ -139,6 +184,10 @@ class AccessReviews:
         kept, found = self._decisions.get(key)
         if kept:
             return bool(found)
+        return await self._once(("decision", key), lambda: self._review_access(user, verb, path))
+
+    async def _review_access(self, user: User, verb: str, path: str) -> bool:
+        key = (user, verb, path)
         spec: dict[str, Any] = {
             "user": user.name,
             "groups": list(user.groups),
@@ -170,7 +219,7 @@ class AccessReviews:
             return json.loads(raw) if raw else {}
 
         try:
-            return await asyncio.to_thread(call)
+            return await asyncio.get_running_loop().run_in_executor(self._threads, call)
         except (kube_exceptions.ApiException, urllib3.exceptions.HTTPError, OSError) as e:
             status = getattr(e, "status", None)
             raise errors.ApiUnavailable(

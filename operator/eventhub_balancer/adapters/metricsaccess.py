@@ -5,7 +5,8 @@ partition counts: one tenant must not read another's. So ``ehb operator`` serves
 HTTPS and answers a request only when its bearer token is a valid Kubernetes token
 (TokenReview) of a user allowed ``get`` on the path (SubjectAccessReview):
 `accessreviews`. Without a token: 401; allowed nothing: 403; the API server unreachable: 500,
-as controller-runtime's metrics filter answers. ``/healthz`` stays open (the kubelet's probes
+as controller-runtime's metrics filter answers; more reviews under way than `accessreviews`
+bounds: 429 at once. ``/healthz`` stays open (the kubelet's probes
 carry no token) and says nothing of any tenant.
 
 The certificate is the installer's (``--metrics-cert-dir`` with ``tls.crt`` and ``tls.key``,
@@ -59,6 +60,10 @@ def guard(
             if not await reviews.allowed(user, verb=verb, path=request.path):
                 logger.info("metrics: %s may not %s %s", user.name, verb, request.path)
                 return web.Response(status=403, text=f"Authorization denied for user {user.name}")
+        except accessreviews.Busy as e:
+            # A flood (of forged tokens, most likely): one line each would flood the log too.
+            logger.debug("metrics: %s", e)
+            return web.Response(status=429, text="Too many requests", headers={"Retry-After": "1"})
         except errors.ApiUnavailable as e:
             logger.warning("metrics: cannot review a request: %s", e)
             return web.Response(status=500, text="Authentication failed")
