@@ -46,6 +46,20 @@ DEFAULT_MASTER: Final = "local[2]"
 #: (it may be starting beside the pod).
 CONNECT_TIMEOUT_S: Final = 30.0
 
+#: How a Spark Connect client retries a call its server does not answer (UNAVAILABLE: the
+#: server killed, restarting, or accepting connections it never serves). pyspark's default
+#: retries for at least 10 minutes, so a trigger in flight when the server went away, the
+#: liveness check and the session's start all blocked that long, the pod Ready meanwhile.
+#: Here 6 retries, 50 ms growing 4 times to 5 s at most: about 15 s in all (plus up to
+#: 0.5 s of jitter a wait), which rides through a blip and fails the trigger after that,
+#: so that the session is found lost and replaced (`consumer.sessionkeeping`).
+CONNECT_RETRY_POLICY: Final[Mapping[str, Any]] = {
+    "max_retries": 6,
+    "initial_backoff": 50,
+    "backoff_multiplier": 4.0,
+    "max_backoff": 5000,
+}
+
 #: Settings every session gets unless the user overrides them with ``--spark-conf``. No log4j
 #: option here: a ``-Dlog4j2.level`` stops Spark from loading its defaults profile, and the
 #: JVM's bare default configuration then prints warnings to stdout. Spark's profile already
@@ -164,6 +178,7 @@ def _connect_session(remote: str, *, conf: Mapping[str, str], timeout: float) ->
     try:
         # create(), not getOrCreate(): a session per call, on the server this URL names.
         session = ConnectSession.builder.remote(remote).create()
+        _bound_retries(session)
         version = session.version
     except Exception as e:
         raise errors.ConfigurationError(
@@ -173,6 +188,13 @@ def _connect_session(remote: str, *, conf: Mapping[str, str], timeout: float) ->
     logger.info("Spark Connect session open (server Spark %s)", version)
     _apply_connect_conf(session, {**CONNECT_CONF, **conf}, user=conf)
     return session
+
+
+def _bound_retries(session: Any) -> None:
+    """Give ``session``'s client `CONNECT_RETRY_POLICY` instead of pyspark's 10 minutes."""
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    session.client.set_retry_policies([DefaultPolicy(**CONNECT_RETRY_POLICY)])
 
 
 def _apply_connect_conf(
@@ -278,7 +300,9 @@ def is_alive(session: Any) -> bool:
     was not stopped. A short call each, no job; asked after a trigger failed."""
     try:
         if _is_connect(session):
-            return not session.is_stopped and bool(session.version)
+            # A round trip to the server: ``session.version`` is cached by pyspark after its
+            # first call (the build's), so it answered True with the server gone.
+            return not session.is_stopped and bool(session.conf.get("spark.sql.session.timeZone"))
         context = session.sparkContext
         jsc = context._jsc
         return jsc is not None and not jsc.sc().isStopped()
@@ -291,10 +315,17 @@ def discard(session: Any) -> None:
     """Let go of a lost session, so that `build_session` starts a new one: stopped if it
     still can be, and for a classic session the dead JVM's gateway forgotten (pyspark keeps
     it for the process, and would hand the next session the same dead socket)."""
+    if _is_connect(session):
+        # Its server is gone or hung: releasing the session on it would be retried, and
+        # the disposal's bound (`sessionkeeping.DISCARD_TIMEOUT_S`) would stop the pod
+        # instead of replacing the session. One try, then the channel is closed.
+        with contextlib.suppress(Exception):
+            session.client.set_retry_policies([])
+        with contextlib.suppress(Exception):
+            session.stop()
+        return
     with contextlib.suppress(Exception):
         session.stop()
-    if _is_connect(session):
-        return
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
