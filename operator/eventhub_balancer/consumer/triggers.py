@@ -333,7 +333,18 @@ class SparkTriggers:
             ranges=context.partitions,
             loader=self._loader,
         )
-        self.function(df, context)
+        result = self.function(df, context)
+        if inspect.isawaitable(result) or inspect.isgenerator(result):
+            # An object whose ``__call__`` is ``async def`` passes the start's check, and a
+            # ``yield`` makes a generator: either ran nothing, and returning would
+            # checkpoint the trigger's events unprocessed.
+            close = getattr(result, "close", None)
+            if close is not None:
+                close()
+            raise TypeError(
+                f"the Spark handler returned a {type(result).__name__} and ran nothing: a "
+                "Spark handler is a plain function that does its work when called"
+            )
 
     def _requeue(self, taken: list[triggerqueue.QueuedBatch]) -> None:
         """Hand every batch of a trigger whose session was lost to the next trigger, as it
