@@ -27,6 +27,9 @@ from eventhub_balancer.consumer import sessionkeeping
 from eventhub_balancer.spark import sessions
 from tests.support.fixtures.spark import spark_unavailable
 
+#: pyspark says so when its bounded retries run out, which is what these tests make happen.
+pytestmark = pytest.mark.filterwarnings(r"ignore:\[RETRIES_EXCEEDED\]:UserWarning")
+
 #: The retries' bound (about 15 s) with room for a loaded two-core machine; pyspark's own
 #: default is 10 minutes and more.
 FAILS_WITHIN_S = 45.0
