@@ -75,7 +75,7 @@ class EventHubs:
         self.clients = hubclients.Clients()
         self.containers = checkpointlistings.checkpoint_containers()
         #: which consumer lists its checkpoints over which kept container
-        self.container_users = keptclients.Users(self.containers)
+        self.container_users = keptclients.Users(self.containers.release)
         self.cache = partitionlists.PartitionCache(
             refresh_seconds=refresh_seconds, timeout=timeout, gate=self.gate, clients=self.clients
         )

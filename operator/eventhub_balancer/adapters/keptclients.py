@@ -22,7 +22,7 @@ import asyncio
 import collections
 import contextlib
 from collections.abc import Awaitable, Callable, Hashable
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 C = TypeVar("C")
 T = TypeVar("T")
@@ -120,20 +120,30 @@ class Kept(Generic[C]):
 
 
 class Users:
-    """Which consumer uses which of a `Kept`'s clients: the last one to leave a client (its
-    consumer deleted, or its Secret rotated to other credentials) releases it."""
+    """Which consumer uses which kept client, by the client's key: the last one to leave a key
+    (its consumer deleted, or its Secret rotated to other credentials) releases its client
+    with ``release`` (a `Kept.release`; None: nothing is kept, nothing to release)."""
 
-    def __init__(self, kept: Kept[Any]) -> None:
-        self._kept = kept
+    def __init__(self, release: Callable[[Hashable], Awaitable[None] | None] | None) -> None:
+        self._release = release
         self._key: dict[str, Hashable] = {}
-        self._users: dict[Hashable, set[str]] = {}
+        #: the users of each key, as an ordered set (first use first)
+        self._users: dict[Hashable, dict[str, None]] = {}
+
+    def keys(self) -> list[Hashable]:
+        """Every key some consumer uses, once."""
+        return list(self._users)
+
+    def users(self, key: Hashable) -> tuple[str, ...]:
+        """The consumers that use ``key``, first use first."""
+        return tuple(self._users.get(key, ()))
 
     def use(self, consumer: str, key: Hashable) -> Awaitable[None] | None:
         """``consumer`` now uses ``key``'s client; the close of the one it left, if nobody
         else uses that (under way: await it to wait for it)."""
         before = self._key.get(consumer)
         self._key[consumer] = key
-        self._users.setdefault(key, set()).add(consumer)
+        self._users.setdefault(key, {})[consumer] = None
         return self._leave(consumer, before) if before is not None and before != key else None
 
     def forget(self, consumer: str) -> Awaitable[None] | None:
@@ -144,8 +154,8 @@ class Users:
     def _leave(self, consumer: str, key: Hashable) -> Awaitable[None] | None:
         users = self._users.get(key)
         if users is not None:
-            users.discard(consumer)
+            users.pop(consumer, None)
             if users:
                 return None
             del self._users[key]
-        return self._kept.release(key)
+        return self._release(key) if self._release is not None else None

@@ -15,7 +15,7 @@ import asyncio
 import dataclasses
 from collections.abc import Awaitable, Hashable
 
-from eventhub_balancer.adapters import hubclients
+from eventhub_balancer.adapters import hubclients, keptclients
 
 #: The partition list is re-read at least this often: docs/operator.md's "at least every 60 s".
 REFRESH_SECONDS = 60.0
@@ -54,8 +54,10 @@ class PartitionCache:
         #: the turns of the calls in flight (`CONCURRENT_CALLS`)
         self.gate = gate or asyncio.Semaphore(hubclients.CONCURRENT_CALLS)
         self._entries: dict[str, tuple[hubclients.Coordinates, PartitionList]] = {}
-        #: the consumers of each hub (`hubclients.Coordinates.key`), as an ordered set
-        self._consumers: dict[Hashable, dict[str, None]] = {}
+        #: the consumers of each hub (`hubclients.Coordinates.key`): the last one to leave a
+        #: hub releases its kept client, which holds its credentials (a rotated-out key, a
+        #: deleted consumer's Secret)
+        self._consumers = keptclients.Users(clients.release if clients is not None else None)
         #: the consumers whose list `grow` lengthened since their last read
         self._grown: set[str] = set()
 
@@ -66,31 +68,9 @@ class PartitionCache:
     def forget(self, consumer: str) -> Awaitable[None] | None:
         """Drop ``consumer``'s list; the close of its hub's client, if it was the last
         consumer of that hub and credentials (under way: await it to wait for it)."""
-        entry = self._entries.pop(consumer, None)
+        self._entries.pop(consumer, None)
         self._grown.discard(consumer)
-        return self._unlink(consumer, entry[0].key) if entry is not None else None
-
-    def _unlink(self, consumer: str, hub: Hashable) -> Awaitable[None] | None:
-        """Take ``consumer`` off ``hub``; the last one off releases the hub's kept client,
-        which holds its credentials (a rotated-out key, a deleted consumer's Secret)."""
-        consumers = self._consumers.get(hub)
-        if consumers is not None:
-            consumers.pop(consumer, None)
-            if not consumers:
-                del self._consumers[hub]
-        if hub in self._consumers or self.clients is None:
-            return None
-        return self.clients.release(hub)
-
-    def _keep(
-        self, consumer: str, coordinates: hubclients.Coordinates, listed: PartitionList
-    ) -> Awaitable[None] | None:
-        entry = self._entries.get(consumer)
-        self._entries[consumer] = (coordinates, listed)
-        self._consumers.setdefault(coordinates.key, {})[consumer] = None
-        if entry is not None and entry[0].key != coordinates.key:
-            return self._unlink(consumer, entry[0].key)
-        return None
+        return self._consumers.forget(consumer)
 
     async def partition_ids(
         self, consumer: str, coordinates: hubclients.Coordinates, *, now: float, force: bool = False
@@ -112,7 +92,8 @@ class PartitionCache:
                 coordinates, limit_seconds=self.timeout, clients=self.clients
             )
         result = PartitionList(ids=tuple(ids), fetched_at=now, fresh=True)
-        released = self._keep(consumer, coordinates, result)
+        self._entries[consumer] = (coordinates, result)
+        released = self._consumers.use(consumer, coordinates.key)
         self._grown.discard(consumer)
         if released is not None:
             # Shielded: a cycle cancelled meanwhile leaves the close to finish on its own.
@@ -138,13 +119,11 @@ class PartitionCache:
     def hubs(self) -> list[Hashable]:
         """Every hub a cached list came from, once (its coordinates' ``key``: no secret in
         it)."""
-        return list(self._consumers)
+        return self._consumers.keys()
 
     def consumers(self, hub: Hashable) -> dict[str, tuple[str, ...]]:
         """The cached list of each consumer of ``hub``."""
-        return {
-            consumer: self._entries[consumer][1].ids for consumer in self._consumers.get(hub, ())
-        }
+        return {consumer: self._entries[consumer][1].ids for consumer in self._consumers.users(hub)}
 
     async def list_hub(self, hub: Hashable) -> tuple[str, ...] | None:
         """``hub``'s partition ids, listed now with its consumers' credentials (raises wrapped
@@ -154,10 +133,10 @@ class PartitionCache:
             # Looked up once the turn is taken, not before: a consumer forgotten meanwhile
             # (deleted, or its Secret rotated to another key) released the hub's client, and a
             # listing with its coordinates would build one that nobody releases again.
-            consumers = self._consumers.get(hub)
+            consumers = self._consumers.users(hub)
             if not consumers:
                 return None
-            coordinates = self._entries[next(iter(consumers))][0]
+            coordinates = self._entries[consumers[0]][0]
             ids = await hubclients.fetch_partition_ids(
                 coordinates, limit_seconds=self.timeout, clients=self.clients
             )
