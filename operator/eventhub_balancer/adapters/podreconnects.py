@@ -30,11 +30,15 @@ AUTH_FAILURES_LIMIT: Final = 3
 OUTAGE_LOG_EVERY_S: Final = 60.0
 
 
-def backoff(failures: int) -> float:
-    """The pause after ``failures`` (1 or more) in a row: `RECONNECT_BACKOFF_S` doubling up
-    to `RECONNECT_BACKOFF_MAX_S`."""
-    doubled = RECONNECT_BACKOFF_S * float(2 ** min(failures - 1, 16))
-    return min(doubled, RECONNECT_BACKOFF_MAX_S)
+def backoff(
+    failures: int,
+    *,
+    first: float = RECONNECT_BACKOFF_S,
+    most: float = RECONNECT_BACKOFF_MAX_S,
+) -> float:
+    """The pause after ``failures`` (1 or more) in a row: ``first`` doubling up to ``most``
+    (by default the watch's, `RECONNECT_BACKOFF_S` up to `RECONNECT_BACKOFF_MAX_S`)."""
+    return min(first * float(2 ** min(failures - 1, 16)), most)
 
 
 @dataclasses.dataclass

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Final, Protocol
 
 from eventhub_balancer import errors
+from eventhub_balancer.adapters import podreconnects
 from eventhub_balancer.consumer import assignments
 from eventhub_balancer.contracts import partitionreports
 
@@ -116,7 +117,7 @@ class Acknowledgements:
             self._failing_since = now
         self._failures += 1
         self._tried = tried
-        pause = min(RETRY_S * 2.0 ** min(self._failures - 1, 16), RETRY_MAX_S)
+        pause = podreconnects.backoff(self._failures, first=RETRY_S, most=RETRY_MAX_S)
         self._retry_at = now + pause
         first = self._logged_at is None or now - self._logged_at >= FAILURE_LOG_EVERY_S
         if first:
