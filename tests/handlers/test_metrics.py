@@ -10,6 +10,7 @@ from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps, partitionreports
 from eventhub_balancer.handlers import backlogs, cycles, memories, metrics
 from eventhub_balancer.reconciling import statuses
+from tests.handlers import test_cycles
 from tests.handlers.test_cycles import NAME, NS, at, make_kube
 from tests.support import fakes
 
@@ -28,16 +29,7 @@ async def test_a_parked_partition_is_counted_shown_and_forgotten_with_its_consum
     memory = memories.Memory()
 
     async def cycle(now: float) -> cycles.Result:
-        return await cycles.run_cycle(
-            kube=kube,
-            hubs=hubs,
-            namespace=NS,
-            name=NAME,
-            memory=memory,
-            now=at(now),
-            metrics=registry,
-            annotate_pods=False,
-        )
+        return await test_cycles.cycle(kube, hubs, memory, now=now, registry=registry)
 
     await cycle(0)
     assert kube.assignment(NS)["a"] == {"0": (1, "owned"), "1": (1, "owned")}
@@ -117,16 +109,7 @@ async def test_the_backlog_is_read_beside_the_store_probe_whatever_the_weighting
         return float(line.removeprefix(prefix))
 
     for now in (0, 5, 65):
-        await cycles.run_cycle(
-            kube=kube,
-            hubs=hubs,
-            namespace=NS,
-            name=NAME,
-            memory=memory,
-            now=at(now),
-            metrics=registry,
-            annotate_pods=False,
-        )
+        await test_cycles.cycle(kube, hubs, memory, now=now, registry=registry)
         if now == 5:
             assert recommended() == 2  # no backlog known yet: the members
     # A backlog of 5,000 per partition asks for a pod per partition, not the 2 members.
@@ -135,16 +118,7 @@ async def test_the_backlog_is_read_beside_the_store_probe_whatever_the_weighting
     # the member count (an autoscaler would scale in during an outage).
     hubs.failure = errors.EventHubUnreachable("the namespace does not answer")
     for now in (130, 200):
-        await cycles.run_cycle(
-            kube=kube,
-            hubs=hubs,
-            namespace=NS,
-            name=NAME,
-            memory=memory,
-            now=at(now),
-            metrics=registry,
-            annotate_pods=False,
-        )
+        await test_cycles.cycle(kube, hubs, memory, now=now, registry=registry)
     assert recommended() == len(hubs.ids)
 
 
@@ -171,9 +145,7 @@ async def test_a_cycle_that_gives_partitions_out_does_not_read_the_backlog(
     hubs, asked = asking_hubs(monkeypatch)
     memory = memories.Memory()
     for now in (0, 5, 65, 70):
-        await cycles.run_cycle(
-            kube=kube, hubs=hubs, namespace=NS, name=NAME, memory=memory, now=at(now)
-        )
+        await test_cycles.cycle(kube, hubs, memory, now=now)
         if now == 0:
             kube.remove_pod(NS, "a")
         if now == 65:
@@ -285,15 +257,7 @@ async def test_ready_is_exported_under_its_reason_one_series_a_consumer() -> Non
     memory = memories.Memory()
 
     async def cycle(now: float) -> None:
-        await cycles.run_cycle(
-            kube=kube,
-            hubs=hubs,
-            namespace=NS,
-            name=NAME,
-            memory=memory,
-            now=at(now),
-            metrics=registry,
-        )
+        await test_cycles.cycle(kube, hubs, memory, now=now, registry=registry)
 
     await cycle(0)
     assert ready_series(registry) == [
