@@ -17,10 +17,10 @@ import pytest
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import checkpointing
-from eventhub_balancer.consumer import assignments, partitions, runtime
+from eventhub_balancer.consumer import partitions
 from eventhub_balancer.contracts import checkpointblobs
 from tests.support.consumerfakes import Recorder, configmap, eventually
-from tests.support.fixtures.consumer import azure_backends, send_events
+from tests.support.fixtures.consumer import running_pod, send_events
 
 BATCH = partitions.BatchSettings(batch_size=100, max_wait=0.1, retry_backoff=0.05)
 
@@ -45,22 +45,13 @@ async def test_a_checkpoint_past_the_end_starts_the_partition_again(
     )
     await send_events(cs, "orders", {"0": 10})  # the new hub's first events
     recorder = Recorder()
-    source = assignments.MemorySource()
-    consumer = runtime.Runtime(
-        settings=runtime.RuntimeSettings(
-            consumer="orders", pod="pod-a", batch=BATCH, shutdown_timeout=10
-        ),
-        source=source,
-        backends=azure_backends(
-            eventhub_connection_string=cs,
-            blob_connection_string=azurite.connection_string,
-            owner="pod-a",
-            batch=BATCH,
-        ),
+    async with running_pod(
+        pod="pod-a",
+        eventhub_connection_string=cs,
+        blob_connection_string=azurite.connection_string,
+        batch=BATCH,
         processor=recorder,
-    )
-    task = asyncio.create_task(consumer.run())
-    try:
+    ) as (_, source):
         source.put(
             configmap(
                 1,
@@ -73,10 +64,6 @@ async def test_a_checkpoint_past_the_end_starts_the_partition_again(
             await eventually(lambda: len(recorder.done) >= 10, within=20, what="events 0..9")
             await send_events(cs, "orders", {"0": 5})
             await eventually(lambda: len(recorder.done) >= 15, within=20, what="events 10..14")
-    finally:
-        consumer.request_shutdown()
-        async with asyncio.timeout(20):
-            await task
     assert recorder.done == [("0", n) for n in range(15)]
     stored = await store(blob_container, "reader").read("0")
     assert stored is not None
@@ -126,42 +113,31 @@ async def test_an_emulator_restarted_under_a_running_pod_is_read_from_its_start(
     after = EventHubsEmulator(hubs={"orders": 4}, port=before.port)
     cs = before.connection_string()
     recorder = Recorder()
-    source = assignments.MemorySource()
-    consumer = runtime.Runtime(
-        settings=runtime.RuntimeSettings(
-            consumer="orders", pod="pod-a", batch=BATCH, shutdown_timeout=10
-        ),
-        source=source,
-        backends=azure_backends(
+    try:
+        async with running_pod(
+            pod="pod-a",
             eventhub_connection_string=cs,
             blob_connection_string=azurite.connection_string,
-            owner="pod-a",
             batch=BATCH,
-        ),
-        processor=recorder,
-    )
-    task = asyncio.create_task(consumer.run())
-    try:
-        source.put(
-            configmap(
-                1,
-                {"0": (1, "owned")},
-                checkpointContainer=blob_container.container_name,
-                startPosition=json.dumps("earliest"),
+            processor=recorder,
+        ) as (_, source):
+            source.put(
+                configmap(
+                    1,
+                    {"0": (1, "owned")},
+                    checkpointContainer=blob_container.container_name,
+                    startPosition=json.dumps("earliest"),
+                )
             )
-        )
-        await send_events(cs, "orders", {"0": 10})
-        await eventually(lambda: len(recorder.done) >= 10, within=20, what="events 0..9")
-        before.stop_in_thread()
-        # Down longer than the SDK's own reconnects: the receiver's reopen finds the new one.
-        await asyncio.sleep(down)
-        after.start_in_thread()
-        await send_events(cs, "orders", {"0": 5})  # the new stream's events 0..4
-        await eventually(lambda: len(recorder.done) >= 15, within=60, what="new events 0..4")
+            await send_events(cs, "orders", {"0": 10})
+            await eventually(lambda: len(recorder.done) >= 10, within=20, what="events 0..9")
+            before.stop_in_thread()
+            # Down longer than the SDK's own reconnects: the receiver's reopen finds the new one.
+            await asyncio.sleep(down)
+            after.start_in_thread()
+            await send_events(cs, "orders", {"0": 5})  # the new stream's events 0..4
+            await eventually(lambda: len(recorder.done) >= 15, within=60, what="new events 0..4")
     finally:
-        consumer.request_shutdown()
-        async with asyncio.timeout(20):
-            await task
         after.stop_in_thread()
         before.stop_in_thread()
     assert recorder.done == [("0", n) for n in range(10)] + [("0", n) for n in range(5)]

@@ -17,7 +17,7 @@ from typing import Any
 from eventhub_balancer.adapters import checkpointing
 from eventhub_balancer.consumer import assignments, partitions, runtime
 from tests.support.consumerfakes import Recorder, configmap, eventually
-from tests.support.fixtures.consumer import azure_backends, send_events
+from tests.support.fixtures.consumer import running_pod, send_events
 
 BATCH = partitions.BatchSettings(batch_size=200, max_wait=0.2, retry_backoff=0.05)
 
@@ -26,27 +26,14 @@ BATCH = partitions.BatchSettings(batch_size=200, max_wait=0.2, retry_backoff=0.0
 async def consumer_pod(
     pod: str, *, emulator: Any, azurite: Any, recorder: Recorder
 ) -> AsyncIterator[tuple[runtime.Runtime, assignments.MemorySource]]:
-    source = assignments.MemorySource()
-    consumer = runtime.Runtime(
-        settings=runtime.RuntimeSettings(
-            consumer="orders", pod=pod, batch=BATCH, shutdown_timeout=10
-        ),
-        source=source,
-        backends=azure_backends(
-            eventhub_connection_string=emulator.connection_string(),
-            blob_connection_string=azurite.connection_string,
-            owner=pod,
-            batch=BATCH,
-        ),
+    async with running_pod(
+        pod=pod,
+        eventhub_connection_string=emulator.connection_string(),
+        blob_connection_string=azurite.connection_string,
+        batch=BATCH,
         processor=recorder,
-    )
-    task = asyncio.create_task(consumer.run())
-    try:
+    ) as (consumer, source):
         yield consumer, source
-    finally:
-        consumer.request_shutdown()
-        async with asyncio.timeout(20):
-            await task
 
 
 def assignment(

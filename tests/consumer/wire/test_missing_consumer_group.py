@@ -18,9 +18,9 @@ import pytest
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import deliveries, receiving
-from eventhub_balancer.consumer import assignments, partitions, runtime
+from eventhub_balancer.consumer import partitions
 from tests.support.consumerfakes import Recorder, configmap, eventually
-from tests.support.fixtures.consumer import azure_backends, send_events
+from tests.support.fixtures.consumer import running_pod, send_events
 
 BATCH = partitions.BatchSettings(batch_size=100, max_wait=0.1, retry_backoff=0.05)
 
@@ -83,22 +83,13 @@ async def test_the_runtime_logs_it_once_reports_it_and_starts_once_the_group_exi
     cs = consumer_emulator.connection_string()
     await send_events(cs, "orders", {"0": 5, "1": 5, "2": 5, "3": 5})
     recorder = Recorder()
-    source = assignments.MemorySource()
-    consumer = runtime.Runtime(
-        settings=runtime.RuntimeSettings(
-            consumer="orders", pod="pod-a", batch=BATCH, shutdown_timeout=10
-        ),
-        source=source,
-        backends=azure_backends(
-            eventhub_connection_string=cs,
-            blob_connection_string=azurite.connection_string,
-            owner="pod-a",
-            batch=BATCH,
-        ),
+    async with running_pod(
+        pod="pod-a",
+        eventhub_connection_string=cs,
+        blob_connection_string=azurite.connection_string,
+        batch=BATCH,
         processor=recorder,
-    )
-    task = asyncio.create_task(consumer.run())
-    try:
+    ) as (_, source):
         source.put(
             configmap(
                 1,
@@ -120,7 +111,3 @@ async def test_the_runtime_logs_it_once_reports_it_and_starts_once_the_group_exi
         consumer_emulator.create_consumer_group("orders", "analytics")
         await eventually(lambda: len(recorder.done) == 20, within=40, what="all 20 events")
         await eventually(lambda: not source.reports, within=10, what="the reports cleared")
-    finally:
-        consumer.request_shutdown()
-        async with asyncio.timeout(20):
-            await task

@@ -16,9 +16,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from eventhub_balancer.adapters import checkpointing
-from eventhub_balancer.consumer import assignments, partitions, runtime
+from eventhub_balancer.consumer import assignments, partitions
 from tests.support.consumerfakes import Recorder, configmap, eventually
-from tests.support.fixtures.consumer import azure_backends, send_events
+from tests.support.fixtures.consumer import running_pod, send_events
 
 BATCH = partitions.BatchSettings(batch_size=100, max_wait=0.1, retry_backoff=0.05)
 
@@ -28,22 +28,13 @@ async def consuming(
     *, emulator: Any, azurite: Any, container: str, start: object, owned: str
 ) -> AsyncIterator[tuple[Recorder, assignments.MemorySource]]:
     recorder = Recorder()
-    source = assignments.MemorySource()
-    consumer = runtime.Runtime(
-        settings=runtime.RuntimeSettings(
-            consumer="orders", pod="pod-a", batch=BATCH, shutdown_timeout=10
-        ),
-        source=source,
-        backends=azure_backends(
-            eventhub_connection_string=emulator.connection_string(),
-            blob_connection_string=azurite.connection_string,
-            owner="pod-a",
-            batch=BATCH,
-        ),
+    async with running_pod(
+        pod="pod-a",
+        eventhub_connection_string=emulator.connection_string(),
+        blob_connection_string=azurite.connection_string,
+        batch=BATCH,
         processor=recorder,
-    )
-    task = asyncio.create_task(consumer.run())
-    try:
+    ) as (_, source):
         source.put(
             configmap(
                 1,
@@ -55,10 +46,6 @@ async def consuming(
         async with asyncio.timeout(30):
             await source.wait_for(generation=1)
         yield recorder, source
-    finally:
-        consumer.request_shutdown()
-        async with asyncio.timeout(20):
-            await task
 
 
 async def checkpoints(container: Any) -> dict[str, int]:
