@@ -41,6 +41,6 @@ COPY --from=builder /opt/ehb /opt/ehb
 RUN groupadd --system --gid 10001 ehb \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /tmp --shell /usr/sbin/nologin ehb
 USER 10001:10001
-EXPOSE 8080
+EXPOSE 8443
 ENTRYPOINT ["ehb"]
 CMD ["operator"]

@@ -128,6 +128,25 @@ def test_entry_point_is_the_ehb_console_script(image: str, command: str) -> None
     assert pyproject["project"]["scripts"]["ehb"] == "eventhub_balancer.cli:main"
 
 
+#: The chart whose default ``port`` each image serves on.
+CHARTS = {
+    "operator": "eventhub-balancer",
+    "consumer": "eventhub-consumer",
+    "consumer-connect": "eventhub-consumer",
+    "orders-example": "eventhub-consumer",
+}
+
+
+@pytest.mark.parametrize("image", sorted(DOCKERFILES))
+def test_the_exposed_port_is_the_one_the_chart_serves_on(image: str) -> None:
+    import yaml
+
+    values = loading.ROOT / "charts" / CHARTS[image] / "values.yaml"
+    port = yaml.safe_load(values.read_text())["port"]
+    exposed = [rest for k, rest in stages(DOCKERFILES[image])[-1] if k == "EXPOSE"]
+    assert exposed == [str(port)], f"{DOCKERFILES[image].name} exposes {exposed}, serves {port}"
+
+
 @pytest.mark.parametrize("image", sorted(DOCKERFILES))
 def test_copy_sources_exist_in_the_build_context(image: str) -> None:
     patterns = dockerignore()
