@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from eventhub_balancer import errors
+from eventhub_balancer.contracts import startpositions
 from eventhub_balancer.handlers import memories
 from tests.handlers.test_cycles import NAME, NS, SPEC, cycle, make_kube
 from tests.support import fakes
@@ -20,7 +21,9 @@ class Ends(fakes.FakeHubs):
 
     fault: errors.EventHubBalancerError | None = None
 
-    async def last_sequence_numbers(self, **kwargs: Any) -> dict[str, int]:
+    async def last_sequence_numbers(
+        self, **kwargs: Any
+    ) -> dict[str, startpositions.PartitionBounds]:
         if self.fault is not None:
             raise self.fault
         return await super().last_sequence_numbers(**kwargs)

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from eventhub_balancer import errors
-from eventhub_balancer.contracts import configmaps, partitionreports
+from eventhub_balancer.contracts import configmaps, partitionreports, startpositions
 from eventhub_balancer.handlers import backlogs, cycles, memories, metrics
 from eventhub_balancer.reconciling import statuses
 from tests.handlers import test_cycles
@@ -122,13 +122,35 @@ async def test_the_backlog_is_read_beside_the_store_probe_whatever_the_weighting
     assert recommended() == len(hubs.ids)
 
 
+async def test_events_the_hub_no_longer_holds_are_no_backlog() -> None:
+    """A checkpoint of "nothing processed" (an ``earliest`` seed, or none) on a partition
+    whose old events retention removed: only the events the hub still holds wait. Counting
+    from sequence number 0 asked for every partition's pod for ten events, and for ever
+    once a partition's events had all expired (its pod receives nothing, so never
+    checkpoints)."""
+    kube = make_kube()
+    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    hubs.store.blobs = {p: (1, -1) for p in hubs.ids}  # nothing processed on any partition
+    hubs.last_sequences = {"0": 4_999, "1": 4_999, "2": 4_999, "3": -1}
+    # Partition 0 holds its last 10 events; 1 and 2 hold none any more; 3 never had one.
+    hubs.first_sequences = {"0": 4_990, "1": 5_000, "2": 5_000}
+    registry = metrics.Metrics()
+    memory = memories.Memory()
+    for now in (0, 5, 65):
+        await test_cycles.cycle(kube, hubs, memory, now=now, registry=registry)
+    sample = registry.registry.get_sample_value(
+        "ehb_recommended_replicas", {"namespace": NS, "consumer": NAME}
+    )
+    assert sample == 1
+
+
 def asking_hubs(monkeypatch: pytest.MonkeyPatch) -> tuple[fakes.FakeHubs, list[list[str]]]:
     """Fake hubs, and the partitions of every read of their ends, in order."""
     hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
     asked: list[list[str]] = []
     original = hubs.last_sequence_numbers
 
-    async def last_sequence_numbers(**kw: Any) -> dict[str, int]:
+    async def last_sequence_numbers(**kw: Any) -> dict[str, startpositions.PartitionBounds]:
         asked.append(kw["partitions"])
         return await original(**kw)
 

@@ -14,7 +14,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer import errors
-from eventhub_balancer.contracts import configmaps, podassignments, specs, timestamps
+from eventhub_balancer.contracts import (
+    configmaps,
+    podassignments,
+    specs,
+    startpositions,
+    timestamps,
+)
 from eventhub_balancer.reconciling import deciding, decisions, observations
 from tests.support import fakes
 
@@ -95,6 +101,23 @@ def observe(
         pods=tuple(pods),
         store=observations.StoreRead(checkpoints=checkpoints, listed=checkpoints is not None),
     )
+
+
+def ends(
+    last: Mapping[str, int], *, first: Mapping[str, int] | None = None
+) -> dict[str, startpositions.PartitionBounds]:
+    """What Event Hubs says of each partition: its ``last`` sequence number, and the ``first``
+    it still holds (0 when not named; past the last when it holds none)."""
+    first = first or {}
+    return {
+        p: startpositions.PartitionBounds(
+            beginning_sequence_number=first.get(p, 0),
+            last_sequence_number=n,
+            last_offset=str(n),
+            empty=first.get(p, 0) > n,
+        )
+        for p, n in last.items()
+    }
 
 
 def read_blobs(

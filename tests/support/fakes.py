@@ -30,7 +30,13 @@ from typing import Any, cast
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import listings
-from eventhub_balancer.contracts import configmaps, podassignments, specs, timestamps
+from eventhub_balancer.contracts import (
+    configmaps,
+    podassignments,
+    specs,
+    startpositions,
+    timestamps,
+)
 from eventhub_balancer.reconciling import conflicts, observations
 
 #: The objects a fake holds, by (kind, namespace, name).
@@ -514,6 +520,9 @@ class FakeHubs:
         self.hub_ids: dict[str, tuple[str, ...]] = {}
         self.store = store
         self.last_sequences: dict[str, int] = {}
+        #: per partition, the first event the hub still holds (0 when not named); past the
+        #: last sequence number when retention removed them all
+        self.first_sequences: dict[str, int] = {}
         #: raised by every Event Hubs call while set
         self.failure: errors.EventHubBalancerError | None = None
         #: consumer groups that do not exist: listing for one raises, the ids cached
@@ -602,11 +611,22 @@ class FakeHubs:
         partitions: list[str],
         namespace: str | None = None,
         service_account: str | None = None,
-    ) -> dict[str, int]:
+    ) -> dict[str, startpositions.PartitionBounds]:
         self.service_accounts.append(service_account)
         if self.failure is not None:
             raise self.failure
-        return {p: self.last_sequences[p] for p in partitions if p in self.last_sequences}
+        return {p: self.ends(p) for p in partitions if p in self.last_sequences}
+
+    def ends(self, partition: str) -> startpositions.PartitionBounds:
+        """What Event Hubs says of ``partition``: its last event, and its first still held."""
+        last = self.last_sequences[partition]
+        first = self.first_sequences.get(partition, 0)
+        return startpositions.PartitionBounds(
+            beginning_sequence_number=first,
+            last_sequence_number=last,
+            last_offset=str(last),
+            empty=first > last,
+        )
 
     async def checkpoints(
         self,

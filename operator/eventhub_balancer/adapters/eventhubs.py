@@ -29,7 +29,7 @@ from eventhub_balancer.adapters import (
     partitionlists,
     tenantidentities,
 )
-from eventhub_balancer.contracts import endpoints
+from eventhub_balancer.contracts import endpoints, startpositions
 
 T = TypeVar("T")
 
@@ -222,8 +222,10 @@ class EventHubs:
         partitions: list[str],
         namespace: str | None = None,
         service_account: str | None = None,
-    ) -> dict[str, int]:
-        async def ends(identity: tenantidentities.TenantIdentity | None) -> dict[str, int]:
+    ) -> dict[str, startpositions.PartitionBounds]:
+        async def ends(
+            identity: tenantidentities.TenantIdentity | None,
+        ) -> dict[str, startpositions.PartitionBounds]:
             coordinates = hubclients.Coordinates(
                 fully_qualified_namespace=fully_qualified_namespace,
                 eventhub_name=eventhub_name,

@@ -29,6 +29,7 @@ from eventhub_balancer.adapters import (
     tenantidentities,
     tlscontexts,
 )
+from eventhub_balancer.contracts import startpositions
 
 T = TypeVar("T")
 
@@ -262,18 +263,26 @@ async def fetch_last_sequence_numbers(
     *,
     limit_seconds: float = TIMEOUT_SECONDS,
     clients: Clients | None = None,
-) -> dict[str, int]:
-    """The last enqueued sequence number per partition (for lag = last - checkpointed)."""
+) -> dict[str, startpositions.PartitionBounds]:
+    """The last enqueued sequence number per partition, with where the events the partition
+    still holds begin (lag = the events held after the checkpoint)."""
 
-    async def one(client: EventHubProducerClient, pid: str) -> int:
+    async def one(client: EventHubProducerClient, pid: str) -> startpositions.PartitionBounds:
         props = await client.get_partition_properties(pid)
-        return int(props.get("last_enqueued_sequence_number", -1))
+        return startpositions.PartitionBounds(
+            beginning_sequence_number=int(props.get("beginning_sequence_number", 0)),
+            last_sequence_number=int(props.get("last_enqueued_sequence_number", -1)),
+            last_offset=str(props.get("last_enqueued_offset", "")),
+            empty=bool(props.get("is_empty", False)),
+        )
 
-    async def request(client: EventHubProducerClient) -> dict[str, int]:
+    async def request(
+        client: EventHubProducerClient,
+    ) -> dict[str, startpositions.PartitionBounds]:
         # One request per partition, up to `PROPERTIES_AT_ONCE` at a time on the one
         # client. A kept client's take turns on its one connection and link, a round trip
         # each (`mgmtconnections`); a client built for this call opens one per request.
-        result: dict[str, int] = {}
+        result: dict[str, startpositions.PartitionBounds] = {}
         async with asyncio.timeout(limit_seconds):
             for at in range(0, len(partitions), PROPERTIES_AT_ONCE):
                 batch = partitions[at : at + PROPERTIES_AT_ONCE]

@@ -158,6 +158,13 @@ class PartitionBounds:
     last_offset: str
     empty: bool
 
+    def waiting_after(self, sequence_number: int) -> int:
+        """The events the partition still holds after ``sequence_number`` (a checkpoint's):
+        those retention removed wait for no one, so "nothing processed" (-1) on a partition
+        that holds its last ten events is ten, and on one it holds none of, nothing."""
+        first = self.last_sequence_number + 1 if self.empty else self.beginning_sequence_number
+        return max(0, self.last_sequence_number - max(sequence_number, first - 1))
+
 
 def seed_position(
     start: StartPosition, *, bounds: PartitionBounds | None = None

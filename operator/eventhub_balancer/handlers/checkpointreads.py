@@ -12,7 +12,7 @@ import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 
-from eventhub_balancer.contracts import connectionstrings
+from eventhub_balancer.contracts import connectionstrings, startpositions
 from eventhub_balancer.handlers import backlogs, memories, observing, ports
 from eventhub_balancer.reconciling import deadlines, decisions, observations
 
@@ -226,8 +226,9 @@ async def read_last_sequences(
     observation: observations.Observation,
     partitions: Sequence[str],
     store: memories.StorePacing,
-) -> tuple[Mapping[str, int] | None, memories.StorePacing]:
-    """The last enqueued sequence number per partition (weighting "lag"); None on a fault,
+) -> tuple[Mapping[str, startpositions.PartitionBounds] | None, memories.StorePacing]:
+    """The last enqueued sequence number per partition, with where the events it holds
+    begin (weighting "lag", the backlog); None on a fault,
     which only costs this cycle its lag weighting. With ``store`` as it records the fault: a
     fault is warned of when it starts or changes, and its end said once."""
     spec = observation.spec

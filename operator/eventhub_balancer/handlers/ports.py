@@ -18,7 +18,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from typing import Any, Protocol
 
 from eventhub_balancer.adapters import listings
-from eventhub_balancer.contracts import specs
+from eventhub_balancer.contracts import specs, startpositions
 from eventhub_balancer.reconciling import conflicts, observations
 
 #: (namespace, name) of an EventHubConsumer
@@ -203,7 +203,9 @@ class HubPort(Protocol):
         partitions: list[str],
         namespace: str | None = None,
         service_account: str | None = None,
-    ) -> dict[str, int]: ...
+    ) -> dict[str, startpositions.PartitionBounds]:
+        """The last enqueued sequence number per partition, with where the events it still
+        holds begin (`startpositions.PartitionBounds.waiting_after`)."""
 
     async def checkpoints(
         self,

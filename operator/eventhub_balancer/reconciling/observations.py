@@ -19,7 +19,13 @@ from typing import Any
 
 from eventhub_balancer import errors
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import configmaps, podassignments, specs, statusbodies
+from eventhub_balancer.contracts import (
+    configmaps,
+    podassignments,
+    specs,
+    startpositions,
+    statusbodies,
+)
 from eventhub_balancer.reconciling import conflicts
 
 
@@ -132,8 +138,9 @@ class Observation:
     #: what the pods as read say of the pods they lack (`Departures`)
     departures: Departures = UNCACHED
     store: StoreRead = StoreRead()
-    #: partition -> last enqueued sequence number (weighting "lag"); None: not read
-    last_sequences: Mapping[str, int] | None = None
+    #: partition -> its last enqueued sequence number and where the events it holds begin
+    #: (weighting "lag", the backlog); None: not read
+    last_sequences: Mapping[str, startpositions.PartitionBounds] | None = None
     #: write the informational ``eventhub-balancer.dev/partitions`` annotation on each pod
     #: (``ehb operator --annotate-pods``; needs ``patch`` on pods, which the default install
     #: does not grant)
@@ -166,7 +173,11 @@ class Observation:
             done = store.known_sequences
         if done is None or last is None:
             return {}
-        return {models.PartitionId(p): max(0, seq - done.get(p, -1)) for p, seq in last.items()}
+        # Only the events the hub still holds wait: "nothing processed" (-1, or no checkpoint)
+        # on a partition retention emptied is no backlog.
+        return {
+            models.PartitionId(p): ends.waiting_after(done.get(p, -1)) for p, ends in last.items()
+        }
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

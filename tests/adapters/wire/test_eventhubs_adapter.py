@@ -35,8 +35,29 @@ async def test_partition_ids_and_last_sequence_numbers(eventhubs_hub: EventHubTa
         for i in range(3):
             batch.add(EventData(f"e{i}"))
         await producer.send_batch(batch)
-    last = await eventhubs.fetch_last_sequence_numbers(where, ["0", "2"])
-    assert last == {"0": -1, "2": 2}
+    ends = await eventhubs.fetch_last_sequence_numbers(where, ["0", "2"])
+    assert {p: e.last_sequence_number for p, e in ends.items()} == {"0": -1, "2": 2}
+    # Nothing processed on either: partition 2's three events wait, and none on 0.
+    assert {p: e.waiting_after(-1) for p, e in ends.items()} == {"0": 0, "2": 3}
+
+
+async def test_events_retention_removed_do_not_count_as_waiting() -> None:
+    """A partition holds its last 10 of 5,000 events: a checkpoint of "nothing processed"
+    (an ``earliest`` seed) has 10 events waiting, not 5,000 (which asked an autoscaler for
+    5 more pods)."""
+    async with EventHubsEmulator(hubs={"kept": 2}, retention_events=10) as emu:
+        connection = emu.connection_string("kept")
+        async with EventHubProducerClient.from_connection_string(connection) as producer:
+            for _ in range(10):
+                batch = await producer.create_batch(partition_id="0")
+                for i in range(500):
+                    batch.add(EventData(f"e{i}"))
+                await producer.send_batch(batch)
+        ends = await eventhubs.fetch_last_sequence_numbers(coordinates(emu, "kept"), ["0", "1"])
+    assert ends["0"].last_sequence_number == 4_999
+    assert ends["0"].waiting_after(-1) == 10
+    assert ends["0"].waiting_after(4_994) == 5
+    assert ends["1"].waiting_after(-1) == 0
 
 
 async def test_cache_serves_young_lists_and_refreshes_old_ones(
@@ -138,7 +159,7 @@ async def test_kept_clients_list_a_hub_over_one_connection_and_replace_it_once_c
         # The ends of a hub are asked for side by side, and read one after another on the
         # kept connection and link: no connection more.
         last = await eventhubs.fetch_last_sequence_numbers(where, ids, clients=clients)
-        assert last == dict.fromkeys(ids, -1)
+        assert {p: e.last_sequence_number for p, e in last.items()} == dict.fromkeys(ids, -1)
         assert emu.connections_accepted() - accepted == 1
         assert emu.request_links_attached("management") - links == 1
         accepted = emu.connections_accepted()
@@ -172,5 +193,5 @@ async def test_a_hubs_ends_are_read_in_batches_on_one_connection(
         )
     finally:
         await clients.close()
-    assert last == dict.fromkeys(ids, -1)
+    assert {p: e.last_sequence_number for p, e in last.items()} == dict.fromkeys(ids, -1)
     assert clients.opened == 1
