@@ -144,6 +144,46 @@ async def test_events_the_hub_no_longer_holds_are_no_backlog() -> None:
     assert sample == 1
 
 
+async def test_a_store_outage_holds_the_figure_when_weighting_by_lag() -> None:
+    """docs/operations.md: while the checkpoint store cannot be read, the figure is the last
+    one read. Weighting by lag plans on from the last checkpoints it read, but the hub's end
+    grows past those: taken for a backlog, it asked an autoscaler for every partition's pod
+    in the outage (each new pod a hand-off whose final checkpoint cannot be written)."""
+    kube = make_kube()
+    kube.add_consumer(NS, NAME, {**test_cycles.SPEC, "balancing": {"weighting": "lag"}})
+    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    hubs.last_sequences = dict.fromkeys(hubs.ids, 99)
+    registry = metrics.Metrics()
+    memory = memories.Memory()
+
+    def recommended() -> float | None:
+        return registry.registry.get_sample_value(
+            "ehb_recommended_replicas", {"namespace": NS, "consumer": NAME}
+        )
+
+    now = 0.0
+    for _ in range(4):
+        await test_cycles.cycle(kube, hubs, memory, now=now, registry=registry)
+        for pod in ("a", "b"):
+            kube.acknowledge(NS, pod)
+        hubs.store.blobs = {p: (1, 99) for p in hubs.ids}  # the pods keep up
+        now += 10
+    assert recommended() == 1
+    hubs.store.failure = errors.CheckpointStoreUnreachable("the storage account does not answer")
+    for i in range(1, 13):
+        hubs.last_sequences = dict.fromkeys(hubs.ids, 99 + i * 1000)
+        await test_cycles.cycle(kube, hubs, memory, now=now, registry=registry)
+        assert recommended() == 1, f"{now}: the figure moved in the store's outage"
+        now += 10
+    # The store answers again: the backlog it shows is the figure once it is read.
+    hubs.store.failure = None
+    reads = len(hubs.store.reads)
+    while len(hubs.store.reads) == reads and now < 1000:
+        await test_cycles.cycle(kube, hubs, memory, now=now, registry=registry)
+        now += 10
+    assert recommended() == len(hubs.ids)
+
+
 def asking_hubs(monkeypatch: pytest.MonkeyPatch) -> tuple[fakes.FakeHubs, list[list[str]]]:
     """Fake hubs, and the partitions of every read of their ends, in order."""
     hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())

@@ -252,7 +252,10 @@ def _decide(
         wall=wall,
         partitions=partitions,
         hub_ok=hub_ok,
-        lag=lag,
+        # A backlog only from checkpoints read now: weighting by lag plans on from the last
+        # ones while the store is down, but the hub's end grows past them, and that is no
+        # backlog to scale on (the figure holds, `metrics.Metrics.set_recommended`).
+        lag=lag if not unread else None,
         paused=spec.paused,
     )
     decision = decisions.Decision(
