@@ -4,18 +4,17 @@ It follows the assignment source (the pod's ConfigMap), and for every change: re
 partitions no longer owned (each worker finishes its batch and writes its final checkpoint;
 then the runtime writes ``released`` = {partition: epoch}), starts a worker per newly owned
 partition, and once every owned partition is running (fenced), parked or reported, and
-nothing is left to release, writes ``applied-generation``. A change of the assignment's
-coordinates (hub, namespace, consumer group, checkpoint container or account, start
-position) releases every worker into the old store first, then reopens the clients and
-starts the partitions on the new coordinates: a generation is never acknowledged while the
-pod reads other coordinates than it names.
+nothing is left to release, writes ``applied-generation``. A change of the coordinates (hub,
+namespace, consumer group, checkpoint container or account, start position) releases every
+worker into the old store, then reopens the clients: a generation is never acknowledged
+while the pod reads other coordinates than it names.
 
-A failure stays with its partition: a partition failing, parked, stuck, lost or failing to
-start is reported to the operator with the acknowledgement (`acknowledgements`) and does not
-make the pod NotReady. The pod is Ready once its current generation is applied and what it
-processes with is ready (Spark mode: its SparkSession started and warmed, `sessionkeeping`),
-and not while shutting down. On shutdown (SIGTERM) it releases everything within a bounded
-time, acknowledges the releases that finished (never one it had to cancel), and returns.
+A partition in trouble (failing, parked, stuck, lost, failing to start) is reported with the
+acknowledgement (`acknowledgements`). The pod is Ready once its current generation's
+partitions are taken up (a release still running is waited for through ``released``) and
+what it processes with is ready (Spark mode: `sessionkeeping`), and not while shutting down.
+On SIGTERM it releases everything within a bounded time, acknowledges the releases that
+finished (never one it had to cancel), and returns.
 """
 
 from __future__ import annotations
@@ -52,10 +51,8 @@ EXIT_HANDLER_HUNG: Final = 70
 
 
 def exit_now(reason: str) -> None:
-    """End the process at once: a handler thread that cannot be stopped would otherwise keep
-    the interpreter alive (and keep processing events the next owner processes too).
-    Kubernetes restarts the container; the operator takes its partitions over as from a dead
-    pod, and their epochs fence this process out should it still write."""
+    """End the process at once: a handler thread that cannot be stopped would keep it alive,
+    processing what the next owner processes too (its epochs fence this process out)."""
     logger.critical("exiting with status %d: %s", EXIT_HANDLER_HUNG, reason)
     logging.shutdown()
     os._exit(EXIT_HANDLER_HUNG)
@@ -66,8 +63,7 @@ class RuntimeSettings:
     consumer: str
     pod: str
     batch: partitions.BatchSettings = dataclasses.field(default_factory=partitions.BatchSettings)
-    #: The whole graceful shutdown (release of every partition) takes at most this long; keep
-    #: it below the pod's terminationGracePeriodSeconds (30 s by default).
+    #: The longest graceful shutdown (keep it below the pod's terminationGracePeriodSeconds).
     shutdown_timeout: float = 25.0
 
 
@@ -100,6 +96,8 @@ class Runtime:
         self.workers: dict[str, partitions.PartitionWorker] = {}
         self._tasks: dict[str, asyncio.Task[handoffs.Outcome]] = {}
         self.latest: assignments.Assignment | None = None
+        #: The last generation whose partitions ran (Ready), and the last one also released.
+        self.taken_generation: int | None = None
         self.applied_generation: int | None = None
         #: What the pod acknowledges as released, {partition: epoch}: one entry per partition
         #: id, dropped when the partition comes back with a newer epoch.
@@ -125,9 +123,9 @@ class Runtime:
     # -- what the endpoints ask
 
     def ready(self) -> tuple[bool, str]:
-        """Ready: the current generation is applied (every partition running, parked or
-        reported). A partition in trouble is reported, never a reason to be NotReady: that
-        would move every partition of the pod, and the trouble with them."""
+        """Ready: the current generation's partitions are taken up (running, parked or
+        reported). Neither a partition in trouble (reported) nor a release still running is a
+        reason to be NotReady: past ``podGraceSeconds`` all the pod's partitions would move."""
         if self._shutdown.is_set():
             return False, "shutting down"
         if self.latest is None:
@@ -136,16 +134,17 @@ class Runtime:
             ready, reason = self.readiness()
             if not ready:
                 return False, reason
-        if self.applied_generation != self.latest.generation:
-            return False, (
-                f"generation {self.latest.generation} not applied yet "
-                f"(applied: {self.applied_generation})"
-            )
+        generation = self.latest.generation
+        if self.taken_generation != generation:
+            applied = self.applied_generation
+            return False, f"generation {generation} not applied yet (applied: {applied})"
+        reason = f"generation {generation} applied"
+        if self.applied_generation != generation:  # only releases left: Ready all the same
+            releasing = ", ".join(sorted(p for p, w in self.workers.items() if w.releasing))
+            reason = f"generation {generation} taken up; releasing: {releasing}"
         reports = self.reports()
-        if reports:
-            listed = ", ".join(f"{p} {r.state}" for p, r in sorted(reports.items()))
-            return True, f"generation {self.applied_generation} applied; reported: {listed}"
-        return True, f"generation {self.applied_generation} applied"
+        listed = ", ".join(f"{p} {r.state}" for p, r in sorted(reports.items()))
+        return True, f"{reason}; reported: {listed}" if reports else reason
 
     def reports(self, now: float | None = None) -> dict[str, partitionreports.PartitionReport]:
         """The partitions of the current assignment that are not processing normally."""
@@ -250,7 +249,9 @@ class Runtime:
                 del self.released[partition]  # ours again, with a newer epoch
         reports = self.reports()
         if self._applied(wanted, key, reports):
-            self.applied_generation = assignment.generation
+            self.taken_generation = assignment.generation
+            if all(wanted.get(p) == w.epoch and not w.releasing for p, w in self.workers.items()):
+                self.applied_generation = assignment.generation
         await self._acknowledge(reports)
 
     def _release_unrun(self, assignment: assignments.Assignment, running: Collection[str]) -> None:
@@ -267,7 +268,7 @@ class Runtime:
         reports: Mapping[str, partitionreports.PartitionReport],
     ) -> bool:
         """Every wanted partition runs fenced at its epoch, or is reported (parked, failing,
-        stuck, lost); nothing else runs; and the pod reads the assignment's coordinates."""
+        stuck, lost), and the pod reads the assignment's coordinates."""
         if wanted and not self.clients.reading(key):
             return False
         for partition, epoch in wanted.items():
@@ -278,8 +279,7 @@ class Runtime:
                 return False
             if not worker.fenced.is_set():
                 return False
-        # Every partition we must give up has been given up.
-        return all(wanted.get(p) == w.epoch and not w.releasing for p, w in self.workers.items())
+        return True
 
     def _start_workers(
         self,
