@@ -371,6 +371,9 @@ def test_keda_owns_the_replicas_and_scales_on_the_operators_figure() -> None:
         f'max(ehb_recommended_replicas{{namespace="{NAMESPACE}", '
         f'consumer="{consumer["metadata"]["name"]}"}})'
     )
+    # No figure (the operator down, or not scraped) must not read as 0 pods: KEDA's default
+    # reads an empty answer as 0, and the HPA scales in to minReplicas.
+    assert trigger["metadata"]["ignoreNullValues"] == "false"
     assert args_value(container(docs)["args"], "--log-format") == "json"
 
 
