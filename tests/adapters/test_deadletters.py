@@ -15,7 +15,7 @@ import pytest
 from azure.core import exceptions as azure_errors
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import deadletterreplays, deadletters, deliveries
+from eventhub_balancer.adapters import deadletterreplays, deadletters, deadlettersends, deliveries
 
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
@@ -200,7 +200,7 @@ def test_a_name_of_no_dead_letter_is_refused_naming_the_argument(typed: str) -> 
 def test_a_replay_keeps_keys_and_otherwise_the_partition() -> None:
     keyed = [event(1, b"a"), event(2, b"b")]
     unkeyed = [dataclasses.replace(event(3, b"c"), partition_key=None)]
-    groups = deadletterreplays.send_groups([*keyed, *unkeyed, event(4, b"d")])
+    groups = deadlettersends.send_groups([*keyed, *unkeyed, event(4, b"d")])
     assert [(target, [e.sequence_number for e in run]) for target, run in groups] == [
         ({"partition_key": "k"}, [1, 2]),
         ({"partition_id": "3"}, [3]),
@@ -209,12 +209,12 @@ def test_a_replay_keeps_keys_and_otherwise_the_partition() -> None:
 
 
 def test_a_replayed_event_says_which_dead_letter_it_comes_from() -> None:
-    data = deadletterreplays.event_data(event(1, b"body"), replay_of="x/deadletter/3/1-1.json")
+    data = deadlettersends.event_data(event(1, b"body"), replay_of="x/deadletter/3/1-1.json")
     assert data.body_as_str() == "body"
     assert data.properties == {
         "n": 1,
         "raw": b"\xff\x00",
-        deadletterreplays.REPLAY_PROPERTY: "x/deadletter/3/1-1.json",
+        deadlettersends.REPLAY_PROPERTY: "x/deadletter/3/1-1.json",
     }
 
 

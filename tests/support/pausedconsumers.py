@@ -71,7 +71,8 @@ class Container(sdkclients.NoCheckpoints):
         async def readall() -> bytes:
             return data
 
-        return types.SimpleNamespace(readall=readall, properties=types.SimpleNamespace(metadata={}))
+        properties = types.SimpleNamespace(metadata={}, etag='"0x1"')
+        return types.SimpleNamespace(readall=readall, properties=properties)
 
     def add_dead_letter(self, short_name: str, body: Mapping[str, Any]) -> None:
         """A blob as ``ehb deadletters list`` names it (``0/5-6``), holding ``body``."""

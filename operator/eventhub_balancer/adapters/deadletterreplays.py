@@ -1,10 +1,15 @@
 """Dead letters read back: what ``ehb deadletters`` lists, shows, replays and deletes.
 
-`DeadLetterReader` lists, reads, marks and deletes the blobs `deadletters` wrote, and
-`replay_to_hub` sends a batch back into its Event Hub. A replay is recorded in the blob's
-metadata (`REPLAYED_TIME`, `REPLAYED_TO`), not in its content, so the batch stays exactly as
-it was written and a second replay is a deliberate act (``--force``): Event Hubs has no
-idempotent send, so each replay adds the events again.
+`DeadLetterReader` lists, reads, marks and deletes the blobs `deadletters` wrote;
+`deadlettersends.replay_to_hub` sends a batch back into its Event Hub. A replay is recorded
+in the blob's metadata (`REPLAYED_TIME`, `REPLAYED_TO`), not in its content, so the batch
+stays exactly as it was written and a second replay is a deliberate act (``--force``): Event
+Hubs has no idempotent send, so each replay adds the events again.
+
+Before its events go anywhere, a replay claims the blob (`REPLAYING_SINCE`, written on the
+ETag it read), and its mark or delete is conditional on that claim: of two runs replaying
+the same dead letter at once only one claims it, and a run killed mid-replay leaves a claim
+that the next run shows rather than replaying the batch again unasked.
 """
 
 from __future__ import annotations
@@ -12,31 +17,27 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
-import itertools
 import re
-from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Mapping
+from typing import Final
 
+from azure.core import MatchConditions
 from azure.core import exceptions as azure_errors
-from azure.eventhub import EventData
 from azure.storage.blob.aio import ContainerClient
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import deliveries, eventhubs
-from eventhub_balancer.adapters.deadletters import KIND, DeadLetterBody, first_line
+from eventhub_balancer.adapters.deadletters import KIND, DeadLetterBody
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import bounds, checkpointblobs
 
 #: One read, listing, metadata change or delete: the command fails rather than hangs.
 READ_TIMEOUT_S: Final = 30.0
-#: Sending one dead letter's events back into the hub (a few batches at most).
-SEND_TIMEOUT_S: Final = 60.0
 #: Blob metadata of a replayed dead letter: when, and where to (``hub`` or ``handler:<ref>``).
 REPLAYED_TIME: Final = "replayed_time"
 REPLAYED_TO: Final = "replayed_to"
-#: The application property a replayed event carries: the dead letter it came from, so that
-#: consumers (and people reading the hub) can tell a replay from the original.
-REPLAY_PROPERTY: Final = "ehb-replay-of"
+#: Blob metadata of a dead letter whose replay started and has not finished yet (a replay in
+#: progress, or one that was killed): when it started.
+REPLAYING_SINCE: Final = "replaying_since"
 #: A dead letter's name below the prefix: ``<partition>/<first>-<last>.json``.
 _RELATIVE_NAME: Final = re.compile(r"(?P<partition>[^/]+)/(?P<first>\d+)-(?P<last>\d+)\.json")
 
@@ -59,6 +60,17 @@ class DeadLetter:
     dead_lettered_time: str
     replayed_time: str | None
     replayed_to: str | None
+    #: A replay claimed the blob then and has not marked it since (in progress, or killed).
+    replaying_since: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Fetched:
+    """A dead letter as read for a replay: what the claim is conditional on."""
+
+    body: DeadLetterBody
+    metadata: dict[str, str]
+    etag: str
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -187,18 +199,24 @@ class DeadLetterReader:
     async def read(self, name: str) -> tuple[DeadLetterBody, dict[str, str]]:
         """The blob's content and metadata; `errors.NotFound` when it is gone, and
         `errors.ConfigurationError` naming the blob when a pod did not write it so."""
-        data, metadata = await self._download(name)
-        return _decoded(name, data), metadata
+        fetched = await self.fetch(name)
+        return fetched.body, fetched.metadata
 
-    async def _download(self, name: str) -> tuple[bytes, dict[str, str]]:
+    async def fetch(self, name: str) -> Fetched:
+        """As `read`, with the ETag a `claim` is conditional on."""
+        data, metadata, etag = await self._download(name)
+        return Fetched(body=_decoded(name, data), metadata=metadata, etag=etag)
+
+    async def _download(self, name: str) -> tuple[bytes, dict[str, str], str]:
         try:
             async with asyncio.timeout(self.timeout):
                 downloader = await self.container.download_blob(name)
                 data = await downloader.readall()
                 metadata = dict(downloader.properties.metadata or {})
+                etag = str(downloader.properties.etag or "")
         except (azure_errors.AzureError, OSError, TimeoutError) as e:
             raise _wrap_store_error(f"dead letter {name}", e, self.timeout) from e
-        return bytes(data), metadata
+        return bytes(data), metadata, etag
 
     def summary(self, name: str, body: DeadLetterBody, metadata: Mapping[str, str]) -> DeadLetter:
         """What ``list`` shows of a dead letter; a field of the wrong type is an error naming
@@ -217,6 +235,7 @@ class DeadLetterReader:
             dead_lettered_time=str(body.get("deadLetteredTime", "")),
             replayed_time=metadata.get(REPLAYED_TIME),
             replayed_to=metadata.get(REPLAYED_TO),
+            replaying_since=metadata.get(REPLAYING_SINCE),
         )
 
     async def list(self, *, partition: str | None = None) -> DeadLetterListing:
@@ -226,7 +245,7 @@ class DeadLetterReader:
         malformed = []
         for name, _ in await self.names(partition=partition):
             try:
-                data, metadata = await self._download(name)
+                data, metadata, _ = await self._download(name)
             except errors.NotFound:
                 continue  # deleted between the listing and the read
             try:
@@ -235,99 +254,64 @@ class DeadLetterReader:
                 malformed.append(str(e))
         return DeadLetterListing(letters=letters, malformed=malformed)
 
-    async def mark_replayed(self, name: str, *, to: str, now: datetime.datetime) -> None:
-        """Record a replay in the blob's metadata (its content stays as written)."""
-        metadata = {REPLAYED_TIME: now.astimezone(datetime.UTC).isoformat(), REPLAYED_TO: to}
-        try:
-            async with asyncio.timeout(self.timeout):
-                await self.container.get_blob_client(name).set_blob_metadata(metadata)
-        except (azure_errors.AzureError, OSError, TimeoutError) as e:
-            raise _wrap_store_error(f"marking dead letter {name}", e, self.timeout) from e
+    async def claim(self, name: str, fetched: Fetched, *, now: datetime.datetime) -> str | None:
+        """Mark the blob as being replayed, on the ETag ``fetched`` was read with; returns
+        the claim's ETag, or None when the blob changed or went since (another replay claimed,
+        marked or deleted it, or its pod wrote the batch again)."""
+        metadata = {**fetched.metadata, REPLAYING_SINCE: _timestamp(now)}
+        return await self._set_metadata(name, metadata, etag=fetched.etag, what="claiming")
 
-    async def delete(self, name: str) -> None:
+    async def release(self, name: str, fetched: Fetched, *, etag: str) -> None:
+        """Undo a `claim` whose replay failed (the blob's metadata as it was read)."""
+        await self._set_metadata(name, dict(fetched.metadata), etag=etag, what="releasing")
+
+    async def mark_replayed(
+        self, name: str, *, to: str, now: datetime.datetime, etag: str | None = None
+    ) -> bool:
+        """Record a replay in the blob's metadata (its content stays as written); with
+        ``etag`` (a claim's) only on that version: False when the blob changed since."""
+        metadata = {REPLAYED_TIME: _timestamp(now), REPLAYED_TO: to}
+        return await self._set_metadata(name, metadata, etag=etag, what="marking") is not None
+
+    async def _set_metadata(
+        self, name: str, metadata: dict[str, str], *, etag: str | None, what: str
+    ) -> str | None:
         try:
             async with asyncio.timeout(self.timeout):
-                await self.container.delete_blob(name)
+                blob = self.container.get_blob_client(name)
+                if etag is None:
+                    answer = await blob.set_blob_metadata(metadata)
+                else:
+                    answer = await blob.set_blob_metadata(
+                        metadata, etag=etag, match_condition=MatchConditions.IfNotModified
+                    )
+        except (azure_errors.ResourceModifiedError, azure_errors.ResourceNotFoundError) as e:
+            if etag is None:
+                raise _wrap_store_error(f"{what} dead letter {name}", e, self.timeout) from e
+            return None  # changed or deleted since it was read
+        except (azure_errors.AzureError, OSError, TimeoutError) as e:
+            raise _wrap_store_error(f"{what} dead letter {name}", e, self.timeout) from e
+        return str((answer or {}).get("etag") or etag or "")
+
+    async def delete(self, name: str, *, etag: str | None = None) -> bool:
+        """Delete the blob; with ``etag`` (a claim's) only that version: False when it
+        changed since (its pod wrote the batch again: that dead letter stays)."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                if etag is None:
+                    await self.container.delete_blob(name)
+                else:
+                    await self.container.delete_blob(
+                        name, etag=etag, match_condition=MatchConditions.IfNotModified
+                    )
+        except (azure_errors.ResourceModifiedError, azure_errors.ResourceNotFoundError) as e:
+            if etag is None:
+                raise _wrap_store_error(f"deleting dead letter {name}", e, self.timeout) from e
+            return False  # changed or deleted since the claim
         except (azure_errors.AzureError, OSError, TimeoutError) as e:
             raise _wrap_store_error(f"deleting dead letter {name}", e, self.timeout) from e
+        return True
 
 
-def event_data(event: deliveries.ReceivedEvent, *, replay_of: str) -> EventData:
-    """The event to send again: same body and properties, plus where the replay came from."""
-    data = EventData(event.body)
-    properties: dict[str | bytes, Any] = {k: v for k, v in event.properties.items()}
-    properties[REPLAY_PROPERTY] = replay_of
-    data.properties = properties
-    return data
-
-
-def send_groups(
-    events: Sequence[deliveries.ReceivedEvent],
-) -> list[tuple[dict[str, str], list[deliveries.ReceivedEvent]]]:
-    """Runs of events that go into one batch, in order: by partition key when an event had
-    one (Event Hubs hashes it to the same partition again), else to the partition it came
-    from, so that a replay keeps the batch's order within its partition."""
-    groups = []
-    for (key, partition), run in itertools.groupby(
-        events, key=lambda e: (e.partition_key, e.partition)
-    ):
-        target = {"partition_key": key} if key is not None else {"partition_id": partition}
-        groups.append((target, list(run)))
-    return groups
-
-
-async def replay_to_hub(
-    coordinates: eventhubs.Coordinates,
-    events: Sequence[deliveries.ReceivedEvent],
-    *,
-    replay_of: str,
-    limit_seconds: float = SEND_TIMEOUT_S,
-) -> int:
-    """Send the events back into their hub; returns how many were sent.
-
-    Each event goes out once per call: a failure part-way may have sent some (Event Hubs
-    has no idempotent send), and the caller leaves the dead letter unmarked so that the
-    user sees it was not replayed whole.
-    """
-    where = f"Event Hub {coordinates.eventhub_name!r} in {coordinates.fully_qualified_namespace}"
-    sent = 0
-    try:
-        async with asyncio.timeout(limit_seconds), eventhubs.producer(coordinates) as producer:
-            for target, run in send_groups(events):
-                batch = await producer.create_batch(**target)  # type: ignore[arg-type]
-                for event in run:
-                    data = event_data(event, replay_of=replay_of)
-                    try:
-                        batch.add(data)
-                    except ValueError:  # the batch is full: send it, start the next
-                        if len(batch) == 0:
-                            raise errors.ConfigurationError(
-                                f"{where}: event {event.sequence_number} of {replay_of} is larger "
-                                "than the hub accepts in one batch; replay it through a handler"
-                            ) from None
-                        await producer.send_batch(batch)
-                        sent += len(batch)
-                        batch = await producer.create_batch(**target)  # type: ignore[arg-type]
-                        batch.add(data)
-                if len(batch):
-                    await producer.send_batch(batch)
-                    sent += len(batch)
-    except errors.EventHubBalancerError:
-        raise
-    except TimeoutError as e:
-        raise errors.EventHubUnreachable(
-            f"{where}: the replay of {replay_of} took longer than {limit_seconds:g} s "
-            f"({sent} of {len(events)} events sent)"
-        ) from e
-    except Exception as e:
-        text = str(e).lower()
-        if "unauthorized" in text or type(e).__name__ == "AuthenticationError":
-            raise errors.EventHubAuthenticationFailed(
-                f"{where}: the credentials were rejected; a replay sends, so the connection "
-                "string needs Send rights (or the identity the Azure Event Hubs Data Sender role)"
-            ) from e
-        raise errors.EventHubUnreachable(
-            f"{where}: the replay of {replay_of} failed after {sent} of {len(events)} events "
-            f"({type(e).__name__}: {first_line(str(e))[:300]})"
-        ) from e
-    return sent
+def _timestamp(now: datetime.datetime) -> str:
+    return now.astimezone(datetime.UTC).isoformat()

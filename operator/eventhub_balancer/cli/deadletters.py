@@ -20,7 +20,6 @@ to another tenant's hub. Nothing here prints a credential.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import sys
@@ -40,8 +39,6 @@ HELP = "list, show and replay the batches a consumer dead-lettered"
 #: The blob one is the same variable ``ehb checkpoints list`` reads.
 BLOB_CONNECTION_STRING_ENV = "EHB_BLOB_CONNECTION_STRING"
 EVENTHUB_CONNECTION_STRING_ENV = "EHB_EVENTHUB_CONNECTION_STRING"
-#: The pod name a handler sees in its context during ``replay --through-handler``.
-REPLAY_POD = "ehb-deadletters-replay"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -139,6 +136,7 @@ def row(letter: deadletterreplays.DeadLetter) -> dict[str, Any]:
         "deadLetteredTime": letter.dead_lettered_time,
         "replayedTime": letter.replayed_time,
         "replayedTo": letter.replayed_to,
+        "replayingSince": letter.replaying_since,
     }
 
 
@@ -156,7 +154,7 @@ def list_table(rows: Sequence[dict[str, Any]]) -> str:
             str(r["events"]),
             r["deadLetteredTime"] or "-",
             r["pod"] or "-",
-            r["replayedTime"] or "-",
+            _replayed_column(r),
             (r["error"][: ERROR_WIDTH - 3] + "...")
             if len(r["error"]) > ERROR_WIDTH
             else r["error"] or "-",
@@ -166,6 +164,12 @@ def list_table(rows: Sequence[dict[str, Any]]) -> str:
     return tables.render(header, lines)
 
 
+def _replayed_column(r: dict[str, Any]) -> str:
+    if r["replayingSince"]:
+        return f"started {r['replayingSince']}, unfinished"
+    return str(r["replayedTime"] or "-")
+
+
 def show_text(letter: deadletterreplays.DeadLetter, body: dict[str, Any]) -> str:
     lines = [
         f"{letter.name}",
@@ -173,7 +177,10 @@ def show_text(letter: deadletterreplays.DeadLetter, body: dict[str, Any]) -> str
         f"{letter.first_sequence_number}-{letter.last_sequence_number}, {letter.events} events",
         f"  dead-lettered {letter.dead_lettered_time} by {letter.pod} (epoch {letter.epoch}) "
         f"after {letter.attempts} attempts",
-        f"  replayed: {letter.replayed_time} to {letter.replayed_to}"
+        f"  replayed: started {letter.replaying_since}, not finished (a replay in progress, or "
+        "one that was stopped: --force replays it again)"
+        if letter.replaying_since
+        else f"  replayed: {letter.replayed_time} to {letter.replayed_to}"
         if letter.replayed_time
         else "  replayed: never",
         "  error:",
@@ -237,8 +244,8 @@ def run(args: argparse.Namespace) -> int:
             raise errors.InvalidInput("BLOB", "name the dead letters to replay, or give --all")
     document, text, malformed = asyncio.run(_run(args))
     print(json.dumps(document, indent=2, ensure_ascii=False) if args.json else text)
-    # `list` shows the readable dead letters and names each blob it could not read: the
-    # status says the listing is not whole.
+    # `list` shows the readable dead letters and names each blob it could not read, `replay`
+    # each dead letter it left as it was: the status says the work is not whole.
     for problem in malformed:
         print(f"ehb: error: {problem}", file=sys.stderr)
     return 1 if malformed else 0
@@ -246,6 +253,7 @@ def run(args: argparse.Namespace) -> int:
 
 async def _run(args: argparse.Namespace) -> tuple[Any, str, list[str]]:
     from eventhub_balancer.adapters import deadletterreplays, kubeapi
+    from eventhub_balancer.cli import deadletterreplaying
 
     namespace = consumertargets.consumer_namespace(args)
     api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
@@ -281,91 +289,6 @@ async def _run(args: argparse.Namespace) -> tuple[Any, str, list[str]]:
                 letter = reader.summary(name, body, metadata)
                 document = {**row(letter), "error": letter.error, "body": body}
                 return document, show_text(letter, dict(body)), []
-            return (*await _replay(args, target, reader), [])
+            return await deadletterreplaying.replay(args, target, reader)
     finally:
         api.close()
-
-
-async def _replay(
-    args: argparse.Namespace,
-    target: consumertargets.ConsumerTarget,
-    reader: deadletterreplays.DeadLetterReader,
-) -> tuple[Any, str]:
-    from eventhub_balancer import errors
-    from eventhub_balancer.adapters import deadletterreplays, deadletters
-    from eventhub_balancer.consumer import contexts, processing
-
-    if args.all:
-        chosen = [name for name, _ in await reader.names()]
-    else:
-        chosen = list(dict.fromkeys(reader.resolve(b) for b in args.blobs))
-    # Read every blob (and load the handler) before replaying any: a typo in the third name
-    # must not leave the first two replayed.
-    loaded = []
-    for name in chosen:
-        body, metadata = await reader.read(name)
-        letter = reader.summary(name, body, metadata)
-        if letter.replayed_time and not args.force and not args.all:
-            raise errors.InvalidInput(
-                "--force",
-                f"{letter.short_name} was replayed at {letter.replayed_time} "
-                f"({letter.replayed_to}); give --force to replay it again",
-            )
-        loaded.append((letter, deadletters.decode_events(body)))
-    destination = "hub"
-    processor: processing.PlainProcessor | None = None
-    if args.through_handler:
-        destination = f"handler:{args.through_handler}"
-        processor = processing.PlainProcessor(
-            processing.load_handler(args.through_handler, search_path=args.handler_path)
-        )
-
-    results = []
-    for letter, events in loaded:
-        outcome = "replayed"
-        if letter.replayed_time and not args.force:
-            outcome = "skipped (replayed before: --force)"
-        elif args.dry_run:
-            outcome = "would replay"
-        elif processor is not None:
-            context = contexts.BatchContext(
-                partition=letter.partition,
-                epoch=letter.epoch,
-                consumer=args.name,
-                pod=REPLAY_POD,
-                first_sequence_number=letter.first_sequence_number,
-                last_sequence_number=letter.last_sequence_number,
-                size=len(events),
-            )
-            try:
-                await processor(events, context)
-            except Exception as e:
-                raise errors.ConfigurationError(
-                    f"the handler failed on {letter.short_name} ({type(e).__name__}: {e}); it "
-                    "stays a dead letter, unmarked: fix the handler and replay it again"
-                ) from e
-        else:
-            coordinates = consumertargets.hub_coordinates(target)  # read unless --dry-run
-            await deadletterreplays.replay_to_hub(coordinates, events, replay_of=letter.name)
-        if outcome == "replayed":
-            if args.delete_after:
-                await reader.delete(letter.name)
-                outcome = "replayed, deleted"
-            else:
-                await reader.mark_replayed(
-                    letter.name, to=destination, now=datetime.datetime.now(datetime.UTC)
-                )
-        results.append(
-            {
-                "blob": letter.short_name,
-                "name": letter.name,
-                "events": len(events),
-                "to": destination,
-                "result": outcome,
-            }
-        )
-    if not results:
-        return results, "no dead letters to replay"
-    header = ("BLOB", "EVENTS", "TO", "RESULT")
-    lines = [(str(r["blob"]), str(r["events"]), str(r["to"]), str(r["result"])) for r in results]
-    return results, tables.render(header, lines)

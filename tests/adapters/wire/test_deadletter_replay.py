@@ -17,7 +17,7 @@ import pytest
 from azure.eventhub.aio import EventHubProducerClient
 
 from eventhub_balancer import cli
-from eventhub_balancer.adapters import blobs, deadletterreplays, deadletters, deliveries
+from eventhub_balancer.adapters import blobs, deadletters, deadlettersends, deliveries
 from eventhub_balancer_devstack import azurite as azurite_launcher
 from tests.support import eventhubclients
 from tests.support.fixtures.azurite import unique_container_name
@@ -303,7 +303,7 @@ def test_replay_to_the_hub_sends_the_events_again_marked_as_replays(
     assert [(e.partition_key, e.body_as_str()) for e in keyed] == [(b"customer-9", "order 3")]
     prefix = f"{stack.emulator.fully_qualified_namespace}/{stack.name}/$default/deadletter/".lower()
     assert {
-        (e.properties[b"n"], e.properties[deadletterreplays.REPLAY_PROPERTY.encode()].decode())
+        (e.properties[b"n"], e.properties[deadlettersends.REPLAY_PROPERTY.encode()].decode())
         for events in received.values()
         for e in events
     } == {(3, prefix + "0/3-3.json"), (5, prefix + "1/5-6.json"), (6, prefix + "1/5-6.json")}

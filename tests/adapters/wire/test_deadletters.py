@@ -111,3 +111,40 @@ async def test_dead_letters_are_listed_read_marked_and_deleted(blob_container: A
     assert [x.short_name for x in (await reader.list()).letters] == ["2/30-31", "10/1-1"]
     with pytest.raises(errors.NotFound, match="ehb deadletters list"):
         await reader.read(name)
+
+
+async def test_a_claimed_dead_letter_written_again_by_its_pod_is_neither_marked_nor_deleted(
+    blob_container: Any,
+) -> None:
+    """A replay claims the blob it read; the next owner writes the same batch again (the
+    dead-letter write is at least once) before the replay marks or deletes it: that newer
+    dead letter stays listed as not replayed, and a second claim on the old read fails."""
+    where: dict[str, Any] = {
+        "fully_qualified_namespace": "shop.servicebus.windows.net",
+        "eventhub_name": "orders",
+        "consumer_group": "$Default",
+    }
+    writer = deadletters.DeadLetterWriter(blob_container, **where)
+    reader = deadletterreplays.DeadLetterReader(blob_container, **where)
+    name = await writer.write(_batch("0", 5, 6), error="e", attempts=3, pod="pod-a", epoch=2)
+    fetched = await reader.fetch(name)
+    claim = await reader.claim(name, fetched, now=T0)
+    assert claim is not None
+    # Another run that read the blob before the claim cannot claim it.
+    assert await reader.claim(name, fetched, now=T0) is None
+    (letter,) = (await reader.list()).letters
+    assert letter.replaying_since == T0.isoformat()
+
+    await writer.write(_batch("0", 5, 6), error="e", attempts=3, pod="pod-b", epoch=3)
+    assert not await reader.mark_replayed(name, to="hub", now=T0, etag=claim)
+    assert not await reader.delete(name, etag=claim)
+    (letter,) = (await reader.list()).letters
+    assert (letter.pod, letter.replayed_time, letter.replaying_since) == ("pod-b", None, None)
+
+    # Released after a failed replay, the blob reads as it did before the claim.
+    fetched = await reader.fetch(name)
+    claim = await reader.claim(name, fetched, now=T0)
+    assert claim is not None
+    await reader.release(name, fetched, etag=claim)
+    (letter,) = (await reader.list()).letters
+    assert (letter.replayed_time, letter.replaying_since) == (None, None)

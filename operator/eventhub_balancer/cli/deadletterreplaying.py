@@ -1,0 +1,176 @@
+"""``ehb deadletters replay``: each chosen dead letter claimed, replayed, then marked.
+
+Event Hubs has no idempotent send and a handler call cannot be undone, so a batch must not
+be replayed twice by accident: by two admins running the same replay at once, or by a run
+started again after one that was killed. Each blob is read first (all of them, before any
+is replayed: a typo in the third name must not leave the first two replayed), then claimed
+on the ETag that read saw (`deadletterreplays.DeadLetterReader.claim`): a second run finds
+the blob changed and leaves it. The mark or delete after the replay is conditional on that
+claim, so a batch its pod wrote again meanwhile stays a dead letter. A replay that fails
+gives its claim back; one that was killed leaves it, and the next run says so instead of
+replaying the batch again unasked (``--force`` does, deliberately).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+from typing import TYPE_CHECKING, Any
+
+from eventhub_balancer.cli import consumertargets, tables
+
+if TYPE_CHECKING:
+    from eventhub_balancer.adapters import deadletterreplays, deliveries
+    from eventhub_balancer.consumer import processing
+
+#: The pod name a handler sees in its context during ``replay --through-handler``.
+REPLAY_POD = "ehb-deadletters-replay"
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+def unfinished(short_name: str, since: str) -> str:
+    """What is said of a blob whose replay started at ``since`` and never marked it."""
+    return (
+        f"{short_name}: a replay started at {since} has not finished: another run is replaying "
+        "it, or one was stopped part-way and may have replayed it in part or whole; once no "
+        "other run is at it, give --force to replay it again"
+    )
+
+
+async def replay(
+    args: argparse.Namespace,
+    target: consumertargets.ConsumerTarget,
+    reader: deadletterreplays.DeadLetterReader,
+) -> tuple[Any, str, list[str]]:
+    """The result rows, their table, and one problem per dead letter left as it was."""
+    from eventhub_balancer import errors
+    from eventhub_balancer.adapters import deadletters
+    from eventhub_balancer.consumer import processing
+
+    if args.all:
+        chosen = [name for name, _ in await reader.names()]
+    else:
+        chosen = list(dict.fromkeys(reader.resolve(b) for b in args.blobs))
+    loaded = []
+    for name in chosen:
+        fetched = await reader.fetch(name)
+        letter = reader.summary(name, fetched.body, fetched.metadata)
+        if not args.force and not args.all:
+            if letter.replaying_since:
+                raise errors.InvalidInput(
+                    "--force", unfinished(letter.short_name, letter.replaying_since)
+                )
+            if letter.replayed_time:
+                raise errors.InvalidInput(
+                    "--force",
+                    f"{letter.short_name} was replayed at {letter.replayed_time} "
+                    f"({letter.replayed_to}); give --force to replay it again",
+                )
+        loaded.append((letter, fetched, deadletters.decode_events(fetched.body)))
+    destination = "hub"
+    processor: processing.PlainProcessor | None = None
+    if args.through_handler:
+        destination = f"handler:{args.through_handler}"
+        processor = processing.PlainProcessor(
+            processing.load_handler(args.through_handler, search_path=args.handler_path)
+        )
+
+    results = []
+    problems: list[str] = []
+    for letter, fetched, events in loaded:
+        if letter.replaying_since and not args.force:
+            outcome = "skipped (unfinished replay: --force)"
+            problems.append(unfinished(letter.short_name, letter.replaying_since))
+        elif letter.replayed_time and not args.force:
+            outcome = "skipped (replayed before: --force)"
+        elif args.dry_run:
+            outcome = "would replay"
+        else:
+            outcome, problem = await _replay_one(
+                args, target, reader, letter, fetched, events, processor, destination
+            )
+            if problem:
+                problems.append(problem)
+        results.append(
+            {
+                "blob": letter.short_name,
+                "name": letter.name,
+                "events": len(events),
+                "to": destination,
+                "result": outcome,
+            }
+        )
+    if not results:
+        return results, "no dead letters to replay", problems
+    header = ("BLOB", "EVENTS", "TO", "RESULT")
+    lines = [(str(r["blob"]), str(r["events"]), str(r["to"]), str(r["result"])) for r in results]
+    return results, tables.render(header, lines), problems
+
+
+async def _replay_one(
+    args: argparse.Namespace,
+    target: consumertargets.ConsumerTarget,
+    reader: deadletterreplays.DeadLetterReader,
+    letter: deadletterreplays.DeadLetter,
+    fetched: deadletterreplays.Fetched,
+    events: list[deliveries.ReceivedEvent],
+    processor: processing.PlainProcessor | None,
+    destination: str,
+) -> tuple[str, str | None]:
+    """Claim, replay and mark one dead letter: its result, and a problem when it was left."""
+    from eventhub_balancer import errors
+    from eventhub_balancer.adapters import deadlettersends
+    from eventhub_balancer.consumer import contexts
+
+    # The hub's address is settled before the claim: a refusal leaves the blob as it was.
+    coordinates = None if processor is not None else consumertargets.hub_coordinates(target)
+    claim = await reader.claim(letter.name, fetched, now=_now())
+    if claim is None:
+        return "skipped (changed since read)", (
+            f"{letter.short_name}: it changed while this replay ran (another replay took it, "
+            "or its pod wrote the batch again): nothing was replayed from it; see "
+            "`ehb deadletters list` and replay it again if it is still not replayed"
+        )
+    try:
+        if processor is not None:
+            context = contexts.BatchContext(
+                partition=letter.partition,
+                epoch=letter.epoch,
+                consumer=args.name,
+                pod=REPLAY_POD,
+                first_sequence_number=letter.first_sequence_number,
+                last_sequence_number=letter.last_sequence_number,
+                size=len(events),
+            )
+            try:
+                await processor(events, context)
+            except Exception as e:
+                raise errors.ConfigurationError(
+                    f"the handler failed on {letter.short_name} ({type(e).__name__}: {e}); it "
+                    "stays a dead letter, unmarked: fix the handler and replay it again"
+                ) from e
+        elif coordinates is not None:
+            await deadlettersends.replay_to_hub(coordinates, events, replay_of=letter.name)
+    except errors.EventHubBalancerError:
+        # Failed, not killed: the claim goes, so the blob reads as not replayed. A store that
+        # refuses this too leaves the claim, which the next run reports.
+        with contextlib.suppress(errors.EventHubBalancerError):
+            await reader.release(letter.name, fetched, etag=claim)
+        raise
+    if args.delete_after:
+        done = await reader.delete(letter.name, etag=claim)
+        outcome = "replayed, deleted"
+    else:
+        done = await reader.mark_replayed(letter.name, to=destination, now=_now(), etag=claim)
+        outcome = "replayed"
+    if done:
+        return outcome, None
+    return "replayed, not marked (changed meanwhile)", (
+        f"{letter.short_name}: replayed, but the blob changed meanwhile (its pod wrote the batch "
+        "again, or another run deleted it), so it was neither marked nor deleted: see "
+        "`ehb deadletters list`"
+    )
