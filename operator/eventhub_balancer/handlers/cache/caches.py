@@ -31,4 +31,9 @@ class Cache:
         self.watch = tracking.Tracking(self.seen)
         self.following = tracking.Following(self.seen, clock=clock)
         self.view = serving.CachedKube(api, shared=self.seen, clock=clock, wake=wake)
-        self.relisting = relisting.Relisting(api, self.seen.rosters, wake=wake, pod_scope=pod_scope)
+        self.ghosts = relisting.Ghosts(
+            api, self.seen, peers=self.view.peers, wake=wake, clock=clock
+        )
+        self.relisting = relisting.Relisting(
+            api, self.seen.rosters, wake=wake, pod_scope=pod_scope, ghosts=self.ghosts
+        )

@@ -19,6 +19,15 @@ parsed every 10 s.
 The cost, documented in docs/operator.md: one LIST of a namespace's pods per namespace and
 `RELIST_SECONDS`, beside the cycles; a steady cycle still makes no request. A failed listing
 is logged and tried again at the next turn: the rosters stay as they were.
+
+The other EventHubConsumers (the peers a consumer may yield to: `conflicts`) come from kopf's
+index alone, and kopf drops an entry only on a DELETED event: a consumer deleted while the
+watch was away (a replica paused for its peer, a 410) stays there for the life of the
+process, and a newcomer at its location was refused as its junior forever. So at the same
+turn, each consumer refused (``Conflict`` True) has the peer it yields to confirmed by one
+GET (`Ghosts`): one the API server no longer has (404, or another uid under its name) is left
+out of the peers from then on, and the refused consumer is woken. A peer that exists is read
+again at most every `CONFIRM_SECONDS` while it still refuses someone.
 """
 
 from __future__ import annotations
@@ -26,12 +35,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Hashable, Iterable
 
 from eventhub_balancer import errors
-from eventhub_balancer.contracts import labelselectors
+from eventhub_balancer.contracts import conditions, labelselectors
 from eventhub_balancer.handlers import ports
-from eventhub_balancer.handlers.cache import rosters, shelves
+from eventhub_balancer.handlers.cache import rosters, seen, shelves
+from eventhub_balancer.reconciling import conflicts
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +54,8 @@ EVERY_POD = labelselectors.Selector()
 #: The most values one ``key in (...)`` covering selector names; beyond, every pod is listed
 #: (a query string stays a few KB long).
 MAX_COVERED = 100
+#: How long a peer the API server showed to exist is not read again while it refuses someone.
+CONFIRM_SECONDS = 60.0
 
 Key = tuple[str, str]
 
@@ -58,8 +71,11 @@ class Relisting:
         wake: Callable[[Key], None],
         seconds: float = RELIST_SECONDS,
         pod_scope: labelselectors.Selector | None = None,
+        ghosts: Ghosts | None = None,
     ) -> None:
         self.api = api
+        #: the peers refusing a consumer, confirmed at each turn
+        self.ghosts = ghosts
         self.kept = kept
         #: the pods the operator watches at all (``--pod-selector``; None: every pod)
         self.pod_scope = pod_scope
@@ -84,6 +100,8 @@ class Relisting:
         while True:
             await asyncio.sleep(self.seconds)
             await self.relist()
+            if self.ghosts is not None:
+                await self.ghosts.check()
 
     async def relist(self) -> list[Key]:
         """List every namespace's pods once; the consumers woken."""
@@ -149,3 +167,90 @@ def covering(lookups: Iterable[Hashable]) -> labelselectors.Selector:
         key=key, operator="In", values=tuple(sorted(values))
     )
     return labelselectors.Selector(match_expressions=(requirement,))
+
+
+class Ghosts:
+    """The peers kopf's index still holds after they were deleted, found when they refuse a
+    consumer: each refused consumer's holder is read once (`confirm`), and one the API server
+    no longer has is left out of the peers (``seen.Seen.gone``)."""
+
+    def __init__(
+        self,
+        api: ports.ApiPort,
+        shared: seen.Seen,
+        *,
+        peers: Callable[[], tuple[conflicts.Peer, ...]],
+        wake: Callable[[Key], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.api = api
+        self.seen = shared
+        #: the peers as the cycles read them (`serving.CachedKube.peers`): without the gone
+        self.peers = peers
+        self.wake = wake
+        self.clock = clock
+        #: uid -> when the API server last showed that peer to exist
+        self.confirmed: dict[str, float] = {}
+        #: GETs made so far: what the confirmation costs
+        self.reads = 0
+
+    async def check(self) -> list[Key]:
+        """Confirm the peer each refused consumer yields to; the consumers woken (those whose
+        holder turned out gone)."""
+        now = self.clock()
+        self.confirmed = {u: t for u, t in self.confirmed.items() if now - t < CONFIRM_SECONDS}
+        index = self.seen.indexes.get(shelves.PEERS) or {}
+        # What kopf's index no longer holds needs leaving out no more.
+        self.seen.gone &= {peer.uid for filed in index.values() for peer in filed}
+        woken: list[Key] = []
+        for roster in list(self.seen.rosters.by_key.values()):
+            holder = self.holder(roster)
+            if holder is None or not holder.uid or holder.uid in self.confirmed:
+                continue
+            try:
+                gone = await self.confirm(holder, now=now)
+            except errors.EventHubBalancerError as e:
+                logger.warning("%s was not confirmed: %s", holder.named, e)
+                continue
+            if gone:
+                woken.append((roster.namespace, roster.name))
+        for key in woken:
+            self.wake(key)
+        return woken
+
+    def holder(self, roster: rosters.Roster) -> conflicts.Peer | None:
+        """The peer ``roster``'s consumer yields to, when its status says it is refused."""
+        body = roster.consumer
+        if body is None:
+            return None
+        found = conditions.find((body.get("status") or {}).get("conditions"), conflicts.CONFLICT)
+        if found is None or found.get("status") != "True":
+            return None
+        me = conflicts.peer(body, namespace=roster.namespace, name=roster.name)
+        labels = (
+            conflicts.pod_labels(roster.items(shelves.PODS), selector=me.selector)
+            if me.selector is not None
+            else []
+        )
+        overlap = conflicts.find(me, self.peers(), pod_labels=labels)
+        return overlap.others[0] if overlap is not None and overlap.others else None
+
+    async def confirm(self, peer: conflicts.Peer, *, now: float) -> bool:
+        """Read ``peer`` from the API server; whether it was gone (and is left out now)."""
+        self.reads += 1
+        try:
+            body = await self.api.get_consumer(namespace=peer.namespace, name=peer.name)
+        except errors.NotFound:
+            body = None
+        uid = str(shelves.meta(body).get("uid") or "") if body is not None else ""
+        if body is not None and uid == peer.uid:
+            self.confirmed[peer.uid] = now
+            return False
+        logger.info(
+            "%s was deleted while the watch was away (kopf's index still held it): "
+            "it refuses nobody any more",
+            peer.named,
+        )
+        self.seen.gone.add(peer.uid)
+        self.seen.peers = None
+        return True

@@ -65,6 +65,9 @@ class Seen:
     #: every EventHubConsumer summed up, as of the last CR event (`serving.CachedKube.peers`); None:
     #: build it again from the index at the next ask
     peers: tuple[conflicts.Peer, ...] | None = None
+    #: the uids of peers kopf's index still holds that the API server said were gone
+    #: (`relisting.Ghosts`): left out of the peers
+    gone: set[str] = dataclasses.field(default_factory=set)
     #: the pods the operator watches at all (``ehb operator --pod-selector``); None: every
     #: pod. A consumer's roster keeps, and its reads list, what its selector selects among
     #: them: a pod outside never reaches the watch, so a listing must not bring it in either.

@@ -230,12 +230,16 @@ class CachedKube:
         indexes over. One value, built again only after a CR event
         (`tracking.Tracking.observed`): at 1,000 consumers a pass over the index in every
         cycle was an eighth of the operator's CPU, and the same value lets a settled decision
-        compare its peers by identity."""
+        compare its peers by identity. A peer found deleted though kopf's index still holds it is
+        left out (`relisting.Ghosts`)."""
         if self.seen.peers is None:
             index = self.seen.indexes.get(PEERS)
             if index is None:
                 return ()
-            self.seen.peers = tuple(peer for filed in index.values() for peer in filed)
+            gone = self.seen.gone
+            self.seen.peers = tuple(
+                peer for filed in index.values() for peer in filed if peer.uid not in gone
+            )
         return self.seen.peers
 
     async def read_secret_key(self, *, namespace: str, name: str, key: str) -> str:
