@@ -1,4 +1,5 @@
-"""``ehb -v operator`` as a process, as the chart runs it: how it stops, and what it logs.
+"""``ehb -v operator`` as a process, as the chart runs it: how it stops, what it logs, and how
+soon a standby replica acts when the one at work is killed.
 
 The operator runs as the command does (its own process, its own signal handling and logging),
 against the local API server and the Event Hubs emulator. Kubernetes kills a pod that has not
@@ -141,3 +142,87 @@ def test_a_start_logs_what_the_operator_did_in_a_few_lines(
     assert len(assigned) == 2, assigned
     assert not [line for line in lines if "conflict" in line.lower()]
     assert len(lines) < 20
+
+
+#: From the SIGKILL of the replica at work to its standby's first cycle: the standby waits for
+#: the dead replica's peering entry to expire (`kopfwiring.PEERING_LIFETIME_SECONDS`, 15 s
+#: at most after its last keep-alive), then starts its daemons and decides.
+TAKEOVER_BOUND_SECONDS = 25.0
+
+
+def test_a_standby_replica_takes_over_soon_after_the_active_one_is_killed(
+    operator_stack: Stack, namespace: str, tmp_path: Path
+) -> None:
+    """Two replicas with peering, and the one at work is killed with no chance to say so (an
+    OOM kill, a node lost): its peering entry stays. The standby stayed paused until that
+    entry expired, kopf's default 60 s after the dead replica's last keep-alive: a pod that
+    died meanwhile kept its partitions, unprocessed, for 52 s."""
+    stack, ns = operator_stack, namespace
+    stack.kube.create_object("kopf.dev/v1/clusterkopfpeerings", {"metadata": {"name": "ehb"}})
+    stack.secret(ns)
+    stack.consumer(ns)
+    for i in range(2):
+        stack.pod(ns, f"c-{i}")
+
+    def replica(priority: int, log: Path) -> subprocess.Popen[bytes]:
+        with log.open("w") as out:
+            return subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "eventhub_balancer",
+                    "-v",
+                    "operator",
+                    "-A",
+                    "--peering",
+                    "ehb",
+                    "--priority",
+                    str(priority),
+                    "--kubeconfig",
+                    str(stack.kubeconfig),
+                    "--metrics-insecure",
+                    "--metrics-host",
+                    "127.0.0.1",
+                    "--metrics-port",
+                    "0",
+                    "--allow-development-endpoints",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    standby_log = tmp_path / "standby.log"
+    active = replica(100, tmp_path / "active.log")
+    standby: subprocess.Popen[bytes] | None = None
+    try:
+        wait_for(
+            lambda: sorted(stack.counts(ns).values()) == [16, 16] and stack.balanced(ns),
+            timeout=60,
+            what="balanced by the replica at work",
+        )
+        standby = replica(1, standby_log)
+
+        def peers() -> int:
+            peering = stack.kube.get_object("kopf.dev/v1/clusterkopfpeerings", "ehb") or {}
+            return len(peering.get("status") or {})
+
+        # The standby has made itself known, and so is paused for the replica at work.
+        wait_for(lambda: peers() == 2, timeout=60, what="both replicas in the peering")
+        time.sleep(2.0)
+        active.kill()
+        active.wait(timeout=60)
+        killed = time.monotonic()
+        stack.delete_pod(ns, "c-0")
+        wait_for(
+            lambda: stack.counts(ns) == {"c-1": 32},
+            timeout=90,
+            what="c-0's partitions taken over by the standby",
+        )
+        took = time.monotonic() - killed
+    finally:
+        for process in (active, standby):
+            if process is not None:
+                process.kill()
+                process.wait(timeout=60)
+    print(f"the standby took c-0's partitions over {took:.1f} s after the SIGKILL")
+    assert took < TAKEOVER_BOUND_SECONDS, standby_log.read_text()[-3000:]
