@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from eventhub_balancer.cli import checkpoints, consumertargets
+from eventhub_balancer.cli import checkpointchanges, consumertargets
 
 if TYPE_CHECKING:
     from eventhub_balancer.contracts import checkpointblobs
@@ -79,10 +80,11 @@ async def _import(args: argparse.Namespace, positions: dict[str, checkpointblobs
     from eventhub_balancer.adapters import checkpointresets as resets
     from eventhub_balancer.adapters import kubeapi
 
+    namespace = consumertargets.consumer_namespace(args)
     api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
     try:
         consumer = await consumertargets.read_consumer(
-            api, args, namespace=consumertargets.consumer_namespace(args), name=args.name
+            api, args, namespace=namespace, name=args.name
         )
         consumertargets.require_paused(consumer.body)
         spec = consumer.spec
@@ -110,17 +112,21 @@ async def _import(args: argparse.Namespace, positions: dict[str, checkpointblobs
                 blobs, positions, status_epochs=consumer.status_epochs
             )
             if not args.dry_run:
-                changes = await checkpoints.apply_changes(
+                changes = await checkpointchanges.apply_changes(
                     api,
                     consumer,
                     blobs,
                     changes,
                     reason=REASON,
                     what=f"Imported checkpoints from {Path(args.file).name}",
+                    # Positions are absolute: the whole import again finishes it.
+                    finish=lambda left: shlex.join(
+                        ["ehb", "checkpoints", "import", args.name, args.file, "-n", namespace]
+                    ),
                 )
     finally:
         api.close()
-    checkpoints.print_changes(
+    checkpointchanges.print_changes(
         changes,
         as_json=args.json,
         dry_run=args.dry_run,

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
+from collections.abc import Sequence
 from typing import Any
 
-from eventhub_balancer.cli import checkpoints, consumertargets
+from eventhub_balancer.cli import checkpointchanges, consumertargets
 
 COMMAND = ("checkpoints", "reset")
 HELP = "move a paused EventHubConsumer's checkpoints (earliest, latest, a time, a shift)"
@@ -89,6 +90,25 @@ def chosen_partitions(text: str | None, known: list[str]) -> list[str]:
     return list(dict.fromkeys(wanted))
 
 
+def finish_command(args: argparse.Namespace, target: Any, partitions: Sequence[str]) -> str:
+    """The reset of ``partitions`` alone: what finishes one that stopped part-way (a time
+    target as the instant it was resolved to, so that a ``--by-duration`` does not move)."""
+    import shlex
+
+    from eventhub_balancer.adapters import checkpointresets as resets
+
+    words = [
+        "ehb",
+        "checkpoints",
+        "reset",
+        args.name,
+        "-n",
+        consumertargets.consumer_namespace(args),
+    ]
+    words += [*resets.describe(target).split(" ", 1), "--partitions", ",".join(partitions)]
+    return shlex.join(words)
+
+
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -127,19 +147,20 @@ async def _reset(args: argparse.Namespace, target: Any) -> int:
                 blobs, client, address, target, partitions, status_epochs=consumer.status_epochs
             )
             if not args.dry_run:
-                changes = await checkpoints.apply_changes(
+                changes = await checkpointchanges.apply_changes(
                     api,
                     consumer,
                     blobs,
                     changes,
                     reason=REASON,
                     what=f"Reset checkpoints ({resets.describe(target)})",
+                    finish=lambda left: finish_command(args, target, left),
                 )
     finally:
         api.close()
         if address is not None:
             await consumertargets.close_credential(address)
-    checkpoints.print_changes(
+    checkpointchanges.print_changes(
         changes,
         as_json=args.json,
         dry_run=args.dry_run,

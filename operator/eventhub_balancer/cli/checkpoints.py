@@ -10,10 +10,9 @@ With NAME it acts with the identity the EventHubConsumer declares (its Secret, o
 ServiceAccount's), never the runner's own unless ``--use-my-identity`` says so and the host is
 bound to the CR's namespace (`actingidentities`).
 
-The rest of this module is shared by ``ehb checkpoints reset`` and ``import``
-(``cli.checkpointresets``, ``cli.checkpointimports``; the command tree takes one command a
-module): the old -> new table and the Event on the CR. Reading the EventHubConsumer is
-`consumertargets`.
+`list_checkpoints` and the rows are shared with ``ehb checkpoints export``, ``reset`` and
+``import``; writing the changes of a reset or an import, the old -> new table and the Event on
+the CR are `checkpointchanges`. Reading the EventHubConsumer is `consumertargets`.
 """
 
 from __future__ import annotations
@@ -23,13 +22,12 @@ import datetime
 import json
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING, TypedDict
 
 from eventhub_balancer.cli import actingidentities, allowedendpoints, consumertargets, tables
 from eventhub_balancer.contracts import connectionstrings
 
 if TYPE_CHECKING:
-    from eventhub_balancer.adapters import checkpointresets
     from eventhub_balancer.adapters.checkpointing import Checkpoint
 
 COMMAND = ("checkpoints", "list")
@@ -280,112 +278,3 @@ async def list_checkpoints(
             owner_id=owner_id,
         )
         return await store.list()
-
-
-class ChangeRow(TypedDict):
-    partition: str
-    old: CheckpointRow | None
-    new: NewCheckpoint
-
-
-class NewCheckpoint(TypedDict):
-    sequenceNumber: int
-    offset: str
-    owner: str
-    epoch: int
-
-
-def change_rows(changes: Sequence[checkpointresets.Change]) -> list[ChangeRow]:
-    from eventhub_balancer.adapters import checkpointresets
-
-    now = datetime.datetime.now(datetime.UTC)
-    return [
-        ChangeRow(
-            partition=c.partition,
-            old=rows([c.old], now=now)[0] if c.old is not None else None,
-            new=NewCheckpoint(
-                sequenceNumber=c.new.sequence_number,
-                offset=c.new.offset,
-                owner=checkpointresets.RESET_OWNER,
-                epoch=c.epoch,
-            ),
-        )
-        for c in changes
-    ]
-
-
-def change_table(items: Sequence[ChangeRow]) -> str:
-    """``PARTITION  OLD -> NEW`` (sequence numbers, as the blobs hold them) and the epochs."""
-    header = ("PARTITION", "OLD", "", "NEW", "EPOCH")
-    lines = []
-    for r in items:
-        old = r["old"]
-        lines.append(
-            (
-                r["partition"],
-                "-" if old is None else str(old["sequenceNumber"]),
-                "->",
-                str(r["new"]["sequenceNumber"]),
-                f"{'-' if old is None else old['epoch']} -> {r['new']['epoch']}",
-            )
-        )
-    return tables.render(header, lines)
-
-
-async def apply_changes(
-    api: Any,
-    target: consumertargets.ConsumerTarget,
-    blobs: Any,
-    changes: Sequence[checkpointresets.Change],
-    *,
-    reason: str,
-    what: str,
-) -> list[checkpointresets.Change]:
-    """Write each change, then post an Event on the CR saying what was done."""
-    import sys
-
-    from eventhub_balancer import errors
-    from eventhub_balancer.adapters import checkpointresets
-    from eventhub_balancer.reconciling import kubeevents
-
-    written = [
-        await checkpointresets.write(blobs, c, status_epochs=target.status_epochs) for c in changes
-    ]
-    summary = ", ".join(
-        f"{c.partition}: {'-' if c.old is None else c.old.sequence_number} -> "
-        f"{c.new.sequence_number}"
-        for c in written[:16]
-    )
-    more = f" and {len(written) - 16} more" if len(written) > 16 else ""
-    event = kubeevents.KubeEvent(
-        reason=reason,
-        message=f"{what}: {len(written)} partition(s) of consumer group "
-        f"{target.spec.consumer_group} ({summary}{more}), written with epochs above every owner's",
-    )
-    try:
-        await api.create_event(
-            namespace=target.body["metadata"]["namespace"],
-            body=kubeevents.body(
-                cast(Any, target.body), event, now=datetime.datetime.now(datetime.UTC)
-            ),
-        )
-    except errors.EventHubBalancerError as e:
-        # The checkpoints are written by now: say so rather than fail as if nothing was done.
-        print(
-            f"ehb: warning: checkpoints written, but the Event on the CR was not ({e}); "
-            "grant `create` on events to record resets",
-            file=sys.stderr,
-        )
-    return written
-
-
-def print_changes(
-    changes: Sequence[checkpointresets.Change], *, as_json: bool, dry_run: bool, header: str
-) -> None:
-    """The table (or exactly one JSON document on stdout) of what changed or would change."""
-    items = change_rows(changes)
-    if as_json:
-        print(json.dumps({"consumer": header, "dryRun": dry_run, "partitions": items}, indent=2))
-        return
-    print(header + (" (dry run: nothing written)" if dry_run else ""))
-    print(change_table(items))

@@ -13,6 +13,7 @@ import dataclasses
 import datetime
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -28,6 +29,7 @@ from eventhub_balancer.adapters import (
     blobs,
     checkpointdocuments,
     checkpointing,
+    checkpointrequests,
     checkpointresets,
     receiving,
 )
@@ -612,3 +614,67 @@ def test_export_then_import_round_trips(
     )
     assert setup.ehb("import", str(bad)) == 2
     assert "partition(s) 9 are not in Event Hub" in capsys.readouterr().err
+
+
+def test_a_reset_that_fails_part_way_says_what_it_wrote_and_how_to_finish(
+    setup: Setup, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Partition 0 is written, then the store gives up on partition 1: the one error line
+    names what was reset and the ``--partitions`` that finishes the reset, and the Event on
+    the CR records partition 0. Running the whole ``--shift-by`` again would move partition
+    0 a second time; the line's command does not."""
+    setup.pause()
+    create = checkpointrequests.CheckpointBlobs.create
+
+    async def refused(self: Any, partition: str, *args: Any, **kwargs: Any) -> Any:
+        if partition == "1":
+            raise errors.CheckpointStoreUnreachable(
+                "checkpoint create of partition 1: gave up after 3 attempt(s) over 20.0 s"
+            )
+        return await create(self, partition, *args, **kwargs)
+
+    monkeypatch.setattr(checkpointrequests.CheckpointBlobs, "create", refused)
+    assert setup.ehb("reset", "--shift-by", "-2", "--partitions", "0,1") == 1
+    err = capsys.readouterr().err
+    (line,) = err.splitlines()
+    assert line.startswith("ehb: error: checkpoint create of partition 1: gave up")
+    assert "partition 0 was reset (5 -> 3)" in line
+    assert "partition 1 was not" in line
+    assert "ehb checkpoints reset orders -n shop --shift-by -2 --partitions 1" in line
+    stored = setup.read()
+    assert stored["0"].sequence_number == 3
+    assert "1" not in stored
+    (event,) = [
+        e
+        for e in setup.kube.list_objects("v1/events", namespace=NAMESPACE)
+        if e.get("reason") == "CheckpointsReset"
+    ]
+    assert event["message"].startswith("Reset checkpoints (--shift-by -2): 1 partition(s)")
+    assert "0: 5 -> 3" in event["message"]
+
+    monkeypatch.setattr(checkpointrequests.CheckpointBlobs, "create", create)
+    assert setup.ehb("reset", "--shift-by", "-2", "--partitions", "1") == 0
+    stored = setup.read()
+    assert {p: stored[p].sequence_number for p in ("0", "1")} == {"0": 3, "1": -1}
+
+
+def test_a_reset_stopped_by_ctrl_c_says_what_it_wrote(
+    setup: Setup, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while partition 1 is being written: exit 130, and the one stderr line says
+    partition 0 was reset and how to finish."""
+    setup.pause()
+    create = checkpointrequests.CheckpointBlobs.create
+
+    async def interrupted(self: Any, partition: str, *args: Any, **kwargs: Any) -> Any:
+        if partition == "1":
+            signal.raise_signal(signal.SIGINT)  # as Ctrl-C: asyncio.run cancels the command
+            await asyncio.sleep(30)
+        return await create(self, partition, *args, **kwargs)
+
+    monkeypatch.setattr(checkpointrequests.CheckpointBlobs, "create", interrupted)
+    assert setup.ehb("reset", "--to-earliest", "--partitions", "0,1") == 130
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("ehb: error: interrupted: partition 0 was reset (5 -> -1)")
+    assert "ehb checkpoints reset orders -n shop --to-earliest --partitions 1" in line
+    assert setup.read()["0"].sequence_number == -1

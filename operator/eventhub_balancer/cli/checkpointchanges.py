@@ -1,0 +1,185 @@
+"""Writing the changes of ``ehb checkpoints reset`` and ``import``: one partition at a time,
+then an Event on the CR and the old -> new table.
+
+The partitions are written one by one, each with its own conditional write: a store that
+gives up, or a Ctrl-C, can stop the command between two of them. What was written then stays
+written (moving it back would be one more write that can fail), so the command says which
+partitions it reset and which it did not, and the command that finishes the job: the same
+target on the partitions left (``--partitions``). Running the whole reset again would be
+wrong for ``--shift-by``, which moves the checkpoint it finds: the partitions already moved
+would move twice. The Event on the CR records the partitions written, also when the command
+failed after them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypedDict, cast
+
+from eventhub_balancer.cli import checkpoints, consumertargets, tables
+
+if TYPE_CHECKING:
+    from eventhub_balancer.adapters import checkpointresets
+
+
+class NewCheckpoint(TypedDict):
+    sequenceNumber: int
+    offset: str
+    owner: str
+    epoch: int
+
+
+class ChangeRow(TypedDict):
+    partition: str
+    old: checkpoints.CheckpointRow | None
+    new: NewCheckpoint
+
+
+def change_rows(changes: Sequence[checkpointresets.Change]) -> list[ChangeRow]:
+    from eventhub_balancer.adapters import checkpointresets
+
+    now = datetime.datetime.now(datetime.UTC)
+    return [
+        ChangeRow(
+            partition=c.partition,
+            old=checkpoints.rows([c.old], now=now)[0] if c.old is not None else None,
+            new=NewCheckpoint(
+                sequenceNumber=c.new.sequence_number,
+                offset=c.new.offset,
+                owner=checkpointresets.RESET_OWNER,
+                epoch=c.epoch,
+            ),
+        )
+        for c in changes
+    ]
+
+
+def change_table(items: Sequence[ChangeRow]) -> str:
+    """``PARTITION  OLD -> NEW`` (sequence numbers, as the blobs hold them) and the epochs."""
+    header = ("PARTITION", "OLD", "", "NEW", "EPOCH")
+    lines = []
+    for r in items:
+        old = r["old"]
+        lines.append(
+            (
+                r["partition"],
+                "-" if old is None else str(old["sequenceNumber"]),
+                "->",
+                str(r["new"]["sequenceNumber"]),
+                f"{'-' if old is None else old['epoch']} -> {r['new']['epoch']}",
+            )
+        )
+    return tables.render(header, lines)
+
+
+def _move(change: checkpointresets.Change) -> str:
+    """``5 -> 3``: the sequence number a partition was moved from and to."""
+    old = "-" if change.old is None else str(change.old.sequence_number)
+    return f"{old} -> {change.new.sequence_number}"
+
+
+def stopped_after(
+    written: Sequence[checkpointresets.Change],
+    left: Sequence[str],
+    finish: Callable[[Sequence[str]], str],
+) -> str:
+    """What a command stopped part-way did, and the command that finishes it."""
+    done = "; ".join(f"partition {c.partition} was reset ({_move(c)})" for c in written)
+    plural = len(left) > 1
+    return (
+        f"{done or 'no partition was reset'}; partition{'s' if plural else ''} "
+        f"{', '.join(left)} {'were' if plural else 'was'} not: run `{finish(left)}` to finish "
+        "(`ehb checkpoints list` shows where each partition stands)"
+    )
+
+
+async def apply_changes(
+    api: Any,
+    target: consumertargets.ConsumerTarget,
+    blobs: Any,
+    changes: Sequence[checkpointresets.Change],
+    *,
+    reason: str,
+    what: str,
+    finish: Callable[[Sequence[str]], str],
+) -> list[checkpointresets.Change]:
+    """Write each change, then post an Event on the CR saying what was done.
+
+    A write that fails (or a Ctrl-C) stops the rest; the error then says what was written and
+    how to finish (``finish`` gives the command for the partitions left), and the Event
+    records what was written.
+    """
+    from eventhub_balancer import errors
+    from eventhub_balancer.adapters import checkpointresets
+
+    written: list[checkpointresets.Change] = []
+    try:
+        for change in changes:
+            written.append(
+                await checkpointresets.write(blobs, change, status_epochs=target.status_epochs)
+            )
+    except errors.EventHubBalancerError as e:
+        if written:
+            await _post_event(api, target, written, reason=reason, what=what)
+        left = [c.partition for c in changes[len(written) :]]
+        message = f"{e}; {stopped_after(written, left, finish)}"
+        if isinstance(e, errors.TransientError):
+            raise errors.CheckpointStoreUnreachable(message) from e
+        raise errors.ConfigurationError(message) from e
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        left = [c.partition for c in changes[len(written) :]]
+        print(f"ehb: error: interrupted: {stopped_after(written, left, finish)}", file=sys.stderr)
+        raise
+    await _post_event(api, target, written, reason=reason, what=what)
+    return written
+
+
+async def _post_event(
+    api: Any,
+    target: consumertargets.ConsumerTarget,
+    written: Sequence[checkpointresets.Change],
+    *,
+    reason: str,
+    what: str,
+) -> None:
+    from eventhub_balancer import errors
+    from eventhub_balancer.reconciling import kubeevents
+
+    moves = [f"{c.partition}: {_move(c)}" for c in written]
+    more = f" and {len(moves) - 16} more" if len(moves) > 16 else ""
+    event = kubeevents.KubeEvent(
+        reason=reason,
+        message=f"{what}: {len(written)} partition(s) of consumer group "
+        f"{target.spec.consumer_group} ({', '.join(moves[:16])}{more}), written with epochs "
+        "above every owner's",
+    )
+    try:
+        await api.create_event(
+            namespace=target.body["metadata"]["namespace"],
+            body=kubeevents.body(
+                cast(Any, target.body), event, now=datetime.datetime.now(datetime.UTC)
+            ),
+        )
+    except errors.EventHubBalancerError as e:
+        # The checkpoints are written by now: say so rather than fail as if nothing was done.
+        print(
+            f"ehb: warning: checkpoints written, but the Event on the CR was not ({e}); "
+            "grant `create` on events to record resets",
+            file=sys.stderr,
+        )
+
+
+def print_changes(
+    changes: Sequence[checkpointresets.Change], *, as_json: bool, dry_run: bool, header: str
+) -> None:
+    """The table (or exactly one JSON document on stdout) of what changed or would change."""
+    items = change_rows(changes)
+    if as_json:
+        print(json.dumps({"consumer": header, "dryRun": dry_run, "partitions": items}, indent=2))
+        return
+    print(header + (" (dry run: nothing written)" if dry_run else ""))
+    print(change_table(items))
