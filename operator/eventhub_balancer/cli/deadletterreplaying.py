@@ -14,8 +14,10 @@ replaying the batch again unasked (``--force`` does, deliberately).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import datetime
+import sys
 from typing import TYPE_CHECKING, Any
 
 from eventhub_balancer.cli import consumertargets, tables
@@ -38,6 +40,17 @@ def unfinished(short_name: str, since: str) -> str:
         f"{short_name}: a replay started at {since} has not finished: another run is replaying "
         "it, or one was stopped part-way and may have replayed it in part or whole; once no "
         "other run is at it, give --force to replay it again"
+    )
+
+
+def interrupted(short_name: str, results: list[dict[str, Any]]) -> str:
+    """What is said when Ctrl-C stops a replay: the blob it leaves claimed, and what it did."""
+    done = [str(r["blob"]) for r in results if str(r["result"]).startswith("replayed")]
+    return (
+        f"interrupted while replaying {short_name}: it stays claimed (`ehb deadletters list` "
+        "shows it unfinished) and may have been replayed in part or whole; check, then replay "
+        "it with --force; "
+        + (f"replayed before it: {', '.join(done)}" if done else "nothing was replayed before it")
     )
 
 
@@ -79,7 +92,7 @@ async def replay(
             processing.load_handler(args.through_handler, search_path=args.handler_path)
         )
 
-    results = []
+    results: list[dict[str, Any]] = []
     problems: list[str] = []
     for letter, fetched, events in loaded:
         if letter.replaying_since and not args.force:
@@ -90,9 +103,13 @@ async def replay(
         elif args.dry_run:
             outcome = "would replay"
         else:
-            outcome, problem = await _replay_one(
-                args, target, reader, letter, fetched, events, processor, destination
-            )
+            try:
+                outcome, problem = await _replay_one(
+                    args, target, reader, letter, fetched, events, processor, destination
+                )
+            except (asyncio.CancelledError, KeyboardInterrupt):
+                print(f"ehb: error: {interrupted(letter.short_name, results)}", file=sys.stderr)
+                raise
             if problem:
                 problems.append(problem)
         results.append(

@@ -247,3 +247,24 @@ def test_a_refused_replay_leaves_the_dead_letter_unmarked(replay: Any) -> None:
     status, _, err = _finish(replay("--all"))
     assert status == 0, err
     assert [call["first"] for call in replay.calls()] == [3, 7, 7]
+
+
+def test_a_replay_stopped_by_ctrl_c_says_which_dead_letter_it_left_claimed(
+    replay: Any,
+) -> None:
+    process = replay("--all", pause=2.0)
+    deadline = time.monotonic() + 60
+    while not replay.calls() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert replay.calls(), "the handler was never called"
+    process.send_signal(signal.SIGINT)
+    status, out, err = _finish(process)
+    assert status == 130
+    assert out == ""
+    (line,) = err.splitlines()
+    assert line.startswith("ehb: error: interrupted while replaying 0/3-3: "), line
+    assert "replay it with --force" in line
+    assert "nothing was replayed before it" in line
+    listed = _listed(replay)
+    assert listed["0/3-3"][1]  # claimed, as the line says
+    assert listed["0/7-7"] == (None, None)
