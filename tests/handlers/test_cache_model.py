@@ -5,11 +5,13 @@ Hypothesis drives pods (join, leave, relabel, recreate under the same name, read
 pods' acknowledgements, the two replicas' watch streams (delivered late and partly, so kinds
 arrive reordered against each other, one kind may lag alone; events lost with a 410 re-list),
 a fresh read of the pods in flight while a pod is deleted or relabelled, a daemon restarted
-while the pods relisting is in flight, partition listings that lack partitions, the replicas'
-cycles, and the clock. Time passes as it does for the daemons: each replica cycles every
-`INTERVAL` seconds and lists the pods afresh every `relisting.RELIST_SECONDS`, whatever its
-watch delivered. After every step, over the API
-server's own record of writes (`ledgers`) and what the pods are told:
+while the pods relisting is in flight, a replica paused for its peer and resumed (its
+daemon started again from kopf's indexes), a pod's ConfigMap deleted by someone else,
+partition listings that lack partitions, the replicas' cycles, and the clock. A re-list is
+what kopf's handlers see of one: a listing event per object, none when nothing is listed.
+Time passes as it does for the daemons: each replica cycles every `INTERVAL` seconds and
+lists the pods afresh every `relisting.RELIST_SECONDS`, whatever its watch delivered. After
+every step, over the API server's own record of writes (`ledgers`) and what the pods are told:
 - epochs strictly rise per partition: ``status.epochs`` never goes down;
 - no two pods hold one partition at one epoch;
 - no partition stays with a pod that does not exist, or that left the selector, for more
@@ -127,6 +129,14 @@ class TwoReplicas(RuleBasedStateMachine):
         if pod in self._pods():
             self.kube.set_ready(NS, pod, ready=ready, since=self.now)
 
+    @rule(pod=st.sampled_from(PODS))
+    def delete_configmap(self, pod: str) -> None:
+        """Someone deletes a pod's ConfigMap (``kubectl delete configmap``): the pod runs no
+        partition until the operator writes it again."""
+        for (kind, ns, name), body in list(self.kube.objects.items()):
+            if kind == "configmap" and ns == NS and body["data"].get(configmaps.KEY_POD) == pod:
+                self.kube._deleted("configmap", self.kube.objects.pop((kind, ns, name)))
+
     @rule()
     def acknowledge(self) -> None:
         for pod in self.kube.assignment(NS):
@@ -145,6 +155,18 @@ class TwoReplicas(RuleBasedStateMachine):
         watch = self.replicas[replica].watch
         watch.skip(kind)
         watch.relist(kind)
+
+    @rule(replica=st.sampled_from((0, 1)))
+    def pause_and_resume(self, replica: int) -> None:
+        """The replica pauses for its peer (its daemon stops, its streams close: what they had
+        not delivered is lost) and resumes: kopf lists every kind again, and the daemon starts
+        again from kopf's indexes, which still hold what vanished meanwhile."""
+        chosen = self.replicas[replica]
+        chosen.cache.following.forget(namespace=NS, name=NAME)
+        chosen.memories.pop((NS, NAME), None)
+        chosen.watch.skip()
+        for kind in STREAMS:
+            chosen.watch.relist(kind)
 
     @rule(replica=st.sampled_from((0, 1)), kind=st.sampled_from(STREAMS))
     def lag_one_kind(self, replica: int, kind: str) -> None:

@@ -93,11 +93,11 @@ class Watch:
             self.cursors[kind] = len(self.kube.changes)
 
     def relist(self, kind: str) -> list[tuple[str, str]]:
-        """kopf lists ``kind`` again: every object as a listing event (type None); an object
-        gone meanwhile stays in kopf's index and gets no event."""
+        """kopf lists ``kind`` again: every object as a listing event (type None) and nothing
+        else, as kopf's handlers see it: an object gone meanwhile stays in kopf's index and
+        gets no event, an empty listing sends no event at all, and the end of the listing is
+        not told."""
         woken: list[tuple[str, str]] = []
-        if self.cache.watch.observed(KINDS[kind], None):
-            woken += self.cache.following.following()
         current = [
             copy.deepcopy(body)
             for (k, _, _), body in self.kube.objects.items()
@@ -105,8 +105,9 @@ class Watch:
         ]
         self.cursors[kind] = len(self.kube.changes)
         for body in current:
+            if self.cache.watch.observed(KINDS[kind], None):
+                woken += self.cache.following.following()
             woken += self._event(kind, body, None, listing=True)
-        self.cache.watch.observed(KINDS[kind], "MODIFIED")  # the stream goes on after the listing
         self.woken += woken
         return woken
 

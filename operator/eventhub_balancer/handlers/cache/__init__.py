@@ -14,8 +14,12 @@ precondition of its own: a ConfigMap's version, create only), so a stale view co
 and a 409 makes the consumer read afresh (`tracking.Following.refresh`). The view is also
 read afresh, per consumer and per kind, when it may be stale:
 
-- after kopf lists a kind again (a watch error, a 410): the next read of each roster lists its
-  scope once (`shelves.Shelf.resync` removes only what the listing lacks and is no newer);
+- after kopf lists a kind again (a watch error, a 410; told by a listing event after watch
+  events, or of a name already listed: `tracking.Tracking`): the next read of each roster
+  lists its scope once (`shelves.Shelf.resync` removes only what the listing lacks and is no
+  newer);
+- when a roster starts, its ConfigMaps: kopf's index keeps what vanished while the watch was
+  away, and a re-list that lists nothing sends no event (`tracking.Following.follow`);
 - when the watch does not echo one of the operator's own writes within
   `rosters.ECHO_SECONDS`: that watch lags or stalled (`tracking.Following.follow`);
 - every `relisting.RELIST_SECONDS`, the pods of each namespace: the operator never writes

@@ -7,8 +7,9 @@ afresh once. kopf's indexes (`kopf.index`, registered in `kopfwiring`) are only 
 starts: kopf starts no daemon before every index holds its first listing, and a consumer's
 daemon fills its roster from them (`Following.follow`), synchronously, so no event falls
 between the two. Both sides act on the same rosters in one `seen.Seen`, and each marks what
-must be read afresh: a re-list (`Tracking.observed`), a missing echo (`Following.follow`), a
-conflict (`Following.refresh`).
+must be read afresh: a re-list (`Tracking.observed`, or a name listed twice:
+`Tracking.event`), a roster's start (its ConfigMaps: `Following.follow`), a missing echo
+(`Following.follow`), a conflict (`Following.refresh`).
 """
 
 from __future__ import annotations
@@ -84,44 +85,67 @@ class Tracking:
         self.seen = shared
         #: per kind, whether its watch is streaming (an event after the listing)
         self._streaming: dict[str, bool] = {}
+        #: per kind, the (namespace, name) of each listing event since the watch last
+        #: streamed or listed again: a second listing event of one name is a re-list too
+        self._listed: dict[str, set[tuple[str, str]]] = {}
         #: per kind, the re-lists seen since the start (what `ehb bench operator` waits for)
         self.relists: collections.Counter[str] = collections.Counter()
 
     def observed(self, kind: str, event_type: str | None) -> bool:
         """An event of the watch of ``kind``. None is a listing; one after watch events is a
         re-list: every roster reads that kind afresh once (what vanished while the watch was
-        down gets no DELETED event). Whether a re-list started."""
+        down gets no DELETED event). Whether a re-list started. A watch that streamed nothing
+        since its last listing tells its re-list by a name listed twice (`event`)."""
         relist = event_type is None and bool(self._streaming.get(kind))
         self._streaming[kind] = event_type is not None
+        if event_type is not None:
+            self._listed.pop(kind, None)
         if kind == CONSUMERS:
             self.seen.peers = None  # kopf filed the event in the peers index before this
         if relist:
-            logger.info("the watch of %s listed again; each consumer reads it afresh once", kind)
-            self.relists[kind] += 1
-            self.seen.relisted.add(seen.WATCHED[kind])
-            for roster in self.seen.rosters.by_key.values():
-                roster.stale.add(seen.WATCHED[kind])
+            self._relisted(kind)
         return relist
+
+    def _relisted(self, kind: str) -> None:
+        """kopf lists ``kind`` again: every roster reads it afresh once, and so does every
+        roster started from now on (kopf's index may hold what vanished meanwhile)."""
+        logger.info("the watch of %s listed again; each consumer reads it afresh once", kind)
+        self.relists[kind] += 1
+        self._listed[kind] = set()
+        self.seen.relisted.add(seen.WATCHED[kind])
+        for roster in self.seen.rosters.by_key.values():
+            roster.stale.add(seen.WATCHED[kind])
 
     def event(self, kind: str, body: Body, event_type: str | None) -> list[Key]:
         """A watch event's body, offered to every roster it may concern (that selects it or
-        holds its name, `rosters.Rosters.candidates`); the consumers whose roster changed."""
+        holds its name, `rosters.Rosters.candidates`); the consumers whose roster changed,
+        and every consumer when a listing event names an object already listed: kopf lists
+        the kind again without a watch event between (a quiet watch answered 410, a replica
+        resumed that paused right after its start), which `observed` cannot tell."""
         meta = shelves.meta(body)
         namespace = str(meta.get("namespace") or "")
         deleted = event_type == "DELETED"
         shelf = seen.WATCHED[kind]
         kept = self.seen.rosters
+        again = False
+        if event_type is None:
+            named = (namespace, str(meta.get("name") or ""))
+            again = named in self._listed.get(kind, ())
+            if again:
+                self._relisted(kind)
+            self._listed.setdefault(kind, set()).add(named)
         if kind == CONSUMERS:
             roster = kept.by_key.get((namespace, str(meta.get("name") or "")))
             candidates = [] if roster is None else [roster]
         else:
             keys = shelves.pod_keys(namespace, meta.get("labels") or {}) if kind == PODS else ()
             candidates = kept.candidates(shelf, namespace, body, keys=keys)
-        return [
+        changed = [
             (r.namespace, r.name)
             for r in candidates
             if kept.offer(r, shelf, body, deleted=deleted, echo=True)
         ]
+        return list(kept.by_key) if again else changed
 
 
 class Following:
@@ -160,6 +184,12 @@ class Following:
             self._fill(roster, shelves.CONSUMER, self._indexed_consumer(namespace, name))
             self._fill(roster, shelves.CONFIGMAPS, self._indexed_configmaps(namespace, name))
             self._fill(roster, shelves.PODS, self._indexed_pods(namespace, selector))
+            # kopf's index may hold ConfigMaps deleted while the watch was away, and a re-list
+            # with no event at all (an empty listing) is not seen: the roster would serve a
+            # pod's ConfigMap that is gone, a steady cycle would write nothing, and the pod
+            # would run no partition for good. Its first cycle lists them once (one LIST per
+            # daemon start); the pods are listed afresh every `relisting.RELIST_SECONDS`.
+            roster.stale.add(shelves.CONFIGMAPS)
         elif roster.scope != scope:
             # Another selector: the pods start afresh; the CR and ConfigMaps carry on.
             kept.rescope(roster, scope=scope, lookup=lookup, selects=seen.selects(scoped))
