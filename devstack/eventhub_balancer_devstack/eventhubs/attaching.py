@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from eventhub_balancer_devstack.eventhubs import addresses, eventlinks, hubs, links, requestlinks
+from eventhub_balancer_devstack.eventhubs import (
+    addresses,
+    eventlinks,
+    hubs,
+    links,
+    requestlinks,
+    throttling,
+)
 from eventhub_balancer_devstack.eventhubs.amqp import frames, types
 from eventhub_balancer_devstack.eventhubs.amqp import performatives as perf
 
@@ -178,6 +185,12 @@ def _attach_outgoing(
     except hubs.PositionPastEnd as e:
         _refuse(connection, frame, session, role, ARGUMENT_ERROR, _tracked(str(e), hub, parsed))
         return
+    busy = connection.namespace.throttles.refusal(hub.name, partition.id, connection.clock())
+    if busy is not None:
+        _refuse(
+            connection, frame, session, role, throttling.SERVER_BUSY, _tracked(busy, hub, parsed)
+        )
+        return
     properties = _map(frames.field(frame.fields, 13))
     owner_level = properties.get(EPOCH)
     desired = frames.field(frame.fields, 12) or []
@@ -195,6 +208,11 @@ def _attach_outgoing(
     except hubs.OwnerLevelConflict as e:
         link.close()
         _refuse(connection, frame, session, role, "amqp:link:stolen", str(e))
+        return
+    except hubs.ReceiverLimitExceeded as e:
+        link.close()
+        limit = _tracked(str(e), hub, parsed)
+        _refuse(connection, frame, session, role, throttling.RESOURCE_LIMIT, limit)
         return
     for other in stolen:
         assert isinstance(other, eventlinks.ConsumerLink)

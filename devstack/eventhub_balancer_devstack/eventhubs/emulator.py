@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import TypeVar
 
 from eventhub_balancer import runners
-from eventhub_balancer_devstack.eventhubs import connections, hubs
+from eventhub_balancer_devstack.eventhubs import connections, eventlinks, hubs, throttling
 
 logger = logging.getLogger(__name__)
 
@@ -235,6 +235,57 @@ class EventHubsEmulator:
         """``$cbs`` (``kind`` "cbs") or ``$management`` ("management") request links attached
         since the start, closed ones included."""
         return self._call(lambda: self._namespace.request_links.get(kind, 0))
+
+    def throttle(
+        self,
+        hub: str,
+        *,
+        seconds: float,
+        partitions: Iterable[str] | None = None,
+        wait_seconds: int = throttling.WAIT_SECONDS,
+    ) -> int:
+        """Throttle receivers on ``hub`` (or on ``partitions`` of it) for ``seconds``, as
+        Event Hubs does a namespace over its capacity: each open receiver is detached at once
+        with ``com.microsoft:server-busy`` and the service's words (``Please wait
+        {wait_seconds} seconds and try again``), and each receive link attached meanwhile is
+        refused the same way (`throttled_attaches` records when). Returns how many open
+        receivers it detached."""
+        chosen = None if partitions is None else frozenset(partitions)
+
+        def start() -> int:
+            target = self._namespace.hub(hub)
+            window = throttling.Throttle(
+                hub=target.name,
+                partitions=chosen,
+                until_ms=_now_ms() + int(seconds * 1000),
+                wait_seconds=wait_seconds,
+            )
+            self._namespace.throttles.add(window)
+            words = throttling.busy_words(wait_seconds)
+            detached = 0
+            for group in target.consumer_groups.values():
+                for partition, readers in group.items():
+                    if chosen is not None and partition not in chosen:
+                        continue
+                    for link in readers.open():
+                        assert isinstance(link, eventlinks.ConsumerLink)
+                        link.connection.detach_with_error(
+                            link, condition=throttling.SERVER_BUSY, description=words
+                        )
+                        detached += 1
+            return detached
+
+        return self._call(start)
+
+    def clear_throttles(self, hub: str | None = None) -> None:
+        """End throttling now (of ``hub``, or everywhere)."""
+        self._call(lambda: self._namespace.throttles.clear(hub))
+
+    def throttled_attaches(self, hub: str) -> list[float]:
+        """When (``time.time()`` seconds) each receive link refused by throttling on
+        ``hub`` came, oldest first."""
+        refused = self._call(lambda: list(self._namespace.throttles.refusals.get(hub.lower(), [])))
+        return [ms / 1000 for ms in refused]
 
     def disconnect_all(self) -> int:
         """Drop every client connection abruptly (chaos); returns how many were dropped."""

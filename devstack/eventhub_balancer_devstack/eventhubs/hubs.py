@@ -14,7 +14,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
 from azure.eventhub._buffered_producer import _partition_resolver
 
-from eventhub_balancer_devstack.eventhubs import events
+from eventhub_balancer_devstack.eventhubs import events, throttling
 
 #: Compact a partition's list once this many events were dropped by retention, so that
 #: dropping stays amortised O(1) without a deque (a list keeps O(1) positional reads).
@@ -37,6 +37,11 @@ class PartitionNotFound(LookupError):
 
 class OwnerLevelConflict(Exception):
     """A receiver may not open: a receiver with a higher owner level holds the partition."""
+
+
+class ReceiverLimitExceeded(Exception):
+    """A receiver without owner level may not open: the partition has as many as Event Hubs
+    allows (``amqp:resource-limit-exceeded``)."""
 
 
 class PositionPastEnd(ValueError):
@@ -195,7 +200,8 @@ class Readers:
 
     Event Hubs rules: a receiver with an owner level (epoch) at least as high as every open
     one disconnects all others, with or without a level; a receiver with a lower level, or
-    without one while a leveled receiver is open, is refused.
+    without one while a leveled receiver is open, is refused; so is a receiver without one
+    past `throttling.RECEIVERS_PER_PARTITION`.
     """
 
     def __init__(self) -> None:
@@ -214,6 +220,8 @@ class Readers:
                     f"a receiver with owner level {highest} is open on this partition; "
                     "a receiver without owner level cannot join it"
                 )
+            if len(self._levels) >= throttling.RECEIVERS_PER_PARTITION:
+                raise ReceiverLimitExceeded(throttling.limit_words())
             self._levels[reader] = None
             return []
         if highest is not None and owner_level < highest:
@@ -224,6 +232,9 @@ class Readers:
         stolen = [other for other in self._levels if other is not reader]
         self._levels = {reader: owner_level}
         return stolen
+
+    def open(self) -> list[Hashable]:
+        return list(self._levels)
 
     def release(self, reader: Hashable) -> None:
         self._levels.pop(reader, None)
@@ -339,6 +350,8 @@ class Namespace:
         #: The ``$cbs`` and ``$management`` request links attached since the start, by kind
         #: (a client that keeps its link open attaches no more).
         self.request_links: dict[str, int] = {}
+        #: Throttling a test asked for (`throttling`).
+        self.throttles = throttling.Throttles()
 
     def create_hub(self, name: str, partitions: int, *, now_ms: int) -> Hub:
         if not name or "/" in name:
