@@ -43,6 +43,8 @@ class DyingSession(FakeSession):
     def __init__(self, number: int) -> None:
         self.number = number
         self.dead = False
+        #: Alive, but its jobs wait for good: it answers its liveness check no.
+        self.cannot_process = False
 
     def createDataFrame(self, table: Any, schema: Any = None) -> Any:
         if self.dead:
@@ -64,7 +66,7 @@ class Factory:
         return session
 
     async def alive(self, session: DyingSession) -> bool:
-        return not session.dead
+        return not session.dead and not session.cannot_process
 
     async def discard(self, session: DyingSession) -> None:
         self.discarded.append(session)
@@ -314,3 +316,78 @@ async def test_a_release_withdraws_a_failed_triggers_batch_while_its_session_is_
     assert len(factory.built) == 2  # lost, replaced: its batch did not come back
     assert [rows for _, rows in handler.triggers] == [[("0", n) for n in range(3)]]
     assert spark.stats.failed == 1
+
+
+class StuckFactory(Factory):
+    """A `Factory` whose session can stop processing without dying: a trigger's job then
+    waits for good (a standalone master restarted: the new one killed the executors and
+    knows nothing of the application), until the session is let go (stopped), which fails
+    the job, as pyspark's ``stop()`` fails the jobs it cancels."""
+
+    def __init__(self, executor: SteppedExecutor) -> None:
+        super().__init__()
+        self.executor = executor
+
+    async def discard(self, session: DyingSession) -> None:
+        await super().discard(session)
+        session.dead = True
+        while self.executor.waiting:
+            self.executor.step()
+
+
+async def test_a_trigger_that_hangs_on_a_session_that_cannot_process_is_moved_to_a_new_one() -> (
+    None
+):
+    """A trigger that never ends never fails, so no liveness check followed it: the pod stayed
+    Ready, its partitions reported stuck and never processed again. The keeper asks a warm
+    session every `sessionkeeping.WATCH_S` whether it still answers, and replaces it after
+    `sessionkeeping.WATCH_STRIKES` noes in a row; letting it go fails the hung trigger, whose
+    batches go to the new session without counting a failed attempt."""
+    executor = SteppedExecutor()
+    factory, handler = StuckFactory(executor), Handler()
+    keeper = factory.keeper()
+    spark = triggers.SparkTriggers(
+        handler,
+        session=keeper.get,
+        consumer="orders",
+        pod="pod-a",
+        executor=executor,
+        session_lost=keeper.lost,
+    )
+    keeper.start()
+    await spark(*batch("0", 0, 3))
+    loop = asyncio.get_running_loop()
+    executor.hold = True
+    call = asyncio.ensure_future(spark(*batch("0", 3, 3)))
+    watched = sessionkeeping.WATCH_S * (sessionkeeping.WATCH_STRIKES + 1)
+    try:
+        await asyncio.sleep(1.0)
+        assert len(executor.waiting) == 1  # the trigger's job waits, its session answering no
+        stuck_at = loop.time()
+        factory.built[0].cannot_process = True
+        await asyncio.sleep(watched - 1.0)
+        ready, reason = keeper.ready()
+        executor.hold = False
+        await asyncio.wait({call}, timeout=2 * START_S)
+        ended, took = call.done(), loop.time() - stuck_at
+    finally:
+        executor.hold = False
+        while executor.waiting:  # whatever still hangs ends with the test
+            executor.step()
+        await asyncio.gather(call, return_exceptions=True)
+        await keeper.stop(factory.discard)
+    assert ended, "the trigger still hangs on a session that cannot process"
+    assert call.exception() is None
+    # Found lost within the watch's strikes, then a new session's start.
+    assert took <= watched + START_S
+    assert not ready
+    assert reason.startswith("SparkSession starting again after it was lost")
+    assert keeper.restarts == 1
+    assert factory.discarded[0] is factory.built[0]
+    assert len(factory.built) == 2
+    assert keeper.ready() == (True, "SparkSession warm")
+    # On the new session: the same events, no failed attempt counted.
+    last, rows = handler.triggers[-1]
+    assert rows == [("0", n) for n in range(3, 6)]
+    assert last.attempt == 1
+    assert last.spark is factory.built[1]

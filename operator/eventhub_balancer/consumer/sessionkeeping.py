@@ -15,6 +15,14 @@ nothing wrong). The operator keeps a NotReady pod's partitions for ``podGraceSec
 session back within the grace period costs no move; a longer one moves them, by the ordinary
 hand-off. A session that cannot start, first or again, ends the pod (`on_failed`).
 
+A session can also stop processing without any call failing: a standalone master restarted
+(the new one kills the application's executors and does not know the application), a cluster
+with no executor left. Its trigger's job then waits for good, and a trigger that never fails
+was never followed by a check: the pod stayed Ready, its partitions stuck. So the keeper also
+asks a warm session every `WATCH_S` whether it still answers (`spark.sessions.is_alive` counts
+a cluster session without executors as lost), and replaces it after `WATCH_STRIKES` noes in a
+row: letting it go (its stop) fails the hung trigger, whose batches wait for the new session.
+
 The liveness check and the disposal are calls into a session that may hang rather than die
 (a JVM in a garbage-collection spiral, a Connect server that accepts and never answers), and
 the trigger loop waits for them: each is bounded (`ALIVE_TIMEOUT_S`, `DISCARD_TIMEOUT_S`).
@@ -43,6 +51,11 @@ logger = logging.getLogger(__name__)
 ALIVE_TIMEOUT_S = 5.0
 #: The longest wait for a lost session to be let go before the new one starts.
 DISCARD_TIMEOUT_S = 10.0
+#: How often a warm session is asked whether it still answers, during triggers and between.
+WATCH_S = 10.0
+#: Noes (or no answer within `ALIVE_TIMEOUT_S`) in a row that make a watched session lost:
+#: a cluster relaunching a lost executor has none for a few seconds.
+WATCH_STRIKES = 3
 
 
 class SessionKeeper:
@@ -64,6 +77,8 @@ class SessionKeeper:
         self.discard = discard
         self.on_failed = on_failed
         self.task: asyncio.Task[Any] | None = None
+        #: Asks the current warm session every `WATCH_S` whether it still answers.
+        self._watcher: asyncio.Task[None] | None = None
         #: Sessions started after one was lost.
         self.restarts = 0
         self._since = 0.0
@@ -75,7 +90,10 @@ class SessionKeeper:
             self.task = asyncio.create_task(self._build(), name="spark-session")
         return self.task
 
-    async def _build(self) -> Any:
+    async def _build(self, lost: Any = None) -> Any:
+        """A new session: ``lost`` (the session it replaces) let go first, within its bound."""
+        if lost is not None:
+            await self._discard(lost)
         try:
             session = await self.build()
         except asyncio.CancelledError:
@@ -86,7 +104,64 @@ class SessionKeeper:
             raise
         took = asyncio.get_running_loop().time() - self._since
         logger.info("the SparkSession is ready, started and warmed in %.1f s", took)
+        task = asyncio.current_task()
+        self._watcher = asyncio.create_task(self._watch(task, session), name="spark-session-watch")
         return session
+
+    async def _discard(self, session: Any) -> None:
+        try:
+            async with asyncio.timeout(DISCARD_TIMEOUT_S):
+                await self.discard(session)
+        except TimeoutError:
+            error = RuntimeError(
+                f"the lost SparkSession was not let go within {DISCARD_TIMEOUT_S:g} s"
+            )
+            logger.error("%s: the pod stops, to start again in a clean process", error)
+            self.on_failed(error)
+            raise error from None
+        except Exception as e:  # it is gone either way
+            logger.debug("letting go of the lost SparkSession failed: %r", e)
+
+    async def _watch(self, task: asyncio.Task[Any] | None, session: Any) -> None:
+        """Ask ``session`` (built by ``task``) every `WATCH_S` whether it still answers; replace
+        it after `WATCH_STRIKES` noes in a row. Ends once it is no longer the current one."""
+        strikes = 0
+        while True:
+            await asyncio.sleep(WATCH_S)
+            if self.task is not task:
+                return
+            answered = await self._answers(session)
+            if self.task is not task:
+                return
+            strikes = 0 if answered else strikes + 1
+            if strikes >= WATCH_STRIKES:
+                self._replace(
+                    session,
+                    f"its liveness check said no {strikes} times in a row, {WATCH_S:g} s apart",
+                )
+                return
+
+    async def _answers(self, session: Any) -> bool:
+        """The liveness check, bounded: no answer within `ALIVE_TIMEOUT_S` is a no."""
+        try:
+            async with asyncio.timeout(ALIVE_TIMEOUT_S):
+                return await self.alive(session)
+        except TimeoutError:
+            logger.warning(
+                "the SparkSession did not answer its liveness check within %g s", ALIVE_TIMEOUT_S
+            )
+        except Exception as e:  # a check that fails is an answer too
+            logger.debug("the SparkSession's liveness check failed: %r", e)
+        return False
+
+    def _replace(self, session: Any, why: str) -> None:
+        """Let go of the lost ``session`` and start a new one (NotReady meanwhile)."""
+        self.restarts += 1
+        logger.warning(
+            "the SparkSession was lost (%s); starting a new one, NotReady until it is warm", why
+        )
+        self._since = asyncio.get_running_loop().time()
+        self.task = asyncio.create_task(self._build(lost=session), name="spark-session")
 
     async def get(self) -> Any:
         """The session once it is warm; raises why it could not start."""
@@ -114,49 +189,19 @@ class SessionKeeper:
             return True  # being replaced already: the trigger goes to the new one
         if task.result() is not session:
             return True  # replaced already, by another trigger's report
-        try:
-            async with asyncio.timeout(ALIVE_TIMEOUT_S):
-                if await self.alive(session):
-                    return False
-        except TimeoutError:
-            logger.warning(
-                "the SparkSession did not answer its liveness check within %g s", ALIVE_TIMEOUT_S
-            )
-        except Exception as e:  # a check that fails is an answer too
-            logger.debug("the SparkSession's liveness check failed: %r", e)
-        self.restarts += 1
-        logger.warning(
-            "the SparkSession was lost (%s: %s); starting a new one, NotReady until it is warm",
-            type(error).__name__,
-            error,
-        )
-        self.task = None
-        try:
-            async with asyncio.timeout(DISCARD_TIMEOUT_S):
-                await self.discard(session)
-        except TimeoutError:
-            error = RuntimeError(
-                f"the lost SparkSession was not let go within {DISCARD_TIMEOUT_S:g} s"
-            )
-            logger.error("%s: the pod stops, to start again in a clean process", error)
-            self.task = asyncio.create_task(_refused(error), name="spark-session")
-            self.on_failed(error)
-            return True
-        except Exception as e:  # it is gone either way
-            logger.debug("letting go of the lost SparkSession failed: %r", e)
-        self.start()
+        if await self._answers(session):
+            return False
+        if self.task is not task:
+            return True  # replaced meanwhile, by the watch
+        self._replace(session, f"{type(error).__name__}: {error}")
         return True
 
     async def stop(self, stop_session: Callable[[Any], Awaitable[None]]) -> None:
         """Stop the session once it has started (a start in flight is waited for)."""
+        if self._watcher is not None:
+            self._watcher.cancel()
         if self.task is None:
             return
         with contextlib.suppress(Exception):
             session = await self.task
             await stop_session(session)
-
-
-async def _refused(error: BaseException) -> Any:
-    """The session that will not come: what `SessionKeeper.get` and `ready` answer once a lost
-    one could not be let go."""
-    raise error

@@ -297,7 +297,14 @@ def _is_connect(session: Any) -> bool:
 
 def is_alive(session: Any) -> bool:
     """Whether ``session`` still answers: its JVM (or Spark Connect server) is there and it
-    was not stopped. A short call each, no job; asked after a trigger failed."""
+    was not stopped, and a classic session on a cluster has an executor to run a job on. A
+    few short calls, no job; asked after a trigger failed, and every few seconds
+    (`consumer.sessionkeeping.WATCH_S`).
+
+    A standalone master that restarts kills the executors of the applications it finds on
+    its workers and does not know them: their driver answers, but every job waits for good.
+    Without dynamic allocation (which lets executors go when idle), a cluster session with no
+    executor is lost: a new one registers with the master as it is now."""
     try:
         if _is_connect(session):
             # A round trip to the server: ``session.version`` is cached by pyspark after its
@@ -305,7 +312,15 @@ def is_alive(session: Any) -> bool:
             return not session.is_stopped and bool(session.conf.get("spark.sql.session.timeZone"))
         context = session.sparkContext
         jsc = context._jsc
-        return jsc is not None and not jsc.sc().isStopped()
+        if jsc is None:
+            return False
+        sc = jsc.sc()
+        if sc.isStopped():
+            return False
+        if sc.isLocal() or sc.conf().getBoolean("spark.dynamicAllocation.enabled", False):
+            return True
+        # The driver is one of these; executors are the others.
+        return len(sc.statusTracker().getExecutorInfos()) > 1
     except Exception as e:  # the gateway's socket is gone: so is the JVM
         logger.debug("the SparkSession does not answer: %s", _first_line(e))
         return False
