@@ -11,6 +11,8 @@ about ownership (`errors.OwnershipLost`); a missing entity is a configuration er
 reopening cannot mend (`missing`): the receiver and the operator's consumer-group check say
 it in one line instead of retrying it as a lost connection. Neither can reopening mend a
 refused position (`position_refused`): the same position is refused again (`unmendable`).
+A throttled namespace (``com.microsoft:server-busy``) is mended by waiting, as long as Event
+Hubs asks (`throttled`), never sooner.
 """
 
 from __future__ import annotations
@@ -32,6 +34,16 @@ _SDK_NOT_FOUND = NOT_FOUND.partition(":")[2]
 #: words with both). The SDK's other argument condition, never retried by it either, is read
 #: the same way.
 POSITION_REFUSALS = ("com.microsoft:argument-error", "com.microsoft:argument-out-of-range")
+#: How Event Hubs refuses, or detaches, a link while it throttles the namespace (over its
+#: throughput units, or a busy entity): ``... Please wait 4 seconds and try again.``
+SERVER_BUSY = "com.microsoft:server-busy"
+#: How long a throttled client waits when Event Hubs' words do not say (what it asks).
+THROTTLED_WAIT_S = 4.0
+#: The longest wait taken from Event Hubs' words: a pause stays bounded whatever they say.
+THROTTLED_WAIT_MAX_S = 60.0
+_ASKED_WAIT = re.compile(r"please wait (\d+(?:\.\d+)?) seconds?", re.IGNORECASE)
+#: Where Event Hubs' words end and its pointer to its error codes begins.
+_KNOW_MORE = " To know more visit"
 #: Where Event Hubs' words end and its tracking ids begin.
 _TRACKING = " TrackingId:"
 #: The SDK wraps an error in at most a couple of levels.
@@ -142,6 +154,31 @@ def _service_words(text: str) -> str:
         text = text.split(_DESCRIPTION, 1)[1]
     line = text.strip().splitlines()[0].strip() if text.strip() else ""
     return line.split(_TRACKING, 1)[0].strip()[:300]
+
+
+def throttled(error: BaseException) -> float | None:
+    """How many seconds Event Hubs asked to wait when ``error`` is its ``server-busy``
+    (`THROTTLED_WAIT_S` when its words do not say, at most `THROTTLED_WAIT_MAX_S`), or None
+    when ``error`` is not throttling."""
+    words = busy_words(error)
+    if words is None:
+        return None
+    asked = _ASKED_WAIT.search(words)
+    wait = float(asked.group(1)) if asked else THROTTLED_WAIT_S
+    return min(wait, THROTTLED_WAIT_MAX_S)
+
+
+def busy_words(error: BaseException) -> str | None:
+    """What Event Hubs said with ``server-busy`` (its words, without its tracking ids or
+    its pointer to its error codes), or None when ``error`` is not throttling."""
+    chain = list(_chain(error))
+    found = next((e for e in chain if _text(getattr(e, "condition", None)) == SERVER_BUSY), None)
+    if found is None:
+        found = next((e for e in chain if SERVER_BUSY in str(e)), None)
+        if found is None:
+            return None
+    text = _text(getattr(found, "description", None)) or str(found)
+    return _service_words(text).split(_KNOW_MORE, 1)[0].strip()
 
 
 def unmendable(

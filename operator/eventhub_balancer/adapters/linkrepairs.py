@@ -5,6 +5,9 @@
 - The link keeps the delivery tag of every transfer it ever received
   (`forget_delivery_tags`): about 70 bytes per event for the life of the link.
 - A close waits up to a second for the link's keep-alive task (`stop_keep_alive`).
+- A link detached with an error that the SDK's own reattach cannot mend (Event Hubs
+  throttling, say) ends its ``receive`` as if nothing were wrong, the error kept on the
+  link (`link_error`).
 
 Kept apart from ``adapters.receiving``, which drives the link, because each of these works
 on the SDK's private names (like ``_create_consumer``, whose use ``tests/install`` holds to
@@ -88,3 +91,17 @@ async def stop_keep_alive(consumer: Any) -> None:
         handler._keep_alive_thread = None  # type: ignore[union-attr]
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+def link_error(consumer: Any) -> BaseException | None:
+    """The error the SDK kept on a receive link whose ``receive`` returned.
+
+    azure-eventhub 5.15's aio receive, when Event Hubs detaches its link with an error it
+    retries (``com.microsoft:server-busy``), reattaches at once; when that attach is refused
+    too, ``receive`` returns as if the link had ended normally, and the detach's error is
+    left on the link (``_error``). Read here so that the receiver sees why its link ended;
+    private SDK names, like ``_create_consumer``: where they are missing, None.
+    """
+    handler = getattr(consumer, "_handler", None)
+    error = getattr(getattr(handler, "_link", None), "_error", None)
+    return error if isinstance(error, BaseException) else None

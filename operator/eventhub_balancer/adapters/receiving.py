@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import random
 import time
 from typing import Any
 
@@ -65,6 +66,11 @@ REOPEN_ATTEMPTS = 6
 #: The backoff between reopen attempts, doubled each time up to the cap.
 REOPEN_BACKOFF_S = 0.5
 REOPEN_BACKOFF_MAX_S = 8.0
+
+#: A throttled link (``com.microsoft:server-busy``) is reopened no sooner than Event Hubs
+#: asks (`linkrefusals.throttled`), plus up to this share of it at random, so that the
+#: partitions it detached together do not all come back in the same instant.
+THROTTLED_JITTER = 0.25
 
 #: Each receive link's opening at INFO, with how long it took.
 LINK_OPEN = "partition %s: receive link open with owner level %s in %.0f ms"
@@ -126,6 +132,14 @@ is_link_stolen = linkrefusals.is_link_stolen
 to_event = sdkevents.to_event
 last_enqueued_of = sdkevents.last_enqueued_of
 EPOCH_START = sdkevents.EPOCH_START
+
+
+def _pause(backoff: float, asked: float | None) -> float:
+    """The pause before a reopen: the backoff, or at least what a throttling Event Hubs
+    asked for (with `THROTTLED_JITTER`)."""
+    if asked is None:
+        return backoff
+    return max(backoff, asked) * (1.0 + random.uniform(0.0, THROTTLED_JITTER))
 
 
 class PartitionReceiver:
@@ -259,6 +273,9 @@ class PartitionReceiver:
                 await consumer.receive(True, self._prefetch, None)
                 if self.closing():
                     return
+                ended = linkrepairs.link_error(consumer)
+                if ended is not None:
+                    raise ended  # the SDK's reattach was refused too (`linkrepairs`)
                 raise errors.EventHubUnreachable(
                     f"partition {self.partition}: the receive link ended without an error"
                 )
@@ -298,26 +315,34 @@ class PartitionReceiver:
                 if self._last_buffered != received_before:
                     attempts, backoff = 0, REOPEN_BACKOFF_S  # it made progress: a new failure
                 attempts += 1
+                busy = linkrefusals.busy_words(e)
+                pause = _pause(backoff, linkrefusals.throttled(e))
                 logger.warning(
-                    "partition %s: receive failed (%s), reopen %d/%d in %.1f s",
+                    "partition %s: %s, reopen %d/%d in %.1f s",
                     self.partition,
-                    type(e).__name__,
+                    f"receive failed ({type(e).__name__})"
+                    if busy is None
+                    else f"Event Hubs throttled the receive link ({linkrefusals.SERVER_BUSY}: "
+                    f"{busy})",
                     attempts,
                     REOPEN_ATTEMPTS,
-                    backoff,
+                    pause,
                 )
                 if attempts >= REOPEN_ATTEMPTS:
                     self._fail(
                         errors.EventHubUnreachable(
                             f"partition {self.partition}: receiving failed {attempts} times in "
                             f"a row, last: {type(e).__name__}: {e}"
+                            if busy is None
+                            else f"partition {self.partition}: Event Hubs throttled the receive "
+                            f"link {attempts} times in a row ({linkrefusals.SERVER_BUSY}): {busy}"
                         )
                     )
                     return
                 if self._last_buffered is not None:
                     position = deliveries.ReceivePosition.after(self._last_buffered)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, REOPEN_BACKOFF_MAX_S)
+                await asyncio.sleep(pause)
+                backoff = min(pause * 2, REOPEN_BACKOFF_MAX_S)
             finally:
                 self._consumer = None
                 await asyncio.shield(self._close_quietly(consumer, client))
