@@ -105,7 +105,8 @@ def test_every_key_is_read() -> None:
         ),
         (
             with_(members=[{"name": "a", "wieght": 2}]),
-            "members[0].wieght: unknown key (expected one of name, state, since, weight, starting)",
+            "members[0].wieght: unknown key "
+            "(expected one of name, state, since, weight, starting, outgoing)",
         ),
         (
             with_(assignment={"1": {"owner": "a", "epoch": -1}}),

@@ -67,6 +67,10 @@ class Census:
     starting: list[models.Member] = dataclasses.field(default_factory=list)
     #: when the terminating owners whose own releases are waited for stop being waited for
     release_deadlines: set[float] = dataclasses.field(default_factory=set)
+    #: live members of a rolling update's new revision, Ready less than ``podGraceSeconds``
+    #: ago while members it replaces are still there (`models.Member.outgoing`), by name:
+    #: nothing is revoked for their shares, which the replaced pods' partitions fill
+    incoming: dict[models.MemberName, float] = dataclasses.field(default_factory=dict)
 
     @property
     def never_owned(self) -> frozenset[models.PartitionId]:
@@ -115,6 +119,12 @@ def take_census(scenario: models.Scenario) -> Census:
         ),
         key=lambda m: models.name_key(m.name),
     )
+    if any(m.outgoing for m in scenario.members if standings[m.name] in ("live", "held")):
+        census.incoming = {
+            m.name: m.since + options.pod_grace_seconds
+            for m in live
+            if not m.outgoing and now - m.since < options.pod_grace_seconds
+        }
 
     for p, old in scenario.assignment.items():
         if (

@@ -77,6 +77,11 @@ class Member:
     #: and stays with the current owners, so that a burst of joins is planned once
     #: (`censuses.Census.starting`).
     starting: bool = False
+    #: A rolling update replaces it: its Deployment has pods of a newer revision. What must
+    #: move goes to the members that stay first, and (for ``podGraceSeconds``) a new
+    #: revision's pod that just turned Ready waits for the partitions of the pod it replaces
+    #: rather than taking a share of every pod, so that each partition moves once.
+    outgoing: bool = False
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -154,6 +159,9 @@ class Plan:
     #: when the terminating owners' waits for their own releases end: the partitions they
     #: still hold are revoked then (`Options.release_wait_seconds`)
     release_deadlines: tuple[float, ...] = ()
+    #: when the pods of a rolling update's new revision stop waiting for the partitions of the
+    #: pods they replace: their shares are revoked from the others from then on
+    incoming_deadlines: tuple[float, ...] = ()
 
 
 _RUNS = re.compile(r"(\d+)")

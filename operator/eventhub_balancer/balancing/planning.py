@@ -26,6 +26,12 @@ from the ConfigMaps, acknowledgements, `now`) and writes what changed. The rules
    every partition only to hand most of them on. Every other loose partition (a gone or
    released owner's: behind, and processed a moment ago) never waits: what the live members
    have no room for goes to those holding the least.
+5. During a rolling update, members a newer revision replaces are *outgoing*
+   (`models.Member.outgoing`). What must move goes to the members that stay first, and a
+   member of the new revision that turned Ready less than ``podGraceSeconds`` ago gets no
+   revokes for its share: the Deployment deletes an old pod as soon as it is Ready, and that
+   pod's partitions fill the share. So each partition moves once, from an old pod to a new
+   one, never through an old pod that is replaced next or from one new pod to the next.
 
 With ``weighting: lag`` the unit is load, and moves are damped: see `lagging`. Where every
 partition stands at the start of the cycle (rules 1 and 2) is taken in `censuses`.
@@ -99,7 +105,11 @@ def _decide_by_count(scenario: models.Scenario, census: censuses.Census) -> cens
     # The surpluses fill what the live members lack beyond the loose, in-flight and drained
     # partitions; with nobody starting that is every surplus, else the starting members'
     # shares are what is left of them.
-    lacking = sum(max(0, quota[name] - held) for name, held in holding.items())
+    # A rolling update's new pod that just turned Ready lacks nothing yet: the pod it replaces
+    # is deleted in a moment, and its partitions fill that share (rule 5).
+    lacking = sum(
+        max(0, quota[name] - held) for name, held in holding.items() if name not in census.incoming
+    )
     wanted = lacking - len(census.loose) - len(census.in_flight) - len(census.drains)
     picked = _pick_surplus(surplus, budget=min(censuses.budget(scenario, census), max(0, wanted)))
     entries = scenario.assignment
@@ -116,7 +126,7 @@ def _decide_by_count(scenario: models.Scenario, census: censuses.Census) -> cens
         holding[source] -= 1
     openings = (
         (m.name, quota[m.name] - holding[m.name])
-        for m in sorted(census.live, key=lambda m: m.since)
+        for m in sorted(census.live, key=lambda m: (m.outgoing, m.since))
         if quota[m.name] > holding[m.name]
     )
     queue = [x.partition for x in census.loose] + census.in_flight + [r.partition for r in revokes]
@@ -130,7 +140,15 @@ def _decide_by_count(scenario: models.Scenario, census: censuses.Census) -> cens
         if position >= len(queue):
             break
     waiting = sum(quota[m.name] for m in census.starting)
-    _overflow(queue[position:], holding, destinations, waiting=waiting, new=census.never_owned)
+    outgoing = frozenset(m.name for m in census.live if m.outgoing)
+    _overflow(
+        queue[position:],
+        holding,
+        destinations,
+        waiting=waiting,
+        new=census.never_owned,
+        outgoing=outgoing,
+    )
     return censuses.Decision(
         targets={m.name: quota[m.name] for m in census.live},
         revokes=revokes,
@@ -146,6 +164,7 @@ def _overflow(
     *,
     waiting: int,
     new: frozenset[models.PartitionId],
+    outgoing: frozenset[models.MemberName] = frozenset(),
 ) -> None:
     """Place what no live member has room for: the starting members' shares of what must move
     now (loose partitions, and those leaving a terminating or revoking owner).
@@ -155,8 +174,12 @@ def _overflow(
     would otherwise take up all of them and hand most on. The wait ends when the starting
     pods are Ready or their grace is over. Everything else never waits for a pod that is not
     Ready yet (it may never be): it goes to the live members that hold the least, and moves
-    once more when that pod is Ready. With no live member, nobody."""
-    heap = [(count, models.name_key(name), name) for name, count in holding.items()]
+    once more when that pod is Ready. With no live member, nobody. Between members holding
+    as many, one a rolling update replaces (``outgoing``) comes last: it would hand the
+    partition on again."""
+    heap = [
+        (count, name in outgoing, models.name_key(name), name) for name, count in holding.items()
+    ]
     heapq.heapify(heap)
     for p in rest:
         if waiting > 0 and p in new:
@@ -166,9 +189,9 @@ def _overflow(
         if not heap:
             destinations[p] = None
             continue
-        count, key, name = heapq.heappop(heap)
+        count, leaving, key, name = heapq.heappop(heap)
         destinations[p] = name
-        heapq.heappush(heap, (count + 1, key, name))
+        heapq.heappush(heap, (count + 1, leaving, key, name))
 
 
 def _pick_surplus(
@@ -254,6 +277,7 @@ def _assemble(
         targets=decision.targets,
         starting=decision.starting,
         release_deadlines=tuple(sorted(census.release_deadlines)),
+        incoming_deadlines=tuple(sorted(set(census.incoming.values()))),
     )
 
 

@@ -24,6 +24,7 @@ class MemberBody(TypedDict):
     since: NotRequired[float]  # default 0
     weight: NotRequired[float]  # default 1
     starting: NotRequired[bool]  # default false
+    outgoing: NotRequired[bool]  # default false
 
 
 class OwnershipBody(TypedDict):
@@ -68,7 +69,7 @@ class PlanBody(TypedDict):
 _Choice = TypeVar("_Choice", bound=str)
 
 _SCENARIO_KEYS = ("partitions", "members", "assignment", "released", "lag", "now", "options")
-_MEMBER_KEYS = ("name", "state", "since", "weight", "starting")
+_MEMBER_KEYS = ("name", "state", "since", "weight", "starting", "outgoing")
 _OWNERSHIP_KEYS = ("owner", "epoch", "state", "since")
 _OPTION_KEYS = (
     "podGraceSeconds",
@@ -216,6 +217,7 @@ def dump_scenario(scenario: models.Scenario) -> ScenarioBody:
                 "since": _plain(m.since),
                 "weight": _plain(m.weight),
                 "starting": m.starting,
+                "outgoing": m.outgoing,
             }
             for m in scenario.members
         ],
@@ -305,17 +307,19 @@ def _member(raw: object, field: str) -> models.Member:
     weight = _number(body.get("weight", 1), f"{field}.weight")
     if weight <= 0:
         raise errors.InvalidInput(f"{field}.weight", f"must be positive, got {body['weight']}")
-    starting = body.get("starting", False)
-    if not isinstance(starting, bool):
-        raise errors.InvalidInput(
-            f"{field}.starting", f"expected true or false, got {_describe(starting)}"
-        )
+    flags = {key: body.get(key, False) for key in ("starting", "outgoing")}
+    for key, flag in flags.items():
+        if not isinstance(flag, bool):
+            raise errors.InvalidInput(
+                f"{field}.{key}", f"expected true or false, got {_describe(flag)}"
+            )
     return models.Member(
         name=models.MemberName(_name(body["name"], f"{field}.name")),
         state=_choice(body.get("state", "ready"), f"{field}.state", models.MEMBER_STATES, "state"),
         since=_number(body.get("since", 0), f"{field}.since"),
         weight=weight,
-        starting=starting,
+        starting=flags["starting"],
+        outgoing=flags["outgoing"],
     )
 
 

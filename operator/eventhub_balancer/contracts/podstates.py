@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, TypedDict
 
 from eventhub_balancer.balancing import models
@@ -60,6 +60,9 @@ class PodState:
     since: datetime.datetime
     #: NotReady only: on a node, its containers starting or running (`models.Member.starting`)
     starting: bool = False
+    #: The Deployment's revision the pod runs: (Deployment, pod-template-hash, creation
+    #: time), read from its ReplicaSet owner; None for a pod no Deployment made
+    revision: tuple[str, str, datetime.datetime] | None = None
 
     @property
     def ready(self) -> bool:
@@ -88,6 +91,7 @@ def pod_state(pod: Mapping[str, Any]) -> PodState:
             deleted -= datetime.timedelta(seconds=grace)
         return PodState(name=name, uid=uid, state="terminating", since=deleted)
     phase = status.get("phase", "Pending")
+    revision = _revision(meta, created)
     if phase in ("Succeeded", "Failed"):
         # Its containers are gone: nobody will acknowledge a release, take over at once.
         return PodState(name=name, uid=uid, state=None, since=created)
@@ -97,11 +101,54 @@ def pod_state(pod: Mapping[str, Any]) -> PodState:
             ready_condition = condition
     since = timestamps.parse_time(ready_condition.get("lastTransitionTime")) or created
     if phase == "Running" and ready_condition.get("status") == "True":
-        return PodState(name=name, uid=uid, state="ready", since=since)
+        return PodState(name=name, uid=uid, state="ready", since=since, revision=revision)
     # A pod the scheduler has not placed may wait for a node indefinitely; one on a node is
     # pulling its images, starting its containers or waiting for its readiness probe.
     starting = phase == "Running" or (phase == "Pending" and _scheduled(pod))
-    return PodState(name=name, uid=uid, state="notready", since=since, starting=starting)
+    return PodState(
+        name=name, uid=uid, state="notready", since=since, starting=starting, revision=revision
+    )
+
+
+#: The label a Deployment puts on its pods: the hash of the pod template, which ends the name
+#: of the ReplicaSet that made them.
+TEMPLATE_HASH = "pod-template-hash"
+
+
+def _revision(
+    meta: Mapping[str, Any], created: datetime.datetime
+) -> tuple[str, str, datetime.datetime] | None:
+    labels = meta.get("labels") or {}
+    template = labels.get(TEMPLATE_HASH) if isinstance(labels, Mapping) else None
+    if not isinstance(template, str) or not template:
+        return None
+    for owner in meta.get("ownerReferences") or []:
+        name = owner.get("name") if isinstance(owner, Mapping) else None
+        if owner.get("kind") == "ReplicaSet" and isinstance(name, str):
+            deployment, dash, tail = name.rpartition("-")
+            if dash and tail == template:
+                return deployment, template, created
+    return None
+
+
+def outgoing(states: Iterable[PodState]) -> frozenset[str]:
+    """The pods a rolling update replaces: those, neither terminating nor finished, of a
+    Deployment whose newest pod (the last created) runs another revision. A rollback makes
+    the old revision's new pods the newest, so the abandoned revision's pods are the ones
+    replaced, as the Deployment does."""
+    running: list[tuple[str, str, str]] = []
+    #: each Deployment's newest pod: (creation time, name, pod-template-hash)
+    newest: dict[str, tuple[datetime.datetime, str, str]] = {}
+    for s in states:
+        if s.revision is None or s.state not in ("ready", "notready"):
+            continue
+        deployment, template, created = s.revision
+        running.append((s.name, deployment, template))
+        mine = (created, s.name, template)
+        newest[deployment] = max(newest.get(deployment, mine), mine)
+    return frozenset(
+        name for name, deployment, template in running if template != newest[deployment][2]
+    )
 
 
 def _scheduled(pod: Mapping[str, Any]) -> bool:
@@ -126,6 +173,8 @@ def state_inputs(pod: Mapping[str, Any]) -> tuple[object, ...]:
         status.get("phase", "Pending"),
         status.get("conditions"),
         (pod.get("spec") or {}).get("nodeName"),
+        (meta.get("labels") or {}).get(TEMPLATE_HASH),
+        repr(meta.get("ownerReferences")),
     )
 
 

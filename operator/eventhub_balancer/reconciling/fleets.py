@@ -45,8 +45,7 @@ class PodRead:
     #: the name the pod's ConfigMap gets (`configmaps.configmap_name`): a hash, made once
     map_name: str
 
-    @property
-    def member(self) -> models.Member | None:
+    def member(self, *, outgoing: bool = False) -> models.Member | None:
         s = self.state
         if s.state is None:
             return None
@@ -55,6 +54,7 @@ class PodRead:
             state=s.state,
             since=podstates.to_seconds(s.since),
             starting=s.starting,
+            outgoing=outgoing,
         )
 
 
@@ -214,11 +214,12 @@ def _summed(
     members: list[models.Member] = []
     ready = 0
     notready: set[str] = set()
+    outgoing = podstates.outgoing(states.values())
     for name in names:
         read = pods[name]
         key = frozenset(read.labels.items())
         label_sets[key] = label_sets.get(key, 0) + 1
-        if (member := read.member) is not None:
+        if (member := read.member(outgoing=name in outgoing)) is not None:
             members.append(member)
         ready += read.state.state == "ready"
         if read.state.state == "notready":
