@@ -40,7 +40,8 @@ NAMESPACE = consumer_chart.NAMESPACE
 HUB = "big"
 PARTITIONS = [str(i) for i in range(16)]
 REPLICAS = int(os.environ.get("EHB_ROLLOUT_REPLICAS", "4"))
-SURGE = os.environ.get("EHB_ROLLOUT_SURGE", "")  # "" = the chart's own strategy
+#: "" = the chart's own strategy; else a count ("2") or a percentage ("25%")
+SURGE = os.environ.get("EHB_ROLLOUT_SURGE", "")
 RATE_S = 0.25  # one event per partition every RATE_S
 
 
@@ -140,9 +141,10 @@ def test_a_rolling_update_moves_each_partition_once_without_duplicates(
     )  # fmt: skip
     deployment = "deployment/orders-eventhub-consumer"
     if SURGE:
-        real_kubectl("-n", NAMESPACE, "patch", deployment, "--type=merge", "-p", json.dumps(
-            {"spec": {"strategy": {"rollingUpdate": {"maxSurge": SURGE, "maxUnavailable": 0}}}}
-        ))  # fmt: skip
+        surge: int | str = int(SURGE) if SURGE.isdecimal() else SURGE
+        strategy = {"rollingUpdate": {"maxSurge": surge, "maxUnavailable": 0}}
+        real_kubectl("-n", NAMESPACE, "patch", deployment, "--type=merge", "-p",
+                     json.dumps({"spec": {"strategy": strategy}}))  # fmt: skip
     stop = threading.Event()
     sent: dict[str, int] = collections.Counter()
     producer = threading.Thread(
