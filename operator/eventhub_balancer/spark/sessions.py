@@ -331,11 +331,17 @@ def discard(session: Any) -> None:
     still can be, and for a classic session the dead JVM's gateway forgotten (pyspark keeps
     it for the process, and would hand the next session the same dead socket)."""
     if _is_connect(session):
-        # Its server is gone or hung: releasing the session on it would be retried, and
-        # the disposal's bound (`sessionkeeping.DISCARD_TIMEOUT_S`) would stop the pod
-        # instead of replacing the session. One try, then the channel is closed.
+        # Its server is gone or hung: releasing the session on it would be retried, and a
+        # server that accepts calls and never answers holds the release for minutes (its
+        # deadline is pyspark's): the disposal's bound (`sessionkeeping.DISCARD_TIMEOUT_S`)
+        # would stop the pod instead of replacing the session. So the channel is closed
+        # first, which also fails at once a trigger still waiting on the server; ``stop()``
+        # then only forgets the session (its release fails on the closed channel). The
+        # server lets an unreleased session go when it expires.
         with contextlib.suppress(Exception):
             session.client.set_retry_policies([])
+        with contextlib.suppress(Exception):
+            session.client._channel.close()
         with contextlib.suppress(Exception):
             session.stop()
         return

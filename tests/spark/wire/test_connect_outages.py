@@ -148,3 +148,45 @@ def test_a_connect_server_killed_mid_trigger_fails_it_and_the_session_is_let_go(
         began = time.monotonic()
         within(FAILS_WITHIN_S, lambda: sessions.discard(session))
         assert time.monotonic() - began < sessionkeeping.DISCARD_TIMEOUT_S
+
+
+def test_a_connect_server_that_stops_answering_mid_trigger_is_let_go_at_once(
+    tmp_path: Path,
+) -> None:
+    """A server that accepts calls and never answers them (its JVM frozen: SIGSTOP, a
+    garbage-collection spiral, a node out of CPU). Letting its session go released the session
+    on the server first and waited for that call, for minutes: past the keeper's bound the pod
+    stopped instead of replacing the session. Now the channel is closed first: the disposal
+    takes no time, and the trigger that waits on the server fails at once."""
+    reason = spark_unavailable()
+    if reason:
+        pytest.skip(reason)
+    from eventhub_balancer_devstack import sparkcluster
+
+    with sparkcluster.connect_server(log_dir=tmp_path) as server:
+        session = sessions.build_session(remote=server.url)
+        assert session.range(5).count() == 5
+        pids = _server_pids(server.port)
+        assert pids, "the Connect server's process was not found"
+        calls = concurrent.futures.ThreadPoolExecutor(2)
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            trigger = calls.submit(lambda: session.range(5).count())
+            check = calls.submit(sessions.is_alive, session)
+            # No answer: the keeper's bound makes it lost.
+            with pytest.raises(concurrent.futures.TimeoutError):
+                check.result(timeout=sessionkeeping.ALIVE_TIMEOUT_S)
+            assert not trigger.done()
+            began = time.monotonic()
+            within(sessionkeeping.DISCARD_TIMEOUT_S, lambda: sessions.discard(session))
+            assert time.monotonic() - began < sessionkeeping.DISCARD_TIMEOUT_S
+            with pytest.raises(Exception) as failed:  # noqa: PT011 (whatever gRPC says)
+                trigger.result(timeout=sessionkeeping.DISCARD_TIMEOUT_S)
+            assert not isinstance(failed.value, concurrent.futures.TimeoutError), (
+                "the trigger still waits on the frozen server after its session was let go"
+            )
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+            calls.shutdown(wait=False)
