@@ -57,6 +57,13 @@ class FakeConfigMaps:
             return {}
         return dict(self.body["metadata"].get("annotations") or {})
 
+    def restarted(self) -> None:
+        """The pod's container restarted: the events its old watch had not read are gone, and
+        the new process's watch starts with the object as it stands."""
+        self._events = asyncio.Queue()
+        if self.body is not None:
+            self._events.put_nowait(copy.deepcopy(self.body))
+
     async def watch(self) -> AsyncIterator[dict[str, Any]]:
         while True:
             yield await self._events.get()

@@ -365,9 +365,8 @@ class Runtime:
     # -- shutdown
 
     async def _drain(self) -> None:
-        """Release every partition within the shutdown timeout, then acknowledge."""
+        """Release every partition within most of the shutdown timeout, then acknowledge."""
         timeout = self.settings.shutdown_timeout
-        # Leave a little of the budget for the checkpoint and the acknowledgement.
         for worker in self.workers.values():
             worker.release(timeout=max(0.5, timeout * 0.6))
         drained = list(self.workers.values())
@@ -382,13 +381,14 @@ class Runtime:
                 tasks[partition].cancel()
             await asyncio.gather(*(tasks[p] for p in unfinished), return_exceptions=True)
         await asyncio.sleep(0)  # let the done callbacks record the releases
-        if self.latest is not None:  # an unfinished release is never acknowledged
+        # A process that read no assignment ran nothing: its predecessor's answer stands.
+        if self.latest is not None:  # (and a release it had to cancel is never acknowledged)
             self._release_unrun(self.latest, self.workers.keys() | unfinished)
-        try:
-            async with asyncio.timeout(max(1.0, timeout * 0.1)):
-                await self._acknowledge(self.reports())
-        except TimeoutError:
-            logger.warning("shutdown: the release acknowledgement timed out")
+            try:
+                async with asyncio.timeout(max(1.0, timeout * 0.1)):
+                    await self._acknowledge(self.reports())
+            except TimeoutError:
+                logger.warning("shutdown: the release acknowledgement timed out")
         hung = sorted(w.partition for w in drained if w.handler_running)
         if hung:
             # A thread that cannot be stopped would keep the interpreter (and handler) alive.
