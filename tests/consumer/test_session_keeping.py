@@ -391,3 +391,43 @@ async def test_a_trigger_that_hangs_on_a_session_that_cannot_process_is_moved_to
     assert rows == [("0", n) for n in range(3, 6)]
     assert last.attempt == 1
     assert last.spark is factory.built[1]
+
+
+class GatewayGone(Exception):
+    """py4j's error of a call whose JVM went away meanwhile: its text is asked of the JVM."""
+
+    def __str__(self) -> str:
+        raise ConnectionRefusedError("[Errno 111] Connection refused")
+
+
+class UnspeakableSession(DyingSession):
+    def createDataFrame(self, table: Any, schema: Any = None) -> Any:
+        if self.dead:
+            raise GatewayGone()
+        return table
+
+
+async def test_a_lost_sessions_error_that_cannot_be_told_still_has_it_replaced() -> None:
+    factory, handler = Factory(), Handler()
+
+    async def build() -> DyingSession:
+        await asyncio.sleep(START_S)
+        session = UnspeakableSession(len(factory.built) + 1)
+        factory.built.append(session)
+        return session
+
+    keeper = sessionkeeping.SessionKeeper(build, alive=factory.alive, discard=factory.discard)
+    spark = triggers_on(keeper, handler)
+    keeper.start()
+    await spark(*batch("0", 0, 3))
+    factory.built[0].dead = True
+    call = asyncio.ensure_future(spark(*batch("0", 3, 3)))
+    await asyncio.wait({call}, timeout=sessionkeeping.ALIVE_TIMEOUT_S + 2 * START_S)
+    ended = call.done()
+    call.cancel()
+    await asyncio.gather(call, return_exceptions=True)
+    await keeper.stop(factory.discard)
+    assert ended
+    assert call.exception() is None
+    assert keeper.restarts == 1
+    assert [rows for _, rows in handler.triggers][-1] == [("0", n) for n in range(3, 6)]

@@ -193,7 +193,7 @@ class SessionKeeper:
             return False
         if self.task is not task:
             return True  # replaced meanwhile, by the watch
-        self._replace(session, f"{type(error).__name__}: {error}")
+        self._replace(session, _told(error))
         return True
 
     async def stop(self, stop_session: Callable[[Any], Awaitable[None]]) -> None:
@@ -205,3 +205,12 @@ class SessionKeeper:
         with contextlib.suppress(Exception):
             session = await self.task
             await stop_session(session)
+
+
+def _told(error: BaseException) -> str:
+    """``error`` as text; its type alone when its text cannot be had (py4j asks the JVM for
+    a Java exception's text, and the JVM is what was lost)."""
+    try:
+        return f"{type(error).__name__}: {error}"
+    except Exception:
+        return type(error).__name__
