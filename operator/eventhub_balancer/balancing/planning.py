@@ -11,9 +11,10 @@ from the ConfigMaps, acknowledgements, `now`) and writes what changed. The rules
    flight for ``release_wait_seconds`` after its deletion, waiting for the release the pod
    makes on its SIGTERM; revoked after that); or loose (no owner, owner gone, revoke
    acknowledged or timed out), to be placed now. Partitions no longer listed are dropped.
-3. Targets are computed over the live members for every partition not held by a held member,
-   and (weighting by count) over the *starting* members: NotReady pods that are on a node,
-   hold nothing and are within ``podGraceSeconds``, which may turn Ready at any moment.
+3. Targets are computed over the live members and (weighting by count) over the *starting*
+   members, NotReady pods that are on a node, hold nothing and are within ``podGraceSeconds``
+   (they may turn Ready at any moment), and the held members, which keep what they hold. By
+   lag, the partitions of held members are left out and only the live members count.
 4. Live members above their target revoke their surplus (capped by ``maxMovesPerCycle``,
    after the drains) as far as live members below their target lack it; loose partitions go
    at once to live members below their target (the longest Ready first), with epoch + 1. A
@@ -83,18 +84,22 @@ def _check(scenario: models.Scenario) -> None:
 
 
 def _decide_by_count(scenario: models.Scenario, census: censuses.Census) -> censuses.Decision:
-    available = len(scenario.partitions) - len(census.held)
     # Starting members claim their share as well: what the live members give up now goes
     # straight to its final owner, and a starting member's share stays with its current owners
-    # until it is Ready (nothing is revoked for it, nothing is given to it before).
-    quota = targets.quotas(
-        total=available,
-        claims=[
-            targets.Claim(name=m.name, weight=m.weight, current=len(census.kept[m.name]))
-            for m in census.live
-        ]
-        + [targets.Claim(name=m.name, weight=m.weight, current=0) for m in census.starting],
-    )
+    # until it is Ready (nothing is revoked for it, nothing is given to it before). So do held
+    # members, up to what they hold: a pod back from a restart in place finds the live members
+    # at the targets they would have had with it, and gives its surplus only to those below.
+    claims = [
+        targets.Claim(name=m.name, weight=m.weight, current=len(census.kept[m.name]))
+        for m in census.live
+    ] + [targets.Claim(name=m.name, weight=m.weight, current=0) for m in census.starting]
+    held = _held_claims(scenario, census)
+    total = len(scenario.partitions) - len(census.held)
+    if held:
+        # A held member gets nothing new: what it holds below its share, the others carry.
+        shares = targets.quotas(total=len(scenario.partitions), claims=claims + held)
+        total = len(scenario.partitions) - sum(min(c.current, shares[c.name]) for c in held)
+    quota = targets.quotas(total=total, claims=claims)
     # Each member's surplus: the last partitions in order, revoked from the end.
     surplus = {
         m.name: census.kept[m.name][quota[m.name] :]
@@ -155,6 +160,27 @@ def _decide_by_count(scenario: models.Scenario, census: censuses.Census) -> cens
         destinations=destinations,
         starting=tuple(m.name for m in census.starting),
     )
+
+
+def _held_claims(scenario: models.Scenario, census: censuses.Census) -> list[targets.Claim]:
+    """The held members' stakes: each NotReady member within its grace, with what it keeps.
+
+    Left out of the targets, a held pod's partitions would make the live members balance
+    among themselves: a pod joining meanwhile would take shares of the live members only,
+    and the held pod, back, would hand its surplus on to them: moves the change did not need.
+    """
+    if not census.held:
+        return []
+    holding: dict[models.MemberName, int] = {}
+    for p in census.held:
+        owner = scenario.assignment[p].owner
+        assert owner is not None
+        holding[owner] = holding.get(owner, 0) + 1
+    return [
+        targets.Claim(name=m.name, weight=m.weight, current=holding[m.name])
+        for m in scenario.members
+        if m.name in holding
+    ]
 
 
 def _overflow(
