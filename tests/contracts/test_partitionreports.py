@@ -31,7 +31,7 @@ def test_a_report_round_trips_for_the_epoch_the_pod_owns() -> None:
 
 def test_only_the_first_line_of_an_error_is_kept_and_it_is_bounded() -> None:
     long = "Traceback (most recent call last):\n  File x\nValueError"
-    assert reports.first_line(long) == "Traceback (most recent call last):"
+    assert reports.first_line(long) == "ValueError"
     assert len(reports.first_line("x" * 10_000)) == reports.MAX_ERROR_CHARS
     value = reports.build({"3": report(error="y" * 10_000 + "\nmore")})
     parsed = reports.parse({reports.ANNOTATION: value}, current={"3": 4})
@@ -74,3 +74,26 @@ def test_malformed_input_is_ignored_not_fatal() -> None:
 def test_an_oversized_annotation_is_ignored_whole() -> None:
     padded = {"3": {"epoch": 4, "state": "failing", "error": "x" * reports.MAX_ANNOTATION_BYTES}}
     assert reports.parse(annotations(padded), current={"3": 4}) == {}
+
+
+def test_an_error_that_carries_a_traceback_names_its_cause() -> None:
+    # Spark's PythonException, as a failing UDF raises it: the first line names no cause.
+    error = (
+        "PythonException: An exception was thrown from the Python worker:\n"
+        "Traceback (most recent call last):\n"
+        '  File "worker.py", line 4207, in invoke_udf\n'
+        "    func = read_udfs(\n"
+        "           ^^^^^^^^^^\n"
+        "ValueError: poison 1/5\n"
+        "  more text of the message\n"
+    )
+    assert reports.first_line(error) == (
+        "PythonException: An exception was thrown from the Python worker: ValueError: poison 1/5"
+    )
+    # A message that already names its cause first is kept as it is.
+    assert (
+        reports.first_line(
+            "ValueError: bad\nTraceback (most recent call last):\n  File x\nValueError: bad"
+        )
+        == "ValueError: bad"
+    )

@@ -31,7 +31,7 @@ from azure.storage.blob.aio import ContainerClient
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import deliveries
-from eventhub_balancer.contracts import checkpointblobs
+from eventhub_balancer.contracts import checkpointblobs, partitionreports
 
 #: The folder beside ``checkpoint/`` and ``ownership/``.
 KIND: Final = "deadletter"
@@ -294,6 +294,6 @@ def decode_events(body: DeadLetterBody) -> list[deliveries.ReceivedEvent]:
 
 
 def first_line(text: str) -> str:
-    """An error's first line: what a table has room for (tracebacks end with the message)."""
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[0] if lines else ""
+    """An error's first line, as a partition report shows it: what a table has room for,
+    naming the cause a traceback in the message ends with (`partitionreports.first_line`)."""
+    return partitionreports.first_line(text)

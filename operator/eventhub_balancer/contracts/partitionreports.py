@@ -63,9 +63,24 @@ class PartitionReport:
     error: str = ""
 
 
+#: The header of a Python traceback, which some errors carry in their message (Spark's
+#: ``PythonException`` does: the worker's traceback, under one line that names no cause).
+TRACEBACK = "Traceback (most recent call last):"
+
+
 def first_line(error: str) -> str:
-    """An error message as a report carries it: its first line, bounded."""
-    line = error.strip().splitlines()[0] if error.strip() else ""
+    """An error message as a report carries it: its first line, bounded. When the message
+    carries a Python traceback, its cause (the traceback's exception line) is what the line
+    says after the first, or instead of a first line that is the traceback's header."""
+    lines = error.strip().splitlines()
+    line = lines[0].strip() if lines else ""
+    if TRACEBACK in error:
+        tail = error.rsplit(TRACEBACK, 1)[1].splitlines()
+        cause = next((t.strip() for t in tail if t.strip() and not t[0].isspace()), "")
+        if line == TRACEBACK or not line:
+            line = cause or line
+        elif cause and cause not in line:
+            line = f"{line.rstrip(': ')}: {cause}"
     return line[:MAX_ERROR_CHARS]
 
 
