@@ -106,7 +106,7 @@ def test_every_key_is_read() -> None:
         (
             with_(members=[{"name": "a", "wieght": 2}]),
             "members[0].wieght: unknown key "
-            "(expected one of name, state, since, weight, starting, outgoing)",
+            "(expected one of name, state, since, weight, starting, outgoing, restarted)",
         ),
         (
             with_(assignment={"1": {"owner": "a", "epoch": -1}}),

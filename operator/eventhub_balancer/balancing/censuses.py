@@ -24,7 +24,8 @@ def standing(member: models.Member | None, *, now: float, options: models.Option
     if member is None:
         return "gone"
     if member.state == "ready":
-        return "live"
+        on_probation = member.restarted and now - member.since < options.pod_grace_seconds
+        return "held" if on_probation else "live"
     if member.state == "terminating":
         return "draining"
     if now - member.since < options.pod_grace_seconds:
@@ -62,8 +63,9 @@ class Census:
     held: list[models.PartitionId] = dataclasses.field(default_factory=list)
     vanished: list[models.Move] = dataclasses.field(default_factory=list)
     #: NotReady members that are starting (`models.Member.starting`), hold nothing and are
-    #: within their grace, by name: weighting by count gives them a share they do not get
-    #: yet, so that the partitions they will take stay where they are until they are Ready
+    #: within their grace, and restarted members on probation holding nothing, by name:
+    #: weighting by count gives them a share they do not get yet, so that the partitions they
+    #: will take stay where they are until they are Ready (or their probation is over)
     starting: list[models.Member] = dataclasses.field(default_factory=list)
     #: when the terminating owners whose own releases are waited for stop being waited for
     release_deadlines: set[float] = dataclasses.field(default_factory=set)
@@ -71,6 +73,8 @@ class Census:
     #: ago while members it replaces are still there (`models.Member.outgoing`), by name:
     #: nothing is revoked for their shares, which the replaced pods' partitions fill
     incoming: dict[models.MemberName, float] = dataclasses.field(default_factory=dict)
+    #: when the restarted members on probation (held while Ready) start getting partitions
+    probation: set[float] = dataclasses.field(default_factory=set)
 
     @property
     def never_owned(self) -> frozenset[models.PartitionId]:
@@ -112,13 +116,17 @@ def take_census(scenario: models.Scenario) -> Census:
         (
             m
             for m in scenario.members
-            if m.starting
-            and m.state == "notready"
+            if (m.starting or m.state == "ready")  # a restarted pod Ready on probation
             and standings[m.name] == "held"
             and m.name not in owners
         ),
         key=lambda m: models.name_key(m.name),
     )
+    census.probation = {
+        m.since + options.pod_grace_seconds
+        for m in scenario.members
+        if m.state == "ready" and standings[m.name] == "held"
+    }
     if any(m.outgoing for m in scenario.members if standings[m.name] in ("live", "held")):
         census.incoming = {
             m.name: m.since + options.pod_grace_seconds

@@ -82,6 +82,11 @@ class Member:
     #: revision's pod that just turned Ready waits for the partitions of the pod it replaces
     #: rather than taking a share of every pod, so that each partition moves once.
     outgoing: bool = False
+    #: Ready only: it turned Ready after one of its containers ended and restarted (a crash,
+    #: an OOM kill). Until it has been Ready for ``podGraceSeconds`` it is on probation: it
+    #: keeps what it holds and gets nothing new, so that a pod in a crash loop, Ready for a
+    #: few seconds after each restart, does not pull partitions off the others every time.
+    restarted: bool = False
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -162,6 +167,8 @@ class Plan:
     #: when the pods of a rolling update's new revision stop waiting for the partitions of the
     #: pods they replace: their shares are revoked from the others from then on
     incoming_deadlines: tuple[float, ...] = ()
+    #: when the restarted members on probation (`Member.restarted`) start getting partitions
+    probation_deadlines: tuple[float, ...] = ()
 
 
 _RUNS = re.compile(r"(\d+)")

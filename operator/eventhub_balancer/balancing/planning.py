@@ -3,8 +3,10 @@
 The operator runs `plan` every cycle with what it observed (members, the assignment read back
 from the ConfigMaps, acknowledgements, `now`) and writes what changed. The rules, in order:
 
-1. Every member has a *standing*: ready members are live; NotReady members are held (they
-   keep what they own, get nothing new) until ``podGraceSeconds`` passed, then gone;
+1. Every member has a *standing*: ready members are live, except that one Ready after a
+   container restart is held for ``podGraceSeconds`` (`models.Member.restarted`, a probation
+   that keeps a crash loop from pulling partitions at each restart); NotReady members are
+   held (they keep what they own, get nothing new) until ``podGraceSeconds`` passed, then gone;
    terminating members are draining; members absent from the list are gone.
 2. Every partition is then one of: kept by its live owner; held by a held owner; revoking and
    still waiting for its owner's acknowledgement (in flight); owned by a draining member (in
@@ -304,6 +306,7 @@ def _assemble(
         starting=decision.starting,
         release_deadlines=tuple(sorted(census.release_deadlines)),
         incoming_deadlines=tuple(sorted(set(census.incoming.values()))),
+        probation_deadlines=tuple(sorted(census.probation)),
     )
 
 

@@ -25,6 +25,7 @@ class MemberBody(TypedDict):
     weight: NotRequired[float]  # default 1
     starting: NotRequired[bool]  # default false
     outgoing: NotRequired[bool]  # default false
+    restarted: NotRequired[bool]  # default false
 
 
 class OwnershipBody(TypedDict):
@@ -69,7 +70,7 @@ class PlanBody(TypedDict):
 _Choice = TypeVar("_Choice", bound=str)
 
 _SCENARIO_KEYS = ("partitions", "members", "assignment", "released", "lag", "now", "options")
-_MEMBER_KEYS = ("name", "state", "since", "weight", "starting", "outgoing")
+_MEMBER_KEYS = ("name", "state", "since", "weight", "starting", "outgoing", "restarted")
 _OWNERSHIP_KEYS = ("owner", "epoch", "state", "since")
 _OPTION_KEYS = (
     "podGraceSeconds",
@@ -218,6 +219,7 @@ def dump_scenario(scenario: models.Scenario) -> ScenarioBody:
                 "weight": _plain(m.weight),
                 "starting": m.starting,
                 "outgoing": m.outgoing,
+                "restarted": m.restarted,
             }
             for m in scenario.members
         ],
@@ -307,7 +309,7 @@ def _member(raw: object, field: str) -> models.Member:
     weight = _number(body.get("weight", 1), f"{field}.weight")
     if weight <= 0:
         raise errors.InvalidInput(f"{field}.weight", f"must be positive, got {body['weight']}")
-    flags = {key: body.get(key, False) for key in ("starting", "outgoing")}
+    flags = {key: body.get(key, False) for key in _MEMBER_KEYS[4:]}
     for key, flag in flags.items():
         if not isinstance(flag, bool):
             raise errors.InvalidInput(
@@ -320,6 +322,7 @@ def _member(raw: object, field: str) -> models.Member:
         weight=weight,
         starting=flags["starting"],
         outgoing=flags["outgoing"],
+        restarted=flags["restarted"],
     )
 
 

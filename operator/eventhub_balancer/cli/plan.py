@@ -148,6 +148,8 @@ def _epochs(epochs: Iterable[int]) -> str:
 
 def _state(scenario: models.Scenario, member: models.Member, plan: models.Plan) -> str:
     standing = planning.standing(member, now=scenario.now, options=scenario.options)
+    if member.state == "ready" and standing == "held":
+        return "ready (probation)"
     if member.name in plan.starting:
         return "notready (starting)"
     if member.state == "notready":

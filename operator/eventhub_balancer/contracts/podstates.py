@@ -24,9 +24,17 @@ class PodConditionBody(TypedDict, total=False):
     lastTransitionTime: str
 
 
+class ContainerStatusBody(TypedDict, total=False):
+    name: str
+    restartCount: int
+    #: ``{"terminated": {"finishedAt": ...}}`` once a container of the pod ended and restarted
+    lastState: dict[str, dict[str, Any]]
+
+
 class PodStatusBody(TypedDict, total=False):
     phase: str
     conditions: list[PodConditionBody]
+    containerStatuses: list[ContainerStatusBody]
 
 
 class PodMetadataBody(TypedDict, total=False):
@@ -63,6 +71,9 @@ class PodState:
     #: The Deployment's revision the pod runs: (Deployment, pod-template-hash, creation
     #: time), read from its ReplicaSet owner; None for a pod no Deployment made
     revision: tuple[str, str, datetime.datetime] | None = None
+    #: Ready only: this Ready spell began within `RESTART_WINDOW` of a container's
+    #: termination (`models.Member.restarted`)
+    restarted: bool = False
 
     @property
     def ready(self) -> bool:
@@ -73,6 +84,10 @@ _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 #: The longest termination grace period taken at its word (a year): beyond it, the
 #: deletionTimestamp alone is the moment the pod began terminating.
 MAX_GRACE = 365 * 24 * 3600
+#: A Ready spell that began this long after a container's termination or sooner follows a
+#: restart: the kubelet's longest back-off between restarts is 5 minutes, and it forgets a
+#: crash loop after 10 minutes of running.
+RESTART_WINDOW = 600.0
 
 
 def pod_state(pod: Mapping[str, Any]) -> PodState:
@@ -101,7 +116,11 @@ def pod_state(pod: Mapping[str, Any]) -> PodState:
             ready_condition = condition
     since = timestamps.parse_time(ready_condition.get("lastTransitionTime")) or created
     if phase == "Running" and ready_condition.get("status") == "True":
-        return PodState(name=name, uid=uid, state="ready", since=since, revision=revision)
+        ended = [t for t in map(timestamps.parse_time, _terminations(status)) if t is not None]
+        restarted = any(0 <= (since - t).total_seconds() <= RESTART_WINDOW for t in ended)
+        return PodState(
+            name=name, uid=uid, state="ready", since=since, revision=revision, restarted=restarted
+        )
     # A pod the scheduler has not placed may wait for a node indefinitely; one on a node is
     # pulling its images, starting its containers or waiting for its readiness probe.
     starting = phase == "Running" or (phase == "Pending" and _scheduled(pod))
@@ -151,6 +170,17 @@ def outgoing(states: Iterable[PodState]) -> frozenset[str]:
     )
 
 
+def _terminations(status: Mapping[str, Any]) -> tuple[object, ...]:
+    """When the pod's containers last ended (``lastState.terminated.finishedAt``), as written."""
+    found: list[object] = []
+    for container in status.get("containerStatuses") or []:
+        last = container.get("lastState") if isinstance(container, Mapping) else None
+        ended = last.get("terminated") if isinstance(last, Mapping) else None
+        if isinstance(ended, Mapping):
+            found.append(ended.get("finishedAt"))
+    return tuple(found)
+
+
 def _scheduled(pod: Mapping[str, Any]) -> bool:
     if (pod.get("spec") or {}).get("nodeName"):
         return True
@@ -175,6 +205,7 @@ def state_inputs(pod: Mapping[str, Any]) -> tuple[object, ...]:
         (pod.get("spec") or {}).get("nodeName"),
         (meta.get("labels") or {}).get(TEMPLATE_HASH),
         repr(meta.get("ownerReferences")),
+        _terminations(status),
     )
 
 

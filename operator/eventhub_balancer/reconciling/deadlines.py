@@ -76,7 +76,7 @@ def next_in(
         if p.name in owners or (p.starting and end > wall):
             deadlines.append(end)
     deadlines += held
-    deadlines += (*plan.release_deadlines, *plan.incoming_deadlines)
+    deadlines += (*plan.release_deadlines, *plan.incoming_deadlines, *plan.probation_deadlines)
     future = [d - wall for d in deadlines if d - wall > -STALE_DEADLINE]
     return max(MIN_NEXT_IN, min(future)) if future else None
 

@@ -55,6 +55,7 @@ class PodRead:
             since=podstates.to_seconds(s.since),
             starting=s.starting,
             outgoing=outgoing,
+            restarted=s.restarted,
         )
 
 
