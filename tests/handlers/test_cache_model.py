@@ -7,18 +7,23 @@ arrive reordered against each other, one kind may lag alone; events lost with a 
 a fresh read of the pods in flight while a pod is deleted or relabelled, a daemon restarted
 while the pods relisting is in flight, a replica paused for its peer and resumed (its
 daemon started again from kopf's indexes), a pod's ConfigMap deleted by someone else,
-partition listings that lack partitions, the replicas' cycles, and the clock. A re-list is
-what kopf's handlers see of one: a listing event per object, none when nothing is listed.
+every ConfigMap deleted while the replicas' ConfigMap streams were away (the re-list that
+follows lists nothing, so sends no event), partition listings that lack partitions, the
+replicas' cycles, and the clock. A re-list is what kopf's handlers see of one: a listing
+event per object, none when nothing is listed.
 Time passes as it does for the daemons: each replica cycles every `INTERVAL` seconds and
-lists the pods afresh every `relisting.RELIST_SECONDS`, whatever its watch delivered. After
+lists the pods afresh every `relisting.RELIST_SECONDS` (its ConfigMaps every
+`relisting.CONFIGMAP_RELIST_SECONDS`), whatever its watch delivered. After
 every step, over the API server's own record of writes (`ledgers`) and what the pods are told:
 - epochs strictly rise per partition: ``status.epochs`` never goes down;
 - no two pods hold one partition at one epoch;
 - no partition stays with a pod that does not exist, or that left the selector, for more
-  than `BOUND` seconds.
+  than `BOUND` seconds;
+- no roster holds a ConfigMap the API server no longer has for more than `CONFIGMAP_BOUND`.
 After a quiet spell with the watches in step, within `BOUND`: no deleted or relabelled pod is
 left in a roster or holds a partition; then each replica's roster equals a fresh listing,
-every partition is owned, and the assignment is balanced again.
+every partition is owned (each live pod has its ConfigMap again), and the assignment is
+balanced again.
 """
 
 from __future__ import annotations
@@ -49,6 +54,10 @@ INTERVAL = 5.0
 #: is confirmed within `readbacks.ACK_CONFIRM_SECONDS`, and a cycle follows within an
 #: interval; a conflict with the other replica costs one more interval.
 BOUND = relisting.RELIST_SECONDS + readbacks.ACK_CONFIRM_SECONDS + 2 * INTERVAL
+#: The longest a replica's roster may hold a ConfigMap the API server no longer has (deleted
+#: while the watch was away): the ConfigMaps are listed afresh at every sixth turn of the
+#: relisting, which turns every `relisting.RELIST_SECONDS`.
+CONFIGMAP_BOUND = relisting.CONFIGMAP_RELIST_SECONDS + relisting.RELIST_SECONDS
 
 
 class Clock:
@@ -72,6 +81,8 @@ class TwoReplicas(RuleBasedStateMachine):
         )
         #: pod -> since when (clock) a partition is with it while it is gone or unselected
         self.ghosts: dict[str, float] = {}
+        #: (replica, ConfigMap uid) -> since when its roster holds it and the API server not
+        self.phantoms: dict[tuple[int, str], float] = {}
 
     def teardown(self) -> None:
         self.loop.close()
@@ -155,6 +166,18 @@ class TwoReplicas(RuleBasedStateMachine):
         watch = self.replicas[replica].watch
         watch.skip(kind)
         watch.relist(kind)
+
+    @rule()
+    def lose_every_configmap(self) -> None:
+        """While the replicas' ConfigMap streams are away, every ConfigMap is deleted; each
+        stream is answered 410 and lists again: nothing, so no event, and the replicas stay
+        active while time passes (their rosters hold the ConfigMaps at most so long)."""
+        for key in [k for k in self.kube.objects if k[:2] == ("configmap", NS)]:
+            self.kube._deleted("configmap", self.kube.objects.pop(key))
+        for replica in self.replicas:
+            replica.watch.skip("configmap")
+            replica.watch.relist("configmap")
+        self._pass(CONFIGMAP_BOUND + INTERVAL)
 
     @rule(replica=st.sampled_from((0, 1)))
     def pause_and_resume(self, replica: int) -> None:
@@ -280,6 +303,26 @@ class TwoReplicas(RuleBasedStateMachine):
                 if before // INTERVAL < self.clock.now // INTERVAL:
                     self._run(index)
             self._watch_ghosts()
+            self._watch_phantoms()
+
+    def _watch_phantoms(self) -> None:
+        """No roster holds a ConfigMap the API server lacks beyond `CONFIGMAP_BOUND`: a
+        pod whose ConfigMap is gone runs no partition, and a roster that holds it writes
+        nothing to bring it back."""
+        existing = {
+            body["metadata"]["uid"]
+            for (kind, ns, _), body in self.kube.objects.items()
+            if kind == "configmap" and ns == NS
+        }
+        held: set[tuple[int, str]] = set()
+        for index, replica in enumerate(self.replicas):
+            roster = replica.cache.following.roster(namespace=NS, name=NAME)
+            for body in roster.items(shelves.CONFIGMAPS) if roster is not None else ():
+                held.add((index, body["metadata"]["uid"]))
+        phantoms = {key for key in held if key[1] not in existing}
+        self.phantoms = {key: self.phantoms.get(key, self.clock.now) for key in phantoms}
+        for key, since in self.phantoms.items():
+            assert self.clock.now - since <= CONFIGMAP_BOUND, (key, since, self.clock.now)
 
     def _watch_ghosts(self) -> None:
         """No partition stays with a pod that is gone or left the selector beyond `BOUND`."""
@@ -297,6 +340,7 @@ class TwoReplicas(RuleBasedStateMachine):
     @invariant()
     def no_ghost_beyond_the_bound(self) -> None:
         self._watch_ghosts()
+        self._watch_phantoms()
 
     @rule()
     def quiet(self) -> None:
@@ -312,7 +356,12 @@ class TwoReplicas(RuleBasedStateMachine):
             self.acknowledge()
             if self.clock.now - quiet_since < BOUND:
                 self._check_left(quiet_since)
-            self.clock.now += 31.0  # past any grace period or hand-off timeout
+            # Past any grace period or hand-off timeout; the relisting turns meanwhile.
+            for _ in range(3):
+                self.clock.now += relisting.RELIST_SECONDS
+                for replica in self.replicas:
+                    self.loop.run_until_complete(replica.cache.relisting.relist())
+            self.clock.now += 1.0
         for replica in self.replicas:
             replica.watch.deliver()
         self._check_quiet()
@@ -347,6 +396,9 @@ class TwoReplicas(RuleBasedStateMachine):
                 for b in roster.items(shelves.PODS)
             }
             assert held == fresh
+            managed = self.loop.run_until_complete(self.kube.list_managed_configmaps(namespace=NS))
+            kept = {b["metadata"]["name"] for b in roster.items(shelves.CONFIGMAPS)}
+            assert kept == {b["metadata"]["name"] for b in managed.items}
         ready = {
             b["metadata"]["name"]
             for b in listed.items

@@ -6,20 +6,27 @@ that went on holding the ConfigMap left the pod's partitions unserved for good: 
 cycle writes nothing.
 
 `watches.Watch.relist` plays kopf's listing as its handlers see it: one event of type None per
-object, none for an empty listing, and nothing at its end.
+object, none for an empty listing, and nothing at its end. So an operator that stays active
+through a re-list that lists no ConfigMap at all is told nothing: the managed ConfigMaps of
+each namespace are listed afresh every `relisting.CONFIGMAP_RELIST_SECONDS`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
 
 import pytest
 
 from eventhub_balancer.adapters import listings
 from eventhub_balancer.contracts import configmaps
-from tests.handlers import test_caching, test_cycles
+from eventhub_balancer.handlers.cache import relisting, shelves
+from tests.handlers import test_caching, test_cycles, test_daemons
 from tests.handlers.test_caching import NAME, NS, Clock, at, owners, settle
 from tests.support import fakes, watches
 
 PARTITIONS = {"0", "1", "2", "3"}
+
+running = test_daemons.running
 
 
 @pytest.fixture
@@ -101,3 +108,102 @@ async def test_a_daemon_resumed_after_its_configmaps_went_writes_them_again(
     assert set(owners(kube)) == PARTITIONS
     test_caching.assert_safe(kube)
     assert listed == [NAME]  # once, for the roster started again
+
+
+@pytest.mark.looptime
+async def test_configmaps_all_deleted_during_a_watch_gap_are_written_again_within_a_minute(
+    running: Callable[..., test_daemons.Daemon],
+) -> None:
+    """The operator stays active; while its ConfigMap watch is away, both pods' ConfigMaps
+    are deleted, and the watch is answered 410 and lists again: nothing to list, so no event at
+    all, and kopf's index still holds both. The daemon runs on (its interval is 100 s) and
+    nothing it writes or reads tells: the ConfigMaps listed afresh do, within
+    `relisting.CONFIGMAP_RELIST_SECONDS` and a cycle."""
+    daemon = running("a", "b")
+    await daemon.until(1)
+    daemon.deliver()
+    await daemon.until(5)
+    assert set(owners(daemon.kube)) == PARTITIONS
+    for pod in ("a", "b"):
+        delete_configmap(daemon.kube, pod)
+    daemon.watch.skip("configmap")  # the DELETED events are lost with the stream
+    daemon.watch.relist("configmap")  # an empty listing: no event
+    deleted = test_daemons.loop_time()
+    listed = daemon.operator.cache.relisting.listings
+    await daemon.until(deleted + relisting.CONFIGMAP_RELIST_SECONDS + 2)
+    assert set(owners(daemon.kube).values()) == {"a", "b"}
+    assert set(owners(daemon.kube)) == PARTITIONS
+    test_caching.assert_safe(daemon.kube)
+    # Its cost: beside the pods' LIST every 10 s, one LIST of the namespace's ConfigMaps.
+    assert daemon.operator.cache.relisting.configmap_listings == 1
+    assert daemon.operator.cache.relisting.listings - listed == 6 + 1
+
+
+class GatedKube(fakes.FakeKube):
+    """The in-memory API; the relisting's LIST of ConfigMaps answers what the API server had
+    when it was asked, once the test lets it go (``gate``), after ``meanwhile`` ran."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        for key, body in test_cycles.make_kube().objects.items():
+            self.objects[key] = body
+        self.meanwhile: Callable[[], Awaitable[None]] | None = None
+
+    async def list_managed_configmaps(self, *, namespace: str) -> listings.Listing:
+        listing = await super().list_managed_configmaps(namespace=namespace)
+        if self.meanwhile is not None:
+            meanwhile, self.meanwhile = self.meanwhile, None
+            await meanwhile()
+        return listing
+
+
+async def relist_configmaps_across(
+    replica: watches.Replica, meanwhile: Callable[[], Awaitable[None]]
+) -> list[tuple[str, str]]:
+    """Relisting turns up to the one that lists the ConfigMaps, ``meanwhile`` run while its
+    LIST is on its way; the consumers woken."""
+    kube = replica.watch.kube
+    assert isinstance(kube, GatedKube)
+    woken: list[tuple[str, str]] = []
+    for _ in range(round(relisting.CONFIGMAP_RELIST_SECONDS / relisting.RELIST_SECONDS)):
+        kube.meanwhile = meanwhile
+        woken += await replica.cache.relisting.relist()
+    assert kube.meanwhile is None, "no turn listed the ConfigMaps"
+    return woken
+
+
+def held_configmaps(replica: watches.Replica) -> set[str]:
+    roster = replica.cache.following.roster(namespace=NS, name=NAME)
+    assert roster is not None
+    return {b["metadata"]["name"] for b in roster.items(shelves.CONFIGMAPS)}
+
+
+@pytest.mark.parametrize("by", ["someone", "operator"])
+async def test_a_configmap_deleted_while_its_listing_is_in_flight_stays_deleted(
+    hubs: fakes.FakeHubs, clock: Clock, by: str
+) -> None:
+    """The relisting's LIST of ConfigMaps is answered with b's ConfigMap; before the answer
+    arrives, it is deleted, by someone else (the watch shows its DELETED) or by the operator
+    itself (its version unknown): the older answer must not bring it back."""
+    kube = GatedKube()
+    replica = watches.Replica(kube, hubs, clock=clock)
+    t = await settle(replica, kube, clock, start=0)
+    gone = kube.configmap_of(NS, "b")["metadata"]
+
+    async def delete() -> None:
+        if by == "someone":
+            delete_configmap(kube, "b")
+            replica.watch.deliver("configmap")
+        else:
+            await replica.cache.view.delete_configmap(
+                namespace=NS, name=gone["name"], uid=gone["uid"]
+            )
+
+    assert gone["name"] in held_configmaps(replica)
+    await relist_configmaps_across(replica, delete)
+    assert gone["name"] not in held_configmaps(replica)
+    assert replica.cache.relisting.configmap_listings == 1
+    # And the next cycle writes b's ConfigMap again.
+    await settle(replica, kube, clock, start=t)
+    assert set(owners(kube).values()) == {"a", "b"}
+    test_caching.assert_safe(kube)

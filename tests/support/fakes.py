@@ -145,6 +145,12 @@ class FakeKube:
         )
         return listings.Listing(items=tuple(items), metadata={"resourceVersion": self.version})
 
+    async def list_managed_configmaps(self, *, namespace: str) -> listings.Listing:
+        items = await self.list_configmaps(
+            namespace=namespace, label_selector=configmaps.MANAGED_SELECTOR
+        )
+        return listings.Listing(items=tuple(items), metadata={"resourceVersion": self.version})
+
     async def read_configmap(self, *, namespace: str, name: str) -> dict[str, Any] | None:
         self._maybe_fail("read_configmap")
         body = self.objects.get(("configmap", namespace, name))

@@ -112,6 +112,16 @@ class KubeReads(kubeclients.KubeClient):
             label_selector=selector,
         )
 
+    async def list_managed_configmaps(self, *, namespace: str) -> listings.Listing:
+        """Every ConfigMap the operator manages in ``namespace``, with the listing's own
+        resourceVersion (the relisting's, `handlers.cache.relisting`)."""
+        return await self._listing(
+            f"configmaps in {namespace} ({configmaps.MANAGED_SELECTOR})",
+            self._core.list_namespaced_config_map,
+            namespace=namespace,
+            label_selector=configmaps.MANAGED_SELECTOR,
+        )
+
     async def _listing(
         self, what: str, call: Callable[..., Any], **kwargs: Any
     ) -> listings.Listing:

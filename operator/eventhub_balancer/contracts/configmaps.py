@@ -29,6 +29,8 @@ LABEL_POD = PREFIX + "pod"
 #: Label on the ConfigMap that marks it as ours, whatever the consumer is called.
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "eventhub-balancer"
+#: The label selector of every ConfigMap the operator manages in a namespace (what it watches).
+MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 
 #: Annotation (operator): the uid of the pod the ConfigMap belongs to; a pod re-created under
 #: the same name (a StatefulSet) gets a fresh ConfigMap rather than the old pod's partitions.

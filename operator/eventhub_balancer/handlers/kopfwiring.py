@@ -45,7 +45,7 @@ CYCLE_FINISH_SECONDS = 5.0
 #: on another node has, 5 s or more, is kopf's and the same at any lifetime.
 PEERING_LIFETIME_SECONDS = 15
 #: The ConfigMaps the operator watches: those it writes (the API server filters the rest out).
-CONFIGMAPS_SELECTOR = f"{configmaps.LABEL_MANAGED_BY}={configmaps.MANAGED_BY}"
+CONFIGMAPS_SELECTOR = configmaps.MANAGED_SELECTOR
 #: The names of kopf's indexes (the rosters start from them: `cache.tracking.Following`).
 INDEXES = {
     shelves.CONSUMERS: "ehb_consumers",

@@ -147,6 +147,9 @@ class ListingPort(ApiPort, Protocol):
         self, *, namespace: str, consumer: str
     ) -> listings.Listing: ...
 
+    async def list_managed_configmaps(self, *, namespace: str) -> listings.Listing:
+        """Every ConfigMap the operator manages in ``namespace`` (what its watch selects)."""
+
 
 class HubPort(Protocol):
     """Event Hubs and the checkpoint store. ``namespace`` is the Kubernetes namespace of the

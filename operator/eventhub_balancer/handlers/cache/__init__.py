@@ -23,7 +23,9 @@ read afresh, per consumer and per kind, when it may be stale:
 - when the watch does not echo one of the operator's own writes within
   `rosters.ECHO_SECONDS`: that watch lags or stalled (`tracking.Following.follow`);
 - every `relisting.RELIST_SECONDS`, the pods of each namespace: the operator never writes
-  pods, so nothing else tells it that a pod watch lags (`relisting`).
+  pods, so nothing else tells it that a pod watch lags (`relisting`);
+- every `relisting.CONFIGMAP_RELIST_SECONDS`, the managed ConfigMaps of each namespace: a
+  re-list that lists none sends no event, and kopf's index keeps what it lacks (`relisting`).
 
 The modules, from the whole down to its parts (an import-linter contract holds the order):
 `caches` builds the parts over one `seen.Seen`; `tracking` (`ports.WatchPort` and

@@ -1,4 +1,5 @@
-"""What a pod watch that lags has not delivered yet, found within `RELIST_SECONDS`.
+"""What a pod watch that lags has not delivered yet, found within `RELIST_SECONDS`; what the
+ConfigMap watch lost in a gap, within `CONFIGMAP_RELIST_SECONDS`.
 
 A watch that goes silent is noticed: kopf reconnects it (`kopfwiring.WATCH_INACTIVITY_SECONDS`).
 A watch whose events come late is not, unless something tells: the operator's own writes do
@@ -16,9 +17,23 @@ listing is also what tells a decision that a pod the record names is gone
 (`covering`): in a namespace shared with other workloads, their pods are neither sent nor
 parsed every 10 s.
 
+At every sixth turn (`CONFIGMAP_RELIST_SECONDS`), each namespace's managed ConfigMaps are
+listed too (`Relisting.relist_configmaps`: the selector of their watch), and offered the same
+way. kopf keeps in its index a ConfigMap deleted while its watch was away, and a re-list that
+lists no ConfigMap at all sends no event, so an operator that stays active is told nothing:
+its rosters held the ConfigMaps, a steady cycle wrote nothing, and the pods, which run no
+partition without their ConfigMap, stayed idle for good. The listing drops such a ConfigMap
+from its roster, and the consumer woken writes it again. They are listed before the pods of
+that turn, so a ConfigMap found gone is settled by the pods listed next
+(`rosters.Roster.vanished`), and the consumers are woken once both are in. A ConfigMap
+deleted while its LIST is on its way stays deleted: by someone else (the DELETED is newer than
+the answer, `rosters.Roster.asking`), or by the operator (the uid it deleted is never taken
+back, `shelves.Shelf.remove`).
+
 The cost, documented in docs/operator.md: one LIST of a namespace's pods per namespace and
-`RELIST_SECONDS`, beside the cycles; a steady cycle still makes no request. A failed listing
-is logged and tried again at the next turn: the rosters stay as they were.
+`RELIST_SECONDS`, and one of its ConfigMaps per `CONFIGMAP_RELIST_SECONDS`, beside the cycles
+(both counted in `Relisting.listings`); a steady cycle still makes no request. A failed
+listing is logged and tried again at the next turn: the rosters stay as they were.
 
 The other EventHubConsumers (the peers a consumer may yield to: `conflicts`) come from kopf's
 index alone, and kopf drops an entry only on a DELETED event: a consumer deleted while the
@@ -36,9 +51,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 
 from eventhub_balancer import errors
+from eventhub_balancer.adapters import listings
 from eventhub_balancer.contracts import conditions, labelselectors
 from eventhub_balancer.handlers import ports
 from eventhub_balancer.handlers.cache import rosters, seen, shelves
@@ -49,6 +65,12 @@ logger = logging.getLogger(__name__)
 #: How often each namespace's pods are listed afresh: a pod watch that lags, however late,
 #: holds a change back at most this long (plus the listing and a cycle).
 RELIST_SECONDS = 10.0
+#: How often each namespace's managed ConfigMaps are listed afresh (at every sixth turn): the
+#: bound on a ConfigMap deleted in a watch gap that no re-list event tells (a pod without one
+#: runs no partition). Slower than the pods: the echoes of the operator's own writes already
+#: tell a ConfigMap stream that lags, such a deletion is rare, and each LIST carries every
+#: managed ConfigMap of the namespace (one per pod).
+CONFIGMAP_RELIST_SECONDS = 60.0
 #: Every pod of a namespace: the rosters pick what their selectors match.
 EVERY_POD = labelselectors.Selector()
 #: The most values one ``key in (...)`` covering selector names; beyond, every pod is listed
@@ -70,6 +92,7 @@ class Relisting:
         *,
         wake: Callable[[Key], None],
         seconds: float = RELIST_SECONDS,
+        configmap_seconds: float = CONFIGMAP_RELIST_SECONDS,
         pod_scope: labelselectors.Selector | None = None,
         ghosts: Ghosts | None = None,
     ) -> None:
@@ -81,8 +104,14 @@ class Relisting:
         self.pod_scope = pod_scope
         self.wake = wake
         self.seconds = seconds
-        #: LISTs made so far: what the relisting costs, counted apart from the cycles'.
+        self.configmap_seconds = configmap_seconds
+        #: LISTs made so far, of pods and ConfigMaps: what the relisting costs, counted apart
+        #: from the cycles' (`ehb bench operator` leaves them out of a steady cycle's requests).
         self.listings = 0
+        #: of those, the ConfigMaps' LISTs
+        self.configmap_listings = 0
+        #: per namespace with consumers, the turns left before its ConfigMaps are listed
+        self._configmaps_due: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -104,44 +133,105 @@ class Relisting:
                 await self.ghosts.check()
 
     async def relist(self) -> list[Key]:
-        """List every namespace's pods once; the consumers woken."""
+        """One turn: every namespace's pods, and its ConfigMaps when their turn comes (every
+        `CONFIGMAP_RELIST_SECONDS`; a failed listing is tried again at the next turn); the
+        consumers woken, once both listings of a namespace are in."""
         woken: list[Key] = []
-        for namespace in sorted({ns for ns, _ in self.kept.by_key}):
+        every = max(1, round(self.configmap_seconds / self.seconds))
+        # Per namespace with consumers, the turns left before its ConfigMaps are listed: a
+        # namespace's consumers list theirs when their daemons start, so it waits a whole one.
+        due = {ns: self._configmaps_due.get(ns, every) - 1 for ns, _ in self.kept.by_key}
+        self._configmaps_due = due
+        for namespace in sorted(due):
+            changed: list[Key] = []
+            if due[namespace] <= 0:
+                # First: the pods listed next are then as new as these, so a ConfigMap found
+                # gone needs no listing of its pod of its own (`rosters.Roster.vanished`).
+                try:
+                    changed += await self.relist_configmaps(namespace)
+                    due[namespace] = every
+                except errors.EventHubBalancerError as e:
+                    logger.warning("ConfigMaps in %s were not listed afresh: %s", namespace, e)
             try:
-                woken += await self.relist_namespace(namespace)
+                changed += await self.relist_namespace(namespace)
             except errors.EventHubBalancerError as e:
                 logger.warning("pods in %s were not listed afresh: %s", namespace, e)
+            for key in dict.fromkeys(changed):
+                self.wake(key)
+                woken.append(key)
         return woken
 
     async def relist_namespace(self, namespace: str) -> list[Key]:
-        """List ``namespace``'s pods and offer them to its rosters; the consumers woken."""
-        held = [r for (ns, _), r in self.kept.by_key.items() if ns == namespace]
+        """List ``namespace``'s pods and offer them to its rosters; the consumers whose roster
+        changed."""
+        held = self._held(namespace)
         selector = covering([r.lookup for r in held]).both(self.pod_scope)
-        asked = {(r.namespace, r.name): r.shelves[shelves.PODS] for r in held}
-        with contextlib.ExitStack() as asking:
-            for roster in held:
-                asking.enter_context(roster.asking(shelves.PODS))
-            self.listings += 1
-            listing = await self.api.list_selected_pods(namespace=namespace, selector=selector)
-            changed = self.kept.relisted(
-                namespace,
-                shelves.PODS,
-                listing.items,
-                at=shelves.number(listing.metadata.get("resourceVersion")),
-                keys=lambda body: shelves.pod_keys(
-                    namespace, (body.get("metadata") or {}).get("labels") or {}
-                ),
-                asked=asked,
-            )
+        changed = await self._relisted(
+            namespace,
+            shelves.PODS,
+            held,
+            lambda: self.api.list_selected_pods(namespace=namespace, selector=selector),
+            keys=lambda body: shelves.pod_keys(
+                namespace, (body.get("metadata") or {}).get("labels") or {}
+            ),
+        )
         if changed:
             logger.info(
                 "%s: pods listed afresh showed what the pod watch had not delivered yet: %s",
                 namespace,
                 ", ".join(name for _, name in changed),
             )
-        for key in changed:
-            self.wake(key)
         return changed
+
+    async def relist_configmaps(self, namespace: str) -> list[Key]:
+        """List the ConfigMaps the operator manages in ``namespace`` (the selector of its
+        watch) and offer them to its rosters; the consumers whose roster changed."""
+        self.configmap_listings += 1
+        changed = await self._relisted(
+            namespace,
+            shelves.CONFIGMAPS,
+            self._held(namespace),
+            lambda: self.api.list_managed_configmaps(namespace=namespace),
+            keys=lambda body: (),
+        )
+        if changed:
+            logger.info(
+                "%s: ConfigMaps listed afresh showed what the ConfigMap watch had not "
+                "delivered (deleted while it was away?): %s",
+                namespace,
+                ", ".join(name for _, name in changed),
+            )
+        return changed
+
+    def _held(self, namespace: str) -> list[rosters.Roster]:
+        return [r for (ns, _), r in self.kept.by_key.items() if ns == namespace]
+
+    async def _relisted(
+        self,
+        namespace: str,
+        kind: str,
+        held: list[rosters.Roster],
+        ask: Callable[[], Awaitable[listings.Listing]],
+        *,
+        keys: Callable[[shelves.Body], Iterable[Hashable]],
+    ) -> list[Key]:
+        """One LIST of ``kind`` in ``namespace``, offered to the rosters ``held`` when it was
+        asked (`rosters.Rosters.relisted`): while it is on its way, each keeps what it removed
+        meanwhile removed (`rosters.Roster.asking`)."""
+        asked = {(r.namespace, r.name): r.shelves[kind] for r in held}
+        with contextlib.ExitStack() as asking:
+            for roster in held:
+                asking.enter_context(roster.asking(kind))
+            self.listings += 1
+            listing = await ask()
+            return self.kept.relisted(
+                namespace,
+                kind,
+                listing.items,
+                at=shelves.number(listing.metadata.get("resourceVersion")),
+                keys=keys,
+                asked=asked,
+            )
 
 
 def covering(lookups: Iterable[Hashable]) -> labelselectors.Selector:

@@ -15,7 +15,10 @@ that nothing older brings it back. From that rule:
 - a fresh listing (`Shelf.resync`) removes only what it lacks *and* is no newer than itself:
   an object created after the listing was answered stays;
 - while a request whose answer enters the shelf is in flight, every floor stays: the answer
-  may be older than what the watch delivered meanwhile (`Shelf.passed`).
+  may be older than what the watch delivered meanwhile (`Shelf.passed`);
+- the operator's own deletion answers no version, so its floor is unknown; the uid it deleted
+  is kept instead, and no body of that uid is taken again (a uid never comes back): a
+  listing asked before the deletion and answered after it does not bring the object back.
 
 Resource versions are opaque by contract but integers on every API server we know (etcd
 revisions); a version that is not an integer counts as newer, so the watch still wins.
@@ -156,6 +159,9 @@ class Shelf:
         self.watermark: int | None = None
         #: requests in flight whose answers enter this shelf (`rosters.Roster.asking`)
         self.pending = 0
+        #: name -> the uid the operator deleted there (`remove` at an unknown version): a body
+        #: of that uid, from a listing or a late event, is older than the deletion
+        self.deleted_uids: collections.OrderedDict[str, str] = collections.OrderedDict()
 
     def offer(self, body: Body, *, deleted: bool = False, watched: bool = False) -> bool:
         """Take ``body`` if it is newer than what is known of its name; whether that changed
@@ -188,6 +194,8 @@ class Shelf:
         name = str(meta(body).get("name") or "")
         if not name:
             return False
+        if not deleted and self.deleted_uids.get(name) == str(meta(body).get("uid") or ""):
+            return False  # the operator deleted that very object: this body is older
         seen = version(body)
         current = self.items.get(name)
         known = version(current) if current is not None else self.floors.get(name)
@@ -201,15 +209,22 @@ class Shelf:
             return current is not None
         self.items[name] = self.keep(body)
         self.floors.pop(name, None)
+        self.deleted_uids.pop(name, None)
         self.departed.pop(name, None)
         return True
 
     def remove(self, name: str, *, at: int | None, uid: str = "") -> bool:
         """Remove ``name`` (of ``uid``, when given) as of version ``at``."""
         current = self.items.get(name)
-        if current is None or (uid and str(meta(current).get("uid") or "") != uid):
+        held = str(meta(current).get("uid") or "") if current is not None else ""
+        if current is None or (uid and held != uid):
             return False
         self._remove(name, at=at)
+        if at is None and held:
+            self.deleted_uids[name] = held
+            self.deleted_uids.move_to_end(name)
+            while len(self.deleted_uids) > MAX_FLOORS:
+                self.deleted_uids.popitem(last=False)
         return True
 
     def _remove(self, name: str, *, at: int | None) -> None:
