@@ -50,7 +50,8 @@ class Figures(TypedDict):
     deleted_pod_reassigned_s: float
     steady_state_writes_per_cycle: float
     steady_state_requests_per_cycle: float
-    #: The pods LISTs that the periodic relisting makes beside the cycles, per minute.
+    #: The LISTs that the periodic relisting makes beside the cycles, per minute (the pods
+    #: every 10 s and the managed ConfigMaps every 60 s, per namespace).
     relisting_lists_per_minute: float
     #: The operator's CPU time over the rounds divided by the cycles in them: with a long
     #: interval few cycles run, so it carries more of what runs beside them.
@@ -152,7 +153,8 @@ class Report:
     rounds: tuple[Round, ...]
     steady_writes: int
     steady_requests: int
-    #: The pods LISTs of the periodic relisting during the steady window, and its length.
+    #: The LISTs (pods and ConfigMaps) of the periodic relisting during the steady window,
+    #: and its length.
     steady_relistings: int = 0
     steady_seconds: float = 0.0
     #: The operator's CPU time over the steady window.

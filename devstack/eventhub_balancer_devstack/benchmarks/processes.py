@@ -82,7 +82,8 @@ def serve_operator(
             "cycles": runtime.cycles_run,
             "requests": api.requests,
             "lists": api.lists,
-            # The pods listed afresh every 10 s, beside the cycles (handlers/cache/relisting).
+            # The pods listed afresh every 10 s, and the ConfigMaps every 60 s, beside the
+            # cycles (handlers/cache/relisting).
             "relistings": runtime.cache.relisting.listings,
             # Per watched kind, the re-lists kopf's watches made (a 410, a restart).
             "relists": dict(runtime.cache.watch.relists),
