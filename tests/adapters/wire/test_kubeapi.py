@@ -15,6 +15,7 @@ import urllib3.exceptions
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import kubeapi
+from eventhub_balancer.contracts import configmaps
 from eventhub_balancer_devstack.kube import LocalKubeAPI
 
 NS = "adapters"
@@ -193,3 +194,21 @@ async def test_a_body_that_breaks_off_is_an_unavailable_api(api: kubeapi.KubeAPI
     assert "IncompleteRead" in str(e.value)
     assert answer.thread.startswith("kubeapi")  # read in the worker, not on the loop
     assert answer.released
+
+
+async def test_the_managed_configmaps_of_a_namespace_are_listed_with_the_listings_version(
+    api: kubeapi.KubeAPI,
+) -> None:
+    """The relisting's LIST (`handlers.cache.relisting`): the operator's ConfigMaps of every
+    consumer in the namespace, nothing else, and a version to resync the rosters against."""
+    ns = "managed-listing"
+    managed = {configmaps.LABEL_MANAGED_BY: configmaps.MANAGED_BY}
+    for name, labels in (("a", managed), ("b", managed), ("other", {"app": "x"})):
+        body = configmap(name, {"k": "v"})
+        body["metadata"] = {"name": name, "labels": labels}
+        await api.create_configmap(namespace=ns, body=body)
+    listing = await api.list_managed_configmaps(namespace=ns)
+    assert sorted(item["metadata"]["name"] for item in listing.items) == ["a", "b"]
+    versions = [int(item["metadata"]["resourceVersion"]) for item in listing.items]
+    assert int(listing.metadata["resourceVersion"]) >= max(versions)
+    assert (await api.list_managed_configmaps(namespace="empty-namespace")).items == ()
