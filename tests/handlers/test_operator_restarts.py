@@ -19,22 +19,11 @@ import pytest
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import podassignments
 from eventhub_balancer.handlers import cycles, memories
+from tests.handlers import test_cycles
 from tests.support import fakes
 
-T0 = datetime.datetime(2024, 5, 1, 12, 0, 0, tzinfo=datetime.UTC)
-NS, NAME = "shop", "orders"
-SPEC: dict[str, Any] = {
-    "eventHub": {
-        "fullyQualifiedNamespace": "shop.servicebus.windows.net",
-        "name": "orders",
-        "credentials": {"connectionStringSecretRef": {"name": "eh", "key": "cs"}},
-    },
-    "checkpointStore": {
-        "containerName": "checkpoints",
-        "credentials": {"connectionStringSecretRef": {"name": "blob", "key": "cs"}},
-    },
-    "selector": {"matchLabels": {"app": "c"}},
-}
+#: The consumer the cycle tests run (`tests.handlers.test_cycles`).
+T0, NS, NAME, SPEC = test_cycles.T0, test_cycles.NS, test_cycles.NAME, test_cycles.SPEC
 #: Cycles run after each change, at most (each 0.2 s after the last): enough to settle.
 CYCLES_PER_STEP = 12
 
