@@ -127,25 +127,33 @@ def gaps(times: list[float]) -> list[float]:
     return [round(b - a, 3) for a, b in itertools.pairwise(times)]
 
 
-async def test_a_refused_link_is_reopened_no_sooner_than_event_hubs_asks(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    partition = ThrottledPartition(count=5, busy_until=10.0)
-    monkeypatch.setattr(receiving, "make_client", partition.client)
+async def receive_all(
+    partition: ThrottledPartition, caplog: pytest.LogCaptureFixture, *, count: int
+) -> tuple[list[int], list[str]]:
+    """A receiver of partition 0 on ``partition``'s client until it has ``count`` events: the
+    sequence numbers, and the receiver's warnings."""
     running = receiving.PartitionReceiver(
         address=ADDRESS, partition="0", epoch=3, position=deliveries.ReceivePosition.earliest()
     )
     running.start()
     try:
         with caplog.at_level(logging.WARNING, logger=receiving.__name__):
-            numbers = await received(running, count=5, within=60)
+            numbers = await received(running, count=count, within=60)
     finally:
         await running.close()
+    return numbers, [r.getMessage() for r in caplog.records]
+
+
+async def test_a_refused_link_is_reopened_no_sooner_than_event_hubs_asks(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    partition = ThrottledPartition(count=5, busy_until=10.0)
+    monkeypatch.setattr(receiving, "make_client", partition.client)
+    numbers, warnings = await receive_all(partition, caplog, count=5)
     assert numbers == [0, 1, 2, 3, 4]
     assert len(partition.opens) >= 2
     assert min(gaps(partition.opens)) >= 4.0, partition.opens  # it was 0.5, 1, 2, 4, 8
     assert partition.opens[-1] < 10.0 + 8.0 * 1.25  # bounded: no pause past 8 s and its jitter
-    warnings = [r.getMessage() for r in caplog.records]
     assert warnings
     assert all("throttled" in w and "server-busy" in w for w in warnings), warnings
 
@@ -155,19 +163,10 @@ async def test_a_link_detached_as_throttled_mid_stream_waits_and_goes_on(
 ) -> None:
     partition = ThrottledPartition(count=10, detach_after=5, busy_for=3.0, wait=6)
     monkeypatch.setattr(receiving, "make_client", partition.client)
-    running = receiving.PartitionReceiver(
-        address=ADDRESS, partition="0", epoch=3, position=deliveries.ReceivePosition.earliest()
-    )
-    running.start()
-    try:
-        with caplog.at_level(logging.WARNING, logger=receiving.__name__):
-            numbers = await received(running, count=10, within=60)
-    finally:
-        await running.close()
+    numbers, warnings = await receive_all(partition, caplog, count=10)
     assert numbers == list(range(10))  # none lost, none twice
     detached_at = partition.opens[0] + 1.0
     assert partition.opens[1] - detached_at >= 6.0  # the service asked for 6 s; it was 0.5
-    warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 1, warnings
     assert "server-busy" in warnings[0]
 
