@@ -335,15 +335,22 @@ class StuckFactory(Factory):
             self.executor.step()
 
 
-async def test_a_trigger_that_hangs_on_a_session_that_cannot_process_is_moved_to_a_new_one() -> (
-    None
-):
+async def test_a_trigger_that_hangs_on_a_session_that_cannot_process_is_moved_to_a_new_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A trigger that never ends never fails, so no liveness check followed it: the pod stayed
     Ready, its partitions reported stuck and never processed again. The keeper asks a warm
     session every `sessionkeeping.WATCH_S` whether it still answers, and replaces it after
     `sessionkeeping.WATCH_STRIKES` noes in a row; letting it go fails the hung trigger, whose
     batches go to the new session without counting a failed attempt."""
     executor = SteppedExecutor()
+    loop = asyncio.get_running_loop()
+    # looptime moves fake time with real time while an executor's call is pending, as a real
+    # thread may still end it; the stepped executor runs no thread, so the held job would
+    # cost the watch's ~30 s for real.
+    monkeypatch.setattr(
+        loop, "run_in_executor", lambda pool, call: asyncio.wrap_future(pool.submit(call))
+    )
     factory, handler = StuckFactory(executor), Handler()
     keeper = factory.keeper()
     spark = triggers.SparkTriggers(
@@ -356,7 +363,6 @@ async def test_a_trigger_that_hangs_on_a_session_that_cannot_process_is_moved_to
     )
     keeper.start()
     await spark(*batch("0", 0, 3))
-    loop = asyncio.get_running_loop()
     executor.hold = True
     call = asyncio.ensure_future(spark(*batch("0", 3, 3)))
     watched = sessionkeeping.WATCH_S * (sessionkeeping.WATCH_STRIKES + 1)
