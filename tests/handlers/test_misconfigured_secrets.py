@@ -158,6 +158,40 @@ async def test_a_host_the_install_refuses_names_the_secret_and_waits_as_long(
     assert memory.hub.backoff.delay == WAIT
 
 
+@pytest.mark.parametrize(
+    ("eventhub", "blob", "type_"),
+    [
+        (
+            f"Endpoint=sb://RootManageSharedAccessKey:{SECRET_KEY}@shop.servicebus.windows.net/;"
+            f"SharedAccessKeyName=l;SharedAccessKey={SECRET_KEY}",
+            VALID_BLOB,
+            "EventHubReachable",
+        ),
+        (
+            VALID_EVENTHUB,
+            f"BlobEndpoint=https://shop:{SECRET_KEY}@shop.blob.core.windows.net/;"
+            f"SharedAccessSignature=sv=2021&sig={SECRET_KEY}",
+            "CheckpointStoreReachable",
+        ),
+    ],
+)
+async def test_a_key_written_as_the_endpoints_user_info_is_never_shown(
+    hubs: PolicedHubs, eventhub: str, blob: str, type_: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A key pasted into the endpoint URL as its user info (``sb://policy:key@host``) makes
+    the host refused; the refusal says so, without the key, in any case (it was lower-cased)."""
+    kube = make_kube(eventhub=eventhub, blob=blob)
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    condition = shown(kube, type_)
+    assert (condition["status"], condition["reason"]) == ("False", "EndpointNotAllowed")
+    secret = SECRET_KEY.lower()
+    assert secret not in condition["message"].lower()
+    assert all(secret not in str(e).lower() for e in kube.events)
+    assert secret not in caplog.text.lower()
+    assert "host '<user info>@shop." in condition["message"]
+
+
 async def test_a_fixed_secret_is_used_at_the_long_bound_and_not_asked_before(
     hubs: PolicedHubs,
 ) -> None:

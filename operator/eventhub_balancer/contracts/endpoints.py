@@ -208,8 +208,10 @@ def host(endpoint: str) -> str:
     normalised: lower case, without scheme, path, port or a trailing dot ("" when there is
     none).
 
-    With user info (``a@b``) the whole netloc is returned, and `_DNS_NAME` refuses it: which
-    side of the ``@`` a client dials is not worth guessing."""
+    With user info (``a@b``) the netloc is returned with its user info as ``<user info>``,
+    and `_DNS_NAME` refuses it: which side of the ``@`` a client dials is not worth guessing,
+    and what precedes the ``@`` is a password or a key pasted there, which the refusal shows
+    nowhere (a condition, an Event, a log line)."""
     text = endpoint.strip()
     if "://" not in text:
         text = "//" + text
@@ -218,7 +220,9 @@ def host(endpoint: str) -> str:
         host = parsed.hostname or ""
     except ValueError:
         return ""
-    if "@" in parsed.netloc or "\\" in parsed.netloc:
+    if "@" in parsed.netloc:
+        return "<user info>@" + parsed.netloc.rpartition("@")[2].lower()
+    if "\\" in parsed.netloc:
         return parsed.netloc.lower()
     return host.lower().rstrip(".")
 
