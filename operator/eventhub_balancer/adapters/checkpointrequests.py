@@ -181,9 +181,10 @@ class CheckpointBlobs:
             except azure_errors.ResourceNotFoundError as e:
                 raise self.missing_container(e) from e
 
+        failures = budget.failures
         answer = await retrying.call_with_retries(budget, upload)
         if answer is None:
-            return None
+            return await self._landed(partition, position, owner, epoch, budget, failures)
         return Checkpoint(
             partition=partition,
             offset=position.offset,
@@ -206,8 +207,8 @@ class CheckpointBlobs:
     ) -> Checkpoint | None:
         """Set the metadata if the blob still has ``etag`` (else None: the caller re-reads).
 
-        A retry after a lost answer finds a changed ETag (412) and the caller's re-read then
-        sees our own write.
+        A retry after a lost answer finds a changed ETag (412): the blob is read, and when it
+        holds what we wrote, that is our write, which landed (`_landed`).
         """
         metadata = checkpointblobs.encode_metadata(
             position=position, owner_id=self.owner_id, epoch=epoch
@@ -233,9 +234,10 @@ class CheckpointBlobs:
                     return None  # LeaseLost: a higher epoch broke our lease; re-read
                 raise
 
+        failures = budget.failures
         answer = await retrying.call_with_retries(budget, set_metadata)
         if answer is None:
-            return None
+            return await self._landed(partition, position, self.owner_id, epoch, budget, failures)
         return Checkpoint(
             partition=partition,
             offset=position.offset,
@@ -269,6 +271,39 @@ class CheckpointBlobs:
             return found
 
         return await retrying.call_with_retries(budget, list_once)
+
+    async def _landed(
+        self,
+        partition: str,
+        position: checkpointblobs.Position,
+        owner: str,
+        epoch: int,
+        budget: retrying.Budget,
+        failures: int,
+    ) -> Checkpoint | None:
+        """The blob, when a write refused as a lost race was in fact our own, else None.
+
+        An attempt that got no answer (a timeout, a dropped connection: ``budget.failures``
+        grew since ``failures``) may have landed, and its retry is then refused (412, or 409
+        for a create). A caller that derives what it writes from what it reads (a reset's
+        ``--shift-by``) would otherwise take its own write for somebody else's and apply
+        itself twice. Without such an attempt the refusal was a real race: no read is made.
+        """
+        if budget.failures == failures:
+            return None
+        current = await self.get(partition, budget)
+        if current is None or (current.position, current.owner_id, current.epoch) != (
+            position,
+            owner,
+            epoch,
+        ):
+            return None
+        logger.info(
+            "partition %s: a write whose answer was lost had landed (sequence number %d)",
+            partition,
+            position.sequence_number,
+        )
+        return current
 
     def missing_container(self, error: BaseException) -> errors.ConfigurationError:
         name = getattr(self.container, "container_name", "?")

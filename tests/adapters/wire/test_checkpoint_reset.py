@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
+from azure.core import exceptions as azure_errors
 
 from eventhub_balancer import cli, errors
 from eventhub_balancer.adapters import (
@@ -272,6 +273,73 @@ async def test_a_shift_moves_the_position_it_finds_not_the_one_planned(
     stored = await pod.read("0")
     assert stored is not None
     assert (stored.sequence_number, stored.epoch) == (13, BLOB_EPOCH + 2)
+
+
+class _LosesFirstAnswer:
+    """A container whose first write of each kind (``method``) lands on Azurite but whose
+    answer is lost on the way back, as when a connection drops after the request."""
+
+    def __init__(self, container: Any, method: str) -> None:
+        self.container = container
+        self.method = method
+        self.lost = 0
+
+    def get_blob_client(self, name: str) -> Any:
+        blob = self.container.get_blob_client(name)
+        outer = self
+
+        class Blob:
+            def __getattr__(self, attribute: str) -> Any:
+                return getattr(blob, attribute)
+
+        async def lose_answer(*args: Any, **kwargs: Any) -> Any:
+            answer = await getattr(blob, outer.method)(*args, **kwargs)
+            if outer.lost == 0:
+                outer.lost += 1
+                raise azure_errors.ServiceResponseError("Connection reset by peer")
+            return answer
+
+        wrapped = Blob()
+        setattr(wrapped, self.method, lose_answer)
+        return wrapped
+
+
+@pytest.mark.parametrize(
+    ("method", "before", "after"),
+    [("set_blob_metadata", 17, 15), ("upload_blob", None, 12)],
+)
+async def test_a_shift_whose_answer_was_lost_moves_the_checkpoint_once(
+    blob_container: Any, method: str, before: int | None, after: int
+) -> None:
+    """One ``--shift-by`` whose write landed but got no answer: the retry finds the blob
+    changed, and must recognise its own write rather than shift again from it."""
+    pod = _owner(blob_container)
+    if before is not None:
+        await pod.fence("0", BLOB_EPOCH)
+        await pod.update("0", offset="1700", sequence_number=before)
+    planned = await pod.read("0")
+    shift = checkpointresets.ShiftBy(delta=-2 if before is not None else 3)
+    change = checkpointresets.Change(
+        partition="0",
+        old=planned,
+        new=checkpointresets.new_position(
+            shift, old=planned.position if planned else None, limits=BOUNDS
+        ),
+        epoch=BLOB_EPOCH + 1,
+        shift=shift,
+        limits=BOUNDS,
+    )
+    losing = _LosesFirstAnswer(blob_container, method)
+    async with asyncio.timeout(10):
+        done = await checkpointresets.write(_blobs(losing), change, status_epochs={})
+    assert losing.lost == 1
+    stored = await pod.read("0")
+    assert stored is not None
+    assert stored.sequence_number == after
+    assert done.new.sequence_number == after
+    assert (done.old.sequence_number if done.old else None) == before
+    assert done.written is not None
+    assert done.written.sequence_number == after
 
 
 async def test_an_absolute_target_reports_the_blob_it_replaced(blob_container: Any) -> None:
