@@ -32,6 +32,7 @@ from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps, labelselectors, specs
 from eventhub_balancer.handlers import (
     backlogs,
+    cyclefaults,
     cycles,
     eventposts,
     memories,
@@ -202,6 +203,7 @@ async def run_daemon(
     # What the conditions name as the pods watched: the same for every cycle.
     pod_scope = runtime.pod_scope.to_query() if runtime.pod_scope is not None else ""
     retry = 0.0
+    faults = cyclefaults.CycleFaults(namespace, name)
     stop_waiter = asyncio.ensure_future(stopped.wait())
     try:
         while not stopped:
@@ -243,6 +245,7 @@ async def run_daemon(
                     len(decision.moves),
                 )
                 runtime.metrics.cycles.labels(namespace, name, "ok").inc()
+                faults.succeeded(now=loop.time())
                 retry = 0.0
                 memory.generation = decision.generation
                 if decision.next_in is not None:
@@ -270,9 +273,8 @@ async def run_daemon(
                     # Anything else, or a conflict again: retry soon, never stop balancing.
                     retry = min(MAX_RETRY_SECONDS, max(RETRY_SECONDS, retry * 2))
                     delay = retry
-                    logger.warning(
-                        "%s/%s: cycle failed (%s), retrying in %.1f s", namespace, name, e, delay
-                    )
+                    # Said once, reminded at a bounded pace, and its end said (`cyclefaults`).
+                    faults.failed(e, retry_in=delay, now=loop.time())
             # The loop's clock is time.monotonic (running.py's /healthz compares with it).
             memory.heartbeat = loop.time()
             wake_waiter = asyncio.ensure_future(memory.wake.wait())
