@@ -9,6 +9,9 @@ the fake API and its watch on fake time (looptime):
 
 - one consumer through 500 rounds of churn: a pod with a new name joins, an old one is drained
   and leaves, now and then an assignment ConfigMap is deleted under a live pod;
+- the same churn with a garbage collector that lags behind the operator: a pod's ConfigMap
+  outlives it, and the operator deletes it itself (the uid it deleted is remembered until the
+  watch delivers the deletion);
 - 500 consumers created, balanced and deleted in turn, each with pods of its own.
 
 After 50 and after 500, at the same point, the same objects are alive: as many of the
@@ -133,7 +136,9 @@ def reachable(roots: Iterable[object], *, outside: Iterable[object]) -> collecti
 class Churn:
     """One consumer's daemon over the fakes, and the cluster around it: pods come and go."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, gc_lags: bool = False) -> None:
+        #: whether a pod's ConfigMap outlives it until the operator deletes it
+        self.gc_lags = gc_lags
         self.kube = fakes.FakeKube()
         self.kube.add_consumer(NS, NAME, SPEC)
         self.kube.add_secret(NS, "eh", {"cs": "Endpoint=sb://shop/;SharedAccessKey=x"})
@@ -183,7 +188,11 @@ class Churn:
         pod["metadata"]["deletionTimestamp"] = timestamps.format_time(test_daemons.clock())
         self.kube._store("pod", NS, pod)
         await self._settle()
-        self.kube.remove_pod(NS, self.pods.popleft())
+        if self.gc_lags:
+            # The pod goes; its ConfigMap stays until the operator deletes it as unwanted.
+            self.kube._deleted("pod", self.kube.objects.pop(("pod", NS, self.pods.popleft())))
+        else:
+            self.kube.remove_pod(NS, self.pods.popleft())
         await self._settle()
         if self.rounds % 5 == 0:
             cm = self.kube.configmap_of(NS, self.pods[-1])
@@ -206,8 +215,11 @@ class Churn:
         return reachable([self.operator], outside=[self.kube, self.hubs])
 
 
-async def test_the_operator_holds_as_many_objects_after_500_pods_as_after_50() -> None:
-    churn = Churn()
+@pytest.mark.parametrize("gc_lags", [False, True], ids=["gc", "gc-lags"])
+async def test_the_operator_holds_as_many_objects_after_500_pods_as_after_50(
+    gc_lags: bool,
+) -> None:
+    churn = Churn(gc_lags=gc_lags)
     task = churn.start()
     try:
         while churn.rounds < 50:
@@ -218,6 +230,9 @@ async def test_the_operator_holds_as_many_objects_after_500_pods_as_after_50() -
             await churn.round()
         assert churn.balanced()  # the churn did what it says: the fleet is the last pods
         assert churn.serial == PODS + 500
+        if gc_lags:  # the churn did what it says: the operator deleted the ConfigMaps
+            deletes = [c for c in churn.kube.calls if c[:2] == ("delete", "configmap")]
+            assert len(deletes) >= 500
         assert live_ours() == ours
         assert churn.held() == held
         assert_memos_held(memos)

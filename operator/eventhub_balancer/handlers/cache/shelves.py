@@ -160,7 +160,8 @@ class Shelf:
         #: requests in flight whose answers enter this shelf (`rosters.Roster.asking`)
         self.pending = 0
         #: name -> the uid the operator deleted there (`remove` at an unknown version): a body
-        #: of that uid, from a listing or a late event, is older than the deletion
+        #: of that uid, from a listing or a late event, is older than the deletion. Kept until
+        #: the watch delivers that deletion (its floor then has a version), or `MAX_FLOORS`
         self.deleted_uids: collections.OrderedDict[str, str] = collections.OrderedDict()
 
     def offer(self, body: Body, *, deleted: bool = False, watched: bool = False) -> bool:
@@ -194,9 +195,16 @@ class Shelf:
         name = str(meta(body).get("name") or "")
         if not name:
             return False
-        if not deleted and self.deleted_uids.get(name) == str(meta(body).get("uid") or ""):
-            return False  # the operator deleted that very object: this body is older
+        uid = str(meta(body).get("uid") or "")
         seen = version(body)
+        if self.deleted_uids.get(name) == uid:
+            if not deleted:
+                return False  # the operator deleted that very object: this body is older
+            if seen is not None:
+                # The watch delivered that deletion, at a version: the floor it leaves below
+                # keeps older bodies out from now on, so the uid is not remembered for good
+                # (one per pod churned out, in every roster, for the operator's life).
+                del self.deleted_uids[name]
         current = self.items.get(name)
         known = version(current) if current is not None else self.floors.get(name)
         if (current is not None or name in self.floors) and not newer(seen, known):
