@@ -74,6 +74,36 @@ async def test_rejected_credentials_are_a_configuration_error() -> None:
     assert len(calls) == 1
 
 
+@pytest.mark.parametrize(
+    ("code", "says"),
+    [
+        ("AuthorizationPermissionMismatch", "Storage Blob Data Contributor"),
+        ("AuthorizationPermissionMismatch", "sp=rcwl"),
+        ("AuthorizationFailure", "firewall"),
+        ("AuthorizationResourceTypeMismatch", "srt=co"),
+        ("AuthorizationServiceMismatch", "ss=b"),
+        ("AuthorizationSourceIPMismatch", "IP range"),
+        ("AuthorizationProtocolMismatch", "https://"),
+        ("KeyBasedAuthenticationNotPermitted", "workload identity"),
+        (None, "role assignment or SAS"),
+    ],
+)
+async def test_a_forbidden_request_says_which_permission_to_grant(
+    code: str | None, says: str
+) -> None:
+    """A role or SAS without write (or list) is refused with 403 at every attempt: it is a
+    configuration to change, not an outage, and the message says what to change."""
+    request, calls = answers(http_error(403, code))
+    with pytest.raises(errors.ConfigurationError) as raised:
+        await retrying.call_with_retries(budget(), request)
+    message = str(raised.value)
+    assert message.startswith("test op: ")
+    assert "HTTP 403" in message
+    assert says in message
+    assert "\n" not in message
+    assert len(calls) == 1
+
+
 async def test_a_project_error_from_the_request_passes_as_it_is() -> None:
     mistake = errors.ConfigurationError("container missing")
     request, calls = answers(mistake)

@@ -74,6 +74,36 @@ CONFLICT_DELAY_S: Final = 0.005
 TRANSIENT_STATUS: Final = frozenset({408, 429, 500, 502, 503, 504})
 
 
+#: What to change for each 403 the storage service gives a checkpoint store's credentials.
+FORBIDDEN_OTHERWISE: Final = (
+    "check the checkpoint store's role assignment or SAS on the storage account"
+)
+_PERMISSIONS: Final = (
+    "with workload identity, give the identity Storage Blob Data Contributor on the storage "
+    "account (Storage Blob Data Reader where it only reads); a SAS must allow read, create, "
+    "write and list (sp=rcwl)"
+)
+FORBIDDEN: Final = {
+    "AuthorizationPermissionMismatch": f"the credentials lack a permission: {_PERMISSIONS}",
+    "AuthorizationFailure": (
+        "the account refused this client: let the cluster's egress through the storage "
+        "account's firewall and virtual network rules, or use a SAS made for this container"
+    ),
+    "AuthorizationResourceTypeMismatch": (
+        "the account SAS must allow the resource types container and object (srt=co)"
+    ),
+    "AuthorizationServiceMismatch": "the account SAS must allow the blob service (ss=b)",
+    "AuthorizationSourceIPMismatch": (
+        "the SAS does not allow this client's address: widen its IP range (sip) or drop it"
+    ),
+    "AuthorizationProtocolMismatch": "the SAS allows HTTPS only: use an https:// endpoint",
+    "KeyBasedAuthenticationNotPermitted": (
+        "the storage account does not allow its keys (a connection string with AccountKey): "
+        "use workload identity (accountUrl) or allow shared key access on the account"
+    ),
+}
+
+
 def is_transient(error: BaseException) -> bool:
     """Whether retrying the same request may succeed."""
     if isinstance(error, TimeoutError | ConnectionError | OSError):
@@ -206,6 +236,12 @@ def raise_unless_transient(error: Exception, budget: Budget) -> None:
             f"{budget.operation}: the blob service rejected our credentials "
             f"({describe(error)}); check the checkpoint store's connection string "
             "or workload identity"
+        ) from error
+    if isinstance(error, azure_errors.HttpResponseError) and error.status_code == 403:
+        # Forbidden at every attempt until someone grants what is missing: say what.
+        what = FORBIDDEN.get(error_code(error) or "", FORBIDDEN_OTHERWISE)
+        raise errors.ConfigurationError(
+            f"{budget.operation}: the blob service forbids it ({describe(error)}): {what}"
         ) from error
     if isinstance(error, azure_errors.AzureError):
         raise errors.CheckpointStoreUnreachable(

@@ -204,3 +204,40 @@ async def test_a_missing_container_is_a_configuration_error(azurite: Any) -> Non
             await a.fence("0", 1)
         with pytest.raises(errors.ConfigurationError, match="does not exist"):
             await a.list()
+
+
+async def test_a_sas_without_write_or_list_says_which_permission_is_missing(
+    azurite: Any, blob_container: Any
+) -> None:
+    """Azurite checks a SAS's permissions as Azure does (403 AuthorizationPermissionMismatch)."""
+    import datetime
+
+    from azure.storage.blob import ContainerSasPermissions, generate_container_sas
+
+    from eventhub_balancer.adapters import blobs
+    from eventhub_balancer_devstack import azurite as azurite_launcher
+
+    await store(blob_container, "pod-a").fence("0", 1)
+
+    def sas_store(permission: ContainerSasPermissions) -> Any:
+        token = generate_container_sas(
+            azurite_launcher.ACCOUNT_NAME,
+            blob_container.container_name,
+            account_key=azurite_launcher.ACCOUNT_KEY,
+            permission=permission,
+            expiry=datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1),
+        )
+        return blobs.open_container(
+            container_name=blob_container.container_name,
+            connection_string=f"BlobEndpoint={azurite.endpoint};SharedAccessSignature={token}",
+        )
+
+    async with sas_store(ContainerSasPermissions(read=True, list=True)) as read_only:
+        with pytest.raises(errors.ConfigurationError, match="sp=rcwl") as refused:
+            await store(read_only, "pod-b").fence("0", 2)
+        assert "AuthorizationPermissionMismatch" in str(refused.value)
+        assert [c.epoch for c in await store(read_only, "pod-b").list()] == [1]
+    async with sas_store(ContainerSasPermissions(read=True, create=True, write=True)) as no_list:
+        with pytest.raises(errors.ConfigurationError, match="Storage Blob Data"):
+            await store(no_list, "pod-b").list()
+        assert (await store(no_list, "pod-b").fence("0", 2)).epoch == 2
