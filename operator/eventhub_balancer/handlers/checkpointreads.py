@@ -155,6 +155,14 @@ async def read_store(
             ),
             fault=observing.shown(e, observation.namespace, spec.checkpoint_credentials),
         )
+        assert store.fault is not None
+        # As Event Hubs' (`observing.read_partitions`): at each attempt, the backoff's pace.
+        logger.warning(
+            "%s: checkpoint store: %s (retrying in %.0f s)",
+            observing.hub_key(observation.namespace, observation.name),
+            store.fault.message,
+            store.backoff.delay,
+        )
         read = observations.StoreRead(
             fault=store.fault,
             listed=False,
@@ -162,6 +170,12 @@ async def read_store(
             checked_at=store.checked_at,
         )
         return read, store
+    if store.fault is not None:
+        logger.info(
+            "%s: the checkpoint store answers again (it failed with %s)",
+            observing.hub_key(observation.namespace, observation.name),
+            store.fault.reason,
+        )
     store = dataclasses.replace(
         store,
         backoff=deadlines.Backoff(),

@@ -188,6 +188,13 @@ async def read_partitions(
         )
         # Read again: a listing that succeeded before the consumer-group check failed is kept.
         return observations.HubRead(ids=hubs.cached(key) or None, fault=pacing.fault), pacing
+    if pacing.fault is not None:
+        logger.info(
+            "%s: Event Hubs answers again, %d partitions (it failed with %s)",
+            key,
+            len(ids),
+            pacing.fault.reason,
+        )
     return observations.HubRead(ids=tuple(ids)), memories.Pacing(backoff=deadlines.Backoff())
 
 

@@ -186,10 +186,15 @@ def build(
             events.append(KubeEvent(reason=c.reason, message=c.message, type="Warning"))
         elif (
             c.status == "True"
-            and c.type == conditiontypes.EVENTHUB_REACHABLE
+            and c.type
+            in (conditiontypes.EVENTHUB_REACHABLE, conditiontypes.CHECKPOINT_STORE_REACHABLE)
             and conditions.was_false(previous, c)
         ):
-            events.append(KubeEvent(reason="EventHubReachable", message=c.message))
+            # The end of the fault its Warning told, under the condition's name.
+            if c.type == conditiontypes.EVENTHUB_REACHABLE:
+                events.append(KubeEvent(reason="EventHubReachable", message=c.message))
+            else:
+                events.append(KubeEvent(reason="CheckpointStoreReachable", message=c.message))
         elif (
             c.type == conditiontypes.READY
             and c.reason in ("AssignmentNotApplied", "AssignmentNotWritten")

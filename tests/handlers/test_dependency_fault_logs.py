@@ -1,0 +1,92 @@
+"""What the operator's log and Events say of Event Hubs or the checkpoint store failing for
+an hour, on fake time (looptime): the fault when it starts, reminders at the backoff's pace
+(at most one every few minutes), and one line and one Normal Event when it answers again.
+
+The checkpoint store refusing the operator (403, throttling) for an hour used to leave no
+line at all in the operator's log, and neither it nor Event Hubs said in the log when it
+answered again; the store's recovery had no Event either, while Event Hubs' had one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from eventhub_balancer import errors
+from tests.handlers import test_daemons as td
+
+pytestmark = pytest.mark.looptime
+
+HOUR = 3600.0
+STORE = errors.CheckpointStoreUnreachable(
+    "checkpoint container 'checkpoints': HttpResponseError (403 AuthorizationFailure)"
+)
+HUB = errors.EventHubUnreachable(
+    "Event Hub 'orders' in shop.servicebus.windows.net: unreachable (ConnectError: refused)"
+)
+
+
+@pytest.fixture
+async def running() -> AsyncIterator[Callable[..., td.Daemon]]:
+    daemons: list[tuple[td.Daemon, asyncio.Task[None]]] = []
+
+    def start(*pods: str) -> td.Daemon:
+        daemon = td.Daemon({**td.SPEC, "balancing": {"intervalSeconds": 30}}, *pods)
+        daemons.append((daemon, daemon.start()))
+        return daemon
+
+    yield start
+    for daemon, task in daemons:
+        daemon.stopped.event.set()
+        await asyncio.wait_for(task, timeout=60)
+
+
+def said(caplog: pytest.LogCaptureFixture, level: int, text: str) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == level and text in r.getMessage() and r.name.startswith("eventhub_bal")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("dependency", "error", "recovered"),
+    [
+        ("store", STORE, "CheckpointStoreReachable"),
+        ("hub", HUB, "EventHubReachable"),
+    ],
+)
+async def test_an_hour_long_dependency_fault_is_logged_at_a_bounded_pace_and_its_end_said(
+    running: Callable[..., td.Daemon],
+    caplog: pytest.LogCaptureFixture,
+    dependency: str,
+    error: errors.EventHubBalancerError,
+    recovered: str,
+) -> None:
+    caplog.set_level(logging.INFO, logger="eventhub_balancer")
+    daemon = running("a", "b")
+    await daemon.until(60)
+    caplog.clear()
+    if dependency == "store":
+        daemon.hubs.store.failure = error
+    else:
+        daemon.hubs.failure = error
+    await daemon.until(60 + HOUR)
+    warned = said(caplog, logging.WARNING, str(error))
+    assert 1 <= len(warned) <= 20  # the backoff's pace: up to 5 minutes apart
+    assert all(line.startswith("shop/orders: ") for line in warned)
+    assert not [r for r in caplog.records if r.exc_info]
+
+    caplog.clear()
+    before = len(daemon.kube.events)
+    daemon.hubs.store.failure = daemon.hubs.failure = None
+    await daemon.until(60 + HOUR + 600)  # the longest backoff, and a cycle
+    ended = said(caplog, logging.INFO, "again")
+    assert len(ended) == 1
+    assert ended[0].startswith("shop/orders: ")
+    assert said(caplog, logging.WARNING, "") == []
+    normal = [e for e in daemon.kube.events[before:] if e["type"] == "Normal"]
+    assert [e["reason"] for e in normal] == [recovered]
