@@ -69,7 +69,7 @@ async def test_a_refused_request_is_raised_as_store_unreachable_without_retry() 
 
 async def test_rejected_credentials_are_a_configuration_error() -> None:
     request, calls = answers(azure_errors.ClientAuthenticationError(message="no"))
-    with pytest.raises(errors.ConfigurationError, match="rejected our credentials"):
+    with pytest.raises(errors.ConfigurationError, match=r"rejected our credentials.*expired"):
         await retrying.call_with_retries(budget(), request)
     assert len(calls) == 1
 
@@ -80,6 +80,7 @@ async def test_rejected_credentials_are_a_configuration_error() -> None:
         ("AuthorizationPermissionMismatch", "Storage Blob Data Contributor"),
         ("AuthorizationPermissionMismatch", "sp=rcwl"),
         ("AuthorizationFailure", "firewall"),
+        ("AuthorizationFailure", "expired"),
         ("AuthorizationResourceTypeMismatch", "srt=co"),
         ("AuthorizationServiceMismatch", "ss=b"),
         ("AuthorizationSourceIPMismatch", "IP range"),

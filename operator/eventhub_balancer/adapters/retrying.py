@@ -86,8 +86,9 @@ _PERMISSIONS: Final = (
 FORBIDDEN: Final = {
     "AuthorizationPermissionMismatch": f"the credentials lack a permission: {_PERMISSIONS}",
     "AuthorizationFailure": (
-        "the account refused this client: let the cluster's egress through the storage "
-        "account's firewall and virtual network rules, or use a SAS made for this container"
+        "the account refused this client: check that the key is right, that a SAS has not "
+        "expired (se=) and was made for this container, and that the storage account's "
+        "firewall lets the cluster's egress through"
     ),
     "AuthorizationResourceTypeMismatch": (
         "the account SAS must allow the resource types container and object (srt=co)"
@@ -234,8 +235,8 @@ def raise_unless_transient(error: Exception, budget: Budget) -> None:
     if isinstance(error, azure_errors.ClientAuthenticationError):
         raise errors.ConfigurationError(
             f"{budget.operation}: the blob service rejected our credentials "
-            f"({describe(error)}); check the checkpoint store's connection string "
-            "or workload identity"
+            f"({describe(error)}); check the checkpoint store's connection string (its key, "
+            "or a SAS token that may have expired) or workload identity"
         ) from error
     if isinstance(error, azure_errors.HttpResponseError) and error.status_code == 403:
         # Forbidden at every attempt until someone grants what is missing: say what.

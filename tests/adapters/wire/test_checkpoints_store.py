@@ -241,3 +241,28 @@ async def test_a_sas_without_write_or_list_says_which_permission_is_missing(
         with pytest.raises(errors.ConfigurationError, match="Storage Blob Data"):
             await store(no_list, "pod-b").list()
         assert (await store(no_list, "pod-b").fence("0", 2)).epoch == 2
+
+
+async def test_an_expired_sas_says_so(azurite: Any, blob_container: Any) -> None:
+    """Azurite answers an expired SAS with 403 AuthorizationFailure (Azure: 401/403
+    AuthenticationFailed): either way the message names the expiry among what to check."""
+    import datetime
+
+    from azure.storage.blob import ContainerSasPermissions, generate_container_sas
+
+    from eventhub_balancer.adapters import blobs
+    from eventhub_balancer_devstack import azurite as azurite_launcher
+
+    token = generate_container_sas(
+        azurite_launcher.ACCOUNT_NAME,
+        blob_container.container_name,
+        account_key=azurite_launcher.ACCOUNT_KEY,
+        permission=ContainerSasPermissions(read=True, create=True, write=True, list=True),
+        expiry=datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5),
+    )
+    async with blobs.open_container(
+        container_name=blob_container.container_name,
+        connection_string=f"BlobEndpoint={azurite.endpoint};SharedAccessSignature={token}",
+    ) as expired:
+        with pytest.raises(errors.ConfigurationError, match="expired"):
+            await store(expired, "pod-a").fence("0", 1)
