@@ -9,11 +9,16 @@ for ever, with the CRD Terminating; the page's command that takes the finalizer 
 from __future__ import annotations
 
 import json
+import re
+import shlex
+import subprocess
 import time
+from pathlib import Path
 
 from eventhub_balancer.contracts import specs
 from tests.install.test_crd_rules import example
 from tests.support import paths
+from tests.support.fixtures.kube import kubectl_binary
 from tests.support.fixtures.realkube import Kubectl
 
 NAMESPACE = "shop"
@@ -53,3 +58,46 @@ def test_a_consumer_left_after_the_operator_holds_the_crd_until_its_finalizer_go
     while exists(real_kubectl, "crd", CRD) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not exists(real_kubectl, "crd", CRD), "the CRD stayed after the finalizer went"
+
+
+#: The namespace of the namespace-deletion test (the test above deletes the CRD).
+LEFT_NAMESPACE = "shop-left"
+
+
+def namespace_command() -> str:
+    """docs/operations.md's command that frees a namespace whose consumers outlived the
+    operator: the sh line of "Uninstalling" that deletes no CRD and names ``xargs``."""
+    text = (paths.REPOSITORY / "docs" / "operations.md").read_text()
+    section = text.split("## Uninstalling", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```sh\n(.*?)```", section, flags=re.DOTALL)
+    (line,) = [c for b in blocks for c in b.splitlines() if c.startswith("kubectl get ehc -n ")]
+    return line
+
+
+def test_a_namespace_left_with_a_consumer_after_the_operator_goes_once_the_page_says_how(
+    real_kubectl: Kubectl, real_kubeconfig: Path
+) -> None:
+    """`kubectl delete namespace` after `helm uninstall`: the namespace stays Terminating for
+    ever, held by the consumer's finalizer, until the page's command takes it off."""
+    real_kubectl("apply", "-f", str(paths.CRDS))  # the test above deleted it
+    real_kubectl("create", "namespace", LEFT_NAMESPACE)
+    body = example()
+    body["metadata"] = {"name": "orders", "namespace": LEFT_NAMESPACE, "finalizers": [FINALIZER]}
+    deadline = time.monotonic() + SETTLE_SECONDS * 6
+    while real_kubectl("apply", "-f", "-", input=json.dumps(body), check=False).returncode:
+        assert time.monotonic() < deadline, "the CRD is not served"
+        time.sleep(0.5)
+
+    real_kubectl("delete", "namespace", LEFT_NAMESPACE, "--wait=false")
+    time.sleep(SETTLE_SECONDS)
+    assert exists(real_kubectl, "namespace", LEFT_NAMESPACE), "the namespace went anyway"
+
+    binary = kubectl_binary()
+    assert binary is not None
+    kubectl = f"{shlex.quote(binary)} --kubeconfig {shlex.quote(str(real_kubeconfig))} "
+    command = namespace_command().replace("shop", LEFT_NAMESPACE).replace("kubectl ", kubectl)
+    subprocess.run(command, shell=True, check=True, timeout=60, capture_output=True)
+    deadline = time.monotonic() + SETTLE_SECONDS * 2
+    while exists(real_kubectl, "namespace", LEFT_NAMESPACE) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not exists(real_kubectl, "namespace", LEFT_NAMESPACE), "the namespace stayed"
