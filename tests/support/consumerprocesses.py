@@ -25,7 +25,8 @@ def file_consumer_env(
 ) -> dict[str, str]:
     """The environment of a consumer without Kubernetes: no pod identity from the test's own
     environment, a kubeconfig that does not exist (a Kubernetes call would fail the run), no
-    Spark settings of the test's own session, and the local emulators allowed."""
+    Spark settings of the test's own session, crash markers in the test's directory, and the
+    local emulators allowed."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -37,6 +38,8 @@ def file_consumer_env(
             "EHB_ALLOW_DEVELOPMENT_ENDPOINTS": "true",
             "EHB_EVENTHUB_CONNECTION_STRING": eventhub,
             "EHB_BLOB_CONNECTION_STRING": blob,
+            # The test's own: tests that run the same pod name never share crash markers.
+            "EHB_CRASH_MARKER_DIR": str(tmp_path / "crash-markers"),
             **(extra or {}),
         }
     )

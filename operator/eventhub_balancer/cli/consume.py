@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import math
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,6 +16,10 @@ COMMAND = ("consume",)
 HELP = "process the partitions the operator assigns to this pod with your handler"
 #: The highest TCP port.
 MAX_PORT = 65535
+#: Where handler calls are noted by default (`consumer.crashmarkers.DEFAULT_DIRECTORY`): the
+#: consumer chart mounts an emptyDir at /tmp. Spelled here so that ``--help`` imports no
+#: runtime.
+DEFAULT_CRASH_MARKER_DIR = Path(tempfile.gettempdir()) / "ehb-crash-markers"
 
 
 def _number(kind: type[int] | type[float], env: str) -> Callable[[str], int | float]:
@@ -157,6 +162,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "EHB_HANDLER_EXIT_SECONDS; default 5)",
     )
     batching.add_argument(
+        "--crash-marker-dir",
+        type=Path,
+        default=_env("EHB_CRASH_MARKER_DIR", str(DEFAULT_CRASH_MARKER_DIR)),
+        metavar="DIR",
+        help="where each handler call is noted, so that a batch whose handler kills the "
+        "process counts as a failed attempt after the container restarts; keep it on a "
+        f"volume that outlives the container, such as an emptyDir (env EHB_CRASH_MARKER_DIR; "
+        f"default {DEFAULT_CRASH_MARKER_DIR})",
+    )
+    batching.add_argument(
         "--shutdown-timeout",
         type=_number(float, "EHB_SHUTDOWN_TIMEOUT"),
         default=_env("EHB_SHUTDOWN_TIMEOUT", "25.0"),
@@ -269,6 +284,7 @@ def run(args: argparse.Namespace) -> int:
             handler_exit_timeout=args.handler_exit_seconds,
         ),
         shutdown_timeout=args.shutdown_timeout,
+        crash_marker_dir=args.crash_marker_dir,
         host=args.host,
         port=args.port,
         assignment_file=args.assignment_file,

@@ -12,24 +12,33 @@ checkpoint may pass it:
   the checkpoints; only once that write is durable may the checkpoint pass the batch);
 - a release abandons the batch: a processor that has not started the handler on it yet may
   withdraw it as soon as the release starts (`processing.release_started`); past the release
-  deadline the handler call is cancelled, and
+  deadline the handler call is cancelled (`processing.abandon`), and
   a call that does not end (a sync handler's thread cannot be stopped) holds the release
   back, so the next owner never overlaps it; past ``handler_exit_timeout`` more, ``on_hung``
   is called (the runtime exits the process);
-- what is wrong meanwhile (failing, parked, stuck) is what `report` tells the operator.
+- what is wrong meanwhile (failing, parked, stuck) is what `report` tells the operator;
+- a batch whose handler killed the process counts too: each call stands in a crash marker,
+  and a death the previous process left on the batch is a failed attempt (`crashmarkers`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from eventhub_balancer import errors
 from eventhub_balancer.adapters import deliveries
-from eventhub_balancer.consumer import contexts, metrics, ports, processing
+from eventhub_balancer.consumer import (
+    contexts,
+    crashmarkers,
+    deadlettering,
+    metrics,
+    ports,
+    processing,
+)
 from eventhub_balancer.contracts import failurepolicy, partitionreports
 
 if TYPE_CHECKING:
@@ -56,8 +65,10 @@ class BatchAttempts:
         processing_policy: failurepolicy.Processing | None = None,
         dead_letters: ports.DeadLetters | None = None,
         on_hung: Callable[[str], None] | None = None,
+        marks: crashmarkers.PartitionMarks | None = None,
     ) -> None:
         self.partition = partition
+        self.marks = marks
         self.epoch = epoch
         self.consumer = consumer
         self.pod = pod
@@ -140,8 +151,11 @@ class BatchAttempts:
         self.last_error = ""
         backoff = self.settings.retry_backoff
         attempt = 0
+        died: crashmarkers.ProcessDied | None = None
         while True:
             attempt += 1
+            if attempt == 1 and self.marks is not None:
+                attempt, died = self.marks.resume(events)
             context = contexts.BatchContext(
                 partition=self.partition,
                 epoch=self.epoch,
@@ -153,7 +167,8 @@ class BatchAttempts:
                 attempt=attempt,
             )
             self._call_started = _now()
-            call = self._call = self._start_call(events, context)
+            call = self._call = self._start_call(events, context, died)
+            died = None
             try:
                 done = await self._wait_unless_abandoned(call)
             except Exception as raised:
@@ -222,17 +237,32 @@ class BatchAttempts:
             return True
 
     def _start_call(
-        self, events: Sequence[deliveries.ReceivedEvent], context: contexts.BatchContext
+        self,
+        events: Sequence[deliveries.ReceivedEvent],
+        context: contexts.BatchContext,
+        died: crashmarkers.ProcessDied | None = None,
     ) -> asyncio.Future[None]:
-        """The processor's call, in a context that tells it of the partition's release."""
+        """The processor's call, in a context that tells it of the partition's release, with
+        its crash marker; ``died``: no call, the death the previous process left on it."""
+        if died is not None:
+            failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            failed.set_exception(died)
+            return failed
         call_context = contextvars.copy_context()
         call_context.run(processing.release_started.set, self._stop)
         # A list of its own on every call: a handler that empties or sorts what it gets
         # (``events.pop(0)``, ``events.sort(...)``) changes neither the batch that is retried
         # nor the event the checkpoint names.
-        return call_context.run(asyncio.ensure_future, self.processor(list(events), context))
+        call = (
+            self.processor
+            if self.marks is None
+            else functools.partial(self.marks.call, self.processor)
+        )
+        return call_context.run(asyncio.ensure_future, call(list(events), context))
 
     def _end_batch(self) -> None:
+        if self.marks is not None:
+            self.marks.settled()
         self._batch_started = None
         self._call_started = None
         self.attempts = 0
@@ -267,28 +297,21 @@ class BatchAttempts:
         """Write the batch to the dead-letter store, retrying until it is durable (or the
         partition is released: then nothing passes the batch, and the next owner sees it)."""
         assert self.dead_letters is not None
-        error = self.last_error
-        delay = self.settings.retry_backoff
-        while True:
-            try:
-                name = await self.dead_letters.write(
-                    events,
-                    error=error,
-                    attempts=self.attempts,
-                    pod=self.pod,
-                    epoch=self.epoch,
-                )
-            except (errors.TransientError, errors.ConfigurationError) as e:
-                self.last_error = f"dead-letter write failed: {e}"
-                logger.warning(
-                    "partition %s: %s; retrying in %.1f s", self.partition, self.last_error, delay
-                )
-                if not await self._sleep_unless_stopped(delay):
-                    self._end_batch()
-                    return False
-                delay = min(delay * 2, self.settings.retry_backoff_max)
-                continue
-            break
+        name = await deadlettering.write_until_durable(
+            self.dead_letters,
+            events,
+            error=self.last_error,
+            attempts=self.attempts,
+            pod=self.pod,
+            epoch=self.epoch,
+            backoff=self.settings.retry_backoff,
+            backoff_max=self.settings.retry_backoff_max,
+            sleep=self._sleep_unless_stopped,
+            failed=functools.partial(setattr, self, "last_error"),
+        )
+        if name is None:
+            self._end_batch()
+            return False
         logger.warning(
             "partition %s: dead-lettered sequence numbers %d-%d into %s",
             self.partition,
@@ -319,7 +342,13 @@ class BatchAttempts:
                         # It ended in the loop turn of the deadline, before the timeout
                         # could cancel it: it finished (or failed) and was not abandoned.
                         break
-                    await self._abandon(call, deadline=deadline)
+                    await processing.abandon(
+                        call,
+                        deadline=deadline,
+                        grace=self.settings.handler_exit_timeout,
+                        partition=self.partition,
+                        on_hung=self.on_hung,
+                    )
                     return False
             else:
                 stop: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
@@ -341,30 +370,6 @@ class BatchAttempts:
         if isinstance(error, Exception):
             raise error
         raise processing.HandlerRaised(error) from error
-
-    async def _abandon(self, call: asyncio.Future[None], *, deadline: float) -> None:
-        """Cancel the handler call and wait until it has really ended.
-
-        An async handler that honours cancellation ends at once. A sync handler's thread
-        cannot be stopped, and its processor's call ends only when the thread does: until
-        then the release is not acknowledged, so the next owner never overlaps it. Past
-        ``handler_exit_timeout`` the worker calls ``on_hung`` (the process exits).
-        """
-        call.cancel()
-        exit_at = deadline + self.settings.handler_exit_timeout
-        done, _ = await asyncio.wait({call}, timeout=max(0.0, exit_at - _now()))
-        if not done:
-            reason = (
-                f"partition {self.partition}: the handler still runs "
-                f"{self.settings.handler_exit_timeout:g} s past its release deadline and "
-                "cannot be cancelled"
-            )
-            logger.critical("%s: exiting so that the next owner can take over", reason)
-            if self.on_hung is not None:
-                self.on_hung(reason)
-            await asyncio.wait({call})  # the process is on its way out
-        if not call.cancelled() and call.exception() is not None:
-            logger.debug("partition %s: the abandoned call raised", self.partition)
 
     async def _sleep_unless_stopped(self, seconds: float) -> bool:
         """Sleep; False when a release started meanwhile."""

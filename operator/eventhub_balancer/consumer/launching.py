@@ -21,6 +21,7 @@ from eventhub_balancer.adapters import podconfig
 from eventhub_balancer.consumer import (
     assignments,
     connections,
+    crashmarkers,
     endpoints,
     metrics,
     processing,
@@ -109,6 +110,9 @@ async def run(config: settings.ConsumerSettings) -> int:
         processor=processor,
         trigger_stats=trigger_stats if config.spark else None,
         readiness=None if session is None else session.ready,
+        crash_markers=crashmarkers.CrashMarkers(
+            config.crash_marker_dir, pod=config.pod, pod_uid=config.credentials.pod_uid
+        ),
     )
     # Listen first: a taken port stops the pod before a Spark session or a signal handler
     # is started that would have to be undone.

@@ -39,7 +39,7 @@ from collections.abc import Callable
 
 from eventhub_balancer import errors, handoffs
 from eventhub_balancer.adapters import deliveries
-from eventhub_balancer.consumer import attempts, metrics, ports, processing, restarts
+from eventhub_balancer.consumer import attempts, crashmarkers, metrics, ports, processing, restarts
 from eventhub_balancer.contracts import failurepolicy, partitionreports
 
 logger = logging.getLogger(__name__)
@@ -117,6 +117,7 @@ class PartitionWorker:
         dead_letters: ports.DeadLetters | None = None,
         on_hung: Callable[[str], None] | None = None,
         check_position: ports.PositionCheck | None = None,
+        marks: crashmarkers.PartitionMarks | None = None,
     ) -> None:
         self.partition = partition
         self.epoch = epoch
@@ -157,6 +158,7 @@ class PartitionWorker:
             processing_policy=processing_policy,
             dead_letters=dead_letters,
             on_hung=on_hung,
+            marks=marks,
         )
         self._processed: deliveries.ReceivedEvent | None = None
         self._checkpointed_sequence: int | None = None

@@ -110,6 +110,40 @@ def _contained(function: Callable[..., T], *args: Any) -> T:
         raise HandlerRaised(e) from e
 
 
+async def abandon(
+    call: asyncio.Future[None],
+    *,
+    deadline: float,
+    grace: float,
+    partition: str,
+    on_hung: Callable[[str], None] | None,
+) -> None:
+    """Cancel a handler ``call`` a release gave up on, and wait until it has really ended.
+
+    An async handler that honours cancellation ends at once. A sync handler's thread cannot
+    be stopped, and its processor's call ends only when the thread does (`run_in_thread`):
+    until then the release is not acknowledged, so the next owner never overlaps it. Still
+    running ``grace`` seconds past the release ``deadline`` (the loop's clock), it gets
+    ``on_hung`` called (the process exits).
+    """
+    call.cancel()
+    exit_at = deadline + grace
+    done, _ = await asyncio.wait(
+        {call}, timeout=max(0.0, exit_at - asyncio.get_running_loop().time())
+    )
+    if not done:
+        reason = (
+            f"partition {partition}: the handler still runs {grace:g} s past its release "
+            "deadline and cannot be cancelled"
+        )
+        logger.critical("%s: exiting so that the next owner can take over", reason)
+        if on_hung is not None:
+            on_hung(reason)
+        await asyncio.wait({call})  # the process is on its way out
+    if not call.cancelled() and call.exception() is not None:
+        logger.debug("partition %s: the abandoned call raised", partition)
+
+
 class BatchProcessor(Protocol):
     """Runs the user's code on one batch; returns when the batch is done."""
 

@@ -24,9 +24,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import os
 from collections.abc import Callable, Collection, Mapping
-from typing import Final
 
 from eventhub_balancer import handoffs
 from eventhub_balancer.consumer import (
@@ -34,6 +32,8 @@ from eventhub_balancer.consumer import (
     assignments,
     clients,
     connections,
+    crashmarkers,
+    exits,
     metrics,
     partitions,
     processing,
@@ -46,16 +46,7 @@ logger = logging.getLogger(__name__)
 #: The reconcile loop wakes at least this often (restarts, readiness, loop liveness); a
 #: change of reports alone is written at most once per tick.
 TICK_S = 0.5
-#: The exit status when a handler outlived its release (EX_SOFTWARE).
-EXIT_HANDLER_HUNG: Final = 70
-
-
-def exit_now(reason: str) -> None:
-    """End the process at once: a handler thread that cannot be stopped would keep it alive,
-    processing what the next owner processes too (its epochs fence this process out)."""
-    logger.critical("exiting with status %d: %s", EXIT_HANDLER_HUNG, reason)
-    logging.shutdown()
-    os._exit(EXIT_HANDLER_HUNG)
+EXIT_HANDLER_HUNG = exits.EXIT_HANDLER_HUNG
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -77,16 +68,19 @@ class Runtime:
         source: assignments.AssignmentSource,
         backends: connections.BackendFactory,
         processor: processing.BatchProcessor,
-        exit_process: Callable[[str], None] = exit_now,
+        exit_process: Callable[[str], None] = exits.exit_now,
         trigger_stats: metrics.TriggerStats | None = None,
         readiness: Callable[[], tuple[bool, str]] | None = None,
+        crash_markers: crashmarkers.CrashMarkers | None = None,
     ) -> None:
         """``readiness`` says whether what the handler needs besides the assignment is ready,
-        and why not (Spark mode: `sessionkeeping.SessionKeeper.ready`)."""
+        and why not (Spark mode: `sessionkeeping.SessionKeeper.ready`). ``crash_markers``:
+        where handler calls are noted for the pod's next process (None: nowhere)."""
         self.settings = settings
         self.readiness = readiness
         self.source = source
         self.processor = processor
+        self.crash_markers = crash_markers or crashmarkers.CrashMarkers(None, pod=settings.pod)
         #: Every partition this pod ever owned, kept for the life of the process (Prometheus
         #: counters never reset): bounded by the hub's partition count, as are the maps below.
         self.stats: dict[str, metrics.PartitionStats] = {}
@@ -316,6 +310,9 @@ class Runtime:
                 processing_policy=assignment.processing,
                 dead_letters=backend.dead_letters,
                 on_hung=self._hung,
+                marks=self.crash_markers.partition(
+                    partition, epoch, connections.Coordinates.of(assignment)
+                ),
             )
             if self.released.get(partition) == epoch:
                 # Released only to move to new coordinates: the operator did not ask for it.

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from eventhub_balancer import errors
-from eventhub_balancer.consumer import connections, partitions, processing, triggers
+from eventhub_balancer.consumer import connections, crashmarkers, partitions, processing, triggers
 from eventhub_balancer.contracts import endpoints
 
 ENV_POD_NAME = "POD_NAME"
@@ -66,6 +66,9 @@ class ConsumerSettings:
     handler_concurrency: int = processing.DEFAULT_HANDLER_CONCURRENCY
     batch: partitions.BatchSettings = dataclasses.field(default_factory=partitions.BatchSettings)
     shutdown_timeout: float = 25.0
+    #: Where each handler call is noted, for a process that dies in the handler to be counted
+    #: by the next one (`crashmarkers`; the chart's /tmp is an emptyDir). None: nowhere.
+    crash_marker_dir: Path | None = crashmarkers.DEFAULT_DIRECTORY
     host: str = "0.0.0.0"
     port: int = 8080
     assignment_file: Path | None = None
