@@ -178,13 +178,14 @@ def held_configmaps(replica: watches.Replica) -> set[str]:
     return {b["metadata"]["name"] for b in roster.items(shelves.CONFIGMAPS)}
 
 
-@pytest.mark.parametrize("by", ["someone", "operator"])
+@pytest.mark.parametrize("by", ["someone", "operator", "operator-watched"])
 async def test_a_configmap_deleted_while_its_listing_is_in_flight_stays_deleted(
     hubs: fakes.FakeHubs, clock: Clock, by: str
 ) -> None:
     """The relisting's LIST of ConfigMaps is answered with b's ConfigMap; before the answer
     arrives, it is deleted, by someone else (the watch shows its DELETED) or by the operator
-    itself (its version unknown): the older answer must not bring it back."""
+    itself (its version unknown; "operator-watched": and the watch delivers that deletion, after
+    which the uid is no longer remembered): the older answer must not bring it back."""
     kube = GatedKube()
     replica = watches.Replica(kube, hubs, clock=clock)
     t = await settle(replica, kube, clock, start=0)
@@ -198,6 +199,11 @@ async def test_a_configmap_deleted_while_its_listing_is_in_flight_stays_deleted(
             await replica.cache.view.delete_configmap(
                 namespace=NS, name=gone["name"], uid=gone["uid"]
             )
+            if by == "operator-watched":
+                replica.watch.deliver("configmap")
+                roster = replica.cache.following.roster(namespace=NS, name=NAME)
+                assert roster is not None
+                assert gone["name"] not in roster.shelves[shelves.CONFIGMAPS].deleted_uids
 
     assert gone["name"] in held_configmaps(replica)
     await relist_configmaps_across(replica, delete)
