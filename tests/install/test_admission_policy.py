@@ -10,6 +10,7 @@ tests/install/wire/test_recorded_consumer.py with the same evaluator.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -277,6 +278,34 @@ def test_the_operator_and_the_control_plane_are_not_restricted() -> None:
             namespace="shop",
         )
         assert policy.denials(fresh) == [], where
+
+
+@pytest.mark.parametrize("where", ["manifests", "chart"])
+def test_a_person_labels_no_configmap_for_the_operator_but_a_cluster_admin_may(
+    where: str,
+) -> None:
+    """The operator keeps every ConfigMap with its labels in memory: a person who may create
+    ConfigMaps in a tenant namespace must not make them (a few hundred of 1 MB each took the
+    shared operator past its memory limit). Their other ConfigMaps, and what they may do to
+    the operator's, are unchanged; cluster admins (system:masters) are not restricted."""
+    policy = dict(policies())[where]
+    person = {"username": "dev@example.com", "groups": ("developers", "system:authenticated")}
+
+    def as_person(request: admission.Request, **who: Any) -> admission.Request:
+        return dataclasses.replace(request, extra={}, **{**person, **who})
+
+    managed = {configmaps.LABEL_MANAGED_BY: configmaps.MANAGED_BY}
+    junk = changed(unmanaged("junk"), lambda b: b["metadata"]["labels"].update(managed))
+    for request in (
+        create(junk),
+        create(changed(unmanaged(), forge_labels)),
+        update(unmanaged(), lambda b: b["metadata"]["labels"].update(managed)),
+    ):
+        assert policy.denials(as_person(request)) != []
+        admin = ("cluster-admins", "system:masters", "system:authenticated")
+        assert policy.denials(as_person(request, groups=admin)) == []
+    assert policy.denials(as_person(create(unmanaged()))) == []
+    assert policy.denials(as_person(update(assignment(), steal))) == []
 
 
 def test_both_copies_ship_the_same_rules() -> None:

@@ -262,3 +262,62 @@ def test_token_request_for_a_tenants_service_account(
     claims = json.loads(__import__("base64").urlsafe_b64decode(token.split(".")[1] + "==").decode())
     assert claims["aud"] == ["api://AzureADTokenExchange"]
     assert claims["iss"] == installed.url
+
+
+def test_a_namespace_user_creates_no_configmap_the_operator_would_keep(
+    installed: RealControlPlane, real_kubectl: Kubectl, tmp_path: Path
+) -> None:
+    """A person with the usual rights on a tenant namespace's ConfigMaps (not a ServiceAccount)
+    makes no ConfigMap the operator's watch takes in: each one it lists, keeps and re-lists,
+    so a few hundred of them at 1 MB each took the shared operator past its memory limit,
+    every tenant's balancing with it."""
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "tenant-edit", "namespace": NAMESPACE},
+        "rules": [
+            {
+                "apiGroups": [""],
+                "resources": ["configmaps"],
+                "verbs": ["get", "list", "create", "update", "patch", "delete"],
+            }
+        ],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "tenant-edit", "namespace": NAMESPACE},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant-edit"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "dev"}],
+    }
+    real_kubectl("apply", "-f", "-", input=yaml.safe_dump_all([role, binding]))
+    path = installed.client_kubeconfig(tmp_path / "dev", user="dev", groups=("developers",))
+    core = kubernetes.client.CoreV1Api(
+        kubernetes.config.new_client_from_config(config_file=str(path))
+    )
+    managed = {configmaps.LABEL_MANAGED_BY: configmaps.MANAGED_BY}
+    junk = {"metadata": {"name": "junk", "labels": managed}, "data": {"x": "a" * 900_000}}
+    # The policies are enforced a moment after they are written: wait for a dry run to fail.
+    deadline = time.monotonic() + TYPECHECK_WAIT_S
+    while True:
+        try:
+            core.create_namespaced_config_map(NAMESPACE, junk, dry_run="All")
+        except kubernetes.client.ApiException as e:
+            if e.status != 403 or "denied request" not in (e.body or ""):
+                raise
+            break
+        assert time.monotonic() < deadline, "a person may create a ConfigMap the operator keeps"
+        time.sleep(0.2)
+    message = refused(lambda: core.create_namespaced_config_map(NAMESPACE, junk))
+    assert "only the eventhub-balancer operator sets the labels" in message
+    core.create_namespaced_config_map(
+        NAMESPACE, {"metadata": {"name": "plain", "labels": {"app": "orders"}}, "data": {"a": "1"}}
+    )
+    refused(
+        lambda: core.patch_namespaced_config_map(
+            "plain", NAMESPACE, {"metadata": {"labels": managed}}
+        )
+    )
+    # Its own ConfigMaps stay its own, and so does what it may do to the operator's.
+    core.patch_namespaced_config_map("plain", NAMESPACE, {"data": {"a": "2"}})
+    core.delete_namespaced_config_map("plain", NAMESPACE)

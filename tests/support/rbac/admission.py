@@ -28,6 +28,8 @@ class Request:
     namespace: str = ""
     #: The name in the request's path, as ``request.name`` (a subresource's parent's).
     name: str = ""
+    #: The user's groups, as ``request.userInfo.groups``.
+    groups: tuple[str, ...] = ()
 
 
 class Policy:
@@ -65,7 +67,11 @@ class Policy:
                     "operation": request.operation,
                     "namespace": request.namespace,
                     "name": request.name,
-                    "userInfo": {"username": request.username, "extra": dict(request.extra)},
+                    "userInfo": {
+                        "username": request.username,
+                        "groups": list(request.groups),
+                        "extra": dict(request.extra),
+                    },
                 }
             ),
             "object": celpy.json_to_cel(request.object) if request.object is not None else None,
