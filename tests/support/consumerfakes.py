@@ -22,6 +22,7 @@ from typing import Any
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import batching, deliveries
 from eventhub_balancer.consumer import assignments, connections, contexts
+from eventhub_balancer.contracts import checkpointblobs
 
 T0 = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 
@@ -36,6 +37,7 @@ class FakeCheckpoint:
     offset: str
     epoch: int
     owner_id: str
+    deaths: checkpointblobs.Deaths | None = None
 
 
 class FakeStore:
@@ -45,6 +47,8 @@ class FakeStore:
         self.blobs: dict[str, FakeCheckpoint] = {}
         self.history: dict[str, list[int]] = {}
         self.fenced: dict[tuple[str, str], int] = {}  # (owner, partition) -> epoch
+        #: Every write of a deaths record, in order.
+        self.deaths_written: list[tuple[str, checkpointblobs.Deaths | None]] = []
 
     def handle(self, owner: str) -> FakeStoreHandle:
         return FakeStoreHandle(self, owner)
@@ -76,7 +80,8 @@ class FakeStoreHandle:
             raise errors.OwnershipLost(partition, epoch, current.epoch, current.owner_id)
         seq = -1 if current is None else current.sequence_number
         offset = "-1" if current is None else current.offset
-        taken = FakeCheckpoint(seq, offset, epoch, self.owner)
+        deaths = None if current is None else current.deaths
+        taken = FakeCheckpoint(seq, offset, epoch, self.owner, deaths)
         self.store.blobs[partition] = taken
         self.store.fenced[(self.owner, partition)] = epoch
         return taken
@@ -93,7 +98,10 @@ class FakeStoreHandle:
         if current.epoch > epoch:
             raise errors.OwnershipLost(partition, epoch, current.epoch, current.owner_id)
         assert sequence_number >= current.sequence_number, "checkpoint moved backwards"
-        written = FakeCheckpoint(sequence_number, offset, epoch, self.owner)
+        deaths = current.deaths
+        if deaths is not None and deaths.passed_by(sequence_number):
+            deaths = None
+        written = FakeCheckpoint(sequence_number, offset, epoch, self.owner, deaths)
         self.store.blobs[partition] = written
         self.store.history.setdefault(partition, []).append(sequence_number)
         return written
@@ -103,6 +111,19 @@ class FakeStoreHandle:
         if (self.owner, partition) not in self.store.fenced:
             return None
         return self.store.blobs.get(partition)
+
+    async def record_deaths(
+        self, partition: str, deaths: checkpointblobs.Deaths | None
+    ) -> FakeCheckpoint:
+        """``deaths`` beside the checkpoint, which stays; owner-checked as `update`."""
+        epoch = self.store.fenced[(self.owner, partition)]
+        current = self.store.blobs[partition]
+        if current.epoch > epoch:
+            raise errors.OwnershipLost(partition, epoch, current.epoch, current.owner_id)
+        written = dataclasses.replace(current, deaths=deaths)
+        self.store.blobs[partition] = written
+        self.store.deaths_written.append((partition, deaths))
+        return written
 
     def release(self, partition: str) -> None:
         self.store.fenced.pop((self.owner, partition), None)

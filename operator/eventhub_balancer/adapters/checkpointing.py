@@ -18,13 +18,12 @@ module is the ownership protocol on top of them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from typing import Any, Final
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import checkpointrequests, retrying
+from eventhub_balancer.adapters import checkpointrequests, checkpointtakeovers, retrying
 from eventhub_balancer.contracts import checkpointblobs, startpositions
 
 logger = logging.getLogger(__name__)
@@ -37,6 +36,8 @@ LEASE_BREAK_AFTER_S: Final = 0.5
 
 #: A checkpoint blob as last read or written; its callers know it by this module's name.
 Checkpoint = checkpointrequests.Checkpoint
+Position = checkpointblobs.Position
+Deaths = checkpointblobs.Deaths
 
 
 class CheckpointStore:
@@ -151,7 +152,7 @@ class CheckpointStore:
         its final checkpoint, and nobody else writes the blob, so one read and one write take
         it over (a lease costs three more round trips). Only when that write loses (the blob
         changed since the read, or a fencer holds its lease) does the takeover go under a lease
-        (`_take_over`), as every later attempt does.
+        (`checkpointtakeovers`), as every later attempt does.
         """
         if epoch < 1:
             raise errors.InvalidInput("epoch", f"{epoch} is not positive: epochs start at 1")
@@ -179,12 +180,24 @@ class CheckpointStore:
                 elif unleased:
                     unleased = False
                     taken = await self._blobs.write(
-                        partition, current.position, epoch, current.etag, budget
+                        partition,
+                        current.position,
+                        epoch,
+                        current.etag,
+                        budget,
+                        deaths=current.deaths,
                     )
                     if taken is None:
                         continue  # changed or leased since the read: read it again, and lease
                 else:
-                    taken = await self._take_over(partition, epoch, current, budget)
+                    taken = await checkpointtakeovers.take_over(
+                        self._blobs,
+                        partition,
+                        epoch,
+                        current,
+                        budget,
+                        release_within=self.retry.attempt_timeout_seconds,
+                    )
                     if taken is None:
                         await budget.after_conflict("412/409 (changed or leased since read)")
                         continue
@@ -202,30 +215,49 @@ class CheckpointStore:
 
         Raises OwnershipLost when a higher epoch (or another owner with our epoch) holds the
         blob. A sequence number lower than the stored one is a no-op that returns the stored
-        checkpoint: checkpoints never move backwards.
+        checkpoint: checkpoints never move backwards. The deaths the blob counts are kept
+        until the checkpoint passes their batch.
         """
+        wanted = checkpointblobs.Position(offset=str(offset), sequence_number=int(sequence_number))
+        return await self._update(
+            partition, wanted, None, f"update to sequence number {sequence_number}"
+        )
+
+    async def record_deaths(self, partition: str, deaths: Deaths | None) -> Checkpoint:
+        """Write ``deaths`` (None: no longer any) beside our checkpoint, which stays where it
+        is; conditional and fenced as `update`, and raises OwnershipLost as it."""
+        return await self._update(partition, None, deaths, "deaths record")
+
+    async def _update(
+        self, partition: str, position: Position | None, deaths: Deaths | None, what: str
+    ) -> Checkpoint:
+        """Write ``position`` with the deaths we hold, or ours as it stands with ``deaths``."""
         async with self._lock(partition):
             mine = self._owned.get(partition)
             if mine is None:
                 raise errors.InvalidInput(
                     "partition", f"{partition} is not fenced by {self.owner_id}: call fence() first"
                 )
-            if sequence_number < mine.sequence_number:
+            wanted = mine.position if position is None else position
+            if wanted.sequence_number < mine.sequence_number:
                 return mine
-            wanted = checkpointblobs.Position(
-                offset=str(offset), sequence_number=int(sequence_number)
-            )
-            budget = self._budget(f"update to sequence number {sequence_number}", partition)
+            if position is not None:
+                deaths = mine.deaths
+            if deaths is not None and deaths.passed_by(wanted.sequence_number):
+                deaths = None
+            budget = self._budget(what, partition)
             etag = mine.etag
             blocked_since: float | None = None
             while True:
-                written = await self._blobs.write(partition, wanted, mine.epoch, etag, budget)
+                written = await self._blobs.write(
+                    partition, wanted, mine.epoch, etag, budget, deaths=deaths
+                )
                 if written is not None:
                     self._owned[partition] = written
                     return written
                 current = await self._blobs.get(partition, budget)
                 if current is None:
-                    # Deleted under us (by hand): recreate it with our epoch.
+                    # Deleted under us (by hand): recreate it with our epoch (and no deaths).
                     created = await self._blobs.create(partition, wanted, mine.epoch, budget)
                     if created is not None:
                         self._owned[partition] = created
@@ -239,9 +271,12 @@ class CheckpointStore:
                     raise errors.OwnershipLost(
                         partition, mine.epoch, current.epoch, current.owner_id
                     )
-                if (
-                    current.epoch == mine.epoch
-                    and current.sequence_number >= wanted.sequence_number
+                if current.epoch == mine.epoch and (
+                    current.sequence_number > wanted.sequence_number
+                    or (
+                        current.sequence_number == wanted.sequence_number
+                        and current.deaths == deaths
+                    )
                 ):
                     # Our own write landed (its answer was lost in a retry) or a later one did.
                     self._owned[partition] = current
@@ -334,41 +369,6 @@ class CheckpointStore:
         return await self.update(
             partition, offset=mine.offset, sequence_number=mine.sequence_number
         )
-
-    async def _take_over(
-        self, partition: str, epoch: int, read: Checkpoint, budget: retrying.Budget
-    ) -> Checkpoint | None:
-        """Write our epoch under a short blob lease (None when the race was lost: re-read).
-
-        An owner that checkpoints back to back would otherwise win every race between our read
-        and our conditional write (the first, unleased, attempt of `fence` lost one already);
-        under the lease its writes fail (412 LeaseIdMissing) until our epoch is in place, and
-        then it sees the higher epoch. A lease held while the blob
-        (as ``read``) has a lower epoch than ours is broken at once: it is a fencer's that died
-        mid-fence or is racing us, and waiting out its 15 s would stall the takeover.
-        """
-        lease = await self._blobs.acquire_lease(partition, budget)
-        if (
-            lease is None
-            and read.epoch < epoch
-            and await self._blobs.break_lease(partition, read.etag, budget)
-        ):
-            lease = await self._blobs.acquire_lease(partition, budget)
-        if lease is None:
-            return None
-        try:
-            current = await self._blobs.get(partition, budget)
-            if current is None:
-                return None
-            if current.epoch > epoch:
-                raise errors.OwnershipLost(partition, epoch, current.epoch, current.owner_id)
-            return await self._blobs.write(
-                partition, current.position, epoch, current.etag, budget, lease=lease
-            )
-        finally:
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(self.retry.attempt_timeout_seconds):
-                    await lease.release()
 
     # -- helpers
 

@@ -46,6 +46,8 @@ class Checkpoint:
     last_modified: datetime.datetime | None
     #: Whether a blob lease was held when this was read (a fencer's, perhaps a dead one's).
     leased: bool = False
+    #: The batch after the checkpoint that killed a process, and its attempts so far.
+    deaths: checkpointblobs.Deaths | None = None
 
     @property
     def position(self) -> checkpointblobs.Position:
@@ -171,6 +173,17 @@ class CheckpointBlobs:
         """Create the 0-byte blob unless it exists (then None: the caller re-reads)."""
         owner = self.owner_id if owner_id is None else owner_id
         metadata = checkpointblobs.encode_metadata(position=position, owner_id=owner, epoch=epoch)
+        return await self._create(partition, position, owner, epoch, metadata, budget)
+
+    async def _create(
+        self,
+        partition: str,
+        position: checkpointblobs.Position,
+        owner: str,
+        epoch: int,
+        metadata: dict[str, str],
+        budget: retrying.Budget,
+    ) -> Checkpoint | None:
         blob = self._blob(partition)
 
         async def upload() -> Any | None:
@@ -185,6 +198,18 @@ class CheckpointBlobs:
         answer = await retrying.call_with_retries(budget, upload)
         if answer is None:
             return await self._landed(partition, position, owner, epoch, budget, failures)
+        return self._written(partition, position, owner, epoch, answer, metadata)
+
+    def _written(
+        self,
+        partition: str,
+        position: checkpointblobs.Position,
+        owner: str,
+        epoch: int,
+        answer: Any,
+        metadata: Mapping[str, str],
+    ) -> Checkpoint:
+        raw_deaths = metadata.get(checkpointblobs.DEATHS_KEY)
         return Checkpoint(
             partition=partition,
             offset=position.offset,
@@ -193,6 +218,7 @@ class CheckpointBlobs:
             epoch=epoch,
             etag=str(answer["etag"]),
             last_modified=_as_datetime(answer.get("last_modified")),
+            deaths=None if raw_deaths is None else checkpointblobs.Deaths.decode(raw_deaths),
         )
 
     async def write(
@@ -204,14 +230,16 @@ class CheckpointBlobs:
         budget: retrying.Budget,
         *,
         lease: Any | None = None,
+        deaths: checkpointblobs.Deaths | None = None,
     ) -> Checkpoint | None:
         """Set the metadata if the blob still has ``etag`` (else None: the caller re-reads).
 
         A retry after a lost answer finds a changed ETag (412): the blob is read, and when it
-        holds what we wrote, that is our write, which landed (`_landed`).
+        holds what we wrote, that is our write, which landed (`_landed`). ``deaths`` is
+        written unless ``position`` passed its batch.
         """
         metadata = checkpointblobs.encode_metadata(
-            position=position, owner_id=self.owner_id, epoch=epoch
+            position=position, owner_id=self.owner_id, epoch=epoch, deaths=deaths
         )
         blob = self._blob(partition)
 
@@ -237,16 +265,10 @@ class CheckpointBlobs:
         failures = budget.failures
         answer = await retrying.call_with_retries(budget, set_metadata)
         if answer is None:
-            return await self._landed(partition, position, self.owner_id, epoch, budget, failures)
-        return Checkpoint(
-            partition=partition,
-            offset=position.offset,
-            sequence_number=position.sequence_number,
-            owner_id=self.owner_id,
-            epoch=epoch,
-            etag=str(answer["etag"]),
-            last_modified=_as_datetime(answer.get("last_modified")),
-        )
+            landed = await self._landed(partition, position, self.owner_id, epoch, budget, failures)
+            kept = None if deaths is None or deaths.passed_by(position.sequence_number) else deaths
+            return None if landed is None or landed.deaths != kept else landed
+        return self._written(partition, position, self.owner_id, epoch, answer, metadata)
 
     async def list(self, budget: retrying.Budget) -> builtins.list[Checkpoint]:
         """Every checkpoint under the prefix, in the service's order; others are skipped."""
@@ -325,6 +347,15 @@ class CheckpointBlobs:
             raise errors.InvalidInput(
                 f"blob {self.blob_name(partition)} metadata.{e.field}", e.problem
             ) from e
+        if stored.deaths_ignored:
+            logger.warning(
+                "partition %s: metadata.%s of %s ignored: %s (the deaths it counted are not "
+                "carried on)",
+                partition,
+                checkpointblobs.DEATHS_KEY,
+                self.blob_name(partition),
+                stored.deaths_ignored,
+            )
         return Checkpoint(
             partition=partition,
             offset=stored.position.offset,
@@ -333,6 +364,7 @@ class CheckpointBlobs:
             epoch=stored.epoch,
             etag=str(etag),
             last_modified=last_modified,
+            deaths=stored.deaths,
         )
 
     def _blob(self, partition: str) -> Any:

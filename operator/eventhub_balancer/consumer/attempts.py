@@ -155,7 +155,7 @@ class BatchAttempts:
         while True:
             attempt += 1
             if attempt == 1 and self.marks is not None:
-                attempt, died = self.marks.resume(events)
+                attempt, died = await self.marks.resume(events, self.processing_policy)
             context = contexts.BatchContext(
                 partition=self.partition,
                 epoch=self.epoch,
@@ -286,6 +286,8 @@ class BatchAttempts:
             )
         self.parked = True
         self.stats.parked = True
+        if self.marks is not None:
+            await self.marks.record.parked()
         # The partition holds its epoch and its position until it is released: the batch is
         # never skipped, and the next owner starts with it.
         await self._stop.wait()

@@ -37,7 +37,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 from eventhub_balancer.adapters import deliveries
-from eventhub_balancer.consumer import contexts, processing
+from eventhub_balancer.consumer import contexts, deathrecords, processing
+from eventhub_balancer.contracts import failurepolicy
 
 logger = logging.getLogger(__name__)
 
@@ -51,13 +52,17 @@ ALONE_WAIT_S = 60.0
 
 class ProcessDied(Exception):
     """The previous process of this pod died with this batch in the handler: a failed attempt
-    of the batch, counted by the process that takes the partition up again."""
+    of the batch, counted by the process that takes the partition up again. ``moved``: the
+    count came with the partition from its previous owner (`deathrecords`)."""
 
-    def __init__(self, attempt: int) -> None:
+    def __init__(self, attempt: int, *, moved: bool = False) -> None:
         self.attempt = attempt
         super().__init__(
-            f"the process died in the handler on attempt {attempt} (killed by a signal, out of "
-            "memory, or exited) and its container restarted"
+            f"attempt {attempt} never ended on the partition's previous owner, after a process "
+            "died in the handler (killed by a signal, out of memory, or exited)"
+            if moved
+            else f"the process died in the handler on attempt {attempt} (killed by a signal, "
+            "out of memory, or exited) and its container restarted"
         )
 
 
@@ -278,16 +283,32 @@ class PartitionMarks:
         self.location = location
         #: The batch the previous process died in, until the worker's first batch is cut.
         self.left = left
+        #: The deaths the partition's checkpoint blob counts, and how to write them there.
+        self.record = deathrecords.DeathRecord(partition)
 
-    def resume(self, events: Sequence[deliveries.ReceivedEvent]) -> tuple[int, ProcessDied | None]:
+    async def resume(
+        self, events: Sequence[deliveries.ReceivedEvent], policy: failurepolicy.Processing
+    ) -> tuple[int, ProcessDied | None]:
+        """`first_attempt`; a death counted, with attempts left, goes into the checkpoint blob
+        before the next attempt (`deathrecords`)."""
+        attempt, died = self.first_attempt(events)
+        if died is not None and attempt < policy.max_attempts:
+            await self.record.attempting(events[0].sequence_number, attempt + 1)
+        return attempt, died
+
+    def first_attempt(
+        self, events: Sequence[deliveries.ReceivedEvent]
+    ) -> tuple[int, ProcessDied | None]:
         """For the worker's first batch: the number of its first attempt, and the death to count
         as that attempt (None: call the handler). The previous process died in this very
         batch when it starts where the marker's did (the checkpoint has not moved). A death
         several batches may have caused counts for none of them: the batch runs alone, as
-        the attempt it died in, so that a death of its own is pinned on it."""
+        the attempt it died in, so that a death of its own is pinned on it. Without a marker,
+        the deaths the checkpoint blob counts for the batch come with the partition."""
         marker, self.left = self.left, None
         if marker is None:
-            return 1, None
+            carried = self.record.carried_to(events[0].sequence_number)
+            return (1, None) if carried is None else (carried, ProcessDied(carried, moved=True))
         if events[0].sequence_number != marker.first:
             logger.info(
                 "partition %s: the previous process died in the handler of the batch from "

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -311,6 +312,9 @@ class PartitionWorker:
                 raise handoffs.IllegalTransition(state, event)
 
     def _stands_at(self, checkpoint: ports.Checkpoint) -> None:
+        if self.batches.marks is not None:  # the deaths it counts, and how to write them
+            write = functools.partial(self.store.record_deaths, self.partition)
+            self.batches.marks.record.carry(checkpoint.deaths, write)
         self._checkpointed_sequence = checkpoint.sequence_number
         self.stats.checkpointed_sequence_number = checkpoint.sequence_number
         self.stats.checkpoint_time = time.time()

@@ -11,11 +11,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from eventhub_balancer.adapters import deliveries
+from eventhub_balancer.contracts import checkpointblobs
 
 
 class Checkpoint(Protocol):
     @property
     def sequence_number(self) -> int: ...
+
+    @property
+    def deaths(self) -> checkpointblobs.Deaths | None: ...
 
 
 class Checkpoints(Protocol):
@@ -26,6 +30,10 @@ class Checkpoints(Protocol):
     async def update(self, partition: str, *, offset: str, sequence_number: int) -> Checkpoint: ...
 
     async def keep(self, partition: str) -> Checkpoint | None: ...
+
+    async def record_deaths(
+        self, partition: str, deaths: checkpointblobs.Deaths | None
+    ) -> Checkpoint: ...
 
     def release(self, partition: str) -> None: ...
 

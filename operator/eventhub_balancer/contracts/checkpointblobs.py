@@ -4,7 +4,8 @@ Consumer pods write these blobs, the operator reads them (their epochs are a flo
 epochs it gives out), and outside tools read and write the same blobs: the names and metadata
 are identical to azure-eventhub-checkpointstoreblob(-aio) 1.2, so KEDA's ``blobMetadata``
 strategy and the SDK's EventProcessorClient read our checkpoints and we read theirs. We add
-``ownerid`` and ``epoch``. Pure data code: the store that reads and writes these blobs is
+``ownerid`` and ``epoch``, and ``ehbdeaths`` while a batch is killing the processes that run
+it (`Deaths`). Pure data code: the store that reads and writes these blobs is
 ``adapters.checkpointing``.
 
 Semantics of a checkpoint (those of the SDK and KEDA): ``sequencenumber`` and ``offset`` name
@@ -29,6 +30,8 @@ OFFSET_KEY: Final = "offset"
 SEQUENCE_NUMBER_KEY: Final = "sequencenumber"
 OWNER_ID_KEY: Final = "ownerid"
 EPOCH_KEY: Final = "epoch"
+#: ``<first sequence number>:<attempts>``: a batch whose handler killed a process (`Deaths`).
+DEATHS_KEY: Final = "ehbdeaths"
 
 #: The Event Hubs offset before the first event: the SDK starts *after* a checkpoint's offset.
 OFFSET_BEFORE_FIRST: Final = "-1"
@@ -90,15 +93,46 @@ NOTHING_PROCESSED_POSITION: Final = Position(
 
 
 @dataclasses.dataclass(frozen=True)
+class Deaths:
+    """The batch from sequence number ``first`` killed a process in the handler, and has been
+    attempted ``attempts`` times (each a failed attempt unless a checkpoint passes the batch):
+    the count travels with the partition, so that its next owner goes on from there."""
+
+    first: int
+    attempts: int
+
+    def encode(self) -> str:
+        return f"{self.first}:{self.attempts}"
+
+    @classmethod
+    def decode(cls, raw: str) -> Deaths:
+        """ValueError when ``raw`` is not ``<first>:<attempts>`` (``first`` >= 0,
+        ``attempts`` >= 1)."""
+        first, separator, attempts = raw.strip().partition(":")
+        if not separator or not first.isdigit() or not attempts.isdigit() or int(attempts) < 1:
+            raise ValueError(f"{raw!r} is not <first sequence number>:<attempts>")
+        return cls(first=int(first), attempts=int(attempts))
+
+    def passed_by(self, sequence_number: int) -> bool:
+        """A checkpoint at ``sequence_number`` has passed the batch (it is done)."""
+        return sequence_number >= self.first
+
+
+@dataclasses.dataclass(frozen=True)
 class StoredMetadata:
     """The decoded metadata of a checkpoint blob."""
 
     position: Position
     owner_id: str
     epoch: int
+    deaths: Deaths | None = None
+    #: Why a present ``ehbdeaths`` was ignored ("" when it was read, or absent).
+    deaths_ignored: str = ""
 
 
-def encode_metadata(*, position: Position, owner_id: str, epoch: int) -> dict[str, str]:
+def encode_metadata(
+    *, position: Position, owner_id: str, epoch: int, deaths: Deaths | None = None
+) -> dict[str, str]:
     """Blob metadata: the SDK's two keys (strings, sequence number as an int) plus ours."""
     metadata = {
         OFFSET_KEY: str(position.offset),
@@ -107,6 +141,8 @@ def encode_metadata(*, position: Position, owner_id: str, epoch: int) -> dict[st
     if owner_id or epoch:
         metadata[OWNER_ID_KEY] = owner_id
         metadata[EPOCH_KEY] = str(int(epoch))
+    if deaths is not None and not deaths.passed_by(position.sequence_number):
+        metadata[DEATHS_KEY] = deaths.encode()
     return metadata
 
 
@@ -130,10 +166,21 @@ def decode_metadata(metadata: Mapping[str, str]) -> StoredMetadata:
         epoch = int(raw_epoch)
     except ValueError:
         raise errors.InvalidInput(EPOCH_KEY, f"{raw_epoch!r} is not an integer") from None
+    deaths: Deaths | None = None
+    ignored = ""
+    raw_deaths = lowered.get(DEATHS_KEY)
+    if raw_deaths is not None:
+        # Never a reason to refuse the checkpoint: a count that cannot be read counts nothing.
+        try:
+            deaths = Deaths.decode(raw_deaths)
+        except ValueError as e:
+            ignored = str(e)
     return StoredMetadata(
         position=Position(
             offset=lowered.get(OFFSET_KEY, OFFSET_UNKNOWN), sequence_number=sequence_number
         ),
         owner_id=lowered.get(OWNER_ID_KEY, ""),
         epoch=epoch,
+        deaths=None if deaths is not None and deaths.passed_by(sequence_number) else deaths,
+        deaths_ignored=ignored,
     )

@@ -1,0 +1,62 @@
+"""A fence's takeover of a checkpoint blob under a short lease (`checkpointing`'s fence).
+
+Apart from the store's ownership protocol because it is its one leased step: a fence's first
+write goes without a lease, and only when it loses a race does the takeover go through here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from eventhub_balancer import errors
+from eventhub_balancer.adapters import checkpointrequests, retrying
+
+
+async def take_over(
+    blobs: checkpointrequests.CheckpointBlobs,
+    partition: str,
+    epoch: int,
+    read: checkpointrequests.Checkpoint,
+    budget: retrying.Budget,
+    *,
+    release_within: float,
+) -> checkpointrequests.Checkpoint | None:
+    """Write our epoch under a short blob lease (None when the race was lost: re-read).
+
+    An owner that checkpoints back to back would otherwise win every race between our read
+    and our conditional write (the first, unleased, attempt of `fence` lost one already);
+    under the lease its writes fail (412 LeaseIdMissing) until our epoch is in place, and
+    then it sees the higher epoch. A lease held while the blob (as ``read``) has a lower epoch
+    than ours is broken at once: it is a fencer's that died mid-fence or is racing us, and
+    waiting out its 15 s would stall the takeover. The blob keeps its position and the deaths
+    it counts; the lease is released within ``release_within`` seconds, or left to expire.
+    """
+    lease = await blobs.acquire_lease(partition, budget)
+    if (
+        lease is None
+        and read.epoch < epoch
+        and await blobs.break_lease(partition, read.etag, budget)
+    ):
+        lease = await blobs.acquire_lease(partition, budget)
+    if lease is None:
+        return None
+    try:
+        current = await blobs.get(partition, budget)
+        if current is None:
+            return None
+        if current.epoch > epoch:
+            raise errors.OwnershipLost(partition, epoch, current.epoch, current.owner_id)
+        return await blobs.write(
+            partition,
+            current.position,
+            epoch,
+            current.etag,
+            budget,
+            lease=lease,
+            deaths=current.deaths,
+        )
+    finally:
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(release_within):
+                await lease.release()
