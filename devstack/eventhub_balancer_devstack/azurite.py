@@ -9,6 +9,7 @@ accepts connections, and stops it (with its process group) reliably.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import signal
@@ -59,6 +60,20 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
+
+
+def taken(host: str, port: int) -> bool:
+    """Whether something listens on ``host:port`` now (a socket in TIME_WAIT does not count:
+    a service started there would bind it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                return True
+            raise
+    return False
 
 
 class Azurite:
@@ -136,6 +151,10 @@ class Azurite:
             )
         if self.location is not None:
             self.location.mkdir(parents=True, exist_ok=True)
+        if self._requested_port and taken(self.host, self._requested_port):
+            # Azurite would exit on the bind, but the port answers: it must not pass for
+            # Azurite (another `ehb local up`'s, or anything else listening there).
+            raise OSError(errno.EADDRINUSE, f"{self.host}:{self._requested_port} is taken")
         attempts = BIND_ATTEMPTS if self._requested_port == 0 else 1
         last_output = ""
         for attempt in range(1, attempts + 1):

@@ -42,7 +42,14 @@ def run(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    with azurite.Azurite(port=args.port, location=args.location) as service:
+    service = azurite.Azurite(port=args.port, location=args.location)
+    try:
+        service.start()
+    except OSError as e:
+        raise errors.ConfigurationError(
+            f"--port: 127.0.0.1:{args.port} is taken: choose another --port, or 0 for a free one"
+        ) from e
+    with service:
         print(service.connection_string, flush=True)
         print(
             f"Azurite blob service on {service.endpoint} "

@@ -60,13 +60,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from eventhub_balancer_devstack import consumersetups, stacks
+    from eventhub_balancer_devstack import azurite, consumersetups, stacks
     from eventhub_balancer_devstack.commands import local_eventhubs
 
     for flag in ("eventhubs_port", "blob_port", "kube_port"):
         port = getattr(args, flag)
         if not 0 <= port <= 65535:
             raise errors.InvalidInput("--" + flag.replace("_", "-"), f"{port} is not a TCP port")
+    for flag in ("eventhubs_port", "blob_port", "kube_port"):
+        port, name = getattr(args, flag), "--" + flag.replace("_", "-")
+        if port and azurite.taken("127.0.0.1", port):
+            # Before anything starts: a service that answers on a taken port (another stack's
+            # Azurite) would pass for ours, and our kubeconfig would replace the other's.
+            raise errors.ConfigurationError(
+                f"{name}: 127.0.0.1:{port} is taken (another `ehb local up`?): "
+                f"choose another {name}, or 0 for a free one"
+            )
     hubs = local_eventhubs.parse_hubs(args.hub) or {"orders": 32}
     setups = [consumersetups.parse(value, dict(hubs)) for value in args.consumer]
     options = stacks.StackOptions(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import socket
@@ -105,6 +106,39 @@ def test_ehb_local_blob_refuses_a_bad_port() -> None:
     assert done.returncode == 2
     assert "--port" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_taken_fixed_port_is_refused_not_taken_for_azurite() -> None:
+    """Something else listens on the port: Azurite cannot bind it, yet the port answered, so
+    start() returned as if Azurite were up, and the caller talked to the other service."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        service = Azurite(port=port)
+        with pytest.raises(OSError, match=f"127.0.0.1:{port} is taken") as raised:
+            service.start()
+        assert raised.value.errno == errno.EADDRINUSE
+        assert not service.running
+
+
+def test_ehb_local_blob_names_a_taken_port() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "eventhub_balancer", "local", "blob", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPOSITORY,
+        )
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"ehb: error: --port: 127.0.0.1:{port} is taken: choose another --port, or 0 for a free one"
+    ]
 
 
 # Azurite's conditional writes, as docs/checkpoints.md states them and the checkpoint store uses.

@@ -83,7 +83,32 @@ def test_bad_hub_is_a_usage_error() -> None:
     assert "Traceback" not in result.stderr
 
 
-def test_a_taken_kube_port_names_the_flags(tmp_path: Path) -> None:
+def test_a_taken_blob_port_is_named_before_anything_starts(tmp_path: Path) -> None:
+    """A second `ehb local up` (or anything else on port 10000): Azurite cannot bind, but the
+    port answered, so the stack printed itself as up on someone else's Azurite, wrote its
+    kubeconfig over the first stack's, and then died on "Azurite exited unexpectedly"."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = [sys.executable, "-m", "eventhub_balancer", "local", "up", "--hub", "orders=2"]
+        argv += ["--eventhubs-port=0", f"--blob-port={port}", "--kube-port=0"]
+        result = subprocess.run(
+            [*argv, f"--state-dir={tmp_path}"], capture_output=True, text=True, timeout=60
+        )
+    assert result.returncode == 1
+    assert result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line == (
+        f"ehb: error: --blob-port: 127.0.0.1:{port} is taken (another `ehb local up`?): "
+        "choose another --blob-port, or 0 for a free one"
+    )
+    assert not (tmp_path / "kubeconfig").exists()
+
+
+def test_a_taken_kube_port_names_its_own_flag(tmp_path: Path) -> None:
     import socket
 
     with socket.socket() as taken:
@@ -97,5 +122,7 @@ def test_a_taken_kube_port_names_the_flags(tmp_path: Path) -> None:
         )
     assert result.returncode == 1
     (line,) = result.stderr.splitlines()
-    assert line.startswith("ehb: error: cannot start the local stack: ")
-    assert "choose others with --eventhubs-port/--blob-port/--kube-port" in line
+    assert line == (
+        f"ehb: error: --kube-port: 127.0.0.1:{port} is taken (another `ehb local up`?): "
+        "choose another --kube-port, or 0 for a free one"
+    )
