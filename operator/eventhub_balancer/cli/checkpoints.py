@@ -31,7 +31,10 @@ if TYPE_CHECKING:
     from eventhub_balancer.adapters.checkpointing import Checkpoint
 
 COMMAND = ("checkpoints", "list")
-HELP = "list a consumer group's checkpoints: partition, sequence number, offset, owner, epoch, age"
+HELP = (
+    "list a consumer group's checkpoints: partition, sequence number, offset, owner, epoch, age, "
+    "deaths"
+)
 
 #: Where the connection string comes from when the flag is absent (flags show up in `ps`).
 CONNECTION_STRING_ENV = "EHB_BLOB_CONNECTION_STRING"
@@ -48,6 +51,11 @@ LOCATION_FLAGS = (
 )
 
 
+class DeathsRow(TypedDict):
+    first: int
+    attempts: int
+
+
 class CheckpointRow(TypedDict):
     partition: str
     sequenceNumber: int
@@ -56,6 +64,8 @@ class CheckpointRow(TypedDict):
     epoch: int
     lastModified: str | None
     ageSeconds: int | None
+    #: The batch after the checkpoint killed a process: its first sequence number, attempts.
+    deaths: DeathsRow | None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -119,13 +129,16 @@ def rows(checkpoints: Sequence[Checkpoint], *, now: datetime.datetime) -> list[C
                 epoch=c.epoch,
                 lastModified=c.last_modified.isoformat() if c.last_modified else None,
                 ageSeconds=None if age is None else max(0, int(age)),
+                deaths=None
+                if c.deaths is None
+                else DeathsRow(first=c.deaths.first, attempts=c.deaths.attempts),
             )
         )
     return result
 
 
 def table(items: Sequence[CheckpointRow]) -> str:
-    header = ("PARTITION", "SEQUENCE", "OFFSET", "OWNER", "EPOCH", "AGE")
+    header = ("PARTITION", "SEQUENCE", "OFFSET", "OWNER", "EPOCH", "AGE", "DEATHS")
     lines = [
         (
             r["partition"],
@@ -134,6 +147,7 @@ def table(items: Sequence[CheckpointRow]) -> str:
             r["owner"] or "-",
             str(r["epoch"]),
             format_age(r["ageSeconds"]),
+            "-" if (d := r["deaths"]) is None else f"{d['attempts']} from {d['first']}",
         )
         for r in items
     ]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import json
+import re
 import subprocess
 import sys
 from typing import Any
@@ -15,6 +17,7 @@ from eventhub_balancer import cli
 from eventhub_balancer.adapters import blobs
 from eventhub_balancer.adapters import checkpointing as cp
 from eventhub_balancer.cli import checkpoints as list_command
+from eventhub_balancer.contracts import checkpointblobs
 from eventhub_balancer_devstack import azurite as azurite_launcher
 from tests.support import paths
 from tests.support.fixtures.azurite import unique_container_name
@@ -41,11 +44,25 @@ def test_rows_and_table() -> None:
         etag="e",
         last_modified=now - datetime.timedelta(seconds=125),
     )
-    (row,) = list_command.rows([checkpoint], now=now)
+    dying = dataclasses.replace(
+        checkpoint, partition="4", deaths=checkpointblobs.Deaths(first=42, attempts=3)
+    )
+    row, counted = list_command.rows([checkpoint, dying], now=now)
     assert row["ageSeconds"] == 125
-    lines = list_command.table([row]).splitlines()
-    assert lines[0].split() == ["PARTITION", "SEQUENCE", "OFFSET", "OWNER", "EPOCH", "AGE"]
-    assert lines[1].split() == ["3", "41", "4096", "pod-a", "2", "2m"]
+    assert (row["deaths"], counted["deaths"]) == (None, {"first": 42, "attempts": 3})
+    lines = list_command.table([row, counted]).splitlines()
+    assert lines[0].split() == [
+        "PARTITION",
+        "SEQUENCE",
+        "OFFSET",
+        "OWNER",
+        "EPOCH",
+        "AGE",
+        "DEATHS",
+    ]
+    assert lines[1].split() == ["3", "41", "4096", "pod-a", "2", "2m", "-"]
+    # The batch after the checkpoint killed a process: 3 attempts of it from 42 so far.
+    assert re.split(r"\s{2,}", lines[2]) == ["4", "41", "4096", "pod-a", "2", "2m", "3 from 42"]
 
 
 async def _write_checkpoints(connection_string: str, container_name: str) -> None:
@@ -65,6 +82,7 @@ async def _write_checkpoints(connection_string: str, container_name: str) -> Non
             await store.update(
                 partition, offset=f"{partition}00", sequence_number=int(partition) + 7
             )
+        await store.record_deaths("1", checkpointblobs.Deaths(first=9, attempts=2))
 
 
 @pytest.mark.integration
@@ -89,10 +107,20 @@ def test_checkpoints_list_prints_a_table_and_json(
         == 0
     )
     table = capsys.readouterr().out.splitlines()
-    assert table[0].split() == ["PARTITION", "SEQUENCE", "OFFSET", "OWNER", "EPOCH", "AGE"]
-    assert [line.split()[:5] for line in table[1:]] == [
-        ["0", "7", "000", "pod-a", "3"],
-        ["1", "8", "100", "pod-a", "3"],
+    assert table[0].split() == [
+        "PARTITION",
+        "SEQUENCE",
+        "OFFSET",
+        "OWNER",
+        "EPOCH",
+        "AGE",
+        "DEATHS",
+    ]
+    assert [
+        re.split(r"\s{2,}", line)[:5] + re.split(r"\s{2,}", line)[6:] for line in table[1:]
+    ] == [
+        ["0", "7", "000", "pod-a", "3", "-"],
+        ["1", "8", "100", "pod-a", "3", "2 from 9"],
     ]
 
     monkeypatch.setenv(list_command.CONNECTION_STRING_ENV, azurite.connection_string)
@@ -107,6 +135,7 @@ def test_checkpoints_list_prints_a_table_and_json(
         ("1", 8, "100", "pod-a", 3),
     ]
     assert all(0 <= r["ageSeconds"] < 300 for r in listed)
+    assert [r["deaths"] for r in listed] == [None, {"first": 9, "attempts": 2}]
 
 
 def test_checkpoints_list_without_credentials_is_a_usage_error(
