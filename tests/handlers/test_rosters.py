@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from eventhub_balancer.contracts import podstates
+from eventhub_balancer.balancing import models
+from eventhub_balancer.contracts import configmaps, podstates
 from eventhub_balancer.handlers.cache import rosters, shelves
 
 
@@ -226,6 +227,33 @@ def test_a_pod_is_kept_with_all_the_operator_reads_of_it_and_no_more() -> None:
     assert r.offer(shelves.PODS, REAL_POD)
     assert r.items(shelves.PODS) == [kept]
     assert "containers" in REAL_POD["spec"]
+
+
+def test_a_pod_is_kept_without_the_annotations_the_operator_never_reads() -> None:
+    """A tenant's pods may carry 256 KB of annotations each: kept whole, 300 of them kept
+    75 MiB in the operator (every pod of every namespace it serves: the chart's 256 MiB limit
+    at about a thousand). Of a pod's annotations the operator reads only its own two
+    (`configmaps.pod_annotations`), and those at most at the length it writes them."""
+    ours = configmaps.pod_annotations(
+        consumer="orders", partitions={models.PartitionId(str(p)): 1 for p in range(1024)}
+    )
+    notes = {"notes": "x" * 250_000, "eventhub-balancer.dev/other": "y" * 250_000}
+    pod = {**REAL_POD, "metadata": {**REAL_POD["metadata"], "annotations": {**notes, **ours}}}
+    kept = shelves.kept_pod(pod)
+    assert kept["metadata"]["annotations"] == ours
+    assert {k: v for k, v in kept["metadata"].items() if k != "annotations"} == {
+        k: v for k, v in REAL_POD["metadata"].items() if k != "managedFields"
+    }
+    assert shelves.kept_pod(kept) == kept
+    # One of the operator's own annotations grown by someone else is kept cut, so that it
+    # still differs from what the operator writes there, which then writes it again.
+    forged = {configmaps.POD_ANNOTATION_PARTITIONS: "0," * 125_000}
+    pod = {**REAL_POD, "metadata": {**REAL_POD["metadata"], "annotations": forged}}
+    value = shelves.kept_pod(pod)["metadata"]["annotations"][configmaps.POD_ANNOTATION_PARTITIONS]
+    assert len(value) == shelves.MAX_POD_ANNOTATION + 1
+    assert len(ours[configmaps.POD_ANNOTATION_PARTITIONS]) < shelves.MAX_POD_ANNOTATION
+    assert value.startswith("0,0,")
+    assert value != ours[configmaps.POD_ANNOTATION_PARTITIONS]
 
 
 def test_a_pod_is_kept_so_under_a_new_selector_too() -> None:

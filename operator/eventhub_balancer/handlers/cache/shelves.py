@@ -79,15 +79,47 @@ def kept(body: Body) -> Body:
 POD_SPEC_READ = ("nodeName",)
 
 
+#: What of a pod's annotations the operator reads: its own two (`configmaps.pod_annotations`,
+#: with ``--annotate-pods``), compared with what it would write. A tenant's pods may carry
+#: 256 KB of annotations each, and the operator keeps every pod of the namespaces it serves.
+POD_ANNOTATIONS_READ = (configmaps.POD_ANNOTATION_CONSUMER, configmaps.POD_ANNOTATION_PARTITIONS)
+#: The longest of those kept: more than the operator writes (a consumer's name, the ids of
+#: 4,096 partitions). A longer one is someone else's, kept cut (and marked) so that it still
+#: differs from the operator's value, which is then written again.
+MAX_POD_ANNOTATION = 32 * 1024
+
+
+def _pod_annotation(value: object) -> object:
+    if isinstance(value, str) and len(value) > MAX_POD_ANNOTATION:
+        return value[:MAX_POD_ANNOTATION] + "\u2026"
+    return value
+
+
 def kept_pod(body: Body) -> Body:
-    """A pod as the cache keeps it: `kept`, and of its spec only `POD_SPEC_READ`. A pod kept
-    so already (the watch handler trims it before the shelves see it) is not copied again."""
+    """A pod as the cache keeps it: `kept`, of its spec only `POD_SPEC_READ`, of its
+    annotations only `POD_ANNOTATIONS_READ`. A pod kept so already (the watch handler trims
+    it before the shelves see it) is not copied again."""
     body = kept(body)
     spec = body.get("spec")
-    if not isinstance(spec, Mapping) or spec.keys() <= set(POD_SPEC_READ):
+    metadata = body.get("metadata")
+    notes = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    trim_spec = isinstance(spec, Mapping) and not spec.keys() <= set(POD_SPEC_READ)
+    trim_notes = isinstance(notes, Mapping) and (
+        not notes.keys() <= set(POD_ANNOTATIONS_READ)
+        or any(_pod_annotation(v) is not v for v in notes.values())
+    )
+    if not trim_spec and not trim_notes:
         return body
     trimmed = dict(body)
-    trimmed["spec"] = {k: spec[k] for k in POD_SPEC_READ if k in spec}
+    if trim_spec and isinstance(spec, Mapping):
+        trimmed["spec"] = {k: spec[k] for k in POD_SPEC_READ if k in spec}
+    if trim_notes and isinstance(metadata, Mapping) and isinstance(notes, Mapping):
+        trimmed["metadata"] = {
+            **metadata,
+            "annotations": {
+                k: _pod_annotation(notes[k]) for k in POD_ANNOTATIONS_READ if k in notes
+            },
+        }
     return trimmed
 
 
