@@ -144,6 +144,9 @@ async def serve(
         await runtime.hubs.close()
         if runner is not None:
             await runner.cleanup()
+        # kopf never shuts down its executor: its idle threads would pass for API requests
+        # still in flight when the process exits (`operator_cmd.leave_requests_behind`).
+        settings.execution.executor.shutdown(wait=False)
 
 
 class OperatorThread:

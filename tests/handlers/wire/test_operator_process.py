@@ -100,6 +100,25 @@ def test_sigterm_while_the_api_server_hangs_exits_within_the_bound(
     assert "requests still in flight" in output
 
 
+def test_ctrl_c_with_the_api_server_answering_says_nothing_of_requests_in_flight(
+    operator_stack: Stack, namespace: str, tmp_path: Path
+) -> None:
+    """Ctrl-C on an operator whose API server answers every request. kopf's executor for
+    synchronous handlers kept an idle thread, which the exit took for a request in flight:
+    every stop waited a second more and warned that the API server did not answer."""
+    stack, log_path = operator_stack, tmp_path / "operator.log"
+    with operator_process(stack, namespace, log_path) as process:
+        stopping = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        code = process.wait(timeout=EXIT_BOUND_SECONDS)
+        took = time.monotonic() - stopping
+    output = log_path.read_text()
+    print(f"exited with {code} {took:.1f} s after SIGINT")
+    assert code == 0, output[-3000:]
+    assert "still in flight" not in output, output[-3000:]
+    assert "does not answer" not in output, output[-3000:]
+
+
 def test_watch_events_write_no_line_at_info(
     operator_stack: Stack, namespace: str, tmp_path: Path
 ) -> None:
