@@ -7,7 +7,9 @@ and no kubelet, so `LocalNode` is both, as far as the local stack needs:
 - it registers a Node and keeps it Ready by renewing its Lease in ``kube-node-lease`` (as a
   kubelet does every 10 s), so that the node lifecycle controller never evicts its pods;
 - it binds each pending pod to itself through the ``binding`` subresource (the scheduler's
-  part), and runs each pod bound to it as a process (`deployments.pod_template` reads the
+  part, on a watch of its own, as the scheduler is a process of its own: a pod is bound
+  within moments of its creation, never behind the start of another pod), and runs each pod
+  bound to it as a process (`deployments.pod_template` reads the
   container's args, environment, readiness probe and grace period from the pod);
 - it reports the pod's status (Running, Ready from the readiness probe, restarts after a
   crash: one probe round per pod is `runningpods.check`) and, on deletion, sends SIGTERM,
@@ -81,6 +83,7 @@ class LocalNode:
         self._refused: set[str] = set()
         self._stop = threading.Event()
         self._watch = podwatches.PodWatch(self._calls, self._on_change)
+        self._scheduler = podwatches.PodWatch(self._calls, self._schedule, name="scheduler")
         self._threads = [
             threading.Thread(target=self._heartbeats, name="local-node lease", daemon=True),
             threading.Thread(target=self._probing, name="local-node probes", daemon=True),
@@ -110,12 +113,14 @@ class LocalNode:
         nodeleases.renew_lease(self._calls, self._name)
         for thread in self._threads:
             thread.start()
+        self._scheduler.start()
         self._watch.start()
 
     def stop(self, *, grace_s: float = 10.0) -> None:
         """Stop every process (SIGTERM, SIGKILL after ``grace_s``); the objects stay, as
         when a node goes down."""
         self._stop.set()
+        self._scheduler.stop()
         self._watch.stop()
         for thread in self._threads:
             thread.join(timeout=runningpods.PROBE_TIMEOUT_S + 5)
@@ -190,6 +195,12 @@ class LocalNode:
 
     # -- pods: the watch's side ---------------------------------------------------------------
 
+    def _schedule(self, kind: str, pod: dict[str, Any]) -> None:
+        """The scheduler's part: bind each pending pod that is not being deleted."""
+        metadata, spec = pod["metadata"], pod.get("spec") or {}
+        if kind != "DELETED" and not spec.get("nodeName") and not metadata.get("deletionTimestamp"):
+            self._bind(pod)
+
     def _on_change(self, kind: str, pod: dict[str, Any]) -> None:
         metadata, spec = pod["metadata"], pod.get("spec") or {}
         uid = metadata["uid"]
@@ -198,9 +209,7 @@ class LocalNode:
             return
         node = spec.get("nodeName")
         if not node:
-            if not metadata.get("deletionTimestamp"):
-                self._bind(pod)
-            return
+            return  # the scheduler's watch binds it
         if node != self._name:
             return
         with self._lock:

@@ -44,12 +44,14 @@ def lines(response: urllib3.BaseHTTPResponse) -> Iterator[str]:
 class PodWatch:
     """Calls ``on_change(type, pod)`` for every pod change (``SYNC`` for each listed pod)."""
 
-    def __init__(self, calls: resourcecalls.ResourceCalls, on_change: Change) -> None:
+    def __init__(
+        self, calls: resourcecalls.ResourceCalls, on_change: Change, *, name: str = "pods"
+    ) -> None:
         self._calls = calls
         self._on_change = on_change
         self._stop = threading.Event()
         self._version = ""
-        self._thread = threading.Thread(target=self._run, name="local-node pods", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"local-node {name}", daemon=True)
 
     def start(self) -> None:
         self._version = self._list()

@@ -292,10 +292,10 @@ def test_a_scale_out_from_2_to_8_moves_each_partition_once(release: Release) -> 
     began, before = steady(release, 2)
     release.scale(8)
     settle(release, 8)
-    # Each partition should move once (docs/planner.md, "A burst of joins"); on the local
-    # node, whose pods start one after another, 3 of 16 moved twice in one of two runs
-    # (docs/planner.md, "Scaling"): the figures are printed, not asserted.
-    check(measure(release, began=began, before=before), "scale-out 2 -> 8", minimal=False)
+    # Each partition moves once (docs/planner.md, "A burst of joins"): the new pods count as
+    # starting once they are bound to a node. When the local node bound a pod only after it
+    # had started the one before, 1 to 3 of 16 partitions moved twice.
+    check(measure(release, began=began, before=before), "scale-out 2 -> 8", minimal=True)
 
 
 def test_a_flapping_autoscaler_costs_no_more_than_each_change_needs(release: Release) -> None:
