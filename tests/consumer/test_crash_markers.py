@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 from collections.abc import AsyncIterator, Sequence
@@ -77,12 +78,13 @@ async def pod(
     *,
     dead: policyfakes.FakeDeadLetters | None = None,
     uid: str = "uid-a",
+    batch: partitions.BatchSettings = BATCH,
 ) -> AsyncIterator[tuple[runtime.Runtime, assignments.MemorySource]]:
     """One process of pod-a, its crash markers in ``directory``."""
     source = assignments.MemorySource()
     consumer = runtime.Runtime(
         settings=runtime.RuntimeSettings(
-            consumer="orders", pod="pod-a", batch=BATCH, shutdown_timeout=2.0
+            consumer="orders", pod="pod-a", batch=batch, shutdown_timeout=2.0
         ),
         source=source,
         backends=policyfakes.Backends({"orders": (hub, store.handle("pod-a"))}, dead_letters=dead),
@@ -174,6 +176,39 @@ async def test_each_death_in_the_handler_is_a_failed_attempt_until_the_partition
         await consumerfakes.eventually(lambda: fake_store.blobs["1"].sequence_number == 29)
         assert consumer.ready()[0]
     assert fake_store.blobs["0"].sequence_number == 9
+
+
+async def test_deaths_count_under_a_checkpoint_interval_that_left_the_checkpoint_behind(
+    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore, tmp_path: Path
+) -> None:
+    """--checkpoint-interval 30: the batches before the killer were handled but not
+    checkpointed when the process died, so every next process starts before the killer's
+    batch, and its first batch never matched the marker. Before, no death was ever counted
+    (attempts 1, 1, 1 ... for ever). Now the marker waits for its batch, the batches before it
+    are checkpointed at once, and the deaths count until the partition is parked."""
+    fake_hub.append("0", 40)
+    interval = dataclasses.replace(BATCH, checkpoint_interval=30.0)
+    seen: list[int] = []
+    for _ in range(3):
+        killer = Killer(poison={("0", 22)})
+        async with pod(fake_hub, fake_store, killer, tmp_path, batch=interval) as (
+            consumer,
+            source,
+        ):
+            source.put(assignment())
+            async with asyncio.timeout(10):
+                await killer.died.wait()
+            seen += killer.attempts("0")
+            await died(consumer, tmp_path)
+    assert seen == [1, 2, 3]
+
+    killer = Killer(poison={("0", 22)})
+    async with pod(fake_hub, fake_store, killer, tmp_path, batch=interval) as (consumer, source):
+        source.put(assignment())
+        await consumerfakes.eventually(lambda: "0" in source.reports, what="the report")
+        assert (source.reports["0"].state, source.reports["0"].attempts) == ("parked", 3)
+        assert killer.attempts("0") == []
+    assert fake_store.blobs["0"].sequence_number == 19  # never past the batch 20-29
 
 
 async def test_a_batch_dead_lettered_after_deaths_lets_the_partition_go_on(

@@ -384,6 +384,8 @@ class BatchAttempts:
     def reset(self) -> None:
         """The worker ended: nothing is in flight, failing or parked any more."""
         self._end_batch()
+        if self.marks is not None:
+            self.marks.ended()
         self.parked = False
         self.stats.parked = False
 

@@ -10,6 +10,9 @@ chart's ``/tmp`` is an emptyDir. A new process that takes the partition up again
 epoch finds its predecessor's marker; when the first batch it hands to the handler starts at
 the marker's first sequence number, the marker's attempt is a failed attempt of that batch
 (the process died in the handler), and the failure policy goes on counting from there.
+Batches that end before the marker's (handled, not checkpointed: ``--checkpoint-interval``)
+leave it waiting for its batch, and are checkpointed each, so the next death finds the
+checkpoint right before the batch.
 
 What it costs: a write of a few hundred bytes (a temporary file renamed over the marker) and
 an unlink per handler call, on the event loop, never an fsync: a container restart keeps the
@@ -309,6 +312,11 @@ class PartitionMarks:
         if marker is None:
             carried = self.record.carried_to(events[0].sequence_number)
             return (1, None) if carried is None else (carried, ProcessDied(carried, moved=True))
+        if events[-1].sequence_number < marker.first:
+            # Handled before, but not checkpointed (`--checkpoint-interval`): the marker waits
+            # for its batch, and the worker checkpoints meanwhile (`waiting`).
+            self.left = marker
+            return 1, None
         if events[0].sequence_number != marker.first:
             logger.info(
                 "partition %s: the previous process died in the handler of the batch from "
@@ -329,6 +337,13 @@ class PartitionMarks:
             )
             return marker.attempt, None
         return marker.attempt, ProcessDied(marker.attempt)
+
+    @property
+    def waiting(self) -> bool:
+        """The batch the previous process died in is still ahead: the worker checkpoints
+        after every batch until it comes, whatever its interval, so that a death in it
+        finds the checkpoint right before it."""
+        return self.left is not None
 
     async def call(
         self,
@@ -358,6 +373,12 @@ class PartitionMarks:
                 markers.leave(self.partition)
 
     def settled(self) -> None:
-        """The batch is done, or the worker ended."""
+        """The batch is done: unless the one the previous process died in is still ahead
+        (`waiting`), the partition's batches run alone no more."""
+        if self.left is None:
+            self.markers.settled(self.partition)
+
+    def ended(self) -> None:
+        """The worker ended."""
         self.left = None
         self.markers.settled(self.partition)

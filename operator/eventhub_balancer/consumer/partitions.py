@@ -353,7 +353,10 @@ class PartitionWorker:
         if self._processed.sequence_number == self._checkpointed_sequence:
             return False
         interval = self.settings.checkpoint_interval
-        return interval <= 0 or _now() - self._last_checkpoint >= interval
+        marks = self.batches.marks
+        if interval <= 0 or (marks is not None and marks.waiting):
+            return True
+        return _now() - self._last_checkpoint >= interval
 
     def _checkpoint_in_background(self) -> None:
         """Start writing the checkpoint while the next batch is received; the loop awaits it
