@@ -17,6 +17,7 @@ import asyncio
 import dataclasses
 import functools
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -167,3 +168,39 @@ async def test_with_the_defaults_a_batch_that_kills_its_process_is_parked_across
     ] + [("0", None)]
     assert fake_store.blobs["0"].deaths is None
     assert outcome.report.error.startswith("ProcessDied: attempt 10 never ended on the")
+
+
+async def test_a_carried_count_is_said_once_not_at_every_batch_after_its_own(
+    fake_hub: consumerfakes.FakeHub,
+    fake_store: consumerfakes.FakeStore,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The previous owner left a count on the batch from 10; the new owner counts it, the
+    batch then succeeds and the partition goes on. Before, every later batch of the epoch
+    logged at INFO that the checkpoint counted attempts of another batch: one line per batch
+    per partition, for as long as the pod owned it."""
+    fake_hub.append("0", 200)
+    fake_store.blobs["0"] = consumerfakes.FakeCheckpoint(
+        9, "9", 1, "pod-b", checkpointblobs.Deaths(first=10, attempts=2)
+    )
+    caplog.set_level(logging.INFO, logger="eventhub_balancer.consumer")
+    recorder = Killer(poison=set())
+    source = runtime.assignments.MemorySource()
+    consumer = runtime.Runtime(
+        settings=runtime.RuntimeSettings(consumer="orders", pod="pod-a", batch=BATCH),
+        source=source,
+        backends=policyfakes.Backends({"orders": (fake_hub, fake_store.handle("pod-a"))}),
+        processor=recorder,
+        exit_process=lambda reason: None,
+        crash_markers=crashmarkers.CrashMarkers(tmp_path, pod="pod-a", pod_uid="uid-a"),
+    )
+    task = asyncio.create_task(consumer.run())
+    source.put(assignment("pod-a", 2, {}))
+    await consumerfakes.eventually(lambda: fake_store.blobs["0"].sequence_number == 199)
+    consumer.request_shutdown()
+    await task
+    assert [c.attempt for c in recorder.contexts if c.first_sequence_number == 10] == [3]
+    assert fake_store.blobs["0"].deaths is None
+    about_deaths = [r for r in caplog.records if "sequence number 10" in r.getMessage()]
+    assert len(about_deaths) == 1, [r.getMessage() for r in about_deaths]

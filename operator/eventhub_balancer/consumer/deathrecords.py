@@ -44,6 +44,8 @@ class DeathRecord:
         #: The record as the blob holds it (fenced, then as written here).
         self.held: checkpointblobs.Deaths | None = None
         self._write: Write | None = None
+        #: The held batch was said to be ahead of the first one (said once).
+        self._ahead_said = False
 
     def carry(self, held: checkpointblobs.Deaths | None, write: Write) -> None:
         """The fenced checkpoint holds ``held``; ``write`` writes the record from now on."""
@@ -55,15 +57,28 @@ class DeathRecord:
         held = self.held
         if held is None:
             return None
-        if held.first != first:
-            logger.info(
-                "partition %s: the checkpoint counts %d attempts of the batch from sequence "
-                "number %d, which is not this batch (from %d): not counted",
+        if held.first < first:
+            # Passed (done, or gone with the hub's retention): the next checkpoint drops it.
+            # Said at DEBUG: this is every batch's question, and the answer stays the same.
+            logger.debug(
+                "partition %s: the batch from sequence number %d is passed: its count is done",
                 self.partition,
-                held.attempts,
                 held.first,
-                first,
             )
+            self.held = None
+            return None
+        if held.first > first:
+            if not self._ahead_said:
+                self._ahead_said = True
+                logger.info(
+                    "partition %s: the checkpoint counts %d attempts of the batch from "
+                    "sequence number %d, which comes after this batch (from %d): counted "
+                    "when it comes",
+                    self.partition,
+                    held.attempts,
+                    held.first,
+                    first,
+                )
             return None
         logger.warning(
             "partition %s: the batch from sequence number %d killed a process in the handler "
