@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from eventhub_balancer.adapters import deadletterreplays
+from eventhub_balancer.cli import deadletters
 from tests.support import pausedconsumers
 from tests.support.pausedconsumers import ehb
 
@@ -91,3 +93,30 @@ def test_a_listing_of_only_bad_blobs_says_none_is_readable(
         f"{pausedconsumers.DEAD_LETTER_PREFIX}0/5-6.json:",
         f"{pausedconsumers.DEAD_LETTER_PREFIX}1/1-1.json",
     ]
+
+
+def test_show_prints_what_the_producers_and_the_pods_wrote_as_text() -> None:
+    """An event's body is whatever a producer sent, the error whatever the handler raised:
+    shown raw, an escape sequence in either moved the admin's cursor, rewrote lines or set the
+    clipboard. Each control character is shown as its escape; the lines stay lines."""
+    letter = deadletterreplays.DeadLetter(
+        name="d/0/1-2.json",
+        short_name="0/1-2",
+        partition="0",
+        first_sequence_number=1,
+        last_sequence_number=2,
+        events=1,
+        error="ValueError: bad\x1b[2K\nsecond line\x1b]52;c;cm0K\x07",
+        attempts=3,
+        pod="orders-0",
+        epoch=1,
+        dead_lettered_time="2026-11-30T09:00:00Z",
+        replayed_time=None,
+        replayed_to=None,
+    )
+    body = {"events": [{"sequenceNumber": 1, "body": "{\n\x1b[1A\x1b[2K\r\u202e}"}]}
+    shown = deadletters.show_text(letter, body)
+    assert all(line.isprintable() for line in shown.splitlines()), repr(shown)
+    assert "    ValueError: bad\\x1b[2K" in shown
+    assert "    second line\\x1b]52;c;cm0K\\x07" in shown
+    assert shown.endswith("{\n\\x1b[1A\\x1b[2K\\x0d\\u202e}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from eventhub_balancer.cli import status
+from eventhub_balancer.cli import status, tables
 
 
 def consumer(generation: int = 1, **status_fields: Any) -> dict[str, Any]:
@@ -89,3 +89,19 @@ def test_counts_agree_with_their_number_and_no_pods_is_said_not_an_empty_table()
     assert shown[0] == "shop/orders: 1 partition, 0 members, 1 move"
     assert shown[-1] == "  no pod holds a partition (see Ready above)"
     assert not any(line.split()[:1] == ["POD"] for line in shown)
+
+
+def test_what_tenants_wrote_reaches_the_terminal_as_text() -> None:
+    """A condition message quotes a pod's report or a spec's names, which a tenant writes: an
+    escape sequence there moved the cursor over the lines ``ehb status -A`` printed of the
+    other tenants' consumers and rewrote them, or set the admin's clipboard."""
+    forged = "x\x1b[1A\x1b[2Kshop/orders: 4 partitions\x1b]52;c;cm0K\x07\u202e"
+    failing = {"type": "PartitionsFailing", "status": "True", "reason": "R", "message": forged}
+    pods = [{"pod": forged, "ready": True, "state": forged, "partitions": ["0"]}]
+    handoffs = [{"partition": "0", "from": forged, "epoch": 1, "since": forged}]
+    shown = status.render(
+        consumer(observedGeneration=1, conditions=[failing], consumers=pods, handoffs=handoffs)
+    )
+    assert all(line.isprintable() for line in shown.splitlines()), repr(shown)
+    assert "\\x1b[1A\\x1b[2Kshop/orders: 4 partitions\\x1b]52;c;cm0K\\x07\\u202e" in shown
+    assert tables.render(["A"], [[forged]]).splitlines()[1].isprintable()

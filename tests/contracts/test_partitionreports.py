@@ -97,3 +97,20 @@ def test_an_error_that_carries_a_traceback_names_its_cause() -> None:
         )
         == "ValueError: bad"
     )
+
+
+#: What a terminal acts on: cursor moves and erasures (ESC [), a write to the clipboard
+#: (OSC 52), an 8-bit CSI, a bell, and a right-to-left override that reorders the line.
+TERMINAL_CONTROLS = "bad\x1b[1A\x1b[2K\x1b]52;c;cm0gLXJmIH4K\x07\x9b2J\u202edelif"
+
+
+def test_an_error_carries_no_terminal_control_into_the_status() -> None:
+    """A pod's report is shown in the CR's status, its Events, the operator's log and
+    ``ehb status``: an escape sequence in it moved the cursor over, erased and rewrote the
+    lines an admin read of every tenant's consumers, or set the admin's clipboard. Each
+    control character is shown as its escape, within the same bound."""
+    raw = annotations({"3": {"epoch": 4, "state": "failing", "error": TERMINAL_CONTROLS}})
+    error = reports.parse(raw, current={"3": 4})["3"].error
+    assert error == "bad\\x1b[1A\\x1b[2K\\x1b]52;c;cm0gLXJmIH4K\\x07\\x9b2J\\u202edelif"
+    assert error.isprintable()
+    assert len(reports.first_line("\x1b" * 1000)) == reports.MAX_ERROR_CHARS

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from eventhub_balancer.cli import actingidentities, consumertargets, tables
-from eventhub_balancer.contracts import connectionstrings
+from eventhub_balancer.contracts import bounds, connectionstrings
 
 if TYPE_CHECKING:
     from eventhub_balancer.adapters import deadletterreplays
@@ -196,7 +196,9 @@ def show_text(letter: deadletterreplays.DeadLetter, body: dict[str, Any]) -> str
         if e.get("properties"):
             lines.append(f"      properties: {json.dumps(e['properties'], ensure_ascii=False)}")
         lines.append(f"      body ({e.get('bodyEncoding')}): {e.get('body')}")
-    return "\n".join(lines)
+    # What producers and handlers wrote, as text: its lines stay lines, and any other
+    # character a terminal would act on is shown as its escape (`bounds.printable`).
+    return "\n".join(bounds.printable(part) for part in "\n".join(lines).split("\n"))
 
 
 # --- the runner's own credentials ---

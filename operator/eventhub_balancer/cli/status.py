@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from eventhub_balancer.cli import tables
-from eventhub_balancer.contracts import conditions
+from eventhub_balancer.contracts import bounds, conditions
 
 COMMAND = ("status",)
 HELP = "print pods, partitions, epochs, readiness and hand-offs of EventHubConsumers"
@@ -87,7 +87,7 @@ def render(body: dict[str, Any]) -> str:
             )
     if not status.get("consumers"):
         lines.append("  no pod holds a partition (see Ready above)")
-        return "\n".join(lines)
+        return _shown(lines)
     rows = [("POD", "READY", "STATE", "PARTITIONS", "EPOCHS", "REVOKING")]
     for consumer in status.get("consumers") or []:
         held = tables.partition_runs(
@@ -105,9 +105,10 @@ def render(body: dict[str, Any]) -> str:
                 ",".join(run for run, _ in revoking) or "-",
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    cells = [[bounds.printable(v) for v in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(cells[0]))]
     lines += [
-        "  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows
+        "  " + "  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in cells
     ]
     handoffs = status.get("handoffs") or []
     if handoffs:
@@ -117,7 +118,13 @@ def render(body: dict[str, Any]) -> str:
                 f"    partition {h.get('partition')} from {h.get('from')} "
                 f"(epoch {h.get('epoch')}) since {h.get('since')}"
             )
-    return "\n".join(lines)
+    return _shown(lines)
+
+
+def _shown(lines: list[str]) -> str:
+    """The lines as printed: what tenants wrote in them (a pod's error in a condition, names
+    in a spec) as printable text (`bounds.printable`), never acting on the terminal."""
+    return "\n".join(bounds.printable(line) for line in lines)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -50,3 +50,21 @@ def loads(text: str) -> Any:
         return json.loads(text)
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
+
+
+def printable(text: str) -> str:
+    """``text`` with each character a terminal could act on written as its escape (``\\x1b``,
+    ``\\u202e``): control characters, format characters (a right-to-left override), separators
+    other than the space. Text that tenants write (a pod's error, a spec's names) reaches an
+    admin's terminal through the status, the Events, the log and ``ehb``; an escape sequence
+    there moves the cursor over other lines, rewrites them, or sets the clipboard."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"

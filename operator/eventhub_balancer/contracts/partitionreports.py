@@ -69,7 +69,8 @@ TRACEBACK = "Traceback (most recent call last):"
 
 
 def first_line(error: str) -> str:
-    """An error message as a report carries it: its first line, bounded. When the message
+    """An error message as a report carries it: its first line, as printable text
+    (`bounds.printable`), bounded. When the message
     carries a Python traceback, its cause (the traceback's exception line) is what the line
     says after the first, or instead of a first line that is the traceback's header."""
     lines = error.strip().splitlines()
@@ -81,7 +82,7 @@ def first_line(error: str) -> str:
             line = cause or line
         elif cause and cause not in line:
             line = f"{line.rstrip(': ')}: {cause}"
-    return line[:MAX_ERROR_CHARS]
+    return bounds.printable(line)[:MAX_ERROR_CHARS]
 
 
 def build(reports: Mapping[str, PartitionReport]) -> str:
