@@ -89,7 +89,12 @@ def test_a_kubeconfig_the_client_cannot_load_is_one_line(
     )
 
 
-@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c))
+#: `ehb operator` too: started before `ehb local up`, kopf retried the API server for about a
+#: minute, an ERROR line a try, then ended in a screenful of tracebacks.
+OPERATOR = ("operator", "--standalone", "--metrics-port", "0")
+
+
+@pytest.mark.parametrize("command", [*COMMANDS, OPERATOR], ids=lambda c: " ".join(c[:2]))
 def test_an_api_server_that_is_down_is_one_line_that_says_where_to_look(
     tmp_path: Path, command: tuple[str, ...]
 ) -> None:

@@ -176,6 +176,12 @@ class KubeClient:
             private_key_path=c.key_file,
         )
 
+    async def check_reachable(self) -> None:
+        """``GET /api``, the request kopf starts with: an API server that does not answer is
+        one error at once, rather than kopf's minute of retries ending in tracebacks."""
+        core = kubernetes.client.CoreApi(self._client)
+        await self._call("the Kubernetes API", core.get_api_versions)
+
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._client.close()  # type: ignore[no-untyped-call]

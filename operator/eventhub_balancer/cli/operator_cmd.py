@@ -279,7 +279,13 @@ def run(args: argparse.Namespace) -> int:
     reviews = None if args.metrics_insecure else accessreviews.AccessReviews(api.configuration)
     try:
         options = serving_options(args, reviews=reviews)
-        asyncio.run(running.serve(operator_runtime(args, api), options))
+        runtime = operator_runtime(args, api)
+
+        async def serve() -> None:
+            await api.check_reachable()
+            await running.serve(runtime, options)
+
+        asyncio.run(serve())
     finally:
         if reviews is not None:
             reviews.close()
