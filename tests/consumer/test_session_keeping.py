@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -184,6 +185,62 @@ async def test_a_lost_session_makes_the_pod_not_ready_until_a_new_one_is_warm(
         await consumerfakes.eventually(
             lambda: fake_store.blobs["0"].sequence_number == 9, what="the checkpoint"
         )
+
+
+class JvmKiller(Handler):
+    """Kills its session's JVM (the OOM killer) whenever its trigger holds ``poison``."""
+
+    def __init__(self, poison: tuple[str, int]) -> None:
+        super().__init__()
+        self.poison = poison
+
+    def __call__(self, df: Any, context: contexts.TriggerContext) -> None:
+        super().__call__(df, context)
+        if self.poison in self.triggers[-1][1]:
+            context.spark.dead = True
+            raise ConnectionError("Answer from Java side is empty")
+
+    def poisoned(self) -> list[tuple[int, list[str]]]:
+        return [
+            (c.attempt, sorted(c.partitions)) for c, rows in self.triggers if self.poison in rows
+        ]
+
+
+async def test_a_batch_that_kills_the_sessions_jvm_again_and_again_is_parked(
+    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
+) -> None:
+    """Before, each trigger that lost its session was handed to the next session without
+    counting: a batch that got the JVM OOM-killed did so to every new session, about every
+    12 s for ever (49 sessions in 10 minutes, the partition reported stuck, never parked).
+    Now the first loss is free (a JVM can die of something else), and each later loss with the
+    batch in the trigger counts a failed attempt; a trigger of several batches is retried
+    with each alone first, so that partition 1's batch is never counted."""
+    fake_hub.append("0", 5)
+    fake_hub.append("1", 5)
+    factory, handler = Factory(), JvmKiller(("0", 2))
+    policy = {"processing": json.dumps({"maxAttempts": 3})}
+    async with spark_pod(fake_hub, fake_store, factory.keeper(), handler) as (consumer, source):
+        source.put(consumerfakes.configmap(1, {"0": (1, "owned"), "1": (1, "owned")}, **policy))
+        await consumerfakes.eventually(
+            lambda: "0" in source.reports and source.reports["0"].state == "parked",
+            within=300,
+            what="partition 0 parked",
+        )
+        report = source.reports["0"]
+        assert report.attempts == 3
+        assert report.error.startswith("SessionLostAgain: the SparkSession was lost again")
+        # Lost with 0 and 1 (free), again (each alone now), then 0 alone three times.
+        assert [partitions for _, partitions in handler.poisoned()] == [
+            ["0", "1"],
+            ["0", "1"],
+            ["0"],
+            ["0"],
+            ["0"],
+        ]
+        assert len(factory.built) == 5
+        await consumerfakes.eventually(lambda: fake_store.blobs["1"].sequence_number == 4)
+        assert consumer.stats["1"].handler_errors == 0
+        assert set(source.reports) == {"0"}
 
 
 async def test_a_failing_trigger_on_a_live_session_counts_as_before(

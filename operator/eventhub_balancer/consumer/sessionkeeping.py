@@ -10,10 +10,11 @@ first, and the pod reports NotReady (`SessionKeeper.ready`) until it has returne
 A session can be lost later: its JVM killed (out of memory), a cluster's driver or a Spark
 Connect server gone. A trigger that fails asks `SessionKeeper.lost` whether the session
 still answers; if it does not, the keeper starts a new one, the pod goes NotReady while it
-starts, and the trigger's batches wait for it (they count no failed attempt: the events did
-nothing wrong). The operator keeps a NotReady pod's partitions for ``podGraceSeconds``, so a
-session back within the grace period costs no move; a longer one moves them, by the ordinary
-hand-off. A session that cannot start, first or again, ends the pod (`on_failed`).
+starts, and the trigger's batches wait for it (they count no failed attempt the first time:
+a JVM can die of something else; `triggers` counts a second loss with the same batch).
+The operator keeps a NotReady pod's partitions for ``podGraceSeconds``, so a session back
+within the grace period costs no move; a longer one moves them, by the ordinary hand-off.
+A session that cannot start, first or again, ends the pod (`on_failed`).
 
 A session can also stop processing without any call failing: a standalone master restarted
 (the new one kills the application's executors and does not know the application), a cluster

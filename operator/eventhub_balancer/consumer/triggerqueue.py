@@ -16,7 +16,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from eventhub_balancer.consumer import contexts
+from eventhub_balancer.consumer import contexts, partitionfailures
 
 logger = logging.getLogger(__name__)
 
@@ -94,3 +94,70 @@ async def until_done(future: asyncio.Future[None], release: asyncio.Event | None
     finally:
         if released is not None:
             released.cancel()
+
+
+class SessionLostAgain(Exception):
+    """A trigger lost its SparkSession with a batch that an earlier trigger losing one held
+    too: a failed attempt of the batch (when it is alone), as a process death in the handler
+    is in plain mode (`crashmarkers`)."""
+
+    def __init__(self, error: BaseException) -> None:
+        try:
+            told = f"{type(error).__name__}: {error}"
+        except Exception:  # py4j asks the lost JVM for a Java exception's text
+            told = type(error).__name__
+        super().__init__(
+            "the SparkSession was lost again with this batch in the trigger (its JVM killed, "
+            f"out of memory, or its server gone): {told}"
+        )
+
+
+def requeue(queue: list[QueuedBatch], taken: list[QueuedBatch]) -> None:
+    """Hand every batch of a trigger whose session was lost to the next trigger, as it
+    was: no attempt counted, not retried alone."""
+    requeued = []
+    for batch in taken:
+        if batch.future.done():
+            continue
+        handed_on, batch.future = batch.future, asyncio.get_running_loop().create_future()
+        handed_on.set_result(None)  # its waiter now waits for the new future
+        requeued.append(batch)
+    queue[:0] = requeued
+
+
+def fail(
+    queue: list[QueuedBatch], taken: list[QueuedBatch], error: Exception, trigger: int
+) -> None:
+    """Fail the batches the error can be pinned on; hand the others to a later trigger."""
+    named = error.failures if isinstance(error, partitionfailures.PartitionsFailed) else {}
+    pinned = {b.partition for b in taken} & set(named)
+    requeued: list[QueuedBatch] = []
+    for batch in taken:
+        if batch.future.done():
+            continue
+        if batch.partition in pinned:
+            cause = named[batch.partition]
+            batch.future.set_exception(
+                cause
+                if isinstance(cause, Exception)
+                else partitionfailures.PartitionFailed(str(cause))
+            )
+        elif not pinned and len(taken) == 1:
+            batch.future.set_exception(error)
+        else:
+            batch.retries += 1
+            batch.alone = batch.alone or not pinned
+            handed_on, batch.future = batch.future, asyncio.get_running_loop().create_future()
+            handed_on.set_result(None)  # its waiter now waits for the new future
+            requeued.append(batch)
+    if requeued:
+        logger.warning(
+            "trigger %d over partitions %s failed: %r; %s",
+            trigger,
+            sorted(b.partition for b in taken),
+            error,
+            "retrying the others"
+            if pinned
+            else "retrying each partition alone to tell which one fails",
+        )
+    queue[:0] = requeued

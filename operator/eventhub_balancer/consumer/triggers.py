@@ -41,7 +41,11 @@ The SparkSession may still be starting when the first batches arrive (the pod is
 until it is warm, but a pod restarted in its grace period still holds partitions): the first
 trigger waits for it, its batches still in the queue (so still withdrawable). A trigger that
 fails because the session is gone (``session_lost``, see `sessionkeeping`) hands its batches
-to the next trigger, on the new session, without counting a failed attempt.
+to the next trigger, on the new session, without counting a failed attempt: a JVM can die of
+something else. A batch whose trigger loses the session again (its JVM killed out of memory
+by what the handler does with it, say) fails that trigger as an unnamed failure does: counted
+when alone, else retried alone (`triggerqueue.SessionLostAgain`). Before, such a batch killed
+every new session, for ever.
 """
 
 from __future__ import annotations
@@ -59,7 +63,6 @@ from eventhub_balancer import errors
 from eventhub_balancer.consumer import (
     contexts,
     metrics,
-    partitionfailures,
     processing,
     switchintervals,
     triggerqueue,
@@ -139,6 +142,9 @@ class SparkTriggers:
         self._last_end = 0.0
         #: When the last batch was handed in (loop time).
         self._last_queued = 0.0
+        #: {partition: first sequence number} of the batches whose trigger lost its session
+        #: (forgotten once a trigger of the partition returns): a second loss counts.
+        self._lost: dict[str, int] = {}
 
     # -- the workers' side
 
@@ -162,7 +168,7 @@ class SparkTriggers:
         self._wake.set()
         self._ensure_loop()
         cancelled = False
-        # A batch handed to a later trigger (`_requeue`, `_failed`) gets a new future: the
+        # A batch handed to a later trigger (`triggerqueue.requeue`, `fail`) gets a new future: the
         # loop then waits for that one.
         while not batch.future.done():
             releasing = release is not None and release.is_set()
@@ -300,13 +306,18 @@ class SparkTriggers:
             self.stats.failed += 1
             self._recent = set()
             # Nothing of them is done: while the session's liveness check runs, a release
-            # withdraws them (`_requeue` and `_failed` skip a withdrawn one).
+            # withdraws them (`triggerqueue.requeue` and `fail` skip a withdrawn one).
             for batch in taken:
                 batch.running = False
             if self.session_lost is not None and await self.session_lost(session, e):
-                self._requeue(taken)
-                return
-            self._failed(taken, e)
+                firsts = {b.partition: b.context.first_sequence_number for b in taken}
+                again = any(self._lost.get(p) == first for p, first in firsts.items())
+                self._lost.update(firsts)
+                if not again:
+                    triggerqueue.requeue(self._queue, taken)
+                    return
+                e = triggerqueue.SessionLostAgain(e)
+            triggerqueue.fail(self._queue, taken, e, self.batch_id)
             return
         self._timed(began)
         self.stats.succeeded += 1
@@ -314,6 +325,8 @@ class SparkTriggers:
             batch.running = False
         self.stats.events += len(events)
         self._recent, self._last_end = set(ranges), loop.time()
+        for partition in ranges:
+            self._lost.pop(partition, None)
         for batch in taken:
             if not batch.future.done():
                 batch.future.set_result(None)
@@ -345,50 +358,3 @@ class SparkTriggers:
                 f"the Spark handler returned a {type(result).__name__} and ran nothing: a "
                 "Spark handler is a plain function that does its work when called"
             )
-
-    def _requeue(self, taken: list[triggerqueue.QueuedBatch]) -> None:
-        """Hand every batch of a trigger whose session was lost to the next trigger, as it
-        was: no attempt counted, not retried alone."""
-        requeued = []
-        for batch in taken:
-            if batch.future.done():
-                continue
-            handed_on, batch.future = batch.future, asyncio.get_running_loop().create_future()
-            handed_on.set_result(None)  # its waiter now waits for the new future
-            requeued.append(batch)
-        self._queue[:0] = requeued
-
-    def _failed(self, taken: list[triggerqueue.QueuedBatch], error: Exception) -> None:
-        """Fail the batches the error can be pinned on; hand the others to a later trigger."""
-        named = error.failures if isinstance(error, partitionfailures.PartitionsFailed) else {}
-        pinned = {b.partition for b in taken} & set(named)
-        requeued: list[triggerqueue.QueuedBatch] = []
-        for batch in taken:
-            if batch.future.done():
-                continue
-            if batch.partition in pinned:
-                cause = named[batch.partition]
-                batch.future.set_exception(
-                    cause
-                    if isinstance(cause, Exception)
-                    else partitionfailures.PartitionFailed(str(cause))
-                )
-            elif not pinned and len(taken) == 1:
-                batch.future.set_exception(error)
-            else:
-                batch.retries += 1
-                batch.alone = batch.alone or not pinned
-                handed_on, batch.future = batch.future, asyncio.get_running_loop().create_future()
-                handed_on.set_result(None)  # its waiter now waits for the new future
-                requeued.append(batch)
-        if requeued:
-            logger.warning(
-                "trigger %d over partitions %s failed: %r; %s",
-                self.batch_id,
-                sorted(b.partition for b in taken),
-                error,
-                "retrying the others"
-                if pinned
-                else "retrying each partition alone to tell which one fails",
-            )
-        self._queue[:0] = requeued
