@@ -116,10 +116,13 @@ def test_a_taken_fixed_port_is_refused_not_taken_for_azurite() -> None:
         taken.listen()
         port = taken.getsockname()[1]
         service = Azurite(port=port)
-        with pytest.raises(OSError, match=f"127.0.0.1:{port} is taken") as raised:
-            service.start()
-        assert raised.value.errno == errno.EADDRINUSE
-        assert not service.running
+        try:
+            with pytest.raises(OSError, match=f"127.0.0.1:{port} is taken") as raised:
+                service.start()
+            assert raised.value.errno == errno.EADDRINUSE
+            assert not service.running
+        finally:
+            service.stop()  # an Azurite that did start is not left behind
 
 
 def test_ehb_local_blob_names_a_taken_port() -> None:
