@@ -81,12 +81,15 @@ install: $(STAMP) $(NODE_STAMP) java-check promtool-check controlplane go-tools
 .PHONY: charts
 charts: go-tools
 	$(BIN)/helm lint --strict charts/eventhub-balancer
-	$(BIN)/helm lint --strict charts/eventhub-consumer -f examples/orders/values.yaml
+	$(BIN)/helm lint --strict charts/eventhub-consumer -f examples/orders/values.yaml \
+	  --set consumer.eventHub.fullyQualifiedNamespace=shop.servicebus.windows.net
 	@mkdir -p build/charts
 	$(BIN)/helm template eventhub-balancer charts/eventhub-balancer \
 	  --namespace eventhub-balancer-system --include-crds > build/charts/eventhub-balancer.yaml
 	$(BIN)/helm template orders charts/eventhub-consumer --namespace shop \
-	  -f examples/orders/values.yaml > build/charts/eventhub-consumer.yaml
+	  -f examples/orders/values.yaml \
+	  --set consumer.eventHub.fullyQualifiedNamespace=shop.servicebus.windows.net \
+	  > build/charts/eventhub-consumer.yaml
 	@echo "rendered into build/charts/: eventhub-balancer.yaml, eventhub-consumer.yaml"
 
 node: $(NODE_STAMP)

@@ -116,6 +116,18 @@ def test_an_install_without_its_hub_fails_and_names_the_value(
     assert any(missing.startswith(named) for missing in report.missing)
 
 
+def test_the_example_values_without_the_set_fail_as_the_first_consumer_page_says() -> None:
+    """docs/first-consumer.md installs with `-f examples/orders/values.yaml --set
+    consumer.eventHub.fullyQualifiedNamespace=...`, and says that leaving the --set out fails.
+    The example's values named the placeholder namespace shop.servicebus.windows.net, so the
+    install went through and its consumer read a hub under a name someone else may own."""
+    named = "consumer.eventHub.fullyQualifiedNamespace is required"
+    with pytest.raises(charts.HelmError, match=named):
+        render(loading.load_values(EXAMPLE_VALUES), required=False)
+    page = " ".join((loading.ROOT / "docs" / "first-consumer.md").read_text().split())
+    assert f"`helm install` fails: `{named}: your Event Hubs namespace's host" in page
+
+
 def test_a_chart_that_joins_pods_to_a_consumer_made_elsewhere_needs_no_hub() -> None:
     docs = render({"consumer": {"create": False, "name": "orders"}}, required=False)
     assert "EventHubConsumer" not in docs
