@@ -264,6 +264,36 @@ def test_argparse_mistakes_are_one_line_too(capsys: pytest.CaptureFixture[str]) 
     assert line.endswith("(see ehb --help)")
 
 
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            ["status", "--namepsace", "shop"],
+            "ehb status: error: unrecognized arguments: --namepsace (did you mean "
+            "--namespace?) (see ehb status --help)",
+        ),
+        (
+            ["local", "up", "--blob-prot", "0"],
+            "ehb local up: error: unrecognized arguments: --blob-prot 0 (did you mean "
+            "--blob-port?) (see ehb local up --help)",
+        ),
+        (
+            ["status", "-o", "wide"],
+            "ehb status: error: unrecognized arguments: -o (see ehb status --help)",
+        ),
+    ],
+)
+def test_a_misspelt_flag_is_named_with_the_command_it_belongs_to(
+    capsys: pytest.CaptureFixture[str], argv: list[str], expected: str
+) -> None:
+    """A typo in a command's flag was refused by the top-level parser: `(see ehb --help)`,
+    whose page lists the commands and none of that command's flags."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [expected]
+
+
 def test_every_message_is_one_line_and_names_no_secret() -> None:
     for row in ROWS:
         assert "\n" not in row.message

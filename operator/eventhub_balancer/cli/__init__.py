@@ -18,6 +18,7 @@ Every module is imported at start-up, so command modules import their heavy depe
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import importlib.metadata
 import logging
@@ -99,13 +100,20 @@ def build_parser() -> argparse.ArgumentParser:
                 groups[prefix].required = True
         sub = groups[path[:-1]].add_parser(path[-1], help=module.HELP, description=module.HELP)
         module.add_arguments(sub)
-        sub.set_defaults(_run=module.run, _log_identity=getattr(module, "log_identity", None))
+        sub.set_defaults(
+            _run=module.run, _log_identity=getattr(module, "log_identity", None), _parser=sub
+        )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # Refused by the command's own parser, not the top-level one: its --help lists the
+        # flags the user meant, and the nearest of them is said.
+        command = cast(ArgumentParser, args._parser)
+        command.error(f"unrecognized arguments: {' '.join(unknown)}{_nearest(command, unknown)}")
     level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
     run = cast(Callable[[argparse.Namespace], int], args._run)
     try:
@@ -131,6 +139,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+
+
+def _nearest(parser: argparse.ArgumentParser, unknown: Sequence[str]) -> str:
+    """`` (did you mean --namespace?)`` for the first misspelt long flag, else nothing."""
+    flags = [flag for action in parser._actions for flag in action.option_strings]
+    for word in unknown:
+        if word.startswith("--"):
+            close = difflib.get_close_matches(word.split("=", 1)[0], flags, n=1, cutoff=0.75)
+            if close:
+                return f" (did you mean {close[0]}?)"
+    return ""
 
 
 def _one_line(error: yaml.YAMLError) -> str:
