@@ -33,9 +33,11 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from eventhub_balancer import errors
@@ -44,6 +46,7 @@ from eventhub_balancer.consumer import (
     assignments,
     connections,
     contexts,
+    crashmarkers,
     partitions,
     processing,
     runtime,
@@ -171,7 +174,10 @@ async def runtime_drain(
     import json
 
     batch = partitions.BatchSettings(batch_size=batch_size, max_wait=max_wait)
-    async with _container(blob_connection_string) as container:
+    async with (
+        _container(blob_connection_string) as container,
+        _marker_directory() as markers,
+    ):
         source = assignments.MemorySource()
         consumer = runtime.Runtime(
             settings=runtime.RuntimeSettings(consumer="bench", pod="bench-pod", batch=batch),
@@ -185,6 +191,8 @@ async def runtime_drain(
                 batch=batch,
             ),
             processor=processor or processing.PlainProcessor(_noop),
+            # As a pod runs it (`launching`): each handler call noted in a file.
+            crash_markers=crashmarkers.CrashMarkers(markers, pod="bench-pod"),
         )
         run = asyncio.create_task(consumer.run())
         assigned = time.perf_counter()
@@ -220,6 +228,13 @@ async def runtime_drain(
         # A drain so short that it ended before the last receiver was seen open counts from
         # the assignment.
         return events / (finished - (assigned if started is None else started))
+
+
+@contextlib.asynccontextmanager
+async def _marker_directory() -> AsyncIterator[Path]:
+    """A crash marker directory of the drain's own, gone after it."""
+    with tempfile.TemporaryDirectory(prefix="ehb-bench-markers-") as directory:
+        yield Path(directory)
 
 
 def _receiving(consumer: runtime.Runtime, partitions_: int) -> bool:
