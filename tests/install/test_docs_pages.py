@@ -40,8 +40,9 @@ PRODUCT = ROOT / "operator" / "eventhub_balancer"
 
 # -- private names of the libraries -------------------------------------------------------------
 
-#: The standard library's (`os`, `argparse`, asyncio's stream reader), not a dependency's.
-STANDARD = {"_exit", "_SubParsersAction", "_eof"}
+#: The standard library's (`os`, `argparse`: its subparsers and its list of actions, asyncio's
+#: stream reader), not a dependency's.
+STANDARD = {"_exit", "_SubParsersAction", "_actions", "_eof"}
 
 
 def private_library_names() -> dict[str, set[str]]:
