@@ -83,3 +83,45 @@ def test_what_the_shape_check_refuses_as_unreadable_the_endpoint_check_refuses_t
     """Both read the parts alike: the shape check only says it first, and better."""
     with pytest.raises(errors.AmbiguousConnectionString):
         endpoints.connection_string_fields(value, field="f")
+
+
+@pytest.mark.parametrize(
+    ("value", "namespace", "refused"),
+    [
+        (
+            "Endpoint=sb://shop.servicebus.windows.net/;SharedAccessKey=x",
+            "shop.servicebus.windows.net",
+            False,
+        ),
+        (
+            "Endpoint=sb://SHOP.servicebus.windows.net:5671/;SharedAccessKey=x",
+            "shop.servicebus.windows.net",
+            False,
+        ),
+        (
+            "Endpoint=sb://shop-dr.servicebus.windows.net/;SharedAccessKey=x",
+            "shop.servicebus.windows.net",
+            True,
+        ),
+        (
+            "Endpoint=sb://127.0.0.1:5672;SharedAccessKey=x;UseDevelopmentEmulator=true",
+            "shop.servicebus.windows.net",
+            False,
+        ),
+        ("Endpoint=sb://shop-dr.servicebus.windows.net/;SharedAccessKey=x", "", False),
+    ],
+)
+def test_a_string_for_another_namespace_than_the_spec_names_is_refused(
+    value: str, namespace: str, refused: bool
+) -> None:
+    """Letter case and a port do not count, and the local emulator's string names localhost
+    whatever the spec says; without the spec's namespace only the shape is checked."""
+    problem = connectionstrings.eventhub_problem(value, namespace)
+    assert (problem is not None) == refused
+    if refused:
+        assert problem == (
+            "names the Event Hubs namespace shop-dr.servicebus.windows.net, but "
+            "spec.eventHub.fullyQualifiedNamespace is shop.servicebus.windows.net: make them the "
+            "same (the pods read the namespace the string names, and keep their checkpoints under "
+            "the name the spec gives)"
+        )

@@ -45,7 +45,9 @@ def make_kube() -> fakes.FakeKube:
     """The EventHubConsumer, its Secrets, two matching pods and one that does not match."""
     kube = fakes.FakeKube()
     kube.add_consumer(NS, NAME, SPEC)
-    kube.add_secret(NS, "eh", {"cs": "Endpoint=sb://shop/;SharedAccessKey=x"})
+    kube.add_secret(
+        NS, "eh", {"cs": "Endpoint=sb://shop.servicebus.windows.net/;SharedAccessKey=x"}
+    )
     kube.add_secret(NS, "blob", {"cs": "UseDevelopmentStorage=true"})
     for name in ("a", "b"):
         kube.add_pod(NS, name, labels={"app": "c"}, since=T0)

@@ -71,7 +71,9 @@ class Daemon:
     def __init__(self, spec: dict[str, Any], *pods: str) -> None:
         self.kube = fakes.FakeKube()
         self.kube.add_consumer(NS, NAME, spec)
-        self.kube.add_secret(NS, "eh", {"cs": "Endpoint=sb://shop/;SharedAccessKey=x"})
+        self.kube.add_secret(
+            NS, "eh", {"cs": "Endpoint=sb://shop.servicebus.windows.net/;SharedAccessKey=x"}
+        )
         self.kube.add_secret(NS, "b", {"cs": "UseDevelopmentStorage=true"})
         for pod in pods:
             self.kube.add_pod(NS, pod, labels={"app": "c"}, since=T0)

@@ -50,9 +50,16 @@ class PolicedHubs(fakes.FakeHubs):
         return await super().checkpoints(**kwargs)
 
 
-def make_kube(*, eventhub: str = VALID_EVENTHUB, blob: str = VALID_BLOB) -> fakes.FakeKube:
+def make_kube(
+    *, eventhub: str = VALID_EVENTHUB, blob: str = VALID_BLOB, namespace: str = ""
+) -> fakes.FakeKube:
+    """The consumer, its Secrets and two pods; ``namespace`` replaces the spec's Event Hubs
+    namespace (the one the string names, where it names another than shop's)."""
     kube = fakes.FakeKube()
-    kube.add_consumer(NS, NAME, SPEC)
+    spec = copy.deepcopy(SPEC)
+    if namespace:
+        spec["eventHub"]["fullyQualifiedNamespace"] = namespace
+    kube.add_consumer(NS, NAME, spec)
     kube.add_secret(NS, "eh", {"cs": eventhub})
     kube.add_secret(NS, "blob", {"cs": blob})
     for name in ("a", "b"):
@@ -122,6 +129,32 @@ async def test_a_malformed_eventhub_string_says_which_secret_and_what_to_write(
     assert (memory.hub.backoff.delay, memory.hub.backoff.retry_at) == (WAIT, wall(0) + WAIT)
 
 
+async def test_a_string_for_another_namespace_than_the_spec_names_is_refused(
+    hubs: PolicedHubs,
+) -> None:
+    """The pods read the namespace the string names, and keep their checkpoints under the name
+    the spec gives: a string for another namespace read it silently, found none of the
+    checkpoints its SDK wrote there, and met another consumer of it only at Event Hubs."""
+    kube = make_kube(eventhub=VALID_EVENTHUB.replace("sb://shop.", "sb://shop-dr."))
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    condition = shown(kube, "EventHubReachable")
+    assert (condition["status"], condition["reason"]) == ("False", "EventHubMisconfigured")
+    assert condition["message"].startswith(
+        "Secret shop/eh, key 'cs', names the Event Hubs namespace shop-dr.servicebus.windows.net,"
+        " but spec.eventHub.fullyQualifiedNamespace is shop.servicebus.windows.net: "
+    )
+    assert hubs.listings == []  # never dialled
+
+
+async def test_a_string_for_the_spec_namespace_in_other_letters_is_taken(
+    hubs: PolicedHubs,
+) -> None:
+    kube = make_kube(eventhub=VALID_EVENTHUB.replace("sb://shop.", "sb://SHOP."))
+    await cycle(kube, hubs, memories.Memory(), now=0)
+    assert kube.condition(NS, NAME, "EventHubReachable")["status"] == "True"
+
+
 async def test_a_malformed_store_string_says_which_secret_and_what_to_write(
     hubs: PolicedHubs,
 ) -> None:
@@ -144,7 +177,8 @@ async def test_a_host_the_install_refuses_names_the_secret_and_waits_as_long(
     hubs: PolicedHubs,
 ) -> None:
     kube = make_kube(
-        eventhub=f"Endpoint=sb://hub.example.com/;SharedAccessKeyName=l;SharedAccessKey={SECRET_KEY}"
+        eventhub=f"Endpoint=sb://hub.example.com/;SharedAccessKeyName=l;SharedAccessKey={SECRET_KEY}",
+        namespace="hub.example.com",
     )
     memory = memories.Memory()
     await cycle(kube, hubs, memory, now=0)

@@ -141,7 +141,9 @@ class Churn:
         self.gc_lags = gc_lags
         self.kube = fakes.FakeKube()
         self.kube.add_consumer(NS, NAME, SPEC)
-        self.kube.add_secret(NS, "eh", {"cs": "Endpoint=sb://shop/;SharedAccessKey=x"})
+        self.kube.add_secret(
+            NS, "eh", {"cs": "Endpoint=sb://shop.servicebus.windows.net/;SharedAccessKey=x"}
+        )
         self.kube.add_secret(NS, "b", {"cs": "UseDevelopmentStorage=true"})
         self.serial = 0
         self.pods: collections.deque[str] = collections.deque()
@@ -249,7 +251,9 @@ class Passing:
 
     def __init__(self) -> None:
         self.kube = fakes.FakeKube()
-        self.kube.add_secret(NS, "eh", {"cs": "Endpoint=sb://shop/;SharedAccessKey=x"})
+        self.kube.add_secret(
+            NS, "eh", {"cs": "Endpoint=sb://shop.servicebus.windows.net/;SharedAccessKey=x"}
+        )
         self.kube.add_secret(NS, "b", {"cs": "UseDevelopmentStorage=true"})
         self.hubs = fakes.FakeHubs(PARTITIONS, store=fakes.FakeCheckpointStore())
         self.operator = registering.Operator(

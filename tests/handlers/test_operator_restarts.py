@@ -111,7 +111,9 @@ def pods_answer(kube: fakes.FakeKube, store: fakes.FakeCheckpointStore) -> None:
 async def play(steps: list[tuple[float, Step]], *, kill_at: int | None) -> KilledKube:
     kube = KilledKube(kill_at)
     kube.add_consumer(NS, NAME, SPEC)
-    kube.add_secret(NS, "eh", {"cs": "Endpoint=sb://shop/;SharedAccessKey=x"})
+    kube.add_secret(
+        NS, "eh", {"cs": "Endpoint=sb://shop.servicebus.windows.net/;SharedAccessKey=x"}
+    )
     kube.add_secret(NS, "blob", {"cs": "UseDevelopmentStorage=true"})
     for pod in ("a", "b"):
         kube.add_pod(NS, pod, labels={"app": "c"}, since=T0)

@@ -18,7 +18,9 @@ SPEC = test_cycles.SPEC
 def make_kube(*pods: str) -> fakes.FakeKube:
     kube = fakes.FakeKube()
     kube.add_consumer(NS, NAME, SPEC)
-    kube.add_secret(NS, "eh", {"cs": "Endpoint=sb://shop/;SharedAccessKey=x"})
+    kube.add_secret(
+        NS, "eh", {"cs": "Endpoint=sb://shop.servicebus.windows.net/;SharedAccessKey=x"}
+    )
     kube.add_secret(NS, "blob", {"cs": "UseDevelopmentStorage=true"})
     for name in pods:
         kube.add_pod(NS, name, labels={"app": "c"}, since=T0)

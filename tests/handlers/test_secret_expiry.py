@@ -22,7 +22,11 @@ async def test_the_secrets_of_consumers_deleted_last_are_dropped_after_the_refre
     kube = fakes.FakeKube()
     values = serving.SecretValues(kube.read_secret_key, clock=loop_clock)
     for i in range(20):  # consumers in namespaces of their own, then all deleted
-        kube.add_secret(f"ns-{i}", "eh", {"cs": f"Endpoint=sb://shop/;SharedAccessKey={i}"})
+        kube.add_secret(
+            f"ns-{i}",
+            "eh",
+            {"cs": f"Endpoint=sb://shop.servicebus.windows.net/;SharedAccessKey={i}"},
+        )
         await values.get(namespace=f"ns-{i}", name="eh", key="cs")
         await asyncio.sleep(1)
     assert len(values) == 20

@@ -23,7 +23,9 @@ SPEC = test_cycles.SPEC
 def make_kube() -> fakes.FakeKube:
     kube = fakes.FakeKube()
     kube.add_consumer(NS, NAME, SPEC)
-    kube.add_secret(NS, "eh", {"cs": "Endpoint=sb://shop/;SharedAccessKey=x"})
+    kube.add_secret(
+        NS, "eh", {"cs": "Endpoint=sb://shop.servicebus.windows.net/;SharedAccessKey=x"}
+    )
     kube.add_secret(NS, "blob", {"cs": "UseDevelopmentStorage=true"})
     kube.add_pod(NS, "a", labels={"app": "c"}, since=T0)
     return kube

@@ -211,12 +211,11 @@ async def resolve(
     ref = service.credentials.secret_ref
     if ref is not None:
         value = await api.read_secret_key(namespace=namespace, name=ref.name, key=ref.key)
-        problem_of = (
-            connectionstrings.blob_problem
+        problem = (
+            connectionstrings.blob_problem(value)
             if service.field == "spec.checkpointStore"
-            else connectionstrings.eventhub_problem
+            else connectionstrings.eventhub_problem(value, spec.fully_qualified_namespace)
         )
-        problem = problem_of(value)
         source = f"Secret {namespace}/{ref.name}, key {ref.key!r}"
         if problem is not None:
             raise errors.InvalidInput(source, problem)

@@ -67,10 +67,17 @@ def _host(url: str) -> str:
         return ""
 
 
-def eventhub_problem(connection_string: str) -> str | None:
+def eventhub_problem(connection_string: str, fully_qualified_namespace: str = "") -> str | None:
     """What keeps ``connection_string`` from ever reaching Event Hubs and what to write
     instead, as a predicate for the place it came from (``Secret x, key y, <problem>``);
-    None when its shape is right (whether its host is allowed is checked later)."""
+    None when its shape is right (whether its host is allowed is checked later).
+
+    Given the spec's ``fully_qualified_namespace``, a string for another namespace is refused
+    too: the pods would read the namespace the string names and keep their checkpoints under
+    the spec's name, so they would find none of the checkpoints an SDK wrote for it, and
+    another consumer of it would meet them only as a rival receiver at Event Hubs. The
+    development emulator's string is exempt: it names ``localhost``, whatever the spec says.
+    """
     fields, problem = _fields(connection_string)
     development = False
     if problem is None:
@@ -83,6 +90,15 @@ def eventhub_problem(connection_string: str) -> str | None:
             problem = "its Endpoint is not an sb:// URL"
         elif not _host(endpoint):
             problem = "its Endpoint names no host"
+        elif development or not fully_qualified_namespace:
+            return None
+        elif _host(endpoint) != fully_qualified_namespace.strip().lower():
+            return (
+                f"names the Event Hubs namespace {_host(endpoint)}, but "
+                f"spec.eventHub.fullyQualifiedNamespace is {fully_qualified_namespace}: make "
+                "them the same (the pods read the namespace the string names, and keep their "
+                "checkpoints under the name the spec gives)"
+            )
     if problem is None:
         return None
     return f"is not an Event Hubs connection string ({problem}): write {EVENTHUB_SHAPE} there"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable, Hashable
 
@@ -148,7 +149,10 @@ async def read_partitions(
             namespace,
             spec.event_hub_credentials,
             connection_string,
-            connectionstrings.eventhub_problem,
+            functools.partial(
+                connectionstrings.eventhub_problem,
+                fully_qualified_namespace=spec.fully_qualified_namespace,
+            ),
         )
         if refused is not None:
             raise refused
