@@ -126,7 +126,9 @@ async def operator_exposition() -> str:
             "selector": {"matchLabels": {"app": "c"}},
         },
     )
-    kube.add_secret(ns, "eh", {"cs": "Endpoint=sb://shop.servicebus.windows.net/;SharedAccessKey=x"})
+    kube.add_secret(
+        ns, "eh", {"cs": "Endpoint=sb://shop.servicebus.windows.net/;SharedAccessKey=x"}
+    )
     kube.add_secret(ns, "blob", {"cs": "UseDevelopmentStorage=true"})
     t0 = datetime.datetime(2024, 5, 1, 12, 0, 0, tzinfo=datetime.UTC)
     kube.add_pod(ns, "a", labels={"app": "c"}, since=t0)
