@@ -21,6 +21,7 @@ from eventhub_balancer.consumer import (
     connections,
     contexts,
     crashmarkers,
+    markerfiles,
     partitions,
     processing,
     runtime,
@@ -115,18 +116,19 @@ async def died(consumer: runtime.Runtime, directory: Path) -> None:
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in directory.glob("*.json")}
+    return {p.name: p.read_bytes() for p in directory.glob("*.marker")}
 
 
 def restore(directory: Path, left: dict[str, bytes]) -> None:
-    for path in directory.glob("*.json"):
+    for path in directory.glob("*.marker"):
         path.unlink()
     for name, raw in left.items():
         (directory / name).write_bytes(raw)
 
 
 def markers_in(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.glob("*.json"))
+    """The files that hold a call in the handler (not a cleared record)."""
+    return sorted(p.name for p in directory.glob("*.marker") if markerfiles.decode(p.read_bytes()))
 
 
 async def _nothing() -> None:
@@ -277,14 +279,24 @@ async def test_a_marker_of_another_epoch_or_pod_or_batch_or_unreadable_counts_no
             "attempt": 9,
         }
         fields.update(changes)
-        (tmp_path / f"pod-a--{partition}.json").write_bytes(
-            crashmarkers.Marker(**fields).encode()  # type: ignore[arg-type]
+        (tmp_path / f"pod-a--{partition}.marker").write_bytes(
+            markerfiles.Marker(**fields).encode()  # type: ignore[arg-type]
         )
 
     marker("0", epoch=0)  # left by the partition's previous epoch
     marker("1", pod_uid="uid-old")  # another pod of the same name (a StatefulSet's earlier one)
     marker("2", first=5)  # the checkpoint moved past the batch it names
-    (tmp_path / "pod-a--3.json").write_bytes(b'{"schema": 1, "pod": "pod-a", "epo')
+    torn = markerfiles.Marker(
+        pod="pod-a",
+        pod_uid="uid-a",
+        location=location,
+        partition="3",
+        epoch=1,
+        first=0,
+        last=9,
+        attempt=9,
+    ).encode()[:60]  # a write cut short
+    (tmp_path / "pod-a--3.marker").write_bytes(torn)
     recorder = Killer(poison=set())
     caplog.set_level(logging.INFO, logger="eventhub_balancer.consumer.crashmarkers")
     async with pod(fake_hub, fake_store, recorder, tmp_path) as (_, source):
@@ -302,7 +314,7 @@ async def test_a_marker_of_another_epoch_or_pod_or_batch_or_unreadable_counts_no
     assert "crash marker of epoch 0 ignored (now epoch 1)" in text
     assert "another pod's (uid 'uid-old')" in text
     assert "batch from sequence number 5, which is not this batch (from 0): not counted" in text
-    assert "pod-a--3.json ignored and removed: unreadable" in text
+    assert "pod-a--3.marker ignored and removed: unreadable (a torn record" in text
 
 
 async def test_batches_in_the_handler_together_at_a_death_run_alone_until_it_is_pinned(
@@ -325,9 +337,9 @@ async def test_batches_in_the_handler_together_at_a_death_run_alone_until_it_is_
             await first.died.wait()
         await asyncio.sleep(0.1)
         assert markers_in(tmp_path) == [
-            "pod-a--0.json",
-            "pod-a--1.json",
-            "pod-a--2.json",
+            "pod-a--0.marker",
+            "pod-a--1.marker",
+            "pod-a--2.marker",
         ]
         await died(consumer, tmp_path)
 
@@ -341,7 +353,7 @@ async def test_batches_in_the_handler_together_at_a_death_run_alone_until_it_is_
         watch.cancel()
         (overlaps,) = await asyncio.gather(watch, return_exceptions=True)
         assert isinstance(overlaps, asyncio.CancelledError), overlaps
-        assert markers_in(tmp_path) == ["pod-a--0.json"]
+        assert markers_in(tmp_path) == ["pod-a--0.marker"]
         assert second.attempts("0") == [1]  # the death it shared was not counted
         await died(consumer, tmp_path)
 

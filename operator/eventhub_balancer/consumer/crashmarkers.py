@@ -3,8 +3,8 @@
 A handler that kills its process (a segfault in native code, ``os._exit``, the OOM killer)
 raises nothing the failure policy could count: the container restarts, resumes at the
 checkpoint, hands the same batch to the handler and dies again, for ever. So before each
-handler call a partition's worker (`attempts.BatchAttempts`) writes a marker, one small file
-per partition (partition, epoch, first and last sequence numbers, attempt), and removes it
+handler call a partition's worker (`attempts.BatchAttempts`) writes a marker in a small file
+per partition (partition, epoch, first and last sequence numbers, attempt), and clears it
 once the call has ended. The directory outlives the container but not the pod: the consumer
 chart's ``/tmp`` is an emptyDir. A new process that takes the partition up again at the same
 epoch finds its predecessor's marker; when the first batch it hands to the handler starts at
@@ -14,40 +14,38 @@ Batches that end before the marker's (handled, not checkpointed: ``--checkpoint-
 leave it waiting for its batch, and are checkpointed each, so the next death finds the
 checkpoint right before the batch.
 
-What it costs: a write of a few hundred bytes (a temporary file renamed over the marker) and
-an unlink per handler call, on the event loop, never an fsync: a container restart keeps the
-node's page cache, and a node that goes down takes the emptyDir with it anyway.
+What it costs: two writes into a file kept open (`markerfiles`): the marker before the handler
+call, a cleared record after it, on the event loop, never an fsync: a container restart keeps
+the node's page cache, and a node that goes down takes the emptyDir with it anyway. The file
+is opened at the partition's first handler call, and closed and removed when its worker ends.
 
 What it trusts: a marker counts only for the pod (name and uid), checkpoint location,
-partition and epoch that wrote it; a file that does not parse is ignored with a warning and
-removed. Several markers left means several batches were in the handler when the process
-died, and any of them may be the killer: each such batch runs alone (no other handler call of
-the pod at the same time, `turn`) until it is done, so a death is pinned on one batch before
-it counts towards giving a batch up.
+partition and epoch that wrote it; a file that does not hold a whole record (a torn write)
+is ignored with a warning and removed. Several markers left means several batches were in
+the handler when the process died, and any of them may be the killer: each such batch runs
+alone (no other handler call of the pod at the same time, `turn`) until it is done, so a
+death is pinned on one batch before it counts towards giving a batch up.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import hashlib
-import json
 import logging
-import re
 import tempfile
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 from eventhub_balancer.adapters import deliveries
-from eventhub_balancer.consumer import contexts, deathrecords, processing
+from eventhub_balancer.consumer import contexts, deathrecords, markerfiles, processing
+from eventhub_balancer.consumer.markerfiles import Marker
 from eventhub_balancer.contracts import failurepolicy
 
 logger = logging.getLogger(__name__)
 
 #: Where markers go unless ``--crash-marker-dir`` says (the chart mounts an emptyDir at /tmp).
 DEFAULT_DIRECTORY = Path(tempfile.gettempdir()) / "ehb-crash-markers"
-SCHEMA = 1
 #: A batch to run alone waits at most this long for the other handler calls to end (a call
 #: that never ends is reported stuck); past it, it runs beside them.
 ALONE_WAIT_S = 60.0
@@ -74,46 +72,6 @@ def location_of(coordinates: object) -> str:
     return hashlib.sha256(repr(coordinates).encode()).hexdigest()[:16]
 
 
-def _safe(name: str) -> str:
-    """A file-name-safe spelling of a pod name or partition id (one name, one spelling)."""
-    if re.fullmatch(r"[A-Za-z0-9_.-]{1,100}", name) and not name.startswith("."):
-        return name
-    return "x" + hashlib.sha256(name.encode()).hexdigest()[:24]
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Marker:
-    """One handler call of one partition's batch."""
-
-    pod: str
-    pod_uid: str
-    location: str
-    partition: str
-    epoch: int
-    first: int
-    last: int
-    attempt: int
-
-    def encode(self) -> bytes:
-        return json.dumps({"schema": SCHEMA, **dataclasses.asdict(self)}).encode()
-
-    @classmethod
-    def decode(cls, raw: bytes) -> Marker:
-        """The marker in ``raw``; ValueError when it is not one."""
-        body = json.loads(raw)
-        if not isinstance(body, dict) or body.pop("schema", None) != SCHEMA:
-            raise ValueError("not a crash marker of this version")
-        strings = ("pod", "pod_uid", "location", "partition")
-        numbers = ("epoch", "first", "last", "attempt")
-        if set(body) != {*strings, *numbers}:
-            raise ValueError(f"fields {sorted(body)}")
-        if not all(isinstance(body[k], str) for k in strings) or not all(
-            type(body[k]) is int and body[k] >= 0 for k in numbers
-        ):
-            raise ValueError("a field of the wrong type")
-        return cls(**body)
-
-
 class CrashMarkers:
     """The markers of one pod's partitions, and the turns of the batches that run alone."""
 
@@ -121,12 +79,15 @@ class CrashMarkers:
         self.pod = pod
         self.pod_uid = pod_uid
         self.directory = directory
+        #: The open files (None: the markers are off).
+        self.files: markerfiles.MarkerFiles | None = None
         #: What the previous process of this pod left: {partition: marker}, taken once each.
         self.left: dict[str, Marker] = {}
         if directory is not None:
+            self.files = markerfiles.MarkerFiles(directory, pod=pod)
             try:
                 directory.mkdir(parents=True, exist_ok=True)
-                self.left = self._read_left(directory)
+                self.left = self._read_left(self.files)
             except OSError as e:
                 self._off(e)
         #: Partitions whose left batch runs alone until it is done (several were left).
@@ -134,30 +95,30 @@ class CrashMarkers:
         for partition in self.suspects:
             # Kept in memory only: a suspect that has not run again when this process dies did
             # not kill it, and its marker would make the next death look shared again.
-            self.leave(partition)
+            if self.files is not None:
+                with contextlib.suppress(OSError):
+                    self.files.path(partition).unlink()
         self._running = 0
         self._alone = False
         self._waiting_alone = 0
         self._waiters: list[asyncio.Future[None]] = []
 
-    def _path(self, partition: str) -> Path:
-        assert self.directory is not None
-        return self.directory / f"{_safe(self.pod)}--{_safe(partition)}.json"
-
-    def _read_left(self, directory: Path) -> dict[str, Marker]:
+    def _read_left(self, files: markerfiles.MarkerFiles) -> dict[str, Marker]:
         left: dict[str, Marker] = {}
-        for path in sorted(directory.glob(f"{_safe(self.pod)}--*.json")):
+        for path in files.paths():
             try:
-                marker = Marker.decode(path.read_bytes())
+                marker = markerfiles.decode(path.read_bytes())
             except (OSError, ValueError) as e:
                 logger.warning("crash marker %s ignored and removed: unreadable (%s)", path, e)
+                marker = None
+            if marker is None:  # no call was in the handler (or nothing to read): not kept
                 with contextlib.suppress(OSError):
                     path.unlink()
                 continue
             if (marker.pod, marker.pod_uid) != (self.pod, self.pod_uid):
                 logger.info("crash marker %s ignored: another pod's (uid %r)", path, marker.pod_uid)
                 continue
-            if path != self._path(marker.partition):
+            if path != files.path(marker.partition):
                 logger.warning(
                     "crash marker %s ignored: it names partition %r", path, marker.partition
                 )
@@ -182,7 +143,10 @@ class CrashMarkers:
             self.directory,
             error,
         )
-        self.directory = None
+        if self.files is not None:
+            # A marker left standing would count a later death outside the handler.
+            self.files.close_all()
+        self.directory = self.files = None
 
     def partition(self, partition: str, epoch: int, coordinates: object) -> PartitionMarks:
         """The markers of ``partition``'s worker at ``epoch`` on ``coordinates``."""
@@ -209,24 +173,26 @@ class CrashMarkers:
             return None
         return marker
 
-    def enter(self, marker: Marker) -> None:
-        """Before the handler call: ``marker`` is in the handler."""
-        if self.directory is None:
-            return
-        path = self._path(marker.partition)
-        temporary = path.with_suffix(".tmp")
-        try:
-            temporary.write_bytes(marker.encode())
-            temporary.replace(path)
-        except OSError as e:
-            self._off(e)
+    def enter(self, partition: str, body: bytes) -> None:
+        """Before the handler call: the call of `markerfiles.body` ``body`` is in it."""
+        if self.files is not None:
+            try:
+                self.files.enter(partition, body)
+            except OSError as e:
+                self._off(e)
 
-    def leave(self, partition: str) -> None:
-        """The handler call of ``partition`` has ended."""
-        if self.directory is None:
-            return
-        with contextlib.suppress(FileNotFoundError):
-            self._path(partition).unlink()
+    def leave(self, partition: str, body: bytes) -> None:
+        """The handler call that entered ``body`` has ended."""
+        if self.files is not None:
+            try:
+                self.files.leave(partition, body)
+            except OSError as e:
+                self._off(e)
+
+    def close(self, partition: str) -> None:
+        """``partition``'s worker ended: its file goes (once no call of it stands there)."""
+        if self.files is not None:
+            self.files.close(partition)
 
     def settled(self, partition: str) -> None:
         """``partition``'s left batch is done (or another batch came): it runs alone no more."""
@@ -288,6 +254,10 @@ class PartitionMarks:
         self.left = left
         #: The deaths the partition's checkpoint blob counts, and how to write them there.
         self.record = deathrecords.DeathRecord(partition)
+        #: What every marker of this worker starts with (encoded once).
+        self._identity = markerfiles.identity(
+            markers.pod, markers.pod_uid, location, partition, epoch
+        )
 
     async def resume(
         self, events: Sequence[deliveries.ReceivedEvent], policy: failurepolicy.Processing
@@ -354,23 +324,18 @@ class PartitionMarks:
         """``processor(events, context)`` with its marker standing while it runs."""
         markers = self.markers
         async with markers.turn(self.partition):
-            markers.enter(
-                Marker(
-                    pod=markers.pod,
-                    pod_uid=markers.pod_uid,
-                    location=self.location,
-                    partition=self.partition,
-                    epoch=self.epoch,
-                    first=context.first_sequence_number,
-                    last=context.last_sequence_number,
-                    attempt=context.attempt,
-                )
+            body = markerfiles.body(
+                self._identity,
+                context.first_sequence_number,
+                context.last_sequence_number,
+                context.attempt,
             )
+            markers.enter(self.partition, body)
             try:
                 await processor(events, context)
             finally:
                 # Reached only once the call really ended (a sync handler's thread included).
-                markers.leave(self.partition)
+                markers.leave(self.partition, body)
 
     def settled(self) -> None:
         """The batch is done: unless the one the previous process died in is still ahead
@@ -379,6 +344,7 @@ class PartitionMarks:
             self.markers.settled(self.partition)
 
     def ended(self) -> None:
-        """The worker ended."""
+        """The worker ended: its marker file is closed and removed."""
         self.left = None
         self.markers.settled(self.partition)
+        self.markers.close(self.partition)
