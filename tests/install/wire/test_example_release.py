@@ -44,6 +44,17 @@ ORDERS_PER_PARTITION = 150
 WAIT_S = 60.0
 #: The longest a wheel build or install may take (each takes a few seconds).
 PIP_TIMEOUT_S = 120
+#: The Event Hubs namespace the example's install names with ``--set`` (its values name none,
+#: so that an install that forgets it fails): the emulator's connection string reads whatever
+#: name the spec gives, and the checkpoint blobs are named after it.
+EVENTHUB_NAMESPACE = "shop.servicebus.windows.net"
+
+
+def example_values() -> dict[str, Any]:
+    """The example's values as its install gives them: with the namespace it ``--set``s."""
+    values: dict[str, Any] = loading.load_values(PROJECT / "values.yaml") or {}
+    values["consumer"]["eventHub"]["fullyQualifiedNamespace"] = EVENTHUB_NAMESPACE
+    return values
 
 
 def pip(*args: str) -> None:
@@ -147,7 +158,7 @@ def test_the_example_installs_with_one_release_and_consumes(
     operator: None,
     tmp_path: Path,
 ) -> None:
-    values = loading.load_values(PROJECT / "values.yaml")
+    values = example_values()
     # A container of this test's own on the shared Azurite.
     values["consumer"]["checkpointStore"]["containerName"] = blob_container.container_name
     rendered = consumer_chart.render(values)

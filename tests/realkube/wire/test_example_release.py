@@ -22,7 +22,7 @@ from eventhub_balancer_devstack.realkube import RealControlPlane, nodes
 from tests.install import test_consumer_chart as consumer_chart
 from tests.install.wire.test_example_release import (
     ORDERS_PER_PARTITION,
-    PROJECT,
+    example_values,
     handler_records,
     order,
     orders_processed,
@@ -62,7 +62,7 @@ def test_the_example_releases_with_helm_onto_the_real_control_plane(
     local_node_factory: Callable[[Mapping[str, deployments.LocalImage]], nodes.LocalNode],
     tmp_path: Path,
 ) -> None:
-    values = loading.load_values(PROJECT / "values.yaml") or {}
+    values = example_values()
     values["consumer"]["checkpointStore"]["containerName"] = blob_container.container_name
     consumer = consumer_chart.render(values)["EventHubConsumer"][0]
     eventhub, store = consumer["spec"]["eventHub"], consumer["spec"]["checkpointStore"]
