@@ -31,7 +31,7 @@ from typing import Any
 from eventhub_balancer_devstack import deployments, recording
 from eventhub_balancer_devstack.realkube import RealControlPlane, nodes
 from tests.install import test_consumer_chart as consumer_chart
-from tests.install.wire.test_example_release import PROJECT
+from tests.install.wire.test_example_release import example_values
 from tests.realkube.wire.test_example_release import OPERATOR_VALUES, image_of
 from tests.support import charts, loading
 from tests.support.fixtures.realkube import Kubectl
@@ -78,26 +78,29 @@ def _records(directory: Path) -> list[tuple[float, str, str, int, list[int]]]:
     return out
 
 
-def test_a_rolling_update_moves_each_partition_once_without_duplicates(
-    consumer_emulator: Any,
-    azurite: Any,
-    blob_container: Any,
-    real_kube: RealControlPlane,
-    real_kubeconfig: Path,
-    real_kubectl: Kubectl,
+def install_release(
+    *,
+    kubectl: Kubectl,
+    kubeconfig: Path,
     local_node_factory: Callable[[Mapping[str, deployments.LocalImage]], nodes.LocalNode],
-    tmp_path: Path,
+    home: Path,
+    eventhub: str,
+    blob: str,
+    container: str,
+    records: Path,
+    replicas: int,
 ) -> None:
-    records_dir = tmp_path / "records"
-    records_dir.mkdir()
-    values = loading.load_values(PROJECT / "values.yaml") or {}
-    values["consumer"]["checkpointStore"]["containerName"] = blob_container.container_name
+    """The operator's chart, then the example consumer's (``replicas`` pods recording each
+    batch into ``records``, on hub `HUB` of the emulator ``eventhub`` and the blob container
+    ``container``), as a user installs them; the local node runs both images here."""
+    values = example_values()
+    values["consumer"]["checkpointStore"]["containerName"] = container
     values["consumer"]["eventHub"]["name"] = HUB
     values["handler"] = f"{recording.__name__}:process"
-    values["replicaCount"] = REPLICAS
+    values["replicaCount"] = replicas
     values["extraEnv"] = [
         {"name": "EHB_ALLOW_DEVELOPMENT_ENDPOINTS", "value": "true"},
-        {"name": recording.ENV_RECORD_DIR, "value": str(records_dir)},
+        {"name": recording.ENV_RECORD_DIR, "value": str(records)},
     ]
     values["logFormat"] = "text"
     consumer = consumer_chart.render(values)["EventHubConsumer"][0]
@@ -118,27 +121,47 @@ def test_a_rolling_update_moves_each_partition_once_without_duplicates(
             consumer_image: deployments.LocalImage(entrypoint=runtime),
         }
     )
-    env = {"KUBECONFIG": str(real_kubeconfig), "HOME": str(tmp_path)}
-    real_kubectl("create", "namespace", NAMESPACE)
+    env = {"KUBECONFIG": str(kubeconfig), "HOME": str(home)}
+    kubectl("create", "namespace", NAMESPACE)
     charts.helm(
         "install", loading.RELEASE, str(loading.CHART_DIR),
         "--namespace", loading.RELEASE_NAMESPACE, "--create-namespace", "--wait=false",
         values=OPERATOR_VALUES, env=env,
     )  # fmt: skip
-    eventhub = consumer["spec"]["eventHub"]
-    for ref, value in (
-        (
-            eventhub["credentials"]["connectionStringSecretRef"],
-            consumer_emulator.connection_string(),
-        ),
-        (store["credentials"]["connectionStringSecretRef"], azurite.connection_string),
-    ):
-        real_kubectl("-n", NAMESPACE, "create", "secret", "generic", ref["name"],
-                     f"--from-literal={ref['key']}={value}")  # fmt: skip
+    eventhub_ref = consumer["spec"]["eventHub"]["credentials"]["connectionStringSecretRef"]
+    blob_ref = store["credentials"]["connectionStringSecretRef"]
+    for ref, value in ((eventhub_ref, eventhub), (blob_ref, blob)):
+        kubectl("-n", NAMESPACE, "create", "secret", "generic", ref["name"],
+                f"--from-literal={ref['key']}={value}")  # fmt: skip
     charts.helm(
         "install", "orders", str(consumer_chart.CHART_DIR), "--namespace", NAMESPACE,
         values=values, env=env,
     )  # fmt: skip
+
+
+def test_a_rolling_update_moves_each_partition_once_without_duplicates(
+    consumer_emulator: Any,
+    azurite: Any,
+    blob_container: Any,
+    real_kube: RealControlPlane,
+    real_kubeconfig: Path,
+    real_kubectl: Kubectl,
+    local_node_factory: Callable[[Mapping[str, deployments.LocalImage]], nodes.LocalNode],
+    tmp_path: Path,
+) -> None:
+    records_dir = tmp_path / "records"
+    records_dir.mkdir()
+    install_release(
+        kubectl=real_kubectl,
+        kubeconfig=real_kubeconfig,
+        local_node_factory=local_node_factory,
+        home=tmp_path,
+        eventhub=consumer_emulator.connection_string(),
+        blob=azurite.connection_string,
+        container=blob_container.container_name,
+        records=records_dir,
+        replicas=REPLICAS,
+    )
     deployment = "deployment/orders-eventhub-consumer"
     if SURGE:
         surge: int | str = int(SURGE) if SURGE.isdecimal() else SURGE

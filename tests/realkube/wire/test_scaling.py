@@ -21,7 +21,6 @@ import itertools
 import json
 import statistics
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -31,13 +30,16 @@ from typing import Any
 import pytest
 
 from eventhub_balancer.adapters import blobs
-from eventhub_balancer_devstack import deployments, recording
+from eventhub_balancer_devstack import deployments
 from eventhub_balancer_devstack.realkube import RealControlPlane, nodes
 from tests.install import test_consumer_chart as consumer_chart
-from tests.install.wire.test_example_release import PROJECT
-from tests.realkube.wire.test_example_release import OPERATOR_VALUES, image_of
-from tests.realkube.wire.test_rollouts import HUB, PARTITIONS, _producer, _records
-from tests.support import charts, loading
+from tests.realkube.wire.test_rollouts import (
+    HUB,
+    PARTITIONS,
+    _producer,
+    _records,
+    install_release,
+)
 from tests.support.fixtures.azurite import unique_container_name
 from tests.support.fixtures.realkube import Kubectl
 
@@ -114,52 +116,17 @@ def release(
     asyncio.run(make_container())
     emulator = EventHubsEmulator(hubs={HUB: len(PARTITIONS)})
     with emulator.running_in_thread():
-        values = loading.load_values(PROJECT / "values.yaml") or {}
-        values["consumer"]["checkpointStore"]["containerName"] = container
-        values["consumer"]["eventHub"]["name"] = HUB
-        values["handler"] = f"{recording.__name__}:process"
-        values["replicaCount"] = 4
-        values["extraEnv"] = [
-            {"name": "EHB_ALLOW_DEVELOPMENT_ENDPOINTS", "value": "true"},
-            {"name": recording.ENV_RECORD_DIR, "value": str(records_dir)},
-        ]
-        values["logFormat"] = "text"
-        consumer = consumer_chart.render(values)["EventHubConsumer"][0]
-        store = consumer["spec"]["checkpointStore"]
-        operator_image = image_of(
-            charts.render(
-                loading.CHART_DIR, OPERATOR_VALUES, name=loading.RELEASE,
-                namespace=loading.RELEASE_NAMESPACE,
-            )
-        )  # fmt: skip
-        consumer_image = image_of(
-            charts.render(consumer_chart.CHART_DIR, values, name="orders", namespace=NAMESPACE)
+        install_release(
+            kubectl=real_kubectl,
+            kubeconfig=real_kubeconfig,
+            local_node_factory=local_node_factory,
+            home=tmp_path,
+            eventhub=emulator.connection_string(),
+            blob=azurite.connection_string,
+            container=container,
+            records=records_dir,
+            replicas=4,
         )
-        runtime = (sys.executable, "-m", "eventhub_balancer")
-        local_node_factory(
-            {
-                operator_image: deployments.LocalImage(entrypoint=runtime),
-                consumer_image: deployments.LocalImage(entrypoint=runtime),
-            }
-        )
-        env = {"KUBECONFIG": str(real_kubeconfig), "HOME": str(tmp_path)}
-        real_kubectl("create", "namespace", NAMESPACE)
-        charts.helm(
-            "install", loading.RELEASE, str(loading.CHART_DIR),
-            "--namespace", loading.RELEASE_NAMESPACE, "--create-namespace", "--wait=false",
-            values=OPERATOR_VALUES, env=env,
-        )  # fmt: skip
-        eventhub = consumer["spec"]["eventHub"]
-        for ref, value in (
-            (eventhub["credentials"]["connectionStringSecretRef"], emulator.connection_string()),
-            (store["credentials"]["connectionStringSecretRef"], azurite.connection_string),
-        ):
-            real_kubectl("-n", NAMESPACE, "create", "secret", "generic", ref["name"],
-                         f"--from-literal={ref['key']}={value}")  # fmt: skip
-        charts.helm(
-            "install", "orders", str(consumer_chart.CHART_DIR), "--namespace", NAMESPACE,
-            values=values, env=env,
-        )  # fmt: skip
         stop = threading.Event()
         sent: dict[str, int] = collections.Counter()
         producer = threading.Thread(
