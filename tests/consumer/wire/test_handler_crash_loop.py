@@ -40,7 +40,10 @@ def test_a_handler_that_kills_its_process_is_dead_lettered_after_max_attempts_de
 ) -> None:
     cs = consumer_emulator.connection_string()
     container = blob_container.container_name
-    asyncio.run(send_events(cs, "orders", {"0": 100, "1": 100}))
+    # Partition 1 gets its events only once the poison is contained: a batch of it in the
+    # handler beside the poison's at a death would make that death count for neither (either
+    # may be the killer, `crashmarkers`), and the deaths counted would vary from run to run.
+    asyncio.run(send_events(cs, "orders", {"0": 100}))
     assignment = tmp_path / "assignment.json"
     acks = tmp_path / "acks.json"
     write_atomically(
@@ -94,7 +97,7 @@ def test_a_handler_that_kills_its_process_is_dead_lettered_after_max_attempts_de
         )
         asyncio.run(send_events(cs, "orders", {"0": 10, "1": 10}))
         wait_for(
-            lambda: {("0", 109), ("1", 109)} <= set(records(done)),
+            lambda: {("0", 109), ("1", 9)} <= set(records(done)),
             timeout=WAIT_S,
             what="the events sent after it",
         )
@@ -119,7 +122,7 @@ def test_a_handler_that_kills_its_process_is_dead_lettered_after_max_attempts_de
     # Nothing of the dead batch reached a handler that returned, and nothing else was skipped.
     processed = set(records(done))
     assert not dead & processed
-    assert dead | processed == {(p, n) for p in "01" for n in range(110)}
+    assert dead | processed == {("0", n) for n in range(110)} | {("1", n) for n in range(10)}
 
 
 def past_the_poison(processed: list[tuple[str, int]]) -> bool:
