@@ -51,7 +51,9 @@ def test_pods_that_turn_ready_one_per_cycle_get_one_plan_and_no_partition_moves_
     observation = bodies.with_pods(observation, *(pod(n, ready=False, since=10) for n in joining))
     observation, created = _cycle(observation, now=10, moved=moved)
     assert created.moves == ()
-    assert bodies.condition(observation, "Balanced")["reason"] == "PodsStarting"
+    balanced = bodies.condition(observation, "Balanced")
+    assert balanced["reason"] == "PodsStarting"
+    assert balanced["message"].startswith("3 pods are starting: their shares stay with")
     # The starting pods' grace ends at 30: the cycle comes back then, whatever happens.
     assert created.next_in == 20.0
     now = 10.0
@@ -93,3 +95,14 @@ def test_only_pods_on_a_node_count_as_starting_and_only_for_the_grace_period() -
     observation, _ = _cycle(observation, now=20.1, moved=moved)
     held = {name: len(ps) for name, ps in bodies.assignment(observation).items()}
     assert held == {"a": 6, "b": 6, "c": 0, "unschedulable": 0}
+
+
+def test_one_starting_pod_is_said_in_the_singular() -> None:
+    observation = bodies.observe(pods=[pod("a"), pod("b")], ids=IDS)
+    observation, _ = _cycle(observation, now=0, moved=Counter())
+    observation = bodies.with_pods(observation, pod("c", ready=False, since=10))
+    observation, _ = _cycle(observation, now=10, moved=Counter())
+    assert bodies.condition(observation, "Balanced")["message"] == (
+        "1 pod is starting: its share stays with the current owners until Ready, for at most "
+        "podGraceSeconds"
+    )

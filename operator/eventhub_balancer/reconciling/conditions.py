@@ -9,9 +9,8 @@ RBAC) or never applied it (the selector matches another workload, or the pods ca
 patch ConfigMaps). A pod that applied an earlier generation runs a consumer: a later one on
 its way is a hand-off, which Balanced and the hand-off timeout cover.
 
-Kept apart from the writes so that the wording can change without touching what is written
-when. The reasons are specific (API conventions): a fault of Event Hubs or of the checkpoint
-store keeps the error's own reason, or one naming the dependency for the generic errors.
+Kept apart from the writes, so that the wording changes without touching what is written when.
+A dependency's fault keeps the error's own reason, else one naming the dependency (API rules).
 """
 
 from __future__ import annotations
@@ -278,9 +277,11 @@ def build(
             status="False",
             reason="PodsStarting",
             message=(
-                f"{len(plan.starting)} pods are starting: their shares stay with the current "
-                "owners until they are Ready, for at most podGraceSeconds"
-            ),
+                f"{len(plan.starting)} pods are starting: their shares stay"
+                if len(plan.starting) > 1
+                else "1 pod is starting: its share stays"
+            )
+            + " with the current owners until Ready, for at most podGraceSeconds",
         )
     else:
         balanced = conditions.Condition(
