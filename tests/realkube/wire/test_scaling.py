@@ -9,7 +9,8 @@ gets). The real kube-controller-manager picks the pods to add and delete, the lo
 each pod as a process. Each test counts the owner changes against the fewest that reach
 balance from where the change began, the events processed twice or lost, and the longest time
 a partition went unserved beyond the usual interval between its batches. Run with ``-s`` for
-the figures (docs/planner.md, "Scaling").
+the figures (docs/planner.md, "Scaling"), with ``EHB_BENCH_TESTS=1`` for the two scenarios
+measured but not held to the fewest moves.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import collections
 import dataclasses
 import itertools
 import json
+import os
 import statistics
 import subprocess
 import threading
@@ -281,6 +283,15 @@ def test_a_flapping_autoscaler_costs_no_more_than_each_change_needs(release: Rel
     check(figures, "flapping 4 -> 6 -> 4 -> 6", minimal=True)
 
 
+#: The scenarios whose owner changes are measured, not asserted (each still asserts no event
+#: processed twice and none lost): they run when ``EHB_BENCH_TESTS=1``, as the benchmarks'
+#: tests do, and keep the suite's time for the ones that assert the fewest moves.
+measured_only = pytest.mark.skipif(
+    os.environ.get("EHB_BENCH_TESTS") != "1", reason="opt-in: set EHB_BENCH_TESTS=1"
+)
+
+
+@measured_only
 def test_a_scale_in_during_a_hand_off(release: Release) -> None:
     began, before = steady(release, 4)
     release.scale(8)
@@ -298,6 +309,7 @@ def test_a_scale_in_during_a_hand_off(release: Release) -> None:
     )
 
 
+@measured_only
 def test_a_rolling_update_with_the_default_strategy(release: Release) -> None:
     began, before = steady(release, 4)
     strategy = {"rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}
