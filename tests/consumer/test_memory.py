@@ -299,8 +299,10 @@ async def test_a_worker_holds_as_many_objects_after_2000_batches_as_after_200(
         project, events = live(ours), live(sdk_events)
         reach = reachable([task])
         await scene.batches(2000)
-        assert live(ours) == project
-        assert live(sdk_events) == events
+        # Nothing grew. Fewer is no leak: what an earlier test of this worker process left
+        # (an emulator's idle management connection, say) may be freed meanwhile.
+        assert live(ours) - project == collections.Counter()
+        assert live(sdk_events) - events == collections.Counter()
         assert reachable([task]) == reach
         assert scene.stats.events == 2000 * BATCH  # it did process them all
     finally:
