@@ -42,6 +42,9 @@ from eventhub_balancer_devstack.realkube import (
 
 logger = logging.getLogger(__name__)
 
+#: Starts made in all when a port chosen free is taken before a server binds it.
+PORT_TRIES = 3
+
 #: The repository's crds/, installed at start as the local API installs them.
 REPOSITORY_CRDS: Path | None = (
     processes.REPOSITORY / "crds" if (processes.REPOSITORY / "crds").is_dir() else None
@@ -112,6 +115,20 @@ class RealControlPlane(objectcalls.ObjectCalls):
         return {p.name: p.pid for p in self._processes if p.pid is not None}
 
     def start(self) -> Self:
+        """Start etcd, kube-apiserver and kube-controller-manager. A port chosen free can be
+        taken by another process before the server binds it (tests and stacks beside this one
+        choose ports too): such a start is made again on other ports, up to `PORT_TRIES` times.
+        """
+        for attempt in range(1, PORT_TRIES + 1):
+            try:
+                return self._start_once()
+            except errors.ConfigurationError as e:
+                if "address already in use" not in str(e) or attempt == PORT_TRIES:
+                    raise
+                logger.warning("a port was taken while the control plane started: again")
+        raise AssertionError("unreachable")
+
+    def _start_once(self) -> Self:
         if self._url is not None:
             raise RuntimeError("the control plane is already started")
         binaries = processes.find_binaries()

@@ -103,6 +103,24 @@ def test_a_taken_port_names_the_flag() -> None:
             RealControlPlane(port=port).start()
 
 
+def test_a_port_taken_after_it_was_chosen_costs_a_start_on_other_ports(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A port chosen free may be taken by another process before a server binds it: etcd then
+    exits with "address already in use", and the start is made again on ports chosen afresh.
+    In a clean-clone run, kube-apiserver met such a port and the test that needed it failed."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        chosen = processes.free_port
+        given = iter([port])
+        monkeypatch.setattr(processes, "free_port", lambda: next(given, None) or chosen())
+        with RealControlPlane() as plane:
+            assert plane.readyz()
+        assert next(given, None) is None  # the taken port was handed out, and met
+
+
 def test_ehb_local_up_kube_real_runs_a_node(tmp_path: Path) -> None:
     argv = ehb("local", "up", "--kube", "real", "--hub", "orders=2", f"--state-dir={tmp_path}")
     argv += ["--eventhubs-port=0", "--blob-port=0", "--kube-port=0"]
