@@ -10,15 +10,15 @@ a thousand consumers refused together), and nothing when the fault ended.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import pytest
 
 from eventhub_balancer import errors
 from eventhub_balancer.handlers import cyclefaults, registering
 from tests.handlers import test_daemons as td
+from tests.handlers.test_daemons import running as running  # the fixture
 
 pytestmark = pytest.mark.looptime
 
@@ -35,19 +35,8 @@ REFUSALS: dict[str, errors.EventHubBalancerError] = {
 }
 
 
-@pytest.fixture
-async def running() -> AsyncIterator[Callable[..., td.Daemon]]:
-    daemons: list[tuple[td.Daemon, asyncio.Task[None]]] = []
-
-    def start(*pods: str) -> td.Daemon:
-        daemon = td.Daemon({**td.SPEC, "balancing": {"intervalSeconds": 30}}, *pods)
-        daemons.append((daemon, daemon.start()))
-        return daemon
-
-    yield start
-    for daemon, task in daemons:
-        daemon.stopped.event.set()
-        await asyncio.wait_for(task, timeout=60)
+#: Cycles 30 s apart: what a fault's retries do stands out from the cycles' own pace.
+SPEC = {**td.SPEC, "balancing": {"intervalSeconds": 30}}
 
 
 def lines(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
@@ -63,7 +52,7 @@ async def test_a_write_refused_for_an_hour_is_said_once_then_reminded_then_ended
     running: Callable[..., td.Daemon], caplog: pytest.LogCaptureFixture, refusal: str
 ) -> None:
     caplog.set_level(logging.INFO, logger="eventhub_balancer")
-    daemon = running("a", "b")
+    daemon = running("a", "b", spec=SPEC)
     await daemon.until(60)
     caplog.clear()
     daemon.kube.fail("patch_consumer_status", REFUSALS[refusal], times=10**6)
@@ -94,7 +83,7 @@ async def test_a_single_conflict_is_no_fault_and_no_recovery(
     """The conflict every consumer's first write may meet is retried at once, quietly: no
     warning, and so no line saying it ended."""
     caplog.set_level(logging.INFO, logger="eventhub_balancer")
-    daemon = running("a", "b")
+    daemon = running("a", "b", spec=SPEC)
     await daemon.until(60)
     caplog.clear()
     daemon.kube.fail("patch_consumer_status", REFUSALS["conflicts"], times=1)

@@ -9,14 +9,14 @@ answered again; the store's recovery had no Event either, while Event Hubs' had 
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import pytest
 
 from eventhub_balancer import errors
 from tests.handlers import test_daemons as td
+from tests.handlers.test_daemons import running as running  # the fixture
 
 pytestmark = pytest.mark.looptime
 
@@ -29,19 +29,8 @@ HUB = errors.EventHubUnreachable(
 )
 
 
-@pytest.fixture
-async def running() -> AsyncIterator[Callable[..., td.Daemon]]:
-    daemons: list[tuple[td.Daemon, asyncio.Task[None]]] = []
-
-    def start(*pods: str) -> td.Daemon:
-        daemon = td.Daemon({**td.SPEC, "balancing": {"intervalSeconds": 30}}, *pods)
-        daemons.append((daemon, daemon.start()))
-        return daemon
-
-    yield start
-    for daemon, task in daemons:
-        daemon.stopped.event.set()
-        await asyncio.wait_for(task, timeout=60)
+#: Cycles 30 s apart: what a fault's retries do stands out from the cycles' own pace.
+SPEC = {**td.SPEC, "balancing": {"intervalSeconds": 30}}
 
 
 def said(caplog: pytest.LogCaptureFixture, level: int, text: str) -> list[str]:
@@ -67,7 +56,7 @@ async def test_an_hour_long_dependency_fault_is_logged_at_a_bounded_pace_and_its
     recovered: str,
 ) -> None:
     caplog.set_level(logging.INFO, logger="eventhub_balancer")
-    daemon = running("a", "b")
+    daemon = running("a", "b", spec=SPEC)
     await daemon.until(60)
     caplog.clear()
     if dependency == "store":
