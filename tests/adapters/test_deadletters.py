@@ -130,6 +130,31 @@ async def test_a_failed_write_says_why_and_is_ours_to_retry(
         )
 
 
+def forbidden(code: str) -> azure_errors.HttpResponseError:
+    error = azure_errors.HttpResponseError(message="This request is not authorized")
+    error.status_code = 403
+    error.error_code = code  # type: ignore[attr-defined]
+    return error
+
+
+@pytest.mark.parametrize(
+    ("code", "says"),
+    [("AuthorizationPermissionMismatch", "sp=rcwl"), ("AuthorizationFailure", "expired")],
+)
+async def test_a_forbidden_write_says_which_permission_to_grant(code: str, says: str) -> None:
+    """A role or SAS that may read but not write is refused with 403 at every attempt: the
+    partition's report says what to grant, as the checkpoint store's own refusals do, not a
+    bare status to wait out."""
+    with pytest.raises(errors.ConfigurationError) as raised:
+        await writer(FakeContainer(forbidden(code))).write(
+            [event(1, b"x")], error="e", attempts=1, pod="p", epoch=1
+        )
+    message = str(raised.value)
+    assert message.startswith("dead-letter write of ")
+    assert "HTTP 403" in message
+    assert says in message
+
+
 def test_an_empty_batch_is_refused() -> None:
     with pytest.raises(ValueError, match="at least one event"):
         deadletters.build([], error="e", attempts=1, pod="p", epoch=1, now=T0)

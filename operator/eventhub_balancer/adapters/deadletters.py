@@ -30,7 +30,7 @@ from azure.storage.blob import ContentSettings
 from azure.storage.blob.aio import ContainerClient
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import deliveries
+from eventhub_balancer.adapters import deliveries, retrying
 from eventhub_balancer.contracts import checkpointblobs, partitionreports
 
 #: The folder beside ``checkpoint/`` and ``ownership/``.
@@ -189,7 +189,8 @@ class DeadLetterWriter:
 
         `errors.OwnershipLost` (nothing written) when the partition's checkpoint blob holds
         a higher epoch than ``epoch``; `errors.ConfigurationError` when the credentials are
-        refused (the container's permissions must allow writes),
+        refused or forbidden (the container's permissions must allow writes; the message says
+        what to grant),
         `errors.CheckpointStoreUnreachable` otherwise.
         """
         name = self.name_of(events)
@@ -224,6 +225,14 @@ class DeadLetterWriter:
             ) from e
         except (azure_errors.AzureError, OSError) as e:
             status = getattr(e, "status_code", None)
+            if status == 403:  # refused at every attempt until someone grants what is missing
+                what = retrying.FORBIDDEN.get(
+                    retrying.error_code(e) or "", retrying.FORBIDDEN_OTHERWISE
+                )
+                raise errors.ConfigurationError(
+                    f"dead-letter write of {name}: the blob service forbids it "
+                    f"({retrying.describe(e)}): {what}"
+                ) from e
             raise errors.CheckpointStoreUnreachable(
                 f"dead-letter write of {name}: "
                 f"{f'HTTP {status} ' if status else ''}{type(e).__name__}"
