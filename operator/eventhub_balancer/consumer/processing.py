@@ -32,9 +32,10 @@ import inspect
 import logging
 import reprlib
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar, cast
 
 from eventhub_balancer import errors
 from eventhub_balancer.consumer import contexts
@@ -76,26 +77,70 @@ def handler_threads(concurrency: int = DEFAULT_HANDLER_CONCURRENCY) -> concurren
 
 
 async def run_in_thread(
-    function: Callable[..., T], *args: Any, executor: concurrent.futures.Executor | None = None
+    function: Callable[..., T],
+    *args: Any,
+    executor: concurrent.futures.Executor | None = None,
+    withdraw_on: asyncio.Event | None = None,
 ) -> T:
     """``function(*args)`` in a thread of ``executor`` (None: the loop's default pool), with
     the caller's context variables; a cancellation takes effect when it returns.
 
     ``asyncio.to_thread`` ends its awaitable at once on cancellation while the thread runs on
     unseen; here the call ends (cancelled) only once the thread is done, so that the caller
-    can tell a handler that still runs from one that stopped.
+    can tell a handler that still runs from one that stopped. A call still waiting for a
+    thread (every thread of the pool busy) has not started: it is withdrawn at once, raising
+    CancelledError without ever running, when it is cancelled or when ``withdraw_on`` is set.
     """
-    call = functools.partial(contextvars.copy_context().run, _contained, function, *args)
+    claim = _Claim()
+    call = functools.partial(contextvars.copy_context().run, claim.run, function, *args)
     future = asyncio.get_running_loop().run_in_executor(executor, call)
+    withdraw = None if withdraw_on is None else asyncio.ensure_future(withdraw_on.wait())
     cancelled = False
-    while not future.done():
-        try:
-            await asyncio.shield(future)
-        except asyncio.CancelledError:
-            cancelled = True  # the thread runs on: so does this call
+    try:
+        while not future.done():
+            waiting: set[asyncio.Future[Any]] = {future}
+            if withdraw is not None:
+                waiting.add(withdraw)
+            try:
+                # asyncio.wait never cancels what it waits for: the thread's future survives
+                # this call's cancellation.
+                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:
+                cancelled = True  # the thread runs on: so does this call
+            released = withdraw is not None and withdraw.done()
+            if (cancelled or released) and claim.withdraw():
+                raise asyncio.CancelledError()  # it never started, and now never will
+            if released:
+                withdraw = None  # it runs: the release waits for it like anyone else
+    finally:
+        if withdraw is not None:
+            withdraw.cancel()
     if cancelled:
         raise asyncio.CancelledError()
-    return future.result()
+    return cast(T, future.result())  # withdrawn calls raised above
+
+
+class _Claim:
+    """Whether a call handed to a pool runs: taken by its thread when it starts, or by the
+    loop while it still waits for a thread (then the thread skips it)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._state: Literal["waiting", "running", "withdrawn"] = "waiting"
+
+    def withdraw(self) -> bool:
+        """Withdraw the call unless its thread started it (True: it never will)."""
+        with self._lock:
+            if self._state == "waiting":
+                self._state = "withdrawn"
+            return self._state == "withdrawn"
+
+    def run(self, function: Callable[..., T], *args: Any) -> T | None:
+        with self._lock:
+            if self._state == "withdrawn":
+                return None
+            self._state = "running"
+        return _contained(function, *args)
 
 
 def _contained(function: Callable[..., T], *args: Any) -> T:
@@ -202,7 +247,15 @@ class PlainProcessor:
         if self.is_async:
             result = self.function(events, context)
         else:
-            result = await run_in_thread(self.function, events, context, executor=self.executor)
+            # A batch that still waits for a thread when its partition's release starts is
+            # withdrawn: nothing of it ran, and the next owner starts with it.
+            result = await run_in_thread(
+                self.function,
+                events,
+                context,
+                executor=self.executor,
+                withdraw_on=release_started.get(),
+            )
         if inspect.isgenerator(result) or inspect.isasyncgen(result):
             raise TypeError(
                 f"the handler returned a {type(result).__name__} and ran nothing: a handler "
