@@ -203,7 +203,10 @@ def read_back(
     acknowledgements: dict[str, Mapping[models.PartitionId, int]] = {}
     for pid, entry in recorded.items():
         floor = floors.get(pid, 0)
-        since = entry.since if entry.since is not None else seconds_now
+        # A moment after this clock's now was read on a clock ahead of it (an operator before
+        # this one, on another node, or before NTP stepped this one back): it counts from now,
+        # and the record written back says so, or a hand-off would wait out the difference.
+        since = seconds_now if entry.since is None else min(entry.since, seconds_now)
         pod = pods.get(entry.pod)
         if entry.epoch < floor:
             # The epoch went up after this record (an interrupted cycle, or a blob ahead):
