@@ -106,6 +106,12 @@ ROWS = [
         "or env EHB_PORT) (see ehb consume --help)",
     ),
     Row(
+        "no prefetch at all",
+        (*LOCAL, "--handler", "x:y"),
+        {"EHB_PREFETCH": "0"},
+        "ehb: error: --prefetch: 0 is less than 1",
+    ),
+    Row(
         "a shutdown timeout below zero",
         (*LOCAL, "--handler", "x:y", "--shutdown-timeout", "-1"),
         {},

@@ -128,6 +128,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the most events in one batch (env EHB_BATCH_SIZE; default 500)",
     )
     batching.add_argument(
+        "--prefetch",
+        type=_number(int, "EHB_PREFETCH"),
+        default=_env("EHB_PREFETCH", "300"),
+        metavar="N",
+        help="events each partition's receive link may deliver ahead of the runtime's buffer; "
+        "a partition holds at most max(4 x batch size, 2 x N) + 3 x N events ahead of its "
+        "handler (env EHB_PREFETCH; default 300)",
+    )
+    batching.add_argument(
         "--max-wait",
         type=_number(float, "EHB_MAX_WAIT"),
         default=_env("EHB_MAX_WAIT", "1.0"),
@@ -277,6 +286,7 @@ def run(args: argparse.Namespace) -> int:
         handler_concurrency=args.handler_concurrency,
         batch=partitions.BatchSettings(
             batch_size=args.batch_size,
+            prefetch=args.prefetch,
             max_wait=args.max_wait,
             checkpoint_interval=args.checkpoint_interval,
             stuck_seconds=args.stuck_seconds,

@@ -32,7 +32,6 @@ from the event loop's clock, the one the runtime's timers run on.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import logging
 import time
@@ -41,6 +40,7 @@ from collections.abc import Callable
 from eventhub_balancer import errors, handoffs
 from eventhub_balancer.adapters import deliveries
 from eventhub_balancer.consumer import attempts, crashmarkers, metrics, ports, processing, restarts
+from eventhub_balancer.consumer.batchsettings import BatchSettings as BatchSettings
 from eventhub_balancer.contracts import failurepolicy, partitionreports
 
 logger = logging.getLogger(__name__)
@@ -53,48 +53,6 @@ FIRST_EVENTS = "partition %s: epoch %d: first %d events, %.0f ms after the worke
 FINAL_CHECKPOINT = (
     "partition %s: epoch %d: final checkpoint at sequence number %s, %.0f ms after the release"
 )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class BatchSettings:
-    """How batches are cut, retried and checkpointed."""
-
-    batch_size: int = 500
-    #: Seconds a batch may wait for more events after its first one arrived.
-    max_wait: float = 1.0
-    #: 0: checkpoint after every batch; more: at most this often (the release writes the rest).
-    checkpoint_interval: float = 0.0
-    retry_backoff: float = 0.5
-    retry_backoff_max: float = 30.0
-    #: A handler call running longer than this is reported ``stuck`` (the pod stays Ready).
-    stuck_seconds: float = 120.0
-    #: On release, the longest wait for the in-flight batch before abandoning it.
-    release_timeout: float = 20.0
-    #: Past the release timeout, how long an abandoned handler call that ignores cancellation
-    #: (a sync handler's thread) may still run before the pod process exits. Keep the release
-    #: timeout plus this below the CR's ``handoffTimeoutSeconds`` (30 s by default), after
-    #: which the operator assigns the partition anyway.
-    handler_exit_timeout: float = 5.0
-    #: Events the receiver may buffer ahead of the handler.
-    prefetch: int = 300
-
-    def __post_init__(self) -> None:
-        if self.batch_size < 1:
-            raise errors.InvalidInput("--batch-size", f"{self.batch_size} is less than 1")
-        if self.max_wait <= 0:
-            raise errors.InvalidInput("--max-wait", f"{self.max_wait} is not positive")
-        if self.checkpoint_interval < 0:
-            raise errors.InvalidInput("--checkpoint-interval", "must not be negative")
-        if self.stuck_seconds <= 0:
-            raise errors.InvalidInput("--stuck-seconds", f"{self.stuck_seconds} is not positive")
-        if self.release_timeout <= 0:
-            raise errors.InvalidInput(
-                "--release-timeout", f"{self.release_timeout} is not positive"
-            )
-        if self.handler_exit_timeout <= 0:
-            raise errors.InvalidInput(
-                "--handler-exit-seconds", f"{self.handler_exit_timeout} is not positive"
-            )
 
 
 class PartitionWorker:
