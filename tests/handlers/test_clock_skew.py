@@ -25,6 +25,34 @@ async def settled() -> tuple[fakes.FakeKube, fakes.FakeHubs, memories.Memory]:
     return kube, hubs, memory
 
 
+async def test_a_pod_whose_node_clock_is_behind_keeps_its_partitions_for_the_grace() -> None:
+    kube, hubs, memory = await settled()
+    # A readiness blip at 10 s, which b's kubelet stamps on a clock five minutes behind.
+    kube.set_ready(NS, "b", ready=False, since=at(10 - SKEW))
+    await cycle(kube, hubs, memory, now=10)
+    assert kube.assignment(NS)["b"] == {"2": (1, "owned"), "3": (1, "owned")}
+    # Counted from 5 s before it was seen (`podstates.SEEN_LATE`): held 15 s at the least.
+    await cycle(kube, hubs, memory, now=24.5)
+    assert kube.assignment(NS)["b"] == {"2": (1, "owned"), "3": (1, "owned")}
+    await cycle(kube, hubs, memory, now=25)
+    assert "2" in kube.assignment(NS)["a"]
+
+
+async def test_a_pod_whose_node_clock_is_ahead_loses_its_partitions_after_the_grace() -> None:
+    kube, hubs, memory = await settled()
+    # b stops being Ready at 10 s, stamped on a clock five minutes ahead.
+    kube.set_ready(NS, "b", ready=False, since=at(10 + SKEW))
+    await cycle(kube, hubs, memory, now=10)
+    assert set(kube.assignment(NS)["b"]) == {"2", "3"}
+    await cycle(kube, hubs, memory, now=31)
+    assert kube.assignment(NS)["a"] == {
+        "0": (1, "owned"),
+        "1": (1, "owned"),
+        "2": (2, "owned"),
+        "3": (2, "owned"),
+    }
+
+
 async def joined_with_a_handoff() -> tuple[fakes.FakeKube, fakes.FakeHubs]:
     """a: 0, 1 and b: 2, 3; c joins at 1 s, and b's 3 is revoked for it (since 1 s, as the
     operator that revoked it read its clock); b never acknowledges."""

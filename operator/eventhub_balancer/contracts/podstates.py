@@ -209,6 +209,71 @@ def state_inputs(pod: Mapping[str, Any]) -> tuple[object, ...]:
     )
 
 
+#: How long before this operator first saw a pod's state (on its own clock) that state may
+#: have begun, when it saw the pod in another state before: a watch event's way and the
+#: wait for a cycle. A ``since`` stamped earlier than that came from a clock behind.
+SEEN_LATE = 5.0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Sighting:
+    """When this operator first saw a pod in its current state, on the operator's clock.
+
+    The pod's ``since`` comes from another clock (its node's kubelet, the API server), which
+    may be minutes off. The state began no later than it was first seen, and, when the same
+    pod was seen before in another state, no sooner than `SEEN_LATE` before that."""
+
+    body: object  # the body last seen: an unchanged one is the same object
+    key: tuple[object, ...]  # what ``since`` is read from
+    first: float
+    witnessed: bool
+
+    def applied(self, state: PodState) -> PodState:
+        since = to_seconds(state.since)
+        earliest = self.first - SEEN_LATE if self.witnessed else since
+        seen = min(max(since, earliest), self.first)
+        return state if seen == since else dataclasses.replace(state, since=from_seconds(seen))
+
+
+def _since_key(pod: Mapping[str, Any]) -> tuple[object, ...]:
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    ready = [
+        (c.get("status"), c.get("lastTransitionTime"))
+        for c in status.get("conditions") or []
+        if isinstance(c, Mapping) and c.get("type") == "Ready"
+    ]
+    return (
+        meta.get("uid"),
+        meta.get("creationTimestamp"),
+        meta.get("deletionTimestamp"),
+        meta.get("deletionGracePeriodSeconds"),
+        status.get("phase"),
+        tuple(ready),
+    )
+
+
+def sightings(
+    previous: Mapping[str, Sighting], pods: Iterable[Mapping[str, Any]], *, wall: float
+) -> dict[str, Sighting]:
+    """Each pod's `Sighting` after a cycle at ``wall`` read ``pods``: kept (the very object)
+    while the pod's body, or what its ``since`` is read from, stays the same."""
+    result: dict[str, Sighting] = {}
+    for body in pods:
+        name = str((body.get("metadata") or {}).get("name") or "")
+        old = previous.get(name)
+        if old is not None and old.body is body:
+            result[name] = old
+            continue
+        key = _since_key(body)
+        if old is not None and old.key == key:
+            result[name] = dataclasses.replace(old, body=body)
+        else:
+            seen_before = old is not None and old.key[0] == key[0]
+            result[name] = Sighting(body=body, key=key, first=wall, witnessed=seen_before)
+    return result
+
+
 def to_seconds(value: datetime.datetime) -> float:
     """The planner's time unit: seconds since the Unix epoch."""
     return value.timestamp()

@@ -203,13 +203,19 @@ async def _decide(
     if kept is not None and deadlines.stands(kept, taken_from, wall=wall):
         memory.settled = kept
         return _unlisted(namespace, name, deadlines.standing(kept, wall=wall), memory), observation
+
+    def sighted(read: observations.Observation) -> observations.Observation:
+        # Each pod's state as first seen on this operator's clock (`podstates.Sighting`).
+        memory.sightings = podstates.sightings(memory.sightings, read.pods, wall=wall)
+        return dataclasses.replace(read, sightings=memory.sightings)
+
     if observation.spec is not None:
-        observation = await observing.observe_pods(kube=kube, observation=observation)
+        observation = sighted(await observing.observe_pods(kube=kube, observation=observation))
     decision, memory.carry = deciding.decide(observation, memory.carry, now=now)
     if decision.needs_pods:
         # The pods as read could not say whether a pod is gone: they are listed afresh.
         kube.forget_pods(namespace=namespace, name=name)
-        observation = await observing.observe_pods(kube=kube, observation=observation)
+        observation = sighted(await observing.observe_pods(kube=kube, observation=observation))
         decision, memory.carry = deciding.decide(observation, memory.carry, now=now)
     if decision.spec_error is not None or decision.needs_pods:
         return decision, observation

@@ -26,7 +26,7 @@ import asyncio
 import dataclasses
 from collections.abc import Hashable, Mapping
 
-from eventhub_balancer.contracts import specs
+from eventhub_balancer.contracts import podstates, specs
 from eventhub_balancer.reconciling import deadlines, decisions, observations
 
 
@@ -91,3 +91,5 @@ class Memory:
     #: the partitions assigned but not listed by Event Hubs, as last logged: a warning says
     #: so once for each new set, not at every cycle
     unlisted: tuple[str, ...] = ()
+    #: when this operator first saw each pod's state, on its own clock (`podstates.sightings`)
+    sightings: Mapping[str, podstates.Sighting] = dataclasses.field(default_factory=dict)

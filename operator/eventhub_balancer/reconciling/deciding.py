@@ -69,6 +69,7 @@ def decide(
         configmaps=observation.configmaps,
         selector=spec.selector,
         consumer=observation.name,
+        sightings=observation.sightings,
     )
     recorded = decisions.read_record(carry.record, observation.body)
     unknown = readbacks.unconfirmed(

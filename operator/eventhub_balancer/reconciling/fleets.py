@@ -44,6 +44,8 @@ class PodRead:
     state: podstates.PodState
     #: the name the pod's ConfigMap gets (`configmaps.configmap_name`): a hash, made once
     map_name: str
+    #: when the operator first saw its state (`podstates.Sighting`), which bounds its since
+    seen: podstates.Sighting | None = None
 
     def member(self, *, outgoing: bool = False) -> models.Member | None:
         s = self.state
@@ -59,15 +61,18 @@ class PodRead:
         )
 
 
-def read_pod(body: Body, *, consumer: str) -> PodRead:
+def read_pod(body: Body, *, consumer: str, seen: podstates.Sighting | None = None) -> PodRead:
     meta = body.get("metadata") or {}
     state = podstates.pod_state(body)
+    if seen is not None:
+        state = seen.applied(state)
     return PodRead(
         body=body,
         labels=dict(meta.get("labels") or {}),
         annotations=dict(meta.get("annotations") or {}),
         state=state,
         map_name=configmaps.configmap_name(consumer=consumer, pod=str(meta.get("name") or "")),
+        seen=seen,
     )
 
 
@@ -157,10 +162,11 @@ def advance(
     configmaps: Iterable[Body],
     selector: specs.Selector,
     consumer: str,
+    sightings: Mapping[str, podstates.Sighting] | None = None,
 ) -> Fleet:
     """The fleet of ``pods`` and ``configmaps``, each read carried over from ``previous`` when
-    its body is the very object read there (``previous`` itself when every one is); read
-    whole without a previous fleet of the same scope."""
+    its body (and its pod's `podstates.Sighting`) is the very object read there (``previous``
+    itself when every one is); read whole without a previous fleet of the same scope."""
     if previous is not None and previous.scope != scope:
         previous = None
     kept_pods = previous.pods if previous is not None else {}
@@ -173,9 +179,9 @@ def advance(
             continue
         if not selector.matches((body.get("metadata") or {}).get("labels") or {}):
             continue  # a list call may be looser than the selector
-        read = kept_pods.get(name)
-        if read is None or read.body is not body:
-            read, fresh = read_pod(body, consumer=consumer), True
+        read, seen = kept_pods.get(name), sightings.get(name) if sightings else None
+        if read is None or read.body is not body or read.seen is not seen:
+            read, fresh = read_pod(body, consumer=consumer, seen=seen), True
         pod_reads[name] = read
     ours: dict[str, MapRead] = {}
     others: dict[str, MapRead] = {}

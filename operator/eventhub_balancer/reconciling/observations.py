@@ -22,6 +22,7 @@ from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import (
     configmaps,
     podassignments,
+    podstates,
     specs,
     startpositions,
     statusbodies,
@@ -153,6 +154,10 @@ class Observation:
     bindings: conflicts.Bindings = conflicts.UNBOUND
     #: the pods the operator watches at all, as its ``--pod-selector`` reads; empty: every pod
     pod_scope: str = ""
+    #: when this operator first saw each pod's state, by pod name (`podstates.Sighting`):
+    #: a ``since`` stamped on a clock ahead or behind counts within what was seen; empty: as
+    #: stamped
+    sightings: Mapping[str, podstates.Sighting] = dataclasses.field(default_factory=dict)
 
     @property
     def generation(self) -> int:
