@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import threading
 from collections.abc import Sequence
 
@@ -74,6 +75,41 @@ async def test_a_batch_waiting_for_a_thread_is_withdrawn_by_its_release(
             await asyncio.sleep(0.2)
             assert ("1", 0) not in handler.calls
         assert exits == []
+    finally:
+        handler.finish.set()
+        pool.shutdown(wait=True)
+
+
+async def test_a_batch_waiting_for_a_thread_is_not_reported_stuck(
+    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
+) -> None:
+    """The stuck limit is about a handler call that runs too long: a batch that waits for a
+    thread has no call running, and reporting it stuck raised PartitionStuck on every
+    partition of a pod whose handler threads a backlog keeps busy."""
+    fake_hub.append("0", 5)
+    handler = Handler()
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    processor = processing.PlainProcessor(handler, executor=pool)
+    settings = dataclasses.replace(SETTINGS, stuck_seconds=0.3)
+    try:
+        async with running(fake_hub, fake_store, processor, batch=settings, shutdown_timeout=5) as (
+            consumer,
+            source,
+        ):
+            source.put(consumerfakes.configmap(1, {"0": (1, "owned"), "1": (1, "owned")}))
+            assert await asyncio.to_thread(handler.busy.wait, 10)
+            fake_hub.append("1", 5)
+            await consumerfakes.eventually(
+                lambda: pool._work_queue.qsize() == 1,
+                what="partition 1's batch queued for a thread",
+            )
+            await asyncio.sleep(0.6)  # past the stuck limit, twice over
+            stuck = {p for p, w in consumer.workers.items() if w.stuck()}
+            assert stuck == {"0"}
+            handler.finish.set()
+            await consumerfakes.eventually(
+                lambda: fake_store.blobs["1"].sequence_number == 4, what="partition 1 handled"
+            )
     finally:
         handler.finish.set()
         pool.shutdown(wait=True)

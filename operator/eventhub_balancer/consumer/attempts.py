@@ -250,6 +250,7 @@ class BatchAttempts:
             return failed
         call_context = contextvars.copy_context()
         call_context.run(processing.release_started.set, self._stop)
+        call_context.run(processing.handler_waits.set, self._handler_waits)
         # A list of its own on every call: a handler that empties or sorts what it gets
         # (``events.pop(0)``, ``events.sort(...)``) changes neither the batch that is retried
         # nor the event the checkpoint names.
@@ -259,6 +260,10 @@ class BatchAttempts:
             else functools.partial(self.marks.call, self.processor)
         )
         return call_context.run(asyncio.ensure_future, call(list(events), context))
+
+    def _handler_waits(self, waiting: bool) -> None:  # for a thread: not running yet
+        if self._call is not None and not self._call.done():
+            self._call_started = None if waiting else _now()
 
     def _end_batch(self) -> None:
         if self.marks is not None:

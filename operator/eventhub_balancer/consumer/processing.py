@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import functools
 import importlib
@@ -57,6 +58,13 @@ release_started: contextvars.ContextVar[asyncio.Event | None] = contextvars.Cont
     "release_started", default=None
 )
 
+#: In a processor's call from a partition's worker, told True when the handler waits for a
+#: thread of the pool (every thread busy) and False once it runs: a call's running time, the
+#: one the stuck limit is about, starts when its handler does (None outside a worker).
+handler_waits: contextvars.ContextVar[Callable[[bool], None] | None] = contextvars.ContextVar(
+    "handler_waits", default=None
+)
+
 
 class HandlerRaised(Exception):
     """The handler raised ``error``, a `BaseException` that is not an `Exception`
@@ -81,6 +89,7 @@ async def run_in_thread(
     *args: Any,
     executor: concurrent.futures.Executor | None = None,
     withdraw_on: asyncio.Event | None = None,
+    waits: Callable[[bool], None] | None = None,
 ) -> T:
     """``function(*args)`` in a thread of ``executor`` (None: the loop's default pool), with
     the caller's context variables; a cancellation takes effect when it returns.
@@ -90,10 +99,16 @@ async def run_in_thread(
     can tell a handler that still runs from one that stopped. A call still waiting for a
     thread (every thread of the pool busy) has not started: it is withdrawn at once, raising
     CancelledError without ever running, when it is cancelled or when ``withdraw_on`` is set.
+    ``waits`` is told True before the call waits for a thread and False once it runs.
     """
-    claim = _Claim()
+    loop = asyncio.get_running_loop()
+    claim = _Claim(
+        None if waits is None else functools.partial(loop.call_soon_threadsafe, waits, False)
+    )
     call = functools.partial(contextvars.copy_context().run, claim.run, function, *args)
-    future = asyncio.get_running_loop().run_in_executor(executor, call)
+    if waits is not None:
+        waits(True)
+    future = loop.run_in_executor(executor, call)
     withdraw = None if withdraw_on is None else asyncio.ensure_future(withdraw_on.wait())
     cancelled = False
     try:
@@ -124,9 +139,11 @@ class _Claim:
     """Whether a call handed to a pool runs: taken by its thread when it starts, or by the
     loop while it still waits for a thread (then the thread skips it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_start: Callable[[], object] | None = None) -> None:
         self._lock = threading.Lock()
         self._state: Literal["waiting", "running", "withdrawn"] = "waiting"
+        #: Called in the thread as the call starts.
+        self._on_start = on_start
 
     def withdraw(self) -> bool:
         """Withdraw the call unless its thread started it (True: it never will)."""
@@ -140,6 +157,9 @@ class _Claim:
             if self._state == "withdrawn":
                 return None
             self._state = "running"
+        if self._on_start is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody to tell
+                self._on_start()
         return _contained(function, *args)
 
 
@@ -255,6 +275,7 @@ class PlainProcessor:
                 context,
                 executor=self.executor,
                 withdraw_on=release_started.get(),
+                waits=handler_waits.get(),
             )
         if inspect.isgenerator(result) or inspect.isasyncgen(result):
             raise TypeError(
