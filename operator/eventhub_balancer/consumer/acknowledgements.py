@@ -11,7 +11,8 @@ up to `RETRY_MAX_S`), and said in the log once per `FAILURE_LOG_EVERY_S`: a Role
 request and one warning per turn of the runtime's loop, from every pod, for as long as it
 lasts. A new generation or release is tried at once all the same: it may be the last
 (SIGTERM).
-`collect_reports` says which partitions to report, from what the runtime knows of them.
+`collect_reports` says which partitions to report, from what the runtime knows of them, and
+`taken_up` whether a generation's partitions are all running or reported.
 """
 
 from __future__ import annotations
@@ -144,6 +145,31 @@ class Reporting(Protocol):
     def report(self, now: float | None = None) -> partitionreports.PartitionReport | None: ...
 
 
+class Running(Reporting, Protocol):
+    """What `taken_up` needs of a partition worker besides its report."""
+
+    @property
+    def fenced(self) -> asyncio.Event: ...
+
+
+def taken_up(
+    wanted: Mapping[str, int],
+    workers: Mapping[str, Running],
+    reports: Mapping[str, partitionreports.PartitionReport],
+) -> bool:
+    """Every wanted partition ({partition: epoch}) runs fenced at its epoch, or is reported
+    (parked, failing, stuck, lost)."""
+    for partition, epoch in wanted.items():
+        if partition in reports:
+            continue
+        worker = workers.get(partition)
+        if worker is None or worker.epoch != epoch or worker.releasing:
+            return False
+        if not worker.fenced.is_set():
+            return False
+    return True
+
+
 class Failure(Protocol):
     """A failure that keeps partitions from starting: how often, and the last error."""
 
@@ -162,10 +188,13 @@ def collect_reports(
     restarts: Mapping[str, Failure],
     unopened: Failure | None,
     now: float,
+    credentials: str | None = None,
 ) -> Reports:
     """The partitions of the assignment (``wanted``: {partition: epoch}) that are not
     processing normally: a worker's own report (failing, parked, stuck), lost at our epoch,
-    restarting after a crash, or not started because the clients cannot open (``unopened``)."""
+    restarting after a crash, or not started because the clients cannot open (``unopened``).
+    ``credentials``: what to fix in a credential file whose new content the pod refused; the
+    partitions that fail to start say it first (their credentials may be the old ones)."""
     found: Reports = {}
     for partition, worker in workers.items():
         if wanted.get(partition) == worker.epoch and not worker.releasing:
@@ -179,19 +208,24 @@ def collect_reports(
             )
     for partition, restart in restarts.items():
         if partition in wanted and partition not in workers:
-            found[partition] = _failing(partition, wanted[partition], restart)
+            found[partition] = _failing(partition, wanted[partition], restart, credentials)
     if unopened is not None:
         for partition, epoch in wanted.items():
             if partition not in workers and partition not in found:
-                found[partition] = _failing(partition, epoch, unopened)
+                found[partition] = _failing(partition, epoch, unopened, credentials)
     return found
 
 
-def _failing(partition: str, epoch: int, failure: Failure) -> partitionreports.PartitionReport:
+def _failing(
+    partition: str, epoch: int, failure: Failure, credentials: str | None
+) -> partitionreports.PartitionReport:
+    error = partitionreports.first_line(failure.error)
+    if credentials is not None:
+        error = f"{partitionreports.first_line(credentials)} (last failure: {error})"
     return partitionreports.PartitionReport(
         partition=partition,
         epoch=epoch,
         state="failing",
         attempts=failure.failures,
-        error=partitionreports.first_line(failure.error),
+        error=partitionreports.first_line(error),
     )

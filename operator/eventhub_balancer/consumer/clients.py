@@ -7,6 +7,12 @@ reach, an unreachable checkpoint store) are tried again with backoff, and the fa
 so that the runtime can report the partitions waiting for them. What only a receive link finds
 out (a consumer group or hub that does not exist) fails each partition instead, and
 `restarts` paces those restarts and says it once.
+
+Credentials kept in files (`secretfiles`) are part of what the clients were opened with: when
+a file holds a new value, the clients are replaced as for new coordinates (the runtime
+releases every partition into the old ones first), and clients that could not be opened are
+tried again at once. Nothing else reopens them: a refused credential fails the partitions,
+whose restarts are paced, and the clients stay until the file changes.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import dataclasses
 import logging
 
 from eventhub_balancer import errors
-from eventhub_balancer.consumer import assignments, connections, restarts
+from eventhub_balancer.consumer import assignments, connections, restarts, secretfiles
 
 logger = logging.getLogger(__name__)
 
@@ -30,15 +36,26 @@ class OpenFailure:
     failures: int
     not_before: float
     error: str
+    #: The revision of the credential files tried: a newer one is tried at once.
+    revision: int = 0
 
 
 class Clients:
     """The open clients of one set of coordinates at a time."""
 
-    def __init__(self, factory: connections.BackendFactory) -> None:
+    def __init__(
+        self,
+        factory: connections.BackendFactory,
+        *,
+        files: secretfiles.SecretFiles | None = None,
+    ) -> None:
+        """``files``: the credential files ``factory`` reads (None: none)."""
         self.factory = factory
+        self.files = files
         #: The coordinates of the open clients (None: none open).
         self.key: connections.Coordinates | None = None
+        #: The revision of the credential files the open clients were opened with.
+        self.revision = 0
         #: The last failure to open clients, until clients open.
         self.failure: OpenFailure | None = None
         self._backend: connections.Backend | None = None
@@ -47,6 +64,22 @@ class Clients:
     def reading(self, key: connections.Coordinates) -> bool:
         """The pod reads ``key``: its clients are open, or being tried (and reported)."""
         return self.key == key or self.unopened(key) is not None
+
+    def moving(self, key: connections.Coordinates) -> str | None:
+        """Why the open clients must give way before ``key`` is served (None: they serve
+        it, or none are open). Reads the credential files again, at their pace."""
+        revision = self.files.refresh() if self.files is not None else 0
+        if self.key is None:
+            return None
+        if key != self.key:
+            return "the Event Hub or checkpoint coordinates changed"
+        if revision != self.revision:
+            return "a credential file holds a new connection string"
+        return None
+
+    def problem(self) -> str | None:
+        """What to fix in a credential file whose new content was refused (None: nothing)."""
+        return self.files.problem if self.files is not None else None
 
     def unopened(self, key: connections.Coordinates | None) -> OpenFailure | None:
         """Why the clients of ``key`` could not be opened, while they are tried again."""
@@ -61,22 +94,26 @@ class Clients:
         Opening the clients of new coordinates closes the old ones: call it only once no
         worker runs on them any more.
         """
-        if self._backend is not None and key == self.key:
+        revision = self.files.revision if self.files is not None else 0
+        if self._backend is not None and key == self.key and revision == self.revision:
             return self._backend
         failure = self.failure
-        if failure is not None and failure.key == key and _now() < failure.not_before:
+        if failure is not None and (failure.key, failure.revision) != (key, revision):
+            failure = None  # other coordinates or credentials: what failed says nothing
+        if failure is not None and _now() < failure.not_before:
             return None
         try:
             backend = await self._open(assignment, key)
         except (errors.TransientError, errors.ConfigurationError, errors.InvalidInput) as e:
-            failures = (failure.failures if failure is not None and failure.key == key else 0) + 1
+            failures = (failure.failures if failure is not None else 0) + 1
             delay = restarts.backoff_delay(failures)
-            self.failure = OpenFailure(key, failures, _now() + delay, str(e))
+            self.failure = OpenFailure(key, failures, _now() + delay, str(e), revision)
             logger.error(
                 "cannot open the Event Hub or checkpoint store (retrying in %.1f s): %s", delay, e
             )
             return None
         self.failure = None
+        self.revision = revision
         return backend
 
     async def _open(

@@ -1,10 +1,10 @@
 """Opening what an assignment names: the Event Hub's receivers and the checkpoint store.
 
 The ConfigMap carries coordinates only (namespace, hub, consumer group, container, account
-URL); credentials come from the pod's own environment (a Secret as env) or workload
-identity. This module joins the two and gives the runtime a :class:`Backend`: a checkpoint
-store, a receiver factory and the start-position resolver for partitions without a
-checkpoint.
+URL); credentials come from the pod's own environment (a Secret as env, or as files read again
+when they change: `secretfiles`) or workload identity. This module joins the two and gives
+the runtime a :class:`Backend`: a checkpoint store, a receiver factory and the
+start-position resolver for partitions without a checkpoint.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from eventhub_balancer.adapters import (
     receiving,
     retrying,
 )
-from eventhub_balancer.consumer import assignments, partitions, ports
+from eventhub_balancer.consumer import assignments, partitions, ports, secretfiles
 from eventhub_balancer.contracts import checkpointblobs, endpoints, startpositions
 
 logger = logging.getLogger(__name__)
@@ -46,6 +46,21 @@ class Credentials:
         default_factory=lambda: endpoints.EndpointPolicy(allow_development=True)
     )
     pod_uid: str = ""
+    #: The files of the ``*_FILE`` settings: their values (the newest they passed the checks
+    #: with) stand for the strings above.
+    files: secretfiles.SecretFiles = dataclasses.field(
+        default_factory=secretfiles.SecretFiles, compare=False
+    )
+
+    def eventhub_string(self) -> str | None:
+        """The Event Hubs connection string the pod uses now (None: workload identity)."""
+        file = self.files.eventhub
+        return file.value if file is not None else self.eventhub_connection_string
+
+    def blob_string(self) -> str | None:
+        """The checkpoint store's connection string the pod uses now (None: identity)."""
+        file = self.files.blob
+        return file.value if file is not None else self.blob_connection_string
 
 
 def owner_id_of(pod: str, pod_uid: str) -> str:
@@ -124,22 +139,24 @@ class AzureBackends:
             raise _missing("checkpointStore.containerName", "checkpoint container")
         start = startpositions.parse_start_position(assignment.start_position or "earliest")
         policy = self.credentials.endpoint_policy
+        eventhub_connection = self.credentials.eventhub_string()
         policy.check_eventhub(
             fully_qualified_namespace=where.fully_qualified_namespace,
-            connection_string=self.credentials.eventhub_connection_string,
+            connection_string=eventhub_connection,
         )
         address = receiving.EventHubAddress(
             fully_qualified_namespace=where.fully_qualified_namespace,
             eventhub_name=where.eventhub_name,
             consumer_group=where.consumer_group,
-            connection_string=self.credentials.eventhub_connection_string,
+            connection_string=eventhub_connection,
         )
-        blob_connection = self.credentials.blob_connection_string
+        blob_connection = self.credentials.blob_string()
         account_url = None if blob_connection else where.checkpoint_account_url or None
         if blob_connection is None and account_url is None:
             raise errors.ConfigurationError(
-                "no checkpoint store credentials: set EHB_BLOB_CONNECTION_STRING, or give the "
-                "EventHubConsumer a checkpointStore.accountUrl for workload identity"
+                "no checkpoint store credentials: set EHB_BLOB_CONNECTION_STRING_FILE (or "
+                "EHB_BLOB_CONNECTION_STRING), or give the EventHubConsumer a "
+                "checkpointStore.accountUrl for workload identity"
             )
         policy.check_blob(account_url=account_url, connection_string=blob_connection)
         async with blobs.open_container(

@@ -113,6 +113,7 @@ async def run(config: settings.ConsumerSettings) -> int:
         crash_markers=crashmarkers.CrashMarkers(
             config.crash_marker_dir, pod=config.pod, pod_uid=config.credentials.pod_uid
         ),
+        secret_files=config.credentials.files,
     )
     # Listen first: a taken port stops the pod before a Spark session or a signal handler
     # is started that would have to be undone.

@@ -7,7 +7,8 @@ partition, and once every owned partition is running (fenced), parked or reporte
 nothing is left to release, writes ``applied-generation``. A change of the coordinates (hub,
 namespace, consumer group, checkpoint container or account, start position) releases every
 worker into the old store, then reopens the clients: a generation is never acknowledged
-while the pod reads other coordinates than it names.
+while the pod reads other coordinates than it names. A credential file that holds a new
+connection string does the same (`clients`), with no hand-off to another pod.
 
 A partition in trouble (failing, parked, stuck, lost, failing to start) is reported with the
 acknowledgement (`acknowledgements`). The pod is Ready once its current generation's
@@ -38,6 +39,7 @@ from eventhub_balancer.consumer import (
     partitions,
     processing,
     restarts,
+    secretfiles,
 )
 from eventhub_balancer.contracts import partitionreports
 
@@ -72,10 +74,12 @@ class Runtime:
         trigger_stats: metrics.TriggerStats | None = None,
         readiness: Callable[[], tuple[bool, str]] | None = None,
         crash_markers: crashmarkers.CrashMarkers | None = None,
+        secret_files: secretfiles.SecretFiles | None = None,
     ) -> None:
         """``readiness`` says whether what the handler needs besides the assignment is ready,
         and why not (Spark mode: `sessionkeeping.SessionKeeper.ready`). ``crash_markers``:
-        where handler calls are noted for the pod's next process (None: nowhere)."""
+        where handler calls are noted for the pod's next process (None: nowhere).
+        ``secret_files``: the credential files ``backends`` reads (None: none)."""
         self.settings = settings
         self.readiness = readiness
         self.source = source
@@ -109,7 +113,7 @@ class Runtime:
         self._wake = asyncio.Event()
         self._shutdown = asyncio.Event()
         #: The open clients of the coordinates the pod reads.
-        self.clients = clients.Clients(backends)
+        self.clients = clients.Clients(backends, files=secret_files)
         #: Loop time of the last loop pass (None: none yet): /healthz checks that the loop turns.
         self.heartbeat: float | None = None
         self.stopped = False
@@ -149,6 +153,7 @@ class Runtime:
             lost=self._lost,
             restarts=self.restarts.entries,
             unopened=self.clients.unopened(current),
+            credentials=self.clients.problem(),
             now=_now() if now is None else now,
         )
 
@@ -215,7 +220,7 @@ class Runtime:
             return
         wanted = self._wanted()
         key = connections.Coordinates.of(assignment)
-        moving = self.clients.key is not None and key != self.clients.key
+        moving = self.clients.moving(key)
         for partition, worker in self.workers.items():
             worker.batches.processing_policy = assignment.processing
             if (moving or wanted.get(partition) != worker.epoch) and not worker.releasing:
@@ -223,16 +228,16 @@ class Runtime:
                     "partition %s: releasing epoch %d%s",
                     partition,
                     worker.epoch,
-                    " (the Event Hub or checkpoint coordinates changed)" if moving else "",
+                    f" ({moving})" if moving else "",
                 )
                 worker.release()
         if moving and not self.workers:
-            logger.info("every partition released from %s: switching to %s", self.clients.key, key)
+            logger.info("every partition released from %s (%s)", self.clients.key, moving)
             await self.clients.close()
             # What was lost or failing there says nothing about the new coordinates.
             self._lost.clear()
             self.restarts.clear()
-            moving = False
+            moving = None
         if wanted and not moving:
             backend = await self.clients.get(assignment, key)
             if backend is not None:
@@ -261,19 +266,10 @@ class Runtime:
         key: connections.Coordinates,
         reports: Mapping[str, partitionreports.PartitionReport],
     ) -> bool:
-        """Every wanted partition runs fenced at its epoch, or is reported (parked, failing,
-        stuck, lost), and the pod reads the assignment's coordinates."""
-        if wanted and not self.clients.reading(key):
-            return False
-        for partition, epoch in wanted.items():
-            if partition in reports:
-                continue
-            worker = self.workers.get(partition)
-            if worker is None or worker.epoch != epoch or worker.releasing:
-                return False
-            if not worker.fenced.is_set():
-                return False
-        return True
+        """Every wanted partition is taken up (`acknowledgements.taken_up`) and the pod reads
+        the assignment's coordinates."""
+        reading = not wanted or self.clients.reading(key)
+        return reading and acknowledgements.taken_up(wanted, self.workers, reports)
 
     def _start_workers(
         self,

@@ -1,8 +1,9 @@
 """The consumer's configuration: flags first, then the pod's environment.
 
 Kubernetes hands a pod its identity through the Downward API (``POD_NAME``,
-``POD_NAMESPACE``, ``POD_UID``: the owner id carries the uid) and its secrets through env from
-Secrets; flags are for everything a user tunes. A missing pod name is the most common
+``POD_NAMESPACE``, ``POD_UID``: the owner id carries the uid) and its secrets through Secrets,
+as files (``*_FILE``: read again when the kubelet updates them, `secretfiles`) or as env (read
+once); flags are for everything a user tunes. A missing pod name is the most common
 mistake, so its message shows the YAML.
 """
 
@@ -14,7 +15,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from eventhub_balancer import errors
-from eventhub_balancer.consumer import connections, crashmarkers, partitions, processing, triggers
+from eventhub_balancer.consumer import (
+    connections,
+    crashmarkers,
+    partitions,
+    processing,
+    secretfiles,
+    triggers,
+)
 from eventhub_balancer.contracts import endpoints
 
 ENV_POD_NAME = "POD_NAME"
@@ -28,6 +36,8 @@ ENV_ALLOW_DEVELOPMENT_ENDPOINTS = "EHB_ALLOW_DEVELOPMENT_ENDPOINTS"
 ENV_CONSUMER = "EHB_CONSUMER"
 ENV_EVENTHUB_CONNECTION_STRING = "EHB_EVENTHUB_CONNECTION_STRING"
 ENV_BLOB_CONNECTION_STRING = "EHB_BLOB_CONNECTION_STRING"
+#: The forms that name a file holding the string (a mounted Secret's key).
+FILE_SUFFIX = "_FILE"
 ENV_SPARK_MASTER = "EHB_SPARK_MASTER"
 ENV_SPARK_REMOTE = "EHB_SPARK_REMOTE"
 
@@ -199,19 +209,42 @@ def credentials_from(
     """The secrets, the endpoint policy (strict unless configured) and the pod's uid.
 
     The connection strings are checked here, before anything connects: a string that cannot
-    work fails the pod at start with what to change, instead of a retry loop."""
+    work fails the pod at start with what to change, instead of a retry loop. Each comes from
+    its variable or from the file its ``_FILE`` form names, never both."""
     policy = policy if policy is not None else endpoint_policy(env)
-    eventhub = env.get(ENV_EVENTHUB_CONNECTION_STRING) or None
-    blob = env.get(ENV_BLOB_CONNECTION_STRING) or None
-    if eventhub is not None:
-        check_eventhub_connection_string(
-            eventhub, policy=policy, field=ENV_EVENTHUB_CONNECTION_STRING
-        )
-    if blob is not None:
-        policy.check_blob(account_url=None, connection_string=blob)
+
+    def check_eventhub(value: str, field: str) -> None:
+        check_eventhub_connection_string(value, policy=policy, field=field)
+
+    def check_blob(value: str, field: str) -> None:
+        policy.check_blob(account_url=None, connection_string=value)
+
+    eventhub, eventhub_file = _secret(env, ENV_EVENTHUB_CONNECTION_STRING, check_eventhub)
+    blob, blob_file = _secret(env, ENV_BLOB_CONNECTION_STRING, check_blob)
     return connections.Credentials(
         eventhub_connection_string=eventhub,
         blob_connection_string=blob,
         endpoint_policy=policy,
         pod_uid=env.get(ENV_POD_UID, "").strip(),
+        files=secretfiles.SecretFiles(eventhub=eventhub_file, blob=blob_file),
     )
+
+
+def _secret(
+    env: Mapping[str, str], name: str, check: secretfiles.Check
+) -> tuple[str | None, secretfiles.SecretFile | None]:
+    """The value of ``name``, or the file of ``name``_FILE (its value checked as well)."""
+    value = env.get(name) or None
+    path = env.get(name + FILE_SUFFIX, "").strip()
+    if value is not None and path:
+        raise errors.InvalidInput(
+            name + FILE_SUFFIX,
+            f"goes without {name}, which is set too: keep one of them ({name + FILE_SUFFIX} "
+            "is read again when the file changes, a key rotation needs no restart)",
+        )
+    if path:
+        file = secretfiles.SecretFile(Path(path), setting=name + FILE_SUFFIX, check=check)
+        return file.value, file
+    if value is not None:
+        check(value, name)
+    return value, None
