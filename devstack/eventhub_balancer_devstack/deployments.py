@@ -4,7 +4,9 @@
 derives that template from a Deployment as the API server holds it (after ``kubectl apply`` of
 a chart's rendering, say), so that what runs is what the manifests say: the container's args,
 its environment (values, Downward API fields, Secret keys read from the API as the kubelet
-reads them), its readiness probe, its termination grace period and its pod labels.
+reads them), its Secret volumes (each item written as a file under a local directory, which
+stands for the mount path wherever a variable names a path under it; written once, at start),
+its readiness probe, its termination grace period and its pod labels.
 
 Two things a cluster gives and this machine does not are supplied by the caller: what an
 image runs (`LocalImage`: the entry point's argv and the environment the image sets, e.g. a
@@ -20,6 +22,7 @@ import base64
 import dataclasses
 import json
 import re
+import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -87,6 +90,41 @@ def _environment(
     return values, downward
 
 
+def _secret_volumes(
+    spec: Mapping[str, Any],
+    container: Mapping[str, Any],
+    secret_value: Callable[[str, str], str],
+    volume_dir: Path | None,
+) -> dict[str, str]:
+    """{mount path: local directory} of the container's Secret volumes, their items written
+    into ``volume_dir`` (one directory per volume) as the kubelet writes them."""
+    volumes = {v["name"]: v for v in spec.get("volumes") or []}
+    mounted: dict[str, str] = {}
+    for mount in container.get("volumeMounts") or []:
+        secret = volumes.get(mount["name"], {}).get("secret")
+        if secret is None:
+            continue  # an emptyDir: the process has this machine's file system
+        field = f"volumes[{mount['name']}].secret"
+        if not secret.get("items") or mount.get("subPath"):
+            raise UnrunnableSpec(f"{field}: only items mounted as a whole directory are served")
+        if volume_dir is None:
+            raise UnrunnableSpec(f"{field}: no local directory to write it to")
+        local = volume_dir / mount["name"]
+        local.mkdir(parents=True, exist_ok=True)
+        for item in secret["items"]:
+            (local / item["path"]).write_text(secret_value(secret["secretName"], item["key"]))
+        mounted[str(mount["mountPath"]).rstrip("/")] = str(local)
+    return mounted
+
+
+def _local_path(value: str, mounted: Mapping[str, str]) -> str:
+    """``value`` with a path under a mounted volume turned into the local file's path."""
+    for mount, local in mounted.items():
+        if value.startswith(mount + "/"):
+            return local + value[len(mount) :]
+    return value
+
+
 #: An argument that sets a listening port: ``--port=8080``, ``--metrics-port=8080``.
 _PORT_FLAG = re.compile(r"(--(?:[a-z0-9]+-)*port)=(\d+)")
 
@@ -106,8 +144,10 @@ def pod_template(
     secret_value: Callable[[str, str], str],
     node_env: Mapping[str, str],
     log_dir: Path | None = None,
+    volume_dir: Path | None = None,
 ) -> kubelet.PodTemplate:
-    """The local kubelet's template for a Deployment's pods (pure but for ``secret_value``)."""
+    """The local kubelet's template for a Deployment's pods (pure but for ``secret_value``
+    and the files of its Secret volumes, written under ``volume_dir``)."""
     template = deployment["spec"]["template"]
     spec = template["spec"]
     containers = spec["containers"]
@@ -122,6 +162,8 @@ def pod_template(
     args = [str(a) for a in container.get("args") or []]
     path, container_port, scheme = _readiness(container)
     values, downward = _environment(container, secret_value)
+    mounted = _secret_volumes(spec, container, secret_value, volume_dir)
+    values = {name: _local_path(value, mounted) for name, value in values.items()}
 
     def command(name: str, port: int) -> list[str]:
         own = [_own_port(a, container_port, port) for a in args]
@@ -174,8 +216,14 @@ def start(
             raise UnrunnableSpec(f"Secret {secret} has no key {key}")
         return base64.b64decode(data[key]).decode()
 
+    volume_dir = (log_dir / "volumes") if log_dir is not None else None
     template = pod_template(
-        deployment, images=images, secret_value=secret_value, node_env=node_env, log_dir=log_dir
+        deployment,
+        images=images,
+        secret_value=secret_value,
+        node_env=node_env,
+        log_dir=log_dir,
+        volume_dir=volume_dir or Path(tempfile.mkdtemp(prefix=f"{name}-volumes-")),
     )
     pods = kubelet.LocalKubelet(api_client=api_client, namespace=namespace, template=template)
     pods.start()

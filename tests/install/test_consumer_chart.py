@@ -208,16 +208,19 @@ def test_the_pods_carry_what_the_runtime_reads(values_file: Path | None) -> None
     assert labels[key] == value
     (budget,) = docs["PodDisruptionBudget"]
     assert budget["spec"]["selector"]["matchLabels"] == consumer["spec"]["selector"]["matchLabels"]
-    # The pods read the same Secrets the EventHubConsumer names, and none with workload identity.
+    # The pods read the same Secrets the EventHubConsumer names, as files the kubelet keeps up
+    # to date (a rotated key needs no restart), and none with workload identity.
+    secret_files = mounted_secret_files(pod, found)
     for part, variable in (
         ("eventHub", "EHB_EVENTHUB_CONNECTION_STRING"),
         ("checkpointStore", "EHB_BLOB_CONNECTION_STRING"),
     ):
         ref = consumer["spec"][part]["credentials"].get("connectionStringSecretRef")
+        assert variable not in env  # read once at the container's start: never by the chart
         if ref is None:
-            assert variable not in env
+            assert f"{variable}_FILE" not in env
         else:
-            assert env[variable]["valueFrom"]["secretKeyRef"] == ref
+            assert secret_files[env[f"{variable}_FILE"]["value"]] == ref
     # The Role is bound to the pods' ServiceAccount and grants only what the runtime uses.
     (role,) = docs["Role"]
     assert role["rules"] == [
@@ -231,6 +234,46 @@ def test_the_pods_carry_what_the_runtime_reads(values_file: Path | None) -> None
     assert found["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert found["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+
+
+def mounted_secret_files(pod: dict[str, Any], found: dict[str, Any]) -> dict[str, Any]:
+    """{path in the container: {name, key} of the Secret it holds}, for the container's
+    Secret volumes; each mounted as a whole directory (a subPath mount is never updated)."""
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    files: dict[str, Any] = {}
+    for mount in found["volumeMounts"]:
+        secret = volumes[mount["name"]].get("secret")
+        if secret is None:
+            continue
+        assert "subPath" not in mount
+        assert mount["readOnly"] is True
+        for item in secret["items"]:
+            path = f"{mount['mountPath']}/{item['path']}"
+            files[path] = {"name": secret["secretName"], "key": item["key"]}
+    return files
+
+
+def test_a_connection_string_the_user_sets_in_extra_env_is_theirs() -> None:
+    """Set by hand (either form), the chart mounts nothing for it: the pod would refuse a
+    variable and its _FILE form together."""
+    docs = render(
+        {
+            "extraEnv": [
+                {
+                    "name": "EHB_BLOB_CONNECTION_STRING",
+                    "valueFrom": {"secretKeyRef": {"name": "mine", "key": "blob"}},
+                }
+            ]
+        }
+    )
+    (deployment,) = docs["Deployment"]
+    found = container(docs)
+    names = [e["name"] for e in found["env"]]
+    assert names.count("EHB_BLOB_CONNECTION_STRING") == 1
+    assert "EHB_BLOB_CONNECTION_STRING_FILE" not in names
+    files = mounted_secret_files(deployment["spec"]["template"]["spec"], found)
+    assert list(files.values()) == [{"name": "orders-eh", "key": "connectionString"}]
+    assert "EHB_EVENTHUB_CONNECTION_STRING_FILE" in names
 
 
 @pytest.mark.parametrize("values_file", VALUES_FILES, ids=label)
@@ -395,7 +438,12 @@ def test_spark_mode_gets_its_flags_and_its_volume() -> None:
     assert "--spark" in found["args"]
     assert "--spark-master=local[2]" in found["args"]
     assert "--spark-conf=spark.sql.shuffle.partitions=4" in found["args"]
-    assert {m["mountPath"] for m in found["volumeMounts"]} == {"/tmp", "/var/lib/ehb"}
+    assert {m["mountPath"] for m in found["volumeMounts"]} == {
+        "/tmp",
+        "/var/lib/ehb",
+        "/var/run/secrets/eventhub-balancer/eventhub",
+        "/var/run/secrets/eventhub-balancer/checkpoint-store",
+    }
 
 
 def test_workload_identity_labels_the_pods_and_annotates_the_account() -> None:

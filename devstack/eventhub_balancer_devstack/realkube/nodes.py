@@ -276,6 +276,7 @@ class LocalNode:
                 secret_value=self._secret_value(namespace),
                 node_env={**self._node_env, "KUBECONFIG": str(kubeconfig)},
                 log_dir=self.log_dir,
+                volume_dir=self._state / namespace / name / "volumes",
             )
         except (deployments.UnrunnableSpec, ApiException) as e:
             self._refused.add(uid)

@@ -1,13 +1,16 @@
-"""What the local kubelet runs for a Deployment: its args, environment, probe and grace period.
+"""What the local kubelet runs for a Deployment: its args, environment, Secret volumes, probe
+and grace period.
 
-Pure: a Deployment body in (the consumer chart's rendering), a `kubelet.PodTemplate` out; Secret
-values come from a dict instead of the API.
+A Deployment body in (the consumer chart's rendering), a `kubelet.PodTemplate` out; Secret
+values come from a dict instead of the API, and Secret volumes are written under a test's
+directory.
 """
 
 from __future__ import annotations
 
 import copy
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,20 +32,23 @@ def chart_deployment() -> dict[str, Any]:
     return copy.deepcopy(deployment)
 
 
-def template(deployment: dict[str, Any]) -> Any:
+def template(deployment: dict[str, Any], volume_dir: Path) -> Any:
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     return deployments.pod_template(
         deployment,
         images={container["image"]: IMAGE},
         secret_value=lambda name, key: SECRETS[(name, key)],
         node_env={"KUBECONFIG": "/k"},
+        volume_dir=volume_dir,
     )
 
 
-def test_the_pods_run_the_images_entry_point_with_the_containers_args_on_their_own_port() -> None:
+def test_the_pods_run_the_images_entry_point_with_the_containers_args_on_their_own_port(
+    tmp_path: Path,
+) -> None:
     deployment = chart_deployment()
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    argv = template(deployment).command("orders-abc", 41234)
+    argv = template(deployment, tmp_path).command("orders-abc", 41234)
     assert argv[:3] == ["python", "-m", "eventhub_balancer"]
     expected = [
         "--port=41234" if a == f"--port={container['ports'][0]['containerPort']}" else a
@@ -52,13 +58,18 @@ def test_the_pods_run_the_images_entry_point_with_the_containers_args_on_their_o
     assert "--port=41234" in argv
 
 
-def test_the_environment_is_the_images_the_nodes_and_the_containers() -> None:
-    built = template(chart_deployment())
+def test_the_environment_is_the_images_the_nodes_and_the_containers(tmp_path: Path) -> None:
+    built = template(chart_deployment(), tmp_path)
     assert built.env["A"] == "1"
     assert built.env["KUBECONFIG"] == "/k"
     assert built.env["ORDERS_CURRENCY"] == "EUR"
-    assert built.env["EHB_EVENTHUB_CONNECTION_STRING"] == "Endpoint=eh"
-    assert built.env["EHB_BLOB_CONNECTION_STRING"] == "blob"
+    # The Secret volumes' files are written here, and the variables name them.
+    eventhub = Path(built.env["EHB_EVENTHUB_CONNECTION_STRING_FILE"])
+    blob = Path(built.env["EHB_BLOB_CONNECTION_STRING_FILE"])
+    assert eventhub.read_text() == "Endpoint=eh"
+    assert blob.read_text() == "blob"
+    assert eventhub.is_relative_to(tmp_path)
+    assert blob.is_relative_to(tmp_path)
     assert built.downward == {
         "POD_NAME": "metadata.name",
         "POD_NAMESPACE": "metadata.namespace",
@@ -66,10 +77,10 @@ def test_the_environment_is_the_images_the_nodes_and_the_containers() -> None:
     }
 
 
-def test_labels_probe_and_grace_period_come_from_the_pod_template() -> None:
+def test_labels_probe_and_grace_period_come_from_the_pod_template(tmp_path: Path) -> None:
     deployment = chart_deployment()
     pod = deployment["spec"]["template"]
-    built = template(deployment)
+    built = template(deployment, tmp_path)
     assert built.labels == pod["metadata"]["labels"]
     assert built.readiness_path == "/readyz"
     assert built.termination_grace_s == pod["spec"]["terminationGracePeriodSeconds"]
@@ -88,9 +99,13 @@ def test_labels_probe_and_grace_period_come_from_the_pod_template() -> None:
             "fieldRef spec.nodeName is not served locally",
         ),
         (lambda c: c.pop("readinessProbe"), "readinessProbe"),
+        (
+            lambda c: c["volumeMounts"][-1].update(subPath="connection-string"),
+            "volumes[checkpoint-store-credentials].secret: only items mounted as a whole",
+        ),
     ],
 )
-def test_what_cannot_run_here_is_refused_by_name(change: Any, message: str) -> None:
+def test_what_cannot_run_here_is_refused_by_name(change: Any, message: str, tmp_path: Path) -> None:
     deployment = chart_deployment()
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     image = container["image"]
@@ -101,4 +116,5 @@ def test_what_cannot_run_here_is_refused_by_name(change: Any, message: str) -> N
             images={image: IMAGE},
             secret_value=lambda name, key: SECRETS[(name, key)],
             node_env={},
+            volume_dir=tmp_path,
         )
