@@ -95,6 +95,18 @@ def test_consumer_deployment_has_what_the_runtime_reads() -> None:
         ref = entry.get("valueFrom", {}).get("secretKeyRef")
         if ref:
             assert ref["key"] in secrets[ref["name"]]
+    # The connection strings are files of Secret volumes, mounted whole (a subPath mount is
+    # never updated, and a rotated key would not reach the running pod).
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    for setting in ("EHB_EVENTHUB_CONNECTION_STRING", "EHB_BLOB_CONNECTION_STRING"):
+        assert setting not in env
+        path = env[f"{setting}_FILE"]["value"]
+        (mount,) = [m for m in mounts.values() if path.startswith(m["mountPath"] + "/")]
+        assert "subPath" not in mount
+        secret = volumes[mount["name"]]["secret"]
+        (item,) = [i for i in secret["items"] if path == f"{mount['mountPath']}/{i['path']}"]
+        assert item["key"] in secrets[secret["secretName"]]
     for part in ("eventHub", "checkpointStore"):
         ref = consumer["spec"][part]["credentials"]["connectionStringSecretRef"]
         assert ref["key"] in secrets[ref["name"]]
