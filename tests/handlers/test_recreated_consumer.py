@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from eventhub_balancer.contracts import podassignments
 from eventhub_balancer.handlers import memories
-from tests.handlers.test_cycles import NAME, NS, SPEC, cycle, make_kube
+from tests.handlers.test_cycles import NAME, NS, SPEC, at, cycle, make_kube
 from tests.support import fakes
 
 
@@ -41,3 +42,45 @@ async def test_a_consumer_created_again_takes_its_pods_configmaps_without_a_tamp
     after = kube.assignment(NS)
     assert {pod: set(held) for pod, held in after.items()} == before
     assert all(epoch > 1 for held in after.values() for epoch, _state in held.values())
+
+
+async def c_took_3_unfenced(kube: fakes.FakeKube, hubs: fakes.FakeHubs) -> None:
+    """a: 0, 1 and b: 2, 3 at epoch 1, fenced; c joins and is given 3 at epoch 2, which its
+    container, restarting, has not fenced yet (NotReady): the blob of 3 still holds 1."""
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    for pod in ("a", "b"):
+        kube.apply_generation(NS, pod)
+    for partition in "0123":
+        hubs.store.fence(partition, 1)
+    kube.add_pod(NS, "c", labels={"app": "c"}, since=at(1))
+    await cycle(kube, hubs, memory, now=1)
+    kube.acknowledge(NS, "b")
+    await cycle(kube, hubs, memory, now=2)
+    assert kube.assignment(NS)["c"] == {"3": (2, "owned")}
+    kube.set_ready(NS, "c", ready=False, since=at(3))
+
+
+def holders(kube: fakes.FakeKube, partition: str) -> dict[str, int]:
+    return {
+        pod: held[partition][0] for pod, held in kube.assignment(NS).items() if partition in held
+    }
+
+
+async def test_a_consumer_created_again_gives_no_epoch_a_pod_holds_unfenced_to_another(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+) -> None:
+    await c_took_3_unfenced(kube, hubs)
+    granted = [  # every (pod, epoch) any ConfigMap ever gave partition 3
+        (body["data"].get("pod"), e.epoch)
+        for kind, body in kube.history
+        if kind == "configmap"
+        for p, e in podassignments.parse_data(body.get("data") or {}).partitions.items()
+        if p == "3"
+    ]
+    kube.add_consumer(NS, NAME, SPEC)  # deleted, and applied again from Git: no status
+    await cycle(kube, hubs, memories.Memory(), now=4)
+    (pod, epoch), *_ = holders(kube, "3").items()
+    assert pod != "c"  # c is NotReady: a live pod takes 3 up
+    assert epoch > max(e for _p, e in granted), (pod, epoch, granted)
+    assert kube.status(NS, NAME)["epochs"]["3"] == epoch

@@ -2,7 +2,8 @@
 
 Ownership and epochs come only from what consumers cannot write: the EventHubConsumer's
 status (``status.assignment``: partition, pod, pod uid, epoch, state, since; ``status.epochs``:
-the highest epoch given out) and the checkpoint blobs' epochs (a floor). The ConfigMaps are
+the highest epoch given out) and the checkpoint blobs' epochs (a floor; with no status at
+all, the ConfigMaps' epochs too: `held_floors`). The ConfigMaps are
 the operator's *output*: a pod may write its acknowledgement annotations on its own, but what
 its ``data`` says is compared with the record, never believed. A ConfigMap whose data claims
 more than the record gives its pod is tampered with: it is put back (`writes`) and reported
@@ -166,6 +167,20 @@ def floors_of(
     return floors
 
 
+def held_floors(
+    floors: dict[models.PartitionId, int], maps: Sequence[observations.StoredMap]
+) -> None:
+    """Raise ``floors`` to the epochs the ConfigMaps hold, for a consumer whose status holds
+    none: one deleted and applied again (or restored without its status) while its pods run.
+    A pod given an epoch it has not fenced yet (its container restarting, its store slow)
+    holds it only in its ConfigMap; the blobs alone would hand that epoch to another pod. Only
+    then: once the record exists, a ConfigMap's data is compared with it, never believed."""
+    for cm in maps:
+        for pid, entry in cm.parsed.partitions.items():
+            if bounds.is_floor(entry.epoch) and entry.epoch <= MAX_ADOPTED:
+                floors[pid] = max(floors.get(pid, 0), entry.epoch)
+
+
 def read_back(
     *,
     maps: Sequence[observations.StoredMap],
@@ -185,6 +200,8 @@ def read_back(
     status_epochs: Mapping[str, Any] = status.get("epochs") or {}
     leaps: list[str] = []
     floors = floors_of(status_epochs, stored_epochs, ignored, leaps)
+    if not status_epochs:
+        held_floors(floors, maps)
     if recorded is None:
         recorded = records.read(status)
     seconds_now = podstates.to_seconds(now)
