@@ -105,3 +105,77 @@ def test_what_tenants_wrote_reaches_the_terminal_as_text() -> None:
     assert all(line.isprintable() for line in shown.splitlines()), repr(shown)
     assert "\\x1b[1A\\x1b[2Kshop/orders: 4 partitions\\x1b]52;c;cm0K\\x07\\u202e" in shown
     assert tables.render(["A"], [[forged]]).splitlines()[1].isprintable()
+
+
+def live_pod(name: str, uid: str, *, ready: bool = True) -> dict[str, Any]:
+    """A pod as the API server lists it."""
+    return {
+        "metadata": {"name": name, "uid": uid, "creationTimestamp": "2026-01-01T00:00:00Z"},
+        "status": {
+            "phase": "Running",
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True" if ready else "False",
+                    "lastTransitionTime": "2026-01-01T00:00:01Z",
+                }
+            ],
+        },
+    }
+
+
+def steady(**extra: Any) -> dict[str, Any]:
+    """Two Ready pods holding two partitions each, Ready True: what the operator last wrote."""
+    ready = {"type": "Ready", "status": "True", "reason": "AllPartitionsOwned", "message": "ok"}
+    fields: dict[str, Any] = dict(
+        observedGeneration=1,
+        partitionCount=4,
+        memberCount=2,
+        conditions=[ready],
+        consumers=[
+            {"pod": "c-0", "ready": True, "state": "ready", "partitions": ["0", "1"]},
+            {"pod": "c-1", "ready": True, "state": "ready", "partitions": ["2", "3"]},
+        ],
+        assignment=[
+            {"partition": p, "pod": pod, "podUid": uid, "epoch": 1, "state": "owned"}
+            for p, pod, uid in (
+                ("0", "c-0", "u0"),
+                ("1", "c-0", "u0"),
+                ("2", "c-1", "u1"),
+                ("3", "c-1", "u1"),
+            )
+        ],
+        epochs={"0": 1, "1": 1, "2": 1, "3": 1},
+    )
+    return consumer(**{**fields, **extra})
+
+
+def test_a_status_the_pods_have_left_behind_says_so_above_ready_true() -> None:
+    """The operator down and a pod deleted: the status still said Ready True with the gone pod
+    Ready and holding its partitions, and nothing said that it was old."""
+    shown = status.render(steady(), pods=[live_pod("c-0", "u0")]).splitlines()
+    assert shown[0] == (
+        "shop/orders: the status is behind the pods: c-1 (holding 2-3) is gone. An operator "
+        "updates it within seconds of a change; if this stays, none is reconciling it: is an "
+        "operator running that serves namespace shop? (`ehb operator -n shop`, or the chart's "
+        "watchNamespaces; kubectl -n <its namespace> logs deploy/<its release> says why it "
+        "does not)"
+    )
+    assert shown[1].startswith("shop/orders: 4 partitions, 2 members")
+
+
+def test_a_pod_turned_notready_replaced_or_new_since_the_status_is_named() -> None:
+    pods = [live_pod("c-0", "u0", ready=False), live_pod("c-1", "u9"), live_pod("c-2", "u2")]
+    hint = status.outdated(steady(), pods)
+    assert hint is not None
+    assert hint.startswith(
+        "shop/orders: the status is behind the pods: c-0 (holding 0-1) is not Ready, c-1 "
+        "(holding 2-3) was replaced by a pod of the same name, c-2 is not in it. "
+    )
+
+
+def test_a_status_that_agrees_with_the_pods_has_no_hint() -> None:
+    assert status.outdated(steady(), [live_pod("c-0", "u0"), live_pod("c-1", "u1")]) is None
+    # A refused consumer writes nothing on purpose: its condition says why already.
+    conflict = {"type": "Ready", "status": "False", "reason": "Conflict", "message": "m"}
+    assert status.outdated(steady(conditions=[conflict]), []) is None

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer.cli import tables
-from eventhub_balancer.contracts import bounds, conditions
+from eventhub_balancer.contracts import bounds, conditions, podstates
 
 COMMAND = ("status",)
 HELP = "print pods, partitions, epochs, readiness and hand-offs of EventHubConsumers"
@@ -36,11 +37,7 @@ def unserved(body: dict[str, Any]) -> str | None:
     namespace, name = meta.get("namespace"), meta.get("name")
     status = body.get("status") or {}
     seen, generation = status.get("observedGeneration"), meta.get("generation")
-    serve = (
-        f"is an operator running that serves namespace {namespace}? (`ehb operator -n "
-        f"{namespace}`, or the chart's watchNamespaces; kubectl -n <its namespace> logs "
-        "deploy/<its release> says why it does not)"
-    )
+    serve = _serve(namespace)
     if not isinstance(seen, int):
         return f"{namespace}/{name}: no status yet: no operator has reconciled it; {serve}"
     if isinstance(generation, int) and seen < generation:
@@ -51,6 +48,63 @@ def unserved(body: dict[str, Any]) -> str | None:
     return None
 
 
+def _serve(namespace: object) -> str:
+    return (
+        f"is an operator running that serves namespace {namespace}? (`ehb operator -n "
+        f"{namespace}`, or the chart's watchNamespaces; kubectl -n <its namespace> logs "
+        "deploy/<its release> says why it does not)"
+    )
+
+
+#: Ready reasons of a consumer the operator leaves unwritten on purpose (its message says why).
+UNWRITTEN = frozenset({"Conflict", "InvalidSpec"})
+
+
+def outdated(body: dict[str, Any], pods: Sequence[Mapping[str, Any]]) -> str | None:
+    """What the pods the selector matches now (``pods``, as listed) say that the status does
+    not: a pod it lists that is gone, replaced or in another state, or one it lacks. The
+    operator writes only what changes, so a status left by an operator that stopped reads as
+    current; this is how ``ehb status`` tells. None: they agree."""
+    meta = body.get("metadata", {})
+    status = body.get("status") or {}
+    listed = status.get("consumers")
+    ready = conditions.find(status.get("conditions"), conditions.READY) or {}
+    if not isinstance(listed, list) or ready.get("reason") in UNWRITTEN:
+        return None
+    live = {s.name: s for s in map(podstates.pod_state, pods)}
+    uids = {
+        str(a.get("pod")): str(a.get("podUid"))
+        for a in status.get("assignment") or []
+        if isinstance(a, Mapping) and a.get("podUid")
+    }
+    found: list[str] = []
+    for entry in listed:
+        name = str(entry.get("pod"))
+        runs = tables.partition_runs([str(p) for p in entry.get("partitions") or []])
+        held = ",".join(run for run, _ in runs)
+        who = f"{name} (holding {held})" if held else name
+        now = live.pop(name, None)
+        said = str(entry.get("state") or "finished")
+        if now is None:
+            found.append(f"{who} is gone")
+        elif name in uids and uids[name] != now.uid:
+            found.append(f"{who} was replaced by a pod of the same name")
+        elif (state := now.state or "finished") != said:
+            found.append(f"{who} is {_STATES.get(state, state)}")
+    found += [f"{name} is not in it" for name in live]
+    if not found:
+        return None
+    return (
+        f"{meta.get('namespace')}/{meta.get('name')}: the status is behind the pods: "
+        f"{', '.join(found)}. An operator updates it within seconds of a change; if this "
+        f"stays, none is reconciling it: {_serve(meta.get('namespace'))}"
+    )
+
+
+#: A pod's state (`podstates.PodState.state`) in the hint's words.
+_STATES = {"ready": "Ready", "notready": "not Ready", "terminating": "terminating"}
+
+
 def _count(value: Any, word: str) -> str:
     """``1 member``, ``2 members``; ``? members`` when the status does not say."""
     if not isinstance(value, int):
@@ -58,16 +112,25 @@ def _count(value: Any, word: str) -> str:
     return f"{value} {word}" + ("" if value == 1 else "s")
 
 
-def render(body: dict[str, Any]) -> str:
-    """One consumer's table, from its status (what the operator last concluded), after a hint
-    when no operator concluded anything about its current spec (`unserved`)."""
+def hints(body: dict[str, Any], pods: Sequence[Mapping[str, Any]] | None) -> list[str]:
+    """What to know before reading the status: no operator concluded anything about the
+    current spec (`unserved`), or the pods moved on since (`outdated`; ``pods`` None: not
+    listed)."""
+    hint = unserved(body)
+    if hint is None and pods is not None:
+        hint = outdated(body, pods)
+    return [] if hint is None else [hint]
+
+
+def render(body: dict[str, Any], pods: Sequence[Mapping[str, Any]] | None = None) -> str:
+    """One consumer's table, from its status (what the operator last concluded), after the
+    `hints` (``pods``: the pods its selector matches now)."""
     meta = body.get("metadata", {})
     status = body.get("status") or {}
     epochs = status.get("epochs") or {}
-    hint = unserved(body)
-    if hint is not None and not status:
-        return hint
-    lines = [] if hint is None else [hint]
+    lines = hints(body, pods)
+    if lines and not status:
+        return _shown(lines)
     lines += [
         f"{meta.get('namespace')}/{meta.get('name')}: "
         + ", ".join(
@@ -140,17 +203,19 @@ def run(args: argparse.Namespace) -> int:
     if not args.all_namespaces:
         namespace = args.namespace or kubecontexts.default_namespace(args.kubeconfig)
 
-    async def fetch() -> list[dict[str, Any]]:
+    async def fetch() -> list[tuple[dict[str, Any], list[Mapping[str, Any]] | None]]:
         api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
         try:
             if args.name:
                 assert namespace is not None
-                return [dict(await api.get_consumer(namespace=namespace, name=args.name))]
-            return [dict(b) for b in await api.list_consumers(namespace=namespace)]
+                bodies = [dict(await api.get_consumer(namespace=namespace, name=args.name))]
+            else:
+                bodies = [dict(b) for b in await api.list_consumers(namespace=namespace)]
+            return [(b, await selected(api, b)) for b in bodies]
         finally:
             api.close()
 
-    bodies = asyncio.run(fetch())
+    shown = asyncio.run(fetch())
     if args.json:
         print(
             json.dumps(
@@ -159,15 +224,34 @@ def run(args: argparse.Namespace) -> int:
                         "namespace": b["metadata"].get("namespace"),
                         "name": b["metadata"].get("name"),
                         "status": b.get("status") or {},
+                        "hints": hints(b, pods),
                     }
-                    for b in bodies
+                    for b, pods in shown
                 ],
                 indent=2,
             )
         )
-    elif not bodies:
+    elif not shown:
         where = "in any namespace" if namespace is None else f"in namespace {namespace}"
         print(f"no EventHubConsumers found {where}")
     else:
-        print("\n\n".join(render(b) for b in bodies))
+        print("\n\n".join(render(b, pods) for b, pods in shown))
     return 0
+
+
+async def selected(api: Any, body: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
+    """The pods the consumer's selector matches now; None when they cannot be listed (a
+    selector the operator refuses too, no right to list pods): the status is shown alone."""
+    from eventhub_balancer import errors
+    from eventhub_balancer.contracts import labelselectors
+
+    try:
+        selector = labelselectors.parse_selector(
+            (body.get("spec") or {}).get("selector"), field="spec.selector"
+        )
+        pods: list[Mapping[str, Any]] = await api.select_pods(
+            namespace=body["metadata"]["namespace"], selector=selector
+        )
+    except errors.EventHubBalancerError:
+        return None
+    return pods
