@@ -436,6 +436,8 @@ EVENT_MODULES = (
     "reconciling/coordinates.py",
     "reconciling/conflicts.py",
     "reconciling/conditions.py",
+    "reconciling/refusals.py",
+    "reconciling/foreignreaders.py",
     "cli/checkpointresets.py",
     "cli/checkpointimports.py",
 )

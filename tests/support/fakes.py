@@ -493,6 +493,23 @@ class FakeCheckpointStore:
         self.failure: errors.EventHubBalancerError | None = None
         #: the loop time of every read
         self.reads: list[float] = []
+        #: the SDK's ownership blobs of the consumer group: {partition: ETag}
+        self.claims: dict[str, str] = {}
+        #: the loop time of every listing of the ownership blobs
+        self.claim_reads: list[float] = []
+        self._etags = itertools.count(1)
+
+    def claim(self, *partitions: str) -> None:
+        """What an SDK processor does at each balancing pass (a claim, a renewal or a
+        release): rewrite the partitions' ownership blobs, each under a new ETag."""
+        for p in partitions:
+            self.claims[p] = f'"0x{next(self._etags):x}"'
+
+    def read_claims(self) -> dict[str, str]:
+        self.claim_reads.append(asyncio.get_running_loop().time())
+        if self.failure is not None:
+            raise self.failure
+        return dict(self.claims)
 
     def fence(self, partition: str, epoch: int, *, sequence_number: int = -1) -> None:
         """What a new owner does on assignment: write its epoch into the blob."""
@@ -649,3 +666,19 @@ class FakeHubs:
     ) -> dict[str, tuple[int, int]]:
         self.service_accounts.append(service_account)
         return self.store.read()
+
+    async def ownership_claims(
+        self,
+        *,
+        fully_qualified_namespace: str,
+        eventhub_name: str,
+        consumer_group: str,
+        container_name: str,
+        connection_string: str | None,
+        account_url: str | None,
+        namespace: str | None = None,
+        service_account: str | None = None,
+        consumer: str | None = None,
+    ) -> dict[str, str]:
+        self.service_accounts.append(service_account)
+        return self.store.read_claims()

@@ -1,21 +1,28 @@
-"""The checkpoint blobs as the operator reads them: every partition's epoch and position.
+"""The checkpoint blobs as the operator reads them: every partition's epoch and position, and
+the ETags of the SDK's ownership blobs beside them (`read_claims`).
 
 Their epochs are the last floor for epochs when ConfigMaps and status were lost, and their
 sequence numbers give the lag per partition for ``weighting: lag``. The operator only lists
-them; the consumer pods write them (`checkpointing`).
+them; the consumer pods write them (`checkpointing`). The ownership blobs are written by an
+SDK processor alone: one that rewrites them probe after probe runs beside the pods
+(`handlers.foreignclaims`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Hashable
-from typing import Any
+import random
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any, TypeVar
 
 from azure.core import exceptions as azure_errors
 from azure.storage.blob.aio import ContainerClient
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import blobs, checkpointing, keptclients, retrying, tenantidentities
+from eventhub_balancer.contracts import checkpointblobs
+
+T = TypeVar("T")
 
 #: The checkpoint store's budget for one listing in a cycle: short, the next cycle retries.
 CHECKPOINT_RETRY = retrying.RetryPolicy(attempts=2, budget_seconds=5.0, attempt_timeout_seconds=4.0)
@@ -72,15 +79,6 @@ async def read_checkpoints(
     """Every checkpoint blob of the consumer group (raises wrapped errors only). With
     ``identity`` and no connection string, the blobs are read as that identity; with
     ``containers``, over a container client kept between calls."""
-    own = identity is not None and connection_string is None
-
-    def build() -> Container:
-        return blobs.build_container(
-            container_name=container_name,
-            connection_string=connection_string,
-            account_url=None if connection_string is not None else account_url,
-            credential=identity.credential() if own and identity is not None else None,
-        )
 
     async def request(entry: Container) -> list[checkpointing.Checkpoint]:
         store = checkpointing.CheckpointStore(
@@ -93,6 +91,90 @@ async def read_checkpoints(
         )
         return await store.list()
 
+    listed = await _over_container(
+        request,
+        container_name=container_name,
+        connection_string=connection_string,
+        account_url=account_url,
+        identity=identity,
+        containers=containers,
+    )
+    return {
+        c.partition: StoredCheckpoint(
+            partition=c.partition, epoch=c.epoch, sequence_number=c.sequence_number
+        )
+        for c in listed
+    }
+
+
+async def read_claims(
+    *,
+    fully_qualified_namespace: str,
+    eventhub_name: str,
+    consumer_group: str,
+    container_name: str,
+    connection_string: str | None,
+    account_url: str | None,
+    identity: tenantidentities.TenantIdentity | None = None,
+    containers: keptclients.Kept[Container] | None = None,
+) -> dict[str, str]:
+    """{partition: ETag} of the SDK's ownership blobs of the consumer group: one listing of
+    their names (no metadata), raising wrapped errors only, as `read_checkpoints`."""
+    prefix = checkpointblobs.blob_prefix(
+        fully_qualified_namespace=fully_qualified_namespace,
+        eventhub_name=eventhub_name,
+        consumer_group=consumer_group,
+        kind=checkpointblobs.OWNERSHIP,
+    )
+
+    async def request(entry: Container) -> dict[str, str]:
+        async def list_once() -> dict[str, str]:
+            found = {}
+            try:
+                async for item in entry[0].list_blobs(name_starts_with=prefix):
+                    found[checkpointblobs.partition_of(item.name)] = str(item.etag).strip('"')
+            except azure_errors.ResourceNotFoundError as e:
+                raise errors.ConfigurationError(
+                    f"checkpoint container {container_name!r} does not exist "
+                    f"({retrying.describe(e)}): create it, or fix checkpointStore.containerName"
+                ) from e
+            return found
+
+        budget = retrying.Budget(
+            policy=CHECKPOINT_RETRY, rng=random.Random(), operation=f"list claims under {prefix}"
+        )
+        return await retrying.call_with_retries(budget, list_once)
+
+    return await _over_container(
+        request,
+        container_name=container_name,
+        connection_string=connection_string,
+        account_url=account_url,
+        identity=identity,
+        containers=containers,
+    )
+
+
+async def _over_container(
+    request: Callable[[Container], Awaitable[T]],
+    *,
+    container_name: str,
+    connection_string: str | None,
+    account_url: str | None,
+    identity: tenantidentities.TenantIdentity | None,
+    containers: keptclients.Kept[Container] | None,
+) -> T:
+    """``request`` over the container: a kept client (``containers``) or one of its own."""
+    own = identity is not None and connection_string is None
+
+    def build() -> Container:
+        return blobs.build_container(
+            container_name=container_name,
+            connection_string=connection_string,
+            account_url=None if connection_string is not None else account_url,
+            credential=identity.credential() if own and identity is not None else None,
+        )
+
     try:
         if containers is not None:
             key = container_key(
@@ -101,13 +183,12 @@ async def read_checkpoints(
                 account_url=account_url,
                 identity=identity,
             )
-            listed = await containers.call(key, build, request)
-        else:
-            entry = build()
-            try:
-                listed = await request(entry)
-            finally:
-                await blobs.close_container(entry)
+            return await containers.call(key, build, request)
+        entry = build()
+        try:
+            return await request(entry)
+        finally:
+            await blobs.close_container(entry)
     except errors.InvalidInput as e:
         raise errors.ConfigurationError(f"checkpoint store: {e}") from e
     except errors.EventHubBalancerError:
@@ -116,9 +197,3 @@ async def read_checkpoints(
         raise errors.CheckpointStoreUnreachable(
             f"checkpoint container {container_name!r}: {type(e).__name__}"
         ) from e
-    return {
-        c.partition: StoredCheckpoint(
-            partition=c.partition, epoch=c.epoch, sequence_number=c.sequence_number
-        )
-        for c in listed
-    }

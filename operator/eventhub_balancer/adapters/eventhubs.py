@@ -263,10 +263,66 @@ class EventHubs:
         """{partition: (epoch, sequence number)} of the stored checkpoints. ``consumer``: who
         asks, so that the container client it leaves (its Secret rotated, or it is deleted:
         `forget`) is closed once nobody else uses it."""
+        stored = await self._in_container(
+            checkpointlistings.read_checkpoints,
+            fully_qualified_namespace=fully_qualified_namespace,
+            eventhub_name=eventhub_name,
+            consumer_group=consumer_group,
+            container_name=container_name,
+            connection_string=connection_string,
+            account_url=account_url,
+            namespace=namespace,
+            service_account=service_account,
+            consumer=consumer,
+        )
+        return {p: (c.epoch, c.sequence_number) for p, c in stored.items()}
 
-        async def listed(
-            identity: tenantidentities.TenantIdentity | None,
-        ) -> dict[str, checkpointlistings.StoredCheckpoint]:
+    async def ownership_claims(
+        self,
+        *,
+        fully_qualified_namespace: str,
+        eventhub_name: str,
+        consumer_group: str,
+        container_name: str,
+        connection_string: str | None,
+        account_url: str | None,
+        namespace: str | None = None,
+        service_account: str | None = None,
+        consumer: str | None = None,
+    ) -> dict[str, str]:
+        """{partition: ETag} of the SDK's ownership blobs beside the checkpoints: one listing
+        of their names over the same container client as `checkpoints`."""
+        return await self._in_container(
+            checkpointlistings.read_claims,
+            fully_qualified_namespace=fully_qualified_namespace,
+            eventhub_name=eventhub_name,
+            consumer_group=consumer_group,
+            container_name=container_name,
+            connection_string=connection_string,
+            account_url=account_url,
+            namespace=namespace,
+            service_account=service_account,
+            consumer=consumer,
+        )
+
+    async def _in_container(
+        self,
+        read: Callable[..., Awaitable[T]],
+        *,
+        fully_qualified_namespace: str,
+        eventhub_name: str,
+        consumer_group: str,
+        container_name: str,
+        connection_string: str | None,
+        account_url: str | None,
+        namespace: str | None,
+        service_account: str | None,
+        consumer: str | None,
+    ) -> T:
+        """``read`` (a `checkpointlistings` reader) over the kept checkpoint container, once
+        admitted."""
+
+        async def listed(identity: tenantidentities.TenantIdentity | None) -> T:
             if consumer is not None:
                 self.container_users.use(
                     consumer,
@@ -278,7 +334,7 @@ class EventHubs:
                     ),
                 )
             async with self.gate:
-                return await checkpointlistings.read_checkpoints(
+                return await read(
                     fully_qualified_namespace=fully_qualified_namespace,
                     eventhub_name=eventhub_name,
                     consumer_group=consumer_group,
@@ -289,7 +345,7 @@ class EventHubs:
                     containers=self.containers,
                 )
 
-        stored = await self._admitted(
+        return await self._admitted(
             admissions.Service.CHECKPOINTS,
             listed,
             namespace=namespace,
@@ -297,4 +353,3 @@ class EventHubs:
             service_account=service_account,
             account_url=account_url,
         )
-        return {p: (c.epoch, c.sequence_number) for p, c in stored.items()}

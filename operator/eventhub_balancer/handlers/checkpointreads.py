@@ -1,10 +1,12 @@
 """The checkpoint store's half of a cycle's reads: the blobs' epochs and sequence numbers
 when a decision needs them (or the store's probe is due), listed ahead by a cycle that starts
 hand-offs for the one that completes them (`read_ahead`), and the hub's last sequence numbers
-for weighting by lag. A fault of the store becomes part of the observation, paced by the
-backoff kept in the consumer's `memories.Memory`: the readers here return the store's pacing
-after their read (`memories.StorePacing`), and the cycle keeps it. A failure of the
-Kubernetes API itself is raised."""
+for weighting by lag. The probe also lists the SDK's ownership blobs, to tell a processor left
+running on the consumer group (`foreignclaims`, entered once a claim was found). A fault of
+the store becomes part of the observation, paced by the backoff kept in the consumer's
+`memories.Memory`: the readers here return the store's pacing after their read
+(`memories.StorePacing`), and the cycle keeps it. A failure of the Kubernetes API itself is
+raised."""
 
 from __future__ import annotations
 
@@ -12,8 +14,8 @@ import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 
-from eventhub_balancer.contracts import connectionstrings, startpositions
-from eventhub_balancer.handlers import backlogs, memories, observing, ports
+from eventhub_balancer.contracts import connectionstrings, specs, startpositions
+from eventhub_balancer.handlers import backlogs, foreignclaims, memories, observing, ports
 from eventhub_balancer.reconciling import deadlines, decisions, observations
 
 logger = logging.getLogger(__name__)
@@ -104,6 +106,7 @@ async def read_store(
                 listed=True,
                 known_sequences=store.sequences,
                 checked_at=store.checked_at,
+                foreign=store.claims.live,
             )
             return read, store
     due = deadlines.probe_due(store.checked_at, wall=wall)
@@ -139,6 +142,8 @@ async def read_store(
             service_account=spec.service_account_name or None,
             consumer=observing.hub_key(observation.namespace, observation.name),
         )
+        # The probe's one more request: the SDK's ownership blobs (`foreignclaims`).
+        claims = await _claims(hubs, observation, spec, connection_string) if due else None
     except observing.KUBE_API_ERRORS:
         raise
     except observing.DEPENDENCY_ERRORS as e:
@@ -168,6 +173,7 @@ async def read_store(
             listed=False,
             known_sequences=store.sequences,
             checked_at=store.checked_at,
+            foreign=store.claims.live,
         )
         return read, store
     if store.fault is not None:
@@ -183,10 +189,37 @@ async def read_store(
         checked_at=wall,
         sequences={p: sequence for p, (_epoch, sequence) in stored.items()},
     )
+    if claims or (claims is not None and store.claims.etags):
+        key = observing.hub_key(observation.namespace, observation.name)
+        store = foreignclaims.watched(store, claims, key=key, spec=spec)
     read = observations.StoreRead(
-        checkpoints=stored, listed=True, known_sequences=store.sequences, checked_at=wall
+        checkpoints=stored,
+        listed=True,
+        known_sequences=store.sequences,
+        checked_at=wall,
+        foreign=store.claims.live,
     )
     return read, store
+
+
+async def _claims(
+    hubs: ports.HubPort,
+    observation: observations.Observation,
+    spec: specs.ConsumerSpec,
+    connection_string: str | None,
+) -> dict[str, str]:
+    """The SDK's ownership blobs of the consumer group, as `read_store` reads the store."""
+    return await hubs.ownership_claims(
+        fully_qualified_namespace=spec.fully_qualified_namespace,
+        eventhub_name=spec.event_hub_name,
+        consumer_group=spec.consumer_group,
+        container_name=spec.checkpoint_container,
+        connection_string=connection_string,
+        account_url=spec.checkpoint_account_url or None,
+        namespace=observation.namespace,
+        service_account=spec.service_account_name or None,
+        consumer=observing.hub_key(observation.namespace, observation.name),
+    )
 
 
 async def read_ahead(

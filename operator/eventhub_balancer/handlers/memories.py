@@ -12,12 +12,13 @@ the decision hands on.
 Why it is kept: a failing Event Hubs namespace or storage account is not asked again every
 cycle (`deadlines.Backoff`), and while the operator waits, the status goes on showing the fault
 that started the wait; the checkpoint store is probed only every
-`deadlines.CHECKPOINT_PROBE_SECONDS` when no decision needs it. None of it is needed for a
-correct decision (the last checkpoint positions only keep lag weighting steady through a store
-outage, the carry only spares reading the bodies that did not change, and `deadlines.Settled` only
-spares a cycle whose inputs did not change): the assignment, the epochs and the pods are read
-afresh whenever they may have changed, so a restarted operator starts with empty records and
-reaches the same assignment.
+`deadlines.CHECKPOINT_PROBE_SECONDS` when no decision needs it, and each probe's ETags of the
+SDK's ownership blobs are kept to tell a processor left running beside the pods (`Claims`).
+None of it is needed for a correct decision (the last checkpoint positions only keep lag
+weighting steady through a store outage, the carry only spares reading the bodies that did not
+change, and `deadlines.Settled` only spares a cycle whose inputs did not change): the
+assignment, the epochs and the pods are read afresh whenever they may have changed, so a
+restarted operator starts with empty records and reaches the same assignment.
 """
 
 from __future__ import annotations
@@ -43,6 +44,22 @@ class StoreAhead:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class Claims:
+    """The SDK's ownership blobs of the consumer group as the store's probes listed them
+    (`foreignclaims`): a processor left running beside the pods rewrites them at every
+    balancing pass, one stopped cleanly once."""
+
+    #: {partition: ETag} at the last probe; None: none listed yet
+    etags: Mapping[str, str] | None = None
+    #: the probe intervals running in which some claim was rewritten, and in which none was
+    rewritten: int = 0
+    quiet: int = 0
+    #: another processor runs on the consumer group (claims rewritten in two intervals
+    #: running), until two intervals are quiet
+    live: bool = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Pacing:
     """A dependency's backoff and the fault it backs off from (None: it answered)."""
 
@@ -65,6 +82,8 @@ class StorePacing(Pacing):
     #: why the hub's last sequence numbers, read beside the blobs, could not be read, as last
     #: logged: a standing fault is warned of once, not at every cycle; None: they were read
     ends_fault: str | None = None
+    #: the SDK's ownership claims as the probes saw them (`Claims`)
+    claims: Claims = Claims()
 
 
 @dataclasses.dataclass(eq=False)

@@ -223,3 +223,18 @@ class HubPort(Protocol):
         service_account: str | None = None,
         consumer: str | None = None,
     ) -> dict[str, tuple[int, int]]: ...
+
+    async def ownership_claims(
+        self,
+        *,
+        fully_qualified_namespace: str,
+        eventhub_name: str,
+        consumer_group: str,
+        container_name: str,
+        connection_string: str | None,
+        account_url: str | None,
+        namespace: str | None = None,
+        service_account: str | None = None,
+        consumer: str | None = None,
+    ) -> dict[str, str]:
+        """{partition: ETag} of the SDK's ownership blobs beside the checkpoints."""

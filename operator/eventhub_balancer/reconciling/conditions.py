@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from eventhub_balancer import errors
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import conditions, podstates, specs, statusbodies
-from eventhub_balancer.reconciling import observations, progress, reports
+from eventhub_balancer.reconciling import foreignreaders, observations, progress, reports
 
 #: How long a Ready pod may hold partitions without a word before Ready says nothing reads
 #: them: far above the second a consumer pod takes (a Spark pod is NotReady until its session
@@ -48,13 +48,6 @@ def _reason(fault: observations.Fault, *, misconfigured: str, unreachable: str) 
     if fault.reason == errors.TransientError.reason:
         return unreachable
     return fault.reason
-
-
-def invalid_spec(error: errors.InvalidInput) -> conditions.Condition:
-    message = f"spec.{error.field.removeprefix('spec.')} is invalid: {error.problem}"
-    return conditions.Condition(
-        type=conditions.READY, status="False", reason="InvalidSpec", message=message
-    )
 
 
 def hub(read: observations.HubRead, *, spec: specs.ConsumerSpec) -> conditions.Condition:
@@ -93,7 +86,8 @@ def store(
 ) -> conditions.Condition:
     """CheckpointStoreReachable: read (now or before), failing, or not read yet; a blob epoch
     too far above the record (``leaps``) makes it False with ``CheckpointEpochTampered``,
-    epochs out of range (a blob's, or the status's) with ``EpochOutOfRange``, naming each."""
+    epochs out of range (a blob's, or the status's) with ``EpochOutOfRange``, naming each;
+    an SDK processor beside the pods (`foreignreaders`) makes it False too."""
     if leaps:
         return conditions.Condition(
             type=conditions.CHECKPOINT_STORE_REACHABLE,
@@ -119,6 +113,8 @@ def store(
             ),
             message=f"{read.fault.message} (retrying with backoff)",
         )
+    if read.foreign:
+        return foreignreaders.condition(spec)  # an SDK processor on the consumer group
     if read.listed or read.checkpoints is not None:
         return conditions.Condition(
             type=conditions.CHECKPOINT_STORE_REACHABLE,
@@ -169,15 +165,15 @@ def build(
     # Pods the operator does not watch match nothing: say so, or the selector looks right.
     watched = f" among the pods the operator watches ({pod_scope})" if pod_scope else ""
     stopped = cannot_process(hub=hub, store=store, partitions=partitions, troubles=troubles or {})
-    if not partitions:
+    if stopped is not None:  # with the partitions unknown too: the fault is what to fix
+        ready = stopped
+    elif not partitions:
         ready = conditions.Condition(
             type=conditions.READY,
             status="False",
             reason="PartitionsUnknown",
             message="the partition list could not be read yet: see EventHubReachable",
         )
-    elif stopped is not None:
-        ready = stopped
     elif not pods:
         ready = conditions.Condition(
             type=conditions.READY,

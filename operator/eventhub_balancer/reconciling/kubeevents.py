@@ -19,7 +19,7 @@ from typing import Any
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import conditions as conditiontypes
 from eventhub_balancer.contracts import specs, statusbodies, timestamps
-from eventhub_balancer.reconciling import conditions, progress, reports, writes
+from eventhub_balancer.reconciling import conditions, foreignreaders, progress, reports, writes
 
 #: The Event's source component, as ``kubectl describe`` shows it.
 COMPONENT = "eventhub-balancer"
@@ -190,9 +190,14 @@ def build(
             in (conditiontypes.EVENTHUB_REACHABLE, conditiontypes.CHECKPOINT_STORE_REACHABLE)
             and conditions.was_false(previous, c)
         ):
-            # The end of the fault its Warning told, under the condition's name.
+            # The end of the fault its Warning told, under the condition's name (or the
+            # processor's beside the pods, under its own).
+            old = conditiontypes.find(previous.get("conditions"), c.type) or {}
             if c.type == conditiontypes.EVENTHUB_REACHABLE:
                 events.append(KubeEvent(reason="EventHubReachable", message=c.message))
+            elif old.get("reason") == foreignreaders.REASON:
+                gone = foreignreaders.GONE
+                events.append(KubeEvent(reason=foreignreaders.REASON_GONE, message=gone))
             else:
                 events.append(KubeEvent(reason="CheckpointStoreReachable", message=c.message))
         elif (

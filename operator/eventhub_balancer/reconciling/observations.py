@@ -71,6 +71,9 @@ class StoreRead:
     #: when the blobs that a cycle listed after its writes, for this one, were listed (wall
     #: seconds); None: none was (`deadlines.lists_ahead`)
     ahead_at: float | None = None
+    #: an SDK processor runs on the same consumer group: its ownership claims were rewritten
+    #: in two probe intervals running (`handlers.foreignclaims`)
+    foreign: bool = False
 
 
 #: No ConfigMap seen deleted (an immutable default: `Departures.vanished`).

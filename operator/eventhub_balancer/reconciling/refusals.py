@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 
+from eventhub_balancer import errors
 from eventhub_balancer.contracts import conditions as conditiontypes
 from eventhub_balancer.reconciling import (
     conditions,
@@ -19,10 +20,17 @@ from eventhub_balancer.reconciling import (
 )
 
 
+def invalid_spec(error: errors.InvalidInput) -> conditiontypes.Condition:
+    message = f"spec.{error.field.removeprefix('spec.')} is invalid: {error.problem}"
+    return conditiontypes.Condition(
+        type=conditiontypes.READY, status="False", reason="InvalidSpec", message=message
+    )
+
+
 def invalid(observation: observations.Observation, *, now: datetime.datetime) -> decisions.Decision:
     """An invalid spec: say so in the Ready condition (and once in an Event), touch nothing."""
     assert observation.spec_error is not None, "an observation has a spec or a spec error"
-    bad = conditions.invalid_spec(observation.spec_error)
+    bad = invalid_spec(observation.spec_error)
     previous = observation.status
     generation = observation.generation
     desired = {
