@@ -277,7 +277,7 @@ async def test_an_unusable_service_account_is_a_condition_before_any_client(
         )
         assert says in condition["message"]
         assert "Traceback" not in condition["message"]
-    assert kube.status("tenant-b", "payments")["partitionCount"] == 0
+    assert "partitionCount" not in kube.status("tenant-b", "payments")  # unknown, not 0
     assert kube.tokens == []  # no token was minted for a ServiceAccount that cannot lend it
 
 

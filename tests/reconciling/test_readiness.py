@@ -70,14 +70,38 @@ def test_a_missing_consumer_group_makes_ready_false_and_is_said_in_one_condition
 
 
 def test_a_secret_without_its_key_is_neither_ready_nor_balanced_over_no_partitions() -> None:
+    """A consumer whose hub was never listed: Ready said PartitionsUnknown, "could not be read
+    yet: see EventHubReachable", and the PARTITIONS column 0, where the same fault on a
+    consumer listed before said EventHubUnusable with the cause and what to change."""
     observation = bodies.observe(pods=[pod("a"), pod("b")], ids=None)
     observation = dataclasses.replace(
         observation, hub=observations.HubRead(ids=None, fault=KEY_MISSING)
     )
+    seen, decision = bodies.decide_fully(observation, now=at(5))
+    status = bodies.applied(seen, decision).status
+    found = {c["type"]: c for c in status["conditions"]}
+    assert (found["Ready"]["status"], found["Ready"]["reason"]) == ("False", "EventHubUnusable")
+    assert found["Ready"]["message"].startswith(
+        "the pods cannot use Event Hubs (SecretNotFound, see EventHubReachable): "
+        "Secret shop/b has no key 'cs': create it"
+    )
+    assert (found["Balanced"]["status"], found["Balanced"]["reason"]) == (
+        "False",
+        "PartitionsUnknown",
+    )
+    assert found["EventHubReachable"]["reason"] == "SecretNotFound"
+    # Not 0: no Event Hub has no partitions. Unknown is no number (an empty column).
+    assert status.get("partitionCount") is None
+
+
+def test_a_hub_that_may_answer_later_leaves_the_partitions_unknown() -> None:
+    observation = bodies.observe(pods=[pod("a"), pod("b")], ids=None)
+    unreachable = observations.Fault(reason="EventHubUnreachable", message="no answer in 15 s")
+    observation = dataclasses.replace(
+        observation, hub=observations.HubRead(ids=None, fault=unreachable)
+    )
     found = conditions_of(observation)
     assert found["Ready"] == ("False", "PartitionsUnknown")
-    assert found["Balanced"] == ("False", "PartitionsUnknown")
-    assert found["EventHubReachable"] == ("False", "SecretNotFound")
 
 
 def test_a_store_secret_without_its_key_makes_ready_false() -> None:

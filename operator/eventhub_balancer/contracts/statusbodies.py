@@ -50,7 +50,7 @@ class AssignmentEntryBody(TypedDict, total=False):
 
 class StatusBody(TypedDict, total=False):
     observedGeneration: int
-    partitionCount: int
+    partitionCount: int | None  # None: no partition list read yet (the field removed)
     memberCount: int
     consumers: list[ConsumerStatusBody]
     handoffs: list[dict[str, Any]]

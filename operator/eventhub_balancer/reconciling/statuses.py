@@ -141,7 +141,8 @@ def build_status(
         members = member_count(outcome.pods, now=now_seconds, grace=outcome.grace_seconds)
     status: statusbodies.StatusBody = {
         "observedGeneration": outcome.generation,
-        "partitionCount": len(outcome.partitions),
+        # None (the field removed): no list read yet; no Event Hub has 0 partitions.
+        "partitionCount": len(outcome.partitions) or None,
         "memberCount": members,
         "consumers": consumers,
         "handoffs": handoffs,

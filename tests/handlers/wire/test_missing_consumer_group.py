@@ -100,3 +100,25 @@ def test_a_missing_group_is_one_condition_one_warning_and_ready_false(
         what="the group found",
     )
     wait_for(lambda: "EventHubReachable" in stack.reasons(ns), what="the Normal Event")
+
+
+def test_a_hub_never_listed_says_its_cause_in_the_reason_column_and_no_partition_count(
+    operator_stack: Stack, namespace: str
+) -> None:
+    """A new consumer naming a hub that does not exist printed ``0`` partitions and READY's
+    reason ``PartitionsUnknown`` ("could not be read yet: see EventHubReachable"), where a hub
+    deleted under a running consumer printed ``EventHubUnusable`` with what to change."""
+    stack, ns = operator_stack, namespace
+    stack.secret(ns)
+    stack.consumer(ns, hub="nosuchhub")
+    stack.pod(ns, "c-0")
+    stack.start_operator(namespaces=(ns,))
+    wait_for(lambda: stack.condition(ns, "Ready").get("reason") == "EventHubUnusable")
+    assert stack.condition(ns, "Ready")["message"].startswith(
+        "the pods cannot use Event Hubs (EventHubNotFound, see EventHubReachable): Event Hub "
+        "'nosuchhub' in shop.servicebus.windows.net does not exist: fix spec.eventHub.name"
+    )
+    header, row = kubectl_get(stack, ns)
+    assert header == ["NAME", "PARTITIONS", "PODS", "FAILING", "BALANCED", "READY", "REASON", "AGE"]
+    # PARTITIONS is empty (kubectl prints nothing for a field that is not there): no 0.
+    assert row[:6] == ["orders", "1", "0", "False", "False", "EventHubUnusable"]

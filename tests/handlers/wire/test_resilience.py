@@ -117,7 +117,7 @@ def test_faults_set_conditions_and_keep_the_assignment(
         )
     )
     assert "Secret" in stack.condition(ns, "EventHubReachable", "nosecret")["message"]
-    assert stack.condition(ns, "Ready", "nosecret")["reason"] in ("PartitionsUnknown", "NoPods")
+    assert stack.condition(ns, "Ready", "nosecret")["reason"] == "EventHubUnusable"
     wait_for(lambda: "SecretNotFound" in stack.reasons(ns))
     # A wrong hub name.
     stack.secret(ns)
