@@ -168,3 +168,45 @@ def test_no_pod_names_the_operators_pod_selector_when_it_has_one() -> None:
         scoped
     )
     assert "operator watches" not in ready_message("")
+
+
+def crashing(name: str, reason: str = "CrashLoopBackOff") -> dict[str, Any]:
+    """A pod whose container the kubelet waits to start again, as it lists it."""
+    body = pod(name, ready=False)
+    body["status"]["containerStatuses"] = [
+        {
+            "name": "consumer",
+            "ready": False,
+            "restartCount": 7,
+            "state": {"waiting": {"reason": reason, "message": "back-off 5m0s restarting"}},
+            "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}},
+        }
+    ]
+    return body
+
+
+def test_no_ready_pod_names_the_pods_and_what_their_containers_wait_on() -> None:
+    """Every pod crash-looping read "2 pods match spec.selector but none is Running and Ready",
+    the same words as pods that were merely starting: neither which pods nor why."""
+    unscheduled = pod("d", ready=False)
+    unscheduled["status"] = {
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+    }
+    observation = bodies.observe(
+        pods=[
+            crashing("a"),
+            crashing("b", "ImagePullBackOff"),
+            pod("c", ready=False),
+            unscheduled,
+            crashing("e"),
+        ]
+    )
+    seen, decision = bodies.decide_fully(observation, now=at(5))
+    found = {c["type"]: c for c in bodies.applied(seen, decision).status["conditions"]}
+    assert (found["Ready"]["status"], found["Ready"]["reason"]) == ("False", "NoReadyPods")
+    assert found["Ready"]["message"] == (
+        "5 pods match spec.selector but none is Running and Ready: a CrashLoopBackOff, "
+        "b ImagePullBackOff, c not Ready and 2 more (kubectl describe pod and the pods' logs "
+        "say why)"
+    )

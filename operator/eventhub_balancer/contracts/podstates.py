@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, TypedDict
 
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import timestamps
+from eventhub_balancer.contracts import bounds, timestamps
 
 
 class PodConditionBody(TypedDict, total=False):
@@ -74,6 +74,9 @@ class PodState:
     #: Ready only: this Ready spell began within `RESTART_WINDOW` of a container's
     #: termination (`models.Member.restarted`)
     restarted: bool = False
+    #: NotReady only: what its containers wait on (``CrashLoopBackOff``, ``ImagePullBackOff``,
+    #: ``Unschedulable``), as the kubelet or the scheduler says; empty when none says
+    cause: str = ""
 
     @property
     def ready(self) -> bool:
@@ -125,8 +128,36 @@ def pod_state(pod: Mapping[str, Any]) -> PodState:
     # pulling its images, starting its containers or waiting for its readiness probe.
     starting = phase == "Running" or (phase == "Pending" and _scheduled(pod))
     return PodState(
-        name=name, uid=uid, state="notready", since=since, starting=starting, revision=revision
+        name=name,
+        uid=uid,
+        state="notready",
+        since=since,
+        starting=starting,
+        revision=revision,
+        cause=_cause(status),
     )
+
+
+def _cause(status: Mapping[str, Any]) -> str:
+    """The first container's waiting (or terminated) reason, else the scheduler's."""
+    for container in status.get("containerStatuses") or []:
+        now = container.get("state") if isinstance(container, Mapping) else None
+        for key in ("waiting", "terminated"):
+            found = now.get(key) if isinstance(now, Mapping) else None
+            if isinstance(found, Mapping) and isinstance(found.get("reason"), str):
+                return bounds.printable(found["reason"][:64])
+    for c in status.get("conditions") or []:
+        if isinstance(c, Mapping) and c.get("type") == "PodScheduled" and c.get("status") != "True":
+            return bounds.printable(str(c.get("reason") or "Unscheduled")[:64])
+    return ""
+
+
+def not_ready(states: Iterable[PodState], *, named: int = 3) -> str:
+    """``a CrashLoopBackOff, b not Ready and 2 more``: the first pods by name and why."""
+    ordered = sorted(states, key=lambda s: models.name_key(s.name))
+    words = [f"{s.name} {s.cause or 'not Ready'}" for s in ordered[:named]]
+    more = len(ordered) - named
+    return ", ".join(words) + (f" and {more} more" if more > 0 else "")
 
 
 #: The label a Deployment puts on its pods: the hash of the pod template, which ends the name
@@ -206,6 +237,7 @@ def state_inputs(pod: Mapping[str, Any]) -> tuple[object, ...]:
         (meta.get("labels") or {}).get(TEMPLATE_HASH),
         repr(meta.get("ownerReferences")),
         _terminations(status),
+        _cause(status),
     )
 
 

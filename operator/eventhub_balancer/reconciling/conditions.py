@@ -189,7 +189,11 @@ def build(
             type=conditions.READY,
             status="False",
             reason="NoReadyPods",
-            message=f"{len(pods)} pods match spec.selector{watched} but none is Running and Ready",
+            message=conditions.shorten(
+                f"{len(pods)} pods match spec.selector{watched} but none is Running and Ready: "
+                f"{podstates.not_ready(pods.values())} (kubectl describe pod and the pods' logs "
+                "say why)"
+            ),
         )
     elif (quiet := silent_ready(silent, partitions=len(partitions), selector=selector)) is not None:
         ready = quiet
