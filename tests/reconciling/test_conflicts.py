@@ -183,6 +183,24 @@ def test_within_a_namespace_creation_ties_are_broken_by_uid_not_name() -> None:
     assert conflicts.find(b, [a], pod_labels=[{"app": "c"}]) is None
 
 
+def test_a_tie_is_not_called_older() -> None:
+    """Two consumers applied together (one manifest): the one applied first read that the
+    other "is older", and the person deleted the wrong one."""
+    a = dataclasses.replace(other("a", seconds=0), uid="uid-z")
+    b = dataclasses.replace(other("b", seconds=0), uid="uid-a")
+    found = conflicts.find(a, [b], pod_labels=[{"app": "c"}])
+    assert found is not None
+    assert conflicts.condition(found).message == (
+        f"EventHubConsumer {bodies.NS}/b reads the same Event Hub and consumer group into the "
+        "same checkpoint location and was created in the same second with a lower uid, so it "
+        "goes first: this one writes nothing until the overlap is gone (change its selector or "
+        "checkpoint location, or delete one of them)"
+    )
+    earlier = conflicts.find(a, [other("b", seconds=-5)], pod_labels=[{"app": "c"}])
+    assert earlier is not None
+    assert " checkpoint location and is older: this one " in conflicts.condition(earlier).message
+
+
 def test_host_spellings_are_one_location_and_one_binding() -> None:
     """A port, a trailing dot or upper case passes the CRD, the spec parser and the allow-list;
     it must not dodge a binding or the holder's claim either."""

@@ -277,6 +277,7 @@ class Overlap:
     reason: str = REASON
     #: the hosts of a held location, either of which an admin may bind to the newcomer
     hosts: tuple[str, ...] = ()
+    tied: bool = False  # created in the same second as this one: the uid decided, not age
 
 
 def bound(me: Peer, bindings: Bindings) -> Overlap | None:
@@ -336,7 +337,8 @@ def find(
             continue
         if any(other.selector.matches(labels) for labels in pod_labels):
             found, why = other, "selects the same pods"
-    return Overlap(others=(found,), why=why) if found is not None else None
+    tied = found is not None and found.created == me.created
+    return Overlap(others=(found,), why=why, tied=tied) if found is not None else None
 
 
 def holder(me: Peer, peers: Iterable[Peer], *, bindings: Bindings = UNBOUND) -> Peer | None:
@@ -370,10 +372,11 @@ def condition(overlap: Overlap) -> conditions.Condition:
             f"NS={host}, chart value locationBindings); the holder goes on working"
         )
     else:
+        first = "was created in the same second with a lower uid, so it goes first"
         message = (
-            f"{overlap.others[0].named} {overlap.why} and is older: this one writes nothing "
-            "until the overlap is gone (change its selector or checkpoint location, or "
-            "delete one of them)"
+            f"{overlap.others[0].named} {overlap.why} and "
+            f"{first if overlap.tied else 'is older'}: this one writes nothing until the "
+            "overlap is gone (change its selector or checkpoint location, or delete one of them)"
         )
     return conditions.Condition(
         type=CONFLICT, status="True", reason=overlap.reason, message=message
