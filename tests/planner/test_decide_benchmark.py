@@ -26,9 +26,9 @@ def test_each_warm_decision_reads_the_flipped_pod_alone(monkeypatch: pytest.Monk
     read: list[str] = []
     read_pod = fleets.read_pod
 
-    def counted(body: Any, *, consumer: str) -> fleets.PodRead:
+    def counted(body: Any, **options: Any) -> fleets.PodRead:
         read.append(body["metadata"]["name"])
-        return read_pod(body, consumer=consumer)
+        return read_pod(body, **options)
 
     monkeypatch.setattr(fleets, "read_pod", counted)
     figure = bench.measure(16, 4, repeat=3)
