@@ -105,6 +105,32 @@ def paused() -> dict[str, Any]:
     return pause(released=True)
 
 
+def zero(*, waiting: int) -> dict[str, Any]:
+    """Its autoscaler deleted every pod (KEDA minReplicaCount 0), each after its release;
+    then the backlog read says ``waiting`` events wait on each partition."""
+    observation = settled("a", "b")
+    for pod_name in ("a", "b"):
+        observation = bodies.acknowledged(observation, pod_name)
+    observation = dataclasses.replace(observation, pods=())
+    for second in (20, 21):
+        _, decision = bodies.decide_fully(observation, now=at(second))
+        observation = bodies.applied(observation, decision)
+    observation = dataclasses.replace(
+        bodies.read_blobs(observation, {p: (1, 99) for p in bodies.IDS}),
+        last_sequences=bodies.ends(dict.fromkeys(bodies.IDS, 99 + waiting)),
+    )
+    observation = bodies.applied(observation, bodies.decide(observation, now=at(80)))
+    return as_object(observation)
+
+
+def scaled_to_zero() -> dict[str, Any]:
+    return zero(waiting=0)
+
+
+def zero_with_events_waiting() -> dict[str, Any]:
+    return zero(waiting=10)
+
+
 def not_observed_yet() -> dict[str, Any]:
     """The spec changed; the operator has not written a status for the new generation."""
     found = balanced()
@@ -120,6 +146,8 @@ STATES: dict[str, tuple[Callable[[], dict[str, Any]], str, str]] = {
     "invalid-spec": (invalid_spec, "Degraded", "Failed"),
     "pausing": (pausing, "Progressing", "InProgress"),
     "paused": (paused, "Suspended", "Current"),
+    "scaled-to-zero": (scaled_to_zero, "Healthy", "Current"),
+    "zero-with-events-waiting": (zero_with_events_waiting, "Progressing", "InProgress"),
     "not-observed-yet": (not_observed_yet, "Progressing", "InProgress"),
 }
 
@@ -139,6 +167,8 @@ def test_the_states_are_what_the_operator_writes_for_them() -> None:
     assert conditions(invalid_spec())["Ready"] == ("False", "InvalidSpec")
     assert conditions(pausing())["Paused"] == ("False", "Pausing")
     assert conditions(paused())["Paused"] == ("True", "Paused")
+    assert conditions(scaled_to_zero())["Ready"] == ("True", "ScaledToZero")
+    assert conditions(zero_with_events_waiting())["Ready"] == ("False", "ScaledToZero")
 
 
 def argo_health(obj: dict[str, Any], runtime_module: Any = lua51) -> dict[str, str]:

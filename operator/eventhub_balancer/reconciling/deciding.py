@@ -210,6 +210,14 @@ def _decide(
         pod_scope=observation.pod_scope,
         silent=silent,
     )
+    concluded = progress.at_zero(
+        concluded,
+        assignment=plan.assignment,
+        previous=previous,
+        generation=observation.generation,
+        backlog=sum(lag.values()) if lag and not unread else None,
+        selector=spec.selector.to_query(),
+    )
     concluded += conflicts.cleared(previous)
     events = kubeevents.build(
         plan=plan,

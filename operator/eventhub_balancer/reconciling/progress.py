@@ -22,6 +22,17 @@ condition is True only once no pod holds or is releasing a partition (`paused_co
 ``ehb checkpoints reset`` trusts it: while hand-offs are in flight a pod may still write a
 checkpoint. Ready and Balanced say ``Paused`` rather than raise an alarm about partitions
 without an owner (`ready_and_balanced`): nothing is owned because the spec asks for it.
+
+A consumer scaled to zero by its autoscaler (KEDA ``minReplicaCount: 0``) is as it should be
+too (`at_zero`). At zero no pod matches ``spec.selector``: Ready said ``NoPods`` ("fix the
+selector or the pods' labels") with Reconciling True for as long as it stayed there, so Argo
+CD showed it Progressing, Flux InProgress, and EventHubConsumerNotReady and
+EventHubPartitionsWithoutReadyOwner fired. Pods that all left are told from a selector that
+matches nothing by the record (`ran_here`): the last status listed pods at this generation (a
+scale-in), or already said ``ScaledToZero`` (an operator restart or a spec change at zero). A
+selector that never matched, or an edited one that matches none of the running pods, still
+reads ``NoPods``. Ready is True while no event waits, False once the backlog (read at least
+once a minute) says some do; a cycle that read none keeps what the last one said.
 """
 
 from __future__ import annotations
@@ -252,3 +263,70 @@ def ready_and_balanced(
             type=conditions.BALANCED, status="True", reason=PAUSED, message=message
         ),
     )
+
+
+#: Ready and Balanced of a consumer scaled to zero (`at_zero`).
+SCALED_TO_ZERO = "ScaledToZero"
+
+
+def ran_here(previous: statusbodies.StatusBody, *, generation: int) -> bool:
+    """Whether pods ran under this spec before none matched: the last status named pods at
+    this generation, or already said the consumer is scaled to zero."""
+    ready = conditions.find(previous.get("conditions"), conditions.READY)
+    if ready is not None and ready.get("reason") == SCALED_TO_ZERO:
+        return True
+    return previous.get("observedGeneration") == generation and bool(previous.get("consumers"))
+
+
+def at_zero(
+    concluded: Sequence[conditions.Condition],
+    *,
+    assignment: Mapping[models.PartitionId, models.Ownership],
+    previous: statusbodies.StatusBody,
+    generation: int,
+    backlog: int | None,
+    selector: str,
+) -> list[conditions.Condition]:
+    """``concluded`` with Ready and Balanced saying ``ScaledToZero`` when Ready found no pod
+    (``NoPods``) of a consumer that ran pods under this spec, and no pod holds a partition;
+    else ``concluded`` as it is. ``backlog``: the events waiting, None when not read now."""
+    ready = next((c for c in concluded if c.type == conditions.READY), None)
+    if ready is None or ready.reason != "NoPods":
+        return list(concluded)
+    if any(o.owner is not None for o in assignment.values()):
+        return list(concluded)
+    if not ran_here(previous, generation=generation):
+        return list(concluded)
+    old = conditions.find(previous.get("conditions"), conditions.READY)
+    if backlog is None and old is not None and old.get("reason") == SCALED_TO_ZERO:
+        # No backlog read this cycle: what the last read said stands.
+        waiting = old.get("status") == "False"
+        message = str(old.get("message") or "")
+    elif backlog is not None and backlog > 0:
+        waiting = True
+        message = (
+            f"no pod runs and {backlog} events wait: the autoscaler has not started a pod yet "
+            "(a KEDA ScaledObject polls every pollingInterval); if none comes, check it, and "
+            f"that spec.selector ({selector}) matches its pods"
+        )
+    else:
+        waiting = False
+        message = (
+            "no pod runs and no event waits: scaled to zero by the autoscaler; the first pod "
+            "that comes back gets every partition"
+        )
+    replaced = {
+        conditions.READY: conditions.Condition(
+            type=conditions.READY,
+            status="False" if waiting else "True",
+            reason=SCALED_TO_ZERO,
+            message=message,
+        ),
+        conditions.BALANCED: conditions.Condition(
+            type=conditions.BALANCED,
+            status="True",
+            reason=SCALED_TO_ZERO,
+            message="no pod runs: scaled to zero, nothing to spread",
+        ),
+    }
+    return [replaced.get(c.type, c) for c in concluded]
