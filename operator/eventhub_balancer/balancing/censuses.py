@@ -27,6 +27,9 @@ def standing(member: models.Member | None, *, now: float, options: models.Option
         on_probation = member.restarted and now - member.since < options.pod_grace_seconds
         return "held" if on_probation else "live"
     if member.state == "terminating":
+        unready = member.notready_since
+        if unready is not None and now - unready >= options.pod_grace_seconds:
+            return "gone"  # NotReady before its deletion, and for longer than the grace
         return "draining"
     if now - member.since < options.pod_grace_seconds:
         return "held"
@@ -121,6 +124,12 @@ def take_census(scenario: models.Scenario) -> Census:
             and m.name not in owners
         ),
         key=lambda m: models.name_key(m.name),
+    )
+    # A terminating member NotReady since before its deletion is gone when its grace ends.
+    census.release_deadlines.update(
+        m.notready_since + options.pod_grace_seconds
+        for m in scenario.members
+        if m.notready_since is not None and standings[m.name] == "draining" and m.name in owners
     )
     census.probation = {
         m.since + options.pod_grace_seconds

@@ -87,6 +87,11 @@ class Member:
     #: keeps what it holds and gets nothing new, so that a pod in a crash loop, Ready for a
     #: few seconds after each restart, does not pull partitions off the others every time.
     restarted: bool = False
+    #: Terminating only: when it stopped being Ready, if that was before its deletion began
+    #: (None otherwise). A pod on a lost node is marked NotReady by the node lifecycle
+    #: controller, then evicted, and never gets the SIGTERM on which it would release: it is
+    #: gone ``podGraceSeconds`` after this, as it would be had it not been deleted.
+    notready_since: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -77,6 +77,9 @@ class PodState:
     #: NotReady only: what its containers wait on (``CrashLoopBackOff``, ``ImagePullBackOff``,
     #: ``Unschedulable``), as the kubelet or the scheduler says; empty when none says
     cause: str = ""
+    #: Terminating only: when it stopped being Ready, if before its deletion began
+    #: (`models.Member.notready_since`): a pod its node's lost contact marked NotReady
+    notready_since: datetime.datetime | None = None
 
     @property
     def ready(self) -> bool:
@@ -87,6 +90,11 @@ _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 #: The longest termination grace period taken at its word (a year): beyond it, the
 #: deletionTimestamp alone is the moment the pod began terminating.
 MAX_GRACE = 365 * 24 * 3600
+#: A terminating pod's Ready condition turned False this long before its deletion began: it
+#: was NotReady before it was deleted (its node lost, say), not because of its SIGTERM. The
+#: kubelet stamps that NotReady on its node's clock and the API server the deletion to the
+#: second, so a NotReady stamped closer to the deletion may have followed it.
+NOTREADY_BEFORE_DELETION = 5.0
 #: A Ready spell that began this long after a container's termination or sooner follows a
 #: restart: the kubelet's longest back-off between restarts is 5 minutes, and it forgets a
 #: crash loop after 10 minutes of running.
@@ -107,16 +115,21 @@ def pod_state(pod: Mapping[str, Any]) -> PodState:
         grace = meta.get("deletionGracePeriodSeconds")
         if isinstance(grace, int) and not isinstance(grace, bool) and 0 <= grace <= MAX_GRACE:
             deleted -= datetime.timedelta(seconds=grace)
-        return PodState(name=name, uid=uid, state="terminating", since=deleted)
+        unready = _ready_condition(status)
+        unready_since = timestamps.parse_time(unready.get("lastTransitionTime"))
+        if unready.get("status") == "True" or (
+            unready_since and (deleted - unready_since).total_seconds() < NOTREADY_BEFORE_DELETION
+        ):
+            unready_since = None  # Ready, or NotReady since its SIGTERM: it releases
+        return PodState(
+            name=name, uid=uid, state="terminating", since=deleted, notready_since=unready_since
+        )
     phase = status.get("phase", "Pending")
     revision = _revision(meta, created)
     if phase in ("Succeeded", "Failed"):
         # Its containers are gone: nobody will acknowledge a release, take over at once.
         return PodState(name=name, uid=uid, state=None, since=created)
-    ready_condition: Mapping[str, Any] = {}
-    for condition in status.get("conditions") or []:
-        if isinstance(condition, Mapping) and condition.get("type") == "Ready":
-            ready_condition = condition
+    ready_condition = _ready_condition(status)
     since = timestamps.parse_time(ready_condition.get("lastTransitionTime")) or created
     if phase == "Running" and ready_condition.get("status") == "True":
         ended = [t for t in map(timestamps.parse_time, _terminations(status)) if t is not None]
@@ -136,6 +149,14 @@ def pod_state(pod: Mapping[str, Any]) -> PodState:
         revision=revision,
         cause=_cause(status),
     )
+
+
+def _ready_condition(status: Mapping[str, Any]) -> Mapping[str, Any]:
+    found: Mapping[str, Any] = {}
+    for condition in status.get("conditions") or []:
+        if isinstance(condition, Mapping) and condition.get("type") == "Ready":
+            found = condition
+    return found
 
 
 def _cause(status: Mapping[str, Any]) -> str:

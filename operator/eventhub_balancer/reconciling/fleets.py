@@ -58,6 +58,9 @@ class PodRead:
             starting=s.starting,
             outgoing=outgoing,
             restarted=s.restarted,
+            notready_since=(
+                None if s.notready_since is None else podstates.to_seconds(s.notready_since)
+            ),
         )
 
 
