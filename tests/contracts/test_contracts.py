@@ -204,6 +204,26 @@ def test_the_failure_policy_reaches_the_pod_through_its_configmap() -> None:
     assert "processing" in broken.problems[0]
 
 
+def test_a_pod_keeps_the_policy_when_a_newer_operator_adds_a_field_to_it() -> None:
+    """An operator newer than the pod may write a field of the policy the pod does not know
+    yet: the pod keeps what it does know (dead-lettering here), where refusing the whole
+    policy would park the batches its user asked to dead-letter."""
+    spec = specs.parse_spec({**SPEC, "processing": {"maxAttempts": 3, "onFailure": "deadLetter"}})
+    data = podassignments.build_data(
+        spec=spec, consumer="orders", pod="c-0", generation=1, partitions={}
+    )
+    newer = {
+        **data,
+        configmaps.KEY_PROCESSING: '{"maxAttempts":3,"onFailure":"deadLetter","backoff":"5s"}',
+    }
+    parsed = podassignments.parse_data(newer)
+    assert parsed.processing == failurepolicy.Processing(max_attempts=3, on_failure="deadLetter")
+    assert not parsed.problems
+    # The spec itself still refuses a field it does not know, naming it.
+    with pytest.raises(errors.InvalidInput, match=r"spec\.processing\.backoff"):
+        specs.parse_spec({**SPEC, "processing": {"onFailure": "park", "backoff": "5s"}})
+
+
 @pytest.mark.parametrize(
     "data",
     [

@@ -40,14 +40,20 @@ class Processing:
         return {"maxAttempts": self.max_attempts, "onFailure": self.on_failure}
 
 
-def parse(value: Any, *, field: str = "spec.processing") -> Processing:
-    """``spec.processing`` (or the same shape from a pod's ConfigMap), defaults filled in."""
+def parse(
+    value: Any, *, field: str = "spec.processing", unknown_fields: bool = False
+) -> Processing:
+    """``spec.processing`` (or the same shape from a pod's ConfigMap), defaults filled in.
+
+    ``unknown_fields``: a field it does not know is passed over, not refused. A pod reads its
+    ConfigMap so, since an operator newer than the pod may write a field the pod has yet to
+    learn; refusing the whole policy would put the default (park) in place of the user's."""
     if value is None:
         return Processing()
     if not isinstance(value, Mapping):
         raise errors.InvalidInput(field, "must be an object")
     unknown = sorted(set(value) - {"maxAttempts", "onFailure"})
-    if unknown:
+    if unknown and not unknown_fields:
         raise errors.InvalidInput(
             f"{field}.{unknown[0]}", "is not a field of processing: use maxAttempts or onFailure"
         )

@@ -185,7 +185,7 @@ def parse_data(data: object) -> ParsedData:
     raw_processing = data.get(configmaps.KEY_PROCESSING)
     if raw_processing is not None:
         try:
-            processing = failurepolicy.parse(bounds.loads(str(raw_processing)))
+            processing = failurepolicy.parse(bounds.loads(str(raw_processing)), unknown_fields=True)
         except ValueError as e:  # JSONDecodeError and errors.InvalidInput alike
             problems.append(f"{configmaps.KEY_PROCESSING} is unreadable: {str(e)[:80]}")
 
