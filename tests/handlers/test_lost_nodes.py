@@ -101,3 +101,76 @@ async def test_a_pod_that_turned_not_ready_on_its_sigterm_still_gets_its_release
     kube.acknowledge(NS, "b")
     await cycle(kube, hubs, memory, now=41.5)
     assert set(kube.assignment(NS)["a"]) == {"0", "1", "2", "3"}
+
+
+def _moves(kube: fakes.FakeKube) -> list[str]:
+    return [e["message"] for e in kube.events if e["reason"] == "PartitionTakenOver"]
+
+
+async def test_while_a_not_ready_pod_keeps_its_partitions_ready_names_it_and_when_they_move() -> (
+    None
+):
+    # kubectl describe during the grace: which pod holds what nobody processes, and when that
+    # stops; Balanced does not count the NotReady pod's partitions as spread over Ready pods.
+    kube = make_kube()
+    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    memory = await settled(kube, hubs)
+    lose_node(kube, "b", at_s=10)
+    await cycle(kube, hubs, memory, now=11)
+    ready = kube.condition(NS, NAME, "Ready")
+    assert ready["reason"] == "PartitionsWithoutReadyOwner"
+    assert ready["message"] == (
+        "2 of 4 partitions have no Ready owner yet: NotReady pod b holds 2 until "
+        "2024-05-01T12:00:30Z, when podGraceSeconds (20 s) since it turned NotReady ends "
+        "and they move to the Ready pods"
+    )
+    balanced = kube.condition(NS, NAME, "Balanced")
+    assert balanced["message"] == (
+        "2 partitions over 1 Ready pods; NotReady pod b holds 2 until 2024-05-01T12:00:30Z, "
+        "when podGraceSeconds (20 s) since it turned NotReady ends and they move to the Ready "
+        "pods"
+    )
+    # Evicted meanwhile: still named, with the same moment (its grace counts from NotReady).
+    evict(kube, "b", at_s=15)
+    await cycle(kube, hubs, memory, now=16)
+    assert (
+        "NotReady pod b holds 2 until 2024-05-01T12:00:30Z"
+        in (kube.condition(NS, NAME, "Ready")["message"])
+    )
+
+
+async def test_the_take_over_from_an_evicted_pod_says_it_is_terminating_not_gone() -> None:
+    kube = make_kube()
+    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    memory = await settled(kube, hubs)
+    lose_node(kube, "b", at_s=10)
+    await cycle(kube, hubs, memory, now=11)
+    evict(kube, "b", at_s=15)
+    for now in (15, 30):
+        await cycle(kube, hubs, memory, now=now)
+    assert _moves(kube) == [
+        "Took over partitions 2, 3 of b (terminating, NotReady for 20 s since before its "
+        "deletion, past podGraceSeconds: its node may be lost) for a (epoch 2)"
+    ]
+
+
+async def test_the_take_over_from_a_pod_not_ready_too_long_says_so() -> None:
+    # Its process hung, or its node lost and not evicted yet: the pod is still there.
+    kube = make_kube()
+    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    memory = await settled(kube, hubs)
+    kube.set_ready(NS, "b", ready=False, since=at(10))
+    for now in (11, 30):
+        await cycle(kube, hubs, memory, now=now)
+    assert _moves(kube) == [
+        "Took over partitions 2, 3 of b (NotReady for 20 s, past podGraceSeconds) for a (epoch 2)"
+    ]
+
+
+async def test_the_take_over_from_a_pod_that_is_gone_says_gone() -> None:
+    kube = make_kube()
+    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    memory = await settled(kube, hubs)
+    kube.remove_pod(NS, "b")
+    await cycle(kube, hubs, memory, now=5)
+    assert _moves(kube) == ["Took over partitions 2, 3 of b (gone) for a (epoch 2)"]

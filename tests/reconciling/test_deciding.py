@@ -251,3 +251,37 @@ def test_only_a_listing_after_a_configmap_vanished_confirms_its_pod() -> None:
     assert observations.Departures(listed=6, vanished={"cm-b": 6}).confirmed("b", map_name="cm-b")
     assert not observations.Departures(vanished={"cm-b": 6}).confirmed("b", map_name="cm-b")
     assert observations.UNCACHED.confirmed("b", map_name="cm-b")
+
+
+def test_the_take_over_from_a_pod_whose_containers_ended_says_so() -> None:
+    # Succeeded or Failed: still listed (kubectl get pods shows it), but it holds nothing.
+    observation = bodies.applying(started(pod("a"), pod("b")), "a")
+    ended = pod("b")
+    ended["status"]["phase"] = "Failed"
+    observation = bodies.with_pods(observation, ended)
+    _, decision = bodies.decide_fully(observation, now=at(5))
+    assert [e.message for e in decision.events if e.reason == "PartitionTakenOver"] == [
+        "Took over partitions 2, 3 of b (its containers ended: the pod Succeeded or Failed) "
+        "for a (epoch 2)"
+    ]
+
+
+def test_ready_names_the_first_not_ready_owners_by_when_their_partitions_move() -> None:
+    observation = started(pod("a"), pod("b"), pod("c"), pod("d"), pod("e"))
+    holders = sorted(name for name, held in bodies.assignment(observation).items() if held)
+    assert holders == ["a", "b", "c", "d"]
+    observation = bodies.with_pods(
+        observation,
+        pod("a", ready=False, since=10),
+        pod("b", ready=False, since=12),
+        pod("c", ready=False, since=11),
+        pod("d", ready=False, since=13),
+    )
+    decision = bodies.decide(observation, now=at(14))
+    ready = bodies.condition(bodies.applied(observation, decision), "Ready")
+    assert ready["message"] == (
+        "4 of 4 partitions have no Ready owner yet: NotReady pods a (1 until "
+        "2024-05-01T12:00:30Z), c (1 until 2024-05-01T12:00:31Z), b (1 until "
+        "2024-05-01T12:00:32Z) and 1 more hold 4; each pod's partitions move to the Ready pods "
+        "when podGraceSeconds (20 s) since it turned NotReady ends"
+    )

@@ -116,3 +116,14 @@ def find(
         if isinstance(condition, dict) and condition.get("type") == type_:
             return condition
     return None
+
+
+def changed(previous: statusbodies.StatusBody, c: Condition) -> bool:
+    """Whether ``c`` differs in status or reason from the same condition in ``previous``."""
+    old = find(previous.get("conditions"), c.type)
+    return old is None or old.get("status") != c.status or old.get("reason") != c.reason
+
+
+def was_false(previous: statusbodies.StatusBody, c: Condition) -> bool:
+    old = find(previous.get("conditions"), c.type)
+    return old is not None and old.get("status") == "False"

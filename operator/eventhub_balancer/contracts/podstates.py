@@ -9,10 +9,11 @@ instant as the one before it.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime
-from collections.abc import Iterable, Mapping
-from typing import Any, TypedDict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple, TypedDict
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import bounds, timestamps
@@ -179,6 +180,68 @@ def not_ready(states: Iterable[PodState], *, named: int = 3) -> str:
     words = [f"{s.name} {s.cause or 'not Ready'}" for s in ordered[:named]]
     more = len(ordered) - named
     return ", ".join(words) + (f" and {more} more" if more > 0 else "")
+
+
+def left(state: PodState | None, *, now: float) -> str:
+    """Why a pod the planner counts as gone (``state`` None: no such pod any more) lost its
+    partitions at ``now`` (seconds), as an Event says it: "gone" only for a pod that is."""
+    if state is None:
+        return "gone"
+    if state.state is None:
+        return "its containers ended: the pod Succeeded or Failed"
+    if state.state == "terminating" and state.notready_since is not None:
+        waited = now - to_seconds(state.notready_since)
+        return (
+            f"terminating, NotReady for {waited:.0f} s since before its deletion, past "
+            "podGraceSeconds: its node may be lost"
+        )
+    if state.state == "notready":
+        return f"NotReady for {now - to_seconds(state.since):.0f} s, past podGraceSeconds"
+    return "gone"
+
+
+class Kept(NamedTuple):
+    """A NotReady pod (evicted or not) keeping partitions through its grace."""
+
+    pod: str
+    partitions: int
+    until: datetime.datetime  # when its grace ends and the Ready pods take them
+
+
+def kept(
+    states: Mapping[str, PodState], owners: Iterable[str | None], *, grace: float
+) -> list[Kept]:
+    """The NotReady pods among ``owners`` (one per partition held), with what they keep and
+    until when: their grace counts from NotReady (a terminating pod's only when it was
+    NotReady before its deletion; the others release on their SIGTERM). First ends first."""
+    held = collections.Counter(o for o in owners if o is not None)
+    found = []
+    for name, count in held.items():
+        s = states.get(name)
+        since = None if s is None else s.since if s.state == "notready" else s.notready_since
+        if since is not None:
+            found.append(Kept(name, count, since + datetime.timedelta(seconds=grace)))
+    return sorted(found, key=lambda k: (k.until, models.name_key(k.pod)))
+
+
+def kept_words(found: Sequence[Kept], *, grace: float) -> str:
+    """``NotReady pod b holds 2 until ...``: whose grace keeps partitions from the Ready pods."""
+    total = sum(k.partitions for k in found)
+    if len(found) == 1:
+        k = found[0]
+        return (
+            f"NotReady pod {k.pod} holds {k.partitions} until {timestamps.format_time(k.until)}, "
+            f"when podGraceSeconds ({grace:g} s) since it turned NotReady ends and they move to "
+            "the Ready pods"
+        )
+    each = ", ".join(
+        f"{k.pod} ({k.partitions} until {timestamps.format_time(k.until)})" for k in found[:3]
+    )
+    more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+    return (
+        f"NotReady pods {each}{more} hold {total}; each pod's partitions move to the Ready "
+        f"pods when podGraceSeconds ({grace:g} s) since it turned NotReady ends"
+    )
 
 
 #: The label a Deployment puts on its pods: the hash of the pod template, which ends the name

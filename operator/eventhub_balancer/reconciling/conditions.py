@@ -161,6 +161,8 @@ def build(
         or o.owner is None
         or not (pods.get(o.owner) is not None and pods[o.owner].ready)
     ]
+    grace = float(spec.balancing.pod_grace_seconds)
+    kept = podstates.kept(pods, (o.owner for o in plan.assignment.values()), grace=grace)
     selector = spec.selector.to_query()
     # Pods the operator does not watch match nothing: say so, or the selector looks right.
     watched = f" among the pods the operator watches ({pod_scope})" if pod_scope else ""
@@ -202,8 +204,9 @@ def build(
             type=conditions.READY,
             status="False",
             reason="PartitionsWithoutReadyOwner",
-            message=(
+            message=conditions.shorten(
                 f"{len(unowned)} of {len(partitions)} partitions have no Ready owner yet"
+                + (f": {podstates.kept_words(kept, grace=grace)}" if kept else "")
                 + (
                     f"; new partitions wait for {len(plan.starting)} starting pods, for at "
                     "most podGraceSeconds"
@@ -233,7 +236,10 @@ def build(
             type=conditions.BALANCED,
             status="True",
             reason="Balanced",
-            message=f"{len(partitions)} partitions over {ready_pods} Ready pods",
+            message=f"{len(partitions)} partitions over {ready_pods} Ready pods"
+            if not kept
+            else f"{len(partitions) - sum(k.partitions for k in kept)} partitions over "
+            f"{ready_pods} Ready pods; {podstates.kept_words(kept, grace=grace)}",
         )
     elif not ready_pods:
         balanced = conditions.Condition(
@@ -337,17 +343,6 @@ def cannot_process(
             ),
         )
     return None
-
-
-def changed(previous: statusbodies.StatusBody, c: conditions.Condition) -> bool:
-    """Whether ``c`` differs in status or reason from the same condition in ``previous``."""
-    old = conditions.find(previous.get("conditions"), c.type)
-    return old is None or old.get("status") != c.status or old.get("reason") != c.reason
-
-
-def was_false(previous: statusbodies.StatusBody, c: conditions.Condition) -> bool:
-    old = conditions.find(previous.get("conditions"), c.type)
-    return old is not None and old.get("status") == "False"
 
 
 def _who(found: Mapping[str, int], partitions: int) -> str:

@@ -228,6 +228,8 @@ def _decide(
         tampered=back.tampered,
         troubles=troubles,
         paused=spec.paused,
+        pods=states,
+        now=wall,
     )
     outcome = statuses.Outcome(
         generation=observation.generation,

@@ -18,8 +18,8 @@ from typing import Any
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import conditions as conditiontypes
-from eventhub_balancer.contracts import specs, statusbodies, timestamps
-from eventhub_balancer.reconciling import conditions, foreignreaders, progress, reports, writes
+from eventhub_balancer.contracts import podstates, specs, statusbodies, timestamps
+from eventhub_balancer.reconciling import foreignreaders, progress, reports, writes
 
 #: The Event's source component, as ``kubectl describe`` shows it.
 COMPONENT = "eventhub-balancer"
@@ -56,15 +56,22 @@ def _join(partitions: Sequence[str]) -> str:
     return text + (f" and {len(ordered) - 16} more" if len(ordered) > 16 else "")
 
 
-def move_events(moves: Sequence[models.Move], *, paused: bool = False) -> list[KubeEvent]:
+def move_events(
+    moves: Sequence[models.Move],
+    *,
+    paused: bool = False,
+    pods: Mapping[str, podstates.PodState] = {},
+    now: float = 0.0,
+) -> list[KubeEvent]:
     """One Event per (reason, from, to), listing its partitions: few writes, readable history.
 
     While ``paused``, the planner drains every pod (`progress.paused_members`): those revokes say
     ``paused``, and a partition left without an owner is what the spec asks for, not a
-    warning."""
+    warning. A ``gone`` owner still among ``pods`` (NotReady or terminating past its grace at
+    ``now``, or finished) is said to be what it is (`podstates.left`)."""
     groups: dict[tuple[str, str, str | None, str | None], list[models.Move]] = {}
     for m in moves:
-        why: str = m.reason
+        why = m.reason if m.reason != "gone" else podstates.left(pods.get(m.source or ""), now=now)
         if m.kind == "assign":
             reason = "PartitionAssigned"
         elif m.kind == "revoke":
@@ -146,14 +153,17 @@ def build(
     tampered: Mapping[str, tuple[str, ...]] = {},
     troubles: Mapping[models.PartitionId, reports.Trouble] | None = None,
     paused: bool = False,
+    pods: Mapping[str, podstates.PodState] = {},
+    now: float = 0.0,
 ) -> list[KubeEvent]:
-    """The moves, the ConfigMaps rewritten to repair them, the dependencies lost or regained,
-    a pause started, completed or ended.
+    """The moves (``pods`` as read at ``now`` say why an owner lost its partitions), the
+    ConfigMaps rewritten to repair them, the dependencies lost or regained, a pause started,
+    completed or ended.
 
     A ConfigMap whose data claims what the operator's record does not give its pod was changed
     by someone else (a pod has ``patch`` on ConfigMaps): ``AssignmentTampered``, not a repair.
     """
-    events = move_events(plan.moves, paused=paused)
+    events = move_events(plan.moves, paused=paused, pods=pods, now=now)
     for cm_name, cm_problems in sorted(problems.items()):
         if any(w.name == cm_name for w in planned.maps) or any(
             d.name == cm_name for d in planned.deletes
@@ -179,7 +189,7 @@ def build(
     for c in concluded:
         if (
             c.status == "False"
-            and conditions.changed(previous, c)
+            and conditiontypes.changed(previous, c)
             and c.type
             in (conditiontypes.EVENTHUB_REACHABLE, conditiontypes.CHECKPOINT_STORE_REACHABLE)
         ):
@@ -188,7 +198,7 @@ def build(
             c.status == "True"
             and c.type
             in (conditiontypes.EVENTHUB_REACHABLE, conditiontypes.CHECKPOINT_STORE_REACHABLE)
-            and conditions.was_false(previous, c)
+            and conditiontypes.was_false(previous, c)
         ):
             # The end of the fault its Warning told, under the condition's name (or the
             # processor's beside the pods, under its own).
@@ -203,10 +213,10 @@ def build(
         elif (
             c.type == conditiontypes.READY
             and c.reason in ("AssignmentNotApplied", "AssignmentNotWritten")
-            and conditions.changed(previous, c)
+            and conditiontypes.changed(previous, c)
         ):
             events.append(KubeEvent(reason=c.reason, message=c.message, type="Warning"))
-        elif c.type == conditiontypes.PAUSED and conditions.changed(previous, c):
+        elif c.type == conditiontypes.PAUSED and conditiontypes.changed(previous, c):
             events += pause_events(c, previous=previous)
     events += trouble_events(troubles or {}, previous=previous, assignment=plan.assignment)
     return events

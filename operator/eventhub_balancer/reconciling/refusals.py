@@ -10,7 +10,6 @@ import datetime
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import conditions as conditiontypes
 from eventhub_balancer.reconciling import (
-    conditions,
     conflicts,
     decisions,
     kubeevents,
@@ -41,7 +40,7 @@ def invalid(observation: observations.Observation, *, now: datetime.datetime) ->
     }
     events = (
         (kubeevents.KubeEvent(reason=bad.reason, message=bad.message, type="Warning"),)
-        if conditions.changed(previous, bad)
+        if conditiontypes.changed(previous, bad)
         else ()
     )
     return decisions.Decision(
@@ -77,7 +76,7 @@ def refused(
     }
     events = (
         (kubeevents.KubeEvent(reason=conflict.reason, message=conflict.message, type="Warning"),)
-        if conditions.changed(previous, conflict)
+        if conditiontypes.changed(previous, conflict)
         else ()
     )
     return decisions.Decision(
