@@ -253,6 +253,20 @@ def test_only_a_listing_after_a_configmap_vanished_confirms_its_pod() -> None:
     assert observations.UNCACHED.confirmed("b", map_name="cm-b")
 
 
+def test_a_hub_fault_before_anything_is_assigned_says_nothing_is_given_out_yet() -> None:
+    # A new consumer whose hub cannot be listed: there is no assignment to keep.
+    observation = bodies.observe(pods=[pod("a")], ids=None)
+    fault = observations.Fault.of(errors.TransientError("AMQP connection refused"))
+    failing = dataclasses.replace(observation, hub=observations.HubRead(ids=None, fault=fault))
+    decision = bodies.decide(failing, now=at(0))
+    assert decision.partitions == ()
+    reachable = bodies.condition(bodies.applied(failing, decision), "EventHubReachable")
+    assert reachable["message"] == (
+        "AMQP connection refused (no partition is assigned yet: none is given out until the "
+        "partition list is read; retrying with backoff)"
+    )
+
+
 def test_the_take_over_from_a_pod_whose_containers_ended_says_so() -> None:
     # Succeeded or Failed: still listed (kubectl get pods shows it), but it holds nothing.
     observation = bodies.applying(started(pod("a"), pod("b")), "a")

@@ -50,11 +50,17 @@ def _reason(fault: observations.Fault, *, misconfigured: str, unreachable: str) 
     return fault.reason
 
 
-def hub(read: observations.HubRead, *, spec: specs.ConsumerSpec) -> conditions.Condition:
-    """EventHubReachable: listed, or the fault and what the cycle plans over meanwhile."""
+def hub(
+    read: observations.HubRead, *, spec: specs.ConsumerSpec, assigned: bool = True
+) -> conditions.Condition:
+    """EventHubReachable: listed, or the fault and what the cycle plans over meanwhile (not
+    ``assigned``: no partition is known, none is given out)."""
     if read.fault is not None:
+        over = "the last known partition list" if read.ids else "the partitions already assigned"
         fallback = (
-            "the last known partition list" if read.ids else "the partitions already assigned"
+            f"keeping the current assignment over {over}"
+            if read.ids or assigned
+            else "no partition is assigned yet: none is given out until the partition list is read"
         )
         # No retry delay in the message: it changes every attempt, the status must not.
         return conditions.Condition(
@@ -63,10 +69,7 @@ def hub(read: observations.HubRead, *, spec: specs.ConsumerSpec) -> conditions.C
             reason=_reason(
                 read.fault, misconfigured="EventHubMisconfigured", unreachable="EventHubUnreachable"
             ),
-            message=(
-                f"{read.fault.message} (keeping the current assignment over {fallback}; "
-                "retrying with backoff)"
-            ),
+            message=f"{read.fault.message} ({fallback}; retrying with backoff)",
         )
     where = f"Event Hub {spec.event_hub_name!r} in {spec.fully_qualified_namespace}"
     return conditions.Condition(

@@ -199,7 +199,7 @@ def _decide(
         plan=plan,
         pods=states,
         partitions=partitions,
-        hub=conditions.hub(observation.hub, spec=spec),
+        hub=conditions.hub(observation.hub, spec=spec, assigned=bool(partitions)),
         store=conditions.store(
             observation.store, spec=spec, ignored=back.ignored, leaps=back.epoch_leaps
         ),
