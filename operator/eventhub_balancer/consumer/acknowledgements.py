@@ -22,7 +22,7 @@ import logging
 from collections.abc import Mapping
 from typing import Final, Protocol
 
-from eventhub_balancer import errors
+from eventhub_balancer import errors, handoffs
 from eventhub_balancer.adapters import podreconnects
 from eventhub_balancer.consumer import assignments
 from eventhub_balancer.contracts import partitionreports
@@ -151,6 +151,9 @@ class Running(Reporting, Protocol):
     @property
     def fenced(self) -> asyncio.Event: ...
 
+    @property
+    def state(self) -> handoffs.WorkerState: ...
+
 
 def taken_up(
     wanted: Mapping[str, int],
@@ -180,10 +183,14 @@ class Failure(Protocol):
     def error(self) -> str: ...
 
 
+#: The states of a worker that is not processing its partition yet, or no longer.
+UNTAKEN: Final[frozenset[handoffs.WorkerState]] = frozenset({"fencing", "failed"})
+
+
 def collect_reports(
     *,
     wanted: Mapping[str, int],
-    workers: Mapping[str, Reporting],
+    workers: Mapping[str, Running],
     lost: Mapping[str, tuple[int, str]],
     restarts: Mapping[str, Failure],
     unopened: Failure | None,
@@ -193,12 +200,20 @@ def collect_reports(
     """The partitions of the assignment (``wanted``: {partition: epoch}) that are not
     processing normally: a worker's own report (failing, parked, stuck), lost at our epoch,
     restarting after a crash, or not started because the clients cannot open (``unopened``).
+    A worker started again after a failure keeps its partition's failure reported until it
+    is fenced (and while it ends failed again, before the runtime drops it): in an outage of
+    the store or the hub each new attempt fails again after its budget, and a report that
+    went away at every attempt made the operator post `PartitionRecovered` and
+    `PartitionFailing` in turn, and flap `Ready`, while nothing ran.
     ``credentials``: what to fix in a credential file whose new content the pod refused; the
     partitions that fail to start say it first (their credentials may be the old ones)."""
     found: Reports = {}
     for partition, worker in workers.items():
         if wanted.get(partition) == worker.epoch and not worker.releasing:
             report = worker.report(now)
+            restart = restarts.get(partition)
+            if report is None and restart is not None and worker.state in UNTAKEN:
+                report = _failing(partition, worker.epoch, restart, credentials)
             if report is not None:
                 found[partition] = report
     for partition, (epoch, error) in lost.items():
