@@ -35,7 +35,7 @@ async def test_a_hub_listed_after_its_last_consumer_left_keeps_no_client(
     hubs = eventhubs.EventHubs(concurrent_calls=1)
     await read(hubs, "shop/a", "a-key", now=0.0)
     [hub] = hubs.hubs()
-    async with hubs.gate:  # every turn taken: the growth watch's listing waits for one
+    async with hubs.gate.turn(None):  # every turn taken: the growth watch's listing waits for one
         listing = asyncio.create_task(hubs.list_hub(hub))
         await asyncio.sleep(1)
         hubs.forget("shop/a")  # its daemon stopped: the consumer is deleted
@@ -52,7 +52,7 @@ async def test_a_listing_queued_behind_a_key_rotation_keeps_no_client_for_the_ol
     hubs = eventhubs.EventHubs(concurrent_calls=1)
     await read(hubs, "shop/a", "old-key", now=0.0)
     [old] = hubs.hubs()
-    async with hubs.gate:  # every turn taken: both wait for one, in this order
+    async with hubs.gate.turn(None):  # every turn taken: both wait for one, in this order
         rotated = asyncio.create_task(read(hubs, "shop/a", "new-key", now=10.0))
         await asyncio.sleep(1)
         listing = asyncio.create_task(hubs.list_hub(old))

@@ -15,13 +15,13 @@ constants) stay importable from this module.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Hashable
 from typing import TypeVar
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import (
     admissions,
+    callgates,
     checkpointlistings,
     consumergroups,
     hubclients,
@@ -69,8 +69,9 @@ class EventHubs:
         tenant_identities: tenantidentities.TenantIdentities | None = None,
         concurrent_calls: int = CONCURRENT_CALLS,
     ) -> None:
-        #: one turn per call in flight, shared by every consumer (`CONCURRENT_CALLS`)
-        self.gate = asyncio.Semaphore(concurrent_calls)
+        #: one turn per call in flight, shared by every consumer (`CONCURRENT_CALLS`), and
+        #: fairly between tenants (namespaces): one tenant's slow Azure never takes them all
+        self.gate = callgates.FairGate(concurrent_calls)
         #: the Event Hubs clients and checkpoint containers kept open between cycles
         self.clients = hubclients.Clients()
         self.containers = checkpointlistings.checkpoint_containers()
@@ -193,9 +194,9 @@ class EventHubs:
                 workload_identity_client_id=client_id,
                 identity=identity,
             )
-            found = await self.cache.partition_ids(consumer, coordinates, now=now)
+            found = await self.cache.partition_ids(consumer, coordinates, now=now, tenant=namespace)
             if consumer_group is not None:
-                async with self.gate:
+                async with self.gate.turn(namespace):
                     await self.groups.check(
                         consumer, coordinates, consumer_group, found.ids, fresh=found.fresh
                     )
@@ -233,7 +234,7 @@ class EventHubs:
                 workload_identity_client_id=client_id,
                 identity=identity,
             )
-            async with self.gate:
+            async with self.gate.turn(namespace):
                 return await hubclients.fetch_last_sequence_numbers(
                     coordinates, partitions, limit_seconds=self.timeout, clients=self.clients
                 )
@@ -333,7 +334,7 @@ class EventHubs:
                         identity=identity,
                     ),
                 )
-            async with self.gate:
+            async with self.gate.turn(namespace):
                 return await read(
                     fully_qualified_namespace=fully_qualified_namespace,
                     eventhub_name=eventhub_name,

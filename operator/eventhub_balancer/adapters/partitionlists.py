@@ -15,7 +15,7 @@ import asyncio
 import dataclasses
 from collections.abc import Awaitable, Hashable
 
-from eventhub_balancer.adapters import hubclients, keptclients
+from eventhub_balancer.adapters import callgates, hubclients, keptclients
 
 #: The partition list is re-read at least this often: docs/operator.md's "at least every 60 s".
 REFRESH_SECONDS = 60.0
@@ -44,16 +44,18 @@ class PartitionCache:
         *,
         refresh_seconds: float = REFRESH_SECONDS,
         timeout: float = hubclients.TIMEOUT_SECONDS,
-        gate: asyncio.Semaphore | None = None,
+        gate: callgates.FairGate | None = None,
         clients: hubclients.Clients | None = None,
     ) -> None:
         self.refresh_seconds = refresh_seconds
         #: the kept clients the listings go through; None: a client per listing
         self.clients = clients
         self.timeout = timeout
-        #: the turns of the calls in flight (`CONCURRENT_CALLS`)
-        self.gate = gate or asyncio.Semaphore(hubclients.CONCURRENT_CALLS)
+        #: the turns of the calls in flight (`CONCURRENT_CALLS`), shared by tenants
+        self.gate = gate or callgates.FairGate(hubclients.CONCURRENT_CALLS)
         self._entries: dict[str, tuple[hubclients.Coordinates, PartitionList]] = {}
+        #: the tenant each consumer's listings take their turns as (`callgates`)
+        self._tenants: dict[str, Hashable] = {}
         #: the consumers of each hub (`hubclients.Coordinates.key`): the last one to leave a
         #: hub releases its kept client, which holds its credentials (a rotated-out key, a
         #: deleted consumer's Secret)
@@ -69,14 +71,22 @@ class PartitionCache:
         """Drop ``consumer``'s list; the close of its hub's client, if it was the last
         consumer of that hub and credentials (under way: await it to wait for it)."""
         self._entries.pop(consumer, None)
+        self._tenants.pop(consumer, None)
         self._grown.discard(consumer)
         return self._consumers.forget(consumer)
 
     async def partition_ids(
-        self, consumer: str, coordinates: hubclients.Coordinates, *, now: float, force: bool = False
+        self,
+        consumer: str,
+        coordinates: hubclients.Coordinates,
+        *,
+        now: float,
+        force: bool = False,
+        tenant: Hashable = None,
     ) -> PartitionList:
         """The cached list while young and for the same hub; else a fresh one (or it raises).
-        A list the growth watch lengthened (`grow`) is served fresh once."""
+        A list the growth watch lengthened (`grow`) is served fresh once. ``tenant``: whose
+        turns at the gate the listing takes, and the growth watch's of this hub after it."""
         entry = self._entries.get(consumer)
         if (
             entry is not None
@@ -87,12 +97,13 @@ class PartitionCache:
             grown = consumer in self._grown
             self._grown.discard(consumer)
             return dataclasses.replace(entry[1], fresh=grown)
-        async with self.gate:
+        async with self.gate.turn(tenant):
             ids = await hubclients.fetch_partition_ids(
                 coordinates, limit_seconds=self.timeout, clients=self.clients
             )
         result = PartitionList(ids=tuple(ids), fetched_at=now, fresh=True)
         self._entries[consumer] = (coordinates, result)
+        self._tenants[consumer] = tenant
         released = self._consumers.use(consumer, coordinates.key)
         self._grown.discard(consumer)
         if released is not None:
@@ -128,8 +139,10 @@ class PartitionCache:
     async def list_hub(self, hub: Hashable) -> tuple[str, ...] | None:
         """``hub``'s partition ids, listed now with its consumers' credentials (raises wrapped
         errors only); None: no consumer of it is cached any more. The cache is left as it
-        is: `grow` hands a longer list on."""
-        async with self.gate:
+        is: `grow` hands a longer list on. It takes its turn as the tenant of the hub's
+        first consumer: a slow tenant's hubs wait on that tenant's turns."""
+        first = next(iter(self._consumers.users(hub)), None)
+        async with self.gate.turn(self._tenants.get(first) if first is not None else None):
             # Looked up once the turn is taken, not before: a consumer forgotten meanwhile
             # (deleted, or its Secret rotated to another key) released the hub's client, and a
             # listing with its coordinates would build one that nobody releases again.
