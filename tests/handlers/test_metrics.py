@@ -254,7 +254,7 @@ async def test_backlog_probes_share_the_operators_budget(
     hubs, asked = asking_hubs(monkeypatch)
     clock = [0.0]
     budget = backlogs.Budget(per_second=0.01, clock=lambda: clock[0])  # a 0.1-partition bucket
-    budget.take(1)  # another consumer's probe spent it
+    budget.take(1, tenant=NS)  # another consumer's probe (of the namespace) spent it
     memory = memories.Memory()
     for now in (0, 65, 130, 195):
         clock[0] = now

@@ -65,7 +65,9 @@ async def read_checkpoints(
         and read is not None
         and read.listed
         and observation.hub.fault is None
-        and (backlog is None or backlog.take(len(decision.partitions)))
+        and (
+            backlog is None or backlog.take(len(decision.partitions), tenant=observation.namespace)
+        )
     )
     if (decision.needs_last_sequences or backlog_due) and (
         known.checkpoints is not None or known.known_sequences is not None
