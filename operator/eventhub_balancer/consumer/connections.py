@@ -182,7 +182,7 @@ class AzureBackends:
                     epoch=epoch,
                     position=position,
                     prefetch=self.batch.prefetch,
-                    buffer_limit=max(4 * self.batch.batch_size, 2 * self.batch.prefetch),
+                    buffer_limit=self.batch.buffer_limit,
                 )
 
             async def resolve_start(partition: str) -> Any:
