@@ -50,10 +50,10 @@ def storage(location: Path, key: str, port: int, monkeypatch: pytest.MonkeyPatch
     return azurite_launcher.Azurite(location=location, port=port).start()
 
 
-async def checkpoints(port: int) -> dict[str, int]:
-    """{partition: sequence number} of the stored checkpoints, read with the second key."""
+async def checkpoints(port: int, key: str = SECOND_KEY) -> dict[str, int]:
+    """{partition: sequence number} of the stored checkpoints, read with ``key``."""
     async with blobs.open_container(
-        container_name=CONTAINER, connection_string=blob_string(port, SECOND_KEY)
+        container_name=CONTAINER, connection_string=blob_string(port, key)
     ) as container:
         store = checkpointing.CheckpointStore(
             container,
@@ -126,6 +126,12 @@ async def test_the_pods_checkpoints_resume_once_the_file_holds_the_new_key(
                 )
             )
             await eventually(lambda: len(recorder.done) == 10, within=30, what="10 events")
+            # A batch is handed to the processor before its checkpoint is written: the key is
+            # rotated only once both checkpoints stand, or the last one would meet the new key.
+            deadline = asyncio.get_running_loop().time() + 30
+            while await checkpoints(port, FIRST_KEY) != {"0": 4, "1": 4}:
+                assert asyncio.get_running_loop().time() < deadline, "no first checkpoints"
+                await asyncio.sleep(0.2)
 
             # The first key is regenerated: the account takes the second one only.
             service.stop()
