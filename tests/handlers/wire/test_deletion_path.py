@@ -139,7 +139,8 @@ def test_a_pod_deletion_reaches_the_configmap_write_through_few_files(
     print(f"\n{len(trace.files)} product files, {len(counted)} of handlers/ and reconciling/")
     print(f"(the deletion ran {ran} of the {held} lines those {len(counted)} hold):")
     for path, names in trace.files.items():
-        print(f"  {path}: {', '.join(dict.fromkeys(names))}")
+        size = len((root / path).read_text().splitlines())
+        print(f"  {path} ({len(trace.lines[path])} of {size}): {', '.join(dict.fromkeys(names))}")
     assert trace.files, "the trace saw nothing"
     assert "handlers/kopfwiring.py" in trace.files
     assert len(counted) <= CEILING, counted
