@@ -331,3 +331,20 @@ def test_a_notready_pod_on_a_node_is_starting_and_one_no_node_took_is_not() -> N
     assert not podstates.pod_state(pod(phase="Pending")).starting
     # What pod_state reads includes the node, so a kept state is not reused across binding.
     assert podstates.state_inputs(placed) != podstates.state_inputs(pod(phase="Pending"))
+
+
+def test_a_sighting_lasts_while_what_since_is_read_from_stays_the_same() -> None:
+    def ready(since: str, **labels: str) -> dict[str, object]:
+        meta = {"name": "p", "uid": "u", "creationTimestamp": "2024-05-01T00:00:00Z"}
+        condition = {"type": "Ready", "status": "True", "lastTransitionTime": since}
+        status = {"phase": "Running", "conditions": [condition]}
+        return {"metadata": {**meta, "labels": labels}, "status": status}
+
+    first = podstates.sightings({}, [ready("2024-05-01T12:00:00Z")], wall=10.0)
+    assert (first["p"].first, first["p"].witnessed) == (10.0, False)
+    # A new body that changes only what since is not read from (a label): still first seen at 10.
+    relabelled = podstates.sightings(first, [ready("2024-05-01T12:00:00Z", tier="a")], wall=20.0)
+    assert (relabelled["p"].first, relabelled["p"].witnessed) == (10.0, False)
+    # The Ready condition turned again: seen anew, and witnessed, as the same pod was seen before.
+    turned = podstates.sightings(relabelled, [ready("2024-05-01T12:00:25Z")], wall=30.0)
+    assert (turned["p"].first, turned["p"].witnessed) == (30.0, True)

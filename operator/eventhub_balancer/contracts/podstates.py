@@ -354,18 +354,15 @@ class Sighting:
 def _since_key(pod: Mapping[str, Any]) -> tuple[object, ...]:
     meta = pod.get("metadata") or {}
     status = pod.get("status") or {}
-    ready = [
-        (c.get("status"), c.get("lastTransitionTime"))
-        for c in status.get("conditions") or []
-        if isinstance(c, Mapping) and c.get("type") == "Ready"
-    ]
+    ready = _ready_condition(status)
     return (
         meta.get("uid"),
         meta.get("creationTimestamp"),
         meta.get("deletionTimestamp"),
         meta.get("deletionGracePeriodSeconds"),
         status.get("phase"),
-        tuple(ready),
+        ready.get("status"),
+        ready.get("lastTransitionTime"),
     )
 
 
