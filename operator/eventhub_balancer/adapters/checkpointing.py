@@ -68,10 +68,12 @@ class CheckpointStore:
         self.retry = retry
         self._rng = random.Random(retry.seed)
         #: Keyed by partition id, so bounded by the hub's partition count: the checkpoint we
-        #: hold, the lock serialising its writes, the leases we broke fencing it.
+        #: hold, the lock serialising its writes, the leases we broke fencing it, and the one
+        #: we held until a fence that has not succeeded yet (written back if its blob is gone).
         self._owned: dict[str, Checkpoint] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._lease_breaks: dict[str, int] = {}
+        self._held: dict[str, Checkpoint] = {}
         self._blobs = checkpointrequests.CheckpointBlobs(
             container,
             fully_qualified_namespace=fully_qualified_namespace,
@@ -97,6 +99,7 @@ class CheckpointStore:
         """Forget a partition locally (after its final checkpoint); the blob keeps our epoch,
         which the next owner's higher epoch supersedes."""
         self._owned.pop(partition, None)
+        self._held.pop(partition, None)
 
     # -- operations
 
@@ -111,7 +114,7 @@ class CheckpointStore:
             policy=self.retry, rng=self._rng, operation=f"list checkpoints under {self.prefix}"
         )
         blobs = await self._blobs.list(budget)
-        return sorted(blobs, key=lambda c: _partition_key(c.partition))
+        return sorted(blobs, key=lambda c: checkpointblobs.partition_order(c.partition))
 
     async def seed(
         self,
@@ -162,14 +165,18 @@ class CheckpointStore:
             else startpositions.seed_position(start)
         )
         async with self._lock(partition):
-            self._owned.pop(partition, None)
+            held = self._owned.pop(partition, None) or self._held.get(partition)
+            if held is not None:
+                self._held[partition] = held
             self._lease_breaks.pop(partition, None)
             budget = self._budget(f"fence with epoch {epoch}", partition)
             unleased = True
             while True:
                 current = await self._blobs.get(partition, budget)
                 if current is None:
-                    taken = await self._blobs.create(partition, position, epoch, budget)
+                    taken = await checkpointtakeovers.create_missing(
+                        self._blobs, partition, epoch, position, held, budget
+                    )
                     if taken is None:
                         await budget.after_conflict("409 BlobAlreadyExists (created concurrently)")
                         continue
@@ -202,6 +209,7 @@ class CheckpointStore:
                         await budget.after_conflict("412/409 (changed or leased since read)")
                         continue
                 self._owned[partition] = taken
+                self._held.pop(partition, None)
                 logger.info(
                     "partition %s: fenced with epoch %d at sequence number %d",
                     partition,
@@ -282,7 +290,9 @@ class CheckpointStore:
                     self._owned[partition] = current
                     return current
                 pause: float | None = None
-                unchanged = _same_etag(current.etag, etag) and current.epoch == mine.epoch
+                unchanged = (
+                    checkpointrequests.same_etag(current.etag, etag) and current.epoch == mine.epoch
+                )
                 if unchanged and current.leased:
                     # Unchanged, ours, and leased: only a fencer's lease refused the write
                     # (412 LeaseIdMissing). Wait for a live one; break a dead one's.
@@ -388,12 +398,3 @@ class CheckpointStore:
         if lock is None:
             lock = self._locks[partition] = asyncio.Lock()
         return lock
-
-
-def _same_etag(a: str, b: str) -> bool:
-    """Listed ETags come unquoted, answered ones quoted."""
-    return a.strip('"') == b.strip('"')
-
-
-def _partition_key(partition: str) -> tuple[int, int | str]:
-    return (0, int(partition)) if partition.isdigit() else (1, partition)

@@ -376,5 +376,10 @@ class CheckpointBlobs:
         return blob
 
 
+def same_etag(a: str, b: str) -> bool:
+    """Listed ETags come unquoted, answered ones quoted."""
+    return a.strip('"') == b.strip('"')
+
+
 def _as_datetime(value: object) -> datetime.datetime | None:
     return value if isinstance(value, datetime.datetime) else None

@@ -1,16 +1,29 @@
-"""A fence's takeover of a checkpoint blob under a short lease (`checkpointing`'s fence).
+"""A fence's takeover of a checkpoint blob under a short lease, and its creation of a blob
+that is missing (`checkpointing`'s fence).
 
-Apart from the store's ownership protocol because it is its one leased step: a fence's first
-write goes without a lease, and only when it loses a race does the takeover go through here.
+Apart from the store's ownership protocol because they are its exceptions: a fence's first
+write goes without a lease, and only when it loses a race does the takeover go through here;
+a fence that finds no blob decides here where the partition starts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+from typing import Final
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import checkpointrequests, retrying
+from eventhub_balancer.contracts import checkpointblobs
+
+logger = logging.getLogger(__name__)
+
+#: Said when a worker started again finds its own partition's blob gone.
+RESTORED: Final = (
+    "partition %s: checkpoint blob %s is gone (deleted by hand, by a lifecycle policy, or with "
+    "its container); writing our last checkpoint (sequence number %d) back with epoch %d"
+)
 
 
 async def take_over(
@@ -60,3 +73,25 @@ async def take_over(
         with contextlib.suppress(Exception):
             async with asyncio.timeout(release_within):
                 await lease.release()
+
+
+async def create_missing(
+    blobs: checkpointrequests.CheckpointBlobs,
+    partition: str,
+    epoch: int,
+    start: checkpointblobs.Position,
+    held: checkpointrequests.Checkpoint | None,
+    budget: retrying.Budget,
+) -> checkpointrequests.Checkpoint | None:
+    """Create the blob a fence found missing (None when it was created concurrently: re-read).
+
+    ``held`` is our own last checkpoint of the partition at this ``epoch`` (a worker started
+    again, its blob deleted meanwhile, with its container say): the position is written back,
+    not ``start``, which with "latest" would skip every event enqueued since. Without it the
+    blob goes at ``start``.
+    """
+    name = blobs.blob_name(partition)
+    if held is not None and held.epoch == epoch:
+        logger.warning(RESTORED, partition, name, held.sequence_number, epoch)
+        return await blobs.create(partition, held.position, epoch, budget)
+    return await blobs.create(partition, start, epoch, budget)

@@ -79,6 +79,11 @@ def partition_of(name: str) -> str:
     return name.rsplit("/", 1)[-1]
 
 
+def partition_order(partition: str) -> tuple[int, int | str]:
+    """Sorts partition ids as numbers where they are (2 before 10), the others after them."""
+    return (0, int(partition)) if partition.isdigit() else (1, partition)
+
+
 @dataclasses.dataclass(frozen=True)
 class Position:
     """Where processing of a partition stands: the last processed event."""

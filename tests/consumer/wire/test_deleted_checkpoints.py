@@ -5,6 +5,11 @@ owner with new events recreates the blob with its next checkpoint; one whose par
 quiet writes nothing new on its release, and the next owner would start the partition from
 the start position (with ``earliest``: every retained event again). So a release with nothing
 new to write puts its last checkpoint back when the blob is gone.
+
+A container deleted under a running pod fails its partitions (the store says to create it)
+until it is back. The pod still knows where each partition stood; when its worker starts
+again at the same epoch, it writes that position back rather than the start position (with
+``latest``: every event enqueued meanwhile skipped).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from eventhub_balancer import errors
 from eventhub_balancer.adapters import checkpointing
 from eventhub_balancer.consumer import metrics, partitions
 from eventhub_balancer.contracts import startpositions
@@ -38,7 +44,10 @@ async def earliest(partition: str) -> Any:
 
 
 def worker(
-    hub: consumerfakes.FakeHub, owner: checkpointing.CheckpointStore, recorder: Any
+    hub: consumerfakes.FakeHub,
+    owner: checkpointing.CheckpointStore,
+    recorder: Any,
+    resolve_start: Any = earliest,
 ) -> partitions.PartitionWorker:
     return partitions.PartitionWorker(
         partition="0",
@@ -47,7 +56,7 @@ def worker(
         pod="pod-a",
         store=owner,
         open_receiver=hub.open,
-        resolve_start=earliest,
+        resolve_start=resolve_start,
         processor=recorder,
         settings=SETTINGS,
         stats=metrics.PartitionStats(),
@@ -113,3 +122,43 @@ async def test_keep_leaves_a_newer_owners_blob_alone(blob_container: Any) -> Non
     kept = await owner.keep("0")
     assert kept is not None
     assert (kept.owner_id, kept.epoch, kept.etag) == ("pod-b", 2, newer.etag)
+
+
+async def test_a_worker_started_again_after_its_container_came_back_resumes_where_it_stood(
+    blob_container: Any,
+) -> None:
+    hub = consumerfakes.FakeHub()
+    hub.append("0", 3)
+    recorder = consumerfakes.Recorder()
+    owner = store(blob_container, "pod-a")
+
+    async def latest(partition: str) -> Any:  # the start position "latest": the hub's end
+        last = len(hub.events["0"]) - 1
+        return checkpointing.Position(offset=str(last), sequence_number=last)
+
+    first = worker(hub, owner, recorder, latest)
+    task = asyncio.create_task(first.run())
+    await consumerfakes.eventually(
+        lambda: first.stats.checkpointed_sequence_number == 2, within=30, what="checkpoint 2"
+    )
+    await blob_container.delete_container()  # a Terraform re-apply, say
+    hub.append("0", 1)  # handled, and its checkpoint refused
+    async with asyncio.timeout(30):
+        assert await task == "failed"
+    assert isinstance(first.error, errors.ConfigurationError)
+    assert "create it" in str(first.error)
+    again = worker(hub, owner, recorder, latest)  # its restart, while the container is gone
+    async with asyncio.timeout(30):
+        assert await again.run() == "failed"
+    hub.append("0", 2)  # enqueued while the partition waits
+    await blob_container.create_container()
+    third = worker(hub, owner, recorder, latest)
+    task = asyncio.create_task(third.run())
+    await consumerfakes.eventually(
+        lambda: third.stats.checkpointed_sequence_number == 5, within=30, what="checkpoint 5"
+    )
+    third.release()
+    async with asyncio.timeout(30):
+        assert await task == "released"
+    assert {("0", 4), ("0", 5)} <= set(recorder.done)  # not skipped by "latest"
+    assert [s for _, s in recorder.done].count(3) == 2  # at least once: its checkpoint was lost
