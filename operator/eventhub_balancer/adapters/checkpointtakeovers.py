@@ -24,6 +24,13 @@ RESTORED: Final = (
     "partition %s: checkpoint blob %s is gone (deleted by hand, by a lifecycle policy, or with "
     "its container); writing our last checkpoint (sequence number %d) back with epoch %d"
 )
+#: Said when a new owner finds no blob of a partition that had an owner before it.
+GONE: Final = (
+    "partition %s: no checkpoint blob %s, though epoch %d says the partition had an owner "
+    "before: if it wrote checkpoints, the blob was deleted (by hand, by a lifecycle policy, or "
+    "with its container). Starting from the start position, after sequence number %d: events "
+    "since the lost checkpoint are skipped or processed again"
+)
 
 
 async def take_over(
@@ -88,10 +95,13 @@ async def create_missing(
     ``held`` is our own last checkpoint of the partition at this ``epoch`` (a worker started
     again, its blob deleted meanwhile, with its container say): the position is written back,
     not ``start``, which with "latest" would skip every event enqueued since. Without it the
-    blob goes at ``start``.
+    blob goes at ``start``; an epoch above 1 says the partition had an owner before, whose
+    checkpoints, if it wrote any, are gone: said at WARNING, with where the partition starts.
     """
     name = blobs.blob_name(partition)
     if held is not None and held.epoch == epoch:
         logger.warning(RESTORED, partition, name, held.sequence_number, epoch)
         return await blobs.create(partition, held.position, epoch, budget)
+    if epoch > 1:
+        logger.warning(GONE, partition, name, epoch, start.sequence_number)
     return await blobs.create(partition, start, epoch, budget)

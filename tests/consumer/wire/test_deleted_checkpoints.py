@@ -9,18 +9,20 @@ new to write puts its last checkpoint back when the blob is gone.
 A container deleted under a running pod fails its partitions (the store says to create it)
 until it is back. The pod still knows where each partition stood; when its worker starts
 again at the same epoch, it writes that position back rather than the start position (with
-``latest``: every event enqueued meanwhile skipped).
+``latest``: every event enqueued meanwhile skipped). A new owner has no such knowledge: its
+fence says at WARNING that the blob of a partition that had owners before is gone.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import checkpointing
+from eventhub_balancer.adapters import checkpointing, checkpointtakeovers
 from eventhub_balancer.consumer import metrics, partitions
 from eventhub_balancer.contracts import startpositions
 from tests.support import consumerfakes
@@ -162,3 +164,20 @@ async def test_a_worker_started_again_after_its_container_came_back_resumes_wher
         assert await task == "released"
     assert {("0", 4), ("0", 5)} <= set(recorder.done)  # not skipped by "latest"
     assert [s for _, s in recorder.done].count(3) == 2  # at least once: its checkpoint was lost
+
+
+async def test_a_new_owner_of_a_partition_whose_blob_is_gone_says_so(
+    blob_container: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger=checkpointtakeovers.__name__)
+    await store(blob_container, "pod-a").fence("0", 1)  # a first owner: nobody before it
+    assert not caplog.records
+    await delete_the_blob(blob_container)
+    taken = await store(blob_container, "pod-b").fence("0", 2, start=startpositions.EARLIEST)
+    assert taken.sequence_number == -1
+    [record] = caplog.records
+    message = record.getMessage()
+    assert "partition 0" in message
+    assert BLOB in message
+    assert "epoch 2" in message
+    assert "sequence number -1" in message
