@@ -12,7 +12,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple, TypedDict
 
 from eventhub_balancer.balancing import models
@@ -174,32 +174,6 @@ def _cause(status: Mapping[str, Any]) -> str:
     return ""
 
 
-def not_ready(states: Iterable[PodState], *, named: int = 3) -> str:
-    """``a CrashLoopBackOff, b not Ready and 2 more``: the first pods by name and why."""
-    ordered = sorted(states, key=lambda s: models.name_key(s.name))
-    words = [f"{s.name} {s.cause or 'not Ready'}" for s in ordered[:named]]
-    more = len(ordered) - named
-    return ", ".join(words) + (f" and {more} more" if more > 0 else "")
-
-
-def left(state: PodState | None, *, now: float) -> str:
-    """Why a pod the planner counts as gone (``state`` None: no such pod any more) lost its
-    partitions at ``now`` (seconds), as an Event says it: "gone" only for a pod that is."""
-    if state is None:
-        return "gone"
-    if state.state is None:
-        return "its containers ended: the pod Succeeded or Failed"
-    if state.state == "terminating" and state.notready_since is not None:
-        waited = now - to_seconds(state.notready_since)
-        return (
-            f"terminating, NotReady for {waited:.0f} s since before its deletion, past "
-            "podGraceSeconds: its node may be lost"
-        )
-    if state.state == "notready":
-        return f"NotReady for {now - to_seconds(state.since):.0f} s, past podGraceSeconds"
-    return "gone"
-
-
 class Kept(NamedTuple):
     """A NotReady pod (evicted or not) keeping partitions through its grace."""
 
@@ -222,26 +196,6 @@ def kept(
         if since is not None:
             found.append(Kept(name, count, since + datetime.timedelta(seconds=grace)))
     return sorted(found, key=lambda k: (k.until, models.name_key(k.pod)))
-
-
-def kept_words(found: Sequence[Kept], *, grace: float) -> str:
-    """``NotReady pod b holds 2 until ...``: whose grace keeps partitions from the Ready pods."""
-    total = sum(k.partitions for k in found)
-    if len(found) == 1:
-        k = found[0]
-        return (
-            f"NotReady pod {k.pod} holds {k.partitions} until {timestamps.format_time(k.until)}, "
-            f"when podGraceSeconds ({grace:g} s) since it turned NotReady ends and they move to "
-            "the Ready pods"
-        )
-    each = ", ".join(
-        f"{k.pod} ({k.partitions} until {timestamps.format_time(k.until)})" for k in found[:3]
-    )
-    more = f" and {len(found) - 3} more" if len(found) > 3 else ""
-    return (
-        f"NotReady pods {each}{more} hold {total}; each pod's partitions move to the Ready "
-        f"pods when podGraceSeconds ({grace:g} s) since it turned NotReady ends"
-    )
 
 
 #: The label a Deployment puts on its pods: the hash of the pod template, which ends the name

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from eventhub_balancer import errors
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import conditions, podstates, specs, statusbodies
-from eventhub_balancer.reconciling import foreignreaders, observations, progress, reports
+from eventhub_balancer.reconciling import foreignreaders, observations, podwords, progress, reports
 
 #: How long a Ready pod may hold partitions without a word before Ready says nothing reads
 #: them: far above the second a consumer pod takes (a Spark pod is NotReady until its session
@@ -196,7 +196,7 @@ def build(
             reason="NoReadyPods",
             message=conditions.shorten(
                 f"{len(pods)} pods match spec.selector{watched} but none is Running and Ready: "
-                f"{podstates.not_ready(pods.values())} (kubectl describe pod and the pods' logs "
+                f"{podwords.not_ready(pods.values())} (kubectl describe pod and the pods' logs "
                 "say why)"
             ),
         )
@@ -209,7 +209,7 @@ def build(
             reason="PartitionsWithoutReadyOwner",
             message=conditions.shorten(
                 f"{len(unowned)} of {len(partitions)} partitions have no Ready owner yet"
-                + (f": {podstates.kept_words(kept, grace=grace)}" if kept else "")
+                + (f": {podwords.kept_words(kept, grace=grace)}" if kept else "")
                 + (
                     f"; new partitions wait for {len(plan.starting)} starting pods, for at "
                     "most podGraceSeconds"
@@ -242,7 +242,7 @@ def build(
             message=f"{len(partitions)} partitions over {ready_pods} Ready pods"
             if not kept
             else f"{len(partitions) - sum(k.partitions for k in kept)} partitions over "
-            f"{ready_pods} Ready pods; {podstates.kept_words(kept, grace=grace)}",
+            f"{ready_pods} Ready pods; {podwords.kept_words(kept, grace=grace)}",
         )
     elif not ready_pods:
         balanced = conditions.Condition(

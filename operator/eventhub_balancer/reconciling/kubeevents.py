@@ -56,6 +56,23 @@ def _join(partitions: Sequence[str]) -> str:
     return text + (f" and {len(ordered) - 16} more" if len(ordered) > 16 else "")
 
 
+def left(state: podstates.PodState, *, now: float) -> str:
+    """Why a pod the planner counts as gone, still listed as ``state``, lost its partitions at
+    ``now`` (seconds), as an Event says it: "gone" when there is no more to say (a pod that
+    released on its SIGTERM); a pod no longer listed is "gone" without asking."""
+    if state.state is None:
+        return "its containers ended: the pod Succeeded or Failed"
+    if state.state == "terminating" and state.notready_since is not None:
+        waited = now - podstates.to_seconds(state.notready_since)
+        return (
+            f"terminating, NotReady for {waited:.0f} s since before its deletion, past "
+            "podGraceSeconds: its node may be lost"
+        )
+    if state.state == "notready":
+        return f"NotReady for {now - podstates.to_seconds(state.since):.0f} s, past podGraceSeconds"
+    return "gone"
+
+
 def move_events(
     moves: Sequence[models.Move],
     *,
@@ -68,10 +85,11 @@ def move_events(
     While ``paused``, the planner drains every pod (`progress.paused_members`): those revokes say
     ``paused``, and a partition left without an owner is what the spec asks for, not a
     warning. A ``gone`` owner still among ``pods`` (NotReady or terminating past its grace at
-    ``now``, or finished) is said to be what it is (`podstates.left`)."""
+    ``now``, or finished) is said to be what it is (`left`)."""
     groups: dict[tuple[str, str, str | None, str | None], list[models.Move]] = {}
     for m in moves:
-        why = m.reason if m.reason != "gone" else podstates.left(pods.get(m.source or ""), now=now)
+        state = pods.get(m.source or "") if m.reason == "gone" else None
+        why = m.reason if state is None else left(state, now=now)
         if m.kind == "assign":
             reason = "PartitionAssigned"
         elif m.kind == "revoke":

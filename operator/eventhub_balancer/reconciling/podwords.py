@@ -1,0 +1,42 @@
+"""What the Ready and Balanced conditions say of the pods that are not Ready: why none of them
+is (`not_ready`), and whose grace keeps partitions from the Ready pods (`kept_words`).
+
+`contracts.podstates` says what a pod is and what its grace keeps (`podstates.kept`); the
+sentences the user reads are here, apart from `conditions`, which uses them, to keep it within
+bounds; neither runs while the pods are Ready, as on a plain pod deletion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from eventhub_balancer.balancing import models
+from eventhub_balancer.contracts import podstates, timestamps
+
+
+def not_ready(states: Iterable[podstates.PodState], *, named: int = 3) -> str:
+    """``a CrashLoopBackOff, b not Ready and 2 more``: the first pods by name and why."""
+    ordered = sorted(states, key=lambda s: models.name_key(s.name))
+    words = [f"{s.name} {s.cause or 'not Ready'}" for s in ordered[:named]]
+    more = len(ordered) - named
+    return ", ".join(words) + (f" and {more} more" if more > 0 else "")
+
+
+def kept_words(found: Sequence[podstates.Kept], *, grace: float) -> str:
+    """``NotReady pod b holds 2 until ...``: whose grace keeps partitions from the Ready pods."""
+    total = sum(k.partitions for k in found)
+    if len(found) == 1:
+        k = found[0]
+        return (
+            f"NotReady pod {k.pod} holds {k.partitions} until {timestamps.format_time(k.until)}, "
+            f"when podGraceSeconds ({grace:g} s) since it turned NotReady ends and they move to "
+            "the Ready pods"
+        )
+    each = ", ".join(
+        f"{k.pod} ({k.partitions} until {timestamps.format_time(k.until)})" for k in found[:3]
+    )
+    more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+    return (
+        f"NotReady pods {each}{more} hold {total}; each pod's partitions move to the Ready "
+        f"pods when podGraceSeconds ({grace:g} s) since it turned NotReady ends"
+    )
