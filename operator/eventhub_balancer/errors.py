@@ -81,6 +81,12 @@ class EventHubNotFound(ConfigurationError):
     reason: ClassVar[str] = "EventHubNotFound"
 
 
+class CheckpointContainerNotFound(ConfigurationError):
+    """The storage account answered but has no such checkpoint container (deleted, or never
+    created): every partition of the consumer fails with it until it is created. Its reason
+    stays ``Misconfigured``, as the operator's conditions show it."""
+
+
 class ConsumerGroupNotFound(EventHubNotFound):
     """The Event Hub exists, but not the consumer group the spec names: nobody can receive
     until it is created (Azure creates none on demand) or the spec names another."""

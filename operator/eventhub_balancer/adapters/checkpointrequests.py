@@ -327,9 +327,9 @@ class CheckpointBlobs:
         )
         return current
 
-    def missing_container(self, error: BaseException) -> errors.ConfigurationError:
+    def missing_container(self, error: BaseException) -> errors.CheckpointContainerNotFound:
         name = getattr(self.container, "container_name", "?")
-        return errors.ConfigurationError(
+        return errors.CheckpointContainerNotFound(
             f"checkpoint container {name!r} does not exist ({retrying.describe(error)}): "
             "create it, or fix checkpointStore.containerName"
         )

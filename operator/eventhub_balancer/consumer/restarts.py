@@ -3,8 +3,10 @@ and the one log line for a failure that every partition shares.
 
 A failed worker starts again after `backoff_delay` (1 s, doubled per failure in a row,
 up to 30 s). Most failures belong to their partition. A hub or consumer group that does not
-exist (`errors.EventHubNotFound`) belongs to all of them: every partition fails with it within
-a second, and logged per partition it made a 32-partition pod write 32 ERROR lines every round.
+exist (`errors.EventHubNotFound`), or a checkpoint container that does not (deleted under the
+pod: `errors.CheckpointContainerNotFound`), belongs to all of them: every partition fails with
+it within a second, and logged per partition it made a 32-partition pod write 32 ERROR lines
+every round.
 Such a failure is logged here once, when it first appears and again every `REPEAT_SECONDS`
 while it stands, with how many partitions wait on it; the lines per partition go to DEBUG.
 """
@@ -36,7 +38,7 @@ REPEAT_SECONDS = 300.0
 
 def shared(error: BaseException | None) -> bool:
     """Whether ``error`` is a failure of what every partition reads, not of one partition."""
-    return isinstance(error, errors.EventHubNotFound)
+    return isinstance(error, errors.EventHubNotFound | errors.CheckpointContainerNotFound)
 
 
 @dataclasses.dataclass
