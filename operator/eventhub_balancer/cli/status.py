@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from eventhub_balancer.cli import tables
-from eventhub_balancer.contracts import bounds, conditions, podstates
+from eventhub_balancer import errors
+from eventhub_balancer.cli import kubecontexts, tables
+from eventhub_balancer.contracts import bounds, conditions, labelselectors, podstates
 
 COMMAND = ("status",)
 HELP = "print pods, partitions, epochs, readiness and hand-offs of EventHubConsumers"
@@ -191,11 +193,9 @@ def _shown(lines: list[str]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    import asyncio
-
-    from eventhub_balancer import errors
+    # Here, not at the top: every command module is imported at each `ehb` start-up, and this
+    # one imports the Kubernetes client (over half a second).
     from eventhub_balancer.adapters import kubeapi
-    from eventhub_balancer.cli import kubecontexts
 
     if args.all_namespaces and args.name:
         raise errors.InvalidInput("--all-namespaces", "lists every consumer: drop it or the NAME")
@@ -242,9 +242,6 @@ def run(args: argparse.Namespace) -> int:
 async def selected(api: Any, body: Mapping[str, Any]) -> list[Mapping[str, Any]] | None:
     """The pods the consumer's selector matches now; None when they cannot be listed (a
     selector the operator refuses too, no right to list pods): the status is shown alone."""
-    from eventhub_balancer import errors
-    from eventhub_balancer.contracts import labelselectors
-
     try:
         selector = labelselectors.parse_selector(
             (body.get("spec") or {}).get("selector"), field="spec.selector"
