@@ -6,6 +6,12 @@ task switch. Everything written while handling one read (or one loop iteration) 
 one ``transport.write``. Any protocol violation closes this connection with an AMQP error
 and leaves every other connection alone.
 
+Like Event Hubs, it keeps a client's idle-time-out (the open's field): when the client
+advertises one, an empty frame goes out whenever nothing else was sent for half of it
+(`_beat`), so that a client closes only a connection that hears nothing at all. A connection
+can be made to hang (`hang`): the socket stays open and everything sent either way is
+dropped, as a NAT gateway or firewall that lost the flow does.
+
 This module is the connection's state machine only; what a link does lives in `links`
 (the bases), `eventlinks` and `requestlinks`, and which link an attach opens in `attaching`.
 """
@@ -60,6 +66,12 @@ class Connection(asyncio.Protocol):
         self._flush_scheduled = False
         self._closing = False
         self._sasl_done = False
+        #: dropping everything both ways, the socket left open (`hang`)
+        self.hung = False
+        #: half the client's idle-time-out, in seconds (None: it advertised none)
+        self._beat_every: float | None = None
+        self._sent_at = self.loop.time()
+        self._beat_timer: asyncio.TimerHandle | None = None
 
     # --- transport callbacks -------------------------------------------------------------
 
@@ -70,6 +82,7 @@ class Connection(asyncio.Protocol):
         self.registry.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_beating()
         self._forget_everything()
         self.registry.discard(self)
         self.transport = None
@@ -85,7 +98,7 @@ class Connection(asyncio.Protocol):
                     link.pump()
 
     def data_received(self, data: bytes) -> None:
-        if self._closing:
+        if self._closing or self.hung:
             return
         self._buffer += data
         try:
@@ -108,6 +121,8 @@ class Connection(asyncio.Protocol):
     # --- writing -------------------------------------------------------------------------
 
     def write(self, data: bytes) -> None:
+        if self.hung:
+            return
         self._out.append(data)
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -115,9 +130,34 @@ class Connection(asyncio.Protocol):
 
     def flush(self) -> None:
         self._flush_scheduled = False
-        if self._out and self.transport is not None:
+        if self._out and self.transport is not None and not self.hung:
             self.transport.write(b"".join(self._out))
+            self._sent_at = self.loop.time()
         self._out.clear()
+
+    def hang(self) -> None:
+        """From now on drop everything both ways and send nothing, the socket left open (chaos
+        tests: a NAT gateway or firewall that silently lost the flow)."""
+        self.hung = True
+        self._out.clear()
+        self._stop_beating()
+
+    def _beat(self) -> None:
+        """An empty frame if nothing went out for half the client's idle-time-out (as Event
+        Hubs does), then the next look when the next half is due."""
+        self._beat_timer = None
+        every = self._beat_every
+        if every is None or self.transport is None or self._closing or self.hung:
+            return
+        if self.loop.time() >= self._sent_at + every:
+            self.write(frames.EMPTY_FRAME)
+            self.flush()
+        self._beat_timer = self.loop.call_at(self._sent_at + every, self._beat)
+
+    def _stop_beating(self) -> None:
+        if self._beat_timer is not None:
+            self._beat_timer.cancel()
+            self._beat_timer = None
 
     def abort(self) -> None:
         """Drop the connection without a word (chaos tests: a broker that vanishes)."""
@@ -218,6 +258,10 @@ class Connection(asyncio.Protocol):
                 channel_max=CHANNEL_MAX,
             )
         )
+        idle_ms = frames.field(frame.fields, 4, 0)
+        if idle_ms > 0:
+            self._beat_every = idle_ms / 2000
+            self._beat_timer = self.loop.call_at(self.loop.time() + self._beat_every, self._beat)
 
     def _on_begin(self, frame: frames.Frame) -> None:
         channel = frame.channel

@@ -3,8 +3,8 @@
 It runs either on the caller's event loop (``async with EventHubsEmulator(...)``) or on its
 own loop in a background thread (``with emu.running_in_thread():``), which the sync SDK,
 kopf tests and subprocess tests need. Methods that touch the state (``create_hub``,
-``add_partitions``, ``partition_info``, ``disconnect_all``) may be called from any thread:
-they hop onto the emulator's loop when called from elsewhere.
+``add_partitions``, ``partition_info``, ``disconnect_all``, ``hang``) may be called from any
+thread: they hop onto the emulator's loop when called from elsewhere.
 """
 
 from __future__ import annotations
@@ -286,6 +286,29 @@ class EventHubsEmulator:
         ``hub`` came, oldest first."""
         refused = self._call(lambda: list(self._namespace.throttles.refusals.get(hub.lower(), [])))
         return [ms / 1000 for ms in refused]
+
+    def hang(self, hub: str, *, partitions: Iterable[str] | None = None) -> int:
+        """Make every connection that receives from ``hub`` (or from ``partitions`` of it)
+        hang, as a NAT gateway or firewall that lost the flow: its socket stays open, and
+        nothing either side sends arrives any more, heartbeats included. Connections opened
+        afterwards work. Returns how many connections hang."""
+        chosen = None if partitions is None else frozenset(partitions)
+
+        def start() -> int:
+            hung: set[connections.Connection] = set()
+            for group in self._namespace.hub(hub).consumer_groups.values():
+                for partition, readers in group.items():
+                    if chosen is not None and partition not in chosen:
+                        continue
+                    for link in readers.open():
+                        assert isinstance(link, eventlinks.ConsumerLink)
+                        assert isinstance(link.connection, connections.Connection)
+                        hung.add(link.connection)
+            for connection in hung:
+                connection.hang()
+            return len(hung)
+
+        return self._call(start)
 
     def disconnect_all(self) -> int:
         """Drop every client connection abruptly (chaos); returns how many were dropped."""

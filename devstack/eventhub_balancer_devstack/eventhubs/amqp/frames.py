@@ -22,6 +22,8 @@ TYPE_AMQP = 0
 TYPE_SASL = 1
 #: The smallest max-frame-size AMQP allows; frames up to it are always acceptable.
 MIN_MAX_FRAME_SIZE = 512
+#: An empty frame (a header alone): the heartbeat that keeps a peer's idle-time-out at bay.
+EMPTY_FRAME = FRAME_HEADER.pack(8, 2, TYPE_AMQP, 0)
 
 
 class FramingError(ValueError):

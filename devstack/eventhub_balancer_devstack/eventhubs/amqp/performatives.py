@@ -67,7 +67,7 @@ def open_(*, container_id: str, max_frame_size: int, channel_max: int) -> bytes:
             None,
             types.UInt(max_frame_size),
             types.UShort(channel_max),
-            None,  # idle-timeout: none, so clients need not expect our heartbeats
+            None,  # idle-timeout: none, the emulator closes no idle connection
             None,
             None,
             None,
