@@ -79,6 +79,15 @@ LINK_OPEN = "partition %s: receive link open with owner level %s in %.0f ms"
 #: the partition unreachable): the SDK itself bounds only the authentication.
 LINK_OPEN_TIMEOUT_S = 30.0
 
+#: The idle-time-out our receive connections advertise: one that hears no frame for this long
+#: is closed, and the link reopened on a new one (the SDK's retry, then `_pump`'s). Event Hubs
+#: sends an empty frame when it has had nothing to send for part of it, so a healthy idle
+#: connection is kept; a hung one (a NAT gateway or firewall that silently lost the flow)
+#: otherwise failed nothing, and its partition sat unprocessed until TCP gave up, if ever.
+#: 60 s, the default of Azure's own Event Hubs clients in other languages: the service has
+#: refused shorter idle-time-outs on its AMQP connections.
+IDLE_TIMEOUT_S = 60.0
+
 
 @dataclasses.dataclass(frozen=True)
 class EventHubAddress:
@@ -102,6 +111,7 @@ def make_client(address: EventHubAddress) -> EventHubConsumerClient:
         # Never used by the per-partition consumer; kept low in case a code path waits on it.
         "load_balancing_interval": 1.0,
         "ssl_context": tlscontexts.eventhub_context(),
+        "idle_timeout": IDLE_TIMEOUT_S,
     }
     if address.connection_string:
         return EventHubConsumerClient.from_connection_string(
