@@ -13,10 +13,16 @@ import pytest
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import checkpointlistings, eventhubs, hubclients
+from eventhub_balancer.contracts import storeaddresses
+from tests.support import fakes
 
 pytestmark = pytest.mark.looptime
 
 CONNECTION = "Endpoint=sb://shop.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=s"
+BLOBS = (
+    "DefaultEndpointsProtocol=https;AccountName=shop;AccountKey=a2V5;"
+    "EndpointSuffix=core.windows.net"
+)
 
 
 class Hub:
@@ -51,7 +57,9 @@ class Hub:
     ) -> dict[str, int]:
         return dict(await asyncio.wait_for(self.call({"0": 5}), timeout=limit_seconds))
 
-    async def checkpoints(self, **_: Any) -> dict[str, eventhubs.StoredCheckpoint]:
+    async def checkpoints(
+        self, address: storeaddresses.StoreAddress, **_: Any
+    ) -> dict[str, eventhubs.StoredCheckpoint]:
         stored = eventhubs.StoredCheckpoint(partition="0", epoch=2, sequence_number=4)
         return dict(await self.call({"0": stored}))
 
@@ -99,17 +107,7 @@ async def test_every_kind_of_call_takes_its_turn_from_the_one_gate(hub: Hub) -> 
         hubs.partitions(consumer="b", eventhub_name="b", now=0.0, **common),
         hubs.last_sequence_numbers(eventhub_name="a", partitions=["0"], **common),
         hubs.last_sequence_numbers(eventhub_name="b", partitions=["0"], **common),
-        hubs.checkpoints(
-            fully_qualified_namespace="shop.servicebus.windows.net",
-            eventhub_name="a",
-            consumer_group="$Default",
-            container_name="checkpoints",
-            connection_string=(
-                "DefaultEndpointsProtocol=https;AccountName=shop;AccountKey=a2V5;"
-                "EndpointSuffix=core.windows.net"
-            ),
-            account_url=None,
-        ),
+        hubs.checkpoints(fakes.store_address(eventhub_name="a", connection_string=BLOBS)),
     ]
     results = await asyncio.gather(*calls)
     assert hub.most == 3
@@ -128,7 +126,9 @@ class Tenants(Hub):
             raise errors.EventHubUnreachable("no answer")
         return ["0", "1"]
 
-    async def checkpoints(self, **_: Any) -> dict[str, eventhubs.StoredCheckpoint]:
+    async def checkpoints(
+        self, address: storeaddresses.StoreAddress, **_: Any
+    ) -> dict[str, eventhubs.StoredCheckpoint]:
         return {"0": eventhubs.StoredCheckpoint(partition="0", epoch=2, sequence_number=4)}
 
 
@@ -157,16 +157,7 @@ async def test_a_tenant_whose_hubs_hang_leaves_another_tenant_its_turns(
     loop = asyncio.get_running_loop()
     started = loop.time()
     stored = await hubs.checkpoints(
-        fully_qualified_namespace="shop.servicebus.windows.net",
-        eventhub_name="orders",
-        consumer_group="$Default",
-        container_name="checkpoints",
-        connection_string=(
-            "DefaultEndpointsProtocol=https;AccountName=shop;AccountKey=a2V5;"
-            "EndpointSuffix=core.windows.net"
-        ),
-        account_url=None,
-        namespace="quiet",
+        fakes.store_address(connection_string=BLOBS, consumer_namespace="quiet")
     )
     assert stored == {"0": (2, 4)}
     assert loop.time() - started < 0.1  # not 100 calls of 10 s, 8 at a time: 120 s

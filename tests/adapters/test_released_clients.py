@@ -12,6 +12,7 @@ import pytest
 
 from eventhub_balancer.adapters import blobs, checkpointing, eventhubs, hubclients
 from tests.adapters.test_kept_clients import Client, hub, ids
+from tests.support import fakes
 
 pytestmark = pytest.mark.looptime
 FQN = "shop.servicebus.windows.net"
@@ -133,16 +134,13 @@ def containers(monkeypatch: pytest.MonkeyPatch) -> list[Container]:
 async def probe(hubs: eventhubs.EventHubs, consumer: str, key: str) -> Any:
     """A consumer's checkpoint probe, with the connection string its Secret holds now."""
     return await hubs.checkpoints(
-        fully_qualified_namespace=FQN,
-        eventhub_name="orders",
-        consumer_group="$Default",
-        container_name="checkpoints",
-        connection_string=(
-            "DefaultEndpointsProtocol=https;AccountName=shop;"
-            f"AccountKey={key};EndpointSuffix=core.windows.net"
-        ),
-        account_url=None,
-        consumer=consumer,
+        fakes.store_address(
+            connection_string=(
+                "DefaultEndpointsProtocol=https;AccountName=shop;"
+                f"AccountKey={key};EndpointSuffix=core.windows.net"
+            ),
+            consumer=consumer,
+        )
     )
 
 

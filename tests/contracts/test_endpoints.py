@@ -11,6 +11,7 @@ from eventhub_balancer.adapters import eventhubs
 from eventhub_balancer.consumer import connections, settings
 from eventhub_balancer.contracts import endpoints, specs
 from tests.contracts.test_contracts import SPEC
+from tests.support import fakes
 
 STRICT = endpoints.EndpointPolicy()
 EMULATOR = "Endpoint=sb://127.0.0.1:5672;SharedAccessKeyName=k;SharedAccessKey=s;UseDevelopmentEmulator=true"
@@ -123,16 +124,7 @@ def test_the_operator_refuses_before_any_client_or_token() -> None:
     with pytest.raises(errors.EndpointNotAllowed):
         asyncio.run(ask())
     with pytest.raises(errors.EndpointNotAllowed):
-        asyncio.run(
-            hubs.checkpoints(
-                fully_qualified_namespace="shop.servicebus.windows.net",
-                eventhub_name="orders",
-                consumer_group="$Default",
-                container_name="checkpoints",
-                connection_string=None,
-                account_url="https://attacker.example",
-            )
-        )
+        asyncio.run(hubs.checkpoints(fakes.store_address(account_url="https://attacker.example")))
 
 
 def test_the_pod_applies_its_own_policy_strict_unless_configured() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from eventhub_balancer import errors
-from eventhub_balancer.contracts import configmaps
+from eventhub_balancer.contracts import configmaps, storeaddresses
 from eventhub_balancer.handlers import cycles, memories, metrics, writing
 from eventhub_balancer.reconciling import deadlines, writes
 from tests.support import fakes
@@ -411,9 +411,9 @@ async def test_the_listing_made_ahead_goes_out_beside_the_writes(
         await asyncio.sleep(1)
         return await write(**kwargs)
 
-    async def slow_listing(**kwargs: Any) -> Any:
+    async def slow_listing(address: storeaddresses.StoreAddress) -> Any:
         await asyncio.sleep(1)
-        return await listing(**kwargs)
+        return await listing(address)
 
     monkeypatch.setattr(kube, "patch_consumer_status", slow_write)
     monkeypatch.setattr(hubs, "checkpoints", slow_listing)

@@ -101,13 +101,12 @@ async def test_the_adapter_refuses_every_read_with_the_operators_identity(dialle
         )
     with pytest.raises(errors.IdentityNotAllowed, match=r"spec\.checkpointStore\.credentials"):
         await hubs.checkpoints(
-            fully_qualified_namespace="tenant-a.servicebus.windows.net",
-            eventhub_name="payments",
-            consumer_group="$Default",
-            container_name="checkpoints",
-            connection_string=None,
-            account_url="https://tenanta.blob.core.windows.net",
-            namespace="tenant-b",
+            fakes.store_address(
+                fully_qualified_namespace="tenant-a.servicebus.windows.net",
+                eventhub_name="payments",
+                account_url="https://tenanta.blob.core.windows.net",
+                consumer_namespace="tenant-b",
+            )
         )
 
 

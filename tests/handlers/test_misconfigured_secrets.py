@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from eventhub_balancer import errors
-from eventhub_balancer.contracts import endpoints
+from eventhub_balancer.contracts import endpoints, storeaddresses
 from eventhub_balancer.handlers import cycles, memories
 from eventhub_balancer.reconciling import deadlines
 from tests.handlers import test_cycles
@@ -43,11 +43,11 @@ class PolicedHubs(fakes.FakeHubs):
         )
         return await super().partitions(**kwargs)
 
-    async def checkpoints(self, **kwargs: Any) -> dict[str, tuple[int, int]]:
+    async def checkpoints(self, address: storeaddresses.StoreAddress) -> dict[str, tuple[int, int]]:
         self.policy.check_blob(
-            account_url=kwargs["account_url"], connection_string=kwargs["connection_string"]
+            account_url=address.account_url, connection_string=address.connection_string
         )
-        return await super().checkpoints(**kwargs)
+        return await super().checkpoints(address)
 
 
 def make_kube(

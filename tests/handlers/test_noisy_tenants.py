@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from eventhub_balancer.adapters import checkpointlistings, consumergroups, eventhubs, hubclients
+from eventhub_balancer.contracts import storeaddresses
 from eventhub_balancer.handlers import registering
 from tests.support import fakes, watches
 
@@ -93,8 +94,9 @@ def azure(monkeypatch: pytest.MonkeyPatch) -> None:
     async def group(coordinates: hubclients.Coordinates, *_: Any, **__: Any) -> None:
         await answered(coordinates.fully_qualified_namespace, None)
 
-    async def blobs(*, connection_string: str, **_: Any) -> dict[str, Any]:
-        account = connection_string.split("AccountName=")[1]
+    async def blobs(address: storeaddresses.StoreAddress, **_: Any) -> dict[str, Any]:
+        assert address.connection_string is not None
+        account = address.connection_string.split("AccountName=")[1]
         return dict(await answered(account, {}))
 
     monkeypatch.setattr(hubclients, "fetch_partition_ids", ids)

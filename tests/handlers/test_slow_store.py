@@ -10,11 +10,11 @@ that takes seconds to answer (or to give up, as the real adapter's bounded budge
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 
 from eventhub_balancer import errors
+from eventhub_balancer.contracts import storeaddresses
 from eventhub_balancer.handlers import memories
 from tests.handlers.test_cycles import NS, cycle, make_kube
 from tests.support import fakes
@@ -32,9 +32,9 @@ class SlowStoreHubs(fakes.FakeHubs):
         super().__init__(store=fakes.FakeCheckpointStore())
         self.delay = 0.0
 
-    async def checkpoints(self, **kwargs: Any) -> dict[str, tuple[int, int]]:
+    async def checkpoints(self, address: storeaddresses.StoreAddress) -> dict[str, tuple[int, int]]:
         await asyncio.sleep(self.delay)
-        return await super().checkpoints(**kwargs)
+        return await super().checkpoints(address)
 
 
 def epochs(kube: fakes.FakeKube) -> dict[str, tuple[str, int, str]]:

@@ -35,6 +35,7 @@ from eventhub_balancer.contracts import (
     podassignments,
     specs,
     startpositions,
+    storeaddresses,
     timestamps,
 )
 from eventhub_balancer.reconciling import conflicts, observations
@@ -485,6 +486,20 @@ class FakeKube:
         self.changes.append((kind, gone, "DELETED"))
 
 
+def store_address(**given: Any) -> storeaddresses.StoreAddress:
+    """A checkpoint store's address: shop's hub ``orders``, consumer group ``$Default``,
+    container ``checkpoints``, read as an identity (no connection string); ``given`` replaces
+    any of it."""
+    where: dict[str, Any] = {
+        "fully_qualified_namespace": "shop.servicebus.windows.net",
+        "eventhub_name": "orders",
+        "consumer_group": "$Default",
+        "container_name": "checkpoints",
+        "connection_string": None,
+    }
+    return storeaddresses.StoreAddress(**{**where, **given})
+
+
 class FakeCheckpointStore:
     """The checkpoint blobs of one consumer group: {partition: (epoch, sequence number)}."""
 
@@ -651,34 +666,10 @@ class FakeHubs:
             empty=first > last,
         )
 
-    async def checkpoints(
-        self,
-        *,
-        fully_qualified_namespace: str,
-        eventhub_name: str,
-        consumer_group: str,
-        container_name: str,
-        connection_string: str | None,
-        account_url: str | None,
-        namespace: str | None = None,
-        service_account: str | None = None,
-        consumer: str | None = None,
-    ) -> dict[str, tuple[int, int]]:
-        self.service_accounts.append(service_account)
+    async def checkpoints(self, address: storeaddresses.StoreAddress) -> dict[str, tuple[int, int]]:
+        self.service_accounts.append(address.service_account)
         return self.store.read()
 
-    async def ownership_claims(
-        self,
-        *,
-        fully_qualified_namespace: str,
-        eventhub_name: str,
-        consumer_group: str,
-        container_name: str,
-        connection_string: str | None,
-        account_url: str | None,
-        namespace: str | None = None,
-        service_account: str | None = None,
-        consumer: str | None = None,
-    ) -> dict[str, str]:
-        self.service_accounts.append(service_account)
+    async def ownership_claims(self, address: storeaddresses.StoreAddress) -> dict[str, str]:
+        self.service_accounts.append(address.service_account)
         return self.store.read_claims()

@@ -20,7 +20,7 @@ from azure.storage.blob.aio import ContainerClient
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import blobs, checkpointing, keptclients, retrying, tenantidentities
-from eventhub_balancer.contracts import checkpointblobs
+from eventhub_balancer.contracts import checkpointblobs, storeaddresses
 
 T = TypeVar("T")
 
@@ -48,31 +48,22 @@ def checkpoint_containers(*, kept: int = CONTAINERS_KEPT) -> keptclients.Kept[Co
 
 
 def container_key(
-    *,
-    container_name: str,
-    connection_string: str | None,
-    account_url: str | None,
-    identity: tenantidentities.TenantIdentity | None,
+    address: storeaddresses.StoreAddress, identity: tenantidentities.TenantIdentity | None
 ) -> Hashable:
     """What a kept container client is kept by: the container and how it is reached (the
     connection string only hashed, so the key holds no secret)."""
-    own = identity is not None and connection_string is None
+    own = identity is not None and address.connection_string is None
     return (
-        container_name,
-        hash(connection_string),
-        account_url,
+        address.container_name,
+        hash(address.connection_string),
+        address.account_url,
         identity.key if own and identity is not None else None,
     )
 
 
 async def read_checkpoints(
+    address: storeaddresses.StoreAddress,
     *,
-    fully_qualified_namespace: str,
-    eventhub_name: str,
-    consumer_group: str,
-    container_name: str,
-    connection_string: str | None,
-    account_url: str | None,
     identity: tenantidentities.TenantIdentity | None = None,
     containers: keptclients.Kept[Container] | None = None,
 ) -> dict[str, StoredCheckpoint]:
@@ -83,22 +74,15 @@ async def read_checkpoints(
     async def request(entry: Container) -> list[checkpointing.Checkpoint]:
         store = checkpointing.CheckpointStore(
             entry[0],
-            fully_qualified_namespace=fully_qualified_namespace,
-            eventhub_name=eventhub_name,
-            consumer_group=consumer_group,
+            fully_qualified_namespace=address.fully_qualified_namespace,
+            eventhub_name=address.eventhub_name,
+            consumer_group=address.consumer_group,
             owner_id="eventhub-balancer-operator",  # reads only; never writes
             retry=CHECKPOINT_RETRY,
         )
         return await store.list()
 
-    listed = await _over_container(
-        request,
-        container_name=container_name,
-        connection_string=connection_string,
-        account_url=account_url,
-        identity=identity,
-        containers=containers,
-    )
+    listed = await _over_container(request, address, identity=identity, containers=containers)
     return {
         c.partition: StoredCheckpoint(
             partition=c.partition, epoch=c.epoch, sequence_number=c.sequence_number
@@ -108,24 +92,14 @@ async def read_checkpoints(
 
 
 async def read_claims(
+    address: storeaddresses.StoreAddress,
     *,
-    fully_qualified_namespace: str,
-    eventhub_name: str,
-    consumer_group: str,
-    container_name: str,
-    connection_string: str | None,
-    account_url: str | None,
     identity: tenantidentities.TenantIdentity | None = None,
     containers: keptclients.Kept[Container] | None = None,
 ) -> dict[str, str]:
     """{partition: ETag} of the SDK's ownership blobs of the consumer group: one listing of
     their names (no metadata), raising wrapped errors only, as `read_checkpoints`."""
-    prefix = checkpointblobs.blob_prefix(
-        fully_qualified_namespace=fully_qualified_namespace,
-        eventhub_name=eventhub_name,
-        consumer_group=consumer_group,
-        kind=checkpointblobs.OWNERSHIP,
-    )
+    prefix = address.blob_prefix(checkpointblobs.OWNERSHIP)
 
     async def request(entry: Container) -> dict[str, str]:
         async def list_once() -> dict[str, str]:
@@ -135,7 +109,7 @@ async def read_claims(
                     found[checkpointblobs.partition_of(item.name)] = str(item.etag).strip('"')
             except azure_errors.ResourceNotFoundError as e:
                 raise errors.ConfigurationError(
-                    f"checkpoint container {container_name!r} does not exist "
+                    f"checkpoint container {address.container_name!r} does not exist "
                     f"({retrying.describe(e)}): create it, or fix checkpointStore.containerName"
                 ) from e
             return found
@@ -145,45 +119,31 @@ async def read_claims(
         )
         return await retrying.call_with_retries(budget, list_once)
 
-    return await _over_container(
-        request,
-        container_name=container_name,
-        connection_string=connection_string,
-        account_url=account_url,
-        identity=identity,
-        containers=containers,
-    )
+    return await _over_container(request, address, identity=identity, containers=containers)
 
 
 async def _over_container(
     request: Callable[[Container], Awaitable[T]],
+    address: storeaddresses.StoreAddress,
     *,
-    container_name: str,
-    connection_string: str | None,
-    account_url: str | None,
     identity: tenantidentities.TenantIdentity | None,
     containers: keptclients.Kept[Container] | None,
 ) -> T:
     """``request`` over the container: a kept client (``containers``) or one of its own."""
+    connection_string = address.connection_string
     own = identity is not None and connection_string is None
 
     def build() -> Container:
         return blobs.build_container(
-            container_name=container_name,
+            container_name=address.container_name,
             connection_string=connection_string,
-            account_url=None if connection_string is not None else account_url,
+            account_url=None if connection_string is not None else address.account_url,
             credential=identity.credential() if own and identity is not None else None,
         )
 
     try:
         if containers is not None:
-            key = container_key(
-                container_name=container_name,
-                connection_string=connection_string,
-                account_url=account_url,
-                identity=identity,
-            )
-            return await containers.call(key, build, request)
+            return await containers.call(container_key(address, identity), build, request)
         entry = build()
         try:
             return await request(entry)
@@ -195,5 +155,5 @@ async def _over_container(
         raise
     except (azure_errors.AzureError, OSError) as e:
         raise errors.CheckpointStoreUnreachable(
-            f"checkpoint container {container_name!r}: {type(e).__name__}"
+            f"checkpoint container {address.container_name!r}: {type(e).__name__}"
         ) from e

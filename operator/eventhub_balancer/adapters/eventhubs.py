@@ -29,7 +29,7 @@ from eventhub_balancer.adapters import (
     partitionlists,
     tenantidentities,
 )
-from eventhub_balancer.contracts import endpoints, startpositions
+from eventhub_balancer.contracts import endpoints, startpositions, storeaddresses
 
 T = TypeVar("T")
 
@@ -248,109 +248,39 @@ class EventHubs:
             fully_qualified_namespace=fully_qualified_namespace,
         )
 
-    async def checkpoints(
-        self,
-        *,
-        fully_qualified_namespace: str,
-        eventhub_name: str,
-        consumer_group: str,
-        container_name: str,
-        connection_string: str | None,
-        account_url: str | None,
-        namespace: str | None = None,
-        service_account: str | None = None,
-        consumer: str | None = None,
-    ) -> dict[str, tuple[int, int]]:
-        """{partition: (epoch, sequence number)} of the stored checkpoints. ``consumer``: who
-        asks, so that the container client it leaves (its Secret rotated, or it is deleted:
-        `forget`) is closed once nobody else uses it."""
-        stored = await self._in_container(
-            checkpointlistings.read_checkpoints,
-            fully_qualified_namespace=fully_qualified_namespace,
-            eventhub_name=eventhub_name,
-            consumer_group=consumer_group,
-            container_name=container_name,
-            connection_string=connection_string,
-            account_url=account_url,
-            namespace=namespace,
-            service_account=service_account,
-            consumer=consumer,
-        )
+    async def checkpoints(self, address: storeaddresses.StoreAddress) -> dict[str, tuple[int, int]]:
+        """{partition: (epoch, sequence number)} of the stored checkpoints.
+        ``address.consumer``: who asks, so that the container client it leaves (its Secret
+        rotated, or it is deleted: `forget`) is closed once nobody else uses it."""
+        stored = await self._in_container(checkpointlistings.read_checkpoints, address)
         return {p: (c.epoch, c.sequence_number) for p, c in stored.items()}
 
-    async def ownership_claims(
-        self,
-        *,
-        fully_qualified_namespace: str,
-        eventhub_name: str,
-        consumer_group: str,
-        container_name: str,
-        connection_string: str | None,
-        account_url: str | None,
-        namespace: str | None = None,
-        service_account: str | None = None,
-        consumer: str | None = None,
-    ) -> dict[str, str]:
+    async def ownership_claims(self, address: storeaddresses.StoreAddress) -> dict[str, str]:
         """{partition: ETag} of the SDK's ownership blobs beside the checkpoints: one listing
         of their names over the same container client as `checkpoints`."""
-        return await self._in_container(
-            checkpointlistings.read_claims,
-            fully_qualified_namespace=fully_qualified_namespace,
-            eventhub_name=eventhub_name,
-            consumer_group=consumer_group,
-            container_name=container_name,
-            connection_string=connection_string,
-            account_url=account_url,
-            namespace=namespace,
-            service_account=service_account,
-            consumer=consumer,
-        )
+        return await self._in_container(checkpointlistings.read_claims, address)
 
     async def _in_container(
         self,
         read: Callable[..., Awaitable[T]],
-        *,
-        fully_qualified_namespace: str,
-        eventhub_name: str,
-        consumer_group: str,
-        container_name: str,
-        connection_string: str | None,
-        account_url: str | None,
-        namespace: str | None,
-        service_account: str | None,
-        consumer: str | None,
+        address: storeaddresses.StoreAddress,
     ) -> T:
         """``read`` (a `checkpointlistings` reader) over the kept checkpoint container, once
         admitted."""
 
         async def listed(identity: tenantidentities.TenantIdentity | None) -> T:
-            if consumer is not None:
+            if address.consumer is not None:
                 self.container_users.use(
-                    consumer,
-                    checkpointlistings.container_key(
-                        container_name=container_name,
-                        connection_string=connection_string,
-                        account_url=account_url,
-                        identity=identity,
-                    ),
+                    address.consumer, checkpointlistings.container_key(address, identity)
                 )
-            async with self.gate.turn(namespace):
-                return await read(
-                    fully_qualified_namespace=fully_qualified_namespace,
-                    eventhub_name=eventhub_name,
-                    consumer_group=consumer_group,
-                    container_name=container_name,
-                    connection_string=connection_string,
-                    account_url=account_url,
-                    identity=identity,
-                    containers=self.containers,
-                )
+            async with self.gate.turn(address.consumer_namespace):
+                return await read(address, identity=identity, containers=self.containers)
 
         return await self._admitted(
             admissions.Service.CHECKPOINTS,
             listed,
-            namespace=namespace,
-            connection_string=connection_string,
-            service_account=service_account,
-            account_url=account_url,
+            namespace=address.consumer_namespace,
+            connection_string=address.connection_string,
+            service_account=address.service_account,
+            account_url=address.account_url,
         )

@@ -14,7 +14,7 @@ import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 
-from eventhub_balancer.contracts import connectionstrings, specs, startpositions
+from eventhub_balancer.contracts import connectionstrings, startpositions, storeaddresses
 from eventhub_balancer.handlers import backlogs, foreignclaims, memories, observing, ports
 from eventhub_balancer.reconciling import deadlines, decisions, observations
 
@@ -120,6 +120,7 @@ async def read_store(
     )
     if store.backoff.waiting(wall, settings=settings) or not (needed or due):
         return None, store
+    key = observing.hub_key(observation.namespace, observation.name)
     malformed = None
     try:
         connection_string = await observing.secret_value(
@@ -133,19 +134,15 @@ async def read_store(
         )
         if malformed is not None:
             raise malformed
-        stored = await hubs.checkpoints(
-            fully_qualified_namespace=spec.fully_qualified_namespace,
-            eventhub_name=spec.event_hub_name,
-            consumer_group=spec.consumer_group,
-            container_name=spec.checkpoint_container,
+        address = storeaddresses.StoreAddress.of_spec(
+            spec,
             connection_string=connection_string,
-            account_url=spec.checkpoint_account_url or None,
-            namespace=observation.namespace,
-            service_account=spec.service_account_name or None,
-            consumer=observing.hub_key(observation.namespace, observation.name),
+            consumer_namespace=observation.namespace,
+            consumer=key,
         )
+        stored = await hubs.checkpoints(address)
         # The probe's one more request: the SDK's ownership blobs (`foreignclaims`).
-        claims = await _claims(hubs, observation, spec, connection_string) if due else None
+        claims = await hubs.ownership_claims(address) if due else None
     except observing.KUBE_API_ERRORS:
         raise
     except observing.DEPENDENCY_ERRORS as e:
@@ -166,7 +163,7 @@ async def read_store(
         # As Event Hubs' (`observing.read_partitions`): at each attempt, the backoff's pace.
         logger.warning(
             "%s: checkpoint store: %s (retrying in %.0f s)",
-            observing.hub_key(observation.namespace, observation.name),
+            key,
             store.fault.message,
             store.backoff.delay,
         )
@@ -181,7 +178,7 @@ async def read_store(
     if store.fault is not None:
         logger.info(
             "%s: the checkpoint store answers again (it failed with %s)",
-            observing.hub_key(observation.namespace, observation.name),
+            key,
             store.fault.reason,
         )
     store = dataclasses.replace(
@@ -192,7 +189,6 @@ async def read_store(
         sequences={p: sequence for p, (_epoch, sequence) in stored.items()},
     )
     if claims or (claims is not None and store.claims.etags):
-        key = observing.hub_key(observation.namespace, observation.name)
         store = foreignclaims.watched(store, claims, key=key, spec=spec)
     read = observations.StoreRead(
         checkpoints=stored,
@@ -202,26 +198,6 @@ async def read_store(
         foreign=store.claims.live,
     )
     return read, store
-
-
-async def _claims(
-    hubs: ports.HubPort,
-    observation: observations.Observation,
-    spec: specs.ConsumerSpec,
-    connection_string: str | None,
-) -> dict[str, str]:
-    """The SDK's ownership blobs of the consumer group, as `read_store` reads the store."""
-    return await hubs.ownership_claims(
-        fully_qualified_namespace=spec.fully_qualified_namespace,
-        eventhub_name=spec.event_hub_name,
-        consumer_group=spec.consumer_group,
-        container_name=spec.checkpoint_container,
-        connection_string=connection_string,
-        account_url=spec.checkpoint_account_url or None,
-        namespace=observation.namespace,
-        service_account=spec.service_account_name or None,
-        consumer=observing.hub_key(observation.namespace, observation.name),
-    )
 
 
 async def read_ahead(

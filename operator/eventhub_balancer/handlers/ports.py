@@ -18,7 +18,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from typing import Any, Protocol
 
 from eventhub_balancer.adapters import listings
-from eventhub_balancer.contracts import specs, startpositions
+from eventhub_balancer.contracts import specs, startpositions, storeaddresses
 from eventhub_balancer.reconciling import conflicts, observations
 
 #: (namespace, name) of an EventHubConsumer
@@ -154,7 +154,8 @@ class ListingPort(ApiPort, Protocol):
 class HubPort(Protocol):
     """Event Hubs and the checkpoint store. ``namespace`` is the Kubernetes namespace of the
     consumer that asks, ``service_account`` its spec.serviceAccountName: the identity used for
-    ``workloadIdentity`` credentials (none: the operator's, where an admin lends it)."""
+    ``workloadIdentity`` credentials (none: the operator's, where an admin lends it). The
+    store's reads get both, with the blobs' whereabouts, in one `storeaddresses.StoreAddress`."""
 
     def cached(self, consumer: str) -> tuple[str, ...] | None: ...
 
@@ -210,31 +211,8 @@ class HubPort(Protocol):
         """The last enqueued sequence number per partition, with where the events it still
         holds begin (`startpositions.PartitionBounds.waiting_after`)."""
 
-    async def checkpoints(
-        self,
-        *,
-        fully_qualified_namespace: str,
-        eventhub_name: str,
-        consumer_group: str,
-        container_name: str,
-        connection_string: str | None,
-        account_url: str | None,
-        namespace: str | None = None,
-        service_account: str | None = None,
-        consumer: str | None = None,
-    ) -> dict[str, tuple[int, int]]: ...
+    async def checkpoints(self, address: storeaddresses.StoreAddress) -> dict[str, tuple[int, int]]:
+        """{partition: (epoch, sequence number)} of the checkpoint blobs at ``address``."""
 
-    async def ownership_claims(
-        self,
-        *,
-        fully_qualified_namespace: str,
-        eventhub_name: str,
-        consumer_group: str,
-        container_name: str,
-        connection_string: str | None,
-        account_url: str | None,
-        namespace: str | None = None,
-        service_account: str | None = None,
-        consumer: str | None = None,
-    ) -> dict[str, str]:
+    async def ownership_claims(self, address: storeaddresses.StoreAddress) -> dict[str, str]:
         """{partition: ETag} of the SDK's ownership blobs beside the checkpoints."""

@@ -24,7 +24,7 @@ from azure.eventhub.extensions.checkpointstoreblobaio import BlobCheckpointStore
 
 from eventhub_balancer.adapters import eventhubs
 from eventhub_balancer.consumer import partitions
-from eventhub_balancer.contracts import specs
+from eventhub_balancer.contracts import specs, storeaddresses
 from eventhub_balancer.handlers import checkpointreads, memories
 from eventhub_balancer.reconciling import conditions, foreignreaders, observations
 from tests.support import fakes
@@ -203,10 +203,11 @@ async def test_a_forgotten_sdk_processor_is_told_and_its_clean_stop_ends_it(
 
 async def listed(probes: Probes) -> dict[str, tuple[int, int]]:
     return await probes.hubs.checkpoints(
-        fully_qualified_namespace=FQNS,
-        eventhub_name=NAME,
-        consumer_group=GROUP,
-        container_name=probes.spec.checkpoint_container,
-        connection_string=probes.blob_cs,
-        account_url=None,
+        storeaddresses.StoreAddress(
+            fully_qualified_namespace=FQNS,
+            eventhub_name=NAME,
+            consumer_group=GROUP,
+            container_name=probes.spec.checkpoint_container,
+            connection_string=probes.blob_cs,
+        )
     )
