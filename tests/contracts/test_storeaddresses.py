@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from eventhub_balancer.contracts import checkpointblobs, specs, storeaddresses
 from tests.contracts.test_contracts import SPEC
+from tests.support import fakes
 
 BLOBS = "DefaultEndpointsProtocol=https;AccountName=shop;AccountKey=c2VjcmV0;"
 
@@ -57,12 +58,8 @@ def test_the_address_never_shows_the_secret() -> None:
 
 
 def test_the_blob_prefix_is_the_one_the_sdk_lists_under() -> None:
-    address = storeaddresses.StoreAddress(
-        fully_qualified_namespace="Shop.servicebus.windows.net",
-        eventhub_name="Orders",
-        consumer_group="$Default",
-        container_name="checkpoints",
-        connection_string=None,
+    address = fakes.store_address(
+        fully_qualified_namespace="Shop.servicebus.windows.net", eventhub_name="Orders"
     )
     assert address.blob_prefix(checkpointblobs.OWNERSHIP) == checkpointblobs.blob_prefix(
         fully_qualified_namespace="Shop.servicebus.windows.net",
