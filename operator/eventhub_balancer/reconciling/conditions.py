@@ -27,8 +27,6 @@ from eventhub_balancer.reconciling import foreignreaders, observations, podwords
 #: them: far above the second a consumer pod takes (a Spark pod is NotReady until its session
 #: is warm, then applies), and above a few retries of a refused write.
 UNAPPLIED_SECONDS = 60.0
-#: Pods named in the message; the rest are counted.
-NAMED = 3
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -348,16 +346,6 @@ def cannot_process(
     return None
 
 
-def _who(found: Mapping[str, int], partitions: int) -> str:
-    """ "pod c holds 1 of 4 partitions", or "pods c, d and 2 more hold 6 of 32 partitions"."""
-    names = list(found)
-    named = ", ".join(names[:NAMED]) + (
-        f" and {len(names) - NAMED} more" if len(names) > NAMED else ""
-    )
-    who = f"pod {named} holds" if len(names) == 1 else f"pods {named} hold"
-    return f"{who} {sum(found.values())} of {partitions} partitions"
-
-
 def silent_ready(
     found: Silences | None, *, partitions: int, selector: str
 ) -> conditions.Condition | None:
@@ -367,12 +355,13 @@ def silent_ready(
     if found is None:
         return None
     if found.unwritten:
+        holds = podwords.holders(found.unwritten, partitions)
         return conditions.Condition(
             type=conditions.READY,
             status="False",
             reason="AssignmentNotWritten",
             message=conditions.shorten(
-                f"{_who(found.unwritten, partitions)}, but the operator has not written "
+                f"{holds}, but the operator has not written "
                 f"{'its' if len(found.unwritten) == 1 else 'their'} assignment ConfigMap "
                 f"within {UNAPPLIED_SECONDS:g} s: nothing reads them. The API server refuses the "
                 "write (the operator's log and ehb_cycles_total{result} say why): a "
@@ -381,13 +370,14 @@ def silent_ready(
             ),
         )
     if found.unapplied:
+        holds = podwords.holders(found.unapplied, partitions)
         one = len(found.unapplied) == 1
         return conditions.Condition(
             type=conditions.READY,
             status="False",
             reason="AssignmentNotApplied",
             message=conditions.shorten(
-                f"{_who(found.unapplied, partitions)} but {'has' if one else 'have'} not "
+                f"{holds} but {'has' if one else 'have'} not "
                 f"applied {'its' if one else 'their'} assignment ConfigMap within "
                 f"{UNAPPLIED_SECONDS:g} s: nothing reads them. A pod that does not run "
                 f"`ehb consume` matches spec.selector ({selector}): narrow the selector to the "

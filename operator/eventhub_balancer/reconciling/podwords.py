@@ -1,17 +1,21 @@
 """What the Ready and Balanced conditions say of the pods that are not Ready: why none of them
-is (`not_ready`), and whose grace keeps partitions from the Ready pods (`kept_words`).
+is (`not_ready`), whose grace keeps partitions from the Ready pods (`kept_words`), and which
+Ready pods hold partitions they say nothing of (`holders`).
 
 `contracts.podstates` says what a pod is and what its grace keeps (`podstates.kept`); the
 sentences the user reads are here, apart from `conditions`, which uses them, to keep it within
-bounds; neither runs while the pods are Ready, as on a plain pod deletion.
+bounds; none runs while the Ready pods apply what they hold, as on a plain pod deletion.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import podstates, timestamps
+
+#: Pods named in a message of `holders`; the rest are counted.
+NAMED = 3
 
 
 def not_ready(states: Iterable[podstates.PodState], *, named: int = 3) -> str:
@@ -40,3 +44,13 @@ def kept_words(found: Sequence[podstates.Kept], *, grace: float) -> str:
         f"NotReady pods {each}{more} hold {total}; each pod's partitions move to the Ready "
         f"pods when podGraceSeconds ({grace:g} s) since it turned NotReady ends"
     )
+
+
+def holders(found: Mapping[str, int], partitions: int) -> str:
+    """ "pod c holds 1 of 4 partitions", or "pods c, d and 2 more hold 6 of 32 partitions"."""
+    names = list(found)
+    named = ", ".join(names[:NAMED]) + (
+        f" and {len(names) - NAMED} more" if len(names) > NAMED else ""
+    )
+    who = f"pod {named} holds" if len(names) == 1 else f"pods {named} hold"
+    return f"{who} {sum(found.values())} of {partitions} partitions"
