@@ -1,8 +1,10 @@
 """A key rotated under a running pod whose connection strings come from files (a mounted
 Secret, ``EHB_*_CONNECTION_STRING_FILE``): the pod reads the new value when the kubelet
-rewrites the file, replaces its clients, and its failing partitions recover without a
-restart; an unchanged file reopens nothing; garbage in the file is refused with what to fix,
-and the clients that may still work are kept.
+rewrites the file, swaps what that string feeds under its running partitions (a storage key:
+the checkpoint store's client; an Event Hubs key: the receive links, reopened at the same
+epoch), and its failing partitions recover without a restart; an unchanged file reopens
+nothing; garbage in the file is refused with what to fix, and the clients that may still work
+are kept.
 
 Over the in-memory fakes, on fake loop time: the fakes take only the keys they accept, as
 Event Hubs and Blob Storage do once the old key is regenerated.
@@ -12,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import itertools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +28,7 @@ from eventhub_balancer.adapters import deliveries
 from eventhub_balancer.consumer import (
     assignments,
     connections,
+    partitions,
     restarts,
     runtime,
     secretfiles,
@@ -80,15 +85,18 @@ class RefusingReceiver(consumerfakes.FakeReceiver):
 class KeyedStore(consumerfakes.FakeStoreHandle):
     """The fake store's handle, for one storage key: refused once the key is not accepted."""
 
-    def __init__(self, store: consumerfakes.FakeStore, keys: Keys, key: str) -> None:
+    def __init__(
+        self, store: consumerfakes.FakeStore, keys: Keys, key: str, fences: list[str]
+    ) -> None:
         super().__init__(store, "pod-a")
-        self.keys, self.key = keys, key
+        self.keys, self.key, self.fences = keys, key, fences
 
     def _check(self) -> None:
         if self.key not in self.keys.accepted:
             raise errors.ConfigurationError("checkpoint store: AuthenticationFailed")
 
     async def fence(self, partition: str, epoch: int, *, start: Any) -> Any:
+        self.fences.append(partition)
         self._check()
         return await super().fence(partition, epoch, start=start)
 
@@ -106,13 +114,21 @@ class Services:
         self.blob_keys = Keys("one")
         #: (Event Hubs key, storage key) of every opening of the pod's clients, in order.
         self.opened: list[tuple[str, str]] = []
+        #: (Event Hubs key, storage key) after every swap under open clients, in order.
+        self.renewed: list[tuple[str, str]] = []
+        #: The partition of every fence, in order.
+        self.fences: list[str] = []
+        #: Set: a swap under open clients fails (the pod must open new ones instead).
+        self.refuse_swaps = False
 
     def backends(self, credentials: connections.Credentials) -> connections.BackendFactory:
         @contextlib.asynccontextmanager
         async def factory(assignment: assignments.Assignment) -> AsyncIterator[connections.Backend]:
             eventhub = key_of(credentials.eventhub_string())
-            blob = key_of(credentials.blob_string())
-            self.opened.append((eventhub, blob))
+            store = KeyedStore(
+                self.store, self.blob_keys, key_of(credentials.blob_string()), self.fences
+            )
+            self.opened.append((eventhub, store.key))
 
             def open_receiver(
                 partition: str, epoch: int, position: deliveries.ReceivePosition
@@ -123,10 +139,23 @@ class Services:
                 self.hub.receivers.append(receiver)
                 return receiver
 
+            async def renew(*, eventhub_string: bool, blob_string: bool) -> None:
+                """As `connections.AzureBackends` does: the store's requests and the links
+                opened from now on use the new key."""
+                nonlocal eventhub
+                if self.refuse_swaps:
+                    raise errors.CheckpointStoreUnreachable("checkpoint store: timed out")
+                if eventhub_string:
+                    eventhub = key_of(credentials.eventhub_string())
+                if blob_string:
+                    store.key = key_of(credentials.blob_string())
+                self.renewed.append((eventhub, store.key))
+
             yield connections.Backend(
-                store=KeyedStore(self.store, self.blob_keys, blob),
+                store=store,
                 open_receiver=open_receiver,
                 resolve_start=consumerfakes.resolve_nothing,
+                renew=renew,
             )
 
         return factory
@@ -215,21 +244,132 @@ async def test_a_rotated_eventhub_key_is_taken_from_the_file_and_the_partitions_
             what="the partitions processing again with the new key",
         )
         await consumerfakes.eventually(lambda: not source.reports, what="the reports cleared")
-        assert services.opened == [("one", "one"), ("two", "one")]
+        assert services.opened == [("one", "one")]
+        assert services.renewed == [("two", "one")]
         # Nothing was handled twice: each partition resumed after its checkpoint.
         assert sorted(recorder.done) == sorted({(p, n) for p in PARTITIONS for n in range(5)})
 
 
-async def test_a_new_key_in_the_file_before_the_old_is_regenerated_moves_no_partition(
+@dataclasses.dataclass
+class Rotation:
+    """What a pod under load did around a rewrite of one credential file."""
+
+    source: assignments.MemorySource
+    recorder: consumerfakes.Recorder
+    #: Loop time of the rewrite.
+    rotated_at: float
+    #: The pod's workers just before the rewrite, and just before the pod was stopped.
+    before: dict[str, partitions.PartitionWorker]
+    after: dict[str, partitions.PartitionWorker]
+
+
+async def rotate_under_load(
+    services: Services,
+    credentials: connections.Credentials,
+    rewrite: Callable[[], None],
+    regenerate: Callable[[], None],
+) -> Rotation:
+    """Events every 0.2 s into both partitions (100 each), a handler taking 1 s a batch; at
+    5 s the file is rewritten (both keys work), at 15 s the old key is regenerated; at 25 s
+    the pod is stopped."""
+    recorder = consumerfakes.Recorder()
+    recorder.duration = 1.0
+
+    async def feed() -> None:
+        for _ in range(100):
+            for partition in PARTITIONS:
+                services.hub.append(partition, 1)
+            await asyncio.sleep(0.2)
+
+    async with pod(services, credentials, recorder) as (consumer, source):
+        source.put(consumerfakes.configmap(1, PARTITIONS))
+        feeder = asyncio.create_task(feed())
+        await asyncio.sleep(5)
+        before = dict(consumer.workers)
+        rotated_at = consumerfakes.loop_time()
+        rewrite()
+        await asyncio.sleep(10)
+        regenerate()
+        await feeder
+        await asyncio.sleep(5)
+        after = dict(consumer.workers)
+    return Rotation(source, recorder, rotated_at, before, after)
+
+
+def assert_nothing_moved(services: Services, rotation: Rotation) -> None:
+    """Same workers, fenced once, never released before the shutdown; no handler call waited
+    for the switch; every event handled once, and the checkpoints at the last one."""
+    assert set(rotation.before) == set(PARTITIONS)
+    assert rotation.after == rotation.before  # the same worker objects
+    assert all(w.path[:3] == ["fencing", "running", "releasing"] for w in rotation.after.values())
+    assert services.fences == list(PARTITIONS)  # the first fences only
+    assert services.opened == [("one", "one")]
+    starts = [t for t, _ in rotation.recorder.starts if t >= rotation.rotated_at - 2]
+    # The handler's second and the batch's wait, as before the rotation.
+    assert (
+        max(b - a for a, b in itertools.pairwise(starts)) <= 1.0 + test_runtime.FAST.max_wait + 0.01
+    )
+    done = rotation.recorder.done
+    assert sorted(done) == sorted((p, n) for p in PARTITIONS for n in range(100))
+    assert {p: c.sequence_number for p, c in services.store.blobs.items()} == {"0": 99, "1": 99}
+
+
+async def test_a_new_storage_key_swaps_the_checkpoint_client_under_the_running_partitions(
     fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore, tmp_path: Path
 ) -> None:
-    """The recommended order: both keys work while the pod switches; its partitions are
-    released into the old clients (final checkpoint) and taken up on the new ones, at the
-    same epoch, with nothing handed to another pod and nothing handled twice."""
+    """The recommended order (new key in the file, then the old one regenerated): the
+    partitions are neither released nor fenced again, and every checkpoint after the switch
+    is written with the new key (the old one is refused ten seconds later)."""
+    services = Services(fake_hub, fake_store)
+    services.blob_keys.accepted = {"one", "two"}
+    _, blob_file, credentials = secret_files(tmp_path)
+
+    def regenerate() -> None:
+        services.blob_keys.accepted = {"two"}
+
+    rotation = await rotate_under_load(
+        services, credentials, lambda: blob_file.write_text(blob_string("two")), regenerate
+    )
+    assert_nothing_moved(services, rotation)
+    assert services.renewed == [("one", "two")]
+    assert not rotation.source.reports
+
+
+async def test_a_new_eventhub_key_reopens_the_links_at_the_same_epoch_without_a_release(
+    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore, tmp_path: Path
+) -> None:
+    """The links are opened again with the new key after the last event handed to the
+    handler, with the same owner level: no release, no fence, nothing handled twice."""
     services = Services(fake_hub, fake_store)
     services.eventhub_keys.accepted = {"one", "two"}
-    _, blob_file, credentials = secret_files(tmp_path)
+    eventhub_file, _, credentials = secret_files(tmp_path)
+    rotation = await rotate_under_load(
+        services,
+        credentials,
+        lambda: eventhub_file.write_text(eventhub_string("two")),
+        lambda: services.regenerate_eventhub_key("one", "two"),
+    )
+    assert_nothing_moved(services, rotation)
+    assert services.renewed == [("two", "one")]
+    assert not rotation.source.reports
+    links = [r for r in fake_hub.receivers if isinstance(r, RefusingReceiver)]
+    assert sorted((r.partition, r.key, r.epoch) for r in links) == [
+        ("0", "one", 1),
+        ("0", "two", 1),
+        ("1", "one", 1),
+        ("1", "two", 1),
+    ]
+
+
+async def test_clients_that_cannot_swap_the_new_key_are_opened_again_with_it(
+    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore, tmp_path: Path
+) -> None:
+    """A swap that fails (the new key's client cannot be built) falls back to what a change
+    of coordinates does: every partition released into the old clients, new ones opened."""
+    services = Services(fake_hub, fake_store)
     services.blob_keys.accepted = {"one", "two"}
+    services.refuse_swaps = True
+    _, blob_file, credentials = secret_files(tmp_path)
     recorder = consumerfakes.Recorder()
     async with pod(services, credentials, recorder) as (consumer, source):
         source.put(consumerfakes.configmap(1, PARTITIONS))
@@ -240,18 +380,16 @@ async def test_a_new_key_in_the_file_before_the_old_is_regenerated_moves_no_part
         await consumerfakes.eventually(
             lambda: len(services.opened) == 2 and set(consumer.owned()) == set(PARTITIONS),
             within=secretfiles.CHECK_INTERVAL_S + 2,
-            what="the clients replaced and the partitions running again",
+            what="new clients opened and the partitions running again",
         )
-        assert services.opened[-1] == ("one", "two")
-        services.blob_keys.accepted = {"two"}  # the old storage key regenerated
+        assert services.opened == [("one", "one"), ("one", "two")]
+        assert services.fences == ["0", "1", "0", "1"]
+        services.blob_keys.accepted = {"two"}
         for partition in PARTITIONS:
             fake_hub.append(partition, 2)
         await consumerfakes.eventually(lambda: len(recorder.done) == 10, what="processing")
         assert not source.reports
-        assert consumer.owned() == {"0": 1, "1": 1}
-        assert source.released == {}  # nothing the operator would hand to another pod
     assert sorted(recorder.done) == sorted({(p, n) for p in PARTITIONS for n in range(5)})
-    assert {p: c.sequence_number for p, c in fake_store.blobs.items()} == {"0": 4, "1": 4}
 
 
 async def test_an_unchanged_file_reopens_nothing_however_long_the_key_is_refused(
@@ -325,6 +463,7 @@ async def test_garbage_in_the_file_is_reported_and_the_clients_in_use_are_kept(
             what="processing with the fixed file",
         )
         await consumerfakes.eventually(lambda: not source.reports, what="the reports cleared")
-    assert services.opened == [("one", "one"), ("two", "one")]
+    assert services.opened == [("one", "one")]
+    assert services.renewed == [("two", "one")]
     assert "pasted-secret-value" not in caplog.text
     assert "SharedAccessKey=two" not in caplog.text

@@ -8,10 +8,9 @@ SDK's EventProcessorClient read our checkpoints, and we read theirs) and adds ``
 (If-Match on the last ETag) and re-checked on conflict, so a write by a superseded epoch never
 lands and a sequence number never moves backwards.
 
-The pure parts live beside it: blob names and metadata in ``contracts.checkpointblobs``, start
-positions and seeds in ``contracts.startpositions``, the retry budget in ``adapters.retrying``.
-The requests themselves (one blob operation each, through an
-``azure.storage.blob.aio.ContainerClient``) are in ``adapters.checkpointrequests``; this
+Blob names and metadata are in ``contracts.checkpointblobs``, start positions in
+``contracts.startpositions``, the retry budget in ``adapters.retrying``, and the requests (one
+blob operation each, through a ``ContainerClient``) in ``adapters.checkpointrequests``: this
 module is the ownership protocol on top of them.
 """
 
@@ -43,10 +42,9 @@ Deaths = checkpointblobs.Deaths
 class CheckpointStore:
     """Checkpoints of one (namespace, event hub, consumer group), written by one owner.
 
-    ``container`` is an ``azure.storage.blob.aio.ContainerClient`` (built by ``adapters.blobs``
-    with the SDK's own retries off); the caller opens and closes it. One store instance serves
-    all partitions of one consumer pod; calls on the same partition are serialized.
-    """
+    ``container``: a ``ContainerClient`` (`adapters.blobs`, the SDK's retries off) that the
+    caller opens and closes. One store serves every partition of one consumer pod; calls on
+    one partition are serialized."""
 
     def __init__(
         self,
@@ -82,8 +80,6 @@ class CheckpointStore:
             owner_id=owner_id,
         )
 
-    # -- names
-
     @property
     def prefix(self) -> str:
         return self._blobs.prefix
@@ -94,6 +90,11 @@ class CheckpointStore:
     def owned(self, partition: str) -> Checkpoint | None:
         """Our last fenced or written checkpoint of a partition, if we hold it."""
         return self._owned.get(partition)
+
+    def use_container(self, container: Any) -> None:
+        """Requests go through ``container`` (a new key's) from now on; fences are kept."""
+        self.container = container
+        self._blobs.use(container)
 
     def release(self, partition: str) -> None:
         """Forget a partition locally (after its final checkpoint); the blob keeps our epoch,
@@ -379,8 +380,6 @@ class CheckpointStore:
         return await self.update(
             partition, offset=mine.offset, sequence_number=mine.sequence_number
         )
-
-    # -- helpers
 
     def _budget(self, what: str, partition: str) -> retrying.Budget:
         return retrying.Budget(

@@ -74,6 +74,12 @@ class CheckpointBlobs:
         self.owner_id = owner_id
         self._clients: dict[str, Any] = {}
 
+    def use(self, container: Any) -> None:
+        """Send the next requests through ``container``: the same container, reached with
+        another key (the blob clients of the one before are dropped with it). Each attempt
+        takes its blob client afresh, so a retry after the swap uses the new key too."""
+        self.container, self._clients = container, {}
+
     @property
     def prefix(self) -> str:
         return checkpointblobs.blob_prefix(
@@ -92,11 +98,10 @@ class CheckpointBlobs:
 
     async def acquire_lease(self, partition: str, budget: retrying.Budget) -> Any | None:
         """A lease on the blob, or None when another fencer holds one or the blob is gone."""
-        blob = self._blob(partition)
 
         async def acquire() -> Any | None:
             try:
-                return await blob.acquire_lease(lease_duration=LEASE_SECONDS)
+                return await self._blob(partition).acquire_lease(lease_duration=LEASE_SECONDS)
             except (azure_errors.ResourceExistsError, azure_errors.ResourceNotFoundError):
                 return None  # leased by another fencer, or deleted: re-read
             except azure_errors.HttpResponseError as e:
@@ -115,11 +120,10 @@ class CheckpointBlobs:
         costs no safety. The ETag condition makes sure the epoch we compared is still stored.
         A lease already gone counts as broken.
         """
-        blob = self._blob(partition)
 
         async def break_now() -> bool:
             try:
-                await BlobLeaseClient(blob).break_lease(
+                await BlobLeaseClient(self._blob(partition)).break_lease(
                     lease_break_period=0, etag=etag, match_condition=MatchConditions.IfNotModified
                 )
             except azure_errors.ResourceNotFoundError as e:
@@ -140,11 +144,9 @@ class CheckpointBlobs:
         return broken
 
     async def get(self, partition: str, budget: retrying.Budget) -> Checkpoint | None:
-        blob = self._blob(partition)
-
         async def properties() -> Any | None:
             try:
-                return await blob.get_blob_properties()
+                return await self._blob(partition).get_blob_properties()
             except azure_errors.ResourceNotFoundError as e:
                 if retrying.error_code(e) == "ContainerNotFound":
                     raise self.missing_container(e) from e
@@ -184,10 +186,9 @@ class CheckpointBlobs:
         metadata: dict[str, str],
         budget: retrying.Budget,
     ) -> Checkpoint | None:
-        blob = self._blob(partition)
-
         async def upload() -> Any | None:
             try:
+                blob = self._blob(partition)  # per attempt: a swapped key's client
                 return await blob.upload_blob(b"", overwrite=False, metadata=metadata)
             except azure_errors.ResourceExistsError:
                 return None
@@ -241,11 +242,10 @@ class CheckpointBlobs:
         metadata = checkpointblobs.encode_metadata(
             position=position, owner_id=self.owner_id, epoch=epoch, deaths=deaths
         )
-        blob = self._blob(partition)
 
         async def set_metadata() -> Any | None:
             try:
-                return await blob.set_blob_metadata(
+                return await self._blob(partition).set_blob_metadata(
                     metadata,
                     etag=etag,
                     match_condition=MatchConditions.IfNotModified,

@@ -9,10 +9,15 @@ out (a consumer group or hub that does not exist) fails each partition instead, 
 `restarts` paces those restarts and says it once.
 
 Credentials kept in files (`secretfiles`) are part of what the clients were opened with: when
-a file holds a new value, the clients are replaced as for new coordinates (the runtime
-releases every partition into the old ones first), and clients that could not be opened are
-tried again at once. Nothing else reopens them: a refused credential fails the partitions,
-whose restarts are paced, and the clients stay until the file changes.
+a file holds a new value, `renew` swaps it under the open clients (`connections.Backend.renew`)
+for what that string feeds only: a storage key replaces the checkpoint store's client under the
+running workers, which keep their fences; an Event Hubs key has each worker open its link
+again at its epoch (`partitions.PartitionWorker.reopen`). No partition is released for it.
+Clients that cannot swap (a backend without `renew`, or a value the swap refuses) are replaced
+as for new coordinates (the runtime releases every partition into the old ones first), and
+clients that could not be opened are tried again at once. Nothing else reopens them: a refused
+credential fails the partitions, whose restarts are paced, and the clients stay until the
+file changes.
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+from collections.abc import Iterable
 
 from eventhub_balancer import errors
-from eventhub_balancer.consumer import assignments, connections, restarts, secretfiles
+from eventhub_balancer.consumer import assignments, connections, partitions, restarts, secretfiles
 
 logger = logging.getLogger(__name__)
 
@@ -54,8 +60,12 @@ class Clients:
         self.files = files
         #: The coordinates of the open clients (None: none open).
         self.key: connections.Coordinates | None = None
-        #: The revision of the credential files the open clients were opened with.
+        #: The revision of the credential files the open clients were opened with (or
+        #: swapped to), and its files' own (`secretfiles.SecretFiles.revisions`).
         self.revision = 0
+        self._revisions = (0, 0)
+        #: The revision whose swap failed (the clients are opened again for it instead).
+        self._unswapped: int | None = None
         #: The last failure to open clients, until clients open.
         self.failure: OpenFailure | None = None
         self._backend: connections.Backend | None = None
@@ -76,6 +86,40 @@ class Clients:
         if revision != self.revision:
             return "a credential file holds a new connection string"
         return None
+
+    async def renew(
+        self, key: connections.Coordinates, workers: Iterable[partitions.PartitionWorker]
+    ) -> bool:
+        """Read the credential files again (at their pace) and swap a new value under the
+        open clients of ``key``; an Event Hubs key has ``workers`` open their links again.
+        True when it swapped one (partitions failing with the old key may start at once)."""
+        files = self.files
+        if files is None:
+            return False
+        revision = files.refresh()
+        backend = self._backend
+        if backend is None or backend.renew is None or key != self.key:
+            return False
+        if revision in (self.revision, self._unswapped):
+            return False
+        (eventhub_now, blob_now), (eventhub_then, blob_then) = files.revisions, self._revisions
+        eventhub, blob = eventhub_now != eventhub_then, blob_now != blob_then
+        try:
+            await backend.renew(eventhub_string=eventhub, blob_string=blob)
+        except (errors.TransientError, errors.ConfigurationError, errors.InvalidInput) as e:
+            self._unswapped = revision
+            logger.error("cannot switch to the new connection string (%s): opening new clients", e)
+            return False
+        self.revision, self._revisions = revision, files.revisions
+        if eventhub:
+            for worker in workers:
+                worker.reopen()
+        done = [eventhub and "receive links opened again", blob and "checkpoint client replaced"]
+        logger.info(
+            "switched to the new connection string (%s), with no partition released",
+            ", ".join(what for what in done if what),
+        )
+        return True
 
     def problem(self) -> str | None:
         """What to fix in a credential file whose new content was refused (None: nothing)."""
@@ -114,6 +158,7 @@ class Clients:
             return None
         self.failure = None
         self.revision = revision
+        self._revisions = self.files.revisions if self.files is not None else (0, 0)
         return backend
 
     async def _open(

@@ -4,7 +4,8 @@ The ConfigMap carries coordinates only (namespace, hub, consumer group, containe
 URL); credentials come from the pod's own environment (a Secret as env, or as files read again
 when they change: `secretfiles`) or workload identity. This module joins the two and gives
 the runtime a :class:`Backend`: a checkpoint store, a receiver factory and the
-start-position resolver for partitions without a checkpoint.
+start-position resolver for partitions without a checkpoint, and the swap of a credential
+file's new value under them (`Backend.renew`).
 """
 
 from __future__ import annotations
@@ -102,6 +103,17 @@ class Backend:
     dead_letters: ports.DeadLetters | None = None
     #: A fenced checkpoint against the partition's end (None: not checked).
     check_position: ports.PositionCheck | None = None
+    #: A new connection string under these clients (None: they are opened again instead).
+    renew: Renewal | None = None
+
+
+class Renewal(Protocol):
+    """Swaps a credential file's new value under open clients: ``eventhub_string``, under
+    the receivers opened from then on (and the reads of partition bounds); ``blob_string``,
+    under the checkpoint store's and the dead letters' requests. Raises, with nothing
+    swapped, when the value cannot serve the clients' coordinates."""
+
+    async def __call__(self, *, eventhub_string: bool, blob_string: bool) -> None: ...
 
 
 class BackendFactory(Protocol):
@@ -159,11 +171,9 @@ class AzureBackends:
                 "checkpointStore.accountUrl for workload identity"
             )
         policy.check_blob(account_url=account_url, connection_string=blob_connection)
-        async with blobs.open_container(
-            container_name=where.checkpoint_container,
-            connection_string=blob_connection,
-            account_url=account_url,
-        ) as container:
+        async with contextlib.AsyncExitStack() as stack:
+            containers = _Containers(stack, where.checkpoint_container)
+            container = await containers.open(blob_connection, account_url)
             store = checkpointing.CheckpointStore(
                 container,
                 fully_qualified_namespace=where.fully_qualified_namespace,
@@ -199,13 +209,58 @@ class AzureBackends:
                 eventhub_name=where.eventhub_name,
                 consumer_group=where.consumer_group,
             )
+
+            async def renew(*, eventhub_string: bool, blob_string: bool) -> None:
+                nonlocal address
+                renewed = address
+                if eventhub_string:
+                    connection = self.credentials.eventhub_string()
+                    policy.check_eventhub(
+                        fully_qualified_namespace=where.fully_qualified_namespace,
+                        connection_string=connection,
+                    )
+                    renewed = dataclasses.replace(address, connection_string=connection)
+                if blob_string:
+                    connection = self.credentials.blob_string()
+                    policy.check_blob(account_url=None, connection_string=connection)
+                    fresh = await containers.open(connection, None)
+                    store.use_container(fresh)
+                    dead_letters.container = fresh
+                address = renewed  # read by every receiver and partition-bounds read after
+
             yield Backend(
                 store=store,
                 open_receiver=open_receiver,
                 resolve_start=resolve_start,
                 dead_letters=dead_letters,
                 check_position=check_position,
+                renew=renew,
             )
+
+
+class _Containers:
+    """The checkpoint container's clients: the one in use, and the one a new key replaced,
+    kept open for the requests it still carries until the next swap; older ones are closed,
+    and all of them with the backend."""
+
+    def __init__(self, stack: contextlib.AsyncExitStack, name: str) -> None:
+        self._stack, self._name = stack, name
+        self._open: list[contextlib.AsyncExitStack] = []
+
+    async def open(self, connection_string: str | None, account_url: str | None) -> Any:
+        own = contextlib.AsyncExitStack()
+        self._stack.push_async_callback(own.aclose)
+        client = await own.enter_async_context(
+            blobs.open_container(
+                container_name=self._name,
+                connection_string=connection_string,
+                account_url=account_url,
+            )
+        )
+        self._open.append(own)
+        while len(self._open) > 2:
+            await self._open.pop(0).aclose()
+        return client
 
 
 async def _resolve_start(

@@ -18,6 +18,8 @@ duplicates and failures free of loss:
   and the operator assigns the next owner);
 - on :class:`errors.OwnershipLost` (from the checkpoint store or a stolen link) the worker
   stops at once and writes nothing: a newer owner holds the partition;
+- a new Event Hubs key (`reopen`) closes the link between two batches and opens another at the
+  same epoch, after the last event the handler finished: no fence, no release, nothing twice;
 - the handler of batch N+1 starts only once the checkpoint of batch N is durable, so a crash
   (SIGKILL) repeats at most one batch per partition: the one in the handler, or the one whose
   checkpoint write was in flight (never both). The write still overlaps the *receiving* of
@@ -98,6 +100,8 @@ class PartitionWorker:
         self.error: BaseException | None = None
         self.fenced = asyncio.Event()
         self._stop = asyncio.Event()
+        #: Set when the link is to be opened again (with a new key) before the next batch.
+        self._reopen = asyncio.Event()
         self._hard_deadline: float | None = None
         #: Loop times of the worker's start and of its release's start, for its log lines.
         self._started_at = _now()
@@ -136,6 +140,12 @@ class PartitionWorker:
             self._hard_deadline = self._release_at + limit
             self._stop.set()
 
+    def reopen(self) -> None:
+        """Open the link again before the next batch (the receiver factory holds a new key),
+        at the same epoch and after the last event the handler finished; the batch in the
+        handler goes on. The checkpoint is neither fenced nor moved for it."""
+        self._reopen.set()
+
     @property
     def releasing(self) -> bool:
         return self._stop.is_set()
@@ -169,7 +179,7 @@ class PartitionWorker:
             self._stands_at(checkpoint)
             if self._stop.is_set():
                 return self._finish("revoked")  # the fence is the final checkpoint
-            receiver = self._receive_after(checkpoint)
+            receiver = self._receive_after(checkpoint.sequence_number)
             if self.check_position is not None:
                 # While the link opens: a checkpoint past the partition's end is moved back,
                 # and nothing received after it reaches the handler.
@@ -178,7 +188,7 @@ class PartitionWorker:
                     await receiver.close()
                     checkpoint = rewound
                     self._stands_at(checkpoint)
-                    receiver = self._receive_after(checkpoint)
+                    receiver = self._receive_after(checkpoint.sequence_number)
             self.transition("fenced")
             self.fenced.set()
             if self.on_fenced is not None:
@@ -190,9 +200,16 @@ class PartitionWorker:
                 checkpoint.sequence_number,
             )
             while not self._stop.is_set():
+                if self._reopen.is_set():
+                    self._reopen.clear()
+                    await receiver.close()  # events it buffered past the handler come again
+                    receiver = None
+                    done = self._processed
+                    last = self._checkpointed_sequence if done is None else done.sequence_number
+                    receiver = self._receive_after(last)
                 batch = await self._next_batch(receiver)
                 if batch is None:
-                    break
+                    continue  # a release (the loop ends) or a reopen (at its top)
                 self.stats.last_enqueued = batch.last_enqueued
                 if not batch.events:
                     if self._writing is not None and self._writing.done():
@@ -277,9 +294,10 @@ class PartitionWorker:
         self.stats.checkpointed_sequence_number = checkpoint.sequence_number
         self.stats.checkpoint_time = time.time()
 
-    def _receive_after(self, checkpoint: ports.Checkpoint) -> ports.Receiver:
+    def _receive_after(self, sequence_number: int | None) -> ports.Receiver:
+        assert sequence_number is not None, "receiving before the fence"
         receiver = self.open_receiver(
-            self.partition, self.epoch, deliveries.ReceivePosition.after(checkpoint.sequence_number)
+            self.partition, self.epoch, deliveries.ReceivePosition.after(sequence_number)
         )
         receiver.start()
         return receiver
@@ -289,15 +307,17 @@ class PartitionWorker:
         return await self.store.fence(self.partition, self.epoch, start=start)
 
     async def _next_batch(self, receiver: ports.Receiver) -> deliveries.ReceivedBatch | None:
-        """The next batch, or None when a release started while waiting for it."""
+        """The next batch, or None when a release or a reopen came while waiting for it."""
         receive = asyncio.ensure_future(
             receiver.next_batch(max_size=self.settings.batch_size, max_wait=self.settings.max_wait)
         )
         stop = asyncio.ensure_future(self._stop.wait())
+        reopen = asyncio.ensure_future(self._reopen.wait())
         try:
-            await asyncio.wait({receive, stop}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({receive, stop, reopen}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stop.cancel()
+            reopen.cancel()
             if not receive.done():
                 receive.cancel()  # next_batch is cancellation-safe: no event is lost
                 await asyncio.gather(receive, return_exceptions=True)

@@ -7,8 +7,8 @@ partition, and once every owned partition is running (fenced), parked or reporte
 nothing is left to release, writes ``applied-generation``. A change of the coordinates (hub,
 namespace, consumer group, checkpoint container or account, start position) releases every
 worker into the old store, then reopens the clients: a generation is never acknowledged
-while the pod reads other coordinates than it names. A credential file that holds a new
-connection string does the same (`clients`), with no hand-off to another pod.
+while the pod reads other coordinates than it names. A credential file's new connection
+string is swapped under the running workers instead (`clients.Clients.renew`).
 
 A partition in trouble (failing, parked, stuck, lost, failing to start) is reported with the
 acknowledgement (`acknowledgements`). The pod is Ready once its current generation's
@@ -220,6 +220,8 @@ class Runtime:
             return
         wanted = self._wanted()
         key = connections.Coordinates.of(assignment)
+        if await self.clients.renew(key, self.workers.values()):
+            self.restarts.clear()  # partitions failing with the old key start at once
         moving = self.clients.moving(key)
         for partition, worker in self.workers.items():
             worker.batches.processing_policy = assignment.processing

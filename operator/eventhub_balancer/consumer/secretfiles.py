@@ -9,7 +9,8 @@ most every `CHECK_INTERVAL_S`, comparing contents (a stat would miss a rewrite w
 file system's timestamp granularity, and the read is a few hundred bytes):
 
 - new content that passes the checks the value passed at start becomes the value, and
-  `SecretFiles.revision` moves on: the runtime then replaces its clients (`clients.Clients`);
+  `SecretFiles.revision` moves on (and the file's own `SecretFile.revision`): the runtime then
+  swaps what that string feeds under its clients (`clients.Clients.renew`);
 - content that does not (empty, cut short, the wrong shape, a host the pod may not reach) is
   refused with what to fix (`SecretFiles.problem`, logged once per content), and the value in
   use stays: garbage never costs the pod the clients that may still work.
@@ -51,6 +52,8 @@ class SecretFile:
         self.value = self._valid(self._seen)
         #: Why the file's current content is not the value (None: it is).
         self.problem: str | None = None
+        #: Moves on whenever a new value is taken.
+        self.revision = 0
 
     def _read(self) -> str:
         try:
@@ -98,10 +101,8 @@ class SecretFile:
         if value == self.value:
             return False
         self.value = value
-        logger.info(
-            "%s holds a new connection string: the pod's clients are opened again with it",
-            self.field,
-        )
+        self.revision += 1
+        logger.info("%s holds a new connection string: the pod switches to it", self.field)
         return True
 
 
@@ -138,6 +139,12 @@ class SecretFiles:
         if any(changed):
             self.revision += 1
         return self.revision
+
+    @property
+    def revisions(self) -> tuple[int, int]:
+        """The revisions of the Event Hubs file and of the storage file (0: none)."""
+        eventhub, blob = self.eventhub, self.blob
+        return (eventhub.revision if eventhub else 0, blob.revision if blob else 0)
 
     @property
     def problem(self) -> str | None:

@@ -156,3 +156,73 @@ async def test_the_pods_checkpoints_resume_once_the_file_holds_the_new_key(
         assert SECOND_KEY not in caplog.text
     finally:
         service.stop()
+
+
+async def test_a_new_key_in_the_file_is_swapped_in_without_moving_a_partition(
+    consumer_emulator: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The recommended order: the second key in the file while both work, then the first
+    regenerated. The pod's partitions stay fenced where they were (no release, no second
+    fence) and its checkpoints go on with the second key."""
+    caplog.set_level(logging.INFO)
+    data = tmp_path / "azurite"
+    service = storage(data, f"{FIRST_KEY}:{SECOND_KEY}", 0, monkeypatch)
+    port = service.port
+    try:
+        async with blobs.open_container(
+            container_name=CONTAINER, connection_string=blob_string(port, FIRST_KEY)
+        ) as container:
+            await blobs.ensure_container(container)
+        blob_file = tmp_path / "connection-string"
+        blob_file.write_text(blob_string(port, FIRST_KEY))
+        eventhub = consumer_emulator.connection_string()
+        credentials = settings.credentials_from(
+            {
+                "EHB_EVENTHUB_CONNECTION_STRING": eventhub,
+                "EHB_BLOB_CONNECTION_STRING_FILE": str(blob_file),
+            },
+            policy=endpoints.EndpointPolicy(allow_development=True),
+        )
+        await send_events(eventhub, "orders", {"0": 5, "1": 5})
+        recorder = Recorder()
+        async with pod(credentials, recorder) as source:
+            source.put(
+                configmap(
+                    1,
+                    {"0": (1, "owned"), "1": (1, "owned")},
+                    checkpointContainer=CONTAINER,
+                    startPosition=json.dumps("earliest"),
+                )
+            )
+            deadline = asyncio.get_running_loop().time() + 30
+            while await checkpoints(port, FIRST_KEY) != {"0": 4, "1": 4}:
+                assert asyncio.get_running_loop().time() < deadline, "no first checkpoints"
+                await asyncio.sleep(0.2)
+
+            blob_file.write_text(blob_string(port, SECOND_KEY))
+            await eventually(
+                lambda: "holds a new connection string" in caplog.text,
+                within=10,
+                what="the second key read",
+            )
+            await asyncio.sleep(1)  # a few of the pod's turns: the switch is made in one
+            # The first key is regenerated: the account takes the second one only.
+            service.stop()
+            service = storage(data, SECOND_KEY, port, monkeypatch)
+            await send_events(eventhub, "orders", {"0": 3, "1": 3})
+            deadline = asyncio.get_running_loop().time() + 20
+            while await checkpoints(port) != {"0": 7, "1": 7}:
+                assert asyncio.get_running_loop().time() < deadline, "checkpoints stopped"
+                await asyncio.sleep(0.2)
+            assert not source.reports
+            assert source.released == {}
+        fences = [r for r in caplog.records if "fenced with epoch" in r.getMessage()]
+        assert len(fences) == 2  # one per partition, at the start
+        assert sorted(recorder.done) == [(p, n) for p in "01" for n in range(8)]
+        assert FIRST_KEY not in caplog.text
+        assert SECOND_KEY not in caplog.text
+    finally:
+        service.stop()
