@@ -438,6 +438,7 @@ EVENT_MODULES = (
     "reconciling/conditions.py",
     "reconciling/refusals.py",
     "reconciling/foreignreaders.py",
+    "reconciling/lostblobs.py",
     "cli/checkpointresets.py",
     "cli/checkpointimports.py",
 )

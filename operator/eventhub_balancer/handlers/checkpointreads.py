@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 
 from eventhub_balancer.contracts import connectionstrings, startpositions, storeaddresses
 from eventhub_balancer.handlers import backlogs, foreignclaims, memories, observing, ports
-from eventhub_balancer.reconciling import deadlines, decisions, observations
+from eventhub_balancer.reconciling import deadlines, decisions, lostblobs, observations
 
 logger = logging.getLogger(__name__)
 
@@ -109,6 +109,7 @@ async def read_store(
                 known_sequences=store.sequences,
                 checked_at=store.checked_at,
                 foreign=store.claims.live,
+                gone=store.vanished.gone,
             )
             return read, store
     due = deadlines.probe_due(store.checked_at, wall=wall)
@@ -173,6 +174,7 @@ async def read_store(
             known_sequences=store.sequences,
             checked_at=store.checked_at,
             foreign=store.claims.live,
+            gone=store.vanished.gone,
         )
         return read, store
     if store.fault is not None:
@@ -187,6 +189,11 @@ async def read_store(
         fault=None,
         checked_at=wall,
         sequences={p: sequence for p, (_epoch, sequence) in stored.items()},
+        vanished=store.vanished.after(
+            stored,
+            key=observing.store_key(spec),
+            given=lostblobs.said(observation.status) if store.vanished.key is None else (),
+        ),
     )
     if claims or (claims is not None and store.claims.etags):
         store = foreignclaims.watched(store, claims, key=key, spec=spec)
@@ -196,6 +203,7 @@ async def read_store(
         known_sequences=store.sequences,
         checked_at=wall,
         foreign=store.claims.live,
+        gone=store.vanished.gone,
     )
     return read, store
 

@@ -84,6 +84,8 @@ class StorePacing(Pacing):
     ends_fault: str | None = None
     #: the SDK's ownership claims as the probes saw them (`Claims`)
     claims: Claims = Claims()
+    #: the blobs listed before that the listings since lack (`observations.Vanished`)
+    vanished: observations.Vanished = dataclasses.field(default_factory=observations.Vanished)
 
 
 @dataclasses.dataclass(eq=False)

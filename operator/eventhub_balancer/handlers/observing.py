@@ -85,6 +85,7 @@ async def observe_consumer(
             checked_at=store.checked_at,
             ahead_at=(ahead.at if ahead is not None and ahead.key == store_key(spec) else None),
             foreign=store.claims.live,
+            gone=store.vanished.gone,
         ),
         # The other consumers come from the watch (kopf's index); a port without one (a test
         # or a tool over the bare API) knows of none, and finds no conflict.

@@ -21,7 +21,14 @@ from collections.abc import Mapping
 from eventhub_balancer import errors
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import conditions, podstates, specs, statusbodies
-from eventhub_balancer.reconciling import foreignreaders, observations, podwords, progress, reports
+from eventhub_balancer.reconciling import (
+    foreignreaders,
+    lostblobs,
+    observations,
+    podwords,
+    progress,
+    reports,
+)
 
 #: How long a Ready pod may hold partitions without a word before Ready says nothing reads
 #: them: far above the second a consumer pod takes (a Spark pod is NotReady until its session
@@ -88,7 +95,8 @@ def store(
     """CheckpointStoreReachable: read (now or before), failing, or not read yet; a blob epoch
     too far above the record (``leaps``) makes it False with ``CheckpointEpochTampered``,
     epochs out of range (a blob's, or the status's) with ``EpochOutOfRange``, naming each;
-    an SDK processor beside the pods (`foreignreaders`) makes it False too."""
+    an SDK processor beside the pods (`foreignreaders`) and blobs deleted since they were
+    listed (`lostblobs`) make it False too."""
     if leaps:
         return conditions.Condition(
             type=conditions.CHECKPOINT_STORE_REACHABLE,
@@ -116,6 +124,8 @@ def store(
         )
     if read.foreign:
         return foreignreaders.condition(spec)  # an SDK processor on the consumer group
+    if read.gone:
+        return lostblobs.condition(read.gone, spec=spec)  # blobs deleted since they were listed
     if read.listed or read.checkpoints is not None:
         return conditions.Condition(
             type=conditions.CHECKPOINT_STORE_REACHABLE,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import types
-from collections.abc import Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 from eventhub_balancer import errors
@@ -74,6 +74,31 @@ class StoreRead:
     #: an SDK processor runs on the same consumer group: its ownership claims were rewritten
     #: in two probe intervals running (`handlers.foreignclaims`)
     foreign: bool = False
+    #: the partitions whose blobs an earlier listing held and the last one lacks (`Vanished`)
+    gone: frozenset[str] = frozenset()
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Vanished:
+    """The checkpoint blobs a listing lacks that an earlier listing of the same store held:
+    deleted (by hand, by a lifecycle policy, with their container), since only owners write
+    them and nothing here deletes one. Kept until a listing has them again."""
+
+    #: the store they were listed in (`handlers.observing.store_key`); None: never listed
+    key: Hashable | None = None
+    #: the partitions whose blobs the last listing held
+    listed: frozenset[str] = frozenset()
+    #: the partitions whose blobs an earlier listing held and the listings since lack
+    gone: frozenset[str] = frozenset()
+
+    def after(self, listed: Iterable[str], *, key: Hashable, given: Iterable[str] = ()) -> Vanished:
+        """What a listing of ``listed`` in the store ``key`` leaves. The first one of this
+        operator has nothing to compare with: only the partitions ``given`` (those given out,
+        when the status says blobs were lost before an operator restart) count as listed."""
+        now = frozenset(listed)
+        if self.key == key:
+            return Vanished(key=key, listed=now, gone=(self.listed | self.gone) - now)
+        return Vanished(key=key, listed=now, gone=frozenset(given) - now)
 
 
 #: No ConfigMap seen deleted (an immutable default: `Departures.vanished`).
