@@ -149,14 +149,17 @@ class ScenarioRun:
         self._producer_done = self.site.loop.submit(self.producer.run())
 
     def stop(self) -> None:
-        self.stop_producer()
-        if self._changes is not None:
-            self._changes.stop()
-        if self.kubelet is not None:
-            self.kubelet.stop(grace_s=systems.TERMINATION_GRACE_S)
-        self.system.stop()
-        if self._api_client is not None:
-            self._api_client.close()
+        """Each part is stopped even when stopping one before it failed (a second Ctrl-C,
+        say): a pod or the operator left running keeps this process from exiting."""
+        with contextlib.ExitStack() as parts:  # the callbacks run last first
+            if self._api_client is not None:
+                parts.callback(self._api_client.close)
+            parts.callback(self.system.stop)
+            if self.kubelet is not None:
+                parts.callback(self.kubelet.stop, grace_s=systems.TERMINATION_GRACE_S)
+            if self._changes is not None:
+                parts.callback(self._changes.stop)
+            self.stop_producer()
 
     def stop_producer(self) -> None:
         if self.producer is None or self._producer_done is None:
