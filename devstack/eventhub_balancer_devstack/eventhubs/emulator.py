@@ -3,8 +3,8 @@
 It runs either on the caller's event loop (``async with EventHubsEmulator(...)``) or on its
 own loop in a background thread (``with emu.running_in_thread():``), which the sync SDK,
 kopf tests and subprocess tests need. Methods that touch the state (``create_hub``,
-``add_partitions``, ``partition_info``, ``disconnect_all``, ``hang``) may be called from any
-thread: they hop onto the emulator's loop when called from elsewhere.
+``add_partitions``, ``partition_info``, ``disconnect_all``, ``hang``, ``blackhole``) may be
+called from any thread: they hop onto the emulator's loop when called from elsewhere.
 """
 
 from __future__ import annotations
@@ -66,6 +66,8 @@ class EventHubsEmulator:
         self._connections: set[connections.Connection] = set()
         #: connections accepted since the start (a client that reuses one opens no more)
         self._accepted = 0
+        #: every connection, new ones included, hangs (`blackhole`)
+        self._blackholed = False
         self._server: asyncio.Server | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._background: runners.BackgroundLoop | None = None
@@ -81,12 +83,15 @@ class EventHubsEmulator:
 
         def accept() -> connections.Connection:
             self._accepted += 1
-            return connections.Connection(
+            connection = connections.Connection(
                 namespace=self._namespace,
                 registry=self._connections,
                 clock=_now_ms,
                 container_id=container,
             )
+            if self._blackholed:
+                connection.hang()
+            return connection
 
         self._server = await self._loop.create_server(
             accept,
@@ -309,6 +314,24 @@ class EventHubsEmulator:
             return len(hung)
 
         return self._call(start)
+
+    def blackhole(self, on: bool = True) -> int:
+        """Stop answering anyone, as Event Hubs behind a network path that drops everything:
+        every open connection hangs (`hang`), and every connection opened meanwhile is
+        accepted but never answered, not even the protocol header (a SYN answered by a load
+        balancer whose back end is gone). ``blackhole(False)`` ends it for connections opened
+        afterwards; the hung ones stay hung. Returns how many open connections it hung."""
+
+        def switch() -> int:
+            self._blackholed = on
+            if not on:
+                return 0
+            hung = [c for c in self._connections if not c.hung]
+            for connection in hung:
+                connection.hang()
+            return len(hung)
+
+        return self._call(switch)
 
     def disconnect_all(self) -> int:
         """Drop every client connection abruptly (chaos); returns how many were dropped."""
