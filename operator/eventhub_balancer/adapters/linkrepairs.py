@@ -1,4 +1,4 @@
-"""Three flaws of the SDK's aio receive link (azure-eventhub 5.15), mended from outside.
+"""Five flaws of the SDK's aio receive link (azure-eventhub 5.15), mended from outside.
 
 - A cancellation can be dropped (`RECANCEL_S`): `cancel_until_done` cancels a receive task
   again until it ends, within a bound.
@@ -8,6 +8,8 @@
 - A link detached with an error that the SDK's own reattach cannot mend (Event Hubs
   throttling, say) ends its ``receive`` as if nothing were wrong, the error kept on the
   link (`link_error`).
+- Its own reconnect, after a connection closed by its idle time-out, waits for ever for a
+  handshake that Event Hubs never answers (`bound_opens`).
 
 Kept apart from ``adapters.receiving``, which drives the link, because each of these works
 on the SDK's private names (like ``_create_consumer``, whose use ``tests/install`` holds to
@@ -19,8 +21,10 @@ it does on its own. ``adapters.consumergroups`` closes its probe's link the same
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
+
+from azure.eventhub.exceptions import OperationTimeoutError
 
 #: A receive task that has not ended this long after it was cancelled is cancelled again. The
 #: SDK reads every frame under ``asyncio.wait_for``, which in Python 3.11 drops a cancellation
@@ -99,9 +103,53 @@ def link_error(consumer: Any) -> BaseException | None:
     azure-eventhub 5.15's aio receive, when Event Hubs detaches its link with an error it
     retries (``com.microsoft:server-busy``), reattaches at once; when that attach is refused
     too, ``receive`` returns as if the link had ended normally, and the detach's error is
-    left on the link (``_error``). Read here so that the receiver sees why its link ended;
-    private SDK names, like ``_create_consumer``: where they are missing, None.
+    left on the link (``_error``). So it does when a reconnect's open did not answer in time
+    (`bound_opens`). Read here so that the receiver sees why its link ended; private SDK
+    names, like ``_create_consumer``: where they are missing, None.
     """
     handler = getattr(consumer, "_handler", None)
     error = getattr(getattr(handler, "_link", None), "_error", None)
+    if not isinstance(error, BaseException):
+        opening = getattr(consumer, "_open", None)
+        error = opening.timed_out if isinstance(opening, _BoundedOpen) else None
     return error if isinstance(error, BaseException) else None
+
+
+def bound_opens(consumer: Any, limit: float) -> None:
+    """Bound every opening of ``consumer``'s link to ``limit`` seconds, the SDK's own
+    reconnects included.
+
+    azure-eventhub 5.15's aio receive opens its link again on a new connection when the old
+    one broke (its idle time-out, say), and that open has no bound of its own: a connect
+    whose SYN goes unanswered waits for the kernel, and a connection accepted but never
+    answered (a load balancer whose back end is gone, a handshake lost) waits for ever,
+    reporting nothing. Past ``limit`` the open raises the SDK's own
+    ``OperationTimeoutError``, which its reconnect does not retry: the receive ends (as if
+    nothing were wrong when the reconnect swallows it: `link_error` says it), and the
+    caller's reopens, which count and fail the partition, take over. Private SDK names,
+    like ``_create_consumer``: where they are missing, nothing is done.
+    """
+    opening = getattr(consumer, "_open", None)
+    if callable(opening) and not isinstance(opening, _BoundedOpen):
+        consumer._open = _BoundedOpen(opening, limit)
+
+
+class _BoundedOpen:
+    """A consumer's ``_open`` within a time limit (`bound_opens`); ``timed_out`` is the error
+    of its last call when that call did not answer in time."""
+
+    def __init__(self, opening: Callable[[], Awaitable[None]], limit: float) -> None:
+        self.opening = opening
+        self.limit = limit
+        self.timed_out: OperationTimeoutError | None = None
+
+    async def __call__(self) -> None:
+        self.timed_out = None
+        try:
+            async with asyncio.timeout(self.limit):
+                await self.opening()
+        except TimeoutError as e:
+            self.timed_out = OperationTimeoutError(
+                f"the receive link did not open within {self.limit:g} s: Event Hubs did not answer"
+            )
+            raise self.timed_out from e

@@ -76,7 +76,9 @@ THROTTLED_JITTER = 0.25
 LINK_OPEN = "partition %s: receive link open with owner level %s in %.0f ms"
 
 #: A receive link whose handshake takes longer has failed (the pump reopens it, then reports
-#: the partition unreachable): the SDK itself bounds only the authentication.
+#: the partition unreachable): the SDK itself bounds only the authentication. It bounds the
+#: SDK's own reopens too (`linkrepairs.bound_opens`): under a blackhole a partition is reported
+#: failing after `REOPEN_ATTEMPTS` opens of this long and their backoff.
 LINK_OPEN_TIMEOUT_S = 30.0
 
 #: The idle-time-out our receive connections advertise: one that hears no frame for this long
@@ -257,6 +259,7 @@ class PartitionReceiver:
             )
             self._consumer = consumer
             amqphandshakes.read_handshake_back_to_back(consumer)
+            linkrepairs.bound_opens(consumer, LINK_OPEN_TIMEOUT_S)
             received_before = self._last_buffered
             try:
                 if received_before is not None:
@@ -266,11 +269,10 @@ class PartitionReceiver:
                     if end < received_before:
                         self._fail(self._replaced(f"its last event is {end}"))
                         return
-                # Opened here rather than inside receive(), to say when the link is open and to
-                # bound how long that may take.
+                # Opened here rather than inside receive(), to say when the link is open; this
+                # open and the SDK's own reopens inside receive() are bounded alike.
                 opening = time.monotonic()
-                async with asyncio.timeout(LINK_OPEN_TIMEOUT_S):
-                    await consumer._open()
+                await consumer._open()
                 logger.info(
                     LINK_OPEN,
                     self.partition,
@@ -359,8 +361,13 @@ class PartitionReceiver:
 
     async def _stream_end(self, client: Any) -> int:
         amqphandshakes.quick_management(client)
-        async with asyncio.timeout(LINK_OPEN_TIMEOUT_S):
-            props = await client.get_partition_properties(self.partition)
+        try:
+            async with asyncio.timeout(LINK_OPEN_TIMEOUT_S):
+                props = await client.get_partition_properties(self.partition)
+        except TimeoutError as e:
+            raise TimeoutError(
+                f"no answer to the partition's properties within {LINK_OPEN_TIMEOUT_S:g} s"
+            ) from e
         return int(props["last_enqueued_sequence_number"])
 
     def _replaced(self, found: str) -> errors.EventHubUnreachable:
