@@ -1,5 +1,6 @@
 # Everything the project needs is installed by these targets: a fresh machine needs only
-# `make test` (or `make demo`). Nothing installed by hand is assumed.
+# `make test` (or `make demo`, which needs only Python and Node.js). Nothing installed by hand
+# is assumed.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -191,7 +192,9 @@ figures-soak: install
 	$(RECORD) soak-spark-1000 -- ehb bench soak --json --seconds 600 --rate 1000 --partitions 4 --spark
 	$(RECORD) soak-operator -- ehb bench soak --operator --json --seconds 600 --partitions 32 --pods 8
 
-demo: install
+# The demo runs on the local Kubernetes API: it needs the venv and Azurite, not the real
+# control plane, helm, Java or promtool (`ehb demo --kube real` needs `make controlplane`).
+demo: $(STAMP) $(NODE_STAMP)
 	$(BIN)/ehb demo
 
 # The operator and consumer images, built from docker/'s Dockerfiles without a Docker daemon
