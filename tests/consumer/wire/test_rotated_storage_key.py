@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -89,15 +90,32 @@ async def pod(
             await task
 
 
-async def test_the_pods_checkpoints_resume_once_the_file_holds_the_new_key(
-    consumer_emulator: Any,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    caplog.set_level(logging.INFO)
+@dataclasses.dataclass
+class Rotation:
+    """A pod running on Azurite's ``data`` with its storage connection string in ``blob_file``,
+    both partitions checkpointed at 4 with the first key."""
+
+    data: Path
+    service: Any
+    port: int
+    blob_file: Path
+    eventhub: str
+    source: assignments.MemorySource
+    recorder: Recorder
+
+    def regenerate(self, key: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The account takes ``key`` only from now on (Azurite started again on its data)."""
+        self.service.stop()
+        self.service = storage(self.data, key, self.port, monkeypatch)
+
+
+@contextlib.asynccontextmanager
+async def rotation(
+    consumer_emulator: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, keys: str
+) -> AsyncIterator[Rotation]:
+    """A pod reading its storage key from a file, on an account that takes ``keys``."""
     data = tmp_path / "azurite"
-    service = storage(data, FIRST_KEY, 0, monkeypatch)
+    service = storage(data, keys, 0, monkeypatch)
     port = service.port
     try:
         async with blobs.open_container(
@@ -125,37 +143,48 @@ async def test_the_pods_checkpoints_resume_once_the_file_holds_the_new_key(
                     startPosition=json.dumps("earliest"),
                 )
             )
-            await eventually(lambda: len(recorder.done) == 10, within=30, what="10 events")
             # A batch is handed to the processor before its checkpoint is written: the key is
             # rotated only once both checkpoints stand, or the last one would meet the new key.
             deadline = asyncio.get_running_loop().time() + 30
             while await checkpoints(port, FIRST_KEY) != {"0": 4, "1": 4}:
                 assert asyncio.get_running_loop().time() < deadline, "no first checkpoints"
                 await asyncio.sleep(0.2)
-
-            # The first key is regenerated: the account takes the second one only.
-            service.stop()
-            service = storage(data, SECOND_KEY, port, monkeypatch)
-            assert await checkpoints(port) == {"0": 4, "1": 4}
-            await send_events(eventhub, "orders", {"0": 3, "1": 3})
-            await eventually(
-                lambda: set(source.reports) == {"0", "1"}, within=60, what="both reported"
-            )
-            await asyncio.sleep(5)
-            assert await checkpoints(port) == {"0": 4, "1": 4}
-
-            # The kubelet writes the Secret's new value into the file.
-            blob_file.write_text(blob_string(port, SECOND_KEY))
-            deadline = asyncio.get_running_loop().time() + 40
-            while await checkpoints(port) != {"0": 7, "1": 7}:
-                assert asyncio.get_running_loop().time() < deadline, "checkpoints did not resume"
-                await asyncio.sleep(0.5)
-            await eventually(lambda: not source.reports, within=10, what="the reports cleared")
-        assert {(p, n) for p, n in recorder.done} == {(p, n) for p in "01" for n in range(8)}
-        assert FIRST_KEY not in caplog.text
-        assert SECOND_KEY not in caplog.text
+            held = Rotation(data, service, port, blob_file, eventhub, source, recorder)
+            try:
+                yield held
+            finally:
+                service = held.service
     finally:
         service.stop()
+
+
+async def test_the_pods_checkpoints_resume_once_the_file_holds_the_new_key(
+    consumer_emulator: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    async with rotation(consumer_emulator, tmp_path, monkeypatch, keys=FIRST_KEY) as pod_:
+        port, source = pod_.port, pod_.source
+        # The first key is regenerated: the account takes the second one only.
+        pod_.regenerate(SECOND_KEY, monkeypatch)
+        assert await checkpoints(port) == {"0": 4, "1": 4}
+        await send_events(pod_.eventhub, "orders", {"0": 3, "1": 3})
+        await eventually(lambda: set(source.reports) == {"0", "1"}, within=60, what="both reported")
+        await asyncio.sleep(5)
+        assert await checkpoints(port) == {"0": 4, "1": 4}
+
+        # The kubelet writes the Secret's new value into the file.
+        pod_.blob_file.write_text(blob_string(port, SECOND_KEY))
+        deadline = asyncio.get_running_loop().time() + 40
+        while await checkpoints(port) != {"0": 7, "1": 7}:
+            assert asyncio.get_running_loop().time() < deadline, "checkpoints did not resume"
+            await asyncio.sleep(0.5)
+        await eventually(lambda: not source.reports, within=10, what="the reports cleared")
+    assert {(p, n) for p, n in pod_.recorder.done} == {(p, n) for p in "01" for n in range(8)}
+    assert FIRST_KEY not in caplog.text
+    assert SECOND_KEY not in caplog.text
 
 
 async def test_a_new_key_in_the_file_is_swapped_in_without_moving_a_partition(
@@ -168,61 +197,27 @@ async def test_a_new_key_in_the_file_is_swapped_in_without_moving_a_partition(
     regenerated. The pod's partitions stay fenced where they were (no release, no second
     fence) and its checkpoints go on with the second key."""
     caplog.set_level(logging.INFO)
-    data = tmp_path / "azurite"
-    service = storage(data, f"{FIRST_KEY}:{SECOND_KEY}", 0, monkeypatch)
-    port = service.port
-    try:
-        async with blobs.open_container(
-            container_name=CONTAINER, connection_string=blob_string(port, FIRST_KEY)
-        ) as container:
-            await blobs.ensure_container(container)
-        blob_file = tmp_path / "connection-string"
-        blob_file.write_text(blob_string(port, FIRST_KEY))
-        eventhub = consumer_emulator.connection_string()
-        credentials = settings.credentials_from(
-            {
-                "EHB_EVENTHUB_CONNECTION_STRING": eventhub,
-                "EHB_BLOB_CONNECTION_STRING_FILE": str(blob_file),
-            },
-            policy=endpoints.EndpointPolicy(allow_development=True),
+    both = f"{FIRST_KEY}:{SECOND_KEY}"
+    async with rotation(consumer_emulator, tmp_path, monkeypatch, keys=both) as pod_:
+        port, source = pod_.port, pod_.source
+        pod_.blob_file.write_text(blob_string(port, SECOND_KEY))
+        await eventually(
+            lambda: "holds a new connection string" in caplog.text,
+            within=10,
+            what="the second key read",
         )
-        await send_events(eventhub, "orders", {"0": 5, "1": 5})
-        recorder = Recorder()
-        async with pod(credentials, recorder) as source:
-            source.put(
-                configmap(
-                    1,
-                    {"0": (1, "owned"), "1": (1, "owned")},
-                    checkpointContainer=CONTAINER,
-                    startPosition=json.dumps("earliest"),
-                )
-            )
-            deadline = asyncio.get_running_loop().time() + 30
-            while await checkpoints(port, FIRST_KEY) != {"0": 4, "1": 4}:
-                assert asyncio.get_running_loop().time() < deadline, "no first checkpoints"
-                await asyncio.sleep(0.2)
-
-            blob_file.write_text(blob_string(port, SECOND_KEY))
-            await eventually(
-                lambda: "holds a new connection string" in caplog.text,
-                within=10,
-                what="the second key read",
-            )
-            await asyncio.sleep(1)  # a few of the pod's turns: the switch is made in one
-            # The first key is regenerated: the account takes the second one only.
-            service.stop()
-            service = storage(data, SECOND_KEY, port, monkeypatch)
-            await send_events(eventhub, "orders", {"0": 3, "1": 3})
-            deadline = asyncio.get_running_loop().time() + 20
-            while await checkpoints(port) != {"0": 7, "1": 7}:
-                assert asyncio.get_running_loop().time() < deadline, "checkpoints stopped"
-                await asyncio.sleep(0.2)
-            assert not source.reports
-            assert source.released == {}
-        fences = [r for r in caplog.records if "fenced with epoch" in r.getMessage()]
-        assert len(fences) == 2  # one per partition, at the start
-        assert sorted(recorder.done) == [(p, n) for p in "01" for n in range(8)]
-        assert FIRST_KEY not in caplog.text
-        assert SECOND_KEY not in caplog.text
-    finally:
-        service.stop()
+        await asyncio.sleep(1)  # a few of the pod's turns: the switch is made in one
+        # The first key is regenerated: the account takes the second one only.
+        pod_.regenerate(SECOND_KEY, monkeypatch)
+        await send_events(pod_.eventhub, "orders", {"0": 3, "1": 3})
+        deadline = asyncio.get_running_loop().time() + 20
+        while await checkpoints(port) != {"0": 7, "1": 7}:
+            assert asyncio.get_running_loop().time() < deadline, "checkpoints stopped"
+            await asyncio.sleep(0.2)
+        assert not source.reports
+        assert source.released == {}
+    fences = [r for r in caplog.records if "fenced with epoch" in r.getMessage()]
+    assert len(fences) == 2  # one per partition, at the start
+    assert sorted(pod_.recorder.done) == [(p, n) for p in "01" for n in range(8)]
+    assert FIRST_KEY not in caplog.text
+    assert SECOND_KEY not in caplog.text
