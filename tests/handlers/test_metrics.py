@@ -10,7 +10,7 @@ from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps, partitionreports, startpositions
 from eventhub_balancer.handlers import backlogs, cycles, memories, metrics
 from eventhub_balancer.reconciling import statuses
-from tests.handlers import test_cycles
+from tests.handlers import test_cycles, test_lost_checkpoints
 from tests.handlers.test_cycles import NAME, NS, at, make_kube
 from tests.support import fakes
 
@@ -334,3 +334,43 @@ async def test_ready_is_exported_under_its_reason_one_series_a_consumer() -> Non
     ]
     registry.forget(namespace=NS, consumer=NAME)
     assert ready_series(registry) == []
+
+
+def store_series(registry: metrics.Metrics) -> dict[str, str]:
+    """ehb_checkpoint_store_reachable of shop/orders: reason -> value."""
+    prefix = 'ehb_checkpoint_store_reachable{consumer="orders",namespace="shop",reason="'
+    found = {}
+    for line in registry.exposition().decode().splitlines():
+        if line.startswith(prefix):
+            reason, value = line.removeprefix(prefix).split('"} ')
+            found[reason] = value
+    return found
+
+
+async def test_deleted_checkpoint_blobs_reach_prometheus_while_the_pods_stay_ready() -> None:
+    """CheckpointsLost (like ForeignProcessorRunning) leaves Ready True: without the store's
+    own gauge, every series the operator exports looks healthy and no alert can fire."""
+    kube = make_kube()
+    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    registry = metrics.Metrics()
+    memory = await test_lost_checkpoints.steady(kube, hubs)
+    await test_cycles.cycle(kube, hubs, memory, now=65, registry=registry)
+    assert store_series(registry) == {"CheckpointsListed": "1.0"}
+    hubs.store.blobs.clear()  # the container deleted and created again, empty
+    for now in range(130, 400, 30):  # the probe finds them gone; the later cycles stand
+        await test_cycles.cycle(kube, hubs, memory, now=now, registry=registry)
+    assert kube.condition(NS, NAME, "Ready")["status"] == "True"
+    assert store_series(registry) == {"CheckpointsLost": "0.0"}
+    for partition in "0123":  # the owners checkpoint again
+        hubs.store.fence(partition, 1, sequence_number=50)
+    for now in range(400, 470, 30):
+        await test_cycles.cycle(kube, hubs, memory, now=now, registry=registry)
+    assert store_series(registry) == {"CheckpointsListed": "1.0"}  # one series, not two
+    # An operator restarted while they are lost says so from the status it reads.
+    hubs.store.blobs.clear()
+    await test_cycles.cycle(kube, hubs, memory, now=530, registry=registry)
+    restarted = metrics.Metrics()
+    await test_cycles.cycle(kube, hubs, memories.Memory(), now=540, registry=restarted)
+    assert store_series(restarted) == {"CheckpointsLost": "0.0"}
+    restarted.forget(namespace=NS, consumer=NAME)
+    assert store_series(restarted) == {}

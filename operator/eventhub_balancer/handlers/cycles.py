@@ -24,7 +24,7 @@ import datetime
 import logging
 import time
 
-from eventhub_balancer.contracts import podstates
+from eventhub_balancer.contracts import conditions, podstates
 from eventhub_balancer.handlers import (
     backlogs,
     checkpointreads,
@@ -152,6 +152,16 @@ async def run_cycle(
             consumer=name,
             ready=decision.ready.status == "True",
             reason=decision.ready.reason,
+        )
+    if metrics is not None:
+        # As the status says it after this cycle: its write, or the body read when unchanged.
+        written = decision.status.get("conditions", observation.status.get("conditions"))
+        store = conditions.find(written, conditions.CHECKPOINT_STORE_REACHABLE) or {}
+        metrics.set_store(
+            namespace=namespace,
+            consumer=name,
+            status=store.get("status"),
+            reason=str(store.get("reason") or ""),
         )
     # The moves as their Events tell them, one line per (kind, from, to); each partition's
     # at DEBUG: a rebalance of 1,024 partitions is a few lines, not a thousand.

@@ -115,8 +115,17 @@ class Metrics:
             [*labels, "reason"],
             registry=self.registry,
         )
-        #: each consumer's Ready reason as last set: a new reason replaces its series
+        self.checkpoint_store_reachable = prometheus_client.Gauge(
+            "ehb_checkpoint_store_reachable",
+            "1 while CheckpointStoreReachable is True, 0 while False; reason: its reason (one "
+            "series a consumer, none before the store was read).",
+            [*labels, "reason"],
+            registry=self.registry,
+        )
+        #: each consumer's Ready and CheckpointStoreReachable reasons as last set: a new
+        #: reason replaces its series
         self._ready: dict[tuple[str, str], str] = {}
+        self._store: dict[tuple[str, str], str] = {}
         #: each consumer's partitions per pod as last set: a cycle sets only what changed (the
         #: pods of the running consumers: a consumer's go when its daemon stops, `forget`)
         self._pods: dict[tuple[str, str], dict[str, int]] = {}
@@ -137,13 +146,36 @@ class Metrics:
 
     def set_ready(self, *, namespace: str, consumer: str, ready: bool, reason: str) -> None:
         """Ready as the last decision concluded it, under its reason alone."""
+        self._one_reason(self.ready, self._ready, namespace, consumer, reason, ready)
+
+    def set_store(self, *, namespace: str, consumer: str, status: str | None, reason: str) -> None:
+        """CheckpointStoreReachable as last written, under its reason alone: a foreign
+        processor or deleted blobs make it False while Ready stays True. ``status`` Unknown
+        (not read yet) or None (not written): no series."""
+        reachable = None if status not in ("True", "False") else status == "True"
+        self._one_reason(
+            self.checkpoint_store_reachable, self._store, namespace, consumer, reason, reachable
+        )
+
+    @staticmethod
+    def _one_reason(
+        gauge: prometheus_client.Gauge,
+        reasons: dict[tuple[str, str], str],
+        namespace: str,
+        consumer: str,
+        reason: str,
+        value: bool | None,
+    ) -> None:
+        """One series a consumer for a condition: the last reason's goes when another comes
+        (or when ``value`` is None)."""
         key = (namespace, consumer)
-        last = self._ready.get(key)
-        if last is not None and last != reason:
+        last = reasons.pop(key, None)
+        if last is not None and (last != reason or value is None):
             with contextlib.suppress(KeyError):
-                self.ready.remove(namespace, consumer, last)
-        self._ready[key] = reason
-        self.ready.labels(namespace, consumer, reason).set(1 if ready else 0)
+                gauge.remove(namespace, consumer, last)
+        if value is not None:
+            reasons[key] = reason
+            gauge.labels(namespace, consumer, reason).set(1 if value else 0)
 
     def forget(self, *, namespace: str, consumer: str) -> None:
         """The consumer's daemon stopped: every series labelled with it goes. A deleted
@@ -153,6 +185,7 @@ class Metrics:
         self._pods.pop((namespace, consumer), None)
         self._from_backlog.discard((namespace, consumer))
         self._ready.pop((namespace, consumer), None)
+        self._store.pop((namespace, consumer), None)
         for metric in self._labelled():
             # The series of a metric by label values; prometheus_client removes one series
             # at a time, so those of the consumer (its first two labels) are found here.
