@@ -268,6 +268,8 @@ def _decide(
         # backlog to scale on (the figure holds, `metrics.Metrics.set_recommended`).
         lag=lag if not unread else None,
         paused=spec.paused,
+        # Paused, no pod is a live member: the pods that run are what the figure keeps.
+        members=outcome.member_count if spec.paused else None,
     )
     decision = decisions.Decision(
         generation=observation.generation,

@@ -218,6 +218,11 @@ def recommended_replicas(
     return max(1, min(partitions, wanted))
 
 
+#: The reported states whose partition more pods cannot move on: its owner keeps it (failing,
+#: stuck) or it waits for a person (parked). A lost one is given out again at once.
+STALLED = frozenset({"failing", "parked", "stuck"})
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Figures:
     """The gauges' values and the counters' increments of one cycle."""
@@ -233,9 +238,11 @@ class Figures:
     handoffs: tuple[tuple[str, float], ...]
     #: partitions their pods report in trouble, per state (every state, 0 when none)
     troubled: Mapping[str, int] = dataclasses.field(default_factory=dict)
-    #: events not yet checkpointed over all partitions; None when not read this cycle
+    #: events not yet checkpointed over the partitions more pods would help (not those in
+    #: `STALLED` troubles); None when not read this cycle, or paused
     backlog: int | None = None
-    #: pods an autoscaler should run (`recommended_replicas`); from the backlog when known
+    #: pods an autoscaler should run (`recommended_replicas`), from the backlog when known; at
+    #: least the pods that hold a stalled partition
     recommended_replicas: int = 0
     #: ``spec.paused``: its partitions are unowned on purpose
     paused: bool = False
@@ -250,9 +257,12 @@ def build_figures(
     hub_ok: bool,
     lag: Mapping[models.PartitionId, int] | None = None,
     paused: bool = False,
+    members: int | None = None,
 ) -> Figures:
     """The figures of one cycle; ``lag`` (events not yet checkpointed per partition) when the
-    cycle read both the hub's last sequence numbers and the checkpoints, else None or empty."""
+    cycle read both the hub's last sequence numbers and the checkpoints, else None or empty.
+    ``members``: the pods that count as members (`member_count`), which a recommendation
+    without a backlog keeps; None: the plan's live members."""
     per_pod: dict[str, int] = {}
     for o in plan.assignment.values():
         if o.owner is not None:
@@ -262,8 +272,12 @@ def build_figures(
         old = before.assignment.get(m.partition)
         if m.kind == "takeover" and m.reason in ("released", "timeout") and old is not None:
             handoffs.append((m.reason, max(0.0, wall - old.since)))
-    # An empty lag is what a cycle that read nothing passes: unknown, not zero.
-    backlog = sum(lag.values()) if lag else None
+    troubled = reports.standing(before.troubles, plan.assignment)
+    # Partitions their pods report failing, parked or stuck stay with those pods, and their
+    # backlog grows whatever the pod count: no reason for more pods, nor for fewer than hold
+    # them. Paused, every backlog grows on purpose. An empty lag: nothing read, not zero.
+    stalled = {p: t.pod for p, t in troubled.items() if t.state in STALLED}
+    backlog = sum(n for p, n in lag.items() if p not in stalled) if lag and not paused else None
     return Figures(
         per_pod=per_pod,
         partition_count=len(partitions),
@@ -273,10 +287,15 @@ def build_figures(
         eventhub_reachable=hub_ok,
         moves=tuple((m.kind, m.reason) for m in plan.moves),
         handoffs=tuple(handoffs),
-        troubled=reports.counts(reports.standing(before.troubles, plan.assignment)),
+        troubled=reports.counts(troubled),
         backlog=backlog,
-        recommended_replicas=recommended_replicas(
-            partitions=len(partitions), backlog=backlog, members=len(plan.targets)
+        recommended_replicas=max(
+            len(set(stalled.values())),
+            recommended_replicas(
+                partitions=len(partitions),
+                backlog=backlog,
+                members=len(plan.targets) if members is None else members,
+            ),
         ),
         paused=paused,
     )
