@@ -130,3 +130,17 @@ async def test_a_paused_consumer_holds_the_figure() -> None:
     restarted = metrics.Metrics()
     seen = await grow(kube, hubs, memories.Memory(), restarted, start=now + 190, cycles=8)
     assert seen == [2] * 8
+
+
+async def test_an_invalid_spec_holds_the_figure() -> None:
+    """A spec edited into an invalid one decides nothing (Ready False, ``InvalidSpec``), so no
+    cycle sets the figure: it stays what it was while the backlog grows, and the pods stay.
+    A ``Conflict`` is refused the same way (`refusals`), with no figures either."""
+    kube = make_kube()
+    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    registry, memory = metrics.Metrics(), memories.Memory()
+    now = await settled(kube, hubs, memory, registry)
+    kube.add_consumer(NS, NAME, {**test_cycles.SPEC, "selector": {"matchLabels": {}}})
+    seen = await grow(kube, hubs, memory, registry, start=now, cycles=19)
+    assert kube.condition(NS, NAME, "Ready")["reason"] == "InvalidSpec"
+    assert seen == [2] * 19
