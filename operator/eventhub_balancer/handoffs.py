@@ -169,10 +169,18 @@ def next_worker_state(state: WorkerState, event: WorkerEvent) -> WorkerState:
         raise IllegalTransition(state, event) from None
 
 
-def released_at_once(written: WrittenState, *, running: bool) -> bool:
+def released_at_once(
+    written: WrittenState, *, running: bool, failing: bool = False, leaving: bool = False
+) -> bool:
     """A pod asked to release a partition it does not run has nothing to finish.
 
     That happens after the pod restarted, or when its worker already ended (lost or failed):
     it acknowledges the release at once, so the hand-off does not wait for its timeout.
+    A pod shutting down (``leaving``) lets go likewise of each owned partition it does not
+    run because it is ``failing`` (its worker failed and waits for its restart, or the
+    clients cannot open): it holds no link and wrote nothing since its last checkpoint, and
+    a checkpoint write that failed leaves its batch to the next owner (at least once).
     """
-    return written == "revoking" and not running
+    if running:
+        return False
+    return written == "revoking" or (leaving and failing and written == "owned")

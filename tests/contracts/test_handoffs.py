@@ -136,3 +136,14 @@ def test_a_revoked_partition_that_does_not_run_is_released_at_once() -> None:
     assert handoffs.released_at_once("revoking", running=False)
     assert not handoffs.released_at_once("revoking", running=True)
     assert not handoffs.released_at_once("owned", running=False)
+
+
+def test_a_pod_shutting_down_releases_the_owned_partitions_failing_that_it_does_not_run() -> None:
+    assert handoffs.released_at_once("owned", running=False, failing=True, leaving=True)
+    # Running (a restart attempt, a release cut short): something may still be in flight.
+    assert not handoffs.released_at_once("owned", running=True, failing=True, leaving=True)
+    # Not shutting down: a failing partition stays with its live pod.
+    assert not handoffs.released_at_once("owned", running=False, failing=True, leaving=False)
+    # Not failing and not run (lost at its epoch, say): not this pod's to let go of.
+    assert not handoffs.released_at_once("owned", running=False, failing=False, leaving=True)
+    assert handoffs.released_at_once("revoking", running=False, failing=False, leaving=True)

@@ -15,7 +15,7 @@ acknowledgement (`acknowledgements`). The pod is Ready once its current generati
 partitions are taken up (a release still running is waited for through ``released``) and
 what it processes with is ready (Spark mode: `sessionkeeping`), and not while shutting down.
 On SIGTERM it releases everything within a bounded time, acknowledges the releases that
-finished (never one it had to cancel), and returns.
+finished and the failing partitions it does not run (never one it had to cancel), and returns.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from eventhub_balancer.consumer import (
     processing,
     restarts,
     secretfiles,
+    shutdowns,
 )
 from eventhub_balancer.contracts import partitionreports
 
@@ -255,11 +256,24 @@ class Runtime:
                 self.applied_generation = assignment.generation
         await self._acknowledge(reports)
 
-    def _release_unrun(self, assignment: assignments.Assignment, running: Collection[str]) -> None:
+    def _release_unrun(
+        self,
+        assignment: assignments.Assignment,
+        running: Collection[str],
+        *,
+        failing: Collection[str] = (),
+        leaving: bool = False,
+    ) -> None:
         """Acknowledge at once the releases of partitions not ``running`` (after a restart, or
-        lost, or failed): there is nothing to finish."""
+        lost, or failed): there is nothing to finish. ``leaving`` (shutting down): the owned
+        ones ``failing`` too (`handoffs.released_at_once`)."""
         for partition, entry in assignment.partitions.items():
-            if handoffs.released_at_once(entry.state, running=partition in running):
+            if handoffs.released_at_once(
+                entry.state,
+                running=partition in running,
+                failing=partition in failing,
+                leaving=leaving,
+            ):
                 self.released[partition] = entry.epoch
 
     def _applied(
@@ -362,32 +376,22 @@ class Runtime:
     async def _drain(self) -> None:
         """Release every partition within most of the shutdown timeout, then acknowledge."""
         timeout = self.settings.shutdown_timeout
-        for worker in self.workers.values():
-            worker.release(timeout=max(0.5, timeout * 0.6))
-        drained = list(self.workers.values())
-        tasks = dict(self._tasks)
-        if tasks:
-            await asyncio.wait(tasks.values(), timeout=timeout * 0.9)
-        # Cancelled mid-release, a worker leaves its handler or final checkpoint unfinished.
-        unfinished = {p for p, task in tasks.items() if not task.done()}
-        if unfinished:
-            logger.warning("shutdown: partitions %s did not release in time", sorted(unfinished))
-            for partition in unfinished:
-                tasks[partition].cancel()
-            await asyncio.gather(*(tasks[p] for p in unfinished), return_exceptions=True)
-        await asyncio.sleep(0)  # let the done callbacks record the releases
+        drained = await shutdowns.stop_all(self.workers, self._tasks, shutdown_s=timeout)
         # A process that read no assignment ran nothing: its predecessor's answer stands.
         if self.latest is not None:  # (and a release it had to cancel is never acknowledged)
-            self._release_unrun(self.latest, self.workers.keys() | unfinished)
+            # A partition failing (waiting for its restart) is let go of too: held, it would
+            # wait for the hand-off's timeout before its next owner could take it.
+            failing = {p for p, r in self.reports().items() if r.state == "failing"}
+            running = self.workers.keys() | drained.in_flight
+            self._release_unrun(self.latest, running, failing=failing, leaving=True)
             try:
                 async with asyncio.timeout(max(1.0, timeout * 0.1)):
                     await self._acknowledge(self.reports())
             except TimeoutError:
                 logger.warning("shutdown: the release acknowledgement timed out")
-        hung = sorted(w.partition for w in drained if w.handler_running)
-        if hung:
+        if drained.hung:
             # A thread that cannot be stopped would keep the interpreter (and handler) alive.
-            self._hung(f"shutdown: the handler of partitions {hung} still runs")
+            self._hung(f"shutdown: the handler of partitions {drained.hung} still runs")
 
 
 def _now() -> float:
