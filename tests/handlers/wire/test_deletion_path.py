@@ -50,9 +50,9 @@ CEILING = 24
 #: The lines of those files a deletion runs: about 1,600 today (1,561 to 1,575 before the
 #: rules for skewed clocks, lost nodes, consumers scaled to zero, lost checkpoint blobs and
 #: the autoscaler's figure in faults, which every decision checks), and a run may take a
-#: branch more or less (a re-list or an echo falling on the
-#: path: 18 lines between runs), so the bound leaves a little room. Merging modules cannot
-#: hide growth from this bound, as it can from the file count.
+#: branch more or less (a re-list or an echo falling on the path: 18 lines between runs), so
+#: the bound leaves a little room. Merging modules cannot hide growth from this bound, as it
+#: can from the file count.
 LINES_CEILING = 1_625
 
 
