@@ -47,6 +47,7 @@ from eventhub_balancer.adapters import (
     amqphandshakes,
     batching,
     deliveries,
+    idlereads,
     linkrefusals,
     linkrepairs,
     sdkevents,
@@ -259,6 +260,7 @@ class PartitionReceiver:
             )
             self._consumer = consumer
             amqphandshakes.read_handshake_back_to_back(consumer)
+            idlereads.read_before_judging_idle(consumer)  # a pause of ours is no hang
             linkrepairs.bound_opens(consumer, LINK_OPEN_TIMEOUT_S)
             received_before = self._last_buffered
             try:

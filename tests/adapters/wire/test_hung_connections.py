@@ -7,7 +7,9 @@ The receiver's clients advertise `receiving.IDLE_TIMEOUT_S`: a connection that h
 for that long, not even a heartbeat, is closed and the link reopened on a new one, so that
 the partition goes on from its last event. Before, nothing failed and nothing was reported:
 the partition waited, unprocessed, for as long as the connection stayed hung. A healthy
-connection with nothing to deliver hears the heartbeats and is kept. The idle timeout is
+connection with nothing to deliver hears the heartbeats and is kept, and so is one the pod
+stopped reading for longer than the idle time-out (a handler behind, its buffer full): the
+heartbeats that wait on its socket are read before it is judged idle. The idle timeout is
 shortened here so that the tests take seconds, not minutes.
 """
 
@@ -17,6 +19,8 @@ import asyncio
 import time
 
 import pytest
+from azure.eventhub import EventData
+from azure.eventhub.aio import EventHubProducerClient
 
 from eventhub_balancer.adapters import deliveries, receiving
 from tests.support import eventhubclients as clients
@@ -34,7 +38,7 @@ def short_idle_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(receiving, "IDLE_TIMEOUT_S", IDLE_S)
 
 
-def receiver(target: EventHubTarget) -> receiving.PartitionReceiver:
+def receiver(target: EventHubTarget, *, buffered: int = 2000) -> receiving.PartitionReceiver:
     emu = target.emulator
     return receiving.PartitionReceiver(
         address=receiving.EventHubAddress(
@@ -43,6 +47,8 @@ def receiver(target: EventHubTarget) -> receiving.PartitionReceiver:
         partition="0",
         epoch=1,
         position=deliveries.ReceivePosition.earliest(),
+        prefetch=min(300, buffered),
+        buffer_limit=buffered,
     )
 
 
@@ -100,3 +106,39 @@ async def test_an_idle_healthy_receive_connection_is_kept(
         await running.close()
     assert reconnected == 0  # the receiver's connection was not closed while idle
     assert first + rest == list(range(10))
+
+
+async def test_a_receive_connection_left_unread_while_the_handler_is_behind_is_kept(
+    eventhubs_hub: EventHubTarget,
+) -> None:
+    """A handler slower than the idle time-out, its buffer full: the pod stops reading the
+    connection (backpressure) while events keep arriving. Before, the first read after the
+    pause judged the connection idle before reading the heartbeats waiting on its socket,
+    closed it, and the SDK's reconnect delivered buffered events again: the partition failed
+    as if its stream had been replaced."""
+    emu = eventhubs_hub.emulator
+    async with EventHubProducerClient.from_connection_string(
+        eventhubs_hub.connection_string
+    ) as producer:
+
+        async def send(prefix: str, count: int) -> None:
+            batch = await producer.create_batch(partition_id="0")
+            for i in range(count):
+                batch.add(EventData(f"{prefix}{i}"))
+            await producer.send_batch(batch)
+
+        await send("e", 50)  # the producer's connection is open from here on
+        running = receiver(eventhubs_hub, buffered=10)
+        running.start()
+        try:
+            first = await received(running, count=5)
+            accepted = emu.connections_accepted()
+            for _ in range(4):  # the handler takes nothing for 4 idle time-outs
+                await asyncio.sleep(IDLE_S)
+                await send("p", 5)
+            rest = await received(running, count=70 - len(first))
+            reconnected = emu.connections_accepted() - accepted
+        finally:
+            await running.close()
+    assert first + rest == list(range(70))  # none lost, none twice
+    assert reconnected == 0  # the healthy connection was not closed
