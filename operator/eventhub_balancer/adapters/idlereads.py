@@ -24,7 +24,6 @@ nothing is done and the SDK judges as it does on its own.
 from __future__ import annotations
 
 import time
-import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -36,8 +35,8 @@ CATCH_UP_READ_S = 0.05
 #: normally ends it; the bound keeps a broken peer from holding the caller.
 CATCH_UP_FRAMES = 8
 
-#: The connections already made to catch up (a handler opened twice keeps its connection).
-_caught_up: weakref.WeakSet[Any] = weakref.WeakSet()
+#: Set on a connection made to catch up (a handler opened twice keeps its connection).
+MARK = "_ehb_catches_up"
 
 
 def read_before_judging_idle(consumer: Any) -> None:
@@ -71,13 +70,13 @@ def catch_up_before_judging(connection: Any) -> None:
     """Make ``connection`` (a ``_pyamqp`` aio Connection) read what waits on its socket
     before its ``listen`` and its sending judge it idle."""
     names = ("listen", "_process_outgoing_frame", "_read_frame")
-    if connection is None or connection in _caught_up:
+    if connection is None or getattr(connection, MARK, False):
         return
     if not all(callable(getattr(connection, name, None)) for name in names):
         return
     if not all(hasattr(connection, n) for n in ("_idle_timeout", "_last_frame_received_time")):
         return
-    _caught_up.add(connection)
+    setattr(connection, MARK, True)
     connection.listen = _after_catching_up(connection, connection.listen)
     connection._process_outgoing_frame = _after_catching_up(
         connection, connection._process_outgoing_frame
