@@ -12,14 +12,15 @@ request and one warning per turn of the runtime's loop, from every pod, for as l
 lasts. A new generation or release is tried at once all the same: it may be the last
 (SIGTERM).
 `collect_reports` says which partitions to report, from what the runtime knows of them, and
-`taken_up` whether a generation's partitions are all running or reported.
+`taken_up` whether a generation's partitions are all running or reported (`untaken`: which
+are not).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Final, Protocol
 
 from eventhub_balancer import errors, handoffs
@@ -133,6 +134,28 @@ class Acknowledgements:
         )
 
 
+def released_unrun(
+    assignment: assignments.Assignment,
+    running: Collection[str],
+    *,
+    failing: Collection[str] = (),
+    leaving: bool = False,
+) -> dict[str, int]:
+    """The releases to acknowledge at once, {partition: epoch}: those of partitions not
+    ``running`` (after a restart, or lost, or failed), with nothing to finish. ``leaving``
+    (shutting down): the owned ones ``failing`` too (`handoffs.released_at_once`)."""
+    return {
+        partition: entry.epoch
+        for partition, entry in assignment.partitions.items()
+        if handoffs.released_at_once(
+            entry.state,
+            running=partition in running,
+            failing=partition in failing,
+            leaving=leaving,
+        )
+    }
+
+
 class Reporting(Protocol):
     """What `collect_reports` needs of a running partition worker."""
 
@@ -162,15 +185,28 @@ def taken_up(
 ) -> bool:
     """Every wanted partition ({partition: epoch}) runs fenced at its epoch, or is reported
     (parked, failing, stuck, lost)."""
+    return not untaken(wanted, workers, reports)
+
+
+def untaken(
+    wanted: Mapping[str, int],
+    workers: Mapping[str, Running],
+    reports: Mapping[str, partitionreports.PartitionReport],
+) -> list[str]:
+    """The wanted partitions that are not taken up yet (`taken_up`)."""
+    found = []
     for partition, epoch in wanted.items():
         if partition in reports:
             continue
         worker = workers.get(partition)
-        if worker is None or worker.epoch != epoch or worker.releasing:
-            return False
-        if not worker.fenced.is_set():
-            return False
-    return True
+        if (
+            worker is None
+            or worker.epoch != epoch
+            or worker.releasing
+            or not worker.fenced.is_set()
+        ):
+            found.append(partition)
+    return found
 
 
 class Failure(Protocol):

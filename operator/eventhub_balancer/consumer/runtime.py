@@ -12,7 +12,8 @@ string is swapped under the running workers instead (`clients.Clients.renew`).
 
 A partition in trouble (failing, parked, stuck, lost, failing to start) is reported with the
 acknowledgement (`acknowledgements`). The pod is Ready once its current generation's
-partitions are taken up (a release still running is waited for through ``released``) and
+partitions are taken up or waited for long enough (`takeups`; a release still running is
+waited for through ``released``) and
 what it processes with is ready (Spark mode: `sessionkeeping`), and not while shutting down.
 On SIGTERM it releases everything within a bounded time, acknowledges the releases that
 finished and the failing partitions it does not run (never one it had to cancel), and returns.
@@ -25,7 +26,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 
 from eventhub_balancer import handoffs
 from eventhub_balancer.consumer import (
@@ -41,6 +42,7 @@ from eventhub_balancer.consumer import (
     restarts,
     secretfiles,
     shutdowns,
+    takeups,
 )
 from eventhub_balancer.contracts import partitionreports
 
@@ -98,6 +100,8 @@ class Runtime:
         #: The last generation whose partitions ran (Ready), and the last one also released.
         self.taken_generation: int | None = None
         self.applied_generation: int | None = None
+        #: Since when the pod waits for a generation's take-up (readiness bounds the wait).
+        self.take_up = takeups.TakeUp()
         #: What the pod acknowledges as released, {partition: epoch}: one entry per partition
         #: id, dropped when the partition comes back with a newer epoch.
         self.released: dict[str, int] = {}
@@ -123,8 +127,9 @@ class Runtime:
 
     def ready(self) -> tuple[bool, str]:
         """Ready: the current generation's partitions are taken up (running, parked or
-        reported). Neither a partition in trouble (reported) nor a release still running is a
-        reason to be NotReady: past ``podGraceSeconds`` all the pod's partitions would move."""
+        reported), or waited for longer than `takeups.TAKE_UP_READY_S`. Neither a partition
+        in trouble (reported) nor a release still running is a reason to be NotReady: past
+        ``podGraceSeconds`` all the pod's partitions would move."""
         if self._shutdown.is_set():
             return False, "shutting down"
         if self.latest is None:
@@ -133,17 +138,16 @@ class Runtime:
             ready, reason = self.readiness()
             if not ready:
                 return False, reason
-        generation = self.latest.generation
-        if self.taken_generation != generation:
-            applied = self.applied_generation
-            return False, f"generation {generation} not applied yet (applied: {applied})"
-        reason = f"generation {generation} applied"
-        if self.applied_generation != generation:  # only releases left: Ready all the same
-            releasing = ", ".join(sorted(p for p, w in self.workers.items() if w.releasing))
-            reason = f"generation {generation} taken up; releasing: {releasing}"
         reports = self.reports()
-        listed = ", ".join(f"{p} {r.state}" for p, r in sorted(reports.items()))
-        return True, f"{reason}; reported: {listed}" if reports else reason
+        return takeups.of_generation(
+            generation=self.latest.generation,
+            taken=self.taken_generation,
+            applied=self.applied_generation,
+            overdue=self.take_up.overdue(_now()),
+            untaken=acknowledgements.untaken(self._wanted(), self.workers, reports),
+            releasing=[p for p, w in self.workers.items() if w.releasing],
+            reports=reports,
+        )
 
     def reports(self, now: float | None = None) -> dict[str, partitionreports.PartitionReport]:
         """The partitions of the current assignment that are not processing normally."""
@@ -207,6 +211,7 @@ class Runtime:
                 {p: (e.epoch, e.state) for p, e in assignment.partitions.items()},
             )
             self.latest = assignment
+            self.take_up.read(assignment.generation, taken=self.taken_generation, now=_now())
             self._wake.set()
 
     # -- reconciling
@@ -245,36 +250,17 @@ class Runtime:
             backend = await self.clients.get(assignment, key)
             if backend is not None:
                 self._start_workers(wanted, backend, assignment)
-        self._release_unrun(assignment, self.workers.keys())
+        self.released.update(acknowledgements.released_unrun(assignment, self.workers.keys()))
         for partition in list(self.released):
             if partition in wanted and wanted[partition] > self.released[partition]:
                 del self.released[partition]  # ours again, with a newer epoch
         reports = self.reports()
         if self._applied(wanted, key, reports):
             self.taken_generation = assignment.generation
+            self.take_up.done()
             if all(wanted.get(p) == w.epoch and not w.releasing for p, w in self.workers.items()):
                 self.applied_generation = assignment.generation
         await self._acknowledge(reports)
-
-    def _release_unrun(
-        self,
-        assignment: assignments.Assignment,
-        running: Collection[str],
-        *,
-        failing: Collection[str] = (),
-        leaving: bool = False,
-    ) -> None:
-        """Acknowledge at once the releases of partitions not ``running`` (after a restart, or
-        lost, or failed): there is nothing to finish. ``leaving`` (shutting down): the owned
-        ones ``failing`` too (`handoffs.released_at_once`)."""
-        for partition, entry in assignment.partitions.items():
-            if handoffs.released_at_once(
-                entry.state,
-                running=partition in running,
-                failing=partition in failing,
-                leaving=leaving,
-            ):
-                self.released[partition] = entry.epoch
 
     def _applied(
         self,
@@ -383,7 +369,10 @@ class Runtime:
             # wait for the hand-off's timeout before its next owner could take it.
             failing = {p for p, r in self.reports().items() if r.state == "failing"}
             running = self.workers.keys() | drained.in_flight
-            self._release_unrun(self.latest, running, failing=failing, leaving=True)
+            unrun = acknowledgements.released_unrun(
+                self.latest, running, failing=failing, leaving=True
+            )
+            self.released.update(unrun)
             try:
                 async with asyncio.timeout(max(1.0, timeout * 0.1)):
                     await self._acknowledge(self.reports())
