@@ -18,6 +18,10 @@ duplicates and failures free of loss:
   and the operator assigns the next owner);
 - on :class:`errors.OwnershipLost` (from the checkpoint store or a stolen link) the worker
   stops at once and writes nothing: a newer owner holds the partition;
+- on a failure of its own (a receive link that could not be mended, the store away) the worker
+  ends "failed" and the runtime starts it again from its checkpoint; a checkpoint write in
+  flight is let finish first, within a bound (`checkpointwrites`), so that the restart does
+  not hand the batch it names to the handler again;
 - a new Event Hubs key (`reopen`) closes the link between two batches and opens another at the
   same epoch, after the last event the handler finished: no fence, no release, nothing twice;
 - the handler of batch N+1 starts only once the checkpoint of batch N is durable, so a crash
@@ -41,7 +45,15 @@ from collections.abc import Callable
 
 from eventhub_balancer import errors, handoffs
 from eventhub_balancer.adapters import deliveries
-from eventhub_balancer.consumer import attempts, crashmarkers, metrics, ports, processing, restarts
+from eventhub_balancer.consumer import (
+    attempts,
+    checkpointwrites,
+    crashmarkers,
+    metrics,
+    ports,
+    processing,
+    restarts,
+)
 from eventhub_balancer.consumer.batchsettings import BatchSettings as BatchSettings
 from eventhub_balancer.contracts import failurepolicy, partitionreports
 
@@ -128,7 +140,7 @@ class PartitionWorker:
         self._last_checkpoint = _now()
         #: The checkpoint write in flight: it overlaps waiting for the next batch, never the
         #: next batch's handler (that would let a crash repeat two batches).
-        self._writing: asyncio.Task[bool] | None = None
+        self._writing = checkpointwrites.InFlight(partition)
 
     # -- control
 
@@ -212,9 +224,9 @@ class PartitionWorker:
                     continue  # a release (the loop ends) or a reopen (at its top)
                 self.stats.last_enqueued = batch.last_enqueued
                 if not batch.events:
-                    if self._writing is not None and self._writing.done():
-                        await self._await_writing()  # an idle partition learns of a lost write
-                    if self._writing is None and self._checkpoint_due():
+                    if self._writing.ended:
+                        await self._writing.wait()  # an idle partition learns of a lost write
+                    if not self._writing.busy and self._checkpoint_due():
                         # An idle partition's last batches, held back by the checkpoint
                         # interval: written once it is over, not left behind until more
                         # events or the release come (a crash would repeat them, and the
@@ -232,7 +244,7 @@ class PartitionWorker:
                     )
                 # The crash bound: the previous checkpoint is durable before this handler runs
                 # (its error, OwnershipLost above all, surfaces here, before any work).
-                await self._await_writing()
+                await self._writing.wait()
                 if not await self.batches.run(batch.events):
                     break  # abandoned or parked until the release: no checkpoint past it
                 self._processed = batch.events[-1]
@@ -264,16 +276,17 @@ class PartitionWorker:
             # A failure every partition shares is said once for all of them (`restarts`).
             level = logging.DEBUG if restarts.shared(e) else logging.ERROR
             logger.log(level, "partition %s: epoch %d failed: %s", self.partition, self.epoch, e)
+            # The last batch's checkpoint write, if on the wire, is let finish: the restart
+            # then starts after that batch instead of handing it to the handler again.
+            lost = await self._writing.settle(deadline=lambda: self._hard_deadline, stop=self._stop)
+            if lost is not None:
+                self.error = lost
+                logger.warning("partition %s: %s; stopped", self.partition, lost)
+                return self._finish("ownership_lost")
             return self._finish("error")
         finally:
             self.fenced.set()
-            writing, self._writing = self._writing, None
-            if writing is not None:
-                # One in flight is cancelled. One that ended (with OwnershipLost, when the link
-                # was stolen first) is collected too, so asyncio does not report its error as
-                # never retrieved: the worker already ended for the same reason.
-                writing.cancel()
-                await asyncio.gather(writing, return_exceptions=True)
+            await self._writing.cancel()  # in flight still: a loss, a shutdown's cancel
             if receiver is not None:
                 await receiver.close()
 
@@ -339,18 +352,12 @@ class PartitionWorker:
     def _checkpoint_in_background(self) -> None:
         """Start writing the checkpoint while the next batch is received; the loop awaits it
         before the next handler call (so at most one write is ever in flight)."""
-        assert self._writing is None, "a checkpoint write is still in flight"
-        self._writing = asyncio.create_task(self._checkpoint(wait_previous=False))
-
-    async def _await_writing(self) -> None:
-        writing, self._writing = self._writing, None
-        if writing is not None:
-            await writing
+        self._writing.start(self._checkpoint(wait_previous=False))
 
     async def _checkpoint(self, *, wait_previous: bool = True) -> bool:
         """Write the last processed event's position, unless it is written already (False)."""
         if wait_previous:
-            await self._await_writing()
+            await self._writing.wait()
         event = self._processed
         if event is None or event.sequence_number == self._checkpointed_sequence:
             return False
