@@ -282,6 +282,35 @@ class EventHubsEmulator:
 
         return self._call(start)
 
+    def detach(
+        self,
+        hub: str,
+        *,
+        partitions: Iterable[str] | None = None,
+        condition: str = "amqp:link:detach-forced",
+    ) -> int:
+        """Detach every open receiver on ``hub`` (or on ``partitions`` of it) with
+        ``condition``, as Event Hubs does on its own (a service upgrade, a partition moved
+        between its nodes): unlike `throttle`, a reattach is accepted at once. Returns how
+        many receivers it detached."""
+        chosen = None if partitions is None else frozenset(partitions)
+
+        def start() -> int:
+            detached = 0
+            for group in self._namespace.hub(hub).consumer_groups.values():
+                for partition, readers in group.items():
+                    if chosen is not None and partition not in chosen:
+                        continue
+                    for link in readers.open():
+                        assert isinstance(link, eventlinks.ConsumerLink)
+                        link.connection.detach_with_error(
+                            link, condition=condition, description="the link was detached (test)"
+                        )
+                        detached += 1
+            return detached
+
+        return self._call(start)
+
     def clear_throttles(self, hub: str | None = None) -> None:
         """End throttling now (of ``hub``, or everywhere)."""
         self._call(lambda: self._namespace.throttles.clear(hub))

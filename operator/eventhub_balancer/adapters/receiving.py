@@ -261,6 +261,7 @@ class PartitionReceiver:
             self._consumer = consumer
             amqphandshakes.read_handshake_back_to_back(consumer)
             idlereads.read_before_judging_idle(consumer)  # a pause of ours is no hang
+            linkrepairs.resume_after_handed_out(consumer)  # none twice after SDK reopens
             linkrepairs.bound_opens(consumer, LINK_OPEN_TIMEOUT_S)
             received_before = self._last_buffered
             try:
