@@ -204,6 +204,44 @@ def test_the_failure_policy_reaches_the_pod_through_its_configmap() -> None:
     assert "processing" in broken.problems[0]
 
 
+def test_the_pod_grace_reaches_the_pod_through_its_configmap() -> None:
+    """The pod keeps a take-up from making it NotReady past ``podGraceSeconds``
+    (`consumer.takeups`), so the operator writes it, as text, next to the failure policy."""
+    for grace in (5, 0, 86400):
+        spec = specs.parse_spec({**SPEC, "balancing": {"podGraceSeconds": grace}})
+        data = podassignments.build_data(
+            spec=spec, consumer="orders", pod="c-0", generation=1, partitions={}
+        )
+        assert data[configmaps.KEY_POD_GRACE_SECONDS] == str(grace)
+        parsed = podassignments.parse_data(data)
+        assert (parsed.pod_grace_seconds, parsed.problems) == (grace, ())
+    # At the default the key is left out: the very data older builds wrote (test_version_skew),
+    # which a pod reads as an older operator's, with the bound of the default grace.
+    default = podassignments.build_data(
+        spec=specs.parse_spec(SPEC), consumer="orders", pod="c-0", generation=1, partitions={}
+    )
+    assert configmaps.KEY_POD_GRACE_SECONDS not in default
+    assert podassignments.parse_data(default).pod_grace_seconds is None
+    assert not podassignments.parse_data(default).problems
+    # A change of the grace reaches the pods (a generation more), and so does the way back.
+    five = specs.parse_spec({**SPEC, "balancing": {"podGraceSeconds": 5}})
+    changed = podassignments.desired_data(
+        spec=five, consumer="orders", pod="c-0", partitions={}, current=default
+    )
+    assert changed is not None
+    assert (changed["generation"], changed[configmaps.KEY_POD_GRACE_SECONDS]) == ("2", "5")
+    back = podassignments.desired_data(
+        spec=specs.parse_spec(SPEC), consumer="orders", pod="c-0", partitions={}, current=changed
+    )
+    assert back is not None
+    assert configmaps.KEY_POD_GRACE_SECONDS not in back
+    # Unreadable: said (the operator rewrites it) and read as absent.
+    for bad in ("-1", "2.5", "five", "", " 5", "1234567890"):
+        broken = podassignments.parse_data({**default, configmaps.KEY_POD_GRACE_SECONDS: bad})
+        assert broken.pod_grace_seconds is None
+        assert broken.problems == (f"podGraceSeconds {bad!r} is not a whole number of seconds",)
+
+
 def test_a_pod_keeps_the_policy_when_a_newer_operator_adds_a_field_to_it() -> None:
     """An operator newer than the pod may write a field of the policy the pod does not know
     yet: the pod keeps what it does know (dead-lettering here), where refusing the whole

@@ -93,9 +93,9 @@ RECORDED_METADATA = {
 }
 
 
-def todays_data() -> dict[str, str]:
+def todays_data(spec: specs.ConsumerSpec | None = None) -> dict[str, str]:
     return podassignments.build_data(
-        spec=specs.parse_spec(SPEC),
+        spec=spec or specs.parse_spec(SPEC),
         consumer=CONSUMER,
         pod=POD,
         generation=7,
@@ -114,6 +114,13 @@ def test_todays_operator_writes_the_assignment_an_older_pod_reads() -> None:
     assert todays_data() == RECORDED_DATA
 
 
+def test_a_grace_other_than_the_default_is_one_key_an_older_pod_passes_over() -> None:
+    """``podGraceSeconds`` came after that build, and is written only when it is not the
+    default: an older pod reads the keys it knows by name and passes over the others."""
+    spec = specs.parse_spec({**SPEC, "balancing": {"podGraceSeconds": 5}})
+    assert todays_data(spec) == {**RECORDED_DATA, "podGraceSeconds": "5"}
+
+
 def test_todays_pod_reads_the_assignment_an_older_operator_wrote() -> None:
     parsed = podassignments.parse_data(RECORDED_DATA)
     assert parsed.problems == ()
@@ -123,6 +130,7 @@ def test_todays_pod_reads_the_assignment_an_older_operator_wrote() -> None:
         "1": podassignments.PartitionEntry(epoch=5, state="revoking", since=SINCE),
     }
     assert parsed.processing == failurepolicy.Processing(max_attempts=3, on_failure="deadLetter")
+    assert parsed.pod_grace_seconds is None  # not said: the pod keeps its take-up bound of then
     assert startpositions.parse_start_position(parsed.start_position) == (
         specs.parse_spec(SPEC).start_position
     )

@@ -127,9 +127,9 @@ class Runtime:
 
     def ready(self) -> tuple[bool, str]:
         """Ready: the current generation's partitions are taken up (running, parked or
-        reported), or waited for longer than `takeups.TAKE_UP_READY_S`. Neither a partition
-        in trouble (reported) nor a release still running is a reason to be NotReady: past
-        ``podGraceSeconds`` all the pod's partitions would move."""
+        reported), or waited for longer than `takeups.ready_bound` of the grace it was
+        given. Neither a partition in trouble (reported) nor a release still running is a
+        reason to be NotReady: past ``podGraceSeconds`` all the pod's partitions would move."""
         if self._shutdown.is_set():
             return False, "shutting down"
         if self.latest is None:
@@ -139,11 +139,13 @@ class Runtime:
             if not ready:
                 return False, reason
         reports = self.reports()
+        bound = takeups.ready_bound(self.latest.pod_grace_seconds)
         return takeups.of_generation(
             generation=self.latest.generation,
             taken=self.taken_generation,
             applied=self.applied_generation,
-            overdue=self.take_up.overdue(_now()),
+            overdue=self.take_up.overdue(_now(), bound),
+            bound=bound,
             untaken=acknowledgements.untaken(self._wanted(), self.workers, reports),
             releasing=[p for p, w in self.workers.items() if w.releasing],
             reports=reports,

@@ -58,6 +58,9 @@ KEY_CHECKPOINT_CREDENTIALS = "checkpointCredentials"
 KEY_START_POSITION = "startPosition"
 #: The failure policy (``spec.processing``): JSON ``{"maxAttempts": n, "onFailure": "park"}``.
 KEY_PROCESSING = "processing"
+#: ``spec.balancing.podGraceSeconds``, as text, only when it is not the default: a take-up
+#: keeps the pod NotReady for less than the grace (``consumer.takeups``).
+KEY_POD_GRACE_SECONDS = "podGraceSeconds"
 KEY_GENERATION = "generation"
 KEY_PARTITIONS = "partitions"
 #: Every key of ``data`` the operator writes: any other key was added by someone else.
@@ -74,6 +77,7 @@ DATA_KEYS = frozenset(
         KEY_CHECKPOINT_CREDENTIALS,
         KEY_START_POSITION,
         KEY_PROCESSING,
+        KEY_POD_GRACE_SECONDS,
         KEY_GENERATION,
         KEY_PARTITIONS,
     }

@@ -1,8 +1,9 @@
 """A pod's assignment as the operator writes it in the data of the pod's ConfigMap.
 
 The data is the whole assignment: the Event Hub coordinates (never a secret, only
-references to them), the checkpoint container, the start position and failure policy, a
-``generation`` that grows with every change, and the partitions with epoch, state and since.
+references to them), the checkpoint container, the start position and failure policy, the
+pod grace when it is not the default, a ``generation`` that grows with every change, and the
+partitions with epoch, state and since.
 The operator builds it whole (`build_data`) and writes it only when it differs
 (`desired_data`), which keeps a steady state free of writes; both sides read it back
 (`parse_data`). Kept apart from ``contracts.configmaps``, which names the ConfigMap, its
@@ -19,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -62,6 +64,9 @@ class ParsedData:
     processing: failurepolicy.Processing = dataclasses.field(
         default_factory=failurepolicy.Processing
     )
+    #: ``podGraceSeconds``; None when the key is missing: the default grace, or an operator
+    #: from before the key, which the pod cannot tell apart and need not (`consumer.takeups`)
+    pod_grace_seconds: int | None = None
     problems: tuple[str, ...] = ()
 
     @property
@@ -88,8 +93,12 @@ def build_data(
     generation: int,
     partitions: Mapping[models.PartitionId, PartitionEntry],
 ) -> dict[str, str]:
-    """The full ``data`` of a pod's ConfigMap. No secret goes in: only references to them."""
-    return {
+    """The full ``data`` of a pod's ConfigMap. No secret goes in: only references to them.
+
+    The pod grace is left out at its default, so that the data stays what operators before the
+    key wrote: an upgrade rewrites no ConfigMap, and a rollback finds none it did not write."""
+    grace = spec.balancing.pod_grace_seconds
+    data = {
         configmaps.KEY_CONSUMER: consumer,
         configmaps.KEY_POD: pod,
         configmaps.KEY_FQNS: spec.fully_qualified_namespace,
@@ -108,6 +117,9 @@ def build_data(
         configmaps.KEY_GENERATION: str(generation),
         configmaps.KEY_PARTITIONS: _partitions_json(partitions),
     }
+    if grace != specs.DEFAULT_POD_GRACE_SECONDS:
+        data[configmaps.KEY_POD_GRACE_SECONDS] = str(grace)
+    return data
 
 
 def desired_data(
@@ -189,6 +201,17 @@ def parse_data(data: object) -> ParsedData:
         except ValueError as e:  # JSONDecodeError and errors.InvalidInput alike
             problems.append(f"{configmaps.KEY_PROCESSING} is unreadable: {str(e)[:80]}")
 
+    grace: int | None = None
+    raw_grace = data.get(configmaps.KEY_POD_GRACE_SECONDS)
+    if raw_grace is not None:
+        if isinstance(raw_grace, str) and re.fullmatch(r"[0-9]{1,9}", raw_grace):
+            grace = int(raw_grace)
+        else:
+            problems.append(
+                f"{configmaps.KEY_POD_GRACE_SECONDS} {str(raw_grace)[:20]!r} is not a whole "
+                "number of seconds"
+            )
+
     partitions: dict[models.PartitionId, PartitionEntry] = {}
     raw_partitions = data.get(configmaps.KEY_PARTITIONS)
     if raw_partitions is None:
@@ -221,6 +244,7 @@ def parse_data(data: object) -> ParsedData:
         checkpoint_account_url=text(configmaps.KEY_ACCOUNT_URL),
         start_position=start_position,
         processing=processing,
+        pod_grace_seconds=grace,
         problems=tuple(problems),
     )
 
