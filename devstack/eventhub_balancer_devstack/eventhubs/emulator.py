@@ -267,18 +267,12 @@ class EventHubsEmulator:
             )
             self._namespace.throttles.add(window)
             words = throttling.busy_words(wait_seconds)
-            detached = 0
-            for group in target.consumer_groups.values():
-                for partition, readers in group.items():
-                    if chosen is not None and partition not in chosen:
-                        continue
-                    for link in readers.open():
-                        assert isinstance(link, eventlinks.ConsumerLink)
-                        link.connection.detach_with_error(
-                            link, condition=throttling.SERVER_BUSY, description=words
-                        )
-                        detached += 1
-            return detached
+            links = self._receivers(hub, chosen)
+            for link in links:
+                link.connection.detach_with_error(
+                    link, condition=throttling.SERVER_BUSY, description=words
+                )
+            return len(links)
 
         return self._call(start)
 
@@ -293,23 +287,30 @@ class EventHubsEmulator:
         ``condition``, as Event Hubs does on its own (a service upgrade, a partition moved
         between its nodes): unlike `throttle`, a reattach is accepted at once. Returns how
         many receivers it detached."""
-        chosen = None if partitions is None else frozenset(partitions)
 
         def start() -> int:
-            detached = 0
-            for group in self._namespace.hub(hub).consumer_groups.values():
-                for partition, readers in group.items():
-                    if chosen is not None and partition not in chosen:
-                        continue
-                    for link in readers.open():
-                        assert isinstance(link, eventlinks.ConsumerLink)
-                        link.connection.detach_with_error(
-                            link, condition=condition, description="the link was detached (test)"
-                        )
-                        detached += 1
-            return detached
+            links = self._receivers(hub, partitions)
+            for link in links:
+                link.connection.detach_with_error(
+                    link, condition=condition, description="the link was detached (test)"
+                )
+            return len(links)
 
         return self._call(start)
+
+    def _receivers(
+        self, hub: str, partitions: Iterable[str] | None
+    ) -> list[eventlinks.ConsumerLink]:
+        """The open receive links on ``hub`` (or on ``partitions`` of it); on the loop."""
+        chosen = None if partitions is None else frozenset(partitions)
+        found: list[eventlinks.ConsumerLink] = []
+        for group in self._namespace.hub(hub).consumer_groups.values():
+            for partition, readers in group.items():
+                if chosen is None or partition in chosen:
+                    for link in readers.open():
+                        assert isinstance(link, eventlinks.ConsumerLink)
+                        found.append(link)
+        return found
 
     def clear_throttles(self, hub: str | None = None) -> None:
         """End throttling now (of ``hub``, or everywhere)."""
@@ -326,18 +327,12 @@ class EventHubsEmulator:
         hang, as a NAT gateway or firewall that lost the flow: its socket stays open, and
         nothing either side sends arrives any more, heartbeats included. Connections opened
         afterwards work. Returns how many connections hang."""
-        chosen = None if partitions is None else frozenset(partitions)
 
         def start() -> int:
             hung: set[connections.Connection] = set()
-            for group in self._namespace.hub(hub).consumer_groups.values():
-                for partition, readers in group.items():
-                    if chosen is not None and partition not in chosen:
-                        continue
-                    for link in readers.open():
-                        assert isinstance(link, eventlinks.ConsumerLink)
-                        assert isinstance(link.connection, connections.Connection)
-                        hung.add(link.connection)
+            for link in self._receivers(hub, partitions):
+                assert isinstance(link.connection, connections.Connection)
+                hung.add(link.connection)
             for connection in hung:
                 connection.hang()
             return len(hung)
