@@ -19,7 +19,7 @@ import itertools
 import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import pytest
 
@@ -29,6 +29,7 @@ from eventhub_balancer.consumer import (
     assignments,
     connections,
     partitions,
+    processing,
     restarts,
     runtime,
     secretfiles,
@@ -40,6 +41,8 @@ from tests.support import consumerfakes
 pytestmark = pytest.mark.looptime
 
 PARTITIONS = {"0": (1, "owned"), "1": (1, "owned")}
+
+P = TypeVar("P", bound=processing.BatchProcessor)
 
 
 def eventhub_string(key: str) -> str:
@@ -186,14 +189,18 @@ def secret_files(tmp_path: Path) -> tuple[Path, Path, connections.Credentials]:
 
 @contextlib.asynccontextmanager
 async def pod(
-    services: Services, credentials: connections.Credentials, recorder: consumerfakes.Recorder
+    services: Services,
+    credentials: connections.Credentials,
+    processor: processing.BatchProcessor,
 ) -> AsyncIterator[tuple[runtime.Runtime, assignments.MemorySource]]:
+    """A pod running `processor` (a plain handler's recorder, or Spark's triggers) over the
+    fakes, its credentials read from the files."""
     source = assignments.MemorySource()
     consumer = runtime.Runtime(
         settings=runtime.RuntimeSettings(consumer="orders", pod="pod-a", batch=test_runtime.FAST),
         source=source,
         backends=services.backends(credentials),
-        processor=recorder,
+        processor=processor,
         secret_files=credentials.files,
     )
     task = asyncio.create_task(consumer.run())
@@ -251,11 +258,11 @@ async def test_a_rotated_eventhub_key_is_taken_from_the_file_and_the_partitions_
 
 
 @dataclasses.dataclass
-class Rotation:
+class Rotation(Generic[P]):
     """What a pod under load did around a rewrite of one credential file."""
 
     source: assignments.MemorySource
-    recorder: consumerfakes.Recorder
+    processor: P
     #: Loop time of the rewrite.
     rotated_at: float
     #: The pod's workers just before the rewrite, and just before the pod was stopped.
@@ -263,27 +270,26 @@ class Rotation:
     after: dict[str, partitions.PartitionWorker]
 
 
+async def feed(services: Services, rounds: int) -> None:
+    """One event into each partition every 0.2 s, `rounds` times."""
+    for _ in range(rounds):
+        for partition in PARTITIONS:
+            services.hub.append(partition, 1)
+        await asyncio.sleep(0.2)
+
+
 async def rotate_under_load(
     services: Services,
     credentials: connections.Credentials,
-    rewrite: Callable[[], None],
-    regenerate: Callable[[], None],
-) -> Rotation:
-    """Events every 0.2 s into both partitions (100 each), a handler taking 1 s a batch; at
-    5 s the file is rewritten (both keys work), at 15 s the old key is regenerated; at 25 s
-    the pod is stopped."""
-    recorder = consumerfakes.Recorder()
-    recorder.duration = 1.0
-
-    async def feed() -> None:
-        for _ in range(100):
-            for partition in PARTITIONS:
-                services.hub.append(partition, 1)
-            await asyncio.sleep(0.2)
-
-    async with pod(services, credentials, recorder) as (consumer, source):
+    processor: P,
+    rewrite: Callable[[], object],
+    regenerate: Callable[[], object],
+) -> Rotation[P]:
+    """Events every 0.2 s into both partitions (100 each); at 5 s the file is rewritten (both
+    keys work), at 15 s the old key is regenerated; at 25 s the pod is stopped."""
+    async with pod(services, credentials, processor) as (consumer, source):
         source.put(consumerfakes.configmap(1, PARTITIONS))
-        feeder = asyncio.create_task(feed())
+        feeder = asyncio.create_task(feed(services, 100))
         await asyncio.sleep(5)
         before = dict(consumer.workers)
         rotated_at = consumerfakes.loop_time()
@@ -293,10 +299,17 @@ async def rotate_under_load(
         await feeder
         await asyncio.sleep(5)
         after = dict(consumer.workers)
-    return Rotation(source, recorder, rotated_at, before, after)
+    return Rotation(source, processor, rotated_at, before, after)
 
 
-def assert_nothing_moved(services: Services, rotation: Rotation) -> None:
+def slow_recorder() -> consumerfakes.Recorder:
+    """A handler taking 1 s a batch."""
+    recorder = consumerfakes.Recorder()
+    recorder.duration = 1.0
+    return recorder
+
+
+def assert_nothing_moved(services: Services, rotation: Rotation[consumerfakes.Recorder]) -> None:
     """Same workers, fenced once, never released before the shutdown; no handler call waited
     for the switch; every event handled once, and the checkpoints at the last one."""
     assert set(rotation.before) == set(PARTITIONS)
@@ -304,12 +317,12 @@ def assert_nothing_moved(services: Services, rotation: Rotation) -> None:
     assert all(w.path[:3] == ["fencing", "running", "releasing"] for w in rotation.after.values())
     assert services.fences == list(PARTITIONS)  # the first fences only
     assert services.opened == [("one", "one")]
-    starts = [t for t, _ in rotation.recorder.starts if t >= rotation.rotated_at - 2]
+    starts = [t for t, _ in rotation.processor.starts if t >= rotation.rotated_at - 2]
     # The handler's second and the batch's wait, as before the rotation.
     assert (
         max(b - a for a, b in itertools.pairwise(starts)) <= 1.0 + test_runtime.FAST.max_wait + 0.01
     )
-    done = rotation.recorder.done
+    done = rotation.processor.done
     assert sorted(done) == sorted((p, n) for p in PARTITIONS for n in range(100))
     assert {p: c.sequence_number for p, c in services.store.blobs.items()} == {"0": 99, "1": 99}
 
@@ -328,7 +341,11 @@ async def test_a_new_storage_key_swaps_the_checkpoint_client_under_the_running_p
         services.blob_keys.accepted = {"two"}
 
     rotation = await rotate_under_load(
-        services, credentials, lambda: blob_file.write_text(blob_string("two")), regenerate
+        services,
+        credentials,
+        slow_recorder(),
+        lambda: blob_file.write_text(blob_string("two")),
+        regenerate,
     )
     assert_nothing_moved(services, rotation)
     assert services.renewed == [("one", "two")]
@@ -346,6 +363,7 @@ async def test_a_new_eventhub_key_reopens_the_links_at_the_same_epoch_without_a_
     rotation = await rotate_under_load(
         services,
         credentials,
+        slow_recorder(),
         lambda: eventhub_file.write_text(eventhub_string("two")),
         lambda: services.regenerate_eventhub_key("one", "two"),
     )

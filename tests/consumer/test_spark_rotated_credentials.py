@@ -8,16 +8,14 @@ fakes, on fake loop time.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from eventhub_balancer.consumer import assignments, connections, partitions, runtime, triggers
+from eventhub_balancer.consumer import connections, triggers
 from tests.consumer import test_rotated_credentials as plain
-from tests.consumer import test_runtime
 from tests.consumer.test_triggers import FakeSession, Handler, SteppedExecutor
 from tests.support import consumerfakes
 
@@ -26,14 +24,13 @@ pytestmark = pytest.mark.looptime
 PARTITIONS = plain.PARTITIONS
 
 
-@contextlib.asynccontextmanager
-async def spark_pod(
-    services: plain.Services, credentials: connections.Credentials, handler: Handler
-) -> AsyncIterator[tuple[runtime.Runtime, assignments.MemorySource]]:
+def spark_triggers(handler: Handler) -> triggers.SparkTriggers:
+    """Spark mode's processor over a fake session, its triggers one a second."""
+
     async def session() -> Any:
         return FakeSession()
 
-    processor = triggers.SparkTriggers(
+    return triggers.SparkTriggers(
         handler,
         session=session,
         consumer="orders",
@@ -41,21 +38,6 @@ async def spark_pod(
         settings=triggers.TriggerSettings(interval=1.0),
         executor=SteppedExecutor(),  # at once: a thread would make the loop's time real
     )
-    source = assignments.MemorySource()
-    consumer = runtime.Runtime(
-        settings=runtime.RuntimeSettings(consumer="orders", pod="pod-a", batch=test_runtime.FAST),
-        source=source,
-        backends=services.backends(credentials),
-        processor=processor,
-        secret_files=credentials.files,
-    )
-    task = asyncio.create_task(consumer.run())
-    try:
-        yield consumer, source
-    finally:
-        consumer.request_shutdown()
-        async with asyncio.timeout(30):
-            await task
 
 
 def rows(handler: Handler) -> list[tuple[str, int]]:
@@ -65,39 +47,21 @@ def rows(handler: Handler) -> list[tuple[str, int]]:
 async def rotate_under_load(
     services: plain.Services,
     credentials: connections.Credentials,
-    rewrite: Callable[[], None],
-    regenerate: Callable[[], None],
-) -> tuple[Handler, assignments.MemorySource, dict[str, partitions.PartitionWorker], Any]:
-    """As the plain-mode test: 100 events into each partition, one every 0.2 s; the file
-    rewritten at 5 s, the old key regenerated at 15 s, the pod stopped at 25 s."""
+    rewrite: Callable[[], object],
+    regenerate: Callable[[], object],
+) -> tuple[Handler, plain.Rotation[triggers.SparkTriggers]]:
+    """As the plain-mode test (`plain.rotate_under_load`), with Spark's triggers."""
     handler = Handler()
-
-    async def feed() -> None:
-        for _ in range(100):
-            for partition in PARTITIONS:
-                services.hub.append(partition, 1)
-            await asyncio.sleep(0.2)
-
-    async with spark_pod(services, credentials, handler) as (consumer, source):
-        source.put(consumerfakes.configmap(1, PARTITIONS))
-        feeder = asyncio.create_task(feed())
-        await asyncio.sleep(5)
-        before = dict(consumer.workers)
-        rewrite()
-        await asyncio.sleep(10)
-        regenerate()
-        await feeder
-        await asyncio.sleep(5)
-        after = dict(consumer.workers)
-    return handler, source, before, after
+    rotation = await plain.rotate_under_load(
+        services, credentials, spark_triggers(handler), rewrite, regenerate
+    )
+    return handler, rotation
 
 
 def assert_nothing_moved(
-    services: plain.Services,
-    handler: Handler,
-    before: dict[str, partitions.PartitionWorker],
-    after: dict[str, partitions.PartitionWorker],
+    services: plain.Services, handler: Handler, rotation: plain.Rotation[triggers.SparkTriggers]
 ) -> None:
+    before, after = rotation.before, rotation.after
     assert set(before) == set(PARTITIONS)
     assert after == before  # the same worker objects
     assert all(w.path[:3] == ["fencing", "running", "releasing"] for w in after.values())
@@ -117,12 +81,12 @@ async def test_a_new_storage_key_swaps_the_checkpoint_client_under_a_spark_pod(
     def regenerate() -> None:
         services.blob_keys.accepted = {"two"}
 
-    handler, source, before, after = await rotate_under_load(
+    handler, rotation = await rotate_under_load(
         services, credentials, lambda: blob_file.write_text(plain.blob_string("two")), regenerate
     )
-    assert_nothing_moved(services, handler, before, after)
+    assert_nothing_moved(services, handler, rotation)
     assert services.renewed == [("one", "two")]
-    assert not source.reports
+    assert not rotation.source.reports
 
 
 async def test_a_new_eventhub_key_reopens_a_spark_pods_links_at_the_same_epoch(
@@ -131,15 +95,15 @@ async def test_a_new_eventhub_key_reopens_a_spark_pods_links_at_the_same_epoch(
     services = plain.Services(fake_hub, fake_store)
     services.eventhub_keys.accepted = {"one", "two"}
     eventhub_file, _, credentials = plain.secret_files(tmp_path)
-    handler, source, before, after = await rotate_under_load(
+    handler, rotation = await rotate_under_load(
         services,
         credentials,
         lambda: eventhub_file.write_text(plain.eventhub_string("two")),
         lambda: services.regenerate_eventhub_key("one", "two"),
     )
-    assert_nothing_moved(services, handler, before, after)
+    assert_nothing_moved(services, handler, rotation)
     assert services.renewed == [("two", "one")]
-    assert not source.reports
+    assert not rotation.source.reports
     links = [r for r in fake_hub.receivers if isinstance(r, plain.RefusingReceiver)]
     assert sorted((r.partition, r.key, r.epoch) for r in links) == [
         ("0", "one", 1),
@@ -155,7 +119,7 @@ async def test_a_spark_pod_failing_on_a_regenerated_eventhub_key_recovers_with_t
     services = plain.Services(fake_hub, fake_store)
     eventhub_file, _, credentials = plain.secret_files(tmp_path)
     handler = Handler()
-    async with spark_pod(services, credentials, handler) as (_, source):
+    async with plain.pod(services, credentials, spark_triggers(handler)) as (_, source):
         source.put(consumerfakes.configmap(1, PARTITIONS))
         for partition in PARTITIONS:
             fake_hub.append(partition, 3)
@@ -183,16 +147,9 @@ async def test_a_spark_pod_whose_swap_fails_opens_new_clients_and_handles_nothin
     services.refuse_swaps = True
     _, blob_file, credentials = plain.secret_files(tmp_path)
     handler = Handler()
-
-    async def feed() -> None:
-        for _ in range(50):
-            for partition in PARTITIONS:
-                services.hub.append(partition, 1)
-            await asyncio.sleep(0.2)
-
-    async with spark_pod(services, credentials, handler) as (consumer, source):
+    async with plain.pod(services, credentials, spark_triggers(handler)) as (consumer, source):
         source.put(consumerfakes.configmap(1, PARTITIONS))
-        feeder = asyncio.create_task(feed())
+        feeder = asyncio.create_task(plain.feed(services, 50))
         await asyncio.sleep(3)
         blob_file.write_text(plain.blob_string("two"))
         await consumerfakes.eventually(
