@@ -39,6 +39,12 @@ class FaultPlan:
     drop_response_rate: float = 0.0
     #: Answer 412 ConditionNotMet to the next n conditional writes (with If-Match).
     burst_412: int = 0
+    #: Answer the next n requests as a throttled account does, without forwarding: 503
+    #: ServerBusy, or 500 OperationTimedOut (``throttle_status``).
+    burst_throttled: int = 0
+    throttle_status: int = 503
+    #: Forward, then hold the answer this long: the request took effect, its answer is slow.
+    answer_delay: float = 0.0
     seed: int | None = None
 
     def __post_init__(self) -> None:
@@ -46,8 +52,10 @@ class FaultPlan:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name}={value} is not a fraction between 0 and 1")
-        if self.delay < 0 or self.burst_412 < 0:
-            raise ValueError("delay and burst_412 must not be negative")
+        if min(self.delay, self.burst_412, self.burst_throttled, self.answer_delay) < 0:
+            raise ValueError("delays and bursts must not be negative")
+        if self.throttle_status not in (500, 503):
+            raise ValueError(f"throttle_status={self.throttle_status} is not 500 or 503")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +69,8 @@ class FaultStats:
     dropped: int = 0
     dropped_responses: int = 0
     injected_412: int = 0
+    throttled: int = 0
+    slow_answers: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +79,9 @@ class _Decision:
     status: int | None  # an injected status, or None to forward
     drop_request: bool
     drop_response: bool
+    answer_delay: float = 0.0
+    #: An injected status is a throttled account's (`FaultPlan.burst_throttled`).
+    throttled: bool = False
 
 
 class Faults:
@@ -79,6 +92,7 @@ class Faults:
         self._plan = FaultPlan()
         self._rng = random.Random(0)
         self._burst_left = 0
+        self._throttled_left = 0
         self._stats = FaultStats()
         self._trap_armed = False
         self._trapped: str | None = None
@@ -103,6 +117,9 @@ class Faults:
         drop_rate: float = 0.0,
         drop_response_rate: float = 0.0,
         burst_412: int = 0,
+        burst_throttled: int = 0,
+        throttle_status: int = 503,
+        answer_delay: float = 0.0,
         seed: int | None = None,
     ) -> FaultPlan:
         """Replace the plan (unspecified faults are off)."""
@@ -113,12 +130,16 @@ class Faults:
             drop_rate=drop_rate,
             drop_response_rate=drop_response_rate,
             burst_412=burst_412,
+            burst_throttled=burst_throttled,
+            throttle_status=throttle_status,
+            answer_delay=answer_delay,
             seed=seed,
         )
         with self._lock:
             self._plan = plan
             self._rng = random.Random(seed)
             self._burst_left = burst_412
+            self._throttled_left = burst_throttled
         logger.info("fault plan: %s", plan)
         return plan
 
@@ -209,6 +230,10 @@ class Faults:
             delay = plan.delay if plan.delay and rng.random() < plan.delay_rate else 0.0
             if delay:
                 self._count(delayed=1)
+            if self._throttled_left > 0:
+                self._throttled_left -= 1
+                self._count(throttled=1)
+                return _Decision(delay, plan.throttle_status, False, False, throttled=True)
             if conditional and method in ("PUT", "POST", "DELETE") and self._burst_left > 0:
                 self._burst_left -= 1
                 self._count(injected_412=1)
@@ -223,7 +248,9 @@ class Faults:
             if drop_response:
                 self._count(dropped_responses=1)
             self._count(forwarded=1)
-            return _Decision(delay, None, False, drop_response)
+            if plan.answer_delay and not drop_response:
+                self._count(slow_answers=1)
+            return _Decision(delay, None, False, drop_response, plan.answer_delay)
 
 
 def epoch_written(*, method: str, path: str, headers: Mapping[str, str]) -> int | None:

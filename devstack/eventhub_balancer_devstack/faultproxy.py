@@ -4,7 +4,9 @@ Retry code is only trustworthy if it has met the failures it claims to survive. 
 forwards requests on 127.0.0.1 to an upstream port and, by a plan that can change while it
 runs, delays them, answers 500/503 instead of forwarding, closes the connection before
 forwarding (the request never arrived) or after forwarding (it arrived, its answer is lost),
-and answers a burst of 412 to conditional writes. Decisions come from a seeded RNG, so a run
+answers a burst of 412 to conditional writes, answers a burst as a throttled storage account
+does (503 ServerBusy, 500 OperationTimedOut), or forwards and then holds the answer (the
+request took effect, its answer is slow). Decisions come from a seeded RNG, so a run
 can be repeated. It runs in the caller's event loop (``async with``) or in its own thread
 (``with``), for tests whose code under test owns the loop.
 """
@@ -46,10 +48,12 @@ HOP_BY_HOP: Final = frozenset(
 
 #: The storage service's error codes for the statuses we inject, so SDKs map them as usual.
 ERROR_CODES: Final = {500: "InternalError", 503: "ServerBusy", 412: "ConditionNotMet"}
+#: What a storage account over its limits answers instead of serving a request.
+THROTTLED_CODES: Final = {503: "ServerBusy", 500: "OperationTimedOut"}
 
 
-def _error_response(status: int, *, method: str) -> web.Response:
-    code = ERROR_CODES.get(status, "InternalError")
+def _error_response(status: int, *, method: str, throttled: bool = False) -> web.Response:
+    code = (THROTTLED_CODES if throttled else ERROR_CODES).get(status, "InternalError")
     headers = {"x-ms-error-code": code, "x-ms-request-id": "fault-proxy"}
     if method == "HEAD":
         return web.Response(status=status, headers=headers)
@@ -116,7 +120,9 @@ class FaultProxy:
         if decision.drop_request:
             self._drop(request)
         if decision.status is not None:
-            return _error_response(decision.status, method=request.method)
+            return _error_response(
+                decision.status, method=request.method, throttled=decision.throttled
+            )
         if self.faults.refuse_fence(
             method=request.method, path=request.path, headers=request.headers
         ):
@@ -145,6 +151,8 @@ class FaultProxy:
         )
         if decision.drop_response:
             self._drop(request)
+        if decision.answer_delay:
+            await asyncio.sleep(decision.answer_delay)
         if self.faults.spring_trap(
             method=request.method,
             path=request.path,

@@ -24,8 +24,12 @@ from eventhub_balancer.contracts import checkpointblobs, storeaddresses
 
 T = TypeVar("T")
 
-#: The checkpoint store's budget for one listing in a cycle: short, the next cycle retries.
-CHECKPOINT_RETRY = retrying.RetryPolicy(attempts=2, budget_seconds=5.0, attempt_timeout_seconds=4.0)
+#: The checkpoint store's budget for one listing in a cycle: short (the next cycle retries),
+#: but bounded by time rather than by a count: an account at its request rate refuses a few
+#: requests in a row (503 ServerBusy, 500 OperationTimedOut) within a fraction of a second,
+#: which two attempts alone turned into CheckpointStoreUnreachable, its Warning Event and a
+#: backoff that held up hand-offs.
+CHECKPOINT_RETRY = retrying.RetryPolicy(budget_seconds=5.0, attempt_timeout_seconds=4.0)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
