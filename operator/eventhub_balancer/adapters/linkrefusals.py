@@ -97,6 +97,9 @@ def not_found(error: BaseException) -> str | None:
 
 #: Where the SDK's text of an AMQP error puts the service's own words.
 _DESCRIPTION = "Error Description:"
+#: Where the SDK's text of a refused management request (``get_partition_properties`` of a
+#: hub that does not exist: status 404) quotes the service's own words, after its own.
+_MANAGEMENT_WORDS = re.compile(r"Status code: 404, Description: (['\"])(.*?)\1", re.DOTALL)
 
 
 def _first_sentence(text: str) -> str:
@@ -104,6 +107,9 @@ def _first_sentence(text: str) -> str:
     first full stop that ends a sentence."""
     if _DESCRIPTION in text:
         text = text.split(_DESCRIPTION, 1)[1]
+    quoted = _MANAGEMENT_WORDS.search(text)
+    if quoted is not None:
+        text = quoted.group(2)
     line = text.strip().splitlines()[0].strip() if text.strip() else ""
     end = line.find(". ")
     return (line[: end + 1] if end >= 0 else line)[:300]

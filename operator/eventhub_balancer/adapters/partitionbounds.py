@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import amqphandshakes, deliveries, receiving
+from eventhub_balancer.adapters import amqphandshakes, deliveries, linkrefusals, receiving
 from eventhub_balancer.contracts import startpositions
 
 #: A management call (partition properties) that takes longer has failed.
@@ -51,6 +51,16 @@ async def partition_properties(
         async with asyncio.timeout(BOUNDS_TIMEOUT_S):
             props: Mapping[str, Any] = await client.get_partition_properties(partition)
     except (TimeoutError, Exception) as e:
+        described = linkrefusals.not_found(e)
+        if described is not None:
+            # A hub that does not exist (deleted, or misnamed): said as the receive link's
+            # refusal says it, not as an outage, so that a pod says it once for all partitions.
+            raise linkrefusals.missing(
+                described,
+                fully_qualified_namespace=address.fully_qualified_namespace,
+                eventhub_name=address.eventhub_name,
+                consumer_group=address.consumer_group,
+            ) from e
         raise errors.EventHubUnreachable(
             f"partition {partition}: cannot read its properties: {type(e).__name__}"
         ) from e
