@@ -6,11 +6,15 @@ wraps its failure stays apart from the calls themselves (`kubereads`, `kubeapi`)
 Why the official ``kubernetes`` client, run in a thread pool, rather than aiohttp by hand: it
 already handles every way a cluster authenticates (kubeconfig with exec plugins and token
 files, in-cluster ServiceAccount tokens that rotate, client certificates), and that is where
-home-grown clients break. It is synchronous, so every call runs in a small private executor;
-the API server never runs on the operator's loop (the local one has its own thread), so the
-client cannot deadlock on it. Bodies come back as plain dicts (``_preload_content=False``), the
-same shape as kopf's bodies, so the pure code sees one format. ``ApiException`` is wrapped
-into `errors` types here and nowhere else.
+home-grown clients break. It is synchronous, so every call runs in a small private executor,
+whose threads the namespaces (the tenants) take in turns (`callgates.FairGate`): a namespace
+whose calls hang (a webhook there that answers only at its time-out) once took every thread
+with one cycle's ConfigMap writes, and another tenant's status patch queued behind them, up
+to their 15 s time-out each, eight at a time. The turns are taken in the call's own namespace
+(cluster-wide calls in none). The API server never runs on the operator's loop (the local one
+has its own thread), so the client cannot deadlock on it. Bodies come back as plain dicts
+(``_preload_content=False``), the same shape as kopf's bodies, so the pure code sees one
+format. ``ApiException`` is wrapped into `errors` types here and nowhere else.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import urllib3.exceptions
 from kubernetes.client import exceptions as kube_exceptions
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import kuberetries
+from eventhub_balancer.adapters import callgates, kuberetries
 
 #: Seconds for one API request; a hung API server must not hang a cycle.
 REQUEST_TIMEOUT = 15.0
@@ -121,6 +125,8 @@ class KubeClient:
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=WORKERS, thread_name_prefix="kubeapi"
         )
+        #: the threads, by namespace: one that hangs leaves the others theirs (module doc)
+        self._turns = callgates.FairGate(WORKERS)
         #: API writes by kind, counted for metrics and for the steady-state benchmark.
         self.writes: dict[str, int] = {}
         #: every request made (reads and writes), for the benchmark's requests per cycle
@@ -192,7 +198,9 @@ class KubeClient:
         self.requests += 1
         loop = asyncio.get_running_loop()
         try:
-            raw = await loop.run_in_executor(self._executor, call)
+            # A call waits for its namespace's turn here, not in the executor's one queue.
+            async with self._turns.turn(kwargs.get("namespace")):
+                raw = await loop.run_in_executor(self._executor, call)
         except (kube_exceptions.ApiException, urllib3.exceptions.HTTPError, OSError) as e:
             raise _wrap(e, what) from e
         return json.loads(raw) if raw else {}
