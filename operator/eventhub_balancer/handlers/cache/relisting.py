@@ -33,7 +33,8 @@ back, `shelves.Shelf.remove`).
 The cost, documented in docs/operator.md: one LIST of a namespace's pods per namespace and
 `RELIST_SECONDS`, and one of its ConfigMaps per `CONFIGMAP_RELIST_SECONDS`, beside the cycles
 (both counted in `Relisting.listings`); a steady cycle still makes no request. A failed
-listing is logged and tried again at the next turn: the rosters stay as they were.
+listing is tried again at the next turn, the rosters staying as they were; the log says a
+refused listing once, not at every turn (`cyclefaults.ListingFaults`).
 
 The other EventHubConsumers (the peers a consumer may yield to: `conflicts`) come from kopf's
 index alone, and kopf drops an entry only on a DELETED event: a consumer deleted while the
@@ -56,7 +57,7 @@ from collections.abc import Awaitable, Callable, Hashable, Iterable
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import listings
 from eventhub_balancer.contracts import conditions, labelselectors
-from eventhub_balancer.handlers import ports
+from eventhub_balancer.handlers import cyclefaults, ports
 from eventhub_balancer.handlers.cache import rosters, seen, shelves
 from eventhub_balancer.reconciling import conflicts
 
@@ -110,6 +111,8 @@ class Relisting:
         self.listings = 0
         #: of those, the ConfigMaps' LISTs
         self.configmap_listings = 0
+        #: the listings refused now, said once, not at every turn (`cyclefaults.ListingFaults`)
+        self.faults = cyclefaults.ListingFaults(logger)
         #: per namespace with consumers, the turns left before its ConfigMaps are listed
         self._configmaps_due: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None
@@ -147,15 +150,19 @@ class Relisting:
             if due[namespace] <= 0:
                 # First: the pods listed next are then as new as these, so a ConfigMap found
                 # gone needs no listing of its pod of its own (`rosters.Roster.vanished`).
+                what = f"ConfigMaps in {namespace}"
                 try:
                     changed += await self.relist_configmaps(namespace)
                     due[namespace] = every
+                    self.faults.succeeded(what, now=_now())
                 except errors.EventHubBalancerError as e:
-                    logger.warning("ConfigMaps in %s were not listed afresh: %s", namespace, e)
+                    self.faults.failed(what, e, now=_now())
+            what = f"pods in {namespace}"
             try:
                 changed += await self.relist_namespace(namespace)
+                self.faults.succeeded(what, now=_now())
             except errors.EventHubBalancerError as e:
-                logger.warning("pods in %s were not listed afresh: %s", namespace, e)
+                self.faults.failed(what, e, now=_now())
             for key in dict.fromkeys(changed):
                 self.wake(key)
                 woken.append(key)
@@ -232,6 +239,10 @@ class Relisting:
                 keys=keys,
                 asked=asked,
             )
+
+
+def _now() -> float:
+    return asyncio.get_running_loop().time()
 
 
 def covering(lookups: Iterable[Hashable]) -> labelselectors.Selector:
