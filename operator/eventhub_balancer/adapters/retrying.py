@@ -33,11 +33,11 @@ class RetryPolicy:
 
     The blob client's own retries are off (see ``adapters.blobs``) so that this budget is the
     only one. It is a budget of time: ``budget_seconds`` for the whole operation, each request
-    bounded by ``attempt_timeout_seconds``, with full-jitter exponential backoff between
-    transient failures and between lost races. ``attempts`` (reads and writes of one
-    operation together) only bounds the requests against a store that fails at once: a count
-    alone ran out within 0.1 s of backoff, far sooner than the 503s of a busy account or a
-    blob lease pass.
+    bounded by ``attempt_timeout_seconds`` (doubled after each that timed out), with
+    full-jitter exponential backoff between transient failures and between lost races.
+    ``attempts`` (reads and writes of one operation together) only bounds the requests
+    against a store that fails at once: a count alone ran out within 0.1 s of backoff, far
+    sooner than the 503s of a busy account or a blob lease pass.
     """
 
     #: A bound on requests, not the budget: with the backoff below, 100 requests take about
@@ -147,14 +147,25 @@ class Budget:
         self.attempts = 0
         self.failures = 0
         self.conflicts = 0
+        #: Attempts that got no answer within their timeout (`attempt_timeout`).
+        self.timeouts = 0
 
     def elapsed(self) -> float:
         return _now() - self.started
 
     def attempt_timeout(self) -> float:
+        """``attempt_timeout_seconds``, doubled for each attempt of this operation that timed
+        out, within what is left of the budget.
+
+        A store that answers, only slower than one attempt may take (an account under load),
+        would otherwise time out at every attempt until the budget was spent, each retry adding
+        to its load, while the first attempt's write had landed: a slow store read as an
+        unreachable one. A store that does not answer at all costs the same budget.
+        """
         left = self.policy.budget_seconds - self.elapsed()
+        grown: float = self.policy.attempt_timeout_seconds * 2.0**self.timeouts
         # Never below a sliver: a last attempt must be able to complete at all.
-        return max(0.05, min(self.policy.attempt_timeout_seconds, left))
+        return max(0.05, min(grown, left))
 
     def _exhausted(self) -> bool:
         return self.attempts >= self.policy.attempts or self.elapsed() >= self.policy.budget_seconds
@@ -199,8 +210,14 @@ class Budget:
 
     async def call(self, request: Callable[[], Awaitable[T]]) -> T:
         self.attempts += 1
-        async with asyncio.timeout(self.attempt_timeout()):
-            return await request()
+        deadline = asyncio.timeout(self.attempt_timeout())
+        try:
+            async with deadline:
+                return await request()
+        except TimeoutError:
+            if deadline.expired():
+                self.timeouts += 1
+            raise
 
 
 async def call_with_retries(budget: Budget, request: Callable[[], Awaitable[T]]) -> T:

@@ -127,7 +127,8 @@ async def test_a_lost_answer_to_our_own_write_is_not_a_conflict(
     [
         ({"status_5xx_rate": 1.0, "seed": 1}, "HTTP 50"),
         ({"drop_rate": 1.0}, "Server disconnected"),
-        ({"delay": 1.0}, "timed out"),
+        # Longer than the budget: a slower answer would come within a later, longer attempt.
+        ({"delay": 10.0}, "timed out"),
     ],
 )
 async def test_a_permanent_fault_spends_the_budget_and_says_so(
