@@ -211,6 +211,29 @@ class EventHubsEmulator:
     def create_consumer_group(self, hub: str, name: str) -> None:
         self._call(lambda: self._namespace.hub(hub).add_consumer_group(name))
 
+    def delete_consumer_group(
+        self, hub: str, name: str, *, detach_condition: str | None = None
+    ) -> int:
+        """Remove a consumer group: each receive link attached to it afterwards is refused
+        with ``amqp:not-found``, as Event Hubs refuses one on a group that does not exist.
+        What Event Hubs does to the group's open links when it is deleted is not known here:
+        they are left open, or detached with ``detach_condition`` (as `detach` does) in the
+        same step. Returns how many open links it detached."""
+
+        def delete() -> int:
+            readers = self._namespace.hub(hub).consumer_groups.pop(name)
+            if detach_condition is None:
+                return 0
+            links = [link for group in readers.values() for link in group.open()]
+            for link in links:
+                assert isinstance(link, eventlinks.ConsumerLink)
+                link.connection.detach_with_error(
+                    link, condition=detach_condition, description="the link was detached (test)"
+                )
+            return len(links)
+
+        return self._call(delete)
+
     def hub_names(self) -> list[str]:
         return self._call(lambda: sorted(self._namespace.hubs))
 
