@@ -88,3 +88,14 @@ def test_other_refusals_are_not_not_found() -> None:
     assert linkrefusals.is_link_stolen(stolen)
     assert linkrefusals.not_found(ConnectionResetError("reset by peer")) is None
     assert not linkrefusals.is_link_stolen(ConnectionResetError("reset by peer"))
+
+
+def test_a_refused_management_request_is_not_found_in_the_services_words() -> None:
+    """``get_partition_properties`` of a hub that does not exist: the SDK builds its error
+    from the status code and quotes the service's words after its own."""
+    from azure.eventhub._transport._pyamqp_transport import PyamqpTransport
+
+    sdk = PyamqpTransport._create_eventhub_exception(PyamqpTransport.get_error(404, AZURE_HUB))
+    assert linkrefusals.not_found(sdk) == (
+        "The messaging entity 'sb://shop.servicebus.windows.net/nohub' could not be found."
+    )
