@@ -14,24 +14,29 @@ that the next run shows rather than replaying the batch again unasked.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import datetime
+import random
 import re
-from collections.abc import Mapping
-from typing import Final
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Final, TypeVar
 
 from azure.core import MatchConditions
 from azure.core import exceptions as azure_errors
 from azure.storage.blob.aio import ContainerClient
 
 from eventhub_balancer import errors
+from eventhub_balancer.adapters import retrying
 from eventhub_balancer.adapters.deadletters import KIND, DeadLetterBody
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import bounds, checkpointblobs
 
-#: One read, listing, metadata change or delete: the command fails rather than hangs.
+#: One read, listing, metadata change or delete, its retries included: the command fails
+#: rather than hangs. A throttled account's refusals (503 ServerBusy, 500 OperationTimedOut)
+#: and requests without an answer are retried within it, each for a quarter of it at first.
 READ_TIMEOUT_S: Final = 30.0
+
+T = TypeVar("T")
 #: Blob metadata of a replayed dead letter: when, and where to (``hub`` or ``handler:<ref>``).
 REPLAYED_TIME: Final = "replayed_time"
 REPLAYED_TO: Final = "replayed_to"
@@ -119,7 +124,8 @@ def _integer(name: str, body: DeadLetterBody, field: str, default: int) -> int:
     return value
 
 
-def _wrap_store_error(what: str, e: BaseException, timeout: float) -> errors.EventHubBalancerError:
+def _wrap_store_error(what: str, e: BaseException) -> errors.EventHubBalancerError:
+    """A failure that no retry mends (a transient one is retried: `DeadLetterReader._call`)."""
     if isinstance(e, azure_errors.ResourceNotFoundError):
         return errors.NotFound(f"{what}: no such blob (list them with `ehb deadletters list`)")
     if isinstance(e, azure_errors.ClientAuthenticationError):
@@ -127,8 +133,6 @@ def _wrap_store_error(what: str, e: BaseException, timeout: float) -> errors.Eve
             f"{what}: credentials rejected (they need read access to the checkpoint container, "
             "and write access to mark or delete a dead letter)"
         )
-    if isinstance(e, TimeoutError):
-        return errors.CheckpointStoreUnreachable(f"{what}: no answer within {timeout:g} s")
     status = getattr(e, "status_code", None)
     return errors.CheckpointStoreUnreachable(
         f"{what}: {f'HTTP {status} ' if status else ''}{type(e).__name__}"
@@ -155,6 +159,25 @@ class DeadLetterReader:
             kind=KIND,
         )
         self.timeout = timeout
+        self.retry = retrying.RetryPolicy(
+            budget_seconds=timeout, attempt_timeout_seconds=timeout / 4
+        )
+        self._rng = random.Random()
+
+    async def _call(self, what: str, request: Callable[[retrying.Budget], Awaitable[T]]) -> T:
+        """``request(budget)``, sent again after each transient failure within the budget;
+        what is not transient raised as `_wrap_store_error` says."""
+        budget = retrying.Budget(policy=self.retry, rng=self._rng, operation=what)
+
+        async def once() -> T:
+            try:
+                return await request(budget)
+            except azure_errors.AzureError as e:
+                if retrying.is_transient(e):
+                    raise
+                raise _wrap_store_error(what, e) from e
+
+        return await retrying.call_with_retries(budget, once)
 
     def resolve(self, blob: str) -> str:
         """The full blob name of what a user typed: a full name, or ``0/5-6`` (as listed)."""
@@ -177,17 +200,18 @@ class DeadLetterReader:
     async def names(self, *, partition: str | None = None) -> list[tuple[str, dict[str, str]]]:
         """(name, metadata) of each dead letter, by partition and then sequence number."""
         start = self.prefix + (f"{partition.lower()}/" if partition is not None else "")
-        found: list[tuple[str, dict[str, str]]] = []
-        try:
-            async with asyncio.timeout(self.timeout):
-                async for item in self.container.list_blobs(
-                    name_starts_with=start, include=["metadata"]
-                ):
-                    relative = str(item.name)[len(self.prefix) :]
-                    if _RELATIVE_NAME.fullmatch(relative):
-                        found.append((str(item.name), dict(item.metadata or {})))
-        except (azure_errors.AzureError, OSError, TimeoutError) as e:
-            raise _wrap_store_error(f"listing {start}", e, self.timeout) from e
+
+        async def listing(_: retrying.Budget) -> list[tuple[str, dict[str, str]]]:
+            found = []
+            async for item in self.container.list_blobs(
+                name_starts_with=start, include=["metadata"]
+            ):
+                relative = str(item.name)[len(self.prefix) :]
+                if _RELATIVE_NAME.fullmatch(relative):
+                    found.append((str(item.name), dict(item.metadata or {})))
+            return found
+
+        found = await self._call(f"listing {start}", listing)
 
         def order(entry: tuple[str, dict[str, str]]) -> tuple[models.NameKey, int]:
             match = _RELATIVE_NAME.fullmatch(entry[0][len(self.prefix) :])
@@ -208,15 +232,13 @@ class DeadLetterReader:
         return Fetched(body=_decoded(name, data), metadata=metadata, etag=etag)
 
     async def _download(self, name: str) -> tuple[bytes, dict[str, str], str]:
-        try:
-            async with asyncio.timeout(self.timeout):
-                downloader = await self.container.download_blob(name)
-                data = await downloader.readall()
-                metadata = dict(downloader.properties.metadata or {})
-                etag = str(downloader.properties.etag or "")
-        except (azure_errors.AzureError, OSError, TimeoutError) as e:
-            raise _wrap_store_error(f"dead letter {name}", e, self.timeout) from e
-        return bytes(data), metadata, etag
+        async def download(_: retrying.Budget) -> tuple[bytes, dict[str, str], str]:
+            downloader = await self.container.download_blob(name)
+            data = await downloader.readall()
+            metadata = dict(downloader.properties.metadata or {})
+            return bytes(data), metadata, str(downloader.properties.etag or "")
+
+        return await self._call(f"dead letter {name}", download)
 
     def summary(self, name: str, body: DeadLetterBody, metadata: Mapping[str, str]) -> DeadLetter:
         """What ``list`` shows of a dead letter; a field of the wrong type is an error naming
@@ -276,41 +298,67 @@ class DeadLetterReader:
     async def _set_metadata(
         self, name: str, metadata: dict[str, str], *, etag: str | None, what: str
     ) -> str | None:
-        try:
-            async with asyncio.timeout(self.timeout):
-                blob = self.container.get_blob_client(name)
+        """The blob's ETag once ``metadata`` is set (on ``etag`` when given); None when the
+        blob changed or went since. A retry refused because an attempt without an answer
+        had landed finds our metadata on the blob: that is the answer."""
+
+        blob = self.container.get_blob_client(name)
+        unanswered = False  # refused after an attempt that got no answer: it may have landed
+
+        async def set_metadata(budget: retrying.Budget) -> str | None:
+            nonlocal unanswered
+            try:
                 if etag is None:
                     answer = await blob.set_blob_metadata(metadata)
                 else:
                     answer = await blob.set_blob_metadata(
                         metadata, etag=etag, match_condition=MatchConditions.IfNotModified
                     )
-        except (azure_errors.ResourceModifiedError, azure_errors.ResourceNotFoundError) as e:
-            if etag is None:
-                raise _wrap_store_error(f"{what} dead letter {name}", e, self.timeout) from e
-            return None  # changed or deleted since it was read
-        except (azure_errors.AzureError, OSError, TimeoutError) as e:
-            raise _wrap_store_error(f"{what} dead letter {name}", e, self.timeout) from e
-        return str((answer or {}).get("etag") or etag or "")
+            except (azure_errors.ResourceModifiedError, azure_errors.ResourceNotFoundError):
+                if etag is None:
+                    raise
+                unanswered = budget.failures > 0
+                return None  # changed or deleted since it was read
+            return str((answer or {}).get("etag") or etag or "")
+
+        async def ours(_: retrying.Budget) -> str | None:
+            try:
+                properties = await blob.get_blob_properties()
+            except azure_errors.ResourceNotFoundError:
+                return None
+            return str(properties.etag) if dict(properties.metadata or {}) == metadata else None
+
+        written = await self._call(f"{what} dead letter {name}", set_metadata)
+        if written is None and unanswered:
+            return await self._call(f"{what} dead letter {name} (reading it back)", ours)
+        return written
 
     async def delete(self, name: str, *, etag: str | None = None) -> bool:
         """Delete the blob; with ``etag`` (a claim's) only that version: False when it
-        changed since (its pod wrote the batch again: that dead letter stays)."""
-        try:
-            async with asyncio.timeout(self.timeout):
+        changed since (its pod wrote the batch again: that dead letter stays). Gone at a
+        retry after an attempt without an answer, it counts as deleted."""
+
+        async def delete(budget: retrying.Budget) -> bool:
+            try:
                 if etag is None:
                     await self.container.delete_blob(name)
                 else:
                     await self.container.delete_blob(
                         name, etag=etag, match_condition=MatchConditions.IfNotModified
                     )
-        except (azure_errors.ResourceModifiedError, azure_errors.ResourceNotFoundError) as e:
-            if etag is None:
-                raise _wrap_store_error(f"deleting dead letter {name}", e, self.timeout) from e
-            return False  # changed or deleted since the claim
-        except (azure_errors.AzureError, OSError, TimeoutError) as e:
-            raise _wrap_store_error(f"deleting dead letter {name}", e, self.timeout) from e
-        return True
+            except azure_errors.ResourceNotFoundError:
+                if budget.failures > 0:
+                    return True  # our attempt without an answer deleted it
+                if etag is None:
+                    raise
+                return False  # deleted since the claim
+            except azure_errors.ResourceModifiedError:
+                if etag is None:
+                    raise
+                return False  # changed since the claim
+            return True
+
+        return await self._call(f"deleting dead letter {name}", delete)
 
 
 def _timestamp(now: datetime.datetime) -> str:

@@ -4,11 +4,19 @@ slower than one attempt's timeout, through the fault proxy in front of Azurite."
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 import pytest
 
-from eventhub_balancer.adapters import checkpointing, checkpointlistings, retrying
+from eventhub_balancer.adapters import (
+    checkpointing,
+    checkpointlistings,
+    deadletterreplays,
+    deadletters,
+    deliveries,
+    retrying,
+)
 from eventhub_balancer.contracts import storeaddresses
 from eventhub_balancer_devstack import azurite as azurite_launcher
 from eventhub_balancer_devstack.faultproxy import FaultProxy
@@ -76,3 +84,69 @@ async def test_answers_slower_than_an_attempts_timeout_still_complete_a_checkpoi
     assert fault_proxy.faults.stats.slow_answers >= 2
     fault_proxy.faults.clear()
     assert (await pod.read("0")) == written
+
+
+async def _dead_letter(container: Any) -> str:
+    writer = deadletters.DeadLetterWriter(
+        container, fully_qualified_namespace=NAMESPACE, eventhub_name="hub", consumer_group="$d"
+    )
+    event = deliveries.ReceivedEvent(
+        partition="0",
+        sequence_number=7,
+        offset="70",
+        enqueued_time=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
+        partition_key=None,
+        properties={},
+        body=b"order",
+    )
+    return await writer.write([event], error="ValueError: bad", attempts=3, pod="p", epoch=1)
+
+
+def _reader(container: Any, *, timeout: float = 30.0) -> deadletterreplays.DeadLetterReader:
+    return deadletterreplays.DeadLetterReader(
+        container,
+        fully_qualified_namespace=NAMESPACE,
+        eventhub_name="hub",
+        consumer_group="$d",
+        timeout=timeout,
+    )
+
+
+async def test_a_replay_claims_and_marks_its_dead_letter_through_a_short_throttle(
+    fault_proxy: FaultProxy, proxied_container: Any
+) -> None:
+    """`ehb deadletters replay` sends the events between its claim and its mark: one 503
+    ServerBusy on the mark ended the command with the events sent, the blob claimed and not
+    marked (a run again with --force would send them twice)."""
+    name = await _dead_letter(proxied_container)
+    reader = _reader(proxied_container)
+    fault_proxy.faults.set(burst_throttled=2)
+    assert [n for n, _ in await reader.names()] == [name]
+    fault_proxy.faults.set(burst_throttled=2, throttle_status=500)
+    fetched = await reader.fetch(name)
+    fault_proxy.faults.set(burst_throttled=2)
+    claim = await reader.claim(name, fetched, now=datetime.datetime.now(datetime.UTC))
+    assert claim is not None
+    fault_proxy.faults.set(burst_throttled=2)
+    now = datetime.datetime.now(datetime.UTC)
+    assert await reader.mark_replayed(name, to="hub", now=now, etag=claim)
+    assert fault_proxy.faults.stats.throttled == 8
+    listed = (await reader.list()).letters
+    assert [(d.replayed_to, d.replaying_since) for d in listed] == [("hub", None)]
+
+
+async def test_a_claim_whose_answer_came_too_late_is_still_ours(
+    fault_proxy: FaultProxy, proxied_container: Any
+) -> None:
+    """The claim took effect, its answer came after the attempt's time: the retry is refused
+    (the blob changed, by our claim), and the claim is found to be ours rather than
+    another replay's."""
+    name = await _dead_letter(proxied_container)
+    reader = _reader(proxied_container, timeout=4.0)
+    fetched = await reader.fetch(name)
+    fault_proxy.faults.set(answer_delay=1.2)
+    claim = await reader.claim(name, fetched, now=datetime.datetime.now(datetime.UTC))
+    assert claim is not None
+    fault_proxy.faults.clear()
+    assert await reader.delete(name, etag=claim)
+    assert await reader.names() == []
