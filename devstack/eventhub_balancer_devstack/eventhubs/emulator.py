@@ -3,8 +3,8 @@
 It runs either on the caller's event loop (``async with EventHubsEmulator(...)``) or on its
 own loop in a background thread (``with emu.running_in_thread():``), which the sync SDK,
 kopf tests and subprocess tests need. Methods that touch the state (``create_hub``,
-``add_partitions``, ``partition_info``, ``disconnect_all``, ``hang``, ``blackhole``) may be
-called from any thread: they hop onto the emulator's loop when called from elsewhere.
+``add_partitions``, ``partition_info``, and the faults of `faults`) may be called from any
+thread: they hop onto the emulator's loop when called from elsewhere.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from types import TracebackType
 from typing import TypeVar
 
 from eventhub_balancer import runners
-from eventhub_balancer_devstack.eventhubs import connections, eventlinks, hubs, throttling
+from eventhub_balancer_devstack.eventhubs import connections, faults, hubs
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class EventHubsEmulator:
+class EventHubsEmulator(faults.Faults):
     """An AMQP 1.0 server on ``host`` that the azure-eventhub SDK takes for Event Hubs.
 
     ``consumer_groups`` are the groups every hub has (others: ``create_consumer_group``;
@@ -211,29 +211,6 @@ class EventHubsEmulator:
     def create_consumer_group(self, hub: str, name: str) -> None:
         self._call(lambda: self._namespace.hub(hub).add_consumer_group(name))
 
-    def delete_consumer_group(
-        self, hub: str, name: str, *, detach_condition: str | None = None
-    ) -> int:
-        """Remove a consumer group: each receive link attached to it afterwards is refused
-        with ``amqp:not-found``, as Event Hubs refuses one on a group that does not exist.
-        What Event Hubs does to the group's open links when it is deleted is not known here:
-        they are left open, or detached with ``detach_condition`` (as `detach` does) in the
-        same step. Returns how many open links it detached."""
-
-        def delete() -> int:
-            readers = self._namespace.hub(hub).consumer_groups.pop(name)
-            if detach_condition is None:
-                return 0
-            links = [link for group in readers.values() for link in group.open()]
-            for link in links:
-                assert isinstance(link, eventlinks.ConsumerLink)
-                link.connection.detach_with_error(
-                    link, condition=detach_condition, description="the link was detached (test)"
-                )
-            return len(links)
-
-        return self._call(delete)
-
     def hub_names(self) -> list[str]:
         return self._call(lambda: sorted(self._namespace.hubs))
 
@@ -263,133 +240,6 @@ class EventHubsEmulator:
         """``$cbs`` (``kind`` "cbs") or ``$management`` ("management") request links attached
         since the start, closed ones included."""
         return self._call(lambda: self._namespace.request_links.get(kind, 0))
-
-    def throttle(
-        self,
-        hub: str,
-        *,
-        seconds: float,
-        partitions: Iterable[str] | None = None,
-        wait_seconds: int = throttling.WAIT_SECONDS,
-    ) -> int:
-        """Throttle receivers on ``hub`` (or on ``partitions`` of it) for ``seconds``, as
-        Event Hubs does a namespace over its capacity: each open receiver is detached at once
-        with ``com.microsoft:server-busy`` and the service's words (``Please wait
-        {wait_seconds} seconds and try again``), and each receive link attached meanwhile is
-        refused the same way (`throttled_attaches` records when). Returns how many open
-        receivers it detached."""
-        chosen = None if partitions is None else frozenset(partitions)
-
-        def start() -> int:
-            target = self._namespace.hub(hub)
-            window = throttling.Throttle(
-                hub=target.name,
-                partitions=chosen,
-                until_ms=_now_ms() + int(seconds * 1000),
-                wait_seconds=wait_seconds,
-            )
-            self._namespace.throttles.add(window)
-            words = throttling.busy_words(wait_seconds)
-            links = self._receivers(hub, chosen)
-            for link in links:
-                link.connection.detach_with_error(
-                    link, condition=throttling.SERVER_BUSY, description=words
-                )
-            return len(links)
-
-        return self._call(start)
-
-    def detach(
-        self,
-        hub: str,
-        *,
-        partitions: Iterable[str] | None = None,
-        condition: str = "amqp:link:detach-forced",
-    ) -> int:
-        """Detach every open receiver on ``hub`` (or on ``partitions`` of it) with
-        ``condition``, as Event Hubs does on its own (a service upgrade, a partition moved
-        between its nodes): unlike `throttle`, a reattach is accepted at once. Returns how
-        many receivers it detached."""
-
-        def start() -> int:
-            links = self._receivers(hub, partitions)
-            for link in links:
-                link.connection.detach_with_error(
-                    link, condition=condition, description="the link was detached (test)"
-                )
-            return len(links)
-
-        return self._call(start)
-
-    def _receivers(
-        self, hub: str, partitions: Iterable[str] | None
-    ) -> list[eventlinks.ConsumerLink]:
-        """The open receive links on ``hub`` (or on ``partitions`` of it); on the loop."""
-        chosen = None if partitions is None else frozenset(partitions)
-        found: list[eventlinks.ConsumerLink] = []
-        for group in self._namespace.hub(hub).consumer_groups.values():
-            for partition, readers in group.items():
-                if chosen is None or partition in chosen:
-                    for link in readers.open():
-                        assert isinstance(link, eventlinks.ConsumerLink)
-                        found.append(link)
-        return found
-
-    def clear_throttles(self, hub: str | None = None) -> None:
-        """End throttling now (of ``hub``, or everywhere)."""
-        self._call(lambda: self._namespace.throttles.clear(hub))
-
-    def throttled_attaches(self, hub: str) -> list[float]:
-        """When (``time.time()`` seconds) each receive link refused by throttling on
-        ``hub`` came, oldest first."""
-        refused = self._call(lambda: list(self._namespace.throttles.refusals.get(hub.lower(), [])))
-        return [ms / 1000 for ms in refused]
-
-    def hang(self, hub: str, *, partitions: Iterable[str] | None = None) -> int:
-        """Make every connection that receives from ``hub`` (or from ``partitions`` of it)
-        hang, as a NAT gateway or firewall that lost the flow: its socket stays open, and
-        nothing either side sends arrives any more, heartbeats included. Connections opened
-        afterwards work. Returns how many connections hang."""
-
-        def start() -> int:
-            hung: set[connections.Connection] = set()
-            for link in self._receivers(hub, partitions):
-                assert isinstance(link.connection, connections.Connection)
-                hung.add(link.connection)
-            for connection in hung:
-                connection.hang()
-            return len(hung)
-
-        return self._call(start)
-
-    def blackhole(self, on: bool = True) -> int:
-        """Stop answering anyone, as Event Hubs behind a network path that drops everything:
-        every open connection hangs (`hang`), and every connection opened meanwhile is
-        accepted but never answered, not even the protocol header (a SYN answered by a load
-        balancer whose back end is gone). ``blackhole(False)`` ends it for connections opened
-        afterwards; the hung ones stay hung. Returns how many open connections it hung."""
-
-        def switch() -> int:
-            self._blackholed = on
-            if not on:
-                return 0
-            hung = [c for c in self._connections if not c.hung]
-            for connection in hung:
-                connection.hang()
-            return len(hung)
-
-        return self._call(switch)
-
-    def disconnect_all(self) -> int:
-        """Drop every client connection abruptly (chaos); returns how many were dropped."""
-
-        def drop() -> int:
-            dropped = list(self._connections)
-            for connection in dropped:
-                connection.abort()
-            return len(dropped)
-
-        return self._call(drop)
 
 
 def _new_namespace(consumer_groups: Iterable[str], retention_events: int | None) -> hubs.Namespace:
