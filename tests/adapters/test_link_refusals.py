@@ -99,3 +99,25 @@ def test_a_refused_management_request_is_not_found_in_the_services_words() -> No
     assert linkrefusals.not_found(sdk) == (
         "The messaging entity 'sb://shop.servicebus.windows.net/nohub' could not be found."
     )
+
+
+def test_a_disabled_hub_is_unmendable_in_the_services_words() -> None:
+    # The SDK keeps a vendor's condition as the bytes of the detach frame.
+    error = amqp.AMQPLinkError(
+        condition=b"com.microsoft:entity-disabled",
+        description=b"Messaging entity 'shop:eventhub:orders' is currently disabled. To know "
+        b"more visit https://aka.ms/sbResourceMgrExceptions. TrackingId:9a, Timestamp:2026-11-29",
+    )
+    final = linkrefusals.unmendable(
+        error,
+        partition="0",
+        fully_qualified_namespace="shop.servicebus.windows.net",
+        eventhub_name="orders",
+        consumer_group="$Default",
+    )
+    assert isinstance(final, errors.EventHubNotFound)
+    assert str(final) == (
+        "Event Hub 'orders' in shop.servicebus.windows.net is disabled (Event Hubs: Messaging "
+        "entity 'shop:eventhub:orders' is currently disabled.): set its status to Active, or "
+        "fix spec.eventHub.name"
+    )

@@ -24,6 +24,10 @@ RUNTIME_METRIC = "com.microsoft:enable-receiver-runtime-metric"
 EPOCH = "com.microsoft:epoch"
 #: How Event Hubs refuses a start past a partition's last event (`hubs.PositionPastEnd`).
 ARGUMENT_ERROR = "com.microsoft:argument-error"
+#: How Event Hubs refuses a receiver on a hub whose status is Disabled: Azure's .NET client
+#: has read this condition since late 2023 as a lasting "not found" that needs someone to act,
+#: no longer as a passing fault it retried. Its words here are the emulator's own.
+ENTITY_DISABLED = "com.microsoft:entity-disabled"
 
 _SENDER_SETTLED = 1
 
@@ -184,6 +188,10 @@ def _attach_outgoing(
         return
     except hubs.PositionPastEnd as e:
         _refuse(connection, frame, session, role, ARGUMENT_ERROR, _tracked(str(e), hub, parsed))
+        return
+    if hub.disabled:
+        words = f"the messaging entity '{hub.name}' is disabled in this emulator"
+        _refuse(connection, frame, session, role, ENTITY_DISABLED, _tracked(words, hub, parsed))
         return
     busy = connection.namespace.throttles.refusal(hub.name, partition.id, connection.clock())
     if busy is not None:

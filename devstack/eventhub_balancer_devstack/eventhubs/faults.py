@@ -1,7 +1,7 @@
 """What a test does to the emulator's links and entities, as Event Hubs and the network do:
-throttle, detach, hang or drop receive links and connections, delete a consumer group.
-`emulator.EventHubsEmulator` takes these from `Faults`; each may be called from any thread
-(it runs on the emulator's loop: `_call`).
+throttle, detach, hang or drop receive links and connections, delete a consumer group,
+disable a hub. `emulator.EventHubsEmulator` takes these from `Faults`; each may be called
+from any thread (it runs on the emulator's loop: `_call`).
 """
 
 from __future__ import annotations
@@ -43,6 +43,16 @@ class Faults:
             )
 
         return self._call(delete)
+
+    def disable_hub(self, hub: str, disabled: bool = True) -> None:
+        """Set ``hub``'s status to Disabled (or back to Active): each receive link attached
+        meanwhile is refused with ``com.microsoft:entity-disabled``. Open links are left as
+        they are: what Event Hubs does to them is not known here (`detach` ends them)."""
+
+        def switch() -> None:
+            self._namespace.hub(hub).disabled = disabled
+
+        self._call(switch)
 
     def throttle(
         self,

@@ -261,6 +261,8 @@ class Hub:
         self.retention_events = retention_events
         self.partitions: list[Partition] = []
         self.consumer_groups: dict[str, dict[str, Readers]] = {}
+        #: The hub's status set to Disabled by its owner: receive links are refused.
+        self.disabled = False
         self._round_robin = 0
         for group in consumer_groups:
             self.add_consumer_group(group)

@@ -1,7 +1,8 @@
 """What Event Hubs means when it will not give a receiver a partition, read from the SDK's
 errors: a receiver with a higher owner level holds it (``amqp:link:stolen``), the hub or
-the consumer group does not exist (``amqp:not-found``), or the start position is past the
-partition's last event (``com.microsoft:argument-error``).
+the consumer group does not exist (``amqp:not-found``), the hub is disabled
+(``com.microsoft:entity-disabled``), or the start position is past the partition's last
+event (``com.microsoft:argument-error``).
 
 Event Hubs refuses a receive link by attaching it with no source and detaching it at once
 with the error; it closes an open one the same way when a newer owner takes the partition. The
@@ -9,7 +10,8 @@ SDK hands the error on from its own AMQP layer, or wraps it (a ``ConnectionLostE
 an ``AMQPLinkError``), so each reader here walks the chain of causes. A stolen link is news
 about ownership (`errors.OwnershipLost`); a missing entity is a configuration error that
 reopening cannot mend (`missing`): the receiver and the operator's consumer-group check say
-it in one line instead of retrying it as a lost connection. Neither can reopening mend a
+it in one line instead of retrying it as a lost connection, and so does the receiver of a
+disabled hub, which waits on its owner as well. Neither can reopening mend a
 refused position (`position_refused`): the same position is refused again (`unmendable`).
 A throttled namespace (``com.microsoft:server-busy``) is mended by waiting, as long as Event
 Hubs asks (`throttled`), never sooner.
@@ -34,6 +36,10 @@ _SDK_NOT_FOUND = NOT_FOUND.partition(":")[2]
 #: words with both). The SDK's other argument condition, never retried by it either, is read
 #: the same way.
 POSITION_REFUSALS = ("com.microsoft:argument-error", "com.microsoft:argument-out-of-range")
+#: How Event Hubs refuses a receive link on a hub whose status is Disabled: Azure's .NET
+#: client has read it since late 2023 as a lasting fault that needs someone to act, no longer
+#: as a passing one it retried. Reopening cannot mend it either.
+ENTITY_DISABLED = "com.microsoft:entity-disabled"
 #: How Event Hubs refuses, or detaches, a link while it throttles the namespace (over its
 #: throughput units, or a busy entity): ``... Please wait 4 seconds and try again.``
 SERVER_BUSY = "com.microsoft:server-busy"
@@ -177,10 +183,16 @@ def throttled(error: BaseException) -> float | None:
 def busy_words(error: BaseException) -> str | None:
     """What Event Hubs said with ``server-busy`` (its words, without its tracking ids or
     its pointer to its error codes), or None when ``error`` is not throttling."""
+    return _words(error, SERVER_BUSY)
+
+
+def _words(error: BaseException, condition: str) -> str | None:
+    """What Event Hubs said with ``condition`` (its words, without its tracking ids or its
+    pointer to its error codes), or None when ``error`` is not that refusal."""
     chain = list(_chain(error))
-    found = next((e for e in chain if _text(getattr(e, "condition", None)) == SERVER_BUSY), None)
+    found = next((e for e in chain if _text(getattr(e, "condition", None)) == condition), None)
     if found is None:
-        found = next((e for e in chain if SERVER_BUSY in str(e)), None)
+        found = next((e for e in chain if condition in str(e)), None)
         if found is None:
             return None
     text = _text(getattr(found, "description", None)) or str(found)
@@ -197,7 +209,8 @@ def unmendable(
     after_events: bool = False,
 ) -> errors.EventHubBalancerError | None:
     """The error a receive link's refusal means when reopening it cannot mend it: a hub or
-    consumer group that does not exist (`missing`), or a position past the partition's end;
+    consumer group that does not exist (`missing`), a hub that is disabled, or a position
+    past the partition's end;
     None for every other failure (a lost connection, a stolen link). A position refused
     ``after_events`` the link received is the SDK's own reconnect (by the last event's
     offset) onto a stream that may have been replaced: a reopen after the last event, whose
@@ -209,6 +222,12 @@ def unmendable(
             fully_qualified_namespace=fully_qualified_namespace,
             eventhub_name=eventhub_name,
             consumer_group=consumer_group,
+        )
+    off = _words(error, ENTITY_DISABLED)
+    if off is not None:
+        return errors.EventHubNotFound(
+            f"Event Hub {eventhub_name!r} in {fully_qualified_namespace} is disabled (Event "
+            f"Hubs: {off}): set its status to Active, or fix spec.eventHub.name"
         )
     refused = None if after_events else position_refused(error)
     if refused is not None:
