@@ -37,7 +37,7 @@ from kubernetes import watch as k8s_watch
 from kubernetes.client import exceptions as k8s_errors
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import kuberetries, podreconnects
+from eventhub_balancer.adapters import kuberetries, podpatches, podreconnects
 from eventhub_balancer.contracts import configmaps
 
 logger = logging.getLogger(__name__)
@@ -51,10 +51,14 @@ REQUEST_TIMEOUT_S: Final = WATCH_SECONDS + 10
 #: again at once would flood it.
 QUICK_WATCH_S: Final = 1.0
 SHORT_REQUEST_TIMEOUT_S: Final = 10
-#: An acknowledgement patch gives up after this long: the runtime's loop awaits it, and a
-#: loop held longer than its heartbeat limit (5 s, ``consumer.endpoints``) fails /healthz,
-#: which during an API outage would get a healthy pod restarted.
+#: The runtime's loop waits this long for an acknowledgement patch: a loop held longer than
+#: its heartbeat limit (5 s, ``consumer.endpoints``) fails /healthz, which during an API
+#: outage would get a healthy pod restarted. The request itself goes on (`podpatches`).
 ANNOTATE_TIMEOUT_S: Final = 2.0
+#: An acknowledgement patch waits this long for its answer (an admission webhook may take up
+#: to 30 s), and this long to connect: the API server drops a request its client gave up.
+PATCH_ANSWER_TIMEOUT_S: Final = 30.0
+PATCH_CONNECT_TIMEOUT_S: Final = SHORT_REQUEST_TIMEOUT_S
 #: While the watch cannot reach the API server, at most one acknowledgement attempt per
 #: this long; the others fail at once (the runtime writes them again on a later turn).
 ANNOTATE_RETRY_DOWN_S: Final = 5.0
@@ -111,6 +115,7 @@ class PodConfigMaps:
         self._spawn = spawn or _daemon_thread
         self.reconnects = podreconnects.Reconnects()
         self._annotate_after = 0.0
+        self._patches = podpatches.Patches(lambda annotations: self._patch(annotations))
         #: ConfigMaps refused so far, by `configmaps.refusal` reason (for /metrics).
         self.refused: dict[str, int] = {}
         self._logged: set[tuple[str, str]] = set()
@@ -308,26 +313,28 @@ class PodConfigMaps:
             self.namespace,
             {"metadata": {"annotations": dict(annotations)}},
             _content_type="application/merge-patch+json",
-            _request_timeout=ANNOTATE_TIMEOUT_S,
+            _request_timeout=(PATCH_CONNECT_TIMEOUT_S, PATCH_ANSWER_TIMEOUT_S),
         )
 
     async def annotate(self, annotations: Mapping[str, str]) -> None:
         """Merge these annotations into the ConfigMap (a missing ConfigMap is not an error:
         the operator deleted it, so nobody waits for our answer).
 
-        Bounded by ``ANNOTATE_TIMEOUT_S``; while the watch finds the API server unreachable,
-        attempts are spaced by ``ANNOTATE_RETRY_DOWN_S`` and the others raise
-        :class:`errors.TransientError` at once, so that an outage never holds the caller up.
+        Waits at most ``ANNOTATE_TIMEOUT_S``, then raises :class:`errors.TransientError`
+        while the request goes on (`podpatches.Patches`: a later call takes its answer); while
+        the watch finds the API server unreachable, new requests are spaced by
+        ``ANNOTATE_RETRY_DOWN_S`` and the others raise at once, so that an outage never holds
+        the caller up.
         """
         now = asyncio.get_running_loop().time()
-        if self.reconnects.down and now < self._annotate_after:
+        what = f"cannot annotate ConfigMap {self.namespace}/{self.name}"
+        if self.reconnects.down and now < self._annotate_after and not self._patches.waiting:
             raise errors.TransientError(
-                f"cannot annotate ConfigMap {self.namespace}/{self.name}: the API server is "
-                f"unreachable (for {self.reconnects.outage(now=now):.0f} s)"
+                f"{what}: the API server is unreachable (for "
+                f"{self.reconnects.outage(now=now):.0f} s)"
             )
         try:
-            async with asyncio.timeout(ANNOTATE_TIMEOUT_S + 1):
-                await asyncio.to_thread(self._patch, annotations)
+            written = await self._patches.write(annotations, within=ANNOTATE_TIMEOUT_S)
         except k8s_errors.ApiException as e:
             if e.status == 404:
                 logger.info(
@@ -335,14 +342,15 @@ class PodConfigMaps:
                 )
                 return
             self._annotate_after = now + ANNOTATE_RETRY_DOWN_S
-            raise podreconnects.wrap(
-                e, f"cannot annotate ConfigMap {self.namespace}/{self.name}"
-            ) from e
+            raise podreconnects.wrap(e, what) from e
         except Exception as e:
             self._annotate_after = now + ANNOTATE_RETRY_DOWN_S
-            raise podreconnects.wrap(
-                e, f"cannot annotate ConfigMap {self.namespace}/{self.name}"
-            ) from e
+            raise podreconnects.wrap(e, what) from e
+        if not written:
+            raise errors.TransientError(
+                f"{what}: the API server has not answered yet (the patch goes on, "
+                f"up to {PATCH_ANSWER_TIMEOUT_S:g} s)"
+            )
 
 
 def _daemon_thread(target: Callable[[], None]) -> None:
