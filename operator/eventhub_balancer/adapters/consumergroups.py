@@ -13,8 +13,9 @@ first partition and closes it at once. The link reads nothing and takes nothing 
   could be handed any.
 
 A refusal with ``amqp:not-found`` raises `errors.ConsumerGroupNotFound` (or
-`errors.EventHubNotFound` when Event Hubs names the hub: `linkrefusals.missing`); any other
-refusal says the group exists. The caller asks when it listed the partitions afresh (at most
+`errors.EventHubNotFound` when Event Hubs names the hub: `linkrefusals.missing`), and so
+does one for a hub its owner disabled (`linkrefusals.disabled`); any other refusal says the
+group exists. The caller asks when it listed the partitions afresh (at most
 once per `partitionlists.REFRESH_SECONDS` per consumer) or when the last answer was not "it
 exists" (`ConsumerGroups.check`), so a group created meanwhile is seen at the next attempt.
 """
@@ -80,6 +81,13 @@ async def probe(
                 eventhub_name=coordinates.eventhub_name,
                 consumer_group=consumer_group,
             ) from e
+        off = linkrefusals.disabled(
+            e,
+            fully_qualified_namespace=coordinates.fully_qualified_namespace,
+            eventhub_name=coordinates.eventhub_name,
+        )
+        if off is not None:
+            raise off from e  # no receiver can open: nothing says the group is there
         if linkrefusals.is_link_stolen(e) or _refused(e):
             return  # a refusal for another cause: the group is there
         if isinstance(e, TimeoutError):

@@ -186,6 +186,20 @@ def busy_words(error: BaseException) -> str | None:
     return _words(error, SERVER_BUSY)
 
 
+def disabled(
+    error: BaseException, *, fully_qualified_namespace: str, eventhub_name: str
+) -> errors.EventHubNotFound | None:
+    """The error a refusal for a hub its owner disabled means (``entity-disabled``, in Event
+    Hubs' words and saying what to do), or None when ``error`` is not such a refusal."""
+    words = _words(error, ENTITY_DISABLED)
+    if words is None:
+        return None
+    return errors.EventHubNotFound(
+        f"Event Hub {eventhub_name!r} in {fully_qualified_namespace} is disabled (Event "
+        f"Hubs: {words}): set its status to Active, or fix spec.eventHub.name"
+    )
+
+
 def _words(error: BaseException, condition: str) -> str | None:
     """What Event Hubs said with ``condition`` (its words, without its tracking ids or its
     pointer to its error codes), or None when ``error`` is not that refusal."""
@@ -223,12 +237,11 @@ def unmendable(
             eventhub_name=eventhub_name,
             consumer_group=consumer_group,
         )
-    off = _words(error, ENTITY_DISABLED)
+    off = disabled(
+        error, fully_qualified_namespace=fully_qualified_namespace, eventhub_name=eventhub_name
+    )
     if off is not None:
-        return errors.EventHubNotFound(
-            f"Event Hub {eventhub_name!r} in {fully_qualified_namespace} is disabled (Event "
-            f"Hubs: {off}): set its status to Active, or fix spec.eventHub.name"
-        )
+        return off
     refused = None if after_events else position_refused(error)
     if refused is not None:
         # Transient: the worker's restart moves a checkpoint past the end back, and a start

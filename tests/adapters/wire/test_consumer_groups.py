@@ -100,3 +100,17 @@ async def test_the_facade_keeps_the_ids_and_asks_again_until_the_group_exists(
         assert len(asked) == 4
     finally:
         await hubs.close()
+
+
+async def test_a_disabled_hub_is_said_not_confirmed(eventhubs_hub: EventHubTarget) -> None:
+    """Event Hubs refuses every receiver of a hub its owner disabled: that is no group that
+    exists, and no pod can read until the hub is Active again."""
+    eventhubs_hub.emulator.disable_hub(eventhubs_hub.name)
+    with pytest.raises(errors.EventHubNotFound) as disabled:
+        await consumergroups.probe(coordinates(eventhubs_hub), "$Default", "0")
+    assert str(disabled.value).startswith(
+        f"Event Hub {eventhubs_hub.name!r} in {eventhubs_hub.emulator.fully_qualified_namespace} "
+        "is disabled (Event Hubs: "
+    )
+    eventhubs_hub.emulator.disable_hub(eventhubs_hub.name, False)
+    await consumergroups.probe(coordinates(eventhubs_hub), "$Default", "0")
