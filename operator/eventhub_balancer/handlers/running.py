@@ -24,7 +24,7 @@ import kopf
 from aiohttp import web
 
 from eventhub_balancer import runners
-from eventhub_balancer.handlers import growth, kopftoggles, kopfwiring, registering
+from eventhub_balancer.handlers import growth, kopfkeepalives, kopftoggles, kopfwiring, registering
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +85,7 @@ async def serve(
     bound_port: list[int] | None = None,
 ) -> None:
     kopftoggles.install()
+    kopfkeepalives.install()
     settings = kopf.OperatorSettings()
     kopfwiring.configure(
         settings,
