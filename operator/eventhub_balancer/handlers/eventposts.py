@@ -14,6 +14,13 @@ dropped once the queue is posted. When the operator stops, what is queued is pos
 within `STOP_SECONDS`. The Events waiting about an EventHubConsumer that was deleted are
 dropped (`Poster.withdraw`). An Event lost to a crash is what a failed post always was: lost, and
 logged where it could be.
+
+An API server that refuses Events for a while (an EventRateLimit admission answers 429 once a
+namespace posts too many, API Priority and Fairness throttles, an overloaded one answers 503)
+refuses each one: that was a WARNING an Event, 40 lines for a rollout's 40 moves. The first
+refusal is said, the ones after it counted (at DEBUG), a refusal that lasts is reminded of at
+most every `cyclefaults.REMIND_SECONDS`, and the first Event posted again says how many were
+refused (`Refusals`).
 """
 
 from __future__ import annotations
@@ -24,7 +31,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from eventhub_balancer.handlers import ports, writing
+from eventhub_balancer import errors
+from eventhub_balancer.handlers import cyclefaults, ports
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +66,8 @@ class Poster:
         #: the dropped of the burst under way (the queue full since it last emptied)
         self._burst = 0
         self._in_flight = False
+        #: the run of refused Events under way, said once (`Refusals`)
+        self._refusals = Refusals()
 
     @property
     def pending(self) -> int:
@@ -97,7 +107,10 @@ class Poster:
             try:
                 if self._posting is not None:
                     self._posting(body)
-                await writing.post_event(self._kube, body)
+                await self._kube.create_event(namespace=body["metadata"]["namespace"], body=body)
+                self._refusals.ended(now=_now())
+            except (errors.TransientError, errors.ConfigurationError) as e:
+                self._refusals.refused(body, e, now=_now())
             except Exception as e:  # an Event must never stop the ones after it
                 logger.warning("could not post Event %s: %s", body.get("reason"), e)
             finally:
@@ -131,3 +144,54 @@ class Poster:
         logger.warning(
             "stopping: %d Kubernetes Events were not posted in %g s", left, limit_seconds
         )
+
+
+def _now() -> float:
+    return asyncio.get_running_loop().time()
+
+
+class Refusals:
+    """A run of Events the API server refuses, as the poster meets it: said when it starts
+    (and when its reason changes), reminded of at most every `cyclefaults.REMIND_SECONDS`,
+    and its end said with how many were refused."""
+
+    def __init__(self) -> None:
+        self._reason: str | None = None
+        self._since = self._said = 0.0
+        self._count = 0
+
+    def refused(
+        self, body: Mapping[str, Any], error: errors.EventHubBalancerError, *, now: float
+    ) -> None:
+        if self._reason is None:
+            self._since, self._count = now, 0
+        self._count += 1
+        if error.reason != self._reason:
+            self._reason, self._said = error.reason, now
+            logger.warning(
+                "could not post Event %s: %s; the Events refused after it are counted, not "
+                "logged, until one is posted",
+                body.get("reason"),
+                error,
+            )
+        elif now - self._said >= cyclefaults.REMIND_SECONDS:
+            self._said = now
+            logger.warning(
+                "Kubernetes Events still refused: %d over %.0f s (%s)",
+                self._count,
+                now - self._since,
+                error,
+            )
+        else:
+            logger.debug("could not post Event %s: %s", body.get("reason"), error)
+
+    def ended(self, *, now: float) -> None:
+        if self._reason is None:
+            return
+        logger.info(
+            "Kubernetes Events are posted again; %d refused over %.0f s (last: %s)",
+            self._count,
+            now - self._since,
+            self._reason,
+        )
+        self._reason = None
