@@ -11,6 +11,7 @@ milliseconds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import threading
@@ -233,4 +234,26 @@ async def test_acknowledgements_during_an_outage_never_hold_the_caller_up(
     maps.reconnects.reachable(now=loop.time())  # the watch is back: no more spacing
     maps._patch = lambda annotations: patches.append(loop.time())  # type: ignore[method-assign]
     await maps.annotate({"a": "b"})
+    maps.close()
+
+
+async def test_watches_that_always_fail_after_a_list_are_logged_once_a_minute(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Lists answered, every watch broken (a proxy that breaks streamed answers, watches
+    throttled): each list ended the outage in the log and each broken watch began a new
+    one, a warning and a recovery per reconnect for as long as it lasted (50 lines in ten
+    minutes)."""
+    loop = asyncio.get_running_loop()
+    api = FakeApi(loop)  # lists work; every watch fails at once
+    maps = client(tmp_path, api)
+    caplog.set_level(logging.INFO, logger=podconfig.__name__)
+    with contextlib.suppress(TimeoutError):
+        await follow(maps, seconds=600)
+    said = [r for r in caplog.records if "watching ConfigMap" in r.getMessage()]
+    warnings = [r for r in said if r.levelno == logging.WARNING]
+    assert 1 <= len(warnings) <= 600 / podreconnects.OUTAGE_LOG_EVERY_S + 1
+    assert len(said) - len(warnings) <= len(warnings)  # a recovery only after a warning
+    assert "failed" in warnings[-1].getMessage()
+    assert len([t for t, what in api.requests if what == "watch"]) >= 600 / 30  # still tried
     maps.close()

@@ -209,9 +209,9 @@ class PodConfigMaps:
                     kind, item = await queue.get()
                     if kind == "failed":
                         break
-                    if kind != "healthy" and reconnects.down:
+                    if kind == "listed":
                         self._recovered(reconnects, loop.time())
-                    if kind != "listed":
+                    else:
                         reconnects.healthy()
                     if kind != "healthy":
                         yield item
@@ -224,7 +224,7 @@ class PodConfigMaps:
                         self.namespace,
                         self.name,
                         reconnects.failures,
-                        reconnects.outage(now=loop.time()),
+                        reconnects.failing(now=loop.time()),
                         podreconnects.describe(item),
                         delay,
                     )
@@ -233,15 +233,15 @@ class PodConfigMaps:
             stop.set()
 
     def _recovered(self, reconnects: podreconnects.Reconnects, now: float) -> None:
-        failures = reconnects.failures
-        outage = reconnects.reachable(now=now)
-        if outage is not None:
+        """The API answered a list: say so if a warning said it did not."""
+        ended = reconnects.recovery(now=now)
+        reconnects.reachable(now=now)
+        if ended is not None:
             logger.info(
                 "watching ConfigMap %s/%s again after %d failure(s) over %.0f s",
                 self.namespace,
                 self.name,
-                failures,
-                outage,
+                *ended,
             )
 
     def _session(self, put: Callable[[str, Any], None], stop: threading.Event) -> None:

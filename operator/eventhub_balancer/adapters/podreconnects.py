@@ -48,6 +48,11 @@ class Reconnects:
     Pure bookkeeping on a clock the caller passes, so that it can be read (and tested)
     without threads: how long to pause after a failure, when to say so in the log, and
     when refused credentials end the watch.
+
+    The log says an outage began at most once per `OUTAGE_LOG_EVERY_S`, and that it ended
+    only after a warning said it began: a server that answered lists and broke every watch
+    began and ended an outage per reconnect, and the pod logged a warning and a recovery
+    each time, for as long as it lasted.
     """
 
     failures: int = 0
@@ -55,6 +60,10 @@ class Reconnects:
     since: float | None = None
     logged_at: float | None = None
     unlogged: int = 0
+    #: When the failures in a row began, and whether a warning said so (then `recovery`
+    #: says when they end).
+    failing_since: float | None = None
+    announced: bool = False
 
     @property
     def down(self) -> bool:
@@ -65,6 +74,8 @@ class Reconnects:
         self.failures += 1
         if self.since is None:
             self.since = now
+        if self.failing_since is None:
+            self.failing_since = now
         if refused(error):
             self.auth_failures += 1
             if self.auth_failures >= AUTH_FAILURES_LIMIT:
@@ -77,28 +88,42 @@ class Reconnects:
         """The first failure and then one in ``OUTAGE_LOG_EVERY_S``: a bounded log rate."""
         if self.logged_at is None or now - self.logged_at >= OUTAGE_LOG_EVERY_S:
             self.logged_at = now
+            self.unlogged = 0
+            self.announced = True
             return True
         self.unlogged += 1
         return False
 
     def outage(self, *, now: float) -> float:
-        """Seconds since the first failure in a row (0 when none)."""
+        """Seconds since the API server stopped answering (0 when it answers)."""
         return 0.0 if self.since is None else now - self.since
 
-    def reachable(self, *, now: float) -> float | None:
-        """The API answered again: the outage's length, if there was one, and its log reset.
+    def failing(self, *, now: float) -> float:
+        """Seconds since the failures in a row began (0 when none)."""
+        return 0.0 if self.failing_since is None else now - self.failing_since
 
-        The backoff is kept until a watch works too (``healthy``): a server that answers
+    def reachable(self, *, now: float) -> float | None:
+        """The API answered again: the outage's length, if there was one.
+
+        The backoff is kept until a watch works too (`healthy`): a server that answers
         lists but drops every watch is still backed off from.
         """
         outage = None if self.since is None else now - self.since
-        self.unlogged = 0
-        self.since = self.logged_at = None
+        self.since = None
         return outage
+
+    def recovery(self, *, now: float) -> tuple[int, float] | None:
+        """The API answers again: (failures, seconds) of the failures in a row, once, when a
+        warning announced them (else nothing to say)."""
+        if not self.announced:
+            return None
+        self.announced = False
+        return self.failures, self.failing(now=now)
 
     def healthy(self) -> None:
         """A watch worked: the next failure starts the backoff and the counts afresh."""
         self.failures = self.auth_failures = 0
+        self.failing_since = None
 
 
 def refused(error: BaseException) -> bool:
