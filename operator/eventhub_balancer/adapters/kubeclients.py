@@ -10,7 +10,8 @@ home-grown clients break. It is synchronous, so every call runs in a small priva
 whose threads the namespaces (the tenants) take in turns (`callgates.FairGate`): a namespace
 whose calls hang (a webhook there that answers only at its time-out) once took every thread
 with one cycle's ConfigMap writes, and another tenant's status patch queued behind them, up
-to their 15 s time-out each, eight at a time. The turns are taken in the call's own namespace
+to their 15 s time-out each, eight at a time. A namespace may take `WORKERS` threads, and
+`RESERVED` more are kept for the others. The turns are taken in the call's own namespace
 (cluster-wide calls in none). The API server never runs on the operator's loop (the local one
 has its own thread), so the client cannot deadlock on it. Bodies come back as plain dicts
 (``_preload_content=False``), the same shape as kopf's bodies, so the pure code sees one
@@ -38,8 +39,12 @@ from eventhub_balancer.adapters import callgates, kuberetries
 
 #: Seconds for one API request; a hung API server must not hang a cycle.
 REQUEST_TIMEOUT = 15.0
-#: Threads for blocking API calls: cycles of several consumers run concurrently.
+#: Threads for blocking API calls that one namespace may use at once: cycles of several
+#: consumers run concurrently.
 WORKERS = 8
+#: Threads beyond those, kept for the calls of the other namespaces (`callgates.FairGate`):
+#: one namespace whose calls hang leaves them free, and one alone still has all `WORKERS`.
+RESERVED = 2
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -123,10 +128,10 @@ class KubeClient:
         self._core = kubernetes.client.CoreV1Api(self._client)
         self._custom = kubernetes.client.CustomObjectsApi(self._client)
         self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=WORKERS, thread_name_prefix="kubeapi"
+            max_workers=WORKERS + RESERVED, thread_name_prefix="kubeapi"
         )
         #: the threads, by namespace: one that hangs leaves the others theirs (module doc)
-        self._turns = callgates.FairGate(WORKERS)
+        self._turns = callgates.FairGate(WORKERS + RESERVED, reserved=RESERVED)
         #: API writes by kind, counted for metrics and for the steady-state benchmark.
         self.writes: dict[str, int] = {}
         #: every request made (reads and writes), for the benchmark's requests per cycle
