@@ -53,7 +53,7 @@ class Patches:
                 answer.result()  # raises its error
                 return True
         answer = concurrent.futures.Future()
-        answer.set_running_or_notify_cancel()  # a waiter given up never cancels the request
+        answer.set_running_or_notify_cancel()  # running: nothing can cancel the request
         self._last = (wanted, answer)
         threading.Thread(
             target=self._run, args=(wanted, answer), name="configmap-annotate", daemon=True
