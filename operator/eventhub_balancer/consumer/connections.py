@@ -24,6 +24,7 @@ from eventhub_balancer.adapters import (
     deadletters,
     deliveries,
     partitionbounds,
+    receivecredentials,
     receiving,
     retrying,
 )
@@ -172,6 +173,8 @@ class AzureBackends:
             )
         policy.check_blob(account_url=account_url, connection_string=blob_connection)
         async with contextlib.AsyncExitStack() as stack:
+            # On workload identity, one credential for every link and properties read.
+            address = await stack.enter_async_context(receivecredentials.shared(address))
             containers = _Containers(stack, where.checkpoint_container)
             container = await containers.open(blob_connection, account_url)
             store = checkpointing.CheckpointStore(
