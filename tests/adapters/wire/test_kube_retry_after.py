@@ -1,0 +1,93 @@
+"""A throttled read waits for the server's ``Retry-After`` only when it is short.
+
+urllib3 sends a GET, PUT or DELETE answered 429, 503 or 413 with a ``Retry-After`` again by
+itself, after sleeping what the header says, up to six hours: a proxy in front of the API
+server that asked for an hour held the operator's read (its cycle, or its relisting) and a
+pod's read for that hour, far past their request bound (`kubeclients.REQUEST_TIMEOUT`).
+Replayed here on the local API server's fault hook, as a real kube-apiserver's API Priority
+and Fairness answers: ``Retry-After: 1`` and a plain-text body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import kmock
+import pytest
+import urllib3
+import urllib3.exceptions
+
+from eventhub_balancer import errors
+from eventhub_balancer.adapters import kubeapi, kubeclients, kuberetries
+from eventhub_balancer_devstack.kube import LocalKubeAPI
+
+NS = "throttled"
+#: What kube-apiserver's API Priority and Fairness answers a request it rejects.
+THROTTLED = b"Too many requests, please try again later.\n"
+
+
+@pytest.fixture
+async def api(local_kube: LocalKubeAPI, tmp_path: Path) -> AsyncIterator[kubeapi.KubeAPI]:
+    client = kubeapi.KubeAPI.from_environment(str(local_kube.write_kubeconfig(tmp_path / "kc")))
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def throttle(local_kube: LocalKubeAPI, *, times: int, retry_after: str, status: int = 429) -> None:
+    """The next ``times`` LISTs of pods answered ``status`` with this ``Retry-After``."""
+    (
+        local_kube.handler["list", kmock.resource("v1/pods")][:times]
+        << status
+        << kmock.headers({"Retry-After": retry_after})
+        << THROTTLED
+    )
+
+
+@pytest.mark.parametrize("status", [429, 503])
+async def test_a_long_retry_after_is_not_waited_within_the_request(
+    api: kubeapi.KubeAPI, local_kube: LocalKubeAPI, status: int
+) -> None:
+    # 30 s: past the read's 15 s bound, and short enough that the code before the fix (which
+    # sleeps it in the call's thread) ends within the test.
+    throttle(local_kube, times=1, retry_after="30", status=status)
+    began = time.monotonic()
+    with pytest.raises(errors.ApiUnavailable, match=rf"answered {status}"):
+        await asyncio.wait_for(api.list_pods(namespace=NS, label_selector="app=x"), 20)
+    assert time.monotonic() - began < kubeclients.REQUEST_TIMEOUT
+    # Given back to the caller, whose own pace (the next cycle, the next relisting) decides.
+    assert await api.list_pods(namespace=NS, label_selector="app=x") == []
+
+
+async def test_the_real_servers_retry_after_is_still_waited(
+    api: kubeapi.KubeAPI, local_kube: LocalKubeAPI
+) -> None:
+    """kube-apiserver's ``Retry-After: 1``: the read is sent again after it, and succeeds."""
+    throttle(local_kube, times=2, retry_after="1")
+    began = time.monotonic()
+    assert await asyncio.wait_for(api.list_pods(namespace=NS, label_selector="app=x"), 20) == []
+    assert time.monotonic() - began >= 2.0
+
+
+def answer(status: int, retry_after: str) -> urllib3.HTTPResponse:
+    return urllib3.HTTPResponse(body=b"", status=status, headers={"Retry-After": retry_after})
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "waited"),
+    [("1", True), ("2", True), ("3", False), ("21600", False)],
+)
+def test_the_pods_and_the_operators_retries_wait_a_short_retry_after_only(
+    retry_after: str, waited: bool
+) -> None:
+    """The pods' client (`podconfig.api_client`) has the same retries as the operator's."""
+    retries = kuberetries.client_retries()
+    if waited:
+        assert retries.increment("GET", "/", response=answer(429, retry_after)).total == 2
+    else:
+        with pytest.raises(urllib3.exceptions.MaxRetryError, match="Retry-After"):
+            retries.increment("GET", "/", response=answer(429, retry_after))
