@@ -59,6 +59,10 @@ ANNOTATE_TIMEOUT_S: Final = 2.0
 #: to 30 s), and this long to connect: the API server drops a request its client gave up.
 PATCH_ANSWER_TIMEOUT_S: Final = 30.0
 PATCH_CONNECT_TIMEOUT_S: Final = SHORT_REQUEST_TIMEOUT_S
+#: A patch after this long without one opens a fresh connection: a NAT gateway or load
+#: balancer may have dropped the idle one without a reset (Azure's after 4 minutes), and a
+#: patch sent into it would wait `PATCH_ANSWER_TIMEOUT_S` for an answer that cannot come.
+PATCH_IDLE_S: Final = 30.0
 #: While the watch cannot reach the API server, at most one acknowledgement attempt per
 #: this long; the others fail at once (the runtime writes them again on a later turn).
 ANNOTATE_RETRY_DOWN_S: Final = 5.0
@@ -108,6 +112,10 @@ class PodConfigMaps:
         self.pod_uid = pod_uid
         self._api_client = api_client(kubeconfig)
         self._core = k8s.CoreV1Api(self._api_client)
+        #: Patches have connections of their own (the watch keeps the others busy), renewed
+        #: after `PATCH_IDLE_S` without a patch.
+        self._patch_client = api_client(kubeconfig)
+        self._patched_at: float | None = None
         self.selector = configmaps.pod_selector(consumer=consumer, pod=pod)
         #: Pinned: the operator writes this name (cut and hashed to fit) and no other.
         self.name = configmaps.configmap_name(consumer=consumer, pod=pod)
@@ -151,6 +159,7 @@ class PodConfigMaps:
 
     def close(self) -> None:
         self._api_client.close()  # type: ignore[no-untyped-call]
+        self._patch_client.close()  # type: ignore[no-untyped-call]
 
     def _list(self) -> tuple[list[dict[str, Any]], str]:
         answer = self._core.list_namespaced_config_map(
@@ -308,7 +317,11 @@ class PodConfigMaps:
         return version
 
     def _patch(self, annotations: Mapping[str, str]) -> None:
-        self._core.patch_namespaced_config_map(
+        now = time.monotonic()
+        if self._patched_at is None or now - self._patched_at >= PATCH_IDLE_S:
+            self._patch_client.rest_client.pool_manager.clear()
+        self._patched_at = now
+        k8s.CoreV1Api(self._patch_client).patch_namespaced_config_map(
             self.name,
             self.namespace,
             {"metadata": {"annotations": dict(annotations)}},

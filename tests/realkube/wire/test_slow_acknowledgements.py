@@ -1,4 +1,5 @@
-"""A pod's acknowledgement lands on a real API server that takes seconds to answer writes.
+"""A pod's acknowledgement lands on a real API server that takes seconds to answer writes,
+and after a quiet spell behind a network that silently drops idle connections.
 
 An admission webhook on ConfigMap updates (a policy engine, say) that takes 3 s makes every
 patch take 3 s. The runtime's loop waits for its acknowledgement for at most
@@ -7,6 +8,10 @@ kube-apiserver drops a request whose client went away: the acknowledgement was n
 however often it was sent (11 patches in 40 s, none applied), so a hand-off waited for
 ``handoffTimeoutSeconds`` and ``Ready`` stayed ``AssignmentNotApplied`` for as long as the
 webhook was slow. Now the request goes on after the loop stopped waiting, one at a time.
+
+Going on that long, a patch sent on a pooled connection that a NAT gateway or load balancer
+had silently dropped while idle (no reset: Azure's NAT gateway after 4 minutes) waited 30 s
+for an answer that could not come. A patch after a quiet spell opens a fresh connection.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,6 +41,49 @@ NAMESPACE = "shop"
 WEBHOOK_DELAY_S = 3.0
 WEBHOOKS = "admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
 WITHIN_S = 30.0
+
+
+class IdleDrop:
+    """A TCP proxy to the API server that silently stops forwarding on a connection once it
+    has been idle for ``idle`` seconds: the flow is forgotten, nothing is reset."""
+
+    def __init__(self, upstream: str, idle: float) -> None:
+        self.upstream = ("127.0.0.1", int(upstream.rsplit(":", 1)[1]))
+        self.idle = idle
+        self.dropped = 0
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.server = asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._connection, "127.0.0.1", 0), self.loop
+        ).result(timeout=10)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.server.close)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        upstream_reader, upstream_writer = await asyncio.open_connection(*self.upstream)
+        flow: dict[str, Any] = {"last": time.monotonic(), "dropped": False}
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            while data := await source.read(65536):
+                now = time.monotonic()
+                if not flow["dropped"] and now - flow["last"] >= self.idle:
+                    flow["dropped"] = True
+                    self.dropped += 1
+                flow["last"] = now
+                if not flow["dropped"]:
+                    sink.write(data)
+                    await sink.drain()
+            if not flow["dropped"]:
+                sink.close()
+
+        await asyncio.gather(
+            pipe(reader, upstream_writer), pipe(upstream_reader, writer), return_exceptions=True
+        )
 
 
 class SlowWebhook(ThreadingHTTPServer):
@@ -167,3 +216,35 @@ async def test_an_acknowledgement_lands_when_every_write_takes_3_s(
     assert max(held) <= podconfig.ANNOTATE_TIMEOUT_S + 0.5
     # One request at a time: the slow server is not sent a new patch per turn of the loop.
     assert slow_webhook.reviews - before <= 2
+
+
+async def test_an_acknowledgement_after_a_quiet_spell_is_not_sent_into_a_dropped_connection(
+    real_kube: RealControlPlane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kube = real_kube
+    namespace = "quiet"
+    kube.create_object("v1/namespaces", {"metadata": {"name": namespace}})
+    name = configmaps.configmap_name(consumer="orders", pod="pod-a")
+    body = configmap(1, {"0": (1, "owned")})
+    body["metadata"] = {"name": name, "labels": configmaps.labels(consumer="orders", pod="pod-a")}
+    kube.create_object("v1/configmaps", body, namespace=namespace)
+    idle = 2.0
+    monkeypatch.setattr(podconfig, "PATCH_IDLE_S", idle / 2)
+    proxy = IdleDrop(kube.url, idle=idle)
+    kubeconfig = kube.write_kubeconfig(tmp_path / "pod.kubeconfig")
+    kubeconfig.write_text(
+        kubeconfig.read_text().replace(kube.url, f"https://127.0.0.1:{proxy.port}")
+    )
+    client = podconfig.PodConfigMaps(
+        namespace=namespace, consumer="orders", pod="pod-a", kubeconfig=str(kubeconfig)
+    )
+    try:
+        await client.annotate({configmaps.ANNOTATION_RELEASED: "{}"})
+        await asyncio.sleep(idle + 1)  # quiet: the flow of the pooled connection is dropped
+        # The next acknowledgement lands at its first attempt, within the loop's wait.
+        await client.annotate({configmaps.ANNOTATION_RELEASED: '{"0":1}'})
+    finally:
+        client.close()
+        proxy.close()
+    annotations = kube.get_object("v1/configmaps", name, namespace=namespace)["metadata"]
+    assert configmaps.parse_released(annotations["annotations"]) == {"0": 1}
