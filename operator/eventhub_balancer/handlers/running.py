@@ -24,7 +24,14 @@ import kopf
 from aiohttp import web
 
 from eventhub_balancer import runners
-from eventhub_balancer.handlers import growth, kopfkeepalives, kopftoggles, kopfwiring, registering
+from eventhub_balancer.handlers import (
+    growth,
+    kopfkeepalives,
+    kopfretrylogs,
+    kopftoggles,
+    kopfwiring,
+    registering,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +93,7 @@ async def serve(
 ) -> None:
     kopftoggles.install()
     kopfkeepalives.install()
+    kopfretrylogs.install()
     settings = kopf.OperatorSettings()
     kopfwiring.configure(
         settings,

@@ -1,0 +1,140 @@
+"""kopf's retries of its own Kubernetes API requests, said once per outage.
+
+kopf sends each of its requests (its watches, its patches of the EventHubConsumers and of the
+peering object) again after a failure that may pass (429, 5xx, a lost connection, a timeout),
+through its error backoffs, and logs every retry as an ERROR: ``Request attempt #2/9 failed;
+will retry: GET .../pods?watch=true... -> APITooManyRequestsError(...)``. kopf has no setting
+for it (the backoffs change how often it retries, not how it says so), so an API server that
+throttles for a minute flooded the log with them, at ERROR, during exactly the outage on-call
+is reading: replayed on the local API server, three watches whose requests were answered 429
+for 40 s made 37 such lines.
+
+`install` hands kopf's requests a logger that says a retry once when the requests start to
+fail, reminds of it at most every `cyclefaults.REMIND_SECONDS` with the retries since, and
+says in one line when a request that was retried succeeds and none is retried any more; the
+retries in between go to kopf's logger at DEBUG. What kopf gives up on (``failed;
+escalating``) and every other line of kopf's stay as kopf says them. A kopf that no longer
+logs its retries this way fails `tests/handlers/test_kopf_retry_logs.py`, so an upgrade
+cannot bring the flood back silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from kopf._cogs.clients import api
+
+from eventhub_balancer.handlers import cyclefaults
+
+logger = logging.getLogger(__name__)
+
+Request = Callable[..., Awaitable[Any]]
+
+#: kopf's request, which every one of its API calls goes through (``api.get``, ``api.patch``,
+#: ``api.stream``... call it by its module's name); `install` wraps it.
+STOCK_REQUEST: Request = api.request
+
+#: How kopf words a failed attempt it will make again, and one it gives up on.
+RETRY_PREFIX = "Request attempt "
+RETRY_MARK = "failed; will retry:"
+
+
+class RetryLog:
+    """The kopf requests of one operator (one event loop) that are being retried now."""
+
+    def __init__(self) -> None:
+        self._retrying: set[_Attempts] = set()
+        self._since: float | None = None
+        self._said = 0.0
+        self._retries = 0
+        self._last = ""
+
+    def retried(self, attempts: _Attempts, message: str, *, now: float) -> None:
+        self._retrying.add(attempts)
+        self._retries += 1
+        self._last = message
+        if self._since is None:
+            self._since = self._said = now
+            logger.warning(
+                "kopf's requests to the Kubernetes API fail and are retried (said again every "
+                "%.0f minutes while it lasts, and when they succeed): %s",
+                cyclefaults.REMIND_SECONDS / 60,
+                message,
+            )
+        elif now - self._said >= cyclefaults.REMIND_SECONDS:
+            self._said = now
+            logger.warning(
+                "kopf's requests to the Kubernetes API still fail, %d retries over %.0f s: %s",
+                self._retries,
+                now - self._since,
+                message,
+            )
+        else:
+            attempts.kopf_logger.debug(message)
+
+    def ended(self, attempts: _Attempts, *, succeeded: bool, now: float) -> None:
+        if attempts not in self._retrying:
+            return
+        self._retrying.discard(attempts)
+        if succeeded and not self._retrying and self._since is not None:
+            logger.info(
+                "kopf's requests to the Kubernetes API succeed again after %d retries over "
+                "%.0f s (last: %s)",
+                self._retries,
+                now - self._since,
+                self._last,
+            )
+            self._since, self._retries, self._last = None, 0, ""
+
+
+class _Attempts:
+    """The logger one kopf request is made with: its retries go to `RetryLog`, the rest to
+    kopf's logger unchanged."""
+
+    def __init__(self, kopf_logger: Any, log: RetryLog, loop: asyncio.AbstractEventLoop) -> None:
+        self.kopf_logger = kopf_logger
+        self._log = log
+        self._loop = loop
+
+    def error(self, msg: object, *args: Any, **kwargs: Any) -> None:
+        if isinstance(msg, str) and not args and msg.startswith(RETRY_PREFIX) and RETRY_MARK in msg:
+            self._log.retried(self, msg, now=self._loop.time())
+        else:
+            self.kopf_logger.error(msg, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.kopf_logger, name)
+
+
+_logs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RetryLog] = weakref.WeakKeyDictionary()
+
+
+def log_of(loop: asyncio.AbstractEventLoop) -> RetryLog:
+    """The retries of the operator that runs on ``loop`` (tests run two in one process)."""
+    log = _logs.get(loop)
+    if log is None:
+        log = _logs[loop] = RetryLog()
+    return log
+
+
+async def request(*args: Any, logger: Any, **kwargs: Any) -> Any:
+    """kopf's request, whose retries are said through `RetryLog`."""
+    loop = asyncio.get_running_loop()
+    log = log_of(loop)
+    attempts = _Attempts(logger, log, loop)
+    try:
+        response = await STOCK_REQUEST(*args, logger=attempts, **kwargs)
+    except BaseException:
+        log.ended(attempts, succeeded=False, now=loop.time())
+        raise
+    log.ended(attempts, succeeded=True, now=loop.time())
+    return response
+
+
+def install() -> None:
+    """Make kopf's requests say their retries through `request` (idempotent; before it starts)."""
+    api.request = request
