@@ -247,12 +247,20 @@ class _Containers:
     and all of them with the backend."""
 
     def __init__(self, stack: contextlib.AsyncExitStack, name: str) -> None:
-        self._stack, self._name = stack, name
+        self._name = name
         self._open: list[contextlib.AsyncExitStack] = []
+        # One callback for all of them: one per client would stay on the backend's stack,
+        # each with its closed client, for every rotation of the pod's life.
+        stack.push_async_callback(self._close_all)
+
+    async def _close_all(self) -> None:
+        async with contextlib.AsyncExitStack() as closing:  # every one, newest first
+            for own in self._open:
+                closing.push_async_callback(own.aclose)
+            self._open.clear()
 
     async def open(self, connection_string: str | None, account_url: str | None) -> Any:
         own = contextlib.AsyncExitStack()
-        self._stack.push_async_callback(own.aclose)
         client = await own.enter_async_context(
             blobs.open_container(
                 container_name=self._name,
