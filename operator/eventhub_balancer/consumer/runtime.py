@@ -36,6 +36,7 @@ from eventhub_balancer.consumer import (
     connections,
     crashmarkers,
     exits,
+    loopstalls,
     metrics,
     partitions,
     processing,
@@ -122,6 +123,8 @@ class Runtime:
         #: Loop time of the last loop pass (None: none yet): /healthz checks that the loop turns.
         self.heartbeat: float | None = None
         self.stopped = False
+        #: The loop's stalls (an async handler that blocks, a paused process), said in the log.
+        self.stalls = loopstalls.LoopStalls(async_handler=loopstalls.handler_is_async(processor))
 
     # -- what the endpoints ask
 
@@ -188,6 +191,7 @@ class Runtime:
                 self.heartbeat = _now()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=TICK_S)
+                self.stalls.waited(self.heartbeat, TICK_S, _now())
                 self._wake.clear()
                 if feeder.done():
                     feeder.result()  # a broken watch ends the runtime with its error
