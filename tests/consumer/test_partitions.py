@@ -237,3 +237,17 @@ async def test_an_idle_partition_writes_what_the_checkpoint_interval_held_back()
     assert await scene.run(drive) == "released"
     assert written == [-1, 2]
     assert scene.store.history["0"] == [2]  # written once: the release had nothing left
+
+
+@pytest.mark.parametrize("name", [n for n in SCENARIOS if n.startswith("lost")])
+async def test_a_lost_partition_is_named_once_in_its_warning(
+    name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pod paused past podGraceSeconds logged ``partition 2: partition 2: ownership lost``
+    for each partition taken over meanwhile: the loss's text names the partition already."""
+    drive, _ = SCENARIOS[name]
+    caplog.set_level(logging.WARNING, logger="eventhub_balancer.consumer.partitions")
+    assert await Scene().run(drive) == "lost"
+    [said] = [r.getMessage() for r in caplog.records if "ownership lost" in r.getMessage()]
+    assert said.startswith("partition 0: ownership lost, epoch 2 "), said
+    assert said.count("partition 0") == 1, said

@@ -269,7 +269,8 @@ class PartitionWorker:
             return self._finish("checkpointed")
         except errors.OwnershipLost as e:
             self.error = e
-            logger.warning("partition %s: %s; stopped without a checkpoint", self.partition, e)
+            # The loss names its partition ("partition 0: ownership lost, ...").
+            logger.warning("%s; stopped without a checkpoint", e)
             return self._finish("ownership_lost")
         except (errors.TransientError, errors.ConfigurationError, errors.InvalidInput) as e:
             self.error = e
@@ -281,7 +282,7 @@ class PartitionWorker:
             lost = await self._writing.settle(deadline=lambda: self._hard_deadline, stop=self._stop)
             if lost is not None:
                 self.error = lost
-                logger.warning("partition %s: %s; stopped", self.partition, lost)
+                logger.warning("%s; stopped", lost)
                 return self._finish("ownership_lost")
             return self._finish("error")
         finally:
