@@ -349,14 +349,14 @@ class BatchAttempts:
                         # It ended in the loop turn of the deadline, before the timeout
                         # could cancel it: it finished (or failed) and was not abandoned.
                         break
-                    await processing.abandon(
+                    if await processing.abandon(
                         call,
                         deadline=deadline,
                         grace=self.settings.handler_exit_timeout,
                         partition=self.partition,
                         on_hung=self.on_hung,
-                    )
-                    return False
+                    ):
+                        return False
             else:
                 stop: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
                 try:

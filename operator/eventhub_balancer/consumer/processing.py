@@ -49,6 +49,11 @@ logger = logging.getLogger(__name__)
 #: Handler calls that may run at once in threads, unless ``--handler-concurrency`` says.
 DEFAULT_HANDLER_CONCURRENCY = 32
 
+#: A release deadline the loop saw this much late or more was passed while the process was
+#: paused (CPU throttling, a frozen container): the call, paused with it, gets this long to
+#: end before it is abandoned, and before the process exits for it.
+RESUMED_SETTLE_S = 0.5
+
 #: In a processor's call from a partition's worker (`attempts.BatchAttempts`), that partition's
 #: release, set once it started (None outside a worker). A processor that holds batches back
 #: before their handler runs (Spark mode's trigger queue, `triggers`) withdraws a batch whose
@@ -182,23 +187,33 @@ async def abandon(
     grace: float,
     partition: str,
     on_hung: Callable[[str], None] | None,
-) -> None:
-    """Cancel a handler ``call`` a release gave up on, and wait until it has really ended.
+) -> bool:
+    """Cancel a handler ``call`` a release gave up on, and wait until it has really ended;
+    False when it ended by itself first (not abandoned).
 
     An async handler that honours cancellation ends at once. A sync handler's thread cannot
     be stopped, and its processor's call ends only when the thread does (`run_in_thread`):
     until then the release is not acknowledged, so the next owner never overlaps it. Still
     running ``grace`` seconds past the release ``deadline`` (the loop's clock), it gets
-    ``on_hung`` called (the process exits).
+    ``on_hung`` called (the process exits). A deadline passed while the process was paused
+    (seen `RESUMED_SETTLE_S` late or more) gives the call that long first, and the exit
+    never comes sooner than that after the pause: both deadlines used to fire as soon as
+    the loop ran again, ahead of the result of a call that ended a moment later.
     """
+    now = asyncio.get_running_loop().time()
+    if now - deadline >= RESUMED_SETTLE_S:
+        await asyncio.wait({call}, timeout=RESUMED_SETTLE_S)
+        if call.done() and not call.cancelled():
+            return False
     call.cancel()
-    exit_at = deadline + grace
+    exit_at = max(deadline + grace, now + RESUMED_SETTLE_S)
     done, _ = await asyncio.wait(
         {call}, timeout=max(0.0, exit_at - asyncio.get_running_loop().time())
     )
     if not done:
+        late = asyncio.get_running_loop().time() - deadline
         reason = (
-            f"partition {partition}: the handler still runs {grace:g} s past its release "
+            f"partition {partition}: the handler still runs {late:.3g} s past its release "
             "deadline and cannot be cancelled"
         )
         logger.critical("%s: exiting so that the next owner can take over", reason)
@@ -207,6 +222,7 @@ async def abandon(
         await asyncio.wait({call})  # the process is on its way out
     if not call.cancelled() and call.exception() is not None:
         logger.debug("partition %s: the abandoned call raised", partition)
+    return True
 
 
 class BatchProcessor(Protocol):
