@@ -64,6 +64,9 @@ SDK_RETRY_TOTAL = 2
 #: report :class:`errors.EventHubUnreachable` (the runtime then marks the partition stuck).
 REOPEN_ATTEMPTS = 6
 
+#: A link open this long before it failed was healthy: its failure starts a new run of attempts.
+HEALTHY_LINK_S = 60.0
+
 #: The backoff between reopen attempts, doubled each time up to the cap.
 REOPEN_BACKOFF_S = 0.5
 REOPEN_BACKOFF_MAX_S = 8.0
@@ -264,6 +267,7 @@ class PartitionReceiver:
             linkrepairs.resume_after_handed_out(consumer)  # none twice after SDK reopens
             linkrepairs.bound_opens(consumer, LINK_OPEN_TIMEOUT_S)
             received_before = self._last_buffered
+            opened_at: float | None = None
             try:
                 if received_before is not None:
                     # A reopen after events: the stream it continues may have been replaced
@@ -276,11 +280,12 @@ class PartitionReceiver:
                 # open and the SDK's own reopens inside receive() are bounded alike.
                 opening = time.monotonic()
                 await consumer._open()
+                opened_at = time.monotonic()
                 logger.info(
                     LINK_OPEN,
                     self.partition,
                     self.epoch,
-                    (time.monotonic() - opening) * 1000,
+                    (opened_at - opening) * 1000,
                 )
                 if self.closing():
                     # Closed while opening, its cancellation lost (`linkrepairs.RECANCEL_S`).
@@ -327,8 +332,9 @@ class PartitionReceiver:
                     # checkpoint past the end back (`consumer.connections`).
                     self._fail(final)
                     return
-                if self._last_buffered != received_before:
-                    attempts, backoff = 0, REOPEN_BACKOFF_S  # it made progress: a new failure
+                healthy = opened_at is not None and time.monotonic() - opened_at >= HEALTHY_LINK_S
+                if self._last_buffered != received_before or healthy:
+                    attempts, backoff = 0, REOPEN_BACKOFF_S  # progress, or a healthy link
                 attempts += 1
                 busy = linkrefusals.busy_words(e)
                 pause = _pause(backoff, linkrefusals.throttled(e))
