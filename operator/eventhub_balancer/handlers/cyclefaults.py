@@ -110,8 +110,8 @@ class ListingFaults:
             self._logger.debug("%s were not listed afresh: %s", what, error)
         fault.failures += 1
 
-    def succeeded(self, what: str, *, now: float) -> None:
-        """Listing ``what`` succeeded: its fault, if any, is over."""
+    def succeeded(self, what: str, *, now: float) -> bool:
+        """Listing ``what`` succeeded: its fault, if any, is over (then True)."""
         fault = self._faults.pop(what, None)
         if fault is not None:
             self._logger.info(
@@ -121,3 +121,4 @@ class ListingFaults:
                 now - fault.since,
                 fault.reason,
             )
+        return fault is not None

@@ -34,7 +34,10 @@ The cost, documented in docs/operator.md: one LIST of a namespace's pods per nam
 `RELIST_SECONDS`, and one of its ConfigMaps per `CONFIGMAP_RELIST_SECONDS`, beside the cycles
 (both counted in `Relisting.listings`); a steady cycle still makes no request. A failed
 listing is tried again at the next turn, the rosters staying as they were; the log says a
-refused listing once, not at every turn (`cyclefaults.ListingFaults`).
+refused listing once, not at every turn (`cyclefaults.ListingFaults`). When a namespace's
+pods are listed again after such a refusal, its consumers are woken: their cycles, refused
+too meanwhile, had backed off up to a minute, and a pod deleted during a throttle kept its
+partitions that long after the API server answered again.
 
 The other EventHubConsumers (the peers a consumer may yield to: `conflicts`) come from kopf's
 index alone, and kopf drops an entry only on a DELETED event: a consumer deleted while the
@@ -160,7 +163,10 @@ class Relisting:
             what = f"pods in {namespace}"
             try:
                 changed += await self.relist_namespace(namespace)
-                self.faults.succeeded(what, now=_now())
+                if self.faults.succeeded(what, now=_now()):
+                    # The API server answers again after refusing: the namespace's consumers
+                    # try now, not at the end of a backoff that grew meanwhile (up to 60 s).
+                    changed += [key for key in self.kept.by_key if key[0] == namespace]
             except errors.EventHubBalancerError as e:
                 self.faults.failed(what, e, now=_now())
             for key in dict.fromkeys(changed):
