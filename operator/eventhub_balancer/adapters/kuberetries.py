@@ -13,10 +13,12 @@ refused connection, or a kept-alive one the server had closed.
 urllib3 also sends a GET, PUT or DELETE answered 429, 503 or 413 again by itself, after the
 ``Retry-After`` the answer carries, which it honoured up to six hours: a proxy in front of the
 API server that asked for an hour held the operator's read (a cycle, a relisting) and a pod's
-read that hour, past every bound they were given. kube-apiserver itself asks for 1 s (API
-Priority and Fairness, and the older in-flight limits): a wait up to `RETRY_AFTER_MAX_S` is
-still made, a longer one gives the answer back to the caller at once, whose own pace (the next
-cycle, the next relisting, the pod's watch backoff) decides when to ask again.
+read that hour, past every bound they were given. kube-apiserver itself asks for 1 s at first,
+and while its API Priority and Fairness keeps rejecting, for 2, 4, 8 and 16 s
+(`tests/realkube/wire/test_throttled_operator.py`): three waits of 16 s took a 15 s read to
+nearly a minute. A wait up to `RETRY_AFTER_MAX_S` is still made, a longer one gives the answer
+back to the caller at once, whose own pace (the next cycle, the next relisting, the pod's
+watch backoff) decides when to ask again.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ of a single seat that rejects what does not fit (``nominalConcurrencyShares: 0``
 borrowing, ``Reject``) and a FlowSchema that puts the operator's ServiceAccount there are
 applied with the project's own client, and a noisy neighbour of the same identity keeps that
 seat busy: most of the operator's requests, its watches' included, are answered as the real
-server answers them (429, ``Retry-After: 1``, a plain-text body, no Status). Meanwhile pods
+server answers them (429, a plain-text body, no Status, and a ``Retry-After`` of 1 s that
+grows to 16 s while the rejections go on). Meanwhile pods
 join and one is deleted (the administrator, who plays the kubelet, is exempt). Once the
 throttle ends, the consumer must be balanced over the live pods within the bound the docs
 give (a pod sees its assignment within 30 s of the API answering again), the real server's
@@ -28,6 +29,7 @@ import kubernetes.client
 import kubernetes.config
 import pytest
 
+from eventhub_balancer.adapters.kuberetries import RETRY_AFTER_MAX_S
 from eventhub_balancer_devstack import epochledgers
 from eventhub_balancer_devstack.eventhubs import EventHubsEmulator
 from eventhub_balancer_devstack.realkube import RealControlPlane
@@ -114,6 +116,8 @@ class Neighbour:
         self.stopped = threading.Event()
         self.answers: collections.Counter[int] = collections.Counter()
         self.refusal: tuple[str | None, str] | None = None
+        #: the Retry-After of every 429, counted by value
+        self.retry_afters: collections.Counter[str | None] = collections.Counter()
         self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(NEIGHBOURS)]
 
     def _run(self) -> None:
@@ -123,8 +127,10 @@ class Neighbour:
                 self.answers[200] += 1
             except kubernetes.client.ApiException as e:
                 self.answers[e.status or 0] += 1
-                if e.status == 429 and self.refusal is None:
-                    self.refusal = ((e.headers or {}).get("Retry-After"), str(e.body))
+                if e.status == 429:
+                    self.retry_afters[(e.headers or {}).get("Retry-After")] += 1
+                    if self.refusal is None:
+                        self.refusal = ((e.headers or {}).get("Retry-After"), str(e.body))
             except Exception:  # a broken connection: the next LIST
                 self.answers[0] += 1
 
@@ -219,13 +225,18 @@ def test_a_throttled_operator_balances_after_and_hands_no_epoch_out_twice(
     taken = stack.kube.take_writes()
     ledger.feed(epochledgers.Write(type=e.type, body=e.body) for e in taken.events)
     print(
-        f"\nneighbour answers {dict(neighbour.answers)}, first refusal {neighbour.refusal}; "
+        f"\nneighbour answers {dict(neighbour.answers)}, first refusal {neighbour.refusal}, "
+        f"Retry-After {dict(neighbour.retry_afters)}; "
         f"balanced {recovered:.1f} s after the throttle ended; warnings "
         f"{collections.Counter(r.name for r in caplog.records if r.levelno >= logging.WARNING)}"
     )
-    # What the real server sends: Retry-After 1 and a plain-text body, not a Status.
+    # What the real server sends: a plain-text body, not a Status, and a Retry-After of 1 s
+    # first, longer while it keeps rejecting (2, 4, 8, 16 s seen): more than a read waits
+    # within its request (`kuberetries.RETRY_AFTER_MAX_S`).
     assert neighbour.refusal is not None
     assert neighbour.refusal[0] == "1"
+    assert all(str(value).isdecimal() for value in neighbour.retry_afters)
+    assert max(int(str(value)) for value in neighbour.retry_afters) > RETRY_AFTER_MAX_S
     assert "Too many requests" in neighbour.refusal[1]
     assert not neighbour.refusal[1].lstrip().startswith("{")
     assert operator.error is None
