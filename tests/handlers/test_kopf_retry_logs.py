@@ -9,6 +9,7 @@ kube-apiserver's API Priority and Fairness does (429, ``Retry-After: 1``, a plai
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from collections.abc import Iterator
@@ -108,16 +109,22 @@ async def test_a_throttle_kopf_retries_through_is_said_once_and_its_end_once(
     with caplog.at_level(logging.DEBUG):
         # Three watches at once, as kopf's are: all retried through the 20 s of throttling.
         await asyncio.gather(*(send(url, session, settings()) for url in session.until))
-    assert len(session.requests) > 15  # kopf retried each, as it always has
+        retried = len(session.requests) - 3
+        # Right after the last retry, the outage is not said to end (a throttle lets some
+        # requests through); a request that succeeds some seconds later ends it.
+        assert not [line for line in lines(caplog, logging.INFO) if "succeed again" in line]
+        await asyncio.sleep(kopfretrylogs.QUIET_SECONDS)
+        await send(WATCH, session, settings())
+    assert retried > 15  # kopf retried each, as it always has
     assert lines(caplog, logging.ERROR) == []
     (warned,) = lines(caplog, logging.WARNING)
     assert "fail and are retried" in warned
     assert "APITooManyRequestsError" in warned
     (back,) = [line for line in lines(caplog, logging.INFO) if "succeed again" in line]
-    assert f"after {len(session.requests) - 3} retries" in back
+    assert f"after {retried} retries" in back
     # The retries in between are still there at DEBUG, on kopf's logger.
     debug = [r for r in caplog.records if r.name == KOPF_LOGGER.name and r.levelno == logging.DEBUG]
-    assert sum("will retry" in r.getMessage() for r in debug) == len(session.requests) - 3 - 1
+    assert sum("will retry" in r.getMessage() for r in debug) == retried - 1
 
 
 async def test_without_it_kopf_logs_every_retry_as_an_error(
@@ -151,6 +158,8 @@ async def test_a_long_outage_is_reminded_of_and_what_kopf_gives_up_on_stays_an_e
     session.until[WATCH + "&y"] = asyncio.get_running_loop().time() + 5
     with caplog.at_level(logging.INFO):
         await send(WATCH + "&y", session, settings())
+        await asyncio.sleep(kopfretrylogs.QUIET_SECONDS)
+        await send(WATCH, session, settings())
     assert any("succeed again" in line for line in lines(caplog, logging.INFO))
 
 
@@ -166,4 +175,34 @@ async def test_a_request_that_never_failed_ends_no_outage(
         await send("/api/v1/namespaces/shop/configmaps", session, settings())
         assert not [line for line in lines(caplog, logging.INFO) if "succeed again" in line]
         await retried
+        await asyncio.sleep(kopfretrylogs.QUIET_SECONDS)
+        await send(WATCH, session, settings())
     assert [line for line in lines(caplog, logging.INFO) if "succeed again" in line]
+
+
+async def test_a_watch_cancelled_in_its_retries_and_reopened_ends_the_outage(
+    caplog: pytest.LogCaptureFixture, stock: None
+) -> None:
+    """kopf gives a watch's request, retries included, its inactivity timeout (10 s here):
+    a watch throttled longer is cancelled in its retries and opened again by a new request,
+    which may succeed at its first attempt. That ends the outage too."""
+    kopfretrylogs.install()
+    session = Session({WATCH: 19.5})
+    opened = 0
+    with caplog.at_level(logging.INFO):
+        for _ in range(3):  # cancelled at 10 s and 20 s, then open at its first attempt
+            opened += 1
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(10):
+                    await send(WATCH, session, settings())
+                    break
+    assert opened == 3
+    assert session.requests[-1][0] == 20.0 > session.requests[-2][0]  # at its first attempt
+    # 3 s after the last retry: a throttle that lets one through is not over yet.
+    assert not [line for line in lines(caplog, logging.INFO) if "succeed again" in line]
+    await asyncio.sleep(kopfretrylogs.QUIET_SECONDS)
+    with caplog.at_level(logging.INFO):
+        await send(WATCH, session, settings())  # its next reconnection, at its first attempt
+    assert len(lines(caplog, logging.WARNING)) == 1
+    (back,) = [line for line in lines(caplog, logging.INFO) if "succeed again" in line]
+    assert "retries over" in back

@@ -11,7 +11,8 @@ for 40 s made 37 such lines.
 
 `install` hands kopf's requests a logger that says a retry once when the requests start to
 fail, reminds of it at most every `cyclefaults.REMIND_SECONDS` with the retries since, and
-says in one line when a request that was retried succeeds and none is retried any more; the
+says in one line when a request succeeds while none is retried any more, some seconds after
+the last retry (`QUIET_SECONDS`: a throttle that lets some through is one outage); the
 retries in between go to kopf's logger at DEBUG. What kopf gives up on (``failed;
 escalating``) and every other line of kopf's stay as kopf says them. A kopf that no longer
 logs its retries this way fails `tests/handlers/test_kopf_retry_logs.py`, so an upgrade
@@ -38,7 +39,12 @@ Request = Callable[..., Awaitable[Any]]
 #: ``api.stream``... call it by its module's name); `install` wraps it.
 STOCK_REQUEST: Request = api.request
 
-#: How kopf words a failed attempt it will make again, and one it gives up on.
+#: An outage ends at a request that succeeds this long after the last retry, none being
+#: retried then: a throttle that lets some requests through (kopf's watches are opened again
+#: every 10 s, `kopfwiring.WATCH_INACTIVITY_SECONDS`) is one outage, not a start and an end
+#: every few seconds.
+QUIET_SECONDS = 10.0
+#: How kopf words a failed attempt it will make again.
 RETRY_PREFIX = "Request attempt "
 RETRY_MARK = "failed; will retry:"
 
@@ -52,11 +58,12 @@ class RetryLog:
         self._said = 0.0
         self._retries = 0
         self._last = ""
+        self._last_at = 0.0
 
     def retried(self, attempts: _Attempts, message: str, *, now: float) -> None:
         self._retrying.add(attempts)
         self._retries += 1
-        self._last = message
+        self._last, self._last_at = message, now
         if self._since is None:
             self._since = self._said = now
             logger.warning(
@@ -77,10 +84,17 @@ class RetryLog:
             attempts.kopf_logger.debug(message)
 
     def ended(self, attempts: _Attempts, *, succeeded: bool, now: float) -> None:
-        if attempts not in self._retrying:
-            return
+        """A request ended. Any that succeeds while none is being retried, `QUIET_SECONDS`
+        after the last retry, ends the outage: kopf cancels a watch's request in its retries
+        at its inactivity timeout and opens the watch again with a new one, which may succeed
+        at its first attempt."""
         self._retrying.discard(attempts)
-        if succeeded and not self._retrying and self._since is not None:
+        if (
+            succeeded
+            and not self._retrying
+            and self._since is not None
+            and now - self._last_at >= QUIET_SECONDS
+        ):
             logger.info(
                 "kopf's requests to the Kubernetes API succeed again after %d retries over "
                 "%.0f s (last: %s)",
