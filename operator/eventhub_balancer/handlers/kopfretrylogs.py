@@ -22,8 +22,8 @@ cannot bring the flood back silently.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
-import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -50,7 +50,7 @@ RETRY_MARK = "failed; will retry:"
 
 
 class RetryLog:
-    """The kopf requests of one operator (one event loop) that are being retried now."""
+    """The kopf requests of one operator that are being retried now."""
 
     def __init__(self) -> None:
         self._retrying: set[_Attempts] = set()
@@ -124,21 +124,17 @@ class _Attempts:
         return getattr(self.kopf_logger, name)
 
 
-_logs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, RetryLog] = weakref.WeakKeyDictionary()
-
-
-def log_of(loop: asyncio.AbstractEventLoop) -> RetryLog:
-    """The retries of the operator that runs on ``loop`` (tests run two in one process)."""
-    log = _logs.get(loop)
-    if log is None:
-        log = _logs[loop] = RetryLog()
-    return log
+#: The operator's `RetryLog`, set by `install` in the task that starts kopf, whose tasks
+#: inherit it: two operators in one process (the tests' replicas) each keep their own.
+LOG: contextvars.ContextVar[RetryLog] = contextvars.ContextVar("ehb_kopf_retry_log")
 
 
 async def request(*args: Any, logger: Any, **kwargs: Any) -> Any:
     """kopf's request, whose retries are said through `RetryLog`."""
+    log = LOG.get(None)
+    if log is None:  # a kopf request outside an operator that installed it: kopf's own way
+        return await STOCK_REQUEST(*args, logger=logger, **kwargs)
     loop = asyncio.get_running_loop()
-    log = log_of(loop)
     attempts = _Attempts(logger, log, loop)
     try:
         response = await STOCK_REQUEST(*args, logger=attempts, **kwargs)
@@ -150,5 +146,7 @@ async def request(*args: Any, logger: Any, **kwargs: Any) -> Any:
 
 
 def install() -> None:
-    """Make kopf's requests say their retries through `request` (idempotent; before it starts)."""
+    """Make kopf's requests say their retries through `request`, into a `RetryLog` of this
+    task's (and of the tasks it starts: call it in the task that starts kopf)."""
     api.request = request
+    LOG.set(RetryLog())
