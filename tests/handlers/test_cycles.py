@@ -315,6 +315,28 @@ async def test_a_revocation_recorded_but_not_written_is_written_by_the_next_cycl
     assert kube.status(NS, NAME)["epochs"] == {"0": 1, "1": 1, "2": 1, "3": 2}
 
 
+async def test_a_revocation_the_api_server_throttled_is_written_again_without_a_tamper_warning(
+    kube: fakes.FakeKube, hubs: fakes.FakeHubs
+) -> None:
+    # An API server throttling the operator accepts the status of a cycle that revokes and
+    # refuses its ConfigMap patch (429). The next cycle finds b's ConfigMap as the operator
+    # last wrote it, behind its own record: a write not made yet, nobody's edit.
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    kube.add_pod(NS, "c", labels={"app": "c"}, since=at(1))
+    kube.fail("patch_configmap", errors.ApiUnavailable("429 Too Many Requests"), times=2)
+    for now in (2, 3):
+        with pytest.raises(errors.ApiUnavailable):
+            await cycle(kube, hubs, memory, now=now)
+    assert kube.assignment(NS)["b"] == {"2": (1, "owned"), "3": (1, "owned")}
+    await cycle(kube, hubs, memory, now=4)
+    assert kube.assignment(NS)["b"] == {"2": (1, "owned"), "3": (1, "revoking")}
+    reasons = [e["reason"] for e in kube.events]
+    assert "AssignmentTampered" not in reasons
+    assert "ConfigMapRepaired" not in reasons
+    assert reasons.count("PartitionRevoked") == 1
+
+
 async def test_a_kube_api_failure_fails_the_cycle_before_any_write(
     kube: fakes.FakeKube, hubs: fakes.FakeHubs
 ) -> None:

@@ -11,8 +11,10 @@ import dataclasses
 import json
 from typing import Any
 
+import pytest
+
 from eventhub_balancer.contracts import bounds, configmaps
-from eventhub_balancer.reconciling import observations, readbacks, writes
+from eventhub_balancer.reconciling import decisions, observations, readbacks, writes
 from tests.reconciling import bodies
 from tests.reconciling.bodies import at, pod
 
@@ -222,6 +224,43 @@ def test_a_release_ahead_does_not_count_while_the_revocation_is_only_in_the_reco
     interrupted = bodies.applied(seen, dataclasses.replace(decision, writes=writes.Writes()))
     _, decision = bodies.decide_fully(interrupted, now=at(6))
     assert [m for m in decision.moves if m.target == "c" and m.reason == "released"] == []
+
+
+def revoked_for_c() -> tuple[observations.Observation, decisions.Decision, str]:
+    """a and b own everything since 0 s; c joins at 5 s: b's decision revokes one of its."""
+    grown = bodies.with_pods(started(pod("a"), pod("b")), pod("c"))
+    seen, decision = bodies.decide_fully(grown, now=at(5))
+    (revoked,) = [m.partition for m in decision.moves if m.kind == "revoke" and m.source == "b"]
+    return seen, decision, revoked
+
+
+def test_a_revocation_recorded_but_not_written_yet_is_no_tampering() -> None:
+    seen, decision, revoked = revoked_for_c()
+    # The status went out, b's ConfigMap patch was refused (an API server throttling: 429).
+    interrupted = bodies.applied(seen, dataclasses.replace(decision, writes=writes.Writes()))
+    assert bodies.assignment(interrupted)["b"][revoked] == (1, "owned")
+    _, again = bodies.decide_fully(interrupted, now=at(6))
+    assert [e.reason for e in again.events] == []
+    assert bodies.assignment(bodies.applied(interrupted, again))["b"][revoked] == (1, "revoking")
+
+
+@pytest.mark.parametrize("since", ["kept", "dropped", "later"])
+def test_a_revocation_someone_put_back_to_owned_is_tampering(since: str) -> None:
+    seen, decision, revoked = revoked_for_c()
+    written = bodies.applied(seen, decision)
+    cm = next(m for m in written.configmaps if m["data"][configmaps.KEY_POD] == "b")
+    data = json.loads(cm["data"][configmaps.KEY_PARTITIONS])
+    assert data[revoked]["state"] == "revoking"
+    data[revoked]["state"] = "owned"
+    if since == "dropped":
+        del data[revoked]["since"]
+    elif since == "later":
+        data[revoked]["since"] = "2024-05-01T12:00:07Z"
+    flipped = edited(written, "b", data={configmaps.KEY_PARTITIONS: json.dumps(data)})
+    _, again = bodies.decide_fully(flipped, now=at(8))
+    assert [e.reason for e in again.events] == ["AssignmentTampered"]
+    assert f"partition {revoked} at epoch 1 (owned)" in again.events[0].message
+    assert bodies.assignment(bodies.applied(flipped, again))["b"][revoked] == (1, "revoking")
 
 
 def test_a_configmap_under_an_older_name_is_never_updated_in_place() -> None:

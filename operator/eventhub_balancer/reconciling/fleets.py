@@ -28,7 +28,13 @@ from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import configmaps, partitionreports, podstates, specs
+from eventhub_balancer.contracts import (
+    configmaps,
+    partitionreports,
+    podassignments,
+    podstates,
+    specs,
+)
 from eventhub_balancer.reconciling import observations, records
 
 Body = Mapping[str, Any]
@@ -306,8 +312,9 @@ def beyond_record(
 
     The operator's own writes can run ahead of its record by one interrupted cycle (a
     partition at exactly the epoch ``status.epochs`` holds, or ``revoking`` where the record
-    still says ``owned``) or behind it (an older epoch than the record's, not yet rewritten).
-    Anything else is someone else's doing.
+    still says ``owned``) or behind it (an older epoch than the record's, not yet rewritten; or
+    ``owned`` from before the revocation the record holds: `revocation_unwritten`). Anything
+    else is someone else's doing.
     """
     claims = [
         f"data key {k[:40]!r} is not the operator's"
@@ -325,6 +332,8 @@ def beyond_record(
         same = mine is not None and mine.pod == cm.pod and mine.epoch == entry.epoch
         if same and mine is not None and entry.state in (mine.state, "revoking"):
             continue  # as recorded, or revoking ahead of the record (an interrupted cycle)
+        if same and mine is not None and revocation_unwritten(entry, mine):
+            continue
         latest = status_epochs.get(pid)
         if entry.epoch == latest and (mine is None or mine.epoch < entry.epoch):
             continue
@@ -339,6 +348,14 @@ def beyond_record(
             f"{cm.pod or 'this pod'}: the operator's record gives it to {held}"
         )
     return tuple(claims)
+
+
+def revocation_unwritten(entry: podassignments.PartitionEntry, mine: records.Recorded) -> bool:
+    """The record revokes what the ConfigMap shows owned since before the revocation began: the
+    operator's write of it is not made yet (refused, throttled, or a cycle stopped between its
+    status and its ConfigMaps), nobody's edit. Owned since then, or with no time, is an edit."""
+    since = entry.since
+    return mine.state == "revoking" and since is not None and since.timestamp() < (mine.since or 0)
 
 
 def configmap_faults(

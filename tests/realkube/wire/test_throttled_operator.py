@@ -250,6 +250,11 @@ def test_a_throttled_operator_balances_after_and_hands_no_epoch_out_twice(
     assert all(after[p] > before[p] for p in victim)
     assert ledger.writes > 0
     assert (ledger.epoch_reuse, ledger.epochs_decreased) == (0, 0), ledger.examples
+    # Only the operator writes the ConfigMaps' data: a revocation whose status went out and
+    # whose ConfigMap write was refused is written again, not reported as someone's edit.
+    events = stack.events(ns)
+    tampered = [e.get("message") for e in events if e.get("reason") == "AssignmentTampered"]
+    assert tampered == [], tampered[:3]
     # The throttle reached the operator, and its log said it without a flood.
     said = [r for r in caplog.records if r.levelno >= logging.WARNING]
     throttled = [r for r in said if "429" in r.getMessage() or "retried" in r.getMessage()]
