@@ -9,7 +9,6 @@ event below it, and said nothing.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any
 
@@ -19,8 +18,8 @@ from eventhub_balancer import errors
 from eventhub_balancer.adapters import checkpointing
 from eventhub_balancer.consumer import partitions
 from eventhub_balancer.contracts import checkpointblobs
-from tests.support.consumerfakes import Recorder, configmap, eventually
-from tests.support.fixtures.consumer import running_pod, send_events
+from tests.support.consumerfakes import Recorder, eventually
+from tests.support.fixtures.consumer import reading_pod, send_events
 
 BATCH = partitions.BatchSettings(batch_size=100, max_wait=0.1, retry_backoff=0.05)
 
@@ -45,21 +44,9 @@ async def test_a_checkpoint_past_the_end_starts_the_partition_again(
     )
     await send_events(cs, "orders", {"0": 10})  # the new hub's first events
     recorder = Recorder()
-    async with running_pod(
-        pod="pod-a",
-        eventhub_connection_string=cs,
-        blob_connection_string=azurite.connection_string,
-        batch=BATCH,
-        processor=recorder,
-    ) as (_, source):
-        source.put(
-            configmap(
-                1,
-                {"0": (4, "owned")},
-                checkpointContainer=blob_container.container_name,
-                startPosition=json.dumps("earliest"),
-            )
-        )
+    async with reading_pod(
+        cs, azurite, blob_container, recorder, batch=BATCH, owned={"0": (4, "owned")}
+    ):
         with caplog.at_level(logging.WARNING):
             await eventually(lambda: len(recorder.done) >= 10, within=20, what="events 0..9")
             await send_events(cs, "orders", {"0": 5})
@@ -114,21 +101,9 @@ async def test_an_emulator_restarted_under_a_running_pod_is_read_from_its_start(
     cs = before.connection_string()
     recorder = Recorder()
     try:
-        async with running_pod(
-            pod="pod-a",
-            eventhub_connection_string=cs,
-            blob_connection_string=azurite.connection_string,
-            batch=BATCH,
-            processor=recorder,
-        ) as (_, source):
-            source.put(
-                configmap(
-                    1,
-                    {"0": (1, "owned")},
-                    checkpointContainer=blob_container.container_name,
-                    startPosition=json.dumps("earliest"),
-                )
-            )
+        async with reading_pod(
+            cs, azurite, blob_container, recorder, batch=BATCH, owned={"0": (1, "owned")}
+        ):
             await send_events(cs, "orders", {"0": 10})
             await eventually(lambda: len(recorder.done) >= 10, within=20, what="events 0..9")
             before.stop_in_thread()

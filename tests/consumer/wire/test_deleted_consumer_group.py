@@ -9,15 +9,14 @@ refuses one on a group that does not exist.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any
 
 import pytest
 
 from eventhub_balancer.consumer import partitions
-from tests.support.consumerfakes import Recorder, configmap, eventually
-from tests.support.fixtures.consumer import running_pod, send_events
+from tests.support.consumerfakes import Recorder, eventually
+from tests.support.fixtures.consumer import reading_pod, send_events
 
 BATCH = partitions.BatchSettings(batch_size=100, max_wait=0.1, retry_backoff=0.05)
 
@@ -29,22 +28,15 @@ async def test_a_group_deleted_under_a_reading_pod_is_said_once_and_read_again_o
     consumer_emulator.create_consumer_group("orders", "analytics")
     await send_events(cs, "orders", {p: 5 for p in "0123"})
     recorder = Recorder()
-    async with running_pod(
-        pod="pod-a",
-        eventhub_connection_string=cs,
-        blob_connection_string=azurite.connection_string,
+    async with reading_pod(
+        cs,
+        azurite,
+        blob_container,
+        recorder,
         batch=BATCH,
-        processor=recorder,
+        owned={p: (1, "owned") for p in "0123"},
+        consumerGroup="analytics",
     ) as (_, source):
-        source.put(
-            configmap(
-                1,
-                {p: (1, "owned") for p in "0123"},
-                checkpointContainer=blob_container.container_name,
-                consumerGroup="analytics",
-                startPosition=json.dumps("earliest"),
-            )
-        )
         await eventually(lambda: len(recorder.done) == 20, within=20, what="all 20 events")
         await asyncio.sleep(1.5)  # the checkpoints of the last batches are written
         caplog.set_level(logging.INFO)

@@ -7,15 +7,14 @@ emulator does the same (`disable_hub`). Nobody receives until its owner sets it 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any
 
 import pytest
 
 from eventhub_balancer.consumer import partitions
-from tests.support.consumerfakes import Recorder, configmap, eventually
-from tests.support.fixtures.consumer import running_pod, send_events
+from tests.support.consumerfakes import Recorder, eventually
+from tests.support.fixtures.consumer import reading_pod, send_events
 
 BATCH = partitions.BatchSettings(batch_size=100, max_wait=0.1, retry_backoff=0.05)
 
@@ -28,21 +27,9 @@ async def test_a_disabled_hub_is_said_once_and_read_once_active_again(
     consumer_emulator.disable_hub("orders")
     caplog.set_level(logging.INFO)
     recorder = Recorder()
-    async with running_pod(
-        pod="pod-a",
-        eventhub_connection_string=cs,
-        blob_connection_string=azurite.connection_string,
-        batch=BATCH,
-        processor=recorder,
+    async with reading_pod(
+        cs, azurite, blob_container, recorder, batch=BATCH, owned={p: (1, "owned") for p in "0123"}
     ) as (_, source):
-        source.put(
-            configmap(
-                1,
-                {p: (1, "owned") for p in "0123"},
-                checkpointContainer=blob_container.container_name,
-                startPosition=json.dumps("earliest"),
-            )
-        )
         await eventually(lambda: len(source.reports) == 4, within=20, what="4 reports")
         await asyncio.sleep(4)  # a few rounds of restarts (1, 2 s)
         assert {r.state for r in source.reports.values()} == {"failing"}

@@ -9,7 +9,6 @@ detach with ``amqp:not-found`` naming the entity (``<namespace>:eventhub:<hub>~<
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from typing import Any
@@ -19,8 +18,8 @@ import pytest
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import deliveries, receiving
 from eventhub_balancer.consumer import partitions
-from tests.support.consumerfakes import Recorder, configmap, eventually
-from tests.support.fixtures.consumer import running_pod, send_events
+from tests.support.consumerfakes import Recorder, eventually
+from tests.support.fixtures.consumer import reading_pod, send_events
 
 BATCH = partitions.BatchSettings(batch_size=100, max_wait=0.1, retry_backoff=0.05)
 
@@ -83,22 +82,15 @@ async def test_the_runtime_logs_it_once_reports_it_and_starts_once_the_group_exi
     cs = consumer_emulator.connection_string()
     await send_events(cs, "orders", {"0": 5, "1": 5, "2": 5, "3": 5})
     recorder = Recorder()
-    async with running_pod(
-        pod="pod-a",
-        eventhub_connection_string=cs,
-        blob_connection_string=azurite.connection_string,
+    async with reading_pod(
+        cs,
+        azurite,
+        blob_container,
+        recorder,
         batch=BATCH,
-        processor=recorder,
+        owned={p: (1, "owned") for p in "0123"},
+        consumerGroup="analytics",
     ) as (_, source):
-        source.put(
-            configmap(
-                1,
-                {p: (1, "owned") for p in "0123"},
-                checkpointContainer=blob_container.container_name,
-                consumerGroup="analytics",
-                startPosition=json.dumps("earliest"),
-            )
-        )
         await eventually(lambda: len(source.reports) == 4, within=20, what="4 reports")
         await asyncio.sleep(4)  # a few rounds of restarts (1, 2 s)
         assert {r.state for r in source.reports.values()} == {"failing"}

@@ -9,7 +9,6 @@ has with status 404, and refuses the receive link with ``amqp:not-found``.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any
 
@@ -18,8 +17,8 @@ import pytest
 from eventhub_balancer.adapters import checkpointing
 from eventhub_balancer.consumer import partitions
 from eventhub_balancer.contracts import checkpointblobs
-from tests.support.consumerfakes import Recorder, configmap, eventually
-from tests.support.fixtures.consumer import running_pod
+from tests.support.consumerfakes import Recorder, eventually
+from tests.support.fixtures.consumer import reading_pod
 
 BATCH = partitions.BatchSettings(batch_size=100, max_wait=0.1, retry_backoff=0.05)
 
@@ -44,22 +43,15 @@ async def test_a_deleted_hub_with_checkpoints_is_said_once_as_missing(
             partition, 1, start=checkpointblobs.Position(offset="500", sequence_number=5)
         )
     caplog.set_level(logging.INFO)
-    async with running_pod(
-        pod="pod-a",
-        eventhub_connection_string=consumer_emulator.connection_string(),
-        blob_connection_string=azurite.connection_string,
+    async with reading_pod(
+        consumer_emulator.connection_string(),
+        azurite,
+        blob_container,
+        Recorder(),
         batch=BATCH,
-        processor=Recorder(),
+        owned={p: (2, "owned") for p in "0123"},
+        eventHubName="payments",
     ) as (_, source):
-        source.put(
-            configmap(
-                1,
-                {p: (2, "owned") for p in "0123"},
-                checkpointContainer=blob_container.container_name,
-                eventHubName="payments",
-                startPosition=json.dumps("earliest"),
-            )
-        )
         await eventually(lambda: len(source.reports) == 4, within=20, what="4 reports")
         await asyncio.sleep(4)  # a few rounds of restarts (1, 2 s)
         assert {r.state for r in source.reports.values()} == {"failing"}
