@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import kmock
 import pytest
@@ -29,15 +27,6 @@ NS = "throttled"
 THROTTLED = b"Too many requests, please try again later.\n"
 
 
-@pytest.fixture
-async def api(local_kube: LocalKubeAPI, tmp_path: Path) -> AsyncIterator[kubeapi.KubeAPI]:
-    client = kubeapi.KubeAPI.from_environment(str(local_kube.write_kubeconfig(tmp_path / "kc")))
-    try:
-        yield client
-    finally:
-        client.close()
-
-
 def throttle(local_kube: LocalKubeAPI, *, times: int, retry_after: str, status: int = 429) -> None:
     """The next ``times`` LISTs of pods answered ``status`` with this ``Retry-After``."""
     (
@@ -50,26 +39,29 @@ def throttle(local_kube: LocalKubeAPI, *, times: int, retry_after: str, status: 
 
 @pytest.mark.parametrize("status", [429, 503])
 async def test_a_long_retry_after_is_not_waited_within_the_request(
-    api: kubeapi.KubeAPI, local_kube: LocalKubeAPI, status: int
+    operator_api: kubeapi.KubeAPI, local_kube: LocalKubeAPI, status: int
 ) -> None:
     # 30 s: past the read's 15 s bound, and short enough that the code before the fix (which
     # sleeps it in the call's thread) ends within the test.
     throttle(local_kube, times=1, retry_after="30", status=status)
     began = time.monotonic()
     with pytest.raises(errors.ApiUnavailable, match=rf"answered {status}"):
-        await asyncio.wait_for(api.list_pods(namespace=NS, label_selector="app=x"), 20)
+        await asyncio.wait_for(operator_api.list_pods(namespace=NS, label_selector="app=x"), 20)
     assert time.monotonic() - began < kubeclients.REQUEST_TIMEOUT
     # Given back to the caller, whose own pace (the next cycle, the next relisting) decides.
-    assert await api.list_pods(namespace=NS, label_selector="app=x") == []
+    assert await operator_api.list_pods(namespace=NS, label_selector="app=x") == []
 
 
 async def test_the_real_servers_retry_after_is_still_waited(
-    api: kubeapi.KubeAPI, local_kube: LocalKubeAPI
+    operator_api: kubeapi.KubeAPI, local_kube: LocalKubeAPI
 ) -> None:
     """kube-apiserver's ``Retry-After: 1``: the read is sent again after it, and succeeds."""
     throttle(local_kube, times=2, retry_after="1")
     began = time.monotonic()
-    assert await asyncio.wait_for(api.list_pods(namespace=NS, label_selector="app=x"), 20) == []
+    assert (
+        await asyncio.wait_for(operator_api.list_pods(namespace=NS, label_selector="app=x"), 20)
+        == []
+    )
     assert time.monotonic() - began >= 2.0
 
 

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 
 import kmock
-import pytest
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import kubeapi
@@ -31,15 +29,6 @@ HELD = 5 * kubeapi.WORKERS
 QUIET_LIMIT = 10.0
 #: How long any wait in this test may take.
 LIMIT = 60.0
-
-
-@pytest.fixture
-async def api(local_kube: LocalKubeAPI, tmp_path: Path) -> AsyncIterator[kubeapi.KubeAPI]:
-    client = kubeapi.KubeAPI.from_environment(str(local_kube.write_kubeconfig(tmp_path / "kc")))
-    try:
-        yield client
-    finally:
-        client.close()
 
 
 def configmap(name: str) -> dict[str, object]:
@@ -71,7 +60,7 @@ async def until(done: Callable[[], bool], *, limit: float) -> None:
 
 
 async def test_a_namespace_whose_writes_hang_leaves_another_its_turn(
-    api: kubeapi.KubeAPI, local_kube: LocalKubeAPI
+    operator_api: kubeapi.KubeAPI, local_kube: LocalKubeAPI
 ) -> None:
     for namespace in ("noisy", "quiet"):
         local_kube.create_object("v1/configmaps", configmap("m"), namespace=namespace)
@@ -79,7 +68,7 @@ async def test_a_namespace_whose_writes_hang_leaves_another_its_turn(
     local_kube.handler["patch", kmock.resource("v1/configmaps"), kmock.namespace("noisy")] << hold
     held = [
         asyncio.ensure_future(
-            api.patch_configmap(
+            operator_api.patch_configmap(
                 namespace="noisy", name="m", patch={"data": {"n": str(i)}}, resource_version=None
             )
         )
@@ -91,7 +80,7 @@ async def test_a_namespace_whose_writes_hang_leaves_another_its_turn(
         await until(lambda: hold.arrived >= kubeapi.WORKERS, limit=LIMIT)
         assert hold.arrived == kubeapi.WORKERS
         patched = await asyncio.wait_for(
-            api.patch_configmap(
+            operator_api.patch_configmap(
                 namespace="quiet", name="m", patch={"data": {"q": "1"}}, resource_version=None
             ),
             QUIET_LIMIT,

@@ -6,8 +6,6 @@ import asyncio
 import base64
 import logging
 import threading
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import kmock
 import pytest
@@ -21,24 +19,17 @@ from eventhub_balancer_devstack.kube import LocalKubeAPI
 NS = "adapters"
 
 
-@pytest.fixture
-async def api(local_kube: LocalKubeAPI, tmp_path: Path) -> AsyncIterator[kubeapi.KubeAPI]:
-    client = kubeapi.KubeAPI.from_environment(str(local_kube.write_kubeconfig(tmp_path / "kc")))
-    try:
-        yield client
-    finally:
-        client.close()
-
-
 def configmap(name: str, data: dict[str, str]) -> dict[str, object]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}
 
 
 async def test_merge_patch_sets_and_removes_keys_and_counts_writes(
-    api: kubeapi.KubeAPI, local_kube: LocalKubeAPI
+    operator_api: kubeapi.KubeAPI, local_kube: LocalKubeAPI
 ) -> None:
-    created = await api.create_configmap(namespace=NS, body=configmap("m", {"a": "1", "b": "2"}))
-    patched = await api.patch_configmap(
+    created = await operator_api.create_configmap(
+        namespace=NS, body=configmap("m", {"a": "1", "b": "2"})
+    )
+    patched = await operator_api.patch_configmap(
         namespace=NS,
         name="m",
         patch={"data": {"a": None, "c": "3"}, "metadata": {"annotations": {"x": "y"}}},
@@ -48,21 +39,21 @@ async def test_merge_patch_sets_and_removes_keys_and_counts_writes(
     stored = local_kube.get_object("v1/configmaps", "m", namespace=NS) or {}
     assert stored["data"] == {"b": "2", "c": "3"}
     assert stored["metadata"]["annotations"] == {"x": "y"}
-    await api.patch_pod_annotations(namespace=NS, name="absent", annotations={"k": "v"})
-    await api.delete_configmap(namespace=NS, name="m", uid=stored["metadata"]["uid"])
-    await api.delete_configmap(namespace=NS, name="m", uid=None)  # gone already: fine
+    await operator_api.patch_pod_annotations(namespace=NS, name="absent", annotations={"k": "v"})
+    await operator_api.delete_configmap(namespace=NS, name="m", uid=stored["metadata"]["uid"])
+    await operator_api.delete_configmap(namespace=NS, name="m", uid=None)  # gone already: fine
     assert local_kube.get_object("v1/configmaps", "m", namespace=NS) is None
     # Every write is counted, also those that found nothing to change.
-    assert api.writes == {"configmap": 4, "pod": 1}
+    assert operator_api.writes == {"configmap": 4, "pod": 1}
 
 
 async def test_stale_resource_version_is_a_conflict(
-    api: kubeapi.KubeAPI, local_kube: LocalKubeAPI
+    operator_api: kubeapi.KubeAPI, local_kube: LocalKubeAPI
 ) -> None:
-    created = await api.create_configmap(namespace=NS, body=configmap("m", {"a": "1"}))
+    created = await operator_api.create_configmap(namespace=NS, body=configmap("m", {"a": "1"}))
     local_kube.patch_object("v1/configmaps", "m", {"data": {"a": "pod"}}, namespace=NS)
     with pytest.raises(errors.Conflict) as e:
-        await api.patch_configmap(
+        await operator_api.patch_configmap(
             namespace=NS,
             name="m",
             patch={"data": {"a": "operator"}},
@@ -73,7 +64,7 @@ async def test_stale_resource_version_is_a_conflict(
     stored = local_kube.get_object("v1/configmaps", "m", namespace=NS) or {}
     assert stored["data"] == {"a": "pod"}  # the other writer's change survived
     # Without a precondition the same patch goes through.
-    await api.patch_configmap(
+    await operator_api.patch_configmap(
         namespace=NS, name="m", patch={"data": {"a": "operator"}}, resource_version=None
     )
     stored = local_kube.get_object("v1/configmaps", "m", namespace=NS) or {}
@@ -81,9 +72,9 @@ async def test_stale_resource_version_is_a_conflict(
 
 
 async def test_data_replaced_under_its_uid_and_generation_whatever_the_annotations_did(
-    api: kubeapi.KubeAPI, local_kube: LocalKubeAPI
+    operator_api: kubeapi.KubeAPI, local_kube: LocalKubeAPI
 ) -> None:
-    created = await api.create_configmap(
+    created = await operator_api.create_configmap(
         namespace=NS, body=configmap("m", {"generation": "3", "partitions": "old", "x": "1"})
     )
     uid = created["metadata"]["uid"]
@@ -91,7 +82,7 @@ async def test_data_replaced_under_its_uid_and_generation_whatever_the_annotatio
     local_kube.patch_object(
         "v1/configmaps", "m", {"metadata": {"annotations": {"ack": "3"}}}, namespace=NS
     )
-    replaced = await api.replace_configmap_data(
+    replaced = await operator_api.replace_configmap_data(
         namespace=NS,
         name="m",
         uid=uid,
@@ -104,7 +95,7 @@ async def test_data_replaced_under_its_uid_and_generation_whatever_the_annotatio
     # and nothing written.
     for generation, wanted_uid in (("3", uid), ("4", "another-uid")):
         with pytest.raises(errors.Conflict):
-            await api.replace_configmap_data(
+            await operator_api.replace_configmap_data(
                 namespace=NS,
                 name="m",
                 uid=wanted_uid,
@@ -114,17 +105,19 @@ async def test_data_replaced_under_its_uid_and_generation_whatever_the_annotatio
     stored = local_kube.get_object("v1/configmaps", "m", namespace=NS) or {}
     assert stored["data"] == {"generation": "4", "partitions": "new"}
     with pytest.raises(errors.NotFound):
-        await api.replace_configmap_data(
+        await operator_api.replace_configmap_data(
             namespace=NS, name="absent", uid=uid, generation="1", data={"generation": "2"}
         )
 
 
-async def test_not_found_and_secrets(api: kubeapi.KubeAPI, local_kube: LocalKubeAPI) -> None:
+async def test_not_found_and_secrets(
+    operator_api: kubeapi.KubeAPI, local_kube: LocalKubeAPI
+) -> None:
     with pytest.raises(errors.NotFound) as missing:
-        await api.get_consumer(namespace=NS, name="nobody")
+        await operator_api.get_consumer(namespace=NS, name="nobody")
     assert missing.value.reason == "NotFound"
     with pytest.raises(errors.SecretNotFound) as no_secret:
-        await api.read_secret_key(namespace=NS, name="eh", key="cs")
+        await operator_api.read_secret_key(namespace=NS, name="eh", key="cs")
     assert no_secret.value.reason == "SecretNotFound"
     assert "Secret adapters/eh not found" in str(no_secret.value)
     value = "Endpoint=sb://x/;SharedAccessKeyName=k;SharedAccessKey=s3cr3t"
@@ -133,31 +126,31 @@ async def test_not_found_and_secrets(api: kubeapi.KubeAPI, local_kube: LocalKube
         {"metadata": {"name": "eh"}, "data": {"cs": base64.b64encode(value.encode()).decode()}},
         namespace=NS,
     )
-    assert await api.read_secret_key(namespace=NS, name="eh", key="cs") == value
+    assert await operator_api.read_secret_key(namespace=NS, name="eh", key="cs") == value
     with pytest.raises(errors.SecretNotFound) as no_key:
-        await api.read_secret_key(namespace=NS, name="eh", key="other")
+        await operator_api.read_secret_key(namespace=NS, name="eh", key="other")
     assert no_key.value.missing_key
     assert "s3cr3t" not in str(no_key.value)
-    assert api.writes == {}  # reads are not writes
+    assert operator_api.writes == {}  # reads are not writes
 
 
 async def test_forbidden_and_unavailable_are_mapped(
-    api: kubeapi.KubeAPI, local_kube: LocalKubeAPI
+    operator_api: kubeapi.KubeAPI, local_kube: LocalKubeAPI
 ) -> None:
     local_kube.handler["list", kmock.resource("v1/pods")][:1] << 403
     with pytest.raises(errors.Forbidden) as forbidden:
-        await api.list_pods(namespace=NS, label_selector="app=x")
+        await operator_api.list_pods(namespace=NS, label_selector="app=x")
     assert forbidden.value.reason == "Forbidden"
     assert "ServiceAccount" in str(forbidden.value)
-    assert await api.list_pods(namespace=NS, label_selector="app=x") == []  # fault used up
+    assert await operator_api.list_pods(namespace=NS, label_selector="app=x") == []  # fault used up
     local_kube.handler["list", kmock.resource("v1/configmaps")][:1] << 503
     with pytest.raises(errors.ApiUnavailable) as unavailable:
-        await api.list_configmaps(namespace=NS, label_selector="app=x")
+        await operator_api.list_configmaps(namespace=NS, label_selector="app=x")
     assert unavailable.value.reason == "ApiUnavailable"
 
 
 async def test_many_reads_at_once_reuse_the_pools_connections(
-    api: kubeapi.KubeAPI, caplog: pytest.LogCaptureFixture
+    operator_api: kubeapi.KubeAPI, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Each body is read in the worker thread that made the call, and its connection given back
     # there: read later on the loop, the connections of the answers waiting to be read were
@@ -165,7 +158,7 @@ async def test_many_reads_at_once_reuse_the_pools_connections(
     # warning each (hundreds in a benchmark at 300 consumers).
     with caplog.at_level(logging.WARNING, logger="urllib3"):
         listed = await asyncio.gather(
-            *(api.list_pods(namespace=NS, label_selector="app=x") for _ in range(200))
+            *(operator_api.list_pods(namespace=NS, label_selector="app=x") for _ in range(200))
         )
     assert listed == [[]] * 200
     assert not [r.getMessage() for r in caplog.records if "pool is full" in r.getMessage()]
@@ -187,17 +180,17 @@ class BrokenBody:
         self.released = True
 
 
-async def test_a_body_that_breaks_off_is_an_unavailable_api(api: kubeapi.KubeAPI) -> None:
+async def test_a_body_that_breaks_off_is_an_unavailable_api(operator_api: kubeapi.KubeAPI) -> None:
     answer = BrokenBody()
     with pytest.raises(errors.ApiUnavailable) as e:
-        await api._call("pods in adapters", lambda **_: answer)
+        await operator_api._call("pods in adapters", lambda **_: answer)
     assert "IncompleteRead" in str(e.value)
     assert answer.thread.startswith("kubeapi")  # read in the worker, not on the loop
     assert answer.released
 
 
 async def test_the_managed_configmaps_of_a_namespace_are_listed_with_the_listings_version(
-    api: kubeapi.KubeAPI,
+    operator_api: kubeapi.KubeAPI,
 ) -> None:
     """The relisting's LIST (`handlers.cache.relisting`): the operator's ConfigMaps of every
     consumer in the namespace, nothing else, and a version to resync the rosters against."""
@@ -206,9 +199,9 @@ async def test_the_managed_configmaps_of_a_namespace_are_listed_with_the_listing
     for name, labels in (("a", managed), ("b", managed), ("other", {"app": "x"})):
         body = configmap(name, {"k": "v"})
         body["metadata"] = {"name": name, "labels": labels}
-        await api.create_configmap(namespace=ns, body=body)
-    listing = await api.list_managed_configmaps(namespace=ns)
+        await operator_api.create_configmap(namespace=ns, body=body)
+    listing = await operator_api.list_managed_configmaps(namespace=ns)
     assert sorted(item["metadata"]["name"] for item in listing.items) == ["a", "b"]
     versions = [int(item["metadata"]["resourceVersion"]) for item in listing.items]
     assert int(listing.metadata["resourceVersion"]) >= max(versions)
-    assert (await api.list_managed_configmaps(namespace="empty-namespace")).items == ()
+    assert (await operator_api.list_managed_configmaps(namespace="empty-namespace")).items == ()

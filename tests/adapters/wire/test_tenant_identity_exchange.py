@@ -73,15 +73,6 @@ async def identity_endpoint(tmp_path: Path) -> AsyncIterator[tuple[IdentityEndpo
         await runner.cleanup()
 
 
-@pytest.fixture
-async def api(local_kube: LocalKubeAPI, tmp_path: Path) -> AsyncIterator[kubeapi.KubeAPI]:
-    client = kubeapi.KubeAPI.from_environment(str(local_kube.write_kubeconfig(tmp_path / "kc")))
-    try:
-        yield client
-    finally:
-        client.close()
-
-
 def claims(token: str) -> dict[str, Any]:
     payload = token.split(".")[1]
     padded = payload + "=" * (-len(payload) % 4)
@@ -90,7 +81,7 @@ def claims(token: str) -> dict[str, Any]:
 
 
 async def test_the_exchange_receives_the_service_accounts_token_and_client_id(
-    api: kubeapi.KubeAPI,
+    operator_api: kubeapi.KubeAPI,
     local_kube: LocalKubeAPI,
     identity_endpoint: tuple[IdentityEndpoint, Path],
     monkeypatch: pytest.MonkeyPatch,
@@ -112,7 +103,7 @@ async def test_the_exchange_receives_the_service_accounts_token_and_client_id(
         namespace=NAMESPACE,
     )
     tenants = tenantidentities.TenantIdentities(
-        api,
+        operator_api,
         default_tenant_id="99999999-0000-0000-0000-000000000000",  # the operator's: not used
         credential_options={"connection_verify": str(ca)},
     )
@@ -139,22 +130,22 @@ async def test_the_exchange_receives_the_service_accounts_token_and_client_id(
 
 
 async def test_a_missing_service_account_is_named_by_the_local_api(
-    api: kubeapi.KubeAPI,
+    operator_api: kubeapi.KubeAPI,
 ) -> None:
-    tenants = tenantidentities.TenantIdentities(api, default_tenant_id=TENANT_ID)
+    tenants = tenantidentities.TenantIdentities(operator_api, default_tenant_id=TENANT_ID)
     with pytest.raises(errors.ServiceAccountNotFound, match=r"tenant-b/absent does not exist"):
         await tenants.identity(namespace=NAMESPACE, service_account="absent")
 
 
 async def test_the_local_api_refuses_a_token_shorter_than_ten_minutes(
-    api: kubeapi.KubeAPI, local_kube: LocalKubeAPI
+    operator_api: kubeapi.KubeAPI, local_kube: LocalKubeAPI
 ) -> None:
     local_kube.create_object("v1/serviceaccounts", {"metadata": {"name": ACCOUNT}}, namespace="x")
     with pytest.raises(errors.ApiRejected, match="less than 10 minutes"):
-        await api.request_service_account_token(
+        await operator_api.request_service_account_token(
             namespace="x", name=ACCOUNT, audience=tenantidentities.AUDIENCE, expiration_seconds=60
         )
-    status = await api.request_service_account_token(
+    status = await operator_api.request_service_account_token(
         namespace="x", name=ACCOUNT, audience=tenantidentities.AUDIENCE, expiration_seconds=600
     )
     expires = datetime.datetime.fromisoformat(status["expirationTimestamp"])

@@ -8,11 +8,8 @@ API, the Event Hubs emulator and Azurite, so that each cycle is one deterministi
 from __future__ import annotations
 
 import datetime
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from azure.eventhub import EventData
 from azure.eventhub.aio import EventHubProducerClient
 
@@ -29,15 +26,6 @@ NS = "store"
 FQNS = "shop.servicebus.windows.net"
 #: A bound on the cycles a test runs before it must see its outcome.
 MAX_CYCLES = 6
-
-
-@pytest.fixture
-async def api(local_kube: LocalKubeAPI, tmp_path: Path) -> AsyncIterator[kubeapi.KubeAPI]:
-    client = kubeapi.KubeAPI.from_environment(str(local_kube.write_kubeconfig(tmp_path / "kc")))
-    try:
-        yield client
-    finally:
-        client.close()
 
 
 def setup(
@@ -85,9 +73,11 @@ def store(container: Any, hub: EventHubTarget, owner: str) -> checkpointing.Chec
     )
 
 
-async def cycle(api: kubeapi.KubeAPI, hubs: eventhubs.EventHubs, memory: memories.Memory) -> None:
+async def cycle(
+    operator_api: kubeapi.KubeAPI, hubs: eventhubs.EventHubs, memory: memories.Memory
+) -> None:
     await cycles.run_cycle(
-        kube=serving.CachedKube(api),  # no roster: every read goes to the API server
+        kube=serving.CachedKube(operator_api),  # no roster: every read goes to the API server
         hubs=hubs,
         namespace=NS,
         name="orders",
@@ -96,10 +86,12 @@ async def cycle(api: kubeapi.KubeAPI, hubs: eventhubs.EventHubs, memory: memorie
     )
 
 
-async def read_blobs(api: kubeapi.KubeAPI, hubs: eventhubs.EventHubs) -> dict[str, tuple[int, int]]:
+async def read_blobs(
+    operator_api: kubeapi.KubeAPI, hubs: eventhubs.EventHubs
+) -> dict[str, tuple[int, int]]:
     """{partition: (epoch, sequence number)} as a cycle reads the blobs when it needs them."""
     memory, wall = memories.Memory(), datetime.datetime.now(datetime.UTC).timestamp()
-    view = serving.CachedKube(api)  # no roster: every read goes to the API server
+    view = serving.CachedKube(operator_api)  # no roster: every read goes to the API server
     observation = await observing.observe(
         kube=view, hubs=hubs, namespace=NS, name="orders", memory=memory, wall=wall
     )
@@ -112,7 +104,7 @@ async def read_blobs(api: kubeapi.KubeAPI, hubs: eventhubs.EventHubs) -> dict[st
 
 
 async def test_lag_weighting_spreads_the_backlog(
-    api: kubeapi.KubeAPI,
+    operator_api: kubeapi.KubeAPI,
     local_kube: LocalKubeAPI,
     eventhubs_hub: EventHubTarget,
     azurite: Azurite,
@@ -136,7 +128,7 @@ async def test_lag_weighting_spreads_the_backlog(
 
     hubs, memory = eventhubs.EventHubs(timeout=5.0), memories.Memory()
     for _ in range(MAX_CYCLES):
-        await cycle(api, hubs, memory)
+        await cycle(operator_api, hubs, memory)
         if sum(len(p) for p in cluster.assignment(NS).values()) == 4:
             break
     owned = {pod: set(parts) for pod, parts in cluster.assignment(NS).items()}
@@ -144,14 +136,14 @@ async def test_lag_weighting_spreads_the_backlog(
     # By count the planner gives each pod a contiguous pair ({0,1} and {2,3}): 180 events of
     # backlog against 20. By lag each pod gets one of the two heavy partitions.
     assert all(len(parts & {"0", "1"}) == 1 for parts in owned.values()), owned
-    sequences = {p: seq for p, (_epoch, seq) in (await read_blobs(api, hubs)).items()}
+    sequences = {p: seq for p, (_epoch, seq) in (await read_blobs(operator_api, hubs)).items()}
     assert sequences == {"0": 9, "1": 9, "2": 89, "3": 89}
     reachable = cluster.condition(NS, "orders", "CheckpointStoreReachable")
     assert (reachable["status"], reachable["reason"]) == ("True", "CheckpointsListed")
 
 
 async def test_checkpoint_epochs_are_the_floor_when_configmaps_and_status_are_lost(
-    api: kubeapi.KubeAPI,
+    operator_api: kubeapi.KubeAPI,
     local_kube: LocalKubeAPI,
     eventhubs_hub: EventHubTarget,
     azurite: Azurite,
@@ -160,7 +152,7 @@ async def test_checkpoint_epochs_are_the_floor_when_configmaps_and_status_are_lo
     cluster = clusters.LocalCluster(local_kube)
     setup(cluster, eventhubs_hub, azurite, blob_container.container_name, "count")
     hubs = eventhubs.EventHubs(timeout=5.0)
-    await cycle(api, hubs, memories.Memory())
+    await cycle(operator_api, hubs, memories.Memory())
     first = cluster.epochs(NS)
     assert first == {"0": 1, "1": 1, "2": 1, "3": 1}
     # The pods fence their partitions with the epochs they were given, as the runtime does.
@@ -184,11 +176,13 @@ async def test_checkpoint_epochs_are_the_floor_when_configmaps_and_status_are_lo
     assert "assignment" not in cluster.status(NS, "orders")
     memory = memories.Memory()
     for _ in range(MAX_CYCLES):
-        await cycle(api, hubs, memory)
+        await cycle(operator_api, hubs, memory)
         if len(cluster.epochs(NS)) == 4:
             break
     after = cluster.epochs(NS)
     # Above the fenced epochs: the old owners' epoch 1 cannot fence out the new owners.
     assert after == {"0": 2, "1": 2, "2": 2, "3": 2}, after
-    assert {p: epoch for p, (epoch, _seq) in (await read_blobs(api, hubs)).items()} == first
+    assert {
+        p: epoch for p, (epoch, _seq) in (await read_blobs(operator_api, hubs)).items()
+    } == first
     assert cluster.status(NS, "orders")["epochs"] == after
