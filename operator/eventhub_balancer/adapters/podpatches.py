@@ -9,7 +9,8 @@ sent. `Patches` lets the request go on in a daemon thread for as long as its own
 (a daemon thread, so that it never holds up the process's exit); a later call for the same
 annotations takes its answer, and a call for other ones sends them once it has ended, so that
 the server applies them in the order they were given and a slow server gets one request at a
-time from the pod.
+time from the pod. A wait whose end passed while the process was paused (`RESUMED_SETTLE_S`)
+gives the request's thread a moment to take the answer first.
 """
 
 from __future__ import annotations
@@ -19,14 +20,27 @@ import concurrent.futures
 import contextlib
 import threading
 from collections.abc import Callable, Mapping
+from typing import Final
+
+#: A wait whose end the loop saw this much late or more ended while the process was paused
+#: (CPU throttling, a frozen container, SIGSTOP): the request's thread, paused with it, gets
+#: this long to take the answer the API server gave meanwhile before the wait is given up.
+RESUMED_SETTLE_S: Final = 0.5
 
 
 class Patches:
     """The last patch sent and its answer, possibly still to come."""
 
-    def __init__(self, send: Callable[[dict[str, str]], None]) -> None:
+    def __init__(
+        self,
+        send: Callable[[dict[str, str]], None],
+        *,
+        spawn: Callable[[Callable[[], None]], None] | None = None,
+    ) -> None:
         #: Sends one patch and returns once it is answered (raises what the answer says).
         self._send = send
+        #: Runs one request; a daemon thread unless a test runs it when it says.
+        self._spawn = spawn or _daemon_thread
         self._last: tuple[dict[str, str], concurrent.futures.Future[None]] | None = None
 
     @property
@@ -41,12 +55,11 @@ class Patches:
         A patch still waiting is waited for first (within the same bound): if it carried these
         annotations its answer is this call's, else these are sent once it has ended.
         """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + within
+        wait = _Wait(within)
         wanted = dict(annotations)
         if self._last is not None:
             sent, answer = self._last
-            if not await _answered(answer, deadline - loop.time()):
+            if not await _answered(answer, wait):
                 return False
             self._last = None
             if sent == wanted:
@@ -55,10 +68,8 @@ class Patches:
         answer = concurrent.futures.Future()
         answer.set_running_or_notify_cancel()  # running: nothing can cancel the request
         self._last = (wanted, answer)
-        threading.Thread(
-            target=self._run, args=(wanted, answer), name="configmap-annotate", daemon=True
-        ).start()
-        if not await _answered(answer, deadline - loop.time()):
+        self._spawn(lambda: self._run(wanted, answer))
+        if not await _answered(answer, wait):
             return False
         self._last = None
         answer.result()
@@ -73,9 +84,37 @@ class Patches:
             answer.set_result(None)
 
 
-async def _answered(answer: concurrent.futures.Future[None], seconds: float) -> bool:
-    """Whether ``answer`` came within ``seconds``. Only its coming is awaited (its error
-    stays with it for the caller to take, never left unretrieved on a waiter given up)."""
+def _daemon_thread(request: Callable[[], None]) -> None:
+    threading.Thread(target=request, name="configmap-annotate", daemon=True).start()
+
+
+class _Wait:
+    """The end of a caller's wait (the loop's clock), moved once past a pause.
+
+    A process paused with a request in flight finds the end of its wait long past as soon as
+    it runs again, and that timer fired ahead of the request's thread taking its answer: the
+    pod reported that the API server had not answered, when it was the pod that had stopped.
+    An end seen `RESUMED_SETTLE_S` late or more is moved to that long after the pause, once.
+    """
+
+    def __init__(self, within: float) -> None:
+        self.end = asyncio.get_running_loop().time() + within
+        self._settled = False
+
+    def settle(self) -> bool:
+        """Whether the wait goes on: its end was passed while the loop did not turn."""
+        now = asyncio.get_running_loop().time()
+        if self._settled or now - self.end < RESUMED_SETTLE_S:
+            return False
+        self._settled = True
+        self.end = now + RESUMED_SETTLE_S
+        return True
+
+
+async def _answered(answer: concurrent.futures.Future[None], wait: _Wait) -> bool:
+    """Whether ``answer`` came before the end of ``wait``. Only its coming is awaited (its
+    error stays with it for the caller to take, never left unretrieved on a waiter given
+    up)."""
     if answer.done():
         return True
     loop = asyncio.get_running_loop()
@@ -86,7 +125,10 @@ async def _answered(answer: concurrent.futures.Future[None], seconds: float) -> 
             loop.call_soon_threadsafe(came.set)
 
     answer.add_done_callback(wake)
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(max(0.0, seconds)):
-            await came.wait()
-    return answer.done()
+    while not answer.done():
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout_at(wait.end):
+                await came.wait()
+        if not answer.done() and not wait.settle():
+            return False
+    return True
