@@ -24,6 +24,10 @@ RUNTIME_METRIC = "com.microsoft:enable-receiver-runtime-metric"
 EPOCH = "com.microsoft:epoch"
 #: How Event Hubs refuses a start past a partition's last event (`hubs.PositionPastEnd`).
 ARGUMENT_ERROR = "com.microsoft:argument-error"
+#: How Event Hubs refuses a sender or receiver link on a partition id its hub does not have
+#: (`_invalid`): users of Azure's Python SDK have quoted this condition with the service's
+#: words for a partition sender, and those words name senders and receivers alike.
+ARGUMENT_OUT_OF_RANGE = "com.microsoft:argument-out-of-range"
 #: How Event Hubs refuses a receiver on a hub whose status is Disabled: Azure's .NET client
 #: has read this condition since late 2023 as a lasting "not found" that needs someone to act,
 #: no longer as a passing fault it retried. Its words here are the emulator's own.
@@ -180,8 +184,8 @@ def _attach_outgoing(
     except hubs.EntityNotFound as e:
         _refuse(connection, frame, session, role, "amqp:not-found", str(e))
         return
-    except hubs.PartitionNotFound as e:
-        _refuse(connection, frame, session, role, "com.microsoft:argument-out-of-range", str(e))
+    except hubs.PartitionNotFound:
+        _refuse(connection, frame, session, role, ARGUMENT_OUT_OF_RANGE, _invalid(hub, parsed))
         return
     except addresses.InvalidAddress as e:
         _refuse(connection, frame, session, role, "amqp:invalid-field", str(e))
@@ -272,8 +276,9 @@ def _attach_incoming(
     except (addresses.InvalidAddress, hubs.EntityNotFound) as e:
         _refuse(connection, frame, session, role, "amqp:not-found", str(e))
         return
-    except hubs.PartitionNotFound as e:
-        _refuse(connection, frame, session, role, "com.microsoft:argument-out-of-range", str(e))
+    except hubs.PartitionNotFound:
+        words = _invalid(connection.namespace.hub(parsed.hub), parsed)
+        _refuse(connection, frame, session, role, ARGUMENT_OUT_OF_RANGE, words)
         return
     link.delivery_count = int(frames.field(frame.fields, 9, 0))
     _reply_attach(
@@ -294,6 +299,19 @@ def _tracked(description: str, hub: hubs.Hub, address: addresses.Address) -> str
     return (
         f"{description} TrackingId:emulator, SystemTracker:emulator:eventhub:{hub.name}~32766"
         f"|{address.consumer_group}, Timestamp:emulator"
+    )
+
+
+def _invalid(hub: hubs.Hub, address: addresses.Address) -> str:
+    """What Event Hubs says, in its own words, to a link on a partition id its hub lacks (a
+    hub deleted and created again with fewer partitions): the partition is invalid for a
+    sender or receiver, the valid ids are 0 up to the last, and the parameter is named on a
+    second line, before the tracking tail."""
+    return _tracked(
+        "The specified partition is invalid for an EventHub partition sender or receiver. "
+        f"It should be between 0 and {len(hub.partitions) - 1}.\r\nParameter name: PartitionId",
+        hub,
+        address,
     )
 
 

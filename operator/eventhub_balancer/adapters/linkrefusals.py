@@ -1,8 +1,9 @@
 """What Event Hubs means when it will not give a receiver a partition, read from the SDK's
 errors: a receiver with a higher owner level holds it (``amqp:link:stolen``), the hub or
 the consumer group does not exist (``amqp:not-found``), the hub is disabled
-(``com.microsoft:entity-disabled``), or the start position is past the partition's last
-event (``com.microsoft:argument-error``).
+(``com.microsoft:entity-disabled``), the start position is past the partition's last
+event (``com.microsoft:argument-error``), or the hub has no partition of that id (an argument
+condition whose words name the partition: `partition_missing`).
 
 Event Hubs refuses a receive link by attaching it with no source and detaching it at once
 with the error; it closes an open one the same way when a newer owner takes the partition. The
@@ -36,6 +37,13 @@ _SDK_NOT_FOUND = NOT_FOUND.partition(":")[2]
 #: words with both). The SDK's other argument condition, never retried by it either, is read
 #: the same way.
 POSITION_REFUSALS = ("com.microsoft:argument-error", "com.microsoft:argument-out-of-range")
+#: How Event Hubs' words tell, under one of those conditions, a partition id the hub does not
+#: have (a hub deleted and created again with fewer partitions): ``The specified partition is
+#: invalid for an EventHub partition sender or receiver. It should be between 0 and 1.``, then
+#: ``Parameter name: PartitionId`` on a second line. Reopening cannot mend it, nor can a
+#: checkpoint reset; the operator keeps a partition it assigned although the hub no longer
+#: lists it (it never revokes on a listing), so the partition fails until the hub has it.
+_NO_SUCH_PARTITION = re.compile(r"\bpartition is invalid\b|parameter name: partitionid", re.I)
 #: How Event Hubs refuses a receive link on a hub whose status is Disabled: Azure's .NET
 #: client has read it since late 2023 as a lasting fault that needs someone to act, no longer
 #: as a passing one it retried. Reopening cannot mend it either.
@@ -161,6 +169,21 @@ def position_refused(error: BaseException) -> str | None:
     return None
 
 
+def partition_missing(error: BaseException) -> str | None:
+    """What Event Hubs said when it refused a link because the hub has no partition of that
+    id (its words, without its tracking ids), or None when ``error`` is not such a refusal."""
+    chain = list(_chain(error))
+    for seen in chain:
+        if _text(getattr(seen, "condition", None)) in POSITION_REFUSALS:
+            text = _text(getattr(seen, "description", None)) or str(seen)
+            return _service_words(text) if _NO_SUCH_PARTITION.search(text) else None
+    for seen in chain:
+        text = str(seen)
+        if any(c in text for c in POSITION_REFUSALS) and _NO_SUCH_PARTITION.search(text):
+            return _service_words(text)
+    return None
+
+
 def _service_words(text: str) -> str:
     if _DESCRIPTION in text:
         text = text.split(_DESCRIPTION, 1)[1]
@@ -223,8 +246,9 @@ def unmendable(
     after_events: bool = False,
 ) -> errors.EventHubBalancerError | None:
     """The error a receive link's refusal means when reopening it cannot mend it: a hub or
-    consumer group that does not exist (`missing`), a hub that is disabled, or a position
-    past the partition's end;
+    consumer group that does not exist (`missing`), a hub that is disabled, a partition id
+    the hub does not have (`partition_missing`, even after events), or a position past the
+    partition's end;
     None for every other failure (a lost connection, a stolen link). A position refused
     ``after_events`` the link received is the SDK's own reconnect (by the last event's
     offset) onto a stream that may have been replaced: a reopen after the last event, whose
@@ -242,6 +266,15 @@ def unmendable(
     )
     if off is not None:
         return off
+    lacking = partition_missing(error)
+    if lacking is not None:
+        # Tried again with backoff: the hub may get the partition back. The pod's report
+        # keeps 200 characters: what it means first, Event Hubs' words last.
+        return errors.EventHubUnreachable(
+            f"partition {partition} does not exist on Event Hub {eventhub_name!r} (created "
+            f"again with fewer partitions?); a checkpoint reset cannot mend it (Event Hubs: "
+            f"{lacking})"
+        )
     refused = None if after_events else position_refused(error)
     if refused is not None:
         # Transient: the worker's restart moves a checkpoint past the end back, and a start
