@@ -16,7 +16,6 @@ were lost. `ListingFaults` says them as the cycles' are said.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 
 from eventhub_balancer import errors
@@ -27,32 +26,58 @@ logger = logging.getLogger(__name__)
 REMIND_SECONDS = 600.0
 
 
+class FaultRun:
+    """A run of failures of one thing, and when the log should say it: when it starts or its
+    reason changes, then at most every `REMIND_SECONDS`; ended by the next success. The
+    cycles' (`CycleFaults`), the listings' (`ListingFaults`) and the refused Events'
+    (`eventposts.Refusals`) runs, each worded by its owner."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self.since = 0.0
+        self.failures = 0
+        self._said = 0.0
+
+    def failed(self, reason: str, *, now: float) -> str | None:
+        """One more failure (loop time ``now``): ``"new"`` when it is to be said (the run
+        starts, or its reason changes), ``"lasting"`` when a reminder is due, else None."""
+        if self.reason is None:
+            self.since, self.failures = now, 0
+        self.failures += 1
+        if reason != self.reason:
+            self.reason, self._said = reason, now
+            return "new"
+        if now - self._said >= REMIND_SECONDS:
+            self._said = now
+            return "lasting"
+        return None
+
+    def ended(self) -> str | None:
+        """A success: the reason of the run it ends, if one was under way."""
+        reason, self.reason = self.reason, None
+        return reason
+
+
 class CycleFaults:
     """One consumer's run of failed cycles, as the daemon meets them (its alone)."""
 
     def __init__(self, namespace: str, name: str) -> None:
         self._who = f"{namespace}/{name}"
-        self._reason: str | None = None
-        self._since = 0.0
-        self._said = 0.0
-        self._failures = 0
+        self._run = FaultRun()
 
     def failed(self, error: errors.EventHubBalancerError, *, retry_in: float, now: float) -> None:
         """A cycle failed with ``error``; the next attempt is in ``retry_in`` s (loop time
         ``now``)."""
-        if self._reason is None:
-            self._since, self._failures = now, 0
-        self._failures += 1
-        if error.reason != self._reason:
-            self._reason, self._said = error.reason, now
+        run = self._run
+        said = run.failed(error.reason, now=now)
+        if said == "new":
             logger.warning("%s: cycle failed (%s), retrying in %.1f s", self._who, error, retry_in)
-        elif now - self._said >= REMIND_SECONDS:
-            self._said = now
+        elif said == "lasting":
             logger.warning(
                 "%s: cycles still failing, %d attempts over %.0f s (%s), retrying in %.1f s",
                 self._who,
-                self._failures,
-                now - self._since,
+                run.failures,
+                now - run.since,
                 error,
                 retry_in,
             )
@@ -61,24 +86,16 @@ class CycleFaults:
 
     def succeeded(self, *, now: float) -> None:
         """A cycle succeeded: the fault under way, if any, is over."""
-        if self._reason is None:
-            return
-        logger.info(
-            "%s: cycles succeed again after %d failed attempts over %.0f s (last: %s)",
-            self._who,
-            self._failures,
-            now - self._since,
-            self._reason,
-        )
-        self._reason = None
-
-
-@dataclasses.dataclass
-class _Fault:
-    reason: str
-    since: float
-    said: float
-    failures: int = 0
+        run = self._run
+        reason = run.ended()
+        if reason is not None:
+            logger.info(
+                "%s: cycles succeed again after %d failed attempts over %.0f s (last: %s)",
+                self._who,
+                run.failures,
+                now - run.since,
+                reason,
+            )
 
 
 class ListingFaults:
@@ -87,38 +104,35 @@ class ListingFaults:
 
     def __init__(self, logger: logging.Logger) -> None:
         self._logger = logger
-        self._faults: dict[str, _Fault] = {}
+        self._runs: dict[str, FaultRun] = {}
 
     def failed(self, what: str, error: errors.EventHubBalancerError, *, now: float) -> None:
         """Listing ``what`` failed with ``error`` (loop time ``now``)."""
-        fault = self._faults.get(what)
-        if fault is None or fault.reason != error.reason:
-            since = fault.since if fault is not None else now
-            failures = fault.failures if fault is not None else 0
-            fault = self._faults[what] = _Fault(error.reason, since, now, failures)
+        run = self._runs.setdefault(what, FaultRun())
+        said = run.failed(error.reason, now=now)
+        if said == "new":
             self._logger.warning("%s were not listed afresh: %s", what, error)
-        elif now - fault.said >= REMIND_SECONDS:
-            fault.said = now
+        elif said == "lasting":
             self._logger.warning(
                 "%s still not listed afresh, %d attempts over %.0f s (%s)",
                 what,
-                fault.failures + 1,
-                now - fault.since,
+                run.failures,
+                now - run.since,
                 error,
             )
         else:
             self._logger.debug("%s were not listed afresh: %s", what, error)
-        fault.failures += 1
 
     def succeeded(self, what: str, *, now: float) -> bool:
         """Listing ``what`` succeeded: its fault, if any, is over (then True)."""
-        fault = self._faults.pop(what, None)
-        if fault is not None:
+        run = self._runs.pop(what, None)
+        reason = run.ended() if run is not None else None
+        if run is not None and reason is not None:
             self._logger.info(
                 "%s listed afresh again after %d failed attempts over %.0f s (last: %s)",
                 what,
-                fault.failures,
-                now - fault.since,
-                fault.reason,
+                run.failures,
+                now - run.since,
+                reason,
             )
-        return fault is not None
+        return reason is not None

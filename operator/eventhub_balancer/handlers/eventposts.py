@@ -156,42 +156,37 @@ class Refusals:
     and its end said with how many were refused."""
 
     def __init__(self) -> None:
-        self._reason: str | None = None
-        self._since = self._said = 0.0
-        self._count = 0
+        self._run = cyclefaults.FaultRun()
 
     def refused(
         self, body: Mapping[str, Any], error: errors.EventHubBalancerError, *, now: float
     ) -> None:
-        if self._reason is None:
-            self._since, self._count = now, 0
-        self._count += 1
-        if error.reason != self._reason:
-            self._reason, self._said = error.reason, now
+        run = self._run
+        said = run.failed(error.reason, now=now)
+        if said == "new":
             logger.warning(
                 "could not post Event %s: %s; the Events refused after it are counted, not "
                 "logged, until one is posted",
                 body.get("reason"),
                 error,
             )
-        elif now - self._said >= cyclefaults.REMIND_SECONDS:
-            self._said = now
+        elif said == "lasting":
             logger.warning(
                 "Kubernetes Events still refused: %d over %.0f s (%s)",
-                self._count,
-                now - self._since,
+                run.failures,
+                now - run.since,
                 error,
             )
         else:
             logger.debug("could not post Event %s: %s", body.get("reason"), error)
 
     def ended(self, *, now: float) -> None:
-        if self._reason is None:
-            return
-        logger.info(
-            "Kubernetes Events are posted again; %d refused over %.0f s (last: %s)",
-            self._count,
-            now - self._since,
-            self._reason,
-        )
-        self._reason = None
+        run = self._run
+        reason = run.ended()
+        if reason is not None:
+            logger.info(
+                "Kubernetes Events are posted again; %d refused over %.0f s (last: %s)",
+                run.failures,
+                now - run.since,
+                reason,
+            )
