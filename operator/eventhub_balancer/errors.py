@@ -109,6 +109,16 @@ class ApiUnavailable(TransientError):
     reason: ClassVar[str] = "ApiUnavailable"
 
 
+class ApiThrottled(ApiUnavailable):
+    """The Kubernetes API server refused the request for its load (429: API Priority and
+    Fairness); it asked to be asked again after ``retry_after`` seconds (None: it did not say).
+    Its reason stays ``ApiUnavailable``, as the conditions and metrics have always said it."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class Conflict(TransientError):
     """The object changed since it was read (409): re-read and re-plan."""
 

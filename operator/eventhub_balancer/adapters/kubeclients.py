@@ -73,10 +73,29 @@ def _wrap(e: BaseException, what: str) -> errors.EventHubBalancerError:
             )
         if status == 422 or status == 400:
             return errors.ApiRejected(f"{what}: rejected ({status}: {reason})")
+        if status == 429:
+            # API Priority and Fairness: the daemon paces its next attempt by the answer.
+            return errors.ApiThrottled(
+                f"{what}: API server answered 429 ({reason})",
+                retry_after=_retry_after(e.headers),
+            )
         return errors.ApiUnavailable(f"{what}: API server answered {status} ({reason})")
     if isinstance(e, urllib3.exceptions.MaxRetryError):
+        late = e.reason
+        if isinstance(late, kuberetries.RetryAfterTooLong) and late.status == 429:
+            return errors.ApiThrottled(f"{what}: API server {late}", retry_after=late.retry_after)
         return errors.ApiUnavailable(f"{what}: {_unreachable(e)}")
     return errors.ApiUnavailable(f"{what}: {type(e).__name__}: {e}")
+
+
+def _retry_after(headers: Any) -> float | None:
+    """The seconds an answer's ``Retry-After`` asks (kube-apiserver sends a number), if any."""
+    value = headers.get("Retry-After") if headers is not None else None
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None  # an HTTP date: no API server of ours sends one; paced as if unsaid
+    return seconds if seconds is not None and seconds >= 0 else None
 
 
 def _unreachable(e: urllib3.exceptions.MaxRetryError) -> str:

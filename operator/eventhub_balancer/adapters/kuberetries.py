@@ -33,6 +33,16 @@ import urllib3.util
 RETRY_AFTER_MAX_S = 2
 
 
+class RetryAfterTooLong(urllib3.exceptions.ResponseError):
+    """An answer not sent again for its ``Retry-After`` (longer than `RETRY_AFTER_MAX_S`): its
+    status and the seconds it asked, for the caller's own pace."""
+
+    def __init__(self, message: str, *, status: int, retry_after: float) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+
+
 class Retries(urllib3.util.Retry):
     """urllib3's retries, less those of a request that timed out (connecting or reading), and
     those after a ``Retry-After`` longer than `RETRY_AFTER_MAX_S`."""
@@ -48,9 +58,11 @@ class Retries(urllib3.util.Retry):
         if response is not None and self.respect_retry_after_header:
             retry_after = self.get_retry_after(response)
             if retry_after is not None and retry_after > RETRY_AFTER_MAX_S:
-                reason = urllib3.exceptions.ResponseError(
+                reason = RetryAfterTooLong(
                     f"answered {response.status} with Retry-After {retry_after:g} s, longer "
-                    f"than the {RETRY_AFTER_MAX_S} s waited within a request"
+                    f"than the {RETRY_AFTER_MAX_S} s waited within a request",
+                    status=response.status,
+                    retry_after=retry_after,
                 )
                 url = kwargs.get("url", args[1] if len(args) > 1 else None)
                 pool: Any = kwargs.get("_pool")

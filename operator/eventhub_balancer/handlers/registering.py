@@ -38,6 +38,7 @@ from eventhub_balancer.handlers import (
     memories,
     observing,
     ports,
+    throttles,
 )
 from eventhub_balancer.handlers.cache import caches, shelves
 from eventhub_balancer.handlers.metrics import Metrics
@@ -102,6 +103,8 @@ class Operator:
     view: ports.KubePort = dataclasses.field(init=False)
     #: posts the cycles' Kubernetes Events beside them, not inside them (`eventposts`)
     events: eventposts.Poster = dataclasses.field(init=False)
+    #: the consumers whose cycles the API server throttled (429), and which tries next
+    throttle: throttles.Throttle = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
         self.cache = caches.Cache(self.kube, wake=self.wake, pod_scope=self.pod_scope)
@@ -111,6 +114,7 @@ class Operator:
             self.cache.view,
         )
         self.events = eventposts.Poster(self.view, posting=self._count_event)
+        self.throttle = throttles.Throttle(self.wake)
 
     def _count_event(self, body: Mapping[str, Any]) -> None:
         """An Event the poster posts, counted for its consumer while that one runs (a cycle
@@ -169,6 +173,7 @@ class Operator:
         """The consumer's daemon stopped: its record goes, and what the cache, the Event Hubs
         side and the metrics keep by its key with it."""
         self.consumers.pop(key, None)
+        self.throttle.forget(key)
         namespace, name = key
         self.following.forget(namespace=namespace, name=name)
         self.hubs.forget(observing.hub_key(namespace, name))
@@ -246,6 +251,8 @@ async def run_daemon(
                 )
                 runtime.metrics.cycles.labels(namespace, name, "ok").inc()
                 faults.succeeded(now=loop.time())
+                # Writes accepted after a 429: the other throttled consumers try now.
+                runtime.throttle.succeeded(key, wrote=result.writes > 0)
                 retry = 0.0
                 memory.generation = decision.generation
                 if decision.next_in is not None:
@@ -271,8 +278,15 @@ async def run_daemon(
                     logger.debug("%s/%s: %s; reading afresh and deciding again", namespace, name, e)
                 else:
                     # Anything else, or a conflict again: retry soon, never stop balancing.
-                    retry = min(MAX_RETRY_SECONDS, max(RETRY_SECONDS, retry * 2))
+                    # Never sooner than a throttling server asked (`Retry-After`).
+                    asked = e.retry_after if isinstance(e, errors.ApiThrottled) else None
+                    retry = min(MAX_RETRY_SECONDS, max(RETRY_SECONDS, retry * 2, asked or 0.0))
                     delay = retry
+                    if isinstance(e, errors.ApiThrottled):
+                        # One throttled consumer probes at the server's pace (`throttles`).
+                        delay = runtime.throttle.refused(
+                            key, retry_after=asked, backoff=retry, now=loop.time()
+                        )
                     # Said once, reminded at a bounded pace, and its end said (`cyclefaults`).
                     faults.failed(e, retry_in=delay, now=loop.time())
             # The loop's clock is time.monotonic (running.py's /healthz compares with it).

@@ -45,9 +45,14 @@ async def test_a_long_retry_after_is_not_waited_within_the_request(
     # sleeps it in the call's thread) ends within the test.
     throttle(local_kube, times=1, retry_after="30", status=status)
     began = time.monotonic()
-    with pytest.raises(errors.ApiUnavailable, match=rf"answered {status}"):
+    with pytest.raises(errors.ApiUnavailable, match=rf"answered {status}") as refused:
         await asyncio.wait_for(operator_api.list_pods(namespace=NS, label_selector="app=x"), 20)
     assert time.monotonic() - began < kubeclients.REQUEST_TIMEOUT
+    # A throttle says how long it asked: the daemon paces its next attempt by it.
+    throttled = (
+        refused.value.retry_after if isinstance(refused.value, errors.ApiThrottled) else None
+    )
+    assert throttled == (30.0 if status == 429 else None)
     # Given back to the caller, whose own pace (the next cycle, the next relisting) decides.
     assert await operator_api.list_pods(namespace=NS, label_selector="app=x") == []
 
@@ -83,3 +88,20 @@ def test_the_pods_and_the_operators_retries_wait_a_short_retry_after_only(
     else:
         with pytest.raises(urllib3.exceptions.MaxRetryError, match="Retry-After"):
             retries.increment("GET", "/", response=answer(429, retry_after))
+
+
+async def test_a_throttled_write_says_the_retry_after_it_was_given(
+    operator_api: kubeapi.KubeAPI, local_kube: LocalKubeAPI
+) -> None:
+    """A write is never sent again by the client: the daemon is told what the server asked."""
+    (
+        local_kube.handler["patch", kmock.resource("v1/configmaps")][:1]
+        << 429
+        << kmock.headers({"Retry-After": "1"})
+        << THROTTLED
+    )
+    with pytest.raises(errors.ApiThrottled, match="answered 429") as refused:
+        await operator_api.patch_configmap(
+            namespace=NS, name="m", patch={"data": {"a": "b"}}, resource_version=None
+        )
+    assert refused.value.retry_after == 1.0
