@@ -36,6 +36,14 @@ WATCH_INACTIVITY_SECONDS = 10.0
 #: 635 of 1,000 consumers at the end of a bench run without this, 159 with it (an operator
 #: short of CPU has more cycles in flight than it can finish in 5 s).
 CYCLE_FINISH_SECONDS = 5.0
+#: How long kopf waits, in line, for a daemon told to stop (its consumer deleted) before it
+#: comes back to it at the end of `CYCLE_FINISH_SECONDS`. kopf's own wait is a few turns of the
+#: loop: a consumer deleted mid-cycle (a namespace being deleted takes its pods with it, and
+#: their deletion wakes a cycle) kept its finalizer 5 s after a cycle of 0.1 s had ended, and
+#: its namespace Terminating longer still. A cycle ends within this; one that waits on a
+#: dependency is cancelled as before, 2 s later (kopf waits this long twice before its
+#: backoff); other objects' handling does not wait meanwhile.
+DAEMON_EXIT_WAIT_SECONDS = 1.0
 #: How long a replica's peering entry stands after its last keep-alive (kopf renews it 5 to
 #: 10 s before that). A replica that stops cleanly removes its entry, but one that is killed
 #: (an OOM kill, a lost node) leaves it, and its standby stays paused until it expires: with
@@ -71,6 +79,7 @@ def configure(
     )
     settings.persistence.finalizer = f"{specs.GROUP}/finalizer"
     settings.posting.enabled = False
+    settings.background.instant_exit_timeout = DAEMON_EXIT_WAIT_SECONDS
     settings.peering.standalone = standalone
     settings.peering.clusterwide = clusterwide
     settings.peering.priority = priority
