@@ -137,6 +137,14 @@ class Forbidden(ConfigurationError):
     reason: ClassVar[str] = "Forbidden"
 
 
+class NamespaceTerminating(Forbidden):
+    """A create refused because its namespace is being deleted (kube-apiserver's 403 with
+    the cause ``NamespaceTerminating``): what it would have made goes with the namespace, and
+    there is no right to grant."""
+
+    reason: ClassVar[str] = "NamespaceTerminating"
+
+
 class ApiRejected(ConfigurationError):
     """The API server refused the body (400/422): a bug or a schema the cluster does not know."""
 

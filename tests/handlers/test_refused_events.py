@@ -12,13 +12,16 @@ On fake time.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 import pytest
+from kubernetes.client import exceptions as kube_exceptions
 
 from eventhub_balancer import errors
+from eventhub_balancer.adapters import kubeclients
 from eventhub_balancer.handlers import cyclefaults, eventposts
 
 pytestmark = pytest.mark.looptime
@@ -93,3 +96,68 @@ async def test_a_refusal_that_lasts_is_reminded_at_a_bounded_pace(
     warned = lines(caplog, logging.WARNING)
     assert 3 <= len(warned) <= 4, warned
     assert "still refused" in warned[-1], warned
+
+
+#: What kube-apiserver answers a create in a namespace being deleted (its NamespaceLifecycle
+#: admission), as the operator's adapter takes it.
+TERMINATING_BODY = {
+    "kind": "Status",
+    "apiVersion": "v1",
+    "metadata": {},
+    "status": "Failure",
+    "message": 'events "orders-" is forbidden: unable to create new content in namespace gone '
+    "because it is being terminated",
+    "reason": "Forbidden",
+    "details": {
+        "name": "orders-",
+        "kind": "events",
+        "causes": [
+            {
+                "reason": "NamespaceTerminating",
+                "message": "namespace gone is being terminated",
+                "field": "metadata.namespace",
+            }
+        ],
+    },
+    "code": 403,
+}
+
+
+def terminating(what: str) -> errors.EventHubBalancerError:
+    refused = kube_exceptions.ApiException(status=403, reason="Forbidden")
+    refused.body = json.dumps(TERMINATING_BODY)
+    return kubeclients._wrap(refused, what)
+
+
+class TerminatingNamespace:
+    """An API server on which namespace ``gone`` is being deleted."""
+
+    def __init__(self) -> None:
+        self.posted: list[str] = []
+
+    async def create_event(self, *, namespace: str, body: Mapping[str, Any]) -> None:
+        await asyncio.sleep(0.01)
+        if namespace == "gone":
+            raise terminating(f"create Event in {namespace}")
+        self.posted.append(str(body["reason"]))
+
+
+async def test_events_refused_by_a_namespace_being_deleted_warn_of_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``kubectl delete namespace`` while the operator runs: the Events of the consumer's last
+    cycles there are refused. That is no fault to fix (the WARNING said to grant the
+    operator's ServiceAccount access), and the next Event posted elsewhere ends no run."""
+    api = TerminatingNamespace()
+    poster = eventposts.Poster(api)  # type: ignore[arg-type]
+    with caplog.at_level(logging.DEBUG):
+        for reason in ("PartitionTakenOver", "PartitionUnassigned"):
+            poster.post({**event(reason), "metadata": {"namespace": "gone"}})
+        poster.post(event("PartitionAssigned"))
+        assert await poster.flushed(limit_seconds=10)
+    assert api.posted == ["PartitionAssigned"]
+    assert lines(caplog, logging.WARNING) == []
+    assert not [line for line in lines(caplog, logging.INFO) if "posted again" in line]
+    said = " ".join(lines(caplog, logging.DEBUG))
+    assert "create Event in gone: refused, the namespace is being deleted" in said
+    assert "grant" not in said

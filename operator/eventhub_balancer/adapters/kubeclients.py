@@ -67,6 +67,8 @@ def _wrap(e: BaseException, what: str) -> errors.EventHubBalancerError:
             return errors.NotFound(f"{what}: not found")
         if status == 409:
             return errors.Conflict(f"{what}: conflict ({reason})")
+        if status == 403 and _terminating(e):
+            return errors.NamespaceTerminating(f"{what}: refused, the namespace is being deleted")
         if status == 403:
             return errors.Forbidden(
                 f"{what}: forbidden ({reason}); grant the operator's ServiceAccount access"
@@ -125,6 +127,20 @@ def read_body(fn: Callable[..., Any], /, **kwargs: Any) -> bytes:
         return data
     finally:
         response.release_conn()
+
+
+def _terminating(e: kube_exceptions.ApiException) -> bool:
+    """Whether a 403 is kube-apiserver's refusal of a create in a namespace being deleted:
+    its cause ``NamespaceTerminating``, or its message where no cause is given."""
+    try:
+        body = json.loads(e.body or "{}")
+        causes = (body.get("details") or {}).get("causes") or []
+        message = str(body.get("message") or "")
+    except (ValueError, AttributeError):
+        return False
+    return any(
+        isinstance(c, dict) and c.get("reason") == "NamespaceTerminating" for c in causes
+    ) or message.endswith("because it is being terminated")
 
 
 def _reason(e: kube_exceptions.ApiException) -> str:

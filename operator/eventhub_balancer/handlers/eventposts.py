@@ -20,7 +20,8 @@ namespace posts too many, API Priority and Fairness throttles, an overloaded one
 refuses each one: that was a WARNING an Event, 40 lines for a rollout's 40 moves. The first
 refusal is said, the ones after it counted (at DEBUG), a refusal that lasts is reminded of at
 most every `cyclefaults.REMIND_SECONDS`, and the first Event posted again says how many were
-refused (`Refusals`).
+refused (`Refusals`). An Event refused because its namespace is being deleted is no refusal
+to tell of: it is said at DEBUG alone.
 """
 
 from __future__ import annotations
@@ -109,6 +110,9 @@ class Poster:
                     self._posting(body)
                 await self._kube.create_event(namespace=body["metadata"]["namespace"], body=body)
                 self._refusals.ended(now=_now())
+            except errors.NamespaceTerminating as e:
+                # `kubectl delete namespace`: the Event's object goes with it, nothing to fix.
+                logger.debug("not posting Event %s: %s", body.get("reason"), e)
             except (errors.TransientError, errors.ConfigurationError) as e:
                 self._refusals.refused(body, e, now=_now())
             except Exception as e:  # an Event must never stop the ones after it

@@ -8,6 +8,7 @@ for ever, with the CRD Terminating; the page's command that takes the finalizer 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import shlex
@@ -15,6 +16,10 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
+from eventhub_balancer import errors
+from eventhub_balancer.adapters import kubeapi
 from eventhub_balancer.contracts import specs
 from tests.install.test_crd_rules import example
 from tests.support import paths
@@ -62,6 +67,14 @@ def test_a_consumer_left_after_the_operator_holds_the_crd_until_its_finalizer_go
 
 #: The namespace of the namespace-deletion test (the test above deletes the CRD).
 LEFT_NAMESPACE = "shop-left"
+#: An Event the operator would post about the consumer there.
+EVENT = {
+    "metadata": {"generateName": "orders-"},
+    "involvedObject": {"kind": "EventHubConsumer", "name": "orders"},
+    "reason": "PartitionAssigned",
+    "message": "Assigned partitions 0, 1 to c-0 (epoch 1)",
+    "type": "Normal",
+}
 
 
 def namespace_command() -> str:
@@ -91,6 +104,15 @@ def test_a_namespace_left_with_a_consumer_after_the_operator_goes_once_the_page_
     real_kubectl("delete", "namespace", LEFT_NAMESPACE, "--wait=false")
     time.sleep(SETTLE_SECONDS)
     assert exists(real_kubectl, "namespace", LEFT_NAMESPACE), "the namespace went anyway"
+    # Meanwhile kube-apiserver refuses every create there (an Event of the operator's, say);
+    # the operator takes that for the namespace going, not for a right its RBAC lacks.
+    api = kubeapi.KubeAPI.from_environment(str(real_kubeconfig))
+    try:
+        with pytest.raises(errors.NamespaceTerminating, match="is being deleted") as refused:
+            asyncio.run(api.create_event(namespace=LEFT_NAMESPACE, body=EVENT))
+        assert "grant" not in str(refused.value)
+    finally:
+        api.close()
 
     binary = kubectl_binary()
     assert binary is not None
