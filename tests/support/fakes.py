@@ -228,7 +228,7 @@ class FakeKube:
             return  # gone already is fine
         if uid and current["metadata"]["uid"] != uid:
             raise errors.Conflict(f"delete ConfigMap {namespace}/{name}: conflict (uid)")
-        self._deleted("configmap", self.objects.pop(("configmap", namespace, name)))
+        self._delete("configmap", namespace, name)
 
     async def patch_pod_annotations(
         self, *, namespace: str, name: str, annotations: Mapping[str, str | None]
@@ -381,7 +381,18 @@ class FakeKube:
         for key, body in list(self.objects.items()):
             owners = body["metadata"].get("ownerReferences") or []
             if key[0] == "configmap" and any(o.get("uid") == uid for o in owners):
-                self._deleted("configmap", self.objects.pop(key))
+                self._delete("configmap", key[1], key[2])
+
+    def release_finalizers(self, namespace: str, name: str) -> None:
+        """Someone else's controller takes its finalizers off a ConfigMap: one being deleted
+        goes."""
+        cm = self._get("configmap", namespace, name)
+        cm["metadata"].pop("finalizers", None)
+        if cm["metadata"].get("deletionTimestamp"):
+            del self.objects["configmap", namespace, name]
+            self._deleted("configmap", cm)
+        else:
+            self._store("configmap", namespace, cm)
 
     def configmap_of(self, namespace: str, pod: str) -> dict[str, Any]:
         """A pod's assignment ConfigMap, found by its label as the pod finds it."""
@@ -478,6 +489,19 @@ class FakeKube:
         self.history.append((kind, copy.deepcopy(body)))
         self.changes.append((kind, copy.deepcopy(body), "MODIFIED" if existed else "ADDED"))
         return copy.deepcopy(body)
+
+    def _delete(self, kind: str, namespace: str, name: str) -> None:
+        """A deletion, as the API server does it: an object that carries finalizers (someone
+        else's) only gets its deletionTimestamp, once, and stays until they are taken off."""
+        body = self.objects[kind, namespace, name]
+        if not body["metadata"].get("finalizers"):
+            self._deleted(kind, self.objects.pop((kind, namespace, name)))
+        elif not body["metadata"].get("deletionTimestamp"):
+            held = copy.deepcopy(body)
+            held["metadata"]["deletionTimestamp"] = timestamps.format_time(
+                datetime.datetime.now(datetime.UTC)
+            )
+            self._store(kind, namespace, held)
 
     def _deleted(self, kind: str, body: dict[str, Any]) -> None:
         """A deletion as the watch sees it: the last body, at the deletion's version."""

@@ -225,6 +225,9 @@ class StoredMap:
     data: Mapping[str, str]
     annotations: Mapping[str, str]
     parsed: podassignments.ParsedData
+    #: deleted already (its deletionTimestamp is set), and held by someone else's finalizer:
+    #: it goes when they take it off, and is not deleted again
+    deleting: bool = False
 
 
 def stored_map(body: Mapping[str, Any]) -> StoredMap:
@@ -242,4 +245,5 @@ def stored_map(body: Mapping[str, Any]) -> StoredMap:
         data=dict(data),
         annotations=dict(annotations),
         parsed=parsed,
+        deleting=bool(meta.get("deletionTimestamp")),
     )

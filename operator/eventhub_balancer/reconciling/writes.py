@@ -9,7 +9,6 @@ owner's release, and the sooner it is asked, the sooner it comes. So do those th
 partitions their pod released, or create a new pod's empty ConfigMap (`takes_nothing`). Only
 a write that takes a partition from a pod that may still run it waits for the gains.
 The pod annotations are optional (``annotate_pods``): without them, no ``patch`` on pods.
-
 What one pod needs is `pod_writes`; `derive` asks it of every pod of the fleet, and adds the
 ConfigMaps that no pod wants any more.
 """
@@ -347,9 +346,9 @@ def starts_handoff(
 
 
 def assemble(needs: Sequence[PodWrites], unwanted: Sequence[observations.StoredMap]) -> Writes:
-    """The cycle's writes from the pods that need one and the ConfigMaps nobody wants.
-    Gaining ConfigMaps first, with those that revoke or let go: the record in the status,
-    not these, says who owns what."""
+    """The cycle's writes from the pods that need one and the ConfigMaps nobody wants (but
+    those deleted already, that someone else's finalizer holds). Gaining ConfigMaps first, with
+    those that revoke or let go: the record in the status, not these, says who owns what."""
     maps = sorted(
         (n.map for n in needs if n.map is not None),
         key=lambda w: (not (w.gains or w.revokes or w.lets_go), models.name_key(w.name)),
@@ -357,6 +356,7 @@ def assemble(needs: Sequence[PodWrites], unwanted: Sequence[observations.StoredM
     deletes = [
         MapDelete(name=cm.name, uid=cm.uid, pod=cm.pod)
         for cm in sorted(unwanted, key=lambda m: models.name_key(m.name))
+        if not cm.deleting
     ]
     annotate = sorted(
         (n.annotation for n in needs if n.annotation is not None),

@@ -174,7 +174,7 @@ class Roster:
         """A fresh listing of the kind's scope at version ``at`` (`shelves.Shelf.resync`)."""
         listed = list(listed)
         self._confirmed(
-            kind, {str(shelves.meta(b).get("uid") or ""): shelves.version(b) for b in listed}
+            kind, {shelves.uid(b): shelves.version(b) for b in listed if shelves.kept_on(b)}
         )
         self.stale.discard(kind)
         changed = self.shelves[kind].resync(listed, at=at, present=present)
@@ -195,7 +195,8 @@ class Roster:
 
     def _confirmed(self, kind: str, listed: Mapping[str, int | None]) -> None:
         """Echoes a fresh listing settles: what it shows at that version or later, and the
-        deletions (or objects) it no longer has, need no echo from the watch to be known."""
+        deletions (or objects) it no longer has, need no echo from the watch to be known (one
+        held, deleted, by someone else's finalizer counts as no longer had: `shelves.kept_on`)."""
         for key, echo in list(self.echoes.items()):
             if key[0] != kind:
                 continue
@@ -216,14 +217,13 @@ class Roster:
         return kinds
 
     def _echoed(self, kind: str, body: Body, *, deleted: bool) -> None:
-        uid = str(shelves.meta(body).get("uid") or "")
-        echo = self.echoes.get((kind, uid))
+        echo = self.echoes.get((kind, shelves.uid(body)))
         if echo is None:
             return
-        if deleted or (
-            echo.version is not None and not shelves.newer(echo.version, shelves.version(body))
-        ):
-            del self.echoes[kind, uid]
+        if echo.version is None:  # a deletion: settled by one held by a finalizer, too
+            deleted = deleted or not shelves.kept_on(body)
+        if deleted or not shelves.newer(echo.version, shelves.version(body)):
+            del self.echoes[kind, echo.uid]
 
 
 class Rosters:

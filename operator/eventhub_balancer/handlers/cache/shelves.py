@@ -128,6 +128,17 @@ def version(body: Body) -> int | None:
     return number((body.get("metadata") or {}).get("resourceVersion"))
 
 
+def uid(body: Body) -> str:
+    return str(meta(body).get("uid") or "")
+
+
+def kept_on(body: Body) -> bool:
+    """Whether ``body`` is not being deleted. One that is (its deletionTimestamp set) is held
+    by someone else's finalizer (a backup or policy controller's): its DELETED comes when they
+    take it off, however late, so it settles the operator's own deletion of it meanwhile."""
+    return not meta(body).get("deletionTimestamp")
+
+
 def number(raw: object) -> int | None:
     """A resourceVersion as a number; None when it is absent or not a number."""
     try:
