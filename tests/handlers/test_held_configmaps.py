@@ -66,3 +66,25 @@ async def test_a_held_configmap_of_a_gone_pod_costs_no_request_while_it_waits_to
     await settle(replica, kube, clock, start=t)
     assert ("configmap", NS, held) not in kube.objects
     assert replica.cache.view.reads == reads
+
+
+async def test_a_pod_back_under_its_name_is_given_its_held_configmap_and_no_tampering(
+    replica: watches.Replica, kube: fakes.FakeKube, clock: Clock
+) -> None:
+    """A StatefulSet's pod re-created under its name while the ConfigMap of the pod before it
+    is still held: the name is taken until the finalizer goes, so the operator writes the new
+    pod's assignment into that ConfigMap, as it does into one the garbage collector has not
+    reached yet. It is the operator's own, not someone's squat."""
+    t = await settle(replica, kube, clock, start=0)
+    held = hold(kube, "b")
+    t = await settle(replica, kube, clock, start=t)
+    kube.remove_pod(NS, "b")
+    t = await settle(replica, kube, clock, start=t)
+    kube.add_pod(NS, "b", labels={"app": "c"}, since=at(t))
+    t = await settle(replica, kube, clock, start=t, rounds=12)
+    assert [e["message"] for e in kube.events if e["reason"] == "AssignmentTampered"] == []
+    cm = kube.objects["configmap", NS, held]
+    uid = kube.objects["pod", NS, "b"]["metadata"]["uid"]
+    assert cm["metadata"]["annotations"][configmaps.ANNOTATION_POD_UID] == uid
+    assert kube.assignment(NS)["b"]
+    assert kube.assignment(NS)["a"]
