@@ -18,6 +18,7 @@ name so that adding one needs no edit of this file. Shared helpers are in ``test
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,3 +58,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(marker)
         if "cluster" in item.keywords and not wants_cluster:
             item.add_marker(skip_cluster)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``--dist loadfile`` (``make test``), the files that start real components go to
+    the workers first (`tests.support.scheduling`), so that the run does not end on them."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from tests.support import scheduling
+
+    return scheduling.HeavyFirstScheduling(config, log)
