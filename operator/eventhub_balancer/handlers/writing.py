@@ -184,9 +184,17 @@ async def create_configmap(
     """One ConfigMap create. On a conflict, a ConfigMap the operator did not write that holds
     the name (`writes.squatter`) is reported (its Event posted, or handed to ``events``) and
     deleted (by its uid), never trusted; the conflict still fails the cycle, whose next
-    attempt creates the pod's own."""
+    attempt creates the pod's own.
+
+    A create refused because the namespace is being deleted (`errors.NamespaceTerminating`)
+    is no fault: the pod goes with the namespace, and there is nothing to fix or retry. It is
+    said at DEBUG and the decision's other writes still go out; failing the cycle warned
+    ``cycle failed`` and backed the consumer off, holding its hand-off timeouts up."""
     try:
         return await kube.create_configmap(namespace=namespace, body=write.body)
+    except errors.NamespaceTerminating as e:
+        logger.debug("not creating ConfigMap %s/%s: %s", namespace, write.name, e)
+        return {}
     except errors.Conflict:
         found = await kube.read_configmap(namespace=namespace, name=write.name)
         why = writes.squatter(found, write) if found is not None else None
