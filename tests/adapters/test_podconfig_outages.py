@@ -2,10 +2,10 @@
 
 ``PodConfigMaps.watch`` must never give up because the API server is unreachable: fencing
 makes it safe for a pod to go on with its last assignment, so the watch yields nothing during
-an outage and reconnects with backoff capped at ``podreconnects.RECONNECT_BACKOFF_MAX_S``. Only
-refused credentials end it. The API calls (``_list``, ``_watch_once``) are faked on the loop's clock
-and each watch session runs inline instead of in a thread, so that a ten-minute outage takes
-milliseconds.
+an outage and reconnects with backoff capped at ``podreconnects.RECONNECT_BACKOFF_MAX_S``;
+refused credentials too, said once with the fix. The API calls (``_list``, ``_watch_once``)
+are faked on the loop's clock and each watch session runs inline instead of in a thread, so
+that a ten-minute outage takes milliseconds.
 """
 
 from __future__ import annotations
@@ -151,36 +151,60 @@ async def test_the_backoff_starts_short_and_is_capped() -> None:
     )
 
 
-@pytest.mark.parametrize("status", [401, 403])
-async def test_refused_credentials_end_the_watch_with_a_clear_error(
-    tmp_path: Path, status: int
+@pytest.mark.parametrize(
+    ("status", "fix"),
+    [(403, "needs list, watch and patch on configmaps"), (401, "delete the pod")],
+)
+async def test_refused_credentials_never_end_the_watch_and_are_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, status: int, fix: str
 ) -> None:
+    """Ten minutes of refusals (a RoleBinding pruned until the next GitOps sync): the third
+    refusal used to end the watch, and with it the pod."""
     loop = asyncio.get_running_loop()
+    start = loop.time()
     api = FakeApi(loop)
-    api.fail(loop.time() + 1, loop.time() + 10_000, refused(status))
+    api.fail(start + 1, start + 601, refused(status))
     maps = client(tmp_path, api)
+    caplog.set_level(logging.INFO, logger=podconfig.__name__)
+    seen: list[float] = []
 
-    with pytest.raises(errors.ConfigurationError, match="ServiceAccount needs list, watch"):
-        await follow(maps, seconds=600)
-    refusals = [t for t, _ in api.requests if t >= 1]
-    assert len(refusals) == podreconnects.AUTH_FAILURES_LIMIT
+    async with asyncio.timeout(3600):
+        async for _ in maps.watch():
+            seen.append(loop.time() - start)
+            if loop.time() >= start + 601:
+                break
+
+    assert 601 <= seen[-1] <= 601 + podreconnects.RECONNECT_BACKOFF_MAX_S
+    assert maps.reconnects.refusal is None  # a list answered again
+    times = [t for t, _ in api.requests if start + 1 <= t < start + 601]
+    assert len(times) <= 600 / podreconnects.RECONNECT_BACKOFF_MAX_S + 10  # backed off
+    said = [r for r in caplog.records if f"HTTP {status}" in r.getMessage()]
+    assert all(r.levelno == logging.ERROR and fix in r.getMessage() for r in said), said
+    # Once, then a reminder every five minutes.
+    assert 1 <= len(said) <= 600 / podreconnects.REFUSAL_LOG_EVERY_S + 1
+    assert any("again after" in r.getMessage() for r in caplog.records)
     maps.close()
 
 
-async def test_refusals_interrupted_by_an_outage_start_counting_again(tmp_path: Path) -> None:
-    loop = asyncio.get_running_loop()
-    api = FakeApi(loop)
-    now = loop.time()
-    # Two refusals, then the server is unreachable for a while, then refusals again.
-    api.fail(now + 0.1, now + 1.2, refused(403))
-    api.fail(now + 1.2, now + 60, ConnectionRefusedError)
-    api.fail(now + 60, now + 10_000, refused(403))
-    maps = client(tmp_path, api)
-
-    with pytest.raises(errors.ConfigurationError):
-        await follow(maps, seconds=3600)
-    assert loop.time() >= now + 60
-    maps.close()
+async def test_a_refusal_stands_only_after_several_in_a_row(tmp_path: Path) -> None:
+    """A token being rotated may be refused once; an outage in between starts the count
+    again."""
+    reconnects = podreconnects.Reconnects()
+    forbidden = refused(403)()
+    for now in range(podreconnects.AUTH_FAILURES_LIMIT - 1):
+        reconnects.after_failure(forbidden, now=float(now))
+        assert reconnects.refusal is None
+        assert not reconnects.should_say_refusal(now=float(now))
+    reconnects.after_failure(ConnectionRefusedError(), now=5.0)
+    reconnects.after_failure(forbidden, now=6.0)
+    assert reconnects.refusal is None
+    for now in range(7, 7 + podreconnects.AUTH_FAILURES_LIMIT):
+        reconnects.after_failure(forbidden, now=float(now))
+    assert reconnects.refusal is forbidden
+    assert reconnects.should_say_refusal(now=10.0)
+    assert not reconnects.should_say_refusal(now=11.0)
+    reconnects.reachable(now=12.0)  # a list answered: the pod reads its ConfigMap
+    assert reconnects.refusal is None
 
 
 async def test_a_gone_watch_lists_again_without_counting_a_failure(tmp_path: Path) -> None:

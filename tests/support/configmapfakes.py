@@ -15,7 +15,7 @@ import copy
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, cast
 
-from eventhub_balancer.adapters import podconfig
+from eventhub_balancer.adapters import podconfig, podreconnects
 from eventhub_balancer.consumer import assignments, partitions, runtime
 from eventhub_balancer.contracts import configmaps
 from tests.support import consumerfakes
@@ -36,6 +36,9 @@ class FakeConfigMaps:
         self.patches: list[tuple[float, dict[str, str]]] = []
         #: While set, every patch fails with what it returns.
         self.failure: Callable[[], Exception] | None = None
+        #: The watch's reconnect state, as `podconfig.PodConfigMaps` keeps it (refusals).
+        self.reconnects = podreconnects.Reconnects()
+        self.name = configmaps.configmap_name(consumer="orders", pod="pod-a")
         self._events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
 
     def write(self, body: Mapping[str, Any]) -> None:

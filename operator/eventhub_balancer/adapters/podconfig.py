@@ -15,9 +15,9 @@ applied, and never taken for the deletion of ours either.
 
 An unreachable API server is not a reason to stop: fencing at the checkpoint blobs keeps a
 pod that goes on with its last assignment safe, so the watch reconnects with backoff for as
-long as the outage lasts and the pod keeps processing meanwhile. Only refused credentials
-(401/403), which waiting never fixes, end the watch with an error. That policy lives in
-``adapters.podreconnects``.
+long as the outage lasts and the pod keeps processing meanwhile; refused credentials
+(401/403) as well, said once with the fix, until a RoleBinding pruned by a GitOps sync is
+back. That policy lives in ``adapters.podreconnects``.
 """
 
 from __future__ import annotations
@@ -198,8 +198,8 @@ class PodConfigMaps:
         Reconnects with backoff (``podreconnects.RECONNECT_BACKOFF_S`` doubling up to
         ``podreconnects.RECONNECT_BACKOFF_MAX_S``) for as long as the API server is
         unreachable, yielding nothing meanwhile, so that the pod goes on with what it was last
-        given. Raises :class:`errors.ConfigurationError` after
-        ``podreconnects.AUTH_FAILURES_LIMIT`` refusals in a row.
+        given. Refused credentials (401/403) too: said once as an ERROR that names the fix
+        (then every ``podreconnects.REFUSAL_LOG_EVERY_S``), never the end of the watch.
         """
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
@@ -226,7 +226,16 @@ class PodConfigMaps:
                         yield item
                 stop.set()
                 delay = reconnects.after_failure(item, now=loop.time())
-                if reconnects.should_log(now=loop.time()):
+                where = f"{self.namespace}/{self.name}"
+                if podreconnects.refused(item):
+                    if reconnects.should_say_refusal(now=loop.time()):
+                        logger.error(
+                            "%s; going on with the last assignment, asking again every %.0f s "
+                            "at most",
+                            podreconnects.wrap(item, f"watching ConfigMap {where}"),
+                            podreconnects.RECONNECT_BACKOFF_MAX_S,
+                        )
+                elif reconnects.should_log(now=loop.time()):
                     logger.warning(
                         "watching ConfigMap %s/%s failed %d time(s) over %.0f s (last: %s); "
                         "going on with the last assignment, reconnecting in %.1f s",

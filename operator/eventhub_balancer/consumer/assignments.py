@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import podconfig
+from eventhub_balancer.adapters import podconfig, podreconnects
 from eventhub_balancer.contracts import bounds, configmaps, partitionreports, podassignments
 
 logger = logging.getLogger(__name__)
@@ -282,6 +282,14 @@ class ConfigMapSource:
         # What the server holds now, until the watch says otherwise: the echo of this very
         # patch is no news, and is no reason to write again.
         self._written, self._standing = annotations, dict(annotations)
+
+    def unreadable(self) -> str | None:
+        """Why the pod cannot read its ConfigMap, when the API server refuses its credentials
+        (401/403 in a row, `podreconnects.Reconnects.refusal`); None while it may."""
+        refusal = self.client.reconnects.refusal
+        if refusal is None:
+            return None
+        return str(podreconnects.wrap(refusal, f"cannot read ConfigMap {self.client.name}"))
 
     def acknowledgement_lost(self) -> bool:
         if self._written is None or self._standing is None:

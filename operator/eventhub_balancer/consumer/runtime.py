@@ -131,10 +131,14 @@ class Runtime:
     def ready(self) -> tuple[bool, str]:
         """Ready: the current generation's partitions are taken up (running, parked or
         reported), or waited for longer than `takeups.ready_bound` of the grace it was
-        given. Neither a partition in trouble (reported) nor a release still running is a
-        reason to be NotReady: past ``podGraceSeconds`` all the pod's partitions would move."""
+        given; not while the API server refuses to let it read its assignment. Neither a
+        partition in trouble (reported) nor a release still running is a reason to be
+        NotReady: past ``podGraceSeconds`` all the pod's partitions would move."""
         if self._shutdown.is_set():
             return False, "shutting down"
+        unreadable = getattr(self.source, "unreadable", lambda: None)()
+        if unreadable:  # its partitions may have moved: let the operator hand them on
+            return False, str(unreadable)
         if self.latest is None:
             return False, "no assignment read yet"
         if self.readiness is not None:
