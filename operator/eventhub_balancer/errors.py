@@ -145,6 +145,14 @@ class NamespaceTerminating(Forbidden):
     reason: ClassVar[str] = "NamespaceTerminating"
 
 
+class LabelsRewritten(ConfigurationError):
+    """The API server stored one of the operator's ConfigMaps with other labels than it wrote:
+    a mutating admission policy or webhook rewrites them, and neither the operator's watch nor
+    the pod's finds the ConfigMap any more."""
+
+    reason: ClassVar[str] = "LabelsRewritten"
+
+
 class ApiRejected(ConfigurationError):
     """The API server refused the body (400/422): a bug or a schema the cluster does not know."""
 

@@ -135,6 +135,19 @@ def labels(*, consumer: str, pod: str) -> dict[str, str]:
     }
 
 
+def changed_labels(wanted: Mapping[str, str], found: Mapping[str, Any]) -> list[str]:
+    """How the labels ``found`` on a ConfigMap differ from the operator's ``wanted`` ones (a
+    label someone added is no difference): ``["app.kubernetes.io/managed-by: eventhub-balancer
+    -> argocd", "eventhub-balancer.dev/pod removed"]``, empty when they are all there."""
+    changes = []
+    for key, value in wanted.items():
+        if key not in found:
+            changes.append(f"{key} removed")
+        elif found[key] != value:
+            changes.append(f"{key}: {value} -> {found[key]}")
+    return changes
+
+
 def pod_selector(*, consumer: str, pod: str) -> str:
     """The label selector of one pod's ConfigMap: its two labels and the managed-by label."""
     wanted = labels(consumer=consumer, pod=pod)

@@ -47,6 +47,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer import errors
+from eventhub_balancer.contracts import configmaps
 from eventhub_balancer.handlers import ports
 from eventhub_balancer.reconciling import decisions, writes
 
@@ -166,12 +167,44 @@ async def apply_writes(
     return planned.count
 
 
-def _write_map(
+async def _write_map(
     kube: ports.KubePort, *, namespace: str, write: writes.MapWrite, events: Handover | None
-) -> Awaitable[Mapping[str, Any]]:
+) -> Mapping[str, Any]:
     if write.create:
-        return create_configmap(kube, namespace=namespace, write=write, events=events)
-    return patch_configmap(kube, namespace=namespace, write=write)
+        stored = await create_configmap(kube, namespace=namespace, write=write, events=events)
+    else:
+        stored = await patch_configmap(kube, namespace=namespace, write=write)
+    await kept_labels(kube, namespace=namespace, write=write, stored=stored)
+    return stored
+
+
+async def kept_labels(
+    kube: ports.KubePort, *, namespace: str, write: writes.MapWrite, stored: Mapping[str, Any]
+) -> None:
+    """Raise `errors.LabelsRewritten` when the API server answered ``write`` with other labels
+    than the operator's (a mutating admission policy or webhook rewrote them), having deleted
+    that ConfigMap: neither the operator's watch nor the pod finds it, and left in place it
+    would be met at the next create as one someone else made (reported as tampered with,
+    deleted, created again, at every cycle). The cycle fails, so the daemon backs off (up to
+    a minute) and the log says it once (`cyclefaults`)."""
+    meta: Mapping[str, Any] = stored.get("metadata") or {}
+    consumer = (write.body.get("data") or {}).get(configmaps.KEY_CONSUMER)
+    wanted = (write.body.get("metadata") or {}).get("labels") or (
+        configmaps.labels(consumer=consumer, pod=write.pod) if consumer else {}
+    )
+    changes = configmaps.changed_labels(wanted, meta.get("labels") or {}) if meta else []
+    if not changes:
+        return
+    await kube.delete_configmap(namespace=namespace, name=write.name, uid=meta.get("uid") or None)
+    raise errors.LabelsRewritten(
+        f"{'create' if write.create else 'patch'} ConfigMap {namespace}/{write.name}: the API "
+        f"server stored other labels than the operator wrote ({', '.join(changes)}), so "
+        f"neither the operator nor pod {write.pod} finds it (deleted again). A mutating "
+        "admission policy or webhook rewrites them: exclude the ConfigMaps labelled "
+        f"{configmaps.MANAGED_SELECTOR} from it; it must leave the labels "
+        f"{configmaps.LABEL_MANAGED_BY}, {configmaps.LABEL_CONSUMER} and "
+        f"{configmaps.LABEL_POD} as the operator writes them"
+    )
 
 
 async def create_configmap(
