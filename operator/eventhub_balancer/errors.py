@@ -145,6 +145,20 @@ class NamespaceTerminating(Forbidden):
     reason: ClassVar[str] = "NamespaceTerminating"
 
 
+class QuotaExceeded(Forbidden):
+    """A create refused by a ResourceQuota of its namespace (403 ``exceeded quota``): there is
+    no right to grant; the quota, or what uses it up, is to change."""
+
+    reason: ClassVar[str] = "QuotaExceeded"
+
+
+class AdmissionDenied(Forbidden):
+    """A write refused by an admission webhook or a ValidatingAdmissionPolicy (403, its
+    message quoted): there is no right to grant; the policy is to let the write through."""
+
+    reason: ClassVar[str] = "AdmissionDenied"
+
+
 class LabelsRewritten(ConfigurationError):
     """The API server stored one of the operator's ConfigMaps with other labels than it wrote:
     a mutating admission policy or webhook rewrites them, and neither the operator's watch nor

@@ -26,6 +26,7 @@ import dataclasses
 import functools
 import json
 import os
+import re
 from collections.abc import Callable
 from typing import Any, Self
 
@@ -59,6 +60,13 @@ class ConnectionInfo:
     private_key_path: str | None
 
 
+#: The 403 messages of kube-apiserver's admission, not its authorization: a webhook's denial
+#: and a ValidatingAdmissionPolicy's whose validation asks for reason Forbidden.
+_ADMISSION_DENIAL = re.compile(
+    r"admission webhook .* denied the request|ValidatingAdmissionPolicy .* denied request"
+)
+
+
 def _wrap(e: BaseException, what: str) -> errors.EventHubBalancerError:
     if isinstance(e, kube_exceptions.ApiException):
         status = e.status or 0
@@ -69,6 +77,16 @@ def _wrap(e: BaseException, what: str) -> errors.EventHubBalancerError:
             return errors.Conflict(f"{what}: conflict ({reason})")
         if status == 403 and _terminating(e):
             return errors.NamespaceTerminating(f"{what}: refused, the namespace is being deleted")
+        if status == 403 and "exceeded quota:" in reason:
+            return errors.QuotaExceeded(
+                f"{what}: refused by a ResourceQuota ({reason}); raise its limit in the "
+                "namespace, or free what it counts"
+            )
+        if status == 403 and _ADMISSION_DENIAL.search(reason):
+            return errors.AdmissionDenied(
+                f"{what}: refused by an admission policy ({reason}); it must let the "
+                "operator's writes through"
+            )
         if status == 403:
             return errors.Forbidden(
                 f"{what}: forbidden ({reason}); grant the operator's ServiceAccount access"
