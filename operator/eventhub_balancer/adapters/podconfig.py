@@ -126,6 +126,10 @@ class PodConfigMaps:
         self._patches = podpatches.Patches(lambda annotations: self._patch(annotations))
         #: ConfigMaps refused so far, by `configmaps.refusal` reason (for /metrics).
         self.refused: dict[str, int] = {}
+        #: The uid of the ConfigMap last accepted as this pod's, and whether it had
+        #: annotations: acknowledgements are written into it only. "" once it was deleted or
+        #: replaced under its name (by another pod's), None before the first read.
+        self._own: tuple[str, bool] | None = None
         self._logged: set[tuple[str, str]] = set()
         if not pod_uid:
             logger.warning(
@@ -138,11 +142,15 @@ class PodConfigMaps:
         refused = configmaps.refusal(
             body, consumer=self.consumer, pod=self.pod, pod_uid=self.pod_uid
         )
+        metadata = body.get("metadata") or {}
         if refused is None:
+            self._own = (str(metadata.get("uid") or ""), bool(metadata.get("annotations")))
             return True
+        if metadata.get("name") == self.name:
+            self._own = ("", False)  # replaced by someone else's: nothing of ours to annotate
         reason, message = refused
         self.refused[reason] = self.refused.get(reason, 0) + 1
-        name = str((body.get("metadata") or {}).get("name", ""))[:253]
+        name = str(metadata.get("name", ""))[:253]
         first = (reason, name) not in self._logged and len(self._logged) < REFUSALS_LOGGED
         if first:
             self._logged.add((reason, name))
@@ -180,6 +188,8 @@ class PodConfigMaps:
         for item in items:
             if self.accept(item):
                 chosen = item
+        if chosen is None:
+            self._own = ("", False)
         return chosen
 
     async def get(self) -> dict[str, Any] | None:
@@ -320,6 +330,7 @@ class PodConfigMaps:
                     elif ours:
                         put("object", {})  # ours, but another pod uid or data: as if absent
                 elif kind == "DELETED" and ours:
+                    self._own = ("", False)
                     put("object", {})
         finally:
             watcher.stop()  # type: ignore[no-untyped-call]
@@ -330,11 +341,14 @@ class PodConfigMaps:
         if self._patched_at is None or now - self._patched_at >= PATCH_IDLE_S:
             self._patch_client.rest_client.pool_manager.clear()
         self._patched_at = now
+        if self._own is not None and not self._own[0]:
+            raise k8s_errors.ApiException(status=404, reason="none of this pod's")
+        body, kind = podpatches.body(annotations, own=self._own)
         k8s.CoreV1Api(self._patch_client).patch_namespaced_config_map(
             self.name,
             self.namespace,
-            {"metadata": {"annotations": dict(annotations)}},
-            _content_type="application/merge-patch+json",
+            body,
+            _content_type=kind,
             _request_timeout=(PATCH_CONNECT_TIMEOUT_S, PATCH_ANSWER_TIMEOUT_S),
         )
 
@@ -358,9 +372,13 @@ class PodConfigMaps:
         try:
             written = await self._patches.write(annotations, within=ANNOTATE_TIMEOUT_S)
         except k8s_errors.ApiException as e:
-            if e.status == 404:
+            if e.status == 404 or (e.status == 422 and self._own is not None):
                 logger.info(
-                    "ConfigMap %s/%s is gone: acknowledgement dropped", self.namespace, self.name
+                    "ConfigMap %s/%s is gone or no longer this pod's (HTTP %s): acknowledgement "
+                    "dropped",
+                    self.namespace,
+                    self.name,
+                    e.status,
                 )
                 return
             self._annotate_after = now + ANNOTATE_RETRY_DOWN_S

@@ -20,12 +20,36 @@ import concurrent.futures
 import contextlib
 import threading
 from collections.abc import Callable, Mapping
-from typing import Final
+from typing import Any, Final
 
+MERGE_PATCH: Final = "application/merge-patch+json"
+JSON_PATCH: Final = "application/json-patch+json"
 #: A wait whose end the loop saw this much late or more ended while the process was paused
 #: (CPU throttling, a frozen container, SIGSTOP): the request's thread, paused with it, gets
 #: this long to take the answer the API server gave meanwhile before the wait is given up.
 RESUMED_SETTLE_S: Final = 0.5
+
+
+def body(annotations: Mapping[str, str], *, own: tuple[str, bool] | None) -> tuple[Any, str]:
+    """The patch that writes ``annotations``, and its content type.
+
+    ``own``: the uid of the ConfigMap the pod last read as its own, and whether it had
+    annotations (None: not read yet). A JSON patch then tests that uid first, so that the
+    acknowledgement lands in that ConfigMap only: one created under the same name for another
+    pod (a StatefulSet pod re-created while its predecessor's process still ran) fails the
+    test (422) and keeps its own. A merge patch used to write the old process's generation
+    and releases over the successor's.
+    """
+    if own is None:
+        return {"metadata": {"annotations": dict(annotations)}}, MERGE_PATCH
+    uid, annotated = own
+    operations: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/uid", "value": uid}]
+    if not annotated:
+        operations.append({"op": "add", "path": "/metadata/annotations", "value": {}})
+    for key, value in annotations.items():
+        pointer = key.replace("~", "~0").replace("/", "~1")  # RFC 6901
+        operations.append({"op": "add", "path": f"/metadata/annotations/{pointer}", "value": value})
+    return operations, JSON_PATCH
 
 
 class Patches:
