@@ -439,6 +439,7 @@ EVENT_MODULES = (
     "reconciling/refusals.py",
     "reconciling/foreignreaders.py",
     "reconciling/lostblobs.py",
+    "reconciling/rollbacks.py",
     "cli/checkpointresets.py",
     "cli/checkpointimports.py",
 )

@@ -19,11 +19,13 @@ decision hands on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime
 import logging
 import time
 
+from eventhub_balancer import errors
 from eventhub_balancer.contracts import conditions, podstates
 from eventhub_balancer.handlers import (
     backlogs,
@@ -41,6 +43,7 @@ from eventhub_balancer.reconciling import (
     decisions,
     kubeevents,
     observations,
+    rollbacks,
 )
 
 logger = logging.getLogger(__name__)
@@ -122,6 +125,12 @@ async def run_cycle(
             raise
         if ahead is not None:
             memory.store = await ahead
+        if writes and (decision.status or decision.epochs is not None):
+            # The status as written (the cache holds the write's answer): a status someone
+            # writes back to before it is told from it (`rollbacks`).
+            with contextlib.suppress(errors.EventHubBalancerError):
+                body = await kube.get_consumer(namespace=namespace, name=name)
+                memory.carry = rollbacks.remember(memory.carry, body)
         logger.debug(
             CYCLE_TIMES,
             namespace,

@@ -49,6 +49,7 @@ from eventhub_balancer.reconciling import (
     readbacks,
     refusals,
     reports,
+    rollbacks,
     statuses,
 )
 
@@ -71,6 +72,10 @@ def decide(
         consumer=observation.name,
         sightings=observation.sightings,
     )
+    # A status someone wrote back to an earlier time: decided over the one read before.
+    restoring = None
+    if carry.record is not None and carry.record.body is not observation.body:
+        observation, restoring = rollbacks.restored(carry.record, observation)
     recorded = decisions.read_record(carry.record, observation.body)
     unknown = readbacks.unconfirmed(
         fleet,
@@ -102,6 +107,10 @@ def decide(
         now=now,
         confirm_at=confirm_at,
     )
+    if restoring is not None:
+        decision = rollbacks.put_back(
+            decision, restoring, remembered=observation.status, consumer=observation.body, now=now
+        )
     if not (decision.needs_checkpoints or decision.needs_last_sequences):
         derived = None  # only the first of a cycle's two decisions hands its writes on
     if fleet is carry.fleet and recorded is carry.record and derived is carry.derived:
