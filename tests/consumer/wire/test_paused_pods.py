@@ -24,6 +24,8 @@ pytestmark = pytest.mark.slow
 PAUSE_S = 4.0
 EVERY_S = 10.0
 PAUSES = 4
+#: Bursts of events, spread over the pauses.
+ROUNDS = 20
 
 
 def owners(stack: Any) -> dict[str, tuple[str, int, str]]:
@@ -42,7 +44,11 @@ def test_a_pod_paused_for_seconds_at_a_time_keeps_its_partitions(
         stack, consumers, watch, cs = running
         consumers.handler_seconds = 0.05
         total = 4 * 1_000
-        producer = scaling.produce(cs, total, rounds=20, partitions_=4, pause=1.5)
+        # Events arrive all through the pauses (the rounds span them), and no longer: paced
+        # by a pause after each send, they went on 18 s past the last one.
+        producer = scaling.produce(
+            cs, total, rounds=ROUNDS, partitions_=4, every=PAUSES * EVERY_S / ROUNDS
+        )
         for pod in ("p1", "p2"):
             consumers.start(pod)
         wait_for(lambda: scaling.owned_counts(stack) == [2, 2], timeout=60, what="2 pods, 2 each")

@@ -347,18 +347,31 @@ def _consumer_cr() -> dict[str, Any]:
 
 
 def produce(
-    cs: str, total: int, *, rounds: int, partitions_: int = PARTITIONS, pause: float = 1.0
+    cs: str,
+    total: int,
+    *,
+    rounds: int,
+    partitions_: int = PARTITIONS,
+    pause: float = 1.0,
+    every: float | None = None,
 ) -> threading.Thread:
-    """Send ``total`` events spread evenly over the partitions in ``rounds`` bursts."""
+    """Send ``total`` events spread evenly over the partitions in ``rounds`` bursts, ``pause``
+    seconds apart; or, with ``every``, one burst begun every ``every`` seconds (a burst that
+    takes longer is followed at once), so that the rounds span ``rounds * every`` seconds
+    however long a send takes (each opens its links anew: 1.5 s and more)."""
     per_round = total // partitions_ // rounds
     assert per_round * partitions_ * rounds == total, "choose rounds that divide the total"
 
     def main() -> None:
-        for _ in range(rounds):
+        began = time.monotonic()
+        for i in range(rounds):
             asyncio.run(
                 send_events(cs, consuming.HUB, {str(p): per_round for p in range(partitions_)})
             )
-            time.sleep(pause)
+            if every is None:
+                time.sleep(pause)
+            else:
+                time.sleep(max(0.0, began + (i + 1) * every - time.monotonic()))
 
     thread = threading.Thread(target=main, daemon=True)
     thread.start()
