@@ -7,8 +7,9 @@ once it is listed again after a refusal (`test_relisting_wakes`), then sees noth
 Each refused cycle backed off, doubling up to a minute, and nothing woke it when the writes
 were accepted again: a pod deleted during such a throttle kept its partitions up to a minute
 after it (18 s in one run on a real kube-apiserver,
-`tests/realkube/wire/test_throttled_operator.py`). On fake time, over the in-memory API, which answers the operator's writes as
-the adapter reports a real 429 (`kubeclients` wraps the client's exception).
+`tests/realkube/wire/test_throttled_operator.py`). On fake time, over the in-memory API,
+which answers the operator's writes as the adapter reports a real 429 (`kubeclients` wraps
+the client's exception).
 """
 
 from __future__ import annotations
