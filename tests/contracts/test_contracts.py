@@ -6,6 +6,8 @@ import datetime
 import re
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from eventhub_balancer import errors
 from eventhub_balancer.balancing import models
@@ -307,6 +309,21 @@ def test_condition_transition_time_moves_only_with_status() -> None:
         now=later,
     )
     assert flipped[0]["lastTransitionTime"] == timestamps.format_time(later)
+
+
+@given(st.floats(min_value=0, max_value=4e9, allow_nan=False))
+def test_a_moment_reads_back_as_the_same_text_and_keeps_its_milliseconds(seconds: float) -> None:
+    """The record's and the ConfigMaps' moments are read back and written again every cycle:
+    the text must not drift (a write every cycle), and must keep the milliseconds that tell a
+    grant from its revocation within one second."""
+    moment = datetime.datetime.fromtimestamp(seconds, tz=datetime.UTC)
+    text = timestamps.format_moment(moment)
+    again = timestamps.parse_time(text)
+    assert again is not None
+    assert timestamps.format_moment(again) == text
+    assert again <= moment < again + datetime.timedelta(milliseconds=1)
+    whole = moment.replace(microsecond=0)
+    assert timestamps.format_moment(whole) == timestamps.format_time(whole)
 
 
 def pod(**status: object) -> dict[str, object]:

@@ -226,16 +226,32 @@ def test_a_release_ahead_does_not_count_while_the_revocation_is_only_in_the_reco
     assert [m for m in decision.moves if m.target == "c" and m.reason == "released"] == []
 
 
-def revoked_for_c() -> tuple[observations.Observation, decisions.Decision, str]:
-    """a and b own everything since 0 s; c joins at 5 s: b's decision revokes one of its."""
-    grown = bodies.with_pods(started(pod("a"), pod("b")), pod("c"))
-    seen, decision = bodies.decide_fully(grown, now=at(5))
+def revoked_for_c(
+    granted: float = 0.0, joined: float = 5.0
+) -> tuple[observations.Observation, decisions.Decision, str]:
+    """a and b own everything since ``granted``; c joins at ``joined``: b's decision revokes one
+    of its."""
+    first, decision = bodies.decide_fully(
+        bodies.observe(pods=[pod("a"), pod("b")]), now=at(granted)
+    )
+    grown = bodies.with_pods(bodies.applied(first, decision), pod("c"))
+    seen, decision = bodies.decide_fully(grown, now=at(joined))
     (revoked,) = [m.partition for m in decision.moves if m.kind == "revoke" and m.source == "b"]
     return seen, decision, revoked
 
 
-def test_a_revocation_recorded_but_not_written_yet_is_no_tampering() -> None:
-    seen, decision, revoked = revoked_for_c()
+#: Granted and revoked seconds apart, or within one second (pods that turn Ready together: the
+#: record's and the ConfigMaps' times are kept to the millisecond, so the two still differ).
+MOMENTS = pytest.mark.parametrize(
+    ("granted", "joined"), [(0.0, 5.0), (0.2, 0.7)], ids=["apart", "same-second"]
+)
+
+
+@MOMENTS
+def test_a_revocation_recorded_but_not_written_yet_is_no_tampering(
+    granted: float, joined: float
+) -> None:
+    seen, decision, revoked = revoked_for_c(granted, joined)
     # The status went out, b's ConfigMap patch was refused (an API server throttling: 429).
     interrupted = bodies.applied(seen, dataclasses.replace(decision, writes=writes.Writes()))
     assert bodies.assignment(interrupted)["b"][revoked] == (1, "owned")
@@ -244,9 +260,12 @@ def test_a_revocation_recorded_but_not_written_yet_is_no_tampering() -> None:
     assert bodies.assignment(bodies.applied(interrupted, again))["b"][revoked] == (1, "revoking")
 
 
+@MOMENTS
 @pytest.mark.parametrize("since", ["kept", "dropped", "later"])
-def test_a_revocation_someone_put_back_to_owned_is_tampering(since: str) -> None:
-    seen, decision, revoked = revoked_for_c()
+def test_a_revocation_someone_put_back_to_owned_is_tampering(
+    since: str, granted: float, joined: float
+) -> None:
+    seen, decision, revoked = revoked_for_c(granted, joined)
     written = bodies.applied(seen, decision)
     cm = next(m for m in written.configmaps if m["data"][configmaps.KEY_POD] == "b")
     data = json.loads(cm["data"][configmaps.KEY_PARTITIONS])

@@ -80,7 +80,7 @@ def _partitions_json(partitions: Mapping[models.PartitionId, PartitionEntry]) ->
         entry = partitions[pid]
         item: dict[str, Any] = {"epoch": entry.epoch, "state": entry.state}
         if entry.since is not None:
-            item["since"] = timestamps.format_time(entry.since)
+            item["since"] = timestamps.format_moment(entry.since)
         body[pid] = item
     return json.dumps(body, separators=(",", ":"))
 

@@ -51,8 +51,8 @@ class Outcome:
 
 
 def time_text(seconds: float) -> str:
-    """``seconds`` as the status writes a time."""
-    return timestamps.format_time(podstates.from_seconds(seconds))
+    """``seconds`` as the status writes a moment of ownership (to the millisecond)."""
+    return timestamps.format_moment(podstates.from_seconds(seconds))
 
 
 def epochs(
