@@ -46,7 +46,11 @@ class HeavyFirstScheduling(LoadFileScheduling):  # type: ignore[misc]
     def _assign_work_unit(self, node: Any) -> None:
         if not self._reordered:
             self._reordered = True
-            items = ordered(Path(self.config.rootpath), self.workqueue)
-            self.workqueue.clear()
-            self.workqueue.update(items)
+            # xdist's own queue (an OrderedDict of scope -> tests): left as it is should a later
+            # xdist name or shape it otherwise, which changes only the order, never the tests.
+            queue = getattr(self, "workqueue", None)
+            if isinstance(queue, dict):
+                items = ordered(Path(self.config.rootpath), queue)
+                queue.clear()
+                queue.update(items)
         super()._assign_work_unit(node)
