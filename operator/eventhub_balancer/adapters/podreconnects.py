@@ -179,9 +179,7 @@ def wrap(error: BaseException, what: str) -> errors.EventHubBalancerError:
             "of it to the ServiceAccount (manifests/examples/30-consumer-rbac.yaml; the "
             "consumer chart's are named after its release)"
         )
-    status = getattr(error, "status", None)
-    detail = f"HTTP {status}" if status else type(error).__name__
-    return errors.TransientError(f"{what}: {detail}")
+    return errors.TransientError(f"{what}: {describe(error)}")
 
 
 def _said(error: k8s_errors.ApiException) -> str:
