@@ -170,9 +170,17 @@ def test_owner_changes_equal_the_lower_bound(scenario: models.Scenario) -> None:
     changes = sum(1 for p in scenario.partitions if before[p] != after[p])
     assert changes == simulation.lower_bound(scenario)
     live = simulation.live_members(scenario)
-    if live:
-        counts = [sum(1 for o in after.values() if o == m.name) for m in live]
-        assert max(counts) - min(counts) <= 1
+    if not live:
+        return
+    counts = {m.name: sum(1 for o in after.values() if o == m.name) for m in live}
+    fewest = min(counts.values())
+    # What is handed out is spread evenly: a member given partitions holds at most one more
+    # than any other. Only a held member keeping more than its share leaves a live member
+    # lacking (its share comes back with it); otherwise they are all within one.
+    gained = [n for n, c in counts.items() if c > sum(1 for o in before.values() if o == n)]
+    assert all(counts[n] - fewest <= 1 for n in gained), counts
+    if sum(cycles[-1].plan.targets.values()) == sum(counts.values()):
+        assert max(counts.values()) - fewest <= 1, counts
 
 
 @PROPERTIES

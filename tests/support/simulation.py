@@ -132,21 +132,31 @@ def owners(
 def lower_bound(scenario: models.Scenario) -> int:
     """The fewest owner changes that reach balance (equal weights, no revoke in flight):
     every partition that has no live or held owner, plus the surplus above the targets
-    when the extra partitions go to the members that hold the most."""
+    when the extra partitions go to the members that hold the most. A held member counts
+    in the targets up to what it holds: what it keeps above its share is the live members'
+    once it is back, and nothing moves among them meanwhile to make up for it."""
     live = {m.name for m in live_members(scenario)}
     held = {m.name for m in scenario.members if standing(scenario, m.name) == "held"}
     counts = dict.fromkeys(live, 0)
-    loose = held_count = 0
+    keeps = dict.fromkeys(held, 0)
+    loose = 0
     for owner in owners(scenario).values():
         if owner in live:
             counts[owner] += 1
         elif owner in held:
-            held_count += 1
+            keeps[owner] += 1
         elif owner is not None or live:
             loose += 1
     if not live:
         return loose
-    floor, extra = divmod(len(scenario.partitions) - held_count, len(live))
+    carried = len(scenario.partitions)
+    if any(keeps.values()):
+        # The split with the held members: the extras to those holding the most, then by name.
+        stakes = {**counts, **{n: c for n, c in keeps.items() if c}}
+        base, extra = divmod(len(scenario.partitions), len(stakes))
+        ranked = sorted(stakes, key=lambda n: (-stakes[n], models.name_key(n)))
+        carried -= sum(min(keeps[n], base + (ranked.index(n) < extra)) for n in keeps if keeps[n])
+    floor, extra = divmod(carried, len(live))
     above = [c for c in counts.values() if c > floor]
     return loose + sum(c - floor for c in above) - min(extra, len(above))
 

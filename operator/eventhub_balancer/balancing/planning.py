@@ -19,7 +19,8 @@ from the ConfigMaps, acknowledgements, `now`) and writes what changed. The rules
    lag, the partitions of held members are left out and only the live members count.
 4. Live members above their target revoke their surplus (capped by ``maxMovesPerCycle``,
    after the drains) as far as live members below their target lack it; loose partitions go
-   at once to live members below their target (the longest Ready first), with epoch + 1. A
+   at once to live members below their target (the longest Ready first; while a held member
+   keeps more than its share, those holding the least first), with epoch + 1. A
    revoked partition changes owner in a later cycle, once it is loose. A starting member's
    share stays with the current owners until it is Ready, so a burst of joins is planned
    once: each partition moves straight to its final owner, never through a pod that joined a
@@ -96,7 +97,7 @@ def _decide_by_count(scenario: models.Scenario, census: censuses.Census) -> cens
         for m in census.live
     ] + [targets.Claim(name=m.name, weight=m.weight, current=0) for m in census.starting]
     held = _held_claims(scenario, census)
-    total = len(scenario.partitions) - len(census.held)
+    free = total = len(scenario.partitions) - len(census.held)
     if held:
         # A held member gets nothing new: what it holds below its share, the others carry.
         shares = targets.quotas(total=len(scenario.partitions), claims=claims + held)
@@ -131,14 +132,17 @@ def _decide_by_count(scenario: models.Scenario, census: censuses.Census) -> cens
     # what the first one's revocations free goes to it, not to one that sorts before it.
     for source in picked.values():
         holding[source] -= 1
-    openings = (
+    openings = [
         (m.name, quota[m.name] - holding[m.name])
         for m in sorted(census.live, key=lambda m: (m.outgoing, m.since))
         if quota[m.name] > holding[m.name]
-    )
+    ]
     queue = [x.partition for x in census.loose] + census.in_flight + [r.partition for r in revokes]
     destinations: dict[models.PartitionId, models.MemberName | None] = {}
     position = 0
+    if total > free and len(queue) < sum(room for _, room in openings):
+        # A held pod keeps more than its share: the live pods lack it evenly.
+        openings = _evenly(openings, holding, len(queue))
     for name, room in openings:
         for p in queue[position : position + room]:
             destinations[p] = name
@@ -162,6 +166,24 @@ def _decide_by_count(scenario: models.Scenario, census: censuses.Census) -> cens
         destinations=destinations,
         starting=tuple(m.name for m in census.starting),
     )
+
+
+def _evenly(
+    openings: list[tuple[models.MemberName, int]], holding: dict[models.MemberName, int], count: int
+) -> list[tuple[models.MemberName, int]]:
+    """Share `count` partitions over the openings, the members holding the least first (then in
+    the openings' order): none is given a second partition while another has room and none.
+    Only while a held pod keeps more than its share, so that what it hands on once back goes
+    to the live pods holding the least; otherwise the openings fill in order (rule 4)."""
+    heap = [(holding[name], rank, name, room) for rank, (name, room) in enumerate(openings)]
+    heapq.heapify(heap)
+    given = dict.fromkeys((name for name, _ in openings), 0)
+    for _ in range(count):
+        held, rank, name, room = heapq.heappop(heap)
+        given[name] += 1
+        if room > 1:
+            heapq.heappush(heap, (held + 1, rank, name, room - 1))
+    return [(name, given[name]) for name, _ in openings if given[name]]
 
 
 def _held_claims(scenario: models.Scenario, census: censuses.Census) -> list[targets.Claim]:
