@@ -109,13 +109,15 @@ def _wrap(e: BaseException, what: str) -> errors.EventHubBalancerError:
 
 
 def _retry_after(headers: Any) -> float | None:
-    """The seconds an answer's ``Retry-After`` asks (kube-apiserver sends a number), if any."""
+    """The seconds an answer's ``Retry-After`` asks, if any, read as the client's retries read
+    it (`kuberetries`: urllib3's parser, a number or an HTTP date); unreadable is unsaid."""
     value = headers.get("Retry-After") if headers is not None else None
+    if value is None:
+        return None
     try:
-        seconds = float(value) if value is not None else None
-    except ValueError:
-        return None  # an HTTP date: no API server of ours sends one; paced as if unsaid
-    return seconds if seconds is not None and seconds >= 0 else None
+        return float(kuberetries.client_retries().parse_retry_after(str(value)))
+    except urllib3.exceptions.InvalidHeader:
+        return None
 
 
 def _unreachable(e: urllib3.exceptions.MaxRetryError) -> str:
