@@ -215,8 +215,16 @@ class LocalKubeAPI:
         tokens = tuple(exempt_tokens)
         self._loop.call(lambda: gate.pause(exempt=tokens), timeout=CALL_TIMEOUT)
 
+    def hold(self, path_part: str) -> None:
+        """Hold the requests whose path contains ``path_part`` (``/events``) until `resume`,
+        and answer the others: one resource that stops answering, not the whole server."""
+        gate = self._gate
+        if gate is None or self._loop is None:
+            raise RuntimeError("the local Kubernetes API is not running: call start() first")
+        self._loop.call(lambda: gate.hold(path_part), timeout=CALL_TIMEOUT)
+
     def resume(self) -> None:
-        """Answer again, the requests held since `pause` first."""
+        """Answer again, the requests held since `pause` (or `hold`) first."""
         gate = self._gate
         if gate is None or self._loop is None:
             return

@@ -68,3 +68,22 @@ def test_pausing_drops_the_watch_streams() -> None:
         api.pause()
         assert ended.wait(5.0), "the watch was not dropped"
         api.resume()
+
+
+@pytest.mark.timeout(30)
+def test_held_requests_of_one_path_hang_and_the_others_are_answered() -> None:
+    with apiservers.LocalKubeAPI() as api:
+        events = f"{api.url}/api/v1/namespaces/default/events"
+        configmaps = f"{api.url}/api/v1/namespaces/default/configmaps"
+        api.hold("/events")
+        assert not _paused(api)  # the server as a whole answers
+        assert _get(configmaps) == 200
+        answers: list[int] = []
+        waiter = threading.Thread(target=lambda: answers.append(_get(events, timeout=10)))
+        waiter.start()
+        waiter.join(timeout=0.5)
+        assert answers == []
+        api.resume()
+        waiter.join(timeout=10)
+        assert answers == [200]
+        assert _get(events) == 200
