@@ -39,7 +39,9 @@ logger = logging.getLogger(__name__)
 
 #: The Events that may wait to be posted; a thousand consumers' hand-offs at once fit.
 MAX_QUEUED = 1000
-#: How long a stopping operator keeps posting what is queued.
+#: How long a stopping operator keeps posting what is queued, from the moment it began
+#: stopping (`Poster.stopping`): the daemons' cycles in flight take up to 6 s of the same time
+#: (`kopfwiring.CYCLE_FINISH_SECONDS`), and the Events go on posting meanwhile.
 STOP_SECONDS = 5.0
 
 
@@ -69,6 +71,11 @@ class Poster:
         self._in_flight = False
         #: the run of refused Events under way, said once (`Refusals`)
         self._refusals = Refusals()
+        #: when the operator began stopping (the loop's time), if it has; and when the Events
+        #: still queued are given up on (`stopping`)
+        self._stopping_since: float | None = None
+        self._deadline: asyncio.TimerHandle | None = None
+        self._given_up = False
 
     @property
     def pending(self) -> int:
@@ -77,6 +84,9 @@ class Poster:
 
     def post(self, body: Mapping[str, Any]) -> None:
         """Hand one Event over; it is posted after those handed before it. Never waits."""
+        if self._given_up:  # the operator stopped posting (`stopping`)
+            logger.debug("stopping: not posting Event %s", body.get("reason"))
+            return
         if len(self._queue) >= self._limit:
             self.dropped += 1
             self._burst += 1
@@ -135,19 +145,42 @@ class Poster:
         done, _ = await asyncio.wait({task}, timeout=limit_seconds)
         return bool(done)
 
-    async def stop(self, *, limit_seconds: float = STOP_SECONDS) -> None:
-        """Post what is queued within ``limit_seconds``, then give up on the rest."""
-        if await self.flushed(limit_seconds=limit_seconds):
+    def stopping(self, *, now: float, limit_seconds: float = STOP_SECONDS) -> None:
+        """The operator began stopping at ``now`` (the loop's time): what is queued is posted
+        until ``limit_seconds`` after, and then given up on, by the poster itself. kopf, once
+        its own tasks have ended, waits 5 s for the others before it cancels them: with an
+        Event in flight to an API server that hung, that wait came after the daemons' 6 s.
+        The first call counts."""
+        if self._stopping_since is not None:
             return
+        self._stopping_since = now
+        self._deadline = asyncio.get_running_loop().call_at(
+            now + limit_seconds, self._give_up, limit_seconds
+        )
+
+    async def stop(self, *, limit_seconds: float = STOP_SECONDS) -> None:
+        """Post what is queued within ``limit_seconds`` of the stop (`stopping`, or now),
+        then give up on the rest."""
+        self.stopping(now=_now(), limit_seconds=limit_seconds)
+        task = self._task
+        if task is not None and not task.done():
+            await asyncio.wait({task})  # it ends by itself, or at the deadline (`_give_up`)
+        if self._deadline is not None:
+            self._deadline.cancel()
+
+    def _give_up(self, limit_seconds: float) -> None:
+        self._given_up = True
         left = self.pending
         task, self._task = self._task, None
         self._queue.clear()
         if task is not None:
             task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        logger.warning(
-            "stopping: %d Kubernetes Events were not posted in %g s", left, limit_seconds
-        )
+        if left:
+            logger.warning(
+                "stopping: %d Kubernetes Events were not posted within %g s of the stop",
+                left,
+                limit_seconds,
+            )
 
 
 def _now() -> float:

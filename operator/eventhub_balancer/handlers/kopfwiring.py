@@ -15,13 +15,14 @@ built per operator instance, so that two operators (peering tests) can share a p
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import kopf
 
 from eventhub_balancer.contracts import configmaps, labelselectors, specs
-from eventhub_balancer.handlers import registering
+from eventhub_balancer.handlers import eventposts, registering
 from eventhub_balancer.handlers.cache import shelves
 from eventhub_balancer.reconciling import conflicts
 
@@ -147,13 +148,17 @@ def build_registry(runtime: registering.Operator) -> kopf.OperatorRegistry:
     )
     async def balance(**kwargs: Any) -> None:
         runtime.following.attach({kind: kwargs[index] for kind, index in INDEXES.items()})
-        await registering.run_daemon(
-            runtime,
-            namespace=kwargs["namespace"],
-            name=kwargs["name"],
-            spec=kwargs["spec"],
-            stopped=kwargs["stopped"],
-        )
+        exiting = asyncio.ensure_future(note_exit(kwargs["stopped"], runtime.events))
+        try:
+            await registering.run_daemon(
+                runtime,
+                namespace=kwargs["namespace"],
+                name=kwargs["name"],
+                spec=kwargs["spec"],
+                stopped=kwargs["stopped"],
+            )
+        finally:
+            exiting.cancel()
 
     # Every handler below is a coroutine function: kopf runs a plain function in a thread of
     # its executor, where the rosters would change under a cycle reading them and a wake-up
@@ -215,6 +220,15 @@ def build_registry(runtime: registering.Operator) -> kopf.OperatorRegistry:
         runtime.observed(shelves.CONFIGMAPS, kept(kwargs["body"]), kwargs["type"])
 
     return registry
+
+
+async def note_exit(stopped: kopf.DaemonStopped, events: eventposts.Poster) -> None:
+    """Tell ``events`` when kopf stops this daemon for the operator's exit: the Events' stop
+    limit counts from then, beside the daemons' own (a SIGTERM behind an API server that
+    hangs waited 6 s for the cycles in flight, then 5 s more for the Events)."""
+    await stopped.wait()
+    if stopped.reason is not None and kopf.DaemonStoppingReason.OPERATOR_EXITING in stopped.reason:
+        events.stopping(now=asyncio.get_running_loop().time())
 
 
 def kept(
