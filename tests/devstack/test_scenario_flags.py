@@ -8,6 +8,7 @@ after a minute of running). ``nan`` passed every comparison the checks made.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import NoReturn
 
 import pytest
@@ -67,3 +68,29 @@ def test_the_defaults_start_the_run(command: list[str], monkeypatch: pytest.Monk
     monkeypatch.setattr(balancing, "run", started)
     with pytest.raises(AssertionError, match="the run started"):
         cli.main(command)
+
+
+WORK_DIR_COMMANDS = [["demo"], ["bench", "balance", "--quick"], ["bench", "chaos"]]
+
+
+@pytest.mark.parametrize("command", WORK_DIR_COMMANDS, ids=" ".join)
+def test_a_work_dir_that_cannot_be_a_directory_is_named_before_anything_starts(
+    command: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--work-dir`` on a file (or where no directory can be made) ended in a stack trace
+    from mkdir: after the stack had started, for the demo and the chaos run."""
+    from eventhub_balancer_devstack import chaos
+
+    monkeypatch.setattr(runs, "local_stack", started)
+    monkeypatch.setattr(balancing, "run", started)
+    monkeypatch.setattr(chaos, "run", started)
+    taken = tmp_path / "notes.txt"
+    taken.write_text("not a directory")
+    for work_dir in (taken, taken / "run"):
+        assert cli.main([*command, "--work-dir", str(work_dir)]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith(f"ehb: error: --work-dir: {work_dir} cannot be made a directory (")
+    assert taken.read_text() == "not a directory"

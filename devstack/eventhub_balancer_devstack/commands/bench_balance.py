@@ -70,8 +70,8 @@ def run(args: argparse.Namespace) -> int:
         rate=settings.rate,
         interval=settings.interval_seconds,
     )
+    demo.check_work_dir(args.work_dir)
     if args.work_dir is not None:
-        args.work_dir.mkdir(parents=True, exist_ok=True)
         demo._log_to_file(args.work_dir / "bench.log")
     view = terminalviews.LiveView(sys.stderr, tty=False)
     report = balancing.run(settings, observer=view)

@@ -65,6 +65,7 @@ def parse_gap(text: str) -> tuple[float, float]:
 
 def run(args: argparse.Namespace) -> int:
     from eventhub_balancer_devstack import chaos, chaosfaults, terminalviews
+    from eventhub_balancer_devstack.commands import demo
 
     if args.seconds <= 0:
         raise errors.InvalidInput("--seconds", "must be above 0")
@@ -76,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
         work_dir=args.work_dir,
         kube=args.kube,
     )
+    demo.check_work_dir(args.work_dir)
     view = terminalviews.LiveView(sys.stderr, tty=False)
     report = chaos.run(options, observer=view)
     if args.json:

@@ -91,10 +91,27 @@ def check_scenario(*, partitions: int, grow_to: int, rate: float, interval: int)
         )
 
 
+def check_work_dir(path: Path | None) -> None:
+    """Make ``--work-dir`` (and its parents) before anything starts: a path that cannot be a
+    directory (a file, below a file, no right to make it) used to end the run in mkdir's
+    stack trace, for the demo and the chaos run after the stack had started."""
+    if path is None:
+        return
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise errors.InvalidInput(
+            "--work-dir",
+            f"{path} cannot be made a directory ({e.strerror or e}): give a directory, or a "
+            "path where one can be made",
+        ) from None
+
+
 def check_flags(args: argparse.Namespace) -> None:
     check_scenario(
         partitions=args.partitions, grow_to=args.grow_to, rate=args.rate, interval=args.interval
     )
+    check_work_dir(args.work_dir)
     if not 0 < args.balance_timeout < math.inf:
         raise errors.InvalidInput("--balance-timeout", "must be a positive number of seconds")
     if not 0 <= args.settle < math.inf:
