@@ -17,7 +17,8 @@ _ROOT_FIELDS = ("apiVersion", "kind", "metadata")
 
 
 def apply_defaults(body: dict[str, Any], schema: Mapping[str, Any]) -> None:
-    """Fill in the schema's ``default`` values where fields are absent (recursively)."""
+    """Fill in the schema's ``default`` values where fields are absent or null without being
+    nullable (recursively)."""
     _default(body, schema, root=True)
 
 
@@ -27,7 +28,7 @@ def _default(value: Any, schema: Mapping[str, Any], *, root: bool = False) -> No
         for key, sub in properties.items():
             if root and key in _ROOT_FIELDS:
                 continue
-            if key not in value and isinstance(sub, Mapping) and "default" in sub:
+            if isinstance(sub, Mapping) and "default" in sub and _absent(value.get(key), sub):
                 value[key] = copy.deepcopy(sub["default"])
             if key in value and isinstance(sub, Mapping):
                 _default(value[key], sub)
@@ -43,8 +44,15 @@ def _default(value: Any, schema: Mapping[str, Any], *, root: bool = False) -> No
                 _default(item, items)
 
 
+def _absent(value: Any, schema: Mapping[str, Any]) -> bool:
+    """Whether a field's value counts as absent: missing, or a null its schema does not allow."""
+    return value is None and not schema.get("nullable")
+
+
 def prune(body: dict[str, Any], schema: Mapping[str, Any]) -> None:
-    """Drop the fields that the schema does not declare (recursively)."""
+    """Drop the fields that the schema does not declare (recursively), and the nulls of fields
+    that are neither nullable nor defaulted (a YAML key left empty), as a real server does
+    before it defaults: such a null is absent, for ``required`` too."""
     _prune(body, schema, root=True)
 
 
@@ -57,10 +65,13 @@ def _prune(value: Any, schema: Mapping[str, Any], *, root: bool = False) -> None
             if root and key in _ROOT_FIELDS:
                 continue
             sub = properties.get(key)
+            if not isinstance(sub, Mapping) and isinstance(additional, Mapping):
+                sub = additional
             if isinstance(sub, Mapping):
-                _prune(value[key], sub)
-            elif isinstance(additional, Mapping):
-                _prune(value[key], additional)
+                if value[key] is None and not sub.get("nullable") and "default" not in sub:
+                    del value[key]  # a null the schema does not allow: as if absent
+                else:
+                    _prune(value[key], sub)
             elif not keeps_unknown:
                 del value[key]
     elif isinstance(value, list):

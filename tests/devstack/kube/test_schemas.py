@@ -1,3 +1,9 @@
+"""Defaulting and pruning of custom resources by their CRD's schema, as a real API server does."""
+
+from __future__ import annotations
+
+from typing import Any
+
 from eventhub_balancer_devstack.kube import schemas
 
 SCHEMA = {
@@ -58,4 +64,20 @@ def test_pruning_drops_unknown_fields_but_keeps_preserved_and_maps() -> None:
         "metadata": {"name": "x", "anything": 1},
         "spec": {"items": [{"n": "a"}], "labels": {"a": "b"}, "free": {"whatever": {"deep": 1}}},
         "status": {"known": 1},
+    }
+
+
+def test_a_null_is_defaulted_or_dropped_as_if_absent() -> None:
+    """A YAML key left empty (``balancing:`` with its lines commented out) arrives as null. A
+    real API server takes it as absent: a field with a default gets the default, one without
+    is dropped (and then ``required`` speaks, not "must not be null")."""
+    body: dict[str, Any] = {
+        "spec": {"interval": None, "nested": None, "labels": None, "free": {"kept": None}},
+        "status": {"known": None},
+    }
+    schemas.prune(body, SCHEMA)
+    schemas.apply_defaults(body, SCHEMA)
+    assert body == {
+        "spec": {"interval": 5, "nested": {"x": "d"}, "free": {"kept": None}},
+        "status": {},
     }

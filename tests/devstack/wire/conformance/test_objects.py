@@ -501,6 +501,26 @@ def test_schema_violations_name_each_field(
     assert "dta" not in pruned.real.body
 
 
+def test_a_null_counts_as_absent(
+    servers: exchanges.Servers, namespace: str, ehc_spec: dict[str, Any]
+) -> None:
+    """A YAML key left empty (``balancing:`` with its lines commented out) is a null: a real
+    server defaults it, or drops it when the field has no default, and does not refuse it."""
+    empty = copy.deepcopy(ehc_spec)
+    empty["balancing"] = None
+    empty["serviceAccountName"] = None
+    created = servers.request("POST", _ehcs(namespace), body=_consumer("nulls", empty))
+    created.agree(201)
+    assert created.local.body["spec"] == created.real.body["spec"], created.shown()
+    assert created.real.body["spec"]["balancing"]["intervalSeconds"] == 5
+
+    missing = copy.deepcopy(ehc_spec)
+    missing["selector"] = None
+    refused = servers.request("POST", _ehcs(namespace), body=_consumer("no-selector", missing))
+    refused.agree(422, "Invalid").same_message()
+    assert _causes(refused.local) == _causes(refused.real), refused.shown()
+
+
 def test_names_and_labels_are_refused_in_the_same_words(
     servers: exchanges.Servers, namespace: str, ehc_spec: dict[str, Any]
 ) -> None:
