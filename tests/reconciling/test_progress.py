@@ -85,3 +85,17 @@ def test_applied_writes_both_beside_the_others_and_keeps_their_transition_times(
     later = T0.replace(minute=5)
     again = progress.applied(first, [], observed_generation=2, now=later)
     assert [c["lastTransitionTime"] for c in again] == [c["lastTransitionTime"] for c in first]
+
+
+@pytest.mark.parametrize("reason", ["Paused", "ScaledToZero"])
+def test_a_settled_consumer_that_owns_nothing_does_not_say_every_partition_is_owned(
+    reason: str,
+) -> None:
+    """A paused consumer, or one its autoscaler scaled to zero, is settled with no partition
+    owned: `kubectl describe` showed Reconciling's "every partition is owned by a Ready pod"
+    beside Paused's "no pod holds a partition". Its message repeats what Ready says."""
+    found = summary(written(Ready=("True", reason), Balanced=("True", reason)))
+    status, settled, message = found["Reconciling"]
+    assert (status, settled) == ("False", "Settled")
+    assert "owned" not in message
+    assert f"Ready says {reason}" in message

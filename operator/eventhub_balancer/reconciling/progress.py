@@ -142,13 +142,21 @@ def concluded(current: Sequence[statusbodies.ConditionBody]) -> list[conditions.
         ]
     return [
         conditions.Condition(
-            type=RECONCILING,
-            status="False",
-            reason="Settled",
-            message="every partition is owned by a Ready pod and the assignment is balanced",
+            type=RECONCILING, status="False", reason="Settled", message=_settled_words(current)
         ),
         stalled_not,
     ]
+
+
+def _settled_words(current: Sequence[statusbodies.ConditionBody]) -> str:
+    """Reconciling's message when nothing is under way: a paused consumer and one scaled to
+    zero are settled with no partition owned, so they say what Ready says instead."""
+    ready = conditions.find(current, conditions.READY)
+    if ready is None or ready.get("reason") == "AllPartitionsOwned":
+        return "every partition is owned by a Ready pod and the assignment is balanced"
+    return conditions.shorten(
+        f"nothing is under way: {ready.get('message') or ready.get('reason')}"
+    )
 
 
 def applied(
