@@ -133,9 +133,13 @@ START_POSITION_MISTAKES = [
         "the existing errors to complete validation]",
     ),
     (
+        # As a real kube-apiserver words it: anyOf names the field in its message only, and
+        # adds its first branch's error, which says what to give.
         {"offset": "5"},
-        'spec.startPosition: Invalid value: "object": spec.startPosition in body must validate '
-        "at least one schema (anyOf)",
+        '[<nil>: Invalid value: "": "spec.startPosition" must validate at least one schema '
+        "(anyOf), spec.startPosition.sequenceNumber: Required value, <nil>: Invalid value: "
+        "null: some validation rules were not checked because the object was invalid; correct "
+        "the existing errors to complete validation]",
     ),
 ]
 

@@ -88,22 +88,40 @@ class _Validator:
                 )
                 return
         elif isinstance(wanted, str) and not jsonvalues.type_matches(value, wanted):
-            self.add(
-                "FieldValueTypeInvalid",
-                path,
-                f"Invalid value: {jsonvalues.shown(value)}: {path} in body must be of type "
-                f"{wanted}: {jsonvalues.json_type(value)}",
-            )
+            self.wrong_type(value, wanted, schema.get("format"), path)
             return
+        # In a real server's order: the combinators, then the value's own checks and fields.
+        for combinator in ("allOf", "anyOf", "oneOf", "not"):
+            if combinator in schema:
+                self.combine(combinator, value, schema[combinator], path)
         self.values(value, schema, path)
         if isinstance(value, dict):
             self.properties(value, schema, path, old, root=root)
         elif isinstance(value, list):
             self.items(value, schema, path, old)
-        for combinator in ("allOf", "anyOf", "oneOf", "not"):
-            if combinator in schema:
-                self.combine(combinator, value, schema[combinator], path)
         self.rules(value, schema, path, old)
+
+    def wrong_type(self, value: Any, wanted: str, format_: Any, path: str) -> None:
+        """A value of another JSON type, shown by its type as a real server shows it; a
+        fraction where an integer belongs is also refused by the integer's format."""
+        shown, named = jsonvalues.json_type(value), wanted
+        fraction = wanted == "integer" and isinstance(value, float)
+        if fraction and format_ in ("int32", "int64"):
+            shown, named = '"float64"', str(format_)
+        self.add(
+            "FieldValueTypeInvalid",
+            path,
+            f"Invalid value: {shown}: {path} in body must be of type {named}: {shown}",
+        )
+        if fraction:
+            checked = (
+                f"with format {format_}" if format_ in ("int32", "int64") else "(default format)"
+            )
+            self.add(
+                "FieldValueInvalid",
+                "<nil>",
+                f'Invalid value: "": Checked value must be of type integer {checked} in {path}',
+            )
 
     def values(self, value: Any, schema: Mapping[str, Any], path: str) -> None:
         enum = schema.get("enum")
@@ -132,10 +150,12 @@ class _Validator:
             if isinstance(pattern, str) and not re.search(pattern, value):
                 self.invalid(path, value, f"{path} in body should match '{pattern}'")
             if schema.get("format") == "date-time" and not jsonvalues.valid_date_time(value):
-                self.invalid(
+                # A format is a type to a real server: the error keeps the CEL rules from running.
+                self.add(
+                    "FieldValueTypeInvalid",
                     path,
-                    value,
-                    f"{path} in body must be of type date-time: {jsonvalues.shown(value)}",
+                    f"Invalid value: {jsonvalues.shown(value)}: {path} in body must be of type "
+                    f"date-time: {jsonvalues.shown(value)}",
                 )
         if isinstance(value, dict):
             lowest, highest = schema.get("minProperties"), schema.get("maxProperties")
@@ -203,9 +223,7 @@ class _Validator:
             sub = properties.get(key)
             if not isinstance(sub, Mapping) and isinstance(additional, Mapping):
                 sub = additional
-                field = f"{path}[{key}]" if path else key
-            else:
-                field = _join(path, key)
+            field = _join(path, key)  # a map's keys too, as a real server names them
             if isinstance(sub, Mapping):
                 self.walk(item, sub, field, old_map.get(key, _ABSENT))
 
@@ -247,24 +265,33 @@ class _Validator:
                 self.walk(item, item_schema, field, old_item)
 
     def combine(self, combinator: str, value: Any, branches: Any, path: str) -> None:
-        def passes(branch: Mapping[str, Any]) -> bool:
+        """A combinator's refusal as a real server words it: the field only in the message,
+        and, for anyOf and oneOf that no branch passes, the first branch's own errors."""
+
+        def failures(branch: Mapping[str, Any]) -> list[Cause]:
             probe = _Validator()
             probe.walk(value, branch, path, _ABSENT)
-            return not probe.causes
+            return probe.causes
+
+        def refuse(words: str) -> None:
+            self.add("FieldValueInvalid", "<nil>", f'Invalid value: "": "{path}" must {words}')
 
         if combinator == "not":
-            if isinstance(branches, Mapping) and passes(branches):
-                self.invalid(path, value, f"{path} in body must not validate the schema (not)")
+            if isinstance(branches, Mapping) and not failures(branches):
+                refuse("not validate the schema (not)")
             return
-        results = [passes(b) for b in branches if isinstance(b, Mapping)]
-        if combinator == "allOf" and not all(results):
-            self.invalid(path, value, f"{path} in body must validate all the schemas (allOf)")
-        elif combinator == "anyOf" and not any(results):
-            self.invalid(path, value, f"{path} in body must validate at least one schema (anyOf)")
-        elif combinator == "oneOf" and results.count(True) != 1:
-            self.invalid(
-                path, value, f"{path} in body must validate one and only one schema (oneOf)"
-            )
+        found = [failures(b) for b in branches if isinstance(b, Mapping)]
+        passed = sum(1 for f in found if not f)
+        if combinator == "allOf" and passed < len(found):
+            refuse("validate all the schemas (allOf)")
+            self.causes.extend(c for f in found for c in f)
+        elif combinator == "anyOf" and not passed and found:
+            refuse("validate at least one schema (anyOf)")
+            self.causes.extend(found[0])
+        elif combinator == "oneOf" and passed != 1:
+            refuse("validate one and only one schema (oneOf)")
+            if not passed and found:
+                self.causes.extend(found[0])
 
     def rules(self, value: Any, schema: Mapping[str, Any], path: str, old: Any) -> None:
         found = _Validator()

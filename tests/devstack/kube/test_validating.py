@@ -140,3 +140,181 @@ def test_defaults_come_before_validation(schema: dict[str, Any], example: dict[s
     schemas.apply_defaults(example, schema)
     assert example["spec"]["balancing"]["intervalSeconds"] == 5
     assert validating.validate(example, schema) == []
+
+
+_NOT_CHECKED = (
+    "<nil>",
+    "FieldValueInvalid",
+    "Invalid value: null: some validation rules were not checked because the object was "
+    "invalid; correct the existing errors to complete validation",
+)
+
+#: A spec change and the causes a real kube-apiserver answers it with, word for word: a value
+#: of the wrong type is shown by its type, a float where an integer belongs is also refused by
+#: its format, the keys of a map are joined with a dot, anyOf and not name their field in the
+#: message only (and anyOf adds the first branch's errors), a date-time is a type.
+REAL_CAUSES: list[tuple[str, dict[str, Any], list[tuple[str, str, str]]]] = [
+    (
+        "quoted-number",
+        {"balancing": {"intervalSeconds": "5"}},
+        [
+            (
+                "spec.balancing.intervalSeconds",
+                "FieldValueTypeInvalid",
+                'Invalid value: "string": spec.balancing.intervalSeconds in body must be of '
+                'type integer: "string"',
+            ),
+            _NOT_CHECKED,
+        ],
+    ),
+    (
+        "fraction",
+        {"balancing": {"intervalSeconds": 5.5}},
+        [
+            (
+                "spec.balancing.intervalSeconds",
+                "FieldValueTypeInvalid",
+                'Invalid value: "number": spec.balancing.intervalSeconds in body must be of '
+                'type integer: "number"',
+            ),
+            (
+                "<nil>",
+                "FieldValueInvalid",
+                'Invalid value: "": Checked value must be of type integer (default format) in '
+                "spec.balancing.intervalSeconds",
+            ),
+            _NOT_CHECKED,
+        ],
+    ),
+    (
+        "fraction-int64",
+        {"startPosition": {"sequenceNumber": 1.5}},
+        [
+            (
+                "spec.startPosition.sequenceNumber",
+                "FieldValueTypeInvalid",
+                'Invalid value: "float64": spec.startPosition.sequenceNumber in body must be of '
+                'type int64: "float64"',
+            ),
+            (
+                "<nil>",
+                "FieldValueInvalid",
+                'Invalid value: "": Checked value must be of type integer with format int64 in '
+                "spec.startPosition.sequenceNumber",
+            ),
+            _NOT_CHECKED,
+        ],
+    ),
+    (
+        "boolean-for-number",
+        {"balancing": {"lagTolerance": True}},
+        [
+            (
+                "spec.balancing.lagTolerance",
+                "FieldValueTypeInvalid",
+                'Invalid value: "boolean": spec.balancing.lagTolerance in body must be of type '
+                'number: "boolean"',
+            ),
+            _NOT_CHECKED,
+        ],
+    ),
+    (
+        "label-value-number",
+        {"selector": {"matchLabels": {"app": 5}}},
+        [
+            (
+                "spec.selector.matchLabels.app",
+                "FieldValueTypeInvalid",
+                'Invalid value: "integer": spec.selector.matchLabels.app in body must be of type '
+                'string: "integer"',
+            ),
+            _NOT_CHECKED,
+        ],
+    ),
+    (
+        "label-value-space",
+        {"selector": {"matchLabels": {"app": "a b"}}},
+        [
+            (
+                "spec.selector.matchLabels.app",
+                "FieldValueInvalid",
+                'Invalid value: "a b": spec.selector.matchLabels.app in body should match '
+                "'^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$'",
+            ),
+        ],
+    ),
+    (
+        "start-position-number",
+        {"startPosition": 5},
+        [
+            (
+                "<nil>",
+                "FieldValueInvalid",
+                'Invalid value: "": "spec.startPosition" must not validate the schema (not)',
+            ),
+        ],
+    ),
+    (
+        "start-position-unknown-key",
+        {"startPosition": {"offset": 5}},
+        [
+            (
+                "<nil>",
+                "FieldValueInvalid",
+                'Invalid value: "": "spec.startPosition" must validate at least one schema (anyOf)',
+            ),
+            ("spec.startPosition.sequenceNumber", "FieldValueRequired", "Required value"),
+            _NOT_CHECKED,
+        ],
+    ),
+    (
+        "start-position-empty",
+        {"startPosition": {}},
+        [
+            (
+                "<nil>",
+                "FieldValueInvalid",
+                'Invalid value: "": "spec.startPosition" must validate at least one schema (anyOf)',
+            ),
+            ("spec.startPosition.sequenceNumber", "FieldValueRequired", "Required value"),
+            (
+                "<nil>",
+                "FieldValueInvalid",
+                'Invalid value: "": "spec.startPosition" must not validate the schema (not)',
+            ),
+            (
+                "spec.startPosition",
+                "FieldValueInvalid",
+                "Invalid value: 0: spec.startPosition in body should have at least 1 properties",
+            ),
+            _NOT_CHECKED,
+        ],
+    ),
+    (
+        "start-time-words",
+        {"startPosition": {"enqueuedTime": "yesterday"}},
+        [
+            (
+                "spec.startPosition.enqueuedTime",
+                "FieldValueTypeInvalid",
+                'Invalid value: "yesterday": spec.startPosition.enqueuedTime in body must be of '
+                'type date-time: "yesterday"',
+            ),
+            _NOT_CHECKED,
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"), [c[1:] for c in REAL_CAUSES], ids=[c[0] for c in REAL_CAUSES]
+)
+def test_refusals_read_as_a_real_server_s(
+    schema: dict[str, Any],
+    example: dict[str, Any],
+    change: dict[str, Any],
+    expected: list[tuple[str, str, str]],
+) -> None:
+    example["spec"].update(change)
+    causes = validating.validate(example, schema)
+    assert [(c["field"], c["reason"], c["message"]) for c in causes] == expected

@@ -15,6 +15,8 @@ import re
 import time
 from typing import Any
 
+import pytest
+
 from eventhub_balancer.contracts import configmaps
 from tests.devstack.wire.conformance import exchanges
 
@@ -499,6 +501,33 @@ def test_schema_violations_name_each_field(
     pruned = servers.request("POST", _core(namespace, "configmaps"), body=cm).agree(201)
     assert "dta" not in pruned.local.body
     assert "dta" not in pruned.real.body
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"balancing": {"intervalSeconds": "5"}},
+        {"balancing": {"intervalSeconds": 5.5}},
+        {"startPosition": {"sequenceNumber": 1.5}},
+        {"paused": "yes"},
+        {"selector": {"matchLabels": {"app": 5}}},
+        {"selector": {"matchLabels": {"app": "a b"}}},
+        {"startPosition": 5},
+        {"startPosition": {"offset": 5}},
+        {"startPosition": {}},
+        {"startPosition": {"enqueuedTime": "yesterday"}},
+    ],
+)
+def test_a_wrong_type_or_shape_is_refused_in_the_same_words(
+    servers: exchanges.Servers, namespace: str, ehc_spec: dict[str, Any], change: dict[str, Any]
+) -> None:
+    """What kubectl prints for a value of the wrong type ("5" for 5, "yes" for true), a
+    fraction where an integer belongs, or a start position of no known shape."""
+    bad = copy.deepcopy(ehc_spec)
+    bad.update(change)
+    refused = servers.request("POST", _ehcs(namespace), body=_consumer("wrong", bad))
+    refused.agree(422, "Invalid").same_message()
+    assert refused.local.body["details"]["causes"] == refused.real.body["details"]["causes"]
 
 
 def test_a_null_counts_as_absent(
