@@ -12,11 +12,17 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 from eventhub_balancer.contracts import connectionstrings, startpositions, storeaddresses
 from eventhub_balancer.handlers import backlogs, foreignclaims, memories, observing, ports
-from eventhub_balancer.reconciling import deadlines, decisions, lostblobs, observations
+from eventhub_balancer.reconciling import (
+    coordinates,
+    deadlines,
+    decisions,
+    lostblobs,
+    observations,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -97,27 +103,29 @@ async def read_store(
     not asked (not needed, or backing off from a failure); and the store's pacing after."""
     spec = observation.spec
     assert spec is not None, "only a valid spec names a checkpoint store"
+    # What a failure is found under (the account, the credentials, the container and the
+    # blobs' names): a change of it ends the wait at once.
+    settings = observing.store_key(spec)
     ahead = store.ahead
     if needed and ahead is not None:
         # Taken once, by the first read that needs the blobs; a read that does not (a cycle
         # woken by another pod's event meanwhile) leaves it for the one that will.
         store = dataclasses.replace(store, ahead=None)
-        if ahead.key == observing.store_key(spec) and deadlines.ahead_stands(ahead.at, wall=wall):
+        if ahead.key == settings and deadlines.ahead_stands(ahead.at, wall=wall):
             read = observations.StoreRead(
                 checkpoints=ahead.checkpoints,
                 listed=True,
-                known_sequences=store.sequences,
+                known_sequences=known_sequences(store, settings),
                 checked_at=store.checked_at,
                 foreign=store.claims.live,
                 gone=store.vanished.gone,
             )
             return read, store
-    due = deadlines.probe_due(store.checked_at, wall=wall)
-    # What a configuration error is found under: a change of it ends the wait at once.
-    settings = (
-        spec.checkpoint_account_url,
-        spec.checkpoint_credentials,
-        spec.service_account_name,
+    # A store the spec names now that is not the one last read (its container, account or
+    # credentials edited) is read at once, not at the old one's next probe: meanwhile its
+    # condition said of a container that does not exist that it was readable.
+    due = deadlines.probe_due(store.checked_at, wall=wall) or (
+        store.checked_at is not None and store.sequences_key != settings
     )
     if store.backoff.waiting(wall, settings=settings) or not (needed or due):
         return None, store
@@ -159,6 +167,8 @@ async def read_store(
                 wall=wall,
             ),
             fault=observing.shown(e, observation.namespace, spec.checkpoint_credentials),
+            # Those of a store the spec no longer names: weighting "lag" plans by count.
+            sequences=known_sequences(store, settings),
         )
         assert store.fault is not None
         # As Event Hubs' (`observing.read_partitions`): at each attempt, the backoff's pace.
@@ -171,7 +181,7 @@ async def read_store(
         read = observations.StoreRead(
             fault=store.fault,
             listed=False,
-            known_sequences=store.sequences,
+            known_sequences=known_sequences(store, settings),
             checked_at=store.checked_at,
             foreign=store.claims.live,
             gone=store.vanished.gone,
@@ -189,23 +199,44 @@ async def read_store(
         fault=None,
         checked_at=wall,
         sequences={p: sequence for p, (_epoch, sequence) in stored.items()},
+        sequences_key=settings,
         vanished=store.vanished.after(
             stored,
-            key=observing.store_key(spec),
-            given=lostblobs.said(observation.status) if store.vanished.key is None else (),
+            key=settings,
+            given=said_lost(observation) if store.vanished.key is None else (),
         ),
     )
     if claims or (claims is not None and store.claims.etags):
-        store = foreignclaims.watched(store, claims, key=key, spec=spec)
+        store = foreignclaims.watched(store, claims, key=key, spec=spec, where=settings)
     read = observations.StoreRead(
         checkpoints=stored,
         listed=True,
-        known_sequences=store.sequences,
+        known_sequences=known_sequences(store, settings),
         checked_at=wall,
         foreign=store.claims.live,
         gone=store.vanished.gone,
     )
     return read, store
+
+
+def known_sequences(store: memories.StorePacing, key: Hashable) -> Mapping[str, int] | None:
+    """The store's last checkpoint sequence numbers when they were read from the store
+    ``key``: those of a store the spec no longer names (another hub, group or container) are
+    no backlog of this one."""
+    return store.sequences if store.sequences_key == key else None
+
+
+def said_lost(observation: observations.Observation) -> frozenset[str]:
+    """The partitions whose blobs the status says are lost (`lostblobs.said`), for a restarted
+    operator's first listing: none when some ConfigMap names other coordinates than the spec
+    (edited while the operator was away), since what the status said was of those."""
+    assert observation.spec is not None, "only a valid spec names a checkpoint store"
+    wanted = coordinates.of_spec(observation.spec)
+    for body in observation.configmaps:
+        old = coordinates.of_map(observations.stored_map(body))
+        if old is not None and coordinates.differences(old, wanted):
+            return frozenset()
+    return lostblobs.said(observation.status)
 
 
 async def read_ahead(
