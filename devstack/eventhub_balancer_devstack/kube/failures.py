@@ -7,6 +7,7 @@ the shape of the real API server's ``metav1.Status``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -162,6 +163,19 @@ def version_required(*, plural: str, group: str, name: str) -> APIFailure:
         name=name,
         causes=[cause],
         message=f"metadata.resourceVersion: {message}",
+    )
+
+
+def invalid_patch(patched: Any, unknown: str) -> APIFailure:
+    """422 for a patch whose result has fields the kind lacks (``fieldValidation=Strict``): a
+    real server names ``patch`` and shows the patched object, without a kind or a name."""
+    shown = json.dumps(json.dumps(patched, sort_keys=True, separators=(",", ":")))
+    message = f"Invalid value: {shown}: strict decoding error: {unknown}"
+    return APIFailure(
+        code=422,
+        reason="Invalid",
+        message=f' "" is invalid: patch: {message}',
+        details={"causes": [{"reason": "FieldValueInvalid", "message": message, "field": "patch"}]},
     )
 
 

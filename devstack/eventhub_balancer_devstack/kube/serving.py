@@ -335,6 +335,9 @@ class LocalKubeHandler(
             if patch_type is None:
                 raise failures.unsupported_media_type(accepted)
             writechecks.check_patch_shape(request, patch_type)
+            writechecks.check_patched_fields(
+                request, self.store, spec, namespace=namespace, name=name, patch_type=patch_type
+            )
             patched = self.store.patch(
                 spec,
                 namespace=namespace,

@@ -550,6 +550,35 @@ def test_a_null_counts_as_absent(
     assert _causes(refused.local) == _causes(refused.real), refused.shown()
 
 
+def test_a_patch_with_an_unknown_field_is_refused_as_invalid(
+    servers: exchanges.Servers, namespace: str, ehc_spec: dict[str, Any]
+) -> None:
+    """``kubectl apply`` over an existing object sends a patch with fieldValidation=Strict: a
+    real server checks the patched object and answers 422 naming ``patch`` (kubectl prints
+    "The request is invalid: patch: ..."), for a JSON patch too; not the 400 of a create."""
+    strict = {"fieldValidation": "Strict"}
+    servers.request("POST", _ehcs(namespace), body=_consumer("p", ehc_spec)).agree(201)
+    servers.request("POST", _core(namespace, "configmaps"), body={"metadata": {"name": "p"}})
+    for path, patch, content_type, unknown in (
+        (_ehcs(namespace, "p"), {"spec": {"balancing": {"intervalSecond": 7}}}, MERGE,
+         "spec.balancing.intervalSecond"),
+        (_core(namespace, "configmaps", "p"), {"dta": {"x": "1"}}, MERGE, "dta"),
+        (_core(namespace, "configmaps", "p"), [{"op": "add", "path": "/dta", "value": {}}],
+         JSON_PATCH, "dta"),
+    ):  # fmt: skip
+        refused = servers.request(
+            "PATCH", path, body=patch, content_type=content_type, query=strict
+        )
+        refused.agree(422, "Invalid")
+        for answer in refused:
+            # The value is the patched object, which differs (a real one has managedFields).
+            assert answer.message.startswith(' "" is invalid: patch: Invalid value: "{')
+            assert answer.message.endswith(f'": strict decoding error: unknown field "{unknown}"')
+            (cause,) = answer.body["details"]["causes"]
+            assert (cause["field"], cause["reason"]) == ("patch", "FieldValueInvalid")
+            assert set(answer.body["details"]) == {"causes"}
+
+
 def test_names_and_labels_are_refused_in_the_same_words(
     servers: exchanges.Servers, namespace: str, ehc_spec: dict[str, Any]
 ) -> None:
