@@ -135,13 +135,9 @@ async def read_partitions(
     key = hub_key(namespace, name)
     cached = hubs.cached(key)
     pacing = memory.hub
-    # What a configuration error is found under: a change of it ends the wait at once.
-    settings = (
-        spec.fully_qualified_namespace,
-        spec.event_hub_credentials,
-        spec.service_account_name,
-        spec.consumer_group,
-    )
+    # What a failure is found under: a change of it ends the wait at once.
+    hub = (spec.fully_qualified_namespace, spec.event_hub_name, spec.consumer_group)
+    settings = (*hub, spec.event_hub_credentials, spec.service_account_name)
     if pacing.fault is not None and pacing.backoff.waiting(wall, settings=settings):
         return observations.HubRead(ids=cached or None, fault=pacing.fault), pacing
     refused = None
@@ -206,16 +202,10 @@ async def read_partitions(
 
 def store_key(spec: specs.ConsumerSpec) -> Hashable:
     """What names a consumer's checkpoint blobs and the credentials they are read with: a
-    listing made ahead stands only for the very same store."""
-    return (
-        spec.fully_qualified_namespace,
-        spec.event_hub_name,
-        spec.consumer_group,
-        spec.checkpoint_container,
-        spec.checkpoint_account_url,
-        spec.checkpoint_credentials,
-        spec.service_account_name,
-    )
+    listing made ahead stands only for the very same store, and a failure's backoff too."""
+    hub = (spec.fully_qualified_namespace, spec.event_hub_name, spec.consumer_group)
+    store = (spec.checkpoint_container, spec.checkpoint_account_url, spec.checkpoint_credentials)
+    return (*hub, *store, spec.service_account_name)
 
 
 #: Failures of the Kubernetes API itself (not of what a spec points at): no condition can
@@ -284,6 +274,7 @@ def paced(
         wall=wall,
         base=float(spec.balancing.interval_seconds),
         longest=deadlines.MISSING_BACKOFF_SECONDS if missing else deadlines.MAX_BACKOFF_SECONDS,
+        settings=settings,
     )
 
 

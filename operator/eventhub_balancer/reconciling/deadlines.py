@@ -28,9 +28,9 @@ Retries. The operator's memory between cycles (`handlers.memories.Memory`) keeps
 consult and advance them. A fault that may pass (an outage, a throttle) is asked again sooner,
 then later and later (`after_failure`). A configuration error (a connection string that can
 never work, a host the install does not allow) fails the same way until someone changes the
-CR or its Secret, so it waits the longest delay at once, and no longer than until the CR
-points elsewhere (`after_misconfiguration`). The checkpoint store is also probed now and then
-for its condition alone (`probe_due`).
+CR or its Secret, so it waits the longest delay at once (`after_misconfiguration`). Either
+wait lasts no longer than until the CR points elsewhere: the new hub or store is asked at once.
+The checkpoint store is also probed now and then for its condition alone (`probe_due`).
 """
 
 from __future__ import annotations
@@ -154,24 +154,32 @@ class Backoff:
 
     delay: float = 0.0
     retry_at: float = 0.0
-    #: after a configuration error, the spec's settings it was found under (no secret: the
-    #: references to them); None: a fault that may pass
+    #: the spec's settings the failure was found under (no secret: the references to them):
+    #: the backoff is theirs; None: any settings
     refused: Hashable | None = None
 
     def waiting(self, wall: float, *, settings: Hashable | None = None) -> bool:
         """Whether an attempt at ``wall`` would come too soon after the last failure: never
-        once ``settings`` differ from those a configuration error was found under."""
+        once ``settings`` differ from those the failure was found under (a spec edited to
+        point elsewhere, a hub that may answer, is asked at once)."""
         if self.refused is not None and settings is not None and settings != self.refused:
             return False
         return wall < self.retry_at
 
 
 def after_failure(
-    backoff: Backoff, *, wall: float, base: float, longest: float = MAX_BACKOFF_SECONDS
+    backoff: Backoff,
+    *,
+    wall: float,
+    base: float,
+    longest: float = MAX_BACKOFF_SECONDS,
+    settings: Hashable | None = None,
 ) -> Backoff:
-    """Double the delay (at least ``base``, the cycle interval; at most ``longest``)."""
-    delay = min(longest, max(base, backoff.delay * 2))
-    return Backoff(delay=delay, retry_at=wall + delay)
+    """Double the delay (at least ``base``, the cycle interval; at most ``longest``) while
+    the ``settings`` it fails under stay; other settings start again from ``base``."""
+    before = backoff.delay if settings is None or settings == backoff.refused else 0.0
+    delay = min(longest, max(base, before * 2))
+    return Backoff(delay=delay, retry_at=wall + delay, refused=settings)
 
 
 def after_misconfiguration(*, wall: float, settings: Hashable) -> Backoff:
