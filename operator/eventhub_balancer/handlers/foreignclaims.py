@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 
 from eventhub_balancer.contracts import specs
 from eventhub_balancer.handlers import memories
@@ -35,10 +35,13 @@ def watched(
     *,
     key: str,
     spec: specs.ConsumerSpec,
+    where: Hashable,
 ) -> memories.StorePacing:
-    """``store`` with the ownership blobs ``listed`` by this probe ({partition: ETag});
-    a processor found or gone is logged once."""
-    before = store.claims
+    """``store`` with the ownership blobs ``listed`` by this probe ({partition: ETag}) in the
+    store ``where`` (`observing.store_key`); a processor found or gone is logged once. The
+    claims of a store the spec no longer names are no earlier state of these (an edit of the
+    container or the consumer group): the watch starts again."""
+    before = store.claims if store.claims.key == where else memories.Claims(key=where)
     rewritten = sorted(
         (
             p
@@ -49,12 +52,14 @@ def watched(
     )
     if rewritten:
         claims = memories.Claims(
+            key=where,
             etags=dict(listed),
             rewritten=before.rewritten + 1,
             live=before.live or before.rewritten + 1 >= foreignreaders.INTERVALS,
         )
     else:
         claims = memories.Claims(
+            key=where,
             etags=dict(listed),
             quiet=before.quiet + 1,
             live=before.live and before.quiet + 1 < foreignreaders.INTERVALS,

@@ -49,6 +49,9 @@ class Claims:
     (`foreignclaims`): a processor left running beside the pods rewrites them at every
     balancing pass, one stopped cleanly once."""
 
+    #: the store they were listed from (`observing.store_key`): another store's claims are
+    #: no rewrite of these
+    key: Hashable | None = None
     #: {partition: ETag} at the last probe; None: none listed yet
     etags: Mapping[str, str] | None = None
     #: the probe intervals running in which some claim was rewritten, and in which none was
