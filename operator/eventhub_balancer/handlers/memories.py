@@ -79,6 +79,8 @@ class StorePacing(Pacing):
     #: the checkpoint sequence numbers of that read: weighting "lag" goes on from them while
     #: the store is backing off, instead of falling back to count and reshuffling
     sequences: Mapping[str, int] | None = None
+    #: the store they were read from (`observing.store_key`)
+    sequences_key: Hashable | None = None
     #: the blobs listed ahead by a cycle that started hand-offs; taken, once, by the next
     #: read that needs them (`checkpointreads.read_store`)
     ahead: StoreAhead | None = None
