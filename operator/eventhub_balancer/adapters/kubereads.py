@@ -33,23 +33,32 @@ class KubeReads(kubeclients.KubeClient):
         return body
 
     async def list_consumers(self, *, namespace: str | None) -> list[specs.ConsumerBody]:
-        if namespace:
-            result = await self._call(
-                f"EventHubConsumers in {namespace}",
-                self._custom.list_namespaced_custom_object,
-                group=specs.GROUP,
-                version=specs.VERSION,
-                namespace=namespace,
-                plural=specs.PLURAL,
-            )
-        else:
-            result = await self._call(
-                "EventHubConsumers",
-                self._custom.list_cluster_custom_object,
-                group=specs.GROUP,
-                version=specs.VERSION,
-                plural=specs.PLURAL,
-            )
+        try:
+            if namespace:
+                result = await self._call(
+                    f"EventHubConsumers in {namespace}",
+                    self._custom.list_namespaced_custom_object,
+                    group=specs.GROUP,
+                    version=specs.VERSION,
+                    namespace=namespace,
+                    plural=specs.PLURAL,
+                )
+            else:
+                result = await self._call(
+                    "EventHubConsumers",
+                    self._custom.list_cluster_custom_object,
+                    group=specs.GROUP,
+                    version=specs.VERSION,
+                    plural=specs.PLURAL,
+                )
+        except errors.NotFound:
+            # A list answers 404 only when the server has no such resource (a namespace
+            # without any is an empty list): "not found" read as a wrong namespace.
+            raise errors.NotFound(
+                f"the cluster at {self.configuration.host} serves no {specs.KIND}s "
+                f"({specs.GROUP}/{specs.VERSION}): install the CRD (crds/, or the operator's "
+                "chart), or point KUBECONFIG (--kubeconfig) at the cluster that has it"
+            ) from None
         items: list[specs.ConsumerBody] = result.get("items", [])
         return items
 
