@@ -4,7 +4,10 @@
 ``fieldValidation`` query parameter on each kind's PATCH) before it sends anything, and
 ``kubectl explain`` reads the schemas; without them kubectl stops at "failed to download
 openapi". Built-in kinds get a permissive schema (the server holds only what the project
-uses), custom resources their CRD's ``openAPIV3Schema``. Pure: resource specs in, documents out.
+uses), custom resources their CRD's ``openAPIV3Schema`` with ``apiVersion``, ``kind`` and
+``metadata`` as a real server publishes them for every kind, whatever the CRD says of them
+(``metadata`` an ObjectMeta, which, as the built-in kinds, takes any field here). Pure:
+resource specs in, documents out.
 """
 
 from __future__ import annotations
@@ -38,6 +41,43 @@ _WRITE_PARAMETERS = [
 ]
 
 
+_CONVENTIONS = "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md"
+
+#: An ObjectMeta's reference, as a real server's documents name it.
+OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+
+#: The root fields of every custom resource, in a real server's words.
+_ROOT_FIELDS: dict[str, Any] = {
+    "apiVersion": {
+        "description": "APIVersion defines the versioned schema of this representation of an "
+        "object. Servers should convert recognized schemas to the latest internal value, and "
+        f"may reject unrecognized values. More info: {_CONVENTIONS}#resources",
+        "type": "string",
+    },
+    "kind": {
+        "description": "Kind is a string value representing the REST resource this object "
+        "represents. Servers may infer this from the endpoint the client submits requests to. "
+        f"Cannot be updated. In CamelCase. More info: {_CONVENTIONS}#types-kinds",
+        "type": "string",
+    },
+}
+
+_OBJECT_META_SCHEMA: dict[str, Any] = {
+    "description": "ObjectMeta is metadata that all persisted resources must have, which "
+    "includes all objects users must create.",
+    "type": "object",
+    "x-kubernetes-preserve-unknown-fields": True,
+}
+
+
+def _root_fields(ref: str) -> dict[str, Any]:
+    metadata = {
+        "description": f"Standard object's metadata. More info: {_CONVENTIONS}#metadata",
+        "allOf": [{"$ref": ref}],
+    }
+    return {**copy.deepcopy(_ROOT_FIELDS), "metadata": metadata}
+
+
 def group_version_path(spec: resources.ResourceSpec) -> str:
     """``api/v1`` or ``apis/GROUP/VERSION``: the key of a group version in /openapi/v3."""
     return f"apis/{spec.group}/{spec.version}" if spec.group else f"api/{spec.version}"
@@ -51,12 +91,13 @@ def definition_name(spec: resources.ResourceSpec) -> str:
     return f"{reversed_group}.{spec.version}.{spec.kind}"
 
 
-def _schema(spec: resources.ResourceSpec) -> dict[str, Any]:
-    schema = (
-        copy.deepcopy(dict(spec.schema))
-        if spec.schema is not None
-        else copy.deepcopy(_BUILTIN_SCHEMA)
-    )
+def _schema(spec: resources.ResourceSpec, object_meta: str) -> dict[str, Any]:
+    """A kind's schema; ``object_meta`` the reference to ObjectMeta in its document."""
+    if spec.schema is not None:
+        schema = copy.deepcopy(dict(spec.schema))
+        schema["properties"] = {**(schema.get("properties") or {}), **_root_fields(object_meta)}
+    else:
+        schema = copy.deepcopy(_BUILTIN_SCHEMA)
     schema["x-kubernetes-group-version-kind"] = [
         {"group": spec.group, "version": spec.version, "kind": spec.kind}
     ]
@@ -111,7 +152,9 @@ def v3_document(specs: Iterable[resources.ResourceSpec]) -> dict[str, Any]:
     schemas: dict[str, Any] = {}
     for spec in specs:
         name = definition_name(spec)
-        schemas[name] = _schema(spec)
+        schemas[name] = _schema(spec, f"#/components/schemas/{OBJECT_META}")
+        if spec.schema is not None:
+            schemas[OBJECT_META] = copy.deepcopy(_OBJECT_META_SCHEMA)
         paths.update(_paths(spec, f"#/components/schemas/{name}"))
     return {
         "openapi": "3.0.0",
@@ -142,7 +185,9 @@ def v2_document(specs: Iterable[resources.ResourceSpec]) -> dict[str, Any]:
     paths: dict[str, Any] = {}
     for spec in specs:
         name = definition_name(spec)
-        definitions[name] = _schema(spec)
+        definitions[name] = _schema(spec, f"#/definitions/{OBJECT_META}")
+        if spec.schema is not None:
+            definitions[OBJECT_META] = copy.deepcopy(_OBJECT_META_SCHEMA)
         for path, operations in _paths(spec, f"#/definitions/{name}").items():
             paths[path] = {
                 verb: {

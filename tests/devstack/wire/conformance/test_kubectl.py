@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,9 @@ from tests.support.fixtures.kube import KUBECTL_TIMEOUT, kubectl_binary
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
 
 NAMESPACE = "shop"
+
+#: How long a real server may take to publish a CRD's schema in /openapi/v3.
+OPENAPI_TIMEOUT_S = 30.0
 
 
 @pytest.fixture(scope="module")
@@ -234,3 +238,20 @@ def _message(number: int, payload: bytes) -> bytes:
     """One length-delimited protobuf field (short payloads only)."""
     assert len(payload) < 128
     return bytes([number << 3 | 2, len(payload)]) + payload
+
+
+@pytest.mark.parametrize("path", ["ehc", "ehc.spec", "ehc.spec.startPosition", "ehc.status"])
+def test_kubectl_explain_prints_what_a_real_server_serves(
+    kubectls: dict[str, Kubectl], path: str
+) -> None:
+    """A real server publishes a custom resource's apiVersion, kind and metadata in the words
+    of every kind (metadata an ObjectMeta), whatever the CRD says of them; the rest is the
+    CRD's schema."""
+    # A real server publishes a new CRD's schema within a few seconds of its start.
+    deadline = time.monotonic() + OPENAPI_TIMEOUT_S
+    while (real := kubectls["real"]("explain", path)).returncode != 0:
+        assert time.monotonic() < deadline, real.stderr
+        time.sleep(0.5)
+    local = kubectls["local"]("explain", path)
+    assert local.returncode == 0, local.stderr
+    assert local.stdout == real.stdout
