@@ -22,6 +22,7 @@ import yaml
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import specs
 from eventhub_balancer_devstack import stacks
+from eventhub_balancer_devstack.kube import objectmetas
 from eventhub_balancer_devstack.scenarios import systems
 
 #: The Secrets' names and key, as the example's values and manifests/examples/ name them.
@@ -53,6 +54,22 @@ def parse(value: str, hubs: dict[str, int]) -> ConsumerSetup:
     namespace, slash, name = value.partition("/")
     if not slash or not namespace or not name:
         raise errors.InvalidInput("--consumer", f"{value!r}: give NAMESPACE/NAME, e.g. shop/orders")
+    # Said before anything starts: the local API refused them only once the stack was up, in
+    # its own stack trace, and kubectl the EventHubConsumer printed for them.
+    if objectmetas.label_problems(namespace):
+        raise errors.InvalidInput(
+            "--consumer",
+            f"{value!r}: the namespace {namespace!r} must be a lowercase RFC 1123 label "
+            "(a-z, 0-9 and '-', at most 63 characters, e.g. shop)",
+        )
+    # The name is also the value of the pods' label ``app`` the resource selects: 63 at most.
+    if objectmetas.subdomain_problems(name) or len(name) > objectmetas.LABEL_PART_MAX:
+        raise errors.InvalidInput(
+            "--consumer",
+            f"{value!r}: the name {name!r} must be a lowercase RFC 1123 name "
+            f"(a-z, 0-9, '-' and '.', at most {objectmetas.LABEL_PART_MAX} characters, "
+            "e.g. orders)",
+        )
     hub = name if name in hubs else next(iter(hubs))
     return ConsumerSetup(namespace=namespace, name=name, hub=hub)
 

@@ -67,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
         port = getattr(args, flag)
         if not 0 <= port <= 65535:
             raise errors.InvalidInput("--" + flag.replace("_", "-"), f"{port} is not a TCP port")
+    hubs = local_eventhubs.parse_hubs(args.hub) or {"orders": 32}
+    setups = [consumersetups.parse(value, dict(hubs)) for value in args.consumer]
     for flag in ("eventhubs_port", "blob_port", "kube_port"):
         port, name = getattr(args, flag), "--" + flag.replace("_", "-")
         if port and azurite.taken("127.0.0.1", port):
@@ -76,8 +78,6 @@ def run(args: argparse.Namespace) -> int:
                 f"{name}: 127.0.0.1:{port} is taken (another `ehb local up`?): "
                 f"choose another {name}, or 0 for a free one"
             )
-    hubs = local_eventhubs.parse_hubs(args.hub) or {"orders": 32}
-    setups = [consumersetups.parse(value, dict(hubs)) for value in args.consumer]
     options = stacks.StackOptions(
         hubs=hubs,
         eventhubs_port=args.eventhubs_port,
