@@ -11,6 +11,7 @@ import dataclasses
 from typing import Any
 
 from eventhub_balancer.reconciling import observations
+from tests.install import test_gitops_health as gitops_states
 from tests.reconciling import bodies, test_reports
 from tests.reconciling.bodies import at, pod
 
@@ -210,3 +211,16 @@ def test_no_ready_pod_names_the_pods_and_what_their_containers_wait_on() -> None
         "b ImagePullBackOff, c not Ready and 2 more (kubectl describe pod and the pods' logs "
         "say why)"
     )
+
+
+def test_one_pod_and_one_hand_off_read_in_the_singular() -> None:
+    """`kubectl describe` showed "1 partitions are being handed off" when a third pod joined
+    two, and "1 pods match spec.selector" for a lone pod that is not Ready."""
+    one = bodies.observe(pods=[pod("a", ready=False)])
+    seen, decision = bodies.decide_fully(one, now=at(5))
+    found = {c["type"]: c for c in bodies.applied(seen, decision).status["conditions"]}
+    assert found["Ready"]["message"].startswith("1 pod matches spec.selector but none is")
+
+    joined = gitops_states.handing_off()["status"]
+    balanced = {c["type"]: c for c in joined["conditions"]}["Balanced"]
+    assert balanced["message"] == "1 partition is being handed off"

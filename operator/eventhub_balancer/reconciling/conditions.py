@@ -203,7 +203,8 @@ def build(
             status="False",
             reason="NoReadyPods",
             message=conditions.shorten(
-                f"{len(pods)} pods match spec.selector{watched} but none is Running and Ready: "
+                f"{podwords.counted(len(pods), 'pod', 'matches', 'match')} spec.selector"
+                f"{watched} but none is Running and Ready: "
                 f"{podwords.not_ready(pods.values())} (kubectl describe pod and the pods' logs "
                 "say why)"
             ),
@@ -264,7 +265,7 @@ def build(
             type=conditions.BALANCED,
             status="False",
             reason="HandoffsInFlight",
-            message=f"{in_flight} partitions are being handed off",
+            message=f"{podwords.counted(in_flight, 'partition', 'is', 'are')} being handed off",
         )
     elif plan.release_deadlines:
         leaving = sorted(
