@@ -179,3 +179,21 @@ def test_a_status_that_agrees_with_the_pods_has_no_hint() -> None:
     # A refused consumer writes nothing on purpose: its condition says why already.
     conflict = {"type": "Ready", "status": "False", "reason": "Conflict", "message": "m"}
     assert status.outdated(steady(conditions=[conflict]), []) is None
+
+
+def test_partitions_not_listed_yet_are_said_in_words_not_a_question_mark() -> None:
+    """A new consumer whose hub the operator cannot list (the example's placeholder Secret on
+    the local stack, a hub not reachable) has a status without ``partitionCount``: the first
+    line read ``shop/orders: ? partitions, 0 members, 0 moves``."""
+    hub = {
+        "type": "EventHubReachable",
+        "status": "False",
+        "reason": "EventHubUnreachable",
+        "message": "Event Hub 'orders' in shop.servicebus.windows.net: unreachable",
+    }
+    shown = status.render(
+        consumer(observedGeneration=1, memberCount=0, movesTotal=0, conditions=[hub])
+    ).splitlines()
+    assert shown[0] == (
+        "shop/orders: partitions not listed yet (see EventHubReachable), 0 members, 0 moves"
+    )

@@ -108,8 +108,11 @@ _STATES = {"ready": "Ready", "notready": "not Ready", "terminating": "terminatin
 
 
 def _count(value: Any, word: str) -> str:
-    """``1 member``, ``2 members``; ``? members`` when the status does not say."""
+    """``1 member``, ``2 members``; ``? members`` when the status does not say, and for the
+    partitions (absent until the hub is listed) where to look instead."""
     if not isinstance(value, int):
+        if word == "partition":
+            return "partitions not listed yet (see EventHubReachable)"
         return f"? {word}s"
     return f"{value} {word}" + ("" if value == 1 else "s")
 
