@@ -201,12 +201,29 @@ class EndpointNotAllowed(ConfigurationError):
 
     reason: ClassVar[str] = "EndpointNotAllowed"
 
-    def __init__(self, *, field: str, host: str, allowed: tuple[str, ...], setting: str) -> None:
-        listed = ", ".join(allowed) if allowed else "none"
-        super().__init__(
-            f"{field}: host {host!r} is not allowed (allowed DNS suffixes: {listed}); use an "
-            f"endpoint under one of them, or have the installer add its suffix ({setting})"
-        )
+    def __init__(
+        self,
+        *,
+        field: str,
+        host: str,
+        allowed: tuple[str, ...],
+        setting: str,
+        development: bool = False,
+    ) -> None:
+        """``development``: an emulator refused because development endpoints are not
+        allowed, which no DNS suffix would let through (``setting`` allows them)."""
+        if development:
+            message = (
+                f"{field}: host {host!r} is a development endpoint (a local emulator), refused "
+                f"unless development endpoints are allowed ({setting})"
+            )
+        else:
+            listed = ", ".join(allowed) if allowed else "none"
+            message = (
+                f"{field}: host {host!r} is not allowed (allowed DNS suffixes: {listed}); use "
+                f"an endpoint under one of them, or have the installer add its suffix ({setting})"
+            )
+        super().__init__(message)
         self.field = field
         self.host = host
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
@@ -167,3 +168,35 @@ def test_a_client_id_in_the_spec_is_refused_naming_the_field() -> None:
     }
     with pytest.raises(errors.InvalidInput):
         specs.parse_spec(bad)
+
+
+def check_eventhub() -> None:
+    STRICT.check_eventhub(fully_qualified_namespace="x", connection_string=EMULATOR)
+
+
+def check_blob() -> None:
+    STRICT.check_blob(account_url=None, connection_string=AZURITE)
+
+
+@pytest.mark.parametrize(
+    ("check", "field"),
+    [
+        (check_eventhub, "the Event Hubs connection string's Endpoint"),
+        (check_blob, "the checkpoint store's connection string"),
+    ],
+    ids=["eventhub", "blob"],
+)
+def test_a_refused_emulator_says_how_to_allow_it_not_an_empty_suffix_list(
+    check: Callable[[], None], field: str
+) -> None:
+    """``ehb consume`` with the local stack's connection strings and without
+    --allow-development-endpoints said ``host '127.0.0.1' is not allowed (allowed DNS
+    suffixes: none); use an endpoint under one of them``: the public suffixes are allowed, and
+    no suffix would let an emulator on loopback through."""
+    with pytest.raises(errors.EndpointNotAllowed) as refused:
+        check()
+    assert str(refused.value) == (
+        f"{field}: host '127.0.0.1' is a development endpoint (a local emulator), refused "
+        "unless development endpoints are allowed (--allow-development-endpoints, for the "
+        "local stack only)"
+    )

@@ -125,6 +125,7 @@ class EndpointPolicy:
             host=dialled,
             allowed=("development emulators on loopback",) if self.allow_development else (),
             setting="--allow-development-endpoints, for the local stack only",
+            development=not self.allow_development,
         )
 
 
