@@ -195,3 +195,18 @@ def test_the_consumer_pdb_selects_the_consumer_pods() -> None:
     assert budget["spec"]["selector"]["matchLabels"].items() <= labels.items()
     assert budget["metadata"]["namespace"] == deployment["metadata"]["namespace"]
     assert budget["spec"]["maxUnavailable"] == 1
+
+
+def test_the_examples_header_names_the_kind_of_handler_the_deployment_runs() -> None:
+    """`00-namespace.yaml` opens the examples (``kubectl apply -f manifests/examples/``) and
+    said the hub was "consumed by a PySpark pipeline", while the Deployment runs the
+    plain-Python handler of examples/orders without --spark: a reader went looking for Java
+    and a Spark session that the pods never start."""
+    (deployment,) = find("Deployment", "examples/40-consumer-deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    spark = "--spark" in container["args"]
+    header = (loading.MANIFESTS_DIR / "examples" / "00-namespace.yaml").read_text()
+    first = header.splitlines()[0]
+    assert ("PySpark" in first) == spark, first
+    assert "orders.pipeline:process" in " ".join(container["args"])
+    assert spark or "plain Python" in first, first
