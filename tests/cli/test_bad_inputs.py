@@ -225,6 +225,23 @@ ROWS = [
         "ehb: error: --handler: cannot import module 'ehb_no_such_pipeline': No module named "
         "'ehb_no_such_pipeline' (is the package installed, or on PYTHONPATH / --handler-path?)",
     ),
+    # The operator's own flags are said before the kubeconfig is read: a newcomer's first
+    # `ehb operator` with no cluster yet was told of the kubeconfig, then, once it was fixed,
+    # of the flag.
+    Row(
+        "the operator without a namespace, before any cluster",
+        ("operator", "--kubeconfig", "{tmp}/no-kubeconfig"),
+        {},
+        "ehb: error: --namespace: give --namespace NS (repeatable) or --all-namespaces",
+    ),
+    Row(
+        "the operator's plain metrics off loopback, before any cluster",
+        ("operator", "-n", "shop", "--metrics-insecure", "--kubeconfig", "{tmp}/no-kubeconfig"),
+        {},
+        "ehb: error: --metrics-insecure: serves every tenant's metrics to anyone who reaches "
+        "0.0.0.0: give --metrics-host 127.0.0.1 and an authenticating proxy in front, or drop "
+        "the flag (HTTPS, TokenReview and SubjectAccessReview)",
+    ),
 ]
 
 

@@ -217,24 +217,17 @@ def operator_runtime(args: argparse.Namespace, api: kubeapi.KubeAPI) -> register
     )
 
 
-def serving_options(
-    args: argparse.Namespace, *, reviews: accessreviews.AccessReviews | None
-) -> running.Options:
-    """What the operator serves, and where and to whom its metrics and liveness listen.
-
-    ``reviews`` (None only with ``--metrics-insecure``) answers who may read /metrics."""
+def check_serving(args: argparse.Namespace) -> None:
+    """What to serve, as the flags say it: at least one namespace, and plain metrics only on
+    loopback. Checked before the kubeconfig is read (`run`)."""
     import ipaddress
 
     from eventhub_balancer import errors
-    from eventhub_balancer.adapters import metricsaccess
-    from eventhub_balancer.handlers import running
 
     if not args.namespace and not args.all_namespaces:
         raise errors.InvalidInput(
             "--namespace", "give --namespace NS (repeatable) or --all-namespaces"
         )
-    middlewares = []
-    tls = None
     if args.metrics_insecure:
         try:
             loopback = ipaddress.ip_address(args.metrics_host).is_loopback
@@ -247,7 +240,21 @@ def serving_options(
                 "give --metrics-host 127.0.0.1 and an authenticating proxy in front, or drop "
                 "the flag (HTTPS, TokenReview and SubjectAccessReview)",
             )
-    else:
+
+
+def serving_options(
+    args: argparse.Namespace, *, reviews: accessreviews.AccessReviews | None
+) -> running.Options:
+    """What the operator serves, and where and to whom its metrics and liveness listen.
+
+    ``reviews`` (None only with ``--metrics-insecure``) answers who may read /metrics."""
+    from eventhub_balancer.adapters import metricsaccess
+    from eventhub_balancer.handlers import running
+
+    check_serving(args)
+    middlewares = []
+    tls = None
+    if not args.metrics_insecure:
         assert reviews is not None, "the secure metrics port needs the access reviews"
         middlewares.append(metricsaccess.guard(reviews))
         tls = metricsaccess.server_context(args.metrics_cert_dir)
@@ -271,7 +278,7 @@ def run(args: argparse.Namespace) -> int:
     from eventhub_balancer.handlers import running
 
     # The flags that need no cluster are checked before anything connects.
-    for check in (endpoint_policy, bindings, pod_scope):
+    for check in (check_serving, endpoint_policy, bindings, pod_scope):
         check(args)
     if not logging.getLogger().isEnabledFor(logging.DEBUG):
         logging.getLogger(KOPF_OBJECTS_LOGGER).setLevel(logging.WARNING)
