@@ -225,6 +225,14 @@ ROWS = [
         "ehb: error: --handler: cannot import module 'ehb_no_such_pipeline': No module named "
         "'ehb_no_such_pipeline' (is the package installed, or on PYTHONPATH / --handler-path?)",
     ),
+    Row(
+        "checkpoints listed with neither a consumer nor its coordinates",
+        ("checkpoints", "list"),
+        {},
+        "ehb: error: --eventhub-namespace: give the Event Hubs namespace, "
+        "x.servicebus.windows.net, or an EventHubConsumer NAME to read it from "
+        "(ehb checkpoints list NAME -n NAMESPACE)",
+    ),
     # The operator's own flags are said before the kubeconfig is read: a newcomer's first
     # `ehb operator` with no cluster yet was told of the kubeconfig, then, once it was fixed,
     # of the flag.

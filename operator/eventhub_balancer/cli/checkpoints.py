@@ -210,8 +210,11 @@ async def _list_by_flags(args: argparse.Namespace) -> list[Checkpoint]:
             "`ehb checkpoints list NAME -n NAMESPACE`",
         )
     if not args.eventhub_namespace:
+        # With nothing given, most likely the consumer's NAME was meant.
         raise errors.InvalidInput(
-            "--eventhub-namespace", "give the Event Hubs namespace, x.servicebus.windows.net"
+            "--eventhub-namespace",
+            "give the Event Hubs namespace, x.servicebus.windows.net, or an EventHubConsumer "
+            "NAME to read it from (ehb checkpoints list NAME -n NAMESPACE)",
         )
     for flag, dest, what in (
         ("--container", "container", "the checkpoint container"),
