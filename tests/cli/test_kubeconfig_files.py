@@ -129,3 +129,39 @@ def test_an_api_server_that_is_down_is_one_line_that_says_where_to_look(
         "refused): is it running, and is the kubeconfig's current context the cluster you "
         "mean?" in line
     )
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c[:2]))
+@pytest.mark.parametrize("given", ["flag", "KUBECONFIG", "none"])
+def test_a_kubeconfig_that_is_not_there_says_so(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    command: tuple[str, ...],
+    given: str,
+) -> None:
+    """In a second shell, without the ``export KUBECONFIG=.ehb/kubeconfig`` that `ehb local up`
+    prints (or with a path misspelt), the client's ``Invalid kube-config file. No
+    configuration found.`` was all ``ehb`` said of a file that does not exist."""
+    missing = tmp_path / ".ehb" / "kubeconfg"
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    import kubernetes.config.kube_config
+
+    # No ~/.kube/config either (the client's default, read at its import).
+    monkeypatch.setattr(
+        kubernetes.config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(tmp_path / "none")
+    )
+    flags: tuple[str, ...] = ()
+    if given == "flag":
+        flags = ("--kubeconfig", str(missing))
+    elif given == "KUBECONFIG":
+        monkeypatch.setenv("KUBECONFIG", str(missing))
+    shown = "~/.kube/config" if given == "none" else str(missing)
+    status, err = ehb(capsys, *command, "-n", "shop", *flags)
+    assert status == 1
+    (line,) = err.splitlines()
+    assert line == (
+        f"ehb: error: cannot load the kubeconfig {shown}: there is no such file: point "
+        "--kubeconfig or KUBECONFIG at one (`ehb local up` writes .ehb/kubeconfig)"
+    )

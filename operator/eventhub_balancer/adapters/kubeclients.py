@@ -205,6 +205,14 @@ class KubeClient:
             )
         else:
             # The path is passed explicitly: the client reads $KUBECONFIG only at import.
+            located = path or kubernetes.config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION
+            if not any(os.path.exists(os.path.expanduser(p)) for p in located.split(os.pathsep)):
+                # The client's words for it: "Invalid kube-config file. No configuration found."
+                raise errors.ConfigurationError(
+                    f"cannot load the kubeconfig {path or '~/.kube/config'}: there is no such "
+                    "file: point --kubeconfig or KUBECONFIG at one (`ehb local up` writes "
+                    ".ehb/kubeconfig)"
+                )
             try:
                 kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
                     config_file=path, client_configuration=configuration
