@@ -30,6 +30,9 @@ REQUEST_TIMEOUT_S = 10.0
 #: The longest a test reads one watch stream for what it expects.
 WATCH_TIMEOUT_S = 10.0
 
+#: The longest wait between a watch answered 429 and the next ask (`Wire.watch`).
+RETRY_AFTER_MAX_S = 1.0
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Answer:
@@ -170,15 +173,31 @@ class Wire:
     ) -> tuple[int, list[dict[str, Any]]]:
         """Open a watch; once it is open, call ``during`` (a write the watch should see);
         read its events until ``until(events)`` holds, the stream ends, or ``timeout``
-        passes. Returns the HTTP status and the events read."""
-        response = self.pool.request(
-            "GET",
-            self._url(path, {"watch": "true", **query}),
-            headers={**self.headers, "Accept": "application/json"},
-            timeout=urllib3.Timeout(connect=REQUEST_TIMEOUT_S, read=timeout),
-            preload_content=False,
-            retries=False,
-        )
+        passes. Returns the HTTP status and the events read.
+
+        A 429 with a ``Retry-After`` is asked again after it (at most 1 s each), within
+        ``timeout``, as client-go does: a real kube-apiserver answers so ("storage is
+        (re)initializing") to a watch of a resource whose watch cache is still filling, as a
+        custom resource's is just after its CRD is served."""
+        asking_until = time.monotonic() + timeout
+        while True:
+            response = self.pool.request(
+                "GET",
+                self._url(path, {"watch": "true", **query}),
+                headers={**self.headers, "Accept": "application/json"},
+                timeout=urllib3.Timeout(connect=REQUEST_TIMEOUT_S, read=timeout),
+                preload_content=False,
+                retries=False,
+            )
+            retry_after = response.headers.get("Retry-After")
+            if response.status != 429 or retry_after is None:
+                break
+            pause = min(float(retry_after), RETRY_AFTER_MAX_S)
+            if time.monotonic() + pause > asking_until:
+                break
+            response.drain_conn()
+            response.release_conn()
+            time.sleep(pause)
         events: list[dict[str, Any]] = []
         if response.status != 200:
             body = response.read()
