@@ -24,6 +24,19 @@ def _get(url: str, *, token: str = "admin", timeout: float = 2.0) -> int:
         return int(response.status)
 
 
+def _answered_once_resumed(api: apiservers.LocalKubeAPI, url: str) -> None:
+    """A GET of ``url`` hangs (half a second without an answer), and is answered 200 once
+    ``api`` resumes."""
+    answers: list[int] = []
+    waiter = threading.Thread(target=lambda: answers.append(_get(url, timeout=10)))
+    waiter.start()
+    waiter.join(timeout=0.5)
+    assert answers == []
+    api.resume()
+    waiter.join(timeout=10)
+    assert answers == [200]
+
+
 @pytest.mark.timeout(30)
 def test_paused_requests_hang_until_resumed_and_exempt_ones_pass() -> None:
     with apiservers.LocalKubeAPI() as api:
@@ -35,14 +48,7 @@ def test_paused_requests_hang_until_resumed_and_exempt_ones_pass() -> None:
             _get(url, timeout=0.5)
         assert _get(url, token=EXEMPT) == 200
         # A request held while paused is answered once the server resumes.
-        answers: list[int] = []
-        waiter = threading.Thread(target=lambda: answers.append(_get(url, timeout=10)))
-        waiter.start()
-        waiter.join(timeout=0.5)
-        assert answers == []
-        api.resume()
-        waiter.join(timeout=10)
-        assert answers == [200]
+        _answered_once_resumed(api, url)
         assert not _paused(api)
         assert _get(url) == 200
 
@@ -78,12 +84,5 @@ def test_held_requests_of_one_path_hang_and_the_others_are_answered() -> None:
         api.hold("/events")
         assert not _paused(api)  # the server as a whole answers
         assert _get(configmaps) == 200
-        answers: list[int] = []
-        waiter = threading.Thread(target=lambda: answers.append(_get(events, timeout=10)))
-        waiter.start()
-        waiter.join(timeout=0.5)
-        assert answers == []
-        api.resume()
-        waiter.join(timeout=10)
-        assert answers == [200]
+        _answered_once_resumed(api, events)
         assert _get(events) == 200

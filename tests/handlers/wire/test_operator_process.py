@@ -71,6 +71,28 @@ def operator_process(
         process.wait(timeout=60)
 
 
+def sigterm_behind_a_hung_api_server(
+    stack: Stack, process: subprocess.Popen[bytes]
+) -> tuple[int | None, float]:
+    """Pause the API server, wait until a pods LIST is in flight, unanswered (they are
+    listed afresh every 10 s), SIGTERM the operator: its exit code (None: still running at
+    `EXIT_BOUND_SECONDS`) and how long after the signal it ended."""
+    stack.kube.pause()
+    try:
+        time.sleep(11.0)
+        stopping = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        try:
+            code: int | None = process.wait(timeout=EXIT_BOUND_SECONDS)
+        except subprocess.TimeoutExpired:
+            code = None
+        took = time.monotonic() - stopping
+    finally:
+        stack.kube.resume()
+    print(f"exited with {code} {took:.1f} s after SIGTERM")
+    return code, took
+
+
 def test_sigterm_while_the_api_server_hangs_exits_within_the_bound(
     operator_stack: Stack, namespace: str, tmp_path: Path
 ) -> None:
@@ -80,21 +102,8 @@ def test_sigterm_while_the_api_server_hangs_exits_within_the_bound(
     answers nobody would read."""
     stack, log_path = operator_stack, tmp_path / "operator.log"
     with operator_process(stack, namespace, log_path) as process:
-        stack.kube.pause()
-        try:
-            # The pods are listed afresh every 10 s: that LIST is in flight, unanswered.
-            time.sleep(11.0)
-            stopping = time.monotonic()
-            process.send_signal(signal.SIGTERM)
-            try:
-                code: int | None = process.wait(timeout=EXIT_BOUND_SECONDS)
-            except subprocess.TimeoutExpired:
-                code = None
-            took = time.monotonic() - stopping
-        finally:
-            stack.kube.resume()
+        code, took = sigterm_behind_a_hung_api_server(stack, process)
     output = log_path.read_text()
-    print(f"exited with {code} {took:.1f} s after SIGTERM")
     assert code == 0, f"still running {took:.1f} s after SIGTERM:\n{output[-3000:]}"
     assert took < EXIT_BOUND_SECONDS
     assert "requests still in flight" in output
@@ -109,20 +118,8 @@ def test_sigterm_with_an_event_unposted_and_the_api_server_hanging_exits_within_
     stack, log_path = operator_stack, tmp_path / "operator.log"
     stack.kube.hold("/events")  # the first cycle's Events wait; its ConfigMaps are written
     with operator_process(stack, namespace, log_path) as process:
-        stack.kube.pause()
-        try:
-            time.sleep(11.0)  # a pods LIST in flight, unanswered, as above
-            stopping = time.monotonic()
-            process.send_signal(signal.SIGTERM)
-            try:
-                code: int | None = process.wait(timeout=EXIT_BOUND_SECONDS)
-            except subprocess.TimeoutExpired:
-                code = None
-            took = time.monotonic() - stopping
-        finally:
-            stack.kube.resume()
+        code, took = sigterm_behind_a_hung_api_server(stack, process)
     output = log_path.read_text()
-    print(f"exited with {code} {took:.1f} s after SIGTERM")
     assert code == 0, f"still running {took:.1f} s after SIGTERM:\n{output[-3000:]}"
     assert took < EXIT_BOUND_SECONDS
     assert "Kubernetes Events were not posted" in output
