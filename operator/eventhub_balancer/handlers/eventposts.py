@@ -71,9 +71,8 @@ class Poster:
         self._in_flight = False
         #: the run of refused Events under way, said once (`Refusals`)
         self._refusals = Refusals()
-        #: when the operator began stopping (the loop's time), if it has; and when the Events
-        #: still queued are given up on (`stopping`)
-        self._stopping_since: float | None = None
+        #: when the Events still queued are given up on, once the operator began stopping
+        #: (`stopping`)
         self._deadline: asyncio.TimerHandle | None = None
         self._given_up = False
 
@@ -151,9 +150,8 @@ class Poster:
         its own tasks have ended, waits 5 s for the others before it cancels them: with an
         Event in flight to an API server that hung, that wait came after the daemons' 6 s.
         The first call counts."""
-        if self._stopping_since is not None:
+        if self._deadline is not None:
             return
-        self._stopping_since = now
         self._deadline = asyncio.get_running_loop().call_at(
             now + limit_seconds, self._give_up, limit_seconds
         )
