@@ -166,6 +166,21 @@ def test_balance_figures_compare_the_sdk_and_ours_step_by_step() -> None:
     assert "| `lost` | 0 | 0 | met |" in text
 
 
+def test_a_target_the_run_did_not_judge_reads_not_judged() -> None:
+    targets = {
+        "scale_out_ratio": {
+            "target": ">= 40",
+            "measured": 2.5,
+            "met": None,
+            "not_judged": "judged only at the full run's size",
+        },
+        "lost": {"target": "0", "measured": 0, "met": False},
+    }
+    text = recordviews.balance({**BALANCE, "targets": targets})
+    assert "| `scale_out_ratio` | >= 40 | 2.5 | not judged |" in text
+    assert "| `lost` | 0 | 0 | not met |" in text
+
+
 def test_the_balance_stages_name_the_partitions_moved_twice() -> None:
     stage = {"median_ms": 40.0, "max_ms": 90.0, "count": 3}
     steps = [

@@ -23,7 +23,7 @@ import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal, TypedDict
+from typing import Literal, NotRequired, TypedDict
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer_devstack import kubeservers, sdkbalancing
@@ -66,13 +66,22 @@ QUICK = Settings(
 )
 
 #: The targets the figures are judged against (reported, not enforced): the scale-out at
-#: least 40 times the SDK's speed, every planned step (start, scale-out, scale-in, deletion)
-#: balanced within 0.5 s, the grown hub within 1 s, a deleted pod's partitions taken over
-#: within 2 s, and no partition moved twice in a step.
+#: least 40 times the SDK's speed (at the full run's size only), every planned step (start,
+#: scale-out, scale-in, deletion) balanced within 0.5 s, the grown hub within 1 s, a deleted
+#: pod's partitions taken over within 2 s, and no partition moved twice in a step.
 TARGET_SCALE_OUT_RATIO = 40.0
 TARGET_PLANNED_STEP_S = 0.5
 TARGET_GROW_S = 1.0
 TARGET_FAILOVER_S = 2.0
+#: The scale-out ratio is judged only at the full run's size: with a few partitions or a
+#: short cycle the SDK balances in a few cycles too, and the ratio says nothing of the claim.
+#: The other targets are ours alone and are judged at any size.
+RATIO_MIN_PARTITIONS = 32
+RATIO_INTERVAL_SECONDS = 5
+RATIO_NOT_JUDGED = (
+    f"judged only at the full run's size: {RATIO_MIN_PARTITIONS} or more partitions and a "
+    f"{RATIO_INTERVAL_SECONDS} s cycle"
+)
 #: The steps whose ``balanced_s`` the planned-step target reads.
 PLANNED_STEPS: frozenset[runs.Kind] = frozenset({"start", "scale-out", "scale-in", "delete"})
 
@@ -107,7 +116,9 @@ class StepFigures(TypedDict):
 class Target(TypedDict):
     target: str
     measured: float | None
-    met: bool
+    #: None: not judged at this run's size (``not_judged`` says why); neither met nor missed.
+    met: bool | None
+    not_judged: NotRequired[str]
 
 
 class Report(TypedDict):
@@ -158,7 +169,19 @@ def _worst(values: list[float | None]) -> float | None:
     return max(v for v in values if v is not None)
 
 
-def targets(steps: list[StepFigures], ours: runs.Summary) -> dict[str, Target]:
+def _scale_out_target(ratio: float | None, settings: Settings) -> Target:
+    target: Target = {"target": f">= {TARGET_SCALE_OUT_RATIO:g}", "measured": ratio, "met": None}
+    if (
+        settings.partitions < RATIO_MIN_PARTITIONS
+        or settings.interval_seconds != RATIO_INTERVAL_SECONDS
+    ):
+        target["not_judged"] = RATIO_NOT_JUDGED
+        return target
+    target["met"] = ratio is not None and ratio >= TARGET_SCALE_OUT_RATIO
+    return target
+
+
+def targets(steps: list[StepFigures], ours: runs.Summary, settings: Settings) -> dict[str, Target]:
     """The issue's targets, each with what this run measured (None: not measured)."""
     # The worst step of each kind counts; a step that did not finish leaves it unmeasured.
     ratios = [s["ratio"] for s in steps if s["kind"] == "scale-out"]
@@ -192,11 +215,7 @@ def targets(steps: list[StepFigures], ours: runs.Summary) -> dict[str, Target]:
             "measured": None if all(c is None for c in changes) else len(twice),
             "met": not any(c is None for c in changes) and not twice,
         },
-        "scale_out_ratio": {
-            "target": f">= {TARGET_SCALE_OUT_RATIO:g}",
-            "measured": ratio,
-            "met": ratio is not None and ratio >= TARGET_SCALE_OUT_RATIO,
-        },
+        "scale_out_ratio": _scale_out_target(ratio, settings),
         "failover_after_deletion_s": {
             "target": f"< {TARGET_FAILOVER_S:g}",
             "measured": failover,
@@ -238,7 +257,7 @@ def compare(
         "steps": steps,
         "ratio_balanced_s": _total_ratio(sdk["steps"], ours["steps"], "balanced_s"),
         "ratio_end_to_end_s": _total_ratio(sdk["steps"], ours["steps"], "end_to_end_s"),
-        "targets": targets(steps, ours),
+        "targets": targets(steps, ours, settings),
         "sdk": sdk,
         "ours": ours,
         "settings": {

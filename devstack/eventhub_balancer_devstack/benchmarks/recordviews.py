@@ -172,12 +172,19 @@ def balance(result: object) -> str:
                 f"`{name}`",
                 str(value_at(t, "target")),
                 number(value_at(t, "measured")),
-                "met" if value_at(t, "met") else "not met",
+                _met(value_at(t, "met")),
             ]
             for name, t in targets.items()
         ]
         parts.append(table(["target", "wanted", "measured (ours)", ""], target_rows, numeric=2))
     return "\n\n".join(parts)
+
+
+def _met(met: object) -> str:
+    """A target's verdict; ``null``: the run was not of the size the target is judged at."""
+    if met is None:
+        return "not judged"
+    return "met" if met else "not met"
 
 
 #: The columns of ``ehb bench decide --json`` (`decide`).

@@ -105,14 +105,19 @@ def format_report(report: balancing.Report) -> list[str]:
     )
     for name, target in report["targets"].items():
         lines.append(
-            f"target {name}: {target['target']}, measured {target['measured']}: "
-            f"{'met' if target['met'] else 'MISSED'}"
+            f"target {name}: {target['target']}, measured {target['measured']}: {_met(target)}"
         )
     from eventhub_balancer_devstack.benchmarks import stages
 
     lines.append("ours, stage by stage (median / max):")
     lines += stages.format_table([(s["step"], s["stages"]) for s in report["steps"]])
     return lines
+
+
+def _met(target: balancing.Target) -> str:
+    if target["met"] is None:
+        return f"not judged ({target.get('not_judged', 'not at this size')})"
+    return "met" if target["met"] else "MISSED"
 
 
 def _s(value: float | None) -> str:
