@@ -22,7 +22,7 @@ async def test_balanced_names_the_terminating_pod_whose_release_it_waits_for() -
     balanced = kube.condition(NS, NAME, "Balanced")
     assert (balanced["status"], balanced["reason"]) == ("False", "PodsLeaving")
     assert balanced["message"].startswith(
-        "2 partitions wait for their terminating pods (b) to release them"
+        "2 partitions wait for their terminating pod (b) to release them"
     )
     kube.release_all(NS, "b")
     await cycle(kube, hubs, memory, now=3)

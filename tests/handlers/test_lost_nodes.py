@@ -126,7 +126,7 @@ async def test_while_a_not_ready_pod_keeps_its_partitions_ready_names_it_and_whe
     )
     balanced = kube.condition(NS, NAME, "Balanced")
     assert balanced["message"] == (
-        "2 partitions over 1 Ready pods; NotReady pod b holds 2 until 2024-05-01T12:00:30Z, "
+        "2 partitions over 1 Ready pod; NotReady pod b holds 2 until 2024-05-01T12:00:30Z, "
         "when podGraceSeconds (20 s) since it turned NotReady ends and they move to the Ready "
         "pods"
     )

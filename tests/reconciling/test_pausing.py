@@ -207,3 +207,35 @@ def test_a_consumer_never_paused_says_so_and_posts_nothing_about_it() -> None:
     assert conditions(bodies.applied(first, decision))["Paused"] == ("False", "NotPaused")
     assert decision.figures is not None
     assert not decision.figures.paused
+
+
+def test_a_single_partition_is_spoken_of_in_the_singular_while_pausing() -> None:
+    first, decision = bodies.decide_fully(bodies.observe(pods=[pod("a")], ids=("0",)), now=at(0))
+    observation = respec(bodies.applied(first, decision), PAUSED_SPEC)
+    observation = bodies.applied(observation, bodies.decide(observation, now=at(10)))
+    assert bodies.condition(observation, "Paused")["message"] == (
+        "spec.paused is true: 1 partition is still being released by ordered hand-off"
+    )
+    assert bodies.condition(observation, "Ready")["message"] == (
+        "spec.paused is true: 1 of 1 partition is being released"
+    )
+    observation = bodies.acknowledged(observation, "a")
+    observation = bodies.applied(observation, bodies.decide(observation, now=at(11)))
+    assert bodies.condition(observation, "Ready")["message"] == (
+        "spec.paused is true: the only partition is released and none is assigned; set "
+        "spec.paused to false to resume"
+    )
+
+
+def test_one_partition_of_many_still_released_is_one_partition() -> None:
+    observation = respec(started(pod("a"), pod("b"), pod("c"), pod("d")), PAUSED_SPEC)
+    observation = bodies.applied(observation, bodies.decide(observation, now=at(10)))
+    for name in ("a", "b", "c"):
+        observation = bodies.acknowledged(observation, name)
+    observation = bodies.applied(observation, bodies.decide(observation, now=at(11)))
+    assert bodies.condition(observation, "Paused")["message"].startswith(
+        "spec.paused is true: 1 partition is still being released"
+    )
+    assert bodies.condition(observation, "Ready")["message"] == (
+        "spec.paused is true: 1 of 4 partitions is being released"
+    )

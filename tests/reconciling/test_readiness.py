@@ -224,3 +224,23 @@ def test_one_pod_and_one_hand_off_read_in_the_singular() -> None:
     joined = gitops_states.handing_off()["status"]
     balanced = {c["type"]: c for c in joined["conditions"]}["Balanced"]
     assert balanced["message"] == "1 partition is being handed off"
+
+
+def test_a_hub_of_one_partition_on_one_pod_reads_in_the_singular() -> None:
+    """A one-partition hub on one pod read "has 1 partitions", "all 1 partitions are owned"
+    and "1 partitions over 1 Ready pods"."""
+    observation = test_reports.started(pod("a"), ids=("0",))
+    assert bodies.condition(observation, "EventHubReachable")["message"].endswith("has 1 partition")
+    assert bodies.condition(observation, "Ready")["message"] == (
+        "the only partition is owned by a Ready pod"
+    )
+    assert bodies.condition(observation, "Balanced")["message"] == ("1 partition over 1 Ready pod")
+    error = "ValueError: cannot decode"
+    observation = test_reports.reported(observation, "a", {"0": ("failing", 1, 1, error)})
+    observation, _ = test_reports.next_cycle(observation, now=5)
+    assert bodies.condition(observation, "Ready")["message"].startswith(
+        "the only partition is reported failing, parked or stuck"
+    )
+    assert bodies.condition(observation, "PartitionsFailing")["message"] == (
+        "1 partition in trouble (1 failing): 0 on a failing after 1 attempt: " + error
+    )

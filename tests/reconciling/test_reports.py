@@ -303,7 +303,7 @@ def test_one_error_on_every_partition_is_said_once_naming_the_first_partitions()
     assert (condition.status, condition.reason) == ("True", "PartitionsFailing")
     assert condition.message == (
         "32 partitions in trouble (32 failing): 0, 1, 2, 3, 4, 5, 6, 7 and 24 more on "
-        "orders-0, orders-1, orders-2 and 1 more pods failing after up to 3 attempts: "
+        "orders-0, orders-1, orders-2 and 1 more pod failing after up to 3 attempts: "
         f"{error}"
     )
 
@@ -403,3 +403,23 @@ def test_a_held_lost_report_is_shown_and_a_quiet_decision_stands_only_until_it_i
     _, due = next_cycle(after, now=reports.LOST_HOLD_SECONDS)
     assert due.epochs is not None
     assert due.epochs["3"] == 2
+
+
+def test_one_more_pod_and_one_more_partition_are_counted_in_the_singular() -> None:
+    """The message read "on a, b, c and 1 more pods" and "; and 1 more partitions"."""
+    same = {
+        models.PartitionId(str(i)): trouble(str(i), name, "E: same")
+        for i, name in enumerate("abcd")
+    }
+    assert reports.message(same) == (
+        "4 partitions in trouble (4 failing): 0, 1, 2, 3 on a, b, c and 1 more pod failing "
+        "after 3 attempts: E: same"
+    )
+    words = " ".join("abcdefghi" for _ in range(150))
+    two = {
+        models.PartitionId("0"): trouble("0", "a", "E: " + words),
+        models.PartitionId("1"): trouble("1", "b", "F: " + words),
+    }
+    text = reports.message(two)
+    assert len(text) <= reports.MAX_MESSAGE
+    assert text.endswith("; and 1 more partition")

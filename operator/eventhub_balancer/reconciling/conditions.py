@@ -81,7 +81,7 @@ def hub(
         type=conditions.EVENTHUB_REACHABLE,
         status="True",
         reason="PartitionsListed",
-        message=f"{where} has {len(read.ids or ())} partitions",
+        message=f"{where} has {podwords.amount(len(read.ids or ()), 'partition')}",
     )
 
 
@@ -217,11 +217,13 @@ def build(
             status="False",
             reason="PartitionsWithoutReadyOwner",
             message=conditions.shorten(
-                f"{len(unowned)} of {len(partitions)} partitions have no Ready owner yet"
+                f"{len(unowned)} of {podwords.amount(len(partitions), 'partition')} "
+                f"{'has' if len(unowned) == 1 else 'have'} no Ready owner yet"
                 + (f": {podwords.kept_words(kept, grace=grace)}" if kept else "")
                 + (
-                    f"; new partitions wait for {len(plan.starting)} starting pods, for at "
-                    "most podGraceSeconds"
+                    "; new partitions wait for "
+                    f"{podwords.amount(len(plan.starting), 'starting pod')}, for at most "
+                    "podGraceSeconds"
                     if plan.starting
                     else ""
                 )
@@ -232,7 +234,8 @@ def build(
             type=conditions.READY,
             status="True",
             reason="AllPartitionsOwned",
-            message=f"all {len(partitions)} partitions are owned by Ready pods",
+            message=f"{podwords.every(len(partitions), 'partition', 'is', 'are')} owned by "
+            + ("a Ready pod" if len(partitions) == 1 else "Ready pods"),
         )
     in_flight = sum(1 for o in plan.assignment.values() if o.state == "revoking")
     if not partitions:
@@ -248,10 +251,11 @@ def build(
             type=conditions.BALANCED,
             status="True",
             reason="Balanced",
-            message=f"{len(partitions)} partitions over {ready_pods} Ready pods"
-            if not kept
-            else f"{len(partitions) - sum(k.partitions for k in kept)} partitions over "
-            f"{ready_pods} Ready pods; {podwords.kept_words(kept, grace=grace)}",
+            message=(
+                f"{podwords.amount(len(partitions) - sum(k.partitions for k in kept), 'partition')}"
+                f" over {podwords.amount(ready_pods, 'Ready pod')}"
+                + (f"; {podwords.kept_words(kept, grace=grace)}" if kept else "")
+            ),
         )
     elif not ready_pods:
         balanced = conditions.Condition(
@@ -284,9 +288,12 @@ def build(
             status="False",
             reason="PodsLeaving",
             message=(
-                f"{held} partitions wait for their terminating pods "
+                f"{podwords.counted(held, 'partition', 'waits', 'wait')} for "
+                f"{'its' if held == 1 else 'their'} terminating "
+                f"{'pod' if len(leaving) == 1 else 'pods'} "
                 f"({', '.join(leaving[:3])}{' and more' if len(leaving) > 3 else ''}) to "
-                "release them; whatever is not released soon is revoked and handed off"
+                f"release {'it' if held == 1 else 'them'}; whatever is not released soon is "
+                "revoked and handed off"
             ),
         )
     elif plan.starting:
@@ -350,7 +357,8 @@ def cannot_process(
             status="False",
             reason="AllPartitionsFailing",
             message=(
-                f"all {len(partitions)} partitions are reported failing, parked or stuck: "
+                f"{podwords.every(len(partitions), 'partition', 'is', 'are')} reported failing, "
+                "parked or stuck: "
                 "nothing is processed (see PartitionsFailing)"
             ),
         )

@@ -44,7 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from eventhub_balancer import errors
 from eventhub_balancer.balancing import models, planning
 from eventhub_balancer.contracts import conditions, statusbodies
-from eventhub_balancer.reconciling import conflicts
+from eventhub_balancer.reconciling import conflicts, podwords
 
 RECONCILING = "Reconciling"
 STALLED = "Stalled"
@@ -217,8 +217,8 @@ def paused_condition(
                 status="False",
                 reason=PAUSING,
                 message=(
-                    f"spec.paused is true: {held} partitions are still being released by "
-                    "ordered hand-off"
+                    f"spec.paused is true: {podwords.counted(held, 'partition', 'is', 'are')} "
+                    "still being released by ordered hand-off"
                 ),
             )
         return conditions.Condition(
@@ -252,7 +252,10 @@ def ready_and_balanced(
     (the consumer is as its spec asks), False with reason Pausing while hand-offs run."""
     held = holding(assignment)
     if held:
-        message = f"spec.paused is true: {held} of {len(partitions)} partitions are being released"
+        message = (
+            f"spec.paused is true: {held} of {podwords.amount(len(partitions), 'partition')} "
+            f"{'is' if held == 1 else 'are'} being released"
+        )
         return (
             conditions.Condition(
                 type=conditions.READY, status="False", reason=PAUSING, message=message
@@ -262,7 +265,8 @@ def ready_and_balanced(
             ),
         )
     message = (
-        f"spec.paused is true: all {len(partitions)} partitions are released and none is "
+        f"spec.paused is true: {podwords.every(len(partitions), 'partition', 'is', 'are')} "
+        "released and none is "
         "assigned; set spec.paused to false to resume"
     )
     return (
@@ -313,7 +317,8 @@ def at_zero(
     elif backlog is not None and backlog > 0:
         waiting = True
         message = (
-            f"no pod runs and {backlog} events wait: the autoscaler has not started a pod yet "
+            f"no pod runs and {podwords.counted(backlog, 'event', 'waits', 'wait')}: the "
+            "autoscaler has not started a pod yet "
             "(a KEDA ScaledObject polls every pollingInterval); if none comes, check it, and "
             f"that spec.selector ({selector}) matches its pods"
         )
