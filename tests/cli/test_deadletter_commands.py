@@ -120,3 +120,26 @@ def test_show_prints_what_the_producers_and_the_pods_wrote_as_text() -> None:
     assert "    ValueError: bad\\x1b[2K" in shown
     assert "    second line\\x1b]52;c;cm0K\\x07" in shown
     assert shown.endswith("{\n\\x1b[1A\\x1b[2K\\x0d\\u202e}")
+
+
+def test_show_counts_one_event_and_one_attempt_in_the_singular() -> None:
+    """A dead letter of one event, given up after one attempt, read "1 events" and "after 1
+    attempts"."""
+    letter = deadletterreplays.DeadLetter(
+        name="d/0/7-7.json",
+        short_name="0/7-7",
+        partition="0",
+        first_sequence_number=7,
+        last_sequence_number=7,
+        events=1,
+        error="ValueError: bad",
+        attempts=1,
+        pod="orders-0",
+        epoch=1,
+        dead_lettered_time="2026-11-30T09:00:00Z",
+        replayed_time=None,
+        replayed_to=None,
+    )
+    lines = deadletters.show_text(letter, {"events": []}).splitlines()
+    assert lines[1] == "  partition 0, sequence numbers 7-7, 1 event"
+    assert lines[2].endswith("by orders-0 (epoch 1) after 1 attempt")

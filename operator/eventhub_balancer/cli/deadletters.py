@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from eventhub_balancer.cli import actingidentities, consumertargets, tables
 from eventhub_balancer.contracts import bounds, connectionstrings
+from eventhub_balancer.reconciling import podwords
 
 if TYPE_CHECKING:
     from eventhub_balancer.adapters import deadletterreplays
@@ -174,9 +175,10 @@ def show_text(letter: deadletterreplays.DeadLetter, body: dict[str, Any]) -> str
     lines = [
         f"{letter.name}",
         f"  partition {letter.partition}, sequence numbers "
-        f"{letter.first_sequence_number}-{letter.last_sequence_number}, {letter.events} events",
+        f"{letter.first_sequence_number}-{letter.last_sequence_number}, "
+        f"{podwords.amount(letter.events, 'event')}",
         f"  dead-lettered {letter.dead_lettered_time} by {letter.pod} (epoch {letter.epoch}) "
-        f"after {letter.attempts} attempts",
+        f"after {podwords.amount(letter.attempts, 'attempt')}",
         f"  replayed: started {letter.replaying_since}, not finished (a replay in progress, or "
         "one that was stopped: --force replays it again)"
         if letter.replaying_since
