@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 
 from eventhub_balancer import errors
-from eventhub_balancer.contracts import storeaddresses
+from eventhub_balancer.contracts import partitionreports, storeaddresses
 from eventhub_balancer.handlers import memories
 from tests.handlers.test_cycles import NAME, NS, SPEC, T0, cycle, make_kube
+from tests.handlers.test_pod_acknowledgements import annotate
 from tests.support import fakes
 
 
@@ -259,3 +260,58 @@ async def test_a_container_edited_to_one_that_does_not_exist_is_not_said_readabl
     assert "'checkpoint' does not exist" in reachable["message"]
     ready = kube.condition(NS, NAME, "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "CheckpointStoreUnusable")
+
+
+def report_lost(kube: fakes.FakeKube, store: fakes.FakeCheckpointStore) -> None:
+    """What each pod does with its ConfigMap: it applies it, and reports lost every partition
+    whose blob holds a higher epoch than the one it was given (its fence there is refused)."""
+    for pod, held in kube.assignment(NS).items():
+        lost = {
+            p: partitionreports.PartitionReport(
+                partition=p, epoch=e, state="lost", attempts=0, error="a higher epoch holds it"
+            )
+            for p, (e, _state) in held.items()
+            if store.blobs.get(p, (0, 0))[0] > e
+        }
+        if lost:
+            annotate(kube, pod, partitionreports.ANNOTATION, partitionreports.build(lost))
+        kube.apply_generation(NS, pod)
+
+
+async def test_a_container_edited_while_it_fails_raises_no_epoch_blind_for_lost_reports() -> None:
+    """The consumer is moved to a container the operator cannot read (an outage, or only its
+    own access fails), whose blobs hold epoch 5 (another consumer checkpointed there). The
+    pods' fences at the raised epoch 2 are refused there and they report the partitions lost.
+    Each report raised the epoch by one without the blobs, every 30 s while the store failed:
+    3, 4, then 5, the very epoch the blobs hold, which a fence takes over from its writer.
+    Now a lost partition waits for its blob: nothing is raised while the store fails, and once
+    it answers each partition is given out above the blob's epoch, within the store's backoff."""
+    old, new = fakes.FakeCheckpointStore(), fakes.FakeCheckpointStore()
+    for p in ("0", "1", "2", "3"):
+        new.fence(p, 5, sequence_number=100)
+    hubs = Containers({"checkpoints": old, "elsewhere": new})
+    kube = make_kube()
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    for pod in ("a", "b"):
+        kube.apply_generation(NS, pod)
+    new.failure = errors.CheckpointStoreUnreachable("the account does not answer")
+    kube.set_spec(NS, NAME, with_container("elsewhere"))
+    t = 5
+    await cycle(kube, hubs, memory, now=t)
+    assert kube.status(NS, NAME)["epochs"] == {"0": 2, "1": 2, "2": 2, "3": 2}
+    while t < 300:  # five minutes of the store failing, a pod's report at every turn
+        report_lost(kube, new)
+        t += 10
+        await cycle(kube, hubs, memory, now=t)
+        assert kube.status(NS, NAME)["epochs"] == {"0": 2, "1": 2, "2": 2, "3": 2}, t
+    assert kube.condition(NS, NAME, "CheckpointStoreReachable")["status"] == "False"
+    new.failure = None
+    back = t
+    while any(e <= 5 for held in kube.assignment(NS).values() for e, _s in held.values()):
+        assert t < back + 6 * 60, "not given out above the blobs within the store's backoff"
+        report_lost(kube, new)
+        t += 10
+        await cycle(kube, hubs, memory, now=t)
+    assert kube.status(NS, NAME)["epochs"] == {"0": 6, "1": 6, "2": 6, "3": 6}
+    assert owners(kube) == {"a": {"0", "1"}, "b": {"2", "3"}}

@@ -155,6 +155,8 @@ def _decide(
         now=now,
         fleet=fleet,
         recorded=recorded.recorded,
+        blobs_unreadable=observation.store.checkpoints is None
+        and observation.store.fault is not None,
     )
     # New coordinates: the pods' partitions get higher epochs, in the record first.
     moving = coordinates.change(spec=spec, maps=maps, pods=states, assignment=back.assignment)

@@ -297,7 +297,7 @@ def trouble_events(
                     f"; given out again: {again}"
                     if again
                     else "; given out again when a pod can, once its epoch has stood "
-                    f"{reports.LOST_HOLD_SECONDS:.0f} s"
+                    f"{reports.LOST_HOLD_SECONDS:.0f} s and its checkpoint blob can be read"
                 )
             )
         events.append(

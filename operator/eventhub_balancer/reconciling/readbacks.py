@@ -190,12 +190,14 @@ def read_back(
     now: datetime.datetime,
     fleet: fleets.Fleet | None = None,
     recorded: Mapping[models.PartitionId, records.Recorded] | None = None,
+    blobs_unreadable: bool = False,
 ) -> ReadBack:
     """The assignment from the status record, the floors, and what the ConfigMaps got wrong.
 
     ``fleet``: ``maps`` and ``pods`` as a `fleets.Fleet`, whose sums (each pod's current
     ConfigMap, the pods reporting trouble) stand for a pass over them. ``recorded``:
-    `records.read` of ``status``, when the caller has it already."""
+    `records.read` of ``status``, when the caller has it already. ``blobs_unreadable``: the
+    store failed, so a partition reported lost stays with its pod (`reports.unassign_lost`)."""
     ignored: list[str] = []
     status_epochs: Mapping[str, Any] = status.get("epochs") or {}
     leaps: list[str] = []
@@ -268,7 +270,9 @@ def read_back(
         assignment=assignment,
         reporting=fleet.reporting if fleet is not None else None,
     )
-    assignment, held = reports.unassign_lost(assignment, troubles, now=seconds_now)
+    assignment, held = reports.unassign_lost(
+        assignment, troubles, now=seconds_now, blobs_unreadable=blobs_unreadable
+    )
     for pid, trouble in troubles.items():
         if trouble.state == "lost" and pid not in held:
             released.pop(pid, None)

@@ -138,15 +138,19 @@ def unassign_lost(
     troubles: Mapping[models.PartitionId, Trouble],
     *,
     now: float,
+    blobs_unreadable: bool = False,
 ) -> tuple[dict[models.PartitionId, models.Ownership], dict[models.PartitionId, float]]:
     """``assignment`` with each partition reported lost made unowned at its epoch: the
     planner places it again at epoch + 1, like the partition of a pod that is gone. A report
     about an epoch given out less than `LOST_HOLD_SECONDS` before ``now`` waits: the second
-    value says, per such partition, the moment it is acted on."""
+    value says, per such partition, the moment it is acted on. While the checkpoint blobs
+    cannot be read (``blobs_unreadable``) every report waits, with no moment: a higher epoch
+    holds the partition, and only its blob says how high (raised by one blind, each report
+    was refused again, until one reached the blob's own epoch and took it over)."""
     result = dict(assignment)
     held: dict[models.PartitionId, float] = {}
     for pid, trouble in troubles.items():
-        if trouble.state != "lost" or pid not in result:
+        if trouble.state != "lost" or pid not in result or blobs_unreadable:
             continue
         # Revoking, its ``since`` is when the hand-off began, not when the epoch was given.
         due = result[pid].since + LOST_HOLD_SECONDS
