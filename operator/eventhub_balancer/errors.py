@@ -18,6 +18,8 @@ class EventHubBalancerError(Exception):
     """The base of every error this project raises on purpose."""
 
     reason: ClassVar[str] = "Failed"
+    #: the operator's ConfigMap whose write failed with it (`handlers.writing`); None: none
+    configmap: str | None = None
 
 
 class InvalidInput(EventHubBalancerError, ValueError):

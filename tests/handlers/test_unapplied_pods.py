@@ -8,7 +8,7 @@ import contextlib
 
 from eventhub_balancer import errors
 from eventhub_balancer.handlers import memories
-from eventhub_balancer.reconciling import conditions
+from eventhub_balancer.reconciling import silentowners
 from tests.handlers import test_cycles
 from tests.handlers.test_cycles import NAME, NS
 from tests.support import fakes
@@ -26,9 +26,9 @@ async def test_a_pod_that_never_applies_turns_ready_false_once_and_for_as_long_a
     assert result.writes == 0
     assert kube.condition(NS, NAME, "Ready")["reason"] == "AllPartitionsOwned"
     # Nothing else will wake it: the decision names the moment b's silence comes due.
-    assert result.decision.next_in == conditions.UNAPPLIED_SECONDS - 5
+    assert result.decision.next_in == silentowners.UNAPPLIED_SECONDS - 5
 
-    await test_cycles.cycle(kube, hubs, memory, now=conditions.UNAPPLIED_SECONDS)
+    await test_cycles.cycle(kube, hubs, memory, now=silentowners.UNAPPLIED_SECONDS)
     ready = kube.condition(NS, NAME, "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "AssignmentNotApplied")
     assert ready["message"].startswith("pod b holds 2 of 4 partitions")

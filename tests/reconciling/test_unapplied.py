@@ -16,7 +16,7 @@ import copy
 import dataclasses
 
 from eventhub_balancer.contracts import configmaps, podstates
-from eventhub_balancer.reconciling import conditions, observations
+from eventhub_balancer.reconciling import observations, silentowners
 from tests.reconciling import bodies
 from tests.reconciling.bodies import at, pod
 
@@ -43,7 +43,7 @@ def test_a_ready_pod_that_never_applies_its_assignment_makes_ready_false() -> No
     after = given_out()
     # Within the limit, b may still be on its way: Ready as before.
     assert ready_at(after, 5)[:2] == ("True", "AllPartitionsOwned")
-    status, reason, message = ready_at(after, conditions.UNAPPLIED_SECONDS + 1)
+    status, reason, message = ready_at(after, silentowners.UNAPPLIED_SECONDS + 1)
     assert (status, reason) == ("False", "AssignmentNotApplied")
     # What to change, with the pod named and what it holds.
     assert message.startswith(
@@ -69,8 +69,8 @@ def test_a_ready_pod_that_never_applies_its_assignment_makes_ready_false() -> No
 def test_the_decision_comes_back_when_the_silence_comes_due() -> None:
     decision = bodies.decide(given_out(), now=at(5))
     assert decision.next_in is not None
-    assert decision.next_in <= conditions.UNAPPLIED_SECONDS - 5
-    assert decision.settled_until == podstates.to_seconds(at(conditions.UNAPPLIED_SECONDS))
+    assert decision.next_in <= silentowners.UNAPPLIED_SECONDS - 5
+    assert decision.settled_until == podstates.to_seconds(at(silentowners.UNAPPLIED_SECONDS))
 
 
 def test_once_the_pod_applies_ready_is_true_again() -> None:

@@ -118,11 +118,13 @@ async def run_cycle(
             writes = await writing.apply(
                 kube=kube, namespace=namespace, name=name, decision=decision, events=events
             )
-        except BaseException:
+        except BaseException as failed:
+            memory.refused = writing.refused(failed) or memory.refused
             if ahead is not None:
                 ahead.cancel()
                 await asyncio.gather(ahead, return_exceptions=True)
             raise
+        memory.refused = None  # every write went out
         if ahead is not None:
             memory.store = await ahead
         if writes and (decision.status or decision.epochs is not None):

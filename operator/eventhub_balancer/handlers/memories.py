@@ -119,3 +119,5 @@ class Memory:
     unlisted: tuple[str, ...] = ()
     #: when this operator first saw each pod's state, on its own clock (`podstates.sightings`)
     sightings: Mapping[str, podstates.Sighting] = dataclasses.field(default_factory=dict)
+    #: why the last ConfigMap write failed (`writing.refused`); None once one goes out
+    refused: observations.Fault | None = None

@@ -90,6 +90,7 @@ async def observe_consumer(
         # The other consumers come from the watch (kopf's index); a port without one (a test
         # or a tool over the bare API) knows of none, and finds no conflict.
         peers=kube.peers(),
+        refused=memory.refused,
     )
     return observation, pacing
 

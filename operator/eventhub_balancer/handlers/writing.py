@@ -49,7 +49,7 @@ from typing import Any
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import configmaps
 from eventhub_balancer.handlers import ports
-from eventhub_balancer.reconciling import decisions, writes
+from eventhub_balancer.reconciling import decisions, observations, writes
 
 logger = logging.getLogger(__name__)
 
@@ -170,12 +170,26 @@ async def apply_writes(
 async def _write_map(
     kube: ports.KubePort, *, namespace: str, write: writes.MapWrite, events: Handover | None
 ) -> Mapping[str, Any]:
-    if write.create:
-        stored = await create_configmap(kube, namespace=namespace, write=write, events=events)
-    else:
-        stored = await patch_configmap(kube, namespace=namespace, write=write)
-    await kept_labels(kube, namespace=namespace, write=write, stored=stored)
+    """One ConfigMap written; a failure names it (``configmap``), so that the cycle keeps
+    why its writes did not go out (`refused`)."""
+    try:
+        if write.create:
+            stored = await create_configmap(kube, namespace=namespace, write=write, events=events)
+        else:
+            stored = await patch_configmap(kube, namespace=namespace, write=write)
+        await kept_labels(kube, namespace=namespace, write=write, stored=stored)
+    except errors.EventHubBalancerError as e:
+        e.configmap = write.name
+        raise
     return stored
+
+
+def refused(error: BaseException) -> observations.Fault | None:
+    """Why a ConfigMap write failed, when ``error`` is that failure (`_write_map`): what
+    Ready's ``AssignmentNotWritten`` names (`reconciling.silentowners.cause`)."""
+    if isinstance(error, errors.EventHubBalancerError) and error.configmap is not None:
+        return observations.Fault.of(error)
+    return None
 
 
 async def kept_labels(

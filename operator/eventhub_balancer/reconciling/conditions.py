@@ -1,13 +1,8 @@
 """The status conditions a cycle concludes: Ready, Balanced, the two dependencies and
 PartitionsFailing (worded in `reports`).
 
-Ready also says when owners read none of what they hold (`Silences`, `deciding.silences`). A
-consumer pod applies its ConfigMap within a second and says so (annotation
-``eventhub-balancer.dev/applied-generation``): a Ready owner silent a minute after it was given
-partitions has no ConfigMap (its writes are refused: a ResourceQuota, an admission policy,
-RBAC) or never applied it (the selector matches another workload, or the pods cannot read or
-patch ConfigMaps). A pod that applied an earlier generation runs a consumer: a later one on
-its way is a hand-off, which Balanced and the hand-off timeout cover.
+Ready also says when owners read none of what they hold (`silentowners`: no ConfigMap
+written, or none applied, a minute after they were given partitions).
 
 Kept apart from the writes, so that the wording changes without touching what is written when.
 A dependency's fault keeps the error's own reason, else one naming the dependency (API rules).
@@ -15,7 +10,6 @@ A dependency's fault keeps the error's own reason, else one naming the dependenc
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 
 from eventhub_balancer import errors
@@ -28,22 +22,8 @@ from eventhub_balancer.reconciling import (
     podwords,
     progress,
     reports,
+    silentowners,
 )
-
-#: How long a Ready pod may hold partitions without a word before Ready says nothing reads
-#: them: far above the second a consumer pod takes (a Spark pod is NotReady until its session
-#: is warm, then applies), and above a few retries of a refused write.
-UNAPPLIED_SECONDS = 60.0
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Silences:
-    """The silent Ready owners past `UNAPPLIED_SECONDS`, each with the partitions it holds, and
-    the moments at which the others' silence comes due."""
-
-    unwritten: Mapping[str, int] = dataclasses.field(default_factory=dict)
-    unapplied: Mapping[str, int] = dataclasses.field(default_factory=dict)
-    due: tuple[float, ...] = ()
 
 
 def _reason(fault: observations.Fault, *, misconfigured: str, unreachable: str) -> str:
@@ -153,7 +133,8 @@ def build(
     previous: statusbodies.StatusBody | None = None,
     ready_count: int | None = None,
     pod_scope: str = "",
-    silent: Silences | None = None,
+    silent: silentowners.Silences | None = None,
+    refused: observations.Fault | None = None,
 ) -> list[conditions.Condition]:
     """All six conditions, Ready first (Paused last: `progress`, which words Ready and
     Balanced while ``spec.paused`` is true).
@@ -161,7 +142,8 @@ def build(
     A partition its pod reports in trouble still counts as owned for Ready and Balanced:
     the pod is alive and holds it (moving it would carry the fault along); PartitionsFailing
     says what is wrong with it. ``pod_scope`` (the operator's ``--pod-selector``) is named
-    where no pod is found; ``silent``: the owners that say nothing of what they hold.
+    where no pod is found; ``silent``: the owners that say nothing of what they hold, and
+    ``refused``: why the last ConfigMap write failed.
     """
     # ``ready_count``: the fleet's count of Ready pods (`fleets.Fleet.ready`); else counted here.
     ready_pods = sum(1 for p in pods.values() if p.ready) if ready_count is None else ready_count
@@ -209,7 +191,11 @@ def build(
                 "say why)"
             ),
         )
-    elif (quiet := silent_ready(silent, partitions=len(partitions), selector=selector)) is not None:
+    elif (
+        quiet := silentowners.ready(
+            silent, partitions=len(partitions), selector=selector, refused=refused
+        )
+    ) is not None:
         ready = quiet
     elif unowned:
         ready = conditions.Condition(
@@ -360,48 +346,6 @@ def cannot_process(
                 f"{podwords.every(len(partitions), 'partition', 'is', 'are')} reported failing, "
                 "parked or stuck: "
                 "nothing is processed (see PartitionsFailing)"
-            ),
-        )
-    return None
-
-
-def silent_ready(
-    found: Silences | None, *, partitions: int, selector: str
-) -> conditions.Condition | None:
-    """Ready False while a Ready owner is silent past `UNAPPLIED_SECONDS`, naming what to
-    change (the operator's writes first: no pod can apply what was never written); None:
-    none is."""
-    if found is None:
-        return None
-    if found.unwritten:
-        holds = podwords.holders(found.unwritten, partitions)
-        return conditions.Condition(
-            type=conditions.READY,
-            status="False",
-            reason="AssignmentNotWritten",
-            message=conditions.shorten(
-                f"{holds}, but the operator has not written "
-                f"{'its' if len(found.unwritten) == 1 else 'their'} assignment ConfigMap "
-                f"within {UNAPPLIED_SECONDS:g} s: nothing reads them. The API server refuses the "
-                "write (the operator's log and ehb_cycles_total{result} say why): a "
-                "ResourceQuota on configmaps, an admission policy or the operator's RBAC in "
-                "this namespace"
-            ),
-        )
-    if found.unapplied:
-        holds = podwords.holders(found.unapplied, partitions)
-        one = len(found.unapplied) == 1
-        return conditions.Condition(
-            type=conditions.READY,
-            status="False",
-            reason="AssignmentNotApplied",
-            message=conditions.shorten(
-                f"{holds} but {'has' if one else 'have'} not "
-                f"applied {'its' if one else 'their'} assignment ConfigMap within "
-                f"{UNAPPLIED_SECONDS:g} s: nothing reads them. A pod that does not run "
-                f"`ehb consume` matches spec.selector ({selector}): narrow the selector to the "
-                "consumer pods; or the pods' ServiceAccount lacks list, watch and patch on "
-                "configmaps (see the pod's log)"
             ),
         )
     return None

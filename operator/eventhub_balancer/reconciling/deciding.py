@@ -50,6 +50,7 @@ from eventhub_balancer.reconciling import (
     refusals,
     reports,
     rollbacks,
+    silentowners,
     statuses,
 )
 
@@ -220,6 +221,7 @@ def _decide(
         ready_count=fleet.ready,
         pod_scope=observation.pod_scope,
         silent=silent,
+        refused=observation.refused,
     )
     concluded = progress.at_zero(
         concluded,
@@ -337,7 +339,7 @@ def silences(
     assignment: Mapping[models.PartitionId, models.Ownership],
     pods: Mapping[str, podstates.PodState],
     wall: float,
-) -> conditions.Silences:
+) -> silentowners.Silences:
     """The Ready owners of ``assignment`` (the plan) that have no ConfigMap in ``current`` (each
     pod's) since they were given their first partition, or never applied the one they have."""
     held: dict[str, int] = {}
@@ -363,8 +365,8 @@ def silences(
             found, since = unapplied, podstates.to_seconds(min(times))
         else:
             continue
-        if wall >= since + conditions.UNAPPLIED_SECONDS:
+        if wall >= since + silentowners.UNAPPLIED_SECONDS:
             found[pod] = held[pod]
         else:
-            due.append(since + conditions.UNAPPLIED_SECONDS)
-    return conditions.Silences(unwritten=unwritten, unapplied=unapplied, due=tuple(due))
+            due.append(since + silentowners.UNAPPLIED_SECONDS)
+    return silentowners.Silences(unwritten=unwritten, unapplied=unapplied, due=tuple(due))

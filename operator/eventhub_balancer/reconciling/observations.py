@@ -186,6 +186,9 @@ class Observation:
     #: a ``since`` stamped on a clock ahead or behind counts within what was seen; empty: as
     #: stamped
     sightings: Mapping[str, podstates.Sighting] = dataclasses.field(default_factory=dict)
+    #: why the operator's last ConfigMap write for this consumer failed (`handlers.writing`),
+    #: said where a Ready owner has no ConfigMap (`silentowners`); None: the last one went out
+    refused: Fault | None = None
 
     @property
     def generation(self) -> int:
