@@ -8,6 +8,8 @@ import jsonschema
 import pytest
 import yaml
 
+from eventhub_balancer import errors
+from eventhub_balancer.contracts import specs
 from tests.support import paths
 
 CRD_PATH = paths.CRDS / "eventhubconsumers.yaml"
@@ -221,3 +223,58 @@ def test_invalid_resources_fail_naming_the_field(
     found = errors_of(schema, with_(path, value))
     assert found, f"{path}={value!r} should be rejected"
     assert any(e.startswith(f"{field}:") for e in found), found
+
+
+#: Values no client can ever use, which the API server used to admit and the operator to take:
+#: a port beyond 65535 (the resolver wraps it round, so the pods dial another port) or 0, and
+#: a Secret name or key that no Secret can have. Both the CRD and `specs.parse_spec` refuse
+#: each, naming the same field.
+UNUSABLE = [
+    ("spec.eventHub.fullyQualifiedNamespace", "shop.servicebus.windows.net:99999"),
+    ("spec.eventHub.fullyQualifiedNamespace", "127.0.0.1:65536"),
+    ("spec.eventHub.fullyQualifiedNamespace", "127.0.0.1:0"),
+    ("spec.eventHub.fullyQualifiedNamespace", "127.0.0.1:00000"),
+    ("spec.checkpointStore.accountUrl", "https://shop.blob.core.windows.net:99999"),
+    ("spec.checkpointStore.accountUrl", "https://127.0.0.1:0/"),
+    ("spec.eventHub.credentials.connectionStringSecretRef.name", "Bad_Name"),
+    ("spec.eventHub.credentials.connectionStringSecretRef.name", "orders-eh."),
+    ("spec.checkpointStore.credentials.connectionStringSecretRef.name", "orders blob"),
+    ("spec.checkpointStore.credentials.connectionStringSecretRef.name", "a" * 254),
+    ("spec.eventHub.credentials.connectionStringSecretRef.key", "connection string"),
+    ("spec.checkpointStore.credentials.connectionStringSecretRef.key", "a/b"),
+]
+
+#: Their usable neighbours: both take each.
+USABLE = [
+    ("spec.eventHub.fullyQualifiedNamespace", "127.0.0.1:65535"),
+    ("spec.eventHub.fullyQualifiedNamespace", "127.0.0.1:1"),
+    ("spec.eventHub.fullyQualifiedNamespace", "localhost:05672"),
+    ("spec.checkpointStore.accountUrl", "https://shop.blob.core.windows.net:443/"),
+    ("spec.checkpointStore.accountUrl", "https://shop.blob.core.windows.net"),
+    ("spec.eventHub.credentials.connectionStringSecretRef.name", "orders-eh.v2"),
+    ("spec.checkpointStore.credentials.connectionStringSecretRef.name", "a" * 253),
+    ("spec.eventHub.credentials.connectionStringSecretRef.key", "Connection_String.v-1"),
+]
+
+
+@pytest.mark.parametrize(("path", "value"), UNUSABLE, ids=repr)
+def test_a_value_no_client_can_use_is_refused_by_the_crd_and_the_operator(
+    schema: dict[str, Any], path: str, value: str
+) -> None:
+    body = with_(path, value)
+    found = errors_of(schema, body)
+    assert any(e.startswith(f"{path}:") for e in found), found
+    with pytest.raises(errors.InvalidInput) as refused:
+        specs.parse_spec(body["spec"])
+    assert refused.value.field == path
+    # The operator's message says what to use, as the CRD's does.
+    assert "use" in str(refused.value), str(refused.value)
+
+
+@pytest.mark.parametrize(("path", "value"), USABLE, ids=repr)
+def test_a_usable_neighbour_is_taken_by_the_crd_and_the_operator(
+    schema: dict[str, Any], path: str, value: str
+) -> None:
+    body = with_(path, value)
+    assert errors_of(schema, body) == []
+    specs.parse_spec(body["spec"])

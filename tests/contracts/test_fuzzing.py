@@ -159,6 +159,7 @@ SPEC_PATHS = st.sampled_from(
         ("eventHub", "consumerGroup"),
         ("eventHub", "credentials"),
         ("eventHub", "credentials", "connectionStringSecretRef", "name"),
+        ("eventHub", "credentials", "connectionStringSecretRef", "key"),
         ("eventHub", "credentials", "workloadIdentity"),
         ("checkpointStore", "containerName"),
         ("checkpointStore", "accountUrl"),
@@ -194,9 +195,21 @@ SPECS = st.one_of(
                 ("checkpointStore", "accountUrl"),
                 ("serviceAccountName",),
                 ("startPosition", "enqueuedTime"),
+                ("eventHub", "fullyQualifiedNamespace"),
+                ("eventHub", "credentials", "connectionStringSecretRef", "name"),
+                ("eventHub", "credentials", "connectionStringSecretRef", "key"),
             ]
         ),
-        st.one_of(TEXT, TIMES, st.sampled_from(["https://shop.blob.core.windows.net\n"])),
+        st.one_of(
+            TEXT,
+            TIMES,
+            st.sampled_from(["https://shop.blob.core.windows.net\n"]),
+            st.builds(
+                lambda host, port: f"{host}:{port}",
+                st.sampled_from(["127.0.0.1", "https://shop.blob.core.windows.net"]),
+                st.integers(min_value=0, max_value=99999),
+            ),
+        ),
     ),
     JSONISH,
 )
@@ -205,9 +218,17 @@ SPECS = st.one_of(
 #: text; Python's also matches before a final newline).
 LABEL_NAME = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 CONTAINER = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")
-ACCOUNT_URL = re.compile(r"https://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?")
+ACCOUNT_URL = re.compile(r"https://[A-Za-z0-9.-]+(:(?P<port>[0-9]{1,5}))?/?")
+NAMESPACE_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:(?P<port>[0-9]{1,5}))?")
+SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 INT64 = range(0, bounds.MAX_EPOCH + 1)
+
+
+def port_usable(match: re.Match[str] | None) -> bool:
+    """A host[:port] the API server admits and a client can dial: a port from 1 to 65535 (the
+    resolver wraps 65536 and above round, onto another port)."""
+    return match is not None and (match["port"] is None or 1 <= int(match["port"]) <= 65535)
 
 
 def label_key_accepted(key: str) -> bool:
@@ -226,6 +247,14 @@ def label_key_accepted(key: str) -> bool:
 @example(replaced(SPEC, ("checkpointStore", "containerName"), "checkpoints\n"))
 @example(replaced(SPEC, ("checkpointStore", "accountUrl"), "https://shop.blob.core.windows.net\n"))
 @example(replaced(SPEC, ("serviceAccountName",), "orders\n"))
+@example(
+    replaced(SPEC, ("eventHub", "fullyQualifiedNamespace"), "shop.servicebus.windows.net:99999")
+)
+@example(replaced(SPEC, ("checkpointStore", "accountUrl"), "https://shop.blob.core.windows.net:0"))
+@example(
+    replaced(SPEC, ("eventHub", "credentials", "connectionStringSecretRef", "name"), "Bad_Name")
+)
+@example(replaced(SPEC, ("eventHub", "credentials", "connectionStringSecretRef", "key"), "a b"))
 @example(replaced(SPEC, ("startPosition",), {"enqueuedTime": "0001-01-01T00:00:00+01:00"}))
 @example(replaced(SPEC, ("startPosition",), {"enqueuedTime": "0001-01-01T00:00:00Z"}))
 @example(replaced(SPEC, ("startPosition",), {"sequenceNumber": 2**63}))
@@ -237,7 +266,14 @@ def test_parse_spec_gives_a_spec_the_api_server_and_the_pods_accept_or_invalid_i
     except errors.InvalidInput:
         return
     assert CONTAINER.fullmatch(parsed.checkpoint_container)
-    assert not parsed.checkpoint_account_url or ACCOUNT_URL.fullmatch(parsed.checkpoint_account_url)
+    assert not parsed.checkpoint_account_url or port_usable(
+        ACCOUNT_URL.fullmatch(parsed.checkpoint_account_url)
+    )
+    assert port_usable(NAMESPACE_HOST.fullmatch(parsed.fully_qualified_namespace))
+    for credentials in (parsed.event_hub_credentials, parsed.checkpoint_credentials):
+        if credentials.secret_ref is not None:
+            assert DNS_SUBDOMAIN.fullmatch(credentials.secret_ref.name)
+            assert SECRET_KEY.fullmatch(credentials.secret_ref.key)
     assert not parsed.service_account_name or DNS_SUBDOMAIN.fullmatch(parsed.service_account_name)
     selector = parsed.selector
     assert all(label_key_accepted(k) for k in selector.match_labels)

@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from eventhub_balancer.cli import actingidentities, allowedendpoints
+from eventhub_balancer.cli import actingidentities, allowedendpoints, consumerlookups
 from eventhub_balancer.contracts import specs
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ async def read_consumer(
     (`actingidentities.resolve`, or the runner's credential where a binding allows it); a
     refusal names what to change, before any credential exists.
     """
-    body = dict(await api.get_consumer(namespace=namespace, name=name))
+    body = await consumerlookups.get_consumer(api, namespace=namespace, name=name)
     spec = specs.parse_spec(body.get("spec") or {})
     allowed = allowedendpoints.policy(args)
 

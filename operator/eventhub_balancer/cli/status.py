@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer import errors
-from eventhub_balancer.cli import kubecontexts, tables
+from eventhub_balancer.cli import consumerlookups, kubecontexts, tables
 from eventhub_balancer.contracts import bounds, conditions, labelselectors, podstates
 
 COMMAND = ("status",)
@@ -211,7 +211,9 @@ def run(args: argparse.Namespace) -> int:
         try:
             if args.name:
                 assert namespace is not None
-                bodies = [dict(await api.get_consumer(namespace=namespace, name=args.name))]
+                bodies = [
+                    await consumerlookups.get_consumer(api, namespace=namespace, name=args.name)
+                ]
             else:
                 bodies = [dict(b) for b in await api.list_consumers(namespace=namespace)]
             return [(b, await selected(api, b)) for b in bodies]

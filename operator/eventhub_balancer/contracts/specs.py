@@ -5,7 +5,8 @@ The CRD's OpenAPI schema checks shapes and bounds at admission; this module turn
 `ConsumerSpec` with the CRD's defaults filled in, and checks what a structural schema cannot
 express: the shape of ``startPosition`` (read by ``contracts.startpositions``), exactly one
 credentials kind, ``accountUrl`` with workload identity, ``serviceAccountName`` as a
-ServiceAccount name. Every problem is an
+ServiceAccount name, and (in ``contracts.specvalues``) the names and hosts a client must be
+able to use. Every problem is an
 `errors.InvalidInput` naming the field to change. The selector, a concern of its own (parsed
 here, matched against pods and sent to list calls by the handlers), is in
 ``contracts.labelselectors``; the status's shape, which the operator writes and nobody
@@ -16,13 +17,18 @@ validates, in ``contracts.statusbodies``; times as Kubernetes writes them in
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping
 from typing import Any, TypedDict, cast
 
 from eventhub_balancer import errors
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import failurepolicy, labelselectors, startpositions, statusbodies
+from eventhub_balancer.contracts import (
+    failurepolicy,
+    labelselectors,
+    specvalues,
+    startpositions,
+    statusbodies,
+)
 
 GROUP = "eventhub-balancer.dev"
 VERSION = "v1alpha1"
@@ -105,18 +111,6 @@ DEFAULT_INTERVAL_SECONDS = 5
 DEFAULT_POD_GRACE_SECONDS = 20
 DEFAULT_HANDOFF_TIMEOUT_SECONDS = 30
 
-#: The names' patterns end in ``\Z``: Python's ``$`` also matches before a final newline, so
-#: "checkpoints\n" would pass here and fail at the API server and Blob Storage.
-_CONTAINER_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*[a-z0-9]\Z")
-#: The blob endpoint: https and a host (and port), nothing else; the host's suffix is checked
-#: against the install's allowed list before any token is requested (`endpoints`).
-_ACCOUNT_URL = re.compile(r"^https://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?\Z")
-#: A ServiceAccount's name: a DNS-1123 subdomain, as the API server requires of it.
-_SERVICE_ACCOUNT_NAME = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z"
-)
-_SERVICE_ACCOUNT_NAME_MAX = 253
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SecretKeyRef:
@@ -197,26 +191,22 @@ def parse_spec(spec: Mapping[str, Any]) -> ConsumerSpec:
         raise errors.InvalidInput("spec", "must be an object")
     hub = _mapping(spec, "eventHub", "spec.eventHub", required=True)
     store = _mapping(spec, "checkpointStore", "spec.checkpointStore", required=True)
-    fqns = _string(hub, "fullyQualifiedNamespace", "spec.eventHub.fullyQualifiedNamespace")
+    fqns = specvalues.fully_qualified_namespace(
+        _string(hub, "fullyQualifiedNamespace", "spec.eventHub.fullyQualifiedNamespace"),
+        "spec.eventHub.fullyQualifiedNamespace",
+    )
     name = _string(hub, "name", "spec.eventHub.name")
     group = _string(
         hub, "consumerGroup", "spec.eventHub.consumerGroup", default=DEFAULT_CONSUMER_GROUP
     )
     hub_creds = _credentials(hub.get("credentials"), "spec.eventHub.credentials")
-    container = _string(store, "containerName", "spec.checkpointStore.containerName")
-    if not (3 <= len(container) <= 63) or not _CONTAINER_NAME.match(container) or "--" in container:
-        raise errors.InvalidInput(
-            "spec.checkpointStore.containerName",
-            f"{container!r} is not a blob container name: use 3-63 lower-case letters, digits "
-            "and single dashes, starting and ending with a letter or digit",
-        )
+    container = specvalues.container_name(
+        _string(store, "containerName", "spec.checkpointStore.containerName"),
+        "spec.checkpointStore.containerName",
+    )
     account_url = _string(store, "accountUrl", "spec.checkpointStore.accountUrl", default="")
-    if account_url and (not _ACCOUNT_URL.match(account_url) or len(account_url) > 2048):
-        raise errors.InvalidInput(
-            "spec.checkpointStore.accountUrl",
-            f"{account_url[:80]!r} is not a blob endpoint: use https://<account>.blob.core."
-            "windows.net (a host under a suffix the operator's install allows)",
-        )
+    if account_url:
+        specvalues.account_url(account_url, "spec.checkpointStore.accountUrl")
     store_creds = _credentials(store.get("credentials"), "spec.checkpointStore.credentials")
     if store_creds.workload_identity and not account_url:
         raise errors.InvalidInput(
@@ -246,22 +236,11 @@ def parse_spec(spec: Mapping[str, Any]) -> ConsumerSpec:
 
 
 def _service_account_name(raw: object) -> str:
-    field = "spec.serviceAccountName"
     if raw is None:
         return ""
-    if (
-        not isinstance(raw, str)
-        or not raw
-        or len(raw) > _SERVICE_ACCOUNT_NAME_MAX
-        or not _SERVICE_ACCOUNT_NAME.match(raw)
-    ):
-        shown = raw[:80] if isinstance(raw, str) else raw
-        raise errors.InvalidInput(
-            field,
-            f"{shown!r} is not a ServiceAccount name: use the name of a ServiceAccount in this "
-            "namespace (lower-case letters, digits, '-' and '.', at most 253 characters)",
-        )
-    return raw
+    return specvalues.object_name(
+        raw, "spec.serviceAccountName", "ServiceAccount", "in this namespace"
+    )
 
 
 def _paused(raw: object) -> bool:
@@ -307,10 +286,16 @@ def _credentials(value: Any, field: str) -> Credentials:
         ref = _mapping(
             value, "connectionStringSecretRef", f"{field}.connectionStringSecretRef", required=True
         )
+        name, key = (
+            f"{field}.connectionStringSecretRef.name",
+            f"{field}.connectionStringSecretRef.key",
+        )
         return Credentials(
             secret_ref=SecretKeyRef(
-                name=_string(ref, "name", f"{field}.connectionStringSecretRef.name"),
-                key=_string(ref, "key", f"{field}.connectionStringSecretRef.key"),
+                name=specvalues.object_name(
+                    _string(ref, "name", name), name, "Secret", "in this namespace"
+                ),
+                key=specvalues.secret_key(_string(ref, "key", key), key),
             )
         )
     identity = value.get("workloadIdentity") or {}

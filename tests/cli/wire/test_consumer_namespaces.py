@@ -57,6 +57,11 @@ class FakeAPI:
             raise errors.NotFound(f"EventHubConsumer {namespace}/{name} not found")
         return {"metadata": {"namespace": namespace, "name": name}, "spec": SPEC}
 
+    async def list_consumers(self, *, namespace: str | None) -> list[dict[str, Any]]:
+        """Cluster-wide only: where a consumer not found in the namespace asked is."""
+        assert namespace is None
+        return [{"metadata": {"namespace": ns, "name": n}, "spec": SPEC} for ns, n in self.found]
+
     async def read_secret_key(self, *, namespace: str, name: str, key: str) -> str:
         return self.secrets[name]
 
@@ -129,11 +134,15 @@ def test_without_n_the_consumer_is_looked_up_in_the_contexts_namespace(
     # The lookup is all that is tested: not finding the consumer ends the command there.
     assert cli.main([*words, "--kubeconfig", kubeconfig, "-n", "billing"]) == 1
     assert capsys.readouterr().err.splitlines() == [
-        "ehb: error: EventHubConsumer billing/orders not found"
+        "ehb: error: EventHubConsumer billing/orders: not found in namespace billing, nor in "
+        "any other; `ehb status -n billing` lists the EventHubConsumers there, `ehb status -A` "
+        "those of every namespace"
     ]
     assert cli.main([*words, "--kubeconfig", kubeconfig]) == 1
     assert capsys.readouterr().err.splitlines() == [
-        "ehb: error: EventHubConsumer shop/orders not found"
+        "ehb: error: EventHubConsumer shop/orders: not found in namespace shop, nor in any "
+        "other; `ehb status -n shop` lists the EventHubConsumers there, `ehb status -A` those "
+        "of every namespace"
     ]
     assert asked == ["billing", "shop"]
 

@@ -47,6 +47,9 @@ def with_spec(path: tuple[str, ...], value: Any) -> dict[str, Any]:
     return body
 
 
+EH_SECRET = ("eventHub", "credentials", "connectionStringSecretRef")
+BLOB_SECRET = ("checkpointStore", "credentials", "connectionStringSecretRef")
+
 #: (what, spec path, value): a mistake the operator refuses, or a borderline value it takes.
 CASES: list[tuple[str, tuple[str, ...], Any]] = [
     ("container-double-dash", ("checkpointStore", "containerName"), "order--checkpoints"),
@@ -107,6 +110,20 @@ CASES: list[tuple[str, tuple[str, ...], Any]] = [
     ("processing-typo", ("processing",), {"maxAttempt": 3}),
     ("identity-with-client-id", ("eventHub", "credentials"), {"workloadIdentity": {"id": "x"}}),
     ("paused-as-text", ("paused",), "true"),
+    # A port beyond 65535 (the resolver wraps it round: 99999 dials 34463) or 0.
+    ("namespace-port-99999", ("eventHub", "fullyQualifiedNamespace"), "shop.example:99999"),
+    ("namespace-port-0", ("eventHub", "fullyQualifiedNamespace"), "127.0.0.1:0"),
+    ("namespace-port-65535", ("eventHub", "fullyQualifiedNamespace"), "127.0.0.1:65535"),
+    ("namespace-port-05672", ("eventHub", "fullyQualifiedNamespace"), "localhost:05672"),
+    ("account-port-65536", ("checkpointStore", "accountUrl"), "https://a.example:65536/"),
+    ("account-port-443", ("checkpointStore", "accountUrl"), "https://a.example:443/"),
+    # A Secret name or key that no Secret can have.
+    ("secret-name-underscore", (*EH_SECRET, "name"), "Bad_Name"),
+    ("secret-name-dot-end", (*BLOB_SECRET, "name"), "orders-blob."),
+    ("secret-name-dots", (*BLOB_SECRET, "name"), "orders.blob-v2"),
+    ("secret-key-space", (*EH_SECRET, "key"), "connection string"),
+    ("secret-key-slash", (*BLOB_SECRET, "key"), "a/b"),
+    ("secret-key-mixed", (*EH_SECRET, "key"), "Connection_String.v-1"),
 ]
 
 

@@ -530,6 +530,47 @@ def test_a_wrong_type_or_shape_is_refused_in_the_same_words(
     assert refused.local.body["details"]["causes"] == refused.real.body["details"]["causes"]
 
 
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        pytest.param(("eventHub", "fullyQualifiedNamespace"), "shop.example:99999", id="hub-port"),
+        pytest.param(
+            ("eventHub", "fullyQualifiedNamespace"), "shop.example:123456", id="hub-port-digits"
+        ),
+        pytest.param(("eventHub", "fullyQualifiedNamespace"), "127.0.0.1:00000", id="hub-port-0"),
+        pytest.param(("checkpointStore", "accountUrl"), "https://a.example:65536/", id="blob-port"),
+        pytest.param(
+            ("eventHub", "credentials", "connectionStringSecretRef", "name"),
+            "Bad_Name",
+            id="secret-name",
+        ),
+        pytest.param(
+            ("checkpointStore", "credentials", "connectionStringSecretRef", "key"),
+            "a b",
+            id="secret-key",
+        ),
+    ],
+)
+def test_unusable_values_are_refused_in_the_same_words(
+    servers: exchanges.Servers,
+    namespace: str,
+    ehc_spec: dict[str, Any],
+    path: tuple[str, ...],
+    value: str,
+) -> None:
+    """A port outside 1-65535, a Secret name or key no Secret can have: the CRD's rules (and
+    its patterns, where both fail) refuse them on both servers with the same causes."""
+    bad = copy.deepcopy(ehc_spec)
+    node = bad
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    refused = servers.request("POST", _ehcs(namespace), body=_consumer("unusable", bad))
+    refused.agree(422, "Invalid")
+    assert _causes(refused.local) == _causes(refused.real), refused.shown()
+    assert any(".".join(path) in field for field, _, _ in _causes(refused.real))
+
+
 def test_a_null_counts_as_absent(
     servers: exchanges.Servers, namespace: str, ehc_spec: dict[str, Any]
 ) -> None:

@@ -1,0 +1,99 @@
+"""The spec's strings that name something outside the resource, checked as its users need them.
+
+A host with a port (``spec.eventHub.fullyQualifiedNamespace``, ``checkpointStore.accountUrl``),
+a blob container, a Secret's name and key, a ServiceAccount's name: each is refused here when
+no client could ever use it, with an `errors.InvalidInput` that names the field and says what
+to give. The CRD refuses the same values at admission (crds/eventhubconsumers.yaml); this is
+the check for specs that were not admitted by it (tests, API servers without CEL).
+
+The patterns end in ``\\Z``: Python's ``$`` also matches before a final newline, so
+"checkpoints\\n" would pass here and fail at the API server and Blob Storage.
+"""
+
+from __future__ import annotations
+
+import re
+
+from eventhub_balancer import errors
+
+#: A DNS-1123 subdomain: the name of a Secret or a ServiceAccount, as the API server requires.
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
+_DNS_SUBDOMAIN_MAX = 253
+#: A key of a Secret's data, as the API server requires of it.
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+\Z")
+_SECRET_KEY_MAX = 253
+_CONTAINER_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*[a-z0-9]\Z")
+#: The Event Hubs namespace: a host name, or host:port of a local emulator.
+_NAMESPACE_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:(?P<port>[0-9]{1,5}))?\Z")
+_NAMESPACE_HOST_MAX = 253
+#: The blob endpoint: https and a host (and port), nothing else; the host's suffix is checked
+#: against the install's allowed list before any token is requested (`endpoints`).
+_ACCOUNT_URL = re.compile(r"^https://[A-Za-z0-9.-]+(:(?P<port>[0-9]{1,5}))?/?\Z")
+_ACCOUNT_URL_MAX = 2048
+#: A TCP port: the resolver takes 65536 and above modulo 65536, so a client would dial another.
+PORTS = range(1, 65536)
+
+
+def _port_ok(match: re.Match[str]) -> bool:
+    port = match.group("port")
+    return port is None or int(port) in PORTS
+
+
+def fully_qualified_namespace(value: str, field: str) -> str:
+    match = _NAMESPACE_HOST.match(value)
+    if len(value) > _NAMESPACE_HOST_MAX or match is None or not _port_ok(match):
+        raise errors.InvalidInput(
+            field,
+            f"{value[:80]!r} is not an Event Hubs namespace host: use <namespace>.servicebus."
+            "windows.net, or host:port with a port from 1 to 65535 for a local emulator",
+        )
+    return value
+
+
+def account_url(value: str, field: str) -> str:
+    match = _ACCOUNT_URL.match(value)
+    if len(value) > _ACCOUNT_URL_MAX or match is None or not _port_ok(match):
+        raise errors.InvalidInput(
+            field,
+            f"{value[:80]!r} is not a blob endpoint: use https://<account>.blob.core."
+            "windows.net (a host under a suffix the operator's install allows; a port, if "
+            "any, from 1 to 65535)",
+        )
+    return value
+
+
+def container_name(value: str, field: str) -> str:
+    if not (3 <= len(value) <= 63) or not _CONTAINER_NAME.match(value) or "--" in value:
+        raise errors.InvalidInput(
+            field,
+            f"{value!r} is not a blob container name: use 3-63 lower-case letters, digits "
+            "and single dashes, starting and ending with a letter or digit",
+        )
+    return value
+
+
+def object_name(value: object, field: str, kind: str, where: str) -> str:
+    """The name of a ``kind`` object (Secret, ServiceAccount) ``where`` it must be found."""
+    if (
+        not isinstance(value, str)
+        or len(value) > _DNS_SUBDOMAIN_MAX
+        or not _DNS_SUBDOMAIN.match(value)
+    ):
+        shown = value[:80] if isinstance(value, str) else value
+        raise errors.InvalidInput(
+            field,
+            f"{shown!r} is not a {kind} name: use the name of a {kind} {where} (lower-case "
+            "letters, digits, '-' and '.', starting and ending with a letter or digit, at "
+            "most 253 characters)",
+        )
+    return value
+
+
+def secret_key(value: str, field: str) -> str:
+    if len(value) > _SECRET_KEY_MAX or not _SECRET_KEY.match(value):
+        raise errors.InvalidInput(
+            field,
+            f"{value[:80]!r} is not a key a Secret can hold: use the key under the Secret's "
+            "data (letters, digits, '-', '_' and '.', at most 253 characters)",
+        )
+    return value
