@@ -70,3 +70,42 @@ def test_a_cluster_wide_list_refused_leaves_the_plain_message(
 def test_no_crd_says_to_install_it() -> None:
     missing = errors.NotFound("the cluster at https://k serves no EventHubConsumers: install")
     assert lookup(API(missing)) == str(missing)
+
+
+def test_an_empty_namespace_names_where_the_consumers_are(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ehb status` in a namespace without consumers (the context's, often default) said only
+    "no EventHubConsumers found in namespace default"."""
+    from eventhub_balancer import cli
+    from eventhub_balancer.adapters import kubeapi
+
+    class Listing:
+        def __init__(self, listed: list[tuple[str, str]] | errors.EventHubBalancerError) -> None:
+            self.listed = listed
+
+        async def list_consumers(self, *, namespace: str | None) -> list[dict[str, Any]]:
+            if namespace is not None:
+                return []
+            if isinstance(self.listed, errors.EventHubBalancerError):
+                raise self.listed
+            return [{"metadata": {"namespace": ns, "name": n}} for ns, n in self.listed]
+
+        def close(self) -> None:
+            pass
+
+    def status(listed: list[tuple[str, str]] | errors.EventHubBalancerError) -> str:
+        monkeypatch.setattr(
+            kubeapi.KubeAPI, "from_environment", classmethod(lambda c, k: Listing(listed))
+        )
+        capsys.readouterr()
+        assert cli.main(["status", "-n", "default"]) == 0
+        return capsys.readouterr().out.strip()
+
+    assert status([("shop", "orders"), ("shop", "refunds")]) == (
+        "no EventHubConsumers found in namespace default; found in namespace shop: pass -n shop"
+    )
+    assert status([]) == "no EventHubConsumers found in namespace default, nor in any other"
+    assert status(errors.Forbidden("EventHubConsumers: forbidden")) == (
+        "no EventHubConsumers found in namespace default"
+    )

@@ -88,4 +88,5 @@ def test_ehb_status_uses_the_context_namespace(
     assert cli.main(["status", "--kubeconfig", str(path)]) == 0
     assert cli.main(["status", "--kubeconfig", str(path), "-n", "billing"]) == 0
     assert cli.main(["status", "--kubeconfig", str(path), "-A"]) == 0
-    assert seen == ["shop", "billing", None]
+    # An empty namespace is followed by one cluster-wide list: where the consumers are.
+    assert seen == ["shop", None, "billing", None, None]

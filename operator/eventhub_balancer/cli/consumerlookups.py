@@ -27,27 +27,44 @@ async def get_consumer(api: Any, *, namespace: str, name: str) -> dict[str, Any]
         pass
     missing = f"{specs.KIND} {namespace}/{name}: not found in namespace {namespace}"
     try:
-        everywhere = await api.list_consumers(namespace=None)
+        found = await _elsewhere(api, namespace, name)
     except errors.NotFound:
         raise  # the cluster serves no EventHubConsumers: the list's error says so
     except errors.EventHubBalancerError:
         raise errors.NotFound(
             f"{missing}; `ehb status -n NAMESPACE` lists the {specs.KIND}s of a namespace"
         ) from None
-    found = sorted(
-        {
-            str(meta.get("namespace"))
-            for body in everywhere
-            if (meta := body.get("metadata") or {}).get("name") == name
-            and meta.get("namespace") != namespace
-        }
-    )
     if not found:
         raise errors.NotFound(
             f"{missing}, nor in any other; `ehb status -n {namespace}` lists the "
             f"{specs.KIND}s there, `ehb status -A` those of every namespace"
         )
     raise errors.NotFound(f"{missing}; found in {_namespaces(found)}")
+
+
+async def none_in(api: Any, namespace: str) -> str:
+    """What ``ehb status`` says of a namespace without consumers: where there are some, when
+    the caller may list them cluster-wide (else just that there are none here)."""
+    plain = f"no {specs.KIND}s found in namespace {namespace}"
+    try:
+        found = await _elsewhere(api, namespace, None)
+    except errors.EventHubBalancerError:
+        return plain
+    return f"{plain}; found in {_namespaces(found)}" if found else f"{plain}, nor in any other"
+
+
+async def _elsewhere(api: Any, namespace: str, name: str | None) -> list[str]:
+    """The other namespaces with a consumer (named ``name``, or any), from one cluster-wide
+    list."""
+    everywhere = await api.list_consumers(namespace=None)
+    return sorted(
+        {
+            str(meta.get("namespace"))
+            for body in everywhere
+            if ((meta := body.get("metadata") or {}).get("name") == name or name is None)
+            and meta.get("namespace") != namespace
+        }
+    )
 
 
 def _namespaces(found: list[str]) -> str:

@@ -206,7 +206,11 @@ def run(args: argparse.Namespace) -> int:
     if not args.all_namespaces:
         namespace = args.namespace or kubecontexts.default_namespace(args.kubeconfig)
 
+    #: What to say when nothing is found (`consumerlookups.none_in`).
+    nothing = "no EventHubConsumers found in any namespace"
+
     async def fetch() -> list[tuple[dict[str, Any], list[Mapping[str, Any]] | None]]:
+        nonlocal nothing
         api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
         try:
             if args.name:
@@ -216,6 +220,8 @@ def run(args: argparse.Namespace) -> int:
                 ]
             else:
                 bodies = [dict(b) for b in await api.list_consumers(namespace=namespace)]
+                if not bodies and namespace is not None and not args.json:
+                    nothing = await consumerlookups.none_in(api, namespace)
             return [(b, await selected(api, b)) for b in bodies]
         finally:
             api.close()
@@ -237,8 +243,7 @@ def run(args: argparse.Namespace) -> int:
             )
         )
     elif not shown:
-        where = "in any namespace" if namespace is None else f"in namespace {namespace}"
-        print(f"no EventHubConsumers found {where}")
+        print(nothing)
     else:
         print("\n\n".join(render(b, pods) for b, pods in shown))
     return 0

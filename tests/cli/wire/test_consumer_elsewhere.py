@@ -54,6 +54,12 @@ def test_a_consumer_in_other_namespaces_is_named_with_the_flag_to_pass(
     capsys.readouterr()
     assert cli.main(["status", "orders", "-n", "shop", *config]) == 0
     assert capsys.readouterr().out.startswith("shop/orders: ")
+    # Without a NAME, an empty namespace says where the consumers are.
+    assert cli.main(["status", "-n", "wrong", *config]) == 0
+    assert capsys.readouterr().out == (
+        "no EventHubConsumers found in namespace wrong; found in namespaces billing and shop: "
+        "pass -n billing or -n shop\n"
+    )
 
 
 def test_a_name_no_namespace_holds_says_how_to_list_the_consumers(
