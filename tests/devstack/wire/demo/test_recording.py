@@ -15,7 +15,7 @@ import pytest
 
 from eventhub_balancer_devstack import recording, terminalviews
 from eventhub_balancer_devstack.benchmarks import balancing, stages
-from eventhub_balancer_devstack.commands import bench_balance
+from eventhub_balancer_devstack.commands import bench_balance, demo
 from eventhub_balancer_devstack.scenarios import runs, systems
 
 
@@ -299,6 +299,21 @@ def test_a_quick_run_does_not_judge_the_scale_out_ratio() -> None:
     assert judged == {"target": ">= 40", "measured": 2.0, "met": False}
     lines = bench_balance.format_report(balancing.compare(sdk, ours, bigger))
     assert "target scale_out_ratio: >= 40, measured 2.0: MISSED" in lines
+
+
+def test_the_demos_verdict_counts_one_event_and_one_duplicate_in_the_singular() -> None:
+    summary = _summary(
+        _summary_step("scale-out", duplicates=1), _summary_step("delete", balanced_s=None)
+    )
+    summary["lost"] = 1
+    assert demo.verdict(summary) == [
+        "delete was not balanced in time",
+        "1 event lost",
+        "1 duplicate on planned steps",
+    ]
+    summary["lost"] = 3
+    summary["steps"][0]["duplicates"] = 2
+    assert demo.verdict(summary)[1:] == ["3 events lost", "2 duplicates on planned steps"]
 
 
 def test_the_step_table_shows_the_headline_and_the_end_to_end_figure() -> None:
