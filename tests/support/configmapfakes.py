@@ -55,6 +55,12 @@ class FakeConfigMaps:
         }
         self._events.put_nowait(copy.deepcopy(self.body))
 
+    def delete(self) -> None:
+        """``kubectl delete configmap``, or its EventHubConsumer's clean-up: the watch says
+        so with ``{}``, as `podconfig.PodConfigMaps.watch` does."""
+        self.body = None
+        self._events.put_nowait({})
+
     def annotations(self) -> dict[str, str]:
         if self.body is None:
             return {}

@@ -235,6 +235,18 @@ class FileSource:
         return False  # the ack file is ours alone
 
 
+#: What the pod says when the ConfigMap it ran goes: deleted with its EventHubConsumer (by
+#: hand, a GitOps prune, its namespace), or this pod no longer a member; the pod cannot tell
+#: which (it may not read EventHubConsumers). It releases everything it holds and idles.
+WITHDRAWN = (
+    "ConfigMap %s is gone or no longer this pod's: its EventHubConsumer was deleted, or this "
+    "pod is no longer one of its members (its labels or spec.selector changed). Releasing "
+    "every partition (each writes its final checkpoint); the pod then holds none and idles "
+    "until the operator writes its ConfigMap again. If the EventHubConsumer is gone for "
+    "good, delete or scale down this workload"
+)
+
+
 class ConfigMapSource:
     """The pod's own ConfigMap, watched through the Kubernetes API.
 
@@ -264,6 +276,11 @@ class ConfigMapSource:
             self._standing = _acknowledgement_of(body) if body else None
             data = body.get("data") or {}
             if data == last_data:
+                continue
+            if not body and last_data:  # `withdrawn`: no problem in the data, none to log
+                logger.warning(WITHDRAWN, self.client.name)
+                last_data = data
+                yield podassignments.ParsedData()
                 continue
             last_data = data
             yield from_configmap(body)

@@ -1,0 +1,61 @@
+"""A consumer pod whose ConfigMap goes while it runs: its EventHubConsumer deleted (and its
+ConfigMaps with it), or the pod no longer one of its members. On fake time, against the
+in-memory ConfigMap (`configmapfakes`): what the pod does, and what its log tells the user.
+
+It logged the ConfigMap as malformed (``generation is missing``, ``partitions is missing``)
+and released every partition because "the Event Hub or checkpoint coordinates changed":
+neither is what happened, and nothing said that the pod now idles."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from tests.support import consumerfakes
+from tests.support.configmapfakes import FakeConfigMaps, operators, running
+
+pytestmark = pytest.mark.looptime
+
+#: What the pod said before, none of which is the cause.
+WRONG = ("generation is missing", "partitions is missing", "coordinates changed")
+
+
+def said(caplog: pytest.LogCaptureFixture, level: int = logging.INFO) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name.startswith("eventhub_balancer") and r.levelno >= level
+    ]
+
+
+async def test_a_deleted_configmap_is_said_as_such_and_the_pod_releases_and_idles(
+    fake_hub: consumerfakes.FakeHub,
+    fake_store: consumerfakes.FakeStore,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="eventhub_balancer")
+    maps = FakeConfigMaps()
+    fake_hub.append("0", 5)
+    async with running(maps, fake_hub, fake_store) as consumer:
+        maps.write(operators(1, {"0": (1, "owned"), "1": (1, "owned")}))
+        await consumerfakes.eventually(lambda: consumer.owned() == {"0": 1, "1": 1})
+        await consumerfakes.eventually(lambda: fake_store.blobs["0"].sequence_number == 4)
+        caplog.clear()
+        maps.delete()
+        await consumerfakes.eventually(lambda: consumer.owned() == {}, what="all released")
+        assert not consumer.stopped  # the pod goes on, holding nothing
+        lines = said(caplog)
+        for wrong in WRONG:
+            assert not [line for line in lines if wrong in line], lines
+        warned = said(caplog, logging.WARNING)
+        assert len(warned) == 1, warned
+        assert maps.name in warned[0], warned[0]
+        for words in ("EventHubConsumer was deleted", "Releasing every partition", "idles"):
+            assert words in warned[0], warned[0]
+        released = [line for line in lines if "releasing epoch 1" in line]
+        assert len(released) == 2, lines
+        assert all("ConfigMap is gone" in r for r in released), released
+        # Given a ConfigMap again (the consumer applied again), it takes its partitions up.
+        maps.write(operators(2, {"0": (2, "owned")}))
+        await consumerfakes.eventually(lambda: consumer.owned() == {"0": 2}, what="taken up")
