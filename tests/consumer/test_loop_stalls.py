@@ -91,6 +91,18 @@ def test_stalls_within_a_minute_are_counted_into_the_next_warning(
     assert (stalls.count, stalls.longest) == (5, 4.3)
 
 
+def test_one_stall_since_the_last_warning_is_one_stall(caplog: pytest.LogCaptureFixture) -> None:
+    """A stall more than a minute after the last warning read "(1 stalls since ...)"."""
+    stalls = loopstalls.LoopStalls(async_handler=False)
+    caplog.set_level(logging.WARNING)
+    stalls.observed(4.0, now=100.0)
+    stalls.observed(2.5, now=200.0)
+    said = stall_warnings(caplog)
+    assert said[1].startswith(
+        "the event loop did not turn for 2.5 s (1 stall since the last warning, the longest 2.5 s)"
+    )
+
+
 def test_the_handler_kind_is_seen_through_tracing() -> None:
     async def asynchronous(events: Sequence[Event], context: BatchContext) -> None: ...
 

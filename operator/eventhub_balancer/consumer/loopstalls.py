@@ -22,6 +22,8 @@ from __future__ import annotations
 import logging
 from typing import Final
 
+from eventhub_balancer.reconciling import podwords
+
 logger = logging.getLogger(__name__)
 
 #: A turn this much later than asked is a stall: most of a probe's timeout (the consumer
@@ -73,7 +75,7 @@ class LoopStalls:
 
     def _text(self, stalled: float) -> str:
         again = (
-            f" ({self._unsaid} stalls since the last warning, the longest "
+            f" ({podwords.amount(self._unsaid, 'stall')} since the last warning, the longest "
             f"{self._unsaid_longest:.1f} s)"
             if self._said_at is not None
             else ""
