@@ -49,6 +49,7 @@ class AssignmentEntryBody(TypedDict, total=False):
 
 
 class StatusBody(TypedDict, total=False):
+    consumerUid: str  # the EventHubConsumer it was written for (a restored one is another)
     observedGeneration: int
     partitionCount: int | None  # None: no partition list read yet (the field removed)
     memberCount: int

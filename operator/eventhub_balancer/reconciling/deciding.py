@@ -47,6 +47,7 @@ from eventhub_balancer.reconciling import (
     observations,
     progress,
     readbacks,
+    records,
     refusals,
     reports,
     rollbacks,
@@ -143,16 +144,19 @@ def _decide(
     if overlap is not None:
         return refusals.refused(observation, overlap, pods=frozenset(states), now=now), derived
     maps = fleet.stored_maps()
-    previous = observation.status
+    # A status written for another object (a restore): its epochs a floor, its record none.
+    previous, restored = records.own(observation.body)
     status_epochs = {
         str(k): v for k, v in (previous.get("epochs") or {}).items() if bounds.is_epoch(v)
     }
-    checkpoints = observation.store.checkpoints or {}
+    floors = {p: e for p, e in restored.items() if bounds.is_epoch(e)}
+    for p, (epoch, _seq) in (observation.store.checkpoints or {}).items():
+        floors[p] = max(floors.get(p, 0), epoch)
     back = readbacks.read_back(
         maps=maps,
         pods=states,
         status=previous,
-        stored_epochs={p: epoch for p, (epoch, _seq) in checkpoints.items()},
+        stored_epochs=floors,
         now=now,
         fleet=fleet,
         recorded=recorded.recorded,
@@ -265,6 +269,8 @@ def _decide(
         epochs=new_epochs,
     )
     desired = statuses.build_status(outcome=outcome, previous=previous, now=now)
+    if uid := str((observation.body.get("metadata") or {}).get("uid") or ""):
+        desired[records.UID_FIELD] = uid
     if (moved := moving.event()) is not None:
         events.append(moved)
     record = desired.get("assignment") if raises else None

@@ -130,7 +130,7 @@ def read_record(previous: RecordRead | None, body: specs.ConsumerBody) -> Record
         and previous.resource_version == resource_version
     ):
         return previous
-    recorded = records.read(body.get("status") or {})
+    recorded = records.read(records.own(body)[0])
     return RecordRead(
         body=body,
         uid=uid,
