@@ -322,6 +322,26 @@ def test_a_handoff_timeout_below_the_release_is_refused() -> None:
             {"autoscaling": {"keda": {"enabled": True, "minReplicas": 5, "maxReplicas": 3}}},
             "KEDA could never scale within them; lower minReplicas or raise maxReplicas",
         ),
+        # The schema's "maxProperties: got 1, want 0" named neither the key nor where it goes.
+        (
+            {"consumer": {"eventHub": {"credentials": {"workloadIdentity": {"clientId": "0000"}}}}},
+            "consumer.eventHub.credentials.workloadIdentity.clientId: the identity is not "
+            "chosen here",
+        ),
+        (
+            {
+                "consumer": {
+                    "checkpointStore": {
+                        "accountUrl": "https://shop.blob.core.windows.net",
+                        "credentials": {
+                            "connectionStringSecretRef": None,
+                            "workloadIdentity": {"clientId": "0000"},
+                        },
+                    }
+                }
+            },
+            "set workloadIdentity.clientId at the top level of the values",
+        ),
         (
             {"podDisruptionBudget": {"enabled": True, "maxUnavailable": 0}},
             "podDisruptionBudget.maxUnavailable: 0 lets no consumer pod be evicted",
@@ -352,6 +372,11 @@ def test_mistakes_fail_with_what_to_change(values: dict[str, Any], message: str)
             "at '/consumer/startPosition': maxProperties: got 2, want 1",
         ),
         ({"timeouts": {"releaseSeconds": -1}}, "/timeouts/releaseSeconds"),
+        (
+            {"consumer": {"eventHub": {"credentials": {"workloadIdentity": {"tenantId": "t"}}}}},
+            "at '/consumer/eventHub/credentials/workloadIdentity': additional properties "
+            "'tenantId' not allowed",
+        ),
         ({"logVerbosity": 3}, "/logVerbosity"),
         (
             {"consumer": {"eventHub": {"fullyQualifiedNamespace": "https://shop"}}},
