@@ -144,6 +144,20 @@ def test_bad_input_exits_2_naming_the_field(
     assert err.count("\n") == 1
 
 
+@pytest.mark.parametrize("stdin", ["", " \n"], ids=["empty", "blank"])
+def test_nothing_on_stdin_says_what_to_give_not_malformed_json(
+    stdin: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ehb plan` run where standard input is not a terminal but empty (an IDE's console, a
+    script, `make`) said "malformed JSON at line 1, column 1: Expecting value"."""
+    status, out, err = run(["plan"], capsys, stdin=stdin)
+    assert (status, out) == (2, "")
+    assert err == (
+        "ehb: error: scenario: standard input is empty: give a file, pipe a scenario in, or "
+        "use --partitions P --pods N\n"
+    )
+
+
 def test_a_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     status, _, err = run(["plan", str(tmp_path / "nope.json")], capsys)
     assert status == 2

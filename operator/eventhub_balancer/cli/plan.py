@@ -58,7 +58,14 @@ def _scenario(args: argparse.Namespace) -> models.Scenario:
             raise errors.InvalidInput(
                 "scenario", "give a file, pipe a scenario in, or use --partitions P --pods N"
             )
-        return scenarios.load(sys.stdin.read())
+        text = sys.stdin.read()
+        if not text.strip():
+            raise errors.InvalidInput(
+                "scenario",
+                "standard input is empty: give a file, pipe a scenario in, or use "
+                "--partitions P --pods N",
+            )
+        return scenarios.load(text)
     try:
         with open(args.scenario, encoding="utf-8") as f:
             text = f.read()
