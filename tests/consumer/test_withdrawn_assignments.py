@@ -59,3 +59,25 @@ async def test_a_deleted_configmap_is_said_as_such_and_the_pod_releases_and_idle
         # Given a ConfigMap again (the consumer applied again), it takes its partitions up.
         maps.write(operators(2, {"0": (2, "owned")}))
         await consumerfakes.eventually(lambda: consumer.owned() == {"0": 2}, what="taken up")
+
+
+async def test_a_pod_that_starts_before_its_configmap_waits_without_a_warning(
+    fake_hub: consumerfakes.FakeHub,
+    fake_store: consumerfakes.FakeStore,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The watch's first list finds no ConfigMap (the operator writes it once it sees the pod
+    Ready): the pod said the ConfigMap lacked its generation and partitions, two warnings at
+    every start, of a ConfigMap that did not exist yet."""
+    caplog.set_level(logging.INFO, logger="eventhub_balancer")
+    maps = FakeConfigMaps()
+    maps.delete()  # the first list: none of this pod's
+    async with running(maps, fake_hub, fake_store) as consumer:
+        await consumerfakes.eventually(lambda: consumer.ready()[0], what="Ready, holding none")
+        assert said(caplog, logging.WARNING) == []
+        waiting = [line for line in said(caplog) if maps.name in line]
+        assert len(waiting) == 1, said(caplog)
+        assert "waiting for the operator" in waiting[0], waiting[0]
+        maps.write(operators(1, {"0": (1, "owned")}))
+        await consumerfakes.eventually(lambda: consumer.owned() == {"0": 1}, what="taken up")
+        assert said(caplog, logging.WARNING) == []

@@ -246,6 +246,13 @@ WITHDRAWN = (
     "good, delete or scale down this workload"
 )
 
+#: What the pod says when it starts before the operator wrote its ConfigMap (a new pod, until
+#: the operator gives it partitions).
+WAITING = (
+    "no ConfigMap %s yet: waiting for the operator to assign partitions to this pod (if none "
+    "comes, an EventHubConsumer's spec.selector must match this pod's labels)"
+)
+
 
 class ConfigMapSource:
     """The pod's own ConfigMap, watched through the Kubernetes API.
@@ -277,8 +284,11 @@ class ConfigMapSource:
             data = body.get("data") or {}
             if data == last_data:
                 continue
-            if not body and last_data:  # `withdrawn`: no problem in the data, none to log
-                logger.warning(WITHDRAWN, self.client.name)
+            if not body:  # none of ours: no problem in its data, none to log
+                if last_data:
+                    logger.warning(WITHDRAWN, self.client.name)
+                else:
+                    logger.info(WAITING, self.client.name)
                 last_data = data
                 yield podassignments.ParsedData()
                 continue
