@@ -58,6 +58,12 @@ CASES = {
         ("Too long", "too large", "fewer partitions"),
         ("ResourceQuota", "RBAC", "admission"),
     ),
+    # Said at DEBUG and no failure (`writing.create_configmap`): nothing on record.
+    "namespace terminating": (
+        errors.NamespaceTerminating(f"{WHAT}: refused, the namespace is being deleted"),
+        ("namespace is being deleted",),
+        ("has not tried", "ResourceQuota", "RBAC"),
+    ),
 }
 
 

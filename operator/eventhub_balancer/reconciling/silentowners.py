@@ -86,12 +86,13 @@ _TOO_LARGE = ("too long", "too large", "answered 413")
 
 def cause(refused: observations.Fault | None) -> str:
     """The sentence that says why the write did not happen and what to change; ``refused``:
-    the last failed ConfigMap write (None: the operator has not tried since it started, or
-    its attempts raised nothing, as in a namespace being deleted)."""
+    the last failed ConfigMap write (None: none failed since the operator started, or its
+    attempts raised nothing, as in a namespace being deleted)."""
     if refused is None:
         return (
-            "The operator has not tried to write it since it started (its cycles for this "
-            "consumer fail or wait earlier: the operator's log says why)"
+            "No refusal of it is on record since the operator started: the API server refuses "
+            "it without a fault while its namespace is being deleted (it goes with its pods); "
+            "else the operator's log says what this consumer's cycles meet"
         )
     said = refused.message
     if refused.reason == errors.QuotaExceeded.reason:
