@@ -81,3 +81,27 @@ async def test_a_pod_that_starts_before_its_configmap_waits_without_a_warning(
         maps.write(operators(1, {"0": (1, "owned")}))
         await consumerfakes.eventually(lambda: consumer.owned() == {"0": 1}, what="taken up")
         assert said(caplog, logging.WARNING) == []
+
+
+async def test_an_emptied_configmap_releases_for_what_it_is(
+    fake_hub: consumerfakes.FakeHub,
+    fake_store: consumerfakes.FakeStore,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A ConfigMap whose data someone emptied (the operator never writes one so) is read as
+    one that lacks its keys, and the releases say so, not that the coordinates changed."""
+    caplog.set_level(logging.INFO, logger="eventhub_balancer")
+    maps = FakeConfigMaps()
+    async with running(maps, fake_hub, fake_store) as consumer:
+        maps.write(operators(1, {"0": (1, "owned")}))
+        await consumerfakes.eventually(lambda: consumer.owned() == {"0": 1})
+        caplog.clear()
+        emptied = operators(1, {})
+        emptied["data"] = {}
+        maps.write(emptied)
+        await consumerfakes.eventually(lambda: consumer.owned() == {}, what="released")
+        lines = said(caplog)
+        assert not [line for line in lines if "coordinates changed" in line], lines
+        released = [line for line in lines if "releasing epoch 1" in line]
+        assert len(released) == 1, lines
+        assert "emptied" in released[0], released[0]

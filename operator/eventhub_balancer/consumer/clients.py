@@ -81,8 +81,8 @@ class Clients:
         revision = self.files.refresh() if self.files is not None else 0
         if self.key is None:
             return None
-        if not key.eventhub_name:  # no assignment at all: its ConfigMap went (`assignments`)
-            return "the pod's assignment ConfigMap is gone"
+        if not key.eventhub_name:  # no assignment at all (`assignments.WITHDRAWN`)
+            return "the pod's assignment ConfigMap is gone or emptied"
         if key != self.key:
             return "the Event Hub or checkpoint coordinates changed"
         if revision != self.revision:
