@@ -236,6 +236,14 @@ UNUSABLE = [
     ("spec.eventHub.fullyQualifiedNamespace", "127.0.0.1:00000"),
     ("spec.checkpointStore.accountUrl", "https://shop.blob.core.windows.net:99999"),
     ("spec.checkpointStore.accountUrl", "https://127.0.0.1:0/"),
+    # A host with an empty label, or a label that starts or ends with a dash: the endpoint
+    # check refuses it before any client is built, saying its suffix is not allowed.
+    ("spec.eventHub.fullyQualifiedNamespace", "shop..servicebus.windows.net"),
+    ("spec.eventHub.fullyQualifiedNamespace", "shop-.servicebus.windows.net"),
+    ("spec.eventHub.fullyQualifiedNamespace", "shop.-x.servicebus.windows.net:5671"),
+    ("spec.checkpointStore.accountUrl", "https://shop..blob.core.windows.net"),
+    ("spec.checkpointStore.accountUrl", "https://-shop.blob.core.windows.net/"),
+    ("spec.checkpointStore.accountUrl", "https://shop.blob.core.windows.net.:443"),
     ("spec.eventHub.credentials.connectionStringSecretRef.name", "Bad_Name"),
     ("spec.eventHub.credentials.connectionStringSecretRef.name", "orders-eh."),
     ("spec.checkpointStore.credentials.connectionStringSecretRef.name", "orders blob"),
@@ -251,6 +259,8 @@ USABLE = [
     ("spec.eventHub.fullyQualifiedNamespace", "localhost:05672"),
     ("spec.checkpointStore.accountUrl", "https://shop.blob.core.windows.net:443/"),
     ("spec.checkpointStore.accountUrl", "https://shop.blob.core.windows.net"),
+    ("spec.checkpointStore.accountUrl", "https://127.0.0.1:10000"),
+    ("spec.eventHub.fullyQualifiedNamespace", "Shop-1.ServiceBus.windows.net"),
     ("spec.eventHub.credentials.connectionStringSecretRef.name", "orders-eh.v2"),
     ("spec.checkpointStore.credentials.connectionStringSecretRef.name", "a" * 253),
     ("spec.eventHub.credentials.connectionStringSecretRef.key", "Connection_String.v-1"),

@@ -218,8 +218,11 @@ SPECS = st.one_of(
 #: text; Python's also matches before a final newline).
 LABEL_NAME = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 CONTAINER = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")
-ACCOUNT_URL = re.compile(r"https://[A-Za-z0-9.-]+(:(?P<port>[0-9]{1,5}))?/?")
-NAMESPACE_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:(?P<port>[0-9]{1,5}))?")
+#: A host as the endpoint check takes it (`endpoints`): DNS labels, none empty, none that
+#: starts or ends with a dash.
+HOST = r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*"
+ACCOUNT_URL = re.compile(rf"https://{HOST}(:(?P<port>[0-9]{{1,5}}))?/?")
+NAMESPACE_HOST = re.compile(rf"{HOST}(:(?P<port>[0-9]{{1,5}}))?")
 SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 INT64 = range(0, bounds.MAX_EPOCH + 1)
@@ -251,6 +254,8 @@ def label_key_accepted(key: str) -> bool:
     replaced(SPEC, ("eventHub", "fullyQualifiedNamespace"), "shop.servicebus.windows.net:99999")
 )
 @example(replaced(SPEC, ("checkpointStore", "accountUrl"), "https://shop.blob.core.windows.net:0"))
+@example(replaced(SPEC, ("eventHub", "fullyQualifiedNamespace"), "shop..servicebus.windows.net"))
+@example(replaced(SPEC, ("checkpointStore", "accountUrl"), "https://-shop.blob.core.windows.net"))
 @example(
     replaced(SPEC, ("eventHub", "credentials", "connectionStringSecretRef", "name"), "Bad_Name")
 )

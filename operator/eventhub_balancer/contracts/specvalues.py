@@ -23,12 +23,15 @@ _DNS_SUBDOMAIN_MAX = 253
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+\Z")
 _SECRET_KEY_MAX = 253
 _CONTAINER_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*[a-z0-9]\Z")
+#: A host: DNS labels, none empty and none starting or ending with a dash (the endpoint check
+#: refuses any other before a client dials it, `endpoints`).
+_HOST = r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*"
 #: The Event Hubs namespace: a host name, or host:port of a local emulator.
-_NAMESPACE_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:(?P<port>[0-9]{1,5}))?\Z")
+_NAMESPACE_HOST = re.compile(rf"^{_HOST}(:(?P<port>[0-9]{{1,5}}))?\Z")
 _NAMESPACE_HOST_MAX = 253
 #: The blob endpoint: https and a host (and port), nothing else; the host's suffix is checked
 #: against the install's allowed list before any token is requested (`endpoints`).
-_ACCOUNT_URL = re.compile(r"^https://[A-Za-z0-9.-]+(:(?P<port>[0-9]{1,5}))?/?\Z")
+_ACCOUNT_URL = re.compile(rf"^https://{_HOST}(:(?P<port>[0-9]{{1,5}}))?/?\Z")
 _ACCOUNT_URL_MAX = 2048
 #: A TCP port: the resolver takes 65536 and above modulo 65536, so a client would dial another.
 PORTS = range(1, 65536)

@@ -117,6 +117,11 @@ CASES: list[tuple[str, tuple[str, ...], Any]] = [
     ("namespace-port-05672", ("eventHub", "fullyQualifiedNamespace"), "localhost:05672"),
     ("account-port-65536", ("checkpointStore", "accountUrl"), "https://a.example:65536/"),
     ("account-port-443", ("checkpointStore", "accountUrl"), "https://a.example:443/"),
+    # A host with an empty label or a label that starts or ends with a dash.
+    ("namespace-empty-label", ("eventHub", "fullyQualifiedNamespace"), "shop..example"),
+    ("namespace-dash-label", ("eventHub", "fullyQualifiedNamespace"), "shop-.example:5671"),
+    ("account-dash-label", ("checkpointStore", "accountUrl"), "https://-a.example/"),
+    ("account-ip", ("checkpointStore", "accountUrl"), "https://127.0.0.1:10000"),
     # A Secret name or key that no Secret can have.
     ("secret-name-underscore", (*EH_SECRET, "name"), "Bad_Name"),
     ("secret-name-dot-end", (*BLOB_SECRET, "name"), "orders-blob."),

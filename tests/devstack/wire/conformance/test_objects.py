@@ -538,6 +538,9 @@ def test_a_wrong_type_or_shape_is_refused_in_the_same_words(
             ("eventHub", "fullyQualifiedNamespace"), "shop.example:123456", id="hub-port-digits"
         ),
         pytest.param(("eventHub", "fullyQualifiedNamespace"), "127.0.0.1:00000", id="hub-port-0"),
+        pytest.param(
+            ("eventHub", "fullyQualifiedNamespace"), "shop..example:5671", id="hub-empty-label"
+        ),
         pytest.param(("checkpointStore", "accountUrl"), "https://a.example:65536/", id="blob-port"),
         pytest.param(
             ("eventHub", "credentials", "connectionStringSecretRef", "name"),
