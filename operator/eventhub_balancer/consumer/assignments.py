@@ -302,6 +302,8 @@ class ConfigMapSource:
         released: Mapping[str, int],
         reports: Reports | None = None,
     ) -> None:
+        if self._standing is None:
+            return  # no ConfigMap of this pod's (not written yet, or gone): nobody waits
         annotations = acknowledgement_annotations(
             applied_generation=applied_generation, released=released, reports=reports
         )
