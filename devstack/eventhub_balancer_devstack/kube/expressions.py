@@ -62,3 +62,12 @@ def evaluate(expression: str, variables: Mapping[str, Any]) -> Any:
     if isinstance(result, celpy.evaluation.CELEvalError):
         raise ExpressionError(str(result.args[0] if result.args else result))
     return _to_python(result)
+
+
+def matches(pattern: str, text: str) -> bool:
+    """Whether ``pattern`` matches somewhere in ``text`` as an OpenAPI ``pattern`` does on a
+    real API server: with RE2, Go's regexp syntax, in which ``$`` is the end of the text
+    (Python's ``re`` also matches it before a final newline, and so took "name\\n" for
+    ``^[a-z]+$``). CEL's ``matches`` is that same search; ExpressionError if the pattern is not
+    one RE2 compiles."""
+    return evaluate("text.matches(pattern)", {"text": text, "pattern": pattern}) is True

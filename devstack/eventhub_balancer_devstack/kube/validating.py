@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypedDict
 
@@ -147,7 +146,7 @@ class _Validator:
                     f"Too long: may not be more than {max_length} bytes",
                 )
             pattern = schema.get("pattern")
-            if isinstance(pattern, str) and not re.search(pattern, value):
+            if isinstance(pattern, str) and not expressions.matches(pattern, value):
                 self.invalid(path, value, f"{path} in body should match '{pattern}'")
             if schema.get("format") == "date-time" and not jsonvalues.valid_date_time(value):
                 # A format is a type to a real server: the error keeps the CEL rules from running.

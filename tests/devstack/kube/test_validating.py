@@ -75,6 +75,29 @@ def test_types_patterns_and_rules(schema: dict[str, Any], example: dict[str, Any
     }
 
 
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("checkpointStore", "containerName"), "checkpoints\n"),
+        (("eventHub", "fullyQualifiedNamespace"), "shop.servicebus.windows.net\n"),
+        (("selector", "matchLabels", "app"), "orders\n"),
+    ],
+    ids=repr,
+)
+def test_a_pattern_ends_at_the_end_of_the_text_as_go_s_regexp_does(
+    schema: dict[str, Any], example: dict[str, Any], path: tuple[str, ...], value: str
+) -> None:
+    """A real server matches a pattern with Go's regexp, whose ``$`` is the end of the text:
+    a value with a final newline fails ``^...$``. Python's ``$`` also matches before it, and
+    the local API admitted what a real one refuses."""
+    node = example["spec"]
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    field = "spec." + ".".join(path)
+    assert _fields(validating.validate(example, schema)) == {field: "FieldValueInvalid"}
+
+
 def test_the_cel_rule_of_the_checkpoint_store(
     schema: dict[str, Any], example: dict[str, Any]
 ) -> None:
