@@ -357,6 +357,10 @@ def test_mistakes_fail_with_what_to_change(values: dict[str, Any], message: str)
         render(values)
 
 
+BAD_NAME = {"name": "Bad_Name", "key": "connectionString"}
+BAD_KEY = {"name": "orders-blob", "key": "connection string"}
+
+
 @pytest.mark.parametrize(
     ("values", "complaint"),
     [
@@ -402,12 +406,61 @@ def test_mistakes_fail_with_what_to_change(values: dict[str, Any], message: str)
             {"consumer": {"checkpointStore": {"containerName": "order--checkpoints"}}},
             "/consumer/checkpointStore/containerName",
         ),
+        # What the CRD refuses, refused before anything is applied: a Deployment mounting a
+        # key no Secret can hold was admitted, and its pods never started.
+        (
+            {"consumer": {"eventHub": {"credentials": {"connectionStringSecretRef": BAD_NAME}}}},
+            "at '/consumer/eventHub/credentials/connectionStringSecretRef/name'",
+        ),
+        (
+            {
+                "consumer": {
+                    "checkpointStore": {"credentials": {"connectionStringSecretRef": BAD_KEY}}
+                }
+            },
+            "at '/consumer/checkpointStore/credentials/connectionStringSecretRef/key'",
+        ),
+        (
+            {"consumer": {"eventHub": {"fullyQualifiedNamespace": "shop.example:99999"}}},
+            "at '/consumer/eventHub/fullyQualifiedNamespace'",
+        ),
+        (
+            {"consumer": {"eventHub": {"fullyQualifiedNamespace": "shop..servicebus.windows.net"}}},
+            "at '/consumer/eventHub/fullyQualifiedNamespace'",
+        ),
+        (
+            {"consumer": {"checkpointStore": {"accountUrl": "https://-a.example:0/"}}},
+            "at '/consumer/checkpointStore/accountUrl'",
+        ),
     ],
 )
 def test_the_values_schema_rejects_mistakes(values: dict[str, Any], complaint: str) -> None:
     with pytest.raises(charts.HelmError, match="don't meet the specifications") as e:
         render(values)
     assert complaint in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("eventHub", "fullyQualifiedNamespace"), "127.0.0.1:65535"),
+        (("eventHub", "fullyQualifiedNamespace"), "Shop-1.servicebus.windows.net"),
+        (("checkpointStore", "accountUrl"), "https://shop.blob.core.windows.net:443/"),
+        (
+            ("eventHub", "credentials", "connectionStringSecretRef"),
+            {"name": "a.b-c", "key": "K_.-"},
+        ),
+    ],
+    ids=str,
+)
+def test_a_value_the_crd_takes_renders(path: tuple[str, ...], value: Any) -> None:
+    values: dict[str, Any] = {}
+    node = values.setdefault("consumer", {})
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = value
+    (consumer,) = render(values)["EventHubConsumer"]
+    assert crd_rules.failures(consumer) == []
 
 
 def crd_spec_property(name: str) -> dict[str, Any]:
