@@ -51,3 +51,7 @@ def test_quick_bench_compares_both_systems_step_by_step(tmp_path: Path) -> None:
     assert report["ratio_balanced_s"] is not None
     assert report["targets"]["lost"]["met"]
     assert report["targets"]["duplicates_on_planned_moves"]["met"]
+    # The 40x scale-out target belongs to the full run: at this size it is not judged.
+    ratio = report["targets"]["scale_out_ratio"]
+    assert ratio["met"] is None
+    assert ratio["not_judged"] == balancing.RATIO_NOT_JUDGED
