@@ -47,7 +47,6 @@ from eventhub_balancer.reconciling import (
     observations,
     progress,
     readbacks,
-    records,
     refusals,
     reports,
     rollbacks,
@@ -145,7 +144,7 @@ def _decide(
         return refusals.refused(observation, overlap, pods=frozenset(states), now=now), derived
     maps = fleet.stored_maps()
     # A status written for another object (a restore): its epochs a floor, its record none.
-    previous, restored = records.own(observation.body)
+    previous, restored = decisions.own(observation.body)
     status_epochs = {
         str(k): v for k, v in (previous.get("epochs") or {}).items() if bounds.is_epoch(v)
     }
@@ -270,7 +269,7 @@ def _decide(
     )
     desired = statuses.build_status(outcome=outcome, previous=previous, now=now)
     if uid := str((observation.body.get("metadata") or {}).get("uid") or ""):
-        desired[records.UID_FIELD] = uid
+        desired[decisions.UID_FIELD] = uid
     if (moved := moving.event()) is not None:
         events.append(moved)
     record = desired.get("assignment") if raises else None

@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import dataclasses
 import types
+import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import conditions, specs
+from eventhub_balancer.contracts import conditions, specs, statusbodies
 from eventhub_balancer.reconciling import (
     fleets,
     kubeevents,
@@ -118,6 +119,27 @@ def _identity(body: specs.ConsumerBody) -> tuple[str, str]:
     return str(meta.get("uid") or ""), str(meta.get("resourceVersion") or "")
 
 
+#: The status field that names the EventHubConsumer (its uid) the status was written for.
+UID_FIELD = "consumerUid"
+#: The fields that say who owns what: believed only from a status written for this object.
+RECORD_FIELDS = frozenset({"assignment", "epochs", "consumers", "handoffs"})
+
+
+def own(body: Mapping[str, Any]) -> tuple[statusbodies.StatusBody, Mapping[str, Any]]:
+    """``body``'s status as the operator may take it, and the epochs it may take only as a
+    floor. A status written for another object of that name (a backup restored with its
+    status after the EventHubConsumer was deleted: the restore makes a new object) is of
+    another time: believed, its record took the hand-offs made since back from their pods
+    and gave their epochs out again. Without its record, the object is new to the operator,
+    as one applied again without a status; that status's epochs stay a floor."""
+    status = typing.cast(statusbodies.StatusBody, body.get("status") or {})
+    uid, written = (body.get("metadata") or {}).get("uid"), status.get(UID_FIELD)
+    if not (isinstance(written, str) and written and uid and written != uid):
+        return status, {}
+    kept = {k: v for k, v in status.items() if k not in RECORD_FIELDS}
+    return typing.cast(statusbodies.StatusBody, kept), status.get("epochs") or {}
+
+
 def read_record(previous: RecordRead | None, body: specs.ConsumerBody) -> RecordRead:
     """The record ``body``'s status holds: ``previous`` when it was read from this very object
     at the same uid and resourceVersion (the roster hands out one object per version), else
@@ -130,7 +152,7 @@ def read_record(previous: RecordRead | None, body: specs.ConsumerBody) -> Record
         and previous.resource_version == resource_version
     ):
         return previous
-    recorded = records.read(records.own(body)[0])
+    recorded = records.read(own(body)[0])
     return RecordRead(
         body=body,
         uid=uid,

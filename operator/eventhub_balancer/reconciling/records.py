@@ -12,7 +12,6 @@ them back.
 from __future__ import annotations
 
 import dataclasses
-import typing
 from collections.abc import Mapping
 from typing import Any
 
@@ -56,27 +55,6 @@ def read_entry(
     return models.PartitionId(pid), Recorded(
         pod=pod, pod_uid=pod_uid, epoch=epoch, state=state, since=seconds
     )
-
-
-#: The status field that names the EventHubConsumer (its uid) the status was written for.
-UID_FIELD = "consumerUid"
-#: The fields that say who owns what: believed only from a status written for this object.
-RECORD_FIELDS = frozenset({"assignment", "epochs", "consumers", "handoffs"})
-
-
-def own(body: Mapping[str, Any]) -> tuple[statusbodies.StatusBody, Mapping[str, Any]]:
-    """``body``'s status as the operator may take it, and the epochs it may take only as a
-    floor. A status written for another object of that name (a backup restored with its
-    status after the EventHubConsumer was deleted: the restore makes a new object) is of
-    another time: believed, its record took the hand-offs made since back from their pods
-    and gave their epochs out again. Without its record, the object is new to the operator,
-    as one applied again without a status; that status's epochs stay a floor."""
-    status = typing.cast(statusbodies.StatusBody, body.get("status") or {})
-    uid, written = (body.get("metadata") or {}).get("uid"), status.get(UID_FIELD)
-    if not (isinstance(written, str) and written and uid and written != uid):
-        return status, {}
-    kept = {k: v for k, v in status.items() if k not in RECORD_FIELDS}
-    return typing.cast(statusbodies.StatusBody, kept), status.get("epochs") or {}
 
 
 def read(status: statusbodies.StatusBody) -> dict[models.PartitionId, Recorded]:

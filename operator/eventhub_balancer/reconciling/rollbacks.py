@@ -10,7 +10,7 @@ given again at epochs already given out, their ConfigMaps reported as tampered w
 The operator decides over the status it read before instead (`restored`), and writes it back
 over the one found (`put_back`), with one Warning Event ``StatusRolledBack``. It knows that
 status only while it runs: an operator started after such a write reads the status it finds,
-unless the status names another object than the one it is on (`records.own`).
+unless the status names another object than the one it is on (`decisions.own`).
 """
 
 from __future__ import annotations
