@@ -225,15 +225,15 @@ def _run(args: argparse.Namespace) -> int:
 
 def verdict(summary: models.Summary) -> list[str]:
     """What went wrong, a phrase each; empty when the demo did what it shows."""
-    from eventhub_balancer.reconciling import podwords
+    from eventhub_balancer.contracts import conditions
     from eventhub_balancer_devstack.scenarios import models
 
     problems = [
         f"{s['step']} was not balanced in time" for s in summary["steps"] if s["balanced_s"] is None
     ]
     if summary["lost"]:
-        problems.append(f"{podwords.amount(summary['lost'], 'event')} lost")
+        problems.append(f"{conditions.amount(summary['lost'], 'event')} lost")
     planned = sum(s["duplicates"] for s in summary["steps"] if s["kind"] in models.PLANNED)
     if planned:
-        problems.append(f"{podwords.amount(planned, 'duplicate')} on planned steps")
+        problems.append(f"{conditions.amount(planned, 'duplicate')} on planned steps")
     return problems

@@ -27,8 +27,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from eventhub_balancer.cli import actingidentities, consumertargets, tables
-from eventhub_balancer.contracts import bounds, connectionstrings
-from eventhub_balancer.reconciling import podwords
+from eventhub_balancer.contracts import bounds, conditions, connectionstrings
 
 if TYPE_CHECKING:
     from eventhub_balancer.adapters import deadletterreplays
@@ -176,9 +175,9 @@ def show_text(letter: deadletterreplays.DeadLetter, body: dict[str, Any]) -> str
         f"{letter.name}",
         f"  partition {letter.partition}, sequence numbers "
         f"{letter.first_sequence_number}-{letter.last_sequence_number}, "
-        f"{podwords.amount(letter.events, 'event')}",
+        f"{conditions.amount(letter.events, 'event')}",
         f"  dead-lettered {letter.dead_lettered_time} by {letter.pod} (epoch {letter.epoch}) "
-        f"after {podwords.amount(letter.attempts, 'attempt')}",
+        f"after {conditions.amount(letter.attempts, 'attempt')}",
         f"  replayed: started {letter.replaying_since}, not finished (a replay in progress, or "
         "one that was stopped: --force replays it again)"
         if letter.replaying_since

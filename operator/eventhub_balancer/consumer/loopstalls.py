@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-from eventhub_balancer.reconciling import podwords
+from eventhub_balancer.contracts import conditions
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class LoopStalls:
 
     def _text(self, stalled: float) -> str:
         again = (
-            f" ({podwords.amount(self._unsaid, 'stall')} since the last warning, the longest "
+            f" ({conditions.amount(self._unsaid, 'stall')} since the last warning, the longest "
             f"{self._unsaid_longest:.1f} s)"
             if self._said_at is not None
             else ""

@@ -81,6 +81,16 @@ def shorten(text: str, limit: int = MAX_MESSAGE) -> str:
     return head.rstrip(" ;,:(") + CUT
 
 
+def amount(count: int, noun: str) -> str:
+    """``1 partition``, ``2 partitions``: a count and its noun agreeing."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def every(count: int, noun: str, verb: str, verb_for_many: str) -> str:
+    """``all 4 partitions are``, or ``the only partition is`` when there is one."""
+    return f"the only {noun} {verb}" if count == 1 else f"all {count} {noun}s {verb_for_many}"
+
+
 def apply(
     current: Sequence[statusbodies.ConditionBody] | None,
     updates: Iterable[Condition],

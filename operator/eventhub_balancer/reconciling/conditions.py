@@ -61,7 +61,7 @@ def hub(
         type=conditions.EVENTHUB_REACHABLE,
         status="True",
         reason="PartitionsListed",
-        message=f"{where} has {podwords.amount(len(read.ids or ()), 'partition')}",
+        message=f"{where} has {conditions.amount(len(read.ids or ()), 'partition')}",
     )
 
 
@@ -203,12 +203,12 @@ def build(
             status="False",
             reason="PartitionsWithoutReadyOwner",
             message=conditions.shorten(
-                f"{len(unowned)} of {podwords.amount(len(partitions), 'partition')} "
+                f"{len(unowned)} of {conditions.amount(len(partitions), 'partition')} "
                 f"{'has' if len(unowned) == 1 else 'have'} no Ready owner yet"
                 + (f": {podwords.kept_words(kept, grace=grace)}" if kept else "")
                 + (
                     "; new partitions wait for "
-                    f"{podwords.amount(len(plan.starting), 'starting pod')}, for at most "
+                    f"{conditions.amount(len(plan.starting), 'starting pod')}, for at most "
                     "podGraceSeconds"
                     if plan.starting
                     else ""
@@ -220,7 +220,7 @@ def build(
             type=conditions.READY,
             status="True",
             reason="AllPartitionsOwned",
-            message=f"{podwords.every(len(partitions), 'partition', 'is', 'are')} owned by "
+            message=f"{conditions.every(len(partitions), 'partition', 'is', 'are')} owned by "
             + ("a Ready pod" if len(partitions) == 1 else "Ready pods"),
         )
     in_flight = sum(1 for o in plan.assignment.values() if o.state == "revoking")
@@ -238,8 +238,8 @@ def build(
             status="True",
             reason="Balanced",
             message=(
-                f"{podwords.amount(len(partitions) - sum(k.partitions for k in kept), 'partition')}"
-                f" over {podwords.amount(ready_pods, 'Ready pod')}"
+                conditions.amount(len(partitions) - sum(k.partitions for k in kept), "partition")
+                + f" over {conditions.amount(ready_pods, 'Ready pod')}"
                 + (f"; {podwords.kept_words(kept, grace=grace)}" if kept else "")
             ),
         )
@@ -343,7 +343,7 @@ def cannot_process(
             status="False",
             reason="AllPartitionsFailing",
             message=(
-                f"{podwords.every(len(partitions), 'partition', 'is', 'are')} reported failing, "
+                f"{conditions.every(len(partitions), 'partition', 'is', 'are')} reported failing, "
                 "parked or stuck: "
                 "nothing is processed (see PartitionsFailing)"
             ),

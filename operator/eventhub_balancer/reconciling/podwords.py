@@ -1,8 +1,7 @@
 """What the Ready and Balanced conditions say of the pods that are not Ready: why none of them
 is (`not_ready`), whose grace keeps partitions from the Ready pods (`kept_words`), and which
 Ready pods hold partitions they say nothing of (`holders`); `counted` puts a count and its
-noun and verb in the singular or the plural, `amount` a count and its noun, and `every` all of a
-count (or the only one).
+noun and verb in the singular or the plural.
 
 `contracts.podstates` says what a pod is and what its grace keeps (`podstates.kept`); the
 sentences the user reads are here, apart from `conditions`, which uses them, to keep it within
@@ -61,13 +60,3 @@ def holders(found: Mapping[str, int], partitions: int) -> str:
 def counted(count: int, noun: str, verb: str, verb_for_many: str) -> str:
     """``1 pod matches``, ``2 pods match``: a count with its noun and verb agreeing."""
     return f"{count} {noun} {verb}" if count == 1 else f"{count} {noun}s {verb_for_many}"
-
-
-def amount(count: int, noun: str) -> str:
-    """``1 partition``, ``2 partitions``: a count and its noun agreeing."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
-
-
-def every(count: int, noun: str, verb: str, verb_for_many: str) -> str:
-    """``all 4 partitions are``, or ``the only partition is`` when there is one."""
-    return f"the only {noun} {verb}" if count == 1 else f"all {count} {noun}s {verb_for_many}"

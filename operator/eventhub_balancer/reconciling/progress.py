@@ -253,7 +253,7 @@ def ready_and_balanced(
     held = holding(assignment)
     if held:
         message = (
-            f"spec.paused is true: {held} of {podwords.amount(len(partitions), 'partition')} "
+            f"spec.paused is true: {held} of {conditions.amount(len(partitions), 'partition')} "
             f"{'is' if held == 1 else 'are'} being released"
         )
         return (
@@ -265,7 +265,7 @@ def ready_and_balanced(
             ),
         )
     message = (
-        f"spec.paused is true: {podwords.every(len(partitions), 'partition', 'is', 'are')} "
+        f"spec.paused is true: {conditions.every(len(partitions), 'partition', 'is', 'are')} "
         "released and none is "
         "assigned; set spec.paused to false to resume"
     )

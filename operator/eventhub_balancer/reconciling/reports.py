@@ -33,7 +33,7 @@ from typing import Any, TypedDict
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import bounds, conditions, partitionreports, timestamps
-from eventhub_balancer.reconciling import observations, podwords
+from eventhub_balancer.reconciling import observations
 
 #: The status field that lists the troubled partitions, and the one that counts them.
 STATUS_FIELD = "failing"
@@ -227,7 +227,7 @@ def status_entries(
 
 def describe(t: Trouble) -> str:
     """One trouble in a sentence's part: where it is, what state, and the error's first line."""
-    attempts = f" after {podwords.amount(t.attempts, 'attempt')}" if t.attempts else ""
+    attempts = f" after {conditions.amount(t.attempts, 'attempt')}" if t.attempts else ""
     error = f": {t.error}" if t.error else ""
     return f"{t.partition} on {t.pod} {t.state}{attempts}{error}"
 
@@ -238,7 +238,7 @@ def _named(names: list[str], limit: int, noun: str = "") -> str:
     more = len(names) - limit
     if more <= 0:
         return text
-    return text + f" and {podwords.amount(more, f'more {noun}') if noun else f'{more} more'}"
+    return text + f" and {conditions.amount(more, f'more {noun}') if noun else f'{more} more'}"
 
 
 def _group(group: list[Trouble]) -> str:
@@ -252,7 +252,7 @@ def _group(group: list[Trouble]) -> str:
     attempts = ""
     if most:
         same = all(t.attempts == most for t in group)
-        attempts = f" after {'' if same else 'up to '}{podwords.amount(most, 'attempt')}"
+        attempts = f" after {'' if same else 'up to '}{conditions.amount(most, 'attempt')}"
     error = f": {first.error}" if first.error else ""
     where = _named(pods, MAX_PODS_NAMED, "pod")
     partitions = _named([t.partition for t in group], MAX_NAMED)
@@ -276,13 +276,13 @@ def message(troubles: Mapping[models.PartitionId, Trouble]) -> str:
     for group in groups.values():
         part = _group(group)
         left = len(troubles) - shown - len(group)
-        tail = f"; and {podwords.amount(left, 'more partition')}" if left > 0 else ""
+        tail = f"; and {conditions.amount(left, 'more partition')}" if left > 0 else ""
         if parts and len(head) + len("; ".join([*parts, part])) + len(tail) > MAX_MESSAGE:
             break
         parts.append(part)
         shown += len(group)
     left = len(troubles) - shown
-    tail = f"; and {podwords.amount(left, 'more partition')}" if left > 0 else ""
+    tail = f"; and {conditions.amount(left, 'more partition')}" if left > 0 else ""
     body = conditions.shorten("; ".join(parts), MAX_MESSAGE - len(head) - len(tail))
     return head + body + tail
 
