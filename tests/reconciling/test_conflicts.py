@@ -202,11 +202,16 @@ def test_a_tie_is_not_called_older() -> None:
 
 
 def test_host_spellings_are_one_location_and_one_binding() -> None:
-    """A port, a trailing dot or upper case passes the CRD, the spec parser and the allow-list;
-    it must not dodge a binding or the holder's claim either."""
+    """A port or upper case passes the CRD, the spec parser and the allow-list; it must not
+    dodge a binding or the holder's claim either. A trailing dot in the spec is refused by the
+    CRD and the parser alike (DNS labels only), so it names no location at all; in a binding,
+    where the administrator spells the host, it is still the same host."""
+    dotted = copy.deepcopy(ACCOUNT_SPEC)
+    dotted["checkpointStore"]["accountUrl"] = "https://acct.blob.core.windows.net./"
+    assert other("dotted", seconds=10, namespace="tenant-b", spec=dotted).location is None
     variant = copy.deepcopy(ACCOUNT_SPEC)
-    variant["eventHub"]["fullyQualifiedNamespace"] = "Shop.servicebus.windows.net.:5671"
-    variant["checkpointStore"]["accountUrl"] = "https://ACCT.blob.core.windows.net.:443/"
+    variant["eventHub"]["fullyQualifiedNamespace"] = "Shop.servicebus.windows.net:5671"
+    variant["checkpointStore"]["accountUrl"] = "https://ACCT.blob.core.windows.net:443/"
     variant["selector"] = {"matchLabels": {"app": "x"}}
     holder = other("orders", seconds=0, namespace="tenant-a", spec=ACCOUNT_SPEC)
     newcomer = other("mirror", seconds=10, namespace="tenant-b", spec=variant)
