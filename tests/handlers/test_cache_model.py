@@ -4,8 +4,7 @@ server, on fake time: two operator replicas over one fake API server.
 Hypothesis drives pods (join, leave, relabel, recreate under the same name, readiness), the
 pods' acknowledgements, the two replicas' watch streams (delivered late and partly, so kinds
 arrive reordered against each other, one kind may lag alone; events lost with a 410 re-list),
-a fresh read of the pods in flight while a pod is deleted or relabelled, the consumer
-deleted and restored from a backup with its status of an earlier time, a daemon restarted
+a fresh read of the pods in flight while a pod is deleted or relabelled, a daemon restarted
 while the pods relisting is in flight, a replica paused for its peer and resumed (its
 daemon started again from kopf's indexes), a pod's ConfigMap deleted by someone else,
 every ConfigMap deleted while the replicas' ConfigMap streams were away (the re-list that
@@ -30,7 +29,6 @@ balanced again.
 from __future__ import annotations
 
 import asyncio
-import copy
 import datetime
 from typing import Any
 
@@ -85,8 +83,6 @@ class TwoReplicas(RuleBasedStateMachine):
         self.ghosts: dict[str, float] = {}
         #: (replica, ConfigMap uid) -> since when its roster holds it and the API server not
         self.phantoms: dict[tuple[int, str], float] = {}
-        #: the consumer's status as a backup took it (`back_up`)
-        self.backup: dict[str, Any] | None = None
 
     def teardown(self) -> None:
         self.loop.close()
@@ -157,29 +153,6 @@ class TwoReplicas(RuleBasedStateMachine):
         for pod in self.kube.assignment(NS):
             if pod in self._pods():
                 self.kube.acknowledge(NS, pod)
-
-    # --- a backup of the EventHubConsumer, restored with its status ---
-
-    @rule()
-    def back_up(self) -> None:
-        self.backup = copy.deepcopy(self.kube.status(NS, NAME))
-
-    @rule()
-    def restore_backup(self) -> None:
-        """The EventHubConsumer deleted and restored from the backup with its status
-        (Velero's restoreStatus): a new object with the status of the backup's time, while
-        the pods run on. Each replica's daemon of the old object ended with it, and the new
-        object's daemon cycles once it is seen. (Its pods' ConfigMaps are then the only
-        record of an epoch given since the backup and not fenced: the model's pods fence
-        nothing, so losing them before that cycle would leave nothing to tell.)"""
-        if not (self.backup or {}).get("epochs"):
-            return
-        self.kube._deleted("consumer", self.kube.objects.pop(("consumer", NS, NAME)))
-        self.kube.add_consumer(NS, NAME, test_cycles.SPEC, status=self.backup)
-        for replica in self.replicas:
-            replica.memories.pop((NS, NAME), None)
-            replica.watch.deliver("consumer")
-        self._run(0)
 
     # --- the operator replicas and their watches ---
 
