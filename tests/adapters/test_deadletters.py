@@ -5,6 +5,7 @@ The container is a fake here (tests/adapters/wire/test_deadletters.py writes to 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import dataclasses
 import datetime
@@ -249,3 +250,48 @@ def test_a_replayed_event_says_which_dead_letter_it_comes_from() -> None:
 )
 def test_an_error_shows_its_first_line(error: str, line: str) -> None:
     assert deadletters.first_line(error) == line
+
+
+class Batch(list[Any]):
+    def add(self, data: Any) -> None:
+        self.append(data)
+
+
+class BrokenProducer:
+    """A producer whose send never succeeds: it hangs (the hub stopped answering) or fails."""
+
+    def __init__(self, failure: Exception | None) -> None:
+        self.failure = failure
+
+    async def __aenter__(self) -> BrokenProducer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    async def create_batch(self, **target: str) -> Batch:
+        return Batch()
+
+    async def send_batch(self, batch: Batch) -> None:
+        if self.failure is not None:
+            raise self.failure
+        await asyncio.Event().wait()
+
+
+@pytest.mark.looptime
+@pytest.mark.parametrize(
+    ("failure", "ending"),
+    [(None, "(0 of 1 event sent)"), (OSError("reset"), "after 0 of 1 event (OSError: reset)")],
+)
+async def test_a_failed_replay_of_one_event_counts_it_in_the_singular(
+    monkeypatch: pytest.MonkeyPatch, failure: Exception | None, ending: str
+) -> None:
+    monkeypatch.setattr(deadlettersends.eventhubs, "producer", lambda _: BrokenProducer(failure))
+    where = deadlettersends.eventhubs.Coordinates(
+        fully_qualified_namespace="shop.servicebus.windows.net",
+        eventhub_name="orders",
+        connection_string="Endpoint=sb://shop.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=v",
+    )
+    with pytest.raises(errors.EventHubUnreachable) as caught:
+        await deadlettersends.replay_to_hub(where, [event(1, b"a")], replay_of="x", limit_seconds=5)
+    assert str(caught.value).endswith(ending)

@@ -17,6 +17,7 @@ from azure.eventhub import EventData
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import deliveries, eventhubs
 from eventhub_balancer.adapters.deadletters import first_line
+from eventhub_balancer.contracts import conditions
 
 #: Sending one dead letter's events back into the hub (a few batches at most).
 SEND_TIMEOUT_S: Final = 60.0
@@ -90,7 +91,7 @@ async def replay_to_hub(
     except TimeoutError as e:
         raise errors.EventHubUnreachable(
             f"{where}: the replay of {replay_of} took longer than {limit_seconds:g} s "
-            f"({sent} of {len(events)} events sent)"
+            f"({sent} of {conditions.amount(len(events), 'event')} sent)"
         ) from e
     except Exception as e:
         text = str(e).lower()
@@ -100,7 +101,8 @@ async def replay_to_hub(
                 "string needs Send rights (or the identity the Azure Event Hubs Data Sender role)"
             ) from e
         raise errors.EventHubUnreachable(
-            f"{where}: the replay of {replay_of} failed after {sent} of {len(events)} events "
+            f"{where}: the replay of {replay_of} failed after {sent} of "
+            f"{conditions.amount(len(events), 'event')} "
             f"({type(e).__name__}: {first_line(str(e))[:300]})"
         ) from e
     return sent
