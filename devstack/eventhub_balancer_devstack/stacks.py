@@ -20,6 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from eventhub_balancer.contracts import conditions
 from eventhub_balancer_devstack import azurite as azurite_module
 from eventhub_balancer_devstack import deployments, kubeservers
 from eventhub_balancer_devstack.eventhubs import EventHubsEmulator
@@ -162,7 +163,10 @@ class LocalStack:
         """How to reach each service, one line each (no secret beyond the well-known dev keys)."""
         lines = [
             f"Event Hubs emulator  {self.eventhubs_connection_string}",
-            *(f"  hub {name}: {count} partitions" for name, count in self.options.hubs.items()),
+            *(
+                f"  hub {name}: {conditions.amount(count, 'partition')}"
+                for name, count in self.options.hubs.items()
+            ),
             f"Blob Storage         {self.blob_connection_string}",
             f"Kubernetes API       {self.kube.url}",
             f"  export KUBECONFIG={self.kubeconfig}",
