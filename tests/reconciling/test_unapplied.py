@@ -91,3 +91,16 @@ def test_a_pod_that_applied_an_earlier_generation_is_a_consumer_on_its_way() -> 
         maps.append(cm)
     after = dataclasses.replace(after, configmaps=tuple(maps))
     assert ready_at(after, 600)[:2] == ("True", "AllPartitionsOwned")
+
+
+def test_a_hub_of_one_partition_is_counted_in_the_singular() -> None:
+    one = silentowners.ready(
+        silentowners.Silences(unapplied={"b": 1}), partitions=1, selector="app=c"
+    )
+    assert one is not None
+    assert one.message.startswith("pod b holds 1 of 1 partition but has not applied")
+    many = silentowners.ready(
+        silentowners.Silences(unwritten={"b": 1, "c": 2}), partitions=4, selector="app=c"
+    )
+    assert many is not None
+    assert many.message.startswith("pods b, c hold 3 of 4 partitions, but the operator")

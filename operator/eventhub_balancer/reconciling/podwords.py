@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import podstates, timestamps
+from eventhub_balancer.contracts import conditions, podstates, timestamps
 
 #: Pods named in a message of `holders`; the rest are counted.
 NAMED = 3
@@ -48,13 +48,14 @@ def kept_words(found: Sequence[podstates.Kept], *, grace: float) -> str:
 
 
 def holders(found: Mapping[str, int], partitions: int) -> str:
-    """ "pod c holds 1 of 4 partitions", or "pods c, d and 2 more hold 6 of 32 partitions"."""
+    """ "pod c holds 1 of 4 partitions", "pod c holds 1 of 1 partition", or "pods c, d and 2
+    more hold 6 of 32 partitions"."""
     names = list(found)
     named = ", ".join(names[:NAMED]) + (
         f" and {len(names) - NAMED} more" if len(names) > NAMED else ""
     )
     who = f"pod {named} holds" if len(names) == 1 else f"pods {named} hold"
-    return f"{who} {sum(found.values())} of {partitions} partitions"
+    return f"{who} {sum(found.values())} of {conditions.amount(partitions, 'partition')}"
 
 
 def counted(count: int, noun: str, verb: str, verb_for_many: str) -> str:
