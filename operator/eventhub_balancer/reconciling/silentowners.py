@@ -72,8 +72,8 @@ def ready(
                 f"applied {'its' if one else 'their'} assignment ConfigMap within "
                 f"{UNAPPLIED_SECONDS:g} s: nothing reads them. A pod that does not run "
                 f"`ehb consume` matches spec.selector ({selector}): narrow the selector to the "
-                "consumer pods; or the pods' ServiceAccount lacks list, watch and patch on "
-                "configmaps (see the pod's log)"
+                "consumer pods; or the pods' ServiceAccount lacks patch on configmaps, which "
+                "acknowledges an assignment (see the pod's log)"
             ),
         )
     return None
