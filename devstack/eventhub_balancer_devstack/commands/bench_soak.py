@@ -88,7 +88,11 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"sent {report['sent']}, processed {report['processed']}, lost {report['lost']}, "
         f"duplicates {report['duplicates']}; target {report['target_rss_mb_per_min']} MB/min: "
-        f"{'met' if report['ok'] else 'NOT met'}"
+        + (
+            f"not judged ({report['not_judged']})"
+            if report["ok"] is None and "not_judged" in report
+            else ("met" if report["ok"] else "NOT met")
+        )
     )
     return 0
 
