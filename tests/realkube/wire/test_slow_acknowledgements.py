@@ -190,7 +190,12 @@ async def test_an_acknowledgement_lands_when_every_write_takes_3_s(
     client = podconfig.PodConfigMaps(
         namespace=NAMESPACE, consumer="orders", pod="pod-a", kubeconfig=str(kubeconfig)
     )
-    acks = acknowledgements.Acknowledgements(assignments.ConfigMapSource(client), min_interval=1.0)
+    source = assignments.ConfigMapSource(client)
+    # As a pod does: the assignment it acknowledges is the one its watch read first (a pod
+    # with no ConfigMap of its own sends nothing).
+    updates = source.updates()
+    assert (await asyncio.wait_for(anext(updates), WITHIN_S)).generation == 1
+    acks = acknowledgements.Acknowledgements(source, min_interval=1.0)
     held: list[float] = []
     landed = None
     start = time.monotonic()
@@ -206,6 +211,7 @@ async def test_an_acknowledgement_lands_when_every_write_takes_3_s(
                 break
             await asyncio.sleep(0.2)
     finally:
+        await updates.aclose()
         client.close()
     assert landed is not None, (
         f"the release was never written in {WITHIN_S:g} s "
