@@ -1,9 +1,10 @@
-"""A pod that holds partitions but never applies its assignment processes nothing: Ready
-must not say that every partition is owned.
+"""A pod that holds partitions but never acknowledges its assignment: Ready must not say
+that every partition is owned.
 
 The selector matches a workload that is not a consumer (``app: orders`` on the producer's
-pods too), or the consumer pods cannot read or patch their ConfigMaps: those pods are Ready,
-the planner gives them partitions, and nothing reads them. A consumer pod applies its
+pods too), whose pods are Ready, are given partitions and read none of them; or the consumer
+pods cannot patch their ConfigMaps, and process their partitions without a way to say so: the
+operator cannot tell the two apart. A consumer pod applies its
 ConfigMap within a second (`ehb consume` acknowledges with the annotation
 ``eventhub-balancer.dev/applied-generation``).
 
@@ -48,7 +49,7 @@ def test_a_ready_pod_that_never_applies_its_assignment_makes_ready_false() -> No
     # What to change, with the pod named and what it holds.
     assert message.startswith(
         "pod b holds 2 of 4 partitions but has not applied its assignment ConfigMap within "
-        "60 s: nothing reads them."
+        "60 s: no acknowledgement says they are read."
     )
     assert "spec.selector (app=c)" in message
     # A Ready pod has read its ConfigMap (it is NotReady until it has, and while it may not):

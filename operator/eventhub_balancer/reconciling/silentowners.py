@@ -70,10 +70,10 @@ def ready(
             message=conditions.shorten(
                 f"{holds} but {'has' if one else 'have'} not "
                 f"applied {'its' if one else 'their'} assignment ConfigMap within "
-                f"{UNAPPLIED_SECONDS:g} s: nothing reads them. A pod that does not run "
-                f"`ehb consume` matches spec.selector ({selector}): narrow the selector to the "
-                "consumer pods; or the pods' ServiceAccount lacks patch on configmaps, which "
-                "acknowledges an assignment (see the pod's log)"
+                f"{UNAPPLIED_SECONDS:g} s: no acknowledgement says they are read. A pod that "
+                f"does not run `ehb consume` matches spec.selector ({selector}): narrow the "
+                "selector to the consumer pods; or the pods' ServiceAccount lacks patch on "
+                "configmaps, which acknowledges an assignment (see the pod's log)"
             ),
         )
     return None
