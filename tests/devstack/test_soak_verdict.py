@@ -13,7 +13,7 @@ import pytest
 
 from eventhub_balancer import cli
 from eventhub_balancer_devstack import recording
-from eventhub_balancer_devstack.benchmarks import processsamples, soaking
+from eventhub_balancer_devstack.benchmarks import churnedworlds, churning, processsamples, soaking
 
 
 def report(seconds: float, sample_seconds: float, rss_mb_per_s: float) -> soaking.Report:
@@ -55,3 +55,46 @@ def test_the_printed_verdict_of_a_short_soak_says_not_judged(
     assert cli.main(["bench", "soak", "--seconds", "10", "--sample-seconds", "1"]) == 0
     last = capsys.readouterr().out.splitlines()[-1]
     assert last.endswith(f"target 0.2 MB/min: not judged ({soaking.NOT_JUDGED})"), last
+
+
+def operator_report(seconds: float, rss_mb_per_s: float) -> churning.Report:
+    """An operator soak whose memory rises at this pace, sampled every 5 s."""
+    times = [float(t) for t in range(0, int(seconds) + 1, 5)]
+    series: processsamples.Series = {
+        "t_s": times,
+        "rss_mb": [120.0 + rss_mb_per_s * t for t in times],
+        "threads": [6 for _ in times],
+        "descriptors": [30 for _ in times],
+        "processes": [1 for _ in times],
+    }
+    churned: churnedworlds.Churned = {
+        "rounds": 2,
+        "joined": 2,
+        "drained": 1,
+        "deleted": 1,
+        "configmaps_deleted": 1,
+        "configmaps_overwritten": 0,
+        "consumers_created": 1,
+        "consumers_deleted": 1,
+    }
+    settings = churning.Settings(seconds=seconds)
+    return churning._report(settings, series, churned=churned, growths=[])
+
+
+def test_the_operator_soak_judges_growth_only_at_the_recorded_length() -> None:
+    short = operator_report(60, 0.03)
+    assert short["ok"] is None, short
+    assert short["not_judged"] == soaking.NOT_JUDGED
+    assert operator_report(soaking.JUDGED_SECONDS, 0.0)["ok"] is True
+    growing = operator_report(soaking.JUDGED_SECONDS, 0.03)
+    assert growing["ok"] is False
+    assert "not_judged" not in growing
+
+
+def test_the_printed_verdict_of_a_short_operator_soak_says_not_judged(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(churning, "run", lambda settings: operator_report(60, 0.03))
+    assert cli.main(["bench", "soak", "--operator", "--seconds", "60"]) == 0
+    out = capsys.readouterr().out
+    assert f"target 0.2 MB/min: not judged ({soaking.NOT_JUDGED})" in out, out

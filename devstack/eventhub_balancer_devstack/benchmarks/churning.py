@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 from eventhub_balancer import errors
 from eventhub_balancer_devstack.benchmarks import (
@@ -85,8 +85,10 @@ class Report(TypedDict):
     rss_mb_end: float
     slopes: processsamples.Slopes
     target_rss_mb_per_min: float
-    #: The slope within the target, and flat threads and descriptors.
-    ok: bool
+    #: The slope within the target, and flat threads and descriptors; None: a run shorter
+    #: than `soaking.JUDGED_SECONDS`, not judged (``not_judged`` says why).
+    ok: bool | None
+    not_judged: NotRequired[str]
     #: With tracemalloc: its slopes are not the figures (the tracing costs memory).
     traced: bool
     growths: list[tracedoperators.Growth]
@@ -236,7 +238,8 @@ def _report(
         return value is not None and abs(value) * seconds / 120 < processsamples.FLAT_COUNT
 
     rss = slopes["rss_mb_per_min"]
-    return {
+    judged = settings.seconds >= soaking.JUDGED_SECONDS
+    report: Report = {
         "mode": "operator",
         "seconds": round(seconds, 1),
         "partitions": settings.partitions,
@@ -250,12 +253,19 @@ def _report(
         "slopes": slopes,
         "target_rss_mb_per_min": TARGET_RSS_MB_PER_MIN,
         "ok": (
-            rss is not None
-            and rss <= TARGET_RSS_MB_PER_MIN
-            and flat(slopes["threads_per_min"])
-            and flat(slopes["descriptors_per_min"])
+            (
+                rss is not None
+                and rss <= TARGET_RSS_MB_PER_MIN
+                and flat(slopes["threads_per_min"])
+                and flat(slopes["descriptors_per_min"])
+            )
+            if judged
+            else None
         ),
         "traced": settings.tracemalloc,
         "growths": growths,
         "samples": series,
     }
+    if not judged:
+        report["not_judged"] = soaking.NOT_JUDGED
+    return report

@@ -88,11 +88,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"sent {report['sent']}, processed {report['processed']}, lost {report['lost']}, "
         f"duplicates {report['duplicates']}; target {report['target_rss_mb_per_min']} MB/min: "
-        + (
-            f"not judged ({report['not_judged']})"
-            if report["ok"] is None and "not_judged" in report
-            else ("met" if report["ok"] else "NOT met")
-        )
+        + _verdict(report["ok"], report.get("not_judged"))
     )
     return 0
 
@@ -125,7 +121,8 @@ def _operator(args: argparse.Namespace) -> int:
     )
     _memory(report)
     print(
-        f"target {report['target_rss_mb_per_min']} MB/min: {'met' if report['ok'] else 'NOT met'}"
+        f"target {report['target_rss_mb_per_min']} MB/min: "
+        + _verdict(report["ok"], report.get("not_judged"))
         + (" (traced: not the figures)" if report["traced"] else "")
     )
     for growth in report["growths"]:
@@ -142,3 +139,10 @@ def _memory(report: Any) -> None:
     )
     for name, value in report["slopes"].items():
         print(f"  {name}: {value}")
+
+
+def _verdict(ok: bool | None, not_judged: str | None) -> str:
+    """``met``, ``NOT met``, or ``not judged (why)`` for a run too short to judge."""
+    if ok is None and not_judged:
+        return f"not judged ({not_judged})"
+    return "met" if ok else "NOT met"

@@ -65,7 +65,9 @@ def test_the_operator_soak_churns_samples_and_prints_one_document(tmp_path: Path
     assert min(samples["rss_mb"]) > 0
     assert min(samples["threads"]) > 1  # the operator runs kopf in a thread of its own
     assert (document["mode"], document["traced"], document["growths"]) == ("operator", False, [])
-    assert isinstance(document["ok"], bool)
+    # A run this short is not judged: its second half holds the start-up, not growth.
+    assert document["ok"] is None, document["slopes"]
+    assert "judged only on runs of 600 s" in str(document["not_judged"])
 
 
 def test_tracemalloc_reports_where_the_operator_allocated_more(tmp_path: Path) -> None:
