@@ -67,9 +67,11 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(CASES))
-async def test_assignment_not_written_names_the_refusal_met(case: str) -> None:
-    error, said, unsaid = CASES[case]
+async def pod_c_joins(
+    error: Exception, *, times: int
+) -> tuple[fakes.FakeKube, fakes.FakeHubs, memories.Memory]:
+    """A steady consumer of pods a and b, and pod c joining, whose ConfigMap's first ``times``
+    creates fail with ``error``."""
     kube = test_cycles.make_kube()
     hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
     memory = memories.Memory()
@@ -77,7 +79,14 @@ async def test_assignment_not_written_names_the_refusal_met(case: str) -> None:
     for pod in ("a", "b"):
         kube.apply_generation(NS, pod)
     kube.add_pod(NS, "c", labels={"app": "c"}, since=test_cycles.at(6))
-    kube.fail("create_configmap", error, times=1_000)
+    kube.fail("create_configmap", error, times=times)
+    return kube, hubs, memory
+
+
+@pytest.mark.parametrize("case", list(CASES))
+async def test_assignment_not_written_names_the_refusal_met(case: str) -> None:
+    error, said, unsaid = CASES[case]
+    kube, hubs, memory = await pod_c_joins(error, times=1_000)
     for now in range(10, 200, 10):
         with contextlib.suppress(errors.EventHubBalancerError):
             await test_cycles.cycle(kube, hubs, memory, now=now)
@@ -96,14 +105,7 @@ async def test_assignment_not_written_names_the_refusal_met(case: str) -> None:
 async def test_a_write_that_succeeds_again_forgets_the_refusal() -> None:
     """Once the ConfigMap is written the refusal is history: a later pod that is refused for
     another reason is not told the old one."""
-    kube = test_cycles.make_kube()
-    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
-    memory = memories.Memory()
-    await test_cycles.cycle(kube, hubs, memory, now=0)
-    for pod in ("a", "b"):
-        kube.apply_generation(NS, pod)
-    kube.add_pod(NS, "c", labels={"app": "c"}, since=test_cycles.at(6))
-    kube.fail("create_configmap", CASES["quota"][0], times=2)
+    kube, hubs, memory = await pod_c_joins(CASES["quota"][0], times=2)
     for now in range(10, 100, 10):
         with contextlib.suppress(errors.EventHubBalancerError):
             await test_cycles.cycle(kube, hubs, memory, now=now)
