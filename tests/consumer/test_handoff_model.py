@@ -220,7 +220,7 @@ class Source(assignments.MemorySource):
         applied_generation: int | None,
         released: Mapping[str, int],
         reports: assignments.Reports | None = None,
-    ) -> None:
+    ) -> bool:
         for key in released.items():
             if key not in self.acked:
                 self.acked[key] = Ack(
@@ -228,7 +228,7 @@ class Source(assignments.MemorySource):
                     len(self.handler.contexts),
                     self.handler.in_flight[key],
                 )
-        await super().acknowledge(
+        return await super().acknowledge(
             applied_generation=applied_generation, released=released, reports=reports
         )
 

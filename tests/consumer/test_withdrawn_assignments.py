@@ -56,6 +56,8 @@ async def test_a_deleted_configmap_is_said_as_such_and_the_pod_releases_and_idle
         released = [line for line in lines if "releasing epoch 1" in line]
         assert len(released) == 2, lines
         assert all("ConfigMap is gone" in r for r in released), released
+        # Nothing is sent where there is no ConfigMap, and the log does not say otherwise.
+        assert not [line for line in said(caplog) if "acknowledged" in line], said(caplog)
         # Given a ConfigMap again (the consumer applied again), it takes its partitions up.
         maps.write(operators(2, {"0": (2, "owned")}))
         await consumerfakes.eventually(lambda: consumer.owned() == {"0": 2}, what="taken up")
@@ -78,8 +80,13 @@ async def test_a_pod_that_starts_before_its_configmap_waits_without_a_warning(
         waiting = [line for line in said(caplog) if maps.name in line]
         assert len(waiting) == 1, said(caplog)
         assert "waiting for the operator" in waiting[0], waiting[0]
+        assert not [line for line in said(caplog) if "acknowledged" in line], said(caplog)
         maps.write(operators(1, {"0": (1, "owned")}))
         await consumerfakes.eventually(lambda: consumer.owned() == {"0": 1}, what="taken up")
+        await consumerfakes.eventually(
+            lambda: any("acknowledged generation 1" in line for line in said(caplog)),
+            what="the acknowledgement sent once there is a ConfigMap",
+        )
         assert said(caplog, logging.WARNING) == []
 
 

@@ -90,12 +90,14 @@ class Acknowledgements:
                 state[1],
             )
         try:
-            await self.source.acknowledge(
+            sent = await self.source.acknowledge(
                 applied_generation=state[0], released=state[1], reports=state[2]
             )
         except errors.EventHubBalancerError as e:
             self._failed(state[:2], e, now=now)
             return
+        if not sent:
+            return  # nowhere to send it (no ConfigMap of this pod's yet): a later call does
         if self._failures:
             logger.info(
                 "acknowledgement written after %d failed attempt(s) over %.0f s",

@@ -54,9 +54,11 @@ class AssignmentSource(Protocol):
         applied_generation: int | None,
         released: Mapping[str, int],
         reports: Reports | None = None,
-    ) -> None:
+    ) -> bool:
         """Publish the generation applied (None: not yet), the partitions released, and the
-        reports of partitions failing, parked, stuck or lost (None or empty: none)."""
+        reports of partitions failing, parked, stuck or lost (None or empty: none). False:
+        there is nowhere to publish it (no ConfigMap of this pod's, no acknowledgement file),
+        so nothing was sent."""
         ...
 
     def acknowledgement_lost(self) -> bool:
@@ -141,13 +143,14 @@ class MemorySource:
         applied_generation: int | None,
         released: Mapping[str, int],
         reports: Reports | None = None,
-    ) -> None:
+    ) -> bool:
         async with self.acknowledged:
             self.applied_generation = applied_generation
             self.released = dict(released)
             self.reports = dict(reports or {})
             self.writes += 1
             self.acknowledged.notify_all()
+        return True
 
     def acknowledgement_lost(self) -> bool:
         return False  # nobody else writes here
@@ -221,15 +224,16 @@ class FileSource:
         applied_generation: int | None,
         released: Mapping[str, int],
         reports: Reports | None = None,
-    ) -> None:
+    ) -> bool:
         if self.ack_path is None:
-            return
+            return False
         annotations = acknowledgement_annotations(
             applied_generation=applied_generation, released=released, reports=reports
         )
         temporary = self.ack_path.with_suffix(self.ack_path.suffix + ".tmp")
         temporary.write_text(json.dumps({"metadata": {"annotations": annotations}}, indent=1))
         temporary.replace(self.ack_path)  # atomic: a reader never sees half a file
+        return True
 
     def acknowledgement_lost(self) -> bool:
         return False  # the ack file is ours alone
@@ -301,9 +305,9 @@ class ConfigMapSource:
         applied_generation: int | None,
         released: Mapping[str, int],
         reports: Reports | None = None,
-    ) -> None:
+    ) -> bool:
         if self._standing is None:
-            return  # no ConfigMap of this pod's (not written yet, or gone): nobody waits
+            return False  # no ConfigMap of this pod's (not written yet, or gone): nobody waits
         annotations = acknowledgement_annotations(
             applied_generation=applied_generation, released=released, reports=reports
         )
@@ -311,6 +315,7 @@ class ConfigMapSource:
         # What the server holds now, until the watch says otherwise: the echo of this very
         # patch is no news, and is no reason to write again.
         self._written, self._standing = annotations, dict(annotations)
+        return True
 
     def unreadable(self) -> str | None:
         """Why the pod cannot read its ConfigMap, when the API server refuses its credentials
