@@ -114,7 +114,7 @@ def _count(value: Any, word: str) -> str:
         if word == "partition":
             return "partitions not listed yet (see EventHubReachable)"
         return f"? {word}s"
-    return f"{value} {word}" + ("" if value == 1 else "s")
+    return conditions.amount(value, word)
 
 
 def hints(body: dict[str, Any], pods: Sequence[Mapping[str, Any]] | None) -> list[str]:

@@ -86,6 +86,11 @@ def amount(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
+def counted(count: int, noun: str, verb: str, verb_for_many: str) -> str:
+    """``1 pod matches``, ``2 pods match``: a count with its noun and verb agreeing."""
+    return f"{count} {noun} {verb}" if count == 1 else f"{count} {noun}s {verb_for_many}"
+
+
 def every(count: int, noun: str, verb: str, verb_for_many: str) -> str:
     """``all 4 partitions are``, or ``the only partition is`` when there is one."""
     return f"the only {noun} {verb}" if count == 1 else f"all {count} {noun}s {verb_for_many}"

@@ -185,7 +185,7 @@ def build(
             status="False",
             reason="NoReadyPods",
             message=conditions.shorten(
-                f"{podwords.counted(len(pods), 'pod', 'matches', 'match')} spec.selector"
+                f"{conditions.counted(len(pods), 'pod', 'matches', 'match')} spec.selector"
                 f"{watched} but none is Running and Ready: "
                 f"{podwords.not_ready(pods.values())} (kubectl describe pod and the pods' logs "
                 "say why)"
@@ -255,7 +255,7 @@ def build(
             type=conditions.BALANCED,
             status="False",
             reason="HandoffsInFlight",
-            message=f"{podwords.counted(in_flight, 'partition', 'is', 'are')} being handed off",
+            message=f"{conditions.counted(in_flight, 'partition', 'is', 'are')} being handed off",
         )
     elif plan.release_deadlines:
         leaving = sorted(
@@ -274,7 +274,7 @@ def build(
             status="False",
             reason="PodsLeaving",
             message=(
-                f"{podwords.counted(held, 'partition', 'waits', 'wait')} for "
+                f"{conditions.counted(held, 'partition', 'waits', 'wait')} for "
                 f"{'its' if held == 1 else 'their'} terminating "
                 f"{'pod' if len(leaving) == 1 else 'pods'} "
                 f"({', '.join(leaving[:3])}{' and more' if len(leaving) > 3 else ''}) to "

@@ -1,7 +1,7 @@
 """What the Ready and Balanced conditions say of the pods that are not Ready: why none of them
 is (`not_ready`), whose grace keeps partitions from the Ready pods (`kept_words`), and which
-Ready pods hold partitions they say nothing of (`holders`); `counted` puts a count and its
-noun and verb in the singular or the plural.
+Ready pods hold partitions they say nothing of (`holders`). A count and its noun agree through
+`contracts.conditions` (`amount`, `counted`, `every`).
 
 `contracts.podstates` says what a pod is and what its grace keeps (`podstates.kept`); the
 sentences the user reads are here, apart from `conditions`, which uses them, to keep it within
@@ -56,8 +56,3 @@ def holders(found: Mapping[str, int], partitions: int) -> str:
     )
     who = f"pod {named} holds" if len(names) == 1 else f"pods {named} hold"
     return f"{who} {sum(found.values())} of {conditions.amount(partitions, 'partition')}"
-
-
-def counted(count: int, noun: str, verb: str, verb_for_many: str) -> str:
-    """``1 pod matches``, ``2 pods match``: a count with its noun and verb agreeing."""
-    return f"{count} {noun} {verb}" if count == 1 else f"{count} {noun}s {verb_for_many}"

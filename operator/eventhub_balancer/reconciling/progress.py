@@ -44,7 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from eventhub_balancer import errors
 from eventhub_balancer.balancing import models, planning
 from eventhub_balancer.contracts import conditions, statusbodies
-from eventhub_balancer.reconciling import conflicts, podwords
+from eventhub_balancer.reconciling import conflicts
 
 RECONCILING = "Reconciling"
 STALLED = "Stalled"
@@ -217,7 +217,7 @@ def paused_condition(
                 status="False",
                 reason=PAUSING,
                 message=(
-                    f"spec.paused is true: {podwords.counted(held, 'partition', 'is', 'are')} "
+                    f"spec.paused is true: {conditions.counted(held, 'partition', 'is', 'are')} "
                     "still being released by ordered hand-off"
                 ),
             )
@@ -317,7 +317,7 @@ def at_zero(
     elif backlog is not None and backlog > 0:
         waiting = True
         message = (
-            f"no pod runs and {podwords.counted(backlog, 'event', 'waits', 'wait')}: the "
+            f"no pod runs and {conditions.counted(backlog, 'event', 'waits', 'wait')}: the "
             "autoscaler has not started a pod yet "
             "(a KEDA ScaledObject polls every pollingInterval); if none comes, check it, and "
             f"that spec.selector ({selector}) matches its pods"
