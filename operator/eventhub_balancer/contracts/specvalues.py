@@ -37,14 +37,17 @@ _ACCOUNT_URL_MAX = 2048
 PORTS = range(1, 65536)
 
 
-def _port_ok(match: re.Match[str]) -> bool:
+def _usable(pattern: re.Pattern[str], value: str, limit: int) -> bool:
+    """``value`` within ``limit`` characters, of ``pattern``, and its port (if any) a port."""
+    match = pattern.match(value)
+    if len(value) > limit or match is None:
+        return False
     port = match.group("port")
     return port is None or int(port) in PORTS
 
 
 def fully_qualified_namespace(value: str, field: str) -> str:
-    match = _NAMESPACE_HOST.match(value)
-    if len(value) > _NAMESPACE_HOST_MAX or match is None or not _port_ok(match):
+    if not _usable(_NAMESPACE_HOST, value, _NAMESPACE_HOST_MAX):
         raise errors.InvalidInput(
             field,
             f"{value[:80]!r} is not an Event Hubs namespace host: use <namespace>.servicebus."
@@ -54,8 +57,7 @@ def fully_qualified_namespace(value: str, field: str) -> str:
 
 
 def account_url(value: str, field: str) -> str:
-    match = _ACCOUNT_URL.match(value)
-    if len(value) > _ACCOUNT_URL_MAX or match is None or not _port_ok(match):
+    if not _usable(_ACCOUNT_URL, value, _ACCOUNT_URL_MAX):
         raise errors.InvalidInput(
             field,
             f"{value[:80]!r} is not a blob endpoint: use https://<account>.blob.core."
