@@ -233,12 +233,9 @@ def _report(
     seconds = series["t_s"][-1]
     slopes = processsamples.second_half_slopes(series, seconds=seconds)
     half = next(i for i, t in enumerate(series["t_s"]) if t >= seconds / 2)
-
-    def flat(value: float | None) -> bool:
-        return value is not None and abs(value) * seconds / 120 < processsamples.FLAT_COUNT
-
-    rss = slopes["rss_mb_per_min"]
-    judged = settings.seconds >= soaking.JUDGED_SECONDS
+    growth = soaking.growth_met(
+        slopes, target=TARGET_RSS_MB_PER_MIN, seconds=seconds, run=settings.seconds
+    )
     report: Report = {
         "mode": "operator",
         "seconds": round(seconds, 1),
@@ -252,20 +249,11 @@ def _report(
         "rss_mb_end": series["rss_mb"][-1],
         "slopes": slopes,
         "target_rss_mb_per_min": TARGET_RSS_MB_PER_MIN,
-        "ok": (
-            (
-                rss is not None
-                and rss <= TARGET_RSS_MB_PER_MIN
-                and flat(slopes["threads_per_min"])
-                and flat(slopes["descriptors_per_min"])
-            )
-            if judged
-            else None
-        ),
+        "ok": growth,
         "traced": settings.tracemalloc,
         "growths": growths,
         "samples": series,
     }
-    if not judged:
+    if growth is None:
         report["not_judged"] = soaking.NOT_JUDGED
     return report

@@ -332,16 +332,8 @@ def _report(
     target = TARGET_SPARK_RSS_MB_PER_MIN if settings.spark else TARGET_RSS_MB_PER_MIN
     lost = len(tally.missing(produced))
     half = next(i for i, t in enumerate(series["t_s"]) if t >= settings.seconds / 2)
-
-    def flat(value: float | None) -> bool:
-        # The slope adds less than `processsamples.FLAT_COUNT` over the second half: a pool
-        # that starts one more thread once is not a leak; a thread or descriptor per trigger
-        # adds hundreds.
-        return value is not None and abs(value) * settings.seconds / 120 < processsamples.FLAT_COUNT
-
-    rss = slopes["rss_mb_per_min"]
     delivered = drained and lost == 0 and tally.duplicates == 0
-    judged = settings.seconds >= JUDGED_SECONDS
+    growth = growth_met(slopes, target=target, seconds=settings.seconds, run=settings.seconds)
     report: Report = {
         "mode": "spark" if settings.spark else "plain",
         "seconds": settings.seconds,
@@ -357,22 +349,36 @@ def _report(
         "rss_mb_end": series["rss_mb"][-1],
         "slopes": slopes,
         "target_rss_mb_per_min": target,
-        "ok": (
-            (
-                rss is not None
-                and rss <= target
-                and flat(slopes["threads_per_min"])
-                and flat(slopes["descriptors_per_min"])
-                and delivered
-            )
-            if judged
-            else (None if delivered else False)
-        ),
+        "ok": growth if delivered else False,
         "samples": series,
     }
-    if not judged:
+    if growth is None:
         report["not_judged"] = NOT_JUDGED
     return report
+
+
+def growth_met(
+    slopes: processsamples.Slopes, *, target: float, seconds: float, run: float
+) -> bool | None:
+    """The growth targets over a second half of ``seconds``: the memory slope within
+    ``target`` MB/min, threads and descriptors flat. None: a ``run`` shorter than
+    `JUDGED_SECONDS`, not judged."""
+    if run < JUDGED_SECONDS:
+        return None
+
+    def flat(value: float | None) -> bool:
+        # The slope adds less than `processsamples.FLAT_COUNT` over the second half: a pool
+        # that starts one more thread once is not a leak; a thread or descriptor per trigger
+        # adds hundreds.
+        return value is not None and abs(value) * seconds / 120 < processsamples.FLAT_COUNT
+
+    rss = slopes["rss_mb_per_min"]
+    return (
+        rss is not None
+        and rss <= target
+        and flat(slopes["threads_per_min"])
+        and flat(slopes["descriptors_per_min"])
+    )
 
 
 def _interrupt(signum: int, frame: Any) -> None:
