@@ -268,8 +268,8 @@ def _decide(
         epochs=new_epochs,
     )
     desired = statuses.build_status(outcome=outcome, previous=previous, now=now)
-    if uid := str((observation.body.get("metadata") or {}).get("uid") or ""):
-        desired[decisions.UID_FIELD] = uid
+    if recorded.uid:  # the status says which object it was written for (`decisions.own`)
+        desired[decisions.UID_FIELD] = recorded.uid
     if (moved := moving.event()) is not None:
         events.append(moved)
     record = desired.get("assignment") if raises else None
