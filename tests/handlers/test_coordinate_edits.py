@@ -111,11 +111,15 @@ def with_container(name: str) -> dict[str, Any]:
     return spec
 
 
-async def test_a_container_edited_while_the_old_one_fails_is_read_for_the_new_epochs() -> None:
-    """The checkpoint store fails and the operator backs off; the user moves the consumer to
-    another container, whose blobs hold higher epochs (an earlier consumer checkpointed
-    there). The new container is read in the cycle the edit wakes: each pod's new epoch is
-    above its blob's, so that the pods' fences there succeed the first time."""
+async def running_beside_a_fenced_container() -> tuple[
+    fakes.FakeCheckpointStore,
+    fakes.FakeCheckpointStore,
+    Containers,
+    fakes.FakeKube,
+    memories.Memory,
+]:
+    """A consumer at work on container ``checkpoints`` (old), and a container ``elsewhere``
+    (new) whose blobs hold epoch 5 (an earlier consumer checkpointed there)."""
     old, new = fakes.FakeCheckpointStore(), fakes.FakeCheckpointStore()
     for p in ("0", "1", "2", "3"):
         new.fence(p, 5, sequence_number=100)
@@ -125,6 +129,15 @@ async def test_a_container_edited_while_the_old_one_fails_is_read_for_the_new_ep
     await cycle(kube, hubs, memory, now=0)
     for pod in ("a", "b"):
         kube.apply_generation(NS, pod)
+    return old, new, hubs, kube, memory
+
+
+async def test_a_container_edited_while_the_old_one_fails_is_read_for_the_new_epochs() -> None:
+    """The checkpoint store fails and the operator backs off; the user moves the consumer to
+    another container, whose blobs hold higher epochs (an earlier consumer checkpointed
+    there). The new container is read in the cycle the edit wakes: each pod's new epoch is
+    above its blob's, so that the pods' fences there succeed the first time."""
+    old, new, hubs, kube, memory = await running_beside_a_fenced_container()
     old.failure = errors.CheckpointStoreUnreachable("the account does not answer")
     t = 5.0
     for _ in range(3):  # the probe and its retries fail, the backoff grows
@@ -286,15 +299,7 @@ async def test_a_container_edited_while_it_fails_raises_no_epoch_blind_for_lost_
     3, 4, then 5, the very epoch the blobs hold, which a fence takes over from its writer.
     Now a lost partition waits for its blob: nothing is raised while the store fails, and once
     it answers each partition is given out above the blob's epoch, within the store's backoff."""
-    old, new = fakes.FakeCheckpointStore(), fakes.FakeCheckpointStore()
-    for p in ("0", "1", "2", "3"):
-        new.fence(p, 5, sequence_number=100)
-    hubs = Containers({"checkpoints": old, "elsewhere": new})
-    kube = make_kube()
-    memory = memories.Memory()
-    await cycle(kube, hubs, memory, now=0)
-    for pod in ("a", "b"):
-        kube.apply_generation(NS, pod)
+    _, new, hubs, kube, memory = await running_beside_a_fenced_container()
     new.failure = errors.CheckpointStoreUnreachable("the account does not answer")
     kube.set_spec(NS, NAME, with_container("elsewhere"))
     t = 5

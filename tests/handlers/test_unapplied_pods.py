@@ -9,7 +9,7 @@ import contextlib
 from eventhub_balancer import errors
 from eventhub_balancer.handlers import memories
 from eventhub_balancer.reconciling import silentowners
-from tests.handlers import test_cycles
+from tests.handlers import test_cycles, test_unwritten_causes
 from tests.handlers.test_cycles import NAME, NS
 from tests.support import fakes
 
@@ -50,15 +50,8 @@ async def test_a_pod_whose_configmap_the_api_refuses_turns_ready_false_not_all_o
     """A pod joins, b releases a partition for it, and the API server refuses the new pod's
     ConfigMap (a ResourceQuota on configmaps, say) on every attempt: the record gives the
     partition to c, which is never told; nothing reads it."""
-    kube = test_cycles.make_kube()
-    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
-    memory = memories.Memory()
-    await test_cycles.cycle(kube, hubs, memory, now=0)
-    for pod in ("a", "b"):
-        kube.apply_generation(NS, pod)
-    kube.add_pod(NS, "c", labels={"app": "c"}, since=test_cycles.at(6))
     refused = errors.Forbidden('configmaps "ehb-orders-c" is forbidden: exceeded quota: cms')
-    kube.fail("create_configmap", refused, times=1_000)
+    kube, hubs, memory = await test_unwritten_causes.pod_c_joins(refused, times=1_000)
     for now in range(10, 200, 10):
         with contextlib.suppress(errors.Forbidden):
             await test_cycles.cycle(kube, hubs, memory, now=now)
