@@ -287,6 +287,37 @@ async def test_a_handler_running_past_stuck_seconds_is_reported_stuck(
         assert len(recorder.done) == 5
 
 
+async def test_the_stuck_gauge_rises_while_the_handler_call_still_hangs(
+    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
+) -> None:
+    """``ehb_consumer_partition_stuck`` says what the report says, while the call hangs. It was
+    set only when the call ended, so a handler hung for good read 0 on /metrics for ever."""
+    from prometheus_client import generate_latest
+
+    from eventhub_balancer.consumer import metrics
+
+    fake_hub.append("0", 5)
+    recorder = consumerfakes.Recorder()
+    recorder.duration = 200.0
+    batch = partitions.BatchSettings(batch_size=10, max_wait=0.05, stuck_seconds=120)
+    async with running(fake_hub, fake_store, recorder, batch=batch) as (consumer, source):
+        registry = metrics.registry_for(lambda: consumer.stats)
+
+        def gauge() -> str:
+            page = generate_latest(registry).decode()
+            return next(line for line in page.splitlines() if "partition_stuck{" in line)
+
+        source.put(consumerfakes.configmap(1, {"0": (1, "owned")}))
+        await consumerfakes.eventually(lambda: recorder.calls == 1)
+        assert gauge() == 'ehb_consumer_partition_stuck{partition="0"} 0.0'
+        await consumerfakes.eventually(lambda: "0" in source.reports, within=125)
+        await asyncio.sleep(runtime.TICK_S + 0.1)
+        assert recorder.done == []  # the call still runs
+        assert gauge() == 'ehb_consumer_partition_stuck{partition="0"} 1.0'
+        await consumerfakes.eventually(lambda: len(recorder.done) == 5, within=100)
+        assert gauge() == 'ehb_consumer_partition_stuck{partition="0"} 0.0'
+
+
 async def test_ownership_lost_stops_the_partition_without_a_checkpoint(
     fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
 ) -> None:
