@@ -280,3 +280,38 @@ async def test_a_value_returned_by_a_handler_is_ignored_with_one_warning(
         "the handler returned False, which the runtime ignores: a batch is done when its "
         "handler returns, whatever it returns; raise to fail it (said once)"
     ]
+
+
+def _read_amount(body: bytes) -> int:
+    return int(json.loads(body)["amount"])
+
+
+async def test_the_log_shows_where_in_the_handler_a_failing_batch_raised(
+    fake_hub: consumerfakes.FakeHub,
+    fake_store: consumerfakes.FakeStore,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The pod's log said ``KeyError('amount')`` and nothing more: no file, no line, no frame
+    of the handler's own code. The first failure of a batch and the give-up carry the
+    traceback; the retries between them stay one line each."""
+    fake_hub.append("0", 3)
+
+    def process(events: Sequence[Event], context: BatchContext) -> None:
+        for event in events:
+            _read_amount(event.body)
+
+    caplog.set_level("WARNING", logger="eventhub_balancer.consumer.attempts")
+    async with running(fake_hub, fake_store, process) as (_, source):
+        source.put(consumerfakes.configmap(1, {"0": (1, "owned")}, **park_after(3)))
+        await consumerfakes.eventually(
+            lambda: "0" in source.reports and source.reports["0"].state == "parked",
+            what="partition 0 parked",
+        )
+    failures = [r for r in caplog.records if "handler failed" in r.getMessage()]
+    assert len(failures) == 3
+    traced = [r for r in failures if r.exc_info is not None]
+    assert traced == [failures[0], failures[2]]
+    for record in traced:
+        text = caplog.handler.formatter.formatException(record.exc_info)  # type: ignore[union-attr,arg-type]
+        assert "in _read_amount" in text
+        assert text.splitlines()[-1].startswith("json.decoder.JSONDecodeError: Extra data")

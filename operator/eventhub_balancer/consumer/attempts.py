@@ -75,8 +75,7 @@ class BatchAttempts:
         self.processor = processor
         self.settings = settings
         self.stats = stats
-        #: What to do with a batch that keeps failing; the runtime updates it with the
-        #: assignment, and it applies from the next failure on.
+        #: The failure policy, from the assignment: it applies from the next failure on.
         self.processing_policy = processing_policy or failurepolicy.Processing()
         self.dead_letters = dead_letters
         #: Called with a reason when an abandoned handler call outlives the exit bound.
@@ -121,8 +120,7 @@ class BatchAttempts:
             state = "parked"
         elif self.stuck(now):
             state = "stuck"
-            # No running time in the text: a report that changes by itself every second is a
-            # ConfigMap write and a status write a second for as long as the call hangs.
+            # No running time: a text that changes every second is a ConfigMap write a second.
             error = (
                 f"handler call running past the stuck limit of "
                 f"{self.settings.stuck_seconds:g} s (attempt {self.attempts + 1})"
@@ -180,6 +178,7 @@ class BatchAttempts:
                 self.attempts = attempt
                 self.last_error = f"{type(e).__name__}: {e}"
                 policy = self.processing_policy
+                trace = None if isinstance(e, crashmarkers.ProcessDied) else e  # died: no frames
                 if attempt >= policy.max_attempts:
                     logger.error(
                         "partition %s: handler failed on sequence numbers %d-%d %d times "
@@ -192,6 +191,7 @@ class BatchAttempts:
                         "dead-lettering the batch"
                         if policy.on_failure == "deadLetter"
                         else "parking the partition",
+                        exc_info=trace,
                     )
                     return await self._give_up(events)
                 logger.warning(
@@ -204,6 +204,7 @@ class BatchAttempts:
                     policy.max_attempts,
                     e,
                     backoff,
+                    exc_info=trace if backoff == self.settings.retry_backoff else None,  # 1st here
                 )
                 if self._stop.is_set() or not await self._sleep_unless_stopped(backoff):
                     self._end_batch()
@@ -251,9 +252,8 @@ class BatchAttempts:
         call_context = contextvars.copy_context()
         call_context.run(processing.release_started.set, self._stop)
         call_context.run(processing.handler_waits.set, self._handler_waits)
-        # A list of its own on every call: a handler that empties or sorts what it gets
-        # (``events.pop(0)``, ``events.sort(...)``) changes neither the batch that is retried
-        # nor the event the checkpoint names.
+        # A list of its own on every call: a handler that empties or sorts it (``pop(0)``,
+        # ``sort()``) changes neither the batch retried nor the event the checkpoint names.
         call = (
             self.processor
             if self.marks is None
