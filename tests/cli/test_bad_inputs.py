@@ -105,17 +105,35 @@ ROWS = [
         "ehb consume: error: argument --port: '70000' is not a port, 0 to 65535 (from the flag "
         "or env EHB_PORT) (see ehb consume --help)",
     ),
+    # A value out of range names the variable too: set in a chart's env, a message naming
+    # the flag alone sent the reader looking for a flag nobody had given.
     Row(
         "no prefetch at all",
         (*LOCAL, "--handler", "x:y"),
         {"EHB_PREFETCH": "0"},
-        "ehb: error: --prefetch: 0 is less than 1",
+        "ehb consume: error: argument --prefetch: '0' is less than 1 (from the flag or env "
+        "EHB_PREFETCH) (see ehb consume --help)",
     ),
     Row(
         "a shutdown timeout below zero",
         (*LOCAL, "--handler", "x:y", "--shutdown-timeout", "-1"),
         {},
-        "ehb: error: --shutdown-timeout: -1.0 is not positive",
+        "ehb consume: error: argument --shutdown-timeout: '-1' is not positive (from the flag "
+        "or env EHB_SHUTDOWN_TIMEOUT) (see ehb consume --help)",
+    ),
+    Row(
+        "a release timeout of 0 from the environment",
+        (*LOCAL, "--handler", "x:y"),
+        {"EHB_RELEASE_TIMEOUT": "0"},
+        "ehb consume: error: argument --release-timeout: '0' is not positive (from the flag "
+        "or env EHB_RELEASE_TIMEOUT) (see ehb consume --help)",
+    ),
+    Row(
+        "a checkpoint interval below zero from the environment",
+        (*LOCAL, "--handler", "x:y"),
+        {"EHB_CHECKPOINT_INTERVAL": "-5"},
+        "ehb consume: error: argument --checkpoint-interval: '-5' is negative (from the flag "
+        "or env EHB_CHECKPOINT_INTERVAL) (see ehb consume --help)",
     ),
     Row(
         "a broken kubeconfig",

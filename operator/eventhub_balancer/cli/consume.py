@@ -22,10 +22,13 @@ MAX_PORT = 65535
 DEFAULT_CRASH_MARKER_DIR = Path(tempfile.gettempdir()) / "ehb-crash-markers"
 
 
-def _number(kind: type[int] | type[float], env: str) -> Callable[[str], int | float]:
+def _number(
+    kind: type[int] | type[float], env: str, *, least: float | None = None, positive: bool = False
+) -> Callable[[str], int | float]:
     """An argparse type that reads a flag's value, or its environment variable's: argparse
     parses a string default with the flag's type, so a bad variable fails as a bad flag does,
-    in one line that names both (and only for the command that has the flag)."""
+    in one line that names both (and only for the command that has the flag). ``least`` and
+    ``positive`` bound it, in that one line too."""
     what = "a whole number" if kind is int else "a finite number"
 
     def parse(raw: str) -> int | float:
@@ -34,8 +37,13 @@ def _number(kind: type[int] | type[float], env: str) -> Callable[[str], int | fl
         except ValueError:
             value = math.nan
         # float() takes "nan" and "inf": a wait of NaN or forever seconds is never meant.
-        if not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"{raw!r} is not {what} (from the flag or env {env})")
+        wrong = None if math.isfinite(value) else f"is not {what}"
+        if wrong is None and least is not None and value < least:
+            wrong = f"is less than {least:g}" if least else "is negative"
+        if wrong is None and positive and value <= 0:
+            wrong = "is not positive"
+        if wrong is not None:
+            raise argparse.ArgumentTypeError(f"{raw!r} {wrong} (from the flag or env {env})")
         return value
 
     parse.__name__ = kind.__name__  # argparse names the type in its own messages
@@ -91,7 +99,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     spark.add_argument(
         "--trigger-interval",
-        type=_number(float, "EHB_TRIGGER_INTERVAL"),
+        type=_number(float, "EHB_TRIGGER_INTERVAL", least=0),
         default=_env("EHB_TRIGGER_INTERVAL", "0.0"),
         metavar="SECONDS",
         help="seconds from one trigger's start to the next's; 0: back to back "
@@ -99,7 +107,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     spark.add_argument(
         "--max-events-per-trigger",
-        type=_number(int, "EHB_MAX_EVENTS_PER_TRIGGER"),
+        type=_number(int, "EHB_MAX_EVENTS_PER_TRIGGER", least=1),
         default=_env("EHB_MAX_EVENTS_PER_TRIGGER", "20000"),
         metavar="N",
         help="the most events one trigger takes, in whole batches "
@@ -115,7 +123,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     batching = parser.add_argument_group("batches and checkpoints")
     batching.add_argument(
         "--handler-concurrency",
-        type=_number(int, "EHB_HANDLER_CONCURRENCY"),
+        type=_number(int, "EHB_HANDLER_CONCURRENCY", least=1),
         default=_env("EHB_HANDLER_CONCURRENCY", "32"),
         metavar="N",
         help="sync handler calls that may run at once, a thread each "
@@ -123,13 +131,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     batching.add_argument(
         "--batch-size",
-        type=_number(int, "EHB_BATCH_SIZE"),
+        type=_number(int, "EHB_BATCH_SIZE", least=1),
         default=_env("EHB_BATCH_SIZE", "500"),
         help="the most events in one batch (env EHB_BATCH_SIZE; default 500)",
     )
     batching.add_argument(
         "--prefetch",
-        type=_number(int, "EHB_PREFETCH"),
+        type=_number(int, "EHB_PREFETCH", least=1),
         default=_env("EHB_PREFETCH", "300"),
         metavar="N",
         help="events each partition's receive link may deliver ahead of the runtime's buffer; "
@@ -138,32 +146,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     batching.add_argument(
         "--max-wait",
-        type=_number(float, "EHB_MAX_WAIT"),
+        type=_number(float, "EHB_MAX_WAIT", positive=True),
         default=_env("EHB_MAX_WAIT", "1.0"),
         help="seconds a batch waits for more events after its first (env EHB_MAX_WAIT; default 1)",
     )
     batching.add_argument(
         "--checkpoint-interval",
-        type=_number(float, "EHB_CHECKPOINT_INTERVAL"),
+        type=_number(float, "EHB_CHECKPOINT_INTERVAL", least=0),
         default=_env("EHB_CHECKPOINT_INTERVAL", "0.0"),
         help="0: checkpoint after every batch; N: at most every N seconds (default 0)",
     )
     batching.add_argument(
         "--stuck-seconds",
-        type=_number(float, "EHB_STUCK_SECONDS"),
+        type=_number(float, "EHB_STUCK_SECONDS", positive=True),
         default=_env("EHB_STUCK_SECONDS", "120.0"),
         help="a handler call running longer is reported stuck to the operator (env "
         "EHB_STUCK_SECONDS; default 120)",
     )
     batching.add_argument(
         "--release-timeout",
-        type=_number(float, "EHB_RELEASE_TIMEOUT"),
+        type=_number(float, "EHB_RELEASE_TIMEOUT", positive=True),
         default=_env("EHB_RELEASE_TIMEOUT", "20.0"),
         help="on revocation, the longest wait for the in-flight batch (default 20)",
     )
     batching.add_argument(
         "--handler-exit-seconds",
-        type=_number(float, "EHB_HANDLER_EXIT_SECONDS"),
+        type=_number(float, "EHB_HANDLER_EXIT_SECONDS", positive=True),
         default=_env("EHB_HANDLER_EXIT_SECONDS", "5.0"),
         help="past the release timeout, how long a handler that cannot be cancelled (a sync "
         "handler) may still run before the pod process exits so that the next owner never "
@@ -182,7 +190,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     batching.add_argument(
         "--shutdown-timeout",
-        type=_number(float, "EHB_SHUTDOWN_TIMEOUT"),
+        type=_number(float, "EHB_SHUTDOWN_TIMEOUT", positive=True),
         default=_env("EHB_SHUTDOWN_TIMEOUT", "25.0"),
         help="on SIGTERM, the longest graceful release of all partitions (default 25)",
     )
@@ -256,8 +264,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from eventhub_balancer.consumer import launching, partitions, settings, tracing, triggers
 
-    if args.shutdown_timeout <= 0:
-        raise errors.InvalidInput("--shutdown-timeout", f"{args.shutdown_timeout} is not positive")
     in_kubernetes = args.assignment_file is None
     pod, namespace = settings.pod_identity(
         os.environ, pod=args.pod_name, namespace=args.namespace, need_namespace=in_kubernetes
