@@ -182,14 +182,13 @@ class SecretNotFound(ConfigurationError):
 
     def __init__(self, *, namespace: str, name: str, key: str, missing_key: bool) -> None:
         what = (
-            f"Secret {namespace}/{name} has no key {key!r}"
+            f"Secret {namespace}/{name} has no key {key!r}: add the connection string under "
+            "that key"
             if missing_key
-            else f"Secret {namespace}/{name} not found"
+            else f"Secret {namespace}/{name} not found: create it with the connection string "
+            f"under key {key!r}"
         )
-        super().__init__(
-            f"{what}: create it with the connection string under that key, or fix the "
-            "connectionStringSecretRef in the spec that names it"
-        )
+        super().__init__(f"{what}, or fix the connectionStringSecretRef in the spec that names it")
         self.namespace = namespace
         self.name = name
         self.key = key

@@ -274,3 +274,29 @@ async def test_a_transient_fault_keeps_the_fast_pace(hubs: PolicedHubs) -> None:
     hubs.failure = None
     await cycle(kube, hubs, memory, now=5)
     assert kube.condition(NS, NAME, "EventHubReachable")["status"] == "True"
+
+
+@pytest.mark.parametrize(
+    ("secret", "said"),
+    [
+        (None, "Secret shop/eh not found: create it with the connection string under key 'cs'"),
+        (
+            {"other": VALID_EVENTHUB},
+            "Secret shop/eh has no key 'cs': add the connection string under that key",
+        ),
+    ],
+)
+async def test_a_missing_secret_or_key_names_the_key_to_write(
+    hubs: PolicedHubs, secret: dict[str, str] | None, said: str
+) -> None:
+    # A missing Secret was told to be created "with the connection string under that key",
+    # with no key named anywhere in the message.
+    kube = make_kube()
+    del kube.objects[("secret", NS, "eh")]
+    if secret is not None:
+        kube.add_secret(NS, "eh", secret)
+    await cycle(kube, hubs, memories.Memory(), now=0)
+    condition = shown(kube, "EventHubReachable")
+    assert (condition["status"], condition["reason"]) == ("False", "SecretNotFound")
+    assert condition["message"].startswith(said)
+    assert "or fix the connectionStringSecretRef in the spec" in condition["message"]
