@@ -1,6 +1,6 @@
 """What the operator's log and Events say of Event Hubs or the checkpoint store failing for
-an hour, on fake time (looptime): the fault when it starts, reminders at the backoff's pace
-(at most one every few minutes), and one line and one Normal Event when it answers again.
+an hour, on fake time (looptime): the fault when it starts or its reason changes, a reminder
+every 10 minutes, and one line and one Normal Event when it answers again.
 
 The checkpoint store refusing the operator (403, throttling) for an hour used to leave no
 line at all in the operator's log, and neither it nor Event Hubs said in the log when it
@@ -79,3 +79,61 @@ async def test_an_hour_long_dependency_fault_is_logged_at_a_bounded_pace_and_its
     assert said(caplog, logging.WARNING, "") == []
     normal = [e for e in daemon.kube.events[before:] if e["type"] == "Normal"]
     assert [e["reason"] for e in normal] == [recovered]
+
+
+MISSING_HUB = errors.EventHubNotFound(
+    "Event Hub 'orders' in shop.servicebus.windows.net does not exist: fix spec.eventHub.name"
+)
+MISSING_CONTAINER = errors.CheckpointContainerNotFound(
+    "checkpoint container 'checkpoints' does not exist: create it"
+)
+
+
+@pytest.mark.parametrize(
+    ("dependency", "error"), [("hub", MISSING_HUB), ("store", MISSING_CONTAINER)]
+)
+async def test_a_standing_fault_is_said_when_it_starts_and_reminded_every_ten_minutes(
+    running: Callable[..., td.Daemon],
+    caplog: pytest.LogCaptureFixture,
+    dependency: str,
+    error: errors.EventHubBalancerError,
+) -> None:
+    # A hub that does not exist is asked again every 30 s for as long as it lasts: each
+    # attempt was a warning, 120 an hour for one consumer, as many for each of 50 that share
+    # the fault. The log says it when it starts, then every 10 minutes; the attempts in
+    # between are at DEBUG.
+    caplog.set_level(logging.INFO, logger="eventhub_balancer")
+    daemon = running("a", "b", spec=SPEC)
+    await daemon.until(60)
+    caplog.clear()
+    if dependency == "store":
+        daemon.hubs.store.failure = error
+    else:
+        daemon.hubs.failure = error
+    await daemon.until(60 + HOUR)
+    warned = said(caplog, logging.WARNING, str(error))
+    assert 1 <= len(warned) <= 7  # when it starts, then at most every 10 minutes
+    assert "still failing" not in warned[0]
+    assert all("still failing" in line for line in warned[1:])
+
+    caplog.clear()
+    daemon.hubs.store.failure = daemon.hubs.failure = None
+    await daemon.until(60 + HOUR + 600)
+    ended = said(caplog, logging.INFO, "again")
+    assert len(ended) == 1
+    assert "failed attempts over" in ended[0]
+
+
+async def test_a_fault_whose_reason_changes_is_said_again(
+    running: Callable[..., td.Daemon], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="eventhub_balancer")
+    daemon = running("a", "b", spec=SPEC)
+    await daemon.until(60)
+    caplog.clear()
+    daemon.hubs.failure = HUB
+    await daemon.until(600)
+    daemon.hubs.failure = MISSING_HUB
+    await daemon.until(900)
+    assert len(said(caplog, logging.WARNING, str(HUB))) == 1
+    assert len(said(caplog, logging.WARNING, str(MISSING_HUB))) == 1

@@ -156,7 +156,7 @@ async def read_store(
         raise
     except observing.DEPENDENCY_ERRORS as e:
         observing.forget(kube, observation.namespace, spec.checkpoint_credentials, e)
-        store = dataclasses.replace(
+        failed = dataclasses.replace(
             store,
             backoff=observing.paced(
                 store.backoff,
@@ -170,14 +170,8 @@ async def read_store(
             # Those of a store the spec no longer names: weighting "lag" plans by count.
             sequences=known_sequences(store, settings),
         )
+        store = observing.told(key, "checkpoint store", store, failed, wall=wall)
         assert store.fault is not None
-        # As Event Hubs' (`observing.read_partitions`): at each attempt, the backoff's pace.
-        logger.warning(
-            "%s: checkpoint store: %s (retrying in %.0f s)",
-            key,
-            store.fault.message,
-            store.backoff.delay,
-        )
         read = observations.StoreRead(
             fault=store.fault,
             listed=False,
@@ -189,9 +183,10 @@ async def read_store(
         return read, store
     if store.fault is not None:
         logger.info(
-            "%s: the checkpoint store answers again (it failed with %s)",
+            "%s: the checkpoint store answers again (it failed with %s; %s)",
             key,
             store.fault.reason,
+            observing.lasted(store, wall=wall),
         )
     store = dataclasses.replace(
         store,

@@ -68,6 +68,11 @@ class Pacing:
 
     backoff: deadlines.Backoff = dataclasses.field(default_factory=deadlines.Backoff)
     fault: observations.Fault | None = None
+    #: the run of failed attempts the fault ends: when it started, how many failed, and when
+    #: the log last said it (wall seconds; `observing.told`)
+    since: float = 0.0
+    attempts: int = 0
+    said: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

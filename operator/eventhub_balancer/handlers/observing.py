@@ -22,13 +22,17 @@ import dataclasses
 import functools
 import logging
 from collections.abc import Callable, Hashable
+from typing import TypeVar
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import connectionstrings, specs
-from eventhub_balancer.handlers import memories, ports
+from eventhub_balancer.handlers import cyclefaults, memories, ports
 from eventhub_balancer.reconciling import deadlines, observations
 
 logger = logging.getLogger(__name__)
+
+#: A dependency's pacing: Event Hubs' (`memories.Pacing`) or the store's (`StorePacing`).
+P = TypeVar("P", bound=memories.Pacing)
 
 
 async def observe(
@@ -171,7 +175,8 @@ async def read_partitions(
         raise
     except DEPENDENCY_ERRORS as e:
         forget(kube, namespace, spec.event_hub_credentials, e)
-        pacing = memories.Pacing(
+        failed = dataclasses.replace(
+            pacing,
             backoff=paced(
                 pacing.backoff,
                 e,
@@ -182,23 +187,55 @@ async def read_partitions(
             ),
             fault=shown(e, namespace, spec.event_hub_credentials),
         )
-        assert pacing.fault is not None
-        logger.warning(
-            "%s: Event Hubs: %s (retrying in %.0f s)",
-            key,
-            pacing.fault.message,
-            pacing.backoff.delay,
-        )
+        pacing = told(key, "Event Hubs", pacing, failed, wall=wall)
         # Read again: a listing that succeeded before the consumer-group check failed is kept.
         return observations.HubRead(ids=hubs.cached(key) or None, fault=pacing.fault), pacing
     if pacing.fault is not None:
         logger.info(
-            "%s: Event Hubs answers again, %d partitions (it failed with %s)",
+            "%s: Event Hubs answers again, %d partitions (it failed with %s; %s)",
             key,
             len(ids),
             pacing.fault.reason,
+            lasted(pacing, wall=wall),
         )
     return observations.HubRead(ids=tuple(ids)), memories.Pacing(backoff=deadlines.Backoff())
+
+
+def told(key: str, what: str, before: P, failed: P, *, wall: float) -> P:
+    """``failed`` (``before`` with the fault of one more failed attempt at ``what``) counted
+    into its run, and said as the cycles' faults are (`cyclefaults`): a warning when the run
+    starts or its reason changes, a reminder at most every `cyclefaults.REMIND_SECONDS`, the
+    attempts in between at DEBUG. Each attempt was a warning: a hub that does not exist,
+    asked every 30 s, was 120 lines an hour for each consumer that names it."""
+    fault = failed.fault
+    assert fault is not None
+    ongoing = before.fault is not None
+    run = dataclasses.replace(
+        failed,
+        since=before.since if ongoing else wall,
+        attempts=before.attempts + 1 if ongoing else 1,
+    )
+    retry = run.backoff.delay
+    if before.fault is None or before.fault.reason != fault.reason:
+        logger.warning("%s: %s: %s (retrying in %.0f s)", key, what, fault.message, retry)
+    elif wall - before.said >= cyclefaults.REMIND_SECONDS:
+        logger.warning(
+            "%s: %s still failing, %s: %s (retrying in %.0f s)",
+            key,
+            what,
+            lasted(run, wall=wall),
+            fault.message,
+            retry,
+        )
+    else:
+        logger.debug("%s: %s: %s (retrying in %.0f s)", key, what, fault.message, retry)
+        return run
+    return dataclasses.replace(run, said=wall)
+
+
+def lasted(run: memories.Pacing, *, wall: float) -> str:
+    """How long a run of failed attempts has lasted, as the log says it."""
+    return f"{run.attempts} failed attempts over {wall - run.since:.0f} s"
 
 
 def store_key(spec: specs.ConsumerSpec) -> Hashable:
