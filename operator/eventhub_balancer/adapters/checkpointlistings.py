@@ -155,6 +155,13 @@ async def _over_container(
             await blobs.close_container(entry)
     except errors.InvalidInput as e:
         raise errors.ConfigurationError(f"checkpoint store: {e}") from e
+    except errors.CheckpointStoreUnreachable as e:
+        # A spent budget names the blobs' prefix, which reads as the Event Hubs namespace.
+        if str(e).startswith("checkpoint container"):
+            raise
+        raise errors.CheckpointStoreUnreachable(
+            f"checkpoint container {address.container_name!r}: {e}"
+        ) from e
     except errors.EventHubBalancerError:
         raise
     except (azure_errors.AzureError, OSError) as e:

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from eventhub_balancer import errors
 from eventhub_balancer.adapters import (
     checkpointing,
     checkpointlistings,
@@ -150,3 +151,20 @@ async def test_a_claim_whose_answer_came_too_late_is_still_ours(
     fault_proxy.faults.clear()
     assert await reader.delete(name, etag=claim)
     assert await reader.names() == []
+
+
+async def test_a_store_that_never_answers_is_named_by_its_container(
+    fault_proxy: FaultProxy, proxied_container: Any
+) -> None:
+    """CheckpointStoreReachable showed ``list checkpoints under
+    shop.servicebus.windows.net/orders/$default/checkpoint/: gave up ...``: the blobs' prefix,
+    which reads as the Event Hubs namespace, and not the container."""
+    fault_proxy.faults.set(status_5xx_rate=1.0, seed=1)
+    for read in (checkpointlistings.read_checkpoints, checkpointlistings.read_claims):
+        with pytest.raises(errors.CheckpointStoreUnreachable) as caught:
+            await read(address(fault_proxy, proxied_container))
+        message = str(caught.value)
+        assert message.startswith(
+            f"checkpoint container {proxied_container.container_name!r}: list "
+        ), message
+        assert "gave up after" in message
