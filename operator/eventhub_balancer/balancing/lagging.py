@@ -51,7 +51,12 @@ def decide(scenario: models.Scenario, census: censuses.Census) -> censuses.Decis
     placing = [x.partition for x in census.loose]
     leaving = census.in_flight + [r.partition for r in census.drains]
     revokes = list(census.drains)
-    if placing or leaving or not census.live:
+    # A partition that changed owner lately is checkpointed by nobody from its revoke to its
+    # new owner's first batch: its lag grows by the hand-off itself, and is no load to spread.
+    settle = scenario.options.lag_settle_seconds
+    recent = scenario.now - settle
+    settling = any(e.owner and e.since > recent for e in scenario.assignment.values())
+    if placing or leaving or not census.live or settling:
         # Something is in motion: place it, start nothing new until the loads have settled.
         book = loads.Loads(loads=kept, weights=weights)
         destinations = _place(book, placing, size=size, rank=census.rank, owners=owners)

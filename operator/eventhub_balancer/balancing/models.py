@@ -108,6 +108,13 @@ class Ownership:
     since: float = 0.0  # when it entered `state`; the hand-off timeout counts from here
 
 
+#: Seconds after a take-over the operator waits before it rebalances by lag: a moved partition
+#: is checkpointed by nobody until its new owner's first batch, so its lag grows by the hand-off
+#: itself. Weighed at once, each move made the lag the next one chased: one pod joining moved
+#: partitions back and forth for as long as the pods ran (docs/planner.md).
+LAG_SETTLE_SECONDS = 10.0
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Options:
     """The tunables of spec.balancing, with the CRD's defaults."""
@@ -124,6 +131,9 @@ class Options:
     #: weighting "lag" only: how much imbalance, as a fraction of the mean load, is tolerated
     #: before a rebalancing move starts (see planning's module docstring)
     lag_tolerance: float = DEFAULT_LAG_TOLERANCE
+    #: weighting "lag" only: seconds after a partition's take-over during which no rebalancing
+    #: starts (the operator's `LAG_SETTLE_SECONDS`; 0 plans on the lags as given)
+    lag_settle_seconds: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

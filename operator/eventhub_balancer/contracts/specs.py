@@ -157,6 +157,7 @@ class Balancing:
             max_moves_per_cycle=self.max_moves_per_cycle,
             weighting=self.weighting,
             lag_tolerance=self.lag_tolerance,
+            lag_settle_seconds=models.LAG_SETTLE_SECONDS,
         )
 
 
