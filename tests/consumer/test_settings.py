@@ -108,8 +108,8 @@ def test_spark_settings_fail_before_anything_connects() -> None:
 def test_the_cli_takes_the_trigger_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("POD_NAME", "p")
     # Out of range, it is refused by the flag's type, as argparse refuses (exit status 2).
+    argv = ["consume", "--handler", "x:y", "--assignment-file", "a"]
     with pytest.raises(SystemExit) as exited:
-        argv = ["consume", "--handler", "x:y", "--assignment-file", "a"]
         cli.main([*argv, "--max-events-per-trigger", "0"])
     assert exited.value.code == 2
 
