@@ -5,6 +5,9 @@ and the cycle comes back for that moment by itself."""
 from __future__ import annotations
 
 import contextlib
+import logging
+
+import pytest
 
 from eventhub_balancer import errors
 from eventhub_balancer.handlers import memories
@@ -68,3 +71,23 @@ async def test_a_pod_whose_configmap_the_api_refuses_turns_ready_false_not_all_o
     assert kube.condition(NS, NAME, "Stalled")["status"] == "True"
     reasons = [e["reason"] for e in kube.events]
     assert reasons.count("AssignmentNotWritten") == 1
+
+
+async def test_the_operators_log_says_it_once_when_it_starts(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Its Warning Event was all that told it: the operator's log said nothing of a pod that
+    never applied its partitions, however long it lasted."""
+    caplog.set_level(logging.INFO, logger="eventhub_balancer")
+    kube = test_cycles.make_kube()
+    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    memory = memories.Memory()
+    await test_cycles.cycle(kube, hubs, memory, now=0)
+    kube.apply_generation(NS, "a")
+    caplog.clear()
+    for now in (5, silentowners.UNAPPLIED_SECONDS, 65, 300, 600):
+        await test_cycles.cycle(kube, hubs, memory, now=now)
+    said = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r.getMessage()[:53] for r in said] == [
+        f"{NS}/{NAME}: AssignmentNotApplied: pod b holds 2 of 4"
+    ]
