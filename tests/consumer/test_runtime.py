@@ -318,6 +318,35 @@ async def test_the_stuck_gauge_rises_while_the_handler_call_still_hangs(
         assert gauge() == 'ehb_consumer_partition_stuck{partition="0"} 0.0'
 
 
+async def test_a_handler_call_past_the_stuck_limit_is_said_once_in_the_log(
+    fake_hub: consumerfakes.FakeHub,
+    fake_store: consumerfakes.FakeStore,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A handler hung for hours was reported to the operator and said nothing in the pod's
+    log but an INFO line of ``-v``: ``kubectl logs`` showed a pod that had gone quiet."""
+    fake_hub.append("0", 5)
+    recorder = consumerfakes.Recorder()
+    recorder.duration = 400.0
+    batch = partitions.BatchSettings(batch_size=10, max_wait=0.05, stuck_seconds=120)
+    caplog.set_level("WARNING")
+    async with running(fake_hub, fake_store, recorder, batch=batch) as (_, source):
+        source.put(consumerfakes.configmap(1, {"0": (1, "owned")}))
+        await consumerfakes.eventually(lambda: recorder.calls == 1)
+        began = recorder.starts[0][0]
+        await asyncio.sleep(began + 119 - now())
+        assert [r for r in caplog.records if "stuck" in r.getMessage()] == []
+        await asyncio.sleep(2)
+        said = [r.getMessage() for r in caplog.records if "stuck" in r.getMessage()]
+        assert said == [
+            "partition 0: a handler call has run past the stuck limit of 120 s (attempt 1, "
+            "--stuck-seconds): it is reported stuck; the pod stays Ready and goes on with its "
+            "other partitions"
+        ]
+        await asyncio.sleep(200)
+        assert len([r for r in caplog.records if "stuck" in r.getMessage()]) == 1
+
+
 async def test_ownership_lost_stops_the_partition_without_a_checkpoint(
     fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
 ) -> None:

@@ -363,7 +363,6 @@ class BatchAttempts:
                     await asyncio.wait({call, stop}, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     stop.cancel()
-            self.stats.stuck = self.stuck()
         if call.cancelled():
             if self._stop.is_set():
                 return None

@@ -173,6 +173,20 @@ class PartitionWorker:
     def report(self, now: float | None = None) -> partitionreports.PartitionReport | None:
         return self.batches.report(now)
 
+    def check_stuck(self) -> None:
+        """Mark a handler call past the stuck limit on /metrics, and say so once in the log."""
+        stuck = self.stuck()
+        if stuck and not self.stats.stuck:
+            logger.warning(
+                "partition %s: a handler call has run past the stuck limit of %g s (attempt %d, "
+                "--stuck-seconds): it is reported stuck; the pod stays Ready and goes on with "
+                "its other partitions",
+                self.partition,
+                self.settings.stuck_seconds,
+                self.batches.attempts + 1,
+            )
+        self.stats.stuck = stuck
+
     def transition(self, event: handoffs.WorkerEvent) -> handoffs.WorkerState:
         """Move along the hand-off table; `handoffs.IllegalTransition` when it has no such move
         (a bug: the worker's state is then left as it was)."""

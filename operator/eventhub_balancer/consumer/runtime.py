@@ -241,7 +241,7 @@ class Runtime:
         moving = self.clients.moving(key)
         for partition, worker in self.workers.items():
             worker.batches.processing_policy = assignment.processing
-            worker.stats.stuck = worker.stuck()  # /metrics: while the call hangs, not after
+            worker.check_stuck()  # /metrics and the log: while the call hangs, not after
             if (moving or wanted.get(partition) != worker.epoch) and not worker.releasing:
                 logger.info(
                     "partition %s: releasing epoch %d%s",
