@@ -103,8 +103,7 @@ class Runtime:
         self.applied_generation: int | None = None
         #: Since when the pod waits for a generation's take-up (readiness bounds the wait).
         self.take_up = takeups.TakeUp()
-        #: What the pod acknowledges as released, {partition: epoch}: one entry per partition
-        #: id, dropped when the partition comes back with a newer epoch.
+        #: What the pod acknowledges as released, {partition: epoch}; gone at a newer epoch.
         self.released: dict[str, int] = {}
         #: Partitions lost at our own epoch: {partition: (epoch, error)}.
         self._lost: dict[str, tuple[int, str]] = {}
@@ -358,8 +357,9 @@ class Runtime:
             self.restarts.failed(partition, worker.error, now=_now())
         self._wake.set()
 
-    def _hung(self, reason: str) -> None:
-        if self.exit_reason is None:
+    def _hung(self, reason: str, *, drained: bool = False) -> None:
+        # In a shutdown the drain first acknowledges the releases that ended, then exits.
+        if self.exit_reason is None and (drained or not self._shutdown.is_set()):
             self.exit_reason = reason
             self.exit_process(reason)
 
@@ -389,9 +389,10 @@ class Runtime:
                     await self._acknowledge(self.reports())
             except TimeoutError:
                 logger.warning("shutdown: the release acknowledgement timed out")
-        if drained.hung:
-            # A thread that cannot be stopped would keep the interpreter (and handler) alive.
-            self._hung(f"shutdown: the handler of partitions {drained.hung} still runs")
+        if drained.hung:  # a thread that cannot be stopped keeps the process alive: exit
+            self._hung(
+                f"shutdown: the handler of partitions {drained.hung} still runs", drained=True
+            )
 
 
 def _now() -> float:
