@@ -300,3 +300,23 @@ async def test_a_missing_secret_or_key_names_the_key_to_write(
     assert (condition["status"], condition["reason"]) == ("False", "SecretNotFound")
     assert condition["message"].startswith(said)
     assert "or fix the connectionStringSecretRef in the spec" in condition["message"]
+
+
+@pytest.mark.parametrize("ref", ["eh", "blob"])
+async def test_a_missing_secret_is_taken_up_within_30_s_of_its_creation(
+    hubs: PolicedHubs, ref: str
+) -> None:
+    # Someone creates it, then waits for the consumer to take it up, as for a missing hub: it
+    # was asked with the outage's backoff, and the condition went on saying "not found" for
+    # up to 5 minutes after the Secret was there.
+    kube = make_kube()
+    value = kube.objects.pop(("secret", NS, ref))["data"]
+    memory = memories.Memory()
+    for now in range(0, 630, 5):  # the cycles' interval
+        await cycle(kube, hubs, memory, now=now)
+    kind = "EventHubReachable" if ref == "eh" else "CheckpointStoreReachable"
+    assert shown(kube, kind)["reason"] == "SecretNotFound"
+    kube.add_secret(NS, ref, value)
+    for now in range(630, 630 + 30 + 10, 5):  # the longest wait, and a cycle
+        await cycle(kube, hubs, memory, now=now)
+    assert shown(kube, kind)["status"] == "True"
