@@ -315,3 +315,33 @@ async def test_the_log_shows_where_in_the_handler_a_failing_batch_raised(
         text = caplog.handler.formatter.formatException(record.exc_info)  # type: ignore[union-attr,arg-type]
         assert "in _read_amount" in text
         assert text.splitlines()[-1].startswith("json.decoder.JSONDecodeError: Extra data")
+
+
+async def test_a_parked_partition_reads_parked_not_failing_on_metrics(
+    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
+) -> None:
+    """``ehb_consumer_partition_failing`` is "being retried": a parked partition retries
+    nothing, and its report says ``parked`` alone. The gauge stayed 1 beside the parked one,
+    so an alert on failing partitions fired for every parked one too."""
+    from prometheus_client import generate_latest
+
+    from eventhub_balancer.consumer import metrics
+
+    fake_hub.append("0", 3)
+
+    def process(events: Sequence[Event], context: BatchContext) -> None:
+        raise ValueError("poison")
+
+    async with running(fake_hub, fake_store, process) as (consumer, source):
+        source.put(consumerfakes.configmap(1, {"0": (1, "owned")}, **park_after(2)))
+        await consumerfakes.eventually(
+            lambda: "0" in source.reports and source.reports["0"].state == "parked",
+            what="partition 0 parked",
+        )
+        page = generate_latest(metrics.registry_for(lambda: consumer.stats)).decode()
+        gauges = [line for line in page.splitlines() if line.startswith("ehb_consumer_partition")]
+        assert gauges == [
+            'ehb_consumer_partition_stuck{partition="0"} 0.0',
+            'ehb_consumer_partition_failing{partition="0"} 0.0',
+            'ehb_consumer_partition_parked{partition="0"} 1.0',
+        ]

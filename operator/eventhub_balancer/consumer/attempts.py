@@ -289,8 +289,8 @@ class BatchAttempts:
                 "partition %s: no dead-letter store is open for this partition; parking it",
                 self.partition,
             )
-        self.parked = True
-        self.stats.parked = True
+        self.parked = self.stats.parked = True
+        self.stats.failing = False  # retried no more: parked, as its report says
         if self.marks is not None:
             await self.marks.record.parked()
         # The partition holds its epoch and its position until it is released: the batch is
