@@ -621,7 +621,7 @@ async def test_a_store_outage_under_lag_weighting_moves_nothing(
     kube.add_consumer(NS, NAME, {**SPEC, "balancing": {"weighting": "lag"}})
     for p in ("0", "1", "2", "3"):
         hubs.store.fence(p, 0, sequence_number=0)
-    hubs.last_sequences = {"0": 299, "1": 0, "2": 0, "3": 0}
+    hubs.last_sequences = {"0": 2_999, "1": 0, "2": 0, "3": 0}
     memory = memories.Memory()
     await cycle(kube, hubs, memory, now=0)
     before = kube.assignment(NS)

@@ -162,10 +162,10 @@ def test_lag_weighting_needs_both_ends_and_spreads_the_backlog() -> None:
     first = bodies.decide(observation, now=at(0))
     assert first.needs_checkpoints
     assert first.needs_last_sequences
-    # Partition 0 is 299 events behind, the others are up to date.
+    # Partition 0 is 2,999 events behind (more than a pod has in flight), the others none.
     observation = dataclasses.replace(
         bodies.read_blobs(observation, {p: (0, 0) for p in bodies.IDS}),
-        last_sequences=bodies.ends({"0": 299, "1": 0, "2": 0, "3": 0}),
+        last_sequences=bodies.ends({"0": 2_999, "1": 0, "2": 0, "3": 0}),
     )
     decision = bodies.decide(observation, now=at(0))
     owned = bodies.assignment(bodies.applied(observation, decision))
@@ -186,7 +186,7 @@ def test_lag_weighting_goes_on_from_the_last_checkpoints_while_the_store_is_down
         store=observations.StoreRead(
             fault=fault, listed=False, known_sequences={p: 0 for p in bodies.IDS}
         ),
-        last_sequences=bodies.ends({"0": 299, "1": 0, "2": 0, "3": 0}),
+        last_sequences=bodies.ends({"0": 2_999, "1": 0, "2": 0, "3": 0}),
     )
     decision = bodies.decide(observation, now=at(0))
     owned = bodies.assignment(bodies.applied(observation, decision))

@@ -29,9 +29,11 @@ from eventhub_balancer.balancing import censuses, loads, models, targets
 def decide(scenario: models.Scenario, census: censuses.Census) -> censuses.Decision:
     """Targets in load units, the revokes to start, and where loose and leaving ones go."""
 
+    floor = scenario.options.lag_floor
+
     def size(p: models.PartitionId) -> int:
         # +1 so that idle partitions still spread.
-        return scenario.lag.get(p, 0) + 1
+        return max(0, scenario.lag.get(p, 0) - floor) + 1
 
     weighed = {
         m.name: [(size(p), census.rank[p], p) for p in census.kept[m.name]] for m in census.live

@@ -113,6 +113,10 @@ class Ownership:
 #: itself. Weighed at once, each move made the lag the next one chased: one pod joining moved
 #: partitions back and forth for as long as the pods ran (docs/planner.md).
 LAG_SETTLE_SECONDS = 10.0
+#: Events behind each partition the operator does not weigh: a pod that keeps up has its last
+#: batches in flight (two of the consumer's default 500), more or less at each read. Weighed,
+#: that noise moved a partition every few seconds while nothing was behind.
+LAG_FLOOR = 1000
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -134,6 +138,9 @@ class Options:
     #: weighting "lag" only: seconds after a partition's take-over during which no rebalancing
     #: starts (the operator's `LAG_SETTLE_SECONDS`; 0 plans on the lags as given)
     lag_settle_seconds: float = 0.0
+    #: weighting "lag" only: events behind each partition that are not weighed (the
+    #: operator's `LAG_FLOOR`; 0 weighs the lags as given)
+    lag_floor: int = 0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

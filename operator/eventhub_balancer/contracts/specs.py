@@ -158,6 +158,7 @@ class Balancing:
             weighting=self.weighting,
             lag_tolerance=self.lag_tolerance,
             lag_settle_seconds=models.LAG_SETTLE_SECONDS,
+            lag_floor=models.LAG_FLOOR,
         )
 
 

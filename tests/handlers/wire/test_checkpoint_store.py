@@ -112,18 +112,19 @@ async def test_lag_weighting_spreads_the_backlog(
 ) -> None:
     cluster = clusters.LocalCluster(local_kube)
     setup(cluster, eventhubs_hub, azurite, blob_container.container_name, "lag")
-    # 100 events in every partition (sequence numbers 0..99); checkpoints leave partitions
-    # 0 and 1 with a backlog of 90 and partitions 2 and 3 with 10.
+    # 1,100 events in every partition (sequence numbers 0..1099); checkpoints leave partitions
+    # 0 and 1 with a backlog of 1,090 and partitions 2 and 3 with 10 (the operator weighs what
+    # is beyond the 1,000 events a pod that keeps up may have in flight: 90 and 0).
     async with EventHubProducerClient.from_connection_string(
         eventhubs_hub.connection_string
     ) as producer:
         for pid in ("0", "1", "2", "3"):
             batch = await producer.create_batch(partition_id=pid)
-            for i in range(100):
+            for i in range(1_100):
                 batch.add(EventData(str(i)))
             await producer.send_batch(batch)
     seeded = store(blob_container, eventhubs_hub, "seeder")
-    for pid, done in (("0", 9), ("1", 9), ("2", 89), ("3", 89)):
+    for pid, done in (("0", 9), ("1", 9), ("2", 1_089), ("3", 1_089)):
         await seeded.seed(pid, checkpointblobs.Position(offset="", sequence_number=done))
 
     hubs, memory = eventhubs.EventHubs(timeout=5.0), memories.Memory()
@@ -133,11 +134,11 @@ async def test_lag_weighting_spreads_the_backlog(
             break
     owned = {pod: set(parts) for pod, parts in cluster.assignment(NS).items()}
     assert sorted(len(p) for p in owned.values()) == [2, 2], owned
-    # By count the planner gives each pod a contiguous pair ({0,1} and {2,3}): 180 events of
+    # By count the planner gives each pod a contiguous pair ({0,1} and {2,3}): 2,180 events of
     # backlog against 20. By lag each pod gets one of the two heavy partitions.
     assert all(len(parts & {"0", "1"}) == 1 for parts in owned.values()), owned
     sequences = {p: seq for p, (_epoch, seq) in (await read_blobs(operator_api, hubs)).items()}
-    assert sequences == {"0": 9, "1": 9, "2": 89, "3": 89}
+    assert sequences == {"0": 9, "1": 9, "2": 1_089, "3": 1_089}
     reachable = cluster.condition(NS, "orders", "CheckpointStoreReachable")
     assert (reachable["status"], reachable["reason"]) == ("True", "CheckpointsListed")
 
