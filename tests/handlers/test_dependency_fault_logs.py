@@ -137,3 +137,20 @@ async def test_a_fault_whose_reason_changes_is_said_again(
     await daemon.until(900)
     assert len(said(caplog, logging.WARNING, str(HUB))) == 1
     assert len(said(caplog, logging.WARNING, str(MISSING_HUB))) == 1
+
+
+async def test_a_fault_of_one_attempt_is_said_in_the_singular_when_it_ends(
+    running: Callable[..., td.Daemon], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="eventhub_balancer")
+    daemon = running("a", "b", spec=SPEC)
+    await daemon.until(60)
+    caplog.clear()
+    daemon.hubs.failure = HUB
+    await daemon.until(75)  # the next listing fails, once
+    assert len(said(caplog, logging.WARNING, str(HUB))) == 1
+    daemon.hubs.failure = None
+    await daemon.until(700)
+    (ended,) = said(caplog, logging.INFO, "again")
+    assert "(it failed with " in ended
+    assert "; 1 failed attempt over " in ended

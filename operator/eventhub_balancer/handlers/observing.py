@@ -25,7 +25,7 @@ from collections.abc import Callable, Hashable
 from typing import TypeVar
 
 from eventhub_balancer import errors
-from eventhub_balancer.contracts import connectionstrings, specs
+from eventhub_balancer.contracts import conditions, connectionstrings, specs
 from eventhub_balancer.handlers import cyclefaults, memories, ports
 from eventhub_balancer.reconciling import deadlines, observations
 
@@ -235,7 +235,7 @@ def told(key: str, what: str, before: P, failed: P, *, wall: float) -> P:
 
 def lasted(run: memories.Pacing, *, wall: float) -> str:
     """How long a run of failed attempts has lasted, as the log says it."""
-    return f"{run.attempts} failed attempts over {wall - run.since:.0f} s"
+    return f"{conditions.amount(run.attempts, 'failed attempt')} over {wall - run.since:.0f} s"
 
 
 def store_key(spec: specs.ConsumerSpec) -> Hashable:
