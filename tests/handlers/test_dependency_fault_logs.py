@@ -154,3 +154,24 @@ async def test_a_fault_of_one_attempt_is_said_in_the_singular_when_it_ends(
     (ended,) = said(caplog, logging.INFO, "again")
     assert "(it failed with " in ended
     assert "; 1 failed attempt over " in ended
+
+
+async def test_a_missing_container_is_taken_up_within_30_s_of_its_creation(
+    running: Callable[..., td.Daemon],
+) -> None:
+    # Someone creates it, then waits for the consumer to take it up, as for a missing hub or
+    # Secret: it was asked at the outage's pace, up to 5 minutes apart, and the condition
+    # went on saying it does not exist for as long after it was there.
+    daemon = running("a", "b", spec=SPEC)
+    await daemon.until(60)
+    daemon.hubs.store.failure = MISSING_CONTAINER
+    await daemon.until(60 + HOUR)
+
+    def reachable() -> dict[str, str]:
+        conditions = daemon.kube.status(td.NS, td.NAME)["conditions"]
+        return next(c for c in conditions if c["type"] == "CheckpointStoreReachable")
+
+    assert reachable()["status"] == "False"
+    daemon.hubs.store.failure = None
+    await daemon.until(60 + HOUR + 30 + 30)  # the longest wait, and a cycle
+    assert reachable()["status"] == "True"

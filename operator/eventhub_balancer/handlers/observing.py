@@ -305,9 +305,12 @@ def paced(
 ) -> deadlines.Backoff:
     if misconfigured or isinstance(error, MISCONFIGURED):
         return deadlines.after_misconfiguration(wall=wall, settings=settings)
-    # A hub or group that does not exist is created outside the cluster, then waited for; a
-    # Secret or key too (asking again is one read of the API server, no call to Azure).
-    missing = isinstance(error, errors.EventHubNotFound | errors.SecretNotFound)
+    # A hub, group or checkpoint container that does not exist is created outside the
+    # cluster, then waited for; a Secret or key too (one read of the API server).
+    missing = isinstance(
+        error,
+        errors.EventHubNotFound | errors.CheckpointContainerNotFound | errors.SecretNotFound,
+    )
     return deadlines.after_failure(
         backoff,
         wall=wall,

@@ -135,10 +135,10 @@ def _deadlines(
 #: The longest backoff between attempts to reach Event Hubs or the checkpoint store: five
 #: minutes keeps a long outage cheap and still notices the recovery within minutes.
 MAX_BACKOFF_SECONDS = 300.0
-#: The longest backoff while an Event Hub, a consumer group or a Secret (or its key) does not
-#: exist: someone creates it and then waits for the consumer to take it up, and asking again
-#: costs one listing and one link (`adapters.consumergroups`), or one read of the API server,
-#: so it is asked at most every 30 s.
+#: The longest backoff while an Event Hub, a consumer group, a checkpoint container or a Secret
+#: (or its key) does not exist: someone creates it and then waits for the consumer to take it
+#: up, and asking again costs one listing and one link (`adapters.consumergroups`), one
+#: listing of the container, or one read of the API server, so it is asked at most every 30 s.
 MISSING_BACKOFF_SECONDS = 30.0
 #: How often the checkpoint store is probed when nothing needs its epochs, only so that the
 #: CheckpointStoreReachable condition stays true to the facts (a minute is cheap: one listing).
