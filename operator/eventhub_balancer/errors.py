@@ -20,6 +20,9 @@ class EventHubBalancerError(Exception):
     reason: ClassVar[str] = "Failed"
     #: the operator's ConfigMap whose write failed with it (`handlers.writing`); None: none
     configmap: str | None = None
+    #: the message without what changes from one attempt to the next (the attempts made, the
+    #: seconds spent), as a status shows it; None: the message as it is
+    steady: str | None = None
 
 
 class InvalidInput(EventHubBalancerError, ValueError):

@@ -7,6 +7,7 @@ wire tests (``tests/adapters/wire``) run the same code against it and a fault pr
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -17,6 +18,7 @@ from azure.core import exceptions as azure_errors
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import checkpointrequests, retrying
 from eventhub_balancer.contracts import checkpointblobs
+from eventhub_balancer.reconciling import observations
 
 pytestmark = pytest.mark.looptime
 
@@ -212,3 +214,25 @@ async def test_a_lease_refused_for_another_reason_is_raised_as_ours() -> None:
     blob = FakeBlob(http_error(400, "InvalidHeaderValue"))
     with pytest.raises(errors.CheckpointStoreUnreachable, match="refused the request"):
         await blobs(blob).acquire_lease("0", budget())
+
+
+async def test_a_spent_budget_shows_the_status_the_same_message_at_every_attempt() -> None:
+    # The operator's CheckpointStoreReachable shows the fault of each failed listing: with the
+    # attempts and seconds in it, every attempt rewrote the status though nothing had changed.
+    shown = []
+    for pace in (1.0, 1.5):  # a store that answers 503 after this long: the budget is time
+
+        async def request(pace: float = pace) -> None:
+            await asyncio.sleep(pace)
+            raise http_error(503, "ServerBusy")
+
+        spent = retrying.Budget(
+            policy=retrying.RetryPolicy(seed=1), rng=random.Random(1), operation="test op"
+        )
+        with pytest.raises(errors.CheckpointStoreUnreachable) as raised:
+            await retrying.call_with_retries(spent, request)
+        assert f"gave up after {spent.attempts} attempt" in str(raised.value)  # the log's
+        shown.append(observations.Fault.of(raised.value).message)
+    assert shown[0] == shown[1]
+    assert shown[0].startswith("test op: ")
+    assert "last error: " in shown[0]

@@ -159,9 +159,10 @@ async def _over_container(
         # A spent budget names the blobs' prefix, which reads as the Event Hubs namespace.
         if str(e).startswith("checkpoint container"):
             raise
-        raise errors.CheckpointStoreUnreachable(
-            f"checkpoint container {address.container_name!r}: {e}"
-        ) from e
+        where = f"checkpoint container {address.container_name!r}"
+        named = errors.CheckpointStoreUnreachable(f"{where}: {e}")
+        named.steady = f"{where}: {e.steady or e}"
+        raise named from e
     except errors.EventHubBalancerError:
         raise
     except (azure_errors.AzureError, OSError) as e:

@@ -176,6 +176,12 @@ class Budget:
             f"{self.elapsed():.1f} s (budget {self.policy.attempts} attempts, "
             f"{self.policy.budget_seconds:g} s); last error: {last}"
         )
+        # The status shows it without the attempts and seconds: each failed listing of the
+        # operator's would rewrite it otherwise, with nothing changed.
+        error.steady = (
+            f"{self.operation}: gave up (budget {self.policy.attempts} attempts, "
+            f"{self.policy.budget_seconds:g} s); last error: {last}"
+        )
         error.__cause__ = cause
         return error
 

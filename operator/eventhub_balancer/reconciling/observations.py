@@ -39,7 +39,7 @@ class Fault:
 
     @classmethod
     def of(cls, error: errors.EventHubBalancerError) -> Fault:
-        return cls(reason=error.reason, message=str(error))
+        return cls(reason=error.reason, message=error.steady or str(error))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

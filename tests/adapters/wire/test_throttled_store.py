@@ -19,6 +19,7 @@ from eventhub_balancer.adapters import (
     retrying,
 )
 from eventhub_balancer.contracts import storeaddresses
+from eventhub_balancer.reconciling import observations
 from eventhub_balancer_devstack import azurite as azurite_launcher
 from eventhub_balancer_devstack.faultproxy import FaultProxy
 
@@ -168,3 +169,7 @@ async def test_a_store_that_never_answers_is_named_by_its_container(
             f"checkpoint container {proxied_container.container_name!r}: list "
         ), message
         assert "gave up after" in message
+        # The status shows it without the attempts and seconds, which change every attempt.
+        shown = observations.Fault.of(caught.value).message
+        assert shown.startswith(f"checkpoint container {proxied_container.container_name!r}: ")
+        assert "gave up (budget " in shown
