@@ -929,6 +929,47 @@ async def test_a_handler_hung_at_shutdown_leaves_the_other_releases_acknowledged
             hung.finish.set()
 
 
+async def test_a_shutdown_during_a_hand_off_exits_no_later_than_the_hand_off_would(
+    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
+) -> None:
+    """Partition 0 revoked with its handler hung, SIGTERM 10 s later: the process exits at the
+    hand-off's own bound (release timeout plus exit bound, 25 s after the revocation, below
+    ``handoffTimeoutSeconds``), with partition 1's release acknowledged first; the drain of
+    the SIGTERM must not hold the exit back to 10 + 22.5 s, when the next owner may run."""
+    fake_hub.append("0", 3)
+    fake_hub.append("1", 3)
+    hung = Uncancellable()
+
+    async def handler(
+        events: Sequence[contexts.ReceivedEvent], context: contexts.BatchContext
+    ) -> None:
+        if context.partition == "0":
+            await hung(events, context)
+
+    exits: list[str] = []
+    async with running(
+        fake_hub,
+        fake_store,
+        handler,
+        batch=partitions.BatchSettings(batch_size=10, max_wait=0.05),
+        shutdown_timeout=25,
+        exits=exits,
+    ) as (consumer, source):
+        try:
+            source.put(consumerfakes.configmap(1, {"0": (1, "owned"), "1": (1, "owned")}))
+            await consumerfakes.eventually(hung.started.is_set, what="the handler")
+            await consumerfakes.eventually(lambda: fake_store.blobs["1"].sequence_number == 2)
+            revoked = now()
+            source.put(consumerfakes.configmap(2, {"0": (1, "revoking"), "1": (1, "owned")}))
+            await asyncio.sleep(10)
+            consumer.request_shutdown()
+            await consumerfakes.eventually(lambda: bool(exits), within=30, what="the exit")
+            assert now() - revoked <= 25 + runtime.TICK_S
+            assert source.released == {"1": 1}
+        finally:
+            hung.finish.set()
+
+
 async def test_an_async_handler_is_cancelled_at_the_release_timeout_without_an_exit(
     fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
 ) -> None:

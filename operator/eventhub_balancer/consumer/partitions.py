@@ -163,6 +163,13 @@ class PartitionWorker:
         return self._stop.is_set()
 
     @property
+    def exit_at(self) -> float | None:
+        """When a handler call still running past the release makes the process exit."""
+        if self._hard_deadline is None:
+            return None
+        return self._hard_deadline + self.settings.handler_exit_timeout
+
+    @property
     def handler_running(self) -> bool:
         """A handler call has not ended (also after the worker itself was cancelled)."""
         return self.batches.handler_running

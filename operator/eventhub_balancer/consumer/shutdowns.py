@@ -47,11 +47,23 @@ async def stop_all(
     """Release every worker within most of ``shutdown_s`` (the shutdown timeout); cancel what
     is left at 90 % of it."""
     drained = list(workers.values())
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + shutdown_s * 0.9
     for worker in drained:
         worker.release(timeout=max(0.5, shutdown_s * 0.6))
     running = dict(tasks)
-    if running:
-        await asyncio.wait(running.values(), timeout=shutdown_s * 0.9)
+    pending = set(running.values())
+    while pending:
+        # A handler still running past its release exits the process at the release's own
+        # bound (a hand-off's began before the SIGTERM): stop just before, so that the
+        # releases made are acknowledged first, and the exit comes no later than it would.
+        exits = [w.exit_at for w in drained if w.handler_running and w.exit_at is not None]
+        until = min([deadline, *(e - 0.5 for e in exits)])
+        done, pending = await asyncio.wait(
+            pending, timeout=max(0.0, until - loop.time()), return_when=asyncio.FIRST_COMPLETED
+        )
+        if not done:
+            break  # that time came
     unfinished = {p for p, task in running.items() if not task.done()}
     if unfinished:
         logger.warning("shutdown: partitions %s did not release in time", sorted(unfinished))
