@@ -75,6 +75,22 @@ def _minor(version: str) -> int:
     return int(version.split(".")[1])
 
 
+#: An HPA's ``behavior.scaleUp/scaleDown.tolerance`` is Kubernetes 1.33+: the HPA example sets
+#: it and says to delete it before 1.33, so older versions validate it without.
+TOLERANCE_MINOR = 33
+
+
+def _as_for(body: dict[str, Any], version: str) -> dict[str, Any]:
+    """``body`` as a user of Kubernetes ``version`` applies it, following its comments."""
+    if body["kind"] != "HorizontalPodAutoscaler" or _minor(version) >= TOLERANCE_MINOR:
+        return body
+    behavior = body["spec"].get("behavior") or {}
+    older = {
+        k: {f: v for f, v in rules.items() if f != "tolerance"} for k, rules in behavior.items()
+    }
+    return {**body, "spec": {**body["spec"], "behavior": older}} if behavior else body
+
+
 @pytest.mark.parametrize("doc", VALIDATED, ids=str)
 def test_document_validates(doc: loading.Document) -> None:
     body = doc.body
@@ -93,12 +109,24 @@ def test_document_validates(doc: loading.Document) -> None:
         if body["kind"] in POLICY_KINDS and _minor(version) < POLICY_MINOR:
             continue  # ValidatingAdmissionPolicy is GA (admissionregistration/v1) from 1.30
         try:
-            kubernetes_validate.validate(body, version, strict=True)
+            kubernetes_validate.validate(_as_for(body, version), version, strict=True)
         except kubernetes_validate.ValidationError as e:
             path = ".".join(map(str, e.path))
             pytest.fail(f"{doc} against Kubernetes {version}: {path}: {e.message}")
         except kubernetes_validate.SchemaNotFoundError as e:
             pytest.fail(f"{doc}: {e.message}")
+
+
+def test_the_hpa_examples_tolerance_is_refused_before_1_33_and_taken_after() -> None:
+    """Validating the HPA example without its tolerance on 1.27 is what its header tells a
+    user of that version to do, not a way around a field the version refuses."""
+    (hpa,) = [
+        d.body for d in DOCUMENTS if d.source.startswith("manifests/examples/autoscaling/hpa")
+    ]
+    assert hpa["spec"]["behavior"]["scaleUp"]["tolerance"] == "0"
+    with pytest.raises(kubernetes_validate.ValidationError, match="tolerance"):
+        kubernetes_validate.validate(hpa, KUBERNETES_VERSIONS[0], strict=True)
+    kubernetes_validate.validate(hpa, KUBERNETES_VERSIONS[-1], strict=True)
 
 
 def test_a_typo_in_a_built_in_kind_fails_validation() -> None:
