@@ -889,13 +889,13 @@ async def test_shutdown_during_a_hand_off_never_acknowledges_while_the_handler_r
     assert fake_store.blobs["0"].sequence_number == -1
 
 
-async def test_a_handler_hung_at_shutdown_leaves_the_other_releases_acknowledged(
+@contextlib.asynccontextmanager
+async def hung_on_partition_0(
     fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
-) -> None:
-    """SIGTERM with the default timeouts (25 s, the exit bound 5 s) while partition 0's handler
-    hangs: partition 1's release is acknowledged before the process exits. The hung call's own
-    exit came at 60 % of 25 s plus 5 s, ahead of the drain's acknowledgement at 90 %: the pod
-    exited with nothing acknowledged, and partition 1 waited for the operator's timeout."""
+) -> AsyncIterator[tuple[runtime.Runtime, assignments.MemorySource, list[str]]]:
+    """A consumer with the default shutdown timeout (25 s) owning partitions 0 and 1, whose
+    handler hangs on partition 0 and cannot be cancelled, once partition 1 has checkpointed
+    its batch: the consumer, its assignment source and the exits it asked for."""
     fake_hub.append("0", 3)
     fake_hub.append("1", 3)
     hung = Uncancellable()
@@ -919,14 +919,25 @@ async def test_a_handler_hung_at_shutdown_leaves_the_other_releases_acknowledged
             source.put(consumerfakes.configmap(1, {"0": (1, "owned"), "1": (1, "owned")}))
             await consumerfakes.eventually(hung.started.is_set, what="the handler")
             await consumerfakes.eventually(lambda: fake_store.blobs["1"].sequence_number == 2)
-            stopping = now()
-            consumer.request_shutdown()
-            await consumerfakes.eventually(lambda: bool(exits), within=30, what="the exit")
-            assert source.released == {"1": 1}
-            assert exits == ["shutdown: the handler of partitions ['0'] still runs"]
-            assert now() - stopping <= 25
+            yield consumer, source, exits
         finally:
             hung.finish.set()
+
+
+async def test_a_handler_hung_at_shutdown_leaves_the_other_releases_acknowledged(
+    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
+) -> None:
+    """SIGTERM with the default timeouts (25 s, the exit bound 5 s) while partition 0's handler
+    hangs: partition 1's release is acknowledged before the process exits. The hung call's own
+    exit came at 60 % of 25 s plus 5 s, ahead of the drain's acknowledgement at 90 %: the pod
+    exited with nothing acknowledged, and partition 1 waited for the operator's timeout."""
+    async with hung_on_partition_0(fake_hub, fake_store) as (consumer, source, exits):
+        stopping = now()
+        consumer.request_shutdown()
+        await consumerfakes.eventually(lambda: bool(exits), within=30, what="the exit")
+        assert source.released == {"1": 1}
+        assert exits == ["shutdown: the handler of partitions ['0'] still runs"]
+        assert now() - stopping <= 25
 
 
 async def test_a_shutdown_during_a_hand_off_exits_no_later_than_the_hand_off_would(
@@ -936,38 +947,14 @@ async def test_a_shutdown_during_a_hand_off_exits_no_later_than_the_hand_off_wou
     hand-off's own bound (release timeout plus exit bound, 25 s after the revocation, below
     ``handoffTimeoutSeconds``), with partition 1's release acknowledged first; the drain of
     the SIGTERM must not hold the exit back to 10 + 22.5 s, when the next owner may run."""
-    fake_hub.append("0", 3)
-    fake_hub.append("1", 3)
-    hung = Uncancellable()
-
-    async def handler(
-        events: Sequence[contexts.ReceivedEvent], context: contexts.BatchContext
-    ) -> None:
-        if context.partition == "0":
-            await hung(events, context)
-
-    exits: list[str] = []
-    async with running(
-        fake_hub,
-        fake_store,
-        handler,
-        batch=partitions.BatchSettings(batch_size=10, max_wait=0.05),
-        shutdown_timeout=25,
-        exits=exits,
-    ) as (consumer, source):
-        try:
-            source.put(consumerfakes.configmap(1, {"0": (1, "owned"), "1": (1, "owned")}))
-            await consumerfakes.eventually(hung.started.is_set, what="the handler")
-            await consumerfakes.eventually(lambda: fake_store.blobs["1"].sequence_number == 2)
-            revoked = now()
-            source.put(consumerfakes.configmap(2, {"0": (1, "revoking"), "1": (1, "owned")}))
-            await asyncio.sleep(10)
-            consumer.request_shutdown()
-            await consumerfakes.eventually(lambda: bool(exits), within=30, what="the exit")
-            assert now() - revoked <= 25 + runtime.TICK_S
-            assert source.released == {"1": 1}
-        finally:
-            hung.finish.set()
+    async with hung_on_partition_0(fake_hub, fake_store) as (consumer, source, exits):
+        revoked = now()
+        source.put(consumerfakes.configmap(2, {"0": (1, "revoking"), "1": (1, "owned")}))
+        await asyncio.sleep(10)
+        consumer.request_shutdown()
+        await consumerfakes.eventually(lambda: bool(exits), within=30, what="the exit")
+        assert now() - revoked <= 25 + runtime.TICK_S
+        assert source.released == {"1": 1}
 
 
 async def test_an_async_handler_is_cancelled_at_the_release_timeout_without_an_exit(

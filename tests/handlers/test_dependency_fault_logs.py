@@ -41,6 +41,26 @@ def said(caplog: pytest.LogCaptureFixture, level: int, text: str) -> list[str]:
     ]
 
 
+async def failing_for_an_hour(
+    running: Callable[..., td.Daemon],
+    caplog: pytest.LogCaptureFixture,
+    dependency: str,
+    error: errors.EventHubBalancerError,
+) -> td.Daemon:
+    """A steady daemon whose ``dependency`` ("hub" or "store") then fails with ``error`` for
+    an hour; the log captured from when it starts failing."""
+    caplog.set_level(logging.INFO, logger="eventhub_balancer")
+    daemon = running("a", "b", spec=SPEC)
+    await daemon.until(60)
+    caplog.clear()
+    if dependency == "store":
+        daemon.hubs.store.failure = error
+    else:
+        daemon.hubs.failure = error
+    await daemon.until(60 + HOUR)
+    return daemon
+
+
 @pytest.mark.parametrize(
     ("dependency", "error", "recovered"),
     [
@@ -55,15 +75,7 @@ async def test_an_hour_long_dependency_fault_is_logged_at_a_bounded_pace_and_its
     error: errors.EventHubBalancerError,
     recovered: str,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="eventhub_balancer")
-    daemon = running("a", "b", spec=SPEC)
-    await daemon.until(60)
-    caplog.clear()
-    if dependency == "store":
-        daemon.hubs.store.failure = error
-    else:
-        daemon.hubs.failure = error
-    await daemon.until(60 + HOUR)
+    daemon = await failing_for_an_hour(running, caplog, dependency, error)
     warned = said(caplog, logging.WARNING, str(error))
     assert 1 <= len(warned) <= 20  # the backoff's pace: up to 5 minutes apart
     assert all(line.startswith("shop/orders: ") for line in warned)
@@ -102,15 +114,7 @@ async def test_a_standing_fault_is_said_when_it_starts_and_reminded_every_ten_mi
     # attempt was a warning, 120 an hour for one consumer, as many for each of 50 that share
     # the fault. The log says it when it starts, then every 10 minutes; the attempts in
     # between are at DEBUG.
-    caplog.set_level(logging.INFO, logger="eventhub_balancer")
-    daemon = running("a", "b", spec=SPEC)
-    await daemon.until(60)
-    caplog.clear()
-    if dependency == "store":
-        daemon.hubs.store.failure = error
-    else:
-        daemon.hubs.failure = error
-    await daemon.until(60 + HOUR)
+    daemon = await failing_for_an_hour(running, caplog, dependency, error)
     warned = said(caplog, logging.WARNING, str(error))
     assert 1 <= len(warned) <= 7  # when it starts, then at most every 10 minutes
     assert "still failing" not in warned[0]
