@@ -26,6 +26,17 @@ logger = logging.getLogger(__name__)
 REMIND_SECONDS = 600.0
 
 
+def to_say(before: str | None, reason: str, *, said: float, now: float) -> str | None:
+    """Whether a failure for ``reason`` is to be said, after a run of ``before`` (None: no run
+    under way) last said at ``said``: ``"new"`` when a run starts or its reason changes,
+    ``"lasting"`` when a reminder is due, else None."""
+    if reason != before:
+        return "new"
+    if now - said >= REMIND_SECONDS:
+        return "lasting"
+    return None
+
+
 class FaultRun:
     """A run of failures of one thing, and when the log should say it: when it starts or its
     reason changes, then at most every `REMIND_SECONDS`; ended by the next success. The
@@ -44,13 +55,11 @@ class FaultRun:
         if self.reason is None:
             self.since, self.failures = now, 0
         self.failures += 1
-        if reason != self.reason:
-            self.reason, self._said = reason, now
-            return "new"
-        if now - self._said >= REMIND_SECONDS:
+        due = to_say(self.reason, reason, said=self._said, now=now)
+        self.reason = reason
+        if due is not None:
             self._said = now
-            return "lasting"
-        return None
+        return due
 
     def ended(self) -> str | None:
         """A success: the reason of the run it ends, if one was under way."""

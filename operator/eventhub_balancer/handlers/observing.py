@@ -216,9 +216,11 @@ def told(key: str, what: str, before: P, failed: P, *, wall: float) -> P:
         attempts=before.attempts + 1 if ongoing else 1,
     )
     retry = run.backoff.delay
-    if before.fault is None or before.fault.reason != fault.reason:
+    was = before.fault.reason if before.fault is not None else None
+    due = cyclefaults.to_say(was, fault.reason, said=before.said, now=wall)
+    if due == "new":
         logger.warning("%s: %s: %s (retrying in %.0f s)", key, what, fault.message, retry)
-    elif wall - before.said >= cyclefaults.REMIND_SECONDS:
+    elif due == "lasting":
         logger.warning(
             "%s: %s still failing, %s: %s (retrying in %.0f s)",
             key,
