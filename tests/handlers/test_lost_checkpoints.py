@@ -8,6 +8,7 @@ floor when the blobs are gone). On fake time (looptime), over the in-memory fake
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import pytest
@@ -36,7 +37,10 @@ async def steady(kube: fakes.FakeKube, hubs: fakes.FakeHubs) -> memories.Memory:
     return memory
 
 
-async def test_blobs_gone_under_a_move_are_told_once_and_their_return_too() -> None:
+async def test_blobs_gone_under_a_move_are_told_once_and_their_return_too(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="eventhub_balancer")
     kube = make_kube()
     kube.set_spec(NS, NAME, {**SPEC, "startPosition": "latest"})
     hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
@@ -65,6 +69,9 @@ async def test_blobs_gone_under_a_move_are_told_once_and_their_return_too() -> N
     for now in range(72, 400, 30):  # five probes: no Event again while nothing changes
         await cycle(kube, hubs, memory, now=now)
     assert len(lost_events(kube)) == 1
+    # No reader logs what the decision found: the cycle says it, once.
+    told = [r for r in caplog.records if "CheckpointsLost" in r.getMessage()]
+    assert [r.levelno for r in told] == [logging.WARNING], [r.getMessage() for r in told]
     for partition in "0123":  # a fences 2 and 3, and checkpoints 0 and 1 again
         hubs.store.fence(partition, 2 if partition in "23" else 1, sequence_number=50)
     for now in range(400, 470, 30):

@@ -41,7 +41,6 @@ from eventhub_balancer.reconciling import (
     deadlines,
     deciding,
     decisions,
-    foreignreaders,
     kubeevents,
     observations,
     rollbacks,
@@ -182,7 +181,7 @@ async def run_cycle(
     for e in decision.events:
         if e.reason in kubeevents.MOVES:
             logger.info("%s/%s: %s", namespace, name, e.message)
-        elif not _told_by_readers(e, observation):
+        elif not e.logged:
             level = logging.WARNING if e.type == "Warning" else logging.INFO
             logger.log(level, "%s/%s: %s: %s", namespace, name, e.reason, e.message)
     for m in decision.moves:
@@ -269,27 +268,6 @@ async def _decide(
             store_checked_at=memory.store.checked_at,
         )
     return _unlisted(namespace, name, decision, memory), observation
-
-
-#: The Events of a dependency that answers again, or of a processor beside the pods, which
-#: their readers log (`observing.read_partitions`, `checkpointreads`, `foreignclaims`).
-READ_ENDS = frozenset(
-    {
-        "EventHubReachable",
-        "CheckpointStoreReachable",
-        foreignreaders.REASON,
-        foreignreaders.REASON_GONE,
-    }
-)
-
-
-def _told_by_readers(e: kubeevents.KubeEvent, observation: observations.Observation) -> bool:
-    """Whether a reader logs what ``e`` says: the end of a fault of theirs, or the fault its
-    condition tells (its message starts with the fault's, `reconciling.conditions`)."""
-    faults = (observation.hub.fault, observation.store.fault)
-    return e.reason in READ_ENDS or any(
-        f is not None and e.message.startswith(f.message[:200]) for f in faults
-    )
 
 
 def _unlisted(

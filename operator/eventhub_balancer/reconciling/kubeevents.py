@@ -19,12 +19,14 @@ from typing import Any
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import conditions as conditiontypes
 from eventhub_balancer.contracts import podstates, specs, statusbodies, timestamps
-from eventhub_balancer.reconciling import foreignreaders, progress, reports, writes
+from eventhub_balancer.reconciling import foreignreaders, lostblobs, progress, reports, writes
 
 #: The Event's source component, as ``kubectl describe`` shows it.
 COMPONENT = "eventhub-balancer"
 #: The API server rejects longer messages; a cut message is still readable.
 MAX_MESSAGE = 1024
+#: The store's faults the decision finds in what was read; every other one is a reader's.
+DECIDED = frozenset({"CheckpointEpochTampered", "EpochOutOfRange", lostblobs.REASON})
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -34,6 +36,9 @@ class KubeEvent:
     reason: str
     message: str
     type: str = "Normal"  # Normal | Warning
+    #: A reader of the shell logs what it says itself, paced (a dependency's fault and its
+    #: end, a processor beside the pods): the cycle does not log it again.
+    logged: bool = False
 
 
 #: The reasons of the Events that `move_events` posts, one per (reason, from, to).
@@ -211,7 +216,10 @@ def build(
             and c.type
             in (conditiontypes.EVENTHUB_REACHABLE, conditiontypes.CHECKPOINT_STORE_REACHABLE)
         ):
-            events.append(KubeEvent(reason=c.reason, message=c.message, type="Warning"))
+            logged = c.reason not in DECIDED
+            events.append(
+                KubeEvent(reason=c.reason, message=c.message, type="Warning", logged=logged)
+            )
         elif (
             c.status == "True"
             and c.type
@@ -222,12 +230,12 @@ def build(
             # processor's beside the pods, under its own).
             old = conditiontypes.find(previous.get("conditions"), c.type) or {}
             if c.type == conditiontypes.EVENTHUB_REACHABLE:
-                events.append(KubeEvent(reason="EventHubReachable", message=c.message))
+                reason, text = "EventHubReachable", c.message
             elif old.get("reason") == foreignreaders.REASON:
-                gone = foreignreaders.GONE
-                events.append(KubeEvent(reason=foreignreaders.REASON_GONE, message=gone))
+                reason, text = foreignreaders.REASON_GONE, foreignreaders.GONE
             else:
-                events.append(KubeEvent(reason="CheckpointStoreReachable", message=c.message))
+                reason, text = "CheckpointStoreReachable", c.message
+            events.append(KubeEvent(reason=reason, message=text, logged=True))
         elif (
             c.type == conditiontypes.READY
             and c.reason in ("AssignmentNotApplied", "AssignmentNotWritten")
