@@ -177,7 +177,7 @@ async def run_cycle(
     # The moves as their Events tell them, one line per (kind, from, to); each partition's
     # at DEBUG: a rebalance of 1,024 partitions is a few lines, not a thousand. The other
     # Events (posted when a fault starts, changes or ends, never at every cycle) as they say
-    # it, but those of Event Hubs and the store, which their readers log (`observing.told`).
+    # it, but those a reader logs itself, paced (`kubeevents.KubeEvent.logged`).
     for e in decision.events:
         if e.reason in kubeevents.MOVES:
             logger.info("%s/%s: %s", namespace, name, e.message)
