@@ -8,17 +8,19 @@ On fake loop time.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from eventhub_balancer.consumer import assignments, connections, runtime
-from eventhub_balancer.contracts import endpoints
+from eventhub_balancer.contracts import configmaps, endpoints
 from tests.consumer import test_runtime
-from tests.support import consumerfakes
+from tests.support import configmapfakes, consumerfakes
 
 pytestmark = pytest.mark.looptime
 
@@ -105,4 +107,129 @@ async def test_an_assignment_file_that_does_not_read_yet_is_waited_for(
     finally:
         reader.cancel()
         await asyncio.gather(reader, return_exceptions=True)
+        await updates.aclose()
+
+
+#: A ConfigMap's ``partitions`` as someone may leave it: the operator never writes these.
+UNREADABLE_PARTITIONS = [
+    pytest.param(None, "partitions is missing", id="missing"),
+    pytest.param('{"0": {"epoch": 1, "state": "owned"}', "partitions is not JSON", id="not-json"),
+    pytest.param('[{"0": 1}]', "partitions is not a JSON object", id="not-an-object"),
+]
+
+
+def _edited(
+    generation: int, partitions: str | None, *, body: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """``body`` (the operator's ConfigMap when None) as ``kubectl edit`` leaves it."""
+    body = copy.deepcopy(body or configmapfakes.operators(generation, {}))
+    body["data"]["generation"] = str(generation)
+    if partitions is None:
+        body["data"].pop("partitions", None)
+    else:
+        body["data"]["partitions"] = partitions
+    return body
+
+
+def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name.startswith("eventhub_balancer") and r.levelno >= logging.WARNING
+    ]
+
+
+@pytest.mark.parametrize(("partitions", "why"), UNREADABLE_PARTITIONS)
+async def test_a_configmap_whose_partitions_cannot_be_read_keeps_the_last_assignment(
+    fake_hub: consumerfakes.FakeHub,
+    fake_store: consumerfakes.FakeStore,
+    caplog: pytest.LogCaptureFixture,
+    partitions: str | None,
+    why: str,
+) -> None:
+    """Someone's edit leaves ``partitions`` unreadable (the operator writes it back at its next
+    cycle): the pod released every partition, a hand-off each for nothing, and took them up
+    again once the operator had mended it. It keeps its last assignment instead, says so once,
+    and applies the next one it can read."""
+    caplog.set_level(logging.INFO, logger="eventhub_balancer")
+    maps = configmapfakes.FakeConfigMaps()
+    async with configmapfakes.running(maps, fake_hub, fake_store) as consumer:
+        maps.write(configmapfakes.operators(1, {"0": (1, "owned"), "1": (1, "owned")}))
+        await consumerfakes.eventually(lambda: consumer.owned() == {"0": 1, "1": 1})
+        await consumerfakes.eventually(lambda: consumer.applied_generation == 1)
+        workers = dict(consumer.workers)
+        caplog.clear()
+        maps.write(_edited(1, partitions, body=maps.body))  # its annotations kept, as by hand
+        await asyncio.sleep(5)
+        assert consumer.owned() == {"0": 1, "1": 1}
+        assert consumer.workers == workers  # the same workers: nothing released or restarted
+        assert not [r for r in caplog.records if "releasing" in r.getMessage()]
+        assert consumer.ready()[0] is True
+        warned = _warnings(caplog)
+        assert len(warned) == 1, warned
+        for words in (maps.name, why, "keeping", "generation 1", "EventHubConsumer"):
+            assert words in warned[0], warned[0]
+        # A second edit, as unreadable, is said again (it is news), and still kept.
+        maps.write(_edited(7, partitions, body=maps.body))
+        await asyncio.sleep(1)
+        assert consumer.owned() == {"0": 1, "1": 1}
+        assert len(_warnings(caplog)) == 2
+        # The operator puts it back, with a change of its own: applied at once.
+        maps.write(configmapfakes.operators(8, {"0": (1, "owned"), "1": (1, "revoking")}))
+        await consumerfakes.eventually(lambda: consumer.owned() == {"0": 1}, what="1 released")
+        await consumerfakes.eventually(lambda: consumer.applied_generation == 8)
+        assert configmaps.parse_released(maps.annotations()) == {"1": 1}
+
+
+async def test_a_first_configmap_whose_partitions_cannot_be_read_holds_none_and_says_so(
+    fake_hub: consumerfakes.FakeHub,
+    fake_store: consumerfakes.FakeStore,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A process with no assignment read before has none to keep: it holds none until the
+    operator writes a readable one, and says why."""
+    caplog.set_level(logging.INFO, logger="eventhub_balancer")
+    maps = configmapfakes.FakeConfigMaps()
+    maps.write(_edited(3, "not json"))
+    async with configmapfakes.running(maps, fake_hub, fake_store) as consumer:
+        await consumerfakes.eventually(lambda: consumer.latest is not None)
+        await asyncio.sleep(1)
+        assert consumer.owned() == {}
+        warned = _warnings(caplog)
+        assert len(warned) == 1, warned
+        for words in (maps.name, "partitions is not JSON", "holding none", "EventHubConsumer"):
+            assert words in warned[0], warned[0]
+        maps.write(configmapfakes.operators(4, {"0": (2, "owned")}))
+        await consumerfakes.eventually(lambda: consumer.owned() == {"0": 2}, what="taken up")
+
+
+@pytest.mark.parametrize(("partitions", "why"), UNREADABLE_PARTITIONS)
+async def test_an_assignment_file_whose_partitions_cannot_be_read_keeps_the_last_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, partitions: str | None, why: str
+) -> None:
+    """The file follows the ConfigMap's rule: a file whose ``partitions`` cannot be read is
+    not applied (it released everything), as one that is not JSON is not."""
+    path = tmp_path / "assignment.json"
+    path.write_text(json.dumps(consumerfakes.configmap(1, {"0": (1, "owned")})))
+    updates = assignments.FileSource(path, poll_seconds=0.2).updates()
+    assert isinstance(updates, AsyncGenerator)
+    try:
+        async with asyncio.timeout(1):
+            first = await anext(updates)
+        assert {p: e.epoch for p, e in first.partitions.items()} == {"0": 1}
+        caplog.clear()
+        path.write_text(json.dumps(_edited(2, partitions)))
+        reader = asyncio.ensure_future(anext(updates))
+        await asyncio.sleep(1)
+        assert not reader.done()
+        warned = _warnings(caplog)
+        assert len(warned) == 1, warned
+        for words in (str(path), why, "keeping", "generation 1"):
+            assert words in warned[0], warned[0]
+        path.write_text(json.dumps(consumerfakes.configmap(3, {"0": (2, "owned")})))
+        async with asyncio.timeout(1):
+            third = await reader
+        assert third.generation == 3
+        assert {p: e.epoch for p, e in third.partitions.items()} == {"0": 2}
+    finally:
         await updates.aclose()

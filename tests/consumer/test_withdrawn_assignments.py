@@ -8,6 +8,7 @@ neither is what happened, and nothing said that the pod now idles."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -90,25 +91,55 @@ async def test_a_pod_that_starts_before_its_configmap_waits_without_a_warning(
         assert said(caplog, logging.WARNING) == []
 
 
-async def test_an_emptied_configmap_releases_for_what_it_is(
+async def test_an_emptied_configmap_is_said_for_what_it_is_and_the_pod_keeps_its_partitions(
     fake_hub: consumerfakes.FakeHub,
     fake_store: consumerfakes.FakeStore,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """A ConfigMap whose data someone emptied (the operator never writes one so) is read as
-    one that lacks its keys, and the releases say so, not that the coordinates changed."""
+    """A ConfigMap whose data someone emptied (the operator never writes one so) has no
+    partitions to read: the pod keeps the last assignment until the operator writes it back,
+    and says so in one line, not that the coordinates changed. (It released every partition
+    for that, which cost each a hand-off for nothing: `test_hand_edited_assignments`.)"""
     caplog.set_level(logging.INFO, logger="eventhub_balancer")
     maps = FakeConfigMaps()
     async with running(maps, fake_hub, fake_store) as consumer:
         maps.write(operators(1, {"0": (1, "owned")}))
         await consumerfakes.eventually(lambda: consumer.owned() == {"0": 1})
         caplog.clear()
-        emptied = operators(1, {})
-        emptied["data"] = {}
+        assert maps.body is not None
+        emptied = {**maps.body, "data": {}}
         maps.write(emptied)
-        await consumerfakes.eventually(lambda: consumer.owned() == {}, what="released")
+        await asyncio.sleep(2)
+        assert consumer.owned() == {"0": 1}
         lines = said(caplog)
-        assert not [line for line in lines if "coordinates changed" in line], lines
-        released = [line for line in lines if "releasing epoch 1" in line]
-        assert len(released) == 1, lines
-        assert "emptied" in released[0], released[0]
+        for wrong in ("generation is missing", "coordinates changed", "releasing"):
+            assert not [line for line in lines if wrong in line], lines
+        warned = said(caplog, logging.WARNING)
+        assert len(warned) == 1, warned
+        assert "partitions is missing" in warned[0], warned[0]
+        assert "keeping the assignment of generation 1" in warned[0], warned[0]
+
+
+async def test_a_configmap_unreadable_after_one_withdrawn_keeps_nothing_of_before(
+    fake_hub: consumerfakes.FakeHub,
+    fake_store: consumerfakes.FakeStore,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Once its ConfigMap went, the pod holds none: an unreadable one that comes next has no
+    assignment of before to keep, and says that it holds none."""
+    caplog.set_level(logging.INFO, logger="eventhub_balancer")
+    maps = FakeConfigMaps()
+    async with running(maps, fake_hub, fake_store) as consumer:
+        maps.write(operators(1, {"0": (1, "owned")}))
+        await consumerfakes.eventually(lambda: consumer.owned() == {"0": 1})
+        maps.delete()
+        await consumerfakes.eventually(lambda: consumer.owned() == {}, what="all released")
+        caplog.clear()
+        unreadable = operators(2, {})
+        unreadable["data"]["partitions"] = "not json"
+        maps.write(unreadable)
+        await asyncio.sleep(1)
+        assert consumer.owned() == {}
+        warned = said(caplog, logging.WARNING)
+        assert len(warned) == 1, warned
+        assert "holding none" in warned[0], warned[0]

@@ -105,9 +105,52 @@ def from_configmap(body: Mapping[str, Any]) -> Assignment:
                 *(f"partition {p}: epoch above {bounds.MAX_FLOOR}, not applied" for p in unbounded),
             ),
         )
-    for problem in parsed.problems:
-        logger.warning("assignment ConfigMap: %s", problem)
+    if parsed.partitions_unreadable is None:  # else not applied: `Readable` says so, once
+        for problem in parsed.problems:
+            logger.warning("assignment ConfigMap: %s", problem)
     return parsed
+
+
+class Readable:
+    """The one rule of every source for an assignment whose ``partitions`` cannot be read at
+    all (missing, not JSON, not a JSON object; a file that is not JSON yet too): it is not
+    applied, and the last readable one stands until the next readable one comes.
+
+    The operator writes only readable ones, so such data is someone's edit or a fault, which
+    the operator puts back at its next cycle (``AssignmentTampered``). Applied, it released
+    every partition, a hand-off each for nothing. Kept, a partition the operator meanwhile
+    gave to another pod is fenced by its new epoch at this pod's next checkpoint, as it is
+    when a ConfigMap comes late. With nothing read before, the pod holds none, as before.
+    Data that can be read with some bad entries is applied (those entries are not).
+    """
+
+    def __init__(self, where: str, *, advice: str) -> None:
+        #: What the log names (the ConfigMap, the file) and what it tells the user to do.
+        self.where, self.advice = where, advice
+        self.last: Assignment | None = None
+
+    def take(self, assignment: Assignment) -> Assignment | None:
+        """``assignment`` to apply, or None: keep the last one (said once per call)."""
+        why = assignment.partitions_unreadable
+        if why is None:
+            self.last = assignment
+            return assignment
+        if self.last is None:
+            logger.warning(UNREADABLE, self.where, why, "holding none", self.advice)
+            return assignment
+        kept = f"keeping the assignment of generation {self.last.generation}"
+        logger.warning(UNREADABLE, self.where, why, kept, self.advice)
+        return None
+
+
+#: What a pod says of an assignment whose partitions it cannot read (`Readable`).
+UNREADABLE = "%s: %s, which the operator never writes: %s until a readable one comes; %s"
+#: What to do about a ConfigMap, or a file, whose partitions cannot be read.
+CONFIGMAP_ADVICE = (
+    "the operator writes it back at its next cycle (Event AssignmentTampered). To change the "
+    "assignment, change the EventHubConsumer, never this ConfigMap"
+)
+FILE_ADVICE = "write the file whole, with partitions a JSON object of {partition: entry}"
 
 
 class MemorySource:
@@ -115,6 +158,7 @@ class MemorySource:
 
     def __init__(self) -> None:
         self._queue: asyncio.Queue[Assignment | None] = asyncio.Queue()
+        self._readable = Readable("assignment", advice="put a readable one")
         self.applied_generation: int | None = None
         self.released: dict[str, int] = {}
         self.reports: dict[str, partitionreports.PartitionReport] = {}
@@ -135,7 +179,9 @@ class MemorySource:
             item = await self._queue.get()
             if item is None:
                 return
-            yield item
+            item = self._readable.take(item)
+            if item is not None:
+                yield item
 
     async def acknowledge(
         self,
@@ -186,9 +232,11 @@ class FileSource:
         self.path = path
         self.ack_path = ack_path
         self.poll_seconds = poll_seconds
+        self._readable = Readable(f"assignment file {path}", advice=FILE_ADVICE)
 
     def _parse(self, raw: bytes) -> Assignment | None:
-        """The assignment ``raw`` holds; None while it is not JSON (yet)."""
+        """The assignment ``raw`` holds; None while it is not JSON (yet), or its partitions
+        cannot be read (`Readable`)."""
         try:
             body = bounds.loads(raw.decode("utf-8"))
         except ValueError:  # a file caught half-written, maybe inside a UTF-8 character
@@ -196,7 +244,7 @@ class FileSource:
             return None
         if not isinstance(body, dict):
             raise errors.InvalidInput(str(self.path), "must hold a JSON object (a ConfigMap)")
-        return from_configmap(body)
+        return self._readable.take(from_configmap(body))
 
     async def updates(self) -> AsyncIterator[Assignment]:
         if not self.path.exists():
@@ -270,6 +318,7 @@ class ConfigMapSource:
 
     def __init__(self, client: podconfig.PodConfigMaps) -> None:
         self.client = client
+        self._readable = Readable(f"ConfigMap {client.name}", advice=CONFIGMAP_ADVICE)
         #: The annotations of the last acknowledgement written (None: none yet).
         self._written: dict[str, str] | None = None
         #: Those annotations on the ConfigMap as last seen (None: no ConfigMap of ours).
@@ -289,6 +338,7 @@ class ConfigMapSource:
             if data == last_data:
                 continue
             if not body:  # none of ours: no problem in its data, none to log
+                self._readable.last = None  # held none since: nothing to keep
                 if last_data:
                     logger.warning(WITHDRAWN, self.client.name)
                 else:
@@ -297,7 +347,9 @@ class ConfigMapSource:
                 yield podassignments.ParsedData()
                 continue
             last_data = data
-            yield from_configmap(body)
+            assignment = self._readable.take(from_configmap(body))
+            if assignment is not None:
+                yield assignment
 
     async def acknowledge(
         self,

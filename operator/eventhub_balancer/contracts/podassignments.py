@@ -68,6 +68,10 @@ class ParsedData:
     #: from before the key, which the pod cannot tell apart and need not (`consumer.takeups`)
     pod_grace_seconds: int | None = None
     problems: tuple[str, ...] = ()
+    #: Why ``partitions`` could not be read at all (missing, not JSON, not a JSON object; one of
+    #: ``problems``), so that ``partitions`` says nothing; None when it could be read, bad
+    #: entries or not. The pod does not apply such data (`consumer.assignments`).
+    partitions_unreadable: str | None = None
 
     @property
     def needs_repair(self) -> bool:
@@ -172,7 +176,9 @@ def parse_data(data: object) -> ParsedData:
     """Read a ConfigMap's data leniently: keep every valid partition, list every problem."""
     problems: list[str] = []
     if not isinstance(data, Mapping):
-        return ParsedData(problems=("data is not a mapping",))
+        return ParsedData(
+            problems=("data is not a mapping",), partitions_unreadable="data is not a mapping"
+        )
 
     def text(key: str) -> str:
         value = data.get(key, "")
@@ -213,17 +219,18 @@ def parse_data(data: object) -> ParsedData:
             )
 
     partitions: dict[models.PartitionId, PartitionEntry] = {}
+    unreadable: str | None = None
     raw_partitions = data.get(configmaps.KEY_PARTITIONS)
     if raw_partitions is None:
-        problems.append(f"{configmaps.KEY_PARTITIONS} is missing")
+        unreadable = f"{configmaps.KEY_PARTITIONS} is missing"
     else:
         try:
             decoded = bounds.loads(str(raw_partitions))
         except ValueError:
             decoded = None
-            problems.append(f"{configmaps.KEY_PARTITIONS} is not JSON")
+            unreadable = f"{configmaps.KEY_PARTITIONS} is not JSON"
         if decoded is not None and not isinstance(decoded, dict):
-            problems.append(f"{configmaps.KEY_PARTITIONS} is not a JSON object")
+            unreadable = f"{configmaps.KEY_PARTITIONS} is not a JSON object"
             decoded = None
         for pid, item in (decoded or {}).items():
             entry = _parse_entry(item) if bounds.is_partition_id(pid) else None
@@ -232,6 +239,8 @@ def parse_data(data: object) -> ParsedData:
             else:
                 partitions[models.PartitionId(pid)] = entry
 
+    if unreadable is not None:
+        problems.append(unreadable)
     return ParsedData(
         consumer=text(configmaps.KEY_CONSUMER),
         pod=text(configmaps.KEY_POD),
@@ -246,6 +255,7 @@ def parse_data(data: object) -> ParsedData:
         processing=processing,
         pod_grace_seconds=grace,
         problems=tuple(problems),
+        partitions_unreadable=unreadable,
     )
 
 
