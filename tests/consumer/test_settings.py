@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import textwrap
 from pathlib import Path
@@ -183,3 +184,64 @@ def test_a_bad_environment_number_does_not_break_other_commands(
     parser = cli.build_parser()
     args = parser.parse_args(["status", "-n", "shop"])
     assert args.namespace == "shop"
+
+
+HUB_STRING = (
+    "Endpoint=sb://shop.servicebus.windows.net/;SharedAccessKeyName=l;SharedAccessKey=hubkey"
+)
+BLOB_STRING = (
+    "DefaultEndpointsProtocol=https;AccountName=shop;AccountKey=blobkey;"
+    "EndpointSuffix=core.windows.net"
+)
+
+
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        pytest.param(
+            {"EHB_EVENTHUB_CONNECTION_STRING": "", "EHB_BLOB_CONNECTION_STRING": ""},
+            [
+                "Event Hubs by workload identity (EHB_EVENTHUB_CONNECTION_STRING is set but "
+                "empty, which counts as unset)",
+                "checkpoint store by workload identity (EHB_BLOB_CONNECTION_STRING is set but "
+                "empty, which counts as unset)",
+            ],
+            id="empty-as-a-chart-sets-it",
+        ),
+        pytest.param(
+            {},
+            ["Event Hubs by workload identity;", "checkpoint store by workload identity"],
+            id="unset",
+        ),
+        pytest.param(
+            {
+                "EHB_EVENTHUB_CONNECTION_STRING": HUB_STRING,
+                "EHB_BLOB_CONNECTION_STRING_FILE": "{blob}",
+                "EHB_EVENTHUB_CONNECTION_STRING_FILE": " ",
+            },
+            [
+                "Event Hubs by the connection string of EHB_EVENTHUB_CONNECTION_STRING",
+                "checkpoint store by the connection string in the file of "
+                "EHB_BLOB_CONNECTION_STRING_FILE ({blob})",
+            ],
+            id="a-value-and-a-file",
+        ),
+    ],
+)
+def test_the_pod_says_at_start_which_credentials_it_uses(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, env: dict[str, str], said: list[str]
+) -> None:
+    """An empty connection string variable (a chart's ``""`` for unset) counts as unset, and
+    the pod used workload identity without a word: a user who meant to give a string saw
+    only the hub or the store refuse a token. One INFO line at start says what each uses."""
+    blob = tmp_path / "blob-connection-string"
+    blob.write_text(BLOB_STRING + "\n")
+    caplog.set_level(logging.INFO, logger="eventhub_balancer")
+    settings.credentials_from({k: v.format(blob=blob) for k, v in env.items()})
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("eventhub_balancer")]
+    assert len(lines) == 1, lines
+    assert all(r.levelno == logging.INFO for r in caplog.records)
+    for words in said:
+        assert words.format(blob=blob) in lines[0], lines[0]
+    assert "hubkey" not in lines[0]
+    assert "blobkey" not in lines[0]

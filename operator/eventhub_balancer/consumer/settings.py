@@ -10,6 +10,7 @@ mistake, so its message shows the YAML.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,6 +25,8 @@ from eventhub_balancer.consumer import (
     triggers,
 )
 from eventhub_balancer.contracts import endpoints
+
+logger = logging.getLogger(__name__)
 
 ENV_POD_NAME = "POD_NAME"
 ENV_POD_NAMESPACE = "POD_NAMESPACE"
@@ -221,6 +224,13 @@ def credentials_from(
 
     eventhub, eventhub_file = _secret(env, ENV_EVENTHUB_CONNECTION_STRING, check_eventhub)
     blob, blob_file = _secret(env, ENV_BLOB_CONNECTION_STRING, check_blob)
+    # Said once, at start: an empty variable (a chart's "" for unset) means workload identity,
+    # and a user who meant to give a string would otherwise learn it only from a refused token.
+    logger.info(
+        "credentials: Event Hubs by %s; checkpoint store by %s",
+        _source(env, ENV_EVENTHUB_CONNECTION_STRING, eventhub, eventhub_file),
+        _source(env, ENV_BLOB_CONNECTION_STRING, blob, blob_file),
+    )
     return connections.Credentials(
         eventhub_connection_string=eventhub,
         blob_connection_string=blob,
@@ -248,3 +258,18 @@ def _secret(
     if value is not None:
         check(value, name)
     return value, None
+
+
+def _source(
+    env: Mapping[str, str], name: str, value: str | None, file: secretfiles.SecretFile | None
+) -> str:
+    """Where a secret came from, in words (never its value)."""
+    if file is not None:
+        return f"the connection string in the file of {file.field}"
+    if value is not None:
+        return f"the connection string of {name}"
+    empty = [n for n in (name, name + FILE_SUFFIX) if n in env and not env[n].strip()]
+    if not empty:
+        return "workload identity"
+    verb = "is" if len(empty) == 1 else "are"
+    return f"workload identity ({' and '.join(empty)} {verb} set but empty, which counts as unset)"
