@@ -230,12 +230,13 @@ def build(
             # processor's beside the pods, under its own).
             old = conditiontypes.find(previous.get("conditions"), c.type) or {}
             if c.type == conditiontypes.EVENTHUB_REACHABLE:
-                reason, text = "EventHubReachable", c.message
+                end = KubeEvent(reason="EventHubReachable", message=c.message, logged=True)
             elif old.get("reason") == foreignreaders.REASON:
-                reason, text = foreignreaders.REASON_GONE, foreignreaders.GONE
+                gone = foreignreaders.GONE
+                end = KubeEvent(reason=foreignreaders.REASON_GONE, message=gone, logged=True)
             else:
-                reason, text = "CheckpointStoreReachable", c.message
-            events.append(KubeEvent(reason=reason, message=text, logged=True))
+                end = KubeEvent(reason="CheckpointStoreReachable", message=c.message, logged=True)
+            events.append(end)
         elif (
             c.type == conditiontypes.READY
             and c.reason in ("AssignmentNotApplied", "AssignmentNotWritten")
