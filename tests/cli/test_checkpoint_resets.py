@@ -8,6 +8,9 @@ Azurite and the Event Hubs emulator are in tests/adapters/wire/test_checkpoint_r
 from __future__ import annotations
 
 import datetime
+import io
+import json
+import sys
 
 import pytest
 
@@ -74,3 +77,31 @@ def test_a_time_is_held_in_utc() -> None:
         datetime.UTC,
         datetime.datetime(1, 1, 1, 1, 30, tzinfo=datetime.UTC),
     )
+
+
+@pytest.mark.parametrize(
+    ("command", "change"),
+    [
+        (["reset", "orders", "--shift-by", "-3"], {"target": "--shift-by -3"}),
+        (["reset", "orders", "--to-latest"], {"target": "--to-latest"}),
+        (["import", "orders", "-"], {"file": "-"}),
+    ],
+)
+def test_the_json_names_the_consumer_alone(
+    consumer: pausedconsumers.PausedConsumer,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    command: list[str],
+    change: dict[str, str],
+) -> None:
+    """``consumer`` is the namespace/name a script looks the consumer up by; it held the
+    table's header (``shop/orders --shift-by -3``, ``shop/orders import -``), which changes
+    with every run. What was asked is a key of its own."""
+    checkpoints = [{"partition": "0", "sequenceNumber": 5, "offset": ""}]
+    export = {"kind": "EventHubCheckpoints", "version": 1, "checkpoints": checkpoints}
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(export)))
+    status, out, err = ehb(capsys, "checkpoints", *command, "-n", "shop", "--dry-run", "--json")
+    assert status == 0, err
+    document = json.loads(out)
+    assert document["consumer"] == "shop/orders"
+    assert {key: document[key] for key in change} == change

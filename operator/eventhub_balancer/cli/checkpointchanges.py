@@ -17,7 +17,7 @@ import asyncio
 import datetime
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from eventhub_balancer.cli import checkpoints, consumertargets, tables
@@ -174,12 +174,24 @@ async def _post_event(
 
 
 def print_changes(
-    changes: Sequence[checkpointresets.Change], *, as_json: bool, dry_run: bool, header: str
+    changes: Sequence[checkpointresets.Change],
+    *,
+    as_json: bool,
+    dry_run: bool,
+    header: str,
+    consumer: str,
+    change: Mapping[str, str],
 ) -> None:
-    """The table (or exactly one JSON document on stdout) of what changed or would change."""
+    """The table (or exactly one JSON document on stdout) of what changed or would change.
+
+    The table's ``header`` says on one line whose checkpoints and what was asked; the JSON
+    keeps them apart, ``consumer`` (namespace/name, what a script looks the consumer up by)
+    and ``change`` (``{"target": "--to-latest"}``, ``{"file": "backup.json"}``).
+    """
     items = change_rows(changes)
     if as_json:
-        print(json.dumps({"consumer": header, "dryRun": dry_run, "partitions": items}, indent=2))
+        document = {"consumer": consumer, **change, "dryRun": dry_run, "partitions": items}
+        print(json.dumps(document, indent=2))
         return
     print(header + (" (dry run: nothing written)" if dry_run else ""))
     print(change_table(items))

@@ -131,5 +131,7 @@ async def _import(args: argparse.Namespace, positions: dict[str, checkpointblobs
         as_json=args.json,
         dry_run=args.dry_run,
         header=f"{consumer.qualified_name} import {args.file}",
+        consumer=consumer.qualified_name,
+        change={"file": args.file},
     )
     return 0

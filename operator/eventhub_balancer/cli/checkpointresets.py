@@ -165,5 +165,7 @@ async def _reset(args: argparse.Namespace, target: Any) -> int:
         as_json=args.json,
         dry_run=args.dry_run,
         header=f"{consumer.qualified_name} {resets.describe(target)}",
+        consumer=consumer.qualified_name,
+        change={"target": resets.describe(target)},
     )
     return 0
