@@ -494,6 +494,30 @@ def test_no_lag_rebalancing_starts_while_partitions_are_placed() -> None:
     assert {m.kind for m in again.moves} == {"revoke"}
 
 
+def test_the_seconds_of_its_own_traffic_behind_a_partition_are_not_weighed() -> None:
+    # a's partitions are 4000 events behind, b's none. At 500 events a second that is 8 s in
+    # flight, under a floor of 10 s: nothing to spread. At 1 event a second the floor is the
+    # 1000 events, and minutes behind is weighed at any rate.
+    def plan(lag: int, rate: float) -> models.Plan:
+        s = lag_scenario({"a": [lag] * 4, "b": [0] * 4}, lag_floor=1000, lag_floor_seconds=10.0)
+        return planning.plan(dataclasses.replace(s, rates=dict.fromkeys(s.partitions, rate)))
+
+    assert not plan(4000, 500.0).moves
+    assert plan(60_000, 500.0).moves
+    assert not plan(900, 1.0).moves
+    assert plan(3000, 1.0).moves
+
+
+def test_no_lag_rebalancing_starts_on_a_lag_without_its_rate() -> None:
+    s = lag_scenario({"a": [60_000] * 4, "b": [0] * 4}, lag_floor=1000, lag_floor_seconds=10.0)
+    every = dict.fromkeys(s.partitions, 500.0)
+    assert planning.plan(dataclasses.replace(s, rates=every)).moves
+    some = {p: r for p, r in every.items() if p != "7"}
+    assert not planning.plan(dataclasses.replace(s, rates=some)).moves
+    # Without such a floor (ehb plan), the lags as given.
+    assert planning.plan(lag_scenario({"a": [60_000] * 4, "b": [0] * 4})).moves
+
+
 def test_a_revoked_partition_never_goes_back_to_its_owner() -> None:
     # a's partition is released; a is the least loaded, but it is the one letting go.
     s = lag_scenario({"a": [0], "b": [50, 50]})

@@ -29,11 +29,13 @@ from eventhub_balancer.balancing import censuses, loads, models, targets
 def decide(scenario: models.Scenario, census: censuses.Census) -> censuses.Decision:
     """Targets in load units, the revokes to start, and where loose and leaving ones go."""
 
-    floor = scenario.options.lag_floor
+    floor, seconds = scenario.options.lag_floor, scenario.options.lag_floor_seconds
+    # What a partition receives in that many seconds is in flight, not behind.
+    floors = {p: max(floor, math.ceil(r * seconds)) for p, r in scenario.rates.items()}
 
     def size(p: models.PartitionId) -> int:
         # +1 so that idle partitions still spread.
-        return max(0, scenario.lag.get(p, 0) - floor) + 1
+        return max(0, scenario.lag.get(p, 0) - floors.get(p, floor)) + 1
 
     weighed = {
         m.name: [(size(p), census.rank[p], p) for p in census.kept[m.name]] for m in census.live
@@ -58,7 +60,10 @@ def decide(scenario: models.Scenario, census: censuses.Census) -> censuses.Decis
     settle = scenario.options.lag_settle_seconds
     recent = scenario.now - settle
     settling = any(e.owner and e.since > recent for e in scenario.assignment.values())
-    if placing or leaving or not census.live or settling:
+    # Nor while some lag is given without the partition's rate: what is in flight is unknown
+    # (the operator's first read of the ends, a new partition).
+    unmeasured = seconds > 0 and any(p not in scenario.rates for p in scenario.lag)
+    if placing or leaving or not census.live or settling or unmeasured:
         # Something is in motion: place it, start nothing new until the loads have settled.
         book = loads.Loads(loads=kept, weights=weights)
         destinations = _place(book, placing, size=size, rank=census.rank, owners=owners)

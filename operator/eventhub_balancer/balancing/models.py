@@ -113,10 +113,15 @@ class Ownership:
 #: itself. Weighed at once, each move made the lag the next one chased: one pod joining moved
 #: partitions back and forth for as long as the pods ran (docs/planner.md).
 LAG_SETTLE_SECONDS = 10.0
-#: Events behind each partition the operator does not weigh: a pod that keeps up has its last
-#: batches in flight (two of the consumer's default 500), more or less at each read. Weighed,
-#: that noise moved a partition every few seconds while nothing was behind.
+#: Events behind each partition the operator does not weigh, at least: a pod that keeps up has
+#: its last batches in flight (two of the consumer's default 500), more or less at each read.
+#: Weighed, that noise moved a partition every few seconds while nothing was behind.
 LAG_FLOOR = 1000
+#: ... and the events each partition receives in this many seconds, when more: what is in
+#: flight grows with the rate (at 1000 events a second a batch's handling, its checkpoint's
+#: write and the operator's read of the end can pass 1000; ``--checkpoint-interval 5``
+#: leaves 5 s more), and a backlog of fewer seconds is worth no hand-off (docs/planner.md).
+LAG_FLOOR_SECONDS = 10.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -141,6 +146,10 @@ class Options:
     #: weighting "lag" only: events behind each partition that are not weighed (the
     #: operator's `LAG_FLOOR`; 0 weighs the lags as given)
     lag_floor: int = 0
+    #: weighting "lag" only: nor the events a partition receives in this many seconds
+    #: (`Scenario.rates`), when more; no rebalancing starts while a lag is given without its
+    #: rate (the operator's `LAG_FLOOR_SECONDS`; 0: no such floor)
+    lag_floor_seconds: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -154,6 +163,9 @@ class Scenario:
     released: Mapping[PartitionId, int] = dataclasses.field(default_factory=dict)
     #: partition -> events behind (only used with weighting "lag"; missing means 0)
     lag: Mapping[PartitionId, int] = dataclasses.field(default_factory=dict)
+    #: partition -> events it receives a second (only used with weighting "lag" and
+    #: ``options.lag_floor_seconds``; missing: unknown, see there)
+    rates: Mapping[PartitionId, float] = dataclasses.field(default_factory=dict)
     now: float = 0.0
     options: Options = dataclasses.field(default_factory=Options)
 

@@ -159,6 +159,7 @@ class Balancing:
             lag_tolerance=self.lag_tolerance,
             lag_settle_seconds=models.LAG_SETTLE_SECONDS,
             lag_floor=models.LAG_FLOOR,
+            lag_floor_seconds=models.LAG_FLOOR_SECONDS,
         )
 
 

@@ -14,6 +14,7 @@ import dataclasses
 import logging
 from collections.abc import Hashable, Mapping, Sequence
 
+from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import connectionstrings, startpositions, storeaddresses
 from eventhub_balancer.handlers import backlogs, foreignclaims, memories, observing, ports
 from eventhub_balancer.reconciling import (
@@ -87,7 +88,16 @@ async def read_checkpoints(
         )
     if read is None and last is None:
         return None, store
-    return dataclasses.replace(observation, store=known, last_sequences=last), store
+    rates: Mapping[models.PartitionId, float] = {}
+    if last is not None:
+        # Each partition's own traffic, from the ends of an earlier read: the seconds of it a
+        # pod that keeps up has in flight are no lag to weigh (`models.LAG_FLOOR_SECONDS`).
+        spec = observation.spec
+        assert spec is not None, "only a valid spec names an Event Hub"
+        hub = (spec.fully_qualified_namespace, spec.event_hub_name)
+        rates = store.traffic.rates(last, key=hub, wall=wall)
+        store = dataclasses.replace(store, traffic=store.traffic.after(last, key=hub, wall=wall))
+    return dataclasses.replace(observation, store=known, last_sequences=last, rates=rates), store
 
 
 async def read_store(

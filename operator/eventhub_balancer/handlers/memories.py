@@ -15,10 +15,11 @@ that started the wait; the checkpoint store is probed only every
 `deadlines.CHECKPOINT_PROBE_SECONDS` when no decision needs it, and each probe's ETags of the
 SDK's ownership blobs are kept to tell a processor left running beside the pods (`Claims`).
 None of it is needed for a correct decision (the last checkpoint positions only keep lag
-weighting steady through a store outage, the carry only spares reading the bodies that did not
-change, and `deadlines.Settled` only spares a cycle whose inputs did not change): the
-assignment, the epochs and the pods are read afresh whenever they may have changed, so a
-restarted operator starts with empty records and reaches the same assignment.
+weighting steady through a store outage, the hub's earlier ends only measure each partition's
+rate for it, the carry only spares reading the bodies that did not change, and
+`deadlines.Settled` only spares a cycle whose inputs did not change): the assignment, the
+epochs and the pods are read afresh whenever they may have changed, so a restarted operator
+starts with empty records and reaches the same assignment.
 """
 
 from __future__ import annotations
@@ -92,6 +93,8 @@ class StorePacing(Pacing):
     #: why the hub's last sequence numbers, read beside the blobs, could not be read, as last
     #: logged: a standing fault is warned of once, not at every cycle; None: they were read
     ends_fault: str | None = None
+    #: the ends of earlier reads, each partition's rate measured from them (weighting "lag")
+    traffic: observations.Traffic = dataclasses.field(default_factory=observations.Traffic)
     #: the SDK's ownership claims as the probes saw them (`Claims`)
     claims: Claims = Claims()
     #: the blobs listed before that the listings since lack (`observations.Vanished`)

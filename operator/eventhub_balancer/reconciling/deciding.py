@@ -182,6 +182,7 @@ def _decide(
             assignment=back.assignment,
             released=back.released,
             lag=lag,
+            rates=observation.rates,
             now=wall,
             options=options,
         )

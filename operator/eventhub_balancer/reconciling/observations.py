@@ -101,6 +101,57 @@ class Vanished:
         return Vanished(key=key, listed=now, gone=frozenset(given) - now)
 
 
+#: The least seconds between the two reads of the hub's ends a partition's rate is measured
+#: over (`Traffic`): a producer's bursts even out over them.
+RATE_SECONDS = 10.0
+#: Until then (after an operator start, or a change of hub) over one second at least, from the
+#: first read: a partition's end moves by its producers' sends, not smoothly. Measured too low,
+#: the floor is `models.LAG_FLOOR`, as with no rate; too high, a backlog waits a cycle more.
+RATE_LEAST_SECONDS = 1.0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Traffic:
+    """The hub's last sequence numbers at earlier reads, for the events a second each partition
+    receives: weighting "lag" leaves that many seconds of them out of each lag
+    (`models.LAG_FLOOR_SECONDS`). The older read is kept until the newer one is
+    `RATE_SECONDS` old, so that each rate is measured over `RATE_SECONDS` to twice that
+    (longer when reads were skipped)."""
+
+    #: the hub they were read from (its namespace and name); another hub's are no rate here
+    key: Hashable | None = None
+    #: (wall seconds, {partition: last sequence number}) of the two reads; None: none yet
+    older: tuple[float, Mapping[str, int]] | None = None
+    newer: tuple[float, Mapping[str, int]] | None = None
+
+    def rates(
+        self, ends: Mapping[str, startpositions.PartitionBounds], *, key: Hashable, wall: float
+    ) -> dict[models.PartitionId, float]:
+        """Events a second each partition received from the older read kept to ``ends``,
+        read at ``wall``; none from another hub, nor for a partition whose end went back, nor
+        over less than `RATE_LEAST_SECONDS`."""
+        since = self.older or self.newer
+        if self.key != key or since is None or wall - since[0] < RATE_LEAST_SECONDS:
+            return {}
+        at, then = since
+        return {
+            models.PartitionId(p): (b.last_sequence_number - then[p]) / (wall - at)
+            for p, b in ends.items()
+            if b.last_sequence_number >= then.get(p, b.last_sequence_number + 1)
+        }
+
+    def after(
+        self, ends: Mapping[str, startpositions.PartitionBounds], *, key: Hashable, wall: float
+    ) -> Traffic:
+        """What a read of ``ends`` at ``wall`` leaves kept."""
+        last = {p: b.last_sequence_number for p, b in ends.items()}
+        if self.key != key or self.newer is None or wall < self.newer[0]:
+            return Traffic(key=key, newer=(wall, last))
+        if wall - self.newer[0] >= RATE_SECONDS:
+            return Traffic(key=key, older=self.newer, newer=(wall, last))
+        return self
+
+
 #: No ConfigMap seen deleted (an immutable default: `Departures.vanished`).
 NOTHING_VANISHED: Mapping[str, int | None] = types.MappingProxyType({})
 
@@ -170,6 +221,9 @@ class Observation:
     #: partition -> its last enqueued sequence number and where the events it holds begin
     #: (weighting "lag", the backlog); None: not read
     last_sequences: Mapping[str, startpositions.PartitionBounds] | None = None
+    #: partition -> events it received a second, measured from an earlier read of the ends
+    #: (`Traffic`; weighting "lag"); empty: not measured
+    rates: Mapping[models.PartitionId, float] = dataclasses.field(default_factory=dict)
     #: write the informational ``eventhub-balancer.dev/partitions`` annotation on each pod
     #: (``ehb operator --annotate-pods``; needs ``patch`` on pods, which the default install
     #: does not grant)
