@@ -26,6 +26,10 @@ if TYPE_CHECKING:
     from eventhub_balancer.adapters import checkpointresets
 
 
+#: How long an interrupted reset or import tries to post the Event of what it wrote.
+INTERRUPTED_EVENT_S = 5.0
+
+
 class NewCheckpoint(TypedDict):
     sequenceNumber: int
     offset: str
@@ -133,9 +137,34 @@ async def apply_changes(
     except (asyncio.CancelledError, KeyboardInterrupt):
         left = [c.partition for c in changes[len(written) :]]
         print(f"ehb: error: interrupted: {stopped_after(written, left, finish)}", file=sys.stderr)
+        if written:
+            await _post_interrupted(api, target, written, reason=reason, what=what)
         raise
     await _post_event(api, target, written, reason=reason, what=what)
     return written
+
+
+async def _post_interrupted(
+    api: Any,
+    target: consumertargets.ConsumerTarget,
+    written: Sequence[checkpointresets.Change],
+    *,
+    reason: str,
+    what: str,
+) -> None:
+    """The Event of what an interrupted command wrote, given `INTERRUPTED_EVENT_S` at most:
+    who pressed Ctrl-C wants the prompt back, not a wait on a hung API server."""
+    try:
+        await asyncio.wait_for(
+            _post_event(api, target, written, reason=reason, what=what),
+            timeout=INTERRUPTED_EVENT_S,
+        )
+    except TimeoutError:
+        print(
+            f"ehb: warning: checkpoints written, but the Event on the CR was not posted within "
+            f"{INTERRUPTED_EVENT_S:g} s",
+            file=sys.stderr,
+        )
 
 
 async def _post_event(

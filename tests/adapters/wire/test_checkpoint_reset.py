@@ -750,8 +750,9 @@ def test_a_reset_that_fails_part_way_says_what_it_wrote_and_how_to_finish(
 def test_a_reset_stopped_by_ctrl_c_says_what_it_wrote(
     setup: Setup, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Ctrl-C while partition 1 is being written: exit 130, and the one stderr line says
-    partition 0 was reset and how to finish."""
+    """Ctrl-C while partition 1 is being written: exit 130, the one stderr line says
+    partition 0 was reset and how to finish, and the Event on the CR records partition 0, as
+    after a store that gives up (it recorded nothing after a Ctrl-C)."""
     setup.pause()
     create = checkpointrequests.CheckpointBlobs.create
 
@@ -767,3 +768,10 @@ def test_a_reset_stopped_by_ctrl_c_says_what_it_wrote(
     assert line.startswith("ehb: error: interrupted: partition 0 was reset (5 -> -1)")
     assert "ehb checkpoints reset orders -n shop --to-earliest --partitions 1" in line
     assert setup.read()["0"].sequence_number == -1
+    (event,) = [
+        e
+        for e in setup.kube.list_objects("v1/events", namespace=NAMESPACE)
+        if e.get("reason") == "CheckpointsReset"
+    ]
+    assert event["message"].startswith("Reset checkpoints (--to-earliest): 1 partition(s)")
+    assert "0: 5 -> -1" in event["message"]
