@@ -40,6 +40,15 @@ EXIT_USAGE = 2
 ENV_LOG_FORMAT = "EHB_LOG_FORMAT"
 #: The entry-point group through which other distributions add command modules.
 ENTRY_POINT_GROUP = "eventhub_balancer.commands"
+#: The commands that act with the caller's kubeconfig: a 403 is a right its user lacks.
+USER_COMMANDS = frozenset({"status", "checkpoints", "deadletters"})
+#: What a 403 advises (`kubeclients`), written for the operator's own requests.
+OPERATOR_ADVICE = "grant the operator's ServiceAccount access"
+#: What it advises instead for `USER_COMMANDS`.
+USER_ADVICE = (
+    "your kubeconfig's user needs this right, not the operator's ServiceAccount: have it "
+    "granted (`kubectl auth can-i --list -n NAMESPACE` shows yours)"
+)
 
 
 def _command_modules() -> list[ModuleType]:
@@ -124,7 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ehb: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except errors.EventHubBalancerError as e:
-        print(f"ehb: error: {e}", file=sys.stderr)
+        advice = USER_ADVICE if args.command in USER_COMMANDS else OPERATOR_ADVICE
+        print(f"ehb: error: {str(e).replace(OPERATOR_ADVICE, advice)}", file=sys.stderr)
         return 1
     except yaml.YAMLError as e:
         # A YAML file the user gave (a kubeconfig, a values or scenario file) is broken: say
