@@ -143,3 +143,25 @@ def test_show_counts_one_event_and_one_attempt_in_the_singular() -> None:
     lines = deadletters.show_text(letter, {"events": []}).splitlines()
     assert lines[1] == "  partition 0, sequence numbers 7-7, 1 event"
     assert lines[2].endswith("by orders-0 (epoch 1) after 1 attempt")
+
+
+@pytest.mark.parametrize(
+    ("action", "typo", "meant"),
+    [
+        (["list", "orders"], "--jsn", "--json"),
+        (["show", "orders", "0/1-2"], "--namespce", "--namespace"),
+        (["replay", "orders", "--to-hub"], "--dry-rn", "--dry-run"),
+    ],
+)
+def test_a_misspelt_flag_is_named_against_the_actions_own_flags(
+    capsys: pytest.CaptureFixture[str], action: list[str], typo: str, meant: str
+) -> None:
+    """As for every other command: the flag meant, and the --help that lists it. It pointed
+    at ``ehb deadletters --help``, which lists no flag of list, show or replay."""
+    status, out, err = ehb(capsys, "deadletters", *action, typo, "x")
+    verb = action[0]
+    assert (status, out) == (2, "")
+    assert err.splitlines() == [
+        f"ehb deadletters {verb}: error: unrecognized arguments: {typo} x (did you mean "
+        f"{meant}?) (see ehb deadletters {verb} --help)"
+    ]

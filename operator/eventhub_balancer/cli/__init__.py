@@ -112,7 +112,18 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(
             _run=module.run, _log_identity=getattr(module, "log_identity", None), _parser=sub
         )
+        _own_parsers(sub)
     return parser
+
+
+def _own_parsers(parser: argparse.ArgumentParser) -> None:
+    """The actions a command adds below itself (``ehb deadletters list``) are each the parser
+    that refuses their unknown flags: their own --help lists the flags the user meant."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                child.set_defaults(_parser=child)
+                _own_parsers(child)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
