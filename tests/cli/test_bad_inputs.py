@@ -143,12 +143,23 @@ ROWS = [
         "expected the node content, but found '-'): fix the file, or point --kubeconfig / "
         "KUBECONFIG at another",
     ),
+    # With -n the API client parses it first: the same line, naming the flag (it said only
+    # "a YAML file cannot be read", as of a scenario or values file).
     Row(
         "a broken kubeconfig with -n",
         ("status", "-n", "shop", "--kubeconfig", "{tmp}/kubeconfig"),
         {},
-        "ehb: error: a YAML file cannot be read: {tmp}/kubeconfig, line 3, column 3: expected "
-        "the node content, but found '-'",
+        "ehb: error: --kubeconfig: {tmp}/kubeconfig is not valid YAML (line 3, column 3: "
+        "expected the node content, but found '-'): fix the file, or point --kubeconfig / "
+        "KUBECONFIG at another",
+    ),
+    Row(
+        "a broken kubeconfig from the environment with -n",
+        ("checkpoints", "list", "orders", "-n", "shop"),
+        {"KUBECONFIG": "{tmp}/kubeconfig"},
+        "ehb: error: KUBECONFIG: {tmp}/kubeconfig is not valid YAML (line 3, column 3: "
+        "expected the node content, but found '-'): fix the file, or point --kubeconfig / "
+        "KUBECONFIG at another",
     ),
     Row(
         "--spark-remote without --spark",
@@ -293,7 +304,7 @@ def test_a_bad_input_gets_one_line_that_says_what_to_change(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     for name, value in row.env.items():
-        monkeypatch.setenv(name, value)
+        monkeypatch.setenv(name, value.replace("{tmp}", str(workspace)))
     argv = [a.replace("{tmp}", str(workspace)) for a in row.argv]
     try:
         status = cli.main(argv)

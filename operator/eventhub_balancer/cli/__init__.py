@@ -32,7 +32,7 @@ from typing import NoReturn, cast
 import yaml
 
 from eventhub_balancer import __version__, errors
-from eventhub_balancer.cli import logformats
+from eventhub_balancer.cli import kubecontexts, logformats
 
 #: Exit status for bad input: the message names what to change.
 EXIT_USAGE = 2
@@ -149,8 +149,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except yaml.YAMLError as e:
         # A YAML file the user gave (a kubeconfig, a values or scenario file) is broken: say
-        # where, in one line, rather than the parser's stack.
-        print(f"ehb: error: a YAML file cannot be read: {_one_line(e)}", file=sys.stderr)
+        # where, in one line, rather than the parser's stack; the kubeconfig as when its
+        # context's namespace is read (`kubecontexts`), naming the flag.
+        kubeconfig = kubecontexts.kubeconfig_of(e, getattr(args, "kubeconfig", None))
+        problem = kubeconfig or f"a YAML file cannot be read: {_one_line(e)}"
+        print(f"ehb: error: {problem}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

@@ -57,15 +57,8 @@ def _load(path: Path, *, flag: str) -> Mapping[str, object]:
         raise errors.InvalidInput(
             flag, f"{path} is nested too deeply to be a kubeconfig: {elsewhere}"
         ) from None
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise errors.InvalidInput(
-            flag,
-            f"{path} is not valid YAML ({where}{e.problem}): fix the file, or {elsewhere}",
-        ) from None
     except yaml.YAMLError as e:
-        raise errors.InvalidInput(flag, f"{path} is not valid YAML ({e})") from None
+        raise not_yaml(path, e, flag=flag) from None
     if loaded is None:
         return {}
     if not isinstance(loaded, Mapping):
@@ -73,6 +66,35 @@ def _load(path: Path, *, flag: str) -> Mapping[str, object]:
             flag, f"{path} is not a kubeconfig (a YAML mapping with contexts and clusters)"
         )
     return loaded
+
+
+def not_yaml(path: Path, error: yaml.YAMLError, *, flag: str) -> errors.InvalidInput:
+    """A kubeconfig the YAML parser refused, where, and what to do: one line naming ``flag``
+    (``--kubeconfig`` or ``KUBECONFIG``), whether this module or the API client read it."""
+    if isinstance(error, yaml.MarkedYAMLError):
+        mark = error.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        return errors.InvalidInput(
+            flag,
+            f"{path} is not valid YAML ({where}{error.problem}): fix the file, or point "
+            "--kubeconfig / KUBECONFIG at another",
+        )
+    return errors.InvalidInput(flag, f"{path} is not valid YAML ({error})")
+
+
+def kubeconfig_of(
+    error: yaml.YAMLError, kubeconfig: str | None, env: Mapping[str, str] = os.environ
+) -> errors.InvalidInput | None:
+    """`not_yaml` when the file ``error`` is about is the kubeconfig a command reads (the API
+    client's loader names it in the error's mark), else None."""
+    mark = getattr(error, "problem_mark", None)
+    if mark is None or not mark.name:
+        return None
+    failed = Path(mark.name).expanduser().resolve()
+    for path in kubeconfig_paths(kubeconfig, env):
+        if path.resolve() == failed:
+            return not_yaml(path, error, flag="--kubeconfig" if kubeconfig else "KUBECONFIG")
+    return None
 
 
 def find_context(config: Mapping[str, object], *, name: str) -> Mapping[str, object] | None:
