@@ -63,6 +63,19 @@ def test_a_time_outside_the_years_in_utc_is_a_usage_error(
     )
 
 
+def test_a_negative_sequence_number_says_what_to_give(
+    consumer: pausedconsumers.PausedConsumer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It said only ``-5 is negative``."""
+    status, out, err = reset(capsys, "--to-sequence", "-5")
+    assert (status, out) == (2, "")
+    assert err == (
+        "ehb: error: --to-sequence: -5 is negative: give the sequence number of the next event "
+        "to process (0 or more), or --to-earliest to replay everything the partition retains\n"
+    )
+    assert consumer.container.opened == 0
+
+
 def test_the_longest_duration_a_date_holds_is_taken() -> None:
     longest = NOW - datetime.datetime.min.replace(tzinfo=datetime.UTC)
     when = checkpointresets.time_before(NOW, f"{longest.days}d")

@@ -68,7 +68,11 @@ def target_of(args: argparse.Namespace, *, now: datetime.datetime) -> Any:
         return resets.ShiftBy(delta=args.shift_by)
     if args.to_sequence is not None:
         if args.to_sequence < 0:
-            raise errors.InvalidInput("--to-sequence", f"{args.to_sequence} is negative")
+            raise errors.InvalidInput(
+                "--to-sequence",
+                f"{args.to_sequence} is negative: give the sequence number of the next event to "
+                "process (0 or more), or --to-earliest to replay everything the partition retains",
+            )
         return resets.ToSequence(sequence_number=args.to_sequence)
     raise errors.InvalidInput("target", "give one of --to-earliest, --to-latest, ...")
 
