@@ -194,9 +194,13 @@ async def _post_event(
             ),
         )
     except errors.EventHubBalancerError as e:
+        from eventhub_balancer import cli
+
         # The checkpoints are written by now: say so rather than fail as if nothing was done.
+        # The right is the caller's: a 403's advice for the operator's ServiceAccount goes.
+        problem = str(e).replace(f"; {cli.OPERATOR_ADVICE}", "")
         print(
-            f"ehb: warning: checkpoints written, but the Event on the CR was not ({e}); "
+            f"ehb: warning: checkpoints written, but the Event on the CR was not ({problem}); "
             "grant `create` on events to record resets",
             file=sys.stderr,
         )

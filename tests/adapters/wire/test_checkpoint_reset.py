@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 from azure.core import exceptions as azure_errors
+from kubernetes.client import exceptions as kube_exceptions
 
 from eventhub_balancer import cli, errors
 from eventhub_balancer.adapters import (
@@ -32,6 +33,8 @@ from eventhub_balancer.adapters import (
     checkpointing,
     checkpointrequests,
     checkpointresets,
+    kubeapi,
+    kubeclients,
     receiving,
 )
 from eventhub_balancer.contracts import checkpointblobs, startpositions
@@ -775,3 +778,27 @@ def test_a_reset_stopped_by_ctrl_c_says_what_it_wrote(
     ]
     assert event["message"].startswith("Reset checkpoints (--to-earliest): 1 partition(s)")
     assert "0: 5 -> -1" in event["message"]
+
+
+def test_a_reset_whose_event_is_refused_asks_for_the_users_right(
+    setup: Setup, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checkpoints are written, the Event is refused by RBAC: the warning asks for
+    ``create`` on events for the admin, and no longer also tells them to grant the operator's
+    ServiceAccount access, which changes nothing for a reset."""
+    setup.pause()
+
+    async def forbidden(self: Any, *, namespace: str, body: Any) -> None:
+        refusal = kube_exceptions.ApiException(status=403, reason="Forbidden")
+        refusal.body = json.dumps({"message": 'events is forbidden: User "alice" cannot create'})
+        raise kubeclients._wrap(refusal, f"create Event in {namespace}")
+
+    monkeypatch.setattr(kubeapi.KubeAPI, "create_event", forbidden)
+    assert setup.ehb("reset", "--to-earliest", "--partitions", "0") == 0
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        "ehb: warning: checkpoints written, but the Event on the CR was not (create Event in "
+        'shop: forbidden (events is forbidden: User "alice" cannot create)); grant `create` on '
+        "events to record resets"
+    )
+    assert setup.read()["0"].sequence_number == -1
