@@ -274,6 +274,23 @@ async def test_every_metric_the_dashboard_and_the_alerts_use_is_on_a_live_metric
     assert "ehb_no_such_metric" not in exported
 
 
+async def test_the_operations_page_lists_every_metric_the_operator_exports() -> None:
+    """The "Metrics:" paragraph of docs/operations.md is where an operator looks a metric up:
+    each family on the operator's live /metrics page is in it."""
+    text = OPERATIONS.read_text()
+    start = text.index("\nMetrics: `ehb_")
+    listed = metric_names(text[start : text.index("\n\n", start)])
+    families = {
+        family.name
+        for family in parser.text_string_to_metric_families(await operator_exposition())
+        # prometheus_client's counters and histograms have a *_created family beside them
+        if family.name.startswith("ehb_") and not family.name.endswith("_created")
+    }
+    assert len(families) >= 15
+    missing = sorted(f for f in families if not ({f, f + "_total", f + "_info"} & listed))
+    assert missing == []
+
+
 # The chart
 
 
