@@ -170,6 +170,33 @@ def consumer_exposition() -> str:
     return text
 
 
+def test_a_pod_of_a_paused_consumer_exports_no_lag_for_the_pod_alerts_to_fire_on() -> None:
+    """docs/operations.md, "Pausing a consumer": the lag and checkpoint alerts stay silent
+    while paused, as the pods export lag and checkpoint age only for what they hold."""
+    released = consumer_metrics.PartitionStats(
+        events=10,
+        owned=False,
+        processed_sequence_number=9,
+        checkpointed_sequence_number=9,
+        checkpoint_time=100.0,
+        last_enqueued=deliveries.LastEnqueued(
+            sequence_number=500, offset="50000", enqueued_time=None, retrieved_time=None
+        ),
+    )
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(consumer_metrics.RuntimeCollector(lambda: {"0": released}, now=lambda: 9e3))
+    text = generate_latest(registry).decode()
+    assert 'ehb_consumer_events_total{partition="0"} 10.0' in text
+    assert "ehb_consumer_owned_partitions 0.0" in text
+    for alert in ("EventHubConsumerLagGrowing", "EventHubCheckpointStale"):
+        (rule,) = [r for r in alerts() if r["alert"] == alert]
+        assert "ehb_consumer_lag_events" in rule["expr"]
+    assert "ehb_consumer_lag_events{" not in text
+    assert "ehb_consumer_checkpoint_age_seconds{" not in text
+    page = OPERATIONS.read_text()
+    assert "`EventHubConsumerLagGrowing` and `EventHubCheckpointStale` stay silent too" in page
+
+
 # promtool
 
 
