@@ -161,6 +161,15 @@ ROWS = [
         "expected the node content, but found '-'): fix the file, or point --kubeconfig / "
         "KUBECONFIG at another",
     ),
+    # `-n` alone: the consumer's NAME was forgotten, not --eventhub-namespace meant (the old
+    # spelling, still refused with its hint when the location flags are given).
+    Row(
+        "checkpoints list without NAME",
+        ("checkpoints", "list", "-n", "shop"),
+        {},
+        "ehb: error: NAME: give the EventHubConsumer whose checkpoints to list, as in `ehb "
+        "checkpoints list NAME -n shop` (`ehb status -n shop` lists them)",
+    ),
     Row(
         "--spark-remote without --spark",
         (*LOCAL, "--handler", "x:y", "--spark-remote", "sc://spark:15002"),

@@ -201,6 +201,13 @@ async def _list_consumer(args: argparse.Namespace) -> list[Checkpoint]:
 async def _list_by_flags(args: argparse.Namespace) -> list[Checkpoint]:
     from eventhub_balancer import errors
 
+    if args.namespace is not None and not any(getattr(args, d) for _, d in LOCATION_FLAGS):
+        # `-n` alone: the consumer's NAME was forgotten.
+        raise errors.InvalidInput(
+            "NAME",
+            "give the EventHubConsumer whose checkpoints to list, as in `ehb checkpoints list "
+            f"NAME -n {args.namespace}` (`ehb status -n {args.namespace}` lists them)",
+        )
     if args.namespace is not None:
         # The old spelling of --eventhub-namespace: without NAME it cannot be Kubernetes'.
         raise errors.InvalidInput(
