@@ -140,7 +140,17 @@ async def apply_changes(
         if written:
             await _post_interrupted(api, target, written, reason=reason, what=what)
         raise
-    await _post_event(api, target, written, reason=reason, what=what)
+    try:
+        await _post_event(api, target, written, reason=reason, what=what)
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        # Done, though no table will say so: this line does.
+        done = "; ".join(f"partition {c.partition} was reset ({_move(c)})" for c in written)
+        print(
+            "ehb: error: interrupted while posting the Event on the CR, after every partition "
+            f"was written: {done}",
+            file=sys.stderr,
+        )
+        raise
     return written
 
 

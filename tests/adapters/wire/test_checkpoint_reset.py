@@ -802,3 +802,26 @@ def test_a_reset_whose_event_is_refused_asks_for_the_users_right(
         "events to record resets"
     )
     assert setup.read()["0"].sequence_number == -1
+
+
+def test_a_reset_stopped_while_its_event_is_posted_says_every_partition_was_written(
+    setup: Setup, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C after the last write, while the Event goes out: exit 130 with one line that says
+    the reset is done. It exited 130 without a word, so the admin could not tell a finished
+    reset from one that had not started."""
+    setup.pause()
+
+    async def interrupted(self: Any, *, namespace: str, body: Any) -> None:
+        signal.raise_signal(signal.SIGINT)  # as Ctrl-C: asyncio.run cancels the command
+        await asyncio.sleep(30)
+
+    monkeypatch.setattr(kubeapi.KubeAPI, "create_event", interrupted)
+    assert setup.ehb("reset", "--to-earliest", "--partitions", "0,1") == 130
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        "ehb: error: interrupted while posting the Event on the CR, after every partition was "
+        "written: partition 0 was reset (5 -> -1); partition 1 was reset (- -> -1)"
+    )
+    stored = setup.read()
+    assert {p: stored[p].sequence_number for p in ("0", "1")} == {"0": -1, "1": -1}
