@@ -226,6 +226,16 @@ def test_every_alert_has_a_unit_test_a_severity_and_a_runbook() -> None:
     assert {rule["labels"]["severity"] for rule in alerts()} <= {"warning", "critical"}
 
 
+def test_every_alert_points_on_call_at_its_runbook() -> None:
+    """The notification itself says where the runbook is: docs/operations.md, at the anchor
+    mkdocs gives the alert's heading (the name in lower case)."""
+    page = OPERATIONS.read_text()
+    for rule in alerts():
+        runbook = rule["annotations"].get("runbook", "")
+        assert runbook == f"docs/operations.md#{rule['alert'].lower()}", rule["alert"]
+        assert f"\n### {rule['alert']}\n" in page
+
+
 def test_the_dashboard_queries_parse_as_promql(tmp_path: Path) -> None:
     queries = [without_grafana_variables(q) for q in dashboard_queries()]
     assert not [q for q in queries if "$" in q], "a Grafana variable without a stand-in"
