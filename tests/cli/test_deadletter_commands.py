@@ -9,6 +9,7 @@ are read back from Azurite in tests/adapters/wire/test_deadletter_replay.py.
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import pytest
@@ -164,4 +165,65 @@ def test_a_misspelt_flag_is_named_against_the_actions_own_flags(
     assert err.splitlines() == [
         f"ehb deadletters {verb}: error: unrecognized arguments: {typo} x (did you mean "
         f"{meant}?) (see ehb deadletters {verb} --help)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("source", "problem"),
+    [
+        (
+            "def process(events, context)\n    return None\n",
+            "{tmp}/ehb_replay_handler.py, line 1: expected ':': fix the handler module's syntax",
+        ),
+        (
+            "import os\nTOPIC = os.environ['EHB_NO_SUCH_TOPIC']\n"
+            "def process(events, context):\n    return None\n",
+            "importing 'ehb_replay_handler' raised KeyError: 'EHB_NO_SUCH_TOPIC' "
+            "({tmp}/ehb_replay_handler.py, line 2): fix what the module does at import",
+        ),
+    ],
+    ids=["syntax", "import"],
+)
+def test_a_handler_that_cannot_be_imported_is_one_line_naming_through_handler(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Any,
+    source: str,
+    problem: str,
+) -> None:
+    """As ``ehb consume`` says it: a handler with a syntax error or one that fails at import
+    was a traceback, and a wrong reference was named as ``--handler``, a flag replay has not."""
+    pausedconsumers.install(monkeypatch)
+    (tmp_path / "ehb_replay_handler.py").write_text(source)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "ehb_replay_handler", raising=False)
+    status, out, err = ehb(
+        capsys,
+        "deadletters",
+        "replay",
+        "orders",
+        "-n",
+        "shop",
+        "--all",
+        "--through-handler",
+        "ehb_replay_handler:process",
+        "--handler-path",
+        str(tmp_path),
+    )
+    assert (status, out) == (2, "")
+    assert err.splitlines() == [
+        f"ehb: error: --through-handler: {problem.replace('{tmp}', str(tmp_path))}"
+    ]
+
+
+def test_a_reference_that_is_not_module_function_names_through_handler(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pausedconsumers.install(monkeypatch)
+    argv = ["replay", "orders", "-n", "shop", "--all", "--through-handler", "nosuch"]
+    status, out, err = ehb(capsys, "deadletters", *argv)
+    assert (status, out) == (2, "")
+    assert err.splitlines() == [
+        "ehb: error: --through-handler: 'nosuch' is not module:function (e.g. "
+        "mypkg.pipeline:process)"
     ]

@@ -54,6 +54,21 @@ def interrupted(short_name: str, results: list[dict[str, Any]]) -> str:
     )
 
 
+def load_handler(args: argparse.Namespace) -> Any:
+    """``--through-handler``, imported and checked as ``ehb consume --handler`` is (plain
+    mode): a syntax error, a module failing at import or a wrong signature is one line, which
+    names the flag replay has."""
+    from eventhub_balancer import errors
+    from eventhub_balancer.consumer import protocols
+
+    try:
+        return protocols.load(args.through_handler, search_path=args.handler_path, spark=False)
+    except errors.InvalidInput as e:
+        if e.field != "--handler":
+            raise
+        raise errors.InvalidInput("--through-handler", e.problem) from e
+
+
 async def replay(
     args: argparse.Namespace,
     target: consumertargets.ConsumerTarget,
@@ -88,9 +103,7 @@ async def replay(
     processor: processing.PlainProcessor | None = None
     if args.through_handler:
         destination = f"handler:{args.through_handler}"
-        processor = processing.PlainProcessor(
-            processing.load_handler(args.through_handler, search_path=args.handler_path)
-        )
+        processor = processing.PlainProcessor(load_handler(args))
 
     results: list[dict[str, Any]] = []
     problems: list[str] = []
