@@ -1,9 +1,11 @@
 """The consumer's Prometheus metrics, read from the runtime's state when scraped.
 
 Counters live in :class:`PartitionStats`, one per partition for the life of the process (a
-partition that moves away and back keeps counting, as Prometheus counters must). Gauges
-(checkpoint age, lag, owned partitions) are computed at scrape time from the runtime's
-state, so they are never stale. Each runtime has its own registry: several runtimes in one
+partition that moves away and back keeps counting, as Prometheus counters must); a pod exports
+them while it holds the partition and `RELEASED_SERIES_SECONDS` after, so that a pod does not
+come to export a series set for every partition it ever held. Gauges (checkpoint age, lag,
+owned partitions) are computed at scrape time from the runtime's state, so they are never
+stale. Each runtime has its own registry: several runtimes in one
 process (tests) do not collide.
 """
 
@@ -22,6 +24,10 @@ import eventhub_balancer
 from eventhub_balancer.adapters import deliveries
 
 PREFIX: Final = "ehb_consumer_"
+#: How long a partition's counters are still exported after the pod let it go: scrapes
+#: enough to count its last events, then its series go (a partition that comes back brings
+#: them back, counting on).
+RELEASED_SERIES_SECONDS: Final = 600.0
 
 
 @dataclasses.dataclass
@@ -71,6 +77,8 @@ class RuntimeCollector(Collector):
     ) -> None:
         self._stats = stats
         self._now = now
+        #: when each partition was last seen held (or first seen let go) at a scrape
+        self._held_at: dict[str, float] = {}
 
     def collect(self) -> Iterator[Metric]:
         stats = self._stats()
@@ -123,6 +131,10 @@ class RuntimeCollector(Collector):
         owned_count = 0
         for partition in sorted(stats, key=lambda p: (len(p), p)):
             s = stats[partition]
+            if s.owned:
+                self._held_at[partition] = now
+            elif now - self._held_at.setdefault(partition, now) > RELEASED_SERIES_SECONDS:
+                continue
             events.add_metric([partition], s.events)
             batches.add_metric([partition], s.batches)
             errors_.add_metric([partition], s.handler_errors)
