@@ -217,3 +217,22 @@ def test_the_command_prints_no_traceback_on_bad_input() -> None:
 def test_compact_folds_numeric_runs() -> None:
     ids = [models.PartitionId(p) for p in ["8", "0", "1", "x", "2", "3", "10", "11"]]
     assert plan_command.compact(ids) == "0-3,8,10-11,x"
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ('{"partitions": ["0"], "x": 1}', "x: unknown key ("),
+        ('{"partitions": ["0"],\n "members": [', "malformed JSON at line 2, column 14"),
+    ],
+)
+def test_a_bad_scenario_file_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, problem: str
+) -> None:
+    """The line said ``x: unknown key`` or ``scenario: malformed JSON``, not which file."""
+    path = tmp_path / "scenario.json"
+    path.write_text(text)
+    status, out, err = run(["plan", str(path)], capsys)
+    assert (status, out) == (2, "")
+    assert err.startswith(f"ehb: error: {path}: {problem}")
+    assert err.count("\n") == 1

@@ -73,7 +73,12 @@ def _scenario(args: argparse.Namespace) -> models.Scenario:
         raise errors.InvalidInput("scenario", f"cannot read {args.scenario}: {e.strerror}") from e
     except UnicodeDecodeError as e:
         raise errors.InvalidInput("scenario", f"{args.scenario} is not UTF-8 text") from e
-    return scenarios.load(text)
+    try:
+        return scenarios.load(text)
+    except errors.InvalidInput as e:
+        # Which file, then where in it (the whole scenario's problems name no field).
+        field = args.scenario if e.field == "scenario" else f"{args.scenario}: {e.field}"
+        raise errors.InvalidInput(field, e.problem) from None
 
 
 def render(scenario: models.Scenario, plan: models.Plan) -> str:
