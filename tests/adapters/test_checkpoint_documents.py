@@ -32,7 +32,6 @@ def document(*checkpoints: dict[str, Any]) -> dict[str, Any]:
         "9223372036854775808",  # int64's maximum + 1
         "1" * 5000,
         5,
-        None,
     ],
 )
 def test_an_offset_is_the_decimal_string_the_sdk_writes(offset: object) -> None:
@@ -51,6 +50,14 @@ def test_offsets_an_export_holds_are_taken(offset: str) -> None:
     checkpoints = document({"partition": "0", "sequenceNumber": 5, "offset": offset})
     (position,) = checkpointdocuments.parse_import(checkpoints, source="f").values()
     assert position.offset == offset
+
+
+def test_a_null_offset_of_an_older_export_is_taken_as_unknown() -> None:
+    """Exports made before 1 December wrote ``null`` for a checkpoint without an offset (a reset
+    between a partition's first and last event writes none): their backups restore."""
+    checkpoints = document({"partition": "0", "sequenceNumber": 5, "offset": None})
+    (position,) = checkpointdocuments.parse_import(checkpoints, source="f").values()
+    assert position.offset == ""
 
 
 @pytest.mark.parametrize("sequence", [2**63, 2**70, -2])

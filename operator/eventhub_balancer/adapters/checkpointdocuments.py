@@ -115,6 +115,8 @@ def parse_import(document: object, *, source: str) -> dict[str, checkpointblobs.
                 "Hubs numbers events)",
             )
         offset = item.get("offset", checkpointblobs.OFFSET_UNKNOWN)
+        if offset is None:  # what exports wrote for an unknown offset before 1 December 2026
+            offset = checkpointblobs.OFFSET_UNKNOWN
         if not isinstance(offset, str) or not is_offset(offset):
             raise errors.InvalidInput(
                 f"{where}.offset",
