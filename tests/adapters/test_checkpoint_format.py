@@ -1,6 +1,7 @@
 """The checkpoint blob format (names, metadata) and the retry policy: pure."""
 
 import random
+from typing import Any
 
 import pytest
 from azure.core import exceptions as azure_errors
@@ -68,6 +69,17 @@ def test_sdk_written_metadata_decodes_as_epoch_zero_without_owner() -> None:
     decoded = checkpointblobs.decode_metadata({"offset": "100", "sequencenumber": "9"})
     assert decoded == checkpointblobs.StoredMetadata(
         position=checkpointblobs.Position(offset="100", sequence_number=9), owner_id="", epoch=0
+    )
+
+
+def test_empty_values_as_the_storage_listing_gives_them_decode_as_empty() -> None:
+    """The storage SDK's listing gives an empty metadata value as None (a reset between a
+    partition's first and last event writes an empty offset): it is the empty string, as read
+    one blob at a time, and never a None in a position."""
+    listed: dict[str, Any] = {"offset": None, "sequencenumber": "9", "ownerid": None, "epoch": "3"}
+    decoded = checkpointblobs.decode_metadata(listed)
+    assert decoded == checkpointblobs.StoredMetadata(
+        position=checkpointblobs.Position(offset="", sequence_number=9), owner_id="", epoch=3
     )
 
 

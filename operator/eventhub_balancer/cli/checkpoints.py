@@ -279,7 +279,7 @@ async def _list(
             consumer_group=consumer_group,
             owner_id="ehb-checkpoints-list",  # read-only: never used to write
         )
-        return as_written(await store.list())
+        return await store.list()
 
 
 # -- shared by ``ehb checkpoints list NAME``, ``export``, ``reset`` and ``import``
@@ -301,23 +301,4 @@ async def list_checkpoints(
             consumer_group=spec.consumer_group,
             owner_id=owner_id,
         )
-        return as_written(await store.list())
-
-
-def as_written(listed: Sequence[Checkpoint]) -> list[Checkpoint]:
-    """The checkpoints with their empty values as written.
-
-    The storage SDK lists an empty metadata value (the offset a ``--shift-by`` writes, the
-    owner of a seeded blob) as None: the list's JSON and an export then said ``null``, which
-    ``ehb checkpoints import`` refuses as an offset, so such a backup could not be restored.
-    """
-    import dataclasses
-
-    from eventhub_balancer.contracts import checkpointblobs
-
-    return [
-        dataclasses.replace(
-            c, offset=c.offset or checkpointblobs.OFFSET_UNKNOWN, owner_id=c.owner_id or ""
-        )
-        for c in listed
-    ]
+        return await store.list()

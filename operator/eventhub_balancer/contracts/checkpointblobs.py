@@ -180,11 +180,12 @@ def decode_metadata(metadata: Mapping[str, str]) -> StoredMetadata:
             deaths = Deaths.decode(raw_deaths)
         except ValueError as e:
             ignored = str(e)
+    # `or`: the storage SDK's listing gives an empty value as None.
     return StoredMetadata(
         position=Position(
-            offset=lowered.get(OFFSET_KEY, OFFSET_UNKNOWN), sequence_number=sequence_number
+            offset=lowered.get(OFFSET_KEY) or OFFSET_UNKNOWN, sequence_number=sequence_number
         ),
-        owner_id=lowered.get(OWNER_ID_KEY, ""),
+        owner_id=lowered.get(OWNER_ID_KEY) or "",
         epoch=epoch,
         deaths=None if deaths is not None and deaths.passed_by(sequence_number) else deaths,
         deaths_ignored=ignored,
