@@ -183,7 +183,7 @@ def test_a_rolling_update_moves_each_partition_once_without_duplicates(
         time.sleep(1)
     else:
         raise AssertionError("never steady")
-    time.sleep(10)
+    time.sleep(5)
     began = time.time()
     real_kubectl("-n", NAMESPACE, "patch", deployment, "--type=merge", "-p", json.dumps(
         {"spec": {"template": {"metadata": {"annotations": {"rollout": "1"}}}}}
