@@ -46,8 +46,10 @@ MONITORING_VALUES: dict[str, Any] = {
     },
 }
 
-#: Grafana's variables, replaced by something PromQL accepts before promtool parses a query.
+#: Grafana's variables, replaced by something PromQL accepts before promtool parses a query
+#: (the longest first: `$__rate_interval_ms` before `$__rate_interval`).
 GRAFANA_VARIABLES = {
+    "$__rate_interval_ms": "300000",
     "$__rate_interval": "5m",
     "$namespace": ".*",
     "$consumer": ".*",
@@ -82,7 +84,7 @@ def dashboard_queries() -> list[str]:
 
 
 def without_grafana_variables(expr: str) -> str:
-    for variable, value in GRAFANA_VARIABLES.items():
+    for variable, value in sorted(GRAFANA_VARIABLES.items(), key=lambda v: -len(v[0])):
         expr = expr.replace(variable, value)
     return expr
 
@@ -252,6 +254,61 @@ def test_the_dashboard_queries_parse_as_promql(tmp_path: Path) -> None:
     path = tmp_path / "dashboard-queries.yaml"
     path.write_text(yaml.safe_dump(rules))
     result = promtool("check", "rules", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def panel_query(title: str, legend: str) -> str:
+    """The query of a panel's target, with the stand-ins of Grafana's variables."""
+    (query,) = [
+        t["expr"]
+        for p in panels()
+        if p["title"] == title
+        for t in p["targets"]
+        if t.get("legendFormat") == legend
+    ]
+    return without_grafana_variables(query)
+
+
+def test_the_handoffs_panel_shows_a_consumers_first_timeout(tmp_path: Path) -> None:
+    """The operator's series of a consumer's timed-out hand-offs is born at 1 at the first
+    one, which increase() alone counts as no increase: the panel shows it, as the alert
+    EventHubHandoffTimedOut fires on it. Evaluated by promtool over series as Prometheus
+    stores them ($__rate_interval as 5m, the test's clock starting at 0)."""
+    query = panel_query("Hand-offs", "{{outcome}}")
+    # 4m: the first timeout, at 3m (_created 180 s); 6m: the second, at 5m, too; 9m: the
+    # second only, the first is older than 5 minutes; 20m: none any more.
+    timeouts = [
+        {
+            "expr": query,
+            "eval_time": at,
+            "exp_samples": [{"labels": '{outcome="timeout"}', "value": n}],
+        }
+        for at, n in (("4m", 1), ("6m", 2), ("9m", 1), ("20m", 0))
+    ]
+    count = "ehb_handoff_duration_seconds_count"
+    created = "ehb_handoff_duration_seconds_created"
+    orders = 'namespace="shop", consumer="orders", outcome="timeout"'
+    # Timed out two hours before Prometheus first scraped it: not a timeout of the panel's.
+    invoices = 'namespace="shop", consumer="invoices", outcome="timeout"'
+    tests = {
+        "rule_files": [str(RULES)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {"series": f"{count}{{{orders}}}", "values": "_ _ _ 1 1 2x20"},
+                    {"series": f"{created}{{{orders}}}", "values": "_ _ _ 180x22"},
+                    {"series": f"{count}{{{invoices}}}", "values": "_ _ _ 3x22"},
+                    {"series": f"{created}{{{invoices}}}", "values": "_ _ _ -7200x22"},
+                ],
+                "promql_expr_test": timeouts,
+            }
+        ],
+    }
+    path = tmp_path / "panel.test.yaml"
+    path.write_text(yaml.safe_dump(tests))
+    result = promtool("test", "rules", str(path))
     assert result.returncode == 0, result.stdout + result.stderr
 
 
