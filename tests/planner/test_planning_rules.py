@@ -531,3 +531,23 @@ def test_a_revoked_partition_never_goes_back_to_its_owner() -> None:
     assert [(m.partition, m.kind, m.source, m.target) for m in plan.moves] == [
         ("0", "takeover", "a", "b")
     ]
+
+
+def test_partitions_that_keep_up_weigh_the_same_whatever_their_traffic() -> None:
+    # a's two partitions receive 1000 events a second and are 5000 behind, in flight; b's
+    # receive 10 and are caught up. Each weighs the average floor: as by count, nothing moves.
+    s = lag_scenario({"a": [5000] * 2, "b": [0] * 2}, lag_floor=1000, lag_floor_seconds=10.0)
+    rates = {p: 1000.0 if s.assignment[p].owner == "a" else 10.0 for p in s.partitions}
+    assert not planning.plan(dataclasses.replace(s, rates=rates)).moves
+
+
+def test_beside_a_backlog_partitions_that_keep_up_still_spread() -> None:
+    # a's partition is a minute behind; b holds 12 that keep up, c none. Weighed as one event
+    # each, 12 beside 59,001 were within the tolerance, and c stayed idle. Each weighs the
+    # 1000 in flight (100 events a second): loads 60,000 / 12,000 / 0 (mean 24,000, margin
+    # 6,000), and b gives c partitions down to half of that: 7,000 / 5,000.
+    s = lag_scenario(
+        {"a": [60_000], "b": [0] * 12, "c": []}, lag_floor=1000, lag_floor_seconds=10.0
+    )
+    plan = planning.plan(dataclasses.replace(s, rates=dict.fromkeys(s.partitions, 100.0)))
+    assert [(m.kind, m.source, m.target) for m in plan.moves] == [("revoke", "b", "c")] * 5

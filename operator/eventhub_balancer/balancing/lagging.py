@@ -33,9 +33,15 @@ def decide(scenario: models.Scenario, census: censuses.Census) -> censuses.Decis
     # What a partition receives in that many seconds is in flight, not behind.
     floors = {p: max(floor, math.ceil(r * seconds)) for p, r in scenario.rates.items()}
 
+    # A partition that keeps up weighs what is in flight on an average one, the same for all
+    # (spread as by count, whatever each one's traffic); its backlog beyond its own floor adds
+    # to that. Weighed as one event, partitions that keep up gathered on few pods beside a
+    # backlog. Without a floor (`ehb plan`): lag + 1, so that idle partitions still spread.
+    given = [floors.get(p, floor) for p in scenario.partitions]
+    unit = max(1, math.ceil(sum(given) / len(given))) if given else 1
+
     def size(p: models.PartitionId) -> int:
-        # +1 so that idle partitions still spread.
-        return max(0, scenario.lag.get(p, 0) - floors.get(p, floor)) + 1
+        return max(0, scenario.lag.get(p, 0) - floors.get(p, floor)) + unit
 
     weighed = {
         m.name: [(size(p), census.rank[p], p) for p in census.kept[m.name]] for m in census.live
