@@ -22,11 +22,13 @@ from typing import Any
 
 import kopf
 from aiohttp import web
+from kopf._cogs.clients import errors as kopf_errors
 
 from eventhub_balancer import runners
 from eventhub_balancer.handlers import (
     growth,
     kopfkeepalives,
+    kopfrefusals,
     kopfretrylogs,
     kopftoggles,
     kopfwiring,
@@ -94,6 +96,7 @@ async def serve(
     kopftoggles.install()
     kopfkeepalives.install()
     kopfretrylogs.install()
+    kopfrefusals.install()
     settings = kopf.OperatorSettings()
     kopfwiring.configure(
         settings,
@@ -146,6 +149,10 @@ async def serve(
             stop_flag=stop_flag,
             ready_flag=kopf_ready,
         )
+    except kopf_errors.APIForbiddenError as e:  # a watch kopf gave up on: one line (`ehb`)
+        backoffs = settings.networking.error_backoffs
+        retried = backoffs if isinstance(backoffs, float | int) else sum(backoffs)
+        raise kopfrefusals.refused(e, retried_seconds=retried) from e
     finally:
         watcher.cancel()
         await growing.stop()  # before the clients its listings go through are closed

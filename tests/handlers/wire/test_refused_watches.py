@@ -1,0 +1,122 @@
+"""``ehb operator`` whose identity may not watch what it serves (the chart's RBAC not applied,
+or bound to another ServiceAccount): one line that names the right, whose it is and what to
+apply, and exit status 1.
+
+Replayed on the local API server, which answers the watches of EventHubConsumers 403 with the
+body kube-apiserver's RBAC gives: kopf retried for about a minute (one warning), then wrote
+154 lines, kopf's escalation, two tracebacks of its tasks and the one the interpreter printed
+for the error escaping ``ehb`` (290 with the pods refused too). kopf's backoffs are shortened
+here to a few tenths of a second; what is said at the end does not depend on them.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import kmock
+import kopf
+import pytest
+
+from eventhub_balancer import cli
+from eventhub_balancer.handlers import kopfwiring
+from eventhub_balancer_devstack.kube import LocalKubeAPI
+
+NS = "shop"
+USER = "system:serviceaccount:eventhub-balancer-system:eventhub-balancer"
+EHC = (
+    "eventhub-balancer.dev/v1alpha1/eventhubconsumers",
+    "eventhubconsumers",
+    "eventhub-balancer.dev",
+)
+PODS = ("v1/pods", "pods", "")
+
+
+def forbidden(resource: str, group: str) -> dict[str, Any]:
+    """What kube-apiserver answers a LIST that RBAC does not allow."""
+    qualified = f"{resource}.{group}" if group else resource
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": f'{qualified} is forbidden: User "{USER}" cannot list resource "{resource}" '
+        f'in API group "{group}" in the namespace "{NS}"',
+        "reason": "Forbidden",
+        "details": {"kind": resource, **({"group": group} if group else {})},
+        "code": 403,
+    }
+
+
+@pytest.fixture
+def short_backoffs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kopf's retries of a refused request (about a minute) in a few tenths of a second."""
+    stock = kopfwiring.configure
+
+    def configure(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
+        stock(settings, **kwargs)
+        settings.networking.error_backoffs = [0.1, 0.1, 0.1]
+
+    monkeypatch.setattr(kopfwiring, "configure", configure)
+
+
+def said(caplog: pytest.LogCaptureFixture, stderr: str) -> list[str]:
+    """Every line a user reads at the default level: the log's records from WARNING up
+    (tracebacks included) and what went to stderr."""
+    records = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    logged = [line for r in records for line in caplog.handler.format(r).splitlines()]
+    return logged + stderr.splitlines()
+
+
+@pytest.mark.parametrize(
+    "refused", [[EHC], [EHC, PODS]], ids=["eventhubconsumers", "eventhubconsumers and pods"]
+)
+def test_an_operator_refused_its_watch_says_so_in_one_line_and_exits_1(
+    local_kube: LocalKubeAPI,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    short_backoffs: None,
+    refused: list[tuple[str, str, str]],
+) -> None:
+    """With the pods refused too (no RBAC at all), kopf's stop added errors of its own: its
+    other watch cut short, retried and refused again while it stopped."""
+    kubeconfig = local_kube.write_kubeconfig(tmp_path / "kubeconfig")
+    for path, resource, group in refused:
+        local_kube.handler[kmock.resource(path)] << 403 << forbidden(resource, group)
+    with caplog.at_level(logging.WARNING):
+        status = cli.main(
+            [
+                "operator",
+                "-n",
+                NS,
+                "--kubeconfig",
+                str(kubeconfig),
+                "--metrics-insecure",
+                "--metrics-host",
+                "127.0.0.1",
+                "--metrics-port",
+                "0",
+            ]
+        )
+    err = capsys.readouterr().err
+    lines = said(caplog, err)
+    assert status == 1, "\n".join(lines)
+    assert not [line for line in lines if "Traceback" in line], "\n".join(lines)
+    # kopf's first retry (one warning, `kopfretrylogs`) and the error: nothing else.
+    assert len(lines) <= 2, "\n".join(lines)
+    (error,) = err.splitlines()
+    assert error.startswith("ehb: error: the operator's identity, ServiceAccount ")
+    refusals = [
+        f"may not list {resource}{'.' + group if group else ''} in namespace {NS}"
+        for _, resource, group in refused
+    ]
+    assert any(refusal in error for refusal in refusals), error
+    for named in (
+        "ServiceAccount eventhub-balancer-system/eventhub-balancer",
+        "ClusterRole",
+        "rbac.create",
+        "manifests/install/20-rbac.yaml",
+    ):
+        assert named in error
