@@ -269,27 +269,36 @@ def panel_query(title: str, legend: str) -> str:
     return without_grafana_variables(query)
 
 
-def test_the_handoffs_panel_shows_a_consumers_first_timeout(tmp_path: Path) -> None:
-    """The operator's series of a consumer's timed-out hand-offs is born at 1 at the first
-    one, which increase() alone counts as no increase: the panel shows it, as the alert
-    EventHubHandoffTimedOut fires on it. Evaluated by promtool over series as Prometheus
-    stores them ($__rate_interval as 5m, the test's clock starting at 0)."""
-    query = panel_query("Hand-offs", "{{outcome}}")
-    # 4m: the first timeout, at 3m (_created 180 s); 6m: the second, at 5m, too; 9m: the
-    # second only, the first is older than 5 minutes; 20m: none any more.
-    timeouts = [
-        {
-            "expr": query,
-            "eval_time": at,
-            "exp_samples": [{"labels": '{outcome="timeout"}', "value": n}],
-        }
+@pytest.mark.parametrize(
+    ("title", "legend", "family", "labels"),
+    [
+        ("Hand-offs", "{{outcome}}", "ehb_handoff_duration_seconds", {"outcome": "timeout"}),
+        ("Moves", "{{kind}} {{reason}}", "ehb_moves", {"kind": "takeover", "reason": "timeout"}),
+    ],
+)
+def test_a_counter_panel_shows_a_series_first_count(
+    tmp_path: Path, title: str, legend: str, family: str, labels: dict[str, str]
+) -> None:
+    """The operator's series of a consumer's timed-out hand-offs (of its moves of a kind and
+    reason) is born at 1 at the first one, which increase() alone counts as no increase: the
+    panel shows it, as the alert EventHubHandoffTimedOut fires on the first timeout.
+    Evaluated by promtool over series as Prometheus stores them ($__rate_interval as 5m, the
+    test's clock starting at 0)."""
+    query = panel_query(title, legend)
+    count = f"{family}_count" if family.endswith("_seconds") else f"{family}_total"
+    created = f"{family}_created"
+    shown = "{" + ", ".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+    # 4m: the first, at 3m (_created 180 s); 6m: the second, at 5m, too; 9m: the second
+    # only, the first is older than 5 minutes; 20m: none any more.
+    expected = [
+        {"expr": query, "eval_time": at, "exp_samples": [{"labels": shown, "value": n}]}
         for at, n in (("4m", 1), ("6m", 2), ("9m", 1), ("20m", 0))
     ]
-    count = "ehb_handoff_duration_seconds_count"
-    created = "ehb_handoff_duration_seconds_created"
-    orders = 'namespace="shop", consumer="orders", outcome="timeout"'
-    # Timed out two hours before Prometheus first scraped it: not a timeout of the panel's.
-    invoices = 'namespace="shop", consumer="invoices", outcome="timeout"'
+    orders = ", ".join(
+        f'{k}="{v}"' for k, v in {"namespace": "shop", "consumer": "orders", **labels}.items()
+    )
+    # Counted two hours before Prometheus first scraped it: not one of the panel's.
+    invoices = orders.replace('"orders"', '"invoices"')
     tests = {
         "rule_files": [str(RULES)],
         "evaluation_interval": "1m",
@@ -302,7 +311,7 @@ def test_the_handoffs_panel_shows_a_consumers_first_timeout(tmp_path: Path) -> N
                     {"series": f"{count}{{{invoices}}}", "values": "_ _ _ 3x22"},
                     {"series": f"{created}{{{invoices}}}", "values": "_ _ _ -7200x22"},
                 ],
-                "promql_expr_test": timeouts,
+                "promql_expr_test": expected,
             }
         ],
     }
