@@ -15,6 +15,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -26,9 +27,12 @@ from eventhub_balancer_devstack import sparkcluster
 #: The job's wait on the old session: what the keeper's watch needs, with room.
 JOB_WAIT_S = 120.0
 #: How often the keeper asks the session here (`sessionkeeping.WATCH_S` is 10 s): its
-#: `WATCH_STRIKES` noes then find the lost session in about 12 s rather than 30 s. The new
-#: session is warm (it has run a job on its executors) before the watch asks it anything.
-WATCH_S = 4.0
+#: `WATCH_STRIKES` noes then find the lost session in about 6 s rather than 30 s. A session
+#: is built warm, as a pod's is (`build`: a job run on its executors), so the watch never
+#: asks a session whose executors are still starting.
+WATCH_S = 2.0
+#: The longest wait for the killed master's process to be gone and its port free again.
+PORT_FREE_TIMEOUT_S = 10.0
 
 CONF = {
     "spark.executor.memory": "512m",
@@ -47,6 +51,7 @@ def restart_master(cluster: sparkcluster.StandaloneCluster) -> sparkcluster.Spar
     know. Returns the new master (the caller stops it)."""
     port = cluster.url.rsplit(":", 1)[1]
     command: list[str] = []
+    killed: list[int] = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -57,6 +62,7 @@ def restart_master(cluster: sparkcluster.StandaloneCluster) -> sparkcluster.Spar
         if "org.apache.spark.deploy.master.Master" in argv and port in argv:
             command = argv[argv.index("org.apache.spark.deploy.master.Master") :]
             os.kill(int(entry.name), signal.SIGKILL)
+            killed.append(int(entry.name))
     assert command, "the master's process was not found"
     home = sparkcluster.spark_home()
     master = sparkcluster.SparkProcess(
@@ -67,12 +73,38 @@ def restart_master(cluster: sparkcluster.StandaloneCluster) -> sparkcluster.Spar
             home, {"SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"}
         ),
     )
-    time.sleep(2)  # the old one's port is free again
+    _wait_port_free(killed, int(port))
     master.start()
     master.wait_until(
         lambda: _workers(cluster) >= 1, what="the worker back", timeout=sparkcluster.START_TIMEOUT_S
     )
     return master
+
+
+def _wait_port_free(pids: list[int], port: int) -> None:
+    """Until the killed processes are dead (gone, or zombies not reaped yet) and ``port`` can
+    be bound again (as the JVM binds it: with SO_REUSEADDR)."""
+    deadline = time.monotonic() + PORT_FREE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if not any(_running(pid) for pid in pids):
+            with socket.socket() as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    probe.bind((sparkcluster.HOST, port))
+                except OSError:
+                    pass
+                else:
+                    return
+        time.sleep(0.05)
+    raise AssertionError(f"port {port} not free {PORT_FREE_TIMEOUT_S:g} s after the master's kill")
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _workers(cluster: sparkcluster.StandaloneCluster) -> int:
@@ -82,10 +114,18 @@ def _workers(cluster: sparkcluster.StandaloneCluster) -> int:
         return 0
 
 
+def build(master: str) -> Any:
+    """A session on ``master``, warm as a pod's (`spark.frames.warm_up` there): it has run a
+    job, so its executors are up before the keeper's watch asks about them."""
+    session = sessions.build_session(master=master, conf=CONF)
+    session.range(1).count()
+    return session
+
+
 async def scenario(cluster: sparkcluster.StandaloneCluster) -> dict[str, Any]:
     sessionkeeping.WATCH_S = WATCH_S  # this child process's own keeper
     keeper = sessionkeeping.SessionKeeper(
-        lambda: asyncio.to_thread(sessions.build_session, master=cluster.url, conf=CONF),
+        lambda: asyncio.to_thread(build, cluster.url),
         alive=lambda s: asyncio.to_thread(sessions.is_alive, s),
         discard=lambda s: asyncio.to_thread(sessions.discard, s),
     )
