@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from eventhub_balancer import cli
 from eventhub_balancer.cli import status
 from eventhub_balancer.consumer import runtime
+from eventhub_balancer_devstack.kube import LocalKubeAPI
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "exit-codes.md"
 
@@ -26,6 +28,41 @@ def exit_code(argv: list[str]) -> int:
 
 def test_a_dependency_that_says_no_is_1() -> None:
     assert exit_code(["operator", "--kubeconfig", "/nonexistent", "-n", "shop"]) == 1
+
+
+def refused_port() -> int:
+    """A port of loopback bound by nobody: connections to it are refused."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port: int = closed.getsockname()[1]
+    return port
+
+
+def kubeconfig_for(tmp_path: Path, server: str) -> Path:
+    path = tmp_path / "config"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n"
+        f"clusters: [{{name: k, cluster: {{server: '{server}'}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+    )
+    return path
+
+
+def test_what_is_not_there_is_1_and_an_api_that_does_not_answer_is_its_own_code(
+    local_kube: LocalKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A script tells "no such consumer" (1, as ever) from "the API server did not answer,
+    ask again" (`cli.EXIT_UNAVAILABLE`): both were 1."""
+    there = local_kube.write_kubeconfig(tmp_path / "there")
+    missing = exit_code(["status", "orders", "-n", "shop", "--kubeconfig", str(there)])
+    assert "not found" in capsys.readouterr().err
+    nobody = kubeconfig_for(tmp_path, f"http://127.0.0.1:{refused_port()}")
+    unreachable = exit_code(["status", "orders", "-n", "shop", "--kubeconfig", str(nobody)])
+    assert "cannot reach the Kubernetes API server" in capsys.readouterr().err
+    assert (missing, unreachable) == (1, cli.EXIT_UNAVAILABLE)
+    assert cli.EXIT_UNAVAILABLE not in (0, 1, cli.EXIT_USAGE, runtime.EXIT_HANDLER_HUNG, 130)
+    assert "`ehb status`" in row(cli.EXIT_UNAVAILABLE)
 
 
 @pytest.mark.parametrize(
@@ -46,7 +83,7 @@ def test_an_interrupt_is_130(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_page_lists_every_code_the_product_uses() -> None:
     listed = DOC.read_text()
-    for code in (0, 1, cli.EXIT_USAGE, runtime.EXIT_HANDLER_HUNG, 130):
+    for code in (0, 1, cli.EXIT_USAGE, cli.EXIT_UNAVAILABLE, runtime.EXIT_HANDLER_HUNG, 130):
         assert f"| {code} |" in listed
 
 

@@ -36,6 +36,12 @@ from eventhub_balancer.cli import kubecontexts, logformats
 
 #: Exit status for bad input: the message names what to change.
 EXIT_USAGE = 2
+#: Exit status for a dependency that did not answer (a Kubernetes API server, Event Hubs or
+#: Blob Storage unreachable, timing out, answering 5xx or 429) or was busy (a write that
+#: conflicted): nothing was concluded about what was asked, and running it again later may
+#: succeed (sysexits' ``EX_TEMPFAIL``). Every other refusal of a dependency (not found,
+#: forbidden, invalid) stays 1, as scripts read it before.
+EXIT_UNAVAILABLE = 75
 #: The log format when --log-format is not given (text or json).
 ENV_LOG_FORMAT = "EHB_LOG_FORMAT"
 #: The entry-point group through which other distributions add command modules.
@@ -146,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except errors.EventHubBalancerError as e:
         advice = USER_ADVICE if args.command in USER_COMMANDS else OPERATOR_ADVICE
         print(f"ehb: error: {str(e).replace(OPERATOR_ADVICE, advice)}", file=sys.stderr)
-        return 1
+        return EXIT_UNAVAILABLE if isinstance(e, errors.TransientError) else 1
     except yaml.YAMLError as e:
         # A YAML file the user gave (a kubeconfig, a values or scenario file) is broken: say
         # where, in one line, rather than the parser's stack; the kubeconfig as when its
