@@ -14,7 +14,6 @@ import pytest
 from eventhub_balancer import cli
 from eventhub_balancer.cli import status
 from eventhub_balancer.consumer import runtime
-from eventhub_balancer_devstack.kube import LocalKubeAPI
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "exit-codes.md"
 
@@ -47,22 +46,6 @@ def kubeconfig_for(tmp_path: Path, server: str) -> Path:
         "users: [{name: u, user: {token: t}}]\n"
     )
     return path
-
-
-def test_what_is_not_there_is_1_and_an_api_that_does_not_answer_is_its_own_code(
-    local_kube: LocalKubeAPI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A script tells "no such consumer" (1, as ever) from "the API server did not answer,
-    ask again" (`cli.EXIT_UNAVAILABLE`): both were 1."""
-    there = local_kube.write_kubeconfig(tmp_path / "there")
-    missing = exit_code(["status", "orders", "-n", "shop", "--kubeconfig", str(there)])
-    assert "not found" in capsys.readouterr().err
-    nobody = kubeconfig_for(tmp_path, f"http://127.0.0.1:{refused_port()}")
-    unreachable = exit_code(["status", "orders", "-n", "shop", "--kubeconfig", str(nobody)])
-    assert "cannot reach the Kubernetes API server" in capsys.readouterr().err
-    assert (missing, unreachable) == (1, cli.EXIT_UNAVAILABLE)
-    assert cli.EXIT_UNAVAILABLE not in (0, 1, cli.EXIT_USAGE, runtime.EXIT_HANDLER_HUNG, 130)
-    assert "`ehb status`" in row(cli.EXIT_UNAVAILABLE)
 
 
 @pytest.mark.parametrize(
