@@ -47,6 +47,10 @@ QUIET_SECONDS = 10.0
 #: How kopf words a failed attempt it will make again.
 RETRY_PREFIX = "Request attempt "
 RETRY_MARK = "failed; will retry:"
+#: How kopf names a refusal (403) in its retry line, and where the API server's Status body,
+#: which repeats the message kopf quoted before it, starts.
+REFUSED = "APIForbiddenError("
+STATUS_BODY = ", {'kind': 'Status'"
 
 
 class RetryLog:
@@ -66,6 +70,15 @@ class RetryLog:
         self._last, self._last_at = message, now
         if self._since is None:
             self._since = self._said = now
+            if REFUSED in message:
+                # kopf gives up on a refusal after its backoffs; `kopfrefusals` then says it.
+                logger.warning(
+                    "kopf's requests to the Kubernetes API are refused (403) and retried "
+                    "until kopf gives up, about a minute; then the operator stops and says "
+                    "which right its identity lacks: %s",
+                    message.split(STATUS_BODY, 1)[0] + ")" if STATUS_BODY in message else message,
+                )
+                return
             logger.warning(
                 "kopf's requests to the Kubernetes API fail and are retried (said again every "
                 "%.0f minutes while it lasts, and when they succeed): %s",

@@ -106,6 +106,12 @@ def test_an_operator_refused_its_watch_says_so_in_one_line_and_exits_1(
     assert not [line for line in lines if "Traceback" in line], "\n".join(lines)
     # kopf's first retry (one warning, `kopfretrylogs`) and the error: nothing else.
     assert len(lines) <= 2, "\n".join(lines)
+    # The warning says what comes of a refusal, and quotes the API server's message once.
+    (warning,) = [line for line in lines if "kopf's requests" in line]
+    assert "refused (403)" in warning, warning
+    assert "then the operator stops" in warning, warning
+    assert "every 10 minutes" not in warning, warning
+    assert warning.count("cannot list resource") == 1, warning
     (error,) = err.splitlines()
     assert error.startswith("ehb: error: the operator's identity, ServiceAccount ")
     refusals = [
