@@ -131,8 +131,11 @@ async def apply_changes(
             await _post_event(api, target, written, reason=reason, what=what)
         left = [c.partition for c in changes[len(written) :]]
         message = f"{e}; {stopped_after(written, left, finish)}"
-        if isinstance(e, errors.TransientError):
+        if isinstance(e, errors.TransientError) and not written:
+            # Nothing written: the same command may simply be run again (exit 75).
             raise errors.CheckpointStoreUnreachable(message) from e
+        # Part written: the same command again would move those partitions a second time
+        # (--shift-by), so not "ask again later" (exit 1); the message gives the command.
         raise errors.ConfigurationError(message) from e
     except (asyncio.CancelledError, KeyboardInterrupt):
         left = [c.partition for c in changes[len(written) :]]

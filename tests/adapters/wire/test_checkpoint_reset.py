@@ -708,6 +708,27 @@ def test_an_export_after_a_shift_imports_again(
     assert setup.read()["0"].sequence_number == 3
 
 
+def test_a_reset_that_fails_before_any_write_may_be_run_again(
+    setup: Setup, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store gives up on the first partition: nothing was written, so the same command may
+    be run again, and the exit code says so (`cli.EXIT_UNAVAILABLE`). A reset cut short after
+    a write exits 1 (below): the same ``--shift-by`` again would move the written ones twice."""
+    setup.pause()
+
+    async def refused(self: Any, partition: str, *args: Any, **kwargs: Any) -> Any:
+        raise errors.CheckpointStoreUnreachable(
+            f"checkpoint create of partition {partition}: gave up after 3 attempt(s) over 20.0 s"
+        )
+
+    for method in ("create", "write"):
+        monkeypatch.setattr(checkpointrequests.CheckpointBlobs, method, refused)
+    assert setup.ehb("reset", "--shift-by", "-2", "--partitions", "0,1") == cli.EXIT_UNAVAILABLE
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "no partition was reset" in line
+    assert setup.read()["0"].sequence_number == 5
+
+
 def test_a_reset_that_fails_part_way_says_what_it_wrote_and_how_to_finish(
     setup: Setup, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
