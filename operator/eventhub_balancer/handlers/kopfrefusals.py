@@ -40,7 +40,6 @@ WATCHING = "kopf._cogs.clients.watching"
 #: What kopf logs when it gives up on a request, and when one of its tasks ends in an error.
 ESCALATION = "failed; escalating:"
 TASK_FAILED = " has failed: "
-FORBIDDEN = kopf_errors.APIForbiddenError.__name__
 #: What to apply, as the install pages name it.
 ADVICE = (
     "apply the chart's RBAC (rbac.create=true, the default: the ClusterRole and "
@@ -75,7 +74,8 @@ class _SaidOnExit(logging.Filter):
         error = record.exc_info[1] if record.exc_info else None
         message = record.getMessage()
         failed = isinstance(error, kopf_errors.APIForbiddenError) and TASK_FAILED in message
-        escalated = record.name == WATCHING and ESCALATION in message and f"{FORBIDDEN}(" in message
+        refusal_said = kopfretrylogs.REFUSED in message
+        escalated = record.name == WATCHING and ESCALATION in message and refusal_said
         refusal.given_up = failed or escalated
         return not refusal.given_up
 

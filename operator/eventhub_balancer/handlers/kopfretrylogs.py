@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kopf._cogs.clients import api
+from kopf._cogs.clients import errors as kopf_errors
 
 from eventhub_balancer.handlers import cyclefaults
 
@@ -49,7 +50,7 @@ RETRY_PREFIX = "Request attempt "
 RETRY_MARK = "failed; will retry:"
 #: How kopf names a refusal (403) in its retry line, and where the API server's Status body,
 #: which repeats the message kopf quoted before it, starts.
-REFUSED = "APIForbiddenError("
+REFUSED = f"{kopf_errors.APIForbiddenError.__name__}("
 STATUS_BODY = ", {'kind': 'Status'"
 
 
