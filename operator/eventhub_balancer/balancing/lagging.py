@@ -21,7 +21,8 @@ from __future__ import annotations
 import bisect
 import fractions
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
+from typing import Any
 
 from eventhub_balancer.balancing import censuses, loads, models, targets
 
@@ -93,31 +94,50 @@ def decide(scenario: models.Scenario, census: censuses.Census) -> censuses.Decis
     # half of it (hysteresis), so that the result is not on the edge of the trigger.
     started = False
     margin = tolerance * mean
-    while True:
+
+    def placed(
+        shed: Mapping[models.PartitionId, models.MemberName],
+    ) -> tuple[loads.Loads, dict[models.PartitionId, models.MemberName | None]]:
+        """The loads once the revoked partitions are placed, and their next owners, as the
+        next cycle will place them once released."""
         remaining = dict(kept)
         for p, owner in shed.items():
             remaining[owner] -= size(p)
         book = loads.Loads(loads=remaining, weights=weights)
-        # The next owners as the next cycle will place the revoked partitions once released.
-        destinations = _place(book, list(shed), size=size, rank=census.rank, owners=owners)
-        if len(shed) >= budget:
-            break
-        found = _shed(
-            book,
-            smallest_first,
-            shed,
-            size=size,
-            margin=margin,
-            budget=budget - len(shed),
-            probe=not started,
-        )
-        if not found:
-            break
-        if not started:
+        return book, _place(book, list(shed), size=size, rank=census.rank, owners=owners)
+
+    # Placement may differ from what the shedding assumed, so each round looks again from the
+    # placed loads. It may also leave a giver so much lighter than assumed that the next cycle
+    # would revoke a partition back to it (weights 0.5, 0.5, 0.5 and 1, 15 partitions on the
+    # first: it kept 2 of its share of 3): such a partition stays with its owner instead, for
+    # good (`kept_back`), and the shedding looks again. A partition joins `shed` at most once and
+    # leaves it at most once, so this ends.
+    kept_back: set[models.PartitionId] = set()
+    while True:
+        book, destinations = placed(shed)
+        found = {}
+        if len(shed) < budget:
+            found = _shed(
+                book,
+                smallest_first,
+                shed.keys() | kept_back,
+                size=size,
+                margin=margin,
+                budget=budget - len(shed),
+                probe=not started,
+            )
+        if found and not started:
             started, margin = True, margin / 2
             continue
-        # Placement may differ from what the shedding assumed: look again from there.
-        shed.update(found)
+        if found:
+            shed.update({p: giver for p, (giver, _) in found.items()})
+            continue
+        back = _returning(book, shed, destinations, weighed, size=size, margin=tolerance * mean)
+        if not back:
+            break
+        for p in back:
+            del shed[p]
+        kept_back.update(back)
     revokes += [
         censuses.Revoke(partition=p, entry=scenario.assignment[p], reason="rebalance")
         for p in sorted(shed, key=census.rank.__getitem__)
@@ -144,17 +164,62 @@ def _place(
     return destinations
 
 
+def _returning(
+    book: loads.Loads,
+    shed: Mapping[models.PartitionId, models.MemberName],
+    destinations: Mapping[models.PartitionId, models.MemberName | None],
+    weighed: Mapping[models.MemberName, list[tuple[int, int, models.PartitionId]]],
+    *,
+    size: Callable[[models.PartitionId], int],
+    margin: fractions.Fraction,
+) -> list[models.PartitionId]:
+    """The revoked partitions to keep with their owners: those the next cycle, with the revoked
+    ones placed (`book`, `destinations`), would move straight back. It starts on a move at the
+    full tolerance (`margin`), and goes on at half of it, as `decide` does."""
+    half = margin / 2
+    if not any(
+        target is not None
+        and _largest(book, giver=target, receiver=shed[p], margin=half) >= size(p)
+        for p, target in destinations.items()
+    ):
+        return []  # no move straight back is material, even at half the tolerance
+    held: dict[models.MemberName, list[tuple[int, int, models.PartitionId]]] = {
+        name: [e for e in entries if e[2] not in shed] for name, entries in weighed.items()
+    }
+    ranks = {p: rank for entries in weighed.values() for _, rank, p in entries}
+    for p, target in destinations.items():
+        if target is not None:
+            held[target].append((size(p), ranks[p], p))
+    for entries in held.values():
+        entries.sort()
+
+    def next_cycle(margin: fractions.Fraction, *, probe: bool) -> dict[models.PartitionId, Any]:
+        after = loads.Loads(
+            loads={name: book[name] for name in held},
+            weights={name: book.weight(name) for name in held},
+        )
+        return _shed(
+            after, held.__getitem__, (), size=size, margin=margin, budget=math.inf, probe=probe
+        )
+
+    if not next_cycle(margin, probe=True):
+        return []
+    moves = next_cycle(half, probe=False)
+    return [p for p, (_, receiver) in moves.items() if shed.get(p) == receiver]
+
+
 def _shed(
     book: loads.Loads,
     movable: Callable[[models.MemberName], list[tuple[int, int, models.PartitionId]]],
-    gone: Mapping[models.PartitionId, object],
+    gone: Container[models.PartitionId],
     *,
     size: Callable[[models.PartitionId], int],
     margin: fractions.Fraction,
     budget: float,
     probe: bool,
-) -> dict[models.PartitionId, models.MemberName]:
-    """Material moves, most loaded member first, until none is left (`probe`: the first one).
+) -> dict[models.PartitionId, tuple[models.MemberName, models.MemberName]]:
+    """Material moves, most loaded member first, until none is left (`probe`: the first one),
+    each partition with its giver and its receiver.
 
     `movable` gives a member's partitions, smallest first; those in `gone` are already leaving.
 
@@ -166,7 +231,7 @@ def _shed(
     """
     left: dict[models.MemberName, list[models.PartitionId]] = {}
     sizes: dict[models.MemberName, list[int]] = {}
-    found: dict[models.PartitionId, models.MemberName] = {}
+    found: dict[models.PartitionId, tuple[models.MemberName, models.MemberName]] = {}
     settled: set[models.MemberName] = set()
     need: dict[float, int] = {}  # weight -> the least whole load gap, with equal weights
     while len(found) < budget:
@@ -192,6 +257,9 @@ def _shed(
             entries = [e for e in movable(giver) if e[2] not in gone]
             left[giver] = [p for _, _, p in entries]
             sizes[giver] = [n for n, _, _ in entries]
+        if not sizes[giver]:
+            settled.add(giver)  # nothing of its own left to give
+            continue
         best: tuple[float, models.NameKey, int, models.MemberName] | None = None
         for receiver in book.lightest(avoid=giver):
             if book.weight(receiver) == book.weight(giver) and book.weight(giver) in need:
@@ -217,7 +285,7 @@ def _shed(
         p = left[giver].pop(index)
         book.add(giver, -sizes[giver].pop(index))
         book.add(receiver, size(p))
-        found[p] = giver
+        found[p] = (giver, receiver)
         if probe:
             break
     return found
