@@ -54,6 +54,43 @@ def interrupted(short_name: str, results: list[dict[str, Any]]) -> str:
     )
 
 
+def stopped(
+    error: Exception,
+    args: argparse.Namespace,
+    results: list[dict[str, Any]],
+    left: list[deadletterreplays.DeadLetter],
+) -> Exception:
+    """The error that ends a replay stopped by ``error`` at ``left[0]``: what it replayed
+    before, what it did not, and how to finish.
+
+    Once a dead letter was replayed, the same command with BLOB names would refuse it as
+    replayed, and with ``--force`` would replay it twice: the line names the blobs to give
+    instead, and the run exits 1, not 75 ("run it again"). With nothing replayed yet, the
+    error keeps its kind (75 when the hub or the store did not answer)."""
+    from eventhub_balancer import errors
+
+    done = [str(r["blob"]) for r in results if str(r["result"]).startswith("replayed")]
+    names = [x.short_name for x in left]
+    if args.all or not done:
+        finish = "run the same command again"
+        if args.all:
+            finish += " (--all replays only what is not marked replayed)"
+    else:
+        finish = f"replay those: `ehb deadletters replay {args.name} {' '.join(names)}`"
+    message = (
+        f"{error}; "
+        + (f"replayed before it: {', '.join(done)}" if done else "nothing was replayed before it")
+        + f"; not replayed: {', '.join(names)}: {finish}"
+    )
+    if done:
+        return errors.ConfigurationError(message)
+    if isinstance(error, errors.InvalidInput):
+        return errors.InvalidInput(error.field, message.removeprefix(f"{error.field}: "))
+    if isinstance(error, errors.TransientError):
+        return errors.TransientError(message)
+    return errors.ConfigurationError(message)
+
+
 def load_handler(args: argparse.Namespace) -> Any:
     """``--through-handler``, imported and checked as ``ehb consume --handler`` is (plain
     mode): a syntax error, a module failing at import or a wrong signature is one line, which
@@ -107,7 +144,7 @@ async def replay(
 
     results: list[dict[str, Any]] = []
     problems: list[str] = []
-    for letter, fetched, events in loaded:
+    for index, (letter, fetched, events) in enumerate(loaded):
         if letter.replaying_since and not args.force:
             outcome = "skipped (unfinished replay: --force)"
             problems.append(unfinished(letter.short_name, letter.replaying_since))
@@ -123,6 +160,9 @@ async def replay(
             except (asyncio.CancelledError, KeyboardInterrupt):
                 print(f"ehb: error: {interrupted(letter.short_name, results)}", file=sys.stderr)
                 raise
+            except errors.EventHubBalancerError as e:
+                rest = [x for x, _, _ in loaded[index + 1 :] if args.force or not x.replayed_time]
+                raise stopped(e, args, results, [letter, *rest]) from e
             if problem:
                 problems.append(problem)
         results.append(

@@ -268,3 +268,27 @@ def test_a_replay_stopped_by_ctrl_c_says_which_dead_letter_it_left_claimed(
     listed = _listed(replay)
     assert listed["0/3-3"][1]  # claimed, as the line says
     assert listed["0/7-7"] == (None, None)
+
+
+def test_a_replay_stopped_part_way_names_what_it_replayed_and_what_is_left(replay: Any) -> None:
+    # Named blobs: running the same command again would refuse 0/3-3 as replayed, and
+    # --force would replay it a second time; the error says which to name instead.
+    status, _, err = _finish(replay("0/3-3", "0/7-7", refuse="7"))
+    assert status == 1, err
+    (line,) = err.splitlines()
+    assert line.startswith("ehb: error: the handler failed on 0/7-7 (ValueError: still broken)")
+    assert "replayed before it: 0/3-3" in line, line
+    assert "not replayed: 0/7-7: replay those" in line, line
+    assert "`ehb deadletters replay orders 0/7-7`" in line, line
+    status, _, err = _finish(replay("0/7-7"))
+    assert status == 0, err
+    assert [call["first"] for call in replay.calls()] == [3, 7, 7]
+
+
+def test_a_replay_stopped_at_its_first_dead_letter_says_nothing_was_replayed(replay: Any) -> None:
+    status, _, err = _finish(replay("--all", refuse="3"))
+    assert status == 1, err
+    (line,) = err.splitlines()
+    assert "nothing was replayed before it" in line, line
+    assert "not replayed: 0/3-3, 0/7-7: run the same command again" in line, line
+    assert _listed(replay) == {"0/3-3": (None, None), "0/7-7": (None, None)}
