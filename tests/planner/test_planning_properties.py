@@ -235,3 +235,40 @@ def test_planning_a_plan_again_starts_no_new_handoff(scenario: models.Scenario) 
     if uncapped:
         assert not started, "the same cycle planned twice starts more hand-offs"
     assert not [m for m in second.moves if m.kind != "revoke"], "loose partitions were left"
+
+
+WEIGHTINGS: tuple[models.Weighting, ...] = ("count", "lag")
+
+
+def returns(
+    cycles: list[simulation.Cycle],
+) -> list[tuple[models.PartitionId, list[tuple[str | None, str]]]]:
+    """The partitions that changed owner back to a member they had left, with their moves."""
+    history: dict[models.PartitionId, list[tuple[str | None, str]]] = {}
+    for cycle in cycles:
+        for m in cycle.plan.moves:
+            if m.kind in ("assign", "takeover") and m.target is not None:
+                history.setdefault(m.partition, []).append((m.source, m.target))
+    found = []
+    for p, moves in history.items():
+        left: set[str] = set()
+        for source, target in moves:
+            if target in left:
+                found.append((p, moves))
+                break
+            if source is not None:
+                left.add(source)
+    return found
+
+
+@PROPERTIES
+@given(
+    st.sampled_from(WEIGHTINGS).flatmap(
+        lambda weighting: simulation.scenarios(revoking=False, weighting=weighting)
+    )
+)
+def test_no_partition_goes_back_to_a_member_it_left(scenario: models.Scenario) -> None:
+    # Every member Ready, so that nothing but the planner changes during the replay; any
+    # weights (with unequal ones, lag weighting once sent a shed partition straight back).
+    ready = tuple(dataclasses.replace(m, state="ready") for m in scenario.members)
+    assert not returns(simulation.replay(dataclasses.replace(scenario, members=ready)))
