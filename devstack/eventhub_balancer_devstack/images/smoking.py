@@ -84,5 +84,5 @@ def unpacked(
     scratch.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=scratch) as folder:
         path = Path(folder) / "bundle"
-        layout.unpack(reference, path)
+        layout.unpack_to_run(reference, path)
         yield Bundle(path=path, writable=tuple(writable))
