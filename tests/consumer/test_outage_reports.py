@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from eventhub_balancer import errors
+from eventhub_balancer.adapters import deliveries
 from eventhub_balancer.consumer import acknowledgements, restarts
 from tests.consumer.test_runtime import now, running
 from tests.support import consumerfakes
@@ -86,6 +87,53 @@ async def test_a_partition_stays_reported_for_the_whole_store_outage(
         assert now() - ended <= 31
 
 
+class DisabledHub(consumerfakes.FakeHub):
+    """A hub that, while ``down``, answers each receiver's first request only after a while,
+    and with a refusal: as a disabled hub does, once the worker is fenced (the store is up)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+
+    def open(
+        self, partition: str, epoch: int, position: deliveries.ReceivePosition
+    ) -> consumerfakes.FakeReceiver:
+        receiver = super().open(partition, epoch, position)
+        if self.down:
+            receiver.next_batch = self._refuse  # type: ignore[method-assign]
+        return receiver
+
+    async def _refuse(self, *, max_size: int, max_wait: float) -> deliveries.ReceivedBatch:
+        await asyncio.sleep(2.0)
+        raise errors.EventHubUnreachable("the messaging entity 'orders' is disabled")
+
+
+async def test_a_partition_stays_reported_for_the_whole_hub_outage(
+    fake_store: consumerfakes.FakeStore,
+) -> None:
+    """The store is up, so each new attempt is fenced at once, then fails where it receives.
+    The report of its last failure stays until a receive succeeds: it used to go away at each
+    fence, until the next refusal (the wire test of a disabled hub caught it between two)."""
+    hub = DisabledHub()
+    hub.down = True
+    recorder = consumerfakes.Recorder()
+    async with running(hub, fake_store, recorder) as (_, source):
+        source.put(consumerfakes.configmap(1, {"0": (1, "owned")}))
+        await consumerfakes.eventually(lambda: "0" in source.reports, within=60)
+        first, gaps = now(), []
+        while now() - first < 120:  # two minutes of outage, sampled every 0.25 s
+            await asyncio.sleep(0.25)
+            if "0" not in source.reports:
+                gaps.append(round(now() - first, 2))
+        assert gaps == [], f"the report went away during the outage at {gaps[:5]} s"
+        assert "disabled" in source.reports["0"].error
+
+        hub.down = False
+        hub.append("0", 3)
+        await consumerfakes.eventually(lambda: "0" not in source.reports, within=60)
+        await consumerfakes.eventually(lambda: len(recorder.done) == 3, within=10)
+
+
 class EndedWorker:
     """A worker whose attempt just failed: its ``finally`` set ``fenced`` (so that nothing waits
     on it), and the runtime has not dropped it from its workers yet."""
@@ -93,6 +141,7 @@ class EndedWorker:
     epoch = 1
     releasing = False
     state = "failed"
+    received = False
 
     def __init__(self) -> None:
         self.fenced = asyncio.Event()

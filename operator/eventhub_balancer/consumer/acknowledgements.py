@@ -179,6 +179,9 @@ class Running(Reporting, Protocol):
     @property
     def state(self) -> handoffs.WorkerState: ...
 
+    @property
+    def received(self) -> bool: ...
+
 
 def taken_up(
     wanted: Mapping[str, int],
@@ -239,10 +242,11 @@ def collect_reports(
     processing normally: a worker's own report (failing, parked, stuck), lost at our epoch,
     restarting after a crash, or not started because the clients cannot open (``unopened``).
     A worker started again after a failure keeps its partition's failure reported until it
-    is fenced (and while it ends failed again, before the runtime drops it): in an outage of
-    the store or the hub each new attempt fails again after its budget, and a report that
-    went away at every attempt made the operator post `PartitionRecovered` and
-    `PartitionFailing` in turn, and flap `Ready`, while nothing ran.
+    is fenced and a receive answered (and while it ends failed again, before the runtime drops
+    it): in an outage of the store or the hub each new attempt fails again after its budget,
+    and a report that went away at every attempt made the operator post `PartitionRecovered`
+    and `PartitionFailing` in turn, and flap `Ready`, while nothing ran. A disabled hub
+    refuses only once the worker is fenced, as it receives.
     ``credentials``: what to fix in a credential file whose new content the pod refused; the
     partitions that fail to start say it first (their credentials may be the old ones)."""
     found: Reports = {}
@@ -250,7 +254,7 @@ def collect_reports(
         if wanted.get(partition) == worker.epoch and not worker.releasing:
             report = worker.report(now)
             restart = restarts.get(partition)
-            if report is None and restart is not None and worker.state in UNTAKEN:
+            if report is None and restart is not None and not _standing(worker):
                 report = _failing(partition, worker.epoch, restart, credentials)
             if report is not None:
                 found[partition] = report
@@ -267,6 +271,11 @@ def collect_reports(
             if partition not in workers and partition not in found:
                 found[partition] = _failing(partition, epoch, unopened, credentials)
     return found
+
+
+def _standing(worker: Running) -> bool:
+    """Fenced, and a receive answered: the link stands, so a past failure is over."""
+    return worker.state not in UNTAKEN and worker.received
 
 
 def _failing(

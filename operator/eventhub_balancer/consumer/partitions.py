@@ -105,8 +105,7 @@ class PartitionWorker:
         self.stats = stats
         #: Called once the partition is fenced and receiving (the runtime acknowledges then).
         self.on_fenced = on_fenced
-        #: Moved only by `transition`, along the hand-off table.
-        self.state: handoffs.WorkerState = "fencing"
+        self.state: handoffs.WorkerState = "fencing"  #: moved only by `transition`
         #: Every state the worker was in, in order (for its log lines and its tests).
         self.path: list[handoffs.WorkerState] = [self.state]
         self.error: BaseException | None = None
@@ -119,6 +118,7 @@ class PartitionWorker:
         self._started_at = _now()
         self._release_at: float | None = None
         self._first_events = True
+        self.received = False  #: a receive answered (with events or none): the link stands
         #: The handler calls, their retries and the failure policy.
         self.batches = attempts.BatchAttempts(
             partition=partition,
@@ -243,6 +243,7 @@ class PartitionWorker:
                 batch = await self._next_batch(receiver)
                 if batch is None:
                     continue  # a release (the loop ends) or a reopen (at its top)
+                self.received = True
                 self.stats.last_enqueued = batch.last_enqueued
                 if not batch.events:
                     if self._writing.ended:
