@@ -132,7 +132,9 @@ def decide(scenario: models.Scenario, census: censuses.Census) -> censuses.Decis
         if found:
             shed.update({p: giver for p, (giver, _) in found.items()})
             continue
-        back = _returning(book, shed, destinations, weighed, size=size, margin=tolerance * mean)
+        back = _returning(
+            book, shed, destinations, weighed, size=size, rank=census.rank, margin=tolerance * mean
+        )
         if not back:
             break
         for p in back:
@@ -171,6 +173,7 @@ def _returning(
     weighed: Mapping[models.MemberName, list[tuple[int, int, models.PartitionId]]],
     *,
     size: Callable[[models.PartitionId], int],
+    rank: Mapping[models.PartitionId, int],
     margin: fractions.Fraction,
 ) -> list[models.PartitionId]:
     """The revoked partitions to keep with their owners: those the next cycle, with the revoked
@@ -186,10 +189,9 @@ def _returning(
     held: dict[models.MemberName, list[tuple[int, int, models.PartitionId]]] = {
         name: [e for e in entries if e[2] not in shed] for name, entries in weighed.items()
     }
-    ranks = {p: rank for entries in weighed.values() for _, rank, p in entries}
     for p, target in destinations.items():
         if target is not None:
-            held[target].append((size(p), ranks[p], p))
+            held[target].append((size(p), rank[p], p))
     for entries in held.values():
         entries.sort()
 
