@@ -22,7 +22,6 @@ import bisect
 import fractions
 import math
 from collections.abc import Callable, Container, Mapping
-from typing import Any
 
 from eventhub_balancer.balancing import censuses, loads, models, targets
 
@@ -195,7 +194,9 @@ def _returning(
     for entries in held.values():
         entries.sort()
 
-    def next_cycle(margin: fractions.Fraction, *, probe: bool) -> dict[models.PartitionId, Any]:
+    def next_cycle(
+        margin: fractions.Fraction, *, probe: bool
+    ) -> dict[models.PartitionId, tuple[models.MemberName, models.MemberName]]:
         after = loads.Loads(
             loads={name: book[name] for name in held},
             weights={name: book.weight(name) for name in held},
