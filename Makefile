@@ -12,6 +12,12 @@ PYTEST_ARGS ?=
 # or on a JVM's start, so two of them overlap well on 2 cores (13.6 -> 9.7 min).
 # PYTEST_WORKERS= runs in one process.
 PYTEST_WORKERS ?= -n 2 --dist loadfile
+# A machine may set PYTHONDONTWRITEBYTECODE (CI images often do). Then every Python process the
+# suite starts (each operator, consumer, local server and `ehb` command) compiles the project's
+# modules again, and pytest rewrites the asserts of every test module at each collection (23 s
+# against 9 s once compiled). The compiled files go to __pycache__/, which git and the images
+# ignore.
+unexport PYTHONDONTWRITEBYTECODE
 
 
 .PHONY: controlplane

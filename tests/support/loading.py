@@ -18,6 +18,10 @@ MANIFESTS_DIR = ROOT / "manifests"
 CHART_DIR = ROOT / "charts" / "eventhub-balancer"
 CI_VALUES = sorted((CHART_DIR / "ci").glob("*-values.yaml"))
 
+#: libyaml's parser with the safe loader's types: the same documents as ``yaml.safe_load_all``,
+#: several times faster (the chart's renderings are read as each test module is collected).
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 #: The release the chart is rendered as in tests.
 RELEASE = "ehb"
 RELEASE_NAMESPACE = "eventhub-balancer-system"
@@ -45,7 +49,7 @@ class Document:
 def _documents_of(text: str, source: str) -> list[Document]:
     return [
         Document(f"{source}#{i}", body)
-        for i, body in enumerate(yaml.safe_load_all(text))
+        for i, body in enumerate(yaml.load_all(text, Loader=LOADER))
         if body is not None
     ]
 
@@ -65,7 +69,7 @@ def file_documents(*directories: Path) -> list[Document]:
 def load_values(path: Path | None) -> dict[str, Any] | None:
     if path is None:
         return None
-    loaded: dict[str, Any] = yaml.safe_load(path.read_text()) or {}
+    loaded: dict[str, Any] = yaml.load(path.read_text(), Loader=LOADER) or {}
     return loaded
 
 
