@@ -290,7 +290,8 @@ class RealControlPlane(objectcalls.ObjectCalls):
     def _install_crds(self, folder: Path, deadline: float) -> None:
         names = []
         for path in sorted(folder.glob("*.yaml")):
-            for document in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser, if any
+            for document in yaml.load_all(path.read_text(encoding="utf-8"), Loader=loader):
                 if document and document.get("kind") == "CustomResourceDefinition":
                     self.calls.apply(CRDS, document)
                     names.append(document["metadata"]["name"])
