@@ -11,7 +11,6 @@ and no DELETED for what vanished meanwhile, as kopf does after a 410).
 
 from __future__ import annotations
 
-import copy
 import datetime
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -99,7 +98,7 @@ class Watch:
         not told."""
         woken: list[tuple[str, str]] = []
         current = [
-            copy.deepcopy(body)
+            fakes.copied(body)
             for (k, _, _), body in self.kube.objects.items()
             if k == kind and _watched(k, body)
         ]
@@ -116,7 +115,7 @@ class Watch:
     def _event(
         self, kind: str, body: Body, event_type: str | None, *, listing: bool = False
     ) -> list[tuple[str, str]]:
-        delivered = copy.deepcopy(body)
+        delivered = fakes.copied(body)
         self._index(kind, delivered, deleted=event_type == "DELETED")
         if self.operator is not None and not listing:
             self.operator.observed(KINDS[kind], delivered, event_type)
