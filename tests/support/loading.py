@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from eventhub_balancer_devstack.kube import resources
 from tests.support import paths
 
 ROOT = paths.REPOSITORY
@@ -17,10 +18,6 @@ CRDS_DIR = ROOT / "crds"
 MANIFESTS_DIR = ROOT / "manifests"
 CHART_DIR = ROOT / "charts" / "eventhub-balancer"
 CI_VALUES = sorted((CHART_DIR / "ci").glob("*-values.yaml"))
-
-#: libyaml's parser with the safe loader's types: the same documents as ``yaml.safe_load_all``,
-#: several times faster (the chart's renderings are read as each test module is collected).
-LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 #: The release the chart is rendered as in tests.
 RELEASE = "ehb"
@@ -47,9 +44,10 @@ class Document:
 
 
 def _documents_of(text: str, source: str) -> list[Document]:
+    # libyaml's parser: the chart's renderings are read as each test module is collected.
     return [
         Document(f"{source}#{i}", body)
-        for i, body in enumerate(yaml.load_all(text, Loader=LOADER))
+        for i, body in enumerate(yaml.load_all(text, Loader=resources.YAML_LOADER))
         if body is not None
     ]
 
@@ -69,7 +67,7 @@ def file_documents(*directories: Path) -> list[Document]:
 def load_values(path: Path | None) -> dict[str, Any] | None:
     if path is None:
         return None
-    loaded: dict[str, Any] = yaml.load(path.read_text(), Loader=LOADER) or {}
+    loaded: dict[str, Any] = yaml.load(path.read_text(), Loader=resources.YAML_LOADER) or {}
     return loaded
 
 

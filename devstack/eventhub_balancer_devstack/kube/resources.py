@@ -211,11 +211,14 @@ def from_crd(crd: Mapping[str, Any]) -> list[ResourceSpec]:
     return resources
 
 
+#: libyaml's parser with the safe loader's types, where PyYAML was built with it: the same
+#: documents as ``yaml.safe_load_all``, and the CRD takes 9 ms instead of 88 ms at each start.
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def load_crd_files(directory: Path) -> Iterator[dict[str, Any]]:
     """Every CustomResourceDefinition document in the ``*.yaml``/``*.yml`` files of a directory."""
     for path in sorted([*directory.glob("*.yaml"), *directory.glob("*.yml")]):
-        # libyaml's parser when there is one: the CRD takes 9 ms instead of 88 ms at each start.
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        for document in yaml.load_all(path.read_text(encoding="utf-8"), Loader=loader):
+        for document in yaml.load_all(path.read_text(encoding="utf-8"), Loader=YAML_LOADER):
             if isinstance(document, dict) and document.get("kind") == "CustomResourceDefinition":
                 yield document

@@ -25,11 +25,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-import yaml
 from kubernetes.client.exceptions import ApiException
 
 from eventhub_balancer import errors
-from eventhub_balancer_devstack.kube import identities
+from eventhub_balancer_devstack.kube import identities, resources
 from eventhub_balancer_devstack.realkube import (
     certificates,
     etcdcalls,
@@ -289,12 +288,9 @@ class RealControlPlane(objectcalls.ObjectCalls):
 
     def _install_crds(self, folder: Path, deadline: float) -> None:
         names = []
-        for path in sorted(folder.glob("*.yaml")):
-            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser, if any
-            for document in yaml.load_all(path.read_text(encoding="utf-8"), Loader=loader):
-                if document and document.get("kind") == "CustomResourceDefinition":
-                    self.calls.apply(CRDS, document)
-                    names.append(document["metadata"]["name"])
+        for document in resources.load_crd_files(folder):
+            self.calls.apply(CRDS, document)
+            names.append(document["metadata"]["name"])
         for name in names:
             while not self.calls.established(name):
                 if time.monotonic() > deadline:
