@@ -120,8 +120,10 @@ class LocalNode:
         """Stop every process (SIGTERM, SIGKILL after ``grace_s``); the objects stay, as
         when a node goes down."""
         self._stop.set()
-        self._scheduler.stop()
-        self._watch.stop()
+        for watch in (self._scheduler, self._watch):
+            watch.halt()
+        for watch in (self._scheduler, self._watch):
+            watch.join()
         for thread in self._threads:
             thread.join(timeout=runningpods.PROBE_TIMEOUT_S + 5)
         with self._lock:

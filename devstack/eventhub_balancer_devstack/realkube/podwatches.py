@@ -8,6 +8,7 @@ bookmarks, resumes after each timeout from the last version it saw, and lists ag
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -21,13 +22,25 @@ from eventhub_balancer_devstack.realkube import resourcecalls
 
 logger = logging.getLogger(__name__)
 
-#: Each watch request ends after this long and is resumed: a bound on how long `stop` waits.
+#: Each watch request ends after this long and is resumed. `stop` ends the read in flight at
+#: once (`end_read`); this bounds its wait where the read cannot be ended.
 WATCH_SECONDS = 5
 
 #: The pause before a failed list or watch is tried again.
 RETRY_S = 0.5
 
 Change = Callable[[str, dict[str, Any]], None]
+
+
+def end_read(response: urllib3.BaseHTTPResponse | None) -> None:
+    """End, from another thread, a read of ``response`` that waits for the server: its socket
+    is shut for reading, so the read returns now instead of at the watch's timeout (each
+    stopped watch cost up to `WATCH_SECONDS`, in every test's teardown). urllib3 before 2.3
+    has no way to do this: there the read ends at the timeout, as before."""
+    shutdown = getattr(response, "shutdown", None)
+    if shutdown is not None:
+        with contextlib.suppress(OSError):
+            shutdown()
 
 
 def lines(response: urllib3.BaseHTTPResponse) -> Iterator[str]:
@@ -51,6 +64,8 @@ class PodWatch:
         self._on_change = on_change
         self._stop = threading.Event()
         self._version = ""
+        #: the watch response being read, ended by `stop`
+        self._response: urllib3.BaseHTTPResponse | None = None
         self._thread = threading.Thread(target=self._run, name=f"local-node {name}", daemon=True)
 
     def start(self) -> None:
@@ -58,8 +73,18 @@ class PodWatch:
         self._thread.start()
 
     def stop(self) -> None:
+        self.halt()
+        self.join()
+
+    def halt(self) -> None:
+        """Tell the watch to stop, and end the read it waits in; `join` waits for it. Halting
+        several watches before joining any stops them all at once."""
         self._stop.set()
-        self._thread.join(timeout=WATCH_SECONDS + 15)
+        end_read(self._response)
+
+    def join(self) -> None:
+        if self._thread.is_alive():
+            self._thread.join(timeout=WATCH_SECONDS + 15)
 
     def _list(self) -> str:
         answer = self._calls.call("GET", "/api/v1/pods")
@@ -99,7 +124,10 @@ class PodWatch:
             timeout=urllib3.Timeout(connect=5, read=WATCH_SECONDS + 10),
             stream=True,
         )
+        self._response = response
         try:
+            if self._stop.is_set():  # halted before the response was there to end
+                return
             for line in lines(response):
                 if self._stop.is_set():
                     return
@@ -113,4 +141,8 @@ class PodWatch:
                 if kind != "BOOKMARK":
                     self._on_change(kind, body)
         finally:
-            response.release_conn()
+            self._response = None
+            if self._stop.is_set():
+                response.close()  # its socket may be shut: never back to the pool
+            else:
+                response.release_conn()

@@ -27,7 +27,8 @@ from eventhub_balancer_devstack.realkube import podwatches, resourcecalls
 
 logger = logging.getLogger(__name__)
 
-#: Each watch request ends after this long and is resumed: a bound on how long `stop` waits.
+#: Each watch request ends after this long and is resumed. `stop` ends the read in flight at
+#: once (`podwatches.end_read`); this bounds its wait where the read cannot be ended.
 WATCH_SECONDS = 5
 
 #: The pause before a failed watch is tried again.
@@ -47,6 +48,8 @@ class _KindRecorder:
         self._sink = sink
         self._bodies: dict[Key, dict[str, Any]] = {}
         self._stop = threading.Event()
+        #: the watch response being read, ended by `halt`
+        self._response: urllib3.BaseHTTPResponse | None = None
         self._resource_version = self._list(record=False)
         self._thread = threading.Thread(
             target=self._run, name=f"write-record {resource}", daemon=True
@@ -120,7 +123,10 @@ class _KindRecorder:
             timeout=urllib3.Timeout(connect=5, read=WATCH_SECONDS + 10),
             stream=True,
         )
+        self._response = response
         with contextlib.closing(response):
+            if self._stop.is_set():  # halted before the response was there to end
+                return
             for line in podwatches.lines(response):
                 if self._stop.is_set():
                     return
@@ -140,8 +146,11 @@ class _KindRecorder:
                     self._bodies[key] = body
                 self._emit(kind, body, previous)
 
-    def stop(self) -> None:
+    def halt(self) -> None:
         self._stop.set()
+        podwatches.end_read(self._response)
+
+    def join(self) -> None:
         self._thread.join(timeout=WATCH_SECONDS + 15)
 
 
@@ -176,6 +185,9 @@ class WatchWriteRecord:
         return taken
 
     def stop(self) -> None:
+        """Stop every kind's watch: all are halted first, so that they end together."""
         kinds, self._kinds = list(self._kinds.values()), {}
         for kind in kinds:
-            kind.stop()
+            kind.halt()
+        for kind in kinds:
+            kind.join()

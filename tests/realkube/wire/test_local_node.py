@@ -8,6 +8,7 @@ its Lease, and a pod's dependents are collected through their ownerReference.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -16,7 +17,7 @@ import pytest
 import yaml
 
 from eventhub_balancer_devstack import deployments
-from eventhub_balancer_devstack.realkube import RealControlPlane, nodes
+from eventhub_balancer_devstack.realkube import RealControlPlane, nodes, podwatches, writerecords
 from tests.support.fixtures.realkube import READY_SERVER, Kubectl
 
 NAMESPACE = "node-test"
@@ -174,3 +175,35 @@ def test_a_crashed_process_restarts_in_its_pod(
         return bool(statuses[0].get("restartCount", 0) >= 1 and pod in ready_pods(real_kube))
 
     wait_for("the pod Ready again after one restart", restarted)
+
+
+#: A watch timeout far longer than the bound below: a stop that waited for the server to end
+#: the watch (as every teardown did, up to 5 s a watch) fails the test.
+LONG_WATCH_S = 120
+STOP_BOUND_S = 30.0
+
+
+def test_stopping_ends_the_watches_in_flight_at_once(
+    real_kube: RealControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(podwatches, "WATCH_SECONDS", LONG_WATCH_S)
+    monkeypatch.setattr(writerecords, "WATCH_SECONDS", LONG_WATCH_S)
+    changes: list[str] = []
+    before = set(threading.enumerate())
+    watches = [podwatches.PodWatch(real_kube.calls, lambda kind, pod: changes.append(kind))]
+    record = writerecords.WatchWriteRecord(real_kube.calls)
+    record.record("v1/configmaps")
+    record.record("v1/secrets")
+    for watch in watches:
+        watch.start()
+    time.sleep(1.0)  # each thread now waits in its watch's read
+    started = time.monotonic()
+    for watch in watches:
+        watch.stop()
+    record.stop()
+    took = time.monotonic() - started
+    assert took < STOP_BOUND_S, f"the watches ended at their timeout, {took:.1f} s after stop"
+    left = [t.name for t in set(threading.enumerate()) - before if t.is_alive()]
+    assert not left, left
+    # The connections of the ended reads were dropped, not pooled: the next call works.
+    assert real_kube.calls.call("GET", "/api/v1/namespaces/default")["metadata"]["name"]
