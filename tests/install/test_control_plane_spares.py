@@ -8,6 +8,8 @@ the real one is tested where it is used (tests/realkube/wire).
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,13 @@ def spares(
     return realkube.Spares(tmp_path_factory)
 
 
+def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return condition()
+
+
 def test_each_module_gets_its_own_plane_and_the_next_starts_ahead(
     spares: realkube.Spares,
 ) -> None:
@@ -75,3 +84,19 @@ def test_a_plane_that_failed_to_start_ahead_is_replaced_by_a_fresh_start(
     taken: Any = spares.take()
     assert taken.started_in is not None
     spares.close()
+
+
+def test_a_plane_no_module_takes_in_time_is_stopped_and_the_next_module_starts_its_own(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    monkeypatch.setattr(Plane, "made", [])
+    monkeypatch.setattr(realkube, "RealControlPlane", Plane)
+    spares = realkube.Spares(tmp_path_factory, kept_s=0.05)
+    spares.take()
+    ahead = Plane.made[1]
+    assert wait_until(lambda: ahead.stops == 1), "the idle plane was never stopped"
+    taken: Any = spares.take()
+    assert taken is Plane.made[2]  # a fresh start, not the stopped one
+    spares.close()
+    assert ahead.stops == 1
+    assert taken.stops == 0  # its module stops it
