@@ -13,13 +13,32 @@ kopf's tasks that it ended), and `refused` turns the error kopf ends with into o
 in its one ``ehb: error:`` line before it exits 1. Kubernetes restarts the pod (at a pace
 that doubles up to 5 minutes): each start retries for that minute again, and says one warning
 and that one line. `tests/handlers/wire/test_refused_watches.py` replays it.
+
+kopf's stop after a refused watch could also hang for good. The watch that failed ends kopf's
+orchestrator with its error, so the orchestrator does not stop its other watches: kopf's
+last step cancels them, with each watch's pause waiter, once, and waits for them without a
+bound. kopf 1.45's ``api.stream`` takes a cancellation that arrives together with its pause
+waiter's for that waiter's, and returns: a watch that was opening its request at that moment
+(about half the time, by the order of a set) opens its listing again, through credentials
+that kopf's cleanup has closed, and waits for them for ever, until kopf's own SIGKILL 10
+minutes on. Replayed on the local API server with the ConfigMaps' watch held: four of eight
+stops hung. `run` bounds it: once a refusal is given up on, kopf has `STOP_GRACE_SECONDS` to
+stop on its own, and is then cancelled once a second until it has; the refusal is said the
+same way. The same race fails a callback of kopf's (``request_cancel_callback`` asserts that
+it runs in a task, which a callback never does) and asyncio prints its traceback: during that
+stop it is left out. The errors of kopf's tasks that ended in the refusal, of which kopf reads
+only the first, are read too, so that none is printed as "never retrieved" at exit.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import contextvars
 import logging
 import re
+from collections.abc import Coroutine
+from typing import Any
 
 from kopf._cogs.clients import errors as kopf_errors
 
@@ -49,11 +68,38 @@ ADVICE = (
 )
 
 
+#: How long kopf may take to stop on its own once it gave up on a refused watch: it waits 5 s
+#: for the tasks it did not stop itself before it cancels them.
+STOP_GRACE_SECONDS = 10.0
+#: Then it is cancelled once every `CANCEL_INTERVAL_SECONDS`, at most `CANCELS` times (kopf
+#: can lose one cancellation; a second reaches the wait it went on to).
+CANCEL_INTERVAL_SECONDS = 1.0
+CANCELS = 10
+
+logger = logging.getLogger(__name__)
+
+
 class _Refusal:
-    """Whether kopf gave up on a watch of this operator's as refused (it is stopping)."""
+    """Whether kopf gave up on a watch of this operator's as refused (it is stopping), and
+    kopf's tasks that ended in the refusal."""
 
     def __init__(self) -> None:
         self.given_up = False
+        self.stopping = asyncio.Event()
+        self.failed: list[asyncio.Task[Any]] = []
+
+    def give_up(self) -> None:
+        self.given_up = True
+        self.stopping.set()
+
+    def error(self) -> kopf_errors.APIForbiddenError | None:
+        """The refusal a task of kopf's ended in; reading it also marks it retrieved."""
+        found = None
+        for task in self.failed:
+            error = task.exception() if task.done() and not task.cancelled() else None
+            if found is None and isinstance(error, kopf_errors.APIForbiddenError):
+                found = error
+        return found
 
 
 #: The operator's `_Refusal`, set by `install` in the task that starts kopf, whose tasks
@@ -69,14 +115,20 @@ class _SaidOnExit(logging.Filter):
         refusal = REFUSAL.get(None)
         if refusal is None:  # not in an operator that installed it
             return True
-        if refusal.given_up:
-            return record.levelno < logging.INFO
         error = record.exc_info[1] if record.exc_info else None
         message = record.getMessage()
         failed = isinstance(error, kopf_errors.APIForbiddenError) and TASK_FAILED in message
+        if failed:  # said by kopf's guard in the task that ends with the error
+            with contextlib.suppress(RuntimeError):  # no loop running: nothing to read later
+                task = asyncio.current_task()
+                if task is not None:
+                    refusal.failed.append(task)
+        if refusal.given_up:
+            return record.levelno < logging.INFO
         refusal_said = kopfretrylogs.REFUSED in message
         escalated = record.name == WATCHING and ESCALATION in message and refusal_said
-        refusal.given_up = failed or escalated
+        if failed or escalated:
+            refusal.give_up()
         return not refusal.given_up
 
 
@@ -97,9 +149,9 @@ def install() -> None:
     """Say a refused watch through `refused`: call it in the task that starts kopf."""
     REFUSAL.set(_Refusal())
     for name in LOGGERS:
-        logger = logging.getLogger(name)
-        if FILTER not in logger.filters:
-            logger.addFilter(FILTER)
+        kopf_logger = logging.getLogger(name)
+        if FILTER not in kopf_logger.filters:
+            kopf_logger.addFilter(FILTER)
 
 
 def refused(error: kopf_errors.APIForbiddenError, *, retried_seconds: float) -> errors.Forbidden:
@@ -120,3 +172,62 @@ def refused(error: kopf_errors.APIForbiddenError, *, retried_seconds: float) -> 
         f"the operator's identity, {who}, may not {found['verb']} {resource} {where}: the "
         f"Kubernetes API answered 403 for {retried_seconds:.0f} s of retries; {ADVICE}"
     )
+
+
+#: The callback of kopf 1.45's ``api.stream`` that fails when a watch's pause waiter ends while
+#: its request is being opened (it looks for the task it runs in; a callback runs in none).
+STREAM_CALLBACK = "request_cancel_callback"
+
+
+def _kopf_stream_callback_failed(context: dict[str, Any]) -> bool:
+    return isinstance(context.get("exception"), AssertionError) and STREAM_CALLBACK in repr(
+        context.get("handle")
+    )
+
+
+async def run(operator: Coroutine[Any, Any, None]) -> None:
+    """Run kopf's operator (`operator`, not yet started) until it ends; once it gave up on a
+    refused watch, its stop is bounded, and the refusal is what is raised. Call it in the task
+    that called `install`."""
+    refusal = REFUSAL.get()
+    loop = asyncio.get_running_loop()
+    stock_handler = loop.get_exception_handler()
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if refusal.given_up and _kopf_stream_callback_failed(context):
+            logger.debug("kopf's %s failed while it stopped (left out)", STREAM_CALLBACK)
+        elif stock_handler is not None:
+            stock_handler(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handle)
+    operating = asyncio.ensure_future(operator)
+    stopping = asyncio.ensure_future(refusal.stopping.wait())
+    try:
+        try:
+            await asyncio.wait({operating, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not operating.done():
+                await asyncio.wait({operating}, timeout=STOP_GRACE_SECONDS)
+            for attempt in range(1, CANCELS + 1):
+                if operating.done():
+                    break
+                logger.debug("kopf did not stop after a refused watch; cancelled (%d)", attempt)
+                operating.cancel()
+                await asyncio.wait({operating}, timeout=CANCEL_INTERVAL_SECONDS)
+        except asyncio.CancelledError:  # stopped from outside: kopf's own way, as before
+            operating.cancel()
+            await asyncio.wait({operating})
+            raise
+    finally:
+        stopping.cancel()
+        refused_error = refusal.error()
+        if loop.get_exception_handler() is handle:  # not replaced since by another's
+            loop.set_exception_handler(stock_handler)
+    if operating.done() and not operating.cancelled():
+        operating.result()  # kopf's own end: the refusal it raised, or any other error
+        return
+    if refused_error is not None:  # cancelled here, after it gave up on the refused watch
+        raise refused_error
+    state = "was cancelled" if operating.done() else f"did not stop after {CANCELS} cancellations"
+    raise RuntimeError(f"kopf {state} after it gave up on a refused watch")

@@ -138,16 +138,19 @@ async def serve(
     growing = growth.Watch(runtime.hubs, wake=runtime.wake)
     growing.start()
     try:
-        await kopf.operator(
-            registry=registry,
-            settings=settings,
-            clusterwide=options.clusterwide,
-            namespaces=list(options.namespaces),
-            standalone=options.standalone,
-            peering_name=options.peering_name,
-            priority=options.priority,
-            stop_flag=stop_flag,
-            ready_flag=kopf_ready,
+        # A refused watch ends kopf in a stop that `kopfrefusals.run` bounds.
+        await kopfrefusals.run(
+            kopf.operator(
+                registry=registry,
+                settings=settings,
+                clusterwide=options.clusterwide,
+                namespaces=list(options.namespaces),
+                standalone=options.standalone,
+                peering_name=options.peering_name,
+                priority=options.priority,
+                stop_flag=stop_flag,
+                ready_flag=kopf_ready,
+            )
         )
     except kopf_errors.APIForbiddenError as e:  # a watch kopf gave up on: one line (`ehb`)
         backoffs = settings.networking.error_backoffs
