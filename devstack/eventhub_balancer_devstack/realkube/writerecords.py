@@ -12,7 +12,6 @@ benchmarks' stage timings can tell apart.
 from __future__ import annotations
 
 import collections
-import contextlib
 import json
 import logging
 import threading
@@ -124,7 +123,7 @@ class _KindRecorder:
             stream=True,
         )
         self._response = response
-        with contextlib.closing(response):
+        try:
             if self._stop.is_set():  # halted before the response was there to end
                 return
             for line in podwatches.lines(response):
@@ -145,6 +144,9 @@ class _KindRecorder:
                 else:
                     self._bodies[key] = body
                 self._emit(kind, body, previous)
+        finally:
+            self._response = None  # a halt after this has no read to end
+            response.close()
 
     def halt(self) -> None:
         self._stop.set()

@@ -20,6 +20,8 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from eventhub_balancer_devstack.realkube import podwatches
+
 logger = logging.getLogger(__name__)
 
 #: Seconds one watch request lasts before it is made again (and how soon a stop is seen).
@@ -54,7 +56,7 @@ class NamespaceChanges:
         self._stop.set()
         self._changed.set()
         for response in list(self._open):
-            response.shutdown()  # unblocks the read that waits for the next event
+            podwatches.end_read(response)  # unblocks the read that waits for the next event
         for thread in self._threads:
             thread.join(timeout=WATCH_S + 2)
         self._threads.clear()
