@@ -1,4 +1,5 @@
-"""kopf's stop after a refused watch, bounded (`kopfrefusals.run`), on fake time.
+"""kopf's stop after a refused watch (or any watch it gave up on), bounded
+(`kopfrefusals.run`), on fake time.
 
 A watch of kopf's that is refused until kopf gives up ends kopf's orchestrator with its error,
 and kopf then cancels the watches left, once each, and waits for them without a bound. kopf
@@ -44,13 +45,20 @@ def refusal(resource: str) -> kopf_errors.APIForbiddenError:
     )
 
 
-async def watcher(resource: str) -> None:
-    """A watch of kopf's refused until kopf gives up, ended the way kopf's guard ends it."""
+def unavailable(resource: str) -> kopf_errors.APIServerError:
+    message = "etcdserver: leader changed"
+    return kopf_errors.APIServerError(
+        {"message": message, "reason": "ServiceUnavailable", "code": 503}, status=503, headers={}
+    )
+
+
+async def watcher(resource: str, fault: Callable[[str], kopf_errors.APIError] = refusal) -> None:
+    """A watch of kopf's failed until kopf gives up, ended the way kopf's guard ends it."""
     await asyncio.sleep(RETRIED)
-    error = refusal(resource)
+    error = fault(resource)
     try:
         raise error
-    except kopf_errors.APIForbiddenError as e:
+    except kopf_errors.APIError as e:
         GUARD_LOGGER.exception(f"Watcher for {resource}.v1@shop has failed: {e}")
         raise
 
@@ -59,14 +67,21 @@ class Kopf:
     """kopf's operator as far as a refusal goes: its watchers fail, it reads the first error
     (kopf's ``aiotasks.reraise`` stops at it), and it stops, cleanly or not."""
 
-    def __init__(self, resources: list[str], *, loses_a_cancellation: bool) -> None:
+    def __init__(
+        self,
+        resources: list[str],
+        *,
+        loses_a_cancellation: bool,
+        fault: Callable[[str], kopf_errors.APIError] = refusal,
+    ) -> None:
         self.resources = resources
         self.loses_a_cancellation = loses_a_cancellation
+        self.fault = fault
         self.cancellations = 0
         self.watchers: list[asyncio.Task[None]] = []
 
     async def operator(self) -> None:
-        self.watchers = [asyncio.ensure_future(watcher(r)) for r in self.resources]
+        self.watchers = [asyncio.ensure_future(watcher(r, self.fault)) for r in self.resources]
         await asyncio.wait(self.watchers)
         if self.loses_a_cancellation:  # a watch left running, which takes one cancel as its own
             for _ in range(2):
@@ -116,6 +131,19 @@ async def test_a_kopf_that_loses_a_cancellation_is_cancelled_again_and_says_its_
     assert "eventhubconsumers" in str(error)
     assert kopf.cancellations == 2
     # kopf's grace, then one cancellation lost and one taken, an interval apart.
+    grace = kopfrefusals.STOP_GRACE_SECONDS
+    assert stopped == pytest.approx(RETRIED + grace + kopfrefusals.CANCEL_INTERVAL_SECONDS)
+
+
+async def test_a_kopf_whose_watch_the_api_server_failed_is_bounded_the_same_way() -> None:
+    """A watch answered 5xx past kopf's retries fails the same way, and its stop too."""
+    kopf = Kopf(["pods"], loses_a_cancellation=True, fault=unavailable)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    error = await asyncio.wait_for(in_own_context(lambda: kopfrefusals.run(kopf.operator())), LIMIT)
+    stopped = loop.time() - started
+    assert isinstance(error, kopf_errors.APIServerError)
+    assert kopf.cancellations == 2
     grace = kopfrefusals.STOP_GRACE_SECONDS
     assert stopped == pytest.approx(RETRIED + grace + kopfrefusals.CANCEL_INTERVAL_SECONDS)
 

@@ -22,12 +22,15 @@ waiter's for that waiter's, and returns: a watch that was opening its request at
 (about half the time, by the order of a set) opens its listing again, through credentials
 that kopf's cleanup has closed, and waits for them for ever, until kopf's own SIGKILL 10
 minutes on. Replayed on the local API server with the ConfigMaps' watch held: four of eight
-stops hung. `run` bounds it: once a refusal is given up on, kopf has `STOP_GRACE_SECONDS` to
+stops hung. `run` bounds it: once a task of kopf's fails, kopf has `STOP_GRACE_SECONDS` to
 stop on its own, and is then cancelled once a second until it has; the refusal is said the
-same way. The same race fails a callback of kopf's (``request_cancel_callback`` asserts that
-it runs in a task, which a callback never does) and asyncio prints its traceback: during that
-stop it is left out. The errors of kopf's tasks that ended in the refusal, of which kopf reads
-only the first, are read too, so that none is printed as "never retrieved" at exit.
+same way. A watch that the API server fails (5xx) past kopf's retries, about a minute, stops
+kopf the same way, and its stop is bounded the same way (what is said then is kopf's own).
+
+The same race fails a callback of kopf's (``request_cancel_callback`` asserts that it runs in
+a task, which a callback never does) and asyncio prints its traceback: during that stop it is
+left out. The errors of kopf's tasks that failed, of which kopf reads only the first, are
+read too, so that none is printed as "never retrieved" at exit.
 """
 
 from __future__ import annotations
@@ -68,8 +71,8 @@ ADVICE = (
 )
 
 
-#: How long kopf may take to stop on its own once it gave up on a refused watch: it waits 5 s
-#: for the tasks it did not stop itself before it cancels them.
+#: How long kopf may take to stop on its own once a task of its failed (a watch it gave up
+#: on): it waits 5 s for the tasks it did not stop itself before it cancels them.
 STOP_GRACE_SECONDS = 10.0
 #: Then it is cancelled once every `CANCEL_INTERVAL_SECONDS`, at most `CANCELS` times (kopf
 #: can lose one cancellation; a second reaches the wait it went on to).
@@ -80,8 +83,8 @@ logger = logging.getLogger(__name__)
 
 
 class _Refusal:
-    """Whether kopf gave up on a watch of this operator's as refused (it is stopping), and
-    kopf's tasks that ended in the refusal."""
+    """Whether kopf gave up on a watch of this operator's as refused, and kopf's tasks that
+    failed (a refusal, or any other error: kopf is stopping)."""
 
     def __init__(self) -> None:
         self.given_up = False
@@ -92,14 +95,21 @@ class _Refusal:
         self.given_up = True
         self.stopping.set()
 
-    def error(self) -> kopf_errors.APIForbiddenError | None:
-        """The refusal a task of kopf's ended in; reading it also marks it retrieved."""
-        found = None
-        for task in self.failed:
-            error = task.exception() if task.done() and not task.cancelled() else None
-            if found is None and isinstance(error, kopf_errors.APIForbiddenError):
-                found = error
-        return found
+    def task_failed(self) -> None:
+        """Called in the task of kopf's that is failing (its guard says so)."""
+        with contextlib.suppress(RuntimeError):  # no loop running: nothing to read later
+            task = asyncio.current_task()
+            if task is not None:
+                self.failed.append(task)
+        self.stopping.set()
+
+    def error(self) -> Exception | None:
+        """The error kopf's failed tasks ended in, a refusal first; reading them all marks
+        them retrieved."""
+        errors = [task.exception() for task in self.failed if task.done() and not task.cancelled()]
+        refusals = [e for e in errors if isinstance(e, kopf_errors.APIForbiddenError)]
+        others = [e for e in errors if isinstance(e, Exception)]
+        return (refusals or others or [None])[0]
 
 
 #: The operator's `_Refusal`, set by `install` in the task that starts kopf, whose tasks
@@ -117,12 +127,9 @@ class _SaidOnExit(logging.Filter):
             return True
         error = record.exc_info[1] if record.exc_info else None
         message = record.getMessage()
+        if isinstance(error, Exception) and TASK_FAILED in message:
+            refusal.task_failed()  # said by kopf's guard in the task that ends with the error
         failed = isinstance(error, kopf_errors.APIForbiddenError) and TASK_FAILED in message
-        if failed:  # said by kopf's guard in the task that ends with the error
-            with contextlib.suppress(RuntimeError):  # no loop running: nothing to read later
-                task = asyncio.current_task()
-                if task is not None:
-                    refusal.failed.append(task)
         if refusal.given_up:
             return record.levelno < logging.INFO
         refusal_said = kopfretrylogs.REFUSED in message
@@ -186,15 +193,16 @@ def _kopf_stream_callback_failed(context: dict[str, Any]) -> bool:
 
 
 async def run(operator: Coroutine[Any, Any, None]) -> None:
-    """Run kopf's operator (`operator`, not yet started) until it ends; once it gave up on a
-    refused watch, its stop is bounded, and the refusal is what is raised. Call it in the task
-    that called `install`."""
+    """Run kopf's operator (`operator`, not yet started) until it ends; once a task of its
+    failed (a refused watch, or one the API server failed past kopf's retries), its stop is
+    bounded, and the refusal, or else that error, is what is raised. Call it in the task that
+    called `install`."""
     refusal = REFUSAL.get()
     loop = asyncio.get_running_loop()
     stock_handler = loop.get_exception_handler()
 
     def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        if refusal.given_up and _kopf_stream_callback_failed(context):
+        if refusal.stopping.is_set() and _kopf_stream_callback_failed(context):
             logger.debug("kopf's %s failed while it stopped (left out)", STREAM_CALLBACK)
         elif stock_handler is not None:
             stock_handler(loop, context)
@@ -212,7 +220,9 @@ async def run(operator: Coroutine[Any, Any, None]) -> None:
             for attempt in range(1, CANCELS + 1):
                 if operating.done():
                     break
-                logger.debug("kopf did not stop after a refused watch; cancelled (%d)", attempt)
+                logger.debug(
+                    "kopf did not stop after a task of its failed; cancelled (%d)", attempt
+                )
                 operating.cancel()
                 await asyncio.wait({operating}, timeout=CANCEL_INTERVAL_SECONDS)
         except asyncio.CancelledError:  # stopped from outside: kopf's own way, as before
@@ -221,13 +231,13 @@ async def run(operator: Coroutine[Any, Any, None]) -> None:
             raise
     finally:
         stopping.cancel()
-        refused_error = refusal.error()
+        refused_error = refusal.error()  # and the others read, so none is "never retrieved"
         if loop.get_exception_handler() is handle:  # not replaced since by another's
             loop.set_exception_handler(stock_handler)
     if operating.done() and not operating.cancelled():
         operating.result()  # kopf's own end: the refusal it raised, or any other error
         return
-    if refused_error is not None:  # cancelled here, after it gave up on the refused watch
+    if refused_error is not None:  # cancelled here, after a task of its failed
         raise refused_error
     state = "was cancelled" if operating.done() else f"did not stop after {CANCELS} cancellations"
-    raise RuntimeError(f"kopf {state} after it gave up on a refused watch")
+    raise RuntimeError(f"kopf {state} after a task of its failed")
