@@ -127,9 +127,10 @@ class _SaidOnExit(logging.Filter):
             return True
         error = record.exc_info[1] if record.exc_info else None
         message = record.getMessage()
-        if isinstance(error, Exception) and TASK_FAILED in message:
-            refusal.task_failed()  # said by kopf's guard in the task that ends with the error
-        failed = isinstance(error, kopf_errors.APIForbiddenError) and TASK_FAILED in message
+        task_failed = isinstance(error, Exception) and TASK_FAILED in message
+        if task_failed:  # said by kopf's guard in the task that ends with the error
+            refusal.task_failed()
+        failed = task_failed and isinstance(error, kopf_errors.APIForbiddenError)
         if refusal.given_up:
             return record.levelno < logging.INFO
         refusal_said = kopfretrylogs.REFUSED in message
@@ -213,22 +214,19 @@ async def run(operator: Coroutine[Any, Any, None]) -> None:
     operating = asyncio.ensure_future(operator)
     stopping = asyncio.ensure_future(refusal.stopping.wait())
     try:
-        try:
-            await asyncio.wait({operating, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            if not operating.done():
-                await asyncio.wait({operating}, timeout=STOP_GRACE_SECONDS)
-            for attempt in range(1, CANCELS + 1):
-                if operating.done():
-                    break
-                logger.debug(
-                    "kopf did not stop after a task of its failed; cancelled (%d)", attempt
-                )
-                operating.cancel()
-                await asyncio.wait({operating}, timeout=CANCEL_INTERVAL_SECONDS)
-        except asyncio.CancelledError:  # stopped from outside: kopf's own way, as before
+        await asyncio.wait({operating, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not operating.done():
+            await asyncio.wait({operating}, timeout=STOP_GRACE_SECONDS)
+        for attempt in range(1, CANCELS + 1):
+            if operating.done():
+                break
+            logger.debug("kopf did not stop after a task of its failed; cancelled (%d)", attempt)
             operating.cancel()
-            await asyncio.wait({operating})
-            raise
+            await asyncio.wait({operating}, timeout=CANCEL_INTERVAL_SECONDS)
+    except asyncio.CancelledError:  # stopped from outside: kopf's own way, as before
+        operating.cancel()
+        await asyncio.wait({operating})
+        raise
     finally:
         stopping.cancel()
         refused_error = refusal.error()  # and the others read, so none is "never retrieved"

@@ -138,7 +138,8 @@ async def serve(
     growing = growth.Watch(runtime.hubs, wake=runtime.wake)
     growing.start()
     try:
-        # A refused watch ends kopf in a stop that `kopfrefusals.run` bounds.
+        # A watch kopf gave up on (refused, or failed 5xx) ends kopf in a stop that
+        # `kopfrefusals.run` bounds.
         await kopfrefusals.run(
             kopf.operator(
                 registry=registry,
