@@ -21,7 +21,7 @@ import pytest
 from kopf._cogs.clients import api
 from kopf._cogs.clients import errors as kopf_errors
 
-from eventhub_balancer.handlers import cyclefaults, kopfretrylogs
+from eventhub_balancer.handlers import cyclefaults, kopfretrylogs, kopfwatches
 
 pytestmark = pytest.mark.looptime
 
@@ -206,3 +206,47 @@ async def test_a_watch_cancelled_in_its_retries_and_reopened_ends_the_outage(
     assert len(lines(caplog, logging.WARNING)) == 1
     (back,) = [line for line in lines(caplog, logging.INFO) if "succeed again" in line]
     assert "retries over" in back
+
+
+class Refusing(Session):
+    """Refuses every request until `until` (403), then answers 200."""
+
+    async def request(self, *, method: str, url: str, **_: Any) -> Answer:
+        answer = await super().request(method=method, url=url)
+        answer.status = 403 if answer.status == 429 else answer.status
+        return answer
+
+
+@pytest.mark.parametrize(
+    ("session", "watching", "error"),
+    [
+        (Session({WATCH: 100.0}), True, None),
+        (Session({WATCH: 100.0}), False, kopf_errors.APITooManyRequestsError),
+        (Refusing({WATCH: 100.0}), True, kopf_errors.APIForbiddenError),
+    ],
+    ids=["a watch's request", "another request", "a watch's request refused"],
+)
+async def test_a_watchs_request_kopf_gives_up_on_is_one_more_retry_unless_refused(
+    caplog: pytest.LogCaptureFixture,
+    stock: None,
+    session: Session,
+    watching: bool,
+    error: type[Exception] | None,
+) -> None:
+    """kopf, or `kopfwatches`, opens a watch again after it gave up on its request: that is
+    one more retry of the outage said once. What else kopf gives up on stays kopf's error,
+    and so does a refusal, which ends kopf (`kopfrefusals`)."""
+    kopfretrylogs.install()
+    token = kopfwatches.WATCHING.set(watching)
+    try:
+        with caplog.at_level(logging.INFO), pytest.raises(kopf_errors.APIError) as raised:
+            await send(WATCH, session, settings(backoffs=[1.0, 1.0]))
+    finally:
+        kopfwatches.WATCHING.reset(token)
+    gave_up = [line for line in lines(caplog, logging.ERROR) if "escalating" in line]
+    if error is None:
+        assert gave_up == []
+        assert len(lines(caplog, logging.WARNING)) == 1
+    else:
+        assert isinstance(raised.value, error)
+        assert len(gave_up) == 1

@@ -24,8 +24,8 @@ that kopf's cleanup has closed, and waits for them for ever, until kopf's own SI
 minutes on. Replayed on the local API server with the ConfigMaps' watch held: four of eight
 stops hung. `run` bounds it: once a task of kopf's fails, kopf has `STOP_GRACE_SECONDS` to
 stop on its own, and is then cancelled once a second until it has; the refusal is said the
-same way. A watch that the API server fails (5xx) past kopf's retries, about a minute, stops
-kopf the same way, and its stop is bounded the same way (what is said then is kopf's own).
+same way. Any other task of kopf's that fails (a watch kopf gave up on for an error that
+`kopfwatches` does not restart it after) has kopf's stop bounded the same way.
 
 The same race fails a callback of kopf's (``request_cancel_callback`` asserts that it runs in
 a task, which a callback never does) and asyncio prints its traceback: during that stop it is

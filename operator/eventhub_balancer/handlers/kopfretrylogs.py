@@ -13,10 +13,11 @@ for 40 s made 37 such lines.
 fail, reminds of it at most every `cyclefaults.REMIND_SECONDS` with the retries since, and
 says in one line when a request succeeds while none is retried any more, some seconds after
 the last retry (`QUIET_SECONDS`: a throttle that lets some through is one outage); the
-retries in between go to kopf's logger at DEBUG. What kopf gives up on (``failed;
-escalating``) and every other line of kopf's stay as kopf says them. A kopf that no longer
-logs its retries this way fails `tests/handlers/test_kopf_retry_logs.py`, so an upgrade
-cannot bring the flood back silently.
+retries in between go to kopf's logger at DEBUG. A request of a watch that kopf gives up on
+(``failed; escalating``) is one more retry, since the watch is opened again (`kopfwatches`),
+unless it was refused; what else kopf gives up on and every other line of kopf's stay as kopf
+says them. A kopf that no longer logs its retries this way fails
+`tests/handlers/test_kopf_retry_logs.py`, so an upgrade cannot bring the flood back silently.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 from kopf._cogs.clients import api
 from kopf._cogs.clients import errors as kopf_errors
 
-from eventhub_balancer.handlers import cyclefaults
+from eventhub_balancer.handlers import cyclefaults, kopfwatches
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +49,8 @@ QUIET_SECONDS = 10.0
 #: How kopf words a failed attempt it will make again.
 RETRY_PREFIX = "Request attempt "
 RETRY_MARK = "failed; will retry:"
+#: How kopf words a request it gives up on.
+ESCALATION_MARK = "failed; escalating:"
 #: How kopf names a refusal (403) in its retry line, and where the API server's Status body,
 #: which repeats the message kopf quoted before it, starts.
 REFUSED = f"{kopf_errors.APIForbiddenError.__name__}("
@@ -119,6 +122,12 @@ class RetryLog:
             self._since, self._retries, self._last = None, 0, ""
 
 
+def _reopened(message: str) -> bool:
+    """Whether kopf gave up on a request of one of its watches that it, or `kopfwatches`,
+    opens again: any but a refusal, which ends kopf (`kopfrefusals`)."""
+    return ESCALATION_MARK in message and kopfwatches.WATCHING.get() and REFUSED not in message
+
+
 class _Attempts:
     """The logger one kopf request is made with: its retries go to `RetryLog`, the rest to
     kopf's logger unchanged."""
@@ -129,7 +138,12 @@ class _Attempts:
         self._loop = loop
 
     def error(self, msg: object, *args: Any, **kwargs: Any) -> None:
-        if isinstance(msg, str) and not args and msg.startswith(RETRY_PREFIX) and RETRY_MARK in msg:
+        if (
+            isinstance(msg, str)
+            and not args
+            and msg.startswith(RETRY_PREFIX)
+            and (RETRY_MARK in msg or _reopened(msg))
+        ):
             self._log.retried(self, msg, now=self._loop.time())
         else:
             self.kopf_logger.error(msg, *args, **kwargs)

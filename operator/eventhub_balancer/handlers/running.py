@@ -31,6 +31,7 @@ from eventhub_balancer.handlers import (
     kopfrefusals,
     kopfretrylogs,
     kopftoggles,
+    kopfwatches,
     kopfwiring,
     registering,
 )
@@ -97,6 +98,7 @@ async def serve(
     kopfkeepalives.install()
     kopfretrylogs.install()
     kopfrefusals.install()
+    kopfwatches.install()
     settings = kopf.OperatorSettings()
     kopfwiring.configure(
         settings,
@@ -138,8 +140,8 @@ async def serve(
     growing = growth.Watch(runtime.hubs, wake=runtime.wake)
     growing.start()
     try:
-        # A watch kopf gave up on (refused, or failed 5xx) ends kopf in a stop that
-        # `kopfrefusals.run` bounds.
+        # A watch kopf gave up on, but for an outage it is watched again
+        # (`kopfwatches`), ends kopf in a stop that `kopfrefusals.run` bounds.
         await kopfrefusals.run(
             kopf.operator(
                 registry=registry,

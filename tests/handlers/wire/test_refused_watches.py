@@ -25,11 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import kmock
-import kopf
 import pytest
 
 from eventhub_balancer import cli
-from eventhub_balancer.handlers import kopfwiring
 from eventhub_balancer_devstack.kube import LocalKubeAPI
 
 NS = "shop"
@@ -58,18 +56,6 @@ def forbidden(resource: str, group: str) -> dict[str, Any]:
         "details": {"kind": resource, **({"group": group} if group else {})},
         "code": 403,
     }
-
-
-@pytest.fixture
-def short_backoffs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """kopf's retries of a refused request (about a minute) in a few tenths of a second."""
-    stock = kopfwiring.configure
-
-    def configure(settings: kopf.OperatorSettings, **kwargs: Any) -> None:
-        stock(settings, **kwargs)
-        settings.networking.error_backoffs = [0.1, 0.1, 0.1]
-
-    monkeypatch.setattr(kopfwiring, "configure", configure)
 
 
 class Held:

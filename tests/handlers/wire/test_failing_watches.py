@@ -1,0 +1,79 @@
+"""An API server that fails the operator's watches for longer than kopf retries them: the
+operator lists and watches again, and goes on (`kopfwatches`).
+
+kopf gives up on a listing answered 5xx after its error backoffs (about a minute; a few tenths
+of a second here), and its watch's task failing used to stop kopf and the operator: replayed
+with the EventHubConsumers' listing answered 503 (etcd's leader changing), it stopped, and
+Kubernetes would have restarted it at a back-off of up to 5 minutes. Here the listing kopf
+makes (and only kopf's: its requests say ``kopf/`` in their User-Agent) is answered 503 over
+three of kopf's escalations, then served.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kmock
+import pytest
+
+from tests.support.fixtures.operator import ConsumerDouble, Stack, wait_for
+
+pytestmark = pytest.mark.slow
+
+#: What kube-apiserver answers while etcd has no leader.
+UNAVAILABLE = {
+    "kind": "Status",
+    "apiVersion": "v1",
+    "metadata": {},
+    "status": "Failure",
+    "message": "etcdserver: leader changed",
+    "reason": "ServiceUnavailable",
+    "code": 503,
+}
+#: The loggers of kopf and of the operator's wrappers of it (``handlers.kopf*``).
+KOPFS = ("kopf", "eventhub_balancer.handlers.kopf")
+#: kopf's four attempts (`short_backoffs`), given up on three times over.
+FAILED = 4 * 3
+
+
+def by_kopf(request: Any) -> bool:
+    return str(request.headers.get("User-Agent", "")).startswith("kopf/")
+
+
+def test_a_listing_failed_past_kopfs_retries_is_made_again_and_the_operator_goes_on(
+    operator_stack: Stack,
+    namespace: str,
+    short_backoffs: None,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    stack, ns = operator_stack, namespace
+    stack.secret(ns)
+    stack.consumer(ns)
+    for i in range(2):
+        stack.pod(ns, f"c-{i}")
+    failing = stack.kube.handler[
+        "list", kmock.resource("eventhub-balancer.dev/v1alpha1/eventhubconsumers"), by_kopf
+    ][:FAILED]
+    failing << 503 << UNAVAILABLE
+    with caplog.at_level(logging.INFO):
+        operator = stack.start_operator(namespaces=(ns,))
+        with ConsumerDouble(stack.kube, ns):
+            wait_for(lambda: sorted(stack.counts(ns).values()) == [16, 16], what="2 x 16")
+            wait_for(lambda: stack.balanced(ns), what="balanced")
+    assert operator.error is None
+    assert len(failing) == FAILED  # all of them answered, then the listing went through
+    said = [
+        r
+        for r in caplog.records
+        if r.levelno >= logging.WARNING
+        and r.name.startswith(KOPFS)
+        and "not in the main thread" not in r.getMessage()  # kopf's, in a test's thread
+    ]
+    text = "\n".join(f"{r.levelname} {r.name}: {r.getMessage()}" for r in said)
+    # What kopf and the operator's wrappers of it said: one warning that kopf's requests fail
+    # and are retried; no error, no traceback.
+    assert [r.levelno for r in said] == [logging.WARNING], text
+    assert "fail and are retried" in said[0].getMessage(), text
+    assert "leader changed" in said[0].getMessage(), text
+    assert not [r for r in said if r.exc_info], text
