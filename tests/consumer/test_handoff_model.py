@@ -479,8 +479,19 @@ class HandOffs(RuleBasedStateMachine):
 
     @rule(pod=st.sampled_from(PODS), seconds=st.sampled_from(DURATIONS))
     def slow_handler(self, pod: str, seconds: float) -> None:
+        """The pod's handler calls take ``seconds`` from now on. A release the pod has not
+        acknowledged yet may wait for such a call: the revocation reaches its runtime in the
+        same turn of the loop as a batch that begins a call (replayed: a batch appended after
+        a revocation, the handler made 2 s slow, and the call began as the revocation
+        arrived), so its bound is raised to the new pace."""
         self.handlers[pod].duration = seconds
         self.slowest[pod] = max(self.slowest[pod], seconds)
+        for revocation in self.revocations:
+            if revocation.pod == pod and (
+                (revocation.partition, revocation.epoch) not in self.sources[pod].acked
+            ):
+                bound = release_bound(self.batch, self.slowest[pod])
+                revocation.bound = max(revocation.bound, bound)
 
     @rule(partition=st.sampled_from(PARTITIONS))
     def hub_fails(self, partition: str) -> None:
