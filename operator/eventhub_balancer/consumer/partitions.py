@@ -13,9 +13,10 @@ duplicates and failures free of loss:
   retries with backoff, then park or dead-letter), and the checkpoint passes it only when it
   is done;
 - on release the in-flight batch is finished (or, past the release timeout, abandoned
-  without a checkpoint, and never overlapped by the next owner), then the final checkpoint is
-  written, and only then does the worker report "released" (the runtime then acknowledges,
-  and the operator assigns the next owner);
+  without a checkpoint, and never overlapped by the next owner) and no other begins (one
+  received with the release is the next owner's), then the final checkpoint is written, and
+  only then does the worker report "released" (the runtime acknowledges, and the operator
+  assigns the next owner);
 - on :class:`errors.OwnershipLost` (from the checkpoint store or a stolen link) the worker
   stops at once and writes nothing: a newer owner holds the partition;
 - on a failure of its own (a receive link that could not be mended, the store away) the worker
@@ -59,10 +60,9 @@ from eventhub_balancer.contracts import failurepolicy, partitionreports
 
 logger = logging.getLogger(__name__)
 
-#: A partition's take-up and hand-over at INFO, each with its delay: how long after the worker
-#: started its first events came (a slow take-up is the fence, the link or an empty
-#: partition), and how long after the release began its final checkpoint was written (the
-#: batch in flight, then the write). The benchmarks time the stages of a hand-off from them.
+#: A partition's take-up and hand-over at INFO, each with its delay since the worker started
+#: (a slow take-up is the fence, the link or an empty partition) or since the release began
+#: (the batch in flight, then the write). The benchmarks time a hand-off's stages from them.
 FIRST_EVENTS = "partition %s: epoch %d: first %d events, %.0f ms after the worker started"
 FINAL_CHECKPOINT = (
     "partition %s: epoch %d: final checkpoint at sequence number %s, %.0f ms after the release"
@@ -153,9 +153,8 @@ class PartitionWorker:
             self._stop.set()
 
     def reopen(self) -> None:
-        """Open the link again before the next batch (the receiver factory holds a new key),
-        at the same epoch and after the last event the handler finished; the batch in the
-        handler goes on. The checkpoint is neither fenced nor moved for it."""
+        """Open the link again (the receiver factory holds a new key) before the next batch, at
+        the same epoch, after the last event handled; the batch in the handler goes on."""
         self._reopen.set()
 
     @property
@@ -195,8 +194,7 @@ class PartitionWorker:
         self.stats.stuck = stuck
 
     def transition(self, event: handoffs.WorkerEvent) -> handoffs.WorkerState:
-        """Move along the hand-off table; `handoffs.IllegalTransition` when it has no such move
-        (a bug: the worker's state is then left as it was)."""
+        """Move along the hand-off table (`handoffs.IllegalTransition` if it has none: a bug)."""
         before = self.state
         self.state = handoffs.next_worker_state(before, event)
         self.path.append(self.state)
@@ -214,8 +212,7 @@ class PartitionWorker:
                 return self._finish("revoked")  # the fence is the final checkpoint
             receiver = self._receive_after(checkpoint.sequence_number)
             if self.check_position is not None:
-                # While the link opens: a checkpoint past the partition's end is moved back,
-                # and nothing received after it reaches the handler.
+                # While the link opens: a checkpoint past the partition's end is moved back.
                 rewound = await self.check_position(self.partition, checkpoint)
                 if rewound is not None:
                     await receiver.close()
@@ -267,6 +264,8 @@ class PartitionWorker:
                 # The crash bound: the previous checkpoint is durable before this handler runs
                 # (its error, OwnershipLost above all, surfaces here, before any work).
                 await self._writing.wait()
+                if self._stop.is_set():
+                    continue  # released meanwhile: not a whole handler call more
                 if not await self.batches.run(batch.events):
                     break  # abandoned or parked until the release: no checkpoint past it
                 self._processed = batch.events[-1]
@@ -343,7 +342,8 @@ class PartitionWorker:
         return await self.store.fence(self.partition, self.epoch, start=start)
 
     async def _next_batch(self, receiver: ports.Receiver) -> deliveries.ReceivedBatch | None:
-        """The next batch, or None when a release or a reopen came while waiting for it."""
+        """The next batch, or None when a release or a reopen came while waiting for it, or a
+        release came with it (the batch is the next owner's, after the final checkpoint)."""
         receive = asyncio.ensure_future(
             receiver.next_batch(max_size=self.settings.batch_size, max_wait=self.settings.max_wait)
         )
@@ -357,7 +357,7 @@ class PartitionWorker:
             if not receive.done():
                 receive.cancel()  # next_batch is cancellation-safe: no event is lost
                 await asyncio.gather(receive, return_exceptions=True)
-        if receive.cancelled():
+        if receive.cancelled() or (self._stop.is_set() and receive.exception() is None):
             return None
         return receive.result()  # raises OwnershipLost / EventHubUnreachable
 
