@@ -34,9 +34,12 @@ PACKAGE = "/eventhub_balancer/"
 WRITES = frozenset(
     {"create_configmap", "patch_configmap", "replace_configmap_data", "delete_configmap"}
 )
-#: The tasks that run beside the path, not on it: the other watch streams' workers, the
-#: Events poster, the pods' re-listing and the growth watch.
+#: The tasks that run beside the path, not on it: kopf's watchers (each reads its stream
+#: through `kopfwatches`; the DELETED event is in the pods' worker before the path starts),
+#: the other watch streams' workers, the Events poster, the pods' re-listing and the growth
+#: watch.
 BESIDE = (
+    "watcher for ",
     "worker for (configmaps",
     "worker for (eventhub",
     "ehb-event-posts",
