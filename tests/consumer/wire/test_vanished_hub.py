@@ -57,6 +57,14 @@ async def test_a_deleted_hub_with_checkpoints_is_said_once_as_missing(
         assert {r.state for r in source.reports.values()} == {"failing"}
         errors_ = {r.error for r in source.reports.values()}
         assert all("Event Hub 'payments'" in e and "does not exist" in e for e in errors_), errors_
-        said = [r for r in caplog.records if r.levelno >= logging.WARNING]
+        # asyncio's report of an aiohttp session collected just then is left out: it names
+        # whatever the garbage collector found, an earlier test's too (seen once, on a
+        # loaded machine).
+        said = [
+            r
+            for r in caplog.records
+            if r.levelno >= logging.WARNING
+            and not (r.name == "asyncio" and r.getMessage().startswith("Unclosed"))
+        ]
         assert len(said) == 1, [r.getMessage() for r in said]
         assert "Event Hub 'payments'" in said[0].getMessage()
