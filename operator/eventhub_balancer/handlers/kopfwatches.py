@@ -62,7 +62,7 @@ def _where(kwargs: dict[str, Any]) -> str:
     return f"{kwargs.get('resource')} {place}"
 
 
-async def _marked(stream: AsyncIterator[Any]) -> AsyncIterator[Any]:
+async def _marked(stream: AsyncIterator[Any]) -> AsyncGenerator[Any, None]:
     """The events of ``stream``, each step of it run with `WATCHING` set (and only that: the
     workers kopf starts for the events it gets are started outside it)."""
     while True:
@@ -83,10 +83,14 @@ async def infinite_watch(**kwargs: Any) -> AsyncIterator[Any]:
     said_at: float | None = None
     while True:
         try:
-            # An async generator (typed by kopf as the iterator it is), closed when cancelled.
+            # Async generators (kopf types its own as the iterator it is), closed when this
+            # one is, as kopf's watcher closes it when cancelled.
             stock = cast(AsyncGenerator[Any, None], STOCK_INFINITE_WATCH(**kwargs))
-            async with contextlib.aclosing(stock) as stream:
-                async for event in _marked(stream):
+            async with (
+                contextlib.aclosing(stock) as stream,
+                contextlib.aclosing(_marked(stream)) as marked,
+            ):
+                async for event in marked:
                     yield event
             return  # kopf's ends only when a test bounds its iterations
         except kopf_errors.APIServerError as e:
