@@ -42,6 +42,25 @@ def by_kopf(request: Any) -> bool:
     return str(request.headers.get("User-Agent", "")).startswith("kopf/")
 
 
+def consumer_of_two_pods(stack: Stack, ns: str) -> None:
+    stack.secret(ns)
+    stack.consumer(ns)
+    for i in range(2):
+        stack.pod(ns, f"c-{i}")
+
+
+def said_by_kopf(caplog: pytest.LogCaptureFixture) -> tuple[list[logging.LogRecord], str]:
+    """What kopf and the operator's wrappers of it said at WARNING and up, and as text."""
+    said = [
+        r
+        for r in caplog.records
+        if r.levelno >= logging.WARNING
+        and r.name.startswith(KOPFS)
+        and "not in the main thread" not in r.getMessage()  # kopf's, in a test's thread
+    ]
+    return said, "\n".join(f"{r.levelname} {r.name}: {r.getMessage()}" for r in said)
+
+
 def test_a_listing_failed_past_kopfs_retries_is_made_again_and_the_operator_goes_on(
     operator_stack: Stack,
     namespace: str,
@@ -49,10 +68,7 @@ def test_a_listing_failed_past_kopfs_retries_is_made_again_and_the_operator_goes
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     stack, ns = operator_stack, namespace
-    stack.secret(ns)
-    stack.consumer(ns)
-    for i in range(2):
-        stack.pod(ns, f"c-{i}")
+    consumer_of_two_pods(stack, ns)
     failing = stack.kube.handler[
         "list", kmock.resource("eventhub-balancer.dev/v1alpha1/eventhubconsumers"), by_kopf
     ][:FAILED]
@@ -64,16 +80,8 @@ def test_a_listing_failed_past_kopfs_retries_is_made_again_and_the_operator_goes
             wait_for(lambda: stack.balanced(ns), what="balanced")
     assert operator.error is None
     assert len(failing) == FAILED  # all of them answered, then the listing went through
-    said = [
-        r
-        for r in caplog.records
-        if r.levelno >= logging.WARNING
-        and r.name.startswith(KOPFS)
-        and "not in the main thread" not in r.getMessage()  # kopf's, in a test's thread
-    ]
-    text = "\n".join(f"{r.levelname} {r.name}: {r.getMessage()}" for r in said)
-    # What kopf and the operator's wrappers of it said: one warning that kopf's requests fail
-    # and are retried; no error, no traceback.
+    said, text = said_by_kopf(caplog)
+    # One warning that kopf's requests fail and are retried; no error, no traceback.
     assert [r.levelno for r in said] == [logging.WARNING], text
     assert "fail and are retried" in said[0].getMessage(), text
     assert "leader changed" in said[0].getMessage(), text
@@ -104,10 +112,7 @@ def test_an_error_event_in_a_watch_is_one_warning_and_the_watch_is_made_again(
 ) -> None:
     """kopf takes an error event other than a 410 for the end of its watch, and stopped."""
     stack, ns = operator_stack, namespace
-    stack.secret(ns)
-    stack.consumer(ns)
-    for i in range(2):
-        stack.pod(ns, f"c-{i}")
+    consumer_of_two_pods(stack, ns)
     erring = stack.kube.handler["watch", kmock.resource("v1/pods"), by_kopf][:1]
     erring << (TOO_LARGE,)
     with caplog.at_level(logging.INFO):
@@ -119,14 +124,7 @@ def test_an_error_event_in_a_watch_is_one_warning_and_the_watch_is_made_again(
             stack.delete_pod(ns, "c-1")  # seen through the watch made again
             wait_for(lambda: sorted(stack.counts(ns).values()) == [32], what="1 x 32")
     assert operator.error is None
-    said = [
-        r
-        for r in caplog.records
-        if r.levelno >= logging.WARNING
-        and r.name.startswith(KOPFS)
-        and "not in the main thread" not in r.getMessage()
-    ]
-    text = "\n".join(f"{r.levelname} {r.name}: {r.getMessage()}" for r in said)
+    said, text = said_by_kopf(caplog)
     assert [r.levelno for r in said] == [logging.WARNING], text
     assert "Too large resource version" in said[0].getMessage(), text
     assert "listed and watched again" in said[0].getMessage(), text
