@@ -84,3 +84,23 @@ def test_an_older_version_or_another_object_is_no_rollback() -> None:
     other = versioned(three, 30, status=earlier)
     other.body["metadata"]["uid"] = "uid-other"
     assert rollbacks.restored(remembered, other) == (other, None)
+
+
+def test_a_rollback_is_put_back_by_every_decision_until_the_write_lands() -> None:
+    """A cycle decides twice when it reads more (the blobs, the pods afresh), and a put-back
+    refused by a 409 is decided again in the next cycle, each time over the status found:
+    every one of those decisions writes the operator's status back. The carry of the first
+    once held the status found with the operator's record in it, so the second took the
+    rolled-back record for its own and took the hand-offs back."""
+    two = settle(bodies.observe(pods=[pod("a"), pod("b")]), now=0)
+    earlier = copy.deepcopy(dict(two.status))
+    three = versioned(settle(bodies.with_pods(two, pod("c")), now=10), 20)
+    _, carry = deciding.decide(three, None, now=at(30))
+    restored = versioned(three, 30, status=earlier)
+    for step in range(3):
+        decision, carry = deciding.decide(restored, carry, now=at(31 + step))
+        assert decision.moves == (), step
+        assert decision.writes.count == 0, f"decision {step} rewrote a ConfigMap"
+        assert [e.reason for e in decision.events] == [rollbacks.REASON], step
+        written = bodies.applied(restored, decision)
+        assert written.status["assignment"] == three.status["assignment"], step

@@ -78,6 +78,10 @@ def decide(
     if carry.record is not None and carry.record.body is not observation.body:
         observation, restoring = rollbacks.restored(carry.record, observation)
     recorded = decisions.read_record(carry.record, observation.body)
+    # While the status found is rolled back, the carry keeps the operator's own record, so
+    # the next decision (this cycle's second, or the next cycle's) puts it back too. The
+    # record just read would make the status found the operator's from then on.
+    kept = carry.record if restoring is not None else recorded
     unknown = readbacks.unconfirmed(
         fleet,
         recorded.recorded,
@@ -98,7 +102,7 @@ def decide(
             next_in=readbacks.CONFIRM_SECONDS,
             resource_version=decisions.version(observation),
         )
-        return held, decisions.Carry(fleet=fleet, record=recorded, derived=carry.derived)
+        return held, decisions.Carry(fleet=fleet, record=kept, derived=carry.derived)
     decision, derived = _decide(
         observation,
         spec=spec,
@@ -114,9 +118,9 @@ def decide(
         )
     if not (decision.needs_checkpoints or decision.needs_last_sequences):
         derived = None  # only the first of a cycle's two decisions hands its writes on
-    if fleet is carry.fleet and recorded is carry.record and derived is carry.derived:
+    if fleet is carry.fleet and kept is carry.record and derived is carry.derived:
         return decision, carry
-    return decision, decisions.Carry(fleet=fleet, record=recorded, derived=derived)
+    return decision, decisions.Carry(fleet=fleet, record=kept, derived=derived)
 
 
 def _decide(
