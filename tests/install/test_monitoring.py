@@ -274,14 +274,17 @@ def panel_query(title: str, legend: str) -> str:
     [
         ("Hand-offs", "{{outcome}}", "ehb_handoff_duration_seconds", {"outcome": "timeout"}),
         ("Moves", "{{kind}} {{reason}}", "ehb_moves", {"kind": "takeover", "reason": "timeout"}),
+        ("Cycles by result", "{{result}}", "ehb_cycles", {"result": "Forbidden"}),
     ],
 )
 def test_a_counter_panel_shows_a_series_first_count(
     tmp_path: Path, title: str, legend: str, family: str, labels: dict[str, str]
 ) -> None:
     """The operator's series of a consumer's timed-out hand-offs (of its moves of a kind and
-    reason) is born at 1 at the first one, which increase() alone counts as no increase: the
-    panel shows it, as the alert EventHubHandoffTimedOut fires on the first timeout.
+    reason, of its cycles that ended with a result) is born at 1 at the first one, which
+    increase() alone counts as no increase: the panel shows it, as the alert
+    EventHubHandoffTimedOut fires on the first timeout, and a consumer's first failed cycle
+    shows.
     Evaluated by promtool over series as Prometheus stores them ($__rate_interval as 5m, the
     test's clock starting at 0)."""
     query = panel_query(title, legend)
