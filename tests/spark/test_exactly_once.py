@@ -24,7 +24,7 @@ import pytest
 from eventhub_balancer.adapters import deliveries
 from eventhub_balancer.consumer import contexts
 from eventhub_balancer.spark import frames
-from tests.support import paths
+from tests.support import paths, sparkarchive
 
 T0 = datetime.datetime(2026, 1, 1, 12, 0, tzinfo=datetime.UTC)
 
@@ -270,7 +270,7 @@ def test_over_spark_connect(spark_connect_url: str, tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "tests.spark.test_exactly_once", spark_connect_url, str(tmp_path)],
         cwd=paths.REPOSITORY,
-        env={k: v for k, v in os.environ.items() if not k.startswith("SPARK_")},
+        env=sparkarchive.child_environment(os.environ),
         capture_output=True,
         text=True,
         timeout=180,

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from eventhub_balancer.adapters import blobs, checkpointing
-from tests.support import consumerfakes, paths
+from tests.support import consumerfakes, paths, sparkarchive
 
 #: The Event Hubs namespace the assignment files name (`consumerfakes.configmap`): the
 #: checkpoint blobs are named after it.
@@ -29,8 +29,8 @@ def file_consumer_env(
     local emulators allowed."""
     env = {
         k: v
-        for k, v in os.environ.items()
-        if k not in ("POD_NAME", "POD_NAMESPACE", "KUBECONFIG") and not k.startswith("SPARK_")
+        for k, v in sparkarchive.child_environment(os.environ).items()
+        if k not in ("POD_NAME", "POD_NAMESPACE", "KUBECONFIG")
     }
     env.update(
         {

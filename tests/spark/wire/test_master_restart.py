@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from eventhub_balancer.consumer import sessionkeeping
-from tests.support import paths
+from tests.support import paths, sparkarchive
 from tests.support.fixtures.spark import spark_unavailable
 
 #: Two cluster starts, two sessions and the job's bounded wait, on a loaded 2-core machine.
@@ -45,7 +45,7 @@ def test_a_restarted_master_has_the_session_replaced_and_the_hung_job_failed(
             str(tmp_path / "cluster"),
         ],
         cwd=paths.REPOSITORY,
-        env={k: v for k, v in os.environ.items() if not k.startswith("SPARK_")},
+        env=sparkarchive.child_environment(os.environ),
         capture_output=True,
         text=True,
         timeout=CHILD_TIMEOUT_S,

@@ -23,7 +23,7 @@ import pytest
 from eventhub_balancer import errors
 from eventhub_balancer.spark import flags, sessions
 from eventhub_balancer_devstack import sparkcluster
-from tests.support import paths
+from tests.support import paths, sparkarchive
 from tests.support.fixtures.spark import spark_unavailable
 
 #: A child's session starts in 5-15 s on a loaded 2-core machine; bounded well above that.
@@ -52,13 +52,15 @@ CLUSTER_CONF = (
 )
 
 
-def probe(*args: str, tmp_path: Path) -> tuple[dict[str, Any], str]:
+def probe(
+    *args: str, tmp_path: Path, env: dict[str, str] | None = None
+) -> tuple[dict[str, Any], str]:
     """Run the probe; its result and its stderr. Its stdout must stay empty."""
     out = tmp_path / "probe.json"
     done = subprocess.run(
         [sys.executable, "-m", "tests.spark.wire._probe", "--out", str(out), *args],
         cwd=paths.REPOSITORY,
-        env={k: v for k, v in os.environ.items() if not k.startswith("SPARK_")},
+        env=env if env is not None else sparkarchive.child_environment(os.environ),
         capture_output=True,
         text=True,
         timeout=CHILD_TIMEOUT_S,
@@ -174,6 +176,24 @@ def test_local_session_keeps_stdout_clean_and_logs_in_sparks_format(tmp_path: Pa
     # ...so its warnings are on stderr in its format, and INFO is below its level.
     assert re.search(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d WARN probe: ehb-probe-warning$", stderr, re.M)
     assert "ehb-probe-info" not in stderr
+
+
+def test_a_local_driver_maps_the_suites_class_archive(tmp_path: Path) -> None:
+    """The suite's drivers start from the class archive that ``make install`` writes
+    (`tests.support.sparkarchive`). With ``-Xshare:on`` a JVM that cannot map it does not
+    start at all, so an archive left unused (another Java, other jars of Spark) fails here
+    instead of only slowing the suite down."""
+    if spark_unavailable():
+        pytest.skip(str(spark_unavailable()))
+    archive = Path(sys.prefix) / sparkarchive.FILE_NAME
+    if not archive.is_file():
+        pytest.fail(f"no class archive at {archive}: run `make install`, which writes it")
+    env = {
+        **sparkarchive.child_environment(os.environ),
+        "SPARK_SUBMIT_OPTS": f"{sparkarchive.submit_options(archive)} -Xshare:on",
+    }
+    result, _ = probe("--master", "local[1]", tmp_path=tmp_path, env=env)
+    assert result == {**EXPECTED, "master": "local[1]", "version": result["version"]}
 
 
 def test_session_on_a_standalone_master(spark_master_url: str, tmp_path: Path) -> None:
