@@ -18,7 +18,6 @@ name so that adding one needs no edit of this file. Shared helpers are in ``test
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +26,6 @@ import pytest
 from tests.support import sparkarchive
 
 HERE = Path(__file__).resolve().parent
-#: The class-data archive of Spark's driver that ``make install`` writes beside the venv's
-#: pyspark (`tests.support.sparkarchive`).
-SPARK_ARCHIVE = Path(sys.prefix) / sparkarchive.FILE_NAME
 
 pytest_plugins = sorted(
     f"tests.support.fixtures.{p.stem}"
@@ -61,8 +57,9 @@ def pytest_configure(config: pytest.Config) -> None:
     """Every local Spark driver the suite starts, here or in a child process, maps the class
     archive when there is one: it starts in half the time and CPU. Without one (a bare
     ``pytest`` before ``make install``), the drivers start as users' do."""
-    if SPARK_ARCHIVE.is_file() and "SPARK_SUBMIT_OPTS" not in os.environ:
-        os.environ["SPARK_SUBMIT_OPTS"] = sparkarchive.submit_options(SPARK_ARCHIVE)
+    archive = sparkarchive.INSTALLED
+    if archive.is_file() and "SPARK_SUBMIT_OPTS" not in os.environ:
+        os.environ["SPARK_SUBMIT_OPTS"] = sparkarchive.submit_options(archive)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

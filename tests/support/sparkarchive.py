@@ -1,10 +1,11 @@
 """A class-data archive of the local Spark driver's JVM, so that the suite's JVMs start in half.
 
 Every local SparkSession the suite starts (the session fixture, each ``ehb consume --spark``
-child, the benchmarks and probes) is a JVM that loads and verifies about 15,000 of Spark's
-classes before it runs a query. HotSpot can keep those classes, parsed and verified, in an
-archive that later JVMs map (dynamic class-data sharing, Java 13 and later). Measured on the
-2-core development machine, a local session's start and first small query:
+child, the benchmarks and probes) is a JVM that loads about 19,000 classes (Spark's, its
+libraries' and Java's) before its first query answers. HotSpot can keep those classes, parsed
+and verified, in an archive that later JVMs map (dynamic class-data sharing, Java 13 and
+later). Measured on the 2-core development machine, a local session's start and first small
+query:
 
 - with the product's options: 20.3 s of JVM CPU, 10.8 s to the session, without the archive;
   9.7 s and 5.4 s with it;
@@ -14,13 +15,17 @@ archive that later JVMs map (dynamic class-data sharing, Java 13 and later). Mea
 ``python -m tests.support.sparkarchive FILE`` (``make install`` runs it) starts one local
 session with the product's defaults, runs what a trigger runs (a DataFrame of received
 events, aggregations, a Parquet write and read), and stops it: the JVM writes the classes it
-loaded to FILE as it exits. `submit_options` is what a JVM is given to map it: the suite sets
+loaded to FILE as it exits. A second driver then runs the same from the archive with
+``-Xshare:on`` (a JVM that cannot map it fails to start) before FILE takes its name: a JVM
+can crash on a damaged archive (one cut short) where it starts without a mismatched one.
+`submit_options` is what a JVM is given to map it: the suite sets
 it as ``SPARK_SUBMIT_OPTS`` (tests/conftest.py), which pyspark's launcher gives every driver
 it starts, in the test processes and in the processes they start.
 
 An archive that a JVM cannot use (another Java build, another set of Spark's jars) is left
 unused: the JVM starts as without it, and says nothing (its class-data messages are off).
-Only the time changes; ``rm FILE`` and ``make install`` write it anew.
+Only the time changes, and ``tests/spark/wire/test_sessions.py`` says so: one of its drivers
+must map it. ``rm FILE`` and ``make install`` write it anew.
 """
 
 from __future__ import annotations
@@ -34,8 +39,9 @@ from pathlib import Path
 
 #: Where ``make install`` writes the archive: in the venv, beside the pyspark it was made of.
 FILE_NAME = "spark-classes.jsa"
-#: How long the archive may take: a session's start, the queries and the JVM's dump (about
-#: 35 s on the development machine).
+INSTALLED = Path(sys.prefix) / FILE_NAME
+#: How long each of the two runs may take: a session's start, the queries and (the first run)
+#: the JVM's dump of 180 MB. Both took 72 s in all on the development machine.
 DUMP_TIMEOUT_S = 300.0
 #: HotSpot's class-data messages off: a warning would go to the JVM's stdout, which the
 #: product sends to stderr, into the logs the tests read.

@@ -185,7 +185,7 @@ def test_a_local_driver_maps_the_suites_class_archive(tmp_path: Path) -> None:
     instead of only slowing the suite down."""
     if spark_unavailable():
         pytest.skip(str(spark_unavailable()))
-    archive = Path(sys.prefix) / sparkarchive.FILE_NAME
+    archive = sparkarchive.INSTALLED
     if not archive.is_file():
         pytest.fail(f"no class archive at {archive}: run `make install`, which writes it")
     env = {
