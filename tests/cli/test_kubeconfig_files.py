@@ -7,6 +7,8 @@ the Kubernetes client (`kubeclients`, the rest of the file; exit 1, a configurat
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,9 +29,25 @@ COMMANDS = [
 ]
 
 
-#: A file nested deeper than YAML's parser recurses (it fails from about 600 levels): 10,000
-#: took the parser 2 s a command, for the same refusal.
+#: A file nested deeper than YAML's parser recurses at Python's default recursion limit (it
+#: fails from about 600 levels): 10,000 took the parser 2 s a command, for the same refusal.
 TOO_DEEP = b"[" * 1_000
+#: Python's default recursion limit, which an `ehb` process runs with.
+DEFAULT_RECURSION_LIMIT = 1_000
+
+
+@pytest.fixture(autouse=True)
+def default_recursion_limit() -> Iterator[None]:
+    """The commands run here at the recursion limit of a user's `ehb` process. A test
+    worker's limit can be higher: Hypothesis raises it while its tests run, and in one full
+    run a worker's limit was high enough that 1,000 levels parsed (and were refused as YAML
+    cut short, not as too deep)."""
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(DEFAULT_RECURSION_LIMIT)
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(before)
 
 
 def ehb(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
