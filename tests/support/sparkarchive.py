@@ -78,8 +78,7 @@ def _workload(folder: Path) -> None:
         df.write.mode("append").partitionBy("partition").parquet(table)
         read = session.read.parquet(table)
         read.groupBy("partition").agg(F.max("sequence_number")).collect()
-        read.join(df.select("partition", "sequence_number"), ["partition", "sequence_number"])
-        read.count()
+        read.join(df, ["partition", "sequence_number"]).count()
     finally:
         session.stop()
     # The JVM ends when its stdin closes (pyspark's gateway watches it), and writes the
@@ -92,6 +91,16 @@ def _workload(folder: Path) -> None:
         gateway.proc.wait(timeout=DUMP_TIMEOUT_S)
 
 
+def _run_workload(folder: str, submit_opts: str) -> None:
+    """The workload in a child process whose driver JVM gets ``submit_opts``."""
+    subprocess.run(
+        [sys.executable, "-m", "tests.support.sparkarchive", "--workload", folder],
+        env={**os.environ, "SPARK_SUBMIT_OPTS": submit_opts},
+        check=True,
+        timeout=DUMP_TIMEOUT_S,
+    )
+
+
 def dump(archive: Path) -> None:
     """Write the archive: a child process runs the workload in a JVM started with
     ``-XX:ArchiveClassesAtExit``, which writes the archive as it exits; a second one runs it
@@ -101,28 +110,14 @@ def dump(archive: Path) -> None:
     partial = archive.with_name(archive.name + ".partial")
     partial.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="ehb-spark-archive-") as folder:
-        env = {
-            **os.environ,
-            "SPARK_SUBMIT_OPTS": f"-XX:ArchiveClassesAtExit={partial} {QUIET}",
-        }
-        subprocess.run(
-            [sys.executable, "-m", "tests.support.sparkarchive", "--workload", folder],
-            env=env,
-            check=True,
-            timeout=DUMP_TIMEOUT_S,
-        )
+        _run_workload(folder, f"-XX:ArchiveClassesAtExit={partial} {QUIET}")
         if not partial.exists():
             raise SystemExit(f"the JVM wrote no class-data archive to {partial}")
         # A JVM that maps a damaged archive (cut short by a full disk, say) can crash instead
         # of starting without it: one driver must start from it before it takes its name.
         check = f"{submit_options(partial)} -Xshare:on -XX:ErrorFile={folder}/hs_err_%p.log"
         try:
-            subprocess.run(
-                [sys.executable, "-m", "tests.support.sparkarchive", "--workload", folder],
-                env={**env, "SPARK_SUBMIT_OPTS": check},
-                check=True,
-                timeout=DUMP_TIMEOUT_S,
-            )
+            _run_workload(folder, check)
         except subprocess.CalledProcessError:
             partial.unlink(missing_ok=True)
             raise SystemExit(
