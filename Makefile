@@ -80,13 +80,13 @@ controlplane:
 go-tools: $(STAMP)
 	devstack/tools/build.sh $(BIN) helm kstatus
 
-# A class-data archive of Spark's local driver (tests/support/sparkarchive.py): every driver JVM
-# the suite starts maps it, and starts in half the time and CPU (20 s of JVM CPU for a session
+# A class-data archive of Spark's local driver, by the product's own `ehb spark archive`
+# (tests/support/sparkarchive.py): every driver JVM the suite starts maps it, and starts in half the time and CPU (20 s of JVM CPU for a session
 # and its first query, 10 s with it). Written once for the venv (about a minute, in one JVM),
 # again when the venv is installed again.
 SPARK_ARCHIVE := $(VENV)/spark-classes.jsa
 $(SPARK_ARCHIVE): $(STAMP) | java-check
-	$(BIN)/python -m tests.support.sparkarchive $@
+	$(BIN)/ehb spark archive $@
 
 install: $(STAMP) $(NODE_STAMP) java-check promtool-check controlplane go-tools $(SPARK_ARCHIVE)
 

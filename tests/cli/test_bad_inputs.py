@@ -271,6 +271,24 @@ ROWS = [
         "x.servicebus.windows.net, or an EventHubConsumer NAME to read it from "
         "(ehb checkpoints list NAME -n NAMESPACE)",
     ),
+    Row(
+        "a Spark class archive named by a folder",
+        ("spark", "archive", "{tmp}"),
+        {},
+        "ehb: error: FILE: {tmp} is a directory: name the archive's file",
+    ),
+    Row(
+        "a Spark class archive in a folder that does not exist",
+        ("spark", "archive", "{tmp}/no-such-folder/spark.jsa"),
+        {},
+        "ehb: error: FILE: {tmp}/no-such-folder does not exist: create it first",
+    ),
+    Row(
+        "a Spark class archive with no time to run",
+        ("spark", "archive", "{tmp}/spark.jsa", "--timeout", "0"),
+        {},
+        "ehb: error: --timeout: must be above 0 seconds, not 0",
+    ),
     # The operator's own flags are said before the kubeconfig is read: a newcomer's first
     # `ehb operator` with no cluster yet was told of the kubeconfig, then, once it was fixed,
     # of the flag.

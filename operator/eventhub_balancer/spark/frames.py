@@ -217,14 +217,24 @@ def arrow_loader(session: Any) -> ArrowLoader | None:
 WARM_UP_ROUNDS: Final = 8
 
 
-def warm_up(session: Any, *, rounds: int = WARM_UP_ROUNDS) -> None:
+def warm_up(
+    session: Any, *, rounds: int = WARM_UP_ROUNDS, loader: ArrowLoader | None = None
+) -> None:
     """A few small DataFrames through the whole path (Arrow, the DataFrame, a job with a
-    shuffle) on a new session.
+    shuffle) on a new session; through ``loader`` when given, as the triggers build theirs.
 
     A new JVM interprets that path before it compiles it: the first triggers take seconds
     where later ones take a tenth of that. Done beside the receivers, while they fill, it keeps
     that cost out of the first triggers.
     """
+    events, ranges = sample()
+    for _ in range(rounds):
+        df = to_dataframe(session, events, batch_id=0, ranges=ranges, loader=loader)
+        df.groupBy("partition").count().collect()
+
+
+def sample(count: int = 100) -> tuple[list[deliveries.ReceivedEvent], dict[str, Range]]:
+    """``count`` small events over partitions "0" and "1", enqueued now, and their ranges."""
     now = datetime.datetime.now(datetime.UTC)
     events = [
         deliveries.ReceivedEvent(
@@ -236,12 +246,10 @@ def warm_up(session: Any, *, rounds: int = WARM_UP_ROUNDS) -> None:
             properties={"warm": "up"},
             body=b"",
         )
-        for n in range(100)
+        for n in range(count)
     ]
-    share = _Share(epoch=0, first_sequence_number=0, last_sequence_number=99)
-    for _ in range(rounds):
-        df = to_dataframe(session, events, batch_id=0, ranges={"0": share, "1": share})
-        df.groupBy("partition").count().collect()
+    share = _Share(epoch=0, first_sequence_number=0, last_sequence_number=count - 1)
+    return events, {"0": share, "1": share}
 
 
 @dataclasses.dataclass(frozen=True)
