@@ -65,6 +65,9 @@ def dump(archive: Path, *, timeout: float = DUMP_TIMEOUT_S) -> int:
     partial = archive.with_name(archive.name + ".partial")
     partial.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="ehb-spark-archive-") as folder:
+        _say(
+            f"run 1 of 2: a Spark driver runs a trigger's work, archiving its classes to {partial}"
+        )
         _run_workload(folder, f"-XX:ArchiveClassesAtExit={partial} {QUIET}", timeout=timeout)
         if not partial.exists():
             raise errors.ConfigurationError(
@@ -72,6 +75,7 @@ def dump(archive: Path, *, timeout: float = DUMP_TIMEOUT_S) -> int:
                 "Java's own class-data archive (lib/server/classes.jsa, which a JRE built "
                 "without it lacks; `java -Xshare:dump` as root writes it)"
             )
+        _say("run 2 of 2: a Spark driver must start from the archive")
         check = f"{submit_options(partial)} -Xshare:on -XX:ErrorFile={folder}/hs_err_%p.log"
         try:
             _run_workload(folder, check, timeout=timeout)
@@ -84,6 +88,11 @@ def dump(archive: Path, *, timeout: float = DUMP_TIMEOUT_S) -> int:
     size = partial.stat().st_size
     partial.replace(archive)
     return size
+
+
+def _say(progress: str) -> None:
+    """A step of the two runs, on stderr (the drivers' own output goes there too)."""
+    print(f"ehb spark archive: {progress}", file=sys.stderr, flush=True)
 
 
 def _check_destination(archive: Path) -> None:
