@@ -116,7 +116,8 @@ class ApiUnavailable(TransientError):
 
 class ApiThrottled(ApiUnavailable):
     """The Kubernetes API server refused the request for its load (429: API Priority and
-    Fairness); it asked to be asked again after ``retry_after`` seconds (None: it did not say).
+    Fairness; or 503 with a ``Retry-After``: a server or a proxy shedding load); it asked to be
+    asked again after ``retry_after`` seconds (None: it did not say).
     Its reason stays ``ApiUnavailable``, as the conditions and metrics have always said it."""
 
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:

@@ -93,16 +93,18 @@ def _wrap(e: BaseException, what: str) -> errors.EventHubBalancerError:
             )
         if status == 422 or status == 400:
             return errors.ApiRejected(f"{what}: rejected ({status}: {reason})")
-        if status == 429:
-            # API Priority and Fairness: the daemon paces its next attempt by the answer.
+        retry_after = _retry_after(e.headers)
+        if status == 429 or (status == 503 and retry_after is not None):
+            # API Priority and Fairness (429), or a server or a proxy shedding load that says
+            # when to come back (503 with a Retry-After): the daemon paces its next attempt by
+            # the answer, as one throttle (`handlers.throttles`).
             return errors.ApiThrottled(
-                f"{what}: API server answered 429 ({reason})",
-                retry_after=_retry_after(e.headers),
+                f"{what}: API server answered {status} ({reason})", retry_after=retry_after
             )
         return errors.ApiUnavailable(f"{what}: API server answered {status} ({reason})")
     if isinstance(e, urllib3.exceptions.MaxRetryError):
         late = e.reason
-        if isinstance(late, kuberetries.RetryAfterTooLong) and late.status == 429:
+        if isinstance(late, kuberetries.RetryAfterTooLong) and late.status in (429, 503):
             return errors.ApiThrottled(f"{what}: API server {late}", retry_after=late.retry_after)
         return errors.ApiUnavailable(f"{what}: {_unreachable(e)}")
     return errors.ApiUnavailable(f"{what}: {type(e).__name__}: {e}")

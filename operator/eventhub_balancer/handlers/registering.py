@@ -103,7 +103,7 @@ class Operator:
     view: ports.KubePort = dataclasses.field(init=False)
     #: posts the cycles' Kubernetes Events beside them, not inside them (`eventposts`)
     events: eventposts.Poster = dataclasses.field(init=False)
-    #: the consumers whose cycles the API server throttled (429), and which tries next
+    #: the consumers whose cycles the API server throttled (`throttles`), and which tries next
     throttle: throttles.Throttle = dataclasses.field(init=False)
 
     def __post_init__(self) -> None:
@@ -251,7 +251,7 @@ async def run_daemon(
                 )
                 runtime.metrics.cycles.labels(namespace, name, "ok").inc()
                 faults.succeeded(now=loop.time())
-                # Writes accepted after a 429: the other throttled consumers try now.
+                # Writes accepted after a throttle: the other throttled consumers try now.
                 runtime.throttle.succeeded(key, wrote=result.writes > 0)
                 retry = 0.0
                 memory.generation = decision.generation

@@ -1,7 +1,8 @@
 """When the consumers whose cycles the API server throttled try again.
 
 API Priority and Fairness refuses the operator's requests with 429 and a ``Retry-After`` when
-its ServiceAccount's priority level is full. The client sends a refused read again after a
+its ServiceAccount's priority level is full (a proxy or a server shedding load may answer 503
+with one: the same throttle, `errors.ApiThrottled`). The client sends a refused read again after a
 short ``Retry-After`` (`adapters.kuberetries`), never a write, so a throttle can refuse only
 the writes. Each refused cycle backs off, doubling up to a minute (`registering`), and a
 throttle that let the reads through left nothing to wake it: the pods' relisting wakes a
@@ -39,8 +40,9 @@ PROBE_MAX_SECONDS = 5.0
 
 
 class Throttle:
-    """The consumers whose cycles were refused for the API server's load (429), until one of
-    them has its writes accepted. ``wake`` runs a consumer's cycle now (`Operator.wake`)."""
+    """The consumers whose cycles were refused for the API server's load (429, or 503 with a
+    ``Retry-After``), until one of them has its writes accepted. ``wake`` runs a consumer's
+    cycle now (`Operator.wake`)."""
 
     def __init__(self, wake: Callable[[Key], None]) -> None:
         self._wake = wake
@@ -51,7 +53,7 @@ class Throttle:
         self._probe_at = 0.0
 
     def refused(self, key: Key, *, retry_after: float | None, backoff: float, now: float) -> float:
-        """``key``'s cycle was refused with 429 (loop time ``now``), the server asking
+        """``key``'s cycle was refused for load (loop time ``now``), the server asking
         ``retry_after`` s: the seconds until it tries again. The probe's, or one whose turn is
         past (the probe went), is the server's ``Retry-After`` within the probe's bounds;
         any other's is its own ``backoff`` (`registering`: not sooner than the server

@@ -52,7 +52,7 @@ async def test_a_long_retry_after_is_not_waited_within_the_request(
     throttled = (
         refused.value.retry_after if isinstance(refused.value, errors.ApiThrottled) else None
     )
-    assert throttled == (30.0 if status == 429 else None)
+    assert throttled == 30.0
     # Given back to the caller, whose own pace (the next cycle, the next relisting) decides.
     assert await operator_api.list_pods(namespace=NS, label_selector="app=x") == []
 
@@ -90,18 +90,33 @@ def test_the_pods_and_the_operators_retries_wait_a_short_retry_after_only(
             retries.increment("GET", "/", response=answer(429, retry_after))
 
 
+@pytest.mark.parametrize("status", [429, 503])
 async def test_a_throttled_write_says_the_retry_after_it_was_given(
-    operator_api: kubeapi.KubeAPI, local_kube: LocalKubeAPI
+    operator_api: kubeapi.KubeAPI, local_kube: LocalKubeAPI, status: int
 ) -> None:
-    """A write is never sent again by the client: the daemon is told what the server asked."""
+    """A write is never sent again by the client: the daemon is told what the server asked.
+    A 503 that says when to come back is a throttle as a 429 is: its consumer's cycle probes
+    at the server's pace (`handlers.throttles`) instead of backing off up to a minute."""
     (
         local_kube.handler["patch", kmock.resource("v1/configmaps")][:1]
-        << 429
+        << status
         << kmock.headers({"Retry-After": "1"})
         << THROTTLED
     )
-    with pytest.raises(errors.ApiThrottled, match="answered 429") as refused:
+    with pytest.raises(errors.ApiThrottled, match=f"answered {status}") as refused:
         await operator_api.patch_configmap(
             namespace=NS, name="m", patch={"data": {"a": "b"}}, resource_version=None
         )
     assert refused.value.retry_after == 1.0
+
+
+async def test_a_503_without_a_retry_after_is_no_throttle(
+    operator_api: kubeapi.KubeAPI, local_kube: LocalKubeAPI
+) -> None:
+    """A server that is away, not shedding load, says nothing of when: the cycle backs off."""
+    local_kube.handler["patch", kmock.resource("v1/configmaps")][:1] << 503 << THROTTLED
+    with pytest.raises(errors.ApiUnavailable, match="answered 503") as refused:
+        await operator_api.patch_configmap(
+            namespace=NS, name="m", patch={"data": {"a": "b"}}, resource_version=None
+        )
+    assert not isinstance(refused.value, errors.ApiThrottled)
