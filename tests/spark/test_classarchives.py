@@ -9,6 +9,7 @@ it.
 from __future__ import annotations
 
 import re
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -99,3 +100,51 @@ def test_the_child_refuses_arguments_it_does_not_know(
 ) -> None:
     assert classarchives.main(["spark.jsa"]) == 2
     assert "usage:" in capsys.readouterr().err
+
+
+class Child:
+    """Stands in for `subprocess.run`: records the child's command and environment, and ends
+    with ``returncode`` or past its timeout."""
+
+    def __init__(self, *, returncode: int = 0, hangs: bool = False) -> None:
+        self.returncode, self.hangs = returncode, hangs
+        self.calls: list[tuple[list[str], dict[str, str]]] = []
+
+    def __call__(
+        self, argv: list[str], *, env: dict[str, str], timeout: float, **_: object
+    ) -> subprocess.CompletedProcess[bytes]:
+        self.calls.append((argv, env))
+        if self.hangs:
+            raise subprocess.TimeoutExpired(argv, timeout)
+        return subprocess.CompletedProcess(argv, self.returncode)
+
+
+def test_the_child_keeps_the_jars_it_is_given_and_starts_no_connect_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    child = Child()
+    monkeypatch.setattr(classarchives.subprocess, "run", child)
+    monkeypatch.setenv("SPARK_HOME", "/opt/spark")
+    monkeypatch.setenv("SPARK_REMOTE", "sc://spark-connect:15002")
+    monkeypatch.setenv("SPARK_SUBMIT_OPTS", "-XX:SharedArchiveFile=/old.jsa")
+    classarchives._run_workload(str(tmp_path), "-Xshare:on", timeout=60.0)
+    [(argv, env)] = child.calls
+    assert argv[-2:] == [classarchives.WORKLOAD_FLAG, str(tmp_path)]
+    assert env["SPARK_HOME"] == "/opt/spark"
+    assert env["SPARK_SUBMIT_OPTS"] == "-Xshare:on"
+    assert "SPARK_REMOTE" not in env
+
+
+@pytest.mark.parametrize(
+    ("child", "said"),
+    [
+        (Child(returncode=1), r"the Spark driver's run failed \(exit 1\)"),
+        (Child(hangs=True), r"did not end within 60 s"),
+    ],
+)
+def test_a_run_that_fails_or_hangs_is_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, child: Child, said: str
+) -> None:
+    monkeypatch.setattr(classarchives.subprocess, "run", child)
+    with pytest.raises(errors.ConfigurationError, match=said):
+        classarchives._run_workload(str(tmp_path), "-Xshare:on", timeout=60.0)

@@ -43,6 +43,10 @@ DUMP_TIMEOUT_S: Final = 300.0
 #: HotSpot's class-data messages off: a warning would go to the JVM's stdout, which the
 #: consumer sends to stderr, into its logs, at every start.
 QUIET: Final = "-Xlog:cds=off,cds+dynamic=off"
+#: The settings that make pyspark's session a Spark Connect client, which starts no JVM.
+CONNECT_SETTINGS: Final = frozenset(
+    {"SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED", "SPARK_LOCAL_REMOTE", "SPARK_API_MODE"}
+)
 #: The child's argument that makes it run the workload instead of the command.
 WORKLOAD_FLAG: Final = "--workload"
 
@@ -107,14 +111,16 @@ def _check_destination(archive: Path) -> None:
 
 def _run_workload(folder: str, submit_opts: str, *, timeout: float) -> None:
     """The workload in a child process whose driver JVM gets ``submit_opts`` (its output
-    goes to this process's stderr)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SPARK_")}
+    goes to this process's stderr). The child keeps this environment (``SPARK_HOME``, say:
+    the drivers that map the archive must load the same jars), less what would make its
+    session a Spark Connect one."""
+    env = {k: v for k, v in os.environ.items() if k not in CONNECT_SETTINGS}
     env["SPARK_SUBMIT_OPTS"] = submit_opts
     try:
         done = subprocess.run(
             [sys.executable, "-m", __name__, WORKLOAD_FLAG, folder],
             env=env,
-            stdout=sys.stderr,
+            stdout=2,
             timeout=timeout,
             check=False,
         )
