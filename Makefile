@@ -81,9 +81,10 @@ go-tools: $(STAMP)
 	devstack/tools/build.sh $(BIN) helm kstatus
 
 # A class-data archive of Spark's local driver, by the product's own `ehb spark archive`
-# (tests/support/sparkarchive.py): every driver JVM the suite starts maps it, and starts in half the time and CPU (20 s of JVM CPU for a session
-# and its first query, 10 s with it). Written once for the venv (about a minute, in one JVM),
-# again when the venv is installed again.
+# (tests/support/sparkarchive.py): every driver JVM the suite starts maps it, and starts in
+# half the time and CPU (20 s of JVM CPU for a session and its first query, 10 s with it).
+# Written once for the venv (one to two minutes, in two JVMs), again when the venv is
+# installed again.
 SPARK_ARCHIVE := $(VENV)/spark-classes.jsa
 $(SPARK_ARCHIVE): $(STAMP) | java-check
 	$(BIN)/ehb spark archive $@
