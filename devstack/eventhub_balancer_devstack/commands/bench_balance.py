@@ -13,10 +13,13 @@ if TYPE_CHECKING:
     from eventhub_balancer_devstack.benchmarks import balancing
 
 COMMAND = ("bench", "balance")
-HELP = (
+HELP = "compare the SDK's balancer with eventhub-balancer on the demo's scenario"
+DESCRIPTION = (
     "Run the demo's scenario with the SDK's EventProcessorClient and with eventhub-balancer "
     "on one local stack; compare time to balance, moves, duplicates and lost events."
 )
+#: The group's line in ``ehb --help``.
+GROUP_HELP = "benchmarks that print figures (--json: one JSON document on stdout)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 from eventhub_balancer import errors
 
 COMMAND = ("bench", "chaos")
-HELP = (
+HELP = "inject faults on the local stack and check that no event is lost or epoch reused"
+DESCRIPTION = (
     "Kill and replace pods, restart the operator, inject blob faults, drop connections, send "
     "poison events, hang a handler, pause the Kubernetes API, kill a pod mid-fence, change "
     "the spec, delay, silence and re-list watches for a while; report lost events, checkpoint "

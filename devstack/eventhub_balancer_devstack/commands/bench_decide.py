@@ -8,7 +8,8 @@ import json
 from eventhub_balancer import errors
 
 COMMAND = ("bench", "decide")
-HELP = (
+HELP = "measure one decision cold and warm, and the planner inside it, for growing fleets"
+DESCRIPTION = (
     "Measure one decision cold (nothing carried) and warm (one pod flipped), and the planner "
     "inside it, for growing fleets."
 )

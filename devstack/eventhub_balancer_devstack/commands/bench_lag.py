@@ -11,7 +11,8 @@ if TYPE_CHECKING:
     from eventhub_balancer_devstack.benchmarks.lagging import Settings
 
 COMMAND = ("bench", "lag")
-HELP = (
+HELP = "measure how long a deleted pod keeps its partitions behind late watches"
+DESCRIPTION = (
     "Run operator replicas on the local stack, make the API server's watches deliver every "
     "event late, delete a pod, and measure how long its partitions stay on it. Exits 1 when a "
     "round is over the 20 s target."

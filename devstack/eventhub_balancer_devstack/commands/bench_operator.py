@@ -12,7 +12,8 @@ if TYPE_CHECKING:
     from eventhub_balancer_devstack.benchmarks.operatorreports import Settings
 
 COMMAND = ("bench", "operator")
-HELP = (
+HELP = "measure the operator's reaction times, API requests, CPU and memory"
+DESCRIPTION = (
     "Run the operator on the local stack (API server, operator and consumer doubles as "
     "processes of their own) and measure join, planned leave and deleted-pod times, the API "
     "requests per steady cycle, the operator's CPU per cycle and its memory."

@@ -8,7 +8,7 @@ import json
 from eventhub_balancer import errors
 
 COMMAND = ("bench", "planner")
-HELP = "Measure the median time of one planning cycle for fresh, join and leave cases."
+HELP = "measure the median time of one planning cycle for fresh, join and leave cases"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from eventhub_balancer import errors
 
 COMMAND = ("bench", "record")
-HELP = "Run a benchmark with --json and save its output, date and load as docs figures."
+HELP = "run a benchmark with --json and save its output, date and load as docs figures"
 
 logger = logging.getLogger(__name__)
 

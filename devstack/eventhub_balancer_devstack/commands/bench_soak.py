@@ -11,10 +11,11 @@ from typing import Any
 from eventhub_balancer import errors
 
 COMMAND = ("bench", "soak")
-HELP = (
-    "run one consumer under steady traffic on the local stack (or with --operator the "
+HELP = "sample a consumer's or the operator's memory, threads and descriptors over time"
+DESCRIPTION = (
+    "Run one consumer under steady traffic on the local stack (or with --operator the "
     "operator under churn of pods, ConfigMaps and consumers) and sample its memory, threads "
-    "and descriptors; report the slopes over the second half"
+    "and descriptors; report the slopes over the second half."
 )
 
 #: The partitions when --partitions is not given: a consumer pod's share, an operator's hub.

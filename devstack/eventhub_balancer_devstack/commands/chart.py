@@ -16,6 +16,8 @@ from eventhub_balancer import errors
 
 COMMAND = ("chart", "sync-crds")
 HELP = "copy crds/*.yaml into charts/eventhub-balancer/crds/ (--check: only report drift)"
+#: The group's line in ``ehb --help`` (this is its only command).
+GROUP_HELP = "keep the Helm chart's CRDs in step with crds/"
 
 #: Where the sources and the chart live, relative to the repository root.
 SOURCE_DIR = Path("crds")

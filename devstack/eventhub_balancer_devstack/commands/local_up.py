@@ -16,6 +16,8 @@ from eventhub_balancer import errors
 
 COMMAND = ("local", "up")
 HELP = "run the Event Hubs emulator, Azurite and a local Kubernetes API together"
+#: The group's line in ``ehb --help``.
+GROUP_HELP = "run the local stack on 127.0.0.1, each part alone or all together (up)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

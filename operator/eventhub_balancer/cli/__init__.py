@@ -105,21 +105,35 @@ def build_parser() -> argparse.ArgumentParser:
     groups: dict[tuple[str, ...], argparse._SubParsersAction[ArgumentParser]] = {}
     groups[()] = parser.add_subparsers(dest="command", metavar="COMMAND")
     groups[()].required = True
-    for module in sorted(_command_modules(), key=lambda m: len(m.COMMAND)):
+    modules = sorted(_command_modules(), key=lambda m: len(m.COMMAND))
+    for module in modules:
         path = tuple(module.COMMAND)
         for depth in range(1, len(path)):
             prefix = path[:depth]
             if prefix not in groups:
-                group = groups[prefix[:-1]].add_parser(prefix[-1], help=f"{prefix[-1]} commands")
+                line = group_help(prefix, modules)
+                group = groups[prefix[:-1]].add_parser(prefix[-1], help=line, description=line)
                 groups[prefix] = group.add_subparsers(dest="_".join(prefix), metavar="COMMAND")
                 groups[prefix].required = True
-        sub = groups[path[:-1]].add_parser(path[-1], help=module.HELP, description=module.HELP)
+        sub = groups[path[:-1]].add_parser(
+            path[-1], help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP)
+        )
         module.add_arguments(sub)
         sub.set_defaults(
             _run=module.run, _log_identity=getattr(module, "log_identity", None), _parser=sub
         )
         _own_parsers(sub)
     return parser
+
+
+def group_help(prefix: tuple[str, ...], modules: Sequence[ModuleType]) -> str:
+    """The line a group of commands (``ehb checkpoints``) gets in the help above it: the
+    ``GROUP_HELP`` one of its commands declares, or else the names of its commands."""
+    children = [m for m in modules if tuple(m.COMMAND[:-1]) == prefix]
+    for module in children:
+        if getattr(module, "GROUP_HELP", None):
+            return str(module.GROUP_HELP)
+    return "commands: " + ", ".join(sorted(m.COMMAND[-1] for m in children))
 
 
 def _own_parsers(parser: argparse.ArgumentParser) -> None:

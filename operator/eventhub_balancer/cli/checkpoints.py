@@ -31,10 +31,13 @@ if TYPE_CHECKING:
     from eventhub_balancer.adapters.checkpointing import Checkpoint
 
 COMMAND = ("checkpoints", "list")
-HELP = (
-    "list a consumer group's checkpoints: partition, sequence number, offset, owner, epoch, age, "
-    "deaths"
+HELP = "list a consumer group's checkpoints, with their owners, epochs and ages"
+DESCRIPTION = (
+    "List a consumer group's checkpoints: partition, sequence number, offset, owner, epoch, age, "
+    "deaths."
 )
+#: The group's line in ``ehb --help``.
+GROUP_HELP = "list, export, import and reset a consumer group's checkpoints"
 
 #: Where the connection string comes from when the flag is absent (flags show up in `ps`).
 CONNECTION_STRING_ENV = "EHB_BLOB_CONNECTION_STRING"

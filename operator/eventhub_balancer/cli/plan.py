@@ -15,7 +15,7 @@ from eventhub_balancer import errors
 from eventhub_balancer.balancing import models, planning, scenarios
 
 COMMAND = ("plan",)
-HELP = "Plan one balancing cycle for a JSON scenario (file or stdin) and print the result."
+HELP = "plan one balancing cycle for a JSON scenario (file or stdin) and print the result"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

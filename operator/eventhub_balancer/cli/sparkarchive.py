@@ -14,7 +14,9 @@ from eventhub_balancer import errors
 from eventhub_balancer.spark import classarchives
 
 COMMAND = ("spark", "archive")
-HELP = "Write a class-data archive of the Spark driver's JVM, for pods to start from."
+HELP = "write a class-data archive of the Spark driver's JVM, for pods to start from"
+#: The group's line in ``ehb --help`` (this is its only command).
+GROUP_HELP = "build steps for the image of a Spark pipeline"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
