@@ -217,6 +217,10 @@ def arrow_loader(session: Any) -> ArrowLoader | None:
 WARM_UP_ROUNDS: Final = 8
 
 
+#: The events of `sample`: enough for a trigger's path to run whole, few enough to be quick.
+SAMPLE_EVENTS: Final = 100
+
+
 def warm_up(
     session: Any, *, rounds: int = WARM_UP_ROUNDS, loader: ArrowLoader | None = None
 ) -> None:
@@ -233,8 +237,10 @@ def warm_up(
         df.groupBy("partition").count().collect()
 
 
-def sample(count: int = 100) -> tuple[list[deliveries.ReceivedEvent], dict[str, Range]]:
-    """``count`` small events over partitions "0" and "1", enqueued now, and their ranges."""
+def sample() -> tuple[list[deliveries.ReceivedEvent], dict[str, Range]]:
+    """`SAMPLE_EVENTS` small events over partitions "0" and "1", enqueued now, and their
+    ranges: what the warm-up and the class archive's run put through a trigger's path."""
+    count = SAMPLE_EVENTS
     now = datetime.datetime.now(datetime.UTC)
     events = [
         deliveries.ReceivedEvent(
