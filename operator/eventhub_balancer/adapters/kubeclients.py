@@ -55,6 +55,9 @@ class ConnectionInfo:
     server: str
     ca_path: str | None
     insecure: bool
+    #: The ``Authorization`` scheme of ``token`` (``Bearer``), None when the header is the
+    #: token alone.
+    scheme: str | None
     token: str | None
     certificate_path: str | None
     private_key_path: str | None
@@ -151,6 +154,19 @@ def read_body(fn: Callable[..., Any], /, **kwargs: Any) -> bytes:
         response.release_conn()
 
 
+def _authorization(header: str | None) -> tuple[str | None, str | None]:
+    """An ``Authorization`` value as the client holds it, split into its scheme and its token
+    (RFC 7235): ``bearer abc`` is ``("Bearer", "abc")``, a bare ``abc`` is ``(None, "abc")``."""
+    parts = (header or "").split(None, 1)
+    if not parts:
+        return None, None
+    if len(parts) == 1:
+        return None, parts[0]
+    scheme, token = parts[0], parts[1].strip()
+    # The scheme is case-insensitive; kopf and the API server's logs show it as written.
+    return ("Bearer" if scheme.lower() == "bearer" else scheme), token
+
+
 def _terminating(e: kube_exceptions.ApiException) -> bool:
     """Whether a 403 is kube-apiserver's refusal of a create in a namespace being deleted:
     its cause ``NamespaceTerminating``, or its message where no cause is given."""
@@ -240,13 +256,25 @@ class KubeClient:
         return self._configuration
 
     def connection_info(self) -> ConnectionInfo:
+        """How kopf reaches the API server, asked afresh at each of its logins (at start, and
+        after a 401).
+
+        The token is taken through the client's refresh hook, as the client's own requests take
+        it: in a pod, the ServiceAccount token the kubelet rotates in its file is read again (at
+        most once a minute), and an exec plugin's expired token is renewed. The header's scheme
+        is split off: in a pod the client holds ``bearer <token>`` in lower case, and the whole
+        header taken for the token was sent as ``Bearer bearer <token>``, refused with 401.
+        """
         c = self._configuration
-        header = c.api_key.get("authorization") or c.api_key.get("BearerToken")
-        token = header.removeprefix("Bearer ").strip() if header else None
+        header = c.get_api_key_with_prefix("BearerToken") or c.get_api_key_with_prefix(
+            "authorization"
+        )
+        scheme, token = _authorization(header)
         return ConnectionInfo(
             server=c.host,
             ca_path=c.ssl_ca_cert,
             insecure=not c.verify_ssl,
+            scheme=scheme,
             token=token,
             certificate_path=c.cert_file,
             private_key_path=c.key_file,

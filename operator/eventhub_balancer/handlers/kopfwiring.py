@@ -119,6 +119,20 @@ def is_pattern(namespace: str) -> bool:
     return any(c in namespace for c in "*?[]!,")
 
 
+def kopf_connection(info: registering.ConnectionPort) -> kopf.ConnectionInfo:
+    """What kopf's login is given: the operator's own client's way to the API server, so that
+    kopf's watches and patches are made as the same identity as its reads and writes."""
+    return kopf.ConnectionInfo(
+        server=info.server,
+        ca_path=info.ca_path,
+        insecure=info.insecure,
+        scheme=info.scheme,
+        token=info.token,
+        certificate_path=info.certificate_path,
+        private_key_path=info.private_key_path,
+    )
+
+
 def build_registry(runtime: registering.Operator) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
 
@@ -127,15 +141,7 @@ def build_registry(runtime: registering.Operator) -> kopf.OperatorRegistry:
 
         @kopf.on.login(registry=registry)
         def login(**_: Any) -> kopf.ConnectionInfo:
-            info = connection()
-            return kopf.ConnectionInfo(
-                server=info.server,
-                ca_path=info.ca_path,
-                insecure=info.insecure,
-                token=info.token,
-                certificate_path=info.certificate_path,
-                private_key_path=info.private_key_path,
-            )
+            return kopf_connection(connection())
 
     @kopf.daemon(
         specs.GROUP,

@@ -9,19 +9,25 @@ forges no assignment and acknowledges only as itself, its own namespace and inca
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import json
 import time
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import kubernetes
 import pytest
 import yaml
 
+from eventhub_balancer.adapters import kubeclients
 from eventhub_balancer.contracts import configmaps
+from eventhub_balancer.handlers import kopfwiring
 from eventhub_balancer_devstack.kube import identities
-from eventhub_balancer_devstack.realkube import RealControlPlane
+from eventhub_balancer_devstack.realkube import RealControlPlane, tokens
 from tests.install.wire.test_admission_over_the_wire import (
     acknowledgement,
     assignment,
@@ -259,7 +265,7 @@ def test_token_request_for_a_tenants_service_account(
     assert review["status"]["user"]["username"] == (
         f"system:serviceaccount:{NAMESPACE}:orders-consumer"
     )
-    claims = json.loads(__import__("base64").urlsafe_b64decode(token.split(".")[1] + "==").decode())
+    claims = json.loads(base64.urlsafe_b64decode(token.split(".")[1] + "==").decode())
     assert claims["aud"] == ["api://AzureADTokenExchange"]
     assert claims["iss"] == installed.url
 
@@ -321,3 +327,52 @@ def test_a_namespace_user_creates_no_configmap_the_operator_would_keep(
     # Its own ConfigMaps stay its own, and so does what it may do to the operator's.
     core.patch_namespaced_config_map("plain", NAMESPACE, {"data": {"a": "2"}})
     core.delete_namespaced_config_map("plain", NAMESPACE)
+
+
+def test_an_operator_in_a_pod_logs_kopf_in_as_its_serviceaccount(
+    installed: RealControlPlane, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a pod, the operator's client loads the mounted ServiceAccount token, and kopf's
+    login is given it (`kopfwiring.kopf_connection`). kopf's header, sent to the real server,
+    is that ServiceAccount: it was ``Bearer bearer <token>``, refused with 401
+    (tests/adapters/test_kube_logins.py)."""
+    admin = yaml.safe_load(installed.write_kubeconfig(tmp_path / "admin").read_text())
+    ca = tmp_path / "ca.crt"
+    ca.write_bytes(base64.b64decode(admin["clusters"][0]["cluster"]["certificate-authority-data"]))
+    token = tmp_path / "token"
+    token.write_text(
+        tokens.service_account_token(installed.calls, namespace=NAMESPACE, name="orders-consumer")
+    )
+    monkeypatch.setattr(kubernetes.config.incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
+    monkeypatch.setattr(kubernetes.config.incluster_config, "SERVICE_CERT_FILENAME", str(ca))
+    address = urllib.parse.urlsplit(installed.url)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", str(address.hostname))
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", str(address.port))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    client = kubeclients.KubeClient.from_environment()
+    try:
+        info = kopfwiring.kopf_connection(client.connection_info())
+    finally:
+        client.close()
+
+    async def review() -> tuple[int, dict[str, Any]]:
+        # As kopf's API context makes its session (kopf/_cogs/clients/auth.py).
+        async with (
+            aiohttp.ClientSession(
+                base_url=info.server,
+                headers=info.as_http_headers(),
+                connector=aiohttp.TCPConnector(ssl=info.as_ssl_context()),
+                timeout=aiohttp.ClientTimeout(total=30),
+            ) as session,
+            session.post(
+                "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                json={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+            ) as answer,
+        ):
+            return answer.status, await answer.json(content_type=None)
+
+    status, body = asyncio.run(review())
+    assert status == 201, body
+    assert body["status"]["userInfo"]["username"] == (
+        f"system:serviceaccount:{NAMESPACE}:orders-consumer"
+    )
