@@ -50,18 +50,22 @@ class PodTemplate:
     readiness_scheme: str = "http"
     termination_grace_s: float = 30.0
     log_dir: Path | None = None
+    #: What the argv is run under (`realkube.accountmounts.launcher`): nothing by default.
+    launcher: Sequence[str] = ()
+    #: Variables of the node's own environment the process does not inherit.
+    unset: frozenset[str] = frozenset()
 
 
 def spawn(
     template: PodTemplate, *, name: str, namespace: str, uid: str, port: int
 ) -> subprocess.Popen[bytes]:
     """Start one pod's process; its output goes to ``log_dir/NAME.log`` if there is a log_dir."""
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in template.unset}
     env.update(template.env)
     fields = {"metadata.name": name, "metadata.namespace": namespace, "metadata.uid": uid}
     env.update({"POD_NAME": name, "POD_NAMESPACE": namespace, "POD_UID": uid})
     env.update({variable: fields[path] for variable, path in template.downward.items()})
-    argv = list(template.command(name, port))
+    argv = [*template.launcher, *template.command(name, port)]
     out: Any = subprocess.DEVNULL
     if template.log_dir is not None:
         template.log_dir.mkdir(parents=True, exist_ok=True)

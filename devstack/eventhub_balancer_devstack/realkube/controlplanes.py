@@ -110,6 +110,13 @@ class RealControlPlane(objectcalls.ObjectCalls):
         return self._folder
 
     @property
+    def ca_certificate(self) -> Path:
+        """The cluster's CA certificate (PEM), as a pod finds it in its ServiceAccount mount."""
+        if self._credentials is None:
+            raise RuntimeError("the control plane is not running: call start() first")
+        return self._credentials.ca_certificate
+
+    @property
     def pids(self) -> dict[str, int]:
         return {p.name: p.pid for p in self._processes if p.pid is not None}
 

@@ -17,14 +17,18 @@ and no kubelet, so `LocalNode` is both, as far as the local stack needs:
   period of 0, which is how a kubelet tells the API server that the containers are gone.
   Finalizers of others keep the object as on a cluster.
 
-Each pod gets a kubeconfig with a token bound to it (TokenRequest with the pod as the bound
-object), as a kubelet mounts one; the pod's own ServiceAccount is who it is.
+Each pod gets a token bound to it (TokenRequest with the pod as the bound object), mounted
+where a kubelet mounts it, with the API server in ``KUBERNETES_SERVICE_HOST`` and
+``KUBERNETES_SERVICE_PORT`` (`accountmounts`): the pods load the in-cluster configuration, as
+on a cluster, and their own ServiceAccount is who they are. Where a mount namespace cannot be
+made (not root), a kubeconfig with the same token stands in, and the node says so.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import logging
 import signal
 import subprocess
@@ -39,6 +43,7 @@ from kubernetes.client.exceptions import ApiException
 from eventhub_balancer_devstack import deployments, podprocesses
 from eventhub_balancer_devstack.kube import identities
 from eventhub_balancer_devstack.realkube import (
+    accountmounts,
     controlplanes,
     nodeleases,
     podstatuses,
@@ -82,6 +87,8 @@ class LocalNode:
         self._pods: dict[str, runningpods.RunningPod] = {}
         self._refused: set[str] = set()
         self._stop = threading.Event()
+        #: Why pods get a kubeconfig instead of a mounted ServiceAccount (None: they do not).
+        self.unmountable: str | None = None
         self._watch = podwatches.PodWatch(self._calls, self._on_change)
         self._scheduler = podwatches.PodWatch(self._calls, self._schedule, name="scheduler")
         self._threads = [
@@ -109,6 +116,11 @@ class LocalNode:
 
     def start(self) -> None:
         self._state.mkdir(parents=True, exist_ok=True)
+        self.unmountable = accountmounts.unavailable()
+        if self.unmountable is not None:
+            logger.warning(
+                "pods get a kubeconfig, not a mounted ServiceAccount: %s", self.unmountable
+            )
         nodeleases.register(self._calls, self._name)
         nodeleases.renew_lease(self._calls, self._name)
         for thread in self._threads:
@@ -264,11 +276,20 @@ class LocalNode:
             pod_uid=uid,
         )
         try:
-            kubeconfig = self._plane.write_kubeconfig(
-                self._state / namespace / name / "kubeconfig",
-                namespace=namespace,
-                identity=identity,
-            )
+            folder = self._state / namespace / name
+            if self.unmountable is None:
+                account = accountmounts.write(
+                    folder / "serviceaccount",
+                    token=self._plane.pod_token(identity),
+                    ca_certificate=self._plane.ca_certificate,
+                    namespace=namespace,
+                )
+                credentials = accountmounts.environment(self._plane.url)
+            else:
+                kubeconfig = self._plane.write_kubeconfig(
+                    folder / "kubeconfig", namespace=namespace, identity=identity
+                )
+                credentials = {"KUBECONFIG": str(kubeconfig)}
             template = deployments.pod_template(
                 {
                     "metadata": {"name": name},
@@ -276,10 +297,16 @@ class LocalNode:
                 },
                 images={container.get("image", ""): self.image_for(container.get("image", ""))},
                 secret_value=self._secret_value(namespace),
-                node_env={**self._node_env, "KUBECONFIG": str(kubeconfig)},
+                node_env={**self._node_env, **credentials},
                 log_dir=self.log_dir,
-                volume_dir=self._state / namespace / name / "volumes",
+                volume_dir=folder / "volumes",
             )
+            if self.unmountable is None:
+                template = dataclasses.replace(
+                    template,
+                    launcher=accountmounts.launcher(account),
+                    unset=accountmounts.NOT_INHERITED,
+                )
         except (deployments.UnrunnableSpec, ApiException) as e:
             self._refused.add(uid)
             logger.warning("pod %s/%s cannot run here: %s", namespace, name, e)

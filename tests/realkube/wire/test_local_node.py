@@ -8,6 +8,8 @@ its Lease, and a pod's dependents are collected through their ownerReference.
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -17,33 +19,44 @@ import pytest
 import yaml
 
 from eventhub_balancer_devstack import deployments
-from eventhub_balancer_devstack.realkube import RealControlPlane, nodes, podwatches, writerecords
+from eventhub_balancer_devstack.realkube import (
+    RealControlPlane,
+    accountmounts,
+    nodes,
+    podwatches,
+    writerecords,
+)
 from tests.support.fixtures.realkube import READY_SERVER, Kubectl
 
 NAMESPACE = "node-test"
 IMAGE = "local/ready-server"
+#: The same server, which first says who it is to the API server (``--whoami``).
+WHOAMI = "local/whoami"
 #: Pods start in about a second (the controllers, the binding, a Python process); the bound is
 #: generous for a loaded 2-core machine.
 WAIT_S = 60.0
 
 
-def deployment(replicas: int) -> dict[str, Any]:
-    labels = {"app": "ready"}
+def deployment(
+    replicas: int, *, name: str = "ready", image: str = IMAGE, account: str = "default"
+) -> dict[str, Any]:
+    labels = {"app": name}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": "ready", "namespace": NAMESPACE},
+        "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": labels},
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {
+                    "serviceAccountName": account,
                     "terminationGracePeriodSeconds": 5,
                     "containers": [
                         {
                             "name": "server",
-                            "image": IMAGE,
+                            "image": image,
                             "args": ["--port=8080"],
                             "ports": [{"name": "http", "containerPort": 8080}],
                             "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}},
@@ -66,8 +79,8 @@ def wait_for(what: str, predicate: Callable[[], Any], timeout: float = WAIT_S) -
     raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
 
 
-def ready_pods(kube: RealControlPlane) -> list[str]:
-    pods = kube.list_objects("v1/pods", namespace=NAMESPACE, label_selector="app=ready")
+def ready_pods(kube: RealControlPlane, app: str = "ready") -> list[str]:
+    pods = kube.list_objects("v1/pods", namespace=NAMESPACE, label_selector=f"app={app}")
     return sorted(
         p["metadata"]["name"]
         for p in pods
@@ -84,7 +97,8 @@ def node(
     real_kube: RealControlPlane,
     local_node_factory: Callable[[Mapping[str, deployments.LocalImage]], nodes.LocalNode],
 ) -> nodes.LocalNode:
-    return local_node_factory({IMAGE: READY_SERVER})
+    whoami = deployments.LocalImage(entrypoint=(*READY_SERVER.entrypoint, "--whoami"))
+    return local_node_factory({IMAGE: READY_SERVER, WHOAMI: whoami})
 
 
 def test_a_deployment_runs_on_the_node_and_scales(
@@ -175,6 +189,41 @@ def test_a_crashed_process_restarts_in_its_pod(
         return bool(statuses[0].get("restartCount", 0) >= 1 and pod in ready_pods(real_kube))
 
     wait_for("the pod Ready again after one restart", restarted)
+
+
+def test_a_pod_is_its_serviceaccount_through_the_in_cluster_configuration(
+    real_kube: RealControlPlane, real_kubectl: Kubectl, node: nodes.LocalNode
+) -> None:
+    """As on a cluster, a pod finds its token where a kubelet mounts it and the API server in
+    ``KUBERNETES_SERVICE_HOST``: kopf's login, as the operator gives it, is the pod's
+    ServiceAccount. So every pod of the real-control-plane tests (the operator's included)
+    loads the in-cluster configuration, which no test loaded while pods had a kubeconfig."""
+    if os.geteuid() != 0:
+        pytest.skip("a mount namespace of each pod's own needs root; the node gives a kubeconfig")
+    assert node.unmountable is None, f"the node gives pods a kubeconfig: {node.unmountable}"
+    real_kubectl("-n", NAMESPACE, "create", "serviceaccount", "who")
+    real_kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=yaml.safe_dump(deployment(1, name="whoami", image=WHOAMI, account="who")),
+    )
+    (pod,) = wait_for("the whoami pod Ready", lambda: ready_pods(real_kube, "whoami"))
+    said = json.loads((node.log_dir / f"{pod}.log").read_text().splitlines()[0])
+    assert said == {
+        "username": f"system:serviceaccount:{NAMESPACE}:who",
+        "server": real_kube.url.rstrip("/"),
+        "kubeconfig": None,
+    }
+    # Only in the pod's own mount namespace: the machine's mount point stays empty.
+    assert not any(accountmounts.MOUNT.iterdir())
+    real_kubectl("-n", NAMESPACE, "delete", "deployment/whoami", "--wait=false")
+    wait_for(
+        "the whoami pod gone",
+        lambda: (
+            not real_kube.list_objects("v1/pods", namespace=NAMESPACE, label_selector="app=whoami")
+        ),
+    )
 
 
 #: A watch timeout far longer than the bound below: a stop that waited for the server to end
