@@ -24,7 +24,7 @@ import kopf
 from aiohttp import web
 from kopf._cogs.clients import errors as kopf_errors
 
-from eventhub_balancer import runners
+from eventhub_balancer import errors, runners
 from eventhub_balancer.handlers import (
     growth,
     kopfkeepalives,
@@ -80,7 +80,17 @@ async def _start_http(
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, options.metrics_host, port, ssl_context=options.metrics_tls)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as e:
+        # Another process holds the port (the usual case: a second operator on one machine),
+        # or it is privileged: one line naming the flag, not aiohttp's stack.
+        await runner.cleanup()
+        raise errors.ConfigurationError(
+            f"cannot serve /metrics and /healthz on {options.metrics_host}:{port}: "
+            f"{(e.strerror or str(e)).lower()}: give --metrics-port another port (0: any free "
+            "port; the chart's value `port`), or stop what holds it"
+        ) from None
     sockets = getattr(site._server, "sockets", None) or []
     bound = sockets[0].getsockname()[1] if sockets else port
     return runner, int(bound)
