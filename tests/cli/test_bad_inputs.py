@@ -368,6 +368,18 @@ def test_argparse_mistakes_are_one_line_too(capsys: pytest.CaptureFixture[str]) 
             ["status", "-o", "wide"],
             "ehb status: error: unrecognized arguments: -o (see ehb status --help)",
         ),
+        # A flag cut short is refused, not guessed: argparse took `--part` for `--partitions`
+        # and `--dry` for `--dry-run`, on the commands that move checkpoints too.
+        (
+            ["checkpoints", "reset", "orders", "--to-latest", "--part", "3"],
+            "ehb checkpoints reset: error: unrecognized arguments: --part 3 (did you mean "
+            "--partitions? flags are taken only spelt out) (see ehb checkpoints reset --help)",
+        ),
+        (
+            ["deadletters", "replay", "orders", "--all", "--to-hub", "--dry"],
+            "ehb deadletters replay: error: unrecognized arguments: --dry (did you mean "
+            "--dry-run? flags are taken only spelt out) (see ehb deadletters replay --help)",
+        ),
     ],
 )
 def test_a_misspelt_flag_is_named_with_the_command_it_belongs_to(

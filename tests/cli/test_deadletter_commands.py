@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+import types
+from typing import Any, cast
 
 import pytest
 
+from eventhub_balancer import cli, errors
 from eventhub_balancer.adapters import deadletterreplays
-from eventhub_balancer.cli import deadletters
+from eventhub_balancer.cli import commandlines, deadletterreplaying, deadletters
 from tests.support import pausedconsumers
 from tests.support.pausedconsumers import ehb
 
@@ -227,3 +229,71 @@ def test_a_reference_that_is_not_module_function_names_through_handler(
         "ehb: error: --through-handler: 'nosuch' is not module:function (e.g. "
         "mypkg.pipeline:process)"
     ]
+
+
+def test_blob_names_after_the_flags_are_the_ones_replayed(
+    consumer: pausedconsumers.PausedConsumer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """argparse takes a list of positionals right after NAME only: a blob named after a flag
+    was refused as an unrecognized argument, and one after NAME and one after a flag was
+    refused whole."""
+    for name, first in (("0/5-6", 5), ("0/7-8", 7), ("0/9-10", 9)):
+        consumer.container.add_dead_letter(
+            name, {**GOOD, "firstSequenceNumber": first, "lastSequenceNumber": first + 1}
+        )
+    argv = ["replay", "orders", "0/5-6", "-n", "shop", "--to-hub", "0/9-10", "--dry-run"]
+    status, out, err = ehb(capsys, "deadletters", *argv, "--json")
+    assert (status, err) == (0, "")
+    assert sorted(row["blob"] for row in json.loads(out)) == ["0/5-6", "0/9-10"]
+    status, out, err = ehb(capsys, "deadletters", "replay", "orders", "--to-hub", "0/7-8", "--bad")
+    assert (status, out) == (2, "")
+    assert err.splitlines() == [
+        "ehb deadletters replay: error: unrecognized arguments: 0/7-8 --bad (see ehb "
+        "deadletters replay --help)"
+    ]
+
+
+def test_a_replay_stopped_part_way_names_the_command_with_the_flags_it_was_given(
+    tmp_path: Any,
+) -> None:
+    """The line named `ehb deadletters replay orders 0/7-8`: without the handler it is
+    refused (--to-hub or --through-handler is required), and without -n and --kubeconfig it
+    reads the kubeconfig context's namespace. It is the command given, with the blobs left
+    (tests/adapters/wire/test_deadletter_replay_races.py runs it)."""
+    given = [
+        "orders",
+        "0/5-6",
+        "0/7-8",
+        "-n",
+        "shop",
+        "--kubeconfig",
+        str(tmp_path / "kube config"),
+        "--through-handler",
+        "flaky:process",
+        "--handler-path",
+        str(tmp_path),
+        "--delete-after",
+    ]
+    args = cli.build_parser().parse_args(["deadletters", "replay", *given])
+    left = [types.SimpleNamespace(short_name="0/7-8")]
+    done = [{"blob": "0/5-6", "result": "replayed, deleted"}]
+    error = deadletterreplaying.stopped(
+        errors.ConfigurationError("the handler failed"), args, done, cast(Any, left)
+    )
+    assert str(error) == (
+        "the handler failed; replayed before it: 0/5-6; not replayed: 0/7-8: replay those: "
+        f"`ehb deadletters replay orders -n shop --kubeconfig '{tmp_path}/kube config' "
+        f"--through-handler flaky:process --handler-path {tmp_path} --delete-after 0/7-8`"
+    )
+
+
+def test_a_secret_given_as_a_flag_is_not_repeated_in_the_line() -> None:
+    parser = cli.build_parser()
+    args = parser.parse_args(
+        ["deadletters", "replay", "orders", "-n", "shop", "--to-hub", "--connection-string", "S"]
+    )
+    line = commandlines.again(args, ("deadletters", "replay"), names=["0/7-8"])
+    assert line == (
+        "`ehb deadletters replay orders -n shop --to-hub 0/7-8` with EHB_BLOB_CONNECTION_STRING "
+        "set to the --connection-string given (not printed)"
+    )

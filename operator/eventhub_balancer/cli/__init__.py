@@ -27,7 +27,7 @@ import pkgutil
 import sys
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import NoReturn, cast
+from typing import Any, NoReturn, cast
 
 import yaml
 
@@ -79,7 +79,16 @@ class ArgumentParser(argparse.ArgumentParser):
 
     argparse prints the whole usage first, which for ``ehb consume`` is a screenful that
     hides the one line that matters; ``--help`` still shows it.
+
+    A flag is taken only as spelt out: argparse would take ``--to-l`` for ``--to-latest`` and
+    ``--part`` for ``--partitions``, and a command that moves checkpoints or replays events
+    must not act on a guess (kubectl takes no abbreviations either). A prefix is refused with
+    the nearest flag named (`main`).
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -149,6 +158,7 @@ def _own_parsers(parser: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
+    unknown = _take_trailing(args, unknown)
     if unknown:
         # Refused by the command's own parser, not the top-level one: its --help lists the
         # flags the user meant, and the nearest of them is said.
@@ -185,12 +195,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
 
+def _take_trailing(args: argparse.Namespace, unknown: list[str]) -> list[str]:
+    """What is left unknown once a command's list of positionals (``BLOB ...``, named by its
+    ``_trailing`` default) took the words given after its flags: argparse fills the list from
+    the words right after the command's first positional only, and leaves the rest unknown
+    (``replay orders --to-hub 0/5-6``). Words after ``--`` and flags stay unknown."""
+    dest = getattr(args, "_trailing", None)
+    if dest is None or "--" in unknown:
+        return unknown
+    words = [word for word in unknown if not word.startswith("-")]
+    if len(words) < len(unknown):
+        return unknown  # an unknown flag: its value may be among the words; refuse them all
+    getattr(args, dest).extend(words)
+    return []
+
+
 def _nearest(parser: argparse.ArgumentParser, unknown: Sequence[str]) -> str:
-    """`` (did you mean --namespace?)`` for the first misspelt long flag, else nothing."""
+    """`` (did you mean --namespace?)`` for the first misspelt long flag, else nothing; for a
+    flag cut short (``--part``), the flags it begins, which must be spelt out."""
     flags = [flag for action in parser._actions for flag in action.option_strings]
     for word in unknown:
         if word.startswith("--"):
-            close = difflib.get_close_matches(word.split("=", 1)[0], flags, n=1, cutoff=0.75)
+            given = word.split("=", 1)[0]
+            longer = [flag for flag in flags if flag.startswith(given)]
+            if longer:
+                return f" (did you mean {' or '.join(longer)}? flags are taken only spelt out)"
+            close = difflib.get_close_matches(given, flags, n=1, cutoff=0.75)
             if close:
                 return f" (did you mean {close[0]}?)"
     return ""

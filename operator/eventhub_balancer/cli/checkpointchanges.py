@@ -96,7 +96,7 @@ def stopped_after(
     plural = len(left) > 1
     return (
         f"{done or 'no partition was reset'}; partition{'s' if plural else ''} "
-        f"{', '.join(left)} {'were' if plural else 'was'} not: run `{finish(left)}` to finish "
+        f"{', '.join(left)} {'were' if plural else 'was'} not: run {finish(left)} to finish "
         "(`ehb checkpoints list` shows where each partition stands)"
     )
 

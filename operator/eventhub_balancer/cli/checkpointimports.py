@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from eventhub_balancer.cli import checkpointchanges, consumertargets
+from eventhub_balancer.cli import checkpointchanges, commandlines, consumertargets
 
 if TYPE_CHECKING:
     from eventhub_balancer.contracts import checkpointblobs
@@ -120,8 +119,8 @@ async def _import(args: argparse.Namespace, positions: dict[str, checkpointblobs
                     reason=REASON,
                     what=f"Imported checkpoints from {Path(args.file).name}",
                     # Positions are absolute: the whole import again finishes it.
-                    finish=lambda left: shlex.join(
-                        ["ehb", "checkpoints", "import", args.name, args.file, "-n", namespace]
+                    finish=lambda left: commandlines.again(
+                        args, ("checkpoints", "import"), names=(args.file,), drop=("dry_run",)
                     ),
                 )
     finally:

@@ -15,13 +15,16 @@ import datetime
 from collections.abc import Sequence
 from typing import Any
 
-from eventhub_balancer.cli import checkpointchanges, consumertargets
+from eventhub_balancer.cli import checkpointchanges, commandlines, consumertargets
 
 COMMAND = ("checkpoints", "reset")
 HELP = "move a paused EventHubConsumer's checkpoints (earliest, latest, a time, a shift)"
 
 #: The Event's reason on the CR (``kubectl describe ehc``).
 REASON = "CheckpointsReset"
+#: The flags that choose the target, one of them given: the command that finishes a reset
+#: names the target as it was resolved instead (`finish_command`).
+TARGETS = ("to_earliest", "to_latest", "to_datetime", "by_duration", "shift_by", "to_sequence")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -95,22 +98,18 @@ def chosen_partitions(text: str | None, known: list[str]) -> list[str]:
 
 
 def finish_command(args: argparse.Namespace, target: Any, partitions: Sequence[str]) -> str:
-    """The reset of ``partitions`` alone: what finishes one that stopped part-way (a time
-    target as the instant it was resolved to, so that a ``--by-duration`` does not move)."""
-    import shlex
-
+    """The reset of ``partitions`` alone, with the other flags given: what finishes one that
+    stopped part-way (a time target as the instant it was resolved to, so that a
+    ``--by-duration`` does not move)."""
     from eventhub_balancer.adapters import checkpointresets as resets
 
-    words = [
-        "ehb",
-        "checkpoints",
-        "reset",
-        args.name,
-        "-n",
-        consumertargets.consumer_namespace(args),
-    ]
-    words += [*resets.describe(target).split(" ", 1), "--partitions", ",".join(partitions)]
-    return shlex.join(words)
+    return commandlines.again(
+        args,
+        ("checkpoints", "reset"),
+        names=(),
+        drop=(*TARGETS, "partitions", "dry_run"),
+        flags=(*resets.describe(target).split(" ", 1), "--partitions", ",".join(partitions)),
+    )
 
 
 def run(args: argparse.Namespace) -> int:

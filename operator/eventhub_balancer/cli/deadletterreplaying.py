@@ -17,10 +17,11 @@ import argparse
 import asyncio
 import contextlib
 import datetime
+import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from eventhub_balancer.cli import consumertargets, tables
+from eventhub_balancer.cli import commandlines, consumertargets, tables
 
 if TYPE_CHECKING:
     from eventhub_balancer.adapters import deadletterreplays, deliveries
@@ -76,7 +77,10 @@ def stopped(
         if args.all:
             finish += " (--all replays only what is not marked replayed)"
     else:
-        finish = f"replay those: `ehb deadletters replay {args.name} {' '.join(names)}`"
+        line = commandlines.again(
+            args, ("deadletters", "replay"), names=names, drop=("all", "blobs", "dry_run")
+        )
+        finish = f"replay those: {line}"
     message = (
         f"{error}; "
         + (f"replayed before it: {', '.join(done)}" if done else "nothing was replayed before it")
@@ -162,23 +166,36 @@ async def replay(
                 raise
             except errors.EventHubBalancerError as e:
                 rest = [x for x, _, _ in loaded[index + 1 :] if args.force or not x.replayed_time]
+                if args.json:
+                    # A script still gets its one document: what was replayed, and what not.
+                    left = [
+                        _row(x, len(n), destination, "failed" if x is letter else "not replayed")
+                        for x, _, n in loaded[index:]
+                        if x is letter or x in rest
+                    ]
+                    print(json.dumps([*results, *left], indent=2, ensure_ascii=False))
                 raise stopped(e, args, results, [letter, *rest]) from e
             if problem:
                 problems.append(problem)
-        results.append(
-            {
-                "blob": letter.short_name,
-                "name": letter.name,
-                "events": len(events),
-                "to": destination,
-                "result": outcome,
-            }
-        )
+        results.append(_row(letter, len(events), destination, outcome))
     if not results:
         return results, "no dead letters to replay", problems
     header = ("BLOB", "EVENTS", "TO", "RESULT")
     lines = [(str(r["blob"]), str(r["events"]), str(r["to"]), str(r["result"])) for r in results]
     return results, tables.render(header, lines), problems
+
+
+def _row(
+    letter: deadletterreplays.DeadLetter, events: int, destination: str, result: str
+) -> dict[str, Any]:
+    """One dead letter's line of the result, as ``--json`` prints it."""
+    return {
+        "blob": letter.short_name,
+        "name": letter.name,
+        "events": events,
+        "to": destination,
+        "result": result,
+    }
 
 
 async def _replay_one(

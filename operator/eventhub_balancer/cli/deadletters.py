@@ -61,8 +61,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "blobs",
         metavar="BLOB",
         nargs="*",
-        help="as `list` prints them (e.g. 0/5-6), right after NAME",
+        help="as `list` prints them (e.g. 0/5-6), anywhere after NAME",
     )
+    # argparse takes a list of positionals in one place only: the names given after a flag
+    # are added by `cli.main`, not refused as unknown.
+    replaying.set_defaults(_trailing="blobs")
     replaying.add_argument(
         "--all", action="store_true", help="every dead letter not replayed yet (with --force: all)"
     )

@@ -10,6 +10,7 @@ import base64
 import datetime
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -155,6 +156,7 @@ def replay(
         return [json.loads(line) for line in record.read_text().splitlines()]
 
     start.calls = calls  # type: ignore[attr-defined]
+    start.record = str(record)  # type: ignore[attr-defined]
     start.list_command = [  # type: ignore[attr-defined]
         sys.executable,
         "-m",
@@ -279,9 +281,22 @@ def test_a_replay_stopped_part_way_names_what_it_replayed_and_what_is_left(repla
     assert line.startswith("ehb: error: the handler failed on 0/7-7 (ValueError: still broken)")
     assert "replayed before it: 0/3-3" in line, line
     assert "not replayed: 0/7-7: replay those" in line, line
-    assert "`ehb deadletters replay orders 0/7-7`" in line, line
-    status, _, err = _finish(replay("0/7-7"))
-    assert status == 0, err
+    # The line to run is the command given, its flags kept (it named `ehb deadletters replay
+    # orders 0/7-7`, which is refused: no --to-hub or --through-handler), and it finishes.
+    finish = shlex.split(line.split("replay those: `", 1)[1].removesuffix("`"))
+    assert finish[:4] == ["ehb", "deadletters", "replay", "orders"], line
+    assert finish[-1] == "0/7-7", line
+    assert "--through-handler" in finish, line
+    assert "--kubeconfig" in finish, line
+    done = subprocess.run(
+        [sys.executable, "-m", "eventhub_balancer", *finish[1:]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "REPLAY_RECORD": replay.record},
+    )
+    assert done.returncode == 0, done.stderr
     assert [call["first"] for call in replay.calls()] == [3, 7, 7]
 
 
@@ -292,3 +307,18 @@ def test_a_replay_stopped_at_its_first_dead_letter_says_nothing_was_replayed(rep
     assert "nothing was replayed before it" in line, line
     assert "not replayed: 0/3-3, 0/7-7: run the same command again" in line, line
     assert _listed(replay) == {"0/3-3": (None, None), "0/7-7": (None, None)}
+
+
+def test_a_replay_stopped_part_way_with_json_still_prints_its_one_document(
+    replay: Any,
+) -> None:
+    """A script given ``--json`` got nothing on stdout when the replay stopped: not which dead
+    letters were replayed before the stop. Now it gets the document, every blob named."""
+    status, out, err = _finish(replay("0/3-3", "0/7-7", "--json", refuse="7"))
+    assert status == 1, err
+    assert [(r["blob"], r["result"]) for r in json.loads(out)] == [
+        ("0/3-3", "replayed"),
+        ("0/7-7", "failed"),
+    ]
+    (line,) = err.splitlines()
+    assert "replay those: `ehb deadletters replay orders" in line, line
