@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import hashlib
 import shlex
 from pathlib import Path
 from typing import Any
@@ -33,11 +34,17 @@ SECRET_KEY = "connectionString"
 CONTAINER = "checkpoints"
 
 
+#: The most characters an Event Hubs consumer group name has.
+CONSUMER_GROUP_MAX = 50
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ConsumerSetup:
     namespace: str
     name: str
     hub: str
+    #: Its own group when another consumer of the stack reads the same hub (`parse_all`).
+    consumer_group: str = specs.DEFAULT_CONSUMER_GROUP
 
     @property
     def eventhub_secret(self) -> str:
@@ -74,6 +81,36 @@ def parse(value: str, hubs: dict[str, int]) -> ConsumerSetup:
     return ConsumerSetup(namespace=namespace, name=name, hub=hub)
 
 
+def parse_all(values: list[str], hubs: dict[str, int]) -> list[ConsumerSetup]:
+    """Every ``--consumer``, each on a checkpoint location of its own.
+
+    Consumers of one hub in one consumer group share its checkpoints, and their epoch
+    receivers take partitions from each other: two ``--consumer`` on one hub (``shop/orders``
+    and ``lab/orders``, or ``shop/billing`` on the first hub) fought over it, and the operator
+    could not tell, their Secrets being different. So the first on a hub reads ``$Default``,
+    as a single one does, and each other one a group of its own, named after it, as separate
+    applications of one Event Hub do."""
+    setups: list[ConsumerSetup] = []
+    for value in values:
+        setup = parse(value, hubs)
+        if any((s.namespace, s.name) == (setup.namespace, setup.name) for s in setups):
+            raise errors.InvalidInput("--consumer", f"{value!r} is given twice: give it once")
+        if any(s.hub == setup.hub for s in setups):
+            setup = dataclasses.replace(setup, consumer_group=own_group(setup))
+        setups.append(setup)
+    return setups
+
+
+def own_group(setup: ConsumerSetup) -> str:
+    """``NAMESPACE.NAME``, cut to a consumer group's 50 characters with a digest of the whole
+    kept, so that two long names stay two groups."""
+    group = f"{setup.namespace}.{setup.name}"
+    if len(group) <= CONSUMER_GROUP_MAX:
+        return group
+    digest = hashlib.sha256(group.encode()).hexdigest()[:8]
+    return f"{group[: CONSUMER_GROUP_MAX - 9].rstrip('.-')}-{digest}"
+
+
 def _secret(name: str, value: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -94,6 +131,8 @@ def prepare(stack: stacks.LocalStack, setup: ConsumerSetup) -> None:
         if kube.get_object("v1/secrets", name, namespace=setup.namespace) is not None:
             kube.delete_object("v1/secrets", name, namespace=setup.namespace)
         kube.create_object("v1/secrets", _secret(name, value), namespace=setup.namespace)
+    if setup.consumer_group != specs.DEFAULT_CONSUMER_GROUP:
+        stack.eventhubs.create_consumer_group(setup.hub, setup.consumer_group)
     asyncio.run(systems.ensure_container(stack.blob_connection_string, CONTAINER))
 
 
@@ -107,6 +146,7 @@ def custom_resource(stack: stacks.LocalStack, setup: ConsumerSetup) -> dict[str,
             "eventHub": {
                 "fullyQualifiedNamespace": stack.fully_qualified_namespace,
                 "name": setup.hub,
+                "consumerGroup": setup.consumer_group,
                 "credentials": {
                     "connectionStringSecretRef": {"name": setup.eventhub_secret, "key": SECRET_KEY}
                 },
@@ -147,7 +187,7 @@ def describe(stack: stacks.LocalStack, setup: ConsumerSetup) -> list[str]:
     return [
         f"Consumer {setup.namespace}/{setup.name}: Secrets {setup.eventhub_secret} and "
         f"{setup.blob_secret} (key {SECRET_KEY}), checkpoint container {CONTAINER}, hub "
-        f"{setup.hub}",
+        f"{setup.hub}, consumer group {setup.consumer_group}",
         f"  kubectl apply -f {path}",
         f"  {operator_command(stack.kubeconfig, setup)}",
     ]

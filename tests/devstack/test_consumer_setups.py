@@ -14,7 +14,7 @@ from typing import NoReturn
 import pytest
 
 from eventhub_balancer import cli
-from eventhub_balancer_devstack import stacks
+from eventhub_balancer_devstack import consumersetups, stacks
 
 FREE_PORTS = ["--eventhubs-port=0", "--blob-port=0", "--kube-port=0"]
 
@@ -52,3 +52,31 @@ def test_a_consumer_kubernetes_takes_starts_the_stack(monkeypatch: pytest.Monkey
     monkeypatch.setattr(stacks.LocalStack, "start", started)
     with pytest.raises(AssertionError, match="the stack started"):
         cli.main(["local", "up", *FREE_PORTS, "--consumer", "shop-eu/orders.v2"])
+
+
+def test_consumers_of_one_hub_each_read_a_group_of_their_own() -> None:
+    hubs = {"orders": 4, "billing": 2}
+    setups = consumersetups.parse_all(
+        ["shop/orders", "lab/orders", "shop/billing", "shop/audit"], hubs
+    )
+    assert [(s.hub, s.consumer_group) for s in setups] == [
+        ("orders", "$Default"),
+        ("orders", "lab.orders"),
+        ("billing", "$Default"),
+        ("orders", "shop.audit"),  # no hub of its name: the first hub's
+    ]
+    long = consumersetups.parse_all(["a/" + "x" * 60, "b/" + "x" * 60, "c/" + "x" * 60], hubs)
+    groups = [s.consumer_group for s in long[1:]]
+    assert all(len(g) <= consumersetups.CONSUMER_GROUP_MAX for g in groups)
+    assert len(set(groups)) == 2
+
+
+def test_one_consumer_given_twice_is_refused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(stacks.LocalStack, "start", started)
+    argv = ["local", "up", *FREE_PORTS, "--consumer", "shop/orders", "--consumer", "shop/orders"]
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "ehb: error: --consumer: 'shop/orders' is given twice: give it once"
+    ]

@@ -15,10 +15,13 @@ import pytest
 
 from eventhub_balancer import cli
 from eventhub_balancer_devstack.benchmarks import balancing
+from eventhub_balancer_devstack.commands import demo
 from eventhub_balancer_devstack.scenarios import runs
 
 REFUSED = [
-    (["--partitions", "2000", "--grow-to", "2001"], "--grow-to: must be at most 1024"),
+    (["--partitions", "2000", "--grow-to", "2001"], "--partitions: must be below 1024"),
+    (["--partitions", "1024"], "--partitions: must be below 1024"),
+    (["--partitions", "100", "--grow-to", "50"], "--grow-to: must be more than --partitions (100)"),
     (["--grow-to", "2000"], "--grow-to: must be at most 1024"),
     (["--interval", "100000"], "--interval: must be 1 to 3600"),
     (["--rate", "nan"], "--rate: must be between 1 and 5000"),
@@ -94,3 +97,54 @@ def test_a_work_dir_that_cannot_be_a_directory_is_named_before_anything_starts(
         (line,) = capsys.readouterr().err.splitlines()
         assert line.startswith(f"ehb: error: --work-dir: {work_dir} cannot be made a directory (")
     assert taken.read_text() == "not a directory"
+
+
+@pytest.mark.parametrize("command", [["demo"], ["bench", "balance"]], ids=" ".join)
+def test_more_partitions_alone_grow_by_a_quarter(
+    command: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--partitions 100`` alone was refused: the fixed default ``--grow-to`` of 40 was not
+    more, and the line named ``--grow-to``, which its user had not given."""
+    seen: list[tuple[int, int]] = []
+
+    def demo_stack(*args: object, hubs: dict[str, int], **kwargs: object) -> NoReturn:
+        seen.append((hubs["orders"], -1))
+        raise AssertionError("the run started")
+
+    def bench(settings: balancing.Settings, **kwargs: object) -> NoReturn:
+        seen.append((settings.partitions, settings.grow_to))
+        raise AssertionError("the run started")
+
+    monkeypatch.setattr(runs, "local_stack", demo_stack)
+    monkeypatch.setattr(balancing, "run", bench)
+    parsed = cli.build_parser().parse_args([*command, "--partitions", "100"])
+    if command == ["demo"]:
+        demo.check_flags(parsed)
+        assert parsed.grow_to == 125
+    with pytest.raises(AssertionError, match="the run started"):
+        cli.main([*command, "--partitions", "100"])
+    assert seen[0][0] == 100
+    if command != ["demo"]:
+        assert seen == [(100, 125)]
+
+
+@pytest.mark.parametrize("flag", ["--state-dir", "--blob-location"])
+def test_the_local_stack_names_a_directory_it_cannot_make_not_the_ports(
+    flag: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``ehb local up --state-dir FILE`` started the services, then ended in `cannot start
+    the local stack: [Errno 17] File exists (a port may be taken: ...)`."""
+    from eventhub_balancer_devstack import stacks
+
+    monkeypatch.setattr(stacks.LocalStack, "start", started)
+    taken = tmp_path / "notes.txt"
+    taken.write_text("not a directory")
+    free = ["--eventhubs-port", "0", "--blob-port", "0", "--kube-port", "0"]
+    assert cli.main(["local", "up", *free, flag, str(taken)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"ehb: error: {flag}: {taken} cannot be made a directory (it is a file): give a "
+        "directory, or a path where one can be made"
+    ]
+    assert cli.main(["local", "up", *free, flag, str(taken / "below")]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert f"{taken}/below cannot be made a directory (not a directory)" in line

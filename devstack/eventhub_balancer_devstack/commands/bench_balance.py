@@ -30,7 +30,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="8 -> 10 partitions, 100 events/s, a 2 s cycle: about 2 minutes",
     )
     parser.add_argument("--partitions", type=int, default=None, help="partitions at the start (32)")
-    parser.add_argument("--grow-to", type=int, default=None, help="partitions after growth (40)")
+    parser.add_argument(
+        "--grow-to",
+        type=int,
+        default=None,
+        help="partitions after growth (default: a quarter more than --partitions, 40 for 32)",
+    )
     parser.add_argument("--rate", type=float, default=None, help="events per second (300)")
     parser.add_argument(
         "--interval",
@@ -66,6 +71,8 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, flag)
         if value is not None:
             changes[field] = value
+    if args.partitions is not None and args.grow_to is None:
+        changes["grow_to"] = demo.grown(args.partitions)
     settings = dataclasses.replace(base, **changes)  # type: ignore[arg-type]
     demo.check_scenario(
         partitions=settings.partitions,

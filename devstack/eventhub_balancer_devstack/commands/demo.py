@@ -40,7 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--json", action="store_true", help="print only the summary, as JSON (progress on stderr)"
     )
     parser.add_argument("--partitions", type=int, default=32, help="partitions at the start (32)")
-    parser.add_argument("--grow-to", type=int, default=40, help="partitions after growth (40)")
+    parser.add_argument(
+        "--grow-to",
+        type=int,
+        default=None,
+        help="partitions after growth (default: a quarter more than --partitions, 40 for 32)",
+    )
     parser.add_argument("--rate", type=float, default=300.0, help="events per second (300)")
     parser.add_argument(
         "--interval", type=int, default=5, help="spec.balancing.intervalSeconds (5)"
@@ -69,6 +74,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def grown(partitions: int) -> int:
+    """The partitions after growth when ``--grow-to`` is not given: a quarter more, at least
+    one (32 -> 40), within what a hub has. ``--partitions 100`` alone was refused for the
+    fixed default of 40, naming ``--grow-to``, a flag its user had not given."""
+    return min(MAX_PARTITIONS, partitions + max(1, partitions // 4))
+
+
 def check_scenario(*, partitions: int, grow_to: int, rate: float, interval: int) -> None:
     """The flags the demo shares with `ehb bench balance`, within what the local Event Hubs
     (1 to 1024 partitions a hub) and the CRD (a cycle of 1 to 3600 s) take: past those, the
@@ -76,8 +88,16 @@ def check_scenario(*, partitions: int, grow_to: int, rate: float, interval: int)
     says what is in range rather than what is out of it."""
     if not partitions >= 6:
         raise errors.InvalidInput("--partitions", "must be at least 6 (the demo scales to 6)")
+    if not partitions < MAX_PARTITIONS:
+        raise errors.InvalidInput(
+            "--partitions",
+            f"must be below {MAX_PARTITIONS}, the most partitions a hub has, to leave room for "
+            "the growth step",
+        )
     if not grow_to > partitions:
-        raise errors.InvalidInput("--grow-to", "must be more than --partitions")
+        raise errors.InvalidInput(
+            "--grow-to", f"must be more than --partitions ({partitions}), not {grow_to}"
+        )
     if not grow_to <= MAX_PARTITIONS:
         raise errors.InvalidInput(
             "--grow-to", f"must be at most {MAX_PARTITIONS}, the most partitions a hub has"
@@ -95,19 +115,29 @@ def check_work_dir(path: Path | None) -> None:
     """Make ``--work-dir`` (and its parents) before anything starts: a path that cannot be a
     directory (a file, below a file, no right to make it) used to end the run in mkdir's
     stack trace, for the demo and the chaos run after the stack had started."""
+    check_directory(path, flag="--work-dir")
+
+
+def check_directory(path: Path | None, *, flag: str) -> None:
+    """Make the directory ``flag`` gives (and its parents), or refuse it in one line naming
+    the flag; None: none given."""
     if path is None:
         return
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
+        # mkdir says "File exists" of a file that is there: say what it is.
+        why = "it is a file" if path.exists() else (e.strerror or str(e)).lower()
         raise errors.InvalidInput(
-            "--work-dir",
-            f"{path} cannot be made a directory ({e.strerror or e}): give a directory, or a "
-            "path where one can be made",
+            flag,
+            f"{path} cannot be made a directory ({why}): give a directory, or a path where one "
+            "can be made",
         ) from None
 
 
 def check_flags(args: argparse.Namespace) -> None:
+    if args.grow_to is None:
+        args.grow_to = grown(args.partitions)
     check_scenario(
         partitions=args.partitions, grow_to=args.grow_to, rate=args.rate, interval=args.interval
     )

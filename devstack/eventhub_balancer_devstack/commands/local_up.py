@@ -6,6 +6,7 @@ It prints how to reach each service and runs until Ctrl-C or SIGTERM, then stops
 from __future__ import annotations
 
 import argparse
+import errno
 import signal
 import sys
 import threading
@@ -63,14 +64,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from eventhub_balancer_devstack import azurite, consumersetups, stacks
-    from eventhub_balancer_devstack.commands import local_eventhubs
+    from eventhub_balancer_devstack.commands import demo, local_eventhubs
 
     for flag in ("eventhubs_port", "blob_port", "kube_port"):
         port = getattr(args, flag)
         if not 0 <= port <= 65535:
             raise errors.InvalidInput("--" + flag.replace("_", "-"), f"{port} is not a TCP port")
     hubs = local_eventhubs.parse_hubs(args.hub) or {"orders": 32}
-    setups = [consumersetups.parse(value, dict(hubs)) for value in args.consumer]
+    setups = consumersetups.parse_all(args.consumer, dict(hubs))
     for flag in ("eventhubs_port", "blob_port", "kube_port"):
         port, name = getattr(args, flag), "--" + flag.replace("_", "-")
         if port and azurite.taken("127.0.0.1", port):
@@ -80,6 +81,10 @@ def run(args: argparse.Namespace) -> int:
                 f"{name}: 127.0.0.1:{port} is taken (another `ehb local up`?): "
                 f"choose another {name}, or 0 for a free one"
             )
+    # Before anything starts: a --state-dir that is a file ended the run in mkdir's error
+    # once the services were up, blamed on the ports.
+    demo.check_directory(args.state_dir, flag="--state-dir")
+    demo.check_directory(args.blob_location, flag="--blob-location")
     options = stacks.StackOptions(
         hubs=hubs,
         eventhubs_port=args.eventhubs_port,
@@ -100,9 +105,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         stack = stacks.LocalStack(options).start()
     except OSError as e:
+        taken = e.errno == errno.EADDRINUSE
         raise errors.ConfigurationError(
-            f"cannot start the local stack: {e} (a port may be taken: "
-            "choose others with --eventhubs-port/--blob-port/--kube-port, or 0 for free ones)"
+            f"cannot start the local stack: {e}"
+            + (
+                " (a port is taken: choose others with --eventhubs-port/--blob-port/"
+                "--kube-port, or 0 for free ones)"
+                if taken
+                else ""
+            )
         ) from e
     try:
         for line in stack.describe():

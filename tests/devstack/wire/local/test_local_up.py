@@ -126,3 +126,34 @@ def test_a_taken_kube_port_names_its_own_flag(tmp_path: Path) -> None:
         f"ehb: error: --kube-port: 127.0.0.1:{port} is taken (another `ehb local up`?): "
         "choose another --kube-port, or 0 for a free one"
     )
+
+
+def test_two_consumers_of_one_hub_get_a_checkpoint_location_each(tmp_path: Path) -> None:
+    """``--consumer shop/orders --consumer lab/orders`` prepared both on hub orders's
+    ``$Default``: one checkpoint location, which their pods fought over, and the operator could
+    not tell (their Secrets differ). The second reads a consumer group of its own, made on the
+    emulator, so a pod of it can receive."""
+    import asyncio
+
+    from eventhub_balancer.adapters import consumergroups, hubclients
+    from eventhub_balancer_devstack import consumersetups
+
+    options = stacks.StackOptions(
+        hubs={"orders": 2}, eventhubs_port=0, blob_port=0, kube_port=0, state_dir=tmp_path
+    )
+    setups = consumersetups.parse_all(["shop/orders", "lab/orders"], dict(options.hubs))
+    assert [s.consumer_group for s in setups] == ["$Default", "lab.orders"]
+    with stacks.LocalStack(options) as stack:
+        for setup in setups:
+            consumersetups.prepare(stack, setup)
+        hubs = [consumersetups.custom_resource(stack, s)["spec"]["eventHub"] for s in setups]
+        assert [(h["name"], h["consumerGroup"]) for h in hubs] == [
+            ("orders", "$Default"),
+            ("orders", "lab.orders"),
+        ]
+        coordinates = hubclients.Coordinates(
+            fully_qualified_namespace=stack.fully_qualified_namespace,
+            eventhub_name="orders",
+            connection_string=stack.eventhubs_connection_string,
+        )
+        asyncio.run(consumergroups.probe(coordinates, "lab.orders", "0"))  # it exists
