@@ -15,6 +15,7 @@ import base64
 import dataclasses
 import hashlib
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -163,12 +164,15 @@ def custom_resource(stack: stacks.LocalStack, setup: ConsumerSetup) -> dict[str,
     }
 
 
-def operator_command(kubeconfig: Path, setup: ConsumerSetup) -> str:
-    """How to run the operator for it from this shell (the emulators are development
-    endpoints on loopback, which the operator refuses unless told)."""
+def operator_command(kubeconfig: Path, setups: Sequence[ConsumerSetup]) -> str:
+    """How to run one operator for all of them from this shell (the emulators are development
+    endpoints on loopback, which the operator refuses unless told). One, not one a consumer:
+    a second operator on this machine cannot have the first one's metrics port."""
+    namespaces = dict.fromkeys(setup.namespace for setup in setups)
+    flags = " ".join(f"--namespace {shlex.quote(ns)}" for ns in namespaces)
     return (
-        f"KUBECONFIG={shlex.quote(str(kubeconfig))} ehb operator "
-        f"--namespace {shlex.quote(setup.namespace)} --standalone --allow-development-endpoints"
+        f"KUBECONFIG={shlex.quote(str(kubeconfig))} ehb operator {flags} --standalone "
+        "--allow-development-endpoints"
     )
 
 
@@ -180,14 +184,21 @@ def write_custom_resource(stack: stacks.LocalStack, setup: ConsumerSetup) -> Pat
     return path
 
 
-def describe(stack: stacks.LocalStack, setup: ConsumerSetup) -> list[str]:
-    """What was prepared and what to do next, a line each."""
+def describe(stack: stacks.LocalStack, setups: Sequence[ConsumerSetup]) -> list[str]:
+    """What was prepared, what to apply, and the operator to run for all of it, a line each."""
     assert stack.kubeconfig is not None
-    path = write_custom_resource(stack, setup)
-    return [
-        f"Consumer {setup.namespace}/{setup.name}: Secrets {setup.eventhub_secret} and "
-        f"{setup.blob_secret} (key {SECRET_KEY}), checkpoint container {CONTAINER}, hub "
-        f"{setup.hub}, consumer group {setup.consumer_group}",
-        f"  kubectl apply -f {path}",
-        f"  {operator_command(stack.kubeconfig, setup)}",
-    ]
+    lines = []
+    for setup in setups:
+        path = write_custom_resource(stack, setup)
+        lines += [
+            f"Consumer {setup.namespace}/{setup.name}: Secrets {setup.eventhub_secret} and "
+            f"{setup.blob_secret} (key {SECRET_KEY}), checkpoint container {CONTAINER}, hub "
+            f"{setup.hub}, consumer group {setup.consumer_group}",
+            f"  kubectl apply -f {path}",
+        ]
+    if setups:
+        lines += [
+            "The operator, for all of them:",
+            f"  {operator_command(stack.kubeconfig, setups)}",
+        ]
+    return lines

@@ -9,6 +9,7 @@ print a ``kubectl apply`` that could only fail.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import NoReturn
 
 import pytest
@@ -80,3 +81,13 @@ def test_one_consumer_given_twice_is_refused(
     assert capsys.readouterr().err.splitlines() == [
         "ehb: error: --consumer: 'shop/orders' is given twice: give it once"
     ]
+
+
+def test_one_operator_is_printed_for_every_namespace(tmp_path: Path) -> None:
+    """One operator line a consumer: the second of them, run as printed on the same machine,
+    stopped on the first one's metrics port."""
+    setups = consumersetups.parse_all(["shop/orders", "lab/orders", "shop/audit"], {"orders": 4})
+    assert consumersetups.operator_command(tmp_path / "kubeconfig", setups) == (
+        f"KUBECONFIG={tmp_path}/kubeconfig ehb operator --namespace shop --namespace lab "
+        "--standalone --allow-development-endpoints"
+    )

@@ -24,7 +24,7 @@ async def test_a_port_another_process_holds_names_the_flag_that_moves_it() -> No
             )
     message = str(refused.value)
     assert f"127.0.0.1:{taken}" in message
-    assert "address already in use" in message
+    assert f"127.0.0.1:{taken}: address already in use: give --metrics-port" in message
     assert "--metrics-port" in message
 
 

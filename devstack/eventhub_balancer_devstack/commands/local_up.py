@@ -120,8 +120,8 @@ def run(args: argparse.Namespace) -> int:
             print(line, flush=True)
         for setup in setups:
             consumersetups.prepare(stack, setup)
-            for line in consumersetups.describe(stack, setup):
-                print(line, flush=True)
+        for line in consumersetups.describe(stack, setups):
+            print(line, flush=True)
         print("Ctrl-C or SIGTERM stops everything.", flush=True)
         while not stop.wait(0.5):
             if not stack.azurite.running:

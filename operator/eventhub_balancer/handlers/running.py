@@ -14,6 +14,7 @@ import concurrent.futures
 import dataclasses
 import json
 import logging
+import os
 import ssl
 import threading
 import time
@@ -88,8 +89,8 @@ async def _start_http(
         await runner.cleanup()
         raise errors.ConfigurationError(
             f"cannot serve /metrics and /healthz on {options.metrics_host}:{port}: "
-            f"{(e.strerror or str(e)).lower()}: give --metrics-port another port (0: any free "
-            "port; the chart's value `port`), or stop what holds it"
+            f"{(os.strerror(e.errno) if e.errno else str(e)).lower()}: give --metrics-port "
+            "another port (0: any free port; the chart's value `port`), or stop what holds it"
         ) from None
     sockets = getattr(site._server, "sockets", None) or []
     bound = sockets[0].getsockname()[1] if sockets else port
