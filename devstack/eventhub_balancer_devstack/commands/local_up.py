@@ -105,16 +105,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         stack = stacks.LocalStack(options).start()
     except OSError as e:
-        taken = e.errno == errno.EADDRINUSE
-        raise errors.ConfigurationError(
-            f"cannot start the local stack: {e}"
-            + (
-                " (a port is taken: choose others with --eventhubs-port/--blob-port/"
-                "--kube-port, or 0 for free ones)"
-                if taken
-                else ""
-            )
-        ) from e
+        hint = (
+            " (a port is taken: choose others with --eventhubs-port/--blob-port/--kube-port, "
+            "or 0 for free ones)"
+            if e.errno == errno.EADDRINUSE
+            else ""
+        )
+        raise errors.ConfigurationError(f"cannot start the local stack: {e}{hint}") from e
     try:
         for line in stack.describe():
             print(line, flush=True)

@@ -165,16 +165,15 @@ async def replay(
                 print(f"ehb: error: {interrupted(letter.short_name, results)}", file=sys.stderr)
                 raise
             except errors.EventHubBalancerError as e:
-                rest = [x for x, _, _ in loaded[index + 1 :] if args.force or not x.replayed_time]
+                rest = [
+                    (x, n) for x, _, n in loaded[index + 1 :] if args.force or not x.replayed_time
+                ]
                 if args.json:
                     # A script still gets its one document: what was replayed, and what not.
-                    left = [
-                        _row(x, len(n), destination, "failed" if x is letter else "not replayed")
-                        for x, _, n in loaded[index:]
-                        if x is letter or x in rest
-                    ]
-                    print(json.dumps([*results, *left], indent=2, ensure_ascii=False))
-                raise stopped(e, args, results, [letter, *rest]) from e
+                    failed = _row(letter, len(events), destination, "failed")
+                    left = [_row(x, len(n), destination, "not replayed") for x, n in rest]
+                    print(json.dumps([*results, failed, *left], indent=2, ensure_ascii=False))
+                raise stopped(e, args, results, [letter, *(x for x, _ in rest)]) from e
             if problem:
                 problems.append(problem)
         results.append(_row(letter, len(events), destination, outcome))
