@@ -21,12 +21,17 @@ arrived. These are private SDK names, like ``_create_consumer`` in `receiving`
 (the SDK is pinned to one minor in pyproject.toml, and docs/status.md lists every private
 name the product uses, `tests/install/test_docs_pages.py` keeping that list whole): where
 they are missing nothing is done, and the SDK opens at its own pace.
+
+These hooks see every AMQP client the SDK creates for the product, so they also give each one
+the close of `amqpcloses`, which closes the connection of an opening cut short.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+from eventhub_balancer.adapters import amqpcloses
 
 #: How many of the handshake's frames one readiness check of the SDK may read back to back
 #: before it answers "not yet" and the SDK sleeps its 50 ms. A handshake is about ten frames
@@ -81,6 +86,7 @@ class _QuickManagement:
 
 
 def _hasten(client: Any) -> None:
+    amqpcloses.close_for_good(client)
     ready = getattr(client, "client_ready_async", None)
     if ready is not None:
         client.client_ready_async = _reading_back_to_back(ready)

@@ -9,6 +9,11 @@ a hung connection's idle time-out included: the partition fails with
 returns. Before, the SDK's own reconnect waited for the handshake's answer for ever: the
 partition was never reported failing. The time-outs are shortened here so that the tests take
 seconds, not minutes; each bound below is what they add up to, with room for a loaded machine.
+
+Every connection the SDK opened is closed once its client is given up, an opening cut short
+included (`adapters.amqpcloses`): before, each unanswered open left its socket open for the
+life of the pod, one more at every reopen (a pod of three partitions held 33 after a minute).
+The emulator sees a connection close when the client's socket does.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import asyncio
 import pytest
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import deliveries, partitionbounds, receiving
+from eventhub_balancer.adapters import deliveries, eventhubs, partitionbounds, receiving
 from eventhub_balancer_devstack.eventhubs import EventHubsEmulator
 from tests.support import eventhubclients as clients
 from tests.support.consumerfakes import eventually
@@ -35,6 +40,9 @@ FAILING_BOUND_S = 15.0
 #: A close while an open goes unanswered: the cancellation, then the SDK's close of a
 #: connection that answers nothing (`receiving.PartitionReceiver._close_quietly`).
 CLOSE_BOUND_S = 5.0
+#: Once a client is given up, until the emulator sees its sockets closed (a turn or two of
+#: both loops; the bound is room for a loaded machine).
+CLOSED_BOUND_S = 5.0
 
 
 @pytest.fixture(autouse=True)
@@ -59,6 +67,15 @@ def receiver(emu: EventHubsEmulator) -> receiving.PartitionReceiver:
 def address(emu: EventHubsEmulator) -> receiving.EventHubAddress:
     return receiving.EventHubAddress(
         emu.fully_qualified_namespace, HUB, connection_string=emu.connection_string()
+    )
+
+
+async def every_connection_closed(emu: EventHubsEmulator) -> None:
+    """Every connection a client opened to ``emu`` is closed, within `CLOSED_BOUND_S`."""
+    await eventually(
+        lambda: emu.connection_count() == 0,
+        within=CLOSED_BOUND_S,
+        what="every connection the SDK opened closed",
     )
 
 
@@ -93,6 +110,7 @@ async def test_a_partition_whose_connection_and_every_new_one_go_unanswered_fail
     assert isinstance(failed, errors.EventHubUnreachable)
     assert f"receiving failed {REOPENS} times in a row" in str(failed)
     assert "no answer to the partition's properties within" in str(failed)
+    await every_connection_closed(emu)
 
 
 async def test_a_partition_taken_up_while_nothing_answers_fails(
@@ -109,6 +127,8 @@ async def test_a_partition_taken_up_while_nothing_answers_fails(
         await running.close()
     assert isinstance(failed, errors.EventHubUnreachable)
     assert f"did not open within {OPEN_S:g} s: Event Hubs did not answer" in str(failed)
+    assert emu.connections_accepted() >= REOPENS
+    await every_connection_closed(emu)
 
 
 async def test_a_release_while_a_link_open_goes_unanswered_closes(
@@ -133,6 +153,7 @@ async def test_a_release_while_a_link_open_goes_unanswered_closes(
             await running.close()
     except TimeoutError:
         pytest.fail(f"the close did not return within {CLOSE_BOUND_S} s")
+    await every_connection_closed(emu)
 
 
 async def test_a_partitions_bounds_go_unanswered_and_fail(
@@ -144,3 +165,31 @@ async def test_a_partitions_bounds_go_unanswered_and_fail(
     with pytest.raises(errors.EventHubUnreachable, match="cannot read its properties"):
         async with asyncio.timeout(FAILING_BOUND_S):
             await partitionbounds.partition_bounds(address(emu), "0")
+    await every_connection_closed(emu)
+
+
+async def test_the_operators_reads_of_a_blackholed_hub_close_what_they_opened(
+    private_eventhubs_emulator: EventHubsEmulator,
+) -> None:
+    # The operator's reads: on a client for the call alone, and on a kept client whose
+    # management connection is kept between requests (`adapters.mgmtconnections`).
+    emu = private_eventhubs_emulator
+    emu.create_hub(HUB, 2)
+    where = eventhubs.Coordinates(
+        fully_qualified_namespace=emu.fully_qualified_namespace,
+        eventhub_name=HUB,
+        connection_string=emu.connection_string(),
+    )
+    kept = eventhubs.Clients()
+    try:
+        assert await eventhubs.fetch_partition_ids(where, clients=kept) == ["0", "1"]
+        emu.blackhole()
+        for clients in (None, kept):
+            with pytest.raises(errors.EventHubUnreachable):
+                await eventhubs.fetch_last_sequence_numbers(
+                    where, ["0", "1"], limit_seconds=OPEN_S, clients=clients
+                )
+    finally:
+        await kept.close()
+    assert emu.connections_accepted() >= 3
+    await every_connection_closed(emu)
