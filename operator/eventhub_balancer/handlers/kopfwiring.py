@@ -53,6 +53,10 @@ DAEMON_EXIT_WAIT_SECONDS = 1.0
 #: per replica every 5 to 10 s instead of every 50 to 55 s; the margin a clock running ahead
 #: on another node has, 5 s or more, is kopf's and the same at any lifetime.
 PEERING_LIFETIME_SECONDS = 15
+#: After a login that could not take the operator's credentials (a token file gone or empty,
+#: an exec plugin that failed), kopf asks again after 1 s, then 2, 4 and 8, then every
+#: `LOGIN_RETRY_MAX_SECONDS`: one line each, while its watches wait for the credentials.
+LOGIN_RETRY_MAX_SECONDS = 15.0
 #: The ConfigMaps the operator watches: those it writes (the API server filters the rest out).
 CONFIGMAPS_SELECTOR = configmaps.MANAGED_SELECTOR
 #: The names of kopf's indexes (the rosters start from them: `cache.tracking.Following`).
@@ -133,15 +137,40 @@ def kopf_connection(info: registering.ConnectionPort) -> kopf.ConnectionInfo:
     )
 
 
+def login_failure(error: BaseException, delay: float) -> str:
+    """One line for a login that could not take the operator's credentials: the error, where
+    the credentials come from, and when kopf asks again."""
+    cause = str(error).strip().splitlines()
+    said = f"{type(error).__name__}: {cause[0]}" if cause else type(error).__name__
+    return (
+        f"cannot take the operator's Kubernetes credentials ({said}): in a pod, check its "
+        "ServiceAccount token (automountServiceAccountToken, the projected token volume); "
+        "with a kubeconfig, its user's token or exec plugin (`kubectl auth whoami` with the "
+        f"same kubeconfig). The watches wait; the login is tried again in {delay:g} s"
+    )
+
+
 def build_registry(runtime: registering.Operator) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
 
     if runtime.connection is not None:
         connection = runtime.connection
 
-        @kopf.on.login(registry=registry)
+        failures = 0
+
+        @kopf.on.login(registry=registry, id="login")
         def login(**_: Any) -> kopf.ConnectionInfo:
-            return kopf_connection(connection())
+            nonlocal failures
+            try:
+                info = kopf_connection(connection())
+            except Exception as e:
+                # Any error of the client's credential loaders: kopf would log its traceback
+                # at every attempt, naming neither the credentials nor what to check.
+                delay = min(2.0**failures, LOGIN_RETRY_MAX_SECONDS)
+                failures += 1
+                raise kopf.TemporaryError(login_failure(e, delay), delay=delay) from e
+            failures = 0
+            return info
 
     @kopf.daemon(
         specs.GROUP,
