@@ -21,7 +21,14 @@ from azure.eventhub.aio._client_base_async import ClientBaseAsync, ConsumerProdu
 from azure.eventhub.aio._transport._pyamqp_transport_async import PyamqpTransportAsync
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import amqphandshakes, deliveries, eventhubs, hubclients, receiving
+from eventhub_balancer.adapters import (
+    amqphandshakes,
+    checkpointresets,
+    deliveries,
+    eventhubs,
+    hubclients,
+    receiving,
+)
 
 pytestmark = pytest.mark.looptime
 
@@ -253,3 +260,18 @@ async def test_a_link_that_never_opens_ends_as_unreachable(
     )
     opens = receiving.REOPEN_ATTEMPTS * receiving.LINK_OPEN_TIMEOUT_S
     assert loop.time() - started == pytest.approx(opens + backoffs)
+
+
+async def test_the_admins_hub_client_makes_quick_management_calls() -> None:
+    """`ehb checkpoints reset` and ``import`` read every partition's bounds on one client: at
+    the SDK's pace 1.9 s for 32 partitions on the emulator, 0.15 s with quick calls."""
+    address = receiving.EventHubAddress(
+        "127.0.0.1:1",
+        "orders",
+        connection_string=(
+            "Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=k;SharedAccessKey=v;"
+            "UseDevelopmentEmulator=true"
+        ),
+    )
+    async with checkpointresets.hub_client(address) as client:
+        assert type(client._amqp_transport).__name__ == "_QuickManagement"

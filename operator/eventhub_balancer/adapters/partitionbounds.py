@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from eventhub_balancer import errors
-from eventhub_balancer.adapters import amqphandshakes, deliveries, linkrefusals, receiving
+from eventhub_balancer.adapters import deliveries, linkrefusals, receiving
 from eventhub_balancer.contracts import startpositions
 
 #: A management call (partition properties) that takes longer has failed.
@@ -46,7 +46,6 @@ async def partition_properties(
 ) -> Mapping[str, Any]:
     """The SDK's ``get_partition_properties`` answer, within `BOUNDS_TIMEOUT_S`."""
     client = receiving.make_client(address)
-    amqphandshakes.quick_management(client)
     try:
         async with asyncio.timeout(BOUNDS_TIMEOUT_S):
             props: Mapping[str, Any] = await client.get_partition_properties(partition)
