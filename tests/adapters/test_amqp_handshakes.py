@@ -144,6 +144,8 @@ async def test_the_real_consumers_handler_reads_back_to_back() -> None:
         consumer._create_handler(auth)
         ready = consumer._handler.client_ready_async
         assert ready.__qualname__.startswith("_reading_back_to_back")
+        # The same hook gives it the close of an opening cut short (`test_amqp_closes`).
+        assert type(consumer._handler.close_async).__name__ == "_ClosingForGood"
     finally:
         await client.close()
 
@@ -172,6 +174,7 @@ async def test_the_real_clients_management_clients_read_back_to_back() -> None:
             client._address, mgmt_auth=auth, config=client._config
         )
         assert made.client_ready_async.__qualname__.startswith("_reading_back_to_back")
+        assert type(made.close_async).__name__ == "_ClosingForGood"
         # The rest of the transport is the SDK's own, and other clients keep theirs as is.
         assert wrapped.MAX_MESSAGE_LENGTH_BYTES == other._amqp_transport.MAX_MESSAGE_LENGTH_BYTES
         assert other._amqp_transport is PyamqpTransportAsync
