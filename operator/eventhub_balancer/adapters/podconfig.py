@@ -275,6 +275,7 @@ class PodConfigMaps:
     def _session(self, put: Callable[[str, Any], None], stop: threading.Event) -> None:
         """List, then watch from the listed version until a failure (reported, not raised)."""
         try:
+            gone = 0  # lists in a row whose version was gone before a watch worked
             while not stop.is_set():
                 items, version = self._list()
                 put("listed", self._pick(items) or {})
@@ -296,9 +297,11 @@ class PodConfigMaps:
                             quick = 0
                         version = resumed
                 except k8s_errors.ApiException as e:
-                    # 410 Gone: our version is too old (not an outage): list again at once,
-                    # unless no watch worked since the last list (then back off).
-                    if e.status != 410 or not watched:
+                    # 410 Gone: our version is too old (not an outage): list again at once. A
+                    # list compacted before its first watch began is a race, listed again at
+                    # once too; a second in a row backs off, as a failure does.
+                    gone = 0 if watched else gone + 1
+                    if e.status != 410 or gone > 1:
                         raise
         except Exception as e:
             put("failed", e)
