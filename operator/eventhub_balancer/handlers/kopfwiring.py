@@ -156,21 +156,16 @@ def build_registry(runtime: registering.Operator) -> kopf.OperatorRegistry:
     if runtime.connection is not None:
         connection = runtime.connection
 
-        failures = 0
-
         @kopf.on.login(registry=registry, id="login")
-        def login(**_: Any) -> kopf.ConnectionInfo:
-            nonlocal failures
+        def login(retry: int = 0, **_: Any) -> kopf.ConnectionInfo:
+            # ``retry``: kopf's count of this login's failed attempts, 0 at each new login.
             try:
-                info = kopf_connection(connection())
+                return kopf_connection(connection())
             except Exception as e:
                 # Any error of the client's credential loaders: kopf would log its traceback
                 # at every attempt, naming neither the credentials nor what to check.
-                delay = min(2.0**failures, LOGIN_RETRY_MAX_SECONDS)
-                failures += 1
+                delay = min(2.0**retry, LOGIN_RETRY_MAX_SECONDS)
                 raise kopf.TemporaryError(login_failure(e, delay), delay=delay) from e
-            failures = 0
-            return info
 
     @kopf.daemon(
         specs.GROUP,

@@ -25,6 +25,7 @@ import pytest
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import deliveries, eventhubs, partitionbounds, receiving
 from eventhub_balancer_devstack.eventhubs import EventHubsEmulator
+from tests.adapters.wire.test_eventhubs_adapter import coordinates
 from tests.support import eventhubclients as clients
 from tests.support.consumerfakes import eventually
 
@@ -175,11 +176,7 @@ async def test_the_operators_reads_of_a_blackholed_hub_close_what_they_opened(
     # management connection is kept between requests (`adapters.mgmtconnections`).
     emu = private_eventhubs_emulator
     emu.create_hub(HUB, 2)
-    where = eventhubs.Coordinates(
-        fully_qualified_namespace=emu.fully_qualified_namespace,
-        eventhub_name=HUB,
-        connection_string=emu.connection_string(),
-    )
+    where = coordinates(emu, HUB)
     kept = eventhubs.Clients()
     try:
         assert await eventhubs.fetch_partition_ids(where, clients=kept) == ["0", "1"]
