@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import random
 import types
 from typing import Any
@@ -371,3 +372,21 @@ async def test_a_store_busy_for_twelve_seconds_is_waited_out() -> None:
     async with asyncio.timeout(60):
         assert await retrying.call_with_retries(budget, request) == "answer"
     assert budget.attempts <= policy.attempts
+
+
+async def test_a_fence_repeated_by_its_owner_is_said_at_debug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A partition restarted after a failure fences again with the epoch it holds: every
+    # restart of an outage said at INFO made two lines a partition a round, with the take-up's.
+    caplog.set_level(logging.DEBUG, logger=cp.logger.name)
+    owner = store(Container(), "pod-a")
+    await owner.fence("0", 3)
+    await owner.fence("0", 3)
+    await owner.fence("0", 4)
+    fences = [(r.levelname, r.getMessage()) for r in caplog.records if "fenced" in r.getMessage()]
+    assert fences == [
+        ("INFO", "partition 0: fenced with epoch 3 at sequence number -1"),
+        ("DEBUG", "partition 0: fenced with epoch 3 at sequence number -1"),
+        ("INFO", "partition 0: fenced with epoch 4 at sequence number -1"),
+    ]

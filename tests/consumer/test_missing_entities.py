@@ -13,6 +13,7 @@ import logging
 import pytest
 
 from eventhub_balancer import errors
+from eventhub_balancer.adapters import sharedlines
 from eventhub_balancer.consumer import restarts
 from tests.consumer import test_runtime
 from tests.support import consumerfakes
@@ -73,6 +74,44 @@ async def test_a_missing_consumer_group_is_one_error_line_and_a_paced_backoff(
         await consumerfakes.eventually(lambda: not source.reports, what="the reports cleared")
 
 
+async def test_an_event_hubs_that_no_partition_reaches_is_said_in_a_few_lines(
+    fake_hub: consumerfakes.FakeHub,
+    fake_store: consumerfakes.FakeStore,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Each partition's failure names it, so each could be its own trouble: the first is said
+    # as it comes, then one line for those failing together, again as their number doubles.
+    # Before, every partition said its failure at ERROR at every restart: 8 lines after 1, 2,
+    # 4, 8 and 16 s, then every 30 s (80 in 200 s).
+    caplog.set_level(logging.DEBUG)
+    fake_hub.missing = errors.EventHubUnreachable("refused")
+    recorder = consumerfakes.Recorder()
+    async with test_runtime.running(fake_hub, fake_store, recorder) as (consumer, source):
+        source.put(consumerfakes.configmap(1, PARTITIONS))
+        await asyncio.sleep(200)
+        assert {r.error for r in source.reports.values()} == {"refused"}
+        assert len(source.reports) == len(PARTITIONS)
+        assert consumer.ready()[0] is True
+        said = [r.getMessage() for r in loud(caplog)]
+        assert said[0] == "partition 0: epoch 1 failed: refused; restarting in 1.0 s"
+        together = [m.split(" partitions failed on Event Hubs together")[0] for m in said[1:]]
+        assert together == ["2", "4", "8"]
+        assert said[-1].startswith(
+            "8 partitions failed on Event Hubs together, each restarting with backoff, last: "
+            "partition 7: "
+        )
+        failures = [r for r in caplog.records if r.getMessage().startswith("partition 5: epoch")]
+        assert len(failures) >= 5  # each one still at DEBUG
+
+        await asyncio.sleep(sharedlines.REPEAT_S)
+        assert len(loud(caplog)) == 5  # said again once while it lasts
+
+        fake_hub.missing = None  # reachable again
+        await consumerfakes.eventually(
+            lambda: not source.reports, within=restarts.RESTART_BACKOFF_MAX_S + 2, what="cleared"
+        )
+
+
 async def test_a_failure_of_one_partition_is_still_logged_per_partition(
     fake_hub: consumerfakes.FakeHub,
     fake_store: consumerfakes.FakeStore,
@@ -85,7 +124,14 @@ async def test_a_failure_of_one_partition_is_still_logged_per_partition(
     async with test_runtime.running(fake_hub, store, recorder) as (_, source):
         source.put(consumerfakes.configmap(1, {"0": (1, "owned")}))
         await consumerfakes.eventually(lambda: len(store.fence_times) == 3, what="2 restarts")
+    # One line for each failure, with its restart's backoff.
     errors_logged = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
-    assert errors_logged == ["partition 0: epoch 1 failed: injected"] * 2
-    restarting = [r.getMessage() for r in caplog.records if "restarting in" in r.getMessage()]
-    assert restarting == ["partition 0: restarting in 1.0 s", "partition 0: restarting in 2.0 s"]
+    assert errors_logged == [
+        "partition 0: epoch 1 failed: injected; restarting in 1.0 s",
+        "partition 0: epoch 1 failed: injected; restarting in 2.0 s",
+    ]
+    assert not [
+        r
+        for r in caplog.records
+        if "failed: injected" in r.getMessage() and r.levelno < logging.ERROR
+    ]

@@ -136,8 +136,9 @@ class FakeHub:
         self.events: dict[str, list[deliveries.ReceivedEvent]] = {}
         self.owner_levels: dict[str, int] = {}
         self.receivers: list[FakeReceiver] = []
-        #: While set, every receiver fails with it as it starts (no such hub or consumer group).
-        self.missing: errors.EventHubNotFound | None = None
+        #: While set, every receiver fails with it as it starts (no such hub or consumer group,
+        #: or an Event Hubs that cannot be reached).
+        self.missing: errors.EventHubNotFound | errors.EventHubUnreachable | None = None
 
     def append(self, partition: str, count: int, *, key: str = "k") -> None:
         """Enqueue ``count`` events; open receivers of the partition get them at once."""

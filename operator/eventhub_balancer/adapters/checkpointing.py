@@ -211,7 +211,8 @@ class CheckpointStore:
                         continue
                 self._owned[partition] = taken
                 self._held.pop(partition, None)
-                logger.info(
+                logger.log(  # fenced again (a restart after a failure): DEBUG
+                    logging.DEBUG if taken is current else logging.INFO,
                     "partition %s: fenced with epoch %d at sequence number %d",
                     partition,
                     epoch,

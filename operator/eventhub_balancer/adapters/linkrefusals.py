@@ -20,6 +20,7 @@ Hubs asks (`throttled`), never sooner.
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Iterator
 
@@ -201,6 +202,21 @@ def throttled(error: BaseException) -> float | None:
     asked = _ASKED_WAIT.search(words)
     wait = float(asked.group(1)) if asked else THROTTLED_WAIT_S
     return min(wait, THROTTLED_WAIT_MAX_S)
+
+
+#: A throttled link is reopened no sooner than Event Hubs asks (`throttled`), plus up to
+#: this share of it at random, so that the partitions it detached together do not all come
+#: back in the same instant.
+THROTTLED_JITTER = 0.25
+
+
+def reopen_pause(backoff: float, error: BaseException) -> float:
+    """The pause before a link that failed with ``error`` is reopened: the backoff, or at
+    least what a throttling Event Hubs asked for (with `THROTTLED_JITTER`)."""
+    asked = throttled(error)
+    if asked is None:
+        return backoff
+    return max(backoff, asked) * (1.0 + random.uniform(0.0, THROTTLED_JITTER))
 
 
 def busy_words(error: BaseException) -> str | None:

@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import random
 import time
 from typing import Any
 
@@ -51,6 +50,7 @@ from eventhub_balancer.adapters import (
     linkrefusals,
     linkrepairs,
     sdkevents,
+    sharedlines,
     tlscontexts,
 )
 
@@ -70,10 +70,8 @@ HEALTHY_LINK_S = 60.0
 REOPEN_BACKOFF_S = 0.5
 REOPEN_BACKOFF_MAX_S = 8.0
 
-#: A throttled link (``com.microsoft:server-busy``) is reopened no sooner than Event Hubs
-#: asks (`linkrefusals.throttled`), plus up to this share of it at random, so that the
-#: partitions it detached together do not all come back in the same instant.
-THROTTLED_JITTER = 0.25
+#: The reopens of a pod's partitions that fail together, said as one line (`sharedlines`).
+REOPENS = "%d partitions fail to receive and reopen their links together, last: %s"
 
 #: Each receive link's opening at INFO, with how long it took.
 LINK_OPEN = "partition %s: receive link open with owner level %s in %.0f ms"
@@ -152,12 +150,9 @@ last_enqueued_of = sdkevents.last_enqueued_of
 EPOCH_START = sdkevents.EPOCH_START
 
 
-def _pause(backoff: float, asked: float | None) -> float:
-    """The pause before a reopen: the backoff, or at least what a throttling Event Hubs
-    asked for (with `THROTTLED_JITTER`)."""
-    if asked is None:
-        return backoff
-    return max(backoff, asked) * (1.0 + random.uniform(0.0, THROTTLED_JITTER))
+def shared_reopens() -> sharedlines.SharedLines:
+    """Reopen lines for the receivers of one pod to share: said once while many fail."""
+    return sharedlines.SharedLines(logger, REOPENS)
 
 
 class PartitionReceiver:
@@ -180,8 +175,11 @@ class PartitionReceiver:
         position: deliveries.ReceivePosition,
         prefetch: int = 300,
         buffer_limit: int = 2000,
+        reopens: sharedlines.SharedLines | None = None,
     ) -> None:
         self.address = address
+        #: The pod's reopen lines, said once for partitions that fail together (`REOPENS`).
+        self._reopens = reopens or shared_reopens()
         self.partition = partition
         self.epoch = epoch
         self._position = position
@@ -339,8 +337,10 @@ class PartitionReceiver:
                     attempts, backoff = 0, REOPEN_BACKOFF_S  # progress, or a healthy link
                 attempts += 1
                 busy = linkrefusals.busy_words(e)
-                pause = _pause(backoff, linkrefusals.throttled(e))
-                logger.warning(
+                pause = linkrefusals.reopen_pause(backoff, e)
+                self._reopens.say(
+                    self.partition,
+                    logging.WARNING,
                     "partition %s: %s, reopen %d/%d in %.1f s",
                     self.partition,
                     f"receive failed ({type(e).__name__})"

@@ -186,6 +186,9 @@ class AzureBackends:
                 retry=self.retry,
             )
 
+            # Partitions whose links fail together (an outage) say so in one line.
+            reopens = receiving.shared_reopens()
+
             def open_receiver(
                 partition: str, epoch: int, position: deliveries.ReceivePosition
             ) -> ports.Receiver:
@@ -196,6 +199,7 @@ class AzureBackends:
                     position=position,
                     prefetch=self.batch.prefetch,
                     buffer_limit=self.batch.buffer_limit,
+                    reopens=reopens,
                 )
 
             async def resolve_start(partition: str) -> Any:

@@ -53,7 +53,6 @@ from eventhub_balancer.consumer import (
     metrics,
     ports,
     processing,
-    restarts,
 )
 from eventhub_balancer.consumer.batchsettings import BatchSettings as BatchSettings
 from eventhub_balancer.contracts import failurepolicy, partitionreports
@@ -295,9 +294,9 @@ class PartitionWorker:
             return self._finish("ownership_lost")
         except (errors.TransientError, errors.ConfigurationError, errors.InvalidInput) as e:
             self.error = e
-            # A failure every partition shares is said once for all of them (`restarts`).
-            level = logging.DEBUG if restarts.shared(e) else logging.ERROR
-            logger.log(level, "partition %s: epoch %d failed: %s", self.partition, self.epoch, e)
+            # Said by the runtime's `restarts`, with when it starts again: once for all the
+            # partitions it fails together.
+            logger.debug("partition %s: epoch %d failed: %s", self.partition, self.epoch, e)
             # The last batch's checkpoint write, if on the wire, is let finish: the restart
             # then starts after that batch instead of handing it to the handler again.
             lost = await self._writing.settle(deadline=lambda: self._hard_deadline, stop=self._stop)

@@ -9,6 +9,11 @@ it within a second, and logged per partition it made a 32-partition pod write 32
 every round.
 Such a failure is logged here once, when it first appears and again every `REPEAT_SECONDS`
 while it stands, with how many partitions wait on it; the lines per partition go to DEBUG.
+
+Every other failure is logged here too, one line with when the partition starts again. A
+failure on Event Hubs (`errors.EventHubUnreachable`: refused, unanswered, throttled, a
+partition or position refused) may be one partition's trouble or the whole pod's; while
+several partitions meet one together it is said in one line for them (`adapters.sharedlines`).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import dataclasses
 import logging
 
 from eventhub_balancer import errors
+from eventhub_balancer.adapters import sharedlines
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +40,12 @@ def backoff_delay(failures: int) -> float:
 #: How often a failure shared by every partition is logged again while it stands: rare enough
 #: to stay one line in a screenful of logs, often enough that whoever reads them later sees it.
 REPEAT_SECONDS = 300.0
+
+#: A partition's failure, with its restart.
+FAILED = "partition %s: epoch %d failed: %s; restarting in %.1f s"
+#: The failures of partitions that fail on Event Hubs together (`sharedlines`): unreachable,
+#: throttled, a receive position or partition refused.
+UNREACHABLE = "%d partitions failed on Event Hubs together, each restarting with backoff, last: %s"
 
 
 def shared(error: BaseException | None) -> bool:
@@ -58,18 +70,30 @@ class Restarts:
         self.entries: dict[str, Restart] = {}
         #: Each shared failure's text, and when it was last logged.
         self._said: dict[str, float] = {}
+        self._unreachable = sharedlines.SharedLines(logger, UNREACHABLE)
 
-    def failed(self, partition: str, error: BaseException | None, *, now: float) -> Restart:
-        """Record a failure of ``partition``'s worker; its restart waits the backoff."""
+    def failed(
+        self, partition: str, error: BaseException | None, *, epoch: int, now: float
+    ) -> Restart:
+        """Record a failure of ``partition``'s worker at ``epoch`` (``error`` None: it
+        crashed, and its traceback is logged already); its restart waits the backoff."""
         previous = self.entries.get(partition)
         failures = (previous.failures if previous else 0) + 1
         delay = backoff_delay(failures)
         text = str(error) if error is not None else "the worker crashed"
         restart = self.entries[partition] = Restart(failures, now + delay, text)
-        if not shared(error):
+        if error is None:
             logger.info("partition %s: restarting in %.1f s", partition, delay)
             return restart
-        logger.debug("partition %s: restarting in %.1f s", partition, delay)
+        if isinstance(error, errors.EventHubUnreachable):
+            self._unreachable.say(
+                partition, logging.ERROR, FAILED, partition, epoch, text, delay, now=now
+            )
+            return restart
+        if not shared(error):
+            logger.error(FAILED, partition, epoch, text, delay)
+            return restart
+        logger.debug(FAILED, partition, epoch, text, delay)
         said = self._said.get(text)
         if said is None or now - said >= REPEAT_SECONDS:
             self._said = {text: now}  # only the failure that stands now is remembered
@@ -95,3 +119,4 @@ class Restarts:
         """New coordinates: what failed on the old ones says nothing about them."""
         self.entries.clear()
         self._said.clear()
+        self._unreachable = sharedlines.SharedLines(logger, UNREACHABLE)

@@ -354,7 +354,7 @@ class Runtime:
             self._lost[partition] = (worker.epoch, str(worker.error or "ownership lost"))
             self.restarts.ended(partition)
         elif outcome == "failed":
-            self.restarts.failed(partition, worker.error, now=_now())
+            self.restarts.failed(partition, worker.error, epoch=worker.epoch, now=_now())
         self._wake.set()
 
     def _hung(self, reason: str, *, drained: bool = False) -> None:
