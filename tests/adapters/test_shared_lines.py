@@ -10,17 +10,10 @@ import logging
 import pytest
 
 from eventhub_balancer.adapters import sharedlines
+from tests.support.clocks import Clock
 
 LOG = logging.getLogger("tests.sharedlines")
 TOGETHER = "%d partitions fail together, last: %s"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

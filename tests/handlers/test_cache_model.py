@@ -42,6 +42,7 @@ from eventhub_balancer.handlers.cache import relisting, shelves
 from eventhub_balancer.reconciling import readbacks
 from tests.handlers import test_cycles
 from tests.support import fakes, ledgers, watches
+from tests.support.clocks import Clock
 
 NS, NAME = test_cycles.NS, test_cycles.NAME
 PODS = ("a", "b", "c", "d", "e")
@@ -58,14 +59,6 @@ BOUND = relisting.RELIST_SECONDS + readbacks.ACK_CONFIRM_SECONDS + 2 * INTERVAL
 #: while the watch was away): the ConfigMaps are listed afresh at every sixth turn of the
 #: relisting, which turns every `relisting.RELIST_SECONDS`.
 CONFIGMAP_BOUND = relisting.CONFIGMAP_RELIST_SECONDS + relisting.RELIST_SECONDS
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class TwoReplicas(RuleBasedStateMachine):

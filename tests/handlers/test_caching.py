@@ -20,17 +20,10 @@ from eventhub_balancer.contracts import specs
 from eventhub_balancer.handlers.cache import rosters, serving, shelves, tracking
 from tests.handlers import test_cycles
 from tests.support import fakes, ledgers, watches
+from tests.support.clocks import Clock
 
 NS, NAME = test_cycles.NS, test_cycles.NAME
 at = test_cycles.at
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from eventhub_balancer import errors
 from eventhub_balancer.handlers import growth, observing, registering
 from tests.handlers import test_daemons
 from tests.support import fakes
+from tests.support.clocks import Clock
 
 pytestmark = pytest.mark.looptime
 
@@ -91,14 +92,6 @@ def times(hubs: fakes.FakeHubs, name: str) -> list[float]:
 
 
 # --- the decisions, on a clock the test turns ----------------------------------------------
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_a_due_hub_waits_for_the_budgets_next_turn() -> None:
