@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 from collections.abc import Callable
 
 import pytest
@@ -172,8 +173,11 @@ async def test_a_shutdown_is_not_held_past_its_timeout_by_the_write(
 
 
 async def test_a_write_that_finds_a_higher_epoch_is_refused_and_the_partition_lost(
-    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
+    fake_hub: consumerfakes.FakeHub,
+    fake_store: consumerfakes.FakeStore,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO)
     store = SlowStore(fake_store, "pod-a")
     recorder, _ = plain()
     async with running(fake_hub, store, recorder) as (_, source):
@@ -187,6 +191,11 @@ async def test_a_write_that_finds_a_higher_epoch_is_refused_and_the_partition_lo
         assert fake_store.blobs["0"].epoch == 2
         assert fake_store.blobs["0"].sequence_number == 4
         assert len(store.fence_times) == 1, "restarted at the epoch it lost"
+    # The loss is said with the failure that ended the worker (said with its restart only
+    # when it restarts).
+    stopped = [r.getMessage() for r in caplog.records if "; stopped, after" in r.getMessage()]
+    assert len(stopped) == 1
+    assert stopped[0].endswith("; stopped, after the failure: partition 0: injected")
 
 
 async def test_a_checkpoint_write_that_fails_repeats_its_batch_once(

@@ -302,7 +302,7 @@ class PartitionWorker:
             lost = await self._writing.settle(deadline=lambda: self._hard_deadline, stop=self._stop)
             if lost is not None:
                 self.error = lost
-                logger.warning("%s; stopped", lost)
+                logger.warning("%s; stopped, after the failure: %s", lost, e)
                 return self._finish("ownership_lost")
             return self._finish("error")
         finally:
