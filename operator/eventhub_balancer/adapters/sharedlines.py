@@ -29,7 +29,9 @@ from collections.abc import Callable
 #: together, and short enough that two faults a minute apart are told apart.
 WINDOW_S = 60.0
 
-#: How often the line for many partitions is said again while they go on failing.
+#: How often the line for many partitions is said again while they go on failing: rare
+#: enough to stay one line in a screenful of logs, often enough that whoever reads them later
+#: sees it.
 REPEAT_S = 300.0
 
 #: Appended to every line said for many partitions.

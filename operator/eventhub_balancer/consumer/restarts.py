@@ -37,9 +37,9 @@ def backoff_delay(failures: int) -> float:
     return float(min(RESTART_BACKOFF_S * 2.0 ** (failures - 1), RESTART_BACKOFF_MAX_S))
 
 
-#: How often a failure shared by every partition is logged again while it stands: rare enough
-#: to stay one line in a screenful of logs, often enough that whoever reads them later sees it.
-REPEAT_SECONDS = 300.0
+#: How often a failure shared by every partition is logged again while it stands: the pace of
+#: every line said for many partitions (`sharedlines.REPEAT_S`, 300 s).
+REPEAT_SECONDS = sharedlines.REPEAT_S
 
 #: A partition's failure, with its restart.
 FAILED = "partition %s: epoch %d failed: %s; restarting in %.1f s"

@@ -181,10 +181,10 @@ async def test_the_operators_reads_of_a_blackholed_hub_close_what_they_opened(
     try:
         assert await eventhubs.fetch_partition_ids(where, clients=kept) == ["0", "1"]
         emu.blackhole()
-        for clients in (None, kept):
+        for pool in (None, kept):  # not `clients`: the name of the test's client helpers
             with pytest.raises(errors.EventHubUnreachable):
                 await eventhubs.fetch_last_sequence_numbers(
-                    where, ["0", "1"], limit_seconds=OPEN_S, clients=clients
+                    where, ["0", "1"], limit_seconds=OPEN_S, clients=pool
                 )
     finally:
         await kept.close()
