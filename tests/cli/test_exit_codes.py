@@ -93,6 +93,7 @@ def test_ctrl_c_stops_a_command_that_runs_until_stopped_with_0_as_the_page_says(
         if process.poll() is None:
             process.kill()
             process.wait(timeout=5)
+        process.communicate()  # its pipes read to their end and closed
     assert "Ctrl-C" in row(0)
     for command in ("`ehb operator`", "`ehb consume`", "`ehb local"):
         assert command in row(0)

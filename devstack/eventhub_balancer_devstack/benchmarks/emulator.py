@@ -118,6 +118,8 @@ def emulator_process(*, hub: str, partitions: int) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=10)
+        if process.stdout is not None:
+            process.stdout.close()
 
 
 def run(*, events: int, partitions: int, clients: int = 1, prefetch: int = PREFETCH) -> Figures:

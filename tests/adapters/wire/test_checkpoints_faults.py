@@ -162,10 +162,12 @@ def test_the_proxy_runs_in_its_own_thread(azurite: Any) -> None:
         url = f"{proxy.url}/devstoreaccount1?comp=list"
         with pytest.raises(urllib.error.HTTPError) as forwarded:
             urllib.request.urlopen(url, timeout=5)
+        forwarded.value.close()  # an HTTPError holds its response, and the response its socket
         assert forwarded.value.code == 403  # Azurite's answer to an unsigned request
         proxy.faults.set(status_5xx_rate=1.0, seed=2)
         with pytest.raises(urllib.error.HTTPError) as injected:
             urllib.request.urlopen(url, timeout=5)
+        injected.value.close()
         assert injected.value.code in (500, 503)
         assert injected.value.headers["x-ms-error-code"] in ("InternalError", "ServerBusy")
         assert proxy.faults.stats.injected_5xx == 1

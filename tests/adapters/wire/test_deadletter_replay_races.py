@@ -213,7 +213,7 @@ def test_a_replay_killed_in_its_handler_is_not_replayed_again_unasked(replay: An
         time.sleep(0.1)
     assert replay.calls(), "the handler was never called"
     process.send_signal(signal.SIGKILL)
-    process.wait(timeout=30)
+    _finish(process)  # reaped, and its pipes closed
 
     listed = _listed(replay)
     assert listed["0/3-3"][0] is None

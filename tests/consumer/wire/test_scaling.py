@@ -147,8 +147,8 @@ class Consumers:
             "--shutdown-timeout",
             "15",
         ]
-        log = open(self.records / f"{pod}.stderr", "wb")  # noqa: SIM115 - closed with the process
-        self.processes[pod] = subprocess.Popen(command, env=env, stdout=log, stderr=log)
+        with open(self.records / f"{pod}.stderr", "wb") as log:  # the child holds its own copy
+            self.processes[pod] = subprocess.Popen(command, env=env, stdout=log, stderr=log)
 
     def _readyz(self, pod: str) -> bool:
         try:

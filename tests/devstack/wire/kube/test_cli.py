@@ -45,6 +45,7 @@ def test_serves_until_sigterm(tmp_path: Path) -> None:
         if process.poll() is None:
             process.kill()
             process.wait(timeout=5)
+        process.communicate()  # its pipes read to their end and closed
 
 
 def test_a_taken_port_is_one_line_that_names_the_flag(tmp_path: Path) -> None:
