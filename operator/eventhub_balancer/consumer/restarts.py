@@ -2,7 +2,10 @@
 and the one log line for a failure that every partition shares.
 
 A failed worker starts again after `backoff_delay` (1 s, doubled per failure in a row,
-up to 30 s). Most failures belong to their partition. A hub or consumer group that does not
+up to 30 s). A failure after the worker ran for `STREAK_S` (10 minutes) since its restart
+starts a new row: the partition then starts again after 1 s and is reported at attempt 1, not
+after 30 s because of failures long past (the kubelet's rule for a container's crash-loop
+backoff). Most failures belong to their partition. A hub or consumer group that does not
 exist (`errors.EventHubNotFound`), or a checkpoint container that does not (deleted under the
 pod: `errors.CheckpointContainerNotFound`), belongs to all of them: every partition fails with
 it within a second, and logged per partition it made a 32-partition pod write 32 ERROR lines
@@ -30,6 +33,10 @@ logger = logging.getLogger(__name__)
 #: doubled on every failure in a row, up to the cap.
 RESTART_BACKOFF_S = 1.0
 RESTART_BACKOFF_MAX_S = 30.0
+
+
+#: A worker that ran this long after its restart before it failed again ends a row of failures.
+STREAK_S = 600.0
 
 
 def backoff_delay(failures: int) -> float:
@@ -61,6 +68,10 @@ class Restart:
     not_before: float
     error: str = ""
 
+    def long_past(self, now: float) -> bool:
+        """Its restart was `STREAK_S` ago or more: what it says of the partition is over."""
+        return now - self.not_before >= STREAK_S
+
 
 class Restarts:
     """The failed partitions of one pod's current coordinates, by partition id."""
@@ -78,6 +89,8 @@ class Restarts:
         """Record a failure of ``partition``'s worker at ``epoch`` (``error`` None: it
         crashed, and its traceback is logged already); its restart waits the backoff."""
         previous = self.entries.get(partition)
+        if previous is not None and previous.long_past(now):
+            previous = None  # it ran long enough since its restart: a new row of failures
         failures = (previous.failures if previous else 0) + 1
         delay = backoff_delay(failures)
         text = str(error) if error is not None else "the worker crashed"

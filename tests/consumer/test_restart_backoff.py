@@ -1,0 +1,108 @@
+"""A partition's restart backoff counts the failures in a row, not every failure of its life.
+
+A worker that failed starts again after 1 s, then 2, 4, ... up to 30 s while it goes on
+failing. A partition that then ran well for a long time and fails once more starts a new row:
+it used to wait the 30 s of failures long past, its lag growing meanwhile, and to be reported
+at their attempt count.
+
+On fake loop time (looptime) against the in-memory fakes of `tests.support.consumerfakes`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from typing import Any
+
+import pytest
+
+from eventhub_balancer import errors
+from eventhub_balancer.consumer import restarts
+from tests.consumer.test_runtime import running
+from tests.support import consumerfakes
+
+pytestmark = pytest.mark.looptime
+
+
+class FlakyStore(consumerfakes.FakeStoreHandle):
+    """A store that refuses, at once, the next ``fences`` fences and ``updates`` updates."""
+
+    def __init__(self, store: consumerfakes.FakeStore, owner: str) -> None:
+        super().__init__(store, owner)
+        self.fences = 0
+        self.updates = 0
+
+    async def fence(
+        self, partition: str, epoch: int, *, start: Any
+    ) -> consumerfakes.FakeCheckpoint:
+        if self.fences:
+            self.fences -= 1
+            raise errors.CheckpointStoreUnreachable("HTTP 503 ServerBusy")
+        return await super().fence(partition, epoch, start=start)
+
+    async def update(
+        self, partition: str, *, offset: str, sequence_number: int
+    ) -> consumerfakes.FakeCheckpoint:
+        if self.updates:
+            self.updates -= 1
+            raise errors.CheckpointStoreUnreachable("HTTP 503 ServerBusy")
+        return await super().update(partition, offset=offset, sequence_number=sequence_number)
+
+
+def delays(caplog: pytest.LogCaptureFixture) -> list[float]:
+    """The backoffs said by the failure lines so far, in order."""
+    said = [r.getMessage() for r in caplog.records if r.name == restarts.logger.name]
+    return [float(m) for line in said for m in re.findall(r"restarting in ([0-9.]+) s", line)]
+
+
+@pytest.mark.parametrize(
+    ("ran_s", "then"),
+    [
+        # Ran well for ten minutes: a new row (it was 30.0, the old row's cap).
+        (restarts.STREAK_S, [restarts.RESTART_BACKOFF_S]),
+        # For less: the row goes on (a batch whose checkpoint is refused each time backs off,
+        # and does not restart every second for ever).
+        (restarts.STREAK_S - 60, [30.0]),
+    ],
+)
+async def test_a_failure_long_after_the_last_starts_a_new_row(
+    fake_hub: consumerfakes.FakeHub,
+    fake_store: consumerfakes.FakeStore,
+    caplog: pytest.LogCaptureFixture,
+    ran_s: float,
+    then: list[float],
+) -> None:
+    caplog.set_level(logging.INFO, logger=restarts.logger.name)
+    store = FlakyStore(fake_store, "pod-a")
+    store.fences = 6
+    recorder = consumerfakes.Recorder()
+    async with running(fake_hub, store, recorder) as (consumer, source):
+        source.put(consumerfakes.configmap(1, {"0": (1, "owned")}))
+        fake_hub.append("0", 3)
+        await consumerfakes.eventually(lambda: len(recorder.done) == 3, within=120)
+        # In a row: each failure waits twice as long as the one before, up to the cap.
+        row = [1.0, 2.0, 4.0, 8.0, 16.0, 30.0]
+        assert delays(caplog) == row
+        await consumerfakes.eventually(lambda: "0" not in source.reports, within=5)
+
+        await asyncio.sleep(ran_s)  # it runs well meanwhile
+        store.updates = 1
+        fake_hub.append("0", 2)  # handled; its checkpoint write is refused: the worker fails
+        await consumerfakes.eventually(lambda: len(delays(caplog)) == 7, within=30)
+        assert delays(caplog) == row + then
+        assert consumer.reports()["0"].attempts == (1 if then == [1.0] else 7)
+        # Back within the backoff it said.
+        await consumerfakes.eventually(lambda: fake_store.history["0"][-1] == 4, within=then[0] + 2)
+
+
+def test_the_row_is_counted_from_the_restart() -> None:
+    rows = restarts.Restarts()
+    error = errors.CheckpointStoreUnreachable("HTTP 503")
+    assert rows.failed("0", error, epoch=1, now=0.0).failures == 1  # starts again at 1
+    assert rows.failed("0", error, epoch=1, now=5.0).failures == 2  # at 7
+    just_short = 7.0 + restarts.STREAK_S - 0.5
+    assert rows.failed("0", error, epoch=1, now=just_short).failures == 3
+    ran_long = rows.entries["0"].not_before + restarts.STREAK_S
+    assert rows.failed("0", error, epoch=1, now=ran_long).failures == 1
+    assert rows.failed("1", error, epoch=1, now=10_000.0).failures == 1  # its own row
