@@ -13,7 +13,7 @@ import pytest
 
 from eventhub_balancer import cli
 from eventhub_balancer.cli import status
-from eventhub_balancer.consumer import runtime
+from eventhub_balancer.consumer import exits
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "exit-codes.md"
 
@@ -66,7 +66,7 @@ def test_an_interrupt_is_130(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_page_lists_every_code_the_product_uses() -> None:
     listed = DOC.read_text()
-    for code in (0, 1, cli.EXIT_USAGE, cli.EXIT_UNAVAILABLE, runtime.EXIT_HANDLER_HUNG, 130):
+    for code in (0, 1, cli.EXIT_USAGE, cli.EXIT_UNAVAILABLE, exits.EXIT_HANDLER_HUNG, 130):
         assert f"| {code} |" in listed
 
 

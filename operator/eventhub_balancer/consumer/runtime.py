@@ -13,10 +13,10 @@ string is swapped under the running workers instead (`clients.Clients.renew`).
 A partition in trouble (failing, parked, stuck, lost, failing to start) is reported with the
 acknowledgement (`acknowledgements`). The pod is Ready once its current generation's
 partitions are taken up or waited for long enough (`takeups`; a release still running is
-waited for through ``released``) and
-what it processes with is ready (Spark mode: `sessionkeeping`), and not while shutting down.
-On SIGTERM it releases everything within a bounded time, acknowledges the releases that
-finished and the failing partitions it does not run (never one it had to cancel), and returns.
+waited for through ``released``) and what it processes with is ready (Spark mode:
+`sessionkeeping`), and not while shutting down. On SIGTERM it releases everything within a
+bounded time, acknowledges the releases that finished and the failing partitions it does not
+run (never one it had to cancel), and returns.
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ logger = logging.getLogger(__name__)
 #: The reconcile loop wakes at least this often (restarts, readiness, loop liveness); a
 #: change of reports alone is written at most once per tick.
 TICK_S = 0.5
-EXIT_HANDLER_HUNG = exits.EXIT_HANDLER_HUNG
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from eventhub_balancer import cli
-from eventhub_balancer.consumer import runtime
+from eventhub_balancer.consumer import exits
 from eventhub_balancer_devstack.kube import LocalKubeAPI
 from tests.cli.test_exit_codes import exit_code, kubeconfig_for, refused_port, row
 
@@ -25,5 +25,5 @@ def test_what_is_not_there_is_1_and_an_api_that_does_not_answer_is_its_own_code(
     unreachable = exit_code(["status", "orders", "-n", "shop", "--kubeconfig", str(nobody)])
     assert "cannot reach the Kubernetes API server" in capsys.readouterr().err
     assert (missing, unreachable) == (1, cli.EXIT_UNAVAILABLE)
-    assert cli.EXIT_UNAVAILABLE not in (0, 1, cli.EXIT_USAGE, runtime.EXIT_HANDLER_HUNG, 130)
+    assert cli.EXIT_UNAVAILABLE not in (0, 1, cli.EXIT_USAGE, exits.EXIT_HANDLER_HUNG, 130)
     assert "`ehb status`" in row(cli.EXIT_UNAVAILABLE)
