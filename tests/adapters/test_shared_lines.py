@@ -113,3 +113,16 @@ def test_the_caller_may_give_the_time(caplog: pytest.LogCaptureFixture) -> None:
     lines.say("0", logging.ERROR, "partition %s: x", "0", now=5.0)
     lines.say("1", logging.ERROR, "partition %s: x", "1", now=5.0 + sharedlines.WINDOW_S)
     assert said(caplog) == [("ERROR", "partition 0: x"), ("ERROR", "partition 1: x")]
+
+
+def test_the_caller_learns_whether_its_line_was_said_alone(
+    lines: sharedlines.SharedLines, clock: Clock
+) -> None:
+    """The restarts of partitions failing together say their take-up quietly too: `say`
+    answers whether the line went out at its own level (alone) or at DEBUG (one of many)."""
+    assert lines.say("0", logging.WARNING, "partition %s: refused", "0") is True
+    clock.now += 1.0
+    assert lines.say("1", logging.WARNING, "partition %s: refused", "1") is False
+    assert lines.say("0", logging.WARNING, "partition %s: refused", "0") is False
+    clock.now += sharedlines.WINDOW_S + 1.0  # quiet for a window: alone again
+    assert lines.say("1", logging.WARNING, "partition %s: refused", "1") is True

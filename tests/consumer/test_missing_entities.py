@@ -32,6 +32,15 @@ def loud(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
+def take_ups(caplog: pytest.LogCaptureFixture) -> tuple[list[str], list[str]]:
+    """The partitions' take-up lines ("processing with epoch"): at INFO, and at DEBUG."""
+    lines = [r for r in caplog.records if ": processing with epoch " in r.getMessage()]
+    return (
+        [r.getMessage() for r in lines if r.levelno >= logging.INFO],
+        [r.getMessage() for r in lines if r.levelno < logging.INFO],
+    )
+
+
 async def test_a_missing_consumer_group_is_one_error_line_and_a_paced_backoff(
     fake_hub: consumerfakes.FakeHub,
     fake_store: consumerfakes.FakeStore,
@@ -64,6 +73,9 @@ async def test_a_missing_consumer_group_is_one_error_line_and_a_paced_backoff(
 
         await asyncio.sleep(restarts.REPEAT_SECONDS)
         assert len(loud(caplog)) == 2  # said again once while it lasts
+        said, quiet = take_ups(caplog)  # each restart's take-up is one more attempt: DEBUG
+        assert len(said) == len(PARTITIONS)
+        assert len(quiet) >= sum(opened) - len(PARTITIONS)
 
         fake_hub.missing = None  # someone created the group
         await consumerfakes.eventually(
@@ -102,6 +114,11 @@ async def test_an_event_hubs_that_no_partition_reaches_is_said_in_a_few_lines(
         )
         failures = [r for r in caplog.records if r.getMessage().startswith("partition 5: epoch")]
         assert len(failures) >= 5  # each one still at DEBUG
+        # "processing" at INFO as each partition first took its partition up, and for partition
+        # 0's restart, whose failure was said alone; the others' restarts say it at DEBUG.
+        said, quiet = take_ups(caplog)
+        assert len(said) == len(PARTITIONS) + 1, said
+        assert len(quiet) >= 4 * len(PARTITIONS)
 
         await asyncio.sleep(sharedlines.REPEAT_S)
         assert len(loud(caplog)) == 5  # said again once while it lasts
@@ -124,6 +141,9 @@ async def test_a_failure_of_one_partition_is_still_logged_per_partition(
     async with test_runtime.running(fake_hub, store, recorder) as (_, source):
         source.put(consumerfakes.configmap(1, {"0": (1, "owned")}))
         await consumerfakes.eventually(lambda: len(store.fence_times) == 3, what="2 restarts")
+    # A partition failing alone: the restart that took it up (its fences failed twice) says
+    # so at INFO.
+    assert [len(lines) for lines in take_ups(caplog)] == [1, 0]
     # One line for each failure, with its restart's backoff.
     errors_logged = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert errors_logged == [

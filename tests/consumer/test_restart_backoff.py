@@ -106,3 +106,19 @@ def test_the_row_is_counted_from_the_restart() -> None:
     ran_long = rows.entries["0"].not_before + restarts.STREAK_S
     assert rows.failed("0", error, epoch=1, now=ran_long).failures == 1
     assert rows.failed("1", error, epoch=1, now=10_000.0).failures == 1  # its own row
+
+
+def test_only_a_restart_in_an_outage_takes_up_quietly() -> None:
+    rows = restarts.Restarts()
+    refused = errors.EventHubUnreachable("refused")
+    assert rows.take_up_level("0", now=0.0) == logging.INFO  # a first take-up
+    rows.failed("0", refused, epoch=1, now=0.0)  # alone: said, and so is its restart
+    assert rows.take_up_level("0", now=1.0) == logging.INFO
+    rows.failed("1", refused, epoch=1, now=0.5)  # together: both restarts are quiet
+    rows.failed("0", refused, epoch=1, now=1.5)
+    assert rows.take_up_level("1", now=1.5) == logging.DEBUG
+    assert rows.take_up_level("0", now=3.5) == logging.DEBUG
+    # Given back long after its failure (taken away meanwhile): a take-up like a first one.
+    assert rows.take_up_level("1", now=1.5 + restarts.STREAK_S) == logging.INFO
+    rows.failed("2", errors.CheckpointStoreUnreachable("503"), epoch=1, now=2.0)
+    assert rows.take_up_level("2", now=3.0) == logging.INFO  # its own failure, said alone

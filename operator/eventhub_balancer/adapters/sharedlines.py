@@ -69,9 +69,10 @@ class SharedLines:
 
     def say(
         self, partition: str, level: int, msg: str, *args: object, now: float | None = None
-    ) -> None:
+    ) -> bool:
         """``partition``'s line (``msg % args``), at ``level`` while it fails alone; ``now``
-        on the caller's clock (the one given, when None)."""
+        on the caller's clock (the one given, when None). True: it was said so (alone);
+        False: at DEBUG, one of many."""
         now = self._clock() if now is None else now
         self._recent = {p: t for p, t in self._recent.items() if now - t < self._window_s}
         self._recent[partition] = now
@@ -79,7 +80,7 @@ class SharedLines:
         if count == 1:
             self._said_count = 0  # alone: a group that forms later is said afresh
             self._log.log(level, msg, *args)
-            return
+            return True
         self._log.debug(msg, *args)
         if (
             self._said_count == 0
@@ -88,3 +89,4 @@ class SharedLines:
         ):
             self._said_count, self._said_at = count, now
             self._log.log(level, self._together, count, msg % args, self._repeat_s)
+        return False

@@ -59,6 +59,8 @@ from eventhub_balancer.contracts import failurepolicy, partitionreports
 
 logger = logging.getLogger(__name__)
 
+#: A partition's take-up (at DEBUG for a restart in an outage: `restarts.Restarts`).
+TAKEN_UP = "partition %s: processing with epoch %d after sequence number %d"
 #: A partition's take-up and hand-over at INFO, each with its delay since the worker started
 #: (a slow take-up is the fence, the link or an empty partition) or since the release began
 #: (the batch in flight, then the write). The benchmarks time a hand-off's stages from them.
@@ -90,6 +92,7 @@ class PartitionWorker:
         on_hung: Callable[[str], None] | None = None,
         check_position: ports.PositionCheck | None = None,
         marks: crashmarkers.PartitionMarks | None = None,
+        take_up_level: int = logging.INFO,
     ) -> None:
         self.partition = partition
         self.epoch = epoch
@@ -104,6 +107,7 @@ class PartitionWorker:
         self.stats = stats
         #: Called once the partition is fenced and receiving (the runtime acknowledges then).
         self.on_fenced = on_fenced
+        self.take_up_level = take_up_level  #: of its line "processing with epoch"
         self.state: handoffs.WorkerState = "fencing"  #: moved only by `transition`
         #: Every state the worker was in, in order (for its log lines and its tests).
         self.path: list[handoffs.WorkerState] = [self.state]
@@ -222,12 +226,8 @@ class PartitionWorker:
             self.fenced.set()
             if self.on_fenced is not None:
                 self.on_fenced()
-            logger.info(
-                "partition %s: processing with epoch %d after sequence number %d",
-                self.partition,
-                self.epoch,
-                checkpoint.sequence_number,
-            )
+            level, sequence_number = self.take_up_level, checkpoint.sequence_number
+            logger.log(level, TAKEN_UP, self.partition, self.epoch, sequence_number)
             while not self._stop.is_set():
                 if self._reopen.is_set():
                     self._reopen.clear()

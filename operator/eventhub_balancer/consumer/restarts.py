@@ -17,6 +17,8 @@ Every other failure is logged here too, one line with when the partition starts 
 failure on Event Hubs (`errors.EventHubUnreachable`: refused, unanswered, throttled, a
 partition or position refused) may be one partition's trouble or the whole pod's; while
 several partitions meet one together it is said in one line for them (`adapters.sharedlines`).
+The restart of a failure said for many partitions says its take-up at DEBUG too: it is one
+more attempt in the outage, not news.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ class Restart:
     failures: int
     not_before: float
     error: str = ""
+    #: Its failure was said for many partitions, not for it alone (its take-up is quiet too).
+    quiet: bool = False
 
     def long_past(self, now: float) -> bool:
         """Its restart was `STREAK_S` ago or more: what it says of the partition is over."""
@@ -99,13 +103,14 @@ class Restarts:
             logger.info("partition %s: restarting in %.1f s", partition, delay)
             return restart
         if isinstance(error, errors.EventHubUnreachable):
-            self._unreachable.say(
+            restart.quiet = not self._unreachable.say(
                 partition, logging.ERROR, FAILED, partition, epoch, text, delay, now=now
             )
             return restart
         if not shared(error):
             logger.error(FAILED, partition, epoch, text, delay)
             return restart
+        restart.quiet = True
         logger.debug(FAILED, partition, epoch, text, delay)
         said = self._said.get(text)
         if said is None or now - said >= REPEAT_SECONDS:
@@ -123,6 +128,16 @@ class Restarts:
         """Whether ``partition`` may start (it never failed, or its backoff is over)."""
         restart = self.entries.get(partition)
         return restart is None or now >= restart.not_before
+
+    def take_up_level(self, partition: str, *, now: float) -> int:
+        """The level of ``partition``'s take-up line: DEBUG for the restart of a failure said
+        for many partitions (in an outage each restart's take-up said "processing" at INFO,
+        16 lines a round for 16 partitions, while nothing was), INFO otherwise: a first
+        take-up, or one long after the failure (the partition given back after `STREAK_S`)."""
+        restart = self.entries.get(partition)
+        if restart is None or restart.long_past(now):
+            return logging.INFO
+        return logging.DEBUG if restart.quiet else logging.INFO
 
     def ended(self, partition: str) -> None:
         """``partition``'s worker ended well (released or lost): its failures are over."""

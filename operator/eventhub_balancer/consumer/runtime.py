@@ -320,6 +320,7 @@ class Runtime:
                 marks=self.crash_markers.partition(
                     partition, epoch, connections.Coordinates.of(assignment)
                 ),
+                take_up_level=self.restarts.take_up_level(partition, now=now),
             )
             if self.released.get(partition) == epoch:
                 # Released only to move to new coordinates: the operator did not ask for it.

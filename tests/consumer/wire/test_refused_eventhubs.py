@@ -24,6 +24,8 @@ from eventhub_balancer.consumer import partitions, restarts
 from tests.support.consumerfakes import Recorder, configmap, eventually
 from tests.support.fixtures.consumer import running_pod
 
+#: What a partition's take-up line says (`partitions.TAKEN_UP`).
+TAKEN_UP = ": processing with epoch "
 BATCH = partitions.BatchSettings(
     batch_size=100, max_wait=0.1, retry_backoff=0.05, release_timeout=5.0
 )
@@ -86,3 +88,9 @@ async def test_a_pod_whose_event_hubs_refuses_says_so_in_a_few_lines(
     # Every partition failed over and over meanwhile: each time said at DEBUG.
     quiet = [r for r in product if r.levelno == logging.DEBUG and "reopen 1/6" in r.getMessage()]
     assert len(quiet) >= 3 * PARTITIONS
+    # Each partition said "processing" at INFO as it first took its partition up; its restarts
+    # in the outage say it at DEBUG (the first partition's own, before a second failed, aside).
+    take_ups = [r for r in product if TAKEN_UP in r.getMessage()]
+    said = [r for r in take_ups if r.levelno >= logging.INFO]
+    assert PARTITIONS <= len(said) <= PARTITIONS + 2, [r.getMessage() for r in said]
+    assert len(take_ups) - len(said) >= 2 * PARTITIONS
