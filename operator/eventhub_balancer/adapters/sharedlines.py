@@ -14,7 +14,11 @@ with the last one's words. It is said again when twice as many fail as it last s
 `REPEAT_S` seconds while they go on, so a growing outage is seen growing and a standing one
 stays in view.
 
-Bounded: one entry per partition of the pod, each dropped `WINDOW_S` after its last line.
+The operator says the faults of Event Hubs and of the checkpoint store that many consumers meet
+together the same way (`handlers.dependencylines`), with words of its own (``said_again``).
+
+Bounded: one entry per partition of the pod (per consumer, for the operator), each dropped
+`WINDOW_S` after its last line.
 """
 
 from __future__ import annotations
@@ -44,7 +48,8 @@ SAID_AGAIN = (
 class SharedLines:
     """One kind of per-partition failure line of one pod, said once for the partitions that
     meet it together. ``together`` is a %-format of two arguments: how many partitions, and
-    the last partition's own line."""
+    the last partition's own line; ``said_again`` (appended to it) a %-format of one, the
+    ``repeat_s``."""
 
     def __init__(
         self,
@@ -53,10 +58,11 @@ class SharedLines:
         *,
         window_s: float = WINDOW_S,
         repeat_s: float = REPEAT_S,
+        said_again: str = SAID_AGAIN,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._log = log
-        self._together = together + SAID_AGAIN
+        self._together = together + said_again
         self._window_s = window_s
         self._repeat_s = repeat_s
         self._clock = clock
