@@ -16,7 +16,14 @@ from collections.abc import Hashable, Mapping, Sequence
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import connectionstrings, startpositions, storeaddresses
-from eventhub_balancer.handlers import backlogs, foreignclaims, memories, observing, ports
+from eventhub_balancer.handlers import (
+    backlogs,
+    dependencylines,
+    foreignclaims,
+    memories,
+    observing,
+    ports,
+)
 from eventhub_balancer.reconciling import (
     coordinates,
     deadlines,
@@ -36,6 +43,7 @@ async def read_checkpoints(
     decision: decisions.Decision,
     store: memories.StorePacing,
     wall: float,
+    lines: dependencylines.DependencyLines,
     backlog: backlogs.Budget | None = None,
 ) -> tuple[observations.Observation | None, memories.StorePacing]:
     """``observation`` with the checkpoint blobs (and the last sequence numbers when the
@@ -56,6 +64,7 @@ async def read_checkpoints(
         store=store,
         wall=wall,
         needed=decision.needs_checkpoints,
+        lines=lines,
     )
     if read is not None:
         # A listing made ahead that this read left (it did not need it) still stands.
@@ -108,9 +117,11 @@ async def read_store(
     store: memories.StorePacing,
     wall: float,
     needed: bool,
+    lines: dependencylines.DependencyLines,
 ) -> tuple[observations.StoreRead | None, memories.StorePacing]:
     """The checkpoint blobs when a decision ``needed`` them or the probe is due, None when
-    not asked (not needed, or backing off from a failure); and the store's pacing after."""
+    not asked (not needed, or backing off from a failure); and the store's pacing after. Its
+    fault is said through ``lines``, the operator's."""
     spec = observation.spec
     assert spec is not None, "only a valid spec names a checkpoint store"
     # What a failure is found under (the account, the credentials, the container and the
@@ -180,7 +191,7 @@ async def read_store(
             # Those of a store the spec no longer names: weighting "lag" plans by count.
             sequences=known_sequences(store, settings),
         )
-        store = observing.told(key, "checkpoint store", store, failed, wall=wall)
+        store = observing.told(key, "checkpoint store", store, failed, wall=wall, lines=lines)
         assert store.fault is not None
         read = observations.StoreRead(
             fault=store.fault,
@@ -192,12 +203,9 @@ async def read_store(
         )
         return read, store
     if store.fault is not None:
-        logger.info(
-            "%s: the checkpoint store answers again (it failed with %s; %s)",
-            key,
-            store.fault.reason,
-            observing.lasted(store, wall=wall),
-        )
+        msg = "%s: the checkpoint store answers again (it failed with %s; %s)"
+        args = (key, store.fault.reason, observing.lasted(store, wall=wall))
+        lines.answered(key, "the checkpoint store", msg, *args, now=wall)
     store = dataclasses.replace(
         store,
         backoff=deadlines.Backoff(),
@@ -251,6 +259,7 @@ async def read_ahead(
     observation: observations.Observation,
     store: memories.StorePacing,
     wall: float,
+    lines: dependencylines.DependencyLines,
 ) -> memories.StorePacing:
     """List the blobs after a cycle that started hand-offs, for the cycle that completes
     them (`deadlines.lists_ahead` says when); the store's pacing after, with the listing.
@@ -276,6 +285,7 @@ async def read_ahead(
             store=store,
             wall=wall,
             needed=True,
+            lines=lines,
         )
     except observing.KUBE_API_ERRORS as e:
         logger.debug("the checkpoint blobs were not listed ahead: %s", e)

@@ -30,6 +30,7 @@ from eventhub_balancer.contracts import conditions, podstates
 from eventhub_balancer.handlers import (
     backlogs,
     checkpointreads,
+    dependencylines,
     memories,
     metrics,
     observing,
@@ -76,6 +77,7 @@ async def run_cycle(
     pod_scope: str = "",
     backlog: backlogs.Budget | None = None,
     events: writing.Handover | None = None,
+    lines: dependencylines.DependencyLines | None = None,
 ) -> Result:
     """Reconcile one EventHubConsumer once. Raises only transient Kubernetes API errors.
 
@@ -85,7 +87,11 @@ async def run_cycle(
     (the cache behind ``kube`` already reads only the pods it selects).
     ``events``: where the cycle hands its Kubernetes Events over instead of posting them
     itself (`eventposts.Poster.post`): the next cycle does not wait for them.
+    ``lines``: the operator's, that say the fault many consumers meet together once for them
+    (None: said as for this consumer alone).
     """
+    if lines is None:
+        lines = dependencylines.DependencyLines()
     started, writes_before = time.monotonic(), dict(kube.writes)
     woke = time.time()
     try:
@@ -100,6 +106,7 @@ async def run_cycle(
             bindings=bindings,
             pod_scope=pod_scope,
             backlog=backlog,
+            lines=lines,
         )
         decided = time.monotonic()
         wall = podstates.to_seconds(now)
@@ -111,7 +118,12 @@ async def run_cycle(
             # done holds that cycle up until it is.
             ahead = asyncio.ensure_future(
                 checkpointreads.read_ahead(
-                    kube=kube, hubs=hubs, observation=observation, store=memory.store, wall=wall
+                    kube=kube,
+                    hubs=hubs,
+                    observation=observation,
+                    store=memory.store,
+                    wall=wall,
+                    lines=lines,
                 )
             )
         try:
@@ -211,6 +223,7 @@ async def _decide(
     bindings: conflicts.Bindings = conflicts.UNBOUND,
     pod_scope: str = "",
     backlog: backlogs.Budget | None = None,
+    lines: dependencylines.DependencyLines,
 ) -> tuple[decisions.Decision, observations.Observation]:
     """Observe and decide, then read what the decision still needs and decide again; or the
     settled decision, while nothing it was taken from changed. With the decision, the
@@ -219,7 +232,7 @@ async def _decide(
     # Before any read: an event during the reads makes the next cycle decide again.
     stamp = kube.stamp(namespace=namespace, name=name)
     observation, memory.hub = await observing.observe_consumer(
-        kube=kube, hubs=hubs, namespace=namespace, name=name, memory=memory, wall=wall
+        kube=kube, hubs=hubs, namespace=namespace, name=name, memory=memory, wall=wall, lines=lines
     )
     observation = dataclasses.replace(
         observation, annotate_pods=annotate_pods, bindings=bindings, pod_scope=pod_scope
@@ -253,6 +266,7 @@ async def _decide(
         decision=decision,
         store=memory.store,
         wall=wall,
+        lines=lines,
         backlog=backlog,
     )
     if more is not None:

@@ -12,7 +12,9 @@ failure of the Kubernetes API itself is raised: the whole cycle is retried.
 Both readers of a dependency (here and `checkpointreads`) share the same steps: the value of
 its Secret (`secret_value`), the error a connection string that can never work gets
 (`malformed`), the fault as the condition shows it (`shown`), the pace of the next attempt
-(`paced`), and forgetting a Secret the dependency rejected (`forget`).
+(`paced`), and forgetting a Secret the dependency rejected (`forget`). What they say of a fault
+goes through the operator's `dependencylines.DependencyLines`, which says a fault that many
+consumers meet together once for them.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import TypeVar
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import conditions, connectionstrings, specs
-from eventhub_balancer.handlers import cyclefaults, memories, ports
+from eventhub_balancer.handlers import cyclefaults, dependencylines, memories, ports
 from eventhub_balancer.reconciling import deadlines, observations
 
 logger = logging.getLogger(__name__)
@@ -44,9 +46,16 @@ async def observe(
     memory: memories.Memory,
     wall: float,
 ) -> observations.Observation:
-    """The CR, the partition list and the cluster; the checkpoints come later (`read_store`)."""
+    """The CR, the partition list and the cluster; the checkpoints come later (`read_store`).
+    A fault is said as for this consumer alone."""
     observation, _pacing = await observe_consumer(
-        kube=kube, hubs=hubs, namespace=namespace, name=name, memory=memory, wall=wall
+        kube=kube,
+        hubs=hubs,
+        namespace=namespace,
+        name=name,
+        memory=memory,
+        wall=wall,
+        lines=dependencylines.DependencyLines(),
     )
     if observation.spec is None:
         return observation
@@ -61,10 +70,11 @@ async def observe_consumer(
     name: str,
     memory: memories.Memory,
     wall: float,
+    lines: dependencylines.DependencyLines,
 ) -> tuple[observations.Observation, memories.Pacing]:
     """What costs the same whatever the fleet: the CR, the partition list, the store's state
     and the peers, no pods or ConfigMaps yet (`observe_pods`); with Event Hubs' pacing after
-    this read."""
+    this read. Its fault is said through ``lines``, the operator's."""
     body = await kube.get_consumer(namespace=namespace, name=name)
     try:
         spec = specs.parse_spec(body.get("spec") or {})
@@ -72,7 +82,14 @@ async def observe_consumer(
         invalid = observations.Observation(namespace=namespace, name=name, body=body, spec_error=e)
         return invalid, memory.hub
     hub, pacing = await read_partitions(
-        kube=kube, hubs=hubs, namespace=namespace, name=name, spec=spec, memory=memory, wall=wall
+        kube=kube,
+        hubs=hubs,
+        namespace=namespace,
+        name=name,
+        spec=spec,
+        memory=memory,
+        wall=wall,
+        lines=lines,
     )
     store = memory.store
     ahead = store.ahead
@@ -134,6 +151,7 @@ async def read_partitions(
     spec: specs.ConsumerSpec,
     memory: memories.Memory,
     wall: float,
+    lines: dependencylines.DependencyLines,
 ) -> tuple[observations.HubRead, memories.Pacing]:
     """The partition ids, and Event Hubs' pacing after this read; on a fault (or while
     backing off from one) the last known ids."""
@@ -187,26 +205,31 @@ async def read_partitions(
             ),
             fault=shown(e, namespace, spec.event_hub_credentials),
         )
-        pacing = told(key, "Event Hubs", pacing, failed, wall=wall)
+        pacing = told(key, "Event Hubs", pacing, failed, wall=wall, lines=lines)
         # Read again: a listing that succeeded before the consumer-group check failed is kept.
         return observations.HubRead(ids=hubs.cached(key) or None, fault=pacing.fault), pacing
     if pacing.fault is not None:
-        logger.info(
-            "%s: Event Hubs answers again, %d partitions (it failed with %s; %s)",
-            key,
-            len(ids),
-            pacing.fault.reason,
-            lasted(pacing, wall=wall),
-        )
+        msg = "%s: Event Hubs answers again, %d partitions (it failed with %s; %s)"
+        args = (key, len(ids), pacing.fault.reason, lasted(pacing, wall=wall))
+        lines.answered(key, "Event Hubs", msg, *args, now=wall)
     return observations.HubRead(ids=tuple(ids)), memories.Pacing(backoff=deadlines.Backoff())
 
 
-def told(key: str, what: str, before: P, failed: P, *, wall: float) -> P:
+def told(
+    key: str,
+    what: str,
+    before: P,
+    failed: P,
+    *,
+    wall: float,
+    lines: dependencylines.DependencyLines,
+) -> P:
     """``failed`` (``before`` with the fault of one more failed attempt at ``what``) counted
     into its run, and said as the cycles' faults are (`cyclefaults`): a warning when the run
     starts or its reason changes, a reminder at most every `cyclefaults.REMIND_SECONDS`, the
     attempts in between at DEBUG. Each attempt was a warning: a hub that does not exist,
-    asked every 30 s, was 120 lines an hour for each consumer that names it."""
+    asked every 30 s, was 120 lines an hour for each consumer that names it. The warnings of
+    consumers that meet the fault together are said once for them (``lines``)."""
     fault = failed.fault
     assert fault is not None
     ongoing = before.fault is not None
@@ -219,16 +242,12 @@ def told(key: str, what: str, before: P, failed: P, *, wall: float) -> P:
     was = before.fault.reason if before.fault is not None else None
     due = cyclefaults.to_say(was, fault.reason, said=before.said, now=wall)
     if due == "new":
-        logger.warning("%s: %s: %s (retrying in %.0f s)", key, what, fault.message, retry)
+        msg = "%s: %s: %s (retrying in %.0f s)"
+        lines.failed(key, what, fault.reason, msg, key, what, fault.message, retry, now=wall)
     elif due == "lasting":
-        logger.warning(
-            "%s: %s still failing, %s: %s (retrying in %.0f s)",
-            key,
-            what,
-            lasted(run, wall=wall),
-            fault.message,
-            retry,
-        )
+        msg = "%s: %s still failing, %s: %s (retrying in %.0f s)"
+        args = (key, what, lasted(run, wall=wall), fault.message, retry)
+        lines.failed(key, what, fault.reason, msg, *args, now=wall)
     else:
         logger.debug("%s: %s: %s (retrying in %.0f s)", key, what, fault.message, retry)
         return run

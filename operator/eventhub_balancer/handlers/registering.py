@@ -34,6 +34,7 @@ from eventhub_balancer.handlers import (
     backlogs,
     cyclefaults,
     cycles,
+    dependencylines,
     eventposts,
     memories,
     observing,
@@ -97,6 +98,10 @@ class Operator:
     backlog: backlogs.Budget = dataclasses.field(default_factory=backlogs.Budget)
     #: each running consumer's record, its daemon's alone (others only set its ``wake``)
     consumers: dict[Key, memories.Memory] = dataclasses.field(default_factory=dict)
+    #: the faults of Event Hubs and the store, said once for the consumers meeting them together
+    dependency_lines: dependencylines.DependencyLines = dataclasses.field(
+        default_factory=dependencylines.DependencyLines
+    )
     cycles_run: int = 0
     cache: caches.Cache = dataclasses.field(init=False)
     #: the cache's parts, each through its port
@@ -240,6 +245,7 @@ async def run_daemon(
                     pod_scope=pod_scope,
                     backlog=runtime.backlog,
                     events=runtime.events.post,
+                    lines=runtime.dependency_lines,
                 )
                 decision = result.decision
                 runtime.cycles_run += 1

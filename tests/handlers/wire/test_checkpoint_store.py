@@ -15,7 +15,7 @@ from azure.eventhub.aio import EventHubProducerClient
 
 from eventhub_balancer.adapters import checkpointing, eventhubs, kubeapi
 from eventhub_balancer.contracts import checkpointblobs, specs
-from eventhub_balancer.handlers import checkpointreads, cycles, memories, observing
+from eventhub_balancer.handlers import checkpointreads, cycles, dependencylines, memories, observing
 from eventhub_balancer.handlers.cache import serving
 from eventhub_balancer_devstack import clusters
 from eventhub_balancer_devstack.azurite import Azurite
@@ -96,7 +96,13 @@ async def read_blobs(
         kube=view, hubs=hubs, namespace=NS, name="orders", memory=memory, wall=wall
     )
     store, _pacing = await checkpointreads.read_store(
-        kube=view, hubs=hubs, observation=observation, store=memory.store, wall=wall, needed=True
+        kube=view,
+        hubs=hubs,
+        observation=observation,
+        store=memory.store,
+        wall=wall,
+        needed=True,
+        lines=dependencylines.DependencyLines(),
     )
     assert store is not None
     assert store.checkpoints is not None

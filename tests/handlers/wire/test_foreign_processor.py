@@ -25,7 +25,7 @@ from azure.eventhub.extensions.checkpointstoreblobaio import BlobCheckpointStore
 from eventhub_balancer.adapters import eventhubs
 from eventhub_balancer.consumer import partitions
 from eventhub_balancer.contracts import specs, storeaddresses
-from eventhub_balancer.handlers import checkpointreads, memories
+from eventhub_balancer.handlers import checkpointreads, dependencylines, memories
 from eventhub_balancer.reconciling import conditions, foreignreaders, observations
 from tests.support import fakes
 from tests.support.consumerfakes import Recorder, configmap
@@ -137,6 +137,7 @@ class Probes:
             store=self.store,
             wall=self.wall,
             needed=False,
+            lines=dependencylines.DependencyLines(),
         )
         assert read is not None
         assert read.fault is None, read.fault
