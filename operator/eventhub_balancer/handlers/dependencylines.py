@@ -59,22 +59,24 @@ class DependencyLines:
     ) -> None:
         """``consumer``'s warning (``msg % args``) that ``what`` fails with ``reason``, at wall
         time ``now``: said, or counted into the line for the consumers failing together."""
-        self._kind(what, reason).say(consumer, logging.WARNING, msg, *args, now=now)
+        together = FAILED.format(what=what, reason=reason)
+        lines = self._kind((what, reason), together, cyclefaults.REMIND_SECONDS, FAILED_AGAIN)
+        lines.say(consumer, logging.WARNING, msg, *args, now=now)
 
     def answered(self, consumer: str, what: str, msg: str, *args: object, now: float) -> None:
         """``consumer``'s line that ``what`` answers again, at INFO, or counted into the line
         for the consumers it answers again together."""
-        self._kind(what, None).say(consumer, logging.INFO, msg, *args, now=now)
+        together = ANSWERED.format(what=what)
+        lines = self._kind((what, None), together, sharedlines.WINDOW_S, ANSWERED_AGAIN)
+        lines.say(consumer, logging.INFO, msg, *args, now=now)
 
-    def _kind(self, what: str, reason: str | None) -> sharedlines.SharedLines:
-        lines = self._kinds.get((what, reason))
+    def _kind(
+        self, key: tuple[str, str | None], together: str, repeat_s: float, said_again: str
+    ) -> sharedlines.SharedLines:
+        lines = self._kinds.get(key)
         if lines is None:
-            words = {"what": what.replace("%", "%%"), "reason": (reason or "").replace("%", "%%")}
             lines = sharedlines.SharedLines(
-                logger,
-                (FAILED if reason is not None else ANSWERED).format(**words),
-                repeat_s=cyclefaults.REMIND_SECONDS if reason is not None else sharedlines.WINDOW_S,
-                said_again=FAILED_AGAIN if reason is not None else ANSWERED_AGAIN,
+                logger, together, repeat_s=repeat_s, said_again=said_again
             )
-            self._kinds[(what, reason)] = lines
+            self._kinds[key] = lines
         return lines
