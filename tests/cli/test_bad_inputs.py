@@ -306,6 +306,54 @@ ROWS = [
         "0.0.0.0: give --metrics-host 127.0.0.1 and an authenticating proxy in front, or drop "
         "the flag (HTTPS, TokenReview and SubjectAccessReview)",
     ),
+    # A namespace no namespace could match: an unset variable (kopf watched the URL
+    # /api/v1/namespaces/pods and logged a traceback on each retry), a capital (served
+    # nothing, said nothing), a list that takes namespaces out of the identity's loan.
+    Row(
+        "the operator serving an empty namespace, before any cluster",
+        ("operator", "--namespace", "", "--kubeconfig", "{tmp}/no-kubeconfig"),
+        {},
+        "ehb: error: --namespace: '' has an empty part: give a namespace's name or a glob "
+        "such as team-* (an unset variable in the flag gives '')",
+    ),
+    Row(
+        "the operator serving a namespace no name can match, before any cluster",
+        ("operator", "-n", "Team-A", "--kubeconfig", "{tmp}/no-kubeconfig"),
+        {},
+        "ehb: error: --namespace: 'Team-A' is not a namespace's name: give one of 63 "
+        "characters at most, lowercase letters, digits and '-', starting and ending with a "
+        "letter or digit",
+    ),
+    Row(
+        "the operator lending its identity to all namespaces but one, before any cluster",
+        (
+            "operator",
+            "-A",
+            "--identity-namespace",
+            "!kube-system",
+            "--kubeconfig",
+            "{tmp}/no-kubeconfig",
+        ),
+        {},
+        "ehb: error: --identity-namespace: '!kube-system': give one namespace or glob per "
+        "flag, without '!' or ',': the identity is lent only to the namespaces listed, never "
+        "to all but some",
+    ),
+    Row(
+        "the operator binding a host to a namespace no name can match, before any cluster",
+        (
+            "operator",
+            "-A",
+            "--bind-location",
+            "Shop=shop.blob.core.windows.net",
+            "--kubeconfig",
+            "{tmp}/no-kubeconfig",
+        ),
+        {},
+        "ehb: error: --bind-location: 'Shop' is not a namespace's name: give one of 63 "
+        "characters at most, lowercase letters, digits and '-', starting and ending with a "
+        "letter or digit",
+    ),
 ]
 
 

@@ -16,7 +16,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from eventhub_balancer.contracts import endpoints, labelselectors
+from eventhub_balancer.contracts import endpoints, labelselectors, namespacepatterns
 from eventhub_balancer.reconciling import conflicts
 
 if TYPE_CHECKING:
@@ -138,8 +138,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="NS",
         help="a namespace whose EventHubConsumers may use the operator's own Azure identity "
-        "(workload identity) to list partitions and read checkpoints (repeatable; glob "
-        "patterns as for --namespace; default: none, every consumer names a Secret)",
+        "(workload identity) to list partitions and read checkpoints (repeatable; a name or "
+        "a glob such as team-*, no '!' or ','; default: none, every consumer names a Secret)",
     )
     tenancy.add_argument(
         "--bind-location",
@@ -177,7 +177,12 @@ def identity_policy(args: argparse.Namespace) -> eventhubs.IdentityPolicy:
     """The namespaces lent the operator's own identity: only those listed (none by default)."""
     from eventhub_balancer.adapters import eventhubs  # the SDKs: only when the operator runs
 
-    return eventhubs.IdentityPolicy(namespaces=tuple(args.identity_namespace))
+    return eventhubs.IdentityPolicy(namespaces=identity_namespaces(args))
+
+
+def identity_namespaces(args: argparse.Namespace) -> tuple[str, ...]:
+    """The ``--identity-namespace`` values, each one name or one glob (`namespacepatterns`)."""
+    return namespacepatterns.lent(args.identity_namespace)
 
 
 def pod_scope(args: argparse.Namespace) -> labelselectors.Selector | None:
@@ -228,6 +233,7 @@ def check_serving(args: argparse.Namespace) -> None:
         raise errors.InvalidInput(
             "--namespace", "give --namespace NS (repeatable) or --all-namespaces"
         )
+    namespacepatterns.served(args.namespace)
     if args.metrics_insecure:
         try:
             loopback = ipaddress.ip_address(args.metrics_host).is_loopback
@@ -278,7 +284,7 @@ def run(args: argparse.Namespace) -> int:
     from eventhub_balancer.handlers import running
 
     # The flags that need no cluster are checked before anything connects.
-    for check in (check_serving, endpoint_policy, bindings, pod_scope):
+    for check in (check_serving, endpoint_policy, identity_namespaces, bindings, pod_scope):
         check(args)
     if not logging.getLogger().isEnabledFor(logging.DEBUG):
         logging.getLogger(KOPF_OBJECTS_LOGGER).setLevel(logging.WARNING)

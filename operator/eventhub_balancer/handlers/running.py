@@ -123,6 +123,10 @@ async def serve(
     registry = kopfwiring.build_registry(runtime)
     scope = runtime.pod_scope.to_query() if runtime.pod_scope is not None else ""
     logger.info(
+        "namespaces served: %s",
+        "every namespace" if options.clusterwide else ", ".join(options.namespaces),
+    )
+    logger.info(
         "pods watched: %s",
         f"those matching {scope}"
         if scope

@@ -62,6 +62,7 @@ from eventhub_balancer.contracts import (
     conditions,
     endpoints,
     labelselectors,
+    namespacepatterns,
     specs,
     statusbodies,
     timestamps,
@@ -173,6 +174,7 @@ class Bindings:
                 raise errors.InvalidInput(
                     field, f"{item!r} is not NS=HOST (e.g. shop=shop.blob.core.windows.net)"
                 )
+            namespacepatterns.name(namespace, field=field)
             if bound.get(host, namespace) != namespace:
                 raise errors.InvalidInput(
                     field, f"{host} is bound to two namespaces: bind it to one"

@@ -222,5 +222,6 @@ def test_with_a_pod_selector_the_operator_reads_no_other_pod(
         query = urllib.parse.parse_qs(urllib.parse.urlsplit(read.path_qs).query)
         asked = ",".join(query.get("labelSelector", [])).split(",")
         assert scope in asked, read.path_qs
-    # The start says which pods the operator watches.
+    # The start says which namespaces it serves, and which of their pods it watches.
+    assert f"namespaces served: {ns}" in caplog.messages
     assert f"pods watched: those matching {scope}" in caplog.messages
