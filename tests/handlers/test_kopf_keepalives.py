@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import itertools
+import logging
 from typing import Any
 
 import kopf
@@ -72,11 +73,14 @@ def settings() -> kopf.OperatorSettings:
     return configured
 
 
+PEERINGS = kopf.Resource("kopf.dev", "v1", "kopfpeerings", namespaced=True)
+
+
 async def keep_alive(seconds: float) -> asyncio.Task[Any]:
     task = asyncio.create_task(
         peering.keepalive(
             namespace="ops",
-            resource=kopf.Resource("kopf.dev", "v1", "kopfpeerings", namespaced=True),
+            resource=PEERINGS,
             identity=peering.Identity("replica-a"),
             settings=settings(),
         )
@@ -156,3 +160,98 @@ async def test_kopf_stops_at_a_refused_write_on_a_change_of_the_peering_object(
     now = datetime.datetime.now(datetime.UTC)
     with pytest.raises(kopf_errors.APITooManyRequestsError):
         await observe(peering_event(**{"replica-gone": now - datetime.timedelta(hours=1)}))
+
+
+class MissingPeeringObject(PeeringObject):
+    """No peering object until `create`: a patch of it finds nothing (kopf's ``None``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.exists = False
+
+    async def patch_obj(self, **kwargs: Any) -> tuple[dict[str, Any] | None, None]:
+        self.patches.append((asyncio.get_running_loop().time(), kwargs["patch"]))
+        return ({"status": {}} if self.exists else None), None
+
+
+@pytest.fixture
+def missing_object(monkeypatch: pytest.MonkeyPatch) -> MissingPeeringObject:
+    missing = MissingPeeringObject()
+    monkeypatch.setattr(peering.patching, "patch_obj", missing.patch_obj)
+    monkeypatch.setattr(peering, "touch", kopfkeepalives.STOCK_TOUCH)
+    monkeypatch.setattr(peering, "clean", kopfkeepalives.STOCK_CLEAN)
+    return missing
+
+
+async def test_a_missing_peering_object_is_said_with_what_to_do_and_when_it_is_back(
+    missing_object: MissingPeeringObject, caplog: pytest.LogCaptureFixture
+) -> None:
+    """kopf keeps a replica whose peering object is missing paused, and said so at DEBUG."""
+    caplog.set_level(logging.INFO, logger=kopfkeepalives.__name__)
+    kopfkeepalives.install()
+    task = await keep_alive(3 * kopfkeepalives.MISSING_REMINDER_SECONDS - 1)
+    try:
+        warned = [r for r in caplog.records if r.levelno == logging.WARNING]
+        # Said at the first renewal, then once per reminder, where about 200 renewals went.
+        assert len(missing_object.patches) > 150
+        assert [r.getMessage() for r in warned] == [
+            "the peering object KopfPeering ops/ehb does not exist: this replica stays paused, "
+            "and serves no consumer, until it does; create it (manifests/peering/peering.yaml, "
+            "or the chart's peering.enabled) or run the operator with --standalone"
+        ] * 3
+        caplog.clear()
+        missing_object.exists = True
+        await asyncio.sleep(3 * kopfwiring.PEERING_LIFETIME_SECONDS)
+        assert caplog.messages == [
+            "the peering object KopfPeering ops/ehb exists: this replica takes part again"
+        ]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    # Leaving (kopf's renewal with lifetime 0) says nothing, the object there or not.
+    missing_object.exists = False
+    caplog.clear()
+    await peering.touch(
+        identity=peering.Identity("replica-a"),
+        settings=settings(),
+        resource=PEERINGS,
+        namespace="ops",
+        lifetime=0,
+    )
+    assert caplog.messages == []
+
+
+async def test_the_renewal_writes_what_kopfs_own_writes(
+    missing_object: MissingPeeringObject,
+) -> None:
+    """`Renewals.touch` stands in for kopf's: the same patch of the same object, alive and
+    leaving. A kopf that changes its renewal fails here, and the stand-in is written again."""
+    missing_object.exists = True
+    for lifetime in (None, 0):
+        for touch in (kopfkeepalives.STOCK_TOUCH, kopfkeepalives.Renewals().touch):
+            await touch(
+                identity=peering.Identity("replica-a"),
+                settings=settings(),
+                resource=PEERINGS,
+                namespace="ops",
+                lifetime=lifetime,
+            )
+    written = [patch for _, patch in missing_object.patches]
+    assert len(written) == 4
+    for kopfs, ours in (written[0:2], written[2:4]):
+        assert unseen(ours) == unseen(kopfs)  # each stamps its own moment
+    assert written[0]["status"]["replica-a"]["priority"] == 10
+    assert written[2]["status"]["replica-a"] is None
+
+
+def unseen(patch: Any) -> Any:
+    """A renewal's patch without the moment it was made."""
+    return {
+        identity: entry and {k: v for k, v in entry.items() if k != "lastseen"}
+        for identity, entry in patch["status"].items()
+    }
+
+
+def test_the_peering_object_is_named_as_kubectl_names_it() -> None:
+    assert kopfkeepalives.object_name("ops", "ehb") == "KopfPeering ops/ehb"
+    assert kopfkeepalives.object_name(None, "ehb") == "ClusterKopfPeering ehb"

@@ -17,22 +17,34 @@ the active replica for gone and act too, which the preconditions on every write 
 until the active replica's next renewal pauses it. A kopf that no longer writes through
 ``peering.touch`` and ``peering.clean`` fails `tests/handlers/test_kopf_keepalives.py`, so
 an upgrade cannot drop the fix silently.
+
+A peering object that does not exist (``--peering`` naming one never created, or another
+name than the chart's) keeps the replica paused: kopf starts it paused and resumes it only at
+an event of the object, and says at DEBUG only that its renewal found nothing. The operator
+ran, served no consumer, and said nothing at the default level. `Renewals` renews as kopf does
+and says so: a warning with what to do at the first renewal that finds nothing, again every
+`MISSING_REMINDER_SECONDS` while it is missing, and one line when it is there again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kopf._cogs.clients import errors as kopf_errors
+from kopf._cogs.clients import patching
+from kopf._cogs.configs import configuration
+from kopf._cogs.structs import patches, references
 from kopf._core.engines import peering
 
 logger = logging.getLogger(__name__)
 
 Write = Callable[..., Awaitable[None]]
 
-#: kopf's own writes to the peering object, which `install` wraps.
+#: kopf's own writes to the peering object: `install` puts `Renewals.touch` in the place of
+#: the first, which writes the same patch (the tests hold it to that), and wraps the second.
 STOCK_TOUCH: Write = peering.touch
 STOCK_CLEAN: Write = peering.clean
 
@@ -53,13 +65,72 @@ def _kept(write: Write, what: str) -> Write:
     return kept
 
 
-#: kopf's renewal of this replica's entry, and its removal of the entries of replicas gone;
-#: each a warning when it fails after kopf's own retries.
-touch = _kept(STOCK_TOUCH, "this replica's entry")
-clean = _kept(STOCK_CLEAN, "the entries of replicas gone")
+#: How often a peering object still missing is said again.
+MISSING_REMINDER_SECONDS = 600.0
+
+
+class Renewals:
+    """kopf's renewal of this replica's entry (``peering.touch`` of kopf 1.45: the same patch,
+    through the same call), saying when the peering object is missing and when it is back."""
+
+    def __init__(self) -> None:
+        #: Where the object was missing: {its kind and name: when that was last said}.
+        self.missing: dict[str, float] = {}
+
+    async def touch(
+        self,
+        *,
+        identity: peering.Identity,
+        settings: configuration.OperatorSettings,
+        resource: references.Resource,
+        namespace: references.Namespace,
+        lifetime: int | None = None,
+    ) -> None:
+        entry = peering.Peer(
+            identity=identity,
+            priority=settings.peering.priority,
+            lifetime=settings.peering.lifetime if lifetime is None else lifetime,
+        )
+        patch = patches.Patch()
+        patch |= {"status": {identity: None if entry.is_dead else entry.as_dict()}}
+        name = settings.peering.name
+        found, _ = await patching.patch_obj(
+            settings=settings,
+            resource=resource,
+            namespace=namespace,
+            name=name,
+            patch=patch,
+            logger=peering.logger,
+            silent=True,
+        )
+        if lifetime != 0:  # not the replica's leaving, when nothing waits on the object
+            self.tell(found is not None, object_name(namespace, name))
+
+    def tell(self, found: bool, where: str) -> None:
+        now = asyncio.get_running_loop().time()
+        said = self.missing.get(where)
+        if found:
+            if self.missing.pop(where, None) is not None:
+                logger.info("the peering object %s exists: this replica takes part again", where)
+            return
+        if said is not None and now - said < MISSING_REMINDER_SECONDS:
+            return
+        self.missing[where] = now
+        logger.warning(
+            "the peering object %s does not exist: this replica stays paused, and serves no "
+            "consumer, until it does; create it (manifests/peering/peering.yaml, or the chart's "
+            "peering.enabled) or run the operator with --standalone",
+            where,
+        )
+
+
+def object_name(namespace: str | None, name: str) -> str:
+    """The peering object as kubectl names it."""
+    return f"KopfPeering {namespace}/{name}" if namespace else f"ClusterKopfPeering {name}"
 
 
 def install() -> None:
-    """Make kopf's peering write through `touch` and `clean` (idempotent; before it starts)."""
-    peering.touch = touch  # type: ignore[assignment]
-    peering.clean = clean  # type: ignore[assignment]
+    """Make kopf's peering write through `Renewals` and a kept `clean` (before it starts):
+    each write a warning when it fails after kopf's own retries."""
+    peering.touch = _kept(Renewals().touch, "this replica's entry")  # type: ignore[assignment]
+    peering.clean = _kept(STOCK_CLEAN, "the entries of replicas gone")  # type: ignore[assignment]

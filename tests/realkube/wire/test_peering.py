@@ -9,11 +9,13 @@ committed ConfigMap and CR change) shows no epoch handed out twice and none goin
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from eventhub_balancer.handlers import kopfkeepalives
 from eventhub_balancer_devstack import epochledgers
 from eventhub_balancer_devstack.eventhubs import EventHubsEmulator
 from eventhub_balancer_devstack.realkube import RealControlPlane
@@ -103,3 +105,44 @@ def test_two_peered_replicas_hand_no_epoch_out_twice(peered_stack: Stack) -> Non
     # The leader writes; the other stands by (kopf pauses it on the peering object).
     assert low.runtime.kube.writes.get("configmap", 0) == 0
     assert high.runtime.kube.writes.get("configmap", 0) > 0
+
+
+def test_a_replica_naming_a_peering_object_that_is_missing_says_so(
+    peered_stack: Stack, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The chart's identity, with a peering name that is not the chart's: the real server
+    answers its renewals 404, kopf keeps it paused, and it says so until the object exists."""
+    stack = peered_stack
+    caplog.set_level(logging.INFO, logger=kopfkeepalives.__name__)
+    misspelt = f"{stack.peering}-typo"  # type: ignore[attr-defined]
+    replica = stack.start_operator(clusterwide=True, standalone=False, peering=misspelt)
+    wait_for(
+        lambda: (
+            (
+                f"the peering object ClusterKopfPeering {misspelt} does not exist: this replica "
+                "stays paused, and serves no consumer, until it does; create it "
+                "(manifests/peering/peering.yaml, or the chart's peering.enabled) or run the "
+                "operator with --standalone"
+            )
+            in caplog.messages
+        ),
+        timeout=WAIT_S,
+        what="the warning",
+    )
+    assert replica.runtime.cycles_run == 0
+    stack.kube.create_object(
+        "kopf.dev/v1/clusterkopfpeerings",
+        {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": misspelt}},
+    )
+    wait_for(
+        lambda: (
+            (
+                f"the peering object ClusterKopfPeering {misspelt} exists: this replica takes "
+                "part again"
+            )
+            in caplog.messages
+        ),
+        timeout=WAIT_S,
+        what="the object said to be back",
+    )
+    stack.kube.delete_object("kopf.dev/v1/clusterkopfpeerings", misspelt)
