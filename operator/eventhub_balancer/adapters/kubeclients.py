@@ -286,6 +286,21 @@ class KubeClient:
         core = kubernetes.client.CoreApi(self._client)
         await self._call("the Kubernetes API", core.get_api_versions)
 
+    async def serves(self, group: str, version: str, plural: str) -> bool:
+        """Whether the API server serves the resource ``plural`` of ``group/version``
+        (discovery, as kopf reads it: a custom resource's CRD is installed)."""
+        custom = kubernetes.client.CustomObjectsApi(self._client)
+        try:
+            found = await self._call(
+                f"the API group {group}/{version}",
+                custom.get_api_resources,
+                group=group,
+                version=version,
+            )
+        except errors.NotFound:
+            return False
+        return any(r.get("name") == plural for r in found.get("resources") or ())
+
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
         self._client.close()  # type: ignore[no-untyped-call]

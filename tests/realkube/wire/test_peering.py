@@ -9,12 +9,14 @@ committed ConfigMap and CR change) shows no epoch handed out twice and none goin
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from eventhub_balancer.adapters import kubeapi
 from eventhub_balancer.handlers import kopfkeepalives
 from eventhub_balancer_devstack import epochledgers
 from eventhub_balancer_devstack.eventhubs import EventHubsEmulator
@@ -146,3 +148,20 @@ def test_a_replica_naming_a_peering_object_that_is_missing_says_so(
         what="the object said to be back",
     )
     stack.kube.delete_object("kopf.dev/v1/clusterkopfpeerings", misspelt)
+
+
+def test_discovery_says_which_custom_resources_are_served(peered_stack: Stack) -> None:
+    """`KubeAPI.serves`, which ``ehb operator --peering`` asks before kopf starts, as the
+    real server answers it with the chart's identity: a group it does not serve is a 404."""
+    api = kubeapi.KubeAPI.from_environment(str(peered_stack.kubeconfig))
+
+    def serves(group: str, plural: str) -> bool:
+        return asyncio.run(api.serves(group, "v1", plural))
+
+    try:
+        assert serves("kopf.dev", "clusterkopfpeerings")
+        assert serves("kopf.dev", "kopfpeerings")
+        assert not serves("kopf.dev", "kopfpeeringz")
+        assert not serves("nothing-here.example.com", "things")
+    finally:
+        api.close()

@@ -1,0 +1,66 @@
+"""``ehb operator --peering`` looks for kopf's peering CRD before kopf starts: without it kopf
+keeps the replica paused, serving no consumer, and says so at DEBUG only."""
+
+from __future__ import annotations
+
+import pytest
+
+from eventhub_balancer import errors
+from eventhub_balancer.cli import operator_cmd
+from tests.support import operatorcommands
+
+
+class Discovery:
+    """The API server's discovery: the custom resources it serves, or an error."""
+
+    def __init__(self, *served: str, error: errors.EventHubBalancerError | None = None) -> None:
+        self.served = set(served)
+        self.error = error
+        self.asked: list[tuple[str, str, str]] = []
+
+    async def serves(self, group: str, version: str, plural: str) -> bool:
+        self.asked.append((group, version, plural))
+        if self.error is not None:
+            raise self.error
+        return plural in self.served
+
+
+async def check(api: Discovery, *flags: str) -> None:
+    options = operator_cmd.serving_options(
+        operatorcommands.parse("--metrics-insecure", "--metrics-host=127.0.0.1", *flags),
+        reviews=None,
+    )
+    await operator_cmd.check_peering_definitions(api, options)  # type: ignore[arg-type]
+
+
+async def test_a_missing_crd_stops_the_start_with_what_to_apply() -> None:
+    with pytest.raises(errors.ConfigurationError) as refused:
+        await check(Discovery("clusterkopfpeerings"), "-n", "shop", "--peering", "ehb")
+    assert str(refused.value) == (
+        "--peering ehb: kopf's peering CRD kopfpeerings.kopf.dev is not installed, and without "
+        "it this replica would stay paused, serving no consumer: apply "
+        "manifests/peering/kopf-peering-crds.yaml once, or run the operator with --standalone"
+    )
+    with pytest.raises(errors.ConfigurationError, match=r"clusterkopfpeerings\.kopf\.dev is not"):
+        await check(Discovery("kopfpeerings"), "-A", "--peering", "ehb")
+
+
+async def test_the_crd_of_the_scope_served_is_the_one_asked_for() -> None:
+    namespaced, clusterwide = Discovery("kopfpeerings"), Discovery("clusterkopfpeerings")
+    await check(namespaced, "-n", "shop", "--peering", "ehb")
+    await check(clusterwide, "-A", "--peering", "ehb")
+    assert namespaced.asked == [("kopf.dev", "v1", "kopfpeerings")]
+    assert clusterwide.asked == [("kopf.dev", "v1", "clusterkopfpeerings")]
+
+
+async def test_without_peering_nothing_is_asked() -> None:
+    api = Discovery()
+    await check(api, "-n", "shop")
+    await check(api, "-n", "shop", "--standalone")
+    assert api.asked == []
+
+
+async def test_discovery_that_fails_is_left_to_kopf() -> None:
+    api = Discovery(error=errors.Forbidden("the API group kopf.dev/v1: forbidden"))
+    await check(api, "-n", "shop", "--peering", "ehb")
+    assert len(api.asked) == 1
