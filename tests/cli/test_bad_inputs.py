@@ -339,6 +339,39 @@ ROWS = [
         "flag, without '!' or ',': the identity is lent only to the namespaces listed, never "
         "to all but some",
     ),
+    # The operator's numbers and names: a port past 65535 was a traceback from the socket's
+    # bind; a refresh of 0, -5 or nan seconds, a peering name of '' (kopf patched the
+    # collection's URL, 405, every few seconds) or Bad_Name were taken as given.
+    Row(
+        "the operator's metrics on a port no socket can bind",
+        ("operator", "-A", "--metrics-port", "70000"),
+        {},
+        "ehb operator: error: argument --metrics-port: '70000' is not a port, 0 to 65535 "
+        "(see ehb operator --help)",
+    ),
+    Row(
+        "the operator re-reading partitions every NaN seconds",
+        ("operator", "-A", "--partition-refresh-seconds", "nan"),
+        {},
+        "ehb operator: error: argument --partition-refresh-seconds: 'nan' is not a number of "
+        "seconds above 0 (see ehb operator --help)",
+    ),
+    Row(
+        "the operator re-reading partitions every 0 seconds",
+        ("operator", "-A", "--partition-refresh-seconds", "0"),
+        {},
+        "ehb operator: error: argument --partition-refresh-seconds: '0' is not a number of "
+        "seconds above 0 (see ehb operator --help)",
+    ),
+    Row(
+        "the operator peering through an object that cannot be named",
+        ("operator", "-A", "--peering", ""),
+        {},
+        "ehb operator: error: argument --peering: '' is not a peering object name: use the "
+        "name of a peering object that exists (a KopfPeering in each namespace served, the "
+        "ClusterKopfPeering with -A) (lower-case letters, digits, '-' and '.', starting and "
+        "ending with a letter or digit, at most 253 characters) (see ehb operator --help)",
+    ),
     Row(
         "the operator binding a host to a namespace no name can match, before any cluster",
         (

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import random
 import sys
@@ -64,6 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--peering",
         metavar="NAME",
+        type=_peering_name,
         default=None,
         help="kopf peering object: of several replicas only the highest priority acts",
     )
@@ -83,7 +85,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     metrics.add_argument(
         "--metrics-port",
-        type=int,
+        type=_port,
         default=8443,
         help="port of /metrics and /healthz (0: any free port; default 8443)",
     )
@@ -105,7 +107,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--partition-refresh-seconds",
-        type=float,
+        type=_seconds,
         default=60.0,
         help="re-read partition ids at least this often (default 60)",
     )
@@ -154,6 +156,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="write eventhub-balancer.dev/partitions on each consumer pod (needs patch on pods)",
     )
+
+
+def _port(raw: str) -> int:
+    """``--metrics-port``'s type: a port a socket can bind (0: a free one)."""
+    try:
+        port = int(raw)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a port, 0 to 65535")
+    return port
+
+
+def _seconds(raw: str) -> float:
+    """A period in seconds: finite and above 0 (float() takes "nan" and "inf")."""
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a number of seconds above 0")
+    return seconds
+
+
+def _peering_name(raw: str) -> str:
+    """``--peering``'s type: the name of a KopfPeering object, as the API server takes it."""
+    from eventhub_balancer import errors
+    from eventhub_balancer.contracts import specvalues
+
+    try:
+        return specvalues.object_name(
+            raw,
+            "--peering",
+            "peering object",
+            "that exists (a KopfPeering in each namespace served, the ClusterKopfPeering with -A)",
+        )
+    except errors.InvalidInput as e:
+        raise argparse.ArgumentTypeError(e.problem) from None
 
 
 def endpoint_policy(args: argparse.Namespace) -> endpoints.EndpointPolicy:
