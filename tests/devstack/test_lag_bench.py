@@ -39,7 +39,8 @@ def test_the_kinds_are_read_from_a_comma_separated_list() -> None:
         (("--partitions", "3", "--pods", "3"), "--partitions", "more than --pods"),
         (("--replicas", "0"), "--replicas", "at least 1"),
         (("--rounds", "0"), "--rounds", "at least 1"),
-        (("--interval", "0"), "--interval", "at least 1"),
+        (("--interval", "0"), "--interval", "from 1 to 3600 seconds"),
+        (("--interval", "70000"), "--interval", "from 1 to 3600 seconds"),
     ],
 )
 def test_a_wrong_flag_is_named_with_what_to_change(

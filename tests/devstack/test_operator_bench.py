@@ -42,6 +42,8 @@ def test_an_empty_selector_watches_every_pod_as_the_operators_does() -> None:
     ("argv", "flag", "says"),
     [
         (("--other-pods", "-1"), "--other-pods", "at least 0"),
+        # The CRD's bound: past it, the consumer's creation was refused with a traceback.
+        (("--interval", "70000"), "--interval", "from 1 to 3600 seconds"),
         (("--pod-selector", "app in (a"), "--pod-selector", "unbalanced"),
         # Valid, but the consumer pods would be no members: the run would never balance.
         (("--pod-selector", "app=other-1"), "--pod-selector", clusterviews.CONSUMER_PODS),

@@ -121,11 +121,8 @@ class Settings:
         operatorreports.check_fleet(
             pods=self.pods,
             partitions=self.partitions,
-            counts=(
-                ("--replicas", self.replicas),
-                ("--rounds", self.rounds),
-                ("--interval", self.interval_seconds),
-            ),
+            interval_seconds=self.interval_seconds,
+            counts=(("--replicas", self.replicas), ("--rounds", self.rounds)),
         )
 
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import TypedDict
 
 from eventhub_balancer import errors
-from eventhub_balancer.contracts import labelselectors
+from eventhub_balancer.contracts import labelselectors, specs
 from eventhub_balancer_devstack import clusters
 from eventhub_balancer_devstack.benchmarks import clusterviews, stages
 
@@ -73,10 +73,12 @@ class Figures(TypedDict):
     rounds: list[RoundFigures]
 
 
-def check_fleet(*, pods: int, partitions: int, counts: Iterable[tuple[str, int]]) -> None:
+def check_fleet(
+    *, pods: int, partitions: int, interval_seconds: int, counts: Iterable[tuple[str, int]]
+) -> None:
     """`errors.InvalidInput` naming the flag to change, for a bench that deletes a pod each
     round (``ehb bench operator``, ``ehb bench lag``): ``counts`` are (flag, value) pairs that
-    must be at least 1."""
+    must be at least 1, and ``--interval`` is a cycle period the CRD admits."""
     if pods < 2:
         raise errors.InvalidInput("--pods", "must be at least 2 (one is deleted in each round)")
     if partitions <= pods:
@@ -84,6 +86,12 @@ def check_fleet(*, pods: int, partitions: int, counts: Iterable[tuple[str, int]]
     for flag, value in counts:
         if value < 1:
             raise errors.InvalidInput(flag, "must be at least 1")
+    if not 1 <= interval_seconds <= specs.MAX_INTERVAL_SECONDS:
+        raise errors.InvalidInput(
+            "--interval",
+            f"must be from 1 to {specs.MAX_INTERVAL_SECONDS} seconds "
+            "(spec.balancing.intervalSeconds)",
+        )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -110,10 +118,10 @@ class Settings:
         check_fleet(
             pods=self.pods,
             partitions=self.partitions,
+            interval_seconds=self.interval_seconds,
             counts=(
                 ("--rounds", self.rounds),
                 ("--consumers", self.consumers),
-                ("--interval", self.interval_seconds),
                 ("--steady-cycles", self.steady_cycles),
             ),
         )

@@ -72,6 +72,10 @@ def run(args: argparse.Namespace) -> int:
 
     kind: kubeservers.Kind = "real" if args.real else "local"
     kubeconfig = args.kubeconfig or (DEFAULT_REAL_KUBECONFIG if args.real else DEFAULT_KUBECONFIG)
+    if kubeconfig.is_dir():  # '' is the current directory
+        raise errors.InvalidInput(
+            "--kubeconfig", f"{kubeconfig} is a directory: give the path of a file to write"
+        )
     api = kubeservers.server(kind, port=args.port, crds_dir=args.crds)
     try:
         api.start()
@@ -81,7 +85,14 @@ def run(args: argparse.Namespace) -> int:
             f"--port: 127.0.0.1:{args.port} {problem}: choose another --port, or 0 for a free one"
         ) from e
     try:
-        path = api.write_kubeconfig(kubeconfig, namespace=args.namespace).resolve()
+        try:
+            path = api.write_kubeconfig(kubeconfig, namespace=args.namespace).resolve()
+        except OSError as e:
+            where = f"{e.filename}: " if e.filename and str(e.filename) != str(kubeconfig) else ""
+            raise errors.ConfigurationError(
+                f"--kubeconfig: cannot write {kubeconfig} ({where}{e.strerror}): give a path "
+                "you may write"
+            ) from e
         print(path, flush=True)
         print(f"export KUBECONFIG={path}", flush=True)
         print(f"# serving {api.url}; Ctrl-C to stop", file=sys.stderr, flush=True)

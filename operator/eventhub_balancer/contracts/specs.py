@@ -108,6 +108,8 @@ class ConsumerBody(TypedDict, total=False):
 # The CRD's defaults, repeated here for specs that bypassed admission (tests, old API servers).
 DEFAULT_CONSUMER_GROUP = "$Default"
 DEFAULT_INTERVAL_SECONDS = 5
+#: The longest cycle period the CRD admits (``spec.balancing.intervalSeconds``).
+MAX_INTERVAL_SECONDS = 3600
 DEFAULT_POD_GRACE_SECONDS = 20
 DEFAULT_HANDOFF_TIMEOUT_SECONDS = 30
 
@@ -341,7 +343,9 @@ def _balancing(value: Any) -> Balancing:
             f"{field}.lagTolerance", f"{tolerance} is out of range: use between 0 and 10"
         )
     return Balancing(
-        interval_seconds=integer("intervalSeconds", DEFAULT_INTERVAL_SECONDS, 1, 3600),
+        interval_seconds=integer(
+            "intervalSeconds", DEFAULT_INTERVAL_SECONDS, 1, MAX_INTERVAL_SECONDS
+        ),
         pod_grace_seconds=integer("podGraceSeconds", DEFAULT_POD_GRACE_SECONDS, 0, 86400),
         handoff_timeout_seconds=integer(
             "handoffTimeoutSeconds", DEFAULT_HANDOFF_TIMEOUT_SECONDS, 0, 3600

@@ -66,3 +66,32 @@ def test_a_taken_port_is_one_line_that_names_the_flag(tmp_path: Path) -> None:
     assert result.stderr.splitlines() == [
         f"ehb: error: --port: 127.0.0.1:{port} is taken: choose another --port, or 0 for a free one"
     ]
+
+
+def test_a_kubeconfig_that_cannot_be_written_is_one_line_that_names_the_flag(
+    tmp_path: Path,
+) -> None:
+    """A directory (or '', the current one) was a traceback from open(), after the server had
+    started; so was a path under a file."""
+    (tmp_path / "file").write_text("")
+    argv = [sys.executable, "-m", "eventhub_balancer", "local", "kube", "--kubeconfig"]
+    for given, status, line in [
+        (
+            str(tmp_path),
+            2,
+            f"ehb: error: --kubeconfig: {tmp_path} is a directory: give the path "
+            "of a file to write",
+        ),
+        ("", 2, "ehb: error: --kubeconfig: . is a directory: give the path of a file to write"),
+        (
+            str(tmp_path / "file" / "config"),
+            1,
+            f"ehb: error: --kubeconfig: cannot write "
+            f"{tmp_path / 'file' / 'config'} ({tmp_path / 'file'}: File exists): give a path "
+            "you may write",
+        ),
+    ]:
+        result = subprocess.run(
+            [*argv, given], capture_output=True, text=True, timeout=60, cwd=tmp_path
+        )
+        assert (result.returncode, result.stderr.splitlines()) == (status, [line])
