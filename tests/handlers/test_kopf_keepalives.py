@@ -56,12 +56,17 @@ class PeeringObject:
         return {"status": {}}, None
 
 
+def patched_through(monkeypatch: pytest.MonkeyPatch, target: PeeringObject) -> None:
+    """kopf's own peering writes, their patches going to ``target``."""
+    monkeypatch.setattr(peering.patching, "patch_obj", target.patch_obj)
+    monkeypatch.setattr(peering, "touch", kopfkeepalives.STOCK_TOUCH)
+    monkeypatch.setattr(peering, "clean", kopfkeepalives.STOCK_CLEAN)
+
+
 @pytest.fixture
 def peering_object(monkeypatch: pytest.MonkeyPatch) -> PeeringObject:
     kept = PeeringObject()
-    monkeypatch.setattr(peering.patching, "patch_obj", kept.patch_obj)
-    monkeypatch.setattr(peering, "touch", kopfkeepalives.STOCK_TOUCH)
-    monkeypatch.setattr(peering, "clean", kopfkeepalives.STOCK_CLEAN)
+    patched_through(monkeypatch, kept)
     return kept
 
 
@@ -177,9 +182,7 @@ class MissingPeeringObject(PeeringObject):
 @pytest.fixture
 def missing_object(monkeypatch: pytest.MonkeyPatch) -> MissingPeeringObject:
     missing = MissingPeeringObject()
-    monkeypatch.setattr(peering.patching, "patch_obj", missing.patch_obj)
-    monkeypatch.setattr(peering, "touch", kopfkeepalives.STOCK_TOUCH)
-    monkeypatch.setattr(peering, "clean", kopfkeepalives.STOCK_CLEAN)
+    patched_through(monkeypatch, missing)
     return missing
 
 
