@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from eventhub_balancer import errors
-from eventhub_balancer.cli import operator_cmd
+from eventhub_balancer.cli import operator_cmd, peeringdefinitions
 from tests.support import operatorcommands
 
 
@@ -30,7 +30,7 @@ async def check(api: Discovery, *flags: str) -> None:
         operatorcommands.parse("--metrics-insecure", "--metrics-host=127.0.0.1", *flags),
         reviews=None,
     )
-    await operator_cmd.check_peering_definitions(api, options)  # type: ignore[arg-type]
+    await peeringdefinitions.check(api, options)  # type: ignore[arg-type]
 
 
 async def test_a_missing_crd_stops_the_start_with_what_to_apply() -> None:

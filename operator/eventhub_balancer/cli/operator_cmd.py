@@ -321,6 +321,7 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
 
     from eventhub_balancer.adapters import accessreviews, kubeapi
+    from eventhub_balancer.cli import peeringdefinitions
     from eventhub_balancer.handlers import running
 
     # The flags that need no cluster are checked before anything connects.
@@ -336,7 +337,7 @@ def run(args: argparse.Namespace) -> int:
 
         async def serve() -> None:
             await api.check_reachable()
-            await check_peering_definitions(api, options)
+            await peeringdefinitions.check(api, options)
             await running.serve(runtime, options)
 
         asyncio.run(serve())
@@ -346,35 +347,6 @@ def run(args: argparse.Namespace) -> int:
         api.close()
     leave_requests_behind(limit_seconds=EXIT_SECONDS)
     return 0
-
-
-#: kopf's peering resources, as manifests/peering/kopf-peering-crds.yaml defines them.
-PEERING_GROUP, PEERING_VERSION = "kopf.dev", "v1"
-
-
-async def check_peering_definitions(api: kubeapi.KubeAPI, options: running.Options) -> None:
-    """With ``--peering``, refuse to start when kopf's peering CRD is not installed: kopf
-    would keep the replica paused, serving no consumer, and say so at DEBUG only; with named
-    namespaces (no CRD scanning, `kopfwiring.configure`) until a restart. Exiting, the replica
-    is restarted by Kubernetes until the CRD is there. A check that cannot be made (discovery
-    refused or failing) is left to kopf."""
-    from eventhub_balancer import errors
-
-    if options.standalone or options.peering_name is None:
-        return
-    plural = "clusterkopfpeerings" if options.clusterwide else "kopfpeerings"
-    try:
-        served = await api.serves(PEERING_GROUP, PEERING_VERSION, plural)
-    except errors.EventHubBalancerError as e:
-        logger.debug("the peering CRD could not be looked up: %s", e)
-        return
-    if not served:
-        raise errors.ConfigurationError(
-            f"--peering {options.peering_name}: kopf's peering CRD {plural}.{PEERING_GROUP} is "
-            "not installed, and without it this replica would stay paused, serving no "
-            "consumer: apply manifests/peering/kopf-peering-crds.yaml once, or run the "
-            "operator with --standalone"
-        )
 
 
 def leave_requests_behind(*, limit_seconds: float) -> None:
