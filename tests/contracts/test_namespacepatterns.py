@@ -77,6 +77,9 @@ def test_what_is_served_as_a_plain_name_is_a_name_the_api_server_takes(value: st
         return
     for plain in references.select_specific_namespaces([value]):
         assert namespacepatterns.is_name(plain), plain
+    # What the operator takes for a name (and watches without listing) is what kopf does.
+    specific = bool(references.select_specific_namespaces([value]))
+    assert namespacepatterns.is_pattern(value) is not specific
 
 
 @pytest.mark.parametrize("value", ["shop", "team-*", "team-?", "team-[ab]"])

@@ -47,6 +47,13 @@ KOPF = Globs(frozenset("*?"), re.compile(r"^[-a-z0-9*?]+\Z"), "* and ?")
 FNMATCH = Globs(frozenset("*?["), re.compile(r"^[-a-z0-9*?\[\]]+\Z"), "*, ? and [...]")
 
 
+def is_pattern(value: str) -> bool:
+    """Whether kopf takes the ``--namespace`` value for a pattern, to match against the
+    namespaces it lists, rather than for a name to watch as given (kopf's own test, in
+    ``select_specific_namespaces``)."""
+    return any(c in value for c in "*?!,")
+
+
 def is_name(value: str) -> bool:
     """Whether ``value`` is a namespace's name as the API server takes it."""
     return len(value) <= _NAME_MAX and _NAME.match(value) is not None

@@ -21,7 +21,7 @@ from typing import Any
 
 import kopf
 
-from eventhub_balancer.contracts import configmaps, labelselectors, specs
+from eventhub_balancer.contracts import configmaps, labelselectors, namespacepatterns, specs
 from eventhub_balancer.handlers import eventposts, registering
 from eventhub_balancer.handlers.cache import shelves
 from eventhub_balancer.reconciling import conflicts
@@ -113,14 +113,8 @@ def configure(
     # watch every namespace to match them, which a namespaced install is not granted (the
     # chart gives it no cluster-wide read): each start waited out kopf's retries of the 403,
     # about a minute, before it fell back to the names. Patterns still need that listing.
-    if not clusterwide and namespaces and not any(map(is_pattern, namespaces)):
+    if not clusterwide and namespaces and not any(map(namespacepatterns.is_pattern, namespaces)):
         settings.scanning.disabled = True
-
-
-def is_pattern(namespace: str) -> bool:
-    """Whether ``--namespace`` is a kopf pattern (a glob, a negation, a list) rather than a
-    name: names are DNS labels, so any other character makes it one."""
-    return any(c in namespace for c in "*?[]!,")
 
 
 def kopf_connection(info: registering.ConnectionPort) -> kopf.ConnectionInfo:
