@@ -7,6 +7,7 @@ message. A row's message changing is a deliberate act: the test fails until the 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import socket
 import sys
@@ -17,9 +18,13 @@ from pathlib import Path
 import pytest
 
 from eventhub_balancer import cli
+from tests.support import consumerfakes
 
 #: A consumer started from an assignment file: no Kubernetes needed to reach handler loading.
 LOCAL = ("consume", "--assignment-file", "assignment.json")
+#: A consumer started from an assignment file that is there, with a handler that loads.
+GIVEN = ("consume", "--assignment-file", "{tmp}/given.json")
+GOOD = ("--handler-path", "{tmp}", "--handler", "ehb_good:process")
 VALID_EVENTHUB = (
     "Endpoint=sb://shop.servicebus.windows.net/;SharedAccessKeyName=listen;SharedAccessKey=k"
 )
@@ -263,6 +268,41 @@ ROWS = [
         "ehb: error: --handler: cannot import module 'ehb_no_such_pipeline': No module named "
         "'ehb_no_such_pipeline' (is the package installed, or on PYTHONPATH / --handler-path?)",
     ),
+    # A consumer without Kubernetes: a folder given for the assignment was a traceback; an
+    # acknowledgement file that cannot be written stopped the pod, with a traceback, at its
+    # first acknowledgement, after it had started on its partitions.
+    Row(
+        "an assignment file that is a folder",
+        ("consume", "--assignment-file", "{tmp}", *GOOD),
+        {},
+        "ehb: error: --assignment-file: {tmp} is a directory: give the assignment's JSON file",
+    ),
+    Row(
+        "an assignment file that is not there",
+        ("consume", "--assignment-file", "{tmp}/no-assignment.json", *GOOD),
+        {},
+        "ehb: error: --assignment-file: {tmp}/no-assignment.json does not exist",
+    ),
+    Row(
+        "an acknowledgement file in a folder that is not there",
+        (*GIVEN, "--ack-file", "{tmp}/no-folder/acks.json", *GOOD),
+        {},
+        "ehb: error: --ack-file: cannot write {tmp}/no-folder/acks.json.tmp (No such file or "
+        "directory): give a path in a folder you may write",
+    ),
+    Row(
+        "an acknowledgement file that is a folder",
+        (*GIVEN, "--ack-file", "{tmp}", *GOOD),
+        {},
+        "ehb: error: --ack-file: {tmp} is a directory: give the path of a file to write",
+    ),
+    Row(
+        "acknowledgements written over the assignment",
+        (*GIVEN, "--ack-file", "{tmp}/given.json", *GOOD),
+        {},
+        "ehb: error: --ack-file: is the assignment file: give another path (the pod never "
+        "writes its assignment)",
+    ),
     Row(
         "checkpoints listed with neither a consumer nor its coordinates",
         ("checkpoints", "list"),
@@ -395,6 +435,7 @@ def workspace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name, source in HANDLERS.items():
         (tmp_path / name).write_text(textwrap.dedent(source))
     (tmp_path / "kubeconfig").write_text(BROKEN_KUBECONFIG)
+    (tmp_path / "given.json").write_text(json.dumps(consumerfakes.configmap(1, {})))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.setattr(sys, "modules", dict(sys.modules))
@@ -487,7 +528,7 @@ def test_a_taken_port_is_one_line_that_names_the_flag(
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        argv = [*LOCAL, "--handler-path", str(workspace), "--handler", "ehb_good:process"]
+        argv = [a.replace("{tmp}", str(workspace)) for a in (*GIVEN, *GOOD)]
         status = cli.main([*argv, "--host", "127.0.0.1", "--port", str(port)])
     assert capsys.readouterr().err.splitlines() == [
         f"ehb: error: --port: 127.0.0.1:{port} is taken: give another --port (env EHB_PORT), "

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from eventhub_balancer.consumer import assignments, connections, runtime
+from eventhub_balancer.consumer import assignmentfiles, connections, runtime
 from eventhub_balancer.contracts import configmaps, endpoints
 from tests.consumer import test_runtime
 from tests.support import configmapfakes, consumerfakes
@@ -90,7 +90,7 @@ async def test_an_assignment_file_that_does_not_read_yet_is_waited_for(
     path = tmp_path / "assignment.json"
     whole = _assignment_file_text()
     path.write_bytes(unreadable(whole))
-    updates = assignments.FileSource(path, poll_seconds=0.2).updates()
+    updates = assignmentfiles.FileSource(path, poll_seconds=0.2).updates()
     assert isinstance(updates, AsyncGenerator)
     reader = asyncio.ensure_future(anext(updates))
     try:
@@ -211,7 +211,7 @@ async def test_an_assignment_file_whose_partitions_cannot_be_read_keeps_the_last
     not applied (it released everything), as one that is not JSON is not."""
     path = tmp_path / "assignment.json"
     path.write_text(json.dumps(consumerfakes.configmap(1, {"0": (1, "owned")})))
-    updates = assignments.FileSource(path, poll_seconds=0.2).updates()
+    updates = assignmentfiles.FileSource(path, poll_seconds=0.2).updates()
     assert isinstance(updates, AsyncGenerator)
     try:
         async with asyncio.timeout(1):

@@ -7,8 +7,8 @@ runtime only sees this module's :class:`AssignmentSource`, with three implementa
 
 - :class:`ConfigMapSource`: the pod's own ConfigMap, watched through the Kubernetes API (only
   the operator's ConfigMap for this very pod: ``adapters.podconfig`` refuses the others);
-- :class:`FileSource`: a ConfigMap-shaped JSON file, for running without Kubernetes (a
-  static assignment, a demo, a test that edits the file);
+- ``assignmentfiles.FileSource``: a ConfigMap-shaped JSON file, for running without
+  Kubernetes (a static assignment, a demo, a test that edits the file);
 - :class:`MemorySource`: assignments handed over in-process (tests, the Python API).
 """
 
@@ -16,13 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 from collections.abc import AsyncIterator, Mapping
-from pathlib import Path
 from typing import Any, Protocol
 
-from eventhub_balancer import errors
 from eventhub_balancer.adapters import podconfig, podreconnects
 from eventhub_balancer.contracts import bounds, configmaps, partitionreports, podassignments
 
@@ -217,74 +214,6 @@ class MemorySource:
 
         async with self.acknowledged:
             await self.acknowledged.wait_for(done)
-
-
-class FileSource:
-    """A ConfigMap-shaped JSON file, re-read when it changes; acks go to a second file.
-
-    The file is only read: acknowledgements are written to ``ack_path`` (a JSON object with
-    the two annotations), so that whoever edits the assignment never races with us.
-    """
-
-    def __init__(
-        self, path: Path, *, ack_path: Path | None = None, poll_seconds: float = 0.2
-    ) -> None:
-        self.path = path
-        self.ack_path = ack_path
-        self.poll_seconds = poll_seconds
-        self._readable = Readable(f"assignment file {path}", advice=FILE_ADVICE)
-
-    def _parse(self, raw: bytes) -> Assignment | None:
-        """The assignment ``raw`` holds; None while it is not JSON (yet), or its partitions
-        cannot be read (`Readable`)."""
-        try:
-            body = bounds.loads(raw.decode("utf-8"))
-        except ValueError:  # a file caught half-written, maybe inside a UTF-8 character
-            logger.warning("assignment file %s is not JSON (yet): keeping the last one", self.path)
-            return None
-        if not isinstance(body, dict):
-            raise errors.InvalidInput(str(self.path), "must hold a JSON object (a ConfigMap)")
-        return self._readable.take(from_configmap(body))
-
-    async def updates(self) -> AsyncIterator[Assignment]:
-        if not self.path.exists():
-            raise errors.InvalidInput("--assignment-file", f"{self.path} does not exist")
-        # What was last read, good or not (a file left unreadable is said so once, not at
-        # every poll), and the last assignment taken (a file put back as it was is no news).
-        last_raw: bytes | None = None
-        last_taken: bytes | None = None
-        while True:
-            try:
-                raw: bytes | None = self.path.read_bytes()
-            except FileNotFoundError:
-                raw = None
-            if raw is not None and raw != last_raw:
-                last_raw = raw
-                assignment = self._parse(raw) if raw != last_taken else None
-                if assignment is not None:
-                    last_taken = raw
-                    yield assignment
-            await asyncio.sleep(self.poll_seconds)
-
-    async def acknowledge(
-        self,
-        *,
-        applied_generation: int | None,
-        released: Mapping[str, int],
-        reports: Reports | None = None,
-    ) -> bool:
-        if self.ack_path is None:
-            return False
-        annotations = acknowledgement_annotations(
-            applied_generation=applied_generation, released=released, reports=reports
-        )
-        temporary = self.ack_path.with_suffix(self.ack_path.suffix + ".tmp")
-        temporary.write_text(json.dumps({"metadata": {"annotations": annotations}}, indent=1))
-        temporary.replace(self.ack_path)  # atomic: a reader never sees half a file
-        return True
-
-    def acknowledgement_lost(self) -> bool:
-        return False  # the ack file is ours alone
 
 
 #: What the pod says when the ConfigMap it ran goes: deleted with its EventHubConsumer (by

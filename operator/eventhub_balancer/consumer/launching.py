@@ -19,6 +19,7 @@ from typing import Any
 
 from eventhub_balancer.adapters import podconfig
 from eventhub_balancer.consumer import (
+    assignmentfiles,
     assignments,
     connections,
     crashmarkers,
@@ -80,7 +81,8 @@ def build_processor(
 
 def build_source(config: settings.ConsumerSettings) -> assignments.AssignmentSource:
     if config.assignment_file is not None:
-        return assignments.FileSource(config.assignment_file, ack_path=config.ack_file)
+        assignmentfiles.check(config.assignment_file, ack_path=config.ack_file)
+        return assignmentfiles.FileSource(config.assignment_file, ack_path=config.ack_file)
     client = podconfig.PodConfigMaps(
         namespace=config.namespace,
         consumer=config.consumer,
