@@ -304,6 +304,14 @@ ROWS = [
         "writes its assignment)",
     ),
     Row(
+        "a consumer listening on an address not of this machine",
+        (*GIVEN, *GOOD, "--host", "192.0.2.1"),
+        {},
+        "ehb: error: --host: cannot listen on 192.0.2.1:8080 (Cannot assign requested "
+        "address): give an address of this machine (env EHB_HOST), or 0.0.0.0 for all of them",
+        status=1,
+    ),
+    Row(
         "checkpoints listed with neither a consumer nor its coordinates",
         ("checkpoints", "list"),
         {},

@@ -10,7 +10,6 @@ would move every partition it owns, and a poison event with them, through the fl
 
 from __future__ import annotations
 
-import errno
 import logging
 from typing import Final
 
@@ -18,12 +17,17 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from eventhub_balancer import errors
+from eventhub_balancer.adapters import listening
 from eventhub_balancer.consumer import metrics, runtime
 
 logger = logging.getLogger(__name__)
 
 #: The runtime's loop turns every 0.5 s; ten missed turns mean it is blocked.
 HEARTBEAT_LIMIT_S: Final = 5.0
+#: The flags that move the endpoints, for a refusal to listen.
+FLAGS: Final = listening.Flags(
+    host="--host", port="--port", host_also="env EHB_HOST", port_also="env EHB_PORT"
+)
 
 
 def application(consumer: runtime.Runtime) -> web.Application:
@@ -64,23 +68,9 @@ async def serve(consumer: runtime.Runtime, *, host: str, port: int) -> web.AppRu
         await site.start()
     except OSError as e:
         await runner.cleanup()
-        raise errors.ConfigurationError(_unlistenable(host, port, e)) from e
+        raise errors.ConfigurationError(listening.refusal(host, port, e, flags=FLAGS)) from e
     logger.info("serving /healthz /readyz /metrics on %s:%d", host, bound_port(runner))
     return runner
-
-
-def _unlistenable(host: str, port: int, e: OSError) -> str:
-    """What to change when the endpoints cannot listen: the port, or the address."""
-    if e.errno == errno.EADDRINUSE:
-        return (
-            f"--port: {host}:{port} is taken: give another --port (env EHB_PORT), or 0 for a "
-            "free one"
-        )
-    reason = e.strerror or str(e)
-    return (
-        f"--host: cannot listen on {host}:{port} ({reason}): give an address of this machine "
-        "(env EHB_HOST), or 0.0.0.0 for all of them"
-    )
 
 
 def bound_port(runner: web.AppRunner) -> int:

@@ -14,7 +14,6 @@ import concurrent.futures
 import dataclasses
 import json
 import logging
-import os
 import ssl
 import threading
 import time
@@ -26,6 +25,7 @@ from aiohttp import web
 from kopf._cogs.clients import errors as kopf_errors
 
 from eventhub_balancer import errors, runners
+from eventhub_balancer.adapters import listening
 from eventhub_balancer.handlers import (
     growth,
     kopfkeepalives,
@@ -38,6 +38,11 @@ from eventhub_balancer.handlers import (
 )
 
 logger = logging.getLogger(__name__)
+
+#: The flags that move the metrics endpoint, for a refusal to listen.
+METRICS_FLAGS = listening.Flags(
+    host="--metrics-host", port="--metrics-port", port_also="the chart's value `port`"
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -85,12 +90,10 @@ async def _start_http(
         await site.start()
     except OSError as e:
         # Another process holds the port (the usual case: a second operator on one machine),
-        # or it is privileged: one line naming the flag, not aiohttp's stack.
+        # it is privileged, or the address is not this machine's: one line naming the flag.
         await runner.cleanup()
         raise errors.ConfigurationError(
-            f"cannot serve /metrics and /healthz on {options.metrics_host}:{port}: "
-            f"{(os.strerror(e.errno) if e.errno else str(e)).lower()}: give --metrics-port "
-            "another port (0: any free port; the chart's value `port`), or stop what holds it"
+            listening.refusal(options.metrics_host, port, e, flags=METRICS_FLAGS)
         ) from None
     sockets = getattr(site._server, "sockets", None) or []
     bound = sockets[0].getsockname()[1] if sockets else port
