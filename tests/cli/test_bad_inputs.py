@@ -311,6 +311,41 @@ ROWS = [
         "address): give an address of this machine (env EHB_HOST), or 0.0.0.0 for all of them",
         status=1,
     ),
+    # A consumer's NAME no consumer can have: '' (an unset variable) and '.' asked for the
+    # namespace's whole list, which was read as one consumer ("spec.eventHub: is required",
+    # "None/None: no status yet"); a namespace no namespace can have was "not found".
+    Row(
+        "a consumer named by an unset variable",
+        ("checkpoints", "export", "", "-n", "shop", "--kubeconfig", "{tmp}/no-kubeconfig"),
+        {},
+        "ehb checkpoints export: error: argument NAME: '' is not an EventHubConsumer's name "
+        "(lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, "
+        "at most 253 characters): give one as `ehb status -n NAMESPACE` lists them (see ehb "
+        "checkpoints export --help)",
+    ),
+    Row(
+        "the status of a consumer named '.'",
+        ("status", ".", "-n", "shop", "--kubeconfig", "{tmp}/no-kubeconfig"),
+        {},
+        "ehb status: error: argument NAME: '.' is not an EventHubConsumer's name (lower-case "
+        "letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 "
+        "characters): give one as `ehb status -n NAMESPACE` lists them (see ehb status --help)",
+    ),
+    Row(
+        "dead letters of a consumer in a namespace no name can match",
+        ("deadletters", "list", "orders", "-n", "Shop", "--kubeconfig", "{tmp}/no-kubeconfig"),
+        {},
+        "ehb deadletters list: error: argument -n/--namespace: 'Shop' is not a namespace's "
+        "name: give one of 63 characters at most, lowercase letters, digits and '-', starting "
+        "and ending with a letter or digit (see ehb deadletters list --help)",
+    ),
+    Row(
+        "checkpoints of a consumer in a namespace no name can match",
+        ("checkpoints", "list", "orders", "-n", "Shop", "--kubeconfig", "{tmp}/no-kubeconfig"),
+        {},
+        "ehb: error: --namespace: 'Shop' is not a namespace's name: give one of 63 characters "
+        "at most, lowercase letters, digits and '-', starting and ending with a letter or digit",
+    ),
     Row(
         "checkpoints listed with neither a consumer nor its coordinates",
         ("checkpoints", "list"),

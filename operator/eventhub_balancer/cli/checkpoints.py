@@ -24,7 +24,13 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, TypedDict
 
-from eventhub_balancer.cli import actingidentities, allowedendpoints, consumertargets, tables
+from eventhub_balancer.cli import (
+    actingidentities,
+    allowedendpoints,
+    consumerlookups,
+    consumertargets,
+    tables,
+)
 from eventhub_balancer.contracts import connectionstrings
 
 if TYPE_CHECKING:
@@ -76,12 +82,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "name",
         nargs="?",
         metavar="NAME",
+        type=consumerlookups.consumer_name,
         help="the EventHubConsumer whose checkpoints to list (default: give the flags below)",
     )
     parser.add_argument(
         "-n",
         "--namespace",
         default=None,
+        # Checked with NAME only (`consumertargets.consumer_namespace`): without it, a host
+        # here is the old spelling of --eventhub-namespace, and is said so.
         help="NAME's namespace (default: the kubeconfig context's, as kubectl)",
     )
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: $KUBECONFIG)")

@@ -31,11 +31,14 @@ PAUSE_HINT = (
 def add_arguments(parser: argparse.ArgumentParser, *, name: bool = True) -> None:
     """NAME, -n and --kubeconfig, whose identity acts, and where credentials may go."""
     if name:
-        parser.add_argument("name", help="the EventHubConsumer")
+        parser.add_argument(
+            "name", metavar="NAME", type=consumerlookups.consumer_name, help="the EventHubConsumer"
+        )
     parser.add_argument(
         "-n",
         "--namespace",
         default=None,
+        type=consumerlookups.namespace_name,
         help="its namespace (default: the kubeconfig context's, as kubectl)",
     )
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: $KUBECONFIG)")
@@ -60,7 +63,10 @@ def refuse_malformed(
 def consumer_namespace(args: argparse.Namespace) -> str:
     """The namespace of NAME: ``-n``, else the kubeconfig context's."""
     from eventhub_balancer.cli import kubecontexts
+    from eventhub_balancer.contracts import namespacepatterns
 
+    if args.namespace:  # `ehb checkpoints list` checks its -n only here, with NAME
+        namespacepatterns.name(args.namespace, field="--namespace")
     return kubecontexts.namespace_of(namespace=args.namespace, kubeconfig=args.kubeconfig)
 
 

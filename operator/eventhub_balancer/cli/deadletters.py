@@ -26,7 +26,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from eventhub_balancer.cli import actingidentities, consumertargets, tables
+from eventhub_balancer.cli import actingidentities, consumerlookups, consumertargets, tables
 from eventhub_balancer.contracts import bounds, conditions, connectionstrings
 
 if TYPE_CHECKING:
@@ -102,7 +102,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", metavar="NAME", help="the EventHubConsumer")
+    parser.add_argument(
+        "name", metavar="NAME", type=consumerlookups.consumer_name, help="the EventHubConsumer"
+    )
     consumertargets.add_arguments(parser, name=False)
     credentials = parser.add_mutually_exclusive_group()
     credentials.add_argument(

@@ -17,12 +17,19 @@ HELP = "print pods, partitions, epochs, readiness and hand-offs of EventHubConsu
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", nargs="?", help="one EventHubConsumer (default: all)")
+    parser.add_argument(
+        "name",
+        nargs="?",
+        metavar="NAME",
+        type=consumerlookups.consumer_name,
+        help="one EventHubConsumer (default: all)",
+    )
     scope = parser.add_mutually_exclusive_group()
     scope.add_argument(
         "-n",
         "--namespace",
         default=None,
+        type=consumerlookups.namespace_name,
         help="namespace (default: the kubeconfig context's, as kubectl)",
     )
     scope.add_argument(

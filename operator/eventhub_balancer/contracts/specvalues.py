@@ -77,20 +77,33 @@ def container_name(value: str, field: str) -> str:
     return value
 
 
+def is_object_name(value: object) -> bool:
+    """Whether ``value`` is a name the API server takes for a Secret, a ServiceAccount or a
+    custom resource (a DNS-1123 subdomain)."""
+    return (
+        isinstance(value, str)
+        and len(value) <= _DNS_SUBDOMAIN_MAX
+        and _DNS_SUBDOMAIN.match(value) is not None
+    )
+
+
+#: What `is_object_name` asks of a name, for a message that refuses one.
+OBJECT_NAME_RULE = (
+    "lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, at "
+    f"most {_DNS_SUBDOMAIN_MAX} characters"
+)
+
+
 def object_name(value: object, field: str, kind: str, where: str) -> str:
     """The name of a ``kind`` object (Secret, ServiceAccount) ``where`` it must be found."""
-    if (
-        not isinstance(value, str)
-        or len(value) > _DNS_SUBDOMAIN_MAX
-        or not _DNS_SUBDOMAIN.match(value)
-    ):
+    if not is_object_name(value):
         shown = value[:80] if isinstance(value, str) else value
         raise errors.InvalidInput(
             field,
-            f"{shown!r} is not a {kind} name: use the name of a {kind} {where} (lower-case "
-            "letters, digits, '-' and '.', starting and ending with a letter or digit, at "
-            "most 253 characters)",
+            f"{shown!r} is not a {kind} name: use the name of a {kind} {where} "
+            f"({OBJECT_NAME_RULE})",
         )
+    assert isinstance(value, str)
     return value
 
 
