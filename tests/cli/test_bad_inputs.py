@@ -346,6 +346,33 @@ ROWS = [
         "ehb: error: --namespace: 'Shop' is not a namespace's name: give one of 63 characters "
         "at most, lowercase letters, digits and '-', starting and ending with a letter or digit",
     ),
+    # The coordinates of `ehb checkpoints list` by flags are checked as the spec's fields are:
+    # a host with a space or a one-letter container were tried for 20 s against the store.
+    Row(
+        "checkpoints of an Event Hubs namespace no host can be",
+        ("checkpoints", "list", "--eventhub-namespace", "shop ns", "--hub", "h"),
+        {},
+        "ehb checkpoints list: error: argument --eventhub-namespace: 'shop ns' is not an Event "
+        "Hubs namespace host: use <namespace>.servicebus.windows.net, or host:port with a port "
+        "from 1 to 65535 for a local emulator (see ehb checkpoints list --help)",
+    ),
+    Row(
+        "checkpoints in a container no container can be",
+        ("checkpoints", "list", "--container", "Checkpoints", "--hub", "h"),
+        {},
+        "ehb checkpoints list: error: argument --container: 'Checkpoints' is not a blob "
+        "container name: use 3-63 lower-case letters, digits and single dashes, starting and "
+        "ending with a letter or digit (see ehb checkpoints list --help)",
+    ),
+    Row(
+        "dead letters read through a blob endpoint that is not HTTPS",
+        ("deadletters", "list", "orders", "--account-url", "http://shop.blob.core.windows.net"),
+        {},
+        "ehb deadletters list: error: argument --account-url: 'http://shop.blob.core.windows.net' "
+        "is not a blob endpoint: use https://<account>.blob.core.windows.net (a host under a "
+        "suffix the operator's install allows; a port, if any, from 1 to 65535) (see ehb "
+        "deadletters list --help)",
+    ),
     Row(
         "checkpoints listed with neither a consumer nor its coordinates",
         ("checkpoints", "list"),

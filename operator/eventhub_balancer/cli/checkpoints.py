@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, TypedDict
 from eventhub_balancer.cli import (
     actingidentities,
     allowedendpoints,
-    consumerlookups,
     consumertargets,
+    flagtypes,
     tables,
 )
 from eventhub_balancer.contracts import connectionstrings
@@ -82,7 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "name",
         nargs="?",
         metavar="NAME",
-        type=consumerlookups.consumer_name,
+        type=flagtypes.consumer_name,
         help="the EventHubConsumer whose checkpoints to list (default: give the flags below)",
     )
     parser.add_argument(
@@ -101,12 +101,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     credentials.add_argument(
         "--account-url",
+        type=flagtypes.account_url,
         help="https://<account>.blob.core.windows.net, with DefaultAzureCredential (without "
         "NAME only)",
     )
-    parser.add_argument("--container", help="the checkpoint container (required without NAME)")
+    parser.add_argument(
+        "--container",
+        type=flagtypes.container,
+        help="the checkpoint container (required without NAME)",
+    )
     parser.add_argument(
         "--eventhub-namespace",
+        type=flagtypes.eventhub_namespace,
         help="fully qualified Event Hubs namespace (x.servicebus.windows.net; required without "
         "NAME)",
     )

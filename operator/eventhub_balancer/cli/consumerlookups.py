@@ -10,36 +10,13 @@ says to install it (`kubereads`).
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from eventhub_balancer import errors
-from eventhub_balancer.contracts import namespacepatterns, specs, specvalues
+from eventhub_balancer.contracts import specs
 
 #: Namespaces named in the message; the rest are counted.
 NAMED = 3
-
-
-def consumer_name(raw: str) -> str:
-    """NAME's type: an EventHubConsumer's name, refused before the kubeconfig is read when no
-    consumer can have it. '' and '.' asked for the namespace's whole list, which was then
-    read as one consumer ("spec.eventHub: is required", "None/None: no status yet")."""
-    if not specvalues.is_object_name(raw):
-        raise argparse.ArgumentTypeError(
-            f"{raw[:80]!r} is not an {specs.KIND}'s name ({specvalues.OBJECT_NAME_RULE}): "
-            "give one as `ehb status -n NAMESPACE` lists them"
-        )
-    return raw
-
-
-def namespace_name(raw: str) -> str:
-    """``-n``'s type: a namespace's name; '' is the kubeconfig context's, as kubectl takes it."""
-    if raw:
-        try:
-            namespacepatterns.name(raw, field="--namespace")
-        except errors.InvalidInput as e:
-            raise argparse.ArgumentTypeError(e.problem) from None
-    return raw
 
 
 async def get_consumer(api: Any, *, namespace: str, name: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from eventhub_balancer.cli import actingidentities, allowedendpoints, consumerlookups
+from eventhub_balancer.cli import actingidentities, allowedendpoints, consumerlookups, flagtypes
 from eventhub_balancer.contracts import specs
 
 if TYPE_CHECKING:
@@ -32,13 +32,13 @@ def add_arguments(parser: argparse.ArgumentParser, *, name: bool = True) -> None
     """NAME, -n and --kubeconfig, whose identity acts, and where credentials may go."""
     if name:
         parser.add_argument(
-            "name", metavar="NAME", type=consumerlookups.consumer_name, help="the EventHubConsumer"
+            "name", metavar="NAME", type=flagtypes.consumer_name, help="the EventHubConsumer"
         )
     parser.add_argument(
         "-n",
         "--namespace",
         default=None,
-        type=consumerlookups.namespace_name,
+        type=flagtypes.namespace_name,
         help="its namespace (default: the kubeconfig context's, as kubectl)",
     )
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: $KUBECONFIG)")

@@ -26,7 +26,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from eventhub_balancer.cli import actingidentities, consumerlookups, consumertargets, tables
+from eventhub_balancer.cli import actingidentities, consumertargets, flagtypes, tables
 from eventhub_balancer.contracts import bounds, conditions, connectionstrings
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "name", metavar="NAME", type=consumerlookups.consumer_name, help="the EventHubConsumer"
+        "name", metavar="NAME", type=flagtypes.consumer_name, help="the EventHubConsumer"
     )
     consumertargets.add_arguments(parser, name=False)
     credentials = parser.add_mutually_exclusive_group()
@@ -114,6 +114,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     )
     credentials.add_argument(
         "--account-url",
+        type=flagtypes.account_url,
         help="https://<account>.blob.core.windows.net, with your DefaultAzureCredential; only "
         "for a host bound to the CR's namespace",
     )

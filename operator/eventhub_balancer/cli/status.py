@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer import errors
-from eventhub_balancer.cli import consumerlookups, kubecontexts, tables
+from eventhub_balancer.cli import consumerlookups, flagtypes, kubecontexts, tables
 from eventhub_balancer.contracts import bounds, conditions, labelselectors, podstates
 
 COMMAND = ("status",)
@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "name",
         nargs="?",
         metavar="NAME",
-        type=consumerlookups.consumer_name,
+        type=flagtypes.consumer_name,
         help="one EventHubConsumer (default: all)",
     )
     scope = parser.add_mutually_exclusive_group()
@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-n",
         "--namespace",
         default=None,
-        type=consumerlookups.namespace_name,
+        type=flagtypes.namespace_name,
         help="namespace (default: the kubeconfig context's, as kubectl)",
     )
     scope.add_argument(

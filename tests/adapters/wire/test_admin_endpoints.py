@@ -282,7 +282,7 @@ def test_an_installer_allowed_suffix_is_honoured_and_the_old_flag_says_what_to_u
             "--account-url",
             "https://shop.blob.core.chinacloudapi.cn",
             "--container",
-            "c",
+            "cps",
             "--eventhub-namespace",
             "shop.servicebus.chinacloudapi.cn",
             "--hub",
@@ -296,7 +296,7 @@ def test_an_installer_allowed_suffix_is_honoured_and_the_old_flag_says_what_to_u
     allowedendpoints.policy(args).check_eventhub(
         fully_qualified_namespace=args.eventhub_namespace, connection_string=None
     )
-    old = ["checkpoints", "list", "--connection-string", "x", "--container", "c"]
+    old = ["checkpoints", "list", "--connection-string", "x", "--container", "cps"]
     assert cli.main([*old, "--namespace", "n.servicebus.windows.net", "--hub", "h"]) == 2
     assert "is now --eventhub-namespace" in capsys.readouterr().err
     assert admin_identity.built == 0

@@ -143,7 +143,7 @@ def test_checkpoints_list_without_credentials_is_a_usage_error(
 ) -> None:
     monkeypatch.delenv(list_command.CONNECTION_STRING_ENV, raising=False)
     status = cli.main(
-        ["checkpoints", "list", "--container", "c", "--eventhub-namespace", "n", "--hub", "h"]
+        ["checkpoints", "list", "--container", "cps", "--eventhub-namespace", "n", "--hub", "h"]
     )
     assert status == 2
     assert "--connection-string" in capsys.readouterr().err

@@ -195,7 +195,7 @@ def test_checkpoints_list_takes_the_consumers_name(
 def test_checkpoints_list_with_a_name_refuses_the_flags_that_say_where(
     asked: list[str], kubeconfig: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["checkpoints", "list", "orders", "--kubeconfig", kubeconfig, "--container", "c"]
+    argv = ["checkpoints", "list", "orders", "--kubeconfig", kubeconfig, "--container", "cps"]
     assert cli.main(argv) == 2
     assert capsys.readouterr().err.splitlines() == [
         "ehb: error: --container: EventHubConsumer orders says where its checkpoints are: "
@@ -207,7 +207,7 @@ def test_checkpoints_list_with_a_name_refuses_the_flags_that_say_where(
 def test_checkpoints_list_without_a_name_still_refuses_namespace_for_the_eventhub_one(
     asked: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["checkpoints", "list", "--container", "c", "--hub", "h", "--connection-string", "x"]
+    argv = ["checkpoints", "list", "--container", "cps", "--hub", "h", "--connection-string", "x"]
     assert cli.main([*argv, "--namespace", "shop.servicebus.windows.net"]) == 2
     assert capsys.readouterr().err.splitlines() == [
         "ehb: error: --namespace: is now --eventhub-namespace (the Event Hubs namespace, "
@@ -252,7 +252,7 @@ def test_a_malformed_connection_string_is_one_line_naming_where_it_came_from(
 ) -> None:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    where = ["--container", "c", "--eventhub-namespace", "shop.servicebus.windows.net"]
+    where = ["--container", "cps", "--eventhub-namespace", "shop.servicebus.windows.net"]
     assert cli.main(["checkpoints", "list", *where, "--hub", "h", *argv]) == 2
     assert capsys.readouterr().err.splitlines() == [f"ehb: error: {source}: {BLOB_PROBLEM}"]
 

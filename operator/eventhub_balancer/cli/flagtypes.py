@@ -1,0 +1,57 @@
+"""argparse types for the admin's commands: a value no object, host or container can have is
+refused by the parser, in its one line naming the flag, before a kubeconfig is read or a
+client dials anything. Each takes the rule the spec's own check holds (`specvalues`,
+`namespacepatterns`), so a flag and the field it stands for refuse the same values.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from eventhub_balancer import errors
+from eventhub_balancer.contracts import namespacepatterns, specs, specvalues
+
+
+def checked(check: Callable[[str, str], str]) -> Callable[[str], str]:
+    """An argparse type from a spec check, ``check(value, field)``: argparse names the flag, so
+    the type says only what is wrong with the value and what to give."""
+
+    def parse(raw: str) -> str:
+        try:
+            return check(raw, "")
+        except errors.InvalidInput as e:
+            raise argparse.ArgumentTypeError(e.problem) from None
+
+    parse.__name__ = check.__name__  # argparse names the type in its own messages
+    return parse
+
+
+#: ``--eventhub-namespace``: x.servicebus.windows.net (host:port for a local emulator).
+eventhub_namespace = checked(specvalues.fully_qualified_namespace)
+#: ``--container``: a blob container's name.
+container = checked(specvalues.container_name)
+#: ``--account-url``: https://<account>.blob.core.windows.net.
+account_url = checked(specvalues.account_url)
+
+
+def consumer_name(raw: str) -> str:
+    """NAME's type: an EventHubConsumer's name, refused before the kubeconfig is read when no
+    consumer can have it. '' and '.' asked for the namespace's whole list, which was then
+    read as one consumer ("spec.eventHub: is required", "None/None: no status yet")."""
+    if not specvalues.is_object_name(raw):
+        raise argparse.ArgumentTypeError(
+            f"{raw[:80]!r} is not an {specs.KIND}'s name ({specvalues.OBJECT_NAME_RULE}): "
+            "give one as `ehb status -n NAMESPACE` lists them"
+        )
+    return raw
+
+
+def namespace_name(raw: str) -> str:
+    """``-n``'s type: a namespace's name; '' is the kubeconfig context's, as kubectl takes it."""
+    if raw:
+        try:
+            namespacepatterns.name(raw, field="--namespace")
+        except errors.InvalidInput as e:
+            raise argparse.ArgumentTypeError(e.problem) from None
+    return raw
