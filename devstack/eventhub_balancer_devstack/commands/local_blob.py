@@ -7,6 +7,7 @@ connection string first (so scripts can read one line) and stops Azurite on Ctrl
 from __future__ import annotations
 
 import argparse
+import errno
 import signal
 import sys
 import threading
@@ -30,11 +31,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from eventhub_balancer import errors
     from eventhub_balancer_devstack import azurite
+    from eventhub_balancer_devstack.commands import demo
 
     if not 0 <= args.port <= 65535:
         raise errors.InvalidInput(
             "--port", f"{args.port} is not a port number (0 picks a free one)"
         )
+    # A file given here was said as a port taken: Azurite's folder is made before its port.
+    demo.check_directory(args.location, flag="--location")
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -45,7 +49,9 @@ def run(args: argparse.Namespace) -> int:
     service = azurite.Azurite(port=args.port, location=args.location)
     try:
         service.start()
-    except OSError as e:
+    except OSError as e:  # Azurite listens on 127.0.0.1 only: the port is what to change
+        if e.errno != errno.EADDRINUSE:
+            raise errors.ConfigurationError(f"Azurite cannot be started: {e}") from e
         raise errors.ConfigurationError(
             f"--port: 127.0.0.1:{args.port} is taken: choose another --port, or 0 for a free one"
         ) from e

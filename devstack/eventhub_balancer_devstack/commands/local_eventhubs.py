@@ -13,9 +13,12 @@ import signal
 import sys
 
 from eventhub_balancer import errors
+from eventhub_balancer.adapters import listening
 
 COMMAND = ("local", "eventhubs")
 HELP = "run a local Event Hubs emulator (AMQP 1.0) for the azure-eventhub SDK"
+#: The flags that move the emulator, for a refusal to listen.
+FLAGS = listening.Flags(host="--host", port="--port")
 
 #: The AMQP port Event Hubs and its official emulator use without TLS.
 DEFAULT_PORT = 5672
@@ -97,8 +100,7 @@ def run(args: argparse.Namespace) -> int:
             await emulator.start()
         except OSError as e:
             raise errors.ConfigurationError(
-                f"cannot listen on {args.host}:{args.port}: {e.strerror} "
-                "(choose another --port, or 0 for any free port)"
+                listening.refusal(args.host, args.port, e, flags=FLAGS)
             ) from e
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -144,6 +144,25 @@ def test_ehb_local_blob_names_a_taken_port() -> None:
     ]
 
 
+def test_ehb_local_blob_names_a_location_that_cannot_be_a_folder(tmp_path: Path) -> None:
+    """A file given as --location was said as a port taken: mkdir's error came up through
+    the handler of the bind's."""
+    afile = tmp_path / "blobs"
+    afile.write_text("")
+    done = subprocess.run(
+        [sys.executable, "-m", "eventhub_balancer", "local", "blob", "--location", str(afile)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPOSITORY,
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"ehb: error: --location: {afile} cannot be made a directory (it is a file): give a "
+        "directory, or a path where one can be made"
+    ]
+
+
 # Azurite's conditional writes, as docs/checkpoints.md states them and the checkpoint store uses.
 
 

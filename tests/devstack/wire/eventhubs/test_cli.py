@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 
@@ -47,3 +48,35 @@ def test_bad_hub_flag_names_the_flag(value: str) -> None:
     )
     assert result.returncode == 2
     assert "--hub" in result.stderr
+
+
+def test_an_address_or_port_it_cannot_listen_on_names_the_flag_to_change() -> None:
+    """An address not of this machine was said with "choose another --port"."""
+    local = [*EHB, "local", "eventhubs"]
+    elsewhere = subprocess.run(
+        [*local, "--host", "192.0.2.1", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        check=False,
+    )
+    assert elsewhere.returncode == 1
+    assert elsewhere.stderr.splitlines() == [
+        "ehb: error: --host: cannot listen on 192.0.2.1:0 (Cannot assign requested address): "
+        "give an address of this machine, or 0.0.0.0 for all of them"
+    ]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        held = subprocess.run(
+            [*local, "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=WAIT_S,
+            check=False,
+        )
+    assert held.returncode == 1
+    assert held.stderr.splitlines() == [
+        f"ehb: error: --port: 127.0.0.1:{port} is taken: give another --port, or 0 for a free one"
+    ]
