@@ -11,6 +11,7 @@ import pytest
 
 from eventhub_balancer import errors
 from eventhub_balancer_devstack.benchmarks import records, recordviews
+from eventhub_balancer_devstack.commands import bench_record
 
 PLANNER = [
     {"partitions": 32, "pods": 4, "case": "fresh", "ms": 0.131},
@@ -274,3 +275,19 @@ def test_decide_figures_are_one_row_per_fleet_cold_and_split_at_the_planner() ->
     assert len(lines) == 4
     assert lines[3] == "| 1,024 | 64 | 12.5 | 7.4 | 0.9 | 6.5 |"
     assert recordviews.decide({"not": "a list"}) == recordviews.generic({"not": "a list"})
+
+
+@pytest.mark.parametrize("flag", ["--directory", "--result=out.json", "--refresh"])
+def test_a_flag_of_its_own_after_the_name_is_refused_not_run_as_the_benchmark(
+    flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Everything after NAME is COMMAND: `planner --directory D -- ehb bench ...` tried to
+    run `--directory` ("cannot run --directory: No such file or directory")."""
+    status = bench_record.main(["planner", flag, str(tmp_path), "--", "true"])
+    assert status == 2
+    name = flag.split("=")[0]
+    assert capsys.readouterr().err.splitlines() == [
+        f"ehb bench record: error: {name}: give ehb bench record's own flags before NAME, as "
+        f"in `ehb bench record {name} ... planner -- COMMAND`"
+    ]
+    assert list(tmp_path.iterdir()) == []

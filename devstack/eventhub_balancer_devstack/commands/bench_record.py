@@ -22,6 +22,9 @@ HELP = "run a benchmark with --json and save its output, date and load as docs f
 
 logger = logging.getLogger(__name__)
 
+#: The command's own flags, which must come before NAME (everything after it is COMMAND).
+OWN_FLAGS = frozenset({"--directory", "--result", "--load-average", "--refresh", "-h", "--help"})
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", nargs="?", help="the record's name: docs/benchmarks/NAME.json")
@@ -67,6 +70,14 @@ def run(args: argparse.Namespace) -> int:
     command = list(args.benchmark)
     if command[:1] == ["--"]:
         command = command[1:]
+    elif command[:1] and command[0].split("=")[0] in OWN_FLAGS:
+        # argparse gives everything after NAME to COMMAND: `NAME --directory D -- cmd` ran
+        # `--directory` as the benchmark ("cannot run --directory").
+        raise errors.InvalidInput(
+            command[0].split("=")[0],
+            "give ehb bench record's own flags before NAME, as in `ehb bench record "
+            f"{command[0].split('=')[0]} ... {args.name or 'NAME'} -- COMMAND`",
+        )
     if args.name is None and not args.refresh:
         raise errors.InvalidInput("NAME", "give a record name and a command, or --refresh FILE")
     if args.name is not None:
