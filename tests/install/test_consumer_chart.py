@@ -376,6 +376,13 @@ BAD_KEY = {"name": "orders-blob", "key": "connection string"}
             "at '/consumer/startPosition': maxProperties: got 2, want 1",
         ),
         ({"timeouts": {"releaseSeconds": -1}}, "/timeouts/releaseSeconds"),
+        # `ehb consume --release-timeout 0` is refused: the pods never started.
+        (
+            {"timeouts": {"releaseSeconds": 0}},
+            "at '/timeouts/releaseSeconds': minimum: got 0, want 1",
+        ),
+        # The API server refused it at install, after the Secrets and the Role were applied.
+        ({"consumer": {"name": "Orders"}}, "at '/consumer/name': 'Orders' does not match"),
         (
             {"consumer": {"eventHub": {"credentials": {"workloadIdentity": {"tenantId": "t"}}}}},
             "at '/consumer/eventHub/credentials/workloadIdentity': additional properties "
