@@ -374,6 +374,14 @@ ROWS = [
         "deadletters list --help)",
     ),
     Row(
+        "a consumer pod naming a consumer no consumer can be",
+        ("consume", *GOOD),
+        {"EHB_CONSUMER": "Orders", "POD_NAMESPACE": "shop"},
+        "ehb: error: EHB_CONSUMER: 'Orders' is not an EventHubConsumer's name (lower-case "
+        "letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 "
+        "characters): give its metadata.name (--consumer or env)",
+    ),
+    Row(
         "checkpoints listed with neither a consumer nor its coordinates",
         ("checkpoints", "list"),
         {},

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from eventhub_balancer import errors
+from eventhub_balancer.contracts import specvalues
 
 COMMAND = ("consume",)
 HELP = "process the partitions the operator assigns to this pod with your handler"
@@ -271,6 +272,13 @@ def run(args: argparse.Namespace) -> int:
     if in_kubernetes and not args.consumer:
         raise errors.InvalidInput(
             "EHB_CONSUMER", "is not set: give the EventHubConsumer's name (--consumer or env)"
+        )
+    if in_kubernetes and not specvalues.is_object_name(args.consumer):
+        # No consumer can have it: the pod waited for ever for a ConfigMap none would write.
+        raise errors.InvalidInput(
+            "EHB_CONSUMER",
+            f"{args.consumer[:80]!r} is not an EventHubConsumer's name "
+            f"({specvalues.OBJECT_NAME_RULE}): give its metadata.name (--consumer or env)",
         )
     if args.ack_file is not None and args.assignment_file is None:
         raise errors.InvalidInput("--ack-file", "only goes with --assignment-file")
