@@ -68,15 +68,16 @@ def run(args: argparse.Namespace) -> int:
 
     directory: Path = args.directory or records.DIRECTORY
     command = list(args.benchmark)
+    first = command[0].split("=")[0] if command else ""
     if command[:1] == ["--"]:
         command = command[1:]
-    elif command[:1] and command[0].split("=")[0] in OWN_FLAGS:
+    elif first in OWN_FLAGS:
         # argparse gives everything after NAME to COMMAND: `NAME --directory D -- cmd` ran
         # `--directory` as the benchmark ("cannot run --directory").
         raise errors.InvalidInput(
-            command[0].split("=")[0],
+            first,
             "give ehb bench record's own flags before NAME, as in `ehb bench record "
-            f"{command[0].split('=')[0]} ... {args.name or 'NAME'} -- COMMAND`",
+            f"{first} ... {args.name or 'NAME'} -- COMMAND`",
         )
     if args.name is None and not args.refresh:
         raise errors.InvalidInput("NAME", "give a record name and a command, or --refresh FILE")
