@@ -143,6 +143,41 @@ async def test_a_fault_whose_reason_changes_is_said_again(
     assert len(said(caplog, logging.WARNING, str(MISSING_HUB))) == 1
 
 
+async def test_a_standing_fault_whose_words_change_is_said_again_an_outages_is_not(
+    running: Callable[..., td.Daemon], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Someone mends one thing and the next is wrong (the Secret made, its key misspelt; a hub
+    renamed to another that does not exist either): one reason, new words, and the log said
+    nothing of it for 10 minutes. An outage's words may change at each attempt (the host
+    that refused): only its reason is news."""
+    caplog.set_level(logging.INFO, logger="eventhub_balancer")
+    daemon = running("a", "b", spec=SPEC)
+    await daemon.until(60)
+    caplog.clear()
+    daemon.hubs.failure = MISSING_HUB
+    await daemon.until(300)
+    renamed = errors.EventHubNotFound(
+        "Event Hub 'order' in shop.servicebus.windows.net does not exist: fix spec.eventHub.name"
+    )
+    daemon.hubs.failure = renamed
+    await daemon.until(540)  # within the first 10 minutes: no reminder is due
+    assert len(said(caplog, logging.WARNING, str(MISSING_HUB))) == 1
+    assert len(said(caplog, logging.WARNING, str(renamed))) == 1
+
+    daemon.hubs.failure = None
+    await daemon.until(1200)
+    caplog.clear()
+    daemon.hubs.failure = HUB
+    await daemon.until(1500)
+    elsewhere = errors.EventHubUnreachable(
+        "Event Hub 'orders' in shop.servicebus.windows.net: unreachable (ConnectError: reset)"
+    )
+    daemon.hubs.failure = elsewhere
+    await daemon.until(1740)
+    assert len(said(caplog, logging.WARNING, f"Event Hubs: {HUB}")) == 1
+    assert said(caplog, logging.WARNING, f"Event Hubs: {elsewhere}") == []
+
+
 async def test_a_fault_of_one_attempt_is_said_in_the_singular_when_it_ends(
     running: Callable[..., td.Daemon], caplog: pytest.LogCaptureFixture
 ) -> None:

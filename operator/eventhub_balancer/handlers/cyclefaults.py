@@ -26,6 +26,19 @@ logger = logging.getLogger(__name__)
 REMIND_SECONDS = 600.0
 
 
+def is_transient(reason: str) -> bool:
+    """Whether ``reason`` is an outage's (a `errors.TransientError`'s, or one of its kinds'):
+    one that may pass by itself, whose words may change at each attempt (the host that
+    refused, the attempts made). Any other names what is wrong and what to change."""
+    kinds: list[type[errors.EventHubBalancerError]] = [errors.TransientError]
+    while kinds:
+        kind = kinds.pop()
+        if kind.reason == reason:
+            return True
+        kinds.extend(kind.__subclasses__())
+    return False
+
+
 def to_say(before: str | None, reason: str, *, said: float, now: float) -> str | None:
     """Whether a failure for ``reason`` is to be said, after a run of ``before`` (None: no run
     under way) last said at ``said``: ``"new"`` when a run starts or its reason changes,

@@ -226,7 +226,8 @@ def told(
 ) -> P:
     """``failed`` (``before`` with the fault of one more failed attempt at ``what``) counted
     into its run, and said as the cycles' faults are (`cyclefaults`): a warning when the run
-    starts or its reason changes, a reminder at most every `cyclefaults.REMIND_SECONDS`, the
+    starts or its reason changes (or, for a fault that is not an outage, its words), a
+    reminder at most every `cyclefaults.REMIND_SECONDS`, the
     attempts in between at DEBUG. Each attempt was a warning: a hub that does not exist,
     asked every 30 s, was 120 lines an hour for each consumer that names it. The warnings of
     consumers that meet the fault together are said once for them (``lines``)."""
@@ -240,6 +241,10 @@ def told(
     )
     retry = run.backoff.delay
     was = before.fault.reason if before.fault is not None else None
+    if ongoing and before.fault != fault and not cyclefaults.is_transient(fault.reason):
+        # What is wrong changed within one reason (the Secret made, now its key missing):
+        # news, said as a new run's first line; it waited for the 10-minute reminder.
+        was = None
     due = cyclefaults.to_say(was, fault.reason, said=before.said, now=wall)
     if due == "new":
         msg = "%s: %s: %s (retrying in %.0f s)"
