@@ -382,6 +382,13 @@ ROWS = [
         "characters): give its metadata.name (--consumer or env)",
     ),
     Row(
+        "a handler looked for in a folder that is not there",
+        (*LOCAL, "--handler-path", "{tmp}/no-such-folder", "--handler", "ehb_elsewhere:process"),
+        {},
+        "ehb: error: --handler: cannot import module 'ehb_elsewhere': No module named "
+        "'ehb_elsewhere'; --handler-path {tmp}/no-such-folder: no such folder here",
+    ),
+    Row(
         "checkpoints listed with neither a consumer nor its coordinates",
         ("checkpoints", "list"),
         {},

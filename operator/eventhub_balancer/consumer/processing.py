@@ -246,10 +246,16 @@ def load_handler(reference: str, *, search_path: Sequence[str] = ()) -> Callable
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
+        # A --handler-path that is no folder here (a mount missing, a typo) is the likelier
+        # cause: it was taken without a word.
+        absent = [entry for entry in search_path if entry and not Path(entry).is_dir()]
+        hint = (
+            f"; --handler-path {', '.join(absent)}: no such folder here"
+            if absent
+            else " (is the package installed, or on PYTHONPATH / --handler-path?)"
+        )
         raise errors.InvalidInput(
-            "--handler",
-            f"cannot import module {module_name!r}: {e} (is the package installed, or on "
-            "PYTHONPATH / --handler-path?)",
+            "--handler", f"cannot import module {module_name!r}: {e}{hint}"
         ) from e
     target: Any = module
     for part in attribute.split("."):
