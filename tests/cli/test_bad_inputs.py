@@ -389,6 +389,13 @@ ROWS = [
         "'ehb_elsewhere'; --handler-path {tmp}/no-such-folder: no such folder here",
     ),
     Row(
+        "dead letters of a partition no hub has",
+        ("deadletters", "list", "orders", "--partition", "p1"),
+        {},
+        "ehb deadletters list: error: argument --partition: 'p1' is not a partition id: give one "
+        "of the hub's, 0 to its count less one (see ehb deadletters list --help)",
+    ),
+    Row(
         "checkpoints listed with neither a consumer nor its coordinates",
         ("checkpoints", "list"),
         {},

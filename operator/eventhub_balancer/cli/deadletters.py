@@ -49,7 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="each dead-lettered batch: partition, sequence range, events, error, when, pod",
     )
     _common(listing)
-    listing.add_argument("--partition", help="only this partition's dead letters")
+    listing.add_argument(
+        "--partition", type=flagtypes.partition_id, help="only this partition's dead letters"
+    )
     showing = actions.add_parser("show", help="one dead letter's events and error")
     _common(showing)
     showing.add_argument("blob", metavar="BLOB", help="as `list` prints it (e.g. 0/5-6)")

@@ -10,7 +10,7 @@ import argparse
 from collections.abc import Callable
 
 from eventhub_balancer import errors
-from eventhub_balancer.contracts import namespacepatterns, specs, specvalues
+from eventhub_balancer.contracts import bounds, namespacepatterns, specs, specvalues
 
 
 def checked(check: Callable[[str, str], str]) -> Callable[[str], str]:
@@ -43,6 +43,16 @@ def consumer_name(raw: str) -> str:
         raise argparse.ArgumentTypeError(
             f"{raw[:80]!r} is not an {specs.KIND}'s name ({specvalues.OBJECT_NAME_RULE}): "
             "give one as `ehb status -n NAMESPACE` lists them"
+        )
+    return raw
+
+
+def partition_id(raw: str) -> str:
+    """``--partition``'s type: an Event Hubs partition id (0, 1, ...). Anything else matched no
+    blob, and the command said there was nothing, as for a partition without any."""
+    if not bounds.is_partition_id(raw):
+        raise argparse.ArgumentTypeError(
+            f"{raw[:80]!r} is not a partition id: give one of the hub's, 0 to its count less one"
         )
     return raw
 
