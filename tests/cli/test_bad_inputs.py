@@ -561,8 +561,22 @@ def test_argparse_mistakes_are_one_line_too(capsys: pytest.CaptureFixture[str]) 
         cli.main(["--log-format", "yaml", "status"])
     assert exited.value.code == 2
     (line,) = capsys.readouterr().err.splitlines()
-    assert line.startswith("ehb: error: argument --log-format: invalid choice: 'yaml'")
+    assert line.startswith("ehb: error: argument --log-format: 'yaml' is not one of text, json")
     assert line.endswith("(see ehb --help)")
+
+
+def test_a_log_format_from_the_environment_is_checked_as_the_flag_is(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """argparse checks choices only on the command line: EHB_LOG_FORMAT=JSON gave text logs."""
+    monkeypatch.setenv("EHB_LOG_FORMAT", "JSON")
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["status"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "ehb: error: argument --log-format: 'JSON' is not one of text, json (from the flag or "
+        "env EHB_LOG_FORMAT) (see ehb --help)"
+    ]
 
 
 @pytest.mark.parametrize(

@@ -94,6 +94,16 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def _log_format(raw: str) -> str:
+    """``--log-format``'s type, which argparse applies to the variable's default too."""
+    if raw not in logformats.FORMATS:
+        raise argparse.ArgumentTypeError(
+            f"{raw!r} is not one of {', '.join(logformats.FORMATS)} (from the flag or env "
+            f"{ENV_LOG_FORMAT})"
+        )
+    return raw
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(
         prog="ehb",
@@ -106,7 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--log-format",
-        choices=logformats.FORMATS,
+        # A type, not choices: argparse checks choices only on the command line, and an
+        # EHB_LOG_FORMAT of "JSON" or "yaml" gave text logs without a word.
+        type=_log_format,
+        metavar="{" + ",".join(logformats.FORMATS) + "}",
         default=os.environ.get(ENV_LOG_FORMAT) or logformats.TEXT,
         help="text lines, or one JSON object per line with consumer, namespace, pod and "
         f"partition fields (env {ENV_LOG_FORMAT}; default text)",
