@@ -227,10 +227,10 @@ def told(
     """``failed`` (``before`` with the fault of one more failed attempt at ``what``) counted
     into its run, and said as the cycles' faults are (`cyclefaults`): a warning when the run
     starts or its reason changes (or, for a fault that is not an outage, its words), a
-    reminder at most every `cyclefaults.REMIND_SECONDS`, the
-    attempts in between at DEBUG. Each attempt was a warning: a hub that does not exist,
-    asked every 30 s, was 120 lines an hour for each consumer that names it. The warnings of
-    consumers that meet the fault together are said once for them (``lines``)."""
+    reminder at most every `cyclefaults.REMIND_SECONDS`, the attempts in between at DEBUG.
+    Each attempt was a warning: a hub that does not exist, asked every 30 s, was 120 lines an
+    hour for each consumer that names it. The warnings of consumers that meet the fault
+    together are said once for them (``lines``)."""
     fault = failed.fault
     assert fault is not None
     ongoing = before.fault is not None
