@@ -31,7 +31,7 @@ from eventhub_balancer.cli import (
     flagtypes,
     tables,
 )
-from eventhub_balancer.contracts import connectionstrings
+from eventhub_balancer.contracts import connectionstrings, namespacepatterns
 
 if TYPE_CHECKING:
     from eventhub_balancer.adapters.checkpointing import Checkpoint
@@ -89,8 +89,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "-n",
         "--namespace",
         default=None,
-        # Checked with NAME only (`consumertargets.consumer_namespace`): without it, a host
-        # here is the old spelling of --eventhub-namespace, and is said so.
+        # Checked with NAME only (`_list_consumer`): without it, a host here is the old
+        # spelling of --eventhub-namespace, and is said so.
         help="NAME's namespace (default: the kubeconfig context's, as kubectl)",
     )
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: $KUBECONFIG)")
@@ -201,6 +201,8 @@ async def _list_consumer(args: argparse.Namespace) -> list[Checkpoint]:
                 f"EventHubConsumer {args.name} says where its checkpoints are: drop {flag}, "
                 "or drop NAME to list a consumer group by flags",
             )
+    if args.namespace:  # not the parser's type: see add_arguments
+        namespacepatterns.name(args.namespace, field="--namespace")
     namespace = consumertargets.consumer_namespace(args)
     api = kubeapi.KubeAPI.from_environment(args.kubeconfig)
     try:

@@ -63,10 +63,7 @@ def refuse_malformed(
 def consumer_namespace(args: argparse.Namespace) -> str:
     """The namespace of NAME: ``-n``, else the kubeconfig context's."""
     from eventhub_balancer.cli import kubecontexts
-    from eventhub_balancer.contracts import namespacepatterns
 
-    if args.namespace:  # `ehb checkpoints list` checks its -n only here, with NAME
-        namespacepatterns.name(args.namespace, field="--namespace")
     return kubecontexts.namespace_of(namespace=args.namespace, kubeconfig=args.kubeconfig)
 
 

@@ -66,7 +66,8 @@ def _temporary(ack_path: Path) -> Path:
 
 
 class FileSource:
-    """A ConfigMap-shaped JSON file, re-read when it changes; acks go to a second file.
+    """A ConfigMap-shaped JSON file, re-read when it changes; acks go to a second file. The
+    files are the caller's to `check` first (`launching.build_source`).
 
     The file is only read: acknowledgements are written to ``ack_path`` (a JSON object with
     the annotations), so that whoever edits the assignment never races with us.
@@ -110,7 +111,6 @@ class FileSource:
             return None, why
 
     async def updates(self) -> AsyncIterator[assignments.Assignment]:
-        check(self.path, ack_path=None)
         # What was last read, good or not (a file left unreadable is said so once, not at
         # every poll), and the last assignment taken (a file put back as it was is no news).
         last_raw: bytes | None = None
