@@ -19,8 +19,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from eventhub_balancer import cli
+from eventhub_balancer import cli, errors
 from eventhub_balancer.contracts import labelselectors
+from eventhub_balancer.spark import flags
 from tests.install import test_chart_kube_versions as versions
 from tests.install import test_crd_rules as crd_rules
 from tests.install.test_chart import undocumented_values
@@ -529,6 +530,126 @@ def test_spark_mode_gets_its_flags_and_its_volume() -> None:
         "/var/run/secrets/eventhub-balancer/eventhub",
         "/var/run/secrets/eventhub-balancer/checkpoint-store",
     }
+
+
+#: Masters ``ehb consume --spark-master`` takes and refuses (spark/flags.py), and the ones a
+#: values file gets wrong: the chart must agree with the pod on each.
+MASTERS = [
+    "local",
+    "local[2]",
+    "local[*]",
+    "local[4,2]",
+    "local-cluster[2,1,1024]",
+    "spark://master:7077",
+    "spark://a:7077,b:7077",
+    "yarn",
+    "k8s://https://kubernetes.default.svc:443",
+    " local[2] ",
+    "sc://spark-connect:15002",
+    "local[0]",
+    "local[two]",
+    "locals",
+    "spark://master",
+    "spark:/master:7077",
+    "master:7077",
+    "spark master",
+    "1yarn",
+]
+
+
+@pytest.mark.parametrize("master", MASTERS)
+def test_the_chart_refuses_the_spark_master_the_pod_would(master: str) -> None:
+    """A master the pod refuses at its start fails the install instead, with the reason the
+    pod would give; one it takes renders as it is, trimmed."""
+    values = {"spark": {"enabled": True, "master": master}}
+    try:
+        expected = flags.validate_master(master)
+    except errors.InvalidInput as refused:
+        said = str(refused).split(": ", 1)[1].replace(repr(master.strip()), "")
+        reason = said.split(":")[0]
+        with pytest.raises(charts.HelmError, match=r"spark\.master: ") as failed:
+            render(values)
+        assert reason.strip() in str(failed.value)
+    else:
+        assert f"--spark-master={expected}" in container(render(values))["args"]
+
+
+#: Spark Connect URLs ``ehb consume --spark-remote`` takes and refuses, past the schema's
+#: ``sc://`` prefix.
+REMOTES = [
+    "sc://spark-connect:15002",
+    "sc://spark-connect",
+    "sc://host:",
+    "sc://u@host:1",
+    "sc://[::1]:15002",
+    "sc://host:15002/",
+    "sc://host:443/;use_ssl=true;token=secret",
+    "sc://host:15002 ",
+    "sc://:15002",
+    "sc://host:99999",
+    "sc://host:port",
+    "sc://host:15002/spark",
+    "sc://host:15002?x=1",
+    "sc://host:15002;token=secret/x",
+]
+
+
+@pytest.mark.parametrize("remote", REMOTES)
+def test_the_chart_refuses_the_spark_remote_the_pod_would(remote: str) -> None:
+    """As for the master; a message shows no parameter, which may be a token."""
+    values = {"spark": {"enabled": True, "remote": remote}}
+    try:
+        flags.parse_remote(remote)
+    except errors.InvalidInput as refused:
+        reason = str(refused).split("' ", 1)[1].split(":")[0]
+        with pytest.raises(charts.HelmError, match=r"spark\.remote: ") as failed:
+            render(values)
+        assert reason in str(failed.value)
+        assert "secret" not in str(failed.value)
+    else:
+        assert f"--spark-remote={remote.strip()}" in container(render(values))["args"]
+
+
+def test_a_spark_master_with_a_connect_server_is_refused_at_install() -> None:
+    values = {"spark": {"enabled": True, "master": "local[2]", "remote": "sc://spark:15002"}}
+    with pytest.raises(charts.HelmError, match=r"spark\.master goes without spark\.remote"):
+        render(values)
+
+
+def test_a_blank_spark_master_leaves_the_pods_default() -> None:
+    args = container(render({"spark": {"enabled": True, "master": "  "}}))["args"]
+    assert not [arg for arg in args if arg.startswith("--spark-master")]
+
+
+def test_spark_settings_and_handler_paths_reach_the_pod_as_written() -> None:
+    """Unquoted, a ' #' cut a value short and a ': ' made the argument a mapping; a values
+    file's whole number came as 1.34217728e+08, which Spark cannot read."""
+    values = {
+        "handlerPath": ["/opt/handlers #2"],
+        "spark": {
+            "enabled": True,
+            "master": "spark://master:7077",
+            "conf": {
+                "spark.driver.extraJavaOptions": "-Dlog4j2.level=WARN #quiet",
+                "spark.app.note": "orders: eu",
+                "spark.sql.files.maxPartitionBytes": 134217728,
+                "spark.memory.fraction": 0.5,
+                "spark.ui.enabled": False,
+            },
+        },
+    }
+    args = container(render(values))["args"]
+    assert "--handler-path=/opt/handlers #2" in args
+    assert {arg for arg in args if arg.startswith("--spark-conf=")} == {
+        "--spark-conf=spark.driver.extraJavaOptions=-Dlog4j2.level=WARN #quiet",
+        "--spark-conf=spark.app.note=orders: eu",
+        "--spark-conf=spark.sql.files.maxPartitionBytes=134217728",
+        "--spark-conf=spark.memory.fraction=0.5",
+        "--spark-conf=spark.ui.enabled=false",
+    }
+    assert cli.build_parser().parse_args(args).spark_conf == [
+        arg.removeprefix("--spark-conf=") for arg in args if arg.startswith("--spark-conf=")
+    ]
 
 
 def test_workload_identity_labels_the_pods_and_annotates_the_account() -> None:
