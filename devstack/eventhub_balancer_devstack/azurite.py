@@ -95,7 +95,9 @@ class Azurite:
         self.host = host
         self._requested_port = port
         self._port = port
-        self.location = location
+        # Absolute: Azurite runs in the location (its own files land there), where a relative
+        # path would name a folder inside it, and its parser reads '-1' as a flag.
+        self.location = None if location is None else location.absolute()
         self.node_modules = node_modules
         self.start_timeout = start_timeout
         self._process: subprocess.Popen[bytes] | None = None

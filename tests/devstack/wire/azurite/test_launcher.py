@@ -64,6 +64,20 @@ def test_a_location_keeps_blobs_across_restarts(tmp_path: Path) -> None:
             }
 
 
+def test_a_relative_location_is_the_folder_it_names_from_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ehb local blob --location -1``: Azurite read '-1' as a flag and printed its usage;
+    ``--location blobs`` kept the blobs in blobs/blobs, as Azurite runs inside the folder."""
+    monkeypatch.chdir(tmp_path)
+    with Azurite(location=Path("-1")) as service:  # noqa: SIM117 (the order matters)
+        with ContainerClient.from_connection_string(service.connection_string, "here") as c:
+            c.create_container()
+    assert (tmp_path / "-1").is_dir()
+    assert not (tmp_path / "-1" / "-1").exists()
+    assert any((tmp_path / "-1").iterdir())
+
+
 def test_missing_installation_says_to_run_make_node(tmp_path: Path) -> None:
     with pytest.raises(errors.ConfigurationError, match="make node"):
         Azurite(node_modules=tmp_path / "node_modules").start()
