@@ -419,7 +419,8 @@ ROWS = [
         "a Spark class archive with no time to run",
         ("spark", "archive", "{tmp}/spark.jsa", "--timeout", "0"),
         {},
-        "ehb: error: --timeout: must be above 0 seconds, not 0",
+        "ehb spark archive: error: argument --timeout: '0' is not positive "
+        "(see ehb spark archive --help)",
     ),
     # The operator's own flags are said before the kubeconfig is read: a newcomer's first
     # `ehb operator` with no cluster yet was told of the kubeconfig, then, once it was fixed,
@@ -518,6 +519,35 @@ ROWS = [
         "ehb: error: --bind-location: 'Shop' is not a namespace's name: give one of 63 "
         "characters at most, lowercase letters, digits and '-', starting and ending with a "
         "letter or digit",
+    ),
+    # float() takes "nan" and "inf", and ``nan <= 0`` is false: a check after parsing let a
+    # soak or a chaos run of NaN seconds through (`flagtypes.number`).
+    Row(
+        "a soak of NaN seconds",
+        ("bench", "soak", "--seconds", "nan"),
+        {},
+        "ehb bench soak: error: argument --seconds: 'nan' is not a finite number "
+        "(see ehb bench soak --help)",
+    ),
+    Row(
+        "chaos injected for ever",
+        ("bench", "chaos", "--seconds", "inf"),
+        {},
+        "ehb bench chaos: error: argument --seconds: 'inf' is not a finite number "
+        "(see ehb bench chaos --help)",
+    ),
+    Row(
+        "a Spark archive whose driver runs may take for ever",
+        ("spark", "archive", "{tmp}/classes.jsa", "--timeout", "1e309"),
+        {},
+        "ehb spark archive: error: argument --timeout: '1e309' is not a finite number "
+        "(see ehb spark archive --help)",
+    ),
+    Row(
+        "a consumer's soak given the pods of an operator's",
+        ("bench", "soak", "--pods", "3"),
+        {},
+        "ehb: error: --pods: goes with --operator",
     ),
 ]
 

@@ -34,7 +34,6 @@ def test_the_kinds_are_read_from_a_comma_separated_list() -> None:
     [
         (("--kinds", "pods,nodes"), "--kinds", "nodes"),
         (("--kinds", ","), "--kinds", "none given"),
-        (("--lag", "0"), "--lag", "above 0"),
         (("--pods", "1"), "--pods", "at least 2"),
         (("--partitions", "3", "--pods", "3"), "--partitions", "more than --pods"),
         (("--replicas", "0"), "--replicas", "at least 1"),
@@ -50,6 +49,20 @@ def test_a_wrong_flag_is_named_with_what_to_change(
         bench_lag.settings_of(parse(*argv))
     assert caught.value.field == flag
     assert says in caught.value.problem
+
+
+@pytest.mark.parametrize("raw", ["0", "-5", "nan", "inf"])
+def test_a_lag_of_no_time_or_for_ever_is_refused_by_the_parser(
+    raw: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        parse("--lag", raw)
+    assert "argument --lag: " in capsys.readouterr().err
+
+
+def test_the_settings_hold_a_lag_above_0_too() -> None:
+    with pytest.raises(errors.InvalidInput, match="above 0"):
+        lagging.Settings(lag_seconds=0)
 
 
 def test_the_figures_are_the_median_and_the_worst_round_against_the_target() -> None:

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from eventhub_balancer.cli import flagtypes
+
 if TYPE_CHECKING:
     from eventhub_balancer_devstack.benchmarks import balancing
 
@@ -36,7 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="partitions after growth (default: a quarter more than --partitions, 40 for 32)",
     )
-    parser.add_argument("--rate", type=float, default=None, help="events per second (300)")
+    parser.add_argument(
+        "--rate",
+        type=flagtypes.number(float, positive=True),
+        default=None,
+        help="events per second (300)",
+    )
     parser.add_argument(
         "--interval",
         type=int,

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from eventhub_balancer import errors
+from eventhub_balancer.cli import flagtypes
 
 COMMAND = ("bench", "chaos")
 HELP = "inject faults on the local stack and check that no event is lost or epoch reused"
@@ -23,7 +24,10 @@ DESCRIPTION = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
     parser.add_argument(
-        "--seconds", type=float, default=40.0, help="how long faults are injected (40)"
+        "--seconds",
+        type=flagtypes.number(float, positive=True),
+        default=40.0,
+        help="how long faults are injected (40)",
     )
     parser.add_argument("--seed", type=int, default=1, help="the seed of the fault schedule (1)")
     parser.add_argument(
@@ -68,8 +72,6 @@ def run(args: argparse.Namespace) -> int:
     from eventhub_balancer_devstack import chaos, chaosfaults, terminalviews
     from eventhub_balancer_devstack.commands import demo
 
-    if args.seconds <= 0:
-        raise errors.InvalidInput("--seconds", "must be above 0")
     options = chaosfaults.ChaosOptions(
         duration_s=args.seconds,
         seed=args.seed,

@@ -6,6 +6,8 @@ import argparse
 import dataclasses
 import json
 
+from eventhub_balancer.cli import flagtypes
+
 COMMAND = ("bench", "consumer")
 HELP = "measure the consumer runtime against the raw SDK on a local emulator, and Spark mode"
 
@@ -26,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-wait",
-        type=float,
+        type=flagtypes.number(float, positive=True),
         default=None,
         help="the runtime's max wait (default: the runtime's default); in a backlog only a "
         "partition's last, partial batch waits for it",

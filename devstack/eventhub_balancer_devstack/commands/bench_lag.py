@@ -7,6 +7,8 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
+from eventhub_balancer.cli import flagtypes
+
 if TYPE_CHECKING:
     from eventhub_balancer_devstack.benchmarks.lagging import Settings
 
@@ -22,7 +24,10 @@ DESCRIPTION = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     parser.add_argument(
-        "--lag", type=float, default=65.0, help="how late each watch event arrives, s (65)"
+        "--lag",
+        type=flagtypes.number(float, positive=True),
+        default=65.0,
+        help="how late each watch event arrives, s (65)",
     )
     parser.add_argument(
         "--kinds",

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from eventhub_balancer import errors
+from eventhub_balancer.cli import flagtypes
 
 COMMAND = ("bench", "record")
 HELP = "run a benchmark with --json and save its output, date and load as docs figures"
@@ -48,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--load-average",
-        type=float,
+        type=flagtypes.number(float, least=0),
         nargs=3,
         metavar=("1MIN", "5MIN", "15MIN"),
         help="with --result: the load average noted at the end of that run",

@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from eventhub_balancer import errors
+from eventhub_balancer.cli import flagtypes
 
 COMMAND = ("bench", "soak")
 HELP = "sample a consumer's or the operator's memory, threads and descriptors over time"
@@ -22,15 +23,23 @@ DESCRIPTION = (
 CONSUMER_PARTITIONS = 4
 OPERATOR_PARTITIONS = 32
 RATE = 1000.0
+#: The consumer's pods in an operator's soak when --pods is not given.
+OPERATOR_PODS = 8
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
     parser.add_argument(
-        "--seconds", type=float, default=600.0, help="seconds of traffic or churn (default 600)"
+        "--seconds",
+        type=flagtypes.number(float, positive=True),
+        default=600.0,
+        help="seconds of traffic or churn (default 600)",
     )
     parser.add_argument(
-        "--rate", type=float, default=None, help=f"events/s (default {RATE:g}; not --operator)"
+        "--rate",
+        type=flagtypes.number(float, positive=True),
+        default=None,
+        help=f"events/s (default {RATE:g}; not --operator)",
     )
     parser.add_argument(
         "--partitions",
@@ -39,7 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"partitions (default {CONSUMER_PARTITIONS}, with --operator {OPERATOR_PARTITIONS})",
     )
     parser.add_argument(
-        "--sample-seconds", type=float, default=5.0, help="seconds between samples (default 5)"
+        "--sample-seconds",
+        type=flagtypes.number(float, positive=True),
+        default=5.0,
+        help="seconds between samples (default 5)",
     )
     parser.add_argument(
         "--spark", action="store_true", help="run the consumer in Spark mode (local[2])"
@@ -51,7 +63,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "and overwritten, consumers come and go",
     )
     parser.add_argument(
-        "--pods", type=int, default=8, help="with --operator: the consumer's pods (default 8)"
+        "--pods",
+        type=int,
+        default=None,
+        help=f"with --operator: the consumer's pods (default {OPERATOR_PODS})",
     )
     parser.add_argument(
         "--tracemalloc",
@@ -64,8 +79,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.operator:
         return _operator(args)
-    if args.tracemalloc:
-        raise errors.InvalidInput("--tracemalloc", "goes with --operator")
+    # A consumer's soak has one pod: an operator's flag would be ignored without a word.
+    for flag, given in (("--tracemalloc", args.tracemalloc), ("--pods", args.pods is not None)):
+        if given:
+            raise errors.InvalidInput(flag, "goes with --operator")
     from eventhub_balancer_devstack.benchmarks import soaking
 
     report = soaking.run(
@@ -104,7 +121,7 @@ def _operator(args: argparse.Namespace) -> int:
         churning.Settings(
             seconds=args.seconds,
             partitions=OPERATOR_PARTITIONS if args.partitions is None else args.partitions,
-            pods=args.pods,
+            pods=OPERATOR_PODS if args.pods is None else args.pods,
             sample_seconds=args.sample_seconds,
             tracemalloc=args.tracemalloc,
         )

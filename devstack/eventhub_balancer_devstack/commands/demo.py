@@ -13,7 +13,6 @@ import argparse
 import contextlib
 import json
 import logging
-import math
 import signal
 import sys
 import threading
@@ -23,6 +22,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from eventhub_balancer import errors
+from eventhub_balancer.cli import flagtypes
 
 if TYPE_CHECKING:
     from eventhub_balancer_devstack.scenarios import models
@@ -46,16 +46,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="partitions after growth (default: a quarter more than --partitions, 40 for 32)",
     )
-    parser.add_argument("--rate", type=float, default=300.0, help="events per second (300)")
+    parser.add_argument(
+        "--rate",
+        type=flagtypes.number(float, positive=True),
+        default=300.0,
+        help="events per second (300)",
+    )
     parser.add_argument(
         "--interval", type=int, default=5, help="spec.balancing.intervalSeconds (5)"
     )
     parser.add_argument(
-        "--settle", type=float, default=4.0, help="seconds to watch after each step (4)"
+        "--settle",
+        type=flagtypes.number(float, least=0),
+        default=4.0,
+        help="seconds to watch after each step (4)",
     )
     parser.add_argument(
         "--balance-timeout",
-        type=float,
+        type=flagtypes.number(float, positive=True),
         default=60.0,
         help="the longest wait for balance after a step; then it is reported unbalanced (60)",
     )
@@ -142,10 +150,6 @@ def check_flags(args: argparse.Namespace) -> None:
         partitions=args.partitions, grow_to=args.grow_to, rate=args.rate, interval=args.interval
     )
     check_work_dir(args.work_dir)
-    if not 0 < args.balance_timeout < math.inf:
-        raise errors.InvalidInput("--balance-timeout", "must be a positive number of seconds")
-    if not 0 <= args.settle < math.inf:
-        raise errors.InvalidInput("--settle", "must be 0 or more seconds")
 
 
 def _log_to_file(path: Path) -> None:

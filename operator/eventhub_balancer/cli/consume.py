@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import math
 import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from eventhub_balancer import errors
+from eventhub_balancer.cli import flagtypes
 from eventhub_balancer.contracts import specvalues
 
 COMMAND = ("consume",)
@@ -26,29 +26,12 @@ DEFAULT_CRASH_MARKER_DIR = Path(tempfile.gettempdir()) / "ehb-crash-markers"
 def _number(
     kind: type[int] | type[float], env: str, *, least: float | None = None, positive: bool = False
 ) -> Callable[[str], int | float]:
-    """An argparse type that reads a flag's value, or its environment variable's: argparse
-    parses a string default with the flag's type, so a bad variable fails as a bad flag does,
-    in one line that names both (and only for the command that has the flag). ``least`` and
-    ``positive`` bound it, in that one line too."""
-    what = "a whole number" if kind is int else "a finite number"
-
-    def parse(raw: str) -> int | float:
-        try:
-            value = kind(raw)
-        except ValueError:
-            value = math.nan
-        # float() takes "nan" and "inf": a wait of NaN or forever seconds is never meant.
-        wrong = None if math.isfinite(value) else f"is not {what}"
-        if wrong is None and least is not None and value < least:
-            wrong = f"is less than {least:g}" if least else "is negative"
-        if wrong is None and positive and value <= 0:
-            wrong = "is not positive"
-        if wrong is not None:
-            raise argparse.ArgumentTypeError(f"{raw!r} {wrong} (from the flag or env {env})")
-        return value
-
-    parse.__name__ = kind.__name__  # argparse names the type in its own messages
-    return parse
+    """`flagtypes.number` for a flag that an environment variable sets too: argparse parses a
+    string default with the flag's type, so a bad variable fails as a bad flag does, in one
+    line that names both (and only for the command that has the flag)."""
+    return flagtypes.number(
+        kind, least=least, positive=positive, source=f"from the flag or env {env}"
+    )
 
 
 def _port(raw: str) -> int:

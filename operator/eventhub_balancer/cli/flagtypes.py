@@ -1,16 +1,50 @@
-"""argparse types for the admin's commands: a value no object, host or container can have is
-refused by the parser, in its one line naming the flag, before a kubeconfig is read or a
-client dials anything. Each takes the rule the spec's own check holds (`specvalues`,
-`namespacepatterns`), so a flag and the field it stands for refuse the same values.
+"""argparse types: a value no object, host or container can have, or a number no count or
+wait can be, is refused by the parser, in its one line naming the flag, before a kubeconfig is
+read or a client dials anything. Each name takes the rule the spec's own check holds
+(`specvalues`, `namespacepatterns`), so a flag and the field it stands for refuse the same
+values.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import bounds, namespacepatterns, specs, specvalues
+
+
+def number(
+    kind: type[int] | type[float],
+    *,
+    least: float | None = None,
+    positive: bool = False,
+    source: str = "",
+) -> Callable[[str], int | float]:
+    """A number flag's type, finite and bounded by ``least`` and ``positive``: ``float()``
+    takes "nan" and "inf", and a count, a rate or a wait of NaN or forever is never meant
+    (``nan <= 0`` is false, so a check made after parsing let it through). ``source`` is said
+    after the problem, in brackets (where the value came from)."""
+    what = "a whole number" if kind is int else "a finite number"
+    said = f" ({source})" if source else ""
+
+    def parse(raw: str) -> int | float:
+        try:
+            value = kind(raw)
+        except ValueError:
+            value = math.nan
+        wrong = None if math.isfinite(value) else f"is not {what}"
+        if wrong is None and least is not None and value < least:
+            wrong = f"is less than {least:g}" if least else "is negative"
+        if wrong is None and positive and value <= 0:
+            wrong = "is not positive"
+        if wrong is not None:
+            raise argparse.ArgumentTypeError(f"{raw!r} {wrong}{said}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its own messages
+    return parse
 
 
 def checked(check: Callable[[str, str], str]) -> Callable[[str], str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from eventhub_balancer import errors
+from eventhub_balancer.cli import flagtypes
 from eventhub_balancer.spark import classarchives
 
 COMMAND = ("spark", "archive")
@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=flagtypes.number(float, positive=True),
         default=classarchives.DUMP_TIMEOUT_S,
         metavar="SECONDS",
         help="how long each of the two driver runs may take (default %(default).0f)",
@@ -35,8 +35,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.timeout > 0:
-        raise errors.InvalidInput("--timeout", f"must be above 0 seconds, not {args.timeout:g}")
     archive = Path(args.file).resolve()
     size = classarchives.dump(archive, timeout=args.timeout)
     print(f"wrote {archive} ({size / 1e6:.0f} MB): a driver maps it when its JVM is given")
