@@ -544,6 +544,14 @@ ROWS = [
         "(see ehb spark archive --help)",
     ),
     Row(
+        "a local API whose kubeconfig would name a namespace no kubectl call can use",
+        ("local", "kube", "--namespace", "Shop"),
+        {},
+        "ehb local kube: error: argument --namespace: 'Shop' is not a namespace's name: give "
+        "one of 63 characters at most, lowercase letters, digits and '-', starting and ending "
+        "with a letter or digit (see ehb local kube --help)",
+    ),
+    Row(
         "a consumer's soak given the pods of an operator's",
         ("bench", "soak", "--pods", "3"),
         {},

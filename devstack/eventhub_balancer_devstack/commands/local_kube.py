@@ -16,6 +16,8 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from eventhub_balancer.cli import flagtypes
+
 COMMAND = ("local", "kube")
 HELP = "run a local Kubernetes API server (no cluster needed) and write a kubeconfig for it"
 
@@ -50,7 +52,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="a directory of CRD YAML files to install (default: the repository's crds/)",
     )
-    parser.add_argument("--namespace", default="default", help="the kubeconfig context's namespace")
+    parser.add_argument(
+        "--namespace",
+        type=flagtypes.namespace_name,
+        default="default",
+        help="the kubeconfig context's namespace",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
