@@ -137,6 +137,13 @@ class NotFound(ConfigurationError):
     reason: ClassVar[str] = "NotFound"
 
 
+class ResourceGone(NotFound):
+    """A resource the operator watches stopped being served while it ran (its watch answered
+    404): a CRD deleted, kopf's peering CRD or the EventHubConsumer's."""
+
+    reason: ClassVar[str] = "ResourceGone"
+
+
 class Forbidden(ConfigurationError):
     """The operator's ServiceAccount may not do this (403): its RBAC needs a rule."""
 

@@ -1,5 +1,6 @@
 """``ehb operator --peering`` looks for kopf's peering CRD before kopf starts: without it kopf
-keeps the replica paused, serving no consumer, and says so at DEBUG only."""
+keeps the replica paused, serving no consumer, and says so at DEBUG only. When kopf stops on
+a resource no longer served while it ran, the peering CRD is named if it is the one gone."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 
 from eventhub_balancer import errors
 from eventhub_balancer.cli import operator_cmd, peeringdefinitions
+from eventhub_balancer.handlers import running
 from tests.support import operatorcommands
 
 
@@ -25,12 +27,15 @@ class Discovery:
         return plural in self.served
 
 
-async def check(api: Discovery, *flags: str) -> None:
-    options = operator_cmd.serving_options(
+def options_of(*flags: str) -> running.Options:
+    return operator_cmd.serving_options(
         operatorcommands.parse("--metrics-insecure", "--metrics-host=127.0.0.1", *flags),
         reviews=None,
     )
-    await peeringdefinitions.check(api, options)  # type: ignore[arg-type]
+
+
+async def check(api: Discovery, *flags: str) -> None:
+    await peeringdefinitions.check(api, options_of(*flags))  # type: ignore[arg-type]
 
 
 async def test_a_missing_crd_stops_the_start_with_what_to_apply() -> None:
@@ -64,3 +69,35 @@ async def test_discovery_that_fails_is_left_to_kopf() -> None:
     api = Discovery(error=errors.Forbidden("the API group kopf.dev/v1: forbidden"))
     await check(api, "-n", "shop", "--peering", "ehb")
     assert len(api.asked) == 1
+
+
+async def gone(api: Discovery, *flags: str) -> errors.ResourceGone:
+    return await peeringdefinitions.gone(api, options_of(*flags), GONE)  # type: ignore[arg-type]
+
+
+#: What the operator stops with when a watch of kopf's answers 404 (`kopfrefusals.gone`).
+GONE = errors.ResourceGone("the Kubernetes API stopped serving a resource ...")
+
+
+async def test_the_peering_crd_deleted_while_running_is_named() -> None:
+    said = await gone(Discovery(), "--peering", "ehb", "-A")
+    assert str(said) == (
+        "--peering ehb: kopf's peering CRD clusterkopfpeerings.kopf.dev was deleted while this "
+        "replica ran, and kopf stopped on it: apply manifests/peering/kopf-peering-crds.yaml; "
+        "until then each restart stops at its start, naming it (or run the operator with "
+        "--standalone)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("api", "flags"),
+    [
+        (Discovery("kopfpeerings"), ("--peering", "ehb", "-n", "shop")),  # another CRD went
+        (Discovery(), ("--standalone", "-n", "shop")),  # no peering: nothing asked
+        (Discovery(error=errors.TransientError("down")), ("--peering", "ehb", "-n", "shop")),
+    ],
+)
+async def test_any_other_resource_gone_is_said_as_it_was(
+    api: Discovery, flags: tuple[str, ...]
+) -> None:
+    assert await gone(api, *flags) is GONE

@@ -217,3 +217,30 @@ async def test_kopfs_failed_stream_callback_is_left_out_only_after_a_refusal(
         said_refused = [r for r in caplog.records if "request_cancel_callback" in r.getMessage()]
     assert len(said_unrefused) == 1  # any other time, asyncio says it as it would
     assert said_refused == []
+
+
+def not_served(resource: str) -> kopf_errors.APINotFoundError:
+    """kube-apiserver's answer to a watch of a resource whose CRD was deleted: plain text."""
+    return kopf_errors.APINotFoundError("404 page not found", status=404, headers={})
+
+
+async def test_a_watch_of_a_resource_no_longer_served_ends_in_one_line_without_tracebacks(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """kopf's peering CRD deleted while the operator ran: kopf's two error lines, each with its
+    traceback, then a third traceback out of ``ehb``; now kopf's are left out, and `gone` is
+    the line ``ehb`` says."""
+    kopf = Kopf(["clusterkopfpeerings.kopf.dev"], loses_a_cancellation=False, fault=not_served)
+    with caplog.at_level(logging.DEBUG):
+        error = await asyncio.wait_for(
+            in_own_context(lambda: kopfrefusals.run(kopf.operator())), LIMIT
+        )
+    assert isinstance(error, kopf_errors.APINotFoundError)
+    said = [r for r in caplog.records if r.levelno >= logging.INFO and r.name.startswith("kopf")]
+    assert said == []
+    gone = kopfrefusals.gone(error)
+    assert str(gone).startswith(
+        "the Kubernetes API stopped serving a resource the operator watches "
+        "(404: 404 page not found), as when its CRD is deleted while the operator runs: apply "
+    )
+    assert "manifests/peering/kopf-peering-crds.yaml" in str(gone)

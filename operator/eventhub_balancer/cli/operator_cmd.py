@@ -320,6 +320,7 @@ def serving_options(
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
+    from eventhub_balancer import errors
     from eventhub_balancer.adapters import accessreviews, kubeapi
     from eventhub_balancer.cli import peeringdefinitions
     from eventhub_balancer.handlers import running
@@ -338,7 +339,10 @@ def run(args: argparse.Namespace) -> int:
         async def serve() -> None:
             await api.check_reachable()
             await peeringdefinitions.check(api, options)
-            await running.serve(runtime, options)
+            try:
+                await running.serve(runtime, options)
+            except errors.ResourceGone as e:  # a CRD deleted while it ran: which one
+                raise await peeringdefinitions.gone(api, options, e) from e
 
         asyncio.run(serve())
     finally:

@@ -14,6 +14,10 @@ in its one ``ehb: error:`` line before it exits 1. Kubernetes restarts the pod (
 that doubles up to 5 minutes): each start retries for that minute again, and says one warning
 and that one line. `tests/handlers/wire/test_refused_watches.py` replays it.
 
+A watch whose resource is no longer served (404: a CRD deleted while the operator runs, kopf's
+peering CRD most often) ends kopf at once, and escaped ``ehb`` as a traceback after kopf's
+two error lines. Its tracebacks are left out the same way, and `gone` says it in one line.
+
 kopf's stop after a refused watch could also hang for good. The watch that failed ends kopf's
 orchestrator with its error, so the orchestrator does not stop its other watches: kopf's
 last step cancels them, with each watch's pause waiter, once, and waits for them without a
@@ -130,7 +134,11 @@ class _SaidOnExit(logging.Filter):
         task_failed = isinstance(error, Exception) and TASK_FAILED in message
         if task_failed:  # said by kopf's guard in the task that ends with the error
             refusal.task_failed()
-        failed = task_failed and isinstance(error, kopf_errors.APIForbiddenError)
+        # A watch refused, or of a resource no longer served (404: its CRD deleted), ends the
+        # operator with one line (`refused`, `gone`), without kopf's tracebacks.
+        failed = task_failed and isinstance(
+            error, kopf_errors.APIForbiddenError | kopf_errors.APINotFoundError
+        )
         if refusal.given_up:
             return record.levelno < logging.INFO
         refusal_said = kopfretrylogs.REFUSED in message
@@ -179,6 +187,19 @@ def refused(error: kopf_errors.APIForbiddenError, *, retried_seconds: float) -> 
     return errors.Forbidden(
         f"the operator's identity, {who}, may not {found['verb']} {resource} {where}: the "
         f"Kubernetes API answered 403 for {retried_seconds:.0f} s of retries; {ADVICE}"
+    )
+
+
+def gone(error: kopf_errors.APINotFoundError) -> errors.ResourceGone:
+    """The one error that says a watch of kopf's found its resource no longer served, as when
+    its CRD is deleted while the operator runs: kopf stops on it, and so does the operator;
+    Kubernetes restarts it, and it serves again once the CRD is back."""
+    said = error.message or str(error) or "404 Not Found"
+    return errors.ResourceGone(
+        f"the Kubernetes API stopped serving a resource the operator watches (404: {said}), "
+        "as when its CRD is deleted while the operator runs: apply crds/ (the "
+        "EventHubConsumer CRD) and, with --peering, manifests/peering/kopf-peering-crds.yaml; "
+        "the operator serves again once it is restarted with them"
     )
 
 

@@ -177,6 +177,8 @@ async def serve(
         backoffs = settings.networking.error_backoffs
         retried = backoffs if isinstance(backoffs, float | int) else sum(backoffs)
         raise kopfrefusals.refused(e, retried_seconds=retried) from e
+    except kopf_errors.APINotFoundError as e:  # a CRD deleted while kopf watched it
+        raise kopfrefusals.gone(e) from e
     finally:
         watcher.cancel()
         await growing.stop()  # before the clients its listings go through are closed

@@ -1,0 +1,90 @@
+"""kopf's peering CRD deleted while a peered replica runs, on the real control plane (a
+module of its own: it deletes a CRD the other peering tests' cluster keeps).
+
+kopf's peering observer's watch answers 404 and kopf stops: it said so in two error lines with
+their tracebacks, and the error escaped ``ehb`` as a third. It is now one
+`errors.ResourceGone`, which ``ehb operator`` words with the CRD's name
+(`cli.peeringdefinitions.gone`); restarted once the CRD is back, the replica serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from eventhub_balancer import errors
+from eventhub_balancer.adapters import kubeapi
+from eventhub_balancer.cli import operator_cmd, peeringdefinitions
+from tests.realkube.wire.test_peering import NAMESPACE, WAIT_S, peered_stack, shares
+from tests.support import loading, operatorcommands
+from tests.support.fixtures.operator import ConsumerDouble, Stack, wait_for
+from tests.support.fixtures.realkube import Kubectl
+
+__all__ = ["peered_stack"]  # the fixture, used by name
+
+CRDS = loading.MANIFESTS_DIR / "peering" / "kopf-peering-crds.yaml"
+
+
+def test_a_replica_whose_peering_crd_is_deleted_stops_in_one_line_and_serves_once_it_is_back(
+    peered_stack: Stack, real_kubectl: Kubectl, caplog: pytest.LogCaptureFixture
+) -> None:
+    """kopf's peering CRD deleted while a peered replica runs: kopf's peering observer's watch
+    answers 404 and kopf stops. It said so in two error lines with their tracebacks, and the
+    error escaped ``ehb`` as a third; it is now one `errors.ResourceGone`, which ``ehb
+    operator`` words with the CRD's name. Restarted once the CRD is back, it serves."""
+    stack, ns = peered_stack, NAMESPACE
+    peering = stack.peering  # type: ignore[attr-defined]
+    stack.secret(ns)
+    stack.consumer(ns)
+    for i in range(2):
+        stack.pod(ns, f"c-{i}")
+    first = stack.start_operator(clusterwide=True, standalone=False, peering=peering)
+    with ConsumerDouble(stack.kube, ns):  # type: ignore[arg-type]
+        wait_for(
+            lambda: shares(stack, ns) == [16, 16] and stack.balanced(ns),
+            timeout=WAIT_S,
+            what="2 pods",
+        )
+        caplog.clear()
+        caplog.set_level(logging.DEBUG)
+        real_kubectl("delete", "crd", f"clusterkopfpeerings.{peeringdefinitions.PEERING_GROUP}")
+        wait_for(lambda: first.error is not None, timeout=WAIT_S, what="the replica stopped")
+        assert isinstance(first.error, errors.ResourceGone), repr(first.error)
+        kopf_said = [r for r in caplog.records if r.name.startswith("kopf") and r.exc_info]
+        assert kopf_said == []
+        api = kubeapi.KubeAPI.from_environment(str(stack.kubeconfig))
+        try:
+            options = operator_cmd.serving_options(
+                operatorcommands.parse(
+                    "--metrics-insecure", "--metrics-host=127.0.0.1", "-A", "--peering", peering
+                ),
+                reviews=None,
+            )
+            said = asyncio.run(peeringdefinitions.gone(api, options, first.error))
+        finally:
+            api.close()
+        assert str(said).startswith(
+            f"--peering {peering}: kopf's peering CRD clusterkopfpeerings.kopf.dev was deleted "
+            "while this replica ran, and kopf stopped on it: apply "
+            "manifests/peering/kopf-peering-crds.yaml"
+        )
+        stack.stop_operator(first)
+        real_kubectl("apply", "-f", str(CRDS))
+        real_kubectl("wait", "--for=condition=Established", "crd/clusterkopfpeerings.kopf.dev")
+        stack.kube.create_object(
+            "kopf.dev/v1/clusterkopfpeerings",
+            {
+                "apiVersion": "kopf.dev/v1",
+                "kind": "ClusterKopfPeering",
+                "metadata": {"name": peering},
+            },
+        )
+        stack.start_operator(clusterwide=True, standalone=False, peering=peering)  # the restart
+        stack.pod(ns, "c-2")
+        wait_for(
+            lambda: shares(stack, ns) == [10, 11, 11] and stack.balanced(ns),
+            timeout=WAIT_S,
+            what="3 pods, served after the restart",
+        )
