@@ -8,7 +8,7 @@ replica is restarted by Kubernetes until the CRD is there.
 The CRD deleted while the replica runs ends kopf (its peering observer's watch answers 404),
 and the operator stops with `errors.ResourceGone`; `gone` names the peering CRD in that line
 when it is the one missing, and the restart then stops at this check until it is back.
-Verified on the real control plane (`tests/realkube/wire/test_peering.py`).
+Verified on the real control plane (`tests/realkube/wire/test_crds_deleted.py`).
 """
 
 from __future__ import annotations

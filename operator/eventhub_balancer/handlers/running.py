@@ -31,6 +31,7 @@ from eventhub_balancer.handlers import (
     kopfkeepalives,
     kopfrefusals,
     kopfretrylogs,
+    kopfteardown,
     kopftoggles,
     kopfwatches,
     kopfwiring,
@@ -113,6 +114,7 @@ async def serve(
     kopfretrylogs.install()
     kopfrefusals.install()
     kopfwatches.install()
+    kopfteardown.install()
     settings = kopf.OperatorSettings()
     kopfwiring.configure(
         settings,

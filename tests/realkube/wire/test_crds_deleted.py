@@ -1,10 +1,15 @@
-"""kopf's peering CRD deleted while a peered replica runs, on the real control plane (a
-module of its own: it deletes a CRD the other peering tests' cluster keeps).
+"""CRDs deleted while the operator runs, on the real control plane (a module of its own: it
+deletes CRDs that the other tests' cluster keeps).
 
-kopf's peering observer's watch answers 404 and kopf stops: it said so in two error lines with
-their tracebacks, and the error escaped ``ehb`` as a third. It is now one
+kopf's peering CRD: kopf's peering observer's watch answers 404 and kopf stops. It said so in
+two error lines with their tracebacks, and the error escaped ``ehb`` as a third. It is now one
 `errors.ResourceGone`, which ``ehb operator`` words with the CRD's name
 (`cli.peeringdefinitions.gone`); restarted once the CRD is back, the replica serves.
+
+The EventHubConsumer CRD (``kubectl delete -f crds/`` before the consumers): kopf stopped
+serving the consumers as soon as the CRD was being deleted, so their finalizers stayed and the
+CRD stayed Terminating for good, with the operator running (`handlers.kopfteardown`). It now
+goes within seconds. This test runs last: the cluster has no EventHubConsumer CRD after it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import pytest
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import kubeapi
 from eventhub_balancer.cli import operator_cmd, peeringdefinitions
+from eventhub_balancer.contracts import specs
 from tests.realkube.wire.test_peering import NAMESPACE, WAIT_S, peered_stack, shares
 from tests.support import loading, operatorcommands
 from tests.support.fixtures.operator import ConsumerDouble, Stack, wait_for
@@ -88,3 +94,34 @@ def test_a_replica_whose_peering_crd_is_deleted_stops_in_one_line_and_serves_onc
             timeout=WAIT_S,
             what="3 pods, served after the restart",
         )
+
+
+def finalized(stack: Stack, namespace: str, name: str) -> bool:
+    resource = f"{specs.GROUP}/{specs.VERSION}/{specs.PLURAL}"
+    body = stack.kube.get_object(resource, name, namespace=namespace)
+    return f"{specs.GROUP}/finalizer" in (body or {}).get("metadata", {}).get("finalizers", [])
+
+
+def test_the_consumers_crd_deleted_while_the_operator_runs_goes(
+    peered_stack: Stack, real_kubectl: Kubectl
+) -> None:
+    stack, ns = peered_stack, NAMESPACE
+    stack.secret(ns, "refunds-eh")
+    stack.consumer(ns, "refunds", app="refunds", secret="refunds-eh")
+    stack.pod(ns, "r-0", app="refunds")
+    operator = stack.start_operator(clusterwide=True, standalone=True)
+    with ConsumerDouble(stack.kube, ns):  # type: ignore[arg-type]
+        # Served: kopf's finalizer is on it (and on the peering test's consumer, if it ran;
+        # this one then waits on it, as two consumers on one location do, and both must go).
+        wait_for(lambda: finalized(stack, ns, "refunds"), timeout=WAIT_S, what="refunds served")
+        crd = f"{specs.PLURAL}.{specs.GROUP}"
+        real_kubectl("delete", "crd", crd, "--wait=false")
+
+        def gone() -> bool:
+            listed = real_kubectl("get", "crd", crd, "--ignore-not-found", "-o", "name")
+            return listed.stdout.strip() == ""
+
+        wait_for(gone, timeout=WAIT_S, what="the CRD gone")
+    # kopf scans CRDs with -A: it stops watching the consumers and runs on, to serve them
+    # again once the CRD is applied (with -n the watch's 404 stops it: the test above).
+    assert operator.error is None
