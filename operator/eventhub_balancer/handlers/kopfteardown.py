@@ -6,19 +6,19 @@ While a CRD is being deleted, kube-apiserver's discovery lists its resource with
 CRD's cleanup deletes every custom resource and waits for them to go. kopf 1.45 reads the
 missing verb as a resource it cannot serve (``Non-patchable resources will not be served``)
 and stops watching the consumers, so the finalizer it put on each one
-(`kopfwiring.FINALIZER`) stays, and the CRD stays Terminating for good, with the operator
-running. Replayed on the real control plane: ``kubectl delete -f crds/`` waited for ever.
+(``eventhub-balancer.dev/finalizer``, `kopfwiring.configure`) stays, and the CRD stays
+Terminating for good, with the operator running. Replayed on the real control plane:
+``kubectl delete -f crds/`` waited for ever.
 
 `install` keeps the EventHubConsumer resource served when ``patch`` is all it lacks; kopf then
 sees each consumer's deletion, the operator lets it go as for ``kubectl delete ehc`` and takes
-the finalizer off, the CRD goes, and kopf's watch of it answers 404, which stops the operator in
-one line (`kopfrefusals.gone`). A kopf that no longer decides this in
+the finalizer off, and the CRD goes. With ``-A`` kopf, which scans CRDs, then stops watching
+the consumers and the operator runs on; with ``-n`` the watch answers 404 and the operator
+stops in one line (`kopfrefusals.gone`). A kopf that no longer decides this in
 ``observation._disable_unsuitable_resources`` fails `tests/handlers/test_kopf_teardown.py`.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from kopf._cogs.structs import references
 from kopf._core.reactor import observation
@@ -51,6 +51,6 @@ def _disable_unsuitable_resources(
     resources.update(terminating)
 
 
-def install(**_: Any) -> None:
+def install() -> None:
     """Keep the EventHubConsumer served while its CRD is deleted (before kopf starts)."""
     observation._disable_unsuitable_resources = _disable_unsuitable_resources
