@@ -557,23 +557,6 @@ MASTERS = [
 ]
 
 
-@pytest.mark.parametrize("master", MASTERS)
-def test_the_chart_refuses_the_spark_master_the_pod_would(master: str) -> None:
-    """A master the pod refuses at its start fails the install instead, with the reason the
-    pod would give; one it takes renders as it is, trimmed."""
-    values = {"spark": {"enabled": True, "master": master}}
-    try:
-        expected = flags.validate_master(master)
-    except errors.InvalidInput as refused:
-        said = str(refused).split(": ", 1)[1].replace(repr(master.strip()), "")
-        reason = said.split(":")[0]
-        with pytest.raises(charts.HelmError, match=r"spark\.master: ") as failed:
-            render(values)
-        assert reason.strip() in str(failed.value)
-    else:
-        assert f"--spark-master={expected}" in container(render(values))["args"]
-
-
 #: Spark Connect URLs ``ehb consume --spark-remote`` takes and refuses, past the schema's
 #: ``sc://`` prefix.
 REMOTES = [
@@ -594,20 +577,25 @@ REMOTES = [
 ]
 
 
-@pytest.mark.parametrize("remote", REMOTES)
-def test_the_chart_refuses_the_spark_remote_the_pod_would(remote: str) -> None:
-    """As for the master; a message shows no parameter, which may be a token."""
-    values = {"spark": {"enabled": True, "remote": remote}}
+@pytest.mark.parametrize(
+    ("key", "url"), [("master", m) for m in MASTERS] + [("remote", r) for r in REMOTES]
+)
+def test_the_chart_refuses_the_spark_url_the_pod_would(key: str, url: str) -> None:
+    """A master or Connect URL the pod refuses at its start fails the install instead, with
+    the reason the pod would give, and no parameter (a token, maybe); one it takes renders as
+    it is, trimmed."""
+    check = {"master": flags.validate_master, "remote": flags.parse_remote}[key]
+    values = {"spark": {"enabled": True, key: url}}
     try:
-        flags.parse_remote(remote)
+        check(url)
     except errors.InvalidInput as refused:
         reason = str(refused).split("' ", 1)[1].split(":")[0]
-        with pytest.raises(charts.HelmError, match=r"spark\.remote: ") as failed:
+        with pytest.raises(charts.HelmError, match=rf"spark\.{key}: ") as failed:
             render(values)
         assert reason in str(failed.value)
         assert "secret" not in str(failed.value)
     else:
-        assert f"--spark-remote={remote.strip()}" in container(render(values))["args"]
+        assert f"--spark-{key}={url.strip()}" in container(render(values))["args"]
 
 
 def test_a_spark_master_with_a_connect_server_is_refused_at_install() -> None:
