@@ -322,7 +322,7 @@ def run(args: argparse.Namespace) -> int:
 
     from eventhub_balancer import errors
     from eventhub_balancer.adapters import accessreviews, kubeapi
-    from eventhub_balancer.cli import peeringdefinitions
+    from eventhub_balancer.cli import crddefinitions
     from eventhub_balancer.handlers import running
 
     # The flags that need no cluster are checked before anything connects.
@@ -338,11 +338,11 @@ def run(args: argparse.Namespace) -> int:
 
         async def serve() -> None:
             await api.check_reachable()
-            await peeringdefinitions.check(api, options)
+            await crddefinitions.check(api, options)
             try:
                 await running.serve(runtime, options)
             except errors.ResourceGone as e:  # a CRD deleted while it ran: which one
-                raise await peeringdefinitions.gone(api, options, e) from e
+                raise await crddefinitions.gone(api, options, e) from e
 
         asyncio.run(serve())
     finally:

@@ -4,7 +4,7 @@ deletes CRDs that the other tests' cluster keeps).
 kopf's peering CRD: kopf's peering observer's watch answers 404 and kopf stops. It said so in
 two error lines with their tracebacks, and the error escaped ``ehb`` as a third. It is now one
 `errors.ResourceGone`, which ``ehb operator`` words with the CRD's name
-(`cli.peeringdefinitions.gone`); restarted once the CRD is back, the replica serves.
+(`cli.crddefinitions.gone`); restarted once the CRD is back, the replica serves.
 
 The EventHubConsumer CRD (``kubectl delete -f crds/`` before the consumers): kopf stopped
 serving the consumers as soon as the CRD was being deleted, so their finalizers stayed and the
@@ -21,7 +21,7 @@ import pytest
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import kubeapi
-from eventhub_balancer.cli import operator_cmd, peeringdefinitions
+from eventhub_balancer.cli import crddefinitions, operator_cmd
 from eventhub_balancer.contracts import specs
 from tests.realkube.wire.test_peering import NAMESPACE, WAIT_S, peered_stack, shares
 from tests.support import loading, operatorcommands
@@ -55,7 +55,7 @@ def test_a_replica_whose_peering_crd_is_deleted_stops_in_one_line_and_serves_onc
         )
         caplog.clear()
         caplog.set_level(logging.DEBUG)
-        real_kubectl("delete", "crd", f"clusterkopfpeerings.{peeringdefinitions.PEERING_GROUP}")
+        real_kubectl("delete", "crd", f"clusterkopfpeerings.{crddefinitions.PEERING_GROUP}")
         wait_for(lambda: first.error is not None, timeout=WAIT_S, what="the replica stopped")
         assert isinstance(first.error, errors.ResourceGone), repr(first.error)
         kopf_said = [r for r in caplog.records if r.name.startswith("kopf") and r.exc_info]
@@ -68,7 +68,7 @@ def test_a_replica_whose_peering_crd_is_deleted_stops_in_one_line_and_serves_onc
                 ),
                 reviews=None,
             )
-            said = asyncio.run(peeringdefinitions.gone(api, options, first.error))
+            said = asyncio.run(crddefinitions.gone(api, options, first.error))
         finally:
             api.close()
         assert str(said).startswith(
@@ -123,5 +123,16 @@ def test_the_consumers_crd_deleted_while_the_operator_runs_goes(
 
         wait_for(gone, timeout=WAIT_S, what="the CRD gone")
     # kopf scans CRDs with -A: it stops watching the consumers and runs on, to serve them
-    # again once the CRD is applied (with -n the watch's 404 stops it: the test above).
+    # again once the CRD is applied (with -n the watch's 404 stops it, as the peering's did).
     assert operator.error is None
+    # A start now stops at once, naming the CRD, where kopf with -n served nothing for good.
+    api = kubeapi.KubeAPI.from_environment(str(stack.kubeconfig))
+    try:
+        options = operator_cmd.serving_options(
+            operatorcommands.parse("--metrics-insecure", "--metrics-host=127.0.0.1", "-n", ns),
+            reviews=None,
+        )
+        with pytest.raises(errors.ConfigurationError, match=f"CRD {crd} is not installed"):
+            asyncio.run(crddefinitions.check(api, options))
+    finally:
+        api.close()

@@ -1,13 +1,14 @@
-"""``ehb operator --peering`` looks for kopf's peering CRD before kopf starts: without it kopf
-keeps the replica paused, serving no consumer, and says so at DEBUG only. When kopf stops on
-a resource no longer served while it ran, the peering CRD is named if it is the one gone."""
+"""``ehb operator`` looks for the EventHubConsumer CRD, and with ``--peering`` kopf's peering CRD,
+before kopf starts: without one, kopf served nothing, saying so in one warning or at DEBUG
+only, and with named namespaces never looked again. When kopf stops on a resource no longer
+served while it ran, the CRD gone is named."""
 
 from __future__ import annotations
 
 import pytest
 
 from eventhub_balancer import errors
-from eventhub_balancer.cli import operator_cmd, peeringdefinitions
+from eventhub_balancer.cli import crddefinitions, operator_cmd
 from eventhub_balancer.handlers import running
 from tests.support import operatorcommands
 
@@ -35,44 +36,63 @@ def options_of(*flags: str) -> running.Options:
 
 
 async def check(api: Discovery, *flags: str) -> None:
-    await peeringdefinitions.check(api, options_of(*flags))  # type: ignore[arg-type]
+    await crddefinitions.check(api, options_of(*flags))  # type: ignore[arg-type]
+
+
+#: What every install serves: the EventHubConsumer CRD.
+EHC = "eventhubconsumers"
+ASKED_EHC = ("eventhub-balancer.dev", "v1alpha1", EHC)
+
+
+async def test_a_missing_consumer_crd_stops_the_start_with_what_to_apply() -> None:
+    """With ``-n`` kopf looked for it once, warned ``Unresolved resources cannot be served``,
+    and served nothing, even once the CRD was applied."""
+    for flags in (("-n", "shop"), ("-A",), ("-n", "shop", "--peering", "ehb")):
+        with pytest.raises(errors.ConfigurationError) as refused:
+            await check(Discovery("kopfpeerings", "clusterkopfpeerings"), *flags)
+        assert str(refused.value) == (
+            "the EventHubConsumer CRD eventhubconsumers.eventhub-balancer.dev is not installed, "
+            "and without it the operator serves no consumer: apply crds/ (the chart installs it "
+            "from its own crds/ folder; a GitOps tool must sync it before the operator)"
+        )
 
 
 async def test_a_missing_crd_stops_the_start_with_what_to_apply() -> None:
     with pytest.raises(errors.ConfigurationError) as refused:
-        await check(Discovery("clusterkopfpeerings"), "-n", "shop", "--peering", "ehb")
+        await check(Discovery(EHC, "clusterkopfpeerings"), "-n", "shop", "--peering", "ehb")
     assert str(refused.value) == (
         "--peering ehb: kopf's peering CRD kopfpeerings.kopf.dev is not installed, and without "
         "it this replica would stay paused, serving no consumer: apply "
         "manifests/peering/kopf-peering-crds.yaml once, or run the operator with --standalone"
     )
     with pytest.raises(errors.ConfigurationError, match=r"clusterkopfpeerings\.kopf\.dev is not"):
-        await check(Discovery("kopfpeerings"), "-A", "--peering", "ehb")
+        await check(Discovery(EHC, "kopfpeerings"), "-A", "--peering", "ehb")
 
 
 async def test_the_crd_of_the_scope_served_is_the_one_asked_for() -> None:
-    namespaced, clusterwide = Discovery("kopfpeerings"), Discovery("clusterkopfpeerings")
+    namespaced = Discovery(EHC, "kopfpeerings")
+    clusterwide = Discovery(EHC, "clusterkopfpeerings")
     await check(namespaced, "-n", "shop", "--peering", "ehb")
     await check(clusterwide, "-A", "--peering", "ehb")
-    assert namespaced.asked == [("kopf.dev", "v1", "kopfpeerings")]
-    assert clusterwide.asked == [("kopf.dev", "v1", "clusterkopfpeerings")]
+    assert namespaced.asked == [ASKED_EHC, ("kopf.dev", "v1", "kopfpeerings")]
+    assert clusterwide.asked == [ASKED_EHC, ("kopf.dev", "v1", "clusterkopfpeerings")]
 
 
-async def test_without_peering_nothing_is_asked() -> None:
-    api = Discovery()
+async def test_without_peering_only_the_consumer_crd_is_asked() -> None:
+    api = Discovery(EHC)
     await check(api, "-n", "shop")
     await check(api, "-n", "shop", "--standalone")
-    assert api.asked == []
+    assert api.asked == [ASKED_EHC, ASKED_EHC]
 
 
 async def test_discovery_that_fails_is_left_to_kopf() -> None:
     api = Discovery(error=errors.Forbidden("the API group kopf.dev/v1: forbidden"))
     await check(api, "-n", "shop", "--peering", "ehb")
-    assert len(api.asked) == 1
+    assert len(api.asked) == 1  # the first refused: neither is taken for missing
 
 
 async def gone(api: Discovery, *flags: str) -> errors.ResourceGone:
-    return await peeringdefinitions.gone(api, options_of(*flags), GONE)  # type: ignore[arg-type]
+    return await crddefinitions.gone(api, options_of(*flags), GONE)  # type: ignore[arg-type]
 
 
 #: What the operator stops with when a watch of kopf's answers 404 (`kopfrefusals.gone`).
@@ -80,7 +100,7 @@ GONE = errors.ResourceGone("the Kubernetes API stopped serving a resource ...")
 
 
 async def test_the_peering_crd_deleted_while_running_is_named() -> None:
-    said = await gone(Discovery(), "--peering", "ehb", "-A")
+    said = await gone(Discovery(EHC), "--peering", "ehb", "-A")
     assert str(said) == (
         "--peering ehb: kopf's peering CRD clusterkopfpeerings.kopf.dev was deleted while this "
         "replica ran, and kopf stopped on it: apply manifests/peering/kopf-peering-crds.yaml; "
@@ -89,11 +109,20 @@ async def test_the_peering_crd_deleted_while_running_is_named() -> None:
     )
 
 
+async def test_the_consumer_crd_deleted_while_running_is_named() -> None:
+    said = await gone(Discovery("kopfpeerings"), "--peering", "ehb", "-n", "shop")
+    assert str(said) == (
+        "the EventHubConsumer CRD eventhubconsumers.eventhub-balancer.dev was deleted while the "
+        "operator ran, and every EventHubConsumer with it: apply crds/ to serve consumers "
+        "again; until then each restart stops at its start, naming it"
+    )
+
+
 @pytest.mark.parametrize(
     ("api", "flags"),
     [
-        (Discovery("kopfpeerings"), ("--peering", "ehb", "-n", "shop")),  # another CRD went
-        (Discovery(), ("--standalone", "-n", "shop")),  # no peering: nothing asked
+        (Discovery(EHC, "kopfpeerings"), ("--peering", "ehb", "-n", "shop")),  # another went
+        (Discovery(EHC), ("--standalone", "-n", "shop")),  # no peering: its CRD not asked
         (Discovery(error=errors.TransientError("down")), ("--peering", "ehb", "-n", "shop")),
     ],
 )
