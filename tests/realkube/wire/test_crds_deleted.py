@@ -9,7 +9,7 @@ two error lines with their tracebacks, and the error escaped ``ehb`` as a third.
 The EventHubConsumer CRD (``kubectl delete -f crds/`` before the consumers): kopf stopped
 serving the consumers as soon as the CRD was being deleted, so their finalizers stayed and the
 CRD stayed Terminating for good, with the operator running (`handlers.kopfteardown`). It now
-goes within seconds. This test runs last: the cluster has no EventHubConsumer CRD after it.
+goes within seconds; applied again, the operator serves the consumers made then.
 """
 
 from __future__ import annotations
@@ -136,3 +136,11 @@ def test_the_consumers_crd_deleted_while_the_operator_runs_goes(
             asyncio.run(crddefinitions.check(api, options))
     finally:
         api.close()
+    # The CRD applied again: the operator that ran on serves a consumer made then.
+    real_kubectl("apply", "-f", str(loading.CRDS_DIR))
+    real_kubectl("wait", "--for=condition=Established", f"crd/{crd}")
+    stack.consumer(ns, "refunds", app="refunds", secret="refunds-eh")
+    wait_for(
+        lambda: finalized(stack, ns, "refunds"), timeout=WAIT_S, what="served once applied again"
+    )
+    assert operator.error is None
