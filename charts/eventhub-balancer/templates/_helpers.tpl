@@ -48,8 +48,8 @@ app.kubernetes.io/part-of: eventhub-balancer
 Labels that select the operator's pods: stable across upgrades.
 */}}
 {{- define "eventhub-balancer.selectorLabels" -}}
-app.kubernetes.io/name: {{ include "eventhub-balancer.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/name: {{ include "eventhub-balancer.name" . | quote }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 app.kubernetes.io/component: operator
 {{- end }}
 

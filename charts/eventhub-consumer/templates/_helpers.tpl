@@ -56,8 +56,8 @@ Labels that select the consumer pods (the EventHubConsumer's selector, the PDB's
 across upgrades.
 */}}
 {{- define "eventhub-consumer.selectorLabels" -}}
-app.kubernetes.io/name: {{ include "eventhub-consumer.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/name: {{ include "eventhub-consumer.name" . | quote }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 app.kubernetes.io/component: consumer
 {{- end }}
 

@@ -1,0 +1,241 @@
+"""The values of both charts that become Kubernetes names, and the image reference.
+
+- A name Kubernetes would refuse (``Shop``, ``a b``, ``-1``, 64 characters) is refused by the
+  chart's values schema, naming the value. Before, `helm install` got as far as the API server,
+  which refused an object made from it ("NetworkPolicy ``ehb-Shop`` is invalid"), or the pod
+  failed later on its image (``InvalidImageName``).
+- A name Kubernetes takes but YAML reads as something else (``0``, ``1e5``, ``no``, ``on``,
+  ``null``) renders as the string it is. Before, ``serviceAccount.name: "0"`` rendered
+  ``name: 0``, and the API server refused the ServiceAccount with "cannot unmarshal number into
+  Go struct field ObjectMeta.metadata.name of type string"; a namespace called ``no`` became
+  ``namespace: false``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.support import charts, kubeschemas, loading
+
+OPERATOR_CHART = loading.ROOT / "charts" / "eventhub-balancer"
+CONSUMER_CHART = loading.ROOT / "charts" / "eventhub-consumer"
+#: What the consumer chart needs to render at all.
+HUB = {"fullyQualifiedNamespace": "shop.servicebus.windows.net", "name": "orders"}
+#: Names YAML reads as a number, a boolean or null when they are written bare.
+TRICKY = ("0", "1e5", "no", "on", "null", "0x1f", "true")
+KUBE_VERSION = "1.33.0"
+
+
+class GoYAMLLoader(yaml.SafeLoader):
+    """PyYAML as Helm and kubectl read a manifest: YAML 1.1 booleans (``no``, ``on``), and
+    Go's floats, which need no dot (``1e5``), where PyYAML alone reads ``1e5`` as text."""
+
+
+GoYAMLLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$"),
+    list("-+0123456789."),
+)
+
+
+def nested(path: str, value: Any, into: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``{"a": {"b": value}}`` for ``"a.b"``, merged into ``into``."""
+    out: dict[str, Any] = into if into is not None else {}
+    node = out
+    *parents, last = path.split(".")
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[last] = value
+    return out
+
+
+def consumer_values(**more: Any) -> dict[str, Any]:
+    """The consumer chart's required values, and ``more`` at the top level."""
+    return {"consumer": {"eventHub": dict(HUB)}, **more}
+
+
+#: (chart, value path, what the schema must refuse there).
+REFUSED = [
+    (OPERATOR_CHART, "nameOverride", "Shop"),
+    (OPERATOR_CHART, "nameOverride", "a b"),
+    (OPERATOR_CHART, "fullnameOverride", "-1"),
+    # The metrics Service is named after it, and a Service's name starts with a letter.
+    (OPERATOR_CHART, "fullnameOverride", "0ops"),
+    (OPERATOR_CHART, "serviceAccount.name", "Shop"),
+    (OPERATOR_CHART, "serviceAccount.name", "x" * 254),
+    (OPERATOR_CHART, "metrics.certSecret", "metrics cert"),
+    (OPERATOR_CHART, "priorityClassName", "High"),
+    (OPERATOR_CHART, "serviceMonitor.namespace", "Monitoring"),
+    (OPERATOR_CHART, "monitoring.dashboard.namespace", "grafana dashboards"),
+    (OPERATOR_CHART, "monitoring.prometheusRule.namespace", "-monitoring"),
+    (OPERATOR_CHART, "image.repository", "Example/Operator"),
+    (OPERATOR_CHART, "image.repository", "registry.example/eventhub balancer"),
+    (OPERATOR_CHART, "image.tag", "-1"),
+    (OPERATOR_CHART, "image.tag", "1.0 beta"),
+    (CONSUMER_CHART, "nameOverride", "Orders"),
+    (CONSUMER_CHART, "fullnameOverride", "orders,eu"),
+    (CONSUMER_CHART, "serviceAccount.name", "-orders"),
+    (CONSUMER_CHART, "podMonitor.namespace", "Monitoring"),
+    (CONSUMER_CHART, "image.repository", "orders:1.0"),
+    (CONSUMER_CHART, "image.tag", "x" * 129),
+    (CONSUMER_CHART, "tmpSizeLimit", "-1"),
+    (CONSUMER_CHART, "spark.localSizeLimit", "4 GB"),
+]
+
+
+def render(chart: Path, values: dict[str, Any]) -> dict[str, str]:
+    return charts.render(chart, values, name="ehb", namespace="ehb", kube_version=KUBE_VERSION)
+
+
+def chart_id(value: object) -> str:
+    return value.name if isinstance(value, Path) else str(value)[:20]
+
+
+def with_base(chart: Path, values: dict[str, Any]) -> dict[str, Any]:
+    if chart != CONSUMER_CHART:
+        return values
+    merged = consumer_values()
+    for key, value in values.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+@pytest.mark.parametrize(("chart", "path", "value"), REFUSED, ids=chart_id)
+def test_a_name_kubernetes_refuses_is_refused_by_the_values_schema(
+    chart: Path, path: str, value: str
+) -> None:
+    with pytest.raises(charts.HelmError, match="don't meet the specifications") as e:
+        render(chart, with_base(chart, nested(path, value)))
+    assert f"at '/{path.replace('.', '/')}'" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "repository",
+    [
+        "eventhub-balancer-operator",
+        "ghcr.io/example/eventhub-balancer-operator",
+        "localhost:5000/ehb",
+        "Registry.Example:443/team/sub_team/ehb__operator",
+        "example.azurecr.io/a.b/c-d--e",
+        "192.168.1.10:5000/ehb",
+    ],
+)
+@pytest.mark.parametrize("chart", [OPERATOR_CHART, CONSUMER_CHART], ids=chart_id)
+def test_an_image_reference_a_registry_takes_renders(chart: Path, repository: str) -> None:
+    values = with_base(chart, {"image": {"repository": repository, "tag": "v1.2.3_rc-1"}})
+    docs = charts.documents(render(chart, values))
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == f"{repository}:v1.2.3_rc-1"
+
+
+def tricky_operator_values(word: str) -> dict[str, Any]:
+    return {
+        "nameOverride": word,
+        "serviceAccount": {"create": True, "name": word},
+        "metrics": {"certSecret": word},
+        "priorityClassName": word,
+        "peering": {"enabled": True, "name": word},
+        "watchNamespaces": [word],
+        "tenantNamespaces": [word],
+        "serviceMonitor": {"enabled": True, "namespace": word},
+        "monitoring": {
+            "dashboard": {"enabled": True, "namespace": word},
+            "prometheusRule": {"enabled": True, "namespace": word},
+        },
+    }
+
+
+def tricky_consumer_values(word: str) -> dict[str, Any]:
+    secret = {"connectionStringSecretRef": {"name": word, "key": word}}
+    values = consumer_values(
+        nameOverride=word,
+        serviceAccount={"create": True, "name": word},
+        podMonitor={"enabled": True, "namespace": word},
+    )
+    values["consumer"]["name"] = word
+    values["consumer"]["eventHub"]["credentials"] = secret
+    values["consumer"]["checkpointStore"] = {"containerName": "checkpoints", "credentials": secret}
+    return values
+
+
+def strings_expected(body: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """Every value at a key that holds a name, a namespace, a Secret key or a label."""
+    if isinstance(body, dict):
+        for key, value in body.items():
+            where = f"{path}.{key}"
+            if key in {"labels", "matchLabels"} and isinstance(value, dict):
+                yield from ((f"{where}.{k}", v) for k, v in value.items())
+            elif key in NAME_KEYS and not isinstance(value, (dict, list)):
+                yield where, value
+            else:
+                yield from strings_expected(value, where)
+    elif isinstance(body, list):
+        for i, item in enumerate(body):
+            yield from strings_expected(item, f"{path}[{i}]")
+
+
+NAME_KEYS = frozenset(
+    {
+        "name",
+        "namespace",
+        "serviceAccountName",
+        "secretName",
+        "priorityClassName",
+        "policyName",
+        "key",
+        "namespaces",
+    }
+)
+
+
+@pytest.mark.parametrize("word", TRICKY)
+@pytest.mark.parametrize("chart", [OPERATOR_CHART, CONSUMER_CHART], ids=chart_id)
+def test_a_name_yaml_would_read_as_a_number_or_a_boolean_renders_as_text(
+    chart: Path, word: str
+) -> None:
+    values = (
+        tricky_operator_values(word) if chart == OPERATOR_CHART else tricky_consumer_values(word)
+    )
+    rendered = charts.render(
+        chart,
+        values,
+        name=word if word[0].isalpha() and word != "null" else f"r{word}",
+        namespace=word,
+        kube_version=KUBE_VERSION,
+        api_versions=("monitoring.coreos.com/v1",),
+    )
+    docs = [
+        body
+        for _path, text in sorted(rendered.items())
+        for body in yaml.load_all(text, Loader=GoYAMLLoader)
+        if body
+    ]
+    wrong = [
+        f"{d['kind']}{where}: {value!r}"
+        for d in docs
+        for where, value in strings_expected(d)
+        if not isinstance(value, str)
+    ]
+    assert not wrong, wrong
+    names = {d["metadata"].get("namespace") for d in docs} - {None}
+    assert names == {word}
+    for body in docs:
+        if "." in body["apiVersion"].split("/")[0] and not body["apiVersion"].startswith(
+            ("rbac.", "networking.", "policy", "admissionregistration.")
+        ):
+            continue
+        try:
+            kubeschemas.validate(body, KUBE_VERSION)
+        except kubernetes_validate.ValidationError as e:
+            pytest.fail(f"{body['kind']}: {'.'.join(map(str, e.path))}: {e.message}")
