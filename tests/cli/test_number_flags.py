@@ -88,3 +88,38 @@ def test_a_number_in_bounds_is_taken_as_its_kind() -> None:
     assert flagtypes.number(float, positive=True)("2.5") == 2.5
     assert flagtypes.number(int, least=0)("0") == 0
     assert isinstance(flagtypes.number(int)("3"), int)
+
+
+def port_flags() -> list[tuple[str, argparse.Action]]:
+    return [(name, action) for name, action in flags(cli.build_parser()) if name.endswith("port")]
+
+
+def test_the_walk_finds_every_commands_port_flag() -> None:
+    assert {name for name, _action in port_flags()} >= {
+        "operator --metrics-port",
+        "consume --port",
+        "local blob --port",
+        "local kube --port",
+        "local eventhubs --port",
+        "local up --eventhubs-port",
+        "local up --blob-port",
+        "local up --kube-port",
+    }
+
+
+@pytest.mark.parametrize("raw", ["70000", "-1", "x", "1.5", ""])
+def test_every_port_flag_says_a_wrong_port_the_same_way(raw: str) -> None:
+    """Before, ``ehb local blob``, ``local kube``, ``local eventhubs`` and ``local up`` each
+    checked after parsing, in words of their own ("is not a port number (0-65535)", "is not a
+    TCP port"), and took ``-1`` as far as that check."""
+    said = {}
+    for name, action in port_flags():
+        with pytest.raises(argparse.ArgumentTypeError) as refused:
+            action.type(raw)  # type: ignore[misc,operator]
+        said[name] = str(refused.value).split(" (from ")[0]
+    assert set(said.values()) == {f"{raw!r} is not a port, 0 to 65535"}
+
+
+def test_a_port_flag_takes_0_for_a_free_one_and_the_highest_port() -> None:
+    for _name, action in port_flags():
+        assert [action.type("0"), action.type("65535")] == [0, 65535]  # type: ignore[misc,operator]

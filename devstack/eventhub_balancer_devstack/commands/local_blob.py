@@ -14,12 +14,16 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from eventhub_balancer.cli import flagtypes
+
 COMMAND = ("local", "blob")
 HELP = "run Azurite (local Blob Storage) on 127.0.0.1 and print its connection string"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--port", type=int, default=0, help="the blob port (default: a free port)")
+    parser.add_argument(
+        "--port", type=flagtypes.port(), default=0, help="the blob port (default: a free one)"
+    )
     parser.add_argument(
         "--location",
         type=Path,
@@ -33,10 +37,6 @@ def run(args: argparse.Namespace) -> int:
     from eventhub_balancer_devstack import azurite
     from eventhub_balancer_devstack.commands import demo
 
-    if not 0 <= args.port <= 65535:
-        raise errors.InvalidInput(
-            "--port", f"{args.port} is not a port number (0 picks a free one)"
-        )
     # A file given here was said as a port taken: Azurite's folder is made before its port.
     demo.check_directory(args.location, flag="--location")
     stop = threading.Event()

@@ -14,6 +14,7 @@ import sys
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import listening
+from eventhub_balancer.cli import flagtypes
 
 COMMAND = ("local", "eventhubs")
 HELP = "run a local Event Hubs emulator (AMQP 1.0) for the azure-eventhub SDK"
@@ -41,7 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
     parser.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help="port to listen on (0: any free port)"
+        "--port",
+        type=flagtypes.port(),
+        default=DEFAULT_PORT,
+        help="port to listen on (0: a free one)",
     )
     parser.add_argument(
         "--retention-events",
@@ -85,8 +89,6 @@ def run(args: argparse.Namespace) -> int:
         raise errors.InvalidInput(
             "--retention-events", f"must keep at least 1 event, not {args.retention_events}"
         )
-    if not 0 <= args.port <= 65535:
-        raise errors.InvalidInput("--port", f"{args.port} is not a TCP port")
     emulator = EventHubsEmulator(
         host=args.host,
         port=args.port,

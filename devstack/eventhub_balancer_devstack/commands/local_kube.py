@@ -31,7 +31,10 @@ DEFAULT_KUBECONFIG = Path(".ehb") / "local-kube" / "kubeconfig"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--port", type=int, default=0, help="the port on 127.0.0.1 (default: a free one)"
+        "--port",
+        type=flagtypes.port(),
+        default=0,
+        help="the port on 127.0.0.1 (default: a free one)",
     )
     parser.add_argument(
         "--kubeconfig",
@@ -64,8 +67,6 @@ def run(args: argparse.Namespace) -> int:
     from eventhub_balancer import errors
     from eventhub_balancer_devstack import kubeservers
 
-    if not 0 <= args.port <= 65535:
-        raise errors.InvalidInput("--port", f"{args.port} is not a port number (0-65535)")
     if args.crds is not None and not args.crds.is_dir():
         raise errors.InvalidInput("--crds", f"{args.crds} is not a directory")
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import FrameType
 
 from eventhub_balancer import errors
+from eventhub_balancer.cli import flagtypes
 
 COMMAND = ("local", "up")
 HELP = "run the Event Hubs emulator, Azurite and a local Kubernetes API together"
@@ -29,9 +30,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME=PARTITIONS",
         help="a hub and its partition count (repeatable; default orders=32)",
     )
-    parser.add_argument("--eventhubs-port", type=int, default=5672, help="AMQP port (0: free)")
-    parser.add_argument("--blob-port", type=int, default=10000, help="Azurite's port (0: free)")
-    parser.add_argument("--kube-port", type=int, default=16443, help="the API's port (0: free)")
+    parser.add_argument(
+        "--eventhubs-port", type=flagtypes.port(), default=5672, help="AMQP port (0: a free one)"
+    )
+    parser.add_argument(
+        "--blob-port", type=flagtypes.port(), default=10000, help="Azurite's port (0: a free one)"
+    )
+    parser.add_argument(
+        "--kube-port", type=flagtypes.port(), default=16443, help="the API's port (0: a free one)"
+    )
     parser.add_argument(
         "--blob-location",
         type=Path,
@@ -66,10 +73,6 @@ def run(args: argparse.Namespace) -> int:
     from eventhub_balancer_devstack import azurite, consumersetups, stacks
     from eventhub_balancer_devstack.commands import demo, local_eventhubs
 
-    for flag in ("eventhubs_port", "blob_port", "kube_port"):
-        port = getattr(args, flag)
-        if not 0 <= port <= 65535:
-            raise errors.InvalidInput("--" + flag.replace("_", "-"), f"{port} is not a TCP port")
     hubs = local_eventhubs.parse_hubs(args.hub) or {"orders": 32}
     setups = consumersetups.parse_all(args.consumer, dict(hubs))
     for flag in ("eventhubs_port", "blob_port", "kube_port"):

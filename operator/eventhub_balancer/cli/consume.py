@@ -15,8 +15,6 @@ from eventhub_balancer.contracts import specvalues
 
 COMMAND = ("consume",)
 HELP = "process the partitions the operator assigns to this pod with your handler"
-#: The highest TCP port.
-MAX_PORT = 65535
 #: Where handler calls are noted by default (`consumer.crashmarkers.DEFAULT_DIRECTORY`): the
 #: consumer chart mounts an emptyDir at /tmp. Spelled here so that ``--help`` imports no
 #: runtime.
@@ -32,16 +30,6 @@ def _number(
     return flagtypes.number(
         kind, least=least, positive=positive, source=f"from the flag or env {env}"
     )
-
-
-def _port(raw: str) -> int:
-    """``--port``'s type: a whole number a socket can bind (0: a free one)."""
-    port = int(_number(int, "EHB_PORT")(raw))
-    if not 0 <= port <= MAX_PORT:
-        raise argparse.ArgumentTypeError(
-            f"{raw!r} is not a port, 0 to {MAX_PORT} (from the flag or env EHB_PORT)"
-        )
-    return port
 
 
 def _env(name: str, fallback: str) -> str:
@@ -239,7 +227,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     serving.add_argument(
         "--port",
-        type=_port,
+        type=flagtypes.port(source="from the flag or env EHB_PORT"),
         default=_env("EHB_PORT", "8080"),
         help="port for /healthz, /readyz, /metrics (env EHB_PORT; default 8080)",
     )

@@ -47,6 +47,28 @@ def number(
     return parse
 
 
+#: The highest TCP port.
+MAX_PORT = 65535
+
+
+def port(source: str = "") -> Callable[[str], int]:
+    """A port flag's type: a whole number a socket can bind, 0 for a free one. Every port flag
+    of every command says a wrong one the same way; ``source`` as for `number`."""
+    said = f" ({source})" if source else ""
+
+    def parse(raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            value = -1
+        if not 0 <= value <= MAX_PORT:
+            raise argparse.ArgumentTypeError(f"{raw!r} is not a port, 0 to {MAX_PORT}{said}")
+        return value
+
+    parse.__name__ = "port"  # argparse names the type in its own messages
+    return parse
+
+
 def checked(check: Callable[[str, str], str]) -> Callable[[str], str]:
     """An argparse type from a spec check, ``check(value, field)``: argparse names the flag, so
     the type says only what is wrong with the value and what to give."""

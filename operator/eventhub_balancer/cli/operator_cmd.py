@@ -17,6 +17,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from eventhub_balancer.cli import flagtypes
 from eventhub_balancer.contracts import endpoints, labelselectors, namespacepatterns
 from eventhub_balancer.reconciling import conflicts
 
@@ -85,7 +86,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     metrics.add_argument(
         "--metrics-port",
-        type=_port,
+        type=flagtypes.port(),
         default=8443,
         help="port of /metrics and /healthz (0: any free port; default 8443)",
     )
@@ -156,17 +157,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="write eventhub-balancer.dev/partitions on each consumer pod (needs patch on pods)",
     )
-
-
-def _port(raw: str) -> int:
-    """``--metrics-port``'s type: a port a socket can bind (0: a free one)."""
-    try:
-        port = int(raw)
-    except ValueError:
-        port = -1
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not a port, 0 to 65535")
-    return port
 
 
 def _seconds(raw: str) -> float:
