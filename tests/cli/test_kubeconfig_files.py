@@ -188,3 +188,39 @@ def test_a_kubeconfig_that_is_not_there_says_so(
         f"ehb: error: cannot load the kubeconfig {shown}: there is no such file: point "
         "--kubeconfig or KUBECONFIG at one (`ehb local up` writes .ehb/kubeconfig)"
     )
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c[:2]))
+def test_a_kubeconfig_that_is_a_directory_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: tuple[str, ...]
+) -> None:
+    """``--kubeconfig .ehb`` (the folder `ehb local up` writes into, for the file in it) was
+    Python's words: ``[Errno 21] Is a directory: '.ehb'``."""
+    status, err = ehb(capsys, *command, "-n", "shop", "--kubeconfig", str(tmp_path))
+    assert status == 1
+    (line,) = err.splitlines()
+    assert line == (
+        f"ehb: error: cannot load the kubeconfig {tmp_path}: it is a directory: point "
+        "--kubeconfig or KUBECONFIG at a kubeconfig file"
+    )
+
+
+def test_a_kubeconfig_that_cannot_be_read_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file without read permission (faked: the tests may run as root, who reads any)."""
+    import kubernetes.config
+
+    path = tmp_path / "config"
+    path.write_text("apiVersion: v1\nkind: Config\n")
+
+    def denied(**_: object) -> None:
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(kubernetes.config, "load_kube_config", denied)
+    status, err = ehb(capsys, "status", "-n", "shop", "--kubeconfig", str(path))
+    assert status == 1
+    assert err.splitlines() == [
+        f"ehb: error: cannot load the kubeconfig {path}: it cannot be read (Permission denied): "
+        "point --kubeconfig or KUBECONFIG at a kubeconfig file"
+    ]

@@ -235,9 +235,20 @@ class KubeClient:
                 kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
                     config_file=path, client_configuration=configuration
                 )
-            except (kubernetes.config.ConfigException, OSError) as e:
+            except kubernetes.config.ConfigException as e:
                 raise errors.ConfigurationError(
                     f"cannot load the kubeconfig {path or '~/.kube/config'}: {e}"
+                ) from e
+            except OSError as e:
+                # The client's words were Python's: "[Errno 21] Is a directory: '/x'".
+                problem = (
+                    "it is a directory"
+                    if isinstance(e, IsADirectoryError)
+                    else f"it cannot be read ({e.strerror or e})"
+                )
+                raise errors.ConfigurationError(
+                    f"cannot load the kubeconfig {path or '~/.kube/config'}: {problem}: point "
+                    "--kubeconfig or KUBECONFIG at a kubeconfig file"
                 ) from e
             except (TypeError, KeyError, AttributeError, ValueError, RecursionError) as e:
                 # The client indexes the YAML as it expects it: a file of another shape
