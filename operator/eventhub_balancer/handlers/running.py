@@ -30,6 +30,7 @@ from eventhub_balancer.handlers import (
     growth,
     kopfkeepalives,
     kopfrefusals,
+    kopfrescans,
     kopfretrylogs,
     kopfteardown,
     kopftoggles,
@@ -115,6 +116,7 @@ async def serve(
     kopfrefusals.install()
     kopfwatches.install()
     kopfteardown.install()
+    kopfrescans.install()
     settings = kopf.OperatorSettings()
     kopfwiring.configure(
         settings,
