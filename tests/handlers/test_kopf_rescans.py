@@ -97,14 +97,21 @@ async def process(
 
 
 async def test_the_consumers_are_served_once_discovery_lists_them(
-    monkeypatch: pytest.MonkeyPatch, registry: registries.OperatorRegistry
+    monkeypatch: pytest.MonkeyPatch,
+    registry: registries.OperatorRegistry,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     discovery = Discovery(listed_from=4)
     start = asyncio.get_running_loop().time()
-    insights = await process(monkeypatch, registry, crd_event(), discovery)
+    with caplog.at_level(logging.INFO, logger=kopfrescans.__name__):
+        insights = await process(monkeypatch, registry, crd_event(), discovery)
     assert CONSUMERS in insights.watched_resources
     # kopf's scan, then one after each wait until the fourth lists them.
     assert [round(t - start, 2) for t in discovery.scans] == [0, 0.25, 0.75, 1.75]
+    assert [r.message for r in caplog.records if r.name == kopfrescans.__name__] == [
+        f"Discovery lists {specs.PLURAL} 1.75 s after their CRD's event (scan 3 of 6 more): "
+        "serving them"
+    ]
 
 
 async def test_a_crd_listed_at_once_is_scanned_once(
