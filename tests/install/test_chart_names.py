@@ -48,9 +48,9 @@ GoYAMLLoader.add_implicit_resolver(
 )
 
 
-def nested(path: str, value: Any, into: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``{"a": {"b": value}}`` for ``"a.b"``, merged into ``into``."""
-    out: dict[str, Any] = into if into is not None else {}
+def nested(path: str, value: Any) -> dict[str, Any]:
+    """``{"a": {"b": value}}`` for ``"a.b"``."""
+    out: dict[str, Any] = {}
     node = out
     *parents, last = path.split(".")
     for key in parents:
@@ -102,15 +102,8 @@ def chart_id(value: object) -> str:
 
 
 def with_base(chart: Path, values: dict[str, Any]) -> dict[str, Any]:
-    if chart != CONSUMER_CHART:
-        return values
-    merged = consumer_values()
-    for key, value in values.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = {**merged[key], **value}
-        else:
-            merged[key] = value
-    return merged
+    """``values``, with what the consumer chart requires (none of them is under ``consumer``)."""
+    return consumer_values(**values) if chart == CONSUMER_CHART else values
 
 
 @pytest.mark.parametrize(("chart", "path", "value"), REFUSED, ids=chart_id)

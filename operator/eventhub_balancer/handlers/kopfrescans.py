@@ -83,7 +83,8 @@ async def process_discovered_resource_event(
             groups={specs.GROUP}, settings=settings, logger=logger
         )
         if any(kopfteardown.ours(r) for r in resources):
-            # As kopf's own processing serves what its scan found.
+            # As kopf's own processing serves what its scan found. That processing is not
+            # called again instead: each scan that missed would repeat kopf's warning.
             async with insights.revised:
                 observation.revise_resources(
                     resources=resources, insights=insights, registry=registry, group=specs.GROUP
