@@ -365,6 +365,24 @@ ROWS = [
         "ending with a letter or digit (see ehb checkpoints list --help)",
     ),
     Row(
+        "checkpoints of an Event Hub no hub can be",
+        ("checkpoints", "list", "--hub", "orders/eu"),
+        {},
+        "ehb checkpoints list: error: argument --hub: 'orders/eu' is not an Event Hub name: use "
+        "the hub's name in its namespace (letters, digits, '.', '-' and '_', starting and "
+        "ending with a letter or digit, at most 256 characters) (see ehb checkpoints list "
+        "--help)",
+    ),
+    Row(
+        "checkpoints of a consumer group no group can be",
+        ("checkpoints", "list", "--hub", "orders", "--consumer-group", "$analytics"),
+        {},
+        "ehb checkpoints list: error: argument --consumer-group: '$analytics' is not a consumer "
+        "group name: use $Default or a group of the hub (letters, digits, '.', '-' and '_', "
+        "starting and ending with a letter or digit, at most 50 characters) (see ehb "
+        "checkpoints list --help)",
+    ),
+    Row(
         "dead letters read through a blob endpoint that is not HTTPS",
         ("deadletters", "list", "orders", "--account-url", "http://shop.blob.core.windows.net"),
         {},

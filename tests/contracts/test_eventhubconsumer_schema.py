@@ -250,6 +250,19 @@ UNUSABLE = [
     ("spec.checkpointStore.credentials.connectionStringSecretRef.name", "a" * 254),
     ("spec.eventHub.credentials.connectionStringSecretRef.key", "connection string"),
     ("spec.checkpointStore.credentials.connectionStringSecretRef.key", "a/b"),
+    # An Event Hub or consumer group Azure cannot have: the hub answered "not found" only once
+    # the pods dialled it, and a '/' blurred the checkpoint blobs' prefix with another hub's.
+    ("spec.eventHub.name", "orders/eu"),
+    ("spec.eventHub.name", "-orders"),
+    ("spec.eventHub.name", "orders."),
+    ("spec.eventHub.name", "orders eu"),
+    ("spec.eventHub.name", "a" * 257),
+    ("spec.eventHub.consumerGroup", "analytics/"),
+    ("spec.eventHub.consumerGroup", "_analytics"),
+    ("spec.eventHub.consumerGroup", "$Default2"),
+    ("spec.eventHub.consumerGroup", "$analytics"),
+    ("spec.eventHub.consumerGroup", ""),
+    ("spec.eventHub.consumerGroup", "a" * 51),
 ]
 
 #: Their usable neighbours: both take each.
@@ -264,6 +277,13 @@ USABLE = [
     ("spec.eventHub.credentials.connectionStringSecretRef.name", "orders-eh.v2"),
     ("spec.checkpointStore.credentials.connectionStringSecretRef.name", "a" * 253),
     ("spec.eventHub.credentials.connectionStringSecretRef.key", "Connection_String.v-1"),
+    ("spec.eventHub.name", "Orders.v2_eu-1"),
+    ("spec.eventHub.name", "a" * 256),
+    ("spec.eventHub.name", "7"),
+    ("spec.eventHub.consumerGroup", "$default"),
+    ("spec.eventHub.consumerGroup", "$DEFAULT"),
+    ("spec.eventHub.consumerGroup", "Analytics.v2_eu-1"),
+    ("spec.eventHub.consumerGroup", "a" * 50),
 ]
 
 

@@ -224,6 +224,8 @@ HOST = r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za
 ACCOUNT_URL = re.compile(rf"https://{HOST}(:(?P<port>[0-9]{{1,5}}))?/?")
 NAMESPACE_HOST = re.compile(rf"{HOST}(:(?P<port>[0-9]{{1,5}}))?")
 SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
+#: An Event Hub's and a consumer group's names as Azure allows them (a group: at most 50).
+ENTITY_NAME = re.compile(r"[A-Za-z0-9]([-._A-Za-z0-9]*[A-Za-z0-9])?")
 DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 INT64 = range(0, bounds.MAX_EPOCH + 1)
 
@@ -260,6 +262,8 @@ def label_key_accepted(key: str) -> bool:
     replaced(SPEC, ("eventHub", "credentials", "connectionStringSecretRef", "name"), "Bad_Name")
 )
 @example(replaced(SPEC, ("eventHub", "credentials", "connectionStringSecretRef", "key"), "a b"))
+@example(replaced(SPEC, ("eventHub", "name"), "orders\n"))
+@example(replaced(SPEC, ("eventHub", "consumerGroup"), "$Default\n"))
 @example(replaced(SPEC, ("startPosition",), {"enqueuedTime": "0001-01-01T00:00:00+01:00"}))
 @example(replaced(SPEC, ("startPosition",), {"enqueuedTime": "0001-01-01T00:00:00Z"}))
 @example(replaced(SPEC, ("startPosition",), {"sequenceNumber": 2**63}))
@@ -275,6 +279,11 @@ def test_parse_spec_gives_a_spec_the_api_server_and_the_pods_accept_or_invalid_i
         ACCOUNT_URL.fullmatch(parsed.checkpoint_account_url)
     )
     assert port_usable(NAMESPACE_HOST.fullmatch(parsed.fully_qualified_namespace))
+    assert len(parsed.event_hub_name) <= 256
+    assert ENTITY_NAME.fullmatch(parsed.event_hub_name)
+    group = parsed.consumer_group
+    assert len(group) <= 50
+    assert group.lower() == "$default" or ENTITY_NAME.fullmatch(group)
     for credentials in (parsed.event_hub_credentials, parsed.checkpoint_credentials):
         if credentials.secret_ref is not None:
             assert DNS_SUBDOMAIN.fullmatch(credentials.secret_ref.name)

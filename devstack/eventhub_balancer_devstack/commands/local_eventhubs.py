@@ -15,6 +15,7 @@ import sys
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import listening
 from eventhub_balancer.cli import flagtypes
+from eventhub_balancer.contracts import specvalues
 
 COMMAND = ("local", "eventhubs")
 HELP = "run a local Event Hubs emulator (AMQP 1.0) for the azure-eventhub SDK"
@@ -37,6 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--consumer-group",
         action="append",
         default=[],
+        type=flagtypes.consumer_group,
         metavar="NAME",
         help="a consumer group every hub has, besides $Default (repeatable)",
     )
@@ -61,10 +63,12 @@ def parse_hubs(values: list[str]) -> dict[str, int]:
     result: dict[str, int] = {}
     for value in values:
         name, sep, count = value.partition("=")
-        if not sep or not name or "/" in name:
+        if not sep or not name:
             raise errors.InvalidInput(
                 "--hub", f"{value!r} is not NAME=PARTITIONS (for example orders=32)"
             )
+        # The operator names no other hub (`specvalues`): one it cannot consume is no use here.
+        specvalues.event_hub_name(name, "--hub")
         try:
             partitions = int(count)
         except ValueError:

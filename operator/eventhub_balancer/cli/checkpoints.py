@@ -116,8 +116,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="fully qualified Event Hubs namespace (x.servicebus.windows.net; required without "
         "NAME)",
     )
-    parser.add_argument("--hub", help="the event hub name (required without NAME)")
-    parser.add_argument("--consumer-group", default=None, help=f"default: {DEFAULT_CONSUMER_GROUP}")
+    parser.add_argument(
+        "--hub", type=flagtypes.event_hub, help="the event hub name (required without NAME)"
+    )
+    parser.add_argument(
+        "--consumer-group",
+        type=flagtypes.consumer_group,
+        default=None,
+        help=f"default: {DEFAULT_CONSUMER_GROUP}",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     actingidentities.add_arguments(parser)
     allowedendpoints.add_arguments(parser)

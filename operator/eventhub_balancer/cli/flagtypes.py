@@ -85,6 +85,10 @@ def checked(check: Callable[[str, str], str]) -> Callable[[str], str]:
 
 #: ``--eventhub-namespace``: x.servicebus.windows.net (host:port for a local emulator).
 eventhub_namespace = checked(specvalues.fully_qualified_namespace)
+#: ``--hub``: an Event Hub's name.
+event_hub = checked(specvalues.event_hub_name)
+#: ``--consumer-group``: $Default or a consumer group's name.
+consumer_group = checked(specvalues.consumer_group)
 #: ``--container``: a blob container's name.
 container = checked(specvalues.container_name)
 #: ``--account-url``: https://<account>.blob.core.windows.net.

@@ -200,9 +200,14 @@ def parse_spec(spec: Mapping[str, Any]) -> ConsumerSpec:
         _string(hub, "fullyQualifiedNamespace", "spec.eventHub.fullyQualifiedNamespace"),
         "spec.eventHub.fullyQualifiedNamespace",
     )
-    name = _string(hub, "name", "spec.eventHub.name")
-    group = _string(
-        hub, "consumerGroup", "spec.eventHub.consumerGroup", default=DEFAULT_CONSUMER_GROUP
+    name = specvalues.event_hub_name(
+        _string(hub, "name", "spec.eventHub.name"), "spec.eventHub.name"
+    )
+    group = specvalues.consumer_group(
+        _string(
+            hub, "consumerGroup", "spec.eventHub.consumerGroup", default=DEFAULT_CONSUMER_GROUP
+        ),
+        "spec.eventHub.consumerGroup",
     )
     hub_creds = _credentials(hub.get("credentials"), "spec.eventHub.credentials")
     container = specvalues.container_name(

@@ -1,7 +1,8 @@
 """The spec's strings that name something outside the resource, checked as its users need them.
 
 A host with a port (``spec.eventHub.fullyQualifiedNamespace``, ``checkpointStore.accountUrl``),
-a blob container, a Secret's name and key, a ServiceAccount's name: each is refused here when
+an Event Hub and its consumer group, a blob container, a Secret's name and key, a
+ServiceAccount's name: each is refused here when
 no client could ever use it, with an `errors.InvalidInput` that names the field and says what
 to give. The CRD refuses the same values at admission (crds/eventhubconsumers.yaml); this is
 the check for specs that were not admitted by it (tests, API servers without CEL).
@@ -33,6 +34,14 @@ _NAMESPACE_HOST_MAX = 253
 #: against the install's allowed list before any token is requested (`endpoints`).
 _ACCOUNT_URL = re.compile(rf"^https://{_HOST}(:(?P<port>[0-9]{{1,5}}))?/?\Z")
 _ACCOUNT_URL_MAX = 2048
+#: An Event Hub's name as Azure allows it: letters, digits, '.', '-' and '_', starting and
+#: ending with a letter or digit. Anything else names no hub, and a '/' would also blur the
+#: checkpoint blobs' ``<namespace>/<hub>/<consumer group>/`` prefix with another hub's.
+_ENTITY_NAME = re.compile(r"^[A-Za-z0-9]([-._A-Za-z0-9]*[A-Za-z0-9])?\Z")
+_EVENT_HUB_NAME_MAX = 256
+#: A consumer group: the same characters, at most 50, or the group every hub has.
+_CONSUMER_GROUP = re.compile(r"^([$](?i:default)|[A-Za-z0-9]([-._A-Za-z0-9]*[A-Za-z0-9])?)\Z")
+_CONSUMER_GROUP_MAX = 50
 #: A TCP port: the resolver takes 65536 and above modulo 65536, so a client would dial another.
 PORTS = range(1, 65536)
 
@@ -52,6 +61,28 @@ def fully_qualified_namespace(value: str, field: str) -> str:
             field,
             f"{value[:80]!r} is not an Event Hubs namespace host: use <namespace>.servicebus."
             "windows.net, or host:port with a port from 1 to 65535 for a local emulator",
+        )
+    return value
+
+
+def event_hub_name(value: str, field: str) -> str:
+    if len(value) > _EVENT_HUB_NAME_MAX or not _ENTITY_NAME.match(value):
+        raise errors.InvalidInput(
+            field,
+            f"{value[:80]!r} is not an Event Hub name: use the hub's name in its namespace "
+            "(letters, digits, '.', '-' and '_', starting and ending with a letter or digit, "
+            f"at most {_EVENT_HUB_NAME_MAX} characters)",
+        )
+    return value
+
+
+def consumer_group(value: str, field: str) -> str:
+    if len(value) > _CONSUMER_GROUP_MAX or not _CONSUMER_GROUP.match(value):
+        raise errors.InvalidInput(
+            field,
+            f"{value[:80]!r} is not a consumer group name: use $Default or a group of the hub "
+            "(letters, digits, '.', '-' and '_', starting and ending with a letter or digit, "
+            f"at most {_CONSUMER_GROUP_MAX} characters)",
         )
     return value
 

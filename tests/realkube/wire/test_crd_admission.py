@@ -5,7 +5,7 @@ A spec the API server admits but the operator refuses is the worst kind of mista
 (`InvalidSpec`) later, in a status nobody was looking at. So the CRD (crds/: its OpenAPI
 schema and CEL rules) must refuse at admission whatever `contracts.specs.parse_spec` refuses,
 with a message that names the field. The reverse is allowed: the API server may be the
-stricter one (an empty consumer group, a time with a space), as it is the first to see a spec.
+stricter one (a time with a space), as it is the first to see a spec.
 
 Each case is applied with `kubectl apply --dry-run=server`: the server validates it in full
 (schema, CEL, strict field decoding) and stores nothing.
@@ -129,6 +129,17 @@ CASES: list[tuple[str, tuple[str, ...], Any]] = [
     ("secret-key-space", (*EH_SECRET, "key"), "connection string"),
     ("secret-key-slash", (*BLOB_SECRET, "key"), "a/b"),
     ("secret-key-mixed", (*EH_SECRET, "key"), "Connection_String.v-1"),
+    # An Event Hub or consumer group Azure cannot have, and names it can.
+    ("hub-slash", ("eventHub", "name"), "orders/eu"),
+    ("hub-dot-end", ("eventHub", "name"), "orders."),
+    ("hub-mixed", ("eventHub", "name"), "Orders.v2_eu-1"),
+    ("hub-longest", ("eventHub", "name"), "a" * 256),
+    ("group-underscore-start", ("eventHub", "consumerGroup"), "_analytics"),
+    ("group-dollar", ("eventHub", "consumerGroup"), "$analytics"),
+    ("group-default-lower", ("eventHub", "consumerGroup"), "$default"),
+    ("group-51", ("eventHub", "consumerGroup"), "a" * 51),
+    ("group-50", ("eventHub", "consumerGroup"), "a" * 50),
+    ("group-empty", ("eventHub", "consumerGroup"), ""),
 ]
 
 

@@ -37,7 +37,7 @@ def test_runs_serves_and_stops() -> None:
             process.wait(timeout=WAIT_S)
 
 
-@pytest.mark.parametrize("value", ["orders", "orders=x", "orders=0", "=3"])
+@pytest.mark.parametrize("value", ["orders", "orders=x", "orders=0", "=3", "orders/eu=3", "-x=1"])
 def test_bad_hub_flag_names_the_flag(value: str) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "eventhub_balancer", "local", "eventhubs", "--hub", value],
@@ -48,6 +48,21 @@ def test_bad_hub_flag_names_the_flag(value: str) -> None:
     )
     assert result.returncode == 2
     assert "--hub" in result.stderr
+
+
+def test_a_consumer_group_the_operator_cannot_name_is_refused() -> None:
+    """A group the operator refuses in a spec (`specvalues`) would be served here for nothing."""
+    result = subprocess.run(
+        [*EHB, "local", "eventhubs", "--port", "0", "--consumer-group", "analytics/eu"],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "argument --consumer-group: 'analytics/eu' is not a consumer group name" in (
+        result.stderr
+    )
 
 
 def test_an_address_or_port_it_cannot_listen_on_names_the_flag_to_change() -> None:
