@@ -232,3 +232,42 @@ def test_a_name_yaml_would_read_as_a_number_or_a_boolean_renders_as_text(
             kubeschemas.validate(body, KUBE_VERSION)
         except kubernetes_validate.ValidationError as e:
             pytest.fail(f"{body['kind']}: {'.'.join(map(str, e.path))}: {e.message}")
+
+
+#: A label's value as the API server takes it.
+LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+
+
+@pytest.mark.parametrize(
+    ("tag", "label"),
+    [
+        ("v1.2.3_rc-1", "v1.2.3_rc-1"),
+        ("1.0_", "1.0"),
+        ("_1.0", "1.0"),
+        ("1.0--", "1.0"),
+        ("1.0.", "1.0"),
+        # Cut to 63 characters, the 63rd a dot.
+        ("v" + "1" * 61 + "._x", "v" + "1" * 61),
+        ("___", ""),
+    ],
+)
+@pytest.mark.parametrize("chart", [OPERATOR_CHART, CONSUMER_CHART], ids=chart_id)
+def test_an_image_tag_becomes_a_version_label_the_api_server_takes(
+    chart: Path, tag: str, label: str
+) -> None:
+    """A tag may start with '_' and end with '.', '_' or '-'; a label value may not. Until
+    5 December such a tag rendered as it was, and the API server refused every object."""
+    values = with_base(chart, {"image": {"repository": "ehb", "tag": tag}})
+    docs = charts.documents(render(chart, values))
+    labelled = [
+        d["metadata"]["labels"]
+        for d in docs
+        if "app.kubernetes.io/version" in d["metadata"].get("labels", {})
+    ] + [d["spec"]["template"]["metadata"]["labels"] for d in docs if d["kind"] == "Deployment"]
+    assert len(labelled) > 2
+    for labels in labelled:
+        assert labels["app.kubernetes.io/version"] == label
+        assert LABEL_VALUE.fullmatch(label)
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == f"ehb:{tag}"

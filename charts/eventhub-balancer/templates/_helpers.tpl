@@ -31,12 +31,21 @@ The chart label: name and version, cut to 63 characters.
 {{- end }}
 
 {{/*
+The version label: the image tag (else the app version) as a label value takes it, at most 63
+characters that start and end with a letter or digit. A tag may start with '_' and end with '.',
+'_' or '-' ("1.0_"), which the API server refuses in a label.
+*/}}
+{{- define "eventhub-balancer.version" -}}
+{{- regexReplaceAll "^[^A-Za-z0-9]+|[^A-Za-z0-9]+$" (.Values.image.tag | default .Chart.AppVersion | trunc 63) "" }}
+{{- end }}
+
+{{/*
 Labels on every object.
 */}}
 {{- define "eventhub-balancer.labels" -}}
 helm.sh/chart: {{ include "eventhub-balancer.chart" . }}
 {{ include "eventhub-balancer.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/version: {{ include "eventhub-balancer.version" . | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: eventhub-balancer
 {{- with .Values.commonLabels }}

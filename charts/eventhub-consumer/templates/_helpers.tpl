@@ -23,12 +23,21 @@ chart's name is not repeated.
 {{- end }}
 
 {{/*
+The version label: the image tag (else the app version) as a label value takes it, at most 63
+characters that start and end with a letter or digit. A tag may start with '_' and end with '.',
+'_' or '-' ("1.0_"), which the API server refuses in a label.
+*/}}
+{{- define "eventhub-consumer.version" -}}
+{{- regexReplaceAll "^[^A-Za-z0-9]+|[^A-Za-z0-9]+$" (.Values.image.tag | default .Chart.AppVersion | trunc 63) "" }}
+{{- end }}
+
+{{/*
 Labels on every object.
 */}}
 {{- define "eventhub-consumer.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{ include "eventhub-consumer.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/version: {{ include "eventhub-consumer.version" . | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: eventhub-balancer
 {{- with .Values.commonLabels }}
@@ -43,7 +52,7 @@ changes nothing they run, and move every partition once.
 */}}
 {{- define "eventhub-consumer.podLabels" -}}
 {{ include "eventhub-consumer.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/version: {{ include "eventhub-consumer.version" . | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/part-of: eventhub-balancer
 {{- with .Values.commonLabels }}
