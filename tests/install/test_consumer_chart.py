@@ -440,6 +440,15 @@ BAD_KEY = {"name": "orders-blob", "key": "connection string"}
             {"consumer": {"checkpointStore": {"accountUrl": "https://-a.example:0/"}}},
             "at '/consumer/checkpointStore/accountUrl'",
         ),
+        ({"consumer": {"eventHub": {"name": "orders/eu"}}}, "at '/consumer/eventHub/name'"),
+        (
+            {"consumer": {"eventHub": {"consumerGroup": "$analytics"}}},
+            "at '/consumer/eventHub/consumerGroup'",
+        ),
+        (
+            {"consumer": {"eventHub": {"consumerGroup": "a" * 51}}},
+            "at '/consumer/eventHub/consumerGroup'",
+        ),
     ],
 )
 def test_the_values_schema_rejects_mistakes(values: dict[str, Any], complaint: str) -> None:
@@ -453,6 +462,9 @@ def test_the_values_schema_rejects_mistakes(values: dict[str, Any], complaint: s
     [
         (("eventHub", "fullyQualifiedNamespace"), "127.0.0.1:65535"),
         (("eventHub", "fullyQualifiedNamespace"), "Shop-1.servicebus.windows.net"),
+        (("eventHub", "name"), "Orders.v2_eu-1"),
+        (("eventHub", "consumerGroup"), "$default"),
+        (("eventHub", "consumerGroup"), "Analytics.v2_eu-1"),
         (("checkpointStore", "accountUrl"), "https://shop.blob.core.windows.net:443/"),
         (
             ("eventHub", "credentials", "connectionStringSecretRef"),
