@@ -271,3 +271,82 @@ def test_an_image_tag_becomes_a_version_label_the_api_server_takes(
     (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert container["image"] == f"ehb:{tag}"
+
+
+class StrictLoader(GoYAMLLoader):
+    """GoYAMLLoader that refuses a key given twice in one mapping, as kubectl's and strict
+    readers do (PyYAML keeps the last one without a word)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        keys = [self.construct_object(k, deep=deep) for k, _ in node.value]
+        twice = sorted({k for k in keys if keys.count(k) > 1})
+        if twice:
+            raise yaml.constructor.ConstructorError(None, None, f"keys given twice: {twice}")
+        return super().construct_mapping(node, deep=deep)
+
+
+def chart_values(chart: Path, **values: Any) -> dict[str, Any]:
+    return consumer_values(**values) if chart == CONSUMER_CHART else values
+
+
+@pytest.mark.parametrize("chart", [OPERATOR_CHART, CONSUMER_CHART], ids=chart_id)
+def test_added_labels_take_the_charts_own_once_and_keep_the_selector(chart: Path) -> None:
+    """commonLabels and podLabels may set the chart's labels that select nothing (part-of,
+    version): each key is written once, the user's value, and the selector still matches the
+    pods. Before, the key was written twice, the user's second."""
+    values = chart_values(
+        chart,
+        commonLabels={"app.kubernetes.io/part-of": "payments", "team": "orders"},
+        podLabels={"app.kubernetes.io/version": "pinned", "tier": "backend"},
+    )
+    rendered = render(chart, values)
+    docs = [
+        body
+        for _path, text in sorted(rendered.items())
+        for body in yaml.load_all(text, Loader=StrictLoader)
+        if body
+    ]
+    for body in docs:
+        labels = body["metadata"].get("labels", {})
+        assert labels["app.kubernetes.io/part-of"] == "payments", body["kind"]
+        assert labels["team"] == "orders"
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["metadata"]["labels"]
+    assert pod["app.kubernetes.io/version"] == "pinned"
+    assert pod["tier"] == "backend"
+    assert pod["app.kubernetes.io/part-of"] == "payments"
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= pod.items()
+
+
+@pytest.mark.parametrize(
+    ("key", "label"),
+    [
+        ("commonLabels", "app.kubernetes.io/instance"),
+        ("commonLabels", "app.kubernetes.io/component"),
+        ("podLabels", "app.kubernetes.io/name"),
+    ],
+)
+@pytest.mark.parametrize("chart", [OPERATOR_CHART, CONSUMER_CHART], ids=chart_id)
+def test_an_added_label_the_chart_selects_by_is_refused_naming_it(
+    chart: Path, key: str, label: str
+) -> None:
+    """The Deployment's selector matched none of its pods: the API server refused it, after
+    the release's other objects were applied, with "`selector` does not match template
+    `labels`" (seen on the real control plane)."""
+    with pytest.raises(charts.HelmError) as e:
+        render(chart, chart_values(chart, **{key: {label: "x"}}))
+    said = " ".join(str(e.value).split())
+    assert f"{key} sets {label}, a label the chart selects its pods by" in said
+    assert ("(nameOverride sets it)" in said) == (label == "app.kubernetes.io/name")
+
+
+@pytest.mark.parametrize("chart", [OPERATOR_CHART, CONSUMER_CHART], ids=chart_id)
+def test_an_added_label_the_api_server_refuses_is_refused_naming_it(chart: Path) -> None:
+    with pytest.raises(charts.HelmError) as e:
+        render(chart, chart_values(chart, podLabels={"te am": "x"}))
+    assert 'podLabels: "te am" is not a label key' in " ".join(str(e.value).split())
+    for key in ("commonLabels", "podLabels", "nodeSelector"):
+        with pytest.raises(charts.HelmError, match="don't meet the specifications") as e:
+            render(chart, chart_values(chart, **{key: {"team": "a b"}}))
+        assert f"at '/{key}/team'" in str(e.value)

@@ -40,17 +40,53 @@ characters that start and end with a letter or digit. A tag may start with '_' a
 {{- end }}
 
 {{/*
-Labels on every object.
+Refuses a label the user adds (commonLabels, podLabels) that the chart selects its pods by, or
+that is no label key: with app.kubernetes.io/instance in commonLabels the Deployment's selector
+matched none of its pods, and the install failed half applied ("`selector` does not match
+template `labels`"). Called with (list $ "commonLabels"); renders nothing.
+*/}}
+{{- define "eventhub-balancer.checkLabels" -}}
+{{- $root := index . 0 }}
+{{- $key := index . 1 }}
+{{- $selecting := include "eventhub-balancer.selectorLabels" $root | fromYaml }}
+{{- range $name, $_ := index $root.Values $key }}
+{{- if hasKey $selecting $name }}
+{{- fail (printf "%s sets %s, a label the chart selects its pods by (the Deployment's selector): remove it%s" $key $name (ternary " (nameOverride sets it)" "" (eq $name "app.kubernetes.io/name"))) }}
+{{- end }}
+{{- if not (regexMatch "^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$" $name) }}
+{{- fail (printf "%s: %q is not a label key: use at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit, after an optional DNS prefix and '/' (example.com/team)" $key $name) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The chart's labels that select nothing, under the user's: (list $ before after) renders
+before, then commonLabels, then after, then the chart's version, managed-by and part-of, each
+key once, from the first that has it (a key given twice was refused by strict YAML readers).
+*/}}
+{{- define "eventhub-balancer.ownLabels" -}}
+{{- $root := index . 0 }}
+{{- $own := dict "app.kubernetes.io/version" (include "eventhub-balancer.version" $root) "app.kubernetes.io/managed-by" $root.Release.Service "app.kubernetes.io/part-of" "eventhub-balancer" }}
+{{- toYaml (merge (dict) (index . 1) (default (dict) $root.Values.commonLabels) (index . 2) $own) }}
+{{- end }}
+
+{{/*
+Labels on every object: the selector's, then commonLabels over the chart's own.
 */}}
 {{- define "eventhub-balancer.labels" -}}
-helm.sh/chart: {{ include "eventhub-balancer.chart" . }}
+{{- include "eventhub-balancer.checkLabels" (list . "commonLabels") }}
 {{ include "eventhub-balancer.selectorLabels" . }}
-app.kubernetes.io/version: {{ include "eventhub-balancer.version" . | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-app.kubernetes.io/part-of: eventhub-balancer
-{{- with .Values.commonLabels }}
-{{ toYaml . }}
+{{ include "eventhub-balancer.ownLabels" (list . (dict) (dict "helm.sh/chart" (include "eventhub-balancer.chart" .))) }}
 {{- end }}
+
+{{/*
+Labels on the operator's pod: those of every object, with podLabels over them.
+*/}}
+{{- define "eventhub-balancer.podLabels" -}}
+{{- include "eventhub-balancer.checkLabels" (list . "commonLabels") }}
+{{- include "eventhub-balancer.checkLabels" (list . "podLabels") }}
+{{ include "eventhub-balancer.selectorLabels" . }}
+{{ include "eventhub-balancer.ownLabels" (list . (default (dict) .Values.podLabels) (dict "helm.sh/chart" (include "eventhub-balancer.chart" .))) }}
 {{- end }}
 
 {{/*

@@ -32,32 +32,63 @@ characters that start and end with a letter or digit. A tag may start with '_' a
 {{- end }}
 
 {{/*
-Labels on every object.
+The chart label: name and version, cut to 63 characters.
 */}}
-{{- define "eventhub-consumer.labels" -}}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
-{{ include "eventhub-consumer.selectorLabels" . }}
-app.kubernetes.io/version: {{ include "eventhub-consumer.version" . | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-app.kubernetes.io/part-of: eventhub-balancer
-{{- with .Values.commonLabels }}
-{{ toYaml . }}
+{{- define "eventhub-consumer.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Refuses a label the user adds (commonLabels, podLabels) that the chart selects its pods by, or
+that is no label key: with app.kubernetes.io/instance in commonLabels the Deployment's selector
+matched none of its pods, and the install failed half applied ("`selector` does not match
+template `labels`"). Called with (list $ "commonLabels"); renders nothing.
+*/}}
+{{- define "eventhub-consumer.checkLabels" -}}
+{{- $root := index . 0 }}
+{{- $key := index . 1 }}
+{{- $selecting := include "eventhub-consumer.selectorLabels" $root | fromYaml }}
+{{- range $name, $_ := index $root.Values $key }}
+{{- if hasKey $selecting $name }}
+{{- fail (printf "%s sets %s, a label the chart selects its pods by (the Deployment's selector and the EventHubConsumer's): remove it%s" $key $name (ternary " (nameOverride sets it)" "" (eq $name "app.kubernetes.io/name"))) }}
+{{- end }}
+{{- if not (regexMatch "^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$" $name) }}
+{{- fail (printf "%s: %q is not a label key: use at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit, after an optional DNS prefix and '/' (example.com/team)" $key $name) }}
+{{- end }}
 {{- end }}
 {{- end }}
 
 {{/*
-Labels on the consumer pods: those of every object but the chart's version. A label in the pod
-template that changes with the chart alone would roll every pod on a chart upgrade that
-changes nothing they run, and move every partition once.
+The chart's labels that select nothing, under the user's: (list $ before after) renders
+before, then commonLabels, then after, then the chart's version, managed-by and part-of, each
+key once, from the first that has it (a key given twice was refused by strict YAML readers).
+*/}}
+{{- define "eventhub-consumer.ownLabels" -}}
+{{- $root := index . 0 }}
+{{- $own := dict "app.kubernetes.io/version" (include "eventhub-consumer.version" $root) "app.kubernetes.io/managed-by" $root.Release.Service "app.kubernetes.io/part-of" "eventhub-balancer" }}
+{{- toYaml (merge (dict) (index . 1) (default (dict) $root.Values.commonLabels) (index . 2) $own) }}
+{{- end }}
+
+{{/*
+Labels on every object: the selector's, then commonLabels over the chart's own.
+*/}}
+{{- define "eventhub-consumer.labels" -}}
+{{- include "eventhub-consumer.checkLabels" (list . "commonLabels") }}
+{{ include "eventhub-consumer.selectorLabels" . }}
+{{ include "eventhub-consumer.ownLabels" (list . (dict) (dict "helm.sh/chart" (include "eventhub-consumer.chart" .))) }}
+{{- end }}
+
+{{/*
+Labels on the consumer pods: those of every object but the chart's version, with podLabels
+over them, and workload identity's when it is on. A label in the pod template that changes
+with the chart alone would roll every pod on a chart upgrade that changes nothing they run,
+and move every partition once.
 */}}
 {{- define "eventhub-consumer.podLabels" -}}
+{{- include "eventhub-consumer.checkLabels" (list . "commonLabels") }}
+{{- include "eventhub-consumer.checkLabels" (list . "podLabels") }}
 {{ include "eventhub-consumer.selectorLabels" . }}
-app.kubernetes.io/version: {{ include "eventhub-consumer.version" . | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-app.kubernetes.io/part-of: eventhub-balancer
-{{- with .Values.commonLabels }}
-{{ toYaml . }}
-{{- end }}
+{{ include "eventhub-consumer.ownLabels" (list . (merge (dict) (ternary (dict "azure.workload.identity/use" "true") (dict) (not (empty .Values.workloadIdentity.clientId))) (default (dict) .Values.podLabels)) (dict)) }}
 {{- end }}
 
 {{/*
