@@ -274,8 +274,8 @@ def test_an_image_tag_becomes_a_version_label_the_api_server_takes(
 
 
 class StrictLoader(GoYAMLLoader):
-    """GoYAMLLoader that refuses a key given twice in one mapping, as kubectl's and strict
-    readers do (PyYAML keeps the last one without a word)."""
+    """GoYAMLLoader that refuses a key given twice in one mapping, which YAML 1.2 forbids
+    (PyYAML and kubectl keep the last one without a word)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         keys = [self.construct_object(k, deep=deep) for k, _ in node.value]

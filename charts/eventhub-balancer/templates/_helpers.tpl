@@ -62,7 +62,7 @@ template `labels`"). Called with (list $ "commonLabels"); renders nothing.
 {{/*
 The chart's labels that select nothing, under the user's: (list $ before after) renders
 before, then commonLabels, then after, then the chart's version, managed-by and part-of, each
-key once, from the first that has it (a key given twice was refused by strict YAML readers).
+key once, from the first that has it (a key given twice is a mapping YAML 1.2 forbids).
 */}}
 {{- define "eventhub-balancer.ownLabels" -}}
 {{- $root := index . 0 }}
