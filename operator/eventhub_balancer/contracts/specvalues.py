@@ -42,6 +42,8 @@ _EVENT_HUB_NAME_MAX = 256
 #: A consumer group: the same characters, at most 50, or the group every hub has.
 _CONSUMER_GROUP = re.compile(r"^([$](?i:default)|[A-Za-z0-9]([-._A-Za-z0-9]*[A-Za-z0-9])?)\Z")
 _CONSUMER_GROUP_MAX = 50
+#: What both names may hold, for the messages that refuse one.
+_ENTITY_RULE = "letters, digits, '.', '-' and '_', starting and ending with a letter or digit"
 #: A TCP port: the resolver takes 65536 and above modulo 65536, so a client would dial another.
 PORTS = range(1, 65536)
 
@@ -70,8 +72,7 @@ def event_hub_name(value: str, field: str) -> str:
         raise errors.InvalidInput(
             field,
             f"{value[:80]!r} is not an Event Hub name: use the hub's name in its namespace "
-            "(letters, digits, '.', '-' and '_', starting and ending with a letter or digit, "
-            f"at most {_EVENT_HUB_NAME_MAX} characters)",
+            f"({_ENTITY_RULE}, at most {_EVENT_HUB_NAME_MAX} characters)",
         )
     return value
 
@@ -81,8 +82,7 @@ def consumer_group(value: str, field: str) -> str:
         raise errors.InvalidInput(
             field,
             f"{value[:80]!r} is not a consumer group name: use $Default or a group of the hub "
-            "(letters, digits, '.', '-' and '_', starting and ending with a letter or digit, "
-            f"at most {_CONSUMER_GROUP_MAX} characters)",
+            f"({_ENTITY_RULE}, at most {_CONSUMER_GROUP_MAX} characters)",
         )
     return value
 
