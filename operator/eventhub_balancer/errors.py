@@ -65,11 +65,15 @@ class OwnershipLost(EventHubBalancerError):
 
     reason: ClassVar[str] = "OwnershipLost"
 
-    def __init__(self, partition: str, our_epoch: int, their_epoch: int, owner: str = "") -> None:
+    def __init__(
+        self, partition: str, our_epoch: int, their_epoch: int | None, owner: str = ""
+    ) -> None:
+        """``their_epoch`` None: not known (Event Hubs' detach of a stolen link names none)."""
         who = f" by {owner}" if owner else ""
+        theirs = "a higher epoch" if their_epoch is None else f"epoch {their_epoch}"
         super().__init__(
-            f"partition {partition}: ownership lost, epoch {their_epoch}{who} "
-            f"supersedes our epoch {our_epoch}"
+            f"partition {partition}: ownership lost, {theirs}{who} supersedes our epoch "
+            f"{our_epoch}"
         )
         self.partition = partition
         self.our_epoch = our_epoch

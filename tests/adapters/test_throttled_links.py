@@ -206,3 +206,42 @@ async def test_a_throttling_that_lasts_fails_the_partition_in_one_line(
 )
 def test_how_long_event_hubs_asks_to_wait(error: BaseException, wait: float | None) -> None:
     assert linkrefusals.throttled(error) == wait
+
+
+class StolenPartition(ThrottledPartition):
+    """A partition whose link is stolen as soon as it opens: a receiver with a higher epoch
+    took it (Event Hubs' detach names no epoch)."""
+
+    def _create_consumer(
+        self, group: str, partition: str, position: Any, on_events: Any, **kwargs: Any
+    ) -> Any:
+        link = super()._create_consumer(group, partition, position, on_events, **kwargs)
+
+        async def receive(*args: object) -> None:
+            raise amqp.AMQPLinkError(
+                condition=amqp.ErrorCondition.LinkStolen,
+                description=b"New receiver with higher epoch of '4' is created",
+            )
+
+        link.receive = receive
+        return link
+
+
+async def test_a_stolen_link_says_a_higher_epoch_took_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """It said "ownership lost, epoch 3 by a newer receiver supersedes our epoch 3", a tie
+    that supersedes nothing: the thief's epoch is not known here."""
+    partition = StolenPartition(count=5)
+    monkeypatch.setattr(receiving, "make_client", partition.client)
+    running = receiving.PartitionReceiver(
+        address=ADDRESS, partition="0", epoch=3, position=deliveries.ReceivePosition.earliest()
+    )
+    running.start()
+    try:
+        with pytest.raises(errors.OwnershipLost) as lost:
+            await received(running, count=1, within=60)
+    finally:
+        await running.close()
+    assert str(lost.value) == (
+        "partition 0: ownership lost, a higher epoch by a newer receiver supersedes our epoch 3"
+    )
+    assert (lost.value.our_epoch, lost.value.their_epoch) == (3, None)

@@ -310,10 +310,12 @@ class PartitionReceiver:
                         self.partition,
                         self.epoch,
                     )
-                    # The thief's epoch is not in the detach; it is at least ours.
-                    epoch = self.epoch or 0
+                    # The thief's epoch is not in the detach: said as "a higher epoch", where
+                    # "epoch 1 by a newer receiver supersedes our epoch 1" read as a tie.
                     self._fail(
-                        errors.OwnershipLost(self.partition, epoch, epoch, owner="a newer receiver")
+                        errors.OwnershipLost(
+                            self.partition, self.epoch or 0, None, owner="a newer receiver"
+                        )
                     )
                     return
                 final = linkrefusals.unmendable(
