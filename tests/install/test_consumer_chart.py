@@ -719,3 +719,18 @@ def test_a_new_chart_version_alone_restarts_no_consumer_pod(tmp_path: Path) -> N
         return template
 
     assert pod_template(bumped) == pod_template(CHART_DIR)
+
+
+def test_consumer_paused_sets_the_spec_only_when_true() -> None:
+    """``consumer.paused`` is the GitOps way to pause (docs/operations.md, "Pausing a
+    consumer"). False writes no field, so that a pause patched onto the object by hand is kept
+    by an upgrade that does not set it."""
+    (paused,) = render({"consumer": {"paused": True}})["EventHubConsumer"]
+    assert paused["spec"]["paused"] is True
+    assert crd_rules.failures(paused) == []
+    (default,) = render()["EventHubConsumer"]
+    assert "paused" not in default["spec"]
+    (unpaused,) = render({"consumer": {"paused": False}})["EventHubConsumer"]
+    assert "paused" not in unpaused["spec"]
+    with pytest.raises(charts.HelmError, match="at '/consumer/paused'"):
+        render({"consumer": {"paused": "yes"}})
