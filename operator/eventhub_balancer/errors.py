@@ -72,8 +72,7 @@ class OwnershipLost(EventHubBalancerError):
         who = f" by {owner}" if owner else ""
         theirs = "a higher epoch" if their_epoch is None else f"epoch {their_epoch}"
         super().__init__(
-            f"partition {partition}: ownership lost, {theirs}{who} supersedes our epoch "
-            f"{our_epoch}"
+            f"partition {partition}: ownership lost, {theirs}{who} supersedes our epoch {our_epoch}"
         )
         self.partition = partition
         self.our_epoch = our_epoch
