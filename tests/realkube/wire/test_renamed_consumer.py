@@ -28,7 +28,9 @@ from tests.realkube.wire.test_rollouts import (
     PARTITIONS,
     _producer,
     _records,
+    all_processed,
     install_release,
+    twice_and_lost,
 )
 from tests.support import charts
 from tests.support.fixtures.realkube import Kubectl
@@ -114,20 +116,9 @@ def test_a_paused_consumer_renamed_moves_each_partition_once_without_duplicates(
         producer.join(30)
 
     # Every event sent is processed once: wait (bounded) for the last ones.
-    def all_processed() -> bool:
-        done: dict[str, set[int]] = collections.defaultdict(set)
-        for r in _records(records):
-            done[r[2]].update(r[4])
-        return all(len(done[p]) >= sent[p] for p in PARTITIONS)
-
-    wait_until(all_processed, SETTLE_S, "every event processed")
+    wait_until(lambda: all_processed(records, sent), SETTLE_S, "every event processed")
     recs = _records(records)
-    seen: collections.Counter[tuple[str, int]] = collections.Counter()
-    for r in recs:
-        for n in r[4]:
-            seen[(r[2], n)] += 1
-    twice = sum(c - 1 for c in seen.values() if c > 1)
-    lost = sum(sent[p] - len({n for (q, n) in seen if q == p}) for p in PARTITIONS)
+    twice, lost = twice_and_lost(recs, sent)
     after = [r for r in recs if r[0] >= renamed]
     back = sorted({f"{r[2]} on {r[1]}" for r in after if r[1] in old_pods})
     owners = {p: len({r[1] for r in after if r[2] == p}) for p in PARTITIONS}

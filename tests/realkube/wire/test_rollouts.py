@@ -78,6 +78,27 @@ def _records(directory: Path) -> list[tuple[float, str, str, int, list[int]]]:
     return out
 
 
+def all_processed(directory: Path, sent: Mapping[str, int]) -> bool:
+    """Whether every event ``sent`` to each partition is among those recorded."""
+    done: dict[str, set[int]] = collections.defaultdict(set)
+    for r in _records(directory):
+        done[r[2]].update(r[4])
+    return all(len(done[p]) >= sent[p] for p in PARTITIONS)
+
+
+def twice_and_lost(
+    recs: list[tuple[float, str, str, int, list[int]]], sent: Mapping[str, int]
+) -> tuple[int, int]:
+    """How many recorded events were processed more than once, and how many sent never were."""
+    seen: collections.Counter[tuple[str, int]] = collections.Counter()
+    for r in recs:
+        for n in r[4]:
+            seen[(r[2], n)] += 1
+    twice = sum(c - 1 for c in seen.values() if c > 1)
+    lost = sum(sent[p] - len({n for (q, n) in seen if q == p}) for p in PARTITIONS)
+    return twice, lost
+
+
 def install_release(
     *,
     kubectl: Kubectl,
@@ -200,21 +221,11 @@ def test_a_rolling_update_moves_each_partition_once_without_duplicates(
     stop.set()
     producer.join(30)
     deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        done: dict[str, set[int]] = collections.defaultdict(set)
-        for r in _records(records_dir):
-            done[r[2]].update(r[4])
-        if all(len(done[p]) >= sent[p] for p in PARTITIONS):
-            break
+    while time.monotonic() < deadline and not all_processed(records_dir, sent):
         time.sleep(1)
     recs = _records(records_dir)
     old_pods = {r[1] for r in recs if r[0] < began}
-    seen: collections.Counter[tuple[str, int]] = collections.Counter()
-    for r in recs:
-        for n in r[4]:
-            seen[(r[2], n)] += 1
-    duplicates = sum(c - 1 for c in seen.values() if c > 1)
-    lost = sum(sent[p] - len({n for (q, n) in seen if q == p}) for p in PARTITIONS)
+    duplicates, lost = twice_and_lost(recs, sent)
     # The usual interval between a partition's batches, before the rollout: a move costs what
     # its gap exceeds it by.
     usual = statistics.median(
