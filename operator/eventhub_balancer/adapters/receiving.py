@@ -310,13 +310,9 @@ class PartitionReceiver:
                         self.partition,
                         self.epoch,
                     )
-                    # The thief's epoch is not in the detach: said as "a higher epoch", where
-                    # "epoch 1 by a newer receiver supersedes our epoch 1" read as a tie.
-                    self._fail(
-                        errors.OwnershipLost(
-                            self.partition, self.epoch or 0, None, owner="a newer receiver"
-                        )
-                    )
+                    # The thief's epoch is not in the detach: None, said "a higher epoch".
+                    thief = "a newer receiver"
+                    self._fail(errors.OwnershipLost(self.partition, self.epoch or 0, None, thief))
                     return
                 final = linkrefusals.unmendable(
                     e,
