@@ -346,6 +346,14 @@ def test_an_added_label_the_api_server_refuses_is_refused_naming_it(chart: Path)
     with pytest.raises(charts.HelmError) as e:
         render(chart, chart_values(chart, podLabels={"te am": "x"}))
     assert 'podLabels: "te am" is not a label key' in " ".join(str(e.value).split())
+    # The API server bounds a key's DNS prefix at 253 characters, a bound no pattern holds.
+    prefix = ".".join(["a" * 63] * 3 + ["a" * 62])
+    with pytest.raises(charts.HelmError) as e:
+        render(chart, chart_values(chart, commonLabels={f"{prefix}/team": "x"}))
+    assert "is not a label key" in str(e.value)
+    assert "at most 253 characters" in " ".join(str(e.value).split())
+    rendered = render(chart, chart_values(chart, commonLabels={f"{prefix[1:]}/team": "x"}))
+    assert any(f"{prefix[1:]}/team" in text for text in rendered.values())
     for key in ("commonLabels", "podLabels", "nodeSelector"):
         with pytest.raises(charts.HelmError, match="don't meet the specifications") as e:
             render(chart, chart_values(chart, **{key: {"team": "a b"}}))

@@ -52,8 +52,8 @@ template `labels`"). Called with (list $ "commonLabels"); renders nothing.
 {{- if hasKey $selecting $name }}
 {{- fail (printf "%s sets %s, a label the chart selects its pods by (the Deployment's selector and the EventHubConsumer's): remove it%s" $key $name (ternary " (nameOverride sets it)" "" (eq $name "app.kubernetes.io/name"))) }}
 {{- end }}
-{{- if not (regexMatch "^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$" $name) }}
-{{- fail (printf "%s: %q is not a label key: use at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit, after an optional DNS prefix and '/' (example.com/team)" $key $name) }}
+{{- if or (not (regexMatch "^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$" $name)) (gt (len (first (splitList "/" $name))) 253) }}
+{{- fail (printf "%s: %q is not a label key: use at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit, after an optional DNS prefix of at most 253 characters and '/' (example.com/team)" $key $name) }}
 {{- end }}
 {{- end }}
 {{- end }}
