@@ -71,6 +71,9 @@ def test_helm_lint_is_clean(values_file: Path | None) -> None:
         ({"logVerbosity": 5}, "/logVerbosity"),
         ({"logFormat": "yaml"}, "/logFormat"),
         ({"podDisruptionBudget": {"maxUnavailable": "ten"}}, "/podDisruptionBudget/maxUnavailable"),
+        ({"resources": {"limits": {"memory": "512MB"}}}, "/resources/limits/memory"),
+        ({"resources": {"requests": {"cpu": -1}}}, "/resources/requests/cpu"),
+        ({"resources": {"limit": {"memory": "512Mi"}}}, "'limit' not allowed"),
     ],
 )
 def test_the_values_schema_rejects_mistakes(values: dict[str, Any], complaint: str) -> None:

@@ -449,6 +449,10 @@ BAD_KEY = {"name": "orders-blob", "key": "connection string"}
             {"consumer": {"eventHub": {"consumerGroup": "a" * 51}}},
             "at '/consumer/eventHub/consumerGroup'",
         ),
+        ({"resources": {"limits": {"memory": "2G "}}}, "at '/resources/limits/memory'"),
+        ({"resources": {"requests": {"cpu": "2K"}}}, "at '/resources/requests/cpu'"),
+        ({"resources": {"limits": {"cpu": -0.5}}}, "at '/resources/limits/cpu'"),
+        ({"resources": {"request": {"cpu": "1"}}}, "'request' not allowed"),
     ],
 )
 def test_the_values_schema_rejects_mistakes(values: dict[str, Any], complaint: str) -> None:
