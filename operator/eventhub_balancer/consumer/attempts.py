@@ -35,6 +35,7 @@ from eventhub_balancer.consumer import (
     contexts,
     crashmarkers,
     deadlettering,
+    loopclocks,
     metrics,
     ports,
     processing,
@@ -104,7 +105,7 @@ class BatchAttempts:
         """A handler call has been running for longer than ``stuck_seconds``."""
         if self._call_started is None:
             return False
-        now = _now() if now is None else now
+        now = loopclocks.now() if now is None else now
         return now - self._call_started > self.settings.stuck_seconds
 
     def report(self, now: float | None = None) -> partitionreports.PartitionReport | None:
@@ -144,7 +145,7 @@ class BatchAttempts:
         it. False: abandoned because of a release, or parked (then only after the release
         came): no checkpoint passes it.
         """
-        self._batch_started = _now()
+        self._batch_started = loopclocks.now()
         self.attempts = 0
         self.last_error = ""
         backoff = self.settings.retry_backoff
@@ -164,7 +165,7 @@ class BatchAttempts:
                 size=len(events),
                 attempt=attempt,
             )
-            self._call_started = _now()
+            self._call_started = loopclocks.now()
             call = self._call = self._start_call(events, context, died)
             died = None
             try:
@@ -263,7 +264,7 @@ class BatchAttempts:
 
     def _handler_waits(self, waiting: bool) -> None:  # for a thread: not running yet
         if self._call is not None and not self._call.done():
-            self._call_started = None if waiting else _now()
+            self._call_started = None if waiting else loopclocks.now()
 
     def _end_batch(self) -> None:
         if self.marks is not None:
@@ -392,8 +393,3 @@ class BatchAttempts:
             self.marks.ended()
         self.parked = False
         self.stats.parked = False
-
-
-def _now() -> float:
-    """The event loop's clock: the one its timers (and a test's fake time) run on."""
-    return asyncio.get_running_loop().time()

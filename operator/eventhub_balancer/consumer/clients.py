@@ -22,14 +22,20 @@ file changes.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import logging
 from collections.abc import Iterable
 
 from eventhub_balancer import errors
-from eventhub_balancer.consumer import assignments, connections, partitions, restarts, secretfiles
+from eventhub_balancer.consumer import (
+    assignments,
+    connections,
+    loopclocks,
+    partitions,
+    restarts,
+    secretfiles,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -146,14 +152,14 @@ class Clients:
         failure = self.failure
         if failure is not None and (failure.key, failure.revision) != (key, revision):
             failure = None  # other coordinates or credentials: what failed says nothing
-        if failure is not None and _now() < failure.not_before:
+        if failure is not None and loopclocks.now() < failure.not_before:
             return None
         try:
             backend = await self._open(assignment, key)
         except (errors.TransientError, errors.ConfigurationError, errors.InvalidInput) as e:
             failures = (failure.failures if failure is not None else 0) + 1
             delay = restarts.backoff_delay(failures)
-            self.failure = OpenFailure(key, failures, _now() + delay, str(e), revision)
+            self.failure = OpenFailure(key, failures, loopclocks.now() + delay, str(e), revision)
             logger.error(
                 "cannot open the Event Hub or checkpoint store (retrying in %.1f s): %s", delay, e
             )
@@ -181,8 +187,3 @@ class Clients:
         self._backend = self.key = None
         if stack is not None:
             await stack.aclose()
-
-
-def _now() -> float:
-    """The event loop's clock: the one its timers (and a test's fake time) run on."""
-    return asyncio.get_running_loop().time()

@@ -50,6 +50,7 @@ from eventhub_balancer.consumer import (
     attempts,
     checkpointwrites,
     crashmarkers,
+    loopclocks,
     metrics,
     ports,
     processing,
@@ -118,7 +119,7 @@ class PartitionWorker:
         self._reopen = asyncio.Event()
         self._hard_deadline: float | None = None
         #: Loop times of the worker's start and of its release's start, for its log lines.
-        self._started_at = _now()
+        self._started_at = loopclocks.now()
         self._release_at: float | None = None
         self._first_events = True
         self.received = False  #: a receive answered (with events or none): the link stands
@@ -140,7 +141,7 @@ class PartitionWorker:
         )
         self._processed: deliveries.ReceivedEvent | None = None
         self._checkpointed_sequence: int | None = None
-        self._last_checkpoint = _now()
+        self._last_checkpoint = loopclocks.now()
         #: The checkpoint write in flight: it overlaps waiting for the next batch, never the
         #: next batch's handler (that would let a crash repeat two batches).
         self._writing = checkpointwrites.InFlight(partition)
@@ -151,7 +152,7 @@ class PartitionWorker:
         """Stop after the in-flight batch (within ``timeout``), checkpoint, and end "released"."""
         if not self._stop.is_set():
             limit = self.settings.release_timeout if timeout is None else timeout
-            self._release_at = _now()
+            self._release_at = loopclocks.now()
             self._hard_deadline = self._release_at + limit
             self._stop.set()
 
@@ -258,7 +259,7 @@ class PartitionWorker:
                         self.partition,
                         self.epoch,
                         len(batch.events),
-                        (_now() - self._started_at) * 1000,
+                        (loopclocks.now() - self._started_at) * 1000,
                     )
                 # The crash bound: the previous checkpoint is durable before this handler runs
                 # (its error, OwnershipLost above all, surfaces here, before any work).
@@ -284,7 +285,7 @@ class PartitionWorker:
                 self.partition,
                 self.epoch,
                 self._checkpointed_sequence,
-                (_now() - (self._release_at or self._started_at)) * 1000,
+                (loopclocks.now() - (self._release_at or self._started_at)) * 1000,
             )
             return self._finish("checkpointed")
         except errors.OwnershipLost as e:
@@ -369,7 +370,7 @@ class PartitionWorker:
         marks = self.batches.marks
         if interval <= 0 or (marks is not None and marks.waiting):
             return True
-        return _now() - self._last_checkpoint >= interval
+        return loopclocks.now() - self._last_checkpoint >= interval
 
     def _checkpoint_in_background(self) -> None:
         """Start writing the checkpoint while the next batch is received; the loop awaits it
@@ -387,13 +388,8 @@ class PartitionWorker:
             self.partition, offset=event.offset, sequence_number=event.sequence_number
         )
         self._checkpointed_sequence = event.sequence_number
-        self._last_checkpoint = _now()
+        self._last_checkpoint = loopclocks.now()
         self.stats.checkpoints += 1
         self.stats.checkpointed_sequence_number = event.sequence_number
         self.stats.checkpoint_time = time.time()
         return True
-
-
-def _now() -> float:
-    """The event loop's clock: the one its timers (and a test's fake time) run on."""
-    return asyncio.get_running_loop().time()
