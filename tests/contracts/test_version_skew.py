@@ -121,6 +121,13 @@ def test_a_grace_other_than_the_default_is_one_key_an_older_pod_passes_over() ->
     assert todays_data(spec) == {**RECORDED_DATA, "podGraceSeconds": "5"}
 
 
+def test_a_handoff_timeout_other_than_the_default_is_one_key_an_older_pod_passes_over() -> None:
+    """``handoffTimeoutSeconds`` came later still, on the same terms as the grace."""
+    spec = specs.parse_spec({**SPEC, "balancing": {"handoffTimeoutSeconds": 60}})
+    assert todays_data(spec) == {**RECORDED_DATA, "handoffTimeoutSeconds": "60"}
+    assert podassignments.parse_data(todays_data(spec)).handoff_timeout_seconds == 60
+
+
 def test_todays_pod_reads_the_assignment_an_older_operator_wrote() -> None:
     parsed = podassignments.parse_data(RECORDED_DATA)
     assert parsed.problems == ()
@@ -131,6 +138,7 @@ def test_todays_pod_reads_the_assignment_an_older_operator_wrote() -> None:
     }
     assert parsed.processing == failurepolicy.Processing(max_attempts=3, on_failure="deadLetter")
     assert parsed.pod_grace_seconds is None  # not said: the pod keeps its take-up bound of then
+    assert parsed.handoff_timeout_seconds is None  # not said: the default
     assert startpositions.parse_start_position(parsed.start_position) == (
         specs.parse_spec(SPEC).start_position
     )

@@ -1,22 +1,21 @@
 """The consumer pod's runtime: applies assignments, runs partition workers, acknowledges.
 
 It follows the assignment source (the pod's ConfigMap), and for every change: releases the
-partitions no longer owned (each worker finishes its batch and writes its final checkpoint;
-then the runtime writes ``released`` = {partition: epoch}), starts a worker per newly owned
-partition, and once every owned partition is running (fenced), parked or reported, and
-nothing is left to release, writes ``applied-generation``. A change of the coordinates (hub,
-namespace, consumer group, checkpoint container or account, start position) releases every
-worker into the old store, then reopens the clients: a generation is never acknowledged
-while the pod reads other coordinates than it names. A credential file's new connection
-string is swapped under the running workers instead (`clients.Clients.renew`).
+partitions no longer owned (each worker finishes its batch and writes its final checkpoint, and
+``released`` = {partition: epoch} is written), starts a worker per newly owned partition, and once
+every owned partition is running (fenced), parked or reported, and nothing is left to release,
+writes ``applied-generation``. A change of the coordinates (hub, namespace, consumer group,
+checkpoint container or account, start position) releases every worker into the old store and
+reopens the clients: a generation is never acknowledged while the pod reads other coordinates than
+it names. A credential file's new connection string is swapped under the running workers instead
+(`clients.Clients.renew`).
 
 A partition in trouble (failing, parked, stuck, lost, failing to start) is reported with the
-acknowledgement (`acknowledgements`). The pod is Ready once its current generation's
-partitions are taken up or waited for long enough (`takeups`; a release still running is
-waited for through ``released``) and what it processes with is ready (Spark mode:
-`sessionkeeping`), and not while shutting down. On SIGTERM it releases everything within a
-bounded time, acknowledges the releases that finished and the failing partitions it does not
-run (never one it had to cancel), and returns.
+acknowledgement (`acknowledgements`). The pod is Ready once its current generation's partitions are
+taken up or waited for long enough (`takeups`; a release still running is waited for through
+``released``) and what it processes with is ready (Spark mode: `sessionkeeping`), and not while
+shutting down. On SIGTERM it releases everything within a bounded time, acknowledges the releases
+that finished and the failing partitions it does not run (never one it had to cancel), and returns.
 """
 
 from __future__ import annotations
@@ -36,10 +35,12 @@ from eventhub_balancer.consumer import (
     connections,
     crashmarkers,
     exits,
+    loopclocks,
     loopstalls,
     metrics,
     partitions,
     processing,
+    releasebudgets,
     restarts,
     secretfiles,
     shutdowns,
@@ -102,6 +103,7 @@ class Runtime:
         self.applied_generation: int | None = None
         #: Since when the pod waits for a generation's take-up (readiness bounds the wait).
         self.take_up = takeups.TakeUp()
+        self.release_budget = releasebudgets.ReleaseBudget(settings.batch)
         #: What the pod acknowledges as released, {partition: epoch}; gone at a newer epoch.
         self.released: dict[str, int] = {}
         #: Partitions lost at our own epoch: {partition: (epoch, error)}.
@@ -149,7 +151,7 @@ class Runtime:
             generation=self.latest.generation,
             taken=self.taken_generation,
             applied=self.applied_generation,
-            overdue=self.take_up.overdue(_now(), bound),
+            overdue=self.take_up.overdue(loopclocks.now(), bound),
             bound=bound,
             untaken=acknowledgements.untaken(self._wanted(), self.workers, reports),
             releasing=[p for p, w in self.workers.items() if w.releasing],
@@ -166,12 +168,12 @@ class Runtime:
             restarts=self.restarts.entries,
             unopened=self.clients.unopened(current),
             credentials=self.clients.problem(),
-            now=_now() if now is None else now,
+            now=loopclocks.now() if now is None else now,
         )
 
     def heartbeat_age(self) -> float:
         """Seconds since the reconcile loop last turned (0 before its first turn)."""
-        return 0.0 if self.heartbeat is None else _now() - self.heartbeat
+        return 0.0 if self.heartbeat is None else loopclocks.now() - self.heartbeat
 
     def owned(self) -> dict[str, int]:
         return {p: w.epoch for p, w in self.workers.items() if not w.releasing}
@@ -190,10 +192,10 @@ class Runtime:
         feeder = asyncio.create_task(self._follow_source(), name="assignments")
         try:
             while not self._shutdown.is_set():
-                self.heartbeat = _now()
+                self.heartbeat = loopclocks.now()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=TICK_S)
-                self.stalls.waited(self.heartbeat, TICK_S, _now())
+                self.stalls.waited(self.heartbeat, TICK_S, loopclocks.now())
                 self._wake.clear()
                 if feeder.done():
                     feeder.result()  # a broken watch ends the runtime with its error
@@ -219,7 +221,10 @@ class Runtime:
                 {p: (e.epoch, e.state) for p, e in assignment.partitions.items()},
             )
             self.latest = assignment
-            self.take_up.read(assignment.generation, taken=self.taken_generation, now=_now())
+            self.release_budget.read(assignment.handoff_timeout_seconds)
+            self.take_up.read(
+                assignment.generation, taken=self.taken_generation, now=loopclocks.now()
+            )
             self._wake.set()
 
     # -- reconciling
@@ -288,7 +293,7 @@ class Runtime:
         backend: connections.Backend,
         assignment: assignments.Assignment,
     ) -> None:
-        now = _now()
+        now = loopclocks.now()
         for partition, epoch in wanted.items():
             if partition in self.workers:
                 continue  # running, or an older epoch still releasing: start after it ends
@@ -354,7 +359,7 @@ class Runtime:
             self._lost[partition] = (worker.epoch, str(worker.error or "ownership lost"))
             self.restarts.ended(partition)
         elif outcome == "failed":
-            self.restarts.failed(partition, worker.error, epoch=worker.epoch, now=_now())
+            self.restarts.failed(partition, worker.error, epoch=worker.epoch, now=loopclocks.now())
         self._wake.set()
 
     def _hung(self, reason: str, *, drained: bool = False) -> None:
@@ -393,8 +398,3 @@ class Runtime:
             self._hung(
                 f"shutdown: the handler of partitions {drained.hung} still runs", drained=True
             )
-
-
-def _now() -> float:
-    """The event loop's clock: the one its timers (and a test's fake time) run on."""
-    return asyncio.get_running_loop().time()

@@ -61,6 +61,9 @@ KEY_PROCESSING = "processing"
 #: ``spec.balancing.podGraceSeconds``, as text, only when it is not the default: a take-up
 #: keeps the pod NotReady for less than the grace (``consumer.takeups``).
 KEY_POD_GRACE_SECONDS = "podGraceSeconds"
+#: ``spec.balancing.handoffTimeoutSeconds``, as text, only when it is not the default: the pod
+#: warns when its release may outlast it (``consumer.releasebudgets``).
+KEY_HANDOFF_TIMEOUT_SECONDS = "handoffTimeoutSeconds"
 KEY_GENERATION = "generation"
 KEY_PARTITIONS = "partitions"
 #: Every key of ``data`` the operator writes: any other key was added by someone else.
@@ -78,6 +81,7 @@ DATA_KEYS = frozenset(
         KEY_START_POSITION,
         KEY_PROCESSING,
         KEY_POD_GRACE_SECONDS,
+        KEY_HANDOFF_TIMEOUT_SECONDS,
         KEY_GENERATION,
         KEY_PARTITIONS,
     }

@@ -67,6 +67,9 @@ class ParsedData:
     #: ``podGraceSeconds``; None when the key is missing: the default grace, or an operator
     #: from before the key, which the pod cannot tell apart and need not (`consumer.takeups`)
     pod_grace_seconds: int | None = None
+    #: ``handoffTimeoutSeconds``; None when the key is missing: the default, or an operator
+    #: from before the key (`consumer.releasebudgets` takes the default for both)
+    handoff_timeout_seconds: int | None = None
     problems: tuple[str, ...] = ()
     #: Why ``partitions`` could not be read at all (missing, not JSON, not a JSON object; one of
     #: ``problems``), so that ``partitions`` says nothing; None when it could be read, bad
@@ -99,9 +102,11 @@ def build_data(
 ) -> dict[str, str]:
     """The full ``data`` of a pod's ConfigMap. No secret goes in: only references to them.
 
-    The pod grace is left out at its default, so that the data stays what operators before the
-    key wrote: an upgrade rewrites no ConfigMap, and a rollback finds none it did not write."""
+    The pod grace and the hand-off timeout are left out at their defaults, so that the data
+    stays what operators before the keys wrote: an upgrade rewrites only the ConfigMaps of a
+    consumer that sets one, and a rollback finds no others it did not write."""
     grace = spec.balancing.pod_grace_seconds
+    handoff = spec.balancing.handoff_timeout_seconds
     data = {
         configmaps.KEY_CONSUMER: consumer,
         configmaps.KEY_POD: pod,
@@ -123,6 +128,8 @@ def build_data(
     }
     if grace != specs.DEFAULT_POD_GRACE_SECONDS:
         data[configmaps.KEY_POD_GRACE_SECONDS] = str(grace)
+    if handoff != specs.DEFAULT_HANDOFF_TIMEOUT_SECONDS:
+        data[configmaps.KEY_HANDOFF_TIMEOUT_SECONDS] = str(handoff)
     return data
 
 
@@ -207,16 +214,8 @@ def parse_data(data: object) -> ParsedData:
         except ValueError as e:  # JSONDecodeError and errors.InvalidInput alike
             problems.append(f"{configmaps.KEY_PROCESSING} is unreadable: {str(e)[:80]}")
 
-    grace: int | None = None
-    raw_grace = data.get(configmaps.KEY_POD_GRACE_SECONDS)
-    if raw_grace is not None:
-        if isinstance(raw_grace, str) and re.fullmatch(r"[0-9]{1,9}", raw_grace):
-            grace = int(raw_grace)
-        else:
-            problems.append(
-                f"{configmaps.KEY_POD_GRACE_SECONDS} {str(raw_grace)[:20]!r} is not a whole "
-                "number of seconds"
-            )
+    grace = _seconds(data, configmaps.KEY_POD_GRACE_SECONDS, problems)
+    handoff = _seconds(data, configmaps.KEY_HANDOFF_TIMEOUT_SECONDS, problems)
 
     partitions: dict[models.PartitionId, PartitionEntry] = {}
     unreadable: str | None = None
@@ -254,9 +253,21 @@ def parse_data(data: object) -> ParsedData:
         start_position=start_position,
         processing=processing,
         pod_grace_seconds=grace,
+        handoff_timeout_seconds=handoff,
         problems=tuple(problems),
         partitions_unreadable=unreadable,
     )
+
+
+def _seconds(data: Mapping[str, Any], key: str, problems: list[str]) -> int | None:
+    """A whole number of seconds the operator writes only when it is not the default (None)."""
+    raw = data.get(key)
+    if raw is None:
+        return None
+    if isinstance(raw, str) and re.fullmatch(r"[0-9]{1,9}", raw):
+        return int(raw)
+    problems.append(f"{key} {str(raw)[:20]!r} is not a whole number of seconds")
+    return None
 
 
 def _parse_entry(item: Any) -> PartitionEntry | None:
