@@ -10,6 +10,7 @@ from eventhub_balancer.contracts import configmaps
 from eventhub_balancer.reconciling import observations
 from tests.reconciling import bodies
 from tests.reconciling.bodies import at, pod
+from tests.reconciling.test_pausing import respec
 
 
 def started(*pods: dict[str, Any]) -> observations.Observation:
@@ -299,3 +300,20 @@ def test_ready_names_the_first_not_ready_owners_by_when_their_partitions_move() 
         "2024-05-01T12:00:32Z) and 1 more hold 4; each pod's partitions move to the Ready pods "
         "when podGraceSeconds (20 s) since it turned NotReady ends"
     )
+
+
+def test_a_new_handoff_timeout_is_written_to_every_pod_and_moves_nothing() -> None:
+    """The pods compare their release with the operator's wait (`consumer.releasebudgets`):
+    the timeout reaches each ConfigMap, at a new generation, with the same partitions."""
+    steady = bodies.applying(bodies.applying(started(pod("a"), pod("b")), "a"), "b")
+    before = bodies.assignment(steady)
+    spec = {**bodies.SPEC, "balancing": {"handoffTimeoutSeconds": 60}}
+    decision = bodies.decide(respec(steady, spec), now=at(5))
+    assert decision.epochs is None  # no epoch given out
+    assert sorted(w.pod for w in decision.writes.maps) == ["a", "b"]
+    for write in decision.writes.maps:
+        assert write.data_only
+        assert (write.gains, write.revokes) == (False, False)
+        assert write.body["data"]["handoffTimeoutSeconds"] == "60"
+    after = bodies.applied(respec(steady, spec), decision)
+    assert bodies.assignment(after) == before
