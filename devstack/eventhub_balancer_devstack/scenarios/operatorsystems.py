@@ -31,7 +31,7 @@ class OursSystem:
         site: systems.Site,
         *,
         pod_grace_seconds: int = 20,
-        handoff_timeout_seconds: int = 15,
+        handoff_timeout_seconds: int = specs.DEFAULT_HANDOFF_TIMEOUT_SECONDS,
         handler: str = f"{recording.__name__}:process",
         consume_args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
@@ -39,7 +39,9 @@ class OursSystem:
     ) -> None:
         """``handler``, ``consume_args`` and ``env`` change what the pods run (the chaos run's
         misbehaving handler and its stuck limit); ``processing`` is the CR's
-        ``spec.processing`` (the failure policy), left to its defaults when None."""
+        ``spec.processing`` (the failure policy), left to its defaults when None. The hand-off
+        timeout is the product's default, which the pods' default release fits
+        (`consumer.releasebudgets`); the chaos run shortens it on purpose."""
         self.site = site
         self.pod_grace_seconds = pod_grace_seconds
         self.handoff_timeout_seconds = handoff_timeout_seconds
