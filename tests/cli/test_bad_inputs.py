@@ -311,6 +311,73 @@ ROWS = [
         "address): give an address of this machine (env EHB_HOST), or 0.0.0.0 for all of them",
         status=1,
     ),
+    # A value that names nothing, as an unset variable expanded in the flag gives: the
+    # consumer listened on every address, and noted its handler calls in the working
+    # directory, which no restart keeps; the operator served a self-signed certificate in
+    # place of the one meant.
+    Row(
+        "a consumer listening on an unset variable's address",
+        # With no assignment file there: what was taken ends at once, not in a pod that runs.
+        (*LOCAL, *GOOD, "--host", ""),
+        {},
+        "ehb consume: error: argument --host: '' is not an address: give one of this "
+        "machine's, or 0.0.0.0 for all of them (an unset variable in the flag gives '') (see "
+        "ehb consume --help)",
+    ),
+    Row(
+        "a consumer noting its handler calls in an unset variable's folder",
+        (*LOCAL, *GOOD, "--crash-marker-dir", ""),
+        {},
+        "ehb consume: error: argument --crash-marker-dir: '' is not a folder: give one on a "
+        "volume that outlives the container, such as the chart's /tmp (an unset variable in "
+        "the flag gives '') (see ehb consume --help)",
+    ),
+    Row(
+        "the operator's metrics on an unset variable's address",
+        ("operator", "-A", "--metrics-host", " ", "--kubeconfig", "{tmp}/no-kubeconfig"),
+        {},
+        "ehb operator: error: argument --metrics-host: ' ' is not an address: give one of this "
+        "machine's, or 0.0.0.0 for all of them (an unset variable in the flag gives '') (see "
+        "ehb operator --help)",
+    ),
+    Row(
+        "the operator's metrics certificate in an unset variable's folder",
+        ("operator", "-A", "--metrics-cert-dir", "", "--kubeconfig", "{tmp}/no-kubeconfig"),
+        {},
+        "ehb operator: error: argument --metrics-cert-dir: '' is not a folder: give the one "
+        "with tls.crt and tls.key, or drop the flag for a self-signed certificate (an unset "
+        "variable in the flag gives '') (see ehb operator --help)",
+    ),
+    # A Blob suffix that is not one was answered with an Event Hubs suffix to give, and a
+    # consumer's flag was named as its variable.
+    Row(
+        "a consumer's Blob suffix that is not a DNS suffix",
+        (*LOCAL, *GOOD, "--allowed-blob-suffix", "com"),
+        {},
+        "ehb: error: --allowed-blob-suffix: 'com' is not a DNS suffix: give one such as "
+        ".blob.core.windows.net",
+    ),
+    Row(
+        "a consumer's Blob suffix from the environment that is not a DNS suffix",
+        (*LOCAL, *GOOD),
+        {"EHB_ALLOWED_BLOB_SUFFIXES": "core.windows.net,com"},
+        "ehb: error: EHB_ALLOWED_BLOB_SUFFIXES: 'com' is not a DNS suffix: give one such as "
+        ".blob.core.windows.net",
+    ),
+    Row(
+        "the operator's Blob suffix that is not a DNS suffix, before any cluster",
+        (
+            "operator",
+            "-A",
+            "--allowed-blob-suffix",
+            "blob/core",
+            "--kubeconfig",
+            "{tmp}/no-kubeconfig",
+        ),
+        {},
+        "ehb: error: --allowed-blob-suffix: 'blob/core' is not a DNS suffix: give one such as "
+        ".blob.core.windows.net",
+    ),
     # A consumer's NAME no consumer can have: '' (an unset variable) and '.' asked for the
     # namespace's whole list, which was read as one consumer ("spec.eventHub: is required",
     # "None/None: no status yet"); a namespace no namespace can have was "not found".

@@ -79,7 +79,9 @@ def test_the_public_cloud_and_configured_sovereign_clouds_are_allowed() -> None:
     )
     STRICT.check_blob(account_url="https://shop.blob.core.windows.net", connection_string=None)
     china = endpoints.EndpointPolicy(
-        eventhub_suffixes=endpoints.normalise_suffixes(["servicebus.chinacloudapi.cn"], field="x"),
+        eventhub_suffixes=endpoints.normalise_suffixes(
+            ["servicebus.chinacloudapi.cn"], field="x", example=".servicebus.windows.net"
+        ),
         blob_suffixes=(".blob.core.chinacloudapi.cn",),
     )
     china.check_eventhub(

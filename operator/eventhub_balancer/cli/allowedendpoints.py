@@ -23,8 +23,8 @@ from eventhub_balancer.contracts import endpoints
 
 #: The same variables ``ehb consume`` reads (consumer.settings), so one shell setting covers
 #: both; comma-separated suffixes.
-ENV_ALLOWED_EVENTHUB_SUFFIXES = "EHB_ALLOWED_EVENTHUB_SUFFIXES"
-ENV_ALLOWED_BLOB_SUFFIXES = "EHB_ALLOWED_BLOB_SUFFIXES"
+ENV_ALLOWED_EVENTHUB_SUFFIXES = endpoints.ENV_ALLOWED_EVENTHUB_SUFFIXES
+ENV_ALLOWED_BLOB_SUFFIXES = endpoints.ENV_ALLOWED_BLOB_SUFFIXES
 #: "false" refuses the local emulators too.
 ENV_ALLOW_DEVELOPMENT_ENDPOINTS = "EHB_ALLOW_DEVELOPMENT_ENDPOINTS"
 
@@ -59,27 +59,15 @@ def policy(
     args: argparse.Namespace, env: Mapping[str, str] = os.environ
 ) -> endpoints.EndpointPolicy:
     """The allow-list from the flags, else the environment, else the public cloud's."""
-
-    def listed(values: list[str] | None, name: str, flag: str) -> tuple[str, ...]:
-        if values:
-            return endpoints.normalise_suffixes(values, field=flag)
-        raw = [v for v in env.get(name, "").split(",") if v.strip()]
-        return endpoints.normalise_suffixes(raw, field=name) if raw else ()
-
+    eventhub, blob = endpoints.configured_suffixes(
+        getattr(args, "allowed_eventhub_suffix", None),
+        getattr(args, "allowed_blob_suffix", None),
+        env,
+    )
     development = env.get(ENV_ALLOW_DEVELOPMENT_ENDPOINTS, "").strip().lower() != "false"
     return endpoints.EndpointPolicy(
-        eventhub_suffixes=listed(
-            getattr(args, "allowed_eventhub_suffix", None),
-            ENV_ALLOWED_EVENTHUB_SUFFIXES,
-            "--allowed-eventhub-suffix",
-        )
-        or endpoints.PUBLIC_EVENTHUB_SUFFIXES,
-        blob_suffixes=listed(
-            getattr(args, "allowed_blob_suffix", None),
-            ENV_ALLOWED_BLOB_SUFFIXES,
-            "--allowed-blob-suffix",
-        )
-        or endpoints.PUBLIC_BLOB_SUFFIXES,
+        eventhub_suffixes=eventhub,
+        blob_suffixes=blob,
         allow_development=development,
         setting=SETTING,
     )

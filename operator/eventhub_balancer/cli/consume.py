@@ -32,6 +32,19 @@ def _number(
     )
 
 
+_crash_marker_folder = flagtypes.given(
+    "a folder", "give one on a volume that outlives the container, such as the chart's /tmp"
+)
+
+
+def _folder(raw: str) -> Path:
+    """``--crash-marker-dir``'s type: '' was the working directory, which no restart keeps."""
+    return Path(_crash_marker_folder(raw))
+
+
+_folder.__name__ = "folder"  # argparse names the type in its own messages
+
+
 def _env(name: str, fallback: str) -> str:
     """The environment's value as the flag's default (an empty variable counts as unset)."""
     return os.environ.get(name) or fallback
@@ -152,7 +165,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     batching.add_argument(
         "--crash-marker-dir",
-        type=Path,
+        type=_folder,
         default=_env("EHB_CRASH_MARKER_DIR", str(DEFAULT_CRASH_MARKER_DIR)),
         metavar="DIR",
         help="where each handler call is noted, so that a batch whose handler kills the "
@@ -222,8 +235,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serving = parser.add_argument_group("endpoints")
     serving.add_argument(
         "--host",
-        default=os.environ.get("EHB_HOST", "0.0.0.0"),
-        help="address for /healthz, /readyz, /metrics (default 0.0.0.0)",
+        type=flagtypes.listen_address,
+        default=_env("EHB_HOST", "0.0.0.0"),
+        help="address for /healthz, /readyz, /metrics (env EHB_HOST; default 0.0.0.0)",
     )
     serving.add_argument(
         "--port",

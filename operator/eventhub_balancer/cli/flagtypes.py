@@ -125,3 +125,27 @@ def namespace_name(raw: str) -> str:
         except errors.InvalidInput as e:
             raise argparse.ArgumentTypeError(e.problem) from None
     return raw
+
+
+#: What an empty value usually is: a variable that was not set, expanded in the flag.
+UNSET = "(an unset variable in the flag gives '')"
+
+
+def given(what: str, advice: str) -> Callable[[str], str]:
+    """A flag's type that refuses an empty or blank value, which names nothing: `--host ''`
+    listened on every address, `--crash-marker-dir ''` noted handler calls in the working
+    directory, which no restart keeps, and `--metrics-cert-dir ''` served a self-signed
+    certificate, each without a word. ``what`` is what the value must be, ``advice`` what to
+    give instead."""
+
+    def parse(raw: str) -> str:
+        if not raw.strip():
+            raise argparse.ArgumentTypeError(f"{raw!r} is not {what}: {advice} {UNSET}")
+        return raw
+
+    parse.__name__ = "given"  # argparse names the type in its own messages
+    return parse
+
+
+#: ``--host`` and ``--metrics-host``: an address this machine listens on.
+listen_address = given("an address", "give one of this machine's, or 0.0.0.0 for all of them")

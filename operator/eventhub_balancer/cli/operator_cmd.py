@@ -90,9 +90,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=8443,
         help="port of /metrics and /healthz (0: any free port; default 8443)",
     )
-    metrics.add_argument("--metrics-host", default="0.0.0.0", help="address to serve them on")
+    metrics.add_argument(
+        "--metrics-host",
+        type=flagtypes.listen_address,
+        default="0.0.0.0",
+        help="address to serve them on",
+    )
     metrics.add_argument(
         "--metrics-cert-dir",
+        type=flagtypes.given(
+            "a folder",
+            "give the one with tls.crt and tls.key, or drop the flag for a self-signed certificate",
+        ),
         default=None,
         metavar="DIR",
         help="tls.crt and tls.key for the metrics port (default: a self-signed certificate)",
@@ -190,11 +199,15 @@ def endpoint_policy(args: argparse.Namespace) -> endpoints.EndpointPolicy:
     """The hosts the operator sends credentials to, from the flags (public cloud by default)."""
     return endpoints.EndpointPolicy(
         eventhub_suffixes=endpoints.normalise_suffixes(
-            args.allowed_eventhub_suffix, field="--allowed-eventhub-suffix"
+            args.allowed_eventhub_suffix,
+            field="--allowed-eventhub-suffix",
+            example=endpoints.PUBLIC_EVENTHUB_SUFFIXES[0],
         )
         or endpoints.PUBLIC_EVENTHUB_SUFFIXES,
         blob_suffixes=endpoints.normalise_suffixes(
-            args.allowed_blob_suffix, field="--allowed-blob-suffix"
+            args.allowed_blob_suffix,
+            field="--allowed-blob-suffix",
+            example=endpoints.PUBLIC_BLOB_SUFFIXES[0],
         )
         or endpoints.PUBLIC_BLOB_SUFFIXES,
         allow_development=bool(args.allow_development_endpoints),

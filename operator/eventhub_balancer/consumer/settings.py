@@ -32,8 +32,8 @@ ENV_POD_NAME = "POD_NAME"
 ENV_POD_NAMESPACE = "POD_NAMESPACE"
 ENV_POD_UID = "POD_UID"
 #: Comma-separated DNS suffixes the pod's credentials may go to (default: the public cloud's).
-ENV_ALLOWED_EVENTHUB_SUFFIXES = "EHB_ALLOWED_EVENTHUB_SUFFIXES"
-ENV_ALLOWED_BLOB_SUFFIXES = "EHB_ALLOWED_BLOB_SUFFIXES"
+ENV_ALLOWED_EVENTHUB_SUFFIXES = endpoints.ENV_ALLOWED_EVENTHUB_SUFFIXES
+ENV_ALLOWED_BLOB_SUFFIXES = endpoints.ENV_ALLOWED_BLOB_SUFFIXES
 #: "true": the local emulators on loopback are allowed too (the local stack only).
 ENV_ALLOW_DEVELOPMENT_ENDPOINTS = "EHB_ALLOW_DEVELOPMENT_ENDPOINTS"
 ENV_CONSUMER = "EHB_CONSUMER"
@@ -147,21 +147,13 @@ def endpoint_policy(
 ) -> endpoints.EndpointPolicy:
     """Where the pod's credentials may go: flags first, then the environment, then the public
     cloud's suffixes with no development endpoint."""
-
-    def listed(values: list[str] | None, name: str, default: tuple[str, ...]) -> tuple[str, ...]:
-        raw = values or [v for v in env.get(name, "").split(",") if v.strip()]
-        return endpoints.normalise_suffixes(raw, field=name) if raw else default
-
+    eventhub, blob = endpoints.configured_suffixes(eventhub_suffixes, blob_suffixes, env)
     development = allow_development
     if development is None:
         development = env.get(ENV_ALLOW_DEVELOPMENT_ENDPOINTS, "").strip().lower() == "true"
     return endpoints.EndpointPolicy(
-        eventhub_suffixes=listed(
-            eventhub_suffixes, ENV_ALLOWED_EVENTHUB_SUFFIXES, endpoints.PUBLIC_EVENTHUB_SUFFIXES
-        ),
-        blob_suffixes=listed(
-            blob_suffixes, ENV_ALLOWED_BLOB_SUFFIXES, endpoints.PUBLIC_BLOB_SUFFIXES
-        ),
+        eventhub_suffixes=eventhub,
+        blob_suffixes=blob,
         allow_development=development,
         setting=f"--allowed-eventhub-suffix / --allowed-blob-suffix of ehb consume, or env "
         f"{ENV_ALLOWED_EVENTHUB_SUFFIXES} / {ENV_ALLOWED_BLOB_SUFFIXES}",

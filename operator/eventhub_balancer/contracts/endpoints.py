@@ -31,6 +31,7 @@ import dataclasses
 import ipaddress
 import re
 import urllib.parse
+from collections.abc import Mapping
 
 from eventhub_balancer import errors
 
@@ -237,14 +238,52 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def normalise_suffixes(values: list[str] | tuple[str, ...], *, field: str) -> tuple[str, ...]:
-    """Suffixes as the installer gives them (with or without the leading dot), checked."""
+def normalise_suffixes(
+    values: list[str] | tuple[str, ...], *, field: str, example: str
+) -> tuple[str, ...]:
+    """Suffixes as the installer gives them (with or without the leading dot), checked; a wrong
+    one is said with ``example``, a suffix of the same service (a Blob flag's error used to
+    offer .servicebus.windows.net)."""
     result: list[str] = []
     for value in values:
         suffix = "." + value.strip().lower().lstrip(".")
         if suffix.count(".") < 2 or any(c in suffix for c in "/:@ *"):
             raise errors.InvalidInput(
-                field, f"{value!r} is not a DNS suffix: give one such as .servicebus.windows.net"
+                field, f"{value!r} is not a DNS suffix: give one such as {example}"
             )
         result.append(suffix)
     return tuple(result)
+
+
+#: The variables that hold the allowed suffixes, comma-separated, for the commands that read
+#: them (`ehb consume` and the admin's commands).
+ENV_ALLOWED_EVENTHUB_SUFFIXES = "EHB_ALLOWED_EVENTHUB_SUFFIXES"
+ENV_ALLOWED_BLOB_SUFFIXES = "EHB_ALLOWED_BLOB_SUFFIXES"
+
+
+def configured_suffixes(
+    eventhub_flags: list[str] | None, blob_flags: list[str] | None, env: Mapping[str, str]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The Event Hubs and Blob suffixes a command was given: for each, its flag's values, else
+    its variable's, else the public cloud's. A wrong one is named by where it came from (a
+    flag's value was named as the variable)."""
+
+    def one(
+        flags: list[str] | None, flag: str, variable: str, public: tuple[str, ...]
+    ) -> tuple[str, ...]:
+        if flags:
+            return normalise_suffixes(flags, field=flag, example=public[0])
+        listed = [v for v in env.get(variable, "").split(",") if v.strip()]
+        if not listed:
+            return public
+        return normalise_suffixes(listed, field=variable, example=public[0])
+
+    return (
+        one(
+            eventhub_flags,
+            "--allowed-eventhub-suffix",
+            ENV_ALLOWED_EVENTHUB_SUFFIXES,
+            PUBLIC_EVENTHUB_SUFFIXES,
+        ),
+        one(blob_flags, "--allowed-blob-suffix", ENV_ALLOWED_BLOB_SUFFIXES, PUBLIC_BLOB_SUFFIXES),
+    )
