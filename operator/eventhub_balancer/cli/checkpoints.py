@@ -21,12 +21,14 @@ import argparse
 import datetime
 import json
 import os
-from collections.abc import Sequence
+import sys
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, TypedDict
 
 from eventhub_balancer.cli import (
     actingidentities,
     allowedendpoints,
+    checkpointwaits,
     consumertargets,
     flagtypes,
     tables,
@@ -37,10 +39,10 @@ if TYPE_CHECKING:
     from eventhub_balancer.adapters.checkpointing import Checkpoint
 
 COMMAND = ("checkpoints", "list")
-HELP = "list a consumer group's checkpoints, with their owners, epochs and ages"
+HELP = "list a consumer group's checkpoints, with their owners, epochs, ages and backlogs"
 DESCRIPTION = (
     "List a consumer group's checkpoints: partition, sequence number, offset, owner, epoch, age, "
-    "deaths."
+    "deaths, and with NAME the events waiting after each (read from its Event Hub)."
 )
 #: The group's line in ``ehb --help``.
 GROUP_HELP = "list, export, import and reset a consumer group's checkpoints"
@@ -75,6 +77,8 @@ class CheckpointRow(TypedDict):
     ageSeconds: int | None
     #: The batch after the checkpoint killed a process: its first sequence number, attempts.
     deaths: DeathsRow | None
+    #: The events the partition holds past the checkpoint (None: not read, or not known).
+    waiting: int | None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -141,7 +145,13 @@ def format_age(seconds: float | None) -> str:
     return f"{whole}s"
 
 
-def rows(checkpoints: Sequence[Checkpoint], *, now: datetime.datetime) -> list[CheckpointRow]:
+def rows(
+    checkpoints: Sequence[Checkpoint],
+    *,
+    now: datetime.datetime,
+    waiting: Mapping[str, int] | None = None,
+) -> list[CheckpointRow]:
+    """One row a checkpoint; ``waiting``: the events after each, where they were read."""
     result: list[CheckpointRow] = []
     for c in checkpoints:
         age = (now - c.last_modified).total_seconds() if c.last_modified else None
@@ -157,15 +167,18 @@ def rows(checkpoints: Sequence[Checkpoint], *, now: datetime.datetime) -> list[C
                 deaths=None
                 if c.deaths is None
                 else DeathsRow(first=c.deaths.first, attempts=c.deaths.attempts),
+                waiting=None if waiting is None else waiting.get(c.partition),
             )
         )
     return result
 
 
-def table(items: Sequence[CheckpointRow]) -> str:
-    header = ("PARTITION", "SEQUENCE", "OFFSET", "OWNER", "EPOCH", "AGE", "DEATHS")
+def table(items: Sequence[CheckpointRow], *, waiting: bool = False) -> str:
+    """The rows as a table; ``waiting``: with the column of the events after each checkpoint
+    (only where the hub was asked: without NAME no command reads it)."""
+    header = ["PARTITION", "SEQUENCE", "OFFSET", "OWNER", "EPOCH", "AGE", "DEATHS"]
     lines = [
-        (
+        [
             r["partition"],
             str(r["sequenceNumber"]),
             r["offset"] or "-",
@@ -173,31 +186,48 @@ def table(items: Sequence[CheckpointRow]) -> str:
             str(r["epoch"]),
             format_age(r["ageSeconds"]),
             "-" if (d := r["deaths"]) is None else f"{d['attempts']} from {d['first']}",
-        )
+            *([_count(r["waiting"])] if waiting else []),
+        ]
         for r in items
     ]
+    if waiting:
+        header.append("WAITING")
     return tables.render(header, lines)
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
 
 
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
+    waiting: checkpointwaits.Waiting | None = None
     if args.name is not None:
-        listed = asyncio.run(_list_consumer(args))
+        listed, waiting = asyncio.run(_list_consumer(args))
     else:
         listed = asyncio.run(_list_by_flags(args))
-    items = rows(listed, now=datetime.datetime.now(datetime.UTC))
+    items = rows(
+        listed,
+        now=datetime.datetime.now(datetime.UTC),
+        waiting=None if waiting is None else waiting.counts,
+    )
+    if waiting is not None and (said := checkpointwaits.warning(waiting, listed)):
+        print(said, file=sys.stderr)
     if args.json:
         print(json.dumps(items, indent=2))
     elif items:
-        print(table(items))
+        print(table(items, waiting=waiting is not None))
     else:
         print("no checkpoints")
     return 0
 
 
-async def _list_consumer(args: argparse.Namespace) -> list[Checkpoint]:
-    """NAME's checkpoints: where its spec says, with the credentials its Secret holds."""
+async def _list_consumer(
+    args: argparse.Namespace,
+) -> tuple[list[Checkpoint], checkpointwaits.Waiting]:
+    """NAME's checkpoints: where its spec says, with the credentials its Secret holds; and the
+    events waiting after each, as its hub says where it ends."""
     from eventhub_balancer import errors
     from eventhub_balancer.adapters import kubeapi
 
@@ -218,11 +248,12 @@ async def _list_consumer(args: argparse.Namespace) -> list[Checkpoint]:
             args,
             namespace=namespace,
             name=args.name,
-            eventhub=False,  # only the checkpoint store is read
+            eventhub=False,  # the hub is read only when it can be (`checkpointwaits`)
         )
+        listed = await list_checkpoints(consumer, owner_id="ehb-checkpoints-list")
+        return listed, await checkpointwaits.read(api, args, consumer, listed)
     finally:
         api.close()
-    return await list_checkpoints(consumer, owner_id="ehb-checkpoints-list")
 
 
 async def _list_by_flags(args: argparse.Namespace) -> list[Checkpoint]:

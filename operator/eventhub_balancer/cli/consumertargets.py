@@ -140,29 +140,62 @@ async def read_consumer(
     """
     body = await consumerlookups.get_consumer(api, namespace=namespace, name=name)
     spec = specs.parse_spec(body.get("spec") or {})
+    target = ConsumerTarget(
+        body=body,
+        spec=spec,
+        store=await _reach(
+            api, args, spec, name, namespace, actingidentities.checkpoint_store(spec), runner_store
+        ),
+    )
+    return await with_hub(api, args, target, runner=runner_hub) if eventhub else target
+
+
+async def with_hub(
+    api: Any,
+    args: argparse.Namespace,
+    target: ConsumerTarget,
+    *,
+    runner: actingidentities.RunnerCredential | None = None,
+) -> ConsumerTarget:
+    """``target`` with how its Event Hub is reached, checked as `read_consumer` checks it: for
+    a command that reads the hub only when it can (``ehb checkpoints list``)."""
+    meta = target.body.get("metadata") or {}
+    hub = await _reach(
+        api,
+        args,
+        target.spec,
+        str(meta.get("name")),
+        str(meta.get("namespace")),
+        actingidentities.event_hub(target.spec),
+        runner,
+    )
+    return dataclasses.replace(target, hub=hub)
+
+
+async def _reach(
+    api: Any,
+    args: argparse.Namespace,
+    spec: specs.ConsumerSpec,
+    name: str,
+    namespace: str,
+    service: actingidentities.Service,
+    runner: actingidentities.RunnerCredential | None,
+) -> actingidentities.Acting:
     allowed = allowedendpoints.policy(args)
-
-    async def reach(
-        service: actingidentities.Service, runner: actingidentities.RunnerCredential | None
-    ) -> actingidentities.Acting:
-        if runner is None and service.credentials.secret_ref is None:
-            # The CR's own host, before a TokenRequest or the runner's identity comes near it.
-            _check(allowed, service, spec, connection_string=None, account_url=service.account_url)
-        acting = await actingidentities.resolve(
-            api, args, consumer=name, namespace=namespace, spec=spec, service=service, runner=runner
-        )
-        _check(
-            allowed,
-            service,
-            spec,
-            connection_string=acting.connection_string,
-            account_url=acting.account_url,
-        )
-        return acting
-
-    store = await reach(actingidentities.checkpoint_store(spec), runner_store)
-    hub = await reach(actingidentities.event_hub(spec), runner_hub) if eventhub else None
-    return ConsumerTarget(body=body, spec=spec, store=store, hub=hub)
+    if runner is None and service.credentials.secret_ref is None:
+        # The CR's own host, before a TokenRequest or the runner's identity comes near it.
+        _check(allowed, service, spec, connection_string=None, account_url=service.account_url)
+    acting = await actingidentities.resolve(
+        api, args, consumer=name, namespace=namespace, spec=spec, service=service, runner=runner
+    )
+    _check(
+        allowed,
+        service,
+        spec,
+        connection_string=acting.connection_string,
+        account_url=acting.account_url,
+    )
+    return acting
 
 
 def _check(

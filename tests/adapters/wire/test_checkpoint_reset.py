@@ -688,6 +688,55 @@ def test_export_then_import_round_trips(
     assert "partition(s) 9 are not in Event Hub" in capsys.readouterr().err
 
 
+def test_list_counts_the_events_waiting_after_each_checkpoint(
+    setup: Setup, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Partition 0 holds events 0-9 and its owner processed up to 5: 4 wait. Read from the hub
+    with the CR's identity; the pods' metrics say it only for a partition a pod holds."""
+    assert setup.ehb("list") == 0  # reading needs no pause
+    listed = capsys.readouterr()
+    assert listed.err == ""
+    header, row = listed.out.splitlines()
+    assert header.split() == [
+        "PARTITION",
+        "SEQUENCE",
+        "OFFSET",
+        "OWNER",
+        "EPOCH",
+        "AGE",
+        "DEATHS",
+        "WAITING",
+    ]
+    assert row.split()[:2] + row.split()[-1:] == ["0", "5", "4"]
+
+    done = setup.ehb_process("checkpoints", "list", NAME, "--json")
+    assert done.returncode == 0, done.stderr
+    (document,) = json.loads(done.stdout)  # exactly one JSON document on stdout
+    assert (document["sequenceNumber"], document["waiting"]) == (5, 4)
+
+
+def test_list_without_its_hubs_secret_lists_the_checkpoints_and_says_why_not_the_waiting(
+    setup: Setup, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The hub's side is a bonus: the blobs are listed, the count is left out, and one line
+    says why and what to change."""
+    setup.kube.patch_object(
+        clusters.CR,
+        NAME,
+        {"spec": {"eventHub": {"credentials": {"connectionStringSecretRef": {"name": "gone"}}}}},
+        namespace=NAMESPACE,
+    )
+    assert setup.ehb("list", "--json") == 0
+    listed = capsys.readouterr()
+    (document,) = json.loads(listed.out)
+    assert (document["sequenceNumber"], document["waiting"]) == (5, None)
+    (line,) = listed.err.splitlines()
+    assert line.startswith(
+        "ehb: warning: the events waiting after the checkpoints of partition 0 are not known: "
+        "Secret shop/gone not found"
+    )
+
+
 def test_an_export_after_a_shift_imports_again(
     setup: Setup, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -1,0 +1,111 @@
+"""The events each checkpoint has still to go, for ``ehb checkpoints list NAME``.
+
+The first question on call is how far behind each partition is. The pods' metrics say it only
+for the partitions a pod holds (``ehb_consumer_lag_events``): a partition no pod holds, in an
+outage or while the consumer is paused, exports nothing, and its backlog is what matters most.
+The blobs hold where each partition's processing stands; Event Hubs holds where the partition
+ends. This reads the second, with the identity the EventHubConsumer declares for its hub (as
+``ehb checkpoints reset`` does), and counts the events the partition still holds past its
+checkpoint (`startpositions.PartitionBounds.waiting_after`: those retention removed wait for
+no one).
+
+Reading the hub is a bonus to the listing, not its purpose: a hub that cannot be read (its
+Secret gone, its identity refused, the namespace not answering) leaves the counts out, says
+why in one line on stderr, and the checkpoints are listed all the same. Every read is bounded:
+all partitions share one `READ_TIMEOUT_S`, at most `PARALLEL_READS` at once over one client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from eventhub_balancer import errors
+from eventhub_balancer.cli import consumertargets
+
+if TYPE_CHECKING:
+    from eventhub_balancer.adapters import receiving
+    from eventhub_balancer.adapters.checkpointing import Checkpoint
+
+#: How long the whole hub may take to say where its partitions end (one management call a
+#: partition): a hub that does not answer delays the listing by this much, never by a call
+#: timeout per partition.
+READ_TIMEOUT_S: Final = 15.0
+#: How many partitions are asked at once, as a reset asks them.
+PARALLEL_READS: Final = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class Waiting:
+    """The events waiting after each partition's checkpoint; ``problem``: why some or all are
+    not known (they are absent from ``counts``)."""
+
+    counts: Mapping[str, int]
+    problem: str | None = None
+
+
+async def read(
+    api: Any,
+    args: argparse.Namespace,
+    target: consumertargets.ConsumerTarget,
+    checkpoints: Sequence[Checkpoint],
+) -> Waiting:
+    """How many events wait after each of ``checkpoints``, read from ``target``'s hub."""
+    if not checkpoints:
+        return Waiting({})
+    try:
+        target = await consumertargets.with_hub(api, args, target)
+    except errors.EventHubBalancerError as e:
+        return Waiting({}, problem=str(e))
+    address = consumertargets.hub_address(target)
+    try:
+        return await _count(address, checkpoints)
+    finally:
+        await consumertargets.close_credential(address)
+
+
+async def _count(address: receiving.EventHubAddress, checkpoints: Sequence[Checkpoint]) -> Waiting:
+    from eventhub_balancer.adapters import checkpointresets
+
+    counts: dict[str, int] = {}
+    failed: list[str] = []
+    gate = asyncio.Semaphore(PARALLEL_READS)
+
+    async def one(client: Any, checkpoint: Checkpoint) -> None:
+        async with gate:
+            try:
+                bounds = await checkpointresets.bounds_of(client, address, checkpoint.partition)
+            except errors.EventHubBalancerError as e:
+                failed.append(str(e))
+                return
+        counts[checkpoint.partition] = bounds.waiting_after(checkpoint.sequence_number)
+
+    try:
+        async with asyncio.timeout(READ_TIMEOUT_S):
+            async with checkpointresets.hub_client(address) as client:
+                await asyncio.gather(*(one(client, c) for c in checkpoints))
+    except TimeoutError:
+        return Waiting(
+            counts,
+            problem=f"Event Hub {address.eventhub_name!r} in {address.fully_qualified_namespace} "
+            f"did not answer within {READ_TIMEOUT_S:g} s",
+        )
+    except errors.EventHubBalancerError as e:
+        return Waiting(counts, problem=str(e))
+    return Waiting(counts, problem=failed[0] if failed else None)
+
+
+def warning(waiting: Waiting, checkpoints: Sequence[Checkpoint]) -> str | None:
+    """The line on stderr when some counts are missing, naming their partitions and why; None
+    when none is."""
+    missing = [c.partition for c in checkpoints if c.partition not in waiting.counts]
+    if not missing:
+        return None
+    which = "partition " if len(missing) == 1 else "partitions "
+    return (
+        f"ehb: warning: the events waiting after the checkpoints of {which}{', '.join(missing)} "
+        f"are not known: {waiting.problem or 'Event Hubs did not say where they end'}"
+    )

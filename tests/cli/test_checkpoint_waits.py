@@ -1,0 +1,174 @@
+"""``ehb checkpoints list NAME``: the events waiting after each checkpoint, on a fake hub.
+
+What the hub says is counted as a reset reads it (one management call a partition over one
+client); a partition it cannot say is left out and named, and a hub that never answers costs
+the listing `checkpointwaits.READ_TIMEOUT_S` in all (on fake loop time). Against the Event Hubs
+emulator, Azurite and the local API: tests/adapters/wire/test_checkpoint_reset.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import re
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import pytest
+
+from eventhub_balancer.adapters import checkpointing, checkpointresets, receiving
+from eventhub_balancer.cli import checkpoints, checkpointwaits
+
+ADDRESS = receiving.EventHubAddress(
+    fully_qualified_namespace="shop.servicebus.windows.net",
+    eventhub_name="orders",
+    consumer_group="$Default",
+    connection_string="Endpoint=sb://shop.servicebus.windows.net/;SharedAccessKeyName=a;"
+    "SharedAccessKey=k",
+)
+NOW = datetime.datetime(2026, 12, 5, tzinfo=datetime.UTC)
+
+
+def checkpoint(partition: str, sequence_number: int) -> checkpointing.Checkpoint:
+    return checkpointing.Checkpoint(
+        partition=partition,
+        offset="-1",
+        sequence_number=sequence_number,
+        owner_id="orders-0",
+        epoch=1,
+        etag="e",
+        last_modified=NOW,
+    )
+
+
+def properties(beginning: int, last: int) -> dict[str, Any]:
+    return {
+        "beginning_sequence_number": beginning,
+        "last_enqueued_sequence_number": last,
+        "last_enqueued_offset": str(last * 100),
+        "is_empty": last < beginning,
+    }
+
+
+class Hub:
+    """A hub client: each partition's properties, a failure, or no answer at all."""
+
+    def __init__(self, answers: Mapping[str, dict[str, Any] | Exception | None]) -> None:
+        self.answers = answers
+        self.asked: list[str] = []
+        self.at_once = self.most_at_once = 0
+
+    async def get_partition_properties(self, partition: str) -> dict[str, Any]:
+        self.asked.append(partition)
+        self.at_once += 1
+        self.most_at_once = max(self.most_at_once, self.at_once)
+        try:
+            await asyncio.sleep(0.01)
+            answer = self.answers[partition]
+            if answer is None:
+                await asyncio.Event().wait()  # never answers
+            if isinstance(answer, Exception):
+                raise answer
+            assert answer is not None
+            return answer
+        finally:
+            self.at_once -= 1
+
+
+@pytest.fixture
+def hub(monkeypatch: pytest.MonkeyPatch) -> list[Hub]:
+    """The hub the next count reads (set its answers first); the clients it was read through."""
+    opened: list[Hub] = []
+
+    @contextlib.asynccontextmanager
+    async def hub_client(address: Any) -> AsyncIterator[Hub]:
+        assert address is ADDRESS
+        yield opened[-1]
+
+    monkeypatch.setattr(checkpointresets, "hub_client", hub_client)
+    return opened
+
+
+@pytest.mark.looptime
+async def test_the_events_the_partition_holds_past_each_checkpoint_are_counted(
+    hub: list[Hub],
+) -> None:
+    hub.append(
+        Hub(
+            {
+                "0": properties(0, 1041),  # processed to 1000: 41 wait
+                "1": properties(500, 999),  # retention removed 0-499: they wait for no one
+                "2": properties(0, 99),  # processed to its end
+                "3": properties(10, 9),  # empty, its events expired
+            }
+        )
+    )
+    listed = [checkpoint("0", 1000), checkpoint("1", 12), checkpoint("2", 99), checkpoint("3", 5)]
+    waiting = await checkpointwaits._count(ADDRESS, listed)
+    assert waiting == checkpointwaits.Waiting({"0": 41, "1": 500, "2": 0, "3": 0})
+    assert checkpointwaits.warning(waiting, listed) is None
+
+
+@pytest.mark.looptime
+async def test_at_most_eight_partitions_are_asked_at_once_over_one_client(
+    hub: list[Hub],
+) -> None:
+    hub.append(Hub({str(p): properties(0, 99) for p in range(32)}))
+    listed = [checkpoint(str(p), 49) for p in range(32)]
+    waiting = await checkpointwaits._count(ADDRESS, listed)
+    assert set(waiting.counts.values()) == {50}
+    assert (len(hub), sorted(hub[0].asked, key=int)) == (1, [str(p) for p in range(32)])
+    assert hub[0].most_at_once == checkpointwaits.PARALLEL_READS
+
+
+@pytest.mark.looptime
+async def test_a_partition_the_hub_cannot_say_is_named_and_the_others_counted(
+    hub: list[Hub],
+) -> None:
+    hub.append(Hub({"0": properties(0, 9), "1": ConnectionError("link detached")}))
+    listed = [checkpoint("0", 4), checkpoint("1", 4)]
+    waiting = await checkpointwaits._count(ADDRESS, listed)
+    assert waiting.counts == {"0": 5}
+    assert checkpointwaits.warning(waiting, listed) == (
+        "ehb: warning: the events waiting after the checkpoints of partition 1 are not known: "
+        "Event Hub 'orders' in shop.servicebus.windows.net: cannot read the properties of "
+        "partition 1 (ConnectionError); check spec.eventHub and its credentials"
+    )
+
+
+@pytest.mark.looptime
+async def test_a_hub_that_never_answers_costs_the_listing_one_bound_in_all(
+    hub: list[Hub],
+) -> None:
+    """Not a call's timeout per partition, which would be four rounds of 15 s for 32
+    partitions read eight at a time."""
+    hub.append(Hub({**{str(p): None for p in range(32)}, "0": properties(0, 9)}))
+    listed = [checkpoint(str(p), 4) for p in range(32)]
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    waiting = await checkpointwaits._count(ADDRESS, listed)
+    assert loop.time() - started == pytest.approx(checkpointwaits.READ_TIMEOUT_S)
+    assert waiting.counts == {"0": 5}
+    said = checkpointwaits.warning(waiting, listed)
+    assert said is not None
+    assert said.startswith(
+        "ehb: warning: the events waiting after the checkpoints of partitions 1, "
+    )
+    assert said.endswith(
+        "are not known: Event Hub 'orders' in shop.servicebus.windows.net did not answer "
+        "within 15 s"
+    )
+
+
+def test_the_table_has_the_column_only_where_the_hub_was_asked() -> None:
+    listed = [checkpoint("0", 1000), checkpoint("1", 12)]
+    with_counts = checkpoints.rows(listed, now=NOW, waiting={"0": 12345})
+    assert [r["waiting"] for r in with_counts] == [12345, None]
+    header, *lines = checkpoints.table(with_counts, waiting=True).splitlines()
+    assert header.split()[-1] == "WAITING"
+    assert [re.split(r"\s{2,}", line)[-1] for line in lines] == ["12,345", "-"]
+    # Without NAME the hub is not read: no column, and null in JSON.
+    plain = checkpoints.rows(listed, now=NOW)
+    assert [r["waiting"] for r in plain] == [None, None]
+    assert "WAITING" not in checkpoints.table(plain)
