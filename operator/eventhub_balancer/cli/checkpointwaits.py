@@ -91,7 +91,8 @@ async def _count(address: receiving.EventHubAddress, checkpoints: Sequence[Check
         return Waiting(
             counts,
             problem=f"Event Hub {address.eventhub_name!r} in {address.fully_qualified_namespace} "
-            f"did not answer within {READ_TIMEOUT_S:g} s",
+            f"said where {len(counts)} of {len(checkpoints)} partitions end within "
+            f"{READ_TIMEOUT_S:g} s",
         )
     except errors.EventHubBalancerError as e:
         return Waiting(counts, problem=str(e))
