@@ -697,16 +697,8 @@ def test_list_counts_the_events_waiting_after_each_checkpoint(
     listed = capsys.readouterr()
     assert listed.err == ""
     header, row = listed.out.splitlines()
-    assert header.split() == [
-        "PARTITION",
-        "SEQUENCE",
-        "OFFSET",
-        "OWNER",
-        "EPOCH",
-        "AGE",
-        "DEATHS",
-        "WAITING",
-    ]
+    # The columns of every listing (tests/adapters/wire/test_checkpoints_cli.py), then this.
+    assert header.split()[-2:] == ["DEATHS", "WAITING"]
     assert row.split()[:2] + row.split()[-1:] == ["0", "5", "4"]
 
     done = setup.ehb_process("checkpoints", "list", NAME, "--json")
