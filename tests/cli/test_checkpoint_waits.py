@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import datetime
+import json
 import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -19,6 +21,7 @@ import pytest
 
 from eventhub_balancer.adapters import checkpointing, checkpointresets, receiving
 from eventhub_balancer.cli import checkpoints, checkpointwaits
+from tests.support import pausedconsumers
 
 ADDRESS = receiving.EventHubAddress(
     fully_qualified_namespace="shop.servicebus.windows.net",
@@ -172,3 +175,56 @@ def test_the_table_has_the_column_only_where_the_hub_was_asked() -> None:
     plain = checkpoints.rows(listed, now=NOW)
     assert [r["waiting"] for r in plain] == [None, None]
     assert "WAITING" not in checkpoints.table(plain)
+
+
+# -- through ``ehb checkpoints list NAME`` (`pausedconsumers`: the CR, its Secrets, its hub)
+
+
+@pytest.fixture
+def consumer(monkeypatch: pytest.MonkeyPatch) -> pausedconsumers.PausedConsumer:
+    """``shop/orders`` with events 0-9 in partition 0 and 0-2 in 1, checkpointed at 4 and 2."""
+    paused = pausedconsumers.install(monkeypatch)
+    paused.hub.partitions["0"].count = 10
+    paused.hub.partitions["1"].count = 3
+
+    async def list_checkpoints(target: Any, *, owner_id: str) -> list[checkpointing.Checkpoint]:
+        return [checkpoint("0", 4), checkpoint("1", 2)]
+
+    monkeypatch.setattr(checkpoints, "list_checkpoints", list_checkpoints)
+    return paused
+
+
+def test_the_list_reads_the_hub_as_the_crs_secret_says(
+    consumer: pausedconsumers.PausedConsumer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, err = pausedconsumers.ehb(
+        capsys, "checkpoints", "list", "orders", "-n", "shop", "--json"
+    )
+    assert (status, err) == (0, "")
+    assert [(r["partition"], r["waiting"]) for r in json.loads(out)] == [("0", 5), ("1", 0)]
+    assert [len(p.properties_reads) for p in consumer.hub.partitions.values()] == [1, 1]
+
+
+def test_a_hub_whose_identity_the_admin_would_lend_is_not_read(
+    consumer: pausedconsumers.PausedConsumer,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A CR naming workload identity without spec.serviceAccountName would have the admin's
+    own identity read a hub the tenant chose: refused before any client or token exists, as
+    for every admin command; the checkpoints are listed, the line says what to change."""
+    spec = copy.deepcopy(dict(pausedconsumers.SPEC))
+    spec["eventHub"]["credentials"] = {"workloadIdentity": {}}
+    consumer.kube.add_consumer("shop", "orders", spec, status=pausedconsumers.PAUSED)
+    clients: list[object] = []
+    monkeypatch.setattr(receiving, "make_client", lambda address: clients.append(address))
+    status, out, err = pausedconsumers.ehb(capsys, "checkpoints", "list", "orders", "-n", "shop")
+    assert status == 0
+    assert [line.split()[-1] for line in out.splitlines()] == ["WAITING", "-", "-"]
+    (line,) = err.splitlines()
+    assert line.startswith(
+        "ehb: warning: the events waiting after the checkpoints of partitions 0, 1 are not "
+        "known: spec.eventHub: EventHubConsumer shop/orders declares workload identity"
+    )
+    assert "--use-my-identity" in line
+    assert clients == []
