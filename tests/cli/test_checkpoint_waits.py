@@ -110,7 +110,7 @@ async def test_the_events_the_partition_holds_past_each_checkpoint_are_counted(
     listed = [checkpoint("0", 1000), checkpoint("1", 12), checkpoint("2", 99), checkpoint("3", 5)]
     waiting = await checkpointwaits._count(ADDRESS, listed)
     assert waiting == checkpointwaits.Waiting({"0": 41, "1": 500, "2": 0, "3": 0})
-    assert checkpointwaits.warning(waiting, listed) is None
+    assert checkpointwaits.warnings(waiting, listed) == []
 
 
 @pytest.mark.looptime
@@ -133,11 +133,11 @@ async def test_a_partition_the_hub_cannot_say_is_named_and_the_others_counted(
     listed = [checkpoint("0", 4), checkpoint("1", 4)]
     waiting = await checkpointwaits._count(ADDRESS, listed)
     assert waiting.counts == {"0": 5}
-    assert checkpointwaits.warning(waiting, listed) == (
+    assert checkpointwaits.warnings(waiting, listed) == [
         "ehb: warning: the events waiting after the checkpoints of partition 1 are not known: "
         "Event Hub 'orders' in shop.servicebus.windows.net: cannot read the properties of "
         "partition 1 (ConnectionError); check spec.eventHub and its credentials"
-    )
+    ]
 
 
 @pytest.mark.looptime
@@ -153,8 +153,7 @@ async def test_a_hub_that_never_answers_costs_the_listing_one_bound_in_all(
     waiting = await checkpointwaits._count(ADDRESS, listed)
     assert loop.time() - started == pytest.approx(checkpointwaits.READ_TIMEOUT_S)
     assert waiting.counts == {"0": 5}
-    said = checkpointwaits.warning(waiting, listed)
-    assert said is not None
+    (said,) = checkpointwaits.warnings(waiting, listed)
     assert said.startswith(
         "ehb: warning: the events waiting after the checkpoints of partitions 1, "
     )
@@ -162,6 +161,31 @@ async def test_a_hub_that_never_answers_costs_the_listing_one_bound_in_all(
         "are not known: Event Hub 'orders' in shop.servicebus.windows.net said where 1 of 32 "
         "partitions end within 15 s"
     )
+
+
+@pytest.mark.looptime
+async def test_a_checkpoint_past_its_partitions_end_is_said_not_counted_as_nothing(
+    hub: list[Hub],
+) -> None:
+    """The hub created again under its name starts at 0: a checkpoint at 1000 over a partition
+    ending at 9 waits for an event the stream may never have. A count of 0 would read as
+    caught up; the line says what happened and what the next owner does."""
+    hub.append(Hub({"0": properties(0, 9), "1": properties(0, -1), "2": properties(0, 9)}))
+    listed = [checkpoint("0", 1000), checkpoint("1", 5), checkpoint("2", 9)]
+    waiting = await checkpointwaits._count(ADDRESS, listed)
+    assert (waiting.counts, waiting.past_end) == ({"2": 0}, {"0": 9, "1": -1})
+    assert checkpointwaits.warnings(waiting, listed) == [
+        "ehb: warning: partition 0: checkpoint at sequence number 1000 is past the partition's "
+        "last event (9): the Event Hub was created again under its name, or the blob was "
+        "edited; the next owner to take it up starts it again from spec.startPosition (reset "
+        "it now with `ehb checkpoints reset`)",
+        "ehb: warning: partition 1: checkpoint at sequence number 5 is past the partition's "
+        "end (it holds no event): the Event Hub was created again under its name, or the blob was "
+        "edited; the next owner to take it up starts it again from spec.startPosition (reset "
+        "it now with `ehb checkpoints reset`)",
+    ]
+    rows = checkpoints.rows(listed, now=NOW, waiting=waiting.counts)
+    assert [r["waiting"] for r in rows] == [None, None, 0]
 
 
 def test_the_table_has_the_column_only_where_the_hub_was_asked() -> None:

@@ -212,8 +212,8 @@ def run(args: argparse.Namespace) -> int:
         now=datetime.datetime.now(datetime.UTC),
         waiting=None if waiting is None else waiting.counts,
     )
-    if waiting is not None and (said := checkpointwaits.warning(waiting, listed)):
-        print(said, file=sys.stderr)
+    for line in [] if waiting is None else checkpointwaits.warnings(waiting, listed):
+        print(line, file=sys.stderr)
     if args.json:
         print(json.dumps(items, indent=2))
     elif items:

@@ -41,10 +41,14 @@ PARALLEL_READS: Final = 8
 @dataclasses.dataclass(frozen=True)
 class Waiting:
     """The events waiting after each partition's checkpoint; ``problem``: why some or all are
-    not known (they are absent from ``counts``)."""
+    not known (they are absent from ``counts``). ``past_end``: the partitions whose checkpoint
+    is past their last event (with that event's sequence number), counted nowhere: the hub
+    was created again under its name, or the blob edited, and a count of 0 would hide that
+    their events are not being processed."""
 
     counts: Mapping[str, int]
     problem: str | None = None
+    past_end: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
 async def read(
@@ -71,6 +75,7 @@ async def _count(address: receiving.EventHubAddress, checkpoints: Sequence[Check
     from eventhub_balancer.adapters import checkpointresets
 
     counts: dict[str, int] = {}
+    past_end: dict[str, int] = {}
     failed: list[str] = []
     gate = asyncio.Semaphore(PARALLEL_READS)
 
@@ -81,7 +86,10 @@ async def _count(address: receiving.EventHubAddress, checkpoints: Sequence[Check
             except errors.EventHubBalancerError as e:
                 failed.append(str(e))
                 return
-        counts[checkpoint.partition] = bounds.waiting_after(checkpoint.sequence_number)
+        if checkpoint.sequence_number > bounds.last_sequence_number:
+            past_end[checkpoint.partition] = bounds.last_sequence_number
+        else:
+            counts[checkpoint.partition] = bounds.waiting_after(checkpoint.sequence_number)
 
     try:
         async with asyncio.timeout(READ_TIMEOUT_S):
@@ -90,23 +98,42 @@ async def _count(address: receiving.EventHubAddress, checkpoints: Sequence[Check
     except TimeoutError:
         return Waiting(
             counts,
+            past_end=past_end,
             problem=f"Event Hub {address.eventhub_name!r} in {address.fully_qualified_namespace} "
             f"said where {len(counts)} of {len(checkpoints)} partitions end within "
             f"{READ_TIMEOUT_S:g} s",
         )
     except errors.EventHubBalancerError as e:
-        return Waiting(counts, problem=str(e))
-    return Waiting(counts, problem=failed[0] if failed else None)
+        return Waiting(counts, problem=str(e), past_end=past_end)
+    return Waiting(counts, problem=failed[0] if failed else None, past_end=past_end)
 
 
-def warning(waiting: Waiting, checkpoints: Sequence[Checkpoint]) -> str | None:
-    """The line on stderr when some counts are missing, naming their partitions and why; None
-    when none is."""
-    missing = [c.partition for c in checkpoints if c.partition not in waiting.counts]
-    if not missing:
-        return None
-    which = "partition " if len(missing) == 1 else "partitions "
-    return (
-        f"ehb: warning: the events waiting after the checkpoints of {which}{', '.join(missing)} "
-        f"are not known: {waiting.problem or 'Event Hubs did not say where they end'}"
-    )
+def warnings(waiting: Waiting, checkpoints: Sequence[Checkpoint]) -> list[str]:
+    """The lines on stderr: the partitions whose count is not known and why, and those whose
+    checkpoint is past their end (each with what its owner does about it)."""
+    said = []
+    missing = [
+        c.partition
+        for c in checkpoints
+        if c.partition not in waiting.counts and c.partition not in waiting.past_end
+    ]
+    if missing:
+        said.append(
+            f"ehb: warning: the events waiting after the checkpoints of {_partitions(missing)} "
+            f"are not known: {waiting.problem or 'Event Hubs did not say where they end'}"
+        )
+    for checkpoint in checkpoints:
+        if (last := waiting.past_end.get(checkpoint.partition)) is not None:
+            end = f"last event ({last})" if last >= 0 else "end (it holds no event)"
+            said.append(
+                f"ehb: warning: partition {checkpoint.partition}: checkpoint at sequence number "
+                f"{checkpoint.sequence_number} is past the partition's {end}: the "
+                "Event Hub was created again under its name, or the blob was edited; the next "
+                "owner to take it up starts it again from spec.startPosition (reset it now "
+                "with `ehb checkpoints reset`)"
+            )
+    return said
+
+
+def _partitions(ids: Sequence[str]) -> str:
+    return ("partition " if len(ids) == 1 else "partitions ") + ", ".join(ids)

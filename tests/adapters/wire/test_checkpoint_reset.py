@@ -707,6 +707,38 @@ def test_list_counts_the_events_waiting_after_each_checkpoint(
     assert (document["sequenceNumber"], document["waiting"]) == (5, 4)
 
 
+async def _past_the_end(setup: Setup) -> None:
+    """Partition 1 (events 0-3) checkpointed at 1000, as a hub created again leaves it."""
+    async with blobs.open_container(
+        container_name=setup.container, connection_string=setup.blob_connection_string
+    ) as container:
+        store = checkpointing.CheckpointStore(
+            container,
+            fully_qualified_namespace=FQNS,
+            eventhub_name=setup.hub.name,
+            consumer_group="$Default",
+            owner_id=POD,
+        )
+        await store.fence("1", BLOB_EPOCH)
+        await store.update("1", offset="100000", sequence_number=1000)
+
+
+def test_list_names_a_checkpoint_past_its_partitions_end_instead_of_counting_it(
+    setup: Setup, capsys: pytest.CaptureFixture[str]
+) -> None:
+    asyncio.run(_past_the_end(setup))
+    assert setup.ehb("list", "--json") == 0
+    listed = capsys.readouterr()
+    counts = {r["partition"]: (r["sequenceNumber"], r["waiting"]) for r in json.loads(listed.out)}
+    assert counts == {"0": (5, 4), "1": (1000, None)}
+    assert listed.err.splitlines() == [
+        "ehb: warning: partition 1: checkpoint at sequence number 1000 is past the partition's "
+        "last event (3): the Event Hub was created again under its name, or the blob was "
+        "edited; the next owner to take it up starts it again from spec.startPosition (reset "
+        "it now with `ehb checkpoints reset`)"
+    ]
+
+
 def test_list_without_its_hubs_secret_lists_the_checkpoints_and_says_why_not_the_waiting(
     setup: Setup, capsys: pytest.CaptureFixture[str]
 ) -> None:
