@@ -199,11 +199,11 @@ def _blobs(container: Any) -> Any:
     )
 
 
-def _owner(container: Any, owner: str = POD) -> checkpointing.CheckpointStore:
+def _owner(container: Any, owner: str = POD, *, hub: str = "hub") -> checkpointing.CheckpointStore:
     return checkpointing.CheckpointStore(
         container,
         fully_qualified_namespace=FQNS,
-        eventhub_name="hub",
+        eventhub_name=hub,
         consumer_group="$Default",
         owner_id=owner,
     )
@@ -396,13 +396,7 @@ class Setup:
         async with blobs.open_container(
             container_name=self.container, connection_string=self.blob_connection_string
         ) as container:
-            store = checkpointing.CheckpointStore(
-                container,
-                fully_qualified_namespace=FQNS,
-                eventhub_name=self.hub.name,
-                consumer_group="$Default",
-                owner_id="reader",
-            )
+            store = _owner(container, "reader", hub=self.hub.name)
             return {c.partition: c for c in await store.list()}
 
     def read(self) -> dict[str, checkpointing.Checkpoint]:
@@ -712,13 +706,7 @@ async def _past_the_end(setup: Setup) -> None:
     async with blobs.open_container(
         container_name=setup.container, connection_string=setup.blob_connection_string
     ) as container:
-        store = checkpointing.CheckpointStore(
-            container,
-            fully_qualified_namespace=FQNS,
-            eventhub_name=setup.hub.name,
-            consumer_group="$Default",
-            owner_id=POD,
-        )
+        store = _owner(container, hub=setup.hub.name)
         await store.fence("1", BLOB_EPOCH)
         await store.update("1", offset="100000", sequence_number=1000)
 
