@@ -100,8 +100,8 @@ async def _count(address: receiving.EventHubAddress, checkpoints: Sequence[Check
             counts,
             past_end=past_end,
             problem=f"Event Hub {address.eventhub_name!r} in {address.fully_qualified_namespace} "
-            f"said where {len(counts)} of {len(checkpoints)} partitions end within "
-            f"{READ_TIMEOUT_S:g} s",
+            f"said where {len(counts) + len(past_end)} of {len(checkpoints)} partitions end "
+            f"within {READ_TIMEOUT_S:g} s",
         )
     except errors.EventHubBalancerError as e:
         return Waiting(counts, problem=str(e), past_end=past_end)
