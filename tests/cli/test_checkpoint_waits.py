@@ -1,4 +1,5 @@
-"""``ehb checkpoints list NAME``: the events waiting after each checkpoint, on a fake hub.
+"""``ehb checkpoints list NAME``: the events waiting after each checkpoint, on a fake hub; and
+what ``ehb checkpoints reset`` skips or replays, counted the same way.
 
 What the hub says is counted as a reset reads it (one management call a partition over one
 client); a partition it cannot say is left out and named, and a hub that never answers costs
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import dataclasses
 import datetime
 import json
 import re
@@ -20,7 +22,8 @@ from typing import Any
 import pytest
 
 from eventhub_balancer.adapters import checkpointing, checkpointresets, receiving
-from eventhub_balancer.cli import checkpoints, checkpointwaits
+from eventhub_balancer.cli import checkpointchanges, checkpoints, checkpointwaits
+from eventhub_balancer.contracts import checkpointblobs, startpositions
 from tests.support import pausedconsumers
 
 ADDRESS = receiving.EventHubAddress(
@@ -252,3 +255,42 @@ def test_a_hub_whose_identity_the_admin_would_lend_is_not_read(
     )
     assert "--use-my-identity" in line
     assert clients == []
+
+
+# -- what a reset skips or replays (`checkpointchanges`)
+
+
+def test_a_reset_row_counts_the_events_waiting_before_and_after() -> None:
+    """Read from the bounds the reset plan reads: a skip reads 41 -> 0; a checkpoint past the
+    partition's end (the hub created again) has no before, not a 0 that reads as caught up."""
+    bounds = startpositions.PartitionBounds(
+        beginning_sequence_number=0, last_sequence_number=1041, last_offset="104100", empty=False
+    )
+
+    def change(partition: str, old: int | None, new: int) -> checkpointresets.Change:
+        return checkpointresets.Change(
+            partition=partition,
+            old=None if old is None else checkpoint(partition, old),
+            new=checkpointblobs.Position(offset="104100", sequence_number=new),
+            epoch=4,
+            limits=bounds,
+        )
+
+    changes = [change("0", 1000, 1041), change("1", 5000, 1041), change("2", None, -1)]
+    rows = checkpointchanges.change_rows(changes)
+    assert [(r["old"] and r["old"]["waiting"], r["new"]["waiting"]) for r in rows] == [
+        (41, 0),
+        (None, 0),
+        (None, 1042),
+    ]
+    table = checkpointchanges.change_table(rows).splitlines()
+    assert [re.split(r"\s{2,}", line)[-1] for line in table] == [
+        "WAITING",
+        "41 -> 0",
+        "- -> 0",
+        "- -> 1,042",
+    ]
+    # An import reads no bounds: no column, null in JSON.
+    imported = checkpointchanges.change_rows([dataclasses.replace(c, limits=None) for c in changes])
+    assert {r["new"]["waiting"] for r in imported} == {None}
+    assert "WAITING" not in checkpointchanges.change_table(imported)

@@ -24,6 +24,7 @@ from eventhub_balancer.cli import checkpoints, consumertargets, tables
 
 if TYPE_CHECKING:
     from eventhub_balancer.adapters import checkpointresets
+    from eventhub_balancer.contracts import startpositions
 
 
 #: How long an interrupted reset or import tries to post the Event of what it wrote.
@@ -35,6 +36,8 @@ class NewCheckpoint(TypedDict):
     offset: str
     owner: str
     epoch: int
+    #: The events the partition holds past it (None: not read, as by an import).
+    waiting: int | None
 
 
 class ChangeRow(TypedDict):
@@ -44,39 +47,59 @@ class ChangeRow(TypedDict):
 
 
 def change_rows(changes: Sequence[checkpointresets.Change]) -> list[ChangeRow]:
+    """Each change's old and new checkpoint; with the partition's bounds (a reset reads them),
+    the events waiting after each, so that the table says how many a reset skips or replays."""
     from eventhub_balancer.adapters import checkpointresets
 
     now = datetime.datetime.now(datetime.UTC)
-    return [
-        ChangeRow(
-            partition=c.partition,
-            old=checkpoints.rows([c.old], now=now)[0] if c.old is not None else None,
-            new=NewCheckpoint(
-                sequenceNumber=c.new.sequence_number,
-                offset=c.new.offset,
-                owner=checkpointresets.RESET_OWNER,
-                epoch=c.epoch,
-            ),
+    rows = []
+    for c in changes:
+        old = None
+        if c.old is not None:
+            before = _waiting(c.limits, c.old.sequence_number)
+            waits = None if c.limits is None else ({} if before is None else {c.partition: before})
+            (old,) = checkpoints.rows([c.old], now=now, waiting=waits)
+        new = NewCheckpoint(
+            sequenceNumber=c.new.sequence_number,
+            offset=c.new.offset,
+            owner=checkpointresets.RESET_OWNER,
+            epoch=c.epoch,
+            waiting=_waiting(c.limits, c.new.sequence_number),
         )
-        for c in changes
-    ]
+        rows.append(ChangeRow(partition=c.partition, old=old, new=new))
+    return rows
+
+
+def _waiting(limits: startpositions.PartitionBounds | None, sequence_number: int) -> int | None:
+    """The events after ``sequence_number``; None without the bounds, or past the partition's
+    end (a hub created again: counted, it would read 0, as if caught up)."""
+    if limits is None or sequence_number > limits.last_sequence_number:
+        return None
+    return limits.waiting_after(sequence_number)
 
 
 def change_table(items: Sequence[ChangeRow]) -> str:
-    """``PARTITION  OLD -> NEW`` (sequence numbers, as the blobs hold them) and the epochs."""
-    header = ("PARTITION", "OLD", "", "NEW", "EPOCH")
+    """``PARTITION  OLD -> NEW`` (sequence numbers, as the blobs hold them), the epochs, and
+    where a reset read the bounds the events waiting before and after: ``1,873 -> 0`` skips
+    1,873 events, ``0 -> 52,000`` replays 52,000."""
+    header = ["PARTITION", "OLD", "", "NEW", "EPOCH"]
+    counted = any(r["new"]["waiting"] is not None for r in items)
     lines = []
     for r in items:
         old = r["old"]
-        lines.append(
-            (
-                r["partition"],
-                "-" if old is None else str(old["sequenceNumber"]),
-                "->",
-                str(r["new"]["sequenceNumber"]),
-                f"{'-' if old is None else old['epoch']} -> {r['new']['epoch']}",
-            )
-        )
+        line = [
+            r["partition"],
+            "-" if old is None else str(old["sequenceNumber"]),
+            "->",
+            str(r["new"]["sequenceNumber"]),
+            f"{'-' if old is None else old['epoch']} -> {r['new']['epoch']}",
+        ]
+        if counted:
+            before = None if old is None else old["waiting"]
+            line.append(f"{checkpoints.count(before)} -> {checkpoints.count(r['new']['waiting'])}")
+        lines.append(line)
+    if counted:
+        header.append("WAITING")
     return tables.render(header, lines)
 
 

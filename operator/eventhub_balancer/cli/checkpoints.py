@@ -186,7 +186,7 @@ def table(items: Sequence[CheckpointRow], *, waiting: bool = False) -> str:
             str(r["epoch"]),
             format_age(r["ageSeconds"]),
             "-" if (d := r["deaths"]) is None else f"{d['attempts']} from {d['first']}",
-            *([_count(r["waiting"])] if waiting else []),
+            *([count(r["waiting"])] if waiting else []),
         ]
         for r in items
     ]
@@ -195,7 +195,8 @@ def table(items: Sequence[CheckpointRow], *, waiting: bool = False) -> str:
     return tables.render(header, lines)
 
 
-def _count(value: int | None) -> str:
+def count(value: int | None) -> str:
+    """A count of events as a table shows it: ``1,873``, ``-`` when it is not known."""
     return "-" if value is None else f"{value:,}"
 
 

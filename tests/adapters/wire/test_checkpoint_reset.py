@@ -557,12 +557,33 @@ def test_a_reset_refuses_unless_paused_and_a_dry_run_writes_nothing(
     assert setup.ehb("reset", "--to-earliest", "--partitions", "0,1", "--dry-run") == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"{NAMESPACE}/{NAME} --to-earliest (dry run: nothing written)"
-    assert lines[1].split() == ["PARTITION", "OLD", "NEW", "EPOCH"]
-    assert lines[2].split() == ["0", "5", "->", "-1", "3", "->", str(STATUS_EPOCH + 1)]
-    assert lines[3].split() == ["1", "-", "->", "-1", "-", "->", "1"]
+    assert lines[1].split() == ["PARTITION", "OLD", "NEW", "EPOCH", "WAITING"]
+    # The events waiting before -> after: partition 0 (0-9, processed to 5) replays 6 events,
+    # partition 1 (0-3, no checkpoint: its start position would say) all of its 4.
+    epochs = ["3", "->", str(STATUS_EPOCH + 1)]
+    assert lines[2].split() == ["0", "5", "->", "-1", *epochs, "4", "->", "10"]
+    assert lines[3].split() == ["1", "-", "->", "-1", "-", "->", "1", "-", "->", "4"]
     assert len(lines) == 4
     assert setup.read() == before
     assert "CheckpointsReset" not in setup.reasons()
+
+
+def test_a_reset_says_how_many_events_it_skips_and_an_import_leaves_it_unsaid(
+    setup: Setup, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Partition 0 holds events 0-9, processed to 5: to the latest skips its 4 waiting. A reset
+    reads each partition's bounds anyway; an import does not, and says nothing of them."""
+    setup.pause()
+    assert setup.ehb("reset", "--to-latest", "--partitions", "0", "--dry-run", "--json") == 0
+    (row,) = json.loads(capsys.readouterr().out)["partitions"]
+    assert (row["old"]["waiting"], row["new"]["waiting"]) == (4, 0)
+
+    backup = tmp_path / "backup.json"
+    position = {"partition": "0", "sequenceNumber": 2, "offset": "200"}
+    backup.write_text(json.dumps(_document(checkpoints=[position])))
+    assert setup.ehb("import", str(backup), "--dry-run") == 0
+    header = capsys.readouterr().out.splitlines()[1]
+    assert header.split() == ["PARTITION", "OLD", "NEW", "EPOCH"]
 
 
 def _reset_json(setup: Setup, capsys: pytest.CaptureFixture[str], *target: str) -> dict[str, int]:
