@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
-from eventhub_balancer.cli import checkpoints, consumertargets, tables
+from eventhub_balancer.cli import checkpoints, checkpointwaits, consumertargets, tables
 
 if TYPE_CHECKING:
     from eventhub_balancer.adapters import checkpointresets
@@ -71,11 +71,8 @@ def change_rows(changes: Sequence[checkpointresets.Change]) -> list[ChangeRow]:
 
 
 def _waiting(limits: startpositions.PartitionBounds | None, sequence_number: int) -> int | None:
-    """The events after ``sequence_number``; None without the bounds, or past the partition's
-    end (a hub created again: counted, it would read 0, as if caught up)."""
-    if limits is None or sequence_number > limits.last_sequence_number:
-        return None
-    return limits.waiting_after(sequence_number)
+    """The events after ``sequence_number``, where a reset read the bounds."""
+    return None if limits is None else checkpointwaits.events_waiting(limits, sequence_number)
 
 
 def change_table(items: Sequence[ChangeRow]) -> str:

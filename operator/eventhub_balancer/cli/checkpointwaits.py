@@ -29,6 +29,7 @@ from eventhub_balancer.cli import consumertargets
 if TYPE_CHECKING:
     from eventhub_balancer.adapters import receiving
     from eventhub_balancer.adapters.checkpointing import Checkpoint
+    from eventhub_balancer.contracts import startpositions
 
 #: How long the whole hub may take to say where its partitions end (one management call a
 #: partition): a hub that does not answer delays the listing by this much, never by a call
@@ -86,10 +87,11 @@ async def _count(address: receiving.EventHubAddress, checkpoints: Sequence[Check
             except errors.EventHubBalancerError as e:
                 failed.append(str(e))
                 return
-        if checkpoint.sequence_number > bounds.last_sequence_number:
+        count = events_waiting(bounds, checkpoint.sequence_number)
+        if count is None:
             past_end[checkpoint.partition] = bounds.last_sequence_number
         else:
-            counts[checkpoint.partition] = bounds.waiting_after(checkpoint.sequence_number)
+            counts[checkpoint.partition] = count
 
     try:
         async with asyncio.timeout(READ_TIMEOUT_S):
@@ -106,6 +108,15 @@ async def _count(address: receiving.EventHubAddress, checkpoints: Sequence[Check
     except errors.EventHubBalancerError as e:
         return Waiting(counts, problem=str(e), past_end=past_end)
     return Waiting(counts, problem=failed[0] if failed else None, past_end=past_end)
+
+
+def events_waiting(bounds: startpositions.PartitionBounds, sequence_number: int) -> int | None:
+    """The events a partition holds past a checkpoint at ``sequence_number``; None when the
+    checkpoint is past the partition's last event (the hub created again under its name):
+    counted, it would read 0, as if caught up, while none of the partition's events is."""
+    if sequence_number > bounds.last_sequence_number:
+        return None
+    return bounds.waiting_after(sequence_number)
 
 
 def warnings(waiting: Waiting, checkpoints: Sequence[Checkpoint]) -> list[str]:
