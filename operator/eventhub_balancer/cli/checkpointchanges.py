@@ -56,9 +56,8 @@ def change_rows(changes: Sequence[checkpointresets.Change]) -> list[ChangeRow]:
     for c in changes:
         old = None
         if c.old is not None:
-            before = _waiting(c.limits, c.old.sequence_number)
-            waits = None if c.limits is None else ({} if before is None else {c.partition: before})
-            (old,) = checkpoints.rows([c.old], now=now, waiting=waits)
+            (old,) = checkpoints.rows([c.old], now=now)
+            old["waiting"] = _waiting(c.limits, c.old.sequence_number)
         new = NewCheckpoint(
             sequenceNumber=c.new.sequence_number,
             offset=c.new.offset,

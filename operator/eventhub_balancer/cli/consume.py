@@ -32,19 +32,6 @@ def _number(
     )
 
 
-_crash_marker_folder = flagtypes.given(
-    "a folder", "give one on a volume that outlives the container, such as the chart's /tmp"
-)
-
-
-def _folder(raw: str) -> Path:
-    """``--crash-marker-dir``'s type: '' was the working directory, which no restart keeps."""
-    return Path(_crash_marker_folder(raw))
-
-
-_folder.__name__ = "folder"  # argparse names the type in its own messages
-
-
 def _env(name: str, fallback: str) -> str:
     """The environment's value as the flag's default (an empty variable counts as unset)."""
     return os.environ.get(name) or fallback
@@ -165,7 +152,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     batching.add_argument(
         "--crash-marker-dir",
-        type=_folder,
+        type=flagtypes.given(
+            "a folder", "give one on a volume that outlives the container, such as the chart's /tmp"
+        ),
         default=_env("EHB_CRASH_MARKER_DIR", str(DEFAULT_CRASH_MARKER_DIR)),
         metavar="DIR",
         help="where each handler call is noted, so that a batch whose handler kills the "
@@ -293,7 +282,7 @@ def run(args: argparse.Namespace) -> int:
             handler_exit_timeout=args.handler_exit_seconds,
         ),
         shutdown_timeout=args.shutdown_timeout,
-        crash_marker_dir=args.crash_marker_dir,
+        crash_marker_dir=Path(args.crash_marker_dir),
         host=args.host,
         port=args.port,
         assignment_file=args.assignment_file,

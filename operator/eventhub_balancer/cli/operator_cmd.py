@@ -197,19 +197,13 @@ def _peering_name(raw: str) -> str:
 
 def endpoint_policy(args: argparse.Namespace) -> endpoints.EndpointPolicy:
     """The hosts the operator sends credentials to, from the flags (public cloud by default)."""
+    # The operator takes its suffixes from its flags alone (the chart's allowedEndpoints).
+    eventhub, blob = endpoints.configured_suffixes(
+        args.allowed_eventhub_suffix, args.allowed_blob_suffix, {}
+    )
     return endpoints.EndpointPolicy(
-        eventhub_suffixes=endpoints.normalise_suffixes(
-            args.allowed_eventhub_suffix,
-            field="--allowed-eventhub-suffix",
-            example=endpoints.PUBLIC_EVENTHUB_SUFFIXES[0],
-        )
-        or endpoints.PUBLIC_EVENTHUB_SUFFIXES,
-        blob_suffixes=endpoints.normalise_suffixes(
-            args.allowed_blob_suffix,
-            field="--allowed-blob-suffix",
-            example=endpoints.PUBLIC_BLOB_SUFFIXES[0],
-        )
-        or endpoints.PUBLIC_BLOB_SUFFIXES,
+        eventhub_suffixes=eventhub,
+        blob_suffixes=blob,
         allow_development=bool(args.allow_development_endpoints),
         setting="the operator's --allowed-eventhub-suffix / --allowed-blob-suffix "
         "(chart value allowedEndpoints)",
