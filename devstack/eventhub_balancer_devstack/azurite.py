@@ -22,6 +22,7 @@ from types import TracebackType
 from typing import IO
 
 from eventhub_balancer import errors
+from eventhub_balancer_devstack import parentdeaths
 
 logger = logging.getLogger(__name__)
 
@@ -182,8 +183,10 @@ class Azurite:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             cwd=self.location or tempfile.gettempdir(),
-            # Its own process group, so that stop() reaches node and anything it spawned.
+            # Its own process group, so that stop() reaches node and anything it spawned;
+            # and its end with ours, so that a SIGKILL of ours leaves no Azurite behind.
             start_new_session=True,
+            preexec_fn=parentdeaths.die_with_parent,
         )
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:

@@ -99,13 +99,15 @@ class LocalStack:
         self._exit = contextlib.ExitStack()
 
     def start(self) -> LocalStack:
+        # Each stop is registered before its start (each is safe to call on what did not
+        # start): a Ctrl-C that interrupts a start midway leaves nothing running.
         try:
-            self.azurite.start()
             self._exit.callback(self.azurite.stop)
-            self.eventhubs.start_in_thread()
+            self.azurite.start()
             self._exit.callback(self.eventhubs.stop_in_thread)
-            self.kube.start()
+            self.eventhubs.start_in_thread()
             self._exit.callback(self.kube.stop)
+            self.kube.start()
             self.kubeconfig = self.kube.write_kubeconfig(
                 self.options.state_dir / "kubeconfig", namespace=self.options.namespace
             )
@@ -128,8 +130,8 @@ class LocalStack:
             # Every service of the local stack is a development endpoint on loopback.
             node_env={"EHB_ALLOW_DEVELOPMENT_ENDPOINTS": "true"},
         )
-        self.node.start()
         self._exit.callback(self.node.stop)
+        self.node.start()
 
     def stop(self) -> None:
         """Stop whatever was started, in reverse order; safe to call more than once."""

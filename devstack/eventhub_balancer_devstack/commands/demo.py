@@ -10,19 +10,15 @@ each step took to balance.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
-import signal
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING
 
 from eventhub_balancer import errors
 from eventhub_balancer.cli import flagtypes
+from eventhub_balancer_devstack.commands import stopping
 
 if TYPE_CHECKING:
     from eventhub_balancer_devstack.scenarios import models
@@ -166,41 +162,9 @@ def _log_to_file(path: Path) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-@contextlib.contextmanager
-def stopping_cleanly(what: str) -> Iterator[None]:
-    """Ctrl-C (SIGINT) or SIGTERM stops the run once, and the clean-up is not cut short.
-
-    The first signal raises KeyboardInterrupt where the run is, and says what is stopped;
-    later ones, while the run takes ``what`` down, are only answered with a line. A second
-    Ctrl-C used to interrupt the clean-up itself: the operator's thread and the kubelet went
-    on, pods were restarted against a stopped API, and the process never exited. SIGTERM
-    used to end the process at once, leaving Azurite, the pods and the work directory.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signal handlers can be set from the main thread only
-        return
-
-    def again(signum: int, frame: FrameType | None) -> None:
-        print(f"ehb: still stopping {what}", file=sys.stderr, flush=True)
-
-    def first(signum: int, frame: FrameType | None) -> None:
-        for each in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(each, again)
-        name = signal.Signals(signum).name
-        print(f"ehb: {name}: stopping {what}", file=sys.stderr, flush=True)
-        raise KeyboardInterrupt(name)
-
-    previous = {each: signal.signal(each, first) for each in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for each, handler in previous.items():
-            signal.signal(each, handler)
-
-
 def run(args: argparse.Namespace) -> int:
     check_flags(args)
-    with stopping_cleanly("the pods, the operator and the local stack"):
+    with stopping.stopping_cleanly("the pods, the operator and the local stack"):
         return _run(args)
 
 

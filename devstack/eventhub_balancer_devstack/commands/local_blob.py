@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import argparse
 import errno
-import signal
 import sys
-import threading
+import time
 from pathlib import Path
-from types import FrameType
+from typing import TYPE_CHECKING
 
 from eventhub_balancer.cli import flagtypes
+from eventhub_balancer_devstack.commands import stopping
+
+if TYPE_CHECKING:
+    from eventhub_balancer_devstack import azurite
 
 COMMAND = ("local", "blob")
 HELP = "run Azurite (local Blob Storage) on 127.0.0.1 and print its connection string"
@@ -33,38 +36,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from eventhub_balancer import errors
     from eventhub_balancer_devstack import azurite
     from eventhub_balancer_devstack.commands import demo
 
     # A file given here was said as a port taken: Azurite's folder is made before its port.
     demo.check_directory(args.location, flag="--location")
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
     service = azurite.Azurite(port=args.port, location=args.location)
+    # The stop comes first: a Ctrl-C while Azurite starts stops it.
+    with stopping.stopping_cleanly("Azurite"):
+        try:
+            return _serve(service, args.port)
+        finally:
+            service.stop()
+
+
+def _serve(service: azurite.Azurite, port: int) -> int:
+    """Start Azurite and serve until a signal (exit 0) or its own end (exit 1)."""
+    from eventhub_balancer import errors
+
     try:
         service.start()
     except OSError as e:  # Azurite listens on 127.0.0.1 only: the port is what to change
         if e.errno != errno.EADDRINUSE:
             raise errors.ConfigurationError(f"Azurite cannot be started: {e}") from e
         raise errors.ConfigurationError(
-            f"--port: 127.0.0.1:{args.port} is taken: choose another --port, or 0 for a free one"
+            f"--port: 127.0.0.1:{port} is taken: choose another --port, or 0 for a free one"
         ) from e
-    with service:
-        print(service.connection_string, flush=True)
-        print(
-            f"Azurite blob service on {service.endpoint} "
-            f"({'in memory' if args.location is None else args.location}); Ctrl-C stops it",
-            file=sys.stderr,
-            flush=True,
-        )
-        while not stop.wait(0.5):
+    print(service.connection_string, flush=True)
+    where = "in memory" if service.location is None else service.location
+    print(
+        f"Azurite blob service on {service.endpoint} ({where}); Ctrl-C stops it",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        while True:
+            time.sleep(0.5)
             if not service.running:
                 print("ehb: error: Azurite exited unexpectedly", file=sys.stderr)
                 return 1
-    return 0
+    except KeyboardInterrupt:
+        return 0

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import argparse
 import errno
-import signal
 import sys
-import threading
+import time
 from pathlib import Path
-from types import FrameType
+from typing import TYPE_CHECKING
 
 from eventhub_balancer.cli import flagtypes
+from eventhub_balancer_devstack.commands import stopping
+
+if TYPE_CHECKING:
+    from eventhub_balancer_devstack import kubeservers
 
 COMMAND = ("local", "kube")
 HELP = "run a local Kubernetes API server (no cluster needed) and write a kubeconfig for it"
@@ -70,14 +73,6 @@ def run(args: argparse.Namespace) -> int:
     if args.crds is not None and not args.crds.is_dir():
         raise errors.InvalidInput("--crds", f"{args.crds} is not a directory")
 
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-
     kind: kubeservers.Kind = "real" if args.real else "local"
     kubeconfig = args.kubeconfig or (DEFAULT_REAL_KUBECONFIG if args.real else DEFAULT_KUBECONFIG)
     if kubeconfig.is_dir():  # '' is the current directory
@@ -85,27 +80,38 @@ def run(args: argparse.Namespace) -> int:
             "--kubeconfig", f"{kubeconfig} is a directory: give the path of a file to write"
         )
     api = kubeservers.server(kind, port=args.port, crds_dir=args.crds)
+    # The stop comes first: a Ctrl-C while the control plane starts stops what started.
+    with stopping.stopping_cleanly("the Kubernetes API"):
+        try:
+            return _serve(api, args.port, kubeconfig, args.namespace)
+        finally:
+            api.stop()
+
+
+def _serve(api: kubeservers.KubeServer, port: int, kubeconfig: Path, namespace: str) -> int:
+    """Start the API, write its kubeconfig, and serve until a signal (exit 0)."""
+    from eventhub_balancer import errors
+
     try:
         api.start()
     except OSError as e:
         problem = "is taken" if e.errno == errno.EADDRINUSE else f"cannot be listened on ({e})"
         raise errors.ConfigurationError(
-            f"--port: 127.0.0.1:{args.port} {problem}: choose another --port, or 0 for a free one"
+            f"--port: 127.0.0.1:{port} {problem}: choose another --port, or 0 for a free one"
         ) from e
     try:
-        try:
-            path = api.write_kubeconfig(kubeconfig, namespace=args.namespace).resolve()
-        except OSError as e:
-            where = f"{e.filename}: " if e.filename and str(e.filename) != str(kubeconfig) else ""
-            raise errors.ConfigurationError(
-                f"--kubeconfig: cannot write {kubeconfig} ({where}{e.strerror}): give a path "
-                "you may write"
-            ) from e
-        print(path, flush=True)
-        print(f"export KUBECONFIG={path}", flush=True)
-        print(f"# serving {api.url}; Ctrl-C to stop", file=sys.stderr, flush=True)
-        while not stop.wait(1.0):
-            pass
-    finally:
-        api.stop()
-    return 0
+        path = api.write_kubeconfig(kubeconfig, namespace=namespace).resolve()
+    except OSError as e:
+        where = f"{e.filename}: " if e.filename and str(e.filename) != str(kubeconfig) else ""
+        raise errors.ConfigurationError(
+            f"--kubeconfig: cannot write {kubeconfig} ({where}{e.strerror}): give a path "
+            "you may write"
+        ) from e
+    print(path, flush=True)
+    print(f"export KUBECONFIG={path}", flush=True)
+    print(f"# serving {api.url}; Ctrl-C to stop", file=sys.stderr, flush=True)
+    try:
+        while True:
+            time.sleep(1.0)
+    except KeyboardInterrupt:
+        return 0

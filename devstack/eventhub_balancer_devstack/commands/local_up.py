@@ -1,20 +1,25 @@
 """``ehb local up``: the whole local stack (Event Hubs emulator, Azurite, Kubernetes API).
 
-It prints how to reach each service and runs until Ctrl-C or SIGTERM, then stops all three.
+It prints how to reach each service and runs until Ctrl-C or SIGTERM, then stops all three
+(`stopping`: a signal while it starts stops what started; a second one prints where each
+thread is).
 """
 
 from __future__ import annotations
 
 import argparse
 import errno
-import signal
 import sys
-import threading
+import time
 from pathlib import Path
-from types import FrameType
+from typing import TYPE_CHECKING
 
 from eventhub_balancer import errors
 from eventhub_balancer.cli import flagtypes
+from eventhub_balancer_devstack.commands import stopping
+
+if TYPE_CHECKING:
+    from eventhub_balancer_devstack import consumersetups, stacks
 
 COMMAND = ("local", "up")
 HELP = "run the Event Hubs emulator, Azurite and a local Kubernetes API together"
@@ -98,13 +103,15 @@ def run(args: argparse.Namespace) -> int:
         kube=args.kube,
         node_images=stacks.project_images() if args.kube == "real" else None,
     )
-    stop = threading.Event()
+    with stopping.stopping_cleanly("the local stack"):
+        return _serve(options, setups)
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+def _serve(options: stacks.StackOptions, setups: list[consumersetups.ConsumerSetup]) -> int:
+    """Start the stack, print how to use it, and serve until a signal (exit 0) or Azurite's
+    end (exit 1). A signal while it starts stops what started and ends in KeyboardInterrupt."""
+    from eventhub_balancer_devstack import consumersetups, stacks
+
     try:
         stack = stacks.LocalStack(options).start()
     except OSError as e:
@@ -123,11 +130,13 @@ def run(args: argparse.Namespace) -> int:
         for line in consumersetups.describe(stack, setups):
             print(line, flush=True)
         print("Ctrl-C or SIGTERM stops everything.", flush=True)
-        while not stop.wait(0.5):
+        while True:
+            time.sleep(0.5)
             if not stack.azurite.running:
                 print("ehb: error: Azurite exited unexpectedly", file=sys.stderr)
                 return 1
+    except KeyboardInterrupt:
+        return 0
     finally:
         stack.stop()
         print("stopped", file=sys.stderr)
-    return 0

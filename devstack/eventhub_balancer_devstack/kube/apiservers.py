@@ -144,6 +144,8 @@ class LocalKubeAPI:
             raise
         except BaseException as e:
             self._stop_loop(loop)
+            if not isinstance(e, Exception):
+                raise  # a Ctrl-C or an exit, not a failure to start
             raise RuntimeError("the local Kubernetes API failed to start") from e
         self._loop = loop
         logger.info("local Kubernetes API serving at %s", self._url)

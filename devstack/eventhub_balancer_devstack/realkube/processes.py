@@ -11,7 +11,6 @@ controllers that make Deployments into pods and collect what a deleted owner lea
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import logging
 import os
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import IO
 
 from eventhub_balancer import errors
+from eventhub_balancer_devstack import parentdeaths
 from eventhub_balancer_devstack.realkube import certificates
 
 logger = logging.getLogger(__name__)
@@ -183,19 +183,6 @@ def controller_manager_args(binary: Path, *, kubeconfig: Path, ports: Ports) -> 
     ]
 
 
-#: prctl(2)'s option that sends the child a signal when its parent ends.
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGTERM when the process that started it ends, so that a
-    harness killed outright (a benchmark's child past its stop bound) leaves no etcd or API
-    server behind. Linux only; elsewhere the control plane is stopped by `stop` alone."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
 class ChildProcess:
     """One binary, started in its own session, its output in ``log``, stopped by pid."""
 
@@ -218,7 +205,7 @@ class ChildProcess:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=parentdeaths.die_with_parent,
         )
         logger.debug("%s started (pid %d)", self.name, self._process.pid)
 

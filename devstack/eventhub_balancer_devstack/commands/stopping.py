@@ -1,0 +1,84 @@
+"""Ctrl-C and SIGTERM for the long-running development commands (`ehb demo`, `ehb local ...`).
+
+- The first signal raises KeyboardInterrupt where the command is, also while it starts, and
+  says what is stopped. A start used to run to its end first: a Ctrl-C while the control
+  plane came up waited for all of it.
+- A second one, while the command takes things down, does not cut the clean-up short. It
+  prints where each thread is, so that a stop that hangs says where it hangs. A second Ctrl-C
+  used to interrupt the clean-up itself: the operator's thread and the kubelet went on, pods
+  were restarted against a stopped API, and the process never exited.
+- Any later one is answered with one line.
+
+SIGKILL still ends the command at once. Azurite and the control plane then end with it
+(`parentdeaths`); pods of `ehb demo` and the local node may not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Iterator
+from types import FrameType
+from typing import Final, TextIO
+
+SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def stopping_cleanly(what: str) -> Iterator[None]:
+    """Within: the first SIGINT or SIGTERM raises KeyboardInterrupt, later ones do not.
+
+    ``what`` names what a stop takes down, for the lines printed on stderr. Outside the main
+    thread (where no handler can be set) it does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received = 0
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        nonlocal received
+        received += 1
+        name = signal.Signals(signum).name
+        if received == 1:
+            print(f"ehb: {name}: stopping {what}", file=sys.stderr, flush=True)
+            raise KeyboardInterrupt(name)
+        if received == 2:
+            print(
+                f"ehb: {name} again: still stopping {what}; where each thread is now "
+                "(SIGKILL ends it at once):",
+                file=sys.stderr,
+                flush=True,
+            )
+            print_threads(sys.stderr, here=frame)
+            return
+        print(f"ehb: still stopping {what}", file=sys.stderr, flush=True)
+
+    previous = {each: signal.signal(each, on_signal) for each in SIGNALS}
+    try:
+        yield
+    finally:
+        for each, handler in previous.items():
+            signal.signal(each, handler)
+
+
+def print_threads(out: TextIO, *, here: FrameType | None = None) -> None:
+    """Every thread's name and stack, innermost call last, as a traceback shows them.
+
+    ``here`` stands for the calling thread's stack: a signal handler passes the frame the
+    signal interrupted, so that its own calls are not shown as where the thread waits.
+    """
+    frames = sys._current_frames()
+    if here is not None:
+        frames[threading.get_ident()] = here
+    for thread in threading.enumerate():
+        frame = frames.get(thread.ident) if thread.ident is not None else None
+        if frame is None:
+            continue
+        print(f'  thread "{thread.name}"{" (daemon)" if thread.daemon else ""}:', file=out)
+        for line in traceback.format_stack(frame):
+            print("  " + line.rstrip("\n").replace("\n", "\n  "), file=out)
+    out.flush()

@@ -1,0 +1,81 @@
+"""Ctrl-C and SIGTERM for the development commands (`commands.stopping`): the first signal
+interrupts, even a start; the second prints where each thread is; neither cuts a clean-up
+short."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import threading
+
+import pytest
+
+from eventhub_balancer_devstack.commands import stopping
+
+
+def _signal(signum: signal.Signals) -> None:
+    """Deliver ``signum`` to this process; the handler runs on the main thread, at once."""
+    os.kill(os.getpid(), signum)
+
+
+def test_the_first_signal_interrupts_and_later_ones_do_not(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    cleaned = False
+    with stopping.stopping_cleanly("the things"):
+        with pytest.raises(KeyboardInterrupt, match="SIGINT"):
+            _signal(signal.SIGINT)
+        # The clean-up: two more signals, neither of which interrupts it.
+        _signal(signal.SIGTERM)
+        _signal(signal.SIGINT)
+        cleaned = True
+    assert cleaned
+    assert signal.getsignal(signal.SIGTERM) is before  # the handlers are given back
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert lines[0] == "ehb: SIGINT: stopping the things"
+    assert lines[1] == (
+        "ehb: SIGTERM again: still stopping the things; where each thread is now "
+        "(SIGKILL ends it at once):"
+    )
+    assert lines[-1] == "ehb: still stopping the things"
+    # Between them, the stacks: this test's own frame on the main thread.
+    dump = "\n".join(lines[2:-1])
+    assert 'thread "MainThread":' in dump
+    assert "test_the_first_signal_interrupts_and_later_ones_do_not" in dump
+    # Where the signal came, not the handler that prints it.
+    assert "in on_signal" not in dump
+    assert "in print_threads" not in dump
+
+
+def test_the_stacks_name_every_thread_and_where_it_waits() -> None:
+    release = threading.Event()
+    waiter = threading.Thread(target=release.wait, args=(30,), name="a waiter", daemon=True)
+    waiter.start()
+    try:
+        out = io.StringIO()
+        stopping.print_threads(out)
+    finally:
+        release.set()
+        waiter.join(5)
+    text = out.getvalue()
+    assert 'thread "a waiter" (daemon):' in text
+    waiting = text.split('thread "a waiter" (daemon):', 1)[1]
+    assert "in wait" in waiting  # the innermost call: threading.Event.wait
+    assert 'thread "MainThread":' in text
+
+
+def test_outside_the_main_thread_it_sets_no_handler() -> None:
+    before = signal.getsignal(signal.SIGINT)
+    seen: list[object] = []
+
+    def inside() -> None:
+        with stopping.stopping_cleanly("x"):
+            seen.append(signal.getsignal(signal.SIGINT))
+
+    thread = threading.Thread(target=inside)
+    thread.start()
+    thread.join(5)
+    assert seen == [before]

@@ -1,0 +1,104 @@
+"""`ehb local up` and `ehb local blob` under the signals a user sends: a Ctrl-C while the stack
+starts stops it at once, and a SIGKILL leaves no Azurite behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+#: Bounds on a loaded 2-core machine: Azurite's node process appears within a few seconds,
+#: and a stop takes at most its STOP_TIMEOUT_S per process.
+APPEAR_S = 30.0
+STOP_S = 30.0
+
+
+def _children(pid: int) -> dict[int, str]:
+    """The live processes whose parent is ``pid``, with their command lines."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue  # gone meanwhile
+        if fields[0] != "Z" and int(fields[1]) == pid:
+            found[int(stat.parent.name)] = cmdline
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _azurite_of(process: subprocess.Popen[str]) -> int:
+    """The pid of the Azurite child ``process`` starts, once it is there."""
+    deadline = time.monotonic() + APPEAR_S
+    while time.monotonic() < deadline:
+        for pid, cmdline in _children(process.pid).items():
+            if "azurite" in cmdline:
+                return pid
+        assert process.poll() is None, process.communicate(timeout=STOP_S)
+        time.sleep(0.01)
+    pytest.fail(f"no Azurite process within {APPEAR_S} s")
+
+
+def _gone(pid: int) -> bool:
+    deadline = time.monotonic() + STOP_S
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not _alive(pid)
+
+
+def test_a_signal_while_the_stack_starts_stops_it_at_once(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "eventhub_balancer", "local", "up", "--hub", "orders=2"]
+    argv += ["--eventhubs-port=0", "--blob-port=0", "--kube-port=0", f"--state-dir={tmp_path}"]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    azurite = 0
+    try:
+        # Azurite is the first service started: the stack is starting, nothing is printed.
+        azurite = _azurite_of(process)
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=STOP_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=STOP_S)
+        if azurite and _alive(azurite):
+            os.kill(azurite, signal.SIGKILL)
+    # Interrupted before it was up: nothing printed of what it would have served, exit 130.
+    assert "ehb: SIGTERM: stopping the local stack" in err
+    assert "Ctrl-C or SIGTERM stops everything" not in out
+    assert process.returncode == 130, err
+    assert _gone(azurite)
+    assert not (tmp_path / "kubeconfig").exists() or "export KUBECONFIG" in out
+
+
+def test_a_killed_local_blob_leaves_no_azurite(tmp_path: Path) -> None:
+    argv = [sys.executable, "-m", "eventhub_balancer", "local", "blob", "--port=0"]
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    azurite = 0
+    try:
+        assert process.stdout is not None
+        assert "BlobEndpoint=" in process.stdout.readline()  # served
+        azurite = _azurite_of(process)
+        process.kill()  # SIGKILL: no clean-up of ours runs
+        process.communicate(timeout=STOP_S)
+        assert _gone(azurite), "Azurite outlived the command that started it"
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=STOP_S)
+        if azurite and _alive(azurite):
+            os.kill(azurite, signal.SIGKILL)
