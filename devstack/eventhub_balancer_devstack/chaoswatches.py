@@ -184,3 +184,25 @@ async def read_deadletters(
                 except ValueError as e:
                     unreadable.append(f"{name}/{item.name}: {e}")
     return events, unreadable
+
+
+async def deadletter_batches(
+    *, connection_string: str, container: str, prefix: str
+) -> dict[str, int]:
+    """How many batches each partition dead-lettered in ``container``: one blob a batch,
+    named ``<prefix><partition>/<first>-<last>.json``."""
+    counts: dict[str, int] = {}
+    async with blobs.open_container(
+        container_name=container, connection_string=connection_string
+    ) as client:
+        async for item in client.list_blobs(name_starts_with=prefix):
+            partition = item.name[len(prefix) :].split("/", 1)[0]
+            counts[partition] = counts.get(partition, 0) + 1
+    return counts
+
+
+def poison_ahead(poisoned: Mapping[str, int], dead_lettered: Mapping[str, int]) -> int:
+    """The most poison batches one partition has still to pass through: the poison events
+    sent to it less the batches it dead-lettered in the current location. A batch with two
+    poison events counts twice (an over-estimate, never under)."""
+    return max((max(0, sent - dead_lettered.get(p, 0)) for p, sent in poisoned.items()), default=0)

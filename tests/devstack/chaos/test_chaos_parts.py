@@ -36,6 +36,26 @@ def test_the_recovery_bound_is_one_cycle_plus_two_seconds() -> None:
     assert options.recovery_bound_s == 4.0
 
 
+def test_each_poison_batch_ahead_adds_the_failure_policys_retries_to_the_bound() -> None:
+    # Three tries with the pods' default backoff: waits of 0.5 s and 1.0 s between them.
+    assert chaosfaults.MAX_ATTEMPTS == 3
+    assert chaosfaults.poison_retries_s() == 1.5
+    options = chaosfaults.ChaosOptions(interval_seconds=2)
+    assert options.recovery_bound_with(0) == options.recovery_bound_s == 4.0
+    # Seed 25's case: a spec change left partition 7 three poison batches to meet again,
+    # 4.95 s of recovery against 4 s before the retries counted.
+    assert options.recovery_bound_with(3) == 8.5
+
+
+def test_the_poison_ahead_is_the_most_one_partition_has_left() -> None:
+    # Poison sent per partition, less the batches dead-lettered in the current location.
+    assert chaoswatches.poison_ahead({"7": 3, "1": 1}, {}) == 3
+    assert chaoswatches.poison_ahead({"7": 3, "1": 2}, {"7": 3}) == 2
+    # More dead-lettered than sent (a batch dead-lettered twice across a crash): none ahead.
+    assert chaoswatches.poison_ahead({"7": 1}, {"7": 2}) == 0
+    assert chaoswatches.poison_ahead({}, {"7": 2}) == 0
+
+
 def test_an_api_pause_is_bounded_by_the_run() -> None:
     assert chaosfaults.ChaosOptions(duration_s=40).apipause_s == 20
     assert chaosfaults.ChaosOptions(duration_s=600).apipause_s == chaosfaults.APIPAUSE_MAX_S
