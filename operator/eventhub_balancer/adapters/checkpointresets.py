@@ -250,10 +250,15 @@ async def hub_client(address: receiving.EventHubAddress) -> AsyncIterator[Any]:
             await client.close()
 
 
+#: What the message of a hub that cannot be read says to check (a command without NAME says
+#: its flags instead).
+SPEC_HINT: Final = "check spec.eventHub and its credentials"
+
+
 def _unreachable(address: receiving.EventHubAddress, what: str, e: BaseException) -> Exception:
     return errors.EventHubUnreachable(
         f"Event Hub {address.eventhub_name!r} in {address.fully_qualified_namespace}: cannot "
-        f"read {what} ({type(e).__name__}); check spec.eventHub and its credentials"
+        f"read {what} ({type(e).__name__}); {SPEC_HINT}"
     )
 
 

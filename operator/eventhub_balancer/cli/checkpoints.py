@@ -42,13 +42,14 @@ COMMAND = ("checkpoints", "list")
 HELP = "list a consumer group's checkpoints, with their owners, epochs, ages and backlogs"
 DESCRIPTION = (
     "List a consumer group's checkpoints: partition, sequence number, offset, owner, epoch, age, "
-    "deaths, and with NAME the events waiting after each (read from its Event Hub)."
+    "deaths, and the events waiting after each (read from the Event Hub: with NAME as its "
+    "EventHubConsumer says, without NAME with --eventhub-connection-string or --account-url)."
 )
 #: The group's line in ``ehb --help``.
 GROUP_HELP = "list, export, import and reset a consumer group's checkpoints"
 
 #: Where the connection string comes from when the flag is absent (flags show up in `ps`).
-CONNECTION_STRING_ENV = "EHB_BLOB_CONNECTION_STRING"
+CONNECTION_STRING_ENV = connectionstrings.ENV_BLOB_CONNECTION_STRING
 #: The consumer group listed without NAME when --consumer-group is not given (Event Hubs').
 DEFAULT_CONSUMER_GROUP = "$Default"
 #: What says where the checkpoints are without NAME; with NAME the EventHubConsumer says it.
@@ -59,6 +60,7 @@ LOCATION_FLAGS = (
     ("--consumer-group", "consumer_group"),
     ("--connection-string", "connection_string"),
     ("--account-url", "account_url"),
+    ("--eventhub-connection-string", "eventhub_connection_string"),
 )
 
 
@@ -128,6 +130,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=flagtypes.consumer_group,
         default=None,
         help=f"default: {DEFAULT_CONSUMER_GROUP}",
+    )
+    parser.add_argument(
+        "--eventhub-connection-string",
+        help="without NAME: the Event Hub's connection string (Listen), to count the events "
+        "waiting after each checkpoint (default: "
+        f"${checkpointwaits.EVENTHUB_CONNECTION_STRING_ENV}; with --account-url, "
+        "DefaultAzureCredential; else no such column)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     actingidentities.add_arguments(parser)
@@ -203,11 +212,11 @@ def count(value: int | None) -> str:
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
-    waiting: checkpointwaits.Waiting | None = None
+    waiting: checkpointwaits.Waiting | None
     if args.name is not None:
         listed, waiting = asyncio.run(_list_consumer(args))
     else:
-        listed = asyncio.run(_list_by_flags(args))
+        listed, waiting = asyncio.run(_list_by_flags(args))
     items = rows(
         listed,
         now=datetime.datetime.now(datetime.UTC),
@@ -234,9 +243,14 @@ async def _list_consumer(
 
     for flag, dest in LOCATION_FLAGS:
         if getattr(args, dest) is not None:
+            says = (
+                "how its Event Hub is read (the identity it declares)"
+                if dest == "eventhub_connection_string"
+                else "where its checkpoints are"
+            )
             raise errors.InvalidInput(
                 flag,
-                f"EventHubConsumer {args.name} says where its checkpoints are: drop {flag}, "
+                f"EventHubConsumer {args.name} says {says}: drop {flag}, "
                 "or drop NAME to list a consumer group by flags",
             )
     if args.namespace:  # not the parser's type: see add_arguments
@@ -257,7 +271,11 @@ async def _list_consumer(
         api.close()
 
 
-async def _list_by_flags(args: argparse.Namespace) -> list[Checkpoint]:
+async def _list_by_flags(
+    args: argparse.Namespace,
+) -> tuple[list[Checkpoint], checkpointwaits.Waiting | None]:
+    """The checkpoints where the flags say; the events waiting after each when the runner gave
+    a way to read the hub (None: no column)."""
     from eventhub_balancer import errors
 
     if args.namespace is not None and not any(getattr(args, d) for _, d in LOCATION_FLAGS):
@@ -307,14 +325,19 @@ async def _list_by_flags(args: argparse.Namespace) -> list[Checkpoint]:
         account_url=None if connection_string else args.account_url,
         connection_string=connection_string,
     )
-    return await _list(
+    hub = checkpointwaits.by_flags(args)  # checked before any client too
+    group = args.consumer_group or DEFAULT_CONSUMER_GROUP
+    listed = await _list(
         connection_string=connection_string,
         account_url=args.account_url,
         container=args.container,
         namespace=args.eventhub_namespace,
         hub=args.hub,
-        consumer_group=args.consumer_group or DEFAULT_CONSUMER_GROUP,
+        consumer_group=group,
     )
+    if hub is None:
+        return listed, None
+    return listed, await checkpointwaits.read_by_flags(args, hub, listed, consumer_group=group)
 
 
 async def _list(

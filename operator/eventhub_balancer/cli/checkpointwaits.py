@@ -9,6 +9,11 @@ ends. This reads the second, with the identity the EventHubConsumer declares for
 checkpoint (`startpositions.PartitionBounds.waiting_after`: those retention removed wait for
 no one).
 
+Without NAME (a consumer group no EventHubConsumer manages, an SDK's during a move to the
+operator) the runner gives the hub's identity: ``--eventhub-connection-string`` or
+`EVENTHUB_CONNECTION_STRING_ENV` (`by_flags`), else, with ``--account-url``, the runner's own
+``DefaultAzureCredential``, as for the blobs. With neither, the listing has no column.
+
 Reading the hub is a bonus to the listing, not its purpose: a hub that cannot be read (its
 Secret gone, its identity refused, the namespace not answering) leaves the counts out, says
 why in one line on stderr, and the checkpoints are listed all the same. Every read is bounded:
@@ -20,11 +25,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from eventhub_balancer import errors
-from eventhub_balancer.cli import consumertargets
+from eventhub_balancer.cli import allowedendpoints, consumertargets
+from eventhub_balancer.contracts import connectionstrings, endpoints
 
 if TYPE_CHECKING:
     from eventhub_balancer.adapters import receiving
@@ -37,6 +44,11 @@ if TYPE_CHECKING:
 READ_TIMEOUT_S: Final = 15.0
 #: How many partitions are asked at once, as a reset asks them.
 PARALLEL_READS: Final = 8
+#: Without NAME, where the hub's connection string comes from when the flag is absent (flags
+#: show up in `ps`); the variable ``ehb deadletters replay`` reads too.
+EVENTHUB_CONNECTION_STRING_ENV: Final = connectionstrings.ENV_EVENTHUB_CONNECTION_STRING
+#: Without NAME, what to check when the hub cannot be read, instead of the CR's fields.
+FLAGS_HINT: Final = "check --eventhub-namespace, --hub and the Event Hubs credentials"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +82,85 @@ async def read(
         return await _count(address, checkpoints)
     finally:
         await consumertargets.close_credential(address)
+
+
+@dataclasses.dataclass(frozen=True)
+class HubByFlags:
+    """Without NAME: how the runner said to reach the hub (a connection string, or None for
+    their own ``DefaultAzureCredential``)."""
+
+    connection_string: str | None
+
+
+def by_flags(args: argparse.Namespace) -> HubByFlags | None:
+    """The hub's identity the runner gave without NAME, checked before any client exists; None
+    when they gave none (the listing then has no ``WAITING`` column).
+
+    A connection string must name the hub whose checkpoints are listed: its namespace (except
+    the development emulator's, which names ``localhost`` whatever the blobs say) and, when it
+    has one, its ``EntityPath``. Counts read from another hub would pass for this one's."""
+    source, value = "--eventhub-connection-string", args.eventhub_connection_string
+    if value is None:
+        source = EVENTHUB_CONNECTION_STRING_ENV
+        value = os.environ.get(EVENTHUB_CONNECTION_STRING_ENV) or None  # empty: unset
+    if value is None:
+        return HubByFlags(None) if args.account_url is not None else None
+    consumertargets.refuse_malformed(value, connectionstrings.eventhub_problem, source=source)
+    fields = endpoints.connection_string_fields(value, field=source)
+    named = endpoints.host(fields.get("endpoint", ""))
+    wanted = endpoints.host(args.eventhub_namespace)
+    if fields.get("usedevelopmentemulator") != "true" and named != wanted:
+        raise errors.InvalidInput(
+            source,
+            f"names the Event Hubs namespace {named}, not --eventhub-namespace {wanted}: give "
+            "the connection string of the namespace whose checkpoints are listed",
+        )
+    entity = fields.get("entitypath")
+    if entity is not None and entity != args.hub:
+        raise errors.InvalidInput(
+            source,
+            f"is for the Event Hub {entity!r}, not --hub {args.hub!r}: give one for "
+            f"{args.hub!r}, or the namespace's (without EntityPath)",
+        )
+    allowedendpoints.policy(args).check_eventhub(
+        fully_qualified_namespace=args.eventhub_namespace, connection_string=value
+    )
+    return HubByFlags(value)
+
+
+async def read_by_flags(
+    args: argparse.Namespace,
+    hub: HubByFlags,
+    checkpoints: Sequence[Checkpoint],
+    *,
+    consumer_group: str,
+) -> Waiting:
+    """How many events wait after each of ``checkpoints``, read from the hub the flags name."""
+    from eventhub_balancer.adapters import checkpointresets, receiving
+
+    if not checkpoints:
+        return Waiting({})
+    credential = None
+    if hub.connection_string is None:
+        # --account-url: the runner's own identity, as the blobs were listed with.
+        from azure.identity.aio import DefaultAzureCredential
+
+        credential = DefaultAzureCredential()
+    address = receiving.EventHubAddress(
+        fully_qualified_namespace=args.eventhub_namespace,
+        eventhub_name=args.hub,
+        consumer_group=consumer_group,
+        connection_string=hub.connection_string,
+        credential=credential,
+    )
+    try:
+        waiting = await _count(address, checkpoints)
+    finally:
+        await consumertargets.close_credential(address)
+    if waiting.problem is None:
+        return waiting
+    problem = waiting.problem.replace(checkpointresets.SPEC_HINT, FLAGS_HINT)
+    return dataclasses.replace(waiting, problem=problem)
 
 
 async def _count(address: receiving.EventHubAddress, checkpoints: Sequence[Checkpoint]) -> Waiting:

@@ -16,12 +16,13 @@ import shlex
 from collections.abc import Collection, Mapping, Sequence
 
 from eventhub_balancer.cli import consumertargets
+from eventhub_balancer.contracts import connectionstrings
 
 #: The flags whose value is a secret, and the variable each command reads it from when the
 #: flag is absent.
 SECRETS: Mapping[str, str] = {
-    "connection_string": "EHB_BLOB_CONNECTION_STRING",
-    "eventhub_connection_string": "EHB_EVENTHUB_CONNECTION_STRING",
+    "connection_string": connectionstrings.ENV_BLOB_CONNECTION_STRING,
+    "eventhub_connection_string": connectionstrings.ENV_EVENTHUB_CONNECTION_STRING,
 }
 
 

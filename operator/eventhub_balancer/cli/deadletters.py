@@ -37,8 +37,8 @@ HELP = "list, show and replay the batches a consumer dead-lettered"
 
 #: Where the connection strings come from when the flags are absent (flags show up in `ps`).
 #: The blob one is the same variable ``ehb checkpoints list`` reads.
-BLOB_CONNECTION_STRING_ENV = "EHB_BLOB_CONNECTION_STRING"
-EVENTHUB_CONNECTION_STRING_ENV = "EHB_EVENTHUB_CONNECTION_STRING"
+BLOB_CONNECTION_STRING_ENV = connectionstrings.ENV_BLOB_CONNECTION_STRING
+EVENTHUB_CONNECTION_STRING_ENV = connectionstrings.ENV_EVENTHUB_CONNECTION_STRING
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

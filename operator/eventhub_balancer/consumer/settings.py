@@ -24,7 +24,7 @@ from eventhub_balancer.consumer import (
     secretfiles,
     triggers,
 )
-from eventhub_balancer.contracts import endpoints
+from eventhub_balancer.contracts import connectionstrings, endpoints
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +37,8 @@ ENV_ALLOWED_BLOB_SUFFIXES = endpoints.ENV_ALLOWED_BLOB_SUFFIXES
 #: "true": the local emulators on loopback are allowed too (the local stack only).
 ENV_ALLOW_DEVELOPMENT_ENDPOINTS = "EHB_ALLOW_DEVELOPMENT_ENDPOINTS"
 ENV_CONSUMER = "EHB_CONSUMER"
-ENV_EVENTHUB_CONNECTION_STRING = "EHB_EVENTHUB_CONNECTION_STRING"
-ENV_BLOB_CONNECTION_STRING = "EHB_BLOB_CONNECTION_STRING"
+ENV_EVENTHUB_CONNECTION_STRING = connectionstrings.ENV_EVENTHUB_CONNECTION_STRING
+ENV_BLOB_CONNECTION_STRING = connectionstrings.ENV_BLOB_CONNECTION_STRING
 #: The forms that name a file holding the string (a mounted Secret's key).
 FILE_SUFFIX = "_FILE"
 ENV_SPARK_MASTER = "EHB_SPARK_MASTER"

@@ -18,6 +18,10 @@ import re
 import urllib.parse
 from typing import Final
 
+#: The variables a connection string is read from where a flag would show it in `ps`: the
+#: pods' (``ehb consume``) and the admin commands' (``ehb checkpoints``, ``ehb deadletters``).
+ENV_EVENTHUB_CONNECTION_STRING: Final = "EHB_EVENTHUB_CONNECTION_STRING"
+ENV_BLOB_CONNECTION_STRING: Final = "EHB_BLOB_CONNECTION_STRING"
 #: What an Event Hubs connection string looks like (the portal's "Shared access policies").
 EVENTHUB_SHAPE: Final = (
     "Endpoint=sb://<namespace>.servicebus.windows.net/;SharedAccessKeyName=<policy>;"

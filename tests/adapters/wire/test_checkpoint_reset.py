@@ -770,6 +770,27 @@ def test_list_without_its_hubs_secret_lists_the_checkpoints_and_says_why_not_the
     )
 
 
+def test_list_without_name_counts_with_the_hub_the_runner_names(
+    setup: Setup, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A consumer group no EventHubConsumer manages: the blobs and the hub named by flags.
+    Without a way to the hub the listing has no column, as before."""
+    where = ["checkpoints", "list", "--container", setup.container, "--eventhub-namespace"]
+    where += [FQNS, "--hub", setup.hub.name, "--connection-string", setup.blob_connection_string]
+    assert cli.main([*where, "--eventhub-connection-string", setup.hub.connection_string]) == 0
+    listed = capsys.readouterr()
+    assert listed.err == ""
+    header, row = listed.out.splitlines()
+    assert header.split()[-1] == "WAITING"
+    assert row.split()[:2] + row.split()[-1:] == ["0", "5", "4"]
+
+    assert cli.main([*where, "--json"]) == 0
+    (document,) = json.loads(capsys.readouterr().out)
+    assert (document["sequenceNumber"], document["waiting"]) == (5, None)
+    assert cli.main(where) == 0
+    assert "WAITING" not in capsys.readouterr().out
+
+
 def test_an_export_after_a_shift_imports_again(
     setup: Setup, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
