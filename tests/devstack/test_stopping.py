@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import os
 import signal
+import sys
 import threading
 
 import pytest
@@ -79,3 +80,25 @@ def test_outside_the_main_thread_it_sets_no_handler() -> None:
     thread.start()
     thread.join(5)
     assert seen == [before]
+
+
+class _BusyStderr(io.StringIO):
+    """A stderr the main thread was writing to when the signal came: a write from the handler
+    fails as a reentrant call does."""
+
+    def write(self, text: str) -> int:
+        raise RuntimeError("reentrant call inside <_io.BufferedWriter name='<stderr>'>")
+
+
+def test_a_stderr_that_cannot_be_written_does_not_cut_the_clean_up_short(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sys, "stderr", _BusyStderr())
+    cleaned = False
+    with stopping.stopping_cleanly("the things"):
+        with pytest.raises(KeyboardInterrupt):  # the first still interrupts
+            _signal(signal.SIGTERM)
+        _signal(signal.SIGTERM)  # the stacks cannot be printed: nothing is raised
+        _signal(signal.SIGTERM)
+        cleaned = True
+    assert cleaned

@@ -44,18 +44,16 @@ def stopping_cleanly(what: str) -> Iterator[None]:
         received += 1
         name = signal.Signals(signum).name
         if received == 1:
-            print(f"ehb: {name}: stopping {what}", file=sys.stderr, flush=True)
+            _say(f"ehb: {name}: stopping {what}")
             raise KeyboardInterrupt(name)
         if received == 2:
-            print(
+            _say(
                 f"ehb: {name} again: still stopping {what}; where each thread is now "
                 "(SIGKILL ends it at once):",
-                file=sys.stderr,
-                flush=True,
+                here=frame,
             )
-            print_threads(sys.stderr, here=frame)
             return
-        print(f"ehb: still stopping {what}", file=sys.stderr, flush=True)
+        _say(f"ehb: still stopping {what}")
 
     previous = {each: signal.signal(each, on_signal) for each in SIGNALS}
     try:
@@ -63,6 +61,16 @@ def stopping_cleanly(what: str) -> Iterator[None]:
     finally:
         for each, handler in previous.items():
             signal.signal(each, handler)
+
+
+def _say(line: str, *, here: FrameType | None = None) -> None:
+    """``line`` on stderr, and with ``here`` every thread's stack. A handler runs between two
+    steps of the main thread, which may be writing to stderr itself: the write then fails
+    (a reentrant call), and that must not end the clean-up the signal came into."""
+    with contextlib.suppress(RuntimeError, OSError):
+        print(line, file=sys.stderr, flush=True)
+        if here is not None:
+            print_threads(sys.stderr, here=here)
 
 
 def print_threads(out: TextIO, *, here: FrameType | None = None) -> None:

@@ -3,11 +3,13 @@ starts stops it at once, and a SIGKILL leaves no Azurite behind."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -61,44 +63,46 @@ def _gone(pid: int) -> bool:
     return not _alive(pid)
 
 
-def test_a_signal_while_the_stack_starts_stops_it_at_once(tmp_path: Path) -> None:
-    argv = [sys.executable, "-m", "eventhub_balancer", "local", "up", "--hub", "orders=2"]
-    argv += ["--eventhubs-port=0", "--blob-port=0", "--kube-port=0", f"--state-dir={tmp_path}"]
+@contextlib.contextmanager
+def _ehb(*args: str) -> Iterator[tuple[subprocess.Popen[str], list[int]]]:
+    """``ehb ARGS`` as a process, and a list for the Azurite pids it starts; whatever of both
+    still runs on the way out is killed."""
+    argv = [sys.executable, "-m", "eventhub_balancer", *args]
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    azurite = 0
+    azurites: list[int] = []
     try:
+        yield process, azurites
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate(timeout=STOP_S)
+        for pid in azurites:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_signal_while_the_stack_starts_stops_it_at_once(tmp_path: Path) -> None:
+    ports = ["--eventhubs-port=0", "--blob-port=0", "--kube-port=0"]
+    with _ehb("local", "up", "--hub", "orders=2", *ports, f"--state-dir={tmp_path}") as (
+        process,
+        azurites,
+    ):
         # Azurite is the first service started: the stack is starting, nothing is printed.
-        azurite = _azurite_of(process)
+        azurites.append(_azurite_of(process))
         process.send_signal(signal.SIGTERM)
         out, err = process.communicate(timeout=STOP_S)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate(timeout=STOP_S)
-        if azurite and _alive(azurite):
-            os.kill(azurite, signal.SIGKILL)
-    # Interrupted before it was up: nothing printed of what it would have served, exit 130.
-    assert "ehb: SIGTERM: stopping the local stack" in err
-    assert "Ctrl-C or SIGTERM stops everything" not in out
-    assert process.returncode == 130, err
-    assert _gone(azurite)
-    assert not (tmp_path / "kubeconfig").exists() or "export KUBECONFIG" in out
+        # Interrupted before it was up: nothing printed of what it would have served.
+        assert "ehb: SIGTERM: stopping the local stack" in err
+        assert "Ctrl-C or SIGTERM stops everything" not in out
+        assert process.returncode == 130, err
+        assert _gone(azurites[0])
 
 
-def test_a_killed_local_blob_leaves_no_azurite(tmp_path: Path) -> None:
-    argv = [sys.executable, "-m", "eventhub_balancer", "local", "blob", "--port=0"]
-    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    azurite = 0
-    try:
+def test_a_killed_local_blob_leaves_no_azurite() -> None:
+    with _ehb("local", "blob", "--port=0") as (process, azurites):
         assert process.stdout is not None
         assert "BlobEndpoint=" in process.stdout.readline()  # served
-        azurite = _azurite_of(process)
+        azurites.append(_azurite_of(process))
         process.kill()  # SIGKILL: no clean-up of ours runs
         process.communicate(timeout=STOP_S)
-        assert _gone(azurite), "Azurite outlived the command that started it"
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate(timeout=STOP_S)
-        if azurite and _alive(azurite):
-            os.kill(azurite, signal.SIGKILL)
+        assert _gone(azurites[0]), "Azurite outlived the command that started it"
