@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 import pytest
 
@@ -102,3 +103,49 @@ def test_a_stderr_that_cannot_be_written_does_not_cut_the_clean_up_short(
         _signal(signal.SIGTERM)
         cleaned = True
     assert cleaned
+
+
+def _reporters() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == stopping.REPORTER]
+
+
+def test_a_stop_still_under_way_says_where_each_thread_is_without_a_second_signal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    with stopping.stopping_cleanly("the things", report_after_s=0.05):
+        with pytest.raises(KeyboardInterrupt):
+            _signal(signal.SIGINT)
+        # A clean-up that hangs (bounded here): the report comes on its own, whole once its
+        # thread is done.
+        deadline = time.monotonic() + 10
+        while ("after 0.05 s" not in err.getvalue() or _reporters()) and (
+            time.monotonic() < deadline
+        ):
+            time.sleep(0.01)
+    lines = err.getvalue().splitlines()
+    assert lines[:2] == [
+        "ehb: SIGINT: stopping the things",
+        "ehb: still stopping the things after 0.05 s; where each thread is now "
+        "(SIGKILL ends it at once):",
+    ]
+    assert '  thread "MainThread":' in lines
+    assert "test_a_stop_still_under_way_says_where_each_thread_is_without_a_second_signal" in (
+        err.getvalue()
+    )
+    assert f'thread "{stopping.REPORTER}"' not in err.getvalue()  # not its own stack
+
+
+def test_a_stop_that_ends_in_time_reports_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    with stopping.stopping_cleanly("the things", report_after_s=30):
+        with pytest.raises(KeyboardInterrupt):
+            _signal(signal.SIGINT)
+        assert _reporters()
+    deadline = time.monotonic() + 10
+    while _reporters() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not _reporters()
+    assert err.getvalue() == "ehb: SIGINT: stopping the things\n"
