@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from eventhub_balancer import cli
+from eventhub_balancer.cli import allowedendpoints
 from tests.support import consumerfakes
 
 #: A consumer started from an assignment file: no Kubernetes needed to reach handler loading.
@@ -448,6 +449,46 @@ ROWS = [
         "group name: use $Default or a group of the hub (letters, digits, '.', '-' and '_', "
         "starting and ending with a letter or digit, at most 50 characters) (see ehb "
         "checkpoints list --help)",
+    ),
+    Row(
+        "checkpoints listed with the runner's token at a host not allowed (named by its flag)",
+        (
+            "checkpoints",
+            "list",
+            "--container",
+            "checkpoints",
+            "--eventhub-namespace",
+            "shop.servicebus.windows.net",
+            "--hub",
+            "orders",
+            "--account-url",
+            "https://shop.blob.evil.example",
+        ),
+        {},
+        "ehb: error: --account-url: host 'shop.blob.evil.example' is not allowed (allowed DNS "
+        "suffixes: .blob.core.windows.net); use an endpoint under one of them, or have the "
+        f"installer add its suffix ({allowedendpoints.SETTING})",
+        status=1,
+    ),
+    Row(
+        "the events waiting read with the runner's token at a namespace not allowed",
+        (
+            "checkpoints",
+            "list",
+            "--container",
+            "checkpoints",
+            "--eventhub-namespace",
+            "shop.servicebus.evil.example",
+            "--hub",
+            "orders",
+            "--account-url",
+            "https://shop.blob.core.windows.net",
+        ),
+        {},
+        "ehb: error: --eventhub-namespace: host 'shop.servicebus.evil.example' is not allowed "
+        "(allowed DNS suffixes: .servicebus.windows.net); use an endpoint under one of them, or "
+        f"have the installer add its suffix ({allowedendpoints.SETTING})",
+        status=1,
     ),
     Row(
         "dead letters read through a blob endpoint that is not HTTPS",

@@ -54,6 +54,13 @@ def test_the_flag_then_the_variable_give_the_connection_string(
 def test_an_account_url_reads_the_hub_with_the_runners_own_identity() -> None:
     args = parse("--account-url", "https://shop.blob.core.windows.net")
     assert checkpointwaits.by_flags(args) == checkpointwaits.HubByFlags(None)
+    # The runner's token goes only to a namespace the operator's allow-list allows.
+    args.eventhub_namespace = "shop.servicebus.evil.example"
+    with pytest.raises(errors.EndpointNotAllowed) as caught:
+        checkpointwaits.by_flags(args)
+    assert str(caught.value).startswith(
+        "--eventhub-namespace: host 'shop.servicebus.evil.example' is not allowed"
+    )
 
 
 @pytest.mark.parametrize(

@@ -324,6 +324,7 @@ async def _list_by_flags(
     allowedendpoints.policy(args).check_blob(
         account_url=None if connection_string else args.account_url,
         connection_string=connection_string,
+        field="--account-url",
     )
     hub = checkpointwaits.by_flags(args)  # checked before any client too
     group = args.consumer_group or DEFAULT_CONSUMER_GROUP

@@ -104,7 +104,15 @@ def by_flags(args: argparse.Namespace) -> HubByFlags | None:
         source = EVENTHUB_CONNECTION_STRING_ENV
         value = os.environ.get(EVENTHUB_CONNECTION_STRING_ENV) or None  # empty: unset
     if value is None:
-        return HubByFlags(None) if args.account_url is not None else None
+        if args.account_url is None:
+            return None
+        # The runner's own token goes to --eventhub-namespace: only a host the operator allows.
+        allowedendpoints.policy(args).check_eventhub(
+            fully_qualified_namespace=args.eventhub_namespace,
+            connection_string=None,
+            field="--eventhub-namespace",
+        )
+        return HubByFlags(None)
     consumertargets.refuse_malformed(value, connectionstrings.eventhub_problem, source=source)
     fields = endpoints.connection_string_fields(value, field=source)
     named = endpoints.host(fields.get("endpoint", ""))

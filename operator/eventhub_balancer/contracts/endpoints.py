@@ -64,9 +64,14 @@ class EndpointPolicy:
     setting: str = "--allowed-eventhub-suffix / --allowed-blob-suffix"
 
     def check_eventhub(
-        self, *, fully_qualified_namespace: str, connection_string: str | None
+        self,
+        *,
+        fully_qualified_namespace: str,
+        connection_string: str | None,
+        field: str = "spec.eventHub.fullyQualifiedNamespace",
     ) -> None:
-        """Raise `errors.EndpointNotAllowed` unless the Event Hubs host is allowed."""
+        """Raise `errors.EndpointNotAllowed` unless the Event Hubs host is allowed; ``field``
+        names where the namespace came from (a command's flag, else the spec's field)."""
         if connection_string is not None:
             field = "the Event Hubs connection string's Endpoint"
             fields = connection_string_fields(connection_string, field=field)
@@ -77,11 +82,17 @@ class EndpointPolicy:
                 return
         else:
             dialled = host(fully_qualified_namespace)
-            field = "spec.eventHub.fullyQualifiedNamespace"
         self._suffix(field, dialled, self.eventhub_suffixes)
 
-    def check_blob(self, *, account_url: str | None, connection_string: str | None) -> None:
-        """Raise `errors.EndpointNotAllowed` unless the Blob endpoint is allowed."""
+    def check_blob(
+        self,
+        *,
+        account_url: str | None,
+        connection_string: str | None,
+        field: str = "spec.checkpointStore.accountUrl",
+    ) -> None:
+        """Raise `errors.EndpointNotAllowed` unless the Blob endpoint is allowed; ``field``
+        names where an account URL came from (a command's flag, else the spec's field)."""
         if connection_string is not None:
             field = "the checkpoint store's connection string"
             fields = connection_string_fields(connection_string, field=field)
@@ -95,7 +106,6 @@ class EndpointPolicy:
                 else:
                     self._suffix(field, dialled, self.blob_suffixes)
             return
-        field = "spec.checkpointStore.accountUrl"
         try:
             scheme = urllib.parse.urlsplit(account_url or "").scheme
         except ValueError:  # "https://[x" (an unclosed IPv6 bracket): no URL, refused as such
