@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import IO
 
 from eventhub_balancer import errors
+from eventhub_balancer_devstack import parentdeaths
 from eventhub_balancer_devstack.azurite import free_port
 
 logger = logging.getLogger(__name__)
@@ -104,8 +105,11 @@ class SparkProcess:
             stderr=subprocess.STDOUT,
             env=self.env,
             cwd=self.log_path.parent,
-            # Its own process group: stop() reaches the JVM and what it forked (executors).
+            # Its own process group: stop() reaches the JVM and what it forked (executors);
+            # and its end with ours (spark-class execs the JVM, which keeps the request), so
+            # that a test run killed outright leaves no JVM holding memory and ports.
             start_new_session=True,
+            preexec_fn=parentdeaths.die_with_parent,
         )
 
     def log_tail(self, chars: int = 3000) -> str:
