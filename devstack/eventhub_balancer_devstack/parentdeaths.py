@@ -16,15 +16,28 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import signal
-from typing import Final
+from typing import Any, Final
 
 #: prctl(2)'s option that sends the child a signal when its parent ends.
 _PR_SET_PDEATHSIG: Final = 1
 
 
+def _find_prctl() -> Any:
+    """prctl(2) from the C library this process runs on; None where there is none."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+#: Looked up here, in the parent: between fork and exec the child should call as little as
+#: it can (another thread of the parent may have held the dynamic loader's lock at the fork).
+_PRCTL: Final = _find_prctl()
+
+
 def die_with_parent() -> None:
     """``preexec_fn`` for `subprocess.Popen`: in the child, before exec, ask for SIGTERM when
     the parent ends. Does nothing where prctl(2) is missing."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if _PRCTL is not None:
+        with contextlib.suppress(OSError):
+            _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
