@@ -131,7 +131,7 @@ class ChaosReport(TypedDict):
     #: The most poison batches one partition had still to pass through when the last fault
     #: ended (`chaoswatches.poison_ahead`); each adds the failure policy's retries to the bound.
     poison_batches_ahead: int
-    #: One cycle plus 2 s, plus `chaosfaults.poison_retries_s` for each poison batch ahead.
+    #: One cycle plus 2 s, plus `chaoswatches.poison_retries_s` for each poison batch ahead.
     recovery_bound_s: float
     #: Why ``ok`` is false (empty when it is true).
     problems: list[str]
@@ -202,7 +202,7 @@ def run(options: chaosfaults.ChaosOptions, *, observer: runs.Observer) -> ChaosR
             handler=f"{chaoshandlers.__name__}:process",
             consume_args=("--stuck-seconds", str(chaosfaults.STUCK_SECONDS)),
             env={chaoshandlers.ENV_HANG_SECONDS: str(chaosfaults.HANG_SECONDS)},
-            processing={"maxAttempts": chaosfaults.MAX_ATTEMPTS, "onFailure": "deadLetter"},
+            processing={"maxAttempts": chaoswatches.MAX_ATTEMPTS, "onFailure": "deadLetter"},
         )
         scenario = runs.ScenarioRun(
             site=site,

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from eventhub_balancer import errors
-from eventhub_balancer.consumer import batchsettings
 from eventhub_balancer.contracts import configmaps, podassignments
 from eventhub_balancer_devstack import (
     chaoshandlers,
@@ -99,22 +98,6 @@ def parse_faults(text: str, *, kube: kubeservers.Kind = "local") -> tuple[str, .
     return tuple(f for f in FAULTS if f in names)
 
 
-#: The failure policy of the chaos run's CR: a poison batch is dead-lettered after this many
-#: attempts.
-MAX_ATTEMPTS = 3
-
-
-def poison_retries_s() -> float:
-    """The backoff a poison batch waits through before it is dead-lettered: the waits between
-    the chaos CR's `MAX_ATTEMPTS` tries, at the pods' default backoff (doubling, capped)."""
-    defaults = batchsettings.BatchSettings()
-    waits = (
-        min(defaults.retry_backoff * 2**attempt, defaults.retry_backoff_max)
-        for attempt in range(MAX_ATTEMPTS - 1)
-    )
-    return float(sum(waits))
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ChaosOptions:
     duration_s: float = 30.0
@@ -149,11 +132,11 @@ class ChaosOptions:
         batches that one partition must still pass through in order after the last fault.
 
         Those retries are the CR's policy at work, not the balancer: each batch is tried
-        `MAX_ATTEMPTS` times with the pods' backoff before it is dead-lettered, one after the
-        other on its partition. A spec change makes every partition start again in the new
-        location, where it meets again each poison event it had dead-lettered in the old one.
-        """
-        return self.recovery_bound_s + poison_ahead * poison_retries_s()
+        `chaoswatches.MAX_ATTEMPTS` times with the pods' backoff before it is dead-lettered,
+        one after the other on its partition. A spec change makes every partition start again
+        in the new location, where it meets again each poison event it had dead-lettered in
+        the old one."""
+        return self.recovery_bound_s + poison_ahead * chaoswatches.poison_retries_s()
 
     @property
     def apipause_s(self) -> float:

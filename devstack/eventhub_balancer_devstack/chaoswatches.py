@@ -1,6 +1,8 @@
 """What the chaos run (`chaos`) watches besides the pods: the checkpoint blobs, sampled for
 regressions and conflicting writers (`CheckpointWatch`), and the dead-lettered events, read
-back and accounted for against what was produced (`read_deadletters`, `account`)."""
+back and accounted for against what was produced (`read_deadletters`, `account`), and the
+poison batches a partition has still to pass, with what their retries cost
+(`poison_ahead`, `poison_retries_s`)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Any
 
 from eventhub_balancer import runners
 from eventhub_balancer.adapters import blobs, checkpointing
+from eventhub_balancer.consumer import batchsettings
 from eventhub_balancer_devstack.scenarios import systems
 
 logger = logging.getLogger(__name__)
@@ -206,3 +209,19 @@ def poison_ahead(poisoned: Mapping[str, int], dead_lettered: Mapping[str, int]) 
     sent to it less the batches it dead-lettered in the current location. A batch with two
     poison events counts twice (an over-estimate, never under)."""
     return max((max(0, sent - dead_lettered.get(p, 0)) for p, sent in poisoned.items()), default=0)
+
+
+#: The failure policy of the chaos run's CR: a poison batch is dead-lettered after this many
+#: attempts.
+MAX_ATTEMPTS = 3
+
+
+def poison_retries_s() -> float:
+    """The backoff a poison batch waits through before it is dead-lettered: the waits between
+    the chaos CR's `MAX_ATTEMPTS` tries, at the pods' default backoff (doubling, capped)."""
+    defaults = batchsettings.BatchSettings()
+    waits = (
+        min(defaults.retry_backoff * 2**attempt, defaults.retry_backoff_max)
+        for attempt in range(MAX_ATTEMPTS - 1)
+    )
+    return float(sum(waits))

@@ -10,9 +10,9 @@ until they serve, and stop them (SIGTERM to their process group, then SIGKILL)::
     with connect_server() as server:           # server.url == "sc://127.0.0.1:PORT"
         ...
 
-Nothing is daemonised (no ``sbin/start-*.sh``): the processes are ours, their logs are files
-in a directory of ours, and a failed start says why with the tail of the log. Memory stays
-small: 256 MB per daemon, 1 GB offered by the worker, 768 MB for the Connect server's driver.
+Nothing is daemonised (no ``sbin/start-*.sh``): the processes are ours (they end with us:
+`parentdeaths`), their logs are files of ours, and a failed start says why with the tail of
+the log. Memory: 256 MB per daemon, 1 GB offered by the worker, 768 MB for the Connect driver.
 """
 
 from __future__ import annotations
@@ -44,10 +44,8 @@ HOST = "127.0.0.1"
 
 #: A JVM daemon starts in 3-10 s; a loaded 2-core machine can take several times that.
 START_TIMEOUT_S = 90.0
-
 #: How long a SIGTERM may take before the process group gets SIGKILL.
 STOP_TIMEOUT_S = 10.0
-
 #: A port picked free can be taken before the JVM binds it: a few attempts at start.
 BIND_ATTEMPTS = 3
 
@@ -72,11 +70,10 @@ def spark_home() -> Path:
 
 def java_missing() -> str | None:
     """Why no JVM can start here, or None."""
-    if os.environ.get("JAVA_HOME") and (Path(os.environ["JAVA_HOME"]) / "bin" / "java").exists():
+    java_home = os.environ.get("JAVA_HOME")
+    if (java_home and (Path(java_home) / "bin" / "java").exists()) or shutil.which("java"):
         return None
-    if shutil.which("java") is None:
-        return "Java is not on PATH nor in JAVA_HOME (Spark needs Java 17+)"
-    return None
+    return "Java is not on PATH nor in JAVA_HOME (Spark needs Java 17+)"
 
 
 class SparkProcess:
@@ -105,9 +102,8 @@ class SparkProcess:
             stderr=subprocess.STDOUT,
             env=self.env,
             cwd=self.log_path.parent,
-            # Its own process group: stop() reaches the JVM and what it forked (executors);
-            # and its end with ours (spark-class execs the JVM, which keeps the request), so
-            # that a test run killed outright leaves no JVM holding memory and ports.
+            # Its own group, for stop() to reach the JVM's forks (executors); its end with
+            # ours (spark-class execs the JVM): a killed test run leaves no JVM behind.
             start_new_session=True,
             preexec_fn=parentdeaths.die_with_parent,
         )

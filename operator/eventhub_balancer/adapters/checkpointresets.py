@@ -13,10 +13,8 @@ blob's position, the one written here.
 The positions follow the checkpoint semantics of ``contracts.checkpointblobs``: a sequence
 number is the *last processed* event, so "replay from event N" stores ``N - 1``. Positions
 outside what the partition retains are clamped to its bounds, as Kafka clamps offsets.
-What a target means is decided by the pure `new_position`; the reads (partition bounds, the
-first event at a time) and the writes are the async functions below, through the project's
-existing adapters (``adapters.receiving`` for Event Hubs, ``adapters.checkpointrequests``
-for the blobs). The export document an import reads is `checkpointdocuments`.
+The pure `new_position` says what a target means; the reads (partition bounds, the first
+event at a time) and writes below go through ``receiving`` and ``checkpointrequests``.
 """
 
 from __future__ import annotations
@@ -33,7 +31,7 @@ from typing import Any, Final
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import checkpointrequests, partitionbounds, receiving, retrying
-from eventhub_balancer.contracts import bounds, checkpointblobs, startpositions
+from eventhub_balancer.contracts import bounds, checkpointblobs, connectionstrings, startpositions
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +45,8 @@ FIRST_EVENT_WAIT_S: Final = partitionbounds.FIRST_EVENT_TIMEOUT_S
 #: How many partitions are read at once: enough to hide round trips, few enough not to open
 #: dozens of links at a time on a hub with many partitions.
 PARALLEL_READS: Final = 8
+#: What a hub that cannot be read says to check (``ehb checkpoints list`` without NAME: flags).
+SPEC_HINT: Final = "check spec.eventHub and its credentials"
 
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
@@ -239,20 +239,14 @@ async def hub_client(address: receiving.EventHubAddress) -> AsyncIterator[Any]:
     except (ValueError, TypeError) as e:
         # The SDK's message does not echo the string; ours must not either.
         raise errors.ConfigurationError(
-            f"the Event Hubs connection string in spec.eventHub.credentials' Secret is malformed "
-            f"({type(e).__name__}): it should look like Endpoint=sb://<namespace>/;"
-            "SharedAccessKeyName=...;SharedAccessKey=..."
+            "the Event Hubs connection string in spec.eventHub.credentials' Secret is malformed "
+            f"({type(e).__name__}): write {connectionstrings.EVENTHUB_SHAPE} there"
         ) from e
     try:
         yield client
     finally:
         with contextlib.suppress(Exception):
             await client.close()
-
-
-#: What the message of a hub that cannot be read says to check (a command without NAME says
-#: its flags instead).
-SPEC_HINT: Final = "check spec.eventHub and its credentials"
 
 
 def _unreachable(address: receiving.EventHubAddress, what: str, e: BaseException) -> Exception:

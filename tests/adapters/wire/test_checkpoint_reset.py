@@ -185,9 +185,11 @@ def test_import_files_are_validated(document: object, problem: str) -> None:
 
 async def test_a_malformed_connection_string_names_the_secret() -> None:
     address = receiving.EventHubAddress(FQNS, "hub", connection_string="not=a;connection")
-    with pytest.raises(errors.ConfigurationError, match=r"spec\.eventHub\.credentials"):
+    with pytest.raises(errors.ConfigurationError, match=r"spec\.eventHub\.credentials") as e:
         async with checkpointresets.hub_client(address):
             pass
+    assert "write Endpoint=sb://<namespace>.servicebus.windows.net/;" in str(e.value)
+    assert "not=a" not in str(e.value)  # never the string itself
 
 
 # -- the writes, on Azurite alone

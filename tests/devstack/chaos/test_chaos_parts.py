@@ -38,8 +38,8 @@ def test_the_recovery_bound_is_one_cycle_plus_two_seconds() -> None:
 
 def test_each_poison_batch_ahead_adds_the_failure_policys_retries_to_the_bound() -> None:
     # Three tries with the pods' default backoff: waits of 0.5 s and 1.0 s between them.
-    assert chaosfaults.MAX_ATTEMPTS == 3
-    assert chaosfaults.poison_retries_s() == 1.5
+    assert chaoswatches.MAX_ATTEMPTS == 3
+    assert chaoswatches.poison_retries_s() == 1.5
     options = chaosfaults.ChaosOptions(interval_seconds=2)
     assert options.recovery_bound_with(0) == options.recovery_bound_s == 4.0
     # Seed 25's case: a spec change left partition 7 three poison batches to meet again,
