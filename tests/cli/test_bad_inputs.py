@@ -75,6 +75,17 @@ class Row:
     status: int = 2
 
 
+#: ``ehb checkpoints list`` without NAME, up to its Event Hubs namespace.
+LIST_BY_FLAGS = (
+    "checkpoints",
+    "list",
+    "--container",
+    "checkpoints",
+    "--hub",
+    "orders",
+    "--eventhub-namespace",
+)
+
 ROWS = [
     Row(
         "batch size from the environment",
@@ -452,20 +463,9 @@ ROWS = [
     ),
     Row(
         "checkpoints listed with the runner's token at a host not allowed (named by its flag)",
-        (
-            "checkpoints",
-            "list",
-            "--container",
-            "checkpoints",
-            "--eventhub-namespace",
-            "shop.servicebus.windows.net",
-            "--hub",
-            "orders",
-            "--account-url",
-            "https://shop.blob.evil.example",
-        ),
+        (*LIST_BY_FLAGS, "shop.servicebus.windows.net", "--account-url", "https://shop.blob.x.io"),
         {},
-        "ehb: error: --account-url: host 'shop.blob.evil.example' is not allowed (allowed DNS "
+        "ehb: error: --account-url: host 'shop.blob.x.io' is not allowed (allowed DNS "
         "suffixes: .blob.core.windows.net); use an endpoint under one of them, or have the "
         f"installer add its suffix ({allowedendpoints.SETTING})",
         status=1,
@@ -473,19 +473,13 @@ ROWS = [
     Row(
         "the events waiting read with the runner's token at a namespace not allowed",
         (
-            "checkpoints",
-            "list",
-            "--container",
-            "checkpoints",
-            "--eventhub-namespace",
-            "shop.servicebus.evil.example",
-            "--hub",
-            "orders",
+            *LIST_BY_FLAGS,
+            "shop.servicebus.x.io",
             "--account-url",
-            "https://shop.blob.core.windows.net",
+            "https://a.blob.core.windows.net",
         ),
         {},
-        "ehb: error: --eventhub-namespace: host 'shop.servicebus.evil.example' is not allowed "
+        "ehb: error: --eventhub-namespace: host 'shop.servicebus.x.io' is not allowed "
         "(allowed DNS suffixes: .servicebus.windows.net); use an endpoint under one of them, or "
         f"have the installer add its suffix ({allowedendpoints.SETTING})",
         status=1,

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import liveprocesses
+
 #: How long the parent's end and the kernel's signal may take on a loaded machine.
 END_S = 30.0
 
@@ -34,14 +36,6 @@ STARTERS = {
 }
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 @pytest.mark.parametrize("starter", sorted(STARTERS))
 def test_a_child_ends_with_the_process_that_started_it(starter: str, tmp_path: Path) -> None:
     script = "import os, sys, time\nfrom pathlib import Path\nLOGS = Path(sys.argv[1])\n"
@@ -54,16 +48,16 @@ def test_a_child_ends_with_the_process_that_started_it(starter: str, tmp_path: P
     try:
         assert parent.stdout is not None
         child = int(parent.stdout.readline())  # bounded by pytest's timeout
-        assert _alive(child)
+        assert liveprocesses.alive(child)
         parent.kill()  # SIGKILL: no clean-up of the parent's runs
         parent.wait(END_S)
         deadline = time.monotonic() + END_S
-        while _alive(child) and time.monotonic() < deadline:
+        while liveprocesses.alive(child) and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert not _alive(child), f"the {starter} child outlived its parent"
+        assert not liveprocesses.alive(child), f"the {starter} child outlived its parent"
     finally:
         if parent.poll() is None:
             parent.kill()
             parent.wait(END_S)
-        if child and _alive(child):
+        if child and liveprocesses.alive(child):
             os.kill(child, signal.SIGKILL)

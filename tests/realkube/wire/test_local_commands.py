@@ -16,6 +16,7 @@ import pytest
 from eventhub_balancer import errors
 from eventhub_balancer_devstack.realkube import RealControlPlane, processes
 from tests.support.fixtures.realkube import make_kubectl
+from tests.support.liveprocesses import alive, children
 
 #: The real control plane starts in 4-10 s here; a loaded machine needs the margin.
 START_S = 120.0
@@ -23,30 +24,6 @@ START_S = 120.0
 
 def ehb(*args: str) -> list[str]:
     return [sys.executable, "-m", "eventhub_balancer", *args]
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def children(pid: int) -> list[int]:
-    """Every descendant of ``pid`` (the control plane's processes run in sessions of their own,
-    but their parent is the ehb process)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(entry.name))
-    return found
 
 
 def test_ehb_local_kube_real_serves_kubectl_and_stops_every_process(tmp_path: Path) -> None:

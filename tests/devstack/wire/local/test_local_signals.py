@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import liveprocesses
+
 pytestmark = pytest.mark.slow
 
 #: Bounds on a loaded 2-core machine: Azurite's node process appears within a few seconds,
@@ -22,33 +24,11 @@ APPEAR_S = 30.0
 STOP_S = 30.0
 
 
-def _children(pid: int) -> dict[int, str]:
-    """The live processes whose parent is ``pid``, with their command lines."""
-    found = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            cmdline = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue  # gone meanwhile
-        if fields[0] != "Z" and int(fields[1]) == pid:
-            found[int(stat.parent.name)] = cmdline
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def _azurite_of(process: subprocess.Popen[str]) -> int:
     """The pid of the Azurite child ``process`` starts, once it is there."""
     deadline = time.monotonic() + APPEAR_S
     while time.monotonic() < deadline:
-        for pid, cmdline in _children(process.pid).items():
+        for pid, cmdline in liveprocesses.children(process.pid).items():
             if "azurite" in cmdline:
                 return pid
         assert process.poll() is None, process.communicate(timeout=STOP_S)
@@ -58,9 +38,9 @@ def _azurite_of(process: subprocess.Popen[str]) -> int:
 
 def _gone(pid: int) -> bool:
     deadline = time.monotonic() + STOP_S
-    while _alive(pid) and time.monotonic() < deadline:
+    while liveprocesses.alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return not _alive(pid)
+    return not liveprocesses.alive(pid)
 
 
 @contextlib.contextmanager
@@ -77,7 +57,7 @@ def _ehb(*args: str) -> Iterator[tuple[subprocess.Popen[str], list[int]]]:
             process.kill()
             process.communicate(timeout=STOP_S)
         for pid in azurites:
-            if _alive(pid):
+            if liveprocesses.alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
