@@ -147,3 +147,14 @@ async def test_a_hub_that_cannot_be_read_names_the_flags_not_the_cr(
         f"Event Hub 'orders' in {FQNS}: cannot read the properties of partition 1 "
         "(ConnectionError); check --eventhub-namespace, --hub and the Event Hubs credentials"
     )
+
+
+def test_a_checkpoint_past_its_end_says_what_a_reader_misses_not_what_our_pods_do() -> None:
+    """The group's readers are not ours: no spec.startPosition, no reset by NAME to point at."""
+    waiting = checkpointwaits.Waiting({}, past_end={"2": 4})
+    (line,) = checkpointwaits.warnings(waiting, [checkpoint("2", 900)], managed=False)
+    assert line == (
+        "ehb: warning: partition 2: checkpoint at sequence number 900 is past the partition's "
+        "last event (4): the Event Hub was created again under its name, or the blob was "
+        "edited; a reader that starts from it misses the partition's events up to it"
+    )

@@ -222,7 +222,10 @@ def run(args: argparse.Namespace) -> int:
         now=datetime.datetime.now(datetime.UTC),
         waiting=None if waiting is None else waiting.counts,
     )
-    for line in [] if waiting is None else checkpointwaits.warnings(waiting, listed):
+    managed = args.name is not None
+    for line in (
+        [] if waiting is None else checkpointwaits.warnings(waiting, listed, managed=managed)
+    ):
         print(line, file=sys.stderr)
     if args.json:
         print(json.dumps(items, indent=2))

@@ -218,9 +218,13 @@ def events_waiting(bounds: startpositions.PartitionBounds, sequence_number: int)
     return bounds.waiting_after(sequence_number)
 
 
-def warnings(waiting: Waiting, checkpoints: Sequence[Checkpoint]) -> list[str]:
+def warnings(
+    waiting: Waiting, checkpoints: Sequence[Checkpoint], *, managed: bool = True
+) -> list[str]:
     """The lines on stderr: the partitions whose count is not known and why, and those whose
-    checkpoint is past their end (each with what its owner does about it)."""
+    checkpoint is past their end, each with what follows: for an EventHubConsumer's
+    (``managed``) what its next owner does; for a group listed by flags, whose readers are
+    not ours, what the checkpoint makes a reader miss."""
     said = []
     missing = [
         c.partition
@@ -235,12 +239,16 @@ def warnings(waiting: Waiting, checkpoints: Sequence[Checkpoint]) -> list[str]:
     for checkpoint in checkpoints:
         if (last := waiting.past_end.get(checkpoint.partition)) is not None:
             end = f"last event ({last})" if last >= 0 else "end (it holds no event)"
+            follows = (
+                "the next owner to take it up starts it again from spec.startPosition (reset "
+                "it now with `ehb checkpoints reset`)"
+                if managed
+                else "a reader that starts from it misses the partition's events up to it"
+            )
             said.append(
                 f"ehb: warning: partition {checkpoint.partition}: checkpoint at sequence number "
                 f"{checkpoint.sequence_number} is past the partition's {end}: the "
-                "Event Hub was created again under its name, or the blob was edited; the next "
-                "owner to take it up starts it again from spec.startPosition (reset it now "
-                "with `ehb checkpoints reset`)"
+                f"Event Hub was created again under its name, or the blob was edited; {follows}"
             )
     return said
 
