@@ -41,7 +41,6 @@ RESET_OWNER: Final = "ehb-checkpoints-reset"
 #: partition's properties said exists; past it the reset fails (EventHubUnreachable), never
 #: moving the partition to its end on a silence.
 FIRST_EVENT_WAIT_S: Final = partitionbounds.FIRST_EVENT_TIMEOUT_S
-
 #: How many partitions are read at once: enough to hide round trips, few enough not to open
 #: dozens of links at a time on a hub with many partitions.
 PARALLEL_READS: Final = 8
@@ -249,10 +248,12 @@ async def hub_client(address: receiving.EventHubAddress) -> AsyncIterator[Any]:
             await client.close()
 
 
-def _unreachable(address: receiving.EventHubAddress, what: str, e: BaseException) -> Exception:
+def _unreachable(
+    address: receiving.EventHubAddress, what: str, e: BaseException, hint: str = SPEC_HINT
+) -> Exception:
     return errors.EventHubUnreachable(
         f"Event Hub {address.eventhub_name!r} in {address.fully_qualified_namespace}: cannot "
-        f"read {what} ({type(e).__name__}); {SPEC_HINT}"
+        f"read {what} ({type(e).__name__}); {hint}"
     )
 
 
@@ -267,14 +268,14 @@ async def partition_ids(client: Any, address: receiving.EventHubAddress) -> list
 
 
 async def bounds_of(
-    client: Any, address: receiving.EventHubAddress, partition: str
+    client: Any, address: receiving.EventHubAddress, partition: str, *, hint: str = SPEC_HINT
 ) -> startpositions.PartitionBounds:
-    """What Event Hubs retains of a partition now: where earliest and latest are."""
+    """Where a partition's retained events start and end now (``hint``: what to check)."""
     try:
         async with asyncio.timeout(partitionbounds.BOUNDS_TIMEOUT_S):
             props = await client.get_partition_properties(partition)
     except Exception as e:
-        raise _unreachable(address, f"the properties of partition {partition}", e) from e
+        raise _unreachable(address, f"the properties of partition {partition}", e, hint) from e
     return partitionbounds.bounds_from(props)
 
 

@@ -144,7 +144,7 @@ async def read_by_flags(
     consumer_group: str,
 ) -> Waiting:
     """How many events wait after each of ``checkpoints``, read from the hub the flags name."""
-    from eventhub_balancer.adapters import checkpointresets, receiving
+    from eventhub_balancer.adapters import receiving
 
     if not checkpoints:
         return Waiting({})
@@ -162,17 +162,22 @@ async def read_by_flags(
         credential=credential,
     )
     try:
-        waiting = await _count(address, checkpoints)
+        return await _count(address, checkpoints, hint=FLAGS_HINT)
     finally:
         await consumertargets.close_credential(address)
-    if waiting.problem is None:
-        return waiting
-    problem = waiting.problem.replace(checkpointresets.SPEC_HINT, FLAGS_HINT)
-    return dataclasses.replace(waiting, problem=problem)
 
 
-async def _count(address: receiving.EventHubAddress, checkpoints: Sequence[Checkpoint]) -> Waiting:
+async def _count(
+    address: receiving.EventHubAddress,
+    checkpoints: Sequence[Checkpoint],
+    *,
+    hint: str | None = None,
+) -> Waiting:
+    """The counts over one client; ``hint``: what a failed read says to check (default: the
+    CR's fields, `checkpointresets.SPEC_HINT`)."""
     from eventhub_balancer.adapters import checkpointresets
+
+    hint = hint or checkpointresets.SPEC_HINT
 
     counts: dict[str, int] = {}
     past_end: dict[str, int] = {}
@@ -182,7 +187,9 @@ async def _count(address: receiving.EventHubAddress, checkpoints: Sequence[Check
     async def one(client: Any, checkpoint: Checkpoint) -> None:
         async with gate:
             try:
-                bounds = await checkpointresets.bounds_of(client, address, checkpoint.partition)
+                bounds = await checkpointresets.bounds_of(
+                    client, address, checkpoint.partition, hint=hint
+                )
             except errors.EventHubBalancerError as e:
                 failed.append(str(e))
                 return
