@@ -149,3 +149,24 @@ def test_a_stop_that_ends_in_time_reports_nothing(monkeypatch: pytest.MonkeyPatc
         time.sleep(0.01)
     assert not _reporters()
     assert err.getvalue() == "ehb: SIGINT: stopping the things\n"
+
+
+def test_serving_ends_at_the_first_signal_or_when_a_service_exits(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    asked = []
+
+    def ended() -> bool:
+        asked.append(1)
+        if len(asked) == 3:
+            _signal(signal.SIGTERM)  # comes while it serves
+        return False
+
+    with stopping.stopping_cleanly("the things"):
+        assert stopping.serve(poll_s=0.001, ended=ended, what="Azurite") == 0
+    with stopping.stopping_cleanly("the things"):
+        assert stopping.serve(poll_s=0.001, ended=lambda: True, what="Azurite") == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "ehb: SIGTERM: stopping the things",
+        "ehb: error: Azurite exited unexpectedly",
+    ]

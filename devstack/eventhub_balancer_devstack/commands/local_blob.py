@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import errno
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -69,11 +68,4 @@ def _serve(service: azurite.Azurite, port: int) -> int:
         file=sys.stderr,
         flush=True,
     )
-    try:
-        while True:
-            time.sleep(0.5)
-            if not service.running:
-                print("ehb: error: Azurite exited unexpectedly", file=sys.stderr)
-                return 1
-    except KeyboardInterrupt:
-        return 0
+    return stopping.serve(poll_s=0.5, ended=lambda: not service.running, what="Azurite")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import errno
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -110,8 +109,4 @@ def _serve(api: kubeservers.KubeServer, port: int, kubeconfig: Path, namespace: 
     print(path, flush=True)
     print(f"export KUBECONFIG={path}", flush=True)
     print(f"# serving {api.url}; Ctrl-C to stop", file=sys.stderr, flush=True)
-    try:
-        while True:
-            time.sleep(1.0)
-    except KeyboardInterrupt:
-        return 0
+    return stopping.serve(poll_s=1.0)

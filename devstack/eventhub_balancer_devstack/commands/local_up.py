@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import errno
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -130,12 +129,8 @@ def _serve(options: stacks.StackOptions, setups: list[consumersetups.ConsumerSet
         for line in consumersetups.describe(stack, setups):
             print(line, flush=True)
         print("Ctrl-C or SIGTERM stops everything.", flush=True)
-        while True:
-            time.sleep(0.5)
-            if not stack.azurite.running:
-                print("ehb: error: Azurite exited unexpectedly", file=sys.stderr)
-                return 1
-    except KeyboardInterrupt:
+        return stopping.serve(poll_s=0.5, ended=lambda: not stack.azurite.running, what="Azurite")
+    except KeyboardInterrupt:  # while the consumers were prepared
         return 0
     finally:
         stack.stop()

@@ -21,8 +21,9 @@ import contextlib
 import signal
 import sys
 import threading
+import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Final, TextIO
 
@@ -81,6 +82,20 @@ def stopping_cleanly(what: str, *, report_after_s: float = STOP_REPORT_S) -> Ite
             signal.signal(each, handler)
         if reporter is not None:
             reporter.cancel()
+
+
+def serve(*, poll_s: float, ended: Callable[[], bool] = lambda: False, what: str = "") -> int:
+    """Within `stopping_cleanly`, once the services are up: 0 at the first signal, or 1 (said on
+    stderr) once ``ended()`` says ``what`` exited by itself; ``ended`` is asked every
+    ``poll_s``."""
+    try:
+        while True:
+            time.sleep(poll_s)
+            if ended():
+                print(f"ehb: error: {what} exited unexpectedly", file=sys.stderr)
+                return 1
+    except KeyboardInterrupt:
+        return 0
 
 
 def _say(line: str, *, here: FrameType | None = None, skip: int | None = None) -> None:
