@@ -7,6 +7,7 @@ Azurite and the Event Hubs emulator are in tests/adapters/wire/test_checkpoint_r
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import io
 import json
@@ -16,6 +17,7 @@ import pytest
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import checkpointresets
+from eventhub_balancer.cli import checkpointresets as checkpointresets_cli
 from tests.support import pausedconsumers
 from tests.support.pausedconsumers import ehb
 
@@ -61,6 +63,36 @@ def test_a_time_outside_the_years_in_utc_is_a_usage_error(
         f"ehb: error: --to-datetime: {when!r} is outside the years 1 to 9999 in UTC: give a "
         "time within them\n"
     )
+
+
+def test_a_time_in_the_future_is_a_usage_error(
+    consumer: pausedconsumers.PausedConsumer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It moved each partition to its end, so the events enqueued until that time were still
+    processed, though they are before it."""
+    when = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)).isoformat()
+    status, out, err = reset(capsys, "--to-datetime", when)
+    assert (status, out) == (2, "")
+    assert err.startswith(f"ehb: error: --to-datetime: {when!r} is after now (")
+    assert err.endswith(
+        "a reset moves only to events already enqueued, and the ones enqueued before it would "
+        "still be processed; give a past time, or --to-latest to skip every event so far\n"
+    )
+    assert consumer.container.opened == 0
+
+
+def test_the_target_of_a_time_at_now_is_that_time() -> None:
+    args = argparse.Namespace(
+        to_earliest=False,
+        to_latest=False,
+        to_datetime=NOW.isoformat(),
+        by_duration=None,
+        shift_by=None,
+        to_sequence=None,
+    )
+    assert checkpointresets_cli.target_of(args, now=NOW) == checkpointresets.ToDatetime(when=NOW)
+    with pytest.raises(errors.InvalidInput, match="is after now"):
+        checkpointresets_cli.target_of(args, now=NOW - datetime.timedelta(seconds=1))
 
 
 def test_a_negative_sequence_number_says_what_to_give(

@@ -64,7 +64,16 @@ def target_of(args: argparse.Namespace, *, now: datetime.datetime) -> Any:
     if args.to_latest:
         return resets.ToLatest()
     if args.to_datetime is not None:
-        return resets.ToDatetime(when=resets.parse_datetime(args.to_datetime))
+        when = resets.parse_datetime(args.to_datetime)
+        if when > now:
+            raise errors.InvalidInput(
+                "--to-datetime",
+                f"{args.to_datetime!r} is after now ({now.isoformat(timespec='seconds')}): a "
+                "reset moves only to events already enqueued, and the ones enqueued before it "
+                "would still be processed; give a past time, or --to-latest to skip every event "
+                "so far",
+            )
+        return resets.ToDatetime(when=when)
     if args.by_duration is not None:
         return resets.ToDatetime(when=resets.time_before(now, args.by_duration))
     if args.shift_by is not None:
