@@ -2,20 +2,20 @@
 
 The first line printed is the namespace connection string, so that scripts can read it
 (``ehb local eventhubs --hub orders=32 | head -1``); the emulator runs until Ctrl-C or
-SIGTERM and then stops cleanly.
+SIGTERM and then stops cleanly, as the other local commands do (`stopping`).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import sys
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import listening
 from eventhub_balancer.cli import flagtypes
 from eventhub_balancer.contracts import specvalues
+from eventhub_balancer_devstack.commands import stopping
 
 COMMAND = ("local", "eventhubs")
 HELP = "run a local Event Hubs emulator (AMQP 1.0) for the azure-eventhub SDK"
@@ -101,31 +101,38 @@ def run(args: argparse.Namespace) -> int:
         retention_events=args.retention_events,
     )
 
+    up = False
+
     async def serve() -> None:
+        nonlocal up
         try:
-            await emulator.start()
-        except OSError as e:
-            raise errors.ConfigurationError(
-                listening.refusal(args.host, args.port, e, flags=FLAGS)
-            ) from e
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stop.set)
-        print(emulator.connection_string(), flush=True)
-        print(f"Event Hubs emulator listening on {args.host}:{emulator.port}")
-        for name, count in hubs.items():
-            print(f"  hub {name}: {count} partitions; {emulator.connection_string(name)}")
-        groups = ", ".join(("$Default", *args.consumer_group))
-        print(f"  consumer groups: {groups}")
-        if args.retention_events:
-            print(f"  retention: {args.retention_events} events per partition")
-        print("Ctrl-C or SIGTERM stops it.", flush=True)
-        try:
-            await stop.wait()
+            try:
+                await emulator.start()
+            except OSError as e:
+                raise errors.ConfigurationError(
+                    listening.refusal(args.host, args.port, e, flags=FLAGS)
+                ) from e
+            print(emulator.connection_string(), flush=True)
+            print(f"Event Hubs emulator listening on {args.host}:{emulator.port}")
+            for name, count in hubs.items():
+                print(f"  hub {name}: {count} partitions; {emulator.connection_string(name)}")
+            groups = ", ".join(("$Default", *args.consumer_group))
+            print(f"  consumer groups: {groups}")
+            if args.retention_events:
+                print(f"  retention: {args.retention_events} events per partition")
+            print("Ctrl-C or SIGTERM stops it.", flush=True)
+            up = True
+            await asyncio.Event().wait()  # until a signal raises KeyboardInterrupt
         finally:
             await emulator.stop()
-        print("stopped", file=sys.stderr)
 
-    asyncio.run(serve())
+    # A signal raises KeyboardInterrupt out of the loop; asyncio.run then cancels `serve`,
+    # whose stop runs before it returns. One while it starts ends in exit status 130.
+    with stopping.stopping_cleanly("the Event Hubs emulator"):
+        try:
+            asyncio.run(serve())
+        except KeyboardInterrupt:
+            if not up:
+                raise
+    print("stopped", file=sys.stderr)
     return 0

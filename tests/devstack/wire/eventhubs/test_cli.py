@@ -30,7 +30,13 @@ def test_runs_serves_and_stops() -> None:
         with EventHubProducerClient.from_connection_string(first, eventhub_name="orders") as p:
             assert p.get_partition_ids() == ["0", "1", "2"]
         process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=WAIT_S) == 0
+        _, err = process.communicate(timeout=WAIT_S)
+        assert process.returncode == 0, err
+        # Said as the other local commands say it (`stopping`), then that the stop ended.
+        assert err.splitlines()[-2:] == [
+            "ehb: SIGTERM: stopping the Event Hubs emulator",
+            "stopped",
+        ], err
     finally:
         if process.poll() is None:
             process.kill()
