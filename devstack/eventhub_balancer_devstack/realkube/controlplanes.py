@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import shutil
+import signal
 import ssl
 import tempfile
 import time
@@ -194,7 +195,10 @@ class RealControlPlane(objectcalls.ObjectCalls):
             if self._crds_dir is not None:
                 self._install_crds(self._crds_dir, deadline)
         except BaseException:
-            self.stop()
+            # Nothing a graceful stop keeps: the folder, etcd's data with it, goes. A Ctrl-C
+            # while kube-apiserver starts (it ignores SIGTERM until it serves) no longer waits
+            # out its 10 s bound.
+            self.stop(at_once=True)
             raise
         logger.info("real control plane serving at %s (%s)", self._url, folder)
         return self
@@ -208,17 +212,19 @@ class RealControlPlane(objectcalls.ObjectCalls):
         apiserver.start()
         self._wait("kube-apiserver", apiserver, time.monotonic() + self._start_timeout, self.readyz)
 
-    def stop(self) -> None:
-        """Stop every process by its pid (the controllers first, etcd last); remove the folder."""
+    def stop(self, *, at_once: bool = False) -> None:
+        """Stop every process by its pid (the controllers first, etcd last); remove the folder.
+        ``at_once``: SIGKILL, not SIGTERM (a start that failed or was interrupted)."""
+        signum = signal.SIGKILL if at_once else signal.SIGTERM
         record, self._record = self._record, None
         if record is not None:
             record.stop()
         # All at once, so that the slowest (kube-apiserver draining its watches) bounds the
         # stop, not the sum of the three.
         for process in self._processes:
-            process.terminate()
+            process.terminate(signum)
         for process in reversed(self._processes):
-            process.stop()
+            process.stop(signum=signum)
         self._processes = []
         if self._calls is not None:
             self._calls.close()

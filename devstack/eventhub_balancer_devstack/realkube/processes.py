@@ -220,15 +220,16 @@ class ChildProcess:
             return "\n".join(text.strip().splitlines()[-lines:])
         return ""
 
-    def terminate(self) -> None:
-        """SIGTERM, without waiting (`stop` waits)."""
+    def terminate(self, signum: int = signal.SIGTERM) -> None:
+        """SIGTERM (or ``signum``), without waiting (`stop` waits)."""
         if self._process is not None and self._process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                self._process.send_signal(signal.SIGTERM)
+                self._process.send_signal(signum)
 
-    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+    def stop(self, timeout: float = STOP_TIMEOUT_S, *, signum: int = signal.SIGTERM) -> None:
+        """``signum`` (SIGTERM), then SIGKILL if it has not ended within ``timeout``."""
         process = self._process
-        self.terminate()
+        self.terminate(signum)
         self._process = None
         if process is not None and process.poll() is None:
             try:
