@@ -10,12 +10,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from typing import TYPE_CHECKING
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import listening
 from eventhub_balancer.cli import flagtypes
 from eventhub_balancer.contracts import specvalues
 from eventhub_balancer_devstack.commands import stopping
+
+if TYPE_CHECKING:
+    from eventhub_balancer_devstack.eventhubs import EventHubsEmulator
 
 COMMAND = ("local", "eventhubs")
 HELP = "run a local Event Hubs emulator (AMQP 1.0) for the azure-eventhub SDK"
@@ -112,15 +116,7 @@ def run(args: argparse.Namespace) -> int:
                 raise errors.ConfigurationError(
                     listening.refusal(args.host, args.port, e, flags=FLAGS)
                 ) from e
-            print(emulator.connection_string(), flush=True)
-            print(f"Event Hubs emulator listening on {args.host}:{emulator.port}")
-            for name, count in hubs.items():
-                print(f"  hub {name}: {count} partitions; {emulator.connection_string(name)}")
-            groups = ", ".join(("$Default", *args.consumer_group))
-            print(f"  consumer groups: {groups}")
-            if args.retention_events:
-                print(f"  retention: {args.retention_events} events per partition")
-            print("Ctrl-C or SIGTERM stops it.", flush=True)
+            _print_serving(emulator, args, hubs)
             up = True
             await asyncio.Event().wait()  # until a signal raises KeyboardInterrupt
         finally:
@@ -136,3 +132,18 @@ def run(args: argparse.Namespace) -> int:
                 raise
     print("stopped", file=sys.stderr)
     return 0
+
+
+def _print_serving(
+    emulator: EventHubsEmulator, args: argparse.Namespace, hubs: dict[str, int]
+) -> None:
+    """The connection string first (scripts read it), then what the emulator serves."""
+    print(emulator.connection_string(), flush=True)
+    print(f"Event Hubs emulator listening on {args.host}:{emulator.port}")
+    for name, count in hubs.items():
+        print(f"  hub {name}: {count} partitions; {emulator.connection_string(name)}")
+    groups = ", ".join(("$Default", *args.consumer_group))
+    print(f"  consumer groups: {groups}")
+    if args.retention_events:
+        print(f"  retention: {args.retention_events} events per partition")
+    print("Ctrl-C or SIGTERM stops it.", flush=True)
