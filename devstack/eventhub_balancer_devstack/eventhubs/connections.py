@@ -36,6 +36,9 @@ SESSION_WINDOW = 0x7FFFFFFF
 #: Pause receivers once this much is queued in the socket buffer.
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 
+#: The condition a frame the connection cannot place closes it with.
+FRAMING_ERROR = "amqp:connection:framing-error"
+
 _ids = itertools.count(1)
 
 
@@ -59,6 +62,8 @@ class Connection(asyncio.Protocol):
         self.remote_max_frame_size = frames.MIN_MAX_FRAME_SIZE
         self.paused = False
         self.sessions: dict[int, links.Session] = {}
+        #: channels whose session the peer ended, until it begins one there again
+        self._ended: set[int] = set()
         self.id = next(_ids)
         self._buffer = bytearray()
         self._state = "header"
@@ -106,11 +111,7 @@ class Connection(asyncio.Protocol):
         except links.ProtocolViolation as e:
             self.fail(e.condition, e.description)
         except (decoding.DecodeError, frames.FramingError) as e:
-            condition = (
-                "amqp:connection:framing-error"
-                if isinstance(e, frames.FramingError)
-                else "amqp:decode-error"
-            )
+            condition = FRAMING_ERROR if isinstance(e, frames.FramingError) else "amqp:decode-error"
             self.fail(condition, str(e))
         except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
             # A performative with fields of the wrong type: the peer's fault, not ours.
@@ -205,7 +206,7 @@ class Connection(asyncio.Protocol):
     def _bad_header(self) -> None:
         # Protocol mismatch: answer with the header we speak, then hang up (AMQP 2.2).
         self.write(frames.AMQP_HEADER)
-        self.fail("amqp:connection:framing-error", "not an AMQP 1.0 protocol header")
+        self.fail(FRAMING_ERROR, "not an AMQP 1.0 protocol header")
 
     def _on_header(self, header: bytes) -> None:
         if header == frames.SASL_HEADER and self._state == "header" and not self._sasl_done:
@@ -240,6 +241,8 @@ class Connection(asyncio.Protocol):
                 raise links.ProtocolViolation("amqp:not-allowed", "the first frame must be open")
             self._on_open(frame)
             return
+        if frame.channel in self._ended and frame.code not in (perf.BEGIN, perf.CLOSE):
+            return  # sent after its own end (pyamqp detaches a link it left): changes nothing
         handler = self._HANDLERS.get(frame.code)
         if handler is None:
             raise links.ProtocolViolation(
@@ -266,11 +269,10 @@ class Connection(asyncio.Protocol):
     def _on_begin(self, frame: frames.Frame) -> None:
         channel = frame.channel
         if channel in self.sessions:
-            raise links.ProtocolViolation(
-                "amqp:connection:framing-error", f"channel {channel} in use"
-            )
+            raise links.ProtocolViolation(FRAMING_ERROR, f"channel {channel} in use")
         if channel > CHANNEL_MAX:
-            raise links.ProtocolViolation("amqp:connection:framing-error", "channel-max exceeded")
+            raise links.ProtocolViolation(FRAMING_ERROR, "channel-max exceeded")
+        self._ended.discard(channel)
         session = links.Session(channel=channel, remote_channel=channel)
         session.next_incoming_id = frames.field(frame.fields, 1, 0)
         self.sessions[channel] = session
@@ -286,9 +288,7 @@ class Connection(asyncio.Protocol):
     def _session(self, frame: frames.Frame) -> links.Session:
         session = self.sessions.get(frame.channel)
         if session is None:
-            raise links.ProtocolViolation(
-                "amqp:connection:framing-error", f"no session on channel {frame.channel}"
-            )
+            raise links.ProtocolViolation(FRAMING_ERROR, f"no session on channel {frame.channel}")
         return session
 
     def _on_end(self, frame: frames.Frame) -> None:
@@ -296,6 +296,7 @@ class Connection(asyncio.Protocol):
         for link in session.links.values():
             link.close()
         del self.sessions[frame.channel]
+        self._ended.add(frame.channel)
         self.write(perf.end(channel=session.channel))
 
     def _on_close(self, frame: frames.Frame) -> None:

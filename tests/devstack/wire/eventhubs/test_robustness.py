@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import struct
 import time
@@ -13,7 +14,8 @@ from azure.eventhub import EventData
 from azure.eventhub.aio import EventHubConsumerClient as AioConsumer
 from azure.eventhub.aio import EventHubProducerClient as AioProducer
 
-from eventhub_balancer_devstack.eventhubs import EventHubsEmulator
+from eventhub_balancer_devstack.eventhubs import EventHubsEmulator, connections
+from eventhub_balancer_devstack.eventhubs.amqp import performatives as perf
 from tests.support import eventhubclients as clients
 from tests.support.fixtures.consumer import send_events
 from tests.support.fixtures.eventhubs import EventHubTarget
@@ -175,3 +177,30 @@ async def test_retention_by_count() -> None:
         # A position before the retained range starts at the oldest retained event.
         got = await clients.receive(conn, partition_id="0", count=5, starting_position=2)
         assert got[0].sequence_number == 7
+
+
+async def test_a_frame_after_the_clients_own_end_is_dropped(
+    eventhubs_hub: EventHubTarget, caplog: pytest.LogCaptureFixture
+) -> None:
+    """pyamqp ends a session, then detaches a link it left in it: every SDK client that closed
+    was closed with a framing error, a line each in the emulator's log. A frame on a channel
+    that never had a session still closes the connection."""
+    emu = eventhubs_hub.emulator
+    frames_in = b"".join(
+        [
+            b"AMQP\x00\x01\x00\x00",
+            perf.open_(container_id="raw", max_frame_size=65536, channel_max=7),
+            perf.begin(channel=1, remote_channel=0, next_outgoing_id=0, incoming_window=100),
+            perf.end(channel=1),
+            perf.detach(channel=1, handle=3, closed=True, err=None),  # after its own end
+            perf.detach(channel=2, handle=0, closed=True, err=None),  # never begun
+        ]
+    )
+    answer = await asyncio.to_thread(_raw, emu, frames_in)
+    assert b"no session on channel 2" in answer
+    assert b"no session on channel 1" not in answer
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger=connections.__name__):
+        async with AioProducer.from_connection_string(eventhubs_hub.connection_string) as p:
+            assert await p.get_partition_ids()
+    assert "closing with" not in caplog.text
