@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from eventhub_balancer import errors
-from eventhub_balancer.cli import flagtypes
+from eventhub_balancer.cli import flagtypes, operator_cmd
 from eventhub_balancer_devstack.commands import stopping
 
 if TYPE_CHECKING:
@@ -160,6 +160,8 @@ def _log_to_file(path: Path) -> None:
     root.setLevel(min(level, logging.INFO))
     for noisy in ("azure", "kubernetes", "urllib3", "aiohttp.access", "uamqp"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if not root.isEnabledFor(logging.DEBUG):  # as `ehb operator` logs: a line per watch event
+        logging.getLogger(operator_cmd.KOPF_OBJECTS_LOGGER).setLevel(logging.WARNING)
 
 
 def run(args: argparse.Namespace) -> int:
