@@ -82,14 +82,8 @@ def test_a_time_in_the_future_is_a_usage_error(
 
 
 def test_the_target_of_a_time_at_now_is_that_time() -> None:
-    args = argparse.Namespace(
-        to_earliest=False,
-        to_latest=False,
-        to_datetime=NOW.isoformat(),
-        by_duration=None,
-        shift_by=None,
-        to_sequence=None,
-    )
+    given = dict.fromkeys(checkpointresets_cli.TARGETS) | {"to_datetime": NOW.isoformat()}
+    args = argparse.Namespace(**given)
     assert checkpointresets_cli.target_of(args, now=NOW) == checkpointresets.ToDatetime(when=NOW)
     with pytest.raises(errors.InvalidInput, match="is after now"):
         checkpointresets_cli.target_of(args, now=NOW - datetime.timedelta(seconds=1))
