@@ -25,8 +25,9 @@ from typing import Final, Protocol
 
 from eventhub_balancer import errors, handoffs
 from eventhub_balancer.adapters import podreconnects
+from eventhub_balancer.balancing import models
 from eventhub_balancer.consumer import assignments
-from eventhub_balancer.contracts import partitionreports
+from eventhub_balancer.contracts import partitionreports, podassignments
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class Acknowledgements:
                 "the acknowledgement written last is no longer on the assignment ConfigMap "
                 "(removed or edited by someone else): writing generation %s, released %s again",
                 state[0],
-                state[1],
+                released_text(state[1]),
             )
         try:
             sent = await self.source.acknowledge(
@@ -106,7 +107,9 @@ class Acknowledgements:
             )
             self._failures, self._logged_at = 0, None
         if self._acked is None or state[:2] != self._acked[:2]:
-            logger.info("acknowledged generation %s, released %s", state[0], state[1])
+            logger.info(
+                "acknowledged generation %s, released %s", state[0], released_text(state[1])
+            )
         if self._acked is None or state[2] != self._acked[2]:
             logger.info(
                 "reported partitions: %s",
@@ -134,6 +137,14 @@ class Acknowledgements:
             pause,
             error,
         )
+
+
+def released_text(released: Mapping[str, int]) -> str:
+    """The partitions released, with the epochs they were released at, for a log line."""
+    if not released:
+        return "nothing"
+    ids = ", ".join(sorted(released, key=models.name_key))
+    return f"{ids} ({podassignments.epochs_of(released.values())})"
 
 
 def released_unrun(

@@ -46,7 +46,7 @@ from eventhub_balancer.consumer import (
     shutdowns,
     takeups,
 )
-from eventhub_balancer.contracts import partitionreports
+from eventhub_balancer.contracts import partitionreports, podassignments
 
 logger = logging.getLogger(__name__)
 
@@ -218,7 +218,7 @@ class Runtime:
             logger.info(
                 "assignment generation %d: %s",
                 assignment.generation,
-                {p: (e.epoch, e.state) for p, e in assignment.partitions.items()},
+                podassignments.described(assignment.partitions),
             )
             self.latest = assignment
             self.release_budget.read(assignment.handoff_timeout_seconds)
