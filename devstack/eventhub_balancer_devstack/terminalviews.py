@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
+from eventhub_balancer.balancing import partitionlists
 from eventhub_balancer_devstack.scenarios import runs
 
 #: Redraws per second on a terminal: lively, but cheap on a 2-core machine.
@@ -30,21 +31,9 @@ RESET = "\x1b[0m"
 
 
 def compact(partitions: Sequence[str]) -> str:
-    """``0,1,2,3,7,9,10`` as ``0-3,7,9-10``."""
-    numbers = sorted(int(p) for p in partitions if p.isdigit())
-    spans: list[str] = []
-    start = previous = None
-    for n in numbers:
-        if previous is not None and n == previous + 1:
-            previous = n
-            continue
-        if start is not None:
-            spans.append(str(start) if start == previous else f"{start}-{previous}")
-        start = previous = n
-    if start is not None:
-        spans.append(str(start) if start == previous else f"{start}-{previous}")
-    others = [p for p in partitions if not p.isdigit()]
-    return ",".join(spans + others) or "-"
+    """``0,1,2,3,7,9,10`` as ``0-3,7,9-10`` (`partitionlists`, as ``ehb status`` lists them);
+    ``-`` for none."""
+    return partitionlists.compact(partitions) or "-"
 
 
 def _stamp(progress: runs.Progress, *, labelled: bool) -> str:

@@ -1,4 +1,5 @@
-"""What a pod logs of its assignment and its acknowledgements: partitions a person reads.
+"""What a pod logs of its assignment and its acknowledgements: partitions a person reads,
+folded into runs as ``ehb status`` lists them (`partitionlists`).
 
 The lines were Python reprs, ``{'0': (1, 'owned'), '1': (1, 'owned'), ...}``: 64 tuples for a
 pod of 64 partitions, and the released ones as ``{'3': 2}``, whose number said nothing of
@@ -21,13 +22,13 @@ def test_an_assignment_is_said_by_state_with_its_epochs() -> None:
         "7": PartitionEntry(epoch=2, state="revoking"),
     }
     assert podassignments.described(partitions) == (
-        "owned 0, 2, 10 (epochs 1, 3); revoking 4, 7 (epochs 2, 4)"
+        "owned 0,2,10 (epochs 1,3); revoking 4,7 (epochs 2,4)"
     )
 
 
-def test_one_epoch_is_said_once() -> None:
-    partitions = {str(p): PartitionEntry(epoch=5) for p in range(3)}
-    assert podassignments.described(partitions) == "owned 0, 1, 2 (epoch 5)"
+def test_a_run_and_its_one_epoch_are_said_once() -> None:
+    partitions = {str(p): PartitionEntry(epoch=5) for p in range(64)}
+    assert podassignments.described(partitions) == "owned 0-63 (epoch 5)"
 
 
 def test_an_empty_assignment() -> None:
@@ -35,5 +36,5 @@ def test_an_empty_assignment() -> None:
 
 
 def test_the_released_partitions_with_their_epochs() -> None:
-    assert acknowledgements.released_text({"12": 2, "3": 2}) == "3, 12 (epoch 2)"
+    assert acknowledgements.released_text({"12": 2, "3": 2, "4": 3}) == "3-4,12 (epochs 2-3)"
     assert acknowledgements.released_text({}) == "nothing"

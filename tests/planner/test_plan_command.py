@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from eventhub_balancer import cli
-from eventhub_balancer.balancing import models
-from eventhub_balancer.cli import plan as plan_command
+from eventhub_balancer.balancing import models, partitionlists
 from tests.support import paths
 
 SCENARIOS = paths.SCENARIOS
@@ -216,7 +215,7 @@ def test_the_command_prints_no_traceback_on_bad_input() -> None:
 
 def test_compact_folds_numeric_runs() -> None:
     ids = [models.PartitionId(p) for p in ["8", "0", "1", "x", "2", "3", "10", "11"]]
-    assert plan_command.compact(ids) == "0-3,8,10-11,x"
+    assert partitionlists.compact(ids) == "0-3,8,10-11,x"
 
 
 @pytest.mark.parametrize(

@@ -9,10 +9,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from eventhub_balancer import errors
-from eventhub_balancer.balancing import models, planning, scenarios
+from eventhub_balancer.balancing import models, partitionlists, planning, scenarios
 
 COMMAND = ("plan",)
 HELP = "plan one balancing cycle for a JSON scenario (file or stdin) and print the result"
@@ -124,7 +124,7 @@ def render(scenario: models.Scenario, plan: models.Plan) -> str:
         if p not in plan.assignment or plan.assignment[p].owner is None
     ]
     if unowned:
-        lines.append(f"no owner: {compact(unowned)}")
+        lines.append(f"no owner: {partitionlists.compact(unowned)}")
     lines.append("")
     lines.append(f"moves: {len(plan.moves)}" if plan.moves else "moves: none")
     # One line per kind of move between the same members, partitions folded into ranges.
@@ -135,9 +135,9 @@ def render(scenario: models.Scenario, plan: models.Plan) -> str:
     table = [
         [
             kind,
-            compact(m.partition for m in moves),
+            partitionlists.compact(m.partition for m in moves),
             f"{source} -> {target}",
-            _epochs(m.epoch for m in moves),
+            partitionlists.epochs(m.epoch for m in moves),
             f"({reason})",
         ]
         for (kind, source, target, reason), moves in groups.items()
@@ -149,13 +149,6 @@ def render(scenario: models.Scenario, plan: models.Plan) -> str:
         )
     lines.append(f"balanced: {'yes' if plan.balanced else 'no'}")
     return "\n".join(lines)
-
-
-def _epochs(epochs: Iterable[int]) -> str:
-    distinct = sorted(set(epochs))
-    if len(distinct) == 1:
-        return f"epoch {distinct[0]}"
-    return "epochs " + compact(models.PartitionId(str(e)) for e in distinct)
 
 
 def _state(scenario: models.Scenario, member: models.Member, plan: models.Plan) -> str:
@@ -171,27 +164,7 @@ def _state(scenario: models.Scenario, member: models.Member, plan: models.Plan) 
 
 def _partitions(owns: Sequence[models.PartitionId], plan: models.Plan) -> str:
     revoking = [p for p in owns if plan.assignment[p].state == "revoking"]
-    text = compact(p for p in owns if plan.assignment[p].state == "owned")
+    text = partitionlists.compact(p for p in owns if plan.assignment[p].state == "owned")
     if revoking:
-        text = f"{text} revoking {compact(revoking)}".strip()
+        text = f"{text} revoking {partitionlists.compact(revoking)}".strip()
     return text or "-"
-
-
-def compact(partitions: Iterable[models.PartitionId]) -> str:
-    """Ordered partition ids with numeric runs folded: 0-3,8,x."""
-    parts: list[str] = []
-    start = end = None
-    for p in sorted(partitions, key=models.name_key):
-        if p.isdecimal() and end is not None and int(p) == end + 1:
-            end = int(p)
-            continue
-        if start is not None and end is not None:
-            parts.append(f"{start}-{end}" if end > start else str(start))
-        start = end = None
-        if p.isdecimal():
-            start = end = int(p)
-        else:
-            parts.append(p)
-    if start is not None and end is not None:
-        parts.append(f"{start}-{end}" if end > start else str(start))
-    return ",".join(parts)

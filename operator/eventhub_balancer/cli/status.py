@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer import errors
-from eventhub_balancer.cli import consumerlookups, flagtypes, kubecontexts, tables
+from eventhub_balancer.balancing import partitionlists
+from eventhub_balancer.cli import consumerlookups, flagtypes, kubecontexts
 from eventhub_balancer.contracts import bounds, conditions, labelselectors, podstates
 
 COMMAND = ("status",)
@@ -89,7 +90,7 @@ def outdated(body: dict[str, Any], pods: Sequence[Mapping[str, Any]]) -> str | N
     found: list[str] = []
     for entry in listed:
         name = str(entry.get("pod"))
-        runs = tables.partition_runs([str(p) for p in entry.get("partitions") or []])
+        runs = partitionlists.runs([str(p) for p in entry.get("partitions") or []])
         held = ",".join(run for run, _ in runs)
         who = f"{name} (holding {held})" if held else name
         now = live.pop(name, None)
@@ -165,11 +166,11 @@ def render(body: dict[str, Any], pods: Sequence[Mapping[str, Any]] | None = None
         return _shown(lines)
     rows = [("POD", "READY", "STATE", "PARTITIONS", "EPOCHS", "REVOKING")]
     for consumer in status.get("consumers") or []:
-        held = tables.partition_runs(
+        held = partitionlists.runs(
             [str(p) for p in consumer.get("partitions") or []],
             label=lambda p: str(epochs.get(p, "?")),
         )
-        revoking = tables.partition_runs([str(p) for p in consumer.get("revoking") or []])
+        revoking = partitionlists.runs([str(p) for p in consumer.get("revoking") or []])
         rows.append(
             (
                 str(consumer.get("pod")),

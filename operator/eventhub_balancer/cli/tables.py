@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 
-from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import bounds
 
 
@@ -17,26 +16,3 @@ def render(header: Sequence[str], lines: Sequence[Sequence[str]]) -> str:
         "   ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in [header, *lines]
     )
-
-
-def partition_runs(
-    partitions: Iterable[str], label: Callable[[str], str] = lambda _: ""
-) -> list[tuple[str, str]]:
-    """Partitions in natural order, consecutive numbers folded into runs (``0-255``) that
-    break where ``label`` (an epoch, say) changes: each run with its label. A pod's row lists
-    runs, not every partition: one of 256 partitions was 1,600 characters wide."""
-    runs: list[list[str]] = []  # [first, last, label]
-    for p in sorted(partitions, key=models.name_key):
-        mark = label(p)
-        last = runs[-1] if runs else None
-        if (
-            last is not None
-            and mark == last[2]
-            and p.isdecimal()
-            and last[1].isdecimal()
-            and int(p) == int(last[1]) + 1
-        ):
-            last[1] = p
-        else:
-            runs.append([p, p, mark])
-    return [(first if first == last else f"{first}-{last}", mark) for first, last, mark in runs]

@@ -25,9 +25,9 @@ from typing import Final, Protocol
 
 from eventhub_balancer import errors, handoffs
 from eventhub_balancer.adapters import podreconnects
-from eventhub_balancer.balancing import models
+from eventhub_balancer.balancing import partitionlists
 from eventhub_balancer.consumer import assignments
-from eventhub_balancer.contracts import partitionreports, podassignments
+from eventhub_balancer.contracts import partitionreports
 
 logger = logging.getLogger(__name__)
 
@@ -143,8 +143,7 @@ def released_text(released: Mapping[str, int]) -> str:
     """The partitions released, with the epochs they were released at, for a log line."""
     if not released:
         return "nothing"
-    ids = ", ".join(sorted(released, key=models.name_key))
-    return f"{ids} ({podassignments.epochs_of(released.values())})"
+    return f"{partitionlists.compact(released)} ({partitionlists.epochs(released.values())})"
 
 
 def released_unrun(

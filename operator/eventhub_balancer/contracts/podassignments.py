@@ -21,10 +21,10 @@ import dataclasses
 import datetime
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from eventhub_balancer.balancing import models
+from eventhub_balancer.balancing import models, partitionlists
 from eventhub_balancer.contracts import (
     bounds,
     configmaps,
@@ -83,19 +83,14 @@ class ParsedData:
 
 def described(partitions: Mapping[models.PartitionId, PartitionEntry]) -> str:
     """A pod's partitions for a log line, by state, each with its epochs:
-    ``owned 0, 1, 2, 5 (epoch 3); revoking 4 (epochs 2, 4)``, or ``no partitions``."""
+    ``owned 0-2,5 (epoch 3); revoking 4 (epoch 2)``, or ``no partitions``."""
     said = []
     for state in models.OWNERSHIP_STATES:
-        ids = models.ordered_partitions(p for p, e in partitions.items() if e.state == state)
+        ids = [p for p, e in partitions.items() if e.state == state]
         if ids:
-            said.append(f"{state} {', '.join(ids)} ({epochs_of(partitions[p].epoch for p in ids)})")
+            epochs = partitionlists.epochs(partitions[p].epoch for p in ids)
+            said.append(f"{state} {partitionlists.compact(ids)} ({epochs})")
     return "; ".join(said) or "no partitions"
-
-
-def epochs_of(epochs: Iterable[int]) -> str:
-    """``epoch 3``, or ``epochs 2, 4``: the epochs given, each said once."""
-    distinct = sorted(set(epochs))
-    return f"epoch{'s' if len(distinct) > 1 else ''} {', '.join(map(str, distinct))}"
 
 
 def _partitions_json(partitions: Mapping[models.PartitionId, PartitionEntry]) -> str:

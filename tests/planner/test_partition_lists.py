@@ -1,0 +1,39 @@
+"""`partitionlists`: the one way partitions are listed to a person (status, plan, pod logs,
+the demo's view); it was written three times."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from eventhub_balancer.balancing import partitionlists
+
+
+def test_runs_break_where_the_label_changes() -> None:
+    epochs = {"0": 1, "1": 1, "2": 2, "3": 2, "5": 2, "x": 2}
+    assert partitionlists.runs(epochs, label=lambda p: str(epochs[p])) == [
+        ("0-1", "1"),
+        ("2-3", "2"),
+        ("5", "2"),
+        ("x", "2"),
+    ]
+
+
+def test_epochs_are_said_once_and_folded() -> None:
+    assert partitionlists.epochs([3, 3, 3]) == "epoch 3"
+    assert partitionlists.epochs([5, 1, 2, 3]) == "epochs 1-3,5"
+    assert partitionlists.epochs([]) == "epochs none"
+
+
+def _unfolded(text: str) -> list[str]:
+    out: list[str] = []
+    for run in text.split(",") if text else []:
+        first, _, last = run.partition("-")
+        out += [str(n) for n in range(int(first), int(last) + 1)] if last else [first]
+    return out
+
+
+@given(st.sets(st.integers(min_value=0, max_value=1100)))
+def test_compact_lists_every_partition_once_in_order(numbers: set[int]) -> None:
+    ids = [str(n) for n in numbers]
+    assert _unfolded(partitionlists.compact(ids)) == [str(n) for n in sorted(numbers)]
