@@ -35,7 +35,10 @@ def test_a_current_status_has_no_hint() -> None:
     shown = status.render(
         consumer(observedGeneration=1, partitionCount=4, memberCount=2, movesTotal=4)
     )
-    assert shown.splitlines()[0] == "shop/orders: 4 partitions, 2 members, 4 moves"
+    assert (
+        shown.splitlines()[0]
+        == "shop/orders: 4 partitions, 2 members, 4 moves since it was created"
+    )
     assert status.unserved(consumer(observedGeneration=1)) is None
 
 
@@ -86,7 +89,7 @@ def test_counts_agree_with_their_number_and_no_pods_is_said_not_an_empty_table()
             observedGeneration=1, partitionCount=1, memberCount=0, movesTotal=1, conditions=[ready]
         )
     ).splitlines()
-    assert shown[0] == "shop/orders: 1 partition, 0 members, 1 move"
+    assert shown[0] == "shop/orders: 1 partition, 0 members, 1 move since it was created"
     assert shown[-1] == "  no pod holds a partition (see Ready above)"
     assert not any(line.split()[:1] == ["POD"] for line in shown)
 
@@ -195,5 +198,6 @@ def test_partitions_not_listed_yet_are_said_in_words_not_a_question_mark() -> No
         consumer(observedGeneration=1, memberCount=0, movesTotal=0, conditions=[hub])
     ).splitlines()
     assert shown[0] == (
-        "shop/orders: partitions not listed yet (see EventHubReachable), 0 members, 0 moves"
+        "shop/orders: partitions not listed yet (see EventHubReachable), 0 members, "
+        "0 moves since it was created"
     )

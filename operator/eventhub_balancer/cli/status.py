@@ -144,17 +144,13 @@ def render(body: dict[str, Any], pods: Sequence[Mapping[str, Any]] | None = None
     lines = hints(body, pods)
     if lines and not status:
         return _shown(lines)
-    lines += [
-        f"{meta.get('namespace')}/{meta.get('name')}: "
-        + ", ".join(
-            _count(status.get(field), word)
-            for field, word in (
-                ("partitionCount", "partition"),
-                ("memberCount", "member"),
-                ("movesTotal", "move"),
-            )
-        )
-    ]
+    counts = (
+        _count(status.get("partitionCount"), "partition"),
+        _count(status.get("memberCount"), "member"),
+        # Not moves pending: every move the operator made of this consumer's partitions.
+        _count(status.get("movesTotal"), "move") + " since it was created",
+    )
+    lines.append(f"{meta.get('namespace')}/{meta.get('name')}: {', '.join(counts)}")
     for c in conditions.ORDER:
         found = conditions.find(status.get("conditions"), c)
         if found:
