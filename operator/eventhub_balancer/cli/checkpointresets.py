@@ -33,7 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--to-earliest", action="store_true", help="replay all retained events")
     target.add_argument("--to-latest", action="store_true", help="skip every event so far")
     target.add_argument(
-        "--to-datetime", metavar="T", help="resume at the first event at or after T (RFC 3339)"
+        "--to-datetime",
+        metavar="T",
+        help="resume at the first event at or after T (RFC 3339, not after now)",
     )
     target.add_argument(
         "--by-duration", metavar="D", help="resume at the first event since D ago (15m, 2h, 1d)"
