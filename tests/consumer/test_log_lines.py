@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from eventhub_balancer.consumer import acknowledgements
 from eventhub_balancer.contracts import podassignments
+from eventhub_balancer.contracts.partitionreports import PartitionReport, ReportState
 from eventhub_balancer.contracts.podassignments import PartitionEntry
 
 
@@ -38,3 +39,19 @@ def test_an_empty_assignment() -> None:
 def test_the_released_partitions_with_their_epochs() -> None:
     assert acknowledgements.released_text({"12": 2, "3": 2, "4": 3}) == "3-4,12 (epochs 2-3)"
     assert acknowledgements.released_text({}) == "nothing"
+
+
+def test_the_reported_partitions_by_state() -> None:
+    def report(partition: str, state: ReportState, attempts: int = 0) -> PartitionReport:
+        return PartitionReport(partition=partition, epoch=2, state=state, attempts=attempts)
+
+    reports = {
+        **{str(p): report(str(p), "failing", attempts=p) for p in range(1, 4)},
+        "7": report("7", "stuck"),
+        "9": report("9", "parked", attempts=1),
+    }
+    assert acknowledgements.reports_text(reports) == (
+        "failing 1-3 (epoch 2, up to 3 attempts); parked 9 (epoch 2, up to 1 attempt); "
+        "stuck 7 (epoch 2)"
+    )
+    assert acknowledgements.reports_text({}) == "none"

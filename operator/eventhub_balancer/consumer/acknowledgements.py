@@ -111,10 +111,7 @@ class Acknowledgements:
                 "acknowledged generation %s, released %s", state[0], released_text(state[1])
             )
         if self._acked is None or state[2] != self._acked[2]:
-            logger.info(
-                "reported partitions: %s",
-                {p: (r.state, r.epoch, r.attempts) for p, r in sorted(state[2].items())} or "none",
-            )
+            logger.info("reported partitions: %s", reports_text(state[2]))
         self._acked, self._acked_at = state, now
 
     def _failed(
@@ -144,6 +141,20 @@ def released_text(released: Mapping[str, int]) -> str:
     if not released:
         return "nothing"
     return f"{partitionlists.compact(released)} ({partitionlists.epochs(released.values())})"
+
+
+def reports_text(reports: Mapping[str, partitionreports.PartitionReport]) -> str:
+    """The partitions reported, by state, for a log line: ``failing 0-3 (epoch 2, up to 3
+    attempts); stuck 7 (epoch 1)``, or ``none``."""
+    said = []
+    for state in partitionreports.REPORT_STATES:
+        ids = [p for p, r in reports.items() if r.state == state]
+        if ids:
+            tried = max(reports[p].attempts for p in ids)
+            attempts = f", up to {tried} attempt{'s' if tried > 1 else ''}" if tried else ""
+            epochs = partitionlists.epochs(reports[p].epoch for p in ids)
+            said.append(f"{state} {partitionlists.compact(ids)} ({epochs}{attempts})")
+    return "; ".join(said) or "none"
 
 
 def released_unrun(
