@@ -47,8 +47,9 @@ def test_an_interrupted_start_kills_its_processes_at_once(
     assert list((tmp_path / "plane").iterdir()) == []  # its folder is removed
 
 
-def test_a_stop_of_a_started_plane_asks_first(tmp_path: Path) -> None:
-    """Once it serves, SIGTERM comes first: the processes flush and close their connections."""
+def test_a_process_is_asked_to_stop_first(tmp_path: Path) -> None:
+    """Outside a failed start (`RealControlPlane.stop` of a plane that serves), SIGTERM comes
+    first: the processes flush and close their connections."""
     process = processes.ChildProcess("sleeper", ["sleep", "120"], log=tmp_path / "sleeper.log")
     process.start()
     popen = process._process
