@@ -158,3 +158,41 @@ def test_a_checkpoint_past_its_end_says_what_a_reader_misses_not_what_our_pods_d
         "last event (4): the Event Hub was created again under its name, or the blob was "
         "edited; a reader that starts from it misses the partition's events up to it"
     )
+
+
+async def test_the_runners_own_identity_is_made_for_the_read_and_closed_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import azure.identity.aio
+
+    made: list[Credential] = []
+
+    class Credential:
+        closed = False
+
+        def __init__(self) -> None:
+            made.append(self)
+
+        async def close(self) -> None:
+            self.closed = True
+
+    opened: list[Any] = []
+
+    @contextlib.asynccontextmanager
+    async def hub_client(address: Any) -> AsyncIterator[Hub]:
+        opened.append(address)
+        yield Hub({"0": properties(0, 9)})
+
+    monkeypatch.setattr(azure.identity.aio, "DefaultAzureCredential", Credential)
+    monkeypatch.setattr(checkpointresets, "hub_client", hub_client)
+    args = parse("--account-url", "https://shop.blob.core.windows.net")
+    hub = checkpointwaits.by_flags(args)
+    assert hub == checkpointwaits.HubByFlags(None)
+    waiting = await checkpointwaits.read_by_flags(
+        args, hub, [checkpoint("0", 4)], consumer_group="$Default"
+    )
+    assert waiting.counts == {"0": 5}
+    (address,) = opened
+    (credential,) = made
+    assert (address.connection_string, address.credential) == (None, credential)
+    assert credential.closed

@@ -143,28 +143,21 @@ async def read_by_flags(
     *,
     consumer_group: str,
 ) -> Waiting:
-    """How many events wait after each of ``checkpoints``, read from the hub the flags name."""
-    from eventhub_balancer.adapters import receiving
+    """How many events wait after each of ``checkpoints``, read from the hub the flags name
+    (without a connection string, with the runner's own ``DefaultAzureCredential``, as the
+    blobs were listed with: `receivecredentials.shared` makes and closes it)."""
+    from eventhub_balancer.adapters import receivecredentials, receiving
 
     if not checkpoints:
         return Waiting({})
-    credential = None
-    if hub.connection_string is None:
-        # --account-url: the runner's own identity, as the blobs were listed with.
-        from azure.identity.aio import DefaultAzureCredential
-
-        credential = DefaultAzureCredential()
     address = receiving.EventHubAddress(
         fully_qualified_namespace=args.eventhub_namespace,
         eventhub_name=args.hub,
         consumer_group=consumer_group,
         connection_string=hub.connection_string,
-        credential=credential,
     )
-    try:
-        return await _count(address, checkpoints, hint=FLAGS_HINT)
-    finally:
-        await consumertargets.close_credential(address)
+    async with receivecredentials.shared(address) as reading:
+        return await _count(reading, checkpoints, hint=FLAGS_HINT)
 
 
 async def _count(
