@@ -9,6 +9,7 @@ from azure.eventhub._pyamqp import error as amqp
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import linkrefusals
+from eventhub_balancer.contracts import partitionreports
 
 #: Event Hubs' answer for a consumer group that does not exist (its entity ends in "|group").
 AZURE_GROUP = (
@@ -75,6 +76,27 @@ def test_a_hub_refusal_is_not_blamed_on_the_group() -> None:
     assert type(missing) is errors.EventHubNotFound
     assert "nohub" in str(missing)
     assert "TrackingId" not in str(missing)
+
+
+def test_a_missing_hub_says_what_to_fix_within_what_a_report_keeps() -> None:
+    """A pod's report keeps an error's first 200 characters, and the fix came after the
+    service's words: ``ehb status`` showed "... could not be found in this emulator (hubs:
+    orders)): fix spec.ev"."""
+    described = linkrefusals.not_found(refusal(amqp.ErrorCondition.NotFound, AZURE_HUB))
+    assert described is not None
+    missing = linkrefusals.missing(
+        described,
+        fully_qualified_namespace="shop.servicebus.windows.net",
+        eventhub_name="nohub",
+        consumer_group="$Default",
+    )
+    assert str(missing) == (
+        "Event Hub 'nohub' in shop.servicebus.windows.net, or its consumer group '$Default', "
+        "does not exist: fix spec.eventHub.name or spec.eventHub.consumerGroup (Event Hubs: "
+        "The messaging entity 'sb://shop.servicebus.windows.net/nohub' could not be found.)"
+    )
+    kept = partitionreports.first_line(str(missing))
+    assert "fix spec.eventHub.name or spec.eventHub.consumerGroup" in kept
 
 
 def test_the_condition_as_the_sdks_enum_is_read_too() -> None:

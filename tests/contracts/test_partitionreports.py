@@ -35,7 +35,21 @@ def test_only_the_first_line_of_an_error_is_kept_and_it_is_bounded() -> None:
     assert len(reports.first_line("x" * 10_000)) == reports.MAX_ERROR_CHARS
     value = reports.build({"3": report(error="y" * 10_000 + "\nmore")})
     parsed = reports.parse({reports.ANNOTATION: value}, current={"3": 4})
-    assert parsed["3"].error == "y" * reports.MAX_ERROR_CHARS
+    assert parsed["3"].error == "y" * (reports.MAX_ERROR_CHARS - 2) + " …"
+
+
+def test_an_error_is_cut_between_words_where_it_can_be() -> None:
+    """The first 200 characters were kept as they fell: "... fix spec.ev"."""
+    words = "Event Hub 'orders' does not exist: fix spec.eventHub.name " * 5
+    cut = reports.first_line(words)
+    assert len(cut) <= reports.MAX_ERROR_CHARS
+    kept = cut.removesuffix(" …")
+    assert cut == kept + " …"
+    assert words.startswith(kept)
+    assert words[len(kept)] == " "  # a whole word last
+    # A word longer than 30 characters (a URL) is cut inside: the line keeps what fits of it.
+    url = "failed: https://" + "a" * 300
+    assert reports.first_line(url) == url[: reports.MAX_ERROR_CHARS - 2] + " …"
 
 
 def test_a_pod_speaks_only_for_what_it_was_given() -> None:

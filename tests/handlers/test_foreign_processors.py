@@ -156,6 +156,7 @@ async def test_a_running_processor_is_flagged_after_two_probes(
     assert [e["type"] for e in c.events(FOUND)] == ["Warning"]
     warned = [r for r in caplog.records if "another reader" in r.getMessage()]
     assert [r.levelno for r in warned] == [logging.WARNING]
+    assert "in the last 2 minutes, partitions 0-1)" in warned[0].getMessage()
     await c.until(400)
     # Said once while it stands; balancing goes on as before: the pods keep their partitions.
     assert c.store_condition()["reason"] == FOUND

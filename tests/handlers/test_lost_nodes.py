@@ -149,7 +149,7 @@ async def test_the_take_over_from_an_evicted_pod_says_it_is_terminating_not_gone
     for now in (15, 30):
         await cycle(kube, hubs, memory, now=now)
     assert _moves(kube) == [
-        "Took over partitions 2, 3 of b (terminating, NotReady for 20 s since before its "
+        "Took over partitions 2-3 of b (terminating, NotReady for 20 s since before its "
         "deletion, past podGraceSeconds: its node may be lost) for a (epoch 2)"
     ]
 
@@ -163,7 +163,7 @@ async def test_the_take_over_from_a_pod_not_ready_too_long_says_so() -> None:
     for now in (11, 30):
         await cycle(kube, hubs, memory, now=now)
     assert _moves(kube) == [
-        "Took over partitions 2, 3 of b (NotReady for 20 s, past podGraceSeconds) for a (epoch 2)"
+        "Took over partitions 2-3 of b (NotReady for 20 s, past podGraceSeconds) for a (epoch 2)"
     ]
 
 
@@ -173,4 +173,4 @@ async def test_the_take_over_from_a_pod_that_is_gone_says_gone() -> None:
     memory = await settled(kube, hubs)
     kube.remove_pod(NS, "b")
     await cycle(kube, hubs, memory, now=5)
-    assert _moves(kube) == ["Took over partitions 2, 3 of b (gone) for a (epoch 2)"]
+    assert _moves(kube) == ["Took over partitions 2-3 of b (gone) for a (epoch 2)"]

@@ -276,7 +276,7 @@ def test_the_take_over_from_a_pod_whose_containers_ended_says_so() -> None:
     observation = bodies.with_pods(observation, ended)
     _, decision = bodies.decide_fully(observation, now=at(5))
     assert [e.message for e in decision.events if e.reason == "PartitionTakenOver"] == [
-        "Took over partitions 2, 3 of b (its containers ended: the pod Succeeded or Failed) "
+        "Took over partitions 2-3 of b (its containers ended: the pod Succeeded or Failed) "
         "for a (epoch 2)"
     ]
 

@@ -353,6 +353,6 @@ def test_a_move_events_epoch_is_said_once_however_many_partitions_share_it() -> 
         )
 
     (same,) = kubeevents.move_events([move(p, 1) for p in ("2", "0", "1")])
-    assert same.message == "Assigned partitions 0, 1, 2 to c-0 (epoch 1)"
+    assert same.message == "Assigned partitions 0-2 to c-0 (epoch 1)"
     (mixed,) = kubeevents.move_events([move("0", 3), move("1", 2), move("2", 3)])
-    assert mixed.message == "Assigned partitions 0, 1, 2 to c-0 (epochs 2, 3)"
+    assert mixed.message == "Assigned partitions 0-2 to c-0 (epochs 2, 3)"

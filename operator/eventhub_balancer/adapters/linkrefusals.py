@@ -151,9 +151,11 @@ def missing(
             f"consumer group {consumer_group!r} of {hub} does not exist: create it, or fix "
             "spec.eventHub.consumerGroup"
         )
+    # What to fix before the service's words: a pod's report keeps an error's first 200
+    # characters (`partitionreports.MAX_ERROR_CHARS`), and the words come to about 100.
     return errors.EventHubNotFound(
-        f"{hub}, or its consumer group {consumer_group!r}, does not exist (Event Hubs: "
-        f"{description}): fix spec.eventHub.name or spec.eventHub.consumerGroup"
+        f"{hub}, or its consumer group {consumer_group!r}, does not exist: fix "
+        f"spec.eventHub.name or spec.eventHub.consumerGroup (Event Hubs: {description})"
     )
 
 

@@ -47,6 +47,9 @@ CANNOT_PROCESS = frozenset(
 MAX_MESSAGE = 1000
 #: What ends a message `shorten` had to cut.
 CUT = " …"
+#: The most of a message `shorten` drops to cut between words: a longer word (a URL, a path,
+#: a blob name) is cut inside, and the message keeps what fits of it.
+WORD_BACKOFF = 30
 #: The order in the status: Ready first, as the conventions ask.
 ORDER = (
     READY,
@@ -69,14 +72,14 @@ class Condition:
 
 
 def shorten(text: str, limit: int = MAX_MESSAGE) -> str:
-    """``text`` in at most ``limit`` characters, cut between words (never inside one, unless
-    a single word is longer than the limit) and marked as cut."""
+    """``text`` in at most ``limit`` characters, cut between words and marked as cut; inside
+    the word at the cut when going back to its start would drop more than `WORD_BACKOFF`."""
     if len(text) <= limit:
         return text
     room = max(0, limit - len(CUT))
     head = text[:room]
     space = head.rfind(" ")
-    if space > 0 and not text[room].isspace():
+    if space > 0 and not text[room].isspace() and room - space <= WORD_BACKOFF:
         head = head[:space]
     return head.rstrip(" ;,:(") + CUT
 

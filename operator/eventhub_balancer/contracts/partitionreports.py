@@ -8,8 +8,8 @@ its own ConfigMap, beside its acknowledgements; the operator shows them in the C
 
 The annotation is written by the pod, so the operator treats it as untrusted input: its size
 is bounded, unknown keys and malformed entries are dropped, an error text is cut to its first
-line and `MAX_ERROR_CHARS`, and a report counts only for the epoch the operator assigned to
-that pod (`current`).
+line and `MAX_ERROR_CHARS` (between words, marked), and a report counts only for the epoch the
+operator assigned to that pod (`current`).
 
 The states:
 
@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from typing import Literal, get_args
 
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import bounds, configmaps
+from eventhub_balancer.contracts import bounds, conditions, configmaps
 
 #: The pod's annotation on its own ConfigMap: ``{partition: {epoch, state, attempts, error}}``.
 ANNOTATION = configmaps.ANNOTATION_PARTITION_REPORTS
@@ -59,7 +59,7 @@ class PartitionReport:
     state: ReportState
     #: how many times the failing batch was tried (0 when not applicable)
     attempts: int = 0
-    #: the first line of the error, cut to `MAX_ERROR_CHARS`
+    #: the first line of the error, cut to `MAX_ERROR_CHARS` between words
     error: str = ""
 
 
@@ -82,7 +82,7 @@ def first_line(error: str) -> str:
             line = cause or line
         elif cause and cause not in line:
             line = f"{line.rstrip(': ')}: {cause}"
-    return bounds.printable(line)[:MAX_ERROR_CHARS]
+    return conditions.shorten(bounds.printable(line), MAX_ERROR_CHARS)
 
 
 def build(reports: Mapping[str, PartitionReport]) -> str:

@@ -22,6 +22,7 @@ import dataclasses
 import logging
 from collections.abc import Hashable, Mapping
 
+from eventhub_balancer.balancing import partitionlists
 from eventhub_balancer.contracts import specs
 from eventhub_balancer.handlers import memories
 from eventhub_balancer.reconciling import deadlines, foreignreaders
@@ -65,7 +66,7 @@ def watched(
             live=before.live and before.quiet + 1 < foreignreaders.INTERVALS,
         )
     if claims.live and not before.live:
-        named = ", ".join(rewritten[:16]) + (" and more" if len(rewritten) > 16 else "")
+        named = partitionlists.named(rewritten, 16)
         minutes = foreignreaders.INTERVALS * deadlines.CHECKPOINT_PROBE_SECONDS / 60
         seen = f"in the last {minutes:g} minutes, partitions {named}"
         logger.warning("%s: %s", key, foreignreaders.message(spec, seen=seen))

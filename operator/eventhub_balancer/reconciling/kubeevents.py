@@ -16,7 +16,7 @@ import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from eventhub_balancer.balancing import models
+from eventhub_balancer.balancing import models, partitionlists
 from eventhub_balancer.contracts import conditions as conditiontypes
 from eventhub_balancer.contracts import podstates, specs, statusbodies, timestamps
 from eventhub_balancer.reconciling import foreignreaders, lostblobs, progress, reports, writes
@@ -25,6 +25,8 @@ from eventhub_balancer.reconciling import foreignreaders, lostblobs, progress, r
 COMPONENT = "eventhub-balancer"
 #: The API server rejects longer messages; a cut message is still readable.
 MAX_MESSAGE = 1024
+#: Runs of partitions an Event names (``0-15, 17 and 14 more``; 16 runs fit `MAX_MESSAGE`).
+NAMED_RUNS = 16
 #: The store's faults the decision finds in what was read; every other one is a reader's.
 DECIDED = frozenset({"CheckpointEpochTampered", "EpochOutOfRange", lostblobs.REASON})
 
@@ -56,9 +58,7 @@ MOVES = frozenset(
 
 
 def _join(partitions: Sequence[str]) -> str:
-    ordered = sorted(partitions, key=models.name_key)
-    text = ", ".join(ordered[:16])
-    return text + (f" and {len(ordered) - 16} more" if len(ordered) > 16 else "")
+    return partitionlists.named(partitions, NAMED_RUNS)
 
 
 def left(state: podstates.PodState, *, now: float) -> str:

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from eventhub_balancer.balancing import models
+from eventhub_balancer.balancing import models, partitionlists
 from eventhub_balancer.contracts import conditions, specs, startpositions, statusbodies
 
 #: CheckpointStoreReachable's reason, and its Warning Event's, while listed blobs are gone.
 REASON = "CheckpointsLost"
-#: Partitions named in the message; the rest are counted.
+#: Runs of partitions named in the message (``0-3, 9``); the partitions past them are counted.
 NAMED = 16
 
 
@@ -40,9 +40,7 @@ def _start(position: startpositions.StartPosition) -> str:
 def condition(gone: Iterable[str], *, spec: specs.ConsumerSpec) -> conditions.Condition:
     """CheckpointStoreReachable False naming the partitions of ``gone`` and where they start."""
     ordered = sorted(gone, key=models.name_key)
-    names = ", ".join(ordered[:NAMED]) + (
-        f" and {len(ordered) - NAMED} more" if len(ordered) > NAMED else ""
-    )
+    names = partitionlists.named(ordered, NAMED)
     which = (
         f"the checkpoint blob of partition {names} is"
         if len(ordered) == 1

@@ -31,7 +31,7 @@ import types
 from collections.abc import Iterable, Mapping
 from typing import Any, TypedDict
 
-from eventhub_balancer.balancing import models
+from eventhub_balancer.balancing import models, partitionlists
 from eventhub_balancer.contracts import bounds, conditions, partitionreports, timestamps
 from eventhub_balancer.reconciling import observations
 
@@ -42,7 +42,8 @@ COUNT_FIELD = "failingCount"
 #: with every partition failing (a bad deployment) would otherwise carry a thousand copies of
 #: the same message in the status.
 MAX_ERRORS_LISTED = 32
-#: Partitions named in the condition's message and in one Event; the rest are counted.
+#: Runs of partitions named in the condition's message (``0-7, 9``), and troubles described in
+#: one Event; the partitions past them are counted.
 MAX_NAMED = 8
 #: Pods named per group of troubles in the condition's message; the rest are counted.
 MAX_PODS_NAMED = 3
@@ -255,7 +256,7 @@ def _group(group: list[Trouble]) -> str:
         attempts = f" after {'' if same else 'up to '}{conditions.amount(most, 'attempt')}"
     error = f": {first.error}" if first.error else ""
     where = _named(pods, MAX_PODS_NAMED, "pod")
-    partitions = _named([t.partition for t in group], MAX_NAMED)
+    partitions = partitionlists.named([t.partition for t in group], MAX_NAMED)
     return f"{partitions} on {where} {first.state}{attempts}{error}"
 
 
@@ -263,7 +264,7 @@ def message(troubles: Mapping[models.PartitionId, Trouble]) -> str:
     """PartitionsFailing's message: how many partitions, per state, then the troubles grouped
     by state and error (a missing consumer group fails every partition the same way: one
     group, its first partitions named and the rest counted), as many groups as fit in
-    `MAX_MESSAGE`; never cut inside a word."""
+    `MAX_MESSAGE` (`conditions.shorten`)."""
     by_state = counts(troubles)
     summary = ", ".join(f"{n} {state}" for state, n in by_state.items() if n)
     plural = "s" if len(troubles) > 1 else ""

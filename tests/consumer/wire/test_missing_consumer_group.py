@@ -71,7 +71,8 @@ async def test_the_receiver_says_a_missing_hub_without_blaming_the_group(
     assert not isinstance(error, errors.ConsumerGroupNotFound)
     assert str(error).startswith(
         f"Event Hub 'nohub' in {consumer_emulator.fully_qualified_namespace}, or its consumer "
-        "group '$Default', does not exist (Event Hubs: "
+        "group '$Default', does not exist: fix spec.eventHub.name or spec.eventHub.consumerGroup "
+        "(Event Hubs: "
     )
 
 

@@ -72,7 +72,7 @@ EVENT = {
     "metadata": {"generateName": "orders-"},
     "involvedObject": {"kind": "EventHubConsumer", "name": "orders"},
     "reason": "PartitionAssigned",
-    "message": "Assigned partitions 0, 1 to c-0 (epoch 1)",
+    "message": "Assigned partitions 0-1 to c-0 (epoch 1)",
     "type": "Normal",
 }
 
