@@ -279,6 +279,22 @@ def test_what_the_status_shows_is_bounded() -> None:
     assert len(event.message) < 2 * reports.MAX_MESSAGE
 
 
+def test_an_event_says_an_error_once_for_the_partitions_it_stops() -> None:
+    """A pod failing on six partitions with one error posted an Event that repeated the error
+    six times (one part per partition, each cut at the report's bound)."""
+    ids = tuple(str(i) for i in range(8))
+    observation = started(pod("a"), ids=ids)
+    missing = "EventHubNotFound: Event Hub 'nohub' does not exist: fix spec.eventHub.name"
+    troubles = {p: ("failing", 1, 1, missing) for p in ids[:6]}
+    troubles["7"] = ("failing", 1, 2, "ValueError: bad event")
+    _, decision = next_cycle(reported(observation, "a", troubles), now=5)
+    (event,) = decision.events
+    assert event.message == (
+        "a keeps failing on partitions 0-5, 7, retrying with backoff: 0-5 on a failing after 1 "
+        f"attempt: {missing}; 7 on a failing after 2 attempts: ValueError: bad event"
+    )
+
+
 def trouble(partition: str, pod_name: str, error: str, attempts: int = 3) -> reports.Trouble:
     return reports.Trouble(
         partition=models.PartitionId(partition),

@@ -281,7 +281,7 @@ def trouble_events(
     for (state, pod), group in started.items():
         parts = _join([t.partition for t in group])
         plural = "s" if len(group) > 1 else ""
-        details = "; ".join(reports.describe(t) for t in group[: reports.MAX_NAMED])
+        details = reports.in_groups(group)
         if state == "failing":
             text = f"{pod} keeps failing on partition{plural} {parts}, retrying with backoff"
         elif state == "parked":
@@ -358,7 +358,7 @@ def body(
             "uid": meta.get("uid"),
         },
         "reason": event.reason,
-        "message": event.message[:MAX_MESSAGE],
+        "message": conditiontypes.shorten(event.message, MAX_MESSAGE),
         "type": event.type,
         "source": {"component": COMPONENT},
         "reportingComponent": f"{specs.GROUP}/operator",

@@ -42,8 +42,8 @@ COUNT_FIELD = "failingCount"
 #: with every partition failing (a bad deployment) would otherwise carry a thousand copies of
 #: the same message in the status.
 MAX_ERRORS_LISTED = 32
-#: Runs of partitions named in the condition's message (``0-7, 9``), and troubles described in
-#: one Event; the partitions past them are counted.
+#: Runs of partitions named per group of the condition's message (``0-7, 9``; the partitions
+#: past them are counted), and groups of troubles (one state, one error) described in one Event.
 MAX_NAMED = 8
 #: Pods named per group of troubles in the condition's message; the rest are counted.
 MAX_PODS_NAMED = 3
@@ -258,6 +258,16 @@ def _group(group: list[Trouble]) -> str:
     where = _named(pods, MAX_PODS_NAMED, "pod")
     partitions = partitionlists.named([t.partition for t in group], MAX_NAMED)
     return f"{partitions} on {where} {first.state}{attempts}{error}"
+
+
+def in_groups(troubles: Iterable[Trouble]) -> str:
+    """Troubles grouped by state and error, a group in one part (`_group`): one error on six
+    partitions is said once, not six times. The first `MAX_NAMED` groups; an Event's message
+    is bounded besides."""
+    groups: dict[tuple[str, str], list[Trouble]] = {}
+    for t in troubles:
+        groups.setdefault((t.state, t.error), []).append(t)
+    return "; ".join(_group(group) for group in list(groups.values())[:MAX_NAMED])
 
 
 def message(troubles: Mapping[models.PartitionId, Trouble]) -> str:
