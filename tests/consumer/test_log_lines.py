@@ -8,7 +8,11 @@ being an epoch.
 
 from __future__ import annotations
 
-from eventhub_balancer.consumer import acknowledgements
+import logging
+
+import pytest
+
+from eventhub_balancer.consumer import acknowledgements, assignments
 from eventhub_balancer.contracts import podassignments
 from eventhub_balancer.contracts.partitionreports import PartitionReport, ReportState
 from eventhub_balancer.contracts.podassignments import PartitionEntry
@@ -55,3 +59,35 @@ def test_the_reported_partitions_by_state() -> None:
         "stuck 7 (epoch 2)"
     )
     assert acknowledgements.reports_text({}) == "none"
+
+
+async def test_reports_are_logged_at_info_when_a_partition_changes_state_only(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A pod with a missing hub logged ``reported partitions: failing 16-21 (epoch 3, up to N
+    attempts)`` at INFO twice at each restart, every 30 s for as long as the hub was
+    missing; the attempts are in the operator's status and the pod's metrics."""
+    caplog.set_level(logging.DEBUG, logger=acknowledgements.__name__)
+    acks = acknowledgements.Acknowledgements(assignments.MemorySource(), min_interval=0)
+
+    def failing(attempts: int, state: ReportState = "failing") -> dict[str, PartitionReport]:
+        return {
+            p: PartitionReport(partition=p, epoch=3, state=state, attempts=attempts, error="E")
+            for p in ("16", "17")
+        }
+
+    for reports in ({}, failing(1), failing(2), failing(3), failing(3, "parked"), {}):
+        await acks.write(applied_generation=1, released={}, reports=reports)
+    said = [
+        (r.levelname, r.getMessage().removeprefix("reported partitions: "))
+        for r in caplog.records
+        if r.getMessage().startswith("reported partitions")
+    ]
+    assert said == [
+        ("DEBUG", "none"),
+        ("INFO", "failing 16-17 (epoch 3, up to 1 attempt)"),
+        ("DEBUG", "failing 16-17 (epoch 3, up to 2 attempts)"),
+        ("DEBUG", "failing 16-17 (epoch 3, up to 3 attempts)"),
+        ("INFO", "parked 16-17 (epoch 3, up to 3 attempts)"),
+        ("INFO", "none"),
+    ]

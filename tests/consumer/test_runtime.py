@@ -722,11 +722,12 @@ async def test_a_lost_partition_that_is_not_reported_does_not_count_as_applied()
 
 
 async def test_a_change_of_coordinates_releases_into_the_old_store_then_starts_on_the_new(
-    fake_store: consumerfakes.FakeStore,
+    fake_store: consumerfakes.FakeStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Deliverable 4: every worker is released (final checkpoint into the old store) before
     the new clients open, and the new generation is acknowledged only once the partitions
     run on the new coordinates."""
+    caplog.set_level("INFO")
     old_hub, new_hub = consumerfakes.FakeHub(), consumerfakes.FakeHub()
     new_store = consumerfakes.FakeStore()
     backends = policyfakes.Backends(
@@ -773,6 +774,15 @@ async def test_a_change_of_coordinates_releases_into_the_old_store_then_starts_o
         assert sorted(recorder.done[25:]) == [("0", 0), ("0", 1), ("1", 0), ("1", 1)]
         assert consumer.ready() == (True, "generation 2 applied")
         assert source.released == {}
+    # The old coordinates in words; the line showed the dataclass, Coordinates(...).
+    (said,) = [
+        r.getMessage() for r in caplog.records if "every partition released" in r.getMessage()
+    ]
+    assert said == (
+        "every partition released from Event Hub 'orders' in local.servicebus.windows.net, "
+        "consumer group '$Default', checkpoints in container 'checkpoints' (the Event Hub or "
+        "checkpoint coordinates changed)"
+    )
 
 
 async def test_a_change_of_coordinates_at_the_same_epochs_still_moves(

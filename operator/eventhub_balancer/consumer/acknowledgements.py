@@ -110,8 +110,16 @@ class Acknowledgements:
             logger.info(
                 "acknowledged generation %s, released %s", state[0], released_text(state[1])
             )
-        if self._acked is None or state[2] != self._acked[2]:
-            logger.info("reported partitions: %s", reports_text(state[2]))
+        before = self._acked[2] if self._acked is not None else {}
+        if state[2] != before or self._acked is None:
+            # A count of attempts that rose is news to the operator, not to a person: a
+            # partition failing for an hour rewrote the line at each restart, twice or more.
+            news = _states(state[2]) != _states(before)
+            logger.log(
+                logging.INFO if news else logging.DEBUG,
+                "reported partitions: %s",
+                reports_text(state[2]),
+            )
         self._acked, self._acked_at = state, now
 
     def _failed(
@@ -141,6 +149,11 @@ def released_text(released: Mapping[str, int]) -> str:
     if not released:
         return "nothing"
     return f"{partitionlists.compact(released)} ({partitionlists.epochs(released.values())})"
+
+
+def _states(reports: Mapping[str, partitionreports.PartitionReport]) -> dict[str, tuple[str, int]]:
+    """What a person reads of the reports: each partition's state and epoch."""
+    return {p: (r.state, r.epoch) for p, r in reports.items()}
 
 
 def reports_text(reports: Mapping[str, partitionreports.PartitionReport]) -> str:

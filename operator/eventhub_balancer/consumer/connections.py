@@ -92,6 +92,16 @@ class Coordinates:
             start_position=repr(assignment.start_position),
         )
 
+    def __str__(self) -> str:
+        """For a log line: ``Event Hub 'orders' in shop.servicebus.windows.net, consumer group
+        '$Default', checkpoints in container 'checkpoints'`` (and its account when named)."""
+        account = f" of {self.checkpoint_account_url}" if self.checkpoint_account_url else ""
+        return (
+            f"Event Hub {self.eventhub_name!r} in {self.fully_qualified_namespace}, consumer "
+            f"group {self.consumer_group!r}, checkpoints in container "
+            f"{self.checkpoint_container!r}{account}"
+        )
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Backend:
