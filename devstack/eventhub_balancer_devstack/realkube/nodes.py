@@ -27,7 +27,6 @@ made (not root), a kubeconfig with the same token stands in, and the node says s
 from __future__ import annotations
 
 import base64
-import contextlib
 import dataclasses
 import logging
 import signal
@@ -231,8 +230,8 @@ class LocalNode:
         if metadata.get("deletionTimestamp"):
             if known is not None:
                 self._terminate(known, pod)
-            elif uid not in self._refused:
-                self._confirm_deletion(pod)
+            elif uid not in self._refused:  # once: the watch's next list brings it again
+                podstatuses.confirm_deleted(self._calls, metadata, stopping=self._stop, tries=1)
             return
         if known is None and uid not in self._refused:
             self._run(pod)
@@ -357,24 +356,8 @@ class LocalNode:
             logger.warning("pod %s ignored SIGTERM for its grace period: SIGKILL", pod.name)
             pod.process.kill()
             pod.process.wait(timeout=10)
-        self._confirm_deletion(
-            {"metadata": {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid}}
-        )
-
-    def _confirm_deletion(self, body: dict[str, Any]) -> None:
-        """The containers are gone: delete with grace 0, on this uid only."""
-        metadata = body["metadata"]
-        with contextlib.suppress(ApiException):
-            self._calls.call(
-                "DELETE",
-                f"/api/v1/namespaces/{metadata['namespace']}/pods/{metadata['name']}",
-                body={
-                    "kind": "DeleteOptions",
-                    "apiVersion": "v1",
-                    "gracePeriodSeconds": 0,
-                    "preconditions": {"uid": metadata["uid"]},
-                },
-            )
+        metadata = {"namespace": pod.namespace, "name": pod.name, "uid": pod.uid}
+        podstatuses.confirm_deleted(self._calls, metadata, stopping=self._stop)
 
     def _forget(self, uid: str, body: dict[str, Any]) -> None:
         self._refused.discard(uid)

@@ -7,11 +7,21 @@ and Pending with ``CreateContainerConfigError`` and the reason for a pod the nod
 
 from __future__ import annotations
 
+import logging
+import threading
+from collections.abc import Mapping
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from eventhub_balancer_devstack.realkube import nodeleases, resourcecalls
+
+logger = logging.getLogger(__name__)
+
+#: A pod's deletion confirmed while the API is away is tried this often, `CONFIRM_RETRY_S`
+#: apart, unless the node stops meanwhile: then the objects stay, as when a node goes down.
+CONFIRM_TRIES = 10
+CONFIRM_RETRY_S = 1.0
 
 
 def running(
@@ -86,3 +96,42 @@ def patch(
     except ApiException as e:
         if e.status != 404:
             raise
+
+
+def confirm_deleted(
+    calls: resourcecalls.ResourceCalls,
+    metadata: Mapping[str, Any],
+    *,
+    stopping: threading.Event,
+    tries: int = CONFIRM_TRIES,
+) -> None:
+    """The containers are gone: delete the Pod with grace 0, on its uid only, as a kubelet
+    tells the API server. Gone already (or another pod under the name) is no error, nor an
+    API that went away as the node stops: a stack stopped with Ctrl-C printed a reaper
+    thread's traceback, ``Connection reset by peer``."""
+    where = f"{metadata['namespace']}/{metadata['name']}"
+    for attempt in range(1, tries + 1):
+        try:
+            calls.call(
+                "DELETE",
+                f"/api/v1/namespaces/{metadata['namespace']}/pods/{metadata['name']}",
+                body={
+                    "kind": "DeleteOptions",
+                    "apiVersion": "v1",
+                    "gracePeriodSeconds": 0,
+                    "preconditions": {"uid": metadata["uid"]},
+                },
+            )
+            return
+        except ApiException:
+            return
+        except Exception as e:  # the API away: refused, reset, timed out
+            if stopping.is_set():
+                logger.debug("pod %s: deletion not confirmed, the node stops: %r", where, e)
+                return
+            if attempt == tries:
+                logger.warning(
+                    "pod %s: deletion not confirmed after %d tries: %r", where, attempt, e
+                )
+                return
+            stopping.wait(CONFIRM_RETRY_S)
