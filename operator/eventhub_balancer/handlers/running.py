@@ -195,10 +195,23 @@ async def serve(
         settings.execution.executor.shutdown(wait=False)
 
 
+#: kopf's logger that says it cannot take OS signals outside the main thread, and its words.
+KOPF_REACTOR_LOGGER = "kopf._core.reactor.running"
+THREAD_SIGNALS = "OS signals are ignored: running not in the main thread."
+
+
+def _not_thread_signals(record: logging.LogRecord) -> bool:
+    """An `OperatorThread` stops kopf by its stop flag, never by a signal, so kopf's warning
+    that it takes none in a thread is no news: ``ehb demo``'s log showed it in every run."""
+    return record.getMessage() != THREAD_SIGNALS
+
+
 class OperatorThread:
-    """A whole operator in a background thread with its own loop (tests, benchmarks)."""
+    """A whole operator in a background thread with its own loop (tests, benchmarks, the
+    demo)."""
 
     def __init__(self, runtime: registering.Operator, options: Options) -> None:
+        logging.getLogger(KOPF_REACTOR_LOGGER).addFilter(_not_thread_signals)  # kept once
         self.runtime = runtime
         self.options = options
         self._stop = threading.Event()
