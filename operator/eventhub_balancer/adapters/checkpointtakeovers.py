@@ -24,12 +24,15 @@ RESTORED: Final = (
     "partition %s: checkpoint blob %s is gone (deleted by hand, by a lifecycle policy, or with "
     "its container); writing our last checkpoint (sequence number %d) back with epoch %d"
 )
-#: Said when a new owner finds no blob of a partition that had an owner before it.
+#: Said when a new owner finds no blob of a partition that had an owner before it. The epochs
+#: go on across a change of the spec's hub, group or checkpoint location, whose new location
+#: holds no blob yet: the words say so, as the fence cannot tell the two apart.
 GONE: Final = (
     "partition %s: no checkpoint blob %s, though epoch %d says the partition had an owner "
-    "before: if it wrote checkpoints, the blob was deleted (by hand, by a lifecycle policy, or "
-    "with its container). Starting from the start position, after sequence number %d: events "
-    "since the lost checkpoint are skipped or processed again"
+    "before: if it wrote checkpoints here, the blob was deleted (by hand, by a lifecycle "
+    "policy, or with its container), unless the spec's Event Hub, consumer group or checkpoint "
+    "location changed since (then nothing is lost). Starting from the start position, after "
+    "sequence number %d: events since the lost checkpoint are skipped or processed again"
 )
 
 
