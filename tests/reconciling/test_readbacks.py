@@ -355,4 +355,11 @@ def test_a_move_events_epoch_is_said_once_however_many_partitions_share_it() -> 
     (same,) = kubeevents.move_events([move(p, 1) for p in ("2", "0", "1")])
     assert same.message == "Assigned partitions 0-2 to c-0 (epoch 1)"
     (mixed,) = kubeevents.move_events([move("0", 3), move("1", 2), move("2", 3)])
-    assert mixed.message == "Assigned partitions 0-2 to c-0 (epochs 2, 3)"
+    assert mixed.message == "Assigned partitions 0-2 to c-0 (epochs 2-3)"
+    # Past 16 runs the epochs are counted, as the partitions are; they were cut silently.
+    (many,) = kubeevents.move_events([move(str(p), 2 * p + 1) for p in range(40)])
+    assert many.message == (
+        "Assigned partitions 0-39 to c-0 (epochs "
+        + ", ".join(str(2 * p + 1) for p in range(16))
+        + " and 24 more)"
+    )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer.balancing import models, partitionlists
@@ -57,7 +57,7 @@ MOVES = frozenset(
 )
 
 
-def _join(partitions: Sequence[str]) -> str:
+def _join(partitions: Iterable[str]) -> str:
     return partitionlists.named(partitions, NAMED_RUNS)
 
 
@@ -114,12 +114,10 @@ def move_events(
     events: list[KubeEvent] = []
     for (reason, why, source, target), group in groups.items():
         parts = _join([m.partition for m in group])
-        epochs = sorted({m.epoch for m in group})
+        epochs = {str(m.epoch) for m in group}
         # One epoch for all (as almost always): said once, not once a partition.
         epochs_text = (
-            "epochs " + ", ".join(str(e) for e in epochs[:16])
-            if len(epochs) > 1
-            else f"epoch {epochs[0]}"
+            f"epochs {_join(epochs)}" if len(epochs) > 1 else f"epoch {next(iter(epochs))}"
         )
         plural = "s" if len(group) > 1 else ""
         if reason == "PartitionAssigned":
