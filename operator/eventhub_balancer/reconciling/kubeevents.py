@@ -23,7 +23,8 @@ from eventhub_balancer.reconciling import foreignreaders, lostblobs, progress, r
 
 #: The Event's source component, as ``kubectl describe`` shows it.
 COMPONENT = "eventhub-balancer"
-#: The API server rejects longer messages; a cut message is still readable.
+#: The longest message an Event carries, as events.k8s.io caps a note (core/v1, which the
+#: operator posts to, takes longer ones): what ``kubectl describe`` shows in a few lines.
 MAX_MESSAGE = 1024
 #: Runs of partitions an Event names (``0-15, 17 and 14 more``; 16 runs fit `MAX_MESSAGE`).
 NAMED_RUNS = 16
