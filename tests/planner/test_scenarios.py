@@ -80,8 +80,14 @@ def test_every_key_is_read() -> None:
     ("body", "message"),
     [
         ([], "scenario: expected an object, got a list"),
-        ({"members": []}, "partitions: required"),
-        ({"partitions": []}, "members: required"),
+        (
+            {"members": []},
+            'partitions: required: the hub\'s partition ids, as ["0", "1", "2", "3"]',
+        ),
+        (
+            {"partitions": []},
+            'members: required: the pods to balance over, as [{"name": "c-0"}, {"name": "c-1"}]',
+        ),
         (with_(partitions="0-3"), "partitions: expected a list, got the string '0-3'"),
         (with_(partitions=["0", 1]), "partitions[1]: expected a string, got the number 1"),
         (

@@ -103,12 +103,20 @@ def decode(text: str) -> object:
         raise errors.InvalidInput("scenario", str(e)) from e
 
 
+#: What a scenario must name, said with an example when it is missing: ``members: required``
+#: alone left a first scenario to a guess of its shape.
+_REQUIRED = (
+    ("partitions", 'required: the hub\'s partition ids, as ["0", "1", "2", "3"]'),
+    ("members", 'required: the pods to balance over, as [{"name": "c-0"}, {"name": "c-1"}]'),
+)
+
+
 def parse(raw: object) -> models.Scenario:
     """Check a decoded scenario body and build the `Scenario` it describes."""
     body = _object(raw, "scenario", _SCENARIO_KEYS)
-    for key in ("partitions", "members"):
+    for key, what in _REQUIRED:
         if key not in body:
-            raise errors.InvalidInput(key, "required")
+            raise errors.InvalidInput(key, what)
 
     partitions: list[models.PartitionId] = []
     seen_partitions: dict[str, int] = {}
