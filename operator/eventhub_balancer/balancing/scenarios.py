@@ -69,17 +69,11 @@ class PlanBody(TypedDict):
 
 _Choice = TypeVar("_Choice", bound=str)
 
-_SCENARIO_KEYS = ("partitions", "members", "assignment", "released", "lag", "now", "options")
-_MEMBER_KEYS = ("name", "state", "since", "weight", "starting", "outgoing", "restarted")
-_OWNERSHIP_KEYS = ("owner", "epoch", "state", "since")
-_OPTION_KEYS = (
-    "podGraceSeconds",
-    "handoffTimeoutSeconds",
-    "releaseWaitSeconds",
-    "maxMovesPerCycle",
-    "weighting",
-    "lagTolerance",
-)
+# The keys each body takes, in the order an error lists them: the bodies' own.
+_SCENARIO_KEYS = tuple(ScenarioBody.__annotations__)
+_MEMBER_KEYS = tuple(MemberBody.__annotations__)
+_OWNERSHIP_KEYS = tuple(OwnershipBody.__annotations__)
+_OPTION_KEYS = tuple(OptionsBody.__annotations__)
 
 
 def load(text: str) -> models.Scenario:
@@ -103,20 +97,15 @@ def decode(text: str) -> object:
         raise errors.InvalidInput("scenario", str(e)) from e
 
 
-#: What a scenario must name, said with an example when it is missing: ``members: required``
-#: alone left a first scenario to a guess of its shape.
-_REQUIRED = (
-    ("partitions", 'required: the hub\'s partition ids, as ["0", "1", "2", "3"]'),
-    ("members", 'required: the pods to balance over, as [{"name": "c-0"}, {"name": "c-1"}]'),
-)
-
-
 def parse(raw: object) -> models.Scenario:
     """Check a decoded scenario body and build the `Scenario` it describes."""
     body = _object(raw, "scenario", _SCENARIO_KEYS)
-    for key, what in _REQUIRED:
-        if key not in body:
-            raise errors.InvalidInput(key, what)
+    for key, example in (
+        ("partitions", 'the hub\'s partition ids, as ["0", "1", "2", "3"]'),
+        ("members", 'the pods to balance over, as [{"name": "c-0"}, {"name": "c-1"}]'),
+    ):
+        if key not in body:  # with its shape: "members: required" alone was a riddle
+            raise errors.InvalidInput(key, f"required: {example}")
 
     partitions: list[models.PartitionId] = []
     seen_partitions: dict[str, int] = {}
