@@ -170,3 +170,20 @@ def test_serving_ends_at_the_first_signal_or_when_a_service_exits(
         "ehb: SIGTERM: stopping the things",
         "ehb: error: Azurite exited unexpectedly",
     ]
+
+
+def test_a_signal_while_the_server_says_how_to_use_it_is_a_stop_not_a_failed_start(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`ehb local blob` and `ehb local kube` printed their first line, which a script reads as
+    "up", before serving: a Ctrl-C right after it ended in 130, as if the start had failed
+    (`tests/cli/test_exit_codes.py` met it in CI)."""
+
+    def announce() -> None:
+        print("Endpoint=...", flush=True)
+        _signal(signal.SIGINT)  # comes between two lines
+        print("second line")
+
+    with stopping.stopping_cleanly("the things"):
+        assert stopping.serve(poll_s=0.001, announce=announce) == 0
+    assert capsys.readouterr().out.splitlines() == ["Endpoint=..."]

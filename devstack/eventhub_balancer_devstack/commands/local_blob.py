@@ -61,11 +61,16 @@ def _serve(service: azurite.Azurite, port: int) -> int:
         raise errors.ConfigurationError(
             f"--port: 127.0.0.1:{port} is taken: choose another --port, or 0 for a free one"
         ) from e
-    print(service.connection_string, flush=True)
     where = "in memory" if service.location is None else service.location
-    print(
-        f"Azurite blob service on {service.endpoint} ({where}); Ctrl-C stops it",
-        file=sys.stderr,
-        flush=True,
+
+    def announce() -> None:
+        print(service.connection_string, flush=True)
+        print(
+            f"Azurite blob service on {service.endpoint} ({where}); Ctrl-C stops it",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return stopping.serve(
+        poll_s=0.5, ended=lambda: not service.running, what="Azurite", announce=announce
     )
-    return stopping.serve(poll_s=0.5, ended=lambda: not service.running, what="Azurite")

@@ -116,8 +116,8 @@ def run(args: argparse.Namespace) -> int:
                 raise errors.ConfigurationError(
                     listening.refusal(args.host, args.port, e, flags=FLAGS)
                 ) from e
+            up = True  # first: a signal right after the first line printed is one to a server
             _print_serving(emulator, args, hubs)
-            up = True
             await asyncio.Event().wait()  # until a signal raises KeyboardInterrupt
         finally:
             await emulator.stop()

@@ -106,7 +106,10 @@ def _serve(api: kubeservers.KubeServer, port: int, kubeconfig: Path, namespace: 
             f"--kubeconfig: cannot write {kubeconfig} ({where}{e.strerror}): give a path "
             "you may write"
         ) from e
-    print(path, flush=True)
-    print(f"export KUBECONFIG={path}", flush=True)
-    print(f"# serving {api.url}; Ctrl-C to stop", file=sys.stderr, flush=True)
-    return stopping.serve(poll_s=1.0)
+
+    def announce() -> None:
+        print(path, flush=True)
+        print(f"export KUBECONFIG={path}", flush=True)
+        print(f"# serving {api.url}; Ctrl-C to stop", file=sys.stderr, flush=True)
+
+    return stopping.serve(poll_s=1.0, announce=announce)

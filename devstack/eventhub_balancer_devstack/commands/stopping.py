@@ -84,11 +84,20 @@ def stopping_cleanly(what: str, *, report_after_s: float = STOP_REPORT_S) -> Ite
             reporter.cancel()
 
 
-def serve(*, poll_s: float, ended: Callable[[], bool] = lambda: False, what: str = "") -> int:
+def serve(
+    *,
+    poll_s: float,
+    ended: Callable[[], bool] = lambda: False,
+    what: str = "",
+    announce: Callable[[], None] = lambda: None,
+) -> int:
     """Within `stopping_cleanly`, once the services are up: 0 at the first signal, or 1 (said on
     stderr) once ``ended()`` says ``what`` exited by itself; ``ended`` is asked every
-    ``poll_s``."""
+    ``poll_s``. ``announce`` prints how to use them: a signal while it prints is one after the
+    start (exit 0), as its first line tells a script that they are up. Printed before the
+    ``try``, a Ctrl-C right after that line ended in 130."""
     try:
+        announce()
         while True:
             time.sleep(poll_s)
             if ended():

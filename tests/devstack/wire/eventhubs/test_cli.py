@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
+import os
 import signal
 import socket
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from azure.eventhub import EventHubProducerClient
@@ -101,3 +104,23 @@ def test_an_address_or_port_it_cannot_listen_on_names_the_flag_to_change() -> No
     assert held.stderr.splitlines() == [
         f"ehb: error: --port: 127.0.0.1:{port} is taken: give another --port, or 0 for a free one"
     ]
+
+
+def test_a_signal_right_after_the_first_line_is_a_stop_with_status_0(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The emulator counted itself up only once it had printed everything: a Ctrl-C after its
+    first line, which scripts wait for, ended in 130 (`tests/cli/test_exit_codes.py`, in CI)."""
+    from eventhub_balancer_devstack.commands import local_eventhubs
+
+    def first_line_then_a_signal(emulator: Any, *_: Any) -> None:
+        print(emulator.connection_string(), flush=True)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(local_eventhubs, "_print_serving", first_line_then_a_signal)
+    parser = argparse.ArgumentParser()
+    local_eventhubs.add_arguments(parser)
+    assert local_eventhubs.run(parser.parse_args(["--port", "0"])) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("Endpoint=sb://127.0.0.1:")
+    assert err.splitlines()[-2:] == ["ehb: SIGINT: stopping the Event Hubs emulator", "stopped"]
