@@ -9,7 +9,7 @@ characters wide before its runs were folded.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from eventhub_balancer.balancing import models
 
@@ -61,6 +61,24 @@ def named(partitions: Iterable[str], limit: int) -> str:
     more = sum(size for _, _, size in spans[limit:])
     text = ", ".join(run for run, _, _ in shown)
     return text + (f" and {more} more" if more else "")
+
+
+def by_state(
+    states: Iterable[str],
+    entries: Mapping[str, tuple[str, int]],
+    more: Callable[[list[str]], str] = lambda _: "",
+) -> str:
+    """``owned 0-2,5 (epoch 3); revoking 4 (epoch 2)``: ``entries`` ({partition: (state,
+    epoch)}) by state in the order of ``states``, each state's epochs said once and ``more``
+    of its partitions after them; empty for none. A pod's log of its assignment and of its
+    reports."""
+    said = []
+    for state in states:
+        ids = [p for p, (s, _) in entries.items() if s == state]
+        if ids:
+            numbers = epochs(entries[p][1] for p in ids)
+            said.append(f"{state} {compact(ids)} ({numbers}{more(ids)})")
+    return "; ".join(said)
 
 
 def epochs(numbers: Iterable[int]) -> str:

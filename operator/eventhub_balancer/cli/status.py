@@ -90,8 +90,7 @@ def outdated(body: dict[str, Any], pods: Sequence[Mapping[str, Any]]) -> str | N
     found: list[str] = []
     for entry in listed:
         name = str(entry.get("pod"))
-        runs = partitionlists.runs([str(p) for p in entry.get("partitions") or []])
-        held = ",".join(run for run, _ in runs)
+        held = partitionlists.compact(str(p) for p in entry.get("partitions") or [])
         who = f"{name} (holding {held})" if held else name
         now = live.pop(name, None)
         said = str(entry.get("state") or "finished")

@@ -159,15 +159,13 @@ def _states(reports: Mapping[str, partitionreports.PartitionReport]) -> dict[str
 def reports_text(reports: Mapping[str, partitionreports.PartitionReport]) -> str:
     """The partitions reported, by state, for a log line: ``failing 0-3 (epoch 2, up to 3
     attempts); stuck 7 (epoch 1)``, or ``none``."""
-    said = []
-    for state in partitionreports.REPORT_STATES:
-        ids = [p for p, r in reports.items() if r.state == state]
-        if ids:
-            tried = max(reports[p].attempts for p in ids)
-            attempts = f", up to {tried} attempt{'s' if tried > 1 else ''}" if tried else ""
-            epochs = partitionlists.epochs(reports[p].epoch for p in ids)
-            said.append(f"{state} {partitionlists.compact(ids)} ({epochs}{attempts})")
-    return "; ".join(said) or "none"
+
+    def attempts(ids: list[str]) -> str:
+        tried = max(reports[p].attempts for p in ids)
+        return f", up to {tried} attempt{'s' if tried > 1 else ''}" if tried else ""
+
+    states = _states(reports)
+    return partitionlists.by_state(partitionreports.REPORT_STATES, states, attempts) or "none"
 
 
 def released_unrun(

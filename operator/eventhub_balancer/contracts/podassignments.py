@@ -84,13 +84,8 @@ class ParsedData:
 def described(partitions: Mapping[models.PartitionId, PartitionEntry]) -> str:
     """A pod's partitions for a log line, by state, each with its epochs:
     ``owned 0-2,5 (epoch 3); revoking 4 (epoch 2)``, or ``no partitions``."""
-    said = []
-    for state in models.OWNERSHIP_STATES:
-        ids = [p for p, e in partitions.items() if e.state == state]
-        if ids:
-            epochs = partitionlists.epochs(partitions[p].epoch for p in ids)
-            said.append(f"{state} {partitionlists.compact(ids)} ({epochs})")
-    return "; ".join(said) or "no partitions"
+    entries: dict[str, tuple[str, int]] = {p: (e.state, e.epoch) for p, e in partitions.items()}
+    return partitionlists.by_state(models.OWNERSHIP_STATES, entries) or "no partitions"
 
 
 def _partitions_json(partitions: Mapping[models.PartitionId, PartitionEntry]) -> str:

@@ -260,14 +260,19 @@ def _group(group: list[Trouble]) -> str:
     return f"{partitions} on {where} {first.state}{attempts}{error}"
 
 
+def _groups(troubles: Iterable[Trouble]) -> list[list[Trouble]]:
+    """Troubles that share a state and an error, in the order they first come."""
+    groups: dict[tuple[str, str], list[Trouble]] = {}
+    for t in troubles:
+        groups.setdefault((t.state, t.error), []).append(t)
+    return list(groups.values())
+
+
 def in_groups(troubles: Iterable[Trouble]) -> str:
     """Troubles grouped by state and error, a group in one part (`_group`): one error on six
     partitions is said once, not six times. The first `MAX_NAMED` groups; an Event's message
     is bounded besides."""
-    groups: dict[tuple[str, str], list[Trouble]] = {}
-    for t in troubles:
-        groups.setdefault((t.state, t.error), []).append(t)
-    return "; ".join(_group(group) for group in list(groups.values())[:MAX_NAMED])
+    return "; ".join(_group(group) for group in _groups(troubles)[:MAX_NAMED])
 
 
 def message(troubles: Mapping[models.PartitionId, Trouble]) -> str:
@@ -279,12 +284,9 @@ def message(troubles: Mapping[models.PartitionId, Trouble]) -> str:
     summary = ", ".join(f"{n} {state}" for state, n in by_state.items() if n)
     plural = "s" if len(troubles) > 1 else ""
     head = f"{len(troubles)} partition{plural} in trouble ({summary}): "
-    groups: dict[tuple[str, str], list[Trouble]] = {}
-    for t in troubles.values():
-        groups.setdefault((t.state, t.error), []).append(t)
     parts: list[str] = []
     shown = 0
-    for group in groups.values():
+    for group in _groups(troubles.values()):
         part = _group(group)
         left = len(troubles) - shown - len(group)
         tail = f"; and {conditions.amount(left, 'more partition')}" if left > 0 else ""
