@@ -290,9 +290,36 @@ def test_an_event_says_an_error_once_for_the_partitions_it_stops() -> None:
     _, decision = next_cycle(reported(observation, "a", troubles), now=5)
     (event,) = decision.events
     assert event.message == (
-        "a keeps failing on partitions 0-5, 7, retrying with backoff: 0-5 on a failing after 1 "
-        f"attempt: {missing}; 7 on a failing after 2 attempts: ValueError: bad event"
+        f"a keeps failing on partitions 0-5, 7, retrying with backoff: 0-5: {missing} (after 1 "
+        "attempt); 7: ValueError: bad event (after 2 attempts)"
     )
+
+
+def test_an_event_names_its_pod_and_partitions_once() -> None:
+    """A failing Event of one error said its pod, its partitions and its state twice:
+    ``a keeps failing on partitions 0-5, retrying with backoff: 0-5 on a failing after 1
+    attempt: ...``. The first part says them; the rest is the error and its attempts."""
+    ids = tuple(str(i) for i in range(6))
+    observation = started(pod("a"), ids=ids)
+    troubles = {p: ("failing", 1, 1 + int(p) % 2, "RuntimeError: boom") for p in ids}
+    _, decision = next_cycle(reported(observation, "a", troubles), now=5)
+    (event,) = decision.events
+    assert event.message == (
+        "a keeps failing on partitions 0-5, retrying with backoff: RuntimeError: boom "
+        "(after up to 2 attempts)"
+    )
+
+
+def test_an_event_of_troubles_without_an_error_ends_with_what_happened() -> None:
+    def stuck(partition: str, error: str) -> reports.Trouble:
+        return reports.Trouble(
+            partition=models.PartitionId(partition), pod="a", epoch=1, state="stuck", error=error
+        )
+
+    troubles = [stuck("1", ""), stuck("4", "")]
+    assert reports.by_error(troubles) == ""
+    troubles.append(stuck("3", "slow"))
+    assert reports.by_error(troubles) == "1, 4: no error given; 3: slow"
 
 
 def trouble(partition: str, pod_name: str, error: str, attempts: int = 3) -> reports.Trouble:

@@ -280,7 +280,7 @@ def trouble_events(
     for (state, pod), group in started.items():
         parts = _join([t.partition for t in group])
         plural = "s" if len(group) > 1 else ""
-        details = reports.in_groups(group)
+        details = reports.by_error(group)
         if state == "failing":
             text = f"{pod} keeps failing on partition{plural} {parts}, retrying with backoff"
         elif state == "parked":
@@ -311,7 +311,7 @@ def trouble_events(
         events.append(
             KubeEvent(
                 reason=reports.EVENT_REASONS[state],
-                message=f"{text}: {details}",
+                message=f"{text}: {details}" if details else text,
                 type="Warning",
             )
         )

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import types
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypedDict
 
 from eventhub_balancer.balancing import models, partitionlists
@@ -242,6 +242,16 @@ def _named(names: list[str], limit: int, noun: str = "") -> str:
     return text + f" and {conditions.amount(more, f'more {noun}') if noun else f'{more} more'}"
 
 
+def _attempts(group: list[Trouble]) -> str:
+    """How many attempts the troubles of ``group`` took: ``after 3 attempts``, ``after up to
+    3 attempts`` when they differ, nothing when none counts one."""
+    most = max(t.attempts for t in group)
+    if not most:
+        return ""
+    same = all(t.attempts == most for t in group)
+    return f"after {'' if same else 'up to '}{conditions.amount(most, 'attempt')}"
+
+
 def _group(group: list[Trouble]) -> str:
     """Troubles that share a state and an error, in one part of a sentence: the first
     partitions and their count, the pods, the state and the error once."""
@@ -249,15 +259,23 @@ def _group(group: list[Trouble]) -> str:
     if len(group) == 1:
         return describe(first)
     pods = sorted({t.pod for t in group}, key=models.name_key)
-    most = max(t.attempts for t in group)
-    attempts = ""
-    if most:
-        same = all(t.attempts == most for t in group)
-        attempts = f" after {'' if same else 'up to '}{conditions.amount(most, 'attempt')}"
+    attempts = _attempts(group)
     error = f": {first.error}" if first.error else ""
     where = _named(pods, MAX_PODS_NAMED, "pod")
     partitions = partitionlists.named([t.partition for t in group], MAX_NAMED)
-    return f"{partitions} on {where} {first.state}{attempts}{error}"
+    return f"{partitions} on {where} {first.state}{' ' if attempts else ''}{attempts}{error}"
+
+
+def _error(group: list[Trouble], *, named: bool) -> str:
+    """One error of one pod's troubles in one state, with the partitions it stops when
+    ``named``, and its attempts: ``0-5: RuntimeError: boom (after 1 attempt)``; nothing when
+    there is nothing to say."""
+    attempts = _attempts(group)
+    words = [group[0].error, f"({attempts})" if attempts else ""]
+    if named:
+        words[0] = words[0] or "no error given"
+        words.insert(0, partitionlists.named([t.partition for t in group], MAX_NAMED) + ":")
+    return " ".join(w for w in words if w)
 
 
 def _groups(troubles: Iterable[Trouble]) -> list[list[Trouble]]:
@@ -268,11 +286,13 @@ def _groups(troubles: Iterable[Trouble]) -> list[list[Trouble]]:
     return list(groups.values())
 
 
-def in_groups(troubles: Iterable[Trouble]) -> str:
-    """Troubles grouped by state and error, a group in one part (`_group`): one error on six
-    partitions is said once, not six times. The first `MAX_NAMED` groups; an Event's message
-    is bounded besides."""
-    return "; ".join(_group(group) for group in _groups(troubles)[:MAX_NAMED])
+def by_error(troubles: Sequence[Trouble]) -> str:
+    """The errors of troubles that share a pod and a state (one Event's, which names them
+    both), each said once with its attempts: ``RuntimeError: boom (after 3 attempts)``. The
+    partitions an error stops are named only when there is more than one error. The first
+    `MAX_NAMED` errors; an Event's message is bounded besides."""
+    groups = _groups(troubles)
+    return "; ".join(_error(group, named=len(groups) > 1) for group in groups[:MAX_NAMED])
 
 
 def message(troubles: Mapping[models.PartitionId, Trouble]) -> str:
