@@ -17,8 +17,38 @@ from eventhub_balancer.consumer import processing, settings
 def test_a_missing_pod_name_shows_the_downward_api_snippet() -> None:
     with pytest.raises(errors.InvalidInput) as caught:
         settings.pod_identity({}, pod=None, namespace=None, need_namespace=True)
-    assert caught.value.field == "POD_NAME"
+    assert caught.value.field == "POD_NAME, POD_NAMESPACE"
     assert "fieldPath: metadata.name" in str(caught.value)
+
+
+def test_every_missing_identity_setting_is_told_at_once() -> None:
+    """A container set up by hand without the Downward API and the consumer's name was told
+    POD_NAME, then EHB_CONSUMER, one start at a time."""
+    with pytest.raises(errors.InvalidInput) as caught:
+        settings.pod_identity(
+            {}, pod=None, namespace=None, need_namespace=True, consumer="", need_consumer=True
+        )
+    assert caught.value.field == "POD_NAME, POD_NAMESPACE, EHB_CONSUMER"
+    assert caught.value.problem.startswith(
+        "are not set: give the EventHubConsumer's name (--consumer or env EHB_CONSUMER); add "
+        "the pod's name"
+    )
+    with pytest.raises(errors.InvalidInput) as caught:
+        settings.pod_identity(
+            {"POD_NAME": "c-0", "POD_NAMESPACE": "shop"},
+            pod=None,
+            namespace=None,
+            need_namespace=True,
+            consumer=None,
+            need_consumer=True,
+        )
+    assert str(caught.value) == (
+        "EHB_CONSUMER: is not set: give the EventHubConsumer's name (--consumer or env "
+        "EHB_CONSUMER)"
+    )
+    assert settings.pod_identity(
+        {"POD_NAME": "c-0"}, pod=None, namespace=None, need_namespace=False, need_consumer=False
+    ) == ("c-0", "default")
 
 
 def test_the_cli_exits_2_without_a_pod_name(
@@ -28,6 +58,17 @@ def test_the_cli_exits_2_without_a_pod_name(
     assert cli.main(["consume", "--handler", "x:y", "--consumer", "orders"]) == 2
     err = capsys.readouterr().err
     assert "POD_NAME" in err
+    assert "valueFrom" in err
+
+
+def test_the_cli_names_every_missing_identity_setting(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("POD_NAME", "POD_NAMESPACE", "EHB_CONSUMER"):
+        monkeypatch.delenv(name, raising=False)
+    assert cli.main(["consume", "--handler", "x:y"]) == 2
+    err = capsys.readouterr().err
+    assert "error: POD_NAME, POD_NAMESPACE, EHB_CONSUMER: are not set: " in err
     assert "valueFrom" in err
 
 

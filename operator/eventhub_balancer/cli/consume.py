@@ -241,12 +241,13 @@ def run(args: argparse.Namespace) -> int:
 
     in_kubernetes = args.assignment_file is None
     pod, namespace = settings.pod_identity(
-        os.environ, pod=args.pod_name, namespace=args.namespace, need_namespace=in_kubernetes
+        os.environ,
+        pod=args.pod_name,
+        namespace=args.namespace,
+        need_namespace=in_kubernetes,
+        consumer=args.consumer,
+        need_consumer=in_kubernetes,
     )
-    if in_kubernetes and not args.consumer:
-        raise errors.InvalidInput(
-            "EHB_CONSUMER", "is not set: give the EventHubConsumer's name (--consumer or env)"
-        )
     if in_kubernetes and not specvalues.is_object_name(args.consumer):
         # No consumer can have it: the pod waited for ever for a ConfigMap none would write.
         raise errors.InvalidInput(

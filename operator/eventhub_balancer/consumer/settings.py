@@ -126,15 +126,29 @@ class ConsumerSettings:
 
 
 def pod_identity(
-    env: Mapping[str, str], *, pod: str | None, namespace: str | None, need_namespace: bool
+    env: Mapping[str, str],
+    *,
+    pod: str | None,
+    namespace: str | None,
+    need_namespace: bool,
+    consumer: str | None = None,
+    need_consumer: bool = False,
 ) -> tuple[str, str]:
-    """The pod's name and namespace from flags or the Downward API environment."""
+    """The pod's name and namespace from flags or the Downward API environment. Every one
+    missing (with the consumer's name, when ``need_consumer``) is told in one error, so that a
+    container set up by hand is mended in one go, not one variable a start."""
     name = pod or env.get(ENV_POD_NAME, "").strip()
-    if not name:
-        raise errors.InvalidInput(ENV_POD_NAME, f"is not set; {DOWNWARD_API_SNIPPET}")
     where = namespace or env.get(ENV_POD_NAMESPACE, "").strip()
+    missing = [ENV_POD_NAME] if not name else []
     if not where and need_namespace:
-        raise errors.InvalidInput(ENV_POD_NAMESPACE, f"is not set; {DOWNWARD_API_SNIPPET}")
+        missing.append(ENV_POD_NAMESPACE)
+    fixes = [DOWNWARD_API_SNIPPET] if missing else []
+    if need_consumer and not consumer:
+        missing.append(ENV_CONSUMER)
+        fixes.insert(0, f"give the EventHubConsumer's name (--consumer or env {ENV_CONSUMER})")
+    if missing:
+        verb = "is" if len(missing) == 1 else "are"
+        raise errors.InvalidInput(", ".join(missing), f"{verb} not set: {'; '.join(fixes)}")
     return name, where or "default"
 
 
