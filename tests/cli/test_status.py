@@ -82,6 +82,20 @@ def test_a_run_breaks_where_the_epoch_changes_so_each_epoch_stays_beside_its_par
     assert shown[-1].split() == ["orders-0", "yes", "ready", "0-1,2,3,10-11", "4,5,4,2", "10-11"]
 
 
+def test_an_epoch_every_run_shares_is_said_once() -> None:
+    """A pod holding scattered partitions at one epoch read ``6,13-15,29-31`` beside ``3,3,3``."""
+    pods = [{"pod": "c-0", "ready": True, "state": "ready", "partitions": ["6", "13", "15", "14"]}]
+    shown = status.render(
+        consumer(
+            observedGeneration=1,
+            partitionCount=32,
+            consumers=pods,
+            epochs={"6": 3, "13": 3, "14": 3, "15": 3},
+        )
+    ).splitlines()
+    assert shown[-1].split() == ["c-0", "yes", "ready", "6,13-15", "3", "-"]
+
+
 def test_counts_agree_with_their_number_and_no_pods_is_said_not_an_empty_table() -> None:
     ready = {"type": "Ready", "status": "False", "reason": "NoPods", "message": "no pod matches"}
     shown = status.render(

@@ -172,7 +172,7 @@ def render(body: dict[str, Any], pods: Sequence[Mapping[str, Any]] | None = None
                 "yes" if consumer.get("ready") else "no",
                 str(consumer.get("state", "")),
                 ",".join(run for run, _ in held) or "-",
-                ",".join(epoch for _, epoch in held) or "-",
+                _epochs([epoch for _, epoch in held]),
                 ",".join(run for run, _ in revoking) or "-",
             )
         )
@@ -190,6 +190,14 @@ def render(body: dict[str, Any], pods: Sequence[Mapping[str, Any]] | None = None
                 f"(epoch {h.get('epoch')}) since {h.get('since')}"
             )
     return _shown(lines)
+
+
+def _epochs(labels: list[str]) -> str:
+    """The EPOCHS cell: one epoch a run of PARTITIONS, or the one they all share said once
+    (``13-15,29-31`` beside ``3``, not ``3,3``)."""
+    if not labels:
+        return "-"
+    return labels[0] if len(set(labels)) == 1 else ",".join(labels)
 
 
 def _shown(lines: list[str]) -> str:
