@@ -48,6 +48,11 @@ async def test_a_consumer_scaled_to_zero_reads_as_settled_not_as_a_wrong_selecto
     assert kube.status(NS, NAME)["memberCount"] == 0
     assert reason(kube, "Ready") == ("True", "ScaledToZero")
     assert reason(kube, "Balanced") == ("True", "ScaledToZero")
+    # The operator cannot tell who scaled: `kubectl scale` read "by the autoscaler".
+    assert kube.condition(NS, NAME, "Ready")["message"] == (
+        "no pod runs and no event waits: scaled to zero (by an autoscaler or by hand); the "
+        "first pod that comes back gets every partition"
+    )
     assert reason(kube, progress.RECONCILING) == ("False", "Settled")
     assert reason(kube, progress.STALLED) == ("False", "NoStandingFault")
     sample = registry.registry.get_sample_value(

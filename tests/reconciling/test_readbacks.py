@@ -363,3 +363,24 @@ def test_a_move_events_epoch_is_said_once_however_many_partitions_share_it() -> 
         + ", ".join(str(2 * p + 1) for p in range(16))
         + " and 24 more)"
     )
+
+
+def test_an_event_of_one_partition_with_no_pod_to_go_to_says_has() -> None:
+    def unassigned(partitions: tuple[str, ...]) -> str:
+        moves = [
+            models.Move(
+                kind="takeover",
+                partition=models.PartitionId(p),
+                source="c-0",
+                target=None,
+                epoch=2,
+                reason="gone",
+            )
+            for p in partitions
+        ]
+        (event,) = kubeevents.move_events(moves)
+        assert (event.reason, event.type) == ("PartitionUnassigned", "Warning")
+        return event.message
+
+    assert unassigned(("3",)).startswith("Partition 3 of c-0 (gone) has no pod to go to: ")
+    assert unassigned(("3", "4")).startswith("Partitions 3-4 of c-0 (gone) have no pod to go to")

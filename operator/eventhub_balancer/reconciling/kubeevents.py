@@ -131,7 +131,8 @@ def move_events(
             )
         elif reason == "PartitionUnassigned":
             text = (
-                f"Partition{plural} {parts} of {source} ({why}) have no pod to go to: "
+                f"Partition{plural} {parts} of {source} ({why}) {'have' if plural else 'has'} "
+                "no pod to go to: "
                 "no Ready pod matches spec.selector"
             )
         elif reason == "PartitionReleased":

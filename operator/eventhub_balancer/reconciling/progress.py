@@ -325,8 +325,8 @@ def at_zero(
     else:
         waiting = False
         message = (
-            "no pod runs and no event waits: scaled to zero by the autoscaler; the first pod "
-            "that comes back gets every partition"
+            "no pod runs and no event waits: scaled to zero (by an autoscaler or by hand); "
+            "the first pod that comes back gets every partition"
         )
     replaced = {
         conditions.READY: conditions.Condition(
