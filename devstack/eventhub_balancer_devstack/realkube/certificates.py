@@ -30,6 +30,10 @@ SERVICE_ACCOUNT_KEY_BITS = 2048
 #: The group that RBAC's bootstrap policy binds to cluster-admin.
 ADMIN_GROUP = "system:masters"
 
+#: Who kube-apiserver is to a kubelet (kubeadm's name for it): the only client the local
+#: node's log server (`nodelogs`) answers.
+KUBELET_CLIENT = "kube-apiserver-kubelet-client"
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ClientCredentials:
@@ -49,6 +53,8 @@ class ControlPlaneCredentials:
     service_account_public_key: Path
     service_account_signing_key: Path
     admin: ClientCredentials
+    #: what kube-apiserver presents to a kubelet (``kubectl logs`` goes through it)
+    kubelet_client: ClientCredentials
 
 
 def _name(common_name: str, organisation: str | None = None) -> x509.Name:
@@ -121,6 +127,35 @@ def _issue(
                 names.append(x509.DNSName(host))
         builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
     return builder.sign(issuer_key, hashes.SHA256())
+
+
+def serving_certificate(
+    folder: Path, *, ca_certificate: Path, name: str, hosts: tuple[str, ...]
+) -> ClientCredentials:
+    """A serving certificate for ``hosts``, signed by the CA beside ``ca_certificate`` (its
+    key is where `generate` wrote it): a kubelet's, which kube-apiserver checks."""
+    now = datetime.datetime.now(datetime.UTC)
+    ca = x509.load_pem_x509_certificate(ca_certificate.read_bytes())
+    signing = serialization.load_pem_private_key(
+        ca_certificate.with_suffix(".key").read_bytes(), password=None
+    )
+    if not isinstance(signing, ec.EllipticCurvePrivateKey):
+        raise TypeError(f"{ca_certificate}: the CA key is not the EC key this module writes")
+    key = ec.generate_private_key(ec.SECP256R1())
+    certificate = _issue(
+        subject=_name(name),
+        public_key=key.public_key(),
+        issuer=ca.subject,
+        issuer_key=signing,
+        now=now,
+        usages=(ExtendedKeyUsageOID.SERVER_AUTH,),
+        hosts=hosts,
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    return ClientCredentials(
+        certificate=_write_certificate(folder / f"{name}.crt", certificate),
+        key=_write_key(folder / f"{name}.key", key),
+    )
 
 
 def client_certificate(
@@ -209,6 +244,9 @@ def generate(
             user="ehb-local-admin",
             groups=(ADMIN_GROUP,),
             now=now,
+        ),
+        kubelet_client=client_certificate(
+            folder, ca_certificate=ca_path, ca_key=ca_key_path, user=KUBELET_CLIENT, now=now
         ),
     )
 

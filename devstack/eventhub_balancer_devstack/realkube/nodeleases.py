@@ -32,8 +32,9 @@ def _micro_now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def register(calls: resourcecalls.ResourceCalls, name: str) -> None:
-    """Create the Node (kept if it exists) and report it Ready."""
+def register(calls: resourcecalls.ResourceCalls, name: str, *, logs_port: int) -> None:
+    """Create the Node (kept if it exists) and report it Ready, its log server at
+    ``logs_port`` (`nodelogs`)."""
     body = {
         "apiVersion": "v1",
         "kind": "Node",
@@ -51,13 +52,15 @@ def register(calls: resourcecalls.ResourceCalls, name: str) -> None:
     except ApiException as e:
         if e.status != 409:
             raise
-    report_status(calls, name)
+    report_status(calls, name, logs_port=logs_port)
 
 
-def report_status(calls: resourcecalls.ResourceCalls, name: str) -> None:
+def report_status(calls: resourcecalls.ResourceCalls, name: str, *, logs_port: int) -> None:
     stamp = now()
     status = {
         "status": {
+            # Where kube-apiserver finds the node's "kubelet" for ``kubectl logs``.
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": logs_port}},
             "capacity": {"cpu": "2", "memory": "24Gi", "pods": "1000"},
             "allocatable": {"cpu": "2", "memory": "24Gi", "pods": "1000"},
             "addresses": [

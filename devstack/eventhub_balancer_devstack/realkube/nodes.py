@@ -45,6 +45,7 @@ from eventhub_balancer_devstack.realkube import (
     accountmounts,
     controlplanes,
     nodeleases,
+    nodelogs,
     podstatuses,
     podwatches,
     runningpods,
@@ -90,6 +91,7 @@ class LocalNode:
         self.unmountable: str | None = None
         self._watch = podwatches.PodWatch(self._calls, self._on_change)
         self._scheduler = podwatches.PodWatch(self._calls, self._schedule, name="scheduler")
+        self._logs: nodelogs.LogServer | None = None
         self._threads = [
             threading.Thread(target=self._heartbeats, name="local-node lease", daemon=True),
             threading.Thread(target=self._probing, name="local-node probes", daemon=True),
@@ -101,7 +103,7 @@ class LocalNode:
 
     @property
     def log_dir(self) -> Path:
-        """Where each pod's output goes (``NAME.log``), as ``kubectl logs`` would show it."""
+        """Where each pod's output goes (``NAME.log``), what ``kubectl logs`` shows (`nodelogs`)."""
         return self._state / "logs"
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -120,7 +122,10 @@ class LocalNode:
             logger.warning(
                 "pods get a kubeconfig, not a mounted ServiceAccount: %s", self.unmountable
             )
-        nodeleases.register(self._calls, self._name)
+        self._logs = nodelogs.LogServer.started(
+            self._name, self.log_dir, ca_certificate=self._plane.ca_certificate, holds=self._holds
+        )
+        nodeleases.register(self._calls, self._name, logs_port=self._logs.port)
         nodeleases.renew_lease(self._calls, self._name)
         for thread in self._threads:
             thread.start()
@@ -137,6 +142,8 @@ class LocalNode:
             watch.join()
         for thread in self._threads:
             thread.join(timeout=runningpods.PROBE_TIMEOUT_S + 5)
+        if self._logs is not None:
+            self._logs.stop()
         with self._lock:
             pods = list(self._pods.values())
         for pod in pods:
@@ -178,6 +185,12 @@ class LocalNode:
                 if not p.gone and p.process.poll() is None
             }
 
+    def _holds(self, namespace: str, name: str) -> bool | None:
+        """`nodelogs.Holds`: whether the pod's process runs; None: the pod is not here."""
+        with self._lock:
+            pods = [p for p in self._pods.values() if (p.namespace, p.name) == (namespace, name)]
+        return any(p.process.poll() is None for p in pods) if pods else None
+
     def port(self, namespace: str, name: str) -> int:
         with self._lock:
             for pod in self._pods.values():
@@ -196,12 +209,13 @@ class LocalNode:
     # -- the Node and its Lease ---------------------------------------------------------------
 
     def _heartbeats(self) -> None:
-        last_status = time.monotonic()
+        assert self._logs is not None
+        port, last_status = self._logs.port, time.monotonic()
         while not self._stop.wait(nodeleases.LEASE_RENEW_S):
             try:
                 nodeleases.renew_lease(self._calls, self._name)
                 if time.monotonic() - last_status >= nodeleases.STATUS_REPORT_S:
-                    nodeleases.report_status(self._calls, self._name)
+                    nodeleases.report_status(self._calls, self._name, logs_port=port)
                     last_status = time.monotonic()
             except Exception as e:  # the API away: the next beat tries again
                 logger.warning("node heartbeat failed: %r", e)

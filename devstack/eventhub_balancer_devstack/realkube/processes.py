@@ -153,6 +153,12 @@ def apiserver_args(
         f"--tls-cert-file={credentials.serving_certificate}",
         f"--tls-private-key-file={credentials.serving_key}",
         f"--client-ca-file={credentials.ca_certificate}",
+        # ``kubectl logs`` is proxied to the node's log server (`nodelogs`), at the node's
+        # InternalIP: its Hostname, the default first choice, resolves nowhere.
+        f"--kubelet-client-certificate={credentials.kubelet_client.certificate}",
+        f"--kubelet-client-key={credentials.kubelet_client.key}",
+        f"--kubelet-certificate-authority={credentials.ca_certificate}",
+        "--kubelet-preferred-address-types=InternalIP",
         f"--service-cluster-ip-range={SERVICE_CIDR}",
         "--authorization-mode=RBAC",
         f"--service-account-issuer={url}",

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,6 +28,7 @@ from eventhub_balancer_devstack.realkube import (
     podwatches,
     writerecords,
 )
+from tests.support.fixtures.kube import kubectl_binary
 from tests.support.fixtures.realkube import READY_SERVER, Kubectl
 
 NAMESPACE = "node-test"
@@ -224,6 +227,46 @@ def test_a_pod_is_its_serviceaccount_through_the_in_cluster_configuration(
             not real_kube.list_objects("v1/pods", namespace=NAMESPACE, label_selector="app=whoami")
         ),
     )
+
+
+def test_kubectl_logs_reads_a_pods_output_through_the_api_server(
+    real_kube: RealControlPlane,
+    real_kubectl: Kubectl,
+    real_kubeconfig: Path,
+    node: nodes.LocalNode,
+) -> None:
+    """``kubectl logs`` failed on the local stack (``dial tcp: lookup ehb-local-node ... no
+    such host``): the node named no port for it, and the API server dialled its Hostname."""
+    real_kubectl(
+        "apply", "-f", "-", input=yaml.safe_dump(deployment(1, name="talker", image=WHOAMI))
+    )
+    (pod,) = wait_for("the talker pod Ready", lambda: ready_pods(real_kube, "talker"))
+    written = (node.log_dir / f"{pod}.log").read_text()
+    assert written
+    shown = real_kubectl("-n", NAMESPACE, "logs", "deploy/talker")
+    assert shown.stdout == written
+    tail = real_kubectl("-n", NAMESPACE, "logs", pod, "--tail=1")
+    assert tail.stdout == written.splitlines(keepends=True)[-1]
+    previous = real_kubectl("-n", NAMESPACE, "logs", pod, "--previous", check=False)
+    assert previous.returncode != 0
+    assert "leave out --previous" in previous.stderr
+    # Followed, the log ends when the pod stops, as a kubelet ends it with the container.
+    binary = kubectl_binary()
+    assert binary is not None
+    follow = subprocess.Popen(
+        [binary, "--kubeconfig", str(real_kubeconfig), "-n", NAMESPACE, "logs", "-f", pod],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "HOME": str(real_kubeconfig.parent)},
+    )
+    try:
+        time.sleep(1.0)  # the follow is open
+        real_kubectl("-n", NAMESPACE, "delete", "deployment/talker", "--wait=false")
+        out, err = follow.communicate(timeout=WAIT_S)
+    finally:
+        follow.kill()
+    assert follow.returncode == 0, err
+    assert out.decode().startswith(written)
 
 
 #: A watch timeout far longer than the bound below: a stop that waited for the server to end
