@@ -38,6 +38,16 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def connection_string(host: str, port: int, hub: str | None = None) -> str:
+    """The emulator's connection string for the SDK, with its own key; with ``hub``, scoped to
+    it (``EntityPath``)."""
+    value = (
+        f"Endpoint=sb://{host}:{port};SharedAccessKeyName={KEY_NAME};"
+        f"SharedAccessKey={KEY};UseDevelopmentEmulator=true"
+    )
+    return value if hub is None else f"{value};EntityPath={hub}"
+
+
 class EventHubsEmulator(faults.Faults):
     """An AMQP 1.0 server on ``host`` that the azure-eventhub SDK takes for Event Hubs.
 
@@ -164,11 +174,7 @@ class EventHubsEmulator(faults.Faults):
 
     def connection_string(self, hub: str | None = None) -> str:
         """A connection string for the SDK; with ``hub``, scoped to it (``EntityPath``)."""
-        value = (
-            f"Endpoint=sb://{self.host}:{self.port};SharedAccessKeyName={KEY_NAME};"
-            f"SharedAccessKey={KEY};UseDevelopmentEmulator=true"
-        )
-        return value if hub is None else f"{value};EntityPath={hub}"
+        return connection_string(self.host, self.port, hub)
 
     @property
     def fully_qualified_namespace(self) -> str:

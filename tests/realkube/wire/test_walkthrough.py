@@ -24,6 +24,11 @@ BLOCK = re.compile(r"<!-- walkthrough: (?P<name>\w+) -->\n```sh\n(?P<body>.*?)``
 #: The stack starts in 10-20 s here; the commands wait up to 180 s for the consumer.
 START_S = 120.0
 COMMANDS_S = 300.0
+#: The pods take the orders up within a second or two of the send.
+PROCESS_S = 60.0
+SELECTOR = "app.kubernetes.io/instance=orders"
+#: The example handler's line per batch: ``partition 2: 10 orders (sequence numbers 0-9, ...``.
+ORDERS_LOGGED = re.compile(r"partition \d+: (\d+) orders? \(sequence numbers")
 
 
 def blocks() -> dict[str, list[str]]:
@@ -85,6 +90,26 @@ def test_the_walkthrough_runs_as_written(tmp_path: Path) -> None:
             row[:6] for row in table
         ], done.stdout
         assert "32 partitions, 2 members" in done.stdout
+        assert "sent 320 events to hub 'orders', partitions 0-31" in done.stdout
+        # The pods process what was sent, and kubectl logs (the local node's) shows it.
+        env["KUBECONFIG"] = str(tmp_path / ".ehb" / "kubeconfig")
+        logged = 0
+        deadline = time.monotonic() + PROCESS_S
+        while time.monotonic() < deadline:
+            shown = subprocess.run(
+                ["kubectl", "-n", "shop", "logs", "-l", SELECTOR, "--tail=-1"],
+                cwd=tmp_path,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=COMMANDS_S,
+                check=False,
+            )
+            logged = sum(int(n) for n in ORDERS_LOGGED.findall(shown.stdout))
+            if logged >= 320:
+                break
+            time.sleep(1.0)
+        assert logged == 320, shown.stdout[-2000:] + shown.stderr
     finally:
         stack.send_signal(signal.SIGTERM)
         stack.wait(timeout=60)
