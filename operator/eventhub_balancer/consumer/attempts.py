@@ -28,7 +28,7 @@ import contextvars
 import functools
 import logging
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from eventhub_balancer.adapters import deliveries
 from eventhub_balancer.consumer import (
@@ -333,50 +333,15 @@ class BatchAttempts:
         return True
 
     async def _wait_unless_abandoned(self, call: asyncio.Future[None]) -> bool | None:
-        """Wait for the handler; past the release deadline cancel it (False). None: the
-        processor withdrew the batch, unprocessed, once the release started.
-
-        While no release is asked for, the handler may run as long as it needs (past
-        ``stuck_seconds`` the partition is reported stuck; the pod stays Ready).
-        """
-        while not call.done():
-            deadline = self._deadline()
-            if deadline is not None:
-                try:
-                    async with asyncio.timeout_at(deadline):
-                        await asyncio.wait({call})
-                except TimeoutError:
-                    if call.done() and not call.cancelled():
-                        # It ended in the loop turn of the deadline, before the timeout
-                        # could cancel it: it finished (or failed) and was not abandoned.
-                        break
-                    if await processing.abandon(
-                        call,
-                        deadline=deadline,
-                        grace=self.settings.handler_exit_timeout,
-                        partition=self.partition,
-                        on_hung=self.on_hung,
-                    ):
-                        return False
-            else:
-                stop: asyncio.Future[Any] = asyncio.ensure_future(self._stop.wait())
-                try:
-                    await asyncio.wait({call, stop}, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    stop.cancel()
-        if call.cancelled():
-            if self._stop.is_set():
-                return None
-            # Nothing here cancelled it (a release's deadline returns above): the processor
-            # raised CancelledError itself. Left to propagate, it ended the worker as if the
-            # runtime had cancelled it, and the worker started again at once, in a loop.
-            raise processing.HandlerRaised(asyncio.CancelledError("the handler raised it"))
-        error = call.exception()
-        if error is None:
-            return True
-        if isinstance(error, Exception):
-            raise error
-        raise processing.HandlerRaised(error) from error
+        """`processing.wait_unless_abandoned`, with this partition's release."""
+        return await processing.wait_unless_abandoned(
+            call,
+            stop=self._stop,
+            deadline=self._deadline,
+            grace=self.settings.handler_exit_timeout,
+            partition=self.partition,
+            on_hung=self.on_hung,
+        )
 
     async def _sleep_unless_stopped(self, seconds: float) -> bool:
         """Sleep; False when a release started meanwhile."""

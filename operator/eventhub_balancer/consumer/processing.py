@@ -225,6 +225,58 @@ async def abandon(
     return True
 
 
+async def wait_unless_abandoned(
+    call: asyncio.Future[None],
+    *,
+    stop: asyncio.Event,
+    deadline: Callable[[], float | None],
+    grace: float,
+    partition: str,
+    on_hung: Callable[[str], None] | None,
+) -> bool | None:
+    """Wait for the handler ``call``; past the release ``deadline`` (None: no release yet)
+    cancel it (False, `abandon`). None: the processor withdrew the batch, unprocessed, once
+    the release (``stop``) started.
+
+    While no release is asked for, the handler may run as long as it needs (past
+    ``stuck_seconds`` the partition is reported stuck; the pod stays Ready).
+    """
+    while not call.done():
+        at = deadline()
+        if at is not None:
+            try:
+                async with asyncio.timeout_at(at):
+                    await asyncio.wait({call})
+            except TimeoutError:
+                if call.done() and not call.cancelled():
+                    # It ended in the loop turn of the deadline, before the timeout
+                    # could cancel it: it finished (or failed) and was not abandoned.
+                    break
+                if await abandon(
+                    call, deadline=at, grace=grace, partition=partition, on_hung=on_hung
+                ):
+                    return False
+        else:
+            stopping: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+            try:
+                await asyncio.wait({call, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopping.cancel()
+    if call.cancelled():
+        if stop.is_set():
+            return None
+        # Nothing here cancelled it (a release's deadline returns above): the processor
+        # raised CancelledError itself. Left to propagate, it ended the worker as if the
+        # runtime had cancelled it, and the worker started again at once, in a loop.
+        raise HandlerRaised(asyncio.CancelledError("the handler raised it"))
+    error = call.exception()
+    if error is None:
+        return True
+    if isinstance(error, Exception):
+        raise error
+    raise HandlerRaised(error) from error
+
+
 class BatchProcessor(Protocol):
     """Runs the user's code on one batch; returns when the batch is done."""
 
