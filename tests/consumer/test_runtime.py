@@ -671,6 +671,52 @@ async def test_a_poison_batch_is_dead_lettered_durably_before_the_checkpoint_pas
         assert consumer.ready() == (True, "generation 1 applied")
 
 
+async def test_a_parked_batch_is_dead_lettered_once_the_spec_says_deadletter(
+    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
+) -> None:
+    """A user who switched spec.processing.onFailure from park to deadLetter, to set a parked
+    poison batch aside, found it still parked: the policy applied from the next failure
+    on, and a parked batch waited for its release only. It now goes to the dead-letter store
+    and the partition goes on, with no restart; while the policy stays park, it waits."""
+    fake_hub.append("0", 5)
+    handle = fake_store.handle("pod-a")
+    dead = policyfakes.FakeDeadLetters()
+    backends = policyfakes.Backends({"orders": (fake_hub, handle)}, dead_letters=dead)
+    recorder = policyfakes.PartitionRecorder(fail={"0": 2})
+    batch = partitions.BatchSettings(
+        batch_size=10, max_wait=0.05, retry_backoff=0.5, retry_backoff_max=0.5
+    )
+    async with running(fake_hub, handle, recorder, batch=batch, backends=backends) as (
+        consumer,
+        source,
+    ):
+        source.put(consumerfakes.configmap(1, {"0": (1, "owned")}, **policy(2, "park")))
+        await consumerfakes.eventually(
+            lambda: "0" in source.reports and source.reports["0"].state == "parked", what="parked"
+        )
+        # A change that keeps park (more attempts) leaves the batch parked.
+        source.put(consumerfakes.configmap(2, {"0": (1, "owned")}, **policy(5, "park")))
+        async with asyncio.timeout(5):
+            await source.wait_for(generation=2)
+        await asyncio.sleep(10)
+        assert source.reports["0"].state == "parked"
+        assert not dead.written
+        assert recorder.calls == 2
+        source.put(consumerfakes.configmap(3, {"0": (1, "owned")}, **policy(5, "deadLetter")))
+        await consumerfakes.eventually(lambda: bool(dead.written), what="the dead letter")
+        events, error, attempts, pod, epoch = dead.written["0/0-4"]
+        assert events == [("0", n) for n in range(5)]
+        assert (attempts, pod, epoch) == (2, "pod-a", 1)
+        assert error.startswith("RuntimeError: handler failure (injected)")
+        await consumerfakes.eventually(lambda: fake_store.blobs["0"].sequence_number == 4)
+        await consumerfakes.eventually(lambda: not source.reports, what="the report cleared")
+        assert not consumer.stats["0"].parked
+        assert recorder.calls == 2  # set aside, not tried again
+        fake_hub.append("0", 2)
+        await consumerfakes.eventually(lambda: len(recorder.done) == 2)
+        assert recorder.done == [("0", 5), ("0", 6)]
+
+
 async def test_a_partition_lost_at_its_own_epoch_is_reported_and_restarted_on_a_newer_one(
     fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
 ) -> None:

@@ -108,6 +108,10 @@ def test_a_parked_partition_stays_on_its_ready_pod_and_is_shown() -> None:
     ]
     assert [(e.reason, e.type) for e in decision.events] == [("PartitionParked", "Warning")]
     assert "a parked partition 1" in decision.events[0].message
+    # The ways out, where the user meets the parking.
+    assert "restart the pod to try again) or until onFailure is deadLetter" in (
+        decision.events[0].message
+    )
     assert decision.figures is not None
     assert decision.figures.troubled == {"failing": 0, "parked": 1, "stuck": 0, "lost": 0}
 

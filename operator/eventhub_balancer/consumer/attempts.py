@@ -76,8 +76,11 @@ class BatchAttempts:
         self.processor = processor
         self.settings = settings
         self.stats = stats
-        #: The failure policy, from the assignment: it applies from the next failure on.
-        self.processing_policy = processing_policy or failurepolicy.Processing()
+        #: The failure policy, from the assignment: it applies from the next failure on, and
+        #: to a parked batch (`_give_up`).
+        self._policy = processing_policy or failurepolicy.Processing()
+        #: Set when the policy changes: a parked batch is looked at again.
+        self._policy_changed = asyncio.Event()
         self.dead_letters = dead_letters
         #: Called with a reason when an abandoned handler call outlives the exit bound.
         self.on_hung = on_hung
@@ -95,6 +98,16 @@ class BatchAttempts:
         #: When the handler call now running began (None: none running), and the call.
         self._call_started: float | None = None
         self._call: asyncio.Future[None] | None = None
+
+    @property
+    def processing_policy(self) -> failurepolicy.Processing:
+        return self._policy
+
+    @processing_policy.setter
+    def processing_policy(self, policy: failurepolicy.Processing) -> None:
+        if policy != self._policy:
+            self._policy = policy
+            self._policy_changed.set()
 
     @property
     def handler_running(self) -> bool:
@@ -294,9 +307,28 @@ class BatchAttempts:
         self.stats.failing = False  # retried no more: parked, as its report says
         if self.marks is not None:
             await self.marks.record.parked()
-        # The partition holds its epoch and its position until it is released: the batch is
-        # never skipped, and the next owner starts with it.
-        await self._stop.wait()
+        # The partition holds its epoch and its position until it is released (the batch is
+        # never skipped, and the next owner starts with it), or until the spec says to set
+        # the batch aside: onFailure changed to deadLetter applies to the parked batch too.
+        while not self._stop.is_set():
+            if self.processing_policy.on_failure == "deadLetter" and self.dead_letters is not None:
+                logger.warning(
+                    "partition %s: spec.processing.onFailure is deadLetter now: dead-lettering "
+                    "the parked batch %d-%d",
+                    self.partition,
+                    events[0].sequence_number,
+                    events[-1].sequence_number,
+                )
+                self.parked = self.stats.parked = False
+                self.stats.failing = True
+                return await self._dead_letter(events)
+            self._policy_changed.clear()
+            waits = [asyncio.ensure_future(e.wait()) for e in (self._stop, self._policy_changed)]
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for wait in waits:
+                    wait.cancel()
         self.stats.parked = False
         self._end_batch()
         return False

@@ -287,7 +287,9 @@ def trouble_events(
         elif state == "parked":
             text = (
                 f"{pod} parked partition{plural} {parts} at the checkpoint before the failing "
-                "batch (spec.processing.onFailure: park); the partition stays on its pod"
+                "batch (spec.processing.onFailure: park); the partition stays on its pod until "
+                "released (restart the pod to try again) or until onFailure is deadLetter "
+                "(the batch is set aside)"
             )
         elif state == "stuck":
             text = f"a handler call on partition{plural} {parts} of {pod} runs too long"
