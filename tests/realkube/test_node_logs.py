@@ -8,6 +8,7 @@ API server is in ``tests/realkube/wire/test_local_node.py``.
 from __future__ import annotations
 
 import http.client
+import socket
 import ssl
 import threading
 from collections.abc import Iterator
@@ -132,6 +133,15 @@ def test_only_kube_apiserver_is_answered(
 
     with pytest.raises((ssl.SSLError, ConnectionError)):
         without_a_certificate()
+
+
+def test_a_client_that_says_nothing_holds_up_no_other(
+    server: nodelogs.LogServer, pki: certificates.ControlPlaneCredentials
+) -> None:
+    """The TLS handshake ran in accept(): one silent connection blocked every request."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=WAIT_S):
+        answer = ask(server, "/containerLogs/shop/c-0/consumer?tailLines=1", pki)
+        assert answer.read() == b"three\n"
 
 
 def test_a_followed_log_carries_what_the_pod_writes_and_ends_with_its_process(

@@ -33,6 +33,9 @@ logger = logging.getLogger(__name__)
 #: How often a followed log is read again for what the pod wrote since.
 FOLLOW_POLL_S = 0.2
 
+#: How long a client may keep a read or a write of its connection waiting.
+CLIENT_TIMEOUT_S = 30.0
+
 #: What a read of the log file takes at most at once.
 CHUNK_BYTES = 64 * 1024
 
@@ -80,7 +83,11 @@ class LogServer:
         context.verify_mode = ssl.CERT_REQUIRED
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
-        self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+        # The handshake in the connection's own thread, not in accept(): a client that
+        # connects and says nothing held up every other request behind it.
+        self._server.socket = context.wrap_socket(
+            self._server.socket, server_side=True, do_handshake_on_connect=False
+        )
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="local-node logs", daemon=True
         )
@@ -135,6 +142,8 @@ class LogServer:
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
+            timeout = CLIENT_TIMEOUT_S
+
             def log_message(self, format: str, *args: object) -> None:
                 logger.debug("logs: " + format, *args)
 
@@ -196,6 +205,6 @@ class LogServer:
                 request.wfile.flush()
                 if left == 0:
                     break
-        except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
+        except (OSError, ssl.SSLError):
             pass  # the client went (Ctrl-C on kubectl logs -f): nothing more to send
         return None
