@@ -625,16 +625,23 @@ async def test_retry_reports_are_written_at_most_once_per_tick(
         assert source.reports["0"].state == "failing"
 
 
+def dead_letter_backends(
+    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
+) -> tuple[consumerfakes.FakeStoreHandle, policyfakes.FakeDeadLetters, policyfakes.Backends]:
+    """pod-a's store handle, and backends with a dead-letter store that records its writes."""
+    handle = fake_store.handle("pod-a")
+    dead = policyfakes.FakeDeadLetters()
+    return handle, dead, policyfakes.Backends({"orders": (fake_hub, handle)}, dead_letters=dead)
+
+
 async def test_a_poison_batch_is_dead_lettered_durably_before_the_checkpoint_passes_it(
     fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
 ) -> None:
     """Deliverable 1, ``deadLetter``: after maxAttempts the batch is written to the dead-letter
     store (retried while that fails, the checkpoint held back), then checkpointed past."""
     fake_hub.append("0", 5)
-    handle = fake_store.handle("pod-a")
-    dead = policyfakes.FakeDeadLetters()
+    handle, dead, backends = dead_letter_backends(fake_hub, fake_store)
     dead.fail_writes = 2
-    backends = policyfakes.Backends({"orders": (fake_hub, handle)}, dead_letters=dead)
     recorder = policyfakes.PartitionRecorder(fail={"0": 3})
     batch = partitions.BatchSettings(
         batch_size=10, max_wait=0.05, retry_backoff=1.0, retry_backoff_max=4.0
@@ -679,9 +686,7 @@ async def test_a_parked_batch_is_dead_lettered_once_the_spec_says_deadletter(
     on, and a parked batch waited for its release only. It now goes to the dead-letter store
     and the partition goes on, with no restart; while the policy stays park, it waits."""
     fake_hub.append("0", 5)
-    handle = fake_store.handle("pod-a")
-    dead = policyfakes.FakeDeadLetters()
-    backends = policyfakes.Backends({"orders": (fake_hub, handle)}, dead_letters=dead)
+    handle, dead, backends = dead_letter_backends(fake_hub, fake_store)
     recorder = policyfakes.PartitionRecorder(fail={"0": 2})
     batch = partitions.BatchSettings(
         batch_size=10, max_wait=0.05, retry_backoff=0.5, retry_backoff_max=0.5

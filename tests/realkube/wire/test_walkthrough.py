@@ -37,6 +37,13 @@ def blocks() -> dict[str, list[str]]:
     return found
 
 
+def run(argv: list[str], folder: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """A command of the second terminal, in ``folder``, its output kept."""
+    return subprocess.run(
+        argv, cwd=folder, env=env, capture_output=True, text=True, timeout=COMMANDS_S, check=False
+    )
+
+
 def test_the_walkthrough_runs_as_written(tmp_path: Path) -> None:
     page = blocks()
     for folder in ("charts", "examples", "crds"):
@@ -72,15 +79,7 @@ def test_the_walkthrough_runs_as_written(tmp_path: Path) -> None:
         assert printed[-1].startswith("Ctrl-C"), text
         assert "Consumer shop/orders: Secrets orders-eh and orders-blob" in text
         assert "ehb operator --namespace shop" in text
-        done = subprocess.run(
-            ["bash", "-euo", "pipefail", "-c", "\n".join(page["commands"])],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=COMMANDS_S,
-            check=False,
-        )
+        done = run(["bash", "-euo", "pipefail", "-c", "\n".join(page["commands"])], tmp_path, env)
         assert done.returncode == 0, done.stdout + done.stderr
         table = [
             line.split() for line in done.stdout.splitlines() if "orders-eventhub-consumer" in line
@@ -96,14 +95,8 @@ def test_the_walkthrough_runs_as_written(tmp_path: Path) -> None:
         logged = 0
         deadline = time.monotonic() + PROCESS_S
         while time.monotonic() < deadline:
-            shown = subprocess.run(
-                ["kubectl", "-n", "shop", "logs", "-l", SELECTOR, "--tail=-1"],
-                cwd=tmp_path,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=COMMANDS_S,
-                check=False,
+            shown = run(
+                ["kubectl", "-n", "shop", "logs", "-l", SELECTOR, "--tail=-1"], tmp_path, env
             )
             logged = sum(int(n) for n in ORDERS_LOGGED.findall(shown.stdout))
             if logged >= 320:
