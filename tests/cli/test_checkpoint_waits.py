@@ -294,3 +294,17 @@ def test_a_reset_row_counts_the_events_waiting_before_and_after() -> None:
     imported = checkpointchanges.change_rows([dataclasses.replace(c, limits=None) for c in changes])
     assert {r["new"]["waiting"] for r in imported} == {None}
     assert "WAITING" not in checkpointchanges.change_table(imported)
+
+
+def test_the_table_names_the_owning_pod_and_json_keeps_its_uid() -> None:
+    """An owner id is ``<pod>/<uid>``: the table showed both, 80 characters a line."""
+    owned = dataclasses.replace(
+        checkpoint("0", 7), owner_id="orders-69d9fc655b-5pfdq/9c773cd0-e2df-4040-ab45-09d3ecacb554"
+    )
+    rows = checkpoints.rows([owned, checkpoint("1", 3)], now=NOW)
+    assert rows[0]["owner"] == "orders-69d9fc655b-5pfdq/9c773cd0-e2df-4040-ab45-09d3ecacb554"
+    _, *lines = checkpoints.table(rows).splitlines()
+    assert [re.split(r"\s{2,}", line)[3] for line in lines] == [
+        "orders-69d9fc655b-5pfdq",
+        "orders-0",
+    ]

@@ -191,7 +191,9 @@ def table(items: Sequence[CheckpointRow], *, waiting: bool = False) -> str:
             r["partition"],
             str(r["sequenceNumber"]),
             r["offset"] or "-",
-            r["owner"] or "-",
+            # The pod: its uid (``<pod>/<uid>``, which a pod of the same name after it has
+            # not) made the column 80 characters wide; --json keeps the whole id.
+            (r["owner"] or "-").split("/", 1)[0],
             str(r["epoch"]),
             format_age(r["ageSeconds"]),
             "-" if (d := r["deaths"]) is None else f"{d['attempts']} from {d['first']}",
