@@ -137,6 +137,18 @@ def _own_port(arg: str, container_port: int, port: int) -> str:
     return arg
 
 
+def secret_key(body: Mapping[str, Any] | None, *, namespace: str, secret: str, key: str) -> str:
+    """The value of ``key`` in the Secret ``body`` (None: not found), or `UnrunnableSpec` in a
+    kubelet's words: ``secret "orders-eh" not found``, ``couldn't find key cs in Secret
+    shop/orders-eh``. A missing Secret read as a missing key, which sent users to the key."""
+    if body is None:
+        raise UnrunnableSpec(f'secret "{secret}" not found')
+    data = body.get("data") or {}
+    if key not in data:
+        raise UnrunnableSpec(f"couldn't find key {key} in Secret {namespace}/{secret}")
+    return base64.b64decode(data[key]).decode()
+
+
 def pod_template(
     deployment: Mapping[str, Any],
     *,
@@ -206,15 +218,17 @@ def start(
     core = k8s.CoreV1Api(api_client)
 
     def secret_value(secret: str, key: str) -> str:
-        body = _json(
-            core.read_namespaced_secret(
-                secret, namespace, _preload_content=False, _request_timeout=API_TIMEOUT_S
+        try:
+            body = _json(
+                core.read_namespaced_secret(
+                    secret, namespace, _preload_content=False, _request_timeout=API_TIMEOUT_S
+                )
             )
-        )
-        data = body.get("data") or {}
-        if key not in data:
-            raise UnrunnableSpec(f"Secret {secret} has no key {key}")
-        return base64.b64decode(data[key]).decode()
+        except k8s.ApiException as e:
+            if e.status != 404:
+                raise
+            body = None
+        return secret_key(body, namespace=namespace, secret=secret, key=key)
 
     volume_dir = (log_dir / "volumes") if log_dir is not None else None
     template = pod_template(

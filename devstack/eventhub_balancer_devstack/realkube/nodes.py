@@ -26,7 +26,6 @@ made (not root), a kubeconfig with the same token stands in, and the node says s
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import logging
 import signal
@@ -271,10 +270,7 @@ class LocalNode:
     def _secret_value(self, namespace: str) -> Any:
         def value(secret: str, key: str) -> str:
             body = self._calls.get("v1/secrets", secret, namespace=namespace)
-            data = (body or {}).get("data") or {}
-            if key not in data:
-                raise deployments.UnrunnableSpec(f"Secret {secret} has no key {key}")
-            return base64.b64decode(data[key]).decode()
+            return deployments.secret_key(body, namespace=namespace, secret=secret, key=key)
 
         return value
 

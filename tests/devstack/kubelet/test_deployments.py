@@ -118,3 +118,20 @@ def test_what_cannot_run_here_is_refused_by_name(change: Any, message: str, tmp_
             node_env={},
             volume_dir=tmp_path,
         )
+
+
+def test_a_missing_secret_and_a_missing_key_are_told_apart_as_a_kubelet_tells_them() -> None:
+    """A deleted Secret read "Secret orders-eh has no key connectionString", which sent the
+    user to the key of a Secret that was not there."""
+    with pytest.raises(deployments.UnrunnableSpec, match=r'^secret "orders-eh" not found$'):
+        deployments.secret_key(None, namespace="shop", secret="orders-eh", key="cs")
+    with pytest.raises(
+        deployments.UnrunnableSpec, match=r"^couldn't find key cs in Secret shop/orders-eh$"
+    ):
+        deployments.secret_key(
+            {"data": {"other": ""}}, namespace="shop", secret="orders-eh", key="cs"
+        )
+    body = {"data": {"cs": "RW5kcG9pbnQ9c2I6Ly94"}}
+    assert deployments.secret_key(body, namespace="shop", secret="orders-eh", key="cs") == (
+        "Endpoint=sb://x"
+    )
