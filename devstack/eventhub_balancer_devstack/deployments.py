@@ -39,6 +39,10 @@ class UnrunnableSpec(ValueError):
     """A Deployment this module cannot run as it says; the message names the field."""
 
 
+class MissingSecret(UnrunnableSpec):
+    """A Secret or its key the container needs is not there (yet): a kubelet tries again."""
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class LocalImage:
     """What a container image runs here: its entry point's argv and the environment it sets."""
@@ -142,10 +146,10 @@ def secret_key(body: Mapping[str, Any] | None, *, namespace: str, secret: str, k
     kubelet's words: ``secret "orders-eh" not found``, ``couldn't find key cs in Secret
     shop/orders-eh``. A missing Secret read as a missing key, which sent users to the key."""
     if body is None:
-        raise UnrunnableSpec(f'secret "{secret}" not found')
+        raise MissingSecret(f'secret "{secret}" not found')
     data = body.get("data") or {}
     if key not in data:
-        raise UnrunnableSpec(f"couldn't find key {key} in Secret {namespace}/{secret}")
+        raise MissingSecret(f"couldn't find key {key} in Secret {namespace}/{secret}")
     return base64.b64decode(data[key]).decode()
 
 

@@ -47,6 +47,7 @@ from eventhub_balancer_devstack.realkube import (
     nodelogs,
     podstatuses,
     podwatches,
+    refusals,
     runningpods,
 )
 
@@ -84,7 +85,7 @@ class LocalNode:
         self._node_env = dict(node_env or {})
         self._lock = threading.RLock()
         self._pods: dict[str, runningpods.RunningPod] = {}
-        self._refused: set[str] = set()
+        self._refused = refusals.Refusals()
         self._stop = threading.Event()
         #: Why pods get a kubeconfig instead of a mounted ServiceAccount (None: they do not).
         self.unmountable: str | None = None
@@ -248,6 +249,7 @@ class LocalNode:
             return
         if known is None and uid not in self._refused:
             self._run(pod)
+        self._refused.seen(pod)
 
     def _bind(self, pod: dict[str, Any]) -> None:
         metadata = pod["metadata"]
@@ -317,16 +319,10 @@ class LocalNode:
                     unset=accountmounts.NOT_INHERITED,
                 )
         except (deployments.UnrunnableSpec, ApiException) as e:
-            self._refused.add(uid)
-            logger.warning("pod %s/%s cannot run here: %s", namespace, name, e)
-            podstatuses.patch(
-                self._calls,
-                namespace,
-                name,
-                podstatuses.refused(
-                    container=container["name"], image=container.get("image", ""), message=str(e)
-                ),
-            )
+            # A Secret not there yet, or the API away: tried again, as a kubelet does.
+            again = isinstance(e, ApiException | deployments.MissingSecret)
+            if self._refused.refuse(pod, why=str(e), again=again):
+                podstatuses.refuse(self._calls, pod, str(e))
             return
         port = podprocesses.free_port()
         process = podprocesses.spawn(template, name=name, namespace=namespace, uid=uid, port=port)
@@ -370,7 +366,7 @@ class LocalNode:
         podstatuses.confirm_deleted(self._calls, metadata, stopping=self._stop)
 
     def _forget(self, uid: str, body: dict[str, Any]) -> None:
-        self._refused.discard(uid)
+        self._refused.forget(uid)
         with self._lock:
             pod = self._pods.pop(uid, None)
         if pod is None:
@@ -384,6 +380,8 @@ class LocalNode:
 
     def _probing(self) -> None:
         while not self._stop.wait(PROBE_INTERVAL_S):
+            for refused in self._refused.due():
+                self._run(refused)
             with self._lock:
                 pods = [p for p in self._pods.values() if not p.gone and not p.deleting]
             for pod in pods:

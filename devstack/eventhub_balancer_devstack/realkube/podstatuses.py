@@ -67,6 +67,16 @@ def running(
     }
 
 
+def refuse(calls: resourcecalls.ResourceCalls, pod: dict[str, Any], message: str) -> None:
+    """Say that ``pod``, bound here, cannot run: in the log, and in its status as `refused`."""
+    metadata, container = pod["metadata"], pod["spec"]["containers"][0]
+    logger.warning(
+        "pod %s/%s cannot run here: %s", metadata["namespace"], metadata["name"], message
+    )
+    status = refused(container=container["name"], image=container.get("image", ""), message=message)
+    patch(calls, metadata["namespace"], metadata["name"], status)
+
+
 def refused(*, container: str, image: str, message: str) -> dict[str, Any]:
     """A pod bound here that cannot run: why, where ``kubectl describe`` shows it."""
     return {

@@ -269,6 +269,43 @@ def test_kubectl_logs_reads_a_pods_output_through_the_api_server(
     assert out.decode().startswith(written)
 
 
+def test_a_pod_waits_for_its_secret_and_starts_once_it_is_there(
+    real_kube: RealControlPlane, real_kubectl: Kubectl, node: nodes.LocalNode
+) -> None:
+    """A pod whose Secret did not exist waited for ever in CreateContainerConfigError, and
+    said the Secret had no such key; a kubelet says it is not found, and starts the pod once
+    it is there (a GitOps tool or an external-secrets operator writes it later)."""
+    real_kubectl("create", "namespace", NAMESPACE, check=False)  # made already, when not alone
+    body = deployment(1, name="needs-secret")
+    (container,) = body["spec"]["template"]["spec"]["containers"]
+    container["env"] = [
+        {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "later", "key": "token"}}}
+    ]
+    real_kubectl("apply", "-f", "-", input=yaml.safe_dump(body))
+
+    def waiting() -> str:
+        pods = real_kube.list_objects(
+            "v1/pods", namespace=NAMESPACE, label_selector="app=needs-secret"
+        )
+        for p in pods:
+            for c in (p.get("status") or {}).get("containerStatuses") or []:
+                state = (c.get("state") or {}).get("waiting") or {}
+                if state.get("reason") == "CreateContainerConfigError":
+                    return str(state.get("message"))
+        return ""
+
+    assert wait_for("the pod waiting for its Secret", waiting) == 'secret "later" not found'
+    real_kubectl("-n", NAMESPACE, "create", "secret", "generic", "later", "--from-literal=x=1")
+    assert (
+        wait_for("the pod waiting for its key", lambda: "key" in waiting() and waiting())
+        == f"couldn't find key token in Secret {NAMESPACE}/later"
+    )
+    real_kubectl("-n", NAMESPACE, "delete", "secret", "later")
+    real_kubectl("-n", NAMESPACE, "create", "secret", "generic", "later", "--from-literal=token=t")
+    wait_for("the pod Ready", lambda: ready_pods(real_kube, "needs-secret"))
+    real_kubectl("-n", NAMESPACE, "delete", "deployment/needs-secret", "--wait=false")
+
+
 #: A watch timeout far longer than the bound below: a stop that waited for the server to end
 #: the watch (as every teardown did, up to 5 s a watch) fails the test.
 LONG_WATCH_S = 120
