@@ -132,8 +132,7 @@ def move_events(
         elif reason == "PartitionUnassigned":
             text = (
                 f"Partition{plural} {parts} of {source} ({why}) {'have' if plural else 'has'} "
-                "no pod to go to: "
-                "no Ready pod matches spec.selector"
+                "no pod to go to: no Ready pod matches spec.selector"
             )
         elif reason == "PartitionReleased":
             text = (
@@ -287,9 +286,8 @@ def trouble_events(
         elif state == "parked":
             text = (
                 f"{pod} parked partition{plural} {parts} at the checkpoint before the failing "
-                "batch (spec.processing.onFailure: park); the partition stays on its pod until "
-                "released (restart the pod to try again) or until onFailure is deadLetter "
-                "(the batch is set aside)"
+                "batch (spec.processing.onFailure: park); it stays on its pod until released "
+                "(restart the pod to try again) or until onFailure is deadLetter (set aside)"
             )
         elif state == "stuck":
             text = f"a handler call on partition{plural} {parts} of {pod} runs too long"
