@@ -64,7 +64,6 @@ def test_helm_lint_is_clean(values_file: Path | None) -> None:
 @pytest.mark.parametrize(
     ("values", "complaint"),
     [
-        ({"replicaCount": 2}, "/peering/enabled"),
         ({"watchNamespaces": ["Shop_Orders"]}, "/watchNamespaces/0"),
         ({"imagePullPolicy": "Always"}, "imagePullPolicy"),
         ({"image": {"repository": "x", "digest": "latest"}}, "/image/digest"),
@@ -82,6 +81,30 @@ def test_the_values_schema_rejects_mistakes(values: dict[str, Any], complaint: s
             loading.CHART_DIR, values, name=loading.RELEASE, namespace=loading.RELEASE_NAMESPACE
         )
     assert complaint in str(e.value)
+
+
+def test_more_replicas_without_peering_say_both_ways_out() -> None:
+    """The template, not the schema, refuses it: the schema could only say "value must be true"
+    at /peering/enabled, which named neither the reason nor the CRDs peering needs."""
+    with pytest.raises(charts.HelmError) as e:
+        charts.render(
+            loading.CHART_DIR,
+            {"replicaCount": 2},
+            name=loading.RELEASE,
+            namespace=loading.RELEASE_NAMESPACE,
+        )
+    assert "don't meet the specifications" not in str(e.value)
+    assert (
+        "replicaCount: 2 operators need peering.enabled=true, or each would act on every "
+        "consumer alone; set replicaCount=1, or apply manifests/peering/kopf-peering-crds.yaml "
+        "once and set peering.enabled=true"
+    ) in str(e.value)
+    charts.render(
+        loading.CHART_DIR,
+        {"replicaCount": 2, "peering": {"enabled": True}},
+        name=loading.RELEASE,
+        namespace=loading.RELEASE_NAMESPACE,
+    )
 
 
 def undocumented_values(text: str) -> list[str]:
