@@ -195,8 +195,13 @@ async def test_a_missing_peering_object_is_said_with_what_to_do_and_when_it_is_b
     task = await keep_alive(3 * kopfkeepalives.MISSING_REMINDER_SECONDS - 1)
     try:
         warned = [r for r in caplog.records if r.levelno == logging.WARNING]
-        # Said at the first renewal, then once per reminder, where about 200 renewals went.
+        # One line at the first renewal, a warning at the second, then once per reminder,
+        # where about 200 renewals went.
         assert len(missing_object.patches) > 150
+        assert caplog.messages[0] == (
+            "the peering object KopfPeering ops/ehb is not there yet: this replica waits for "
+            "it, paused"
+        )
         assert [r.getMessage() for r in warned] == [
             "the peering object KopfPeering ops/ehb does not exist: this replica stays paused, "
             "and serves no consumer, until it does; create it (manifests/peering/peering.yaml, "
@@ -222,6 +227,34 @@ async def test_a_missing_peering_object_is_said_with_what_to_do_and_when_it_is_b
         lifetime=0,
     )
     assert caplog.messages == []
+
+
+async def test_a_peering_object_created_beside_the_replica_is_no_warning(
+    missing_object: MissingPeeringObject, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Helm install creates the object with the operator's pods: a pod that starts first
+    misses it at its first renewal and finds it at the next, which is no cause to warn."""
+    caplog.set_level(logging.INFO, logger=kopfkeepalives.__name__)
+    kopfkeepalives.install()
+    task = await keep_alive(1)
+    try:
+        assert len(missing_object.patches) == 1
+        missing_object.exists = True
+        await asyncio.sleep(3 * kopfwiring.PEERING_LIFETIME_SECONDS)
+        assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+            (
+                logging.INFO,
+                "the peering object KopfPeering ops/ehb is not there yet: this replica waits "
+                "for it, paused",
+            ),
+            (
+                logging.INFO,
+                "the peering object KopfPeering ops/ehb exists: this replica takes part again",
+            ),
+        ]
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_the_renewal_writes_what_kopfs_own_writes(

@@ -22,8 +22,11 @@ A peering object that does not exist (``--peering`` naming one never created, or
 name than the chart's) keeps the replica paused: kopf starts it paused and resumes it only at
 an event of the object, and says at DEBUG only that its renewal found nothing. The operator
 ran, served no consumer, and said nothing at the default level. `Renewals` renews as kopf does
-and says so: a warning with what to do at the first renewal that finds nothing, again every
-`MISSING_REMINDER_SECONDS` while it is missing, and one line when it is there again.
+and says so: one line at the first renewal that finds nothing, a warning with what to do at
+the second in a row, again every `MISSING_REMINDER_SECONDS` while it is missing, and one line
+when it is there again. The first is not a warning: a Helm install creates the object beside
+the operator's pods, and a pod that starts first finds nothing once (seen on the real control
+plane: the object 0.8 s late, found at the next renewal).
 """
 
 from __future__ import annotations
@@ -74,7 +77,9 @@ class Renewals:
     through the same call), saying when the peering object is missing and when it is back."""
 
     def __init__(self) -> None:
-        #: Where the object was missing: {its kind and name: when that was last said}.
+        #: Where the object was missing at one renewal only, not yet warned about.
+        self.absent: set[str] = set()
+        #: Where the object is missing and was warned about: {its kind and name: when}.
         self.missing: dict[str, float] = {}
 
     async def touch(
@@ -108,13 +113,22 @@ class Renewals:
 
     def tell(self, found: bool, where: str) -> None:
         now = asyncio.get_running_loop().time()
-        said = self.missing.get(where)
         if found:
-            if self.missing.pop(where, None) is not None:
+            if where in self.absent or self.missing.pop(where, None) is not None:
+                self.absent.discard(where)
                 logger.info("the peering object %s exists: this replica takes part again", where)
             return
+        if where not in self.absent and where not in self.missing:
+            self.absent.add(where)
+            logger.info(
+                "the peering object %s is not there yet: this replica waits for it, paused",
+                where,
+            )
+            return
+        said = self.missing.get(where)
         if said is not None and now - said < MISSING_REMINDER_SECONDS:
             return
+        self.absent.discard(where)
         self.missing[where] = now
         logger.warning(
             "the peering object %s does not exist: this replica stays paused, and serves no "
