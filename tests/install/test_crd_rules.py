@@ -176,3 +176,47 @@ def test_neither_a_string_nor_an_object_with_one_key_is_refused(position: Any) -
     body["spec"]["startPosition"] = position
     assert validating.validate(body, SCHEMA) != []
     assert list(jsonschema.Draft7Validator(SCHEMA).iter_errors(body)) != []
+
+
+def host_messages() -> list[str]:
+    """The messages of spec.eventHub.fullyQualifiedNamespace's rules, in their order."""
+    field = SCHEMA["properties"]["spec"]["properties"]["eventHub"]["properties"]
+    return [
+        " ".join(rule["message"].split())
+        for rule in field["fullyQualifiedNamespace"]["x-kubernetes-validations"]
+    ]
+
+
+#: A host that is not one, and which of the rules (`host_messages`) refuses it: the usual
+#: mistake first, the namespace copied from its connection string or from a URL. A pattern
+#: refused these, and kubectl showed the pattern.
+HOST_MISTAKES = [
+    ("https://shop.servicebus.windows.net/", 0),
+    ("sb://shop.servicebus.windows.net", 0),
+    ("Endpoint=sb://shop.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=v", 0),
+    ("shop.servicebus.windows.net/orders", 0),
+    ("shop..servicebus.windows.net", 1),
+    ("-shop.servicebus.windows.net", 1),
+    ("shop servicebus", 1),
+    ("127.0.0.1:5672\n", 1),
+    ("shop.example:123456", 1),
+    ("shop.example:99999", 2),
+    ("127.0.0.1:0", 2),
+]
+
+
+@pytest.mark.parametrize(("host", "rule"), HOST_MISTAKES)
+def test_a_host_that_is_not_one_says_what_to_give(host: str, rule: int) -> None:
+    body = example()
+    body["spec"]["eventHub"]["fullyQualifiedNamespace"] = host
+    assert failures(body) == [f".spec.eventHub.fullyQualifiedNamespace: {host_messages()[rule]}"]
+    assert "like shop.servicebus.windows.net" in host_messages()[rule]
+
+
+@pytest.mark.parametrize(
+    "host", ["shop.servicebus.windows.net", "127.0.0.1:5672", "a.example:65535", "localhost"]
+)
+def test_a_host_passes(host: str) -> None:
+    body = example()
+    body["spec"]["eventHub"]["fullyQualifiedNamespace"] = host
+    assert failures(body) == []

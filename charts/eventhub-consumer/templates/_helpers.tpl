@@ -162,3 +162,22 @@ long as a pod may take to release (release + handler exit), plus the margin.
 {{- add $floor .Values.timeouts.marginSeconds }}
 {{- end }}
 {{- end }}
+
+{{/*
+consumer.eventHub.fullyQualifiedNamespace, checked as the CRD's rules check it and in their
+words: the API server would refuse the EventHubConsumer only after the Secrets, the Role and
+the Deployment were applied. The values schema has no pattern for it, as its refusal could only
+show the pattern.
+*/}}
+{{- define "eventhub-consumer.eventHubHost" -}}
+{{- $host := required "consumer.eventHub.fullyQualifiedNamespace is required: your Event Hubs namespace's host (--set consumer.eventHub.fullyQualifiedNamespace=<namespace>.servicebus.windows.net)" . -}}
+{{- if regexMatch "[/;=]" $host -}}
+{{- /* Not repeated: a connection string holds its key, and a GitOps tool shows the error. */ -}}
+{{- fail "consumer.eventHub.fullyQualifiedNamespace is a URL or a connection string: give the namespace's host alone, like shop.servicebus.windows.net (in a connection string, the host between Endpoint=sb:// and the next /)" -}}
+{{- else if not (regexMatch "^[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?([.][A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*(:[0-9]{1,5})?$" $host) -}}
+{{- fail (printf "consumer.eventHub.fullyQualifiedNamespace %q is not a host: give the Event Hubs namespace's host, like shop.servicebus.windows.net, or host:port of a local emulator (labels of letters, digits and '-' joined by dots, none starting or ending with '-')" $host) -}}
+{{- else if and (regexMatch ":[0-9]+$" $host) (not (regexMatch ":0*([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$" $host)) -}}
+{{- fail (printf "consumer.eventHub.fullyQualifiedNamespace %q has a port outside 1-65535: give the host alone (like shop.servicebus.windows.net), or host:port with a port from 1 to 65535" $host) -}}
+{{- end -}}
+{{- $host -}}
+{{- end }}

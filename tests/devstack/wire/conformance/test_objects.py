@@ -539,6 +539,12 @@ def test_a_wrong_type_or_shape_is_refused_in_the_same_words(
         ),
         pytest.param(("eventHub", "fullyQualifiedNamespace"), "127.0.0.1:00000", id="hub-port-0"),
         pytest.param(
+            ("eventHub", "fullyQualifiedNamespace"),
+            "https://shop.servicebus.windows.net/",
+            id="hub-url",
+        ),
+        pytest.param(("eventHub", "fullyQualifiedNamespace"), "shop servicebus", id="hub-space"),
+        pytest.param(
             ("eventHub", "fullyQualifiedNamespace"), "shop..example:5671", id="hub-empty-label"
         ),
         # Go's "$" is the end of the text; Python's also matches before a final newline.
