@@ -178,13 +178,18 @@ def test_neither_a_string_nor_an_object_with_one_key_is_refused(position: Any) -
     assert list(jsonschema.Draft7Validator(SCHEMA).iter_errors(body)) != []
 
 
+def messages(store: str, field: str) -> list[str]:
+    """The messages of ``spec.<store>.<field>``'s rules, in their order."""
+    schema = SCHEMA["properties"]["spec"]["properties"][store]["properties"][field]
+    return [" ".join(rule["message"].split()) for rule in schema["x-kubernetes-validations"]]
+
+
 def host_messages() -> list[str]:
-    """The messages of spec.eventHub.fullyQualifiedNamespace's rules, in their order."""
-    field = SCHEMA["properties"]["spec"]["properties"]["eventHub"]["properties"]
-    return [
-        " ".join(rule["message"].split())
-        for rule in field["fullyQualifiedNamespace"]["x-kubernetes-validations"]
-    ]
+    return messages("eventHub", "fullyQualifiedNamespace")
+
+
+def blob_messages() -> list[str]:
+    return messages("checkpointStore", "accountUrl")
 
 
 #: A host that is not one, and which of the rules (`host_messages`) refuses it: the usual
@@ -197,6 +202,7 @@ HOST_MISTAKES = [
     ("shop.servicebus.windows.net/orders", 0),
     ("shop..servicebus.windows.net", 1),
     ("-shop.servicebus.windows.net", 1),
+    ("-shop.example:0", 1),
     ("shop servicebus", 1),
     ("127.0.0.1:5672\n", 1),
     ("shop.example:123456", 1),
@@ -219,4 +225,42 @@ def test_a_host_that_is_not_one_says_what_to_give(host: str, rule: int) -> None:
 def test_a_host_passes(host: str) -> None:
     body = example()
     body["spec"]["eventHub"]["fullyQualifiedNamespace"] = host
+    assert failures(body) == []
+
+
+#: An account URL that is not one, and which of the rules (`blob_messages`) refuses it.
+BLOB_MISTAKES = [
+    ("DefaultEndpointsProtocol=https;AccountName=shop;AccountKey=k", 0),
+    ("shop.blob.core.windows.net", 1),
+    ("http://shop.blob.core.windows.net", 1),
+    ("https://shop.blob.core.windows.net/checkpoints", 2),
+    ("https://shop..blob.core.windows.net", 3),
+    ("https://sh op", 3),
+    ("https://shop.example:123456", 3),
+    ("https://a.example:65536/", 4),
+    ("https://-a.example:0/", 3),
+    ("https://a.example:0", 4),
+]
+
+
+@pytest.mark.parametrize(("url", "rule"), BLOB_MISTAKES)
+def test_an_account_url_that_is_not_one_says_what_to_give(url: str, rule: int) -> None:
+    body = example()
+    body["spec"]["checkpointStore"]["accountUrl"] = url
+    assert failures(body) == [f".spec.checkpointStore.accountUrl: {blob_messages()[rule]}"]
+    assert "https://" in blob_messages()[rule]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://shop.blob.core.windows.net",
+        "https://shop.blob.core.windows.net/",
+        "https://shop.blob.core.windows.net:443/",
+        "https://127.0.0.1:10000",
+    ],
+)
+def test_an_account_url_passes(url: str) -> None:
+    body = example()
+    body["spec"]["checkpointStore"]["accountUrl"] = url
     assert failures(body) == []

@@ -164,10 +164,10 @@ long as a pod may take to release (release + handler exit), plus the margin.
 {{- end }}
 
 {{/*
-consumer.eventHub.fullyQualifiedNamespace, checked as the CRD's rules check it and in their
-words: the API server would refuse the EventHubConsumer only after the Secrets, the Role and
-the Deployment were applied. The values schema has no pattern for it, as its refusal could only
-show the pattern.
+consumer.eventHub.fullyQualifiedNamespace and consumer.checkpointStore.accountUrl, checked as
+the CRD's rules check them and in their words: the API server would refuse the
+EventHubConsumer only after the Secrets, the Role and the Deployment were applied. The values
+schema has no pattern for them, as its refusal could only show the pattern.
 */}}
 {{- define "eventhub-consumer.eventHubHost" -}}
 {{- $host := required "consumer.eventHub.fullyQualifiedNamespace is required: your Event Hubs namespace's host (--set consumer.eventHub.fullyQualifiedNamespace=<namespace>.servicebus.windows.net)" . -}}
@@ -180,4 +180,22 @@ show the pattern.
 {{- fail (printf "consumer.eventHub.fullyQualifiedNamespace %q has a port outside 1-65535: give the host alone (like shop.servicebus.windows.net), or host:port with a port from 1 to 65535" $host) -}}
 {{- end -}}
 {{- $host -}}
+{{- end }}
+
+{{- define "eventhub-consumer.blobEndpoint" -}}
+{{- $url := . -}}
+{{- $field := "consumer.checkpointStore.accountUrl" -}}
+{{- if regexMatch "[;=]" $url -}}
+{{- /* Not repeated: a connection string holds its key, and a GitOps tool shows the error. */ -}}
+{{- fail (printf "%s is a connection string: give the account's blob endpoint alone, like https://shop.blob.core.windows.net, or name the connection string's Secret in %s" $field "consumer.checkpointStore.credentials.connectionStringSecretRef") -}}
+{{- else if not (hasPrefix "https://" $url) -}}
+{{- fail (printf "%s %q must start with https://: give https://<account>.blob.core.windows.net (the pods send a token to it, over TLS only)" $field $url) -}}
+{{- else if regexMatch "^https://[^/]*/." $url -}}
+{{- fail (printf "%s %q holds a path: give the account's endpoint alone, like https://shop.blob.core.windows.net, and the container in consumer.checkpointStore.containerName" $field $url) -}}
+{{- else if not (regexMatch "^https://[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?([.][A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*(:[0-9]{1,5})?/?$" $url) -}}
+{{- fail (printf "%s %q is not a blob endpoint: give https:// and the storage account's host, like https://shop.blob.core.windows.net (labels of letters, digits and '-' joined by dots, none starting or ending with '-')" $field $url) -}}
+{{- else if and (regexMatch "^https://[-.A-Za-z0-9]+:[0-9]{1,5}/?$" $url) (not (regexMatch ":0*([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])/?$" $url)) -}}
+{{- fail (printf "%s %q has a port outside 1-65535: give https://<account>.blob.core.windows.net without a port, or a port from 1 to 65535" $field $url) -}}
+{{- end -}}
+{{- $url -}}
 {{- end }}
