@@ -393,6 +393,18 @@ def test_an_account_url_that_is_not_one_is_refused_in_the_crds_words(url: str, r
     assert "AccountKey" not in said
 
 
+@pytest.mark.parametrize(("name", "rule"), crd_rules.CONTAINER_MISTAKES)
+def test_a_container_name_that_is_not_one_is_refused_in_the_crds_words(
+    name: str, rule: int
+) -> None:
+    with pytest.raises(charts.HelmError) as e:
+        render({"consumer": {"checkpointStore": {"containerName": name}}})
+    said = " ".join(str(e.value).split())
+    assert "don't meet the specifications" not in said
+    words = crd_rules.container_messages()[rule].removeprefix("checkpointStore.containerName ")
+    assert f"consumer.checkpointStore.containerName {json.dumps(name)} {words}" in said
+
+
 @pytest.mark.parametrize("host", ["shop.servicebus.windows.net", "127.0.0.1:5672"])
 def test_a_host_is_rendered_as_given(host: str) -> None:
     (consumer,) = render({"consumer": {"eventHub": {"fullyQualifiedNamespace": host}}})[
@@ -445,10 +457,6 @@ def test_a_host_is_rendered_as_given(host: str) -> None:
         ),
         ({"consumer": {"balancing": {"weighting": "lags"}}}, "/consumer/balancing/weighting"),
         ({"consumer": {"processing": {"onFailure": "retry"}}}, "/consumer/processing/onFailure"),
-        (
-            {"consumer": {"checkpointStore": {"containerName": "order--checkpoints"}}},
-            "/consumer/checkpointStore/containerName",
-        ),
         # What the CRD refuses, refused before anything is applied: a Deployment mounting a
         # key no Secret can hold was admitted, and its pods never started.
         (

@@ -264,3 +264,24 @@ def test_an_account_url_passes(url: str) -> None:
     body = example()
     body["spec"]["checkpointStore"]["accountUrl"] = url
     assert failures(body) == []
+
+
+#: A container name that is not one, and which rule (`container_messages`) refuses it.
+CONTAINER_MISTAKES = [
+    ("Checkpoints", 0),
+    ("orders_checkpoints", 0),
+    ("-orders", 0),
+    ("checkpoints\n", 0),
+    ("order--checkpoints", 1),
+]
+
+
+def container_messages() -> list[str]:
+    return messages("checkpointStore", "containerName")
+
+
+@pytest.mark.parametrize(("name", "rule"), CONTAINER_MISTAKES)
+def test_a_container_name_that_is_not_one_says_what_to_give(name: str, rule: int) -> None:
+    body = example()
+    body["spec"]["checkpointStore"]["containerName"] = name
+    assert failures(body) == [f".spec.checkpointStore.containerName: {container_messages()[rule]}"]

@@ -164,7 +164,8 @@ long as a pod may take to release (release + handler exit), plus the margin.
 {{- end }}
 
 {{/*
-consumer.eventHub.fullyQualifiedNamespace and consumer.checkpointStore.accountUrl, checked as
+consumer.eventHub.fullyQualifiedNamespace, consumer.checkpointStore.accountUrl and
+consumer.checkpointStore.containerName, checked as
 the CRD's rules check them and in their words: the API server would refuse the
 EventHubConsumer only after the Secrets, the Role and the Deployment were applied. The values
 schema has no pattern for them, as its refusal could only show the pattern.
@@ -198,4 +199,13 @@ schema has no pattern for them, as its refusal could only show the pattern.
 {{- fail (printf "%s %q has a port outside 1-65535: give https://<account>.blob.core.windows.net without a port, or a port from 1 to 65535" $field $url) -}}
 {{- end -}}
 {{- $url -}}
+{{- end }}
+
+{{- define "eventhub-consumer.containerName" -}}
+{{- if not (regexMatch "^[a-z0-9][a-z0-9-]*[a-z0-9]$" .) -}}
+{{- fail (printf "consumer.checkpointStore.containerName %q is not a blob container name: use lower-case letters, digits and dashes, starting and ending with a letter or digit (like orders-checkpoints)" .) -}}
+{{- else if contains "--" . -}}
+{{- fail (printf "consumer.checkpointStore.containerName %q must not hold two dashes in a row (Blob Storage refuses such a container): use single dashes" .) -}}
+{{- end -}}
+{{- . -}}
 {{- end }}

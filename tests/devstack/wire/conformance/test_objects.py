@@ -550,6 +550,7 @@ def test_a_wrong_type_or_shape_is_refused_in_the_same_words(
         # Go's "$" is the end of the text; Python's also matches before a final newline.
         pytest.param(("eventHub", "fullyQualifiedNamespace"), "127.0.0.1:5672\n", id="hub-newline"),
         pytest.param(("checkpointStore", "containerName"), "checkpoints\n", id="container-newline"),
+        pytest.param(("checkpointStore", "containerName"), "Checkpoints", id="container-upper"),
         pytest.param(("checkpointStore", "accountUrl"), "https://a.example:65536/", id="blob-port"),
         pytest.param(("checkpointStore", "accountUrl"), "a.example", id="blob-no-scheme"),
         pytest.param(("checkpointStore", "accountUrl"), "https://a.example/c", id="blob-path"),
