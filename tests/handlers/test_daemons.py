@@ -269,14 +269,22 @@ async def test_wakeups_are_routed_by_the_rosters(running: Callable[..., Daemon])
     assert daemon.operator.cycles_run == 3
 
 
-async def test_a_deleted_consumer_wakes_the_others_at_once(running: Callable[..., Daemon]) -> None:
+async def test_a_deleted_consumer_wakes_the_others_at_once(
+    running: Callable[..., Daemon], caplog: pytest.LogCaptureFixture
+) -> None:
     """The later of two overlapping consumers is refused; once the older one is deleted, it
-    looks again at once, not at its next interval."""
+    looks again at once, not at its next interval. The deletion is said, once."""
+    caplog.set_level(logging.INFO, logger=registering.__name__)
     daemon = running("a")
     await daemon.until(1)
     daemon.operator.consumer_deleted((NS, "older"))
     await daemon.until(2)
     assert daemon.operator.cycles_run == 2
+    assert [r.getMessage() for r in caplog.records if r.name == registering.__name__] == [
+        f"{NS}/older: deleted: its partitions are no longer balanced, and its pods that still "
+        "run keep those their ConfigMaps name until they stop (delete or scale down their "
+        "workload, or create the EventHubConsumer again)"
+    ]
     daemon.operator.consumer_deleted(KEY)  # its own deletion: its daemon stops anyway
     await daemon.until(3)
     assert daemon.operator.cycles_run == 2

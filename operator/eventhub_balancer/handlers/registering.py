@@ -146,7 +146,14 @@ class Operator:
     def consumer_deleted(self, key: Key, *, uid: str | None = None) -> None:
         """Another consumer may have been refused (`Conflict`) for overlapping this one: every
         other consumer looks again now, not at its next interval (deletions are rare). The
-        Events still waiting about it (``uid``) are not posted."""
+        Events still waiting about it (``uid``) are not posted. The deletion is said once: the
+        operator's log said nothing of it, and its pods run on with what they hold."""
+        logger.info(
+            "%s/%s: deleted: its partitions are no longer balanced, and its pods that still "
+            "run keep those their ConfigMaps name until they stop (delete or scale down their "
+            "workload, or create the EventHubConsumer again)",
+            *key,
+        )
         if uid:
             self.events.withdraw(uid)
         for other in list(self.consumers):
