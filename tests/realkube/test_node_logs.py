@@ -31,6 +31,9 @@ class Node:
     def holds(self, namespace: str, name: str) -> bool | None:
         return self.pods.get((namespace, name))
 
+    def port(self, namespace: str, name: str) -> int | None:
+        return 41843 if (namespace, name) in self.pods else None
+
 
 @pytest.fixture
 def pki(tmp_path: Path) -> certificates.ControlPlaneCredentials:
@@ -50,7 +53,11 @@ def server(
     logs.mkdir(parents=True)
     (logs / "c-0.log").write_bytes(b"one\ntwo\nthree\n")
     server = nodelogs.LogServer.started(
-        "ehb-local-node", logs, ca_certificate=pki.ca_certificate, holds=node.holds
+        "ehb-local-node",
+        logs,
+        ca_certificate=pki.ca_certificate,
+        holds=node.holds,
+        ports=node.port,
     )
     yield server
     server.stop()
@@ -62,6 +69,7 @@ def ask(
     pki: certificates.ControlPlaneCredentials,
     *,
     client: certificates.ClientCredentials | None = None,
+    method: str = "GET",
 ) -> http.client.HTTPResponse:
     context = ssl.create_default_context(cafile=str(pki.ca_certificate))
     who = client or pki.kubelet_client
@@ -69,7 +77,7 @@ def ask(
     connection = http.client.HTTPSConnection(
         "127.0.0.1", server.port, context=context, timeout=WAIT_S
     )
-    connection.request("GET", path)
+    connection.request(method, path)
     return connection.getresponse()
 
 
@@ -100,6 +108,36 @@ def test_what_the_node_cannot_answer_is_refused_with_why(
     answer = ask(server, f"/containerLogs/shop/c-0/consumer?{query}", pki)
     assert answer.status == 400
     assert said in answer.read().decode()
+
+
+@pytest.mark.parametrize("method", ["POST", "GET"])  # SPDY, and kubectl's WebSockets
+def test_a_kubelets_streams_are_refused_with_where_the_pod_is(
+    server: nodelogs.LogServer, pki: certificates.ControlPlaneCredentials, method: str
+) -> None:
+    """kube-apiserver passes the text on (``unable to upgrade connection: ...``), where it
+    passed on Python's HTML error page for a POST."""
+    said = {}
+    for path in (
+        "/exec/shop/c-0/consumer?command=sh&input=1&output=1&tty=1",
+        "/attach/shop/c-0/consumer?output=1",
+        "/portForward/shop/c-0",
+        "/portForward/shop/gone",
+    ):
+        answer = ask(server, path, pki, method=method)
+        assert answer.status == 501, path
+        said[path.split("?")[0]] = answer.read().decode().strip()
+    assert said == {
+        "/exec/shop/c-0/consumer": "the local node serves logs only, not kubectl exec: pod "
+        "shop/c-0 is a process of this machine: run the command here instead (kubectl cp runs "
+        "through exec too)",
+        "/attach/shop/c-0/consumer": "the local node serves logs only, not kubectl attach: pod "
+        "shop/c-0 is a process of this machine: follow it with kubectl logs -f",
+        "/portForward/shop/c-0": "the local node serves logs only, not kubectl port-forward: "
+        "pod shop/c-0 is a process of this machine, listening on 127.0.0.1:41843: connect "
+        "there",
+        "/portForward/shop/gone": "the local node serves logs only, not kubectl port-forward: "
+        "pod shop/gone does not run on this node",
+    }
 
 
 def test_a_pod_not_on_the_node_or_another_path_is_not_found(

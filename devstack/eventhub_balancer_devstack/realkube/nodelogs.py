@@ -12,7 +12,11 @@ it writes per pod (``NAME.log``, every run of the container in order):
 - ``previous``, ``sinceSeconds``, ``sinceTime`` and ``timestamps`` are refused with a 400
   that says why: the node keeps no line's time and no run apart from the next;
 - only kube-apiserver is answered: a client certificate of the cluster's CA, with
-  `certificates.KUBELET_CLIENT` as its name, as a kubelet checks who proxies to it.
+  `certificates.KUBELET_CLIENT` as its name, as a kubelet checks who proxies to it;
+- ``kubectl exec``, ``attach``, ``cp`` and ``port-forward`` (a kubelet's streams, which the
+  node does not serve) are refused with a 501 that says where the pod is instead: the API
+  server passes the text on (``unable to upgrade connection: ...``), where it passed on
+  Python's HTML error page.
 """
 
 from __future__ import annotations
@@ -50,9 +54,16 @@ REFUSED = {
 
 _PATH = re.compile(r"^/containerLogs/([a-z0-9][a-z0-9.-]*)/([a-z0-9][a-z0-9.-]*)/([^/]+)$")
 
+#: A kubelet's streams: kubectl exec (and cp, which runs tar through it), attach, run and
+#: port-forward.
+_STREAMS = re.compile(r"^/(exec|attach|run|portForward)/([^/]+)/([^/]+)(/[^/]*)?$")
+
 #: Whether the node holds a pod (namespace, name): True while its process runs, False while it
 #: is on the node with its process ended (a crash, before the restart), None when it is not.
 Holds = Callable[[str, str], bool | None]
+
+#: The port the node gave a pod (namespace, name), its ``--port``; None when it is not here.
+Ports = Callable[[str, str], int | None]
 
 
 def tail(data: bytes, lines: int) -> bytes:
@@ -73,9 +84,11 @@ class LogServer:
         ca_certificate: Path,
         serving: certificates.ClientCredentials,
         holds: Holds,
+        ports: Ports | None = None,
     ) -> None:
         self._log_dir = log_dir
         self._holds = holds
+        self._ports = ports
         self._stop = threading.Event()
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(str(serving.certificate), str(serving.key))
@@ -93,13 +106,23 @@ class LogServer:
         )
 
     @classmethod
-    def started(cls, node: str, log_dir: Path, *, ca_certificate: Path, holds: Holds) -> LogServer:
+    def started(
+        cls,
+        node: str,
+        log_dir: Path,
+        *,
+        ca_certificate: Path,
+        holds: Holds,
+        ports: Ports | None = None,
+    ) -> LogServer:
         """The log server of ``node``, serving, with a certificate of the cluster's CA for
         127.0.0.1 (kube-apiserver checks it) beside the logs."""
         serving = certificates.serving_certificate(
             log_dir.parent / "pki", ca_certificate=ca_certificate, name=node, hosts=("127.0.0.1",)
         )
-        server = cls(log_dir, ca_certificate=ca_certificate, serving=serving, holds=holds)
+        server = cls(
+            log_dir, ca_certificate=ca_certificate, serving=serving, holds=holds, ports=ports
+        )
         server.start()
         return server
 
@@ -152,6 +175,8 @@ class LogServer:
                 if served is not None:
                     self._refuse(*served)
 
+            do_POST = do_GET  # kubectl exec and port-forward over SPDY: refused, with why
+
             def _refuse(self, status: int, message: str) -> None:
                 body = (message + "\n").encode()
                 self.send_response(status)
@@ -161,6 +186,25 @@ class LogServer:
                 self.wfile.write(body)
 
         return Handler
+
+    def _no_streams(self, what: str, namespace: str, pod: str) -> str:
+        """Why a kubelet's stream is refused, and what to do instead."""
+        name = {"portForward": "port-forward", "run": "exec"}.get(what, what)
+        refused = f"the local node serves logs only, not kubectl {name}: pod {namespace}/{pod}"
+        port = self._ports(namespace, pod) if self._ports is not None else None
+        if port is None and self._holds(namespace, pod) is None:
+            return f"{refused} does not run on this node"
+        if what == "attach":
+            return f"{refused} is a process of this machine: follow it with kubectl logs -f"
+        if what == "portForward":
+            where = (
+                f"127.0.0.1:{port}" if port is not None else "127.0.0.1 (its log names the port)"
+            )
+            return f"{refused} is a process of this machine, listening on {where}: connect there"
+        return (
+            f"{refused} is a process of this machine: run the command here instead (kubectl cp "
+            "runs through exec too)"
+        )
 
     def _answer(self, request: http.server.BaseHTTPRequestHandler) -> tuple[int, str] | None:
         """Stream the log asked for; or the status and message of a refusal."""
@@ -179,6 +223,9 @@ class LogServer:
         if names != [certificates.KUBELET_CLIENT]:
             return 403, f"only kube-apiserver ({certificates.KUBELET_CLIENT}) reads logs here"
         url = urllib.parse.urlsplit(request.path)
+        stream = _STREAMS.match(url.path)
+        if stream is not None:
+            return 501, self._no_streams(stream.group(1), stream.group(2), stream.group(3))
         found = _PATH.match(url.path)
         if found is None:
             return 404, f"{url.path}: this node serves /containerLogs/NAMESPACE/POD/CONTAINER only"

@@ -123,7 +123,11 @@ class LocalNode:
                 "pods get a kubeconfig, not a mounted ServiceAccount: %s", self.unmountable
             )
         self._logs = nodelogs.LogServer.started(
-            self._name, self.log_dir, ca_certificate=self._plane.ca_certificate, holds=self._holds
+            self._name,
+            self.log_dir,
+            ca_certificate=self._plane.ca_certificate,
+            holds=self._holds,
+            ports=self.port,
         )
         nodeleases.register(self._calls, self._name, logs_port=self._logs.port)
         nodeleases.renew_lease(self._calls, self._name)
@@ -191,12 +195,13 @@ class LocalNode:
             pods = [p for p in self._pods.values() if (p.namespace, p.name) == (namespace, name)]
         return any(p.process.poll() is None for p in pods) if pods else None
 
-    def port(self, namespace: str, name: str) -> int:
+    def port(self, namespace: str, name: str) -> int | None:
+        """`nodelogs.Ports`: the pod's port (its ``--port``), None when it is not here."""
         with self._lock:
-            for pod in self._pods.values():
-                if (pod.namespace, pod.name) == (namespace, name):
-                    return pod.port
-        raise KeyError(f"{namespace}/{name} does not run on this node")
+            ports = [
+                p.port for p in self._pods.values() if (p.namespace, p.name) == (namespace, name)
+            ]
+        return ports[0] if ports else None
 
     def kill(self, namespace: str, name: str) -> None:
         """SIGKILL the pod's process, as an OOM kill would; it restarts (restartPolicy Always)."""

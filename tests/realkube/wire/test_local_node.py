@@ -250,6 +250,21 @@ def test_kubectl_logs_reads_a_pods_output_through_the_api_server(
     previous = real_kubectl("-n", NAMESPACE, "logs", pod, "--previous", check=False)
     assert previous.returncode != 0
     assert "leave out --previous" in previous.stderr
+    # A kubelet's streams are refused in words, which the API server passes on (it passed on
+    # an HTML error page for kubectl exec).
+    shell = real_kubectl("-n", NAMESPACE, "exec", pod, "--", "true", check=False)
+    assert shell.returncode != 0
+    assert (
+        f"the local node serves logs only, not kubectl exec: pod {NAMESPACE}/{pod} is a "
+        "process of this machine: run the command here instead"
+    ) in shell.stderr, shell.stderr
+    assert "<html" not in shell.stderr.lower()
+    forward = real_kubectl("-n", NAMESPACE, "port-forward", pod, "18080:8080", check=False)
+    assert forward.returncode != 0
+    assert (
+        f"not kubectl port-forward: pod {NAMESPACE}/{pod} is a process of this machine, "
+        f"listening on 127.0.0.1:{node.port(NAMESPACE, pod)}: connect there"
+    ) in forward.stderr, forward.stderr
     # Followed, the log ends when the pod stops, as a kubelet ends it with the container.
     binary = kubectl_binary()
     assert binary is not None
