@@ -261,6 +261,35 @@ def test_a_change_of_state_is_news_and_an_end_of_trouble_is_reported() -> None:
     assert third.figures.troubled == {"failing": 0, "parked": 0, "stuck": 0, "lost": 0}
 
 
+def test_partitions_joining_a_trouble_already_said_are_no_new_event() -> None:
+    """A checkpoint container deleted under a pod failed its partitions as their batches came:
+    three reports over two seconds, three Events of the same error. The first is said; the
+    partitions that join it with that error are shown in the status and the condition only.
+    Another error, or another state, is news."""
+    ids = tuple(str(i) for i in range(8))
+    observation = started(pod("a"), ids=ids)
+    gone = "checkpoint container 'checkpoints' does not exist"
+    troubles: dict[str, tuple[Any, ...]] = {"0": ("failing", 1, 1, gone)}
+    observation, first = next_cycle(reported(observation, "a", troubles), now=5)
+    assert [e.message for e in first.events] == [
+        f"a keeps failing on partition 0, retrying with backoff: {gone} (after 1 attempt)"
+    ]
+    troubles.update({p: ("failing", 1, 1, gone) for p in ("1", "2", "3")})
+    observation, second = next_cycle(reported(observation, "a", troubles), now=6)
+    assert second.events == ()
+    assert (
+        "4 partitions in trouble" in bodies.condition(observation, "PartitionsFailing")["message"]
+    )
+    assert [e["partition"] for e in failing_of(observation)] == ["0", "1", "2", "3"]
+    troubles["4"] = ("failing", 1, 1, "ValueError: bad event")
+    troubles["5"] = ("parked", 1, 10, gone)
+    observation, third = next_cycle(reported(observation, "a", troubles), now=7)
+    assert [(e.reason, e.message.split(" at ")[0].split(",")[0]) for e in third.events] == [
+        ("PartitionFailing", "a keeps failing on partition 4"),
+        ("PartitionParked", "a parked partition 5"),
+    ]
+
+
 def test_what_the_status_shows_is_bounded() -> None:
     ids = tuple(str(i) for i in range(0, 80, 2))  # every other one: no run folds two
     observation = started(pod("a"), ids=ids)

@@ -362,7 +362,10 @@ def counts(troubles: Mapping[models.PartitionId, Trouble]) -> dict[str, int]:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Changes:
     """What changed since the previous status: troubles that are new (or changed state, pod
-    or epoch), and partitions whose trouble is over."""
+    or epoch), and partitions whose trouble is over. A partition that joins a trouble its pod
+    already had (one state, one error) is no news: a checkpoint container deleted reached a
+    pod's partitions over three cycles and posted three Events of the same error, where the
+    status and the condition name them all."""
 
     started: tuple[Trouble, ...]
     #: (partition, pod, epoch, state) of each trouble that is no longer reported
@@ -374,7 +377,12 @@ def changes(
 ) -> Changes:
     """The news of this cycle, for Events: nothing while the troubles stay the same."""
     before = previous_entries(previous)
-    started = tuple(t for t in troubles.values() if t.key not in before)
+    said = {(t.pod, t.state, t.error) for t in troubles.values() if t.key in before}
+    started = tuple(
+        t
+        for t in troubles.values()
+        if t.key not in before and (t.pod, t.state, t.error) not in said
+    )
     ended = tuple(
         key
         for key in sorted(before, key=lambda k: models.name_key(k[0]))
