@@ -10,6 +10,7 @@ operator moves on.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -403,6 +404,24 @@ def test_a_container_name_that_is_not_one_is_refused_in_the_crds_words(
     assert "don't meet the specifications" not in said
     words = crd_rules.container_messages()[rule].removeprefix("checkpointStore.containerName ")
     assert f"consumer.checkpointStore.containerName {json.dumps(name)} {words}" in said
+
+
+def test_the_charts_host_and_port_patterns_are_the_crds() -> None:
+    """The template checks what the CRD's rules check: one pattern each, held to the CRD's."""
+    helpers = (CHART_DIR / "templates" / "_helpers.tpl").read_text()
+    rules = [
+        rule["rule"]
+        for field in (("eventHub", "fullyQualifiedNamespace"), ("checkpointStore", "accountUrl"))
+        for rule in crd_rules.SCHEMA["properties"]["spec"]["properties"][field[0]]["properties"][
+            field[1]
+        ]["x-kubernetes-validations"]
+    ]
+    for name in ("hostPattern", "portPattern"):
+        found = re.search(
+            r'define "eventhub-consumer\.' + name + r'" -}}\n(.+)\n\{\{- end', helpers
+        )
+        assert found is not None, name
+        assert sum(found.group(1) in rule for rule in rules) >= 2, (name, found.group(1))
 
 
 @pytest.mark.parametrize("host", ["shop.servicebus.windows.net", "127.0.0.1:5672"])

@@ -165,25 +165,38 @@ long as a pod may take to release (release + handler exit), plus the margin.
 
 {{/*
 consumer.eventHub.fullyQualifiedNamespace, consumer.checkpointStore.accountUrl and
-consumer.checkpointStore.containerName, checked as
-the CRD's rules check them and in their words: the API server would refuse the
-EventHubConsumer only after the Secrets, the Role and the Deployment were applied. The values
-schema has no pattern for them, as its refusal could only show the pattern.
+consumer.checkpointStore.containerName, checked as the CRD's rules check them and in their
+words: the API server would refuse the EventHubConsumer only after the Secrets, the Role and
+the Deployment were applied. The values schema has no pattern for them, as its refusal could
+only show the pattern. A host is DNS labels, none empty and none starting or ending with '-';
+a port, 1 to 65535 (the CRD's rules hold the same patterns).
 */}}
+{{- define "eventhub-consumer.hostPattern" -}}
+[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?([.][A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*
+{{- end }}
+
+{{- define "eventhub-consumer.portPattern" -}}
+0*([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])
+{{- end }}
+
 {{- define "eventhub-consumer.eventHubHost" -}}
+{{- $hostPattern := include "eventhub-consumer.hostPattern" . -}}
+{{- $portPattern := include "eventhub-consumer.portPattern" . -}}
 {{- $host := required "consumer.eventHub.fullyQualifiedNamespace is required: your Event Hubs namespace's host (--set consumer.eventHub.fullyQualifiedNamespace=<namespace>.servicebus.windows.net)" . -}}
 {{- if regexMatch "[/;=]" $host -}}
 {{- /* Not repeated: a connection string holds its key, and a GitOps tool shows the error. */ -}}
 {{- fail "consumer.eventHub.fullyQualifiedNamespace is a URL or a connection string: give the namespace's host alone, like shop.servicebus.windows.net (in a connection string, the host between Endpoint=sb:// and the next /)" -}}
-{{- else if not (regexMatch "^[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?([.][A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*(:[0-9]{1,5})?$" $host) -}}
+{{- else if not (regexMatch (printf "^%s(:[0-9]{1,5})?$" $hostPattern) $host) -}}
 {{- fail (printf "consumer.eventHub.fullyQualifiedNamespace %q is not a host: give the Event Hubs namespace's host, like shop.servicebus.windows.net, or host:port of a local emulator (labels of letters, digits and '-' joined by dots, none starting or ending with '-')" $host) -}}
-{{- else if and (regexMatch ":[0-9]+$" $host) (not (regexMatch ":0*([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$" $host)) -}}
+{{- else if and (regexMatch ":[0-9]+$" $host) (not (regexMatch (printf ":%s$" $portPattern) $host)) -}}
 {{- fail (printf "consumer.eventHub.fullyQualifiedNamespace %q has a port outside 1-65535: give the host alone (like shop.servicebus.windows.net), or host:port with a port from 1 to 65535" $host) -}}
 {{- end -}}
 {{- $host -}}
 {{- end }}
 
 {{- define "eventhub-consumer.blobEndpoint" -}}
+{{- $hostPattern := include "eventhub-consumer.hostPattern" . -}}
+{{- $portPattern := include "eventhub-consumer.portPattern" . -}}
 {{- $url := . -}}
 {{- $field := "consumer.checkpointStore.accountUrl" -}}
 {{- if regexMatch "[;=]" $url -}}
@@ -193,9 +206,9 @@ schema has no pattern for them, as its refusal could only show the pattern.
 {{- fail (printf "%s %q must start with https://: give https://<account>.blob.core.windows.net (the pods send a token to it, over TLS only)" $field $url) -}}
 {{- else if regexMatch "^https://[^/]*/." $url -}}
 {{- fail (printf "%s %q holds a path: give the account's endpoint alone, like https://shop.blob.core.windows.net, and the container in consumer.checkpointStore.containerName" $field $url) -}}
-{{- else if not (regexMatch "^https://[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?([.][A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*(:[0-9]{1,5})?/?$" $url) -}}
+{{- else if not (regexMatch (printf "^https://%s(:[0-9]{1,5})?/?$" $hostPattern) $url) -}}
 {{- fail (printf "%s %q is not a blob endpoint: give https:// and the storage account's host, like https://shop.blob.core.windows.net (labels of letters, digits and '-' joined by dots, none starting or ending with '-')" $field $url) -}}
-{{- else if and (regexMatch "^https://[-.A-Za-z0-9]+:[0-9]{1,5}/?$" $url) (not (regexMatch ":0*([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])/?$" $url)) -}}
+{{- else if and (regexMatch ":[0-9]+/?$" $url) (not (regexMatch (printf ":%s/?$" $portPattern) $url)) -}}
 {{- fail (printf "%s %q has a port outside 1-65535: give https://<account>.blob.core.windows.net without a port, or a port from 1 to 65535" $field $url) -}}
 {{- end -}}
 {{- $url -}}
