@@ -56,11 +56,11 @@ def test_the_issue_s_bad_resource_is_refused_field_by_field(
 
 def test_types_patterns_and_rules(schema: dict[str, Any], example: dict[str, Any]) -> None:
     spec = example["spec"]
-    spec["checkpointStore"]["containerName"] = "Not_Valid"
+    spec["selector"] = {"matchLabels": {"app": "not valid"}}
     spec["eventHub"]["credentials"]["workloadIdentity"] = {}
     causes = _fields(validating.validate(example, schema))
     assert causes == {
-        "spec.checkpointStore.containerName": "FieldValueInvalid",
+        "spec.selector.matchLabels.app": "FieldValueInvalid",
         # One credential, not two: a CEL rule with a message (was maxProperties: 1). A
         # pattern's error does not keep the rules from running.
         "spec.eventHub.credentials": "FieldValueInvalid",
@@ -69,7 +69,7 @@ def test_types_patterns_and_rules(schema: dict[str, Any], example: dict[str, Any
     causes = _fields(validating.validate(example, schema))
     assert causes == {
         "spec.balancing.podGraceSeconds": "FieldValueTypeInvalid",
-        "spec.checkpointStore.containerName": "FieldValueInvalid",
+        "spec.selector.matchLabels.app": "FieldValueInvalid",
         # A wrong type does: no rule runs, and the server says so.
         "<nil>": "FieldValueInvalid",
     }
