@@ -122,6 +122,12 @@ CASES: list[tuple[str, tuple[str, ...], Any]] = [
     ("namespace-dash-label", ("eventHub", "fullyQualifiedNamespace"), "shop-.example:5671"),
     ("account-dash-label", ("checkpointStore", "accountUrl"), "https://-a.example/"),
     ("account-ip", ("checkpointStore", "accountUrl"), "https://127.0.0.1:10000"),
+    # Where a host belongs, a URL or a connection string; a container's URL for the account's.
+    ("namespace-url", ("eventHub", "fullyQualifiedNamespace"), "https://shop.example/"),
+    ("namespace-endpoint", ("eventHub", "fullyQualifiedNamespace"), "Endpoint=sb://shop.example/"),
+    ("account-no-scheme", ("checkpointStore", "accountUrl"), "shop.blob.example"),
+    ("account-container", ("checkpointStore", "accountUrl"), "https://shop.blob.example/cp"),
+    ("container-upper", ("checkpointStore", "containerName"), "Checkpoints"),
     # A Secret name or key that no Secret can have.
     ("secret-name-underscore", (*EH_SECRET, "name"), "Bad_Name"),
     ("secret-name-dot-end", (*BLOB_SECRET, "name"), "orders-blob."),
