@@ -17,7 +17,14 @@ import yaml
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import conditions, configmaps, partitionreports
-from eventhub_balancer.reconciling import decisions, fleets, observations, readbacks, reports
+from eventhub_balancer.reconciling import (
+    decisions,
+    fleets,
+    kubeevents,
+    observations,
+    readbacks,
+    reports,
+)
 from tests.reconciling import bodies
 from tests.reconciling.bodies import at, pod
 from tests.support import paths
@@ -234,9 +241,14 @@ def test_a_parked_partition_moves_only_when_its_pod_is_gone_past_the_grace() -> 
         "2": (1, "owned"),
         "3": (1, "owned"),
     }
-    # "a"'s report was for epoch 1 on a partition it no longer has: the trouble is over.
+    # "a"'s report was for epoch 1 on a partition it no longer has: the trouble is over, and
+    # the Event says where the partition went (it said "no longer in trouble" alone, as if it
+    # had recovered on "a").
     assert bodies.condition(after, "PartitionsFailing")["status"] == "False"
-    assert ("PartitionRecovered", "Normal") in [(e.reason, e.type) for e in moved.events]
+    recovered = [e for e in moved.events if e.reason == "PartitionRecovered"]
+    assert [(e.type, e.message) for e in recovered] == [
+        ("Normal", "partition 0 on a no longer reported in trouble (was parked); b holds it now")
+    ]
 
 
 def test_a_change_of_state_is_news_and_an_end_of_trouble_is_reported() -> None:
@@ -502,3 +514,24 @@ def test_one_more_pod_and_one_more_partition_are_counted_in_the_singular() -> No
     text = reports.message(two)
     assert len(text) <= reports.MAX_MESSAGE
     assert text.endswith("; and 1 more partition")
+
+
+def test_partitions_that_left_their_troubled_pod_are_said_where_they_are() -> None:
+    """Two owners now, or none: said in the plural, and not at all for a partition that stays."""
+    previous: dict[str, Any] = {
+        "failing": [
+            {"partition": p, "pod": "a", "epoch": 1, "state": "parked"} for p in ("0", "1", "2")
+        ]
+    }
+    assignment = {
+        models.PartitionId("0"): models.Ownership(owner=models.MemberName("b"), epoch=2),
+        models.PartitionId("1"): models.Ownership(owner=models.MemberName("c"), epoch=2),
+        models.PartitionId("2"): models.Ownership(owner=None, epoch=1),
+    }
+    (event,) = kubeevents.trouble_events({}, previous=previous, assignment=assignment)
+    assert event.message == (
+        "partitions 0-2 on a no longer reported in trouble (was parked); b, c hold them now"
+    )
+    assignment = {p: models.Ownership(owner=models.MemberName("a"), epoch=1) for p in assignment}
+    (event,) = kubeevents.trouble_events({}, previous=previous, assignment=assignment)
+    assert event.message == "partitions 0-2 on a no longer reported in trouble (was parked)"

@@ -322,15 +322,15 @@ def trouble_events(
     for pod, keys in ended.items():
         plural = "s" if len(keys) > 1 else ""
         states = ", ".join(sorted({k[3] for k in keys}))
-        events.append(
-            KubeEvent(
-                reason="PartitionRecovered",
-                message=(
-                    f"partition{plural} {_join([k[0] for k in keys])} on {pod} no longer "
-                    f"reported in trouble (was {states})"
-                ),
-            )
+        # Taken from a pod deleted to try again (as PartitionParked says): where it is now.
+        now_on = {o.owner for k in keys if (o := assignment.get(models.PartitionId(k[0])))}
+        moved = sorted(str(owner) for owner in now_on - {pod} if owner)
+        it, verb = ("them" if plural else "it"), ("hold" if len(moved) > 1 else "holds")
+        message = (
+            f"partition{plural} {_join([k[0] for k in keys])} on {pod} no longer reported in "
+            f"trouble (was {states})" + (f"; {', '.join(moved)} {verb} {it} now" if moved else "")
         )
+        events.append(KubeEvent(reason="PartitionRecovered", message=message))
     return events
 
 
