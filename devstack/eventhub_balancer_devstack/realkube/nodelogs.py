@@ -84,7 +84,7 @@ class LogServer:
         ca_certificate: Path,
         serving: certificates.ClientCredentials,
         holds: Holds,
-        ports: Ports | None = None,
+        ports: Ports,
     ) -> None:
         self._log_dir = log_dir
         self._holds = holds
@@ -113,7 +113,7 @@ class LogServer:
         *,
         ca_certificate: Path,
         holds: Holds,
-        ports: Ports | None = None,
+        ports: Ports,
     ) -> LogServer:
         """The log server of ``node``, serving, with a certificate of the cluster's CA for
         127.0.0.1 (kube-apiserver checks it) beside the logs."""
@@ -191,16 +191,16 @@ class LogServer:
         """Why a kubelet's stream is refused, and what to do instead."""
         name = {"portForward": "port-forward", "run": "exec"}.get(what, what)
         refused = f"the local node serves logs only, not kubectl {name}: pod {namespace}/{pod}"
-        port = self._ports(namespace, pod) if self._ports is not None else None
-        if port is None and self._holds(namespace, pod) is None:
+        port = self._ports(namespace, pod)
+        if port is None:
             return f"{refused} does not run on this node"
         if what == "attach":
             return f"{refused} is a process of this machine: follow it with kubectl logs -f"
         if what == "portForward":
-            where = (
-                f"127.0.0.1:{port}" if port is not None else "127.0.0.1 (its log names the port)"
+            return (
+                f"{refused} is a process of this machine, listening on 127.0.0.1:{port}: "
+                "connect there"
             )
-            return f"{refused} is a process of this machine, listening on {where}: connect there"
         return (
             f"{refused} is a process of this machine: run the command here instead (kubectl cp "
             "runs through exec too)"

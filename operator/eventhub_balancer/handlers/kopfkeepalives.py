@@ -77,10 +77,9 @@ class Renewals:
     through the same call), saying when the peering object is missing and when it is back."""
 
     def __init__(self) -> None:
-        #: Where the object was missing at one renewal only, not yet warned about.
-        self.absent: set[str] = set()
-        #: Where the object is missing and was warned about: {its kind and name: when}.
-        self.missing: dict[str, float] = {}
+        #: Where the object is missing: {its kind and name: when the warning was last said,
+        #: None while only one renewal has missed it}.
+        self.missing: dict[str, float | None] = {}
 
     async def touch(
         self,
@@ -114,21 +113,20 @@ class Renewals:
     def tell(self, found: bool, where: str) -> None:
         now = asyncio.get_running_loop().time()
         if found:
-            if where in self.absent or self.missing.pop(where, None) is not None:
-                self.absent.discard(where)
+            if where in self.missing:
+                del self.missing[where]
                 logger.info("the peering object %s exists: this replica takes part again", where)
             return
-        if where not in self.absent and where not in self.missing:
-            self.absent.add(where)
+        if where not in self.missing:
+            self.missing[where] = None
             logger.info(
                 "the peering object %s is not there yet: this replica waits for it, paused",
                 where,
             )
             return
-        said = self.missing.get(where)
+        said = self.missing[where]
         if said is not None and now - said < MISSING_REMINDER_SECONDS:
             return
-        self.absent.discard(where)
         self.missing[where] = now
         logger.warning(
             "the peering object %s does not exist: this replica stays paused, and serves no "
