@@ -311,6 +311,9 @@ async def test_the_log_shows_where_in_the_handler_a_failing_batch_raised(
     assert len(failures) == 3
     traced = [r for r in failures if r.exc_info is not None]
     assert traced == [failures[0], failures[2]]
+    # Each line says the error as the status does, not as a repr (a Java exception's repr
+    # named only the JVM object called).
+    assert "(attempt 2 of 3): JSONDecodeError: Extra data" in failures[1].getMessage()
     for record in traced:
         text = caplog.handler.formatter.formatException(record.exc_info)  # type: ignore[union-attr,arg-type]
         assert "in _read_amount" in text

@@ -113,6 +113,35 @@ def test_an_error_that_carries_a_traceback_names_its_cause() -> None:
     )
 
 
+def test_a_java_exception_names_the_method_and_its_root_cause() -> None:
+    # py4j's text of a Parquet write that failed in the JVM: the first line names only the
+    # object called (o254, another at every attempt), the cause comes after the stack.
+    error = (
+        "Py4JJavaError: An error occurred while calling o254.parquet.\n"
+        ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage "
+        "0.0 failed 1 times, most recent failure: Lost task 0.0\n"
+        "\tat org.apache.spark.scheduler.DAGScheduler.failJobAndIndependentStages\n"
+        "Caused by: org.apache.spark.SparkException: [TASK_WRITE_FAILED] Task failed\n"
+        "\tat org.apache.spark.sql.errors.QueryExecutionErrors\n"
+        "\tSuppressed: java.lang.IllegalStateException: not the cause\n"
+        "\t\tCaused by: java.lang.Error: nor this\n"
+        "Caused by: java.io.IOException: Mkdirs failed to create file:/data/out\n"
+        "\t... 22 more\n"
+    )
+    assert reports.first_line(error) == (
+        "Py4JJavaError: calling parquet: java.io.IOException: Mkdirs failed to create "
+        "file:/data/out"
+    )
+    # No cause: the Java exception's own line; a static method is named as well.
+    assert reports.first_line(
+        "An error occurred while calling z:org.apache.spark.api.python.PythonRDD.collectAndServe."
+        "\n: java.lang.OutOfMemoryError: Java heap space\n\tat x.y(Z.java:1)"
+    ) == ("calling collectAndServe: java.lang.OutOfMemoryError: Java heap space")
+    # Without the Java text (the JVM gone before it was asked), the line stays as it was.
+    alone = "Py4JJavaError: An error occurred while calling o7.count."
+    assert reports.first_line(alone) == alone
+
+
 #: What a terminal acts on: cursor moves and erasures (ESC [), a write to the clipboard
 #: (OSC 52), an 8-bit CSI, a bell, and a right-to-left override that reorders the line.
 TERMINAL_CONTROLS = "bad\x1b[1A\x1b[2K\x1b]52;c;cm0gLXJmIH4K\x07\x9b2J\u202edelif"

@@ -196,3 +196,34 @@ def test_example_pipeline_writes_minute_counts(
     ]
     assert (tmp_path / "out" / "partition=3" / "epoch=2" / "batch=100-105").is_dir()
     assert (tmp_path / "out" / "partition=4" / "epoch=2" / "batch=100-100").is_dir()
+
+
+@pytest.mark.spark
+def test_a_failed_write_is_reported_by_its_java_cause(
+    spark_session: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handler whose Parquet write failed (an output directory it may not create) was
+    reported as ``Py4JJavaError: An error occurred while calling o254.parquet.``, in the
+    status and the Events: no cause, and a new object name at every attempt."""
+    from eventhub_balancer.contracts import partitionreports
+
+    monkeypatch.setattr(sys, "path", [str(EXAMPLES), *sys.path])
+    from minute_counts import pipeline
+
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv(pipeline.OUTPUT_ENV, str(tmp_path / "a-file" / "out"))
+    batch = events(2)
+    ranges = ranges_of(batch)
+    context = contexts.TriggerContext(
+        batch_id=1, consumer="orders", pod="pod-a", partitions=ranges, size=2, spark=spark_session
+    )
+    df = frames.to_dataframe(spark_session, batch, batch_id=1, ranges=ranges)
+    from py4j.protocol import Py4JJavaError
+
+    with pytest.raises(Py4JJavaError) as raised:
+        pipeline.process(df, context)
+    said = partitionreports.first_line(f"{type(raised.value).__name__}: {raised.value}")
+    assert said.startswith("Py4JJavaError: calling parquet: "), said
+    cause = said.split("parquet: ", 1)[1]
+    assert "ParentNotDirectoryException" in cause, said
+    assert "a-file" in cause, said

@@ -196,12 +196,12 @@ class BatchAttempts:
                 if attempt >= policy.max_attempts:
                     logger.error(
                         "partition %s: handler failed on sequence numbers %d-%d %d times "
-                        "(the most spec.processing.maxAttempts allows): %r; %s",
+                        "(the most spec.processing.maxAttempts allows): %s; %s",
                         self.partition,
                         context.first_sequence_number,
                         context.last_sequence_number,
                         attempt,
-                        e,
+                        partitionreports.first_line(self.last_error),
                         "dead-lettering the batch"
                         if policy.on_failure == "deadLetter"
                         else "parking the partition",
@@ -210,13 +210,13 @@ class BatchAttempts:
                     return await self._give_up(events)
                 logger.warning(
                     "partition %s: handler failed on sequence numbers %d-%d (attempt %d of "
-                    "%d): %r; retrying in %.1f s",
+                    "%d): %s; retrying in %.1f s",
                     self.partition,
                     context.first_sequence_number,
                     context.last_sequence_number,
                     attempt,
                     policy.max_attempts,
-                    e,
+                    partitionreports.first_line(self.last_error),
                     backoff,
                     exc_info=trace if backoff == self.settings.retry_backoff else None,  # 1st here
                 )

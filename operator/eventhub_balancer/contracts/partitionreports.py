@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping
 from typing import Literal, get_args
 
@@ -66,15 +67,28 @@ class PartitionReport:
 #: The header of a Python traceback, which some errors carry in their message (Spark's
 #: ``PythonException`` does: the worker's traceback, under one line that names no cause).
 TRACEBACK = "Traceback (most recent call last):"
+#: The first line of a Java exception as py4j words it (``Py4JJavaError``, which PySpark
+#: raises where it has no exception of its own, a write that fails say): it names only the
+#: JVM object called (``o254``, a new one at every call) and the method. The Java exception
+#: and its stack follow, its root cause on the last ``Caused by:`` line.
+PY4J_CALL = re.compile(r"An error occurred while calling (?:o\d+|z:[\w.$]+)\.(\w+)\.?$")
+JAVA_CAUSE = "Caused by: "
 
 
 def first_line(error: str) -> str:
     """An error message as a report carries it: its first line, as printable text
     (`bounds.printable`), bounded. When the message
     carries a Python traceback, its cause (the traceback's exception line) is what the line
-    says after the first, or instead of a first line that is the traceback's header."""
+    says after the first, or instead of a first line that is the traceback's header. A
+    py4j Java exception says the method called and the Java exception's root cause, instead
+    of the JVM object called (`PY4J_CALL`)."""
     lines = error.strip().splitlines()
     line = lines[0].strip() if lines else ""
+    if call := PY4J_CALL.search(line):
+        java = [t[2:] for t in lines[1:] if t.startswith(": ")][:1]
+        causes = [t[len(JAVA_CAUSE) :] for t in lines[1:] if t.startswith(JAVA_CAUSE)]
+        if root := (causes[-1:] or java):
+            line = f"{line[: call.start()]}calling {call[1]}: {root[0].strip()}"
     if TRACEBACK in error:
         tail = error.rsplit(TRACEBACK, 1)[1].splitlines()
         cause = next((t.strip() for t in tail if t.strip() and not t[0].isspace()), "")
