@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import conditions, configmaps, partitionreports
+from eventhub_balancer.contracts import conditions, configmaps, failurepolicy, partitionreports
 from eventhub_balancer.reconciling import (
     decisions,
     fleets,
@@ -535,3 +535,53 @@ def test_partitions_that_left_their_troubled_pod_are_said_where_they_are() -> No
     assignment = {p: models.Ownership(owner=models.MemberName("a"), epoch=1) for p in assignment}
     (event,) = kubeevents.trouble_events({}, previous=previous, assignment=assignment)
     assert event.message == "partitions 0-2 on a no longer reported in trouble (was parked)"
+
+
+def test_a_failing_partition_under_dead_letters_is_not_said_to_have_just_recovered() -> None:
+    """Under ``onFailure: deadLetter`` a failing report ends when the batch is set aside too:
+    the Event said only "no longer reported in trouble", and nothing in the Events or the
+    status told that a batch had gone to the dead letters."""
+    previous: dict[str, Any] = {
+        "failing": [
+            {"partition": "0", "pod": "a", "epoch": 1, "state": "failing"},
+            {"partition": "1", "pod": "b", "epoch": 1, "state": "parked"},
+        ]
+    }
+    assignment = {
+        models.PartitionId(p): models.Ownership(owner=models.MemberName(o), epoch=1)
+        for p, o in (("0", "a"), ("1", "b"))
+    }
+    aside = failurepolicy.Processing(max_attempts=2, on_failure="deadLetter")
+    failing, parked = kubeevents.trouble_events(
+        {}, previous=previous, assignment=assignment, processing=aside
+    )
+    assert failing.message == (
+        "partition 0 on a no longer reported in trouble (was failing): its batch went through "
+        "on a retry, or went to the dead letters after spec.processing.maxAttempts (2) "
+        "(ehb deadletters list)"
+    )
+    # A parked partition's batch was never set aside; under park nothing is.
+    assert parked.message == "partition 1 on b no longer reported in trouble (was parked)"
+    for processing in (None, failurepolicy.Processing()):
+        said = kubeevents.trouble_events(
+            {}, previous=previous, assignment=assignment, processing=processing
+        )
+        assert said[0].message == "partition 0 on a no longer reported in trouble (was failing)"
+
+
+def test_a_cycle_says_a_failing_batch_may_be_in_the_dead_letters() -> None:
+    spec = {**bodies.SPEC, "processing": {"maxAttempts": 2, "onFailure": "deadLetter"}}
+    first, decision = bodies.decide_fully(
+        bodies.observe(pods=(pod("a"), pod("b")), spec=spec), now=at(0)
+    )
+    failing = {p: ("failing", 1, 1, ERROR) for p in ("0", "1")}
+    observation = reported(bodies.applied(first, decision), "a", failing)
+    observation, _ = next_cycle(observation, now=5)
+    observation, ended = next_cycle(reported(observation, "a", {}), now=10)
+    (event,) = ended.events
+    assert event.reason == "PartitionRecovered"
+    assert event.message == (
+        "partitions 0-1 on a no longer reported in trouble (was failing): their batches went "
+        "through on a retry, or went to the dead letters after spec.processing.maxAttempts (2) "
+        "(ehb deadletters list)"
+    )

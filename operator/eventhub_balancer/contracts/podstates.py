@@ -86,6 +86,22 @@ class PodState:
     def ready(self) -> bool:
         return self.state == "ready"
 
+    def left(self, *, now: float) -> str:
+        """Why the planner counts this pod, still listed, as gone at ``now`` (seconds), as an
+        Event says it: "gone" when there is no more to say (a pod that released on its
+        SIGTERM); a pod no longer listed is "gone" without asking."""
+        if self.state is None:
+            return "its containers ended: the pod Succeeded or Failed"
+        if self.state == "terminating" and self.notready_since is not None:
+            waited = now - to_seconds(self.notready_since)
+            return (
+                f"terminating, NotReady for {waited:.0f} s since before its deletion, past "
+                "podGraceSeconds: its node may be lost"
+            )
+        if self.state == "notready":
+            return f"NotReady for {now - to_seconds(self.since):.0f} s, past podGraceSeconds"
+        return "gone"
+
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 #: The longest termination grace period taken at its word (a year): beyond it, the

@@ -251,6 +251,7 @@ def _decide(
         paused=spec.paused,
         pods=states,
         now=wall,
+        processing=spec.processing,
     )
     outcome = statuses.Outcome(
         generation=observation.generation,

@@ -18,7 +18,7 @@ from typing import Any
 
 from eventhub_balancer.balancing import models, partitionlists
 from eventhub_balancer.contracts import conditions as conditiontypes
-from eventhub_balancer.contracts import podstates, specs, statusbodies, timestamps
+from eventhub_balancer.contracts import failurepolicy, podstates, specs, statusbodies, timestamps
 from eventhub_balancer.reconciling import foreignreaders, lostblobs, progress, reports, writes
 
 #: The Event's source component, as ``kubectl describe`` shows it.
@@ -62,23 +62,6 @@ def _join(partitions: Iterable[str]) -> str:
     return partitionlists.named(partitions, NAMED_RUNS)
 
 
-def left(state: podstates.PodState, *, now: float) -> str:
-    """Why a pod the planner counts as gone, still listed as ``state``, lost its partitions at
-    ``now`` (seconds), as an Event says it: "gone" when there is no more to say (a pod that
-    released on its SIGTERM); a pod no longer listed is "gone" without asking."""
-    if state.state is None:
-        return "its containers ended: the pod Succeeded or Failed"
-    if state.state == "terminating" and state.notready_since is not None:
-        waited = now - podstates.to_seconds(state.notready_since)
-        return (
-            f"terminating, NotReady for {waited:.0f} s since before its deletion, past "
-            "podGraceSeconds: its node may be lost"
-        )
-    if state.state == "notready":
-        return f"NotReady for {now - podstates.to_seconds(state.since):.0f} s, past podGraceSeconds"
-    return "gone"
-
-
 def move_events(
     moves: Sequence[models.Move],
     *,
@@ -91,11 +74,11 @@ def move_events(
     While ``paused``, the planner drains every pod (`progress.paused_members`): those revokes say
     ``paused``, and a partition left without an owner is what the spec asks for, not a
     warning. A ``gone`` owner still among ``pods`` (NotReady or terminating past its grace at
-    ``now``, or finished) is said to be what it is (`left`)."""
+    ``now``, or finished) is said to be what it is (`podstates.PodState.left`)."""
     groups: dict[tuple[str, str, str | None, str | None], list[models.Move]] = {}
     for m in moves:
         state = pods.get(m.source or "") if m.reason == "gone" else None
-        why = m.reason if state is None else left(state, now=now)
+        why = m.reason if state is None else state.left(now=now)
         if m.kind == "assign":
             reason = "PartitionAssigned"
         elif m.kind == "revoke":
@@ -177,6 +160,7 @@ def build(
     paused: bool = False,
     pods: Mapping[str, podstates.PodState] = {},
     now: float = 0.0,
+    processing: failurepolicy.Processing | None = None,
 ) -> list[KubeEvent]:
     """The moves (``pods`` as read at ``now`` say why an owner lost its partitions), the
     ConfigMaps rewritten to repair them, the dependencies lost or regained, a pause started,
@@ -244,7 +228,9 @@ def build(
             events.append(KubeEvent(reason=c.reason, message=c.message, type="Warning"))
         elif c.type == conditiontypes.PAUSED and conditiontypes.changed(previous, c):
             events += pause_events(c, previous=previous)
-    events += trouble_events(troubles or {}, previous=previous, assignment=plan.assignment)
+    events += trouble_events(
+        troubles or {}, previous=previous, assignment=plan.assignment, processing=processing
+    )
     return events
 
 
@@ -269,9 +255,12 @@ def trouble_events(
     *,
     previous: statusbodies.StatusBody,
     assignment: Mapping[models.PartitionId, models.Ownership],
+    processing: failurepolicy.Processing | None = None,
 ) -> list[KubeEvent]:
     """One Warning per (state, pod) for troubles new since ``previous``, one Normal per pod
-    for troubles over; nothing while they stay the same."""
+    for troubles over; nothing while they stay the same. A failing partition's trouble ends
+    when its batch goes through, or, under ``onFailure: deadLetter``, is set aside: the pod
+    does not say which, so the Event names both."""
     news = reports.changes(troubles, previous=previous)
     started: dict[tuple[str, str], list[reports.Trouble]] = {}
     for t in news.started:
@@ -326,9 +315,17 @@ def trouble_events(
         now_on = {o.owner for k in keys if (o := assignment.get(models.PartitionId(k[0])))}
         moved = sorted(str(owner) for owner in now_on - {pod} if owner)
         it, verb = ("them" if plural else "it"), ("hold" if len(moved) > 1 else "holds")
+        aside = ""
+        if processing is not None and processing.on_failure == "deadLetter" and "failing" in states:
+            aside = (
+                f": {'their batches' if plural else 'its batch'} went through on a retry, or "
+                "went to the dead letters after "
+                f"spec.processing.maxAttempts ({processing.max_attempts}) (ehb deadletters list)"
+            )
         message = (
             f"partition{plural} {_join([k[0] for k in keys])} on {pod} no longer reported in "
-            f"trouble (was {states})" + (f"; {', '.join(moved)} {verb} {it} now" if moved else "")
+            f"trouble (was {states}){aside}"
+            + (f"; {', '.join(moved)} {verb} {it} now" if moved else "")
         )
         events.append(KubeEvent(reason="PartitionRecovered", message=message))
     return events
