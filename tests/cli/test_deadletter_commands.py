@@ -183,8 +183,15 @@ def test_a_misspelt_flag_is_named_against_the_actions_own_flags(
             "importing 'ehb_replay_handler' raised KeyError: 'EHB_NO_SUCH_TOPIC' "
             "({tmp}/ehb_replay_handler.py, line 2): fix what the module does at import",
         ),
+        (
+            'def process(df: "DataFrame", context: "TriggerContext"):\n    return None\n',
+            "ehb_replay_handler:process is a Spark handler (df: DataFrame, context: "
+            "TriggerContext), but it would be called as process(events, context) with a list "
+            "of events: replay it with --to-hub instead, and the consumer's pods process the "
+            "events again (--through-handler calls a handler in plain mode only)",
+        ),
     ],
-    ids=["syntax", "import"],
+    ids=["syntax", "import", "spark"],
 )
 def test_a_handler_that_cannot_be_imported_is_one_line_naming_through_handler(
     monkeypatch: pytest.MonkeyPatch,

@@ -6,12 +6,16 @@ import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from eventhub_balancer import consumer, errors
 from eventhub_balancer.consumer import protocols
+from tests.support import paths
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 
 def plain(events: Sequence[consumer.Event], context: consumer.BatchContext) -> None:
@@ -67,6 +71,58 @@ def test_a_spark_handler_is_a_plain_function() -> None:
     protocols.check(spark, reference="m:f", spark=True)
     with pytest.raises(errors.InvalidInput, match="drop async"):
         protocols.check(asynchronous, reference="m:f", spark=True)
+
+
+def dataframe_only(df: DataFrame, context: Any) -> None:
+    return None
+
+
+def test_a_handler_annotated_for_the_other_mode_is_refused_at_start() -> None:
+    """A Spark handler started without --spark was called with a list of events and failed
+    every batch (``AttributeError: 'list' object has no attribute 'withColumn'``) until its
+    partitions were parked; `ehb deadletters replay --through-handler` said the same."""
+    for function, given in (
+        (spark, "df: Any, context: consumer.TriggerContext"),
+        (dataframe_only, "df: DataFrame, context: Any"),
+    ):
+        with pytest.raises(errors.InvalidInput) as caught:
+            protocols.check(function, reference="m:f", spark=False)
+        assert str(caught.value) == (
+            f"--handler: m:f is a Spark handler ({given}), but it would be called as "
+            "process(events, context) with a list of events: give --spark (spark.enabled in "
+            "the consumer chart)"
+        )
+    with pytest.raises(errors.InvalidInput) as caught:
+        protocols.check(plain, reference="m:f", spark=True)
+    assert "m:f is a plain handler (events: Sequence[consumer.Event], context: " in str(
+        caught.value
+    )
+    assert str(caught.value).endswith(
+        "but it would be called as process(df, context) with one DataFrame: drop --spark "
+        "(spark.enabled in the consumer chart)"
+    )
+    # Whoever calls says what to do instead.
+    with pytest.raises(errors.InvalidInput, match=r"with a list of events: use the hub$"):
+        protocols.check(spark, reference="m:f", spark=False, remedy="use the hub")
+    # Annotations that say neither mode, or both, decide nothing.
+    for either in (Callable(), lambda df, context: None, both):
+        protocols.check(either, reference="m:f", spark=False)
+        protocols.check(either, reference="m:f", spark=True)
+
+
+def both(df: DataFrame, context: consumer.BatchContext) -> None:
+    return None
+
+
+def test_the_example_spark_pipeline_needs_spark(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    with pytest.raises(errors.InvalidInput, match=r"is a Spark handler .*give --spark"):
+        protocols.load(
+            "minute_counts.pipeline:process", search_path=[str(paths.EXAMPLES)], spark=False
+        )
+    assert protocols.load(
+        "minute_counts.pipeline:process", search_path=[str(paths.EXAMPLES)], spark=True
+    )
 
 
 def test_a_missing_dependency_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -103,7 +103,13 @@ def load_handler(args: argparse.Namespace) -> Any:
     from eventhub_balancer.consumer import protocols
 
     try:
-        return protocols.load(args.through_handler, search_path=args.handler_path, spark=False)
+        return protocols.load(
+            args.through_handler,
+            search_path=args.handler_path,
+            spark=False,
+            remedy="replay it with --to-hub instead, and the consumer's pods process the events "
+            "again (--through-handler calls a handler in plain mode only)",
+        )
     except errors.InvalidInput as e:
         if e.field != "--handler":
             raise
@@ -211,6 +217,7 @@ async def _replay_one(
     from eventhub_balancer import errors
     from eventhub_balancer.adapters import deadlettersends
     from eventhub_balancer.consumer import contexts
+    from eventhub_balancer.contracts import partitionreports
 
     # The hub's address is settled before the claim: a refusal leaves the blob as it was.
     coordinates = None if processor is not None else consumertargets.hub_coordinates(target)
@@ -235,9 +242,10 @@ async def _replay_one(
             try:
                 await processor(events, context)
             except Exception as e:
+                said = partitionreports.first_line(f"{type(e).__name__}: {e}")
                 raise errors.ConfigurationError(
-                    f"the handler failed on {letter.short_name} ({type(e).__name__}: {e}); it "
-                    "stays a dead letter, unmarked: fix the handler and replay it again"
+                    f"the handler failed on {letter.short_name} ({said}); it stays a dead "
+                    "letter, unmarked: fix the handler and replay it again"
                 ) from e
         elif coordinates is not None:
             await deadlettersends.replay_to_hub(coordinates, events, replay_of=letter.name)

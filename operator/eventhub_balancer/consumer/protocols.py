@@ -55,8 +55,27 @@ def _shape(spark: bool) -> str:
     return "process(df, context)" if spark else "process(events, context)"
 
 
-def check(function: Callable[..., Any], *, reference: str, spark: bool) -> None:
-    """Refuse ``function`` unless it can be called as the handler of its mode."""
+def _annotated_spark(signature: inspect.Signature) -> tuple[bool | None, str]:
+    """Whether a handler's annotations make it a Spark one (a DataFrame, a TriggerContext:
+    True) or a plain one (a BatchContext: False), and its parameters as annotated; None when
+    they say neither, or both."""
+    shown, found = [], []
+    for p in list(signature.parameters.values())[:2]:
+        a = p.annotation
+        text = "" if a is p.empty else a if isinstance(a, str) else getattr(a, "__name__", str(a))
+        shown.append(f"{p.name}: {text}" if text else p.name)
+        found.append(text)
+    first, second = [*found, "", ""][:2]
+    spark = "DataFrame" in first or "TriggerContext" in second
+    plain = "BatchContext" in second
+    return (spark if spark != plain else None), ", ".join(shown)
+
+
+def check(
+    function: Callable[..., Any], *, reference: str, spark: bool, remedy: str | None = None
+) -> None:
+    """Refuse ``function`` unless it can be called as the handler of its mode; one annotated
+    as the other mode's is refused with ``remedy`` (by default, the flag that switches mode)."""
     try:
         signature = inspect.signature(function)
     except (TypeError, ValueError):
@@ -93,6 +112,19 @@ def check(function: Callable[..., Any], *, reference: str, spark: bool) -> None:
             f"{reference} is async def, but with --spark the handler is a plain function "
             "(Spark calls block): drop async, or drop --spark for process(events, context)",
         )
+    annotated, annotated_as = _annotated_spark(signature)
+    if annotated is not None and annotated != spark:
+        if annotated:
+            kind, called = "a Spark handler", "process(events, context) with a list of events"
+            switch = "give --spark (spark.enabled in the consumer chart)"
+        else:
+            kind, called = "a plain handler", "process(df, context) with one DataFrame"
+            switch = "drop --spark (spark.enabled in the consumer chart)"
+        raise errors.InvalidInput(
+            "--handler",
+            f"{reference} is {kind} ({annotated_as}), but it would be called as {called}: "
+            f"{remedy or switch}",
+        )
 
 
 def _missing_dependency(module_name: str, cause: BaseException | None) -> str | None:
@@ -106,8 +138,11 @@ def _missing_dependency(module_name: str, cause: BaseException | None) -> str | 
     return missing
 
 
-def load(reference: str, *, search_path: Sequence[str] = (), spark: bool) -> Callable[..., Any]:
-    """Import ``module:function`` and check it against the handler protocol of its mode."""
+def load(
+    reference: str, *, search_path: Sequence[str] = (), spark: bool, remedy: str | None = None
+) -> Callable[..., Any]:
+    """Import ``module:function`` and check it against the handler protocol of its mode
+    (`check`, with ``remedy``)."""
     try:
         function = processing.load_handler(reference, search_path=search_path)
     except errors.InvalidInput as e:
@@ -133,7 +168,7 @@ def load(reference: str, *, search_path: Sequence[str] = (), spark: bool) -> Cal
             f"importing {reference.partition(':')[0]!r} raised {type(e).__name__}: {e} "
             f"({_where(e)}): fix what the module does at import",
         ) from e
-    check(function, reference=reference, spark=spark)
+    check(function, reference=reference, spark=spark, remedy=remedy)
     return function
 
 

@@ -191,7 +191,7 @@ async def run_async(
     revoke_after: float | None = None,
 ) -> Outcome:
     """:func:`run` on the caller's event loop (for async tests)."""
-    protocols.check(handler, reference=_name(handler), spark=False)
+    protocols.check(handler, reference=_name(handler), spark=False, remedy="test it with run_spark")
     context = batch_context(batch, epoch=epoch, consumer=consumer, pod=pod, attempt=attempt)
     # A list of its own, as the runtime hands each call (`attempts.BatchAttempts`).
     call = asyncio.ensure_future(processing.PlainProcessor(handler)(list(batch), context))
@@ -267,7 +267,7 @@ def run_spark(
     ``batch`` (events of one or more partitions), on the SparkSession ``spark``."""
     from eventhub_balancer.spark import frames
 
-    protocols.check(handler, reference=_name(handler), spark=True)
+    protocols.check(handler, reference=_name(handler), spark=True, remedy="test it with run")
     by_partition: dict[str, list[contexts.Event]] = {}
     for event in batch:
         by_partition.setdefault(event.partition, []).append(event)

@@ -38,7 +38,8 @@ def process(events, context):
         out.write(json.dumps({"first": context.first_sequence_number, "pid": os.getpid()}) + "\\n")
     time.sleep(float(os.environ.get("REPLAY_PAUSE", "0")))
     if str(context.first_sequence_number) in os.environ.get("REPLAY_REFUSE", "").split(","):
-        raise ValueError("still broken")
+        # Two lines, as a Java exception's text is: the error line stays one line.
+        raise ValueError("still broken\\n  at the second line of its message")
 """
 
 
