@@ -244,3 +244,19 @@ def test_a_hub_of_one_partition_on_one_pod_reads_in_the_singular() -> None:
     assert bodies.condition(observation, "PartitionsFailing")["message"] == (
         "1 partition in trouble (1 failing): 0 on a failing after 1 attempt: " + error
     )
+
+
+def test_ready_pods_beyond_the_partition_count_are_said_to_stand_idle() -> None:
+    """Six Spark pods on a hub of four partitions read "4 partitions over 6 Ready pods", and
+    nothing said that two of them, each with its JVM, held nothing and never would."""
+    ids = ("0", "1", "2", "3")
+    six = test_reports.started(*(pod(name) for name in "abcdef"), ids=ids)
+    assert bodies.condition(six, "Balanced")["message"] == (
+        "4 partitions over 6 Ready pods; 2 Ready pods more than partitions, standing idle"
+    )
+    five = test_reports.started(*(pod(name) for name in "abcde"), ids=ids)
+    assert bodies.condition(five, "Balanced")["message"].endswith(
+        "; 1 Ready pod more than partitions, standing idle"
+    )
+    four = test_reports.started(*(pod(name) for name in "abcd"), ids=ids)
+    assert bodies.condition(four, "Balanced")["message"] == "4 partitions over 4 Ready pods"

@@ -241,6 +241,11 @@ def build(
                 conditions.amount(len(partitions) - sum(k.partitions for k in kept), "partition")
                 + f" over {conditions.amount(ready_pods, 'Ready pod')}"
                 + (f"; {podwords.kept_words(kept, grace=grace)}" if kept else "")
+                + (
+                    f"; {conditions.amount(idle, 'Ready pod')} more than partitions, standing idle"
+                    if (idle := ready_pods - len(partitions)) > 0
+                    else ""
+                )
             ),
         )
     elif not ready_pods:
