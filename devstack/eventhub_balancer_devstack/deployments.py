@@ -5,7 +5,9 @@ derives that template from a Deployment as the API server holds it (after ``kube
 a chart's rendering, say), so that what runs is what the manifests say: the container's args,
 its environment (values, Downward API fields, Secret keys read from the API as the kubelet
 reads them), its Secret volumes (each item written as a file under a local directory, which
-stands for the mount path wherever a variable names a path under it; written once, at start),
+stands for the mount path wherever a variable names a path under it; written at start, and
+again by `refresh_secret_volumes` when the Secret changes: the real-kube node does, every few
+seconds),
 its readiness probe, its termination grace period and its pod labels.
 
 Two things a cluster gives and this machine does not are supplied by the caller: what an
@@ -94,16 +96,13 @@ def _environment(
     return values, downward
 
 
-def _secret_volumes(
-    spec: Mapping[str, Any],
-    container: Mapping[str, Any],
-    secret_value: Callable[[str, str], str],
-    volume_dir: Path | None,
-) -> dict[str, str]:
-    """{mount path: local directory} of the container's Secret volumes, their items written
-    into ``volume_dir`` (one directory per volume) as the kubelet writes them."""
+def _secret_items(
+    spec: Mapping[str, Any], container: Mapping[str, Any], volume_dir: Path | None
+) -> list[tuple[str, Path, str, str]]:
+    """(mount path, local file, Secret, key) of each item of the container's Secret volumes,
+    its file in ``volume_dir`` (one directory per volume) as the kubelet lays them out."""
     volumes = {v["name"]: v for v in spec.get("volumes") or []}
-    mounted: dict[str, str] = {}
+    items = []
     for mount in container.get("volumeMounts") or []:
         secret = volumes.get(mount["name"], {}).get("secret")
         if secret is None:
@@ -113,12 +112,52 @@ def _secret_volumes(
             raise UnrunnableSpec(f"{field}: only items mounted as a whole directory are served")
         if volume_dir is None:
             raise UnrunnableSpec(f"{field}: no local directory to write it to")
-        local = volume_dir / mount["name"]
-        local.mkdir(parents=True, exist_ok=True)
         for item in secret["items"]:
-            (local / item["path"]).write_text(secret_value(secret["secretName"], item["key"]))
-        mounted[str(mount["mountPath"]).rstrip("/")] = str(local)
+            local = volume_dir / mount["name"] / item["path"]
+            items.append((str(mount["mountPath"]), local, secret["secretName"], item["key"]))
+    return items
+
+
+def _write(path: Path, text: str) -> bool:
+    """Write ``text`` to ``path`` unless it holds it already, in one rename, so that a reader
+    sees the old content or the new, never a part (the kubelet swaps a symlink). True: it
+    changed."""
+    if path.is_file() and path.read_text() == text:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text)
+    partial.replace(path)
+    return True
+
+
+def _secret_volumes(
+    spec: Mapping[str, Any],
+    container: Mapping[str, Any],
+    secret_value: Callable[[str, str], str],
+    volume_dir: Path | None,
+) -> dict[str, str]:
+    """{mount path: local directory} of the container's Secret volumes, their items written
+    into ``volume_dir`` (one directory per volume) as the kubelet writes them."""
+    mounted: dict[str, str] = {}
+    for mount, local, secret, key in _secret_items(spec, container, volume_dir):
+        _write(local, secret_value(secret, key))
+        mounted[mount.rstrip("/")] = str(local.parent)
     return mounted
+
+
+def refresh_secret_volumes(
+    spec: Mapping[str, Any], secret_value: Callable[[str, str], str], volume_dir: Path
+) -> list[Path]:
+    """Write again the files of a running pod's Secret volumes whose Secret changed, as a
+    kubelet does at its sync of the pod (the credential rotation a pod follows in its files);
+    the files that changed. A Secret or key gone leaves the files as they are
+    (`MissingSecret`), as the kubelet keeps the volume's last content."""
+    changed = []
+    for _, local, secret, key in _secret_items(spec, spec["containers"][0], volume_dir):
+        if _write(local, secret_value(secret, key)):
+            changed.append(local)
+    return changed
 
 
 def _local_path(value: str, mounted: Mapping[str, str]) -> str:

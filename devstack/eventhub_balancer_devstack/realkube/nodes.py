@@ -49,6 +49,7 @@ from eventhub_balancer_devstack.realkube import (
     podwatches,
     refusals,
     runningpods,
+    secretvolumes,
 )
 
 logger = logging.getLogger(__name__)
@@ -86,6 +87,7 @@ class LocalNode:
         self._lock = threading.RLock()
         self._pods: dict[str, runningpods.RunningPod] = {}
         self._refused = refusals.Refusals()
+        self._volumes = secretvolumes.SecretVolumes(self._secret_value, state_dir)
         self._stop = threading.Event()
         #: Why pods get a kubeconfig instead of a mounted ServiceAccount (None: they do not).
         self.unmountable: str | None = None
@@ -341,6 +343,7 @@ class LocalNode:
             template=template,
             process=process,
             started_at=nodeleases.now(),
+            spec=spec,
         )
         with self._lock:
             self._pods[uid] = running
@@ -389,6 +392,7 @@ class LocalNode:
                 self._run(refused)
             with self._lock:
                 pods = [p for p in self._pods.values() if not p.gone and not p.deleting]
+            self._volumes.sync(pods)
             for pod in pods:
                 try:
                     runningpods.check(self._calls, pod)

@@ -12,6 +12,8 @@ import dataclasses
 import logging
 import subprocess
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from eventhub_balancer_devstack import podprocesses
 from eventhub_balancer_devstack.realkube import nodeleases, podstatuses, resourcecalls
@@ -42,6 +44,8 @@ class RunningPod:
     template: podprocesses.PodTemplate
     process: subprocess.Popen[bytes]
     started_at: str
+    #: The pod's spec, as bound (`secretvolumes` reads its Secret volumes from it)
+    spec: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     ready: bool = False
     failures: int = 0
     restarts: int = 0

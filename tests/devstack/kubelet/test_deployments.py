@@ -135,3 +135,27 @@ def test_a_missing_secret_and_a_missing_key_are_told_apart_as_a_kubelet_tells_th
     assert deployments.secret_key(body, namespace="shop", secret="orders-eh", key="cs") == (
         "Endpoint=sb://x"
     )
+
+
+def test_secret_volumes_are_written_again_when_their_secret_changes(tmp_path: Path) -> None:
+    """Only the files whose Secret changed, each in one rename; a Secret gone leaves them."""
+    spec = chart_deployment()["spec"]["template"]["spec"]
+    values = dict(SECRETS)
+    built = template(chart_deployment(), tmp_path)
+    blob = Path(built.env["EHB_BLOB_CONNECTION_STRING_FILE"])
+    eventhub = Path(built.env["EHB_EVENTHUB_CONNECTION_STRING_FILE"])
+
+    def value(name: str, key: str) -> str:
+        if (name, key) not in values:
+            raise deployments.MissingSecret(f'secret "{name}" not found')
+        return values[(name, key)]
+
+    assert deployments.refresh_secret_volumes(spec, value, tmp_path) == []
+    values[("orders-blob", "connectionString")] = "rotated"
+    assert deployments.refresh_secret_volumes(spec, value, tmp_path) == [blob]
+    assert (blob.read_text(), eventhub.read_text()) == ("rotated", "Endpoint=eh")
+    assert sorted(p.name for p in blob.parent.iterdir()) == [blob.name]  # no partial file left
+    del values[("orders-blob", "connectionString")]
+    with pytest.raises(deployments.MissingSecret):
+        deployments.refresh_secret_volumes(spec, value, tmp_path)
+    assert blob.read_text() == "rotated"

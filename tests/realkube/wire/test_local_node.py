@@ -26,6 +26,7 @@ from eventhub_balancer_devstack.realkube import (
     accountmounts,
     nodes,
     podwatches,
+    secretvolumes,
     writerecords,
 )
 from tests.support.fixtures.kube import kubectl_binary
@@ -319,6 +320,36 @@ def test_a_pod_waits_for_its_secret_and_starts_once_it_is_there(
     real_kubectl("-n", NAMESPACE, "create", "secret", "generic", "later", "--from-literal=token=t")
     wait_for("the pod Ready", lambda: ready_pods(real_kube, "needs-secret"))
     real_kubectl("-n", NAMESPACE, "delete", "deployment/needs-secret", "--wait=false")
+
+
+def test_a_changed_secret_reaches_the_files_of_its_running_pod(
+    real_kube: RealControlPlane, real_kubectl: Kubectl, node: nodes.LocalNode
+) -> None:
+    """A kubelet writes a Secret volume again once its Secret changed, and a consumer pod
+    follows a rotated credential in its file. The node wrote the files once, at the pod's
+    start: a rotation tried on the local stack never reached the pods."""
+    real_kubectl("create", "namespace", NAMESPACE, check=False)  # made already, when not alone
+    real_kubectl("-n", NAMESPACE, "create", "secret", "generic", "rotated", "--from-literal=k=1")
+    body = deployment(1, name="rotating")
+    spec = body["spec"]["template"]["spec"]
+    spec["volumes"] = [
+        {"name": "creds", "secret": {"secretName": "rotated", "items": [{"key": "k", "path": "f"}]}}
+    ]
+    spec["containers"][0]["volumeMounts"] = [{"name": "creds", "mountPath": "/var/run/creds"}]
+    real_kubectl("apply", "-f", "-", input=yaml.safe_dump(body))
+    (name,) = wait_for("the pod Ready", lambda: ready_pods(real_kube, "rotating"))
+    file = node.log_dir.parent / NAMESPACE / name / "volumes" / "creds" / "f"
+    assert file.read_text() == "1"
+    new = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "rotated"}}
+    real_kubectl(
+        "-n", NAMESPACE, "apply", "-f", "-", input=yaml.safe_dump({**new, "stringData": {"k": "2"}})
+    )
+    assert wait_for("the new value in the file", lambda: file.read_text() == "2")
+    # A Secret gone leaves the last content, as a kubelet's volume does.
+    real_kubectl("-n", NAMESPACE, "delete", "secret", "rotated")
+    time.sleep(secretvolumes.SYNC_S * 2)
+    assert file.read_text() == "2"
+    real_kubectl("-n", NAMESPACE, "delete", "deployment/rotating", "--wait=false")
 
 
 #: A watch timeout far longer than the bound below: a stop that waited for the server to end
