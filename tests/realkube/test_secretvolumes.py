@@ -80,6 +80,26 @@ def test_a_missing_secret_is_no_error(tmp_path: Path) -> None:
 
         return value
 
-    volumes = secretvolumes.SecretVolumes(gone, tmp_path, clock=lambda: secretvolumes.SYNC_S)
+    file = tmp_path / "shop" / "a" / "volumes" / "creds" / "f"
+    file.parent.mkdir(parents=True)
+    file.write_text("last")
+    now = [0.0]
+    volumes = secretvolumes.SecretVolumes(gone, tmp_path, clock=lambda: now[0])
+    now[0] = secretvolumes.SYNC_S
     volumes.sync(cast(list[runningpods.RunningPod], [Pod("a")]))
-    assert not (tmp_path / "shop" / "a" / "volumes" / "creds" / "f").exists()
+    assert file.read_text() == "last"
+
+
+def test_a_pod_whose_folder_cannot_be_written_leaves_the_others_synced(tmp_path: Path) -> None:
+    """The sync runs in the node's probe round: an error it let out stopped every probe."""
+
+    def value(namespace: str) -> Any:
+        return lambda secret, key: "v"
+
+    (tmp_path / "shop").mkdir()
+    (tmp_path / "shop" / "a").write_text("a file where the pod's folder would be")
+    now = [0.0]
+    volumes = secretvolumes.SecretVolumes(value, tmp_path, clock=lambda: now[0])
+    now[0] = secretvolumes.SYNC_S
+    volumes.sync(cast(list[runningpods.RunningPod], [Pod("a"), Pod("b")]))
+    assert (tmp_path / "shop" / "b" / "volumes" / "creds" / "f").read_text() == "v"

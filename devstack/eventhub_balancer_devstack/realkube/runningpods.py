@@ -45,7 +45,7 @@ class RunningPod:
     process: subprocess.Popen[bytes]
     started_at: str
     #: The pod's spec, as bound (`secretvolumes` reads its Secret volumes from it)
-    spec: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    spec: Mapping[str, Any]
     ready: bool = False
     failures: int = 0
     restarts: int = 0

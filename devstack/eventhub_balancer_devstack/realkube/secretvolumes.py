@@ -54,8 +54,10 @@ class SecretVolumes:
                 changed = deployments.refresh_secret_volumes(
                     pod.spec, self._secret_value(pod.namespace), folder
                 )
-            except (deployments.UnrunnableSpec, ApiException):
-                continue  # a Secret gone, or the API away: the files stay, as a kubelet's do
+            except (deployments.UnrunnableSpec, ApiException, OSError):
+                # A Secret gone, the API away, or the pod's folder removed as it stopped: the
+                # files stay as they are, as a kubelet's do, and the next round tries again.
+                continue
             for path in changed:
                 logger.info(
                     "pod %s/%s: %s written again: its Secret changed",
