@@ -60,6 +60,16 @@ class CheckpointStoreUnreachable(TransientError):
     reason: ClassVar[str] = "CheckpointStoreUnreachable"
 
 
+class CheckpointStoreRefused(ConfigurationError):
+    """The checkpoint store refuses this client: its credentials, or what they may do. Every
+    partition meets it alike, so ``cause`` says it without the one operation it was met in
+    (a partition's blob and sequence number), as each partition's report carries it."""
+
+    def __init__(self, message: str, *, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
 class OwnershipLost(EventHubBalancerError):
     """A higher epoch owns the partition now: stop processing it, never retry blindly."""
 

@@ -71,7 +71,7 @@ async def test_a_refused_request_is_raised_as_store_unreachable_without_retry() 
 
 async def test_rejected_credentials_are_a_configuration_error() -> None:
     request, calls = answers(azure_errors.ClientAuthenticationError(message="no"))
-    with pytest.raises(errors.ConfigurationError, match=r"rejected our credentials.*expired"):
+    with pytest.raises(errors.CheckpointStoreRefused, match=r"rejected our credentials.*expired"):
         await retrying.call_with_retries(budget(), request)
     assert len(calls) == 1
 
@@ -97,10 +97,12 @@ async def test_a_forbidden_request_says_which_permission_to_grant(
     """A role or SAS without write (or list) is refused with 403 at every attempt: it is a
     configuration to change, not an outage, and the message says what to change."""
     request, calls = answers(http_error(403, code))
-    with pytest.raises(errors.ConfigurationError) as raised:
+    with pytest.raises(errors.CheckpointStoreRefused) as raised:
         await retrying.call_with_retries(budget(), request)
     message = str(raised.value)
     assert message.startswith("test op: ")
+    # What every partition meeting it says alike: the same, without the operation.
+    assert message == f"test op: {raised.value.cause}"
     assert "HTTP 403" in message
     assert says in message
     assert "\n" not in message

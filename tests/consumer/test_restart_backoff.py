@@ -122,3 +122,30 @@ def test_only_a_restart_in_an_outage_takes_up_quietly() -> None:
     assert rows.take_up_level("1", now=1.5 + restarts.STREAK_S) == logging.INFO
     rows.failed("2", errors.CheckpointStoreUnreachable("503"), epoch=1, now=2.0)
     assert rows.take_up_level("2", now=3.0) == logging.INFO  # its own failure, said alone
+
+
+def test_a_store_that_refuses_the_pod_is_one_cause_said_for_all_its_partitions(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A storage key rotated to a wrong one failed every partition's checkpoint: 32 ERROR
+    lines a round on a 32-partition pod, each naming its own blob, and reports whose text
+    differed from partition to partition (so the operator posted an Event for each few) and
+    lost what to check past the status's 200 characters."""
+    cause = (
+        "the blob service forbids it (HTTP 403 AuthorizationFailure (HttpResponseError)): "
+        "the account refused this client: check that the key is right"
+    )
+    rows = restarts.Restarts()
+    caplog.set_level(logging.DEBUG, logger=restarts.__name__)
+    for p in range(4):
+        operation = f"checkpoint update to sequence number {9 + p} of partition {p} (h/c/{p})"
+        error = errors.CheckpointStoreRefused(f"{operation}: {cause}", cause=cause)
+        rows.failed(str(p), error, epoch=1, now=0.1 * p)
+    assert {r.error for r in rows.entries.values()} == {cause}
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [line.split(":")[0] for line in said] == [
+        "partition 0",
+        "2 partitions refused by the checkpoint store together, each restarting with backoff, last",
+        "4 partitions refused by the checkpoint store together, each restarting with backoff, last",
+    ]
+    assert said[-1].count("partition 3 (h/c/3)") == 1  # the last one's own words, in full

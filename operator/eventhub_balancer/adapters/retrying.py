@@ -256,17 +256,17 @@ def raise_unless_transient(error: Exception, budget: Budget) -> None:
     if is_transient(error):
         return
     if isinstance(error, azure_errors.ClientAuthenticationError):
-        raise errors.ConfigurationError(
-            f"{budget.operation}: the blob service rejected our credentials "
-            f"({describe(error)}); check the checkpoint store's connection string (its key, "
-            "or a SAS token that may have expired) or workload identity"
-        ) from error
+        cause = (
+            f"the blob service rejected our credentials ({describe(error)}); check the "
+            "checkpoint store's connection string (its key, or a SAS token that may have "
+            "expired) or workload identity"
+        )
+        raise errors.CheckpointStoreRefused(f"{budget.operation}: {cause}", cause=cause) from error
     if isinstance(error, azure_errors.HttpResponseError) and error.status_code == 403:
         # Forbidden at every attempt until someone grants what is missing: say what.
         what = FORBIDDEN.get(error_code(error) or "", FORBIDDEN_OTHERWISE)
-        raise errors.ConfigurationError(
-            f"{budget.operation}: the blob service forbids it ({describe(error)}): {what}"
-        ) from error
+        cause = f"the blob service forbids it ({describe(error)}): {what}"
+        raise errors.CheckpointStoreRefused(f"{budget.operation}: {cause}", cause=cause) from error
     if isinstance(error, azure_errors.AzureError):
         raise errors.CheckpointStoreUnreachable(
             f"{budget.operation}: the blob service refused the request ({describe(error)})"

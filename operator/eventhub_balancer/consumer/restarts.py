@@ -17,6 +17,9 @@ Every other failure is logged here too, one line with when the partition starts 
 failure on Event Hubs (`errors.EventHubUnreachable`: refused, unanswered, throttled, a
 partition or position refused) may be one partition's trouble or the whole pod's; while
 several partitions meet one together it is said in one line for them (`adapters.sharedlines`).
+So is a checkpoint store that refuses the pod (`errors.CheckpointStoreRefused`: its credentials
+rejected, or forbidden a write), whose restart records the cause alone, without the
+partition's blob and sequence number, so that every partition reports it in the same words.
 The restart of a failure said for many partitions says its take-up at DEBUG too: it is one
 more attempt in the outage, not news.
 """
@@ -55,6 +58,11 @@ FAILED = "partition %s: epoch %d failed: %s; restarting in %.1f s"
 #: The failures of partitions that fail on Event Hubs together (`sharedlines`): unreachable,
 #: throttled, a receive position or partition refused.
 UNREACHABLE = "%d partitions failed on Event Hubs together, each restarting with backoff, last: %s"
+#: The failures of partitions that the checkpoint store refuses together (`sharedlines`): its
+#: credentials rejected, or forbidden what it must do (a rotated key, an expired SAS, a role).
+REFUSED = (
+    "%d partitions refused by the checkpoint store together, each restarting with backoff, last: %s"
+)
 
 
 def shared(error: BaseException | None) -> bool:
@@ -86,6 +94,7 @@ class Restarts:
         #: Each shared failure's text, and when it was last logged.
         self._said: dict[str, float] = {}
         self._unreachable = sharedlines.SharedLines(logger, UNREACHABLE)
+        self._refused = sharedlines.SharedLines(logger, REFUSED)
 
     def failed(
         self, partition: str, error: BaseException | None, *, epoch: int, now: float
@@ -98,12 +107,16 @@ class Restarts:
         failures = (previous.failures if previous else 0) + 1
         delay = backoff_delay(failures)
         text = str(error) if error is not None else "the worker crashed"
-        restart = self.entries[partition] = Restart(failures, now + delay, text)
+        # A store that refuses the pod is reported as every partition meets it: in the same
+        # words, which name its cause before the status's bound cuts the line.
+        reported = error.cause if isinstance(error, errors.CheckpointStoreRefused) else text
+        restart = self.entries[partition] = Restart(failures, now + delay, reported)
         if error is None:
             logger.info("partition %s: restarting in %.1f s", partition, delay)
             return restart
-        if isinstance(error, errors.EventHubUnreachable):
-            restart.quiet = not self._unreachable.say(
+        if isinstance(error, errors.EventHubUnreachable | errors.CheckpointStoreRefused):
+            lines = self._unreachable if isinstance(error, errors.TransientError) else self._refused
+            restart.quiet = not lines.say(
                 partition, logging.ERROR, FAILED, partition, epoch, text, delay, now=now
             )
             return restart
@@ -148,3 +161,4 @@ class Restarts:
         self.entries.clear()
         self._said.clear()
         self._unreachable = sharedlines.SharedLines(logger, UNREACHABLE)
+        self._refused = sharedlines.SharedLines(logger, REFUSED)
