@@ -115,7 +115,11 @@ class Restarts:
             logger.info("partition %s: restarting in %.1f s", partition, delay)
             return restart
         if isinstance(error, errors.EventHubUnreachable | errors.CheckpointStoreRefused):
-            lines = self._unreachable if isinstance(error, errors.TransientError) else self._refused
+            lines = (
+                self._unreachable
+                if isinstance(error, errors.EventHubUnreachable)
+                else self._refused
+            )
             restart.quiet = not lines.say(
                 partition, logging.ERROR, FAILED, partition, epoch, text, delay, now=now
             )
