@@ -131,6 +131,13 @@ def _write(path: Path, text: str) -> bool:
     return True
 
 
+def _write_items(
+    items: list[tuple[str, Path, str, str]], secret_value: Callable[[str, str], str]
+) -> list[Path]:
+    """Write each item's file from its Secret key (`_write`); the files that changed."""
+    return [local for _, local, secret, key in items if _write(local, secret_value(secret, key))]
+
+
 def _secret_volumes(
     spec: Mapping[str, Any],
     container: Mapping[str, Any],
@@ -139,11 +146,9 @@ def _secret_volumes(
 ) -> dict[str, str]:
     """{mount path: local directory} of the container's Secret volumes, their items written
     into ``volume_dir`` (one directory per volume) as the kubelet writes them."""
-    mounted: dict[str, str] = {}
-    for mount, local, secret, key in _secret_items(spec, container, volume_dir):
-        _write(local, secret_value(secret, key))
-        mounted[mount.rstrip("/")] = str(local.parent)
-    return mounted
+    items = _secret_items(spec, container, volume_dir)
+    _write_items(items, secret_value)
+    return {mount.rstrip("/"): str(local.parent) for mount, local, _, _ in items}
 
 
 def refresh_secret_volumes(
@@ -153,11 +158,7 @@ def refresh_secret_volumes(
     kubelet does at its sync of the pod (the credential rotation a pod follows in its files);
     the files that changed. A Secret or key gone leaves the files as they are
     (`MissingSecret`), as the kubelet keeps the volume's last content."""
-    changed = []
-    for _, local, secret, key in _secret_items(spec, spec["containers"][0], volume_dir):
-        if _write(local, secret_value(secret, key)):
-            changed.append(local)
-    return changed
+    return _write_items(_secret_items(spec, spec["containers"][0], volume_dir), secret_value)
 
 
 def _local_path(value: str, mounted: Mapping[str, str]) -> str:
