@@ -260,3 +260,37 @@ def test_ready_pods_beyond_the_partition_count_are_said_to_stand_idle() -> None:
     )
     four = test_reports.started(*(pod(name) for name in "abcd"), ids=ids)
     assert bodies.condition(four, "Balanced")["message"] == "4 partitions over 4 Ready pods"
+
+
+def test_a_pod_that_cannot_start_is_named_once_its_share_stops_waiting_for_it() -> None:
+    """A rollout whose new pod stayed in CreateContainerConfigError (an env var from a Secret key
+    that does not exist) read "Balanced: 32 partitions over 2 Ready pods": the pod was past
+    podGraceSeconds, so its share stopped waiting for it, and nothing named it."""
+    stuck = crashing("c", "CreateContainerConfigError")
+    stuck["status"]["phase"] = "Pending"
+    stuck["spec"] = {"nodeName": "node-1"}
+    unscheduled = pod("d", ready=False)
+    unscheduled["status"] = {
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+    }
+    observation = test_reports.started(pod("a"), pod("b"))
+    joined = dataclasses.replace(observation, pods=(*observation.pods, stuck))
+    within, _ = test_reports.next_cycle(joined, now=5)
+    assert bodies.condition(within, "Balanced")["reason"] == "PodsStarting"
+    past, _ = test_reports.next_cycle(within, now=60)
+    assert bodies.condition(past, "Balanced")["message"] == (
+        "4 partitions over 2 Ready pods; 1 pod not Ready, holding nothing: "
+        "c CreateContainerConfigError"
+    )
+    # One that no node took holds nothing from the start; either is named, the first by name.
+    both = dataclasses.replace(past, pods=(*past.pods, unscheduled))
+    both, _ = test_reports.next_cycle(both, now=65)
+    assert bodies.condition(both, "Balanced")["message"].endswith(
+        "; 2 pods not Ready, holding nothing: c CreateContainerConfigError, d Unschedulable"
+    )
+    # Ready, it takes its share; nothing is said of it.
+    ready = dataclasses.replace(both, pods=(pod("a"), pod("b"), pod("c", since=70)))
+    for now in (70, 71, 72):
+        ready, _ = test_reports.next_cycle(ready, now=now)
+    assert "not Ready" not in bodies.condition(ready, "Balanced")["message"]

@@ -233,17 +233,31 @@ def build(
             message="no partitions to balance: see EventHubReachable",
         )
     elif plan.balanced:
+        # NotReady pods that hold nothing and wait for no share: a rollout's new pod whose
+        # container cannot be created, say; the Ready pods are balanced without them.
+        owners = {o.owner for o in plan.assignment.values()}
+        stuck = [
+            s
+            for s in pods.values()
+            if s.state == "notready" and s.name not in owners and s.name not in plan.starting
+        ]
         balanced = conditions.Condition(
             type=conditions.BALANCED,
             status="True",
             reason="Balanced",
-            message=(
+            message=conditions.shorten(
                 conditions.amount(len(partitions) - sum(k.partitions for k in kept), "partition")
                 + f" over {conditions.amount(ready_pods, 'Ready pod')}"
                 + (f"; {podwords.kept_words(kept, grace=grace)}" if kept else "")
                 + (
                     f"; {conditions.amount(idle, 'Ready pod')} more than partitions, standing idle"
                     if (idle := ready_pods - len(partitions)) > 0
+                    else ""
+                )
+                + (
+                    f"; {conditions.amount(len(stuck), 'pod')} not Ready, holding nothing: "
+                    f"{podwords.not_ready(stuck)}"
+                    if stuck
                     else ""
                 )
             ),
