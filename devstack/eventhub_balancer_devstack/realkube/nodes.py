@@ -241,17 +241,15 @@ class LocalNode:
         if kind == "DELETED":
             self._forget(uid, pod)
             return
-        node = spec.get("nodeName")
-        if not node:
-            return  # the scheduler's watch binds it
-        if node != self._name:
-            return
+        if spec.get("nodeName") != self._name:
+            return  # another node's, or not bound yet: the scheduler's watch binds it
         with self._lock:
             known = self._pods.get(uid)
         if metadata.get("deletionTimestamp"):
             if known is not None:
                 self._terminate(known, pod)
-            elif uid not in self._refused:  # once: the watch's next list brings it again
+            else:  # none of its containers runs (refused, say): gone now; the next list retries
+                self._refused.forget(uid)
                 podstatuses.confirm_deleted(self._calls, metadata, stopping=self._stop, tries=1)
             return
         if known is None and uid not in self._refused:

@@ -322,6 +322,45 @@ def test_a_pod_waits_for_its_secret_and_starts_once_it_is_there(
     real_kubectl("-n", NAMESPACE, "delete", "deployment/needs-secret", "--wait=false")
 
 
+def test_a_pod_that_never_started_is_gone_as_soon_as_it_is_deleted(
+    real_kube: RealControlPlane, real_kubectl: Kubectl, node: nodes.LocalNode
+) -> None:
+    """A rollout undone while its new pod waited in CreateContainerConfigError left that pod
+    Terminating for good: the node confirmed no deletion of a pod it had refused. None of its
+    containers runs, so a kubelet removes it at once, whatever its grace period."""
+    real_kubectl("create", "namespace", NAMESPACE, check=False)  # made already, when not alone
+    body = deployment(1, name="never-starts")
+    spec = body["spec"]["template"]["spec"]
+    spec["terminationGracePeriodSeconds"] = 3600
+    spec["containers"][0]["env"] = [
+        {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "absent", "key": "token"}}}
+    ]
+    real_kubectl("apply", "-f", "-", input=yaml.safe_dump(body))
+
+    def waiting() -> list[str]:
+        pods = real_kube.list_objects(
+            "v1/pods", namespace=NAMESPACE, label_selector="app=never-starts"
+        )
+        return [
+            p["metadata"]["name"]
+            for p in pods
+            for c in (p.get("status") or {}).get("containerStatuses") or []
+            if ((c.get("state") or {}).get("waiting") or {}).get("reason")
+            == "CreateContainerConfigError"
+        ]
+
+    wait_for("the pod waiting for its Secret", waiting)
+    real_kubectl("-n", NAMESPACE, "delete", "deployment/never-starts", "--wait=false")
+    wait_for(
+        "the pod gone",
+        lambda: (
+            not real_kube.list_objects(
+                "v1/pods", namespace=NAMESPACE, label_selector="app=never-starts"
+            )
+        ),
+    )
+
+
 def test_a_changed_secret_reaches_the_files_of_its_running_pod(
     real_kube: RealControlPlane, real_kubectl: Kubectl, node: nodes.LocalNode
 ) -> None:
