@@ -494,3 +494,54 @@ async def test_a_lost_sessions_error_that_cannot_be_told_still_has_it_replaced()
     assert call.exception() is None
     assert keeper.restarts == 1
     assert [rows for _, rows in handler.triggers][-1] == [("0", n) for n in range(3, 6)]
+
+
+class ServerGone(DyingSession):
+    """A Spark Connect session whose server went away: its calls fail as grpcio says it."""
+
+    def createDataFrame(self, table: Any, schema: Any = None) -> Any:
+        if self.dead:
+            raise RuntimeError(GRPC_GONE)
+        return table
+
+
+#: What ``str()`` of grpcio's error gives for a channel whose server stopped (taken from a
+#: real call to a closed port), after SparkConnectGrpcException's name.
+GRPC_GONE = (
+    "<_InactiveRpcError of RPC that terminated with:\n"
+    "\tstatus = StatusCode.UNAVAILABLE\n"
+    '\tdetails = "failed to connect to all addresses; last error: UNKNOWN: '
+    'ipv4:127.0.0.1:42225: Failed to connect to remote host: Connection refused"\n'
+    '\tdebug_error_string = "UNAVAILABLE:failed to connect to all addresses; last error: '
+    'UNKNOWN: ipv4:127.0.0.1:42225: Failed to connect to remote host: Connection refused"\n>'
+)
+
+
+async def test_a_connect_server_gone_is_said_in_one_line(caplog: pytest.LogCaptureFixture) -> None:
+    """A Spark Connect server stopped under a pod: its log said "the SparkSession was lost
+    (SparkConnectGrpcException: <_InactiveRpcError of RPC that terminated with:" and four
+    more lines of grpcio's, the cause in the middle and twice."""
+    factory, handler = Factory(), Handler()
+
+    async def build() -> DyingSession:
+        await asyncio.sleep(START_S)
+        session = ServerGone(len(factory.built) + 1)
+        factory.built.append(session)
+        return session
+
+    keeper = sessionkeeping.SessionKeeper(build, alive=factory.alive, discard=factory.discard)
+    spark = triggers_on(keeper, handler)
+    keeper.start()
+    await spark(*batch("0", 0, 3))
+    factory.built[0].dead = True
+    call = asyncio.ensure_future(spark(*batch("0", 3, 3)))
+    await asyncio.wait({call}, timeout=sessionkeeping.ALIVE_TIMEOUT_S + 2 * START_S)
+    call.cancel()
+    await asyncio.gather(call, return_exceptions=True)
+    await keeper.stop(factory.discard)
+    (said,) = [r.getMessage() for r in caplog.records if "was lost" in r.getMessage()]
+    assert said == (
+        "the SparkSession was lost (RuntimeError: failed to connect to all addresses; last "
+        "error: UNKNOWN: ipv4:127.0.0.1:42225: Failed to connect to remote host: Connection "
+        "refused (UNAVAILABLE)); starting a new one, NotReady until it is warm"
+    )

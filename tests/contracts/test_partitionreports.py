@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import socket
+
+import grpc
+import pytest
 
 from eventhub_balancer.contracts import partitionreports as reports
 
@@ -139,6 +143,28 @@ def test_a_java_exception_names_the_method_and_its_root_cause() -> None:
     ) == ("calling collectAndServe: java.lang.OutOfMemoryError: Java heap space")
     # Without the Java text (the JVM gone before it was asked), the line stays as it was.
     alone = "Py4JJavaError: An error occurred while calling o7.count."
+    assert reports.first_line(alone) == alone
+
+
+def test_a_grpc_failure_says_its_details_and_status() -> None:
+    """A Spark Connect server gone under a trigger: the report said
+    "SparkConnectGrpcException: <_InactiveRpcError of RPC that terminated with:", grpcio's
+    first line, which names no cause. The text here is grpcio's own, of a call to a closed
+    port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        call = channel.unary_unary("/spark.connect.SparkConnectService/Config")
+        with pytest.raises(grpc.RpcError) as raised:
+            call(b"", timeout=10)
+    error = f"SparkConnectGrpcException: {raised.value}"
+    assert error.splitlines()[0].endswith("of RPC that terminated with:")
+    said = reports.first_line(error)
+    assert said.startswith("SparkConnectGrpcException: failed to connect to all addresses")
+    assert said.endswith("Connection refused (UNAVAILABLE)")
+    # Without the details, the line stays as it was.
+    alone = "SparkConnectGrpcException: <_InactiveRpcError of RPC that terminated with:"
     assert reports.first_line(alone) == alone
 
 

@@ -45,6 +45,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from eventhub_balancer.contracts import partitionreports
+
 logger = logging.getLogger(__name__)
 
 #: The longest wait for a session's answer to the liveness check (a live one answers in
@@ -209,9 +211,11 @@ class SessionKeeper:
 
 
 def _told(error: BaseException) -> str:
-    """``error`` as text; its type alone when its text cannot be had (py4j asks the JVM for
-    a Java exception's text, and the JVM is what was lost)."""
+    """``error`` in one line, as a partition's report says it (`partitionreports.first_line`:
+    a Spark Connect server gone is ``SparkConnectGrpcException: ...: Connection refused
+    (UNAVAILABLE)``, not grpcio's five lines); its type alone when its text cannot be had
+    (py4j asks the JVM for a Java exception's text, and the JVM is what was lost)."""
     try:
-        return f"{type(error).__name__}: {error}"
+        return partitionreports.first_line(f"{type(error).__name__}: {error}")
     except Exception:
         return type(error).__name__

@@ -73,6 +73,14 @@ TRACEBACK = "Traceback (most recent call last):"
 #: and its stack follow, its root cause on the last ``Caused by:`` line.
 PY4J_CALL = re.compile(r"An error occurred while calling (?:o\d+|z:[\w.$]+)\.(\w+)\.?$")
 JAVA_CAUSE = "Caused by: "
+#: The first line of a gRPC call's failure as grpcio words it (which Spark Connect's client
+#: passes on as ``SparkConnectGrpcException``): it names no cause. The status code and the
+#: details (the server's words, or the channel's: ``Connection refused``) follow, a line each.
+GRPC_CALL = re.compile(
+    r"<_(?:InactiveRpcError|MultiThreadedRendezvous) of RPC that terminated with:$"
+)
+GRPC_STATUS = re.compile(r"^\s*status = StatusCode\.(\w+)$", re.MULTILINE)
+GRPC_DETAILS = re.compile(r'^\s*details = "(.*)"$', re.MULTILINE)
 
 
 def first_line(error: str) -> str:
@@ -81,7 +89,8 @@ def first_line(error: str) -> str:
     carries a Python traceback, its cause (the traceback's exception line) is what the line
     says after the first, or instead of a first line that is the traceback's header. A
     py4j Java exception says the method called and the Java exception's root cause, instead
-    of the JVM object called (`PY4J_CALL`)."""
+    of the JVM object called (`PY4J_CALL`); a gRPC call's failure says its details and status
+    code, instead of the words that announce them (`GRPC_CALL`)."""
     lines = error.strip().splitlines()
     line = lines[0].strip() if lines else ""
     if call := PY4J_CALL.search(line):
@@ -89,6 +98,9 @@ def first_line(error: str) -> str:
         causes = [t[len(JAVA_CAUSE) :] for t in lines[1:] if t.startswith(JAVA_CAUSE)]
         if root := (causes[-1:] or java):
             line = f"{line[: call.start()]}calling {call[1]}: {root[0].strip()}"
+    if (call := GRPC_CALL.search(line)) and (details := GRPC_DETAILS.search(error)):
+        code = GRPC_STATUS.search(error)
+        line = f"{line[: call.start()]}{details[1]}" + (f" ({code[1]})" if code else "")
     if TRACEBACK in error:
         tail = error.rsplit(TRACEBACK, 1)[1].splitlines()
         cause = next((t.strip() for t in tail if t.strip() and not t[0].isspace()), "")
