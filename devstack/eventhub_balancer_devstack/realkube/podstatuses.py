@@ -32,10 +32,14 @@ def running(
     alive: bool,
     ready: bool,
     restarts: int,
+    ready_since: str = "",
+    last_exit: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A pod whose process runs (``alive``) or waits for its restart."""
+    """A pod whose process runs (``alive``) or waits for its restart; Ready (and
+    ContainersReady) since ``ready_since``, its containers' last end ``last_exit``."""
     flag = "True" if ready else "False"
     now = nodeleases.now()
+    since = ready_since or now
     state: dict[str, Any] = (
         {"running": {"startedAt": started_at}}
         if alive
@@ -50,8 +54,8 @@ def running(
         "conditions": [
             {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
             {"type": "Initialized", "status": "True", "lastTransitionTime": now},
-            {"type": "ContainersReady", "status": flag, "lastTransitionTime": now},
-            {"type": "Ready", "status": flag, "lastTransitionTime": now},
+            {"type": "ContainersReady", "status": flag, "lastTransitionTime": since},
+            {"type": "Ready", "status": flag, "lastTransitionTime": since},
         ],
         "containerStatuses": [
             {
@@ -62,6 +66,7 @@ def running(
                 "started": alive,
                 "restartCount": restarts,
                 "state": state,
+                "lastState": {"terminated": dict(last_exit)} if last_exit else {},
             }
         ],
     }

@@ -52,6 +52,14 @@ class RunningPod:
     next_restart: float = 0.0
     deleting: bool = False
     gone: bool = False
+    #: When Ready last changed (its first start until then): a kubelet keeps a condition's
+    #: lastTransitionTime while its status stays, and the operator counts grace from it
+    ready_since: str = ""
+    #: How the container last ended (a kubelet's ``lastState.terminated``); None: it has not
+    last_exit: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        self.ready_since = self.ready_since or self.started_at
 
 
 def _probe(pod: RunningPod) -> bool:
@@ -63,10 +71,13 @@ def _probe(pod: RunningPod) -> bool:
 def check(calls: resourcecalls.ResourceCalls, pod: RunningPod) -> None:
     """One probe round: restart a dead process when its back-off is over, else probe it, and
     write the status when Ready or the process changed."""
-    if pod.process.poll() is not None:
+    if (code := pod.process.poll()) is not None:
         now = time.monotonic()
+        if pod.next_restart == 0.0:  # its end, seen first: said as a kubelet says it
+            pod.last_exit = exited(code, started_at=pod.started_at)
         if pod.ready:
             pod.ready = False
+            pod.ready_since = nodeleases.now()
             pod.failures = FAILURE_THRESHOLD
             write_status(calls, pod)
         if pod.next_restart == 0.0:
@@ -91,7 +102,20 @@ def check(calls: resourcecalls.ResourceCalls, pod: RunningPod) -> None:
             return
     if ready != pod.ready:
         pod.ready = ready
+        pod.ready_since = nodeleases.now()
         write_status(calls, pod)
+
+
+def exited(code: int, *, started_at: str) -> dict[str, Any]:
+    """A container's ``terminated`` state from its process's return code: a signal's is
+    128 + its number (SIGKILL: 137), as a container runtime reports it."""
+    exit_code = 128 - code if code < 0 else code
+    return {
+        "exitCode": exit_code,
+        "reason": "Completed" if exit_code == 0 else "Error",
+        "startedAt": started_at,
+        "finishedAt": nodeleases.now(),
+    }
 
 
 def write_status(calls: resourcecalls.ResourceCalls, pod: RunningPod) -> None:
@@ -106,5 +130,7 @@ def write_status(calls: resourcecalls.ResourceCalls, pod: RunningPod) -> None:
             alive=pod.process.poll() is None,
             ready=pod.ready,
             restarts=pod.restarts,
+            ready_since=pod.ready_since,
+            last_exit=pod.last_exit,
         ),
     )
