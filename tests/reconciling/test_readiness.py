@@ -7,9 +7,11 @@ Pure: observations built from bodies, decided with a fixed ``now``.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any
 
+from eventhub_balancer.contracts import timestamps
 from eventhub_balancer.reconciling import observations
 from tests.install import test_gitops_health as gitops_states
 from tests.reconciling import bodies, test_reports
@@ -294,3 +296,41 @@ def test_a_pod_that_cannot_start_is_named_once_its_share_stops_waiting_for_it() 
     for now in (70, 71, 72):
         ready, _ = test_reports.next_cycle(ready, now=now)
     assert "not Ready" not in bodies.condition(ready, "Balanced")["message"]
+
+
+def test_a_pod_between_the_restarts_of_a_crash_loop_says_how_often_it_restarted() -> None:
+    """A Spark pod whose Connect server had gone started, waited 30 s for it, exited and
+    started again: between its back-offs it was Running and not Ready, and Ready said "a not
+    Ready" alone, as of a pod still starting for the first time."""
+    looping = pod("a", ready=False, since=-100)
+    looping["status"]["containerStatuses"] = [
+        {
+            "name": "consumer",
+            "ready": False,
+            "restartCount": 11,
+            "state": {"running": {"startedAt": timestamps.format_time(at(-2))}},
+            "lastState": {
+                "terminated": {
+                    "exitCode": 1,
+                    "reason": "Error",
+                    "finishedAt": timestamps.format_time(at(-3)),
+                }
+            },
+        }
+    ]
+    once = copy.deepcopy(looping)
+    once["metadata"]["name"] = once["metadata"]["uid"] = "b"
+    once["status"]["containerStatuses"][0]["restartCount"] = 1
+    # A restart long before it turned NotReady is not why it is NotReady now.
+    long_ago = copy.deepcopy(looping)
+    long_ago["metadata"]["name"] = long_ago["metadata"]["uid"] = "c"
+    long_ago["status"]["conditions"][0]["lastTransitionTime"] = timestamps.format_time(at(-1))
+    (terminated,) = [c["lastState"]["terminated"] for c in long_ago["status"]["containerStatuses"]]
+    terminated["finishedAt"] = timestamps.format_time(at(-3600))
+    observation = bodies.observe(pods=[looping, once, long_ago])
+    seen, decision = bodies.decide_fully(observation, now=at(5))
+    found = {c["type"]: c for c in bodies.applied(seen, decision).status["conditions"]}
+    assert found["Ready"]["message"] == (
+        "3 pods match spec.selector but none is Running and Ready: a restarted 11 times, "
+        "b restarted 1 time, c not Ready (kubectl describe pod and the pods' logs say why)"
+    )

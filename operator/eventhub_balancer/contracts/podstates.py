@@ -177,7 +177,9 @@ def _ready_condition(status: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _cause(status: Mapping[str, Any]) -> str:
-    """The first container's waiting (or terminated) reason, else the scheduler's."""
+    """The first container's waiting (or terminated) reason, else the scheduler's, else how
+    often the containers restarted when one ended since the pod turned NotReady (within
+    `RESTART_WINDOW` before): a crash loop between its back-offs, running again but not Ready."""
     for container in status.get("containerStatuses") or []:
         now = container.get("state") if isinstance(container, Mapping) else None
         for key in ("waiting", "terminated"):
@@ -187,6 +189,19 @@ def _cause(status: Mapping[str, Any]) -> str:
     for c in status.get("conditions") or []:
         if isinstance(c, Mapping) and c.get("type") == "PodScheduled" and c.get("status") != "True":
             return bounds.printable(str(c.get("reason") or "Unscheduled")[:64])
+    since = timestamps.parse_time(_ready_condition(status).get("lastTransitionTime"))
+    ended = [t for t in map(timestamps.parse_time, _terminations(status)) if t is not None]
+    if since is not None and any((since - t).total_seconds() <= RESTART_WINDOW for t in ended):
+        restarts = sum(
+            count
+            for c in status.get("containerStatuses") or []
+            if isinstance(c, Mapping)
+            and isinstance(count := c.get("restartCount"), int)
+            and not isinstance(count, bool)
+            and count > 0
+        )
+        if restarts:
+            return f"restarted {restarts} time{'' if restarts == 1 else 's'}"
     return ""
 
 
