@@ -470,12 +470,16 @@ class UnspeakableSession(DyingSession):
         return table
 
 
-async def test_a_lost_sessions_error_that_cannot_be_told_still_has_it_replaced() -> None:
+async def lose_the_session(
+    kind: type[DyingSession],
+) -> tuple[sessionkeeping.SessionKeeper, Handler, asyncio.Future[Any], bool]:
+    """One trigger on a session of ``kind``, which then dies under the next trigger: the
+    keeper, the handler, that trigger's call and whether it ended within a replacement."""
     factory, handler = Factory(), Handler()
 
     async def build() -> DyingSession:
         await asyncio.sleep(START_S)
-        session = UnspeakableSession(len(factory.built) + 1)
+        session = kind(len(factory.built) + 1)
         factory.built.append(session)
         return session
 
@@ -490,6 +494,11 @@ async def test_a_lost_sessions_error_that_cannot_be_told_still_has_it_replaced()
     call.cancel()
     await asyncio.gather(call, return_exceptions=True)
     await keeper.stop(factory.discard)
+    return keeper, handler, call, ended
+
+
+async def test_a_lost_sessions_error_that_cannot_be_told_still_has_it_replaced() -> None:
+    keeper, handler, call, ended = await lose_the_session(UnspeakableSession)
     assert ended
     assert call.exception() is None
     assert keeper.restarts == 1
@@ -521,24 +530,7 @@ async def test_a_connect_server_gone_is_said_in_one_line(caplog: pytest.LogCaptu
     """A Spark Connect server stopped under a pod: its log said "the SparkSession was lost
     (SparkConnectGrpcException: <_InactiveRpcError of RPC that terminated with:" and four
     more lines of grpcio's, the cause in the middle and twice."""
-    factory, handler = Factory(), Handler()
-
-    async def build() -> DyingSession:
-        await asyncio.sleep(START_S)
-        session = ServerGone(len(factory.built) + 1)
-        factory.built.append(session)
-        return session
-
-    keeper = sessionkeeping.SessionKeeper(build, alive=factory.alive, discard=factory.discard)
-    spark = triggers_on(keeper, handler)
-    keeper.start()
-    await spark(*batch("0", 0, 3))
-    factory.built[0].dead = True
-    call = asyncio.ensure_future(spark(*batch("0", 3, 3)))
-    await asyncio.wait({call}, timeout=sessionkeeping.ALIVE_TIMEOUT_S + 2 * START_S)
-    call.cancel()
-    await asyncio.gather(call, return_exceptions=True)
-    await keeper.stop(factory.discard)
+    await lose_the_session(ServerGone)
     (said,) = [r.getMessage() for r in caplog.records if "was lost" in r.getMessage()]
     assert said == (
         "the SparkSession was lost (RuntimeError: failed to connect to all addresses; last "
