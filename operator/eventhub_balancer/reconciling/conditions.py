@@ -235,17 +235,13 @@ def build(
     elif plan.balanced:
         # NotReady pods that hold nothing and wait for no share: a rollout's new pod whose
         # container cannot be created, say; the Ready pods are balanced without them.
-        owners = {o.owner for o in plan.assignment.values()}
-        stuck = [
-            s
-            for s in pods.values()
-            if s.state == "notready" and s.name not in owners and s.name not in plan.starting
-        ]
+        holders = {o.owner for o in plan.assignment.values()}.union(plan.starting)
+        stuck = [s for s in pods.values() if s.state == "notready" and s.name not in holders]
         balanced = conditions.Condition(
             type=conditions.BALANCED,
             status="True",
             reason="Balanced",
-            message=conditions.shorten(
+            message=(
                 conditions.amount(len(partitions) - sum(k.partitions for k in kept), "partition")
                 + f" over {conditions.amount(ready_pods, 'Ready pod')}"
                 + (f"; {podwords.kept_words(kept, grace=grace)}" if kept else "")
@@ -254,12 +250,7 @@ def build(
                     if (idle := ready_pods - len(partitions)) > 0
                     else ""
                 )
-                + (
-                    f"; {conditions.amount(len(stuck), 'pod')} not Ready, holding nothing: "
-                    f"{podwords.not_ready(stuck)}"
-                    if stuck
-                    else ""
-                )
+                + (f"; {podwords.holding_nothing(stuck)}" if stuck else "")
             ),
         )
     elif not ready_pods:

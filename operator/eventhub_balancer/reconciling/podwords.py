@@ -1,6 +1,7 @@
 """What the Ready and Balanced conditions say of the pods that are not Ready: why none of them
-is (`not_ready`), whose grace keeps partitions from the Ready pods (`kept_words`), and which
-Ready pods hold partitions they say nothing of (`holders`). A count and its noun agree through
+is (`not_ready`), which hold nothing and wait for no share (`holding_nothing`), whose grace
+keeps partitions from the Ready pods (`kept_words`), and which Ready pods hold partitions they
+say nothing of (`holders`). A count and its noun agree through
 `contracts.conditions` (`amount`, `counted`, `every`).
 
 `contracts.podstates` says what a pod is and what its grace keeps (`podstates.kept`); the
@@ -25,6 +26,14 @@ def not_ready(states: Iterable[podstates.PodState], *, named: int = 3) -> str:
     words = [f"{s.name} {s.cause or 'not Ready'}" for s in ordered[:named]]
     more = len(ordered) - named
     return ", ".join(words) + (f" and {more} more" if more > 0 else "")
+
+
+def holding_nothing(states: Sequence[podstates.PodState]) -> str:
+    """``1 pod not Ready, holding nothing: c CreateContainerConfigError``: the NotReady pods
+    that Balanced leaves out (they hold nothing and no share waits for them)."""
+    return (
+        f"{conditions.amount(len(states), 'pod')} not Ready, holding nothing: {not_ready(states)}"
+    )
 
 
 def kept_words(found: Sequence[podstates.Kept], *, grace: float) -> str:
