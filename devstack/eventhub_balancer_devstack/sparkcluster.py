@@ -1,14 +1,12 @@
-"""A real Spark cluster on 127.0.0.1, started from the pyspark distribution, for tests.
+"""A real Spark cluster on 127.0.0.1, started from the pyspark distribution, for tests and
+``ehb local spark-connect``.
 
 pyspark's wheel is a Spark distribution: ``bin/spark-class`` starts the standalone Master and
 Worker, and ``bin/spark-submit`` the Spark Connect server (``jars/spark-connect_*.jar``).
 These context managers start them as child processes on free loopback ports, wait (bounded)
-until they serve, and stop them (SIGTERM to their process group, then SIGKILL)::
-
-    with standalone_cluster() as cluster:      # cluster.url == "spark://127.0.0.1:PORT"
-        ...
-    with connect_server() as server:           # server.url == "sc://127.0.0.1:PORT"
-        ...
+until they serve, and stop them (SIGTERM to their process group, then SIGKILL):
+``with standalone_cluster() as cluster`` (``cluster.url``: ``spark://127.0.0.1:PORT``) and
+``with connect_server() as server`` (``server.url``: ``sc://127.0.0.1:PORT``).
 
 Nothing is daemonised (no ``sbin/start-*.sh``): the processes are ours (they end with us:
 `parentdeaths`), their logs are files of ours, and a failed start says why with the tail of
@@ -334,6 +332,7 @@ class ConnectServer:
     url: str
     port: int
     log_dir: Path
+    process: SparkProcess | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 #: The Connect server's own settings: a small driver on loopback, no UI, few partitions.
@@ -357,8 +356,9 @@ def connect_server(
     conf: Mapping[str, str] = {},
     log_dir: Path | None = None,
     start_timeout: float = START_TIMEOUT_S,
+    port: int = 0,
 ) -> Iterator[ConnectServer]:
-    """A Spark Connect server on 127.0.0.1; yields once its gRPC port accepts connections."""
+    """A Spark Connect server on 127.0.0.1:``port`` (0: a free one), once it accepts calls."""
     home = spark_home()
     with _log_directory(log_dir) as logs, contextlib.ExitStack() as stack:
         # spark-submit sizes the Connect server's JVM like a daemon's (SPARK_DAEMON_MEMORY),
@@ -367,10 +367,10 @@ def connect_server(
         ports: dict[str, int] = {}
 
         def make() -> tuple[SparkProcess, Callable[[], bool], str]:
-            port = ports["grpc"] = free_port(HOST)
+            grpc = ports["grpc"] = port or free_port(HOST)
             settings = {
                 **CONNECT_SERVER_CONF,
-                "spark.connect.grpc.binding.port": str(port),
+                "spark.connect.grpc.binding.port": str(grpc),
                 # A taken port is a failure to report, not a reason to walk up to the next.
                 "spark.connect.grpc.port.maxRetries": "0",
                 "spark.local.dir": str(logs / "tmp"),
@@ -390,11 +390,11 @@ def connect_server(
             for key, value in settings.items():
                 command += ["--conf", f"{key}={value}"]
             process = SparkProcess("connect", command, log_dir=logs, env=env)
-            return process, lambda: _accepts(port), f"connection on port {port}"
+            return process, lambda: _accepts(grpc), f"connection on port {grpc}"
 
         (logs / "tmp").mkdir(exist_ok=True)
         server = _start_with_retries(make, start_timeout)
         stack.callback(server.stop)
         url = f"sc://{HOST}:{ports['grpc']}"
         logger.info("Spark Connect server is up at %s", url)
-        yield ConnectServer(url=url, port=ports["grpc"], log_dir=logs)
+        yield ConnectServer(url=url, port=ports["grpc"], log_dir=logs, process=server)
