@@ -18,6 +18,7 @@ import pytest
 
 from tests.support import paths
 from tests.support.fixtures.spark import spark_unavailable
+from tests.support.ports import accepts
 
 COMMAND = [sys.executable, "-m", "eventhub_balancer", "local", "spark-connect"]
 #: A Connect server starts in 10-25 s on a loaded two-core machine.
@@ -41,12 +42,11 @@ def first_line(process: subprocess.Popen[str], timeout: float) -> str:
     return process.stdout.readline().strip()
 
 
-def accepts(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), 0.5):
-            return True
-    except OSError:
-        return False
+def refused(*argv: str) -> subprocess.CompletedProcess[str]:
+    """The command run with ``argv``, which it refuses before any JVM starts."""
+    return subprocess.run(
+        [*COMMAND, *argv], capture_output=True, text=True, timeout=60, cwd=paths.REPOSITORY
+    )
 
 
 def test_the_server_serves_its_url_and_stops_on_sigterm(tmp_path: Path) -> None:
@@ -90,13 +90,7 @@ def test_a_taken_port_is_said_before_the_jvm_starts() -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = subprocess.run(
-            [*COMMAND, "--port", str(port)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=paths.REPOSITORY,
-        )
+        done = refused("--port", str(port))
     assert done.returncode == 1
     assert done.stdout == ""
     assert done.stderr.splitlines() == [
@@ -105,24 +99,12 @@ def test_a_taken_port_is_said_before_the_jvm_starts() -> None:
 
 
 def test_a_master_that_is_no_master_is_refused_with_what_to_give() -> None:
-    done = subprocess.run(
-        [*COMMAND, "--master", "sc://127.0.0.1:15002"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=paths.REPOSITORY,
-    )
+    done = refused("--master", "sc://127.0.0.1:15002")
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
         "ehb: error: --master: 'sc://127.0.0.1:15002' is a Spark Connect URL, which this command "
         "serves: give where the server runs its jobs, local[N] or spark://HOST:PORT"
     ]
-    done = subprocess.run(
-        [*COMMAND, "--master", "local[two]"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=paths.REPOSITORY,
-    )
+    done = refused("--master", "local[two]")
     assert done.returncode == 2
     assert done.stderr.startswith("ehb: error: --master: ")

@@ -19,16 +19,9 @@ from azure.storage.blob import ContainerClient
 from eventhub_balancer import errors
 from eventhub_balancer_devstack.azurite import Azurite
 from tests.support import paths
+from tests.support.ports import accepts
 
 REPOSITORY = paths.REPOSITORY
-
-
-def accepts(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), 0.5):
-            return True
-    except OSError:
-        return False
 
 
 def test_start_serves_on_a_free_port_and_stop_frees_it() -> None:
