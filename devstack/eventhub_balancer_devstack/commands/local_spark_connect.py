@@ -10,7 +10,6 @@ stops the server (its JVM and the executors it forked) on Ctrl-C or SIGTERM. Its
 from __future__ import annotations
 
 import argparse
-import socket
 import sys
 from pathlib import Path
 
@@ -51,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from eventhub_balancer.spark import flags
     from eventhub_balancer_devstack import sparkcluster
     from eventhub_balancer_devstack.commands import demo
+    from eventhub_balancer_devstack.realkube import processes
 
     if args.master.strip().startswith("sc://"):
         raise errors.InvalidInput(
@@ -63,7 +63,8 @@ def run(args: argparse.Namespace) -> int:
     except errors.InvalidInput as e:
         raise errors.InvalidInput("--master", e.problem) from None
     demo.check_directory(args.log_dir, flag="--log-dir")
-    if args.port and not _free(args.port):
+    # A port taken is said before the JVM starts, which would take seconds to fail on it.
+    if args.port and not processes.port_is_free(args.port):
         raise errors.ConfigurationError(
             f"--port: 127.0.0.1:{args.port} is taken: choose another --port, or 0 for a free one"
         )
@@ -95,14 +96,3 @@ def run(args: argparse.Namespace) -> int:
             what="the Spark Connect server",
             announce=announce,
         )
-
-
-def _free(port: int) -> bool:
-    """Whether 127.0.0.1:``port`` can be bound: a port taken is said before the JVM starts,
-    which would take seconds to fail on it."""
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
