@@ -48,6 +48,7 @@ class Walk:
         *,
         now: float,
         partitions: tuple[models.PartitionId, ...] = PARTITIONS,
+        idle: frozenset[models.PartitionId] = frozenset(),
     ) -> models.Plan:
         released = {p: o.epoch for p, o in self.assignment.items() if o.state == "revoking"}
         plan = planning.plan(
@@ -56,6 +57,7 @@ class Walk:
                 members=tuple(members),
                 assignment=self.assignment,
                 released=released,
+                idle=idle,
                 now=now,
                 options=models.Options(pod_grace_seconds=GRACE),
             )
@@ -196,6 +198,40 @@ def test_a_fresh_starts_waiting_share_goes_to_the_ready_pods_after_the_grace_per
     assert late.starting == ()
     assert late.balanced
     assert walk.holdings() == {"a": list(range(32))}
+
+
+def _ownerless(epoch: int) -> dict[models.PartitionId, models.Ownership]:
+    return {p: models.Ownership(owner=None, epoch=epoch) for p in PARTITIONS}
+
+
+def test_a_scale_up_from_zero_gives_each_pod_its_share_once() -> None:
+    # Scaled to zero, every partition kept its epoch on an ownerless entry that no pod's
+    # ConfigMap names (idle). Two pods turn Ready 0.3 s apart, as on a fresh start.
+    walk = Walk(_ownerless(epoch=5))
+    members = [_member("a", ready=True), _member("b", ready=False, since=100.0)]
+    first = walk.cycle(members, now=100.3, idle=frozenset(PARTITIONS))
+    assert {m.target for m in first.moves} == {"a"}
+    assert sum(o.owner == "a" for o in first.assignment.values()) == 16
+    assert first.starting == ("b",)
+    assert all(o.epoch == 6 for o in first.assignment.values() if o.owner is not None)
+    waiting = [p for p, o in first.assignment.items() if o.owner is None]
+    assert len(waiting) == 16
+    assert all(first.assignment[p].epoch == 5 for p in waiting), "an ownerless epoch went back"
+    idle = frozenset(waiting)  # still named by no ConfigMap
+    walk.cycle([_member("a", ready=True), _member("b", ready=True)], now=100.6, idle=idle)
+    assert walk.plans[-1].balanced
+    assert not walk.moved, "a partition changed pod"
+    assert walk.holdings() == {"a": list(range(16)), "b": list(range(16, 32))}
+
+
+def test_ownerless_partitions_a_pod_still_processes_do_not_wait_for_a_starting_pod() -> None:
+    # A consumer created again: its record is gone, so every partition is ownerless, but the
+    # pods' ConfigMaps still name them (not idle): processed a moment ago, they go to the
+    # Ready pod at once, as a gone pod's do.
+    walk = Walk(_ownerless(epoch=5))
+    members = [_member("a", ready=True), _member("b", ready=False, since=100.0)]
+    plan = walk.cycle(members, now=100.3)
+    assert all(o.owner == "a" for o in plan.assignment.values())
 
 
 def test_a_gone_pods_partitions_do_not_wait_for_its_replacement() -> None:

@@ -136,6 +136,8 @@ def test_every_key_is_read() -> None:
         ),
         (with_(released={"1": True}), 'released["1"]: expected a whole number, got a boolean'),
         (with_(lag={"1": -5}), 'lag["1"]: must not be negative, got -5'),
+        (with_(idle="0,1"), "idle: expected a list, got the string '0,1'"),
+        (with_(idle=["0", 1]), "idle[1]: expected a string, got the number 1"),
         (with_(now="soon"), "now: expected a number, got the string 'soon'"),
         (
             with_(options={"weighting": "bytes"}),
@@ -165,7 +167,7 @@ def test_every_key_is_read() -> None:
         (
             with_(extra=1),
             "extra: unknown key (expected one of partitions, members, assignment, released, "
-            "lag, now, options)",
+            "lag, idle, now, options)",
         ),
     ],
 )
@@ -173,6 +175,12 @@ def test_bad_input_names_the_field(body: object, message: str) -> None:
     with pytest.raises(errors.InvalidInput) as caught:
         scenarios.parse(body)
     assert str(caught.value) == message
+
+
+def test_idle_partitions_are_read_as_a_set() -> None:
+    s = scenarios.parse(with_(idle=["1", "0"]))
+    assert s.idle == frozenset({"0", "1"})
+    assert scenarios.dump_scenario(s)["idle"] == ["0", "1"]
 
 
 def test_an_assignment_to_a_partition_not_listed_is_fine() -> None:
@@ -192,7 +200,7 @@ def test_json_without_finite_numbers_is_refused() -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(simulation.scenarios())
+@given(simulation.scenarios(starting=True))
 def test_a_dumped_scenario_parses_back_to_itself(scenario: models.Scenario) -> None:
     text = json.dumps(scenarios.dump_scenario(scenario))
     assert scenarios.load(text) == scenario

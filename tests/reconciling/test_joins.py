@@ -6,6 +6,7 @@ Ready one per cycle, and each pod acknowledges its revocations before the next c
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from typing import Any
 
@@ -106,3 +107,45 @@ def test_one_starting_pod_is_said_in_the_singular() -> None:
         "1 pod is starting: its share stays with the current owners until Ready, for at most "
         "podGraceSeconds"
     )
+
+
+def _first_ready_pod_keeps_its_share(observation: observations.Observation, now: float) -> None:
+    """c turns Ready at ``now`` while d, created with it, still starts: c takes its share, d's
+    waits for it, and no partition passes through c on its way to d."""
+    moved: Counter[str] = Counter()
+    observation = bodies.with_pods(
+        observation, pod("c", since=now), pod("d", ready=False, since=now - 0.5)
+    )
+    observation, first = _cycle(observation, now=now, moved=moved)
+    assert {m.target for m in first.moves} == {"c"}
+    assert {name: len(ps) for name, ps in bodies.assignment(observation).items()} == {
+        "c": 6,
+        "d": 0,
+    }
+    assert bodies.condition(observation, "Balanced")["reason"] == "PodsStarting"
+    observation = bodies.with_pods(observation, pod("d", since=now + 0.3))
+    observation, _ = _cycle(observation, now=now + 0.3, moved=moved)
+    _, last = _cycle(observation, now=now + 0.4, moved=moved)
+    assert last.balanced
+    assert not moved, "a partition went from c to d"
+    held = {name: len(ps) for name, ps in bodies.assignment(observation).items()}
+    assert held == {"c": 6, "d": 6}
+
+
+def test_a_scale_up_from_zero_gives_the_first_ready_pod_its_share_only() -> None:
+    observation = bodies.observe(pods=[pod("a"), pod("b")], ids=IDS)
+    observation, _ = _cycle(observation, now=0, moved=Counter())
+    # Scaled to zero: the pods are gone, and with them their ConfigMaps (each pod owns its
+    # own); every partition keeps its epoch on an ownerless entry.
+    observation = dataclasses.replace(observation, pods=(), configmaps=())
+    observation, _ = _cycle(observation, now=10, moved=Counter())
+    assert bodies.condition(observation, "Balanced")["reason"] == "ScaledToZero"
+    _first_ready_pod_keeps_its_share(observation, now=30)
+
+
+def test_a_new_consumer_over_earlier_checkpoints_gives_the_first_ready_pod_its_share_only() -> None:
+    # An earlier consumer of the same group left checkpoints at epoch 3: every partition is
+    # ownerless above them, and no pod processes any.
+    checkpoints = {p: (3, 50) for p in IDS}
+    observation = bodies.observe(pods=[], ids=IDS, checkpoints=checkpoints)
+    _first_ready_pod_keeps_its_share(observation, now=30)

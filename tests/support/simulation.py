@@ -38,7 +38,7 @@ def scenarios(
 ) -> models.Scenario:
     """Any scenario the operator may meet: members in every state, owners gone, revokes
     in flight, vanished and new partitions, caps; with ``starting``, NotReady members that
-    may be starting (`models.Member.starting`)."""
+    may be starting (`models.Member.starting`) and idle ownerless entries."""
     count = draw(st.integers(0, max_partitions))
     partitions = [models.PartitionId(str(p)) for p in range(count)]
     names = draw(st.lists(st.sampled_from(NAMES), unique=True, max_size=8))
@@ -71,6 +71,10 @@ def scenarios(
         assignment[p] = models.Ownership(
             owner=owner, epoch=epoch, state=state, since=draw(st.sampled_from([0.0, 80.0, NOW]))
         )
+    # Ownerless entries no pod's ConfigMap names (a scale up from zero) wait like new ones.
+    idle = frozenset(
+        p for p, o in assignment.items() if starting and o.owner is None and draw(st.booleans())
+    )
     lag = {}
     if weighting == "lag":
         lag = {p: draw(st.sampled_from([0, 0, 3, 10, 50, 400])) for p in partitions}
@@ -80,6 +84,7 @@ def scenarios(
         assignment=assignment,
         released=released,
         lag=lag,
+        idle=idle,
         now=NOW,
         options=models.Options(
             pod_grace_seconds=20.0,

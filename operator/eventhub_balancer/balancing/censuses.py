@@ -78,12 +78,22 @@ class Census:
     incoming: dict[models.MemberName, float] = dataclasses.field(default_factory=dict)
     #: when the restarted members on probation (held while Ready) start getting partitions
     probation: set[float] = dataclasses.field(default_factory=set)
+    #: `models.Scenario.idle`: ownerless partitions no pod processes
+    idle: frozenset[models.PartitionId] = frozenset()
 
     @property
-    def never_owned(self) -> frozenset[models.PartitionId]:
-        """The loose partitions no member ever owned (no entry, or an ownerless one at epoch
-        0): a fresh start's or a grown hub's, which may wait for the starting members."""
-        return frozenset(x.partition for x in self.loose if x.entry is None or x.entry.epoch == 0)
+    def unattended(self) -> frozenset[models.PartitionId]:
+        """The loose partitions nobody processed a moment ago, which may wait for the starting
+        members: no member ever owned them (no entry, or an ownerless one at epoch 0: a fresh
+        start's, a grown hub's), or they are ownerless and idle (a consumer scaled up from
+        zero, or new over an earlier one's checkpoints)."""
+        return frozenset(
+            x.partition
+            for x in self.loose
+            if x.entry is None
+            or x.entry.epoch == 0
+            or (x.entry.owner is None and x.partition in self.idle)
+        )
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -112,6 +122,7 @@ def take_census(scenario: models.Scenario) -> Census:
         rank={p: i for i, p in enumerate(order)},
         live=live,
         kept={m.name: [] for m in live},
+        idle=scenario.idle,
     )
     present = set(scenario.partitions)
     owners = {entry.owner for entry in scenario.assignment.values()}

@@ -166,6 +166,13 @@ class Scenario:
     #: partition -> events it receives a second (only used with weighting "lag" and
     #: ``options.lag_floor_seconds``; missing: unknown, see there)
     rates: Mapping[PartitionId, float] = dataclasses.field(default_factory=dict)
+    #: ownerless entries of ``assignment`` that no pod is known to process (the operator:
+    #: no pod's ConfigMap names them; the consumer was scaled to zero, or is new over an
+    #: earlier one's checkpoints). Like partitions no member ever owned, they wait for the
+    #: starting members' shares: nobody processed them a moment ago, and the first pod Ready
+    #: would otherwise take up all of them only to hand most on. Not idle: a consumer created
+    #: again whose pods still process by their ConfigMaps.
+    idle: frozenset[PartitionId] = frozenset()
     now: float = 0.0
     options: Options = dataclasses.field(default_factory=Options)
 

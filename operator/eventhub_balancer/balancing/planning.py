@@ -25,11 +25,13 @@ from the ConfigMaps, acknowledgements, `now`) and writes what changed. The rules
    share stays with the current owners until it is Ready, so a burst of joins is planned
    once: each partition moves straight to its final owner, never through a pod that joined a
    moment earlier.
-   Loose partitions that no member ever owned (a fresh start, a grown hub) wait for the
-   starting members' shares as well, so that the first pod of a fresh start does not take up
-   every partition only to hand most of them on. Every other loose partition (a gone or
-   released owner's: behind, and processed a moment ago) never waits: what the live members
-   have no room for goes to those holding the least.
+   Loose partitions that nobody processed a moment ago wait for the starting members' shares
+   as well, so that the first pod of a fresh start does not take up every partition only to
+   hand most of them on: those no member ever owned (a fresh start, a grown hub), and the
+   ownerless ones the scenario says are idle (`models.Scenario.idle`: a consumer scaled up
+   from zero, or new over an earlier one's checkpoints). Every other loose partition (a gone
+   or released owner's: behind, and processed a moment ago) never waits: what the live
+   members have no room for goes to those holding the least.
 5. During a rolling update, members a newer revision replaces are *outgoing*
    (`models.Member.outgoing`). What must move goes to the members that stay first, and a
    member of the new revision that turned Ready less than ``podGraceSeconds`` ago gets no
@@ -157,7 +159,7 @@ def _decide_by_count(scenario: models.Scenario, census: censuses.Census) -> cens
         holding,
         destinations,
         waiting=waiting,
-        new=census.never_owned,
+        new=census.unattended,
         outgoing=outgoing,
     )
     return censuses.Decision(
@@ -219,8 +221,8 @@ def _overflow(
     """Place what no live member has room for: the starting members' shares of what must move
     now (loose partitions, and those leaving a terminating or revoking owner).
 
-    Partitions no member ever owned (``new``) wait for the starting members, up to their
-    shares (``waiting``): nothing processed them yet, and a fresh start's first Ready pod
+    Partitions nobody processed a moment ago (``new``: `censuses.Census.unattended`) wait for
+    the starting members, up to their shares (``waiting``): a fresh start's first Ready pod
     would otherwise take up all of them and hand most on. The wait ends when the starting
     pods are Ready or their grace is over. Everything else never waits for a pod that is not
     Ready yet (it may never be): it goes to the live members that hold the least, and moves

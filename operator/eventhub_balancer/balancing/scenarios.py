@@ -50,6 +50,7 @@ class ScenarioBody(TypedDict):
     assignment: NotRequired[dict[str, OwnershipBody]]
     released: NotRequired[dict[str, int]]
     lag: NotRequired[dict[str, int]]
+    idle: NotRequired[list[str]]
     now: NotRequired[float]
     options: NotRequired[OptionsBody]
 
@@ -144,12 +145,14 @@ def parse(raw: object) -> models.Scenario:
         models.PartitionId(p): _count(value, f"lag[{json.dumps(p)}]")
         for p, value in _object(body.get("lag", {}), "lag").items()
     }
+    idle = [_name(p, f"idle[{i}]") for i, p in enumerate(_list(body.get("idle", []), "idle"))]
     return models.Scenario(
         partitions=tuple(partitions),
         members=tuple(members),
         assignment=assignment,
         released=released,
         lag=lag,
+        idle=frozenset(models.PartitionId(p) for p in idle),
         now=_number(body.get("now", 0), "now"),
         options=_options(body.get("options", {})),
     )
@@ -223,6 +226,7 @@ def dump_scenario(scenario: models.Scenario) -> ScenarioBody:
         "assignment": {p: dump_ownership(e) for p, e in scenario.assignment.items()},
         "released": {str(p): e for p, e in scenario.released.items()},
         "lag": {str(p): n for p, n in scenario.lag.items()},
+        "idle": [str(p) for p in models.ordered_partitions(scenario.idle)],
         "now": _plain(scenario.now),
         "options": {
             "podGraceSeconds": _plain(options.pod_grace_seconds),
@@ -390,8 +394,5 @@ def _describe(raw: object) -> str:
         return f"the number {raw}"
     if isinstance(raw, str):
         return f"the string {raw!r}"
-    if isinstance(raw, list):
-        return "a list"
-    if isinstance(raw, dict):
-        return "an object"
-    return type(raw).__name__
+    kinds: dict[type, str] = {list: "a list", dict: "an object"}
+    return kinds.get(type(raw), type(raw).__name__)

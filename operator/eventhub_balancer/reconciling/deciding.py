@@ -187,6 +187,7 @@ def _decide(
             released=back.released,
             lag=lag,
             rates=observation.rates,
+            idle=fleet.idle(back.assignment),
             now=wall,
             options=options,
         )

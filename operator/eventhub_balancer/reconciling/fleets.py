@@ -140,6 +140,20 @@ class Fleet:
         """The pods the consumer's events concern: its pods, and those its ConfigMaps name."""
         return frozenset(self.states.keys() | self.by_pod.keys())
 
+    def idle(
+        self, entries: Mapping[models.PartitionId, models.Ownership]
+    ) -> frozenset[models.PartitionId]:
+        """The ownerless partitions of ``entries`` that no pod's current ConfigMap names:
+        nobody processes them (`models.Scenario.idle`). A consumer created again finds its
+        pods' ConfigMaps, and every partition they hold is ownerless in it: those are not.
+        The ConfigMaps are looked at only when some partition is ownerless."""
+        ownerless = frozenset(p for p, e in entries.items() if e.owner is None)
+        return ownerless.difference(*self.named()) if ownerless else ownerless
+
+    def named(self) -> list[Iterable[str]]:
+        """The partitions each pod's current ConfigMap names, at any epoch, in any state."""
+        return [cm.parsed.partitions for cm in self.current.values()]
+
 
 def scope_of(namespace: str, consumer: str, selector: specs.Selector) -> Hashable:
     return (namespace, consumer, selector.to_query())
