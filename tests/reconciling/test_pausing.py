@@ -201,6 +201,27 @@ def test_resuming_assigns_again_with_higher_epochs() -> None:
     assert bodies.decide(observation, now=at(25)).events == ()
 
 
+def test_a_pod_starting_when_the_consumer_resumes_gets_its_share_when_ready() -> None:
+    observation = respec(started(pod("a"), pod("b")), PAUSED_SPEC)
+    observation = bodies.applied(observation, bodies.decide(observation, now=at(10)))
+    for name in ("a", "b"):
+        observation = bodies.acknowledged(observation, name)
+    observation = bodies.applied(observation, bodies.decide(observation, now=at(11)))
+    # Scaled up during the pause; c is still starting when the consumer resumes.
+    observation = bodies.with_pods(observation, pod("c", ready=False, since=19))
+    observation = respec(observation, bodies.SPEC)
+    observation, resumed = bodies.decide_fully(observation, now=at(20))
+    observation = bodies.applied(observation, resumed)
+    held = bodies.assignment(observation)
+    assert {name: len(ps) for name, ps in held.items()} == {"a": 2, "b": 1, "c": 0}
+    assert conditions(observation)["Balanced"] == ("False", "PodsStarting")
+    observation = bodies.with_pods(observation, pod("c", since=21))
+    observation, joined = bodies.decide_fully(observation, now=at(21))
+    # c takes what waited for it: nothing passes through a or b on its way to c.
+    assert [(m.kind, m.source, m.target) for m in joined.moves] == [("assign", None, "c")]
+    assert joined.balanced
+
+
 def test_a_consumer_never_paused_says_so_and_posts_nothing_about_it() -> None:
     first, decision = bodies.decide_fully(bodies.observe(pods=[pod("a")]), now=at(0))
     assert not {"Pausing", "Paused", "Resumed"} & {e.reason for e in decision.events}
