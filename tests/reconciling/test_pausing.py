@@ -179,12 +179,17 @@ def test_a_pause_by_lag_weighting_drains_as_well() -> None:
     assert [(m.kind, m.target) for m in decision.moves] == [("revoke", None)] * 4
 
 
-def test_resuming_assigns_again_with_higher_epochs() -> None:
+def paused_a_and_b() -> observations.Observation:
+    """a and b paused at 10, their partitions released at 11: nobody holds any."""
     observation = respec(started(pod("a"), pod("b")), PAUSED_SPEC)
     observation = bodies.applied(observation, bodies.decide(observation, now=at(10)))
     for name in ("a", "b"):
         observation = bodies.acknowledged(observation, name)
-    observation = bodies.applied(observation, bodies.decide(observation, now=at(11)))
+    return bodies.applied(observation, bodies.decide(observation, now=at(11)))
+
+
+def test_resuming_assigns_again_with_higher_epochs() -> None:
+    observation = paused_a_and_b()
     assert conditions(observation)["Paused"] == ("True", "Paused")
 
     observation = respec(observation, bodies.SPEC)
@@ -202,13 +207,8 @@ def test_resuming_assigns_again_with_higher_epochs() -> None:
 
 
 def test_a_pod_starting_when_the_consumer_resumes_gets_its_share_when_ready() -> None:
-    observation = respec(started(pod("a"), pod("b")), PAUSED_SPEC)
-    observation = bodies.applied(observation, bodies.decide(observation, now=at(10)))
-    for name in ("a", "b"):
-        observation = bodies.acknowledged(observation, name)
-    observation = bodies.applied(observation, bodies.decide(observation, now=at(11)))
     # Scaled up during the pause; c is still starting when the consumer resumes.
-    observation = bodies.with_pods(observation, pod("c", ready=False, since=19))
+    observation = bodies.with_pods(paused_a_and_b(), pod("c", ready=False, since=19))
     observation = respec(observation, bodies.SPEC)
     observation, resumed = bodies.decide_fully(observation, now=at(20))
     observation = bodies.applied(observation, resumed)
