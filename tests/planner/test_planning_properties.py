@@ -85,14 +85,20 @@ def check_cycle(cycle: Cycle) -> None:
             assert (move.kind, move.source, move.target) == ("revoke", entry.owner, None)
             assert simulation.standing(s, entry.owner) != "gone"
     if simulation.live_members(s):
-        # Only partitions nobody ever owned wait, and only for the starting members' shares
-        # (what the live members' targets leave); nothing else waits for a pod that is not
-        # Ready (it may never be).
+        # Only partitions nobody processed a moment ago wait (never owned, or ownerless and
+        # idle), and only for the starting members' shares (what the live members' targets
+        # leave); nothing else waits for a pod that is not Ready (it may never be).
         unowned = [
             p for p in s.partitions if p not in plan.assignment or not plan.assignment[p].owner
         ]
-        never_owned = [p for p in unowned if p not in s.assignment or s.assignment[p].epoch == 0]
-        assert unowned == never_owned, f"{unowned}: left without an owner while a member is live"
+        unattended = [
+            p
+            for p in unowned
+            if p not in s.assignment
+            or s.assignment[p].epoch == 0
+            or (s.assignment[p].owner is None and p in s.idle)
+        ]
+        assert unowned == unattended, f"{unowned}: left without an owner while a member is live"
         if unowned:
             assert plan.starting, f"{unowned}: waiting for nobody"
             shares = len(s.partitions) - sum(plan.targets.values())
