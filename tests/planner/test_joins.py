@@ -200,6 +200,47 @@ def test_a_fresh_starts_waiting_share_goes_to_the_ready_pods_after_the_grace_per
     assert walk.holdings() == {"a": list(range(32))}
 
 
+def test_pods_slower_to_start_than_the_grace_period_still_join_as_one_burst() -> None:
+    # Spark pods: created at 100, the first Ready 40 s later, past podGraceSeconds (20 s)
+    # since they came up; the others follow a moment later.
+    walk = Walk(_held_by({"a": range(16), "b": range(16, 32)}))
+    new = ["c", "d", "e", "f"]
+    ready: dict[str, float] = {}
+
+    def members() -> list[models.Member]:
+        return [
+            _member("a", ready=True),
+            _member("b", ready=True),
+            *(_member(n, ready=n in ready, since=ready.get(n, 100.0)) for n in new),
+        ]
+
+    now = 140.0
+    for name in new:
+        ready[name] = now
+        plan = walk.cycle(members(), now=now)
+        # The rest count from the first Ready (140), and the cycle comes back when they stop.
+        assert plan.starting == tuple(n for n in new if n not in ready)
+        assert plan.starting_deadlines == ((160.0,) if plan.starting else ())
+        walk.cycle(members(), now=now + 0.1)
+        now += 0.3
+    assert walk.plans[-1].balanced
+    assert sum(walk.moved.values()) == 20
+    assert max(walk.moved.values()) == 1
+
+
+def test_a_pod_of_a_slow_burst_that_never_turns_ready_counts_one_grace_after_the_first() -> None:
+    # c came up with d at 100 and turned Ready at 140; d never does.
+    walk = Walk(_held_by({"a": range(16), "b": range(16, 32)}))
+    c = _member("c", ready=True, since=140.0)
+    stuck = _member("d", ready=False, since=100.0)
+    members = [_member("a", ready=True), _member("b", ready=True), c, stuck]
+    assert walk.cycle(members, now=140.0).starting == ("d",)
+    assert walk.cycle(members, now=159.9).starting == ("d",)
+    late = walk.cycle(members, now=160.0)
+    assert late.starting == ()
+    assert late.starting_deadlines == ()
+
+
 def _ownerless(epoch: int) -> dict[models.PartitionId, models.Ownership]:
     return {p: models.Ownership(owner=None, epoch=epoch) for p in PARTITIONS}
 

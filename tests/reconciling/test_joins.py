@@ -10,6 +10,8 @@ import dataclasses
 from collections import Counter
 from typing import Any
 
+import pytest
+
 from eventhub_balancer.reconciling import decisions, observations
 from tests.reconciling import bodies
 from tests.reconciling.bodies import at, pod
@@ -105,7 +107,7 @@ def test_one_starting_pod_is_said_in_the_singular() -> None:
     observation, _ = _cycle(observation, now=10, moved=Counter())
     assert bodies.condition(observation, "Balanced")["message"] == (
         "1 pod is starting: its share stays with the current owners until Ready, for at most "
-        "podGraceSeconds"
+        "podGraceSeconds after coming up, or after the first pod Ready since then"
     )
 
 
@@ -149,3 +151,39 @@ def test_a_new_consumer_over_earlier_checkpoints_gives_the_first_ready_pod_its_s
     checkpoints = {p: (3, 50) for p in IDS}
     observation = bodies.observe(pods=[], ids=IDS, checkpoints=checkpoints)
     _first_ready_pod_keeps_its_share(observation, now=30)
+
+
+def test_pods_slower_to_start_than_the_grace_period_join_as_one_burst() -> None:
+    # Spark pods: c and d come up NotReady at 10 and turn Ready 40 s later, a moment apart,
+    # well past podGraceSeconds (20 s) since they came up.
+    moved: Counter[str] = Counter()
+    observation = bodies.observe(pods=[pod("a"), pod("b")], ids=IDS)
+    observation, _ = _cycle(observation, now=0, moved=moved)
+    observation = bodies.with_pods(observation, pod("c", since=50), pod("d", ready=False, since=10))
+    observation, _ = _cycle(observation, now=50, moved=moved)
+    observation, _ = _cycle(observation, now=50.1, moved=moved)
+    # d still counts, from c's Ready at 50: c took its own share, and d's stays with a and b
+    # until d is Ready, or until 70, when the cycle comes back.
+    assert {name: len(ps) for name, ps in bodies.assignment(observation).items()} == {
+        "a": 4,
+        "b": 5,
+        "c": 3,
+        "d": 0,
+    }
+    assert bodies.condition(observation, "Balanced")["reason"] == "PodsStarting"
+    for name in ("a", "b", "c"):
+        observation = bodies.applying(observation, name)
+    steady = bodies.decide(observation, now=at(50.2))
+    assert steady.next_in == pytest.approx(19.8)
+    assert steady.settled_until == at(70).timestamp()
+    # Were d never Ready: at 70 its share goes to the Ready pods.
+    assert bodies.decide(observation, now=at(69.9)).moves == ()
+    late = bodies.decide(observation, now=at(70))
+    assert [(m.kind, m.source, m.target) for m in late.moves] == [("revoke", "b", "c")]
+    observation = bodies.with_pods(observation, pod("d", since=50.3))
+    observation, _ = _cycle(observation, now=50.3, moved=moved)
+    _, last = _cycle(observation, now=50.4, moved=moved)
+    assert last.balanced
+    # 12 over 4: a and b give up 3 each, the lower bound, each partition once.
+    assert sum(moved.values()) == 6
+    assert max(moved.values()) == 1

@@ -7,8 +7,10 @@ placed now). The strategies in `planning` (by count) and `lagging` (by lag) deci
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from eventhub_balancer import handoffs
@@ -34,6 +36,20 @@ def standing(member: models.Member | None, *, now: float, options: models.Option
     if now - member.since < options.pod_grace_seconds:
         return "held"
     return "gone"
+
+
+def starting_until(
+    member: models.Member, *, readied: Sequence[float], options: models.Options
+) -> float:
+    """Until when a starting member's share waits for it: ``podGraceSeconds`` after it came
+    up (``since``), or after the first live member that turned Ready since then (``readied``:
+    when each live member did, in order), when that is later. The pods of a burst come up
+    together and turn Ready a moment apart, however long each takes to start (a Spark
+    session's JVM: 40 s on the local stack), so the others still count when the first is
+    Ready; a pod that never turns Ready stops counting one grace after that at the latest."""
+    at = bisect.bisect_left(readied, member.since)
+    start = readied[at] if at < len(readied) else member.since
+    return start + options.pod_grace_seconds
 
 
 class Loose(NamedTuple):
@@ -70,6 +86,9 @@ class Census:
     #: weighting by count gives them a share they do not get yet, so that the partitions they
     #: will take stay where they are until they are Ready (or their probation is over)
     starting: list[models.Member] = dataclasses.field(default_factory=list)
+    #: the starting members that are NotReady, by name: when their shares stop waiting for
+    #: them (`starting_until`)
+    starting_until: dict[models.MemberName, float] = dataclasses.field(default_factory=dict)
     #: when the terminating owners whose own releases are waited for stop being waited for
     release_deadlines: set[float] = dataclasses.field(default_factory=set)
     #: live members of a rolling update's new revision, Ready less than ``podGraceSeconds``
@@ -126,13 +145,22 @@ def take_census(scenario: models.Scenario) -> Census:
     )
     present = set(scenario.partitions)
     owners = {entry.owner for entry in scenario.assignment.values()}
+    readied = sorted(m.since for m in live)
+    census.starting_until = {
+        m.name: until
+        for m in scenario.members
+        if m.starting
+        and m.state == "notready"
+        and m.name not in owners
+        and now < (until := starting_until(m, readied=readied, options=options))
+    }
     census.starting = sorted(
         (
             m
             for m in scenario.members
-            if (m.starting or m.state == "ready")  # a restarted pod Ready on probation
-            and standings[m.name] == "held"
-            and m.name not in owners
+            if m.name in census.starting_until
+            # a restarted pod Ready on probation
+            or (m.state == "ready" and standings[m.name] == "held" and m.name not in owners)
         ),
         key=lambda m: models.name_key(m.name),
     )

@@ -73,9 +73,10 @@ class Member:
     weight: float = 1.0  # its share relative to the others; must be positive
     #: NotReady only: the pod is on a node and its containers are starting or running, so it
     #: may turn Ready at any moment (a Pending pod no node took is not). While it holds
-    #: nothing and is within ``podGraceSeconds`` of ``since``, its share counts in the targets
-    #: and stays with the current owners, so that a burst of joins is planned once
-    #: (`censuses.Census.starting`).
+    #: nothing and is within ``podGraceSeconds`` of ``since`` (or of the moment the first
+    #: live member turned Ready since then: `censuses.starting_until`), its share counts in
+    #: the targets and stays with the current owners, so that a burst of joins is planned
+    #: once (`censuses.Census.starting`).
     starting: bool = False
     #: A rolling update replaces it: its Deployment has pods of a newer revision. What must
     #: move goes to the members that stay first, and (for ``podGraceSeconds``) a new
@@ -210,6 +211,8 @@ class Plan:
     incoming_deadlines: tuple[float, ...] = ()
     #: when the restarted members on probation (`Member.restarted`) start getting partitions
     probation_deadlines: tuple[float, ...] = ()
+    #: when the starting members' shares stop waiting for them (`censuses.starting_until`)
+    starting_deadlines: tuple[float, ...] = ()
 
 
 _RUNS = re.compile(r"(\d+)")

@@ -15,7 +15,9 @@ from the ConfigMaps, acknowledgements, `now`) and writes what changed. The rules
    acknowledged or timed out), to be placed now. Partitions no longer listed are dropped.
 3. Targets are computed over the live members and (weighting by count) over the *starting*
    members, NotReady pods that are on a node, hold nothing and are within ``podGraceSeconds``
-   (they may turn Ready at any moment), and the held members, which keep what they hold. By
+   of coming up, or of the first pod that turned Ready since (they may turn Ready at any
+   moment: the pods of a burst turn Ready a moment apart, however slowly each starts), and
+   the held members, which keep what they hold. By
    lag, the partitions of held members are left out and only the live members count.
 4. Live members above their target revoke their surplus (capped by ``maxMovesPerCycle``,
    after the drains) as far as live members below their target lack it; loose partitions go
@@ -331,6 +333,7 @@ def _assemble(
         release_deadlines=tuple(sorted(census.release_deadlines)),
         incoming_deadlines=tuple(sorted(set(census.incoming.values()))),
         probation_deadlines=tuple(sorted(census.probation)),
+        starting_deadlines=tuple(sorted(set(census.starting_until.values()))),
     )
 
 

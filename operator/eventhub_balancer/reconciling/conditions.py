@@ -25,6 +25,11 @@ from eventhub_balancer.reconciling import (
     silentowners,
 )
 
+#: How long a starting pod is waited for (`censuses.starting_until`), as the conditions say it.
+STARTING_BOUND = (
+    ", for at most podGraceSeconds after coming up, or after the first pod Ready since then"
+)
+
 
 def _reason(fault: observations.Fault, *, misconfigured: str, unreachable: str) -> str:
     """The error's own reason, or for the generic classes one that names the dependency."""
@@ -207,9 +212,8 @@ def build(
                 f"{'has' if len(unowned) == 1 else 'have'} no Ready owner yet"
                 + (f": {podwords.kept_words(kept, grace=grace)}" if kept else "")
                 + (
-                    "; new partitions wait for "
-                    f"{conditions.amount(len(plan.starting), 'starting pod')}, for at most "
-                    "podGraceSeconds"
+                    "; partitions nobody processed yet wait for "
+                    f"{conditions.amount(len(plan.starting), 'starting pod')}{STARTING_BOUND}"
                     if plan.starting
                     else ""
                 )
@@ -302,7 +306,7 @@ def build(
                 if len(plan.starting) > 1
                 else "1 pod is starting: its share stays"
             )
-            + " with the current owners until Ready, for at most podGraceSeconds",
+            + f" with the current owners until Ready{STARTING_BOUND}",
         )
     else:
         balanced = conditions.Condition(

@@ -77,6 +77,7 @@ def next_in(
             deadlines.append(end)
     deadlines += held
     deadlines += (*plan.release_deadlines, *plan.incoming_deadlines, *plan.probation_deadlines)
+    deadlines += plan.starting_deadlines
     future = [d - wall for d in deadlines if d - wall > -STALE_DEADLINE]
     return max(MIN_NEXT_IN, min(future)) if future else None
 
@@ -129,6 +130,7 @@ def _deadlines(
         if wall - since < grace:
             deadlines.append(since + grace)
     deadlines += [d for d in (*plan.release_deadlines, *plan.incoming_deadlines) if d > wall]
+    deadlines += plan.starting_deadlines  # each is ahead of the plan's now
     return deadlines
 
 
