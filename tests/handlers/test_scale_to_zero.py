@@ -51,7 +51,7 @@ async def test_a_consumer_scaled_to_zero_reads_as_settled_not_as_a_wrong_selecto
     # The operator cannot tell who scaled: `kubectl scale` read "by the autoscaler".
     assert kube.condition(NS, NAME, "Ready")["message"] == (
         "no pod runs and no event waits: scaled to zero (by an autoscaler or by hand); the "
-        "first pod that comes back gets every partition"
+        "pods that come back share every partition, each taking its share once Ready"
     )
     assert reason(kube, progress.RECONCILING) == ("False", "Settled")
     assert reason(kube, progress.STALLED) == ("False", "NoStandingFault")

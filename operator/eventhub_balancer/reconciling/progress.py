@@ -326,7 +326,7 @@ def at_zero(
         waiting = False
         message = (
             "no pod runs and no event waits: scaled to zero (by an autoscaler or by hand); "
-            "the first pod that comes back gets every partition"
+            "the pods that come back share every partition, each taking its share once Ready"
         )
     replaced = {
         conditions.READY: conditions.Condition(
