@@ -17,8 +17,8 @@ from the ConfigMaps, acknowledgements, `now`) and writes what changed. The rules
    members, NotReady pods that are on a node, hold nothing and are within ``podGraceSeconds``
    of coming up, or of the first pod that turned Ready since (they may turn Ready at any
    moment: the pods of a burst turn Ready a moment apart, however slowly each starts), and
-   the held members, which keep what they hold. By
-   lag, the partitions of held members are left out and only the live members count.
+   the held members, which keep what they hold. By lag, the partitions of held members are
+   left out and only the live members count.
 4. Live members above their target revoke their surplus (capped by ``maxMovesPerCycle``,
    after the drains) as far as live members below their target lack it; loose partitions go
    at once to live members below their target (the longest Ready first; while a held member

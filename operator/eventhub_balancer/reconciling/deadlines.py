@@ -117,7 +117,8 @@ def _deadlines(
 ) -> list[float]:
     """Each moment at which the same observation decides otherwise: the timeout of each
     hand-off and the grace of each NotReady pod (owner or not: the status counts members) not
-    yet over at ``wall``, tested as the planner tests them."""
+    yet over at ``wall``, tested as the planner tests them, and the plan's own moments (a
+    starting pod's share stops waiting later when the first of its burst is Ready late)."""
     timeout = spec.balancing.handoff_timeout_seconds
     deadlines = [
         o.since + timeout
