@@ -187,6 +187,29 @@ def test_a_fresh_start_gives_each_pod_its_share_once() -> None:
     assert walk.holdings() == {"a": list(range(16)), "b": list(range(16, 32))}
 
 
+def test_the_first_ready_pod_of_a_burst_gets_its_whole_share_in_one_cycle() -> None:
+    # 32 over 3: two shares of 11, one of 10. z turns Ready first and sorts last by name: the
+    # extra goes to it at once, not in the next cycle once it holds 10 (two Events and two
+    # ConfigMap writes for one share).
+    walk = Walk({})
+    members = [
+        _member("z", ready=True),
+        _member("a", ready=False, since=100.0),
+        _member("b", ready=False, since=100.0),
+    ]
+    first = walk.cycle(members, now=100.3)
+    assert sum(o.owner == "z" for o in first.assignment.values()) == 11
+    assert walk.cycle(members, now=100.4).moves == ()
+    members[1] = _member("a", ready=True, since=100.5)
+    walk.cycle(members, now=100.5)
+    assert walk.cycle(members, now=100.6).moves == ()
+    members[2] = _member("b", ready=True, since=100.7)
+    walk.cycle(members, now=100.7)
+    assert walk.plans[-1].balanced
+    assert not walk.moved, "a partition changed pod"
+    assert {n: len(ps) for n, ps in walk.holdings().items()} == {"a": 11, "b": 10, "z": 11}
+
+
 def test_a_fresh_starts_waiting_share_goes_to_the_ready_pods_after_the_grace_period() -> None:
     walk = Walk({})
     members = [_member("a", ready=True), _member("b", ready=False, since=100.0)]

@@ -99,7 +99,10 @@ def _decide_by_count(scenario: models.Scenario, census: censuses.Census) -> cens
     claims = [
         targets.Claim(name=m.name, weight=m.weight, current=len(census.kept[m.name]))
         for m in census.live
-    ] + [targets.Claim(name=m.name, weight=m.weight, current=0) for m in census.starting]
+    ] + [
+        targets.Claim(name=m.name, weight=m.weight, current=0, starting=True)
+        for m in census.starting
+    ]
     held = _held_claims(scenario, census)
     free = total = len(scenario.partitions) - len(census.held)
     if held:

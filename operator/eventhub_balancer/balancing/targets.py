@@ -24,6 +24,10 @@ class Claim:
     name: models.MemberName
     weight: float
     current: int
+    #: a starting member's claim (`censuses.Census.starting`): a tie goes to the live members
+    #: first, which take their partitions now, so that a quota does not change hands when a
+    #: live member that holds nothing yet holds its floor a cycle later
+    starting: bool = False
 
 
 def quotas(*, total: int, claims: Sequence[Claim]) -> dict[models.MemberName, int]:
@@ -31,7 +35,8 @@ def quotas(*, total: int, claims: Sequence[Claim]) -> dict[models.MemberName, in
 
     Every member gets the floor of its exact share, and the remaining units go one each to the
     largest remainders; ties go to the members holding the most above their floor (with equal
-    weights: holding the most), then by name. The result sums
+    weights: holding the most), then to the live members before the starting ones, then by
+    name. The result sums
     to `total` and each quota is within one of the exact share. No claims: no quotas.
     """
     if not claims:
@@ -42,7 +47,7 @@ def quotas(*, total: int, claims: Sequence[Claim]) -> dict[models.MemberName, in
     if all(c.weight == first for c in claims):
         # Equal weights (the usual case): plain floor/ceil, exact and fast.
         base, extra = divmod(total, len(claims))
-        ranked = sorted(claims, key=lambda c: (-c.current, models.name_key(c.name)))
+        ranked = sorted(claims, key=lambda c: (-c.current, c.starting, models.name_key(c.name)))
         return {c.name: base + (1 if rank < extra else 0) for rank, c in enumerate(ranked)}
     # Fractions, so that equal remainders are equal and ties go by the documented order.
     weights = [fractions.Fraction(c.weight) for c in claims]
@@ -57,6 +62,7 @@ def quotas(*, total: int, claims: Sequence[Claim]) -> dict[models.MemberName, in
             # Holding more than its floor already, not holding the most: with unequal
             # weights the biggest holder may be at its floor, and the extra would flip.
             bases[i] - claims[i].current,
+            claims[i].starting,
             models.name_key(claims[i].name),
         ),
     )
