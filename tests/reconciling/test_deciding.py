@@ -317,3 +317,18 @@ def test_a_new_handoff_timeout_is_written_to_every_pod_and_moves_nothing() -> No
         assert write.body["data"]["handoffTimeoutSeconds"] == "60"
     after = bodies.applied(respec(steady, spec), decision)
     assert bodies.assignment(after) == before
+
+
+def test_the_member_count_drops_when_a_notready_pods_grace_ends() -> None:
+    # A pod no node took yet (not starting: it may wait for one indefinitely) counts as a
+    # member for podGraceSeconds; the cycle comes back when that ends, not at the interval.
+    observation = bodies.applying(started(pod("a"), pod("b")), "a")
+    observation = bodies.applying(observation, "b")
+    unplaced = pod("c", ready=False, since=10)
+    unplaced["status"]["phase"] = "Pending"
+    observation = bodies.with_pods(observation, unplaced)
+    waiting = bodies.decide(observation, now=at(15))
+    assert (waiting.moves, waiting.status["memberCount"]) == ((), 3)
+    assert waiting.next_in == 15.0  # podGraceSeconds 20 after it turned NotReady at 10
+    after = bodies.decide(bodies.applied(observation, waiting), now=at(30))
+    assert after.status["memberCount"] == 2

@@ -59,21 +59,23 @@ def next_in(
     notready: Iterable[str] | None = None,
     held: Iterable[float] = (),
 ) -> float | None:
-    """The next moment something changes on its own: a hand-off times out, a NotReady owner's
-    or a starting pod's grace ends, a held report of a lost partition is due. ``notready``:
-    the NotReady pods' names (`fleets.Fleet.notready`); None: any pod may be."""
+    """The next moment something changes on its own: a hand-off times out, a NotReady pod's
+    grace ends, a starting pod's share stops waiting, a held report of a lost partition is
+    due. ``notready``: the NotReady pods' names (`fleets.Fleet.notready`); None: any pod may
+    be."""
     deadlines = [
         o.since + spec.balancing.handoff_timeout_seconds
         for o in plan.assignment.values()
         if o.state == "revoking"
     ]
     owners = {o.owner for o in plan.assignment.values() if o.owner}
-    # A held owner's partitions are taken over when its grace ends, and a starting pod's share
-    # stops being kept for it (a decision at or after that moment already plans without it).
+    # A held owner's partitions are taken over when its grace ends, and any NotReady pod stops
+    # counting as a member then (`statuses.member_count`). When a starting pod's share stops
+    # waiting is the plan's to say (`starting_deadlines`): later, when its burst is Ready late.
     grace = spec.balancing.pod_grace_seconds
     for p in _notready(pods, notready):
         end = podstates.to_seconds(p.since) + grace
-        if p.name in owners or (p.starting and end > wall):
+        if end > wall or p.name in owners:
             deadlines.append(end)
     deadlines += held
     deadlines += (*plan.release_deadlines, *plan.incoming_deadlines, *plan.probation_deadlines)
