@@ -58,6 +58,9 @@ class CheckpointStoreUnreachable(TransientError):
     """Blob Storage could not be reached, or the retry budget ran out."""
 
     reason: ClassVar[str] = "CheckpointStoreUnreachable"
+    #: the failure without the operation it was met in (a partition's blob, its sequence
+    #: number), as every partition meets an outage alike; None: only the message says it
+    cause: str | None = None
 
 
 class CheckpointStoreRefused(ConfigurationError):

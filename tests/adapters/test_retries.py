@@ -126,6 +126,31 @@ async def test_an_exhausted_budget_gives_up_with_the_last_error() -> None:
     assert len(calls) == 3
 
 
+async def test_a_spent_budget_says_its_cause_without_the_operation() -> None:
+    # Each partition's report carries the cause (`consumer.restarts`): the same words for
+    # every partition an outage stops, so that the operator says them once for all.
+    causes = []
+    for partition in ("0", "17"):
+        request, _ = answers(*[http_error(503, "ServerBusy")] * 3)
+        spent = retrying.Budget(
+            policy=retrying.RetryPolicy(attempts=3, budget_seconds=60.0, seed=1),
+            rng=random.Random(1),
+            operation=f"checkpoint fence with epoch 3 of partition {partition} (h/c/{partition})",
+        )
+        with pytest.raises(errors.CheckpointStoreUnreachable) as raised:
+            await retrying.call_with_retries(spent, request)
+        assert f"partition {partition} (h/c/{partition}): gave up after 3" in str(raised.value)
+        causes.append(raised.value.cause)
+    assert (
+        causes
+        == [
+            "gave up on the checkpoint store after a call's budget (3 attempts, 60 s); last error: "
+            "HTTP 503 ServerBusy (HttpResponseError)"
+        ]
+        * 2
+    )
+
+
 class FakeBlob:
     """A blob client whose every method answers with the next of ``outcomes``."""
 

@@ -149,3 +149,35 @@ def test_a_store_that_refuses_the_pod_is_one_cause_said_for_all_its_partitions(
         "4 partitions refused by the checkpoint store together, each restarting with backoff, last",
     ]
     assert said[-1].count("partition 3 (h/c/3)") == 1  # the last one's own words, in full
+
+
+def test_a_store_that_does_not_answer_is_one_cause_said_for_all_its_partitions(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Azurite stopped under a pod of 16 partitions: each one's fence gave up after its 20 s
+    budget and said so at ERROR, 16 lines every 30 s (273 lines in two minutes), and each
+    reported its own blob, so the operator's condition and Events named each partition with
+    the same error."""
+    cause = (
+        "gave up on the checkpoint store after a call's budget (100 attempts, 20 s); "
+        "last error: timed out"
+    )
+    rows = restarts.Restarts()
+    caplog.set_level(logging.DEBUG, logger=restarts.__name__)
+    for p in range(4):
+        operation = f"checkpoint fence with epoch 3 of partition {p} (h/c/{p})"
+        error = errors.CheckpointStoreUnreachable(
+            f"{operation}: gave up after 3 attempt(s) over 20.{p} s (budget 100 attempts, 20 s); "
+            "last error: timed out"
+        )
+        error.cause = cause
+        rows.failed(str(p), error, epoch=3, now=0.1 * p)
+    assert {r.error for r in rows.entries.values()} == {cause}
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert [line.split(":")[0] for line in said] == [
+        "partition 0",
+        "2 partitions failed on the checkpoint store together, each restarting with backoff, last",
+        "4 partitions failed on the checkpoint store together, each restarting with backoff, last",
+    ]
+    assert said[-1].count("partition 3 (h/c/3)") == 1  # the last one's own words, in full
+    assert rows.take_up_level("3", now=1.0) == logging.DEBUG  # one more attempt in the outage

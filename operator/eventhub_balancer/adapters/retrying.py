@@ -182,6 +182,12 @@ class Budget:
             f"{self.operation}: gave up (budget {self.policy.attempts} attempts, "
             f"{self.policy.budget_seconds:g} s); last error: {last}"
         )
+        # What each partition's report says: the same words for all the partitions an outage
+        # stops (`consumer.restarts`), which the operator then says once for them.
+        error.cause = (
+            f"gave up on the checkpoint store after a call's budget ({self.policy.attempts} "
+            f"attempts, {self.policy.budget_seconds:g} s); last error: {last}"
+        )
         error.__cause__ = cause
         return error
 

@@ -18,8 +18,10 @@ failure on Event Hubs (`errors.EventHubUnreachable`: refused, unanswered, thrott
 partition or position refused) may be one partition's trouble or the whole pod's; while
 several partitions meet one together it is said in one line for them (`adapters.sharedlines`).
 So is a checkpoint store that refuses the pod (`errors.CheckpointStoreRefused`: its credentials
-rejected, or forbidden a write), whose restart records the cause alone, without the
-partition's blob and sequence number, so that every partition reports it in the same words.
+rejected, or forbidden a write) or does not answer it within a call's budget
+(`errors.CheckpointStoreUnreachable`: time-outs, 503s, connections refused), whose restart
+records the cause alone, without the partition's blob and sequence number, so that every
+partition reports it in the same words.
 The restart of a failure said for many partitions says its take-up at DEBUG too: it is one
 more attempt in the outage, not news.
 """
@@ -63,6 +65,11 @@ UNREACHABLE = "%d partitions failed on Event Hubs together, each restarting with
 REFUSED = (
     "%d partitions refused by the checkpoint store together, each restarting with backoff, last: %s"
 )
+#: The failures of partitions that cannot reach the checkpoint store together (`sharedlines`):
+#: a call's budget spent on time-outs, 503s or refused connections.
+UNANSWERED = (
+    "%d partitions failed on the checkpoint store together, each restarting with backoff, last: %s"
+)
 
 
 def shared(error: BaseException | None) -> bool:
@@ -95,6 +102,7 @@ class Restarts:
         self._said: dict[str, float] = {}
         self._unreachable = sharedlines.SharedLines(logger, UNREACHABLE)
         self._refused = sharedlines.SharedLines(logger, REFUSED)
+        self._unanswered = sharedlines.SharedLines(logger, UNANSWERED)
 
     def failed(
         self, partition: str, error: BaseException | None, *, epoch: int, now: float
@@ -107,19 +115,18 @@ class Restarts:
         failures = (previous.failures if previous else 0) + 1
         delay = backoff_delay(failures)
         text = str(error) if error is not None else "the worker crashed"
-        # A store that refuses the pod is reported as every partition meets it: in the same
-        # words, which name its cause before the status's bound cuts the line.
-        reported = error.cause if isinstance(error, errors.CheckpointStoreRefused) else text
+        # A store that refuses the pod, or does not answer it, is reported as every partition
+        # meets it: in the same words, which name its cause before the status's bound cuts
+        # the line, and which the operator says once for all of them.
+        reported = text
+        if isinstance(error, errors.CheckpointStoreRefused | errors.CheckpointStoreUnreachable):
+            reported = error.cause or text
         restart = self.entries[partition] = Restart(failures, now + delay, reported)
         if error is None:
             logger.info("partition %s: restarting in %.1f s", partition, delay)
             return restart
-        if isinstance(error, errors.EventHubUnreachable | errors.CheckpointStoreRefused):
-            lines = (
-                self._unreachable
-                if isinstance(error, errors.EventHubUnreachable)
-                else self._refused
-            )
+        lines = self._lines(error)
+        if lines is not None:
             restart.quiet = not lines.say(
                 partition, logging.ERROR, FAILED, partition, epoch, text, delay, now=now
             )
@@ -140,6 +147,16 @@ class Restarts:
                 REPEAT_SECONDS,
             )
         return restart
+
+    def _lines(self, error: BaseException) -> sharedlines.SharedLines | None:
+        """The lines of the failures several partitions meet together, for ``error``'s kind."""
+        if isinstance(error, errors.EventHubUnreachable):
+            return self._unreachable
+        if isinstance(error, errors.CheckpointStoreRefused):
+            return self._refused
+        if isinstance(error, errors.CheckpointStoreUnreachable):
+            return self._unanswered
+        return None
 
     def due(self, partition: str, *, now: float) -> bool:
         """Whether ``partition`` may start (it never failed, or its backoff is over)."""
@@ -166,3 +183,4 @@ class Restarts:
         self._said.clear()
         self._unreachable = sharedlines.SharedLines(logger, UNREACHABLE)
         self._refused = sharedlines.SharedLines(logger, REFUSED)
+        self._unanswered = sharedlines.SharedLines(logger, UNANSWERED)
