@@ -65,6 +65,7 @@ async def read_checkpoints(
         wall=wall,
         needed=decision.needs_checkpoints,
         lines=lines,
+        failing=decision.figures.troubled.get("failing", 0) if decision.figures else None,
     )
     if read is not None:
         # A listing made ahead that this read left (it did not need it) still stands.
@@ -118,10 +119,12 @@ async def read_store(
     wall: float,
     needed: bool,
     lines: dependencylines.DependencyLines,
+    failing: int | None = None,
 ) -> tuple[observations.StoreRead | None, memories.StorePacing]:
     """The checkpoint blobs when a decision ``needed`` them or the probe is due, None when
     not asked (not needed, or backing off from a failure); and the store's pacing after. Its
-    fault is said through ``lines``, the operator's."""
+    fault is said through ``lines``, the operator's. ``failing``: how many partitions the
+    pods report failing (`statuses.Figures.troubled`); None: not known."""
     spec = observation.spec
     assert spec is not None, "only a valid spec names a checkpoint store"
     # What a failure is found under (the account, the credentials, the container and the
@@ -148,7 +151,11 @@ async def read_store(
     due = deadlines.probe_due(store.checked_at, wall=wall) or (
         store.checked_at is not None and store.sequences_key != settings
     )
-    if store.backoff.waiting(wall, settings=settings) or not (needed or due):
+    # Fewer partitions reported failing than when the store last failed: some were fenced or
+    # checkpointed again, so the store answers the pods. It is asked now, not at the end of a
+    # backoff of minutes while its condition said it was unreachable.
+    recovered = failing is not None and failing < store.failing
+    if (store.backoff.waiting(wall, settings=settings) and not recovered) or not (needed or due):
         return None, store
     key = observing.hub_key(observation.namespace, observation.name)
     malformed = None
@@ -190,6 +197,7 @@ async def read_store(
             fault=observing.shown(e, observation.namespace, spec.checkpoint_credentials),
             # Those of a store the spec no longer names: weighting "lag" plans by count.
             sequences=known_sequences(store, settings),
+            failing=store.failing if failing is None else failing,
         )
         store = observing.told(key, "checkpoint store", store, failed, wall=wall, lines=lines)
         assert store.fault is not None
@@ -210,6 +218,7 @@ async def read_store(
         store,
         backoff=deadlines.Backoff(),
         fault=None,
+        failing=0,
         checked_at=wall,
         sequences={p: sequence for p, (_epoch, sequence) in stored.items()},
         sequences_key=settings,

@@ -99,6 +99,9 @@ class StorePacing(Pacing):
     claims: Claims = Claims()
     #: the blobs listed before that the listings since lack (`observations.Vanished`)
     vanished: observations.Vanished = dataclasses.field(default_factory=observations.Vanished)
+    #: how many partitions the pods reported failing when the store last failed: fewer since
+    #: say that it answers them again (a partition fenced or checkpointed), and end the backoff
+    failing: int = 0
 
 
 @dataclasses.dataclass(eq=False)
