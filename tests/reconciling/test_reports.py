@@ -396,6 +396,42 @@ def test_one_error_on_every_partition_is_said_once_naming_the_first_partitions()
     )
 
 
+def test_errors_that_name_their_own_partition_are_said_once_for_the_partitions() -> None:
+    """An Event Hubs outage failed each partition of a pod with its own words (``partition
+    7: receiving failed 6 times in a row, ...``): the condition named each partition with the
+    same error, and the Event listed the error once per partition."""
+    own = "partition {}: receiving failed 6 times in a row, last: AMQPConnectionError: refused"
+    troubles = {
+        models.PartitionId(str(i)): trouble(str(i), "a", own.format(i), attempts=6)
+        for i in (1, 7, 16)
+    }
+    shared = "receiving failed 6 times in a row, last: AMQPConnectionError: refused"
+    assert reports.condition(troubles).message == (
+        "3 partitions in trouble (3 failing): 1, 7, 16 on a failing after 6 attempts: "
+        f"each partition: {shared}"
+    )
+    assert reports.by_error(list(troubles.values())) == (
+        f"each partition: {shared} (after 6 attempts)"
+    )
+    alone = {models.PartitionId("7"): troubles[models.PartitionId("7")]}
+    assert reports.condition(alone).message.endswith(f"failing after 6 attempts: {own.format(7)}")
+    # Partition 1's error names partition 16: not its own, so not alike.
+    other = trouble("1", "a", "partition 16: its blob was deleted", attempts=6)
+    assert other.shape == other.error
+
+
+def test_partitions_that_meet_an_error_in_their_own_words_make_no_new_event() -> None:
+    ids = tuple(str(i) for i in range(4))
+    observation = started(pod("a"), ids=ids)
+    own = "partition {}: Event Hubs refused the receive position: past the end"
+    troubles: dict[str, tuple[Any, ...]] = {"0": ("failing", 1, 1, own.format(0))}
+    observation, first = next_cycle(reported(observation, "a", troubles), now=5)
+    assert [e.reason for e in first.events] == ["PartitionFailing"]
+    troubles.update({p: ("failing", 1, 1, own.format(p)) for p in ("1", "2")})
+    observation, second = next_cycle(reported(observation, "a", troubles), now=6)
+    assert second.events == ()
+
+
 def test_many_different_errors_fit_the_message_whole_words_and_the_rest_counted() -> None:
     words = " ".join(f"word{n}" for n in range(40))
     troubles = {

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import re
 import types
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypedDict
@@ -94,6 +95,12 @@ class Trouble:
     def key(self) -> tuple[str, str, int, str]:
         """What identifies a trouble across cycles: a change of any of these is news."""
         return (self.partition, self.pod, self.epoch, self.state)
+
+    @property
+    def shape(self) -> str:
+        """The error in the words every partition that meets it shares: its own partition
+        (``partition 7: receiving failed ...``) said as ``each partition``."""
+        return re.sub(rf"\bpartition {re.escape(self.partition)}\b", "each partition", self.error)
 
 
 def read(
@@ -260,7 +267,7 @@ def _group(group: list[Trouble]) -> str:
         return describe(first)
     pods = sorted({t.pod for t in group}, key=models.name_key)
     attempts = _attempts(group)
-    error = f": {first.error}" if first.error else ""
+    error = f": {first.shape}" if first.error else ""
     where = _named(pods, MAX_PODS_NAMED, "pod")
     partitions = partitionlists.named([t.partition for t in group], MAX_NAMED)
     return f"{partitions} on {where} {first.state}{' ' if attempts else ''}{attempts}{error}"
@@ -271,7 +278,8 @@ def _error(group: list[Trouble], *, named: bool) -> str:
     ``named``, and its attempts: ``0-5: RuntimeError: boom (after 1 attempt)``; nothing when
     there is nothing to say."""
     attempts = _attempts(group)
-    words = [group[0].error, f"({attempts})" if attempts else ""]
+    first = group[0]
+    words = [first.shape if len(group) > 1 else first.error, f"({attempts})" if attempts else ""]
     if named:
         words[0] = words[0] or "no error given"
         words.insert(0, partitionlists.named([t.partition for t in group], MAX_NAMED) + ":")
@@ -279,10 +287,10 @@ def _error(group: list[Trouble], *, named: bool) -> str:
 
 
 def _groups(troubles: Iterable[Trouble]) -> list[list[Trouble]]:
-    """Troubles that share a state and an error, in the order they first come."""
+    """Troubles that share a state and an error (`Trouble.shape`), in the order they come."""
     groups: dict[tuple[str, str], list[Trouble]] = {}
     for t in troubles:
-        groups.setdefault((t.state, t.error), []).append(t)
+        groups.setdefault((t.state, t.shape), []).append(t)
     return list(groups.values())
 
 
@@ -377,11 +385,11 @@ def changes(
 ) -> Changes:
     """The news of this cycle, for Events: nothing while the troubles stay the same."""
     before = previous_entries(previous)
-    said = {(t.pod, t.state, t.error) for t in troubles.values() if t.key in before}
+    said = {(t.pod, t.state, t.shape) for t in troubles.values() if t.key in before}
     started = tuple(
         t
         for t in troubles.values()
-        if t.key not in before and (t.pod, t.state, t.error) not in said
+        if t.key not in before and (t.pod, t.state, t.shape) not in said
     )
     ended = tuple(
         key
