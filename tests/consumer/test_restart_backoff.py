@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -124,6 +125,18 @@ def test_only_a_restart_in_an_outage_takes_up_quietly() -> None:
     assert rows.take_up_level("2", now=3.0) == logging.INFO  # its own failure, said alone
 
 
+def four_fail_together(
+    caplog: pytest.LogCaptureFixture, error: Callable[[int], BaseException]
+) -> tuple[restarts.Restarts, list[str]]:
+    """Partitions 0-3 failing 0.1 s apart, each with ``error(partition)``: the restarts, and
+    the lines said at ERROR."""
+    rows = restarts.Restarts()
+    caplog.set_level(logging.DEBUG, logger=restarts.__name__)
+    for p in range(4):
+        rows.failed(str(p), error(p), epoch=1, now=0.1 * p)
+    return rows, [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
 def test_a_store_that_refuses_the_pod_is_one_cause_said_for_all_its_partitions(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -135,14 +148,13 @@ def test_a_store_that_refuses_the_pod_is_one_cause_said_for_all_its_partitions(
         "the blob service forbids it (HTTP 403 AuthorizationFailure (HttpResponseError)): "
         "the account refused this client: check that the key is right"
     )
-    rows = restarts.Restarts()
-    caplog.set_level(logging.DEBUG, logger=restarts.__name__)
-    for p in range(4):
+
+    def refused(p: int) -> errors.CheckpointStoreRefused:
         operation = f"checkpoint update to sequence number {9 + p} of partition {p} (h/c/{p})"
-        error = errors.CheckpointStoreRefused(f"{operation}: {cause}", cause=cause)
-        rows.failed(str(p), error, epoch=1, now=0.1 * p)
+        return errors.CheckpointStoreRefused(f"{operation}: {cause}", cause=cause)
+
+    rows, said = four_fail_together(caplog, refused)
     assert {r.error for r in rows.entries.values()} == {cause}
-    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert [line.split(":")[0] for line in said] == [
         "partition 0",
         "2 partitions refused by the checkpoint store together, each restarting with backoff, last",
@@ -162,18 +174,18 @@ def test_a_store_that_does_not_answer_is_one_cause_said_for_all_its_partitions(
         "gave up on the checkpoint store after a call's budget (100 attempts, 20 s); "
         "last error: timed out"
     )
-    rows = restarts.Restarts()
-    caplog.set_level(logging.DEBUG, logger=restarts.__name__)
-    for p in range(4):
-        operation = f"checkpoint fence with epoch 3 of partition {p} (h/c/{p})"
+
+    def unanswered(p: int) -> errors.CheckpointStoreUnreachable:
+        operation = f"checkpoint fence with epoch 1 of partition {p} (h/c/{p})"
         error = errors.CheckpointStoreUnreachable(
             f"{operation}: gave up after 3 attempt(s) over 20.{p} s (budget 100 attempts, 20 s); "
             "last error: timed out"
         )
         error.cause = cause
-        rows.failed(str(p), error, epoch=3, now=0.1 * p)
+        return error
+
+    rows, said = four_fail_together(caplog, unanswered)
     assert {r.error for r in rows.entries.values()} == {cause}
-    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert [line.split(":")[0] for line in said] == [
         "partition 0",
         "2 partitions failed on the checkpoint store together, each restarting with backoff, last",
