@@ -65,7 +65,7 @@ async def read_checkpoints(
         wall=wall,
         needed=decision.needs_checkpoints,
         lines=lines,
-        failing=decision.figures.troubled.get("failing", 0) if decision.figures else None,
+        failing=sum(decision.figures.troubled.values()) if decision.figures else None,
     )
     if read is not None:
         # A listing made ahead that this read left (it did not need it) still stands.
@@ -124,7 +124,7 @@ async def read_store(
     """The checkpoint blobs when a decision ``needed`` them or the probe is due, None when
     not asked (not needed, or backing off from a failure); and the store's pacing after. Its
     fault is said through ``lines``, the operator's. ``failing``: how many partitions the
-    pods report failing (`statuses.Figures.troubled`); None: not known."""
+    pods report in trouble (`statuses.Figures.troubled`); None: not known."""
     spec = observation.spec
     assert spec is not None, "only a valid spec names a checkpoint store"
     # What a failure is found under (the account, the credentials, the container and the
@@ -151,8 +151,8 @@ async def read_store(
     due = deadlines.probe_due(store.checked_at, wall=wall) or (
         store.checked_at is not None and store.sequences_key != settings
     )
-    # Fewer partitions reported failing than when the store last failed: some were fenced or
-    # checkpointed again, so the store answers the pods. It is asked now, not at the end of a
+    # Fewer partitions reported in trouble than when the store last failed: some were fenced
+    # or checkpointed again, so the store answers the pods. It is asked now, not at the end of a
     # backoff of minutes while its condition said it was unreachable.
     recovered = failing is not None and failing < store.failing
     if (store.backoff.waiting(wall, settings=settings) and not recovered) or not (needed or due):

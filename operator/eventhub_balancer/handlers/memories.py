@@ -74,6 +74,10 @@ class Pacing:
     since: float = 0.0
     attempts: int = 0
     said: float = 0.0
+    #: how many partitions the pods reported in trouble when it last failed: fewer since say
+    #: that it answers them again (a partition fenced, checkpointed or receiving), and end the
+    #: backoff
+    failing: int = 0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -99,9 +103,6 @@ class StorePacing(Pacing):
     claims: Claims = Claims()
     #: the blobs listed before that the listings since lack (`observations.Vanished`)
     vanished: observations.Vanished = dataclasses.field(default_factory=observations.Vanished)
-    #: how many partitions the pods reported failing when the store last failed: fewer since
-    #: say that it answers them again (a partition fenced or checkpointed), and end the backoff
-    failing: int = 0
 
 
 @dataclasses.dataclass(eq=False)

@@ -23,13 +23,13 @@ import asyncio
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Hashable
-from typing import TypeVar
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any, TypeVar
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import conditions, connectionstrings, specs
 from eventhub_balancer.handlers import cyclefaults, dependencylines, memories, ports
-from eventhub_balancer.reconciling import deadlines, observations
+from eventhub_balancer.reconciling import deadlines, observations, reports
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +90,7 @@ async def observe_consumer(
         memory=memory,
         wall=wall,
         lines=lines,
+        failing=failing_count(body),
     )
     store = memory.store
     ahead = store.ahead
@@ -114,6 +115,13 @@ async def observe_consumer(
         refused=memory.refused,
     )
     return observation, pacing
+
+
+def failing_count(body: Mapping[str, Any]) -> int:
+    """``status.failingCount`` as the last cycle wrote it; 0 when there is none, or when it is
+    not a count (a status edited by hand)."""
+    value = (body.get("status") or {}).get(reports.COUNT_FIELD)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 async def observe_pods(
@@ -152,16 +160,22 @@ async def read_partitions(
     memory: memories.Memory,
     wall: float,
     lines: dependencylines.DependencyLines,
+    failing: int = 0,
 ) -> tuple[observations.HubRead, memories.Pacing]:
     """The partition ids, and Event Hubs' pacing after this read; on a fault (or while
-    backing off from one) the last known ids."""
+    backing off from one) the last known ids. ``failing``: how many partitions the status
+    says the pods report in trouble (``failingCount``, as the last cycle wrote it)."""
     key = hub_key(namespace, name)
     cached = hubs.cached(key)
     pacing = memory.hub
     # What a failure is found under: a change of it ends the wait at once.
     hub = (spec.fully_qualified_namespace, spec.event_hub_name, spec.consumer_group)
     settings = (*hub, spec.event_hub_credentials, spec.service_account_name)
-    if pacing.fault is not None and pacing.backoff.waiting(wall, settings=settings):
+    # Fewer partitions in trouble than when it last failed: the pods reach Event Hubs again,
+    # so it is asked now, not at the end of a backoff of minutes (in the cycle after the one
+    # that saw them recover, within the interval).
+    waiting = pacing.backoff.waiting(wall, settings=settings) and failing >= pacing.failing
+    if pacing.fault is not None and waiting:
         return observations.HubRead(ids=cached or None, fault=pacing.fault), pacing
     refused = None
     try:
@@ -204,6 +218,7 @@ async def read_partitions(
                 wall=wall,
             ),
             fault=shown(e, namespace, spec.event_hub_credentials),
+            failing=failing,
         )
         pacing = told(key, "Event Hubs", pacing, failed, wall=wall, lines=lines)
         # Read again: a listing that succeeded before the consumer-group check failed is kept.

@@ -1,9 +1,10 @@
-"""The checkpoint store's backoff ends when the pods' reports say it answers them again.
+"""A dependency's backoff ends when the pods' reports say it answers them again.
 
-In an outage the operator asks the store again after a backoff that doubles up to five
-minutes. Before, the store answering again was noticed only then: `CheckpointStoreReachable`
-stayed False while the pods checkpointed again (65 s after Azurite was resumed on the local
-stack, up to five minutes after a long outage).
+In an outage the operator asks the checkpoint store or Event Hubs again after a backoff that
+doubles up to five minutes. Before, the dependency answering again was noticed only then:
+`CheckpointStoreReachable` stayed False while the pods checkpointed again (65 s after Azurite
+was resumed on the local stack, up to five minutes after a long outage), and so did
+`EventHubReachable` while they received again.
 """
 
 from __future__ import annotations
@@ -71,3 +72,24 @@ async def test_a_recovery_the_store_does_not_bear_out_backs_off_again() -> None:
     assert memory.store.backoff.retry_at == at(141).timestamp() + 160.0
     await cycle(kube, hubs, memory, now=142)  # the same reports: no news, no new attempt
     assert len(hubs.store.reads) == reads + 1
+
+
+async def test_fewer_partitions_in_trouble_end_the_event_hubs_backoff() -> None:
+    kube = make_kube()
+    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    memory = memories.Memory()
+    await cycle(kube, hubs, memory, now=0)
+    hubs.failure = errors.EventHubUnreachable("connection refused")
+    annotate(kube, "a", partitionreports.ANNOTATION, report("0", "1"))
+    for now in (5, 10, 20, 40):  # the status counts 2 in trouble from the first on
+        await cycle(kube, hubs, memory, now=now)
+    assert memory.hub.backoff.retry_at == at(80).timestamp()
+    assert kube.condition(NS, NAME, "EventHubReachable")["status"] == "False"
+    hubs.failure = None
+    listings = len(hubs.listings)
+    annotate(kube, "a", partitionreports.ANNOTATION, report("1"))  # 0 receives again
+    await cycle(kube, hubs, memory, now=45)  # read before the status counted 1: not asked
+    assert len(hubs.listings) == listings
+    await cycle(kube, hubs, memory, now=46)
+    assert len(hubs.listings) == listings + 1
+    assert kube.condition(NS, NAME, "EventHubReachable")["status"] == "True"
