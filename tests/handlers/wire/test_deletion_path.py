@@ -50,9 +50,11 @@ BESIDE = (
 COUNTED = ("handlers/", "reconciling/")
 #: What the path visits today (handlers/ and reconciling/): it must not grow unnoticed.
 CEILING = 24
-#: The lines of those files a deletion runs: 1,629 to 1,648 in five runs at the end of
-#: 6 December, since the store's backoff asks whether the pods report fewer partitions failing
-#: (2 lines: `checkpointreads.read_store`); 1,627 to 1,646 in five runs later on 6 December,
+#: The lines of those files a deletion runs: 1,648 to 1,653 in ten runs at the end of
+#: 6 December, since Event Hubs' backoff reads the status's count of partitions in trouble
+#: (5 lines: `observing.failing_count`); 1,629 to 1,648 in five runs before, since the store's
+#: backoff asks whether the pods report fewer of them (2 lines: `checkpointreads.read_store`);
+#: 1,627 to 1,646 in five runs later on 6 December,
 #: since the planner is told which ownerless partitions no pod's ConfigMap names (4 lines:
 #: `fleets.Fleet.idle`) and when the starting pods stop counting (`deadlines`, 1 line);
 #: 1,636 to 1,641 in five runs just before, on the same machine;
@@ -68,7 +70,7 @@ CEILING = 24
 #: A run may take a branch more or less (a re-list or an echo falling on the path: 11 lines of
 #: the cache's shelves alone), so the bound leaves that much room above the most seen, and no
 #: more. Merging modules cannot hide growth from this bound, as it can from the file count.
-LINES_CEILING = 1_657
+LINES_CEILING = 1_662
 
 
 class PathTrace:
