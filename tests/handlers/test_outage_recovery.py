@@ -81,7 +81,7 @@ async def test_fewer_partitions_in_trouble_end_the_event_hubs_backoff() -> None:
     await cycle(kube, hubs, memory, now=0)
     hubs.failure = errors.EventHubUnreachable("connection refused")
     annotate(kube, "a", partitionreports.ANNOTATION, report("0", "1"))
-    for now in (5, 10, 20, 40):  # the status counts 2 in trouble from the first on
+    for now in (5, 10, 20, 40):  # the first writes failingCount 2, which the others read
         await cycle(kube, hubs, memory, now=now)
     assert memory.hub.backoff.retry_at == at(80).timestamp()
     assert kube.condition(NS, NAME, "EventHubReachable")["status"] == "False"
