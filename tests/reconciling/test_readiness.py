@@ -11,7 +11,7 @@ import copy
 import dataclasses
 from typing import Any
 
-from eventhub_balancer.contracts import timestamps
+from eventhub_balancer.contracts import podstates, timestamps
 from eventhub_balancer.reconciling import observations
 from tests.install import test_gitops_health as gitops_states
 from tests.reconciling import bodies, test_reports
@@ -173,15 +173,18 @@ def test_no_pod_names_the_operators_pod_selector_when_it_has_one() -> None:
     assert "operator watches" not in ready_message("")
 
 
-def crashing(name: str, reason: str = "CrashLoopBackOff") -> dict[str, Any]:
-    """A pod whose container the kubelet waits to start again, as it lists it."""
+def crashing(name: str, reason: str = "CrashLoopBackOff", message: str = "") -> dict[str, Any]:
+    """A pod whose container the kubelet waits to start again, as it lists it: a crash loop's
+    message is its back-off, the others' what ``message`` says."""
     body = pod(name, ready=False)
+    if reason == "CrashLoopBackOff":
+        message = message or f"back-off 5m0s restarting failed container=consumer pod={name}"
     body["status"]["containerStatuses"] = [
         {
             "name": "consumer",
             "ready": False,
             "restartCount": 7,
-            "state": {"waiting": {"reason": reason, "message": "back-off 5m0s restarting"}},
+            "state": {"waiting": {"reason": reason, "message": message}},
             "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}},
         }
     ]
@@ -213,6 +216,41 @@ def test_no_ready_pod_names_the_pods_and_what_their_containers_wait_on() -> None
         "b ImagePullBackOff, c not Ready and 2 more (kubectl describe pod and the pods' logs "
         "say why)"
     )
+
+
+def test_what_keeps_a_pod_from_starting_is_said_as_the_kubelet_says_it() -> None:
+    """A consumer's Secret deleted, its restarted pod waited in CreateContainerConfigError and
+    Ready read "... b CreateContainerConfigError (kubectl describe pod and the pods' logs say
+    why)": the kubelet's ``secret "orders-blob" not found`` was one describe away. Said once for
+    the pods it stops; a crash loop's message (its back-off) is not said: its log says why."""
+    missing = 'secret "orders-blob" not found'
+    pods = [
+        crashing("a", "CreateContainerConfigError", missing),
+        crashing("b", "CreateContainerConfigError", missing),
+        crashing("c"),
+    ]
+    seen, decision = bodies.decide_fully(bodies.observe(pods=pods), now=at(5))
+    assert bodies.condition(bodies.applied(seen, decision), "Ready")["message"] == (
+        "3 pods match spec.selector but none is Running and Ready: a CreateContainerConfigError "
+        f"({missing}), b CreateContainerConfigError, c CrashLoopBackOff (kubectl describe pod "
+        "and the pods' logs say why)"
+    )
+    # The scheduler's message on one line, and no message beyond its bound.
+    unscheduled = pod("d", ready=False)
+    room = "0/3 nodes are available:\n 3 Insufficient cpu."
+    unscheduled["status"] = {
+        "phase": "Pending",
+        "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": room}
+        ],
+    }
+    pulled = crashing("e", "ErrImagePull", "rpc error: " + "x" * 500)
+    assert podstates.pod_state(unscheduled).detail == "0/3 nodes are available: 3 Insufficient cpu."
+    assert podstates.pod_state(pulled).detail == ("rpc error: " + "x" * 500)[: podstates.DETAIL]
+    # A pod kept with what it was read from is read again when only the message changes.
+    moved = copy.deepcopy(unscheduled)
+    moved["status"]["conditions"][0]["message"] = "0/4 nodes are available: 4 Insufficient cpu."
+    assert podstates.state_inputs(moved) != podstates.state_inputs(unscheduled)
 
 
 def test_one_pod_and_one_hand_off_read_in_the_singular() -> None:

@@ -78,6 +78,8 @@ class PodState:
     #: NotReady only: what its containers wait on (``CrashLoopBackOff``, ``ImagePullBackOff``,
     #: ``Unschedulable``), as the kubelet or the scheduler says; empty when none says
     cause: str = ""
+    #: What the kubelet or the scheduler says of a `DETAILED` cause (``secret "x" not found``)
+    detail: str = ""
     #: Terminating only: when it stopped being Ready, if before its deletion began
     #: (`models.Member.notready_since`): a pod its node's lost contact marked NotReady
     notready_since: datetime.datetime | None = None
@@ -116,6 +118,19 @@ NOTREADY_BEFORE_DELETION = 5.0
 #: restart: the kubelet's longest back-off between restarts is 5 minutes, and it forgets a
 #: crash loop after 10 minutes of running.
 RESTART_WINDOW = 600.0
+#: The causes whose message names what to change (a Secret, an image, a node's room), said in
+#: at most `DETAIL` characters; not a crash loop's, its back-off, changing at each restart.
+DETAILED = (
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "ErrImageNeverPull",
+    "RunContainerError",
+    "Unschedulable",
+)
+DETAIL = 160
 
 
 def pod_state(pod: Mapping[str, Any]) -> PodState:
@@ -164,7 +179,8 @@ def pod_state(pod: Mapping[str, Any]) -> PodState:
         since=since,
         starting=starting,
         revision=revision,
-        cause=_cause(status),
+        cause=(cause := _cause(status))[0],
+        detail=cause[1],
     )
 
 
@@ -176,19 +192,22 @@ def _ready_condition(status: Mapping[str, Any]) -> Mapping[str, Any]:
     return found
 
 
-def _cause(status: Mapping[str, Any]) -> str:
+def _cause(status: Mapping[str, Any]) -> tuple[str, str]:
     """The first container's waiting (or terminated) reason, else the scheduler's, else how
     often the containers restarted when one ended since the pod turned NotReady (within
-    `RESTART_WINDOW` before): a crash loop between its back-offs, running again but not Ready."""
+    `RESTART_WINDOW` before): a crash loop between its back-offs, running again but not Ready;
+    with it, the message of a `DETAILED` reason, on one line."""
+    said: list[object] = []
     for container in status.get("containerStatuses") or []:
         now = container.get("state") if isinstance(container, Mapping) else None
-        for key in ("waiting", "terminated"):
-            found = now.get(key) if isinstance(now, Mapping) else None
-            if isinstance(found, Mapping) and isinstance(found.get("reason"), str):
-                return bounds.printable(found["reason"][:64])
+        said += [now.get(key) for key in ("waiting", "terminated") if isinstance(now, Mapping)]
     for c in status.get("conditions") or []:
         if isinstance(c, Mapping) and c.get("type") == "PodScheduled" and c.get("status") != "True":
-            return bounds.printable(str(c.get("reason") or "Unscheduled")[:64])
+            said.append({**c, "reason": str(c.get("reason") or "Unscheduled")})
+    for found in said:
+        if isinstance(found, Mapping) and isinstance(reason := found.get("reason"), str):
+            told = " ".join(str(found.get("message") or "").split()) if reason in DETAILED else ""
+            return bounds.printable(reason[:64]), bounds.printable(told[:DETAIL])
     since = timestamps.parse_time(_ready_condition(status).get("lastTransitionTime"))
     ended = [t for t in map(timestamps.parse_time, _terminations(status)) if t is not None]
     if since is not None and any((since - t).total_seconds() <= RESTART_WINDOW for t in ended):
@@ -201,8 +220,8 @@ def _cause(status: Mapping[str, Any]) -> str:
             and count > 0
         )
         if restarts:
-            return f"restarted {restarts} time{'' if restarts == 1 else 's'}"
-    return ""
+            return f"restarted {restarts} time{'' if restarts == 1 else 's'}", ""
+    return "", ""
 
 
 class Kept(NamedTuple):

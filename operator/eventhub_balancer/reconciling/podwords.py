@@ -21,9 +21,16 @@ NAMED = 3
 
 
 def not_ready(states: Iterable[podstates.PodState], *, named: int = 3) -> str:
-    """``a CrashLoopBackOff, b not Ready and 2 more``: the first pods by name and why."""
+    """``a CrashLoopBackOff, b not Ready and 2 more``: the first pods by name and why, with
+    what the kubelet or the scheduler says of it (``c CreateContainerConfigError (secret
+    "orders-blob" not found)``) at the first pod it is said of: a rollout's pods all wait on the
+    same Secret."""
     ordered = sorted(states, key=lambda s: models.name_key(s.name))
-    words = [f"{s.name} {s.cause or 'not Ready'}" for s in ordered[:named]]
+    words, said = [], set()
+    for s in ordered[:named]:
+        told = f" ({s.detail})" if s.detail and s.detail not in said else ""
+        words.append(f"{s.name} {s.cause or 'not Ready'}{told}")
+        said.add(s.detail)
     more = len(ordered) - named
     return ", ".join(words) + (f" and {more} more" if more > 0 else "")
 
