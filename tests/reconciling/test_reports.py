@@ -573,7 +573,7 @@ def test_partitions_that_left_their_troubled_pod_are_said_where_they_are() -> No
     assert event.message == "partitions 0-2 on a no longer reported in trouble (was parked)"
 
 
-def test_a_failing_partition_under_dead_letters_is_not_said_to_have_just_recovered() -> None:
+def test_a_partition_under_dead_letters_is_not_said_to_have_just_recovered() -> None:
     """Under ``onFailure: deadLetter`` a failing report ends when the batch is set aside too:
     the Event said only "no longer reported in trouble", and nothing in the Events or the
     status told that a batch had gone to the dead letters."""
@@ -596,8 +596,28 @@ def test_a_failing_partition_under_dead_letters_is_not_said_to_have_just_recover
         "on a retry, or went to the dead letters after spec.processing.maxAttempts (2) "
         "(ehb deadletters list)"
     )
-    # A parked partition's batch was never set aside; under park nothing is.
-    assert parked.message == "partition 1 on b no longer reported in trouble (was parked)"
+    # A partition parks under park only: its pod sets the batch aside once the spec says
+    # deadLetter. On the local stack that read "(was parked)" alone, with the batch in the
+    # dead letters.
+    assert parked.message == (
+        "partition 1 on b no longer reported in trouble (was parked): its batch went to the "
+        "dead letters as onFailure says (ehb deadletters list)"
+    )
+    # Taken from its pod, deleted to try again, it was not set aside there.
+    elsewhere = {**assignment, models.PartitionId("1"): models.Ownership(owner="c", epoch=2)}
+    _, moved = kubeevents.trouble_events(
+        {}, previous=previous, assignment=elsewhere, processing=aside
+    )
+    assert moved.message == (
+        "partition 1 on b no longer reported in trouble (was parked); c holds it now"
+    )
+    # Under park nothing is set aside.
+    parked_only = {"failing": previous["failing"][1:]}
+    for processing in (None, failurepolicy.Processing()):
+        (said,) = kubeevents.trouble_events(
+            {}, previous=parked_only, assignment=assignment, processing=processing
+        )
+        assert said.message == "partition 1 on b no longer reported in trouble (was parked)"
     for processing in (None, failurepolicy.Processing()):
         said = kubeevents.trouble_events(
             {}, previous=previous, assignment=assignment, processing=processing

@@ -257,10 +257,9 @@ def trouble_events(
     assignment: Mapping[models.PartitionId, models.Ownership],
     processing: failurepolicy.Processing | None = None,
 ) -> list[KubeEvent]:
-    """One Warning per (state, pod) for troubles new since ``previous``, one Normal per pod
-    for troubles over; nothing while they stay the same. A failing partition's trouble ends
-    when its batch goes through, or, under ``onFailure: deadLetter``, is set aside: the pod
-    does not say which, so the Event names both."""
+    """One Warning per (state, pod) for troubles new since ``previous``, one Normal per pod for
+    troubles over. A failing partition's trouble ends when its batch goes through or is set aside
+    under ``onFailure: deadLetter`` (the pod does not say which); a parked one's is set aside."""
     news = reports.changes(troubles, previous=previous)
     started: dict[tuple[str, str], list[reports.Trouble]] = {}
     for t in news.started:
@@ -315,13 +314,17 @@ def trouble_events(
         now_on = {o.owner for k in keys if (o := assignment.get(models.PartitionId(k[0])))}
         moved = sorted(str(owner) for owner in now_on - {pod} if owner)
         it, verb = ("them" if plural else "it"), ("hold" if len(moved) > 1 else "holds")
-        aside = ""
-        if processing is not None and processing.on_failure == "deadLetter" and "failing" in states:
+        aside, batch = "", "their batches" if plural else "its batch"
+        most = (
+            processing.max_attempts if processing and processing.on_failure == "deadLetter" else 0
+        )
+        if most and "failing" in states:
             aside = (
-                f": {'their batches' if plural else 'its batch'} went through on a retry, or "
-                "went to the dead letters after "
-                f"spec.processing.maxAttempts ({processing.max_attempts}) (ehb deadletters list)"
+                f": {batch} went through on a retry, or went to the dead letters after "
+                f"spec.processing.maxAttempts ({most}) (ehb deadletters list)"
             )
+        elif most and states == "parked" and not moved:  # parked under park, set aside now
+            aside = f": {batch} went to the dead letters as onFailure says (ehb deadletters list)"
         message = (
             f"partition{plural} {_join([k[0] for k in keys])} on {pod} no longer reported in "
             f"trouble (was {states}){aside}"
