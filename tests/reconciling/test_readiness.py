@@ -235,6 +235,15 @@ def test_what_keeps_a_pod_from_starting_is_said_as_the_kubelet_says_it() -> None
         f"({missing}), b CreateContainerConfigError, c CrashLoopBackOff (kubectl describe pod "
         "and the pods' logs say why)"
     )
+    # Nothing reports trouble because nothing runs: PartitionsFailing says so, not only
+    # AllPartitionsProcessing (its reason, which alerts read).
+    failing = bodies.condition(bodies.applied(seen, decision), "PartitionsFailing")
+    assert (failing["status"], failing["reason"], failing["message"]) == (
+        "False",
+        "AllPartitionsProcessing",
+        "no pod reports a failing, parked, stuck or lost partition; no pod is Ready to process "
+        "(see Ready)",
+    )
     # The scheduler's message on one line, and no message beyond its bound.
     unscheduled = pod("d", ready=False)
     room = "0/3 nodes are available:\n 3 Insufficient cpu."

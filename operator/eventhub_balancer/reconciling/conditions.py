@@ -10,6 +10,7 @@ A dependency's fault keeps the error's own reason, else one naming the dependenc
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 from eventhub_balancer import errors
@@ -322,7 +323,14 @@ def build(
     paused = progress.paused_condition(
         paused=spec.paused, assignment=plan.assignment, previous=previous or {}
     )
-    return [ready, balanced, hub, store, reports.condition(troubles or {}), paused]
+    failing = reports.condition(troubles or {})
+    if failing.status == "False" and partitions and not ready_pods:
+        # A pod reports only what it processes: read alone, "AllPartitionsProcessing" over
+        # pods that cannot start said all was well.
+        failing = dataclasses.replace(
+            failing, message=f"{failing.message}; no pod is Ready to process (see Ready)"
+        )
+    return [ready, balanced, hub, store, failing, paused]
 
 
 def cannot_process(
