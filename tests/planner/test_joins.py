@@ -351,3 +351,41 @@ def test_what_is_released_goes_to_the_pod_that_turned_ready_first_whatever_its_n
     assert given == {"3": "z", "7": "z"}
     revoked = {m.partition: m.target for m in plan.moves if m.kind == "revoke"}
     assert revoked == {"2": "a", "6": "a"}
+
+
+def test_a_hand_off_that_ends_first_goes_where_its_revoke_said() -> None:
+    """Two pods joined two on the local stack: the operator revoked 8-15 for c and 24-31 for
+    d, the second owner released first, and 24-31 went to c, then 8-15 to d. Each went to the
+    pod the other's revoke had named: the released partitions were placed before those still
+    in flight, whatever order they were revoked in."""
+    walk = Walk(_held_by({"a": range(16), "b": range(16, 32)}))
+    members = [
+        _member("a", ready=True),
+        _member("b", ready=True),
+        _member("c", ready=True, since=10.0),
+        _member("d", ready=True, since=11.0),
+    ]
+    revoked = walk.cycle(members, now=12.0)
+    said = {m.partition: m.target for m in revoked.moves if m.kind == "revoke"}
+    assert said == {P(str(p)): M("c" if p < 16 else "d") for p in (*range(8, 16), *range(24, 32))}
+    # b releases 24-31; a's release of 8-15 is still to come.
+    plan = planning.plan(
+        models.Scenario(
+            partitions=PARTITIONS,
+            members=tuple(members),
+            assignment=walk.assignment,
+            released={P(str(p)): 1 for p in range(24, 32)},
+            now=12.5,
+            options=models.Options(pod_grace_seconds=GRACE),
+        )
+    )
+    assert {plan.assignment[P(str(p))].owner for p in range(24, 32)} == {"d"}
+    assert {plan.assignment[P(str(p))].state for p in range(8, 16)} == {"revoking"}
+    walk.assignment = dict(plan.assignment)
+    walk.cycle(members, now=13.0)
+    assert walk.holdings() == {
+        "a": list(range(8)),
+        "b": list(range(16, 24)),
+        "c": list(range(8, 16)),
+        "d": list(range(24, 32)),
+    }

@@ -144,7 +144,13 @@ def _decide_by_count(scenario: models.Scenario, census: censuses.Census) -> cens
         for m in sorted(census.live, key=lambda m: (m.outgoing, m.since))
         if quota[m.name] > holding[m.name]
     ]
-    queue = [x.partition for x in census.loose] + census.in_flight + [r.partition for r in revokes]
+    # A hand-off that ended (released, or timed out) and one still in flight keep the order
+    # they were revoked in, so each goes where its revoke said: released first, the second
+    # of two pods joining together got the first one's partitions and the other way round.
+    ended = {x.partition for x in census.loose if x.entry and x.entry.state == "revoking"}
+    queue = [x.partition for x in census.loose if x.partition not in ended]
+    queue += sorted([*ended, *census.in_flight], key=lambda p: (entries[p].since, census.rank[p]))
+    queue += [r.partition for r in revokes]
     destinations: dict[models.PartitionId, models.MemberName | None] = {}
     position = 0
     if total > free and len(queue) < sum(room for _, room in openings):
