@@ -389,3 +389,25 @@ def test_a_hand_off_that_ends_first_goes_where_its_revoke_said() -> None:
         "c": list(range(8, 16)),
         "d": list(range(24, 32)),
     }
+
+
+def test_pods_ready_in_the_same_second_are_taken_in_the_order_they_were_seen() -> None:
+    """Right after the fix above, on the local stack: h82gz and bx6m9 turned Ready in the same
+    second (the Ready condition's time is to the second). The first cycle saw h82gz alone and
+    revoked 12-15 and 28-31 for it; the next saw both, ordered them by name, handed those to
+    bx6m9 and revoked 8-11 and 24-27 for h82gz instead. The operator's first sighting of each
+    Ready orders them."""
+    walk = Walk(_held_by({"a": range(16), "b": range(16, 32)}))
+    old = [_member("a", ready=True), _member("b", ready=True)]
+    first = dataclasses.replace(_member("h", ready=True, since=23.0), seen=24.02)
+    second = _member("c", ready=False, since=22.0)
+    revoked = walk.cycle([*old, first, second], now=24.02)
+    said = {m.partition: m.target for m in revoked.moves if m.kind == "revoke"}
+    assert set(said.values()) == {"h"}
+    both = [*old, first, dataclasses.replace(second, state="ready", since=23.0, seen=24.1)]
+    walk.cycle(both, now=24.1)  # their releases come in (each acknowledged at once)
+    assert {walk.assignment[p].owner for p in said} == {"h"}
+    for _ in range(3):
+        walk.cycle(both, now=25.0)
+    assert {int(p) for p, o in walk.assignment.items() if o.owner == "h"} == {int(p) for p in said}
+    assert max(walk.moved.values()) == 1

@@ -299,3 +299,19 @@ def test_advancing_through_random_changes_is_reading_whole(seed: int) -> None:
         listed = [copy.deepcopy(b) if rng.random() < 0.2 else b for b in pods.values()]
         fleet = advance(fleet, listed, list(maps.values()))
         same(fleet, whole(listed, list(maps.values())))
+
+
+def test_a_ready_member_carries_when_the_operator_first_saw_it_ready() -> None:
+    """The planner orders pods Ready in the same second (the Ready condition's resolution) by
+    the operator's first sighting of each Ready (`models.Member.seen`); a NotReady pod's
+    sighting is not of Ready, and a pod read without one sorts as before, by name."""
+    ready, starting = pod("a"), pod("b", ready=False)
+    seen = podstates.sightings({}, [ready, starting], wall=24.02)
+    members = [
+        fleets.read_pod(b, consumer=bodies.NAME, seen=seen[n])
+        for b, n in ((ready, "a"), (starting, "b"))
+    ]
+    assert [m.seen for m in (r.member() for r in members) if m is not None] == [24.02, 0.0]
+    plain = fleets.read_pod(ready, consumer=bodies.NAME).member()
+    assert plain is not None
+    assert plain.seen == 0.0

@@ -93,6 +93,11 @@ class Member:
     #: controller, then evicted, and never gets the SIGTERM on which it would release: it is
     #: gone ``podGraceSeconds`` after this, as it would be had it not been deleted.
     notready_since: float | None = None
+    #: Ready only: when the operator first saw it Ready, on its own clock (0: not known). The
+    #: Ready condition's time is to the second, so pods of a burst often share ``since``; this
+    #: orders them as the operator saw them turn Ready, and a revoke made for the first goes
+    #: to it, not to one Ready in the same second that sorts before it by name.
+    seen: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

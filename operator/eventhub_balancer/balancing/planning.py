@@ -141,7 +141,7 @@ def _decide_by_count(scenario: models.Scenario, census: censuses.Census) -> cens
         holding[source] -= 1
     openings = [
         (m.name, quota[m.name] - holding[m.name])
-        for m in sorted(census.live, key=lambda m: (m.outgoing, m.since))
+        for m in sorted(census.live, key=lambda m: (m.outgoing, m.since, m.seen))
         if quota[m.name] > holding[m.name]
     ]
     # A hand-off that ended (released, or timed out) and one still in flight keep the order

@@ -67,6 +67,7 @@ class PodRead:
             notready_since=(
                 None if s.notready_since is None else podstates.to_seconds(s.notready_since)
             ),
+            seen=self.seen.first if self.seen is not None and s.ready else 0.0,
         )
 
 
