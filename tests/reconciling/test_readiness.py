@@ -253,9 +253,18 @@ def test_what_keeps_a_pod_from_starting_is_said_as_the_kubelet_says_it() -> None
             {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": room}
         ],
     }
-    pulled = crashing("e", "ErrImagePull", "rpc error: " + "x" * 500)
+    image = "registry.example/orders:v2"
+    told = (
+        f'Failed to pull image "{image}": rpc error: code = NotFound desc = failed to pull and '
+        f'unpack image "{image}": failed to resolve reference "{image}": {image}: not found'
+    )
+    pulled = crashing("e", "ErrImagePull", told)
     assert podstates.pod_state(unscheduled).detail == "0/3 nodes are available: 3 Insufficient cpu."
-    assert podstates.pod_state(pulled).detail == ("rpc error: " + "x" * 500)[: podstates.DETAIL]
+    # A long message is cut between words and marked as cut, as every condition's message is.
+    detail = podstates.pod_state(pulled).detail
+    assert len(detail) <= podstates.DETAIL < len(told)
+    assert detail.endswith(" …")
+    assert told.startswith(detail.removesuffix(" …") + " ")
     # A pod kept with what it was read from is read again when only the message changes.
     moved = copy.deepcopy(unscheduled)
     moved["status"]["conditions"][0]["message"] = "0/4 nodes are available: 4 Insufficient cpu."

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple, TypedDict
 
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import bounds, timestamps
+from eventhub_balancer.contracts import bounds, conditions, timestamps
 
 
 class PodConditionBody(TypedDict, total=False):
@@ -119,7 +119,7 @@ NOTREADY_BEFORE_DELETION = 5.0
 #: crash loop after 10 minutes of running.
 RESTART_WINDOW = 600.0
 #: The causes whose message names what to change (a Secret, an image, a node's room), said in
-#: at most `DETAIL` characters; not a crash loop's, its back-off, changing at each restart.
+#: `DETAIL` characters at most (cut between words); not a crash loop's, its changing back-off.
 DETAILED = (
     "CreateContainerConfigError",
     "CreateContainerError",
@@ -207,7 +207,7 @@ def _cause(status: Mapping[str, Any]) -> tuple[str, str]:
     for found in said:
         if isinstance(found, Mapping) and isinstance(reason := found.get("reason"), str):
             told = " ".join(str(found.get("message") or "").split()) if reason in DETAILED else ""
-            return bounds.printable(reason[:64]), bounds.printable(told[:DETAIL])
+            return bounds.printable(reason[:64]), bounds.printable(conditions.shorten(told, DETAIL))
     since = timestamps.parse_time(_ready_condition(status).get("lastTransitionTime"))
     ended = [t for t in map(timestamps.parse_time, _terminations(status)) if t is not None]
     if since is not None and any((since - t).total_seconds() <= RESTART_WINDOW for t in ended):
