@@ -115,3 +115,32 @@ async def test_a_consumer_whose_selector_never_matched_says_no_pods() -> None:
     for now in (0, 5, 65):
         await test_cycles.cycle(kube, hubs, memory, now=now)
         assert reason(kube, "Ready") == ("False", "NoPods")
+
+
+async def test_partitions_released_by_the_last_pods_are_no_warning() -> None:
+    """Every pod scaled away released its partitions, as it should: nothing is wrong, and a
+    consumer that KEDA takes to zero whenever it idles posted a Warning per pod each time ("no
+    Ready pod matches spec.selector"), beside Ready True ScaledToZero. A pod that stays but is
+    not Ready leaves the partitions without an owner against the spec: that stays a Warning."""
+    kube = make_kube()
+    hubs = fakes.FakeHubs(store=fakes.FakeCheckpointStore())
+    hubs.last_sequences = dict.fromkeys(hubs.ids, 99)
+    hubs.store.blobs = {p: (1, 99) for p in hubs.ids}
+    await scaled_to_zero(kube, hubs, memories.Memory(), metrics.Metrics())
+    unassigned = [e for e in kube.events if e["reason"] == "PartitionUnassigned"]
+    assert {e["type"] for e in unassigned} == {"Normal"}
+    assert len(unassigned) == 2
+    for e in unassigned:
+        assert "(released) have no pod to go to: every pod spec.selector matches" in e["message"]
+        assert "is stopping or gone (scaled to zero" in e["message"]
+
+    kube = make_kube()
+    memory = memories.Memory()
+    await test_cycles.cycle(kube, hubs, memory, now=0)
+    kube.set_ready(NS, "b", ready=False, since=at(5))  # crashing, say: it stays
+    kube.terminate(NS, "a", at=at(10))
+    kube.release_all(NS, "a")
+    await test_cycles.cycle(kube, hubs, memory, now=10)
+    (unowned,) = [e for e in kube.events if e["reason"] == "PartitionUnassigned"]
+    assert unowned["type"] == "Warning"
+    assert unowned["message"].endswith("no Ready pod matches spec.selector")

@@ -28,6 +28,8 @@ COMPONENT = "eventhub-balancer"
 MAX_MESSAGE = 1024
 #: Runs of partitions an Event names (``0-15, 17 and 14 more``; 16 runs fit `MAX_MESSAGE`).
 NAMED_RUNS = 16
+#: Why partitions released by pods that all stopped have no owner: as the spec wants.
+STOPPED = "spec.selector matches is stopping or gone (scaled to zero, or all replaced at once)"
 #: The store's faults the decision finds in what was read; every other one is a reader's.
 DECIDED = frozenset({"CheckpointEpochTampered", "EpochOutOfRange", lostblobs.REASON})
 
@@ -74,7 +76,10 @@ def move_events(
     While ``paused``, the planner drains every pod (`progress.paused_members`): those revokes say
     ``paused``, and a partition left without an owner is what the spec asks for, not a
     warning. A ``gone`` owner still among ``pods`` (NotReady or terminating past its grace at
-    ``now``, or finished) is said to be what it is (`podstates.PodState.left`)."""
+    ``now``, or finished) is said to be what it is (`podstates.PodState.left`). Partitions
+    released with every pod stopping or gone (a scale to zero) wait for a pod as they should.
+    """
+    stopped = all(state.state in ("terminating", None) for state in pods.values())
     groups: dict[tuple[str, str, str | None, str | None], list[models.Move]] = {}
     for m in moves:
         state = pods.get(m.source or "") if m.reason == "gone" else None
@@ -104,6 +109,7 @@ def move_events(
             f"epochs {_join(epochs)}" if len(epochs) > 1 else f"epoch {next(iter(epochs))}"
         )
         plural = "s" if len(group) > 1 else ""
+        idle = reason == "PartitionUnassigned" and stopped and why == "released"
         if reason == "PartitionAssigned":
             text = f"Assigned partition{plural} {parts} to {target} ({epochs_text})"
         elif reason == "PartitionRevoked":
@@ -113,9 +119,10 @@ def move_events(
                 "waiting for its release"
             )
         elif reason == "PartitionUnassigned":
+            tail = f"every pod {STOPPED}" if idle else "no Ready pod matches spec.selector"
             text = (
                 f"Partition{plural} {parts} of {source} ({why}) {'have' if plural else 'has'} "
-                "no pod to go to: no Ready pod matches spec.selector"
+                f"no pod to go to: {tail}"
             )
         elif reason == "PartitionReleased":
             text = (
@@ -141,7 +148,7 @@ def move_events(
                 f"Took over partition{plural} {parts} of {source} ({why}) "
                 f"for {target} ({epochs_text})"
             )
-        warning = reason in ("HandoffTimedOut", "PartitionUnassigned")
+        warning = reason == "HandoffTimedOut" or (reason == "PartitionUnassigned" and not idle)
         events.append(
             KubeEvent(reason=reason, message=text, type="Warning" if warning else "Normal")
         )
@@ -297,13 +304,9 @@ def trouble_events(
                     f"{reports.LOST_HOLD_SECONDS:.0f} s and its checkpoint blob can be read"
                 )
             )
-        events.append(
-            KubeEvent(
-                reason=reports.EVENT_REASONS[state],
-                message=f"{text}: {details}" if details else text,
-                type="Warning",
-            )
-        )
+        said = f"{text}: {details}" if details else text
+        events.append(KubeEvent(reason=reports.EVENT_REASONS[state], message=said, type="Warning"))
+    most = processing.max_attempts if processing and processing.on_failure == "deadLetter" else 0
     ended: dict[str, list[tuple[str, str, int, str]]] = {}
     for key in news.ended:
         ended.setdefault(key[1], []).append(key)
@@ -315,9 +318,6 @@ def trouble_events(
         moved = sorted(str(owner) for owner in now_on - {pod} if owner)
         it, verb = ("them" if plural else "it"), ("hold" if len(moved) > 1 else "holds")
         aside, batch = "", "their batches" if plural else "its batch"
-        most = (
-            processing.max_attempts if processing and processing.on_failure == "deadLetter" else 0
-        )
         if most and "failing" in states:
             aside = (
                 f": {batch} went through on a retry, or went to the dead letters after "
