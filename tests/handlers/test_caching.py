@@ -308,3 +308,34 @@ async def test_a_secret_is_kept_until_rejected_or_old(kube: fakes.FakeKube, cloc
     kube.add_secret(NS, "eh", {"cs": "Endpoint=sb://again/;SharedAccessKey=z"})
     clock.now += serving.REFRESH_SECONDS + 1
     assert "again" in await cache.read_secret_key(namespace=NS, name="eh", key="cs")
+
+
+async def test_a_pod_relabelled_away_is_said_to_no_longer_match_not_to_be_gone(
+    replica: watches.Replica, kube: fakes.FakeKube, clock: Clock
+) -> None:
+    """A pod taken out of the selector by a relabel (to debug it, say) runs on: the Events
+    said its partitions were taken over from a ``gone`` pod, the word the docs keep for a pod
+    that no longer exists. A pod deleted is still ``gone``."""
+    t = await settle(replica, kube, clock, start=0)
+    held = {p for p, pod in owners(kube).items() if pod == "b"}
+    assert held
+    pod = kube.objects["pod", NS, "b"]
+    pod["metadata"]["labels"] = {"app": "debugging"}
+    kube._store("pod", NS, pod)
+    t = await settle(replica, kube, clock, start=t)
+    assert set(owners(kube).values()) == {"a"}
+    (taken,) = [e["message"] for e in kube.events if e["reason"] == "PartitionTakenOver"]
+    assert " of b (no longer matches spec.selector) for a " in taken
+    kube.add_pod(NS, "c", labels={"app": "c"}, since=at(t))
+    t = await settle(replica, kube, clock, start=t)
+    kube.remove_pod(NS, "a")  # deleted, never released
+    kube.remove_pod(NS, "b")
+    await settle(replica, kube, clock, start=t)
+    taken_from_a = [
+        e["message"]
+        for e in kube.events
+        if e["reason"] == "PartitionTakenOver" and " of a " in e["message"]
+    ]
+    assert taken_from_a
+    assert all(" of a (gone) for c " in m for m in taken_from_a)
+    assert_safe(kube)

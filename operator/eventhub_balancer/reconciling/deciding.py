@@ -251,6 +251,7 @@ def _decide(
         troubles=troubles,
         paused=spec.paused,
         pods=states,
+        left=observation.departures.left,
         now=wall,
         processing=spec.processing,
     )

@@ -69,6 +69,7 @@ def move_events(
     *,
     paused: bool = False,
     pods: Mapping[str, podstates.PodState] = {},
+    left: frozenset[str] = frozenset(),
     now: float = 0.0,
 ) -> list[KubeEvent]:
     """One Event per (reason, from, to), listing its partitions: few writes, readable history.
@@ -76,14 +77,14 @@ def move_events(
     While ``paused``, the planner drains every pod (`progress.paused_members`): those revokes say
     ``paused``, and a partition left without an owner is what the spec asks for, not a
     warning. A ``gone`` owner still among ``pods`` (NotReady or terminating past its grace at
-    ``now``, or finished) is said to be what it is (`podstates.PodState.left`). Partitions
-    released with every pod stopping or gone (a scale to zero) wait for a pod as they should.
-    """
+    ``now``, or finished) is said to be what it is (`podstates.PodState.left`), as is one that
+    ``left`` the selector; partitions released by pods all stopping wait as they should."""
     stopped = all(state.state in ("terminating", None) for state in pods.values())
     groups: dict[tuple[str, str, str | None, str | None], list[models.Move]] = {}
     for m in moves:
         state = pods.get(m.source or "") if m.reason == "gone" else None
         why = m.reason if state is None else state.left(now=now)
+        why = "no longer matches spec.selector" if why == "gone" and m.source in left else why
         if m.kind == "assign":
             reason = "PartitionAssigned"
         elif m.kind == "revoke":
@@ -105,9 +106,7 @@ def move_events(
         parts = _join([m.partition for m in group])
         epochs = {str(m.epoch) for m in group}
         # One epoch for all (as almost always): said once, not once a partition.
-        epochs_text = (
-            f"epochs {_join(epochs)}" if len(epochs) > 1 else f"epoch {next(iter(epochs))}"
-        )
+        epochs_text = f"epochs {_join(epochs)}" if len(epochs) > 1 else f"epoch {min(epochs)}"
         plural = "s" if len(group) > 1 else ""
         idle = reason == "PartitionUnassigned" and stopped and why == "released"
         if reason == "PartitionAssigned":
@@ -166,6 +165,7 @@ def build(
     troubles: Mapping[models.PartitionId, reports.Trouble] | None = None,
     paused: bool = False,
     pods: Mapping[str, podstates.PodState] = {},
+    left: frozenset[str] = frozenset(),
     now: float = 0.0,
     processing: failurepolicy.Processing | None = None,
 ) -> list[KubeEvent]:
@@ -176,7 +176,7 @@ def build(
     A ConfigMap whose data claims what the operator's record does not give its pod was changed
     by someone else (a pod has ``patch`` on ConfigMaps): ``AssignmentTampered``, not a repair.
     """
-    events = move_events(plan.moves, paused=paused, pods=pods, now=now)
+    events = move_events(plan.moves, paused=paused, pods=pods, left=left, now=now)
     for cm_name, cm_problems in sorted(problems.items()):
         if any(w.name == cm_name for w in planned.maps) or any(
             d.name == cm_name for d in planned.deletes

@@ -175,6 +175,8 @@ class Departures:
     listed: int | None = None
     #: the pods the cache saw leave (bounded, newest last)
     departed: frozenset[str] = frozenset()
+    #: of ``departed``, the pods seen leaving the selector, not deleted: they may run on
+    left: frozenset[str] = frozenset()
     #: the ConfigMaps the cache saw deleted (bounded), by name, with the version of their
     #: deletion: each may have gone with its pod (`confirmed`)
     vanished: Mapping[str, int | None] = dataclasses.field(default_factory=lambda: NOTHING_VANISHED)

@@ -203,9 +203,11 @@ class CachedKube:
         roster = self._rosters.by_key.get((namespace, name))
         if roster is None:
             return observations.UNCACHED  # read through: what they lack is gone
+        departed = roster.departed()
         return observations.Departures(
             listed=roster.shelves[shelves.PODS].listed,
-            departed=roster.departed(),
+            departed=departed,
+            left=departed & roster.shelves[shelves.PODS].left,
             vanished=roster.vanished(),
         )
 

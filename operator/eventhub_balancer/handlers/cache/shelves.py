@@ -196,6 +196,8 @@ class Shelf:
         #: the names removed (deleted, or gone from the scope), newest last, each with the
         #: version it was removed at: known gone
         self.departed: collections.OrderedDict[str, int | None] = collections.OrderedDict()
+        #: of ``departed``, the names that left the scope still existing (a pod relabelled)
+        self.left: set[str] = set()
         #: the version of the last fresh listing of the shelf's scope; None: never listed
         self.listed: int | None = None
         #: the highest version the watch delivered
@@ -256,12 +258,13 @@ class Shelf:
             # Only a name the shelf held, or the deletion of one it selects, is remembered:
             # what concerns another consumer leaves no trace here.
             if current is not None or name in self.floors or (deleted and self.belongs(body)):
-                self._remove(name, at=seen)
+                self._remove(name, at=seen, left=not deleted)
             return current is not None
         self.items[name] = self.keep(body)
         self.floors.pop(name, None)
         self.deleted_uids.pop(name, None)
         self.departed.pop(name, None)
+        self.left.discard(name)
         return True
 
     def remove(self, name: str, *, at: int | None, uid: str = "") -> bool:
@@ -278,7 +281,7 @@ class Shelf:
                 self.deleted_uids.popitem(last=False)
         return True
 
-    def _remove(self, name: str, *, at: int | None) -> None:
+    def _remove(self, name: str, *, at: int | None, left: bool = False) -> None:
         self.items.pop(name, None)
         self.floors[name] = at
         self.floors.move_to_end(name)
@@ -289,8 +292,9 @@ class Shelf:
             # deletion (at None) stays its own when the watch brings its DELETED later.
             self.departed.setdefault(name, at)
             self.departed.move_to_end(name)
+            (self.left.add if left else self.left.discard)(name)
             while len(self.departed) > MAX_FLOORS:
-                self.departed.popitem(last=False)
+                self.left.discard(self.departed.popitem(last=False)[0])
 
     def resync(
         self, listed: Iterable[Body], *, at: int | None, present: set[str] | None = None
