@@ -13,50 +13,10 @@ import collections
 import dataclasses
 import datetime
 from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple, TypedDict
+from typing import Any, NamedTuple
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import bounds, conditions, timestamps
-
-
-class PodConditionBody(TypedDict, total=False):
-    type: str
-    status: str
-    lastTransitionTime: str
-
-
-class ContainerStatusBody(TypedDict, total=False):
-    name: str
-    restartCount: int
-    #: ``{"terminated": {"finishedAt": ...}}`` once a container of the pod ended and restarted
-    lastState: dict[str, dict[str, Any]]
-
-
-class PodStatusBody(TypedDict, total=False):
-    phase: str
-    conditions: list[PodConditionBody]
-    containerStatuses: list[ContainerStatusBody]
-
-
-class PodMetadataBody(TypedDict, total=False):
-    name: str
-    namespace: str
-    uid: str
-    labels: dict[str, str]
-    annotations: dict[str, str]
-    creationTimestamp: str
-    deletionTimestamp: str
-    resourceVersion: str
-
-
-class PodSpecBody(TypedDict, total=False):
-    nodeName: str
-
-
-class PodBody(TypedDict, total=False):
-    metadata: PodMetadataBody
-    spec: PodSpecBody
-    status: PodStatusBody
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
