@@ -10,6 +10,7 @@ restart, and the operator could not tell a restart from a first start.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -118,3 +119,49 @@ def test_a_crash_and_its_restart_keep_the_ready_transition_and_say_how_it_ended(
     clock[0] = "2026-12-06T08:02:00Z"
     runningpods.check(checks, pod)
     assert ready_condition(calls.statuses[-1]) == ("True", "2026-12-06T08:02:00Z")
+
+
+def test_a_failed_container_under_fallback_to_logs_leaves_its_logs_tail_as_its_message(
+    clock: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The consumer chart asks for ``terminationMessagePolicy: FallbackToLogsOnError``: a
+    kubelet keeps the last lines of a failed container's log in ``lastState.terminated``, and
+    the operator says the last one beside a crash loop. The node kept no message."""
+    monkeypatch.setattr(runningpods, "_probe", lambda pod: pod.process.poll() is None)
+    monkeypatch.setattr(podprocesses, "spawn", lambda *args, **kwargs: Process())
+    template = podprocesses.PodTemplate(
+        name_prefix="orders", labels={}, command=lambda name, port: [], log_dir=tmp_path
+    )
+    noise = "".join(f'{{"level": "INFO", "message": "line {n}"}}\n' for n in range(200))
+    said = "ehb: error: --handler: module 'orders.pipeline' has no attribute 'nope'"
+    (tmp_path / "orders-0.log").write_text(noise + said + "\n")
+
+    def ended(policy: str | None, code: int) -> dict[str, Any]:
+        container = {"name": "consumer"} | ({"terminationMessagePolicy": policy} if policy else {})
+        pod = runningpods.RunningPod(
+            namespace="shop",
+            name="orders-0",
+            uid="u-1",
+            container="consumer",
+            image="consumer:1",
+            port=8080,
+            template=template,
+            process=cast(Any, Process()),
+            started_at=nodeleases.now(),
+            spec={"containers": [container]},
+        )
+        calls = Calls()
+        runningpods.check(cast(Any, calls), pod)
+        pod.process.code = code
+        runningpods.check(cast(Any, calls), pod)
+        terminated: dict[str, Any] = calls.statuses[-1]["containerStatuses"][0]["lastState"][
+            "terminated"
+        ]
+        return terminated
+
+    message = ended("FallbackToLogsOnError", 2)["message"]
+    assert message.endswith('line 199"}\n' + said)
+    assert len(message.encode()) <= runningpods.FALLBACK_BYTES
+    assert len(message.splitlines()) <= runningpods.FALLBACK_LINES
+    assert "message" not in ended("FallbackToLogsOnError", 0)  # it did not fail
+    assert "message" not in ended(None, 2)  # File, the default: no termination-log file here

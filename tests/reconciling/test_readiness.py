@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from typing import Any
 
 from eventhub_balancer.contracts import podstates, timestamps
@@ -269,6 +270,49 @@ def test_what_keeps_a_pod_from_starting_is_said_as_the_kubelet_says_it() -> None
     moved = copy.deepcopy(unscheduled)
     moved["status"]["conditions"][0]["message"] = "0/4 nodes are available: 4 Insufficient cpu."
     assert podstates.state_inputs(moved) != podstates.state_inputs(unscheduled)
+
+
+def test_a_crash_loop_says_the_last_line_its_container_left() -> None:
+    """A consumer whose handler does not exist crash-looped, and Ready said ``a
+    CrashLoopBackOff`` alone, or ``a restarted 6 times`` between its restarts: the reason was
+    the last line of its log, which the kubelet keeps as the container's termination message
+    (the consumer chart's ``terminationMessagePolicy: FallbackToLogsOnError``)."""
+    said = "ehb: error: --handler: module 'orders.pipeline' has no attribute 'nope'"
+    looping = crashing("a")
+    ended = looping["status"]["containerStatuses"][0]["lastState"]["terminated"]
+    ended["message"] = '{"level": "INFO", "message": "credentials: from files"}\n' + said + "\n"
+    between = pod("b", ready=False, since=-100)
+    quit_line = {"level": "ERROR", "message": "no Spark Connect server at sc://spark:15002"}
+    between["status"]["containerStatuses"] = [
+        {
+            "name": "consumer",
+            "ready": False,
+            "restartCount": 6,
+            "state": {"running": {"startedAt": timestamps.format_time(at(-2))}},
+            "lastState": {
+                "terminated": {
+                    "exitCode": 1,
+                    "reason": "Error",
+                    "finishedAt": timestamps.format_time(at(-3)),
+                    "message": json.dumps(quit_line),  # a JSON log line: its message
+                }
+            },
+        }
+    ]
+    seen, decision = bodies.decide_fully(bodies.observe(pods=[looping, between]), now=at(5))
+    assert bodies.condition(bodies.applied(seen, decision), "Ready")["message"] == (
+        f"2 pods match spec.selector but none is Running and Ready: a CrashLoopBackOff ({said}), "
+        "b restarted 6 times (no Spark Connect server at sc://spark:15002) (kubectl describe "
+        "pod and the pods' logs say why)"
+    )
+    # No termination message: the reason alone, as before. Lines nested past what the parser
+    # takes are said as they are; they never fail the cycle.
+    ended["message"] = ""
+    assert podstates.pod_state(looping).detail == ""
+    ended["message"] = "[" * 5000
+    assert podstates.pod_state(looping).detail.startswith("[[[")
+    ended["message"] = "{" + '"a":' * 3000 + "1" + "}" * 3000
+    assert podstates.pod_state(looping).detail.startswith('{"a":')
 
 
 def test_one_pod_and_one_hand_off_read_in_the_singular() -> None:

@@ -13,6 +13,7 @@ import logging
 import subprocess
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from eventhub_balancer_devstack import podprocesses
@@ -29,6 +30,11 @@ FAILURE_THRESHOLD = 3
 #: The longest a crashed container waits before its restart (a kubelet's back-off caps at
 #: 5 minutes; a local stack wants a crash looped quickly, but never in a tight loop).
 RESTART_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)
+
+#: What a kubelet keeps of a failed container's log as its termination message under
+#: ``terminationMessagePolicy: FallbackToLogsOnError``: its last lines, within these bytes.
+FALLBACK_LINES = 80
+FALLBACK_BYTES = 2048
 
 
 @dataclasses.dataclass
@@ -74,7 +80,7 @@ def check(calls: resourcecalls.ResourceCalls, pod: RunningPod) -> None:
     if (code := pod.process.poll()) is not None:
         now = time.monotonic()
         if pod.next_restart == 0.0:  # its end, seen first: said as a kubelet says it
-            pod.last_exit = exited(code, started_at=pod.started_at)
+            pod.last_exit = exited(code, started_at=pod.started_at, log=_fallback_log(pod))
         if pod.ready:
             pod.ready = False
             pod.ready_since = nodeleases.now()
@@ -106,16 +112,39 @@ def check(calls: resourcecalls.ResourceCalls, pod: RunningPod) -> None:
         write_status(calls, pod)
 
 
-def exited(code: int, *, started_at: str) -> dict[str, Any]:
+def exited(code: int, *, started_at: str, log: Path | None = None) -> dict[str, Any]:
     """A container's ``terminated`` state from its process's return code: a signal's is
-    128 + its number (SIGKILL: 137), as a container runtime reports it."""
+    128 + its number (SIGKILL: 137), as a container runtime reports it; on a failure, the
+    tail of ``log`` as its ``message`` (the node writes no termination-log file)."""
     exit_code = 128 - code if code < 0 else code
-    return {
+    ended = {
         "exitCode": exit_code,
         "reason": "Completed" if exit_code == 0 else "Error",
         "startedAt": started_at,
         "finishedAt": nodeleases.now(),
     }
+    if exit_code != 0 and log is not None and (tail := _tail(log)):
+        ended["message"] = tail
+    return ended
+
+
+def _fallback_log(pod: RunningPod) -> Path | None:
+    """The pod's log when its container asks for its tail as its termination message."""
+    containers = pod.spec.get("containers") or [{}]
+    if containers[0].get("terminationMessagePolicy") != "FallbackToLogsOnError":
+        return None
+    return None if pod.template.log_dir is None else pod.template.log_dir / f"{pod.name}.log"
+
+
+def _tail(log: Path) -> str:
+    """The last `FALLBACK_LINES` of ``log`` within its last `FALLBACK_BYTES`."""
+    try:
+        with log.open("rb") as f:
+            f.seek(max(0, f.seek(0, 2) - FALLBACK_BYTES))
+            data = f.read()
+    except OSError:
+        return ""
+    return "\n".join(data.decode("utf-8", "replace").splitlines()[-FALLBACK_LINES:])
 
 
 def write_status(calls: resourcecalls.ResourceCalls, pod: RunningPod) -> None:

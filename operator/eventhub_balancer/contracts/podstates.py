@@ -10,8 +10,10 @@ instant as the one before it.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import datetime
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
@@ -79,7 +81,7 @@ NOTREADY_BEFORE_DELETION = 5.0
 #: crash loop after 10 minutes of running.
 RESTART_WINDOW = 600.0
 #: The causes whose message names what to change (a Secret, an image, a node's room), said in
-#: `DETAIL` characters at most (cut between words); not a crash loop's, its changing back-off.
+#: `DETAIL` characters at most (cut between words); a crash loop's is its back-off: not said.
 DETAILED = (
     "CreateContainerConfigError",
     "CreateContainerError",
@@ -91,6 +93,8 @@ DETAILED = (
     "Unschedulable",
 )
 DETAIL = 160
+#: A container that keeps crashing: what it said as it last ended is the detail.
+CRASH_LOOP = "CrashLoopBackOff"
 
 
 def pod_state(pod: Mapping[str, Any]) -> PodState:
@@ -166,22 +170,34 @@ def _cause(status: Mapping[str, Any]) -> tuple[str, str]:
             said.append({**c, "reason": str(c.get("reason") or "Unscheduled")})
     for found in said:
         if isinstance(found, Mapping) and isinstance(reason := found.get("reason"), str):
-            told = " ".join(str(found.get("message") or "").split()) if reason in DETAILED else ""
-            return bounds.printable(reason[:64]), bounds.printable(conditions.shorten(told, DETAIL))
+            told = found.get("message") if reason in DETAILED else _last_words(status, reason)
+            return bounds.printable(reason[:64]), _one_line(told)
     since = timestamps.parse_time(_ready_condition(status).get("lastTransitionTime"))
     ended = [t for t in map(timestamps.parse_time, _terminations(status)) if t is not None]
     if since is not None and any((since - t).total_seconds() <= RESTART_WINDOW for t in ended):
-        restarts = sum(
-            count
-            for c in status.get("containerStatuses") or []
-            if isinstance(c, Mapping)
-            and isinstance(count := c.get("restartCount"), int)
-            and not isinstance(count, bool)
-            and count > 0
-        )
-        if restarts:
-            return f"restarted {restarts} time{'' if restarts == 1 else 's'}", ""
+        counts = [c.get("restartCount") for c in _containers(status)]
+        if restarts := sum(n for n in counts if type(n) is int and n > 0):
+            told = _last_words(status, CRASH_LOOP)
+            return f"restarted {restarts} time{'' if restarts == 1 else 's'}", _one_line(told)
     return "", ""
+
+
+def _last_words(status: Mapping[str, Any], reason: str) -> str:
+    """In a crash loop, the last line its container left: its termination message (what it
+    wrote to its termination log, or its log's tail under ``FallbackToLogsOnError``), the
+    ``message`` of a JSON log line."""
+    for ended in (_ended(c) for c in _containers(status)) if reason == CRASH_LOOP else ():
+        lines = str(ended.get("message") or "").strip().splitlines()
+        line = lines[-1].strip() if lines else ""
+        with contextlib.suppress(ValueError, RecursionError):  # not JSON, or nested too deep
+            line = str(json.loads(line).get("message") or line) if line[:1] == "{" else line
+        if line:
+            return line
+    return ""
+
+
+def _one_line(told: object) -> str:
+    return bounds.printable(conditions.shorten(" ".join(str(told or "").split()), DETAIL))
 
 
 class Kept(NamedTuple):
@@ -251,13 +267,18 @@ def outgoing(states: Iterable[PodState]) -> frozenset[str]:
 
 def _terminations(status: Mapping[str, Any]) -> tuple[object, ...]:
     """When the pod's containers last ended (``lastState.terminated.finishedAt``), as written."""
-    found: list[object] = []
-    for container in status.get("containerStatuses") or []:
-        last = container.get("lastState") if isinstance(container, Mapping) else None
-        ended = last.get("terminated") if isinstance(last, Mapping) else None
-        if isinstance(ended, Mapping):
-            found.append(ended.get("finishedAt"))
-    return tuple(found)
+    return tuple(e.get("finishedAt") for c in _containers(status) if (e := _ended(c)))
+
+
+def _containers(status: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [c for c in status.get("containerStatuses") or [] if isinstance(c, Mapping)]
+
+
+def _ended(container: Mapping[str, Any]) -> Mapping[str, Any]:
+    """How ``container`` last ended (``lastState.terminated``); empty: it has not."""
+    last = container.get("lastState")
+    ended = last.get("terminated") if isinstance(last, Mapping) else None
+    return ended if isinstance(ended, Mapping) else {}
 
 
 def _scheduled(pod: Mapping[str, Any]) -> bool:
