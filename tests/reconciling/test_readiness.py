@@ -305,10 +305,23 @@ def test_a_crash_loop_says_the_last_line_its_container_left() -> None:
         "b restarted 6 times (no Spark Connect server at sc://spark:15002) (kubectl describe "
         "pod and the pods' logs say why)"
     )
-    # No termination message: the reason alone, as before. Lines nested past what the parser
-    # takes are said as they are; they never fail the cycle.
+    # No termination message: the reason alone, as before; nor when the log's tail says only
+    # how it went (a SIGKILL's, say). A reason of its own is said instead of any line.
     ended["message"] = ""
     assert podstates.pod_state(looping).detail == ""
+    routine = [
+        "2026-12-06 20:10:22,140 INFO eventhub_balancer.consumer.partitions: partition 3: ...",
+        '{"time": "2026-12-06T20:10:22.140+00:00", "level": "DEBUG", "message": "polled"}',
+    ]
+    ended["message"] = "\n".join(routine)
+    assert podstates.pod_state(looping).detail == ""
+    failed = '{"level": "ERROR", "message": "the Event Hub is gone"}'
+    ended["message"] = "\n".join([failed, *routine])
+    assert podstates.pod_state(looping).detail == "the Event Hub is gone"
+    ended["reason"] = "OOMKilled"
+    assert podstates.pod_state(looping).detail == "OOMKilled"
+    ended["reason"] = "Error"
+    # Lines nested past what the parser takes are said as they are; they never fail the cycle.
     ended["message"] = "[" * 5000
     assert podstates.pod_state(looping).detail.startswith("[[[")
     ended["message"] = "{" + '"a":' * 3000 + "1" + "}" * 3000

@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import datetime
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
@@ -95,6 +96,10 @@ DETAILED = (
 DETAIL = 160
 #: A container that keeps crashing: what it said as it last ended is the detail.
 CRASH_LOOP = "CrashLoopBackOff"
+#: The termination message's lines read back for it (a kubelet keeps 80 of a log's), and those
+#: that say how the process went, not why it ended: a DEBUG or INFO log line, text or JSON.
+LAST_LINES = 80
+ROUTINE = re.compile(r'^(\S+ \S+ )?(DEBUG|INFO)\b|"level": *"(DEBUG|INFO)"')
 
 
 def pod_state(pod: Mapping[str, Any]) -> PodState:
@@ -183,15 +188,18 @@ def _cause(status: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def _last_words(status: Mapping[str, Any], reason: str) -> str:
-    """In a crash loop, the last line its container left: its termination message (what it
-    wrote to its termination log, or its log's tail under ``FallbackToLogsOnError``), the
-    ``message`` of a JSON log line."""
+    """In a crash loop, why its container last ended: a reason other than ``Error``
+    (``OOMKilled``), else the last line of its termination message (what it wrote to its
+    termination log, or its log's tail under ``FallbackToLogsOnError``) that is not a DEBUG or
+    INFO log line: a JSON one's ``message``."""
     for ended in (_ended(c) for c in _containers(status)) if reason == CRASH_LOOP else ():
-        lines = str(ended.get("message") or "").strip().splitlines()
-        line = lines[-1].strip() if lines else ""
-        with contextlib.suppress(ValueError, RecursionError):  # not JSON, or nested too deep
-            line = str(json.loads(line).get("message") or line) if line[:1] == "{" else line
-        if line:
+        if (why := ended.get("reason")) not in (None, "", "Error", "Completed"):
+            return str(why)
+        for line in reversed(str(ended.get("message") or "").splitlines()[-LAST_LINES:]):
+            if not line.strip() or ROUTINE.search(line[:200]):
+                continue
+            with contextlib.suppress(ValueError, RecursionError):  # not JSON, or nested too deep
+                line = str(json.loads(line).get("message") or line) if line[:1] == "{" else line
             return line
     return ""
 
