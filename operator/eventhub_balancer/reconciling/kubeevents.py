@@ -79,7 +79,6 @@ def move_events(
     warning. A ``gone`` owner still among ``pods`` (NotReady or terminating past its grace at
     ``now``, or finished) is said to be what it is (`podstates.PodState.left`), as is one that
     ``left`` the selector; partitions released by pods all stopping wait as they should."""
-    stopped = all(state.state in ("terminating", None) for state in pods.values())
     groups: dict[tuple[str, str, str | None, str | None], list[models.Move]] = {}
     for m in moves:
         state = pods.get(m.source or "") if m.reason == "gone" else None
@@ -108,7 +107,9 @@ def move_events(
         # One epoch for all (as almost always): said once, not once a partition.
         epochs_text = f"epochs {_join(epochs)}" if len(epochs) > 1 else f"epoch {min(epochs)}"
         plural = "s" if len(group) > 1 else ""
-        idle = reason == "PartitionUnassigned" and stopped and why == "released"
+        idle = (reason, why) == ("PartitionUnassigned", "released") and all(
+            s.state in ("terminating", None) for s in pods.values()
+        )
         if reason == "PartitionAssigned":
             text = f"Assigned partition{plural} {parts} to {target} ({epochs_text})"
         elif reason == "PartitionRevoked":
@@ -206,10 +207,8 @@ def build(
             and c.type
             in (conditiontypes.EVENTHUB_REACHABLE, conditiontypes.CHECKPOINT_STORE_REACHABLE)
         ):
-            logged = c.reason not in DECIDED
-            events.append(
-                KubeEvent(reason=c.reason, message=c.message, type="Warning", logged=logged)
-            )
+            fault = KubeEvent(reason=c.reason, message=c.message, type="Warning")
+            events.append(dataclasses.replace(fault, logged=c.reason not in DECIDED))
         elif (
             c.status == "True"
             and c.type
