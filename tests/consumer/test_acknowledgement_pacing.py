@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Any, cast
 
 import pytest
 
@@ -99,3 +100,33 @@ async def test_sigterm_while_writes_fail_still_tries_the_last_release(
         await asyncio.sleep(60)
         consumer.request_shutdown()
     assert configmaps.parse_released(maps.patches[-1][1]) == {"0": 1}
+
+
+async def test_an_acknowledgement_says_the_partitions_released_since_the_last_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The annotation keeps every release, and each later acknowledgement said them again:
+    ``acknowledged generation 5, released 16-31 (epochs 6-8,10,13)`` a minute after the pod
+    released them, as if it had released them then."""
+
+    class Source:
+        async def acknowledge(self, **_: object) -> bool:
+            return True
+
+        def acknowledgement_lost(self) -> bool:
+            return False
+
+    caplog.set_level(logging.INFO, logger=acknowledgements.__name__)
+    acks = acknowledgements.Acknowledgements(cast(Any, Source()), min_interval=5.0)
+    await acks.write(applied_generation=3, released={}, reports={})
+    await acks.write(applied_generation=4, released={"16": 6, "17": 6}, reports={})
+    await acks.write(applied_generation=5, released={"16": 6, "17": 6}, reports={})
+    await acks.write(applied_generation=6, released={"16": 6, "17": 6, "3": 2}, reports={})
+    await acks.write(applied_generation=7, released={"16": 8, "17": 6, "3": 2}, reports={})
+    assert [r.getMessage() for r in caplog.records if r.name == acknowledgements.__name__] == [
+        "acknowledged generation 3, released nothing",
+        "acknowledged generation 4, released 16-17 (epoch 6)",
+        "acknowledged generation 5",
+        "acknowledged generation 6, released 3 (epoch 2)",
+        "acknowledged generation 7, released 16 (epoch 8)",
+    ]

@@ -107,9 +107,11 @@ class Acknowledgements:
             )
             self._failures, self._logged_at = 0, None
         if self._acked is None or state[:2] != self._acked[:2]:
-            logger.info(
-                "acknowledged generation %s, released %s", state[0], released_text(state[1])
-            )
+            # The annotation keeps every release; the line says those new since the last one.
+            told = self._acked[1] if self._acked is not None else {}
+            new = {p: epoch for p, epoch in state[1].items() if told.get(p) != epoch}
+            released = f", released {released_text(new)}" if new or not told else ""
+            logger.info("acknowledged generation %s%s", state[0], released)
         before = self._acked[2] if self._acked is not None else {}
         if state[2] != before or self._acked is None:
             # A count of attempts that rose is news to the operator, not to a person: a
