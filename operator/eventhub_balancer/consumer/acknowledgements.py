@@ -110,8 +110,8 @@ class Acknowledgements:
             # The annotation keeps every release; the line says those new since the last one.
             told = self._acked[1] if self._acked is not None else {}
             new = {p: epoch for p, epoch in state[1].items() if told.get(p) != epoch}
-            released = f", released {released_text(new)}" if new or not told else ""
-            logger.info("acknowledged generation %s%s", state[0], released)
+            said = f", released {released_text(new)}" if new or not told else ""
+            logger.info("acknowledged generation %s%s", state[0], said)
         before = self._acked[2] if self._acked is not None else {}
         if state[2] != before or self._acked is None:
             # A count of attempts that rose is news to the operator, not to a person: a
