@@ -293,3 +293,46 @@ async def test_a_batch_waiting_for_the_last_checkpoint_is_left_to_the_next_owner
     assert outcome == "released"
     assert scene.recorder.done == [("0", 0), ("0", 1), ("0", 2)]
     assert scene.store.blobs["0"].sequence_number == 2
+
+
+@pytest.mark.parametrize("moved", [True, False], ids=["moved meanwhile", "still ours"])
+async def test_a_batch_received_before_a_long_pause_goes_to_the_handler_only_if_still_ours(
+    moved: bool,
+) -> None:
+    """A pod frozen 40 s on the local stack (SIGSTOP) lost its partitions past podGraceSeconds,
+    and the moment it ran again it handed its receiver's buffered batch to the handler, before
+    anything told it of the new owner: processed twice. A batch that comes back long after it
+    was asked for is checked against the checkpoint blob first (one read)."""
+    scene = Scene()
+
+    async def drive(scene: Scene) -> None:
+        scene.hub.append("0", 3)
+        await scene.processed(3)
+        receiver = scene.hub.receivers[-1]
+        real = receiver.next_batch
+
+        async def paused(*, max_size: int, max_wait: float) -> Any:
+            batch = await real(max_size=max_size, max_wait=max_wait)
+            if batch.events:
+                await asyncio.sleep(40)  # the process paused, the batch in its receiver
+            return batch
+
+        receiver.next_batch = paused  # type: ignore[method-assign]
+        await asyncio.sleep(1)
+        scene.hub.append("0", 2)
+        await asyncio.sleep(25)
+        if moved:  # past podGraceSeconds: the next owner fenced the blob
+            await scene.store.handle("pod-b").fence("0", 2, start=None)
+        await asyncio.sleep(20)
+        if not moved:
+            await scene.processed(5)
+            scene.worker.release()
+
+    outcome = await scene.run(drive)
+    if moved:
+        assert outcome == "lost"
+        assert scene.recorder.done == [("0", 0), ("0", 1), ("0", 2)]
+        assert scene.store.blobs["0"].epoch == 2
+    else:
+        assert outcome == "released"
+        assert scene.recorder.done == [("0", n) for n in range(5)]

@@ -6,7 +6,8 @@ handler that calls blocking code (``time.sleep``, a blocking HTTP or database cl
 that loop for as long as the call takes, and so does a process that is paused (CPU limits
 throttled, a frozen container, a node under pressure). A probe that gets no answer within its
 timeout fails; failing long enough makes the pod NotReady, and past ``podGraceSeconds`` the
-operator moves its partitions, at a higher epoch, with the batches in flight processed twice.
+operator moves its partitions, at a higher epoch, with the handler calls in flight processed
+twice (a batch received before the stall is checked first: `confirm`).
 The pod then holds nothing, answers again, turns Ready and gets its share back: the partitions
 go back and forth, and nothing in the pod's log said why. So a loop that did not turn for
 `STALL_S` is said in a WARNING (at most one per `REPEAT_S`, the others counted into it),
@@ -22,6 +23,8 @@ from __future__ import annotations
 import logging
 from typing import Final
 
+from eventhub_balancer import errors
+from eventhub_balancer.consumer import ports
 from eventhub_balancer.contracts import conditions
 
 logger = logging.getLogger(__name__)
@@ -31,6 +34,16 @@ logger = logging.getLogger(__name__)
 STALL_S: Final = 2.0
 #: At most one warning this often; the stalls between are counted into the next one.
 REPEAT_S: Final = 60.0
+
+
+async def confirm(store: ports.Checkpoints, partition: str, epoch: int) -> None:
+    """Before the handler gets a batch received before a stall: raise `errors.OwnershipLost`
+    when a higher epoch fenced ``partition`` meanwhile. A paused pod's partitions move past
+    podGraceSeconds, and the batch its receiver held was then handed to the handler the moment
+    the pod ran again, before anything told it so: processed twice. One read of the blob."""
+    current = await store.keep(partition)  # the blob as stored, whoever holds it
+    if current is not None and current.epoch > epoch:
+        raise errors.OwnershipLost(partition, epoch, current.epoch, current.owner_id)
 
 
 def handler_is_async(processor: object) -> bool:

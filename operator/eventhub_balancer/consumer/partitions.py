@@ -51,6 +51,7 @@ from eventhub_balancer.consumer import (
     checkpointwrites,
     crashmarkers,
     loopclocks,
+    loopstalls,
     metrics,
     ports,
     processing,
@@ -237,6 +238,7 @@ class PartitionWorker:
                     done = self._processed
                     last = self._checkpointed_sequence if done is None else done.sequence_number
                     receiver = self._receive_after(last)
+                asked = loopclocks.now()
                 batch = await self._next_batch(receiver)
                 if batch is None:
                     continue  # a release (the loop ends) or a reopen (at its top)
@@ -266,6 +268,8 @@ class PartitionWorker:
                 await self._writing.wait()
                 if self._stop.is_set():
                     continue  # released meanwhile: not a whole handler call more
+                if loopclocks.now() - asked > 2 * self.settings.max_wait + loopstalls.STALL_S:
+                    await loopstalls.confirm(self.store, self.partition, self.epoch)
                 if not await self.batches.run(batch.events):
                     break  # abandoned or parked until the release: no checkpoint past it
                 self._processed = batch.events[-1]

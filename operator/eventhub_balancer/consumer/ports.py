@@ -21,6 +21,12 @@ class Checkpoint(Protocol):
     @property
     def deaths(self) -> checkpointblobs.Deaths | None: ...
 
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def owner_id(self) -> str: ...
+
 
 class Checkpoints(Protocol):
     """What a worker needs of the checkpoint store (``adapters.checkpointing``)."""
