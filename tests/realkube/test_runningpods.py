@@ -50,6 +50,24 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return now
 
 
+def running(
+    template: podprocesses.PodTemplate, process: Process, *, spec: dict[str, Any] | None = None
+) -> runningpods.RunningPod:
+    """Pod orders-0 of the node, running ``process`` from ``template``."""
+    return runningpods.RunningPod(
+        namespace="shop",
+        name="orders-0",
+        uid="u-1",
+        container="consumer",
+        image="consumer:1",
+        port=8080,
+        template=template,
+        process=cast(Any, process),
+        started_at=nodeleases.now(),
+        spec=spec or {},
+    )
+
+
 def ready_condition(status: dict[str, Any]) -> tuple[str, str]:
     (ready,) = [c for c in status["conditions"] if c["type"] == "Ready"]
     return ready["status"], ready["lastTransitionTime"]
@@ -67,18 +85,7 @@ def test_a_crash_and_its_restart_keep_the_ready_transition_and_say_how_it_ended(
         return processes[-1]
 
     monkeypatch.setattr(podprocesses, "spawn", spawn)
-    pod = runningpods.RunningPod(
-        namespace="shop",
-        name="orders-0",
-        uid="u-1",
-        container="consumer",
-        image="consumer:1",
-        port=8080,
-        template=cast(podprocesses.PodTemplate, None),
-        process=cast(Any, processes[0]),
-        started_at=nodeleases.now(),
-        spec={},
-    )
+    pod = running(cast(podprocesses.PodTemplate, None), processes[0])
     calls = Calls()
     checks = cast(Any, calls)
 
@@ -138,18 +145,7 @@ def test_a_failed_container_under_fallback_to_logs_leaves_its_logs_tail_as_its_m
 
     def ended(policy: str | None, code: int) -> dict[str, Any]:
         container = {"name": "consumer"} | ({"terminationMessagePolicy": policy} if policy else {})
-        pod = runningpods.RunningPod(
-            namespace="shop",
-            name="orders-0",
-            uid="u-1",
-            container="consumer",
-            image="consumer:1",
-            port=8080,
-            template=template,
-            process=cast(Any, Process()),
-            started_at=nodeleases.now(),
-            spec={"containers": [container]},
-        )
+        pod = running(template, Process(), spec={"containers": [container]})
         calls = Calls()
         runningpods.check(cast(Any, calls), pod)
         pod.process.code = code

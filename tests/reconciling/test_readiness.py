@@ -192,6 +192,23 @@ def crashing(name: str, reason: str = "CrashLoopBackOff", message: str = "") -> 
     return body
 
 
+def restarted(name: str, restarts: int, *, message: str = "") -> dict[str, Any]:
+    """A pod Running and not Ready since 100 s ago, between the restarts of a crash loop: its
+    container ended 3 s ago (with ``message`` as its termination message) and runs again."""
+    body = pod(name, ready=False, since=-100)
+    ended = {"exitCode": 1, "reason": "Error", "finishedAt": timestamps.format_time(at(-3))}
+    body["status"]["containerStatuses"] = [
+        {
+            "name": "consumer",
+            "ready": False,
+            "restartCount": restarts,
+            "state": {"running": {"startedAt": timestamps.format_time(at(-2))}},
+            "lastState": {"terminated": ended | ({"message": message} if message else {})},
+        }
+    ]
+    return body
+
+
 def test_no_ready_pod_names_the_pods_and_what_their_containers_wait_on() -> None:
     """Every pod crash-looping read "2 pods match spec.selector but none is Running and Ready",
     the same words as pods that were merely starting: neither which pods nor why."""
@@ -281,24 +298,8 @@ def test_a_crash_loop_says_the_last_line_its_container_left() -> None:
     looping = crashing("a")
     ended = looping["status"]["containerStatuses"][0]["lastState"]["terminated"]
     ended["message"] = '{"level": "INFO", "message": "credentials: from files"}\n' + said + "\n"
-    between = pod("b", ready=False, since=-100)
     quit_line = {"level": "ERROR", "message": "no Spark Connect server at sc://spark:15002"}
-    between["status"]["containerStatuses"] = [
-        {
-            "name": "consumer",
-            "ready": False,
-            "restartCount": 6,
-            "state": {"running": {"startedAt": timestamps.format_time(at(-2))}},
-            "lastState": {
-                "terminated": {
-                    "exitCode": 1,
-                    "reason": "Error",
-                    "finishedAt": timestamps.format_time(at(-3)),
-                    "message": json.dumps(quit_line),  # a JSON log line: its message
-                }
-            },
-        }
-    ]
+    between = restarted("b", 6, message=json.dumps(quit_line))  # a JSON line: its message
     seen, decision = bodies.decide_fully(bodies.observe(pods=[looping, between]), now=at(5))
     assert bodies.condition(bodies.applied(seen, decision), "Ready")["message"] == (
         f"2 pods match spec.selector but none is Running and Ready: a CrashLoopBackOff ({said}), "
@@ -415,22 +416,7 @@ def test_a_pod_between_the_restarts_of_a_crash_loop_says_how_often_it_restarted(
     """A Spark pod whose Connect server had gone started, waited 30 s for it, exited and
     started again: between its back-offs it was Running and not Ready, and Ready said "a not
     Ready" alone, as of a pod still starting for the first time."""
-    looping = pod("a", ready=False, since=-100)
-    looping["status"]["containerStatuses"] = [
-        {
-            "name": "consumer",
-            "ready": False,
-            "restartCount": 11,
-            "state": {"running": {"startedAt": timestamps.format_time(at(-2))}},
-            "lastState": {
-                "terminated": {
-                    "exitCode": 1,
-                    "reason": "Error",
-                    "finishedAt": timestamps.format_time(at(-3)),
-                }
-            },
-        }
-    ]
+    looping = restarted("a", 11)
     once = copy.deepcopy(looping)
     once["metadata"]["name"] = once["metadata"]["uid"] = "b"
     once["status"]["containerStatuses"][0]["restartCount"] = 1
