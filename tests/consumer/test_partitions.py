@@ -217,6 +217,33 @@ async def test_a_worker_logs_its_first_events_and_its_final_checkpoint_with_thei
     assert final[0][:3] == ("0", 1, 4)
 
 
+async def test_a_release_says_it_wrote_nothing_when_a_newer_owner_holds_the_blob(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A pod relabelled out of the selector released, on its ConfigMap's deletion, partitions
+    its replacement had already taken over, and logged "final checkpoint at sequence number
+    N" for each: a write that never happened (the blob was the new owner's)."""
+    caplog.set_level(logging.INFO, logger=partitions.__name__)
+    scene = Scene()
+    scene.worker.settings = dataclasses.replace(SETTINGS, checkpoint_interval=0)
+
+    async def drive(scene: Scene) -> None:
+        scene.hub.append("0", 3)
+        await scene.processed(3)
+        await asyncio.sleep(1)  # the checkpoint of sequence number 2 is written
+        assert scene.store.blobs["0"].sequence_number == 2
+        await scene.store.handle("pod-b").fence("0", 2, start=None)
+        scene.worker.release()
+
+    assert await scene.run(drive) == "released"
+    said = [(r.msg, tuple(r.args or ())) for r in caplog.records if r.msg in WORDS]
+    assert said == [(partitions.TAKEN_OVER, ("0", 1, 2))]
+    assert scene.store.blobs["0"].epoch == 2  # nothing of ours written over it
+
+
+WORDS = (partitions.FINAL_CHECKPOINT, partitions.TAKEN_OVER)
+
+
 async def test_an_idle_partition_writes_what_the_checkpoint_interval_held_back() -> None:
     """With a checkpoint interval, a batch is not checkpointed before the interval is over; a
     partition that goes quiet after it gets its checkpoint then, without waiting for more

@@ -70,6 +70,9 @@ FIRST_EVENTS = "partition %s: epoch %d: first %d events, %.0f ms after the worke
 FINAL_CHECKPOINT = (
     "partition %s: epoch %d: final checkpoint at sequence number %s, %.0f ms after the release"
 )
+#: A release with nothing new to write, whose blob a newer owner holds already (it took the
+#: partition over while this pod was away, or out of the selector): nothing was written.
+TAKEN_OVER = "partition %s: epoch %d: released, nothing written: epoch %d holds it already"
 
 
 class PartitionWorker:
@@ -279,18 +282,16 @@ class PartitionWorker:
             # Stop receiving first: nothing new reaches the handler after the release started.
             await receiver.close()
             receiver = None
-            if not await self._checkpoint():
-                # Nothing new to write: the blob may have gone since our last write (deleted
-                # by hand, or with its container); the next owner would start over.
-                await self.store.keep(self.partition)
+            # Nothing new to write: the blob may have gone since our last write (deleted by
+            # hand, or with its container); the next owner would start over.
+            kept = None if await self._checkpoint() else await self.store.keep(self.partition)
             self.store.release(self.partition)
-            logger.info(
-                FINAL_CHECKPOINT,
-                self.partition,
-                self.epoch,
-                self._checkpointed_sequence,
-                (loopclocks.now() - (self._release_at or self._started_at)) * 1000,
-            )
+            if kept is not None and kept.epoch > self.epoch:
+                logger.info(TAKEN_OVER, self.partition, self.epoch, kept.epoch)
+            else:
+                after_ms = (loopclocks.now() - (self._release_at or self._started_at)) * 1000
+                at = self._checkpointed_sequence
+                logger.info(FINAL_CHECKPOINT, self.partition, self.epoch, at, after_ms)
             return self._finish("checkpointed")
         except errors.OwnershipLost as e:
             self.error = e
