@@ -14,6 +14,7 @@ import asyncio
 import datetime
 
 import pytest
+from azure.eventhub import exceptions as eh_exceptions
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import partitionbounds, receiving
@@ -127,3 +128,53 @@ async def test_properties_without_a_last_enqueued_time_say_nothing(
     partition = sdkclients.FakePartition(EVENTS, open_delay=6.0, tells_enqueued_time=False)
     hub_with(monkeypatch, partition)
     assert await partitionbounds.first_sequence_at(ADDRESS, "0", AT_100) == 100
+
+
+class Unanswering:
+    """A client whose properties call fails as the SDK's does against a closed port."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    async def get_partition_properties(self, partition: str) -> dict[str, object]:
+        raise self.error
+
+    async def close(self) -> None:
+        """Nothing held."""
+
+
+REFUSED = (
+    "Failed to initiate the connection due to exception: [Errno 111] Connect call failed "
+    "('127.0.0.1', 5679)\nError condition: ErrorCondition.SocketError\n Error Description: "
+    "Failed to initiate the connection due to exception: [Errno 111] Connect call failed "
+    "('127.0.0.1', 5679)"
+)
+
+
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [
+        (
+            eh_exceptions.ConnectError(REFUSED),
+            "partition 0: cannot read its properties from local.servicebus.windows.net: "
+            "ConnectError: Failed to initiate the connection due to exception: [Errno 111] "
+            "Connect call failed ('127.0.0.1', 5679)",
+        ),
+        (
+            TimeoutError(),
+            "partition 0: cannot read its properties from local.servicebus.windows.net: "
+            "TimeoutError: no answer within 15 s",
+        ),
+    ],
+    ids=["refused", "unanswered"],
+)
+async def test_unread_properties_say_where_from_and_what_failed(
+    monkeypatch: pytest.MonkeyPatch, error: BaseException, said: str
+) -> None:
+    """A Secret rotated to a wrong endpoint had every partition of two pods report "cannot
+    read its properties: ConnectError": the port refused was one `kubectl logs` away."""
+    monkeypatch.setattr(receiving, "make_client", lambda address, **kw: Unanswering(error))
+    with pytest.raises(errors.EventHubUnreachable) as caught:
+        await partitionbounds.partition_bounds(ADDRESS, "0")
+    assert str(caught.value) == said
+    assert len(said) <= 200  # what a pod's report keeps

@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import deliveries, linkrefusals, receiving
-from eventhub_balancer.contracts import startpositions
+from eventhub_balancer.contracts import partitionreports, startpositions
 
 #: A management call (partition properties) that takes longer has failed.
 BOUNDS_TIMEOUT_S: Final = 15.0
@@ -60,8 +60,13 @@ async def partition_properties(
                 eventhub_name=address.eventhub_name,
                 consumer_group=address.consumer_group,
             ) from e
+        # What failed, where a report has room for it: "[Errno 111] Connect call failed
+        # ('10.0.0.4', 5671)" tells a wrong endpoint from an outage; "ConnectError" alone did not.
+        said = partitionreports.first_line(str(e))
+        why = f"no answer within {BOUNDS_TIMEOUT_S:g} s" if isinstance(e, TimeoutError) else said
         raise errors.EventHubUnreachable(
-            f"partition {partition}: cannot read its properties: {type(e).__name__}"
+            f"partition {partition}: cannot read its properties from "
+            f"{address.fully_qualified_namespace}: {type(e).__name__}" + (f": {why}" if why else "")
         ) from e
     finally:
         await client.close()
