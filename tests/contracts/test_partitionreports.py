@@ -7,6 +7,7 @@ import socket
 
 import grpc
 import pytest
+from azure.eventhub._pyamqp import error as amqp_error
 
 from eventhub_balancer.contracts import partitionreports as reports
 
@@ -165,6 +166,26 @@ def test_a_grpc_failure_says_its_details_and_status() -> None:
     assert said.endswith("Connection refused (UNAVAILABLE)")
     # Without the details, the line stays as it was.
     alone = "SparkConnectGrpcException: <_InactiveRpcError of RPC that terminated with:"
+    assert reports.first_line(alone) == alone
+
+
+def test_an_amqp_error_says_its_condition_and_what_happened() -> None:
+    """A Secret pointed at a closed port: every partition reported "receiving failed 6 times
+    in a row, last: AMQPConnectionError: Error condition: ErrorCondition.SocketError", the
+    SDK's first line, and the refused address was on the next. The text is the SDK's own."""
+    refused = amqp_error.AMQPConnectionError(
+        amqp_error.ErrorCondition.SocketError,
+        description="Failed to initiate the connection due to exception: [Errno 111] Connect "
+        "call failed ('127.0.0.1', 5679)",
+    )
+    error = f"partition 5: receiving failed 6 times in a row, last: AMQPConnectionError: {refused}"
+    assert reports.first_line(error) == (
+        "partition 5: receiving failed 6 times in a row, last: AMQPConnectionError: SocketError: "
+        "Failed to initiate the connection due to exception: [Errno 111] Connect call failed "
+        "('127.0.0.1', 5679)"
+    )
+    # Without the description, the line stays as it was.
+    alone = "AMQPConnectionError: Error condition: ErrorCondition.SocketError"
     assert reports.first_line(alone) == alone
 
 

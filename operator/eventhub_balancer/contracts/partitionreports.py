@@ -81,6 +81,10 @@ GRPC_CALL = re.compile(
 )
 GRPC_STATUS = re.compile(r"^\s*status = StatusCode\.(\w+)$", re.MULTILINE)
 GRPC_DETAILS = re.compile(r'^\s*details = "(.*)"$', re.MULTILINE)
+#: The first line of an AMQP error as the Event Hubs SDK words it: the condition alone
+#: (``Error condition: ErrorCondition.SocketError``); what happened follows on the next line.
+AMQP_CONDITION = re.compile(r"Error condition: (?:ErrorCondition\.)?([\w:.-]+)$")
+AMQP_DESCRIPTION = re.compile(r"^\s*Error Description: (.+)$", re.MULTILINE)
 
 
 def first_line(error: str) -> str:
@@ -90,7 +94,8 @@ def first_line(error: str) -> str:
     says after the first, or instead of a first line that is the traceback's header. A
     py4j Java exception says the method called and the Java exception's root cause, instead
     of the JVM object called (`PY4J_CALL`); a gRPC call's failure says its details and status
-    code, instead of the words that announce them (`GRPC_CALL`)."""
+    code, instead of the words that announce them (`GRPC_CALL`); an AMQP error its condition
+    and description (`AMQP_CONDITION`), where the refused address or the service's words are."""
     lines = error.strip().splitlines()
     line = lines[0].strip() if lines else ""
     if call := PY4J_CALL.search(line):
@@ -101,6 +106,8 @@ def first_line(error: str) -> str:
     if (call := GRPC_CALL.search(line)) and (details := GRPC_DETAILS.search(error)):
         code = GRPC_STATUS.search(error)
         line = f"{line[: call.start()]}{details[1]}" + (f" ({code[1]})" if code else "")
+    if (amqp := AMQP_CONDITION.search(line)) and (said := AMQP_DESCRIPTION.search(error)):
+        line = f"{line[: amqp.start()]}{amqp[1]}: {said[1].strip()}"
     if TRACEBACK in error:
         tail = error.rsplit(TRACEBACK, 1)[1].splitlines()
         cause = next((t.strip() for t in tail if t.strip() and not t[0].isspace()), "")
