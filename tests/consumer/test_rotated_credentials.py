@@ -123,6 +123,9 @@ class Services:
         self.fences: list[str] = []
         #: Set: a swap under open clients fails (the pod must open new ones instead).
         self.refuse_swaps = False
+        #: Set: a start's check of its position with a refused Event Hubs key fails after
+        #: this long (the SDK's own retries of a management call); an accepted key answers.
+        self.refused_check_s: float | None = None
 
     def backends(self, credentials: connections.Credentials) -> connections.BackendFactory:
         @contextlib.asynccontextmanager
@@ -154,10 +157,19 @@ class Services:
                     store.key = key_of(credentials.blob_string())
                 self.renewed.append((eventhub, store.key))
 
+            async def check_position(partition: str, checkpoint: Any) -> None:
+                used = eventhub  # the read's client holds the key it was made with
+                if self.refused_check_s is not None and used not in self.eventhub_keys.accepted:
+                    await asyncio.sleep(self.refused_check_s)
+                    raise errors.EventHubUnreachable(
+                        f"partition {partition}: cannot read its properties: ConnectError"
+                    )
+
             yield connections.Backend(
                 store=store,
                 open_receiver=open_receiver,
                 resolve_start=consumerfakes.resolve_nothing,
+                check_position=check_position,
                 renew=renew,
             )
 
@@ -255,6 +267,49 @@ async def test_a_rotated_eventhub_key_is_taken_from_the_file_and_the_partitions_
         assert services.renewed == [("two", "one")]
         # Nothing was handled twice: each partition resumed after its checkpoint.
         assert sorted(recorder.done) == sorted({(p, n) for p in PARTITIONS for n in range(5)})
+
+
+async def test_a_read_made_with_the_replaced_key_fails_as_no_failure_of_the_new_one(
+    fake_hub: consumerfakes.FakeHub,
+    fake_store: consumerfakes.FakeStore,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A Secret pointed at a wrong endpoint, then put right: the partitions were restarting,
+    each start's read of its bounds in flight with the wrong value, and those reads failed
+    just after the switch. Every partition was reported failing again (a `PartitionFailing`
+    Event after the `PartitionRecovered` one) and waited out a backoff."""
+    caplog.set_level(logging.INFO, logger=restarts.__name__)
+    services = Services(fake_hub, fake_store)
+    services.refused_check_s = 20.0
+    eventhub_file, _, credentials = secret_files(tmp_path)
+    recorder = consumerfakes.Recorder()
+    async with pod(services, credentials, recorder) as (_, source):
+        source.put(consumerfakes.configmap(1, PARTITIONS))
+        for partition in PARTITIONS:
+            fake_hub.append(partition, 3)
+        await consumerfakes.eventually(lambda: len(recorder.done) == 6, what="processing")
+        eventhub_file.write_text(eventhub_string("wrong") + "\n")
+        await consumerfakes.eventually(
+            lambda: set(source.reports) == set(PARTITIONS), what="every partition failing"
+        )
+        await asyncio.sleep(30)  # restarting: each start's check in flight for 20 s
+        eventhub_file.write_text(eventhub_string("one") + "\n")
+        await consumerfakes.eventually(
+            lambda: len(services.renewed) == 2, within=secretfiles.CHECK_INTERVAL_S + 1
+        )
+        switched = consumerfakes.loop_time()
+        for partition in PARTITIONS:
+            fake_hub.append(partition, 2)
+        said: set[str] = set()
+        while len(recorder.done) < 10:
+            assert consumerfakes.loop_time() - switched < 25, "not processing again"
+            said |= {r.state for r in source.reports.values()}
+            await asyncio.sleep(0.1)
+    stale = [r.args for r in caplog.records if r.msg == restarts.STALE]
+    assert {args[0] for args in stale if args} == set(PARTITIONS)
+    assert not said  # no partition reported failing after the switch
+    assert consumerfakes.loop_time() - switched <= 21  # the check's 20 s, no backoff after
 
 
 @dataclasses.dataclass

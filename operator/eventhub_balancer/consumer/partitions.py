@@ -120,7 +120,7 @@ class PartitionWorker:
         self.fenced = asyncio.Event()
         self._stop = asyncio.Event()
         #: Set when the link is to be opened again (with a new key) before the next batch.
-        self._reopen = asyncio.Event()
+        self.reopen_wanted = asyncio.Event()
         self._hard_deadline: float | None = None
         #: Loop times of the worker's start and of its release's start, for its log lines.
         self._started_at = loopclocks.now()
@@ -163,7 +163,7 @@ class PartitionWorker:
     def reopen(self) -> None:
         """Open the link again (the receiver factory holds a new key) before the next batch, at
         the same epoch, after the last event handled; the batch in the handler goes on."""
-        self._reopen.set()
+        self.reopen_wanted.set()
 
     @property
     def releasing(self) -> bool:
@@ -234,8 +234,8 @@ class PartitionWorker:
             level, sequence_number = self.take_up_level, checkpoint.sequence_number
             logger.log(level, TAKEN_UP, self.partition, self.epoch, sequence_number)
             while not self._stop.is_set():
-                if self._reopen.is_set():
-                    self._reopen.clear()
+                if self.reopen_wanted.is_set():
+                    self.reopen_wanted.clear()
                     await receiver.close()  # events it buffered past the handler come again
                     receiver = None
                     done = self._processed
@@ -353,7 +353,7 @@ class PartitionWorker:
             receiver.next_batch(max_size=self.settings.batch_size, max_wait=self.settings.max_wait)
         )
         stop = asyncio.ensure_future(self._stop.wait())
-        reopen = asyncio.ensure_future(self._reopen.wait())
+        reopen = asyncio.ensure_future(self.reopen_wanted.wait())
         try:
             await asyncio.wait({receive, stop, reopen}, return_when=asyncio.FIRST_COMPLETED)
         finally:

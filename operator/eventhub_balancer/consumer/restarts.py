@@ -33,6 +33,7 @@ import logging
 
 from eventhub_balancer import errors
 from eventhub_balancer.adapters import sharedlines
+from eventhub_balancer.consumer import loopclocks
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +58,11 @@ REPEAT_SECONDS = sharedlines.REPEAT_S
 
 #: A partition's failure, with its restart.
 FAILED = "partition %s: epoch %d failed: %s; restarting in %.1f s"
+#: A failure of a read made with the Event Hubs key replaced since (not counted).
+STALE = (
+    "partition %s: epoch %d failed on the connection string it started with, replaced since "
+    "(%s): starting again at once"
+)
 #: The failures of partitions that fail on Event Hubs together (`sharedlines`): unreachable,
 #: throttled, a receive position or partition refused.
 UNREACHABLE = "%d partitions failed on Event Hubs together, each restarting with backoff, last: %s"
@@ -105,10 +111,26 @@ class Restarts:
         self._unanswered = sharedlines.SharedLines(logger, UNANSWERED)
 
     def failed(
-        self, partition: str, error: BaseException | None, *, epoch: int, now: float
-    ) -> Restart:
+        self,
+        partition: str,
+        error: BaseException | None,
+        *,
+        epoch: int,
+        now: float | None = None,
+        stale: bool = False,
+    ) -> Restart | None:
         """Record a failure of ``partition``'s worker at ``epoch`` (``error`` None: it
-        crashed, and its traceback is logged already); its restart waits the backoff."""
+        crashed, and its traceback is logged already) at loop time ``now`` (None: the loop's
+        clock now); its restart waits the backoff.
+
+        A ``stale`` failure came from a read made with an Event Hubs key replaced since (in
+        flight across the swap, before the worker could open its link with the new one): it
+        says nothing of the new key, so it is not recorded (None) and the partition starts
+        again at once."""
+        if stale:
+            logger.info(STALE, partition, epoch, error or "the worker crashed")
+            return None
+        now = loopclocks.now() if now is None else now
         previous = self.entries.get(partition)
         if previous is not None and previous.long_past(now):
             previous = None  # it ran long enough since its restart: a new row of failures

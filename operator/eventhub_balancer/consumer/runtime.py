@@ -246,12 +246,8 @@ class Runtime:
             worker.batches.processing_policy = assignment.processing
             worker.check_stuck()  # /metrics and the log: while the call hangs, not after
             if (moving or wanted.get(partition) != worker.epoch) and not worker.releasing:
-                logger.info(
-                    "partition %s: releasing epoch %d%s",
-                    partition,
-                    worker.epoch,
-                    f" ({moving})" if moving else "",
-                )
+                why = f" ({moving})" if moving else ""
+                logger.info("partition %s: releasing epoch %d%s", partition, worker.epoch, why)
                 worker.release()
         if moving and not self.workers:
             logger.info("every partition released from %s (%s)", self.clients.key, moving)
@@ -359,7 +355,8 @@ class Runtime:
             self._lost[partition] = (worker.epoch, str(worker.error or "ownership lost"))
             self.restarts.ended(partition)
         elif outcome == "failed":
-            self.restarts.failed(partition, worker.error, epoch=worker.epoch, now=loopclocks.now())
+            stale = worker.reopen_wanted.is_set()  # a read made with the key replaced since
+            self.restarts.failed(partition, worker.error, epoch=worker.epoch, stale=stale)
         self._wake.set()
 
     def _hung(self, reason: str, *, drained: bool = False) -> None:
