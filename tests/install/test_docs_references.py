@@ -433,6 +433,7 @@ def _reason_literals(path: Path) -> Iterator[str]:
 #: fault, an invalid spec, a conflict).
 EVENT_MODULES = (
     "reconciling/kubeevents.py",
+    "reconciling/troubleevents.py",
     "reconciling/coordinates.py",
     "reconciling/conflicts.py",
     "reconciling/conditions.py",

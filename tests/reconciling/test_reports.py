@@ -20,10 +20,10 @@ from eventhub_balancer.contracts import conditions, configmaps, failurepolicy, p
 from eventhub_balancer.reconciling import (
     decisions,
     fleets,
-    kubeevents,
     observations,
     readbacks,
     reports,
+    troubleevents,
 )
 from tests.reconciling import bodies
 from tests.reconciling.bodies import at, pod
@@ -564,12 +564,12 @@ def test_partitions_that_left_their_troubled_pod_are_said_where_they_are() -> No
         models.PartitionId("1"): models.Ownership(owner=models.MemberName("c"), epoch=2),
         models.PartitionId("2"): models.Ownership(owner=None, epoch=1),
     }
-    (event,) = kubeevents.trouble_events({}, previous=previous, assignment=assignment)
+    (event,) = troubleevents.trouble_events({}, previous=previous, assignment=assignment)
     assert event.message == (
         "partitions 0-2 on a no longer reported in trouble (was parked); b, c hold them now"
     )
     assignment = {p: models.Ownership(owner=models.MemberName("a"), epoch=1) for p in assignment}
-    (event,) = kubeevents.trouble_events({}, previous=previous, assignment=assignment)
+    (event,) = troubleevents.trouble_events({}, previous=previous, assignment=assignment)
     assert event.message == "partitions 0-2 on a no longer reported in trouble (was parked)"
 
 
@@ -588,7 +588,7 @@ def test_a_partition_under_dead_letters_is_not_said_to_have_just_recovered() -> 
         for p, o in (("0", "a"), ("1", "b"))
     }
     aside = failurepolicy.Processing(max_attempts=2, on_failure="deadLetter")
-    failing, parked = kubeevents.trouble_events(
+    failing, parked = troubleevents.trouble_events(
         {}, previous=previous, assignment=assignment, processing=aside
     )
     assert failing.message == (
@@ -605,7 +605,7 @@ def test_a_partition_under_dead_letters_is_not_said_to_have_just_recovered() -> 
     )
     # Taken from its pod, deleted to try again, it was not set aside there.
     elsewhere = {**assignment, models.PartitionId("1"): models.Ownership(owner="c", epoch=2)}
-    _, moved = kubeevents.trouble_events(
+    _, moved = troubleevents.trouble_events(
         {}, previous=previous, assignment=elsewhere, processing=aside
     )
     assert moved.message == (
@@ -614,12 +614,12 @@ def test_a_partition_under_dead_letters_is_not_said_to_have_just_recovered() -> 
     # Under park nothing is set aside.
     parked_only = {"failing": previous["failing"][1:]}
     for processing in (None, failurepolicy.Processing()):
-        (said,) = kubeevents.trouble_events(
+        (said,) = troubleevents.trouble_events(
             {}, previous=parked_only, assignment=assignment, processing=processing
         )
         assert said.message == "partition 1 on b no longer reported in trouble (was parked)"
     for processing in (None, failurepolicy.Processing()):
-        said = kubeevents.trouble_events(
+        said = troubleevents.trouble_events(
             {}, previous=previous, assignment=assignment, processing=processing
         )
         assert said[0].message == "partition 0 on a no longer reported in trouble (was failing)"

@@ -52,6 +52,7 @@ from eventhub_balancer.reconciling import (
     rollbacks,
     silentowners,
     statuses,
+    troubleevents,
 )
 
 
@@ -248,13 +249,15 @@ def _decide(
         concluded=concluded,
         previous=previous,
         tampered=back.tampered,
-        troubles=troubles,
         paused=spec.paused,
         pods=states,
         left=observation.departures.left,
         now=wall,
-        processing=spec.processing,
     )
+    if troubles or previous.get(reports.STATUS_FIELD):  # one may start or end
+        events += troubleevents.trouble_events(
+            troubles, previous=previous, assignment=plan.assignment, processing=spec.processing
+        )
     outcome = statuses.Outcome(
         generation=observation.generation,
         partitions=partitions,

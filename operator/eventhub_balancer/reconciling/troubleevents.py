@@ -1,0 +1,99 @@
+"""The Kubernetes Events of the partitions pods report in trouble (`reports`): a Warning
+when a partition becomes failing, parked, stuck or lost (or changes from one to another), a
+Normal ``PartitionRecovered`` when it is no longer reported; nothing while the troubles stay
+the same.
+
+Apart from the moves' Events (`kubeevents`): they run only on a cycle with a trouble reported
+now or in the previous status (`deciding`), none on a plain pod deletion.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from eventhub_balancer.balancing import models, partitionlists
+from eventhub_balancer.contracts import failurepolicy, statusbodies
+from eventhub_balancer.reconciling import kubeevents, reports
+
+
+def _join(partitions: Iterable[str]) -> str:
+    return partitionlists.named(partitions, kubeevents.NAMED_RUNS)
+
+
+def trouble_events(
+    troubles: Mapping[models.PartitionId, reports.Trouble],
+    *,
+    previous: statusbodies.StatusBody,
+    assignment: Mapping[models.PartitionId, models.Ownership],
+    processing: failurepolicy.Processing | None = None,
+) -> list[kubeevents.KubeEvent]:
+    """One Warning per (state, pod) for troubles new since ``previous``, one Normal per pod for
+    troubles over. A failing partition's trouble ends when its batch goes through or is set aside
+    under ``onFailure: deadLetter`` (the pod does not say which); a parked one's is set aside."""
+    news = reports.changes(troubles, previous=previous)
+    started: dict[tuple[str, str], list[reports.Trouble]] = {}
+    for t in news.started:
+        started.setdefault((t.state, t.pod), []).append(t)
+    events: list[kubeevents.KubeEvent] = []
+    for (state, pod), group in started.items():
+        parts = _join([t.partition for t in group])
+        plural = "s" if len(group) > 1 else ""
+        details = reports.by_error(group)
+        if state == "failing":
+            text = f"{pod} keeps failing on partition{plural} {parts}, retrying with backoff"
+        elif state == "parked":
+            text = (
+                f"{pod} parked partition{plural} {parts} at the checkpoint before the failing "
+                "batch (spec.processing.onFailure: park); it stays on its pod until released "
+                "(restart the pod to try again) or until onFailure is deadLetter (set aside)"
+            )
+        elif state == "stuck":
+            text = f"a handler call on partition{plural} {parts} of {pod} runs too long"
+        else:
+            again = ", ".join(
+                f"{t.partition} at epoch {o.epoch}"
+                for t in group
+                if (o := assignment.get(t.partition)) is not None
+                and o.owner is not None
+                and o.epoch > t.epoch
+            )
+            text = (
+                f"{pod} lost partition{plural} {parts} at its own epoch (a higher epoch holds "
+                f"it in Event Hubs or the checkpoint blob)"
+                + (
+                    f"; given out again: {again}"
+                    if again
+                    else "; given out again when a pod can, once its epoch has stood "
+                    f"{reports.LOST_HOLD_SECONDS:.0f} s and its checkpoint blob can be read"
+                )
+            )
+        said = f"{text}: {details}" if details else text
+        events.append(
+            kubeevents.KubeEvent(reason=reports.EVENT_REASONS[state], message=said, type="Warning")
+        )
+    most = processing.max_attempts if processing and processing.on_failure == "deadLetter" else 0
+    ended: dict[str, list[tuple[str, str, int, str]]] = {}
+    for key in news.ended:
+        ended.setdefault(key[1], []).append(key)
+    for pod, keys in ended.items():
+        plural = "s" if len(keys) > 1 else ""
+        states = ", ".join(sorted({k[3] for k in keys}))
+        # Taken from a pod deleted to try again (as PartitionParked says): where it is now.
+        now_on = {o.owner for k in keys if (o := assignment.get(models.PartitionId(k[0])))}
+        moved = sorted(str(owner) for owner in now_on - {pod} if owner)
+        it, verb = ("them" if plural else "it"), ("hold" if len(moved) > 1 else "holds")
+        aside, batch = "", "their batches" if plural else "its batch"
+        if most and "failing" in states:
+            aside = (
+                f": {batch} went through on a retry, or went to the dead letters after "
+                f"spec.processing.maxAttempts ({most}) (ehb deadletters list)"
+            )
+        elif most and states == "parked" and not moved:  # parked under park, set aside now
+            aside = f": {batch} went to the dead letters as onFailure says (ehb deadletters list)"
+        message = (
+            f"partition{plural} {_join([k[0] for k in keys])} on {pod} no longer reported in "
+            f"trouble (was {states}){aside}"
+            + (f"; {', '.join(moved)} {verb} {it} now" if moved else "")
+        )
+        events.append(kubeevents.KubeEvent(reason="PartitionRecovered", message=message))
+    return events
