@@ -131,7 +131,10 @@ async def test_partitions_released_by_the_last_pods_are_no_warning() -> None:
     assert {e["type"] for e in unassigned} == {"Normal"}
     assert len(unassigned) == 2
     for e in unassigned:
-        assert "(released) have no pod to go to: every pod spec.selector matches" in e["message"]
+        assert (
+            "(released, the last it held) have no pod to go to: every pod spec.selector"
+            in (e["message"])
+        )
         assert "is stopping or gone (scaled to zero" in e["message"]
 
     kube = make_kube()

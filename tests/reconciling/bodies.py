@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import datetime
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer import errors
@@ -192,15 +192,20 @@ def with_pods(
     return dataclasses.replace(observation, pods=tuple(by_name.values()))
 
 
-def acknowledged(observation: observations.Observation, pod: str) -> observations.Observation:
-    """``pod`` released every partition it is revoking (the pod's runtime writes this)."""
+def acknowledged(
+    observation: observations.Observation, pod: str, only: Collection[str] | None = None
+) -> observations.Observation:
+    """``pod`` released every partition it is revoking, or ``only`` those (the pod's runtime
+    writes this as each release is done)."""
     maps = []
     for cm in observation.configmaps:
         cm = copy.deepcopy(dict(cm))
         if cm["data"].get(configmaps.KEY_POD) == pod:
             parsed = podassignments.parse_data(cm["data"])
             released = {
-                str(p): e.epoch for p, e in parsed.partitions.items() if e.state == "revoking"
+                str(p): e.epoch
+                for p, e in parsed.partitions.items()
+                if e.state == "revoking" and (only is None or str(p) in only)
             }
             cm["metadata"].setdefault("annotations", {})[configmaps.ANNOTATION_RELEASED] = (
                 configmaps.build_released(released)

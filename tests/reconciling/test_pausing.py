@@ -125,6 +125,29 @@ def test_a_pause_revokes_everything_then_leaves_it_unowned_once_released() -> No
     assert (steady.writes.count, steady.status, steady.events, steady.epochs) == (0, {}, (), None)
 
 
+def test_a_pod_that_releases_in_steps_is_said_to_have_let_go_once() -> None:
+    """A pod acknowledges each release as it is done. Live, a pause of two pods holding 32
+    partitions posted five `PartitionReleased` Events (0-1, 2-3 and 4-15 of one pod, 16 and
+    17-31 of the other) beside `PartitionRevoked`, `Pausing` and `Paused`, which say it all."""
+    observation = respec(started(pod("a"), pod("b")), PAUSED_SPEC)
+    observation = bodies.applied(observation, bodies.decide(observation, now=at(10)))
+
+    observation = bodies.acknowledged(observation, "a", only={"0"})
+    step = bodies.decide(observation, now=at(11))
+    assert [(m.partition, m.source, m.target) for m in step.moves] == [("0", "a", None)]
+    assert events(step) == []  # a still releases 1
+    observation = bodies.applied(observation, step)
+
+    observation = bodies.acknowledged(observation, "a")
+    last = bodies.decide(observation, now=at(12))
+    assert [(m.partition, m.source, m.target) for m in last.moves] == [("1", "a", None)]
+    (said,) = last.events
+    assert (said.reason, said.type) == ("PartitionReleased", "Normal")
+    assert said.message == (
+        "Partition 1 of a (released, the last it held) left without an owner: spec.paused is true"
+    )
+
+
 def test_a_pause_revokes_at_once_from_a_pod_ready_a_moment_ago() -> None:
     # A paused pod is not terminating: nothing of its own releases its partitions, so they
     # get no wait for such a release (a pod that is deleted does).

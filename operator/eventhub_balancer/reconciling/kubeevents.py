@@ -71,6 +71,7 @@ def move_events(
     pods: Mapping[str, podstates.PodState] = {},
     left: frozenset[str] = frozenset(),
     now: float = 0.0,
+    assignment: Mapping[models.PartitionId, models.Ownership] = {},
 ) -> list[KubeEvent]:
     """One Event per (reason, from, to), listing its partitions: few writes, readable history.
 
@@ -78,7 +79,10 @@ def move_events(
     ``paused``, and a partition left without an owner is what the spec asks for, not a
     warning. A ``gone`` owner still among ``pods`` (NotReady or terminating past its grace at
     ``now``, or finished) is said to be what it is (`podstates.PodState.left`), as is one that
-    ``left`` the selector; partitions released by pods all stopping wait as they should."""
+    ``left`` the selector; partitions released by pods all stopping wait as they should. Such
+    a drain (paused, or every pod stopping) is said once a pod, at the release after which it
+    holds nothing in ``assignment``: a pod releases its partitions in steps, as each is done."""
+    holding = {o.owner for o in assignment.values()}
     groups: dict[tuple[str, str, str | None, str | None], list[models.Move]] = {}
     for m in moves:
         state = pods.get(m.source or "") if m.reason == "gone" else None
@@ -110,6 +114,10 @@ def move_events(
         idle = (reason, why) == ("PartitionUnassigned", "released") and all(
             s.state in ("terminating", None) for s in pods.values()
         )
+        drained = idle or (reason, why) == ("PartitionReleased", "released")
+        if drained and source in holding:
+            continue  # one step of a drain the spec asks for: said at the pod's last one
+        why = f"{why}, the last it held" if drained else why
         if reason == "PartitionAssigned":
             text = f"Assigned partition{plural} {parts} to {target} ({epochs_text})"
         elif reason == "PartitionRevoked":
@@ -175,7 +183,9 @@ def build(
     A ConfigMap whose data claims what the operator's record does not give its pod was changed
     by someone else (a pod has ``patch`` on ConfigMaps): ``AssignmentTampered``, not a repair.
     """
-    events = move_events(plan.moves, paused=paused, pods=pods, left=left, now=now)
+    events = move_events(
+        plan.moves, paused=paused, pods=pods, left=left, now=now, assignment=plan.assignment
+    )
     for cm_name, cm_problems in sorted(problems.items()):
         if any(w.name == cm_name for w in planned.maps) or any(
             d.name == cm_name for d in planned.deletes
