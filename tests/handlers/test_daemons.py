@@ -429,3 +429,27 @@ async def test_a_stopping_operator_lets_the_cycle_in_flight_finish(
     assert writes == [pytest.approx(2.0)]  # the write went out, and the daemon ended after it
     assert loop_time() == pytest.approx(2.0)
     assert "cancelled" not in caplog.text
+
+
+async def test_a_forgotten_consumer_leaves_no_secret_value_of_its_namespace() -> None:
+    """Live: namespace shop deleted with its consumer, then created again with Secrets and a
+    consumer of the same names, but without the RoleBinding the operator's chart had put in
+    it. The operator went on with the deleted Secrets' values, and said nothing of the 403
+    until its own restart 8 minutes later. A consumer forgotten (its daemon stopped) now drops
+    the values kept of its namespace: the next read goes to the API server."""
+    kube = fakes.FakeKube()
+    kube.add_secret(NS, "orders-eh", {"connectionString": "before"})
+    kube.add_secret("other", "orders-eh", {"connectionString": "elsewhere"})
+    operator = registering.Operator(
+        kube=kube, hubs=fakes.FakeHubs(store=fakes.FakeCheckpointStore()), clock=clock
+    )
+    view = operator.cache.view
+    for namespace in (NS, "other"):
+        await view.read_secret_key(namespace=namespace, name="orders-eh", key="connectionString")
+    operator.forget(KEY)
+    kube.add_secret(NS, "orders-eh", {"connectionString": "after"})
+    kube.add_secret("other", "orders-eh", {"connectionString": "changed"})
+    read = await view.read_secret_key(namespace=NS, name="orders-eh", key="connectionString")
+    assert read == "after"
+    kept = await view.read_secret_key(namespace="other", name="orders-eh", key="connectionString")
+    assert kept == "elsewhere"  # another namespace's value stands until its refresh

@@ -185,13 +185,16 @@ class Operator:
 
     def forget(self, key: Key) -> None:
         """The consumer's daemon stopped: its record goes, and what the cache, the Event Hubs
-        side and the metrics keep by its key with it."""
+        side and the metrics keep by its key with it, and the Secret values of its namespace."""
         self.consumers.pop(key, None)
         self.throttle.forget(key)
         namespace, name = key
         self.following.forget(namespace=namespace, name=name)
         self.hubs.forget(observing.hub_key(namespace, name))
         self.metrics.forget(namespace=namespace, consumer=name)
+        # Its namespace may be deleted and created again under the same names (and without
+        # the RoleBinding that let the operator read its Secrets): values are read afresh.
+        self.cache.view.forget_secrets(namespace=namespace)
         if not self.consumers:
             self.cache.relisting.stop()
 

@@ -9,14 +9,15 @@ served from their answers (the overlay of the operator's own writes is each rost
 newest-version rule), and an answer that carries someone else's change wakes the consumer
 (`shelves.news`).
 
-Secrets are not watched: that would take list/watch on every Secret of each namespace. A
-value is kept (`SecretValues`) until a dependency rejects what it was used for
+Secrets are not watched: that would take list/watch on every Secret of each namespace. A value
+is kept (`SecretValues`) until a dependency rejects what it was used for
 (`SecretValues.forget`: the next attempt reads it afresh, so a rotated or fixed key is used as
-soon as the backoff allows) or for `REFRESH_SECONDS`. A value is never logged or shown.
-Bound: the keys read within the last `REFRESH_SECONDS`. A value older than that is never used
-again, so it is dropped when its time is up, whether or not anything is read after it: the
-Secrets of consumers deleted (or edited to name others) do not stay for the life of the
-operator, also when they were the last to read one.
+soon as the backoff allows), until a consumer of its namespace is forgotten (`forget_secrets`:
+the namespace may be deleted and created again), or for `REFRESH_SECONDS`. A value is never
+logged or shown. Bound: the keys read within the last `REFRESH_SECONDS`. A value older than
+that is never used again, so it is dropped when its time is up, whether or not anything is read
+after it: the Secrets of consumers deleted (or edited to name others) do not stay for the life
+of the operator, also when they were the last to read one.
 
 A port used without a roster (a tool, a test over the bare API) reads through to the adapter.
 """
@@ -87,9 +88,10 @@ class SecretValues:
     def __len__(self) -> int:
         return len(self._values)
 
-    def forget(self, *, namespace: str, name: str) -> None:
-        """What a dependency rejected (or failed with) is read afresh at the next attempt."""
-        for kept in [k for k in self._values if k[:2] == (namespace, name)]:
+    def forget(self, *, namespace: str, name: str | None = None) -> None:
+        """What a dependency rejected (or failed with) is read afresh at the next attempt;
+        without ``name``, every value of the namespace."""
+        for kept in [k for k in self._values if k[0] == namespace and name in (None, k[1])]:
             del self._values[kept]
 
 
@@ -250,6 +252,10 @@ class CachedKube:
 
     def forget_secret(self, *, namespace: str, name: str) -> None:
         self._secrets.forget(namespace=namespace, name=name)
+
+    def forget_secrets(self, *, namespace: str) -> None:
+        """Every value of ``namespace`` is read afresh at its next use (a consumer deleted)."""
+        self._secrets.forget(namespace=namespace)
 
     # --- writes: through to the adapter, each response served at once ---
 
