@@ -166,6 +166,12 @@ class Forbidden(ConfigurationError):
     reason: ClassVar[str] = "Forbidden"
 
 
+class SecretForbidden(Forbidden):
+    """A Secret the spec names that the operator may not read: its namespace has not lent it
+    the tenant ClusterRole (or lost the RoleBinding with the namespace). Someone binds it and
+    waits, as for a Secret that does not exist: it is asked again as often."""
+
+
 class NamespaceTerminating(Forbidden):
     """A create refused because its namespace is being deleted (kube-apiserver's 403 with
     the cause ``NamespaceTerminating``): what it would have made goes with the namespace, and

@@ -320,3 +320,32 @@ async def test_a_missing_secret_is_taken_up_within_30_s_of_its_creation(
     for now in range(630, 630 + 30 + 10, 5):  # the longest wait, and a cycle
         await cycle(kube, hubs, memory, now=now)
     assert shown(kube, kind)["status"] == "True"
+
+
+@pytest.mark.parametrize("ref", ["eh", "blob"])
+async def test_a_forbidden_secret_is_taken_up_within_30_s_of_its_rolebinding(
+    hubs: PolicedHubs, monkeypatch: pytest.MonkeyPatch, ref: str
+) -> None:
+    """Live: a namespace created again without the RoleBinding that lends it the tenant
+    ClusterRole. Once it was bound again, the condition went on saying "forbidden (403)" for
+    as long as the outage's backoff (up to 5 minutes): someone binds it and waits, as for a
+    Secret that did not exist."""
+    kube = make_kube()
+    read = kube.read_secret_key
+    bound = False
+
+    async def read_secret_key(*, namespace: str, name: str, key: str) -> str:
+        if not bound and name == ref:
+            raise errors.SecretForbidden(f"Secret {namespace}/{name}: reading it is forbidden")
+        return await read(namespace=namespace, name=name, key=key)
+
+    monkeypatch.setattr(kube, "read_secret_key", read_secret_key)
+    memory = memories.Memory()
+    for now in range(0, 630, 5):  # the cycles' interval
+        await cycle(kube, hubs, memory, now=now)
+    kind = "EventHubReachable" if ref == "eh" else "CheckpointStoreReachable"
+    assert shown(kube, kind)["reason"] == "Forbidden"
+    bound = True
+    for now in range(630, 630 + 30 + 10, 5):  # the longest wait, and a cycle
+        await cycle(kube, hubs, memory, now=now)
+    assert shown(kube, kind)["status"] == "True"

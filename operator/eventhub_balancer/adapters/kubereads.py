@@ -180,7 +180,7 @@ class KubeReads(kubeclients.KubeClient):
             ) from e
         except errors.Forbidden as e:
             # The install grants Secrets only in namespaces that opted in (docs/install.md).
-            raise errors.Forbidden(
+            raise errors.SecretForbidden(
                 f"Secret {namespace}/{name}: reading it is forbidden (403); the operator reads "
                 f"Secrets only in namespaces that opted in: bind the ClusterRole "
                 f"eventhub-balancer-tenant to it in {namespace} (chart value "

@@ -347,10 +347,14 @@ def paced(
     if misconfigured or isinstance(error, MISCONFIGURED):
         return deadlines.after_misconfiguration(wall=wall, settings=settings)
     # A hub, group or checkpoint container that does not exist is created outside the
-    # cluster, then waited for; a Secret or key too (one read of the API server).
+    # cluster, then waited for; a Secret or key too, or the right to read it (one read of the
+    # API server).
     missing = isinstance(
         error,
-        errors.EventHubNotFound | errors.CheckpointContainerNotFound | errors.SecretNotFound,
+        errors.EventHubNotFound
+        | errors.CheckpointContainerNotFound
+        | errors.SecretNotFound
+        | errors.SecretForbidden,
     )
     return deadlines.after_failure(
         backoff,
