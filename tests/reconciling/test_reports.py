@@ -552,6 +552,37 @@ def test_one_more_pod_and_one_more_partition_are_counted_in_the_singular() -> No
     assert text.endswith("; and 1 more partition")
 
 
+def test_errors_that_differ_in_generated_ids_alone_are_one_group() -> None:
+    """Live, a Spark sink that cannot write: every partition's error named its own staging
+    directory and attempt, so PartitionsFailing listed "0 on a ...; 1 on a ...; 2 on a ...;
+    and 29 more partitions", the cause said three times over and no partition range."""
+
+    def failed(partition: str, staging: str, attempt: str) -> reports.Trouble:
+        error = (
+            "Py4JJavaError: calling parquet: java.io.IOException: Mkdirs failed to create "
+            f"file:/proc/out/.spark-staging-{staging}/_temporary/0/_temporary/attempt_{attempt}"
+        )
+        return trouble(partition, "a", error, attempts=6)
+
+    troubles = {
+        models.PartitionId("0"): failed(
+            "0", "b8e1a20a-83f6-4db4-94be-b9557e774b33", "202612062323513661683969675872895_0"
+        ),
+        models.PartitionId("1"): failed(
+            "1", "44bd3b8d-ef4d-4489-ba05-4ec1a36b47d6", "202612062323413364508252931267347_0"
+        ),
+        models.PartitionId("2"): failed("2", "not-an-id", "12345_0"),  # a cause of its own
+    }
+    assert reports.message(troubles) == (
+        "3 partitions in trouble (3 failing): 0-1 on a failing after 6 attempts: "
+        "Py4JJavaError: calling parquet: java.io.IOException: Mkdirs failed to create "
+        "file:/proc/out/.spark-staging-*/_temporary/0/_temporary/attempt_*_0; "
+        "2 on a failing after 6 attempts: Py4JJavaError: calling parquet: java.io.IOException: "
+        "Mkdirs failed to create file:/proc/out/.spark-staging-not-an-id/_temporary/0/_temporary/"
+        "attempt_12345_0"
+    )
+
+
 def test_partitions_that_left_their_troubled_pod_are_said_where_they_are() -> None:
     """Two owners now, or none: said in the plural, and not at all for a partition that stays."""
     previous: dict[str, Any] = {

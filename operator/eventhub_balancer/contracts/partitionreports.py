@@ -87,6 +87,20 @@ AMQP_CONDITION = re.compile(r"Error condition: (?:ErrorCondition\.)?([\w:.-]+)$"
 AMQP_DESCRIPTION = re.compile(r"^\s*Error Description: (.+)$", re.MULTILINE)
 
 
+#: What an error names that changes at each attempt or partition and tells nothing of the
+#: cause: UUIDs (a Spark write's staging directory) and runs of 10 digits or more (its attempt
+#: ids, stamped to the millisecond).
+GENERATED_ID = re.compile(
+    r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b|\d{10,}"
+)
+
+
+def without_ids(error: str) -> str:
+    """``error`` with its generated ids as ``*`` (`GENERATED_ID`): the words every partition
+    failing on one cause shares, where each names its own staging directory."""
+    return GENERATED_ID.sub("*", error)
+
+
 def first_line(error: str) -> str:
     """An error message as a report carries it: its first line, as printable text
     (`bounds.printable`), bounded. When the message

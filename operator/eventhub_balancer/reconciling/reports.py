@@ -98,9 +98,10 @@ class Trouble:
 
     @property
     def shape(self) -> str:
-        """The error in the words every partition that meets it shares: its own partition
-        (``partition 7: receiving failed ...``) said as ``each partition``."""
-        return re.sub(rf"\bpartition {re.escape(self.partition)}\b", "each partition", self.error)
+        """The error in the words every partition that meets it shares: ``partition 7`` said as
+        ``each partition``, ids made at each attempt as ``*`` (`partitionreports.without_ids`)."""
+        said = re.sub(rf"\bpartition {re.escape(self.partition)}\b", "each partition", self.error)
+        return partitionreports.without_ids(said)
 
 
 def read(
