@@ -19,8 +19,9 @@ Three ways to run, by flag:
 The flags are checked in ``spark.flags``, before anything starts.
 
 Spark's own logs stay Spark's: its log4j2 defaults profile (loaded because nothing here
-configures log4j) writes WARN and above to stderr in Spark's format, and the JVM is started
-with our stderr as its stdout, so that stdout carries only what the process itself prints.
+configures log4j) writes WARN and above to stderr in Spark's format, its Java stack traces cut
+to their first lines once the session runs (`javalogs`), and the JVM is started with our
+stderr as its stdout, so that stdout carries only what the process itself prints.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 from eventhub_balancer import errors
-from eventhub_balancer.spark import flags
+from eventhub_balancer.spark import flags, javalogs
 
 logger = logging.getLogger(__name__)
 
@@ -279,6 +280,7 @@ def build_session(
         ) from e
     # Spark's profile sets WARN already; this also holds under a log4j2 file of the user's.
     session.sparkContext.setLogLevel("WARN")
+    javalogs.shorten(session)  # a failed trigger's Java stacks, cut to their first lines
     return session
 
 

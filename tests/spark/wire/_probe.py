@@ -5,6 +5,8 @@
 its stdout is Spark's (the JVM's, log4j's) and a leak. ``--log-marker`` logs one WARN and one
 INFO line through the JVM's log4j, to show where Spark's own logs go and at what level.
 ``--lose`` then kills the JVM and runs the query again on a new session (`lose`).
+``--fail-write DIR`` then writes Parquet where it cannot be written, to show what Spark logs
+of a failed trigger.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import argparse
 import dataclasses
 import datetime
 import json
+import sys
 from typing import Any
 
 from eventhub_balancer.adapters import deliveries
@@ -99,6 +102,7 @@ def main() -> None:
     parser.add_argument("--conf", action="append", default=[])
     parser.add_argument("--log-marker", action="store_true")
     parser.add_argument("--lose", action="store_true")
+    parser.add_argument("--fail-write", help="a directory no Parquet write can create")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     session = sessions.build_session(
@@ -111,6 +115,12 @@ def main() -> None:
             log.warn("ehb-probe-warning")
             log.info("ehb-probe-info")
         result = run(session)
+        if args.fail_write:
+            print("ehb-probe-failing-write", file=sys.stderr, flush=True)
+            try:
+                session.range(3).write.mode("overwrite").parquet(args.fail_write)
+            except Exception as e:  # the handler's side: one exception, its cause in it
+                result["write_failed"] = type(e).__name__
         if args.remote is None:
             result["master"] = session.sparkContext.master
         if args.lose:

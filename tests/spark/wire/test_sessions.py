@@ -178,6 +178,27 @@ def test_local_session_keeps_stdout_clean_and_logs_in_sparks_format(tmp_path: Pa
     assert "ehb-probe-info" not in stderr
 
 
+def test_a_failed_write_logs_its_java_stacks_cut_to_their_first_lines(tmp_path: Path) -> None:
+    """Live, a Spark sink that could not write logged about 220 lines per failed trigger, the
+    whole Java stack four times over (the task's error, its loss, the job's abort), and a pod
+    retries each failing partition with backoff: 2,700 of a pod's last 3,000 lines were Java
+    frames. Every line Spark logs stays; of a stack, its exception and first frame."""
+    if spark_unavailable():
+        pytest.skip(str(spark_unavailable()))
+    result, stderr = probe(
+        "--master", "local[1]", "--fail-write", "/proc/ehb-no-such-dir", tmp_path=tmp_path
+    )
+    assert result["write_failed"] == "Py4JJavaError"
+    failing = stderr.split("ehb-probe-failing-write", 1)[1]
+    frames = [line for line in failing.splitlines() if line.lstrip().startswith("at ")]
+    said = re.findall(r"^\d\d/\d\d/\d\d [\d:]+ (?:ERROR|WARN) (\w+): ", failing, re.M)
+    assert {"Executor", "TaskSetManager"} <= set(said)  # every line Spark logs is still there
+    assert 0 < len(frames) <= len(said)  # at most the first frame of each
+    assert "Lost task 0.0" in failing
+    assert "(stack cut)" in failing  # the stack TaskSetManager writes into its message
+    assert "Caused by:" not in failing
+
+
 def test_a_local_driver_maps_the_suites_class_archive(tmp_path: Path) -> None:
     """The suite's drivers start from the class archive that ``make install`` writes
     (`tests.support.sparkarchive`). With ``-Xshare:on`` a JVM that cannot map it does not
