@@ -224,6 +224,18 @@ async def pod(
             await task
 
 
+async def three_events_each(
+    source: assignments.MemorySource,
+    hub: consumerfakes.FakeHub,
+    recorder: consumerfakes.Recorder,
+) -> None:
+    """Both partitions assigned, and three events of each processed."""
+    source.put(consumerfakes.configmap(1, PARTITIONS))
+    for partition in PARTITIONS:
+        hub.append(partition, 3)
+    await consumerfakes.eventually(lambda: len(recorder.done) == 6, what="processing")
+
+
 def processed(recorder: consumerfakes.Recorder, partition: str) -> int:
     return sum(1 for p, _ in recorder.done if p == partition)
 
@@ -235,10 +247,7 @@ async def test_a_rotated_eventhub_key_is_taken_from_the_file_and_the_partitions_
     eventhub_file, _, credentials = secret_files(tmp_path)
     recorder = consumerfakes.Recorder()
     async with pod(services, credentials, recorder) as (_, source):
-        source.put(consumerfakes.configmap(1, PARTITIONS))
-        for partition in PARTITIONS:
-            fake_hub.append(partition, 3)
-        await consumerfakes.eventually(lambda: len(recorder.done) == 6, what="processing")
+        await three_events_each(source, fake_hub, recorder)
 
         # The old key is regenerated before the pod sees the new one: every partition fails.
         services.regenerate_eventhub_key("one", "two")
@@ -285,10 +294,7 @@ async def test_a_read_made_with_the_replaced_key_fails_as_no_failure_of_the_new_
     eventhub_file, _, credentials = secret_files(tmp_path)
     recorder = consumerfakes.Recorder()
     async with pod(services, credentials, recorder) as (_, source):
-        source.put(consumerfakes.configmap(1, PARTITIONS))
-        for partition in PARTITIONS:
-            fake_hub.append(partition, 3)
-        await consumerfakes.eventually(lambda: len(recorder.done) == 6, what="processing")
+        await three_events_each(source, fake_hub, recorder)
         eventhub_file.write_text(eventhub_string("wrong") + "\n")
         await consumerfakes.eventually(
             lambda: set(source.reports) == set(PARTITIONS), what="every partition failing"
@@ -445,10 +451,7 @@ async def test_clients_that_cannot_swap_the_new_key_are_opened_again_with_it(
     _, blob_file, credentials = secret_files(tmp_path)
     recorder = consumerfakes.Recorder()
     async with pod(services, credentials, recorder) as (consumer, source):
-        source.put(consumerfakes.configmap(1, PARTITIONS))
-        for partition in PARTITIONS:
-            fake_hub.append(partition, 3)
-        await consumerfakes.eventually(lambda: len(recorder.done) == 6, what="processing")
+        await three_events_each(source, fake_hub, recorder)
         blob_file.write_text(blob_string("two"))
         await consumerfakes.eventually(
             lambda: len(services.opened) == 2 and set(consumer.owned()) == set(PARTITIONS),
