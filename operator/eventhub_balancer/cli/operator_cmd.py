@@ -79,7 +79,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--priority",
         type=int,
         default=None,
-        help="peering priority (default: random, so replicas never tie and freeze)",
+        help="peering priority (default: the earlier a replica started, the higher, so that "
+        "a replica starting never takes over from the one acting; never two alike)",
     )
     metrics = parser.add_argument_group(
         "metrics and liveness (/metrics for whom RBAC allows get on it, /healthz for probes)"
@@ -166,6 +167,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="write eventhub-balancer.dev/partitions on each consumer pod (needs patch on pods)",
     )
+
+
+#: Above every default priority until the year 2100 (milliseconds since 1970, times 1,024).
+PRIORITY_CEILING = 2**52
+
+
+def seniority(now_ms: int | None = None, rng: random.Random | None = None) -> int:
+    """The default peering priority: the higher, the earlier the replica started. A replica
+    that starts (a rollout's, or the one replacing a lost pod) stays a standby beside the one
+    acting; with random priorities it took over when it drew higher, handing every consumer
+    over a second time. Ten random low bits keep two replicas started in the same millisecond
+    apart (kopf pauses every replica of a tie)."""
+    ms = int(time.time() * 1000) if now_ms is None else now_ms
+    return PRIORITY_CEILING - ms * 1024 - (rng or random).randint(0, 1023)
 
 
 def _seconds(raw: str) -> float:
@@ -306,7 +321,7 @@ def serving_options(
         clusterwide=bool(args.all_namespaces),
         standalone=args.standalone or args.peering is None,
         peering_name=args.peering,
-        priority=args.priority if args.priority is not None else random.randint(1, 2**31 - 1),
+        priority=args.priority if args.priority is not None else seniority(),
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port,
         metrics_middlewares=tuple(middlewares),
