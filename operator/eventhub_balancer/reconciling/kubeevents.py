@@ -215,8 +215,10 @@ def build(
             and c.type
             in (conditiontypes.EVENTHUB_REACHABLE, conditiontypes.CHECKPOINT_STORE_REACHABLE)
         ):
-            fault = KubeEvent(reason=c.reason, message=c.message, type="Warning")
-            events.append(dataclasses.replace(fault, logged=c.reason not in DECIDED))
+            logged = c.reason not in DECIDED  # a reader's fault, said by the reader
+            events.append(
+                KubeEvent(reason=c.reason, message=c.message, type="Warning", logged=logged)
+            )
         elif (
             c.status == "True"
             and c.type
