@@ -127,8 +127,9 @@ class Renewals:
         first_miss = not found and where not in self.missing
         self.tell(found, where)
         if first_miss:  # created beside this replica, maybe: looked for again at once
-            until = asyncio.get_running_loop().time() + FIRST_MISS_WAIT_S
-            while not found and asyncio.get_running_loop().time() < until:
+            loop = asyncio.get_running_loop()
+            until = loop.time() + FIRST_MISS_WAIT_S
+            while not found and loop.time() < until:
                 await asyncio.sleep(FIRST_MISS_PACE_S)
                 found = await write()
             if found:

@@ -60,7 +60,8 @@ MOVES = frozenset(
 )
 
 
-def _join(partitions: Iterable[str]) -> str:
+def join(partitions: Iterable[str]) -> str:
+    """Partition ids as an Event names them: runs, the first `NAMED_RUNS`, the rest counted."""
     return partitionlists.named(partitions, NAMED_RUNS)
 
 
@@ -106,10 +107,10 @@ def move_events(
         groups.setdefault((reason, why, m.source, m.target), []).append(m)
     events: list[KubeEvent] = []
     for (reason, why, source, target), group in groups.items():
-        parts = _join([m.partition for m in group])
+        parts = join([m.partition for m in group])
         epochs = {str(m.epoch) for m in group}
         # One epoch for all (as almost always): said once, not once a partition.
-        epochs_text = f"epochs {_join(epochs)}" if len(epochs) > 1 else f"epoch {min(epochs)}"
+        epochs_text = f"epochs {join(epochs)}" if len(epochs) > 1 else f"epoch {min(epochs)}"
         plural = "s" if len(group) > 1 else ""
         idle = (reason, why) == ("PartitionUnassigned", "released") and all(
             s.state in ("terminating", None) for s in pods.values()

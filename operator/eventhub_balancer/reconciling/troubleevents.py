@@ -9,15 +9,11 @@ now or in the previous status (`deciding`), none on a plain pod deletion.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
-from eventhub_balancer.balancing import models, partitionlists
+from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import failurepolicy, statusbodies
 from eventhub_balancer.reconciling import kubeevents, reports
-
-
-def _join(partitions: Iterable[str]) -> str:
-    return partitionlists.named(partitions, kubeevents.NAMED_RUNS)
 
 
 def trouble_events(
@@ -36,7 +32,7 @@ def trouble_events(
         started.setdefault((t.state, t.pod), []).append(t)
     events: list[kubeevents.KubeEvent] = []
     for (state, pod), group in started.items():
-        parts = _join([t.partition for t in group])
+        parts = kubeevents.join([t.partition for t in group])
         plural = "s" if len(group) > 1 else ""
         details = reports.by_error(group)
         if state == "failing":
@@ -90,8 +86,9 @@ def trouble_events(
             )
         elif most and states == "parked" and not moved:  # parked under park, set aside now
             aside = f": {batch} went to the dead letters as onFailure says (ehb deadletters list)"
+        named = kubeevents.join([k[0] for k in keys])
         message = (
-            f"partition{plural} {_join([k[0] for k in keys])} on {pod} no longer reported in "
+            f"partition{plural} {named} on {pod} no longer reported in "
             f"trouble (was {states}){aside}"
             + (f"; {', '.join(moved)} {verb} {it} now" if moved else "")
         )
