@@ -33,6 +33,11 @@ class Asked:
     headers: dict[str, str]
 
 
+#: Paths no credential asks a token at: the readiness and liveness probes of the suite's
+#: processes, which may poll a port after it was freed and given to this listener.
+STRAY_PATHS = frozenset({"/readyz", "/healthz", "/metrics"})
+
+
 class TokenEndpoint:
     """An HTTP(S) listener that hands out ``token`` to whoever asks, and records each ask.
 
@@ -50,6 +55,12 @@ class TokenEndpoint:
                 parsed = urllib.parse.urlsplit(self.path)
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length).decode() if length else ""
+                if parsed.path in STRAY_PATHS:
+                    # Not a token request: a probe of another test's process whose port this
+                    # listener was given after it (seen in CI: GET /readyz from a scenario's
+                    # readiness poll, under pytest -n 2). Refused, and not counted as an ask.
+                    self.send_error(404)
+                    return
                 endpoint.asked.append(
                     Asked(
                         method=self.command,
