@@ -98,6 +98,42 @@ def test_a_listing_of_only_bad_blobs_says_none_is_readable(
     ]
 
 
+def test_list_prints_the_whole_error_and_times_to_the_second(
+    consumer: pausedconsumers.PausedConsumer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The table cut the error at 60 characters, before what failed: ``NotAnOrder: partition 3
+    sequence number 110: not an order...``. It is the last column, so it is printed whole (the
+    first line, bounded as a report's). The times read to the second, and a batch of one
+    sequence number says it once; ``--json`` keeps what the pod wrote."""
+    error = (
+        "NotAnOrder: partition 3 sequence number 110: not an order "
+        "(JSONDecodeError: Expecting value: line 1 column 1 (char 0))"
+    )
+    written = "2026-12-07T02:25:59.791627+00:00"
+    consumer.container.add_dead_letter(
+        "3/110-110",
+        {
+            **GOOD,
+            "partition": "3",
+            "firstSequenceNumber": 110,
+            "lastSequenceNumber": 110,
+            "error": error,
+            "deadLetteredTime": written,
+        },
+    )
+    consumer.container.add_dead_letter("4/7-8", {**GOOD, "partition": "4", "deadLetteredTime": "x"})
+    status, out, _ = ehb(capsys, "deadletters", "list", "orders", "-n", "shop")
+    assert status == 0
+    _, first, second = out.splitlines()
+    assert first.endswith("   " + error)
+    assert first.split()[:7] == [
+        "3/110-110", "3", "110", "0", "2026-12-07T02:25:59Z", "orders-a", "-"
+    ]  # fmt: skip
+    assert second.split()[2:5] == ["1-2", "0", "x"]  # unreadable: as written
+    status, out, _ = ehb(capsys, "deadletters", "list", "orders", "-n", "shop", "--json")
+    assert [r["deadLetteredTime"] for r in json.loads(out)] == [written, "x"]
+
+
 def test_show_prints_what_the_producers_and_the_pods_wrote_as_text() -> None:
     """An event's body is whatever a producer sent, the error whatever the handler raised:
     shown raw, an escape sequence in either moved the admin's cursor, rewrote lines or set the

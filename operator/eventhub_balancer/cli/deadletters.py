@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from eventhub_balancer.cli import actingidentities, consumertargets, flagtypes, tables
-from eventhub_balancer.contracts import bounds, conditions, connectionstrings
+from eventhub_balancer.contracts import bounds, conditions, connectionstrings, timestamps
 
 if TYPE_CHECKING:
     from eventhub_balancer.adapters import deadletterreplays
@@ -148,34 +148,46 @@ def row(letter: deadletterreplays.DeadLetter) -> dict[str, Any]:
     }
 
 
-#: The error column is cut here so that a table line stays readable in a terminal.
-ERROR_WIDTH = 60
-
-
 def list_table(rows: Sequence[dict[str, Any]]) -> str:
+    """The rows as ``list`` prints them. The error is the last column and whole: it is the
+    first line a report shows (`deadletters.first_line`, bounded), and what failed is at its
+    end (``NotAnOrder: partition 3 sequence number 110: not an order (JSONDecodeError: ...)``).
+    Times are to the second; ``--json`` keeps them as the pod wrote them."""
     header = ("BLOB", "PARTITION", "SEQUENCES", "EVENTS", "WHEN", "POD", "REPLAYED", "ERROR")
     lines = [
         (
             r["blob"],
             r["partition"],
-            f"{r['firstSequenceNumber']}-{r['lastSequenceNumber']}",
+            _sequences(r["firstSequenceNumber"], r["lastSequenceNumber"]),
             str(r["events"]),
-            r["deadLetteredTime"] or "-",
+            _when(r["deadLetteredTime"]),
             r["pod"] or "-",
             _replayed_column(r),
-            (r["error"][: ERROR_WIDTH - 3] + "...")
-            if len(r["error"]) > ERROR_WIDTH
-            else r["error"] or "-",
+            r["error"] or "-",
         )
         for r in rows
     ]
     return tables.render(header, lines)
 
 
+def _sequences(first: int, last: int) -> str:
+    """``110`` for one sequence number, ``110-111`` for a run."""
+    return str(first) if first == last else f"{first}-{last}"
+
+
+def _when(value: str | None) -> str:
+    """A time the pod or a replay wrote, to the second in UTC (``2026-12-07T02:25:59Z``); as
+    written when it cannot be read (a blob edited by hand), and ``-`` when there is none."""
+    if not value:
+        return "-"
+    parsed = timestamps.parse_time(value)
+    return timestamps.format_time(parsed) if parsed else value
+
+
 def _replayed_column(r: dict[str, Any]) -> str:
     if r["replayingSince"]:
-        return f"started {r['replayingSince']}, unfinished"
-    return str(r["replayedTime"] or "-")
+        return f"started {_when(r['replayingSince'])}, unfinished"
+    return _when(r["replayedTime"])
 
 
 def show_text(letter: deadletterreplays.DeadLetter, body: dict[str, Any]) -> str:
