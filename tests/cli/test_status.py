@@ -62,7 +62,10 @@ def test_a_pod_of_many_partitions_is_one_readable_row() -> None:
     assert shown[-4].split() == ["orders-0", "yes", "ready", "0-255", "1", "-"]
 
 
-def test_a_run_breaks_where_the_epoch_changes_so_each_epoch_stays_beside_its_partitions() -> None:
+def test_a_pod_at_several_epochs_reads_its_partitions_whole_and_each_epoch_with_its_own() -> None:
+    """PARTITIONS broke its runs where the epoch changed, one epoch a run: a pod that took
+    partitions in three moves read ``0,11-12,24-26,27-29,30-31`` beside ``2,3,4,3,4``, as if
+    scattered. PARTITIONS is what the pod holds; EPOCHS names each epoch's partitions."""
     pod = {
         "pod": "orders-0",
         "ready": True,
@@ -79,7 +82,25 @@ def test_a_run_breaks_where_the_epoch_changes_so_each_epoch_stays_beside_its_par
         )
     ).splitlines()
     assert shown[-2].split() == ["POD", "READY", "STATE", "PARTITIONS", "EPOCHS", "REVOKING"]
-    assert shown[-1].split() == ["orders-0", "yes", "ready", "0-1,2,3,10-11", "4,5,4,2", "10-11"]
+    assert [cell.strip() for cell in shown[-1].split("  ") if cell.strip()] == [
+        "orders-0", "yes", "ready", "0-3,10-11", "2 (10-11), 4 (0-1,3), 5 (2)", "10-11"
+    ]  # fmt: skip
+    moved = {
+        "pod": "c-0",
+        "ready": True,
+        "state": "ready",
+        "partitions": ["0", "11", "12", *map(str, range(24, 32))],
+    }
+    epochs = {
+        "0": 2,
+        "11": 3,
+        "12": 3,
+        **{str(p): 4 if p in (24, 25, 26, 30, 31) else 3 for p in range(24, 32)},
+    }
+    shown = status.render(
+        consumer(observedGeneration=1, partitionCount=32, consumers=[moved], epochs=epochs)
+    ).splitlines()
+    assert "  c-0  yes    ready  0,11-12,24-31  2 (0), 3 (11-12,27-29), 4 (24-26,30-31)  -" in shown
 
 
 def test_an_epoch_every_run_shares_is_said_once() -> None:

@@ -161,18 +161,15 @@ def render(body: dict[str, Any], pods: Sequence[Mapping[str, Any]] | None = None
         return _shown(lines)
     rows = [("POD", "READY", "STATE", "PARTITIONS", "EPOCHS", "REVOKING")]
     for consumer in status.get("consumers") or []:
-        held = partitionlists.runs(
-            [str(p) for p in consumer.get("partitions") or []],
-            label=lambda p: str(epochs.get(p, "?")),
-        )
+        held = [str(p) for p in consumer.get("partitions") or []]
         revoking = partitionlists.runs([str(p) for p in consumer.get("revoking") or []])
         rows.append(
             (
                 str(consumer.get("pod")),
                 "yes" if consumer.get("ready") else "no",
                 str(consumer.get("state", "")),
-                ",".join(run for run, _ in held) or "-",
-                _epochs([epoch for _, epoch in held]),
+                partitionlists.compact(held) or "-",
+                _epochs({p: str(epochs.get(p, "?")) for p in held}),
                 ",".join(run for run, _ in revoking) or "-",
             )
         )
@@ -192,12 +189,20 @@ def render(body: dict[str, Any], pods: Sequence[Mapping[str, Any]] | None = None
     return _shown(lines)
 
 
-def _epochs(labels: list[str]) -> str:
-    """The EPOCHS cell: one epoch a run of PARTITIONS, or the one they all share said once
-    (``13-15,29-31`` beside ``3``, not ``3,3``)."""
-    if not labels:
+def _epochs(held: Mapping[str, str]) -> str:
+    """The EPOCHS cell: the epoch the PARTITIONS share, or each epoch with its partitions,
+    lowest first (``2 (10-11), 4 (0-1,3), 5 (2)``). Until 7 December PARTITIONS broke its runs
+    where the epoch changed, one epoch a run, so a pod that took partitions in several moves
+    read as scattered: ``0,11-12,24-26,27-29,30-31`` beside ``2,3,4,3,4``."""
+    if not held:
         return "-"
-    return labels[0] if len(set(labels)) == 1 else ",".join(labels)
+    by_epoch: dict[str, list[str]] = {}
+    for partition, epoch in held.items():
+        by_epoch.setdefault(epoch, []).append(partition)
+    if len(by_epoch) == 1:
+        return next(iter(by_epoch))
+    order = sorted(by_epoch, key=lambda e: (not e.isdecimal(), int(e) if e.isdecimal() else 0, e))
+    return ", ".join(f"{e} ({partitionlists.compact(by_epoch[e])})" for e in order)
 
 
 def _shown(lines: list[str]) -> str:
