@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import logging
 from collections.abc import AsyncIterator, Sequence
 
 import pytest
@@ -676,6 +677,32 @@ async def test_a_poison_batch_is_dead_lettered_durably_before_the_checkpoint_pas
         await consumerfakes.eventually(lambda: len(recorder.done) == 3)
         assert recorder.done == [("0", 5), ("0", 6), ("0", 7)]
         assert consumer.ready() == (True, "generation 1 applied")
+
+
+async def test_a_batch_of_one_event_is_logged_by_its_one_sequence_number(
+    fake_hub: consumerfakes.FakeHub,
+    fake_store: consumerfakes.FakeStore,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A poison event alone in its batch was logged as ``sequence numbers 110-110``, in the
+    failures and in the dead letter's line."""
+    fake_hub.append("0", 1)
+    handle, dead, backends = dead_letter_backends(fake_hub, fake_store)
+    recorder = policyfakes.PartitionRecorder(fail={"0": 2})
+    batch = partitions.BatchSettings(
+        batch_size=10, max_wait=0.05, retry_backoff=0.5, retry_backoff_max=0.5
+    )
+    caplog.set_level(logging.WARNING, logger="eventhub_balancer.consumer.attempts")
+    async with running(fake_hub, handle, recorder, batch=batch, backends=backends) as (_, source):
+        source.put(consumerfakes.configmap(1, {"0": (1, "owned")}, **policy(2, "deadLetter")))
+        await consumerfakes.eventually(lambda: bool(dead.written), what="the dead letter")
+    said = [r.getMessage() for r in caplog.records]
+    assert [m.split(":")[1] for m in said] == [
+        " handler failed on sequence number 0 (attempt 1 of 2)",
+        " handler failed on sequence number 0 2 times (the most spec.processing.maxAttempts"
+        " allows)",
+        " dead-lettered sequence number 0 into 0/0-0",
+    ]
 
 
 async def test_a_parked_batch_is_dead_lettered_once_the_spec_says_deadletter(

@@ -195,11 +195,10 @@ class BatchAttempts:
                 trace = None if isinstance(e, crashmarkers.ProcessDied) else e  # died: no frames
                 if attempt >= policy.max_attempts:
                     logger.error(
-                        "partition %s: handler failed on sequence numbers %d-%d %d times "
+                        "partition %s: handler failed on %s %d times "
                         "(the most spec.processing.maxAttempts allows): %s; %s",
                         self.partition,
-                        context.first_sequence_number,
-                        context.last_sequence_number,
+                        numbered(context.first_sequence_number, context.last_sequence_number),
                         attempt,
                         partitionreports.first_line(self.last_error),
                         "dead-lettering the batch"
@@ -209,11 +208,9 @@ class BatchAttempts:
                     )
                     return await self._give_up(events)
                 logger.warning(
-                    "partition %s: handler failed on sequence numbers %d-%d (attempt %d of "
-                    "%d): %s; retrying in %.1f s",
+                    "partition %s: handler failed on %s (attempt %d of %d): %s; retrying in %.1f s",
                     self.partition,
-                    context.first_sequence_number,
-                    context.last_sequence_number,
+                    numbered(context.first_sequence_number, context.last_sequence_number),
                     attempt,
                     policy.max_attempts,
                     partitionreports.first_line(self.last_error),
@@ -353,10 +350,9 @@ class BatchAttempts:
             self._end_batch()
             return False
         logger.warning(
-            "partition %s: dead-lettered sequence numbers %d-%d into %s",
+            "partition %s: dead-lettered %s into %s",
             self.partition,
-            events[0].sequence_number,
-            events[-1].sequence_number,
+            numbered(events[0].sequence_number, events[-1].sequence_number),
             name,
         )
         self.stats.dead_lettered_batches += 1
@@ -390,3 +386,8 @@ class BatchAttempts:
             self.marks.ended()
         self.parked = False
         self.stats.parked = False
+
+
+def numbered(first: int, last: int) -> str:
+    """``sequence number 110`` for a batch of one, ``sequence numbers 110-111`` for more."""
+    return f"sequence number {first}" if first == last else f"sequence numbers {first}-{last}"
