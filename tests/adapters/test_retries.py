@@ -144,7 +144,7 @@ async def test_a_spent_budget_says_its_cause_without_the_operation() -> None:
     assert (
         causes
         == [
-            "gave up on the checkpoint store after a call's budget (3 attempts, 60 s); last error: "
+            "gave up on the checkpoint store, a call's budget of 3 attempts spent; last error: "
             "HTTP 503 ServerBusy (HttpResponseError)"
         ]
         * 2

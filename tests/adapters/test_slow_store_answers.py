@@ -83,3 +83,20 @@ async def test_a_quick_failure_after_a_timeout_does_not_shorten_the_next_attempt
 
     assert await retrying.call_with_retries(budget(), request) == "answer"
     assert len(sent) == 3
+
+
+async def test_a_store_that_never_answers_is_said_to_have_spent_the_seconds_not_the_attempts() -> (
+    None
+):
+    """The status said ``gave up (budget 100 attempts, 20 s)`` of a store that had timed out
+    three times: it read as 100 attempts made. It names the limit that was reached."""
+    request, _ = answering_after(60.0)
+    with pytest.raises(errors.CheckpointStoreUnreachable) as raised:
+        await retrying.call_with_retries(budget(), request)  # type: ignore[arg-type]
+    assert (
+        raised.value.steady == "test op: gave up, its budget of 20 s spent; last error: timed out"
+    )
+    assert raised.value.cause == (
+        "gave up on the checkpoint store, a call's budget of 20 s spent; last error: timed out"
+    )
+    assert "gave up after 3 attempt(s) over 20." in str(raised.value)  # the log's: what was done

@@ -16,7 +16,7 @@ from tests.handlers.test_cycles import NAME, NS, at, cycle, make_kube
 from tests.handlers.test_pod_acknowledgements import annotate
 from tests.support import fakes
 
-CAUSE = "gave up on the checkpoint store after a call's budget (100 attempts, 20 s)"
+CAUSE = "gave up on the checkpoint store, a call's budget of 20 s spent"
 
 
 def report(*partitions: str) -> str:

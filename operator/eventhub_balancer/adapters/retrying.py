@@ -176,17 +176,20 @@ class Budget:
             f"{self.elapsed():.1f} s (budget {self.policy.attempts} attempts, "
             f"{self.policy.budget_seconds:g} s); last error: {last}"
         )
-        # The status shows it without the attempts and seconds: each failed listing of the
-        # operator's would rewrite it otherwise, with nothing changed.
-        error.steady = (
-            f"{self.operation}: gave up (budget {self.policy.attempts} attempts, "
-            f"{self.policy.budget_seconds:g} s); last error: {last}"
+        # The status shows it without the attempts made and seconds taken: each failed listing
+        # of the operator's would rewrite it otherwise, with nothing changed. It names the
+        # limit that was reached: "(budget 100 attempts, 5 s)" read as 100 attempts made where
+        # one had waited out the 5 s.
+        spent = (
+            f"{self.policy.attempts} attempts"
+            if self.attempts >= self.policy.attempts
+            else f"{self.policy.budget_seconds:g} s"
         )
+        error.steady = f"{self.operation}: gave up, its budget of {spent} spent; last error: {last}"
         # What each partition's report says: the same words for all the partitions an outage
         # stops (`consumer.restarts`), which the operator then says once for them.
         error.cause = (
-            f"gave up on the checkpoint store after a call's budget ({self.policy.attempts} "
-            f"attempts, {self.policy.budget_seconds:g} s); last error: {last}"
+            f"gave up on the checkpoint store, a call's budget of {spent} spent; last error: {last}"
         )
         error.__cause__ = cause
         return error

@@ -172,4 +172,4 @@ async def test_a_store_that_never_answers_is_named_by_its_container(
         # The status shows it without the attempts and seconds, which change every attempt.
         shown = observations.Fault.of(caught.value).message
         assert shown.startswith(f"checkpoint container {proxied_container.container_name!r}: ")
-        assert "gave up (budget " in shown
+        assert "gave up, its budget of " in shown
