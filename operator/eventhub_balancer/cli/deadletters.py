@@ -27,7 +27,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from eventhub_balancer.cli import actingidentities, consumertargets, flagtypes, tables
-from eventhub_balancer.contracts import bounds, conditions, connectionstrings, timestamps
+from eventhub_balancer.contracts import (
+    bounds,
+    conditions,
+    connectionstrings,
+    failurepolicy,
+    timestamps,
+)
 
 if TYPE_CHECKING:
     from eventhub_balancer.adapters import deadletterreplays
@@ -158,7 +164,7 @@ def list_table(rows: Sequence[dict[str, Any]]) -> str:
         (
             r["blob"],
             r["partition"],
-            _sequences(r["firstSequenceNumber"], r["lastSequenceNumber"]),
+            failurepolicy.sequence_numbers(r["firstSequenceNumber"], r["lastSequenceNumber"]),
             str(r["events"]),
             _when(r["deadLetteredTime"]),
             r["pod"] or "-",
@@ -168,11 +174,6 @@ def list_table(rows: Sequence[dict[str, Any]]) -> str:
         for r in rows
     ]
     return tables.render(header, lines)
-
-
-def _sequences(first: int, last: int) -> str:
-    """``110`` for one sequence number, ``110-111`` for a run."""
-    return str(first) if first == last else f"{first}-{last}"
 
 
 def _when(value: str | None) -> str:

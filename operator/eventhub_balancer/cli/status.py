@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eventhub_balancer import errors
-from eventhub_balancer.balancing import partitionlists
+from eventhub_balancer.balancing import models, partitionlists
 from eventhub_balancer.cli import consumerlookups, flagtypes, kubecontexts
 from eventhub_balancer.contracts import bounds, conditions, labelselectors, podstates
 
@@ -201,8 +201,10 @@ def _epochs(held: Mapping[str, str]) -> str:
         by_epoch.setdefault(epoch, []).append(partition)
     if len(by_epoch) == 1:
         return next(iter(by_epoch))
-    order = sorted(by_epoch, key=lambda e: (not e.isdecimal(), int(e) if e.isdecimal() else 0, e))
-    return ", ".join(f"{e} ({partitionlists.compact(by_epoch[e])})" for e in order)
+    return ", ".join(
+        f"{e} ({partitionlists.compact(by_epoch[e])})"
+        for e in sorted(by_epoch, key=models.name_key)  # numerically; "?" (none) last
+    )
 
 
 def _shown(lines: list[str]) -> str:

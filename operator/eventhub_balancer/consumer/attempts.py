@@ -390,4 +390,5 @@ class BatchAttempts:
 
 def numbered(first: int, last: int) -> str:
     """``sequence number 110`` for a batch of one, ``sequence numbers 110-111`` for more."""
-    return f"sequence number {first}" if first == last else f"sequence numbers {first}-{last}"
+    plural = "" if first == last else "s"
+    return f"sequence number{plural} {failurepolicy.sequence_numbers(first, last)}"

@@ -69,3 +69,9 @@ def parse(
     if on_failure not in ON_FAILURE:
         raise errors.InvalidInput(f"{field}.onFailure", f"{on_failure!r}: use park or deadLetter")
     return Processing(max_attempts=attempts, on_failure=cast(OnFailure, on_failure))
+
+
+def sequence_numbers(first: int, last: int) -> str:
+    """A failing or dead-lettered batch's sequence numbers as the pod's log and ``ehb
+    deadletters list`` say them: ``110`` for a batch of one, ``110-111`` for more."""
+    return str(first) if first == last else f"{first}-{last}"
