@@ -21,6 +21,7 @@ from eventhub_balancer.consumer import (
     processing,
     runtime,
 )
+from eventhub_balancer.contracts import partitionreports
 from tests.consumer import policyfakes
 from tests.support import consumerfakes
 
@@ -671,7 +672,14 @@ async def test_a_poison_batch_is_dead_lettered_durably_before_the_checkpoint_pas
         assert gaps == [pytest.approx(1.0, abs=0.01), pytest.approx(2.0, abs=0.01)]
         await consumerfakes.eventually(lambda: fake_store.blobs["0"].sequence_number == 4)
         assert consumer.stats["0"].dead_lettered_events == 5
-        await consumerfakes.eventually(lambda: not source.reports, what="the report cleared")
+        await consumerfakes.eventually(
+            lambda: source.reports["0"].state is None, what="the trouble over"
+        )
+        # What the report keeps is the batch set aside, with the handler's error (not the
+        # failed writes'), for the operator to tell (BatchDeadLettered).
+        assert source.reports["0"].set_aside == partitionreports.SetAside(
+            epoch=1, batches=1, name="0/0-4", error="RuntimeError: handler failure (injected)"
+        )
         # The partition goes on after the dead-lettered batch.
         fake_hub.append("0", 3)
         await consumerfakes.eventually(lambda: len(recorder.done) == 3)
@@ -741,7 +749,12 @@ async def test_a_parked_batch_is_dead_lettered_once_the_spec_says_deadletter(
         assert (attempts, pod, epoch) == (2, "pod-a", 1)
         assert error.startswith("RuntimeError: handler failure (injected)")
         await consumerfakes.eventually(lambda: fake_store.blobs["0"].sequence_number == 4)
-        await consumerfakes.eventually(lambda: not source.reports, what="the report cleared")
+        await consumerfakes.eventually(
+            lambda: source.reports["0"].state is None, what="the trouble over"
+        )
+        aside = source.reports["0"].set_aside
+        assert aside is not None
+        assert (aside.epoch, aside.batches) == (1, 1)
         assert not consumer.stats["0"].parked
         assert recorder.calls == 2  # set aside, not tried again
         fake_hub.append("0", 2)

@@ -204,3 +204,72 @@ def test_an_error_carries_no_terminal_control_into_the_status() -> None:
     assert error == "bad\\x1b[1A\\x1b[2K\\x1b]52;c;cm0gLXJmIH4K\\x07\\x9b2J\\u202edelif"
     assert error.isprintable()
     assert len(reports.first_line("\x1b" * 1000)) == reports.MAX_ERROR_CHARS
+
+
+ASIDE = reports.SetAside(
+    epoch=4, batches=2, name="shop/orders/$Default/deadletter/3/110-114", error="ValueError: no"
+)
+
+
+def test_the_batches_set_aside_go_beside_the_troubles_and_alone_when_there_is_none() -> None:
+    """A partition failing on a new batch after one was set aside tells both; one processing
+    normally tells only what it set aside, and is no trouble."""
+    value = reports.build(
+        {"3": report(set_aside=ASIDE), "5": report("5", state=None, attempts=0, set_aside=ASIDE)}
+    )
+    current = {"3": 4, "5": 4}
+    assert list(reports.parse({reports.ANNOTATION: value}, current=current)) == ["3"]
+    assert reports.set_asides({reports.ANNOTATION: value}, current=current) == {
+        "3": ASIDE,
+        "5": ASIDE,
+    }
+    # Nothing to tell is said (the pod tells them), and a pod from before says nothing.
+    assert reports.set_asides({reports.ANNOTATION: reports.build({})}, current=current) == {}
+    assert reports.set_asides(annotations({}), current=current) is None
+    assert reports.set_asides(None, current=current) is None
+
+
+def test_a_count_starts_again_at_each_epoch() -> None:
+    first = reports.SetAside.counted(None, epoch=4, name="a", error="E: 1\nstack")
+    assert (first.batches, first.error) == (1, "E: 1")
+    second = reports.SetAside.counted(first, epoch=4, name="b", error="E: 2")
+    assert (second.epoch, second.batches, second.name) == (4, 2, "b")
+    assert reports.SetAside.counted(second, epoch=5, name="c", error="E").batches == 1
+
+
+def test_a_pod_tells_only_the_set_asides_of_what_it_was_given_and_well_formed() -> None:
+    told = {
+        "3": {"epoch": 4, "batches": 2, "name": "n", "error": "E"},
+        "5": {"epoch": 3, "batches": 1},  # an epoch it no longer holds
+        "7": {"epoch": 4, "batches": 1},  # another pod's partition
+        "8": {"epoch": 4, "batches": 0},  # nothing set aside
+        "9": {"epoch": 4, "batches": True},
+        "10": {"epoch": 4, "batches": 1, "name": "x" * (reports.MAX_NAME_CHARS + 1), "error": 7},
+        "11": {"epoch": 4, "batches": 1, "name": "\x1b[2Jgone"},
+        "nope": {"epoch": 4, "batches": 1},
+        "12": "3",
+    }
+    current = {p: 4 for p in ("3", "5", "8", "9", "10", "11", "12")}
+    found = reports.set_asides(annotations({reports.SET_ASIDE_KEY: told}), current=current)
+    assert found == {
+        "3": reports.SetAside(epoch=4, batches=2, name="n", error="E"),
+        "10": reports.SetAside(epoch=4, batches=1),
+        "11": reports.SetAside(epoch=4, batches=1, name="\\x1b[2Jgone"),
+    }
+    assert reports.set_asides(annotations({reports.SET_ASIDE_KEY: []}), current=current) is None
+
+
+def test_set_asides_too_many_to_fit_keep_their_counts_without_names() -> None:
+    many = {
+        str(p): report(str(p), error="e" * 150, set_aside=dataclass_aside(p)) for p in range(1024)
+    }
+    value = reports.build(many)
+    assert len(value) <= reports.MAX_ANNOTATION_BYTES
+    found = reports.set_asides({reports.ANNOTATION: value}, current=dict.fromkeys(many, 4))
+    assert found is not None
+    assert len(found) == 1024
+    assert found["7"] == reports.SetAside(epoch=4, batches=7 + 1)
+
+
+def dataclass_aside(p: int) -> reports.SetAside:
+    return reports.SetAside(epoch=4, batches=p + 1, name="d" * 100 + str(p), error="E" * 150)

@@ -154,8 +154,8 @@ def released_text(released: Mapping[str, int]) -> str:
 
 
 def _states(reports: Mapping[str, partitionreports.PartitionReport]) -> dict[str, tuple[str, int]]:
-    """What a person reads of the reports: each partition's state and epoch."""
-    return {p: (r.state, r.epoch) for p, r in reports.items()}
+    """What a person reads of the reports: each partition's trouble and epoch."""
+    return {p: (r.state, r.epoch) for p, r in reports.items() if r.state is not None}
 
 
 def reports_text(reports: Mapping[str, partitionreports.PartitionReport]) -> str:
@@ -235,7 +235,7 @@ def untaken(
     """The wanted partitions that are not taken up yet (`taken_up`)."""
     found = []
     for partition, epoch in wanted.items():
-        if partition in reports:
+        if partition in reports and reports[partition].state is not None:
             continue
         worker = workers.get(partition)
         if (
@@ -288,8 +288,13 @@ def collect_reports(
         if wanted.get(partition) == worker.epoch and not worker.releasing:
             report = worker.report(now)
             restart = restarts.get(partition)
-            if report is None and restart is not None and not _standing(worker):
-                report = _failing(partition, worker.epoch, restart, credentials)
+            if (
+                (report is None or report.state is None)
+                and restart is not None
+                and not _standing(worker)
+            ):
+                aside = report.set_aside if report is not None else None
+                report = _failing(partition, worker.epoch, restart, credentials, aside)
             if report is not None:
                 found[partition] = report
     for partition, (epoch, error) in lost.items():
@@ -313,7 +318,11 @@ def _standing(worker: Running) -> bool:
 
 
 def _failing(
-    partition: str, epoch: int, failure: Failure, credentials: str | None
+    partition: str,
+    epoch: int,
+    failure: Failure,
+    credentials: str | None,
+    aside: partitionreports.SetAside | None = None,
 ) -> partitionreports.PartitionReport:
     error = partitionreports.first_line(failure.error)
     if credentials is not None:
@@ -324,4 +333,5 @@ def _failing(
         state="failing",
         attempts=failure.failures,
         error=partitionreports.first_line(error),
+        set_aside=aside,
     )

@@ -122,14 +122,13 @@ class BatchAttempts:
         return now - self._call_started > self.settings.stuck_seconds
 
     def report(self, now: float | None = None) -> partitionreports.PartitionReport | None:
-        """What the operator should know of this partition's trouble (None: none).
-
-        Parked wins over the rest (nothing runs any more); a call running too long is stuck
-        whether or not earlier attempts failed; a batch that failed and is being retried (or
-        dead-lettered) is failing.
-        """
-        state: partitionreports.ReportState
-        error = self.last_error
+        """What the operator should know of this partition (None: nothing). Parked wins over
+        the rest (nothing runs any more); a call running too long is stuck whether or not
+        earlier attempts failed; a batch that failed and is being retried (or dead-lettered) is
+        failing. The batches set aside at this epoch go with it, alone while nothing is wrong."""
+        state: partitionreports.ReportState | None
+        error, aside = self.last_error, self.stats.set_aside
+        aside = aside if aside is not None and aside.epoch == self.epoch else None
         if self.parked:
             state = "parked"
         elif self.stuck(now):
@@ -141,14 +140,17 @@ class BatchAttempts:
             )
         elif self.attempts > 0 and self._batch_started is not None:
             state = "failing"
-        else:
+        elif aside is None:
             return None
+        else:  # processing normally: the report tells only the batches set aside
+            state, error = None, ""
         return partitionreports.PartitionReport(
             partition=self.partition,
             epoch=self.epoch,
             state=state,
             attempts=self.attempts,
             error=partitionreports.first_line(error),
+            set_aside=aside,
         )
 
     async def run(self, events: Sequence[deliveries.ReceivedEvent]) -> bool:
@@ -198,7 +200,9 @@ class BatchAttempts:
                         "partition %s: handler failed on %s %d times "
                         "(the most spec.processing.maxAttempts allows): %s; %s",
                         self.partition,
-                        numbered(context.first_sequence_number, context.last_sequence_number),
+                        failurepolicy.numbered(
+                            context.first_sequence_number, context.last_sequence_number
+                        ),
                         attempt,
                         partitionreports.first_line(self.last_error),
                         "dead-lettering the batch"
@@ -210,7 +214,9 @@ class BatchAttempts:
                 logger.warning(
                     "partition %s: handler failed on %s (attempt %d of %d): %s; retrying in %.1f s",
                     self.partition,
-                    numbered(context.first_sequence_number, context.last_sequence_number),
+                    failurepolicy.numbered(
+                        context.first_sequence_number, context.last_sequence_number
+                    ),
                     attempt,
                     policy.max_attempts,
                     partitionreports.first_line(self.last_error),
@@ -334,10 +340,11 @@ class BatchAttempts:
         """Write the batch to the dead-letter store, retrying until it is durable (or the
         partition is released: then nothing passes the batch, and the next owner sees it)."""
         assert self.dead_letters is not None
+        error = self.last_error  # the handler's: a failed write's error replaces last_error
         name = await deadlettering.write_until_durable(
             self.dead_letters,
             events,
-            error=self.last_error,
+            error=error,
             attempts=self.attempts,
             pod=self.pod,
             epoch=self.epoch,
@@ -352,11 +359,14 @@ class BatchAttempts:
         logger.warning(
             "partition %s: dead-lettered %s into %s",
             self.partition,
-            numbered(events[0].sequence_number, events[-1].sequence_number),
+            failurepolicy.numbered(events[0].sequence_number, events[-1].sequence_number),
             name,
         )
         self.stats.dead_lettered_batches += 1
         self.stats.dead_lettered_events += len(events)
+        self.stats.set_aside = partitionreports.SetAside.counted(
+            self.stats.set_aside, epoch=self.epoch, name=name, error=error
+        )
         self._done(events)
         return True
 
@@ -386,9 +396,3 @@ class BatchAttempts:
             self.marks.ended()
         self.parked = False
         self.stats.parked = False
-
-
-def numbered(first: int, last: int) -> str:
-    """``sequence number 110`` for a batch of one, ``sequence numbers 110-111`` for more."""
-    plural = "" if first == last else "s"
-    return f"sequence number{plural} {failurepolicy.sequence_numbers(first, last)}"

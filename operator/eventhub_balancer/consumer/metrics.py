@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector
 
 import eventhub_balancer
 from eventhub_balancer.adapters import deliveries
+from eventhub_balancer.contracts import partitionreports
 
 PREFIX: Final = "ehb_consumer_"
 #: How long a partition's counters are still exported after the pod let it go: scrapes
@@ -47,6 +48,9 @@ class PartitionStats:
     #: Batches (and their events) written to the dead-letter store by the failure policy.
     dead_lettered_batches: int = 0
     dead_lettered_events: int = 0
+    #: The batches set aside at the epoch of the last one, with its name and error: what the
+    #: partition's report tells the operator (`attempts.BatchAttempts.report`).
+    set_aside: partitionreports.SetAside | None = None
     owned: bool = False
     stuck: bool = False
     #: Stopped by the ``park`` policy (until released).

@@ -89,5 +89,5 @@ def of_generation(
         reason = f"generation {generation} taken up; releasing: {', '.join(sorted(releasing))}"
     else:
         reason = f"generation {generation} applied"
-    listed = ", ".join(f"{p} {r.state}" for p, r in sorted(reports.items()))
-    return True, f"{reason}; reported: {listed}" if reports else reason
+    listed = ", ".join(f"{p} {r.state}" for p, r in sorted(reports.items()) if r.state)
+    return True, f"{reason}; reported: {listed}" if listed else reason

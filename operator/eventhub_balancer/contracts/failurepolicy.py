@@ -75,3 +75,9 @@ def sequence_numbers(first: int, last: int) -> str:
     """A failing or dead-lettered batch's sequence numbers as the pod's log and ``ehb
     deadletters list`` say them: ``110`` for a batch of one, ``110-111`` for more."""
     return str(first) if first == last else f"{first}-{last}"
+
+
+def numbered(first: int, last: int) -> str:
+    """``sequence number 110`` for a batch of one, ``sequence numbers 110-111`` for more."""
+    plural = "" if first == last else "s"
+    return f"sequence number{plural} {sequence_numbers(first, last)}"

@@ -21,6 +21,13 @@ The states:
 - ``lost``: the partition was taken at the pod's own epoch (Event Hubs or the checkpoint blob
   holds a higher epoch than the one the operator assigned): the operator reassigns it at
   epoch + 1 in its next cycle.
+
+Besides its troubles, a pod tells the batches it set aside into the dead letters
+(``onFailure: deadLetter``) at each epoch it holds (`SetAside`): how many, and the last one's
+name and error. They go under the annotation's `SET_ASIDE_KEY`, which is no partition id, so
+an operator from before it drops them as it drops every key it does not know, and a pod from
+before it writes no such key (`set_asides` is None: the pod does not say). A report whose
+``state`` is None carries only that: the partition processes normally.
 """
 
 from __future__ import annotations
@@ -39,6 +46,13 @@ ANNOTATION = configmaps.ANNOTATION_PARTITION_REPORTS
 
 ReportState = Literal["failing", "parked", "stuck", "lost"]
 REPORT_STATES: tuple[ReportState, ...] = get_args(ReportState)
+#: The annotation's key for the batches set aside, {partition: {epoch, batches, name, error}}.
+SET_ASIDE_KEY = "deadLettered"
+#: A dead letter's name longer than this is not told (the blob store's limit is 1,024
+#: characters; the names the pods write are under 200).
+MAX_NAME_CHARS = 512
+#: How `build`'s text begins the set-asides when there is one (`sets_aside`).
+_SETS_ASIDE = f'"{SET_ASIDE_KEY}":{{"'
 
 #: An error's first line is enough to tell what broke; the pod's log has the rest. Bounded so
 #: that a pod cannot grow the operator's status or Events without limit.
@@ -57,11 +71,33 @@ class PartitionReport:
 
     partition: str
     epoch: int
-    state: ReportState
+    #: None: no trouble; the report tells only what was set aside (`set_aside`)
+    state: ReportState | None
     #: how many times the failing batch was tried (0 when not applicable)
     attempts: int = 0
     #: the first line of the error, cut to `MAX_ERROR_CHARS` between words
     error: str = ""
+    #: the batches set aside into the dead letters at this epoch (None: none)
+    set_aside: SetAside | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SetAside:
+    """The batches a pod set aside into the dead letters at one epoch of a partition."""
+
+    epoch: int
+    #: how many, since the pod's process started
+    batches: int
+    #: the last one's dead letter (``ehb deadletters show NAME``) and error
+    name: str = ""
+    error: str = ""
+
+    @classmethod
+    def counted(cls, before: SetAside | None, *, epoch: int, name: str, error: str) -> SetAside:
+        """One more batch set aside at ``epoch`` (as ``name``, for ``error``), after ``before``:
+        the count starts again at another epoch."""
+        batches = before.batches + 1 if before is not None and before.epoch == epoch else 1
+        return cls(epoch=epoch, batches=batches, name=name, error=first_line(error))
 
 
 #: The header of a Python traceback, which some errors carry in their message (Spark's
@@ -133,11 +169,13 @@ def first_line(error: str) -> str:
 
 
 def build(reports: Mapping[str, PartitionReport]) -> str:
-    """The annotation value: compact JSON, sorted, bounded (errors are dropped to fit)."""
+    """The annotation value: compact JSON, sorted, bounded (errors and the dead letters' names
+    are dropped to fit). The set-asides go under `SET_ASIDE_KEY`, always present (empty when
+    none), so that the operator knows the pod tells them."""
     chosen = sorted(reports.items(), key=lambda item: models.name_key(item[0]))[:MAX_REPORTS]
 
     def encode(with_errors: bool) -> str:
-        body = {
+        body: dict[str, object] = {
             p: {
                 "epoch": r.epoch,
                 "state": r.state,
@@ -145,6 +183,17 @@ def build(reports: Mapping[str, PartitionReport]) -> str:
                 "error": first_line(r.error) if with_errors else "",
             }
             for p, r in chosen
+            if r.state is not None
+        }
+        body[SET_ASIDE_KEY] = {
+            p: {
+                "epoch": a.epoch,
+                "batches": a.batches,
+                "name": a.name if with_errors else "",
+                "error": first_line(a.error) if with_errors else "",
+            }
+            for p, r in chosen
+            if (a := r.set_aside) is not None
         }
         return json.dumps(body, separators=(",", ":"))
 
@@ -161,6 +210,55 @@ def parse(
     in the annotation (other partitions, other epochs, unknown states or keys, oversized
     values) is ignored: a pod can only speak for what it was given.
     """
+    body = _body(annotations)
+    reports: dict[str, PartitionReport] = {}
+    for partition, item in list(body.items())[:MAX_REPORTS]:
+        report = _entry(partition, item)
+        if report is not None and current.get(partition) == report.epoch:
+            reports[partition] = report
+    return reports
+
+
+def set_asides(
+    annotations: Mapping[str, str] | None, *, current: Mapping[str, int]
+) -> dict[str, SetAside] | None:
+    """The batches set aside that count, {partition: SetAside}: well-formed, about a partition
+    the pod owns at that epoch (``current``, as `parse`); None when the pod does not say (a
+    pod from before `SET_ASIDE_KEY`, or no report read)."""
+    told = _body(annotations).get(SET_ASIDE_KEY)
+    if not isinstance(told, dict):
+        return None
+    found: dict[str, SetAside] = {}
+    for partition, item in list(told.items())[:MAX_REPORTS]:
+        if not (bounds.is_partition_id(partition) and isinstance(item, dict)):
+            continue
+        epoch, batches = item.get("epoch"), item.get("batches")
+        name, error = item.get("name", ""), item.get("error", "")
+        if (
+            not (isinstance(epoch, int) and bounds.is_epoch(epoch))
+            or current.get(partition) != epoch
+        ):
+            continue
+        if not (isinstance(batches, int) and bounds.is_epoch(batches) and batches > 0):
+            continue
+        name = bounds.printable(name) if isinstance(name, str) else ""
+        found[partition] = SetAside(
+            epoch=epoch,
+            batches=batches,
+            name=name if len(name) <= MAX_NAME_CHARS else "",
+            error=first_line(error) if isinstance(error, str) else "",
+        )
+    return found
+
+
+def sets_aside(annotations: Mapping[str, str] | None) -> bool:
+    """The pod's reports tell a batch set aside: a check on the text as `build` writes it,
+    for a decision to read them (`set_asides`) only then."""
+    return _SETS_ASIDE in (annotations or {}).get(ANNOTATION, "")
+
+
+def _body(annotations: Mapping[str, str] | None) -> dict[str, object]:
+    """The annotation's JSON object; empty when there is none, or it is oversized or malformed."""
     raw = (annotations or {}).get(ANNOTATION)
     if not raw or not isinstance(raw, str) or len(raw) > MAX_ANNOTATION_BYTES:
         return {}
@@ -168,14 +266,7 @@ def parse(
         body = bounds.loads(raw)
     except ValueError:
         return {}
-    if not isinstance(body, dict):
-        return {}
-    reports: dict[str, PartitionReport] = {}
-    for partition, item in list(body.items())[:MAX_REPORTS]:
-        report = _entry(partition, item)
-        if report is not None and current.get(partition) == report.epoch:
-            reports[partition] = report
-    return reports
+    return body if isinstance(body, dict) else {}
 
 
 def _entry(partition: object, item: object) -> PartitionReport | None:

@@ -128,17 +128,17 @@ def read(
         cm = maps.get(pod)
         if cm is None:
             continue
-        parsed = partitionreports.parse(cm.annotations, current=given[pod])
-        for partition, report in parsed.items():
-            key = models.PartitionId(partition)
-            troubles[key] = Trouble(
-                partition=key,
-                pod=pod,
-                epoch=report.epoch,
-                state=report.state,
-                attempts=report.attempts,
-                error=report.error,
-            )
+        for partition, report in partitionreports.parse(cm.annotations, current=given[pod]).items():
+            if report.state is not None:  # `parse` reads troubles only
+                key = models.PartitionId(partition)
+                troubles[key] = Trouble(
+                    partition=key,
+                    pod=pod,
+                    epoch=report.epoch,
+                    state=report.state,
+                    attempts=report.attempts,
+                    error=report.error,
+                )
     return {k: troubles[k] for k in sorted(troubles, key=models.name_key)}
 
 
