@@ -143,7 +143,7 @@ def test_the_status_collections_the_operator_rewrites_whole_are_atomic(
     status = schema["properties"]["status"]["properties"]
     collections = {n for n, node in status.items() if node["type"] in ("array", "object")}
     whole = collections - PER_ENTRY_STATUS
-    assert whole == {"epochs", "assignment", "consumers", "handoffs", "failing"}
+    assert whole == {"epochs", "assignment", "consumers", "handoffs", "failing", "deadLettered"}
     kinds = {
         name: status[name].get(
             "x-kubernetes-list-type" if status[name]["type"] == "array" else "x-kubernetes-map-type"

@@ -35,7 +35,7 @@ import yaml
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import conditions as conditiontypes
-from eventhub_balancer.reconciling import conflicts, reports
+from eventhub_balancer.reconciling import conflicts, reports, setasides
 from tests.support import loading, paths
 
 ROOT = paths.REPOSITORY
@@ -450,7 +450,7 @@ EVENT_MODULES = (
 def event_reasons() -> frozenset[str]:
     """Every reason an Event of the operator or of the admin commands may carry."""
     found = {r for module in EVENT_MODULES for r in _reason_literals(PRODUCT / module)}
-    found |= set(reports.EVENT_REASONS.values())
+    found |= set(reports.EVENT_REASONS.values()) | {setasides.REASON}
     found |= conditiontypes.CANNOT_PROCESS
     found |= {
         cls.reason
@@ -521,7 +521,7 @@ def test_the_operator_page_lists_every_event_the_builders_write() -> None:
         for r in _reason_literals(PRODUCT / module)
         if re.fullmatch(r"[A-Z][A-Za-z]+", r)
     }
-    literal |= set(reports.EVENT_REASONS.values())
+    literal |= set(reports.EVENT_REASONS.values()) | {setasides.REASON}
     literal |= {conflicts.REASON, conflicts.REASON_BOUND, conflicts.REASON_SHARED, "InvalidSpec"}
     listed = set(named_events((DOCS / "operator.md").read_text()))
     assert sorted(literal - listed) == []

@@ -656,7 +656,8 @@ def test_a_partition_under_dead_letters_is_not_said_to_have_just_recovered() -> 
         assert said[0].message == "partition 0 on a no longer reported in trouble (was failing)"
 
 
-def test_a_cycle_says_a_failing_batch_may_be_in_the_dead_letters() -> None:
+def test_a_cycle_says_a_failing_batch_of_an_older_pod_may_be_in_the_dead_letters() -> None:
+    """A pod from before the batches set aside were told (`test_setasides` for today's)."""
     spec = {**bodies.SPEC, "processing": {"maxAttempts": 2, "onFailure": "deadLetter"}}
     first, decision = bodies.decide_fully(
         bodies.observe(pods=(pod("a"), pod("b")), spec=spec), now=at(0)
@@ -664,7 +665,10 @@ def test_a_cycle_says_a_failing_batch_may_be_in_the_dead_letters() -> None:
     failing = {p: ("failing", 1, 1, ERROR) for p in ("0", "1")}
     observation = reported(bodies.applied(first, decision), "a", failing)
     observation, _ = next_cycle(observation, now=5)
-    observation, ended = next_cycle(reported(observation, "a", {}), now=10)
+    older = reported(observation, "a", {})
+    for cm in older.configmaps:
+        cm["metadata"]["annotations"][configmaps.ANNOTATION_PARTITION_REPORTS] = "{}"
+    observation, ended = next_cycle(older, now=10)
     (event,) = ended.events
     assert event.reason == "PartitionRecovered"
     assert event.message == (

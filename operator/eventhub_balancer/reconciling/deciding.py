@@ -34,7 +34,7 @@ import datetime
 from collections.abc import Mapping
 
 from eventhub_balancer.balancing import models, planning
-from eventhub_balancer.contracts import bounds, configmaps, podstates, specs
+from eventhub_balancer.contracts import bounds, configmaps, partitionreports, podstates, specs
 from eventhub_balancer.contracts import conditions as conditiontypes
 from eventhub_balancer.reconciling import (
     conditions,
@@ -50,6 +50,7 @@ from eventhub_balancer.reconciling import (
     refusals,
     reports,
     rollbacks,
+    setasides,
     silentowners,
     statuses,
     troubleevents,
@@ -254,10 +255,17 @@ def _decide(
         left=observation.departures.left,
         now=wall,
     )
-    if troubles or previous.get(reports.STATUS_FIELD):  # one may start or end
-        events += troubleevents.trouble_events(
-            troubles, previous=previous, assignment=plan.assignment, processing=spec.processing
+    told: list[setasides.SetAsideEntryBody] = []  # a trouble or a batch set aside is news
+    news = troubles or any(previous.get(f) for f in (reports.STATUS_FIELD, setasides.STATUS_FIELD))
+    if news or any(partitionreports.sets_aside(cm.annotations) for cm in fleet.current.values()):
+        more, told = troubleevents.report_events(
+            troubles,
+            previous=previous,
+            assignment=plan.assignment,
+            at=observation,
+            maps=fleet.current,
         )
+        events += more
     outcome = statuses.Outcome(
         generation=observation.generation,
         partitions=partitions,
@@ -281,6 +289,8 @@ def _decide(
     desired = statuses.build_status(outcome=outcome, previous=previous, now=now)
     if recorded.uid:  # the status says which object it was written for (`decisions.own`)
         desired[decisions.UID_FIELD] = recorded.uid
+    if told or previous.get(setasides.STATUS_FIELD):  # written while any, [] to clear it
+        desired[setasides.STATUS_FIELD] = told
     if (moved := moving.event()) is not None:
         events.append(moved)
     record = desired.get("assignment") if raises else None

@@ -1,19 +1,49 @@
 """The Kubernetes Events of the partitions pods report in trouble (`reports`): a Warning
 when a partition becomes failing, parked, stuck or lost (or changes from one to another), a
 Normal ``PartitionRecovered`` when it is no longer reported; nothing while the troubles stay
-the same.
+the same. With them, the Warnings of the batches set aside into the dead letters
+(`setasides`), which tell a failing partition's recovery from a batch set aside.
 
-Apart from the moves' Events (`kubeevents`): they run only on a cycle with a trouble reported
-now or in the previous status (`deciding`), none on a plain pod deletion.
+Apart from the moves' Events (`kubeevents`): they run only on a cycle with a trouble or a batch
+set aside reported now or in the previous status (`deciding`), none on a plain pod deletion.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import failurepolicy, statusbodies
-from eventhub_balancer.reconciling import kubeevents, reports
+from eventhub_balancer.reconciling import kubeevents, observations, reports, setasides
+
+
+def report_events(
+    troubles: Mapping[models.PartitionId, reports.Trouble],
+    *,
+    previous: statusbodies.StatusBody,
+    assignment: Mapping[models.PartitionId, models.Ownership],
+    at: observations.Observation,
+    maps: Mapping[str, observations.StoredMap],
+) -> tuple[list[kubeevents.KubeEvent], list[setasides.SetAsideEntryBody]]:
+    """The Events of the batches set aside since ``previous`` (the pods' ConfigMaps: ``maps``)
+    and of the troubles' changes, of the consumer observed (``at``), and what
+    ``status.deadLettered`` says now."""
+    processing = at.spec.processing if at.spec is not None else None
+    told = setasides.read(maps=maps, assignment=assignment)
+    fresh = setasides.news(told, previous=previous)
+    events = setasides.events(
+        fresh, consumer=at.name, namespace=at.namespace, processing=processing
+    )
+    if troubles or previous.get(reports.STATUS_FIELD):  # one may start or end
+        events += trouble_events(
+            troubles,
+            previous=previous,
+            assignment=assignment,
+            processing=processing,
+            told=told,
+            fresh={(t.partition, t.pod) for t in fresh},
+        )
+    return events, setasides.status_entries(told)
 
 
 def trouble_events(
@@ -22,10 +52,13 @@ def trouble_events(
     previous: statusbodies.StatusBody,
     assignment: Mapping[models.PartitionId, models.Ownership],
     processing: failurepolicy.Processing | None = None,
+    told: setasides.Reading | None = None,
+    fresh: Collection[tuple[str, str]] = (),
 ) -> list[kubeevents.KubeEvent]:
     """One Warning per (state, pod) for troubles new since ``previous``, one Normal per pod for
     troubles over. A failing partition's trouble ends when its batch goes through or is set aside
-    under ``onFailure: deadLetter`` (the pod does not say which); a parked one's is set aside."""
+    under ``onFailure: deadLetter``; a parked one's is set aside. A pod that tells what it sets
+    aside (``told``) says which: ``fresh``, (partition, pod) of each batch set aside now."""
     news = reports.changes(troubles, previous=previous)
     started: dict[tuple[str, str], list[reports.Trouble]] = {}
     for t in news.started:
@@ -79,7 +112,9 @@ def trouble_events(
         moved = sorted(str(owner) for owner in now_on - {pod} if owner)
         it, verb = ("them" if plural else "it"), ("hold" if len(moved) > 1 else "holds")
         aside, batch = "", "their batches" if plural else "its batch"
-        if most and "failing" in states:
+        if most and told is not None and pod in told.telling and not moved:
+            aside = _which(keys, pod, fresh, batch=batch, most=most)
+        elif most and "failing" in states:
             aside = (
                 f": {batch} went through on a retry, or went to the dead letters after "
                 f"spec.processing.maxAttempts ({most}) (ehb deadletters list)"
@@ -94,3 +129,26 @@ def trouble_events(
         )
         events.append(kubeevents.KubeEvent(reason="PartitionRecovered", message=message))
     return events
+
+
+def _which(
+    keys: list[tuple[str, str, int, str]],
+    pod: str,
+    fresh: Collection[tuple[str, str]],
+    *,
+    batch: str,
+    most: int,
+) -> str:
+    """How the troubles of ``keys`` on ``pod`` ended, as a pod that tells what it sets aside
+    says: their batches went through on a retry, or went to the dead letters (``fresh``)."""
+    aside = [k[0] for k in keys if (k[0], pod) in fresh]
+    through = [k[0] for k in keys if (k[0], pod) not in fresh and k[3] == "failing"]
+    if not aside:
+        return f": {batch} went through on a retry" if through else ""
+    if not through:
+        why = f" after spec.processing.maxAttempts ({most})" if keys[0][3] == "failing" else ""
+        return f": {batch} went to the dead letters{why} ({setasides.REASON})"
+    return (
+        f": the batch of {kubeevents.join(aside)} went to the dead letters ({setasides.REASON}), "
+        f"that of {kubeevents.join(through)} went through on a retry"
+    )

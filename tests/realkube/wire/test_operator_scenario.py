@@ -21,6 +21,7 @@ import yaml
 from eventhub_balancer.contracts import labelselectors
 from eventhub_balancer_devstack.eventhubs import EventHubsEmulator
 from eventhub_balancer_devstack.realkube import RealControlPlane
+from tests.handlers.wire import test_dead_letter_events
 from tests.support import charts, loading
 from tests.support.fixtures.operator import HUB, ConsumerDouble, Stack, wait_for
 from tests.support.fixtures.realkube import Kubectl
@@ -44,6 +45,8 @@ NAMESPACE = "shop"
 WAIT_S = 30.0
 #: The namespace of the ``--pod-selector`` test, opted in as ``shop`` is.
 SCOPED_NAMESPACE = "shop-scoped"
+#: The namespace of the test of the batches set aside.
+ASIDE_NAMESPACE = "shop-aside"
 #: The label the consumer chart's pods carry, which ``--pod-selector`` is documented with.
 PART_OF, OURS = labelselectors.CONSUMER_POD_LABEL
 
@@ -104,6 +107,14 @@ def scoped_stack(
     """A stack of its own namespace: the control plane is the session's, and the scenario
     above leaves its objects in ``shop``."""
     yield from stack_in(real_kube, real_kubectl, tmp_path, SCOPED_NAMESPACE)
+
+
+@pytest.fixture
+def aside_stack(
+    real_kube: RealControlPlane, real_kubectl: Kubectl, tmp_path: Path
+) -> Iterator[Stack]:
+    """A stack of its own namespace, for the batches set aside."""
+    yield from stack_in(real_kube, real_kubectl, tmp_path, ASIDE_NAMESPACE)
 
 
 def stack_in(
@@ -238,3 +249,10 @@ def test_a_pod_selector_on_the_real_server_keeps_the_other_pods_out(scoped_stack
             timeout=WAIT_S,
             what="c-1 back",
         )
+
+
+def test_a_batch_set_aside_is_told_under_the_real_schema_and_rbac(aside_stack: Stack) -> None:
+    """``status.deadLettered`` passes the real API server's CRD schema, and the Warning is
+    posted under the chart's RBAC (`tests/handlers/wire/test_dead_letter_events.py`)."""
+    aside_stack.start_operator(clusterwide=True, refresh_seconds=1.0)
+    test_dead_letter_events.tell_a_batch_set_aside(aside_stack, ASIDE_NAMESPACE)

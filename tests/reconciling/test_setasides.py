@@ -1,0 +1,180 @@
+"""`setasides`: the batches pods set aside into the dead letters, as the operator tells them.
+
+Under ``onFailure: deadLetter`` a failing partition's trouble ended the same way whether its
+batch went through on a retry or went to the dead letters, and ``PartitionRecovered`` could
+only say "went through on a retry, or went to the dead letters". The pods now tell what they
+set aside; the operator keeps it in ``status.deadLettered``, posts ``BatchDeadLettered`` for
+each new one, and says which way a trouble ended.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import jsonschema
+import yaml
+
+from eventhub_balancer.contracts import configmaps, partitionreports
+from eventhub_balancer.reconciling import decisions, observations, setasides
+from tests.reconciling import bodies
+from tests.reconciling.bodies import at, pod
+from tests.support import paths
+
+SPEC = {**bodies.SPEC, "processing": {"maxAttempts": 2, "onFailure": "deadLetter"}}
+ERROR = "NotAnOrder: partition 0 sequence number 110: not an order"
+
+
+def annotate(
+    observation: observations.Observation, pod_name: str, value: str
+) -> observations.Observation:
+    """``pod_name`` writes ``value`` as its reports' annotation, as its runtime does."""
+    maps = []
+    for cm in observation.configmaps:
+        cm = copy.deepcopy(dict(cm))
+        if cm["data"].get(configmaps.KEY_POD) == pod_name:
+            cm["metadata"].setdefault("annotations", {})[
+                configmaps.ANNOTATION_PARTITION_REPORTS
+            ] = value
+        maps.append(cm)
+    return dataclasses.replace(observation, configmaps=tuple(maps))
+
+
+def reports(failing: Mapping[str, int] = {}, aside: Mapping[str, tuple[int, str]] = {}) -> str:
+    """The annotation of a pod at epoch 1: ``failing`` {partition: attempts}, and ``aside``
+    {partition: (batches, name)} set aside."""
+    found: dict[str, partitionreports.PartitionReport] = {}
+    for p in {*failing, *aside}:
+        told = aside.get(p)
+        found[p] = partitionreports.PartitionReport(
+            partition=p,
+            epoch=1,
+            state="failing" if p in failing else None,
+            attempts=failing.get(p, 0),
+            error=ERROR if p in failing else "",
+            set_aside=None
+            if told is None
+            else partitionreports.SetAside(epoch=1, batches=told[0], name=told[1], error=ERROR),
+        )
+    return partitionreports.build(found)
+
+
+def cycle(
+    observation: observations.Observation, now: float
+) -> tuple[observations.Observation, decisions.Decision]:
+    seen, decision = bodies.decide_fully(observation, now=at(now))
+    return bodies.applied(seen, decision), decision
+
+
+def started() -> observations.Observation:
+    first, decision = bodies.decide_fully(
+        bodies.observe(pods=(pod("a"), pod("b")), spec=SPEC), now=at(0)
+    )
+    return bodies.applied(first, decision)
+
+
+def status_of(observation: observations.Observation) -> Any:
+    status: Mapping[str, Any] = observation.status
+    return status.get(setasides.STATUS_FIELD)
+
+
+def test_a_batch_set_aside_is_a_warning_and_its_recovery_says_so() -> None:
+    failing, _ = cycle(annotate(started(), "a", reports(failing={"0": 2, "1": 2})), now=5)
+    # Partition 0's batch goes to the dead letters, partition 1's through on a retry.
+    ended, decision = cycle(annotate(failing, "a", reports(aside={"0": (1, "0/110-114")})), 10)
+    told, recovered = decision.events
+    assert (told.reason, told.type) == ("BatchDeadLettered", "Warning")
+    assert told.message == (
+        "a set a batch of partition 0 aside into the dead letters after "
+        "spec.processing.maxAttempts (2) and goes on after it (ehb deadletters show orders "
+        f"0/110-114 -n {failing.namespace}): 0/110-114, {ERROR} (1 at epoch 1)"
+    )
+    assert (recovered.reason, recovered.type) == ("PartitionRecovered", "Normal")
+    assert recovered.message == (
+        "partitions 0-1 on a no longer reported in trouble (was failing): the batch of 0 went "
+        "to the dead letters (BatchDeadLettered), that of 1 went through on a retry"
+    )
+    assert status_of(ended) == [
+        {
+            "partition": "0",
+            "pod": "a",
+            "epoch": 1,
+            "batches": 1,
+            "name": "0/110-114",
+            "error": ERROR,
+        }
+    ]
+    # Told once: the same count is no news, in the Events or the status.
+    steady, again = cycle(ended, now=15)
+    assert again.events == ()
+    assert setasides.STATUS_FIELD not in again.status
+    # A second batch of the same partition, without a trouble seen between (maxAttempts 1,
+    # or a cycle that came later), is a second Warning.
+    more, second = cycle(annotate(steady, "a", reports(aside={"0": (2, "0/115")})), now=20)
+    (event,) = second.events
+    assert event.reason == "BatchDeadLettered"
+    assert event.message.endswith(f"0/115, {ERROR} (2 at epoch 1)")
+    assert status_of(more)[0]["batches"] == 2
+
+
+def test_a_recovery_from_a_pod_that_tells_nothing_set_aside_went_through_on_a_retry() -> None:
+    failing, _ = cycle(annotate(started(), "a", reports(failing={"0": 2})), now=5)
+    _, decision = cycle(annotate(failing, "a", reports()), now=10)
+    (event,) = decision.events
+    assert event.message == (
+        "partition 0 on a no longer reported in trouble (was failing): its batch went "
+        "through on a retry"
+    )
+    # A pod from before the set-asides were told (no such key) cannot say which.
+    failing, _ = cycle(annotate(started(), "a", reports(failing={"0": 2})), now=5)
+    _, decision = cycle(annotate(failing, "a", "{}"), now=10)
+    (event,) = decision.events
+    assert event.message.endswith(
+        "its batch went through on a retry, or went to the dead letters after "
+        "spec.processing.maxAttempts (2) (ehb deadletters list)"
+    )
+
+
+def test_the_status_forgets_a_partition_that_left_its_pod_and_clears_when_none_is_left() -> None:
+    aside, _ = cycle(annotate(started(), "a", reports(aside={"0": (3, "0/1-2")})), now=5)
+    assert [e["partition"] for e in status_of(aside)] == ["0"]
+    # The pod restarted (its count begins again): the entry goes, and nothing is posted.
+    cleared, decision = cycle(annotate(aside, "a", reports()), now=10)
+    assert status_of(cleared) == []
+    assert decision.events == ()
+    # Cleared, the status stays as it is: no write of an empty list every cycle.
+    _, quiet = cycle(cleared, now=15)
+    assert setasides.STATUS_FIELD not in quiet.status
+
+
+def test_a_pod_tells_only_of_its_own_partitions_at_their_epochs() -> None:
+    """Pod b claims partition 0, which a holds; and an epoch a was never given."""
+    observation = started()
+    owned = {e["partition"] for e in observation.status["assignment"] if e["pod"] == "a"}
+    theirs = sorted(owned)[0]
+    value = reports(aside={theirs: (1, f"{theirs}/1")})
+    _, decision = cycle(annotate(observation, "b", value), now=5)
+    assert decision.events == ()
+    stale = partitionreports.build(
+        {
+            theirs: partitionreports.PartitionReport(
+                partition=theirs,
+                epoch=1,
+                state=None,
+                set_aside=partitionreports.SetAside(epoch=9, batches=1, name="x"),
+            )
+        }
+    )
+    _, decision = cycle(annotate(observation, "a", stale), now=5)
+    assert decision.events == ()
+
+
+def test_the_status_written_passes_the_crd_schema() -> None:
+    aside, _ = cycle(annotate(started(), "a", reports(aside={"0": (1, "0/110-114")})), now=5)
+    crd = yaml.safe_load((paths.REPOSITORY / "crds" / "eventhubconsumers.yaml").read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    field = schema["properties"]["status"]["properties"][setasides.STATUS_FIELD]
+    jsonschema.validate(status_of(aside), field)
+    assert status_of(aside)[0]["name"] == "0/110-114"
