@@ -9,6 +9,8 @@ import grpc
 import pytest
 from azure.eventhub._pyamqp import error as amqp_error
 
+from eventhub_balancer.adapters import deadletters
+from eventhub_balancer.contracts import checkpointblobs, failurepolicy
 from eventhub_balancer.contracts import partitionreports as reports
 
 
@@ -273,3 +275,20 @@ def test_set_asides_too_many_to_fit_keep_their_counts_without_names() -> None:
 
 def dataclass_aside(p: int) -> reports.SetAside:
     return reports.SetAside(epoch=4, batches=p + 1, name="d" * 100 + str(p), error="E" * 150)
+
+
+def test_a_dead_letter_is_told_by_the_name_ehb_deadletters_list_prints() -> None:
+    """On the local stack the pods told the blob's whole name, whose ``$default`` a shell
+    expands in the command the Event gives: ``show`` takes the short one too."""
+    where = {
+        "fully_qualified_namespace": "127.0.0.1:5672",
+        "eventhub_name": "orders",
+        "consumer_group": "$Default",
+    }
+    name = deadletters.blob_name(
+        **where, partition="3", first_sequence_number=110, last_sequence_number=114
+    )
+    prefix = checkpointblobs.blob_prefix(**where, kind=deadletters.KIND)
+    assert failurepolicy.short_name(name) == "3/110-114"
+    assert failurepolicy.short_name(name) == name[len(prefix) :].removesuffix(".json")
+    assert failurepolicy.short_name("3/110-114") == "3/110-114"

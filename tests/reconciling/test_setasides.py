@@ -89,7 +89,7 @@ def test_a_batch_set_aside_is_a_warning_and_its_recovery_says_so() -> None:
     assert told.message == (
         "a set a batch of partition 0 aside into the dead letters after "
         "spec.processing.maxAttempts (2) and goes on after it (ehb deadletters show orders "
-        f"0/110-114 -n {failing.namespace}): 0/110-114, {ERROR} (1 at epoch 1)"
+        f"0/110-114 -n {failing.namespace}): {ERROR} (1 at epoch 1)"
     )
     assert (recovered.reason, recovered.type) == ("PartitionRecovered", "Normal")
     assert recovered.message == (
@@ -102,6 +102,8 @@ def test_a_batch_set_aside_is_a_warning_and_its_recovery_says_so() -> None:
             "pod": "a",
             "epoch": 1,
             "batches": 1,
+            "told": 1,
+            "toldAt": "2024-05-01T12:00:10Z",
             "name": "0/110-114",
             "error": ERROR,
         }
@@ -111,12 +113,24 @@ def test_a_batch_set_aside_is_a_warning_and_its_recovery_says_so() -> None:
     assert again.events == ()
     assert setasides.STATUS_FIELD not in again.status
     # A second batch of the same partition, without a trouble seen between (maxAttempts 1,
-    # or a cycle that came later), is a second Warning.
-    more, second = cycle(annotate(steady, "a", reports(aside={"0": (2, "0/115")})), now=20)
-    (event,) = second.events
-    assert event.reason == "BatchDeadLettered"
-    assert event.message.endswith(f"0/115, {ERROR} (2 at epoch 1)")
-    assert status_of(more)[0]["batches"] == 2
+    # or a cycle that came later), is a second Warning, once a minute has passed since the
+    # first: a stream of poison batches made one a second.
+    more, held = cycle(annotate(steady, "a", reports(aside={"0": (2, "0/115")})), now=20)
+    assert held.events == ()
+    assert (status_of(more)[0]["batches"], status_of(more)[0]["told"]) == (2, 1)
+    more, _ = cycle(annotate(more, "a", reports(aside={"0": (3, "0/116")})), now=40)
+    later, second = cycle(more, now=70)
+    # (The fake pods write no acknowledgement: past 60 s that is an Event of its own.)
+    (event,) = [e for e in second.events if e.reason == "BatchDeadLettered"]
+    assert event.message == (
+        "a set 2 batches of partition 0 aside into the dead letters after "
+        "spec.processing.maxAttempts (2) and goes on after it (ehb deadletters show orders "
+        f"0/116 -n {more.namespace}): {ERROR} (2 since the last Warning, 3 at epoch 1)"
+    )
+    assert (status_of(later)[0]["told"], status_of(later)[0]["toldAt"]) == (
+        3,
+        "2024-05-01T12:01:10Z",
+    )
 
 
 def test_a_recovery_from_a_pod_that_tells_nothing_set_aside_went_through_on_a_retry() -> None:
@@ -178,3 +192,15 @@ def test_the_status_written_passes_the_crd_schema() -> None:
     field = schema["properties"]["status"]["properties"][setasides.STATUS_FIELD]
     jsonschema.validate(status_of(aside), field)
     assert status_of(aside)[0]["name"] == "0/110-114"
+
+
+def test_batches_of_several_partitions_set_aside_at_once_are_one_warning_naming_each() -> None:
+    aside = {"0": (1, "0/5-6"), "1": (4, "1/40")}
+    _, decision = cycle(annotate(started(), "a", reports(aside=aside)), now=5)
+    (event,) = decision.events
+    assert event.message == (
+        "a set 5 batches of partitions 0-1 aside into the dead letters after "
+        "spec.processing.maxAttempts (2) and goes on after it (ehb deadletters show orders "
+        f"0/5-6 -n {bodies.NS}): 0: 0/5-6, {ERROR} (1 at epoch 1); 1: 1/40, {ERROR} (4 at "
+        "epoch 1)"
+    )

@@ -365,7 +365,7 @@ class BatchAttempts:
         self.stats.dead_lettered_batches += 1
         self.stats.dead_lettered_events += len(events)
         self.stats.set_aside = partitionreports.SetAside.counted(
-            self.stats.set_aside, epoch=self.epoch, name=name, error=error
+            self.stats.set_aside, epoch=self.epoch, name=failurepolicy.short_name(name), error=error
         )
         self._done(events)
         return True

@@ -77,6 +77,12 @@ def sequence_numbers(first: int, last: int) -> str:
     return str(first) if first == last else f"{first}-{last}"
 
 
+def short_name(name: str) -> str:
+    """A dead letter's name as ``ehb deadletters list`` prints it, ``3/110-114``: its partition
+    and sequence numbers, after the consumer's folder (`adapters.deadletters.blob_name`)."""
+    return "/".join(name.removesuffix(".json").split("/")[-2:])
+
+
 def numbered(first: int, last: int) -> str:
     """``sequence number 110`` for a batch of one, ``sequence numbers 110-111`` for more."""
     plural = "" if first == last else "s"

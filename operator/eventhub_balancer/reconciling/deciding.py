@@ -264,6 +264,7 @@ def _decide(
             assignment=plan.assignment,
             at=observation,
             maps=fleet.current,
+            now=now,
         )
         events += more
     outcome = statuses.Outcome(

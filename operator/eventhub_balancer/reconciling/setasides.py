@@ -17,11 +17,18 @@ What a pod tells is its word: only about the partitions it was given, at the epo
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
 from eventhub_balancer.balancing import models
-from eventhub_balancer.contracts import bounds, conditions, failurepolicy, partitionreports
+from eventhub_balancer.contracts import (
+    bounds,
+    conditions,
+    failurepolicy,
+    partitionreports,
+    timestamps,
+)
 from eventhub_balancer.reconciling import kubeevents, observations
 
 #: The status field that lists what the pods set aside at the epochs they hold.
@@ -32,6 +39,10 @@ MAX_ERRORS_LISTED = 32
 REASON = "BatchDeadLettered"
 #: Partitions named, each with its last dead letter, in one pod's Event.
 MAX_NAMED = 8
+#: The least time between two Warnings of one pod: a stream of poison events sets a batch
+#: aside every few seconds on each partition, and each one told at once was an Event a
+#: second. The batches set aside meanwhile are told together in the next.
+HOLD_SECONDS = 60.0
 
 Key = tuple[str, str, int]
 
@@ -43,6 +54,8 @@ class SetAsideEntryBody(TypedDict, total=False):
     pod: str
     epoch: int
     batches: int
+    told: int
+    toldAt: str
     name: str
     error: str
 
@@ -108,87 +121,142 @@ def read(
     return Reading(told=ordered, telling=frozenset(telling))
 
 
-def previous_entries(status: Mapping[str, Any]) -> dict[Key, tuple[int, str]]:
-    """The previous ``status.deadLettered``, (batches, name) by (partition, pod, epoch);
-    malformed entries are skipped (a user may edit the status by hand)."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Before:
+    """An entry of the previous ``status.deadLettered``: what was seen, and what was told."""
+
+    batches: int
+    name: str = ""
+    #: the count an Event told, and when (None: never), as written and in seconds
+    told: int = 0
+    told_at: str | None = None
+    told_seconds: float | None = None
+
+
+def previous_entries(status: Mapping[str, Any]) -> dict[Key, Before]:
+    """The previous ``status.deadLettered`` by (partition, pod, epoch); malformed entries are
+    skipped (a user may edit the status by hand)."""
     raw = status.get(STATUS_FIELD)
-    entries: dict[Key, tuple[int, str]] = {}
+    entries: dict[Key, Before] = {}
     for item in raw if isinstance(raw, list) else []:
         if not isinstance(item, Mapping):
             continue
         pid, pod, epoch = item.get("partition"), item.get("pod"), item.get("epoch")
-        batches, name = item.get("batches"), item.get("name", "")
+        batches, name, told = item.get("batches"), item.get("name", ""), item.get("told", 0)
         if not (bounds.is_partition_id(pid) and isinstance(pod, str) and bounds.is_epoch(epoch)):
             continue
-        if isinstance(pid, str) and isinstance(epoch, int) and isinstance(batches, int):
-            entries[(pid, pod, epoch)] = (batches, name if isinstance(name, str) else "")
+        if isinstance(pid, str) and isinstance(epoch, int) and bounds.is_epoch(batches):
+            assert isinstance(batches, int)
+            at = item.get("toldAt")
+            moment = timestamps.parse_time(at) if isinstance(at, str) else None
+            entries[(pid, pod, epoch)] = Before(
+                batches=batches,
+                name=name if isinstance(name, str) else "",
+                told=told if isinstance(told, int) and bounds.is_epoch(told) else 0,
+                told_at=at if moment is not None else None,
+                told_seconds=moment.timestamp() if moment is not None else None,
+            )
     return entries
 
 
-def status_entries(reading: Reading) -> list[SetAsideEntryBody]:
-    """``status.deadLettered``: each partition's count at the epoch its pod holds, in order."""
-    return [
-        {
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Account:
+    """What a cycle makes of the batches set aside: the Events, the status, what is new."""
+
+    events: list[kubeevents.KubeEvent]
+    entries: list[SetAsideEntryBody]
+    #: (partition, pod) of each batch set aside since the previous status
+    fresh: frozenset[tuple[str, str]]
+
+
+def account(
+    reading: Reading,
+    *,
+    previous: Mapping[str, Any],
+    now: datetime.datetime,
+    consumer: str,
+    namespace: str,
+    processing: failurepolicy.Processing | None = None,
+) -> Account:
+    """What was set aside since ``previous`` (the status before this cycle): a count that rose,
+    or a last name that changed (a pod that restarted counts from 1 again). A pod's batches not
+    told yet are told in one Warning, at most one per pod per `HOLD_SECONDS`: a stream of
+    poison events is a Warning a minute, each with the batches since the last."""
+    before = previous_entries(previous)
+    wall = now.timestamp()
+    fresh: set[tuple[str, str]] = set()
+    untold: dict[str, list[tuple[Told, int]]] = {}
+    for t in reading.told.values():
+        b = before.get(t.key, Before(batches=0))
+        if t.batches > b.batches or (t.name and b.name and t.name != b.name):
+            fresh.add((t.partition, t.pod))
+        told = b.told if t.batches >= b.told else 0  # a count begun again: told none of it
+        if t.batches > told:
+            untold.setdefault(t.pod, []).append((t, t.batches - told))
+    last: dict[str, float] = {}  # each pod's last Warning
+    for (_, pod, _), b in before.items():
+        if b.told_seconds is not None:
+            last[pod] = max(last.get(pod, b.told_seconds), b.told_seconds)
+    due = {pod: group for pod, group in untold.items() if wall - last.get(pod, 0) >= HOLD_SECONDS}
+    entries: list[SetAsideEntryBody] = []
+    for index, t in enumerate(reading.told.values()):
+        b = before.get(t.key, Before(batches=0))
+        told, at = b.told, b.told_at
+        if t.pod in due:
+            told, at = t.batches, timestamps.format_time(now)
+        entry: SetAsideEntryBody = {
             "partition": t.partition,
             "pod": t.pod,
             "epoch": t.epoch,
             "batches": t.batches,
+            "told": min(told, t.batches),
             "name": t.name,
             "error": t.error if index < MAX_ERRORS_LISTED else "",
         }
-        for index, t in enumerate(reading.told.values())
+        if at is not None:
+            entry["toldAt"] = at
+        entries.append(entry)
+    events = [
+        _event(pod, group, consumer=consumer, namespace=namespace, processing=processing)
+        for pod, group in due.items()
     ]
+    return Account(events=events, entries=entries, fresh=frozenset(fresh))
 
 
-def news(reading: Reading, *, previous: Mapping[str, Any]) -> list[Told]:
-    """What was set aside since ``previous`` (the status before this cycle): a count that
-    rose, or a last name that changed (a pod that restarted counts from 1 again)."""
-    before = previous_entries(previous)
-    found = []
-    for t in reading.told.values():
-        batches, name = before.get(t.key, (0, ""))
-        if t.batches > batches or (t.name and name and t.name != name):
-            found.append(t)
-    return found
-
-
-def events(
-    fresh: Sequence[Told],
+def _event(
+    pod: str,
+    group: Sequence[tuple[Told, int]],
     *,
     consumer: str,
     namespace: str,
-    processing: failurepolicy.Processing | None = None,
-) -> list[kubeevents.KubeEvent]:
-    """One Warning per pod that set batches aside since the last status: its partitions,
-    each with its last dead letter (the command that shows it) and error."""
-    by_pod: dict[str, list[Told]] = {}
-    for t in fresh:
-        by_pod.setdefault(t.pod, []).append(t)
+    processing: failurepolicy.Processing | None,
+) -> kubeevents.KubeEvent:
+    """One pod's Warning: its partitions, each with the batches not told before, its last dead
+    letter (the command that shows it) and error."""
     after = f" after spec.processing.maxAttempts ({processing.max_attempts})" if processing else ""
-    found = []
-    for pod, group in by_pod.items():
-        plural = "s" if len(group) > 1 else ""
-        named = kubeevents.join([t.partition for t in group])
-        parts = [_told(t, named=len(group) > 1) for t in group[:MAX_NAMED]]
-        more = f"; and {len(group) - MAX_NAMED} more" if len(group) > MAX_NAMED else ""
-        show = next((t.name for t in group if t.name), "NAME")
-        message = (
-            f"{pod} set a batch of partition{plural} {named} aside into the dead letters{after}"
-            f" and goes on after it (ehb deadletters show {consumer} {show} -n {namespace}): "
-            f"{'; '.join(parts)}{more}"
-        )
-        found.append(
-            kubeevents.KubeEvent(
-                reason=REASON,
-                message=conditions.shorten(message, kubeevents.MAX_MESSAGE),
-                type="Warning",
-            )
-        )
-    return found
+    new = sum(n for _, n in group)
+    plural = "s" if len(group) > 1 else ""
+    named = kubeevents.join([t.partition for t, _ in group])
+    parts = [_told(t, n, named=len(group) > 1) for t, n in group[:MAX_NAMED]]
+    more = f"; and {len(group) - MAX_NAMED} more" if len(group) > MAX_NAMED else ""
+    show = next((t.name for t, _ in group if t.name), "NAME")
+    batches = "a batch" if new == 1 else f"{new} batches"
+    message = (
+        f"{pod} set {batches} of partition{plural} {named} aside into the dead letters{after}"
+        f" and goes on after it (ehb deadletters show {consumer} {show} -n {namespace}): "
+        f"{'; '.join(parts)}{more}"
+    )
+    return kubeevents.KubeEvent(
+        reason=REASON, message=conditions.shorten(message, kubeevents.MAX_MESSAGE), type="Warning"
+    )
 
 
-def _told(t: Told, *, named: bool) -> str:
-    """``3/110-114, ValueError: no (2 at epoch 4)``: a partition's last dead letter, its
-    error and the count, after the partition (``3: ...``) when one Event tells several."""
-    said = ", ".join(w for w in (t.name or "its name not told", t.error) if w)
-    return f"{f'{t.partition}: ' if named else ''}{said} ({t.batches} at epoch {t.epoch})"
+def _told(t: Told, new: int, *, named: bool) -> str:
+    """``ValueError: no (2 at epoch 4)``: a partition's last error and its count (``3 since
+    the last Warning, 5 at epoch 4`` when some were told before); when one Event tells
+    several partitions, after the partition and its last dead letter (``3: 3/110-114, ...``):
+    the command names the first only."""
+    said = [f"{t.partition}: {t.name or 'its name not told'}"] if named else []
+    said += [t.error or "no error told"]
+    since = f"{new} since the last Warning, " if new != t.batches else ""
+    return f"{', '.join(said)} ({since}{t.batches} at epoch {t.epoch})"

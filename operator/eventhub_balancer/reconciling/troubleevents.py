@@ -10,6 +10,7 @@ set aside reported now or in the previous status (`deciding`), none on a plain p
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Collection, Mapping
 
 from eventhub_balancer.balancing import models
@@ -24,16 +25,22 @@ def report_events(
     assignment: Mapping[models.PartitionId, models.Ownership],
     at: observations.Observation,
     maps: Mapping[str, observations.StoredMap],
+    now: datetime.datetime,
 ) -> tuple[list[kubeevents.KubeEvent], list[setasides.SetAsideEntryBody]]:
     """The Events of the batches set aside since ``previous`` (the pods' ConfigMaps: ``maps``)
     and of the troubles' changes, of the consumer observed (``at``), and what
     ``status.deadLettered`` says now."""
     processing = at.spec.processing if at.spec is not None else None
     told = setasides.read(maps=maps, assignment=assignment)
-    fresh = setasides.news(told, previous=previous)
-    events = setasides.events(
-        fresh, consumer=at.name, namespace=at.namespace, processing=processing
+    said = setasides.account(
+        told,
+        previous=previous,
+        now=now,
+        consumer=at.name,
+        namespace=at.namespace,
+        processing=processing,
     )
+    events = list(said.events)
     if troubles or previous.get(reports.STATUS_FIELD):  # one may start or end
         events += trouble_events(
             troubles,
@@ -41,9 +48,9 @@ def report_events(
             assignment=assignment,
             processing=processing,
             told=told,
-            fresh={(t.partition, t.pod) for t in fresh},
+            fresh=said.fresh,
         )
-    return events, setasides.status_entries(told)
+    return events, said.entries
 
 
 def trouble_events(

@@ -9,12 +9,13 @@ posts ``PartitionFailing``, then ``BatchDeadLettered`` naming the dead letter an
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
 import pytest
 
-from eventhub_balancer.contracts import configmaps, partitionreports
+from eventhub_balancer.contracts import configmaps, partitionreports, timestamps
 from eventhub_balancer_devstack.clusters import CR
 from tests.support.fixtures.operator import ConsumerDouble, Stack, wait_for
 
@@ -84,7 +85,7 @@ def tell_a_batch_set_aside(stack: Stack, ns: str) -> None:
         assert told == (
             f"c-0 set a batch of partition {p} aside into the dead letters after "
             f"spec.processing.maxAttempts (2) and goes on after it (ehb deadletters show "
-            f"orders {name} -n {ns}): {name}, {error} (1 at epoch {epoch})"
+            f"orders {name} -n {ns}): {error} (1 at epoch {epoch})"
         )
         wait_for(lambda: messages(stack, ns, "PartitionRecovered"), what="PartitionRecovered")
         (recovered,) = messages(stack, ns, "PartitionRecovered")
@@ -93,12 +94,15 @@ def tell_a_batch_set_aside(stack: Stack, ns: str) -> None:
             "went to the dead letters after spec.processing.maxAttempts (2) (BatchDeadLettered)"
         )
         entries: list[dict[str, Any]] = stack.status(ns)["deadLettered"]
+        told_at = entries[0].pop("toldAt")
+        assert timestamps.parse_time(told_at) is not None
         assert entries == [
             {
                 "partition": p,
                 "pod": "c-0",
                 "epoch": epoch,
                 "batches": 1,
+                "told": 1,
                 "name": name,
                 "error": error,
             }
@@ -107,4 +111,15 @@ def tell_a_batch_set_aside(stack: Stack, ns: str) -> None:
         # nothing more, and keep the status as it is.
         time.sleep(5)
         assert len(messages(stack, ns, "BatchDeadLettered")) == 1
-        assert stack.status(ns)["deadLettered"] == entries
+        assert stack.status(ns)["deadLettered"] == [{**entries[0], "toldAt": told_at}]
+        # A second batch within the minute is counted, and told with the next Warning.
+        more = dataclasses.replace(
+            aside,
+            set_aside=partitionreports.SetAside(
+                epoch=epoch, batches=2, name=f"{p}/115", error=error
+            ),
+        )
+        write_reports(stack, ns, "c-0", partitionreports.build({p: more}))
+        wait_for(lambda: stack.status(ns)["deadLettered"][0]["batches"] == 2, what="2 batches")
+        assert stack.status(ns)["deadLettered"][0]["told"] == 1
+        assert len(messages(stack, ns, "BatchDeadLettered")) == 1
