@@ -236,3 +236,24 @@ def test_partitions_not_listed_yet_are_said_in_words_not_a_question_mark() -> No
         "shop/orders: partitions not listed yet (see EventHubReachable), 0 members, "
         "0 moves since it was created"
     )
+
+
+def test_the_batches_set_aside_are_said_per_pod_with_the_command_that_lists_them() -> None:
+    pods = [
+        {"pod": f"orders-{i}", "ready": True, "state": "ready", "partitions": [str(i)]}
+        for i in range(2)
+    ]
+    aside = [
+        {"partition": "3", "pod": "orders-1", "epoch": 2, "batches": 6, "name": "3/13-13"},
+        {"partition": "5", "pod": "orders-1", "epoch": 2, "batches": 6, "name": "5/12-12"},
+        {"partition": "20", "pod": "orders-0", "epoch": 2, "batches": 1, "name": "20/12-12"},
+    ]
+    shown = status.render(
+        consumer(observedGeneration=1, consumers=pods, epochs={}, deadLettered=aside)
+    ).splitlines()
+    assert shown[-3:] == [
+        "  set aside into the dead letters (ehb deadletters list orders -n shop):",
+        "    orders-0: 1 batch of partition 20",
+        "    orders-1: 12 batches of partitions 3,5",
+    ]
+    assert "set aside" not in status.render(consumer(observedGeneration=1, consumers=pods))

@@ -186,7 +186,32 @@ def render(body: dict[str, Any], pods: Sequence[Mapping[str, Any]] | None = None
                 f"    partition {h.get('partition')} from {h.get('from')} "
                 f"(epoch {h.get('epoch')}) since {h.get('since')}"
             )
-    return _shown(lines)
+    return _shown(lines + _set_aside(status.get("deadLettered"), meta))
+
+
+def _set_aside(entries: Any, meta: Mapping[str, Any]) -> list[str]:
+    """What each pod set aside into the dead letters at the epochs it holds, a line a pod:
+    ``orders-1: 12 batches of partitions 3,5``; nothing when none."""
+    by_pod: dict[str, tuple[int, list[str]]] = {}
+    for e in entries if isinstance(entries, list) else []:
+        if isinstance(e, Mapping) and isinstance(e.get("batches"), int):
+            batches, partitions = by_pod.get(str(e.get("pod")), (0, []))
+            by_pod[str(e.get("pod"))] = (
+                batches + e["batches"],
+                [*partitions, str(e.get("partition"))],
+            )
+    if not by_pod:
+        return []
+    command = f"ehb deadletters list {meta.get('name')} -n {meta.get('namespace')}"
+    lines = [f"  set aside into the dead letters ({command}):"]
+    for pod in sorted(by_pod, key=models.name_key):
+        batches, partitions = by_pod[pod]
+        plural = "es" if batches > 1 else ""
+        which = (
+            f"partition{'s' if len(partitions) > 1 else ''} {partitionlists.compact(partitions)}"
+        )
+        lines.append(f"    {pod}: {batches} batch{plural} of {which}")
+    return lines
 
 
 def _epochs(held: Mapping[str, str]) -> str:
