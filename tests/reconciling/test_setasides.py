@@ -204,3 +204,45 @@ def test_batches_of_several_partitions_set_aside_at_once_are_one_warning_naming_
         f"0/5-6 -n {bodies.NS}): 0: 0/5-6, {ERROR} (1 at epoch 1); 1: 1/40, {ERROR} (4 at "
         "epoch 1)"
     )
+
+
+def test_a_stream_of_poison_batches_is_a_warning_a_minute_not_two_events_a_batch() -> None:
+    """On the local stack, a poison event every 2 s on four partitions posted 63
+    PartitionFailing and 64 PartitionRecovered Events in two minutes, one pair a batch."""
+    observation, _ = cycle(annotate(started(), "a", reports(failing={"0": 1})), now=5)
+    observation, first = cycle(annotate(observation, "a", reports(aside={"0": (1, "0/1")})), 6)
+    assert [e.reason for e in first.events] == ["BatchDeadLettered", "PartitionRecovered"]
+    said: list[str] = []
+    for n, now in enumerate(range(10, 70, 4), start=2):
+        failing = reports(failing={"0": 1}, aside={"0": (n - 1, f"0/{n - 1}")})
+        observation, decision = cycle(annotate(observation, "a", failing), now)
+        said += reasons(decision)
+        aside = reports(aside={"0": (n, f"0/{n}")})
+        observation, decision = cycle(annotate(observation, "a", aside), now + 2)
+        said += reasons(decision)
+    # The status and the condition show each failing all the same.
+    assert said == ["BatchDeadLettered"]
+    # Another cause is news: the dead letters cannot be written.
+    broken = partitionreports.PartitionReport(
+        partition="0",
+        epoch=1,
+        state="failing",
+        attempts=2,
+        error="dead-letter write failed: container not found",
+        set_aside=partitionreports.SetAside(epoch=1, batches=16, name="0/16", error=ERROR),
+    )
+    value = partitionreports.build({"0": broken})
+    _, decision = cycle(annotate(observation, "a", value), now=80)
+    assert reasons(decision) == ["PartitionFailing"]
+    # Two minutes after the pod's last Warning the stream is over: a failing is news again
+    # (and the batch set aside after that Warning is told now).
+    _, decision = cycle(
+        annotate(observation, "a", reports(failing={"0": 1}, aside={"0": (16, "0/16")})), 200
+    )
+    assert reasons(decision) == ["BatchDeadLettered", "PartitionFailing"]
+
+
+def reasons(decision: decisions.Decision) -> list[str]:
+    """The Events' reasons, but the one of the fake pods' acknowledgements that never come
+    (``AssignmentNotApplied``, past 60 s)."""
+    return [e.reason for e in decision.events if e.reason != "AssignmentNotApplied"]

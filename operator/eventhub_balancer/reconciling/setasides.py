@@ -43,6 +43,9 @@ MAX_NAMED = 8
 #: aside every few seconds on each partition, and each one told at once was an Event a
 #: second. The batches set aside meanwhile are told together in the next.
 HOLD_SECONDS = 60.0
+#: How long after a pod's last Warning its partitions are taken to set batch after batch
+#: aside (`Account.streaming`): two holds, so that the one Warning due a minute keeps it.
+STREAM_SECONDS = 2 * HOLD_SECONDS
 
 Key = tuple[str, str, int]
 
@@ -131,6 +134,7 @@ class Before:
     told: int = 0
     told_at: str | None = None
     told_seconds: float | None = None
+    error: str = ""
 
 
 def previous_entries(status: Mapping[str, Any]) -> dict[Key, Before]:
@@ -155,6 +159,7 @@ def previous_entries(status: Mapping[str, Any]) -> dict[Key, Before]:
                 told=told if isinstance(told, int) and bounds.is_epoch(told) else 0,
                 told_at=at if moment is not None else None,
                 told_seconds=moment.timestamp() if moment is not None else None,
+                error=str(item.get("error") or ""),
             )
     return entries
 
@@ -167,6 +172,9 @@ class Account:
     entries: list[SetAsideEntryBody]
     #: (partition, pod) of each batch set aside since the previous status
     fresh: frozenset[tuple[str, str]]
+    #: the partitions (partition, pod, epoch) setting batch after batch aside, with the cause
+    #: of their last one (`cause`): their failing starts and ends are these Warnings' to tell
+    streaming: Mapping[Key, str] = dataclasses.field(default_factory=dict)
 
 
 def account(
@@ -220,7 +228,18 @@ def account(
         _event(pod, group, consumer=consumer, namespace=namespace, processing=processing)
         for pod, group in due.items()
     ]
-    return Account(events=events, entries=entries, fresh=frozenset(fresh))
+    streaming = {
+        key: cause(b.error)
+        for key, b in before.items()
+        if b.error and wall - last.get(key[1], 0) < STREAM_SECONDS
+    }
+    return Account(events=events, entries=entries, fresh=frozenset(fresh), streaming=streaming)
+
+
+def cause(error: str) -> str:
+    """What an error says failed, before its first colon (``NotAnOrder``, ``KeyError``): the
+    batches of one poison stream each name their own sequence numbers after it."""
+    return error.split(":", 1)[0].strip()
 
 
 def _event(

@@ -49,6 +49,7 @@ def report_events(
             processing=processing,
             told=told,
             fresh=said.fresh,
+            streaming=said.streaming,
         )
     return events, said.entries
 
@@ -61,15 +62,26 @@ def trouble_events(
     processing: failurepolicy.Processing | None = None,
     told: setasides.Reading | None = None,
     fresh: Collection[tuple[str, str]] = (),
+    streaming: Mapping[setasides.Key, str] = {},
 ) -> list[kubeevents.KubeEvent]:
     """One Warning per (state, pod) for troubles new since ``previous``, one Normal per pod for
     troubles over. A failing partition's trouble ends when its batch goes through or is set aside
     under ``onFailure: deadLetter``; a parked one's is set aside. A pod that tells what it sets
-    aside (``told``) says which: ``fresh``, (partition, pod) of each batch set aside now."""
+    aside (``told``) says which: ``fresh``, (partition, pod) of each batch set aside now.
+    A partition ``streaming`` (setting batch after batch aside for one cause) fails and
+    recovers with each batch: `setasides`' Warnings tell those, a minute apart, not a pair of
+    Events a batch."""
     news = reports.changes(troubles, previous=previous)
+    before = reports.previous_entries(previous)
+
+    def streams(key: tuple[str, str, int, str], error: str) -> bool:
+        said = streaming.get(key[:3])
+        return key[3] == "failing" and said is not None and said == setasides.cause(error)
+
     started: dict[tuple[str, str], list[reports.Trouble]] = {}
     for t in news.started:
-        started.setdefault((t.state, t.pod), []).append(t)
+        if not streams(t.key, t.error):
+            started.setdefault((t.state, t.pod), []).append(t)
     events: list[kubeevents.KubeEvent] = []
     for (state, pod), group in started.items():
         parts = kubeevents.join([t.partition for t in group])
@@ -110,7 +122,8 @@ def trouble_events(
     most = processing.max_attempts if processing and processing.on_failure == "deadLetter" else 0
     ended: dict[str, list[tuple[str, str, int, str]]] = {}
     for key in news.ended:
-        ended.setdefault(key[1], []).append(key)
+        if not streams(key, str(before[key].get("error") or "")):
+            ended.setdefault(key[1], []).append(key)
     for pod, keys in ended.items():
         plural = "s" if len(keys) > 1 else ""
         states = ", ".join(sorted({k[3] for k in keys}))
