@@ -240,3 +240,19 @@ def assignment(observation: observations.Observation) -> dict[str, dict[str, tup
 def condition(observation: observations.Observation, type_: str) -> Mapping[str, Any]:
     found = next(c for c in observation.status.get("conditions") or [] if c["type"] == type_)
     return found
+
+
+def with_reports(
+    observation: observations.Observation, pod_name: str, value: str
+) -> observations.Observation:
+    """``pod_name`` writes ``value`` as its reports' annotation, as its runtime does (it
+    replaces the annotation as a whole)."""
+    maps = []
+    for cm in observation.configmaps:
+        cm = copy.deepcopy(dict(cm))
+        if cm["data"].get(configmaps.KEY_POD) == pod_name:
+            cm["metadata"].setdefault("annotations", {})[
+                configmaps.ANNOTATION_PARTITION_REPORTS
+            ] = value
+        maps.append(cm)
+    return dataclasses.replace(observation, configmaps=tuple(maps))

@@ -6,8 +6,6 @@ Events, metric); a lost one is given out again at the next epoch, once.
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -58,15 +56,7 @@ def reported(
     """``pod_name`` writes its partition reports: {partition: (state, epoch[, attempts,
     error])}, as the pod's runtime does (it replaces the annotation as a whole)."""
     value = partitionreports.build({p: report(p, *r) for p, r in reports_by_partition.items()})
-    maps = []
-    for cm in observation.configmaps:
-        cm = copy.deepcopy(dict(cm))
-        if cm["data"].get(configmaps.KEY_POD) == pod_name:
-            cm["metadata"].setdefault("annotations", {})[
-                configmaps.ANNOTATION_PARTITION_REPORTS
-            ] = value
-        maps.append(cm)
-    return dataclasses.replace(observation, configmaps=tuple(maps))
+    return bodies.with_reports(observation, pod_name, value)
 
 
 def failing_of(observation: observations.Observation) -> Any:

@@ -9,15 +9,13 @@ each new one, and says which way a trouble ended.
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 import jsonschema
 import yaml
 
-from eventhub_balancer.contracts import configmaps, partitionreports
+from eventhub_balancer.contracts import partitionreports
 from eventhub_balancer.reconciling import decisions, observations, setasides
 from tests.reconciling import bodies
 from tests.reconciling.bodies import at, pod
@@ -25,21 +23,6 @@ from tests.support import paths
 
 SPEC = {**bodies.SPEC, "processing": {"maxAttempts": 2, "onFailure": "deadLetter"}}
 ERROR = "NotAnOrder: partition 0 sequence number 110: not an order"
-
-
-def annotate(
-    observation: observations.Observation, pod_name: str, value: str
-) -> observations.Observation:
-    """``pod_name`` writes ``value`` as its reports' annotation, as its runtime does."""
-    maps = []
-    for cm in observation.configmaps:
-        cm = copy.deepcopy(dict(cm))
-        if cm["data"].get(configmaps.KEY_POD) == pod_name:
-            cm["metadata"].setdefault("annotations", {})[
-                configmaps.ANNOTATION_PARTITION_REPORTS
-            ] = value
-        maps.append(cm)
-    return dataclasses.replace(observation, configmaps=tuple(maps))
 
 
 def reports(failing: Mapping[str, int] = {}, aside: Mapping[str, tuple[int, str]] = {}) -> str:
@@ -81,9 +64,13 @@ def status_of(observation: observations.Observation) -> Any:
 
 
 def test_a_batch_set_aside_is_a_warning_and_its_recovery_says_so() -> None:
-    failing, _ = cycle(annotate(started(), "a", reports(failing={"0": 2, "1": 2})), now=5)
+    failing, _ = cycle(
+        bodies.with_reports(started(), "a", reports(failing={"0": 2, "1": 2})), now=5
+    )
     # Partition 0's batch goes to the dead letters, partition 1's through on a retry.
-    ended, decision = cycle(annotate(failing, "a", reports(aside={"0": (1, "0/110-114")})), 10)
+    ended, decision = cycle(
+        bodies.with_reports(failing, "a", reports(aside={"0": (1, "0/110-114")})), 10
+    )
     told, recovered = decision.events
     assert (told.reason, told.type) == ("BatchDeadLettered", "Warning")
     assert told.message == (
@@ -115,10 +102,10 @@ def test_a_batch_set_aside_is_a_warning_and_its_recovery_says_so() -> None:
     # A second batch of the same partition, without a trouble seen between (maxAttempts 1,
     # or a cycle that came later), is a second Warning, once a minute has passed since the
     # first: a stream of poison batches made one a second.
-    more, held = cycle(annotate(steady, "a", reports(aside={"0": (2, "0/115")})), now=20)
+    more, held = cycle(bodies.with_reports(steady, "a", reports(aside={"0": (2, "0/115")})), now=20)
     assert held.events == ()
     assert (status_of(more)[0]["batches"], status_of(more)[0]["told"]) == (2, 1)
-    more, _ = cycle(annotate(more, "a", reports(aside={"0": (3, "0/116")})), now=40)
+    more, _ = cycle(bodies.with_reports(more, "a", reports(aside={"0": (3, "0/116")})), now=40)
     later, second = cycle(more, now=70)
     # (The fake pods write no acknowledgement: past 60 s that is an Event of its own.)
     (event,) = [e for e in second.events if e.reason == "BatchDeadLettered"]
@@ -134,16 +121,16 @@ def test_a_batch_set_aside_is_a_warning_and_its_recovery_says_so() -> None:
 
 
 def test_a_recovery_from_a_pod_that_tells_nothing_set_aside_went_through_on_a_retry() -> None:
-    failing, _ = cycle(annotate(started(), "a", reports(failing={"0": 2})), now=5)
-    _, decision = cycle(annotate(failing, "a", reports()), now=10)
+    failing, _ = cycle(bodies.with_reports(started(), "a", reports(failing={"0": 2})), now=5)
+    _, decision = cycle(bodies.with_reports(failing, "a", reports()), now=10)
     (event,) = decision.events
     assert event.message == (
         "partition 0 on a no longer reported in trouble (was failing): its batch went "
         "through on a retry"
     )
     # A pod from before the set-asides were told (no such key) cannot say which.
-    failing, _ = cycle(annotate(started(), "a", reports(failing={"0": 2})), now=5)
-    _, decision = cycle(annotate(failing, "a", "{}"), now=10)
+    failing, _ = cycle(bodies.with_reports(started(), "a", reports(failing={"0": 2})), now=5)
+    _, decision = cycle(bodies.with_reports(failing, "a", "{}"), now=10)
     (event,) = decision.events
     assert event.message.endswith(
         "its batch went through on a retry, or went to the dead letters after "
@@ -152,10 +139,10 @@ def test_a_recovery_from_a_pod_that_tells_nothing_set_aside_went_through_on_a_re
 
 
 def test_the_status_forgets_a_partition_that_left_its_pod_and_clears_when_none_is_left() -> None:
-    aside, _ = cycle(annotate(started(), "a", reports(aside={"0": (3, "0/1-2")})), now=5)
+    aside, _ = cycle(bodies.with_reports(started(), "a", reports(aside={"0": (3, "0/1-2")})), now=5)
     assert [e["partition"] for e in status_of(aside)] == ["0"]
     # The pod restarted (its count begins again): the entry goes, and nothing is posted.
-    cleared, decision = cycle(annotate(aside, "a", reports()), now=10)
+    cleared, decision = cycle(bodies.with_reports(aside, "a", reports()), now=10)
     assert status_of(cleared) == []
     assert decision.events == ()
     # Cleared, the status stays as it is: no write of an empty list every cycle.
@@ -169,7 +156,7 @@ def test_a_pod_tells_only_of_its_own_partitions_at_their_epochs() -> None:
     owned = {e["partition"] for e in observation.status["assignment"] if e["pod"] == "a"}
     theirs = sorted(owned)[0]
     value = reports(aside={theirs: (1, f"{theirs}/1")})
-    _, decision = cycle(annotate(observation, "b", value), now=5)
+    _, decision = cycle(bodies.with_reports(observation, "b", value), now=5)
     assert decision.events == ()
     stale = partitionreports.build(
         {
@@ -181,12 +168,14 @@ def test_a_pod_tells_only_of_its_own_partitions_at_their_epochs() -> None:
             )
         }
     )
-    _, decision = cycle(annotate(observation, "a", stale), now=5)
+    _, decision = cycle(bodies.with_reports(observation, "a", stale), now=5)
     assert decision.events == ()
 
 
 def test_the_status_written_passes_the_crd_schema() -> None:
-    aside, _ = cycle(annotate(started(), "a", reports(aside={"0": (1, "0/110-114")})), now=5)
+    aside, _ = cycle(
+        bodies.with_reports(started(), "a", reports(aside={"0": (1, "0/110-114")})), now=5
+    )
     crd = yaml.safe_load((paths.REPOSITORY / "crds" / "eventhubconsumers.yaml").read_text())
     schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     field = schema["properties"]["status"]["properties"][setasides.STATUS_FIELD]
@@ -196,7 +185,7 @@ def test_the_status_written_passes_the_crd_schema() -> None:
 
 def test_batches_of_several_partitions_set_aside_at_once_are_one_warning_naming_each() -> None:
     aside = {"0": (1, "0/5-6"), "1": (4, "1/40")}
-    _, decision = cycle(annotate(started(), "a", reports(aside=aside)), now=5)
+    _, decision = cycle(bodies.with_reports(started(), "a", reports(aside=aside)), now=5)
     (event,) = decision.events
     assert event.message == (
         "a set 5 batches of partitions 0-1 aside into the dead letters after "
@@ -209,16 +198,18 @@ def test_batches_of_several_partitions_set_aside_at_once_are_one_warning_naming_
 def test_a_stream_of_poison_batches_is_a_warning_a_minute_not_two_events_a_batch() -> None:
     """On the local stack, a poison event every 2 s on four partitions posted 63
     PartitionFailing and 64 PartitionRecovered Events in two minutes, one pair a batch."""
-    observation, _ = cycle(annotate(started(), "a", reports(failing={"0": 1})), now=5)
-    observation, first = cycle(annotate(observation, "a", reports(aside={"0": (1, "0/1")})), 6)
+    observation, _ = cycle(bodies.with_reports(started(), "a", reports(failing={"0": 1})), now=5)
+    observation, first = cycle(
+        bodies.with_reports(observation, "a", reports(aside={"0": (1, "0/1")})), 6
+    )
     assert [e.reason for e in first.events] == ["BatchDeadLettered", "PartitionRecovered"]
     said: list[str] = []
     for n, now in enumerate(range(10, 70, 4), start=2):
         failing = reports(failing={"0": 1}, aside={"0": (n - 1, f"0/{n - 1}")})
-        observation, decision = cycle(annotate(observation, "a", failing), now)
+        observation, decision = cycle(bodies.with_reports(observation, "a", failing), now)
         said += reasons(decision)
         aside = reports(aside={"0": (n, f"0/{n}")})
-        observation, decision = cycle(annotate(observation, "a", aside), now + 2)
+        observation, decision = cycle(bodies.with_reports(observation, "a", aside), now + 2)
         said += reasons(decision)
     # The status and the condition show each failing all the same.
     assert said == ["BatchDeadLettered"]
@@ -232,12 +223,13 @@ def test_a_stream_of_poison_batches_is_a_warning_a_minute_not_two_events_a_batch
         set_aside=partitionreports.SetAside(epoch=1, batches=16, name="0/16", error=ERROR),
     )
     value = partitionreports.build({"0": broken})
-    _, decision = cycle(annotate(observation, "a", value), now=80)
+    _, decision = cycle(bodies.with_reports(observation, "a", value), now=80)
     assert reasons(decision) == ["PartitionFailing"]
     # Two minutes after the pod's last Warning the stream is over: a failing is news again
     # (and the batch set aside after that Warning is told now).
     _, decision = cycle(
-        annotate(observation, "a", reports(failing={"0": 1}, aside={"0": (16, "0/16")})), 200
+        bodies.with_reports(observation, "a", reports(failing={"0": 1}, aside={"0": (16, "0/16")})),
+        200,
     )
     assert reasons(decision) == ["BatchDeadLettered", "PartitionFailing"]
 

@@ -254,3 +254,16 @@ def name_key(name: str) -> NameKey:
 def ordered_partitions(partitions: Iterable[PartitionId]) -> list[PartitionId]:
     """Partitions in the planner's order: numerically when they are numbers."""
     return sorted(partitions, key=name_key)
+
+
+def epochs_given(
+    assignment: Mapping[PartitionId, Ownership], pods: Iterable[str] | None = None
+) -> dict[str, dict[str, int]]:
+    """Each owner's partitions with the epochs ``assignment`` gives them: what a pod may
+    report on (``pods``: only these owners; None: every one)."""
+    asked = None if pods is None else frozenset(pods)
+    given: dict[str, dict[str, int]] = {}
+    for pid, o in assignment.items():
+        if o.owner is not None and (asked is None or o.owner in asked):
+            given.setdefault(o.owner, {})[pid] = o.epoch
+    return given

@@ -113,16 +113,7 @@ def read(
     """The reports that count: each pod's (``maps``: its current ConfigMap by pod name) about
     the partitions ``assignment`` gives it, at the epoch it gives them. ``reporting``: the
     only pods whose ConfigMap carries reports (`fleets.Fleet.reporting`); None: any may."""
-    given: dict[str, dict[str, int]] = {}
-    if reporting is None:
-        for pid, o in assignment.items():
-            if o.owner is not None:
-                given.setdefault(o.owner, {})[pid] = o.epoch
-    elif reporting:
-        asked = frozenset(reporting)
-        for pid, o in assignment.items():
-            if o.owner in asked:
-                given.setdefault(o.owner, {})[pid] = o.epoch
+    given = models.epochs_given(assignment, reporting)
     troubles: dict[models.PartitionId, Trouble] = {}
     for pod in sorted(given, key=models.name_key):
         cm = maps.get(pod)

@@ -96,10 +96,7 @@ def read(
 ) -> Reading:
     """What each pod (``maps``: its current ConfigMap by name) set aside of the partitions
     ``assignment`` gives it, at the epoch it gives them."""
-    given: dict[str, dict[str, int]] = {}
-    for pid, o in assignment.items():
-        if o.owner is not None:
-            given.setdefault(o.owner, {})[pid] = o.epoch
+    given = models.epochs_given(assignment)
     told: dict[models.PartitionId, Told] = {}
     telling: set[str] = set()
     for pod in sorted(given, key=models.name_key):
