@@ -15,6 +15,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import partitionreports
 from eventhub_balancer.reconciling import decisions, observations, setasides
 from tests.reconciling import bodies
@@ -238,3 +239,34 @@ def reasons(decision: decisions.Decision) -> list[str]:
     """The Events' reasons, but the one of the fake pods' acknowledgements that never come
     (``AssignmentNotApplied``, past 60 s)."""
     return [e.reason for e in decision.events if e.reason != "AssignmentNotApplied"]
+
+
+def test_past_the_first_32_entries_the_status_keeps_each_error_by_its_cause() -> None:
+    """So that a stream on partition 40 is known as one, as on partition 0."""
+    told = {
+        models.PartitionId(str(p)): setasides.Told(
+            partition=models.PartitionId(str(p)), pod="a", epoch=1, batches=1, error=ERROR
+        )
+        for p in range(40)
+    }
+    now = at(10)
+    said = setasides.account(
+        setasides.Reading(told=told, telling=frozenset({"a"})),
+        previous={},
+        now=now,
+        consumer="orders",
+        namespace="shop",
+    )
+    errors = [e["error"] for e in said.entries]
+    assert errors[:32] == [ERROR] * 32
+    assert errors[32:] == ["NotAnOrder"] * 8
+    again = setasides.account(
+        setasides.Reading(told=told, telling=frozenset({"a"})),
+        previous={setasides.STATUS_FIELD: said.entries},
+        now=at(20),
+        consumer="orders",
+        namespace="shop",
+    )
+    assert again.streaming[("39", "a", 1)] == "NotAnOrder"
+    assert len(again.streaming) == 40
+    assert again.events == []

@@ -5,13 +5,15 @@ and goes on: its partition's trouble ends just as when a retry goes through. So 
 counts the batches it set aside at each epoch it holds, with the last one's name and error,
 beside its reports (`contracts.partitionreports.SetAside`). The operator keeps what it was told
 in ``status.deadLettered``: one entry per partition, for as long as the pod that told it holds
-the partition at that epoch. It posts a Warning ``BatchDeadLettered`` (`events`) when a count
-rises or the last name changes. A pod whose process restarted counts from 1 again, and its
-new dead letter has a new name. And ``PartitionRecovered`` says which of the two ended a
-failing partition's trouble (`troubleevents`).
+the partition at that epoch. It posts a Warning ``BatchDeadLettered`` (`account`) when a count
+rises or the last name changes (a pod whose process restarted counts from 1 again, and its
+new dead letter has a new name), at most one a pod per `HOLD_SECONDS`, and ``status`` keeps
+what each Warning told. ``PartitionRecovered`` says which of the two ended a failing
+partition's trouble (`troubleevents`), and a partition that sets batch after batch aside
+for one cause fails and recovers without an Event a batch (`Account.streaming`).
 
 What a pod tells is its word: only about the partitions it was given, at the epoch given
-(`partitionreports.set_asides`), bounded, and said as its own (``the pod names it ...``).
+(`partitionreports.set_asides`), bounded, and said as the pod's (``c-0 set a batch ...``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ from eventhub_balancer.reconciling import kubeevents, observations
 
 #: The status field that lists what the pods set aside at the epochs they hold.
 STATUS_FIELD = "deadLettered"
-#: Entries that keep their error text (the Event said it; the dead letter holds it whole).
+#: Entries that keep their error text (the Event said it; the dead letter holds it whole);
+#: the others keep its `cause`, which a stream of them shares (`Account.streaming`).
 MAX_ERRORS_LISTED = 32
 #: The Warning posted per pod when it set batches aside.
 REASON = "BatchDeadLettered"
@@ -216,7 +219,7 @@ def account(
             "batches": t.batches,
             "told": min(told, t.batches),
             "name": t.name,
-            "error": t.error if index < MAX_ERRORS_LISTED else "",
+            "error": t.error if index < MAX_ERRORS_LISTED else cause(t.error),
         }
         if at is not None:
             entry["toldAt"] = at
