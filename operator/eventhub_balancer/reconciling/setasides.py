@@ -194,8 +194,8 @@ def account(
     wall = now.timestamp()
     fresh: set[tuple[str, str]] = set()
     untold: dict[str, list[tuple[Told, int]]] = {}
-    for t in reading.told.values():
-        b = before.get(t.key, Before(batches=0))
+    seen = [(t, before.get(t.key, Before(batches=0))) for t in reading.told.values()]
+    for t, b in seen:
         if t.batches > b.batches or (t.name and b.name and t.name != b.name):
             fresh.add((t.partition, t.pod))
         told = b.told if t.batches >= b.told else 0  # a count begun again: told none of it
@@ -207,8 +207,7 @@ def account(
             last[pod] = max(last.get(pod, b.told_seconds), b.told_seconds)
     due = {pod: group for pod, group in untold.items() if wall - last.get(pod, 0) >= HOLD_SECONDS}
     entries: list[SetAsideEntryBody] = []
-    for index, t in enumerate(reading.told.values()):
-        b = before.get(t.key, Before(batches=0))
+    for index, (t, b) in enumerate(seen):
         told, at = b.told, b.told_at
         if t.pod in due:
             told, at = t.batches, timestamps.format_time(now)

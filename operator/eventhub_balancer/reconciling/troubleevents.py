@@ -72,7 +72,7 @@ def trouble_events(
     recovers with each batch: `setasides`' Warnings tell those, a minute apart, not a pair of
     Events a batch."""
     news = reports.changes(troubles, previous=previous)
-    before = reports.previous_entries(previous)
+    before = reports.previous_entries(previous) if streaming else {}  # only a stream reads it
 
     def streams(key: tuple[str, str, int, str], error: str) -> bool:
         said = streaming.get(key[:3])
@@ -122,7 +122,7 @@ def trouble_events(
     most = processing.max_attempts if processing and processing.on_failure == "deadLetter" else 0
     ended: dict[str, list[tuple[str, str, int, str]]] = {}
     for key in news.ended:
-        if not streams(key, str(before[key].get("error") or "")):
+        if not streams(key, str((before.get(key) or {}).get("error") or "")):
             ended.setdefault(key[1], []).append(key)
     for pod, keys in ended.items():
         plural = "s" if len(keys) > 1 else ""
