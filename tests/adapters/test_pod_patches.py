@@ -1,7 +1,7 @@
 """The pod's acknowledgement patch goes on after its caller stopped waiting (`podpatches`).
 
 Each patch is held by the test until it lets it answer, so that nothing depends on how fast
-the machine is: a caller that waited its bound gets False, the request is not sent again,
+the machine is: a caller that waited its bound gets None, the request is not sent again,
 a later call takes its answer, and newer annotations are sent only once it has ended.
 """
 
@@ -28,21 +28,22 @@ class HeldServer:
         self.answer = threading.Event()
         self.error: Exception | None = None
 
-    def send(self, annotations: dict[str, str]) -> None:
+    def send(self, annotations: dict[str, str]) -> str:
         self.sent.append(annotations)
         assert self.answer.wait(LONG_S)
         if self.error is not None:
             raise self.error
+        return str(len(self.sent))  # the object's resourceVersion once patched
 
 
 async def test_a_late_answer_is_taken_and_nothing_is_sent_twice() -> None:
     server = HeldServer()
     patches = podpatches.Patches(server.send)
-    assert not await patches.write({"a": "1"}, within=SHORT_S)
+    assert await patches.write({"a": "1"}, within=SHORT_S) is None
     assert patches.waiting
-    assert not await patches.write({"a": "1"}, within=SHORT_S)
+    assert await patches.write({"a": "1"}, within=SHORT_S) is None
     server.answer.set()
-    assert await patches.write({"a": "1"}, within=LONG_S)
+    assert await patches.write({"a": "1"}, within=LONG_S) == "1"  # the answer of the first
     assert server.sent == [{"a": "1"}]
     assert not patches.waiting
 
@@ -50,11 +51,11 @@ async def test_a_late_answer_is_taken_and_nothing_is_sent_twice() -> None:
 async def test_newer_annotations_wait_for_the_patch_before_them() -> None:
     server = HeldServer()
     patches = podpatches.Patches(server.send)
-    assert not await patches.write({"a": "1"}, within=SHORT_S)
-    assert not await patches.write({"a": "2"}, within=SHORT_S)
+    assert await patches.write({"a": "1"}, within=SHORT_S) is None
+    assert await patches.write({"a": "2"}, within=SHORT_S) is None
     assert server.sent == [{"a": "1"}]  # one request at a time, in order
     server.answer.set()
-    assert await patches.write({"a": "2"}, within=LONG_S)
+    assert await patches.write({"a": "2"}, within=LONG_S) == "2"
     assert server.sent == [{"a": "1"}, {"a": "2"}]
 
 
@@ -62,7 +63,7 @@ async def test_a_late_error_is_raised_to_the_next_call_for_the_same_annotations(
     server = HeldServer()
     server.error = ConnectionResetError("gone")
     patches = podpatches.Patches(server.send)
-    assert not await patches.write({"a": "1"}, within=SHORT_S)
+    assert await patches.write({"a": "1"}, within=SHORT_S) is None
     server.answer.set()
     with pytest.raises(ConnectionResetError):
         await patches.write({"a": "1"}, within=LONG_S)
@@ -79,8 +80,9 @@ class PausedServer:
         self.sent: list[dict[str, str]] = []
         self.requests: list[Callable[[], None]] = []
 
-    def send(self, annotations: dict[str, str]) -> None:
+    def send(self, annotations: dict[str, str]) -> str:
         self.sent.append(annotations)
+        return str(len(self.sent))
 
     def spawn(self, request: Callable[[], None]) -> None:
         self.requests.append(request)
@@ -119,7 +121,7 @@ async def test_a_slow_answer_is_still_given_up_after_the_bound() -> None:
     server = PausedServer()
     patches = podpatches.Patches(server.send, spawn=server.spawn)
     start = asyncio.get_running_loop().time()
-    assert not await patches.write({"a": "1"}, within=2.0)
+    assert await patches.write({"a": "1"}, within=2.0) is None
     assert asyncio.get_running_loop().time() - start == pytest.approx(2.0)
     assert patches.waiting
 
@@ -134,6 +136,6 @@ async def test_no_answer_after_a_pause_is_given_up_a_moment_after_it() -> None:
     await asyncio.sleep(0.5)
     pause(20)
     start = asyncio.get_running_loop().time()
-    assert not await write
+    assert await write is None
     assert asyncio.get_running_loop().time() - start == pytest.approx(podpatches.RESUMED_SETTLE_S)
     assert patches.waiting

@@ -306,8 +306,13 @@ async def test_acknowledgements_during_an_outage_never_hold_the_caller_up(
     assert 2 <= len(patches) <= 12 / podconfig.ANNOTATE_RETRY_DOWN_S + 1  # spaced, not each turn
 
     maps.reconnects.reachable(now=loop.time())  # the watch is back: no more spacing
-    maps._patch = lambda annotations: patches.append(loop.time())  # type: ignore[method-assign]
-    await maps.annotate({"a": "b"})
+
+    def answered(annotations: Any) -> str:
+        patches.append(loop.time())
+        return "7"  # the ConfigMap's resourceVersion once patched
+
+    maps._patch = answered  # type: ignore[method-assign]
+    assert await maps.annotate({"a": "b"}) == "7"
     maps.close()
 
 

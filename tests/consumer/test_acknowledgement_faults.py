@@ -37,6 +37,31 @@ async def test_an_acknowledgement_stripped_by_hand_is_written_again(
         assert consumer.ready()[0]
 
 
+async def test_a_strip_the_watch_shows_before_the_patch_is_answered_is_written_again(
+    fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
+) -> None:
+    """The hand comes right after the pod's patch, and the watch shows both before the
+    patch's answer is taken (a loaded node: the answer's thread ran last). The answer used
+    to be taken for what the server held, and covered the strip up for good."""
+    maps = FakeConfigMaps()
+    async with running(maps, fake_hub, fake_store) as consumer:
+        maps.write(operators(1, {"0": (1, "owned")}))
+        await consumerfakes.eventually(lambda: maps.annotations().get(APPLIED) == "1")
+
+        def strip_once() -> None:
+            maps.before_answer = None
+            maps.strip(APPLIED, RELEASED)
+
+        maps.before_answer = strip_once
+        maps.write(operators(2, {"0": (1, "owned"), "1": (1, "revoking")}))
+        await consumerfakes.eventually(lambda: maps.before_answer is None, what="the strip")
+        await consumerfakes.eventually(
+            lambda: maps.annotations().get(APPLIED) == "2", within=3, what="written again"
+        )
+        assert configmaps.parse_released(maps.annotations()) == {"1": 1}
+        assert consumer.ready()[0]
+
+
 async def test_an_acknowledgement_edited_by_hand_is_put_back(
     fake_hub: consumerfakes.FakeHub, fake_store: consumerfakes.FakeStore
 ) -> None:

@@ -39,12 +39,23 @@ class FakeConfigMaps:
         #: The watch's reconnect state, as `podconfig.PodConfigMaps` keeps it (refusals).
         self.reconnects = podreconnects.Reconnects()
         self.name = configmaps.configmap_name(consumer="orders", pod="pod-a")
+        #: Called once a patch is applied and before its answer comes back (a hand that
+        #: writes in between, seen by the watch first).
+        self.before_answer: Callable[[], None] | None = None
+        self._version = 0
         self._events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+    def _changed(self) -> None:
+        """One write: a new resourceVersion, and its watch event."""
+        assert self.body is not None
+        self._version += 1
+        self.body["metadata"]["resourceVersion"] = str(self._version)
+        self._events.put_nowait(copy.deepcopy(self.body))
 
     def write(self, body: Mapping[str, Any]) -> None:
         """The operator (or a human) writes the whole object."""
         self.body = copy.deepcopy(dict(body))
-        self._events.put_nowait(copy.deepcopy(self.body))
+        self._changed()
 
     def strip(self, *keys: str) -> None:
         """``kubectl annotate configmap ... key-``."""
@@ -53,7 +64,7 @@ class FakeConfigMaps:
         self.body["metadata"]["annotations"] = {
             k: v for k, v in annotations.items() if k not in keys
         }
-        self._events.put_nowait(copy.deepcopy(self.body))
+        self._changed()
 
     def delete(self) -> None:
         """``kubectl delete configmap``, or its EventHubConsumer's clean-up: the watch says
@@ -77,16 +88,25 @@ class FakeConfigMaps:
         while True:
             yield await self._events.get()
 
-    async def annotate(self, annotations: Mapping[str, str]) -> None:
+    async def annotate(self, annotations: Mapping[str, str]) -> str | None:
         self.patches.append((consumerfakes.loop_time(), dict(annotations)))
         if self.failure is not None:
             raise self.failure()
         if self.body is None:
-            return  # 404: the operator deleted it, nobody waits for the answer
+            return None  # 404: the operator deleted it, nobody waits for the answer
         merged = {**self.annotations(), **annotations}
         if merged != self.annotations():
             self.body["metadata"]["annotations"] = merged
-            self._events.put_nowait(copy.deepcopy(self.body))
+            self._changed()
+        version = str(self.body["metadata"]["resourceVersion"])
+        if self.before_answer is not None:
+            self.before_answer()
+            for _ in range(100):  # the watch takes what it shows first
+                if self._events.empty():
+                    break
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0)
+        return version
 
 
 @contextlib.asynccontextmanager

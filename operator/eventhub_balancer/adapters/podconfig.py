@@ -339,7 +339,7 @@ class PodConfigMaps:
             watcher.stop()  # type: ignore[no-untyped-call]
         return version
 
-    def _patch(self, annotations: Mapping[str, str]) -> None:
+    def _patch(self, annotations: Mapping[str, str]) -> str:
         now = time.monotonic()
         if self._patched_at is None or now - self._patched_at >= PATCH_IDLE_S:
             self._patch_client.rest_client.pool_manager.clear()
@@ -347,17 +347,18 @@ class PodConfigMaps:
         if self._own is not None and not self._own[0]:
             raise k8s_errors.ApiException(status=404, reason="none of this pod's")
         body, kind = podpatches.body(annotations, own=self._own)
-        k8s.CoreV1Api(self._patch_client).patch_namespaced_config_map(
+        answer = k8s.CoreV1Api(self._patch_client).patch_namespaced_config_map(
             self.name,
             self.namespace,
             body,
             _content_type=kind,
             _request_timeout=(PATCH_CONNECT_TIMEOUT_S, PATCH_ANSWER_TIMEOUT_S),
         )
+        return str(getattr(answer.metadata, "resource_version", None) or "")
 
-    async def annotate(self, annotations: Mapping[str, str]) -> None:
-        """Merge these annotations into the ConfigMap (a missing ConfigMap is not an error:
-        the operator deleted it, so nobody waits for our answer).
+    async def annotate(self, annotations: Mapping[str, str]) -> str | None:
+        """Merge these annotations into the ConfigMap; returns the resourceVersion it had
+        then. None: no ConfigMap of this pod's (the operator deleted it: nobody waits).
 
         Waits at most ``ANNOTATE_TIMEOUT_S``, then raises :class:`errors.TransientError`
         while the request goes on (`podpatches.Patches`: a later call takes its answer); while
@@ -374,26 +375,25 @@ class PodConfigMaps:
             )
         try:
             written = await self._patches.write(annotations, within=ANNOTATE_TIMEOUT_S)
-        except k8s_errors.ApiException as e:
-            if e.status == 404 or (e.status == 422 and self._own is not None):
+        except Exception as e:
+            status = e.status if isinstance(e, k8s_errors.ApiException) else None
+            if status == 404 or (status == 422 and self._own is not None):
                 logger.info(
                     "ConfigMap %s/%s is gone or no longer this pod's (HTTP %s): acknowledgement "
                     "dropped",
                     self.namespace,
                     self.name,
-                    e.status,
+                    status,
                 )
-                return
+                return None
             self._annotate_after = now + ANNOTATE_RETRY_DOWN_S
             raise podreconnects.wrap(e, what) from e
-        except Exception as e:
-            self._annotate_after = now + ANNOTATE_RETRY_DOWN_S
-            raise podreconnects.wrap(e, what) from e
-        if not written:
+        if written is None:
             raise errors.TransientError(
                 f"{what}: the API server has not answered yet (the patch goes on, "
                 f"up to {PATCH_ANSWER_TIMEOUT_S:g} s)"
             )
+        return written
 
 
 def _daemon_thread(target: Callable[[], None]) -> None:

@@ -57,24 +57,25 @@ class Patches:
 
     def __init__(
         self,
-        send: Callable[[dict[str, str]], None],
+        send: Callable[[dict[str, str]], str],
         *,
         spawn: Callable[[Callable[[], None]], None] | None = None,
     ) -> None:
-        #: Sends one patch and returns once it is answered (raises what the answer says).
+        #: Sends one patch and returns the resourceVersion its answer gave ("" for none) once
+        #: it is answered (raises what the answer says).
         self._send = send
         #: Runs one request; a daemon thread unless a test runs it when it says.
         self._spawn = spawn or _daemon_thread
-        self._last: tuple[dict[str, str], concurrent.futures.Future[None]] | None = None
+        self._last: tuple[dict[str, str], concurrent.futures.Future[str]] | None = None
 
     @property
     def waiting(self) -> bool:
         """A patch was sent and its answer has not come yet."""
         return self._last is not None and not self._last[1].done()
 
-    async def write(self, annotations: Mapping[str, str], *, within: float) -> bool:
-        """True once these annotations are written, False while waiting (after ``within``
-        seconds); raises the error of their answer.
+    async def write(self, annotations: Mapping[str, str], *, within: float) -> str | None:
+        """The resourceVersion the object had once these annotations were written, None
+        while waiting (after ``within`` seconds); raises the error of their answer.
 
         A patch still waiting is waited for first (within the same bound): if it carried these
         annotations its answer is this call's, else these are sent once it has ended.
@@ -84,28 +85,26 @@ class Patches:
         if self._last is not None:
             sent, answer = self._last
             if not await _answered(answer, wait):
-                return False
+                return None
             self._last = None
             if sent == wanted:
-                answer.result()  # raises its error
-                return True
+                return answer.result()  # or raises its error
         answer = concurrent.futures.Future()
         answer.set_running_or_notify_cancel()  # running: nothing can cancel the request
         self._last = (wanted, answer)
         self._spawn(lambda: self._run(wanted, answer))
         if not await _answered(answer, wait):
-            return False
+            return None
         self._last = None
-        answer.result()
-        return True
+        return answer.result()
 
-    def _run(self, annotations: dict[str, str], answer: concurrent.futures.Future[None]) -> None:
+    def _run(self, annotations: dict[str, str], answer: concurrent.futures.Future[str]) -> None:
         try:
-            self._send(annotations)
+            version = self._send(annotations)
         except BaseException as e:
             answer.set_exception(e)
         else:
-            answer.set_result(None)
+            answer.set_result(version)
 
 
 def _daemon_thread(request: Callable[[], None]) -> None:
@@ -135,7 +134,7 @@ class _Wait:
         return True
 
 
-async def _answered(answer: concurrent.futures.Future[None], wait: _Wait) -> bool:
+async def _answered(answer: concurrent.futures.Future[str], wait: _Wait) -> bool:
     """Whether ``answer`` came before the end of ``wait``. Only its coming is awaited (its
     error stays with it for the caller to take, never left unretrieved on a waiter given
     up)."""
@@ -144,7 +143,7 @@ async def _answered(answer: concurrent.futures.Future[None], wait: _Wait) -> boo
     loop = asyncio.get_running_loop()
     came = asyncio.Event()
 
-    def wake(_: concurrent.futures.Future[None]) -> None:
+    def wake(_: concurrent.futures.Future[str]) -> None:
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
             loop.call_soon_threadsafe(came.set)
 

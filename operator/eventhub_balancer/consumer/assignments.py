@@ -15,6 +15,7 @@ runtime only sees this module's :class:`AssignmentSource`, with three implementa
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import logging
 from collections.abc import AsyncIterator, Mapping
@@ -24,6 +25,10 @@ from eventhub_balancer.adapters import podconfig, podreconnects
 from eventhub_balancer.contracts import bounds, configmaps, partitionreports, podassignments
 
 logger = logging.getLogger(__name__)
+
+#: The watch's last resourceVersions kept (`ConfigMapSource`): a patch's echo comes among the
+#: next few events, and the operator writes a pod's ConfigMap a few times a minute at most.
+VERSIONS_KEPT = 16
 
 Assignment = podassignments.ParsedData
 Reports = Mapping[str, partitionreports.PartitionReport]
@@ -252,6 +257,9 @@ class ConfigMapSource:
         self._written: dict[str, str] | None = None
         #: Those annotations on the ConfigMap as last seen (None: no ConfigMap of ours).
         self._standing: dict[str, str] | None = None
+        #: The resourceVersions the watch showed last: whether it showed a patch's echo
+        #: before the patch's answer came back.
+        self._shown: collections.deque[str] = collections.deque(maxlen=VERSIONS_KEPT)
 
     @property
     def refused(self) -> Mapping[str, int]:
@@ -263,6 +271,8 @@ class ConfigMapSource:
         last_data: Any = None
         async for body in self.client.watch():
             self._standing = _acknowledgement_of(body) if body else None
+            if version := str((body.get("metadata") or {}).get("resourceVersion") or ""):
+                self._shown.append(version)
             data = body.get("data") or {}
             if data == last_data:
                 continue
@@ -292,10 +302,14 @@ class ConfigMapSource:
         annotations = acknowledgement_annotations(
             applied_generation=applied_generation, released=released, reports=reports
         )
-        await self.client.annotate(annotations)
-        # What the server holds now, until the watch says otherwise: the echo of this very
-        # patch is no news, and is no reason to write again.
-        self._written, self._standing = annotations, dict(annotations)
+        version = await self.client.annotate(annotations)
+        self._written = annotations
+        if version is None or version not in self._shown:
+            # What the server holds now, until the watch says otherwise: the echo of this
+            # very patch is no news, and is no reason to write again. Once the watch showed
+            # that echo, what it showed since stands: a hand that stripped the annotations
+            # just after the patch, seen before its answer came, is not covered up.
+            self._standing = dict(annotations)
         return True
 
     def unreadable(self) -> str | None:

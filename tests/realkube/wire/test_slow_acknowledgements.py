@@ -248,9 +248,11 @@ async def test_an_acknowledgement_after_a_quiet_spell_is_not_sent_into_a_dropped
         await client.annotate({configmaps.ANNOTATION_RELEASED: "{}"})
         await asyncio.sleep(idle + 1)  # quiet: the flow of the pooled connection is dropped
         # The next acknowledgement lands at its first attempt, within the loop's wait.
-        await client.annotate({configmaps.ANNOTATION_RELEASED: '{"0":1}'})
+        version = await client.annotate({configmaps.ANNOTATION_RELEASED: '{"0":1}'})
     finally:
         client.close()
         proxy.close()
-    annotations = kube.get_object("v1/configmaps", name, namespace=namespace)["metadata"]
-    assert configmaps.parse_released(annotations["annotations"]) == {"0": 1}
+    metadata = kube.get_object("v1/configmaps", name, namespace=namespace)["metadata"]
+    assert configmaps.parse_released(metadata["annotations"]) == {"0": 1}
+    # The answer's version, which the pod's watch shows with the patch (`ConfigMapSource`).
+    assert version == metadata["resourceVersion"]
