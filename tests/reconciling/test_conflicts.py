@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 from eventhub_balancer.contracts import timestamps
-from eventhub_balancer.reconciling import conflicts, observations
+from eventhub_balancer.reconciling import conflicts, observations, refusals
 from tests.reconciling import bodies
 from tests.reconciling.bodies import at, pod
 
@@ -190,7 +190,7 @@ def test_a_tie_is_not_called_older() -> None:
     b = dataclasses.replace(other("b", seconds=0), uid="uid-a")
     found = conflicts.find(a, [b], pod_labels=[{"app": "c"}])
     assert found is not None
-    assert conflicts.condition(found).message == (
+    assert refusals.conflict_condition(found).message == (
         f"EventHubConsumer {bodies.NS}/b reads the same Event Hub and consumer group into the "
         "same checkpoint location and was created in the same second with a lower uid, so it "
         "goes first: this one writes nothing until the overlap is gone (change its selector or "
@@ -198,7 +198,10 @@ def test_a_tie_is_not_called_older() -> None:
     )
     earlier = conflicts.find(a, [other("b", seconds=-5)], pod_labels=[{"app": "c"}])
     assert earlier is not None
-    assert " checkpoint location and is older: this one " in conflicts.condition(earlier).message
+    assert (
+        " checkpoint location and is older: this one "
+        in refusals.conflict_condition(earlier).message
+    )
 
 
 def test_host_spellings_are_one_location_and_one_binding() -> None:

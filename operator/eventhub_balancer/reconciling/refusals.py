@@ -9,6 +9,7 @@ import datetime
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import conditions as conditiontypes
+from eventhub_balancer.contracts import statusbodies
 from eventhub_balancer.reconciling import (
     conflicts,
     decisions,
@@ -66,7 +67,7 @@ def refused(
     (`conflicts`): Conflict True and Ready False, with the same message, an Event when it
     starts, and nothing else written: the pods keep what they were last told."""
     previous, generation = observation.status, observation.generation
-    conflict = conflicts.condition(overlap)
+    conflict = conflict_condition(overlap)
     ready = dataclasses.replace(conflict, type=conditiontypes.READY, status="False")
     desired = {
         "observedGeneration": generation,
@@ -88,3 +89,43 @@ def refused(
         ready=ready,
         resource_version=decisions.version(observation),
     )
+
+
+def conflict_condition(overlap: conflicts.Overlap) -> conditiontypes.Condition:
+    """The Conflict condition that refuses a consumer for ``overlap``."""
+    if not overlap.others:
+        message = f"this checkpoint location: {overlap.why}"
+    elif overlap.reason == conflicts.REASON_SHARED:
+        host = " or NS=".join(overlap.hosts) or "HOST"
+        message = (
+            f"{overlap.others[0].named} in another namespace {overlap.why} and holds it (it "
+            "came first): this one writes nothing until it names another checkpoint "
+            "container or consumer group, or the holder is deleted or moves, or an admin "
+            "binds the location to the namespace it belongs to (ehb operator --bind-location "
+            f"NS={host}, chart value locationBindings); the holder goes on working"
+        )
+    else:
+        first = "was created in the same second with a lower uid, so it goes first"
+        message = (
+            f"{overlap.others[0].named} {overlap.why} and "
+            f"{first if overlap.tied else 'is older'}: this one writes nothing until the "
+            "overlap is gone (change its selector or checkpoint location, or delete one of them)"
+        )
+    return conditiontypes.Condition(
+        type=conflicts.CONFLICT, status="True", reason=overlap.reason, message=message
+    )
+
+
+def cleared(previous: statusbodies.StatusBody) -> list[conditiontypes.Condition]:
+    """Conflict False once the overlap is gone (nothing while there never was one)."""
+    old = conditiontypes.find(previous.get("conditions"), conflicts.CONFLICT)
+    if old is None or old.get("status") == "False":
+        return []
+    return [
+        conditiontypes.Condition(
+            type=conflicts.CONFLICT,
+            status="False",
+            reason=conflicts.REASON_CLEARED,
+            message="no other EventHubConsumer selects these pods or this checkpoint location",
+        )
+    ]

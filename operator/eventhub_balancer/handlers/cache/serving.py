@@ -233,15 +233,15 @@ class CachedKube:
         """Every EventHubConsumer the watch delivered, summed up; none before kopf hands the
         indexes over. One value, built again only after a CR event
         (`tracking.Tracking.observed`): at 1,000 consumers a pass over the index in every
-        cycle was an eighth of the operator's CPU, and the same value lets a settled decision
-        compare its peers by identity. A peer found deleted though kopf's index still holds it is
-        left out (`relisting.Ghosts`)."""
+        cycle was an eighth of the operator's CPU; the same value lets a settled decision
+        compare its peers by identity, and keeps the lookups of `conflicts.PeerIndex`. A peer
+        found deleted though kopf's index still holds it is left out (`relisting.Ghosts`)."""
         if self.seen.peers is None:
             index = self.seen.indexes.get(PEERS)
             if index is None:
                 return ()
             gone = self.seen.gone
-            self.seen.peers = tuple(
+            self.seen.peers = conflicts.PeerIndex(
                 peer for filed in index.values() for peer in filed if peer.uid not in gone
             )
         return self.seen.peers
