@@ -1,5 +1,5 @@
 """The status conditions a cycle concludes: Ready, Balanced, the two dependencies and
-PartitionsFailing (worded in `reports`).
+PartitionsFailing (worded in `reports`), and Conflict once the overlap is gone.
 
 Ready also says when owners read none of what they hold (`silentowners`: no ConfigMap
 written, or none applied, a minute after they were given partitions).
@@ -17,6 +17,7 @@ from eventhub_balancer import errors
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import conditions, podstates, specs, statusbodies
 from eventhub_balancer.reconciling import (
+    conflicts,
     foreignreaders,
     lostblobs,
     observations,
@@ -371,3 +372,18 @@ def cannot_process(
             ),
         )
     return None
+
+
+def conflict_cleared(previous: statusbodies.StatusBody) -> list[conditions.Condition]:
+    """Conflict False once the overlap is gone (nothing while there never was one)."""
+    old = conditions.find(previous.get("conditions"), conflicts.CONFLICT)
+    if old is None or old.get("status") == "False":
+        return []
+    return [
+        conditions.Condition(
+            type=conflicts.CONFLICT,
+            status="False",
+            reason=conflicts.REASON_CLEARED,
+            message="no other EventHubConsumer selects these pods or this checkpoint location",
+        )
+    ]

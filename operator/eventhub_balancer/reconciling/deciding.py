@@ -242,7 +242,7 @@ def _decide(
         backlog=sum(lag.values()) if lag and not unread else None,
         selector=spec.selector.to_query(),
     )
-    concluded += refusals.cleared(previous)
+    concluded += conditions.conflict_cleared(previous)
     events = kubeevents.build(
         plan=plan,
         problems=back.problems,

@@ -9,7 +9,6 @@ import datetime
 
 from eventhub_balancer import errors
 from eventhub_balancer.contracts import conditions as conditiontypes
-from eventhub_balancer.contracts import statusbodies
 from eventhub_balancer.reconciling import (
     conflicts,
     decisions,
@@ -114,18 +113,3 @@ def conflict_condition(overlap: conflicts.Overlap) -> conditiontypes.Condition:
     return conditiontypes.Condition(
         type=conflicts.CONFLICT, status="True", reason=overlap.reason, message=message
     )
-
-
-def cleared(previous: statusbodies.StatusBody) -> list[conditiontypes.Condition]:
-    """Conflict False once the overlap is gone (nothing while there never was one)."""
-    old = conditiontypes.find(previous.get("conditions"), conflicts.CONFLICT)
-    if old is None or old.get("status") == "False":
-        return []
-    return [
-        conditiontypes.Condition(
-            type=conflicts.CONFLICT,
-            status="False",
-            reason=conflicts.REASON_CLEARED,
-            message="no other EventHubConsumer selects these pods or this checkpoint location",
-        )
-    ]
