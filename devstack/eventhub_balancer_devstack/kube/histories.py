@@ -24,7 +24,12 @@ from eventhub_balancer_devstack.kube import failures
 Body = dict[str, Any]
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
-#: How many changes watches can resume from; an older resourceVersion gets 410 Gone.
+#: How many changes, of all kinds, the history keeps. A watch resumed from a resourceVersion
+#: gets 410 Gone once a change of its own kind after that version fell out: as with a real
+#: server's watch cache per resource, a flood of ConfigMap writes does not expire the place
+#: of a pod watch that missed no pod change. One bound for all kinds keeps the memory as it
+#: was (about 24 MB for 10,000 changes of the operator's ConfigMaps, each with its previous
+#: body).
 HISTORY_SIZE = 10_000
 
 #: How many committed writes the write record keeps between two readings. A chaos run reads
@@ -99,12 +104,14 @@ class WriteRecord:
 
 
 class History:
-    """The last ``size`` changes of all kinds, and the watches subscribed to each kind."""
+    """The last ``size`` changes of all kinds, how far each kind's history reaches back, and
+    the watches subscribed to each kind."""
 
     def __init__(
         self, *, size: int = HISTORY_SIZE, write_record_size: int = WRITE_RECORD_SIZE
     ) -> None:
-        self._compacted = 0  # the highest resource version that fell out of the history
+        #: The highest resource version of each kind that fell out of the history.
+        self._compacted: dict[tuple[str, str], int] = {}
         #: The version of each kind's latest change: what a bookmark of that kind may say.
         self._latest: dict[tuple[str, str], int] = {}
         self._events: collections.deque[WatchEvent] = collections.deque(maxlen=size)
@@ -124,7 +131,7 @@ class History:
     ) -> list[WatchEvent]:
         """The history of one kind after a version; 410 Gone if that part is compacted, or
         older than ``floor`` (when the kind began to be served)."""
-        oldest = max(self._compacted, floor)
+        oldest = max(self._compacted.get(storage_key, 0), floor)
         if resource_version < oldest:
             raise failures.expired(f"too old resource version: {resource_version} ({oldest})")
         return [
@@ -159,8 +166,9 @@ class History:
         committed_at: float = 0.0,
     ) -> None:
         """Keep one committed change and hand it to the watches on its kind."""
-        if self._events.maxlen is not None and len(self._events) == self._events.maxlen:
-            self._compacted = self._events[0].resource_version
+        if self._events and len(self._events) == self._events.maxlen:
+            dropped = self._events[0]
+            self._compacted[dropped.storage_key] = dropped.resource_version
         event = WatchEvent(
             type=event_type,
             storage_key=storage_key,

@@ -322,3 +322,31 @@ def test_history_compaction_expires_old_versions(configmaps: resources.ResourceS
     assert e.value.code == 410
     recent = small.changes_since(spec, int(small.resource_version) - 2)
     assert [event.body["metadata"]["name"] for event in recent] == ["c28", "c29"]
+
+
+def test_a_flood_of_one_kind_leaves_another_kinds_place_in_the_history() -> None:
+    # A real API server keeps a watch cache per resource: a watch on Secrets resumes from its
+    # place however many ConfigMaps were written since, as long as no Secret change it missed
+    # fell out of the history, and only ConfigMaps' place expires.
+    small = storage.Store(clock=lambda: NOW, history_size=20)
+    configmaps = small.resolve(group="", version="v1", plural="configmaps")
+    secrets = small.resolve(group="", version="v1", plural="secrets")
+    small.create(secrets, namespace="ns", body={"metadata": {"name": "s0"}})
+    place = int(small.resource_version)
+    for i in range(30):
+        small.create(configmaps, namespace="ns", body={"metadata": {"name": f"c{i}"}})
+    small.create(secrets, namespace="ns", body={"metadata": {"name": "s1"}})
+    later = small.changes_since(secrets, place)
+    assert [event.body["metadata"]["name"] for event in later] == ["s1"]
+    with pytest.raises(failures.APIFailure) as e:
+        small.changes_since(configmaps, place)
+    assert e.value.code == 410
+    # A Secret change the watch missed fell out: its place expires too, it must list again.
+    missed = int(small.resource_version)
+    small.create(secrets, namespace="ns", body={"metadata": {"name": "s2"}})
+    for i in range(30, 60):
+        small.create(configmaps, namespace="ns", body={"metadata": {"name": f"c{i}"}})
+    with pytest.raises(failures.APIFailure) as e:
+        small.changes_since(secrets, missed)
+    assert e.value.code == 410
+    assert small.changes_since(secrets, int(small.resource_version)) == []
