@@ -9,7 +9,6 @@ none is missing).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -18,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from eventhub_balancer.adapters import blobs
 from eventhub_balancer_devstack import azurite as azurite_launcher
+from tests.support.fixtures.azurite import ensure_named_container
 
 CONTAINER = "json-outputs"
 #: Each ``--json`` command with its smallest settings; ``{kubeconfig}`` and ``{blob}`` are
@@ -151,13 +150,6 @@ def json_commands() -> set[str]:
     return found
 
 
-async def _create_container(connection_string: str) -> None:
-    async with blobs.open_container(
-        container_name=CONTAINER, connection_string=connection_string
-    ) as container:
-        await blobs.ensure_container(container)
-
-
 def test_every_json_command_is_run_here_or_named_elsewhere() -> None:
     assert set(COMMANDS) | set(ELSEWHERE) == json_commands()
     assert not set(COMMANDS) & set(ELSEWHERE)
@@ -178,7 +170,7 @@ def test_stdout_is_exactly_one_json_document(
 ) -> None:
     args = [a.format(kubeconfig=kubeconfig, blob=azurite.connection_string) for a in COMMANDS[name]]
     if name == "checkpoints list":  # an empty container: the listing is []
-        asyncio.run(_create_container(azurite.connection_string))
+        ensure_named_container(azurite.connection_string, CONTAINER)
     ehb = Path(sys.executable).with_name("ehb")
     completed = subprocess.run(
         [str(ehb), *args],

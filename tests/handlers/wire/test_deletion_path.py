@@ -26,8 +26,8 @@ from typing import Any
 import pytest
 
 import eventhub_balancer
-from eventhub_balancer.adapters import blobs
 from eventhub_balancer_devstack.azurite import Azurite
+from tests.support.fixtures.azurite import ensure_named_container
 from tests.support.fixtures.operator import ConsumerDouble, Stack, wait_for
 
 pytestmark = pytest.mark.slow
@@ -54,7 +54,7 @@ CHECKPOINTS = "checkpoints"
 COUNTED = ("handlers/", "reconciling/")
 #: What the path visits today (handlers/ and reconciling/): it must not grow unnoticed.
 #: With a checkpoint store that answers: 25 (`reconciling/silentowners` runs only then); the
-#: 24 measured before 8 December were those of a consumer whose store could not be read.
+#: 24 measured until 7 December were those of a consumer whose store could not be read.
 CEILING = 25
 #: The lines of those files a deletion runs: 1,709 to 1,729 in six runs on 7 December once the
 #: store answers (the cycle reads the blobs to give the partitions out); before, with a store that
@@ -144,13 +144,6 @@ def _task_name() -> str | None:
     return task.get_name() if task is not None else None
 
 
-async def _ensure_container(connection_string: str, name: str) -> None:
-    async with blobs.open_container(
-        container_name=name, connection_string=connection_string
-    ) as container:
-        await blobs.ensure_container(container)
-
-
 def test_a_pod_deletion_reaches_the_configmap_write_through_few_files(
     operator_stack: Stack, namespace: str, azurite: Azurite
 ) -> None:
@@ -160,7 +153,7 @@ def test_a_pod_deletion_reaches_the_configmap_write_through_few_files(
     # tried again on a backoff, and a retry that came due just then put the failure's path on
     # the deletion's (seen once in CI, on a slow machine); the path measured was also not a
     # user's: the deletion's cycle reads the blobs to give the partitions out.
-    asyncio.run(_ensure_container(azurite.connection_string, CHECKPOINTS))
+    ensure_named_container(azurite.connection_string, CHECKPOINTS)
     stack.secret(ns, name="blob", value=azurite.connection_string)
     stack.consumer(ns)
     for i in range(4):
