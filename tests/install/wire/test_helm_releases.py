@@ -15,7 +15,6 @@ EventHubConsumers.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +35,9 @@ AGGREGATION_WAIT_S = 30.0
 
 
 @pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealControlPlane]:
+def api(bare_real_kube: RealControlPlane) -> RealControlPlane:
     """The live API server the releases go to, with no CRD installed yet."""
-    with RealControlPlane(folder=tmp_path_factory.mktemp("controlplane"), crds_dir=None) as plane:
-        yield plane
+    return bare_real_kube
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,6 @@ import json
 import re
 import shlex
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -76,9 +75,8 @@ def older_chart(folder: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealControlPlane]:
-    with RealControlPlane(folder=tmp_path_factory.mktemp("controlplane"), crds_dir=None) as plane:
-        yield plane
+def api(bare_real_kube: RealControlPlane) -> RealControlPlane:
+    return bare_real_kube
 
 
 @pytest.fixture(scope="module")

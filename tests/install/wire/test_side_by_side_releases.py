@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +35,8 @@ POLICY_WAIT_S = 30.0
 
 
 @pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealControlPlane]:
-    with RealControlPlane(folder=tmp_path_factory.mktemp("controlplane"), crds_dir=None) as plane:
-        yield plane
+def api(bare_real_kube: RealControlPlane) -> RealControlPlane:
+    return bare_real_kube
 
 
 @pytest.fixture(scope="module")

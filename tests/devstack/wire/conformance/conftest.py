@@ -1,7 +1,8 @@
 """Both servers for the conformance tests: one real control plane and one local API a module.
 
-A real control plane takes a few seconds to start, so each test module shares one (and one
-local API beside it); every test works in a namespace of its own on both (``namespace``).
+A real control plane takes a few seconds to start, so each test module shares one
+(``real_kube``, tests/support/fixtures/realkube.py) and one local API beside it; every test
+works in a namespace of its own on both (``namespace``).
 """
 
 from __future__ import annotations
@@ -19,12 +20,6 @@ from tests.devstack.wire.conformance import exchanges
 #: How long the real server's controllers may take to give a new namespace its default
 #: ServiceAccount (without it, pods are refused); they take milliseconds.
 SERVICE_ACCOUNT_TIMEOUT_S = 10.0
-
-
-@pytest.fixture(scope="module")
-def real_kube() -> Iterator[RealControlPlane]:
-    with RealControlPlane() as plane:
-        yield plane
 
 
 @pytest.fixture(scope="module")
