@@ -134,6 +134,57 @@ async def test_a_partition_stays_reported_for_the_whole_hub_outage(
         await consumerfakes.eventually(lambda: len(recorder.done) == 3, within=10)
 
 
+class RefusedHub(consumerfakes.FakeHub):
+    """A hub whose port refuses, while ``down``: a receiver's link never opens, its
+    ``next_batch`` answers empty after each wait, and it fails once its reopens are spent."""
+
+    #: How long a receiver's reopens take before it gives up (`receiving.REOPEN_ATTEMPTS`).
+    REOPENS_S = 6.0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+
+    def open(
+        self, partition: str, epoch: int, position: deliveries.ReceivePosition
+    ) -> consumerfakes.FakeReceiver:
+        receiver = super().open(partition, epoch, position)
+        if self.down:
+            receiver.start = lambda: self._refuse(receiver)  # type: ignore[method-assign]
+        return receiver
+
+    def _refuse(self, receiver: consumerfakes.FakeReceiver) -> None:
+        receiver.started = True
+        refused = errors.EventHubUnreachable("receiving failed 6 times in a row: refused")
+        asyncio.get_running_loop().call_later(self.REOPENS_S, receiver.buffer.fail, refused)
+
+
+async def test_a_partition_stays_reported_while_its_link_never_opens(
+    fake_store: consumerfakes.FakeStore,
+) -> None:
+    """A refused port: the receiver hands out empty batches while its link reopens in vain.
+    An empty batch from a link that never opened is no answer: it used to count as one, and
+    the report went away after each fence, until the next failure (`failing 0`, then `none`)."""
+    hub = RefusedHub()
+    hub.down = True
+    recorder = consumerfakes.Recorder()
+    async with running(hub, fake_store, recorder) as (_, source):
+        source.put(consumerfakes.configmap(1, {"0": (1, "owned")}))
+        await consumerfakes.eventually(lambda: "0" in source.reports, within=60)
+        first, gaps = now(), []
+        while now() - first < 120:  # two minutes of outage, sampled every 0.25 s
+            await asyncio.sleep(0.25)
+            if "0" not in source.reports:
+                gaps.append(round(now() - first, 2))
+        assert gaps == [], f"the report went away during the outage at {gaps[:5]} s"
+        assert "refused" in source.reports["0"].error
+
+        hub.down = False
+        hub.append("0", 3)
+        await consumerfakes.eventually(lambda: "0" not in source.reports, within=60)
+        await consumerfakes.eventually(lambda: len(recorder.done) == 3, within=10)
+
+
 class EndedWorker:
     """A worker whose attempt just failed: its ``finally`` set ``fenced`` (so that nothing waits
     on it), and the runtime has not dropped it from its workers yet."""

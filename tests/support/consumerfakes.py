@@ -198,6 +198,8 @@ class FakeReceiver:
         self.buffer = batching.EventBuffer(limit=10_000)
         self.started = False
         self.closed = False
+        #: Its link opened (it started, and the hub did not refuse or steal it).
+        self.linked = False
         self.last_enqueued: deliveries.LastEnqueued | None = None
 
     def start(self) -> None:
@@ -209,6 +211,7 @@ class FakeReceiver:
             self.steal(self.hub.owner_levels[self.partition])
             return
         self.hub.claim(self.partition, self.epoch)
+        self.linked = True
         self.deliver()
 
     def deliver(self) -> None:
@@ -232,7 +235,9 @@ class FakeReceiver:
         events = await self.buffer.take(max_size=max_size, max_wait=max_wait)
         if events:
             self.handed_out = events[-1].sequence_number
-        return deliveries.ReceivedBatch(events=events, last_enqueued=self.last_enqueued)
+        return deliveries.ReceivedBatch(
+            events=events, last_enqueued=self.last_enqueued, linked=self.linked
+        )
 
     async def close(self) -> None:
         self.closed = True

@@ -43,6 +43,10 @@ class ReceivedBatch:
 
     events: Sequence[ReceivedEvent]
     last_enqueued: LastEnqueued | None
+    #: The receive link was open when the batch was handed out. An empty batch from a link
+    #: that is not (one never opened against a refused port, or reopening) is no answer from
+    #: Event Hubs: a restarted worker's failure stays reported until one comes.
+    linked: bool
 
 
 @dataclasses.dataclass(frozen=True)

@@ -140,11 +140,8 @@ def make_client(address: EventHubAddress) -> EventHubConsumerClient:
     return client
 
 
-#: Kept importable from here, where it was first defined.
-is_link_stolen = linkrefusals.is_link_stolen
-
-
 #: Kept importable from here, where they were first defined.
+is_link_stolen = linkrefusals.is_link_stolen
 to_event = sdkevents.to_event
 last_enqueued_of = sdkevents.last_enqueued_of
 EPOCH_START = sdkevents.EPOCH_START
@@ -192,6 +189,8 @@ class PartitionReceiver:
         self._last_buffered: int | None = None
         #: The SDK's consumer of the link now open (None between links).
         self._consumer: Any = None
+        #: Its handshake answered: the link is open, until it fails or closes.
+        self._linked = False
 
     def closing(self) -> bool:
         # A method, not the attribute: it changes while the pump awaits.
@@ -217,7 +216,9 @@ class PartitionReceiver:
         """Up to ``max_size`` events: returns when full, or ``max_wait`` after the first
         event arrived, or (empty) after ``max_wait`` with nothing at all."""
         events = await self._buffer.take(max_size=max_size, max_wait=max_wait)
-        return deliveries.ReceivedBatch(events=events, last_enqueued=self.last_enqueued)
+        return deliveries.ReceivedBatch(
+            events=events, last_enqueued=self.last_enqueued, linked=self._linked
+        )
 
     async def _on_events(self, received: list[EventData]) -> None:
         if not received:
@@ -281,6 +282,7 @@ class PartitionReceiver:
                 opening = time.monotonic()
                 await consumer._open()
                 opened_at = time.monotonic()
+                self._linked = True
                 logger.info(
                     LINK_OPEN,
                     self.partition,
@@ -365,7 +367,7 @@ class PartitionReceiver:
                 await asyncio.sleep(pause)
                 backoff = min(pause * 2, REOPEN_BACKOFF_MAX_S)
             finally:
-                self._consumer = None
+                self._consumer, self._linked = None, False
                 await asyncio.shield(self._close_quietly(consumer, client))
 
     async def _stream_end(self, client: Any) -> int:

@@ -126,7 +126,7 @@ class PartitionWorker:
         self._started_at = loopclocks.now()
         self._release_at: float | None = None
         self._first_events = True
-        self.received = False  #: a receive answered (with events or none): the link stands
+        self.received = False  #: a receive answered (events, or none on an open link)
         #: The handler calls, their retries and the failure policy.
         self.batches = attempts.BatchAttempts(
             partition=partition,
@@ -245,7 +245,7 @@ class PartitionWorker:
                 batch = await self._next_batch(receiver)
                 if batch is None:
                     continue  # a release (the loop ends) or a reopen (at its top)
-                self.received = True
+                self.received = self.received or bool(batch.events) or batch.linked
                 self.stats.last_enqueued = batch.last_enqueued
                 if not batch.events:
                     if self._writing.ended:
