@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -112,3 +113,56 @@ def test_every_start_runs_on_one_thread_that_lives_until_close() -> None:
     assert not thread.is_alive()
     with pytest.raises(RuntimeError, match="closed"):
         pool.take("crds")
+
+
+class Timers:
+    """A fake `Timer`: armed actions run only when the test fires them."""
+
+    def __init__(self) -> None:
+        self.armed: list[tuple[float, Callable[[], None], list[bool]]] = []
+        self._changed = threading.Condition()
+
+    def __call__(self, delay: float, action: Callable[[], None]) -> Callable[[], None]:
+        cancelled = [False]
+        with self._changed:
+            self.armed.append((delay, action, cancelled))
+            self._changed.notify_all()
+        return lambda: cancelled.__setitem__(0, True)
+
+    def wait_armed(self, count: int) -> None:
+        with self._changed:
+            assert self._changed.wait_for(lambda: len(self.armed) >= count, timeout=WAIT_S)
+
+    def fire(self, index: int) -> None:
+        """Run an armed action, cancelled or not (a timer may fire as it is cancelled)."""
+        self.armed[index][1]()
+
+
+def test_a_spare_nobody_takes_within_the_idle_time_is_stopped() -> None:
+    things, timers = Things(), Timers()
+    pool = Spares(things.start, things.stop, timeout=WAIT_S, idle=120.0, timer=timers)
+    assert pool.take("crds") == ("crds", 0)
+    timers.wait_armed(1)  # armed once the spare is up
+    assert timers.armed[0][0] == 120.0
+    timers.fire(0)
+    assert things.stopped == [("crds", 1)]
+    # The next take finds none ahead: it starts its own, and one ahead again.
+    assert pool.take("crds") == ("crds", 2)
+    things.wait_started(4)
+    pool.close()
+    assert things.stopped == [("crds", 1), ("crds", 3)]
+
+
+def test_a_spare_taken_in_time_is_not_stopped_by_its_timer() -> None:
+    things, timers = Things(), Timers()
+    pool = Spares(things.start, things.stop, timeout=WAIT_S, idle=120.0, timer=timers)
+    pool.take("crds")
+    timers.wait_armed(1)
+    assert pool.take("crds") == ("crds", 1)
+    assert timers.armed[0][2] == [True]  # its timer cancelled by the take
+    timers.fire(0)  # and should it fire all the same, the taker's spare is left alone
+    assert things.stopped == []
+    timers.wait_armed(2)  # the next spare's own timer
+    pool.close()
+    assert timers.armed[1][2] == [True]
+    assert things.stopped == [("crds", 2)]
