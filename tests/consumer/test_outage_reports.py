@@ -217,3 +217,4 @@ async def test_a_worker_that_just_failed_again_keeps_the_report_standing() -> No
     )
     assert found["0"].state == "failing"
     assert found["0"].attempts == 3
+    assert found["0"].restarting  # no batch fails: the operator says no batch went through

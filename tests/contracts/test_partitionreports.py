@@ -36,6 +36,23 @@ def test_a_report_round_trips_for_the_epoch_the_pod_owns() -> None:
     assert parsed == {"3": report()}
 
 
+def test_a_partition_restarting_says_so_and_only_when_it_is_and_failing() -> None:
+    restarting = report(restarting=True, error="EventHubUnreachable: refused")
+    value = reports.build({"3": restarting, "4": report("4")})
+    assert json.loads(value)["3"]["restarting"] is True
+    assert "restarting" not in json.loads(value)["4"]  # an older operator reads the same
+    parsed = reports.parse({reports.ANNOTATION: value}, current={"3": 4, "4": 4})
+    assert parsed == {"3": restarting, "4": report("4")}
+    # Only a failing partition restarts, and only true says so: a pod's word, not trusted.
+    told = {
+        "3": {"epoch": 4, "state": "stuck", "restarting": True},
+        "4": {"epoch": 4, "state": "failing", "restarting": "yes"},
+    }
+    parsed = reports.parse(annotations(told), current={"3": 4, "4": 4})
+    assert not parsed["3"].restarting
+    assert not parsed["4"].restarting
+
+
 def test_only_the_first_line_of_an_error_is_kept_and_it_is_bounded() -> None:
     long = "Traceback (most recent call last):\n  File x\nValueError"
     assert reports.first_line(long) == "ValueError"

@@ -26,9 +26,13 @@ SPEC = {**bodies.SPEC, "processing": {"maxAttempts": 2, "onFailure": "deadLetter
 ERROR = "NotAnOrder: partition 0 sequence number 110: not an order"
 
 
-def reports(failing: Mapping[str, int] = {}, aside: Mapping[str, tuple[int, str]] = {}) -> str:
+def reports(
+    failing: Mapping[str, int] = {},
+    aside: Mapping[str, tuple[int, str]] = {},
+    restarting: frozenset[str] = frozenset(),
+) -> str:
     """The annotation of a pod at epoch 1: ``failing`` {partition: attempts}, and ``aside``
-    {partition: (batches, name)} set aside."""
+    {partition: (batches, name)} set aside; the failing partitions ``restarting`` fail to start."""
     found: dict[str, partitionreports.PartitionReport] = {}
     for p in {*failing, *aside}:
         told = aside.get(p)
@@ -38,6 +42,7 @@ def reports(failing: Mapping[str, int] = {}, aside: Mapping[str, tuple[int, str]
             state="failing" if p in failing else None,
             attempts=failing.get(p, 0),
             error=ERROR if p in failing else "",
+            restarting=p in restarting,
             set_aside=None
             if told is None
             else partitionreports.SetAside(epoch=1, batches=told[0], name=told[1], error=ERROR),
@@ -119,6 +124,40 @@ def test_a_batch_set_aside_is_a_warning_and_its_recovery_says_so() -> None:
         3,
         "2024-05-01T12:01:10Z",
     )
+
+
+def test_a_partition_that_failed_to_start_and_recovers_had_no_batch_to_go_through() -> None:
+    """Under deadLetter, a partition whose worker failed to start (Event Hubs refused it, its
+    store could not be read) and started again was said to have had its batch go through on a
+    retry, though no batch ever failed."""
+    failing, _ = cycle(
+        bodies.with_reports(
+            started(), "a", reports(failing={"0": 3, "1": 2}, restarting=frozenset({"0"}))
+        ),
+        now=5,
+    )
+    assert [e.get("restarting") for e in failing.status["failing"]] == [True, None]
+    # Kept by a real API server: every key written is in the CRD (it prunes the others).
+    crd = yaml.safe_load((paths.REPOSITORY / "crds" / "eventhubconsumers.yaml").read_text())
+    status = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    entry = status["properties"]["failing"]["items"]
+    assert set(failing.status["failing"][0]) <= set(entry["properties"])
+    jsonschema.validate(failing.status["failing"], status["properties"]["failing"])
+    _, decision = cycle(bodies.with_reports(failing, "a", reports()), now=10)
+    (event,) = decision.events
+    assert event.message == (
+        "partitions 0-1 on a no longer reported in trouble (was failing): the batch of 1 went "
+        "through on a retry"
+    )
+    # Alone, and from a pod from before the set-asides were told: nothing about a batch.
+    for told in (reports(), "{}"):
+        restarting = reports(failing={"0": 3}, restarting=frozenset({"0"}))
+        failing, _ = cycle(bodies.with_reports(started(), "a", restarting), now=5)
+        _, decision = cycle(bodies.with_reports(failing, "a", told), now=10)
+        (event,) = decision.events
+        assert event.message == ("partition 0 on a no longer reported in trouble (was failing)"), (
+            told
+        )
 
 
 def test_a_recovery_from_a_pod_that_tells_nothing_set_aside_went_through_on_a_retry() -> None:

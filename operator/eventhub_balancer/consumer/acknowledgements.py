@@ -334,4 +334,5 @@ def _failing(
         attempts=failure.failures,
         error=partitionreports.first_line(error),
         set_aside=aside,
+        restarting=True,
     )

@@ -41,7 +41,8 @@ from typing import Literal, get_args
 from eventhub_balancer.balancing import models
 from eventhub_balancer.contracts import bounds, conditions, configmaps
 
-#: The pod's annotation on its own ConfigMap: ``{partition: {epoch, state, attempts, error}}``.
+#: The pod's annotation on its own ConfigMap: ``{partition: {epoch, state, attempts, error,
+#: restarting}}``.
 ANNOTATION = configmaps.ANNOTATION_PARTITION_REPORTS
 
 ReportState = Literal["failing", "parked", "stuck", "lost"]
@@ -75,6 +76,9 @@ class PartitionReport:
     state: ReportState | None
     #: how many times the failing batch was tried (0 when not applicable)
     attempts: int = 0
+    #: failing, and no batch is: the partition's worker fails to start or to receive (its
+    #: fence, its link, its clients) and starts again; ``attempts`` counts its starts
+    restarting: bool = False
     #: the first line of the error, cut to `MAX_ERROR_CHARS` between words
     error: str = ""
     #: the batches set aside into the dead letters at this epoch (None: none)
@@ -181,6 +185,8 @@ def build(reports: Mapping[str, PartitionReport]) -> str:
                 "state": r.state,
                 "attempts": r.attempts,
                 "error": first_line(r.error) if with_errors else "",
+                # Only when true: an operator from before it passes over a key it does not know.
+                **({"restarting": True} if r.restarting else {}),
             }
             for p, r in chosen
             if r.state is not None
@@ -290,4 +296,5 @@ def _entry(partition: object, item: object) -> PartitionReport | None:
         state=state,
         attempts=attempts,
         error=first_line(error),
+        restarting=state == "failing" and item.get("restarting") is True,
     )

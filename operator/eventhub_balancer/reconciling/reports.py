@@ -78,6 +78,7 @@ class FailingEntryBody(TypedDict, total=False):
     attempts: int
     error: str
     since: str
+    restarting: bool
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -90,6 +91,8 @@ class Trouble:
     state: partitionreports.ReportState
     attempts: int = 0
     error: str = ""
+    #: its worker starts again (`partitionreports.PartitionReport.restarting`): no batch fails
+    restarting: bool = False
 
     @property
     def key(self) -> tuple[str, str, int, str]:
@@ -129,6 +132,7 @@ def read(
                     state=report.state,
                     attempts=report.attempts,
                     error=report.error,
+                    restarting=report.restarting,
                 )
     return {k: troubles[k] for k in sorted(troubles, key=models.name_key)}
 
@@ -211,17 +215,16 @@ def status_entries(
         since = old.get("since") if old is not None else None
         if not (isinstance(since, str) and timestamps.parse_time(since) is not None):
             since = timestamps.format_time(now)
-        entries.append(
-            {
-                "partition": t.partition,
-                "pod": t.pod,
-                "epoch": t.epoch,
-                "state": t.state,
-                "attempts": t.attempts,
-                "error": t.error if index < MAX_ERRORS_LISTED else "",
-                "since": since,
-            }
-        )
+        entry: FailingEntryBody = {
+            "partition": t.partition,
+            "pod": t.pod,
+            "epoch": t.epoch,
+            "state": t.state,
+            "attempts": t.attempts,
+            "error": t.error if index < MAX_ERRORS_LISTED else "",
+            "since": since,
+        }
+        entries.append({**entry, "restarting": True} if t.restarting else entry)
     return entries
 
 

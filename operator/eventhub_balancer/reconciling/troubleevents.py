@@ -72,7 +72,9 @@ def trouble_events(
     recovers with each batch: `setasides`' Warnings tell those, a minute apart, not a pair of
     Events a batch."""
     news = reports.changes(troubles, previous=previous)
-    before = reports.previous_entries(previous) if streaming else {}  # only a stream reads it
+    most = processing.max_attempts if processing and processing.on_failure == "deadLetter" else 0
+    # Read by a stream, and by a recovery under deadLetter (which troubles were restarts).
+    before = reports.previous_entries(previous) if streaming or most else {}
 
     def streams(key: tuple[str, str, int, str], error: str) -> bool:
         said = streaming.get(key[:3])
@@ -119,7 +121,6 @@ def trouble_events(
         events.append(
             kubeevents.KubeEvent(reason=reports.EVENT_REASONS[state], message=said, type="Warning")
         )
-    most = processing.max_attempts if processing and processing.on_failure == "deadLetter" else 0
     ended: dict[str, list[tuple[str, str, int, str]]] = {}
     for key in news.ended:
         if not streams(key, str((before.get(key) or {}).get("error") or "")):
@@ -131,10 +132,15 @@ def trouble_events(
         now_on = {o.owner for k in keys if (o := assignment.get(models.PartitionId(k[0])))}
         moved = sorted(str(owner) for owner in now_on - {pod} if owner)
         it, verb = ("them" if plural else "it"), ("hold" if len(moved) > 1 else "holds")
-        aside, batch = "", "their batches" if plural else "its batch"
+        # A worker that failed to start and started again had no batch to go through.
+        batches = [k for k in keys if (before.get(k) or {}).get("restarting") is not True]
+        aside, batch = "", "their batches" if len(batches) > 1 else "its batch"
+        if 0 < len(batches) < len(keys):
+            which = kubeevents.join([k[0] for k in batches])
+            batch = f"the batch{'es' if len(batches) > 1 else ''} of {which}"
         if most and told is not None and pod in told.telling and not moved:
-            aside = _which(keys, pod, fresh, batch=batch, most=most)
-        elif most and "failing" in states:
+            aside = _which(batches, pod, fresh, batch=batch, most=most)
+        elif most and any(k[3] == "failing" for k in batches):
             aside = (
                 f": {batch} went through on a retry, or went to the dead letters after "
                 f"spec.processing.maxAttempts ({most}) (ehb deadletters list)"
