@@ -137,6 +137,11 @@ def test_a_restarted_pod_gets_its_share_once_ready_for_the_grace_period() -> Non
     observation, early = _cycle(observation, now=10, moved=moved, running=set("abcde"))
     assert early.moves == ()
     assert early.next_in == GRACE
+    # The decision stands only until then: a cycle that finds nothing new decides again at 30.
+    # It stood for good, and e got no share until something else changed (the demo's grown
+    # hub, on the local kubelet once it said how a container ended, stayed uneven).
+    mid = bodies.decide(observation, now=at(11))
+    assert (mid.moves, mid.settled_until) == ((), at(10 + GRACE).timestamp())
     observation, late = _cycle(observation, now=10 + GRACE, moved=moved, running=set("abcde"))
     assert {m.target for m in late.moves} == {"e"}
     assert len(late.moves) == 3

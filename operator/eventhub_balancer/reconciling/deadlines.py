@@ -120,7 +120,8 @@ def _deadlines(
     """Each moment at which the same observation decides otherwise: the timeout of each
     hand-off and the grace of each NotReady pod (owner or not: the status counts members) not
     yet over at ``wall``, tested as the planner tests them, and the plan's own moments (a
-    starting pod's share stops waiting later when the first of its burst is Ready late)."""
+    starting pod's share stops waiting later when the first of its burst is Ready late, a
+    restarted pod's probation ends)."""
     timeout = spec.balancing.handoff_timeout_seconds
     deadlines = [
         o.since + timeout
@@ -132,7 +133,9 @@ def _deadlines(
         since = podstates.to_seconds(p.since)
         if wall - since < grace:
             deadlines.append(since + grace)
-    deadlines += [d for d in (*plan.release_deadlines, *plan.incoming_deadlines) if d > wall]
+    # Each of the plan's own moments, as `next_in` has them: a probation left out stood for good.
+    own = (*plan.release_deadlines, *plan.incoming_deadlines, *plan.probation_deadlines)
+    deadlines += [d for d in own if d > wall]
     deadlines += plan.starting_deadlines  # each is ahead of the plan's now
     return deadlines
 
