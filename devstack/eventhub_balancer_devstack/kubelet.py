@@ -39,6 +39,7 @@ from eventhub_balancer_devstack.podprocesses import DOWNWARD_FIELDS as DOWNWARD_
 from eventhub_balancer_devstack.podprocesses import PodTemplate as PodTemplate
 from eventhub_balancer_devstack.podprocesses import free_port as free_port
 from eventhub_balancer_devstack.podprocesses import spawn
+from eventhub_balancer_devstack.realkube.runningpods import exited
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +76,10 @@ class _Pod:
     deleting: bool = False
     gone: bool = False
     log: Any = None
+    #: When its process started, and how the one before it ended (a kubelet's
+    #: ``lastState.terminated``; None: it has not): the operator tells a restart by it.
+    started_at: str = ""
+    last_exit: dict[str, Any] | None = None
 
 
 def _now() -> str:
@@ -219,7 +224,7 @@ class LocalKubelet:
         uid: str = created.metadata.uid or ""  # type: ignore[union-attr]
         port = free_port()
         process = spawn(self._template, name=name, namespace=self._namespace, uid=uid, port=port)
-        pod = _Pod(name=name, uid=uid, port=port, process=process)
+        pod = _Pod(name=name, uid=uid, port=port, process=process, started_at=_now())
         with self._lock:
             self._pods[name] = pod
         self._patch_status(pod, phase="Running", ready=False)
@@ -276,6 +281,10 @@ class LocalKubelet:
             if pod.deleting:
                 return
             pod.restarts += 1
+            ended = pod.process.poll()
+            if ended is not None:
+                pod.last_exit = exited(ended, started_at=pod.started_at)
+            pod.started_at = _now()
             pod.process = spawn(
                 self._template,
                 name=pod.name,
@@ -370,7 +379,8 @@ class LocalKubelet:
                         "restartCount": pod.restarts,
                         "image": "local/eventhub-balancer",
                         "imageID": "",
-                        "state": {"running": {"startedAt": now}},
+                        "state": {"running": {"startedAt": pod.started_at or now}},
+                        "lastState": {"terminated": dict(pod.last_exit)} if pod.last_exit else {},
                     }
                 ],
             }

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from eventhub_balancer.contracts import podstates
 from eventhub_balancer_devstack import kubelet
 
 # A pod process: serves /readyz on its port until SIGTERM, which it takes a moment to honour
@@ -78,6 +79,17 @@ def test_pods_follow_their_processes(pods: kubelet.LocalKubelet, kube_client: An
     assert pods.pid(victim) != old_pid
     pods.wait_ready([victim], timeout_s=20)
     wait_for(lambda: ready_status(core, victim) == "True")
+    # Said as a kubelet says it, so that the operator tells a restart from a first start (and
+    # puts the pod on probation): until 7 December the local kubelet wrote no lastState.
+    body = kube_client.sanitize_for_serialization(core.read_namespaced_pod(victim, "demo"))
+    (container,) = body["status"]["containerStatuses"]
+    ended = container["lastState"]["terminated"]
+    assert (ended["exitCode"], ended["reason"]) == (137, "Error")  # SIGKILL, as a runtime says
+    assert ended["startedAt"] <= ended["finishedAt"] <= container["state"]["running"]["startedAt"]
+    assert podstates.pod_state(body).restarted
+    other = kube_client.sanitize_for_serialization(core.read_namespaced_pod(created[1], "demo"))
+    assert other["status"]["containerStatuses"][0]["lastState"] == {}
+    assert not podstates.pod_state(other).restarted
 
 
 def test_deletion_is_graceful(pods: kubelet.LocalKubelet, kube_client: Any) -> None:
