@@ -2,8 +2,8 @@
 
 Starts the local stack (Event Hubs emulator, Azurite, the local Kubernetes API), the
 operator, an EventHubConsumer over a 32-partition hub, consumer processes as pods and a
-producer; then scales 2 -> 6 -> 3, deletes a pod, SIGKILLs one, grows the hub to 40
-partitions, drains, and says what was produced, processed, lost and duplicated, and how long
+producer; then scales 2 -> 6 -> 3, deletes a pod, grows the hub to 40 partitions, SIGKILLs a
+pod, drains, and says what was produced, processed, lost and duplicated, and how long
 each step took to balance.
 """
 

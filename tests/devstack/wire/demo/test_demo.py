@@ -1,6 +1,6 @@
 """``ehb demo`` end to end, shortened: the real operator, consumer processes, a producer.
 
-The same scenario as ``make demo`` (2 -> 6 -> 3 pods, a deletion, a SIGKILL, a grown hub)
+The same scenario as ``make demo`` (2 -> 6 -> 3 pods, a deletion, a grown hub, a SIGKILL)
 on a smaller hub and a shorter cycle, through the command line as a user runs it. It checks
 the JSON summary's shape and the project's promises: every step balances, nothing is lost,
 planned moves duplicate nothing, a SIGKILL duplicates at most the killed pod's unfinished
@@ -94,16 +94,16 @@ def test_every_step_balances_and_nothing_is_lost(
         "scale 2 -> 6",
         "scale 6 -> 3",
         "delete a pod",
-        "SIGKILL a pod",
         f"grow {PARTITIONS} -> {GROW_TO} partitions",
+        "SIGKILL a pod",
     ]
     assert [s["kind"] for s in summary["steps"]] == [
         "start",
         "scale-out",
         "scale-in",
         "delete",
-        "kill",
         "grow",
+        "kill",
     ]
     # The producer ran through every step: the steady time after each alone, at its rate,
     # gives 300 events (half of it allowed for a producer that falls behind on a busy
